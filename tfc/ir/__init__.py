@@ -1,0 +1,1 @@
+"""The IR: types, values, ops, graphs, modules; the op registry; printer, parser, verifier."""

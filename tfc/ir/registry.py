@@ -1,0 +1,237 @@
+"""The op registry: one ``OpDef`` per op kind, holding everything tfc knows about it.
+
+An entry declares its attrs, infers result types (numpy broadcasting over symbolic
+dims), implements the op in numpy (the reference every backend is tested against) and
+estimates its cost. Backends key their lowerings by the same name. Op definitions live
+in ``tfc.ops``; importing this module does not import them, ``lookup`` does.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from tfc.errors import Location, TfcError, TypeMismatch, UnknownOp
+from tfc.ir.core import Op
+from tfc.ir.types import DType, TensorType
+
+if TYPE_CHECKING:
+    from tfc.ir.core import Graph, Value
+
+# Traits that drive passes (as in MLIR/xDSL): CSE merges only PURE ops; RANDOM and
+# STATEFUL ops are never merged, folded or reordered across one another.
+PURE = "pure"
+COMMUTATIVE = "commutative"
+ELEMENTWISE = "elementwise"
+STATEFUL = "stateful"
+RANDOM = "random"
+
+FLOAT = frozenset({DType.f16, DType.f32, DType.f64})
+INT = frozenset({DType.i32, DType.i64})
+NUMERIC = FLOAT | INT
+ALL = NUMERIC | {DType.bool}
+
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    """One attr: its kind (checked when an op is built), default, and meaning."""
+
+    kind: str  # int float bool str ints floats dtype shape tensor var any
+    default: Any = REQUIRED
+    doc: str = ""
+
+    def check(self, op: str, name: str, v: Any) -> Any:
+        if v is None and self.default is None:
+            return None
+        ok = _ATTR_CHECKS[self.kind](v)
+        if not ok:
+            raise TypeMismatch(f"{op}: attr {name}={v!r} is not of kind {self.kind}")
+        return _ATTR_CONVERT.get(self.kind, lambda x: x)(v)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+_ATTR_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "int": _is_int,
+    "float": lambda v: isinstance(v, (int, float, np.floating)) and not isinstance(v, bool),
+    "bool": lambda v: isinstance(v, (bool, np.bool_)),
+    "str": lambda v: isinstance(v, str),
+    "ints": lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) for x in v),
+    "floats": lambda v: isinstance(v, (list, tuple)) and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in v),
+    "dtype": lambda v: isinstance(v, DType),
+    "shape": lambda v: isinstance(v, (list, tuple)) and all(
+        _is_int(x) or isinstance(x, str) for x in v),
+    "tensor": lambda v: isinstance(v, np.ndarray),
+    "var": lambda v: isinstance(v, str),
+    "any": lambda v: True,
+}
+_ATTR_CONVERT: dict[str, Callable[[Any], Any]] = {
+    "int": int, "float": float, "bool": bool,
+    "ints": lambda v: tuple(int(x) for x in v),
+    "floats": lambda v: tuple(float(x) for x in v),
+    "shape": lambda v: tuple(int(x) if _is_int(x) else x for x in v),
+}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Work of one op: floating-point operations and bytes moved (inputs + outputs)."""
+
+    flops: float
+    bytes: float
+
+
+class OpDef:
+    """The definition of one op kind. Subclass it, or instantiate a family class."""
+
+    name: str = ""
+    attrs: Mapping[str, AttrSpec] = {}
+    traits: frozenset[str] = frozenset({PURE})
+    num_inputs: int | None = None  # None: variadic
+    summary: str = ""
+    # flops per output element, for the default cost
+    flops_per_element: float = 1.0
+
+    def infer(self, inputs: Sequence[TensorType],
+              attrs: Mapping[str, Any]) -> list[TensorType] | None:
+        """Result types; None for ops whose result types are declared by the builder
+        (``var.read``: the type is the variable's, which the verifier checks)."""
+        raise NotImplementedError
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def cost(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType],
+             attrs: Mapping[str, Any], symbol_size: int = 1) -> Cost:
+        out_elems = sum(t.nbytes(symbol_size) // t.dtype.itemsize for t in outputs)
+        moved = sum(t.nbytes(symbol_size) for t in (*inputs, *outputs))
+        return Cost(self.flops_per_element * out_elems, moved)
+
+    def has(self, trait: str) -> bool:
+        return trait in self.traits
+
+    def check_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        """Attrs with defaults filled in; unknown or ill-kinded attrs are errors."""
+        out: dict[str, Any] = {}
+        for k, v in attrs.items():
+            if k not in self.attrs:
+                hint = _nearest(k, list(self.attrs))
+                known = ", ".join(self.attrs) or "none"
+                raise TypeMismatch(f"{self.name}: unknown attr '{k}'{hint} (known: {known})")
+            out[k] = self.attrs[k].check(self.name, k, v)
+        for k, spec in self.attrs.items():
+            if k not in out:
+                if spec.default is REQUIRED:
+                    raise TypeMismatch(f"{self.name}: missing required attr '{k}'")
+                out[k] = spec.default
+        return out
+
+    def check_arity(self, n: int) -> None:
+        if self.num_inputs is not None and n != self.num_inputs:
+            raise TypeMismatch(f"{self.name} takes {self.num_inputs} inputs, got {n}")
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register(opdef: OpDef | type) -> Any:
+    """Add an op definition (an instance, or a class to instantiate) to the registry."""
+    inst = opdef() if isinstance(opdef, type) else opdef
+    if not inst.name:
+        raise TfcError(f"op definition {inst!r} has no name")
+    if inst.name in _REGISTRY:
+        raise TfcError(f"op {inst.name!r} is defined twice")
+    _REGISTRY[inst.name] = inst
+    return opdef
+
+
+def _load() -> None:
+    import tfc.ops  # noqa: F401  (defines every op on import)
+
+
+def _nearest(name: str, names: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, names, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def lookup(name: str) -> OpDef:
+    _load()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownOp(f"unknown op '{name}'{_nearest(name, list(_REGISTRY))}") from None
+
+
+def all_ops() -> dict[str, OpDef]:
+    _load()
+    return dict(_REGISTRY)
+
+
+def infer_types(kind: str, inputs: Sequence[TensorType], attrs: Mapping[str, Any],
+                loc: Location | None = None
+                ) -> tuple[OpDef, dict[str, Any], list[TensorType] | None]:
+    """Checked attrs and inferred result types of an op, errors located at ``loc``."""
+    opdef = lookup(kind)
+    try:
+        opdef.check_arity(len(inputs))
+        full = opdef.check_attrs(attrs)
+        types = opdef.infer(list(inputs), full)
+    except TfcError as e:
+        raise e.at(loc)
+    return opdef, full, None if types is None else list(types)
+
+
+def make_op(kind: str, inputs: Sequence["Value"], attrs: Mapping[str, Any] | None = None, *,
+            device: str | None = None, loc: Location | None = None,
+            regions: Sequence["Graph"] = (), names: Sequence[str | None] = (),
+            result_types: Sequence[TensorType] | None = None) -> Op:
+    """Build an op with checked attrs and inferred result types.
+
+    ``result_types`` is needed only for ops whose types are declared (``var.read``).
+    """
+    _, full, types = infer_types(kind, [v.type for v in inputs], attrs or {}, loc)
+    if types is None:
+        if result_types is None:
+            raise TfcError(f"{kind}: result types must be given", loc)
+        types = list(result_types)
+    return Op(kind, inputs, full, types, device=device, loc=loc, regions=regions, names=names)
+
+
+# ---- helpers shared by op definitions -------------------------------------------------
+
+def expect_dtype(op: str, t: TensorType, allowed: frozenset[DType], what: str = "input") -> None:
+    if t.dtype not in allowed:
+        names = ", ".join(sorted(d.value for d in allowed))
+        raise TypeMismatch(f"{op}: {what} has dtype {t.dtype.value}, expected one of {names}")
+
+
+def same_dtype(op: str, types: Sequence[TensorType]) -> DType:
+    dts = {t.dtype for t in types}
+    if len(dts) > 1:
+        shown = " and ".join(str(t) for t in types)
+        raise TypeMismatch(f"{op}: inputs have different dtypes: {shown} (use cast)")
+    return types[0].dtype
+
+
+def normalize_axis(op: str, axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise TypeMismatch(f"{op}: axis {axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def normalize_axes(op: str, axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
+    if axes is None:
+        return tuple(range(rank))
+    out = tuple(sorted({normalize_axis(op, a, rank) for a in axes}))
+    if len(out) != len(axes):
+        raise TypeMismatch(f"{op}: repeated axis in {list(axes)}")
+    return out

@@ -1,0 +1,190 @@
+"""Element-wise math, comparisons and logic (the TensorFlow paper's first op category).
+
+Binary ops broadcast as numpy does and need equal dtypes: tfc never promotes
+implicitly, as TensorFlow does not (the Python API converts Python scalars to the other
+operand's dtype). ``div`` is true division on floats and floor division on integers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from tfc.errors import TypeMismatch
+from tfc.ir.registry import (ALL, COMMUTATIVE, ELEMENTWISE, FLOAT, INT, NUMERIC, PURE,
+                             AttrSpec, OpDef, expect_dtype, register, same_dtype)
+from tfc.ir.types import DType, TensorType, broadcast_shapes
+
+Fn = Callable[..., np.ndarray]
+ELEMENTWISE_PURE = frozenset({PURE, ELEMENTWISE})
+
+
+class Unary(OpDef):
+    """``y = fn(x)`` element by element, same type in and out."""
+
+    num_inputs = 1
+
+    def __init__(self, name: str, fn: Fn, dtypes: frozenset[DType] = FLOAT,
+                 flops: float = 1.0, summary: str = "") -> None:
+        self.name, self.fn, self.dtypes = name, fn, dtypes
+        self.flops_per_element, self.summary = flops, summary
+        self.traits = ELEMENTWISE_PURE
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
+        expect_dtype(self.name, inputs[0], self.dtypes)
+        return [inputs[0]]
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        return [np.asarray(self.fn(x), dtype=x.dtype)]
+
+
+def broadcast_binary(name: str, a: TensorType, b: TensorType) -> tuple:
+    shape = broadcast_shapes(a.shape, b.shape)
+    if shape is None:
+        raise TypeMismatch(f"{name}: shapes {a} and {b} do not broadcast")
+    return shape
+
+
+class Binary(OpDef):
+    """``z = fn(x, y)`` with numpy broadcasting; ``result`` fixes the output dtype (bool)."""
+
+    num_inputs = 2
+
+    def __init__(self, name: str, fn: Fn, dtypes: frozenset[DType] = NUMERIC,
+                 result: DType | None = None, commutative: bool = False,
+                 flops: float = 1.0, summary: str = "") -> None:
+        self.name, self.fn, self.dtypes, self.result_dtype = name, fn, dtypes, result
+        self.flops_per_element, self.summary = flops, summary
+        self.traits = ELEMENTWISE_PURE | ({COMMUTATIVE} if commutative else set())
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
+        a, b = inputs
+        dtype = same_dtype(self.name, inputs)
+        expect_dtype(self.name, a, self.dtypes)
+        shape = broadcast_binary(self.name, a, b)
+        return [TensorType(self.result_dtype or dtype, shape)]
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        x, y = inputs
+        out = self.fn(x, y)
+        return [np.asarray(out, dtype=self.result_dtype.np if self.result_dtype else x.dtype)]
+
+
+def _div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if np.issubdtype(x.dtype, np.integer):
+        if np.any(y == 0):
+            raise ZeroDivisionError("integer division by zero")
+        return np.floor_divide(x, y)
+    return np.true_divide(x, y)
+
+
+def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if np.issubdtype(x.dtype, np.integer) and np.any(y < 0):
+        raise ValueError("integer pow with a negative exponent")
+    return np.power(x, y)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # 0.5 (1 + tanh(x/2)) neither overflows nor loses the tails, unlike 1/(1+exp(-x)).
+    half = x.dtype.type(0.5)
+    return half + half * np.tanh(half * x)
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, x.dtype.type(0))
+
+
+SIGNED = FLOAT | INT
+for _name, _fn, _dt, _flops in [
+    ("neg", np.negative, SIGNED, 1),
+    ("abs", np.abs, SIGNED, 1),
+    ("exp", np.exp, FLOAT, 10),
+    ("log", np.log, FLOAT, 10),
+    ("sqrt", np.sqrt, FLOAT, 4),
+    ("rsqrt", lambda x: x.dtype.type(1) / np.sqrt(x), FLOAT, 5),
+    ("square", np.square, SIGNED, 1),
+    ("tanh", np.tanh, FLOAT, 20),
+    ("sigmoid", _sigmoid, FLOAT, 22),
+    ("relu", _relu, SIGNED, 1),
+    ("sin", np.sin, FLOAT, 15),
+    ("cos", np.cos, FLOAT, 15),
+    ("floor", np.floor, FLOAT, 1),
+    ("sign", np.sign, SIGNED, 1),
+]:
+    register(Unary(_name, _fn, _dt, _flops))
+
+for _name, _fn, _dt, _comm, _flops in [
+    ("add", np.add, NUMERIC, True, 1),
+    ("sub", np.subtract, NUMERIC, False, 1),
+    ("mul", np.multiply, NUMERIC, True, 1),
+    ("div", _div, NUMERIC, False, 4),
+    ("pow", _pow, NUMERIC, False, 20),
+    ("maximum", np.maximum, NUMERIC, True, 1),
+    ("minimum", np.minimum, NUMERIC, True, 1),
+]:
+    register(Binary(_name, _fn, _dt, commutative=_comm, flops=_flops))
+
+for _name, _fn, _comm in [
+    ("greater", np.greater, False),
+    ("less", np.less, False),
+    ("greater_equal", np.greater_equal, False),
+    ("less_equal", np.less_equal, False),
+    ("equal", np.equal, True),
+    ("not_equal", np.not_equal, True),
+]:
+    register(Binary(_name, _fn, ALL, result=DType.bool, commutative=_comm))
+
+_BOOL = frozenset({DType.bool})
+register(Binary("logical_and", np.logical_and, _BOOL, commutative=True))
+register(Binary("logical_or", np.logical_or, _BOOL, commutative=True))
+register(Unary("logical_not", np.logical_not, _BOOL))
+register(Unary("identity", lambda x: x.copy(), ALL, flops=0,
+               summary="the input, unchanged (names a value; a fetch point)"))
+
+
+@register
+class Where(OpDef):
+    """``where(c, x, y)``: x where c is true, else y; all three broadcast."""
+
+    name = "where"
+    num_inputs = 3
+    traits = ELEMENTWISE_PURE
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
+        c, x, y = inputs
+        expect_dtype(self.name, c, _BOOL, "condition")
+        dtype = same_dtype(self.name, [x, y])
+        shape = broadcast_shapes(c.shape, x.shape, y.shape)
+        if shape is None:
+            raise TypeMismatch(f"{self.name}: shapes {c}, {x} and {y} do not broadcast")
+        return [TensorType(dtype, shape)]
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        c, x, y = inputs
+        return [np.where(c, x, y).astype(x.dtype, copy=False)]
+
+
+@register
+class Cast(OpDef):
+    """Convert to ``dtype``; floats to integers truncate toward zero, as in TensorFlow."""
+
+    name = "cast"
+    num_inputs = 1
+    traits = ELEMENTWISE_PURE
+    attrs = {"dtype": AttrSpec("dtype", doc="the element type to convert to")}
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
+        return [inputs[0].with_dtype(attrs["dtype"])]
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        dt: DType = attrs["dtype"]
+        if dt.is_int and np.issubdtype(x.dtype, np.floating):
+            x = np.trunc(x)
+        return [x.astype(dt.np)]

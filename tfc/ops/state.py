@@ -1,0 +1,79 @@
+"""Constants and variable state.
+
+``var.read @W`` yields the variable's value at the start of the step; ``var.assign``
+(``assign_add``, ``assign_sub``) takes effect at the end of it. The verifier checks
+each against the module's declaration of ``@W`` and forbids two assigns of one
+variable in one graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from tfc.errors import TypeMismatch
+from tfc.ir.registry import NUMERIC, PURE, STATEFUL, AttrSpec, Cost, OpDef, register
+from tfc.ir.types import DType, TensorType
+
+VAR_ATTRS = {"var": AttrSpec("var", doc="the variable's name in the module")}
+
+
+@register
+class Constant(OpDef):
+    name = "constant"
+    num_inputs = 0
+    traits = frozenset({PURE})
+    attrs = {"value": AttrSpec("tensor", doc="the constant's value; its dtype and shape")}
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
+        v: np.ndarray = attrs["value"]
+        return [TensorType(DType.from_numpy(v.dtype), v.shape)]
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        return [attrs["value"]]
+
+    def cost(self, inputs, outputs, attrs, symbol_size=1):  # type: ignore[override]
+        return Cost(0, 0)
+
+
+@register
+class VarRead(OpDef):
+    name = "var.read"
+    num_inputs = 0
+    traits = frozenset({STATEFUL})
+    attrs = VAR_ATTRS
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> None:
+        return None  # the variable's declared type; checked by the verifier
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        return [ctx.read_variable(attrs["var"])]
+
+
+class Assign(OpDef):
+    """Write (or add to, or subtract from) a variable at the end of the step."""
+
+    num_inputs = 1
+    traits = frozenset({STATEFUL})
+    attrs = VAR_ATTRS
+
+    def __init__(self, name: str, dtypes: frozenset[DType] | None = None) -> None:
+        self.name, self.dtypes = name, dtypes
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
+        if self.dtypes is not None and inputs[0].dtype not in self.dtypes:
+            raise TypeMismatch(f"{self.name}: cannot update a {inputs[0].dtype.value} variable")
+        return []
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        ctx.assign_variable(attrs["var"], self.name, inputs[0])
+        return []
+
+
+register(Assign("var.assign"))
+register(Assign("var.assign_add", NUMERIC))
+register(Assign("var.assign_sub", NUMERIC))
