@@ -197,3 +197,17 @@ def test_variables_of_wrong_type_are_rejected(h):
     from tfc.errors import ExecutionError
     with pytest.raises(ExecutionError, match="@w"):
         exe([np.ones(2, np.float32)], {"w": np.ones(3, np.float32)}, 0)
+
+
+def test_data_ptr_matches_ctypes():
+    # the step reads data pointers from the array object (a fifth of ``.ctypes.data``'s
+    # cost): views, read-only, 0-d, empty arrays and subclasses must all agree
+    from tfc.backends.llvm.backend import _data_ptr
+
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    ro = a.copy()
+    ro.setflags(write=False)
+    arrays = [a, a[1:], a[:, 2:], ro, np.array(3.0), np.empty((0, 3)),
+              np.ma.masked_array(a), np.asarray(a).view(np.recarray)]
+    for x in arrays:
+        assert _data_ptr(x) == x.ctypes.data

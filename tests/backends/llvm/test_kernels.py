@@ -217,3 +217,17 @@ def test_random_uniform_is_bit_exact(h):
         x = h.rand(RNG, (n, 5))
         for got, want in zip(exe([x], {}, step).fetches, ref([x], {}, step).fetches):
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("with_full_output", [False, True])
+def test_f16_mean_over_leading_axes_accumulates_in_f32(h, with_full_output):
+    # 4096 rows: an f16 running sum would stall near 2048 (spacing 2) and the mean drift
+    # by ~10%; the reference accumulates in f32, so both agree to one f16 ulp.
+    def body(b, a):
+        m = b("mean", a[0], axes=[0])
+        return [m, b("neg", a[0])] if with_full_output else [m]
+
+    mod = h.make_module([("x", DType.f16, ("B", 8))], body)
+    x = RNG.uniform(0.5, 1.5, (4096, 8)).astype(np.float16)
+    got, want = h.run_both(mod, [x])
+    h.assert_same(got, want, rtol=1e-3, atol=0)

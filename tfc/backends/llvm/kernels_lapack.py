@@ -193,24 +193,7 @@ def _matmul_f16(gc, op: Op) -> None:
 
     widen(a, a32, na)
     widen(bm, b32, nb)
-    ta, tb = op.attrs["transpose_a"], op.attrs["transpose_b"]
-    m, n = od[-2], od[-1]
-    k = ad[-2] if ta else ad[-1]
-    asz, bsz, osz = b.mul(ad[-2], ad[-1]), b.mul(bd[-2], bd[-1]), b.mul(m, n)
-    batch, ra, rb = od[:-2], a.type.rank - 2, bm.type.rank - 2
-
-    def per_matrix(idx, _c) -> None:
-        r = len(idx)
-        ai = [ZERO if a.type.shape[j] == 1 else idx[j + r - ra] for j in range(ra)]
-        bi = [ZERO if bm.type.shape[j] == 1 else idx[j + r - rb] for j in range(rb)]
-        aoff = b.mul(U.linear(b, ai, ad[:-2]), asz)
-        boff = b.mul(U.linear(b, bi, bd[:-2]), bsz)
-        ooff = b.mul(U.linear(b, idx, batch), osz)
-        kernels_linalg.gemm(kc, f32, ta, tb, m, n, k, U.elem_ptr(b, a32, f32, aoff), ad[-1],
-                            U.elem_ptr(b, b32, f32, boff), bd[-1],
-                            U.elem_ptr(b, c32, f32, ooff), n)
-
-    U.loop_nest(b, [(ZERO, d) for d in batch], per_matrix, name="bt")
+    kernels_linalg.batched_gemm(kc, op, f32, a32, b32, c32)
 
     def narrow(i: ir.Value, _c) -> None:
         U.store(b, kc.ptr(out), DType.f16, i, U.load(b, c32, f32, i))

@@ -70,12 +70,20 @@ def lower_matmul(gc, op: Op) -> None:
     out = op.result
     kc = gc.kernel("matmul", [a, bm, out])
     kc.whole()
+    batched_gemm(kc, op, a.dtype, kc.ptr(a), kc.ptr(bm), kc.ptr(out))
+    kc.finish()
+
+
+def batched_gemm(kc: Kernel, op: Op, dtype: DType, a_ptr: ir.Value, b_ptr: ir.Value,
+                 c_ptr: ir.Value) -> None:
+    """One GEMM per matrix of the batch of ``matmul`` ``op``, on operands of ``dtype`` at
+    ``a_ptr``/``b_ptr`` laid out like its inputs, into ``c_ptr`` laid out like its result."""
+    a, bm = op.inputs
     b = kc.b
     ta, tb = op.attrs["transpose_a"], op.attrs["transpose_b"]
-    ad, bd, od = kc.dims(a), kc.dims(bm), kc.dims(out)
+    ad, bd, od = kc.dims(a), kc.dims(bm), kc.dims(op.result)
     m, n = od[-2], od[-1]
     k = ad[-2] if ta else ad[-1]
-    lda, ldb = ad[-1], bd[-1]
     asz, bsz, osz = b.mul(ad[-2], ad[-1]), b.mul(bd[-2], bd[-1]), b.mul(m, n)
     batch = od[:-2]
     ra, rb = a.type.rank - 2, bm.type.rank - 2
@@ -88,12 +96,10 @@ def lower_matmul(gc, op: Op) -> None:
         aoff = b.mul(U.linear(b, ai, ad[:-2]), asz)
         boff = b.mul(U.linear(b, bi, bd[:-2]), bsz)
         ooff = b.mul(U.linear(b, idx, batch), osz)
-        gemm(kc, a.dtype, ta, tb, m, n, k, _elem(b, kc.ptr(a), a.dtype, aoff), lda,
-             _elem(b, kc.ptr(bm), bm.dtype, boff), ldb,
-             _elem(b, kc.ptr(out), out.dtype, ooff), n)
+        gemm(kc, dtype, ta, tb, m, n, k, _elem(b, a_ptr, dtype, aoff), ad[-1],
+             _elem(b, b_ptr, dtype, boff), bd[-1], _elem(b, c_ptr, dtype, ooff), n)
 
     U.loop_nest(b, [(ZERO, d) for d in batch], body, name="bt")
-    kc.finish()
 
 
 # ---- convolution -------------------------------------------------------------------------------
@@ -156,10 +162,7 @@ def _im2col(kc: Kernel, op: Op, x: Value, cols: ir.Value, out_like: Value,
 def lower_conv2d(gc, op: Op) -> None:
     x, w = op.inputs
     out = op.result
-    _gemm_fn_check(x.dtype)
-    kh, kw = w.type.shape[0], w.type.shape[1]
-    if not (isinstance(kh, int) and isinstance(kw, int)):
-        raise Unsupported("a symbolic filter size")
+    kh, kw = _conv_check(x.dtype, w)
     scratch = _scratch(gc, out, lambda bd: kh * kw * bd.shapes[x][3], x.dtype)
     kc = gc.kernel("conv2d", [x, w, out], [scratch])
     kc.whole()
@@ -174,10 +177,7 @@ def lower_conv2d(gc, op: Op) -> None:
 def lower_conv2d_backprop_filter(gc, op: Op) -> None:
     x, dy, like = op.inputs
     out = op.result
-    _gemm_fn_check(x.dtype)
-    kh, kw = like.type.shape[0], like.type.shape[1]
-    if not (isinstance(kh, int) and isinstance(kw, int)):
-        raise Unsupported("a symbolic filter size")
+    kh, kw = _conv_check(x.dtype, like)
     scratch = _scratch(gc, dy, lambda bd: kh * kw * bd.shapes[x][3], x.dtype)
     kc = gc.kernel("conv2d_bwd_filter", [x, dy, out], [scratch])
     kc.whole()
@@ -193,10 +193,7 @@ def lower_conv2d_backprop_filter(gc, op: Op) -> None:
 def lower_conv2d_backprop_input(gc, op: Op) -> None:
     w, dy, like = op.inputs
     out = op.result
-    _gemm_fn_check(w.dtype)
-    kh, kw = w.type.shape[0], w.type.shape[1]
-    if not (isinstance(kh, int) and isinstance(kw, int)):
-        raise Unsupported("a symbolic filter size")
+    kh, kw = _conv_check(w.dtype, w)
     scratch = _scratch(gc, dy, lambda bd: kh * kw * bd.shapes[like][3], w.dtype)
     kc = gc.kernel("conv2d_bwd_input", [w, dy, out], [scratch])
     kc.whole()
@@ -238,9 +235,14 @@ def lower_conv2d_backprop_input(gc, op: Op) -> None:
     kc.finish()
 
 
-def _gemm_fn_check(dtype: DType) -> None:
+def _conv_check(dtype: DType, filt: Value) -> tuple[int, int]:
+    """The filter's (height, width) of a convolution the GEMM kernels can run."""
     if dtype not in (DType.f32, DType.f64):
         raise Unsupported(f"{dtype.value} convolutions")
+    kh, kw = filt.type.shape[0], filt.type.shape[1]
+    if not (isinstance(kh, int) and isinstance(kw, int)):
+        raise Unsupported("a symbolic filter size")
+    return kh, kw
 
 
 def _matmul_check(gc, op: Op) -> None:

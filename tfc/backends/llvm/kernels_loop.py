@@ -205,7 +205,10 @@ def reduction(kc: Kernel, em: Emitter, ops: Sequence[Op], outputs: Sequence[Pair
                               f"of {x0.type}")
     last_kept = bool(keep) and keep[-1] == rank - 1
     results = {r.result for r in reduces}
-    if last_kept and not full_out and all(inner in results for inner, _ in red_out):
+    # accumulating in the outputs rounds every partial sum to f16: f16 outputs take the
+    # column order (f32 accumulators in scratch) or the row order (f32 registers)
+    if last_kept and not full_out and all(inner in results and outer.dtype is not DType.f16
+                                          for inner, outer in red_out):
         _accumulate_order(kc, em, reduces, red_out, x0, red, keep)
     elif last_kept and scratch is not None and not any(
             _depends(v, results) for v in [i for i, _ in full_out] + [r.inputs[0]
@@ -246,15 +249,14 @@ def _column_order(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequ
     accs = []
     for j, r in enumerate(reduces):
         dt = r.inputs[0].dtype
-        t = U.compute_type(dt)
-        acc_dt = dt if dt is not DType.bool else DType.bool
+        acc_dt = DType.f32 if dt is DType.f16 else dt  # f16 accumulates in f32
         base = b.gep(scratch, [U.mul(b, U.i64(8 * j), ksize)], inbounds=True,
                      source_etype=U.I8)
-        accs.append((r, acc_dt, base, t))
+        accs.append((r, acc_dt, base))
 
     def init(kidx: list[ir.Value], _c: list) -> None:
         off = U.linear(b, kidx, kdims)
-        for r, dt, base, _t in accs:
+        for r, dt, base in accs:
             U.store(b, base, dt, off, _identity(r.kind, r.inputs[0].dtype))
 
     U.loop_nest(b, [(U.i64(0), d) for d in kdims], init, name="z")
@@ -266,7 +268,7 @@ def _column_order(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequ
         for inner, outer in full_out:
             oidx = core_index(idx, x0.type.shape, inner.type.shape)
             U.store(b, kc.ptr(outer), outer.dtype, off, em.value(inner, oidx))
-        for r, dt, base, _t in accs:
+        for r, dt, base in accs:
             x = em.value(r.inputs[0], tuple(idx))
             acc = U.load(b, base, dt, koff)
             U.store(b, base, dt, koff, combine(b, r.kind, r.inputs[0].dtype, acc, x))
@@ -278,7 +280,7 @@ def _column_order(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequ
     def fin(kidx: list[ir.Value], _c: list) -> None:
         em.push()
         koff = U.linear(b, kidx, kdims)
-        for r, dt, base, _t in accs:
+        for r, dt, base in accs:
             em.known[r.result] = _finalize(kc, r, U.load(b, base, dt, koff), rdims)
         for inner, outer in red_out:
             ridx = core_index(kidx, keep_shape, inner.type.shape)
