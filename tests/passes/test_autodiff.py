@@ -45,6 +45,20 @@ def test_gradients_accumulate_over_every_path_and_respect_grad_ys():
     np.testing.assert_allclose(out, np.array([1.0, 10.0]) * (2 * x0 + np.exp(x0)), rtol=1e-14)
 
 
+def test_an_x_that_is_also_an_intermediate_is_summed_once():
+    g, b, (a,) = graph_with(TensorType(F64, (3,)))
+    e = b("exp", a)
+    y = b("sum", b("mul", e, e))
+    before = len(g.ops)
+    ga, ge = gradients(g, [y], [a, e])
+    adds = [op for op in g.ops[before:] if op.kind == "add"]
+    assert len(adds) == 1 and ge is adds[0].result  # the two paths into e, added once
+    x = np.array([0.5, -1.0, 2.0])
+    got_a, got_e = run(g, [ga, ge], x)
+    np.testing.assert_allclose(got_e, 2 * np.exp(x), rtol=1e-15)
+    np.testing.assert_allclose(got_a, 2 * np.exp(2 * x), rtol=1e-15)
+
+
 def test_gather_gradient_is_sparse_and_densifies_correctly():
     g, b, (params, idx) = graph_with(TensorType(F64, (4, 2)), TensorType(DType.i32, (3,)))
     rows = b("gather", params, idx)

@@ -217,7 +217,7 @@ def test_results_are_unchanged_numerically() -> None:
     canon(g)
     after = run_graph(g, feeds, ExecContext({}))
     for a, e in zip(after, before):
-        np.testing.assert_allclose(a, e, rtol=1e-6)
+        np.testing.assert_array_equal(a, e)  # folding runs the same reference kernels
     assert "neg" not in kinds(g) and "div" not in kinds(g)
 
 

@@ -57,8 +57,7 @@ class GradBuilder:
 
     def constant(self, value: float, like: Value | TensorType) -> Value:
         """A scalar constant of ``like``'s dtype."""
-        dtype = like.dtype if isinstance(like, (Value, TensorType)) else like
-        return self("constant", value=np.asarray(value, dtype=dtype.np))
+        return self("constant", value=np.asarray(value, dtype=like.dtype.np))
 
     def sum_to(self, g: Value, like: Value) -> Value:
         """Undo broadcasting: sum ``g`` (the shape of a broadcast result) down to the shape
@@ -142,7 +141,14 @@ def gradients(graph: Graph, ys: Sequence[Value], xs: Sequence[Value],
         if not opdef.differentiable:
             continue
         b = GradBuilder(graph, op, op.device if colocate else device)
-        out = [b.dense(_add_all(b, grads[r])) if grads.get(r) else None for r in op.results]
+        out: list[Value | None] = []
+        for r in op.results:
+            if not grads.get(r):
+                out.append(None)
+                continue
+            # Keep the sum: an x that is also an op result must not be summed again below.
+            grads[r] = [_add_all(b, grads[r])]
+            out.append(b.dense(grads[r][0]))
         try:
             in_grads = opdef.gradient(b, op, out)
         except NotImplementedError:
@@ -153,8 +159,8 @@ def gradients(graph: Graph, ys: Sequence[Value], xs: Sequence[Value],
             if g is not None and x in depends and x.dtype.is_float:
                 grads[x].append(g)
 
-    out: list[Grad | None] = []
+    result: list[Grad | None] = []
     for x in xs:
         gs = grads.get(x)
-        out.append(_add_all(GradBuilder(graph, x.op, device), gs) if gs else None)
-    return out
+        result.append(_add_all(GradBuilder(graph, x.op, device), gs) if gs else None)
+    return result

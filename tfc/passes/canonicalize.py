@@ -39,7 +39,7 @@ from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import PURE, RANDOM, STATEFUL, lookup, make_op
 from tfc.ir.types import TensorType
-from tfc.passes.manager import module_graphs, register_pass, resolve
+from tfc.passes.manager import for_each_graph, register_pass, resolve
 
 FOLD_LIMIT = 1 << 20  # elements a folded result may have when it grows its inputs
 GENERATOR_LIMIT = 1024  # elements of a non-splat result an op without inputs folds to
@@ -49,9 +49,7 @@ MAX_ITERATIONS = 64
 @register_pass("canonicalize")
 def canonicalize(module: Module) -> Module:
     """Fold constants and simplify identities in every graph, to a fixed point."""
-    for g in module_graphs(module):
-        canonicalize_graph(g)
-    return module
+    return for_each_graph(module, canonicalize_graph)
 
 
 def canonicalize_graph(graph: Graph) -> bool:
@@ -174,26 +172,25 @@ class _Rewriter:
 
     # ---- algebraic identities, by op kind --------------------------------------------
 
-    def simplify_add(self, op: Op) -> bool:
+    def drop_unit(self, op: Op, unit: int, either_side: bool = False) -> bool:
+        """``x op unit`` (and ``unit op x`` when ``either_side``) -> ``x``."""
         a, b = op.inputs
-        if is_splat(b, 0) and self.same_type(op, a):
+        if is_splat(b, unit) and self.same_type(op, a):
             return self.replace(op, [a])
-        if is_splat(a, 0) and self.same_type(op, b):
+        if either_side and is_splat(a, unit) and self.same_type(op, b):
             return self.replace(op, [b])
         return False
+
+    def simplify_add(self, op: Op) -> bool:
+        return self.drop_unit(op, 0, either_side=True)
 
     def simplify_sub(self, op: Op) -> bool:
-        a, b = op.inputs
-        if is_splat(b, 0) and self.same_type(op, a):
-            return self.replace(op, [a])
-        return False
+        return self.drop_unit(op, 0)
 
     def simplify_mul(self, op: Op) -> bool:
+        if self.drop_unit(op, 1, either_side=True):
+            return True
         a, b = op.inputs
-        if is_splat(b, 1) and self.same_type(op, a):
-            return self.replace(op, [a])
-        if is_splat(a, 1) and self.same_type(op, b):
-            return self.replace(op, [b])
         t: TensorType = op.results[0].type
         if t.dtype.is_int and t.is_static and (is_splat(a, 0) or is_splat(b, 0)):
             zeros = np.zeros(t.shape, dtype=t.dtype.np)
@@ -201,10 +198,7 @@ class _Rewriter:
         return False
 
     def simplify_div(self, op: Op) -> bool:
-        a, b = op.inputs
-        if is_splat(b, 1) and self.same_type(op, a):
-            return self.replace(op, [a])
-        return False
+        return self.drop_unit(op, 1)
 
     def simplify_identity(self, op: Op) -> bool:
         (x,) = op.inputs

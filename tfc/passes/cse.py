@@ -18,15 +18,13 @@ from typing import Hashable
 
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import COMMUTATIVE, PURE, RANDOM, STATEFUL, lookup
-from tfc.passes.manager import module_graphs, register_pass, resolve
+from tfc.passes.manager import for_each_graph, register_pass, resolve
 
 
 @register_pass("cse")
 def cse(module: Module) -> Module:
     """Merge identical computations in every graph of ``module``."""
-    for g in module_graphs(module):
-        cse_graph(g)
-    return module
+    return for_each_graph(module, cse_graph)
 
 
 def cse_graph(graph: Graph) -> int:

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import PURE, RANDOM, lookup
-from tfc.passes.manager import module_graphs, register_pass
+from tfc.passes.manager import for_each_graph, register_pass
 
 
 @register_pass("dce")
 def dce(module: Module) -> Module:
     """Remove ops whose results are unused and that have no effect, in every graph."""
-    for g in module_graphs(module):
-        dce_graph(g)
-    return module
+    return for_each_graph(module, dce_graph)
 
 
 def dce_graph(graph: Graph) -> int:

@@ -167,6 +167,14 @@ def module_graphs(module: Module) -> Iterator[Graph]:
         yield from graphs_postorder(g)
 
 
+def for_each_graph(module: Module, rewrite: Callable[[Graph], object]) -> Module:
+    """Apply a one-graph rewrite to every graph of ``module``, regions first; the shape
+    of the passes that treat each graph on its own (regions are isolated from above)."""
+    for g in module_graphs(module):
+        rewrite(g)
+    return module
+
+
 def resolve(subst: dict[Value, Value], v: Value) -> Value:
     """``v`` after the replacements recorded in ``subst`` (followed transitively)."""
     while v in subst:

@@ -44,6 +44,7 @@ evaluated per binding at run time.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -52,8 +53,9 @@ from typing import Callable, ClassVar, Mapping, Sequence
 
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value
-from tfc.ir.registry import ELEMENTWISE, PURE, RANDOM, WRITES_VARIABLE, lookup
+from tfc.ir.registry import ELEMENTWISE, lookup, writes_variable
 from tfc.ir.types import UNKNOWN, TensorType
+from tfc.passes.dce import has_effect
 from tfc.passes.manager import register_pass
 
 # Ops whose result is their first input reinterpreted (same bytes, same element order).
@@ -232,18 +234,9 @@ class _Info:
         return v
 
 
-def _writes_variable(op: Op) -> bool:
-    return lookup(op.kind).has(WRITES_VARIABLE)
-
-
 def _keeps_order(op: Op) -> bool:
     """Ops with effects other than variable writes (which go last) keep their order."""
-    opdef = lookup(op.kind)
-    if opdef.has(WRITES_VARIABLE):
-        return False
-    if not (opdef.has(PURE) or opdef.has(RANDOM) or op.kind == "var.read"):
-        return True
-    return any(_keeps_order(o) or _writes_variable(o) for r in op.regions for o in r.ops)
+    return not writes_variable(op) and has_effect(op)
 
 
 def _can_write_in_place(op: Op, r: Value) -> bool:
@@ -340,14 +333,14 @@ def _nominal(graph: Graph) -> dict[str, int]:
 
 def _original_schedule(graph: Graph) -> list[Op]:
     """The given order with the variable writes moved to the end."""
-    return ([op for op in graph.ops if not _writes_variable(op)]
-            + [op for op in graph.ops if _writes_variable(op)])
+    return ([op for op in graph.ops if not writes_variable(op)]
+            + [op for op in graph.ops if writes_variable(op)])
 
 
 def _greedy_schedule(graph: Graph, info: _Info, nominal: Mapping[str, int]) -> list[Op]:
     """List scheduling: among ready ops, the one freeing the most arena bytes net."""
-    ops = [op for op in graph.ops if not _writes_variable(op)]
-    writes = [op for op in graph.ops if _writes_variable(op)]
+    ops = [op for op in graph.ops if not writes_variable(op)]
+    writes = [op for op in graph.ops if writes_variable(op)]
     index = {op: i for i, op in enumerate(ops)}
     producer = {r: op for op in ops for r in op.results}
     deps: list[set[int]] = [set() for _ in ops]
@@ -422,11 +415,20 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
     in it; else open a new buffer."""
     buffers: list[Buffer] = []
     buffer_of: dict[Value, int] = {}
+    # Each buffer's intervals, sorted by start (they are disjoint), so whether a value
+    # overlaps a buffer is two bisections rather than a scan of its values.
+    taken: list[list[tuple[int, int]]] = []
+
+    def overlaps(spans: list[tuple[int, int]], start: int, end: int) -> bool:
+        k = bisect.bisect_left(spans, (start, start))
+        return ((k > 0 and spans[k - 1][1] >= start)
+                or (k < len(spans) and spans[k][0] <= end))
+
     for v in values:
         start, end = live[v]
         need = Size.of(v.type)
         free = [b for b in buffers if b.size.symbols == need.symbols
-                and all(live[u][1] < start or end < live[u][0] for u in b.values)]
+                and not overlaps(taken[b.id], start, end)]
         fits = [b for b in free if need.static_factor <= b.size.static_factor]
         grows = [b for b in free if b.size.static_factor < need.static_factor]
         if fits:
@@ -438,7 +440,9 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
         else:
             buf = Buffer(len(buffers), need, [])
             buffers.append(buf)
+            taken.append([])
         buf.values.append(v)
+        bisect.insort(taken[buf.id], (start, end))
         buffer_of[v] = buf.id
     return buffers, buffer_of
 
