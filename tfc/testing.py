@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from tfc.backends.reference import ExecContext, run_graph
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Op
+from tfc.ir.registry import infer_types
 from tfc.ir.types import DType, TensorType
 
 
 def type_of(x: np.ndarray) -> TensorType:
     return TensorType(DType.from_numpy(x.dtype), x.shape)
+
+
+def infer_op(kind: str, *types: TensorType, **attrs: Any) -> list[TensorType]:
+    """Result types of op ``kind`` on inputs of ``types`` (symbolic dims allowed), through
+    the same checks as building it; ops whose types are declared (``var.read``) have none."""
+    _, _, out = infer_types(kind, types, attrs)
+    if out is None:
+        raise TypeError(f"{kind}: result types are declared by the builder, not inferred")
+    return out
+
+
+def infer_op1(kind: str, *types: TensorType, **attrs: Any) -> TensorType:
+    (out,) = infer_op(kind, *types, **attrs)
+    return out
 
 
 def build_op(kind: str, *arrays: np.ndarray, **attrs: Any) -> tuple[Graph, Op]:
@@ -47,6 +62,64 @@ def _scalar_loss(b: Builder, values: list, rng: np.random.Generator) -> Any:
     return loss
 
 
+Loss = Callable[[Builder, list], Any]
+
+
+def check_graph_gradients(build: Callable[..., Any], *arrays: np.ndarray,
+                          types: Sequence[TensorType] | None = None, order: int = 1,
+                          loss: Loss | None = None, eps: float = 1e-6, rtol: float = 1e-6,
+                          atol: float = 1e-8, seed: int = 0, what: str = "graph") -> None:
+    """Assert that the gradients (of order 1 or 2) of a graph built by
+    ``build(b, *args) -> Value | list[Value]`` match central finite differences at
+    ``arrays``, w.r.t. every float argument (float64 inputs for tight tolerances); the
+    gradient graph must also pass the verifier.
+
+    The float results are reduced to a scalar by ``loss(b, values)`` (default: a sum
+    weighted with fixed random cotangents); order 2 differentiates ``loss`` of the first
+    gradients once more. ``types`` are the graph's argument types (symbolic dims
+    allowed; default: those of ``arrays``).
+    """
+    from tfc.ir.verifier import verify_graph
+    from tfc.passes.autodiff import GradBuilder, gradients
+    arrays = tuple(np.asarray(a) for a in arrays)
+    rng = np.random.default_rng(seed)
+    reduce = loss or (lambda b, values: _scalar_loss(b, values, rng))
+    g = Graph("check")
+    types = list(types) if types is not None else [type_of(a) for a in arrays]
+    args = [g.add_arg(t, f"a{i}") for i, t in enumerate(types)]
+    b = Builder(g)
+    out = build(b, *args)
+    out = out if isinstance(out, (list, tuple)) else [out]
+    scalar = reduce(b, [v for v in out if v.dtype.is_float])
+    wrt = [a for a in args if a.dtype.is_float]
+    for _ in range(order - 1):
+        grads = [gr for gr in gradients(g, [scalar], wrt) if gr is not None]
+        scalar = reduce(b, [GradBuilder(g, None).dense(gr) for gr in grads])
+    dense = [None if gr is None else GradBuilder(g, None).dense(gr)
+             for gr in gradients(g, [scalar], wrt)]
+    g.set_results([scalar] + [d for d in dense if d is not None])
+    verify_graph(g)
+
+    def f(vals: list[np.ndarray]) -> list[np.ndarray]:
+        return run_graph(g, vals, ExecContext({}, 0))
+
+    base = list(arrays)
+    it = iter(f(base)[1:])
+    for arg, d in zip(wrt, dense):
+        i = arg.index
+        got = np.zeros(arrays[i].shape) if d is None else next(it)
+        want = np.zeros(arrays[i].shape, dtype=np.float64)
+        for idx in np.ndindex(*arrays[i].shape):
+            vals = [a.copy() for a in base]
+            vals[i][idx] += eps
+            up = float(f(vals)[0])
+            vals[i][idx] -= 2 * eps
+            want[idx] = (up - float(f(vals)[0])) / (2 * eps)
+        np.testing.assert_allclose(
+            got, want, rtol=rtol, atol=atol,
+            err_msg=f"order-{order} gradient of {what} w.r.t. input {i} {arg.type}")
+
+
 def check_gradients(kind: str, *arrays: np.ndarray, order: int = 1, eps: float = 1e-6,
                     rtol: float = 1e-6, atol: float = 1e-8, seed: int = 0,
                     **attrs: Any) -> None:
@@ -56,39 +129,5 @@ def check_gradients(kind: str, *arrays: np.ndarray, order: int = 1, eps: float =
     The op's float results are reduced to a scalar with random cotangents; order 2
     differentiates the (cotangent-weighted) gradient once more.
     """
-    from tfc.passes.autodiff import GradBuilder, gradients
-    arrays = tuple(np.asarray(a) for a in arrays)
-    g = Graph("check")
-    args = [g.add_arg(type_of(a), f"a{i}") for i, a in enumerate(arrays)]
-    b = Builder(g)
-    rng = np.random.default_rng(seed)
-    op = b.op(kind, *args, **attrs)
-    loss = _scalar_loss(b, [r for r in op.results if r.dtype.is_float], rng)
-    wrt = [a for a in args if a.dtype.is_float]
-    for _ in range(order - 1):
-        grads = [gr for gr in gradients(g, [loss], wrt) if gr is not None]
-        loss = _scalar_loss(b, [GradBuilder(g, None).dense(gr) for gr in grads], rng)
-    grads = gradients(g, [loss], wrt)
-    dense = [None if gr is None else GradBuilder(g, None).dense(gr) for gr in grads]
-    g.set_results([loss] + [d for d in dense if d is not None])
-
-    def f(vals: list[np.ndarray]) -> list[np.ndarray]:
-        return run_graph(g, vals, ExecContext({}, 0))
-
-    base = list(arrays)
-    analytic = f(base)[1:]
-    it = iter(analytic)
-    for arg, d in zip(wrt, dense):
-        i = arg.index
-        got = np.zeros_like(arrays[i], dtype=np.float64) if d is None else next(it)
-        want = np.zeros(arrays[i].shape, dtype=np.float64)
-        for idx in np.ndindex(*arrays[i].shape):
-            vals = [a.copy() for a in base]
-            vals[i][idx] += eps
-            up = float(f(vals)[0])
-            vals[i][idx] -= 2 * eps
-            down = float(f(vals)[0])
-            want[idx] = (up - down) / (2 * eps)
-        np.testing.assert_allclose(
-            got, want, rtol=rtol, atol=atol,
-            err_msg=f"order-{order} gradient of {kind} w.r.t. input {i} {arg.type}")
+    check_graph_gradients(lambda b, *args: b.op(kind, *args, **attrs).results, *arrays,
+                          order=order, eps=eps, rtol=rtol, atol=atol, seed=seed, what=kind)

@@ -279,9 +279,23 @@ def test_register_a_class_and_find_it() -> None:
         with pytest.raises(TfcError, match="defined twice"):
             register(Twice)
     finally:
-        registry._REGISTRY.pop("test_registry.twice", None)
+        registry.unregister("test_registry.twice")
     with pytest.raises(UnknownOp):
         lookup("test_registry.twice")
+
+
+def test_registered_is_scoped() -> None:
+    class Once(OpDef):
+        name = "test_registry.once"
+        num_inputs = 1
+
+    with registry.registered(Once):
+        assert isinstance(lookup("test_registry.once"), Once)
+    with pytest.raises(UnknownOp):
+        lookup("test_registry.once")
+    with pytest.raises(RuntimeError), registry.registered(Once()):
+        raise RuntimeError  # removed again when the block fails
+    assert "test_registry.once" not in registry.all_ops()
 
 
 def test_default_cost() -> None:

@@ -11,16 +11,11 @@ from tfc.ir.core import Graph
 from tfc.ir.registry import RANDOM, Cost, lookup
 from tfc.ir.types import DType, TensorType
 from tfc.ops.array import OPEN_HI, OPEN_LO, index_attrs, shuffle_permutation, splitmix64
+from tfc.testing import infer_op as infer
 from tfc.testing import run_op, run_op1
 
 F32 = DType.f32
 
-
-def infer(kind: str, *types: TensorType, **attrs) -> list[TensorType]:
-    """Result types of ``kind`` on arguments of ``types`` (symbolic dims allowed)."""
-    g = Graph("t")
-    args = [g.add_arg(t, f"a{i}") for i, t in enumerate(types)]
-    return [r.type for r in Builder(g).op(kind, *args, **attrs).results]
 
 
 def T(*shape, dtype: DType = F32) -> TensorType:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from tfc.errors import ExecutionError, TypeMismatch
-from tfc.ir.registry import infer_types, lookup
+from tfc.ir.registry import lookup
 from tfc.ir.types import DType, TensorType
-from tfc.testing import run_op1
+from tfc.testing import infer_op1 as infer1, run_op1
 
 RNG = np.random.default_rng(0)
 
@@ -16,11 +16,6 @@ RNG = np.random.default_rng(0)
 def t(shape, dtype=DType.f32) -> TensorType:
     return TensorType(dtype, tuple(shape))
 
-
-def infer1(kind: str, *types: TensorType, **attrs) -> TensorType:
-    _, _, out = infer_types(kind, list(types), attrs)
-    assert out is not None and len(out) == 1
-    return out[0]
 
 
 def rand(*shape, dtype=np.float64) -> np.ndarray:

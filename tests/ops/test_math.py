@@ -6,21 +6,14 @@ import numpy as np
 import pytest
 
 from tfc.errors import ExecutionError, TypeMismatch
-from tfc.ir.builder import Builder
-from tfc.ir.core import Graph
 from tfc.ir.registry import COMMUTATIVE, ELEMENTWISE, PURE, Cost, lookup
 from tfc.ir.types import DType, TensorType
-from tfc.testing import run_op1
+from tfc.testing import infer_op as infer, run_op1
 
 FLOATS = [np.float32, np.float64]
 INTS = [np.int32, np.int64]
 RTOL = {np.float32: 1e-6, np.float64: 1e-12}
 
-
-def infer(kind: str, *types: TensorType, **attrs) -> list[TensorType]:
-    g = Graph("t")
-    args = [g.add_arg(t, f"a{i}") for i, t in enumerate(types)]
-    return [r.type for r in Builder(g).op(kind, *args, **attrs).results]
 
 
 def T(*shape, dtype: DType = DType.f32) -> TensorType:

@@ -16,9 +16,9 @@ from tfc.backends.reference import ExecContext, run_graph
 from tfc.errors import ExecutionError, TypeMismatch
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph
-from tfc.ir.registry import infer_types, lookup
+from tfc.ir.registry import lookup
 from tfc.ir.types import DType, TensorType
-from tfc.testing import run_op1
+from tfc.testing import infer_op1 as infer1, run_op1
 
 RNG = np.random.default_rng(1)
 
@@ -26,11 +26,6 @@ RNG = np.random.default_rng(1)
 def t(shape, dtype=DType.f32) -> TensorType:
     return TensorType(dtype, tuple(shape))
 
-
-def infer1(kind: str, *types: TensorType, **attrs) -> TensorType:
-    _, _, out = infer_types(kind, list(types), attrs)
-    assert out is not None and len(out) == 1
-    return out[0]
 
 
 def rand(*shape, dtype=np.float64, scale=1.0) -> np.ndarray:

@@ -10,13 +10,8 @@ from tfc.ir.builder import Builder
 from tfc.ir.core import Graph
 from tfc.ir.registry import Cost, lookup
 from tfc.ir.types import DType, TensorType
-from tfc.testing import run_op1
+from tfc.testing import infer_op as infer, run_op1
 
-
-def infer(kind: str, *types: TensorType, **attrs) -> list[TensorType]:
-    g = Graph("t")
-    args = [g.add_arg(t, f"a{i}") for i, t in enumerate(types)]
-    return [r.type for r in Builder(g).op(kind, *args, **attrs).results]
 
 
 def T(*shape, dtype: DType = DType.f32) -> TensorType:

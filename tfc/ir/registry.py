@@ -8,9 +8,10 @@ in ``tfc.ops``; importing this module does not import them, ``lookup`` does.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -155,15 +156,39 @@ class OpDef:
 _REGISTRY: dict[str, OpDef] = {}
 
 
-def register(opdef: OpDef | type) -> Any:
-    """Add an op definition (an instance, or a class to instantiate) to the registry."""
+def _add(opdef: OpDef | type) -> OpDef:
     inst = opdef() if isinstance(opdef, type) else opdef
     if not inst.name:
         raise TfcError(f"op definition {inst!r} has no name")
     if inst.name in _REGISTRY:
         raise TfcError(f"op {inst.name!r} is defined twice")
     _REGISTRY[inst.name] = inst
+    return inst
+
+
+def register(opdef: OpDef | type) -> Any:
+    """Add an op definition (an instance, or a class to instantiate) to the registry."""
+    _add(opdef)
     return opdef
+
+
+def unregister(name: str) -> None:
+    """Remove op ``name`` (for tests that define ops of their own); unknown names are ignored."""
+    _REGISTRY.pop(name, None)
+
+
+@contextlib.contextmanager
+def registered(*opdefs: OpDef | type) -> Iterator[None]:
+    """Register ``opdefs`` for the duration of a ``with`` block (test-only ops), so that
+    registry walks elsewhere never see them."""
+    names: list[str] = []
+    try:
+        for opdef in opdefs:
+            names.append(_add(opdef).name)
+        yield
+    finally:
+        for name in names:
+            unregister(name)
 
 
 def _load() -> None:

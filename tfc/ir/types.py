@@ -70,10 +70,6 @@ _TO_NUMPY = {
 _FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items()}
 
 
-def is_symbol(d: Dim) -> bool:
-    return isinstance(d, str)
-
-
 def check_dim(d: object) -> Dim:
     if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0:
         return int(d)

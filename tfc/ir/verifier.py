@@ -10,7 +10,8 @@ Checked for each graph (regions included, each with its own scope):
   the op's result types.
 - ``var.*`` ops name a variable the module declares; ``var.read`` has the declared type;
   an assign's input has the variable's dtype and a compatible shape; no variable is
-  assigned twice in one graph (``assign_add``/``assign_sub`` count as assigns).
+  assigned twice in one graph (``assign_add``/``assign_sub`` and the scatters count as
+  assigns).
 - Graph results are defined; result names are unique and as many as the results.
 - The ``__init__`` graph, if present, takes no arguments.
 

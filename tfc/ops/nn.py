@@ -108,6 +108,22 @@ register(SoftmaxLike("log_softmax", log_softmax_np, "x - log(sum(exp(x))) along 
                      log_softmax_grad))
 
 
+def logits_labels_type(op: str, inputs: Sequence[TensorType]) -> TensorType:
+    """The common type of float ``logits`` and ``labels`` of one dtype and shape."""
+    logits, labels = inputs
+    dtype = same_dtype(op, inputs)
+    expect_dtype(op, logits, FLOAT, "logits")
+    if not shapes_compatible(logits.shape, labels.shape):
+        raise TypeMismatch(f"{op}: logits {logits} and labels {labels} must have the same shape")
+    return TensorType(dtype, merge_shapes(logits.shape, labels.shape))
+
+
+def expect_logits_labels(op: str, logits: np.ndarray, labels: np.ndarray) -> None:
+    if logits.shape != labels.shape:
+        raise ExecutionError(f"{op}: logits of shape {list(logits.shape)} and labels of "
+                             f"shape {list(labels.shape)} differ")
+
+
 class XentCost(OpDef):
     """Cost of the losses: about 16 flops per logit."""
 
@@ -130,24 +146,17 @@ class SoftmaxCrossEntropy(XentCost):
     attrs = AXIS_ATTR
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
-        logits, labels = inputs
-        dtype = same_dtype(self.name, inputs)
-        expect_dtype(self.name, logits, FLOAT, "logits")
+        logits, _ = inputs
         if logits.rank == 0:
             raise TypeMismatch(f"{self.name}: logits {logits} must have rank >= 1")
-        if not shapes_compatible(logits.shape, labels.shape):
-            raise TypeMismatch(
-                f"{self.name}: logits {logits} and labels {labels} must have the same shape")
+        t = logits_labels_type(self.name, inputs)
         axis = normalize_axis(self.name, attrs["axis"], logits.rank)
-        shape = merge_shapes(logits.shape, labels.shape)
-        return [TensorType(dtype, shape[:axis] + shape[axis + 1:])]
+        return [t.with_shape(t.shape[:axis] + t.shape[axis + 1:])]
 
     def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:
         logits, labels = inputs
-        if logits.shape != labels.shape:
-            raise ExecutionError(f"{self.name}: logits of shape {list(logits.shape)} and "
-                                 f"labels of shape {list(labels.shape)} differ")
+        expect_logits_labels(self.name, logits, labels)
         axis = normalize_axis(self.name, attrs["axis"], logits.ndim)
         acc = compute_dtype(logits.dtype)
         logp = log_softmax_np(logits.astype(acc, copy=False), axis)
@@ -233,20 +242,12 @@ class SigmoidCrossEntropy(OpDef):
     flops_per_element = 16.0
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
-        logits, labels = inputs
-        dtype = same_dtype(self.name, inputs)
-        expect_dtype(self.name, logits, FLOAT, "logits")
-        if not shapes_compatible(logits.shape, labels.shape):
-            raise TypeMismatch(
-                f"{self.name}: logits {logits} and labels {labels} must have the same shape")
-        return [TensorType(dtype, merge_shapes(logits.shape, labels.shape))]
+        return [logits_labels_type(self.name, inputs)]
 
     def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:
         x, z = inputs
-        if x.shape != z.shape:
-            raise ExecutionError(f"{self.name}: logits of shape {list(x.shape)} and labels "
-                                 f"of shape {list(z.shape)} differ")
+        expect_logits_labels(self.name, x, z)
         acc = compute_dtype(x.dtype)
         x, z = x.astype(acc, copy=False), z.astype(acc, copy=False)
         out = np.maximum(x, 0) - x * z + np.log1p(np.exp(-np.abs(x)))

@@ -116,6 +116,20 @@ class ConvBackprop(OpDef):
         return (spatial_attr(self.name, "strides", attrs["strides"]),
                 spatial_attr(self.name, "dilations", attrs["dilations"]))
 
+    def check_operands(self, x: TensorType, w: TensorType, dy: TensorType,
+                       attrs: Mapping[str, Any]) -> None:
+        """The forward input ``x``, filter ``w`` and output gradient ``dy`` (rank 4 each)
+        must agree in channels and in the window arithmetic of the forward conv2d."""
+        strides, dil = self.window(attrs)
+        if not dims_compatible(x.shape[3], w.shape[2]):
+            raise TypeMismatch(f"{self.name}: input {x} has {x.shape[3]} channels but "
+                               f"filter {w} expects {w.shape[2]}")
+        if not dims_compatible(dy.shape[3], w.shape[3]):
+            raise TypeMismatch(f"{self.name}: gradient {dy} has {dy.shape[3]} channels but "
+                               f"filter {w} makes {w.shape[3]}")
+        check_window_output(self.name, x, dy, w.shape[:2], strides, dil, attrs["padding"],
+                            "gradient")
+
     def cost(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType],
              attrs: Mapping[str, Any], symbol_size: int = 1) -> Cost:
         """As many flops as the forward conv2d; the ``like`` input is not read."""
@@ -145,15 +159,7 @@ class Conv2DBackpropInput(ConvBackprop):
         expect_dtype(self.name, w, FLOAT)
         for t, what in ((w, "filter"), (dy, "gradient"), (like, "like input")):
             expect_rank4(self.name, t, what)
-        strides, dil = self.window(attrs)
-        if not dims_compatible(like.shape[3], w.shape[2]):
-            raise TypeMismatch(f"{self.name}: input {like} has {like.shape[3]} channels but "
-                               f"filter {w} expects {w.shape[2]}")
-        if not dims_compatible(dy.shape[3], w.shape[3]):
-            raise TypeMismatch(f"{self.name}: gradient {dy} has {dy.shape[3]} channels but "
-                               f"filter {w} makes {w.shape[3]}")
-        check_window_output(self.name, like, dy, w.shape[:2], strides, dil, attrs["padding"],
-                            "gradient")
+        self.check_operands(like, w, dy, attrs)
         shape = (*like.shape[:3], merge_shapes(like.shape[3:], w.shape[2:3])[0])
         return [TensorType(dtype, shape)]
 
@@ -202,15 +208,7 @@ class Conv2DBackpropFilter(ConvBackprop):
         expect_dtype(self.name, x, FLOAT)
         for t, what in ((x, "input"), (dy, "gradient"), (like, "like filter")):
             expect_rank4(self.name, t, what)
-        strides, dil = self.window(attrs)
-        if not dims_compatible(x.shape[3], like.shape[2]):
-            raise TypeMismatch(f"{self.name}: input {x} has {x.shape[3]} channels but "
-                               f"filter {like} expects {like.shape[2]}")
-        if not dims_compatible(dy.shape[3], like.shape[3]):
-            raise TypeMismatch(f"{self.name}: gradient {dy} has {dy.shape[3]} channels but "
-                               f"filter {like} makes {like.shape[3]}")
-        check_window_output(self.name, x, dy, like.shape[:2], strides, dil, attrs["padding"],
-                            "gradient")
+        self.check_operands(x, like, dy, attrs)
         shape = merge_shapes(like.shape, (*like.shape[:2], x.shape[3], dy.shape[3]))
         return [TensorType(dtype, shape)]
 
