@@ -162,14 +162,18 @@ def timed_rows(sizes: Any, data: Any, only: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def speed_worker(args: argparse.Namespace) -> dict[str, Any]:
+def _worker_setup(args: argparse.Namespace) -> tuple[int, Any, Any]:
+    """(threads, sizes, data) of a worker process. The threads are pinned before numpy
+    loads (bench_workloads imports it first, so numpy's BLAS is the first one listed)."""
     threads = args.threads[0]
     bt.pin_threads(threads)
-    import numpy as np  # noqa: F401  (numpy's BLAS is the first library listed)
     from bench_workloads import Data, Sizes
 
-    sizes = Sizes.quick() if args.quick else Sizes()
-    data = Data()
+    return threads, (Sizes.quick() if args.quick else Sizes()), Data()
+
+
+def speed_worker(args: argparse.Namespace) -> dict[str, Any]:
+    threads, sizes, data = _worker_setup(args)
     numpy_libs = {lib["filepath"] for lib in bt.blas_libraries()}
     owners: dict[str, set[str]] = {"numpy": numpy_libs}
     contenders: dict[str, Any] = {}
@@ -253,12 +257,7 @@ def _save(path: str, data: dict[str, Any]) -> None:
 
 def memory_worker(args: argparse.Namespace) -> dict[str, Any]:
     """Peak RSS of one contender's MLP training step in a process of its own."""
-    threads = args.threads[0]
-    bt.pin_threads(threads)
-    from bench_workloads import Data, Sizes
-
-    sizes = Sizes.quick() if args.quick else Sizes()
-    data = Data()
+    threads, sizes, data = _worker_setup(args)
     batch = sizes.memory_batch
     params, (x, y) = data.mlp_params(sizes.mlp_dims), data.mlp_batch(batch, sizes.mlp_dims)
     baseline = bt.rss_bytes()
@@ -282,12 +281,7 @@ def memory_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 def compile_worker(args: argparse.Namespace) -> dict[str, Any]:
     """Cold (and, for tfc, cached) compile time of the MLP step in a fresh process."""
-    threads = args.threads[0]
-    bt.pin_threads(threads)
-    from bench_workloads import Data, Sizes
-
-    sizes = Sizes.quick() if args.quick else Sizes()
-    data = Data()
+    threads, sizes, data = _worker_setup(args)
     params = data.mlp_params(sizes.mlp_dims)
     x, y = data.mlp_batch(sizes.mlp_batches[0], sizes.mlp_dims)
     c = make_contender(args.contenders[0], threads, args.backend)

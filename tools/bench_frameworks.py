@@ -153,7 +153,7 @@ class JaxContender:
         return lambda: f(ad, bd).block_until_ready()
 
     def _mlp_step_fn(self) -> Any:
-        jax, jnp = self.jax, self.jnp
+        jax = self.jax
 
         def loss_fn(params: Any, x: Any, y: Any) -> Any:
             h = x
@@ -162,13 +162,9 @@ class JaxContender:
                 h = h @ params[2 * i] + params[2 * i + 1]
                 if i < n - 1:
                     h = jax.nn.relu(h)
-            logp = jax.nn.log_softmax(h)
-            return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+            return self._xent(h, y)
 
-        def sgd(params: Any, x: Any, y: Any) -> Any:
-            loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-            return tuple(p - MLP_LR * g for p, g in zip(params, grads)), loss
-        return jax.jit(sgd, donate_argnums=0)
+        return self._sgd_step(loss_fn, MLP_LR)
 
     def _cnn_step_fn(self) -> Any:
         jax, jnp = self.jax, self.jnp
@@ -180,13 +176,23 @@ class JaxContender:
             h = jax.nn.relu(h + kb)
             h = jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1),
                                       "VALID")
-            logits = h.reshape(h.shape[0], -1) @ w + b
-            logp = jax.nn.log_softmax(logits)
-            return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+            return self._xent(h.reshape(h.shape[0], -1) @ w + b, y)
+
+        return self._sgd_step(loss_fn, CNN_LR)
+
+    def _xent(self, logits: Any, y: Any) -> Any:
+        """Mean softmax cross-entropy of integer labels ``y``."""
+        logp = self.jax.nn.log_softmax(logits)
+        return -self.jnp.mean(self.jnp.take_along_axis(logp, y[:, None], axis=1))
+
+    def _sgd_step(self, loss_fn: Any, lr: float) -> Any:
+        """``(params, x, y) -> (updated params, loss)``, jitted; the old params' buffers
+        are donated, so the update is in place as the other contenders' is."""
+        jax = self.jax
 
         def sgd(params: Any, x: Any, y: Any) -> Any:
             loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-            return tuple(p - CNN_LR * g for p, g in zip(params, grads)), loss
+            return tuple(p - lr * g for p, g in zip(params, grads)), loss
         return jax.jit(sgd, donate_argnums=0)
 
     def _trainer(self, fn: Any, params: list[np.ndarray], x: np.ndarray,

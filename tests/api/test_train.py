@@ -188,6 +188,15 @@ def test_global_step_is_top_level_inside_a_scope():
     assert step.name == "global_step"
 
 
+def test_non_slot_variables_are_top_level_inside_a_scope():
+    v = tfc.Variable(np.ones(2), name="v")
+    with tfc.name_scope("outer"):
+        tfc.train.AdamOptimizer(0.1).minimize(tfc.reduce_sum(v * v))
+    names = set(tfc.get_default_graph().variables)
+    assert {"beta1_power", "beta2_power"} <= names
+    assert not any(n.startswith(("/", "outer/beta")) for n in names)
+
+
 def test_errors_no_gradient_and_non_variables():
     v = tfc.Variable(np.ones(2), name="v")
     u = tfc.Variable(np.ones(2), name="u")

@@ -1,5 +1,7 @@
 """Program: initial values from __init__, runs, fetches, variable persistence, atomic steps."""
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -72,6 +74,32 @@ def test_fetches_are_the_callers_own():
     np.testing.assert_array_equal(p.variables["layer/w"], [1, 2, 3])
     with pytest.raises(ValueError):
         p.variables["layer/w"][0] = 5  # stored values are read-only
+
+
+class Aliasing:
+    """The reference backend, except that ``predict`` returns a writeable array over
+    ``layer/w``'s own memory (as a native backend that wraps a pointer might)."""
+
+    name = "aliasing"
+
+    def compile(self, module, entry):
+        real = ReferenceBackend().compile(module, entry)
+
+        def run(feeds, variables, step):
+            result = real(feeds, variables, step)
+            if entry == "predict":
+                w = variables["layer/w"]
+                ptr = ctypes.cast(w.ctypes.data, ctypes.POINTER(ctypes.c_float))
+                result.fetches[0] = np.ctypeslib.as_array(ptr, w.shape)
+            return result
+        return run
+
+
+def test_a_writeable_fetch_over_variable_memory_is_copied():
+    p = Program(make_module(), backend=Aliasing())
+    out = p.run("predict", x=np.ones((1, 3), np.float32))
+    out["y"][:] = 99
+    np.testing.assert_array_equal(p.variables["layer/w"], [1, 2, 3])
 
 
 def test_unknown_entry_lists_entries():

@@ -62,6 +62,8 @@ class Session:
         self.variables: dict[str, np.ndarray] = {}
         self.step = 0
         self._cache: dict[tuple, _Compiled] = {}
+        # how many of the graph's variables were last seen all holding values here
+        self._checked_variables = -1
         self._closed = False
 
     # ---- context manager -----------------------------------------------------------------
@@ -105,10 +107,12 @@ class Session:
         return rebuild([None if isinstance(x, Operation) else next(it) for x in leaves])
 
     def _resolve_feeds(self, feed_dict: Mapping[Any, Any]) -> list[tuple[Tensor, Any]]:
-        by_name = {p.name: p for p in self.graph.placeholders}
+        by_name: dict[str, Tensor] | None = None  # built only when a key is a name
         out: list[tuple[Tensor, Any]] = []
         for key, value in feed_dict.items():
             if isinstance(key, str):
+                if by_name is None:
+                    by_name = {p.name: p for p in self.graph.placeholders}
                 name = key[:-2] if key.endswith(":0") else key
                 if name not in by_name:
                     from tfc.ir.registry import _nearest
@@ -164,9 +168,14 @@ class Session:
     def _initialize_missing(self, targets: list[Operation]) -> None:
         """Initialize variables this session has not seen, once, unless the run itself is
         an initializer (then it decides)."""
+        if self._checked_variables == len(self.graph.variables):
+            return  # graphs only gain variables, and sessions never drop values
         missing = [v for n, v in self.graph.variables.items() if n not in self.variables]
+        if not missing:
+            self._checked_variables = len(self.graph.variables)
+            return
         init_ops = {v.initializer.op for v in self.graph.variables.values()}
-        if not missing or any(op in init_ops for t in targets for op in t.ir_ops()):
+        if any(op in init_ops for t in targets for op in t.ir_ops()):
             return
         graph = extract(self.graph.ir, ir.INIT_GRAPH, [], [],
                         [v.initializer.op for v in missing], what="variable initializers")

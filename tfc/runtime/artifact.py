@@ -209,17 +209,24 @@ def read_artifact(path: str | os.PathLike[str]
             manifest = _read_manifest(zf, path)
             module = _read_module(zf, path, manifest)
             values = dict(read_variables(zf, path, manifest))
-    except zipfile.BadZipFile as e:
-        if not zipfile.is_zipfile(p):
-            with open(p, "rb") as f:
-                if f.read(4) == b"PK\x03\x04":
-                    raise ArtifactError(f"{path} is truncated or corrupt (its zip directory "
-                                        f"is missing)") from None
-            raise ArtifactError(f"{path} is not a tfc artifact (not a zip file)") from None
-        raise ArtifactError(f"{path} is corrupt ({e})") from None
-    except (zlib.error, EOFError) as e:
-        raise ArtifactError(f"{path} is corrupt or truncated ({e})") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+        raise unreadable_zip(path, e, "tfc artifact") from None
     return module, values, manifest
+
+
+def unreadable_zip(path: Any, e: Exception, what: str,
+                   error: type[ArtifactError] = ArtifactError) -> ArtifactError:
+    """The error for a file ``zipfile`` failed on (``e``): truncated, not a zip at all,
+    or corrupt. Artifacts and checkpoints say it alike, each with its own error type."""
+    if isinstance(e, zipfile.BadZipFile):
+        if not zipfile.is_zipfile(path):
+            with open(path, "rb") as f:
+                if f.read(4) == b"PK\x03\x04":
+                    return error(f"{path} is truncated or corrupt (its zip directory "
+                                 f"is missing)")
+            return error(f"{path} is not a {what} (not a zip file)")
+        return error(f"{path} is corrupt ({e})")
+    return error(f"{path} is corrupt or truncated ({e})")
 
 
 def _member(zf: zipfile.ZipFile, path: Any, name: str, why: str = "") -> bytes:

@@ -32,7 +32,7 @@ import numpy as np
 
 from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import VariableDecl
-from tfc.runtime.artifact import MANIFEST, read_variables, atomic_write
+from tfc.runtime.artifact import MANIFEST, atomic_write, read_variables, unreadable_zip
 
 FORMAT = "tfc-checkpoint"
 VERSION = 1
@@ -222,16 +222,8 @@ def read_checkpoint(path_or_dir: PathLike) -> Checkpoint:
         raise
     except ArtifactError as e:  # the shared member checks: same sentence, our error type
         raise CheckpointError(e.message) from None
-    except zipfile.BadZipFile as e:
-        if not zipfile.is_zipfile(path):
-            with open(path, "rb") as f:
-                if f.read(4) == b"PK\x03\x04":
-                    raise CheckpointError(f"{path} is truncated or corrupt (its zip "
-                                          f"directory is missing)") from None
-            raise CheckpointError(f"{path} is not a tfc checkpoint (not a zip file)") from None
-        raise CheckpointError(f"{path} is corrupt ({e})") from None
-    except (zlib.error, EOFError) as e:
-        raise CheckpointError(f"{path} is corrupt or truncated ({e})") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+        raise unreadable_zip(path, e, "tfc checkpoint", CheckpointError) from None
     except IsADirectoryError:
         raise CheckpointError(f"{path} is a directory, not a tfc checkpoint") from None
     return Checkpoint(path, manifest["step"], values)

@@ -256,9 +256,18 @@ class Program:
         return dict(exe([], MappingProxyType({}), 0).updates)
 
     def _own_fetch(self, f: np.ndarray) -> np.ndarray:
-        """Fetches belong to the caller: never a read-only array or a view of our state."""
-        if not f.flags.writeable or any(np.may_share_memory(f, v)
-                                        for v in self._variables.values()):
+        """Fetches belong to the caller: never a read-only array or a view of our state.
+
+        A writeable array that owns its buffer is this step's fresh output (the LLVM
+        backend's always are): no stored value can live in it, since this step's updates
+        that share a handed-out buffer are copied (``_checked_updates``) and a backend
+        never hands back an array it returned in an earlier step. Only views need the
+        scan over every variable."""
+        if not f.flags.writeable:
+            return np.array(f, copy=True)
+        if f.base is None:
+            return f
+        if any(np.may_share_memory(f, v) for v in self._variables.values()):
             return np.array(f, copy=True)
         return f
 

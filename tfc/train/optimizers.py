@@ -17,8 +17,7 @@ the gradient first (see each class for what that means for untouched rows).
 
 from __future__ import annotations
 
-import contextlib
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -50,18 +49,6 @@ def scatter_update(var: Variable, kind: str, indices: TensorLike, updates: Tenso
                            f"{TensorType(var.dtype, want)})", loc)
     op = g.create_op(kind, [idx, upd], {"var": var.name}, loc=loc, device=var.device)
     return Operation(g, op, name=f"{var.name}/{kind.split('.')[1]}")
-
-
-@contextlib.contextmanager
-def root_scope(graph: Graph) -> Iterator[None]:
-    """Names made inside are top-level whatever name scopes are open (TF's
-    ``name_scope(None)``): where optimizer state and the global step are named.
-    (``Graph.name_scope("/")`` would name them ``/name``.)"""
-    saved, graph._scopes = graph._scopes, []
-    try:
-        yield
-    finally:
-        graph._scopes = saved
 
 
 def trainable_variables(graph: Graph | None = None) -> list[Variable]:
@@ -211,7 +198,7 @@ class Optimizer:
         key = (g, name)
         if key not in self._non_slots:
             dtype = colocate_with.dtype
-            with g.as_default(), root_scope(g), g.device(colocate_with.device):
+            with g.as_default(), g.name_scope("/"), g.device(colocate_with.device):
                 self._non_slots[key] = Variable(np.asarray(initial_value, dtype=dtype.np),
                                                 trainable=False, name=name)
         return self._non_slots[key]

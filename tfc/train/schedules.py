@@ -17,7 +17,6 @@ from tfc.api.graph import Graph, Tensor, Variable, get_default_graph, user_locat
 from tfc.api.tensor import TensorLike, convert_to_tensor
 from tfc.errors import TfcError, TypeMismatch
 from tfc.ir.types import DType
-from tfc.train.optimizers import root_scope
 
 GLOBAL_STEP = "global_step"
 
@@ -34,7 +33,7 @@ def create_global_step(graph: Graph | None = None) -> Variable:
     g = graph or get_default_graph()
     if GLOBAL_STEP in g.variables:
         raise TfcError("the graph already has a global_step variable", user_location())
-    with g.as_default(), root_scope(g), g.device(None):
+    with g.as_default(), g.name_scope("/"), g.device(None):
         return Variable(np.int64(0), trainable=False, name=GLOBAL_STEP)
 
 
