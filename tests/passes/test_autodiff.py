@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tfc.backends.reference import ExecContext, run_graph
-from tfc.errors import TfcError, TypeMismatch
+from tfc.errors import TypeMismatch
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph
 from tfc.ir.types import DType, TensorType

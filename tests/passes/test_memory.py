@@ -21,7 +21,7 @@ from tfc.ir.parser import parse_module
 from tfc.ir.registry import lookup, make_op
 from tfc.ir.types import DType, TensorType
 from tfc.passes import run_passes
-from tfc.passes.memory import MemoryPlan, Size, plan_memory
+from tfc.passes.memory import MemoryPlan, Size
 
 BINDINGS = [{"B": 1}, {"B": 7}, {"B": 128}]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

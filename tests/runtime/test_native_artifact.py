@@ -4,7 +4,6 @@ import json
 import zipfile
 
 import numpy as np
-import pytest
 
 import tfc
 from tfc.backends.llvm import jit
