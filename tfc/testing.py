@@ -131,3 +131,33 @@ def check_gradients(kind: str, *arrays: np.ndarray, order: int = 1, eps: float =
     """
     check_graph_gradients(lambda b, *args: b.op(kind, *args, **attrs).results, *arrays,
                           order=order, eps=eps, rtol=rtol, atol=atol, seed=seed, what=kind)
+
+
+def split_mlp_module(devices: Sequence[str | None], sizes: Sequence[int] = (6, 8, 8, 3),
+                     seed: int = 0, lr: float = 0.05, dropout: bool = False) -> Any:
+    """A small MLP training module whose layer ``i`` (its variables and ops) is pinned to
+    ``devices[i % len(devices)]`` (None: unpinned): the model-parallel test model.
+
+    Entries: ``train`` (feeds ``x: f32[B, sizes[0]]``, ``y: i32[B]``; fetch ``loss``; SGD
+    step) and ``predict`` (fetch ``logits``)."""
+    import tfc
+    rng = np.random.default_rng(seed)
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [None, sizes[0]], name="x")
+        y = tfc.placeholder(tfc.int32, [None], name="y")
+        h = x
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+            with g.device(devices[i % len(devices)]):
+                w = tfc.Variable(rng.normal(0, 0.5, (a, b)).astype(np.float32), name=f"w{i}")
+                bias = tfc.Variable(np.zeros(b, np.float32), name=f"b{i}")
+                h = tfc.matmul(h, w) + bias
+                if i < len(sizes) - 2:
+                    h = tfc.nn.relu(h)
+                    if dropout:
+                        h = tfc.nn.dropout(h, rate=0.25, seed=i)
+        loss = tfc.reduce_mean(tfc.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=y, logits=h))
+        train = tfc.train.GradientDescentOptimizer(lr).minimize(loss)
+        tfc.entry("train", feeds={"x": x, "y": y}, fetches={"loss": loss}, targets=[train])
+        tfc.entry("predict", feeds={"x": x}, fetches={"logits": h})
+    return g.as_module()

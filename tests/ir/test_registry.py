@@ -24,6 +24,7 @@ from tfc.ir.registry import (ALL, FLOAT, PURE, RANDOM, REQUIRED, STATEFUL, AttrS
                              normalize_axes, normalize_axis, register, same_dtype)
 from tfc.ir.types import DType, TensorType
 from tfc.ops.math import Unary
+from tfc.runtime.rendezvous import Rendezvous
 
 F23 = TensorType(DType.f32, (2, 3))
 
@@ -47,6 +48,9 @@ def _t(dtype: str, *shape: Any) -> TensorType:
 # Ops whose generic examples below do not fit: (input types, attrs).
 EXAMPLES: dict[str, tuple[list[TensorType], dict[str, Any]]] = {
     "matmul": ([_t("f32", 2, 3), _t("f32", 3, 4)], {}),
+    "send": ([F23], {"key": "k", "to": "/cpu:1"}),
+    "recv": ([], {"key": "k", "from": "/cpu:0", "dtype": DType.f32, "shape": [2, 3]}),
+    "all_reduce": ([F23, F23, F23], {"reduction": "mean"}),
     "matrix_inverse": ([_t("f64", 3, 3)], {}),
     "matrix_determinant": ([_t("f64", 3, 3)], {}),
     "where": ([_t("bool", 2, 3), F23, F23], {}),
@@ -157,7 +161,10 @@ def test_every_op_has_infer_reference_and_cost(name: str) -> None:
     g.set_results(op.results)
     rng = np.random.default_rng(0)
     feeds = [_value(t, rng) for t in ins]
-    ctx = ExecContext({"W": _value(F23, rng)}, step=3)
+    rendezvous = Rendezvous()
+    if name == "recv":  # what its send would have delivered
+        rendezvous.send(attrs["key"], _value(outs[0], rng))
+    ctx = ExecContext({"W": _value(F23, rng)}, step=3, rendezvous=rendezvous)
     got = run_graph(g, feeds, ctx)
     assert len(got) == len(outs)
 

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from tfc.devices import normalize_device
 from tfc.errors import Location, TfcError, TypeMismatch
 from tfc.ir import core as ir
 from tfc.ir.registry import make_op
@@ -47,14 +48,6 @@ def as_dtype(d: Any) -> DType:
         return DType.from_numpy(np.dtype(d))
     except TypeError:
         raise TypeMismatch(f"unknown dtype {d!r}") from None
-
-
-def normalize_device(spec: str | None) -> str | None:
-    """``"cpu:0"``, ``"/CPU:0"`` and ``"/device:CPU:0"`` all mean ``/cpu:0``."""
-    if spec is None or spec == "":
-        return None
-    s = spec.strip().lower().replace("device:", "")
-    return s if s.startswith("/") else "/" + s
 
 
 @dataclass

@@ -14,6 +14,24 @@ def relu(x: TensorLike, name: str | None = None) -> Tensor:
     return apply("relu", x, name=name)
 
 
+def dropout(x: TensorLike, rate: float, seed: int | None = None) -> Tensor:
+    """Zero each element with probability ``rate`` and scale the rest by ``1 / (1 - rate)``
+    (``tf.nn.dropout``). The mask is fresh each step: ``random.uniform_like`` draws from
+    the seed and the step number, shaped like the (possibly symbolic-batch) input."""
+    from tfc.api import ops
+    from tfc.errors import TypeMismatch
+    x = convert_to_tensor(x)
+    if not 0.0 <= rate < 1.0:
+        raise TypeMismatch(f"dropout: rate must be in [0, 1), got {rate}")
+    if not x.dtype.is_float:
+        raise TypeMismatch(f"dropout takes float inputs, got {x.type}")
+    if rate == 0.0:
+        return x
+    u = apply("random.uniform_like", x, dtype=x.dtype, seed=x.graph.next_seed(seed))
+    keep = ops.cast(ops.greater_equal(u, rate), x.dtype)
+    return x * (keep * (1.0 / (1.0 - rate)))
+
+
 def softmax(logits: TensorLike, axis: int = -1, name: str | None = None) -> Tensor:
     return apply("softmax", logits, axis=axis, name=name)
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from tfc.api.graph import Tensor, Variable, as_dtype
+from tfc.api.graph import Tensor, Variable, as_dtype, user_location
 from tfc.api.tensor import TensorLike, _binary, apply, constant, convert_to_tensor
 from tfc.ir.types import DType
+from tfc.errors import TfcError
 
 
 def _axes(axis: int | Sequence[int] | None) -> tuple[int, ...] | None:
@@ -23,6 +24,16 @@ def _axes(axis: int | Sequence[int] | None) -> tuple[int, ...] | None:
 
 def add(x: TensorLike, y: TensorLike) -> Tensor:
     return _binary("add", x, y)
+
+
+def add_n(inputs: Sequence[TensorLike]) -> Tensor:
+    """The sum of same-shaped tensors, added left to right (``tf.add_n``)."""
+    if not inputs:
+        raise TfcError("add_n needs at least one tensor", user_location())
+    total = convert_to_tensor(inputs[0])
+    for x in inputs[1:]:
+        total = add(total, x)
+    return total
 
 
 def subtract(x: TensorLike, y: TensorLike) -> Tensor:

@@ -213,6 +213,13 @@ class Module:
     # schedule and each value's buffer in the arena. Passes that change a graph after it
     # was planned must drop its plan.
     memory_plans: dict[str, Any] = field(default_factory=dict)
+    # The devices the module is compiled for (``/cpu:0``, ``/cpu:1`` ...): placement picks
+    # among them and the runtime runs one partition per device. Empty: one default device.
+    devices: list[str] = field(default_factory=list)
+    # f32 tensors crossing devices travel as f16 (``tfc.passes.compress``)
+    fp16_transfers: bool = False
+    # Per entry graph, what the placement pass decided (``tfc.passes.placement``).
+    placement_reports: dict[str, Any] = field(default_factory=dict)
 
     def add_graph(self, graph: Graph) -> Graph:
         self.graphs[graph.name] = graph

@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from tfc.api import ops
+from tfc.api import nn, ops
 from tfc.api.graph import Tensor
-from tfc.api.tensor import apply
 from tfc.errors import TypeMismatch
 from tfc.ir.types import DType, TensorType
 from tfc.layers.base import Initializer, Layer, get_activation
@@ -90,14 +89,11 @@ class Dropout(Layer):
         self.rate, self.seed = float(rate), seed
 
     def call(self, x: Tensor, training: bool) -> Tensor:
-        if not training or self.rate == 0.0:
+        if not training:
             return x
         if not x.dtype.is_float:
             raise TypeMismatch(f"Dropout '{self.name}' takes float inputs, got {x.type}")
-        u = apply("random.uniform_like", x, dtype=x.dtype,
-                  seed=x.graph.next_seed(self.seed))
-        keep = ops.cast(ops.greater_equal(u, self.rate), x.dtype)
-        return x * (keep * (1.0 / (1.0 - self.rate)))
+        return nn.dropout(x, self.rate, self.seed)
 
 
 class Embedding(Layer):

@@ -8,6 +8,7 @@ gradient clipping, all built from graph ops (``tf.train`` / ``tf.compat.v1.train
 
 from tfc.api.saver import Saver, latest_checkpoint
 from tfc.train.clip import clip_by_global_norm, global_norm
+from tfc.train.parallel import data_parallel
 from tfc.train.optimizers import (AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer,
                                   MomentumOptimizer, Optimizer, RMSPropOptimizer,
                                   trainable_variables)
@@ -20,5 +21,5 @@ __all__ = [
     "RMSPropOptimizer", "AdamOptimizer", "trainable_variables",
     "get_global_step", "create_global_step", "get_or_create_global_step",
     "exponential_decay", "cosine_decay", "piecewise_constant",
-    "clip_by_global_norm", "global_norm", "Saver", "latest_checkpoint",
+    "clip_by_global_norm", "global_norm", "Saver", "latest_checkpoint", "data_parallel",
 ]

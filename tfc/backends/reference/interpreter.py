@@ -7,7 +7,7 @@ registry shows up here rather than as a wrong answer in a compiled backend.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -25,9 +25,11 @@ class ExecContext:
     the caller after the step, so the order of ops within a step never matters.
     """
 
-    def __init__(self, variables: Mapping[str, np.ndarray], step: int = 0) -> None:
+    def __init__(self, variables: Mapping[str, np.ndarray], step: int = 0,
+                 rendezvous: Any = None) -> None:
         self.variables = variables
         self.step = step
+        self.rendezvous = rendezvous  # where send/recv meet, in a partitioned step
         self.updates: dict[str, np.ndarray] = {}
         self._assigned: set[str] = set()
 

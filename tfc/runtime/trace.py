@@ -1,0 +1,95 @@
+"""Step timelines in the Chrome trace format (what Perfetto and chrome://tracing open).
+
+The executor reports what each device's thread did — each compiled stage it ran, each
+kernel inside it when the backend times kernels, each send and each wait in a recv —
+and ``Tracer`` turns that into trace events: one track per device, spans in
+microseconds, and a flow arrow from every send to the recv that took its tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class DeviceStats:
+    busy_s: float = 0.0          # time in stages (compute)
+    wait_s: float = 0.0          # time blocked in recvs
+    bytes_sent: int = 0
+    peak_bytes: int = 0          # the largest arena of a stage (memory plan), when known
+
+
+@dataclass
+class Tracer:
+    """Collects events from steps (thread-safe); ``save`` writes the JSON trace."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    devices: dict[str, int] = field(default_factory=dict)  # device -> track id
+    stats: dict[str, DeviceStats] = field(default_factory=dict)
+    step: int = 0
+    _t0: float = field(default_factory=time.perf_counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _us(self, t: float) -> float:
+        return (t - self._t0) * 1e6
+
+    def _track(self, device: str) -> int:
+        if device not in self.devices:
+            self.devices[device] = len(self.devices) + 1
+            self.stats[device] = DeviceStats()
+            self.events.append({"ph": "M", "name": "thread_name", "pid": 1,
+                                "tid": self.devices[device], "args": {"name": device}})
+        return self.devices[device]
+
+    def span(self, device: str, name: str, start: float, end: float, cat: str,
+             **args: Any) -> None:
+        with self._lock:
+            tid = self._track(device)
+            self.events.append({"ph": "X", "name": name, "cat": cat, "pid": 1, "tid": tid,
+                                "ts": self._us(start), "dur": max(0.0, (end - start) * 1e6),
+                                "args": {"step": self.step, **args}})
+            st = self.stats[device]
+            if cat == "stage":
+                st.busy_s += end - start
+            elif cat == "recv":
+                st.wait_s += end - start
+
+    def send(self, device: str, key: str, nbytes: int, at: float) -> None:
+        with self._lock:
+            tid = self._track(device)
+            flow = f"{self.step}:{key}"
+            self.events.append({"ph": "i", "s": "t", "name": f"send {key}", "cat": "send",
+                                "pid": 1, "tid": tid, "ts": self._us(at),
+                                "args": {"bytes": nbytes, "step": self.step}})
+            self.events.append({"ph": "s", "id": flow, "name": "transfer", "cat": "transfer",
+                                "pid": 1, "tid": tid, "ts": self._us(at)})
+            self.stats[device].bytes_sent += nbytes
+
+    def recv(self, device: str, key: str, start: float, end: float) -> None:
+        self.span(device, f"recv {key}", start, end, "recv")
+        with self._lock:
+            self.events.append({"ph": "f", "bp": "e", "id": f"{self.step}:{key}",
+                                "name": "transfer", "cat": "transfer", "pid": 1,
+                                "tid": self.devices[device], "ts": self._us(end)})
+
+    def memory(self, device: str, nbytes: int) -> None:
+        with self._lock:
+            self._track(device)
+            st = self.stats[device]
+            st.peak_bytes = max(st.peak_bytes, int(nbytes))
+
+    def to_json(self) -> str:
+        meta = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "tfc"}}]
+        return json.dumps({"traceEvents": meta + self.events, "displayTimeUnit": "ms"})
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        from tfc.runtime.artifact import atomic_write
+        data = self.to_json().encode()
+        atomic_write(path, lambda f: f.write(data))
+        return Path(path)
