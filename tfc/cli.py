@@ -6,6 +6,8 @@
         [--resume]
     tfc ir model.py [--after cse | --passes cse,dce | --raw]
     tfc opt in.tfir --passes cse,dce [-o out.tfir]
+    tfc compile model.py --devices cpu:0,cpu:1 [--fp16-transfers]; tfc ir model.tfc --device cpu:1
+    tfc calibrate | tfc bench model.tfc --trace trace.json | tfc viz model.tfc -o graph.html
 
 Errors the user can fix (``TfcError``, missing files, Ctrl-C) print one ``error: ...``
 line and exit 1; usage errors exit 2. Anything else is a bug in tfc: it prints
@@ -116,7 +118,19 @@ def _cmd_ir(args: argparse.Namespace) -> int:
         passes = []  # an artifact's IR is already compiled
     else:
         passes = parse_pipeline(DEFAULT_PIPELINE)
+    if args.devices:
+        from tfc.devices import parse_devices
+        module.devices = parse_devices(args.devices)
+        passes = [*passes, "placement"]
     module = run_passes(module, passes, verify=True)
+    if args.device:
+        from tfc.cli_devices import partitions_text
+        text = partitions_text(module, args.device)
+        if args.output:
+            _write_text(args.output, text)
+        else:
+            sys.stdout.write(text)
+        return 0
     _print_module(module, args.output, _memory_plans(module))
     return 0
 
@@ -161,7 +175,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     module, report = compile_with_report(
         args.model, args.passes if args.passes is not None else DEFAULT_PIPELINE,
         verify=True, print_after=args.print_after, print_after_all=args.print_after_all,
-        stream=sys.stderr)
+        stream=sys.stderr, devices=args.devices, fp16_transfers=args.fp16_transfers)
     start = time.perf_counter()
     program = make_program(module, args.model, backend=args.backend)
     init_seconds = time.perf_counter() - start
@@ -198,6 +212,11 @@ def _compile_report(program: Any, report: Any, out: str, init_s: float, save_s: 
     timing += [[f"pass {name}", _ms(s)] for name, s in report.pass_seconds]
     timing += [["init", _ms(init_s)], ["save", _ms(save_s)]]
     _table("Time", ["stage", "time"], timing)
+    placement = program.module.placement_reports
+    if len(program.module.devices) > 1 and placement:
+        print()
+        for rep in placement.values():
+            print(f"placement {rep.summary()}")
 
 
 # ---- tfc run -------------------------------------------------------------------------
@@ -428,6 +447,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the IR after every pass to stderr")
     p.add_argument("--backend", default=None,
                    help="backend to run on (default: $TFC_BACKEND, else llvm)")
+    p.add_argument("--devices", metavar="D1,D2",
+                   help="compile for several devices (cpu:0,cpu:1): cost-model placement, "
+                        "one partition per device")
+    p.add_argument("--fp16-transfers", action="store_true",
+                   help="f32 tensors cross devices as f16")
     p.add_argument("-q", "--quiet", action="store_true", help="no compile report")
     p.set_defaults(func=_cmd_compile)
 
@@ -455,6 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--after", metavar="PASS", help="stop after PASS of the compile pipeline (canonicalize, cse, dce, fusion, memory)")
     mode.add_argument("--passes", metavar="P1,P2", help="run these passes instead")
     mode.add_argument("--raw", action="store_true", help="the IR before any pass")
+    p.add_argument("--devices", metavar="D1,D2", help="place on these devices first")
+    p.add_argument("--device", metavar="DEV", help="print only the partitions on DEV")
     p.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE")
     p.set_defaults(func=_cmd_ir)
 
@@ -466,6 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the IR after every pass to stderr")
     p.add_argument("-o", "--output", metavar="OUT.tfir", help="write the IR to OUT.tfir")
     p.set_defaults(func=_cmd_opt)
+
+    from tfc.cli_devices import add_commands
+    add_commands(sub)
     return parser
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence, TextIO
 
+from tfc.errors import TfcError
 from tfc.ir.core import Module
 from tfc.passes import DEFAULT_PIPELINE, parse_pipeline, run_passes
 
@@ -75,13 +76,28 @@ def make_program(module: Module, path: str | os.PathLike[str], backend: str | No
 
 def compile_with_report(path: str | os.PathLike[str], pipeline: Pipeline = DEFAULT_PIPELINE, *,
                         verify: bool = True, print_after: str | Sequence[str] | None = None,
-                        print_after_all: bool = False, stream: TextIO | None = None
-                        ) -> tuple[Module, CompileReport]:
-    """Load the model at ``path`` and run ``pipeline`` over it; the module and a report."""
+                        print_after_all: bool = False, stream: TextIO | None = None,
+                        devices: str | Sequence[str] | None = None,
+                        fp16_transfers: bool = False) -> tuple[Module, CompileReport]:
+    """Load the model at ``path`` and run ``pipeline`` over it; the module and a report.
+
+    ``devices`` (``"cpu:0,cpu:1"``) compiles for several devices: the placement pass
+    runs last and the runtime executes one partition per device; ``fp16_transfers``
+    sends f32 tensors between them as f16."""
     passes = parse_pipeline(pipeline)
-    report = CompileReport(str(path), passes)
     start = time.perf_counter()
     module = load_source(path)
+    if devices is not None:
+        from tfc.devices import parse_devices
+        module.devices = parse_devices(devices)
+        if "placement" not in passes:
+            passes = [*passes, "placement"]
+    if fp16_transfers:
+        if len(module.devices) < 2:
+            raise TfcError("--fp16-transfers compresses transfers between devices; "
+                           "give two or more with --devices")
+        module.fp16_transfers = True
+    report = CompileReport(str(path), passes)
     report.load_seconds = time.perf_counter() - start
     report.ops_before = count_ops(module)
     module = run_passes(module, passes, verify=verify, print_after=print_after,

@@ -172,10 +172,13 @@ class PartitionedExecutable:
             if st.executable is not None:
                 t0 = clock()
                 result = st.executable([env[v] for v in st.inputs], variables, step)
+                env.update(zip(st.outputs, result.fetches))
                 if tracer is not None:
                     tracer.span(plan.device, st.graph.name, t0, clock(), "stage",
                                 ops=len(st.graph.ops))
-                env.update(zip(st.outputs, result.fetches))
+                    # memory: the stage's arena and every tensor the device holds now
+                    tracer.memory(plan.device, int(getattr(st.executable, "arena_bytes", 0))
+                                  + sum(a.nbytes for a in env.values()))
                 updates.update(result.updates)
             for op in st.sends:
                 value = env[op.inputs[0]]

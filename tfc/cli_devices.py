@@ -1,0 +1,156 @@
+"""The ``tfc`` commands about devices: ``calibrate``, ``bench`` and ``viz``, and the
+partition dump of ``tfc ir --device``.
+
+    tfc calibrate [--devices cpu:0,cpu:1] [-o devices.json]
+    tfc bench model.tfc --entry train_step [--steps N] [--feed x=x.npy] [--trace trace.json]
+    tfc viz model.tfc [--entry NAME] -o graph.html
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tfc.errors import TfcError
+
+
+def partitions_text(module: Any, device: str) -> str:
+    """Every entry's partition for ``device`` as textual IR (one graph each), headed by
+    ``//`` comments naming the devices, so the text stays parseable graph by graph."""
+    from tfc.devices import parse_devices
+    from tfc.ir.printer import print_graph
+    from tfc.passes.compress import compress_transfers
+    from tfc.passes.partition import partition_module
+
+    (device,) = parse_devices([device])
+    devices = module.devices or ["/cpu:0"]
+    if device not in devices:
+        raise TfcError(f"the module is compiled for {', '.join(devices)}; it has no "
+                       f"partition on {device} (compile with --devices)")
+    out = [f"// partitions on {device} of a module placed on {', '.join(devices)}"
+           + (" (fp16 transfers)" if module.fp16_transfers else "")]
+    for name in module.entries:
+        parts = partition_module(module, name)
+        if module.fp16_transfers:
+            compress_transfers(parts)
+        part = parts.get(device)
+        if part is None:
+            out.append(f"// @{name}: nothing runs on {device}")
+            continue
+        out.append(f"// @{name} on {device}: {len(part.graph.ops)} ops, "
+                   f"{len(part.sends)} sends, {len(part.recvs)} recvs")
+        out.append(print_graph(part.graph))
+    return "\n".join(out) + "\n"
+
+
+# ---- tfc calibrate -----------------------------------------------------------------
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from tfc.devices import local_devices, parse_devices, save_profile
+    from tfc.runtime.calibrate import calibrate
+
+    devices = parse_devices(args.devices) if args.devices else local_devices(1)
+    profile = calibrate([d for d in devices if "gpu" not in d], backend=args.backend,
+                        progress=lambda m: print(m, file=sys.stderr))
+    path = save_profile(profile, args.output)
+    for d, r in profile.devices.items():
+        print(f"{d}: {r.flops_per_s / 1e9:.1f} GFLOP/s, {r.bytes_per_s / 1e9:.1f} GB/s, "
+              f"{r.kernel_overhead_s * 1e6:.1f} us per step")
+    link = profile.default_link
+    print(f"links: {link.bytes_per_s / 1e9:.1f} GB/s, {link.latency_s * 1e6:.1f} us latency")
+    print(f"wrote {path}")
+    return 0
+
+
+# ---- tfc bench ---------------------------------------------------------------------
+
+def _synthetic_feed(spec: Any, batch: int, rng: np.random.Generator) -> np.ndarray:
+    shape = tuple(d if isinstance(d, int) else batch for d in spec.type.shape)
+    dtype = spec.type.dtype.np
+    if spec.type.dtype.is_float:
+        return rng.standard_normal(shape).astype(dtype)
+    return np.zeros(shape, dtype)  # valid labels and indices for any class count
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from tfc.cli import _table, parse_feed
+    from tfc.runtime import load
+    from tfc.runtime.profiler import bench_entry
+    from tfc.runtime.trace import Tracer
+
+    if args.steps < 1:
+        raise TfcError(f"--steps must be at least 1, not {args.steps}")
+    program = load(args.artifact, backend=args.backend)
+    entry = args.entry or next(iter(program.entries), None)
+    if entry is None:
+        raise TfcError(f"{args.artifact} has no entries")
+    sig = program.entries.get(entry) or program.entry(entry)
+    feeds = dict(parse_feed(s) for s in args.feed)
+    rng = np.random.default_rng(0)
+    synthetic = [f.name for f in sig.feeds if f.name not in feeds]
+    for f in sig.feeds:
+        if f.name not in feeds:
+            feeds[f.name] = _synthetic_feed(f, args.batch, rng)
+    if synthetic:
+        print(f"synthetic feeds (batch {args.batch}): {', '.join(synthetic)}", file=sys.stderr)
+    tracer = Tracer()
+    report = bench_entry(program, entry, feeds, args.steps, tracer=tracer)
+    print(report.summary())
+    rows = [[d, f"{st.busy_s / report.steps * 1e3:.3f} ms", f"{st.wait_s / report.steps * 1e3:.3f} ms",
+             f"{st.bytes_sent // report.steps}", f"{st.peak_bytes / 2**20:.2f} MiB"]
+            for d, st in report.devices.items()]
+    _table("Per device (per step)", ["device", "compute", "waiting in recv", "bytes sent",
+                                     "peak memory"], rows)
+    if args.trace:
+        path = tracer.save(args.trace)
+        print(f"wrote {path} (open it in https://ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
+# ---- tfc viz -----------------------------------------------------------------------
+
+def cmd_viz(args: argparse.Namespace) -> int:
+    from tfc.compiler.driver import load_source
+    from tfc.runtime.artifact import atomic_write
+    from tfc.viz import render_html
+
+    module = load_source(args.model)
+    if Path(args.model).suffix != ".tfc":
+        from tfc.passes import DEFAULT_PIPELINE, run_passes
+        module = run_passes(module, DEFAULT_PIPELINE)
+    page = render_html(module, args.entry).encode("utf-8")
+    atomic_write(args.output, lambda f: f.write(page))
+    print(f"wrote {args.output}")
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser("calibrate", help="measure devices and links for the cost model")
+    p.add_argument("--devices", metavar="D1,D2", help="local CPU devices (default: cpu:0)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="profile to write (default: $TFC_DEVICE_PROFILE or "
+                        "~/.cache/tfc/devices.json, which placement reads)")
+    p.add_argument("--backend", default=None, help="backend to measure (default: llvm)")
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("bench", help="time an entry's steps; per-device report and trace")
+    p.add_argument("artifact", metavar="ARTIFACT", help="a .tfc file")
+    p.add_argument("--entry", metavar="NAME", help="entry to time (default: the first)")
+    p.add_argument("--feed", metavar="NAME=FILE", action="append", default=[],
+                   help="a feed, as for tfc run; feeds not given are synthetic "
+                        "(normal floats, zero integers)")
+    p.add_argument("--batch", type=int, default=64, help="batch of synthetic feeds (64)")
+    p.add_argument("--steps", type=int, default=20, metavar="N", help="timed steps (20)")
+    p.add_argument("--trace", metavar="FILE.json", help="write a Chrome-trace timeline")
+    p.add_argument("--backend", default=None, help="backend to run on")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("viz", help="draw the placed, partitioned graph as an HTML page")
+    p.add_argument("model", metavar="MODEL", help="a .tfc artifact (or .py/.tfir model)")
+    p.add_argument("--entry", metavar="NAME", help="one entry (default: all)")
+    p.add_argument("-o", "--output", metavar="FILE.html", required=True)
+    p.set_defaults(func=cmd_viz)

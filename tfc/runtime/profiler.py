@@ -1,0 +1,78 @@
+"""``tfc bench``: time an entry's steps, per device, and write the timeline.
+
+A multi-device program's executor records every stage, send and recv in a ``Tracer``;
+a single-device program is one native call per step, recorded as one span. The report
+gives the step time (median, min, max over the timed steps), and per device the time
+spent computing, waiting in recvs, the bytes sent and the peak memory: the largest
+arena a stage's memory plan needs (when the backend has one) plus the tensors the
+device holds after each stage (feeds, received and computed tensors).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from tfc.runtime.executor import PartitionedExecutable
+from tfc.runtime.trace import DeviceStats, Tracer
+
+
+@dataclass
+class BenchReport:
+    entry: str
+    steps: int
+    step_s: list[float]
+    devices: dict[str, DeviceStats] = field(default_factory=dict)
+    estimated_s: float | None = None  # the placement's simulated step, when placed
+
+    @property
+    def median_s(self) -> float:
+        return float(np.median(self.step_s))
+
+    def summary(self) -> str:
+        line = (f"@{self.entry}: {self.steps} steps, median {self.median_s * 1e3:.3f} ms "
+                f"[{min(self.step_s) * 1e3:.3f}-{max(self.step_s) * 1e3:.3f}] per step, "
+                f"{1.0 / self.median_s:.1f} steps/s")
+        if self.estimated_s is not None:
+            line += f"; placement estimated {self.estimated_s * 1e3:.3f} ms"
+        return line
+
+
+def _arena_bytes(exe: Any) -> int:
+    return int(getattr(exe, "arena_bytes", 0) or 0)
+
+
+def bench_entry(program: Any, entry: str, feeds: Mapping[str, Any], steps: int,
+                warmup: int = 2, tracer: Tracer | None = None) -> BenchReport:
+    """Run ``warmup`` then ``steps`` steps of ``entry``, timing each (and tracing the
+    timed ones into ``tracer`` when given)."""
+    for _ in range(warmup):
+        program.run(entry, feeds)
+    exe = program._executable(entry)
+    partitioned = isinstance(exe, PartitionedExecutable)
+    tracer = tracer or Tracer()
+    if partitioned:
+        exe.tracer = tracer
+    device = (program.module.devices or ["/cpu:0"])[0]
+    times: list[float] = []
+    try:
+        for i in range(steps):
+            tracer.step = program.step
+            t0 = time.perf_counter()
+            program.run(entry, feeds)
+            t1 = time.perf_counter()
+            times.append(t1 - t0)
+            if not partitioned:
+                tracer.span(device, f"{entry} (one native call)", t0, t1, "stage")
+    finally:
+        if partitioned:
+            exe.tracer = None
+    if not partitioned:
+        tracer.memory(device, _arena_bytes(exe) + sum(np.asarray(f).nbytes
+                                                      for f in feeds.values()))
+    report = program.module.placement_reports.get(entry)
+    return BenchReport(entry, steps, times, dict(tracer.stats),
+                       report.estimated_s if report is not None else None)
