@@ -73,6 +73,48 @@ def store(b: ir.IRBuilder, ptr: ir.Value, dtype: DType, offset: ir.Value, v: ir.
     b.store(v, elem_ptr(b, ptr, dtype, offset))
 
 
+# A straight-line loop body at least this long (instructions, inlined vmath functions
+# counted at their size) gets ``llvm.loop.interleave.count`` = INTERLEAVE. The vectorizer's
+# cost model picks 1 for such bodies (register pressure), and the loop then runs at the
+# speed of one long dependency chain (a gelu with tanh: ~75 cycles from load to store)
+# because the out-of-order window holds only two or three iterations of ~50 vector ops.
+# Four independent vectors per iteration measured 1.2x faster on a 16M-element gelu chain
+# (AVX2 znver3, one and two threads); a cheap body is left to the cost model.
+HEAVY_BODY = 40
+INTERLEAVE = 4
+
+
+def _inline_size(fn: ir.Function, memo: dict[str, int]) -> int:
+    """Instructions of a (vmath) function once inlined, its own calls included."""
+    if fn.name not in memo:
+        memo[fn.name] = 0  # recursion guard
+        memo[fn.name] = sum(_size(ins, memo) for blk in fn.blocks for ins in blk.instructions)
+    return memo[fn.name]
+
+
+def _size(ins: ir.Instruction, memo: dict[str, int]) -> int:
+    callee = getattr(ins, "callee", None)
+    if isinstance(ins, ir.CallInstr) and isinstance(callee, ir.Function) and callee.blocks:
+        return _inline_size(callee, memo)
+    return 1
+
+
+def body_size(block: ir.Block) -> int:
+    """How many instructions ``block`` becomes after inlining the functions it calls."""
+    memo: dict[str, int] = {}
+    return sum(_size(ins, memo) for ins in block.instructions)
+
+
+def set_interleave(module: ir.Module, branch: ir.Instruction, count: int) -> None:
+    """Attach a fresh loop ID asking for ``count`` interleaved vector iterations to the
+    latch ``branch`` (a loop ID is a node whose first operand is itself, unique per loop)."""
+    prop = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"),
+                                ir.Constant(I32, int(count))])
+    loop_id = ir.values.MDValue(module, [prop], name=str(len(module.metadata)))
+    loop_id.operands = (loop_id, prop)
+    branch.set_metadata("llvm.loop", loop_id)
+
+
 def loop(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value,
          body: Callable[[ir.Value, list[ir.Value]], list[ir.Value] | None],
          carried: Sequence[ir.Value] = (), name: str = "i") -> list[ir.Value]:
@@ -80,7 +122,8 @@ def loop(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value,
 
     ``body(i, carried)`` emits the body at the builder's position and returns the next
     carried values; the result is their values after the loop (``carried`` if it never
-    runs).
+    runs). An innermost loop with a long straight-line body (no carried values) is
+    marked for interleaving (see ``HEAVY_BODY``).
     """
     pre = b.block
     fn = pre.function
@@ -103,7 +146,9 @@ def loop(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value,
     i.add_incoming(b.add(i, i64(1), flags=("nsw",)), latch)
     for p, v in zip(phis, nxt):
         p.add_incoming(v, latch)
-    b.branch(header)
+    back = b.branch(header)
+    if latch is inner and not phis and body_size(inner) >= HEAVY_BODY:
+        set_interleave(b.module, back, INTERLEAVE)
     b.position_at_end(done)
     return list(phis)
 
