@@ -12,7 +12,8 @@ says so). The families:
   a point-wise loop kernel (``kernels_loop.pointwise``);
 - reductions, and the softmax family decomposed into primitives (``decompose``): the
   reduction kernels of ``kernels_loop``;
-- matrix products and convolutions (``kernels_linalg``: BLAS), inverses and determinants
+- matrix products and convolutions (``kernels_linalg``: BLAS; convolutions with few
+  input channels as direct loops), inverses and determinants
   (``kernels_lapack``: LAPACK), pooling, arg-reductions,
   concat / stack / split, scatter and shapes (``kernels_array``);
 - variable updates: ``var.assign`` computes into the update buffer (or copies once the
@@ -37,7 +38,7 @@ from tfc.backends.llvm.context import Storage
 from tfc.backends.llvm.decompose import DECOMPOSE
 from tfc.backends.llvm.entry import NO_KERNEL, GraphCompiler
 from tfc.backends.llvm.kernels_expr import REDUCE_KINDS, Emitter, inline_kind, small_constant
-from tfc.backends.llvm.kernels_loop import pointwise, reduction
+from tfc.backends.llvm.kernels_loop import pointwise, reduction, split_rows
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.ir.core import Graph, Op, Value
 from tfc.ir.registry import make_op, normalize_axes
@@ -70,16 +71,24 @@ def _region_kernel(gc: GraphCompiler, name: str, region: Graph, outer_in: list[V
     scratch = None
     if reduces:
         x0, n = reduces[0].inputs[0], len(reduces)
-        axes = set(normalize_axes(reduces[0].kind, reduces[0].attrs["axes"], x0.type.rank))
+        axes = normalize_axes(reduces[0].kind, reduces[0].attrs["axes"], x0.type.rank)
         keep = [a for a in range(x0.type.rank) if a not in axes]
-        gc.comp.scratch.append(lambda bd, x0=x0, keep=keep, n=n: 8 * n * max(
-            1, int(np.prod([bd.shape(x0)[a] for a in keep], dtype=np.int64))))
+        rows = split_rows(axes)  # a row of accumulators per index of axis 0
+        gc.comp.scratch.append(lambda bd, x0=x0, keep=keep, n=n, rows=rows: 8 * n * max(
+            1, int(np.prod([bd.shape(x0)[a] for a in keep], dtype=np.int64))
+            * (bd.shape(x0)[0] if rows else 1)))
         scratch = Storage("scratch", 0)
-    kc = gc.kernel(name, [*leaves, *outer_out], [scratch] if scratch else [])
+    storages = [*leaves, *outer_out]
+    kc = gc.kernel(name, storages, [scratch] if scratch else [])
     em = Emitter(kc, leaves)
     pairs = list(zip(region.results, outer_out))
     if reduces:
-        reduction(kc, em, region.ops, pairs, kc.storage_ptr(scratch))
+        def then() -> tuple:
+            """The second kernel of a split column order (same storages)."""
+            k2 = gc.kernel(name + "_fold", storages, [scratch])
+            return k2, Emitter(k2, leaves), k2.storage_ptr(scratch)
+
+        reduction(kc, em, region.ops, pairs, kc.storage_ptr(scratch), then)
     else:
         pointwise(kc, em, pairs)
     kc.finish()

@@ -8,8 +8,12 @@
   ties; a NaN wins, as numpy's).
 - ``shape`` / ``rank``: the dims, from the params.
 - Pooling: ``max_pool`` / ``avg_pool`` are element rules of the expression emitter (a
-  window loop per output element, padding never counted), so they fuse like element-wise
-  ops; ``max_pool_grad`` / ``avg_pool_grad`` scatter each window's gradient.
+  fold over the window per output element, padding never counted), so they fuse like
+  element-wise ops; windows of up to ``MAX_UNROLLED_TAPS`` taps are emitted tap by tap,
+  which leaves the channel loop innermost for the vectorizer. ``max_pool_grad`` /
+  ``avg_pool_grad``: per window position, a vectorized loop over channels computes every
+  tap's share and stores it (disjoint windows) or adds it (overlapping ones); large
+  windows take scalar loops.
 
 Window geometry (output size, padding before) comes from ``tfc.ops.nn.window_padding``
 on the concrete shapes, once per binding, as params.
@@ -232,6 +236,12 @@ def lower_shape(gc, op: Op) -> None:
 
 # ---- pooling -------------------------------------------------------------------------------------
 
+# Windows of at most this many taps are emitted tap by tap (straight-line code): the O3
+# pipeline here does not unroll loops, and a window loop left inside the channel loop
+# keeps the vectorizer off it. Larger windows keep an LLVM loop.
+MAX_UNROLLED_TAPS = 64
+
+
 def _window(op: Op) -> tuple[tuple[int, int], tuple[int, int]]:
     k = spatial_attr(op.kind, "ksize", op.attrs["ksize"])
     s = k if op.attrs["strides"] is None else spatial_attr(op.kind, "strides",
@@ -252,8 +262,28 @@ def pad_before(kc: Kernel, op: Op, image: Value, axis: int, k: int, s: int,
     return kc.param(("pad", id(image), axis, k, s, dilation, padding), fn)
 
 
+def fold_window(b: ir.IRBuilder, kh: int, kw: int, fn, init: list[ir.Value],
+                name: str = "w") -> list[ir.Value]:
+    """``fn(i, j, acc) -> acc`` over the taps of a ``kh x kw`` window in row-major order
+    (``i``, ``j`` are i64 values): unrolled for small windows, else a loop nest."""
+    if kh * kw <= MAX_UNROLLED_TAPS:
+        acc = list(init)
+        for i in range(kh):
+            for j in range(kw):
+                acc = list(fn(U.i64(i), U.i64(j), acc))
+        return acc
+    return U.loop_nest(b, [(ZERO, U.i64(kh)), (ZERO, U.i64(kw))],
+                       lambda ij, acc: fn(ij[0], ij[1], acc), init, name=name)
+
+
+def inside(b: ir.IRBuilder, hi: ir.Value, wi: ir.Value, xd) -> ir.Value:
+    """Whether (``hi``, ``wi``) is a pixel of an image with dims ``xd`` (NHWC)."""
+    return b.and_(b.and_(b.icmp_signed(">=", hi, ZERO), b.icmp_signed("<", hi, xd[1])),
+                  b.and_(b.icmp_signed(">=", wi, ZERO), b.icmp_signed("<", wi, xd[2])))
+
+
 def _pool_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
-    """One output element of max_pool / avg_pool: a loop over its window."""
+    """One output element of max_pool / avg_pool: a fold over its window."""
     x = op.inputs[0]
     kc, b = em.kc, em.b
     (kh, kw), (sh, sw) = _window(op)
@@ -269,23 +299,20 @@ def _pool_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
     else:
         init = ir.Constant(U.compute_type(dt), 0.0)
 
-    def win(ij, acc):
-        i, j = ij
+    def win(i, j, acc):
         hi, wi = b.add(h0, i), b.add(w0, j)
-        inside = b.and_(b.and_(b.icmp_signed(">=", hi, ZERO), b.icmp_signed("<", hi, xd[1])),
-                        b.and_(b.icmp_signed(">=", wi, ZERO), b.icmp_signed("<", wi, xd[2])))
-        hc = b.select(inside, hi, ZERO)
-        wc = b.select(inside, wi, ZERO)
+        ok = inside(b, hi, wi, xd)
+        hc = b.select(ok, hi, ZERO)
+        wc = b.select(ok, wi, ZERO)
         em.push()
         val = em.value(x, (n, hc, wc, c))
         em.pop()
         if is_max:
-            return [b.select(inside, combine(b, "max", dt, acc[0], val), acc[0]), acc[1]]
-        return [b.select(inside, b.fadd(acc[0], val, flags=U.FAST), acc[0]),
-                b.add(acc[1], b.zext(inside, U.I64))]
+            return [b.select(ok, combine(b, "max", dt, acc[0], val), acc[0]), acc[1]]
+        return [b.select(ok, b.fadd(acc[0], val, flags=U.FAST), acc[0]),
+                b.add(acc[1], b.zext(ok, U.I64))]
 
-    acc, count = U.loop_nest(b, [(ZERO, U.i64(kh)), (ZERO, U.i64(kw))], win, [init, ZERO],
-                             name="w")
+    acc, count = fold_window(b, kh, kw, win, [init, ZERO])
     if is_max:
         return acc
     return b.fdiv(acc, b.sitofp(count, acc.type))
@@ -296,8 +323,16 @@ EXTRA_RULES["avg_pool"] = _pool_rule
 
 
 def lower_pool_grad(gc, op: Op) -> None:
-    """``max_pool_grad(x, y, dy)`` / ``avg_pool_grad(dy, like)``: zero the result, then
-    add each window's gradient where it goes."""
+    """``max_pool_grad(x, y, dy)`` / ``avg_pool_grad(dy, like)``.
+
+    Split over images. Per window position, the taps' offsets and whether each is a real
+    pixel are computed once; then a loop over the channels (unit stride, vectorized)
+    computes every tap's share of the gradient — for max, the first maximum of the
+    window takes ``dy``, as ``max_positions`` of the reference (padding is -inf and can
+    win) — and writes it. Windows that do not overlap (strides >= window) *store* their
+    shares, zeros included, so when they also tile the image exactly nothing else is
+    written; otherwise the image is zeroed first, and overlapping windows *add*.
+    Windows wholly inside the image take a branch with no per-tap checks."""
     is_max = op.kind == "max_pool_grad"
     if is_max:
         x, _y, dy = op.inputs
@@ -305,10 +340,118 @@ def lower_pool_grad(gc, op: Op) -> None:
         values = [x, dy, op.result]
     else:
         dy, image = op.inputs
+        x = None
         values = [dy, op.result]
     out = op.result
     if out.dtype is DType.f16:
         raise Unsupported("f16")
+    (kh, kw), (sh, sw) = _window(op)
+    if kh * kw > MAX_UNROLLED_TAPS:
+        _pool_grad_loops(gc, op, image, x, dy, values)
+        return
+    kc = gc.kernel(op.kind, values)
+    b = kc.b
+    xd = kc.dims(image)
+    dd = kc.dims(dy)
+    dt = out.dtype
+    ct = U.compute_type(dt)
+    zero = ir.Constant(ct, 0.0)
+    disjoint = sh >= kh and sw >= kw
+    h, w = image.type.shape[1], image.type.shape[2]
+    tiled = (disjoint and (sh, sw) == (kh, kw) and isinstance(h, int) and isinstance(w, int)
+             and h % kh == 0 and w % kw == 0)
+    key, fn = dim_key(image, 0)
+    lo, hi = kc.extent_of([xd[0]], key, fn, out)
+    ph = pad_before(kc, op, image, 1, kh, sh)
+    pw = pad_before(kc, op, image, 2, kw, sw)
+    plane = U.product(b, xd[1:])
+    taps = [(i, j) for i in range(kh) for j in range(kw)]
+    lowest = float_limits(ct)[0]
+
+    def per_image(n, _c) -> None:
+        if not tiled:
+            base = U.mul(b, n, plane)
+            U.loop(b, ZERO, plane,
+                   lambda i, _c2: U.store(b, kc.ptr(out), dt, b.add(base, i), zero), name="z")
+
+        def per_window(idx, _c2) -> None:
+            ho, wo = idx
+            h0 = b.sub(b.mul(ho, U.i64(sh)), ph)
+            w0 = b.sub(b.mul(wo, U.i64(sw)), pw)
+            oks, offs = [], []
+            for i, j in taps:
+                hi_, wi_ = b.add(h0, U.i64(i)), b.add(w0, U.i64(j))
+                ok = inside(b, hi_, wi_, xd)
+                oks.append(ok)
+                offs.append(U.linear(b, [n, b.select(ok, hi_, ZERO), b.select(ok, wi_, ZERO),
+                                         ZERO], xd))
+            all_ok = oks[0]
+            for ok in oks[1:]:
+                all_ok = b.and_(all_ok, ok)
+            dbase = U.linear(b, [n, ho, wo, ZERO], dd)
+            inv = None
+            if not is_max:
+                cnt = ZERO
+                for ok in oks:
+                    cnt = b.add(cnt, b.zext(ok, U.I64))
+                cnt = b.select(b.icmp_signed("==", cnt, ZERO), U.i64(1), cnt)
+                inv = b.sitofp(cnt, ct)
+
+            def channels(checked: bool) -> None:
+                def chan(c, _c3) -> None:
+                    g = U.load(b, kc.ptr(dy), dt, b.add(dbase, c))
+                    if is_max:
+                        best, arg = None, ir.Constant(U.I32, 0)
+                        for p, (ok, off) in enumerate(zip(oks, offs)):
+                            v = U.load(b, kc.ptr(x), dt, b.add(off, c))
+                            if checked:
+                                v = b.select(ok, v, lowest)
+                            if best is None:
+                                best = v
+                                continue
+                            take = b.and_(b.fcmp_unordered(">", v, best),
+                                          b.fcmp_ordered("ord", best, best))
+                            best = b.select(take, v, best)
+                            arg = b.select(take, ir.Constant(U.I32, p), arg)
+                        shares = [b.select(b.icmp_signed("==", arg, ir.Constant(U.I32, p)),
+                                           g, zero) for p in range(len(taps))]
+                    else:
+                        s = b.fdiv(g, inv)
+                        shares = [s] * len(taps)
+                    for ok, off, s in zip(oks, offs, shares):
+                        at = b.add(off, c)
+
+                        def put(at=at, s=s) -> None:
+                            if not disjoint:
+                                s = b.fadd(U.load(b, kc.ptr(out), dt, at), s)
+                            U.store(b, kc.ptr(out), dt, at, s)
+                        if checked:
+                            with b.if_then(ok):
+                                put()
+                        else:
+                            put()
+
+                U.loop(b, ZERO, xd[3], chan, name="c")
+
+            with b.if_else(all_ok) as (fast, slow):
+                with fast:
+                    channels(False)
+                with slow:
+                    channels(True)
+
+        U.loop_nest(b, [(ZERO, dd[1]), (ZERO, dd[2])], per_window, name="o")
+
+    U.loop(b, lo, hi, per_image, name="n")
+    kc.finish()
+
+
+def _pool_grad_loops(gc, op: Op, image: Value, x: Value | None, dy: Value,
+                     values: list[Value]) -> None:
+    """Pool gradients of large windows: zero the result, then per window and channel a
+    loop over the taps (max: find the first maximum, add ``dy`` there; avg: add the
+    share to every real tap)."""
+    is_max = x is not None
+    out = op.result
     kc = gc.kernel(op.kind, values)
     kc.whole()
     b = kc.b
@@ -316,13 +459,12 @@ def lower_pool_grad(gc, op: Op) -> None:
     xd = kc.dims(image)
     dd = kc.dims(dy)
     dt = out.dtype
-
-    def zero(i, _c) -> None:
-        U.store(b, kc.ptr(out), dt, i, ir.Constant(U.compute_type(dt), 0.0))
-
-    U.loop(b, ZERO, kc.size(out), zero, name="z")
+    zero = ir.Constant(U.compute_type(dt), 0.0)
+    U.loop(b, ZERO, kc.size(out), lambda i, _c: U.store(b, kc.ptr(out), dt, i, zero),
+           name="z")
     ph = pad_before(kc, op, image, 1, kh, sh)
     pw = pad_before(kc, op, image, 2, kw, sw)
+    bounds = [(ZERO, U.i64(kh)), (ZERO, U.i64(kw))]
 
     def per_out(idx, _c) -> None:
         n, ho, wo, c = idx
@@ -331,38 +473,36 @@ def lower_pool_grad(gc, op: Op) -> None:
         w0 = b.sub(b.mul(wo, U.i64(sw)), pw)
 
         def inside_at(i, j):
-            hi, wi = b.add(h0, i), b.add(w0, j)
-            ok = b.and_(b.and_(b.icmp_signed(">=", hi, ZERO), b.icmp_signed("<", hi, xd[1])),
-                        b.and_(b.icmp_signed(">=", wi, ZERO), b.icmp_signed("<", wi, xd[2])))
-            off = _offset(b, [n, b.select(ok, hi, ZERO), b.select(ok, wi, ZERO), c], xd)
+            hi_, wi_ = b.add(h0, i), b.add(w0, j)
+            ok = inside(b, hi_, wi_, xd)
+            off = _offset(b, [n, b.select(ok, hi_, ZERO), b.select(ok, wi_, ZERO), c], xd)
             return ok, off
 
         if is_max:
             lowest = float_limits(U.compute_type(dt))[0]
 
-            def scan(ij, acc):
+            def scan(ij, acc):  # padding is -inf and takes part, as in the reference
                 ok, off = inside_at(*ij)
-                v = U.load(b, kc.ptr(x), dt, off)
-                wins = b.and_(ok, b.fcmp_unordered(">", v, acc[0]))  # first max wins
-                wins = b.and_(wins, b.fcmp_ordered("ord", acc[0], acc[0]))
-                first = b.and_(ok, b.icmp_signed("<", acc[1], ZERO))
-                take = b.or_(wins, first)
-                return [b.select(take, v, acc[0]), b.select(take, off, acc[1])]
+                v = b.select(ok, U.load(b, kc.ptr(x), dt, off), lowest)
+                first = b.icmp_signed("<", acc[1], ZERO)
+                wins = b.and_(b.fcmp_unordered(">", v, acc[0]),
+                              b.fcmp_ordered("ord", acc[0], acc[0]))
+                take = b.or_(first, wins)
+                return [b.select(take, v, acc[0]), b.select(take, off, acc[1]),
+                        b.select(take, ok, acc[2])]
 
-            _, at = U.loop_nest(b, [(ZERO, U.i64(kh)), (ZERO, U.i64(kw))], scan,
-                                [lowest, U.i64(-1)], name="w")
-            has = b.icmp_signed(">=", at, ZERO)
-            at = b.select(has, at, ZERO)
+            _, at, real = U.loop_nest(b, bounds, scan, [lowest, U.i64(-1),
+                                                       ir.Constant(U.I1, 0)], name="w")
+            at = b.select(real, at, ZERO)
             cur = U.load(b, kc.ptr(out), dt, at)
-            U.store(b, kc.ptr(out), dt, at, b.select(has, b.fadd(cur, g), cur))
+            U.store(b, kc.ptr(out), dt, at, b.select(real, b.fadd(cur, g), cur))
             return
 
         def count(ij, acc):
             ok, _ = inside_at(*ij)
             return [b.add(acc[0], b.zext(ok, U.I64))]
 
-        (cnt,) = U.loop_nest(b, [(ZERO, U.i64(kh)), (ZERO, U.i64(kw))], count, [ZERO],
-                             name="n")
+        (cnt,) = U.loop_nest(b, bounds, count, [ZERO], name="n")
         share = b.fdiv(g, b.sitofp(b.select(b.icmp_signed("==", cnt, ZERO), U.i64(1), cnt),
                                    g.type))
 
@@ -371,7 +511,7 @@ def lower_pool_grad(gc, op: Op) -> None:
             cur = U.load(b, kc.ptr(out), dt, off)
             U.store(b, kc.ptr(out), dt, off, b.select(ok, b.fadd(cur, share), cur))
 
-        U.loop_nest(b, [(ZERO, U.i64(kh)), (ZERO, U.i64(kw))], spread, name="a")
+        U.loop_nest(b, bounds, spread, name="a")
 
     _nest(kc, dd, per_out, name="o")
     kc.finish()

@@ -23,16 +23,19 @@ are kept. Two loop orders:
 - *column order* (the last axis is kept, consumers of the reduced values only at the
   reduced shape, e.g. a bias gradient followed by an optimizer's update): one pass in
   memory order writes the full outputs and folds elements into accumulators in scratch,
-  then a pass over the kept axes computes the reduced outputs.
+  then a pass over the kept axes computes the reduced outputs. When the first axis is
+  reduced with others (``split_rows``), each of its indices gets its own row of
+  accumulators, so the pass splits across threads, and a second kernel folds the rows.
 
 The outermost loop of a kernel takes its range from the kernel's ``lo``/``hi`` so the
 thread pool can split it (row order over K; point-wise over the first axis or the flat
-index); accumulate-order kernels run whole.
+index; split column order over the first axis); accumulate-order and column-order
+kernels otherwise run whole.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import llvmlite.ir as ir
 
@@ -181,9 +184,12 @@ def core_index(idx: Sequence[ir.Value], src: Sequence, dst: Sequence) -> tuple[i
 
 
 def reduction(kc: Kernel, em: Emitter, ops: Sequence[Op], outputs: Sequence[Pair],
-              scratch: ir.Value | None = None) -> None:
+              scratch: ir.Value | None = None,
+              then: "Callable[[], tuple[Kernel, Emitter, ir.Value]] | None" = None) -> None:
     """A kernel whose ops include reductions (see the module docstring). ``scratch``
-    (8 bytes per kept element per reduction) enables the column order."""
+    (8 bytes per kept element per reduction; times the first axis's size when
+    ``split_rows`` says so) enables the column order; ``then`` makes a second kernel
+    (its emitter and scratch pointer) for the split column order's last pass."""
     reduces = [op for op in ops if op.kind in REDUCE_KINDS]
     x0 = reduces[0].inputs[0]
     full = x0.type.shape
@@ -213,7 +219,10 @@ def reduction(kc: Kernel, em: Emitter, ops: Sequence[Op], outputs: Sequence[Pair
     elif last_kept and scratch is not None and not any(
             _depends(v, results) for v in [i for i, _ in full_out] + [r.inputs[0]
                                                                     for r in reduces]):
-        _column_order(kc, em, reduces, full_out, red_out, x0, red, keep, scratch)
+        if then is not None and split_rows(red):
+            _column_split(kc, em, reduces, full_out, red_out, x0, red, keep, scratch, then)
+        else:
+            _column_order(kc, em, reduces, full_out, red_out, x0, red, keep, scratch)
     else:
         _row_order(kc, em, reduces, full_out, red_out, x0, red, keep)
 
@@ -291,6 +300,101 @@ def _column_order(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequ
         em.pop()
 
     U.loop_nest(b, [(U.i64(0), d) for d in kdims], fin, name="m")
+
+
+def split_rows(red: Sequence[int]) -> bool:
+    """Whether a column-order reduction over axes ``red`` keeps one row of partial
+    accumulators per index of the first axis (the split column order): when the first
+    axis is reduced along with others, so each row's partials fold several elements."""
+    return 0 in red and len(red) >= 2
+
+
+def _column_split(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequence[Pair],
+                  red_out: Sequence[Pair], x0: Value, red: tuple[int, ...], keep: list[int],
+                  scratch: ir.Value,
+                  then: "Callable[[], tuple[Kernel, Emitter, ir.Value]]") -> None:
+    """The column order split over the first (reduced) axis: each index ``i0`` of it
+    folds its elements into its own row of accumulators in scratch (8 bytes per kept
+    element per reduction, per ``i0``), so the pass over the input splits across threads;
+    a second kernel folds the rows in ``i0`` order and computes the reduced outputs.
+    (A bias gradient of an NHWC activation: each image's sums, then their sum.)"""
+    b = kc.b
+    dims = kc.dims(x0)
+    kdims = [dims[a] for a in keep]
+    ksize = U.product(b, kdims)
+    d0 = dims[0]
+    key, fn = dim_key(x0, 0)
+    lo, hi = kc.extent_of([d0], key, fn, x0)
+
+    def slots(b: ir.IRBuilder, base: ir.Value, d0: ir.Value, ksize: ir.Value) -> list:
+        out = []
+        for j, r in enumerate(reduces):
+            dt = r.inputs[0].dtype
+            acc_dt = DType.f32 if dt is DType.f16 else dt  # f16 accumulates in f32
+            at = b.gep(base, [U.mul(b, U.i64(8 * j), U.mul(b, d0, ksize))], inbounds=True,
+                       source_etype=U.I8)
+            out.append((r, acc_dt, at))
+        return out
+
+    accs = slots(b, scratch, d0, ksize)
+
+    def row(i0: ir.Value, _c: list) -> None:
+        pbase = b.mul(i0, ksize)
+
+        def init(k: ir.Value, _c2: list) -> None:
+            for r, dt, base in accs:
+                U.store(b, base, dt, b.add(pbase, k), _identity(r.kind, r.inputs[0].dtype))
+
+        U.loop(b, U.i64(0), ksize, init, name="z")
+
+        def body(rest: list[ir.Value], _c2: list) -> None:
+            idx = [i0, *rest]
+            em.push()
+            off = U.linear(b, idx, dims)
+            koff = b.add(pbase, U.linear(b, [idx[a] for a in keep], kdims))
+            for inner, outer in full_out:
+                oidx = core_index(idx, x0.type.shape, inner.type.shape)
+                U.store(b, kc.ptr(outer), outer.dtype, off, em.value(inner, oidx))
+            for r, dt, base in accs:
+                x = em.value(r.inputs[0], tuple(idx))
+                acc = U.load(b, base, dt, koff)
+                U.store(b, base, dt, koff, combine(b, r.kind, r.inputs[0].dtype, acc, x))
+            em.pop()
+
+        U.loop_nest(b, [(U.i64(0), d) for d in dims[1:]], body, name="a")
+
+    U.loop(b, lo, hi, row, name="r")
+
+    kc2, em2, scratch2 = then()
+    kc2.whole()
+    b2 = kc2.b
+    dims2 = kc2.dims(x0)
+    kdims2 = [dims2[a] for a in keep]
+    ksize2 = U.product(b2, kdims2)
+    accs2 = slots(b2, scratch2, dims2[0], ksize2)
+    keep_shape = [x0.type.shape[a] for a in keep]
+
+    def fin(kidx: list[ir.Value], _c: list) -> None:
+        em2.push()
+        koff = U.linear(b2, kidx, kdims2)
+        for r, dt, base in accs2:
+            def fold(i0: ir.Value, acc: list, r=r, dt=dt, base=base) -> list:
+                v = U.load(b2, base, dt, b2.add(b2.mul(i0, ksize2), koff))
+                return [combine(b2, r.kind, r.inputs[0].dtype, acc[0], v)]
+
+            (acc,) = U.loop(b2, U.i64(0), dims2[0], fold,
+                            [_identity(r.kind, r.inputs[0].dtype)], name="f")
+            em2.known[r.result] = _finalize(kc2, r, acc, [dims2[a] for a in red])
+        for inner, outer in red_out:
+            ridx = core_index(kidx, keep_shape, inner.type.shape)
+            U.store(b2, kc2.ptr(outer), outer.dtype, U.linear(b2, ridx, kc2.dims(outer)),
+                    em2.value(inner, ridx))
+        for r in reduces:
+            em2.known.pop(r.result, None)
+        em2.pop()
+
+    U.loop_nest(b2, [(U.i64(0), d) for d in kdims2], fin, name="m")
+    kc2.finish()
 
 
 def _row_order(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequence[Pair],

@@ -1,0 +1,161 @@
+"""Convolutions and pooling on the LLVM backend against the reference backend.
+
+Covers each kernel path: direct convolutions (few input channels: padded input,
+vectorized output channels; the backprop filter in explicit vector register blocks when
+the output channels are whole vectors, else a vectorized loop) and im2col + GEMM (many
+input channels); pooling with windows unrolled tap by tap (disjoint, tiling, gapped and
+overlapping windows) and, for large windows, loops. Strides, dilations, SAME and VALID,
+odd sizes, f32 and f64, a symbolic batch run at several sizes.
+
+Tolerances: f32 results within rtol = atol = 1e-5 of the reference, except the filter
+gradients (sums over every output pixel of the batch, in another order than the
+reference's GEMM): rtol = atol = 1e-4; f64 within 1e-11.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tfc.ir.types import DType
+
+F32, F64 = DType.f32, DType.f64
+RNG = np.random.default_rng(7)
+TOL = {F32: 1e-5, F64: 1e-11}
+SUM_TOL = {F32: 1e-4, F64: 1e-11}
+
+
+def _conv_module(h, dtype, hw, c, filt, strides, dilations, padding):
+    win = dict(strides=list(strides), dilations=list(dilations), padding=padding)
+
+    def body(b, a):
+        x, w, dy = a
+        y = b("conv2d", x, w, **win)
+        return [y,
+                b("conv2d_backprop_filter", x, dy, w, **win),
+                b("conv2d_backprop_input", w, dy, x, **win)]
+
+    from tfc.ir.registry import lookup
+    from tfc.ir.types import TensorType
+    xt = TensorType(dtype, ("B", *hw, c))
+    wt = TensorType(dtype, filt)
+    yt = lookup("conv2d").infer([xt, wt], {**win})[0]
+    m = h.make_module([("x", dtype, ("B", *hw, c)), ("w", dtype, filt),
+                       ("dy", dtype, yt.shape)], body)
+    return m, yt.shape
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("hw,c,filt,strides,dilations,padding", [
+    ((28, 28), 1, (3, 3, 1, 32), (1, 1), (1, 1), "SAME"),     # the benchmark's layer
+    ((9, 8), 2, (3, 3, 2, 8), (1, 1), (1, 1), "VALID"),
+    ((9, 7), 3, (3, 2, 3, 5), (2, 1), (1, 1), "SAME"),        # channels not whole vectors
+    ((11, 10), 1, (3, 3, 1, 16), (2, 2), (1, 1), "SAME"),
+    ((12, 11), 2, (3, 3, 2, 4), (1, 2), (2, 2), "SAME"),      # dilated
+    ((10, 9), 1, (2, 3, 1, 8), (1, 1), (2, 1), "VALID"),
+    ((7, 7), 1, (5, 5, 1, 8), (3, 3), (1, 1), "SAME"),        # 25 taps, large padding
+    ((9, 8), 8, (3, 3, 8, 6), (1, 1), (1, 1), "SAME"),        # im2col + GEMM
+    ((9, 8), 8, (3, 3, 8, 16), (2, 2), (1, 1), "VALID"),
+])
+def test_conv2d_and_backprops(h, dtype, hw, c, filt, strides, dilations, padding):
+    m, yshape = _conv_module(h, dtype, hw, c, filt, strides, dilations, padding)
+    exe = h.compile_llvm(m)
+    for n in (1, 3):
+        feeds = [h.rand(RNG, (n, *hw, c), dtype.np), h.rand(RNG, filt, dtype.np),
+                 h.rand(RNG, (n, *yshape[1:]), dtype.np)]
+        got, want = h.run_both(m, feeds, exe=exe)
+        y, dw, dx = got.fetches
+        np.testing.assert_allclose(y, want.fetches[0], rtol=TOL[dtype], atol=TOL[dtype])
+        np.testing.assert_allclose(dw, want.fetches[1], rtol=SUM_TOL[dtype],
+                                   atol=SUM_TOL[dtype])
+        np.testing.assert_allclose(dx, want.fetches[2], rtol=TOL[dtype], atol=TOL[dtype])
+        assert y.dtype == dtype.np and dw.dtype == dtype.np
+
+
+def test_conv2d_empty_batch_and_one_pixel(h):
+    m, yshape = _conv_module(h, F32, (1, 1), 1, (3, 3, 1, 8), (1, 1), (1, 1), "SAME")
+    exe = h.compile_llvm(m)
+    for n in (0, 2):
+        feeds = [h.rand(RNG, (n, 1, 1, 1)), h.rand(RNG, (3, 3, 1, 8)),
+                 h.rand(RNG, (n, 1, 1, 8))]
+        h.assert_same(*h.run_both(m, feeds, exe=exe), rtol=1e-5, atol=1e-5)
+
+
+def _pool_module(h, dtype, hw, c, ksize, strides, padding):
+    win = dict(ksize=list(ksize), strides=None if strides is None else list(strides),
+               padding=padding)
+
+    def body(b, a):
+        x, gmax, gavg = a
+        p = b("max_pool", x, **win)
+        q = b("avg_pool", x, **win)
+        return [p, q, b("max_pool_grad", x, p, gmax, **win), b("avg_pool_grad", gavg, x, **win)]
+
+    from tfc.ir.registry import lookup
+    from tfc.ir.types import TensorType
+    pt = lookup("max_pool").infer([TensorType(dtype, ("B", *hw, c))], win)[0]
+    m = h.make_module([("x", dtype, ("B", *hw, c)), ("gmax", dtype, pt.shape),
+                       ("gavg", dtype, pt.shape)], body)
+    return m, pt.shape
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("hw,c,ksize,strides,padding", [
+    ((28, 28), 32, (2, 2), None, "SAME"),     # the benchmark's pool: tiles the image
+    ((9, 8), 3, (2, 2), None, "SAME"),        # disjoint, padded border
+    ((9, 8), 5, (2, 2), None, "VALID"),       # disjoint, a row left out
+    ((9, 9), 4, (3, 3), (2, 2), "SAME"),      # overlapping
+    ((8, 7), 2, (3, 2), (1, 1), "VALID"),     # overlapping, stride 1
+    ((10, 9), 3, (2, 2), (3, 3), "VALID"),    # gaps between windows
+    ((6, 5), 2, (9, 9), (1, 1), "SAME"),      # 81 taps: the loop kernels
+])
+def test_pools_and_their_gradients(h, dtype, hw, c, ksize, strides, padding):
+    m, pshape = _pool_module(h, dtype, hw, c, ksize, strides, padding)
+    exe = h.compile_llvm(m)
+    for n in (1, 2):
+        # small integers: many ties, so the first maximum of a window must win
+        x = RNG.integers(-3, 4, (n, *hw, c)).astype(dtype.np)
+        feeds = [x, h.rand(RNG, (n, *pshape[1:]), dtype.np),
+                 h.rand(RNG, (n, *pshape[1:]), dtype.np)]
+        h.assert_same(*h.run_both(m, feeds, exe=exe), rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_max_pool_grad_nan_and_infinities(h):
+    """NaN is the maximum (the first NaN of a window), -inf pixels are ordinary values."""
+    m, pshape = _pool_module(h, F32, (6, 6), 8, (3, 3), (2, 2), "SAME")
+    exe = h.compile_llvm(m)
+    x = RNG.integers(-2, 3, (2, 6, 6, 8)).astype(np.float32)
+    x[0, 1, 1, :4] = np.nan
+    x[0, 1, 2, 2:6] = np.nan
+    x[1, :3, :3, :] = -np.inf
+    x[1, 4, 5, 3] = np.inf
+    g = h.rand(RNG, (2, *pshape[1:]))
+    got, want = h.run_both(m, [x, g, g], exe=exe)
+    for a, b in zip(got.fetches[::2], want.fetches[::2]):  # max_pool, max_pool_grad
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_max_pool_integers(h):
+    m = h.make_module([("x", DType.i32, ("B", 7, 6, 3))],
+                      lambda b, a: b("max_pool", a[0], ksize=[3, 3], strides=[2, 2],
+                                     padding="SAME"))
+    exe = h.compile_llvm(m)
+    x = RNG.integers(-2**31, 2**31 - 1, (2, 7, 6, 3)).astype(np.int32)
+    h.assert_same(*h.run_both(m, [x], exe=exe))
+
+
+def test_split_across_threads(h, monkeypatch):
+    """The direct conv kernels and the pool gradients split over images (each thread
+    pads its own images and sums its own partial blocks): forced onto two threads."""
+    from tfc.backends.llvm import LLVMBackend
+    monkeypatch.setenv("TFC_PARALLEL_MIN", "1")
+    n = 7
+    m, yshape = _conv_module(h, F32, (10, 9), 1, (3, 3, 1, 16), (1, 1), (1, 1), "SAME")
+    conv_feeds = [h.rand(RNG, (n, 10, 9, 1)), h.rand(RNG, (3, 3, 1, 16)),
+                  h.rand(RNG, (n, *yshape[1:]))]
+    p, pshape = _pool_module(h, F32, (9, 9), 8, (3, 3), (2, 2), "SAME")
+    pool_feeds = [h.rand(RNG, (n, 9, 9, 8)), h.rand(RNG, (n, *pshape[1:])),
+                  h.rand(RNG, (n, *pshape[1:]))]
+    for mod, feeds in ((m, conv_feeds), (p, pool_feeds)):
+        exe = LLVMBackend(threads=2).compile(mod, "f")
+        h.assert_same(*h.run_both(mod, feeds, exe=exe), rtol=1e-4, atol=1e-4)
