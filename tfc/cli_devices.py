@@ -98,7 +98,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if synthetic:
         print(f"synthetic feeds (batch {args.batch}): {', '.join(synthetic)}", file=sys.stderr)
     tracer = Tracer()
-    report = bench_entry(program, entry, feeds, args.steps, tracer=tracer)
+    report = bench_entry(program, entry, feeds, args.steps, tracer=tracer,
+                         kernels=bool(args.trace))  # kernel timing only for a trace
     print(report.summary())
     rows = [[d, f"{st.busy_s / report.steps * 1e3:.3f} ms", f"{st.wait_s / report.steps * 1e3:.3f} ms",
              f"{st.bytes_sent // report.steps}", f"{st.peak_bytes / 2**20:.2f} MiB"]

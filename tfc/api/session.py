@@ -106,6 +106,44 @@ class Session:
         it = iter(values)
         return rebuild([None if isinstance(x, Operation) else next(it) for x in leaves])
 
+    def make_callable(self, fetches: Any, feed_list: Any = None) -> Callable[..., Any]:
+        """A function running ``run(fetches, feed_dict)`` with the feeds given
+        positionally, in the order of ``feed_list`` (tensors or placeholder names), as
+        TensorFlow's ``Session.make_callable``: the request is cut out and compiled once,
+        here, so each call only checks its feeds and runs one step."""
+        if self._closed:
+            raise TfcError("this session is closed")
+        leaves, rebuild = _flatten(fetches)
+        tensors: list[Tensor] = []
+        targets: list[Operation] = []
+        for leaf in leaves:
+            if isinstance(leaf, Operation):
+                targets.append(leaf)
+            elif isinstance(leaf, (Tensor, Variable)):
+                tensors.append(convert_to_tensor(leaf))
+            else:
+                raise TfcError(f"cannot fetch {leaf!r}: expected a tensor, variable or "
+                               "operation")
+        fed = [t for t, _ in self._resolve_feeds({k: None for k in (feed_list or [])})]
+        if len(set(fed)) != len(fed):
+            raise FeedError("make_callable: a tensor is listed twice in feed_list")
+        self._initialize_missing(targets)
+        compiled = self._compile(tensors, targets, fed)
+        is_op = [isinstance(x, Operation) for x in leaves]
+        n = len(fed)
+
+        def call(*values: Any) -> Any:
+            if self._closed:
+                raise TfcError("this session is closed")
+            if len(values) != n:
+                raise FeedError(f"this callable takes {n} feed{'s' if n != 1 else ''}, "
+                                f"got {len(values)}")
+            self._initialize_missing(targets)
+            it = iter(self._execute(compiled, list(values)))
+            return rebuild([None if op else next(it) for op in is_op])
+
+        return call
+
     def _resolve_feeds(self, feed_dict: Mapping[Any, Any]) -> list[tuple[Tensor, Any]]:
         by_name: dict[str, Tensor] | None = None  # built only when a key is a name
         out: list[tuple[Tensor, Any]] = []

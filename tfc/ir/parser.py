@@ -47,8 +47,51 @@ _TERMINAL_NAMES = {
 
 @functools.cache
 def _lark() -> Lark:
+    """The parser, built once per process. Building it (LALR tables) costs ~80 ms, most
+    of loading an artifact, so the tables are kept in the user's tfc cache directory
+    (``$TFC_CACHE_DIR``, default ``~/.cache/tfc``, the compile cache's), named by a hash
+    of the grammar and lark's version, written atomically; any problem with the cache
+    only means building the parser again."""
     grammar = importlib.resources.files("tfc.ir").joinpath("tfir.lark").read_text()
-    return Lark(grammar, parser="lalr", lexer="contextual", maybe_placeholders=True)
+    options = dict(parser="lalr", lexer="contextual", maybe_placeholders=True)
+    path = _lark_cache_path(grammar)
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                return Lark.load(f)
+        except Exception:  # missing, torn or stale: build it
+            pass
+    parser = Lark(grammar, **options)
+    if path is not None:
+        _save_lark(parser, path)
+    return parser
+
+
+def _lark_cache_path(grammar: str) -> str | None:
+    import hashlib
+    import os
+    import lark
+    base = os.environ.get("TFC_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                           "tfc")
+    key = hashlib.sha256(f"{lark.__version__}\0{grammar}".encode()).hexdigest()[:24]
+    return os.path.join(base, "lark", f"tfir-{key}.lalr")
+
+
+def _save_lark(parser: Lark, path: str) -> None:
+    import os
+    import tempfile
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                parser.save(f)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except Exception:  # a read-only home or a full disk only costs the next build
+        pass
 
 
 def parse_module(text: str, filename: str = "<string>") -> Module:

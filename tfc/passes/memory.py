@@ -9,8 +9,12 @@ Which values live in the arena: results of the graph's own ops, except
 - ``var.read`` results (the variables' storage) and ``constant`` results (module data),
 - graph results (fetches: written straight into the caller's output arrays; later ops
   that use a fetched value read it from there),
-- values whose size is not known before the run (a ``?`` dim): ``MemoryPlan.dynamic``
-  lists them, and the backend allocates them itself.
+Values whose size is not known before the run (a ``?`` dim, e.g. ``split`` of a batch
+``B``) are in the arena too, in *dynamic* buffers (``MemoryPlan.dynamic`` lists them):
+a backend knows every ``?`` dim once it has the feeds' shapes (shape inference on the
+concrete shapes: a *binding*), so a dynamic buffer is sized per binding as the largest
+of its values (``value_bytes``). Dynamic values share dynamic buffers by liveness only
+(never a static buffer, never in place: two ``?`` dims need not be equal).
 Values inside regions (fusion, cond, scan bodies) are the kernel's own business.
 
 Aliases share another value's storage rather than a buffer of their own:
@@ -38,8 +42,10 @@ order of definition and, separately, largest first; the smaller arena wins. Size
 be symbolic (``B``): one size fits another for every binding when both have the same
 symbols, counted with multiplicity, and a static factor no larger; sizes with other
 symbols never share a buffer.
-Buffer offsets are laid out in id order, each rounded up to ``MemoryPlan.ALIGN``, and
-evaluated per binding at run time.
+Buffer offsets are laid out in id order (dynamic buffers after the others), each rounded
+up to ``MemoryPlan.ALIGN``, and evaluated per binding at run time. Where a size must be
+estimated without a binding (the schedule, the report), ``?`` counts as ``NOMINAL_SYMBOL``
+like any symbol.
 """
 
 from __future__ import annotations
@@ -65,6 +71,8 @@ VIEW_OPS = frozenset({"reshape", "reshape_like", "expand_dims", "squeeze", "iden
 EXTERNAL_OPS = frozenset({"var.read", "constant"})
 # Symbols count as this much when the scheduler compares sizes and the report shows them.
 NOMINAL_SYMBOL = 128
+# A binding's concrete byte count of a value (the backend's, for values with '?' dims).
+ValueBytes = Callable[[Value], int]
 
 
 @dataclass(frozen=True)
@@ -91,9 +99,9 @@ class Size:
     def bytes(self, bindings: Mapping[str, int]) -> int:
         n = self.static_factor
         for s in self.symbols:
-            if s == UNKNOWN:
-                raise TfcError(f"size {self}: a '?' dim has no size before the run")
             if s not in bindings:
+                if s == UNKNOWN:
+                    raise TfcError(f"size {self}: a '?' dim has no size before the run")
                 raise TfcError(f"size {self} needs a value for symbol '{s}' "
                                f"(given: {', '.join(sorted(bindings)) or 'none'})")
             n *= int(bindings[s])
@@ -116,8 +124,19 @@ class Buffer:
     views and in-place results use their root's slot, see ``MemoryPlan.alias_of``)."""
 
     id: int
-    size: Size  # large enough for every value placed in it, for every binding
+    # Large enough for every value placed in it, for every binding; for a dynamic buffer
+    # only its first value's size (the buffer is as large as its largest value, per
+    # binding: see ``MemoryPlan.buffer_bytes``).
+    size: Size
     values: list[Value]  # the values it holds during the step, in schedule order
+    dynamic: bool = False  # holds values with '?' dims: sized per binding
+
+    def size_text(self) -> str:
+        """The size as a formula (``max(...)`` of the values' for a dynamic buffer)."""
+        if not self.dynamic:
+            return str(self.size)
+        sizes = list(dict.fromkeys(str(Size.of(v.type)) for v in self.values))
+        return sizes[0] if len(sizes) == 1 else f"max({', '.join(sizes)})"
 
 
 @dataclass
@@ -131,7 +150,7 @@ class MemoryPlan:
     in_place: dict[Value, Value]  # in-place result -> the operand whose storage it overwrites
     # Root value -> (first, last) positions in the schedule where its storage is live.
     live: dict[Value, tuple[int, int]] = field(default_factory=dict, repr=False)
-    # Values left out of the arena because their size is unknown before the run ('?').
+    # Arena values whose size is unknown before the run ('?'): in dynamic buffers.
     dynamic: list[Value] = field(default_factory=list)
     # Printed names of the graph's values (as `tfc ir` shows them), for the report.
     names: dict[Value, str] = field(default_factory=dict, repr=False)
@@ -146,34 +165,57 @@ class MemoryPlan:
         return self.buffer_of.get(self.root(v))
 
     def aligned(self, size: Size, bindings: Mapping[str, int]) -> int:
-        n = size.bytes(bindings)
-        return -(-n // self.ALIGN) * self.ALIGN
+        return _align(size.bytes(bindings))
 
-    def offsets(self, bindings: Mapping[str, int]) -> list[int]:
+    def value_bytes(self, v: Value, bindings: Mapping[str, int],
+                    value_bytes: ValueBytes | None = None) -> int:
+        """Bytes of ``v`` rounded up to ALIGN: ``value_bytes(v)`` (a binding's concrete
+        size) when given and ``v`` has a '?' dim, else from its type and ``bindings``."""
+        if value_bytes is not None and UNKNOWN in v.type.shape:
+            return _align(value_bytes(v))
+        return self.aligned(Size.of(v.type), bindings)
+
+    def buffer_bytes(self, b: Buffer, bindings: Mapping[str, int],
+                     value_bytes: ValueBytes | None = None) -> int:
+        """Bytes of buffer ``b`` (rounded up to ALIGN) at a binding; a dynamic buffer
+        needs ``value_bytes`` (or ``'?'`` in ``bindings``, as an estimate)."""
+        if not b.dynamic:
+            return self.aligned(b.size, bindings)
+        return max((self.value_bytes(v, bindings, value_bytes) for v in b.values), default=0)
+
+    def offsets(self, bindings: Mapping[str, int],
+                value_bytes: ValueBytes | None = None) -> list[int]:
         """Byte offset of each buffer in the arena, in id order."""
         out, at = [], 0
         for b in self.buffers:
             out.append(at)
-            at += self.aligned(b.size, bindings)
+            at += self.buffer_bytes(b, bindings, value_bytes)
         return out
 
-    def arena_bytes(self, bindings: Mapping[str, int]) -> int:
-        return sum(self.aligned(b.size, bindings) for b in self.buffers)
+    def arena_bytes(self, bindings: Mapping[str, int],
+                    value_bytes: ValueBytes | None = None) -> int:
+        return sum(self.buffer_bytes(b, bindings, value_bytes) for b in self.buffers)
 
-    def peak_live_bytes(self, bindings: Mapping[str, int]) -> int:
+    def peak_live_bytes(self, bindings: Mapping[str, int],
+                        value_bytes: ValueBytes | None = None) -> int:
         """Max over the schedule of the bytes of root values live at once (each rounded
         up to ALIGN, so ``arena_bytes >= peak_live_bytes`` always)."""
-        return _peak(self.live, lambda v: self.aligned(Size.of(v.type), bindings))
+        return _peak(self.live, lambda v: self.value_bytes(v, bindings, value_bytes))
 
-    def no_reuse_bytes(self, bindings: Mapping[str, int]) -> int:
+    def no_reuse_bytes(self, bindings: Mapping[str, int],
+                       value_bytes: ValueBytes | None = None) -> int:
         """The baseline: every arena value in a buffer of its own (in-place results
         included; views excluded, as they never copy), each rounded up to ALIGN."""
         values = [v for v in self.buffer_of] + [v for v in self.in_place]
-        return sum(self.aligned(Size.of(v.type), bindings) for v in values)
+        return sum(self.value_bytes(v, bindings, value_bytes) for v in values)
 
     def report(self, bindings: Mapping[str, int] | None = None) -> str:
         """A readable table of the buffers, their values, and the totals."""
         return _report(self, bindings)
+
+
+def _align(n: int) -> int:
+    return -(-n // MemoryPlan.ALIGN) * MemoryPlan.ALIGN
 
 
 # ---- the pass ---------------------------------------------------------------------------
@@ -199,9 +241,11 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     assert best is not None
     _, order, aliases = best
     graph.ops = order
-    buffers, buffer_of = _assign_buffers(aliases.live, order, nominal)
+    buffers, buffer_of = _assign_buffers(aliases.live, order, nominal, info.dynamic_set)
     return MemoryPlan(graph.name, buffers, buffer_of, aliases.alias_of, aliases.in_place,
-                      live=aliases.live, dynamic=info.dynamic, names=_names(graph))
+                      live=aliases.live,
+                      dynamic=[r for op in order for r in op.results if r in info.dynamic_set],
+                      names=_names(graph))
 
 
 # ---- what lives where -------------------------------------------------------------------
@@ -212,7 +256,7 @@ class _Info:
     def __init__(self, graph: Graph) -> None:
         fetched = set(graph.results)
         self.arena: set[Value] = set()  # arena values (roots and aliases alike)
-        self.dynamic: list[Value] = []
+        self.dynamic: list[Value] = []  # arena values with a '?' dim (not views)
         self.static_view: dict[Value, Value] = {}  # view result -> its input
         for op in graph.ops:
             if op.kind in VIEW_OPS and op.results and op.results[0] not in fetched:
@@ -224,8 +268,8 @@ class _Info:
                     continue
                 if UNKNOWN in r.type.shape and r not in self.static_view:
                     self.dynamic.append(r)
-                else:
-                    self.arena.add(r)
+                self.arena.add(r)
+        self.dynamic_set = set(self.dynamic)
 
     def storage_key(self, v: Value) -> Value:
         """``v``'s storage as far as views tell (in-place is decided per schedule)."""
@@ -277,7 +321,8 @@ class _Aliases:
             for r in op.results:
                 if r in info.static_view:
                     self.alias_of[r] = self.root(info.static_view[r])
-                elif r in info.arena and _can_write_in_place(op, r):
+                elif (r in info.arena and r not in info.dynamic_set
+                      and _can_write_in_place(op, r)):
                     src = self._in_place_source(op, r, t, info, members, last_use, taken)
                     if src is not None:
                         root = self.root(src)
@@ -300,7 +345,8 @@ class _Aliases:
         """The first operand ``r`` may overwrite: same type, in the arena, dying here."""
         for v in op.inputs:
             root = self.root(v)
-            if v.type != r.type or root not in info.arena or root in taken:
+            if (v.type != r.type or root not in info.arena or root in taken
+                    or root in info.dynamic_set):
                 continue
             if all(last_use.get(m, -1) <= t for m in members.get(root, ())):
                 return v
@@ -322,10 +368,10 @@ def _peak(live: Mapping[Value, tuple[int, int]], size: Callable[[Value], int]) -
 
 
 def _nominal(graph: Graph) -> dict[str, int]:
-    """Every symbol of the graph's top-level types bound to ``NOMINAL_SYMBOL``."""
-    symbols: set[str] = set()
+    """Every symbol of the graph's top-level types (and '?') bound to ``NOMINAL_SYMBOL``."""
+    symbols: set[str] = {UNKNOWN}
     for v in [*graph.args, *(r for op in graph.ops for r in op.results)]:
-        symbols.update(d for d in v.type.shape if isinstance(d, str) and d != UNKNOWN)
+        symbols.update(d for d in v.type.shape if isinstance(d, str))
     return {s: NOMINAL_SYMBOL for s in symbols}
 
 
@@ -390,11 +436,13 @@ def _greedy_schedule(graph: Graph, info: _Info, nominal: Mapping[str, int]) -> l
 # ---- buffer assignment ------------------------------------------------------------------
 
 def _assign_buffers(live: Mapping[Value, tuple[int, int]], order: Sequence[Op],
-                    nominal: Mapping[str, int]) -> tuple[list[Buffer], dict[Value, int]]:
+                    nominal: Mapping[str, int], dynamic: set[Value] = frozenset()
+                    ) -> tuple[list[Buffer], dict[Value, int]]:
     """Best fit over live intervals; the better (at ``nominal``) of two visiting orders:
-    by definition (linear scan) and largest first (which packs big values tightly)."""
+    by definition (linear scan) and largest first (which packs big values tightly).
+    Then the ``dynamic`` values, in dynamic buffers of their own after those."""
     position = {r: (t, k) for t, op in enumerate(order) for k, r in enumerate(op.results)}
-    by_time = sorted(live, key=lambda v: position[v])
+    by_time = sorted((v for v in live if v not in dynamic), key=lambda v: position[v])
     by_size = sorted(by_time, key=lambda v: -Size.of(v.type).bytes(nominal))
     best: tuple[int, list[Buffer], dict[Value, int]] | None = None
     for values in (by_time, by_size):
@@ -403,9 +451,36 @@ def _assign_buffers(live: Mapping[Value, tuple[int, int]], order: Sequence[Op],
         if best is None or total < best[0]:
             best = (total, buffers, buffer_of)
     assert best is not None
-    for b in best[1]:
+    buffers, buffer_of = best[1], best[2]
+    _dynamic_fit(sorted((v for v in live if v in dynamic), key=lambda v: position[v]),
+                 live, buffers, buffer_of)
+    for b in buffers:
         b.values.sort(key=lambda v: position[v])
-    return best[1], best[2]
+    return buffers, buffer_of
+
+
+def _dynamic_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
+                 buffers: list[Buffer], buffer_of: dict[Value, int]) -> None:
+    """Dynamic values into dynamic buffers (appended to ``buffers``): a buffer is as
+    large as its largest value at each binding, so sharing one never costs more than
+    separate buffers; a value goes to a free buffer whose values have its type if
+    there is one (sizes equal at every binding more often), else any free one."""
+    first = len(buffers)
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for v in values:
+        start, end = live[v]
+        free = [b for b in buffers[first:]
+                if all(e < start or s > end for s, e in spans[b.id])]
+        same = [b for b in free if any(u.type == v.type for u in b.values)]
+        if same or free:
+            buf = (same or free)[0]
+        else:
+            buf = Buffer(len(buffers), Size.of(v.type), [], dynamic=True)
+            buffers.append(buf)
+            spans[buf.id] = []
+        buf.values.append(v)
+        spans[buf.id].append((start, end))
+        buffer_of[v] = buf.id
 
 
 def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
@@ -471,7 +546,8 @@ def _fmt_bytes(n: int) -> str:
 
 
 def _report(plan: MemoryPlan, bindings: Mapping[str, int] | None) -> str:
-    symbols = sorted({s for b in plan.buffers for s in b.size.symbols})
+    symbols = sorted({s for b in plan.buffers for v in b.values
+                      for s in Size.of(v.type).symbols})
     given = dict(bindings) if bindings is not None else {}
     at = {s: int(given.get(s, NOMINAL_SYMBOL)) for s in symbols} | given
     where = ", ".join(f"{s}={at[s]}" for s in symbols)
@@ -483,7 +559,7 @@ def _report(plan: MemoryPlan, bindings: Mapping[str, int] | None) -> str:
     offsets = plan.offsets(at)
     rows = [("buffer", "offset", "bytes", "size", "values")]
     for b, off in zip(plan.buffers, offsets):
-        rows.append((f"#{b.id}", str(off), str(plan.aligned(b.size, at)), str(b.size),
+        rows.append((f"#{b.id}", str(off), str(plan.buffer_bytes(b, at)), b.size_text(),
                      " ".join(name(v) for v in b.values)))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
@@ -500,7 +576,7 @@ def _report(plan: MemoryPlan, bindings: Mapping[str, int] | None) -> str:
         lines.append("in place: " + ", ".join(f"{name(r)} <- {name(s)}"
                                               for r, s in plan.in_place.items()))
     if plan.dynamic:
-        lines.append("dynamic (allocated by the backend): "
+        lines.append("dynamic (sized per binding; '?' shown at its nominal size): "
                      + " ".join(name(v) for v in plan.dynamic))
     return "\n".join(lines)
 

@@ -74,7 +74,8 @@ def build_manifest(module: Module, step: int = 0, backend: str = "reference") ->
                            "device": decl.device}
     return {"format": FORMAT, "version": VERSION, "created_by": f"tfc {tfc_version()}",
             "entries": entries, "variables": variables, "step": int(step), "ir": IR_MEMBER,
-            "backend": backend}
+            "backend": backend, "devices": list(module.devices),
+            "fp16_transfers": bool(module.fp16_transfers)}
 
 
 def atomic_write(path: str | os.PathLike[str], write: Any) -> None:
@@ -123,20 +124,32 @@ def _fsync_dir(directory: Path) -> None:
 def save_artifact(path: str | os.PathLike[str], module: Module,
                   variables: Mapping[str, np.ndarray], step: int = 0,
                   backend: str = "reference",
-                  native: Mapping[str, tuple[bytes, str]] | None = None) -> None:
+                  native: Mapping[str, tuple[Any, ...]] | None = None) -> None:
     """Write ``module``, the values of all its variables and (``native``: entry ->
-    (object code, host key)) compiled code to the artifact ``path``."""
+    (object code, host key[, ``NativeMeta``])) compiled code to the artifact ``path``;
+    with the tables, loading links the code without lowering the graph again."""
     from tfc.ir.printer import print_module
 
     manifest = build_manifest(module, step, backend)
     objects: dict[str, bytes] = {}
+    arrays: dict[str, np.ndarray] = {}
     if native:
-        hosts = {key for _, key in native.values()}
-        manifest["native"] = {"host": hosts.pop() if len(hosts) == 1 else None, "entries": {}}
-        for i, (entry, (code, _)) in enumerate(sorted(native.items())):
+        hosts = {item[1] for item in native.values()}
+        manifest["native"] = {"host": hosts.pop() if len(hosts) == 1 else None, "entries": {},
+                              "tables": {}}
+        for i, (entry, item) in enumerate(sorted(native.items())):
+            code, meta = item[0], (item[2] if len(item) > 2 else None)
             member = f"native/{i:04d}.o"
             manifest["native"]["entries"][entry] = member
             objects[member] = code
+            if meta is not None:  # run-time tables: loading needs no lowering
+                table = meta.to_json()
+                table["constant_files"] = []
+                for k, c in enumerate(meta.constants):
+                    name = f"native/{i:04d}.const/{k:04d}.npy"
+                    table["constant_files"].append(name)
+                    arrays[name] = np.asarray(c)
+                manifest["native"]["tables"][entry] = table
     missing = [n for n in module.variables if n not in variables]
     if missing:
         raise TfcError(f"cannot save {path}: variable @{missing[0]} has no value")
@@ -150,6 +163,9 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
             zf.writestr(IR_MEMBER, ir_text, compress_type=zipfile.ZIP_DEFLATED)
             for member, code in objects.items():
                 zf.writestr(member, code, compress_type=zipfile.ZIP_DEFLATED)
+            for member, arr in arrays.items():
+                with zf.open(member, "w", force_zip64=True) as fh:
+                    np.save(fh, arr, allow_pickle=False)
             for name, info in manifest["variables"].items():
                 arr = np.asarray(variables[name])
                 with zf.open(info["file"], "w", force_zip64=True) as member:
@@ -187,13 +203,50 @@ def _native_executables(path: Any, module: Module, manifest: dict[str, Any]) -> 
         return {}
     backend = LLVMBackend()
     out = {}
+    tables = native.get("tables") or {}
+    if not isinstance(tables, dict):
+        raise ArtifactError(f"{path}: {MANIFEST} field 'native.tables' should be an object")
     with zipfile.ZipFile(path) as zf:
         for entry, member in dict(native.get("entries") or {}).items():
             if entry not in module.entries:
                 raise ArtifactError(f"{path}: {MANIFEST} has native code for an unknown "
                                     f"entry '{entry}'")
-            out[entry] = backend.load(module, entry, _member(zf, path, member), native["host"])
+            meta = _native_meta(zf, path, entry, tables.get(entry))
+            try:
+                out[entry] = backend.load(module, entry, _member(zf, path, member),
+                                          native["host"], meta=meta)
+            except ArtifactError as e:
+                raise ArtifactError(f"{path}: {e.message}") from None
     return out
+
+
+def _native_meta(zf: zipfile.ZipFile, path: Any, entry: str, table: Any) -> Any:
+    """The stored run-time tables of ``entry``'s native code (``None`` if there are none:
+    then loading lowers the graph again)."""
+    from tfc.backends.llvm.backend import NativeMeta
+    if table is None:
+        return None
+    files = table.get("constant_files") if isinstance(table, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise ArtifactError(f"{path}: {MANIFEST} has invalid native tables for '{entry}'")
+    constants = []
+    for name in files:
+        try:
+            with zf.open(name) as fh:
+                arr = np.load(fh, allow_pickle=False)
+        except KeyError:
+            raise ArtifactError(f"{path} has no member {name} (a constant of '{entry}')"
+                                ) from None
+        except (ValueError, OSError, EOFError) as e:
+            raise ArtifactError(f"{path}: {name} is not a valid .npy file ({e})") from None
+        if not isinstance(arr, np.ndarray):
+            raise ArtifactError(f"{path}: {name} is not a single .npy array")
+        constants.append(np.ascontiguousarray(arr))
+    try:
+        return NativeMeta.from_json(table, constants)
+    except ValueError as e:
+        raise ArtifactError(f"{path}: {MANIFEST} has invalid native tables for "
+                            f"'{entry}': {e}") from None
 
 
 def read_artifact(path: str | os.PathLike[str]
@@ -285,7 +338,22 @@ def _read_module(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]) -> Mo
     if want != have:
         raise ArtifactError(f"{path}: {MANIFEST} lists variables {sorted(want)} but {member} "
                             f"declares {sorted(have)}")
+    module.devices, module.fp16_transfers = _target(path, manifest)
     return module
+
+
+def _target(path: Any, manifest: dict[str, Any]) -> tuple[list[str], bool]:
+    """The devices the module was compiled for (absent in older artifacts: one)."""
+    from tfc.devices import parse_devices
+    devices = manifest.get("devices") or []
+    fp16 = manifest.get("fp16_transfers", False)
+    if not isinstance(devices, list) or not isinstance(fp16, bool):
+        raise ArtifactError(f"{path}: {MANIFEST} fields 'devices' and 'fp16_transfers' "
+                            f"should be a list and a boolean")
+    try:
+        return (parse_devices(devices) if devices else []), fp16
+    except TfcError as e:
+        raise ArtifactError(f"{path}: {MANIFEST} names a bad device ({e})") from None
 
 
 def _manifest_type(path: Any, name: str, info: Any) -> TensorType:

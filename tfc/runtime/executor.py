@@ -7,7 +7,9 @@ stage ``s`` on one device only waits for values that other devices produce in st
 before ``s`` — the stages of all devices can run concurrently without deadlock. Each
 stage is an ordinary graph compiled by the backend (one native call per stage on the
 LLVM backend, which releases the GIL while it runs); sends and receives happen between
-stages through the step's ``Rendezvous``.
+stages through the step's ``Rendezvous``. With a ``tracer`` set, every stage is a span
+of the device's track, and when the backend times its kernels (``LLVMBackend(
+profile=True)``) each kernel is a span inside its stage's.
 
 ``PartitionedExecutable`` has the backend ``Executable`` interface, so ``Program`` runs a
 multi-device module exactly as it runs a single-device one: same feeds, fetches,
@@ -125,6 +127,19 @@ def cut_stages(part: Partition, stage_of: Mapping[Op, int]) -> list[Stage]:
     return stages
 
 
+def trace_kernels(tracer: Tracer, device: str, exe: Any) -> int:
+    """One ``kernel`` span per kernel of ``exe``'s latest step, when the backend timed
+    them (``kernel_times()``: an LLVM executable compiled with ``profile=True``); the
+    number of spans."""
+    times = getattr(exe, "kernel_times", None)
+    if times is None:
+        return 0
+    spans = times()
+    for name, start, end in spans:
+        tracer.span(device, name, start, end, "kernel")
+    return len(spans)
+
+
 class PartitionedExecutable:
     """Compiles ``entry``'s partitions' stages with ``backend`` and runs a step across the
     devices, one thread each (see the module docstring)."""
@@ -176,6 +191,7 @@ class PartitionedExecutable:
                 if tracer is not None:
                     tracer.span(plan.device, st.graph.name, t0, clock(), "stage",
                                 ops=len(st.graph.ops))
+                    trace_kernels(tracer, plan.device, st.executable)
                     # memory: the stage's arena and every tensor the device holds now
                     tracer.memory(plan.device, int(getattr(st.executable, "arena_bytes", 0))
                                   + sum(a.nbytes for a in env.values()))

@@ -1,7 +1,9 @@
 """``tfc bench``: time an entry's steps, per device, and write the timeline.
 
 A multi-device program's executor records every stage, send and recv in a ``Tracer``;
-a single-device program is one native call per step, recorded as one span. The report
+a single-device program is one native call per step, recorded as one span. On the LLVM
+backend each kernel is a span too, inside its stage's (``bench_entry(kernels=...)``,
+on by default when tracing). The report
 gives the step time (median, min, max over the timed steps), and per device the time
 spent computing, waiting in recvs, the bytes sent and the peak memory: the largest
 arena a stage's memory plan needs (when the backend has one) plus the tensors the
@@ -11,12 +13,13 @@ device holds after each stage (feeds, received and computed tensors).
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from tfc.runtime.executor import PartitionedExecutable
+from tfc.runtime.executor import PartitionedExecutable, trace_kernels
 from tfc.runtime.trace import DeviceStats, Tracer
 
 
@@ -46,9 +49,45 @@ def _arena_bytes(exe: Any) -> int:
 
 
 def bench_entry(program: Any, entry: str, feeds: Mapping[str, Any], steps: int,
-                warmup: int = 2, tracer: Tracer | None = None) -> BenchReport:
+                warmup: int = 2, tracer: Tracer | None = None,
+                kernels: bool | None = None) -> BenchReport:
     """Run ``warmup`` then ``steps`` steps of ``entry``, timing each (and tracing the
-    timed ones into ``tracer`` when given)."""
+    timed ones into ``tracer`` when given).
+
+    ``kernels`` (default: whether a ``tracer`` is given) also records one span per
+    kernel inside each stage span, on a backend that can time its kernels (the LLVM
+    backend's ``profiled()``: the entry is compiled again with native timestamps around
+    every kernel, a few tens of nanoseconds each, and the program's own executable is
+    back in place afterwards)."""
+    if kernels is None:
+        kernels = tracer is not None
+    with _kernel_timing(program, entry, kernels):
+        return _bench(program, entry, feeds, steps, warmup, tracer)
+
+
+@contextmanager
+def _kernel_timing(program: Any, entry: str, on: bool) -> Iterator[None]:
+    """Run ``entry`` of ``program`` on its backend's kernel-timing twin inside the block."""
+    profiled = getattr(program.backend, "profiled", None) if on else None
+    if profiled is None or not hasattr(program, "_executables"):
+        yield
+        return
+    backend = program.backend
+    saved = (program._executables.pop(entry, None), program._runners.pop(entry, None))
+    program.backend = profiled()
+    try:
+        yield
+    finally:
+        program.backend = backend
+        program._executables.pop(entry, None)
+        program._runners.pop(entry, None)
+        for cache, old in zip((program._executables, program._runners), saved):
+            if old is not None:
+                cache[entry] = old
+
+
+def _bench(program: Any, entry: str, feeds: Mapping[str, Any], steps: int, warmup: int,
+           tracer: Tracer | None) -> BenchReport:
     for _ in range(warmup):
         program.run(entry, feeds)
     exe = program._executable(entry)
@@ -67,6 +106,7 @@ def bench_entry(program: Any, entry: str, feeds: Mapping[str, Any], steps: int,
             times.append(t1 - t0)
             if not partitioned:
                 tracer.span(device, f"{entry} (one native call)", t0, t1, "stage")
+                trace_kernels(tracer, device, exe)
     finally:
         if partitioned:
             exe.tracer = None

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -22,7 +22,8 @@ from tfc.backends.base import Backend, Executable, get_backend
 from tfc.errors import ExecutionError, FeedError, TfcError
 from tfc.ir.core import INIT_GRAPH, Graph, Module, VariableDecl
 from tfc.ir.types import DType, TensorType, format_shape
-from tfc.runtime.feeds import check_feeds
+from tfc.runtime.feeds import check_feeds, expected_feeds
+from tfc.runtime.runner import EntryRunner
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class Program:
                                  else backend)
         # entries compiled ahead of time (an artifact's object code)
         self._executables: dict[str, Executable] = dict(executables or {})
+        self._runners: dict[str, EntryRunner] = {}
         self._step = int(step)
         if variables is None:
             values, copy = self._initial_values(), False  # fresh arrays, ours alone
@@ -170,23 +172,80 @@ class Program:
 
         Feeds come as a mapping (for names that are not Python identifiers) and/or as
         keywords. The step's variable updates apply after it succeeds, all at once.
+        For hot loops, ``callable`` does the same with less work per call.
         """
-        graph = self.entry(entry)
-        merged = dict(feeds or {})
-        for k, v in kw_feeds.items():
-            if k in merged:
-                raise FeedError(f"entry '{entry}': feed '{k}' is given twice")
-            merged[k] = v
-        arrays = check_feeds(graph, merged, where=f"entry '{entry}'")
-        result = self._executable(entry)(arrays, self._view, self._step)
-        if len(result.fetches) != len(graph.results):
-            raise ExecutionError(f"entry '{entry}': the backend returned "
-                                 f"{len(result.fetches)} fetches, expected {len(graph.results)}")
-        fetches = [self._own_fetch(np.asarray(f)) for f in result.fetches]
-        updates = self._checked_updates(entry, result.updates, [*arrays, *fetches])
-        self._variables.update(updates)
-        self._step += 1
-        return dict(zip(graph.result_names, fetches))
+        runner = self._runners.get(entry) or self._runner(entry)
+        if feeds:
+            merged = dict(feeds)
+            for k, v in kw_feeds.items():
+                if k in merged:
+                    raise FeedError(f"entry '{entry}': feed '{k}' is given twice")
+                merged[k] = v
+        else:
+            merged = kw_feeds
+        names = runner.arg_names
+        values = None
+        if len(merged) == len(names):
+            try:
+                values = [merged[n] for n in names]
+            except KeyError:
+                pass
+        if values is None:  # an unknown or a missing feed: check_feeds says which
+            values = check_feeds(runner.graph, merged, where=runner.where)
+        return dict(zip(runner.result_names, runner.step(values)))
+
+    def callable(self, entry: str, feeds: str | Sequence[str] | None = None,
+                 fetches: str | Sequence[str] | None = None) -> Callable[..., Any]:
+        """A function that runs steps of ``entry`` with less work per call than ``run``
+        (TensorFlow's ``Session.make_callable``): it takes the feeds positionally, in
+        the order of ``feeds`` (default: the entry's), and returns the fetch named by
+        ``fetches`` when that is one name, a list for a list of names, and all fetches
+        by name (as ``run``) when it is ``None``. Steps behave exactly as ``run``'s:
+        same checks, same errors, variables and step counter updated together."""
+        runner = self._runners.get(entry) or self._runner(entry)
+        where = runner.where
+        names = runner.arg_names
+        given = names
+        order: list[int] | None = None
+        if feeds is not None:
+            given = [feeds] if isinstance(feeds, str) else list(feeds)
+            for name in given:
+                if name not in names:
+                    raise FeedError(f"{where}: unknown feed '{name}'{_hint(name, names)}; "
+                                    f"expected feeds: {expected_feeds(runner.graph)}")
+                if given.count(name) > 1:
+                    raise FeedError(f"{where}: feed '{name}' is listed twice")
+            missing = [n for n in names if n not in given]
+            if missing:
+                raise FeedError(f"{where}: the callable must take every feed; missing "
+                                f"{', '.join(repr(n) for n in missing)}")
+            order = [given.index(n) for n in names]
+            if order == list(range(len(names))):
+                order = None
+        results = runner.result_names
+        single = isinstance(fetches, str)
+        wanted = [fetches] if single else list(results if fetches is None else fetches)
+        for name in wanted:
+            if name not in results:
+                raise TfcError(f"{where}: unknown fetch '{name}'{_hint(name, results)} "
+                               f"(fetches: {', '.join(results) or 'none'})")
+        index = [results.index(n) for n in wanted]
+        step, n = runner.step, len(names)
+        shown = ", ".join(names if feeds is None else given)
+
+        def call(*values: Any) -> Any:
+            if len(values) != n:
+                raise FeedError(f"{where}: the callable takes {n} feed"
+                                f"{'s' if n != 1 else ''} ({shown}), got {len(values)}")
+            outs = step(values if order is None else [values[k] for k in order])
+            if single:
+                return outs[index[0]]
+            if fetches is None:
+                return dict(zip(results, outs))
+            return [outs[k] for k in index]
+
+        call.__doc__ = f"One step of {where}: ({shown}) -> {fetches if single else wanted}"
+        return call
 
     def __call__(self, entry: str, feeds: Mapping[str, Any] | None = None, /,
                  **kw_feeds: Any) -> dict[str, np.ndarray]:
@@ -196,11 +255,11 @@ class Program:
         """Write the module, the current variables and the step to an artifact, atomically."""
         from tfc.runtime.artifact import save_artifact
         native = {}
-        if self.backend.name == "llvm":  # ship each entry's object code
+        if self.backend.name == "llvm":  # ship each entry's object code and its tables
             for entry in self.module.entries:
                 exe = self._executable(entry)
                 if getattr(exe, "object_code", None) is not None:
-                    native[entry] = (exe.object_code, exe.host_key)
+                    native[entry] = (exe.object_code, exe.host_key, exe.native_meta())
         save_artifact(path, self.module, self._variables, step=self._step,
                       backend=self.backend.name, native=native)
 
@@ -239,10 +298,21 @@ class Program:
 
     # ---- internals -------------------------------------------------------------------
 
+    def _runner(self, entry: str) -> EntryRunner:
+        runner = self._runners.get(entry)
+        if runner is None:
+            runner = self._runners[entry] = EntryRunner(self, entry)
+        return runner
+
     def _executable(self, entry: str) -> Executable:
         exe = self._executables.get(entry)
         if exe is None:
-            exe = self._executables[entry] = self.backend.compile(self.module, entry)
+            if len(self.module.devices) > 1:  # one partition per device, run concurrently
+                from tfc.runtime.executor import PartitionedExecutable
+                exe = PartitionedExecutable(self.module, entry, self.backend)
+            else:
+                exe = self.backend.compile(self.module, entry)
+            self._executables[entry] = exe
         return exe
 
     def _initial_values(self) -> dict[str, np.ndarray]:

@@ -38,18 +38,22 @@ Choices where the design left room:
 - ``load`` (object code from an artifact) lowers the graph again in Python to rebuild
   the run-time tables (params, storage layout, error messages): deterministic, a few
   tens of milliseconds, and no LLVM work; the host key guards against foreign CPUs.
-- ``profile=True`` makes the entry call back into Python between kernels
-  (``profile_report``): a debugging aid, off by default.
+- ``profile=True`` compiles an entry that timestamps every kernel natively
+  (``clock_gettime(CLOCK_MONOTONIC)`` before each step and after the last, into a
+  global of the loaded code): ``LLVMExecutable.kernel_times()`` gives the latest step's
+  ``(kernel name, start, end)`` on the ``time.perf_counter`` clock, which ``tfc bench``
+  turns into trace spans. Off by default, and then nothing of it is in the code.
 """
 
 from __future__ import annotations
 
 import ctypes
+import operator
 import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -57,15 +61,17 @@ from tfc.backends.base import StepResult
 from tfc.backends.llvm import jit
 from tfc.backends.llvm.blas import register_symbols
 from tfc.backends.llvm.context import Binding
-from tfc.backends.llvm.entry import ENTRY, GraphCompiler, TrivialPlan, trivial_plan
+from tfc.backends.llvm.entry import (ENTRY, PROF_CLOCK, PROF_STAMPS, GraphCompiler,
+                                     TrivialPlan, trivial_plan)
 from tfc.backends.llvm.kernels_scalar import Unsupported
-from tfc.backends.llvm.shapes import bind
+from tfc.backends.llvm.shapes import bind, bind_symbols
 from tfc.errors import ArtifactError, ExecutionError, FeedError, TfcError
 from tfc.ir.core import Graph, Module
 from tfc.ir.types import format_shape
 
 ALIGN = 64
 _ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
+_ENTRY_TYPE_GIL = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
 
 
 @dataclass
@@ -121,36 +127,64 @@ def prepare(module: Module, entry: str) -> tuple[Module, Graph, Any, list[str]]:
 
 
 class LLVMExecutable:
-    """A compiled graph: call it with feeds (argument order), variables and the step."""
+    """A compiled graph: call it with feeds (argument order), variables and the step.
+
+    ``fast_step`` is the same step for callers that have checked the feeds already (a
+    ``Program``): no per-call conversions, one ctypes call. An executable loaded with
+    ``native_meta`` (an artifact's) starts from the stored run-time tables and bindings
+    and lowers its graph in Python only when it meets feed shapes it has no binding for.
+    """
 
     def __init__(self, module: Module, graph: Graph, gc: GraphCompiler | None,
                  object_code: bytes | None, report: CompileReport,
-                 fallback_graph: Graph | None = None) -> None:
+                 fallback_graph: Graph | None = None, *,
+                 meta: "NativeMeta | None" = None,
+                 relower: Callable[[], tuple[Module, Graph, GraphCompiler]] | None = None
+                 ) -> None:
         self.module, self.graph, self.report = module, graph, report
         self.fallback_ops = list(report.fallback_ops)
         self.object_code = object_code
         self.host_key = jit.host_key()
         self._lock = threading.Lock()
         self._bindings: dict[tuple, _Bound] = {}
+        self._last: _Bound | None = None  # the binding of the latest step
+        self._stamps_addr = 0
+        self._kernel_labels: tuple[list[tuple[int, str]], int] | None = None
         if self.fallback_ops:
             from tfc.backends.reference import ReferenceBackend
             self._reference = ReferenceBackend().compile(
                 Module({graph.name: fallback_graph or graph}, module.variables), graph.name)
             return
-        assert gc is not None and object_code is not None
+        assert object_code is not None and (gc is not None or meta is not None)
         self._gc = gc
+        self._relower = relower
         t0 = time.perf_counter()
         self._loaded = jit.load_object(object_code)
-        self._entry = _ENTRY_TYPE(self._loaded.address(ENTRY))
+        addr = self._loaded.address(ENTRY)
+        self._entry = _ENTRY_TYPE(addr)  # releases the GIL during the step
+        self._entry_gil = _ENTRY_TYPE_GIL(addr)  # keeps it: for short steps (see _bound)
+        self._stamps_addr = self._loaded.global_address(PROF_STAMPS)  # 0 unless profiling
         report.seconds["load"] = time.perf_counter() - t0
+        if meta is None:
+            assert gc is not None
+            meta = NativeMeta.of(gc, report)
+        self.meta = meta
         self._arg_dtypes = [a.dtype.np for a in graph.args]
         # (name, numpy dtype, shape, decl) of the variables read and of those updated
-        self._var_specs = [_var_spec(module.variables[n]) for n in gc.var_names]
-        self._upd_specs = [_var_spec(module.variables[n]) for n in gc.updates]
-        self._constants = gc.constants
-        self._n_ptrs = gc.arena_slot + 1
+        self.var_names = list(meta.var_names)
+        self.update_names = list(meta.updates)
+        self._var_specs = [_var_spec(module.variables[n]) for n in meta.var_names]
+        self._upd_specs = [_var_spec(module.variables[n]) for n in meta.updates]
+        self._upd_shapes = [(s, dt) for _, dt, s, _ in self._upd_specs]
+        self._var_bytes = sum(int(np.prod(s)) * dt.itemsize for _, dt, s, _ in self._var_specs)
+        self._constants = list(meta.constants)
+        self._n_ptrs = meta.n_ptrs
         self._out_dtypes = [v.dtype.np for v in graph.results]
-        self._step_slot = gc.comp.param_slot(("step",))
+        self._step_slot = meta.step_slot
+        self._errors = list(meta.errors)
+        for rec in meta.bindings:
+            bound = self._bound_from(rec)
+            self._bindings[bound.key] = bound
 
     # ---- running ------------------------------------------------------------------------
 
@@ -169,73 +203,308 @@ class LLVMExecutable:
             if not f.flags.c_contiguous:
                 f = np.require(f, requirements="C")  # keeps 0-d arrays 0-d
             arrays.append(f)
-        key = tuple(f.shape for f in arrays)
+        values = []
+        for name, dt, shape, decl in self._var_specs:
+            v = variables.get(name)
+            if v is None:
+                raise ExecutionError(f"variable @{name} is not initialized")
+            v = np.asarray(v)
+            if v.dtype != dt or v.shape != shape:
+                raise ExecutionError(f"variable @{name} is {v.dtype}"
+                                     f"{format_shape(v.shape)}, expected {decl.type}")
+            if not v.flags.c_contiguous:
+                v = np.require(v, requirements="C")
+            values.append(v)
+        outs, upds = self.fast_step(arrays, values, step)
+        return StepResult(outs, dict(zip(self.update_names, upds)))
+
+    def fast_step(self, feeds: Sequence[np.ndarray], variables: Sequence[np.ndarray],
+                  step: int, validate: Callable[[Sequence[np.ndarray]], Any] | None = None
+                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """One step for a caller that vouches for its inputs: ``feeds`` are C-contiguous
+        numpy arrays of the arguments' dtypes, ``variables`` C-contiguous arrays of the
+        declared types in ``var_names`` order. Feed shapes are checked once per binding
+        (first by ``validate(feeds)``, for the caller's own error messages). Returns
+        fresh fetch arrays and update arrays (in ``update_names`` order) that nothing
+        else references. Loops, not comprehensions: this is the per-call overhead."""
+        key = tuple(map(_SHAPE, feeds))
+        bound = self._bindings.get(key)
+        if bound is None:
+            if validate is not None:
+                validate(feeds)
+            bound = self._binding(key)
+        self._last = bound
+        empty = np.empty
+        dp = _data_ptr if _DATA_OFFSET is None else _fast_ptr
+        outs = []
+        for s, dt in bound.out_specs:
+            outs.append(empty(s, dt))
+        upds = []
+        if self._upd_shapes:
+            for s, dt in self._upd_shapes:
+                upds.append(empty(s, dt))
+        with self._lock:  # the pointer array, params and arena are the binding's own
+            ptrs = bound.ptrs
+            i = 0
+            for a in feeds:
+                ptrs[i] = dp(a)
+                i += 1
+            if variables:
+                for a in variables:
+                    ptrs[i] = dp(a)
+                    i += 1
+            i = bound.out_slot
+            for a in outs:
+                ptrs[i] = dp(a)
+                i += 1
+            if upds:
+                for a in upds:
+                    ptrs[i] = dp(a)
+                    i += 1
+            if self._step_slot is not None:  # random ops read the step number
+                bound.params_u64[self._step_slot] = step % (1 << 64)
+            rc = bound.call(bound.ptrs_addr, bound.params_addr)
+        if rc:
+            raise ExecutionError(self._errors[rc - 1]
+                                 if 0 < rc <= len(self._errors) else f"error {rc}")
+        return outs, upds
+
+    def _binding(self, key: tuple) -> "_Bound":
         with self._lock:
             bound = self._bindings.get(key)
             if bound is None:
                 bound = self._bindings[key] = self._bind(key)
-            ptrs = bound.ptrs  # every per-step slot is rewritten below, under the lock
-            for i, f in enumerate(arrays):
-                ptrs[i] = _data_ptr(f)
-            base = len(arrays)
-            for j, (name, dt, shape, decl) in enumerate(self._var_specs):
-                v = variables.get(name)
-                if v is None:
-                    raise ExecutionError(f"variable @{name} is not initialized")
-                v = np.asarray(v)
-                if v.dtype != dt or v.shape != shape:
-                    raise ExecutionError(f"variable @{name} is {v.dtype}"
-                                         f"{format_shape(v.shape)}, expected {decl.type}")
-                if not v.flags.c_contiguous:
-                    v = np.require(v, requirements="C")
-                ptrs[base + j] = _data_ptr(v)
-            base = bound.out_slot
-            outs = [np.empty(s, dtype=dt) for s, dt in zip(bound.out_shapes, self._out_dtypes)]
-            for j, o in enumerate(outs):
-                ptrs[base + j] = _data_ptr(o)
-            base += len(outs)
-            upds = [np.empty(shape, dtype=dt) for _, dt, shape, _ in self._upd_specs]
-            for j, u in enumerate(upds):
-                ptrs[base + j] = _data_ptr(u)
-            if self._step_slot is not None:  # random ops read the step number
-                bound.params.view(np.uint64)[self._step_slot] = int(step) % (1 << 64)
-            rc = self._entry(ptrs.ctypes.data, bound.params.ctypes.data)
-        if rc:
-            raise ExecutionError(self._gc.comp.errors[rc - 1]
-                                 if 0 < rc <= len(self._gc.comp.errors) else f"error {rc}")
-        return StepResult(outs, {spec[0]: u for spec, u in zip(self._upd_specs, upds)})
+            return bound
 
     def _bind(self, feed_shapes: tuple) -> "_Bound":
         """Everything that depends only on the feeds' shapes (computed once per shapes)."""
-        g, gc = self.graph, self._gc
+        g = self.graph
+        if len(feed_shapes) != len(g.args):
+            raise FeedError(f"@{g.name} takes {len(g.args)} feeds, got {len(feed_shapes)}")
         for a, s in zip(g.args, feed_shapes):
             if len(s) != a.type.rank or any(isinstance(d, int) and d != n
                                              for d, n in zip(a.type.shape, s)):
                 raise FeedError(f"feed '{a.name}' has shape {format_shape(s)}, expected {a.type}")
+        gc = self._lowered()
+        g = self.graph
         bd = bind(self.module, g, feed_shapes, gc.comp.regions)
         offsets, total = _offsets(gc.plan, bd)
         bd.offsets = offsets
         bd.scratch_offset = total
         scratch = max((fn(bd) for fn in gc.comp.scratch), default=0)
-        arena = np.zeros(total + scratch + ALIGN, dtype=np.uint8)
+        params = [fn(bd) for fn in gc.comp.params]
+        out_shapes = [bd.shapes[v] for v in g.results]
+        return self._make_bound(tuple(feed_shapes), total + scratch, params, out_shapes, bd)
+
+    def _make_bound(self, key: tuple, arena_bytes: int, params: list[int],
+                    out_shapes: list[tuple[int, ...]], bd: Binding | None) -> "_Bound":
+        arena = np.zeros(arena_bytes + ALIGN, dtype=np.uint8)
         start = (-arena.ctypes.data) % ALIGN
-        params = np.array([fn(bd) for fn in gc.comp.params], dtype=np.int64)
+        pa = np.array(params, dtype=np.int64) if params else np.zeros(1, np.int64)
         ptrs = np.zeros(self._n_ptrs, dtype=np.uint64)
-        nf, nv = len(g.args), len(gc.var_names)
+        nf, nv = len(self.graph.args), len(self.var_names)
         for k, c in enumerate(self._constants):
             ptrs[nf + nv + k] = c.ctypes.data
-        ptrs[gc.arena_slot] = arena.ctypes.data + start
-        out_shapes = [bd.shapes[v] for v in g.results]
-        return _Bound(bd, arena, params if params.size else np.zeros(1, np.int64), ptrs,
-                      out_shapes, nf + nv + len(self._constants))
+        ptrs[self._n_ptrs - 1] = arena.ctypes.data + start  # the arena is the last slot
+        out_specs = [(tuple(s), dt) for s, dt in zip(out_shapes, self._out_dtypes)]
+        touched = (arena_bytes + self._var_bytes
+                   + sum(int(np.prod(s)) * dt.itemsize for s, dt in out_specs)
+                   + sum(int(np.prod(s)) * dt.itemsize for s, dt in zip(key, self._arg_dtypes)))
+        # Releasing the GIL costs about half a microsecond per call; a step that touches
+        # little memory is over before another thread could use it.
+        call = self._entry_gil if touched <= GIL_HOLD_BYTES else self._entry
+        return _Bound(bd, arena, pa, ptrs, [tuple(s) for s in out_shapes],
+                      nf + nv + len(self._constants), key=key, out_specs=out_specs,
+                      call=call, ptrs_addr=ptrs.ctypes.data, params_addr=pa.ctypes.data,
+                      params_u64=pa.view(np.uint64), params_used=len(params))
+
+    def _bound_from(self, rec: "StoredBinding") -> "_Bound":
+        g = self.graph
+        ok = (len(rec.params) == self.meta.n_params and len(rec.outs) == len(g.results)
+              and len(rec.feeds) == len(g.args)
+              and all(len(s) == a.type.rank and all(not isinstance(d, int) or d == n
+                                                    for d, n in zip(a.type.shape, s))
+                      for a, s in zip(g.args, rec.feeds))
+              and all(len(s) == v.type.rank for v, s in zip(g.results, rec.outs)))
+        if ok:
+            try:
+                bind_symbols(g, rec.feeds)
+            except FeedError:
+                ok = False
+        if not ok:
+            raise ArtifactError(f"the stored binding {list(rec.feeds)} of @{g.name} does "
+                                f"not fit its graph")
+        return self._make_bound(rec.feeds, rec.arena, list(rec.params), list(rec.outs), None)
+
+    def _lowered(self) -> GraphCompiler:
+        """The graph compiler (lowering again, once, for an executable loaded from native
+        code and its tables: its run-time params must be those the code was built with)."""
+        if self._gc is not None:
+            return self._gc
+        assert self._relower is not None
+        module, graph, gc = self._relower()
+        have = NativeMeta.of(gc, self.report)
+        mine = self.meta
+        if (have.var_names, have.updates, have.n_ptrs, have.step_slot, have.errors,
+                have.n_params, len(have.constants)) != (
+                mine.var_names, mine.updates, mine.n_ptrs, mine.step_slot, mine.errors,
+                mine.n_params, len(mine.constants)) or not all(
+                    a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+                    for a, b in zip(have.constants, mine.constants)):
+            raise ArtifactError(f"the native code of @{graph.name} does not match its graph "
+                                f"as lowered by this tfc; recompile it")
+        self.module, self.graph, self._gc = module, graph, gc
+        return gc
+
+    def native_meta(self) -> "NativeMeta | None":
+        """What loading this executable from its object code needs besides the graph: the
+        run-time tables and the bindings seen so far (``None`` for a reference fallback)."""
+        if self.fallback_ops:
+            return None
+        with self._lock:
+            bounds = list(self._bindings.values())[-MAX_STORED_BINDINGS:]
+        recs = [StoredBinding(b.key, int(b.arena.size - ALIGN),
+                              tuple(int(p) for p in b.params[:b.params_used]),
+                              tuple(b.out_shapes)) for b in bounds]
+        m = self.meta
+        return NativeMeta(m.var_names, m.updates, m.n_ptrs, m.step_slot, m.errors, m.n_params,
+                          m.constants, tuple(recs), m.passes, m.kernels)
 
     @property
-    def arena_bytes(self) -> dict[tuple, int]:
-        """Arena size (plan + scratch) per binding seen so far."""
+    def profiling(self) -> bool:
+        """Whether the native code timestamps its kernels (``LLVMBackend(profile=True)``)."""
+        return not self.fallback_ops and bool(self._stamps_addr)
+
+    def kernel_times(self) -> list[tuple[str, float, float]]:
+        """``(kernel name, start, end)`` of each kernel of the latest step, in schedule
+        order, in seconds on the ``time.perf_counter`` clock; empty when the executable
+        does not profile (see ``LLVMBackend(profile=True)``), before the first step, and
+        after a step that failed. Names say what the kernel computes: ``matmul#1``,
+        ``fusion#3 (add,relu)`` (``[i/n]`` when one op became several kernels)."""
+        if not self.profiling:
+            return []
+        labels = self._kernel_labels
+        if labels is None:
+            gc = self._lowered()
+            labels = self._kernel_labels = (gc.kernel_labels(), len(gc.steps))
+        steps, n = labels
+        stamps = np.ctypeslib.as_array((ctypes.c_int64 * (n + 1)).from_address(
+            self._stamps_addr))
+        with self._lock:  # not in the middle of a step
+            ns = stamps.copy()
+        if ns[n] == 0:
+            return []
+        sec = ns * 1e-9 + _CLOCK_OFFSET
+        return [(name, float(sec[k]), float(sec[k + 1])) for k, name in steps]
+
+    @property
+    def arena_bytes(self) -> int:
+        """Arena size (plan + scratch) of the binding the latest step ran with (0 before
+        the first step, and for a reference fallback): what the tracer's memory figure
+        reads."""
+        b = self._last
+        return 0 if b is None else int(b.arena.size - ALIGN)
+
+    @property
+    def arena_bytes_by_binding(self) -> dict[tuple, int]:
+        """Arena size (plan + scratch) per binding (feed shapes) seen so far."""
         return {k: int(b.arena.size - ALIGN) for k, b in self._bindings.items()}
 
     def __repr__(self) -> str:
         return f"<LLVMExecutable {self.report}>"
+
+
+GIL_HOLD_BYTES = 1 << 16
+MAX_STORED_BINDINGS = 16
+
+
+@dataclass(frozen=True)
+class StoredBinding:
+    """One binding as an artifact stores it: feed shapes, arena bytes, params, fetch
+    shapes (the step's slot, if any, is rewritten every call)."""
+
+    feeds: tuple[tuple[int, ...], ...]
+    arena: int
+    params: tuple[int, ...]
+    outs: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class NativeMeta:
+    """The run-time tables of an entry's native code: the pointer array's layout (read
+    variables, updated variables, constants), the params' count, the step's param slot,
+    the error messages, and the bindings (with their params) seen so far. Together with
+    the object code it makes an executable without lowering the graph again."""
+
+    var_names: tuple[str, ...]
+    updates: tuple[str, ...]
+    n_ptrs: int
+    step_slot: int | None
+    errors: tuple[str, ...]
+    n_params: int
+    constants: tuple[np.ndarray, ...]
+    bindings: tuple[StoredBinding, ...] = ()
+    passes: tuple[str, ...] = ()
+    kernels: int = 0
+
+    @staticmethod
+    def of(gc: GraphCompiler, report: CompileReport) -> "NativeMeta":
+        return NativeMeta(tuple(gc.var_names), tuple(gc.updates), gc.arena_slot + 1,
+                          gc.comp.param_slot(("step",)), tuple(gc.comp.errors),
+                          len(gc.comp.params), tuple(gc.constants), (),
+                          tuple(report.passes), report.kernels)
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything but the constants (arrays, stored beside it) as JSON data."""
+        return {"var_names": list(self.var_names), "updates": list(self.updates),
+                "n_ptrs": self.n_ptrs, "step_slot": self.step_slot,
+                "errors": list(self.errors), "n_params": self.n_params,
+                "constants": len(self.constants), "passes": list(self.passes),
+                "kernels": self.kernels,
+                "bindings": [{"feeds": [list(s) for s in b.feeds], "arena": b.arena,
+                              "params": list(b.params), "outs": [list(s) for s in b.outs]}
+                             for b in self.bindings]}
+
+    @staticmethod
+    def from_json(data: Any, constants: Sequence[np.ndarray]) -> "NativeMeta":
+        """The tables ``to_json`` wrote; ``ValueError`` saying what is wrong otherwise."""
+        def ints(x: Any, what: str) -> tuple[int, ...]:
+            if not isinstance(x, list) or not all(type(i) is int for i in x):
+                raise ValueError(f"{what} should be a list of integers")
+            return tuple(x)
+
+        def strs(x: Any, what: str) -> tuple[str, ...]:
+            if not isinstance(x, list) or not all(isinstance(i, str) for i in x):
+                raise ValueError(f"{what} should be a list of strings")
+            return tuple(x)
+
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        n_ptrs, n_params, slot = data.get("n_ptrs"), data.get("n_params"), data.get("step_slot")
+        if type(n_ptrs) is not int or type(n_params) is not int or n_ptrs < 1 or n_params < 0:
+            raise ValueError("n_ptrs and n_params should be counts")
+        if slot is not None and (type(slot) is not int or not 0 <= slot < n_params):
+            raise ValueError(f"step_slot {slot!r} is not a param slot")
+        if data.get("constants") != len(constants):
+            raise ValueError(f"it names {data.get('constants')!r} constants, "
+                             f"{len(constants)} are stored")
+        recs = []
+        for b in data.get("bindings") or []:
+            if not isinstance(b, dict) or type(b.get("arena")) is not int or b["arena"] < 0:
+                raise ValueError(f"bad binding {b!r}")
+            feeds = tuple(ints(s, "a feed shape") for s in b.get("feeds") or [])
+            outs = tuple(ints(s, "a fetch shape") for s in b.get("outs") or [])
+            if any(d < 0 for s in feeds + outs for d in s):
+                raise ValueError(f"bad binding {b!r}")
+            recs.append(StoredBinding(feeds, b["arena"], ints(b.get("params"), "params"), outs))
+        meta = NativeMeta(strs(data.get("var_names"), "var_names"),
+                          strs(data.get("updates"), "updates"), n_ptrs, slot,
+                          strs(data.get("errors"), "errors"), n_params, tuple(constants),
+                          tuple(recs), strs(data.get("passes") or [], "passes"),
+                          int(data.get("kernels") or 0))
+        if len(meta.var_names) + len(meta.updates) + len(constants) >= n_ptrs:
+            raise ValueError("the pointer array is too short")
+        return meta
 
 
 def _var_spec(decl: Any) -> tuple[str, np.dtype, tuple, Any]:
@@ -256,6 +525,7 @@ def _data_offset() -> int | None:
 
 
 _DATA_OFFSET = _data_offset()
+_SHAPE = operator.attrgetter("shape")
 _from_address = ctypes.c_void_p.from_address
 
 
@@ -267,38 +537,56 @@ def _data_ptr(a: np.ndarray) -> int:
     return _from_address(id(a) + _DATA_OFFSET).value or 0
 
 
+def _fast_ptr(a: np.ndarray, _addr: Any = _from_address, _off: int = _DATA_OFFSET or 0) -> int:
+    """``_data_ptr`` of an exact ``np.ndarray`` (``fast_step``'s arrays all are)."""
+    return _addr(id(a) + _off).value or 0
+
+
 @dataclass
 class _Bound:
-    binding: Binding
+    """One binding ready to run: its arena, params and pointer array (and their
+    addresses), the fetch shapes, and the entry to call (with or without the GIL)."""
+
+    binding: Binding | None  # None when it came from an artifact's stored tables
     arena: np.ndarray
     params: np.ndarray
     ptrs: np.ndarray
     out_shapes: list[tuple[int, ...]]
     out_slot: int
+    key: tuple = ()
+    out_specs: list[tuple[tuple[int, ...], np.dtype]] = field(default_factory=list)
+    call: Any = None
+    ptrs_addr: int = 0
+    params_addr: int = 0
+    params_u64: Any = None
+    params_used: int = 0
 
 
 def _offsets(plan: Any, bd: Binding) -> tuple[dict[int, int], int]:
-    """Arena byte offset of each buffer of the plan, and the arena's size, for ``bd``."""
+    """Arena byte offset of each buffer of the plan, and the arena's size, for ``bd``
+    (dynamic buffers, of values with '?' dims, sized by the binding's concrete shapes)."""
     if isinstance(plan, TrivialPlan):
         offs, total = plan.offsets_for(bd)
         return dict(enumerate(offs)), total
+
+    def value_bytes(v: Any) -> int:
+        return bd.size(v) * v.dtype.itemsize
+
     try:
-        offs = plan.offsets(bd.symbols)
-        total = plan.arena_bytes(bd.symbols)
+        offs = plan.offsets(bd.symbols, value_bytes)
+        total = plan.arena_bytes(bd.symbols, value_bytes)
         out = {buf.id: o for buf, o in zip(plan.buffers, offs)}
         for buf in plan.buffers:  # the plan's sizes must hold every value at this binding
-            need = max((bd.size(v) * v.dtype.itemsize for v in buf.values if v in bd.shapes),
-                       default=0)
+            need = max((value_bytes(v) for v in buf.values if v in bd.shapes), default=0)
             if out[buf.id] + need > total:
                 raise ValueError("buffer too small")
         return out, -(-total // ALIGN) * ALIGN
-    except (KeyError, TypeError, ValueError, AttributeError):
-        # sizes the plan cannot evaluate ("?" dims): lay the buffers out one after another
+    except (KeyError, TypeError, ValueError, AttributeError, TfcError):
+        # sizes the plan cannot evaluate: lay the buffers out one after another
         out, total = {}, 0
         for buf in plan.buffers:
             out[buf.id] = total
-            need = max((bd.size(v) * v.dtype.itemsize for v in buf.values if v in bd.shapes),
-                       default=0)
+            need = max((value_bytes(v) for v in buf.values if v in bd.shapes), default=0)
             total += -(-need // ALIGN) * ALIGN
         return out, total
 
@@ -335,14 +623,17 @@ class LLVMBackend:
         report.kernels = len(gc.calls)
         if not failed:
             from tfc.backends.llvm.parallel import build_parallel
-            if self.profile:
-                _install_profiler()
             gc.build_entry(build_parallel(gc.comp.module, self.threads), self.profile)
         report.seconds["lower"] = time.perf_counter() - t1
         return work, graph, gc, report, module.graphs[entry]
 
+    def profiled(self) -> "LLVMBackend":
+        """This backend with kernel timing on (``profile=True``), for ``tfc bench``."""
+        return LLVMBackend(use_cache=self.use_cache, threads=self.threads, profile=True)
+
     def compile(self, module: Module, entry: str) -> LLVMExecutable:
         register_symbols()
+        _install_profiler()
         work, graph, gc, report, original = self._lower(module, entry)
         if report.fallback_ops:
             warnings.warn(f"llvm backend: graph @{entry} runs on the reference backend; "
@@ -361,47 +652,88 @@ class LLVMBackend:
         return LLVMExecutable(work, graph, gc, obj, report)
 
     def load(self, module: Module, entry: str, object_code: bytes,
-             host_key: str | None = None) -> LLVMExecutable:
+             host_key: str | None = None, meta: NativeMeta | None = None) -> LLVMExecutable:
         """The executable of ``entry`` from object code made by ``compile`` (on a machine
-        with the same ``host_key``): the graph is lowered again in Python to rebuild the
-        run-time tables, but LLVM neither optimizes nor generates code."""
+        with the same ``host_key``). With ``meta`` (``LLVMExecutable.native_meta()`` of the
+        compiled one) nothing is lowered until a call meets feed shapes that ``meta`` has
+        no binding for; without it the graph is lowered again in Python to rebuild the
+        run-time tables. LLVM neither optimizes nor generates code either way."""
         register_symbols()
+        _install_profiler()
         if host_key is not None and host_key != jit.host_key():
             raise ArtifactError(f"object code for @{entry} was built for another CPU "
                                 f"({host_key.split('|')[1]}); recompile it here")
-        work, graph, gc, report, original = self._lower(module, entry)
-        if report.fallback_ops:
-            raise ArtifactError(f"@{entry} cannot run on the llvm backend (unsupported: "
-                                f"{', '.join(report.fallback_ops)})")
-        report.object_bytes = len(object_code)
-        report.cached = True
-        return LLVMExecutable(work, graph, gc, object_code, report)
+        if meta is None:
+            work, graph, gc, report, original = self._lower(module, entry)
+            if report.fallback_ops:
+                raise ArtifactError(f"@{entry} cannot run on the llvm backend (unsupported: "
+                                    f"{', '.join(report.fallback_ops)})")
+            report.object_bytes = len(object_code)
+            report.cached = True
+            return LLVMExecutable(work, graph, gc, object_code, report)
+        if entry not in module.graphs:
+            raise TfcError(f"unknown entry '{entry}' (entries: {', '.join(module.graphs)})")
+        graph = module.graphs[entry]
+        unknown = [n for n in (*meta.var_names, *meta.updates) if n not in module.variables]
+        if unknown:
+            raise ArtifactError(f"the native code of @{entry} uses undeclared variable "
+                                f"@{unknown[0]}")
+        if meta.n_ptrs != (len(graph.args) + len(meta.var_names) + len(meta.constants)
+                           + len(graph.results) + len(meta.updates) + 1):
+            raise ArtifactError(f"the native tables of @{entry} do not fit its graph")
+        report = CompileReport(entry, kernels=meta.kernels, passes=list(meta.passes),
+                               memory_plan="stored", cached=True,
+                               object_bytes=len(object_code))
+
+        def relower() -> tuple[Module, Graph, GraphCompiler]:
+            work, g, gc, rep, _ = self._lower(module, entry)
+            if rep.fallback_ops:
+                raise ArtifactError(f"@{entry} cannot run on the llvm backend (unsupported: "
+                                    f"{', '.join(rep.fallback_ops)})")
+            report.seconds.update(rep.seconds)
+            return work, g, gc
+
+        return LLVMExecutable(module, graph, None, object_code, report, meta=meta,
+                              relower=relower)
 
 
-# ---- profiling (a debugging aid: a Python callback between kernels) ---------------------
+# ---- kernel timing ------------------------------------------------------------------------
 
-_PROFILE_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_int32)
-PROFILE: dict[str, Any] = {"last": None, "times": {}}
+def _clock_offset() -> float:
+    """``time.perf_counter() - CLOCK_MONOTONIC`` in seconds: 0 where perf_counter is that
+    clock (Linux), else measured once (the smallest gap of a few back-to-back reads)."""
+    info = time.get_clock_info("perf_counter")
+    if info.implementation == "clock_gettime(CLOCK_MONOTONIC)":
+        return 0.0
+    best = None
+    for _ in range(5):
+        a = time.perf_counter()
+        m = time.monotonic_ns() * 1e-9
+        b = time.perf_counter()
+        if best is None or b - a < best[0]:
+            best = (b - a, (a + b) / 2 - m)
+    assert best is not None
+    return best[1]
 
 
-def _profile_tick(k: int) -> None:
-    now = time.perf_counter()
-    last = PROFILE["last"]
-    if last is not None and k > 0:
-        PROFILE["times"][k - 1] = PROFILE["times"].get(k - 1, 0.0) + now - last
-    PROFILE["last"] = now
-
-
-_PROFILE_CB = _PROFILE_TYPE(_profile_tick)
+_CLOCK_OFFSET = _clock_offset()
+_CLOCK_BOUND: list[bool] = []
 
 
 def _install_profiler() -> None:
+    """Bind the clock the profiling entry calls (libc's ``clock_gettime``), once."""
+    if _CLOCK_BOUND:
+        return
+    import ctypes.util
+
     import llvmlite.binding as llvm
-    llvm.add_symbol("tfc_profile", ctypes.cast(_PROFILE_CB, ctypes.c_void_p).value)
+    _CLOCK_BOUND.append(True)
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+    llvm.add_symbol(PROF_CLOCK, ctypes.cast(libc.clock_gettime, ctypes.c_void_p).value)
 
 
 def profile_report(exe: "LLVMExecutable") -> list[tuple[float, str]]:
-    """(seconds, step name) per step of a profiled executable, largest first."""
-    names = [getattr(s, "name", "copy") for s in exe._gc.steps]
-    out = [(t, names[k] if k < len(names) else "?") for k, t in PROFILE["times"].items()]
-    return sorted(out, reverse=True)
+    """(seconds, kernel name) per kernel of the latest step of a profiled executable,
+    largest first."""
+    return sorted(((end - start, name) for name, start, end in exe.kernel_times()),
+                  reverse=True)

@@ -18,6 +18,13 @@ buffers and assigned values into the update buffers when the value is computed b
 of this graph (not a view, feed, variable or constant), appears first there, and is not
 overwritten in place by a later op; everything else computed lives in the arena, one
 buffer per value of the memory plan (views share their source's storage).
+
+Kernel timing (``build_entry(profile=True)``): the entry reads ``CLOCK_MONOTONIC``
+(``clock_gettime``, the clock of ``time.perf_counter`` on Linux) before each step and
+after the last, into the global ``tfc_prof_stamps`` (``i64`` nanoseconds, one per step
+plus one); it zeroes the last stamp first, so a step that failed leaves it 0. Each
+step has a label (``GraphCompiler.labels``): the op it lowers, e.g. ``matmul#1`` or
+``fusion#3 (add,relu)``. Without ``profile`` none of this is emitted.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ops.state_sparse import SCATTER_KINDS
 
 ENTRY = "tfc_entry"
+PROF_STAMPS = "tfc_prof_stamps"  # the global of kernel timestamps (profile mode)
+PROF_CLOCK = "tfc_clock_gettime"  # libc's clock_gettime, bound by the backend
+CLOCK_MONOTONIC = 1  # Linux
 ASSIGN_KINDS = frozenset({"var.assign", "var.assign_add", "var.assign_sub"}) | SCATTER_KINDS
 NO_KERNEL = frozenset({"var.read", "constant"}) | VIEW_KINDS
 INT64_MAX = (1 << 63) - 1
@@ -64,6 +74,7 @@ class GraphCompiler:
     constants: list[np.ndarray] = field(default_factory=list)
     updates: list[str] = field(default_factory=list)
     steps: list[Kernel | Copy] = field(default_factory=list)  # in schedule order
+    labels: list[str] = field(default_factory=list)  # per step: the op it lowers
     buffers: list[int] = field(default_factory=list)  # arena buffer ids used
 
     def __post_init__(self) -> None:
@@ -174,16 +185,41 @@ class GraphCompiler:
         for v in g.args:  # fetches of feeds
             for j in wanted.get(v, []):
                 self.copy_now(v, Storage("out", j))
+        seen: dict[str, int] = {}
         for op in g.ops:
+            label = op_label(op, seen)
+            first = len(self.steps)
             try:
                 lower(self, op)
             except Unsupported as e:
                 failed.append(f"{op.kind} ({e})" if str(e) and str(e) != op.kind else op.kind)
                 continue
+            self._label(first, label)
             for r in op.results:
                 for j in wanted.get(r, []):
                     self.copy_now(r, Storage("out", j))
+        self.labels.extend("copy" for _ in self.steps[len(self.labels):])
         return failed
+
+    def _label(self, first: int, label: str) -> None:
+        """Label the steps from ``first`` on (those of one op: ``[i/n]`` when several
+        kernels); steps before ``first`` without a label are copies."""
+        while len(self.labels) < first:
+            self.labels.append("copy")
+        new = self.steps[first:]
+        n = sum(isinstance(s, Kernel) for s in new)
+        i = 0
+        for s in new:
+            if isinstance(s, Kernel):
+                i += 1
+                self.labels.append(label if n == 1 else f"{label} [{i}/{n}]")
+            else:
+                self.labels.append(f"copy ({label})")
+
+    def kernel_labels(self) -> list[tuple[int, str]]:
+        """(step index, label) of each kernel, in schedule order."""
+        return [(k, self.labels[k] if k < len(self.labels) else f"kernel {k}")
+                for k, s in enumerate(self.steps) if isinstance(s, Kernel)]
 
     # ---- the entry --------------------------------------------------------------------
 
@@ -214,13 +250,13 @@ class GraphCompiler:
 
     def build_entry(self, parallel: Callable[..., None] | None = None,
                     profile: bool = False) -> ir.Function:
-        """The entry function; with ``profile``, it calls ``tfc_profile(i)`` after each
-        step ``i`` (a Python callback the executable binds: a debugging aid)."""
+        """The entry function; with ``profile``, it stores a timestamp before each step
+        and after the last into ``tfc_prof_stamps`` (see the module docstring)."""
         mod = self.comp.module
         fn = ir.Function(mod, ir.FunctionType(U.I32, [U.PTR, U.PTR]), ENTRY)
-        tick = (U.intrinsic(mod, "tfc_profile", U.VOID, [U.I32]) if profile else None)
         ptrs, params = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
+        tick = _stamper(mod, b, len(self.steps)) if profile else None
         cache: dict[Storage, ir.Value] = {}
 
         def pointer(s: Storage) -> ir.Value:
@@ -245,7 +281,7 @@ class GraphCompiler:
                              [U.PTR, U.PTR, U.I64, U.I1])
         for k, kc in enumerate(self.steps):
             if tick is not None:
-                b.call(tick, [ir.Constant(U.I32, k)])
+                tick(k)
             if isinstance(kc, Copy):
                 nb = b.load(b.gep(params, [U.i64(kc.nbytes_slot)], source_etype=U.I64),
                             typ=U.I64)
@@ -262,7 +298,7 @@ class GraphCompiler:
             b.position_at_end(ok)
             kc.rc_phi_source = (rc, rc_block)  # type: ignore[attr-defined]
         if tick is not None:
-            b.call(tick, [ir.Constant(U.I32, len(self.steps))])
+            tick(len(self.steps))
         b.ret(ir.Constant(U.I32, 0))
         b.position_at_end(fail)
         phi = b.phi(U.I32)
@@ -274,6 +310,42 @@ class GraphCompiler:
         else:
             b.ret(phi)
         return fn
+
+
+def op_label(op: Op, seen: dict[str, int]) -> str:
+    """What a kernel of ``op`` is called in profiles: ``kind#n`` (the n-th op of that
+    kind in the schedule, from 0) and, for a fusion, the kinds it fuses."""
+    n = seen.get(op.kind, 0)
+    seen[op.kind] = n + 1
+    label = f"{op.kind}#{n}"
+    if op.kind == "fusion" and op.regions:
+        kinds = dict.fromkeys(o.kind for r in op.regions for o in r.ops
+                              if o.kind != "constant")
+        label += f" ({','.join(kinds)})"
+    return label
+
+
+def _stamper(mod: ir.Module, b: ir.IRBuilder, n_steps: int) -> Callable[[int], None]:
+    """Declare the stamps global and the clock; zero the last stamp now (at the top of
+    the entry); returns ``tick(k)``, which stores the clock's nanoseconds in stamp k."""
+    arr = ir.ArrayType(U.I64, n_steps + 1)
+    stamps = ir.GlobalVariable(mod, arr, PROF_STAMPS)
+    stamps.initializer = ir.Constant(arr, None)
+    clock = U.intrinsic(mod, PROF_CLOCK, U.I32, [U.I32, U.PTR])
+    ts = b.alloca(U.I64, 2, name="timespec")
+
+    def stamp(k: int) -> ir.Value:  # typed GEP (llvmlite keeps a global's pointee type)
+        return b.gep(stamps, [U.i64(0), U.i64(k)], inbounds=True)
+
+    b.store(U.i64(0), stamp(n_steps))
+
+    def tick(k: int) -> None:
+        b.call(clock, [ir.Constant(U.I32, CLOCK_MONOTONIC), ts])
+        sec = b.load(ts, typ=U.I64)
+        nsec = b.load(b.gep(ts, [U.i64(1)], inbounds=True, source_etype=U.I64), typ=U.I64)
+        b.store(b.add(b.mul(sec, U.i64(1_000_000_000)), nsec), stamp(k))
+
+    return tick
 
 
 @dataclass

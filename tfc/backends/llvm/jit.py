@@ -99,6 +99,13 @@ class Loaded:
             raise RuntimeError(f"llvm: no function {name!r} in the compiled module")
         return addr
 
+    def global_address(self, name: str) -> int:
+        """The address of global variable ``name``, 0 when the module has none."""
+        try:
+            return int(self.engine.get_global_value_address(name) or 0)
+        except Exception:  # llvmlite versions differ on a missing name
+            return 0
+
 
 def load_object(obj: bytes) -> Loaded:
     """Load object code into a fresh MCJIT engine (no optimization, no code generation).

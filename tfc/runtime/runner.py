@@ -1,0 +1,93 @@
+"""One entry of a ``Program`` made ready to run many times: the hot path of
+``Program.run`` and of ``Program.callable``.
+
+A step through a runner does what ``Program.run`` always did, in the order that keeps
+its guarantees, but checks each thing once where once is enough:
+
+- Feeds that are already C-contiguous numpy arrays of the placeholders' dtypes pass as
+  they are; anything else goes through ``check_feeds`` (conversions, the dtype rule,
+  the error messages). On a backend with ``fast_step``, shapes are checked by
+  ``check_feeds`` the first time each tuple of feed shapes is seen (before the backend
+  binds them, and checks them again), so native code never sees an unchecked shape;
+  other backends get every feed through ``check_feeds``.
+- On a backend with ``fast_step`` (llvm), the variables the program holds are handed
+  over as they are: every value a program stores was checked when it was stored. The
+  fetches and updates the backend returns are fresh arrays nothing else references, so
+  updates are frozen and swapped in without the copies and overlap scans that
+  ``Program._checked_updates`` makes for backends that promise less.
+- A step that fails changes neither the variables nor the step counter.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from tfc.errors import ExecutionError
+from tfc.runtime.feeds import check_feeds
+
+if TYPE_CHECKING:
+    from tfc.runtime.program import Program
+
+class EntryRunner:
+    """Runs steps of one entry of ``program`` with feeds in argument order."""
+
+    def __init__(self, program: "Program", entry: str) -> None:
+        graph = program.entry(entry)
+        self.program, self.entry, self.graph = program, entry, graph
+        self.where = f"entry '{entry}'"
+        self.arg_names: list[str] = list(graph.arg_names)
+        self.result_names: list[str] = list(graph.result_names)
+        self.dtypes = [np.dtype(a.dtype.np) for a in graph.args]
+        self.exe = program._executable(entry)
+        fast = getattr(self.exe, "fast_step", None)
+        self.fast = fast if fast is not None and not getattr(self.exe, "fallback_ops", ()) \
+            else None
+        self.var_names: list[str] = list(getattr(self.exe, "var_names", ()))
+        self.update_names: list[str] = list(getattr(self.exe, "update_names", ()))
+
+    def step(self, values: Sequence[Any]) -> list[np.ndarray]:
+        """Run one step with feeds ``values`` (argument order); the fetches, in order."""
+        arrays = values
+        for a, dt in zip(values, self.dtypes):
+            if type(a) is not np.ndarray or a.dtype != dt or not a.flags.c_contiguous:
+                arrays = check_feeds(self.graph, dict(zip(self.arg_names, values)), self.where)
+                break
+        fast = self.fast
+        if fast is None:
+            return self._step_generic(arrays)
+        prog = self.program
+        variables = prog._variables
+        held = []
+        if self.var_names:
+            try:
+                for name in self.var_names:
+                    held.append(variables[name])
+            except KeyError as e:
+                raise ExecutionError(f"variable @{e.args[0]} is not initialized") from None
+        outs, upds = fast(arrays, held, prog._step, self._validate)
+        if upds:
+            for name, u in zip(self.update_names, upds):
+                u.flags.writeable = False
+                variables[name] = u
+        prog._step += 1
+        return outs
+
+    def _validate(self, arrays: Sequence[np.ndarray]) -> None:
+        """Shapes the backend has not bound yet: ``check_feeds`` says what is wrong."""
+        check_feeds(self.graph, dict(zip(self.arg_names, arrays)), self.where)
+
+    def _step_generic(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        """What ``Program.run`` does on a backend without ``fast_step``."""
+        prog, graph = self.program, self.graph
+        arrays = check_feeds(graph, dict(zip(self.arg_names, arrays)), self.where)
+        result = self.exe(arrays, prog._view, prog._step)
+        if len(result.fetches) != len(graph.results):
+            raise ExecutionError(f"{self.where}: the backend returned "
+                                 f"{len(result.fetches)} fetches, expected {len(graph.results)}")
+        fetches = [prog._own_fetch(np.asarray(f)) for f in result.fetches]
+        updates = prog._checked_updates(self.entry, result.updates, [*arrays, *fetches])
+        prog._variables.update(updates)
+        prog._step += 1
+        return fetches
