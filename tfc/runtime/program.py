@@ -328,11 +328,11 @@ class Program:
     def _own_fetch(self, f: np.ndarray) -> np.ndarray:
         """Fetches belong to the caller: never a read-only array or a view of our state.
 
-        A writeable array that owns its buffer is this step's fresh output (the LLVM
+        A writeable array that owns its buffer is this step's own output (the LLVM
         backend's always are): no stored value can live in it, since this step's updates
         that share a handed-out buffer are copied (``_checked_updates``) and a backend
-        never hands back an array it returned in an earlier step. Only views need the
-        scan over every variable."""
+        reuses an earlier step's array only once nothing references it (stored values
+        do). Only views need the scan over every variable."""
         if not f.flags.writeable:
             return np.array(f, copy=True)
         if f.base is None:

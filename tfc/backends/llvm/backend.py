@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import ctypes
 import operator
+import sys
 import threading
 import time
 import warnings
@@ -176,6 +177,7 @@ class LLVMExecutable:
         self._var_specs = [_var_spec(module.variables[n]) for n in meta.var_names]
         self._upd_specs = [_var_spec(module.variables[n]) for n in meta.updates]
         self._upd_shapes = [(s, dt) for _, dt, s, _ in self._upd_specs]
+        self._upd_pools: list[list[np.ndarray]] = [[] for _ in self._upd_shapes]
         self._var_bytes = sum(int(np.prod(s)) * dt.itemsize for _, dt, s, _ in self._var_specs)
         self._constants = list(meta.constants)
         self._n_ptrs = meta.n_ptrs
@@ -225,8 +227,8 @@ class LLVMExecutable:
         numpy arrays of the arguments' dtypes, ``variables`` C-contiguous arrays of the
         declared types in ``var_names`` order. Feed shapes are checked once per binding
         (first by ``validate(feeds)``, for the caller's own error messages). Returns
-        fresh fetch arrays and update arrays (in ``update_names`` order) that nothing
-        else references. Loops, not comprehensions: this is the per-call overhead."""
+        fetch arrays and update arrays (in ``update_names`` order) that nothing else
+        references (recycled from earlier steps when their holders let go: ``_recycled``). Loops, not comprehensions: this is the per-call overhead."""
         key = tuple(map(_SHAPE, feeds))
         bound = self._bindings.get(key)
         if bound is None:
@@ -234,16 +236,19 @@ class LLVMExecutable:
                 validate(feeds)
             bound = self._binding(key)
         self._last = bound
-        empty = np.empty
         dp = _data_ptr if _DATA_OFFSET is None else _fast_ptr
-        outs = []
-        for s, dt in bound.out_specs:
-            outs.append(empty(s, dt))
-        upds = []
-        if self._upd_shapes:
-            for s, dt in self._upd_shapes:
-                upds.append(empty(s, dt))
         with self._lock:  # the pointer array, params and arena are the binding's own
+            outs = []
+            j = 0
+            for s, dt in bound.out_specs:
+                outs.append(_recycled(bound.out_pools[j], s, dt))
+                j += 1
+            upds = []
+            if self._upd_shapes:
+                j = 0
+                for s, dt in self._upd_shapes:
+                    upds.append(_recycled(self._upd_pools[j], s, dt))
+                    j += 1
             ptrs = bound.ptrs
             i = 0
             for a in feeds:
@@ -316,7 +321,8 @@ class LLVMExecutable:
         return _Bound(bd, arena, pa, ptrs, [tuple(s) for s in out_shapes],
                       nf + nv + len(self._constants), key=key, out_specs=out_specs,
                       call=call, ptrs_addr=ptrs.ctypes.data, params_addr=pa.ctypes.data,
-                      params_u64=pa.view(np.uint64), params_used=len(params))
+                      params_u64=pa.view(np.uint64), params_used=len(params),
+                      out_pools=[[] for _ in out_specs])
 
     def _bound_from(self, rec: "StoredBinding") -> "_Bound":
         g = self.graph
@@ -560,6 +566,29 @@ class _Bound:
     params_addr: int = 0
     params_u64: Any = None
     params_used: int = 0
+    out_pools: list[list[np.ndarray]] = field(default_factory=list)  # see _recycled
+
+
+POOL_SIZE = 2  # arrays kept per output: a variable's update alternates between two
+
+
+def _recycled(pool: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An output array for this step: one from ``pool`` that nobody else references any
+    more (its refcount is the pool's, the loop's and the call's), else a new one that
+    joins the pool in place of the oldest. Steps then allocate nothing once the caller
+    lets go of earlier results, and never write into an array the caller still holds
+    (a view of it counts as a reference too)."""
+    for a in pool:
+        if _refcount(a) == 3:
+            return a
+    a = np.empty(shape, dtype)
+    if len(pool) >= POOL_SIZE:
+        del pool[0]
+    pool.append(a)
+    return a
+
+
+_refcount = sys.getrefcount
 
 
 def _offsets(plan: Any, bd: Binding) -> tuple[dict[int, int], int]:
