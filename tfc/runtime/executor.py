@@ -20,6 +20,7 @@ backend, where the ops are the same numpy calls).
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tfc.backends.base import Backend, Executable, StepResult
+from tfc.devices import threads_per_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.passes.compress import compress_transfers
@@ -140,6 +142,17 @@ def trace_kernels(tracer: Tracer, device: str, exe: Any) -> int:
     return len(spans)
 
 
+def _with_threads(backend: Backend, threads: int | None) -> Backend:
+    """``backend`` limited to a device's share of the cores, for backends that split
+    kernels across threads (``threads``) and were not given a count by the user: logical
+    CPUs run concurrently on one machine and must not each take every core."""
+    if threads is None or getattr(backend, "threads", 0) is not None:
+        return backend
+    limited = copy.copy(backend)
+    limited.threads = threads
+    return limited
+
+
 class PartitionedExecutable:
     """Compiles ``entry``'s partitions' stages with ``backend`` and runs a step across the
     devices, one thread each (see the module docstring)."""
@@ -150,13 +163,15 @@ class PartitionedExecutable:
         self.parts = dict(parts) if parts is not None else partition_module(module, entry)
         self.compression = compress_transfers(self.parts) if module.fp16_transfers else None
         stage_of = stage_numbers(self.parts)
+        shares = threads_per_device(list(self.parts))
         self.plans: list[DevicePlan] = []
         for device, part in self.parts.items():
+            device_backend = _with_threads(backend, shares.get(device))
             stages = cut_stages(part, stage_of)
             for st in stages:
                 if st.graph.ops:
                     sub = Module({st.graph.name: st.graph}, dict(module.variables))
-                    st.executable = backend.compile(sub, st.graph.name)
+                    st.executable = device_backend.compile(sub, st.graph.name)
             self.plans.append(DevicePlan(device, part, stages))
         self.n_results = len(module.graphs[entry].results)
         self.tracer: Tracer | None = None  # set to record a timeline (``tfc bench --trace``)
