@@ -3,7 +3,8 @@
 llvmlite 0.50 (LLVM 22) has only the new pass manager and raises on ``llvm.initialize()``;
 the target machine must name the host CPU and its features or the code is plain SSE
 (see DEPENDENCIES.md). Object code is tied to that CPU, so everything cached or stored is
-keyed by ``host_key()`` (CPU name + features + llvmlite version).
+keyed by ``host_key()`` (CPU name + features + llvmlite version + a fingerprint of this
+backend's sources).
 
 The compile cache lives in ``$TFC_CACHE_DIR`` (default ``~/.cache/tfc``): one ``.o`` file
 per hash of (printed IR, host key). A hit skips optimization and code generation, which
@@ -13,6 +14,7 @@ rename), so concurrent processes never read a torn file; a broken entry is ignor
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import tempfile
@@ -54,10 +56,22 @@ def target_machine() -> llvm.TargetMachine:
 
 
 def host_key() -> str:
-    """What object code depends on: CPU name, its features, the LLVM build."""
+    """What object code depends on: CPU name, its features, the LLVM build, and the code
+    that generated it and runs with it (a fingerprint of this backend's sources: the
+    layouts its runtime and kernels agree on change with them, and object code from
+    another version must be rebuilt, never linked)."""
     target_machine()
     return (f"{_STATE['triple']}|{_STATE['cpu']}|{_STATE['features']}|"
-            f"llvmlite {llvmlite.__version__}")
+            f"llvmlite {llvmlite.__version__}|tfc-native {_code_fingerprint()}")
+
+
+@functools.cache
+def _code_fingerprint() -> str:
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def triple_and_layout() -> tuple[str, str]:
