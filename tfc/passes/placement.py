@@ -69,8 +69,10 @@ class Simulation:
     """The step as far as it has been placed: when each device is free, when each value
     is available where."""
 
-    def __init__(self, profile: DeviceProfile, devices: Sequence[str]) -> None:
+    def __init__(self, profile: DeviceProfile, devices: Sequence[str],
+                 symbol_size: int = SYMBOL_SIZE) -> None:
         self.profile = profile
+        self.symbol_size = symbol_size
         self.free = {d: 0.0 for d in devices}
         self.home: dict[Value, str] = {}
         self.ready: dict[tuple[Value, str], float] = {}  # (value, device) -> arrival
@@ -82,7 +84,7 @@ class Simulation:
         ins = [v.type for v in op.inputs]
         outs = [r.type for r in op.results]
         try:
-            cost = lookup(op.kind).cost(ins, outs, op.attrs, SYMBOL_SIZE)
+            cost = lookup(op.kind).cost(ins, outs, op.attrs, self.symbol_size)
         except (TfcError, NotImplementedError):
             return rates.kernel_overhead_s
         return rates.kernel_overhead_s + max(cost.flops / rates.flops_per_s,
@@ -95,7 +97,8 @@ class Simulation:
             return self.ready[(v, device)]
         src = self.home[v]
         link = self.profile.link(src, device)
-        return self.ready[(v, src)] + link.latency_s + v.type.nbytes(SYMBOL_SIZE) / link.bytes_per_s
+        return (self.ready[(v, src)] + link.latency_s
+                + v.type.nbytes(self.symbol_size) / link.bytes_per_s)
 
     def finish(self, op: Op, device: str) -> float:
         start = max([self.free[device], *(self.arrival(v, device) for v in op.inputs)])
@@ -106,7 +109,7 @@ class Simulation:
             if v.op is not None and (v, device) not in self.ready:
                 self.ready[(v, device)] = self.arrival(v, device)
                 self.transfers += 1
-                self.transfer_bytes += v.type.nbytes(SYMBOL_SIZE)
+                self.transfer_bytes += v.type.nbytes(self.symbol_size)
         end = self.finish(op, device)
         self.free[device] = end
         for r in op.results:
@@ -143,8 +146,8 @@ def _variable_of(op: Op) -> str | None:
 
 
 def _simulate(graph: Graph, assign: Mapping[Op, str], profile: DeviceProfile,
-              devices: Sequence[str]) -> Simulation:
-    sim = Simulation(profile, devices)
+              devices: Sequence[str], symbol_size: int = SYMBOL_SIZE) -> Simulation:
+    sim = Simulation(profile, devices, symbol_size)
     for op in graph.ops:
         sim.commit(op, assign[op])
     return sim
@@ -200,6 +203,17 @@ def place_graph(graph: Graph, devices: Sequence[str], profile: DeviceProfile,
          for op in graph.ops],
         sim.makespan, all_on_one, round_robin,
         sim.transfers, sim.transfer_bytes, ops_per_device=counts)
+
+
+def estimate_placed(graph: Graph, devices: Sequence[str], symbol_size: int = SYMBOL_SIZE,
+                    profile: DeviceProfile | None = None) -> float:
+    """The simulated step time of ``graph`` as placed (every op's ``device``; unplaced ops
+    on the first device), symbols counted as ``symbol_size``: what a compiled artifact's
+    placement is expected to take."""
+    devices = list(devices) or ["/cpu:0"]
+    assign = {op: op.device if op.device in devices else devices[0] for op in graph.ops}
+    return _simulate(graph, assign, profile or load_profile(), devices,
+                     symbol_size).makespan
 
 
 def _allowed_or(op: Op, devices: Sequence[str], preferred: str) -> str:

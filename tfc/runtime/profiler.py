@@ -113,6 +113,17 @@ def _bench(program: Any, entry: str, feeds: Mapping[str, Any], steps: int, warmu
     if not partitioned:
         tracer.memory(device, _arena_bytes(exe) + sum(np.asarray(f).nbytes
                                                       for f in feeds.values()))
-    report = program.module.placement_reports.get(entry)
     return BenchReport(entry, steps, times, dict(tracer.stats),
-                       report.estimated_s if report is not None else None)
+                       _estimate(program.module, entry, feeds))
+
+
+def _estimate(module: Any, entry: str, feeds: Mapping[str, Any]) -> float | None:
+    """The placement's simulated step at the batch of ``feeds`` (placed modules only)."""
+    if len(module.devices) < 2:
+        return None
+    from tfc.passes.placement import SYMBOL_SIZE, estimate_placed
+    graph = module.graphs[entry]
+    batch = next((np.shape(feeds[a.name])[0] for a in graph.args
+                  if a.type.rank and isinstance(a.type.shape[0], str) and a.name in feeds),
+                 SYMBOL_SIZE)
+    return estimate_placed(graph, module.devices, int(batch))
