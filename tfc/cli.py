@@ -1,6 +1,6 @@
 """The ``tfc`` command: compile models, inspect and transform IR, run artifacts.
 
-    tfc compile model.py -o model.tfc [--passes canonicalize,cse,dce]
+    tfc compile model.py|model.tfm -o model.tfc [--passes canonicalize,cse,dce]
     tfc run model.tfc --entry predict --feed x=x.npy [--out out.npz] [--steps N] [--save]
     tfc run model.tfc --entry train_step --steps N --checkpoint-dir DIR [--checkpoint-every K]
         [--resume]
@@ -438,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("compile", help="compile a model into a .tfc artifact")
-    p.add_argument("model", metavar="MODEL", help="model file (.py or .tfir)")
+    p.add_argument("model", metavar="MODEL", help="model file (.py, .tfm or .tfir)")
     p.add_argument("-o", "--output", metavar="OUT.tfc",
                    help="artifact to write (default: MODEL with suffix .tfc)")
     p.add_argument("--passes", metavar="P1,P2", help="pass pipeline (default: the standard one)")
@@ -474,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("ir", help="print a model's IR")
-    p.add_argument("model", metavar="MODEL", help="a .py, .tfir or .tfc file")
+    p.add_argument("model", metavar="MODEL", help="a .py, .tfm, .tfir or .tfc file")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--after", metavar="PASS", help="stop after PASS of the compile pipeline (canonicalize, cse, dce, fusion, memory)")
     mode.add_argument("--passes", metavar="P1,P2", help="run these passes instead")

@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -27,8 +28,27 @@ from tfc.ir.types import DType, TensorType, shapes_compatible
 _TFC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
+_given = threading.local()  # per thread: locations that source_location blocks give
+
+
+@contextlib.contextmanager
+def source_location(loc: Location) -> Iterator[None]:
+    """Locate every op built inside at ``loc`` instead of the calling Python line: for
+    frontends that build the graph from another source text (``.tfm`` model files)."""
+    stack = _given.__dict__.setdefault("stack", [])
+    stack.append(loc)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
 def user_location(skip: int = 1) -> Location | None:
-    """The file and line of the innermost caller outside tfc: where the user built an op."""
+    """The file and line of the innermost caller outside tfc: where the user built an op
+    (or the location a ``source_location`` block gives)."""
+    stack = getattr(_given, "stack", None)
+    if stack:
+        return stack[-1]
     f = sys._getframe(skip)
     while f is not None:
         path = f.f_code.co_filename

@@ -43,7 +43,8 @@ def count_ops(module: Module) -> int:
 
 
 def load_source(path: str | os.PathLike[str]) -> Module:
-    """The module in ``path``: a model (``.py``, ``.tfir``) or a compiled ``.tfc`` artifact."""
+    """The module in ``path``: a model (``.py``, ``.tfm``, ``.tfir``) or a compiled ``.tfc``
+    artifact."""
     if Path(path).suffix == ".tfc":
         from tfc.runtime.artifact import read_artifact
         return read_artifact(path)[0]

@@ -1,6 +1,7 @@
-"""Loading a model file into an IR module: Python (traced) or textual IR.
+"""Loading a model file into an IR module: Python (traced), the model language or textual IR.
 
-A ``model.py`` is run in a fresh default graph; what it declares with ``tfc.entry(...)``
+A ``model.tfm`` is parsed and built by ``tfc.compiler.tfm`` (no user code runs). A
+``model.py`` is run in a fresh default graph; what it declares with ``tfc.entry(...)``
 and its ``@tfc.function``s with an input signature become the module's entries. Errors
 raised while the file runs are reported at the line of the model file that caused them.
 """
@@ -18,16 +19,19 @@ from tfc.ir.core import Module
 
 
 def load_model(path: str | os.PathLike[str]) -> Module:
-    """The module a model file defines (``.py`` or ``.tfir``)."""
+    """The module a model file defines (``.py``, ``.tfm`` or ``.tfir``)."""
     p = Path(path)
     if not p.is_file():
         raise TfcError(f"no such model file: {p}")
     if p.suffix == ".py":
         return _load_python(p)
+    if p.suffix == ".tfm":
+        from tfc.compiler.tfm import load_tfm
+        return load_tfm(p)
     if p.suffix == ".tfir":
         from tfc.ir.parser import parse_module
         return parse_module(p.read_text(), str(p))
-    raise TfcError(f"{p}: unknown model format '{p.suffix}' (expected .py or .tfir)")
+    raise TfcError(f"{p}: unknown model format '{p.suffix}' (expected .py, .tfm or .tfir)")
 
 
 def _load_python(path: Path) -> Module:

@@ -1,0 +1,102 @@
+"""The syntax of ``.tfm`` files: the lark parser and located errors with a caret.
+
+Every error this package raises points at ``file:line:column`` and shows the offending
+line with a caret under the spot, formatted as the textual IR parser formats its own
+(``tfc.ir.parser``), so the two read alike; lark's exceptions never escape.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+from typing import Sequence
+
+from lark import Lark, Token, Tree
+from lark.exceptions import (LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput,
+                             UnexpectedToken)
+
+from tfc.errors import Location, ParseError, TfcError
+from tfc.ir.parser import _excerpt as excerpt
+
+__all__ = ["excerpt", "located", "parse_tree", "describe_terminals"]
+
+# How terminals read in "expected ..." messages.
+_TERMINAL_NAMES = {
+    "NAME": "name", "INT": "integer", "FLOAT": "number", "STRING": "string",
+    "COMPARE": "comparison", "ADD_OP": "'+' or '-'", "NEG": "'-'", "MUL_OP": "'*', '/' or '@'",
+    "POW": "'**'", "LBRACKET": "'['", "_OVER": "'over'", "$END": "end of input",
+}
+
+
+@functools.cache
+def _lark() -> Lark:
+    """The parser, built once per process (a small grammar: a few ms)."""
+    grammar = importlib.resources.files("tfc.compiler.tfm").joinpath("tfm.lark").read_text()
+    return Lark(grammar, parser="lalr", lexer="contextual", propagate_positions=True,
+                maybe_placeholders=True)
+
+
+def parse_tree(text: str, filename: str) -> Tree:
+    """The syntax tree of a ``.tfm`` text. Raises ``ParseError`` (never a lark exception)."""
+    try:
+        return _lark().parse(text)
+    except UnexpectedInput as e:
+        raise _syntax_error(e, text, filename) from None
+    except LarkError as e:  # defensive: other lark failures still read as parse errors
+        raise located(ParseError, f"cannot parse: {e}", text, filename, 1, 1) from None
+
+
+def located(cls: type[TfcError], message: str, text: str, filename: str, line: int,
+            column: int) -> TfcError:
+    """A ``cls`` error at ``filename:line:column`` showing that line with a caret."""
+    line = max(int(line or 1), 1)
+    column = max(int(column or 1), 1)
+    err = cls(message + excerpt(text, line, column), Location(filename, line, column))
+    err.tfm_located = True  # type: ignore[attr-defined]
+    return err
+
+
+def describe_terminals(names: Sequence[str] | set[str] | frozenset[str]) -> str:
+    """``"; expected one of ..."`` for a set of terminal names (empty when there are none)."""
+    shown = sorted({_describe(n) for n in names})
+    if not shown:
+        return ""
+    if len(shown) == 1:
+        return f"; expected {shown[0]}"
+    return "; expected one of " + ", ".join(shown)
+
+
+def _describe(name: str) -> str:
+    if name in _TERMINAL_NAMES:
+        return _TERMINAL_NAMES[name]
+    try:
+        pattern = _lark().get_terminal(name).pattern
+    except (KeyError, LarkError):
+        return name.lower()
+    if pattern.type == "str":
+        return repr(pattern.value)
+    return name.lower()
+
+
+def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> TfcError:
+    line, column = e.line, e.column
+    if isinstance(e, UnexpectedToken):
+        tok: Token = e.token
+        if tok.type == "$END":
+            what = "end of input"
+            lines = text.split("\n")
+            line, column = len(lines), len(lines[-1]) + 1
+        else:
+            what = repr(str(tok))
+        msg = f"unexpected {what}{describe_terminals(e.accepts or e.expected)}"
+    elif isinstance(e, UnexpectedCharacters):
+        msg = f"unexpected character {e.char!r}{describe_terminals(e.allowed or ())}"
+    elif isinstance(e, UnexpectedEOF):
+        lines = text.split("\n")
+        line, column = len(lines), len(lines[-1]) + 1
+        msg = f"unexpected end of input{describe_terminals(e.expected)}"
+    else:
+        msg = "syntax error"
+    if not isinstance(line, int) or line < 1:
+        line, column = 1, 1
+    return located(ParseError, msg, text, filename, line, column if column and column > 0 else 1)
