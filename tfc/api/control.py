@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from tfc.api.graph import Graph, Tensor, get_default_graph, user_location
-from tfc.api.tensor import _binary, apply, convert_to_tensor
+from tfc.api.tensor import binary_op, apply, convert_to_tensor
 from tfc.errors import Location, TfcError, TypeMismatch
 from tfc.ir import core as ir
 from tfc.ir.registry import lookup, make_op
@@ -269,7 +269,7 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
         if ut.type != TensorType(DType.bool, ()):
             raise TypeMismatch(f"while_loop: cond returns {ut.type}, expected bool[]", loc)
         if counted:
-            return _binary("logical_and", _binary("less", args[0], maximum_iterations), ut)
+            return binary_op("logical_and", binary_op("less", args[0], maximum_iterations), ut)
         return ut
 
     def call_body(fn: Callable[..., Any], args: list[Tensor]) -> Any:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from tfc.api.graph import Tensor, Variable, as_dtype, user_location
-from tfc.api.tensor import TensorLike, _binary, apply, constant, convert_to_tensor
+from tfc.api.tensor import TensorLike, apply, constant, convert_to_tensor
+from tfc.api.tensor import binary_op as _binary
 from tfc.ir.types import DType
 from tfc.errors import TfcError
 

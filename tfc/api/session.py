@@ -153,9 +153,9 @@ class Session:
                     by_name = {p.name: p for p in self.graph.placeholders}
                 name = key[:-2] if key.endswith(":0") else key
                 if name not in by_name:
-                    from tfc.ir.registry import _nearest
+                    from tfc.ir.registry import nearest_hint
                     raise FeedError(f"no placeholder named '{name}'"
-                                    f"{_nearest(name, list(by_name))}")
+                                    f"{nearest_hint(name, list(by_name))}")
                 key = by_name[name]
             elif isinstance(key, Variable):
                 key = key.value()

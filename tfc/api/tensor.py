@@ -105,7 +105,7 @@ def apply(kind: str, *inputs: TensorLike, name: str | None = None, **attrs: Any)
     return outs[0] if len(outs) == 1 else outs
 
 
-def _binary(kind: str, a: TensorLike, b: TensorLike) -> Tensor:
+def binary_op(kind: str, a: TensorLike, b: TensorLike) -> Tensor:
     """A binary op where a Python scalar takes the dtype of the tensor operand."""
     g = _graph_of((a, b))
     with g.as_default():
@@ -159,11 +159,11 @@ def _def(name: str, fn: Any) -> None:
 for _dunder, _kind in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
                        ("pow", "pow"), ("matmul", "matmul"), ("and", "logical_and"),
                        ("or", "logical_or")]:
-    _def(f"__{_dunder}__", lambda a, b, _k=_kind: _binary(_k, a, b))
-    _def(f"__r{_dunder}__", lambda a, b, _k=_kind: _binary(_k, b, a))
+    _def(f"__{_dunder}__", lambda a, b, _k=_kind: binary_op(_k, a, b))
+    _def(f"__r{_dunder}__", lambda a, b, _k=_kind: binary_op(_k, b, a))
 for _dunder, _kind in [("lt", "less"), ("le", "less_equal"), ("gt", "greater"),
                        ("ge", "greater_equal")]:
-    _def(f"__{_dunder}__", lambda a, b, _k=_kind: _binary(_k, a, b))
+    _def(f"__{_dunder}__", lambda a, b, _k=_kind: binary_op(_k, a, b))
 _def("__floordiv__", lambda a, b: _floordiv(a, b))
 _def("__rfloordiv__", lambda a, b: _floordiv(b, a))
 _def("__neg__", lambda a: apply("neg", a))
@@ -173,5 +173,5 @@ _def("__getitem__", _index)
 
 
 def _floordiv(a: TensorLike, b: TensorLike) -> Tensor:
-    q = _binary("div", a, b)
+    q = binary_op("div", a, b)
     return q if q.dtype.is_int else apply("floor", q)

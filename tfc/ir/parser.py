@@ -110,7 +110,7 @@ def parse_module(text: str, filename: str = "<string>") -> Module:
 
 # ---- syntax errors ------------------------------------------------------------------------
 
-def _excerpt(text: str, line: int, column: int) -> str:
+def source_excerpt(text: str, line: int, column: int) -> str:
     lines = text.split("\n")
     src = lines[line - 1] if 0 < line <= len(lines) else ""
     src = src.rstrip("\r")
@@ -160,7 +160,7 @@ def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> ParseError:
     if line is None or line < 1:
         line, column = 1, 1
     column = column if column and column > 0 else 1
-    return ParseError(msg + _excerpt(text, line, column), Location(filename, line, column))
+    return ParseError(msg + source_excerpt(text, line, column), Location(filename, line, column))
 
 
 # ---- building the module -----------------------------------------------------------------
@@ -174,7 +174,7 @@ class _ModuleBuilder:
     # errors
 
     def error(self, message: str, line: int, column: int) -> ParseError:
-        return ParseError(message + _excerpt(self.text, line, column),
+        return ParseError(message + source_excerpt(self.text, line, column),
                           Location(self.filename, line, column))
 
     def error_at(self, message: str, tok: Token, offset: int = 0) -> ParseError:

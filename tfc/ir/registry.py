@@ -137,7 +137,7 @@ class OpDef:
         out: dict[str, Any] = {}
         for k, v in attrs.items():
             if k not in self.attrs:
-                hint = _nearest(k, list(self.attrs))
+                hint = nearest_hint(k, list(self.attrs))
                 known = ", ".join(self.attrs) or "none"
                 raise TypeMismatch(f"{self.name}: unknown attr '{k}'{hint} (known: {known})")
             out[k] = self.attrs[k].check(self.name, k, v)
@@ -195,7 +195,7 @@ def _load() -> None:
     import tfc.ops  # noqa: F401  (defines every op on import)
 
 
-def _nearest(name: str, names: Sequence[str]) -> str:
+def nearest_hint(name: str, names: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, names, n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
@@ -205,7 +205,7 @@ def lookup(name: str) -> OpDef:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise UnknownOp(f"unknown op '{name}'{_nearest(name, list(_REGISTRY))}") from None
+        raise UnknownOp(f"unknown op '{name}'{nearest_hint(name, list(_REGISTRY))}") from None
 
 
 def all_ops() -> dict[str, OpDef]:

@@ -1,7 +1,7 @@
 """Building an IR module from a ``.tfm`` syntax tree, through the TF1 graph API.
 
 The walk calls what a TF1-style ``model.py`` calls — ``Graph.placeholder``, ``Variable``,
-``apply`` for registry ops, the operator overloads' ``_binary``, ``tfc.train``'s
+``apply`` for registry ops, the operator overloads' ``binary_op``, ``tfc.train``'s
 optimizers, ``Graph.entry`` and ``Graph.as_module`` — so a ``.tfm`` file and its Python
 twin build the same IR, and every op the registry has is callable by its own name with
 its own attrs. Each op is located at the ``.tfm`` file's line and column
@@ -24,10 +24,10 @@ from lark import Token, Tree
 
 from tfc.api import random as tfc_random
 from tfc.api.graph import Graph, Operation, Tensor, Variable, source_location
-from tfc.api.tensor import _binary, apply, convert_to_tensor
+from tfc.api.tensor import binary_op, apply, convert_to_tensor
 from tfc.errors import FeedError, Location, ParseError, TfcError, TypeMismatch, UnknownOp
 from tfc.ir.core import Module
-from tfc.ir.registry import RANDOM, REQUIRED, OpDef, _nearest, all_ops, lookup
+from tfc.ir.registry import RANDOM, REQUIRED, OpDef, nearest_hint, all_ops, lookup
 from tfc.ir.types import DType, TensorType
 from tfc.compiler.tfm.syntax import located
 from tfc import train as tfc_train
@@ -251,7 +251,7 @@ class ModelBuilder:
         for opt in [] if tree is None else [c for c in tree.children if isinstance(c, Tree)]:
             key, value = opt.children
             if str(key) not in kinds:
-                raise self.error(f"unknown option '{key}'{_nearest(str(key), list(kinds))} "
+                raise self.error(f"unknown option '{key}'{nearest_hint(str(key), list(kinds))} "
                                  f"(known: {', '.join(kinds)})", key)
             if str(key) in out:
                 raise self.error(f"option '{key}' is given twice", key)
@@ -285,7 +285,7 @@ class ModelBuilder:
         dtype_tok, *dims = tree.children
         names = [d.value for d in DType]
         if str(dtype_tok) not in names:
-            raise self.error(f"unknown dtype '{dtype_tok}'{_nearest(str(dtype_tok), names)} "
+            raise self.error(f"unknown dtype '{dtype_tok}'{nearest_hint(str(dtype_tok), names)} "
                              f"(known: {', '.join(names)})", dtype_tok, TypeMismatch)
         shape: list[int | str] = []
         for d in dims:
@@ -329,7 +329,7 @@ class ModelBuilder:
         for p in self.names(params):
             found = self.globals.find(str(p))
             if found is None:
-                hint = _nearest(str(p), sorted(self.inputs) or list(self.globals.values))
+                hint = nearest_hint(str(p), sorted(self.inputs) or list(self.globals.values))
                 raise self.error(f"entry '{name_tok}' feeds '{p}', which is not defined"
                                  f"{hint}", p, FeedError)
             if not isinstance(found[0], Tensor):
@@ -402,7 +402,7 @@ class ModelBuilder:
             for tok in self.names(over):
                 if str(tok) not in self.params:
                     raise self.error(f"'{tok}' is not a param"
-                                     f"{_nearest(str(tok), list(self.params))}", tok)
+                                     f"{nearest_hint(str(tok), list(self.params))}", tok)
                 var_list.append(self.params[str(tok)])
         optimizer = self.optimizer(opt_call, scope)
         with source_location(self.loc(tree)):
@@ -411,7 +411,7 @@ class ModelBuilder:
     def optimizer(self, tree: Tree, scope: _Scope) -> Any:
         name_tok, name, pos, kw = self.call_parts(tree)
         if name not in OPTIMIZERS:
-            raise self.error(f"unknown optimizer '{name}'{_nearest(name, list(OPTIMIZERS))} "
+            raise self.error(f"unknown optimizer '{name}'{nearest_hint(name, list(OPTIMIZERS))} "
                              f"(known: {', '.join(OPTIMIZERS)})", name_tok, UnknownOp)
         cls = OPTIMIZERS[name]
         sig = inspect.signature(cls.__init__)
@@ -426,7 +426,7 @@ class ModelBuilder:
             spec = next((p for p in settings if p.name == key), None)
             if spec is None:
                 known = [p.name for p in settings]
-                raise self.error(f"{name}: unknown setting '{key}'{_nearest(key, known)} "
+                raise self.error(f"{name}: unknown setting '{key}'{nearest_hint(key, known)} "
                                  f"(known: {', '.join(known)})", key_node)
             if key in given:
                 raise self.error(f"{name}: setting '{key}' is given twice", key_node)
@@ -473,7 +473,7 @@ class ModelBuilder:
             if _is_number(x) and _is_number(y) and str(op_tok) != "@":
                 return self.guarded(op_tok, _fold, str(op_tok), x, y)
             with source_location(self.loc(op_tok)):
-                return self.guarded(op_tok, _binary, _BINARY[str(op_tok)], x, y)
+                return self.guarded(op_tok, binary_op, _BINARY[str(op_tok)], x, y)
         if kind == "call":
             return self.call(node, scope)
         raise self.error(f"unexpected {kind}", node)  # defensive
@@ -513,7 +513,7 @@ class ModelBuilder:
                 what = "a function" if name in self.fns else "an op"
                 raise self.error(f"'{name}' is {what}; call it: {name}(...)", tok)
             candidates = [*scope.visible()]
-            raise self.error(f"undefined name '{name}'{_nearest(name, candidates)}", tok)
+            raise self.error(f"undefined name '{name}'{nearest_hint(name, candidates)}", tok)
         value, owner = found
         if self.init_type is not None and owner is self.globals and isinstance(value, Tensor):
             raise self.error(f"a param's initializer cannot use '{name}' (initial values are "
@@ -560,7 +560,7 @@ class ModelBuilder:
         ops = all_ops()
         if name not in ops:
             known = [*ops, *self.fns, *INITIALIZERS]
-            raise self.error(f"unknown op '{name}'{_nearest(name, known)}", name_tok, UnknownOp)
+            raise self.error(f"unknown op '{name}'{nearest_hint(name, known)}", name_tok, UnknownOp)
         opdef = lookup(name)
         self.check_callable(opdef, name_tok)
         inputs = [self.expr(a, scope) for a in pos]
@@ -578,7 +578,7 @@ class ModelBuilder:
             if key not in opdef.attrs:
                 known = ", ".join(opdef.attrs) or "none"
                 raise self.error(f"{name}: unknown attr '{key}'"
-                                 f"{_nearest(key, list(opdef.attrs))} (known: {known})",
+                                 f"{nearest_hint(key, list(opdef.attrs))} (known: {known})",
                                  key_tok, TypeMismatch)
             spec = opdef.attrs[key]
             v = self.static(value, spec.kind, scope)
@@ -631,7 +631,7 @@ class ModelBuilder:
         for key_tok, value in kw:
             key = str(key_tok)
             if key not in names:
-                raise self.error(f"{fn.name} has no parameter '{key}'{_nearest(key, names)}",
+                raise self.error(f"{fn.name} has no parameter '{key}'{nearest_hint(key, names)}",
                                  key_tok)
             if key in args:
                 raise self.error(f"{fn.name}: '{key}' is given twice", key_tok)
@@ -714,7 +714,7 @@ class ModelBuilder:
                 return name
             if kind == "dtype":
                 names = [d.value for d in DType]
-                raise self.error(f"unknown dtype '{name}'{_nearest(name, names)}", tok,
+                raise self.error(f"unknown dtype '{name}'{nearest_hint(name, names)}", tok,
                                  TypeMismatch)
             raise self.error(f"'{name}' is not a constant; attrs take literal values",
                              tok, TypeMismatch)

@@ -16,7 +16,7 @@ from lark.exceptions import (LarkError, UnexpectedCharacters, UnexpectedEOF, Une
                              UnexpectedToken)
 
 from tfc.errors import Location, ParseError, TfcError
-from tfc.ir.parser import _excerpt as excerpt
+from tfc.ir.parser import source_excerpt as excerpt
 
 __all__ = ["excerpt", "located", "parse_tree", "describe_terminals"]
 
