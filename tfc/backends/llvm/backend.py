@@ -18,13 +18,13 @@ Pipeline of ``LLVMBackend.compile(module, entry)``:
 
 A step (``LLVMExecutable.__call__``) is one call into native code: Python checks the
 feeds, finds the *binding* for their shapes (concrete shapes of every value, run-time
-params, the arena: computed once per distinct feed shapes and reused), allocates the
-fetches and variable updates (numpy), fills one pointer array and calls ``tfc_entry``.
-Steps allocate nothing but their outputs.
+params, the arena: computed once per distinct feed shapes and reused), takes the
+fetch and update arrays (recycled from earlier steps once nobody holds them:
+``_recycled``), fills one pointer array and calls ``tfc_entry``.
 
-Threads: kernels whose outermost loop is large enough are split across pthreads
-started by the native code itself (``parallel``; ``threads``, ``TFC_NUM_THREADS``,
-``TFC_PARALLEL_MIN``); BLAS uses OpenBLAS's own pool.
+Threads: kernels whose outermost loop is large enough are split into chunks that a
+persistent native worker pool and the calling thread share (``parallel``; ``threads``,
+``TFC_NUM_THREADS``, ``TFC_PARALLEL_MIN``); BLAS uses OpenBLAS's own pool.
 
 Choices where the design left room:
 

@@ -64,8 +64,11 @@ def _register(lib: ctypes.CDLL) -> None:
 
 
 def register_symbols() -> None:
-    """Make the BLAS and C symbols known to LLVM (before any engine is finalized)."""
+    """Make the BLAS and C symbols known to LLVM (before any engine is finalized), and
+    the kernels' thread pool (``parallel``), which object code binds weakly."""
     openblas()
+    from tfc.backends.llvm.parallel import register_runtime
+    register_runtime()
 
 
 def set_num_threads(n: int) -> None:

@@ -1,0 +1,186 @@
+"""The native thread pool that splits kernels (``tfc.backends.llvm.parallel``).
+
+Split kernels must give bit-identical results to one thread (every element is computed
+by the same code whichever thread runs its range); the pool must cover every chunk
+exactly once, report the lowest failing chunk's error, work from several Python threads
+at once, and keep working in a forked child. ``TFC_PARALLEL_MIN=1`` forces splitting of
+the small arrays used here."""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import threading
+
+import numpy as np
+import pytest
+
+from tfc.backends.llvm import LLVMBackend
+from tfc.backends.llvm import parallel as P
+from tfc.errors import ExecutionError
+from tfc.ir.types import DType
+
+RNG = np.random.default_rng(5)
+_TASK = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                         ctypes.c_int64)
+_RUN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+
+
+@pytest.fixture(autouse=True)
+def _split_everything(monkeypatch):
+    monkeypatch.setenv("TFC_PARALLEL_MIN", "1")
+
+
+def _chain_module(h):
+    """An element-wise chain, a row reduction and a full reduction of one input."""
+    def body(b, a):
+        (x,) = a
+        y = b("tanh", b("add", b("mul", x, x), b("constant", value=np.array(0.3, np.float32))))
+        return [y, b("sum", y, axes=[1]), b("max", b("exp", x), axes=None)]
+
+    return h.make_module([("x", DType.f32, ("B", 300))], body)
+
+
+def _compile(m, threads):
+    return LLVMBackend(threads=threads, use_cache=False).compile(m, "f")
+
+
+def _run(exe, feeds):
+    return exe(list(feeds), {}, 0).fetches
+
+
+def test_split_results_identical_to_one_thread(h):
+    m = _chain_module(h)
+    one = _compile(m, 1)
+    many = [_compile(m, t) for t in (2, 3, 8)]
+    before = P.pool_stats()["jobs"]
+    for n in (1, 2, 7, 64, 257):
+        x = RNG.standard_normal((n, 300)).astype(np.float32)
+        want = _run(one, [x])
+        for exe in many:
+            for got, ref in zip(_run(exe, [x]), want):
+                np.testing.assert_array_equal(got, ref)
+        h.assert_same(*h.run_both(m, [x], exe=many[0]), rtol=1e-5, atol=1e-5)
+    assert P.pool_stats()["jobs"] > before  # the pool ran the split kernels
+
+
+def test_one_thread_builds_no_pool_calls(h):
+    assert P.build_parallel(None, 1) is None  # type: ignore[arg-type]
+    m = _chain_module(h)
+    text = str(LLVMBackend(threads=1)._lower(m, "f")[2].comp.module)
+    assert P.POOL_RUN not in text
+
+
+def test_error_code_matches_one_thread(h):
+    def body(b, a):
+        x, i = a
+        return [b("gather", x, i, axis=0)]
+
+    m = h.make_module([("x", DType.f32, (50, 400)), ("i", DType.i32, ("N",))], body)
+    x = RNG.standard_normal((50, 400)).astype(np.float32)
+    idx = np.arange(40, dtype=np.int32) % 50
+    idx[17] = 99
+    msgs = []
+    for t in (1, 2, 4):
+        exe = _compile(m, t)
+        with pytest.raises(ExecutionError) as e:
+            exe([x, idx], {}, 0)
+        msgs.append(str(e.value))
+        np.testing.assert_array_equal(exe([x, idx % 50], {}, 0).fetches[0], x[idx % 50])
+    assert msgs[1:] == msgs[:1] * 2
+
+
+def _pool_run(task, n, threads, chunks) -> int:
+    run = _RUN(P.runtime().run_addr)  # ctypes releases the GIL: workers can call back
+    return run(ctypes.cast(task, ctypes.c_void_p), None, None, n, threads, chunks)
+
+
+@pytest.mark.parametrize("n,threads,chunks", [(1, 2, 2), (5, 2, 16), (100, 2, 16),
+                                              (1000, 4, 7), (33, 1, 8), (64, 8, 64)])
+def test_pool_covers_every_chunk_once(n, threads, chunks):
+    seen: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def body(argv, params, lo, hi):
+        with lock:
+            seen.append((lo, hi))
+        return 0
+
+    task = _TASK(body)
+    assert _pool_run(task, n, threads, chunks) == 0
+    covered = sorted(seen)
+    assert covered[0][0] == 0 and covered[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
+    assert len(covered) <= max(1, chunks)
+
+
+def test_pool_reports_lowest_failing_chunk():
+    def body(argv, params, lo, hi):
+        c = lo // 10
+        return 100 + c if c >= 3 else 0
+
+    task = _TASK(body)
+    for _ in range(5):
+        assert _pool_run(task, 100, 4, 10) == 103
+
+
+def test_concurrent_python_threads(h):
+    """One Python thread per executable, all splitting kernels at once (the multi-device
+    executor's pattern); each must get its own right answers."""
+    mods = [_chain_module(h) for _ in range(4)]
+    exes = [_compile(m, 2) for m in mods]
+    one = _compile(mods[0], 1)
+    xs = [RNG.standard_normal((40 + 8 * k, 300)).astype(np.float32) for k in range(4)]
+    wants = [_run(one, [x]) for x in xs]
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(exes))
+
+    def worker(k):
+        try:
+            start.wait()
+            for _ in range(40):
+                for got, ref in zip(_run(exes[k], [xs[k]]), wants[k]):
+                    np.testing.assert_array_equal(got, ref)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(len(exes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert not errors, errors[0]
+
+
+def _child(exe, x, q):
+    try:
+        fresh = P.pool_stats()["workers"]  # reset at the fork: no worker yet
+        got = _run(exe, [x])
+        q.put(([np.asarray(g) for g in got], fresh, P.pool_stats()))
+    except BaseException as e:  # noqa: BLE001 - sent to the parent
+        q.put(repr(e))
+
+
+def test_fork_child_runs_split_kernels(h):
+    m = _chain_module(h)
+    exe = _compile(m, 2)
+    x = RNG.standard_normal((128, 300)).astype(np.float32)
+    want = _run(exe, [x])  # the pool has workers before the fork
+    assert P.pool_stats()["workers"] >= 1
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child, args=(exe, x, q))
+    p.start()
+    try:
+        res = q.get(timeout=60)
+    finally:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+    assert not isinstance(res, str), res
+    got, fresh, stats = res
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    assert fresh == 0 and stats["workers"] >= 1  # the child made its own pool
