@@ -49,6 +49,23 @@ def _flatten(fetches: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
     return [fetches], lambda vals: vals[0]
 
 
+def _fetch_request(fetches: Any) -> tuple[list[Any], Callable[[list[Any]], Any],
+                                          list[Tensor], list[Operation]]:
+    """The leaves of ``fetches``, how to rebuild its structure, and the tensors to fetch
+    and operations to run among the leaves."""
+    leaves, rebuild = _flatten(fetches)
+    tensors: list[Tensor] = []
+    targets: list[Operation] = []
+    for leaf in leaves:
+        if isinstance(leaf, Operation):
+            targets.append(leaf)
+        elif isinstance(leaf, (Tensor, Variable)):
+            tensors.append(convert_to_tensor(leaf))
+        else:
+            raise TfcError(f"cannot fetch {leaf!r}: expected a tensor, variable or operation")
+    return leaves, rebuild, tensors, targets
+
+
 class Session:
     """Runs the default graph (or ``graph``) through a backend (``$TFC_BACKEND``, else
     ``llvm``)."""
@@ -88,17 +105,7 @@ class Session:
         dict of them) given ``feed_dict`` (tensor or placeholder name -> value)."""
         if self._closed:
             raise TfcError("this session is closed")
-        leaves, rebuild = _flatten(fetches)
-        tensors: list[Tensor] = []
-        targets: list[Operation] = []
-        for leaf in leaves:
-            if isinstance(leaf, Operation):
-                targets.append(leaf)
-            elif isinstance(leaf, (Tensor, Variable)):
-                tensors.append(convert_to_tensor(leaf))
-            else:
-                raise TfcError(f"cannot fetch {leaf!r}: expected a tensor, variable or "
-                               "operation")
+        leaves, rebuild, tensors, targets = _fetch_request(fetches)
         feeds = self._resolve_feeds(feed_dict or {})
         self._initialize_missing(targets)
         compiled = self._compile(tensors, targets, [t for t, _ in feeds])
@@ -113,17 +120,7 @@ class Session:
         here, so each call only checks its feeds and runs one step."""
         if self._closed:
             raise TfcError("this session is closed")
-        leaves, rebuild = _flatten(fetches)
-        tensors: list[Tensor] = []
-        targets: list[Operation] = []
-        for leaf in leaves:
-            if isinstance(leaf, Operation):
-                targets.append(leaf)
-            elif isinstance(leaf, (Tensor, Variable)):
-                tensors.append(convert_to_tensor(leaf))
-            else:
-                raise TfcError(f"cannot fetch {leaf!r}: expected a tensor, variable or "
-                               "operation")
+        leaves, rebuild, tensors, targets = _fetch_request(fetches)
         fed = [t for t, _ in self._resolve_feeds({k: None for k in (feed_list or [])})]
         if len(set(fed)) != len(fed):
             raise FeedError("make_callable: a tensor is listed twice in feed_list")
