@@ -39,11 +39,6 @@ class DeviceSpec:
         host = f"/job:{self.job}/task:{self.task}" if self.job is not None else ""
         return f"{host}/{self.kind}:{self.index}"
 
-    @property
-    def host(self) -> str:
-        """The process the device lives in (``""`` for the local one)."""
-        return f"/job:{self.job}/task:{self.task}" if self.job is not None else ""
-
 
 def normalize_device(spec: str | None) -> str | None:
     """``"cpu:0"``, ``"/CPU:0"`` and ``"/device:CPU:0"`` all mean ``/cpu:0``."""

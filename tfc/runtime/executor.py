@@ -180,10 +180,6 @@ class PartitionedExecutable:
         self._lock = threading.Lock()  # one step at a time
         self.last_rendezvous: Rendezvous | None = None
 
-    @property
-    def devices(self) -> list[str]:
-        return [p.device for p in self.plans]
-
     def _run_device(self, plan: DevicePlan, feeds: Sequence[np.ndarray],
                     variables: Mapping[str, np.ndarray], step: int,
                     rendezvous: Rendezvous) -> tuple[dict[Value, np.ndarray],
