@@ -13,9 +13,8 @@ device holds after each stage (feeds, received and computed tensors).
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -56,34 +55,17 @@ def bench_entry(program: Any, entry: str, feeds: Mapping[str, Any], steps: int,
 
     ``kernels`` (default: whether a ``tracer`` is given) also records one span per
     kernel inside each stage span, on a backend that can time its kernels (the LLVM
-    backend's ``profiled()``: the entry is compiled again with native timestamps around
-    every kernel, a few tens of nanoseconds each, and the program's own executable is
-    back in place afterwards)."""
+    backend's ``profiled()``: a copy of the program, with the same variables and step,
+    compiled again with native timestamps around every kernel, a few tens of
+    nanoseconds each; ``program`` itself is then left as it was)."""
     if kernels is None:
         kernels = tracer is not None
-    with _kernel_timing(program, entry, kernels):
-        return _bench(program, entry, feeds, steps, warmup, tracer)
-
-
-@contextmanager
-def _kernel_timing(program: Any, entry: str, on: bool) -> Iterator[None]:
-    """Run ``entry`` of ``program`` on its backend's kernel-timing twin inside the block."""
-    profiled = getattr(program.backend, "profiled", None) if on else None
-    if profiled is None or not hasattr(program, "_executables"):
-        yield
-        return
-    backend = program.backend
-    saved = (program._executables.pop(entry, None), program._runners.pop(entry, None))
-    program.backend = profiled()
-    try:
-        yield
-    finally:
-        program.backend = backend
-        program._executables.pop(entry, None)
-        program._runners.pop(entry, None)
-        for cache, old in zip((program._executables, program._runners), saved):
-            if old is not None:
-                cache[entry] = old
+    profiled = getattr(program.backend, "profiled", None) if kernels else None
+    if profiled is not None:  # a twin of the program whose backend times each kernel
+        from tfc.runtime.program import Program
+        program = Program(program.module, program.variables, backend=profiled(),
+                          step=program.step)
+    return _bench(program, entry, feeds, steps, warmup, tracer)
 
 
 def _bench(program: Any, entry: str, feeds: Mapping[str, Any], steps: int, warmup: int,
