@@ -99,7 +99,7 @@ def parse_module(text: str, filename: str = "<string>") -> Module:
     try:
         tree = _lark().parse(text)
     except UnexpectedInput as e:
-        raise _syntax_error(e, text, filename) from None
+        raise syntax_error(e, text, filename, _lark(), _TERMINAL_NAMES) from None
     except LarkError as e:  # defensive: other lark failures still read as parse errors
         raise ParseError(f"cannot parse: {e}", Location(filename, 1, 1)) from None
     try:
@@ -117,20 +117,23 @@ def source_excerpt(text: str, line: int, column: int) -> str:
     return f"\n  {src}\n  {' ' * max(column - 1, 0)}^"
 
 
-def _describe_terminal(name: str) -> str:
-    if name in _TERMINAL_NAMES:
-        return _TERMINAL_NAMES[name]
+def _describe_terminal(parser: Lark, names: Mapping[str, str], name: str) -> str:
+    if name in names:
+        return names[name]
     try:
-        pattern = _lark().get_terminal(name).pattern
+        pattern = parser.get_terminal(name).pattern
     except (KeyError, LarkError):
-        return name
+        return name.lower()
     if pattern.type == "str":
         return repr(pattern.value)
     return name.lower()
 
 
-def _expected(names: Sequence[str] | set[str] | frozenset[str]) -> str:
-    shown = sorted({_describe_terminal(n) for n in names})
+def expected_phrase(parser: Lark, names: Mapping[str, str],
+                    terminals: Sequence[str] | set[str] | frozenset[str]) -> str:
+    """``"; expected one of ..."`` for lark terminal names (empty when there are none),
+    each shown by ``names`` or, for a literal, as the literal."""
+    shown = sorted({_describe_terminal(parser, names, n) for n in terminals})
     if not shown:
         return ""
     if len(shown) == 1:
@@ -138,28 +141,32 @@ def _expected(names: Sequence[str] | set[str] | frozenset[str]) -> str:
     return "; expected one of " + ", ".join(shown)
 
 
-def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> ParseError:
+def syntax_error(e: UnexpectedInput, text: str, filename: str, parser: Lark,
+                 names: Mapping[str, str]) -> ParseError:
+    """A lark syntax error as a ``ParseError`` at ``file:line:column`` with the line and a
+    caret: what the textual IR and the ``.tfm`` language both raise."""
+    lines = text.split("\n")
+    end = (len(lines), len(lines[-1]) + 1)
     line, column = e.line, e.column
     if isinstance(e, UnexpectedToken):
         tok = e.token
         if tok.type == "$END":
             what = "end of input"
-            line = getattr(tok, "end_line", None) or line
-            column = getattr(tok, "end_column", None) or column
+            line = getattr(tok, "end_line", None) or end[0]
+            column = getattr(tok, "end_column", None) or end[1]
         else:
             what = repr(str(tok))
-        msg = f"unexpected {what}{_expected(e.accepts or e.expected)}"
+        msg = f"unexpected {what}{expected_phrase(parser, names, e.accepts or e.expected)}"
     elif isinstance(e, UnexpectedCharacters):
-        msg = f"unexpected character {e.char!r}{_expected(e.allowed or ())}"
+        msg = f"unexpected character {e.char!r}{expected_phrase(parser, names, e.allowed or ())}"
     elif isinstance(e, UnexpectedEOF):
-        lines = text.split("\n")
-        line, column = len(lines), len(lines[-1]) + 1
-        msg = f"unexpected end of input{_expected(e.expected)}"
+        line, column = end
+        msg = f"unexpected end of input{expected_phrase(parser, names, e.expected)}"
     else:
         msg = "syntax error"
-    if line is None or line < 1:
+    if not isinstance(line, int) or line < 1:
         line, column = 1, 1
-    column = column if column and column > 0 else 1
+    column = column if isinstance(column, int) and column > 0 else 1
     return ParseError(msg + source_excerpt(text, line, column), Location(filename, line, column))
 
 

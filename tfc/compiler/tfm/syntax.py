@@ -11,11 +11,11 @@ import functools
 import importlib.resources
 from typing import Sequence
 
-from lark import Lark, Token, Tree
-from lark.exceptions import (LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput,
-                             UnexpectedToken)
+from lark import Lark, Tree
+from lark.exceptions import LarkError, UnexpectedInput
 
 from tfc.errors import Location, ParseError, TfcError
+from tfc.ir.parser import expected_phrase, syntax_error
 from tfc.ir.parser import source_excerpt as excerpt
 
 __all__ = ["excerpt", "located", "parse_tree", "describe_terminals"]
@@ -41,7 +41,9 @@ def parse_tree(text: str, filename: str) -> Tree:
     try:
         return _lark().parse(text)
     except UnexpectedInput as e:
-        raise _syntax_error(e, text, filename) from None
+        err = syntax_error(e, text, filename, _lark(), _TERMINAL_NAMES)
+        err.tfm_located = True  # type: ignore[attr-defined]
+        raise err from None
     except LarkError as e:  # defensive: other lark failures still read as parse errors
         raise located(ParseError, f"cannot parse: {e}", text, filename, 1, 1) from None
 
@@ -58,45 +60,4 @@ def located(cls: type[TfcError], message: str, text: str, filename: str, line: i
 
 def describe_terminals(names: Sequence[str] | set[str] | frozenset[str]) -> str:
     """``"; expected one of ..."`` for a set of terminal names (empty when there are none)."""
-    shown = sorted({_describe(n) for n in names})
-    if not shown:
-        return ""
-    if len(shown) == 1:
-        return f"; expected {shown[0]}"
-    return "; expected one of " + ", ".join(shown)
-
-
-def _describe(name: str) -> str:
-    if name in _TERMINAL_NAMES:
-        return _TERMINAL_NAMES[name]
-    try:
-        pattern = _lark().get_terminal(name).pattern
-    except (KeyError, LarkError):
-        return name.lower()
-    if pattern.type == "str":
-        return repr(pattern.value)
-    return name.lower()
-
-
-def _syntax_error(e: UnexpectedInput, text: str, filename: str) -> TfcError:
-    line, column = e.line, e.column
-    if isinstance(e, UnexpectedToken):
-        tok: Token = e.token
-        if tok.type == "$END":
-            what = "end of input"
-            lines = text.split("\n")
-            line, column = len(lines), len(lines[-1]) + 1
-        else:
-            what = repr(str(tok))
-        msg = f"unexpected {what}{describe_terminals(e.accepts or e.expected)}"
-    elif isinstance(e, UnexpectedCharacters):
-        msg = f"unexpected character {e.char!r}{describe_terminals(e.allowed or ())}"
-    elif isinstance(e, UnexpectedEOF):
-        lines = text.split("\n")
-        line, column = len(lines), len(lines[-1]) + 1
-        msg = f"unexpected end of input{describe_terminals(e.expected)}"
-    else:
-        msg = "syntax error"
-    if not isinstance(line, int) or line < 1:
-        line, column = 1, 1
-    return located(ParseError, msg, text, filename, line, column if column and column > 0 else 1)
+    return expected_phrase(_lark(), _TERMINAL_NAMES, names)
