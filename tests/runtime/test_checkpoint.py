@@ -263,7 +263,7 @@ CORRUPTIONS = [
     ("artifact", lambda p: _rewrite(p, _manifest(lambda m: m.update(format="tfc"))),
      "is a tfc artifact, not a checkpoint"),
     ("future version", lambda p: _rewrite(p, _manifest(lambda m: m.update(version=9))),
-     "has checkpoint format version 9"),
+     "has tfc checkpoint format version 9"),
     ("negative step", lambda p: _rewrite(p, _manifest(lambda m: m.update(step=-1))),
      "negative step -1"),
     ("missing member", lambda p: _rewrite(p, lambda m: {k: v for k, v in m.items()

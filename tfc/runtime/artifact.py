@@ -291,27 +291,36 @@ def _member(zf: zipfile.ZipFile, path: Any, name: str, why: str = "") -> bytes:
 
 def _read_manifest(zf: zipfile.ZipFile, path: Any) -> dict[str, Any]:
     raw = _member(zf, path, MANIFEST, " (is it a tfc artifact?)")
+    return parse_manifest(raw, path, FORMAT, VERSION, "tfc artifact",
+                          (("entries", dict), ("variables", dict), ("step", int), ("ir", str)))
+
+
+def parse_manifest(raw: bytes, path: Any, fmt: str, version: int, what: str,
+                   fields: tuple[tuple[str, type], ...],
+                   error: type[ArtifactError] = ArtifactError) -> dict[str, Any]:
+    """The manifest JSON of a ``what`` zip (artifact or checkpoint), checked: its format
+    name, a version this tfc reads, the ``fields`` with their types, a step >= 0."""
     try:
         m = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ArtifactError(f"{path}: {MANIFEST} is not valid JSON ({e})") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise ArtifactError(f"{path}: {MANIFEST} does not describe a tfc artifact "
-                            f"(format is {m.get('format') if isinstance(m, dict) else m!r})")
-    version = m.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ArtifactError(f"{path}: {MANIFEST} has an invalid format version {version!r}")
-    if version > VERSION:
-        raise ArtifactError(f"{path} has format version {version}, but this tfc reads "
-                            f"version {VERSION} at most; upgrade tfc to load it")
-    for key, kind in (("entries", dict), ("variables", dict), ("step", int), ("ir", str)):
+        raise error(f"{path}: {MANIFEST} is not valid JSON ({e})") from None
+    if not isinstance(m, dict) or m.get("format") != fmt:
+        raise error(f"{path}: {MANIFEST} does not describe a {what} "
+                    f"(format is {m.get('format') if isinstance(m, dict) else m!r})")
+    found = m.get("version")
+    if not isinstance(found, int) or isinstance(found, bool) or found < 1:
+        raise error(f"{path}: {MANIFEST} has an invalid format version {found!r}")
+    if found > version:
+        raise error(f"{path} has {what} format version {found}, but this tfc reads "
+                    f"version {version} at most; upgrade tfc to load it")
+    for key, kind in fields:
         if key not in m:
-            raise ArtifactError(f"{path}: {MANIFEST} lacks the field '{key}'")
+            raise error(f"{path}: {MANIFEST} lacks the field '{key}'")
         if not isinstance(m[key], kind) or isinstance(m[key], bool):
-            raise ArtifactError(f"{path}: {MANIFEST} field '{key}' should be a "
-                                f"{kind.__name__}, not {type(m[key]).__name__}")
-    if m["step"] < 0:
-        raise ArtifactError(f"{path}: {MANIFEST} has a negative step {m['step']}")
+            raise error(f"{path}: {MANIFEST} field '{key}' should be a "
+                        f"{kind.__name__}, not {type(m[key]).__name__}")
+    if m.get("step", 0) < 0:
+        raise error(f"{path}: {MANIFEST} has a negative step {m['step']}")
     return m
 
 

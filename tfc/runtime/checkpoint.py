@@ -32,7 +32,8 @@ import numpy as np
 
 from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import VariableDecl
-from tfc.runtime.artifact import MANIFEST, atomic_write, read_variables, unreadable_zip
+from tfc.runtime.artifact import (MANIFEST, atomic_write, parse_manifest, read_variables,
+                                  unreadable_zip)
 
 FORMAT = "tfc-checkpoint"
 VERSION = 1
@@ -235,30 +236,13 @@ def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
     except KeyError:
         raise CheckpointError(f"{path} has no {MANIFEST} (is it a tfc checkpoint?)") from None
     try:
-        m = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: {MANIFEST} is not valid JSON ({e})") from None
-    if isinstance(m, dict) and m.get("format") == "tfc":
-        raise CheckpointError(f"{path} is a tfc artifact, not a checkpoint (load it with "
-                              f"tfc.runtime.load)")
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: {MANIFEST} does not describe a tfc checkpoint "
-                              f"(format is {m.get('format') if isinstance(m, dict) else m!r})")
-    version = m.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise CheckpointError(f"{path}: {MANIFEST} has an invalid format version {version!r}")
-    if version > VERSION:
-        raise CheckpointError(f"{path} has checkpoint format version {version}, but this tfc "
-                              f"reads version {VERSION} at most; upgrade tfc to load it")
-    for key, kind in (("step", int), ("variables", dict)):
-        if key not in m:
-            raise CheckpointError(f"{path}: {MANIFEST} lacks the field '{key}'")
-        if not isinstance(m[key], kind) or isinstance(m[key], bool):
-            raise CheckpointError(f"{path}: {MANIFEST} field '{key}' should be a "
-                                  f"{kind.__name__}, not {type(m[key]).__name__}")
-    if m["step"] < 0:
-        raise CheckpointError(f"{path}: {MANIFEST} has a negative step {m['step']}")
-    return m
+        if json.loads(raw.decode("utf-8")).get("format") == "tfc":
+            raise CheckpointError(f"{path} is a tfc artifact, not a checkpoint (load it "
+                                  f"with tfc.runtime.load)")
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        pass  # parse_manifest says what is wrong
+    return parse_manifest(raw, path, FORMAT, VERSION, "tfc checkpoint",
+                          (("step", int), ("variables", dict)), CheckpointError)
 
 
 def check_values(ckpt: Checkpoint, decls: Mapping[str, VariableDecl], *,
