@@ -1,4 +1,7 @@
-"""In-graph data parallelism: all-reduce replicas and parameter servers match one device."""
+"""In-graph data parallelism: all-reduce replicas and parameter servers match one device,
+and the replicas' shards (``split`` of the batch, ``?`` rows) run natively on LLVM."""
+
+import warnings
 
 import numpy as np
 import pytest
@@ -70,10 +73,31 @@ def test_all_reduce_is_in_the_ir_and_replicas_are_placed():
     assert m.variables["w0/replica_1"].device == "/cpu:1"
 
 
-def test_a_batch_that_does_not_split_is_a_clear_error():
-    p = Program(build(["/cpu:0", "/cpu:1"]), backend="reference")
+@pytest.mark.parametrize("backend", ["reference", "llvm"])
+def test_a_batch_that_does_not_split_is_a_clear_error(backend):
+    p = Program(build(["/cpu:0", "/cpu:1"]), backend=backend)
     with pytest.raises(ExecutionError, match="split"):
         p.run("train", x=X[:5], y=Y[:5])
+
+
+@pytest.mark.parametrize("mode", ["allreduce", "ps"])
+def test_replicas_run_natively_and_match_the_reference(mode):
+    devices = ["/cpu:0", "/cpu:1", "/cpu:2"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a reference fallback warns
+        llvm = Program(build(devices, mode), backend="llvm")
+        exe = llvm._executable("train")
+    stages = [st.executable for plan in exe.plans for st in plan.stages
+              if st.executable is not None]
+    assert stages and not any(s.fallback_ops for s in stages)
+    ref = Program(build(devices, mode), backend="reference")
+    for n in (12, 6, 12):  # a second batch size: a second binding per stage
+        a = float(llvm.run("train", x=X[:n], y=Y[:n])["loss"])
+        b = float(ref.run("train", x=X[:n], y=Y[:n])["loss"])
+        np.testing.assert_allclose(a, b, rtol=2e-6)
+    for name in ref.variables:
+        np.testing.assert_allclose(llvm.variables[name], ref.variables[name], rtol=1e-5,
+                                   atol=1e-6)
 
 
 def test_bad_mode_is_an_error():
