@@ -11,8 +11,10 @@ from tfc.backends.llvm import irutil as U
 from tfc.backends.llvm import jit, vmath
 
 
-def _module(math: str | None, carried: bool = False) -> ir.Module:
-    """``k(ptr x, ptr y, i64 n)``: y[i] = math(x[i]) (or x[i] + 1), or a sum when carried."""
+def _module(math: str | None, carried: bool = False, hi: int | None = None,
+            trip: int | None = None) -> ir.Module:
+    """``k(ptr x, ptr y, i64 n)``: y[i] = math(x[i]) (or x[i] + 1), or a sum when carried;
+    the loop runs to ``n`` unless ``hi`` is a constant, ``trip`` its whole range's length."""
     mod = ir.Module("m")
     mod.triple, mod.data_layout = jit.triple_and_layout()
     f = ir.Function(mod, ir.FunctionType(U.VOID, [U.PTR, U.PTR, U.I64]), "k")
@@ -27,7 +29,9 @@ def _module(math: str | None, carried: bool = False) -> ir.Module:
         b.store(v, b.gep(y, [i], source_etype=U.F32))
         return []
 
-    out = U.loop(b, U.i64(0), n, body, [ir.Constant(U.F32, 0.0)] if carried else [])
+    out = U.loop(b, U.i64(0), n if hi is None else U.i64(hi), body,
+                 [ir.Constant(U.F32, 0.0)] if carried else [],
+                 trip=None if trip is None else U.i64(trip))
     if carried:
         b.store(out[0], y)
     b.ret_void()
@@ -48,6 +52,18 @@ def test_heavy_body_is_interleaved() -> None:
 def test_light_or_carried_body_is_left_to_the_cost_model(math: str | None,
                                                          carried: bool) -> None:
     assert "llvm.loop" not in str(_module(math, carried))
+
+
+@pytest.mark.parametrize("hi,trip", [(16, None), (U.INTERLEAVE_MIN_TRIP - 1, None),
+                                     (None, 16)])
+def test_short_loop_is_not_interleaved(hi: int | None, trip: int | None) -> None:
+    """A short loop would run mostly in its scalar remainder (the 16-float chain did)."""
+    assert "llvm.loop" not in str(_module("tanh", hi=hi, trip=trip))
+
+
+def test_long_static_loop_is_interleaved() -> None:
+    assert "llvm.loop.interleave.count" in str(_module("tanh", hi=U.INTERLEAVE_MIN_TRIP))
+    assert "llvm.loop.interleave.count" in str(_module("tanh", trip=1 << 24))
 
 
 def test_body_size_counts_inlined_functions() -> None:

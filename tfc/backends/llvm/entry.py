@@ -76,6 +76,7 @@ class GraphCompiler:
     steps: list[Kernel | Copy] = field(default_factory=list)  # in schedule order
     labels: list[str] = field(default_factory=list)  # per step: the op it lowers
     buffers: list[int] = field(default_factory=list)  # arena buffer ids used
+    gemm_updates: dict[Op, Any] | None = None  # gemm_update.find(graph), when lowering
 
     def __post_init__(self) -> None:
         self.comp = Compiler(self.graph.name, self.triple, self.layout)

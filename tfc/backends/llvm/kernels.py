@@ -18,7 +18,8 @@ says so). The families:
   concat / stack / split, scatter and shapes (``kernels_array``);
 - variable updates: ``var.assign`` computes into the update buffer (or copies once the
   value is computed), ``assign_add``/``assign_sub`` and ``scatter_add``/``scatter_sub``
-  are kernels over the start-of-step value;
+  are kernels over the start-of-step value; an update by a (scaled) matrix product is
+  that product's GEMM accumulating into the update buffer (``gemm_update``);
 - control flow (``scan``, ``cond``, ``while``): one kernel running its regions' kernels
   in LLVM loops and branches (``kernels_control``);
 - random ops (``uniform``, ``uniform_like``, ``normal``, ``truncated_normal``,
@@ -32,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from tfc.backends.llvm import (kernels_array, kernels_control,  # noqa: F401
+from tfc.backends.llvm import (gemm_update, kernels_array, kernels_control,  # noqa: F401
                                kernels_lapack, kernels_linalg, kernels_random)
 from tfc.backends.llvm.context import Storage
 from tfc.backends.llvm.decompose import DECOMPOSE
@@ -162,6 +163,20 @@ def lower_assign(gc: GraphCompiler, op: Op) -> None:
     kc.finish()
 
 
+def lower_gemm_update(gc: GraphCompiler, upd: gemm_update.GemmUpdate) -> None:
+    """``var <- var + alpha * matmul`` as one GEMM into the update buffer, at the
+    matmul's place in the schedule (where its operands are surely alive)."""
+    old, new = _var_values(gc, upd.assign)
+    mm = upd.matmul
+    gc.copy_now(old, gc.comp.storage[new], nbytes_of=new)
+    a, bm = mm.inputs
+    kc = gc.kernel("gemm_update", [a, bm, new])
+    kc.whole()
+    kernels_linalg.batched_gemm(kc, mm, a.dtype, kc.ptr(a), kc.ptr(bm), kc.ptr(new),
+                                alpha=upd.alpha, beta=1.0)
+    kc.finish()
+
+
 def lower_var_scatter(gc: GraphCompiler, op: Op) -> None:
     old, new = _var_values(gc, op)
     indices, updates = op.inputs
@@ -191,6 +206,13 @@ LOWERINGS: dict[str, Lowering] = {
 
 
 def lower(gc: GraphCompiler, op: Op) -> None:
+    if gc.gemm_updates is None:
+        gc.gemm_updates = gemm_update.find(gc.graph)
+    upd = gc.gemm_updates.get(op)
+    if upd is not None:  # the matmul's kernel computes the update; the rest emit nothing
+        if op is upd.matmul:
+            lower_gemm_update(gc, upd)
+        return
     fn = LOWERINGS.get(op.kind)
     if fn is None:
         if inline_kind(op.kind):

@@ -42,9 +42,9 @@ def _gemm_fn(kc: Kernel, dtype: DType) -> tuple[ir.Function, ir.Type]:
 
 def gemm(kc: Kernel, dtype: DType, ta: bool, tb: bool, m: ir.Value, n: ir.Value,
          k: ir.Value, a: ir.Value, lda: ir.Value, b_: ir.Value, ldb: ir.Value,
-         c: ir.Value, ldc: ir.Value, beta: float = 0.0) -> None:
-    """``C[m,n] = op(A) @ op(B) (+ beta C)``, row-major; skipped when the result is empty
-    (and C zeroed by BLAS's ``beta = 0`` when ``k`` is 0)."""
+         c: ir.Value, ldc: ir.Value, beta: float = 0.0, alpha: float = 1.0) -> None:
+    """``C[m,n] = alpha op(A) @ op(B) (+ beta C)``, row-major; skipped when the result
+    is empty (and C zeroed by BLAS's ``beta = 0`` when ``k`` is 0)."""
     b = kc.b
     fn, ft = _gemm_fn(kc, dtype)
     i32 = U.I32
@@ -59,7 +59,7 @@ def gemm(kc: Kernel, dtype: DType, ta: bool, tb: bool, m: ir.Value, n: ir.Value,
     with b.if_then(nonempty):
         b.call(fn, [ir.Constant(i32, ROW_MAJOR), ir.Constant(i32, TRANS if ta else NO_TRANS),
                     ir.Constant(i32, TRANS if tb else NO_TRANS), t32(m), t32(n), t32(k),
-                    ir.Constant(ft, 1.0), a, t32(at_least_1(lda)), b_, t32(at_least_1(ldb)),
+                    ir.Constant(ft, alpha), a, t32(at_least_1(lda)), b_, t32(at_least_1(ldb)),
                     ir.Constant(ft, beta), c, t32(at_least_1(ldc))])
 
 
@@ -77,9 +77,10 @@ def lower_matmul(gc, op: Op) -> None:
 
 
 def batched_gemm(kc: Kernel, op: Op, dtype: DType, a_ptr: ir.Value, b_ptr: ir.Value,
-                 c_ptr: ir.Value) -> None:
+                 c_ptr: ir.Value, alpha: float = 1.0, beta: float = 0.0) -> None:
     """One GEMM per matrix of the batch of ``matmul`` ``op``, on operands of ``dtype`` at
-    ``a_ptr``/``b_ptr`` laid out like its inputs, into ``c_ptr`` laid out like its result."""
+    ``a_ptr``/``b_ptr`` laid out like its inputs, into ``c_ptr`` laid out like its result
+    (``C = alpha A @ B + beta C``)."""
     a, bm = op.inputs
     b = kc.b
     ta, tb = op.attrs["transpose_a"], op.attrs["transpose_b"]
@@ -99,7 +100,8 @@ def batched_gemm(kc: Kernel, op: Op, dtype: DType, a_ptr: ir.Value, b_ptr: ir.Va
         boff = b.mul(U.linear(b, bi, bd[:-2]), bsz)
         ooff = b.mul(U.linear(b, idx, batch), osz)
         gemm(kc, dtype, ta, tb, m, n, k, _elem(b, a_ptr, dtype, aoff), ad[-1],
-             _elem(b, b_ptr, dtype, boff), bd[-1], _elem(b, c_ptr, dtype, ooff), n)
+             _elem(b, b_ptr, dtype, boff), bd[-1], _elem(b, c_ptr, dtype, ooff), n,
+             beta=beta, alpha=alpha)
 
     U.loop_nest(b, [(ZERO, d) for d in batch], body, name="bt")
 

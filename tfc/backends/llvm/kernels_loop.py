@@ -96,7 +96,7 @@ def pointwise(kc: Kernel, em: Emitter, outputs: Sequence[Pair]) -> None:
                     U.store(b, kc.ptr(outer), outer.dtype, i, em.value(inner, Flat(i)))
                 em.pop()
 
-            U.loop(b, lo, hi, flat_body, name="f")
+            U.loop(b, lo, hi, flat_body, name="f", trip=n)
             continue
         dims = kc.dims(outer0)
         if dims:
