@@ -105,9 +105,11 @@ def test_manifest_layout(saved):
         assert zf.read("module.tfir").decode() == STORED
     assert names[0] == "manifest.json"
     assert {n for n in names if not n.startswith("native/")} == {
-        "manifest.json", "module.tfir", "variables/0000.npy", "variables/0001.npy"}
+        "manifest.json", "module.tfir", "module.tfcb", "variables/0000.npy",
+        "variables/0001.npy"}
     assert m["format"] == "tfc" and m["version"] == 1 and m["created_by"].startswith("tfc ")
     assert m["step"] == 2 and m["ir"] == "module.tfir" and m["backend"] == p.backend.name
+    assert m["ir_bytecode"] == "module.tfcb"
     assert m["variables"]["layer/w"] == {"dtype": "f32", "shape": [3],
                                          "file": "variables/0000.npy", "trainable": True,
                                          "device": None}
@@ -254,9 +256,14 @@ def test_npy_with_pickled_objects(saved, tmp_path):
 
 
 def test_ir_that_does_not_parse(saved, tmp_path):
+    """The text is what loads when there is no bytecode (artifacts written before it)."""
     _, path = saved
+    with zipfile.ZipFile(path) as zf:
+        m = json.loads(zf.read("manifest.json"))
+    del m["ir_bytecode"]
     bad = tmp_path / "bad.tfc"
-    rewrite(path, bad, {"module.tfir": b"graph @oops("})
+    rewrite(path, bad, {"module.tfir": b"graph @oops(", "module.tfcb": None,
+                        "manifest.json": json.dumps(m).encode()})
     with pytest.raises(ArtifactError, match="bad.tfc: module.tfir is not valid IR"):
         load(bad)
 

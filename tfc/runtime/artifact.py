@@ -5,10 +5,16 @@ Members:
 - ``manifest.json``: ``{"format": "tfc", "version": 1, "created_by": "tfc 0.1.0",
   "entries": {name: {"feeds": [{"name", "dtype", "shape"}], "fetches": [...]}},
   "variables": {name: {"dtype", "shape", "file", "trainable", "device"}},
-  "step": N, "ir": "module.tfir", "backend": "reference"}``
+  "step": N, "ir": "module.tfir", "ir_bytecode": "module.tfcb", "backend": "reference"}``
 - ``module.tfir``: the printed module without its ``__init__`` graph: the variables'
   values are stored below, and initial values printed as text would make the IR (and
-  its parsing at load time) as large as the weights.
+  its parsing at load time) as large as the weights. It is for people
+  (``unzip -p model.tfc module.tfir``) and for artifacts without bytecode.
+- ``module.tfcb`` (named by the manifest's optional ``"ir_bytecode"``): the same module
+  as IR bytecode (``tfc.ir.bytecode``), which loading decodes instead of parsing the
+  text: no lark import, no lexing. Older artifacts lack it and load from the text; an
+  older tfc ignores it, so the format version stays 1. When both are present the
+  bytecode is what runs.
 - ``native/0000.o`` ...: for artifacts made with the llvm backend, each entry's object
   code; the manifest's ``"native": {"host": KEY, "entries": {entry: file}}`` says for
   which CPU (name and features). Loading on that CPU with the llvm backend links it
@@ -46,6 +52,7 @@ FORMAT = "tfc"
 VERSION = 1
 MANIFEST = "manifest.json"
 IR_MEMBER = "module.tfir"
+BYTECODE_MEMBER = "module.tfcb"
 
 
 def tfc_version() -> str:
@@ -74,7 +81,7 @@ def build_manifest(module: Module, step: int = 0, backend: str = "reference") ->
                            "device": decl.device}
     return {"format": FORMAT, "version": VERSION, "created_by": f"tfc {tfc_version()}",
             "entries": entries, "variables": variables, "step": int(step), "ir": IR_MEMBER,
-            "backend": backend, "devices": list(module.devices),
+            "ir_bytecode": BYTECODE_MEMBER, "backend": backend, "devices": list(module.devices),
             "fp16_transfers": bool(module.fp16_transfers)}
 
 
@@ -128,6 +135,7 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
     """Write ``module``, the values of all its variables and (``native``: entry ->
     (object code, host key[, ``NativeMeta``])) compiled code to the artifact ``path``;
     with the tables, loading links the code without lowering the graph again."""
+    from tfc.ir.bytecode import module_to_bytes
     from tfc.ir.printer import print_module
 
     manifest = build_manifest(module, step, backend)
@@ -153,14 +161,17 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
     missing = [n for n in module.variables if n not in variables]
     if missing:
         raise TfcError(f"cannot save {path}: variable @{missing[0]} has no value")
-    ir_text = print_module(Module({k: g for k, g in module.graphs.items() if k != INIT_GRAPH},
-                                  module.variables))
+    stored = Module({k: g for k, g in module.graphs.items() if k != INIT_GRAPH},
+                    module.variables)
+    ir_text = print_module(stored)
+    ir_bytes = module_to_bytes(stored)
 
     def write(f: IO[bytes]) -> None:
         with zipfile.ZipFile(f, "w") as zf:
             zf.writestr(MANIFEST, json.dumps(manifest, indent=2) + "\n",
                         compress_type=zipfile.ZIP_DEFLATED)
             zf.writestr(IR_MEMBER, ir_text, compress_type=zipfile.ZIP_DEFLATED)
+            zf.writestr(BYTECODE_MEMBER, ir_bytes, compress_type=zipfile.ZIP_DEFLATED)
             for member, code in objects.items():
                 zf.writestr(member, code, compress_type=zipfile.ZIP_DEFLATED)
             for member, arr in arrays.items():
@@ -325,17 +336,26 @@ def parse_manifest(raw: bytes, path: Any, fmt: str, version: int, what: str,
 
 
 def _read_module(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]) -> Module:
-    from tfc.ir.parser import parse_module
+    """The stored module: decoded from the bytecode member when the manifest names one
+    (no lark), else parsed from the IR text (artifacts written before bytecode); then
+    verified and checked against the manifest alike."""
     from tfc.ir.verifier import verify_module
 
-    member = manifest["ir"]
-    raw = _member(zf, path, member, f" (named by {MANIFEST})")
+    member = manifest.get("ir_bytecode")
+    if member is not None:
+        if not isinstance(member, str):
+            raise ArtifactError(f"{path}: {MANIFEST} field 'ir_bytecode' should be a str, "
+                                f"not {type(member).__name__}")
+        module = _decode_module(zf, path, member)
+        try:  # the text is not read, but an artifact lacking a member it names is broken
+            zf.getinfo(manifest["ir"])
+        except KeyError:
+            raise ArtifactError(f"{path} has no member {manifest['ir']} (named by "
+                                f"{MANIFEST})") from None
+    else:
+        member = manifest["ir"]
+        module = _parse_module(zf, path, member)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ArtifactError(f"{path}: {member} is not UTF-8 text") from None
-    try:
-        module = parse_module(text, filename=f"{path}!{member}")
         verify_module(module)
     except TfcError as e:
         raise ArtifactError(f"{path}: {member} is not valid IR: {e}") from None
@@ -349,6 +369,30 @@ def _read_module(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]) -> Mo
                             f"declares {sorted(have)}")
     module.devices, module.fp16_transfers = _target(path, manifest)
     return module
+
+
+def _decode_module(zf: zipfile.ZipFile, path: Any, member: str) -> Module:
+    from tfc.ir.bytecode import module_from_bytes
+
+    raw = _member(zf, path, member, f" (named by {MANIFEST})")
+    try:
+        return module_from_bytes(raw, filename=f"{path}!{member}")
+    except TfcError as e:
+        raise ArtifactError(f"{path}: {member} is not valid IR bytecode: {e}") from None
+
+
+def _parse_module(zf: zipfile.ZipFile, path: Any, member: str) -> Module:
+    from tfc.ir.parser import parse_module
+
+    raw = _member(zf, path, member, f" (named by {MANIFEST})")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ArtifactError(f"{path}: {member} is not UTF-8 text") from None
+    try:
+        return parse_module(text, filename=f"{path}!{member}")
+    except TfcError as e:
+        raise ArtifactError(f"{path}: {member} is not valid IR: {e}") from None
 
 
 def _target(path: Any, manifest: dict[str, Any]) -> tuple[list[str], bool]:

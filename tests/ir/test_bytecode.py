@@ -1,0 +1,413 @@
+"""The IR bytecode: bytecode -> module -> text equals the module's own text for every
+module we have, every attr kind survives bit-exactly, and corrupt bytecode is a located
+BytecodeError (never a Python exception)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+import pytest
+
+from tfc.errors import Location, TfcError
+from tfc.ir import registry
+from tfc.ir.builder import Builder
+from tfc.ir.bytecode import FORMAT, VERSION, BytecodeError, module_from_bytes, module_to_bytes
+from tfc.ir.core import Graph, Module, VariableDecl
+from tfc.ir.parser import parse_module
+from tfc.ir.printer import print_module
+from tfc.ir.registry import PURE, AttrSpec, OpDef
+from tfc.ir.types import DType, TensorType
+
+ROOT = Path(__file__).resolve().parents[2]
+IR_FILES = ROOT / "tests" / "ir_files"
+EXAMPLES = ROOT / "examples"
+_KINDS = ["int", "float", "bool", "str", "ints", "floats", "dtype", "shape", "tensor", "any",
+          "var"]
+
+
+class _AttrsOp(OpDef):
+    """``test.bc_attrs``: one optional attr per attr kind, no results."""
+
+    name = "test.bc_attrs"
+    traits = frozenset({PURE})
+    attrs = {f"a_{k}": AttrSpec(k, None) for k in _KINDS}
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list:
+        return []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _test_ops() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(registry._REGISTRY, _AttrsOp.name, _AttrsOp())
+        yield
+
+
+def check_round_trip(module: Module, filename: str = "m.tfcb") -> Module:
+    """Decode the module's bytecode and check that it prints like the module and encodes
+    to the same bytes again (so names, attrs and tables are kept exactly)."""
+    data = module_to_bytes(module)
+    back = module_from_bytes(data, filename)
+    assert print_module(back) == print_module(module)
+    assert module_to_bytes(back) == data
+    return back
+
+
+def t(s: str) -> TensorType:
+    dtype, dims = s.rstrip("]").split("[")
+    return TensorType(DType(dtype), tuple(int(d) if d.isdigit() else d
+                                          for d in dims.split(",") if d))
+
+
+# ---- every module we have -------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", sorted(IR_FILES.glob("*.tfir")), ids=lambda p: p.name)
+def test_ir_files_round_trip(path: Path) -> None:
+    check_round_trip(parse_module(path.read_text(), str(path)))
+
+
+# softmax_digits fits sklearn's logistic regression while it builds (seconds); its ops
+# (matmul, bias_add, softmax, argmax) all appear in the other examples.
+_EXAMPLES = sorted(p for p in [*EXAMPLES.glob("*.py"), *EXAMPLES.glob("*.tfm")]
+                   if p.stem not in ("data", "softmax_digits"))
+
+
+@pytest.mark.parametrize("path", _EXAMPLES, ids=lambda p: p.name)
+def test_example_modules_round_trip(path: Path) -> None:
+    """Each example compiled by the native pipeline (fusion regions, folded constants)."""
+    pytest.importorskip("sklearn")
+    from tfc.compiler.driver import compile_model
+    from tfc.passes import NATIVE_PIPELINE
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        module = compile_model(path, NATIVE_PIPELINE)
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    back = check_round_trip(module)
+    assert list(back.graphs) == list(module.graphs)
+    assert back.variables == module.variables
+
+
+def test_multi_device_partitions_round_trip() -> None:
+    """Partitioned graphs: send/recv ops with their keys and peer devices, ops on devices."""
+    from tfc.passes.partition import partition_module
+    from tfc.testing import split_mlp_module
+    m = split_mlp_module(["/cpu:0", "/cpu:1"])
+    parts = partition_module(m, "train")
+    module = Module({}, m.variables)
+    for i, p in enumerate(parts.values()):
+        p.graph.name = f"train_{i}"  # each partition is named after its entry
+        module.add_graph(p.graph)
+    back = check_round_trip(module)
+    kinds = {op.kind for g in back.graphs.values() for op in g.walk()}
+    assert {"send", "recv"} <= kinds
+    devices = {op.device for g in back.graphs.values() for op in g.walk()}
+    assert {"/cpu:0", "/cpu:1"} <= devices
+
+
+def test_mlp_training_module_with_fusion_and_memory_plan() -> None:
+    """What an artifact of the benchmark's MLP holds (plans are derived: not stored)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from bench_workloads import Data, build_mlp_module
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    from tfc.passes import NATIVE_PIPELINE, parse_pipeline, run_passes
+    params = Data().mlp_params((8, 6, 4))
+    module = run_passes(build_mlp_module(params), parse_pipeline(NATIVE_PIPELINE))
+    back = check_round_trip(module)
+    assert back.memory_plans == {} and any(op.kind == "fusion" for op in
+                                          back.graphs["train_step"].walk())
+
+
+# ---- what is kept exactly ---------------------------------------------------------------------
+
+MODEL = """\
+var @W : f32[784,10]                                  # model.py:9
+var @b : f32[10] {device="/cpu:0"}
+var @step : i64[] {device="/cpu:0", trainable=false}  # model.py:10:5
+
+graph @predict(%x: f32[B,784], %y: i32[?]) -> (probs: f32[B,784], "loss:0": f32[]) {
+  %W = var.read @W : f32[784,10]                      # model.py:12
+  %0 = constant dense<f32[784]: 0.5> : f32[784]
+  %1 = add %x, %0 : f32[B,784] on "/cpu:1"            # model.py:13
+  %2 = sum %1 {axes=[1], keepdims=true} : f32[B,1]    # /tmp/<stdin> odd:name.py:3:14
+  %3 = max %1 : f32[]
+  %k = argmax %y {output_type=i32} : i32[]
+  %c = cast %k {dtype=f32} : f32[] on "/job:worker/task:0/gpu:1"
+  %h = mul %3, %c : f32[]
+  %"odd name" = sqrt %h : f32[]
+  %4 = var.read @step : i64[]
+  %5 = constant dense<i64[]: 1> : i64[]
+  %6 = add %4, %5 : i64[]
+  var.assign @step, %6                                # model.py:20
+  var.assign_add @W, %W on "/cpu:0"
+  return %1, %"odd name"
+}
+"""
+
+
+def test_variables_devices_locations_and_names_are_kept() -> None:
+    m = check_round_trip(parse_module(MODEL, "model.tfir"))
+    assert m.variables["step"] == VariableDecl("step", t("i64[]"), "/cpu:0", False,
+                                               Location("model.py", 10, 5))
+    assert m.variables["b"] == VariableDecl("b", t("f32[10]"), "/cpu:0", True, None)
+    g = m.graphs["predict"]
+    assert [a.type for a in g.args] == [t("f32[B,784]"), t("i32[?]")]
+    assert g.arg_names == ["x", "y"] and g.result_names == ["probs", "loss:0"]
+    assert g.ops[2].device == "/cpu:1" and g.ops[2].loc == Location("model.py", 13)
+    assert g.ops[3].loc == Location("/tmp/<stdin> odd:name.py", 3, 14)
+    assert g.ops[0].results[0].name == "W" and g.ops[1].results[0].name is None
+    assert g.results[1].name == "odd name" and g.results[1] is g.ops[8].results[0]
+    assert g.ops[4].attrs == {"axes": None, "keepdims": False}  # defaults filled in
+
+
+def test_every_attr_kind_is_kept_bit_exactly() -> None:
+    g = Graph("attrs")
+    b = Builder(g)
+    f16 = np.array([[0.1, 65504.0], [-6e-08, np.nan]], np.float16)
+    payload = np.array([np.nan, -0.0, 0.0, 1.0], np.float64)
+    payload.view(np.uint64)[0] |= 0x123  # a NaN with a payload: bytes, not text, keep it
+    i64 = np.array([np.iinfo(np.int64).min, -1, np.iinfo(np.int64).max], np.int64)
+    b.op("test.bc_attrs", a_int=-(2 ** 62), a_float=-0.0, a_bool=False, a_str="é \t\"\U0001F600",
+         a_ints=[0, 1, -1], a_floats=[1.0, -0.0, math.inf, -math.inf, math.nan, 5e-324,
+                                      1.7976931348623157e308],
+         a_dtype=DType.bool, a_shape=["B", 784, "?", "not a symbol"], a_tensor=f16,
+         a_any=[1, 2.5, "s", [True, None], [], DType.f64, np.arange(3, dtype=np.int32)],
+         a_var="layer/w")
+    b.op("test.bc_attrs", a_float=math.inf, a_tensor=payload, a_any=1.0, a_shape=[])
+    b.op("test.bc_attrs", a_float=math.nan, a_tensor=i64, a_any=math.nan)
+    b.op("test.bc_attrs", a_float=-math.inf, a_tensor=np.zeros((0, 2), np.float32))
+    b.op("test.bc_attrs", a_tensor=np.array([True, False, True]))
+    b.op("test.bc_attrs", a_tensor=np.full((300, 4), -0.0, np.float32))  # splat
+    b.op("test.bc_attrs", a_tensor=np.array([0.0, -0.0], np.float32))  # not a splat
+    b.op("test.bc_attrs", a_tensor=np.array(2.5))  # a scalar
+    g.set_results([])
+    ops = check_round_trip(Module({"attrs": g})).graphs["attrs"].ops
+    a = ops[0].attrs
+    assert a["a_int"] == -(2 ** 62) and type(a["a_int"]) is int
+    assert type(a["a_float"]) is float and math.copysign(1, a["a_float"]) == -1
+    assert a["a_bool"] is False and a["a_str"] == "é \t\"\U0001F600"
+    assert a["a_ints"] == (0, 1, -1) and a["a_dtype"] is DType.bool
+    fl = a["a_floats"]
+    assert fl[:2] == (1.0, 0.0) and math.copysign(1, fl[1]) == -1
+    assert fl[2] == math.inf and fl[3] == -math.inf and math.isnan(fl[4])
+    assert fl[5] == 5e-324 and fl[6] == 1.7976931348623157e308
+    assert a["a_shape"] == ("B", 784, "?", "not a symbol") and a["a_var"] == "layer/w"
+    assert a["a_any"][:6] == (1, 2.5, "s", (True, None), (), DType.f64)
+    assert a["a_any"][6].dtype == np.int32 and a["a_any"][6].tolist() == [0, 1, 2]
+    for op, want in zip(ops, [f16, payload, i64, np.zeros((0, 2), np.float32),
+                              np.array([True, False, True]),
+                              np.full((300, 4), -0.0, np.float32),
+                              np.array([0.0, -0.0], np.float32), np.array(2.5)]):
+        got = op.attrs["a_tensor"]
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes() and not got.flags.writeable
+    assert ops[1].attrs["a_float"] == math.inf and type(ops[1].attrs["a_any"]) is float
+    assert math.isnan(ops[2].attrs["a_float"]) and math.isnan(ops[2].attrs["a_any"])
+
+
+def test_encoding_is_documented_json() -> None:
+    """Plain JSON (no NaN/Infinity tokens), interned types and files, splats compact."""
+    g = Graph("g")
+    x = g.add_arg(t("f32[B,3]"), "x")
+    b = Builder(g, loc=Location("model.py", 7))
+    c = b("constant", value=np.zeros((100, 3), np.float32))
+    y = b("add", b("exp", x), b("sum", c, axes=[0]))
+    b.op("test.bc_attrs", a_float=math.nan)
+    g.set_results([y], ["y"])
+    data = module_to_bytes(Module({"g": g}))
+    doc = json.loads(data, parse_constant=lambda s: pytest.fail(f"non-JSON token {s}"))
+    assert doc["format"] == FORMAT and doc["version"] == VERSION == 1
+    assert doc["files"] == ["model.py"]
+    assert doc["types"][0] == ["f32", ["B", 3]]
+    ops = doc["graphs"][0]["ops"]
+    assert ops[0]["op"] == "constant" and ops[0]["loc"] == [0, 7, None]
+    assert ops[0]["attrs"]["value"] == {"tensor": "f32", "shape": [100, 3],
+                                        "splat": "AAAAAA=="}
+    assert ops[-1]["attrs"]["a_float"] == {"float": "nan"} and "types" not in ops[-1]
+    assert doc["graphs"][0]["results"] == [4] and doc["graphs"][0]["result_names"] == ["y"]
+    assert len(data) < 1500
+
+
+def test_modules_that_cannot_be_encoded() -> None:
+    g = Graph("g")
+    b = Builder(g)
+    b.op("test.bc_attrs", a_any={"a": 1})
+    with pytest.raises(BytecodeError, match=r"cannot encode @g: op 0 'test.bc_attrs': attr "
+                                            r"a_any=\{'a': 1\} of type dict"):
+        module_to_bytes(Module({"g": g}))
+    outer = Graph("outer")
+    x = outer.add_arg(t("f32[3]"), "x")
+    inner = Graph("inner")
+    Builder(inner)("exp", x)  # uses a value from above the graph
+    with pytest.raises(BytecodeError, match="cannot encode @inner: op 0 'exp' uses a value "
+                                            "not defined before it"):
+        module_to_bytes(Module({"inner": inner}))
+
+
+# ---- corrupt input ---------------------------------------------------------------------------
+
+SMALL = """\
+var @w : f32[3]  # m.py:1
+
+graph @main(%x: f32[B,3]) -> (y: f32[B,3]) {
+  %w = var.read @w : f32[3]
+  %0 = constant dense<f32[3]: 1.0, 2.0, 3.0> : f32[3]
+  %1 = add %w, %0 : f32[3]                           # m.py:3
+  %2 = mul %x, %1 : f32[B,3]
+  %r = cond %2, %x : f32[B,3] (
+    graph @then(%a: f32[B,3]) -> (r: f32[B,3]) {
+      return %a
+    }
+    graph @else(%a: f32[B,3]) -> (r: f32[B,3]) {
+      %e = exp %a : f32[B,3]
+      return %e
+    }
+  )
+  return %r
+}
+""".replace("%r = cond %2, %x", "%p = constant dense<bool[]: true> : bool[]\n  %r = cond %p, %x")
+
+
+def small_doc() -> dict[str, Any]:
+    return json.loads(module_to_bytes(parse_module(SMALL)))
+
+
+def decode(doc: Any) -> Module:
+    return module_from_bytes(json.dumps(doc).encode(), "art.tfc!module.tfcb")
+
+
+def edited(change: Any) -> dict[str, Any]:
+    doc = small_doc()
+    change(doc)
+    return doc
+
+
+def _op(doc: dict[str, Any], i: int) -> dict[str, Any]:
+    return doc["graphs"][0]["ops"][i]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(version=2),
+     "IR bytecode version 2, but this tfc reads version 1 at most; upgrade tfc"),
+    (lambda d: d.update(version="1"), "invalid bytecode version '1'"),
+    (lambda d: d.update(format="tfc"), "not IR bytecode \\(format is 'tfc'"),
+    (lambda d: d.pop("graphs"), "lacks the field 'graphs'"),
+    (lambda d: d.update(types={}), "field 'types' should be a list, not an object"),
+    (lambda d: _op(d, 2).update(op="addd"),
+     "@main: op 2 'addd': unknown op 'addd' \\(did you mean 'add'\\?\\)"),
+    (lambda d: _op(d, 2).update(types=[1]),
+     "@main: op 2 'add' \\(m.py:3\\): result types are stored as f32\\[B,3\\] but inferred "
+     "as f32\\[3\\]"),
+    (lambda d: _op(d, 3)["in"].__setitem__(1, 99),
+     "@main: op 3 'mul': uses value 99, which is not defined \\(yet\\)"),
+    (lambda d: _op(d, 3)["in"].__setitem__(1, 4),
+     "@main: op 3 'mul': uses value 4, which is not defined \\(yet\\): 4 values are"),
+    (lambda d: _op(d, 1)["attrs"]["value"].update(data="AAAA!AA"),
+     "@main: op 1 'constant': attr value: bad base64 in 'data'"),
+    (lambda d: _op(d, 1)["attrs"]["value"].update(data="AAAAAA=="),
+     "attr value: f32\\[3\\] needs 12 bytes of 'data', not 4"),
+    (lambda d: _op(d, 1)["attrs"]["value"].update(shape=[3, -1]),
+     "a tensor's shape is a list of sizes, not \\[3, -1\\]"),
+    (lambda d: _op(d, 1)["attrs"]["value"].update(tensor="f8"), "unknown tensor dtype 'f8'"),
+    (lambda d: _op(d, 1)["attrs"].update(valu=1),
+     "constant: unknown attr 'valu' \\(did you mean 'value'\\?\\)"),
+    (lambda d: _op(d, 1)["attrs"].update(value={"float": "1"}),
+     "attr value: bad float '1' \\(inf, -inf or nan\\)"),
+    (lambda d: _op(d, 1)["attrs"].update(value={"dtype": "f8"}), "unknown dtype 'f8'"),
+    (lambda d: _op(d, 1)["attrs"].update(value={"x": 1}), "attr value: cannot decode"),
+    (lambda d: _op(d, 1)["attrs"].update(value=[1]),
+     "constant: attr value=\\(1,\\) is not of kind tensor"),
+    (lambda d: _op(d, 3).update(names=["a", "b"]), "2 result names but 1 result types"),
+    (lambda d: _op(d, 3).update(loc=[7, 1, None]), "bad file index 7 \\(the table has 1\\)"),
+    (lambda d: _op(d, 3).update(loc="m.py:3"), "a location is \\[file, line, column\\|null\\]"),
+    (lambda d: _op(d, 3).update(device=3), "device should be a string or null, not a number"),
+    (lambda d: d["types"].__setitem__(0, ["f8", [3]]), "types\\[0\\]: unknown dtype 'f8'"),
+    (lambda d: d["types"].__setitem__(0, ["f32", ["3x"]]), "types\\[0\\]: invalid dimension"),
+    (lambda d: d["types"].__setitem__(0, ["f32", [True]]), "types\\[0\\]: bad dims"),
+    (lambda d: _op(d, 0).update(types=[42]), "bad type index 42"),
+    (lambda d: d["graphs"].append(d["graphs"][0]), "graph @main is defined twice"),
+    (lambda d: d["variables"].append(d["variables"][0]), "variable @w is declared twice"),
+    (lambda d: d["variables"][0].update(trainable="yes"),
+     "variable @w: field 'trainable' should be a boolean, not a string"),
+    (lambda d: d["graphs"][0].update(results=[6, 8]),
+     "@main: uses value 8, which is not defined"),
+    (lambda d: d["graphs"][0].update(result_names=[]),
+     "@main: result_names should be 1 strings, not \\[\\]"),
+    (lambda d: _op(d, 5)["regions"][1]["ops"][0].update(op="log2"),
+     "@main: op 5 'cond' region @else: op 0 'log2': unknown op"),
+    (lambda d: _op(d, 5)["regions"][1]["ops"][0]["in"].__setitem__(0, 1),
+     "region @else: op 0 'exp': uses value 1, which is not defined"),
+    (lambda d: d["graphs"][0]["ops"].__setitem__(0, []), "@main: op 0: an op is an object"),
+])
+def test_corrupt_bytecode_is_a_located_error(change: Any, message: str) -> None:
+    with pytest.raises(BytecodeError) as e:
+        decode(edited(change))
+    assert str(e.value).startswith("art.tfc!module.tfcb: ")
+    assert re.search(message, str(e.value)), str(e.value)
+
+
+def test_what_the_verifier_checks_is_left_to_it() -> None:
+    """As with parsed text: a region op that lost a region decodes, and the verifier
+    (which loading artifacts runs) rejects it."""
+    from tfc.ir.verifier import verify_module
+    module = decode(edited(lambda d: _op(d, 5)["regions"].pop()))
+    with pytest.raises(TfcError, match="@main: op 5 'cond': cond: has 1 regions, expected 2"):
+        verify_module(module)
+
+
+def test_truncated_or_not_json() -> None:
+    data = module_to_bytes(parse_module(SMALL))
+    for n in (0, 1, len(data) // 2, len(data) - 1):
+        with pytest.raises(BytecodeError, match=r"^x.tfcb: not valid IR bytecode \(truncated "
+                                                r"or corrupt JSON"):
+            module_from_bytes(data[:n], "x.tfcb")
+    with pytest.raises(BytecodeError, match="not valid IR bytecode"):
+        module_from_bytes(b"\xff\xfe\x00garbage", "x.tfcb")
+    with pytest.raises(BytecodeError, match=r"x.tfcb: not IR bytecode \(format is 'a list'"):
+        module_from_bytes(b"[1, 2]", "x.tfcb")
+    with pytest.raises(BytecodeError, match="nested too deeply"):
+        module_from_bytes(b"[" * 100_000 + b"]" * 100_000, "x.tfcb")
+
+
+def _mutations(node: Any) -> Iterator[tuple[Any, Any]]:
+    """(container, key) of every node of a JSON tree."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) \
+        if isinstance(node, list) else ()
+    for k, v in list(items):
+        yield node, k
+        yield from _mutations(v)
+
+
+def _attrs_doc() -> dict[str, Any]:
+    g = Graph("attrs")
+    Builder(g).op("test.bc_attrs", a_float=math.inf, a_dtype=DType.f16, a_shape=["B", 3],
+                  a_any=[math.nan, DType.i32, np.zeros(3, np.int64)],
+                  a_tensor=np.array([1.0, -0.0], np.float16))
+    g.set_results([])
+    return json.loads(module_to_bytes(Module({"attrs": g})))
+
+
+@pytest.mark.parametrize("make", [small_doc, _attrs_doc], ids=["small", "attrs"])
+def test_any_edit_is_a_bytecode_error_or_a_valid_module(make: Any) -> None:
+    """Replace each node of the tree by values of other JSON kinds: decoding either
+    succeeds or raises BytecodeError, never another exception."""
+    base = make()
+    count = len(list(_mutations(base)))
+    for i in range(count):
+        for replacement in (None, -1, 10 ** 30, 0.5, "x", True, [], {}, [0], {"tensor": 1}):
+            doc = copy.deepcopy(base)
+            container, key = list(_mutations(doc))[i]
+            container[key] = replacement
+            try:
+                decode(doc)
+            except BytecodeError:
+                pass

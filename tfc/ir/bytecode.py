@@ -1,0 +1,474 @@
+"""The IR bytecode: a ``Module`` as compact JSON, for tools (artifacts) rather than people.
+
+As in MLIR, the textual IR (``printer``/``parser``) is the form people read and write,
+and this is the form machines exchange: loading an artifact used to spend most of its
+time importing lark and lexing the text. Decoding this needs only ``json`` and the
+registry (it never imports lark or ``tfc.ir.parser``), yet checks as much as the parser
+does: every op is rebuilt through the registry, its attrs checked against the op's
+schema and its stored result types compared with the inferred ones, so a corrupt or
+hand-edited bytecode raises a ``BytecodeError`` (a ``TfcError``) naming the file and the
+op, never a Python exception.
+
+Encoding (version 1; docs/ir.md, "Bytecode"), one UTF-8 JSON object::
+
+    {"format": "tfc-ir-bytecode", "version": 1,
+     "types": [[DTYPE, [DIM, ...]], ...],          # every distinct TensorType, by index
+     "files": [FILE, ...],                         # every distinct location file, by index
+     "variables": [{"name", "type", "device"?, "trainable"?, "loc"?}, ...],
+     "graphs": [GRAPH, ...]}
+    GRAPH = {"name", "args": [[TYPE, NAME|null], ...], "ops": [OP, ...],
+             "results": [ID, ...], "result_names": [STR, ...]}
+    OP = {"op": KIND, "in"?: [ID, ...], "attrs"?: {NAME: ATTR}, "types"?: [TYPE, ...],
+          "names"?: [NAME|null, ...], "device"?: STR, "loc"?: [FILE, LINE, COL|null],
+          "regions"?: [GRAPH, ...]}
+
+``TYPE`` indexes ``types`` and ``FILE`` indexes ``files``. Values are numbered per graph:
+the arguments ``0..n-1``, then each op's results in order; a region numbers afresh (it
+is isolated from above). An ``ATTR`` is JSON ``null``/``true``/``false``/integer/string,
+a finite float as a JSON number (always with a point or exponent, ``-0.0`` included), a
+list for a tuple, or an object with one tag: ``{"float": "inf"|"-inf"|"nan"}``,
+``{"dtype": "f32"}``, ``{"tensor": DTYPE, "shape": [...], "data": BASE64}`` (the
+little-endian bytes, row-major) or ``{"tensor": ..., "shape": ..., "splat": BASE64}``
+(one element repeated). Keys marked ``?`` are left out when empty or at their default.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from typing import Any, Mapping, NoReturn, Sequence
+
+import numpy as np
+
+from tfc.errors import Location, TfcError
+from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
+from tfc.ir.registry import infer_types, lookup
+from tfc.ir.types import DType, TensorType
+
+FORMAT = "tfc-ir-bytecode"
+VERSION = 1
+
+_SPECIAL_FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+_DTYPES = {d.value: d for d in DType}
+
+
+class BytecodeError(TfcError):
+    """IR bytecode that cannot be decoded (corrupt, hand-edited or from a newer tfc), or
+    a module that cannot be encoded."""
+
+
+# ---- encoding ---------------------------------------------------------------------------
+
+def module_to_bytes(module: Module) -> bytes:
+    """The bytecode of ``module``'s variables and graphs (what ``print_module`` prints;
+    memory plans and placement reports are derived and not stored)."""
+    enc = _Encoder()
+    variables = [enc.var(v) for v in module.variables.values()]
+    graphs = [enc.graph(g) for g in module.graphs.values()]
+    doc = {"format": FORMAT, "version": VERSION, "types": enc.types, "files": enc.files,
+           "variables": variables, "graphs": graphs}
+    try:
+        return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("ascii")
+    except (TypeError, ValueError) as e:  # defensive: _Encoder only emits JSON values
+        raise BytecodeError(f"cannot encode the module as bytecode: {e}") from None
+
+
+class _Encoder:
+    """Builds the JSON tree, interning types and location files into tables."""
+
+    def __init__(self) -> None:
+        self.types: list[list[Any]] = []
+        self.type_ids: dict[TensorType, int] = {}
+        self.files: list[str] = []
+        self.file_ids: dict[str, int] = {}
+
+    def type(self, t: TensorType) -> int:
+        i = self.type_ids.get(t)
+        if i is None:
+            i = self.type_ids[t] = len(self.types)
+            self.types.append([t.dtype.value, list(t.shape)])
+        return i
+
+    def loc(self, loc: Location) -> list[Any]:
+        i = self.file_ids.get(loc.file)
+        if i is None:
+            i = self.file_ids[loc.file] = len(self.files)
+            self.files.append(loc.file)
+        return [i, loc.line, loc.column]
+
+    def var(self, v: VariableDecl) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": v.name, "type": self.type(v.type)}
+        if v.device is not None:
+            out["device"] = v.device
+        if not v.trainable:
+            out["trainable"] = False
+        if v.loc is not None:
+            out["loc"] = self.loc(v.loc)
+        return out
+
+    def graph(self, g: Graph) -> dict[str, Any]:
+        ids: dict[Value, int] = {}
+        args = []
+        for a in g.args:
+            ids[a] = len(ids)
+            args.append([self.type(a.type), a.name])
+        ops = []
+        for i, op in enumerate(g.ops):
+            ops.append(self.op(op, ids, g, i))
+            for r in op.results:
+                ids[r] = len(ids)
+        names = list(g.result_names) + [
+            f"out{i}" for i in range(len(g.result_names), len(g.results))]
+        results = []
+        for v in g.results:
+            if v not in ids:
+                raise BytecodeError(f"cannot encode @{g.name}: a result is not defined in "
+                                    f"the graph ({v!r})")
+            results.append(ids[v])
+        return {"name": g.name, "args": args, "ops": ops, "results": results,
+                "result_names": names[:len(results)]}
+
+    def op(self, op: Op, ids: Mapping[Value, int], g: Graph, index: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"op": op.kind}
+        if op.inputs:
+            try:
+                out["in"] = [ids[v] for v in op.inputs]
+            except KeyError:
+                raise BytecodeError(f"cannot encode @{g.name}: op {index} '{op.kind}' uses a "
+                                    f"value not defined before it in its graph") from None
+        if op.attrs:
+            where = f"@{g.name}: op {index} '{op.kind}'"
+            out["attrs"] = {k: _encode_attr(v, where, k) for k, v in op.attrs.items()}
+        if op.results:
+            out["types"] = [self.type(r.type) for r in op.results]
+            if any(r.name is not None for r in op.results):
+                out["names"] = [r.name for r in op.results]
+        if op.device is not None:
+            out["device"] = op.device
+        if op.loc is not None:
+            out["loc"] = self.loc(op.loc)
+        if op.regions:
+            out["regions"] = [self.graph(r) for r in op.regions]
+        return out
+
+
+def _encode_attr(v: Any, where: str, name: str) -> Any:
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        x = float(v)
+        if math.isfinite(x):
+            return x
+        return {"float": "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")}
+    if isinstance(v, DType):
+        return {"dtype": v.value}
+    if isinstance(v, (tuple, list)):
+        return [_encode_attr(x, where, name) for x in v]
+    if isinstance(v, np.ndarray):
+        return _encode_tensor(v, where, name)
+    raise BytecodeError(f"cannot encode {where}: attr {name}={v!r} of type "
+                        f"{type(v).__name__}")
+
+
+def _encode_tensor(a: np.ndarray, where: str, name: str) -> dict[str, Any]:
+    try:
+        dtype = DType.from_numpy(a.dtype)
+    except TfcError:
+        raise BytecodeError(f"cannot encode {where}: attr {name} is a tensor of numpy dtype "
+                            f"{a.dtype}") from None
+    out: dict[str, Any] = {"tensor": dtype.value, "shape": list(a.shape)}
+    flat = np.ascontiguousarray(a, dtype=dtype.np.newbyteorder("<")).reshape(-1)
+    if flat.size > 1 and _is_splat(flat):
+        out["splat"] = base64.b64encode(flat[:1].tobytes()).decode("ascii")
+    else:
+        out["data"] = base64.b64encode(flat.tobytes()).decode("ascii")
+    return out
+
+
+def _is_splat(flat: np.ndarray) -> bool:
+    """Every element has the first one's bytes (so NaN payloads and -0.0 are kept)."""
+    raw = flat.view(np.uint8).reshape(flat.size, flat.itemsize)
+    return bool(np.all(raw == raw[0]))
+
+
+# ---- decoding ---------------------------------------------------------------------------
+
+def module_from_bytes(data: bytes, filename: str = "<bytecode>") -> Module:
+    """The module encoded in ``data``, every op rebuilt and type-checked through the
+    registry; any problem is a ``BytecodeError`` naming ``filename`` (and the graph and
+    op). Like ``parse_module`` it does not run the verifier."""
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise BytecodeError(f"{filename}: not valid IR bytecode (truncated or corrupt JSON: "
+                            f"{e})") from None
+    except RecursionError:
+        raise BytecodeError(f"{filename}: IR bytecode nested too deeply") from None
+    try:
+        return _Decoder(filename).module(doc)
+    except RecursionError:
+        raise BytecodeError(f"{filename}: IR bytecode nested too deeply") from None
+
+
+class _Decoder:
+    """Rebuilds a module from the JSON tree; ``where`` says what is being read, for errors."""
+
+    def __init__(self, filename: str) -> None:
+        self.filename = filename
+        self.where = ""
+        self.types: list[TensorType] = []
+        self.files: list[str] = []
+
+    def fail(self, message: str) -> NoReturn:
+        at = f"{self.where}: " if self.where else ""
+        raise BytecodeError(f"{self.filename}: {at}{message}")
+
+    # checked JSON access
+
+    def field(self, obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...],
+              default: Any = ...) -> Any:
+        if key not in obj:
+            if default is not ...:
+                return default
+            self.fail(f"lacks the field '{key}'")
+        v = obj[key]
+        if not isinstance(v, kind) or (isinstance(v, bool) and kind is int):
+            names = kind.__name__ if isinstance(kind, type) else " or ".join(
+                k.__name__ for k in kind)
+            self.fail(f"field '{key}' should be {_JSON_NAMES.get(names, names)}, not "
+                      f"{_json_kind(v)}")
+        return v
+
+    def index(self, v: Any, table: Sequence[Any], what: str) -> int:
+        if not _is_int(v) or not 0 <= v < len(table):
+            self.fail(f"bad {what} index {v!r} (the table has {len(table)})")
+        return v
+
+    # module level
+
+    def module(self, doc: Any) -> Module:
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            found = doc.get("format") if isinstance(doc, dict) else _json_kind(doc)
+            self.fail(f"not IR bytecode (format is {found!r}, expected {FORMAT!r})")
+        version = doc.get("version")
+        if not _is_int(version) or version < 1:
+            self.fail(f"invalid bytecode version {version!r}")
+        if version > VERSION:
+            self.fail(f"IR bytecode version {version}, but this tfc reads version "
+                      f"{VERSION} at most; upgrade tfc to load it")
+        self.files = self.field(doc, "files", list)
+        for i, f in enumerate(self.files):
+            if not isinstance(f, str):
+                self.fail(f"files[{i}] should be a string, not {_json_kind(f)}")
+        self.types = [self.type_entry(i, t) for i, t in enumerate(self.field(doc, "types",
+                                                                             list))]
+        module = Module()
+        for i, v in enumerate(self.field(doc, "variables", list)):
+            self.where = f"variables[{i}]"
+            var = self.var(v)
+            if var.name in module.variables:
+                self.fail(f"variable @{var.name} is declared twice")
+            module.variables[var.name] = var
+        self.where = ""
+        for i, g in enumerate(self.field(doc, "graphs", list)):
+            self.where = f"graphs[{i}]"
+            graph = self.graph(g, "")
+            if graph.name in module.graphs:
+                self.where = ""
+                self.fail(f"graph @{graph.name} is defined twice")
+            module.graphs[graph.name] = graph
+        return module
+
+    def type_entry(self, i: int, t: Any) -> TensorType:
+        self.where = f"types[{i}]"
+        if not isinstance(t, list) or len(t) != 2 or not isinstance(t[1], list):
+            self.fail(f"a type is [dtype, [dims]], not {t!r}")
+        dtype = _DTYPES.get(t[0]) if isinstance(t[0], str) else None
+        if dtype is None:
+            self.fail(f"unknown dtype {t[0]!r}")
+        if any(isinstance(d, bool) for d in t[1]):
+            self.fail(f"bad dims {t[1]!r}")
+        try:
+            out = TensorType(dtype, tuple(t[1]))
+        except TfcError as e:
+            self.fail(e.message)
+        self.where = ""
+        return out
+
+    def type(self, v: Any) -> TensorType:
+        return self.types[self.index(v, self.types, "type")]
+
+    def loc(self, v: Any) -> Location | None:
+        if v is None:
+            return None
+        if not isinstance(v, list) or len(v) != 3 or not _is_int(v[1]) or not (
+                v[2] is None or _is_int(v[2])):
+            self.fail(f"a location is [file, line, column|null], not {v!r}")
+        return Location(self.files[self.index(v[0], self.files, "file")], v[1], v[2])
+
+    def name(self, v: Any, what: str) -> str | None:
+        if v is not None and not isinstance(v, str):
+            self.fail(f"{what} should be a string or null, not {_json_kind(v)}")
+        return v
+
+    def var(self, v: Any) -> VariableDecl:
+        if not isinstance(v, dict):
+            self.fail(f"a variable is an object, not {_json_kind(v)}")
+        name = self.field(v, "name", str)
+        self.where = f"variable @{name}"
+        return VariableDecl(name, self.type(v.get("type")),
+                            self.name(v.get("device"), "device"),
+                            self.field(v, "trainable", bool, True),
+                            self.loc(v.get("loc")))
+
+    # graphs and ops
+
+    def graph(self, g: Any, parent: str) -> Graph:
+        if not isinstance(g, dict):
+            self.fail(f"a graph is an object, not {_json_kind(g)}")
+        name = self.field(g, "name", str)
+        path = f"{parent}@{name}"
+        self.where = path
+        graph = Graph(name)
+        values: list[Value] = []
+        for a in self.field(g, "args", list):
+            if not isinstance(a, list) or len(a) != 2:
+                self.fail(f"an argument is [type, name], not {a!r}")
+            values.append(graph.add_arg(self.type(a[0]), self.name(a[1], "an argument name")))
+        for i, op in enumerate(self.field(g, "ops", list)):
+            self.where = f"{path}: op {i}"
+            new = self.op(op, values, path, i)
+            graph.ops.append(new)
+            values.extend(new.results)
+        self.where = path
+        results = [values[self.value(v, values)] for v in self.field(g, "results", list)]
+        names = self.field(g, "result_names", list)
+        if len(names) != len(results) or not all(isinstance(n, str) for n in names):
+            self.fail(f"result_names should be {len(results)} strings, not {names!r}")
+        graph.set_results(results, names)
+        return graph
+
+    def value(self, v: Any, values: Sequence[Value]) -> int:
+        if not _is_int(v) or not 0 <= v < len(values):
+            self.fail(f"uses value {v!r}, which is not defined (yet): {len(values)} values "
+                      f"are")
+        return v
+
+    def op(self, o: Any, values: Sequence[Value], path: str, i: int) -> Op:
+        if not isinstance(o, dict):
+            self.fail(f"an op is an object, not {_json_kind(o)}")
+        kind = self.field(o, "op", str)
+        self.where = f"{path}: op {i} '{kind}'"
+        try:
+            lookup(kind)
+        except TfcError as e:
+            self.fail(e.message)
+        loc = self.loc(o.get("loc"))
+        if loc is not None:
+            self.where += f" ({loc})"
+        inputs = [values[self.value(v, values)] for v in self.field(o, "in", list, [])]
+        attrs: dict[str, Any] = {}
+        for key, raw in self.field(o, "attrs", dict, {}).items():
+            attrs[key] = self.attr(raw, key)
+        types = [self.type(t) for t in self.field(o, "types", list, [])]
+        names = self.field(o, "names", list, [None] * len(types))
+        if len(names) != len(types):
+            self.fail(f"{len(names)} result names but {len(types)} result types")
+        names = [self.name(n, "a result name") for n in names]
+        device = self.name(o.get("device"), "device")
+        where = self.where
+        regions = [self.graph(r, f"{path}: op {i} '{kind}' region ")
+                   for r in self.field(o, "regions", list, [])]
+        self.where = where
+        try:
+            _, full, inferred = infer_types(kind, [v.type for v in inputs], attrs)
+        except TfcError as e:
+            self.fail(e.message)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+            # an attr of kind "any" an op's infer did not expect: still this file's fault
+            self.fail(f"cannot infer the result types ({type(e).__name__}: {e})")
+        if inferred is not None and inferred != types:
+            shown = ", ".join(map(str, types)) or "none"
+            want = ", ".join(map(str, inferred)) or "none"
+            self.fail(f"result types are stored as {shown} but inferred as {want}")
+        return Op(kind, inputs, full, types, device=device, loc=loc, regions=regions,
+                  names=names)
+
+    # attrs
+
+    def attr(self, v: Any, key: str) -> Any:
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if isinstance(v, list):
+            return tuple(self.attr(x, key) for x in v)
+        if isinstance(v, dict) and len(v) == 1 and "float" in v:
+            if not isinstance(v["float"], str) or v["float"] not in _SPECIAL_FLOATS:
+                self.fail(f"attr {key}: bad float {v['float']!r} (inf, -inf or nan)")
+            return _SPECIAL_FLOATS[v["float"]]
+        if isinstance(v, dict) and len(v) == 1 and "dtype" in v:
+            if not isinstance(v["dtype"], str) or v["dtype"] not in _DTYPES:
+                self.fail(f"attr {key}: unknown dtype {v['dtype']!r}")
+            return _DTYPES[v["dtype"]]
+        if isinstance(v, dict) and "tensor" in v:
+            return self.tensor(v, key)
+        self.fail(f"attr {key}: cannot decode {v!r}")
+
+    def tensor(self, v: dict[str, Any], key: str) -> np.ndarray:
+        what = f"attr {key}"
+        dtype = _DTYPES.get(v["tensor"]) if isinstance(v["tensor"], str) else None
+        if dtype is None:
+            self.fail(f"{what}: unknown tensor dtype {v['tensor']!r}")
+        shape = v.get("shape")
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            self.fail(f"{what}: a tensor's shape is a list of sizes, not {shape!r}")
+        keys = set(v) - {"tensor", "shape"}
+        if keys not in ({"data"}, {"splat"}):
+            self.fail(f"{what}: a tensor has 'data' or 'splat', not {sorted(keys)}")
+        (part,) = keys
+        text = v[part]
+        if not isinstance(text, str):
+            self.fail(f"{what}: '{part}' should be a base64 string")
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError) as e:
+            self.fail(f"{what}: bad base64 in '{part}' ({e})")
+        wire = dtype.np.newbyteorder("<")
+        size = math.prod(shape)
+        count = 1 if part == "splat" else size
+        if len(raw) != count * wire.itemsize:
+            self.fail(f"{what}: {dtype.value}{list(shape)} needs {count * wire.itemsize} "
+                      f"bytes of '{part}', not {len(raw)}")
+        if dtype == DType.bool and any(b > 1 for b in raw):
+            self.fail(f"{what}: a bool tensor's bytes are 0 or 1")
+        flat = np.frombuffer(raw, dtype=wire)
+        try:
+            if part == "splat":
+                out = np.full(shape, flat[0], dtype=dtype.np)
+            else:  # reshape the view, then copy: an array that owns its data
+                out = flat.reshape(shape).astype(dtype.np)
+        except (MemoryError, ValueError):
+            self.fail(f"{what}: {dtype.value}{list(shape)} is too large")
+        out.flags.writeable = False  # the op keeps it as it is (no second copy)
+        return out
+
+
+_JSON_NAMES = {"str": "a string", "int": "an integer", "list": "a list", "dict": "an object",
+               "bool": "a boolean"}
+
+
+def _json_kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, (int, float)):
+        return "a number"
+    return _JSON_NAMES.get(type(v).__name__, type(v).__name__)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
