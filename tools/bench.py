@@ -4,16 +4,34 @@
     python tools/bench.py                      # every workload, 2 threads
     python tools/bench.py --threads 1,2 --json out.json
     python tools/bench.py --only mlp,chain --backend reference
-    python tools/bench.py --quick              # tiny sizes: a smoke run of a few seconds
+    python tools/bench.py --quick              # tiny sizes: a smoke run (under a minute)
 
-It follows ``BENCHMARKS.md``: every contender runs in a worker process whose environment
+It follows ``BENCHMARKS.md``: every contender runs in worker processes whose environment
 has ``OPENBLAS_CORETYPE`` and ``OPENBLAS_L2_SIZE`` removed and every thread-count variable
 set (the process is pinned to that many cores); each row is the median of at least 20
 timed steps after a warm-up, with min and max; the report names each contender's BLAS (as
 threadpoolctl sees it), gives tfc's time over each other contender's, and puts the goal
 from BENCHMARKS.md next to each row with a pass/miss mark. PyTorch and JAX are optional:
-when one does not import, its column is dropped. Peak RSS and compile time are measured
-in fresh processes, one per contender, so that no framework's memory counts for another.
+when one does not import, its column is dropped.
+
+Process layout. A worker process holds ONE contender, as a user's program would: numpy's
+OpenBLAS, tfc's scipy-openblas32, PyTorch's pool and XLA's Eigen threads each spin for a
+while after a call, and in a shared process the next framework's pool waits for them (a
+run with all four in one process had tfc's 2-thread matmul 512 median at 14x its min; load
+from other jobs on the machine does the same, and no layout removes that). For every
+thread count the timed workloads are taken group by group (chain, matmul, mlp, cnn,
+dispatch); each group is timed by one fresh process per contender, one after the other, so
+that the contenders of a row are measured within seconds to minutes of each other and slow
+drift (other jobs, thermal state) cannot favour one contender over a whole run. The order
+of the contenders rotates by one from group to group and from thread count to thread
+count, so that no contender is always the first (or last) to run after a process switch.
+Short bursts of load hit one contender's samples only; the median of >= 20 samples absorbs
+them, and the header shows the load average. Inputs come from seeded generators
+(``bench_workloads.Data``): each worker records a digest of every row's inputs and the
+orchestrator checks the digests agree across processes (a cell whose inputs differ is
+reported as an error, not compared). The copy-bandwidth and GEMM-rate references are numpy
+rows, timed in numpy's process of their group. Peak RSS and compile time are measured in
+fresh processes too, one per contender.
 """
 
 from __future__ import annotations
@@ -39,6 +57,7 @@ if str(HERE) not in sys.path:
 import bench_timing as bt  # noqa: E402  (no numpy import: the orchestrator measures nothing)
 
 WORKLOADS = ("chain", "matmul", "mlp", "cnn", "dispatch", "compile", "memory")
+TIMED = ("chain", "matmul", "mlp", "cnn", "dispatch")  # the timed row groups, in run order
 ALIASES = {"tiny": "dispatch", "overhead": "dispatch", "elementwise": "chain",
            "gemm": "matmul", "rss": "memory"}
 CONTENDERS = ("tfc", "numpy", "torch", "jax")
@@ -68,6 +87,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--worker", choices=("speed", "memory", "compile"), help=argparse.SUPPRESS)
     p.add_argument("--result", default=None, help=argparse.SUPPRESS)
     p.add_argument("--rows", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--group", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.only = _names(args.only, WORKLOADS, "workload", ALIASES)
     args.contenders = _names(args.contenders, CONTENDERS, "contender", {})
@@ -97,7 +117,7 @@ def _names(text: str, known: tuple[str, ...], what: str, aliases: dict[str, str]
     return out
 
 
-# ---- workers: one process per thread count, and per contender for memory and compile ----
+# ---- workers: one process per contender, thread count and row group --------------------
 
 def make_contender(name: str, threads: int, backend: str) -> Any:
     if name == "numpy":
@@ -119,44 +139,47 @@ def _error(e: BaseException) -> str:
 
 
 def timed_rows(sizes: Any, data: Any, only: list[str]) -> list[dict[str, Any]]:
-    """The timed rows of the selected workloads: id, label, unit, work, and the contender
-    method with its arguments (made lazily: a 16M-float input is not made unless needed)."""
+    """The timed rows of the selected workloads: id, group (the workload whose processes
+    time it), label, unit, work, and the contender method with its arguments (made lazily:
+    a 16M-float input is not made unless needed)."""
     from bench_workloads import mlp_gemm_flops
     rows: list[dict[str, Any]] = []
     n = sizes.chain_n
     if "chain" in only:
-        rows.append(dict(id="copy", kind="copy", unit="GB/s", work=8.0 * n,
+        rows.append(dict(id="copy", group="chain", kind="copy", unit="GB/s", work=8.0 * n,
                          label=f"copy bandwidth, np.copyto {n / 2**20:g}M f32 (reference)",
                          method="copy", args=lambda: (data.chain_x(n),)))
-        rows.append(dict(id="chain", kind="chain", unit="GB/s", work=8.0 * n,
+        rows.append(dict(id="chain", group="chain", kind="chain", unit="GB/s", work=8.0 * n,
                          copy_work=8.0 * n,
                          label=f"gelu_tanh(x*1.7+0.3), {n / 2**20:g}M f32",
                          method="chain", args=lambda: (data.chain_x(n),)))
     if "matmul" in only:
         for m in sizes.matmul:
-            rows.append(dict(id=f"matmul{m}", kind="matmul", unit="GFLOP/s", work=2.0 * m**3,
-                             label=f"matmul f32 {m}x{m}", method="matmul",
+            rows.append(dict(id=f"matmul{m}", group="matmul", kind="matmul", unit="GFLOP/s",
+                             work=2.0 * m**3, label=f"matmul f32 {m}x{m}", method="matmul",
                              args=lambda m=m: data.matmul_ab(m)))
     elif "mlp" in only:  # the MLP goal needs the machine's GEMM rate: numpy's, this run
         m = sizes.gemm_ref
-        rows.append(dict(id="gemm_ref", kind="matmul", unit="GFLOP/s", work=2.0 * m**3,
+        rows.append(dict(id="gemm_ref", group="mlp", kind="matmul", unit="GFLOP/s",
+                         work=2.0 * m**3,
                          label=f"numpy sgemm {m}x{m} (GEMM rate reference)", method="matmul",
                          only=("numpy",), args=lambda m=m: data.matmul_ab(m)))
     if "mlp" in only:
         dims = sizes.mlp_dims
         for b in sizes.mlp_batches:
-            rows.append(dict(id=f"mlp{b}", kind="mlp", unit="ms", work=mlp_gemm_flops(b, dims),
+            rows.append(dict(id=f"mlp{b}", group="mlp", kind="mlp", unit="ms",
+                             work=mlp_gemm_flops(b, dims),
                              gemm_goal=b == max(sizes.mlp_batches),
                              label=f"MLP {'-'.join(map(str, dims))} SGD step, batch {b}",
                              method="mlp", args=lambda b=b: (data.mlp_params(dims),
                                                              *data.mlp_batch(b, dims))))
     if "cnn" in only:
         b = sizes.cnn_batch
-        rows.append(dict(id=f"cnn{b}", kind="cnn", unit="ms", label=(
+        rows.append(dict(id=f"cnn{b}", group="cnn", kind="cnn", unit="ms", label=(
             f"CNN conv3x3 1->32, pool, dense 10 SGD step, batch {b}"), method="cnn",
             args=lambda: (data.cnn_params(), *data.cnn_batch(b))))
     if "dispatch" in only:
-        rows.append(dict(id="dispatch", kind="dispatch", unit="us",
+        rows.append(dict(id="dispatch", group="dispatch", kind="dispatch", unit="us",
                          label="100 element-wise ops on 16 floats (per call)", method="tiny",
                          args=lambda: (data.tiny_x(),)))
     return rows
@@ -173,79 +196,79 @@ def _worker_setup(args: argparse.Namespace) -> tuple[int, Any, Any]:
 
 
 def speed_worker(args: argparse.Namespace) -> dict[str, Any]:
+    """Time one contender's rows of one group (``--group``; all groups when absent) in this
+    process, which loads no other framework. The contender's BLAS is what threadpoolctl
+    sees loaded after it warmed up (numpy's own, for numpy)."""
+    if len(args.contenders) != 1:
+        raise ValueError(f"a speed worker times one contender, got {args.contenders}")
+    name = args.contenders[0]
     threads, sizes, data = _worker_setup(args)
-    numpy_libs = {lib["filepath"] for lib in bt.blas_libraries()}
-    owners: dict[str, set[str]] = {"numpy": numpy_libs}
-    contenders: dict[str, Any] = {}
-    unavailable: dict[str, str] = {}
-    versions: dict[str, str] = {}
-    for name in args.contenders:
-        before = bt.blas_libraries()
-        try:
-            c = make_contender(name, threads, args.backend)
-            if hasattr(c, "warm_up_blas"):  # load its BLAS before the libraries are listed
-                c.warm_up_blas()
-            contenders[name] = c
-            versions[name] = c.version()
-        except Exception as e:  # a missing or broken framework drops its column
-            unavailable[name] = _error(e)
-            continue
-        if name != "numpy":
-            owners[name] = {lib["filepath"]
-                            for lib in bt.new_libraries(before, bt.blas_libraries())}
-    limiter = bt.limit_threads(threads)  # noqa: F841  (keeps every pool at `threads`)
-    libs = bt.blas_libraries()
-    blas = {name: [bt.describe_library(lib) for lib in libs if lib["filepath"] in owners[name]]
-            for name in contenders if name in owners}
     specs = [spec for spec in timed_rows(sizes, data, args.only)
-             if args.rows is None or spec["id"] in args.rows]
-    out: dict[str, Any] = {"threads": threads, "rows": {}, "blas": blas, "versions": versions,
-                           "unavailable": unavailable, "tfc_graph_ops": {},
+             if (args.group is None or spec["group"] == args.group)
+             and (args.rows is None or spec["id"] in args.rows)]
+    out: dict[str, Any] = {"threads": threads, "contender": name, "group": args.group,
+                           "pid": os.getpid(), "rows": {}, "blas": {}, "versions": {},
+                           "unavailable": {}, "tfc_graph_ops": {},
                            "sizes": dataclasses.asdict(sizes),
                            "row_ids": [spec["id"] for spec in specs]}
+    before = bt.blas_libraries()  # numpy's (bench_workloads imported it)
+    try:
+        c = make_contender(name, threads, args.backend)
+        if hasattr(c, "warm_up_blas"):  # load its BLAS before the libraries are listed
+            c.warm_up_blas()
+        out["versions"][name] = c.version()
+    except Exception as e:  # a missing or broken framework drops its column
+        out["unavailable"][name] = _error(e)
+        return out
+    owned = {lib["filepath"] for lib in
+             (before if name == "numpy" else bt.new_libraries(before, bt.blas_libraries()))}
+    bt.limit_threads(threads)  # every pool at `threads` from now to the process's end
+    out["blas"][name] = [bt.describe_library(lib) for lib in bt.blas_libraries()
+                         if lib["filepath"] in owned]
     for spec in specs:
+        allowed = spec.get("only")
+        if (allowed and name not in allowed) or not hasattr(c, spec["method"]):
+            continue
         # Saved before each row: if native code kills this process, the orchestrator
         # keeps the rows done and knows which row was running.
         shown = {k: v for k, v in spec.items() if k not in ("args", "method", "only")}
         _save(args.result, {**out, "in_progress": spec["id"], "in_progress_row": shown})
-        out["rows"][spec["id"]] = time_row(spec, contenders, args, threads)
-        out["tfc_graph_ops"] = dict(getattr(contenders.get("tfc"), "ops", {}))
+        out["rows"][spec["id"]] = time_row(spec, name, c, args, threads)
+        out["tfc_graph_ops"] = dict(getattr(c, "ops", {}))
+        _save(args.result, out)
     return out
 
 
-def time_row(spec: dict[str, Any], contenders: dict[str, Any], args: argparse.Namespace,
+def time_row(spec: dict[str, Any], name: str, c: Any, args: argparse.Namespace,
              threads: int) -> dict[str, Any]:
-    """One row: every contender's step built on the same inputs, then timed round-robin."""
+    """One row of one contender: its step built on the row's inputs, then timed. The
+    inputs' digest goes with the result, for the orchestrator to check that every
+    contender's process made the same ones."""
+    from bench_workloads import input_digest
+
     arrays = spec.pop("args")()
+    digest = input_digest(arrays)
     method = spec.pop("method")
-    allowed = spec.pop("only", None)
-    results: dict[str, Any] = {}
-    steps: dict[str, Any] = {}
-    crash = os.environ.get("TFC_BENCH_CRASH")  # "row:contender": the tests' simulated crash
-    for name, c in contenders.items():
-        if (allowed and name not in allowed) or not hasattr(c, method):
-            continue
-        if crash == f"{spec['id']}:{name}":
-            os.kill(os.getpid(), signal.SIGSEGV)
-        try:
-            steps[name] = getattr(c, method)(*arrays)
-        except Exception as e:
-            results[name] = {"error": _error(e)}
-    timed = bt.measure_many(steps, runs=args.runs, warmup=1 if args.quick else 3,
-                            min_sample_s=1e-4 if args.quick else 2e-3,
-                            budget_s=args.budget, floor=3 if args.quick else 5)
-    for name in contenders:
-        stats = timed.get(name)
-        if isinstance(stats, bt.Stats):
-            results[name] = stats.to_json()
-            _say(f"threads={threads} {spec['id']:<10} {name:<6} "
-                 f"{stats.median * 1e3:10.4f} ms  (n={stats.n}, x{stats.inner})")
-        elif stats is not None:
-            results[name] = {"error": _error(stats)}
-        if name in results and "error" in results[name]:
-            _say(f"threads={threads} {spec['id']:<10} {name:<6} "
-                 f"error: {results[name]['error']}")
-    return {**spec, "results": results}
+    spec.pop("only", None)
+    if os.environ.get("TFC_BENCH_CRASH") == f"{spec['id']}:{name}":  # the tests' crash
+        os.kill(os.getpid(), signal.SIGSEGV)
+    result: dict[str, Any]
+    try:
+        step = getattr(c, method)(*arrays)
+        stats = bt.measure_many({name: step}, runs=args.runs, warmup=1 if args.quick else 3,
+                                min_sample_s=1e-4 if args.quick else 2e-3,
+                                budget_s=args.budget, floor=3 if args.quick else 5)[name]
+    except Exception as e:
+        stats = e
+    if isinstance(stats, bt.Stats):
+        result = stats.to_json()
+        _say(f"threads={threads} {spec['id']:<10} {name:<6} "
+             f"{stats.median * 1e3:10.4f} ms  (n={stats.n}, x{stats.inner}, pid {os.getpid()})")
+    else:
+        result = {"error": _error(stats)}
+        _say(f"threads={threads} {spec['id']:<10} {name:<6} error: {result['error']}")
+    result["pid"] = os.getpid()
+    return {**spec, "results": {name: result}, "inputs": {name: digest}}
 
 
 def _save(path: str, data: dict[str, Any]) -> None:
@@ -289,7 +312,8 @@ def compile_worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_worker(kind: str, args: argparse.Namespace, threads: int, contenders: list[str],
-               backend: str, rows: list[str] | None = None) -> dict[str, Any]:
+               backend: str, rows: list[str] | None = None,
+               group: str | None = None) -> dict[str, Any]:
     """Run one worker process in the benchmark's environment and return its JSON result.
     A worker that dies (a crash in native code) returns what it saved, with ``error``."""
     with tempfile.TemporaryDirectory(prefix="tfc-bench-") as tmp:
@@ -300,6 +324,8 @@ def run_worker(kind: str, args: argparse.Namespace, threads: int, contenders: li
                "--runs", str(args.runs), "--budget", str(args.budget), "--result", result]
         if rows is not None:
             cmd += ["--rows", ",".join(rows)]
+        if group is not None:
+            cmd += ["--group", group]
         if args.quick:
             cmd.append("--quick")
         limit = 300 if args.quick else 1800
@@ -327,41 +353,115 @@ def _exit_reason(rc: int) -> str:
     return f"worker exited with status {rc}"
 
 
-def run_speed(args: argparse.Namespace, threads: int, contenders: list[str],
-              backend: str) -> dict[str, Any]:
-    """Time every row in one worker. If native code crashes it, the rows done are kept,
-    the crashing row is run again one contender per process (so only the contender that
-    crashes loses its cell), and a new worker goes on with the rows after it."""
-    res = run_worker("speed", args, threads, contenders, backend)
-    while "error" in res and res.get("in_progress"):
-        row_id = res.pop("in_progress")
-        crash = res.pop("error")
+def timed_groups(only: list[str]) -> list[str]:
+    """The row groups to time, in run order (``TIMED``'s, whatever order --only gave)."""
+    return [g for g in TIMED if g in only]
+
+
+def contender_order(contenders: list[str], group_index: int, thread_index: int) -> list[str]:
+    """The order the contenders' processes run in for one group: rotated by one per group
+    and per thread count, so none is always first after a process switch."""
+    if not contenders:
+        return []
+    k = (group_index + thread_index) % len(contenders)
+    return contenders[k:] + contenders[:k]
+
+
+def run_contender(args: argparse.Namespace, threads: int, name: str, group: str,
+                  backend: str) -> list[dict[str, Any]]:
+    """Time one contender's rows of one group in a process of its own. If native code
+    kills the process (or it times out), the row it was on gets the error in this
+    contender's cell, and a new process goes on with the rows after it. Returns every
+    worker result, in order."""
+    results = []
+    rows: list[str] | None = None
+    while True:
+        res = run_worker("speed", args, threads, [name], backend, rows=rows, group=group)
+        results.append(res)
+        row_id = res.get("in_progress")
+        if "error" not in res or not row_id:
+            return results
+        crash = res["error"]
+        _say(f"threads={threads} {row_id} {name}: {crash}; its cell is lost, "
+             f"the rows after it run in a new process")
+        shown = res.pop("in_progress_row", None) or {"label": row_id}
+        res["rows"][row_id] = {**shown, "results": {name: {"error": crash}}, "inputs": {}}
+        del res["error"], res["in_progress"]
         ids = res.get("row_ids", [])
-        _say(f"threads={threads} {row_id}: {crash}; running it again, one contender each")
-        results: dict[str, Any] = {}
-        for c in [c for c in contenders if c in res.get("versions", {})]:
-            one = run_worker("speed", args, threads, [c], backend, rows=[row_id])
-            row = one.get("rows", {}).get(row_id)
-            if row is None:
-                results[c] = {"error": one.get("error", "no result")}
-                _say(f"threads={threads} {row_id} {c}: {results[c]['error']}")
-            else:
-                results.update(row["results"])
-        res["rows"][row_id] = {**res.pop("in_progress_row", {"label": row_id}),
-                               "results": results}
-        rest = ids[ids.index(row_id) + 1:] if row_id in ids else []
-        if not rest:
-            break
-        more = run_worker("speed", args, threads, contenders, backend, rows=rest)
-        res["rows"].update(more.get("rows", {}))
-        for key in ("in_progress", "in_progress_row", "error"):
-            if key in more:
-                res[key] = more[key]
-        if more.get("tfc_graph_ops"):
-            res.setdefault("tfc_graph_ops", {}).update(more["tfc_graph_ops"])
-    res.pop("in_progress", None)
-    res.pop("in_progress_row", None)
-    return res
+        rows = ids[ids.index(row_id) + 1:] if row_id in ids else []
+        if not rows:
+            return results
+
+
+def run_speed(args: argparse.Namespace, threads: int, contenders: list[str], backend: str,
+              thread_index: int = 0) -> dict[str, Any]:
+    """Every timed row at ``threads`` threads: group by group, one process per contender
+    (see the module docstring), merged into one result. A contender that does not load is
+    listed in ``unavailable`` and skipped in later groups."""
+    merged: dict[str, Any] = {"threads": threads, "rows": {}, "blas": {}, "versions": {},
+                              "unavailable": {}, "tfc_graph_ops": {}, "row_ids": [],
+                              "order": {}, "processes": [], "notes": []}
+    for gi, group in enumerate(timed_groups(args.only)):
+        live = [c for c in contenders if c not in merged["unavailable"]]
+        order = contender_order(live, gi, thread_index)
+        merged["order"][group] = order
+        for name in order:
+            for res in run_contender(args, threads, name, group, backend):
+                _merge(merged, res, name, group)
+    rows = merged["rows"]
+    merged["rows"] = {i: rows[i] for i in merged["row_ids"] if i in rows}
+    merged["rows"].update({i: r for i, r in rows.items() if i not in merged["rows"]})
+    check_inputs(merged["rows"])
+    for key in ("versions", "blas"):  # the report's order, not the run's
+        merged[key] = {c: merged[key][c] for c in contenders if c in merged[key]}
+    return merged
+
+
+def _merge(merged: dict[str, Any], res: dict[str, Any], name: str, group: str) -> None:
+    """Fold one worker's result into the thread count's result."""
+    if "sizes" in res:
+        merged.setdefault("sizes", res["sizes"])
+    for i in res.get("row_ids", []):
+        if i not in merged["row_ids"]:
+            merged["row_ids"].append(i)
+    if "pid" in res:
+        merged["processes"].append({"contender": name, "group": group, "pid": res["pid"]})
+    for key in ("versions", "blas", "unavailable"):
+        for c, v in res.get(key, {}).items():
+            merged[key].setdefault(c, v)
+    merged["tfc_graph_ops"].update(res.get("tfc_graph_ops", {}))
+    for row_id, row in res.get("rows", {}).items():
+        into = merged["rows"].setdefault(
+            row_id, {k: v for k, v in row.items() if k not in ("results", "inputs")})
+        into.setdefault("results", {}).update(row.get("results", {}))
+        into.setdefault("inputs", {}).update(row.get("inputs", {}))
+    if "error" in res:
+        if name not in merged["versions"] and name not in merged["unavailable"]:
+            merged["unavailable"][name] = res["error"]  # died before it loaded: no column
+        else:
+            merged["notes"].append(f"{name} ({group}): {res['error']}")
+            _say(f"threads={merged['threads']} {group} {name}: {res['error']}")
+
+
+def check_inputs(rows: dict[str, Any]) -> None:
+    """Make sure every contender of a row was given the same inputs: each process makes
+    them from seeded generators, and the digests they recorded must agree. A cell whose
+    digest differs from the most common one (or every cell, when no digest is the most
+    common) becomes an error instead of a time that would be compared unfairly."""
+    for row in rows.values():
+        digests = row.get("inputs", {})
+        counts: dict[str, int] = {}
+        for d in digests.values():
+            counts[d] = counts.get(d, 0) + 1
+        if len(counts) < 2:
+            continue
+        top = max(counts.values())
+        common = [d for d, n in counts.items() if n == top]
+        keep = common[0] if len(common) == 1 else None
+        for name, d in digests.items():
+            if d != keep:
+                row["results"][name] = {"error": "its inputs differ from the other "
+                                                 f"contenders' (digest {d[:12]})"}
 
 
 def worker_main(args: argparse.Namespace) -> int:
@@ -416,9 +516,10 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         "speed": {}, "memory": {}, "compile": {}}
     started = time.perf_counter()
     timed = [w for w in args.only if w not in ("compile", "memory")]
-    for t in args.threads if timed else []:
-        _say(f"timing {', '.join(timed)} with {t} thread(s) ({', '.join(present)})")
-        res = run_speed(args, t, present, backend)
+    for ti, t in enumerate(args.threads if timed else []):
+        _say(f"timing {', '.join(timed)} with {t} thread(s) ({', '.join(present)}), "
+             f"one process per contender and group")
+        res = run_speed(args, t, present, backend, ti)
         report["speed"][str(t)] = res
         for name, why in res.get("unavailable", {}).items():
             report["meta"]["missing"][name] = f"does not load: {why}"
@@ -451,9 +552,7 @@ def render(report: dict[str, Any], markdown: bool) -> str | None:
         if "error" in speed:
             sections.append((f"timed workloads, {t} thread(s): {speed['error']}", []))
             continue
-        sections.append((f"timed workloads, {t} thread(s) — median [min–max] of n timed "
-                         f"steps; ratios are tfc time / other time",
-                         br.speed_rows(speed, contenders, sep)))
+        sections.append((br.speed_title(t), br.speed_rows(speed, contenders, sep)))
     extra: list[br.Row] = []
     if report["compile"]:
         extra += br.compile_rows(report["compile"], contenders)
@@ -478,6 +577,8 @@ def render(report: dict[str, Any], markdown: bool) -> str | None:
 
 
 def header_lines(report: dict[str, Any]) -> list[str]:
+    import bench_report as br
+
     meta = report["meta"]
     m = meta["machine"]
     lines = [f"tfc benchmark — {meta['date']} — tfc backend: {meta['backend']}"
@@ -494,6 +595,12 @@ def header_lines(report: dict[str, Any]) -> list[str]:
             libs = speed.get("blas", {}).get(name)
             blas = "; ".join(libs) if libs else _no_blas(name, meta["backend"])
             lines.append(f"[{t} thr] {name} {version}: BLAS {blas}")
+        order = speed.get("order")
+        if order:
+            lines.append(f"[{t} thr] {br.PROCESS_NOTE}; run order: " + "; ".join(
+                f"{g} {' '.join(cs)}" for g, cs in order.items()))
+        for note in speed.get("notes", []):
+            lines.append(f"[{t} thr] note: {note}")
         ops = speed.get("tfc_graph_ops")
         if ops:
             lines.append(f"[{t} thr] tfc ops per entry graph after canonicalize,cse,dce: "

@@ -3,7 +3,10 @@ to each row with a pass/miss mark, rendered as a rich table or as Markdown.
 
 A ratio is tfc's median time over the other contender's (lower is better), as in
 BENCHMARKS.md; a goal clause whose other side was not measured (PyTorch or JAX missing)
-is shown as n/a, never as a pass.
+is shown as n/a, never as a pass. Each contender's times come from processes of its own
+(``bench.py``'s docstring says why and in which order), so the titles and the header say
+so: a reader comparing with an older report, timed round-robin in one shared process,
+should know the layouts differ.
 """
 
 from __future__ import annotations
@@ -14,6 +17,14 @@ from typing import Any
 CONTENDERS = ("tfc", "numpy", "torch", "jax")
 OTHERS = ("numpy", "torch", "jax")
 CACHED_GOAL_S = 0.050
+PROCESS_NOTE = ("each contender timed in processes of its own (one per workload group, "
+                "no other framework loaded)")
+
+
+def speed_title(threads: int | str) -> str:
+    """The title of one thread count's table: what a cell holds and how it was timed."""
+    return (f"timed workloads, {threads} thread(s) — median [min–max] of n timed steps, each "
+            f"contender in its own process; ratios are tfc time / other time")
 
 
 @dataclass

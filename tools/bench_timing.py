@@ -1,10 +1,10 @@
 """Timing, environment and machine facts shared by the benchmark's workers (``bench.py``).
 
 Everything here is about measuring fairly on a shared, noisy 2-core machine: every
-contender runs in a worker process whose environment has OpenBLAS's slow-down variables
-removed and the same thread count set, times are the median of at least 20 timed samples
-after a warm-up (with min and max), and each contender's BLAS library is named from what
-threadpoolctl sees loaded.
+contender runs in worker processes of its own whose environment has OpenBLAS's slow-down
+variables removed and the same thread count set, times are the median of at least 20
+timed samples after a warm-up (with min and max), and each contender's BLAS library is
+named from what threadpoolctl sees loaded in its process.
 """
 
 from __future__ import annotations
@@ -60,9 +60,10 @@ def measure_many(fns: dict[str, Callable[[], Any]], *, runs: int = 20, warmup: i
     less than ``min_sample_s`` are batched so that timer resolution does not matter
     (per-call overhead workloads). ``runs`` samples are timed unless that would take longer
     than ``budget_s`` for that contender: then as many as fit, never fewer than ``floor``,
-    and the note says so. Samples are taken round-robin across contenders, so that a burst
-    of load from a neighbour on a shared machine hits every contender alike and the ratios
-    stay fair.
+    and the note says so. Samples of several ``fns`` are taken round-robin, so that a
+    burst of load hits them alike; ``bench.py`` passes one contender per process (several
+    frameworks' thread pools in one process slow each other down), and spreads the
+    fairness over processes instead (see its docstring).
     """
     plans: dict[str, tuple[int, int, str]] = {}
     out: dict[str, Stats | Exception] = {}
@@ -217,7 +218,8 @@ def describe_library(lib: dict[str, Any]) -> str:
 
 
 def limit_threads(threads: int) -> Any:
-    """Cap every loaded BLAS/OpenMP pool at ``threads``; keep the result alive."""
+    """Cap every loaded BLAS/OpenMP pool at ``threads``. The cap lasts until the process
+    ends (threadpoolctl undoes it only on leaving a ``with`` block or when asked)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:

@@ -10,6 +10,7 @@ PyTorch and JAX live in ``bench_frameworks.py``.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import tempfile
@@ -115,6 +116,24 @@ class Data:
 
     def tiny_x(self) -> np.ndarray:
         return self._rng(7).uniform(-1, 1, TINY_N).astype(np.float32)
+
+
+def input_digest(arrays: Any) -> str:
+    """A digest of a row's inputs (arrays, nested in lists and tuples): dtype, shape and
+    bytes of each. Every contender times in a process of its own and makes its inputs
+    there, so ``bench.py`` compares these digests to make sure they all got the same."""
+    h = hashlib.blake2b(digest_size=16)
+    stack = [arrays]
+    while stack:
+        a = stack.pop()
+        if isinstance(a, (list, tuple)):
+            h.update(f"[{len(a)}".encode())
+            stack.extend(reversed(a))
+            continue
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
 
 
 def tiny_ops() -> list[tuple[str, float]]:
@@ -320,7 +339,8 @@ class TfcContender:
     name = "tfc"
 
     def __init__(self, threads: int, backend: str) -> None:
-        import tfc  # noqa: F401
+        import importlib
+        importlib.import_module("tfc")  # fails here, not in the first row, if tfc is broken
         self.threads = threads
         self.backend = backend
         self.ops: dict[str, int] = {}  # ops per entry graph, for the report

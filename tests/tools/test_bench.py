@@ -1,6 +1,7 @@
-"""tools/bench.py: a smoke run in --quick mode prints its tables and writes JSON; a
-framework that is missing or fails to import only drops its column; the timing helper
-and the goal marks say what BENCHMARKS.md asks."""
+"""tools/bench.py: a smoke run in --quick mode prints its tables and writes JSON; each
+contender is timed in processes of its own, on the same inputs; a framework that is
+missing or fails to import only drops its column; the timing helper and the goal marks
+say what BENCHMARKS.md asks."""
 
 import importlib
 import json
@@ -55,6 +56,8 @@ def test_quick_run_prints_tables(quick_run):
         assert label in stdout, label
     assert "OPENBLAS_CORETYPE was 'Haswell', unset for every contender" in stdout
     assert "BLAS openblas" in stdout  # numpy's BLAS, named by threadpoolctl
+    assert "each contender in its own process" in stdout  # how the table was timed
+    assert "each contender timed in processes of its own" in stdout and "run order: chain" in stdout
 
 
 def test_broken_frameworks_only_drop_columns(quick_run):
@@ -79,6 +82,90 @@ def test_json_has_raw_numbers(quick_run):
     assert report["memory"]["tfc"]["peak_rss"] > 0
     assert report["compile"]["tfc"]["cold"] > 0 and report["compile"]["tfc"]["cached"] > 0
     assert report["meta"]["backend"] == "reference"
+
+
+def test_each_contender_runs_in_its_own_process(quick_run):
+    """No two frameworks share a process (their thread pools would slow each other down),
+    yet every contender of a row got the same inputs (seeded, checked by digest)."""
+    _, report = quick_run
+    speed = next(iter(report["speed"].values()))
+    for row_id in ("chain", "matmul64", "mlp16", "cnn4", "dispatch"):
+        res = speed["rows"][row_id]["results"]
+        assert res["tfc"]["pid"] != res["numpy"]["pid"], row_id
+        digests = speed["rows"][row_id]["inputs"]
+        assert set(digests) == {"tfc", "numpy"} and digests["tfc"] == digests["numpy"]
+    rows = speed["rows"]
+    assert rows["copy"]["results"]["numpy"]["pid"] == rows["chain"]["results"]["numpy"]["pid"]
+    assert rows["chain"]["results"]["tfc"]["pid"] != rows["dispatch"]["results"]["tfc"]["pid"]
+    pids = [(p["contender"], p["pid"]) for p in speed["processes"]]
+    assert len({pid for _, pid in pids}) == len(pids)  # one process per contender and group
+    assert list(rows)[:3] == ["copy", "chain", "matmul64"]  # the table's order, not the run's
+    assert set(speed["order"]) == {"chain", "matmul", "mlp", "cnn", "dispatch"}
+    assert list(speed["versions"]) == ["tfc", "numpy"]
+
+
+def test_contender_order_rotates(tools):
+    bench, _, _ = tools
+    cs = ["tfc", "numpy", "torch", "jax"]
+    firsts = [bench.contender_order(cs, g, 0)[0] for g in range(4)]
+    assert firsts == cs  # each contender leads one group
+    assert bench.contender_order(cs, 0, 1) == ["numpy", "torch", "jax", "tfc"]
+    assert sorted(bench.contender_order(cs, 3, 1)) == sorted(cs)
+    assert bench.contender_order([], 2, 0) == []
+    assert bench.timed_groups(["dispatch", "memory", "chain"]) == ["chain", "dispatch"]
+
+
+def test_cells_with_differing_inputs_become_errors(tools):
+    bench, _, _ = tools
+    ok = {"median": 1.0, "min": 1.0, "max": 1.0, "n": 20}
+    rows = {"a": {"results": {c: dict(ok) for c in "wxyz"},
+                  "inputs": {"w": "d1", "x": "d1", "y": "d2", "z": "d1"}},
+            "b": {"results": {c: dict(ok) for c in "wx"}, "inputs": {"w": "d1", "x": "d2"}},
+            "c": {"results": {"w": dict(ok)}, "inputs": {"w": "d1"}}}
+    bench.check_inputs(rows)
+    a = rows["a"]["results"]
+    assert "inputs differ" in a["y"]["error"] and all("error" not in a[c] for c in "wxz")
+    assert all("inputs differ" in rows["b"]["results"][c]["error"] for c in "wx")  # a tie
+    assert rows["c"]["results"]["w"] == ok
+
+
+def test_input_digest_sees_values_shapes_and_dtypes(tools):
+    import numpy as np
+    wl = importlib.import_module("bench_workloads")
+    data = wl.Data()
+    d = wl.input_digest((data.mlp_params((4, 3, 2)), *data.mlp_batch(3, (4, 3, 2))))
+    assert d == wl.input_digest((wl.Data().mlp_params((4, 3, 2)),
+                                 *wl.Data().mlp_batch(3, (4, 3, 2))))
+    x = np.arange(6, dtype=np.float32)
+    assert len({wl.input_digest((x,)), wl.input_digest((x.reshape(2, 3),)),
+                wl.input_digest((x.astype(np.float64),)), wl.input_digest((x[::-1],)),
+                wl.input_digest(([x],))}) == 5
+
+
+def test_a_contender_dying_before_it_loads_drops_its_column(tools, monkeypatch):
+    """A framework whose import kills the worker (no version reported) is listed as
+    unavailable and not started again for later groups; the others' rows are kept."""
+    bench, _, _ = tools
+    started = []
+
+    def fake_worker(kind, args, threads, contenders, backend, rows=None, group=None):
+        [name] = contenders
+        started.append((group, name))
+        if name == "jax":
+            return {"error": "worker crashed (SIGSEGV)"}
+        row = {"id": group, "group": group, "label": group, "kind": group, "unit": "ms",
+               "results": {name: {"median": 1.0, "min": 1.0, "max": 1.0, "n": 20,
+                                  "pid": len(started)}}, "inputs": {name: "d"}}
+        return {"pid": len(started), "row_ids": [group], "rows": {group: row},
+                "versions": {name: "1"}, "blas": {name: []}, "unavailable": {}}
+
+    monkeypatch.setattr(bench, "run_worker", fake_worker)
+    args = bench.parse_args(["--only", "chain,dispatch", "--quick"])
+    res = bench.run_speed(args, 1, ["tfc", "jax", "numpy"], "reference")
+    assert res["unavailable"] == {"jax": "worker crashed (SIGSEGV)"}
+    assert ("dispatch", "jax") not in started and ("chain", "jax") in started
+    assert set(res["rows"]["dispatch"]["results"]) == {"tfc", "numpy"}
+    assert res["order"] == {"chain": ["tfc", "jax", "numpy"], "dispatch": ["numpy", "tfc"]}
 
 
 def test_default_backend_is_llvm_when_it_loads(tools):
