@@ -54,16 +54,19 @@ def test_light_or_carried_body_is_left_to_the_cost_model(math: str | None,
     assert "llvm.loop" not in str(_module(math, carried))
 
 
-@pytest.mark.parametrize("hi,trip", [(16, None), (U.INTERLEAVE_MIN_TRIP - 1, None),
-                                     (None, 16)])
-def test_short_loop_is_not_interleaved(hi: int | None, trip: int | None) -> None:
-    """A short loop would run mostly in its scalar remainder (the 16-float chain did)."""
-    assert "llvm.loop" not in str(_module("tanh", hi=hi, trip=trip))
-
-
-def test_long_static_loop_is_interleaved() -> None:
-    assert "llvm.loop.interleave.count" in str(_module("tanh", hi=U.INTERLEAVE_MIN_TRIP))
-    assert "llvm.loop.interleave.count" in str(_module("tanh", trip=1 << 24))
+@pytest.mark.parametrize("hi,trip,count", [
+    (16, None, 2), (None, 16, 2), (64, None, 4), (40, None, 1), (8, None, 1),
+    (U.INTERLEAVE_MIN_TRIP - 1, None, 1), (U.INTERLEAVE_MIN_TRIP, None, 4),
+    (U.INTERLEAVE_MIN_TRIP + 3, None, 4), (None, 1 << 24, 4)])
+def test_short_loops_leave_no_scalar_remainder(hi: int | None, trip: int | None,
+                                              count: int) -> None:
+    """A short constant loop gets the interleave count whose vector iterations cover it
+    (the 16-float chain had run wholly in the scalar remainder of a 4x8 loop)."""
+    text = str(_module("tanh", hi=hi, trip=trip))
+    if count == 1:
+        assert "llvm.loop" not in text
+    else:
+        assert re.search(rf'!"llvm\.loop\.interleave\.count", i32 {count}', text)
 
 
 def test_body_size_counts_inlined_functions() -> None:

@@ -43,3 +43,22 @@ def test_held_results_and_views_are_never_overwritten():
     for _ in range(3):
         p.run("f", x=np.ones(3, np.float32))
     np.testing.assert_array_equal(held, before)
+
+
+def test_steps_allocate_nothing_once_results_are_dropped():
+    """The same arrays come back step after step: output and update pools stay at the
+    one (fetch) or two (update: the new value and the one being read) arrays."""
+    p = program()
+    step = p.callable("f", ["x"], ["y", "v"])
+    x = np.ones(3, np.float32)
+    for _ in range(3):
+        step(x)
+    exe = p._executable("f")
+    fetched = set()
+    for _ in range(5):
+        y, v = step(x)
+        fetched |= {id(y), id(v)}
+        del y, v
+    assert [len(pool) for pool in exe._last.out_pools] == [1, 1]
+    assert [len(pool) for pool in exe._upd_pools] == [2]
+    assert len(fetched) == 2  # the same two fetch arrays, every step

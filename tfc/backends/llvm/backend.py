@@ -228,27 +228,20 @@ class LLVMExecutable:
         declared types in ``var_names`` order. Feed shapes are checked once per binding
         (first by ``validate(feeds)``, for the caller's own error messages). Returns
         fetch arrays and update arrays (in ``update_names`` order) that nothing else
-        references (recycled from earlier steps when their holders let go: ``_recycled``). Loops, not comprehensions: this is the per-call overhead."""
-        key = tuple(map(_SHAPE, feeds))
-        bound = self._bindings.get(key)
-        if bound is None:
-            if validate is not None:
-                validate(feeds)
-            bound = self._binding(key)
-        self._last = bound
+        references (recycled from earlier steps when their holders let go: ``_recycled``).
+        Loops, not comprehensions: this is the per-call overhead."""
+        bound = self._last
+        if bound is None or len(feeds) != len(bound.key) or not _same_shapes(feeds,
+                                                                            bound.key):
+            key = tuple(map(_SHAPE, feeds))
+            bound = self._bindings.get(key)
+            if bound is None:
+                if validate is not None:
+                    validate(feeds)
+                bound = self._binding(key)
+            self._last = bound
         dp = _data_ptr if _DATA_OFFSET is None else _fast_ptr
         with self._lock:  # the pointer array, params and arena are the binding's own
-            outs = []
-            j = 0
-            for s, dt in bound.out_specs:
-                outs.append(_recycled(bound.out_pools[j], s, dt))
-                j += 1
-            upds = []
-            if self._upd_shapes:
-                j = 0
-                for s, dt in self._upd_shapes:
-                    upds.append(_recycled(self._upd_pools[j], s, dt))
-                    j += 1
             ptrs = bound.ptrs
             i = 0
             for a in feeds:
@@ -258,14 +251,31 @@ class LLVMExecutable:
                 for a in variables:
                     ptrs[i] = dp(a)
                     i += 1
+            # Outputs: an array recycled from the pool is often the one of the last
+            # step, whose pointer the slot already holds (the pool keeps it alive).
+            outs = []
+            held = bound.in_slots
             i = bound.out_slot
-            for a in outs:
-                ptrs[i] = dp(a)
-                i += 1
-            if upds:
-                for a in upds:
+            j = 0
+            for s, dt in bound.out_specs:
+                a = _recycled(bound.out_pools[j], s, dt, held[i])
+                if held[i] is not a:
                     ptrs[i] = dp(a)
+                    held[i] = a
+                outs.append(a)
+                i += 1
+                j += 1
+            upds = []
+            if self._upd_shapes:
+                j = 0
+                for s, dt in self._upd_shapes:
+                    a = _recycled(self._upd_pools[j], s, dt, held[i])
+                    if held[i] is not a:
+                        ptrs[i] = dp(a)
+                        held[i] = a
+                    upds.append(a)
                     i += 1
+                    j += 1
             if self._step_slot is not None:  # random ops read the step number
                 bound.params_u64[self._step_slot] = step % (1 << 64)
             rc = bound.call(bound.ptrs_addr, bound.params_addr)
@@ -322,7 +332,7 @@ class LLVMExecutable:
                       nf + nv + len(self._constants), key=key, out_specs=out_specs,
                       call=call, ptrs_addr=ptrs.ctypes.data, params_addr=pa.ctypes.data,
                       params_u64=pa.view(np.uint64), params_used=len(params),
-                      out_pools=[[] for _ in out_specs])
+                      out_pools=[[] for _ in out_specs], in_slots=[None] * self._n_ptrs)
 
     def _bound_from(self, rec: "StoredBinding") -> "_Bound":
         g = self.graph
@@ -567,19 +577,23 @@ class _Bound:
     params_u64: Any = None
     params_used: int = 0
     out_pools: list[list[np.ndarray]] = field(default_factory=list)  # see _recycled
+    # per pointer slot, the output or update array whose data pointer it holds
+    in_slots: list[Any] = field(default_factory=list)
 
 
 POOL_SIZE = 2  # arrays kept per output: a variable's update alternates between two
 
 
-def _recycled(pool: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+def _recycled(pool: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype,
+              in_slot: np.ndarray | None = None) -> np.ndarray:
     """An output array for this step: one from ``pool`` that nobody else references any
-    more (its refcount is the pool's, the loop's and the call's), else a new one that
-    joins the pool in place of the oldest. Steps then allocate nothing once the caller
-    lets go of earlier results, and never write into an array the caller still holds
-    (a view of it counts as a reference too)."""
+    more, else a new one that joins the pool in place of the oldest. Steps then allocate
+    nothing once the caller lets go of earlier results, and never write into an array
+    the caller still holds (a view of it counts as a reference too). The references
+    that do not count: the pool's, the loop's and the call's, and for ``in_slot`` (the
+    array whose pointer the binding's slot holds) that slot's and this argument's."""
     for a in pool:
-        if _refcount(a) == 3:
+        if _refcount(a) == (5 if a is in_slot else 3):
             return a
     a = np.empty(shape, dtype)
     if len(pool) >= POOL_SIZE:
@@ -589,6 +603,16 @@ def _recycled(pool: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype) -
 
 
 _refcount = sys.getrefcount
+
+
+def _same_shapes(feeds: Sequence[np.ndarray], shapes: tuple) -> bool:
+    """Whether the feeds have ``shapes`` (those of the latest binding: the usual case)."""
+    i = 0
+    for a in feeds:
+        if a.shape != shapes[i]:
+            return False
+        i += 1
+    return True
 
 
 def _offsets(plan: Any, bd: Binding) -> tuple[dict[int, int], int]:
