@@ -282,3 +282,31 @@ def test_comments_semicolons_and_reserved_words():
     for word in ("over", "with", "return"):
         with pytest.raises(ParseError, match=f"'{word}'"):
             parse_tfm(HEAD + f"entry f(x) {{ {word} = x; return x }}", "m.tfm")
+
+
+# ---- the package's layout ----------------------------------------------------------------------
+
+def test_public_names_stay_importable():
+    import tfc.compiler.tfm as tfm
+    from tfc.compiler.tfm.builder import INITIALIZERS, KEYWORDS, OPTIMIZERS, ModelBuilder
+
+    assert tfm.INITIALIZERS is INITIALIZERS and tfm.OPTIMIZERS is OPTIMIZERS
+    assert {"adam", "sgd"} <= set(OPTIMIZERS) and "glorot_uniform" in INITIALIZERS
+    assert "minimize" in KEYWORDS
+    builder = ModelBuilder("", "m.tfm")
+    for rule in ("input_decl", "param_decl", "binding", "fn_def", "entry_def", "train_def"):
+        assert callable(getattr(builder, rule))  # build() dispatches on the grammar's rules
+
+
+def test_scopes_fall_back_to_their_parent_and_shadow_it():
+    from lark import Token
+
+    from tfc.compiler.tfm.scope import Scope
+
+    top = Scope()
+    top.define(Token("NAME", "k"), 1)
+    inner = Scope(top)
+    assert inner.find("k") == (1, top) and inner.find("q") is None
+    inner.define(Token("NAME", "k"), 2)
+    assert inner.find("k") == (2, inner) and top.find("k") == (1, top)
+    assert sorted(inner.visible()) == ["k", "k"]

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
-from typing import Sequence
 
-from lark import Lark, Tree
+from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedInput
 
 from tfc.errors import Location, ParseError, TfcError
-from tfc.ir.parser import expected_phrase, syntax_error
+from tfc.ir.parser import syntax_error
 from tfc.ir.parser import source_excerpt as excerpt
 
-__all__ = ["excerpt", "located", "parse_tree", "describe_terminals"]
+__all__ = ["Node", "excerpt", "located", "parse_tree"]
+
+# A node of the syntax tree: a rule (``Tree``) or a token; errors point at either.
+Node = Tree | Token
 
 # How terminals read in "expected ..." messages.
 _TERMINAL_NAMES = {
@@ -57,7 +59,3 @@ def located(cls: type[TfcError], message: str, text: str, filename: str, line: i
     err.tfm_located = True  # type: ignore[attr-defined]
     return err
 
-
-def describe_terminals(names: Sequence[str] | set[str] | frozenset[str]) -> str:
-    """``"; expected one of ..."`` for a set of terminal names (empty when there are none)."""
-    return expected_phrase(_lark(), _TERMINAL_NAMES, names)
