@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import stat
 import zipfile
 import zlib
@@ -93,7 +92,7 @@ def atomic_write(path: str | os.PathLike[str], write: Any) -> None:
     (KeyboardInterrupt included) the temp file is removed and the error re-raised.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode honours umask
     except OSError as e:  # name the file the user asked for, not the temp file

@@ -777,12 +777,11 @@ def _install_profiler() -> None:
     """Bind the clock the profiling entry calls (libc's ``clock_gettime``), once."""
     if _CLOCK_BOUND:
         return
-    import ctypes.util
-
     import llvmlite.binding as llvm
+
+    from tfc.backends.llvm.blas import libc
     _CLOCK_BOUND.append(True)
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
-    llvm.add_symbol(PROF_CLOCK, ctypes.cast(libc.clock_gettime, ctypes.c_void_p).value)
+    llvm.add_symbol(PROF_CLOCK, ctypes.cast(libc().clock_gettime, ctypes.c_void_p).value)
 
 
 def profile_report(exe: "LLVMExecutable") -> list[tuple[float, str]]:

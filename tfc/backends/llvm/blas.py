@@ -9,17 +9,27 @@ back from a cache or an artifact — calls the BLAS directly, with no Python in 
 The same registration gives the JIT the C library functions the kernels call
 (``pthread_create``/``pthread_join`` for the thread pool, ``memcpy``/``memset``), so
 symbol resolution never depends on what the process happens to export.
+
+Both libraries are found without the slow generic routes, since every fresh ``tfc run``
+pays for them: the OpenBLAS file is looked up in the package's directory
+(``importlib.util.find_spec``) rather than by importing ``scipy_openblas32`` (whose
+``__init__`` imports ``importlib.metadata`` for its version string, ~20 ms), and libc by
+its soname or from the process itself rather than ``ctypes.util.find_library`` (which runs
+``ldconfig``/``gcc`` in subprocesses). The generic routes remain the fallbacks.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import importlib.util
 import os
+import sys
 import threading
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
+
+from tfc.errors import TfcError
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 SGEMM = "scipy_cblas_sgemm"
@@ -33,6 +43,16 @@ _C_SYMBOLS = ("pthread_create", "pthread_join", "memcpy", "memset", "memmove")
 
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
+_libc: ctypes.CDLL | None = None
+
+
+class OpenBLASMissing(TfcError, ImportError):
+    """scipy-openblas32 is not installed (an ``ImportError`` too, as before)."""
+
+
+_MISSING = ("the llvm backend needs OpenBLAS from the 'scipy-openblas32' package, which "
+            "is not installed: pip install scipy-openblas32 (or run on the numpy "
+            "interpreter: TFC_BACKEND=reference)")
 
 
 def openblas() -> ctypes.CDLL:
@@ -40,24 +60,92 @@ def openblas() -> ctypes.CDLL:
     global _lib
     with _lock:
         if _lib is None:
-            import scipy_openblas32
-            path = os.path.join(scipy_openblas32.get_lib_dir(),
-                                f"lib{scipy_openblas32.get_library()}.so")
-            if not os.path.exists(path):  # other platforms: let the package find it
-                _lib = scipy_openblas32.dll if hasattr(scipy_openblas32, "dll") else None
-            if _lib is None:
-                _lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-            _register(_lib)
+            lib = _load_openblas()
+            _register(lib)
+            _lib = lib
     return _lib
+
+
+def _load_openblas() -> ctypes.CDLL:
+    """Open the library: straight from the package's ``lib`` directory when it holds
+    the one shared object we expect, else as the package itself finds it."""
+    path = openblas_path()
+    if path is not None:
+        try:
+            return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            pass  # let the package try (it may know a dependency's directory)
+    try:
+        import scipy_openblas32
+    except ImportError as e:
+        raise OpenBLASMissing(_MISSING) from e
+    path = os.path.join(scipy_openblas32.get_lib_dir(),
+                        f"lib{scipy_openblas32.get_library()}.so")
+    if not os.path.exists(path):  # other platforms: the package has loaded it
+        dll = getattr(scipy_openblas32, "dll", None)
+        if dll is not None:
+            return dll
+    return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
+def openblas_path() -> str | None:
+    """The path of scipy-openblas32's shared library, found without importing the package
+    (the file ``scipy_openblas32.get_lib_dir()`` / ``get_library()`` name); ``None`` where
+    this layout does not hold (not ELF, several candidates), so the caller imports it.
+    Raises ``OpenBLASMissing`` when the package is not installed."""
+    try:
+        spec = importlib.util.find_spec("scipy_openblas32")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        raise OpenBLASMissing(_MISSING)
+    if not sys.platform.startswith(("linux", "freebsd")):
+        return None
+    for root in spec.submodule_search_locations or ():
+        lib_dir = os.path.join(root, "lib")
+        try:
+            names = [n for n in os.listdir(lib_dir) if n.startswith("libscipy_openblas")]
+        except OSError:
+            continue
+        # The package loads ``names[0]``; take the file only when there is no choice.
+        if len(names) == 1 and names[0].endswith(".so"):
+            return os.path.join(lib_dir, names[0])
+    return None
+
+
+def libc() -> ctypes.CDLL:
+    """The C library, loaded once: by the soname of glibc (already mapped, so ``dlopen``
+    only returns its handle), else the process's own symbols (which include libc's), and
+    only then ``ctypes.util.find_library("c")`` with its subprocesses."""
+    global _libc
+    if _libc is None:
+        _libc = _find_libc()
+    return _libc
+
+
+def _find_libc() -> ctypes.CDLL:
+    if sys.platform.startswith("linux"):
+        try:
+            return ctypes.CDLL("libc.so.6")
+        except OSError:
+            pass  # not glibc (musl, ...)
+    try:
+        own = ctypes.CDLL(None)
+        if all(hasattr(own, name) for name in _C_SYMBOLS):
+            return own
+    except (OSError, TypeError):  # TypeError: Windows has no dlopen(NULL)
+        pass
+    from ctypes.util import find_library
+    return ctypes.CDLL(find_library("c") or None)
 
 
 def _register(lib: ctypes.CDLL) -> None:
     for name in (SGEMM, DGEMM, *GETRF.values(), *GETRI.values()):
         llvm.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+    c = libc()
     for name in _C_SYMBOLS:
         try:
-            fn = getattr(libc, name)
+            fn = getattr(c, name)
         except AttributeError:
             continue  # resolved from the process instead
         llvm.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)

@@ -48,7 +48,6 @@ No Python runs in any of this: a step is still one call from Python into native 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import platform
 import sys
@@ -473,7 +472,8 @@ class _Runtime:
 
     def __init__(self) -> None:
         from tfc.backends.llvm import jit
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+        from tfc.backends.llvm.blas import libc as find_libc
+        libc = find_libc()
         for name in _LIBC_SYMBOLS:
             fn = getattr(libc, name, None)
             if fn is not None:
