@@ -10,44 +10,23 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
 
 from tfc.errors import Location, TfcError
-from tfc.ir import registry
 from tfc.ir.builder import Builder
 from tfc.ir.bytecode import FORMAT, VERSION, BytecodeError, module_from_bytes, module_to_bytes
 from tfc.ir.core import Graph, Module, VariableDecl
 from tfc.ir.parser import parse_module
 from tfc.ir.printer import print_module
-from tfc.ir.registry import PURE, AttrSpec, OpDef
 from tfc.ir.types import DType, TensorType
 
 ROOT = Path(__file__).resolve().parents[2]
 IR_FILES = ROOT / "tests" / "ir_files"
 EXAMPLES = ROOT / "examples"
-_KINDS = ["int", "float", "bool", "str", "ints", "floats", "dtype", "shape", "tensor", "any",
-          "var"]
-
-
-class _AttrsOp(OpDef):
-    """``test.bc_attrs``: one optional attr per attr kind, no results."""
-
-    name = "test.bc_attrs"
-    traits = frozenset({PURE})
-    attrs = {f"a_{k}": AttrSpec(k, None) for k in _KINDS}
-
-    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list:
-        return []
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _test_ops() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(registry._REGISTRY, _AttrsOp.name, _AttrsOp())
-        yield
+pytestmark = pytest.mark.usefixtures("ir_test_ops")  # test.attrs: conftest
 
 
 def check_round_trip(module: Module, filename: str = "m.tfcb") -> Module:
@@ -176,19 +155,19 @@ def test_every_attr_kind_is_kept_bit_exactly() -> None:
     payload = np.array([np.nan, -0.0, 0.0, 1.0], np.float64)
     payload.view(np.uint64)[0] |= 0x123  # a NaN with a payload: bytes, not text, keep it
     i64 = np.array([np.iinfo(np.int64).min, -1, np.iinfo(np.int64).max], np.int64)
-    b.op("test.bc_attrs", a_int=-(2 ** 62), a_float=-0.0, a_bool=False, a_str="é \t\"\U0001F600",
+    b.op("test.attrs", a_int=-(2 ** 62), a_float=-0.0, a_bool=False, a_str="é \t\"\U0001F600",
          a_ints=[0, 1, -1], a_floats=[1.0, -0.0, math.inf, -math.inf, math.nan, 5e-324,
                                       1.7976931348623157e308],
          a_dtype=DType.bool, a_shape=["B", 784, "?", "not a symbol"], a_tensor=f16,
          a_any=[1, 2.5, "s", [True, None], [], DType.f64, np.arange(3, dtype=np.int32)],
          a_var="layer/w")
-    b.op("test.bc_attrs", a_float=math.inf, a_tensor=payload, a_any=1.0, a_shape=[])
-    b.op("test.bc_attrs", a_float=math.nan, a_tensor=i64, a_any=math.nan)
-    b.op("test.bc_attrs", a_float=-math.inf, a_tensor=np.zeros((0, 2), np.float32))
-    b.op("test.bc_attrs", a_tensor=np.array([True, False, True]))
-    b.op("test.bc_attrs", a_tensor=np.full((300, 4), -0.0, np.float32))  # splat
-    b.op("test.bc_attrs", a_tensor=np.array([0.0, -0.0], np.float32))  # not a splat
-    b.op("test.bc_attrs", a_tensor=np.array(2.5))  # a scalar
+    b.op("test.attrs", a_float=math.inf, a_tensor=payload, a_any=1.0, a_shape=[])
+    b.op("test.attrs", a_float=math.nan, a_tensor=i64, a_any=math.nan)
+    b.op("test.attrs", a_float=-math.inf, a_tensor=np.zeros((0, 2), np.float32))
+    b.op("test.attrs", a_tensor=np.array([True, False, True]))
+    b.op("test.attrs", a_tensor=np.full((300, 4), -0.0, np.float32))  # splat
+    b.op("test.attrs", a_tensor=np.array([0.0, -0.0], np.float32))  # not a splat
+    b.op("test.attrs", a_tensor=np.array(2.5))  # a scalar
     g.set_results([])
     ops = check_round_trip(Module({"attrs": g})).graphs["attrs"].ops
     a = ops[0].attrs
@@ -221,7 +200,7 @@ def test_encoding_is_documented_json() -> None:
     b = Builder(g, loc=Location("model.py", 7))
     c = b("constant", value=np.zeros((100, 3), np.float32))
     y = b("add", b("exp", x), b("sum", c, axes=[0]))
-    b.op("test.bc_attrs", a_float=math.nan)
+    b.op("test.attrs", a_float=math.nan)
     g.set_results([y], ["y"])
     data = module_to_bytes(Module({"g": g}))
     doc = json.loads(data, parse_constant=lambda s: pytest.fail(f"non-JSON token {s}"))
@@ -240,8 +219,8 @@ def test_encoding_is_documented_json() -> None:
 def test_modules_that_cannot_be_encoded() -> None:
     g = Graph("g")
     b = Builder(g)
-    b.op("test.bc_attrs", a_any={"a": 1})
-    with pytest.raises(BytecodeError, match=r"cannot encode @g: op 0 'test.bc_attrs': attr "
+    b.op("test.attrs", a_any={"a": 1})
+    with pytest.raises(BytecodeError, match=r"cannot encode @g: op 0 'test.attrs': attr "
                                             r"a_any=\{'a': 1\} of type dict"):
         module_to_bytes(Module({"g": g}))
     outer = Graph("outer")
@@ -389,7 +368,7 @@ def _mutations(node: Any) -> Iterator[tuple[Any, Any]]:
 
 def _attrs_doc() -> dict[str, Any]:
     g = Graph("attrs")
-    Builder(g).op("test.bc_attrs", a_float=math.inf, a_dtype=DType.f16, a_shape=["B", 3],
+    Builder(g).op("test.attrs", a_float=math.inf, a_dtype=DType.f16, a_shape=["B", 3],
                   a_any=[math.nan, DType.i32, np.zeros(3, np.int64)],
                   a_tensor=np.array([1.0, -0.0], np.float16))
     g.set_results([])

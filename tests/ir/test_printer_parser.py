@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pytest
@@ -17,48 +17,12 @@ from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module, Op, VariableDecl
 from tfc.ir.parser import parse_module
 from tfc.ir.printer import format_elements, format_tensor, print_graph, print_module
-from tfc.ir import registry
-from tfc.ir.registry import PURE, AttrSpec, OpDef
 from tfc.ir.types import DType, TensorType
 
 IR_FILES = Path(__file__).resolve().parents[1] / "ir_files"
 
 
-# ---- test-only ops: one owning regions, one with an attr of every kind --------------------
-
-class _RegionOp(OpDef):
-    """``test.region``: owns graphs; its result types are declared (infer returns None)."""
-
-    name = "test.region"
-    traits = frozenset({PURE})
-    attrs = {"note": AttrSpec("any", None)}
-
-    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> None:
-        return None
-
-
-_KINDS = ["int", "float", "bool", "str", "ints", "floats", "dtype", "shape", "tensor", "any"]
-
-
-class _AttrsOp(OpDef):
-    """``test.attrs``: one optional attr per attr kind, no results."""
-
-    name = "test.attrs"
-    traits = frozenset({PURE})
-    attrs = {f"a_{k}": AttrSpec(k, None) for k in _KINDS}
-
-    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list:
-        return []
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _test_ops() -> Iterator[None]:
-    """The test-only ops exist while this module's tests run, and only then (registry
-    walks elsewhere must not see them)."""
-    with pytest.MonkeyPatch.context() as mp:
-        for op in (_RegionOp(), _AttrsOp()):
-            mp.setitem(registry._REGISTRY, op.name, op)
-        yield
+pytestmark = pytest.mark.usefixtures("ir_test_ops")  # test.region, test.attrs: conftest
 
 
 def roundtrip(text: str) -> str:

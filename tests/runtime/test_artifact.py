@@ -4,12 +4,16 @@ import io
 import json
 import os
 import stat
+import subprocess
+import sys
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tfc.errors import ArtifactError
+from tfc.ir.bytecode import module_from_bytes, module_to_bytes
 from tfc.ir.parser import parse_module
 from tfc.ir.printer import print_module
 from tfc.runtime import Program, load, save_artifact
@@ -27,8 +31,8 @@ graph @__init__() -> () {
 }
 
 graph @predict(%x: f32[B,3]) -> (y: f32[B,3]) {
-  %0 = var.read @layer/w : f32[3]
-  %1 = mul %x, %0 : f32[B,3]
+  %0 = var.read @layer/w : f32[3]                     # model.py:4
+  %1 = mul %x, %0 : f32[B,3]                          # model.py:5
   return %1
 }
 
@@ -53,19 +57,29 @@ def trained_program(steps: int = 2) -> Program:
     return p
 
 
-def rewrite(src, dst, members):
-    """Copy the zip ``src`` to ``dst``, replacing members (bytes) or dropping them (None)."""
+def rewrite(src, dst, members=(), manifest=None):
+    """Copy the zip ``src`` to ``dst``, replacing members (bytes) or dropping them (None),
+    and changing the manifest with ``manifest(m)``."""
     members = dict(members)
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
         for info in zin.infolist():
+            data = zin.read(info.filename)
+            if info.filename == "manifest.json" and manifest is not None:
+                m = json.loads(data)
+                manifest(m)
+                data = json.dumps(m).encode()
             if info.filename in members:
-                if members[info.filename] is not None:
-                    zout.writestr(info.filename, members.pop(info.filename))
-                continue
-            zout.writestr(info, zin.read(info.filename))
+                data = members.pop(info.filename)
+                if data is None:
+                    continue
+            zout.writestr(info.filename, data)
         for name, data in members.items():
             if data is not None:
                 zout.writestr(name, data)
+
+
+def without_bytecode(m):
+    del m["ir_bytecode"]
 
 
 def npy_bytes(arr, allow_pickle=False):
@@ -86,6 +100,7 @@ def test_round_trip_is_exact(saved):
     p, path = saved
     q = load(path)
     assert print_module(q.module) == STORED
+    assert q.module.graphs["predict"].ops[1].loc.file == "model.py"
     assert q.step == p.step == 2
     assert set(q.variables) == set(p.variables)
     for name, value in p.variables.items():
@@ -258,12 +273,8 @@ def test_npy_with_pickled_objects(saved, tmp_path):
 def test_ir_that_does_not_parse(saved, tmp_path):
     """The text is what loads when there is no bytecode (artifacts written before it)."""
     _, path = saved
-    with zipfile.ZipFile(path) as zf:
-        m = json.loads(zf.read("manifest.json"))
-    del m["ir_bytecode"]
     bad = tmp_path / "bad.tfc"
-    rewrite(path, bad, {"module.tfir": b"graph @oops(", "module.tfcb": None,
-                        "manifest.json": json.dumps(m).encode()})
+    rewrite(path, bad, {"module.tfir": b"graph @oops(", "module.tfcb": None}, without_bytecode)
     with pytest.raises(ArtifactError, match="bad.tfc: module.tfir is not valid IR"):
         load(bad)
 
@@ -273,3 +284,123 @@ def test_save_artifact_needs_every_variable(tmp_path):
     with pytest.raises(Exception, match="variable @count has no value"):
         save_artifact(tmp_path / "x.tfc", module, {"layer/w": np.zeros(3, np.float32)})
     assert os.listdir(tmp_path) == []
+
+
+# ---- the IR bytecode member: what loading reads; the text stays for people ------------
+
+X = np.array([[1.0, -2.0, 0.5]], np.float32)
+
+
+def test_bytecode_member_holds_the_stored_module(saved):
+    _, path = saved
+    with zipfile.ZipFile(path) as zf:
+        m = json.loads(zf.read("manifest.json"))
+        decoded = module_from_bytes(zf.read(m["ir_bytecode"]), "x")
+    assert m["ir_bytecode"] == "module.tfcb"
+    assert print_module(decoded) == STORED  # no __init__: the values are in the .npy files
+
+
+def test_the_text_is_not_read_when_there_is_bytecode(saved, tmp_path):
+    p, path = saved
+    other = tmp_path / "other.tfc"
+    rewrite(path, other, {"module.tfir": b"not IR at all"})
+    np.testing.assert_array_equal(load(other).run("predict", x=X)["y"],
+                                  p.run("predict", x=X)["y"])
+    rewrite(path, other, {"module.tfir": None})  # but it must be there
+    with pytest.raises(ArtifactError, match="other.tfc has no member module.tfir"):
+        load(other)
+
+
+def test_old_artifact_without_bytecode_still_loads(saved, tmp_path):
+    p, path = saved
+    old = tmp_path / "old.tfc"
+    rewrite(path, old, {"module.tfcb": None}, without_bytecode)
+    q = load(old)
+    assert print_module(q.module) == STORED
+    np.testing.assert_array_equal(q.run("predict", x=X)["y"], p.run("predict", x=X)["y"])
+    assert q.run("train", scale=np.float32(1.0))["count"] == 2  # read before the step's add
+    assert q.variables["count"] == 3
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"\x00\x01 garbage", r"bad.tfc: module.tfcb is not valid IR bytecode: "
+                          r".*bad.tfc!module.tfcb: not valid IR bytecode \(truncated or corrupt"),
+    (None, r"bad.tfc has no member module.tfcb \(named by manifest.json\)"),
+])
+def test_corrupt_or_missing_bytecode_member(saved, tmp_path, data, message):
+    _, path = saved
+    bad = tmp_path / "bad.tfc"
+    rewrite(path, bad, {"module.tfcb": data})
+    with pytest.raises(ArtifactError, match=message):
+        load(bad)
+
+
+def _edit_bytecode(path, dst, change):
+    with zipfile.ZipFile(path) as zf:
+        doc = json.loads(zf.read("module.tfcb"))
+    change(doc)
+    rewrite(path, dst, {"module.tfcb": json.dumps(doc).encode()})
+
+
+def _graph(doc, name):
+    return next(g for g in doc["graphs"] if g["name"] == name)
+
+
+def test_hand_edited_bytecode_is_an_artifact_error(saved, tmp_path):
+    _, path = saved
+    bad = tmp_path / "bad.tfc"
+    _edit_bytecode(path, bad, lambda d: _graph(d, "predict")["ops"][1].update(op="mull"))
+    with pytest.raises(ArtifactError, match=r"bad.tfc: module.tfcb is not valid IR bytecode: "
+                                            r".*@predict: op 1 'mull': unknown op 'mull'"):
+        load(bad)
+    _edit_bytecode(path, bad, lambda d: d.update(version=7))
+    with pytest.raises(ArtifactError, match="IR bytecode version 7, but this tfc reads version 1"):
+        load(bad)
+
+
+def test_manifest_checks_apply_to_the_decoded_module(saved, tmp_path):
+    _, path = saved
+    bad = tmp_path / "bad.tfc"
+    _edit_bytecode(path, bad, lambda d: _graph(d, "predict").update(name="guess"))
+    with pytest.raises(ArtifactError, match=r"manifest.json lists entries \['predict', "
+                                            r"'train'\] but module.tfcb defines"):
+        load(bad)
+    _edit_bytecode(path, bad, lambda d: d["variables"].pop())
+    with pytest.raises(ArtifactError, match="bad.tfc: module.tfcb is not valid IR: .*@count"):
+        load(bad)  # the verifier: @train uses a variable no longer declared
+    rewrite(path, bad, manifest=lambda m: m.update(ir_bytecode=3))
+    with pytest.raises(ArtifactError, match="field 'ir_bytecode' should be a str, not int"):
+        load(bad)
+
+
+def test_multi_device_artifact_round_trips(tmp_path):
+    """A model-parallel module (variables and ops on two devices)."""
+    from tfc.testing import split_mlp_module
+    module = split_mlp_module(["/cpu:0", "/cpu:1"])
+    module.devices = ["/cpu:0", "/cpu:1"]
+    p = Program(module, backend="reference")
+    path = tmp_path / "split.tfc"
+    p.save(path)
+    q = load(path)
+    assert q.module.devices == ["/cpu:0", "/cpu:1"]
+    with zipfile.ZipFile(path) as zf:
+        assert module_to_bytes(q.module) == zf.read("module.tfcb")
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_array_equal(q.run("predict", x=x)["logits"],
+                                  p.run("predict", x=x)["logits"])
+
+
+def test_loading_an_artifact_imports_no_parser(saved):
+    """Loading and running a step never imports lark (nor the textual IR's parser): its
+    import and the lexing were most of the time to load an artifact."""
+    _, path = saved
+    code = ("import sys, numpy as np, tfc.runtime as r\n"
+            f"p = r.load({str(path)!r})\n"
+            "p.run('predict', x=np.ones((2, 3), np.float32))\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'lark' or "
+            "m == 'tfc.ir.parser'))\n")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,47 @@
+"""Test-only ops for the IR tests (printer/parser, bytecode): one owning regions, one with
+an attr of every kind. They are registered only while a module that asks for them runs
+(``pytestmark = pytest.mark.usefixtures("ir_test_ops")``), so registry walks elsewhere
+never see them."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, Sequence
+
+import pytest
+
+from tfc.ir import registry
+from tfc.ir.registry import PURE, AttrSpec, OpDef
+from tfc.ir.types import TensorType
+
+ATTR_KINDS = ["int", "float", "bool", "str", "ints", "floats", "dtype", "shape", "tensor",
+              "any", "var"]
+
+
+class _RegionOp(OpDef):
+    """``test.region``: owns graphs; its result types are declared (infer returns None)."""
+
+    name = "test.region"
+    traits = frozenset({PURE})
+    attrs = {"note": AttrSpec("any", None)}
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> None:
+        return None
+
+
+class _AttrsOp(OpDef):
+    """``test.attrs``: one optional attr per attr kind (``a_<kind>``), no results."""
+
+    name = "test.attrs"
+    traits = frozenset({PURE})
+    attrs = {f"a_{k}": AttrSpec(k, None) for k in ATTR_KINDS}
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list:
+        return []
+
+
+@pytest.fixture(scope="module")
+def ir_test_ops() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        for op in (_RegionOp(), _AttrsOp()):
+            mp.setitem(registry._REGISTRY, op.name, op)
+        yield
