@@ -22,14 +22,14 @@ reference's ``compute_dtype`` rule. f32 and f64 products go to ``kernels_linalg`
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import llvmlite.ir as ir
 
 from tfc.backends.llvm import irutil as U
 from tfc.backends.llvm.blas import COL_MAJOR, GETRF, GETRI, declare_getrf, declare_getri
 from tfc.backends.llvm import kernels_linalg
-from tfc.backends.llvm.context import Binding, Storage
+from tfc.backends.llvm.context import Binding, Kernel, Storage
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.ir.core import Op, Value
 from tfc.ir.types import DType
@@ -69,23 +69,50 @@ def _singular_message(op: Op, x: Value) -> str:
     return f"{op.kind}: {what} is singular and has no inverse"
 
 
-def lower_matrix_inverse(gc, op: Op) -> None:
-    x, out = op.inputs[0], op.result
-    dt, xdt = _dtype(op), x.dtype
-    item, wide = dt.itemsize, xdt is DType.f16  # wide: invert an f32 copy in scratch
-    gc.comp.scratch.append(lambda bd, f=_order(x): 8 * f(bd) + item * (
-        WORK_COLS * max(1, f(bd)) + (f(bd) ** 2 if wide else 0)))
+class _LapackKernel(NamedTuple):
+    """What both LAPACK kernels start with: the kernel over ``x`` (input 0) and the
+    result, its builder, the squareness check (i1), ``x``'s dims, the order ``n``,
+    ``n*n``, ``n`` as i32, and the scratch: pivots first (8 bytes per row)."""
+
+    kc: Kernel
+    b: ir.IRBuilder
+    square: ir.Value
+    dims: list[ir.Value]
+    n: ir.Value
+    size: ir.Value
+    n32: ir.Value
+    ipiv: ir.Value
+
+    @property
+    def after_pivots(self) -> ir.Value:
+        """The scratch past the pivots (workspace or matrix copy)."""
+        return self.b.gep(self.ipiv, [self.b.mul(self.n, U.i64(8))], inbounds=True,
+                          source_etype=U.I8)
+
+
+def _lapack_kernel(gc, op: Op, scratch_bytes: Callable[[int], int]) -> _LapackKernel:
+    """A whole (unsplit) kernel for ``op`` with ``scratch_bytes(n)`` of scratch."""
+    x = op.inputs[0]
+    gc.comp.scratch.append(lambda bd, f=_order(x): scratch_bytes(f(bd)))
     scratch = Storage("scratch", 0)
-    kc = gc.kernel("matrix_inverse", [x, out], [scratch])
+    kc = gc.kernel(op.kind, [x, op.result], [scratch])
     kc.whole()
     b = kc.b
     square = _square_check(gc, kc, op, x)
     dims = kc.dims(x)
     n = dims[-1]
-    size = b.mul(n, n)
-    n32 = b.trunc(n, U.I32)
-    ipiv = kc.storage_ptr(scratch)
-    work = b.gep(ipiv, [b.mul(n, U.i64(8))], inbounds=True, source_etype=U.I8)
+    return _LapackKernel(kc, b, square, dims, n, b.mul(n, n), b.trunc(n, U.I32),
+                         kc.storage_ptr(scratch))
+
+
+def lower_matrix_inverse(gc, op: Op) -> None:
+    x, out = op.inputs[0], op.result
+    dt, xdt = _dtype(op), x.dtype
+    item, wide = dt.itemsize, xdt is DType.f16  # wide: invert an f32 copy in scratch
+    lp = _lapack_kernel(gc, op, lambda n: 8 * n + item * (
+        WORK_COLS * max(1, n) + (n ** 2 if wide else 0)))
+    kc, b, square, dims, n, size, n32, ipiv = lp
+    work = lp.after_pivots
     lwork = b.trunc(b.mul(n, U.i64(WORK_COLS)), U.I32)
     copy_ptr = U.elem_ptr(b, work, dt, b.mul(n, U.i64(WORK_COLS)))
     getrf = declare_getrf(kc.comp.module, GETRF[dt.value])
@@ -120,18 +147,9 @@ def lower_matrix_determinant(gc, op: Op) -> None:
     x, out = op.inputs[0], op.result
     dt = _dtype(op)
     item = dt.itemsize
-    gc.comp.scratch.append(lambda bd, f=_order(x): 8 * f(bd) + item * max(1, f(bd) ** 2))
-    scratch = Storage("scratch", 0)
-    kc = gc.kernel("matrix_determinant", [x, out], [scratch])
-    kc.whole()
-    b = kc.b
-    square = _square_check(gc, kc, op, x)
-    dims = kc.dims(x)
-    n = dims[-1]
-    size = b.mul(n, n)
-    n32 = b.trunc(n, U.I32)
-    ipiv = kc.storage_ptr(scratch)
-    lu = b.gep(ipiv, [b.mul(n, U.i64(8))], inbounds=True, source_etype=U.I8)
+    lp = _lapack_kernel(gc, op, lambda n: 8 * n + item * max(1, n ** 2))
+    kc, b, square, dims, n, size, n32, ipiv = lp
+    lu = lp.after_pivots
     getrf = declare_getrf(kc.comp.module, GETRF[dt.value])
     layout = ir.Constant(U.I32, COL_MAJOR)
 

@@ -291,15 +291,23 @@ def _column_order(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequ
         koff = U.linear(b, kidx, kdims)
         for r, dt, base in accs:
             em.known[r.result] = _finalize(kc, r, U.load(b, base, dt, koff), rdims)
-        for inner, outer in red_out:
-            ridx = core_index(kidx, keep_shape, inner.type.shape)
-            U.store(b, kc.ptr(outer), outer.dtype, U.linear(b, ridx, kc.dims(outer)),
-                    em.value(inner, ridx))
-        for r in reduces:
-            em.known.pop(r.result, None)
+        _store_reduced(kc, em, red_out, reduces, kidx, keep_shape)
         em.pop()
 
     U.loop_nest(b, [(U.i64(0), d) for d in kdims], fin, name="m")
+
+
+def _store_reduced(kc: Kernel, em: Emitter, red_out: Sequence[Pair], reduces: Sequence[Op],
+                   kidx: list[ir.Value], keep_shape: list) -> None:
+    """At kept index ``kidx`` (the reductions' finals known to ``em``), store each output
+    computed from them, then forget the finals (they hold for this index only)."""
+    b = kc.b
+    for inner, outer in red_out:
+        ridx = core_index(kidx, keep_shape, inner.type.shape)
+        U.store(b, kc.ptr(outer), outer.dtype, U.linear(b, ridx, kc.dims(outer)),
+                em.value(inner, ridx))
+    for r in reduces:
+        em.known.pop(r.result, None)
 
 
 def split_rows(red: Sequence[int]) -> bool:
@@ -385,12 +393,7 @@ def _column_split(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequ
             (acc,) = U.loop(b2, U.i64(0), dims2[0], fold,
                             [_identity(r.kind, r.inputs[0].dtype)], name="f")
             em2.known[r.result] = _finalize(kc2, r, acc, [dims2[a] for a in red])
-        for inner, outer in red_out:
-            ridx = core_index(kidx, keep_shape, inner.type.shape)
-            U.store(b2, kc2.ptr(outer), outer.dtype, U.linear(b2, ridx, kc2.dims(outer)),
-                    em2.value(inner, ridx))
-        for r in reduces:
-            em2.known.pop(r.result, None)
+        _store_reduced(kc2, em2, red_out, reduces, kidx, keep_shape)
         em2.pop()
 
     U.loop_nest(b2, [(U.i64(0), d) for d in kdims2], fin, name="m")
