@@ -274,13 +274,7 @@ def _column_order(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequ
         em.push()
         off = U.linear(b, idx, dims)
         koff = U.linear(b, [idx[a] for a in keep], kdims)
-        for inner, outer in full_out:
-            oidx = core_index(idx, x0.type.shape, inner.type.shape)
-            U.store(b, kc.ptr(outer), outer.dtype, off, em.value(inner, oidx))
-        for r, dt, base in accs:
-            x = em.value(r.inputs[0], tuple(idx))
-            acc = U.load(b, base, dt, koff)
-            U.store(b, base, dt, koff, combine(b, r.kind, r.inputs[0].dtype, acc, x))
+        _accumulate(kc, em, full_out, accs, x0, idx, off, koff)
         em.pop()
 
     U.loop_nest(b, [(U.i64(0), d) for d in dims], body, name="a")
@@ -295,6 +289,21 @@ def _column_order(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequ
         em.pop()
 
     U.loop_nest(b, [(U.i64(0), d) for d in kdims], fin, name="m")
+
+
+def _accumulate(kc: Kernel, em: Emitter, full_out: Sequence[Pair], accs: list,
+                x0: Value, idx: list[ir.Value], off: ir.Value, koff: ir.Value) -> None:
+    """One element of a column-order reduction: store the full-shape outputs at ``off``
+    and fold the element into each accumulator (``accs``: reduce op, dtype, base) at
+    ``koff``."""
+    b = kc.b
+    for inner, outer in full_out:
+        oidx = core_index(idx, x0.type.shape, inner.type.shape)
+        U.store(b, kc.ptr(outer), outer.dtype, off, em.value(inner, oidx))
+    for r, dt, base in accs:
+        x = em.value(r.inputs[0], tuple(idx))
+        acc = U.load(b, base, dt, koff)
+        U.store(b, base, dt, koff, combine(b, r.kind, r.inputs[0].dtype, acc, x))
 
 
 def _store_reduced(kc: Kernel, em: Emitter, red_out: Sequence[Pair], reduces: Sequence[Op],
@@ -360,13 +369,7 @@ def _column_split(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequ
             em.push()
             off = U.linear(b, idx, dims)
             koff = b.add(pbase, U.linear(b, [idx[a] for a in keep], kdims))
-            for inner, outer in full_out:
-                oidx = core_index(idx, x0.type.shape, inner.type.shape)
-                U.store(b, kc.ptr(outer), outer.dtype, off, em.value(inner, oidx))
-            for r, dt, base in accs:
-                x = em.value(r.inputs[0], tuple(idx))
-                acc = U.load(b, base, dt, koff)
-                U.store(b, base, dt, koff, combine(b, r.kind, r.inputs[0].dtype, acc, x))
+            _accumulate(kc, em, full_out, accs, x0, idx, off, koff)
             em.pop()
 
         U.loop_nest(b, [(U.i64(0), d) for d in dims[1:]], body, name="a")
