@@ -5,6 +5,7 @@
     python tools/bench.py --threads 1,2 --json out.json
     python tools/bench.py --only mlp,chain --backend reference
     python tools/bench.py --quick              # tiny sizes: a smoke run (under a minute)
+    python tools/bench.py --rounds 5           # every cell from 5 processes, best median
 
 It follows ``BENCHMARKS.md``: every contender runs in worker processes whose environment
 has ``OPENBLAS_CORETYPE`` and ``OPENBLAS_L2_SIZE`` removed and every thread-count variable
@@ -31,7 +32,13 @@ them, and the header shows the load average. Inputs come from seeded generators
 orchestrator checks the digests agree across processes (a cell whose inputs differ is
 reported as an error, not compared). The copy-bandwidth and GEMM-rate references are numpy
 rows, timed in numpy's process of their group. Peak RSS and compile time are measured in
-fresh processes too, one per contender.
+fresh processes too, one per contender (once: rounds do not repeat them).
+
+Rounds (``--rounds N``, default 1): the whole sequence (every thread count, every group,
+one process per contender) is run N times, rounds outermost so that a cell's processes are
+spread over the run, the contender order rotated by one more each round. A cell's headline
+is the best of its N process medians (``bench_timing.best_of`` says why), with the other
+rounds' medians shown next to it; ratios and goals use the headlines.
 """
 
 from __future__ import annotations
@@ -80,6 +87,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--budget", type=float, default=None,
                    help="seconds one row of one contender may take before fewer steps run")
     p.add_argument("--quick", action="store_true", help="tiny sizes and few steps (smoke run)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every group this many times (contender order rotating); a "
+                        "cell shows the best of its process medians and the others' spread")
     p.add_argument("--json", dest="json_path", default=None, help="write the raw numbers here")
     p.add_argument("--markdown", action="store_true", help="print Markdown tables, not rich")
     p.add_argument("--from-json", dest="from_json", default=None,
@@ -97,6 +107,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     else [int(t) for t in str(args.threads).split(",") if t.strip()])
     if any(t < 1 for t in args.threads):
         p.error("--threads must be positive")
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.runs is None:
         args.runs = 5 if args.quick else 20
     if args.budget is None:
@@ -358,12 +370,14 @@ def timed_groups(only: list[str]) -> list[str]:
     return [g for g in TIMED if g in only]
 
 
-def contender_order(contenders: list[str], group_index: int, thread_index: int) -> list[str]:
-    """The order the contenders' processes run in for one group: rotated by one per group
-    and per thread count, so none is always first after a process switch."""
+def contender_order(contenders: list[str], group_index: int, thread_index: int,
+                    round_index: int = 0) -> list[str]:
+    """The order the contenders' processes run in for one group: rotated by one per group,
+    per thread count and per round, so none is always first after a process switch, and
+    over as many rounds as contenders each one leads every group once."""
     if not contenders:
         return []
-    k = (group_index + thread_index) % len(contenders)
+    k = (group_index + thread_index + round_index) % len(contenders)
     return contenders[k:] + contenders[:k]
 
 
@@ -394,16 +408,16 @@ def run_contender(args: argparse.Namespace, threads: int, name: str, group: str,
 
 
 def run_speed(args: argparse.Namespace, threads: int, contenders: list[str], backend: str,
-              thread_index: int = 0) -> dict[str, Any]:
-    """Every timed row at ``threads`` threads: group by group, one process per contender
-    (see the module docstring), merged into one result. A contender that does not load is
-    listed in ``unavailable`` and skipped in later groups."""
+              thread_index: int = 0, round_index: int = 0) -> dict[str, Any]:
+    """Every timed row at ``threads`` threads, one round of them: group by group, one
+    process per contender (see the module docstring), merged into one result. A contender
+    that does not load is listed in ``unavailable`` and skipped in later groups."""
     merged: dict[str, Any] = {"threads": threads, "rows": {}, "blas": {}, "versions": {},
                               "unavailable": {}, "tfc_graph_ops": {}, "row_ids": [],
                               "order": {}, "processes": [], "notes": []}
     for gi, group in enumerate(timed_groups(args.only)):
         live = [c for c in contenders if c not in merged["unavailable"]]
-        order = contender_order(live, gi, thread_index)
+        order = contender_order(live, gi, thread_index, round_index)
         merged["order"][group] = order
         for name in order:
             for res in run_contender(args, threads, name, group, backend):
@@ -464,6 +478,82 @@ def check_inputs(rows: dict[str, Any]) -> None:
                                                  f"contenders' (digest {d[:12]})"}
 
 
+def combine_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fold the results of one thread count's rounds (``run_speed``'s, in run order) into
+    one: each cell's headline is its best process median (``bench_timing.best_of``; the
+    module docstring says why), with every round's process result kept under ``rounds``
+    (each tagged with its ``round``) and ``best_round`` naming the headline's. A cell whose
+    rounds all failed keeps the first error. Inputs are checked across rounds too: a
+    process whose inputs differ from the other processes' of that row loses its round.
+    A contender is unavailable only if it loaded in no round."""
+    if not rounds:
+        raise ValueError("combine_rounds needs at least one round")
+    first = rounds[0]
+    out: dict[str, Any] = {"threads": first.get("threads"), "rows": {}, "blas": {},
+                           "versions": {}, "unavailable": {}, "tfc_graph_ops": {},
+                           "row_ids": [], "order": first.get("order", {}),
+                           "round_orders": [r.get("order", {}) for r in rounds],
+                           "processes": [], "notes": []}
+    several = len(rounds) > 1
+    for ri, res in enumerate(rounds):
+        if "sizes" in res:
+            out.setdefault("sizes", res["sizes"])
+        for key in ("versions", "blas"):
+            for c, v in res.get(key, {}).items():
+                out[key].setdefault(c, v)
+        out["tfc_graph_ops"].update(res.get("tfc_graph_ops", {}))
+        out["processes"] += [{**proc, "round": ri} for proc in res.get("processes", [])]
+        out["notes"] += [f"round {ri + 1}: {n}" if several else n for n in res.get("notes", [])]
+        for row_id in [*res.get("row_ids", []), *res.get("rows", {})]:
+            if row_id not in out["row_ids"]:
+                out["row_ids"].append(row_id)
+    for ri, res in enumerate(rounds):
+        for c, why in res.get("unavailable", {}).items():
+            if c not in out["versions"]:
+                out["unavailable"].setdefault(c, why)
+            else:
+                out["notes"].append(f"round {ri + 1}: {c} did not load: {why}")
+    for row_id in out["row_ids"]:
+        present = [(ri, res["rows"][row_id]) for ri, res in enumerate(rounds)
+                   if row_id in res.get("rows", {})]
+        if present:
+            out["rows"][row_id] = _combine_row(present)
+    return out
+
+
+def _combine_row(present: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """One row's cells over the rounds that have it: (round index, that round's row)."""
+    row = {k: v for k, v in present[0][1].items() if k not in ("results", "inputs")}
+    per: dict[tuple[str, int], dict[str, Any]] = {}
+    digests: dict[tuple[str, int], str] = {}
+    for ri, r in present:
+        for c, res in r.get("results", {}).items():
+            per[(c, ri)] = res
+            if c in r.get("inputs", {}):
+                digests[(c, ri)] = r["inputs"][c]
+    pseudo = {"x": {"results": dict(per), "inputs": digests}}
+    check_inputs(pseudo)  # the same majority rule as within a round, over every process
+    for key, res in pseudo["x"]["results"].items():
+        if res is not per[key]:  # its inputs differed: keep its pid next to the error
+            per[key] = {**res, **({"pid": per[key]["pid"]} if "pid" in per[key] else {})}
+    row["results"], row["inputs"] = {}, {}
+    for c in dict.fromkeys(c for c, _ in per):
+        entries = [{**per[(c, ri)], "round": ri} for ri, _ in present if (c, ri) in per]
+        best = bt.best_of(entries)
+        if best is None:
+            head = {k: v for k, v in entries[0].items() if k != "round"}
+        else:
+            head = {k: v for k, v in entries[best].items() if k != "round"}
+            head["best_round"] = entries[best]["round"]
+        head["rounds"] = entries
+        row["results"][c] = head
+        ri = entries[best if best is not None else 0]["round"]
+        digest = digests.get((c, ri))
+        if digest is not None:
+            row["inputs"][c] = digest
+    return row
+
+
 def worker_main(args: argparse.Namespace) -> int:
     fn = {"speed": speed_worker, "memory": memory_worker, "compile": compile_worker}
     try:
@@ -510,17 +600,30 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {
         "meta": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                  "machine": bt.machine_info(), "backend": backend, "quick": args.quick,
-                 "threads": args.threads, "runs": args.runs, "workloads": args.only,
+                 "threads": args.threads, "runs": args.runs, "rounds": args.rounds,
+                 "workloads": args.only,
                  "environment": env_note, "missing": dict(missing),
                  "load_average_before": _loadavg()},
         "speed": {}, "memory": {}, "compile": {}}
     started = time.perf_counter()
     timed = [w for w in args.only if w not in ("compile", "memory")]
-    for ti, t in enumerate(args.threads if timed else []):
-        _say(f"timing {', '.join(timed)} with {t} thread(s) ({', '.join(present)}), "
-             f"one process per contender and group")
-        res = run_speed(args, t, present, backend, ti)
-        report["speed"][str(t)] = res
+    per_threads: dict[str, list[dict[str, Any]]] = {str(t): [] for t in args.threads}
+    for ri in range(args.rounds if timed else 0):
+        for ti, t in enumerate(args.threads):
+            # A contender that loaded in no earlier round is not started again.
+            done = per_threads[str(t)]
+            never = {c for res in done for c in res.get("unavailable", {})} - {
+                c for res in done for c in res.get("versions", {})}
+            live = [c for c in present if c not in never]
+            _say(f"{f'round {ri + 1}/{args.rounds}: ' if args.rounds > 1 else ''}timing "
+                 f"{', '.join(timed)} with {t} thread(s) ({', '.join(live)}), "
+                 f"one process per contender and group")
+            done.append(run_speed(args, t, live, backend, ti, ri))
+    for t, results in per_threads.items():
+        if not results:
+            continue
+        res = combine_rounds(results)
+        report["speed"][t] = res
         for name, why in res.get("unavailable", {}).items():
             report["meta"]["missing"][name] = f"does not load: {why}"
     dropped = set(report["meta"]["missing"])
@@ -552,7 +655,8 @@ def render(report: dict[str, Any], markdown: bool) -> str | None:
         if "error" in speed:
             sections.append((f"timed workloads, {t} thread(s): {speed['error']}", []))
             continue
-        sections.append((br.speed_title(t), br.speed_rows(speed, contenders, sep)))
+        rounds = len(speed.get("round_orders") or [None])
+        sections.append((br.speed_title(t, rounds), br.speed_rows(speed, contenders, sep)))
     extra: list[br.Row] = []
     if report["compile"]:
         extra += br.compile_rows(report["compile"], contenders)
@@ -595,10 +699,13 @@ def header_lines(report: dict[str, Any]) -> list[str]:
             libs = speed.get("blas", {}).get(name)
             blas = "; ".join(libs) if libs else _no_blas(name, meta["backend"])
             lines.append(f"[{t} thr] {name} {version}: BLAS {blas}")
-        order = speed.get("order")
-        if order:
-            lines.append(f"[{t} thr] {br.PROCESS_NOTE}; run order: " + "; ".join(
-                f"{g} {' '.join(cs)}" for g, cs in order.items()))
+        orders = speed.get("round_orders") or ([speed["order"]] if speed.get("order") else [])
+        if len(orders) == 1:
+            lines.append(f"[{t} thr] {br.PROCESS_NOTE}; run order: " + _order_text(orders[0]))
+        elif orders:
+            lines.append(f"[{t} thr] {br.PROCESS_NOTE}; {len(orders)} rounds, run order:")
+            lines += [f"[{t} thr]   round {ri + 1}: {_order_text(order)}"
+                      for ri, order in enumerate(orders)]
         for note in speed.get("notes", []):
             lines.append(f"[{t} thr] note: {note}")
         ops = speed.get("tfc_graph_ops")
@@ -608,6 +715,10 @@ def header_lines(report: dict[str, Any]) -> list[str]:
     for name, why in meta["missing"].items():
         lines.append(f"{name}: {why} — column dropped")
     return lines
+
+
+def _order_text(order: dict[str, list[str]]) -> str:
+    return "; ".join(f"{g} {' '.join(cs)}" for g, cs in order.items())
 
 
 def _no_blas(name: str, backend: str) -> str:

@@ -6,7 +6,10 @@ BENCHMARKS.md; a goal clause whose other side was not measured (PyTorch or JAX m
 is shown as n/a, never as a pass. Each contender's times come from processes of its own
 (``bench.py``'s docstring says why and in which order), so the titles and the header say
 so: a reader comparing with an older report, timed round-robin in one shared process,
-should know the layouts differ.
+should know the layouts differ. With several rounds (``bench.py --rounds N``) a cell's
+headline is the best of its N process medians and the others follow it (``rounds``), so
+that a reader sees how far the host moved the contender between processes; the ratios
+and goals use the headlines.
 """
 
 from __future__ import annotations
@@ -21,10 +24,15 @@ PROCESS_NOTE = ("each contender timed in processes of its own (one per workload 
                 "no other framework loaded)")
 
 
-def speed_title(threads: int | str) -> str:
+def speed_title(threads: int | str, rounds: int = 1) -> str:
     """The title of one thread count's table: what a cell holds and how it was timed."""
-    return (f"timed workloads, {threads} thread(s) — median [min–max] of n timed steps, each "
-            f"contender in its own process; ratios are tfc time / other time")
+    if rounds <= 1:
+        return (f"timed workloads, {threads} thread(s) — median [min–max] of n timed steps, "
+                f"each contender in its own process; ratios are tfc time / other time")
+    return (f"timed workloads, {threads} thread(s) — best of {rounds} rounds: the lowest "
+            f"process median with that process's [min–max] of n timed steps, then every "
+            f"round's median in run order; each contender in its own process; ratios are "
+            f"tfc's best time / other's best time")
 
 
 @dataclass
@@ -89,19 +97,46 @@ def _throughput(work: float, seconds: float, unit: str) -> str:
     return f"{work / seconds / 1e9:.0f} GFLOP/s"
 
 
+ROUNDS_LISTED = 5  # more rounds than this are shown as their range
+
+
+def rounds_text(result: dict[str, Any], time_unit: str) -> str:
+    """``rounds 5.37/6.61`` (every process median in run order, ``error`` for a failed
+    round), or ``rounds 5.37–6.61 of 8`` past ``ROUNDS_LISTED``; empty for one round
+    (and for results saved before rounds existed)."""
+    rounds = result.get("rounds") or []
+    if len(rounds) < 2:
+        return ""
+    medians = [r.get("median") if "error" not in r else None for r in rounds]
+    if len(rounds) <= ROUNDS_LISTED:
+        return "rounds " + "/".join("error" if m is None else _time(m, time_unit).split()[0]
+                                    for m in medians)
+    ok = [m for m in medians if m is not None]
+    failed = len(medians) - len(ok)
+    text = (f"rounds {_time(min(ok), time_unit).split()[0]}–"
+            f"{_time(max(ok), time_unit).split()[0]} of {len(rounds)}") if ok else "rounds"
+    return text + (f", {failed} failed" if failed else "")
+
+
 def format_cell(result: dict[str, Any] | None, row: dict[str, Any], sep: str) -> str:
-    """``12.3 GB/s · 5.41 ms [5.10–6.02] n=20`` (``sep`` joins the throughput and time)."""
+    """``12.3 GB/s · 5.41 ms [5.10–6.02] n=20, rounds 5.41/6.20`` (``sep`` joins the
+    throughput and time; the rounds part only when there were several)."""
     if not result:
         return "—"
-    if "error" in result:
-        return "error: " + str(result["error"])[:60]
     unit, work = row["unit"], row.get("work")
     time_unit = "us" if unit == "us" else "ms"
+    if "error" in result:
+        rounds = len(result.get("rounds") or [])
+        every = f" (all {rounds} rounds)" if rounds > 1 else ""
+        return "error: " + str(result["error"])[:60] + every
     spread = (f"{_time(result['median'], time_unit)} "
               f"[{_time(result['min'], time_unit).split()[0]}–"
               f"{_time(result['max'], time_unit).split()[0]}] n={result['n']}")
     if result.get("note"):
         spread += f" ({result['note']})"
+    across = rounds_text(result, time_unit)
+    if across:
+        spread += ", " + across
     if unit in ("GB/s", "GFLOP/s") and work:
         return _throughput(work, result["median"], unit) + sep + spread
     return spread

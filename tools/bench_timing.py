@@ -4,7 +4,8 @@ Everything here is about measuring fairly on a shared, noisy 2-core machine: eve
 contender runs in worker processes of its own whose environment has OpenBLAS's slow-down
 variables removed and the same thread count set, times are the median of at least 20
 timed samples after a warm-up (with min and max), and each contender's BLAS library is
-named from what threadpoolctl sees loaded in its process.
+named from what threadpoolctl sees loaded in its process. With several rounds (``bench.py
+--rounds N``) each cell has one median per process, and ``best_of`` picks the headline.
 """
 
 from __future__ import annotations
@@ -93,6 +94,23 @@ def measure_many(fns: dict[str, Callable[[], Any]], *, runs: int = 20, warmup: i
         median = s[mid] if len(s) % 2 else 0.5 * (s[mid - 1] + s[mid])
         out[name] = Stats(median, s[0], s[-1], len(s), inner, note)
     return {name: out[name] for name in fns}
+
+
+def best_of(process_results: list[dict[str, Any]]) -> int | None:
+    """The index of the headline among one cell's process results (one per round): the
+    lowest median, the earliest round on a tie; None when every round failed.
+
+    Why the best: each process median is already robust to a burst within its process;
+    what differs between rounds is the host's state over minutes, and other tenants only
+    ever add time. The lowest median estimates the contender on a quiet host, and the
+    same rule for every contender keeps the ratios fair (docs/benchmarks.md, "Rounds")."""
+    best: int | None = None
+    for i, res in enumerate(process_results):
+        if not res or "error" in res or "median" not in res:
+            continue
+        if best is None or float(res["median"]) < float(process_results[best]["median"]):
+            best = i
+    return best
 
 
 def _plan(fn: Callable[[], Any], runs: int, warmup: int, min_sample_s: float,

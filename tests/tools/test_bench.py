@@ -191,7 +191,9 @@ def test_a_crash_in_native_code_loses_only_its_cell(tmp_path):
                           text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = next(iter(json.loads(out.read_text())["speed"].values()))["rows"]
-    assert rows["chain"]["results"]["tfc"] == {"error": "worker crashed (SIGSEGV)"}
+    assert rows["chain"]["results"]["tfc"] == {
+        "error": "worker crashed (SIGSEGV)",
+        "rounds": [{"error": "worker crashed (SIGSEGV)", "round": 0}]}
     assert rows["chain"]["results"]["numpy"]["n"] >= 3
     assert rows["chain"]["label"].startswith("gelu_tanh")
     assert rows["copy"]["results"]["numpy"]["n"] >= 3
@@ -275,3 +277,183 @@ def test_goal_marks(tools):
     assert out[0].clauses[0].ok is True  # 96% of numpy's BLAS
     gemm = out[1].clauses[-1]  # 2 GFLOP at numpy's 2.08 GFLOP/s: ideal 0.96 s, tfc 0.01 s
     assert gemm.ok is True and "GEMM" in gemm.text
+
+
+# ---- rounds: every cell from several processes, the best median as its headline ---------
+
+def test_quick_run_with_two_rounds(tmp_path):
+    """``--rounds 2`` runs every group twice, each time in fresh processes: each cell keeps
+    both process medians, its headline is the lower one, and the table shows both."""
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, str(TOOLS / "bench.py"), "--quick", "--rounds", "2",
+                           "--backend", "reference", "--only", "chain,dispatch",
+                           "--contenders", "tfc,numpy", "--markdown", "--json", str(out)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["meta"]["rounds"] == 2
+    speed = next(iter(report["speed"].values()))
+    cells = [("copy", "numpy"), ("chain", "tfc"), ("chain", "numpy"),
+             ("dispatch", "tfc"), ("dispatch", "numpy")]
+    for row_id, c in cells:
+        res = speed["rows"][row_id]["results"][c]
+        rounds = res["rounds"]
+        assert [r["round"] for r in rounds] == [0, 1], (row_id, c)
+        assert all(r["n"] >= 3 and r["min"] <= r["median"] <= r["max"] for r in rounds)
+        assert rounds[0]["pid"] != rounds[1]["pid"]  # two processes, not one
+        assert res["median"] == min(r["median"] for r in rounds)
+        assert res["median"] == rounds[res["best_round"]]["median"]
+    assert len(speed["round_orders"]) == 2
+    assert speed["round_orders"][0]["chain"] == speed["round_orders"][1]["chain"][::-1]
+    assert {p["round"] for p in speed["processes"]} == {0, 1} and len(speed["processes"]) == 8
+    assert "best of 2 rounds" in proc.stdout and "round 2: chain" in proc.stdout
+    assert proc.stdout.count(", rounds ") == 5  # one per measured cell
+
+
+def test_one_round_renders_like_a_report_saved_before_rounds(quick_run, tools):
+    """The default (one round) prints what it printed before rounds existed, and a JSON
+    saved then (no ``rounds``, ``best_round``, ``round_orders``) renders the same."""
+    bench, _, _ = tools
+    _, report = quick_run
+    assert report["meta"]["rounds"] == 1
+    old = json.loads(json.dumps(report))
+    del old["meta"]["rounds"]
+    for speed in old["speed"].values():
+        del speed["round_orders"]
+        for p in speed["processes"]:
+            del p["round"]
+        for row in speed["rows"].values():
+            for res in row["results"].values():
+                res.pop("rounds", None)
+                res.pop("best_round", None)
+    new_text = bench.render(report, markdown=True)
+    assert ", rounds " not in new_text and "best of" not in new_text
+    assert bench.render(old, markdown=True) == new_text
+
+
+def test_best_of_picks_the_lowest_median(tools):
+    _, _, bt = tools
+    assert bt.best_of([{"median": 3.0}, {"median": 2.0}, {"median": 2.5}]) == 1
+    assert bt.best_of([{"median": 2.0}, {"median": 2.0}]) == 0  # a tie: the earliest
+    assert bt.best_of([{"error": "x"}, {"median": 9.0}, {}]) == 1  # failed rounds skipped
+    assert bt.best_of([{"error": "x"}, {"error": "y"}]) is None
+    assert bt.best_of([]) is None
+
+
+def _cell(*medians, **extra):
+    rounds = [{"error": "boom", "round": i} if m is None else
+              {"median": m, "min": m * 0.98, "max": m * 1.14, "n": 20, "inner": 1,
+               "note": "", "round": i} for i, m in enumerate(medians)]
+    ok = [m for m in medians if m is not None]
+    head = dict(rounds[medians.index(min(ok))]) if ok else {"error": "boom"}
+    head.pop("round", None)
+    return {**head, "rounds": rounds, **extra}
+
+
+def test_cell_shows_the_best_round_and_every_rounds_median(tools):
+    _, br, _ = tools
+    ms = {"unit": "ms"}
+    cell = _cell(6.61e-3, 5.37e-3)
+    assert br.format_cell(cell, ms, " ") == "5.37 ms [5.26–6.12] n=20, rounds 6.61/5.37"
+    assert br.format_cell(_cell(5.37e-3, None), ms, " ").endswith(", rounds 5.37/error")
+    many = _cell(5e-3, 6e-3, None, 7e-3, 5.5e-3, 6.5e-3)
+    assert br.format_cell(many, ms, " ").endswith(", rounds 5.00–7.00 of 6, 1 failed")
+    assert br.format_cell(_cell(None, None), ms, " ") == "error: boom (all 2 rounds)"
+    us = br.format_cell(_cell(3.8e-6, 7.1e-6), {"unit": "us"}, " ")
+    assert us == "3.8 µs [3.7–4.3] n=20, rounds 3.8/7.1"
+    gbs = br.format_cell(_cell(2e-3, 1e-3), {"unit": "GB/s", "work": 8e6}, " | ")
+    assert gbs == "8.0 GB/s | 1.00 ms [0.98–1.14] n=20, rounds 2.00/1.00"  # throughput of the best
+    one = {"median": 5.37e-3, "min": 5.24e-3, "max": 6.12e-3, "n": 20}  # saved before rounds
+    assert br.format_cell(one, ms, " ") == "5.37 ms [5.24–6.12] n=20"
+    assert br.format_cell(_cell(5.37e-3), ms, " ") == br.format_cell(
+        {k: v for k, v in _cell(5.37e-3).items() if k != "rounds"}, ms, " ")
+    assert "best of 3 rounds" in br.speed_title(2, 3) and "best" not in br.speed_title(2)
+
+
+def _round(results: dict, digests: dict | None = None, **extra) -> dict:
+    """A ``run_speed`` result with one row, 'mlp', and the given medians per contender."""
+    row = {"label": "mlp", "kind": "mlp", "unit": "ms", "work": 1.0,
+           "results": {c: ({"error": m} if isinstance(m, str) else
+                           {"median": m, "min": m, "max": m, "n": 20, "pid": int(m * 1e3)})
+                       for c, m in results.items()},
+           "inputs": digests or {c: "d" for c in results}}
+    return {"threads": 1, "rows": {"mlp": row}, "row_ids": ["mlp"],
+            "versions": {c: "1" for c in results}, "blas": {}, "unavailable": {},
+            "tfc_graph_ops": {}, "order": {"mlp": list(results)}, "notes": [],
+            "processes": [{"contender": c, "group": "mlp", "pid": 1} for c in results],
+            **extra}
+
+
+def test_combine_rounds_takes_each_contenders_best(tools):
+    """Each contender's headline is its own best round (the rounds need not agree), and
+    the ratio compares the headlines."""
+    bench, br, _ = tools
+    res = bench.combine_rounds([_round({"tfc": 0.007, "jax": 0.006}),
+                                _round({"tfc": 0.005, "jax": 0.0075})])
+    cells = res["rows"]["mlp"]["results"]
+    assert cells["tfc"]["median"] == 0.005 and cells["tfc"]["best_round"] == 1
+    assert cells["jax"]["median"] == 0.006 and cells["jax"]["best_round"] == 0
+    assert cells["tfc"]["pid"] == 5 and [r["pid"] for r in cells["tfc"]["rounds"]] == [7, 5]
+    [row] = br.speed_rows(res, ["tfc", "jax"], " ")
+    assert row.ratios["jax"] == pytest.approx(0.005 / 0.006)
+    assert [p["round"] for p in res["processes"]] == [0, 0, 1, 1]
+    assert len(res["round_orders"]) == 2 and res["order"] == {"mlp": ["tfc", "jax"]}
+
+
+def test_combine_rounds_keeps_failures_apart(tools):
+    """A round that failed, or whose inputs differ from the other processes', is not the
+    headline; a contender that loaded in one round is not dropped for failing in another."""
+    bench, _, _ = tools
+    r0 = _round({"tfc": "worker crashed (SIGSEGV)", "numpy": 0.004})
+    r1 = _round({"tfc": 0.009, "numpy": 0.001}, digests={"tfc": "d", "numpy": "other"})
+    r2 = _round({"tfc": 0.008}, unavailable={"numpy": "ImportError: flaky"})
+    r2["versions"] = {"tfc": "1"}
+    res = bench.combine_rounds([r0, r1, r2])
+    cells = res["rows"]["mlp"]["results"]
+    assert cells["tfc"]["median"] == 0.008 and cells["tfc"]["best_round"] == 2
+    assert "error" in cells["tfc"]["rounds"][0]
+    numpy_rounds = cells["numpy"]["rounds"]
+    assert "inputs differ" in numpy_rounds[1]["error"] and numpy_rounds[1]["pid"] == 1
+    assert cells["numpy"]["median"] == 0.004 and len(numpy_rounds) == 2  # not run in round 3
+    assert res["unavailable"] == {}
+    assert any("round 3: numpy did not load" in n for n in res["notes"])
+    assert res["rows"]["mlp"]["inputs"] == {"tfc": "d", "numpy": "d"}
+    all_failed = bench.combine_rounds([_round({"tfc": "boom"}), _round({"tfc": "bang"})])
+    cell = all_failed["rows"]["mlp"]["results"]["tfc"]
+    assert cell["error"] == "boom" and "best_round" not in cell and len(cell["rounds"]) == 2
+
+
+def test_rounds_rotate_the_order_and_run_the_whole_sequence(tools, monkeypatch):
+    """Rounds are the outermost loop (round 1 at every thread count, then round 2), and
+    each round starts every group with another contender."""
+    bench, _, _ = tools
+    started = []
+
+    def fake_worker(kind, args, threads, contenders, backend, rows=None, group=None):
+        [name] = contenders
+        started.append((threads, group, name))
+        row = {"id": group, "group": group, "label": group, "kind": group, "unit": "ms",
+               "results": {name: {"median": float(len(started)), "min": 0.0, "max": 9e9,
+                                  "n": 20, "pid": len(started)}}, "inputs": {name: "d"}}
+        return {"pid": len(started), "row_ids": [group], "rows": {group: row},
+                "versions": {name: "1"}, "blas": {name: []}, "unavailable": {}}
+
+    monkeypatch.setattr(bench, "run_worker", fake_worker)
+    args = bench.parse_args(["--only", "chain,dispatch", "--contenders", "tfc,numpy",
+                             "--threads", "1,2", "--rounds", "3", "--backend", "reference"])
+    report = bench.collect(args)
+    assert [t for t, _, _ in started] == [1] * 4 + [2] * 4 + [1] * 4 + [2] * 4 + [1] * 4 + [2] * 4
+    one = report["speed"]["1"]
+    assert [o["chain"][0] for o in one["round_orders"]] == ["tfc", "numpy", "tfc"]
+    cell = one["rows"]["chain"]["results"]["tfc"]
+    assert len(cell["rounds"]) == 3 and cell["best_round"] == 0  # the earliest is fastest here
+    assert report["meta"]["rounds"] == 3 and report["meta"]["contenders"] == ["tfc", "numpy"]
+
+
+def test_rounds_must_be_positive(tools):
+    bench, _, _ = tools
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--rounds", "0"])
+    assert bench.parse_args([]).rounds == 1
+    cs = ["tfc", "numpy", "torch"]
+    assert [bench.contender_order(cs, 1, 0, r)[0] for r in range(3)] == ["numpy", "torch", "tfc"]
