@@ -245,6 +245,8 @@ class Program:
             return [outs[k] for k in index]
 
         call.__doc__ = f"One step of {where}: ({shown}) -> {fetches if single else wanted}"
+        if fetches is not None:  # one fetch or a list: the backend may run it natively
+            return runner.native_callable(call, order, index, single) or call
         return call
 
     def __call__(self, entry: str, feeds: Mapping[str, Any] | None = None, /,

@@ -20,7 +20,7 @@ its guarantees, but checks each thing once where once is enough:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -73,6 +73,15 @@ class EntryRunner:
                 variables[name] = u
         prog._step += 1
         return outs
+
+    def native_callable(self, call: Callable[..., Any], order: Sequence[int] | None,
+                        index: Sequence[int], single: bool) -> Callable[..., Any] | None:
+        """``call`` (``Program.callable``'s step, which returns ``outs[index]``) with its
+        usual path in native code, where the backend offers that; else ``None``."""
+        make = getattr(self.exe, "native_callable", None)
+        if self.fast is None or make is None:
+            return None
+        return make(self.program, call, order, index, single)
 
     def _validate(self, arrays: Sequence[np.ndarray]) -> None:
         """Shapes the backend has not bound yet: ``check_feeds`` says what is wrong."""

@@ -147,6 +147,7 @@ class LLVMExecutable:
         self.object_code = object_code
         self.host_key = jit.host_key()
         self._lock = threading.Lock()
+        self._busy = ctypes.c_int64(0)  # 1 while fast_step runs (pystep steps aside)
         self._bindings: dict[tuple, _Bound] = {}
         self._last: _Bound | None = None  # the binding of the latest step
         self._stamps_addr = 0
@@ -161,7 +162,7 @@ class LLVMExecutable:
         self._relower = relower
         t0 = time.perf_counter()
         self._loaded = jit.load_object(object_code)
-        addr = self._loaded.address(ENTRY)
+        addr = self._entry_addr = self._loaded.address(ENTRY)
         self._entry = _ENTRY_TYPE(addr)  # releases the GIL during the step
         self._entry_gil = _ENTRY_TYPE_GIL(addr)  # keeps it: for short steps (see _bound)
         self._stamps_addr = self._loaded.global_address(PROF_STAMPS)  # 0 unless profiling
@@ -242,47 +243,62 @@ class LLVMExecutable:
             self._last = bound
         dp = _data_ptr if _DATA_OFFSET is None else _fast_ptr
         with self._lock:  # the pointer array, params and arena are the binding's own
-            ptrs = bound.ptrs
-            i = 0
-            for a in feeds:
-                ptrs[i] = dp(a)
-                i += 1
-            if variables:
-                for a in variables:
+            busy = self._busy  # set while the binding is half-written: see pystep
+            busy.value = 1
+            try:
+                ptrs = bound.ptrs
+                i = 0
+                for a in feeds:
                     ptrs[i] = dp(a)
                     i += 1
-            # Outputs: an array recycled from the pool is often the one of the last
-            # step, whose pointer the slot already holds (the pool keeps it alive).
-            outs = []
-            held = bound.in_slots
-            i = bound.out_slot
-            j = 0
-            for s, dt in bound.out_specs:
-                a = _recycled(bound.out_pools[j], s, dt, held[i])
-                if held[i] is not a:
-                    ptrs[i] = dp(a)
-                    held[i] = a
-                outs.append(a)
-                i += 1
-                j += 1
-            upds = []
-            if self._upd_shapes:
+                if variables:
+                    for a in variables:
+                        ptrs[i] = dp(a)
+                        i += 1
+                # Outputs: an array recycled from the pool is often the one of the last
+                # step, whose pointer the slot already holds (the pool keeps it alive).
+                outs = []
+                held = bound.in_slots
+                i = bound.out_slot
                 j = 0
-                for s, dt in self._upd_shapes:
-                    a = _recycled(self._upd_pools[j], s, dt, held[i])
+                for s, dt in bound.out_specs:
+                    a = _recycled(bound.out_pools[j], s, dt, held[i])
                     if held[i] is not a:
                         ptrs[i] = dp(a)
                         held[i] = a
-                    upds.append(a)
+                    outs.append(a)
                     i += 1
                     j += 1
-            if self._step_slot is not None:  # random ops read the step number
-                bound.params_u64[self._step_slot] = step % (1 << 64)
-            rc = bound.call(bound.ptrs_addr, bound.params_addr)
+                upds = []
+                if self._upd_shapes:
+                    j = 0
+                    for s, dt in self._upd_shapes:
+                        a = _recycled(self._upd_pools[j], s, dt, held[i])
+                        if held[i] is not a:
+                            ptrs[i] = dp(a)
+                            held[i] = a
+                        upds.append(a)
+                        i += 1
+                        j += 1
+                if self._step_slot is not None:  # random ops read the step number
+                    bound.params_u64[self._step_slot] = step % (1 << 64)
+                rc = bound.call(bound.ptrs_addr, bound.params_addr)
+            finally:
+                busy.value = 0
         if rc:
             raise ExecutionError(self._errors[rc - 1]
                                  if 0 < rc <= len(self._errors) else f"error {rc}")
         return outs, upds
+
+    def native_callable(self, program: Any, call: Callable[..., Any],
+                        order: Sequence[int] | None, index: Sequence[int],
+                        single: bool) -> Callable[..., Any] | None:
+        """``call`` (a ``Program.callable`` step) with its usual path in native code
+        (``pystep``); ``None`` where there is none (a reference fallback)."""
+        if self.fallback_ops:
+            return None
+        from tfc.backends.llvm.pystep import native_callable
+        return native_callable(self, program, call, order, index, single)
 
     def _binding(self, key: tuple) -> "_Bound":
         with self._lock:
