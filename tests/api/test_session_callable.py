@@ -30,3 +30,35 @@ def test_make_callable_runs_like_session_run():
             sess.make_callable(v, ["q"])
     with pytest.raises(TfcError, match="closed"):
         just_y([[1.0, 2.0]])
+
+
+def test_make_callable_steps_natively_on_llvm_as_in_python():
+    """On the llvm backend a warm make_callable step is one native call (pystep); it must
+    do what the Python step does: the same values, variables and step count, and a closed
+    session still refuses."""
+    def program(backend: str):
+        g = tfc.Graph()
+        with g.as_default():
+            x = tfc.placeholder(tfc.float32, [4], name="x")
+            w = tfc.Variable(np.arange(4, dtype=np.float32), name="w")
+            loss = tfc.reduce_sum(tfc.square(x * w))
+            train = w.assign_sub(0.01 * tfc.gradients(loss, w)[0])
+            sess = tfc.Session(g, backend=backend)
+            return sess, sess.make_callable(loss, [x]), sess.make_callable([train, loss], [x])
+
+    native, loss_n, both_n = program("llvm")
+    python, loss_p, both_p = program("reference")
+    assert type(loss_n).__name__ == "builtin_function_or_method"
+    for i in range(6):
+        x = np.full(4, 0.5 + i, np.float32)
+        np.testing.assert_allclose(loss_n(x), loss_p(x), rtol=1e-6)
+        op, value = both_n(x)
+        assert op is None
+        np.testing.assert_allclose(value, both_p(x)[1], rtol=1e-6)
+        np.testing.assert_allclose(native.variables["w"], python.variables["w"], rtol=1e-6)
+    assert native.step == python.step == 12
+    native.close()
+    with pytest.raises(TfcError, match="closed"):
+        loss_n(np.ones(4, np.float32))
+    with pytest.raises(TfcError, match="closed"):
+        both_n(np.ones(4, np.float32))

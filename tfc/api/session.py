@@ -9,6 +9,7 @@ assigns land together at the end of its step.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from tfc.api.graph import Graph, Operation, Tensor, Variable, get_default_graph
 from tfc.api.tensor import convert_to_tensor
-from tfc.backends.base import Executable, get_backend
+from tfc.backends.base import Executable, StepOwner, get_backend
 from tfc.compiler.extract import extract
 from tfc.errors import FeedError, TfcError
 from tfc.ir import core as ir
@@ -82,6 +83,7 @@ class Session:
         # how many of the graph's variables were last seen all holding values here
         self._checked_variables = -1
         self._closed = False
+        self._closed_word = ctypes.c_int64(0)  # native callables take the Python path when 1
 
     # ---- context manager -----------------------------------------------------------------
 
@@ -96,6 +98,7 @@ class Session:
 
     def close(self) -> None:
         self._closed = True
+        self._closed_word.value = 1
         self._cache.clear()
 
     # ---- running -------------------------------------------------------------------------
@@ -128,18 +131,45 @@ class Session:
         compiled = self._compile(tensors, targets, fed)
         is_op = [isinstance(x, Operation) for x in leaves]
         n = len(fed)
+        single = leaves == [fetches] and not is_op[0]  # one tensor: no structure to build
 
-        def call(*values: Any) -> Any:
+        def values_of(*values: Any) -> Any:
+            """The step in Python: the fetched values, flat (the one value if single)."""
             if self._closed:
                 raise TfcError("this session is closed")
             if len(values) != n:
                 raise FeedError(f"this callable takes {n} feed{'s' if n != 1 else ''}, "
                                 f"got {len(values)}")
             self._initialize_missing(targets)
-            it = iter(self._execute(compiled, list(values)))
+            out = self._execute(compiled, list(values))
+            return out[0] if single else out
+
+        run = self._native(compiled, values_of, len(tensors), single) or values_of
+        if single:
+            return run
+
+        def call(*values: Any) -> Any:
+            it = iter(run(*values))
             return rebuild([None if op else next(it) for op in is_op])
 
         return call
+
+    def _native(self, compiled: _Compiled, values_of: Callable[..., Any], count: int,
+                single: bool) -> Callable[..., Any] | None:
+        """``values_of`` with its usual path in native code, where the backend offers that
+        (the llvm backend: ``native_callable``) and the compiled graph takes the feeds
+        and gives the fetches under the names ``_compile`` chose; else ``None``."""
+        make = getattr(compiled.executable, "native_callable", None)
+        graph, names = compiled.graph, compiled.feed_names
+        wanted = [f"fetch{i}" for i in range(count)]
+        if (make is None or sorted(graph.arg_names) != sorted(names)
+                or not set(wanted) <= set(graph.result_names)):
+            return None
+        order = [names.index(a) for a in graph.arg_names]
+        index = [graph.result_names.index(w) for w in wanted]
+        owner = StepOwner(self, "variables", "step", freeze_updates=False,
+                          closed=self._closed_word)
+        return make(owner, values_of, order, index, single)
 
     def _resolve_feeds(self, feed_dict: Mapping[Any, Any]) -> list[tuple[Tensor, Any]]:
         by_name: dict[str, Tensor] | None = None  # built only when a key is a name

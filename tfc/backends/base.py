@@ -9,7 +9,7 @@ apply at the end of the step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -20,6 +20,22 @@ from tfc.ir.core import Module
 class StepResult:
     fetches: list[np.ndarray]
     updates: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class StepOwner:
+    """Where the state a step changes lives, for an executable that can run a whole
+    ``Program.callable`` / ``Session.make_callable`` step natively (``native_callable``
+    on the llvm backend): ``obj``'s attribute ``variables`` (a dict of arrays) and its
+    attribute ``step`` (an int); updates are stored read-only when ``freeze_updates``
+    (as ``Program`` keeps its variables). While ``closed`` (a ``ctypes.c_int64``) is
+    nonzero, every call takes the Python path, which knows why (a closed session)."""
+
+    obj: Any
+    variables: str
+    step: str
+    freeze_updates: bool
+    closed: Any = None
 
 
 class Executable(Protocol):

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from tfc.backends.base import StepOwner
 from tfc.errors import ExecutionError
 from tfc.runtime.feeds import check_feeds
 
@@ -81,7 +82,8 @@ class EntryRunner:
         make = getattr(self.exe, "native_callable", None)
         if self.fast is None or make is None:
             return None
-        return make(self.program, call, order, index, single)
+        owner = StepOwner(self.program, "_variables", "_step", freeze_updates=True)
+        return make(owner, call, order, index, single)
 
     def _validate(self, arrays: Sequence[np.ndarray]) -> None:
         """Shapes the backend has not bound yet: ``check_feeds`` says what is wrong."""

@@ -58,7 +58,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from tfc.backends.base import StepResult
+from tfc.backends.base import StepOwner, StepResult
 from tfc.backends.llvm import jit
 from tfc.backends.llvm.blas import register_symbols
 from tfc.backends.llvm.context import Binding
@@ -290,15 +290,15 @@ class LLVMExecutable:
                                  if 0 < rc <= len(self._errors) else f"error {rc}")
         return outs, upds
 
-    def native_callable(self, program: Any, call: Callable[..., Any],
+    def native_callable(self, owner: StepOwner, call: Callable[..., Any],
                         order: Sequence[int] | None, index: Sequence[int],
                         single: bool) -> Callable[..., Any] | None:
-        """``call`` (a ``Program.callable`` step) with its usual path in native code
-        (``pystep``); ``None`` where there is none (a reference fallback)."""
+        """``call`` (a ``Program.callable`` or ``Session.make_callable`` step) with its
+        usual path in native code (``pystep``); ``None`` where there is none."""
         if self.fallback_ops:
             return None
         from tfc.backends.llvm.pystep import native_callable
-        return native_callable(self, program, call, order, index, single)
+        return native_callable(self, owner, call, order, index, single)
 
     def _binding(self, key: tuple) -> "_Bound":
         with self._lock:

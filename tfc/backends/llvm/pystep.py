@@ -42,6 +42,7 @@ import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
 
+from tfc.backends.base import StepOwner
 from tfc.backends.llvm import jit
 
 NAME = "tfc_native_step"
@@ -49,10 +50,11 @@ NAME = "tfc_native_step"
 # The table's header, one int64 word each; the sub-tables follow it.
 HEADER = ("enabled",     # 0: every call goes to slow
           "busy",        # address of the executable's busy word (fast_step is running)
+          "closed",      # address of the owner's closed word (a closed Session)
           "slow",        # PyObject*: the Python callable
-          "program",     # PyObject*: holds the variables dict and the step counter
-          "vars_attr",   # PyObject*: "_variables"
-          "step_attr",   # PyObject*: "_step"
+          "owner",       # PyObject*: holds the variables dict and the step counter
+          "vars_attr",   # PyObject*: their attribute names ("_variables", "_step")
+          "step_attr",
           "one",         # PyObject*: the int 1
           "array_type",  # PyTypeObject* of numpy.ndarray
           "entry",       # the graph's native entry: int32 (ptrs, params)
@@ -64,6 +66,7 @@ HEADER = ("enabled",     # 0: every call goes to slow
           "n_outs", "outs",    # outputs then updates: [pool, slot, update name or 0]
           "n_ret", "ret",      # indices into outs of what the call returns
           "single",            # 1: return the one fetch itself, 0: a list
+          "freeze",            # 1: updates become read-only as they are stored
           "chosen")            # word offset of n_outs words: this call's output arrays
 H = {name: i for i, name in enumerate(HEADER)}
 FEED_WORDS, VAR_WORDS, OUT_WORDS = 5, 2, 3
@@ -198,6 +201,7 @@ def _build_ir(off: dict[str, int]) -> str:
 
     unless(b.icmp_signed("!=", h("enabled"), c(0)))
     unless(b.icmp_signed("==", load(h("busy")), c(0)))
+    unless(b.icmp_signed("==", load(h("closed")), c(0)))
     unless(b.icmp_signed("==", nargs, h("n_feeds")))
     ptrs = h("ptrs")
 
@@ -218,8 +222,8 @@ def _build_ir(off: dict[str, int]) -> str:
 
     loop(h("n_feeds"), feed)
 
-    program = as_obj(h("program"))
-    variables = b.call(api["PyObject_GetAttr"], [program, as_obj(h("vars_attr"))])
+    owner = as_obj(h("owner"))
+    variables = b.call(api["PyObject_GetAttr"], [owner, as_obj(h("vars_attr"))])
     clear_then_slow = fn.append_basic_block("clear_then_slow")
     unless(b.icmp_unsigned("!=", variables, null), clear_then_slow)
     release_vars = fn.append_basic_block("release_vars")  # drop the dict, then slow
@@ -259,7 +263,7 @@ def _build_ir(off: dict[str, int]) -> str:
 
     loop(h("n_outs"), choose)
 
-    step_obj = b.call(api["PyObject_GetAttr"], [program, as_obj(h("step_attr"))])
+    step_obj = b.call(api["PyObject_GetAttr"], [owner, as_obj(h("step_attr"))])
     unless(b.icmp_unsigned("!=", step_obj, null), release_vars)
     step = b.call(api["PyLong_AsUnsignedLongLongMask"], [step_obj])
     release_both = fn.append_basic_block("release_both")
@@ -290,15 +294,16 @@ def _build_ir(off: dict[str, int]) -> str:
         name = entry_of("outs", k, OUT_WORDS, 2)
         with b.if_then(b.icmp_signed("!=", name, c(0))):
             a = word(st, b.add(h("chosen"), k))
-            flags_at = b.add(a, c(off["flags"]))
-            store(flags_at, b.and_(load(flags_at, i32), ir.Constant(i32, ~_WRITEABLE)))
+            with b.if_then(b.icmp_signed("!=", h("freeze"), c(0))):
+                flags_at = b.add(a, c(off["flags"]))
+                store(flags_at, b.and_(load(flags_at, i32), ir.Constant(i32, ~_WRITEABLE)))
             err = b.call(api["PyDict_SetItem"], [variables, as_obj(name), as_obj(a)])
             unless(b.icmp_signed("==", err, ir.Constant(i32, 0)), failed)
 
     loop(h("n_outs"), update)
     next_step = b.call(api["PyNumber_Add"], [step_obj, as_obj(h("one"))])
     unless(b.icmp_unsigned("!=", next_step, null), failed)
-    err = b.call(api["PyObject_SetAttr"], [program, as_obj(h("step_attr")), next_step])
+    err = b.call(api["PyObject_SetAttr"], [owner, as_obj(h("step_attr")), next_step])
     b.call(api["Py_DecRef"], [next_step])
     unless(b.icmp_signed("==", err, ir.Constant(i32, 0)), failed)
     b.call(api["Py_DecRef"], [step_obj])
@@ -384,16 +389,17 @@ class NativeStep:
     here). ``slow`` is the Python callable it stands for; the table follows the
     executable's latest binding, rebuilt by ``slow`` calls when that changes."""
 
-    def __init__(self, exe: Any, program: Any, call: Callable[..., Any],
+    def __init__(self, exe: Any, owner: StepOwner, call: Callable[..., Any],
                  order: Sequence[int] | None, index: Sequence[int], single: bool) -> None:
         graph = exe.graph
-        self.exe, self.program, self.call = exe, program, call
+        self.exe, self.owner, self.call = exe, owner, call
         self.bound: Any = None
         self.order = list(order) if order is not None else list(range(len(graph.args)))
         self.descrs = [np.dtype(dt) for dt in exe._arg_dtypes]
         self.var_names = [sys.intern(n) for n in exe.var_names]
         self.update_names = [sys.intern(n) for n in exe.update_names]
-        self.attrs = (sys.intern("_variables"), sys.intern("_step"))
+        self.attrs = (sys.intern(owner.variables), sys.intern(owner.step))
+        self.closed = owner.closed if owner.closed is not None else ctypes.c_int64(0)
         self.one = 1
         n_feeds, n_vars = len(graph.args), len(self.var_names)
         n_outs = len(graph.results) + len(self.update_names)
@@ -408,6 +414,8 @@ class NativeStep:
         self.table = np.zeros(at, np.int64)
         t = self.table
         t[H["busy"]] = ctypes.addressof(exe._busy)
+        t[H["closed"]] = ctypes.addressof(self.closed)
+        t[H["freeze"]] = int(owner.freeze_updates)
         t[H["array_type"]] = id(np.ndarray)
         t[H["entry"]] = exe._entry_addr
         t[H["n_feeds"]], t[H["feeds"]] = n_feeds, offsets["feeds"]
@@ -418,7 +426,7 @@ class NativeStep:
         t[H["step_slot"]] = -1 if exe._step_slot is None else exe._step_slot
         t[offsets["ret"]:offsets["ret"] + len(self.index)] = self.index
         self._slow = self.slow  # the bound method object whose address the table holds
-        t[H["slow"]], t[H["program"]] = id(self._slow), id(program)
+        t[H["slow"]], t[H["owner"]] = id(self._slow), id(owner.obj)
         t[H["vars_attr"]], t[H["step_attr"]] = id(self.attrs[0]), id(self.attrs[1])
         t[H["one"]] = id(self.one)
         self._rebind()
@@ -464,12 +472,13 @@ class NativeStep:
         t[H["enabled"]] = 1
 
 
-def native_callable(exe: Any, program: Any, call: Callable[..., Any],
+def native_callable(exe: Any, owner: StepOwner, call: Callable[..., Any],
                     order: Sequence[int] | None, index: Sequence[int],
                     single: bool) -> Callable[..., Any] | None:
-    """``call`` (a ``Program.callable`` step: feeds in, ``outs[index]`` out, as one
-    array when ``single`` else a list) with its usual path native; ``None`` where this
+    """``call`` (a step: feeds in, in the order ``order`` gives for the graph's arguments;
+    ``outs[index]`` out, as one array when ``single`` else a list) with its usual path
+    native, updating ``owner``'s state as ``call`` does; ``None`` where this
     interpreter's object layouts are not the ones checked above."""
     if LAYOUT is None:
         return None
-    return NativeStep(exe, program, call, order, index, single).function()
+    return NativeStep(exe, owner, call, order, index, single).function()
