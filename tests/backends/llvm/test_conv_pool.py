@@ -5,11 +5,17 @@ vectorized output channels; the backprop filter in explicit vector register bloc
 the output channels are whole vectors, else a vectorized loop) and im2col + GEMM (many
 input channels); pooling with windows unrolled tap by tap (disjoint, tiling, gapped and
 overlapping windows) and, for large windows, loops. Strides, dilations, SAME and VALID,
-odd sizes, f32 and f64, a symbolic batch run at several sizes.
+odd sizes, f16, f32 and f64, a symbolic batch run at several sizes; ``max_pool_grad_grad``
+beside the other pool gradients.
 
 Tolerances: f32 results within rtol = atol = 1e-5 of the reference, except the filter
 gradients (sums over every output pixel of the batch, in another order than the
-reference's GEMM): rtol = atol = 1e-4; f64 within 1e-11.
+reference's GEMM): rtol = atol = 1e-4; f64 within 1e-11. f16 results: the kernels and
+the reference both compute in f32 and round once to f16, so they differ only where the
+two f32 sums (different summation orders) straddle an f16 rounding boundary: by one f16
+ulp, rtol = 2^-10 (one ulp at the bottom of a binade). Near zero, where an ulp is tiny,
+atol bounds the f32 difference itself: 1e-6 for pooling (sums of a few shares of size
+~1), 1e-5 for convolutions (sums of up to 72 products of size ~1; measured at most 2e-6).
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ from tfc.ir.types import DType
 
 F32, F64 = DType.f32, DType.f64
 RNG = np.random.default_rng(7)
+F16 = DType.f16
 TOL = {F32: 1e-5, F64: 1e-11}
 SUM_TOL = {F32: 1e-4, F64: 1e-11}
+F16_ULP = 2.0 ** -10  # rtol of one f16 ulp
 
 
 def _conv_module(h, dtype, hw, c, filt, strides, dilations, padding):
@@ -72,6 +80,22 @@ def test_conv2d_and_backprops(h, dtype, hw, c, filt, strides, dilations, padding
         assert y.dtype == dtype.np and dw.dtype == dtype.np
 
 
+@pytest.mark.parametrize("hw,c,filt,strides,dilations,padding", [
+    ((12, 11), 1, (3, 3, 1, 8), (1, 1), (1, 1), "SAME"),     # direct size in f32
+    ((9, 7), 3, (3, 2, 3, 5), (2, 1), (1, 1), "SAME"),
+    ((12, 11), 2, (3, 3, 2, 4), (1, 2), (2, 2), "SAME"),      # dilated
+    ((9, 8), 8, (3, 3, 8, 16), (2, 2), (1, 1), "VALID"),      # im2col size in f32
+])
+def test_f16_conv2d_and_backprops(h, hw, c, filt, strides, dilations, padding):
+    """f16 takes the f32 GEMM route (operands widened in scratch, rounded once)."""
+    m, yshape = _conv_module(h, F16, hw, c, filt, strides, dilations, padding)
+    exe = h.compile_llvm(m)
+    for n in (1, 3):
+        feeds = [RNG.uniform(-1, 1, shape).astype(np.float16)
+                 for shape in ((n, *hw, c), filt, (n, *yshape[1:]))]
+        h.assert_same(*h.run_both(m, feeds, exe=exe), rtol=F16_ULP, atol=1e-5)
+
+
 def test_conv2d_empty_batch_and_one_pixel(h):
     m, yshape = _conv_module(h, F32, (1, 1), 1, (3, 3, 1, 8), (1, 1), (1, 1), "SAME")
     exe = h.compile_llvm(m)
@@ -86,20 +110,21 @@ def _pool_module(h, dtype, hw, c, ksize, strides, padding):
                padding=padding)
 
     def body(b, a):
-        x, gmax, gavg = a
+        x, gmax, gavg, gx = a
         p = b("max_pool", x, **win)
         q = b("avg_pool", x, **win)
-        return [p, q, b("max_pool_grad", x, p, gmax, **win), b("avg_pool_grad", gavg, x, **win)]
+        return [p, q, b("max_pool_grad", x, p, gmax, **win), b("avg_pool_grad", gavg, x, **win),
+                b("max_pool_grad_grad", x, p, gx, **win)]
 
     from tfc.ir.registry import lookup
     from tfc.ir.types import TensorType
     pt = lookup("max_pool").infer([TensorType(dtype, ("B", *hw, c))], win)[0]
     m = h.make_module([("x", dtype, ("B", *hw, c)), ("gmax", dtype, pt.shape),
-                       ("gavg", dtype, pt.shape)], body)
+                       ("gavg", dtype, pt.shape), ("gx", dtype, ("B", *hw, c))], body)
     return m, pt.shape
 
 
-@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("dtype", [F16, F32, F64])
 @pytest.mark.parametrize("hw,c,ksize,strides,padding", [
     ((28, 28), 32, (2, 2), None, "SAME"),     # the benchmark's pool: tiles the image
     ((9, 8), 3, (2, 2), None, "SAME"),        # disjoint, padded border
@@ -116,8 +141,14 @@ def test_pools_and_their_gradients(h, dtype, hw, c, ksize, strides, padding):
         # small integers: many ties, so the first maximum of a window must win
         x = RNG.integers(-3, 4, (n, *hw, c)).astype(dtype.np)
         feeds = [x, h.rand(RNG, (n, *pshape[1:]), dtype.np),
-                 h.rand(RNG, (n, *pshape[1:]), dtype.np)]
-        h.assert_same(*h.run_both(m, feeds, exe=exe), rtol=TOL[dtype], atol=TOL[dtype])
+                 h.rand(RNG, (n, *pshape[1:]), dtype.np), h.rand(RNG, x.shape, dtype.np)]
+        got, want = h.run_both(m, feeds, exe=exe)
+        if dtype is F16:
+            h.assert_same(got, want, rtol=F16_ULP, atol=1e-6)
+        else:
+            h.assert_same(got, want, rtol=TOL[dtype], atol=TOL[dtype])
+        # max_pool_grad_grad only gathers: exactly the reference's, in every dtype
+        np.testing.assert_array_equal(got.fetches[4], want.fetches[4])
 
 
 def test_max_pool_grad_nan_and_infinities(h):
@@ -130,9 +161,23 @@ def test_max_pool_grad_nan_and_infinities(h):
     x[1, :3, :3, :] = -np.inf
     x[1, 4, 5, 3] = np.inf
     g = h.rand(RNG, (2, *pshape[1:]))
-    got, want = h.run_both(m, [x, g, g], exe=exe)
-    for a, b in zip(got.fetches[::2], want.fetches[::2]):  # max_pool, max_pool_grad
+    got, want = h.run_both(m, [x, g, g, h.rand(RNG, x.shape)], exe=exe)
+    for a, b in zip(got.fetches[::2], want.fetches[::2]):  # max_pool, _grad, _grad_grad
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_max_pool_grads_when_padding_wins(h):
+    """A window whose real pixels are all -inf, with padding (-inf too) first in it: the
+    padding is its first maximum, so max_pool_grad routes nothing to the image there and
+    max_pool_grad_grad reads the zero padding of g (as the reference)."""
+    m, pshape = _pool_module(h, F32, (5, 5), 2, (3, 3), (2, 2), "SAME")  # padding 1 before
+    x = h.rand(RNG, (1, 5, 5, 2))
+    x[0, :2, :2, 0] = -np.inf
+    g = h.rand(RNG, (1, *pshape[1:]))
+    got, want = h.run_both(m, [x, g, g, h.rand(RNG, x.shape)])
+    h.assert_same(got, want)
+    assert got.fetches[4][0, 0, 0, 0] == 0 and got.fetches[4][0, 0, 0, 1] != 0
+    assert not got.fetches[2][0, :2, :2, 0].any()
 
 
 def test_max_pool_integers(h):
@@ -146,7 +191,8 @@ def test_max_pool_integers(h):
 
 def test_split_across_threads(h, monkeypatch):
     """The direct conv kernels and the pool gradients split over images (each thread
-    pads its own images and sums its own partial blocks): forced onto two threads."""
+    pads its own images and sums its own partial blocks; f16 pool gradients sum their own
+    images in f32 scratch and round them): forced onto two threads."""
     from tfc.backends.llvm import LLVMBackend
     monkeypatch.setenv("TFC_PARALLEL_MIN", "1")
     n = 7
@@ -155,7 +201,10 @@ def test_split_across_threads(h, monkeypatch):
                   h.rand(RNG, (n, *yshape[1:]))]
     p, pshape = _pool_module(h, F32, (9, 9), 8, (3, 3), (2, 2), "SAME")
     pool_feeds = [h.rand(RNG, (n, 9, 9, 8)), h.rand(RNG, (n, *pshape[1:])),
-                  h.rand(RNG, (n, *pshape[1:]))]
-    for mod, feeds in ((m, conv_feeds), (p, pool_feeds)):
+                  h.rand(RNG, (n, *pshape[1:])), h.rand(RNG, (n, 9, 9, 8))]
+    p16, _ = _pool_module(h, F16, (9, 9), 8, (3, 3), (2, 2), "SAME")
+    half_feeds = [x.astype(np.float16) for x in pool_feeds]
+    for mod, feeds, tol in ((m, conv_feeds, 1e-4), (p, pool_feeds, 1e-4),
+                            (p16, half_feeds, F16_ULP)):
         exe = LLVMBackend(threads=2).compile(mod, "f")
-        h.assert_same(*h.run_both(mod, feeds, exe=exe), rtol=1e-4, atol=1e-4)
+        h.assert_same(*h.run_both(mod, feeds, exe=exe), rtol=tol, atol=tol)

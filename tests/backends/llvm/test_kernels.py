@@ -89,6 +89,32 @@ def test_matmul_batched_and_broadcast(h):
         h.assert_same(*h.run_both(m, feeds, exe=exe), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [I32, I64])
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_integer_matmul_wraps_as_numpy(h, dtype, ta, tb):
+    """The loop kernels (no integer BLAS): every transpose order, a batch broadcast against
+    a matrix and against a batch dim of size 1, an empty batch; operands over the whole
+    range, so products and sums overflow and must wrap as numpy's do (exact results)."""
+    def body(b, a):
+        x, w, y, z = a
+        return [b("matmul", x, w, transpose_a=ta, transpose_b=tb),
+                b("matmul", y, z, transpose_a=ta, transpose_b=tb)]
+
+    xs = (7, "B") if ta else ("B", 7)
+    ws = (5, 7) if tb else (7, 5)
+    ys, zs = (3, 1, *((6, 4) if ta else (4, 6))), (2, *((3, 6) if tb else (6, 3)))
+    m = h.make_module([("x", dtype, xs), ("w", dtype, ws), ("y", dtype, ys),
+                       ("z", dtype, zs)], body)
+    exe = h.compile_llvm(m)
+    info = np.iinfo(dtype.np)
+    for n in (0, 1, 9):
+        feeds = [RNG.integers(info.min, info.max, (7, n) if ta else (n, 7), dtype=dtype.np),
+                 RNG.integers(info.min, info.max, ws, dtype=dtype.np),
+                 RNG.integers(-50, 50, ys, dtype=dtype.np),
+                 RNG.integers(info.min, info.max, zs, dtype=dtype.np)]
+        h.assert_same(*h.run_both(m, feeds, exe=exe))
+
+
 @pytest.mark.parametrize("padding", ["SAME", "VALID"])
 def test_conv2d_and_pools_with_gradients(h, padding):
     def body(b, a):
@@ -142,6 +168,22 @@ def test_movement_ops(h):
         feeds = [h.rand(RNG, (n, 4, 6)), RNG.integers(0, 4, (2, 2)).astype(np.int32),
                  h.rand(RNG, (6,))]
         h.assert_same(*h.run_both(m, feeds, exe=exe))
+
+
+def test_f16_argmax_and_argmin(h):
+    """f16 is compared in f32 (exact): the first index on ties, the first NaN wins."""
+    def body(b, a):
+        (x,) = a
+        return [b("argmax", x, axis=1), b("argmin", x, axis=0), b("argmax", x, axis=2),
+                b("argmin", x, axis=1, output_type=I32)]
+
+    m = h.make_module([("x", DType.f16, ("B", 5, 6))], body)
+    exe = h.compile_llvm(m)
+    for n in (1, 4):
+        x = RNG.integers(-2, 3, (n, 5, 6)).astype(np.float16)  # many ties
+        x[0, 1, 2] = x[0, 3, 2] = np.nan
+        x[-1, 2, :] = [-np.inf, np.inf, 1e-4, 6e4, -6e4, 1.5e-4]
+        h.assert_same(*h.run_both(m, [x], exe=exe))
 
 
 def test_scatter_softmax_family(h):

@@ -28,9 +28,10 @@ persistent native worker pool and the calling thread share (``parallel``; ``thre
 
 Choices where the design left room:
 
-- Fallback is per graph, never per op: one unsupported op (today ``max_pool_grad_grad``
-  and integer matmul/convolution) sends the whole graph to the reference backend, named
-  in ``fallback_ops``, ``report`` and a warning.
+- Fallback is per graph, never per op: one op the kernels cannot lower (every registered
+  op and dtype lowers today: tests/backends/llvm/test_op_coverage.py; what is left are
+  shapes such as a symbolic filter size) sends the whole graph to the reference backend,
+  named in ``fallback_ops``, ``report`` and a warning.
 - Run-time checks native code relies on: feed dtypes and shapes (per call; shapes once
   per binding), symbols consistent across feeds, symbolic dims never broadcast at run
   time, variables' dtype and shape. Index errors (``gather``, ``scatter``, labels) and

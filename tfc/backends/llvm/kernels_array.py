@@ -5,7 +5,7 @@
 - ``scatter_add`` and the variable updates ``var.scatter_add/sub``: copy the base, then
   add each row of updates at its (checked) index; rows named twice add twice.
 - ``argmax`` / ``argmin``: per output element, a scan along the axis (first index on
-  ties; a NaN wins, as numpy's).
+  ties; a NaN wins, as numpy's); f16 compares in f32, which is exact.
 - ``shape`` / ``rank``: the dims, from the params.
 - Pooling: ``max_pool`` / ``avg_pool`` are element rules of the expression emitter (a
   fold over the window per output element, padding never counted), so they fuse like
@@ -13,7 +13,10 @@
   which leaves the channel loop innermost for the vectorizer. ``max_pool_grad`` /
   ``avg_pool_grad``: per window position, a vectorized loop over channels computes every
   tap's share and stores it (disjoint windows) or adds it (overlapping ones); large
-  windows take scalar loops.
+  windows take scalar loops. f16 gradients of overlapping windows add up in f32 scratch
+  and are rounded once, as the reference (which sums in f32 or f64, then rounds).
+  ``max_pool_grad_grad`` is an element rule like ``max_pool``: the same window walk and
+  tie rule as ``max_pool_grad``, reading ``g`` at each window's first maximum.
 
 Window geometry (output size, padding before) comes from ``tfc.ops.nn.window_padding``
 on the concrete shapes, once per binding, as params.
@@ -26,10 +29,10 @@ from typing import Callable
 import llvmlite.ir as ir
 
 from tfc.backends.llvm import irutil as U
-from tfc.backends.llvm.context import Binding, Kernel, dim_key
+from tfc.backends.llvm.context import Binding, Kernel, Storage, dim_key
 from tfc.backends.llvm.kernels_expr import EXTRA_RULES, Emitter
 from tfc.backends.llvm.kernels_loop import combine
-from tfc.backends.llvm.kernels_scalar import Unsupported, float_limits
+from tfc.backends.llvm.kernels_scalar import float_limits
 from tfc.ir.core import Op, Value
 from tfc.ir.registry import normalize_axis
 from tfc.ir.types import DType
@@ -120,8 +123,6 @@ def lower_scatter_add(gc, op: Op) -> None:
 def lower_argreduce(gc, op: Op) -> None:
     x = op.inputs[0]
     out = op.result
-    if x.dtype is DType.f16:
-        raise Unsupported("f16")
     kc = gc.kernel(op.kind, [x, out])
     b = kc.b
     rank = x.type.rank
@@ -322,6 +323,41 @@ EXTRA_RULES["max_pool"] = _pool_rule
 EXTRA_RULES["avg_pool"] = _pool_rule
 
 
+def _pool_grad_grad_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
+    """One element of ``max_pool_grad_grad(x, y, g)``: ``g`` at the first maximum of
+    this window of ``x`` — ``max_pool_grad``'s walk and tie rule (row-major taps, a NaN
+    wins, padding is -inf and takes part; ``g`` is 0 there, as the reference's zero-padded
+    ``g``). Only loads and selects, so f16 is exact."""
+    x, _y, g = op.inputs
+    kc, b = em.kc, em.b
+    (kh, kw), (sh, sw) = _window(op)
+    n, ho, wo, c = idx
+    xd = kc.dims(x)
+    h0 = b.sub(b.mul(ho, U.i64(sh)), pad_before(kc, op, x, 1, kh, sh))
+    w0 = b.sub(b.mul(wo, U.i64(sw)), pad_before(kc, op, x, 2, kw, sw))
+    ct = U.compute_type(x.dtype)
+    lowest, zero = float_limits(ct)[0], ir.Constant(ct, 0.0)
+
+    def win(i, j, acc):
+        best, picked, first = acc
+        hi, wi = b.add(h0, i), b.add(w0, j)
+        ok = inside(b, hi, wi, xd)
+        at = (n, b.select(ok, hi, ZERO), b.select(ok, wi, ZERO), c)
+        em.push()
+        xv, gv = em.value(x, at), em.value(g, at)
+        em.pop()
+        xv, gv = b.select(ok, xv, lowest), b.select(ok, gv, zero)
+        wins = b.and_(b.fcmp_unordered(">", xv, best), b.fcmp_ordered("ord", best, best))
+        take = b.or_(first, wins)
+        return [b.select(take, xv, best), b.select(take, gv, picked), ir.Constant(U.I1, 0)]
+
+    _, picked, _ = fold_window(b, kh, kw, win, [lowest, zero, ir.Constant(U.I1, 1)])
+    return picked
+
+
+EXTRA_RULES["max_pool_grad_grad"] = _pool_grad_grad_rule
+
+
 def lower_pool_grad(gc, op: Op) -> None:
     """``max_pool_grad(x, y, dy)`` / ``avg_pool_grad(dy, like)``.
 
@@ -332,7 +368,9 @@ def lower_pool_grad(gc, op: Op) -> None:
     win) — and writes it. Windows that do not overlap (strides >= window) *store* their
     shares, zeros included, so when they also tile the image exactly nothing else is
     written; otherwise the image is zeroed first, and overlapping windows *add*.
-    Windows wholly inside the image take a branch with no per-tap checks."""
+    Windows wholly inside the image take a branch with no per-tap checks. f16 shares are
+    computed in f32; where windows overlap they are added in f32 scratch and each
+    image's sums rounded to f16 once at its end (``_Accumulator``)."""
     is_max = op.kind == "max_pool_grad"
     if is_max:
         x, _y, dy = op.inputs
@@ -343,20 +381,20 @@ def lower_pool_grad(gc, op: Op) -> None:
         x = None
         values = [dy, op.result]
     out = op.result
-    if out.dtype is DType.f16:
-        raise Unsupported("f16")
     (kh, kw), (sh, sw) = _window(op)
     if kh * kw > MAX_UNROLLED_TAPS:
         _pool_grad_loops(gc, op, image, x, dy, values)
         return
-    kc = gc.kernel(op.kind, values)
+    disjoint = sh >= kh and sw >= kw
+    acc = _Accumulator(gc, out, wide=not disjoint)
+    kc = gc.kernel(op.kind, values, acc.extra)
+    acc.bind(kc)
     b = kc.b
     xd = kc.dims(image)
     dd = kc.dims(dy)
     dt = out.dtype
     ct = U.compute_type(dt)
     zero = ir.Constant(ct, 0.0)
-    disjoint = sh >= kh and sw >= kw
     h, w = image.type.shape[1], image.type.shape[2]
     tiled = (disjoint and (sh, sw) == (kh, kw) and isinstance(h, int) and isinstance(w, int)
              and h % kh == 0 and w % kw == 0)
@@ -369,10 +407,9 @@ def lower_pool_grad(gc, op: Op) -> None:
     lowest = float_limits(ct)[0]
 
     def per_image(n, _c) -> None:
+        base = U.mul(b, n, plane)
         if not tiled:
-            base = U.mul(b, n, plane)
-            U.loop(b, ZERO, plane,
-                   lambda i, _c2: U.store(b, kc.ptr(out), dt, b.add(base, i), zero), name="z")
+            acc.zero(base, plane)
 
         def per_window(idx, _c2) -> None:
             ho, wo = idx
@@ -422,9 +459,10 @@ def lower_pool_grad(gc, op: Op) -> None:
                         at = b.add(off, c)
 
                         def put(at=at, s=s) -> None:
-                            if not disjoint:
-                                s = b.fadd(U.load(b, kc.ptr(out), dt, at), s)
-                            U.store(b, kc.ptr(out), dt, at, s)
+                            if disjoint:
+                                acc.store(at, s)
+                            else:
+                                acc.add(at, s)
                         if checked:
                             with b.if_then(ok):
                                 put()
@@ -440,9 +478,53 @@ def lower_pool_grad(gc, op: Op) -> None:
                     channels(True)
 
         U.loop_nest(b, [(ZERO, dd[1]), (ZERO, dd[2])], per_window, name="o")
+        acc.narrow(base, plane)
 
     U.loop(b, lo, hi, per_image, name="n")
     kc.finish()
+
+
+class _Accumulator:
+    """Where a pool gradient's sums are made: the result itself, or (f16 result and
+    ``wide``: several shares add up per pixel) f32 scratch shaped like the result, whose
+    sums ``narrow`` rounds to f16 once, as the reference rounds its f32/f64 sums."""
+
+    def __init__(self, gc, out: Value, wide: bool) -> None:
+        self.out = out
+        self.wide = wide and out.dtype is DType.f16
+        self.extra: list[Storage] = []
+        if self.wide:
+            gc.comp.scratch.append(lambda bd, out=out: 4 * bd.size(out))
+            self.extra = [Storage("scratch", 0)]
+        self.dt = DType.f32 if self.wide else out.dtype
+
+    def bind(self, kc: Kernel) -> None:
+        self.kc, self.b = kc, kc.b
+        self.ptr = kc.storage_ptr(self.extra[0]) if self.wide else kc.ptr(self.out)
+
+    def zero(self, base: ir.Value, count: ir.Value) -> None:
+        """Zero ``count`` sums from ``base`` on."""
+        b, zero = self.b, ir.Constant(U.compute_type(self.dt), 0.0)
+        U.loop(b, ZERO, count,
+               lambda i, _c: U.store(b, self.ptr, self.dt, b.add(base, i), zero), name="z")
+
+    def store(self, at: ir.Value, v: ir.Value) -> None:
+        U.store(self.b, self.ptr, self.dt, at, v)
+
+    def add(self, at: ir.Value, v: ir.Value) -> None:
+        b = self.b
+        U.store(b, self.ptr, self.dt, at, b.fadd(U.load(b, self.ptr, self.dt, at), v))
+
+    def narrow(self, base: ir.Value, count: ir.Value) -> None:
+        """Round ``count`` sums from ``base`` on into the result (f16 only)."""
+        if not self.wide:
+            return
+        b, f32 = self.b, DType.f32
+
+        def body(i: ir.Value, _c) -> None:
+            at = b.add(base, i)
+            U.store(b, self.kc.ptr(self.out), self.out.dtype, at, U.load(b, self.ptr, f32, at))
+        U.loop(b, ZERO, count, body, name="nw")
 
 
 def _pool_grad_loops(gc, op: Op, image: Value, x: Value | None, dy: Value,
@@ -452,16 +534,16 @@ def _pool_grad_loops(gc, op: Op, image: Value, x: Value | None, dy: Value,
     share to every real tap)."""
     is_max = x is not None
     out = op.result
-    kc = gc.kernel(op.kind, values)
+    acc = _Accumulator(gc, out, wide=True)
+    kc = gc.kernel(op.kind, values, acc.extra)
+    acc.bind(kc)
     kc.whole()
     b = kc.b
     (kh, kw), (sh, sw) = _window(op)
     xd = kc.dims(image)
     dd = kc.dims(dy)
     dt = out.dtype
-    zero = ir.Constant(U.compute_type(dt), 0.0)
-    U.loop(b, ZERO, kc.size(out), lambda i, _c: U.store(b, kc.ptr(out), dt, i, zero),
-           name="z")
+    acc.zero(ZERO, kc.size(out))
     ph = pad_before(kc, op, image, 1, kh, sh)
     pw = pad_before(kc, op, image, 2, kw, sw)
     bounds = [(ZERO, U.i64(kh)), (ZERO, U.i64(kw))]
@@ -494,8 +576,8 @@ def _pool_grad_loops(gc, op: Op, image: Value, x: Value | None, dy: Value,
             _, at, real = U.loop_nest(b, bounds, scan, [lowest, U.i64(-1),
                                                        ir.Constant(U.I1, 0)], name="w")
             at = b.select(real, at, ZERO)
-            cur = U.load(b, kc.ptr(out), dt, at)
-            U.store(b, kc.ptr(out), dt, at, b.select(real, b.fadd(cur, g), cur))
+            with b.if_then(real):
+                acc.add(at, g)
             return
 
         def count(ij, acc):
@@ -508,12 +590,13 @@ def _pool_grad_loops(gc, op: Op, image: Value, x: Value | None, dy: Value,
 
         def spread(ij, _acc):
             ok, off = inside_at(*ij)
-            cur = U.load(b, kc.ptr(out), dt, off)
-            U.store(b, kc.ptr(out), dt, off, b.select(ok, b.fadd(cur, share), cur))
+            with b.if_then(ok):
+                acc.add(off, share)
 
         U.loop_nest(b, bounds, spread, name="a")
 
     _nest(kc, dd, per_out, name="o")
+    acc.narrow(ZERO, kc.size(out))
     kc.finish()
 
 

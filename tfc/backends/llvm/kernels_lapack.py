@@ -17,7 +17,7 @@ results rounded once (the reference's ``compute_dtype`` rule).
 f16 ``matmul`` lives here too, as the other LAPACK/BLAS-through-a-workspace kernel: both
 inputs widened to f32 in scratch, one ``sgemm`` per matrix of the batch (the batch
 broadcast as ``kernels_linalg.lower_matmul``), the f32 products rounded once to f16 — the
-reference's ``compute_dtype`` rule. f32 and f64 products go to ``kernels_linalg``.
+reference's ``compute_dtype`` rule. f32, f64, i32 and i64 products go to ``kernels_linalg``.
 """
 
 from __future__ import annotations

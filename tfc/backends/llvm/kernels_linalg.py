@@ -9,8 +9,10 @@ Other convolutions are im2col into the arena's scratch area (``[N*Ho*Wo, kh*kw*C
 padding as zeros) followed by one GEMM with the filter seen as ``[kh*kw*C, Co]``;
 ``conv2d_backprop_filter`` is the same im2col and ``cols^T @ dy``;
 ``conv2d_backprop_input`` (always) is ``dy @ W^T`` into scratch, then col2im (each
-column element added to its input pixel). Only f32 and f64 (BLAS types); other dtypes
-are not lowered.
+column element added to its input pixel). BLAS has f32 and f64: f16 convolutions widen
+their operands to f32 in scratch, run the f32 route and round the result once (as the
+reference: ``_Wide``; f16 ``matmul`` is ``kernels_lapack``'s); i32/i64 products are
+loop kernels (``int_gemm``), wrapping on overflow as numpy.
 """
 
 from __future__ import annotations
@@ -44,7 +46,11 @@ def gemm(kc: Kernel, dtype: DType, ta: bool, tb: bool, m: ir.Value, n: ir.Value,
          k: ir.Value, a: ir.Value, lda: ir.Value, b_: ir.Value, ldb: ir.Value,
          c: ir.Value, ldc: ir.Value, beta: float = 0.0, alpha: float = 1.0) -> None:
     """``C[m,n] = alpha op(A) @ op(B) (+ beta C)``, row-major; skipped when the result
-    is empty (and C zeroed by BLAS's ``beta = 0`` when ``k`` is 0)."""
+    is empty (and C zeroed by BLAS's ``beta = 0`` when ``k`` is 0). Integer dtypes (no
+    BLAS has them) take ``int_gemm``'s loops."""
+    if dtype.is_int:
+        int_gemm(kc, dtype, ta, tb, m, n, k, a, lda, b_, ldb, c, ldc, beta, alpha)
+        return
     b = kc.b
     fn, ft = _gemm_fn(kc, dtype)
     i32 = U.I32
@@ -61,6 +67,61 @@ def gemm(kc: Kernel, dtype: DType, ta: bool, tb: bool, m: ir.Value, n: ir.Value,
                     ir.Constant(i32, TRANS if tb else NO_TRANS), t32(m), t32(n), t32(k),
                     ir.Constant(ft, alpha), a, t32(at_least_1(lda)), b_, t32(at_least_1(ldb)),
                     ir.Constant(ft, beta), c, t32(at_least_1(ldc))])
+
+
+def int_gemm(kc: Kernel, dtype: DType, ta: bool, tb: bool, m: ir.Value, n: ir.Value,
+             k: ir.Value, a: ir.Value, lda: ir.Value, b_: ir.Value, ldb: ir.Value,
+             c: ir.Value, ldc: ir.Value, beta: float = 0.0, alpha: float = 1.0) -> None:
+    """``gemm`` for i32/i64 as loops, wrapping on overflow as numpy's integer matmul
+    (LLVM ``add``/``mul`` without ``nsw``; sums mod 2^bits do not depend on the order).
+
+    The innermost loop runs over contiguous memory so LLVM vectorizes it: ``i-k-j``
+    (``C[i,:] += A[i,p] * B[p,:]``, the row of C staying in L1 across ``p``) unless only B
+    is transposed, where each ``C[i,j]`` is the dot product of two contiguous rows (an
+    integer reduction, which vectorizes without reassociation flags). Both transposed
+    keeps ``i-k-j`` with B read at a stride (rare; correct, not fast)."""
+    if alpha != 1.0 or beta not in (0.0, 1.0):
+        raise Unsupported(f"an integer product scaled by {alpha} (+ {beta} C)")
+    b = kc.b
+    zero = ir.Constant(U.compute_type(dtype), 0)
+
+    def at_a(i: ir.Value, p: ir.Value) -> ir.Value:
+        return U.load(b, a, dtype, b.add(b.mul(p, lda), i) if ta else b.add(b.mul(i, lda), p))
+
+    def at_b(p: ir.Value, j: ir.Value) -> ir.Value:
+        return U.load(b, b_, dtype, b.add(b.mul(j, ldb), p) if tb else b.add(b.mul(p, ldb), j))
+
+    def c_at(i: ir.Value, j: ir.Value) -> ir.Value:
+        return b.add(b.mul(i, ldc), j)
+
+    if tb and not ta:
+        def dot(ij, _c) -> None:
+            i, j = ij
+            (s,) = U.loop(b, ZERO, k, lambda p, acc: [b.add(acc[0], b.mul(at_a(i, p),
+                                                                          at_b(p, j)))],
+                          [zero], name="p")
+            if beta:
+                s = b.add(s, U.load(b, c, dtype, c_at(i, j)))
+            U.store(b, c, dtype, c_at(i, j), s)
+
+        U.loop_nest(b, [(ZERO, m), (ZERO, n)], dot, name="ij")
+        return
+
+    def row(i: ir.Value, _c) -> None:
+        if not beta:
+            U.loop(b, ZERO, n, lambda j, _c2: U.store(b, c, dtype, c_at(i, j), zero), name="z")
+
+        def per_p(p: ir.Value, _c2) -> None:
+            av = at_a(i, p)
+
+            def per_j(j: ir.Value, _c3) -> None:
+                at = c_at(i, j)
+                U.store(b, c, dtype, at, b.add(U.load(b, c, dtype, at), b.mul(av, at_b(p, j))))
+            U.loop(b, ZERO, n, per_j, name="j")
+
+        U.loop(b, ZERO, k, per_p, name="p")
+
+    U.loop(b, ZERO, m, row, name="i")
 
 
 def _elem(b: ir.IRBuilder, ptr: ir.Value, dtype: DType, off: ir.Value) -> ir.Value:
@@ -109,21 +170,22 @@ def batched_gemm(kc: Kernel, op: Op, dtype: DType, a_ptr: ir.Value, b_ptr: ir.Va
 # ---- convolution -------------------------------------------------------------------------------
 
 def _scratch(gc, cols_rows: Value, cols_width_of: Callable[[Binding], int],
-             dtype: DType) -> Storage:
-    """Reserve scratch for ``[rows of cols_rows' first 3 dims, width]``."""
+             dtype: DType, extra: Callable[[Binding], int] = lambda bd: 0) -> Storage:
+    """Reserve scratch for ``[rows of cols_rows' first 3 dims, width]`` and ``extra``
+    elements after it (of ``dtype``)."""
     item = dtype.itemsize
 
     def nbytes(bd: Binding) -> int:
-        s = bd.shapes[cols_rows]
-        return s[0] * s[1] * s[2] * cols_width_of(bd) * item
+        s = bd.shape(cols_rows)
+        return (s[0] * s[1] * s[2] * cols_width_of(bd) + extra(bd)) * item
     gc.comp.scratch.append(nbytes)
     return Storage("scratch", 0)
 
 
 def _im2col(kc: Kernel, op: Op, x: Value, cols: ir.Value, out_like: Value,
-            kh: int, kw: int) -> tuple[ir.Value, ir.Value]:
-    """Fill ``cols[N*Ho*Wo, kh*kw*C]`` from NHWC ``x`` (zeros outside); returns
-    (rows, width)."""
+            kh: int, kw: int, cols_dt: DType | None = None) -> tuple[ir.Value, ir.Value]:
+    """Fill ``cols[N*Ho*Wo, kh*kw*C]`` (of ``cols_dt``, default ``x``'s dtype) from NHWC
+    ``x`` (zeros outside); returns (rows, width)."""
     b = kc.b
     (sh, sw), (dh, dw) = conv_geometry(op)
     xd = kc.dims(x)
@@ -133,6 +195,7 @@ def _im2col(kc: Kernel, op: Op, x: Value, cols: ir.Value, out_like: Value,
     pw = pad_before(kc, op, x, 2, kw, sw, dw)
     width = b.mul(U.i64(kh * kw), c)
     dt = x.dtype
+    cdt = cols_dt or dt
 
     def body(idx, _c) -> None:
         n, ho, wo, i, j = idx
@@ -148,7 +211,7 @@ def _im2col(kc: Kernel, op: Op, x: Value, cols: ir.Value, out_like: Value,
 
         def chan(ci, _c2) -> None:
             v = U.load(b, kc.ptr(x), dt, b.add(src, ci))
-            U.store(b, cols, dt, b.add(dst, ci), b.select(ok, v, zero))
+            U.store(b, cols, cdt, b.add(dst, ci), b.select(ok, v, zero))
 
         U.loop(b, ZERO, c, chan, name="ch")
 
@@ -169,17 +232,21 @@ def lower_conv2d(gc, op: Op) -> None:
     x, w = op.inputs
     out = op.result
     kh, kw = _conv_check(x.dtype, w)
-    if is_direct(x, kh, kw):
+    wide = _Wide(x.dtype)
+    if not wide and is_direct(x, kh, kw):
         direct_conv2d(gc, op, kh, kw)
         return
-    scratch = _scratch(gc, out, lambda bd: kh * kw * bd.shapes[x][3], x.dtype)
+    scratch = _scratch(gc, out, lambda bd: kh * kw * bd.shapes[x][3], wide.dt,
+                       wide.extra(w, out))
     kc = gc.kernel("conv2d", [x, w, out], [scratch])
     kc.whole()
     cols = kc.storage_ptr(scratch)
-    rows, width = _im2col(kc, op, x, cols, out, kh, kw)
+    rows, width = _im2col(kc, op, x, cols, out, kh, kw, wide.dt)
+    w_ptr, o_ptr = wide.operands(kc, U.elem_ptr(kc.b, cols, wide.dt, kc.b.mul(rows, width)),
+                                 [w], [out])
     co = kc.dim(w, 3)
-    gemm(kc, x.dtype, False, False, rows, co, width, cols, width, kc.ptr(w), co,
-         kc.ptr(out), co)
+    gemm(kc, wide.dt, False, False, rows, co, width, cols, width, w_ptr, co, o_ptr, co)
+    wide.narrow(kc, o_ptr, out)
     kc.finish()
 
 
@@ -187,18 +254,22 @@ def lower_conv2d_backprop_filter(gc, op: Op) -> None:
     x, dy, like = op.inputs
     out = op.result
     kh, kw = _conv_check(x.dtype, like)
-    if is_direct(x, kh, kw):
+    wide = _Wide(x.dtype)
+    if not wide and is_direct(x, kh, kw):
         direct_backprop_filter(gc, op, kh, kw)
         return
-    scratch = _scratch(gc, dy, lambda bd: kh * kw * bd.shapes[x][3], x.dtype)
+    scratch = _scratch(gc, dy, lambda bd: kh * kw * bd.shapes[x][3], wide.dt,
+                       wide.extra(dy, out))
     kc = gc.kernel("conv2d_bwd_filter", [x, dy, out], [scratch])
     kc.whole()
     cols = kc.storage_ptr(scratch)
-    rows, width = _im2col(kc, op, x, cols, dy, kh, kw)
+    rows, width = _im2col(kc, op, x, cols, dy, kh, kw, wide.dt)
+    dy_ptr, o_ptr = wide.operands(kc, U.elem_ptr(kc.b, cols, wide.dt, kc.b.mul(rows, width)),
+                                  [dy], [out])
     co = kc.dim(dy, 3)
     # dW[width, Co] = cols^T [width, rows] @ dy [rows, Co]
-    gemm(kc, x.dtype, True, False, width, co, rows, cols, width, kc.ptr(dy), co,
-         kc.ptr(out), co)
+    gemm(kc, wide.dt, True, False, width, co, rows, cols, width, dy_ptr, co, o_ptr, co)
+    wide.narrow(kc, o_ptr, out)
     kc.finish()
 
 
@@ -206,7 +277,9 @@ def lower_conv2d_backprop_input(gc, op: Op) -> None:
     w, dy, like = op.inputs
     out = op.result
     kh, kw = _conv_check(w.dtype, w)
-    scratch = _scratch(gc, dy, lambda bd: kh * kw * bd.shapes[like][3], w.dtype)
+    wide = _Wide(w.dtype)
+    scratch = _scratch(gc, dy, lambda bd: kh * kw * bd.shapes[like][3], wide.dt,
+                       wide.extra(w, dy, out))
     kc = gc.kernel("conv2d_bwd_input", [w, dy, out], [scratch])
     kc.whole()
     b = kc.b
@@ -215,11 +288,13 @@ def lower_conv2d_backprop_input(gc, op: Op) -> None:
     c, co = xd[3], dd[3]
     rows = U.product(b, dd[:3])
     width = b.mul(U.i64(kh * kw), c)
+    w_ptr, dy_ptr, o_ptr = wide.operands(kc, U.elem_ptr(b, cols, wide.dt, b.mul(rows, width)),
+                                         [w, dy], [out])
     # dcols[rows, width] = dy [rows, Co] @ W^T  (W seen as [width, Co])
-    gemm(kc, w.dtype, False, True, rows, width, co, kc.ptr(dy), co, kc.ptr(w), co, cols, width)
-    dt = out.dtype
+    gemm(kc, wide.dt, False, True, rows, width, co, dy_ptr, co, w_ptr, co, cols, width)
+    dt = wide.dt
     zero = ir.Constant(U.compute_type(dt), 0.0)
-    U.loop(b, ZERO, kc.size(out), lambda i, _c: U.store(b, kc.ptr(out), dt, i, zero), name="z")
+    U.loop(b, ZERO, kc.size(out), lambda i, _c: U.store(b, o_ptr, dt, i, zero), name="z")
     (sh, sw), (dh, dw) = conv_geometry(op)
     ph = pad_before(kc, op, out, 1, kh, sh, dh)
     pw = pad_before(kc, op, out, 2, kw, sw, dw)
@@ -236,20 +311,68 @@ def lower_conv2d_backprop_input(gc, op: Op) -> None:
             src = b.add(b.mul(row, width), b.mul(b.add(b.mul(i, U.i64(kw)), j), c))
 
             def chan(ci, _c2) -> None:
-                cur = U.load(b, kc.ptr(out), dt, b.add(dst, ci))
+                cur = U.load(b, o_ptr, dt, b.add(dst, ci))
                 v = U.load(b, cols, dt, b.add(src, ci))
-                U.store(b, kc.ptr(out), dt, b.add(dst, ci), b.fadd(cur, v, flags=U.FAST))
+                U.store(b, o_ptr, dt, b.add(dst, ci), b.fadd(cur, v, flags=U.FAST))
 
             U.loop(b, ZERO, c, chan, name="ch")
 
     U.loop_nest(b, [(ZERO, dd[0]), (ZERO, dd[1]), (ZERO, dd[2]), (ZERO, U.i64(kh)),
                     (ZERO, U.i64(kw))], body, name="ci")
+    wide.narrow(kc, o_ptr, out)
     kc.finish()
+
+
+class _Wide:
+    """f16 convolutions run the f32 route: the GEMM operands other than ``cols`` are
+    widened into scratch after it, the GEMM (and col2im's sums) produce f32 in scratch,
+    and the result is rounded to f16 once — the reference's ``compute_dtype`` rule (it
+    widens, computes in f32 and rounds once). For f32/f64 it adds nothing: operands and
+    result are used in place. False for those, so ``if not wide`` reads naturally."""
+
+    def __init__(self, dtype: DType) -> None:
+        self.on = dtype is DType.f16
+        self.dt = DType.f32 if self.on else dtype
+
+    def __bool__(self) -> bool:
+        return self.on
+
+    def extra(self, *values: Value) -> Callable[[Binding], int]:
+        """Scratch elements after ``cols``: an f32 copy of each of ``values``."""
+        if not self.on:
+            return lambda bd: 0
+        return lambda bd: sum(bd.size(v) for v in values)
+
+    def operands(self, kc: Kernel, at: ir.Value, inputs: list[Value],
+                 outputs: list[Value]) -> list[ir.Value]:
+        """Pointers to ``inputs`` then ``outputs`` as the GEMM sees them: in place, or
+        f32 copies laid out from ``at`` on (inputs widened here)."""
+        if not self.on:
+            return [kc.ptr(v) for v in (*inputs, *outputs)]
+        b, f32, ptrs = kc.b, DType.f32, []
+        for v in (*inputs, *outputs):
+            ptrs.append(at)
+            if v in inputs:
+                def widen(i: ir.Value, _c, v=v, dst=at) -> None:
+                    U.store(b, dst, f32, i, U.load(b, kc.ptr(v), v.dtype, i))
+                U.loop(b, ZERO, kc.size(v), widen, name="w")
+            at = U.elem_ptr(b, at, f32, kc.size(v))
+        return ptrs
+
+    def narrow(self, kc: Kernel, src: ir.Value, out: Value) -> None:
+        """Round the f32 result at ``src`` into ``out`` (f16 only)."""
+        if not self.on:
+            return
+        b = kc.b
+
+        def body(i: ir.Value, _c) -> None:
+            U.store(b, kc.ptr(out), out.dtype, i, U.load(b, src, DType.f32, i))
+        U.loop(b, ZERO, kc.size(out), body, name="n")
 
 
 def _conv_check(dtype: DType, filt: Value) -> tuple[int, int]:
     """The filter's (height, width) of a convolution the GEMM kernels can run."""
-    if dtype not in (DType.f32, DType.f64):
+    if dtype not in (DType.f16, DType.f32, DType.f64):
         raise Unsupported(f"{dtype.value} convolutions")
     kh, kw = filt.type.shape[0], filt.type.shape[1]
     if not (isinstance(kh, int) and isinstance(kw, int)):
@@ -258,7 +381,7 @@ def _conv_check(dtype: DType, filt: Value) -> tuple[int, int]:
 
 
 def _matmul_check(gc, op: Op) -> None:
-    if op.inputs[0].dtype not in (DType.f32, DType.f64):
+    if op.inputs[0].dtype not in (DType.f32, DType.f64, DType.i32, DType.i64):
         raise Unsupported(f"{op.inputs[0].dtype.value} matrix products")
     lower_matmul(gc, op)
 
