@@ -124,3 +124,28 @@ def test_compiled_requests_are_cached():
     for n in (1, 2, 3):
         sess.run(y, {x: np.ones(n, np.float32)})
     assert len(sess._cache) == 1
+
+
+def test_repeated_requests_resolve_once_and_behave_as_new_ones():
+    """run keeps each request (fetch structure + feed keys) as a make_callable step: a
+    loop that builds a fresh fetch list every step reuses it, other keys or structures
+    get their own, and the results are those of a first run."""
+    x = tfc.placeholder(tfc.float32, [None], name="x")
+    v = tfc.Variable(np.zeros(2, np.float32), name="v")
+    bump = v.assign_add(tfc.ones([2]))
+    y = x * 2.0
+    with tfc.Session() as sess:
+        for i in range(4):
+            got = sess.run([bump, {"y": y, "v": v}], {x: np.full(3, i, np.float32)})
+            assert got[0] is None
+            np.testing.assert_array_equal(got[1]["y"], np.full(3, 2 * i))
+            np.testing.assert_array_equal(got[1]["v"], np.full(2, i))  # read at step start
+        assert len(sess._runs) == 1
+        np.testing.assert_array_equal(sess.run(y, {"x": [1.0]}), [2.0])  # by name
+        np.testing.assert_array_equal(sess.run((y,), {x: [1.0]})[0], [2.0])  # a tuple
+        assert len(sess._runs) == 3
+        with pytest.raises(tfc.TfcError, match="cannot fetch"):
+            sess.run([y, np.ones(2)], {x: [1.0]})  # unhashable: reported as before
+        with pytest.raises(FeedError, match="dtype"):
+            sess.run(y, {x: np.ones(2, np.float64)})
+        assert sess.step == 6

@@ -50,6 +50,21 @@ def _flatten(fetches: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
     return [fetches], lambda vals: vals[0]
 
 
+MAX_CACHED_RUNS = 256  # distinct run requests a session keeps (oldest dropped first)
+
+
+def _request_key(fetches: Any) -> Any:
+    """A hashable key of a fetch structure: its shape, and its leaves themselves (tensors
+    hash and compare by identity, as in TensorFlow 1; the key keeps them alive, so no
+    other object can take their place). Raises TypeError for an unhashable leaf."""
+    if isinstance(fetches, (list, tuple)):
+        return (type(fetches), tuple(_request_key(f) for f in fetches))
+    if isinstance(fetches, Mapping):
+        return (type(fetches), tuple((k, _request_key(v)) for k, v in fetches.items()))
+    hash(fetches)
+    return fetches
+
+
 def _fetch_request(fetches: Any) -> tuple[list[Any], Callable[[list[Any]], Any],
                                           list[Tensor], list[Operation]]:
     """The leaves of ``fetches``, how to rebuild its structure, and the tensors to fetch
@@ -80,6 +95,7 @@ class Session:
         self.variables: dict[str, np.ndarray] = {}
         self.step = 0
         self._cache: dict[tuple, _Compiled] = {}
+        self._runs: dict[tuple, Callable[..., Any]] = {}  # run's requests: make_callable's
         # how many of the graph's variables were last seen all holding values here
         self._checked_variables = -1
         self._closed = False
@@ -100,21 +116,33 @@ class Session:
         self._closed = True
         self._closed_word.value = 1
         self._cache.clear()
+        self._runs.clear()
 
     # ---- running -------------------------------------------------------------------------
 
     def run(self, fetches: Any, feed_dict: Mapping[Any, Any] | None = None) -> Any:
         """Values of ``fetches`` (a tensor, operation, variable, or a nested list / tuple /
-        dict of them) given ``feed_dict`` (tensor or placeholder name -> value)."""
+        dict of them) given ``feed_dict`` (tensor or placeholder name -> value).
+
+        A request is ``make_callable(fetches, list(feed_dict))``, kept by the structure of
+        its fetches and its feed keys: a training loop that runs the same request every
+        step pays for resolving it once (on the llvm backend each later step is then one
+        native call, ``pystep``)."""
         if self._closed:
             raise TfcError("this session is closed")
-        leaves, rebuild, tensors, targets = _fetch_request(fetches)
-        feeds = self._resolve_feeds(feed_dict or {})
-        self._initialize_missing(targets)
-        compiled = self._compile(tensors, targets, [t for t, _ in feeds])
-        values = self._execute(compiled, [v for _, v in feeds])
-        it = iter(values)
-        return rebuild([None if isinstance(x, Operation) else next(it) for x in leaves])
+        feed_dict = feed_dict or {}
+        try:
+            key = (_request_key(fetches), tuple(feed_dict))
+            step = self._runs.get(key)
+        except TypeError:  # an unhashable fetch or feed: make_callable says what is wrong
+            key, step = None, None
+        if step is None:
+            step = self.make_callable(fetches, list(feed_dict))
+            if key is not None:
+                if len(self._runs) >= MAX_CACHED_RUNS:
+                    del self._runs[next(iter(self._runs))]
+                self._runs[key] = step
+        return step(*feed_dict.values())
 
     def make_callable(self, fetches: Any, feed_list: Any = None) -> Callable[..., Any]:
         """A function running ``run(fetches, feed_dict)`` with the feeds given

@@ -1,5 +1,5 @@
-"""``Program.callable``'s per-call path in machine code: a Python function object whose
-body is native.
+"""The per-call path of ``Program.callable`` and ``Session.make_callable`` in machine
+code: a Python function object whose body is native.
 
 A step of a small graph costs more in Python than in its kernels: checking each feed,
 writing its pointer, finding recycled output arrays, reading the variables, swapping the
@@ -380,7 +380,7 @@ class _Compiled:
                 cls._loaded = jit.load_object(obj)
                 cls._method = _MethodDef(
                     NAME.encode(), cls._loaded.address(NAME), _METH_FASTCALL,
-                    b"One step of a tfc entry (Program.callable), run natively.")
+                    b"One step of a tfc graph (a callable), run natively.")
             return cls._method
 
 
