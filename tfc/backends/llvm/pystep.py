@@ -426,6 +426,7 @@ class NativeStep:
         t[H["step_slot"]] = -1 if exe._step_slot is None else exe._step_slot
         t[offsets["ret"]:offsets["ret"] + len(self.index)] = self.index
         self._slow = self.slow  # the bound method object whose address the table holds
+        self._rebinding = threading.Lock()
         t[H["slow"]], t[H["owner"]] = id(self._slow), id(owner.obj)
         t[H["vars_attr"]], t[H["step_attr"]] = id(self.attrs[0]), id(self.attrs[1])
         t[H["one"]] = id(self.one)
@@ -446,9 +447,14 @@ class NativeStep:
 
     def _rebind(self) -> None:
         """Point the table at the executable's latest binding, or disable the native path
-        when there is none or it releases the GIL (a big step: the path saves nothing)."""
+        when there is none or it releases the GIL (a big step: the path saves nothing).
+        One thread at a time: two rebinding at once could leave one binding's pointers
+        with another's shapes."""
+        with self._rebinding:
+            self._point_at(self.exe._last)
+
+    def _point_at(self, bound: Any) -> None:
         exe, t, o = self.exe, self.table, self.offsets
-        bound = exe._last
         t[H["enabled"]] = 0
         self.bound = bound
         if bound is None or bound.call is not exe._entry_gil:
