@@ -4,7 +4,8 @@ Covers each kernel path: direct convolutions (few input channels: padded input,
 vectorized output channels; the backprop filter in explicit vector register blocks when
 the output channels are whole vectors, else a vectorized loop) and im2col + GEMM (many
 input channels); pooling with windows unrolled tap by tap (disjoint, tiling, gapped and
-overlapping windows) and, for large windows, loops. Strides, dilations, SAME and VALID,
+overlapping windows: the gradients of overlapping ones gather per pixel) and, for large
+windows, loops. Strides, dilations, SAME and VALID,
 odd sizes, f16, f32 and f64, a symbolic batch run at several sizes; ``max_pool_grad_grad``
 beside the other pool gradients.
 
@@ -133,6 +134,10 @@ def _pool_module(h, dtype, hw, c, ksize, strides, padding):
     ((8, 7), 2, (3, 2), (1, 1), "VALID"),     # overlapping, stride 1
     ((10, 9), 3, (2, 2), (3, 3), "VALID"),    # gaps between windows
     ((6, 5), 2, (9, 9), (1, 1), "SAME"),      # 81 taps: the loop kernels
+    ((12, 11), 8, (3, 3), (1, 1), "SAME"),    # overlapping: every pixel in up to 9 windows
+    ((11, 10), 3, (4, 3), (3, 2), "SAME"),    # overlap of one row / column, padded border
+    ((9, 8), 2, (3, 1), (2, 2), "VALID"),     # rows overlap, columns have gaps
+    ((7, 9), 9, (5, 5), (2, 3), "VALID"),     # pixels no window holds
 ])
 def test_pools_and_their_gradients(h, dtype, hw, c, ksize, strides, padding):
     m, pshape = _pool_module(h, dtype, hw, c, ksize, strides, padding)
@@ -164,6 +169,26 @@ def test_max_pool_grad_nan_and_infinities(h):
     got, want = h.run_both(m, [x, g, g, h.rand(RNG, x.shape)], exe=exe)
     for a, b in zip(got.fetches[::2], want.fetches[::2]):  # max_pool, _grad, _grad_grad
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("ksize,strides", [((2, 2), None), ((3, 3), (2, 2))])
+def test_f16_max_pool_is_the_f32_max(h, ksize, strides):
+    """f16 max_pool (compares and selects, not the f16 maximum intrinsic) picks what the
+    f32 kernel picks from the same values, bit for bit: a NaN wins, +0 beats -0."""
+    win = dict(ksize=list(ksize), strides=None if strides is None else list(strides),
+               padding="SAME")
+    vals = np.array([-0.0, 0.0, -1.0, 1.0, np.nan, -np.inf, np.inf, 0.5], np.float32)
+    x = RNG.choice(vals, (2, 8, 10, 16), p=[.3, .3, .1, .1, .05, .05, .05, .05])
+    got = {}
+    for dt in (F16, F32):
+        m = h.make_module([("x", dt, ("B", 8, 10, 16))],
+                          lambda b, a: b("max_pool", a[0], **win))
+        got[dt] = h.compile_llvm(m)([x.astype(dt.np)], {}, 0).fetches[0]
+    want = got[F32].astype(np.float16)
+    assert got[F16].dtype == np.float16
+    np.testing.assert_array_equal(np.isnan(got[F16]), np.isnan(want))
+    keep = ~np.isnan(want)
+    np.testing.assert_array_equal(got[F16][keep].view(np.uint16), want[keep].view(np.uint16))
 
 
 def test_max_pool_grads_when_padding_wins(h):

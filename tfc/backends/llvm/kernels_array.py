@@ -10,11 +10,13 @@
 - Pooling: ``max_pool`` / ``avg_pool`` are element rules of the expression emitter (a
   fold over the window per output element, padding never counted), so they fuse like
   element-wise ops; windows of up to ``MAX_UNROLLED_TAPS`` taps are emitted tap by tap,
-  which leaves the channel loop innermost for the vectorizer. ``max_pool_grad`` /
-  ``avg_pool_grad``: per window position, a vectorized loop over channels computes every
-  tap's share and stores it (disjoint windows) or adds it (overlapping ones); large
-  windows take scalar loops. f16 gradients of overlapping windows add up in f32 scratch
-  and are rounded once, as the reference (which sums in f32 or f64, then rounds).
+  which leaves the channel loop innermost for the vectorizer; f16 max is compares and
+  selects (``_maximum``). ``max_pool_grad`` / ``avg_pool_grad``: disjoint windows
+  scatter (per window position, a vectorized loop over channels stores every tap's
+  share); overlapping ones gather in two vectorized passes (per window: the first
+  maximum's tap or the avg share, in scratch; per pixel: the sum over the windows that
+  hold it), so f16 sums are made in f32 and rounded once, as the reference (which sums
+  in f32 or f64, then rounds); large windows take scalar loops (sums in f32 scratch).
   ``max_pool_grad_grad`` is an element rule like ``max_pool``: the same window walk and
   tie rule as ``max_pool_grad``, reading ``g`` at each window's first maximum.
 
@@ -283,6 +285,24 @@ def inside(b: ir.IRBuilder, hi: ir.Value, wi: ir.Value, xd) -> ir.Value:
                   b.and_(b.icmp_signed(">=", wi, ZERO), b.icmp_signed("<", wi, xd[2])))
 
 
+def _maximum(b: ir.IRBuilder, dt: DType, acc: ir.Value, v: ir.Value) -> ir.Value:
+    """``llvm.maximum`` of ``acc`` and ``v`` (a NaN wins, +0 beats -0) in the compute type.
+
+    For f16 it is spelled out in compares and selects: on the intrinsic, InstCombine
+    narrows ``maximum.f32(fpext a, fpext b)`` back to ``maximum.f16``, which AVX2 has no
+    vector form of, and the vectorizer then left the channel loop in scalar calls
+    (a 2x2 f16 max_pool 16x slower than f32). Compares of widened halves are exact, and
+    the selects pick one of the operands, so this is the same value."""
+    if dt is not DType.f16:
+        return combine(b, "max", dt, acc, v)
+    # x86's own lowering of maximum: order the operands by acc's sign so that equal
+    # zeros give the +0 one (the second), then a NaN first operand wins
+    neg = b.icmp_signed("<", b.bitcast(acc, U.I32), ir.Constant(U.I32, 0))
+    first, second = b.select(neg, acc, v), b.select(neg, v, acc)
+    r = b.select(b.fcmp_ordered(">", first, second), first, second)
+    return b.select(b.fcmp_unordered("uno", first, first), first, r)
+
+
 def _pool_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
     """One output element of max_pool / avg_pool: a fold over its window."""
     x = op.inputs[0]
@@ -309,7 +329,7 @@ def _pool_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
         val = em.value(x, (n, hc, wc, c))
         em.pop()
         if is_max:
-            return [b.select(ok, combine(b, "max", dt, acc[0], val), acc[0]), acc[1]]
+            return [b.select(ok, _maximum(b, dt, acc[0], val), acc[0]), acc[1]]
         return [b.select(ok, b.fadd(acc[0], val, flags=U.FAST), acc[0]),
                 b.add(acc[1], b.zext(ok, U.I64))]
 
@@ -361,16 +381,17 @@ EXTRA_RULES["max_pool_grad_grad"] = _pool_grad_grad_rule
 def lower_pool_grad(gc, op: Op) -> None:
     """``max_pool_grad(x, y, dy)`` / ``avg_pool_grad(dy, like)``.
 
-    Split over images. Per window position, the taps' offsets and whether each is a real
-    pixel are computed once; then a loop over the channels (unit stride, vectorized)
-    computes every tap's share of the gradient — for max, the first maximum of the
-    window takes ``dy``, as ``max_positions`` of the reference (padding is -inf and can
-    win) — and writes it. Windows that do not overlap (strides >= window) *store* their
-    shares, zeros included, so when they also tile the image exactly nothing else is
-    written; otherwise the image is zeroed first, and overlapping windows *add*.
-    Windows wholly inside the image take a branch with no per-tap checks. f16 shares are
-    computed in f32; where windows overlap they are added in f32 scratch and each
-    image's sums rounded to f16 once at its end (``_Accumulator``)."""
+    Split over images. Overlapping windows (stride < window on an axis) gather per pixel
+    (``_pool_grad_gather``); windows of more than ``MAX_UNROLLED_TAPS`` taps take loops
+    (``_pool_grad_loops``). Windows that do not overlap scatter: per window position,
+    the taps' offsets and whether each is a real pixel are computed once; then a loop
+    over the channels (unit stride, vectorized) computes every tap's share of the
+    gradient — for max, the first maximum of the window takes ``dy``, as
+    ``max_positions`` of the reference (padding is -inf and can win) — and *stores* it,
+    zeros included, so when the windows also tile the image exactly nothing else is
+    written (else the image is zeroed first). Windows wholly inside the image take a
+    branch with no per-tap checks. f16 shares are computed in f32 and each is the only
+    one its pixel gets, so it is rounded once."""
     is_max = op.kind == "max_pool_grad"
     if is_max:
         x, _y, dy = op.inputs
@@ -385,8 +406,10 @@ def lower_pool_grad(gc, op: Op) -> None:
     if kh * kw > MAX_UNROLLED_TAPS:
         _pool_grad_loops(gc, op, image, x, dy, values)
         return
-    disjoint = sh >= kh and sw >= kw
-    acc = _Accumulator(gc, out, wide=not disjoint)
+    if sh < kh or sw < kw:
+        _pool_grad_gather(gc, op, image, x, dy)
+        return
+    acc = _Accumulator(gc, out, wide=False)
     kc = gc.kernel(op.kind, values, acc.extra)
     acc.bind(kc)
     b = kc.b
@@ -396,7 +419,7 @@ def lower_pool_grad(gc, op: Op) -> None:
     ct = U.compute_type(dt)
     zero = ir.Constant(ct, 0.0)
     h, w = image.type.shape[1], image.type.shape[2]
-    tiled = (disjoint and (sh, sw) == (kh, kw) and isinstance(h, int) and isinstance(w, int)
+    tiled = ((sh, sw) == (kh, kw) and isinstance(h, int) and isinstance(w, int)
              and h % kh == 0 and w % kw == 0)
     key, fn = dim_key(image, 0)
     lo, hi = kc.extent_of([xd[0]], key, fn, out)
@@ -438,18 +461,10 @@ def lower_pool_grad(gc, op: Op) -> None:
                 def chan(c, _c3) -> None:
                     g = U.load(b, kc.ptr(dy), dt, b.add(dbase, c))
                     if is_max:
-                        best, arg = None, ir.Constant(U.I32, 0)
-                        for p, (ok, off) in enumerate(zip(oks, offs)):
-                            v = U.load(b, kc.ptr(x), dt, b.add(off, c))
-                            if checked:
-                                v = b.select(ok, v, lowest)
-                            if best is None:
-                                best = v
-                                continue
-                            take = b.and_(b.fcmp_unordered(">", v, best),
-                                          b.fcmp_ordered("ord", best, best))
-                            best = b.select(take, v, best)
-                            arg = b.select(take, ir.Constant(U.I32, p), arg)
+                        vals = [U.load(b, kc.ptr(x), dt, b.add(off, c)) for off in offs]
+                        if checked:
+                            vals = [b.select(ok, v, lowest) for ok, v in zip(oks, vals)]
+                        arg = _first_max(b, vals)
                         shares = [b.select(b.icmp_signed("==", arg, ir.Constant(U.I32, p)),
                                            g, zero) for p in range(len(taps))]
                     else:
@@ -457,17 +472,11 @@ def lower_pool_grad(gc, op: Op) -> None:
                         shares = [s] * len(taps)
                     for ok, off, s in zip(oks, offs, shares):
                         at = b.add(off, c)
-
-                        def put(at=at, s=s) -> None:
-                            if disjoint:
-                                acc.store(at, s)
-                            else:
-                                acc.add(at, s)
                         if checked:
                             with b.if_then(ok):
-                                put()
+                                acc.store(at, s)
                         else:
-                            put()
+                            acc.store(at, s)
 
                 U.loop(b, ZERO, xd[3], chan, name="c")
 
@@ -479,6 +488,153 @@ def lower_pool_grad(gc, op: Op) -> None:
 
         U.loop_nest(b, [(ZERO, dd[1]), (ZERO, dd[2])], per_window, name="o")
         acc.narrow(base, plane)
+
+    U.loop(b, lo, hi, per_image, name="n")
+    kc.finish()
+
+
+def _first_max(b: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
+    """The position (i32) of the first maximum of ``values`` in their order: a later value
+    wins when it is greater or a NaN, and nothing beats a NaN (the reference's tie rule)."""
+    best, arg = values[0], ir.Constant(U.I32, 0)
+    for p, v in enumerate(values[1:], 1):
+        take = b.and_(b.fcmp_unordered(">", v, best), b.fcmp_ordered("ord", best, best))
+        best = b.select(take, v, best)
+        arg = b.select(take, ir.Constant(U.I32, p), arg)
+    return arg
+
+
+def _candidates(b: ir.IRBuilder, pos: ir.Value, pad: ir.Value, k: int, s: int,
+                count: ir.Value) -> list[tuple[ir.Value, ir.Value, ir.Value]]:
+    """Along one spatial axis, the windows that can hold pixel ``pos``, first window
+    first: ``(window, tap, real)``, where ``tap`` is the pixel's place in that window and
+    ``real`` whether the window exists (``0 <= window < count``) and holds the pixel
+    (``tap < k``). There are ``ceil(k / s)`` of them; ``window`` is clamped to 0 where
+    not ``real``, so loads through it stay in bounds."""
+    t = -(-k // s)
+    pp = b.add(pos, pad)  # >= 0: padding before is never negative
+    q = b.udiv(pp, U.i64(s))
+    r = b.sub(pp, b.mul(q, U.i64(s)))
+    out = []
+    for back in range(t - 1, -1, -1):
+        win = b.sub(q, U.i64(back))
+        tap = b.add(r, U.i64(back * s))
+        real = b.and_(b.and_(b.icmp_signed(">=", win, ZERO), b.icmp_signed("<", win, count)),
+                      b.icmp_signed("<", tap, U.i64(k)))
+        out.append((b.select(real, win, ZERO), tap, real))
+    return out
+
+
+def _pool_grad_gather(gc, op: Op, image: Value, x: Value | None, dy: Value) -> None:
+    """Pool gradients of overlapping windows, in two passes per image, neither of which
+    writes where another tap reads (so both vectorize over channels with no run-time
+    overlap checks, and nothing is read back from memory it just wrote):
+
+    1. per window and channel, what the window hands out, in scratch: for max, the tap
+       of its first maximum (an i8; padding is -inf and takes part, as in the
+       reference); for avg, its share ``dy / count`` in the compute type;
+    2. per pixel and channel, the sum over the windows that hold the pixel (at most
+       ``ceil(k/s)`` per axis, found arithmetically) of what each hands the pixel, in
+       window order, made in the compute type (f32 for f16) and rounded once when
+       stored, as the reference.
+
+    Scattering per window instead (read-modify-write of the result at every tap) left
+    LLVM run-time overlap checks between the taps' rows that always failed, so the whole
+    channel loop ran scalar, with a branch per tap (max: ~10x avg_pool_grad)."""
+    is_max = x is not None
+    out = op.result
+    (kh, kw), (sh, sw) = _window(op)
+    dt = out.dtype
+    ct = U.compute_type(dt)
+    # what pass 1 leaves per window and channel
+    sdt = None if is_max else (DType.f64 if dt is DType.f64 else DType.f32)
+    width = 4 if sdt is None else sdt.itemsize
+    gc.comp.scratch.append(lambda bd, dy=dy, width=width: width * bd.size(dy))
+    scratch = Storage("scratch", 0)
+    kc = gc.kernel(op.kind, [v for v in (x, dy, out) if v is not None], [scratch])
+    sp = kc.storage_ptr(scratch)
+    b = kc.b
+    xd, dd = kc.dims(image), kc.dims(dy)
+    zero = ir.Constant(ct, 0.0)
+    lowest = float_limits(ct)[0]
+    key, fn = dim_key(image, 0)
+    lo, hi = kc.extent_of([xd[0]], key, fn, out)
+    ph = pad_before(kc, op, image, 1, kh, sh)
+    pw = pad_before(kc, op, image, 2, kw, sw)
+    taps = [(i, j) for i in range(kh) for j in range(kw)]
+
+    def per_image(n, _c) -> None:
+        def per_window(idx, _c2) -> None:
+            ho, wo = idx
+            h0 = b.sub(b.mul(ho, U.i64(sh)), ph)
+            w0 = b.sub(b.mul(wo, U.i64(sw)), pw)
+            oks, offs = [], []
+            for i, j in taps:
+                hi_, wi_ = b.add(h0, U.i64(i)), b.add(w0, U.i64(j))
+                ok = inside(b, hi_, wi_, xd)
+                oks.append(ok)
+                offs.append(U.linear(b, [n, b.select(ok, hi_, ZERO), b.select(ok, wi_, ZERO),
+                                         ZERO], xd))
+            dbase = U.linear(b, [n, ho, wo, ZERO], dd)
+            if not is_max:
+                cnt = ZERO
+                for ok in oks:
+                    cnt = b.add(cnt, b.zext(ok, U.I64))
+                cnt = b.sitofp(b.select(b.icmp_signed("==", cnt, ZERO), U.i64(1), cnt), ct)
+
+            def chan(c, _c3) -> None:
+                at = b.add(dbase, c)
+                if is_max:
+                    vals = [b.select(ok, U.load(b, kc.ptr(x), dt, b.add(off, c)), lowest)
+                            for ok, off in zip(oks, offs)]
+                    U.store(b, sp, DType.i32, at, _first_max(b, vals))
+                else:
+                    U.store(b, sp, sdt, at, b.fdiv(U.load(b, kc.ptr(dy), dt, at), cnt))
+
+            U.loop(b, ZERO, xd[3], chan, name="c")
+
+        U.loop_nest(b, [(ZERO, dd[1]), (ZERO, dd[2])], per_window, name="o")
+
+        def per_pixel(idx, _c2) -> None:
+            h, w = idx
+            rows = _candidates(b, h, ph, kh, sh, dd[1])
+            cols = _candidates(b, w, pw, kw, sw, dd[2])
+            cands, any_real = [], ir.Constant(U.I1, 0)
+            for ho, i, real_h in rows:
+                for wo, j, real_w in cols:
+                    real = b.and_(real_h, real_w)
+                    any_real = b.or_(any_real, real)
+                    # a window that does not hold the pixel names a tap no window has
+                    tap = b.select(real, b.trunc(b.add(b.mul(i, U.i64(kw)), j), U.I32),
+                                   ir.Constant(U.I32, -1))
+                    cands.append((real, tap, U.linear(b, [n, ho, wo, ZERO], dd)))
+            obase = U.linear(b, [n, h, w, ZERO], xd)
+
+            def gather(c, _c3) -> None:
+                s = zero
+                for real, tap, off in cands:
+                    at = b.add(off, c)
+                    if is_max:
+                        a = U.load(b, sp, DType.i32, at)
+                        share = U.load(b, kc.ptr(dy), dt, at)
+                        real = b.icmp_unsigned("==", a, tap)
+                    else:
+                        share = U.load(b, sp, sdt, at)
+                    s = b.fadd(s, b.select(real, share, zero))
+                U.store(b, kc.ptr(out), dt, b.add(obase, c), s)
+
+            def clear(c, _c3) -> None:
+                U.store(b, kc.ptr(out), dt, b.add(obase, c), zero)
+
+            # a pixel that no window holds (VALID's last rows, gaps) is 0; the branch
+            # also keeps the loads away from an empty dy
+            with b.if_else(any_real) as (then, other):
+                with then:
+                    U.loop(b, ZERO, xd[3], gather, name="c")
+                with other:
+                    U.loop(b, ZERO, xd[3], clear, name="z")
+
+        U.loop_nest(b, [(ZERO, xd[1]), (ZERO, xd[2])], per_pixel, name="p")
 
     U.loop(b, lo, hi, per_image, name="n")
     kc.finish()
