@@ -378,6 +378,19 @@ def _pool_grad_grad_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
 EXTRA_RULES["max_pool_grad_grad"] = _pool_grad_grad_rule
 
 
+def _window_taps(b: ir.IRBuilder, n: ir.Value, h0: ir.Value, w0: ir.Value,
+                 taps: list[tuple[int, int]], xd) -> tuple[list[ir.Value], list[ir.Value]]:
+    """Per tap of the window at (``h0``, ``w0``) of image ``n``: whether it is a pixel,
+    and the flat offset of its channel 0 (of pixel (0, 0) where it is padding)."""
+    oks, offs = [], []
+    for i, j in taps:
+        hi, wi = b.add(h0, U.i64(i)), b.add(w0, U.i64(j))
+        ok = inside(b, hi, wi, xd)
+        oks.append(ok)
+        offs.append(U.linear(b, [n, b.select(ok, hi, ZERO), b.select(ok, wi, ZERO), ZERO], xd))
+    return oks, offs
+
+
 def lower_pool_grad(gc, op: Op) -> None:
     """``max_pool_grad(x, y, dy)`` / ``avg_pool_grad(dy, like)``.
 
@@ -436,15 +449,8 @@ def lower_pool_grad(gc, op: Op) -> None:
 
         def per_window(idx, _c2) -> None:
             ho, wo = idx
-            h0 = b.sub(b.mul(ho, U.i64(sh)), ph)
-            w0 = b.sub(b.mul(wo, U.i64(sw)), pw)
-            oks, offs = [], []
-            for i, j in taps:
-                hi_, wi_ = b.add(h0, U.i64(i)), b.add(w0, U.i64(j))
-                ok = inside(b, hi_, wi_, xd)
-                oks.append(ok)
-                offs.append(U.linear(b, [n, b.select(ok, hi_, ZERO), b.select(ok, wi_, ZERO),
-                                         ZERO], xd))
+            oks, offs = _window_taps(b, n, b.sub(b.mul(ho, U.i64(sh)), ph),
+                                     b.sub(b.mul(wo, U.i64(sw)), pw), taps, xd)
             all_ok = oks[0]
             for ok in oks[1:]:
                 all_ok = b.and_(all_ok, ok)
@@ -566,15 +572,8 @@ def _pool_grad_gather(gc, op: Op, image: Value, x: Value | None, dy: Value) -> N
     def per_image(n, _c) -> None:
         def per_window(idx, _c2) -> None:
             ho, wo = idx
-            h0 = b.sub(b.mul(ho, U.i64(sh)), ph)
-            w0 = b.sub(b.mul(wo, U.i64(sw)), pw)
-            oks, offs = [], []
-            for i, j in taps:
-                hi_, wi_ = b.add(h0, U.i64(i)), b.add(w0, U.i64(j))
-                ok = inside(b, hi_, wi_, xd)
-                oks.append(ok)
-                offs.append(U.linear(b, [n, b.select(ok, hi_, ZERO), b.select(ok, wi_, ZERO),
-                                         ZERO], xd))
+            oks, offs = _window_taps(b, n, b.sub(b.mul(ho, U.i64(sh)), ph),
+                                     b.sub(b.mul(wo, U.i64(sw)), pw), taps, xd)
             dbase = U.linear(b, [n, ho, wo, ZERO], dd)
             if not is_max:
                 cnt = ZERO
