@@ -67,7 +67,7 @@ class EntryRunner:
                     held.append(variables[name])
             except KeyError as e:
                 raise ExecutionError(f"variable @{e.args[0]} is not initialized") from None
-        outs, upds = fast(arrays, held, prog._step, self._validate)
+        outs, upds = fast(arrays, held, prog._step, self._validate, True)
         if upds:
             for name, u in zip(self.update_names, upds):
                 u.flags.writeable = False

@@ -180,6 +180,7 @@ class LLVMExecutable:
         self._upd_specs = [_var_spec(module.variables[n]) for n in meta.updates]
         self._upd_shapes = [(s, dt) for _, dt, s, _ in self._upd_specs]
         self._upd_pools: list[list[np.ndarray]] = [[] for _ in self._upd_shapes]
+        self._in_place = dict(meta.in_place)  # update index -> variable index (see fast_step)
         self._var_bytes = sum(int(np.prod(s)) * dt.itemsize for _, dt, s, _ in self._var_specs)
         self._constants = list(meta.constants)
         self._n_ptrs = meta.n_ptrs
@@ -223,15 +224,19 @@ class LLVMExecutable:
         return StepResult(outs, dict(zip(self.update_names, upds)))
 
     def fast_step(self, feeds: Sequence[np.ndarray], variables: Sequence[np.ndarray],
-                  step: int, validate: Callable[[Sequence[np.ndarray]], Any] | None = None
-                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+                  step: int, validate: Callable[[Sequence[np.ndarray]], Any] | None = None,
+                  in_place: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """One step for a caller that vouches for its inputs: ``feeds`` are C-contiguous
         numpy arrays of the arguments' dtypes, ``variables`` C-contiguous arrays of the
         declared types in ``var_names`` order. Feed shapes are checked once per binding
         (first by ``validate(feeds)``, for the caller's own error messages). Returns
         fetch arrays and update arrays (in ``update_names`` order) that nothing else
         references (recycled from earlier steps when their holders let go: ``_recycled``).
-        Loops, not comprehensions: this is the per-call overhead."""
+        With ``in_place`` (the caller holds each variable array once, in its store, besides
+        the ``variables`` list, and stores the updates in its place), an update the
+        native code can make in place (``in_place_updates``) is its variable's own array
+        when nothing else holds that (``_sole``): no copy of the variable, no second
+        array. Loops, not comprehensions: this is the per-call overhead."""
         bound = self._last
         if bound is None or len(feeds) != len(bound.key) or not _same_shapes(feeds,
                                                                             bound.key):
@@ -273,8 +278,13 @@ class LLVMExecutable:
                 upds = []
                 if self._upd_shapes:
                     j = 0
+                    sole = self._in_place if in_place else {}
                     for s, dt in self._upd_shapes:
-                        a = _recycled(self._upd_pools[j], s, dt, held[i])
+                        v = sole.get(j)
+                        if v is not None and _sole(variables[v], held[i], self._upd_pools[j]):
+                            a = variables[v]
+                        else:
+                            a = _recycled(self._upd_pools[j], s, dt, held[i])
                         if held[i] is not a:
                             ptrs[i] = dp(a)
                             held[i] = a
@@ -401,7 +411,7 @@ class LLVMExecutable:
                               tuple(b.out_shapes)) for b in bounds]
         m = self.meta
         return NativeMeta(m.var_names, m.updates, m.n_ptrs, m.step_slot, m.errors, m.n_params,
-                          m.constants, tuple(recs), m.passes, m.kernels)
+                          m.constants, tuple(recs), m.passes, m.kernels, m.in_place)
 
     @property
     def profiling(self) -> bool:
@@ -479,13 +489,16 @@ class NativeMeta:
     bindings: tuple[StoredBinding, ...] = ()
     passes: tuple[str, ...] = ()
     kernels: int = 0
+    # (update index, read-variable index): updates the native code can make in place
+    in_place: tuple[tuple[int, int], ...] = ()
 
     @staticmethod
     def of(gc: GraphCompiler, report: CompileReport) -> "NativeMeta":
         return NativeMeta(tuple(gc.var_names), tuple(gc.updates), gc.arena_slot + 1,
                           gc.comp.param_slot(("step",)), tuple(gc.comp.errors),
                           len(gc.comp.params), tuple(gc.constants), (),
-                          tuple(report.passes), report.kernels)
+                          tuple(report.passes), report.kernels,
+                          tuple(sorted(gc.in_place_updates().items())))
 
     def to_json(self) -> dict[str, Any]:
         """Everything but the constants (arrays, stored beside it) as JSON data."""
@@ -493,7 +506,7 @@ class NativeMeta:
                 "n_ptrs": self.n_ptrs, "step_slot": self.step_slot,
                 "errors": list(self.errors), "n_params": self.n_params,
                 "constants": len(self.constants), "passes": list(self.passes),
-                "kernels": self.kernels,
+                "kernels": self.kernels, "in_place": [list(p) for p in self.in_place],
                 "bindings": [{"feeds": [list(s) for s in b.feeds], "arena": b.arena,
                               "params": list(b.params), "outs": [list(s) for s in b.outs]}
                              for b in self.bindings]}
@@ -530,13 +543,17 @@ class NativeMeta:
             if any(d < 0 for s in feeds + outs for d in s):
                 raise ValueError(f"bad binding {b!r}")
             recs.append(StoredBinding(feeds, b["arena"], ints(b.get("params"), "params"), outs))
+        pairs = [ints(p, "an in-place update") for p in data.get("in_place") or []]
         meta = NativeMeta(strs(data.get("var_names"), "var_names"),
                           strs(data.get("updates"), "updates"), n_ptrs, slot,
                           strs(data.get("errors"), "errors"), n_params, tuple(constants),
                           tuple(recs), strs(data.get("passes") or [], "passes"),
-                          int(data.get("kernels") or 0))
+                          int(data.get("kernels") or 0), tuple(pairs))
         if len(meta.var_names) + len(meta.updates) + len(constants) >= n_ptrs:
             raise ValueError("the pointer array is too short")
+        if any(len(p) != 2 or not (0 <= p[0] < len(meta.updates)
+                                   and 0 <= p[1] < len(meta.var_names)) for p in pairs):
+            raise ValueError(f"bad in-place updates {pairs!r}")
         return meta
 
 
@@ -620,6 +637,21 @@ def _recycled(pool: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype,
 
 
 _refcount = sys.getrefcount
+
+
+def _sole(a: np.ndarray, in_slot: np.ndarray | None, pool: list[np.ndarray]) -> bool:
+    """Whether variable array ``a`` owns its memory and nobody else holds it: then the
+    step may change it in place unseen. The references that do not count: the caller's
+    store and list of the step's variables, this argument and the call's, the binding's
+    slot and ``in_slot`` if the slot holds ``a`` (it did last step), and the update pool
+    if ``a`` came from it."""
+    refs = 4
+    if a is in_slot:
+        refs += 2
+    for p in pool:
+        if p is a:
+            refs += 1
+    return _refcount(a) == refs and a.flags.owndata
 
 
 def _same_shapes(feeds: Sequence[np.ndarray], shapes: tuple) -> bool:

@@ -176,6 +176,27 @@ class GraphCompiler:
         if src != dst:
             self.steps.append(Copy(src, dst, self.bytes_param(nbytes_of or v)))
 
+    def in_place_updates(self) -> dict[int, int]:
+        """Updates that may be computed in their variable's own array: update index ->
+        read-variable index. Those are the updates made by copying the variable into the
+        update buffer and accumulating there (``gemm_update``) where no later step reads
+        the variable: given the same array for both slots, the copy is skipped (the entry
+        compares the pointers) and the step changes the array in place. Whether it may
+        (nothing but the program holds the array) is decided per call by the runtime."""
+        out: dict[int, int] = {}
+        for k, step in enumerate(self.steps):
+            if not (isinstance(step, Copy) and step.src.kind == "var"
+                    and step.dst.kind == "upd"):
+                continue
+            later = self.steps[k + 1:]
+            if any(step.src in (s.src, s.dst) if isinstance(s, Copy) else step.src in s.storages
+                   for s in later):
+                continue
+            name = step.src.index
+            if name in self.var_names:
+                out[int(step.dst.index)] = self.var_names.index(name)
+        return out
+
     def lower_all(self, lower: Callable[["GraphCompiler", Op], None]) -> list[str]:
         """Lower every op; returns the kinds that could not be lowered (with reasons)."""
         failed: list[str] = []
@@ -280,13 +301,19 @@ class GraphCompiler:
         fail = fn.append_basic_block("fail")
         memcpy = U.intrinsic(mod, "llvm.memcpy.p0.p0.i64", U.VOID,
                              [U.PTR, U.PTR, U.I64, U.I1])
+        in_place = {Storage("upd", j) for j in self.in_place_updates()}
         for k, kc in enumerate(self.steps):
             if tick is not None:
                 tick(k)
             if isinstance(kc, Copy):
                 nb = b.load(b.gep(params, [U.i64(kc.nbytes_slot)], source_etype=U.I64),
                             typ=U.I64)
-                b.call(memcpy, [pointer(kc.dst), pointer(kc.src), nb, ir.Constant(U.I1, 0)])
+                dst, src = pointer(kc.dst), pointer(kc.src)
+                if kc.dst in in_place:  # the same array: the update happens in place
+                    with b.if_then(b.icmp_unsigned("!=", dst, src)):
+                        b.call(memcpy, [dst, src, nb, ir.Constant(U.I1, 0)])
+                else:
+                    b.call(memcpy, [dst, src, nb, ir.Constant(U.I1, 0)])
                 continue
             args = [pointer(s) for s in kc.storages]
             if parallel is not None and kc.extent is not None:

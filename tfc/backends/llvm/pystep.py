@@ -63,15 +63,17 @@ HEADER = ("enabled",     # 0: every call goes to slow
           "in_slots",    # PyObject*: the binding's list of the arrays its slots hold
           "n_feeds", "feeds",  # count, word offset of [src, descr, rank, dims offset, slot]
           "n_vars", "vars",    # [name, slot]
-          "n_outs", "outs",    # outputs then updates: [pool, slot, update name or 0]
+          "n_outs", "outs",    # outputs then updates: [pool, slot, update name or 0,
+                               #   variable index if it may be updated in place or -1]
           "n_ret", "ret",      # indices into outs of what the call returns
           "single",            # 1: return the one fetch itself, 0: a list
           "freeze",            # 1: updates become read-only as they are stored
-          "chosen")            # word offset of n_outs words: this call's output arrays
+          "chosen",            # word offset of n_outs words: this call's output arrays
+          "var_objs")          # word offset of n_vars words: this call's variable arrays
 H = {name: i for i, name in enumerate(HEADER)}
-FEED_WORDS, VAR_WORDS, OUT_WORDS = 5, 2, 3
+FEED_WORDS, VAR_WORDS, OUT_WORDS = 5, 2, 4
 
-_C_CONTIGUOUS, _WRITEABLE = 0x1, 0x400  # NumPy's array flags
+_C_CONTIGUOUS, _OWNDATA, _WRITEABLE = 0x1, 0x4, 0x400  # NumPy's array flags
 _API = ("PyObject_GetAttr", "PyObject_SetAttr", "PyDict_GetItem", "PyDict_SetItem",
         "PyNumber_Add", "PyLong_AsUnsignedLongLongMask", "PyErr_Occurred", "PyErr_Clear",
         "Py_IncRef", "Py_DecRef", "PyList_New", "PyList_SetItem", "PyObject_Vectorcall")
@@ -235,19 +237,26 @@ def _build_ir(off: dict[str, int]) -> str:
         unless(b.icmp_signed("==", at(va, "type"), h("array_type")), release_vars)
         slot = entry_of("vars", k, VAR_WORDS, 1)
         store(b.add(ptrs, b.mul(slot, c(8))), at(va, "data"))
+        store(b.add(st, b.mul(b.add(h("var_objs"), k), c(8))), va)
 
     loop(h("n_vars"), var)
 
-    # a free array in each pool: referenced by its pool only, or by its pool and the slot
+    # A free array in each pool: referenced by its pool only, or by its pool and the
+    # slot. An update that may happen in place takes its variable's array instead when
+    # that owns its memory and only the owner's dict holds it (besides slot and pool).
     in_slot_items = at(h("in_slots"), "list_items")
 
     def choose(k: ir.Value) -> None:
         pool = entry_of("outs", k, OUT_WORDS, 0)
         slot = entry_of("outs", k, OUT_WORDS, 1)
+        var_index = entry_of("outs", k, OUT_WORDS, 3)
+        in_place = b.icmp_signed(">=", var_index, c(0))
+        v = b.select(in_place, word(st, b.add(h("var_objs"), var_index)), c(-1))
         held = word(in_slot_items, slot)
         items, size = at(pool, "list_items"), at(pool, "list_size")
-        found = local()
+        found, v_refs = local(), local()
         b.store(c(0), found)
+        b.store(b.add(c(1), b.zext(b.icmp_signed("==", v, held), i64)), v_refs)
 
         def probe(j: ir.Value) -> None:
             a = word(items, j)
@@ -255,8 +264,14 @@ def _build_ir(off: dict[str, int]) -> str:
             free = b.and_(b.icmp_signed("==", b.load(found), c(0)),
                           b.icmp_signed("==", at(a, "refcnt"), refs))
             b.store(b.select(free, a, b.load(found)), found)
+            b.store(b.add(b.load(v_refs), b.zext(b.icmp_signed("==", a, v), i64)), v_refs)
 
         loop(size, probe)
+        with b.if_then(in_place):
+            owns = b.icmp_signed("!=", b.and_(at(v, "flags", i32), ir.Constant(i32, _OWNDATA)),
+                                 ir.Constant(i32, 0))
+            sole = b.and_(owns, b.icmp_signed("==", at(v, "refcnt"), b.load(v_refs)))
+            b.store(b.select(sole, v, b.load(found)), found)
         a = b.load(found)
         unless(b.icmp_signed("!=", a, c(0)), release_vars)
         store(b.add(st, b.mul(b.add(h("chosen"), k), c(8))), a)
@@ -406,7 +421,8 @@ class NativeStep:
         self.index, self.single = list(index), single
         ranks = [a.type.rank for a in graph.args]
         sizes = dict(feeds=FEED_WORDS * n_feeds, dims=sum(ranks), vars=VAR_WORDS * n_vars,
-                     outs=OUT_WORDS * n_outs, ret=len(self.index), chosen=n_outs)
+                     outs=OUT_WORDS * n_outs, ret=len(self.index), chosen=n_outs,
+                     var_objs=n_vars)
         offsets, at = {}, len(HEADER)
         for name, size in sizes.items():
             offsets[name], at = at, at + size
@@ -423,6 +439,7 @@ class NativeStep:
         t[H["n_outs"]], t[H["outs"]] = n_outs, offsets["outs"]
         t[H["n_ret"]], t[H["ret"]] = len(self.index), offsets["ret"]
         t[H["single"]], t[H["chosen"]] = int(single), offsets["chosen"]
+        t[H["var_objs"]] = offsets["var_objs"]
         t[H["step_slot"]] = -1 if exe._step_slot is None else exe._step_slot
         t[offsets["ret"]:offsets["ret"] + len(self.index)] = self.index
         self._slow = self.slow  # the bound method object whose address the table holds
@@ -470,11 +487,12 @@ class NativeStep:
         n_feeds = len(bound.key)
         for k, name in enumerate(self.var_names):
             t[o["vars"] + VAR_WORDS * k:][:VAR_WORDS] = (id(name), n_feeds + k)
-        pools = [(p, None) for p in bound.out_pools]
-        pools += [(p, n) for p, n in zip(exe._upd_pools, self.update_names)]
-        for k, (pool, name) in enumerate(pools):
+        pools = [(p, None, -1) for p in bound.out_pools]
+        pools += [(p, n, exe._in_place.get(j, -1))
+                  for j, (p, n) in enumerate(zip(exe._upd_pools, self.update_names))]
+        for k, (pool, name, var_index) in enumerate(pools):
             t[o["outs"] + OUT_WORDS * k:][:OUT_WORDS] = (
-                id(pool), bound.out_slot + k, 0 if name is None else id(name))
+                id(pool), bound.out_slot + k, 0 if name is None else id(name), var_index)
         t[H["enabled"]] = 1
 
 
