@@ -98,8 +98,7 @@ class Session:
         self._runs: dict[tuple, Callable[..., Any]] = {}  # run's requests: make_callable's
         # how many of the graph's variables were last seen all holding values here
         self._checked_variables = -1
-        self._closed = False
-        self._closed_word = ctypes.c_int64(0)  # native callables take the Python path when 1
+        self._closed_word = ctypes.c_int64(0)  # 1 once closed (native callables read it)
 
     # ---- context manager -----------------------------------------------------------------
 
@@ -113,7 +112,6 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        self._closed = True
         self._closed_word.value = 1
         self._cache.clear()
         self._runs.clear()
@@ -128,7 +126,7 @@ class Session:
         its fetches and its feed keys: a training loop that runs the same request every
         step pays for resolving it once (on the llvm backend each later step is then one
         native call, ``pystep``)."""
-        if self._closed:
+        if self._closed_word.value:
             raise TfcError("this session is closed")
         feed_dict = feed_dict or {}
         try:
@@ -149,7 +147,7 @@ class Session:
         positionally, in the order of ``feed_list`` (tensors or placeholder names), as
         TensorFlow's ``Session.make_callable``: the request is cut out and compiled once,
         here, so each call only checks its feeds and runs one step."""
-        if self._closed:
+        if self._closed_word.value:
             raise TfcError("this session is closed")
         leaves, rebuild, tensors, targets = _fetch_request(fetches)
         fed = [t for t, _ in self._resolve_feeds({k: None for k in (feed_list or [])})]
@@ -163,7 +161,7 @@ class Session:
 
         def values_of(*values: Any) -> Any:
             """The step in Python: the fetched values, flat (the one value if single)."""
-            if self._closed:
+            if self._closed_word.value:
                 raise TfcError("this session is closed")
             if len(values) != n:
                 raise FeedError(f"this callable takes {n} feed{'s' if n != 1 else ''}, "

@@ -278,7 +278,7 @@ class LLVMExecutable:
                 upds = []
                 if self._upd_shapes:
                     j = 0
-                    sole = self._in_place if in_place else {}
+                    sole = self._in_place if in_place else _NONE_IN_PLACE
                     for s, dt in self._upd_shapes:
                         v = sole.get(j)
                         if v is not None and _sole(variables[v], held[i], self._upd_pools[j]):
@@ -637,6 +637,7 @@ def _recycled(pool: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype,
 
 
 _refcount = sys.getrefcount
+_NONE_IN_PLACE: dict[int, int] = {}  # fast_step without in_place
 
 
 def _sole(a: np.ndarray, in_slot: np.ndarray | None, pool: list[np.ndarray]) -> bool:
