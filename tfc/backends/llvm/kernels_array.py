@@ -265,6 +265,20 @@ def pad_before(kc: Kernel, op: Op, image: Value, axis: int, k: int, s: int,
     return kc.param(("pad", id(image), axis, k, s, dilation, padding), fn)
 
 
+def _pads(kc: Kernel, op: Op, image: Value) -> tuple[ir.Value, ir.Value]:
+    """Padding before ``image``'s rows and columns for pooling op ``op``."""
+    (kh, kw), (sh, sw) = _window(op)
+    return pad_before(kc, op, image, 1, kh, sh), pad_before(kc, op, image, 2, kw, sw)
+
+
+def _origin(b: ir.IRBuilder, op: Op, ho: ir.Value, wo: ir.Value,
+            pads: tuple[ir.Value, ir.Value]) -> tuple[ir.Value, ir.Value]:
+    """The first input pixel (row, column) of output (``ho``, ``wo``)'s window; it may
+    lie in the padding."""
+    _, (sh, sw) = _window(op)
+    return b.sub(b.mul(ho, U.i64(sh)), pads[0]), b.sub(b.mul(wo, U.i64(sw)), pads[1])
+
+
 def fold_window(b: ir.IRBuilder, kh: int, kw: int, fn, init: list[ir.Value],
                 name: str = "w") -> list[ir.Value]:
     """``fn(i, j, acc) -> acc`` over the taps of a ``kh x kw`` window in row-major order
@@ -307,11 +321,10 @@ def _pool_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
     """One output element of max_pool / avg_pool: a fold over its window."""
     x = op.inputs[0]
     kc, b = em.kc, em.b
-    (kh, kw), (sh, sw) = _window(op)
+    (kh, kw), _ = _window(op)
     n, ho, wo, c = idx
     xd = kc.dims(x)
-    h0 = b.sub(b.mul(ho, U.i64(sh)), pad_before(kc, op, x, 1, kh, sh))
-    w0 = b.sub(b.mul(wo, U.i64(sw)), pad_before(kc, op, x, 2, kw, sw))
+    h0, w0 = _origin(b, op, ho, wo, _pads(kc, op, x))
     dt = x.dtype
     is_max = op.kind == "max_pool"
     if is_max:
@@ -350,11 +363,10 @@ def _pool_grad_grad_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
     ``g``). Only loads and selects, so f16 is exact."""
     x, _y, g = op.inputs
     kc, b = em.kc, em.b
-    (kh, kw), (sh, sw) = _window(op)
+    (kh, kw), _ = _window(op)
     n, ho, wo, c = idx
     xd = kc.dims(x)
-    h0 = b.sub(b.mul(ho, U.i64(sh)), pad_before(kc, op, x, 1, kh, sh))
-    w0 = b.sub(b.mul(wo, U.i64(sw)), pad_before(kc, op, x, 2, kw, sw))
+    h0, w0 = _origin(b, op, ho, wo, _pads(kc, op, x))
     ct = U.compute_type(x.dtype)
     lowest, zero = float_limits(ct)[0], ir.Constant(ct, 0.0)
 
@@ -378,10 +390,11 @@ def _pool_grad_grad_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
 EXTRA_RULES["max_pool_grad_grad"] = _pool_grad_grad_rule
 
 
-def _window_taps(b: ir.IRBuilder, n: ir.Value, h0: ir.Value, w0: ir.Value,
+def _window_taps(b: ir.IRBuilder, n: ir.Value, origin: tuple[ir.Value, ir.Value],
                  taps: list[tuple[int, int]], xd) -> tuple[list[ir.Value], list[ir.Value]]:
-    """Per tap of the window at (``h0``, ``w0``) of image ``n``: whether it is a pixel,
-    and the flat offset of its channel 0 (of pixel (0, 0) where it is padding)."""
+    """Per tap of the window at ``origin`` of image ``n``: whether it is a pixel, and the
+    flat offset of its channel 0 (of pixel (0, 0) where it is padding)."""
+    h0, w0 = origin
     oks, offs = [], []
     for i, j in taps:
         hi, wi = b.add(h0, U.i64(i)), b.add(w0, U.i64(j))
@@ -436,8 +449,7 @@ def lower_pool_grad(gc, op: Op) -> None:
              and h % kh == 0 and w % kw == 0)
     key, fn = dim_key(image, 0)
     lo, hi = kc.extent_of([xd[0]], key, fn, out)
-    ph = pad_before(kc, op, image, 1, kh, sh)
-    pw = pad_before(kc, op, image, 2, kw, sw)
+    pads = _pads(kc, op, image)
     plane = U.product(b, xd[1:])
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     lowest = float_limits(ct)[0]
@@ -449,8 +461,7 @@ def lower_pool_grad(gc, op: Op) -> None:
 
         def per_window(idx, _c2) -> None:
             ho, wo = idx
-            oks, offs = _window_taps(b, n, b.sub(b.mul(ho, U.i64(sh)), ph),
-                                     b.sub(b.mul(wo, U.i64(sw)), pw), taps, xd)
+            oks, offs = _window_taps(b, n, _origin(b, op, ho, wo, pads), taps, xd)
             all_ok = oks[0]
             for ok in oks[1:]:
                 all_ok = b.and_(all_ok, ok)
@@ -565,15 +576,13 @@ def _pool_grad_gather(gc, op: Op, image: Value, x: Value | None, dy: Value) -> N
     lowest = float_limits(ct)[0]
     key, fn = dim_key(image, 0)
     lo, hi = kc.extent_of([xd[0]], key, fn, out)
-    ph = pad_before(kc, op, image, 1, kh, sh)
-    pw = pad_before(kc, op, image, 2, kw, sw)
+    ph, pw = pads = _pads(kc, op, image)
     taps = [(i, j) for i in range(kh) for j in range(kw)]
 
     def per_image(n, _c) -> None:
         def per_window(idx, _c2) -> None:
             ho, wo = idx
-            oks, offs = _window_taps(b, n, b.sub(b.mul(ho, U.i64(sh)), ph),
-                                     b.sub(b.mul(wo, U.i64(sw)), pw), taps, xd)
+            oks, offs = _window_taps(b, n, _origin(b, op, ho, wo, pads), taps, xd)
             dbase = U.linear(b, [n, ho, wo, ZERO], dd)
             if not is_max:
                 cnt = ZERO
@@ -694,20 +703,18 @@ def _pool_grad_loops(gc, op: Op, image: Value, x: Value | None, dy: Value,
     acc.bind(kc)
     kc.whole()
     b = kc.b
-    (kh, kw), (sh, sw) = _window(op)
+    (kh, kw), _ = _window(op)
     xd = kc.dims(image)
     dd = kc.dims(dy)
     dt = out.dtype
     acc.zero(ZERO, kc.size(out))
-    ph = pad_before(kc, op, image, 1, kh, sh)
-    pw = pad_before(kc, op, image, 2, kw, sw)
+    pads = _pads(kc, op, image)
     bounds = [(ZERO, U.i64(kh)), (ZERO, U.i64(kw))]
 
     def per_out(idx, _c) -> None:
         n, ho, wo, c = idx
         g = U.load(b, kc.ptr(dy), dt, _offset(b, idx, dd))
-        h0 = b.sub(b.mul(ho, U.i64(sh)), ph)
-        w0 = b.sub(b.mul(wo, U.i64(sw)), pw)
+        h0, w0 = _origin(b, op, ho, wo, pads)
 
         def inside_at(i, j):
             hi_, wi_ = b.add(h0, i), b.add(w0, j)
