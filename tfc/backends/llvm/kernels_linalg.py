@@ -228,49 +228,50 @@ def _im2col(kc: Kernel, op: Op, x: Value, cols: ir.Value, out_like: Value,
 # im2col writes 9 times the input.
 
 
-def lower_conv2d(gc, op: Op) -> None:
-    x, w = op.inputs
+def _im2col_conv(gc, op: Op, x: Value, other: Value, rows_like: Value, filt: Value,
+                 name: str, direct: Callable, product: Callable) -> None:
+    """A convolution or its filter gradient: im2col of ``x`` into scratch (a row per
+    element of ``rows_like``'s first three dims), then one GEMM with ``other``,
+    ``product(kc, dtype, cols, rows, width, other_ptr, out_ptr)``; f16 through ``_Wide``,
+    and the ``direct`` kernel instead where ``is_direct``."""
     out = op.result
-    kh, kw = _conv_check(x.dtype, w)
+    kh, kw = _conv_check(x.dtype, filt)
     wide = _Wide(x.dtype)
     if not wide and is_direct(x, kh, kw):
-        direct_conv2d(gc, op, kh, kw)
+        direct(gc, op, kh, kw)
         return
-    scratch = _scratch(gc, out, lambda bd: kh * kw * bd.shapes[x][3], wide.dt,
-                       wide.extra(w, out))
-    kc = gc.kernel("conv2d", [x, w, out], [scratch])
+    scratch = _scratch(gc, rows_like, lambda bd: kh * kw * bd.shapes[x][3], wide.dt,
+                       wide.extra(other, out))
+    kc = gc.kernel(name, [x, other, out], [scratch])
     kc.whole()
     cols = kc.storage_ptr(scratch)
-    rows, width = _im2col(kc, op, x, cols, out, kh, kw, wide.dt)
-    w_ptr, o_ptr = wide.operands(kc, U.elem_ptr(kc.b, cols, wide.dt, kc.b.mul(rows, width)),
-                                 [w], [out])
-    co = kc.dim(w, 3)
-    gemm(kc, wide.dt, False, False, rows, co, width, cols, width, w_ptr, co, o_ptr, co)
+    rows, width = _im2col(kc, op, x, cols, rows_like, kh, kw, wide.dt)
+    other_ptr, o_ptr = wide.operands(
+        kc, U.elem_ptr(kc.b, cols, wide.dt, kc.b.mul(rows, width)), [other], [out])
+    product(kc, wide.dt, cols, rows, width, other_ptr, o_ptr)
     wide.narrow(kc, o_ptr, out)
     kc.finish()
+
+
+def lower_conv2d(gc, op: Op) -> None:
+    x, w = op.inputs
+
+    def product(kc, dt, cols, rows, width, w_ptr, o_ptr) -> None:
+        co = kc.dim(w, 3)  # out[rows, Co] = cols [rows, width] @ W [width, Co]
+        gemm(kc, dt, False, False, rows, co, width, cols, width, w_ptr, co, o_ptr, co)
+
+    _im2col_conv(gc, op, x, w, op.result, w, "conv2d", direct_conv2d, product)
 
 
 def lower_conv2d_backprop_filter(gc, op: Op) -> None:
     x, dy, like = op.inputs
-    out = op.result
-    kh, kw = _conv_check(x.dtype, like)
-    wide = _Wide(x.dtype)
-    if not wide and is_direct(x, kh, kw):
-        direct_backprop_filter(gc, op, kh, kw)
-        return
-    scratch = _scratch(gc, dy, lambda bd: kh * kw * bd.shapes[x][3], wide.dt,
-                       wide.extra(dy, out))
-    kc = gc.kernel("conv2d_bwd_filter", [x, dy, out], [scratch])
-    kc.whole()
-    cols = kc.storage_ptr(scratch)
-    rows, width = _im2col(kc, op, x, cols, dy, kh, kw, wide.dt)
-    dy_ptr, o_ptr = wide.operands(kc, U.elem_ptr(kc.b, cols, wide.dt, kc.b.mul(rows, width)),
-                                  [dy], [out])
-    co = kc.dim(dy, 3)
-    # dW[width, Co] = cols^T [width, rows] @ dy [rows, Co]
-    gemm(kc, wide.dt, True, False, width, co, rows, cols, width, dy_ptr, co, o_ptr, co)
-    wide.narrow(kc, o_ptr, out)
-    kc.finish()
+
+    def product(kc, dt, cols, rows, width, dy_ptr, o_ptr) -> None:
+        co = kc.dim(dy, 3)  # dW[width, Co] = cols^T [width, rows] @ dy [rows, Co]
+        gemm(kc, dt, True, False, width, co, rows, cols, width, dy_ptr, co, o_ptr, co)
+
+    _im2col_conv(gc, op, x, dy, dy, like, "conv2d_bwd_filter", direct_backprop_filter,
+                 product)
 
 
 def lower_conv2d_backprop_input(gc, op: Op) -> None:
