@@ -1,13 +1,12 @@
 """The op registry: lookup, attr checking, registration, and a walk over every op.
 
-The walk builds each op on an example (generic ones for element-wise and reduction ops,
-``EXAMPLES`` for the rest), runs its numpy reference and asks its cost, so an op
-registered without ``infer``, ``reference`` or a working ``cost`` fails here.
+The walk builds each op on its example (``tfc.op_examples``), runs its numpy reference
+and asks its cost, so an op registered without ``infer``, ``reference`` or a working
+``cost`` fails here.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from typing import Any
@@ -19,10 +18,11 @@ from tfc.backends.reference import ExecContext, run_graph
 from tfc.errors import Location, TfcError, TypeMismatch, UnknownOp
 from tfc.ir import registry
 from tfc.ir.core import Graph
-from tfc.ir.registry import (ALL, FLOAT, PURE, RANDOM, REQUIRED, STATEFUL, AttrSpec, Cost,
+from tfc.ir.registry import (ALL, FLOAT, PURE, RANDOM, STATEFUL, AttrSpec, Cost,
                              OpDef, all_ops, expect_dtype, infer_types, lookup, make_op,
                              normalize_axes, normalize_axis, register, same_dtype)
 from tfc.ir.types import DType, TensorType
+from tfc.op_examples import DTYPES, VAR_SHAPE, feeds, value, var_name, variants
 from tfc.ops.math import Unary
 from tfc.runtime.rendezvous import Rendezvous
 
@@ -45,93 +45,6 @@ def _t(dtype: str, *shape: Any) -> TensorType:
     return TensorType(DType(dtype), shape)
 
 
-# Ops whose generic examples below do not fit: (input types, attrs).
-EXAMPLES: dict[str, tuple[list[TensorType], dict[str, Any]]] = {
-    "matmul": ([_t("f32", 2, 3), _t("f32", 3, 4)], {}),
-    "send": ([F23], {"key": "k", "to": "/cpu:1"}),
-    "recv": ([], {"key": "k", "from": "/cpu:0", "dtype": DType.f32, "shape": [2, 3]}),
-    "all_reduce": ([F23, F23, F23], {"reduction": "mean"}),
-    "matrix_inverse": ([_t("f64", 3, 3)], {}),
-    "matrix_determinant": ([_t("f64", 3, 3)], {}),
-    "where": ([_t("bool", 2, 3), F23, F23], {}),
-    "gather": ([_t("f32", 4, 3), _t("i32", 5)], {}),
-    "one_hot": ([_t("i32", 5)], {"depth": 4}),
-    "sparse_softmax_cross_entropy": ([F23, _t("i32", 2)], {}),
-    "bias_add": ([F23, _t("f32", 3)], {}),
-    "conv2d": ([_t("f32", 1, 5, 5, 2), _t("f32", 3, 3, 2, 4)], {}),
-    "max_pool": ([_t("f32", 1, 4, 4, 2)], {"ksize": [2, 2]}),
-    "avg_pool": ([_t("f32", 1, 4, 4, 2)], {"ksize": [2, 2]}),
-    "pad": ([F23], {"paddings": [[1, 0], [0, 2]]}),
-    "split": ([_t("f32", 4, 3)], {"num": 2}),
-    "slice": ([F23], {"begin": [0, 1], "end": [2, 3]}),
-    "tile": ([F23], {"multiples": [2, 1]}),
-    "reshape": ([F23], {"shape": [3, 2]}),
-    "broadcast_to": ([_t("f32", 3)], {"shape": [2, 3]}),
-    "expand_dims": ([F23], {"axis": 1}),
-    "fill": ([], {"shape": [2, 3], "value": 1.5}),
-    "range": ([], {"limit": 5.0}),
-    "constant": ([], {"value": np.ones((2, 3), np.float32)}),
-    "random.uniform_int": ([], {"shape": [2, 3], "seed": 1, "maxval": 10}),
-    "scatter_add": ([_t("f32", 4, 3), _t("i32", 5), _t("f32", 5, 3)], {}),
-    "conv2d_backprop_input": ([_t("f32", 3, 3, 2, 4), _t("f32", 1, 3, 3, 4),
-                               _t("f32", 1, 5, 5, 2)], {}),
-    "conv2d_backprop_filter": ([_t("f32", 1, 5, 5, 2), _t("f32", 1, 3, 3, 4),
-                                _t("f32", 3, 3, 2, 4)], {}),
-    "max_pool_grad": ([_t("f32", 1, 4, 4, 2), _t("f32", 1, 2, 2, 2), _t("f32", 1, 2, 2, 2)],
-                      {"ksize": [2, 2]}),
-    "max_pool_grad_grad": ([_t("f32", 1, 4, 4, 2), _t("f32", 1, 2, 2, 2),
-                            _t("f32", 1, 4, 4, 2)], {"ksize": [2, 2]}),
-    "avg_pool_grad": ([_t("f32", 1, 2, 2, 2), _t("f32", 1, 4, 4, 2)], {"ksize": [2, 2]}),
-    "var.scatter_add": ([_t("i32", 2), F23], {"var": "W"}),
-    "var.scatter_sub": ([_t("i32", 2), F23], {"var": "W"}),
-}
-
-# Generic examples: candidate inputs by arity, tried in order, and required-attr values.
-_GENERIC_INPUTS = {
-    0: [[]],
-    1: [[F23], [_t("bool", 2, 3)], [_t("i32", 2, 3)]],
-    2: [[F23, F23], [_t("bool", 2, 3), _t("bool", 2, 3)]],
-    3: [[_t("bool", 2, 3), F23, F23]],
-    None: [[F23, F23], [F23]],
-}
-_GENERIC_ATTRS: dict[str, list[Any]] = {
-    "int": [1, 0], "float": [1.0], "bool": [False], "str": [""], "dtype": [DType.f32],
-    "shape": [(2, 3)], "ints": [(0, 1), (1, 1)], "floats": [(1.0,)],
-    "tensor": [np.ones((2, 3), np.float32)], "var": ["W"], "any": [0],
-}
-
-
-def _example(opdef: OpDef) -> tuple[list[TensorType], dict[str, Any], list[TensorType]] | None:
-    """Inputs, attrs and result types of a valid instance of ``opdef``, or None."""
-    if opdef.name in EXAMPLES:
-        candidates = [EXAMPLES[opdef.name]]
-    else:
-        required = [k for k, s in opdef.attrs.items() if s.default is REQUIRED]
-        choices = [_GENERIC_ATTRS[opdef.attrs[k].kind] for k in required]
-        candidates = [(ins, dict(zip(required, vals)))
-                      for ins in _GENERIC_INPUTS[opdef.num_inputs]
-                      for vals in itertools.product(*choices)]
-    for ins, attrs in candidates:
-        try:
-            _, full, outs = infer_types(opdef.name, ins, attrs)
-        except TypeMismatch:
-            continue
-        if outs is None:  # declared types (var.read): the variable's
-            outs = [F23]
-        return ins, attrs, outs
-    return None
-
-
-def _value(t: TensorType, rng: np.random.Generator) -> np.ndarray:
-    """An input valid for every op here: floats in [0.5, 1.5), small ints, any bools."""
-    shape = tuple(int(d) for d in t.shape)
-    if t.dtype.is_float:
-        return rng.uniform(0.5, 1.5, shape).astype(t.dtype.np)
-    if t.dtype.is_int:
-        return rng.integers(0, 2, shape).astype(t.dtype.np)
-    return rng.integers(0, 2, shape).astype(bool)
-
-
 OPS = sorted(n for n in all_ops() if not n.startswith("test."))  # not ops other tests register
 
 
@@ -150,9 +63,10 @@ def test_every_op_has_infer_reference_and_cost(name: str) -> None:
     from tfc.ops.control import RegionOp
     if isinstance(opdef, RegionOp):
         return  # built with regions, run in tests/ops/test_control.py
-    example = _example(opdef)
-    assert example is not None, f"no example builds {name}: add one to EXAMPLES"
-    ins, attrs, outs = example
+    # f32 where the op takes it (tfc.op_examples builds every op)
+    example = next(variants(name, (DType.f32, *DTYPES)), None)
+    assert example is not None, f"no example builds {name}: add one to tfc.op_examples"
+    _, ins, attrs, outs = example
 
     # the reference runs and gives the inferred types (checked by the interpreter)
     g = Graph("example")
@@ -160,12 +74,12 @@ def test_every_op_has_infer_reference_and_cost(name: str) -> None:
     op = g.append(make_op(name, args, attrs, result_types=outs))
     g.set_results(op.results)
     rng = np.random.default_rng(0)
-    feeds = [_value(t, rng) for t in ins]
     rendezvous = Rendezvous()
     if name == "recv":  # what its send would have delivered
-        rendezvous.send(attrs["key"], _value(outs[0], rng))
-    ctx = ExecContext({"W": _value(F23, rng)}, step=3, rendezvous=rendezvous)
-    got = run_graph(g, feeds, ctx)
+        rendezvous.send(attrs["key"], value(outs[0], rng))
+    variables = {var_name(dt): value(TensorType(dt, VAR_SHAPE), rng) for dt in DTYPES}
+    ctx = ExecContext(variables, step=3, rendezvous=rendezvous)
+    got = run_graph(g, feeds(name, ins, rng), ctx)
     assert len(got) == len(outs)
 
     for symbol_size in (1, 8):
