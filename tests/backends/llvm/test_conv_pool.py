@@ -171,10 +171,10 @@ def test_max_pool_grad_nan_and_infinities(h):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("ksize,strides", [((2, 2), None), ((3, 3), (2, 2))])
+@pytest.mark.parametrize("ksize,strides", [((2, 2), None), ((3, 3), (2, 2)), ((3, 3), (1, 1))])
 def test_f16_max_pool_is_the_f32_max(h, ksize, strides):
-    """f16 max_pool (compares and selects, not the f16 maximum intrinsic) picks what the
-    f32 kernel picks from the same values, bit for bit: a NaN wins, +0 beats -0."""
+    """f16 max_pool (an integer max of order keys, not the f16 maximum intrinsic) picks
+    what the f32 kernel picks from the same values, bit for bit: a NaN wins, +0 beats -0."""
     win = dict(ksize=list(ksize), strides=None if strides is None else list(strides),
                padding="SAME")
     vals = np.array([-0.0, 0.0, -1.0, 1.0, np.nan, -np.inf, np.inf, 0.5], np.float32)
@@ -189,6 +189,57 @@ def test_f16_max_pool_is_the_f32_max(h, ksize, strides):
     np.testing.assert_array_equal(np.isnan(got[F16]), np.isnan(want))
     keep = ~np.isnan(want)
     np.testing.assert_array_equal(got[F16][keep].view(np.uint16), want[keep].view(np.uint16))
+
+
+def _same_windows(x: np.ndarray, k: tuple[int, int], s: tuple[int, int]) -> np.ndarray:
+    """``[N, Ho, Wo, C, kh, kw]``: the SAME windows of NHWC ``x``, padded with -inf (made
+    here from the padding rule, not from the op's reference)."""
+    pads = []
+    for n, kk, ss in zip(x.shape[1:3], k, s):
+        out = -(-n // ss)
+        total = max((out - 1) * ss + kk - n, 0)
+        pads.append((total // 2, total - total // 2))
+    xp = np.pad(x, [(0, 0), *pads, (0, 0)], constant_values=-np.inf)
+    v = np.lib.stride_tricks.sliding_window_view(xp, k, axis=(1, 2))
+    return v[:, ::s[0], ::s[1]]
+
+
+@pytest.mark.parametrize("ksize,strides", [((3, 3), (1, 1)), ((2, 2), (2, 2))])
+def test_f16_max_pool_special_windows(h, ksize, strides):
+    """f16 max_pool on NaNs of both signs, signed zeros, infinities, the largest and the
+    smallest halves, against a rule stated here: a window with a NaN gives a NaN (one of
+    its own, bit for bit), else its maximum, +0 when it holds +0 and the maximum is zero
+    (-0 only from windows of -0 and below), -inf for a window of -inf alone (padding is
+    -inf). Values (not zero signs, not NaN payloads) must equal the reference's."""
+    win = dict(ksize=list(ksize), strides=list(strides), padding="SAME")
+    m = h.make_module([("x", F16, ("B", 9, 11, 16))], lambda b, a: b("max_pool", a[0], **win))
+    vals = np.array([-0.0, 0.0, -1.0, 1.0, np.nan, -np.nan, -np.inf, np.inf, 65504.0,
+                     -65504.0, 2.0 ** -24, -(2.0 ** -24)], np.float16)
+    x = RNG.choice(vals, (2, 9, 11, 16), p=[.3, .2] + [.05] * 10)
+    # NaNs with other payloads and signs, and some all -0 / all -inf corners
+    x.view(np.uint16)[0, 4, 4, :4] = [0x7c01, 0xfc01, 0x7fff, 0xffff]
+    x[1, :3, :3, 0] = -0.0
+    x[1, :3, :3, 1] = -np.inf
+    x[1, 6:, 8:, 2] = -0.0
+    x[1, 6:, 8:, 2][1, 1] = 0.0
+    got, want = h.run_both(m, [x])
+    y = got.fetches[0]
+    assert y.dtype == np.float16 and y.shape == want.fetches[0].shape
+    w = _same_windows(x, ksize, strides)
+    bits = w.view(np.uint16)
+    flat = w.reshape(*w.shape[:4], -1)
+    has_nan = np.isnan(flat).any(-1)
+    top = np.where(has_nan, 0, np.max(np.where(np.isnan(flat), -np.inf, flat), -1))
+    plus_zero = ((flat == 0) & ~np.signbit(flat)).any(-1)
+    expect = np.where((top == 0) & plus_zero, np.float16(0.0), top).astype(np.float16)
+    np.testing.assert_array_equal(np.isnan(y), has_nan)
+    ok = ~has_nan
+    np.testing.assert_array_equal(y[ok].view(np.uint16), expect[ok].view(np.uint16))
+    # a NaN result is one of the window's NaNs, unchanged
+    same = (bits == y.view(np.uint16)[..., None, None]).any((-2, -1))
+    assert same[has_nan].all()
+    assert np.signbit(y[1, 0, 0, 0]) and y[1, 0, 0, 1] == -np.inf  # nothing above -0 / -inf
+    np.testing.assert_array_equal(y, want.fetches[0])  # NaN == NaN, -0 == +0 here
 
 
 def test_max_pool_grads_when_padding_wins(h):

@@ -10,8 +10,8 @@
 - Pooling: ``max_pool`` / ``avg_pool`` are element rules of the expression emitter (a
   fold over the window per output element, padding never counted), so they fuse like
   element-wise ops; windows of up to ``MAX_UNROLLED_TAPS`` taps are emitted tap by tap,
-  which leaves the channel loop innermost for the vectorizer; f16 max is compares and
-  selects (``_maximum``). ``max_pool_grad`` / ``avg_pool_grad``: disjoint windows
+  which leaves the channel loop innermost for the vectorizer; f16 max is an integer
+  max of order keys (``_order_key``). ``max_pool_grad`` / ``avg_pool_grad``: disjoint windows
   scatter (per window position, a vectorized loop over channels stores every tap's
   share); overlapping ones gather in two vectorized passes (per window: the first
   maximum's tap or the avg share, in scratch; per pixel: the sum over the windows that
@@ -299,22 +299,52 @@ def inside(b: ir.IRBuilder, hi: ir.Value, wi: ir.Value, xd) -> ir.Value:
                   b.and_(b.icmp_signed(">=", wi, ZERO), b.icmp_signed("<", wi, xd[2])))
 
 
-def _maximum(b: ir.IRBuilder, dt: DType, acc: ir.Value, v: ir.Value) -> ir.Value:
-    """``llvm.maximum`` of ``acc`` and ``v`` (a NaN wins, +0 beats -0) in the compute type.
+# An f16 window max is a signed integer (i16) max of order keys. The key of the bits x
+# (as a signed integer of the float's width w, m mantissa bits) is
+# ``(x ^ ((x >> (w-1)) & INT_MAX)) - (2^m - 1)``, wrapping: the xor orders the non-NaN
+# values as the floats (-0 just below +0, -inf 2^m - 1 above INT_MIN), and the subtraction
+# wraps the 2^m - 1 keys below -inf's, the NaNs with the sign bit set, to the top,
+# beside the other NaNs, above +inf. The map is a bijection, so a window's max key is one
+# of its values, bit for bit: the float maximum, a NaN winning and +0 beating -0 (the
+# rule of llvm.maximum). Four integer ops and a max per tap, 16 lanes to a ymm register.
+# The f16 compares and selects in f32 that this replaces took two registers per 16 lanes
+# and ~12 ops per tap (a 3x3 stride 1 f16 max_pool ran 3x the f32 one), and
+# llvm.maximum.f16 stays scalar on AVX2 (InstCombine narrows ``maximum.f32(fpext,
+# fpext)`` back to it). f32 keys (i32, 8 lanes) measured no faster than llvm.maximum.f32
+# (maxps and blends, also 8 lanes), so f32 and f64 keep the intrinsic.
+_KEY_BITS = {DType.f16: (16, 10)}  # width, mantissa bits
 
-    For f16 it is spelled out in compares and selects: on the intrinsic, InstCombine
-    narrows ``maximum.f32(fpext a, fpext b)`` back to ``maximum.f16``, which AVX2 has no
-    vector form of, and the vectorizer then left the channel loop in scalar calls
-    (a 2x2 f16 max_pool 16x slower than f32). Compares of widened halves are exact, and
-    the selects pick one of the operands, so this is the same value."""
-    if dt is not DType.f16:
-        return combine(b, "max", dt, acc, v)
-    # x86's own lowering of maximum: order the operands by acc's sign so that equal
-    # zeros give the +0 one (the second), then a NaN first operand wins
-    neg = b.icmp_signed("<", b.bitcast(acc, U.I32), ir.Constant(U.I32, 0))
-    first, second = b.select(neg, acc, v), b.select(neg, v, acc)
-    r = b.select(b.fcmp_ordered(">", first, second), first, second)
-    return b.select(b.fcmp_unordered("uno", first, first), first, r)
+
+def _key_flip(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
+    """``bits ^ ((bits >> (w-1)) & INT_MAX)``: its own inverse."""
+    w = bits.type.width
+    sign = b.ashr(bits, ir.Constant(bits.type, w - 1))
+    return b.xor(bits, b.and_(sign, ir.Constant(bits.type, (1 << (w - 1)) - 1)))
+
+
+def _key_lowest(dt: DType) -> ir.Constant:
+    """The order key of -inf (INT_MIN): what padding contributes."""
+    w, _ = _KEY_BITS[dt]
+    return ir.Constant(ir.IntType(w), -(1 << (w - 1)))
+
+
+def _order_key(b: ir.IRBuilder, dt: DType, x: ir.Value) -> ir.Value:
+    """The order key of ``x`` (in ``dt``'s compute type; for f16 an f16 value held in f32,
+    so the fptrunc is exact and folds away against the load's fpext)."""
+    w, m = _KEY_BITS[dt]
+    if dt is DType.f16:
+        x = b.fptrunc(x, U.F16)
+    bits = b.bitcast(x, ir.IntType(w))
+    return b.sub(_key_flip(b, bits), ir.Constant(bits.type, (1 << m) - 1))
+
+
+def _of_order_key(b: ir.IRBuilder, dt: DType, key: ir.Value) -> ir.Value:
+    """The value (in ``dt``'s compute type) whose order key is ``key``."""
+    _, m = _KEY_BITS[dt]
+    bits = _key_flip(b, b.add(key, ir.Constant(key.type, (1 << m) - 1)))
+    if dt is DType.f16:
+        return b.fpext(b.bitcast(bits, U.F16), U.F32)
+    return b.bitcast(bits, U.compute_type(dt))
 
 
 def _pool_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
@@ -327,7 +357,12 @@ def _pool_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
     h0, w0 = _origin(b, op, ho, wo, _pads(kc, op, x))
     dt = x.dtype
     is_max = op.kind == "max_pool"
-    if is_max:
+    keyed = is_max and dt in _KEY_BITS
+    if keyed:
+        init = _key_lowest(dt)
+        smax = U.intrinsic(b.module, f"llvm.smax.i{init.type.width}", init.type,
+                           [init.type, init.type])
+    elif is_max:
         init = (float_limits(U.compute_type(dt))[0] if dt.is_float
                 else ir.Constant(U.compute_type(dt), -(1 << (U.compute_type(dt).width - 1))))
     else:
@@ -341,12 +376,17 @@ def _pool_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
         em.push()
         val = em.value(x, (n, hc, wc, c))
         em.pop()
+        if keyed:
+            key = b.select(ok, _order_key(b, dt, val), init)
+            return [b.call(smax, [acc[0], key]), acc[1]]
         if is_max:
-            return [b.select(ok, _maximum(b, dt, acc[0], val), acc[0]), acc[1]]
+            return [b.select(ok, combine(b, "max", dt, acc[0], val), acc[0]), acc[1]]
         return [b.select(ok, b.fadd(acc[0], val, flags=U.FAST), acc[0]),
                 b.add(acc[1], b.zext(ok, U.I64))]
 
     acc, count = fold_window(b, kh, kw, win, [init, ZERO])
+    if keyed:
+        return _of_order_key(b, dt, acc)
     if is_max:
         return acc
     return b.fdiv(acc, b.sitofp(count, acc.type))
