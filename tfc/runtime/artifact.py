@@ -150,13 +150,9 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
             manifest["native"]["entries"][entry] = member
             objects[member] = code
             if meta is not None:  # run-time tables: loading needs no lowering
-                table = meta.to_json()
-                table["constant_files"] = []
-                for k, c in enumerate(meta.constants):
-                    name = f"native/{i:04d}.const/{k:04d}.npy"
-                    table["constant_files"].append(name)
-                    arrays[name] = np.asarray(c)
+                table, constants = meta.to_members(f"native/{i:04d}.const/")
                 manifest["native"]["tables"][entry] = table
+                arrays.update(constants)
     missing = [n for n in module.variables if n not in variables]
     if missing:
         raise TfcError(f"cannot save {path}: variable @{missing[0]} has no value")
@@ -236,27 +232,10 @@ def _native_meta(zf: zipfile.ZipFile, path: Any, entry: str, table: Any) -> Any:
     from tfc.backends.llvm.backend import NativeMeta
     if table is None:
         return None
-    files = table.get("constant_files") if isinstance(table, dict) else None
-    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-        raise ArtifactError(f"{path}: {MANIFEST} has invalid native tables for '{entry}'")
-    constants = []
-    for name in files:
-        try:
-            with zf.open(name) as fh:
-                arr = np.load(fh, allow_pickle=False)
-        except KeyError:
-            raise ArtifactError(f"{path} has no member {name} (a constant of '{entry}')"
-                                ) from None
-        except (ValueError, OSError, EOFError) as e:
-            raise ArtifactError(f"{path}: {name} is not a valid .npy file ({e})") from None
-        if not isinstance(arr, np.ndarray):
-            raise ArtifactError(f"{path}: {name} is not a single .npy array")
-        constants.append(np.ascontiguousarray(arr))
     try:
-        return NativeMeta.from_json(table, constants)
+        return NativeMeta.read_zip(zf, table)
     except ValueError as e:
-        raise ArtifactError(f"{path}: {MANIFEST} has invalid native tables for "
-                            f"'{entry}': {e}") from None
+        raise ArtifactError(f"{path}: invalid native tables for '{entry}': {e}") from None
 
 
 def read_artifact(path: str | os.PathLike[str]

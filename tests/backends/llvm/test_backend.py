@@ -83,7 +83,8 @@ def test_symbolic_batch_one_entry_for_every_size(mlp, digits):
         a, b = llvm.run("predict", x=x[:n]), ref.run("predict", x=x[:n])
         np.testing.assert_allclose(a["output"], b["output"], rtol=1e-5, atol=1e-7)
         np.testing.assert_array_equal(a["classes"], b["classes"])
-    assert exe is llvm._executable("predict") and len(exe._bindings) == 3
+    assert exe is llvm._executable("predict")
+    assert {((n, 64),) for n in (1, 7, 64)} <= set(exe._bindings)  # the cache may hold more
 
 
 @pytest.mark.parametrize("example,feeds", [
@@ -184,7 +185,7 @@ def test_threads_split_large_kernels(h, monkeypatch):
     x = np.random.rand(1001, 33).astype(np.float32)
     got, want = h.run_both(m, [x], exe=exe)
     h.assert_same(got, want, rtol=1e-5)
-    assert any(k.extent is not None for k in exe._gc.calls)
+    assert any(k.extent is not None for k in exe._lowered().calls)
 
 
 def test_variables_of_wrong_type_are_rejected(h):

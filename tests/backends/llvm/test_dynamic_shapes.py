@@ -22,7 +22,7 @@ RNG = np.random.default_rng(3)
 
 
 def _plan(exe):
-    return exe.module.memory_plans[exe.graph.name]
+    return exe._lowered().plan
 
 
 def test_split_on_batch_then_matmul(h):

@@ -70,9 +70,9 @@ def test_profiling_is_off_by_default_and_leaves_no_trace_in_the_code(h):
     plain = h.compile_llvm(m)
     plain(_feeds(), {}, 0)
     assert not plain.profiling and plain.kernel_times() == []
-    assert "tfc_prof" not in str(plain._gc.comp.module)
+    assert "tfc_prof" not in str(plain._lowered().comp.module)
     prof = LLVMBackend(profile=True).compile(m, "f")
-    assert "tfc_prof_stamps" in str(prof._gc.comp.module)
+    assert "tfc_prof_stamps" in str(prof._lowered().comp.module)
     assert prof.object_code != plain.object_code
 
 
@@ -83,7 +83,9 @@ def test_arena_bytes_is_the_latest_bindings(h):
     small = exe.arena_bytes
     exe(_feeds(64), {}, 0)
     assert exe.arena_bytes > small > 0
-    assert set(exe.arena_bytes_by_binding.values()) == {small, exe.arena_bytes}
+    by_binding = exe.arena_bytes_by_binding  # the entry cache may have brought others
+    assert by_binding[((8, 16), (16, 16), (2,))] == small
+    assert by_binding[((64, 16), (16, 16), (2,))] == exe.arena_bytes
 
 
 def test_loaded_object_code_keeps_timing(h):

@@ -34,7 +34,7 @@ def _module(h, dtype, kind):
 def test_split_column_reduction(h, dtype, tol, kind):
     m = _module(h, dtype, kind)
     exe = h.compile_llvm(m)
-    names = [getattr(s, "name", "") for s in exe._gc.steps]
+    names = [getattr(s, "name", "") for s in exe._lowered().steps]
     assert any(n.endswith("_fold_0") for n in names), names  # the split order was taken
     for n in (1, 4, 9):
         x = RNG.standard_normal((n, 5, 6, 7)).astype(dtype.np)

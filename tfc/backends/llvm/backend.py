@@ -54,13 +54,14 @@ import sys
 import threading
 import time
 import warnings
+import zipfile
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from tfc.backends.base import StepOwner, StepResult
-from tfc.backends.llvm import jit
+from tfc.backends.llvm import entry_cache, jit
 from tfc.backends.llvm.blas import register_symbols
 from tfc.backends.llvm.context import Binding
 from tfc.backends.llvm.entry import (ENTRY, PROF_CLOCK, PROF_STAMPS, GraphCompiler,
@@ -153,6 +154,7 @@ class LLVMExecutable:
         self._last: _Bound | None = None  # the binding of the latest step
         self._stamps_addr = 0
         self._kernel_labels: tuple[list[tuple[int, str]], int] | None = None
+        self.cache_key: str | None = None  # the entry cache's, which learns new bindings
         if self.fallback_ops:
             from tfc.backends.reference import ReferenceBackend
             self._reference = ReferenceBackend().compile(
@@ -314,9 +316,12 @@ class LLVMExecutable:
     def _binding(self, key: tuple) -> "_Bound":
         with self._lock:
             bound = self._bindings.get(key)
-            if bound is None:
-                bound = self._bindings[key] = self._bind(key)
-            return bound
+            if bound is not None:
+                return bound
+            bound = self._bindings[key] = self._bind(key)
+        if self.cache_key is not None:  # the next process starts with this binding
+            entry_cache.put(self.cache_key, self.object_code, self.native_meta())
+        return bound
 
     def _bind(self, feed_shapes: tuple) -> "_Bound":
         """Everything that depends only on the feeds' shapes (computed once per shapes)."""
@@ -510,6 +515,35 @@ class NativeMeta:
                 "bindings": [{"feeds": [list(s) for s in b.feeds], "arena": b.arena,
                               "params": list(b.params), "outs": [list(s) for s in b.outs]}
                              for b in self.bindings]}
+
+    def to_members(self, prefix: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The JSON table (``to_json`` and the constants' member names) and the constants
+        as ``{prefix}NNNN.npy`` zip members: how artifacts and the entry cache store these
+        tables (``read_zip`` takes them back)."""
+        table = self.to_json()
+        arrays = {f"{prefix}{k:04d}.npy": np.asarray(c) for k, c in enumerate(self.constants)}
+        table["constant_files"] = list(arrays)
+        return table, arrays
+
+    @staticmethod
+    def read_zip(zf: zipfile.ZipFile, table: Any) -> "NativeMeta":
+        """The tables ``to_members`` made, from ``zf``; ``ValueError`` saying what is wrong."""
+        files = table.get("constant_files") if isinstance(table, dict) else None
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            raise ValueError("'constant_files' should be a list of member names")
+        constants = []
+        for name in files:
+            try:
+                with zf.open(name) as fh:
+                    arr = np.load(fh, allow_pickle=False)
+            except KeyError:
+                raise ValueError(f"no member {name} (a constant)") from None
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+                raise ValueError(f"{name} is not a valid .npy file ({e})") from None
+            if not isinstance(arr, np.ndarray):
+                raise ValueError(f"{name} is not a single .npy array")
+            constants.append(np.ascontiguousarray(arr))
+        return NativeMeta.from_json(table, constants)
 
     @staticmethod
     def from_json(data: Any, constants: Sequence[np.ndarray]) -> "NativeMeta":
@@ -734,9 +768,35 @@ class LLVMBackend:
         """This backend with kernel timing on (``profile=True``), for ``tfc bench``."""
         return LLVMBackend(use_cache=self.use_cache, threads=self.threads, profile=True)
 
+    def _options(self) -> str:
+        """The settings the native code and its bindings depend on (entry cache key)."""
+        from tfc.backends.llvm.parallel import default_threads, min_work
+        threads = default_threads() if self.threads is None else max(1, int(self.threads))
+        return f"threads={threads} parallel_min={min_work()} profile={self.profile}"
+
+    def _cache_key(self, module: Module, entry: str) -> str | None:
+        if not self.use_cache or entry not in module.graphs:
+            return None  # an unknown entry gets its error from the passes
+        try:
+            return entry_cache.entry_key(module, entry, self._options())
+        except TfcError:  # attrs the bytecode cannot hold: compile without the cache
+            return None
+
     def compile(self, module: Module, entry: str) -> LLVMExecutable:
         register_symbols()
         _install_profiler()
+        t0 = time.perf_counter()
+        key = self._cache_key(module, entry)
+        hit = entry_cache.get(key) if key is not None else None
+        if hit is not None:
+            try:
+                exe = self._from_meta(module, entry, *hit)
+            except ArtifactError:  # tables that do not fit: compile anew, and replace them
+                pass
+            else:
+                exe.report.seconds["entry cache"] = time.perf_counter() - t0
+                exe.cache_key = key
+                return exe
         work, graph, gc, report, original = self._lower(module, entry)
         if report.fallback_ops:
             warnings.warn(f"llvm backend: graph @{entry} runs on the reference backend; "
@@ -752,7 +812,11 @@ class LLVMBackend:
         report.cached = cached
         report.object_bytes = len(obj)
         report.seconds["llvm"] = time.perf_counter() - t1
-        return LLVMExecutable(work, graph, gc, obj, report)
+        exe = LLVMExecutable(work, graph, gc, obj, report)
+        if key is not None:
+            exe.cache_key = key
+            entry_cache.put(key, obj, exe.native_meta())
+        return exe
 
     def load(self, module: Module, entry: str, object_code: bytes,
              host_key: str | None = None, meta: NativeMeta | None = None) -> LLVMExecutable:
@@ -774,6 +838,12 @@ class LLVMBackend:
             report.object_bytes = len(object_code)
             report.cached = True
             return LLVMExecutable(work, graph, gc, object_code, report)
+        return self._from_meta(module, entry, object_code, meta)
+
+    def _from_meta(self, module: Module, entry: str, object_code: bytes, meta: NativeMeta
+                   ) -> LLVMExecutable:
+        """The executable of stored object code and its tables: lowering waits for feed
+        shapes the tables have no binding for."""
         if entry not in module.graphs:
             raise TfcError(f"unknown entry '{entry}' (entries: {', '.join(module.graphs)})")
         graph = module.graphs[entry]

@@ -1,0 +1,80 @@
+"""The entry cache: a second compile of the same entry neither runs the passes nor lowers,
+starts from the bindings the first one met, and never hands out code of another graph."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tfc.backends.llvm import LLVMBackend, entry_cache
+from tfc.ir.types import DType
+
+F32 = DType.f32
+RNG = np.random.default_rng(5)
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("TFC_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _module(h, scale: float = 2.0):
+    def body(b, a):
+        return b("softmax", b("mul", b("matmul", a[0], a[1]), b("constant", value=np.array(scale, np.float32))))
+    return h.make_module([("x", F32, ("B", 4)), ("w", F32, (4, 3))], body)
+
+
+def _feeds(n: int = 5):
+    return [RNG.normal(size=(n, 4)).astype(np.float32),
+            RNG.normal(size=(4, 3)).astype(np.float32)]
+
+
+def test_a_second_compile_lowers_nothing_and_keeps_the_bindings(h, cache_dir):
+    m = _module(h)
+    first = LLVMBackend().compile(m, "f")
+    assert first.cache_key is not None and not first.report.cached
+    feeds = _feeds()
+    want = first(feeds, {}, 0).fetches[0]
+    assert len(list((cache_dir / "entries").glob("*.zip"))) == 1
+    again = LLVMBackend().compile(m, "f")  # as a new process would: from disk
+    assert again.report.cached and "entry cache" in again.report.seconds
+    assert ((5, 4), (4, 3)) in again._bindings  # written back after the first step
+    np.testing.assert_array_equal(again(feeds, {}, 0).fetches[0], want)
+    assert again._gc is None  # neither compile nor step lowered the graph
+    nine = _feeds(9)
+    h.assert_same(again(nine, {}, 0), h.run_both(m, nine)[1])  # a new shape lowers
+    assert again._gc is not None
+    third = LLVMBackend().compile(m, "f")
+    assert {((5, 4), (4, 3)), ((9, 4), (4, 3))} <= set(third._bindings)
+
+
+def test_another_graph_or_setting_is_another_entry(h):
+    m2, m3 = _module(h, 2.0), _module(h, 3.0)  # they differ in one constant's value
+    a = LLVMBackend().compile(m2, "f")
+    b = LLVMBackend().compile(m3, "f")
+    assert a.cache_key != b.cache_key and not b.report.cached
+    feeds = _feeds()
+    h.assert_same(b(feeds, {}, 0), h.run_both(m3, feeds)[1])
+    keys = {a.cache_key, LLVMBackend(threads=1).compile(m2, "f").cache_key,
+            LLVMBackend(profile=True).compile(m2, "f").cache_key}
+    assert len(keys) == 3
+
+
+def test_a_broken_entry_is_a_miss_and_is_replaced(h, cache_dir):
+    m = _module(h)
+    key = LLVMBackend().compile(m, "f").cache_key
+    path = cache_dir / "entries" / f"{key}.zip"
+    path.write_bytes(b"not a zip")
+    assert entry_cache.get(key) is None
+    exe = LLVMBackend().compile(m, "f")
+    assert exe._gc is not None  # lowered again
+    feeds = _feeds()
+    h.assert_same(exe(feeds, {}, 0), h.run_both(m, feeds)[1])
+    assert entry_cache.get(key) is not None
+
+
+def test_use_cache_false_writes_nothing(h, cache_dir):
+    exe = LLVMBackend(use_cache=False).compile(_module(h), "f")
+    exe(_feeds(), {}, 0)
+    assert exe.cache_key is None and not (cache_dir / "entries").exists()
