@@ -176,6 +176,12 @@ def timed_rows(sizes: Any, data: Any, only: list[str]) -> list[dict[str, Any]]:
                          work=2.0 * m**3,
                          label=f"numpy sgemm {m}x{m} (GEMM rate reference)", method="matmul",
                          only=("numpy",), args=lambda m=m: data.matmul_ab(m)))
+    if "matmul" in only or "mlp" in only:  # the ceiling of every GEMM-bound goal
+        from bench_peak import step_flops
+        rows.append(dict(id="fma_peak", group="matmul" if "matmul" in only else "mlp",
+                         kind="peak", unit="GFLOP/s", work=step_flops(),
+                         label="f32 FMA peak of the cores (llvmlite loop; reference)",
+                         method="fma_peak", only=("tfc",), args=lambda: ()))
     if "mlp" in only:
         dims = sizes.mlp_dims
         for b in sizes.mlp_batches:

@@ -355,6 +355,12 @@ class TfcContender:
         self.matmul(a, a)()
         self.ops.pop("matmul", None)  # not a row of this run (the report lists the rows')
 
+    def fma_peak(self) -> Step:
+        """The cores' FMA peak (``bench_peak``): a machine limit measured with tfc's LLVM
+        plumbing, which only this contender's process loads."""
+        from bench_peak import FmaPeak
+        return FmaPeak(self.threads).step
+
     def _program(self, build: Callable[[Any], None], key: str) -> Any:
         import tfc
         from tfc.passes import run_passes

@@ -52,7 +52,8 @@ def test_quick_run_prints_tables(quick_run):
     assert "timed workloads, 2 thread(s)" in stdout or "timed workloads, 1 thread(s)" in stdout
     for label in ("gelu_tanh(x*1.7+0.3)", "matmul f32 64x64", "MLP 64-32-32-10 SGD step",
                   "CNN conv3x3", "100 element-wise ops", "compile MLP step, cold",
-                  "MLP step (batch 32) peak", "tfc/numpy", "goal (BENCHMARKS.md)"):
+                  "MLP step (batch 32) peak", "tfc/numpy", "goal (BENCHMARKS.md)",
+                  "f32 FMA peak of the cores"):
         assert label in stdout, label
     assert "OPENBLAS_CORETYPE was 'Haswell', unset for every contender" in stdout
     assert "BLAS openblas" in stdout  # numpy's BLAS, named by threadpoolctl
@@ -277,6 +278,18 @@ def test_goal_marks(tools):
     assert out[0].clauses[0].ok is True  # 96% of numpy's BLAS
     gemm = out[1].clauses[-1]  # 2 GFLOP at numpy's 2.08 GFLOP/s: ideal 0.96 s, tfc 0.01 s
     assert gemm.ok is True and "GEMM" in gemm.text
+
+
+def test_missed_mlp_goals_say_the_gemm_rate_they_need(tools):
+    """2 GFLOP of GEMMs; JAX 1.0 s: 0.8x JAX is 0.8 s, 2.5 GFLOP/s = 1.25x a 2 GFLOP/s peak."""
+    _, br, _ = tools
+    rows = _speed({"tfc": 1.0, "jax": 1.0, "torch": 4.0}, "mlp", work=2e9)["rows"]
+    rows["fma_peak"] = _speed({"tfc": 0.5}, "peak", work=1e9)["rows"]["peak"]
+    out = br.speed_rows({"rows": rows}, ["tfc", "torch", "jax"], " ")
+    jax, torch = out[0].clauses
+    assert jax.ok is False and "needs GEMMs at 2 GFLOP/s = 1.25x the FMA peak" in jax.detail
+    assert torch.ok is True and "FMA peak" not in torch.detail  # met: nothing to add
+    assert out[1].ratios == {} and out[1].clauses == []  # the peak is a reference row
 
 
 # ---- rounds: every cell from several processes, the best median as its headline ---------
