@@ -74,6 +74,13 @@ def test_a_broken_entry_is_a_miss_and_is_replaced(h, cache_dir):
     assert entry_cache.get(key) is not None
 
 
+def test_graphs_with_big_constants_are_not_cached(h, cache_dir, monkeypatch):
+    monkeypatch.setattr(entry_cache, "MAX_CONSTANT_BYTES", 3)  # a 4-byte scalar is too big
+    exe = LLVMBackend().compile(_module(h), "f")
+    exe(_feeds(), {}, 0)
+    assert exe.cache_key is None and not (cache_dir / "entries").exists()
+
+
 def test_use_cache_false_writes_nothing(h, cache_dir):
     exe = LLVMBackend(use_cache=False).compile(_module(h), "f")
     exe(_feeds(), {}, 0)

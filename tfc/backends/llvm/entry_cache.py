@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     from tfc.backends.llvm.backend import NativeMeta
 
 CODE, TABLES = "code.o", "tables.json"
+# Graphs that carry more constant data than this (pretrained weights baked into an
+# __init__ graph, say) are not cached here: every entry would store its own copy, and
+# encoding them for the key would cost what lowering saves. jit's cache still applies.
+MAX_CONSTANT_BYTES = 1 << 20
 
 
 @functools.cache
@@ -54,13 +58,19 @@ def _sources_fingerprint() -> str:
     return h.hexdigest()
 
 
-def entry_key(module: Module, entry: str, options: str) -> str:
-    """The cache key of ``entry`` of ``module`` compiled with ``options``."""
+def entry_key(module: Module, entry: str, options: str) -> str | None:
+    """The cache key of ``entry`` of ``module`` compiled with ``options``; ``None`` for a
+    graph with more than ``MAX_CONSTANT_BYTES`` of constants."""
+    graph = module.graphs[entry]
+    constant_bytes = sum(v.nbytes for op in graph.walk() for v in op.attrs.values()
+                         if isinstance(v, np.ndarray))
+    if constant_bytes > MAX_CONSTANT_BYTES:
+        return None
     h = hashlib.sha256()
     for part in (jit.host_key(), _sources_fingerprint(), options, entry):
         h.update(part.encode())
         h.update(b"\0")
-    h.update(module_to_bytes(Module({entry: module.graphs[entry]}, module.variables)))
+    h.update(module_to_bytes(Module({entry: graph}, module.variables)))
     return h.hexdigest()
 
 

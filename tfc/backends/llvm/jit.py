@@ -10,6 +10,7 @@ The compile cache lives in ``$TFC_CACHE_DIR`` (default ``~/.cache/tfc``): one ``
 per hash of (printed IR, host key). A hit skips optimization and code generation, which
 is what makes a second compile of the same graph fast. Writes are atomic (temp file +
 rename), so concurrent processes never read a torn file; a broken entry is ignored.
+``entry_cache`` sits above it, keyed by the tfc IR, and skips the lowering too.
 """
 
 from __future__ import annotations
