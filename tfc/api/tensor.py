@@ -58,12 +58,14 @@ def constant(value: Any, dtype: Any = None, shape: Sequence[int] | None = None,
 
 
 def _to_array(value: Any, dtype: DType, loc: Any) -> np.ndarray:
+    """``value`` as ``dtype``: a float target takes rounding; an integer or bool target
+    must hold every number exactly (the check is skipped for float targets: for
+    pretrained weights it cost more than building the rest of the graph)."""
     arr = np.asarray(value)
     out = arr.astype(dtype.np)
-    if arr.dtype.kind in "biuf" and out.size and not np.array_equal(
+    if not dtype.is_float and arr.dtype.kind in "biuf" and out.size and not np.array_equal(
             out.astype(np.float64), arr.astype(np.float64), equal_nan=True):
-        if not (dtype.is_float and arr.dtype.kind in "biuf"):  # float rounding is fine
-            raise TypeMismatch(f"value {value!r} does not fit {dtype.value}", loc)
+        raise TypeMismatch(f"value {value!r} does not fit {dtype.value}", loc)
     return out
 
 
