@@ -244,28 +244,31 @@ def _mib(n: float | None) -> str:
 
 
 def compile_rows(compile_: dict[str, Any], contenders: list[str]) -> list[Row]:
-    cold = Row("compile MLP step, cold (fresh process: build + optimize + compile + 1st step)")
-    cached = Row("compile MLP step, cached (load the .tfc artifact + 1st step)")
+    cold = Row("compile MLP step, cold (fresh process, empty compile cache: build + "
+               "optimize + compile + 1st step)")
+    cached = [("cached", Row("compile MLP step, cached (load the .tfc artifact + 1st step)")),
+              ("recompiled", Row("compile MLP step again, warm compile cache (build + "
+                                 "compile + 1st step)"))]
     for c in contenders:
         res = compile_.get(c)
-        if res is None:
-            cold.cells[c] = cached.cells[c] = "—"
-            continue
-        if "error" in res:
-            cold.cells[c] = "error: " + str(res["error"])[:60]
-            cached.cells[c] = "—"
+        if res is None or "error" in res:
+            cold.cells[c] = "—" if res is None else "error: " + str(res["error"])[:60]
+            for _, row in cached:
+                row.cells[c] = "—"
             continue
         cold.cells[c] = f"{res['cold']:.3f} s" if "cold" in res else "—"
-        cached.cells[c] = f"{res['cached'] * 1e3:.1f} ms" if "cached" in res else "—"
-    t_cold = (compile_.get("tfc") or {}).get("cold")
-    j_cold = (compile_.get("jax") or {}).get("cold")
+        for key, row in cached:
+            row.cells[c] = f"{res[key] * 1e3:.1f} ms" if key in res else "—"
+    tfc = compile_.get("tfc") or {}
+    t_cold, j_cold = tfc.get("cold"), (compile_.get("jax") or {}).get("cold")
     if "jax" in contenders:
         cold.ratios["jax"] = _ratio(t_cold, j_cold)
     cold.clauses = [_at_most("<= JAX's first-call time", _ratio(t_cold, j_cold), 1.0)]
-    t_cached = (compile_.get("tfc") or {}).get("cached")
-    cached.clauses = [Clause("<= 50 ms", None) if t_cached is None else
-                      Clause("<= 50 ms", t_cached <= CACHED_GOAL_S, f"{t_cached * 1e3:.1f} ms")]
-    return [cold, cached]
+    for key, row in cached:
+        t = tfc.get(key)
+        row.clauses = [Clause("<= 50 ms", None) if t is None else
+                       Clause("<= 50 ms", t <= CACHED_GOAL_S, f"{t * 1e3:.1f} ms")]
+    return [cold, *(row for _, row in cached)]
 
 
 def memory_rows(memory: dict[str, Any], contenders: list[str]) -> list[Row]:
