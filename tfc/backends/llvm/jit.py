@@ -174,15 +174,22 @@ def cache_put(key: str, obj: bytes) -> None:
         pass
 
 
-def compile_ir(ir_text: str, use_cache: bool = True) -> tuple[bytes, bool]:
-    """Object code for ``ir_text`` (optimized at O3 for the host) and whether it came from
-    the cache."""
-    key = cache_key(ir_text)
+def compile_ir(ir_text: str, use_cache: bool = True, *, optimized: bool = True
+               ) -> tuple[bytes, bool]:
+    """Object code for ``ir_text`` and whether it came from the cache. ``optimized``: run
+    the O3 pipeline first; without it the IR, already lean, goes straight to code
+    generation (still for the host CPU)."""
+    key = cache_key(ir_text if optimized else "; not optimized\n" + ir_text)
     if use_cache:
         obj = cache_get(key)
         if obj is not None:
             return obj, True
-    obj = emit_object(optimize(ir_text))
+    if optimized:
+        mod = optimize(ir_text)
+    else:
+        mod = llvm.parse_assembly(ir_text)
+        mod.verify()
+    obj = emit_object(mod)
     if use_cache:
         cache_put(key, obj)
     return obj, False
