@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from tfc.backends.llvm import LLVMBackend, entry_cache
+from tfc.ir.core import Module
 from tfc.ir.types import DType
+from tfc.passes import run_passes
 
 F32 = DType.f32
 RNG = np.random.default_rng(5)
@@ -59,6 +61,11 @@ def test_another_graph_or_setting_is_another_entry(h):
     keys = {a.cache_key, LLVMBackend(threads=1).compile(m2, "f").cache_key,
             LLVMBackend(profile=True).compile(m2, "f").cache_key}
     assert len(keys) == 3
+    # the same graph with the memory pass's plan compiles as it is; without, it is fused
+    planned = run_passes(_module(h, 2.0), "memory")
+    unplanned = Module(dict(planned.graphs), dict(planned.variables))
+    assert (LLVMBackend().compile(planned, "f").cache_key
+            != LLVMBackend().compile(unplanned, "f").cache_key)
 
 
 def test_a_broken_entry_is_a_miss_and_is_replaced(h, cache_dir):

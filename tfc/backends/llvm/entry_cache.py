@@ -6,7 +6,8 @@ is most of what a cached compile costs (~45 ms of the MLP training step's ~50). 
 sits one level up. Its key is everything the native code depends on:
 - the module's bytecode (the entry graph with its locations, which error messages
   carry, and the variables' declarations);
-- the options that shape the code (threads, the parallel threshold, profiling);
+- the options that shape the code (threads, the parallel threshold, profiling) and
+  whether the module comes with the memory pass's plan (then it compiles as it is);
 - the host key (CPU, LLVM build, a fingerprint of the backend's sources);
 - a fingerprint of all of tfc's sources, since the passes and shape rules shape the
   code as well.
@@ -66,8 +67,11 @@ def entry_key(module: Module, entry: str, options: str) -> str | None:
                          if isinstance(v, np.ndarray))
     if constant_bytes > MAX_CONSTANT_BYTES:
         return None
+    # a module whose memory pass already ran compiles as it is (``prepare``): its graph
+    # may be the same as one that is yet to be fused
+    planned = f"planned={entry in module.memory_plans}"
     h = hashlib.sha256()
-    for part in (jit.host_key(), _sources_fingerprint(), options, entry):
+    for part in (jit.host_key(), _sources_fingerprint(), options, planned, entry):
         h.update(part.encode())
         h.update(b"\0")
     h.update(module_to_bytes(Module({entry: graph}, module.variables)))
