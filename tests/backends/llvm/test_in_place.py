@@ -43,7 +43,7 @@ def test_updates_in_place_match_the_reference(n, hidden):
     g = build(hidden)
     llvm, ref = Program(g.as_module(), backend="llvm"), Program(g.as_module(),
                                                                   backend="reference")
-    assert llvm._executable("train")._in_place  # the pattern is there: not a vacuous test
+    assert llvm._executable("train").meta.in_place  # the pattern is there: not a vacuous test
     f, r = llvm.callable("train", ["x", "y"], "loss"), ref.callable("train", ["x", "y"], "loss")
     same = 0
     for i in range(6):
@@ -83,7 +83,7 @@ def test_artifacts_keep_which_updates_may_happen_in_place(tmp_path):
     f(*batch(4, 0))
     p.save(tmp_path / "m.tfc")
     q = tfc.runtime.load(tmp_path / "m.tfc", backend="llvm")
-    assert q._executable("train")._in_place == p._executable("train")._in_place
+    assert q._executable("train").meta.in_place == p._executable("train").meta.in_place
     fq = q.callable("train", ["x", "y"], "loss")
     for i in range(3):
         x, y = batch(4, i + 1)

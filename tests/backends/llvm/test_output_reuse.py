@@ -59,6 +59,5 @@ def test_steps_allocate_nothing_once_results_are_dropped():
         y, v = step(x)
         fetched |= {id(y), id(v)}
         del y, v
-    assert [len(pool) for pool in exe._last.out_pools] == [1, 1]
-    assert [len(pool) for pool in exe._upd_pools] == [2]
+    assert [len(pool) for pool, *_ in exe._last.fills] == [1, 1, 2]  # fetches, update
     assert len(fetched) == 2  # the same two fetch arrays, every step

@@ -130,15 +130,16 @@ def test_a_warm_native_callable_leaks_no_references():
         loss, pred = f(x, y)  # as the loop below: the previous results are held
     exe = p._executable("train")
     before = (sys.getrefcount(x), sys.getrefcount(y), sys.getrefcount(p._variables),
-              [len(pool) for pool in exe._last.out_pools + exe._upd_pools])
+              [len(pool) for pool, *_ in exe._last.fills])
     slow = count_slow_calls(f)
     for _ in range(2000):
         loss, pred = f(x, y)
     del loss, pred
     assert slow[0] == 0
     assert (sys.getrefcount(x), sys.getrefcount(y), sys.getrefcount(p._variables),
-            [len(pool) for pool in exe._last.out_pools + exe._upd_pools]) == before
-    assert all(sys.getrefcount(a) <= 4 for pool in exe._last.out_pools for a in pool)
+            [len(pool) for pool, *_ in exe._last.fills]) == before
+    assert all(sys.getrefcount(a) <= 4 for pool, *_ in exe._last.fills[:exe._last.n_outs]
+               for a in pool)
     assert p.step == 2005
 
 

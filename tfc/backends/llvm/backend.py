@@ -180,9 +180,10 @@ class LLVMExecutable:
         self.update_names = list(meta.updates)
         self._var_specs = [_var_spec(module.variables[n]) for n in meta.var_names]
         self._upd_specs = [_var_spec(module.variables[n]) for n in meta.updates]
-        self._upd_shapes = [(s, dt) for _, dt, s, _ in self._upd_specs]
-        self._upd_pools: list[list[np.ndarray]] = [[] for _ in self._upd_shapes]
-        self._in_place = dict(meta.in_place)  # update index -> variable index (see fast_step)
+        in_place = dict(meta.in_place)  # update index -> variable index (see fast_step)
+        # the updates' part of every binding's fills: their pools outlive a binding
+        self._upd_fills = [([], s, dt, in_place.get(j, -1))
+                           for j, (_, dt, s, _) in enumerate(self._upd_specs)]
         self._var_bytes = sum(int(np.prod(s)) * dt.itemsize for _, dt, s, _ in self._var_specs)
         self._constants = list(meta.constants)
         self._n_ptrs = meta.n_ptrs
@@ -263,36 +264,22 @@ class LLVMExecutable:
                     for a in variables:
                         ptrs[i] = dp(a)
                         i += 1
-                # Outputs: an array recycled from the pool is often the one of the last
-                # step, whose pointer the slot already holds (the pool keeps it alive).
-                outs = []
+                # Outputs, then updates: an array recycled from the pool is often the one
+                # of the last step, whose pointer the slot already holds (the pool keeps
+                # it alive).
+                arrays = []
                 held = bound.in_slots
                 i = bound.out_slot
-                j = 0
-                for s, dt in bound.out_specs:
-                    a = _recycled(bound.out_pools[j], s, dt, held[i])
+                for pool, s, dt, v in bound.fills:
+                    if in_place and v >= 0 and _sole(variables[v], held[i], pool):
+                        a = variables[v]
+                    else:
+                        a = _recycled(pool, s, dt, held[i])
                     if held[i] is not a:
                         ptrs[i] = dp(a)
                         held[i] = a
-                    outs.append(a)
+                    arrays.append(a)
                     i += 1
-                    j += 1
-                upds = []
-                if self._upd_shapes:
-                    j = 0
-                    sole = self._in_place if in_place else _NONE_IN_PLACE
-                    for s, dt in self._upd_shapes:
-                        v = sole.get(j)
-                        if v is not None and _sole(variables[v], held[i], self._upd_pools[j]):
-                            a = variables[v]
-                        else:
-                            a = _recycled(self._upd_pools[j], s, dt, held[i])
-                        if held[i] is not a:
-                            ptrs[i] = dp(a)
-                            held[i] = a
-                        upds.append(a)
-                        i += 1
-                        j += 1
                 if self._step_slot is not None:  # random ops read the step number
                     bound.params_u64[self._step_slot] = step % (1 << 64)
                 rc = bound.call(bound.ptrs_addr, bound.params_addr)
@@ -301,7 +288,8 @@ class LLVMExecutable:
         if rc:
             raise ExecutionError(self._errors[rc - 1]
                                  if 0 < rc <= len(self._errors) else f"error {rc}")
-        return outs, upds
+        n = bound.n_outs
+        return arrays[:n], arrays[n:]
 
     def native_callable(self, owner: StepOwner, call: Callable[..., Any],
                         order: Sequence[int] | None, index: Sequence[int],
@@ -353,18 +341,21 @@ class LLVMExecutable:
         for k, c in enumerate(self._constants):
             ptrs[nf + nv + k] = c.ctypes.data
         ptrs[self._n_ptrs - 1] = arena.ctypes.data + start  # the arena is the last slot
-        out_specs = [(tuple(s), dt) for s, dt in zip(out_shapes, self._out_dtypes)]
+        fills = [([], tuple(s), dt, -1) for s, dt in zip(out_shapes, self._out_dtypes)]
+        fills += self._upd_fills
         touched = (arena_bytes + self._var_bytes
-                   + sum(int(np.prod(s)) * dt.itemsize for s, dt in out_specs)
+                   + sum(int(np.prod(s)) * dt.itemsize for s, dt in zip(out_shapes,
+                                                                        self._out_dtypes))
                    + sum(int(np.prod(s)) * dt.itemsize for s, dt in zip(key, self._arg_dtypes)))
         # Releasing the GIL costs about half a microsecond per call; a step that touches
         # little memory is over before another thread could use it.
         call = self._entry_gil if touched <= GIL_HOLD_BYTES else self._entry
         return _Bound(bd, arena, pa, ptrs, [tuple(s) for s in out_shapes],
-                      nf + nv + len(self._constants), key=key, out_specs=out_specs,
+                      nf + nv + len(self._constants), key=key, fills=fills,
+                      n_outs=len(out_shapes),
                       call=call, ptrs_addr=ptrs.ctypes.data, params_addr=pa.ctypes.data,
                       params_u64=pa.view(np.uint64), params_used=len(params),
-                      out_pools=[[] for _ in out_specs], in_slots=[None] * self._n_ptrs)
+                      in_slots=[None] * self._n_ptrs)
 
     def _bound_from(self, rec: "StoredBinding") -> "_Bound":
         g = self.graph
@@ -638,13 +629,16 @@ class _Bound:
     out_shapes: list[tuple[int, ...]]
     out_slot: int
     key: tuple = ()
-    out_specs: list[tuple[tuple[int, ...], np.dtype]] = field(default_factory=list)
+    # per slot from out_slot on, outputs then updates: (the pool its arrays come from
+    # (see _recycled), shape, dtype, the variable an update may run in place in or -1)
+    fills: list[tuple[list[np.ndarray], tuple[int, ...], np.dtype, int]] = field(
+        default_factory=list)
+    n_outs: int = 0
     call: Any = None
     ptrs_addr: int = 0
     params_addr: int = 0
     params_u64: Any = None
     params_used: int = 0
-    out_pools: list[list[np.ndarray]] = field(default_factory=list)  # see _recycled
     # per pointer slot, the output or update array whose data pointer it holds
     in_slots: list[Any] = field(default_factory=list)
 
@@ -671,7 +665,6 @@ def _recycled(pool: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype,
 
 
 _refcount = sys.getrefcount
-_NONE_IN_PLACE: dict[int, int] = {}  # fast_step without in_place
 
 
 def _sole(a: np.ndarray, in_slot: np.ndarray | None, pool: list[np.ndarray]) -> bool:

@@ -487,10 +487,8 @@ class NativeStep:
         n_feeds = len(bound.key)
         for k, name in enumerate(self.var_names):
             t[o["vars"] + VAR_WORDS * k:][:VAR_WORDS] = (id(name), n_feeds + k)
-        pools = [(p, None, -1) for p in bound.out_pools]
-        pools += [(p, n, exe._in_place.get(j, -1))
-                  for j, (p, n) in enumerate(zip(exe._upd_pools, self.update_names))]
-        for k, (pool, name, var_index) in enumerate(pools):
+        names = [None] * bound.n_outs + list(self.update_names)
+        for k, ((pool, _, _, var_index), name) in enumerate(zip(bound.fills, names)):
             t[o["outs"] + OUT_WORDS * k:][:OUT_WORDS] = (
                 id(pool), bound.out_slot + k, 0 if name is None else id(name), var_index)
         t[H["enabled"]] = 1
