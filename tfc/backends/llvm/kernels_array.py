@@ -299,52 +299,38 @@ def inside(b: ir.IRBuilder, hi: ir.Value, wi: ir.Value, xd) -> ir.Value:
                   b.and_(b.icmp_signed(">=", wi, ZERO), b.icmp_signed("<", wi, xd[2])))
 
 
-# An f16 window max is a signed integer (i16) max of order keys. The key of the bits x
-# (as a signed integer of the float's width w, m mantissa bits) is
-# ``(x ^ ((x >> (w-1)) & INT_MAX)) - (2^m - 1)``, wrapping: the xor orders the non-NaN
-# values as the floats (-0 just below +0, -inf 2^m - 1 above INT_MIN), and the subtraction
-# wraps the 2^m - 1 keys below -inf's, the NaNs with the sign bit set, to the top,
-# beside the other NaNs, above +inf. The map is a bijection, so a window's max key is one
-# of its values, bit for bit: the float maximum, a NaN winning and +0 beating -0 (the
-# rule of llvm.maximum). Four integer ops and a max per tap, 16 lanes to a ymm register.
-# The f16 compares and selects in f32 that this replaces took two registers per 16 lanes
-# and ~12 ops per tap (a 3x3 stride 1 f16 max_pool ran 3x the f32 one), and
-# llvm.maximum.f16 stays scalar on AVX2 (InstCombine narrows ``maximum.f32(fpext,
-# fpext)`` back to it). f32 keys (i32, 8 lanes) measured no faster than llvm.maximum.f32
-# (maxps and blends, also 8 lanes), so f32 and f64 keep the intrinsic.
-_KEY_BITS = {DType.f16: (16, 10)}  # width, mantissa bits
+# An f16 window max is a signed i16 max of order keys. The key of the bits x (as an i16)
+# is ``(x ^ ((x >> 15) & 0x7fff)) - 0x3ff``, wrapping: the xor orders the non-NaN values
+# as the floats (-0 just below +0, -inf 0x3ff above INT16_MIN), and the subtraction wraps
+# the 0x3ff keys below -inf's, the NaNs with the sign bit set, to the top, beside the
+# other NaNs, above +inf. The map is a bijection, so a window's max key is one of its
+# values, bit for bit: the float maximum, a NaN winning and +0 beating -0 (the rule of
+# llvm.maximum). Four integer ops and a max per tap, 16 lanes to a ymm register. The f16
+# compares and selects in f32 that this replaces took two registers per 16 lanes and ~12
+# ops per tap (a 3x3 stride 1 f16 max_pool ran 3x the f32 one), and llvm.maximum.f16
+# stays scalar on AVX2 (InstCombine narrows ``maximum.f32(fpext, fpext)`` back to it).
+# f32 keys (i32, 8 lanes) measured no faster than llvm.maximum.f32 (maxps and blends,
+# also 8 lanes), so f32 and f64 keep the intrinsic.
+_I16 = ir.IntType(16)
+_KEY_LOWEST = ir.Constant(_I16, -(1 << 15))  # the key of -inf: what padding contributes
+_NAN_SHIFT = ir.Constant(_I16, 0x3FF)
 
 
 def _key_flip(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
-    """``bits ^ ((bits >> (w-1)) & INT_MAX)``: its own inverse."""
-    w = bits.type.width
-    sign = b.ashr(bits, ir.Constant(bits.type, w - 1))
-    return b.xor(bits, b.and_(sign, ir.Constant(bits.type, (1 << (w - 1)) - 1)))
+    """``bits ^ ((bits >> 15) & 0x7fff)``: its own inverse."""
+    sign = b.ashr(bits, ir.Constant(_I16, 15))
+    return b.xor(bits, b.and_(sign, ir.Constant(_I16, 0x7FFF)))
 
 
-def _key_lowest(dt: DType) -> ir.Constant:
-    """The order key of -inf (INT_MIN): what padding contributes."""
-    w, _ = _KEY_BITS[dt]
-    return ir.Constant(ir.IntType(w), -(1 << (w - 1)))
+def _order_key(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """The order key of the f16 value ``x``, held in f32 (exactly, so the fptrunc folds
+    away against the load's fpext)."""
+    return b.sub(_key_flip(b, b.bitcast(b.fptrunc(x, U.F16), _I16)), _NAN_SHIFT)
 
 
-def _order_key(b: ir.IRBuilder, dt: DType, x: ir.Value) -> ir.Value:
-    """The order key of ``x`` (in ``dt``'s compute type; for f16 an f16 value held in f32,
-    so the fptrunc is exact and folds away against the load's fpext)."""
-    w, m = _KEY_BITS[dt]
-    if dt is DType.f16:
-        x = b.fptrunc(x, U.F16)
-    bits = b.bitcast(x, ir.IntType(w))
-    return b.sub(_key_flip(b, bits), ir.Constant(bits.type, (1 << m) - 1))
-
-
-def _of_order_key(b: ir.IRBuilder, dt: DType, key: ir.Value) -> ir.Value:
-    """The value (in ``dt``'s compute type) whose order key is ``key``."""
-    _, m = _KEY_BITS[dt]
-    bits = _key_flip(b, b.add(key, ir.Constant(key.type, (1 << m) - 1)))
-    if dt is DType.f16:
-        return b.fpext(b.bitcast(bits, U.F16), U.F32)
-    return b.bitcast(bits, U.compute_type(dt))
+def _of_order_key(b: ir.IRBuilder, key: ir.Value) -> ir.Value:
+    """The f16 value (held in f32) whose order key is ``key``."""
+    return b.fpext(b.bitcast(_key_flip(b, b.add(key, _NAN_SHIFT)), U.F16), U.F32)
 
 
 def _pool_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
@@ -357,11 +343,10 @@ def _pool_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
     h0, w0 = _origin(b, op, ho, wo, _pads(kc, op, x))
     dt = x.dtype
     is_max = op.kind == "max_pool"
-    keyed = is_max and dt in _KEY_BITS
+    keyed = is_max and dt is DType.f16
     if keyed:
-        init = _key_lowest(dt)
-        smax = U.intrinsic(b.module, f"llvm.smax.i{init.type.width}", init.type,
-                           [init.type, init.type])
+        init = _KEY_LOWEST
+        smax = U.intrinsic(b.module, "llvm.smax.i16", _I16, [_I16, _I16])
     elif is_max:
         init = (float_limits(U.compute_type(dt))[0] if dt.is_float
                 else ir.Constant(U.compute_type(dt), -(1 << (U.compute_type(dt).width - 1))))
@@ -377,7 +362,7 @@ def _pool_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
         val = em.value(x, (n, hc, wc, c))
         em.pop()
         if keyed:
-            key = b.select(ok, _order_key(b, dt, val), init)
+            key = b.select(ok, _order_key(b, val), init)
             return [b.call(smax, [acc[0], key]), acc[1]]
         if is_max:
             return [b.select(ok, combine(b, "max", dt, acc[0], val), acc[0]), acc[1]]
@@ -386,7 +371,7 @@ def _pool_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
 
     acc, count = fold_window(b, kh, kw, win, [init, ZERO])
     if keyed:
-        return _of_order_key(b, dt, acc)
+        return _of_order_key(b, acc)
     if is_max:
         return acc
     return b.fdiv(acc, b.sitofp(count, acc.type))
