@@ -162,29 +162,13 @@ def speed_rows(speed: dict[str, Any], contenders: list[str], sep: str) -> list[R
             for o in OTHERS:
                 if o in contenders:
                     r.ratios[o] = _ratio(tfc, _median(res.get(o)))
-        r.clauses = _speed_goals(row_id, row, r.ratios, tfc, copy, gemm)
-        if row.get("kind") == "mlp" and peak:
-            _gemm_bound(r.clauses, row, res, peak)
+        r.clauses = _speed_goals(row_id, row, r.ratios, tfc, copy, gemm, peak)
         out.append(r)
     return out
 
 
 REFERENCE_ROWS = ("copy", "gemm_ref", "fma_peak")  # machine limits: no ratios, no goals
 GOAL_LIMITS = {"jax": ("<= 0.8x JAX jit", 0.8), "torch": ("<= 0.5x PyTorch eager", 0.5)}
-
-
-def _gemm_bound(clauses: list[Clause], row: dict[str, Any], res: dict[str, Any],
-                peak: float) -> None:
-    """To each missed ratio goal of an MLP row, add the GEMM rate it needs: the step's
-    matrix-product flops in the goal's time, against the cores' measured FMA peak. Above
-    the peak, no code on this machine meets the goal."""
-    for other, (text, limit) in GOAL_LIMITS.items():
-        t = _median(res.get(other))
-        for c in clauses:
-            if c.text == text and c.ok is False and t:
-                need = row["work"] / (limit * t)
-                c.detail += (f"; needs GEMMs at {need / 1e9:.0f} GFLOP/s = "
-                             f"{need / peak:.2f}x the FMA peak")
 
 
 def _best_gemm_rate(rows: dict[str, Any]) -> float | None:
@@ -201,7 +185,10 @@ def _best_gemm_rate(rows: dict[str, Any]) -> float | None:
 
 def _speed_goals(row_id: str, row: dict[str, Any], ratios: dict[str, float | None],
                  tfc: float | None, copy: dict[str, Any] | None,
-                 gemm_rate: float | None) -> list[Clause]:
+                 gemm_rate: float | None, peak: float | None = None) -> list[Clause]:
+    """The goals' clauses of one row. A missed ratio goal of an MLP row also says the GEMM
+    rate it needs (the step's matrix-product flops in the goal's time) against the cores'
+    measured FMA ``peak``: above it, no code on this machine meets the goal."""
     kind = row.get("kind")
     if kind == "chain":
         clauses = []
@@ -221,8 +208,14 @@ def _speed_goals(row_id: str, row: dict[str, Any], ratios: dict[str, float | Non
             return [Clause(">= 95% of numpy's BLAS", None)]
         return [Clause(">= 95% of numpy's BLAS", 1.0 / r >= 0.95, f"{1.0 / r:.0%}")]
     if kind in ("mlp", "cnn"):
-        clauses = [_at_most(text, ratios.get(o), limit)
-                   for o, (text, limit) in GOAL_LIMITS.items()]
+        clauses = []
+        for o, (text, limit) in GOAL_LIMITS.items():
+            c = _at_most(text, ratios.get(o), limit)
+            if kind == "mlp" and c.ok is False and peak and tfc:
+                need = row["work"] * ratios[o] / (limit * tfc)  # other's time: tfc / ratio
+                c.detail += (f"; needs GEMMs at {need / 1e9:.0f} GFLOP/s = "
+                             f"{need / peak:.2f}x the FMA peak")
+            clauses.append(c)
         if kind == "mlp" and row.get("gemm_goal"):
             if gemm_rate and tfc:
                 ideal = row["work"] / gemm_rate
