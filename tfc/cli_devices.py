@@ -36,7 +36,7 @@ def partitions_text(module: Any, device: str) -> str:
     for name in module.entries:
         parts = partition_module(module, name)
         if module.fp16_transfers:
-            compress_transfers(parts)
+            compress_transfers(parts, module.variables)
         part = parts.get(device)
         if part is None:
             out.append(f"// @{name}: nothing runs on {device}")
