@@ -1,5 +1,6 @@
 """The .tfc artifact: round trips, atomic writes, and every kind of broken file."""
 
+import hashlib
 import io
 import json
 import os
@@ -57,25 +58,27 @@ def trained_program(steps: int = 2) -> Program:
     return p
 
 
-def rewrite(src, dst, members=(), manifest=None):
+def rewrite(src, dst, members=(), manifest=None, digests=True):
     """Copy the zip ``src`` to ``dst``, replacing members (bytes) or dropping them (None),
-    and changing the manifest with ``manifest(m)``."""
+    and changing the manifest with ``manifest(m)``. With ``digests`` the manifest records
+    the replaced members' SHA-256 (a consistent edit, which the deeper checks must catch);
+    without, the digests stay those of the original members (corruption)."""
     members = dict(members)
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
-        for info in zin.infolist():
-            data = zin.read(info.filename)
-            if info.filename == "manifest.json" and manifest is not None:
-                m = json.loads(data)
-                manifest(m)
-                data = json.dumps(m).encode()
-            if info.filename in members:
-                data = members.pop(info.filename)
-                if data is None:
-                    continue
-            zout.writestr(info.filename, data)
-        for name, data in members.items():
-            if data is not None:
-                zout.writestr(name, data)
+    with zipfile.ZipFile(src) as zin:
+        out = {info.filename: zin.read(info.filename) for info in zin.infolist()}
+    out.update(members)
+    out = {name: data for name, data in out.items() if data is not None}
+    if "manifest.json" in out and "manifest.json" not in members:
+        m = json.loads(out["manifest.json"])
+        if digests and "sha256" in m:
+            m["sha256"] = {name: hashlib.sha256(data).hexdigest()
+                           for name, data in out.items() if name != "manifest.json"}
+        if manifest is not None:
+            manifest(m)
+        out["manifest.json"] = json.dumps(m).encode()
+    with zipfile.ZipFile(dst, "w") as zout:
+        for name, data in out.items():
+            zout.writestr(name, data)
 
 
 def without_bytecode(m):

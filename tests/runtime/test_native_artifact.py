@@ -132,4 +132,4 @@ def test_bad_tables_are_artifact_errors(tmp_path, change, message):
     program.save(path)
     rewrite_manifest(path, lambda m: change(m["native"]["tables"]["predict"]))
     with pytest.raises(ArtifactError, match=message):
-        load(path, backend="llvm")
+        load(path, backend="llvm", native="strict")
