@@ -71,8 +71,9 @@ def rewrite(src, dst, members=(), manifest=None, digests=True):
     if "manifest.json" in out and "manifest.json" not in members:
         m = json.loads(out["manifest.json"])
         if digests and "sha256" in m:
-            m["sha256"] = {name: hashlib.sha256(data).hexdigest()
-                           for name, data in out.items() if name != "manifest.json"}
+            m["sha256"] = {**{k: v for k, v in m["sha256"].items() if "#" in k},
+                           **{name: hashlib.sha256(data).hexdigest()
+                              for name, data in out.items() if name != "manifest.json"}}
         if manifest is not None:
             manifest(m)
         out["manifest.json"] = json.dumps(m).encode()

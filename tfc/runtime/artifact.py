@@ -49,8 +49,8 @@ from tfc.ir.core import INIT_GRAPH, Module
 from tfc.ir.types import DType, TensorType, format_shape
 from tfc.runtime.atomic import atomic_write
 from tfc.runtime.digests import FIELD as DIGESTS
-from tfc.runtime.digests import (CorruptMember, bytes_digest, check_member, npy_digest,
-                                 read_digests)
+from tfc.runtime.digests import (CorruptMember, bytes_digest, check_member, json_digest,
+                                 npy_digest, read_digests)
 from tfc.runtime.program import EntrySignature, Program
 
 FORMAT = "tfc"
@@ -58,6 +58,7 @@ VERSION = 1
 MANIFEST = "manifest.json"
 IR_MEMBER = "module.tfir"
 BYTECODE_MEMBER = "module.tfcb"
+NATIVE_DIGEST = "manifest.json#native"  # the digest of the manifest's "native" section
 
 
 def tfc_version() -> str:
@@ -133,6 +134,8 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
     digests.update({member: bytes_digest(code) for member, code in objects.items()})
     digests.update({member: npy_digest(arr) for member, arr in (*arrays.items(),
                                                                  *values.items())})
+    if "native" in manifest:  # the tables say how to call the object code: checked alike
+        digests[NATIVE_DIGEST] = json_digest(manifest["native"])
     manifest[DIGESTS] = digests
 
     def write(f: IO[bytes]) -> None:
@@ -249,10 +252,12 @@ def _native_executables(zf: zipfile.ZipFile, path: Any, module: Module,
     if native.get("host") != host_key() or not entries:
         return {}
     digests = read_digests(path, manifest)
-    if digests is None:
-        _corrupt_native(CorruptMember(f"{path} records no SHA-256 digests (an older tfc wrote "
-                                      f"it), so its object code cannot be checked", MANIFEST),
-                        "every entry", policy)
+    if digests is None or digests.get(NATIVE_DIGEST) != json_digest(native):
+        why = ("records no SHA-256 digests (an older tfc wrote it), so its object code "
+               "cannot be checked" if digests is None else
+               f"{MANIFEST}'s 'native' tables do not match their SHA-256")
+        _corrupt_native(CorruptMember(f"{path} {why}" if digests is None else f"{path}: {why}",
+                                      MANIFEST), "every entry", policy)
         return {}
     backend = LLVMBackend()
     out = {}
@@ -295,15 +300,15 @@ def _checked_native(zf: zipfile.ZipFile, path: Any, entry: str, member: str, tab
     members = [member, *(f for f in files if isinstance(f, str))] if isinstance(
         files, list) else [member]
     try:
-        code = zf.read(member)
+        code = _member(zf, path, member, f" (the object code of entry '{entry}')")
         check_member(zf, path, member, digests, code)
         for name in members[1:]:
             check_member(zf, path, name, digests)
     except CorruptMember:
         raise
-    except KeyError as e:
-        raise CorruptMember(f"{path} has no member {e.args[0] if e.args else member}",
-                            member) from None
+    except KeyError as e:  # a constant named by the tables
+        raise CorruptMember(f"{path} has no member {e.args[0]} (a constant of entry "
+                            f"'{entry}')", member) from None
     except ArtifactError as e:
         raise CorruptMember(e.message, member) from None
     except (zipfile.BadZipFile, zlib.error, EOFError) as e:

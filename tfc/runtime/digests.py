@@ -13,6 +13,7 @@ rewrite the manifest as easily as a member (see README.md, "Trust").
 from __future__ import annotations
 
 import hashlib
+import json
 import zipfile
 from typing import Any, Mapping
 
@@ -48,6 +49,11 @@ class _HashSink:
 
 def bytes_digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def json_digest(value: Any) -> str:
+    """The digest of a JSON value, independent of how the manifest was indented."""
+    return bytes_digest(json.dumps(value, sort_keys=True, separators=(",", ":")).encode())
 
 
 def npy_digest(arr: np.ndarray) -> str:
