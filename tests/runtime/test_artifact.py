@@ -408,3 +408,73 @@ def test_loading_an_artifact_imports_no_parser(saved):
                          env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# ---- the manifest must describe the IR it ships with ---------------------------------
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m["entries"]["predict"]["feeds"][0].update(shape=["B", 4]),
+     r"manifest.json describes entry 'predict' as predict\(x: f32\[B,4\]\) -> \(y: f32\[B,3\]\), "
+     r"but module.tfcb defines predict\(x: f32\[B,3\]\) -> \(y: f32\[B,3\]\)"),
+    (lambda m: m["entries"]["predict"]["feeds"][0].update(dtype="f64"),
+     r"describes entry 'predict' as predict\(x: f64\[B,3\]\)"),
+    (lambda m: m["entries"]["predict"]["feeds"][0].update(name="input"),
+     r"describes entry 'predict' as predict\(input: f32\[B,3\]\)"),
+    (lambda m: m["entries"]["train"]["fetches"].pop(),
+     r"describes entry 'train' as train\(scale: f32\[\]\) -> \(count: i64\[\]\), but"),
+    (lambda m: m["entries"]["train"].update(feeds="scale"),
+     r"describes entry 'train' as train\(\?\) -> \(count: i64\[\], w_before: f32\[3\]\)"),
+    (lambda m: m["entries"]["train"]["feeds"].append({"bad": 1}),
+     r"describes entry 'train' as train\(scale: f32\[\], \{'bad': 1\}\)"),
+    (lambda m: m["variables"]["layer/w"].update(shape=[4]),
+     r"bad.tfc: (manifest.json says variable 'layer/w' is f32\[4\], but module.tfcb declares "
+     r"it f32\[3\]|variables/0000.npy \(variable 'layer/w'\) has shape \[3\], but manifest.json "
+     r"says f32\[4\])"),
+])
+def test_hand_edited_manifest_signatures_are_artifact_errors(saved, tmp_path, change, message):
+    """Callers read the manifest to learn what to feed, and the object code was compiled
+    for the IR's signatures: a manifest that describes other ones is refused."""
+    _, path = saved
+    bad = tmp_path / "bad.tfc"
+    rewrite(path, bad, manifest=change)
+    with pytest.raises(ArtifactError, match=message):
+        load(bad)
+
+
+def test_hand_edited_module_that_does_not_verify_is_refused(saved, tmp_path):
+    """A module rewritten consistently (its digest updated too) must still verify: native
+    code never runs for a module that does not."""
+    _, path = saved
+    bad = tmp_path / "bad.tfc"
+
+    with zipfile.ZipFile(path) as zf:
+        doc = json.loads(zf.read("module.tfcb"))
+    # var.assign @layer/w, %1 with %1: f32[B,3] (the mul) for an f32[3] variable
+    _graph(doc, "predict")["ops"].append({"op": "var.assign", "attrs": {"var": "layer/w"},
+                                          "in": [2], "types": []})
+    rewrite(path, bad, {"module.tfcb": json.dumps(doc).encode()})
+    with pytest.raises(ArtifactError, match=r"bad.tfc: module.tfcb is not valid IR: @predict: "
+                                            r"op 2 'var.assign'"):
+        load(bad)
+
+
+def test_members_that_do_not_match_their_digest(saved, tmp_path):
+    """Rewritten with valid zip CRCs but not through tfc: refused, naming the member."""
+    p, path = saved
+    bad = tmp_path / "bad.tfc"
+    for member, data in [("variables/0000.npy", npy_bytes(np.full(3, 9, np.float32))),
+                         ("module.tfcb", b"{}"),
+                         ("module.tfir", b"graph @oops(")]:
+        drop = {"module.tfcb": None} if member == "module.tfir" else {}
+        rewrite(path, bad, {member: data, **drop}, without_bytecode if drop else None,
+                digests=False)
+        with pytest.raises(ArtifactError, match=rf"bad.tfc: {member} is corrupt \(its SHA-256 "
+                                                rf"does not match the one manifest.json records"):
+            load(bad)
+    rewrite(path, bad, manifest=lambda m: m["sha256"].pop("variables/0001.npy"))
+    with pytest.raises(ArtifactError, match="manifest.json records no SHA-256 for "
+                                            "variables/0001.npy"):
+        load(bad)
+    rewrite(path, bad, manifest=lambda m: m.update(sha256=["x"]))
+    with pytest.raises(ArtifactError, match="field 'sha256' should map member names"):
+        load(bad)
