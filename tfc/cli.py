@@ -406,7 +406,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # an entry that updates no variable changes nothing to save: no checkpoint, no new
     # step in the artifact (the step counter seeds random ops; in memory it still counts)
     changes = program.writes_variables(entry)
-    start_step = program.step
 
     def checkpoint() -> None:
         saved[:] = [program.save_checkpoint(args.checkpoint_dir), program.step]
@@ -430,8 +429,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for name, value in fetches.items():
             print(_format_fetch(name, value))
     if args.save and not changes:
-        print(f"{args.artifact} not updated: entry '{entry}' updates no variables (it stays "
-              f"at step {start_step})", file=sys.stderr)
+        print(f"{args.artifact} not updated: entry '{entry}' updates no variables",
+              file=sys.stderr)
     elif args.save:
         program.save(args.artifact, force=args.force)
         print(f"updated {args.artifact} (step {program.step})", file=sys.stderr)

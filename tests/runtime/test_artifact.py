@@ -478,3 +478,30 @@ def test_members_that_do_not_match_their_digest(saved, tmp_path):
     rewrite(path, bad, manifest=lambda m: m.update(sha256=["x"]))
     with pytest.raises(ArtifactError, match="field 'sha256' should map member names"):
         load(bad)
+
+
+# ---- saving back to the file a program was loaded from --------------------------------
+
+def test_saving_over_an_update_another_program_saved_is_refused(saved, tmp_path):
+    _, path = saved
+    first, second = load(path), load(path)
+    first.run("train", scale=np.float32(2.0))
+    first.save(path)
+    second.run("train", scale=np.float32(5.0))
+    with pytest.raises(ArtifactError, match=r"model.tfc was changed by another process since "
+                                            r"this one loaded it at step 2 \(it is now at step "
+                                            r"3\); not overwriting that update"):
+        second.save(path)
+    assert load(path).variables["layer/w"].tolist() == first.variables["layer/w"].tolist()
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")] == []
+    second.save(path, force=True)
+    assert load(path).variables["layer/w"].tolist() == second.variables["layer/w"].tolist()
+    second.run("train", scale=np.float32(1.0))
+    second.save(path)  # its own last save is what it compares with now
+    first.save(tmp_path / "elsewhere.tfc")  # another file: nothing to lose
+    assert load(path).step == 4
+
+
+def test_writes_variables(saved):
+    p, _ = saved
+    assert p.writes_variables("train") and not p.writes_variables("predict")
