@@ -23,11 +23,19 @@ Members:
   names may hold ``/`` (name scopes), so files are numbered and the manifest maps names
   to files.
 
+The manifest's ``"sha256"`` maps every other member to its SHA-256, plus
+``"manifest.json#native"`` for its own ``"native"`` section (``tfc.runtime.digests``).
+Artifacts written before digests lack the field and still load (format version 1 both),
+but their object code is not linked: nothing says it is what the compiler wrote.
+
 No pickle anywhere: arrays are written and read with ``allow_pickle=False``, so loading
-an artifact never runs code. Writing is atomic (a temp file in the same directory,
-fsync, ``os.replace``): a crash mid-write leaves the previous artifact intact. Loading
-checks everything it reads and turns each problem into one ``ArtifactError`` sentence
-naming the file.
+an artifact's data never runs code; its object code is code, linked and run only once
+its digest matches (which guards against corruption, not against an attacker: README.md,
+"Trust"). Writing is atomic (``tfc.runtime.atomic``): a crash mid-write leaves the
+previous artifact intact. Loading checks everything it reads (digests, the IR verifier,
+the manifest's signatures against the IR's) and turns each problem into one
+``ArtifactError`` sentence naming the file, except corrupt object code, which is
+compiled again from the IR with a ``CorruptArtifactWarning`` (see ``load_artifact``).
 """
 
 from __future__ import annotations
