@@ -199,8 +199,8 @@ class ArtifactOrigin:
         try:
             with zipfile.ZipFile(self.path) as zf:
                 now = f"step {_read_manifest(zf, self.path)['step']}"
-        except Exception:  # whatever is there now, it is not what was loaded
-            now = "unreadable"
+        except (TfcError, OSError, zipfile.BadZipFile, zlib.error, EOFError):
+            now = "unreadable"  # whatever is there now, it is not what was loaded
         raise ArtifactError(f"{self.path} was changed by another process since this one loaded "
                             f"it at step {self.step} (it is now at {now}); not overwriting "
                             f"that update (use --force, or save(..., force=True), to "

@@ -14,8 +14,9 @@ atomically (temp file beside it, fsync, ``os.replace``, fsync of the directory),
 the index is written the same way, and only THEN are checkpoints beyond ``max_to_keep``
 deleted. So the index only ever names complete files, and a file is deleted only once
 no index names it. A process killed while saving leaves its temp file behind; the next
-save into the directory removes it (``tfc.runtime.atomic``). The step is saved because random ops are seeded with it: a program
-restored at step k continues exactly as an uninterrupted run would.
+save into the directory removes it (``tfc.runtime.atomic``). The step is saved because
+random ops are seeded with it: a program restored at step k continues exactly as an
+uninterrupted run would.
 
 Every problem found while reading is one ``CheckpointError`` sentence naming the file.
 """

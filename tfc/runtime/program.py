@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from tfc.ir.registry import writes_variable
 from tfc.ir.types import DType, TensorType, format_shape
 from tfc.runtime.feeds import check_feeds, expected_feeds
 from tfc.runtime.runner import EntryRunner
+
+if TYPE_CHECKING:
+    from tfc.runtime.artifact import ArtifactOrigin
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ class Program:
         self._view = MappingProxyType(self._variables)
         # the artifact file this program was loaded from (``load`` sets it): saving back
         # to it checks that no other process replaced it since
-        self.origin: Any = None
+        self.origin: ArtifactOrigin | None = None
 
     # ---- what the program holds ------------------------------------------------------
 
