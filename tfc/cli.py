@@ -2,6 +2,7 @@
 
     tfc compile model.py|model.tfm -o model.tfc [--passes canonicalize,cse,dce]
     tfc run model.tfc --entry predict --feed x=x.npy [--out out.npz] [--steps N] [--save]
+        [--force] [--recompile | --no-recompile]
     tfc run model.tfc --entry train_step --steps N --checkpoint-dir DIR [--checkpoint-every K]
         [--resume]
     tfc ir model.py [--after cse | --passes cse,dce | --raw]
@@ -377,7 +378,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from tfc.runtime import load
 
     _checkpoint_options(args)
-    program = load(args.artifact, backend=args.backend)
+    if args.force and not args.save:
+        raise TfcError("--force needs --save (it overwrites an artifact another process "
+                       "updated)")
+    native = "recompile" if args.recompile else "strict" if args.no_recompile else "use"
+    program = load(args.artifact, backend=args.backend, native=native)
     entries = list(program.entries)
     entry = args.entry
     if entry is None:
@@ -398,6 +403,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _resume(program, args.checkpoint_dir)
 
     saved: list[Any] = []  # (path, step) of the latest checkpoint
+    # an entry that updates no variable changes nothing to save: no checkpoint, no new
+    # step in the artifact (the step counter seeds random ops; in memory it still counts)
+    changes = program.writes_variables(entry)
 
     def checkpoint() -> None:
         saved[:] = [program.save_checkpoint(args.checkpoint_dir), program.step]
@@ -406,20 +414,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if program.step % args.checkpoint_every == 0:
             checkpoint()
 
-    after = every_k if args.checkpoint_dir and args.checkpoint_every else None
+    after = every_k if changes and args.checkpoint_dir and args.checkpoint_every else None
     fetches = _run_steps(program, entry, feeds, args.steps, after)
-    if args.checkpoint_dir and (not saved or saved[1] != program.step):
+    if changes and args.checkpoint_dir and (not saved or saved[1] != program.step):
         checkpoint()
     if saved:
         print(f"saved checkpoint {saved[0]} (step {saved[1]})", file=sys.stderr)
+    elif args.checkpoint_dir:
+        print(f"no checkpoint saved: entry '{entry}' updates no variables", file=sys.stderr)
     if args.out:
         _save_fetches(args.out, fetches)
         print(f"saved {', '.join(fetches) or 'no fetches'} to {args.out}")
     else:
         for name, value in fetches.items():
             print(_format_fetch(name, value))
-    if args.save:
-        program.save(args.artifact)
+    if args.save and not changes:
+        print(f"{args.artifact} not updated: entry '{entry}' updates no variables",
+              file=sys.stderr)
+    elif args.save:
+        program.save(args.artifact, force=args.force)
         print(f"updated {args.artifact} (step {program.step})", file=sys.stderr)
     return 0
 
@@ -463,7 +476,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="FILE", help="save the fetches to FILE (.npz, or .npy for one)")
     p.add_argument("--steps", type=int, default=1, metavar="N", help="run N steps (default 1)")
     p.add_argument("--save", action="store_true",
-                   help="write the updated variables back to ARTIFACT")
+                   help="write the updated variables back to ARTIFACT (refused if another "
+                        "process updated it since this one loaded it)")
+    p.add_argument("--force", action="store_true",
+                   help="with --save: overwrite ARTIFACT even if another process updated it")
+    code = p.add_mutually_exclusive_group()
+    code.add_argument("--recompile", action="store_true",
+                      help="compile the entries from the artifact's IR instead of linking "
+                           "its stored object code")
+    code.add_argument("--no-recompile", action="store_true",
+                      help="refuse an artifact whose object code fails its checksum "
+                           "(default: warn and compile it again from the IR)")
     p.add_argument("--backend", default=None, help="backend to run on (default: the artifact's)")
     p.add_argument("--checkpoint-dir", metavar="DIR",
                    help="save a checkpoint (all variables and the step) to DIR at the end")
