@@ -35,8 +35,9 @@ orchestrator checks the digests agree across processes (a cell whose inputs diff
 reported as an error, not compared). The copy-bandwidth and GEMM-rate references are numpy
 rows, timed in numpy's process of their group. The cores' FMA peak (``bench_peak``) is
 timed in a process of its own (group ``peak``) in which no BLAS or framework ever ran: a
-BLAS pool spins on its cores after its last call and halved the 2-thread peak. Peak RSS and compile time are measured in
-fresh processes too, one per contender (once: rounds do not repeat them).
+BLAS pool spins on its cores after its last call and halved the 2-thread peak. Peak RSS
+and compile time are measured in fresh processes too, one per contender (once: rounds do
+not repeat them).
 
 Rounds (``--rounds N``, default 1): the whole sequence (every thread count, every group,
 one process per contender) is run N times, rounds outermost so that a cell's processes are
