@@ -12,14 +12,18 @@ the same process busy-waits on its cores for a while afterwards (OpenBLAS's work
 for tens of milliseconds): timed after tfc's matrix products, the 2-thread loop shared one
 core with a spinning worker and read the 1-thread peak (Zen 4: 115 GFLOP/s at 2 threads,
 117 at 1, while numpy's GEMM ran at 208 on 2 threads). ``bench.py`` therefore times it in
-a process of its own in which no BLAS or framework ever ran, and reports its fastest step
-(other tenants of a shared host only ever slow it down; a ceiling is its best).
+a process of its own in which no BLAS or framework ever ran. And a step is timed by the
+CPU time its threads spent in the loop, not by the wall clock: on a shared host another
+process holding a core for a few milliseconds stretches a wall-clock step (the loop ran at
+115 GFLOP/s of wall time beside other jobs on this Zen 5 host, whose one-core peak is 270)
+but not the loop's own CPU time. The report takes the fastest step: a ceiling is its best.
 """
 
 from __future__ import annotations
 
 import ctypes
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -112,21 +116,29 @@ class FmaPeak:
         self.threads = max(1, threads)
         n = ITERS // self.threads
         # a = 1 - 2^-20, b = 2^-10: the values stay finite and normal for any n
-        self._one: Callable[[], float] = lambda: fn(1.0 - 2.0 ** -20, 2.0 ** -10, n)
+        self._loop: Callable[[], float] = lambda: fn(1.0 - 2.0 ** -20, 2.0 ** -10, n)
         self._pool = ThreadPoolExecutor(self.threads - 1) if self.threads > 1 else None
 
+    def _one(self) -> float:
+        """One thread's share; returns the CPU seconds this thread spent in it."""
+        t = time.thread_time()
+        self._loop()
+        return time.thread_time() - t
+
     def step(self) -> float:
+        """Run one step on every thread at once; returns its time on the FMA units: the
+        largest CPU time of a thread's share. Wall time would count the moments another
+        process (or a BLAS pool spinning in this one) held a core; CPU time does not, and
+        the shares are equal, so the slowest thread's is the step's."""
         if self._pool is None:
             return self._one()
         futures = [self._pool.submit(self._one) for _ in range(self.threads - 1)]
-        return self._one() + sum(f.result() for f in futures)
+        return max([self._one(), *(f.result() for f in futures)])
 
 
 def main(argv: list[str]) -> int:
-    """``python tools/bench_peak.py [THREADS...]``: the peak (fastest of 30 steps) at each
-    thread count, in this process, and the loop's assembly with ``--asm``."""
-    import time
-
+    """``python tools/bench_peak.py [THREADS...]``: the peak (fastest of 30 steps, in CPU
+    time) at each thread count, in this process, and the loop's assembly with ``--asm``."""
     if "--asm" in argv:
         text = loop_assembly()
         start = text.find("fma_loop:")
@@ -135,11 +147,7 @@ def main(argv: list[str]) -> int:
         peak = FmaPeak(threads)
         for _ in range(3):
             peak.step()
-        best = float("inf")
-        for _ in range(30):
-            t0 = time.perf_counter()
-            peak.step()
-            best = min(best, time.perf_counter() - t0)
+        best = min(peak.step() for _ in range(30))
         print(f"{threads} thread(s): {step_flops() / best / 1e9:.0f} GFLOP/s "
               f"({vector_width() * 32} bit vectors, {CHAINS} chains)")
     return 0

@@ -144,7 +144,9 @@ def format_cell(result: dict[str, Any] | None, row: dict[str, Any], sep: str) ->
         spread += ", " + across
     if unit in ("GB/s", "GFLOP/s") and work:
         if row.get("headline") == "fastest":
-            return _throughput(work, result["min"], unit) + " (fastest step)" + sep + spread
+            clock = ", CPU time" if row.get("self_timed") else ""
+            return (_throughput(work, result["min"], unit) + f" (fastest step{clock})" + sep
+                    + spread)
         return _throughput(work, result["median"], unit) + sep + spread
     return spread
 

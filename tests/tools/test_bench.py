@@ -327,12 +327,13 @@ def test_missed_mlp_goals_say_the_gemm_rate_they_need(tools):
     rows["fma_peak"] = _speed({"tfc": 0.5}, "peak", work=1e9, headline="fastest",
                               unit="GFLOP/s")["rows"]["peak"]
     rows["fma_peak"]["results"]["tfc"]["median"] = 0.8  # the headline is the fastest step
+    rows["fma_peak"]["self_timed"] = True
     out = br.speed_rows({"rows": rows}, ["tfc", "torch", "jax", "tf", "tf-xla"], " ")
     [rivals] = out[0].clauses
     assert rivals.ok is False
     assert rivals.detail == "1.00x TF; needs GEMMs at 2 GFLOP/s = 1.11x the FMA peak"
     assert out[1].ratios == {} and out[1].clauses == []  # the peak is a reference row
-    assert out[1].cells["tfc"].startswith("2 GFLOP/s (fastest step) ")
+    assert out[1].cells["tfc"].startswith("2 GFLOP/s (fastest step, CPU time) ")
 
 
 def test_tf_columns_render_without_tensorflow(tools):
@@ -406,6 +407,22 @@ for c in (TfContender(1), TfXlaContender(1)):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "tf ok" in proc.stdout and "tf-xla ok" in proc.stdout
     assert "jit_compile=True" in proc.stdout
+
+
+def test_peak_steps_are_timed_by_their_cpu_time(tools):
+    """A peak step reports the CPU seconds of its slowest thread (what the FMA units ran;
+    another process holding a core does not add to it), and the bench times the row by
+    what the step reports, not by the wall clock."""
+    import time
+    _, _, bt = tools
+    bp = importlib.import_module("bench_peak")
+    peak = bp.FmaPeak(2)
+    t0 = time.perf_counter()
+    cpu = peak.step()
+    assert 0 < cpu <= (time.perf_counter() - t0) * 1.01
+    reported = iter([0.5, 0.1, 0.3, 0.2, 0.4, 9.0])
+    stats = bt.measure_self_timed(lambda: next(reported), runs=5, warmup=1)
+    assert (stats.median, stats.min, stats.max, stats.n) == (0.3, 0.1, 0.9e1, 5)
 
 
 def test_peak_loop_keeps_every_fma_pipe_busy_on_avx2_and_avx512(tools):
