@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""tfc against numpy, PyTorch (eager, CPU) and JAX (jit, CPU) in one run, on one machine.
+"""tfc against numpy, PyTorch (eager, CPU), JAX (jit, CPU) and TensorFlow (CPU, tf.function
+with and without XLA) in one run, on one machine.
 
     python tools/bench.py                      # every workload, 2 threads
     python tools/bench.py --threads 1,2 --json out.json
@@ -12,8 +13,9 @@ has ``OPENBLAS_CORETYPE`` and ``OPENBLAS_L2_SIZE`` removed and every thread-coun
 set (the process is pinned to that many cores); each row is the median of at least 20
 timed steps after a warm-up, with min and max; the report names each contender's BLAS (as
 threadpoolctl sees it), gives tfc's time over each other contender's, and puts the goal
-from BENCHMARKS.md next to each row with a pass/miss mark. PyTorch and JAX are optional:
-when one does not import, its column is dropped.
+from BENCHMARKS.md next to each row with a pass/miss mark. PyTorch, JAX and TensorFlow
+(``tf``: ``tf.function``; ``tf-xla``: ``tf.function(jit_compile=True)``) are optional: when
+one does not import, its column is dropped.
 
 Process layout. A worker process holds ONE contender, as a user's program would: numpy's
 OpenBLAS, tfc's scipy-openblas32, PyTorch's pool and XLA's Eigen threads each spin for a
@@ -31,8 +33,11 @@ them, and the header shows the load average. Inputs come from seeded generators
 (``bench_workloads.Data``): each worker records a digest of every row's inputs and the
 orchestrator checks the digests agree across processes (a cell whose inputs differ is
 reported as an error, not compared). The copy-bandwidth and GEMM-rate references are numpy
-rows, timed in numpy's process of their group. Peak RSS and compile time are measured in
-fresh processes too, one per contender (once: rounds do not repeat them).
+rows, timed in numpy's process of their group. The cores' FMA peak (``bench_peak``) is
+timed in a process of its own (group ``peak``) in which no BLAS or framework ever ran: a
+BLAS pool spins on its cores after its last call and halved the 2-thread peak. Peak RSS
+and compile time are measured in fresh processes too, one per contender (once: rounds do
+not repeat them).
 
 Rounds (``--rounds N``, default 1): the whole sequence (every thread count, every group,
 one process per contender) is run N times, rounds outermost so that a cell's processes are
@@ -64,11 +69,17 @@ if str(HERE) not in sys.path:
 import bench_timing as bt  # noqa: E402  (no numpy import: the orchestrator measures nothing)
 
 WORKLOADS = ("chain", "matmul", "mlp", "cnn", "dispatch", "compile", "memory")
-TIMED = ("chain", "matmul", "mlp", "cnn", "dispatch")  # the timed row groups, in run order
+TIMED = ("chain", "matmul", "peak", "mlp", "cnn", "dispatch")  # the timed row groups, in order
+# Groups only some contenders time (the others start no process for them).
+GROUP_CONTENDERS = {"peak": ("tfc",)}
 ALIASES = {"tiny": "dispatch", "overhead": "dispatch", "elementwise": "chain",
            "gemm": "matmul", "rss": "memory"}
-CONTENDERS = ("tfc", "numpy", "torch", "jax")
-INSTALL_HINT = {"torch": "pip install torch==2.13.0", "jax": "pip install jax jaxlib"}
+CONTENDERS = ("tfc", "numpy", "torch", "jax", "tf", "tf-xla")
+CONTENDER_ALIASES = {"pytorch": "torch", "tensorflow": "tf", "tf_xla": "tf-xla", "xla": "tf-xla"}
+# The optional frameworks: the module each contender imports, and how to install it.
+FRAMEWORK_MODULE = {"torch": "torch", "jax": "jax", "tf": "tensorflow", "tf-xla": "tensorflow"}
+INSTALL_HINT = {"torch": "pip install torch==2.13.0", "jax": "pip install jax jaxlib",
+                "tf": "pip install tensorflow-cpu", "tf-xla": "pip install tensorflow-cpu"}
 
 
 # ---- the command line -------------------------------------------------------------------
@@ -100,7 +111,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--group", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.only = _names(args.only, WORKLOADS, "workload", ALIASES)
-    args.contenders = _names(args.contenders, CONTENDERS, "contender", {})
+    args.contenders = _names(args.contenders, CONTENDERS, "contender", CONTENDER_ALIASES)
     args.rows = None if args.rows is None else [r for r in args.rows.split(",") if r]
     cores = bt.usable_cores()
     args.threads = ([min(2, cores)] if args.threads is None
@@ -138,8 +149,9 @@ def make_contender(name: str, threads: int, backend: str) -> Any:
     if name == "tfc":
         from bench_workloads import TfcContender
         return TfcContender(threads, backend)
-    from bench_frameworks import JaxContender, TorchContender
-    return {"torch": TorchContender, "jax": JaxContender}[name](threads)
+    from bench_frameworks import JaxContender, TfContender, TfXlaContender, TorchContender
+    return {"torch": TorchContender, "jax": JaxContender, "tf": TfContender,
+            "tf-xla": TfXlaContender}[name](threads)
 
 
 def _say(msg: str) -> None:
@@ -178,16 +190,17 @@ def timed_rows(sizes: Any, data: Any, only: list[str]) -> list[dict[str, Any]]:
                          only=("numpy",), args=lambda m=m: data.matmul_ab(m)))
     if "matmul" in only or "mlp" in only:  # the ceiling of every GEMM-bound goal
         from bench_peak import step_flops
-        rows.append(dict(id="fma_peak", group="matmul" if "matmul" in only else "mlp",
-                         kind="peak", unit="GFLOP/s", work=step_flops(),
-                         label="f32 FMA peak of the cores (llvmlite loop; reference)",
+        rows.append(dict(id="fma_peak", group="peak", kind="peak", unit="GFLOP/s",
+                         work=step_flops(), headline="fastest", self_timed=True,
+                         label="f32 FMA peak of the cores (llvmlite loop, CPU time; "
+                               "reference)",
                          method="fma_peak", only=("tfc",), args=lambda: ()))
     if "mlp" in only:
         dims = sizes.mlp_dims
         for b in sizes.mlp_batches:
             rows.append(dict(id=f"mlp{b}", group="mlp", kind="mlp", unit="ms",
                              work=mlp_gemm_flops(b, dims),
-                             gemm_goal=b == max(sizes.mlp_batches),
+                             floor_limit=1.05 if b == max(sizes.mlp_batches) else 1.15,
                              label=f"MLP {'-'.join(map(str, dims))} SGD step, batch {b}",
                              method="mlp", args=lambda b=b: (data.mlp_params(dims),
                                                              *data.mlp_batch(b, dims))))
@@ -230,9 +243,10 @@ def speed_worker(args: argparse.Namespace) -> dict[str, Any]:
                            "sizes": dataclasses.asdict(sizes),
                            "row_ids": [spec["id"] for spec in specs]}
     before = bt.blas_libraries()  # numpy's (bench_workloads imported it)
+    quiet = args.group in GROUP_CONTENDERS  # a machine limit: no BLAS may run before it
     try:
         c = make_contender(name, threads, args.backend)
-        if hasattr(c, "warm_up_blas"):  # load its BLAS before the libraries are listed
+        if hasattr(c, "warm_up_blas") and not quiet:  # load its BLAS before listing them
             c.warm_up_blas()
         out["versions"][name] = c.version()
     except Exception as e:  # a missing or broken framework drops its column
@@ -241,8 +255,12 @@ def speed_worker(args: argparse.Namespace) -> dict[str, Any]:
     owned = {lib["filepath"] for lib in
              (before if name == "numpy" else bt.new_libraries(before, bt.blas_libraries()))}
     bt.limit_threads(threads)  # every pool at `threads` from now to the process's end
-    out["blas"][name] = [bt.describe_library(lib) for lib in bt.blas_libraries()
-                         if lib["filepath"] in owned]
+    if not quiet:  # (a quiet group's process loaded no BLAS: its list says nothing)
+        libs = [bt.describe_library(lib) for lib in bt.blas_libraries()
+                if lib["filepath"] in owned]
+        kernels = getattr(c, "kernels", None)  # products not done by any library listed
+        out["blas"][name] = ([kernels + (f" (its imports also loaded: {', '.join(libs)})"
+                                         if libs else "")] if kernels else libs)
     for spec in specs:
         allowed = spec.get("only")
         if (allowed and name not in allowed) or not hasattr(c, spec["method"]):
@@ -273,9 +291,14 @@ def time_row(spec: dict[str, Any], name: str, c: Any, args: argparse.Namespace,
     result: dict[str, Any]
     try:
         step = getattr(c, method)(*arrays)
-        stats = bt.measure_many({name: step}, runs=args.runs, warmup=1 if args.quick else 3,
-                                min_sample_s=1e-4 if args.quick else 2e-3,
-                                budget_s=args.budget, floor=3 if args.quick else 5)[name]
+        if spec.get("self_timed"):  # the step returns its own time (bench_peak: CPU time)
+            stats = bt.measure_self_timed(step, runs=args.runs,
+                                          warmup=1 if args.quick else 3)
+        else:
+            stats = bt.measure_many({name: step}, runs=args.runs,
+                                    warmup=1 if args.quick else 3,
+                                    min_sample_s=1e-4 if args.quick else 2e-3,
+                                    budget_s=args.budget, floor=3 if args.quick else 5)[name]
     except Exception as e:
         stats = e
     if isinstance(stats, bt.Stats):
@@ -372,8 +395,10 @@ def _exit_reason(rc: int) -> str:
 
 
 def timed_groups(only: list[str]) -> list[str]:
-    """The row groups to time, in run order (``TIMED``'s, whatever order --only gave)."""
-    return [g for g in TIMED if g in only]
+    """The row groups to time, in run order (``TIMED``'s, whatever order --only gave); the
+    FMA peak's group comes with the GEMM-bound workloads."""
+    wanted = set(only) | ({"peak"} if {"matmul", "mlp"} & set(only) else set())
+    return [g for g in TIMED if g in wanted]
 
 
 def contender_order(contenders: list[str], group_index: int, thread_index: int,
@@ -422,7 +447,10 @@ def run_speed(args: argparse.Namespace, threads: int, contenders: list[str], bac
                               "unavailable": {}, "tfc_graph_ops": {}, "row_ids": [],
                               "order": {}, "processes": [], "notes": []}
     for gi, group in enumerate(timed_groups(args.only)):
-        live = [c for c in contenders if c not in merged["unavailable"]]
+        live = [c for c in contenders if c not in merged["unavailable"]
+                and c in GROUP_CONTENDERS.get(group, (c,))]
+        if not live:
+            continue
         order = contender_order(live, gi, thread_index, round_index)
         merged["order"][group] = order
         for name in order:
@@ -582,7 +610,7 @@ def resolve_backend(name: str) -> str:
 def available(contenders: list[str]) -> tuple[list[str], dict[str, str]]:
     present, missing = [], {}
     for c in contenders:
-        if c in ("tfc", "numpy") or importlib.util.find_spec(c) is not None:
+        if c not in FRAMEWORK_MODULE or importlib.util.find_spec(FRAMEWORK_MODULE[c]):
             present.append(c)
         else:
             missing[c] = f"not installed ({INSTALL_HINT[c]})"
@@ -636,7 +664,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     usable = [c for c in present if c not in dropped]
     threads = max(args.threads)
     if "compile" in args.only:
-        for c in [c for c in usable if c in ("tfc", "jax")]:
+        for c in [c for c in usable if c not in ("numpy", "torch")]:  # torch: no compile
             _say(f"compile time of the MLP step: {c} (fresh process)")
             report["compile"][c] = run_worker("compile", args, threads, [c], backend)
     if "memory" in args.only:

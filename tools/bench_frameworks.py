@@ -1,6 +1,7 @@
-"""PyTorch (eager, CPU) and JAX (jit, CPU) versions of the benchmark's workloads.
+"""PyTorch (eager, CPU), JAX (jit, CPU) and TensorFlow (``tf.function``, with and without
+XLA, CPU) versions of the benchmark's workloads.
 
-Both are optional: ``bench.py`` imports this module's contenders only where the framework
+All are optional: ``bench.py`` imports this module's contenders only where the framework
 imports, and a missing or broken one only drops its column. Each model is the same as
 tfc's and numpy's in ``bench_workloads.py`` (same inputs, initial weights, learning rate
 and loss), written the way a user of that framework would write it.
@@ -233,3 +234,141 @@ class JaxContender:
         self._trainer(self._mlp_step_fn(), params, x, y)()
         return {"cold": time.perf_counter() - t0,
                 "cold_how": "first call of jax.jit(train_step), import excluded"}
+
+
+class TfContender:
+    """TensorFlow on the CPU: every step is one ``tf.function`` (graph mode, TensorFlow's
+    grappler and its oneDNN/Eigen kernels), or with ``jit_compile=True`` one XLA cluster
+    (``TfXlaContender``). TensorFlow is the system tfc re-builds, so these are its peers
+    in kind: a graph built once and run many times.
+
+    Threads: TensorFlow's intra-op pool (its kernels' Eigen/oneDNN threads, and XLA's on
+    the CPU) and inter-op pool (independent ops run side by side) are both set to the
+    bench's thread count before TensorFlow starts its runtime; they cannot change later.
+    Steps run synchronously on the CPU (the eager context is not async), so a call returns
+    once its outputs are computed; a training step also reads its loss back, as the other
+    contenders' do."""
+
+    name = "tf"
+    jit_compile = False
+    kernels = "none: TensorFlow's built-in Eigen and oneDNN kernels"
+
+    def __init__(self, threads: int) -> None:
+        import tensorflow as tf
+        try:
+            tf.config.set_visible_devices([], "GPU")  # the CPU, as BENCHMARKS.md asks
+        except (RuntimeError, ValueError):  # no GPU build, or devices already initialized
+            pass
+        threading = tf.config.threading
+        if threading.get_intra_op_parallelism_threads() != threads:  # raises once started
+            threading.set_intra_op_parallelism_threads(threads)
+        if threading.get_inter_op_parallelism_threads() != threads:
+            threading.set_inter_op_parallelism_threads(threads)
+        tf.get_logger().setLevel("ERROR")  # retracing notes: each row traces its own function
+        self.tf = tf
+
+    def version(self) -> str:
+        mode = "tf.function(jit_compile=True), XLA" if self.jit_compile else "tf.function"
+        return f"{self.tf.__version__} ({mode})"
+
+    def _function(self, fn: Any) -> Any:
+        return self.tf.function(fn, jit_compile=self.jit_compile)
+
+    def warm_up_blas(self) -> None:
+        a = self.tf.ones((64, 64))
+        self.tf.linalg.matmul(a, a).numpy()
+
+    def chain(self, x: np.ndarray) -> Step:
+        tf = self.tf
+        f = self._function(lambda v: tf.nn.gelu(v * 1.7 + 0.3, approximate=True))
+        xt = tf.constant(x)
+        return lambda: f(xt)
+
+    def matmul(self, a: np.ndarray, b: np.ndarray) -> Step:
+        f = self._function(self.tf.linalg.matmul)
+        at, bt = self.tf.constant(a), self.tf.constant(b)
+        return lambda: f(at, bt)
+
+    def _xent(self, logits: Any, y: Any) -> Any:
+        """Mean softmax cross-entropy of integer labels ``y`` (TensorFlow's fused op)."""
+        tf = self.tf
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
+                                                                            logits=logits))
+
+    def _sgd_step(self, params: list[np.ndarray], lr: float, loss_fn: Any) -> Any:
+        """``(x, y) -> loss`` as one ``tf.function``: forward, ``GradientTape`` backward and
+        the SGD update of the variables in place (``assign_sub``)."""
+        tf = self.tf
+        variables = [tf.Variable(p) for p in params]
+
+        def step(x: Any, y: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(variables, x, y)
+            for v, g in zip(variables, tape.gradient(loss, variables)):
+                v.assign_sub(lr * g)
+            return loss
+        return self._function(step)
+
+    def _trainer(self, fn: Any, x: np.ndarray, y: np.ndarray) -> Step:
+        xt, yt = self.tf.constant(x), self.tf.constant(y)
+        return lambda: float(fn(xt, yt))
+
+    def _mlp_step_fn(self, params: list[np.ndarray]) -> Any:
+        tf = self.tf
+
+        def loss_fn(ps: list[Any], x: Any, y: Any) -> Any:
+            h = x
+            n = len(ps) // 2
+            for i in range(n):
+                h = tf.linalg.matmul(h, ps[2 * i]) + ps[2 * i + 1]
+                if i < n - 1:
+                    h = tf.nn.relu(h)
+            return self._xent(h, y)
+        return self._sgd_step(params, MLP_LR, loss_fn)
+
+    def mlp(self, params: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> Step:
+        return self._trainer(self._mlp_step_fn(params), x, y)
+
+    def cnn(self, params: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> Step:
+        tf = self.tf
+
+        def loss_fn(ps: list[Any], x: Any, y: Any) -> Any:
+            k, kb, w, b = ps  # TensorFlow's layouts are the benchmark's: NHWC, HWIO
+            h = tf.nn.relu(tf.nn.conv2d(x, k, strides=1, padding="SAME") + kb)
+            h = tf.nn.max_pool2d(h, ksize=2, strides=2, padding="VALID")
+            return self._xent(tf.linalg.matmul(tf.reshape(h, [tf.shape(h)[0], -1]), w) + b, y)
+        return self._trainer(self._sgd_step(params, CNN_LR, loss_fn), x, y)
+
+    def tiny(self, x: np.ndarray) -> Step:
+        tf = self.tf
+        ops = tiny_ops()
+
+        def chain(h: Any) -> Any:
+            for kind, c in ops:
+                h = (tf.tanh(h) if kind == "tanh" else h * c if kind == "mul"
+                     else h + c if kind == "add" else h - c)
+            return h
+        f = self._function(chain)
+        xt = tf.constant(x)
+        return lambda: f(xt)
+
+    def compile_mlp(self, params: list[np.ndarray], x: np.ndarray,
+                    y: np.ndarray) -> dict[str, Any]:
+        """TensorFlow's first call of the training step's ``tf.function`` in a fresh
+        process: trace, optimize the graph (and compile it with XLA for ``jit_compile``),
+        run once (``import tensorflow`` and making the variables not counted)."""
+        step = self._trainer(self._mlp_step_fn(params), x, y)
+        t0 = time.perf_counter()
+        step()
+        return {"cold": time.perf_counter() - t0,
+                "cold_how": f"first call of tf.function(train_step"
+                            f"{', jit_compile=True' if self.jit_compile else ''}), "
+                            f"import and variables excluded"}
+
+
+class TfXlaContender(TfContender):
+    """TensorFlow with ``tf.function(jit_compile=True)``: each step one XLA executable."""
+
+    name = "tf-xla"
+    jit_compile = True
+    kernels = "none: XLA's CPU code and TensorFlow's built-in Eigen kernels"

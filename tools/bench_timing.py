@@ -87,13 +87,27 @@ def measure_many(fns: dict[str, Callable[[], Any]], *, runs: int = 20, warmup: i
             except Exception as e:  # noqa: BLE001
                 out[name] = e
     for name, (n, inner, note) in plans.items():
-        if name in out:
-            continue
-        s = sorted(samples[name])
-        mid = len(s) // 2
-        median = s[mid] if len(s) % 2 else 0.5 * (s[mid - 1] + s[mid])
-        out[name] = Stats(median, s[0], s[-1], len(s), inner, note)
+        if name not in out:
+            out[name] = stats_of(samples[name], inner, note)
     return {name: out[name] for name in fns}
+
+
+def stats_of(samples: list[float], inner: int = 1, note: str = "") -> Stats:
+    """Median, min and max of ``samples`` (seconds per call)."""
+    s = sorted(samples)
+    mid = len(s) // 2
+    median = s[mid] if len(s) % 2 else 0.5 * (s[mid - 1] + s[mid])
+    return Stats(median, s[0], s[-1], len(s), inner, note)
+
+
+def measure_self_timed(fn: Callable[[], float], *, runs: int = 20,
+                       warmup: int = 3) -> Stats:
+    """Statistics of the seconds ``fn`` reports for each of ``runs`` calls after ``warmup``
+    untimed ones: for a step that times itself on another clock (the FMA peak's CPU time,
+    which other tenants of the cores cannot add to)."""
+    for _ in range(warmup):
+        fn()
+    return stats_of([fn() for _ in range(runs)])
 
 
 def best_of(process_results: list[dict[str, Any]]) -> int | None:

@@ -357,7 +357,8 @@ class TfcContender:
 
     def fma_peak(self) -> Step:
         """The cores' FMA peak (``bench_peak``): a machine limit measured with tfc's LLVM
-        plumbing, which only this contender's process loads."""
+        plumbing, which only this contender's process loads. Its step returns its own
+        time (the CPU time of its threads), which ``bench.py`` times it by."""
         from bench_peak import FmaPeak
         return FmaPeak(self.threads).step
 

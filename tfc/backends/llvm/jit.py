@@ -80,9 +80,10 @@ def triple_and_layout() -> tuple[str, str]:
     return str(_STATE["triple"]), str(_STATE["layout"])
 
 
-def optimize(ir_text: str) -> llvm.ModuleRef:
-    """Parse, verify and optimize ``ir_text`` with the O3 pipeline for the host CPU."""
-    tm = target_machine()
+def optimize(ir_text: str, tm: llvm.TargetMachine | None = None) -> llvm.ModuleRef:
+    """Parse, verify and optimize ``ir_text`` with the O3 pipeline for the host CPU (for
+    ``tm``'s CPU when given: tools check the code made for other hosts with it)."""
+    tm = target_machine() if tm is None else tm
     mod = llvm.parse_assembly(ir_text)
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
