@@ -196,17 +196,23 @@ def _compile_report(program: Any, report: Any, out: str, init_s: float, save_s: 
     print()
     delta = report.ops_after - report.ops_before
     print(f"ops: {report.ops_before} before passes, {report.ops_after} after ({delta:+d})")
+    # sizes from the declared types: the report must not materialize initializers
     decls = program.module.variables
-    total = sum(int(v.nbytes) for v in program.variables.values())
-    print(f"variables: {len(decls)}, {_bytes(total)} in all")
+    inits = program.initializers
+    total = sum(d.type.nbytes() for d in decls.values())
+    stored = sum(decls[n].type.nbytes() for n in inits)
+    print(f"variables: {len(decls)}, {_bytes(total)} in all"
+          + (f" ({_bytes(stored)} stored as initializer ops)" if inits else ""))
     if decls:
         print()
-        rows = [[f"@{name}", str(d.type), _bytes(int(program.variables[name].nbytes)),
+        rows = [[f"@{name}", str(d.type), _bytes(d.type.nbytes()),
+                 inits[name].kind if name in inits else "data",
                  d.device or "-", "yes" if d.trainable else "no"]
                 for name, d in list(decls.items())[:20]]
         if len(decls) > 20:
-            rows.append([f"... {len(decls) - 20} more", "", "", "", ""])
-        _table("Variables", ["variable", "type", "bytes", "device", "trainable"], rows)
+            rows.append([f"... {len(decls) - 20} more", "", "", "", "", ""])
+        _table("Variables", ["variable", "type", "bytes", "stored as", "device", "trainable"],
+               rows)
     print()
     timing = [["load", _ms(report.load_seconds)]]
     timing += [[f"pass {name}", _ms(s)] for name, s in report.pass_seconds]

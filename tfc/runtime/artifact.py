@@ -6,9 +6,10 @@ Members:
   "entries": {name: {"feeds": [{"name", "dtype", "shape"}], "fetches": [...]}},
   "variables": {name: {"dtype", "shape", "file", "trainable", "device"}},
   "step": N, "ir": "module.tfir", "ir_bytecode": "module.tfcb", "backend": "reference"}``
-- ``module.tfir``: the printed module without its ``__init__`` graph: the variables'
-  values are stored below, and initial values printed as text would make the IR (and
-  its parsing at load time) as large as the weights. It is for people
+- ``module.tfir``: the printed module. Its ``__init__`` graph, when there is one, only
+  assigns the variables stored as initializers (below); the values of the others are
+  stored as ``.npy``: initial values printed as text would make the IR (and its parsing
+  at load time) as large as the weights. It is for people
   (``unzip -p model.tfc module.tfir``) and for artifacts without bytecode.
 - ``module.tfcb`` (named by the manifest's optional ``"ir_bytecode"``): the same module
   as IR bytecode (``tfc.ir.bytecode``), which loading decodes instead of parsing the
@@ -21,7 +22,12 @@ Members:
   without running LLVM; elsewhere the entries are compiled again on first use.
 - ``variables/0000.npy`` ...: one ``.npy`` per variable, by declaration order. Variable
   names may hold ``/`` (name scopes), so files are numbered and the manifest maps names
-  to files.
+  to files. A variable whose value is still its initializer's, when that is one op
+  computed from attrs alone (``zeros``, ``fill``, seeded ``random.normal`` ...:
+  ``tfc.runtime.initializers``), has ``"initializer": true`` and no file: ``__init__``
+  assigns it that op and the program computes it when first needed, so a ``param W:
+  f32[65536, 65536] = zeros`` costs one line, not 16 GiB. Such artifacts have format
+  version 2 (older tfc says to upgrade); all others are still written as version 1.
 
 No pickle anywhere: arrays are written and read with ``allow_pickle=False``, so loading
 an artifact never runs code. Writing is atomic (a temp file in the same directory,
@@ -38,17 +44,17 @@ import stat
 import zipfile
 import zlib
 from pathlib import Path
-from typing import IO, Any, Iterator, Mapping
+from typing import IO, Any, Collection, Iterator, Mapping
 
 import numpy as np
 
 from tfc.errors import ArtifactError, TfcError
-from tfc.ir.core import INIT_GRAPH, Module
+from tfc.ir.core import INIT_GRAPH, Module, Op
 from tfc.ir.types import DType, TensorType, format_shape
 from tfc.runtime.program import EntrySignature, Program
 
 FORMAT = "tfc"
-VERSION = 1
+VERSION = 2  # 2: variables may be stored as initializer ops (written only then)
 MANIFEST = "manifest.json"
 IR_MEMBER = "module.tfir"
 BYTECODE_MEMBER = "module.tfcb"
@@ -70,15 +76,23 @@ def tfc_version() -> str:
 
 # ---- writing ------------------------------------------------------------------------
 
-def build_manifest(module: Module, step: int = 0, backend: str = "reference") -> dict[str, Any]:
-    """The manifest of an artifact of ``module`` (variable files by declaration order)."""
+def build_manifest(module: Module, step: int = 0, backend: str = "reference",
+                   initialized: Collection[str] = ()) -> dict[str, Any]:
+    """The manifest of an artifact of ``module`` (variable files by declaration order;
+    the variables ``initialized`` by their ``__init__`` op have ``"initializer": true``
+    and no file)."""
     entries = {name: EntrySignature.of(g).to_json() for name, g in module.entries.items()}
-    variables = {}
+    variables: dict[str, Any] = {}
     for i, (name, decl) in enumerate(module.variables.items()):
         variables[name] = {"dtype": decl.type.dtype.value, "shape": list(decl.type.shape),
                            "file": f"variables/{i:04d}.npy", "trainable": decl.trainable,
                            "device": decl.device}
-    return {"format": FORMAT, "version": VERSION, "created_by": f"tfc {tfc_version()}",
+        if name in initialized:
+            del variables[name]["file"]
+            variables[name]["initializer"] = True
+    # version 2 only where a version-1 reader would fail: variables without files
+    version = VERSION if initialized else 1
+    return {"format": FORMAT, "version": version, "created_by": f"tfc {tfc_version()}",
             "entries": entries, "variables": variables, "step": int(step), "ir": IR_MEMBER,
             "ir_bytecode": BYTECODE_MEMBER, "backend": backend, "devices": list(module.devices),
             "fp16_transfers": bool(module.fp16_transfers)}
@@ -130,14 +144,21 @@ def _fsync_dir(directory: Path) -> None:
 def save_artifact(path: str | os.PathLike[str], module: Module,
                   variables: Mapping[str, np.ndarray], step: int = 0,
                   backend: str = "reference",
-                  native: Mapping[str, tuple[Any, ...]] | None = None) -> None:
+                  native: Mapping[str, tuple[Any, ...]] | None = None,
+                  initializers: Mapping[str, Op] | None = None) -> None:
     """Write ``module``, the values of all its variables and (``native``: entry ->
     (object code, host key[, ``NativeMeta``])) compiled code to the artifact ``path``;
-    with the tables, loading links the code without lowering the graph again."""
+    with the tables, loading links the code without lowering the graph again.
+
+    The variables of ``initializers`` (name -> an op that computes the value from its
+    attrs alone, ``tfc.runtime.initializers``) are stored as that op, in the stored
+    module's ``__init__`` graph, not as data: ``variables`` need not hold them."""
     from tfc.ir.bytecode import module_to_bytes
     from tfc.ir.printer import print_module
+    from tfc.runtime.initializers import recipes_graph
 
-    manifest = build_manifest(module, step, backend)
+    initializers = {n: op for n, op in (initializers or {}).items() if n in module.variables}
+    manifest = build_manifest(module, step, backend, initialized=initializers)
     objects: dict[str, bytes] = {}
     arrays: dict[str, np.ndarray] = {}
     if native:
@@ -153,11 +174,13 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
                 table, constants = meta.to_members(f"native/{i:04d}.const/")
                 manifest["native"]["tables"][entry] = table
                 arrays.update(constants)
-    missing = [n for n in module.variables if n not in variables]
+    missing = [n for n in module.variables if n not in variables and n not in initializers]
     if missing:
         raise TfcError(f"cannot save {path}: variable @{missing[0]} has no value")
-    stored = Module({k: g for k, g in module.graphs.items() if k != INIT_GRAPH},
-                    module.variables)
+    graphs = {k: g for k, g in module.graphs.items() if k != INIT_GRAPH}
+    if initializers:
+        graphs = {INIT_GRAPH: recipes_graph(initializers, module.variables), **graphs}
+    stored = Module(graphs, module.variables)
     ir_text = print_module(stored)
     ir_bytes = module_to_bytes(stored)
 
@@ -173,6 +196,8 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
                 with zf.open(member, "w", force_zip64=True) as fh:
                     np.save(fh, arr, allow_pickle=False)
             for name, info in manifest["variables"].items():
+                if name in initializers:
+                    continue
                 arr = np.asarray(variables[name])
                 with zf.open(info["file"], "w", force_zip64=True) as member:
                     np.save(member, arr, allow_pickle=False)
@@ -184,6 +209,7 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
 
 def load_artifact(path: str | os.PathLike[str], backend: str | None = None) -> Program:
     """The ``Program`` stored in the artifact ``path`` (its backend unless ``backend``)."""
+    from tfc.runtime.initializers import recipes
     module, values, manifest = read_artifact(path)
     # the caller's choice, else $TFC_BACKEND, else the backend the artifact was made for
     name = backend or os.environ.get("TFC_BACKEND") or manifest.get("backend") or "reference"
@@ -192,7 +218,7 @@ def load_artifact(path: str | os.PathLike[str], backend: str | None = None) -> P
     try:
         executables = _native_executables(path, module, manifest) if name == "llvm" else {}
         return Program(module, values, backend=name, step=manifest["step"], copy=False,
-                       executables=executables)
+                       executables=executables, initializers=recipes(module))
     except ArtifactError:
         raise
     except TfcError as e:
@@ -250,7 +276,8 @@ def read_artifact(path: str | os.PathLike[str]
         with zipfile.ZipFile(p) as zf:
             manifest = _read_manifest(zf, path)
             module = _read_module(zf, path, manifest)
-            values = dict(read_variables(zf, path, manifest))
+            stored = _check_initializers(path, module, manifest)
+            values = dict(read_variables(zf, path, manifest, skip=stored))
     except (zipfile.BadZipFile, zlib.error, EOFError) as e:
         raise unreadable_zip(path, e, "tfc artifact") from None
     return module, values, manifest
@@ -395,9 +422,40 @@ def _manifest_type(path: Any, name: str, info: Any) -> TensorType:
                             f"'{name}': {info!r}") from None
 
 
-def read_variables(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]
-                    ) -> Iterator[tuple[str, np.ndarray]]:
+def _check_initializers(path: Any, module: Module, manifest: dict[str, Any]) -> set[str]:
+    """The variables the artifact stores as initializer ops (``"initializer": true``),
+    checked: each is assigned a recipe op (``tfc.runtime.initializers``) of its type by
+    the stored ``__init__`` graph, which does nothing else."""
+    from tfc.runtime.initializers import recipes
+    flagged = {name for name, info in manifest["variables"].items()
+               if isinstance(info, dict) and info.get("initializer") is True}
+    init = module.graphs.get(INIT_GRAPH)
+    if init is None:
+        if flagged:
+            raise ArtifactError(f"{path}: variable '{sorted(flagged)[0]}' is stored as an "
+                                f"initializer, but the module has no {INIT_GRAPH} graph")
+        return flagged
+    found = recipes(module)
+    for name in sorted(flagged):
+        if name not in found:
+            raise ArtifactError(f"{path}: variable '{name}' is stored as an initializer, but "
+                                f"the {INIT_GRAPH} graph assigns it no initializer op of "
+                                f"its type")
+    assigned = [op.attrs.get("var") for op in init.ops if op.kind.startswith("var.")]
+    extra = [n for n in assigned if n not in flagged]
+    if extra or len(init.ops) > 2 * len(flagged) or len(assigned) != len(flagged):
+        what = f"assigns variable '{extra[0]}', which has a file" if extra else \
+            "does more than assign initializer ops"
+        raise ArtifactError(f"{path}: the {INIT_GRAPH} graph {what}")
+    return flagged
+
+
+def read_variables(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any],
+                   skip: Collection[str] = ()) -> Iterator[tuple[str, np.ndarray]]:
+    """Each variable's stored value, checked against the manifest (but ``skip``)."""
     for name, info in manifest["variables"].items():
+        if name in skip:
+            continue
         t = _manifest_type(path, name, info)
         member = info.get("file")
         if not isinstance(member, str):
