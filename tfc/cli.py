@@ -84,9 +84,10 @@ def _write_text(path: str, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
-def _print_module(module: Any, out: str | None, footer: str = "") -> None:
+def _print_module(module: Any, out: str | None, footer: str = "",
+                  elide_above: int | None = None) -> None:
     from tfc.ir.printer import print_module
-    text = print_module(module)
+    text = print_module(module, elide_above=elide_above)
     if not text.endswith("\n"):
         text += "\n"
     text += footer
@@ -123,15 +124,19 @@ def _cmd_ir(args: argparse.Namespace) -> int:
         module.devices = parse_devices(args.devices)
         passes = [*passes, "placement"]
     module = run_passes(module, passes, verify=True)
+    # IR shown on stdout elides large tensors (a weight is one 10 KB line otherwise);
+    # IR written to a file (-o) or asked for in full (--full) keeps every element
+    from tfc.ir.printer import ELIDE_ELEMENTS
+    elide = None if args.output or args.full else ELIDE_ELEMENTS
     if args.device:
         from tfc.cli_devices import partitions_text
-        text = partitions_text(module, args.device)
+        text = partitions_text(module, args.device, elide_above=elide)
         if args.output:
             _write_text(args.output, text)
         else:
             sys.stdout.write(text)
         return 0
-    _print_module(module, args.output, _memory_plans(module))
+    _print_module(module, args.output, _memory_plans(module), elide_above=elide)
     return 0
 
 
@@ -487,7 +492,11 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--raw", action="store_true", help="the IR before any pass")
     p.add_argument("--devices", metavar="D1,D2", help="place on these devices first")
     p.add_argument("--device", metavar="DEV", help="print only the partitions on DEV")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the IR to FILE (in full: it parses back)")
+    p.add_argument("--full", action="store_true",
+                   help="print every element of large tensors (by default, those of more "
+                        "than 64 elements are elided on stdout)")
     p.set_defaults(func=_cmd_ir)
 
     p = sub.add_parser("opt", help="run passes over textual IR")

@@ -18,7 +18,7 @@ import numpy as np
 from tfc.errors import TfcError
 
 
-def partitions_text(module: Any, device: str) -> str:
+def partitions_text(module: Any, device: str, elide_above: int | None = None) -> str:
     """Every entry's partition for ``device`` as textual IR (one graph each), headed by
     ``//`` comments naming the devices, so the text stays parseable graph by graph."""
     from tfc.devices import parse_devices
@@ -43,7 +43,7 @@ def partitions_text(module: Any, device: str) -> str:
             continue
         out.append(f"// @{name} on {device}: {len(part.graph.ops)} ops, "
                    f"{len(part.sends)} sends, {len(part.recvs)} recvs")
-        out.append(print_graph(part.graph))
+        out.append(print_graph(part.graph, elide_above=elide_above))
     return "\n".join(out) + "\n"
 
 

@@ -23,6 +23,7 @@ from lark.exceptions import (LarkError, UnexpectedCharacters, UnexpectedEOF, Une
 
 from tfc.errors import Location, ParseError, TfcError
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
+from tfc.ir.printer import ELIDED
 from tfc.ir.registry import AttrSpec, OpDef, infer_types, lookup
 from tfc.ir.types import DType, TensorType
 
@@ -452,6 +453,10 @@ class _ModuleBuilder:
                 raise self.error_at(f"dense<{t}> needs {size} elements (or 1 for a splat)", tok)
             return np.zeros(t.shape, t.dtype.np)
         body_at = m.start(3)
+        if body.strip().startswith(ELIDED):
+            raise self.error_at(f"the data of this dense<{t}> was elided when the IR was "
+                                f"printed for display; print it in full with 'tfc ir --full' "
+                                f"or 'tfc ir -o FILE'", tok, body_at + body.index(ELIDED))
         elems = [e.strip() for e in body.split(",")]
         if len(elems) != size and len(elems) != 1:
             raise self.error_at(f"dense<{t}> has {len(elems)} elements, expected {size} "
