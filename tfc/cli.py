@@ -79,6 +79,41 @@ def _bytes(n: int) -> str:
     return str(n)
 
 
+def check_output_path(path: str | None, flag: str) -> None:
+    """Fail at once, before any work, when ``path`` (the value of ``flag``) cannot be
+    written: a benchmark or a training run must not end in "no such directory"."""
+    if path is None:
+        return
+    p = Path(path)
+    if not path or p.is_dir():
+        raise TfcError(f"{flag} {path} is a directory, not a file name" if path else
+                       f"{flag} needs a file name")
+    parent = p.parent
+    if not parent.exists():
+        raise TfcError(f"{flag} {path}: no such directory: {parent}")
+    if not parent.is_dir():
+        raise TfcError(f"{flag} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise TfcError(f"{flag} {path}: cannot write in directory {parent}")
+
+
+def load_artifact_arg(path: str, backend: str | None) -> Any:
+    """The program of the ``ARTIFACT`` argument; a model file given instead is told to
+    be compiled first rather than called a broken zip."""
+    from tfc.runtime import load
+    if Path(path).suffix in (".py", ".tfm", ".tfir") and Path(path).is_file():
+        out = Path(path).with_suffix(".tfc")
+        raise TfcError(f"{path} is a model, not a compiled artifact: compile it first "
+                       f"(tfc compile {path} -o {out})")
+    return load(path, backend=backend)
+
+
+def check_at_least(flag: str, value: int | None, minimum: int) -> None:
+    """A numeric option's value, checked before any work (``--batch -5``)."""
+    if value is not None and value < minimum:
+        raise TfcError(f"{flag} must be at least {minimum}, not {value}")
+
+
 def _write_text(path: str, text: str) -> None:
     from tfc.runtime.artifact import atomic_write
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
@@ -103,6 +138,7 @@ def _cmd_ir(args: argparse.Namespace) -> int:
     from tfc.compiler.driver import load_source
     from tfc.passes import DEFAULT_PIPELINE, NATIVE_PIPELINE, get_pass, parse_pipeline, run_passes
 
+    check_output_path(args.output, "-o")
     module = load_source(args.model)
     if args.raw:
         passes: list[str] = []
@@ -154,14 +190,18 @@ def _memory_plans(module: Any) -> str:
 # ---- tfc opt -------------------------------------------------------------------------
 
 def _cmd_opt(args: argparse.Namespace) -> int:
+    from tfc.compiler.frontend import read_source
     from tfc.ir.parser import parse_module
     from tfc.passes import run_passes
 
+    check_output_path(args.output, "-o")
     if args.input == "-":
         text, name = sys.stdin.read(), "<stdin>"
     else:
-        text, name = Path(args.input).read_text(encoding="utf-8"), args.input
+        text, name = read_source(args.input), args.input
     module = parse_module(text, filename=name)
+    if not module.graphs and not module.variables:  # /dev/null, a typo'd path, comments
+        raise TfcError(f"{name}: empty input (no variables or graphs)")
     module = run_passes(module, args.passes or [], verify=True, print_after=args.print_after,
                         print_after_all=args.print_after_all, stream=sys.stderr)
     _print_module(module, args.output)
@@ -177,6 +217,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     out = args.output or str(Path(args.model).with_suffix(".tfc"))
     if Path(out).resolve() == Path(args.model).resolve():
         raise TfcError(f"the output {out} would overwrite the input; choose another -o")
+    check_output_path(out, "-o")
     module, report = compile_with_report(
         args.model, args.passes if args.passes is not None else DEFAULT_PIPELINE,
         verify=True, print_after=args.print_after, print_after_all=args.print_after_all,
@@ -285,6 +326,17 @@ def parse_feed(spec: str) -> tuple[str, Any]:
                    f"or JSON list")
 
 
+def parse_feeds(specs: Sequence[str]) -> dict[str, Any]:
+    """Every ``--feed`` by name (``parse_feed``); a name given twice is an error."""
+    feeds: dict[str, Any] = {}
+    for spec in specs:
+        name, value = parse_feed(spec)
+        if name in feeds:
+            raise TfcError(f"feed '{name}' is given twice")
+        feeds[name] = value
+    return feeds
+
+
 def _format_fetch(name: str, value: np.ndarray) -> str:
     from tfc.ir.types import DType, TensorType
     try:
@@ -372,8 +424,7 @@ def _checkpoint_options(args: argparse.Namespace) -> None:
                             ("--checkpoint-every", args.checkpoint_every is not None)):
             if given:
                 raise TfcError(f"{flag} needs --checkpoint-dir DIR")
-    if args.checkpoint_every is not None and args.checkpoint_every < 1:
-        raise TfcError(f"--checkpoint-every must be at least 1, not {args.checkpoint_every}")
+    check_at_least("--checkpoint-every", args.checkpoint_every, 1)
 
 
 def _resume(program: Any, directory: str) -> None:
@@ -385,10 +436,16 @@ def _resume(program: Any, directory: str) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from tfc.runtime import load
-
     _checkpoint_options(args)
-    program = load(args.artifact, backend=args.backend)
+    check_at_least("--steps", args.steps, 1)
+    if args.out is not None:
+        check_output_path(args.out, "--out")
+        if Path(args.out).suffix not in (".npz", ".npy"):
+            raise TfcError(f"--out {args.out}: expected a .npz or .npy file name")
+    if args.checkpoint_dir is not None and Path(args.checkpoint_dir).exists() \
+            and not Path(args.checkpoint_dir).is_dir():
+        raise TfcError(f"--checkpoint-dir {args.checkpoint_dir} is not a directory")
+    program = load_artifact_arg(args.artifact, args.backend)
     entries = list(program.entries)
     entry = args.entry
     if entry is None:
@@ -397,14 +454,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                            f"({', '.join(entries) or 'none'}); choose one with --entry")
         entry = entries[0]
     program.entry(entry)  # unknown entries fail before the feeds are read
-    feeds: dict[str, Any] = {}
-    for spec in args.feed:
-        name, value = parse_feed(spec)
-        if name in feeds:
-            raise TfcError(f"feed '{name}' is given twice")
-        feeds[name] = value
-    if args.steps < 1:
-        raise TfcError(f"--steps must be at least 1, not {args.steps}")
+    feeds = parse_feeds(args.feed)
     if args.resume:
         _resume(program, args.checkpoint_dir)
 

@@ -53,7 +53,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from tfc.devices import local_devices, parse_devices, save_profile
     from tfc.runtime.calibrate import calibrate
 
+    from tfc.cli import check_output_path
+    from tfc.devices import check_runnable
+    check_output_path(args.output, "-o")
     devices = parse_devices(args.devices) if args.devices else local_devices(1)
+    if args.devices:
+        check_runnable(devices)  # no GPU backend: a GPU asked for is not silently dropped
     profile = calibrate([d for d in devices if "gpu" not in d], backend=args.backend,
                         progress=lambda m: print(m, file=sys.stderr))
     path = save_profile(profile, args.output)
@@ -77,19 +82,25 @@ def _synthetic_feed(spec: Any, batch: int, rng: np.random.Generator) -> np.ndarr
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from tfc.cli import _table, parse_feed
-    from tfc.runtime import load
+    from tfc.cli import _table, check_at_least, check_output_path, load_artifact_arg, parse_feeds
+    from tfc.runtime.feeds import expected_feeds
     from tfc.runtime.profiler import bench_entry
     from tfc.runtime.trace import Tracer
 
-    if args.steps < 1:
-        raise TfcError(f"--steps must be at least 1, not {args.steps}")
-    program = load(args.artifact, backend=args.backend)
+    check_at_least("--steps", args.steps, 1)
+    check_at_least("--batch", args.batch, 1)
+    check_output_path(args.trace, "--trace")
+    program = load_artifact_arg(args.artifact, args.backend)
     entry = args.entry or next(iter(program.entries), None)
     if entry is None:
         raise TfcError(f"{args.artifact} has no entries")
     sig = program.entries.get(entry) or program.entry(entry)
-    feeds = dict(parse_feed(s) for s in args.feed)
+    feeds = parse_feeds(args.feed)
+    names = [f.name for f in sig.feeds]
+    unknown = [n for n in feeds if n not in names]
+    if unknown:  # before synthetic feeds are made and announced
+        raise TfcError(f"entry '{entry}': unknown feed '{unknown[0]}'; expected feeds: "
+                       f"{expected_feeds(program.entry(entry))}")
     rng = np.random.default_rng(0)
     synthetic = [f.name for f in sig.feeds if f.name not in feeds]
     for f in sig.feeds:
@@ -115,10 +126,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # ---- tfc viz -----------------------------------------------------------------------
 
 def cmd_viz(args: argparse.Namespace) -> int:
+    from tfc.cli import check_output_path
     from tfc.compiler.driver import load_source
     from tfc.runtime.artifact import atomic_write
     from tfc.viz import render_html
 
+    check_output_path(args.output, "-o")
     module = load_source(args.model)
     if Path(args.model).suffix != ".tfc":
         from tfc.passes import DEFAULT_PIPELINE, run_passes
