@@ -233,6 +233,13 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stored_as(op: Any) -> str:
+    """How the artifact stores a variable: its initializer op's kind, or ``data``."""
+    if op is None:
+        return "data"
+    return "splat constant" if op.kind == "constant" else op.kind
+
+
 def _compile_report(program: Any, report: Any, out: str, init_s: float, save_s: float) -> None:
     print(f"compiled {report.source} -> {out} (backend: {program.backend.name})")
     print()
@@ -252,7 +259,7 @@ def _compile_report(program: Any, report: Any, out: str, init_s: float, save_s: 
     if decls:
         print()
         rows = [[f"@{name}", str(d.type), _bytes(d.type.nbytes()),
-                 inits[name].kind if name in inits else "data",
+                 _stored_as(inits.get(name)),
                  d.device or "-", "yes" if d.trainable else "no"]
                 for name, d in list(decls.items())[:20]]
         if len(decls) > 20:
