@@ -132,3 +132,14 @@ def test_bad_feeds(feed, message, artifact, capsys):
 def test_unknown_entry(artifact, capsys):
     for command in ("run", "bench"):
         assert "unknown entry 'nope'" in error_of(capsys, command, artifact, "--entry", "nope")
+
+
+def test_out_of_memory_is_an_error_not_a_bug(artifact, capsys):
+    err = error_of(capsys, "bench", artifact, "--batch", 10**15)
+    assert err.startswith("error: out of memory: Unable to allocate")
+
+
+def test_opt_of_a_model_says_to_print_its_ir(tmp_path, capsys):
+    (tmp_path / "m.tfm").write_text(MODEL_TFM)
+    err = error_of(capsys, "opt", tmp_path / "m.tfm")
+    assert "tfc opt reads textual IR (.tfir)" in err and "tfc ir" in err

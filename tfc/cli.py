@@ -4,13 +4,13 @@
     tfc run model.tfc --entry predict --feed x=x.npy [--out out.npz] [--steps N] [--save]
     tfc run model.tfc --entry train_step --steps N --checkpoint-dir DIR [--checkpoint-every K]
         [--resume]
-    tfc ir model.py [--after cse | --passes cse,dce | --raw]
+    tfc ir model.py [--after cse | --passes cse,dce | --raw] [--full]
     tfc opt in.tfir --passes cse,dce [-o out.tfir]
     tfc compile model.py --devices cpu:0,cpu:1 [--fp16-transfers]; tfc ir model.tfc --device cpu:1
     tfc calibrate | tfc bench model.tfc --trace trace.json | tfc viz model.tfc -o graph.html
 
-Errors the user can fix (``TfcError``, missing files, Ctrl-C) print one ``error: ...``
-line and exit 1; usage errors exit 2. Anything else is a bug in tfc: it prints
+Errors the user can fix (``TfcError``, missing files, running out of memory, Ctrl-C)
+print one ``error: ...`` line and exit 1; usage errors exit 2. Anything else is a bug in tfc: it prints
 ``internal error: ...`` and exits 70, or shows the traceback when ``TFC_DEBUG=1``.
 """
 
@@ -198,6 +198,10 @@ def _cmd_opt(args: argparse.Namespace) -> int:
     if args.input == "-":
         text, name = sys.stdin.read(), "<stdin>"
     else:
+        if Path(args.input).suffix in (".py", ".tfm", ".tfc"):
+            raise TfcError(f"tfc opt reads textual IR (.tfir), not {args.input}; print its "
+                           f"IR first: tfc ir {args.input} -o "
+                           f"{Path(args.input).with_suffix('.tfir')}")
         text, name = read_source(args.input), args.input
     module = parse_module(text, filename=name)
     if not module.graphs and not module.variables:  # /dev/null, a typo'd path, comments
@@ -594,6 +598,9 @@ def _guarded(func: Callable[[], int]) -> int:
         return EXIT_ERROR
     except OSError as e:
         print(f"error: {_os_error(e)}", file=sys.stderr)
+        return EXIT_ERROR
+    except MemoryError as e:  # a batch, a shape or a model too large for this machine
+        print(f"error: out of memory: {e or 'an allocation failed'}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
