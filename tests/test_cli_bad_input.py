@@ -143,3 +143,11 @@ def test_opt_of_a_model_says_to_print_its_ir(tmp_path, capsys):
     (tmp_path / "m.tfm").write_text(MODEL_TFM)
     err = error_of(capsys, "opt", tmp_path / "m.tfm")
     assert "tfc opt reads textual IR (.tfir)" in err and "tfc ir" in err
+
+
+def test_empty_option_values_are_not_ignored(artifact, tmp_path, capsys):
+    assert "no devices given" in error_of(capsys, "calibrate", "--devices", "",
+                                          "-o", tmp_path / "d.json")
+    assert "no devices given" in error_of(capsys, "ir", tmp_path / "m.tfm", "--devices", "")
+    assert "unknown entry ''" in error_of(capsys, "bench", artifact, "--entry", "")
+    assert not (tmp_path / "d.json").exists()

@@ -155,7 +155,7 @@ def _cmd_ir(args: argparse.Namespace) -> int:
         passes = []  # an artifact's IR is already compiled
     else:
         passes = parse_pipeline(DEFAULT_PIPELINE)
-    if args.devices:
+    if args.devices is not None:
         from tfc.devices import parse_devices
         module.devices = parse_devices(args.devices)
         passes = [*passes, "placement"]
@@ -164,7 +164,7 @@ def _cmd_ir(args: argparse.Namespace) -> int:
     # IR written to a file (-o) or asked for in full (--full) keeps every element
     from tfc.ir.printer import ELIDE_ELEMENTS
     elide = None if args.output or args.full else ELIDE_ELEMENTS
-    if args.device:
+    if args.device is not None:
         from tfc.cli_devices import partitions_text
         text = partitions_text(module, args.device, elide_above=elide)
         if args.output:

@@ -56,8 +56,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from tfc.cli import check_output_path
     from tfc.devices import check_runnable
     check_output_path(args.output, "-o")
-    devices = parse_devices(args.devices) if args.devices else local_devices(1)
-    if args.devices:
+    devices = parse_devices(args.devices) if args.devices is not None else local_devices(1)
+    if args.devices is not None:
         check_runnable(devices)  # no GPU backend: a GPU asked for is not silently dropped
     profile = calibrate([d for d in devices if "gpu" not in d], backend=args.backend,
                         progress=lambda m: print(m, file=sys.stderr))
@@ -91,7 +91,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     check_at_least("--batch", args.batch, 1)
     check_output_path(args.trace, "--trace")
     program = load_artifact_arg(args.artifact, args.backend)
-    entry = args.entry or next(iter(program.entries), None)
+    entry = args.entry if args.entry is not None else next(iter(program.entries), None)
     if entry is None:
         raise TfcError(f"{args.artifact} has no entries")
     sig = program.entries.get(entry) or program.entry(entry)
