@@ -242,3 +242,25 @@ def test_python_model_initializers(backend, tmp_path):
     assert {n: op.kind for n, op in p.initializers.items()} == {
         "w": "random.normal", "b": "constant"}
     assert_same_bits(p.variables, want)
+
+
+def test_an_init_graph_that_computes_is_refused(tmp_path):
+    """An artifact's __init__ may only hold initializer ops and their assigns."""
+    from tfc.ir.bytecode import module_to_bytes
+    from tfc.ir.printer import print_module
+    from tfc.ir.registry import make_op
+    Program(module()).save(tmp_path / "m.tfc")
+    with zipfile.ZipFile(tmp_path / "m.tfc") as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    m = parse_module(members["module.tfir"].decode(), "m.tfir")
+    init = m.graphs[INIT_GRAPH]
+    zeros = init.ops[0]
+    init.ops.insert(1, make_op("neg", [zeros.results[0]]))
+    members["module.tfcb"] = module_to_bytes(m)
+    members["module.tfir"] = print_module(m).encode()
+    with zipfile.ZipFile(tmp_path / "bad.tfc", "w") as zf:
+        for n, data in members.items():
+            zf.writestr(n, data)
+    with pytest.raises(ArtifactError, match="the __init__ graph does more than assign "
+                                            r"initializer ops \(neg\)"):
+        load(tmp_path / "bad.tfc")

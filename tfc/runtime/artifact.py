@@ -426,7 +426,7 @@ def _check_initializers(path: Any, module: Module, manifest: dict[str, Any]) -> 
     """The variables the artifact stores as initializer ops (``"initializer": true``),
     checked: each is assigned a recipe op (``tfc.runtime.initializers``) of its type by
     the stored ``__init__`` graph, which does nothing else."""
-    from tfc.runtime.initializers import recipes
+    from tfc.runtime.initializers import is_recipe, recipes
     flagged = {name for name, info in manifest["variables"].items()
                if isinstance(info, dict) and info.get("initializer") is True}
     init = module.graphs.get(INIT_GRAPH)
@@ -441,12 +441,13 @@ def _check_initializers(path: Any, module: Module, manifest: dict[str, Any]) -> 
             raise ArtifactError(f"{path}: variable '{name}' is stored as an initializer, but "
                                 f"the {INIT_GRAPH} graph assigns it no initializer op of "
                                 f"its type")
-    assigned = [op.attrs.get("var") for op in init.ops if op.kind.startswith("var.")]
-    extra = [n for n in assigned if n not in flagged]
-    if extra or len(init.ops) > 2 * len(flagged) or len(assigned) != len(flagged):
-        what = f"assigns variable '{extra[0]}', which has a file" if extra else \
-            "does more than assign initializer ops"
-        raise ArtifactError(f"{path}: the {INIT_GRAPH} graph {what}")
+    for op in init.ops:
+        if op.kind == "var.assign" and op.attrs["var"] not in flagged:
+            raise ArtifactError(f"{path}: the {INIT_GRAPH} graph assigns variable "
+                                f"'{op.attrs['var']}', which has a file")
+        if op.kind != "var.assign" and not is_recipe(op):
+            raise ArtifactError(f"{path}: the {INIT_GRAPH} graph does more than assign "
+                                f"initializer ops ({op.kind})")
     return flagged
 
 
