@@ -277,6 +277,7 @@ loss = tfc.reduce_mean(tfc.square(pred + noise - tfc.gather(tfc.constant(Y), idx
 step = tfc.Variable(np.int64(0), trainable=False, name="global_step")
 train = tfc.train.AdamOptimizer(0.1).minimize(loss, global_step=step)
 tfc.entry("train_step", fetches={"loss": loss, "step": step.value()}, targets=[train])
+tfc.entry("evaluate", fetches={"loss": loss})
 """
 
 
@@ -360,3 +361,129 @@ def test_run_checkpoint_errors(trainer, artifact, tmp_path, capsys):
     err = run_err(capsys, 1, *base, "--checkpoint-dir", other, "--resume")
     assert err == (f"error: {other / 'ckpt-1.tfckpt'} is not a tfc checkpoint "
                    f"(not a zip file)\n")
+
+
+# ---- the artifact's integrity, read-only entries, concurrent saves (#14) ---------------
+
+def tfc_process(*argv, pause_after_load=False, **kwargs):
+    """``tfc ARGV`` in its own process. With ``pause_after_load`` it prints ``loaded``
+    once the artifact is loaded and waits for a line on stdin before going on: a second
+    process can then update the artifact in between, as a concurrent run would."""
+    env = {k: v for k, v in os.environ.items() if k != "TFC_DEBUG"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + \
+        env.get("PYTHONPATH", "")
+    code = "import sys, tfc.cli; sys.exit(tfc.cli.main(sys.argv[1:]))"
+    if pause_after_load:
+        code = ("import sys, tfc.cli, tfc.runtime as rt\n"
+                "real = rt.load\n"
+                "def load(*a, **k):\n"
+                "    p = real(*a, **k); print('loaded', flush=True); sys.stdin.readline()\n"
+                "    return p\n"
+                "rt.load = load\n"
+                "sys.exit(tfc.cli.main(sys.argv[1:]))")
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, argv)], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, **kwargs)
+
+
+def finish(proc, stdin=""):
+    out, err = proc.communicate(stdin, timeout=300)
+    return proc.returncode, out, err
+
+
+def test_concurrent_saves_do_not_lose_an_update(trainer):
+    """Two runs --save one artifact: the one that saves second loaded the artifact before
+    the first saved, so writing it would silently drop the first one's steps."""
+    train = ["run", trainer, "--entry", "train_step", "--save"]
+    slow = tfc_process(*train, "--steps", 2, pause_after_load=True)
+    assert slow.stdout.readline() == "loaded\n"
+    assert finish(tfc_process(*train, "--steps", 3))[0] == 0  # the other run saves first
+    code, _, err = finish(slow, "\n")
+    assert code == 1, err
+    assert err.endswith(f"error: {trainer} was changed by another process since this one loaded "
+                   f"it at step 0 (it is now at step 3); not overwriting that update (use "
+                   f"--force, or save(..., force=True), to overwrite it anyway)\n")
+    assert load(trainer).step == 3  # the first run's update is kept
+    slow = tfc_process(*train, "--steps", 2, "--force", pause_after_load=True)
+    assert slow.stdout.readline() == "loaded\n"
+    assert finish(tfc_process(*train, "--steps", 3))[0] == 0
+    code, _, err = finish(slow, "\n")
+    assert code == 0 and f"updated {trainer} (step 5)" in err, err  # forced: 3 + 2
+    assert load(trainer).step == 5
+    code, _, err = finish(tfc_process("run", trainer, "--entry", "train_step", "--force"))
+    assert (code, err) == (1, "error: --force needs --save (it overwrites an artifact another "
+                              "process updated)\n")
+
+
+def test_sequential_saves_of_one_run_and_of_several_runs(trainer, capsys):
+    for steps in (2, 3):  # each run loads what the previous one saved
+        run_ok(capsys, "run", trainer, "--entry", "train_step", "--steps", steps, "--save")
+    program = load(trainer)
+    assert program.step == 5
+    for _ in range(2):  # one program saving twice: its own first save is no conflict
+        program.run("train_step")
+        program.save(trainer)
+    assert load(trainer).step == 7
+
+
+def test_read_only_entry_saves_nothing_and_keeps_the_step(trainer, tmp_path, capsys):
+    ck = tmp_path / "ck"
+    run_ok(capsys, "run", trainer, "--entry", "train_step", "--steps", 3, "--checkpoint-dir", ck)
+    before = {n: (ck / n).read_bytes() for n in os.listdir(ck)}
+    artifact_before = trainer.read_bytes()
+    out, err = run_ok(capsys, "run", trainer, "--entry", "evaluate", "--checkpoint-dir", ck,
+                      "--resume", "--steps", 2, "--checkpoint-every", 1, "--save")
+    assert f"resumed from {ck / 'ckpt-3.tfckpt'} (step 3)" in err
+    assert "no checkpoint saved: entry 'evaluate' updates no variables" in err
+    assert f"{trainer} not updated: entry 'evaluate' updates no variables" in err
+    assert out.startswith("loss: f32[]")
+    assert {n: (ck / n).read_bytes() for n in os.listdir(ck)} == before
+    assert trainer.read_bytes() == artifact_before
+    out, err = run_ok(capsys, "run", trainer, "--entry", "train_step", "--checkpoint-dir", ck,
+                      "--resume")
+    assert "resumed from" in err and "(step 3)" in err and "(step 4)" in err
+
+
+def test_run_removes_a_killed_runs_checkpoint_temps(trainer, tmp_path, capsys):
+    ck = tmp_path / "ck"
+    run_ok(capsys, "run", trainer, "--entry", "train_step", "--checkpoint-dir", ck)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    from tfc.runtime.atomic import temp_name
+    temps = [ck / temp_name(t).replace(f"-{os.getpid()}-", f"-{dead.pid}-")
+             for t in ("ckpt-2.tfckpt", "checkpoint.json")]
+    for t in temps:
+        t.write_bytes(b"what a killed save left")
+    mine = ck / "notes.tmp"
+    mine.write_bytes(b"not tfc's")
+    run_ok(capsys, "run", trainer, "--entry", "train_step", "--checkpoint-dir", ck, "--resume")
+    assert sorted(os.listdir(ck)) == ["checkpoint.json", "ckpt-1.tfckpt", "ckpt-2.tfckpt",
+                                      "notes.tmp"]
+
+
+def test_run_with_corrupt_object_code(trainer, tmp_path):
+    """The object code of an llvm artifact rewritten (valid zip CRCs, wrong content):
+    compiled again from the IR with a warning naming the artifact and the member, or
+    refused with --no-recompile; --recompile never links it."""
+    program = load(trainer, backend="llvm")
+    program.run("train_step")
+    program.save(trainer)
+    with zipfile.ZipFile(trainer) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    member = json.loads(members["manifest.json"])["native"]["entries"]["train_step"]
+    members[member] = members[member][:len(members[member]) // 2]  # SIGSEGV before #14
+    with zipfile.ZipFile(trainer, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    base = ["run", trainer, "--entry", "train_step", "--backend", "llvm"]
+    code, out, err = finish(tfc_process(*base))
+    assert code == 0, err
+    assert err.startswith(f"warning: {trainer}: {member} is corrupt (its SHA-256 does not match "
+                          f"the one manifest.json records); compiling entry 'train_step' again "
+                          f"from the IR")
+    assert out == finish(tfc_process(*base, "--recompile"))[1]
+    code, _, err = finish(tfc_process(*base, "--no-recompile"))
+    assert code == 1 and err.startswith(f"error: {trainer}: {member} is corrupt") \
+        and "refusing to link its object code" in err, err
+    code, _, err = finish(tfc_process(*base, "--recompile", "--no-recompile"))
+    assert code == 2 and "not allowed with argument" in err

@@ -2,6 +2,7 @@
 
     tfc compile model.py|model.tfm -o model.tfc [--passes canonicalize,cse,dce]
     tfc run model.tfc --entry predict --feed x=x.npy [--out out.npz] [--steps N] [--save]
+        [--force] [--recompile | --no-recompile]
     tfc run model.tfc --entry train_step --steps N --checkpoint-dir DIR [--checkpoint-every K]
         [--resume]
     tfc ir model.py [--after cse | --passes cse,dce | --raw] [--full]
@@ -97,15 +98,16 @@ def check_output_path(path: str | None, flag: str) -> None:
         raise TfcError(f"{flag} {path}: cannot write in directory {parent}")
 
 
-def load_artifact_arg(path: str, backend: str | None) -> Any:
-    """The program of the ``ARTIFACT`` argument; a model file given instead is told to
-    be compiled first rather than called a broken zip."""
+def load_artifact_arg(path: str, backend: str | None, **options: Any) -> Any:
+    """The program of the ``ARTIFACT`` argument (``options``: ``tfc.runtime.load``'s);
+    a model file given instead is told to be compiled first rather than called a broken
+    zip."""
     from tfc.runtime import load
     if Path(path).suffix in (".py", ".tfm", ".tfir") and Path(path).is_file():
         out = Path(path).with_suffix(".tfc")
         raise TfcError(f"{path} is a model, not a compiled artifact: compile it first "
                        f"(tfc compile {path} -o {out})")
-    return load(path, backend=backend)
+    return load(path, backend=backend, **options)
 
 
 def check_at_least(flag: str, value: int | None, minimum: int) -> None:
@@ -449,6 +451,9 @@ def _resume(program: Any, directory: str) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     _checkpoint_options(args)
     check_at_least("--steps", args.steps, 1)
+    if args.force and not args.save:
+        raise TfcError("--force needs --save (it overwrites an artifact another process "
+                       "updated)")
     if args.out is not None:
         check_output_path(args.out, "--out")
         if Path(args.out).suffix not in (".npz", ".npy"):
@@ -456,7 +461,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.checkpoint_dir is not None and Path(args.checkpoint_dir).exists() \
             and not Path(args.checkpoint_dir).is_dir():
         raise TfcError(f"--checkpoint-dir {args.checkpoint_dir} is not a directory")
-    program = load_artifact_arg(args.artifact, args.backend)
+    native = "recompile" if args.recompile else "strict" if args.no_recompile else "use"
+    program = load_artifact_arg(args.artifact, args.backend, native=native)
     entries = list(program.entries)
     entry = args.entry
     if entry is None:
@@ -470,6 +476,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _resume(program, args.checkpoint_dir)
 
     saved: list[Any] = []  # (path, step) of the latest checkpoint
+    # an entry that updates no variable changes nothing to save: no checkpoint, no new
+    # step in the artifact (the step counter seeds random ops; in memory it still counts)
+    changes = program.writes_variables(entry)
 
     def checkpoint() -> None:
         saved[:] = [program.save_checkpoint(args.checkpoint_dir), program.step]
@@ -478,20 +487,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if program.step % args.checkpoint_every == 0:
             checkpoint()
 
-    after = every_k if args.checkpoint_dir and args.checkpoint_every else None
+    after = every_k if changes and args.checkpoint_dir and args.checkpoint_every else None
     fetches = _run_steps(program, entry, feeds, args.steps, after)
-    if args.checkpoint_dir and (not saved or saved[1] != program.step):
+    if changes and args.checkpoint_dir and (not saved or saved[1] != program.step):
         checkpoint()
     if saved:
         print(f"saved checkpoint {saved[0]} (step {saved[1]})", file=sys.stderr)
+    elif args.checkpoint_dir:
+        print(f"no checkpoint saved: entry '{entry}' updates no variables", file=sys.stderr)
     if args.out:
         _save_fetches(args.out, fetches)
         print(f"saved {', '.join(fetches) or 'no fetches'} to {args.out}")
     else:
         for name, value in fetches.items():
             print(_format_fetch(name, value))
-    if args.save:
-        program.save(args.artifact)
+    if args.save and not changes:
+        print(f"{args.artifact} not updated: entry '{entry}' updates no variables",
+              file=sys.stderr)
+    elif args.save:
+        program.save(args.artifact, force=args.force)
         print(f"updated {args.artifact} (step {program.step})", file=sys.stderr)
     return 0
 
@@ -535,7 +549,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="FILE", help="save the fetches to FILE (.npz, or .npy for one)")
     p.add_argument("--steps", type=int, default=1, metavar="N", help="run N steps (default 1)")
     p.add_argument("--save", action="store_true",
-                   help="write the updated variables back to ARTIFACT")
+                   help="write the updated variables back to ARTIFACT (refused if another "
+                        "process updated it since this one loaded it)")
+    p.add_argument("--force", action="store_true",
+                   help="with --save: overwrite ARTIFACT even if another process updated it")
+    code = p.add_mutually_exclusive_group()
+    code.add_argument("--recompile", action="store_true",
+                      help="compile the entries from the artifact's IR instead of linking "
+                           "its stored object code")
+    code.add_argument("--no-recompile", action="store_true",
+                      help="refuse an artifact whose object code fails its checksum "
+                           "(default: warn and compile it again from the IR)")
     p.add_argument("--backend", default=None, help="backend to run on (default: the artifact's)")
     p.add_argument("--checkpoint-dir", metavar="DIR",
                    help="save a checkpoint (all variables and the step) to DIR at the end")

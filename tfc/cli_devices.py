@@ -36,7 +36,7 @@ def partitions_text(module: Any, device: str, elide_above: int | None = None) ->
     for name in module.entries:
         parts = partition_module(module, name)
         if module.fp16_transfers:
-            compress_transfers(parts)
+            compress_transfers(parts, module.variables)
         part = parts.get(device)
         if part is None:
             out.append(f"// @{name}: nothing runs on {device}")
@@ -59,12 +59,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     devices = parse_devices(args.devices) if args.devices is not None else local_devices(1)
     if args.devices is not None:
         check_runnable(devices)  # no GPU backend: a GPU asked for is not silently dropped
-    profile = calibrate([d for d in devices if "gpu" not in d], backend=args.backend,
-                        progress=lambda m: print(m, file=sys.stderr))
+    calibration = calibrate([d for d in devices if "gpu" not in d], backend=args.backend,
+                            progress=lambda m: print(m, file=sys.stderr))
+    profile = calibration.profile
     path = save_profile(profile, args.output)
     for d, r in profile.devices.items():
         print(f"{d}: {r.flops_per_s / 1e9:.1f} GFLOP/s, {r.bytes_per_s / 1e9:.1f} GB/s, "
-              f"{r.kernel_overhead_s * 1e6:.1f} us per step")
+              f"{r.kernel_overhead_s * 1e6:.1f} us per step (medians)")
+        print(f"  runs min/median/max: {calibration.measurements[d].spread_summary()}")
     link = profile.default_link
     print(f"links: {link.bytes_per_s / 1e9:.1f} GB/s, {link.latency_s * 1e6:.1f} us latency")
     print(f"wrote {path}")

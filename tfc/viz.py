@@ -191,7 +191,7 @@ def _partitions(module: Module, entry: str, notes: list[str]) -> tuple[dict[str,
         return {default: part}, False
     if module.fp16_transfers and len(parts) > 1:
         from tfc.passes.compress import compress_transfers
-        notes.append(compress_transfers(parts).summary())
+        notes.append(compress_transfers(parts, module.variables).summary())
     return parts, True
 
 

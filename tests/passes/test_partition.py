@@ -128,7 +128,7 @@ def test_compressed_transfers_carry_f16_and_halve_bytes():
     x = np.array([0.1, -0.5, 0.9], np.float32)
     want = run_graph(g, [x], ExecContext({}, 0))
     parts = partition_graph(g.clone(), "/cpu:0")
-    report = compress_transfers(parts)
+    report = compress_transfers(parts, {})
     assert report.compressed == report.transfers == 3
     assert report.bytes_after * 2 == report.bytes_before
     for p in parts.values():

@@ -40,17 +40,40 @@ def test_independent_branches_spread_over_devices_and_beat_one_device():
     g = two_branches()
     report = place_graph(g, DEVICES, profile(), {})
     assert {op.device for op in g.ops if op.kind == "matmul"} == set(DEVICES)
-    assert report.estimated_s < 0.7 * report.all_on_one_s
+    assert report.estimated_s < 0.7 * report.single_device_s
     assert report.ops_per_device["/cpu:0"] + report.ops_per_device["/cpu:1"] == len(g.ops)
 
 
-def test_slow_links_make_the_join_wait_for_one_transfer_only():
-    # greedy cannot foresee the join, so the branches still split; the join then goes
-    # where one operand already is, and the estimate shows the link's cost
+def test_when_greedy_loses_to_a_baseline_the_baseline_is_placed():
+    # greedy cannot foresee the join, so it splits the branches and then pays one
+    # latency of the slow link (> 1 s); one device needs no transfer: it must win
     g = two_branches()
     report = place_graph(g, DEVICES, profile(link_bw=1e3, latency=1.0), {})
-    assert report.transfers == 1
-    assert report.estimated_s > 1.0  # one latency of the slow link
+    assert report.greedy_s > 1.0
+    assert report.chosen == "single device" and report.single_device == "/cpu:0"
+    assert report.estimated_s == report.single_device_s < 0.1
+    assert report.estimated_s <= min(report.candidates.values())
+    assert report.transfers == 0 and {op.device for op in g.ops} == {"/cpu:0"}
+    assert "by single device (greedy: " in report.summary()
+
+
+def test_baselines_keep_scopes_and_colocation_and_never_win_by_breaking_them():
+    """A worker device behind a slow link, a scope pinning the first layer there: every
+    candidate keeps the pin and the variables' colocation, and the chosen estimate is at
+    most each candidate's (``tfc compile --devices cpu:0,/job:worker/task:1/cpu:0``)."""
+    devices = ["/cpu:0", "/job:worker/task:1/cpu:0"]
+    rates = {d: DeviceRates(1e10, 1e10, 1e-6) for d in devices}
+    slow = DeviceProfile(rates, {}, LinkRates(1e6, 1e-3))
+    m = split_mlp_module(["/job:worker/task:1/cpu:0", None])
+    m.devices = devices
+    for g in m.graphs.values():
+        report = place_graph(g, devices, slow, m.variables)
+        assert report.estimated_s <= min(report.candidates.values())
+        assert report.estimated_s == report.candidates[report.chosen]
+        for op in g.ops:
+            if op.kind.startswith("var."):
+                assert op.device == m.variables[op.attrs["var"]].device
+    assert m.variables["w0"].device == "/job:worker/task:1/cpu:0"  # its scope, kept
 
 
 def test_a_chain_stays_on_one_device():

@@ -1,5 +1,6 @@
 """The .tfc artifact: round trips, atomic writes, and every kind of broken file."""
 
+import hashlib
 import io
 import json
 import os
@@ -57,25 +58,28 @@ def trained_program(steps: int = 2) -> Program:
     return p
 
 
-def rewrite(src, dst, members=(), manifest=None):
+def rewrite(src, dst, members=(), manifest=None, digests=True):
     """Copy the zip ``src`` to ``dst``, replacing members (bytes) or dropping them (None),
-    and changing the manifest with ``manifest(m)``."""
+    and changing the manifest with ``manifest(m)``. With ``digests`` the manifest records
+    the replaced members' SHA-256 (a consistent edit, which the deeper checks must catch);
+    without, the digests stay those of the original members (corruption)."""
     members = dict(members)
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
-        for info in zin.infolist():
-            data = zin.read(info.filename)
-            if info.filename == "manifest.json" and manifest is not None:
-                m = json.loads(data)
-                manifest(m)
-                data = json.dumps(m).encode()
-            if info.filename in members:
-                data = members.pop(info.filename)
-                if data is None:
-                    continue
-            zout.writestr(info.filename, data)
-        for name, data in members.items():
-            if data is not None:
-                zout.writestr(name, data)
+    with zipfile.ZipFile(src) as zin:
+        out = {info.filename: zin.read(info.filename) for info in zin.infolist()}
+    out.update(members)
+    out = {name: data for name, data in out.items() if data is not None}
+    if "manifest.json" in out and "manifest.json" not in members:
+        m = json.loads(out["manifest.json"])
+        if digests and "sha256" in m:
+            m["sha256"] = {**{k: v for k, v in m["sha256"].items() if "#" in k},
+                           **{name: hashlib.sha256(data).hexdigest()
+                              for name, data in out.items() if name != "manifest.json"}}
+        if manifest is not None:
+            manifest(m)
+        out["manifest.json"] = json.dumps(m).encode()
+    with zipfile.ZipFile(dst, "w") as zout:
+        for name, data in out.items():
+            zout.writestr(name, data)
 
 
 def without_bytecode(m):
@@ -404,3 +408,100 @@ def test_loading_an_artifact_imports_no_parser(saved):
                          env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# ---- the manifest must describe the IR it ships with ---------------------------------
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m["entries"]["predict"]["feeds"][0].update(shape=["B", 4]),
+     r"manifest.json describes entry 'predict' as predict\(x: f32\[B,4\]\) -> \(y: f32\[B,3\]\), "
+     r"but module.tfcb defines predict\(x: f32\[B,3\]\) -> \(y: f32\[B,3\]\)"),
+    (lambda m: m["entries"]["predict"]["feeds"][0].update(dtype="f64"),
+     r"describes entry 'predict' as predict\(x: f64\[B,3\]\)"),
+    (lambda m: m["entries"]["predict"]["feeds"][0].update(name="input"),
+     r"describes entry 'predict' as predict\(input: f32\[B,3\]\)"),
+    (lambda m: m["entries"]["train"]["fetches"].pop(),
+     r"describes entry 'train' as train\(scale: f32\[\]\) -> \(count: i64\[\]\), but"),
+    (lambda m: m["entries"]["train"].update(feeds="scale"),
+     r"describes entry 'train' as train\(\?\) -> \(count: i64\[\], w_before: f32\[3\]\)"),
+    (lambda m: m["entries"]["train"]["feeds"].append({"bad": 1}),
+     r"describes entry 'train' as train\(scale: f32\[\], \{'bad': 1\}\)"),
+    (lambda m: m["variables"]["layer/w"].update(shape=[4]),
+     r"bad.tfc: (manifest.json says variable 'layer/w' is f32\[4\], but module.tfcb declares "
+     r"it f32\[3\]|variables/0000.npy \(variable 'layer/w'\) has shape \[3\], but manifest.json "
+     r"says f32\[4\])"),
+])
+def test_hand_edited_manifest_signatures_are_artifact_errors(saved, tmp_path, change, message):
+    """Callers read the manifest to learn what to feed, and the object code was compiled
+    for the IR's signatures: a manifest that describes other ones is refused."""
+    _, path = saved
+    bad = tmp_path / "bad.tfc"
+    rewrite(path, bad, manifest=change)
+    with pytest.raises(ArtifactError, match=message):
+        load(bad)
+
+
+def test_hand_edited_module_that_does_not_verify_is_refused(saved, tmp_path):
+    """A module rewritten consistently (its digest updated too) must still verify: native
+    code never runs for a module that does not."""
+    _, path = saved
+    bad = tmp_path / "bad.tfc"
+
+    with zipfile.ZipFile(path) as zf:
+        doc = json.loads(zf.read("module.tfcb"))
+    # var.assign @layer/w, %1 with %1: f32[B,3] (the mul) for an f32[3] variable
+    _graph(doc, "predict")["ops"].append({"op": "var.assign", "attrs": {"var": "layer/w"},
+                                          "in": [2], "types": []})
+    rewrite(path, bad, {"module.tfcb": json.dumps(doc).encode()})
+    with pytest.raises(ArtifactError, match=r"bad.tfc: module.tfcb is not valid IR: @predict: "
+                                            r"op 2 'var.assign'"):
+        load(bad)
+
+
+def test_members_that_do_not_match_their_digest(saved, tmp_path):
+    """Rewritten with valid zip CRCs but not through tfc: refused, naming the member."""
+    p, path = saved
+    bad = tmp_path / "bad.tfc"
+    for member, data in [("variables/0000.npy", npy_bytes(np.full(3, 9, np.float32))),
+                         ("module.tfcb", b"{}"),
+                         ("module.tfir", b"graph @oops(")]:
+        drop = {"module.tfcb": None} if member == "module.tfir" else {}
+        rewrite(path, bad, {member: data, **drop}, without_bytecode if drop else None,
+                digests=False)
+        with pytest.raises(ArtifactError, match=rf"bad.tfc: {member} is corrupt \(its SHA-256 "
+                                                rf"does not match the one manifest.json records"):
+            load(bad)
+    rewrite(path, bad, manifest=lambda m: m["sha256"].pop("variables/0001.npy"))
+    with pytest.raises(ArtifactError, match="manifest.json records no SHA-256 for "
+                                            "variables/0001.npy"):
+        load(bad)
+    rewrite(path, bad, manifest=lambda m: m.update(sha256=["x"]))
+    with pytest.raises(ArtifactError, match="field 'sha256' should map member names"):
+        load(bad)
+
+
+# ---- saving back to the file a program was loaded from --------------------------------
+
+def test_saving_over_an_update_another_program_saved_is_refused(saved, tmp_path):
+    _, path = saved
+    first, second = load(path), load(path)
+    first.run("train", scale=np.float32(2.0))
+    first.save(path)
+    second.run("train", scale=np.float32(5.0))
+    with pytest.raises(ArtifactError, match=r"model.tfc was changed by another process since "
+                                            r"this one loaded it at step 2 \(it is now at step "
+                                            r"3\); not overwriting that update"):
+        second.save(path)
+    assert load(path).variables["layer/w"].tolist() == first.variables["layer/w"].tolist()
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")] == []
+    second.save(path, force=True)
+    assert load(path).variables["layer/w"].tolist() == second.variables["layer/w"].tolist()
+    second.run("train", scale=np.float32(1.0))
+    second.save(path)  # its own last save is what it compares with now
+    first.save(tmp_path / "elsewhere.tfc")  # another file: nothing to lose
+    assert load(path).step == 4
+
+
+def test_writes_variables(saved):
+    p, _ = saved
+    assert p.writes_variables("train") and not p.writes_variables("predict")

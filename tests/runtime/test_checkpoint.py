@@ -2,6 +2,7 @@
 or SIGKILL mid-save leaves the previous checkpoint and index intact), one-sentence
 errors, and exact resume of a training run whose steps use random ops."""
 
+import io
 import json
 import os
 import signal
@@ -214,9 +215,14 @@ def test_sigkill_while_saving_leaves_loadable_checkpoints(tmp_path):
         assert (ck.values["big"] == ck.step).all()
     latest = read_checkpoint(tmp_path)
     assert latest.step >= 3
-    for name in names:  # killed while writing this one (the usual case): not committed
-        if name.startswith(".ckpt-"):
-            assert name.split(".")[1] + ".tfckpt" not in read_index(tmp_path)
+    temps = [n for n in names if n.startswith(".ckpt-")]
+    for name in temps:  # killed while writing this one (the usual case): not committed
+        assert name.split(".")[1] + ".tfckpt" not in read_index(tmp_path)
+    # the next save removes the dead writer's temp (its PID is gone), and nothing else
+    save_checkpoint(tmp_path, {"big": np.zeros(1), "step": np.int64(99)}, 99, max_to_keep=0)
+    after = set(os.listdir(tmp_path))
+    assert not [n for n in after if n.endswith(".tmp")], after
+    assert after == (set(names) - set(temps)) | {"ckpt-99.tfckpt"}
 
 
 # ---- errors -------------------------------------------------------------------------
@@ -251,6 +257,13 @@ def _flip_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def _npy(arr: np.ndarray) -> bytes:
+    """What ``np.save`` writes for ``arr``: a valid member of the wrong content."""
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
 CORRUPTIONS = [
     ("junk", lambda p: p.write_bytes(b"not a zip at all"), "is not a tfc checkpoint"),
     ("truncated", lambda p: p.write_bytes(p.read_bytes()[:300]), "is truncated or corrupt"),
@@ -269,6 +282,9 @@ CORRUPTIONS = [
     ("missing member", lambda p: _rewrite(p, lambda m: {k: v for k, v in m.items()
                                                         if k != "variables/0001.npy"}),
      "has no member variables/0001.npy (variable 'f32')"),
+    ("rewritten member", lambda p: _rewrite(p, lambda m: {
+        **m, "variables/0001.npy": _npy(np.full(4, 7, np.float32))}),
+     "variables/0001.npy is corrupt (its SHA-256 does not match"),
     ("dtype lies", lambda p: _rewrite(p, _manifest(
         lambda m: m["variables"]["f32"].update(dtype="f64"))),
      "variables/0001.npy (variable 'f32') has dtype float32, but manifest.json says f64[4]"),

@@ -13,6 +13,8 @@ from tfc.backends.llvm import backend as llvm_backend
 from tfc.backends.llvm import jit
 from tfc.errors import ArtifactError
 from tfc.runtime import Program, load
+from tfc.runtime.artifact import NATIVE_DIGEST, CorruptArtifactWarning
+from tfc.runtime.digests import json_digest
 
 
 def small_program(backend: str) -> Program:
@@ -67,11 +69,16 @@ def no_lowering(*args, **kwargs):
     raise AssertionError("loading with stored tables must not lower the graph")
 
 
-def rewrite_manifest(path, change):
+def rewrite_manifest(path, change, digest=True):
+    """Change the manifest with ``change(m)``; with ``digest`` the manifest's digest of
+    its native section is that of the changed one (a consistent edit, which the deeper
+    checks must catch), without it stays the original's."""
     with zipfile.ZipFile(path) as zf:
         members = {n: zf.read(n) for n in zf.namelist()}
     manifest = json.loads(members["manifest.json"])
     change(manifest)
+    if digest and "native" in manifest:
+        manifest["sha256"][NATIVE_DIGEST] = json_digest(manifest["native"])
     members["manifest.json"] = json.dumps(manifest).encode()
     with zipfile.ZipFile(path, "w") as zf:
         for name, data in members.items():
@@ -132,4 +139,118 @@ def test_bad_tables_are_artifact_errors(tmp_path, change, message):
     program.save(path)
     rewrite_manifest(path, lambda m: change(m["native"]["tables"]["predict"]))
     with pytest.raises(ArtifactError, match=message):
-        load(path, backend="llvm")
+        load(path, backend="llvm", native="strict")
+
+
+# ---- corrupt object code: never linked; compiled again from the IR, or refused ---------
+
+def replace_members(path, members):
+    """Rewrite members (bytes, or None to drop one) with valid zip CRCs, keeping the
+    manifest: its digests are those of the original members (corruption)."""
+    with zipfile.ZipFile(path) as zf:
+        out = {n: zf.read(n) for n in zf.namelist()}
+    out.update(members)
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in out.items():
+            if data is not None:
+                zf.writestr(name, data)
+
+
+def native_member(path, entry, constant=False):
+    with zipfile.ZipFile(path) as zf:
+        native = json.loads(zf.read("manifest.json"))["native"]
+    if constant:
+        return native["tables"][entry]["constant_files"][0]
+    return native["entries"][entry]
+
+
+X = np.linspace(-2, 2, 8, dtype=np.float32).reshape(2, 4)
+
+
+@pytest.mark.parametrize("change", [
+    lambda code: code[:64] + bytes(b ^ 0xFF for b in code[64:96]) + code[96:],  # NaNs before
+    lambda code: code[:len(code) // 2],  # SIGSEGV before
+    lambda code: b"",
+    lambda code: None,  # the member is gone
+], ids=["flipped", "truncated", "empty", "missing"])
+def test_corrupt_object_code_is_compiled_again_with_a_warning(tmp_path, change, monkeypatch):
+    path = tmp_path / "m.tfc"
+    small_program("llvm").save(path)
+    member = native_member(path, "predict")
+    with zipfile.ZipFile(path) as zf:
+        replace_members(path, {member: change(zf.read(member))})
+    linked = []
+    real_load = llvm_backend.LLVMBackend.load
+    monkeypatch.setattr(llvm_backend.LLVMBackend, "load",
+                        lambda self, m, entry, *a, **k: linked.append(entry) or
+                        real_load(self, m, entry, *a, **k))
+    with pytest.warns(CorruptArtifactWarning, match=rf"m.tfc(: {member} is corrupt| has no "
+                      rf"member {member}).*compiling entry 'predict' again from the IR"):
+        program = load(path, backend="llvm")
+    assert linked == ["train"]  # the intact entry is still linked
+    want = small_program("reference").run("predict", x=X)["y"]
+    np.testing.assert_allclose(program.run("predict", x=X)["y"], want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ArtifactError, match=rf"m.tfc(: {member} is corrupt| has no member "
+                                            rf"{member}).*refusing to link its object code"):
+        load(path, backend="llvm", native="strict")
+
+
+def program_with_a_constant() -> Program:
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [None, 4], name="x")
+        c = tfc.constant(np.linspace(0, 1, 400, dtype=np.float32).reshape(4, 100))
+        tfc.entry("predict", feeds={"x": x}, fetches={"y": tfc.tanh(x @ c)})
+        return Program(g.as_module(), backend="llvm")
+
+
+def test_corrupt_native_constants_or_tables_are_compiled_again(tmp_path):
+    program = program_with_a_constant()
+    want = program.run("predict", x=X)["y"]
+    path = tmp_path / "m.tfc"
+    program.save(path)
+    constant = native_member(path, "predict", constant=True)  # the tables' constant
+    with zipfile.ZipFile(path) as zf:
+        data = zf.read(constant)
+    replace_members(path, {constant: data[:-4] + b"\xff\xff\xff\x7f"})  # a NaN at the end
+    with pytest.warns(CorruptArtifactWarning, match=f"m.tfc: {constant} is corrupt"):
+        got = load(path, backend="llvm").run("predict", x=X)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    program.save(path, force=True)  # this test replaced the file it saved
+    # a hand-edited table (the digest of the manifest's native section no longer fits)
+    rewrite_manifest(path, lambda m: m["native"]["tables"]["predict"].update(n_ptrs=2),
+                     digest=False)
+    with pytest.warns(CorruptArtifactWarning, match=r"m.tfc: manifest.json's 'native' tables "
+                                                    r"do not match their SHA-256.*every entry"):
+        got = load(path, backend="llvm").run("predict", x=X)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    with pytest.raises(ArtifactError, match="'native' tables do not match"):
+        load(path, backend="llvm", native="strict")
+
+
+def test_recompile_never_links_stored_code(tmp_path, monkeypatch):
+    path = tmp_path / "m.tfc"
+    small_program("llvm").save(path)
+
+    def no_link(*args, **kwargs):
+        raise AssertionError("native='recompile' must not link stored object code")
+    monkeypatch.setattr(llvm_backend.LLVMBackend, "load", no_link)
+    program = load(path, backend="llvm", native="recompile")
+    want = small_program("reference").run("predict", x=X)["y"]
+    np.testing.assert_allclose(program.run("predict", x=X)["y"], want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(tfc.errors.TfcError, match="native='sometimes': expected one of"):
+        load(path, native="sometimes")
+
+
+def test_artifacts_without_digests_load_but_their_code_is_not_linked(tmp_path, monkeypatch):
+    """Artifacts of older tfc versions (format version 1 too) record no digests: they
+    load, but their object code cannot be checked, so it is compiled again."""
+    path = tmp_path / "m.tfc"
+    small_program("llvm").save(path)
+    rewrite_manifest(path, lambda m: m.pop("sha256"), digest=False)
+    monkeypatch.setattr(llvm_backend.LLVMBackend, "load", no_lowering)
+    with pytest.warns(CorruptArtifactWarning, match="m.tfc records no SHA-256 digests"):
+        program = load(path, backend="llvm")
+    want = small_program("reference").run("predict", x=X)["y"]
+    np.testing.assert_allclose(program.run("predict", x=X)["y"], want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ArtifactError, match="records no SHA-256 digests"):
+        load(path, backend="llvm", native="strict")

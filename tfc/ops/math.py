@@ -234,17 +234,40 @@ class Where(OpDef):
         return [None, b.sum_to(b("where", c, dz, zero), x), b.sum_to(b("where", c, zero, dz), y)]
 
 
+def saturating_cast(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``x`` rounded to nearest even in float ``dtype``, finite values beyond its range
+    clamped to its largest finite value of their sign (inf and NaN kept)."""
+    with np.errstate(over="ignore"):
+        y = x.astype(dtype)
+    overflow = np.isinf(y) & np.isfinite(x)
+    if overflow.any():
+        y = np.where(overflow, np.copysign(np.finfo(dtype).max, x).astype(dtype), y)
+    return y
+
+
 @register
 class Cast(OpDef):
-    """Convert to ``dtype``; floats to integers truncate toward zero, as in TensorFlow."""
+    """Convert to ``dtype``; floats to integers truncate toward zero, as in TensorFlow.
+
+    Float to narrower float rounds to nearest even; a finite value beyond the target's
+    range becomes inf, as in TensorFlow, unless ``saturate``: then it becomes the largest
+    finite value of its sign (what fp16 transfers use, so one large activation does not
+    turn a step into inf and NaN). inf and NaN stay what they are either way.
+    """
 
     name = "cast"
     num_inputs = 1
     traits = ELEMENTWISE_PURE
-    attrs = {"dtype": AttrSpec("dtype", doc="the element type to convert to")}
+    attrs = {"dtype": AttrSpec("dtype", doc="the element type to convert to"),
+             "saturate": AttrSpec("bool", False, "float to narrower float: clamp finite "
+                                  "values to the target's largest finite value, not inf")}
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
-        return [inputs[0].with_dtype(attrs["dtype"])]
+        dt: DType = attrs["dtype"]
+        if attrs.get("saturate", False) and not (inputs[0].dtype.is_float and dt.is_float):
+            raise TypeMismatch(f"cast: saturate applies to float-to-float casts, not "
+                               f"{inputs[0].dtype.value} to {dt.value}")
+        return [inputs[0].with_dtype(dt)]
 
     def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:
@@ -252,6 +275,8 @@ class Cast(OpDef):
         dt: DType = attrs["dtype"]
         if dt.is_int and np.issubdtype(x.dtype, np.floating):
             x = np.trunc(x)
+        if attrs.get("saturate", False):
+            return [saturating_cast(x, dt.np)]
         return [x.astype(dt.np)]
 
     def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:

@@ -1,23 +1,37 @@
-"""fp16 transfers: f32 tensors cross device boundaries as f16 (``--fp16-transfers``).
+"""fp16 transfers: activations and gradients cross device boundaries as f16
+(``--fp16-transfers``).
 
-The TensorFlow paper's lossy compression of transfers, with IEEE half precision and
-round-to-nearest where the paper truncates the low 16 bits of the f32 mantissa: the
-sender casts to f16 before ``send``, the receiver casts back to f32 right after
-``recv``. Half the bytes cross the link; values keep ~3 significant digits (relative
-error <= 2^-11) and magnitudes beyond f16's range (65504) become inf.
+The TensorFlow paper's lossy compression of transfers, with IEEE half precision where the
+paper truncates the low 16 bits of the f32 mantissa: the sender casts to f16 (round to
+nearest even, saturating: finite values beyond 65504 become +-65504, not inf) before
+``send``, the receiver casts back to f32 right after ``recv``. Half the bytes cross the
+link; values keep ~3 significant digits (relative error <= 2^-11).
+
+Only what the paper compresses travels as f16: the activations and gradients of one step,
+whose rounding error does not outlive the step. State keeps f32 (``transfer_policy``): an
+error in a value that becomes a variable's next value, or that is computed from an
+optimizer slot or another non-trainable variable, compounds step after step (Adam's
+second-moment slots underflow f16 and its update turns into 0/0), and a scalar saves
+nothing worth its error. The placement's estimate and the compile report count the
+halved bytes of exactly the values this module compresses.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping, Sequence
 
-from tfc.ir.core import Op
-from tfc.ir.registry import make_op
+from tfc.ir.core import Graph, Op, Value, VariableDecl
+from tfc.ir.registry import ELEMENTWISE, lookup, make_op, writes_variable
 from tfc.ir.types import DType
+from tfc.passes.memory import VIEW_OPS
 from tfc.passes.partition import Partition
 
 SYMBOL_SIZE = 128  # what the batch symbol counts as in the bytes reported
+# Ops whose result is (a rearrangement of) their first input's elements: a variable's value
+# stays that variable's value through them.
+_VALUE_PRESERVING = VIEW_OPS | {"transpose"}
 
 
 @dataclass
@@ -35,24 +49,143 @@ class CompressReport:
                 f"({pct:.0f}% saved)")
 
 
-def compress_transfers(parts: Mapping[str, Partition]) -> CompressReport:
-    """Rewrite every f32 send/recv pair of ``parts`` to carry f16 (in place)."""
+@dataclass
+class _Flow:
+    """What the state analysis learns about each value."""
+
+    reads: dict[Value, frozenset[str]]    # variables whose value it is computed from
+    carried: dict[Value, frozenset[str]]  # variables whose value it *is* (element-wise)
+    reaches: dict[Value, frozenset[str]]  # variables whose update it feeds
+
+
+def _in_order(ops: Sequence[Op]) -> list[Op]:
+    """``ops`` (of one graph, or of every partition of one) in a dataflow order: each op
+    after the producers of its inputs, and each ``recv`` after its ``send``."""
+    sends = {op.attrs["key"]: op for op in ops if op.kind == "send"}
+    present = set(map(id, ops))
+    preds: dict[int, list[Op]] = {}
+    for op in ops:
+        p = [x.op for x in op.inputs if x.op is not None and id(x.op) in present]
+        if op.kind == "recv" and op.attrs["key"] in sends:
+            p.append(sends[op.attrs["key"]])
+        preds[id(op)] = p
+    waiting = {id(op): len(preds[id(op)]) for op in ops}
+    users: dict[int, list[Op]] = {}
+    for op in ops:
+        for p in preds[id(op)]:
+            users.setdefault(id(p), []).append(op)
+    ready = deque(op for op in ops if waiting[id(op)] == 0)
+    order: list[Op] = []
+    while ready:
+        op = ready.popleft()
+        order.append(op)
+        for u in users.get(id(op), ()):
+            waiting[id(u)] -= 1
+            if waiting[id(u)] == 0:
+                ready.append(u)
+    return order
+
+
+def _region_variables(op: Op) -> tuple[frozenset[str], frozenset[str]]:
+    """The variables ``op``'s regions read and update."""
+    reads: set[str] = set()
+    writes: set[str] = set()
+    for region in op.regions:
+        for inner in region.walk():
+            if inner.kind == "var.read":
+                reads.add(inner.attrs["var"])
+            elif writes_variable(inner):
+                writes.add(inner.attrs["var"])
+    return frozenset(reads), frozenset(writes)
+
+
+def _analyse(ops: Sequence[Op]) -> _Flow:
+    order = _in_order(ops)
+    sent = {op.attrs["key"]: op.inputs[0] for op in order if op.kind == "send"}
+    received = {op.attrs["key"]: op.result for op in order if op.kind == "recv"}
+    none: frozenset[str] = frozenset()
+    flow = _Flow({}, {}, {})
+    for op in order:  # forward: where values come from
+        if op.kind == "var.read":
+            flow.reads[op.result] = flow.carried[op.result] = frozenset([op.attrs["var"]])
+            continue
+        if op.kind == "recv" and op.attrs["key"] in sent:
+            src = sent[op.attrs["key"]]
+            flow.reads[op.result] = flow.reads.get(src, none)
+            flow.carried[op.result] = flow.carried.get(src, none)
+            continue
+        reads = frozenset().union(*(flow.reads.get(x, none) for x in op.inputs),
+                                  _region_variables(op)[0])
+        elementwise = lookup(op.kind).has(ELEMENTWISE)
+        for r in op.results:
+            flow.reads[r] = reads
+            flow.carried[r] = frozenset().union(*(
+                flow.carried.get(x, none) for i, x in enumerate(op.inputs)
+                if (elementwise and x.type.shape == r.type.shape)
+                or (op.kind in _VALUE_PRESERVING and i == 0)))
+    for op in reversed(order):  # backward: which updates values feed
+        feeds = frozenset().union(*(flow.reaches.get(r, none) for r in op.results),
+                                  _region_variables(op)[1])
+        if writes_variable(op):
+            feeds |= {op.attrs["var"]}
+        if op.kind == "send" and op.attrs["key"] in received:
+            feeds |= flow.reaches.get(received[op.attrs["key"]], none)
+        for x in op.inputs:
+            flow.reaches[x] = flow.reaches.get(x, none) | feeds
+    return flow
+
+
+def transfer_policy(graphs: Iterable[Graph],
+                    variables: Mapping[str, VariableDecl]) -> set[Value]:
+    """The values of ``graphs`` (one graph, or the partitions of one joined by their
+    send/recv keys) that may cross a device boundary as f16: f32 tensors of more than one
+    element that are not state. A value is state when it feeds a variable's update and
+    is a variable's value (through element-wise and view ops, so an optimizer's
+    ``m + (g - m) * 0.1`` is), or is computed from a non-trainable variable (optimizer
+    slots, step counters, moving averages). Activations and gradients are not."""
+    graphs = list(graphs)
+    ops = [op for g in graphs for op in g.ops]
+    flow = _analyse(ops)
+    frozen = {n for n, d in variables.items() if not d.trainable}
+    out: set[Value] = set()
+    values = [a for g in graphs for a in g.args] + [r for op in ops for r in op.results]
+    for v in values:
+        n = v.type.num_elements()
+        if v.dtype is not DType.f32 or (n is not None and n <= 1):
+            continue
+        if flow.reaches.get(v) and (flow.carried.get(v) or flow.reads.get(v, set()) & frozen):
+            continue
+        out.add(v)
+    return out
+
+
+def transfer_nbytes(v: Value, compressed: bool, symbol_size: int = SYMBOL_SIZE) -> int:
+    """Bytes ``v`` takes on the wire: as f16 when ``compressed``."""
+    t = v.type.with_dtype(DType.f16) if compressed else v.type
+    return t.nbytes(symbol_size)
+
+
+def compress_transfers(parts: Mapping[str, Partition],
+                       variables: Mapping[str, VariableDecl]) -> CompressReport:
+    """Rewrite the send/recv pairs of ``parts`` that ``transfer_policy`` allows to carry
+    f16 (in place)."""
     recvs: dict[str, tuple[Partition, Op]] = {op.attrs["key"]: (p, op)
                                                for p in parts.values() for op in p.recvs}
+    allowed = transfer_policy([p.graph for p in parts.values()], variables)
     n = compressed = before = after = 0
     for p in parts.values():
         for send in list(p.sends):
             n += 1
             v = send.inputs[0]
-            nbytes = v.type.nbytes(SYMBOL_SIZE)
-            before += nbytes
-            if v.dtype is not DType.f32:
-                after += nbytes
+            before += transfer_nbytes(v, False)
+            if v not in allowed:
+                after += transfer_nbytes(v, False)
                 continue
             compressed += 1
-            after += nbytes // 2
+            after += transfer_nbytes(v, True)
             ops = p.graph.ops
-            cast = make_op("cast", [v], {"dtype": DType.f16}, device=send.device, loc=send.loc)
+            cast = make_op("cast", [v], {"dtype": DType.f16, "saturate": True},
+                           device=send.device, loc=send.loc)
             ops.insert(ops.index(send), cast)
             send.inputs = [cast.result]
             dst, recv = recvs[send.attrs["key"]]

@@ -13,20 +13,23 @@ device (the variable's own scope, else where the first of them goes); ops made f
 gradient with ``colocate_gradients_with_ops`` arrive already pinned; and a device gets
 only ops its backend can run.
 
-``place_graph`` also estimates the step time of two baselines under the same
-simulation — everything on the first device, and round robin — for the placement
-report (``PlacementReport``, printed by ``tfc compile``).
+``place_graph`` also places the graph by two baselines under the same simulation and
+constraints — each device alone, and round robin — and keeps whichever of the three has
+the least estimate, so a placement is never estimated slower than one device; the
+report (``PlacementReport``, printed by ``tfc compile``) says which won and gives each
+estimate. With fp16 transfers a compressed value costs half its bytes on a link.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 from tfc.devices import DeviceProfile, check_runnable, load_profile, matches, parse_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
 from tfc.ir.registry import lookup
+from tfc.passes.compress import transfer_nbytes, transfer_policy
 from tfc.passes.manager import register_pass
 
 # What a symbolic dim (the batch ``B``) counts as in cost estimates.
@@ -36,26 +39,38 @@ VAR_KINDS_PREFIX = "var."
 
 @dataclass
 class PlacementReport:
-    """Where each op of one graph went and what the simulation expects of the step."""
+    """Where each op of one graph went and what the simulation expects of the step.
+
+    ``chosen`` names the candidate placement that won (``GREEDY``, ``SINGLE_DEVICE`` or
+    ``ROUND_ROBIN``); ``estimated_s`` is its estimate, never above the others'."""
 
     graph: str
     devices: list[str]
     placement: list[tuple[str, str, str]]  # (op kind, result or "-", device), in op order
     estimated_s: float
-    all_on_one_s: float
+    chosen: str
+    greedy_s: float
+    single_device_s: float
+    single_device: str  # the device of the best single-device placement
     round_robin_s: float
     transfers: int
-    transfer_bytes: int
+    transfer_bytes: int  # on the wire: f16 bytes for the values fp16 transfers compress
     measured_s: float | None = None
     ops_per_device: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def candidates(self) -> dict[str, float]:
+        """Each candidate placement's estimated step."""
+        return {GREEDY: self.greedy_s, SINGLE_DEVICE: self.single_device_s,
+                ROUND_ROBIN: self.round_robin_s}
 
     def summary(self) -> str:
         per = ", ".join(f"{d}: {n}" for d, n in self.ops_per_device.items())
         line = (f"@{self.graph}: {len(self.placement)} ops on {len(self.devices)} devices "
                 f"({per}); {self.transfers} transfers ({self.transfer_bytes} B at "
-                f"B={SYMBOL_SIZE}); estimated step {_ms(self.estimated_s)} "
-                f"(all on {self.devices[0]}: {_ms(self.all_on_one_s)}, round robin: "
-                f"{_ms(self.round_robin_s)})")
+                f"B={SYMBOL_SIZE}); estimated step {_ms(self.estimated_s)} by {self.chosen} "
+                f"(greedy: {_ms(self.greedy_s)}, single device {self.single_device}: "
+                f"{_ms(self.single_device_s)}, round robin: {_ms(self.round_robin_s)})")
         if self.measured_s is not None:
             line += f"; measured {_ms(self.measured_s)}"
         return line
@@ -70,9 +85,10 @@ class Simulation:
     is available where."""
 
     def __init__(self, profile: DeviceProfile, devices: Sequence[str],
-                 symbol_size: int = SYMBOL_SIZE) -> None:
+                 symbol_size: int = SYMBOL_SIZE, compressed: Collection[Value] = ()) -> None:
         self.profile = profile
         self.symbol_size = symbol_size
+        self.compressed = compressed  # values that cross devices as f16 (fp16 transfers)
         self.free = {d: 0.0 for d in devices}
         self.home: dict[Value, str] = {}
         self.ready: dict[tuple[Value, str], float] = {}  # (value, device) -> arrival
@@ -98,7 +114,10 @@ class Simulation:
         src = self.home[v]
         link = self.profile.link(src, device)
         return (self.ready[(v, src)] + link.latency_s
-                + v.type.nbytes(self.symbol_size) / link.bytes_per_s)
+                + self.wire_bytes(v) / link.bytes_per_s)
+
+    def wire_bytes(self, v: Value) -> int:
+        return transfer_nbytes(v, v in self.compressed, self.symbol_size)
 
     def finish(self, op: Op, device: str) -> float:
         start = max([self.free[device], *(self.arrival(v, device) for v in op.inputs)])
@@ -109,7 +128,7 @@ class Simulation:
             if v.op is not None and (v, device) not in self.ready:
                 self.ready[(v, device)] = self.arrival(v, device)
                 self.transfers += 1
-                self.transfer_bytes += v.type.nbytes(self.symbol_size)
+                self.transfer_bytes += self.wire_bytes(v)
         end = self.finish(op, device)
         self.free[device] = end
         for r in op.results:
@@ -145,80 +164,118 @@ def _variable_of(op: Op) -> str | None:
     return op.attrs.get("var") if op.kind.startswith(VAR_KINDS_PREFIX) else None
 
 
-def _simulate(graph: Graph, assign: Mapping[Op, str], profile: DeviceProfile,
-              devices: Sequence[str], symbol_size: int = SYMBOL_SIZE) -> Simulation:
-    sim = Simulation(profile, devices, symbol_size)
-    for op in graph.ops:
-        sim.commit(op, assign[op])
-    return sim
+GREEDY, SINGLE_DEVICE, ROUND_ROBIN = "greedy", "single device", "round robin"
+# Picks a device for an op among its candidates (the simulation so far, the op's index).
+Chooser = Callable[[Op, list[str], "Simulation", int], str]
 
 
-def place_graph(graph: Graph, devices: Sequence[str], profile: DeviceProfile,
-                variables: Mapping[str, VariableDecl]) -> PlacementReport:
-    """Set ``op.device`` on every op of ``graph`` (and the device of each variable it
-    touches, in ``variables``); returns the report."""
-    # the baselines first: they see only the user's constraints
-    first = {op: _allowed_or(op, devices, devices[0]) for op in graph.ops}
-    robin: dict[Op, str] = {}
-    var_robin: dict[str, str] = {}
-    for i, op in enumerate(graph.ops):
-        cands = _allowed(op, devices)
-        var = _variable_of(op)
-        if var is not None and var in var_robin:
-            robin[op] = var_robin[var]
-        else:
-            robin[op] = cands[i % len(cands)]
-            if var is not None:
-                var_robin[var] = robin[op]
-    all_on_one = _simulate(graph, first, profile, devices).makespan
-    round_robin = _simulate(graph, robin, profile, devices).makespan
-    sim = Simulation(profile, devices)
-    var_device = {n: d.device for n, d in variables.items() if d.device is not None}
-    for name, dev in var_device.items():
-        if not any(matches(dev, d) for d in devices):
-            raise TfcError(f"variable @{name} is placed on {dev}, but the module is compiled "
-                           f"for {', '.join(devices)}", variables[name].loc)
+@dataclass
+class _Candidate:
+    """One complete placement of a graph and its simulated step."""
+
+    assign: dict[Op, str]
+    var_device: dict[str, str]
+    sim: Simulation
+
+
+def _place(graph: Graph, devices: Sequence[str], profile: DeviceProfile,
+           declared: Mapping[str, str], choose: Chooser,
+           compressed: Collection[Value]) -> _Candidate:
+    """A placement of ``graph`` that keeps every constraint (scopes, backends, a
+    variable's ops on its device), ``choose`` deciding among the devices that remain."""
+    sim = Simulation(profile, devices, compressed=compressed)
+    var_device = dict(declared)
     assign: dict[Op, str] = {}
-    for op in graph.ops:
+    for i, op in enumerate(graph.ops):
         candidates = _allowed(op, devices)
         var = _variable_of(op)
         if var is not None and var in var_device:
-            candidates = [d for d in candidates if matches(var_device[var], d)] or candidates
-        best = min(candidates, key=lambda d: (sim.finish(op, d), devices.index(d)))
-        sim.commit(op, best)
-        assign[op] = best
+            candidates = ([d for d in candidates if _is_on(var_device[var], d, devices)]
+                          or candidates)
+        device = choose(op, candidates, sim, i)
+        sim.commit(op, device)
+        assign[op] = device
         if var is not None and var not in var_device:
-            var_device[var] = best
-    for op, d in assign.items():
-        op.device = d
-    for name, dev in var_device.items():
-        if name in variables:
-            exact = next(d for d in devices if matches(dev, d))
-            variables[name].device = exact
+            var_device[var] = device
+    return _Candidate(assign, var_device, sim)
 
-    counts = {d: sum(1 for v in assign.values() if v == d) for d in devices}
+
+def _is_on(home: str, device: str, devices: Sequence[str]) -> bool:
+    """Whether ``device`` is where a variable whose device is ``home`` lives: ``home`` is
+    one of ``devices`` (where an earlier entry placed it: only there, though ``/cpu:0``
+    would also match ``/job:w/task:1/cpu:0``) or a user's scope that ``device`` matches."""
+    return device == home if home in devices else matches(home, device)
+
+
+def _greedy(op: Op, candidates: list[str], sim: Simulation, i: int) -> str:
+    """Where the op would finish first (the TensorFlow paper's greedy heuristic)."""
+    return min(candidates, key=lambda d: (sim.finish(op, d), candidates.index(d)))
+
+
+def _round_robin(op: Op, candidates: list[str], sim: Simulation, i: int) -> str:
+    return candidates[i % len(candidates)]
+
+
+def _on(device: str) -> Chooser:
+    def choose(op: Op, candidates: list[str], sim: Simulation, i: int) -> str:
+        return device if device in candidates else candidates[0]
+    return choose
+
+
+def place_graph(graph: Graph, devices: Sequence[str], profile: DeviceProfile,
+                variables: Mapping[str, VariableDecl],
+                compressed: Collection[Value] = ()) -> PlacementReport:
+    """Set ``op.device`` on every op of ``graph`` (and the device of each variable it
+    touches, in ``variables``); returns the report.
+
+    Greedy is myopic (it cannot see a join coming, or that a transfer now costs a slow
+    link later), so it competes with the two baselines under the same simulation and
+    the same constraints: every device alone (as far as scopes allow) and round robin.
+    The placement with the least estimate wins (greedy on ties), so the result is never
+    estimated slower than one device. ``compressed`` are the values that cross devices
+    as f16 (``tfc.passes.compress.transfer_policy``), at half the bytes."""
+    declared = {n: d.device for n, d in variables.items() if d.device is not None}
+    for name, dev in declared.items():
+        if not any(matches(dev, d) for d in devices):
+            raise TfcError(f"variable @{name} is placed on {dev}, but the module is compiled "
+                           f"for {', '.join(devices)}", variables[name].loc)
+
+    def place(choose: Chooser) -> _Candidate:
+        return _place(graph, devices, profile, declared, choose, compressed)
+
+    greedy = place(_greedy)
+    singles = {d: place(_on(d)) for d in devices}
+    single_device = min(devices, key=lambda d: (singles[d].sim.makespan, devices.index(d)))
+    robin = place(_round_robin)
+    ranked = [(GREEDY, greedy), (SINGLE_DEVICE, singles[single_device]), (ROUND_ROBIN, robin)]
+    chosen, best = min(ranked, key=lambda c: c[1].sim.makespan)  # first of equals: greedy
+
+    for op, d in best.assign.items():
+        op.device = d
+    for name, dev in best.var_device.items():
+        if name in variables:
+            variables[name].device = next(d for d in devices if _is_on(dev, d, devices))
+    counts = {d: sum(1 for v in best.assign.values() if v == d) for d in devices}
     return PlacementReport(
         graph.name, list(devices),
-        [(op.kind, op.results[0].name or "-" if op.results else "-", assign[op])
+        [(op.kind, op.results[0].name or "-" if op.results else "-", best.assign[op])
          for op in graph.ops],
-        sim.makespan, all_on_one, round_robin,
-        sim.transfers, sim.transfer_bytes, ops_per_device=counts)
+        best.sim.makespan, chosen, greedy.sim.makespan, singles[single_device].sim.makespan,
+        single_device, robin.sim.makespan, best.sim.transfers, best.sim.transfer_bytes,
+        ops_per_device=counts)
 
 
 def estimate_placed(graph: Graph, devices: Sequence[str], symbol_size: int = SYMBOL_SIZE,
-                    profile: DeviceProfile | None = None) -> float:
+                    profile: DeviceProfile | None = None,
+                    compressed: Collection[Value] = ()) -> float:
     """The simulated step time of ``graph`` as placed (every op's ``device``; unplaced ops
-    on the first device), symbols counted as ``symbol_size``: what a compiled artifact's
-    placement is expected to take."""
+    on the first device), symbols counted as ``symbol_size``, ``compressed`` values
+    crossing devices as f16: what a compiled artifact's placement is expected to take."""
     devices = list(devices) or ["/cpu:0"]
-    assign = {op: op.device if op.device in devices else devices[0] for op in graph.ops}
-    return _simulate(graph, assign, profile or load_profile(), devices,
-                     symbol_size).makespan
-
-
-def _allowed_or(op: Op, devices: Sequence[str], preferred: str) -> str:
-    cands = _allowed(op, devices)
-    return preferred if preferred in cands else cands[0]
+    sim = Simulation(profile or load_profile(), devices, symbol_size, compressed)
+    for op in graph.ops:
+        sim.commit(op, op.device if op.device in devices else devices[0])
+    return sim.makespan
 
 
 @register_pass("placement")
@@ -230,6 +287,8 @@ def placement(module: Module) -> Module:
     profile = load_profile()
     reports = {}
     for name, graph in module.entries.items():
-        reports[name] = place_graph(graph, devices, profile, module.variables)
+        compressed = (transfer_policy([graph], module.variables) if module.fp16_transfers
+                      else set())
+        reports[name] = place_graph(graph, devices, profile, module.variables, compressed)
     module.placement_reports = reports
     return module

@@ -13,9 +13,11 @@ from tfc.runtime.feeds import check_feeds
 from tfc.runtime.program import EntrySignature, Program, TensorSpec
 
 
-def load(path: str | os.PathLike[str], backend: str | None = None) -> Program:
-    """The program stored in the artifact ``path``, ready to run."""
-    return load_artifact(path, backend=backend)
+def load(path: str | os.PathLike[str], backend: str | None = None, *,
+         native: str = "use") -> Program:
+    """The program stored in the artifact ``path``, ready to run (``native``: what to do
+    with stored object code, see ``load_artifact``)."""
+    return load_artifact(path, backend=backend, native=native)
 
 
 __all__ = ["EntrySignature", "Program", "TensorSpec", "check_feeds", "load", "load_artifact",

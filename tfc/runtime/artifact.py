@@ -29,28 +29,42 @@ Members:
   f32[65536, 65536] = zeros`` costs one line, not 16 GiB. Such artifacts have format
   version 2 (older tfc says to upgrade); all others are still written as version 1.
 
+The manifest's ``"sha256"`` maps every other member to its SHA-256, plus
+``"manifest.json#native"`` for its own ``"native"`` section (``tfc.runtime.digests``).
+Artifacts written before digests lack the field and still load (format version 1 both),
+but their object code is not linked: nothing says it is what the compiler wrote.
+
 No pickle anywhere: arrays are written and read with ``allow_pickle=False``, so loading
-an artifact never runs code. Writing is atomic (a temp file in the same directory,
-fsync, ``os.replace``): a crash mid-write leaves the previous artifact intact. Loading
-checks everything it reads and turns each problem into one ``ArtifactError`` sentence
-naming the file.
+an artifact's data never runs code; its object code is code, linked and run only once
+its digest matches (which guards against corruption, not against an attacker: README.md,
+"Trust"). Writing is atomic (``tfc.runtime.atomic``): a crash mid-write leaves the
+previous artifact intact. Loading checks everything it reads (digests, the IR verifier,
+the manifest's signatures against the IR's) and turns each problem into one
+``ArtifactError`` sentence naming the file, except corrupt object code, which is
+compiled again from the IR with a ``CorruptArtifactWarning`` (see ``load_artifact``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import stat
+import warnings
 import zipfile
 import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Collection, Iterator, Mapping
+from typing import IO, Any, Callable, Collection, Iterator, Mapping
 
 import numpy as np
 
 from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import INIT_GRAPH, Module, Op
 from tfc.ir.types import DType, TensorType, format_shape
+from tfc.runtime.atomic import atomic_write
+from tfc.runtime.digests import FIELD as DIGESTS
+from tfc.runtime.digests import (CorruptMember, bytes_digest, check_member, json_digest,
+                                 npy_digest, read_digests)
 from tfc.runtime.program import EntrySignature, Program
 
 FORMAT = "tfc"
@@ -58,6 +72,7 @@ VERSION = 2  # 2: variables may be stored as initializer ops (written only then)
 MANIFEST = "manifest.json"
 IR_MEMBER = "module.tfir"
 BYTECODE_MEMBER = "module.tfcb"
+NATIVE_DIGEST = "manifest.json#native"  # the digest of the manifest's "native" section
 
 
 def tfc_version() -> str:
@@ -98,57 +113,18 @@ def build_manifest(module: Module, step: int = 0, backend: str = "reference",
             "fp16_transfers": bool(module.fp16_transfers)}
 
 
-def atomic_write(path: str | os.PathLike[str], write: Any) -> None:
-    """Call ``write(fileobj)`` on a temp file beside ``path``, then move it into place.
-
-    The temp file is flushed and fsynced before ``os.replace``, so ``path`` holds either
-    its previous content or the complete new one, whatever happens; on any failure
-    (KeyboardInterrupt included) the temp file is removed and the error re-raised.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # mode honours umask
-    except OSError as e:  # name the file the user asked for, not the temp file
-        raise type(e)(e.errno, e.strerror, str(path)) from None
-    try:
-        try:  # a replaced file keeps its permissions
-            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
-        except FileNotFoundError:
-            pass
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename itself durable (POSIX; a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def save_artifact(path: str | os.PathLike[str], module: Module,
                   variables: Mapping[str, np.ndarray], step: int = 0,
                   backend: str = "reference",
                   native: Mapping[str, tuple[Any, ...]] | None = None,
-                  initializers: Mapping[str, Op] | None = None) -> None:
+                  before_replace: Callable[[], None] | None = None,
+                  initializers: Mapping[str, Op] | None = None) -> os.stat_result:
     """Write ``module``, the values of all its variables and (``native``: entry ->
     (object code, host key[, ``NativeMeta``])) compiled code to the artifact ``path``;
-    with the tables, loading links the code without lowering the graph again.
+    with the tables, loading links the code without lowering the graph again. The
+    manifest records every other member's SHA-256. ``before_replace`` is
+    ``atomic_write``'s: a last check, under a lock, that ``path`` may be replaced.
+    Returns the written file's ``os.stat_result``.
 
     The variables of ``initializers`` (name -> an op that computes the value from its
     attrs alone, ``tfc.runtime.initializers``) are stored as that op, in the stored
@@ -181,8 +157,17 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
     if initializers:
         graphs = {INIT_GRAPH: recipes_graph(initializers, module.variables), **graphs}
     stored = Module(graphs, module.variables)
-    ir_text = print_module(stored)
+    ir_text = print_module(stored).encode("utf-8")
     ir_bytes = module_to_bytes(stored)
+    values = {info["file"]: np.asarray(variables[name])
+              for name, info in manifest["variables"].items() if name not in initializers}
+    digests = {IR_MEMBER: bytes_digest(ir_text), BYTECODE_MEMBER: bytes_digest(ir_bytes)}
+    digests.update({member: bytes_digest(code) for member, code in objects.items()})
+    digests.update({member: npy_digest(arr) for member, arr in (*arrays.items(),
+                                                                 *values.items())})
+    if "native" in manifest:  # the tables say how to call the object code: checked alike
+        digests[NATIVE_DIGEST] = json_digest(manifest["native"])
+    manifest[DIGESTS] = digests
 
     def write(f: IO[bytes]) -> None:
         with zipfile.ZipFile(f, "w") as zf:
@@ -192,64 +177,186 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
             zf.writestr(BYTECODE_MEMBER, ir_bytes, compress_type=zipfile.ZIP_DEFLATED)
             for member, code in objects.items():
                 zf.writestr(member, code, compress_type=zipfile.ZIP_DEFLATED)
-            for member, arr in arrays.items():
+            for member, arr in (*arrays.items(), *values.items()):
                 with zf.open(member, "w", force_zip64=True) as fh:
                     np.save(fh, arr, allow_pickle=False)
-            for name, info in manifest["variables"].items():
-                if name in initializers:
-                    continue
-                arr = np.asarray(variables[name])
-                with zf.open(info["file"], "w", force_zip64=True) as member:
-                    np.save(member, arr, allow_pickle=False)
 
-    atomic_write(path, write)
+    return atomic_write(path, write, before_replace)
 
 
 # ---- reading ------------------------------------------------------------------------
 
-def load_artifact(path: str | os.PathLike[str], backend: str | None = None) -> Program:
-    """The ``Program`` stored in the artifact ``path`` (its backend unless ``backend``)."""
+NATIVE_POLICIES = ("use", "recompile", "strict")
+
+
+class CorruptArtifactWarning(UserWarning):
+    """Stored object code failed its check and its entries compile again from the IR."""
+
+
+@dataclass(frozen=True)
+class ArtifactOrigin:
+    """The artifact file a program was loaded from, as it was then: saving back to that
+    file first checks that no other process replaced it in between (its update would be
+    lost)."""
+
+    path: Path
+    identity: tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
+    step: int
+
+    @staticmethod
+    def of(path: str | os.PathLike[str], st: os.stat_result, step: int) -> "ArtifactOrigin":
+        return ArtifactOrigin(Path(path).resolve(), _identity(st), step)
+
+    def is_file(self, path: str | os.PathLike[str]) -> bool:
+        """Whether ``path`` names the file this program was loaded from."""
+        return Path(path).resolve() == self.path
+
+    def check_unchanged(self) -> None:
+        """Raise unless the file is still the one loaded (or is gone: no update to lose)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        if _identity(st) == self.identity:
+            return
+        try:
+            with zipfile.ZipFile(self.path) as zf:
+                now = f"step {_read_manifest(zf, self.path)['step']}"
+        except (TfcError, OSError, zipfile.BadZipFile, zlib.error, EOFError):
+            now = "unreadable"  # whatever is there now, it is not what was loaded
+        raise ArtifactError(f"{self.path} was changed by another process since this one loaded "
+                            f"it at step {self.step} (it is now at {now}); not overwriting "
+                            f"that update (use --force, or save(..., force=True), to "
+                            f"overwrite it anyway)")
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
+                  native: str = "use") -> Program:
+    """The ``Program`` stored in the artifact ``path`` (its backend unless ``backend``).
+
+    ``native`` says what to do with the object code an llvm artifact carries: ``"use"``
+    links each entry's code once its SHA-256 matches the manifest, and compiles an entry
+    whose code fails that check (or cannot be checked: artifacts of older tfc versions)
+    again from the IR, with a ``CorruptArtifactWarning``; ``"recompile"`` never links
+    stored code; ``"strict"`` refuses an artifact whose code fails the check. The IR is
+    verified and its signature checked against the manifest whatever ``native`` says.
+    """
     from tfc.runtime.initializers import recipes
-    module, values, manifest = read_artifact(path)
-    # the caller's choice, else $TFC_BACKEND, else the backend the artifact was made for
-    name = backend or os.environ.get("TFC_BACKEND") or manifest.get("backend") or "reference"
-    if not isinstance(name, str):
-        raise ArtifactError(f"{path}: {MANIFEST} names an invalid backend {name!r}")
-    try:
-        executables = _native_executables(path, module, manifest) if name == "llvm" else {}
-        return Program(module, values, backend=name, step=manifest["step"], copy=False,
-                       executables=executables, initializers=recipes(module))
-    except ArtifactError:
-        raise
-    except TfcError as e:
-        raise ArtifactError(f"{path}: {e.message}", e.loc) from None
+    if native not in NATIVE_POLICIES:
+        raise TfcError(f"native={native!r}: expected one of {', '.join(NATIVE_POLICIES)}")
+    with _open_zip(path) as zf:
+        st = os.fstat(zf.fp.fileno()) if zf.fp is not None else os.stat(path)
+        manifest = _read_manifest(zf, path)
+        module = _read_module(zf, path, manifest)
+        values = dict(read_variables(zf, path, manifest,
+                                     skip=_check_initializers(path, module, manifest)))
+        # the caller's choice, else $TFC_BACKEND, else the backend the artifact was made for
+        name = backend or os.environ.get("TFC_BACKEND") or manifest.get("backend") or "reference"
+        if not isinstance(name, str):
+            raise ArtifactError(f"{path}: {MANIFEST} names an invalid backend {name!r}")
+        try:
+            executables = (_native_executables(zf, path, module, manifest, native)
+                           if name == "llvm" else {})
+            program = Program(module, values, backend=name, step=manifest["step"], copy=False,
+                              executables=executables, initializers=recipes(module))
+        except ArtifactError:
+            raise
+        except TfcError as e:
+            raise ArtifactError(f"{path}: {e.message}", e.loc) from None
+    program.origin = ArtifactOrigin.of(path, st, manifest["step"])
+    return program
 
 
-def _native_executables(path: Any, module: Module, manifest: dict[str, Any]) -> dict[str, Any]:
-    """The entries whose object code the artifact carries for this CPU, linked without
-    LLVM; none when it was built elsewhere (then they compile on first use)."""
+def _native_executables(zf: zipfile.ZipFile, path: Any, module: Module,
+                        manifest: dict[str, Any], policy: str) -> dict[str, Any]:
+    """The entries whose object code the artifact carries for this CPU, each checked
+    against its digest and linked without LLVM; none when it was built elsewhere (then
+    they compile on first use). ``policy``: see ``load_artifact``."""
     from tfc.backends.llvm import LLVMBackend
     from tfc.backends.llvm.jit import host_key
     native = manifest.get("native")
-    if not isinstance(native, dict) or native.get("host") != host_key():
+    if native is None or policy == "recompile":
+        return {}
+    entries, tables = _native_section(path, native)
+    if native.get("host") != host_key() or not entries:
+        return {}
+    digests = read_digests(path, manifest)
+    if digests is None or digests.get(NATIVE_DIGEST) != json_digest(native):
+        why = ("records no SHA-256 digests (an older tfc wrote it), so its object code "
+               "cannot be checked" if digests is None else
+               f"{MANIFEST}'s 'native' tables do not match their SHA-256")
+        _corrupt_native(CorruptMember(f"{path} {why}" if digests is None else f"{path}: {why}",
+                                      MANIFEST), "every entry", policy)
         return {}
     backend = LLVMBackend()
     out = {}
-    tables = native.get("tables") or {}
+    for entry, member in entries.items():
+        if entry not in module.entries:
+            raise ArtifactError(f"{path}: {MANIFEST} has native code for an unknown "
+                                f"entry '{entry}'")
+        try:
+            code, meta = _checked_native(zf, path, entry, member, tables.get(entry), digests)
+        except CorruptMember as e:
+            _corrupt_native(e, f"entry '{entry}'", policy)
+            continue
+        try:
+            out[entry] = backend.load(module, entry, code, native["host"], meta=meta)
+        except ArtifactError as e:
+            raise ArtifactError(f"{path}: {e.message}") from None
+    return out
+
+
+def _native_section(path: Any, native: Any) -> tuple[dict[str, str], dict[str, Any]]:
+    """The manifest's ``native`` entries (entry -> object member) and tables, checked."""
+    entries = native.get("entries") if isinstance(native, dict) else None
+    tables = native.get("tables") if isinstance(native, dict) else None
+    if not isinstance(entries, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in entries.items()):
+        raise ArtifactError(f"{path}: {MANIFEST} field 'native.entries' should map entry "
+                            f"names to member names")
+    if tables is None:
+        tables = {}
     if not isinstance(tables, dict):
         raise ArtifactError(f"{path}: {MANIFEST} field 'native.tables' should be an object")
-    with zipfile.ZipFile(path) as zf:
-        for entry, member in dict(native.get("entries") or {}).items():
-            if entry not in module.entries:
-                raise ArtifactError(f"{path}: {MANIFEST} has native code for an unknown "
-                                    f"entry '{entry}'")
-            meta = _native_meta(zf, path, entry, tables.get(entry))
-            try:
-                out[entry] = backend.load(module, entry, _member(zf, path, member),
-                                          native["host"], meta=meta)
-            except ArtifactError as e:
-                raise ArtifactError(f"{path}: {e.message}") from None
-    return out
+    return entries, tables
+
+
+def _checked_native(zf: zipfile.ZipFile, path: Any, entry: str, member: str, table: Any,
+                    digests: Mapping[str, str]) -> tuple[bytes, Any]:
+    """The object code and tables of ``entry``, each member checked against its digest;
+    ``CorruptMember`` for one that is missing, unreadable or not what was saved."""
+    files = table.get("constant_files") if isinstance(table, dict) else None
+    members = [member, *(f for f in files if isinstance(f, str))] if isinstance(
+        files, list) else [member]
+    try:
+        code = _member(zf, path, member, f" (the object code of entry '{entry}')")
+        check_member(zf, path, member, digests, code)
+        for name in members[1:]:
+            check_member(zf, path, name, digests)
+    except CorruptMember:
+        raise
+    except KeyError as e:  # a constant named by the tables
+        raise CorruptMember(f"{path} has no member {e.args[0]} (a constant of entry "
+                            f"'{entry}')", member) from None
+    except ArtifactError as e:
+        raise CorruptMember(e.message, member) from None
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+        raise CorruptMember(f"{path}: a member of entry '{entry}' is corrupt ({e})",
+                            member) from None
+    return code, _native_meta(zf, path, entry, table)
+
+
+def _corrupt_native(e: CorruptMember, what: str, policy: str) -> None:
+    """Refuse (``strict``) or warn that ``what`` compiles again from the IR."""
+    if policy == "strict":
+        raise ArtifactError(f"{e.message}; refusing to link its object code (load it "
+                            f"without --no-recompile to compile it again from the IR)")
+    warnings.warn(f"{e.message}; compiling {what} again from the IR instead of linking its "
+                  f"object code", CorruptArtifactWarning, stacklevel=4)
 
 
 def _native_meta(zf: zipfile.ZipFile, path: Any, entry: str, table: Any) -> Any:
@@ -264,22 +371,35 @@ def _native_meta(zf: zipfile.ZipFile, path: Any, entry: str, table: Any) -> Any:
         raise ArtifactError(f"{path}: invalid native tables for '{entry}': {e}") from None
 
 
+@contextmanager
+def _open_zip(path: str | os.PathLike[str], what: str = "tfc artifact",
+              error: type[ArtifactError] = ArtifactError) -> Iterator[zipfile.ZipFile]:
+    """The zip ``path``, open; whatever ``zipfile`` fails on while it is read (not a zip,
+    truncated, a bad CRC, a member it cannot decompress) is one ``error`` naming it."""
+    p = Path(path)
+    if not p.exists():
+        raise error(f"no such {'artifact' if error is ArtifactError else 'file'}: {path}")
+    if p.is_dir():
+        raise error(f"{path} is a directory, not a {what}")
+    try:
+        with zipfile.ZipFile(p) as zf:
+            yield zf
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as e:
+        raise unreadable_zip(path, e, what, error) from None
+    except RuntimeError as e:  # zipfile: an encrypted member
+        if "encrypted" not in str(e):
+            raise
+        raise error(f"{path} is not a {what} (it has encrypted members)") from None
+
+
 def read_artifact(path: str | os.PathLike[str]
                   ) -> tuple[Module, dict[str, np.ndarray], dict[str, Any]]:
     """The module, variable values and manifest of an artifact, each checked."""
-    p = Path(path)
-    if not p.exists():
-        raise ArtifactError(f"no such artifact: {path}")
-    if p.is_dir():
-        raise ArtifactError(f"{path} is a directory, not a tfc artifact")
-    try:
-        with zipfile.ZipFile(p) as zf:
-            manifest = _read_manifest(zf, path)
-            module = _read_module(zf, path, manifest)
-            stored = _check_initializers(path, module, manifest)
-            values = dict(read_variables(zf, path, manifest, skip=stored))
-    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
-        raise unreadable_zip(path, e, "tfc artifact") from None
+    with _open_zip(path) as zf:
+        manifest = _read_manifest(zf, path)
+        module = _read_module(zf, path, manifest)
+        values = dict(read_variables(zf, path, manifest,
+                                     skip=_check_initializers(path, module, manifest)))
     return module, values, manifest
 
 
@@ -346,12 +466,13 @@ def _read_module(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]) -> Mo
     verified and checked against the manifest alike."""
     from tfc.ir.verifier import verify_module
 
+    digests = read_digests(path, manifest)
     member = manifest.get("ir_bytecode")
     if member is not None:
         if not isinstance(member, str):
             raise ArtifactError(f"{path}: {MANIFEST} field 'ir_bytecode' should be a str, "
                                 f"not {type(member).__name__}")
-        module = _decode_module(zf, path, member)
+        module = _decode_module(zf, path, member, digests)
         try:  # the text is not read, but an artifact lacking a member it names is broken
             zf.getinfo(manifest["ir"])
         except KeyError:
@@ -359,37 +480,76 @@ def _read_module(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]) -> Mo
                                 f"{MANIFEST})") from None
     else:
         member = manifest["ir"]
-        module = _parse_module(zf, path, member)
-    try:
+        module = _parse_module(zf, path, member, digests)
+    try:  # native code never runs for a module that does not verify
         verify_module(module)
     except TfcError as e:
         raise ArtifactError(f"{path}: {member} is not valid IR: {e}") from None
-    want, have = set(manifest["entries"]), set(module.entries)
-    if want != have:
-        raise ArtifactError(f"{path}: {MANIFEST} lists entries {sorted(want)} but {member} "
-                            f"defines {sorted(have)}")
-    want, have = set(manifest["variables"]), set(module.variables)
-    if want != have:
-        raise ArtifactError(f"{path}: {MANIFEST} lists variables {sorted(want)} but {member} "
-                            f"declares {sorted(have)}")
+    _check_signatures(path, member, manifest, module)
     module.devices, module.fp16_transfers = _target(path, manifest)
     return module
 
 
-def _decode_module(zf: zipfile.ZipFile, path: Any, member: str) -> Module:
+def _check_signatures(path: Any, member: str, manifest: dict[str, Any], module: Module) -> None:
+    """The manifest's entries (feeds and fetches: names, dtypes, shapes) and variables
+    must be exactly the module's: callers read the manifest to learn what to feed, and
+    the stored object code was compiled for the manifest's signatures."""
+    want, have = set(manifest["entries"]), set(module.entries)
+    if want != have:
+        raise ArtifactError(f"{path}: {MANIFEST} lists entries {sorted(want)} but {member} "
+                            f"defines {sorted(have)}")
+    for name, graph in module.entries.items():
+        signature = EntrySignature.of(graph)
+        if manifest["entries"][name] != signature.to_json():
+            raise ArtifactError(f"{path}: {MANIFEST} describes entry '{name}' as "
+                                f"{_described(name, manifest['entries'][name])}, but {member} "
+                                f"defines {signature}")
+    want, have = set(manifest["variables"]), set(module.variables)
+    if want != have:
+        raise ArtifactError(f"{path}: {MANIFEST} lists variables {sorted(want)} but {member} "
+                            f"declares {sorted(have)}")
+    for name, decl in module.variables.items():
+        t = _manifest_type(path, name, manifest["variables"][name])
+        if t != decl.type:
+            raise ArtifactError(f"{path}: {MANIFEST} says variable '{name}' is {t}, but "
+                                f"{member} declares it {decl.type}")
+
+
+def _described(name: str, entry: Any) -> str:
+    """A manifest's entry as ``name(x: f32[B,3]) -> (y: f32[B])``, as far as it is one."""
+    def specs(key: str) -> str:
+        items = entry.get(key) if isinstance(entry, dict) else None
+        if not isinstance(items, list):
+            return "?"
+        shown = []
+        for item in items:
+            try:
+                shown.append(f"{item['name']}: "
+                             f"{TensorType(DType(item['dtype']), tuple(item['shape']))}")
+            except (TypeError, KeyError, ValueError, TfcError):
+                shown.append(repr(item))
+        return ", ".join(shown)
+    return f"{name}({specs('feeds')}) -> ({specs('fetches')})"
+
+
+def _decode_module(zf: zipfile.ZipFile, path: Any, member: str,
+                   digests: Mapping[str, str] | None) -> Module:
     from tfc.ir.bytecode import module_from_bytes
 
     raw = _member(zf, path, member, f" (named by {MANIFEST})")
+    check_member(zf, path, member, digests, raw)
     try:
         return module_from_bytes(raw, filename=f"{path}!{member}")
     except TfcError as e:
         raise ArtifactError(f"{path}: {member} is not valid IR bytecode: {e}") from None
 
 
-def _parse_module(zf: zipfile.ZipFile, path: Any, member: str) -> Module:
+def _parse_module(zf: zipfile.ZipFile, path: Any, member: str,
+                  digests: Mapping[str, str] | None) -> Module:
     from tfc.ir.parser import parse_module
 
     raw = _member(zf, path, member, f" (named by {MANIFEST})")
+    check_member(zf, path, member, digests, raw)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -453,7 +613,9 @@ def _check_initializers(path: Any, module: Module, manifest: dict[str, Any]) -> 
 
 def read_variables(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any],
                    skip: Collection[str] = ()) -> Iterator[tuple[str, np.ndarray]]:
-    """Each variable's stored value, checked against the manifest (but ``skip``)."""
+    """Each variable's value (but those of ``skip``), checked against the member's digest
+    (where the manifest records digests) and the manifest's dtype and shape."""
+    digests = read_digests(path, manifest)
     for name, info in manifest["variables"].items():
         if name in skip:
             continue
@@ -463,6 +625,7 @@ def read_variables(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any],
             raise ArtifactError(f"{path}: {MANIFEST} gives no file for variable '{name}'")
         what = f"{path}: {member} (variable '{name}')"
         try:
+            check_member(zf, path, member, digests)
             with zf.open(member) as fh:
                 arr = np.load(fh, allow_pickle=False)
         except KeyError:

@@ -4,16 +4,21 @@ Each local CPU device is measured on the backend that will run it: a 512x512 f32
 matrix product (compute rate), an element-wise add over 8M floats (memory bandwidth,
 12 bytes per element) and a one-op graph on a scalar (fixed cost per step). Logical CPUs
 share one machine, so all devices are measured *at the same time*, each in its own
-thread: the rates are what a device gets while the others work too. A link between two
-local devices is a hand-off through the rendezvous: its latency is measured by
-ping-pong between two threads, its bandwidth is the memory copy rate (what moving a
-tensor costs once it is not a shared reference).
+thread: the rates are what a device gets while the others work too. Every repetition
+starts on all devices together (a barrier), so no device times a run while another is
+still compiling or already done; the rates come from the median run, and the spread of
+the runs (min / median / max) is reported per device: two identical logical CPUs once
+measured 1.8x apart when each kept its best run of whatever happened to overlap it.
+A link between two local devices is a hand-off through the rendezvous: its latency is
+measured by ping-pong between two threads, its bandwidth is the memory copy rate (what
+moving a tensor costs once it is not a shared reference).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -24,16 +29,76 @@ from tfc.runtime.rendezvous import Rendezvous
 
 GEMM_N = 512
 STREAM_ELEMENTS = 8 << 20
+BARRIER_TIMEOUT_S = 600.0
 
 
-def _best(f: Callable[[], object], repeats: int) -> float:
+@dataclass
+class Spread:
+    """Repeated timings of one measurement, in seconds."""
+
+    samples: list[float]
+
+    @property
+    def min(self) -> float:
+        return min(self.samples)
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.samples))
+
+    @property
+    def max(self) -> float:
+        return max(self.samples)
+
+    @property
+    def relative(self) -> float:
+        """(max - min) / median: 0 for perfectly repeatable runs."""
+        return (self.max - self.min) / self.median if self.median > 0 else 0.0
+
+
+@dataclass
+class DeviceMeasurement:
+    """One device's rates (from median runs) and the spread of each measurement."""
+
+    rates: DeviceRates
+    gemm: Spread
+    stream: Spread
+    overhead: Spread
+
+    def spread_summary(self) -> str:
+        """Each measurement's min/median/max run and (max - min) / median."""
+        return ", ".join(f"{name} {_times(s)} (spread {100 * s.relative:.0f}%)"
+                         for name, s in (("gemm", self.gemm), ("stream", self.stream),
+                                         ("step", self.overhead)))
+
+
+def _times(s: Spread) -> str:
+    """``min/median/max unit``, in ms or us."""
+    scale, unit = (1e3, "ms") if s.median >= 1e-3 else (1e6, "us")
+    return "/".join(f"{t * scale:.3g}" for t in (s.min, s.median, s.max)) + f" {unit}"
+
+
+@dataclass
+class Calibration:
+    """A measured profile and, per device, the spread of the runs behind it."""
+
+    profile: DeviceProfile
+    measurements: dict[str, DeviceMeasurement]
+
+
+def _no_sync() -> None:
+    return None
+
+
+def _timings(f: Callable[[], object], repeats: int, sync: Callable[[], None]) -> Spread:
     f()  # warm up (compiles, faults pages in)
-    best = float("inf")
+    samples = []
     for _ in range(repeats):
+        sync()
         t0 = time.perf_counter()
         f()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        samples.append(time.perf_counter() - t0)
+    return Spread(samples)
 
 
 def _program(build: Callable[[object], None], backend: str | None):
@@ -44,19 +109,23 @@ def _program(build: Callable[[object], None], backend: str | None):
     return Program(g.as_module(), backend=backend)
 
 
-def measure_device(backend: str | None = None, repeats: int = 5) -> DeviceRates:
-    """Compute rate, bandwidth and per-step overhead of one device (this thread)."""
+def measure_device(backend: str | None = None, repeats: int = 5, *,
+                   sync: Callable[[], None] = _no_sync, gemm_n: int = GEMM_N,
+                   stream_elements: int = STREAM_ELEMENTS) -> DeviceMeasurement:
+    """Compute rate, bandwidth and per-step overhead of one device (this thread), each
+    the median of ``repeats`` runs; ``sync`` is called before every run (the barrier
+    that starts the devices' runs together)."""
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((GEMM_N, GEMM_N), dtype=np.float32)
-    x = rng.standard_normal(STREAM_ELEMENTS, dtype=np.float32)
+    a = rng.standard_normal((gemm_n, gemm_n), dtype=np.float32)
+    x = rng.standard_normal(stream_elements, dtype=np.float32)
     s = np.float32(1.0)
 
     def mm(tfc):
-        pa = tfc.placeholder(tfc.float32, [GEMM_N, GEMM_N], name="a")
+        pa = tfc.placeholder(tfc.float32, [gemm_n, gemm_n], name="a")
         tfc.entry("mm", feeds={"a": pa}, fetches={"c": tfc.matmul(pa, pa)})
 
     def add(tfc):
-        px = tfc.placeholder(tfc.float32, [STREAM_ELEMENTS], name="x")
+        px = tfc.placeholder(tfc.float32, [stream_elements], name="x")
         tfc.entry("add", feeds={"x": px}, fetches={"y": px + px})
 
     def tiny(tfc):
@@ -64,12 +133,13 @@ def measure_device(backend: str | None = None, repeats: int = 5) -> DeviceRates:
         tfc.entry("tiny", feeds={"s": ps}, fetches={"y": ps + 1.0})
 
     pm, pa, pt = (_program(b, backend) for b in (mm, add, tiny))
-    gemm = _best(lambda: pm.run("mm", a=a), repeats)
-    stream = _best(lambda: pa.run("add", x=x), repeats)
-    overhead = _best(lambda: pt.run("tiny", s=s), repeats * 20)
-    return DeviceRates(flops_per_s=2.0 * GEMM_N ** 3 / gemm,
-                       bytes_per_s=12.0 * STREAM_ELEMENTS / stream,
-                       kernel_overhead_s=overhead)
+    gemm = _timings(lambda: pm.run("mm", a=a), repeats, sync)
+    stream = _timings(lambda: pa.run("add", x=x), repeats, sync)
+    overhead = _timings(lambda: pt.run("tiny", s=s), repeats * 20, sync)
+    rates = DeviceRates(flops_per_s=2.0 * gemm_n ** 3 / gemm.median,
+                        bytes_per_s=12.0 * stream_elements / stream.median,
+                        kernel_overhead_s=overhead.median)
+    return DeviceMeasurement(rates, gemm, stream, overhead)
 
 
 def measure_handoff(rounds: int = 200) -> float:
@@ -95,32 +165,42 @@ def measure_handoff(rounds: int = 200) -> float:
     return float(np.median(times))
 
 
-def measure_copy_bandwidth(repeats: int = 5) -> float:
-    src = np.ones(STREAM_ELEMENTS, np.float32)
+def measure_copy_bandwidth(repeats: int = 5, elements: int = STREAM_ELEMENTS) -> float:
+    src = np.ones(elements, np.float32)
     dst = np.empty_like(src)
-    t = _best(lambda: np.copyto(dst, src), repeats)
+    t = _timings(lambda: np.copyto(dst, src), repeats, _no_sync).median
     return 2.0 * src.nbytes / t
 
 
-def calibrate(devices: Sequence[str], backend: str | None = None, repeats: int = 5,
-              progress: Callable[[str], None] | None = None) -> DeviceProfile:
-    """A profile of ``devices`` (local CPUs), measured concurrently (module docstring)."""
+def calibrate(devices: Sequence[str], backend: str | None = None, repeats: int = 7,
+              progress: Callable[[str], None] | None = None, *, gemm_n: int = GEMM_N,
+              stream_elements: int = STREAM_ELEMENTS) -> Calibration:
+    """A profile of ``devices`` (local CPUs), measured concurrently (module docstring),
+    with the spread of each device's runs."""
     for d in devices:
         spec = parse_device(d)
         if spec.kind != "cpu" or spec.job is not None:
             raise TfcError(f"tfc calibrate measures local CPU devices; {d} is not one")
-    rates: dict[str, DeviceRates] = {}
+    if repeats < 1:
+        raise TfcError(f"tfc calibrate needs at least one run per measurement, not {repeats}")
+    measured: dict[str, DeviceMeasurement] = {}
     errors: list[BaseException] = []
+    barrier = threading.Barrier(len(devices), timeout=BARRIER_TIMEOUT_S)
 
     def run(d: str) -> None:
         try:
-            rates[d] = measure_device(backend, repeats)
-        except BaseException as e:  # reported below, in the caller's thread
+            measured[d] = measure_device(backend, repeats, sync=barrier.wait, gemm_n=gemm_n,
+                                         stream_elements=stream_elements)
+        except threading.BrokenBarrierError as e:  # another device failed first
             errors.append(e)
+        except BaseException as e:  # reported below, in the caller's thread
+            errors.insert(0, e)
+            barrier.abort()
 
     if progress:
-        progress(f"measuring {len(devices)} device(s) concurrently")
-    threads = [threading.Thread(target=run, args=(d,)) for d in devices]
+        progress(f"measuring {len(devices)} device(s) concurrently, {repeats} runs each")
+    threads = [threading.Thread(target=run, args=(d,), name=f"tfc-calibrate {d}")
+               for d in devices]
     for t in threads:
         t.start()
     for t in threads:
@@ -129,7 +209,9 @@ def calibrate(devices: Sequence[str], backend: str | None = None, repeats: int =
         raise errors[0]
     if progress:
         progress("measuring links")
-    link = LinkRates(bytes_per_s=measure_copy_bandwidth(repeats), latency_s=measure_handoff())
+    link = LinkRates(bytes_per_s=measure_copy_bandwidth(repeats, stream_elements),
+                     latency_s=measure_handoff())
     links = {f"{a}->{b}": link for a in devices for b in devices if a != b}
-    return DeviceProfile({d: rates[d] for d in devices}, links, link,
-                         source=f"tfc calibrate {time.strftime('%Y-%m-%dT%H:%M:%S')}")
+    profile = DeviceProfile({d: measured[d].rates for d in devices}, links, link,
+                            source=f"tfc calibrate {time.strftime('%Y-%m-%dT%H:%M:%S')}")
+    return Calibration(profile, {d: measured[d] for d in devices})

@@ -3,7 +3,8 @@
 A checkpoint is one zip file, ``ckpt-<step>.tfckpt``, laid out like the artifact:
 
 - ``manifest.json``: ``{"format": "tfc-checkpoint", "version": 1, "step": N,
-  "variables": {name: {"dtype", "shape", "file"}}}``
+  "variables": {name: {"dtype", "shape", "file"}}, "sha256": {file: digest}}`` (the
+  digests, checked on reading, are absent in checkpoints of older tfc versions)
 - ``variables/0000.npy`` ...: one ``.npy`` per variable (``allow_pickle=False``).
 
 A checkpoint directory holds checkpoint files and an index, ``checkpoint.json``
@@ -12,8 +13,10 @@ that a crash at any point leaves a loadable state: the checkpoint file is writte
 atomically (temp file beside it, fsync, ``os.replace``, fsync of the directory), THEN
 the index is written the same way, and only THEN are checkpoints beyond ``max_to_keep``
 deleted. So the index only ever names complete files, and a file is deleted only once
-no index names it. The step is saved because random ops are seeded with it: a program
-restored at step k continues exactly as an uninterrupted run would.
+no index names it. A process killed while saving leaves its temp file behind; the next
+save into the directory removes it (``tfc.runtime.atomic``). The step is saved because
+random ops are seeded with it: a program restored at step k continues exactly as an
+uninterrupted run would.
 
 Every problem found while reading is one ``CheckpointError`` sentence naming the file.
 """
@@ -34,6 +37,9 @@ from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import VariableDecl
 from tfc.runtime.artifact import (MANIFEST, atomic_write, parse_manifest, read_variables,
                                   unreadable_zip)
+from tfc.runtime.atomic import remove_stale_temps
+from tfc.runtime.digests import FIELD as DIGESTS
+from tfc.runtime.digests import npy_digest
 
 FORMAT = "tfc-checkpoint"
 VERSION = 1
@@ -88,6 +94,8 @@ def write_checkpoint(path: PathLike, variables: Mapping[str, Any], step: int) ->
         manifest["variables"][name] = {"dtype": _dtype_name(name, arr, path),
                                        "shape": list(arr.shape),
                                        "file": f"variables/{i:04d}.npy"}
+    manifest[DIGESTS] = {info["file"]: npy_digest(arrays[name])
+                         for name, info in manifest["variables"].items()}
 
     def write(f: IO[bytes]) -> None:
         with zipfile.ZipFile(f, "w") as zf:
@@ -128,6 +136,8 @@ def save_checkpoint(target: PathLike, variables: Mapping[str, Any], step: int, *
     else:
         directory, name = target, checkpoint_name(step, prefix)
     directory.mkdir(parents=True, exist_ok=True)
+    # what a process killed mid-save left: its temps of checkpoint files and the index
+    remove_stale_temps(directory, lambda target: target == INDEX or target.endswith(SUFFIX))
     path = write_checkpoint(directory / name, variables, step)
     names = [n for n in _read_index_or_empty(directory)
              if n != name and (directory / n).is_file()] + [name]

@@ -161,7 +161,7 @@ class PartitionedExecutable:
                  parts: Mapping[str, Partition] | None = None) -> None:
         self.entry = entry
         self.parts = dict(parts) if parts is not None else partition_module(module, entry)
-        self.compression = compress_transfers(self.parts) if module.fp16_transfers else None
+        self.compression = compress_transfers(self.parts, module.variables) if module.fp16_transfers else None
         stage_of = stage_numbers(self.parts)
         shares = threads_per_device(list(self.parts))
         self.plans: list[DevicePlan] = []

@@ -103,9 +103,12 @@ def _estimate(module: Any, entry: str, feeds: Mapping[str, Any]) -> float | None
     """The placement's simulated step at the batch of ``feeds`` (placed modules only)."""
     if len(module.devices) < 2:
         return None
+    from tfc.passes.compress import transfer_policy
     from tfc.passes.placement import SYMBOL_SIZE, estimate_placed
     graph = module.graphs[entry]
     batch = next((np.shape(feeds[a.name])[0] for a in graph.args
                   if a.type.rank and isinstance(a.type.shape[0], str) and a.name in feeds),
                  SYMBOL_SIZE)
-    return estimate_placed(graph, module.devices, int(batch))
+    compressed = (transfer_policy([graph], module.variables) if module.fp16_transfers
+                  else set())
+    return estimate_placed(graph, module.devices, int(batch), compressed=compressed)

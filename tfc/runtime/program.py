@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from tfc.ir.types import DType, TensorType, format_shape
 from tfc.runtime.feeds import check_feeds, expected_feeds
 from tfc.runtime.initializers import materialize, recipes, warn_if_large, without_recipes
 from tfc.runtime.runner import EntryRunner
+
+if TYPE_CHECKING:
+    from tfc.runtime.artifact import ArtifactOrigin
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,9 @@ class Program:
                 raise TfcError(checked, decl.loc)
             self._variables[name] = _frozen(checked, copy)
         self._view = MappingProxyType(self._variables)
+        # the artifact file this program was loaded from (``load`` sets it): saving back
+        # to it checks that no other process replaced it since
+        self.origin: ArtifactOrigin | None = None
 
     # ---- what the program holds ------------------------------------------------------
 
@@ -281,17 +287,34 @@ class Program:
                  **kw_feeds: Any) -> dict[str, np.ndarray]:
         return self.run(entry, feeds, **kw_feeds)
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the module, the current variables and the step to an artifact, atomically."""
-        from tfc.runtime.artifact import save_artifact
+    def writes_variables(self, entry: str) -> bool:
+        """Whether a step of ``entry`` can update a variable (an assign or a scatter, in
+        its graph or its regions): a step of an entry that cannot changes nothing worth
+        saving."""
+        return any(writes_variable(op) for op in self.entry(entry).walk())
+
+    def save(self, path: str | os.PathLike[str], *, force: bool = False) -> None:
+        """Write the module, the current variables and the step to an artifact, atomically.
+
+        Saving back to the artifact this program was loaded from refuses (an
+        ``ArtifactError``) when another process replaced that file since, as a second
+        ``tfc run --save`` of one artifact does: overwriting it would silently lose that
+        process's update. ``force=True`` overwrites it anyway.
+        """
+        from tfc.runtime.artifact import ArtifactOrigin, save_artifact
         native = {}
         if self.backend.name == "llvm":  # ship each entry's object code and its tables
             for entry in self.module.entries:
                 exe = self._executable(entry)
                 if getattr(exe, "object_code", None) is not None:
                     native[entry] = (exe.object_code, exe.host_key, exe.native_meta())
-        save_artifact(path, self.module, self._variables, step=self._step,
-                      backend=self.backend.name, native=native, initializers=self._recipes)
+        same_file = self.origin is not None and self.origin.is_file(path)
+        check = self.origin.check_unchanged if same_file and not force else None
+        written = save_artifact(path, self.module, self._variables, step=self._step,
+                                backend=self.backend.name, native=native,
+                                before_replace=check, initializers=self._recipes)
+        if same_file or self.origin is None:  # later saves compare with this one
+            self.origin = ArtifactOrigin.of(path, written, self._step)
 
     def save_checkpoint(self, dir_or_path: str | os.PathLike[str], *,
                         max_to_keep: int | None = 5) -> Path:

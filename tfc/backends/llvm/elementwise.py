@@ -229,11 +229,27 @@ _INT_BINARY: dict[str, Callable[[ir.IRBuilder, ir.Value, ir.Value], ir.Value]] =
 
 # ---- cast -------------------------------------------------------------------------------
 
-def emit_cast(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
-    """``cast`` between compute types, with numpy's results where LLVM would give poison."""
+def _saturate(b: ir.IRBuilder, x: ir.Value, dst: DType) -> ir.Value:
+    """``x`` with finite magnitudes beyond ``dst``'s largest finite value clamped to it
+    (keeping the sign); inf and NaN unchanged. Rounding to nearest even then never
+    overflows, since every value it rounds up to inf lies beyond that bound."""
+    top = float(np.finfo(dst.np).max)
+    ax = vmath.fabs(b, x)
+    over = b.and_(b.fcmp_ordered(">", ax, _c(x.type, top)),
+                  b.fcmp_ordered("<", ax, _c(x.type, float("inf"))))
+    signed = b.select(b.fcmp_ordered("<", x, _c(x.type, 0)), _c(x.type, -top), _c(x.type, top))
+    return b.select(over, signed, x)
+
+
+def emit_cast(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType,
+              saturate: bool = False) -> ir.Value:
+    """``cast`` between compute types, with numpy's results where LLVM would give poison;
+    ``saturate`` (float to narrower float) clamps finite values that would overflow."""
     dt = compute_type(dst)
     if src is dst:
         return x
+    if saturate and src.is_float and dst.is_float and dst.itemsize < src.itemsize:
+        x = _saturate(b, x, dst)
     if dst is DType.bool:
         if src.is_float:
             return b.fcmp_unordered("!=", x, _c(x.type, 0))
@@ -334,12 +350,11 @@ ELEMENTWISE: dict[str, Emitter] = {
     "identity": lambda b, a, i, o: a[0],
     "stop_gradient": lambda b, a, i, o: a[0],
     "where": lambda b, a, i, o: b.select(a[0], a[1], a[2]),
-    "cast": lambda b, a, i, o: emit_cast(b, a[0], i[0], o),
     "sigmoid_cross_entropy": _sigmoid_cross_entropy,
 }
 
 #: The op names this table lowers (every ELEMENTWISE op of the registry).
-SUPPORTED = frozenset(ELEMENTWISE)
+SUPPORTED = frozenset(ELEMENTWISE) | {"cast"}
 
 
 def emit_elementwise(builder: ir.IRBuilder, kind: str, args: Sequence[ir.Value],
@@ -347,9 +362,12 @@ def emit_elementwise(builder: ir.IRBuilder, kind: str, args: Sequence[ir.Value],
                      attrs: Mapping[str, Any] | None = None) -> ir.Value:
     """One element of op ``kind`` on ``args`` (compute types in, compute type out).
 
-    ``attrs`` is accepted for symmetry with the registry (``cast`` reads its target from
-    ``out_dtype``). Raises ``KeyError`` for a kind this table does not lower.
+    ``cast`` reads its target from ``out_dtype`` and ``saturate`` from ``attrs``. Raises
+    ``KeyError`` for a kind this table does not lower.
     """
+    if kind == "cast":
+        return emit_cast(builder, args[0], in_dtypes[0], out_dtype,
+                         bool((attrs or {}).get("saturate", False)))
     try:
         emitter = ELEMENTWISE[kind]
     except KeyError:

@@ -153,12 +153,26 @@ def cache_key(ir_text: str) -> str:
     return h.hexdigest()
 
 
+# A cached object file starts with this tag and the SHA-256 of the code after it: code
+# that is not what LLVM wrote (a truncated file after a power loss, a flipped bit) would
+# crash the process or compute wrong numbers when linked, so it is a miss instead.
+_OBJECT_TAG = b"tfc-object-sha256\n"
+
+
 def cache_get(key: str) -> bytes | None:
+    """The object code cached under ``key``; None when there is none or it fails its
+    digest (files of older tfc versions, which have none, too)."""
     path = cache_dir() / "llvm" / f"{key}.o"
     try:
-        return path.read_bytes()
+        data = path.read_bytes()
     except OSError:
         return None
+    head = len(_OBJECT_TAG) + 32
+    obj = data[head:]
+    if data[:len(_OBJECT_TAG)] != _OBJECT_TAG or \
+            hashlib.sha256(obj).digest() != data[len(_OBJECT_TAG):head]:
+        return None  # cache_put replaces it
+    return obj
 
 
 def cache_put(key: str, obj: bytes) -> None:
@@ -167,11 +181,14 @@ def cache_put(key: str, obj: bytes) -> None:
     try:
         d.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
+    except OSError:
+        return
+    try:  # no fsync: a torn file fails its digest and is a miss
         with os.fdopen(fd, "wb") as f:
-            f.write(obj)
+            f.write(_OBJECT_TAG + hashlib.sha256(obj).digest() + obj)
         os.replace(tmp, d / f"{key}.o")
     except OSError:
-        pass
+        Path(tmp).unlink(missing_ok=True)
 
 
 def compile_ir(ir_text: str, use_cache: bool = True, *, optimized: bool = True

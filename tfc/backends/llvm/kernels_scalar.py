@@ -47,7 +47,7 @@ def emit_scalar(b: ir.IRBuilder, kind: str, args: Sequence[ir.Value],
         else:
             on_error(b.icmp_signed("<", args[1], zero))
     try:
-        return emit_elementwise(b, kind, list(args), list(in_dtypes), out_dtype)
+        return emit_elementwise(b, kind, list(args), list(in_dtypes), out_dtype, attrs)
     except KeyError:
         raise Unsupported(kind) from None
 

@@ -1,0 +1,42 @@
+"""jit's object cache: code that is not what LLVM wrote (a torn or corrupted file) is a
+miss, compiled again, never linked."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfc.backends.llvm import jit
+
+IR = """
+define i32 @answer() {
+  ret i32 42
+}
+"""
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("TFC_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def cached_file(cache_dir):
+    (path,) = (cache_dir / "llvm").glob("*.o")
+    return path
+
+
+@pytest.mark.parametrize("damage", [
+    lambda data: data[:len(data) // 2],
+    lambda data: data[:-40] + bytes(b ^ 0xFF for b in data[-40:-8]) + data[-8:],
+    lambda data: data[50:],  # no tag: a file of an older tfc, raw object code
+    lambda data: b"",
+], ids=["truncated", "flipped", "untagged", "empty"])
+def test_damaged_cache_files_are_misses(cache_dir, damage):
+    obj, cached = jit.compile_ir(IR)
+    assert not cached and jit.compile_ir(IR) == (obj, True)
+    path = cached_file(cache_dir)
+    path.write_bytes(damage(path.read_bytes()))
+    assert jit.compile_ir(IR) == (obj, False)  # compiled again, and stored again
+    assert jit.compile_ir(IR) == (obj, True)
+    assert jit.load_object(obj).address("answer")
+    assert [p.name for p in (cache_dir / "llvm").iterdir()] == [path.name]  # no temps
