@@ -5,13 +5,13 @@
         [--force] [--recompile | --no-recompile]
     tfc run model.tfc --entry train_step --steps N --checkpoint-dir DIR [--checkpoint-every K]
         [--resume]
-    tfc ir model.py [--after cse | --passes cse,dce | --raw]
+    tfc ir model.py [--after cse | --passes cse,dce | --raw] [--full]
     tfc opt in.tfir --passes cse,dce [-o out.tfir]
     tfc compile model.py --devices cpu:0,cpu:1 [--fp16-transfers]; tfc ir model.tfc --device cpu:1
     tfc calibrate | tfc bench model.tfc --trace trace.json | tfc viz model.tfc -o graph.html
 
-Errors the user can fix (``TfcError``, missing files, Ctrl-C) print one ``error: ...``
-line and exit 1; usage errors exit 2. Anything else is a bug in tfc: it prints
+Errors the user can fix (``TfcError``, missing files, running out of memory, Ctrl-C)
+print one ``error: ...`` line and exit 1; usage errors exit 2. Anything else is a bug in tfc: it prints
 ``internal error: ...`` and exits 70, or shows the traceback when ``TFC_DEBUG=1``.
 """
 
@@ -80,14 +80,51 @@ def _bytes(n: int) -> str:
     return str(n)
 
 
+def check_output_path(path: str | None, flag: str) -> None:
+    """Fail at once, before any work, when ``path`` (the value of ``flag``) cannot be
+    written: a benchmark or a training run must not end in "no such directory"."""
+    if path is None:
+        return
+    p = Path(path)
+    if not path or p.is_dir():
+        raise TfcError(f"{flag} {path} is a directory, not a file name" if path else
+                       f"{flag} needs a file name")
+    parent = p.parent
+    if not parent.exists():
+        raise TfcError(f"{flag} {path}: no such directory: {parent}")
+    if not parent.is_dir():
+        raise TfcError(f"{flag} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise TfcError(f"{flag} {path}: cannot write in directory {parent}")
+
+
+def load_artifact_arg(path: str, backend: str | None, **options: Any) -> Any:
+    """The program of the ``ARTIFACT`` argument (``options``: ``tfc.runtime.load``'s);
+    a model file given instead is told to be compiled first rather than called a broken
+    zip."""
+    from tfc.runtime import load
+    if Path(path).suffix in (".py", ".tfm", ".tfir") and Path(path).is_file():
+        out = Path(path).with_suffix(".tfc")
+        raise TfcError(f"{path} is a model, not a compiled artifact: compile it first "
+                       f"(tfc compile {path} -o {out})")
+    return load(path, backend=backend, **options)
+
+
+def check_at_least(flag: str, value: int | None, minimum: int) -> None:
+    """A numeric option's value, checked before any work (``--batch -5``)."""
+    if value is not None and value < minimum:
+        raise TfcError(f"{flag} must be at least {minimum}, not {value}")
+
+
 def _write_text(path: str, text: str) -> None:
     from tfc.runtime.artifact import atomic_write
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
-def _print_module(module: Any, out: str | None, footer: str = "") -> None:
+def _print_module(module: Any, out: str | None, footer: str = "",
+                  elide_above: int | None = None) -> None:
     from tfc.ir.printer import print_module
-    text = print_module(module)
+    text = print_module(module, elide_above=elide_above)
     if not text.endswith("\n"):
         text += "\n"
     text += footer
@@ -103,6 +140,7 @@ def _cmd_ir(args: argparse.Namespace) -> int:
     from tfc.compiler.driver import load_source
     from tfc.passes import DEFAULT_PIPELINE, NATIVE_PIPELINE, get_pass, parse_pipeline, run_passes
 
+    check_output_path(args.output, "-o")
     module = load_source(args.model)
     if args.raw:
         passes: list[str] = []
@@ -119,20 +157,24 @@ def _cmd_ir(args: argparse.Namespace) -> int:
         passes = []  # an artifact's IR is already compiled
     else:
         passes = parse_pipeline(DEFAULT_PIPELINE)
-    if args.devices:
+    if args.devices is not None:
         from tfc.devices import parse_devices
         module.devices = parse_devices(args.devices)
         passes = [*passes, "placement"]
     module = run_passes(module, passes, verify=True)
-    if args.device:
+    # IR shown on stdout elides large tensors (a weight is one 10 KB line otherwise);
+    # IR written to a file (-o) or asked for in full (--full) keeps every element
+    from tfc.ir.printer import ELIDE_ELEMENTS
+    elide = None if args.output or args.full else ELIDE_ELEMENTS
+    if args.device is not None:
         from tfc.cli_devices import partitions_text
-        text = partitions_text(module, args.device)
+        text = partitions_text(module, args.device, elide_above=elide)
         if args.output:
             _write_text(args.output, text)
         else:
             sys.stdout.write(text)
         return 0
-    _print_module(module, args.output, _memory_plans(module))
+    _print_module(module, args.output, _memory_plans(module), elide_above=elide)
     return 0
 
 
@@ -150,14 +192,22 @@ def _memory_plans(module: Any) -> str:
 # ---- tfc opt -------------------------------------------------------------------------
 
 def _cmd_opt(args: argparse.Namespace) -> int:
+    from tfc.compiler.frontend import read_source
     from tfc.ir.parser import parse_module
     from tfc.passes import run_passes
 
+    check_output_path(args.output, "-o")
     if args.input == "-":
         text, name = sys.stdin.read(), "<stdin>"
     else:
-        text, name = Path(args.input).read_text(encoding="utf-8"), args.input
+        if Path(args.input).suffix in (".py", ".tfm", ".tfc"):
+            raise TfcError(f"tfc opt reads textual IR (.tfir), not {args.input}; print its "
+                           f"IR first: tfc ir {args.input} -o "
+                           f"{Path(args.input).with_suffix('.tfir')}")
+        text, name = read_source(args.input), args.input
     module = parse_module(text, filename=name)
+    if not module.graphs and not module.variables:  # /dev/null, a typo'd path, comments
+        raise TfcError(f"{name}: empty input (no variables or graphs)")
     module = run_passes(module, args.passes or [], verify=True, print_after=args.print_after,
                         print_after_all=args.print_after_all, stream=sys.stderr)
     _print_module(module, args.output)
@@ -173,6 +223,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     out = args.output or str(Path(args.model).with_suffix(".tfc"))
     if Path(out).resolve() == Path(args.model).resolve():
         raise TfcError(f"the output {out} would overwrite the input; choose another -o")
+    check_output_path(out, "-o")
     module, report = compile_with_report(
         args.model, args.passes if args.passes is not None else DEFAULT_PIPELINE,
         verify=True, print_after=args.print_after, print_after_all=args.print_after_all,
@@ -188,6 +239,13 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stored_as(op: Any) -> str:
+    """How the artifact stores a variable: its initializer op's kind, or ``data``."""
+    if op is None:
+        return "data"
+    return "splat constant" if op.kind == "constant" else op.kind
+
+
 def _compile_report(program: Any, report: Any, out: str, init_s: float, save_s: float) -> None:
     print(f"compiled {report.source} -> {out} (backend: {program.backend.name})")
     print()
@@ -197,17 +255,23 @@ def _compile_report(program: Any, report: Any, out: str, init_s: float, save_s: 
     print()
     delta = report.ops_after - report.ops_before
     print(f"ops: {report.ops_before} before passes, {report.ops_after} after ({delta:+d})")
+    # sizes from the declared types: the report must not materialize initializers
     decls = program.module.variables
-    total = sum(int(v.nbytes) for v in program.variables.values())
-    print(f"variables: {len(decls)}, {_bytes(total)} in all")
+    inits = program.initializers
+    total = sum(d.type.nbytes() for d in decls.values())
+    stored = sum(decls[n].type.nbytes() for n in inits)
+    print(f"variables: {len(decls)}, {_bytes(total)} in all"
+          + (f" ({_bytes(stored)} stored as initializer ops)" if inits else ""))
     if decls:
         print()
-        rows = [[f"@{name}", str(d.type), _bytes(int(program.variables[name].nbytes)),
+        rows = [[f"@{name}", str(d.type), _bytes(d.type.nbytes()),
+                 _stored_as(inits.get(name)),
                  d.device or "-", "yes" if d.trainable else "no"]
                 for name, d in list(decls.items())[:20]]
         if len(decls) > 20:
-            rows.append([f"... {len(decls) - 20} more", "", "", "", ""])
-        _table("Variables", ["variable", "type", "bytes", "device", "trainable"], rows)
+            rows.append([f"... {len(decls) - 20} more", "", "", "", "", ""])
+        _table("Variables", ["variable", "type", "bytes", "stored as", "device", "trainable"],
+               rows)
     print()
     timing = [["load", _ms(report.load_seconds)]]
     timing += [[f"pass {name}", _ms(s)] for name, s in report.pass_seconds]
@@ -273,6 +337,17 @@ def parse_feed(spec: str) -> tuple[str, Any]:
         return name, value
     raise TfcError(f"feed '{name}': {source!r} is neither a .npy/.npz file nor a number "
                    f"or JSON list")
+
+
+def parse_feeds(specs: Sequence[str]) -> dict[str, Any]:
+    """Every ``--feed`` by name (``parse_feed``); a name given twice is an error."""
+    feeds: dict[str, Any] = {}
+    for spec in specs:
+        name, value = parse_feed(spec)
+        if name in feeds:
+            raise TfcError(f"feed '{name}' is given twice")
+        feeds[name] = value
+    return feeds
 
 
 def _format_fetch(name: str, value: np.ndarray) -> str:
@@ -362,8 +437,7 @@ def _checkpoint_options(args: argparse.Namespace) -> None:
                             ("--checkpoint-every", args.checkpoint_every is not None)):
             if given:
                 raise TfcError(f"{flag} needs --checkpoint-dir DIR")
-    if args.checkpoint_every is not None and args.checkpoint_every < 1:
-        raise TfcError(f"--checkpoint-every must be at least 1, not {args.checkpoint_every}")
+    check_at_least("--checkpoint-every", args.checkpoint_every, 1)
 
 
 def _resume(program: Any, directory: str) -> None:
@@ -375,14 +449,20 @@ def _resume(program: Any, directory: str) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from tfc.runtime import load
-
     _checkpoint_options(args)
+    check_at_least("--steps", args.steps, 1)
     if args.force and not args.save:
         raise TfcError("--force needs --save (it overwrites an artifact another process "
                        "updated)")
+    if args.out is not None:
+        check_output_path(args.out, "--out")
+        if Path(args.out).suffix not in (".npz", ".npy"):
+            raise TfcError(f"--out {args.out}: expected a .npz or .npy file name")
+    if args.checkpoint_dir is not None and Path(args.checkpoint_dir).exists() \
+            and not Path(args.checkpoint_dir).is_dir():
+        raise TfcError(f"--checkpoint-dir {args.checkpoint_dir} is not a directory")
     native = "recompile" if args.recompile else "strict" if args.no_recompile else "use"
-    program = load(args.artifact, backend=args.backend, native=native)
+    program = load_artifact_arg(args.artifact, args.backend, native=native)
     entries = list(program.entries)
     entry = args.entry
     if entry is None:
@@ -391,14 +471,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                            f"({', '.join(entries) or 'none'}); choose one with --entry")
         entry = entries[0]
     program.entry(entry)  # unknown entries fail before the feeds are read
-    feeds: dict[str, Any] = {}
-    for spec in args.feed:
-        name, value = parse_feed(spec)
-        if name in feeds:
-            raise TfcError(f"feed '{name}' is given twice")
-        feeds[name] = value
-    if args.steps < 1:
-        raise TfcError(f"--steps must be at least 1, not {args.steps}")
+    feeds = parse_feeds(args.feed)
     if args.resume:
         _resume(program, args.checkpoint_dir)
 
@@ -504,7 +577,11 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--raw", action="store_true", help="the IR before any pass")
     p.add_argument("--devices", metavar="D1,D2", help="place on these devices first")
     p.add_argument("--device", metavar="DEV", help="print only the partitions on DEV")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the IR to FILE")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the IR to FILE (in full: it parses back)")
+    p.add_argument("--full", action="store_true",
+                   help="print every element of large tensors (by default, those of more "
+                        "than 64 elements are elided on stdout)")
     p.set_defaults(func=_cmd_ir)
 
     p = sub.add_parser("opt", help="run passes over textual IR")
@@ -545,6 +622,9 @@ def _guarded(func: Callable[[], int]) -> int:
         return EXIT_ERROR
     except OSError as e:
         print(f"error: {_os_error(e)}", file=sys.stderr)
+        return EXIT_ERROR
+    except MemoryError as e:  # a batch, a shape or a model too large for this machine
+        print(f"error: out of memory: {e or 'an allocation failed'}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

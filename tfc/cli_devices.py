@@ -18,7 +18,7 @@ import numpy as np
 from tfc.errors import TfcError
 
 
-def partitions_text(module: Any, device: str) -> str:
+def partitions_text(module: Any, device: str, elide_above: int | None = None) -> str:
     """Every entry's partition for ``device`` as textual IR (one graph each), headed by
     ``//`` comments naming the devices, so the text stays parseable graph by graph."""
     from tfc.devices import parse_devices
@@ -43,7 +43,7 @@ def partitions_text(module: Any, device: str) -> str:
             continue
         out.append(f"// @{name} on {device}: {len(part.graph.ops)} ops, "
                    f"{len(part.sends)} sends, {len(part.recvs)} recvs")
-        out.append(print_graph(part.graph))
+        out.append(print_graph(part.graph, elide_above=elide_above))
     return "\n".join(out) + "\n"
 
 
@@ -53,7 +53,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from tfc.devices import local_devices, parse_devices, save_profile
     from tfc.runtime.calibrate import calibrate
 
-    devices = parse_devices(args.devices) if args.devices else local_devices(1)
+    from tfc.cli import check_output_path
+    from tfc.devices import check_runnable
+    check_output_path(args.output, "-o")
+    devices = parse_devices(args.devices) if args.devices is not None else local_devices(1)
+    if args.devices is not None:
+        check_runnable(devices)  # no GPU backend: a GPU asked for is not silently dropped
     calibration = calibrate([d for d in devices if "gpu" not in d], backend=args.backend,
                             progress=lambda m: print(m, file=sys.stderr))
     profile = calibration.profile
@@ -79,19 +84,25 @@ def _synthetic_feed(spec: Any, batch: int, rng: np.random.Generator) -> np.ndarr
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from tfc.cli import _table, parse_feed
-    from tfc.runtime import load
+    from tfc.cli import _table, check_at_least, check_output_path, load_artifact_arg, parse_feeds
+    from tfc.runtime.feeds import expected_feeds
     from tfc.runtime.profiler import bench_entry
     from tfc.runtime.trace import Tracer
 
-    if args.steps < 1:
-        raise TfcError(f"--steps must be at least 1, not {args.steps}")
-    program = load(args.artifact, backend=args.backend)
-    entry = args.entry or next(iter(program.entries), None)
+    check_at_least("--steps", args.steps, 1)
+    check_at_least("--batch", args.batch, 1)
+    check_output_path(args.trace, "--trace")
+    program = load_artifact_arg(args.artifact, args.backend)
+    entry = args.entry if args.entry is not None else next(iter(program.entries), None)
     if entry is None:
         raise TfcError(f"{args.artifact} has no entries")
     sig = program.entries.get(entry) or program.entry(entry)
-    feeds = dict(parse_feed(s) for s in args.feed)
+    feeds = parse_feeds(args.feed)
+    names = [f.name for f in sig.feeds]
+    unknown = [n for n in feeds if n not in names]
+    if unknown:  # before synthetic feeds are made and announced
+        raise TfcError(f"entry '{entry}': unknown feed '{unknown[0]}'; expected feeds: "
+                       f"{expected_feeds(program.entry(entry))}")
     rng = np.random.default_rng(0)
     synthetic = [f.name for f in sig.feeds if f.name not in feeds]
     for f in sig.feeds:
@@ -117,10 +128,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # ---- tfc viz -----------------------------------------------------------------------
 
 def cmd_viz(args: argparse.Namespace) -> int:
+    from tfc.cli import check_output_path
     from tfc.compiler.driver import load_source
     from tfc.runtime.artifact import atomic_write
     from tfc.viz import render_html
 
+    check_output_path(args.output, "-o")
     module = load_source(args.model)
     if Path(args.model).suffix != ".tfc":
         from tfc.passes import DEFAULT_PIPELINE, run_passes

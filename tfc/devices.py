@@ -108,6 +108,18 @@ def gpu_count() -> int:
         return 0
 
 
+def check_runnable(devices: Iterable[str]) -> None:
+    """Refuse devices that no backend of this tfc runs: every GPU, for tfc has no CUDA
+    backend yet (placing ops there could only fail later, op by op)."""
+    gpus = [d for d in devices if parse_device(d).kind == "gpu"]
+    if gpus:
+        cores = cpu_count()
+        raise TfcError(f"{gpus[0]}: no GPU backend is available on this machine (tfc has "
+                       f"no CUDA backend yet); the available backends, llvm and reference, "
+                       f"run on CPU devices /cpu:0 ... /cpu:N (this machine has {cores} "
+                       f"core{'s' if cores != 1 else ''}): use e.g. --devices cpu:0,cpu:1")
+
+
 def local_devices(cpus: int = 1) -> list[str]:
     """``cpus`` logical CPU devices and every GPU cupy sees."""
     if cpus < 1:

@@ -237,7 +237,7 @@ def test_version_too_new(saved, tmp_path):
     bad = tmp_path / "new.tfc"
     rewrite(path, bad, {"manifest.json": json.dumps(m).encode()})
     with pytest.raises(ArtifactError, match="new.tfc has tfc artifact format version 999, but this tfc "
-                                            "reads version 1 at most"):
+                                            "reads version 2 at most"):
         load(bad)
 
 

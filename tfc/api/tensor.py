@@ -62,7 +62,15 @@ def _to_array(value: Any, dtype: DType, loc: Any) -> np.ndarray:
     must hold every number exactly (the check is skipped for float targets: for
     pretrained weights it cost more than building the rest of the graph)."""
     arr = np.asarray(value)
-    out = arr.astype(dtype.np)
+    with np.errstate(over="ignore"):
+        out = arr.astype(dtype.np)
+    # a finite number too large for a narrower float would silently become inf
+    if dtype.is_float and arr.dtype != out.dtype and arr.dtype.kind in "biuf" and out.size \
+            and np.isinf(out).any():
+        bad = np.isinf(out) & np.isfinite(arr)
+        if bad.any():
+            raise TypeMismatch(f"value {arr[bad].flat[0].item()!r} is out of range for "
+                               f"{dtype.value}", loc)
     if not dtype.is_float and arr.dtype.kind in "biuf" and out.size and not np.array_equal(
             out.astype(np.float64), arr.astype(np.float64), equal_nan=True):
         raise TypeMismatch(f"value {value!r} does not fit {dtype.value}", loc)

@@ -68,11 +68,14 @@ def initial_state(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, 
 def make_program(module: Module, path: str | os.PathLike[str], backend: str | None = None
                  ) -> "Program":
     """The program a compilation of ``path`` produced: ``module`` with its initial state."""
+    from tfc.runtime.initializers import recipes
     from tfc.runtime.program import Program
     values, step = initial_state(path)
     if values is not None:
         values = {k: v for k, v in values.items() if k in module.variables}
-    return Program(module, values, backend=backend, step=step, copy=False)
+    # an artifact's variables stored as initializer ops stay so (its __init__ assigns them)
+    return Program(module, values, backend=backend, step=step, copy=False,
+                   initializers=recipes(module))
 
 
 def compile_with_report(path: str | os.PathLike[str], pipeline: Pipeline = DEFAULT_PIPELINE, *,

@@ -21,17 +21,36 @@ from tfc.ir.core import Module
 def load_model(path: str | os.PathLike[str]) -> Module:
     """The module a model file defines (``.py``, ``.tfm`` or ``.tfir``)."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise TfcError(f"no such model file: {p}")
+    if p.is_dir():
+        raise TfcError(f"{p} is a directory, not a model file")
+    if p.suffix not in (".py", ".tfm", ".tfir"):
+        raise TfcError(f"{p}: unknown model format '{p.suffix}' (expected .py, .tfm or .tfir)")
+    text = read_source(p)
+    if not text.strip():
+        raise TfcError(f"{p}: empty input (the file is empty)")
     if p.suffix == ".py":
         return _load_python(p)
     if p.suffix == ".tfm":
-        from tfc.compiler.tfm import load_tfm
-        return load_tfm(p)
-    if p.suffix == ".tfir":
-        from tfc.ir.parser import parse_module
-        return parse_module(p.read_text(), str(p))
-    raise TfcError(f"{p}: unknown model format '{p.suffix}' (expected .py, .tfm or .tfir)")
+        from tfc.compiler.tfm import parse_tfm
+        return parse_tfm(text, str(p))
+    from tfc.ir.parser import parse_module
+    module = parse_module(text, str(p))
+    if not module.entries:
+        raise TfcError(f"{p}: the IR defines no graphs to run (only comments"
+                       f"{' and variables' if module.variables else ''}"
+                       f"{' and @__init__' if module.graphs else ''})")
+    return module
+
+
+def read_source(path: str | os.PathLike[str]) -> str:
+    """The text of a source file (model or IR), which must be UTF-8."""
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise TfcError(f"{p}: not a UTF-8 text file ({e.reason} at byte {e.start})") from None
 
 
 def _load_python(path: Path) -> Module:

@@ -204,7 +204,10 @@ class Module:
     """Named graphs (entry points) and the variables they share.
 
     The graph named ``__init__``, when present, computes every variable's initial value
-    and assigns it; compilers run it once and runtimes load its results.
+    and assigns it. A value that one op computes from attrs alone (``zeros``, seeded
+    ``random.normal`` ...) stays that op: artifacts store it instead of the data and
+    programs compute it on first use (``tfc.runtime.initializers``); the others are
+    computed once and stored as data.
     """
 
     graphs: dict[str, Graph] = field(default_factory=dict)

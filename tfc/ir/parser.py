@@ -13,6 +13,7 @@ import difflib
 import functools
 import importlib.resources
 import json
+import math
 import re
 from typing import Any, Mapping, Sequence
 
@@ -23,6 +24,7 @@ from lark.exceptions import (LarkError, UnexpectedCharacters, UnexpectedEOF, Une
 
 from tfc.errors import Location, ParseError, TfcError
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
+from tfc.ir.printer import ELIDED
 from tfc.ir.registry import AttrSpec, OpDef, infer_types, lookup
 from tfc.ir.types import DType, TensorType
 
@@ -378,7 +380,11 @@ class _ModuleBuilder:
         if data == "int":
             return int(tok)
         if data == "float":
-            return float(tok)
+            value = float(tok)
+            if math.isinf(value):  # a FLOAT token spells a finite number (inf is a word)
+                raise self.error_at(f"literal {tok} is out of range (larger than any f64)",
+                                    tok)
+            return value
         if data == "neg_inf":
             return float("-inf")
         if data == "string":
@@ -452,6 +458,10 @@ class _ModuleBuilder:
                 raise self.error_at(f"dense<{t}> needs {size} elements (or 1 for a splat)", tok)
             return np.zeros(t.shape, t.dtype.np)
         body_at = m.start(3)
+        if body.strip().startswith(ELIDED):
+            raise self.error_at(f"the data of this dense<{t}> was elided when the IR was "
+                                f"printed for display; print it in full with 'tfc ir --full' "
+                                f"or 'tfc ir -o FILE'", tok, body_at + body.index(ELIDED))
         elems = [e.strip() for e in body.split(",")]
         if len(elems) != size and len(elems) != 1:
             raise self.error_at(f"dense<{t}> has {len(elems)} elements, expected {size} "
@@ -481,7 +491,8 @@ class _ModuleBuilder:
             wide = np.array(elems, dtype=np.float64)
             with np.errstate(over="ignore"):
                 out = wide.astype(dtype.np)
-            if (np.isinf(out) & np.isfinite(wide)).any():
+            if np.isinf(out).any() and not all(_spells_inf(e) for e, x in zip(elems, out)
+                                               if np.isinf(x)):
                 raise OverflowError
             return out
         except (ValueError, OverflowError):
@@ -491,7 +502,8 @@ class _ModuleBuilder:
             e = part.strip()
             if not _element_ok(e, dtype):
                 at = offset + (len(part) - len(part.lstrip()))
-                raise self.error_at(f"bad {dtype.value} element {e!r}", tok, at)
+                why = f" (out of range for {dtype.value})" if _is_number(e) else ""
+                raise self.error_at(f"bad {dtype.value} element {e!r}{why}", tok, at)
             offset += len(part) + 1
         raise self.error_at(f"bad {dtype.value} elements", tok, body_at)
 
@@ -543,9 +555,23 @@ def _element_ok(e: str, dtype: DType) -> bool:
             return info.min <= v <= info.max
         v = float(e)
         with np.errstate(over="ignore"):
-            return not (np.isinf(dtype.np.type(v)) and np.isfinite(v))
+            return not np.isinf(dtype.np.type(v)) or _spells_inf(e)
     except ValueError:
         return False
+
+
+def _spells_inf(e: str) -> bool:
+    """Whether an element's text is an infinity (``inf``, ``-inf``), not a finite number
+    too large for its dtype (``1e999``, ``70000.0`` in f16: out of range)."""
+    return e.lstrip("+-").lower() in ("inf", "infinity")
+
+
+def _is_number(e: str) -> bool:
+    try:
+        float(e)
+    except ValueError:
+        return False
+    return True
 
 
 def _sub_token(tok: Token, offset: int, text: str) -> Token:

@@ -9,6 +9,7 @@ same bits, and dense tensors with the shortest text that round-trips in their dt
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -29,12 +30,23 @@ _WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DIGITS = re.compile(r"^[0-9]+$")
 
 
-def print_module(module: Module) -> str:
-    """The whole module: variable declarations first, then the graphs, in dict order."""
+# Display (``tfc ir`` on a terminal, messages) elides tensors of more elements than this.
+ELIDE_ELEMENTS = 64
+ELIDED = "__elided__"  # the body of an elided tensor: dense<f32[784,512]: __elided__ ...>
+
+
+def print_module(module: Module, *, elide_above: int | None = None) -> str:
+    """The whole module: variable declarations first, then the graphs, in dict order.
+
+    ``elide_above`` (for display, as MLIR's ``--mlir-elide-elementsattrs-if-larger``)
+    prints each tensor of more elements that are not all equal as
+    ``dense<f32[784,512]: __elided__ sha256=1f2e...>``, which the parser refuses with a
+    clear error; ``None`` (files, artifacts) prints every element, so the text parses
+    back to the same module."""
     parts: list[str] = []
     if module.variables:
         parts.append("".join(print_var(v) + "\n" for v in module.variables.values()))
-    parts.extend(print_graph(g) for g in module.graphs.values())
+    parts.extend(print_graph(g, elide_above=elide_above) for g in module.graphs.values())
     return "\n".join(parts)
 
 
@@ -52,21 +64,23 @@ def print_var(var: VariableDecl) -> str:
     return _with_loc(line, var.loc)
 
 
-def print_graph(graph: Graph, indent: str = "") -> str:
-    """``graph @NAME(%arg: TYPE, ...) -> (name: TYPE, ...) { ... }`` ending in a newline."""
+def print_graph(graph: Graph, indent: str = "", *, elide_above: int | None = None) -> str:
+    """``graph @NAME(%arg: TYPE, ...) -> (name: TYPE, ...) { ... }`` ending in a newline
+    (``elide_above``: as for ``print_module``)."""
     out: list[str] = []
-    _GraphPrinter(out).graph(graph, indent)
+    _GraphPrinter(out, elide_above).graph(graph, indent)
     return "".join(out)
 
 
 def print_op(op: Op, names: Mapping[Value, str] | None = None) -> str:
-    """One op on one line (regions included, on further lines), for messages and debugging.
+    """One op on one line (regions included, on further lines), for messages and debugging:
+    tensors of more than ``ELIDE_ELEMENTS`` elements are elided.
 
     ``names`` maps values to their printed names (``%x``); results it lacks print as
     ``%?`` and operands it lacks as ``%<undefined ...>``.
     """
     out: list[str] = []
-    p = _GraphPrinter(out)
+    p = _GraphPrinter(out, ELIDE_ELEMENTS)
     p.op(op, dict(names or {}), "")
     return "".join(out).rstrip("\n")
 
@@ -125,8 +139,9 @@ class _Namer:
 class _GraphPrinter:
     """Appends the text of graphs and ops to ``out`` (a list of strings joined once)."""
 
-    def __init__(self, out: list[str]) -> None:
+    def __init__(self, out: list[str], elide_above: int | None = None) -> None:
         self.out = out
+        self.elide_above = elide_above
 
     def graph(self, graph: Graph, indent: str) -> None:
         namer = _Namer()
@@ -152,7 +167,7 @@ class _GraphPrinter:
             head = symbol_ref(attrs.pop("var"))
         elif isinstance(attrs.get("value"), np.ndarray) and \
                 _kind_of(spec, "value") in ("tensor", None):
-            head = format_tensor(attrs.pop("value"))
+            head = format_tensor(attrs.pop("value"), self.elide_above)
         parts: list[str] = []
         if op.results:
             defs = [namer.define(r) if namer else names.get(r, "%?") for r in op.results]
@@ -165,7 +180,7 @@ class _GraphPrinter:
         shown = {k: v for k, v in attrs.items() if not _is_default(spec, k, v)}
         if shown:
             parts.append("{" + ", ".join(
-                f"{attr_name(k)}={format_attr(v, _kind_of(spec, k))}"
+                f"{attr_name(k)}={format_attr(v, _kind_of(spec, k), self.elide_above)}"
                 for k, v in sorted(shown.items())) + "}")
         if op.results:
             parts.append(": " + ", ".join(str(r.type) for r in op.results))
@@ -213,8 +228,9 @@ def _is_default(spec: Mapping[str, AttrSpec] | None, name: str, value: Any) -> b
 
 # ---- attribute values -------------------------------------------------------------------
 
-def format_attr(v: Any, kind: str | None = None) -> str:
-    """One attr value. ``kind`` ``shape`` prints symbols bare: ``[B, 784]``, ``[?, 3]``."""
+def format_attr(v: Any, kind: str | None = None, elide_above: int | None = None) -> str:
+    """One attr value. ``kind`` ``shape`` prints symbols bare: ``[B, 784]``, ``[?, 3]``;
+    ``elide_above``: as for ``format_tensor``."""
     if kind == "shape" and isinstance(v, (tuple, list)):
         return "[" + ", ".join(_format_dim(d) for d in v) + "]"
     if v is None:
@@ -230,9 +246,9 @@ def format_attr(v: Any, kind: str | None = None) -> str:
     if isinstance(v, DType):
         return v.value
     if isinstance(v, np.ndarray):
-        return format_tensor(v)
+        return format_tensor(v, elide_above)
     if isinstance(v, (tuple, list)):
-        return "[" + ", ".join(format_attr(x) for x in v) + "]"
+        return "[" + ", ".join(format_attr(x, elide_above=elide_above) for x in v) + "]"
     raise TfcError(f"cannot print attr value {v!r} of type {type(v).__name__}")
 
 
@@ -250,9 +266,12 @@ def format_float(x: float) -> str:
     return repr(x)
 
 
-def format_tensor(a: np.ndarray) -> str:
+def format_tensor(a: np.ndarray, elide_above: int | None = None) -> str:
     """``dense<f32[2,2]: 1.0, 2.0, 3.0, 4.0>``, or one element when all are equal (NaN-aware,
-    -0.0 distinct from 0.0); ``dense<f32[0]>`` when there are no elements."""
+    -0.0 distinct from 0.0); ``dense<f32[0]>`` when there are no elements. A tensor of
+    more than ``elide_above`` elements that is not a splat prints as ``dense<f32[784,512]:
+    __elided__ sha256=HASH>`` (the first 16 hex digits of the SHA-256 of its bytes, so
+    equal tensors show equal hashes): display only, it does not parse."""
     try:
         dtype = DType.from_numpy(a.dtype)
     except TfcError:
@@ -263,6 +282,9 @@ def format_tensor(a: np.ndarray) -> str:
     flat = a.reshape(-1)
     if is_splat(flat):
         flat = flat[:1]
+    elif elide_above is not None and flat.size > elide_above:
+        digest = hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()[:16]
+        return f"{head}: {ELIDED} sha256={digest}>"
     return f"{head}: {', '.join(format_elements(flat))}>"
 
 

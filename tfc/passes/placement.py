@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping, Sequence
 
-from tfc.devices import DeviceProfile, load_profile, matches, parse_device
+from tfc.devices import DeviceProfile, check_runnable, load_profile, matches, parse_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
 from tfc.ir.registry import lookup
@@ -283,6 +283,7 @@ def placement(module: Module) -> Module:
     """Place every entry graph's ops on ``module.devices`` (nothing to do for one device
     but checking scopes); reports land in ``module.placement_reports``."""
     devices = list(module.devices) or ["/cpu:0"]
+    check_runnable(devices)
     profile = load_profile()
     reports = {}
     for name, graph in module.entries.items():

@@ -6,9 +6,10 @@ Members:
   "entries": {name: {"feeds": [{"name", "dtype", "shape"}], "fetches": [...]}},
   "variables": {name: {"dtype", "shape", "file", "trainable", "device"}},
   "step": N, "ir": "module.tfir", "ir_bytecode": "module.tfcb", "backend": "reference"}``
-- ``module.tfir``: the printed module without its ``__init__`` graph: the variables'
-  values are stored below, and initial values printed as text would make the IR (and
-  its parsing at load time) as large as the weights. It is for people
+- ``module.tfir``: the printed module. Its ``__init__`` graph, when there is one, only
+  assigns the variables stored as initializers (below); the values of the others are
+  stored as ``.npy``: initial values printed as text would make the IR (and its parsing
+  at load time) as large as the weights. It is for people
   (``unzip -p model.tfc module.tfir``) and for artifacts without bytecode.
 - ``module.tfcb`` (named by the manifest's optional ``"ir_bytecode"``): the same module
   as IR bytecode (``tfc.ir.bytecode``), which loading decodes instead of parsing the
@@ -21,7 +22,12 @@ Members:
   without running LLVM; elsewhere the entries are compiled again on first use.
 - ``variables/0000.npy`` ...: one ``.npy`` per variable, by declaration order. Variable
   names may hold ``/`` (name scopes), so files are numbered and the manifest maps names
-  to files.
+  to files. A variable whose value is still its initializer's, when that is one op
+  computed from attrs alone (``zeros``, ``fill``, seeded ``random.normal`` ...:
+  ``tfc.runtime.initializers``), has ``"initializer": true`` and no file: ``__init__``
+  assigns it that op and the program computes it when first needed, so a ``param W:
+  f32[65536, 65536] = zeros`` costs one line, not 16 GiB. Such artifacts have format
+  version 2 (older tfc says to upgrade); all others are still written as version 1.
 
 The manifest's ``"sha256"`` maps every other member to its SHA-256, plus
 ``"manifest.json#native"`` for its own ``"native"`` section (``tfc.runtime.digests``).
@@ -48,12 +54,12 @@ import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Mapping
+from typing import IO, Any, Callable, Collection, Iterator, Mapping
 
 import numpy as np
 
 from tfc.errors import ArtifactError, TfcError
-from tfc.ir.core import INIT_GRAPH, Module
+from tfc.ir.core import INIT_GRAPH, Module, Op
 from tfc.ir.types import DType, TensorType, format_shape
 from tfc.runtime.atomic import atomic_write
 from tfc.runtime.digests import FIELD as DIGESTS
@@ -62,7 +68,7 @@ from tfc.runtime.digests import (CorruptMember, bytes_digest, check_member, json
 from tfc.runtime.program import EntrySignature, Program
 
 FORMAT = "tfc"
-VERSION = 1
+VERSION = 2  # 2: variables may be stored as initializer ops (written only then)
 MANIFEST = "manifest.json"
 IR_MEMBER = "module.tfir"
 BYTECODE_MEMBER = "module.tfcb"
@@ -85,15 +91,23 @@ def tfc_version() -> str:
 
 # ---- writing ------------------------------------------------------------------------
 
-def build_manifest(module: Module, step: int = 0, backend: str = "reference") -> dict[str, Any]:
-    """The manifest of an artifact of ``module`` (variable files by declaration order)."""
+def build_manifest(module: Module, step: int = 0, backend: str = "reference",
+                   initialized: Collection[str] = ()) -> dict[str, Any]:
+    """The manifest of an artifact of ``module`` (variable files by declaration order;
+    the variables ``initialized`` by their ``__init__`` op have ``"initializer": true``
+    and no file)."""
     entries = {name: EntrySignature.of(g).to_json() for name, g in module.entries.items()}
-    variables = {}
+    variables: dict[str, Any] = {}
     for i, (name, decl) in enumerate(module.variables.items()):
         variables[name] = {"dtype": decl.type.dtype.value, "shape": list(decl.type.shape),
                            "file": f"variables/{i:04d}.npy", "trainable": decl.trainable,
                            "device": decl.device}
-    return {"format": FORMAT, "version": VERSION, "created_by": f"tfc {tfc_version()}",
+        if name in initialized:
+            del variables[name]["file"]
+            variables[name]["initializer"] = True
+    # version 2 only where a version-1 reader would fail: variables without files
+    version = VERSION if initialized else 1
+    return {"format": FORMAT, "version": version, "created_by": f"tfc {tfc_version()}",
             "entries": entries, "variables": variables, "step": int(step), "ir": IR_MEMBER,
             "ir_bytecode": BYTECODE_MEMBER, "backend": backend, "devices": list(module.devices),
             "fp16_transfers": bool(module.fp16_transfers)}
@@ -103,17 +117,24 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
                   variables: Mapping[str, np.ndarray], step: int = 0,
                   backend: str = "reference",
                   native: Mapping[str, tuple[Any, ...]] | None = None,
-                  before_replace: Callable[[], None] | None = None) -> os.stat_result:
+                  before_replace: Callable[[], None] | None = None,
+                  initializers: Mapping[str, Op] | None = None) -> os.stat_result:
     """Write ``module``, the values of all its variables and (``native``: entry ->
     (object code, host key[, ``NativeMeta``])) compiled code to the artifact ``path``;
     with the tables, loading links the code without lowering the graph again. The
     manifest records every other member's SHA-256. ``before_replace`` is
     ``atomic_write``'s: a last check, under a lock, that ``path`` may be replaced.
-    Returns the written file's ``os.stat_result``."""
+    Returns the written file's ``os.stat_result``.
+
+    The variables of ``initializers`` (name -> an op that computes the value from its
+    attrs alone, ``tfc.runtime.initializers``) are stored as that op, in the stored
+    module's ``__init__`` graph, not as data: ``variables`` need not hold them."""
     from tfc.ir.bytecode import module_to_bytes
     from tfc.ir.printer import print_module
+    from tfc.runtime.initializers import recipes_graph
 
-    manifest = build_manifest(module, step, backend)
+    initializers = {n: op for n, op in (initializers or {}).items() if n in module.variables}
+    manifest = build_manifest(module, step, backend, initialized=initializers)
     objects: dict[str, bytes] = {}
     arrays: dict[str, np.ndarray] = {}
     if native:
@@ -129,15 +150,17 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
                 table, constants = meta.to_members(f"native/{i:04d}.const/")
                 manifest["native"]["tables"][entry] = table
                 arrays.update(constants)
-    missing = [n for n in module.variables if n not in variables]
+    missing = [n for n in module.variables if n not in variables and n not in initializers]
     if missing:
         raise TfcError(f"cannot save {path}: variable @{missing[0]} has no value")
-    stored = Module({k: g for k, g in module.graphs.items() if k != INIT_GRAPH},
-                    module.variables)
+    graphs = {k: g for k, g in module.graphs.items() if k != INIT_GRAPH}
+    if initializers:
+        graphs = {INIT_GRAPH: recipes_graph(initializers, module.variables), **graphs}
+    stored = Module(graphs, module.variables)
     ir_text = print_module(stored).encode("utf-8")
     ir_bytes = module_to_bytes(stored)
     values = {info["file"]: np.asarray(variables[name])
-              for name, info in manifest["variables"].items()}
+              for name, info in manifest["variables"].items() if name not in initializers}
     digests = {IR_MEMBER: bytes_digest(ir_text), BYTECODE_MEMBER: bytes_digest(ir_bytes)}
     digests.update({member: bytes_digest(code) for member, code in objects.items()})
     digests.update({member: npy_digest(arr) for member, arr in (*arrays.items(),
@@ -222,13 +245,15 @@ def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
     stored code; ``"strict"`` refuses an artifact whose code fails the check. The IR is
     verified and its signature checked against the manifest whatever ``native`` says.
     """
+    from tfc.runtime.initializers import recipes
     if native not in NATIVE_POLICIES:
         raise TfcError(f"native={native!r}: expected one of {', '.join(NATIVE_POLICIES)}")
     with _open_zip(path) as zf:
         st = os.fstat(zf.fp.fileno()) if zf.fp is not None else os.stat(path)
         manifest = _read_manifest(zf, path)
         module = _read_module(zf, path, manifest)
-        values = dict(read_variables(zf, path, manifest))
+        values = dict(read_variables(zf, path, manifest,
+                                     skip=_check_initializers(path, module, manifest)))
         # the caller's choice, else $TFC_BACKEND, else the backend the artifact was made for
         name = backend or os.environ.get("TFC_BACKEND") or manifest.get("backend") or "reference"
         if not isinstance(name, str):
@@ -237,7 +262,7 @@ def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
             executables = (_native_executables(zf, path, module, manifest, native)
                            if name == "llvm" else {})
             program = Program(module, values, backend=name, step=manifest["step"], copy=False,
-                              executables=executables)
+                              executables=executables, initializers=recipes(module))
         except ArtifactError:
             raise
         except TfcError as e:
@@ -373,7 +398,8 @@ def read_artifact(path: str | os.PathLike[str]
     with _open_zip(path) as zf:
         manifest = _read_manifest(zf, path)
         module = _read_module(zf, path, manifest)
-        values = dict(read_variables(zf, path, manifest))
+        values = dict(read_variables(zf, path, manifest,
+                                     skip=_check_initializers(path, module, manifest)))
     return module, values, manifest
 
 
@@ -556,12 +582,43 @@ def _manifest_type(path: Any, name: str, info: Any) -> TensorType:
                             f"'{name}': {info!r}") from None
 
 
-def read_variables(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]
-                    ) -> Iterator[tuple[str, np.ndarray]]:
-    """Each variable's value, checked against the member's digest (where the manifest
-    records digests) and the manifest's dtype and shape."""
+def _check_initializers(path: Any, module: Module, manifest: dict[str, Any]) -> set[str]:
+    """The variables the artifact stores as initializer ops (``"initializer": true``),
+    checked: each is assigned a recipe op (``tfc.runtime.initializers``) of its type by
+    the stored ``__init__`` graph, which does nothing else."""
+    from tfc.runtime.initializers import is_recipe, recipes
+    flagged = {name for name, info in manifest["variables"].items()
+               if isinstance(info, dict) and info.get("initializer") is True}
+    init = module.graphs.get(INIT_GRAPH)
+    if init is None:
+        if flagged:
+            raise ArtifactError(f"{path}: variable '{sorted(flagged)[0]}' is stored as an "
+                                f"initializer, but the module has no {INIT_GRAPH} graph")
+        return flagged
+    found = recipes(module)
+    for name in sorted(flagged):
+        if name not in found:
+            raise ArtifactError(f"{path}: variable '{name}' is stored as an initializer, but "
+                                f"the {INIT_GRAPH} graph assigns it no initializer op of "
+                                f"its type")
+    for op in init.ops:
+        if op.kind == "var.assign" and op.attrs["var"] not in flagged:
+            raise ArtifactError(f"{path}: the {INIT_GRAPH} graph assigns variable "
+                                f"'{op.attrs['var']}', which has a file")
+        if op.kind != "var.assign" and not is_recipe(op):
+            raise ArtifactError(f"{path}: the {INIT_GRAPH} graph does more than assign "
+                                f"initializer ops ({op.kind})")
+    return flagged
+
+
+def read_variables(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any],
+                   skip: Collection[str] = ()) -> Iterator[tuple[str, np.ndarray]]:
+    """Each variable's value (but those of ``skip``), checked against the member's digest
+    (where the manifest records digests) and the manifest's dtype and shape."""
     digests = read_digests(path, manifest)
     for name, info in manifest["variables"].items():
+        if name in skip:
+            continue
         t = _manifest_type(path, name, info)
         member = info.get("file")
         if not isinstance(member, str):

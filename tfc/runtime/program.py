@@ -20,10 +20,11 @@ import numpy as np
 
 from tfc.backends.base import Backend, Executable, get_backend
 from tfc.errors import ExecutionError, FeedError, TfcError
-from tfc.ir.core import INIT_GRAPH, Graph, Module, VariableDecl
+from tfc.ir.core import INIT_GRAPH, Graph, Module, Op, VariableDecl
 from tfc.ir.registry import writes_variable
 from tfc.ir.types import DType, TensorType, format_shape
 from tfc.runtime.feeds import check_feeds, expected_feeds
+from tfc.runtime.initializers import materialize, recipes, warn_if_large, without_recipes
 from tfc.runtime.runner import EntryRunner
 
 if TYPE_CHECKING:
@@ -101,12 +102,19 @@ class Program:
     loading never holds two copies of the weights). ``backend`` is a backend name
     (``"reference"``) or a backend object. Entries compile on first use and the
     executables are cached; ``step`` is the step counter to start from.
+
+    ``initializers`` (with ``variables``) maps variables that ``variables`` lacks to ops
+    that compute their values from attrs alone (``tfc.runtime.initializers``: an
+    artifact stores such variables so). Those values, and those of ``__init__`` recipe
+    ops when ``variables`` is ``None``, are computed when first needed (a run, a read
+    of ``variables``, a checkpoint), never by ``save``: an artifact saved before the
+    first run stores the ops, not the values.
     """
 
     def __init__(self, module: Module, variables: Mapping[str, Any] | None = None,
                  backend: str | Backend | None = None, *, step: int = 0,
-                 copy: bool = True, executables: Mapping[str, Executable] | None = None
-                 ) -> None:
+                 copy: bool = True, executables: Mapping[str, Executable] | None = None,
+                 initializers: Mapping[str, Op] | None = None) -> None:
         self.module = module
         self.backend: Backend = (get_backend(backend) if backend is None or isinstance(backend, str)
                                  else backend)
@@ -114,16 +122,26 @@ class Program:
         self._executables: dict[str, Executable] = dict(executables or {})
         self._runners: dict[str, EntryRunner] = {}
         self._step = int(step)
+        # Variables whose value is their initializer op's (``tfc.runtime.initializers``):
+        # computed when first needed (``_pending``), and saved as the op while no entry
+        # that may write them has been made ready to run (``_recipes``).
+        self._recipes: dict[str, Op] = {}
+        self._pending: dict[str, Op] = {}
         if variables is None:
             values, copy = self._initial_values(), False  # fresh arrays, ours alone
         else:
             values = dict(variables)
+            self._recipes = {n: op for n, op in (initializers or {}).items()
+                             if n not in values and n in module.variables}
+        self._pending = dict(self._recipes)
         unknown = [n for n in values if n not in module.variables]
         if unknown:
             raise TfcError(f"unknown variable @{unknown[0]} (the module declares: "
                            f"{', '.join('@' + n for n in module.variables) or 'none'})")
         self._variables: dict[str, np.ndarray] = {}
         for name, decl in module.variables.items():
+            if name in self._pending:
+                continue
             if name not in values:
                 raise TfcError(f"variable @{name} ({decl.type}) has no initial value", decl.loc)
             checked = check_variable_value(decl, values[name])
@@ -145,7 +163,14 @@ class Program:
     @property
     def variables(self) -> Mapping[str, np.ndarray]:
         """The current variable values (read-only arrays in a read-only mapping)."""
+        self._materialize()
         return self._view
+
+    @property
+    def initializers(self) -> Mapping[str, Op]:
+        """The variables whose value is still their initializer op's, with the op: an
+        artifact stores these ops instead of the values."""
+        return MappingProxyType(self._recipes)
 
     def set_variable(self, name: str, value: Any) -> None:
         """Replace one variable's value (a copy of ``value``, which must have its type)."""
@@ -156,6 +181,8 @@ class Program:
         if isinstance(checked, str):
             raise TfcError(checked)
         self._variables[name] = _frozen(checked, copy=True)
+        self._pending.pop(name, None)
+        self._recipes.pop(name, None)
 
     @property
     def entries(self) -> dict[str, EntrySignature]:
@@ -285,7 +312,7 @@ class Program:
         check = self.origin.check_unchanged if same_file and not force else None
         written = save_artifact(path, self.module, self._variables, step=self._step,
                                 backend=self.backend.name, native=native,
-                                before_replace=check)
+                                before_replace=check, initializers=self._recipes)
         if same_file or self.origin is None:  # later saves compare with this one
             self.origin = ArtifactOrigin.of(path, written, self._step)
 
@@ -298,6 +325,7 @@ class Program:
         ``max_to_keep`` are deleted) or a ``.tfckpt`` file name.
         """
         from tfc.runtime.checkpoint import save_checkpoint
+        self._materialize()
         return save_checkpoint(dir_or_path, self._variables, self._step,
                                max_to_keep=max_to_keep)
 
@@ -314,12 +342,15 @@ class Program:
         ckpt = read_checkpoint(path_or_dir)
         values = check_values(ckpt, self.module.variables)
         self._variables.update({n: _frozen(v, copy=False) for n, v in values.items()})
+        for name in values:
+            self._pending.pop(name, None)
+            self._recipes.pop(name, None)
         self._step = ckpt.step
         return ckpt.path
 
     def __repr__(self) -> str:
         return (f"<Program entries=[{', '.join(self.module.entries)}] "
-                f"variables={len(self._variables)} step={self._step} "
+                f"variables={len(self.module.variables)} step={self._step} "
                 f"backend={self.backend.name}>")
 
     # ---- internals -------------------------------------------------------------------
@@ -327,8 +358,25 @@ class Program:
     def _runner(self, entry: str) -> EntryRunner:
         runner = self._runners.get(entry)
         if runner is None:
+            self._materialize()
             runner = self._runners[entry] = EntryRunner(self, entry)
+            # from now on the entry may change what it writes: those values are data
+            for op in runner.graph.walk():
+                if writes_variable(op):
+                    self._recipes.pop(op.attrs["var"], None)
         return runner
+
+    def _materialize(self) -> None:
+        """Compute the values of the variables still pending from their initializers."""
+        while self._pending:
+            name, op = next(iter(self._pending.items()))
+            decl = self.module.variables[name]
+            checked = check_variable_value(decl, materialize(decl, op))
+            if isinstance(checked, str):
+                raise TfcError(f"the initializer of variable @{name} is wrong: {checked}",
+                               op.loc)
+            self._variables[name] = _frozen(checked, copy=False)
+            del self._pending[name]
 
     def _executable(self, entry: str) -> Executable:
         exe = self._executables.get(entry)
@@ -342,13 +390,27 @@ class Program:
         return exe
 
     def _initial_values(self) -> dict[str, np.ndarray]:
+        """The values ``__init__`` assigns, but for variables whose initializer is a
+        recipe op (``tfc.runtime.initializers``): those are left pending."""
         init = self.module.graphs.get(INIT_GRAPH)
         if init is None:
             return {}
         if init.args:
             raise TfcError(f"the {INIT_GRAPH} graph takes feeds ({init.arg_names}); "
                            f"it must take none")
-        exe = self.backend.compile(self.module, INIT_GRAPH)
+        self._recipes = recipes(self.module)
+        rest = without_recipes(init, set(self._recipes)) if self._recipes else init
+        if rest is None:
+            return {}
+        for op in rest.ops:
+            decl = self.module.variables.get(op.attrs.get("var", ""))
+            if writes_variable(op) and decl is not None:
+                warn_if_large(decl, f"the {INIT_GRAPH} graph")
+        module = self.module
+        if rest is not init:
+            module = Module({INIT_GRAPH: rest}, self.module.variables,
+                            devices=list(self.module.devices))
+        exe = self.backend.compile(module, INIT_GRAPH)
         return dict(exe([], MappingProxyType({}), 0).updates)
 
     def _own_fetch(self, f: np.ndarray) -> np.ndarray:

@@ -11,11 +11,10 @@ op or attr, a shape mismatch, an undefined name — is a ``TfcError`` located at
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from tfc.compiler.tfm.builder import INITIALIZERS, OPTIMIZERS, ModelBuilder
 from tfc.compiler.tfm.syntax import located, parse_tree
-from tfc.errors import ParseError, TfcError
+from tfc.errors import ParseError
 from tfc.ir.core import Module
 
 __all__ = ["INITIALIZERS", "OPTIMIZERS", "load_tfm", "parse_tfm"]
@@ -34,9 +33,5 @@ def parse_tfm(text: str, filename: str = "<string>") -> Module:
 
 def load_tfm(path: str | os.PathLike[str]) -> Module:
     """The IR module of the ``.tfm`` file at ``path``."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise TfcError(f"{p}: not a UTF-8 text file ({e.reason} at byte {e.start})") from None
-    return parse_tfm(text, str(p))
+    from tfc.compiler.frontend import read_source
+    return parse_tfm(read_source(path), str(path))

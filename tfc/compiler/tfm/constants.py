@@ -9,6 +9,7 @@ each error say what was expected (``'x' is not a constant; attrs take literal va
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -91,7 +92,11 @@ class ConstantEvaluation(SourceLocator):
         if kind == "int":
             return int(tok)
         if kind == "float":
-            return float(tok)
+            value = float(tok)
+            if math.isinf(value):  # the grammar's floats are finite: 1.5e999 overflows
+                raise self.error(f"literal {tok} is out of range (larger than any f64)", tok,
+                                 TypeMismatch)
+            return value
         try:
             s = json.loads(str(tok))
         except ValueError:

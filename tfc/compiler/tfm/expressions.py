@@ -14,8 +14,8 @@ from typing import Any, Sequence
 
 from lark import Token, Tree
 
-from tfc.api.graph import Graph, Operation, Tensor, source_location
-from tfc.api.tensor import apply, binary_op
+from tfc.api.graph import Graph, Operation, Tensor, Variable, source_location
+from tfc.api.tensor import apply, binary_op, constant
 from tfc.compiler.tfm.blocks import OPTIMIZERS
 from tfc.compiler.tfm.constants import LITERALS, is_number
 from tfc.compiler.tfm.functions import UserFunction
@@ -23,7 +23,7 @@ from tfc.compiler.tfm.locations import SourceLocator
 from tfc.compiler.tfm.params import INITIALIZERS
 from tfc.compiler.tfm.scope import Scope
 from tfc.compiler.tfm.syntax import Node
-from tfc.errors import TypeMismatch, UnknownOp
+from tfc.errors import TfcError, TypeMismatch, UnknownOp
 from tfc.ir.registry import RANDOM, REQUIRED, OpDef, all_ops, lookup, nearest_hint
 from tfc.ir.types import TensorType
 
@@ -175,10 +175,27 @@ class ExpressionEvaluation(SourceLocator):
            name: str | None = None) -> Any:
         """The result(s) of registry op ``kind``, built at ``tok``'s location."""
         with source_location(self.loc(tok)):
-            out = self.guarded(tok, lambda: apply(kind, *inputs, name=name, **attrs))
+            out = self.guarded(tok, _apply_with_literals, kind, inputs, name, attrs)
         if isinstance(out, Operation):
             raise self.error(f"'{kind}' has no result to use", tok, TypeMismatch)
         return out
+
+
+def _apply_with_literals(kind: str, inputs: Sequence[Any], name: str | None,
+                         attrs: dict[str, Any]) -> Any:
+    """``apply`` where literal arguments are first constants of their own dtype (integers
+    i32, floats f32: ``tf.constant``'s rule), as indices, shapes and paddings need
+    (``gather(x, [1, 2])``); an op that refuses them gets them in its tensor operands'
+    dtype instead (``maximum(x, 0)``, ``matmul(x, [[1, 2]])``), as TensorFlow converts a
+    literal input that shares its type with tensor inputs."""
+    literal = [not isinstance(x, (Tensor, Variable)) for x in inputs]
+    if any(literal) and not all(literal):
+        try:
+            own = [constant(x) if lit else x for x, lit in zip(inputs, literal)]
+            return apply(kind, *own, name=name, **attrs)
+        except TfcError:
+            pass  # the op wants the operands' dtype: the constants just made are unused
+    return apply(kind, *inputs, name=name, **attrs)
 
 
 def _fold(op: str, a: int | float, b: int | float) -> Any:
