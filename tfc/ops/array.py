@@ -899,12 +899,31 @@ class Gather(Movement):
         return Cost(0, inputs[1].nbytes(symbol_size) + 2 * out)
 
 
+def label_error(op: str, label: int, where: Sequence[int], classes: int) -> str:
+    """The message for a class label outside ``[0, classes)``: one text for every backend
+    (the native kernels report the same label and position)."""
+    return f"{op}: label {label} at index {list(where)} is out of range [0, {classes})"
+
+
+def check_labels(op: str, labels: np.ndarray, classes: int) -> None:
+    """Raise ``ExecutionError`` naming the first label (row-major) outside
+    ``[0, classes)``, as TensorFlow's CPU kernels do, instead of computing NaN."""
+    bad = (labels < 0) | (labels >= classes)
+    if np.any(bad):
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ExecutionError(label_error(op, int(labels[where]), where, classes))
+
+
 @register
 class OneHot(Movement):
     """``on_value`` where the new axis' position equals the index, ``off_value`` elsewhere.
 
     The new axis of size ``depth`` goes at ``axis`` (default -1: appended). Indices outside
-    ``[0, depth)`` give a row of ``off_value``, as in TensorFlow.
+    ``[0, depth)`` give a row of ``off_value``, as in TensorFlow — unless ``labels_of``
+    names the op whose class labels they are (``sparse_softmax_cross_entropy``, whose
+    gradient and fused form pick the label with a one-hot): then such an index is a
+    run-time error in that op's name (``check_labels``), on every backend, as the op
+    itself raises, so no path through it trains on a label that does not exist.
     """
 
     name = "one_hot"
@@ -916,6 +935,8 @@ class OneHot(Movement):
         "on_value": AttrSpec("float", 1.0, "the value at the index"),
         "off_value": AttrSpec("float", 0.0, "the value elsewhere"),
         "axis": AttrSpec("int", -1, "where the new axis goes; -1 appends it"),
+        "labels_of": AttrSpec("str", "", "the op whose class labels the indices are: an "
+                              "index outside [0, depth) is then an error in its name"),
     }
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -929,6 +950,8 @@ class OneHot(Movement):
     def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:
         x, dt = inputs[0], attrs["dtype"].np
+        if attrs["labels_of"]:
+            check_labels(attrs["labels_of"], x, attrs["depth"])
         hot = x[..., None] == np.arange(attrs["depth"])
         on = np.asarray(attrs["on_value"]).astype(dt)
         off = np.asarray(attrs["off_value"]).astype(dt)

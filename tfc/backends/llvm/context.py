@@ -135,6 +135,7 @@ class Kernel:
     fn: ir.Function = field(init=False)
     extent: tuple[str, int] | None = None
     work: tuple[str, int] | None = None  # elements the kernel computes (param or const)
+    can_fail: bool = False  # whether it may return an error code (``fail_if``)
     _outer_taken: bool = False
 
     def __post_init__(self) -> None:
@@ -222,6 +223,7 @@ class Kernel:
         """Record error ``code`` when ``cond`` (i1) holds; the kernel goes on (with a
         clamped index) and returns the code at its end."""
         b = self.b
+        self.can_fail = True
         cur = b.load(self.err, typ=I32)
         b.store(b.select(cond, ir.Constant(I32, code), cur), self.err)
 

@@ -120,10 +120,6 @@ def lower_reduce(gc: GraphCompiler, op: Op) -> None:
 def lower_decomposed(gc: GraphCompiler, op: Op) -> None:
     region = DECOMPOSE[op.kind](op)
     gc.comp.regions.append((region, list(op.inputs)))
-    if op.kind == "sparse_softmax_cross_entropy":
-        kernels_array.check_range(gc, op.inputs[1], op.inputs[0], -1,
-                                  f"{op.kind}: a label is out of range [0, "
-                                  f"{op.inputs[0].type.shape[-1]})")
     _region_kernel(gc, op.kind, region, list(op.inputs), list(op.results))
 
 

@@ -55,25 +55,6 @@ def _nest(kc: Kernel, dims, body, name="i") -> None:
     U.loop_nest(kc.b, [(ZERO, d) for d in dims], body, name=name)
 
 
-# ---- checks ------------------------------------------------------------------------------
-
-def check_range(gc, indices: Value, like: Value, axis: int, message: str) -> None:
-    """A kernel that fails when an element of ``indices`` is outside
-    ``[0, like.shape[axis])``."""
-    kc = gc.kernel("check_range", [indices, like])
-    kc.whole()
-    b = kc.b
-    n = kc.dim(like, axis % like.type.rank)
-    code = gc.comp.error(message)
-
-    def body(i: ir.Value, _c) -> None:
-        k = U.to_i64(b, U.load(b, kc.ptr(indices), indices.dtype, i))
-        kc.fail_if(b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, n)), code)
-
-    U.loop(b, ZERO, kc.size(indices), body)
-    kc.finish()
-
-
 # ---- scatter -------------------------------------------------------------------------------
 
 def scatter_rows(gc, base: Value, out: Value, indices: Value, updates: Value, sign: int,

@@ -9,7 +9,8 @@ inputs' elements at the indices the op reads:
   read index 0): a chain of them is one loop with no intermediate array;
 - movement ops map the index: ``transpose`` permutes it, ``slice`` scales and shifts it,
   ``pad`` clamps it and selects the fill, ``tile`` wraps it, ``expand_dims``/``squeeze``/
-  ``reshape`` drop, insert or re-linearize axes, ``one_hot`` compares it with an index,
+  ``reshape`` drop, insert or re-linearize axes, ``one_hot`` compares it with an index
+  (checked when the index is a class label, ``labels_of``),
   ``gather`` replaces it by a loaded index (checked: out-of-range is a run-time error);
 - generators (``fill``, ``range``, ``zeros_like`` ...) are functions of the index alone;
 - a reduction's value must already be known (``Emitter.known``): the row kernels compute
@@ -364,6 +365,14 @@ class Emitter:
         b = self.b
         axis = op.attrs["axis"] % (x.type.rank + 1)
         k = U.to_i64(b, self.value(x, tuple(idx[:axis]) + tuple(idx[axis + 1:])))
+        check = op.attrs.get("labels_of")
+        if check:  # class labels: out of range is the labelled op's error
+            depth = op.attrs["depth"]
+            code = self.kc.comp.error(
+                f"{check}: a label is out of range [0, {depth})"
+                + (f" (at {op.loc})" if op.loc else ""))
+            self.kc.fail_if(b.or_(b.icmp_signed("<", k, ZERO),
+                                  b.icmp_signed(">=", k, U.i64(depth))), code)
         hot = b.icmp_signed("==", idx[axis], k)
         return b.select(hot, U.const(v.dtype, op.attrs["on_value"]),
                         U.const(v.dtype, op.attrs["off_value"]))
