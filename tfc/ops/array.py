@@ -899,10 +899,10 @@ class Gather(Movement):
         return Cost(0, inputs[1].nbytes(symbol_size) + 2 * out)
 
 
-def label_error(op: str, label: int, where: Sequence[int], classes: int) -> str:
+def label_error(op: str, label: object, index: object, classes: int) -> str:
     """The message for a class label outside ``[0, classes)``: one text for every backend
-    (the native kernels report the same label and position)."""
-    return f"{op}: label {label} at index {list(where)} is out of range [0, {classes})"
+    (the llvm check kernel fills in the same label and index)."""
+    return f"{op}: label {label} at index {index} is out of range [0, {classes})"
 
 
 def check_labels(op: str, labels: np.ndarray, classes: int) -> None:
@@ -911,7 +911,7 @@ def check_labels(op: str, labels: np.ndarray, classes: int) -> None:
     bad = (labels < 0) | (labels >= classes)
     if np.any(bad):
         where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ExecutionError(label_error(op, int(labels[where]), where, classes))
+        raise ExecutionError(label_error(op, int(labels[where]), list(where), classes))
 
 
 @register

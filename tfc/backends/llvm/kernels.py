@@ -29,7 +29,7 @@ says so). The families:
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -38,12 +38,14 @@ from tfc.backends.llvm import (gemm_update, kernels_array, kernels_control,  # n
 from tfc.backends.llvm.context import Storage
 from tfc.backends.llvm.decompose import DECOMPOSE
 from tfc.backends.llvm.entry import NO_KERNEL, GraphCompiler
-from tfc.backends.llvm.kernels_expr import REDUCE_KINDS, Emitter, inline_kind, small_constant
+from tfc.backends.llvm.kernels_expr import (REDUCE_KINDS, Emitter, inline_kind, located,
+                                            small_constant)
 from tfc.backends.llvm.kernels_loop import pointwise, reduction, split_rows
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.ir.core import Graph, Op, Value
 from tfc.ir.registry import make_op, normalize_axes
 from tfc.ir.types import DType
+from tfc.ops.array import label_error
 
 Lowering = Callable[[GraphCompiler, Op], None]
 FLOATS = (DType.f32, DType.f64)
@@ -54,10 +56,31 @@ FLOATS = (DType.f32, DType.f64)
 # LAPACK/BLAS calls rounded once (``kernels_lapack``).
 
 
+def check_labels_first(gc: GraphCompiler, ops: Sequence[Op],
+                       outer: Mapping[Value, Value]) -> None:
+    """Class labels that ``ops`` pick with a checking ``one_hot`` (``labels_of``: the
+    cross-entropy's) and that come from outside (``outer``: a value's storage; a feed, as
+    a rule) are scanned by a check kernel before the kernel that uses them: an error then
+    names the first bad label and its index, as the reference does. (A fused loss and its
+    gradient pick the same labels twice: one scan.)"""
+    scanned: set[tuple] = set()
+    for op in ops:
+        check = op.attrs.get("labels_of") if op.kind == "one_hot" else None
+        labels = outer.get(op.inputs[0]) if check else None
+        if labels is not None and labels in gc.comp.storage:
+            depth = op.attrs["depth"]
+            if (labels, depth) not in scanned:
+                scanned.add((labels, depth))
+                kernels_array.check_labels(gc, labels, depth, located(
+                    op, label_error(check, "{value}", "{index}", depth)))
+            gc.comp.checked_labels.add(op)
+
+
 def _region_kernel(gc: GraphCompiler, name: str, region: Graph, outer_in: list[Value],
                    outer_out: list[Value]) -> None:
     """A kernel computing ``region`` (args bound to ``outer_in``'s storage) into the
     storage of ``outer_out``."""
+    check_labels_first(gc, list(region.walk()), dict(zip(region.args, outer_in)))
     st = gc.comp.storage
     for a, x in zip(region.args, outer_in):
         st[a] = st[x]
@@ -103,6 +126,7 @@ def lower_fusion(gc: GraphCompiler, op: Op) -> None:
 def lower_inline(gc: GraphCompiler, op: Op) -> None:
     """One op computed element by element (an element-wise op, a movement op ...)."""
     leaves = [x for x in op.inputs if small_constant(x) is None]
+    check_labels_first(gc, [op], {x: x for x in leaves})
     kc = gc.kernel(op.kind, [*leaves, *op.results])
     em = Emitter(kc, leaves)
     pointwise(kc, em, [(r, r) for r in op.results])

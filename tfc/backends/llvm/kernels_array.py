@@ -55,6 +55,27 @@ def _nest(kc: Kernel, dims, body, name="i") -> None:
     U.loop_nest(kc.b, [(ZERO, d) for d in dims], body, name=name)
 
 
+# ---- checks ------------------------------------------------------------------------------
+
+def check_labels(gc, labels: Value, classes: int, message: str) -> None:
+    """A kernel (run whole: a scan of the labels, before the kernel that uses them) that
+    fails with ``message`` when a label is outside ``[0, classes)``, leaving the first
+    such label (row-major) and its index in ``ERROR_DETAIL``, as the reference reports."""
+    kc = gc.kernel("check_labels", [labels])
+    kc.whole()
+    b = kc.b
+    dims = kc.dims(labels)
+    code = gc.comp.error(message)
+
+    def body(idx: list, _c) -> None:
+        k = U.to_i64(b, U.load(b, kc.ptr(labels), labels.dtype, U.linear(b, idx, dims)))
+        bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, U.i64(classes)))
+        kc.fail_with_detail(bad, code, k, idx)
+
+    U.loop_nest(b, [(ZERO, d) for d in dims], body, name="l")
+    kc.finish()
+
+
 # ---- scatter -------------------------------------------------------------------------------
 
 def scatter_rows(gc, base: Value, out: Value, indices: Value, updates: Value, sign: int,

@@ -61,6 +61,11 @@ EXTRA_RULES: dict[str, "Callable[[Emitter, Any, Value, Any], ir.Value]"] = {}
 FLAT_RULES: set[str] = set()
 
 
+def located(op: Any, message: str) -> str:
+    """An error message as the reference backend words it: ``file:line: message``."""
+    return f"{op.loc}: {message}" if op.loc else message
+
+
 def inline_kind(kind: str) -> bool:
     """Whether the emitter can compute ``kind`` element by element."""
     return kind in INDEX_KINDS or kind in EXTRA_RULES or is_elementwise(kind)
@@ -366,11 +371,12 @@ class Emitter:
         axis = op.attrs["axis"] % (x.type.rank + 1)
         k = U.to_i64(b, self.value(x, tuple(idx[:axis]) + tuple(idx[axis + 1:])))
         check = op.attrs.get("labels_of")
-        if check:  # class labels: out of range is the labelled op's error
+        if check and op not in self.kc.comp.checked_labels:
+            # class labels computed in this kernel (no check kernel could scan them first):
+            # out of range is the labelled op's error, without the label's value
             depth = op.attrs["depth"]
-            code = self.kc.comp.error(
-                f"{check}: a label is out of range [0, {depth})"
-                + (f" (at {op.loc})" if op.loc else ""))
+            code = self.kc.comp.error(located(op, f"{check}: a label is out of range "
+                                                  f"[0, {depth})"))
             self.kc.fail_if(b.or_(b.icmp_signed("<", k, ZERO),
                                   b.icmp_signed(">=", k, U.i64(depth))), code)
         hot = b.icmp_signed("==", idx[axis], k)
