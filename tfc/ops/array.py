@@ -865,9 +865,8 @@ class Gather(Movement):
         n = params.shape[axis]
         bad = (indices < 0) | (indices >= n)
         if bad.any():
-            raise ExecutionError(f"gather: index {indices[bad].flat[0]} is out of range "
-                                 f"[0, {n}) for axis {axis} of params with shape "
-                                 f"{list(params.shape)}")
+            raise ExecutionError(gather_error(indices[bad].flat[0], n, axis,
+                                              list(params.shape)))
         return [np.take(params, indices, axis=axis)]
 
     def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
@@ -897,6 +896,12 @@ class Gather(Movement):
              attrs: Mapping[str, Any], symbol_size: int = 1) -> Cost:
         out = outputs[0].nbytes(symbol_size)
         return Cost(0, inputs[1].nbytes(symbol_size) + 2 * out)
+
+
+def gather_error(index: object, n: object, axis: int, shape: object) -> str:
+    """The message for a gather index outside ``[0, n)``: one text for every backend."""
+    return (f"gather: index {index} is out of range [0, {n}) for axis {axis} of params "
+            f"with shape {shape}")
 
 
 def label_error(op: str, label: object, index: object, classes: int) -> str:

@@ -63,7 +63,7 @@ import numpy as np
 from tfc.backends.base import StepOwner, StepResult
 from tfc.backends.llvm import entry_cache, jit
 from tfc.backends.llvm.blas import register_symbols
-from tfc.backends.llvm.context import ERROR_DETAIL, MAX_DETAIL_RANK, Binding, format_error
+from tfc.backends.llvm.context import ERROR_DETAIL, MAX_DETAIL_INTS, Binding, format_error
 from tfc.backends.llvm.entry import (ENTRY, PROF_CLOCK, PROF_STAMPS, GraphCompiler,
                                      TrivialPlan, trivial_plan)
 from tfc.backends.llvm.kernels_scalar import Unsupported
@@ -170,7 +170,7 @@ class LLVMExecutable:
         self._entry_gil = _ENTRY_TYPE_GIL(addr)  # keeps it: for short steps (see _bound)
         self._stamps_addr = self._loaded.global_address(PROF_STAMPS)  # 0 unless profiling
         detail = self._loaded.global_address(ERROR_DETAIL)  # 0 when nothing is checked
-        self._error_detail = ((ctypes.c_int64 * (2 + MAX_DETAIL_RANK)).from_address(detail)
+        self._error_detail = ((ctypes.c_int64 * (2 + MAX_DETAIL_INTS)).from_address(detail)
                               if detail else None)
         report.seconds["load"] = time.perf_counter() - t0
         if meta is None:

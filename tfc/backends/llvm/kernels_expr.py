@@ -371,7 +371,7 @@ class Emitter:
         axis = op.attrs["axis"] % (x.type.rank + 1)
         k = U.to_i64(b, self.value(x, tuple(idx[:axis]) + tuple(idx[axis + 1:])))
         check = op.attrs.get("labels_of")
-        if check and op not in self.kc.comp.checked_labels:
+        if check and op not in self.kc.comp.checked_indices:
             # class labels computed in this kernel (no check kernel could scan them first):
             # out of range is the labelled op's error, without the label's value
             depth = op.attrs["depth"]
@@ -391,9 +391,10 @@ class Emitter:
         k = U.to_i64(b, self.value(indices, tuple(idx[axis:axis + q])))
         n = self.kc.dim(params, axis)
         bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, n))
-        code = self.kc.comp.error(
-            f"gather: an index is out of range [0, {params.type.shape[axis]}) for axis {axis} "
-            f"of params {params.type}" + (f" (at {op.loc})" if op.loc else ""))
-        self.kc.fail_if(bad, code)
-        k = b.select(bad, ZERO, k)
+        if op not in self.kc.comp.checked_indices:  # else a check kernel scanned them
+            code = self.kc.comp.error(located(
+                op, f"gather: an index is out of range [0, {params.type.shape[axis]}) for "
+                    f"axis {axis} of params {params.type}"))
+            self.kc.fail_if(bad, code)
+        k = b.select(bad, ZERO, k)  # never read out of bounds
         return self.value(params, tuple(idx[:axis]) + (k,) + tuple(idx[axis + q:]))
