@@ -150,6 +150,12 @@ def _find_libc() -> ctypes.CDLL:
 def _register(lib: ctypes.CDLL) -> None:
     for name in (SGEMM, DGEMM, *GETRF.values(), *GETRI.values()):
         llvm.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+    register_system_symbols()
+
+
+def register_system_symbols() -> None:
+    """The C library and math functions (no BLAS): all that code without matrix products
+    needs, on any CPU."""
     for names, found in ((_C_SYMBOLS, libc()), (_LIBM_SYMBOLS, _shared("libm.so.6", "m")),
                          (_LIBGCC_SYMBOLS, _shared("libgcc_s.so.1", "gcc_s"))):
         for name in names:
