@@ -159,6 +159,46 @@ def test_run_out_files(artifact, tmp_path, capsys):
     assert "expected a .npz or .npy" in err
 
 
+XENT_PY = """\
+import numpy as np
+import tfc
+import tfc.train
+
+x = tfc.placeholder(tfc.float32, [None, 4], name="x")
+y = tfc.placeholder(tfc.int32, [None], name="y")
+w = tfc.Variable(np.full((4, 10), 0.1, np.float32), name="w")
+b = tfc.Variable(np.zeros(10, np.float32), name="b")
+logits = tfc.matmul(x, w) + b
+loss = tfc.reduce_mean(tfc.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+train = tfc.train.AdamOptimizer(0.1).minimize(loss)
+tfc.entry("train_step", feeds={"x": x, "y": y}, fetches={"loss": loss}, targets=[train])
+"""
+
+
+@pytest.mark.parametrize("backend", ["reference", "llvm"])
+def test_run_save_with_a_bad_label_keeps_the_artifact(tmp_path, capsys, backend):
+    """A label out of range is the op's error on every backend (llvm fused it into NaN and
+    trained on): `error:`, exit 1, and --save writes nothing, so the weights stay."""
+    src, art = tmp_path / "xent.py", tmp_path / "xent.tfc"
+    src.write_text(XENT_PY)
+    run_ok(capsys, "compile", src, "-o", art, "-q")
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(4, 4)).astype(np.float32))
+    np.save(tmp_path / "good.npy", np.array([1, 2, 3, 4], np.int32))
+    np.save(tmp_path / "bad.npy", np.array([1, 2, 3, 99], np.int32))
+    base = ["run", art, "--entry", "train_step", "--backend", backend,
+            "--feed", f"x={tmp_path / 'x.npy'}", "--steps", 3, "--save"]
+    run_ok(capsys, *base, "--feed", f"y={tmp_path / 'good.npy'}")
+    trained = art.read_bytes()
+    assert load(art).step == 3 and not np.allclose(load(art).variables["w"], 0.1)
+    err = run_err(capsys, 1, *base, "--feed", f"y={tmp_path / 'bad.npy'}")
+    assert err.splitlines()[-1] == (  # after the progress line; the reference's words
+        f"error: {src}:10: sparse_softmax_cross_entropy: label 99 at index [3] is out of "
+        f"range [0, 10)"), err
+    assert sum(line.startswith("error:") for line in err.splitlines()) == 1
+    assert art.read_bytes() == trained
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
 def test_run_steps_and_save(artifact, capsys):
     before = artifact.read_bytes()
     run_ok(capsys, "run", artifact, "--entry", "train", "--feed", "scale=2", "--steps", "3")

@@ -161,3 +161,43 @@ def split_mlp_module(devices: Sequence[str | None], sizes: Sequence[int] = (6, 8
         tfc.entry("train", feeds={"x": x, "y": y}, fetches={"loss": loss}, targets=[train])
         tfc.entry("predict", feeds={"x": x}, fetches={"logits": h})
     return g.as_module()
+
+
+# ---- ulp errors against exact values --------------------------------------------------------
+
+EXACT_MATH: dict[str, Callable[..., np.ndarray]] = {
+    "exp": np.exp, "log": np.log, "log1p": np.log1p, "tanh": np.tanh, "sin": np.sin,
+    "cos": np.cos, "pow": np.power,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+}
+
+
+def exact_math(fn: str, *xs: np.ndarray) -> np.ndarray:
+    """``fn(*xs)`` in x87 extended precision (``np.longdouble``, a 64-bit significand):
+    glibc's scalar ``expl``/``logl``/``sinl`` ..., a few units of 2^-64 from the true value
+    and the same on every x86-64 host. numpy's float32/float64 loops are no oracle for ulp
+    tests: they dispatch to SIMD code (AVX2, AVX-512) whose results differ between hosts by
+    an ulp or more (and their float16 loops, which compute in float32, then round to
+    different halves)."""
+    if np.finfo(np.longdouble).nmant < 63:
+        raise RuntimeError("exact_math needs an 80-bit long double (x86-64)")
+    with np.errstate(all="ignore"):
+        return EXACT_MATH[fn](*(np.asarray(x).astype(np.longdouble) for x in xs))
+
+
+def ulp_errors(got: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """``|got - exact|`` in ulps of ``got``'s dtype (the spacing at ``exact`` rounded to
+    it), element by element, as float64: at most 0.5 where ``got`` is correctly rounded,
+    0.5 + a little where it is ``exact`` rounded twice (to float32, then to float16).
+    0 where both are NaN or the same infinity (an overflow); inf where they are of
+    different classes (NaN or inf against a finite value)."""
+    d = got.dtype
+    with np.errstate(all="ignore"):
+        # (numpy casts long double to half through float: round through double instead)
+        want = exact.astype(np.float64).astype(d)
+        same = (np.isinf(want) & (got == want)) | (np.isnan(got) & np.isnan(want))
+        err = np.abs(got.astype(np.longdouble) - exact) / \
+            np.spacing(np.abs(want)).astype(np.longdouble)
+    err = np.where(same, 0.0, err.astype(np.float64))
+    mismatch = (np.isnan(got) != np.isnan(want)) | (np.isinf(got) != np.isinf(want))
+    return np.where(mismatch | np.isnan(err), np.inf, err)

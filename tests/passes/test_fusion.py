@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import tfc
 from tfc.backends.reference.interpreter import ExecContext, run_graph
-from tfc.errors import TfcError, VerifyError
+from tfc.errors import ExecutionError, TfcError, VerifyError
 from tfc.ir.builder import Builder
 from tfc.ir.core import INIT_GRAPH, Graph, Module, Op
 from tfc.ir.parser import parse_module
@@ -180,15 +180,22 @@ def test_softmax_and_losses_expand_to_primitives_with_reference_numerics() -> No
         assert_same(a, w, "large logits")
 
 
-def test_sparse_cross_entropy_label_out_of_range_gives_nan_when_fused() -> None:
+def test_sparse_cross_entropy_label_out_of_range_is_the_ops_error_when_fused() -> None:
+    """The fused form picks the label with a checking one-hot (was: NaN, trained on)."""
     g = Graph("main")
     x = g.add_arg(TensorType(DType.f32, (2, 3)), "x")
     y = g.add_arg(TensorType(DType.i32, (2,)), "y")
     g.set_results([Builder(g)("sparse_softmax_cross_entropy", x, y)])
     fused = fuse(Module({"main": g}))
-    out = run_graph(fused.graphs["main"], [np.zeros((2, 3), np.float32),
-                                           np.array([1, 3], np.int32)], ExecContext({}))[0]
-    assert np.isclose(out[0], np.log(3)) and np.isnan(out[1])
+    assert [op.kind for op in fused.graphs["main"].ops] == ["fusion"]
+    run = fused.graphs["main"]
+    out = run_graph(run, [np.zeros((2, 3), np.float32), np.array([1, 2], np.int32)],
+                    ExecContext({}))[0]
+    np.testing.assert_allclose(out, np.log(3), rtol=1e-6)
+    with pytest.raises(ExecutionError, match=r"^sparse_softmax_cross_entropy: label 3 at "
+                                             r"index \[1\] is out of range \[0, 3\)$"):
+        run_graph(run, [np.zeros((2, 3), np.float32), np.array([1, 3], np.int32)],
+                  ExecContext({}))
 
 
 # ---- every example model -------------------------------------------------------------------

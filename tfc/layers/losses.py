@@ -14,6 +14,7 @@ from typing import Callable
 
 from tfc.api import nn, ops
 from tfc.api.graph import Tensor
+from tfc.api.tensor import apply
 from tfc.errors import TfcError, TypeMismatch
 from tfc.ir.types import DType
 
@@ -46,7 +47,9 @@ def sparse_categorical_crossentropy(y_true: Tensor, y_pred: Tensor,
     if depth is None:
         raise TypeMismatch(f"sparse_categorical_crossentropy: the number of classes of "
                            f"{y_pred.type} must be static")
-    onehot = ops.one_hot(labels, depth, dtype=y_pred.dtype)
+    # a label outside [0, depth) is an error, as with logits (not a silent zero loss)
+    onehot = apply("one_hot", labels, depth=depth, dtype=y_pred.dtype,
+                   labels_of="sparse_categorical_crossentropy")
     return -ops.reduce_sum(onehot * ops.log(_clip(y_pred)), axis=-1)
 
 

@@ -865,9 +865,8 @@ class Gather(Movement):
         n = params.shape[axis]
         bad = (indices < 0) | (indices >= n)
         if bad.any():
-            raise ExecutionError(f"gather: index {indices[bad].flat[0]} is out of range "
-                                 f"[0, {n}) for axis {axis} of params with shape "
-                                 f"{list(params.shape)}")
+            raise ExecutionError(gather_error(indices[bad].flat[0], n, axis,
+                                              list(params.shape)))
         return [np.take(params, indices, axis=axis)]
 
     def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
@@ -899,12 +898,37 @@ class Gather(Movement):
         return Cost(0, inputs[1].nbytes(symbol_size) + 2 * out)
 
 
+def gather_error(index: object, n: object, axis: int, shape: object) -> str:
+    """The message for a gather index outside ``[0, n)``: one text for every backend."""
+    return (f"gather: index {index} is out of range [0, {n}) for axis {axis} of params "
+            f"with shape {shape}")
+
+
+def label_error(op: str, label: object, index: object, classes: int) -> str:
+    """The message for a class label outside ``[0, classes)``: one text for every backend
+    (the llvm check kernel fills in the same label and index)."""
+    return f"{op}: label {label} at index {index} is out of range [0, {classes})"
+
+
+def check_labels(op: str, labels: np.ndarray, classes: int) -> None:
+    """Raise ``ExecutionError`` naming the first label (row-major) outside
+    ``[0, classes)``, as TensorFlow's CPU kernels do, instead of computing NaN."""
+    bad = (labels < 0) | (labels >= classes)
+    if np.any(bad):
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ExecutionError(label_error(op, int(labels[where]), list(where), classes))
+
+
 @register
 class OneHot(Movement):
     """``on_value`` where the new axis' position equals the index, ``off_value`` elsewhere.
 
     The new axis of size ``depth`` goes at ``axis`` (default -1: appended). Indices outside
-    ``[0, depth)`` give a row of ``off_value``, as in TensorFlow.
+    ``[0, depth)`` give a row of ``off_value``, as in TensorFlow — unless ``labels_of``
+    names the op whose class labels they are (``sparse_softmax_cross_entropy``, whose
+    gradient and fused form pick the label with a one-hot): then such an index is a
+    run-time error in that op's name (``check_labels``), on every backend, as the op
+    itself raises, so no path through it trains on a label that does not exist.
     """
 
     name = "one_hot"
@@ -916,6 +940,8 @@ class OneHot(Movement):
         "on_value": AttrSpec("float", 1.0, "the value at the index"),
         "off_value": AttrSpec("float", 0.0, "the value elsewhere"),
         "axis": AttrSpec("int", -1, "where the new axis goes; -1 appends it"),
+        "labels_of": AttrSpec("str", "", "the op whose class labels the indices are: an "
+                              "index outside [0, depth) is then an error in its name"),
     }
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -929,6 +955,8 @@ class OneHot(Movement):
     def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:
         x, dt = inputs[0], attrs["dtype"].np
+        if attrs["labels_of"]:
+            check_labels(attrs["labels_of"], x, attrs["depth"])
         hot = x[..., None] == np.arange(attrs["depth"])
         on = np.asarray(attrs["on_value"]).astype(dt)
         off = np.asarray(attrs["off_value"]).astype(dt)

@@ -28,6 +28,7 @@ from tfc.errors import ExecutionError, TypeMismatch
 from tfc.ir.registry import (ELEMENTWISE, FLOAT, INT, NUMERIC, PURE, AttrSpec, Cost, OpDef,
                              expect_dtype, normalize_axis, register, same_dtype)
 from tfc.ir.types import Dim, TensorType, dims_compatible, shapes_compatible
+from tfc.ops.array import check_labels
 from tfc.ops.linalg import compute_dtype, dim_size, merge_dims
 
 PURE_ONLY = frozenset({PURE})
@@ -208,25 +209,22 @@ class SparseSoftmaxCrossEntropy(XentCost):
         if logits.shape[:-1] != labels.shape:
             raise ExecutionError(f"{self.name}: labels of shape {list(labels.shape)} do not "
                                  f"match logits of shape {list(logits.shape)}")
-        classes = logits.shape[-1]
-        bad = (labels < 0) | (labels >= classes)
-        if np.any(bad):
-            where = tuple(int(i) for i in np.argwhere(bad)[0])
-            raise ExecutionError(f"{self.name}: label {int(labels[where])} at index "
-                                 f"{list(where)} is out of range [0, {classes})")
+        check_labels(self.name, labels, logits.shape[-1])
         logp = log_softmax_np(logits.astype(compute_dtype(logits.dtype), copy=False), -1)
         picked = np.take_along_axis(logp, labels[..., None].astype(np.intp), axis=-1)
         return [np.asarray(-picked[..., 0], dtype=logits.dtype)]
 
     def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
         """Logits: ``(softmax - one_hot(labels)) * dy``; integer labels get None. The
-        one-hot needs the class count, so it must be a static dim."""
+        one-hot needs the class count, so it must be a static dim. It checks the labels
+        as the op does (``labels_of``): a gradient fetched without the loss must not
+        train on a label that does not exist."""
         logits, labels = op.inputs
         classes = logits.type.shape[-1]
         if not isinstance(classes, int):
             raise TypeMismatch(f"{self.name}: the gradient needs a static number of classes, "
                                f"but logits are {logits.type}")
-        hot = b("one_hot", labels, depth=classes, dtype=logits.dtype)
+        hot = b("one_hot", labels, depth=classes, dtype=logits.dtype, labels_of=self.name)
         dy = b("expand_dims", grads[0], axis=-1)
         return [b("mul", b("sub", b("softmax", logits, axis=-1), hot), dy), None]
 

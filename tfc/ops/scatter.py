@@ -22,13 +22,18 @@ def check_rows(op: str, dense: TensorType, indices: TensorType, updates: TensorT
                            f"of {dense} (expected shape [{','.join(map(str, want))}])")
 
 
+def scatter_error(op: str, index: object, n: object) -> str:
+    """The message for a row index outside ``[0, n)``: one text for every backend."""
+    return f"{op}: index {index} is out of range [0, {n})"
+
+
 def scatter_rows(out: np.ndarray, indices: np.ndarray, updates: np.ndarray, op: str,
                  sign: int = 1) -> np.ndarray:
     """``out[indices[i]] += sign * updates[i]`` in place; repeated indices accumulate."""
     n = out.shape[0]
     bad = (indices < 0) | (indices >= n)
     if bad.any():
-        raise ExecutionError(f"{op}: index {indices[bad].flat[0]} is out of range [0, {n})")
+        raise ExecutionError(scatter_error(op, indices[bad].flat[0], n))
     rows = updates.reshape((indices.size, *out.shape[1:]))
     np.add.at(out, indices.reshape(-1), rows if sign > 0 else -rows)
     return out

@@ -16,8 +16,9 @@ and an ``add``), the reductions ``sum``/``mean``/``max``/``min``, and softmax,
 log_softmax and the cross-entropies, which are expanded in the region into max, sub,
 exp, sum, log... exactly as their numpy references compute (subtract the max first),
 so a fused graph gives the same numbers. (``sparse_softmax_cross_entropy`` picks its
-label with ``one_hot`` and ``where``; a label out of range gives NaN where the op
-raises. ``sigmoid_cross_entropy``'s ``log1p`` is ``log(w) * u / (w - 1)`` with
+label with ``one_hot`` and ``where``; the one-hot checks the labels in the op's name
+(``labels_of``), so a label out of range raises the op's error, fused or not.
+``sigmoid_cross_entropy``'s ``log1p`` is ``log(w) * u / (w - 1)`` with
 ``w = 1 + u``, accurate to a few ulps.)
 
 Rules for a group (its iteration shape S is the domain of its ops: an element-wise op's
@@ -602,12 +603,9 @@ def _sparse_xent_rule(e: _Emit, op: Op, ins: list[Value]) -> list[Value]:
     if not isinstance(classes, int):
         raise TfcError("sparse_softmax_cross_entropy: the expansion needs static classes")
     logp = _log_softmax(e, _widen(e, logits), axis)
-    hot = e("one_hot", labels, depth=classes, dtype=DType.bool)
+    hot = e("one_hot", labels, depth=classes, dtype=DType.bool, labels_of=op.kind)
     picked = e("sum", e("where", hot, logp, e.scalar(0, logp.dtype)), axes=(axis,))
-    valid = e("logical_and", e("greater_equal", labels, e.scalar(0, labels.dtype)),
-              e("less", labels, e.scalar(classes, labels.dtype)))
-    loss = e("where", valid, e("neg", picked), e.scalar(np.nan, logp.dtype))
-    return [_narrow(e, loss, logits.dtype)]
+    return [_narrow(e, e("neg", picked), logits.dtype)]
 
 
 def _sigmoid_xent_rule(e: _Emit, op: Op, ins: list[Value]) -> list[Value]:

@@ -2,8 +2,11 @@
 
 Kernels are JIT-compiled loops (load in compute type, ``emit_elementwise``, store) applied
 to numpy buffers through ctypes. Integer, bool and exactly rounded float ops must be
-bit-exact (NaN compared as NaN, zero signs included); transcendental ones within the ulp
-bounds of ``test_vmath``.
+bit-exact (NaN compared as NaN, zero signs included); transcendental ones within vmath's
+ulp bounds of the exact value (``tfc.testing.exact_math``), not of the reference: numpy's
+transcendental loops differ between AVX2 and AVX-512 hosts (its f16 exp, sin and cos
+round differently on 0.1-1% of the halves), so a bound against them holds on one kind of
+host only.
 """
 
 from __future__ import annotations
@@ -17,16 +20,19 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from tfc.backends.llvm import elementwise, irutil, jit
+from tfc.backends.llvm import elementwise, irutil, jit, vmath
 from tfc.errors import TypeMismatch
 from tfc.ir.registry import ELEMENTWISE, all_ops, lookup
 from tfc.ir.types import DType, TensorType
+from tfc.testing import exact_math, ulp_errors
 
 DTYPES = list(DType)
 FLOATS = [DType.f16, DType.f32, DType.f64]
-# ulp bounds (f16, f32, f64) against the reference; everything else is bit-exact.
-ULP = {"exp": (0, 2, 1), "log": (0, 3, 1), "tanh": (0, 2, 2), "sigmoid": (0, 3, 2),
-       "sin": (0, 1, 1), "cos": (0, 1, 1), "pow": (0, 1, 1)}
+# Within vmath.MAX_ULP of the exact value; everything else is bit-exact with the reference.
+EXACT = frozenset({"exp", "log", "tanh", "sigmoid", "sin", "cos", "pow"})
+# f16 sigmoid rounds each step to f16 as the reference does (exp, 1 + e, the division):
+# 1.7553 ulp at most over all 65536 halves, measured.
+F16_SIGMOID_ULP = 1.76
 N = 4000
 
 
@@ -127,16 +133,6 @@ def same(got: np.ndarray, want: np.ndarray) -> bool:
                 and np.array_equal(np.signbit(got[zero]), np.signbit(want[zero])))
 
 
-def ulp_error(got: np.ndarray, want: np.ndarray) -> float:
-    with np.errstate(all="ignore"):
-        eq = (got == want) | (np.isnan(got) & np.isnan(want))
-        err = np.abs(got.astype(np.float64) - want.astype(np.float64)) / \
-            np.spacing(np.abs(want)).astype(np.float64)
-    err = np.where(eq, 0.0, err)
-    mismatch = (np.isnan(got) != np.isnan(want)) | (np.isinf(got) != np.isinf(want))
-    return float(np.max(np.where(mismatch | np.isnan(err), np.inf, err)))
-
-
 def reference(kind: str, arrays: list[np.ndarray], attrs: dict) -> np.ndarray:
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
@@ -177,9 +173,12 @@ def test_against_reference(fns: dict, spec: tuple) -> None:
             ok = (np.abs(got.astype(np.float64) - want) <= tol) | (np.isnan(got) & np.isnan(want)) \
                 | (got == want)
         assert ok.all(), (arrays[0][~ok][:3], arrays[1][~ok][:3], got[~ok][:3], want[~ok][:3])
-    elif kind in ULP and out.is_float:
-        err = ulp_error(got, want)
-        assert err <= ULP[kind][FLOATS.index(out)], f"{name}: {err} ulp"
+    elif kind in EXACT and out.is_float:
+        bound = F16_SIGMOID_ULP if (kind, out) == ("sigmoid", DType.f16) else \
+            vmath.MAX_ULP[kind][FLOATS.index(out)]
+        err = ulp_errors(got, exact_math(kind, *arrays))
+        k = int(np.argmax(err))
+        assert err[k] <= bound, f"{name}{tuple(a[k] for a in arrays)}: {err[k]} ulp"
     else:
         bad = ~((got == want) | (np.isnan(got) & np.isnan(want)) if out.is_float else got == want)
         assert same(got, want), (name, [a[bad][:4] for a in arrays], got[bad][:4], want[bad][:4])

@@ -63,7 +63,7 @@ import numpy as np
 from tfc.backends.base import StepOwner, StepResult
 from tfc.backends.llvm import entry_cache, jit
 from tfc.backends.llvm.blas import register_symbols
-from tfc.backends.llvm.context import Binding
+from tfc.backends.llvm.context import ERROR_DETAIL, MAX_DETAIL_INTS, Binding, format_error
 from tfc.backends.llvm.entry import (ENTRY, PROF_CLOCK, PROF_STAMPS, GraphCompiler,
                                      TrivialPlan, trivial_plan)
 from tfc.backends.llvm.kernels_scalar import Unsupported
@@ -169,6 +169,9 @@ class LLVMExecutable:
         self._entry = _ENTRY_TYPE(addr)  # releases the GIL during the step
         self._entry_gil = _ENTRY_TYPE_GIL(addr)  # keeps it: for short steps (see _bound)
         self._stamps_addr = self._loaded.global_address(PROF_STAMPS)  # 0 unless profiling
+        detail = self._loaded.global_address(ERROR_DETAIL)  # 0 when nothing is checked
+        self._error_detail = ((ctypes.c_int64 * (2 + MAX_DETAIL_INTS)).from_address(detail)
+                              if detail else None)
         report.seconds["load"] = time.perf_counter() - t0
         if meta is None:
             assert gc is not None
@@ -283,10 +286,12 @@ class LLVMExecutable:
                 if self._step_slot is not None:  # random ops read the step number
                     bound.params_u64[self._step_slot] = step % (1 << 64)
                 rc = bound.call(bound.ptrs_addr, bound.params_addr)
+                if rc:  # read while no other call can overwrite it
+                    detail = None if self._error_detail is None else list(self._error_detail)
             finally:
                 busy.value = 0
         if rc:
-            raise ExecutionError(self._errors[rc - 1]
+            raise ExecutionError(format_error(self._errors[rc - 1], detail)
                                  if 0 < rc <= len(self._errors) else f"error {rc}")
         n = bound.n_outs
         return arrays[:n], arrays[n:]

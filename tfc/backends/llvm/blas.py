@@ -7,8 +7,9 @@ address to LLVM (``llvm.add_symbol``), so JIT-compiled code — and object code 
 back from a cache or an artifact — calls the BLAS directly, with no Python in between.
 
 The same registration gives the JIT the C library functions the kernels call
-(``pthread_create``/``pthread_join`` for the thread pool, ``memcpy``/``memset``), so
-symbol resolution never depends on what the process happens to export.
+(``pthread_create``/``pthread_join`` for the thread pool, ``memcpy``/``memset``) and the
+math functions LLVM calls on CPUs without FMA, SSE4.1 or F16C, so symbol resolution never
+depends on what the process happens to export.
 
 Both libraries are found without the slow generic routes, since every fresh ``tfc run``
 pays for them: the OpenBLAS file is looked up in the package's directory
@@ -40,6 +41,13 @@ COL_MAJOR = 102
 GETRF = {"f32": "scipy_LAPACKE_sgetrf_work", "f64": "scipy_LAPACKE_dgetrf_work"}
 GETRI = {"f32": "scipy_LAPACKE_sgetri_work", "f64": "scipy_LAPACKE_dgetri_work"}
 _C_SYMBOLS = ("pthread_create", "pthread_join", "memcpy", "memset", "memmove")
+# What LLVM calls where the CPU has no instruction for an intrinsic: ``llvm.fma`` without
+# FMA, ``llvm.floor``/``llvm.rint`` without SSE4.1 (libm), half conversions without F16C
+# (libgcc). CPUs with AVX2 never need them; elsewhere, unresolved, such code would call
+# address 0. The library functions give the instructions' exact results (fma rounds once).
+_LIBM_SYMBOLS = ("fma", "fmaf", "floor", "floorf", "ceil", "ceilf", "trunc", "truncf",
+                 "rint", "rintf", "nearbyint", "nearbyintf", "roundeven", "roundevenf")
+_LIBGCC_SYMBOLS = ("__extendhfsf2", "__truncsfhf2", "__truncdfhf2")
 
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
@@ -142,13 +150,34 @@ def _find_libc() -> ctypes.CDLL:
 def _register(lib: ctypes.CDLL) -> None:
     for name in (SGEMM, DGEMM, *GETRF.values(), *GETRI.values()):
         llvm.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
-    c = libc()
-    for name in _C_SYMBOLS:
-        try:
-            fn = getattr(c, name)
-        except AttributeError:
-            continue  # resolved from the process instead
-        llvm.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)
+    register_system_symbols()
+
+
+def register_system_symbols() -> None:
+    """The C library and math functions (no BLAS): all that code without matrix products
+    needs, on any CPU."""
+    for names, found in ((_C_SYMBOLS, libc()), (_LIBM_SYMBOLS, _shared("libm.so.6", "m")),
+                         (_LIBGCC_SYMBOLS, _shared("libgcc_s.so.1", "gcc_s"))):
+        for name in names:
+            try:
+                fn = getattr(found, name)
+            except AttributeError:
+                continue  # resolved from the process instead (or, unused, not at all)
+            llvm.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)
+
+
+def _shared(soname: str, short: str) -> ctypes.CDLL | None:
+    """A system library by its Linux soname, else wherever ``find_library`` finds it."""
+    try:
+        return ctypes.CDLL(soname)
+    except OSError:
+        pass
+    from ctypes.util import find_library
+    path = find_library(short)
+    try:
+        return ctypes.CDLL(path) if path else None
+    except OSError:
+        return None
 
 
 def register_symbols() -> None:

@@ -16,7 +16,11 @@ view, an in-place result) share the pointer, so ``noalias`` is always true and L
 vectorizes without run-time overlap checks.
 
 **Errors.** Kernels return an ``i32``: 0, or a code the executable turns back into a
-message (an index out of range, integer division by zero).
+message (an index out of range, integer division by zero). A check kernel may also leave
+the offending value and a few integers (its index, run-time dims) in the module's
+``ERROR_DETAIL`` array, which fill the message's ``{value}``, ``{ints}`` and ``{intK}``
+(``format_error``), so the text is the reference backend's:
+``label 99 at index [3] is out of range [0, 10)``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,24 @@ import llvmlite.ir as ir
 from tfc.backends.llvm.irutil import I32, I64, PTR, i64
 from tfc.ir.core import Value
 from tfc.ir.types import DType
+
+
+ERROR_DETAIL = "tfc_error_detail"  # i64 [value, count, ints...] of the latest failed check
+MAX_DETAIL_INTS = 8
+
+
+def format_error(message: str, detail: Sequence[int] | None) -> str:
+    """``message`` with ``{value}``, ``{ints}`` (as a list) and ``{int0}``... filled from
+    an ``ERROR_DETAIL`` record. Check kernels always leave one (with at most
+    ``MAX_DETAIL_INTS`` ints: their messages use no more)."""
+    if "{value}" not in message:
+        return message
+    assert detail is not None and 0 <= detail[1] <= MAX_DETAIL_INTS, detail
+    ints = [int(i) for i in detail[2:2 + detail[1]]]
+    out = message.replace("{value}", str(int(detail[0]))).replace("{ints}", str(ints))
+    for k, v in enumerate(ints):
+        out = out.replace(f"{{int{k}}}", str(v))
+    return out
 
 
 @dataclass(frozen=True)
@@ -84,6 +106,8 @@ class Compiler:
         # binding: (graph, the outer values bound to its args)
         self.regions: list[tuple[Any, list[Value]]] = []
         self.scratch: list[ParamFn] = []  # bytes of scratch each kernel needs
+        # gathers and one_hots (labels_of) whose indices a check kernel scans before theirs
+        self.checked_indices: set[Any] = set()
         self._names: dict[str, int] = {}
 
     def param(self, key: Hashable, fn: ParamFn) -> int:
@@ -102,6 +126,15 @@ class Compiler:
         """An error code (>= 1) for ``message``."""
         self.errors.append(message)
         return len(self.errors)
+
+    def error_detail(self) -> ir.GlobalVariable:
+        """The module's ``ERROR_DETAIL`` array (created on first use)."""
+        g = self.module.globals.get(ERROR_DETAIL)
+        if g is None:
+            ty = ir.ArrayType(I64, 2 + MAX_DETAIL_INTS)
+            g = ir.GlobalVariable(self.module, ty, ERROR_DETAIL)
+            g.initializer = ir.Constant(ty, [0] * (2 + MAX_DETAIL_INTS))
+        return g
 
     def unique(self, base: str) -> str:
         n = self._names.get(base, 0)
@@ -135,6 +168,7 @@ class Kernel:
     fn: ir.Function = field(init=False)
     extent: tuple[str, int] | None = None
     work: tuple[str, int] | None = None  # elements the kernel computes (param or const)
+    can_fail: bool = False  # whether it may return an error code (``fail_if``)
     _outer_taken: bool = False
 
     def __post_init__(self) -> None:
@@ -222,8 +256,26 @@ class Kernel:
         """Record error ``code`` when ``cond`` (i1) holds; the kernel goes on (with a
         clamped index) and returns the code at its end."""
         b = self.b
+        self.can_fail = True
         cur = b.load(self.err, typ=I32)
         b.store(b.select(cond, ir.Constant(I32, code), cur), self.err)
+
+    def fail_with_detail(self, cond: ir.Value, code: int, value: ir.Value,
+                         ints: Sequence[ir.Value]) -> None:
+        """Like ``fail_if``, and the first time ``cond`` holds, store ``value`` and
+        ``ints`` (i64s: an index, dims) in ``ERROR_DETAIL`` for the message. Only for
+        kernels that run whole (one thread)."""
+        assert self.extent is None, "a split kernel would race on ERROR_DETAIL"
+        assert len(ints) <= MAX_DETAIL_INTS, len(ints)
+        b = self.b
+        self.can_fail = True
+        first = b.and_(cond, b.icmp_signed("==", b.load(self.err, typ=I32),
+                                           ir.Constant(I32, 0)))
+        with b.if_then(first):
+            b.store(ir.Constant(I32, code), self.err)
+            g = self.comp.error_detail()
+            for k, w in enumerate([value, i64(len(ints)), *ints]):
+                b.store(w, b.gep(g, [i64(0), i64(k)], inbounds=True))
 
     def finish(self) -> None:
         self.b.ret(self.b.load(self.err, typ=I32))

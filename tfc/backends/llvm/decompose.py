@@ -67,7 +67,7 @@ def softmax_cross_entropy(op: Op) -> Graph:
 
 
 def sparse_softmax_cross_entropy(op: Op) -> Graph:
-    """``lse - x[label]``; the labels' range is checked by a separate kernel."""
+    """``lse - x[label]``; the one-hot checks the labels' range in the op's name."""
     b = _B(op)
     x, labels = b.args
     axis = x.type.rank - 1
@@ -76,7 +76,7 @@ def sparse_softmax_cross_entropy(op: Op) -> Graph:
         from tfc.backends.llvm.kernels_scalar import Unsupported
         raise Unsupported("a symbolic number of classes")
     shifted, lse = _logsumexp(b, x, axis)
-    hot = b("one_hot", labels, depth=classes, dtype=x.dtype)
+    hot = b("one_hot", labels, depth=classes, dtype=x.dtype, labels_of=op.kind)
     picked = b("sum", b("mul", shifted, hot), axes=(axis,), keepdims=True)
     return b.done(b("squeeze", b("sub", lse, picked), axes=(axis,)))
 

@@ -180,9 +180,12 @@ class GraphCompiler:
         """Updates that may be computed in their variable's own array: update index ->
         read-variable index. Those are the updates made by copying the variable into the
         update buffer and accumulating there (``gemm_update``) where no later step reads
-        the variable: given the same array for both slots, the copy is skipped (the entry
-        compares the pointers) and the step changes the array in place. Whether it may
-        (nothing but the program holds the array) is decided per call by the runtime."""
+        the variable and no later step can fail: given the same array for both slots, the
+        copy is skipped (the entry compares the pointers) and the step changes the array
+        in place. A step that fails (a label out of range ...) must leave every variable
+        as it was, so an update made before a step that may fail goes to its own buffer,
+        which the runtime applies only when the step succeeds. Whether it may (nothing but
+        the program holds the array) is decided per call by the runtime."""
         out: dict[int, int] = {}
         for k, step in enumerate(self.steps):
             if not (isinstance(step, Copy) and step.src.kind == "var"
@@ -191,6 +194,8 @@ class GraphCompiler:
             later = self.steps[k + 1:]
             if any(step.src in (s.src, s.dst) if isinstance(s, Copy) else step.src in s.storages
                    for s in later):
+                continue
+            if any(isinstance(s, Kernel) and s.can_fail for s in later):
                 continue
             name = step.src.index
             if name in self.var_names:

@@ -29,21 +29,24 @@ says so). The families:
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from tfc.backends.llvm import (gemm_update, kernels_array, kernels_control,  # noqa: F401
                                kernels_lapack, kernels_linalg, kernels_random)
-from tfc.backends.llvm.context import Storage
+from tfc.backends.llvm.context import MAX_DETAIL_INTS, Storage
+from tfc.backends.llvm.irutil import i64
 from tfc.backends.llvm.decompose import DECOMPOSE
 from tfc.backends.llvm.entry import NO_KERNEL, GraphCompiler
-from tfc.backends.llvm.kernels_expr import REDUCE_KINDS, Emitter, inline_kind, small_constant
+from tfc.backends.llvm.kernels_expr import (REDUCE_KINDS, Emitter, inline_kind, located,
+                                            small_constant)
 from tfc.backends.llvm.kernels_loop import pointwise, reduction, split_rows
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.ir.core import Graph, Op, Value
-from tfc.ir.registry import make_op, normalize_axes
+from tfc.ir.registry import make_op, normalize_axes, normalize_axis
 from tfc.ir.types import DType
+from tfc.ops.array import gather_error, label_error
 
 Lowering = Callable[[GraphCompiler, Op], None]
 FLOATS = (DType.f32, DType.f64)
@@ -54,10 +57,51 @@ FLOATS = (DType.f32, DType.f64)
 # LAPACK/BLAS calls rounded once (``kernels_lapack``).
 
 
+def check_indices_first(gc: GraphCompiler, ops: Sequence[Op],
+                        outer: Mapping[Value, Value]) -> None:
+    """Indices that ``ops`` use (a ``gather``'s, the class labels of a checking
+    ``one_hot``: the cross-entropy's) and that come from outside (``outer``: a value with
+    storage; a feed, as a rule) are scanned by a check kernel before the kernel that uses
+    them, which then does not check them: an error names the first bad index, as the
+    reference does. (A fused loss and its gradient pick the same labels twice: one scan.)"""
+    scanned: set[tuple] = set()
+    for op in ops:
+        if op.kind == "one_hot" and op.attrs.get("labels_of"):
+            index_of = 0
+        elif op.kind == "gather":
+            index_of = 1
+        else:
+            continue
+        indices = outer.get(op.inputs[index_of])
+        if indices is None or indices not in gc.comp.storage:
+            continue  # computed in the kernel: it checks them itself
+        if op.kind == "one_hot":
+            depth, check = op.attrs["depth"], op.attrs["labels_of"]
+            if indices.type.rank > MAX_DETAIL_INTS:
+                continue
+            key = (indices, depth)
+            message = label_error(check, "{value}", "{ints}", depth)
+            bound, ints = (lambda kc, d=depth: i64(d)), (lambda kc, idx: idx)
+        else:
+            params = op.inputs[0]
+            axis = normalize_axis(op.kind, op.attrs["axis"], params.type.rank)
+            if params.type.rank > MAX_DETAIL_INTS:
+                continue
+            key = None  # params may differ
+            message = gather_error("{value}", f"{{int{axis}}}", axis, "{ints}")
+            bound = (lambda kc, p=params, a=axis: kc.dim(p, a))
+            ints = (lambda kc, idx, p=params: kc.dims(p))
+        if key is None or key not in scanned:
+            scanned.add(key)
+            kernels_array.check_indices(gc, indices, bound, located(op, message), ints)
+        gc.comp.checked_indices.add(op)
+
+
 def _region_kernel(gc: GraphCompiler, name: str, region: Graph, outer_in: list[Value],
                    outer_out: list[Value]) -> None:
     """A kernel computing ``region`` (args bound to ``outer_in``'s storage) into the
     storage of ``outer_out``."""
+    check_indices_first(gc, list(region.walk()), dict(zip(region.args, outer_in)))
     st = gc.comp.storage
     for a, x in zip(region.args, outer_in):
         st[a] = st[x]
@@ -103,6 +147,7 @@ def lower_fusion(gc: GraphCompiler, op: Op) -> None:
 def lower_inline(gc: GraphCompiler, op: Op) -> None:
     """One op computed element by element (an element-wise op, a movement op ...)."""
     leaves = [x for x in op.inputs if small_constant(x) is None]
+    check_indices_first(gc, [op], {x: x for x in leaves})
     kc = gc.kernel(op.kind, [*leaves, *op.results])
     em = Emitter(kc, leaves)
     pointwise(kc, em, [(r, r) for r in op.results])
@@ -120,10 +165,6 @@ def lower_reduce(gc: GraphCompiler, op: Op) -> None:
 def lower_decomposed(gc: GraphCompiler, op: Op) -> None:
     region = DECOMPOSE[op.kind](op)
     gc.comp.regions.append((region, list(op.inputs)))
-    if op.kind == "sparse_softmax_cross_entropy":
-        kernels_array.check_range(gc, op.inputs[1], op.inputs[0], -1,
-                                  f"{op.kind}: a label is out of range [0, "
-                                  f"{op.inputs[0].type.shape[-1]})")
     _region_kernel(gc, op.kind, region, list(op.inputs), list(op.results))
 
 
@@ -181,8 +222,7 @@ def lower_var_scatter(gc: GraphCompiler, op: Op) -> None:
     old, new = _var_values(gc, op)
     indices, updates = op.inputs
     kernels_array.scatter_rows(gc, old, new, indices, updates,
-                               sign=1 if op.kind == "var.scatter_add" else -1,
-                               what=f"{op.kind} @{op.attrs['var']}")
+                               sign=1 if op.kind == "var.scatter_add" else -1, op=op)
 
 
 # ---- the table ----------------------------------------------------------------------------

@@ -26,25 +26,22 @@ on the concrete shapes, once per binding, as params.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import llvmlite.ir as ir
 
 from tfc.backends.llvm import irutil as U
 from tfc.backends.llvm.context import Binding, Kernel, Storage, dim_key
-from tfc.backends.llvm.kernels_expr import EXTRA_RULES, Emitter
+from tfc.backends.llvm.kernels_expr import EXTRA_RULES, Emitter, located
 from tfc.backends.llvm.kernels_loop import combine
 from tfc.backends.llvm.kernels_scalar import float_limits
 from tfc.ir.core import Op, Value
 from tfc.ir.registry import normalize_axis
 from tfc.ir.types import DType
 from tfc.ops.nn import spatial_attr, window_padding
+from tfc.ops.scatter import scatter_error
 
 ZERO = U.i64(0)
-
-
-def _loc(op: Op) -> str:
-    return f" (at {op.loc})" if op.loc else ""
 
 
 def _offset(b: ir.IRBuilder, idx, dims) -> ir.Value:
@@ -57,27 +54,32 @@ def _nest(kc: Kernel, dims, body, name="i") -> None:
 
 # ---- checks ------------------------------------------------------------------------------
 
-def check_range(gc, indices: Value, like: Value, axis: int, message: str) -> None:
-    """A kernel that fails when an element of ``indices`` is outside
-    ``[0, like.shape[axis])``."""
-    kc = gc.kernel("check_range", [indices, like])
+def check_indices(gc, indices: Value, bound: Callable[[Kernel], ir.Value], message: str,
+                  ints: Callable[[Kernel, list[ir.Value]], Sequence[ir.Value]]) -> None:
+    """A kernel (run whole: a scan of the indices, before the kernel that uses them) that
+    fails with ``message`` when an index is outside ``[0, bound)``, leaving the first such
+    (row-major) and ``ints(kernel, its index)`` in ``ERROR_DETAIL``, as the reference
+    reports them."""
+    kc = gc.kernel("check_indices", [indices])
     kc.whole()
     b = kc.b
-    n = kc.dim(like, axis % like.type.rank)
+    dims = kc.dims(indices)
+    n = bound(kc)
     code = gc.comp.error(message)
 
-    def body(i: ir.Value, _c) -> None:
-        k = U.to_i64(b, U.load(b, kc.ptr(indices), indices.dtype, i))
-        kc.fail_if(b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, n)), code)
+    def body(idx: list, _c) -> None:
+        k = U.to_i64(b, U.load(b, kc.ptr(indices), indices.dtype, U.linear(b, idx, dims)))
+        bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, n))
+        kc.fail_with_detail(bad, code, k, ints(kc, idx))
 
-    U.loop(b, ZERO, kc.size(indices), body)
+    U.loop_nest(b, [(ZERO, d) for d in dims], body, name="l")
     kc.finish()
 
 
 # ---- scatter -------------------------------------------------------------------------------
 
 def scatter_rows(gc, base: Value, out: Value, indices: Value, updates: Value, sign: int,
-                 what: str) -> None:
+                 op: Op) -> None:
     """``out = base``, then ``out[indices[i]] += sign * updates[i]`` row by row."""
     kc = gc.kernel("scatter", [base, out, indices, updates])
     kc.whole()
@@ -90,12 +92,12 @@ def scatter_rows(gc, base: Value, out: Value, indices: Value, updates: Value, si
         def copy(i: ir.Value, _c) -> None:
             U.store(b, kc.ptr(out), dt, i, U.load(b, kc.ptr(base), dt, i))
         U.loop(b, ZERO, total, copy, name="c")
-    code = gc.comp.error(f"{what}: an index is out of range [0, {out.type.shape[0]})")
+    code = gc.comp.error(located(op, scatter_error(op.kind, "{value}", "{int0}")))
 
     def per_index(i: ir.Value, _c) -> None:
         k = U.to_i64(b, U.load(b, kc.ptr(indices), indices.dtype, i))
         bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, dims[0]))
-        kc.fail_if(bad, code)
+        kc.fail_with_detail(bad, code, k, [dims[0]])  # the updates go to a new buffer
         k = b.select(bad, ZERO, k)
         dst0, src0 = b.mul(k, row), b.mul(i, row)
         scale = U.const(dt, -1 if sign < 0 else 1)
@@ -117,7 +119,7 @@ def scatter_rows(gc, base: Value, out: Value, indices: Value, updates: Value, si
 
 def lower_scatter_add(gc, op: Op) -> None:
     dense, indices, updates = op.inputs
-    scatter_rows(gc, dense, op.result, indices, updates, 1, "scatter_add" + _loc(op))
+    scatter_rows(gc, dense, op.result, indices, updates, 1, op)
 
 
 # ---- arg-reductions ---------------------------------------------------------------------------

@@ -235,6 +235,7 @@ class _Control:
             b.cbranch(b.icmp_signed("!=", rc, ir.Constant(U.I32, 0)), bad, ok)
             b.position_at_end(bad)
             b.store(rc, kc.err)
+            kc.can_fail |= step.can_fail
             b.branch(self.exit)
             b.position_at_end(ok)
         st = self.gc.comp.storage
@@ -365,6 +366,7 @@ def lower_while(gc: GraphCompiler, op: Op) -> None:
         b.cbranch(b.icmp_signed(">=", i, U.i64(int(limit))), over, loop)
         b.position_at_end(over)
         b.store(ir.Constant(U.I32, code), kc.err)
+        kc.can_fail = True
         b.branch(ctl.exit)
     else:
         b.branch(loop)

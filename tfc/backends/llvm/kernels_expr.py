@@ -9,7 +9,8 @@ inputs' elements at the indices the op reads:
   read index 0): a chain of them is one loop with no intermediate array;
 - movement ops map the index: ``transpose`` permutes it, ``slice`` scales and shifts it,
   ``pad`` clamps it and selects the fill, ``tile`` wraps it, ``expand_dims``/``squeeze``/
-  ``reshape`` drop, insert or re-linearize axes, ``one_hot`` compares it with an index,
+  ``reshape`` drop, insert or re-linearize axes, ``one_hot`` compares it with an index
+  (checked when the index is a class label, ``labels_of``),
   ``gather`` replaces it by a loaded index (checked: out-of-range is a run-time error);
 - generators (``fill``, ``range``, ``zeros_like`` ...) are functions of the index alone;
 - a reduction's value must already be known (``Emitter.known``): the row kernels compute
@@ -58,6 +59,11 @@ def is_elementwise(kind: str) -> bool:
 EXTRA_RULES: dict[str, "Callable[[Emitter, Any, Value, Any], ir.Value]"] = {}
 # ... and those of them that take a ``Flat`` index too (functions of the flat position)
 FLAT_RULES: set[str] = set()
+
+
+def located(op: Any, message: str) -> str:
+    """An error message as the reference backend words it: ``file:line: message``."""
+    return f"{op.loc}: {message}" if op.loc else message
 
 
 def inline_kind(kind: str) -> bool:
@@ -364,6 +370,15 @@ class Emitter:
         b = self.b
         axis = op.attrs["axis"] % (x.type.rank + 1)
         k = U.to_i64(b, self.value(x, tuple(idx[:axis]) + tuple(idx[axis + 1:])))
+        check = op.attrs.get("labels_of")
+        if check and op not in self.kc.comp.checked_indices:
+            # class labels computed in this kernel (no check kernel could scan them first):
+            # out of range is the labelled op's error, without the label's value
+            depth = op.attrs["depth"]
+            code = self.kc.comp.error(located(op, f"{check}: a label is out of range "
+                                                  f"[0, {depth})"))
+            self.kc.fail_if(b.or_(b.icmp_signed("<", k, ZERO),
+                                  b.icmp_signed(">=", k, U.i64(depth))), code)
         hot = b.icmp_signed("==", idx[axis], k)
         return b.select(hot, U.const(v.dtype, op.attrs["on_value"]),
                         U.const(v.dtype, op.attrs["off_value"]))
@@ -376,9 +391,10 @@ class Emitter:
         k = U.to_i64(b, self.value(indices, tuple(idx[axis:axis + q])))
         n = self.kc.dim(params, axis)
         bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, n))
-        code = self.kc.comp.error(
-            f"gather: an index is out of range [0, {params.type.shape[axis]}) for axis {axis} "
-            f"of params {params.type}" + (f" (at {op.loc})" if op.loc else ""))
-        self.kc.fail_if(bad, code)
-        k = b.select(bad, ZERO, k)
+        if op not in self.kc.comp.checked_indices:  # else a check kernel scanned them
+            code = self.kc.comp.error(located(
+                op, f"gather: an index is out of range [0, {params.type.shape[axis]}) for "
+                    f"axis {axis} of params {params.type}"))
+            self.kc.fail_if(bad, code)
+        k = b.select(bad, ZERO, k)  # never read out of bounds
         return self.value(params, tuple(idx[:axis]) + (k,) + tuple(idx[axis + q:]))
