@@ -483,3 +483,18 @@ def test_run_with_corrupt_object_code(trainer, tmp_path):
         and "refusing to link its object code" in err, err
     code, _, err = finish(tfc_process(*base, "--recompile", "--no-recompile"))
     assert code == 2 and "not allowed with argument" in err
+
+
+def test_compile_rejects_a_state_op_of_the_wrong_type(tmp_path, capsys):
+    """kmeans' IR with the centroids (f32[10,64]) assigned an f32[B,64] value compiled,
+    then `tfc run` segfaulted or aborted with heap corruption; now the verifier refuses
+    it, naming the assign's line in the example."""
+    root = Path(__file__).resolve().parents[1]
+    out, _ = run_ok(capsys, "ir", root / "examples" / "kmeans_digits.py", "--raw")
+    assert "var.assign @centroids, %19 " in out
+    src = tmp_path / "kmeans.tfir"
+    src.write_text(out.replace("var.assign @centroids, %19 ", "var.assign @centroids, %0 "))
+    err = run_err(capsys, 1, "compile", src, "-o", tmp_path / "k.tfc")
+    assert err.startswith("error: examples/kmeans_digits.py:33: @step: op 23 'var.assign'")
+    assert "assigns a f32[B,64] to @centroids, declared f32[10,64]" in err
+    assert not (tmp_path / "k.tfc").exists()
