@@ -1,7 +1,7 @@
 """Test-only ops for the IR and pass tests (printer/parser, bytecode, passes over regions):
-one owning any number of regions, one with an attr of every kind. They are registered only while a module that asks for them runs
-(``pytestmark = pytest.mark.usefixtures("ir_test_ops")``), so registry walks elsewhere
-never see them."""
+one owning any number of regions, one with an attr of every kind. They are registered
+only while a module or test that asks for them runs (``pytestmark =
+pytest.mark.usefixtures("ir_test_ops")``), so registry walks elsewhere never see them."""
 
 from __future__ import annotations
 

@@ -498,3 +498,19 @@ def test_compile_rejects_a_state_op_of_the_wrong_type(tmp_path, capsys):
     assert err.startswith("error: ") and "kmeans_digits.py:33: @step: op 23 'var.assign'" in err
     assert "assigns a f32[B,64] to @centroids, declared f32[10,64]" in err
     assert not (tmp_path / "k.tfc").exists()
+
+
+def test_run_of_a_shape_too_large_to_allocate_is_an_error(tmp_path, capsys):
+    """A huge shape (a mutation fuzzer's `shape=[1099511627776]`) was `internal error:
+    MemoryError` (exit 70) on both backends; it is the input's doing: `error:`, exit 1.
+    (2^47 floats: more than any x86-64 address space, so no allocation can succeed.)"""
+    src = tmp_path / "huge.tfir"
+    n = 1 << 47
+    src.write_text(f"graph @main(%x: f32[3]) -> (z: f32[{n}]) {{\n"
+                   f"  %z = random.uniform {{shape=[{n}], dtype=f32, seed=1}} : f32[{n}]\n"
+                   "  return %z\n}\n")
+    run_ok(capsys, "compile", src, "-o", tmp_path / "huge.tfc", "-q")
+    for backend in ("llvm", "reference"):
+        err = run_err(capsys, 1, "run", tmp_path / "huge.tfc", "--feed", "x=[1,2,3]",
+                      "--backend", backend)
+        assert err.startswith("error: out of memory"), err

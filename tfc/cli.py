@@ -10,9 +10,10 @@
     tfc compile model.py --devices cpu:0,cpu:1 [--fp16-transfers]; tfc ir model.tfc --device cpu:1
     tfc calibrate | tfc bench model.tfc --trace trace.json | tfc viz model.tfc -o graph.html
 
-Errors the user can fix (``TfcError``, missing files, Ctrl-C) print one ``error: ...``
-line and exit 1; usage errors exit 2. Anything else is a bug in tfc: it prints
-``internal error: ...`` and exits 70, or shows the traceback when ``TFC_DEBUG=1``.
+Errors the user can fix (``TfcError``, missing files, Ctrl-C, a shape too large to
+allocate) print one ``error: ...`` line and exit 1; usage errors exit 2. Anything else is
+a bug in tfc: it prints ``internal error: ...`` and exits 70, or shows the traceback when
+``TFC_DEBUG=1``.
 """
 
 from __future__ import annotations
@@ -548,6 +549,9 @@ def _guarded(func: Callable[[], int]) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
+        return EXIT_ERROR
+    except MemoryError as e:  # a shape too large for this machine: the input's doing
+        print(f"error: out of memory{': ' + str(e) if str(e) else ''}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as e:  # a bug in tfc
         if os.environ.get("TFC_DEBUG", "") not in ("", "0"):

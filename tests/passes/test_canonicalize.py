@@ -17,6 +17,7 @@ from tfc.passes import run_passes
 
 F32_3 = TensorType(DType.f32, (3,))
 LOC = Location("model.py", 7)
+NOTE = {"note": None}  # test.region's one attr
 
 
 def new_graph(*types: TensorType) -> tuple[Graph, Builder, list[Value]]:
@@ -199,7 +200,7 @@ def test_region_graphs_are_canonicalized() -> None:
     region = Graph("body")
     r = region.add_arg(F32_3, "r")
     region.set_results([Builder(region)("identity", r)])
-    g.append(Op("test.region", [x], {"note": None}, [F32_3], regions=[region]))  # a stand-in region op
+    g.append(Op("test.region", [x], NOTE, [F32_3], regions=[region]))  # a stand-in region op
     g.set_results([g.ops[0].result])
     canon(g)
     assert region.ops == [] and region.results == [r]
