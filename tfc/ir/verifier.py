@@ -11,12 +11,11 @@ Checked for each graph (regions included, each with its own scope):
 - Every op owns exactly the regions its definition names (``region_names``: none for
   all but ``cond``, ``while``, ``scan`` and ``fusion``, whose ``verify_op`` checks their
   signatures).
-- Ops that name a variable (a ``var`` attr) name one the
-  module declares, and their definition's ``verify_variable`` checks them against its
-  type: ``var.read`` has exactly the declared type, an assign's value too (a symbolic
-  dim does not match a fixed size), a scatter's updates are rows of it. No variable is
-  assigned twice in one graph (``assign_add``/``assign_sub`` and the scatters count as
-  assigns).
+- Ops that name a variable (a ``var`` attr) name one the module declares, and their
+  definition's ``verify_variable`` checks them against its type: ``var.read`` has
+  exactly the declared type, an assign's value too (a symbolic dim does not match a
+  fixed size), a scatter's updates are rows of it. No variable is assigned twice in one
+  graph (``assign_add``/``assign_sub`` and the scatters count as assigns).
 - Graph results are defined; result names are unique and as many as the results.
 - The ``__init__`` graph, if present, takes no arguments.
 

@@ -168,7 +168,7 @@ class SquareMatrixOp(OpDef):
 class MatrixInverse(SquareMatrixOp):
     """The inverse of each ``[N, N]`` matrix. A matrix that is singular to working
     precision is a run-time error, "input is not invertible" as TensorFlow says, on every
-    backend alike (``check_invertible``)."""
+    backend alike (``ill_conditioned``)."""
 
     name = "matrix_inverse"
     flops_per_matrix = 2.0  # LU factorization (2/3 N^3) + solving for N columns (4/3 N^3)
