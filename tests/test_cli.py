@@ -514,3 +514,22 @@ def test_run_of_a_shape_too_large_to_allocate_is_an_error(tmp_path, capsys):
         err = run_err(capsys, 1, "run", tmp_path / "huge.tfc", "--feed", "x=[1,2,3]",
                       "--backend", backend)
         assert err.startswith("error: out of memory"), err
+
+
+def test_run_of_a_singular_matrix_inverse_is_the_same_error_on_both_backends(tmp_path,
+                                                                             capsys):
+    """A singular matrix whose LU meets no exactly zero pivot: the reference printed an
+    "inverse" of 1e16 where llvm failed (or the other way round); both now say it is not
+    invertible, at the op's line."""
+    src = tmp_path / "inv.tfir"
+    src.write_text("graph @main(%x: f64[5,5]) -> (y: f64[5,5]) {\n"
+                   "  %y = matrix_inverse %x : f64[5,5]  # model.py:4\n  return %y\n}\n")
+    run_ok(capsys, "compile", src, "-o", tmp_path / "inv.tfc", "-q")
+    rank2 = np.random.RandomState(0).randn(5, 2) @ np.random.RandomState(1).randn(2, 5)
+    np.save(tmp_path / "x.npy", rank2)
+    errors = set()
+    for backend in ("llvm", "reference"):
+        errors.add(run_err(capsys, 1, "run", tmp_path / "inv.tfc", "--feed",
+                           f"x={tmp_path / 'x.npy'}", "--backend", backend))
+    assert errors == {"error: model.py:4: matrix_inverse: input is not invertible: the 5x5 "
+                      "matrix is singular to working precision\n"}, errors
