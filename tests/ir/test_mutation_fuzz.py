@@ -474,16 +474,20 @@ def _follow(proc: subprocess.Popen, by_index: dict[int, Mutant], failures: list[
 
 
 def random_feeds(graph: Any, rng: np.random.Generator) -> list[np.ndarray]:
-    """Feeds of the argument types: symbols and ``?`` are 3, floats standard normal,
-    integers in [0, 3) (valid indices and labels, mostly), bools at random."""
+    """Feeds of the argument types: each symbol (and ``?``) one size from 1 to 5, floats
+    standard normal, integers mostly in [0, 3) (valid indices and labels) and sometimes
+    in [-3, 12) (out of range: the run-time checks), bools at random."""
+    sizes: dict[str, int] = {}
+    ints = (0, 3) if rng.random() < 0.8 else (-3, 12)
     out = []
     for a in graph.args:
-        shape = tuple(d if isinstance(d, int) else 3 for d in a.type.shape)
+        shape = tuple(d if isinstance(d, int) else sizes.setdefault(d, int(rng.integers(1, 6)))
+                      for d in a.type.shape)
         dt = a.type.dtype.np
         if a.type.dtype.is_float:
             out.append(rng.standard_normal(shape).astype(dt))
         elif a.type.dtype.is_int:
-            out.append(rng.integers(0, 3, shape).astype(dt))
+            out.append(rng.integers(*ints, shape).astype(dt))
         else:
             out.append(rng.random(shape) < 0.5)
     return out
