@@ -185,15 +185,19 @@ def test_assign_type_must_be_exact() -> None:
 
 
 @pytest.mark.parametrize("kind", ["var.assign", "var.assign_add", "var.assign_sub"])
-@pytest.mark.parametrize("dims", [("N",), ("?",), ("B", 64)])
-def test_assign_of_symbolic_value_to_fixed_variable(kind: str, dims: tuple) -> None:
+@pytest.mark.parametrize("dims,declared", [(("B",), (4,)), (("?",), (4,)),
+                                           (("B", 64), (10, 64))])
+def test_assign_of_symbolic_value_to_fixed_variable(kind: str, dims: tuple,
+                                                    declared: tuple) -> None:
     """A symbolic dim is not a fixed size: ``var.assign @v, %x`` with ``%x: f32[B]`` for
     ``@v: f32[4]`` read past %x's buffer when B < 4 (and f32[B,64] for f32[10,64]
     crashed the kmeans example)."""
     g, (x,) = graph_with_args(TensorType(DType.f32, dims))
     Builder(g, loc=LOC).op(kind, x, var="W")
-    check_error(lambda: verify_module(module_of(g, W=TensorType(DType.f32, (4,)))),
-                f"op 0 '{kind}'", "declared f32[4]", "model.py:12")
+    want = TensorType(DType.f32, declared)
+    check_error(lambda: verify_module(module_of(g, W=want)), f"op 0 '{kind}'",
+                f"assigns a {TensorType(DType.f32, dims)} to @W, declared {want}",
+                "model.py:12")
 
 
 def test_scatter_updates_must_be_rows_of_the_variable() -> None:
