@@ -527,3 +527,63 @@ def test_run_with_corrupt_object_code(trainer, tmp_path):
         and "refusing to link its object code" in err, err
     code, _, err = finish(tfc_process(*base, "--recompile", "--no-recompile"))
     assert code == 2 and "not allowed with argument" in err
+
+
+def test_compile_rejects_a_state_op_of_the_wrong_type(tmp_path, capsys):
+    """kmeans' IR with the centroids (f32[10,64]) assigned an f32[B,64] value compiled,
+    then `tfc run` segfaulted or aborted with heap corruption; now the verifier refuses
+    it, naming the assign's line in the example."""
+    root = Path(__file__).resolve().parents[1]
+    out, _ = run_ok(capsys, "ir", root / "examples" / "kmeans_digits.py", "--raw")
+    assert "var.assign @centroids, %19 " in out
+    src = tmp_path / "kmeans.tfir"
+    src.write_text(out.replace("var.assign @centroids, %19 ", "var.assign @centroids, %0 "))
+    err = run_err(capsys, 1, "compile", src, "-o", tmp_path / "k.tfc")
+    assert err.startswith("error: ") and "kmeans_digits.py:33: @step: op 23 'var.assign'" in err
+    assert "assigns a f32[B,64] to @centroids, declared f32[10,64]" in err
+    assert not (tmp_path / "k.tfc").exists()
+    # an artifact written around the compiler (Program.save does not verify) is refused
+    # when `tfc run` loads it, before any native code runs
+    from tfc.ir.parser import parse_module
+    from tfc.runtime.program import Program
+    bad = tmp_path / "bad.tfc"
+    Program(parse_module(src.read_text(), src.name), backend="reference").save(bad)
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).random((40, 64), np.float32))
+    err = run_err(capsys, 1, "run", bad, "--entry", "step", "--feed",
+                  f"x={tmp_path / 'x.npy'}")
+    assert err.startswith(f"error: {bad}: ") and "assigns a f32[B,64] to @centroids" in err
+
+
+def test_run_of_a_shape_too_large_to_allocate_is_an_error(tmp_path, capsys):
+    """A huge shape (a mutation fuzzer's `shape=[1099511627776]`) was `internal error:
+    MemoryError` (exit 70) on both backends; it is the input's doing: `error:`, exit 1.
+    (2^47 floats: more than any x86-64 address space, so no allocation can succeed.)"""
+    src = tmp_path / "huge.tfir"
+    n = 1 << 47
+    src.write_text(f"graph @main(%x: f32[3]) -> (z: f32[{n}]) {{\n"
+                   f"  %z = random.uniform {{shape=[{n}], dtype=f32, seed=1}} : f32[{n}]\n"
+                   "  return %z\n}\n")
+    run_ok(capsys, "compile", src, "-o", tmp_path / "huge.tfc", "-q")
+    for backend in ("llvm", "reference"):
+        err = run_err(capsys, 1, "run", tmp_path / "huge.tfc", "--feed", "x=[1,2,3]",
+                      "--backend", backend)
+        assert err.startswith("error: out of memory"), err
+
+
+def test_run_of_a_singular_matrix_inverse_is_the_same_error_on_both_backends(tmp_path,
+                                                                             capsys):
+    """A singular matrix whose LU meets no exactly zero pivot: the reference printed an
+    "inverse" of 1e16 where llvm failed (or the other way round); both now say it is not
+    invertible, at the op's line."""
+    src = tmp_path / "inv.tfir"
+    src.write_text("graph @main(%x: f64[5,5]) -> (y: f64[5,5]) {\n"
+                   "  %y = matrix_inverse %x : f64[5,5]  # model.py:4\n  return %y\n}\n")
+    run_ok(capsys, "compile", src, "-o", tmp_path / "inv.tfc", "-q")
+    rank2 = np.random.RandomState(0).randn(5, 2) @ np.random.RandomState(1).randn(2, 5)
+    np.save(tmp_path / "x.npy", rank2)
+    errors = set()
+    for backend in ("llvm", "reference"):
+        errors.add(run_err(capsys, 1, "run", tmp_path / "inv.tfc", "--feed",
+                           f"x={tmp_path / 'x.npy'}", "--backend", backend))
+    assert errors == {"error: model.py:4: matrix_inverse: input is not invertible: the 5x5 "
+                      "matrix is singular to working precision\n"}, errors

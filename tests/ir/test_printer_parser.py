@@ -639,3 +639,16 @@ def test_ten_thousand_ops_round_trip() -> None:
     parsed = parse_module(text)
     assert len(parsed.graphs["big"].ops) == 10_000
     assert print_module(parsed) == text
+
+
+@pytest.mark.parametrize("kind,value,column", [
+    ("reshape %x", "[[-1]]", 28), ("reshape %x", "[[]]", 20), ("reshape %x", "[3, [1, 2]]", 31),
+    ("random.uniform", "[[-1]]", 32)])
+def test_a_list_inside_a_shape_attr_is_a_parse_error(kind: str, value: str, column: int) -> None:
+    """It was ``internal error: AttributeError: 'Tree' object has no attribute 'line'``."""
+    text = (f"graph @g(%x: f32[4]) -> () {{\n  %y = {kind} {{shape={value}}} : f32[4]\n"
+            "  return\n}\n")
+    with pytest.raises(ParseError) as e:
+        parse_module(text, "m.tfir")
+    assert str(e.value).startswith(f"m.tfir:2:{column}: a shape's dims are sizes, symbols or "
+                                   "'?', not a list")

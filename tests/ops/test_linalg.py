@@ -130,13 +130,45 @@ def test_inverse_and_determinant_f32():
 
 
 def test_singular_matrix_is_an_execution_error():
-    with pytest.raises(ExecutionError, match=r"matrix_inverse: the 2x2 matrix is singular"):
+    with pytest.raises(ExecutionError, match=r"matrix_inverse: input is not invertible: the "
+                       r"2x2 matrix is singular to working precision"):
         run_op1("matrix_inverse", np.array([[1.0, 2.0], [2.0, 4.0]]))
     batch = np.stack([np.eye(3), np.zeros((3, 3))])
-    with pytest.raises(ExecutionError, match=r"matrix at batch index \(1,\) is singular"):
+    with pytest.raises(ExecutionError, match=r"a matrix of the batch is singular"):
         run_op1("matrix_inverse", batch)
     # A singular matrix has determinant 0, not an error.
     assert run_op1("matrix_determinant", np.zeros((2, 2))) == 0
+
+
+SINGULAR = {
+    # numpy's LU meets no zero pivot in these: it returned an "inverse" of 1e7..1e16
+    "rank2_5x5": np.random.RandomState(0).randn(5, 2) @ np.random.RandomState(1).randn(2, 5),
+    "arange_3x3": np.arange(1.0, 10.0).reshape(3, 3) + np.float64(1e-17),
+    "rank1_4x4": np.outer([1.0, 2, 3, 4], [0.3, 0.7, 1.1, 1.3]),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(SINGULAR))
+def test_numerically_singular_matrix_is_an_error(name, dtype):
+    """Singular to working precision (reciprocal condition number below eps), not only
+    an exactly zero pivot: the reference returned garbage where llvm's LU (of A^T) met a
+    zero pivot or gave NaN."""
+    x = SINGULAR[name].astype(dtype)
+    with pytest.raises(ExecutionError, match="input is not invertible"):
+        run_op1("matrix_inverse", x)
+
+
+def test_ill_conditioned_but_invertible_matrix_is_inverted():
+    """The threshold is working precision: Hilbert(6) (condition number ~3e7) inverts in
+    f64 (to ~1e-9) and is singular in f32 (eps 1.2e-7)."""
+    h = 1.0 / (np.arange(6)[:, None] + np.arange(6)[None] + 1)
+    got = run_op1("matrix_inverse", h)
+    np.testing.assert_allclose(got @ h, np.eye(6), atol=1e-8)
+    with pytest.raises(ExecutionError, match="input is not invertible"):
+        run_op1("matrix_inverse", h.astype(np.float32))
+    nan = run_op1("matrix_inverse", np.full((2, 2), np.nan))  # NaN propagates, no error
+    assert np.isnan(nan).all()
 
 
 def test_square_matrix_types():

@@ -12,6 +12,7 @@ from tfc.ir.types import DType, TensorType
 from tfc.passes import run_passes
 
 F32_3 = TensorType(DType.f32, (3,))
+NOTE = {"note": None}  # test.region's one attr
 
 
 def new_graph(*types: TensorType) -> tuple[Graph, Builder, list[Value]]:
@@ -93,6 +94,7 @@ def test_unused_random_op_is_removed() -> None:
     assert g.ops == []
 
 
+@pytest.mark.usefixtures("ir_test_ops")  # test.region: tests/conftest.py
 def test_regions_are_cleaned_and_effects_inside_keep_the_op() -> None:
     g, b, (x,) = new_graph(F32_3)
 
@@ -106,8 +108,8 @@ def test_regions_are_cleaned_and_effects_inside_keep_the_op() -> None:
         r.set_results([a])
         return r
 
-    pure_region_op = g.append(Op("identity", [x], {}, [F32_3], regions=[region(False)]))
-    effect_op = g.append(Op("identity", [x], {}, [F32_3], regions=[region(True)]))
+    pure_region_op = g.append(Op("test.region", [x], NOTE, [F32_3], regions=[region(False)]))
+    effect_op = g.append(Op("test.region", [x], NOTE, [F32_3], regions=[region(True)]))
     dce(g, W=F32_3)
     assert g.ops == [effect_op]
     assert [o.kind for o in effect_op.regions[0].ops] == ["var.assign"]

@@ -23,7 +23,7 @@ from tfc.devices import normalize_device
 from tfc.errors import Location, TfcError, TypeMismatch
 from tfc.ir import core as ir
 from tfc.ir.registry import make_op
-from tfc.ir.types import DType, TensorType, shapes_compatible
+from tfc.ir.types import DType, TensorType
 
 _TFC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -333,8 +333,13 @@ class Tensor:
 
 def check_assignable(var: str, declared: TensorType, value: TensorType,
                      loc: Location | None) -> None:
-    if value.dtype != declared.dtype or not shapes_compatible(value.shape, declared.shape):
-        raise TypeMismatch(f"cannot assign {value} to variable '{var}' of type {declared}", loc)
+    """The verifier's rule for a value written to a variable (exactly its type; a
+    symbolic batch dim is not a fixed size), checked when the assign is built."""
+    from tfc.ops.state import check_assigned_type
+    try:
+        check_assigned_type("assign", var, declared, value)
+    except TfcError as e:
+        raise e.at(loc)
 
 
 class Variable:

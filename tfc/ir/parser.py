@@ -366,16 +366,18 @@ class _ModuleBuilder:
                 raise self.error_at(f"attr '{key}' is given twice", key_tok)
             seen.add(key)
             spec = specs.get(key)
-            out.append((key, self.attr_value(value_tree, spec.kind if spec else None), key_tok))
+            out.append((key, self.attr_value(value_tree, spec.kind if spec else None, key_tok),
+                        key_tok))
         return out
 
-    def attr_value(self, tree: Tree, kind: str | None) -> Any:
+    def attr_value(self, tree: Tree, kind: str | None, key: Token) -> Any:
+        """The value of an attr (``key`` locates errors in values without tokens)."""
         data = tree.data
         if data == "list":
             items = [c for c in tree.children if c is not None]
             if kind == "shape":
-                return tuple(self.dim(c) for c in items)
-            return tuple(self.attr_value(c, None) for c in items)
+                return tuple(self.dim(c, key) for c in items)
+            return tuple(self.attr_value(c, None, key) for c in items)
         tok: Token = tree.children[0]
         if data == "int":
             return int(tok)
@@ -398,13 +400,15 @@ class _ModuleBuilder:
                                 f"symbolic dims only appear in shape attrs)", tok)
         raise self.error_at("'?' is a dimension and only appears in shape attrs", tok)
 
-    def dim(self, tree: Tree) -> int | str:
-        tok: Token = tree.children[0]
+    def dim(self, tree: Tree, key: Token) -> int | str:
         if tree.data in ("word", "string", "unknown_dim"):
+            tok: Token = tree.children[0]
             return self.string(tok) if tree.data == "string" else str(tok)
         if tree.data == "int":
-            return int(tok)
-        raise self.error_at(f"a shape's dims are sizes, symbols or '?', not {tok}", tok)
+            return int(tree.children[0])
+        what = "a list" if tree.data == "list" else _first_token(tree, key)
+        raise self.error_at(f"a shape's dims are sizes, symbols or '?', not {what}",
+                            _first_token(tree, key))
 
     # tokens
 
@@ -572,6 +576,16 @@ def _is_number(e: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _first_token(tree: Tree | Token, default: Token) -> Token:
+    """The first token of a subtree (where an error about it points), or ``default`` for a
+    subtree without tokens (an empty list)."""
+    if isinstance(tree, Token):
+        return tree
+    for tok in tree.scan_values(lambda v: isinstance(v, Token)):
+        return tok
+    return default
 
 
 def _sub_token(tok: Token, offset: int, text: str) -> Token:

@@ -101,6 +101,10 @@ class OpDef:
     summary: str = ""
     # flops per output element, for the default cost
     flops_per_element: float = 1.0
+    # The regions the op owns, by role (``cond``: then, else); most ops own none, and the
+    # verifier holds every op to its count. Ops with regions check their signatures in
+    # ``verify_op``. None: any number (test-only ops), as ``num_inputs``.
+    region_names: tuple[str, ...] | None = ()
 
     def infer(self, inputs: Sequence[TensorType],
               attrs: Mapping[str, Any]) -> list[TensorType] | None:
@@ -131,6 +135,18 @@ class OpDef:
 
     def has(self, trait: str) -> bool:
         return trait in self.traits
+
+    def names_variable(self) -> bool:
+        """Whether the op reads or updates a module variable (it has a ``var`` attr)."""
+        return any(spec.kind == "var" for spec in self.attrs.values())
+
+    def verify_variable(self, op: Op, var: TensorType) -> None:
+        """Check ``op`` against ``var``, the declared type of the variable its ``var``
+        attr names (the verifier calls it once it has found the declaration); raise a
+        ``TfcError`` naming what differs. Every op that names a variable defines it: the
+        native code of a state op trusts these types, so nothing may go unchecked."""
+        raise TfcError(f"{self.name}: names a variable but its definition has no "
+                       "verify_variable rule")
 
     def check_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
         """Attrs with defaults filled in; unknown or ill-kinded attrs are errors."""

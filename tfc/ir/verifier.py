@@ -6,12 +6,16 @@ Checked for each graph (regions included, each with its own scope):
   same graph or an argument of it. Regions are isolated from above: a region's ops use
   only the region's own arguments and the values its ops define.
 - Every op kind is in the registry, its attrs are complete (defaults filled in, as
-  ``make_op`` leaves them), and re-running the registry's type inference gives exactly
-  the op's result types.
-- ``var.*`` ops name a variable the module declares; ``var.read`` has the declared type;
-  an assign's input has the variable's dtype and a compatible shape; no variable is
-  assigned twice in one graph (``assign_add``/``assign_sub`` and the scatters count as
-  assigns).
+  ``make_op`` leaves them) and of the kinds its schema says, and re-running the
+  registry's type inference gives exactly the op's result types.
+- Every op owns exactly the regions its definition names (``region_names``: none for
+  all but ``cond``, ``while``, ``scan`` and ``fusion``, whose ``verify_op`` checks their
+  signatures).
+- Ops that name a variable (a ``var`` attr) name one the module declares, and their
+  definition's ``verify_variable`` checks them against its type: ``var.read`` has
+  exactly the declared type, an assign's value too (a symbolic dim does not match a
+  fixed size), a scatter's updates are rows of it. No variable is assigned twice in one
+  graph (``assign_add``/``assign_sub`` and the scatters count as assigns).
 - Graph results are defined; result names are unique and as many as the results.
 - The ``__init__`` graph, if present, takes no arguments.
 
@@ -31,9 +35,6 @@ from typing import Iterable
 from tfc.errors import TfcError, VerifyError
 from tfc.ir.core import INIT_GRAPH, Graph, Module, Op, Value, attr_key
 from tfc.ir.registry import lookup, writes_variable
-from tfc.ir.types import shapes_compatible
-
-ASSIGN_KINDS = frozenset({"var.assign", "var.assign_add", "var.assign_sub"})
 
 
 def verify_module(module: Module) -> None:
@@ -45,6 +46,7 @@ def verify_module(module: Module) -> None:
             raise VerifyError(
                 f"@{INIT_GRAPH} takes no arguments, but has {len(graph.args)} "
                 f"({', '.join(graph.arg_names)})")
+    for graph in module.graphs.values():
         verify_graph(graph, module)
 
 
@@ -103,8 +105,10 @@ class _GraphVerifier:
                                 op, i)
             if r in self.defined:
                 raise self.fail(f"result {j} ({value_name(r)}) is defined twice", op, i)
-        if op.kind.startswith("var."):
-            self.check_var(i, op)
+        if opdef.names_variable():
+            self.check_var(i, op, opdef)
+        if opdef.region_names is not None and len(op.regions) != len(opdef.region_names):
+            raise self.fail(_region_count_problem(op, opdef), op, i)
         for k, region in enumerate(op.regions):
             path = f"{self.path} > op {i} '{op.kind}' region {k}"
             _GraphVerifier(region, self.module, path, self.outer | self.defined).run()
@@ -145,7 +149,7 @@ class _GraphVerifier:
             raise self.fail(f"result types {_types(declared)} differ from the inferred "
                             f"{_types(types)}", op, i)
 
-    def check_var(self, i: int, op: Op) -> None:
+    def check_var(self, i: int, op: Op, opdef) -> None:
         name = op.attrs.get("var")
         if not isinstance(name, str):
             raise self.fail("has no 'var' attr naming a variable", op, i)
@@ -159,15 +163,10 @@ class _GraphVerifier:
         decl = self.module.variables.get(name)
         if decl is None:
             raise self.fail(f"variable @{name} is not declared in the module", op, i)
-        if op.kind == "var.read":
-            got = [r.type for r in op.results]
-            if got != [decl.type]:
-                raise self.fail(f"reads @{name} as {_types(got)}, but it is declared "
-                                f"{decl.type}", op, i)
-        elif op.kind in ASSIGN_KINDS:
-            t = op.inputs[0].type
-            if t.dtype != decl.type.dtype or not shapes_compatible(t.shape, decl.type.shape):
-                raise self.fail(f"assigns a {t} to @{name}, declared {decl.type}", op, i)
+        try:
+            opdef.verify_variable(op, decl.type)
+        except TfcError as e:
+            raise self.fail(e.message, op, i) from None
 
     def check_results(self) -> None:
         g = self.graph
@@ -180,6 +179,12 @@ class _GraphVerifier:
             seen.add(n)
             if v not in self.defined:
                 raise self.fail(f"result {k} ('{n}'): {self.undefined_use(v)}")
+
+
+def _region_count_problem(op: Op, opdef) -> str:
+    want = opdef.region_names
+    roles = f"({', '.join(want)})" if want else "(it takes none)"
+    return f"{op.kind}: has {len(op.regions)} regions, expected {len(want)} {roles}"
 
 
 def _types(types: Iterable) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 from tfc.errors import ExecutionError, TypeMismatch
 from tfc.ir.registry import (FLOAT, NUMERIC, PURE, AttrSpec, Cost, OpDef, expect_dtype,
                              register, same_dtype)
-from tfc.ir.types import Dim, TensorType, broadcast_shapes, dims_compatible
+from tfc.ir.types import DType, Dim, TensorType, broadcast_shapes, dims_compatible
 
 PURE_ONLY = frozenset({PURE})
 
@@ -166,8 +166,9 @@ class SquareMatrixOp(OpDef):
 
 @register
 class MatrixInverse(SquareMatrixOp):
-    """The inverse of each ``[N, N]`` matrix; an exactly singular one is a run-time error
-    (as TensorFlow's "Input is not invertible"), a nearly singular one is not."""
+    """The inverse of each ``[N, N]`` matrix. A matrix that is singular to working
+    precision is a run-time error, "input is not invertible" as TensorFlow says, on every
+    backend alike (``ill_conditioned``)."""
 
     name = "matrix_inverse"
     flops_per_matrix = 2.0  # LU factorization (2/3 N^3) + solving for N columns (4/3 N^3)
@@ -179,14 +180,25 @@ class MatrixInverse(SquareMatrixOp):
     def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:
         x = inputs[0]
+        return [self.invert(x, TensorType(DType.from_numpy(x.dtype), x.shape))]
+
+    def reference_op(self, ctx: Any, op: Any, inputs: Sequence[np.ndarray]
+                     ) -> list[np.ndarray]:
+        """As ``reference``, with errors naming the matrix by the op's input type, as the
+        native backend's (which has only that) do."""
+        return [self.invert(inputs[0], op.inputs[0].type)]
+
+    def invert(self, x: np.ndarray, t: TensorType) -> np.ndarray:
+        """The inverses of the matrices of ``x`` (of type ``t``), or the singular error."""
         check_square(self.name, x)
         xc = x.astype(compute_dtype(x.dtype), copy=False)
         try:
             out = np.linalg.inv(xc)
         except np.linalg.LinAlgError:
-            raise ExecutionError(
-                f"{self.name}: {singular_where(xc)} is singular and has no inverse") from None
-        return [out.astype(x.dtype, copy=False)]
+            raise ExecutionError(singular_message(self.name, t)) from None
+        if ill_conditioned(xc, out).any():
+            raise ExecutionError(singular_message(self.name, t))
+        return out.astype(x.dtype, copy=False)
 
     def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
         """``Y = A^-1``: ``dA = -Y^T dY Y^T`` (from ``d(A^-1) = -A^-1 dA A^-1``), reusing
@@ -196,15 +208,39 @@ class MatrixInverse(SquareMatrixOp):
                            transpose_a=True))]
 
 
-def singular_where(x: np.ndarray) -> str:
-    """Names the (first) singular matrix of a batch, for the error message."""
-    if x.ndim == 2:
-        return f"the {x.shape[0]}x{x.shape[1]} matrix"
-    dets = np.linalg.det(x)
-    zero = np.argwhere(dets == 0)
-    if len(zero):
-        return f"the matrix at batch index {tuple(int(i) for i in zero[0])}"
-    return "a matrix of the batch"
+# When is a matrix not invertible? An LU factorization with partial pivoting (numpy's,
+# LAPACK's getrf in the native backend) meets an exactly zero pivot only by luck of the
+# rounding: most singular matrices leave a pivot of rounding size and an "inverse" of
+# garbage (1e16), and two factorizations (numpy's of A, LAPACK's of A^T) disagree on
+# which. So, as LAPACK's expert drivers (?gesvx: "singular to working precision"), a
+# matrix is singular when its reciprocal condition number is below the machine epsilon
+# of the dtype it is computed in: ||A||_inf * ||A^-1||_inf * eps >= 1. Both backends
+# compute that from the inverse they got (an O(N^2) check), so they agree except for
+# matrices within rounding of the threshold. NaN in the input propagates (no error).
+
+def inverse_epsilon(dtype: np.dtype) -> float:
+    """The machine epsilon of the dtype a matrix of ``dtype`` is inverted in."""
+    return float(np.finfo(compute_dtype(np.dtype(dtype))).eps)
+
+
+def ill_conditioned(x: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    """Per matrix of the batch: whether ``inv``, the computed inverse of ``x``, shows
+    ``x`` to be singular to working precision (false where either holds NaN)."""
+    def norm(m: np.ndarray) -> np.ndarray:  # max row sum of |m|, in f64
+        return np.abs(m.astype(np.float64)).sum(axis=-1).max(axis=-1, initial=0.0)
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        cond = norm(x) * norm(inv)
+        return cond * inverse_epsilon(x.dtype) >= 1.0
+
+
+def singular_message(op: str, t: TensorType) -> str:
+    """The error for a singular input of type ``t`` (the same text on every backend, so
+    it names the matrix by the static type only)."""
+    n = t.shape[-1]
+    what = (f"the {n}x{n} matrix" if t.rank == 2 and isinstance(n, int)
+            else "a matrix" if t.rank == 2 else "a matrix of the batch")
+    return f"{op}: input is not invertible: {what} is singular to working precision"
 
 
 @register

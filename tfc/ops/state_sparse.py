@@ -8,8 +8,8 @@ they take effect at the end of the step, computed from the value at its start, a
 as the step's one assign of the variable.
 
 ``infer`` sees only the inputs, not the variable, so it checks what it can (integer
-indices; updates shaped ``indices.shape + row shape``); ``verify_op`` checks the rows
-against the module's declaration of the variable.
+indices; updates shaped ``indices.shape + row shape``); ``verify_variable`` checks the
+rows against the module's declaration of the variable.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tfc.errors import ExecutionError, TypeMismatch, VerifyError
-from tfc.ir.core import Module, Op
+from tfc.ir.core import Op
 from tfc.ir.registry import (INT, NUMERIC, STATEFUL, WRITES_VARIABLE, Cost, OpDef, expect_dtype,
                              register)
 from tfc.ir.types import TensorType, shapes_compatible
@@ -48,18 +48,16 @@ class ScatterUpdate(OpDef):
                                f"of indices {indices}")
         return []
 
-    def verify_op(self, op: Op, module: Module | None) -> None:
-        """The updates must be rows of the declared variable: its dtype, and shape
-        ``indices.shape + var.shape[1:]``."""
-        if module is None or op.attrs["var"] not in module.variables:
-            return  # the verifier reports an undeclared variable itself
-        decl = module.variables[op.attrs["var"]].type
+    def verify_variable(self, op: Op, decl: TensorType) -> None:
+        """The updates must be rows of the declared variable: its dtype, and exactly the
+        shape ``indices.shape + var.shape[1:]`` (the row shape is static, as the
+        variable's; the kernel reads rows of the variable's width)."""
         indices, updates = (v.type for v in op.inputs)
         if decl.rank == 0:
             raise VerifyError(f"{self.name}: @{op.attrs['var']} is a scalar ({decl}); "
                               "rows need rank >= 1")
         want = (*indices.shape, *decl.shape[1:])
-        if updates.dtype != decl.dtype or not shapes_compatible(updates.shape, want):
+        if updates.dtype != decl.dtype or updates.shape != want:
             raise VerifyError(f"{self.name}: updates {updates} are not rows of @{op.attrs['var']} "
                               f"{decl} at indices {indices} (expected "
                               f"{TensorType(decl.dtype, want)})")

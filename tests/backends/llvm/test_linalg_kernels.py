@@ -64,6 +64,36 @@ def test_singular_matrices(h):
     h.assert_same(*h.run_both(m, [xs]), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("shape", [(5, 5), ("N", "N"), ("B", 5, 5)])
+def test_numerically_singular_matrices_fail_alike(h, dtype, shape):
+    """A singular matrix whose LU meets no exactly zero pivot: the reference returned an
+    "inverse" of 1e16 while llvm (LU of A^T) said singular, or the other way round; both
+    now raise the same error, located at the op."""
+    from tfc.backends.reference import ReferenceBackend
+    from tfc.errors import Location
+    from tfc.ir.builder import Builder
+    loc = Location("model.py", 7)
+
+    def body(b, a):
+        return [Builder(b.graph, loc=loc)("matrix_inverse", a[0])]
+
+    m = h.make_module([("x", dtype, shape)], body)
+    exe = h.compile_llvm(m)
+    rng = np.random.default_rng(11)  # (not RNG: later tests' inputs stay as they were)
+    x = (rng.standard_normal((5, 2)) @ rng.standard_normal((2, 5))).astype(dtype.np)
+    ok = (rng.standard_normal((5, 5)) + 3 * np.eye(5)).astype(dtype.np)
+    if len(shape) == 3:
+        x, ok = np.stack([ok, x]), np.stack([ok, ok])
+    h.assert_same(*h.run_both(m, [ok], exe=exe), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ExecutionError) as got:
+        exe([x], {}, 0)
+    with pytest.raises(ExecutionError) as want:
+        ReferenceBackend().compile(m, "f")([x], {}, 0)
+    assert str(got.value) == str(want.value)
+    assert str(got.value).startswith("model.py:7: matrix_inverse: input is not invertible")
+
+
 F16 = DType.f16
 
 

@@ -31,6 +31,7 @@ from typing import Any, Callable, Hashable, Sequence
 import llvmlite.ir as ir
 
 from tfc.backends.llvm.irutil import I32, I64, PTR, i64
+from tfc.errors import Location, TfcError
 from tfc.ir.core import Value
 from tfc.ir.types import DType
 
@@ -122,9 +123,10 @@ class Compiler:
         """The slot of an existing param (None if no kernel asked for it)."""
         return self._param_slots.get(key)
 
-    def error(self, message: str) -> int:
-        """An error code (>= 1) for ``message``."""
-        self.errors.append(message)
+    def error(self, message: str, loc: Location | None = None) -> int:
+        """An error code (>= 1) for ``message``, located at ``loc`` (an op's source
+        location) as the reference backend's errors are: ``file:line: message``."""
+        self.errors.append(str(TfcError(message, loc)))
         return len(self.errors)
 
     def error_detail(self) -> ir.GlobalVariable:

@@ -7,9 +7,11 @@ whose inverse is ``(A^-1)^T`` — read back row-major, exactly ``A^-1`` — and 
 determinant is ``det A``; no transposed copies. The determinant is the product of the
 diagonal of ``U`` (in f64 for f32 input, rounded once), negated once per row swap.
 
-An exactly singular matrix (``info > 0``: a zero pivot, as numpy's ``LinAlgError``) makes
+A matrix singular to working precision (``info > 0``: a zero pivot; or, from the inverse,
+``||A||_inf ||A^-1||_inf eps >= 1``: ``tfc.ops.linalg.ill_conditioned``'s rule) makes
 ``matrix_inverse`` return an error code, which the executable raises as the reference's
-``ExecutionError``; ``matrix_determinant`` returns 0 for it, as numpy does. Scratch holds
+``ExecutionError`` (same text, located at the op); ``matrix_determinant`` returns 0 (or
+a tiny value) for it, as numpy does. Scratch holds
 the pivots, ``getri``'s workspace (64 columns per row, its blocked size) and, for the
 determinant, a copy of the matrix. f16 matrices are widened to f32 in scratch and the
 results rounded once (the reference's ``compute_dtype`` rule).
@@ -33,6 +35,7 @@ from tfc.backends.llvm.context import Binding, Kernel, Storage
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.ir.core import Op, Value
 from tfc.ir.types import DType
+from tfc.ops.linalg import inverse_epsilon, singular_message
 
 ZERO = U.i64(0)
 WORK_COLS = 64  # getri's workspace: n * WORK_COLS elements (its optimal blocked size)
@@ -56,17 +59,32 @@ def _square_check(gc, kc, op: Op, x: Value) -> ir.Value:
     d1, d2 = x.type.shape[-2], x.type.shape[-1]
     if isinstance(d1, int) and isinstance(d2, int):
         return ir.Constant(U.I1, 1)
-    code = gc.comp.error(f"{op.kind}: matrices of shape {x.type} are not square")
+    code = gc.comp.error(f"{op.kind}: matrices of shape {x.type} are not square", op.loc)
     bad = kc.b.icmp_signed("!=", kc.dim(x, x.type.rank - 2), kc.dim(x, x.type.rank - 1))
     kc.fail_if(bad, code)
     return kc.b.not_(bad)
 
 
-def _singular_message(op: Op, x: Value) -> str:
-    n = x.type.shape[-1]
-    what = (f"the {n}x{n} matrix" if x.type.rank == 2 and isinstance(n, int)
-            else "a matrix" if x.type.rank == 2 else "a matrix of the batch")
-    return f"{op.kind}: {what} is singular and has no inverse"
+def _inf_norm(b: ir.IRBuilder, ptr: ir.Value, dt: DType, n: ir.Value) -> ir.Value:
+    """``max_i sum_j |m[i,j]|`` (f64) of the row-major ``n x n`` matrix at ``ptr``; NaN
+    if a row sum is NaN (as numpy's ``max``)."""
+    zero = ir.Constant(U.F64, 0.0)
+
+    def row(i: ir.Value, c: list[ir.Value]) -> list[ir.Value]:
+        def col(j: ir.Value, c2: list[ir.Value]) -> list[ir.Value]:
+            v = U.load(b, ptr, dt, b.add(b.mul(i, n), j))
+            if dt is not DType.f64:
+                v = b.fpext(v, U.F64)
+            return [b.fadd(c2[0], b.select(b.fcmp_ordered("<", v, zero), b.fneg(v), v))]
+
+        (s,) = U.loop(b, ZERO, n, col, [zero], name="nc")
+        m = c[0]
+        take = b.and_(b.fcmp_ordered("ord", m, m),  # a NaN maximum stays
+                      b.or_(b.fcmp_unordered("uno", s, s), b.fcmp_ordered(">", s, m)))
+        return [b.select(take, s, m)]
+
+    (m,) = U.loop(b, ZERO, n, row, [zero], name="nr")
+    return m
 
 
 class _LapackKernel(NamedTuple):
@@ -117,7 +135,8 @@ def lower_matrix_inverse(gc, op: Op) -> None:
     copy_ptr = U.elem_ptr(b, work, dt, b.mul(n, U.i64(WORK_COLS)))
     getrf = declare_getrf(kc.comp.module, GETRF[dt.value])
     getri = declare_getri(kc.comp.module, GETRI[dt.value])
-    code = gc.comp.error(_singular_message(op, x))
+    code = gc.comp.error(singular_message(op.kind, x.type), op.loc)
+    eps = ir.Constant(U.F64, inverse_epsilon(xdt.np))
     same = gc.comp.storage[x] == gc.comp.storage[out]
     layout = ir.Constant(U.I32, COL_MAJOR)
 
@@ -128,11 +147,14 @@ def lower_matrix_inverse(gc, op: Op) -> None:
             def copy(i: ir.Value, _c2) -> None:
                 U.store(b, a, dt, i, U.load(b, kc.ptr(x), xdt, b.add(base, i)))
             U.loop(b, ZERO, size, copy, name="c")
+        a_norm = _inf_norm(b, a, dt, n)  # before getrf overwrites A
         info = b.call(getrf, [layout, n32, n32, a, n32, ipiv])
         singular = b.icmp_signed(">", info, ir.Constant(U.I32, 0))
         kc.fail_if(singular, code)
         with b.if_then(b.not_(singular)):
             b.call(getri, [layout, n32, a, n32, ipiv, work, lwork])
+            cond = b.fmul(a_norm, _inf_norm(b, a, dt, n))
+            kc.fail_if(b.fcmp_ordered(">=", b.fmul(cond, eps), ir.Constant(U.F64, 1.0)), code)
         if wide:
             def narrow(i: ir.Value, _c2) -> None:
                 U.store(b, kc.ptr(out), xdt, b.add(base, i), U.load(b, a, dt, i))

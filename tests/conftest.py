@@ -1,7 +1,7 @@
-"""Test-only ops for the IR tests (printer/parser, bytecode): one owning regions, one with
-an attr of every kind. They are registered only while a module that asks for them runs
-(``pytestmark = pytest.mark.usefixtures("ir_test_ops")``), so registry walks elsewhere
-never see them."""
+"""Test-only ops for the IR and pass tests (printer/parser, bytecode, passes over regions):
+one owning any number of regions, one with an attr of every kind. They are registered
+only while a module or test that asks for them runs (``pytestmark =
+pytest.mark.usefixtures("ir_test_ops")``), so registry walks elsewhere never see them."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ class _RegionOp(OpDef):
 
     name = "test.region"
     traits = frozenset({PURE})
+    region_names = None  # any number
     attrs = {"note": AttrSpec("any", None)}
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> None:
