@@ -534,7 +534,7 @@ def test_compile_rejects_a_state_op_of_the_wrong_type(tmp_path, capsys):
     then `tfc run` segfaulted or aborted with heap corruption; now the verifier refuses
     it, naming the assign's line in the example."""
     root = Path(__file__).resolve().parents[1]
-    out, _ = run_ok(capsys, "ir", root / "examples" / "kmeans_digits.py", "--raw")
+    out, _ = run_ok(capsys, "ir", root / "examples" / "kmeans_digits.py", "--raw", "--full")
     assert "var.assign @centroids, %19 " in out
     src = tmp_path / "kmeans.tfir"
     src.write_text(out.replace("var.assign @centroids, %19 ", "var.assign @centroids, %0 "))
