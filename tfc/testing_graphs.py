@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module, Value
-from tfc.ir.types import DType, TensorType
+from tfc.ir.types import Dim, DType, TensorType
 
 MAX_BOUND = 100.0
 INPUT_BOUND = 2.0
@@ -33,6 +34,9 @@ UNARY = ("neg", "abs", "tanh", "sigmoid", "relu", "exp", "square", "sin")
 BINARY = ("add", "sub", "mul", "maximum", "minimum")
 REDUCTIONS = ("sum", "mean", "max", "min")
 VIEWS = ("reshape", "expand_dims", "squeeze")
+BATCH = "B"  # the symbolic dim of a symbolic graph's inputs (leading, as a batch)
+SYMBOLIC = 0.3  # the share of symbolic graphs
+MAX_BATCH = 5  # B is bound to 1 ... MAX_BATCH
 
 
 @dataclass
@@ -42,6 +46,14 @@ class RandomGraph:
     module: Module
     feeds: list[np.ndarray]
     bounds: list[float]
+    batch: int | None = None  # the size of ``B`` in ``feeds`` (None: no symbolic dim)
+
+    def feeds_for(self, batch: int, seed: int = 0) -> list[np.ndarray]:
+        """Other feeds, with ``B`` of size ``batch``."""
+        rng = np.random.default_rng(seed)
+        return [rng.uniform(-INPUT_BOUND, INPUT_BOUND, [batch if d == BATCH else int(d)
+                                                        for d in a.type.shape]
+                            ).astype(np.float32) for a in self.module.graphs["f"].args]
 
 
 def random_graph(seed: int, ops: tuple[int, int] = (3, 17)) -> RandomGraph:
@@ -59,6 +71,7 @@ class _Builder:
     graph: Graph = field(default_factory=lambda: Graph("f"))
     values: list[Value] = field(default_factory=list)
     bound: dict[Value, float] = field(default_factory=dict)
+    batch: int | None = None  # the run-time size of the symbol ``B``, in a symbolic graph
 
     def __post_init__(self) -> None:
         self.b = Builder(self.graph)
@@ -71,6 +84,13 @@ class _Builder:
     def shape(self, rank: int | None = None) -> tuple[int, ...]:
         r = int(self.rng.integers(1, 5)) if rank is None else rank
         return tuple(int(self.rng.choice([1, 2, 3, 4, 5])) for _ in range(r))
+
+    def size(self, d: Dim) -> int:
+        """``d``'s size for bounds: ``B`` at its largest, for every binding."""
+        return MAX_BATCH if d == BATCH else int(d)
+
+    def count(self, shape: Sequence[Dim]) -> int:
+        return math.prod(self.size(d) for d in shape)
 
     def pick(self) -> Value:
         """An operand: recent values more often, any earlier one too (diamonds)."""
@@ -122,6 +142,31 @@ class _Builder:
             else max(mx, my)
         return self.add(self.b(kind, x, y), bound)
 
+    def other(self, x: Value) -> Value:
+        """A select, a division, a round trip through f64, or a ``broadcast_like``."""
+        r = self.rng.random()
+        if r < 0.3:
+            y = self.broadcast_partner(x)
+            cond = self.b(str(self.rng.choice(["greater", "less_equal"])), x, y)
+            return self.add(self.b("where", cond, x, y), max(self.bound[x], self.bound[y]))
+        if r < 0.55:
+            y = self.broadcast_partner(x)
+            one = self.b("constant", value=np.asarray(1.0, np.float32))
+            return self.add(self.b("div", x, self.b("add", one, self.b("abs", y))),
+                            self.bound[x])
+        if r < 0.8:
+            wide = self.b("cast", x, dtype=DType.f64)
+            self.bound[wide] = self.bound[x]
+            u = self.unary(wide)
+            self.values.pop()  # f64 values stay out of the pool: operands are f32
+            return self.add(self.b("cast", u, dtype=DType.f32), self.bound[u])
+        big = [v for v in self.values if v is not x and v.type.dtype == x.type.dtype
+               and _broadcasts(x.type.shape, v.type.shape)]
+        if not big:
+            return self.unary(x)
+        like = big[int(self.rng.integers(len(big)))]
+        return self.add(self.b("broadcast_like", x, like), self.bound[x])
+
     def axes(self, rank: int) -> tuple[int, ...]:
         n = int(self.rng.integers(1, rank + 1))
         return tuple(sorted(int(a) for a in self.rng.choice(rank, n, replace=False)))
@@ -133,10 +178,9 @@ class _Builder:
             axes = self.axes(rank)
         if keepdims is None:
             keepdims = bool(self.rng.random() < 0.4)
-        kinds = [k for k in REDUCTIONS if not (k == "sum" and self.bound[x] * math.prod(
-            x.type.shape[a] for a in axes) > MAX_BOUND)]
+        count = self.count([x.type.shape[a] for a in axes])
+        kinds = [k for k in REDUCTIONS if not (k == "sum" and self.bound[x] * count > MAX_BOUND)]
         kind = str(self.rng.choice(kinds))
-        count = math.prod(x.type.shape[a] for a in axes)
         # every axis, written as no axes at all, now and then
         attrs = {"axes": None if len(axes) == rank and self.rng.random() < 0.3 else axes,
                  "keepdims": keepdims}
@@ -161,16 +205,20 @@ class _Builder:
         return y
 
     def movement(self, x: Value) -> Value:
+        """A view or a movement of ``x``; of a symbolic value, a reshape only keeps a
+        leading ``B`` (as ``-1``), a slice only cuts the axes before its first ``B``, and
+        ``broadcast_to`` (static shapes only) is left out."""
         shape = x.type.shape
         rank = len(shape)
         m = self.bound[x]
+        static = BATCH not in shape
         choice = self.rng.random()
-        if choice < 0.3:
+        if choice < 0.3 and (static or shape[0] == BATCH and BATCH not in shape[1:]):
             return self.add(self.b("reshape", x, shape=self.reshaped(shape)), m)
         if choice < 0.5 and rank >= 2:
             perm = [int(p) for p in self.rng.permutation(rank)]
             return self.add(self.b("transpose", x, perm=perm), m)
-        if choice < 0.65 and rank >= 1:
+        if choice < 0.65 and rank >= 1 and shape[0] != BATCH:
             return self.add(self.slice(x), m)
         if choice < 0.8 and rank < 4:
             axis = int(self.rng.integers(-rank - 1, rank + 1))
@@ -181,29 +229,39 @@ class _Builder:
                                                                              + 1)),
                                                      replace=False)]
             return self.add(self.b("squeeze", x, axes=sorted(axes)), m)
-        if rank < 4:
+        if rank < 4 and static:
             big = tuple(int(self.rng.choice([2, 3])) if d == 1 and self.rng.random() < 0.7
                         else d for d in shape)
             lead = self.shape(int(self.rng.integers(0, 4 - rank + 1)))[:1]
             return self.add(self.b("broadcast_to", x, shape=lead + big), m)
-        return self.add(self.b("reshape", x, shape=self.reshaped(shape)), m)
+        return self.add(self.b("expand_dims", x, axis=0), m)
 
-    def reshaped(self, shape: tuple[int, ...]) -> list[int]:
-        """A random shape with as many elements (one dim written as -1 now and then)."""
-        n = math.prod(shape)
-        factors = [p for p in _prime_factors(n)]
+    def reshaped(self, shape: tuple[Dim, ...]) -> list[int]:
+        """A random shape with as many elements (one dim written as -1 now and then; a
+        leading ``B`` stays first, as -1)."""
+        if shape and shape[0] == BATCH:
+            return [-1] + self.factored(math.prod(shape[1:]), int(self.rng.integers(0, 4)))
+        dims = self.factored(math.prod(shape), int(self.rng.integers(1, 5)))
+        if self.rng.random() < 0.3:
+            dims[int(self.rng.integers(len(dims)))] = -1
+        return dims
+
+    def factored(self, n: int, rank: int) -> list[int]:
+        """``rank`` dims whose product is ``n`` (``n`` itself, with rank 0, as ``[]``
+        when ``n`` is 1; else at least one dim)."""
+        if rank == 0 and n != 1:
+            rank = 1
+        factors = _prime_factors(n)
         self.rng.shuffle(factors)
-        rank = int(self.rng.integers(1, 5))
         dims = [1] * rank
         for f in factors:
             dims[int(self.rng.integers(rank))] *= f
-        if self.rng.random() < 0.3:
-            dims[int(self.rng.integers(rank))] = -1
         return dims
 
     def slice(self, x: Value) -> Value:
         begin, end, strides = [], [], []
-        for d in x.type.shape:
+        shape = x.type.shape
+        for d in shape[:shape.index(BATCH)] if BATCH in shape else shape:
             lo = int(self.rng.integers(0, d))
             hi = int(self.rng.integers(lo + 1, d + 1))
             step = int(self.rng.choice([1, 1, 2])) if hi - lo > 1 else 1
@@ -221,8 +279,13 @@ class _Builder:
     # ---- the graph ------------------------------------------------------------------------
 
     def build(self) -> RandomGraph:
-        for _ in range(int(self.rng.integers(1, 4))):
-            self.input(self.shape())
+        if self.rng.random() < SYMBOLIC:
+            self.batch = int(self.rng.integers(1, MAX_BATCH + 1))
+        for k in range(int(self.rng.integers(1, 4))):
+            shape = self.shape()
+            if self.batch is not None and (k == 0 or self.rng.random() < 0.5):
+                shape = (BATCH,) + shape[:3]
+            self.input(shape)
         for _ in range(int(self.rng.integers(*self.steps))):
             x = self.pick()
             r = self.rng.random()
@@ -230,23 +293,29 @@ class _Builder:
                 self.unary(x)
             elif r < 0.45:
                 self.binary(x)
-            elif r < 0.65:
-                self.movement(x)
-            elif r < 0.75 and x.type.rank:
+            elif r < 0.62:
+                v = self.movement(x)
+                if v.op.kind in VIEWS and v.type.rank and self.rng.random() < 0.4:
+                    self.reduce(v)  # a view read by a reduction (fetched: issue 14 item 1)
+            elif r < 0.72 and x.type.rank:
                 self.normalize(x)
+            elif r < 0.8:
+                self.other(x)
             elif x.type.rank:
                 self.reduce(x)
         made = [v for v in self.values if v.op is not None and v.op.kind != "constant"]
         fetched = [made[-1]] if made else [self.values[-1]]
         for v in made[:-1]:  # views more often: a fetched view has storage of its own
-            if self.rng.random() < (0.5 if v.op.kind in VIEWS else 0.25):
+            if self.rng.random() < (0.6 if v.op.kind in VIEWS else 0.25):
                 fetched.append(v)
         self.rng.shuffle(fetched)
         self.graph.set_results(fetched)
         feeds = [self.rng.uniform(-INPUT_BOUND, INPUT_BOUND,
-                                  [int(d) for d in a.type.shape]).astype(np.float32)
+                                  [self.batch if d == BATCH else int(d)
+                                   for d in a.type.shape]).astype(np.float32)
                  for a in self.graph.args]
-        return RandomGraph(Module({"f": self.graph}), feeds, [self.bound[v] for v in fetched])
+        return RandomGraph(Module({"f": self.graph}), feeds, [self.bound[v] for v in fetched],
+                           self.batch)
 
 
 def _broadcasts(small: tuple, big: tuple) -> bool:
