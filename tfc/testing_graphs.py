@@ -9,7 +9,10 @@ with a reduction of itself broadcast back, often reduced again over the same axe
 Operands are drawn from every value made so far, recent ones more often, so diamonds and
 paths that leave a would-be fusion and come back are common; random intermediates are
 fetched besides the last value, views more often (a fetched view has storage of its own
-that later ops read).
+that later ops read), and some are assigned (``var.assign``/``var.assign_add``) to
+variables of their type, which the step updates at its end. Three graphs in ten have a
+symbolic leading dim ``B`` on some inputs (reshapes keep it leading, slices and static
+``broadcast_to`` avoid it); ``RandomGraph.feeds_for`` makes feeds at another size of it.
 
 Every value carries a bound on the magnitudes it is computed from (inputs are uniform in
 [-2, 2]; ops that would push a bound past ``MAX_BOUND`` are not chosen), so a comparison
@@ -25,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from tfc.ir.builder import Builder
-from tfc.ir.core import Graph, Module, Value
+from tfc.ir.core import Graph, Module, Value, VariableDecl
 from tfc.ir.types import Dim, DType, TensorType
 
 MAX_BOUND = 100.0
@@ -47,6 +50,8 @@ class RandomGraph:
     feeds: list[np.ndarray]
     bounds: list[float]
     batch: int | None = None  # the size of ``B`` in ``feeds`` (None: no symbolic dim)
+    variables: dict[str, np.ndarray] = field(default_factory=dict)  # start-of-step values
+    update_bounds: dict[str, float] = field(default_factory=dict)  # per assigned variable
 
     def feeds_for(self, batch: int, seed: int = 0) -> list[np.ndarray]:
         """Other feeds, with ``B`` of size ``batch``."""
@@ -72,6 +77,7 @@ class _Builder:
     values: list[Value] = field(default_factory=list)
     bound: dict[Value, float] = field(default_factory=dict)
     batch: int | None = None  # the run-time size of the symbol ``B``, in a symbolic graph
+    update_bounds: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.b = Builder(self.graph)
@@ -309,13 +315,24 @@ class _Builder:
             if self.rng.random() < (0.6 if v.op.kind in VIEWS else 0.25):
                 fetched.append(v)
         self.rng.shuffle(fetched)
+        variables, values = {}, {}
+        for v in made:  # assigned at the end of the step, read from their storage then
+            if BATCH not in v.type.shape and self.rng.random() < 0.15:
+                name = f"v{len(variables)}"
+                kind = str(self.rng.choice(["var.assign", "var.assign_add"]))
+                self.b.op(kind, v, var=name)
+                variables[name] = VariableDecl(name, v.type)
+                values[name] = self.rng.uniform(-1, 1, [int(d) for d in v.type.shape]
+                                                ).astype(np.float32)
+                self.update_bounds[name] = self.bound[v] + (kind == "var.assign_add")
         self.graph.set_results(fetched)
         feeds = [self.rng.uniform(-INPUT_BOUND, INPUT_BOUND,
                                   [self.batch if d == BATCH else int(d)
                                    for d in a.type.shape]).astype(np.float32)
                  for a in self.graph.args]
-        return RandomGraph(Module({"f": self.graph}), feeds, [self.bound[v] for v in fetched],
-                           self.batch)
+        return RandomGraph(Module({"f": self.graph}, variables), feeds,
+                           [self.bound[v] for v in fetched], self.batch, values,
+                           dict(self.update_bounds))
 
 
 def _broadcasts(small: tuple, big: tuple) -> bool:

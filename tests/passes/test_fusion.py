@@ -329,11 +329,16 @@ def test_random_graphs_fuse_without_cycles_and_keep_their_values(chunk: int) -> 
     for seed in range(chunk * 250, (chunk + 1) * 250):
         case = random_graph(seed, (15, 40))
         fused = run_passes(clone_module(case.module), PIPELINE + ",memory", verify=True)
-        want = run_graph(case.module.graphs["f"], case.feeds, ExecContext({}, 0))
-        got = run_graph(fused.graphs["f"], case.feeds, ExecContext({}, 0))
+        want_ctx, got_ctx = ExecContext(case.variables, 0), ExecContext(case.variables, 0)
+        want = run_graph(case.module.graphs["f"], case.feeds, want_ctx)
+        got = run_graph(fused.graphs["f"], case.feeds, got_ctx)
         for k, (a, b) in enumerate(zip(got, want)):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * case.bounds[k],
                                        err_msg=f"seed {seed}, result {k}")
+        assert sorted(got_ctx.updates) == sorted(want_ctx.updates)
+        for name, value in want_ctx.updates.items():
+            np.testing.assert_allclose(got_ctx.updates[name], value, rtol=1e-6,
+                                       atol=1e-6 * case.update_bounds[name])
 
 
 def test_reductions_over_different_axes_go_to_different_groups() -> None:

@@ -134,3 +134,25 @@ def test_chained_reductions_over_any_axes(shape: tuple[int, ...], axes: tuple[in
     reduced_only, want2, exe = run_both(lambda p: build(p)[:2], x)
     assert not exe.fallback_ops, exe.fallback_ops
     assert_close(reduced_only, want2)
+
+
+def test_a_fetched_view_assigned_to_a_variable(h) -> None:
+    """The same class as item 1: ``var.assign`` copies its value at the end of the step,
+    from the storage of the fetched view's input, which must not be reused before."""
+    from tfc.ir.types import DType, TensorType
+
+    def body(b, args):
+        (x,) = args
+        e = b("exp", x)
+        r = b("reshape", e, shape=[12])  # fetched and assigned
+        t = b("transpose", b("tanh", x))  # arena values made after e's last direct use
+        u = b("sum", b("matmul", x, t), axes=[1])
+        b.op("var.assign", r, var="v")
+        return [r, u]
+
+    module = h.make_module([("x", DType.f32, (3, 4))], body,
+                           variables={"v": TensorType(DType.f32, (12,))})
+    x = np.random.default_rng(3).normal(size=(3, 4)).astype(np.float32)
+    got, want = h.run_both(module, [x], {"v": np.zeros(12, np.float32)})
+    h.assert_same(got, want)
+    np.testing.assert_allclose(got.updates["v"], np.exp(x).reshape(12), rtol=1e-6)
