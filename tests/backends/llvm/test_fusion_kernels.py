@@ -84,11 +84,8 @@ def test_views_of_fetched_views_and_in_place_consumers() -> None:
 
 # ---- item 6: row fusions of every shape run natively ------------------------------------------
 
-def _shapes() -> list[tuple[int, ...]]:
-    return [(6, 7), (3, 5, 14), (2, 3, 4, 5)]
-
-
-CASES = [(shape, axis) for shape in _shapes() for axis in range(len(shape))]
+SHAPES = [(6, 7), (3, 5, 14), (2, 3, 4, 5)]
+CASES = [(shape, axis) for shape in SHAPES for axis in range(len(shape))]
 
 
 @pytest.mark.parametrize("shape, axis", CASES, ids=[f"{s}-axis{a}" for s, a in CASES])
@@ -111,7 +108,7 @@ def test_softmax_family_over_every_axis(shape: tuple[int, ...], axis: int) -> No
     assert_close(got, want)
 
 
-AXES = [(shape, axes) for shape in _shapes()
+AXES = [(shape, axes) for shape in SHAPES
         for n in range(1, len(shape) + 1) for axes in itertools.combinations(range(len(shape)), n)]
 
 
