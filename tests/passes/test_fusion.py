@@ -29,6 +29,7 @@ from tfc.ir.verifier import verify_module
 from tfc.ops.fusion import REDUCTIONS, loop_op_problem
 from tfc.passes import run_passes
 from tfc.passes.fusion import classify
+from tfc.testing_graphs import random_graph
 
 PIPELINE = "canonicalize,cse,dce,fusion"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -284,6 +285,68 @@ def test_random_elementwise_graphs_keep_their_values(module: Module, seed: int) 
 
 
 # ---- rules of the grouping -------------------------------------------------------------------
+
+def is_acyclic_between_groups(g: Graph) -> bool:
+    """Whether no fusion of ``g`` reaches itself through other ops (each group convex)."""
+    producer = {r: op for op in g.ops for r in op.results}
+    position = {op: i for i, op in enumerate(g.ops)}
+    return all(position[producer[v]] < position[op] for op in g.ops for v in op.inputs
+               if v in producer)
+
+
+def test_groups_never_feed_each_other_through_different_members() -> None:
+    """Issue 14 item 4: each group alone is convex, but the reduction of %b's group feeds
+    the epilogue of %a's, whose reduction feeds back an element-wise op that joined %b's;
+    contracting both made a cycle ('fusion: the fused graph has a cycle')."""
+    m = parse_module("""
+graph @main(%a: f32[4], %b: f32[3]) -> (t: f32[], v: f32[3]) {
+  %s1 = sum %a : f32[]
+  %b2 = exp %b : f32[3]
+  %s2 = sum %b2 : f32[]
+  %t = add %s1, %s2 : f32[]
+  %v = mul %b2, %s1 : f32[3]
+  return %t, %v
+}""")
+    fused = fuse(clone_module(m), "fusion")
+    assert is_acyclic_between_groups(fused.graphs["main"])
+    assert len(fusions(fused.graphs["main"])) == 3
+    assert_same_results(m, fused)
+
+
+def test_ridge_with_an_expand_dims_fed_from_an_earlier_value_fuses() -> None:
+    """The issue's case: ridge_gd's train step with ``expand_dims`` of the data term's sum
+    (``%8``) instead of ``%19``: the reference ran it, fusion made a cycle."""
+    from tfc.compiler.frontend import load_model
+    module = load_model(EXAMPLES / "ridge_gd.py")
+    text = print_module(module)
+    assert text.count("= expand_dims %19 {axis=0}") == 1
+    m = parse_module(text.replace("= expand_dims %19 {axis=0}", "= expand_dims %8 {axis=0}"))
+    verify_module(m)
+    fused = fuse(clone_module(m))
+    for g in fused.entries.values():
+        assert is_acyclic_between_groups(g)
+    assert_same_results(m, fused)
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_random_graphs_fuse_without_cycles_and_keep_their_values(chunk: int) -> None:
+    """Seeded random graphs of 15 to 40 steps (``tfc.testing_graphs``: diamonds, rows,
+    views, reductions over any axes): the pipeline with fusion and memory verifies and
+    gives the same values on the reference interpreter."""
+    for seed in range(chunk * 250, (chunk + 1) * 250):
+        case = random_graph(seed, (15, 40))
+        fused = run_passes(clone_module(case.module), PIPELINE + ",memory", verify=True)
+        want_ctx, got_ctx = ExecContext(case.variables, 0), ExecContext(case.variables, 0)
+        want = run_graph(case.module.graphs["f"], case.feeds, want_ctx)
+        got = run_graph(fused.graphs["f"], case.feeds, got_ctx)
+        for k, (a, b) in enumerate(zip(got, want)):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * case.bounds[k],
+                                       err_msg=f"seed {seed}, result {k}")
+        assert sorted(got_ctx.updates) == sorted(want_ctx.updates)
+        for name, value in want_ctx.updates.items():
+            np.testing.assert_allclose(got_ctx.updates[name], value, rtol=1e-6,
+                                       atol=1e-6 * case.update_bounds[name])
+
 
 def test_reductions_over_different_axes_go_to_different_groups() -> None:
     g = Graph("main")

@@ -28,8 +28,11 @@ result shape, a reduction's input shape; shapes equal up to size-1 dims count as
   epilogue); a group of scalars, or of broadcasts and reshapes only, whose values no
   one else uses, may grow into a bigger consumer (its work is loop-invariant or free);
 - all reductions of a group reduce the same axes of S (others start a new group);
-- one device per group; no op outside the group on a path between two members (the
-  fused graph stays acyclic; checked with ancestor bitsets);
+- one device per group; no op outside the group on a path between two members, where a
+  path may pass through groups formed so far as single nodes (a group runs as one
+  kernel, so it is convex in the graph of groups, and that graph stays acyclic: two
+  groups each feeding the other through different members would be a cycle, though
+  each is convex in the ops' graph; checked with ancestor bitsets of that graph);
 - nothing is computed twice: a value needed outside becomes a result of its fusion. Only
   splat constants (scalars, ``zeros``, ``ones``, ``fill``) are copied into every region
   that uses them, as scalars (broadcast when not rank 0).
@@ -182,7 +185,7 @@ def _trial_expansion(op: Op) -> Graph | None:
 class _Group:
     members: list[int]
     bits: int  # members as a bitset of op positions
-    anc: int  # every op some member depends on
+    anc: int  # every op some member depends on, in the graph of groups
     shape: tuple[Dim, ...]
     axes: tuple[int, ...] | None
     device: str | None
@@ -229,22 +232,21 @@ class _Grouper:
         self.ops = graph.ops
         self.pos = {op: i for i, op in enumerate(self.ops)}
         self.infos = [classify(op) for op in self.ops]
+        # Per visited op: the ops it depends on in the graph whose nodes are the groups so
+        # far (and the ops in none); grown by ``contract`` as groups gain members.
         self.anc: list[int] = []
         self.users: dict[Value, set[int]] = {}
         for i, op in enumerate(self.ops):
-            a = 0
             for v in op.inputs:
-                j = self.pos.get(v.op) if v.op is not None else None
-                if j is not None:
-                    a |= self.anc[j] | (1 << j)
                 self.users.setdefault(v, set()).add(i)
-            self.anc.append(a)
         self.escaping = set(graph.results)
         self.group_of: list[_Group | None] = [None] * len(self.ops)
+        self.groups: list[_Group] = []
 
     def run(self) -> list[_Group]:
-        groups: list[_Group] = []
+        groups = self.groups
         for i, op in enumerate(self.ops):
+            self.visit(i)
             info = self.infos[i]
             if info is None or info.role == "const":
                 continue
@@ -268,6 +270,39 @@ class _Grouper:
                 self.group_of[i] = current
                 groups.append(current)
         return groups
+
+    def visit(self, i: int) -> None:
+        """Op ``i``'s ancestors: its inputs' (every op before it has been visited)."""
+        a = 0
+        for v in self.ops[i].inputs:
+            j = self.pos.get(v.op) if v.op is not None else None
+            if j is not None:
+                a |= self.anc[j] | (1 << j)
+        self.anc.append(a)
+
+    def contract(self, g: _Group) -> None:
+        """``g`` gained members: it is one node, so each op that depends on a member (the
+        members too) depends on every ancestor of every member; one pass over the visited
+        ops keeps the sets closed."""
+        new = g.anc | g.bits
+        anc = self.anc
+        for j in range(self.first_dependent(g), len(anc)):
+            if (anc[j] | (1 << j)) & g.bits:
+                anc[j] |= new
+        g.anc = new
+
+    def first_dependent(self, g: _Group) -> int:
+        """A position no op depending on a member of ``g`` comes before: its first member,
+        or the first member of a group that straddles that position (a path may enter
+        such a group through a later member and leave through an earlier one), and so on.
+        """
+        start, moved = g.members[0], True
+        while moved:
+            moved = False
+            for z in self.groups:
+                if z.members[0] < start < z.members[-1]:
+                    start, moved = z.members[0], True
+        return start
 
     def only_used_by(self, g: _Group, allowed: int) -> bool:
         """Whether every use of ``g``'s values is by an op in the bitset ``allowed``."""
@@ -302,6 +337,7 @@ class _Grouper:
         g.shape, g.axes = shape
         g.cheap = g.cheap and op.kind in CHEAP
         self.group_of[i] = g
+        self.contract(g)
         return True
 
     def joined_shape(self, g: _Group, i: int, info: _Info
@@ -339,6 +375,7 @@ class _Grouper:
         cur.cheap = cur.cheap and g.cheap
         for m in g.members:
             self.group_of[m] = cur
+        self.contract(cur)
         return True
 
     def merged_shape(self, cur: _Group, g: _Group
@@ -393,7 +430,8 @@ class _Grouper:
         return set(op.results)
 
     def cycle(self, bits: int, anc: int) -> bool:
-        """Whether an op outside ``bits`` lies on a path between two of its members."""
+        """Whether an op outside ``bits`` (or a group it is in) lies on a path between two
+        of its members (``anc``: their ancestors in the graph of groups)."""
         lo = (bits & -bits).bit_length() - 1
         outside = (anc & ~bits) >> lo << lo
         while outside:

@@ -8,7 +8,7 @@ Which values live in the arena: results of the graph's own ops, except
 - graph arguments (feeds: the caller's arrays),
 - ``var.read`` results (the variables' storage) and ``constant`` results (module data),
 - graph results (fetches: written straight into the caller's output arrays; later ops
-  that use a fetched value read it from there),
+  that use a fetched value read it from there, except a fetched view, below),
 Values whose size is not known before the run (a ``?`` dim, e.g. ``split`` of a batch
 ``B``) are in the arena too, in *dynamic* buffers (``MemoryPlan.dynamic`` lists them):
 a backend knows every ``?`` dim once it has the feeds' shapes (shape inference on the
@@ -20,7 +20,9 @@ Values inside regions (fusion, cond, scan bodies) are the kernel's own business.
 Aliases share another value's storage rather than a buffer of their own:
 - views: ``reshape``, ``reshape_like``, ``expand_dims``, ``squeeze``, ``identity`` and
   ``stop_gradient`` results are their (contiguous) input reinterpreted: no copy. A view
-  of a value outside the arena aliases that outside value.
+  of a value outside the arena aliases that outside value. A fetched view is an alias
+  too: it is copied to its output array when defined, but later ops read it from its
+  input's storage, which must stay live until the view's last use.
 - in place: an element-wise op (or a ``fusion`` of kind ``loop``) writes its result over
   an input that dies at that op, lives in the arena, and has the result's dtype and
   shape (so it is not broadcast).
@@ -259,7 +261,10 @@ class _Info:
         self.dynamic: list[Value] = []  # arena values with a '?' dim (not views)
         self.static_view: dict[Value, Value] = {}  # view result -> its input
         for op in graph.ops:
-            if op.kind in VIEW_OPS and op.results and op.results[0] not in fetched:
+            if op.kind in VIEW_OPS and op.results:
+                # A fetched view too: backends read it, as any view, from its input's
+                # storage (its copy into the output array is made when it is defined),
+                # so its later uses keep that storage live.
                 self.static_view[op.results[0]] = op.inputs[0]
             if op.kind in EXTERNAL_OPS:
                 continue

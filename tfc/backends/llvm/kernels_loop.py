@@ -16,16 +16,18 @@ are kept. Two loop orders:
   reduced values (softmax: max, then sum of exp(x - max), then the outputs);
   element-wise values are recomputed, never stored. Full-shaped outputs get a last phase
   over R; reduced outputs are stored once per K index.
-- *accumulate order* (only reduced outputs, and the last axis is kept, e.g. a bias
-  gradient ``sum(dy, axes=[0])``): outputs start at the identity and every input element
-  is folded into its output element, in memory order, so the inner loop is unit-stride
-  on input and output alike.
+- *accumulate order* (only reduced outputs, the last axis is kept, and no reduction
+  reads another's result, e.g. a bias gradient ``sum(dy, axes=[0])``; a chain such as
+  ``sum(log_softmax(x, 1), 1)`` needs the row order's phases): outputs start at the
+  identity and every input element is folded into its output element, in memory order,
+  so the inner loop is unit-stride on input and output alike.
 - *column order* (the last axis is kept, consumers of the reduced values only at the
-  reduced shape, e.g. a bias gradient followed by an optimizer's update): one pass in
-  memory order writes the full outputs and folds elements into accumulators in scratch,
-  then a pass over the kept axes computes the reduced outputs. When the first axis is
-  reduced with others (``split_rows``), each of its indices gets its own row of
-  accumulators, so the pass splits across threads, and a second kernel folds the rows.
+  reduced shape, no reduction reading another's; e.g. a bias gradient followed by an
+  optimizer's update): one pass in memory order writes the full outputs and folds
+  elements into accumulators in scratch, then a pass over the kept axes computes the
+  reduced outputs. When the first axis is reduced with others (``split_rows``), each of
+  its indices gets its own row of accumulators, so the pass splits across threads, and
+  a second kernel folds the rows.
 
 The outermost loop of a kernel takes its range from the kernel's ``lo``/``hi`` so the
 thread pool can split it (row order over K; point-wise over the first axis or the flat
@@ -211,14 +213,17 @@ def reduction(kc: Kernel, em: Emitter, ops: Sequence[Op], outputs: Sequence[Pair
                               f"of {x0.type}")
     last_kept = bool(keep) and keep[-1] == rank - 1
     results = {r.result for r in reduces}
+    # The accumulate and column orders fold every reduction in one pass over the input:
+    # none may read another's result (log_softmax then a sum over the same axis: the
+    # row order's phases).
+    chained = any(_depends(r.inputs[0], results) for r in reduces)
     # accumulating in the outputs rounds every partial sum to f16: f16 outputs take the
     # column order (f32 accumulators in scratch) or the row order (f32 registers)
-    if last_kept and not full_out and all(inner in results and outer.dtype is not DType.f16
-                                          for inner, outer in red_out):
+    if last_kept and not chained and not full_out and all(
+            inner in results and outer.dtype is not DType.f16 for inner, outer in red_out):
         _accumulate_order(kc, em, reduces, red_out, x0, red, keep)
-    elif last_kept and scratch is not None and not any(
-            _depends(v, results) for v in [i for i, _ in full_out] + [r.inputs[0]
-                                                                    for r in reduces]):
+    elif last_kept and scratch is not None and not chained and not any(
+            _depends(v, results) for v, _ in full_out):
         if then is not None and split_rows(red):
             _column_split(kc, em, reduces, full_out, red_out, x0, red, keep, scratch, then)
         else:
