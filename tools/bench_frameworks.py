@@ -10,12 +10,13 @@ and loss), written the way a user of that framework would write it.
 from __future__ import annotations
 
 import time
+from functools import partial
 import warnings
 from typing import Any
 
 import numpy as np
 
-from bench_workloads import (CNN_FILTERS, CNN_IMAGE, CNN_LR, MLP_LR, Step, tiny_ops)
+from bench_workloads import (CNN_FILTERS, CNN_IMAGE, CNN_LR, MLP_LR, Step, tiny_chain)
 
 
 class TorchContender:
@@ -97,15 +98,7 @@ class TorchContender:
     def tiny(self, x: np.ndarray) -> Step:
         torch = self.torch
         t = torch.from_numpy(x)
-        ops = tiny_ops()
-
-        def step() -> Any:
-            h = t
-            for kind, c in ops:
-                h = (torch.tanh(h) if kind == "tanh" else h * c if kind == "mul"
-                     else h + c if kind == "add" else h - c)
-            return h
-        return step
+        return lambda: tiny_chain(t, torch.tanh)
 
 
 class JaxContender:
@@ -214,15 +207,7 @@ class JaxContender:
         return self._trainer(self._cnn_step_fn(), params, x, y)
 
     def tiny(self, x: np.ndarray) -> Step:
-        jnp = self.jnp
-        ops = tiny_ops()
-
-        def chain(h: Any) -> Any:
-            for kind, c in ops:
-                h = (jnp.tanh(h) if kind == "tanh" else h * c if kind == "mul"
-                     else h + c if kind == "add" else h - c)
-            return h
-        f = self.jax.jit(chain)
+        f = self.jax.jit(partial(tiny_chain, tanh=self.jnp.tanh))
         xd = self.jax.device_put(x)
         return lambda: f(xd).block_until_ready()
 
@@ -341,14 +326,7 @@ class TfContender:
 
     def tiny(self, x: np.ndarray) -> Step:
         tf = self.tf
-        ops = tiny_ops()
-
-        def chain(h: Any) -> Any:
-            for kind, c in ops:
-                h = (tf.tanh(h) if kind == "tanh" else h * c if kind == "mul"
-                     else h + c if kind == "add" else h - c)
-            return h
-        f = self._function(chain)
+        f = self._function(partial(tiny_chain, tanh=tf.tanh))
         xt = tf.constant(x)
         return lambda: f(xt)
 

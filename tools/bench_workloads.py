@@ -142,6 +142,15 @@ def tiny_ops() -> list[tuple[str, float]]:
     return [cycle[i % len(cycle)] for i in range(TINY_OPS)]
 
 
+def tiny_chain(h: Any, tanh: Callable[[Any], Any]) -> Any:
+    """The 100-op chain applied to ``h`` with Python operators and a framework's ``tanh``:
+    the same trace for tfc, PyTorch, JAX and TensorFlow."""
+    for kind, c in tiny_ops():
+        h = (tanh(h) if kind == "tanh" else h * c if kind == "mul"
+             else h + c if kind == "add" else h - c)
+    return h
+
+
 # ---- numpy ----------------------------------------------------------------------------
 
 class NumpyContender:
@@ -403,11 +412,7 @@ class TfcContender:
     def tiny(self, x: np.ndarray) -> Step:
         def build(tfc: Any) -> None:
             p = tfc.placeholder(tfc.float32, [x.shape[0]], name="x")
-            h = p
-            for kind, c in tiny_ops():
-                h = (tfc.tanh(h) if kind == "tanh" else h * c if kind == "mul"
-                     else h + c if kind == "add" else h - c)
-            tfc.entry("tiny", feeds={"x": p}, fetches={"y": h})
+            tfc.entry("tiny", feeds={"x": p}, fetches={"y": tiny_chain(p, tfc.tanh)})
         prog = self._program(build, "tiny")
         return partial(prog.callable("tiny", ["x"], "y"), x)
 
