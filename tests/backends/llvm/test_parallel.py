@@ -72,6 +72,27 @@ def test_one_thread_builds_no_pool_calls(h):
     assert P.POOL_RUN not in text
 
 
+def test_kernels_known_to_be_small_have_no_split_path(h, monkeypatch):
+    """A kernel whose static size is below the threshold is only called inline, so LLVM
+    can inline it with its bounds known (out of line, a 16-element chain ran its scalar
+    remainder loop: 3x slower per step at 2 threads than at 1); a symbolic size keeps the
+    run-time test."""
+    monkeypatch.setenv("TFC_PARALLEL_MIN", "65536")
+
+    def body(b, a):
+        (x,) = a
+        return [b("tanh", b("mul", x, x))]
+
+    def pool_calls(shape):
+        m = h.make_module([("x", DType.f32, shape)], body)
+        return str(LLVMBackend(threads=2)._lower(m, "f")[2].comp.module).count(
+            f'call i32 @"{P.POOL_RUN}"(')
+
+    assert pool_calls((4, 300)) == 0
+    assert pool_calls((512, 300)) > 0
+    assert pool_calls(("B", 300)) > 0
+
+
 def test_error_code_matches_one_thread(h):
     def body(b, a):
         x, i = a
