@@ -72,14 +72,6 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
 
-def _bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
-
-
 def check_output_path(path: str | None, flag: str) -> None:
     """Fail at once, before any work, when ``path`` (the value of ``flag``) cannot be
     written: a benchmark or a training run must not end in "no such directory"."""
@@ -117,7 +109,7 @@ def check_at_least(flag: str, value: int | None, minimum: int) -> None:
 
 
 def _write_text(path: str, text: str) -> None:
-    from tfc.runtime.artifact import atomic_write
+    from tfc.runtime.atomic import atomic_write
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
@@ -255,16 +247,17 @@ def _compile_report(program: Any, report: Any, out: str, init_s: float, save_s: 
     print()
     delta = report.ops_after - report.ops_before
     print(f"ops: {report.ops_before} before passes, {report.ops_after} after ({delta:+d})")
+    from tfc.runtime.initializers import format_bytes
     # sizes from the declared types: the report must not materialize initializers
     decls = program.module.variables
     inits = program.initializers
     total = sum(d.type.nbytes() for d in decls.values())
     stored = sum(decls[n].type.nbytes() for n in inits)
-    print(f"variables: {len(decls)}, {_bytes(total)} in all"
-          + (f" ({_bytes(stored)} stored as initializer ops)" if inits else ""))
+    print(f"variables: {len(decls)}, {format_bytes(total)} in all"
+          + (f" ({format_bytes(stored)} stored as initializer ops)" if inits else ""))
     if decls:
         print()
-        rows = [[f"@{name}", str(d.type), _bytes(d.type.nbytes()),
+        rows = [[f"@{name}", str(d.type), format_bytes(d.type.nbytes()),
                  _stored_as(inits.get(name)),
                  d.device or "-", "yes" if d.trainable else "no"]
                 for name, d in list(decls.items())[:20]]
@@ -362,7 +355,7 @@ def _format_fetch(name: str, value: np.ndarray) -> str:
 
 
 def _save_fetches(path: str, fetches: dict[str, np.ndarray]) -> None:
-    from tfc.runtime.artifact import atomic_write
+    from tfc.runtime.atomic import atomic_write
 
     suffix = Path(path).suffix
     if suffix == ".npy":

@@ -46,8 +46,8 @@ def load_source(path: str | os.PathLike[str]) -> Module:
     """The module in ``path``: a model (``.py``, ``.tfm``, ``.tfir``) or a compiled ``.tfc``
     artifact."""
     if Path(path).suffix == ".tfc":
-        from tfc.runtime.artifact import read_artifact
-        return read_artifact(path)[0]
+        from tfc.runtime.artifact import read_module
+        return read_module(path)
     from tfc.compiler.frontend import load_model
     return load_model(path)
 

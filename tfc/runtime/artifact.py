@@ -245,15 +245,14 @@ def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
     stored code; ``"strict"`` refuses an artifact whose code fails the check. The IR is
     verified and its signature checked against the manifest whatever ``native`` says.
     """
-    from tfc.runtime.initializers import recipes
     if native not in NATIVE_POLICIES:
         raise TfcError(f"native={native!r}: expected one of {', '.join(NATIVE_POLICIES)}")
-    with _open_zip(path) as zf:
-        st = os.fstat(zf.fp.fileno()) if zf.fp is not None else os.stat(path)
+    with open_zip(path) as zf:
+        st = os.fstat(zf.fp.fileno())  # type: ignore[union-attr]  # open: fp is set
         manifest = _read_manifest(zf, path)
         module = _read_module(zf, path, manifest)
-        values = dict(read_variables(zf, path, manifest,
-                                     skip=_check_initializers(path, module, manifest)))
+        initializers = _check_initializers(path, module, manifest)
+        values = dict(read_variables(zf, path, manifest, skip=initializers))
         # the caller's choice, else $TFC_BACKEND, else the backend the artifact was made for
         name = backend or os.environ.get("TFC_BACKEND") or manifest.get("backend") or "reference"
         if not isinstance(name, str):
@@ -262,7 +261,7 @@ def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
             executables = (_native_executables(zf, path, module, manifest, native)
                            if name == "llvm" else {})
             program = Program(module, values, backend=name, step=manifest["step"], copy=False,
-                              executables=executables, initializers=recipes(module))
+                              executables=executables, initializers=initializers)
         except ArtifactError:
             raise
         except TfcError as e:
@@ -372,7 +371,7 @@ def _native_meta(zf: zipfile.ZipFile, path: Any, entry: str, table: Any) -> Any:
 
 
 @contextmanager
-def _open_zip(path: str | os.PathLike[str], what: str = "tfc artifact",
+def open_zip(path: str | os.PathLike[str], what: str = "tfc artifact",
               error: type[ArtifactError] = ArtifactError) -> Iterator[zipfile.ZipFile]:
     """The zip ``path``, open; whatever ``zipfile`` fails on while it is read (not a zip,
     truncated, a bad CRC, a member it cannot decompress) is one ``error`` naming it."""
@@ -392,10 +391,17 @@ def _open_zip(path: str | os.PathLike[str], what: str = "tfc artifact",
         raise error(f"{path} is not a {what} (it has encrypted members)") from None
 
 
+def read_module(path: str | os.PathLike[str]) -> Module:
+    """An artifact's module alone, checked (``tfc ir``, ``tfc viz`` of a ``.tfc``): its
+    variables' data is not read."""
+    with open_zip(path) as zf:
+        return _read_module(zf, path, _read_manifest(zf, path))
+
+
 def read_artifact(path: str | os.PathLike[str]
                   ) -> tuple[Module, dict[str, np.ndarray], dict[str, Any]]:
     """The module, variable values and manifest of an artifact, each checked."""
-    with _open_zip(path) as zf:
+    with open_zip(path) as zf:
         manifest = _read_manifest(zf, path)
         module = _read_module(zf, path, manifest)
         values = dict(read_variables(zf, path, manifest,
@@ -582,10 +588,11 @@ def _manifest_type(path: Any, name: str, info: Any) -> TensorType:
                             f"'{name}': {info!r}") from None
 
 
-def _check_initializers(path: Any, module: Module, manifest: dict[str, Any]) -> set[str]:
+def _check_initializers(path: Any, module: Module, manifest: dict[str, Any]
+                        ) -> dict[str, Op]:
     """The variables the artifact stores as initializer ops (``"initializer": true``),
-    checked: each is assigned a recipe op (``tfc.runtime.initializers``) of its type by
-    the stored ``__init__`` graph, which does nothing else."""
+    with their ops, checked: each is assigned a recipe op (``tfc.runtime.initializers``)
+    of its type by the stored ``__init__`` graph, which does nothing else."""
     from tfc.runtime.initializers import is_recipe, recipes
     flagged = {name for name, info in manifest["variables"].items()
                if isinstance(info, dict) and info.get("initializer") is True}
@@ -594,7 +601,7 @@ def _check_initializers(path: Any, module: Module, manifest: dict[str, Any]) -> 
         if flagged:
             raise ArtifactError(f"{path}: variable '{sorted(flagged)[0]}' is stored as an "
                                 f"initializer, but the module has no {INIT_GRAPH} graph")
-        return flagged
+        return {}
     found = recipes(module)
     for name in sorted(flagged):
         if name not in found:
@@ -608,7 +615,7 @@ def _check_initializers(path: Any, module: Module, manifest: dict[str, Any]) -> 
         if op.kind != "var.assign" and not is_recipe(op):
             raise ArtifactError(f"{path}: the {INIT_GRAPH} graph does more than assign "
                                 f"initializer ops ({op.kind})")
-    return flagged
+    return {name: found[name] for name in flagged}
 
 
 def read_variables(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any],

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import zipfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Mapping
@@ -35,9 +34,8 @@ import numpy as np
 
 from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import VariableDecl
-from tfc.runtime.artifact import (MANIFEST, atomic_write, parse_manifest, read_variables,
-                                  unreadable_zip)
-from tfc.runtime.atomic import remove_stale_temps
+from tfc.runtime.artifact import MANIFEST, open_zip, parse_manifest, read_variables
+from tfc.runtime.atomic import atomic_write, remove_stale_temps
 from tfc.runtime.digests import FIELD as DIGESTS
 from tfc.runtime.digests import npy_digest
 
@@ -226,17 +224,13 @@ def read_checkpoint(path_or_dir: PathLike) -> Checkpoint:
     """The step and values of a checkpoint file (or of a directory's latest), checked."""
     path = resolve_checkpoint(path_or_dir)
     try:
-        with zipfile.ZipFile(path) as zf:
+        with open_zip(path, "tfc checkpoint", CheckpointError) as zf:
             manifest = _read_manifest(zf, path)
             values = dict(read_variables(zf, path, manifest))
     except CheckpointError:
         raise
     except ArtifactError as e:  # the shared member checks: same sentence, our error type
         raise CheckpointError(e.message) from None
-    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
-        raise unreadable_zip(path, e, "tfc checkpoint", CheckpointError) from None
-    except IsADirectoryError:
-        raise CheckpointError(f"{path} is a directory, not a tfc checkpoint") from None
     return Checkpoint(path, manifest["step"], values)
 
 
