@@ -331,13 +331,20 @@ class _Grouper:
         late = self.late_step(g.late, i, *shape)
         if late is None or self.cycle(bits, anc):
             return False
+        # i is the last op visited, so only its own set can lack the group's ancestors;
+        # when i brings none the group lacked, no other op's set changes (contracting
+        # anyway made fusion quadratic: 8000 ops 0.15 -> 6 s)
+        closed = self.anc[i] & ~(g.anc | g.bits) == 0
         g.members.append(i)
         g.bits, g.anc = bits, anc
         g.late |= late
         g.shape, g.axes = shape
         g.cheap = g.cheap and op.kind in CHEAP
         self.group_of[i] = g
-        self.contract(g)
+        if closed:
+            self.anc[i] |= g.anc | g.bits
+        else:
+            self.contract(g)
         return True
 
     def joined_shape(self, g: _Group, i: int, info: _Info
