@@ -142,10 +142,14 @@ def tiny_ops() -> list[tuple[str, float]]:
     return [cycle[i % len(cycle)] for i in range(TINY_OPS)]
 
 
+_TINY_OPS = tuple(tiny_ops())
+
+
 def tiny_chain(h: Any, tanh: Callable[[Any], Any]) -> Any:
     """The 100-op chain applied to ``h`` with Python operators and a framework's ``tanh``:
-    the same trace for tfc, PyTorch, JAX and TensorFlow."""
-    for kind, c in tiny_ops():
+    the same trace for tfc, PyTorch, JAX and TensorFlow (PyTorch eager runs it each step,
+    so the list of ops is built once)."""
+    for kind, c in _TINY_OPS:
         h = (tanh(h) if kind == "tanh" else h * c if kind == "mul"
              else h + c if kind == "add" else h - c)
     return h

@@ -114,7 +114,7 @@ def test_mlp_adam_on_two_devices_trains_as_well_with_fp16_transfers(backend):
         assert np.isfinite(loss)
         accuracy[fp16] = float(program.run("evaluate", x=x_test, y=y_test)["accuracy"])
         state[fp16] = program.variables
-    assert accuracy[False] > 0.93
+    assert accuracy[False] > 0.96
     assert abs(accuracy[True] - accuracy[False]) <= 0.01, accuracy
     # scalar state never travels as f16: 0.9**150 exactly as f32 computes it
     assert state[True]["beta1_power"] == state[False]["beta1_power"]

@@ -86,19 +86,6 @@ def _in_order(ops: Sequence[Op]) -> list[Op]:
     return order
 
 
-def _region_variables(op: Op) -> tuple[frozenset[str], frozenset[str]]:
-    """The variables ``op``'s regions read and update."""
-    reads: set[str] = set()
-    writes: set[str] = set()
-    for region in op.regions:
-        for inner in region.walk():
-            if inner.kind == "var.read":
-                reads.add(inner.attrs["var"])
-            elif writes_variable(inner):
-                writes.add(inner.attrs["var"])
-    return frozenset(reads), frozenset(writes)
-
-
 def _analyse(ops: Sequence[Op]) -> _Flow:
     order = _in_order(ops)
     sent = {op.attrs["key"]: op.inputs[0] for op in order if op.kind == "send"}
@@ -114,8 +101,7 @@ def _analyse(ops: Sequence[Op]) -> _Flow:
             flow.reads[op.result] = flow.reads.get(src, none)
             flow.carried[op.result] = flow.carried.get(src, none)
             continue
-        reads = frozenset().union(*(flow.reads.get(x, none) for x in op.inputs),
-                                  _region_variables(op)[0])
+        reads = frozenset().union(*(flow.reads.get(x, none) for x in op.inputs))
         elementwise = lookup(op.kind).has(ELEMENTWISE)
         for r in op.results:
             flow.reads[r] = reads
@@ -124,8 +110,8 @@ def _analyse(ops: Sequence[Op]) -> _Flow:
                 if (elementwise and x.type.shape == r.type.shape)
                 or (op.kind in _VALUE_PRESERVING and i == 0)))
     for op in reversed(order):  # backward: which updates values feed
-        feeds = frozenset().union(*(flow.reaches.get(r, none) for r in op.results),
-                                  _region_variables(op)[1])
+        # (regions never touch variables: the verifier keeps state ops out of them)
+        feeds = frozenset().union(*(flow.reaches.get(r, none) for r in op.results))
         if writes_variable(op):
             feeds |= {op.attrs["var"]}
         if op.kind == "send" and op.attrs["key"] in received:

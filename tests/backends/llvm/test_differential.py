@@ -37,7 +37,7 @@ from tfc.testing_graphs import MAX_BATCH, random_graph
 GRAPHS = int(os.environ.get("TFC_FUZZ_GRAPHS", "240"))
 FIRST_SEED = int(os.environ.get("TFC_FUZZ_SEED", "0"))
 CHUNK = 40  # graphs per test case
-RTOL = 1e-5
+RTOL = 2e-6  # measured worst over the 240 default graphs: 1.7e-7 (AVX-512 host)
 
 
 def check_seed(seed: int) -> None:

@@ -215,14 +215,13 @@ def test_no_in_place_update_before_a_step_that_can_fail():
                   targets=[w.assign_sub(0.1 * gw)])
     gc = Program(g.as_module(), backend="llvm")._executable("train")._lowered()
     assert gc.in_place_updates()  # the GEMM update is made in place here
-    copy = next(k for k, s in enumerate(gc.steps) if isinstance(s, Copy))
+    assert any(isinstance(s, Copy) for s in gc.steps)  # the other updates are copies
     fails = Kernel(gc.comp, "may_fail", [])
     fails.can_fail = True
     gc.steps.append(fails)
     assert gc.in_place_updates() == {}
     gc.steps[-1] = Kernel(gc.comp, "cannot_fail", [])
     assert gc.in_place_updates()
-    assert copy < len(gc.steps) - 1
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -323,7 +323,8 @@ def test_host_exp_loop_uses_wide_vectors() -> None:
 def test_tanh_f32_dense_sweep(fns: dict) -> None:
     """The f32 tanh (polynomial below 0.625, 1 - 2/(e^2a + 1) above, branch-free) on every
     97th float of [0, 10.5] (~11M values, both signs) and the extremes: within 1.5 ulp of
-    the exact value (f64 tanh), 2 ulp of numpy's f32 tanh; +-0, NaN, +-inf exact."""
+    the exact value (f64 tanh); +-0, NaN, +-inf exact. (Not against numpy's f32 tanh: its
+    SIMD loop differs from host to host.)"""
     bits = np.arange(0, int(np.float32(10.5).view(np.uint32)), 97, dtype=np.uint32)
     x = bits.view(np.float32)
     fi = np.finfo(np.float32)
@@ -340,7 +341,6 @@ def test_tanh_f32_dense_sweep(fns: dict) -> None:
     finite = ~np.isnan(x)
     k = int(np.argmax(np.where(finite, err, 0)))
     assert err[finite].max() <= 1.5, f"tanh({x[k]!r}) = {got[k]!r}, exact {exact[k]!r}"
-    assert ulp_error(got, np.tanh(x)).max() <= 2
     assert np.array_equal(np.signbit(got[x == 0]), np.signbit(x[x == 0]))  # tanh(-0.0) = -0.0
     assert np.isnan(got[~finite]).all()
     assert list(got[-4:-1]) == [-1.0, 1.0, -1.0]  # -fi.max, inf, -inf

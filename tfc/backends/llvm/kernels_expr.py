@@ -39,9 +39,10 @@ from tfc.backends.llvm.kernels_scalar import Unsupported, emit_scalar
 from tfc.ir.core import Value
 from tfc.ir.registry import ELEMENTWISE, lookup
 from tfc.ir.types import DType
+from tfc.passes.memory import VIEW_OPS
 
-VIEW_KINDS = frozenset({"reshape", "reshape_like", "expand_dims", "squeeze", "identity",
-                        "stop_gradient"})
+# the memory plan's views: the plan must alias exactly the ops the backend reads in place
+VIEW_KINDS = VIEW_OPS
 REDUCE_KINDS = frozenset({"sum", "mean", "max", "min", "prod"})
 INDEX_KINDS = frozenset({"transpose", "slice", "pad", "tile", "broadcast_to", "broadcast_like",
                          "one_hot", "gather", "fill", "zeros", "ones", "zeros_like", "ones_like",
