@@ -27,11 +27,13 @@ def load_model(path: str | os.PathLike[str]) -> Module:
         raise TfcError(f"{p} is a directory, not a model file")
     if p.suffix not in (".py", ".tfm", ".tfir"):
         raise TfcError(f"{p}: unknown model format '{p.suffix}' (expected .py, .tfm or .tfir)")
+    if p.suffix == ".py":  # Python reads it itself (a PEP 263 coding line may say how)
+        if not p.read_bytes().strip():
+            raise TfcError(f"{p}: empty input (the file is empty)")
+        return _load_python(p)
     text = read_source(p)
     if not text.strip():
         raise TfcError(f"{p}: empty input (the file is empty)")
-    if p.suffix == ".py":
-        return _load_python(p)
     if p.suffix == ".tfm":
         from tfc.compiler.tfm import parse_tfm
         return parse_tfm(text, str(p))
