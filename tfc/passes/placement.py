@@ -47,7 +47,6 @@ class PlacementReport:
     graph: str
     devices: list[str]
     placement: list[tuple[str, str, str]]  # (op kind, result or "-", device), in op order
-    estimated_s: float
     chosen: str
     greedy_s: float
     single_device_s: float
@@ -63,6 +62,11 @@ class PlacementReport:
         """Each candidate placement's estimated step."""
         return {GREEDY: self.greedy_s, SINGLE_DEVICE: self.single_device_s,
                 ROUND_ROBIN: self.round_robin_s}
+
+    @property
+    def estimated_s(self) -> float:
+        """The chosen placement's estimated step."""
+        return self.candidates[self.chosen]
 
     def summary(self) -> str:
         per = ", ".join(f"{d}: {n}" for d, n in self.ops_per_device.items())
@@ -260,7 +264,7 @@ def place_graph(graph: Graph, devices: Sequence[str], profile: DeviceProfile,
         graph.name, list(devices),
         [(op.kind, op.results[0].name or "-" if op.results else "-", best.assign[op])
          for op in graph.ops],
-        best.sim.makespan, chosen, greedy.sim.makespan, singles[single_device].sim.makespan,
+        chosen, greedy.sim.makespan, singles[single_device].sim.makespan,
         single_device, robin.sim.makespan, best.sim.transfers, best.sim.transfer_bytes,
         ops_per_device=counts)
 
