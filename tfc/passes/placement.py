@@ -28,7 +28,7 @@ from typing import Callable, Collection, Mapping, Sequence
 from tfc.devices import DeviceProfile, check_runnable, load_profile, matches, parse_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
-from tfc.ir.registry import lookup
+from tfc.ir.registry import Cost, lookup
 from tfc.passes.compress import transfer_nbytes, transfer_policy
 from tfc.passes.manager import register_pass
 
@@ -89,23 +89,34 @@ class Simulation:
     is available where."""
 
     def __init__(self, profile: DeviceProfile, devices: Sequence[str],
-                 symbol_size: int = SYMBOL_SIZE, compressed: Collection[Value] = ()) -> None:
+                 symbol_size: int = SYMBOL_SIZE, compressed: Collection[Value] = (),
+                 costs: dict[Op, Cost | None] | None = None) -> None:
         self.profile = profile
         self.symbol_size = symbol_size
         self.compressed = compressed  # values that cross devices as f16 (fp16 transfers)
+        # each op's registry cost (None: unknown), the same on every device: simulations
+        # of one graph's candidate placements share it
+        self.costs: dict[Op, Cost | None] = {} if costs is None else costs
         self.free = {d: 0.0 for d in devices}
         self.home: dict[Value, str] = {}
         self.ready: dict[tuple[Value, str], float] = {}  # (value, device) -> arrival
         self.transfers = 0
         self.transfer_bytes = 0
 
+    def cost(self, op: Op) -> Cost | None:
+        if op not in self.costs:
+            try:
+                self.costs[op] = lookup(op.kind).cost([v.type for v in op.inputs],
+                                                      [r.type for r in op.results],
+                                                      op.attrs, self.symbol_size)
+            except (TfcError, NotImplementedError):
+                self.costs[op] = None
+        return self.costs[op]
+
     def exec_time(self, op: Op, device: str) -> float:
         rates = self.profile.rates(device)
-        ins = [v.type for v in op.inputs]
-        outs = [r.type for r in op.results]
-        try:
-            cost = lookup(op.kind).cost(ins, outs, op.attrs, self.symbol_size)
-        except (TfcError, NotImplementedError):
+        cost = self.cost(op)
+        if cost is None:
             return rates.kernel_overhead_s
         return rates.kernel_overhead_s + max(cost.flops / rates.flops_per_s,
                                              cost.bytes / rates.bytes_per_s)
@@ -183,15 +194,16 @@ class _Candidate:
 
 
 def _place(graph: Graph, devices: Sequence[str], profile: DeviceProfile,
-           declared: Mapping[str, str], choose: Chooser,
-           compressed: Collection[Value]) -> _Candidate:
-    """A placement of ``graph`` that keeps every constraint (scopes, backends, a
-    variable's ops on its device), ``choose`` deciding among the devices that remain."""
-    sim = Simulation(profile, devices, compressed=compressed)
+           declared: Mapping[str, str], choose: Chooser, compressed: Collection[Value],
+           allowed: Mapping[Op, list[str]], costs: dict[Op, Cost | None]) -> _Candidate:
+    """A placement of ``graph`` that keeps every constraint (scopes, backends: each op's
+    ``allowed`` devices; a variable's ops on its device), ``choose`` deciding among the
+    devices that remain."""
+    sim = Simulation(profile, devices, compressed=compressed, costs=costs)
     var_device = dict(declared)
     assign: dict[Op, str] = {}
     for i, op in enumerate(graph.ops):
-        candidates = _allowed(op, devices)
+        candidates = allowed[op]
         var = _variable_of(op)
         if var is not None and var in var_device:
             candidates = ([d for d in candidates if _is_on(var_device[var], d, devices)]
@@ -244,8 +256,11 @@ def place_graph(graph: Graph, devices: Sequence[str], profile: DeviceProfile,
             raise TfcError(f"variable @{name} is placed on {dev}, but the module is compiled "
                            f"for {', '.join(devices)}", variables[name].loc)
 
+    allowed = {op: _allowed(op, devices) for op in graph.ops}
+    costs: dict[Op, Cost | None] = {}
+
     def place(choose: Chooser) -> _Candidate:
-        return _place(graph, devices, profile, declared, choose, compressed)
+        return _place(graph, devices, profile, declared, choose, compressed, allowed, costs)
 
     greedy = place(_greedy)
     singles = {d: place(_on(d)) for d in devices}
