@@ -85,7 +85,7 @@ def _synthetic_feed(spec: Any, batch: int, rng: np.random.Generator) -> np.ndarr
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from tfc.cli import _table, check_at_least, check_output_path, load_artifact_arg, parse_feeds
-    from tfc.runtime.feeds import expected_feeds
+    from tfc.runtime.feeds import check_feed_names
     from tfc.runtime.profiler import bench_entry
     from tfc.runtime.trace import Tracer
 
@@ -98,11 +98,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise TfcError(f"{args.artifact} has no entries")
     sig = program.entries.get(entry) or program.entry(entry)
     feeds = parse_feeds(args.feed)
-    names = [f.name for f in sig.feeds]
-    unknown = [n for n in feeds if n not in names]
-    if unknown:  # before synthetic feeds are made and announced
-        raise TfcError(f"entry '{entry}': unknown feed '{unknown[0]}'; expected feeds: "
-                       f"{expected_feeds(program.entry(entry))}")
+    # before synthetic feeds are made and announced
+    check_feed_names(program.entry(entry), feeds, f"entry '{entry}'")
     rng = np.random.default_rng(0)
     synthetic = [f.name for f in sig.feeds if f.name not in feeds]
     for f in sig.feeds:

@@ -24,7 +24,7 @@ that mentions it. ``?`` matches any size.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -121,6 +121,17 @@ def _check_shape(name: str, arr: np.ndarray, t: TensorType, where: str,
                 f"{format_shape(shape0)}) but {size} in feed '{name}' ({t}, given {given})")
 
 
+def check_feed_names(graph: Graph, names: Iterable[str], where: str = "") -> None:
+    """Raise ``FeedError`` for a feed name ``graph`` does not take, with the nearest one."""
+    args = graph.arg_names
+    for key in names:
+        if key not in args:
+            close = difflib.get_close_matches(str(key), args, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise FeedError(f"{_prefix(where)}unknown feed '{key}'{hint}; "
+                            f"expected feeds: {expected_feeds(graph)}")
+
+
 def check_feeds(graph: Graph, feeds: Mapping[str, Any], where: str = "") -> list[np.ndarray]:
     """The feeds of one call of ``graph`` as C-contiguous arrays, in argument order.
 
@@ -128,13 +139,8 @@ def check_feeds(graph: Graph, feeds: Mapping[str, Any], where: str = "") -> list
     for an unknown or missing feed, a wrong rank, shape or dtype, or a symbolic dim bound
     to two sizes (see the module docstring for the dtype rule).
     """
+    check_feed_names(graph, feeds, where)
     names = graph.arg_names
-    for key in feeds:
-        if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise FeedError(f"{_prefix(where)}unknown feed '{key}'{hint}; "
-                            f"expected feeds: {expected_feeds(graph)}")
     out: list[np.ndarray] = []
     bound: dict[str, tuple[int, str, TensorType, tuple[int, ...]]] = {}
     for name, arg in zip(names, graph.args):
