@@ -39,7 +39,7 @@ from tfc.backends.llvm.context import MAX_DETAIL_INTS, Storage
 from tfc.backends.llvm.irutil import i64
 from tfc.backends.llvm.decompose import DECOMPOSE
 from tfc.backends.llvm.entry import NO_KERNEL, GraphCompiler
-from tfc.backends.llvm.kernels_expr import (REDUCE_KINDS, Emitter, inline_kind, located,
+from tfc.backends.llvm.kernels_expr import (REDUCE_KINDS, Emitter, inline_kind,
                                             small_constant)
 from tfc.backends.llvm.kernels_loop import pointwise, reduction, split_rows
 from tfc.backends.llvm.kernels_scalar import Unsupported
@@ -93,7 +93,7 @@ def check_indices_first(gc: GraphCompiler, ops: Sequence[Op],
             ints = (lambda kc, idx, p=params: kc.dims(p))
         if key is None or key not in scanned:
             scanned.add(key)
-            kernels_array.check_indices(gc, indices, bound, located(op, message), ints)
+            kernels_array.check_indices(gc, indices, bound, message, ints, op.loc)
         gc.comp.checked_indices.add(op)
 
 

@@ -32,9 +32,10 @@ import llvmlite.ir as ir
 
 from tfc.backends.llvm import irutil as U
 from tfc.backends.llvm.context import Binding, Kernel, Storage, dim_key
-from tfc.backends.llvm.kernels_expr import EXTRA_RULES, Emitter, located
+from tfc.backends.llvm.kernels_expr import EXTRA_RULES, Emitter
 from tfc.backends.llvm.kernels_loop import combine
 from tfc.backends.llvm.kernels_scalar import float_limits
+from tfc.errors import Location
 from tfc.ir.core import Op, Value
 from tfc.ir.registry import normalize_axis
 from tfc.ir.types import DType
@@ -55,9 +56,10 @@ def _nest(kc: Kernel, dims, body, name="i") -> None:
 # ---- checks ------------------------------------------------------------------------------
 
 def check_indices(gc, indices: Value, bound: Callable[[Kernel], ir.Value], message: str,
-                  ints: Callable[[Kernel, list[ir.Value]], Sequence[ir.Value]]) -> None:
+                  ints: Callable[[Kernel, list[ir.Value]], Sequence[ir.Value]],
+                  loc: Location | None) -> None:
     """A kernel (run whole: a scan of the indices, before the kernel that uses them) that
-    fails with ``message`` when an index is outside ``[0, bound)``, leaving the first such
+    fails with ``message`` (at ``loc``) when an index is outside ``[0, bound)``, leaving the first such
     (row-major) and ``ints(kernel, its index)`` in ``ERROR_DETAIL``, as the reference
     reports them."""
     kc = gc.kernel("check_indices", [indices])
@@ -65,7 +67,7 @@ def check_indices(gc, indices: Value, bound: Callable[[Kernel], ir.Value], messa
     b = kc.b
     dims = kc.dims(indices)
     n = bound(kc)
-    code = gc.comp.error(message)
+    code = gc.comp.error(message, loc)
 
     def body(idx: list, _c) -> None:
         k = U.to_i64(b, U.load(b, kc.ptr(indices), indices.dtype, U.linear(b, idx, dims)))
@@ -92,7 +94,7 @@ def scatter_rows(gc, base: Value, out: Value, indices: Value, updates: Value, si
         def copy(i: ir.Value, _c) -> None:
             U.store(b, kc.ptr(out), dt, i, U.load(b, kc.ptr(base), dt, i))
         U.loop(b, ZERO, total, copy, name="c")
-    code = gc.comp.error(located(op, scatter_error(op.kind, "{value}", "{int0}")))
+    code = gc.comp.error(scatter_error(op.kind, "{value}", "{int0}"), op.loc)
 
     def per_index(i: ir.Value, _c) -> None:
         k = U.to_i64(b, U.load(b, kc.ptr(indices), indices.dtype, i))

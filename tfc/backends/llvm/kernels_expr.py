@@ -62,11 +62,6 @@ EXTRA_RULES: dict[str, "Callable[[Emitter, Any, Value, Any], ir.Value]"] = {}
 FLAT_RULES: set[str] = set()
 
 
-def located(op: Any, message: str) -> str:
-    """An error message as the reference backend words it: ``file:line: message``."""
-    return f"{op.loc}: {message}" if op.loc else message
-
-
 def inline_kind(kind: str) -> bool:
     """Whether the emitter can compute ``kind`` element by element."""
     return kind in INDEX_KINDS or kind in EXTRA_RULES or is_elementwise(kind)
@@ -376,8 +371,8 @@ class Emitter:
             # class labels computed in this kernel (no check kernel could scan them first):
             # out of range is the labelled op's error, without the label's value
             depth = op.attrs["depth"]
-            code = self.kc.comp.error(located(op, f"{check}: a label is out of range "
-                                                  f"[0, {depth})"))
+            code = self.kc.comp.error(f"{check}: a label is out of range [0, {depth})",
+                                      op.loc)
             self.kc.fail_if(b.or_(b.icmp_signed("<", k, ZERO),
                                   b.icmp_signed(">=", k, U.i64(depth))), code)
         hot = b.icmp_signed("==", idx[axis], k)
@@ -393,9 +388,9 @@ class Emitter:
         n = self.kc.dim(params, axis)
         bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, n))
         if op not in self.kc.comp.checked_indices:  # else a check kernel scanned them
-            code = self.kc.comp.error(located(
-                op, f"gather: an index is out of range [0, {params.type.shape[axis]}) for "
-                    f"axis {axis} of params {params.type}"))
+            code = self.kc.comp.error(
+                f"gather: an index is out of range [0, {params.type.shape[axis]}) for axis "
+                f"{axis} of params {params.type}", op.loc)
             self.kc.fail_if(bad, code)
         k = b.select(bad, ZERO, k)  # never read out of bounds
         return self.value(params, tuple(idx[:axis]) + (k,) + tuple(idx[axis + q:]))
