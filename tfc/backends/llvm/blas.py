@@ -40,7 +40,8 @@ DGEMM = "scipy_cblas_dgemm"
 COL_MAJOR = 102
 GETRF = {"f32": "scipy_LAPACKE_sgetrf_work", "f64": "scipy_LAPACKE_dgetrf_work"}
 GETRI = {"f32": "scipy_LAPACKE_sgetri_work", "f64": "scipy_LAPACKE_dgetri_work"}
-_C_SYMBOLS = ("pthread_create", "pthread_join", "memcpy", "memset", "memmove")
+_C_SYMBOLS = ("pthread_create", "pthread_join", "memcpy", "memset", "memmove",
+              "pthread_detach", "pthread_sigmask", "syscall", "sched_yield")
 # What LLVM calls where the CPU has no instruction for an intrinsic: ``llvm.fma`` without
 # FMA, ``llvm.floor``/``llvm.rint`` without SSE4.1 (libm), half conversions without F16C
 # (libgcc). CPUs with AVX2 never need them; elsewhere, unresolved, such code would call

@@ -94,8 +94,6 @@ def spin_count() -> int:
 
 # ---- the runtime (LLVM IR, one engine per process) ---------------------------------------
 
-_LIBC_SYMBOLS = ("pthread_create", "pthread_detach", "pthread_sigmask", "syscall",
-                 "sched_yield")
 _FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
 
 
@@ -474,12 +472,8 @@ class _Runtime:
 
     def __init__(self) -> None:
         from tfc.backends.llvm import jit
-        from tfc.backends.llvm.blas import libc as find_libc
-        libc = find_libc()
-        for name in _LIBC_SYMBOLS:
-            fn = getattr(libc, name, None)
-            if fn is not None:
-                llvm.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)
+        from tfc.backends.llvm.blas import register_system_symbols
+        register_system_symbols()  # the pool's pthreads, futex syscall and sched_yield
         triple, layout = jit.triple_and_layout()
         # hand-written SSA: O3 would add ~30 ms to a cold start and nothing to the code
         obj, _ = jit.compile_ir(runtime_ir(triple, layout), optimized=False)
