@@ -248,6 +248,16 @@ def writes_variable(op: Op) -> bool:
     return lookup(op.kind).has(WRITES_VARIABLE)
 
 
+def region_count_problem(op: Op) -> str | None:
+    """Why ``op`` does not own exactly the regions its definition names (``region_names``);
+    None when it does."""
+    want = lookup(op.kind).region_names
+    if want is None or len(op.regions) == len(want):
+        return None
+    roles = f"({', '.join(want)})" if want else "(it takes none)"
+    return f"{op.kind}: has {len(op.regions)} regions, expected {len(want)} {roles}"
+
+
 def make_op(kind: str, inputs: Sequence["Value"], attrs: Mapping[str, Any] | None = None, *,
             device: str | None = None, loc: Location | None = None,
             regions: Sequence["Graph"] = (), names: Sequence[str | None] = (),

@@ -34,7 +34,7 @@ from typing import Iterable
 
 from tfc.errors import TfcError, VerifyError
 from tfc.ir.core import INIT_GRAPH, Graph, Module, Op, Value, attr_key
-from tfc.ir.registry import lookup, writes_variable
+from tfc.ir.registry import lookup, region_count_problem, writes_variable
 
 
 def verify_module(module: Module) -> None:
@@ -107,8 +107,9 @@ class _GraphVerifier:
                 raise self.fail(f"result {j} ({value_name(r)}) is defined twice", op, i)
         if opdef.names_variable():
             self.check_var(i, op, opdef)
-        if opdef.region_names is not None and len(op.regions) != len(opdef.region_names):
-            raise self.fail(_region_count_problem(op, opdef), op, i)
+        problem = region_count_problem(op)
+        if problem is not None:
+            raise self.fail(problem, op, i)
         for k, region in enumerate(op.regions):
             path = f"{self.path} > op {i} '{op.kind}' region {k}"
             _GraphVerifier(region, self.module, path, self.outer | self.defined).run()
@@ -179,12 +180,6 @@ class _GraphVerifier:
             seen.add(n)
             if v not in self.defined:
                 raise self.fail(f"result {k} ('{n}'): {self.undefined_use(v)}")
-
-
-def _region_count_problem(op: Op, opdef) -> str:
-    want = opdef.region_names
-    roles = f"({', '.join(want)})" if want else "(it takes none)"
-    return f"{op.kind}: has {len(op.regions)} regions, expected {len(want)} {roles}"
 
 
 def _types(types: Iterable) -> str:

@@ -31,7 +31,8 @@ import numpy as np
 
 from tfc.errors import ExecutionError, TfcError, TypeMismatch
 from tfc.ir.core import Graph, Op, Value
-from tfc.ir.registry import PURE, AttrSpec, OpDef, lookup, make_op, register
+from tfc.ir.registry import (PURE, AttrSpec, OpDef, lookup, make_op, region_count_problem,
+                              register)
 from tfc.ir.types import DType, TensorType, dims_compatible
 
 BOOL_SCALAR = TensorType(DType.bool, ())
@@ -78,9 +79,11 @@ def check_region(op: Op, index: int, what: str, args: Sequence[TensorType],
                 f"outside and pass the value in, or assign outside the control flow")
 
 
-def check_region_count(op: Op, n: int) -> None:
-    if len(op.regions) != n:
-        raise TypeMismatch(f"{op.kind}: has {len(op.regions)} regions, expected {n}")
+def check_region_count(op: Op) -> None:
+    """The op's regions are those its definition names (``region_names``)."""
+    problem = region_count_problem(op)
+    if problem is not None:
+        raise TypeMismatch(problem)
 
 
 def clone_into(src: Graph, dst: Graph, args: Sequence[Value]) -> list[Value]:
@@ -165,7 +168,7 @@ class Cond(RegionOp):
         return None  # the regions' result types; checked by verify_op
 
     def verify_op(self, op: Op, module: Any) -> None:
-        check_region_count(op, 2)
+        check_region_count(op)
         results = [r.type for r in op.results]
         operands = [v.type for v in op.inputs[1:]]
         check_region(op, 0, "then", operands, results)
@@ -220,7 +223,7 @@ class While(RegionOp):
         return None  # the loop vars' types; checked by verify_op
 
     def verify_op(self, op: Op, module: Any) -> None:
-        check_region_count(op, 2)
+        check_region_count(op)
         vars_ = [v.type for v in op.inputs]
         results = [r.type for r in op.results]
         if results != vars_:
@@ -321,7 +324,7 @@ class Scan(RegionOp):
         return None  # the carry and the stacked ys of the body; checked by verify_op
 
     def verify_op(self, op: Op, module: Any) -> None:
-        check_region_count(op, 1)
+        check_region_count(op)
         ins = [v.type for v in op.inputs]
         nc = op.attrs["num_carry"]
         body = op.regions[0]

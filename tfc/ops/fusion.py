@@ -107,7 +107,7 @@ class Fusion(RegionOp):
         return None  # the region's result types; checked by verify_op
 
     def verify_op(self, op: Op, module: Any) -> None:
-        check_region_count(op, 1)
+        check_region_count(op)
         check_region(op, 0, "body", [v.type for v in op.inputs],
                      [r.type for r in op.results])
         verify_region_ops(op.regions[0], op.attrs["kind"])
