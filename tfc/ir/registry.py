@@ -123,7 +123,7 @@ class OpDef:
         return Cost(self.flops_per_element * out_elems, moved)
 
     # Gradients (reverse mode). ``gradient`` builds, with ``b`` (a
-    # ``tfc.passes.autodiff.GradBuilder``), the gradient of each input of ``op`` from the
+    # ``tfc.ir.autodiff.GradBuilder``), the gradient of each input of ``op`` from the
     # gradients of its results (None where a result's gradient is zero), returning None
     # for inputs that get none. Ops through which no gradient flows (comparisons, argmax,
     # shape) set ``differentiable = False`` instead.
