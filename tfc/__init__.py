@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ContextManager, Sequence
 
+from tfc import ops  # noqa: F401  (registers every op: first, so any import of tfc has them)
 from tfc.api.control import cond, scan, while_loop
 from tfc.api.function import Function, TensorSpec, function
 from tfc.api.gradients import IndexedSlices, gradients, stop_gradient
