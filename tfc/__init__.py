@@ -29,7 +29,7 @@ from tfc.layers import Sequential  # noqa: F401
 from tfc.errors import TfcError
 from tfc.ir.types import DType
 
-__version__ = "0.1.0"
+from tfc.version import __version__  # noqa: F401
 
 float16 = DType.f16
 float32 = DType.f32

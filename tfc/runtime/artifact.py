@@ -66,6 +66,7 @@ from tfc.runtime.digests import FIELD as DIGESTS
 from tfc.runtime.digests import (CorruptMember, bytes_digest, check_member, json_digest,
                                  npy_digest, read_digests)
 from tfc.runtime.program import EntrySignature, Program
+from tfc.version import __version__
 
 FORMAT = "tfc"
 VERSION = 2  # 2: variables may be stored as initializer ops (written only then)
@@ -77,16 +78,7 @@ NATIVE_DIGEST = "manifest.json#native"  # the digest of the manifest's "native" 
 
 def tfc_version() -> str:
     """The running tfc's version, for ``created_by``."""
-    try:
-        from tfc import __version__  # type: ignore[attr-defined]
-        return str(__version__)
-    except ImportError:
-        pass
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-        return version("tfc")
-    except (ImportError, PackageNotFoundError):
-        return "0.1.0"
+    return __version__
 
 
 # ---- writing ------------------------------------------------------------------------
