@@ -36,9 +36,10 @@ import llvmlite.ir as ir
 import numpy as np
 
 from tfc.backends.llvm import irutil as U
-from tfc.backends.llvm.context import Binding, Compiler, Kernel, Storage
+from tfc.backends.llvm.context import Compiler, Kernel, Storage
 from tfc.backends.llvm.kernels_expr import VIEW_KINDS
 from tfc.backends.llvm.kernels_scalar import Unsupported
+from tfc.backends.llvm.runtime.binding import Binding
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ops.state_sparse import SCATTER_KINDS
 

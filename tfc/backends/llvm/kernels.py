@@ -35,7 +35,7 @@ import numpy as np
 
 from tfc.backends.llvm import (gemm_update, kernels_array, kernels_control,  # noqa: F401
                                kernels_lapack, kernels_linalg, kernels_random)
-from tfc.backends.llvm.context import MAX_DETAIL_INTS, Storage
+from tfc.backends.llvm.context import Storage
 from tfc.backends.llvm.irutil import i64
 from tfc.backends.llvm.decompose import DECOMPOSE
 from tfc.backends.llvm.entry import NO_KERNEL, GraphCompiler
@@ -43,6 +43,7 @@ from tfc.backends.llvm.kernels_expr import (REDUCE_KINDS, Emitter, inline_kind,
                                             small_constant)
 from tfc.backends.llvm.kernels_loop import pointwise, reduction, split_rows
 from tfc.backends.llvm.kernels_scalar import Unsupported
+from tfc.backends.llvm.runtime.error_detail import MAX_DETAIL_INTS
 from tfc.ir.core import Graph, Op, Value
 from tfc.ir.registry import make_op, normalize_axes, normalize_axis
 from tfc.ir.types import DType

@@ -23,7 +23,7 @@ new carries are copied into the other set, then the roles swap; so a body return
 carries permuted never reads a half-written carry. ``scan`` writes each ``ys`` result
 into slice ``t`` of the stacked output. Symbolic lengths are run-time params (the
 leading dim of the first ``xs``, like any dim), and every region value's concrete shape
-comes from the binding (``infer_control``).
+comes from the binding (``runtime.binding.infer_control``).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from typing import Any, Callable
 import llvmlite.ir as ir
 
 from tfc.backends.llvm import irutil as U
-from tfc.backends.llvm.context import Binding, Kernel, Storage
+from tfc.backends.llvm.context import Kernel, Storage
 from tfc.backends.llvm.entry import INT64_MAX, Copy, GraphCompiler
 from tfc.backends.llvm.kernels_expr import VIEW_KINDS
 from tfc.backends.llvm.kernels_scalar import Unsupported
-from tfc.errors import ExecutionError
+from tfc.backends.llvm.runtime.binding import Binding
 from tfc.ir.core import Graph, Op, Value
 
 ALIGN = 64
@@ -50,50 +50,6 @@ def _aligned(n: int) -> int:
 
 def _nbytes(bd: Binding, v: Value) -> int:
     return bd.size(v) * v.dtype.itemsize
-
-
-# ---- shapes of one binding -----------------------------------------------------------------
-
-def infer_control(op: Op, in_shapes: list[tuple[int, ...]],
-                  infer: Callable[[Graph, list[tuple[int, ...]]], None],
-                  shapes: dict[Value, tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """The result shapes of a control op for concrete input shapes, inferring its
-    regions' values (``infer(region, arg_shapes)``) along the way."""
-    if op.kind == "scan":
-        nc, nx = op.attrs["num_carry"], op.attrs["num_xs"]
-        xs = in_shapes[nc:nc + nx]
-        n = scan_length(op, xs)
-        body = op.regions[0]
-        infer(body, [*in_shapes[:nc], *(s[1:] for s in xs), *in_shapes[nc + nx:]])
-        res = [shapes[v] for v in body.results]
-        return [*res[:nc], *((n, *s) for s in res[nc:])]
-    if op.kind == "cond":
-        for region in op.regions:
-            infer(region, list(in_shapes[1:]))
-        then, other = ([shapes[v] for v in r.results] for r in op.regions)
-        if then != other:
-            raise ExecutionError(f"cond: the branches return shapes {then} and {other}",
-                                 op.loc)
-        return then
-    if op.kind == "while":
-        for region in op.regions:
-            infer(region, list(in_shapes))
-        new = [shapes[v] for v in op.regions[1].results]
-        for i, (a, b) in enumerate(zip(in_shapes, new)):
-            if tuple(a) != tuple(b):
-                raise ExecutionError(f"while: loop var {i} changed shape from {list(a)} to "
-                                     f"{list(b)} (loop vars keep their shapes)", op.loc)
-        return list(in_shapes)
-    raise Unsupported(op.kind)
-
-
-def scan_length(op: Op, xs: list[tuple[int, ...]]) -> int:
-    lengths = {s[0] for s in xs}
-    if op.attrs["length"] is not None:
-        lengths.add(op.attrs["length"])
-    if len(lengths) != 1:
-        raise ExecutionError(f"scan: xs have different lengths {sorted(lengths)}", op.loc)
-    return lengths.pop()
 
 
 # ---- regions as sub-schedules ----------------------------------------------------------------

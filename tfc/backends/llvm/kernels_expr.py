@@ -33,9 +33,10 @@ import llvmlite.ir as ir
 import numpy as np
 
 from tfc.backends.llvm import irutil as U
-from tfc.backends.llvm.context import Binding, Kernel
+from tfc.backends.llvm.context import Kernel
 from tfc.backends.llvm.elementwise import emit_cast
 from tfc.backends.llvm.kernels_scalar import Unsupported, emit_scalar
+from tfc.backends.llvm.runtime.binding import Binding
 from tfc.ir.core import Value
 from tfc.ir.registry import ELEMENTWISE, lookup
 from tfc.ir.types import DType

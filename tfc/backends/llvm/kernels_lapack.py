@@ -29,10 +29,12 @@ from typing import Callable, NamedTuple
 import llvmlite.ir as ir
 
 from tfc.backends.llvm import irutil as U
-from tfc.backends.llvm.blas import COL_MAJOR, GETRF, GETRI, declare_getrf, declare_getri
+from tfc.backends.llvm.blas import COL_MAJOR, declare_getrf, declare_getri
 from tfc.backends.llvm import kernels_linalg
-from tfc.backends.llvm.context import Binding, Kernel, Storage
+from tfc.backends.llvm.context import Kernel, Storage
 from tfc.backends.llvm.kernels_scalar import Unsupported
+from tfc.backends.llvm.runtime.binding import Binding
+from tfc.backends.llvm.runtime.symbols import GETRF, GETRI
 from tfc.ir.core import Op, Value
 from tfc.ir.types import DType
 from tfc.ops.linalg import inverse_epsilon, singular_message

@@ -22,12 +22,14 @@ from typing import Callable
 import llvmlite.ir as ir
 
 from tfc.backends.llvm import irutil as U
-from tfc.backends.llvm.blas import DGEMM, NO_TRANS, ROW_MAJOR, SGEMM, TRANS, declare_gemm
-from tfc.backends.llvm.context import Binding, Kernel, Storage
+from tfc.backends.llvm.blas import NO_TRANS, ROW_MAJOR, TRANS, declare_gemm
+from tfc.backends.llvm.context import Kernel, Storage
 from tfc.backends.llvm.kernels_array import pad_before
 from tfc.backends.llvm.kernels_conv_direct import (conv_geometry, direct_backprop_filter,
                                                    direct_conv2d, is_direct)
 from tfc.backends.llvm.kernels_scalar import Unsupported
+from tfc.backends.llvm.runtime.binding import Binding
+from tfc.backends.llvm.runtime.symbols import DGEMM, SGEMM
 from tfc.ir.core import Op, Value
 from tfc.ir.types import DType
 

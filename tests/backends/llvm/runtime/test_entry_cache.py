@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfc.backends.llvm import LLVMBackend, entry_cache
+from tfc.backends.llvm import LLVMBackend
+from tfc.backends.llvm.runtime import entry_cache
 from tfc.ir.core import Module
 from tfc.ir.types import DType
 from tfc.passes import run_passes

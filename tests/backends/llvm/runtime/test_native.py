@@ -1,11 +1,12 @@
-"""jit's object cache: code that is not what LLVM wrote (a torn or corrupted file) is a
-miss, compiled again, never linked."""
+"""The object-code cache (``runtime.native``, used by ``jit.compile_ir``): code that is not
+what LLVM wrote (a torn or corrupted file) is a miss, compiled again, never linked."""
 
 from __future__ import annotations
 
 import pytest
 
 from tfc.backends.llvm import jit
+from tfc.backends.llvm.runtime import native
 
 IR = """
 define i32 @answer() {
@@ -38,5 +39,5 @@ def test_damaged_cache_files_are_misses(cache_dir, damage):
     path.write_bytes(damage(path.read_bytes()))
     assert jit.compile_ir(IR) == (obj, False)  # compiled again, and stored again
     assert jit.compile_ir(IR) == (obj, True)
-    assert jit.load_object(obj).address("answer")
+    assert native.load_object(obj).address("answer")
     assert [p.name for p in (cache_dir / "llvm").iterdir()] == [path.name]  # no temps
