@@ -114,8 +114,8 @@ class Compiler:
 def dim_key(v: Value, axis: int) -> tuple[Hashable, ParamFn]:
     d = v.type.shape[axis]
     if isinstance(d, str) and d != "?":
-        return ("sym", d), (lambda bd, d=d: bd.symbols[d])
-    return ("dim", id(v), axis), (lambda bd, v=v, axis=axis: bd.shapes[v][axis])
+        return ("sym", d), (lambda binding, d=d: binding.symbols[d])
+    return ("dim", id(v), axis), (lambda binding, v=v, axis=axis: binding.shapes[v][axis])
 
 
 @dataclass
@@ -204,7 +204,7 @@ class Kernel:
                 self.work = ("const", int(work.type.num_elements() or 0))
             else:
                 self.work = ("param", self.comp.param(("size", id(work)),
-                                                      lambda bd, v=work: bd.size(v)))
+                                                      lambda binding, v=work: binding.size(v)))
         b = self.b
         lo = b.select(b.icmp_signed(">", self.lo, i64(0)), self.lo, i64(0))
         hi = b.select(b.icmp_signed("<", self.hi, n), self.hi, n)

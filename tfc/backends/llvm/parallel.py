@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import llvmlite.ir as ir
 
-from tfc.backends.llvm import irutil as U
+from tfc.backends.llvm import irutil
 from tfc.backends.llvm.context import Kernel
 from tfc.backends.llvm.runtime.pool import (CHUNK_WORK, CHUNKS_PER_THREAD, POOL_RUN,
                                             default_threads, min_work, register_runtime)
@@ -41,17 +41,18 @@ def _never_split(work: tuple[str, int]) -> bool:
     return kind == "const" and value < min_work()
 
 
-def _trampoline(kc: Kernel) -> ir.Function:
+def _trampoline(kernel: Kernel) -> ir.Function:
     """``i32 name.task(ptr argv, ptr params, i64 lo, i64 hi)`` calling the kernel."""
-    mod = kc.comp.module
-    fn = ir.Function(mod, ir.FunctionType(U.I32, [U.PTR, U.PTR, U.I64, U.I64]),
-                     kc.name + "_task")
+    mod = kernel.comp.module
+    fn = ir.Function(mod, ir.FunctionType(irutil.I32,
+                                          [irutil.PTR, irutil.PTR, irutil.I64, irutil.I64]),
+                     kernel.name + "_task")
     fn.linkage = "internal"
     argv, params, lo, hi = fn.args
     b = ir.IRBuilder(fn.append_basic_block())
-    ptrs = [b.load(b.gep(argv, [U.i64(i)], source_etype=U.PTR), typ=U.PTR)
-            for i in range(len(kc.storages))]
-    b.ret(b.call(kc.fn, [*ptrs, params, lo, hi]))
+    ptrs = [b.load(b.gep(argv, [irutil.i64(i)], source_etype=irutil.PTR), typ=irutil.PTR)
+            for i in range(len(kernel.storages))]
+    b.ret(b.call(kernel.fn, [*ptrs, params, lo, hi]))
     return fn
 
 
@@ -59,7 +60,8 @@ def _declare_pool(module: ir.Module) -> ir.Function:
     """``i32 tfc_pool_run(task, argv, params, n, threads, chunks)``, weakly bound."""
     if POOL_RUN in module.globals:
         return module.globals[POOL_RUN]
-    fn = ir.Function(module, ir.FunctionType(U.I32, [U.PTR, U.PTR, U.PTR, U.I64, U.I64, U.I64]),
+    fn = ir.Function(module, ir.FunctionType(irutil.I32, [irutil.PTR, irutil.PTR, irutil.PTR,
+                                                          irutil.I64, irutil.I64, irutil.I64]),
                      POOL_RUN)
     fn.linkage = "extern_weak"
     return fn
@@ -82,43 +84,46 @@ def build_parallel(module: ir.Module, threads: int | None
         return None
     register_runtime()  # object code compiled now may be loaded in this process
 
-    def call(b: ir.IRBuilder, kc: Kernel, args: list, params: ir.Value) -> ir.Value:
-        comp = kc.comp
-        kind, val = kc.extent  # type: ignore[misc]
-        if (kind == "const" and val < 2) or kc.work is None or _never_split(kc.work):
-            return b.call(kc.fn, [*args, params, U.i64(0), U.i64((1 << 63) - 1)])
+    def call(b: ir.IRBuilder, kernel: Kernel, args: list, params: ir.Value) -> ir.Value:
+        comp = kernel.comp
+        kind, val = kernel.extent  # type: ignore[misc]
+        if (kind == "const" and val < 2) or kernel.work is None or _never_split(kernel.work):
+            return b.call(kernel.fn, [*args, params, irutil.i64(0), irutil.i64((1 << 63) - 1)])
 
         def load(slot: int) -> ir.Value:
-            return b.load(b.gep(params, [U.i64(slot)], source_etype=U.I64), typ=U.I64)
+            return b.load(b.gep(params, [irutil.i64(slot)], source_etype=irutil.I64),
+                          typ=irutil.I64)
 
-        n = U.i64(val) if kind == "const" else load(val)
-        wkind, wval = kc.work
-        work = U.i64(wval) if wkind == "const" else load(wval)
-        t = load(comp.param(("threads",), lambda bd: nthreads))
-        least = load(comp.param(("parallel_min",), lambda bd: min_work()))
+        n = irutil.i64(val) if kind == "const" else load(val)
+        wkind, wval = kernel.work
+        work = irutil.i64(wval) if wkind == "const" else load(wval)
+        t = load(comp.param(("threads",), lambda binding: nthreads))
+        least = load(comp.param(("parallel_min",), lambda binding: min_work()))
         pool = _declare_pool(module)
-        have_pool = b.icmp_unsigned("!=", b.ptrtoint(pool, U.I64), U.i64(0))
-        split = b.and_(b.and_(b.icmp_signed(">", t, U.i64(1)), b.icmp_signed(">=", work, least)),
-                       b.and_(b.icmp_signed(">", n, U.i64(1)), have_pool))
-        chunks = _smin(b, n, _smax(b, t, _smin(b, b.mul(t, U.i64(CHUNKS_PER_THREAD)),
-                                               b.sdiv(work, U.i64(CHUNK_WORK)))))
-        tramp = _trampoline(kc)
+        have_pool = b.icmp_unsigned("!=", b.ptrtoint(pool, irutil.I64), irutil.i64(0))
+        split = b.and_(b.and_(b.icmp_signed(">", t, irutil.i64(1)),
+                              b.icmp_signed(">=", work, least)),
+                       b.and_(b.icmp_signed(">", n, irutil.i64(1)), have_pool))
+        chunks = _smin(b, n, _smax(b, t, _smin(b, b.mul(t, irutil.i64(CHUNKS_PER_THREAD)),
+                                               b.sdiv(work, irutil.i64(CHUNK_WORK)))))
+        tramp = _trampoline(kernel)
         # the pointer array lives in the entry block (a static alloca, reused per call)
         fn_entry = b.function.blocks[0]
         eb = ir.IRBuilder(fn_entry)
         eb.position_at_start(fn_entry)
-        argv = eb.alloca(U.PTR, size=max(1, len(args)))
+        argv = eb.alloca(irutil.PTR, size=max(1, len(args)))
         b.position_at_end(b.block)  # llvmlite builders keep an index into their block
         with b.if_else(split) as (then, otherwise):
             with then:
                 for i, a in enumerate(args):
-                    b.store(a, b.gep(argv, [U.i64(i)], source_etype=U.PTR))
+                    b.store(a, b.gep(argv, [irutil.i64(i)], source_etype=irutil.PTR))
                 rc_par = b.call(pool, [tramp, argv, params, n, t, chunks])
                 par_block = b.block
             with otherwise:
-                rc_ser = b.call(kc.fn, [*args, params, U.i64(0), U.i64((1 << 63) - 1)])
+                rc_ser = b.call(kernel.fn,
+                                [*args, params, irutil.i64(0), irutil.i64((1 << 63) - 1)])
                 ser_block = b.block
-        rc = b.phi(U.I32)
+        rc = b.phi(irutil.I32)
         rc.add_incoming(rc_par, par_block)
         rc.add_incoming(rc_ser, ser_block)
         return rc
