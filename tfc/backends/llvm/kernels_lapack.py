@@ -225,8 +225,8 @@ def _matmul_f16(graph_compiler, op: Op) -> None:
     kernel.whole()
     b = kernel.b
     f32 = DType.f32
-    ad, binding, od = kernel.dims(a), kernel.dims(bm), kernel.dims(out)
-    na, nb, no = irutil.product(b, ad), irutil.product(b, binding), irutil.product(b, od)
+    ad, bd, od = kernel.dims(a), kernel.dims(bm), kernel.dims(out)
+    na, nb, no = irutil.product(b, ad), irutil.product(b, bd), irutil.product(b, od)
     a32 = kernel.storage_ptr(scratch)
     b32 = irutil.elem_ptr(b, a32, f32, na)
     c32 = irutil.elem_ptr(b, b32, f32, nb)

@@ -17,6 +17,7 @@ loop kernels (``int_gemm``), wrapping on overflow as numpy.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import llvmlite.ir as ir
@@ -44,15 +45,40 @@ def _gemm_fn(kernel: Kernel, dtype: DType) -> tuple[ir.Function, ir.Type]:
     raise Unsupported(f"{dtype.value} matrix products")
 
 
-def gemm(kernel: Kernel, dtype: DType, ta: bool, tb: bool, m: ir.Value, n: ir.Value,
-         k: ir.Value, a: ir.Value, lda: ir.Value, b_: ir.Value, ldb: ir.Value,
-         c: ir.Value, ldc: ir.Value, beta: float = 0.0, alpha: float = 1.0) -> None:
-    """``C[m,n] = alpha op(A) @ op(B) (+ beta C)``, row-major; skipped when the result
-    is empty (and C zeroed by BLAS's ``beta = 0`` when ``k`` is 0). Integer dtypes (no
-    BLAS has them) take ``int_gemm``'s loops."""
-    if dtype.is_int:
-        int_gemm(kernel, dtype, ta, tb, m, n, k, a, lda, b_, ldb, c, ldc, beta, alpha)
+@dataclass(frozen=True)
+class GemmSpec:
+    """One row-major matrix product ``C[m,n] = alpha op(A) @ op(B) (+ beta C)``, as BLAS
+    takes it: ``op`` transposes where ``transpose_a``/``transpose_b``; ``a``, ``b``, ``c``
+    point at the operands of ``dtype`` and ``lda``, ``ldb``, ``ldc`` are their leading
+    dimensions (row strides, in elements)."""
+
+    dtype: DType
+    m: ir.Value
+    n: ir.Value
+    k: ir.Value
+    a: ir.Value
+    lda: ir.Value
+    b: ir.Value
+    ldb: ir.Value
+    c: ir.Value
+    ldc: ir.Value
+    transpose_a: bool = False
+    transpose_b: bool = False
+    alpha: float = 1.0
+    beta: float = 0.0
+
+
+def gemm(kernel: Kernel, spec: GemmSpec) -> None:
+    """The product ``spec`` in ``kernel``; skipped when the result is empty (and C zeroed
+    by BLAS's ``beta = 0`` when ``k`` is 0). Integer dtypes (no BLAS has them) take
+    ``int_gemm``'s loops."""
+    if spec.dtype.is_int:
+        int_gemm(kernel, spec)
         return
+    dtype, ta, tb, m, n, k = (spec.dtype, spec.transpose_a, spec.transpose_b, spec.m, spec.n,
+                              spec.k)
+    a, lda, b_, ldb, c, ldc = spec.a, spec.lda, spec.b, spec.ldb, spec.c, spec.ldc
+    alpha, beta = spec.alpha, spec.beta
     b = kernel.b
     fn, ft = _gemm_fn(kernel, dtype)
     i32 = irutil.I32
@@ -71,9 +97,7 @@ def gemm(kernel: Kernel, dtype: DType, ta: bool, tb: bool, m: ir.Value, n: ir.Va
                     ir.Constant(ft, beta), c, t32(at_least_1(ldc))])
 
 
-def int_gemm(kernel: Kernel, dtype: DType, ta: bool, tb: bool, m: ir.Value, n: ir.Value,
-             k: ir.Value, a: ir.Value, lda: ir.Value, b_: ir.Value, ldb: ir.Value,
-             c: ir.Value, ldc: ir.Value, beta: float = 0.0, alpha: float = 1.0) -> None:
+def int_gemm(kernel: Kernel, spec: GemmSpec) -> None:
     """``gemm`` for i32/i64 as loops, wrapping on overflow as numpy's integer matmul
     (LLVM ``add``/``mul`` without ``nsw``; sums mod 2^bits do not depend on the order).
 
@@ -82,6 +106,10 @@ def int_gemm(kernel: Kernel, dtype: DType, ta: bool, tb: bool, m: ir.Value, n: i
     is transposed, where each ``C[i,j]`` is the dot product of two contiguous rows (an
     integer reduction, which vectorizes without reassociation flags). Both transposed
     keeps ``i-k-j`` with B read at a stride (rare; correct, not fast)."""
+    dtype, ta, tb, m, n, k = (spec.dtype, spec.transpose_a, spec.transpose_b, spec.m, spec.n,
+                              spec.k)
+    a, lda, b_, ldb, c, ldc = spec.a, spec.lda, spec.b, spec.ldb, spec.c, spec.ldc
+    alpha, beta = spec.alpha, spec.beta
     if alpha != 1.0 or beta not in (0.0, 1.0):
         raise Unsupported(f"an integer product scaled by {alpha} (+ {beta} C)")
     b = kernel.b
@@ -149,10 +177,10 @@ def batched_gemm(kernel: Kernel, op: Op, dtype: DType, a_ptr: ir.Value, b_ptr: i
     a, bm = op.inputs
     b = kernel.b
     ta, tb = op.attrs["transpose_a"], op.attrs["transpose_b"]
-    ad, binding, od = kernel.dims(a), kernel.dims(bm), kernel.dims(op.result)
+    ad, bd, od = kernel.dims(a), kernel.dims(bm), kernel.dims(op.result)
     m, n = od[-2], od[-1]
     k = ad[-2] if ta else ad[-1]
-    asz, bsz, osz = b.mul(ad[-2], ad[-1]), b.mul(binding[-2], binding[-1]), b.mul(m, n)
+    asz, bsz, osz = b.mul(ad[-2], ad[-1]), b.mul(bd[-2], bd[-1]), b.mul(m, n)
     batch = od[:-2]
     ra, rb = a.type.rank - 2, bm.type.rank - 2
 
@@ -162,11 +190,12 @@ def batched_gemm(kernel: Kernel, op: Op, dtype: DType, a_ptr: ir.Value, b_ptr: i
         ai = [ZERO if a.type.shape[j] == 1 else idx[j + r - ra] for j in range(ra)]
         bi = [ZERO if bm.type.shape[j] == 1 else idx[j + r - rb] for j in range(rb)]
         aoff = b.mul(irutil.linear(b, ai, ad[:-2]), asz)
-        boff = b.mul(irutil.linear(b, bi, binding[:-2]), bsz)
+        boff = b.mul(irutil.linear(b, bi, bd[:-2]), bsz)
         ooff = b.mul(irutil.linear(b, idx, batch), osz)
-        gemm(kernel, dtype, ta, tb, m, n, k, _elem(b, a_ptr, dtype, aoff), ad[-1],
-             _elem(b, b_ptr, dtype, boff), binding[-1], _elem(b, c_ptr, dtype, ooff), n,
-             beta=beta, alpha=alpha)
+        gemm(kernel, GemmSpec(dtype, m, n, k, a=_elem(b, a_ptr, dtype, aoff), lda=ad[-1],
+                              b=_elem(b, b_ptr, dtype, boff), ldb=bd[-1],
+                              c=_elem(b, c_ptr, dtype, ooff), ldc=n, transpose_a=ta,
+                              transpose_b=tb, alpha=alpha, beta=beta))
 
     irutil.loop_nest(b, [(ZERO, d) for d in batch], body, name="bt")
 
@@ -232,12 +261,28 @@ def _im2col(kernel: Kernel, op: Op, x: Value, cols: ir.Value, out_like: Value,
 # im2col writes 9 times the input.
 
 
-def _im2col_conv(graph_compiler, op: Op, x: Value, other: Value, rows_like: Value, filt: Value,
-                 name: str, direct: Callable, product: Callable) -> None:
-    """A convolution or its filter gradient: im2col of ``x`` into scratch (a row per
-    element of ``rows_like``'s first three dims), then one GEMM with ``other``,
-    ``product(kernel, dtype, cols, rows, width, other_ptr, out_ptr)``; f16 through ``_Wide``,
-    and the ``direct`` kernel instead where ``is_direct``."""
+@dataclass(frozen=True)
+class Im2colConv:
+    """A convolution or its filter gradient as im2col + one GEMM: the kernel's ``name``;
+    im2col's input ``image`` (NHWC), a row per element of ``rows_like``'s first three
+    dims; the GEMM's ``other`` operand and ``product(kernel, dtype, cols, rows, width,
+    other_ptr, out_ptr)``; the filter's size from ``filter_like``'s first two dims; and
+    the ``direct`` kernel that runs instead where ``is_direct``."""
+
+    name: str
+    image: Value
+    other: Value
+    rows_like: Value
+    filter_like: Value
+    direct: Callable
+    product: Callable
+
+
+def _im2col_conv(graph_compiler, op: Op, conv: Im2colConv) -> None:
+    """``conv`` of ``op``: im2col of the image into scratch, then one GEMM; f16 through
+    ``_Wide``, and the direct kernel instead where ``is_direct``."""
+    x, other, rows_like, filt = conv.image, conv.other, conv.rows_like, conv.filter_like
+    name, direct, product = conv.name, conv.direct, conv.product
     out = op.result
     kh, kw = _conv_check(x.dtype, filt)
     wide = _Wide(x.dtype)
@@ -263,9 +308,12 @@ def lower_conv2d(graph_compiler, op: Op) -> None:
 
     def product(kernel, dt, cols, rows, width, w_ptr, o_ptr) -> None:
         co = kernel.dim(w, 3)  # out[rows, Co] = cols [rows, width] @ W [width, Co]
-        gemm(kernel, dt, False, False, rows, co, width, cols, width, w_ptr, co, o_ptr, co)
+        gemm(kernel, GemmSpec(dt, m=rows, n=co, k=width, a=cols, lda=width, b=w_ptr, ldb=co,
+                              c=o_ptr, ldc=co))
 
-    _im2col_conv(graph_compiler, op, x, w, op.result, w, "conv2d", direct_conv2d, product)
+    _im2col_conv(graph_compiler, op, Im2colConv("conv2d", image=x, other=w, rows_like=op.result,
+                                                filter_like=w, direct=direct_conv2d,
+                                                product=product))
 
 
 def lower_conv2d_backprop_filter(graph_compiler, op: Op) -> None:
@@ -273,10 +321,12 @@ def lower_conv2d_backprop_filter(graph_compiler, op: Op) -> None:
 
     def product(kernel, dt, cols, rows, width, dy_ptr, o_ptr) -> None:
         co = kernel.dim(dy, 3)  # dW[width, Co] = cols^T [width, rows] @ dy [rows, Co]
-        gemm(kernel, dt, True, False, width, co, rows, cols, width, dy_ptr, co, o_ptr, co)
+        gemm(kernel, GemmSpec(dt, m=width, n=co, k=rows, a=cols, lda=width, b=dy_ptr, ldb=co,
+                              c=o_ptr, ldc=co, transpose_a=True))
 
-    _im2col_conv(graph_compiler, op, x, dy, dy, like, "conv2d_bwd_filter", direct_backprop_filter,
-                 product)
+    _im2col_conv(graph_compiler, op, Im2colConv("conv2d_bwd_filter", image=x, other=dy,
+                                                rows_like=dy, filter_like=like,
+                                                direct=direct_backprop_filter, product=product))
 
 
 def lower_conv2d_backprop_input(graph_compiler, op: Op) -> None:
@@ -298,7 +348,8 @@ def lower_conv2d_backprop_input(graph_compiler, op: Op) -> None:
                                          irutil.elem_ptr(b, cols, wide.dt, b.mul(rows, width)),
                                          [w, dy], [out])
     # dcols[rows, width] = dy [rows, Co] @ W^T  (W seen as [width, Co])
-    gemm(kernel, wide.dt, False, True, rows, width, co, dy_ptr, co, w_ptr, co, cols, width)
+    gemm(kernel, GemmSpec(wide.dt, m=rows, n=width, k=co, a=dy_ptr, lda=co, b=w_ptr, ldb=co,
+                          c=cols, ldc=width, transpose_b=True))
     dt = wide.dt
     zero = ir.Constant(irutil.compute_type(dt), 0.0)
     irutil.loop(b, ZERO, kernel.size(out), lambda i, _c: irutil.store(b, o_ptr, dt, i, zero),

@@ -37,6 +37,7 @@ kernels otherwise run whole.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import llvmlite.ir as ir
@@ -187,6 +188,21 @@ def core_index(idx: Sequence[ir.Value], src: Sequence, dst: Sequence) -> tuple[i
     return tuple(irutil.i64(0) if d == 1 else next(it) for d in dst)
 
 
+@dataclass(frozen=True)
+class ReductionLayout:
+    """The reductions of one kernel and where their values go: every reduction reduces
+    ``reduced_axes`` of an input shaped like ``source`` (the first one's input, whose dims
+    the loops run over) and keeps ``kept_axes``; ``full_outputs`` are shaped like the
+    inputs (up to size-1 dims), ``reduced_outputs`` like the kept axes."""
+
+    reduces: tuple[Op, ...]
+    full_outputs: tuple[Pair, ...]
+    reduced_outputs: tuple[Pair, ...]
+    source: Value
+    reduced_axes: tuple[int, ...]
+    kept_axes: tuple[int, ...]
+
+
 def reduction(kernel: Kernel, emitter: Emitter, ops: Sequence[Op], outputs: Sequence[Pair],
               scratch: ir.Value | None = None,
               then: "Callable[[], tuple[Kernel, Emitter, ir.Value]] | None" = None) -> None:
@@ -213,6 +229,8 @@ def reduction(kernel: Kernel, emitter: Emitter, ops: Sequence[Op], outputs: Sequ
         else:
             raise Unsupported(f"output {inner.type} of a reduction over axes {list(red)} "
                               f"of {x0.type}")
+    layout = ReductionLayout(tuple(reduces), tuple(full_out), tuple(red_out), x0, red,
+                             tuple(keep))
     last_kept = bool(keep) and keep[-1] == rank - 1
     results = {r.result for r in reduces}
     # The accumulate and column orders fold every reduction in one pass over the input:
@@ -223,15 +241,15 @@ def reduction(kernel: Kernel, emitter: Emitter, ops: Sequence[Op], outputs: Sequ
     # column order (f32 accumulators in scratch) or the row order (f32 registers)
     if last_kept and not chained and not full_out and all(
             inner in results and outer.dtype is not DType.f16 for inner, outer in red_out):
-        _accumulate_order(kernel, emitter, reduces, red_out, x0, red, keep)
+        _accumulate_order(kernel, emitter, layout)
     elif last_kept and scratch is not None and not chained and not any(
             _depends(v, results) for v, _ in full_out):
         if then is not None and split_rows(red):
-            _column_split(kernel, emitter, reduces, full_out, red_out, x0, red, keep, scratch, then)
+            _column_split(kernel, emitter, layout, scratch, then)
         else:
-            _column_order(kernel, emitter, reduces, full_out, red_out, x0, red, keep, scratch)
+            _column_order(kernel, emitter, layout, scratch)
     else:
-        _row_order(kernel, emitter, reduces, full_out, red_out, x0, red, keep)
+        _row_order(kernel, emitter, layout)
 
 
 def _depends(v: Value, on: set[Value]) -> bool:
@@ -249,13 +267,15 @@ def _depends(v: Value, on: set[Value]) -> bool:
     return False
 
 
-def _column_order(kernel: Kernel, emitter: Emitter, reduces: Sequence[Op], full_out: Sequence[Pair],
-                  red_out: Sequence[Pair], x0: Value, red: tuple[int, ...], keep: list[int],
+def _column_order(kernel: Kernel, emitter: Emitter, layout: ReductionLayout,
                   scratch: ir.Value) -> None:
     """Reductions over leading axes with the last axis kept: one pass in memory order
     writes the full outputs and folds each element into a row of accumulators (scratch,
     one per reduction, 8 bytes per kept element), then a pass over the kept axes
     finishes the reductions and computes the reduced outputs."""
+    reduces, x0, red, keep = (layout.reduces, layout.source, layout.reduced_axes,
+                              layout.kept_axes)
+    red_out = layout.reduced_outputs
     b = kernel.b
     kernel.whole()
     dims = kernel.dims(x0)
@@ -281,7 +301,7 @@ def _column_order(kernel: Kernel, emitter: Emitter, reduces: Sequence[Op], full_
         emitter.push()
         off = irutil.linear(b, idx, dims)
         koff = irutil.linear(b, [idx[a] for a in keep], kdims)
-        _accumulate(kernel, emitter, full_out, accs, x0, idx, off, koff)
+        _accumulate(kernel, emitter, layout, accs, idx, off, koff)
         emitter.pop()
 
     irutil.loop_nest(b, [(irutil.i64(0), d) for d in dims], body, name="a")
@@ -298,14 +318,14 @@ def _column_order(kernel: Kernel, emitter: Emitter, reduces: Sequence[Op], full_
     irutil.loop_nest(b, [(irutil.i64(0), d) for d in kdims], fin, name="m")
 
 
-def _accumulate(kernel: Kernel, emitter: Emitter, full_out: Sequence[Pair], accs: list,
-                x0: Value, idx: list[ir.Value], off: ir.Value, koff: ir.Value) -> None:
+def _accumulate(kernel: Kernel, emitter: Emitter, layout: ReductionLayout, accs: list,
+                idx: list[ir.Value], off: ir.Value, koff: ir.Value) -> None:
     """One element of a column-order reduction: store the full-shape outputs at ``off``
     and fold the element into each accumulator (``accs``: reduce op, dtype, base) at
     ``koff``."""
     b = kernel.b
-    for inner, outer in full_out:
-        oidx = core_index(idx, x0.type.shape, inner.type.shape)
+    for inner, outer in layout.full_outputs:
+        oidx = core_index(idx, layout.source.type.shape, inner.type.shape)
         irutil.store(b, kernel.ptr(outer), outer.dtype, off, emitter.value(inner, oidx))
     for r, dt, base in accs:
         x = emitter.value(r.inputs[0], tuple(idx))
@@ -333,15 +353,16 @@ def split_rows(red: Sequence[int]) -> bool:
     return 0 in red and len(red) >= 2
 
 
-def _column_split(kernel: Kernel, emitter: Emitter, reduces: Sequence[Op], full_out: Sequence[Pair],
-                  red_out: Sequence[Pair], x0: Value, red: tuple[int, ...], keep: list[int],
-                  scratch: ir.Value,
+def _column_split(kernel: Kernel, emitter: Emitter, layout: ReductionLayout, scratch: ir.Value,
                   then: "Callable[[], tuple[Kernel, Emitter, ir.Value]]") -> None:
     """The column order split over the first (reduced) axis: each index ``i0`` of it
     folds its elements into its own row of accumulators in scratch (8 bytes per kept
     element per reduction, per ``i0``), so the pass over the input splits across threads;
     a second kernel folds the rows in ``i0`` order and computes the reduced outputs.
     (A bias gradient of an NHWC activation: each image's sums, then their sum.)"""
+    reduces, x0, red, keep = (layout.reduces, layout.source, layout.reduced_axes,
+                              layout.kept_axes)
+    red_out = layout.reduced_outputs
     b = kernel.b
     dims = kernel.dims(x0)
     kdims = [dims[a] for a in keep]
@@ -376,7 +397,7 @@ def _column_split(kernel: Kernel, emitter: Emitter, reduces: Sequence[Op], full_
             emitter.push()
             off = irutil.linear(b, idx, dims)
             koff = b.add(pbase, irutil.linear(b, [idx[a] for a in keep], kdims))
-            _accumulate(kernel, emitter, full_out, accs, x0, idx, off, koff)
+            _accumulate(kernel, emitter, layout, accs, idx, off, koff)
             emitter.pop()
 
         irutil.loop_nest(b, [(irutil.i64(0), d) for d in dims[1:]], body, name="a")
@@ -410,9 +431,10 @@ def _column_split(kernel: Kernel, emitter: Emitter, reduces: Sequence[Op], full_
     kernel2.finish()
 
 
-def _row_order(kernel: Kernel, emitter: Emitter, reduces: Sequence[Op], full_out: Sequence[Pair],
-               red_out: Sequence[Pair], x0: Value, red: tuple[int, ...],
-               keep: list[int]) -> None:
+def _row_order(kernel: Kernel, emitter: Emitter, layout: ReductionLayout) -> None:
+    reduces, x0, red, keep = (layout.reduces, layout.source, layout.reduced_axes,
+                              layout.kept_axes)
+    full_out, red_out = layout.full_outputs, layout.reduced_outputs
     b = kernel.b
     dims = kernel.dims(x0)
     rank = len(dims)
@@ -471,9 +493,10 @@ def _row_order(kernel: Kernel, emitter: Emitter, reduces: Sequence[Op], full_out
     irutil.loop_nest(b, kbounds, kbody, name="k")
 
 
-def _accumulate_order(kernel: Kernel, emitter: Emitter, reduces: Sequence[Op],
-                      red_out: Sequence[Pair], x0: Value, red: tuple[int, ...],
-                      keep: list[int]) -> None:
+def _accumulate_order(kernel: Kernel, emitter: Emitter, layout: ReductionLayout) -> None:
+    reduces, x0, red, keep = (layout.reduces, layout.source, layout.reduced_axes,
+                              layout.kept_axes)
+    red_out = layout.reduced_outputs
     b = kernel.b
     kernel.whole()
     dims = kernel.dims(x0)
