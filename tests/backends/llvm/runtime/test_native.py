@@ -3,6 +3,8 @@ what LLVM wrote (a torn or corrupted file) is a miss, compiled again, never link
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tfc.backends.llvm import jit
@@ -41,3 +43,14 @@ def test_damaged_cache_files_are_misses(cache_dir, damage):
     assert jit.compile_ir(IR) == (obj, True)
     assert native.load_object(obj).address("answer")
     assert [p.name for p in (cache_dir / "llvm").iterdir()] == [path.name]  # no temps
+
+
+def test_host_key_covers_code_generation_and_runtime_sources():
+    """Object code depends on the kernels that were generated and on the runtime they call
+    (pool, symbols): the fingerprint in the host key hashes both packages, so code cached
+    by another version of either is rebuilt, never linked."""
+    from tfc.backends.llvm import kernels_loop, parallel
+    from tfc.backends.llvm.runtime import pool, symbols
+    files = set(native.backend_sources())
+    for module in (kernels_loop, parallel, jit, pool, symbols, native):
+        assert Path(module.__file__).resolve() in files, module.__name__

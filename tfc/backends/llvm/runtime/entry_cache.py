@@ -48,15 +48,22 @@ CODE, TABLES = "code.o", "tables.json"
 MAX_CONSTANT_BYTES = 1 << 20
 
 
+_TFC_ROOT = Path(__file__).resolve().parents[3]  # tfc/
+
+
+def tfc_sources() -> list[Path]:
+    """Every tfc source file: the passes and shape rules shape the code too."""
+    return sorted(f for f in _TFC_ROOT.rglob("*")
+                  if f.suffix in (".py", ".lark") and "__pycache__" not in f.parts)
+
+
 @functools.cache
 def _sources_fingerprint() -> str:
     """A hash of every tfc source file (about 1 MB: ~5 ms, once per process)."""
-    root = Path(__file__).resolve().parents[3]
     h = hashlib.sha256()
-    for f in sorted(root.rglob("*")):
-        if f.suffix in (".py", ".lark") and "__pycache__" not in f.parts:
-            h.update(str(f.relative_to(root)).encode())
-            h.update(f.read_bytes())
+    for f in tfc_sources():
+        h.update(str(f.relative_to(_TFC_ROOT)).encode())
+        h.update(f.read_bytes())
     return h.hexdigest()
 
 

@@ -68,15 +68,20 @@ def host_key() -> str:
             f"llvmlite {llvmlite.__version__}|tfc-native {_code_fingerprint()}")
 
 
+_BACKEND_ROOT = Path(__file__).resolve().parents[1]  # tfc/backends/llvm
+
+
+def backend_sources() -> list[Path]:
+    """The llvm backend's source files: code generation and this runtime package."""
+    return sorted(f for f in _BACKEND_ROOT.rglob("*.py") if "__pycache__" not in f.parts)
+
+
 @functools.cache
 def _code_fingerprint() -> str:
-    """A hash of the llvm backend's sources: code generation and this runtime package."""
-    root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for f in sorted(root.rglob("*.py")):
-        if "__pycache__" not in f.parts:
-            h.update(f.relative_to(root).as_posix().encode())
-            h.update(f.read_bytes())
+    for f in backend_sources():
+        h.update(f.relative_to(_BACKEND_ROOT).as_posix().encode())
+        h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
