@@ -13,8 +13,8 @@ Pipeline of ``LLVMBackend.compile(module, entry)``:
 3. **Code.** The module is optimized at O3 for the host CPU (new pass manager), compiled
    to object code, and loaded into MCJIT with the BLAS symbols bound. Object code is
    cached on disk by a hash of the IR and the host (``jit``), so compiling the same graph
-   again skips LLVM entirely; ``object_code`` and ``LLVMBackend.load`` let an artifact
-   carry it.
+   again skips LLVM entirely; ``LLVMBackend.export`` and ``load`` let an artifact carry
+   it (members ``object.o``, ``host``, ``tables.json``, ``const/NNNN.npy``).
 
 A step (``LLVMExecutable.__call__``) is one call into native code: Python checks the
 feeds, finds the *binding* for their shapes (concrete shapes of every value, run-time
@@ -36,9 +36,11 @@ Choices where the design left room:
   per binding), symbols consistent across feeds, symbolic dims never broadcast at run
   time, variables' dtype and shape. Index errors (``gather``, ``scatter``, labels) and
   integer division by zero are error codes turned into ``ExecutionError``.
-- ``load`` (object code from an artifact) lowers the graph again in Python to rebuild
-  the run-time tables (params, storage layout, error messages): deterministic, a few
-  tens of milliseconds, and no LLVM work; the host key guards against foreign CPUs.
+- ``load`` (object code from an artifact) starts from the stored run-time tables
+  (params, storage layout, error messages) and lowers the graph again in Python only for
+  feed shapes they have no binding for, or when there are no tables: deterministic, a
+  few tens of milliseconds, and no LLVM work; the host key guards against foreign CPUs
+  (``ForeignNativeCode``: the entry compiles again).
 - ``profile=True`` compiles an entry that timestamps every kernel natively
   (``clock_gettime(CLOCK_MONOTONIC)`` before each step and after the last, into a
   global of the loaded code): ``LLVMExecutable.kernel_times()`` gives the latest step's
@@ -49,18 +51,21 @@ Choices where the design left room:
 from __future__ import annotations
 
 import ctypes
+import io
+import json
 import operator
 import sys
 import threading
 import time
 import warnings
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from tfc.backends.base import StepOwner, StepResult
+from tfc.backends.base import ForeignNativeCode, StepOwner, StepResult
 from tfc.backends.llvm import entry_cache, jit
 from tfc.backends.llvm.blas import register_symbols
 from tfc.backends.llvm.context import ERROR_DETAIL, MAX_DETAIL_INTS, Binding, format_error
@@ -524,17 +529,36 @@ class NativeMeta:
     @staticmethod
     def read_zip(zf: zipfile.ZipFile, table: Any) -> "NativeMeta":
         """The tables ``to_members`` made, from ``zf``; ``ValueError`` saying what is wrong."""
+        def read(name: str) -> bytes:
+            try:
+                return zf.read(name)
+            except KeyError:
+                raise ValueError(f"no member {name} (a constant)") from None
+            except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+                raise ValueError(f"{name} is not a valid .npy file ({e})") from None
+        return NativeMeta._read(table, read)
+
+    @staticmethod
+    def from_members(table: Any, members: Mapping[str, bytes]) -> "NativeMeta":
+        """The tables ``to_members`` made, their constants taken from ``members`` (member
+        name -> bytes); ``ValueError`` saying what is wrong."""
+        def read(name: str) -> bytes:
+            if name not in members:
+                raise ValueError(f"no member {name} (a constant)")
+            return members[name]
+        return NativeMeta._read(table, read)
+
+    @staticmethod
+    def _read(table: Any, read: Callable[[str], bytes]) -> "NativeMeta":
         files = table.get("constant_files") if isinstance(table, dict) else None
         if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
             raise ValueError("'constant_files' should be a list of member names")
         constants = []
         for name in files:
+            data = read(name)
             try:
-                with zf.open(name) as fh:
-                    arr = np.load(fh, allow_pickle=False)
-            except KeyError:
-                raise ValueError(f"no member {name} (a constant)") from None
-            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+                arr = np.load(io.BytesIO(data), allow_pickle=False)
+            except (ValueError, OSError, EOFError) as e:
                 raise ValueError(f"{name} is not a valid .npy file ({e})") from None
             if not isinstance(arr, np.ndarray):
                 raise ValueError(f"{name} is not a single .npy array")
@@ -726,10 +750,33 @@ def _offsets(plan: Any, bd: Binding) -> tuple[dict[int, int], int]:
         return out, total
 
 
+# The members ``LLVMBackend.export`` makes for one entry and ``load`` reads: the object
+# code, the host key it was built for, the run-time tables and their constants.
+OBJECT_MEMBER, HOST_MEMBER, TABLES_MEMBER, CONSTANTS_PREFIX = (
+    "object.o", "host", "tables.json", "const/")
+
+
+def _check_host(entry: str, host_key: str) -> None:
+    """``ForeignNativeCode`` unless object code built for ``host_key`` runs here."""
+    if host_key != jit.host_key():
+        parts = host_key.split("|")
+        cpu = parts[1] if len(parts) > 1 else host_key
+        raise ForeignNativeCode(f"object code for @{entry} was built for another CPU "
+                                f"({cpu}); recompile it here")
+
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
+    """``arr`` as the ``.npy`` file ``np.save`` writes (no pickle)."""
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
 class LLVMBackend:
     """Compiles entry graphs to native code through llvmlite (see the module docstring)."""
 
     name = "llvm"
+    pipeline = "fusion,memory"  # the lowering passes ``compile`` needs (module docstring)
 
     def __init__(self, *, use_cache: bool = True, threads: int | None = None,
                  profile: bool = False) -> None:
@@ -816,8 +863,54 @@ class LLVMBackend:
             entry_cache.put(key, obj, exe.native_meta())
         return exe
 
-    def load(self, module: Module, entry: str, object_code: bytes,
-             host_key: str | None = None, meta: NativeMeta | None = None) -> LLVMExecutable:
+    def export(self, executable: Any) -> dict[str, bytes]:
+        """The members an artifact stores for ``executable``: its object code, the host
+        key it was built for and its run-time tables (``NativeMeta``: ``tables.json``
+        and the constants as ``const/NNNN.npy``). None for a reference fallback or an
+        executable this backend did not make (a partitioned entry's)."""
+        if not isinstance(executable, LLVMExecutable) or executable.object_code is None:
+            return {}
+        members = {OBJECT_MEMBER: executable.object_code,
+                   HOST_MEMBER: executable.host_key.encode("utf-8")}
+        meta = executable.native_meta()
+        if meta is not None:  # run-time tables: loading needs no lowering
+            table, arrays = meta.to_members(CONSTANTS_PREFIX)
+            members[TABLES_MEMBER] = json.dumps(table).encode("utf-8")
+            for name, arr in arrays.items():
+                members[name] = _npy_bytes(arr)
+        return members
+
+    def load(self, module: Module, entry: str, members: Mapping[str, bytes]
+             ) -> LLVMExecutable:
+        """The executable of ``entry`` from the members ``export`` made (``load_code``
+        does the work). ``ForeignNativeCode`` for code built on another host; an
+        ``ArtifactError`` for members it cannot use. Without ``tables.json`` (artifacts
+        that stored none) the graph is lowered again to rebuild the tables."""
+        for name in (OBJECT_MEMBER, HOST_MEMBER):
+            if name not in members:
+                raise ArtifactError(f"the native code of '{entry}' lacks its member {name}")
+        try:
+            host = members[HOST_MEMBER].decode("utf-8")
+        except UnicodeDecodeError:
+            raise ArtifactError(f"the host key of '{entry}' is not text") from None
+        _check_host(entry, host)
+        meta, used = None, {OBJECT_MEMBER, HOST_MEMBER}
+        if TABLES_MEMBER in members:
+            try:
+                table = json.loads(members[TABLES_MEMBER].decode("utf-8"))
+                meta = NativeMeta.from_members(table, members)
+            except ValueError as e:  # bad JSON or UTF-8 too
+                raise ArtifactError(f"invalid native tables for '{entry}': {e}") from None
+            used.update([TABLES_MEMBER, *table["constant_files"]])
+        unknown = sorted(set(members) - used)
+        if unknown:
+            raise ArtifactError(f"the native code of '{entry}' has members the llvm backend "
+                                f"does not know: {', '.join(unknown)}")
+        return self.load_code(module, entry, members[OBJECT_MEMBER], host, meta)
+
+    def load_code(self, module: Module, entry: str, object_code: bytes,
+                  host_key: str | None = None, meta: NativeMeta | None = None
+                  ) -> LLVMExecutable:
         """The executable of ``entry`` from object code made by ``compile`` (on a machine
         with the same ``host_key``). With ``meta`` (``LLVMExecutable.native_meta()`` of the
         compiled one) nothing is lowered until a call meets feed shapes that ``meta`` has
@@ -825,9 +918,8 @@ class LLVMBackend:
         run-time tables. LLVM neither optimizes nor generates code either way."""
         register_symbols()
         _install_profiler()
-        if host_key is not None and host_key != jit.host_key():
-            raise ArtifactError(f"object code for @{entry} was built for another CPU "
-                                f"({host_key.split('|')[1]}); recompile it here")
+        if host_key is not None:
+            _check_host(entry, host_key)
         if meta is None:
             work, graph, gc, report, original = self._lower(module, entry)
             if report.fallback_ops:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tfc.backends.base import StepResult
-from tfc.errors import ExecutionError, TfcError
+from tfc.errors import ArtifactError, ExecutionError, TfcError
 from tfc.ir.core import Graph, Module, Value
 from tfc.ir.registry import lookup
 from tfc.ir.types import TensorType, dims_compatible
@@ -107,7 +107,22 @@ class ReferenceExecutable:
 
 
 class ReferenceBackend:
+    """Interprets the graph: no lowering passes, nothing native for an artifact to keep."""
+
     name = "reference"
+    pipeline = ""
 
     def compile(self, module: Module, entry: str) -> ReferenceExecutable:
         return ReferenceExecutable(module.graphs[entry])
+
+    def export(self, executable: Any) -> dict[str, bytes]:
+        return {}
+
+    def load(self, module: Module, entry: str,
+             members: Mapping[str, bytes]) -> ReferenceExecutable:
+        if members:
+            raise ArtifactError(f"the reference backend stores no native code, but the "
+                                f"artifact has {', '.join(sorted(members))} for entry '{entry}'")
+        if entry not in module.graphs:
+            raise ArtifactError(f"native code for an unknown entry '{entry}'")
+        return self.compile(module, entry)
