@@ -28,6 +28,10 @@ Members:
   "tables"}`` in the manifest: still read (``_legacy_native_section``); an older tfc
   ignores ``native_code`` and compiles the entries from the IR, so the format version
   stays as it was.
+- ``plans.json`` (named by the manifest's optional ``"memory_plans"``): the memory pass's
+  plan of each graph that had one (``MemoryPlan.to_json``: values by position in the
+  graph, which the text and the bytecode keep), so the loaded module compiles as it was
+  planned, without running a pass. Modules never planned have none; older tfc ignores it.
 - ``variables/0000.npy`` ...: one ``.npy`` per variable, by declaration order. Variable
   names may hold ``/`` (name scopes), so files are numbered and the manifest maps names
   to files. A variable whose value is still its initializer's, when that is one op
@@ -84,6 +88,7 @@ VERSION = 2  # 2: variables may be stored as initializer ops (written only then)
 MANIFEST = "manifest.json"
 IR_MEMBER = "module.tfir"
 BYTECODE_MEMBER = "module.tfcb"
+PLANS_MEMBER = "plans.json"  # the module's memory plans (manifest field "memory_plans")
 NATIVE_FIELD = "native_code"  # the manifest's section naming each entry's native members
 NATIVE_DIGEST = "manifest.json#native_code"  # the digest of that section
 NATIVE_FOLDER = "native/"
@@ -159,6 +164,13 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
     stored = Module(graphs, module.variables)
     ir_text = print_module(stored).encode("utf-8")
     ir_bytes = module_to_bytes(stored)
+    # the plans of the graphs stored as planned (not of an __init__ replaced above)
+    plans = {name: plan.to_json(stored.graphs[name])
+             for name, plan in module.memory_plans.items()
+             if name in stored.graphs and stored.graphs[name] is module.graphs.get(name)}
+    if plans:
+        manifest["memory_plans"] = PLANS_MEMBER
+        objects[PLANS_MEMBER] = json.dumps(plans, separators=(",", ":")).encode("utf-8")
     values = {info["file"]: np.asarray(variables[name])
               for name, info in manifest["variables"].items() if name not in initializers}
     digests = {IR_MEMBER: bytes_digest(ir_text), BYTECODE_MEMBER: bytes_digest(ir_bytes)}
@@ -627,7 +639,42 @@ def _read_module(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]) -> Mo
         raise ArtifactError(f"{path}: {member} is not valid IR: {e}") from None
     _check_signatures(path, member, manifest, module)
     module.devices, module.fp16_transfers = _target(path, manifest)
+    module.memory_plans = _read_plans(zf, path, manifest, module, digests)
     return module
+
+
+def _read_plans(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any], module: Module,
+                digests: Mapping[str, str] | None) -> dict[str, Any]:
+    """The memory plans stored with the module (``"memory_plans"``: absent in artifacts
+    of modules that were never planned, and of older tfc), each checked against its
+    graph: the module then compiles as it was planned, with no pass to run."""
+    member = manifest.get("memory_plans")
+    if member is None:
+        return {}
+    from tfc.passes.memory import MemoryPlan
+    if not isinstance(member, str):
+        raise ArtifactError(f"{path}: {MANIFEST} field 'memory_plans' should be a str, "
+                            f"not {type(member).__name__}")
+    raw = _member(zf, path, member, f" (named by {MANIFEST})")
+    check_member(zf, path, member, digests, raw)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"{path}: {member} is not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{path}: {member} should map graph names to memory plans")
+    plans = {}
+    for name, plan in data.items():
+        graph = module.graphs.get(name)
+        if graph is None:
+            raise ArtifactError(f"{path}: {member} has a memory plan for an unknown graph "
+                                f"@{name}")
+        try:
+            plans[name] = MemoryPlan.from_json(graph, plan)
+        except ValueError as e:
+            raise ArtifactError(f"{path}: {member}: the memory plan of @{name} is invalid "
+                                f"({e})") from None
+    return plans
 
 
 def _check_signatures(path: Any, member: str, manifest: dict[str, Any], module: Module) -> None:
