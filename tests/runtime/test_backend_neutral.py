@@ -167,7 +167,7 @@ def test_a_new_backends_members_are_stored_and_handed_back(tmp_path, toy):
                            for n in ("code.bin", "sub/host.txt")}
     assert all(manifest["sha256"][n] == bytes_digest(d) for n, d in stored.items())
 
-    loaded = load(path)  # the backend the artifact names
+    loaded = load(path, backend="toy")
     assert sorted(e for e, _ in toy.LOADED) == ["predict", "train"]
     for entry, members in toy.LOADED:
         assert members == {"code.bin": stored[f"native/toy/{entry}/code.bin"],
@@ -191,9 +191,9 @@ def test_a_new_backends_corrupt_or_foreign_members(tmp_path, toy, monkeypatch):
             zf.writestr(name, data)
     with pytest.warns(CorruptArtifactWarning, match="native/toy/predict/code.bin is corrupt"
                                                     ".*compiling entry 'predict' again"):
-        loaded = load(path)
+        loaded = load(path, backend="toy")
     assert list(loaded._executables) == ["train"]
     assert loaded.run("predict", x=X)["y"].shape == (2, 4)
 
     monkeypatch.setattr(toy.ToyBackend, "host", b"another machine")
-    assert load(path, native="strict")._executables == {}  # silently compiled again
+    assert load(path, backend="toy", native="strict")._executables == {}  # compiled again
