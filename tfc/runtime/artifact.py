@@ -498,7 +498,10 @@ def _legacy_native_section(zf: zipfile.ZipFile, path: Any, manifest: dict[str, A
             LEGACY_OBJECT: _checked_reader(zf, path, entry, member, digests, section_ok)}
         table = tables.get(entry)
         if table is not None:
-            sources[LEGACY_TABLES] = (lambda t=table: section_ok() or json.dumps(t).encode())
+            def tables_json(table: Any = table) -> bytes:
+                section_ok()
+                return json.dumps(table).encode("utf-8")
+            sources[LEGACY_TABLES] = tables_json
             files = table.get("constant_files") if isinstance(table, dict) else None
             for name in files if isinstance(files, list) else []:
                 if isinstance(name, str) and name not in sources:
