@@ -50,20 +50,11 @@ def _backend_specific(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
-def _allowed(path: Path, what: str) -> bool:
-    # The graph interpreter's context, until it moves to tfc.ir.interpret (issue #15's
-    # layering item): then runtime/initializers.py imports it from there and this goes.
-    return (path.name == "initializers.py"
-            and what == "imports tfc.backends.reference.interpreter"
-            and not (RUNTIME.parent / "ir" / "interpret.py").exists())
-
-
 def test_the_runtime_neither_imports_a_backend_nor_tests_its_name():
     files = sorted(RUNTIME.rglob("*.py"))
     assert len(files) > 10
     problems = [f"{f.relative_to(RUNTIME.parent.parent)}:{line}: {what}"
-                for f in files for line, what in _backend_specific(ast.parse(f.read_text()))
-                if not _allowed(f, what)]
+                for f in files for line, what in _backend_specific(ast.parse(f.read_text()))]
     assert problems == []
 
 
