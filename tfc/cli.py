@@ -166,19 +166,9 @@ def _cmd_ir(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
         return 0
-    _print_module(module, args.output, _memory_plans(module), elide_above=elide)
+    from tfc.ir.printer import print_memory_plans
+    _print_module(module, args.output, print_memory_plans(module), elide_above=elide)
     return 0
-
-
-def _memory_plans(module: Any) -> str:
-    """The memory pass's plans (``module.memory_plans``) as ``//`` comment lines, which
-    the IR parser skips, so the printed IR stays parseable."""
-    reports = [plan.report() for name, plan in module.memory_plans.items()
-               if name in module.graphs]
-    if not reports:
-        return ""
-    return "".join("\n" + "".join(f"// {line}".rstrip() + "\n" for line in r.splitlines())
-                   for r in reports)
 
 
 # ---- tfc opt -------------------------------------------------------------------------
