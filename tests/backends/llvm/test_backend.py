@@ -233,7 +233,7 @@ def test_variables_of_wrong_type_are_rejected(h):
 def test_data_ptr_matches_ctypes():
     # the step reads data pointers from the array object (a fifth of ``.ctypes.data``'s
     # cost): views, read-only, 0-d, empty arrays and subclasses must all agree
-    from tfc.backends.llvm.backend import _data_ptr
+    from tfc.backends.llvm.runtime.executable import _data_ptr
 
     a = np.arange(24, dtype=np.float32).reshape(4, 6)
     ro = a.copy()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tfc.backends.llvm import LLVMBackend
-from tfc.backends.llvm.backend import profile_report
+from tfc.backends.llvm.runtime.executable import profile_report
 from tfc.errors import ExecutionError
 from tfc.ir.types import DType
 
