@@ -39,7 +39,7 @@ from tfc.ir.bytecode import module_to_bytes
 from tfc.ir.core import Module
 
 if TYPE_CHECKING:
-    from tfc.backends.llvm.backend import NativeMeta
+    from tfc.backends.llvm.runtime.executable import NativeMeta
 
 CODE, TABLES = "code.o", "tables.json"
 # Graphs that carry more constant data than this (pretrained weights baked into an
@@ -93,7 +93,7 @@ def _path(key: str) -> Path:
 def get(key: str) -> tuple[bytes, NativeMeta] | None:
     """The object code and tables stored under ``key``; ``None`` when there are none or
     they cannot be read."""
-    from tfc.backends.llvm.backend import NativeMeta
+    from tfc.backends.llvm.runtime.executable import NativeMeta
     try:
         with zipfile.ZipFile(_path(key)) as zf:
             code = zf.read(CODE)
