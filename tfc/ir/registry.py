@@ -1,8 +1,11 @@
 """The op registry: one ``OpDef`` per op kind, holding everything tfc knows about it.
 
-An entry declares its attrs, infers result types (numpy broadcasting over symbolic
-dims), implements the op in numpy (the reference every backend is tested against) and
-estimates its cost. Backends key their lowerings by the same name. Op definitions live
+An entry declares its attrs and its traits (what kind of op it is: PURE, VIEW, REDUCTION,
+COMPOSITE ..., which passes and backends ask instead of keeping lists of op names),
+infers result types (numpy broadcasting over symbolic dims), implements the op in numpy
+(the reference every backend is tested against), estimates its cost and, for a
+composite, builds its expansion into primitive ops. Backends key their lowerings by the
+same name. Op definitions live
 in ``tfc.ops``, a layer above this one, which registers them when it is imported; the
 package (``tfc/__init__.py``) imports it first, so any ``import tfc...`` has every op
 registered. The registry itself never imports the ops.

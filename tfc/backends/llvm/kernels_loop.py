@@ -44,10 +44,10 @@ import llvmlite.ir as ir
 from tfc.backends.llvm import irutil as U
 from tfc.backends.llvm.context import Kernel, dim_key
 from tfc.backends.llvm.kernels_expr import (FLAT_RULES, Emitter, Flat, is_elementwise,
-                                            is_reduction, is_view, small_constant)
+                                            is_reduction, is_view, kind_has, small_constant)
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.ir.core import Op, Value
-from tfc.ir.registry import GENERATOR, lookup, normalize_axes
+from tfc.ir.registry import GENERATOR, normalize_axes
 from tfc.ir.types import DType
 from tfc.ops.fusion import core_shape
 
@@ -63,7 +63,7 @@ def flat_ok(em: Emitter, v: Value) -> bool:
         return False
     if is_view(op.kind):
         return flat_ok(em, op.inputs[0])
-    if lookup(op.kind).has(GENERATOR) or op.kind in FLAT_RULES:  # functions of the index
+    if kind_has(op.kind, GENERATOR) or op.kind in FLAT_RULES:  # functions of the index
         return True
     if op.kind in ("broadcast_like", "broadcast_to", "bias_add", "one_hot", "gather", "pad",
                    "slice", "transpose", "tile"):
@@ -198,7 +198,7 @@ def reduction(kc: Kernel, em: Emitter, ops: Sequence[Op], outputs: Sequence[Pair
     full_out, red_out = [], []
     keep_shape = tuple(d for a, d in enumerate(full) if a not in red)
     for inner, outer in outputs:
-        if core_shape(inner.type.shape) == core_shape(full):  # (equal to the reduced core: |R| = 1)
+        if core_shape(inner.type.shape) == core_shape(full):  # (the reduced core: |R| = 1)
             full_out.append((inner, outer))
         elif core_shape(inner.type.shape) == core_shape(keep_shape):
             red_out.append((inner, outer))
