@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tfc.backends.reference import ExecContext, run_graph
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Op
 from tfc.ir.expand import expand_into, expansion
