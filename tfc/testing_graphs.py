@@ -35,6 +35,9 @@ MAX_BOUND = 100.0
 INPUT_BOUND = 2.0
 UNARY = ("neg", "abs", "tanh", "sigmoid", "relu", "exp", "square", "sin")
 BINARY = ("add", "sub", "mul", "maximum", "minimum")
+# The REDUCTION ops whose results this generator can bound (a prod's bound is the input's
+# to the power of the count: left out), and the VIEW ops ``movement`` builds. Choices of
+# the generator (a seed's graph depends on the order), not the registry's categories.
 REDUCTIONS = ("sum", "mean", "max", "min")
 VIEWS = ("reshape", "expand_dims", "squeeze")
 BATCH = "B"  # the symbolic dim of a symbolic graph's inputs (leading, as a batch)

@@ -1,8 +1,11 @@
 """The op registry: one ``OpDef`` per op kind, holding everything tfc knows about it.
 
-An entry declares its attrs, infers result types (numpy broadcasting over symbolic
-dims), implements the op in numpy (the reference every backend is tested against) and
-estimates its cost. Backends key their lowerings by the same name. Op definitions live
+An entry declares its attrs and its traits (what kind of op it is: PURE, VIEW, REDUCTION,
+COMPOSITE ..., which passes and backends ask instead of keeping lists of op names),
+infers result types (numpy broadcasting over symbolic dims), implements the op in numpy
+(the reference every backend is tested against), estimates its cost and, for a
+composite, builds its expansion into primitive ops. Backends key their lowerings by the
+same name. Op definitions live
 in ``tfc.ops``, a layer above this one, which registers them when it is imported; the
 package (``tfc/__init__.py``) imports it first, so any ``import tfc...`` has every op
 registered. The registry itself never imports the ops.
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
@@ -22,16 +26,56 @@ from tfc.ir.core import Op
 from tfc.ir.types import DType, TensorType
 
 if TYPE_CHECKING:
+    from tfc.ir.builder import Builder
     from tfc.ir.core import Graph, Value
 
-# Traits that drive passes (as in MLIR/xDSL): CSE merges only PURE ops; RANDOM and
-# STATEFUL ops are never merged, folded or reordered across one another.
-PURE = "pure"
-COMMUTATIVE = "commutative"
-ELEMENTWISE = "elementwise"
-STATEFUL = "stateful"
-RANDOM = "random"
-WRITES_VARIABLE = "writes_variable"  # updates the variable named by its `var` attr
+
+class Trait(str, enum.Enum):
+    """What kind of op an entry is, declared once on it (``OpDef.traits``) and asked by
+    every pass and backend (``opdef.has(Trait.VIEW)``), as MLIR/xDSL op traits. What each
+    one promises is what its consumers rely on; ``tests/ir/test_registry_traits.py``
+    checks every entry that declares one against it."""
+
+    # CSE merges only PURE ops; RANDOM and STATEFUL ops are never merged, folded or
+    # reordered across one another.
+    PURE = "pure"
+    COMMUTATIVE = "commutative"
+    # Result element [i] is a function of the inputs' elements at [i], inputs broadcast
+    # as numpy does: fusion chains them, the emitter computes them per element.
+    ELEMENTWISE = "elementwise"
+    STATEFUL = "stateful"
+    RANDOM = "random"
+    WRITES_VARIABLE = "writes_variable"  # updates the variable named by its `var` attr
+    # The result is input 0 reinterpreted: the same elements in the same row-major order,
+    # the same dtype (other inputs give at most a shape). The memory plan aliases it to
+    # its input and the LLVM backend reads it in place (no kernel, no copy).
+    VIEW = "view"
+    # Folds the ``axes`` of input 0 (attrs ``axes``: None for all, ``keepdims``) into one
+    # element each: the reduce/row kernels and fusion's reduce and row kinds.
+    REDUCTION = "reduction"
+    # The result is input 0 broadcast as numpy does to the result's shape (same dtype).
+    BROADCAST = "broadcast"
+    # Every element is a function of its index and the attrs alone; a tensor input, if
+    # any, gives only the result's shape (``zeros_like``). Kernels compute it anywhere.
+    GENERATOR = "generator"
+    # Defined by primitive ops: the entry's ``expand`` builds them (``tfc.ir.expand``).
+    # Fusion expands a composite inside its regions; a backend with no kernel of its own
+    # for the op compiles its expansion.
+    COMPOSITE = "composite"
+
+
+# The traits by their short names, as op definitions import them.
+PURE = Trait.PURE
+COMMUTATIVE = Trait.COMMUTATIVE
+ELEMENTWISE = Trait.ELEMENTWISE
+STATEFUL = Trait.STATEFUL
+RANDOM = Trait.RANDOM
+WRITES_VARIABLE = Trait.WRITES_VARIABLE
+VIEW = Trait.VIEW
+REDUCTION = Trait.REDUCTION
+BROADCAST = Trait.BROADCAST
+GENERATOR = Trait.GENERATOR
+COMPOSITE = Trait.COMPOSITE
 
 FLOAT = frozenset({DType.f16, DType.f32, DType.f64})
 INT = frozenset({DType.i32, DType.i64})
@@ -98,7 +142,7 @@ class OpDef:
 
     name: str = ""
     attrs: Mapping[str, AttrSpec] = {}
-    traits: frozenset[str] = frozenset({PURE})
+    traits: frozenset[Trait] = frozenset({PURE})
     num_inputs: int | None = None  # None: variadic
     summary: str = ""
     # flops per output element, for the default cost
@@ -135,7 +179,15 @@ class OpDef:
                  ) -> Sequence[Any]:
         raise NotImplementedError
 
-    def has(self, trait: str) -> bool:
+    def expand(self, b: "Builder", inputs: Sequence["Value"],
+               attrs: Mapping[str, Any]) -> list["Value"]:
+        """The op as primitive ops appended with ``b`` on ``inputs`` (standing for the op's
+        inputs), giving its results' types and the reference's numbers; a COMPOSITE op
+        defines it (``tfc.ir.expand`` calls it for fusion and for backends). Raise a
+        ``TfcError`` when these inputs cannot be expanded (a symbolic class count)."""
+        raise NotImplementedError
+
+    def has(self, trait: Trait) -> bool:
         return trait in self.traits
 
     def names_variable(self) -> bool:
@@ -240,6 +292,12 @@ def infer_types(kind: str, inputs: Sequence[TensorType], attrs: Mapping[str, Any
     except TfcError as e:
         raise e.at(loc)
     return opdef, full, None if types is None else list(types)
+
+
+def kinds_with(trait: Trait) -> frozenset[str]:
+    """Every registered op kind that has ``trait`` (for tables and tests; a pass asking
+    about one op calls ``lookup(op.kind).has(trait)``)."""
+    return frozenset(k for k, d in all_ops().items() if d.has(trait))
 
 
 def writes_variable(op: Op) -> bool:

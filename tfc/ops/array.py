@@ -26,8 +26,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tfc.errors import ExecutionError, TfcError, TypeMismatch
-from tfc.ir.registry import (INT, NUMERIC, PURE, RANDOM, AttrSpec, Cost, OpDef, expect_dtype,
-                             normalize_axes, normalize_axis, register, same_dtype)
+from tfc.ir.registry import (BROADCAST, GENERATOR, INT, NUMERIC, PURE, RANDOM, VIEW, AttrSpec,
+                             Cost, OpDef, expect_dtype, normalize_axes, normalize_axis, register,
+                             same_dtype)
 from tfc.ir.types import UNKNOWN, Dim, DType, TensorType, format_shape
 
 OPEN_HI = 2**63 - 1   # a bound past every end: `x[1:]` is begin=1, end=OPEN_HI
@@ -176,6 +177,7 @@ class Reshape(Movement):
 
     name = "reshape"
     num_inputs = 1
+    traits = frozenset({PURE, VIEW})
     attrs = {"shape": AttrSpec("shape", doc="the new shape: sizes >= 0 and at most one -1")}
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -262,6 +264,7 @@ class BroadcastTo(Movement):
     """Broadcast to ``shape`` as numpy does (sizes 1 stretch; leading axes are added)."""
 
     name = "broadcast_to"
+    traits = frozenset({PURE, BROADCAST})
     num_inputs = 1
     attrs = {"shape": AttrSpec("shape", doc="the static result shape")}
 
@@ -334,6 +337,7 @@ class ExpandDims(Movement):
     """Insert a size-1 axis at ``axis`` (negative counts from the end of the result)."""
 
     name = "expand_dims"
+    traits = frozenset({PURE, VIEW})
     num_inputs = 1
     attrs = {"axis": AttrSpec("int", doc="where the new axis goes, in [-rank-1, rank]")}
 
@@ -361,6 +365,7 @@ class Squeeze(Movement):
     """
 
     name = "squeeze"
+    traits = frozenset({PURE, VIEW})
     num_inputs = 1
     attrs = {"axes": AttrSpec("ints", None, "axes to remove (each of size 1); none: all")}
 
@@ -1013,6 +1018,7 @@ class Fill(Movement):
     """A tensor of static ``shape`` filled with ``value`` (converted as ``cast`` would)."""
 
     name = "fill"
+    traits = frozenset({PURE, GENERATOR})
     num_inputs = 0
     differentiable = False  # no inputs (zeros and ones inherit this)
     attrs = {
@@ -1060,6 +1066,7 @@ class Range(Movement):
     """
 
     name = "range"
+    traits = frozenset({PURE, GENERATOR})
     num_inputs = 0
     differentiable = False  # no inputs
     attrs = {

@@ -12,15 +12,17 @@ The operands are the group's inputs from outside, the results its values used ou
 attr ``kind`` says what a code generator must do:
 
 - ``loop``: only element-wise ops (the ELEMENTWISE trait: arithmetic, comparisons,
-  ``where``, ``cast`` ...), broadcasts (``broadcast_to``, ``broadcast_like``, operands of
-  element-wise ops broadcast as numpy does), ``expand_dims``/``squeeze``/``reshape``
-  that only add or remove size-1 dims, ``one_hot`` (an iota compared with its input:
+  ``where``, ``cast`` ...), broadcasts (the BROADCAST trait: ``broadcast_to``,
+  ``broadcast_like``; operands of element-wise ops broadcast as numpy does), views (the
+  VIEW trait: ``expand_dims``/``squeeze``/``reshape`` ...) that only add or remove size-1
+  dims, ``one_hot`` (an iota compared with its input:
   element ``[..., c, ...]`` is ``in[...] == c``), and splat constants (scalars, read as
   one value broadcast). One loop nest over the iteration shape, the largest shape in the
   region; every other value holds the same elements up to size-1 dims, or is broadcast
   into it (numpy rules, after any size-1 dims ``expand_dims``/``reshape`` add).
-- ``reduce``: the loop ops plus reductions (``sum``, ``mean``, ``max``, ``min``) that all
-  reduce the same axes of the same shape; no op of the region uses a reduction's result.
+- ``reduce``: the loop ops plus reductions (the REDUCTION trait but ``prod``: ``sum``,
+  ``mean``, ``max``, ``min``; see ``fused_reduction``) that all reduce the same axes of
+  the same shape; no op of the region uses a reduction's result.
 - ``row``: as ``reduce``, but ops after the reductions use their results, broadcast back
   over the reduced axes (softmax: max, sub, exp, sum, div) or at the reduced shape (the
   loss of a cross-entropy, or an optimizer's update of a bias gradient).
@@ -38,17 +40,33 @@ import numpy as np
 
 from tfc.errors import TypeMismatch
 from tfc.ir.core import Graph, Op, Value
-from tfc.ir.registry import ELEMENTWISE, PURE, RANDOM, STATEFUL, AttrSpec, lookup, \
-    normalize_axes, register
+from tfc.ir.registry import BROADCAST, ELEMENTWISE, PURE, RANDOM, REDUCTION, STATEFUL, VIEW, \
+    AttrSpec, lookup, normalize_axes, register
 from tfc.ir.types import Dim, TensorType
 from tfc.ops.control import RegionOp, check_region, check_region_count, run_region
 
 FUSION_KINDS = ("loop", "reduce", "row")
-# Ops a loop region may hold besides ELEMENTWISE ones and splat constants.
-BROADCASTS = frozenset({"broadcast_to", "broadcast_like"})
-UNIT_RESHAPES = frozenset({"expand_dims", "squeeze", "reshape"})
+# Ops a loop region may hold besides ELEMENTWISE, BROADCAST, VIEW ones and splat constants:
+# element [..., c, ...] of a one_hot compares its index c with the input.
 INDEXED = frozenset({"one_hot"})
-REDUCTIONS = frozenset({"sum", "mean", "max", "min"})
+# The REDUCTION ops fusion leaves alone, as it always has: a lone ``prod`` kernel
+# accumulates in registers (row or accumulate order), a fused one could take the column
+# order, whose f16 scratch accumulators round per row, so fusing it would change its f16
+# numbers (a choice of this consumer, not a property of the op).
+UNFUSED_REDUCTIONS = frozenset({"prod"})
+
+
+def fused_reduction(kind: str) -> bool:
+    """Whether ``kind`` is a reduction a reduce or row fusion may hold: every REDUCTION
+    op (``axes``, ``keepdims`` on input 0) but those in ``UNFUSED_REDUCTIONS``."""
+    return lookup(kind).has(REDUCTION) and kind not in UNFUSED_REDUCTIONS
+
+
+def unit_view(op: Op) -> bool:
+    """Whether ``op`` is a VIEW that only adds or removes size-1 dims (same core shape):
+    a loop kernel reads it at the index of its input, with no division."""
+    return lookup(op.kind).has(VIEW) and \
+        core_shape(op.inputs[0].type.shape) == core_shape(op.result.type.shape)
 
 
 def core_shape(shape: Sequence[Dim]) -> tuple[Dim, ...]:
@@ -78,14 +96,14 @@ def loop_op_problem(op: Op) -> str | None:
         if not is_splat(op.attrs["value"]):
             return "only scalar (splat) constants are moved into regions; pass others in"
         return None
-    if opdef.has(ELEMENTWISE) or op.kind in BROADCASTS or op.kind in INDEXED:
+    if opdef.has(ELEMENTWISE) or opdef.has(BROADCAST) or op.kind in INDEXED:
         return None
-    if op.kind in UNIT_RESHAPES:
-        if core_shape(op.inputs[0].type.shape) != core_shape(op.result.type.shape):
+    if opdef.has(VIEW):
+        if not unit_view(op):
             return (f"it reshapes {op.inputs[0].type} to {op.result.type}, which is more "
                     "than adding or removing size-1 dims")
         return None
-    if op.kind in REDUCTIONS:
+    if fused_reduction(op.kind):
         return "reductions need a reduce or row fusion"
     return "it is not element-wise, a broadcast, a size-1 reshape or a splat constant"
 
@@ -123,7 +141,7 @@ def verify_region_ops(region: Graph, kind: str) -> None:
     where = f"fusion: region @{region.name}"
     reductions: list[Op] = []
     for i, op in enumerate(region.ops):
-        if op.kind in REDUCTIONS and kind != "loop" and not op.regions:
+        if fused_reduction(op.kind) and kind != "loop" and not op.regions:
             reductions.append(op)
             continue
         why = loop_op_problem(op)
@@ -157,7 +175,7 @@ def verify_region_ops(region: Graph, kind: str) -> None:
 def fusion_kind(region: Graph) -> str:
     """The kind a region needs: loop without reductions, reduce when nothing in it uses
     a reduction's result, row otherwise."""
-    reduced: set[Value] = {r for op in region.ops if op.kind in REDUCTIONS
+    reduced: set[Value] = {r for op in region.ops if fused_reduction(op.kind)
                            for r in op.results}
     if not reduced:
         return "loop"

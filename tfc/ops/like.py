@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tfc.errors import ExecutionError, TypeMismatch
-from tfc.ir.registry import PURE, Cost, OpDef, register
+from tfc.ir.registry import BROADCAST, COMPOSITE, GENERATOR, PURE, VIEW, Cost, OpDef, register
 from tfc.ir.types import TensorType, broadcast_shapes, dims_compatible
 
 
@@ -29,10 +29,17 @@ class FilledLike(_Like):
     """A tensor of ``value`` with the type of the input (``zeros_like``, ``ones_like``)."""
 
     num_inputs = 1
+    traits = frozenset({PURE, GENERATOR, COMPOSITE})
     differentiable = False
 
     def __init__(self, name: str, value: float) -> None:
         self.name, self.value = name, value
+
+    def expand(self, b: Any, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[Any]:
+        """A scalar broadcast to the input's shape (a kernel reads nothing of the input)."""
+        x = inputs[0]
+        fill = b("constant", value=np.asarray(self.value, dtype=x.dtype.np))
+        return [b("broadcast_like", fill, x)]
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
         return [inputs[0]]
@@ -56,6 +63,7 @@ class BroadcastLike(_Like):
 
     name = "broadcast_like"
     num_inputs = 2
+    traits = frozenset({PURE, BROADCAST})
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
         x, like = inputs
@@ -80,6 +88,7 @@ class ReshapeLike(_Like):
 
     name = "reshape_like"
     num_inputs = 2
+    traits = frozenset({PURE, VIEW})
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
         x, like = inputs

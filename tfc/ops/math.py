@@ -12,8 +12,8 @@ from typing import Any, Callable, Mapping, Sequence, cast
 import numpy as np
 
 from tfc.errors import TypeMismatch
-from tfc.ir.registry import (ALL, COMMUTATIVE, ELEMENTWISE, FLOAT, INT, NUMERIC, PURE,
-                             AttrSpec, OpDef, expect_dtype, register, same_dtype)
+from tfc.ir.registry import (ALL, COMMUTATIVE, ELEMENTWISE, FLOAT, INT, NUMERIC, PURE, VIEW,
+                             AttrSpec, OpDef, Trait, expect_dtype, register, same_dtype)
 from tfc.ir.types import DType, TensorType, broadcast_shapes
 
 Fn = Callable[..., np.ndarray]
@@ -29,10 +29,11 @@ class Unary(OpDef):
     num_inputs = 1
 
     def __init__(self, name: str, fn: Fn, dtypes: frozenset[DType] = FLOAT,
-                 flops: float = 1.0, summary: str = "", grad: UnaryGrad | None = None) -> None:
+                 flops: float = 1.0, summary: str = "", grad: UnaryGrad | None = None,
+                 traits: frozenset[Trait] = frozenset()) -> None:
         self.name, self.fn, self.dtypes = name, fn, dtypes
         self.flops_per_element, self.summary = flops, summary
-        self.traits = ELEMENTWISE_PURE
+        self.traits = ELEMENTWISE_PURE | traits
         self.grad = grad
         self.differentiable = grad is not None
 
@@ -200,9 +201,10 @@ register(Binary("logical_or", np.logical_or, _BOOL, commutative=True))
 register(Unary("logical_not", np.logical_not, _BOOL))
 register(Unary("identity", lambda x: x.copy(), ALL, flops=0,
                summary="the input, unchanged (names a value; a fetch point)",
-               grad=lambda b, x, y, dy: dy))
+               grad=lambda b, x, y, dy: dy, traits=frozenset({VIEW})))
 register(Unary("stop_gradient", lambda x: x.copy(), ALL, flops=0,
-               summary="the input, unchanged, but no gradient flows through it"))
+               summary="the input, unchanged, but no gradient flows through it",
+               traits=frozenset({VIEW})))
 
 
 @register

@@ -25,13 +25,14 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tfc.errors import ExecutionError, TypeMismatch
-from tfc.ir.registry import (ELEMENTWISE, FLOAT, INT, NUMERIC, PURE, AttrSpec, Cost, OpDef,
-                             expect_dtype, normalize_axis, register, same_dtype)
-from tfc.ir.types import Dim, TensorType, dims_compatible, shapes_compatible
+from tfc.ir.registry import (COMPOSITE, ELEMENTWISE, FLOAT, INT, NUMERIC, PURE, AttrSpec, Cost,
+                             OpDef, expect_dtype, normalize_axis, register, same_dtype)
+from tfc.ir.types import Dim, DType, TensorType, dims_compatible, shapes_compatible
 from tfc.ops.array import check_labels
 from tfc.ops.linalg import compute_dtype, dim_size, merge_dims
 
 PURE_ONLY = frozenset({PURE})
+PURE_COMPOSITE = frozenset({PURE, COMPOSITE})
 AXIS_ATTR = {"axis": AttrSpec("int", -1, "the class axis")}
 
 
@@ -46,6 +47,39 @@ def moved_bytes(inputs: Sequence[TensorType], outputs: Sequence[TensorType],
 
 def elements(t: TensorType, symbol_size: int) -> int:
     return t.nbytes(symbol_size) // t.dtype.itemsize
+
+
+# ---- expansions into primitives (``expand``; see ``tfc.ir.expand``) --------------------
+# They compute as the references do: half precision in f32 (cast in, rounded once on the
+# way out) and the max subtracted before ``exp``, so an expanded op gives the same numbers.
+
+def scalar(b: Any, value: Any, dtype: DType) -> Any:
+    """A rank-0 constant of ``dtype``."""
+    return b("constant", value=np.asarray(value, dtype=dtype.np))
+
+
+def widen(b: Any, x: Any) -> Any:
+    """Half precision computes in f32, as the references do."""
+    return b("cast", x, dtype=DType.f32) if x.dtype == DType.f16 else x
+
+
+def narrow(b: Any, y: Any, dtype: DType) -> Any:
+    return b("cast", y, dtype=dtype) if y.dtype != dtype else y
+
+
+def shifted_by_max(b: Any, x: Any, axis: int) -> Any:
+    """``x - max(x)`` along ``axis``: what keeps ``exp`` from overflowing."""
+    return b("sub", x, b("max", x, axes=(axis,), keepdims=True))
+
+
+def expand_log_softmax(b: Any, x: Any, axis: int) -> Any:
+    s = shifted_by_max(b, x, axis)
+    return b("sub", s, b("log", b("sum", b("exp", s), axes=(axis,), keepdims=True)))
+
+
+def expand_softmax(b: Any, x: Any, axis: int) -> Any:
+    ex = b("exp", shifted_by_max(b, x, axis))
+    return b("div", ex, b("sum", ex, axes=(axis,), keepdims=True))
 
 
 # ---- softmax family -------------------------------------------------------------------
@@ -65,12 +99,18 @@ class SoftmaxLike(OpDef):
     """``softmax`` / ``log_softmax`` along ``axis``: same type in and out."""
 
     num_inputs = 1
-    traits = PURE_ONLY
+    traits = PURE_COMPOSITE
     attrs = AXIS_ATTR
     flops_per_element = 15.0  # max, subtract, exp, sum, divide (or log)
 
-    def __init__(self, name: str, fn: Any, summary: str, grad: Any) -> None:
+    def __init__(self, name: str, fn: Any, summary: str, grad: Any, expansion: Any) -> None:
         self.name, self.fn, self.summary, self.grad = name, fn, summary, grad
+        self.expansion = expansion
+
+    def expand(self, b: Any, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[Any]:
+        x = inputs[0]
+        axis = normalize_axis(self.name, attrs["axis"], x.type.rank)
+        return [narrow(b, self.expansion(b, widen(b, x), axis), x.dtype)]
 
     def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
         axis = normalize_axis(self.name, op.attrs["axis"], op.result.type.rank)
@@ -104,9 +144,10 @@ def log_softmax_grad(b: Any, y: Any, dy: Any, axis: int) -> Any:
     return b("sub", dy, b("mul", b("exp", y), total))
 
 
-register(SoftmaxLike("softmax", softmax_np, "exp(x) / sum(exp(x)) along axis", softmax_grad))
+register(SoftmaxLike("softmax", softmax_np, "exp(x) / sum(exp(x)) along axis", softmax_grad,
+                     expand_softmax))
 register(SoftmaxLike("log_softmax", log_softmax_np, "x - log(sum(exp(x))) along axis",
-                     log_softmax_grad))
+                     log_softmax_grad, expand_log_softmax))
 
 
 def logits_labels_type(op: str, inputs: Sequence[TensorType]) -> TensorType:
@@ -143,7 +184,7 @@ class SoftmaxCrossEntropy(XentCost):
 
     name = "softmax_cross_entropy"
     num_inputs = 2
-    traits = PURE_ONLY
+    traits = PURE_COMPOSITE
     attrs = AXIS_ATTR
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -163,6 +204,13 @@ class SoftmaxCrossEntropy(XentCost):
         logp = log_softmax_np(logits.astype(acc, copy=False), axis)
         loss = -np.sum(labels.astype(acc, copy=False) * logp, axis=axis)
         return [np.asarray(loss, dtype=logits.dtype)]
+
+    def expand(self, b: Any, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[Any]:
+        logits, labels = inputs
+        axis = normalize_axis(self.name, attrs["axis"], logits.type.rank)
+        logp = expand_log_softmax(b, widen(b, logits), axis)
+        loss = b("neg", b("sum", b("mul", widen(b, labels), logp), axes=(axis,)))
+        return [narrow(b, loss, logits.dtype)]
 
     def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
         """Both inputs get a gradient, as in TensorFlow: labels ``-log_softmax * dy``,
@@ -189,7 +237,7 @@ class SparseSoftmaxCrossEntropy(XentCost):
 
     name = "sparse_softmax_cross_entropy"
     num_inputs = 2
-    traits = PURE_ONLY
+    traits = PURE_COMPOSITE
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
         logits, labels = inputs
@@ -214,6 +262,20 @@ class SparseSoftmaxCrossEntropy(XentCost):
         picked = np.take_along_axis(logp, labels[..., None].astype(np.intp), axis=-1)
         return [np.asarray(-picked[..., 0], dtype=logits.dtype)]
 
+    def expand(self, b: Any, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[Any]:
+        """The label is picked with ``one_hot`` and ``where`` (not a product with the
+        one-hot: ``-inf * 0`` is NaN); the one-hot checks the labels in this op's name
+        (``labels_of``), so a label out of range raises this op's error."""
+        logits, labels = inputs
+        classes, axis = logits.type.shape[-1], logits.type.rank - 1
+        if not isinstance(classes, int):
+            raise TypeMismatch(f"{self.name}: the expansion needs a static number of "
+                               f"classes, but logits are {logits.type}")
+        logp = expand_log_softmax(b, widen(b, logits), axis)
+        hot = b("one_hot", labels, depth=classes, dtype=DType.bool, labels_of=self.name)
+        picked = b("sum", b("where", hot, logp, scalar(b, 0, logp.dtype)), axes=(axis,))
+        return [narrow(b, b("neg", picked), logits.dtype)]
+
     def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
         """Logits: ``(softmax - one_hot(labels)) * dy``; integer labels get None. The
         one-hot needs the class count, so it must be a static dim. It checks the labels
@@ -236,7 +298,7 @@ class SigmoidCrossEntropy(OpDef):
 
     name = "sigmoid_cross_entropy"
     num_inputs = 2
-    traits = frozenset({PURE, ELEMENTWISE})
+    traits = frozenset({PURE, ELEMENTWISE, COMPOSITE})
     flops_per_element = 16.0
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -250,6 +312,19 @@ class SigmoidCrossEntropy(OpDef):
         x, z = x.astype(acc, copy=False), z.astype(acc, copy=False)
         out = np.maximum(x, 0) - x * z + np.log1p(np.exp(-np.abs(x)))
         return [np.asarray(out, dtype=inputs[0].dtype)]
+
+    def expand(self, b: Any, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[Any]:
+        """The reference's terms in its order; ``log1p(u)`` is ``log(w) * u / (w - 1)``
+        with ``w = 1 + u`` (Goldberg), or ``u`` where ``w`` rounds to 1: a few ulps, with
+        no ``log1p`` primitive."""
+        x, z = widen(b, inputs[0]), widen(b, inputs[1])
+        zero, one = scalar(b, 0, x.dtype), scalar(b, 1, x.dtype)
+        a = b("sub", b("maximum", x, zero), b("mul", x, z))
+        u = b("exp", b("neg", b("abs", x)))
+        w = b("add", one, u)
+        exact = b("equal", w, one)
+        ratio = b("div", b("mul", b("log", w), u), b("where", exact, one, b("sub", w, one)))
+        return [narrow(b, b("add", a, b("where", exact, u, ratio)), inputs[0].dtype)]
 
     def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
         """Logits ``(sigmoid(x) - z) * dy``, labels ``-x * dy`` (both, as TensorFlow)."""
@@ -270,7 +345,7 @@ class BiasAdd(OpDef):
 
     name = "bias_add"
     num_inputs = 2
-    traits = PURE_ONLY
+    traits = PURE_COMPOSITE
     attrs = {"data_format": AttrSpec("str", "NHWC",
                                      "NHWC: channels last; NCHW: channels on axis 1")}
 
@@ -304,6 +379,14 @@ class BiasAdd(OpDef):
                                  f"{x.shape[axis]} channels")
         b = bias.reshape((-1,) + (1,) * (x.ndim - 1 - axis))
         return [np.asarray(x + b, dtype=x.dtype)]
+
+    def expand(self, b: Any, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[Any]:
+        """An ``add`` of the bias, given trailing size-1 dims for NCHW."""
+        x, bias = inputs
+        if attrs["data_format"] == "NCHW":
+            for _ in range(x.type.rank - 2):
+                bias = b("expand_dims", bias, axis=-1)
+        return [b("add", x, bias)]
 
     def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
         """``dy`` for the input; for the bias, ``dy`` summed over every axis but the

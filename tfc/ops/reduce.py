@@ -7,7 +7,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tfc.errors import TypeMismatch
-from tfc.ir.registry import (ALL, FLOAT, INT, NUMERIC, PURE, AttrSpec, OpDef,
+from tfc.ir.registry import (ALL, FLOAT, INT, NUMERIC, PURE, REDUCTION, AttrSpec, OpDef,
                              expect_dtype, normalize_axes, normalize_axis, register)
 from tfc.ir.types import DType, TensorType
 
@@ -28,7 +28,7 @@ class Reduce(OpDef):
 
     num_inputs = 1
     attrs = REDUCE_ATTRS
-    traits = frozenset({PURE})
+    traits = frozenset({PURE, REDUCTION})
 
     def __init__(self, name: str, fn: Callable[..., np.ndarray],
                  dtypes: frozenset[DType], needs_elements: bool = False,

@@ -83,9 +83,5 @@ class ScatterUpdate(OpDef):
         return Cost(upd / inputs[1].dtype.itemsize, inputs[0].nbytes(symbol_size) + 3 * upd)
 
 
-# Row updates: passes and tracers that look for a step's variable updates should treat
-# these like ``var.assign*`` (one per variable per step).
-SCATTER_KINDS = frozenset({"var.scatter_add", "var.scatter_sub"})
-
 register(ScatterUpdate("var.scatter_add", +1))
 register(ScatterUpdate("var.scatter_sub", -1))

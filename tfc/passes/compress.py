@@ -23,15 +23,17 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from tfc.ir.core import Graph, Op, Value, VariableDecl
-from tfc.ir.registry import ELEMENTWISE, lookup, make_op, writes_variable
+from tfc.ir.registry import ELEMENTWISE, VIEW, lookup, make_op, writes_variable
 from tfc.ir.types import DType
-from tfc.passes.memory import VIEW_OPS
 from tfc.passes.partition import Partition
 
 SYMBOL_SIZE = 128  # what the batch symbol counts as in the bytes reported
-# Ops whose result is (a rearrangement of) their first input's elements: a variable's value
-# stays that variable's value through them.
-_VALUE_PRESERVING = VIEW_OPS | {"transpose"}
+
+
+def _value_preserving(kind: str) -> bool:
+    """Whether ``kind``'s result is (a rearrangement of) its first input's elements, so a
+    variable's value stays that variable's value through it: a VIEW, or a transpose."""
+    return kind == "transpose" or lookup(kind).has(VIEW)
 
 
 @dataclass
@@ -108,7 +110,7 @@ def _analyse(ops: Sequence[Op]) -> _Flow:
             flow.carried[r] = frozenset().union(*(
                 flow.carried.get(x, none) for i, x in enumerate(op.inputs)
                 if (elementwise and x.type.shape == r.type.shape)
-                or (op.kind in _VALUE_PRESERVING and i == 0)))
+                or (_value_preserving(op.kind) and i == 0)))
     for op in reversed(order):  # backward: which updates values feed
         # (regions never touch variables: the verifier keeps state ops out of them)
         feeds = frozenset().union(*(flow.reaches.get(r, none) for r in op.results))

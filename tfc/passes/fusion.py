@@ -9,17 +9,16 @@ is not element-wise; STATEFUL and RANDOM ops; ops owning regions. Every fusible 
 in a ``fusion`` (one element-wise op alone is a one-op ``loop``), so a backend needs
 kernels only for fusions. See ``tfc.ops.fusion`` for the kinds (loop, reduce, row).
 
-Fusible: ELEMENTWISE ops (``where``, ``cast``, comparisons too), broadcasts,
-``expand_dims``/``squeeze``/``reshape`` that only add or remove size-1 dims,
-``one_hot``, ``zeros_like``/``ones_like``/``bias_add`` (rewritten to a broadcast scalar
-and an ``add``), the reductions ``sum``/``mean``/``max``/``min``, and softmax,
-log_softmax and the cross-entropies, which are expanded in the region into max, sub,
-exp, sum, log... exactly as their numpy references compute (subtract the max first),
-so a fused graph gives the same numbers. (``sparse_softmax_cross_entropy`` picks its
-label with ``one_hot`` and ``where``; the one-hot checks the labels in the op's name
-(``labels_of``), so a label out of range raises the op's error, fused or not.
-``sigmoid_cross_entropy``'s ``log1p`` is ``log(w) * u / (w - 1)`` with
-``w = 1 + u``, accurate to a few ulps.)
+Fusible (by the ops' traits, ``tfc.ir.registry.Trait``): ELEMENTWISE ops (``where``,
+``cast``, comparisons too), BROADCAST ops, VIEW ops (``expand_dims``/``squeeze``/
+``reshape`` ...) that only add or remove size-1 dims, ``one_hot``, the REDUCTION ops but
+``prod`` (``tfc.ops.fusion.fused_reduction``), and COMPOSITE ops, which are expanded in
+the region by their registry entry's ``expand`` rule (``tfc.ir.expand``):
+``zeros_like``/``ones_like``/``bias_add`` into a broadcast scalar and an ``add``;
+softmax, log_softmax and the cross-entropies into max, sub, exp, sum, log... exactly as
+their numpy references compute (subtract the max first), so a fused graph gives the same
+numbers. A composite takes part as its expansion does: element-wise, or as a reduction
+when the expansion reduces (one axis set of one shape).
 
 Rules for a group (its iteration shape S is the domain of its ops: an element-wise op's
 result shape, a reduction's input shape; shapes equal up to size-1 dims count as one):
@@ -49,28 +48,23 @@ from __future__ import annotations
 import heapq
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from tfc.errors import TfcError
+from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module, Op, Value
-from tfc.ir.registry import (ELEMENTWISE, PURE, RANDOM, STATEFUL, lookup, make_op,
-                             normalize_axis)
-from tfc.ir.types import Dim, DType, broadcast_shapes
-from tfc.ops.fusion import (BROADCASTS, INDEXED, REDUCTIONS, UNIT_RESHAPES, core_shape,
-                            fusion_kind, is_splat, reduction_axes)
+from tfc.ir.expand import expand_into, expansion
+from tfc.ir.registry import (BROADCAST, COMPOSITE, ELEMENTWISE, GENERATOR, PURE, RANDOM,
+                             STATEFUL, VIEW, lookup, make_op)
+from tfc.ir.types import Dim, broadcast_shapes
+from tfc.ops.fusion import (INDEXED, core_shape, fused_reduction, fusion_kind, is_splat,
+                            loop_op_problem, reduction_axes, unit_view)
 from tfc.passes.cse import cse_graph
 from tfc.passes.dce import dce_graph
 from tfc.passes.manager import apply_substitution, register_pass
 
-GENERATORS = frozenset({"zeros", "ones", "fill"})  # splat constants as ops
-LIKE_FILLS = {"zeros_like": 0, "ones_like": 1}
-COMPOSITES = frozenset({"softmax", "log_softmax", "softmax_cross_entropy",
-                        "sparse_softmax_cross_entropy"})
-# Ops whose groups may be copied into a bigger consumer: no arithmetic worth sharing.
-CHEAP = BROADCASTS | UNIT_RESHAPES | INDEXED | frozenset(
-    {"identity", "cast", "zeros_like", "ones_like"})
 _FUSED_NAME = re.compile(r"^fused_(\d+)$")
 PENDING = "fused_?"  # a new region's name until the graph is re-sorted
 
@@ -130,37 +124,50 @@ def classify(op: Op) -> _Info | None:
     if opdef.has(RANDOM) or opdef.has(STATEFUL) or not opdef.has(PURE):
         return None
     out = op.result.type
-    if op.kind == "constant" or op.kind in GENERATORS:
+    if op.kind == "constant" or (opdef.has(GENERATOR) and not op.inputs):
         value = splat_value(op)
         return None if value is None else _Info("const", out.shape)
-    if op.kind in REDUCTIONS:
+    if fused_reduction(op.kind):
         return _Info("reduce", op.inputs[0].type.shape, reduction_axes(op))
-    ew = (opdef.has(ELEMENTWISE) or op.kind in BROADCASTS or op.kind in INDEXED
-          or op.kind in LIKE_FILLS or op.kind == "bias_add"
-          or (op.kind in UNIT_RESHAPES
-              and core_shape(op.inputs[0].type.shape) == core_shape(out.shape)))
-    if not ew and op.kind not in COMPOSITES:
-        return None
-    trial = _trial_expansion(op) if op.kind in EXPANDERS else None
-    if op.kind in EXPANDERS and trial is None:
-        return None
-    if ew:
+    if opdef.has(COMPOSITE):
+        return _composite_info(op)
+    if (opdef.has(ELEMENTWISE) or opdef.has(BROADCAST) or op.kind in INDEXED
+            or (opdef.has(VIEW) and unit_view(op))):
         return _Info("ew", out.shape)
-    x = op.inputs[0].type
-    axis = x.rank - 1 if op.kind == "sparse_softmax_cross_entropy" else \
-        normalize_axis(op.kind, op.attrs["axis"], x.rank)
-    assert trial is not None
-    if any(r.kind in REDUCTIONS and (r.inputs[0].type.shape != x.shape
-                                     or reduction_axes(r) != (axis,)) for r in trial.ops):
-        return None  # e.g. labels of another (symbolic) shape: the sums would differ
-    return _Info("reduce", x.shape, (axis,))
+    return None
+
+
+def _composite_info(op: Op) -> _Info | None:
+    """A composite takes part as its expansion does: element-wise when it has no
+    reduction, else as the reduction its reductions share (one axis set of one shape;
+    labels of another symbolic shape than the logits would make the sums differ)."""
+    trial = _trial_expansion(op)
+    if trial is None or any(loop_op_problem(r) is not None and not fused_reduction(r.kind)
+                            for r in trial.ops):
+        return None
+    reductions = [r for r in trial.ops if fused_reduction(r.kind)]
+    if not reductions:
+        return _Info("ew", op.result.type.shape)
+    dom, axes = reductions[0].inputs[0].type.shape, reduction_axes(reductions[0])
+    if any(r.inputs[0].type.shape != dom or reduction_axes(r) != axes for r in reductions):
+        return None
+    return _Info("reduce", dom, axes)
+
+
+def cheap(op: Op) -> bool:
+    """Whether a group of such ops may be copied into a bigger consumer: no arithmetic
+    worth sharing (broadcasts, views, generators, ``one_hot``, ``cast``)."""
+    opdef = lookup(op.kind)
+    return (opdef.has(BROADCAST) or opdef.has(VIEW) or opdef.has(GENERATOR)
+            or op.kind in INDEXED or op.kind == "cast")
 
 
 def splat_value(op: Op) -> np.ndarray | None:
-    """The value of a constant-like op when it is a non-empty splat (else None)."""
+    """The value of a constant-like op (a ``constant``, a GENERATOR without inputs) when it
+    is a non-empty splat (else None)."""
     if op.kind == "constant":
         value = op.attrs["value"]
-    elif op.kind in GENERATORS:
+    elif lookup(op.kind).has(GENERATOR) and not op.inputs:
         value = lookup(op.kind).reference(None, [], op.attrs)[0]
     else:
         return None
@@ -170,13 +177,10 @@ def splat_value(op: Op) -> np.ndarray | None:
 def _trial_expansion(op: Op) -> Graph | None:
     """``op`` expanded into primitives on a scratch graph, or None when the expansion does
     not build or does not give exactly its types (then ``op`` is not fused)."""
-    trial = Graph("trial")
-    args = [trial.add_arg(v.type) for v in op.inputs]
     try:
-        outs = expand(op, trial, args)
+        return expansion(op)
     except TfcError:
         return None
-    return trial if [v.type for v in outs] == [r.type for r in op.results] else None
 
 
 # ---- grouping ------------------------------------------------------------------------------
@@ -266,7 +270,7 @@ class _Grouper:
             if current is None:
                 late = set(op.results) if info.role == "reduce" else set()
                 current = _Group([i], 1 << i, self.anc[i], info.dom, info.axes, op.device,
-                                 op.kind in CHEAP, late)
+                                 cheap(op), late)
                 self.group_of[i] = current
                 groups.append(current)
         return groups
@@ -339,7 +343,7 @@ class _Grouper:
         g.bits, g.anc = bits, anc
         g.late |= late
         g.shape, g.axes = shape
-        g.cheap = g.cheap and op.kind in CHEAP
+        g.cheap = g.cheap and cheap(op)
         self.group_of[i] = g
         if closed:
             self.anc[i] |= g.anc | g.bits
@@ -565,127 +569,22 @@ def _topological(ops: list[Op], priority: dict[Op, int]) -> list[Op]:
 
 # ---- expansion into primitives ---------------------------------------------------------------
 
-class _Emit:
-    """Appends typed ops to a region, located at the op being expanded."""
-
-    def __init__(self, graph: Graph, op: Op) -> None:
-        self.graph, self.loc = graph, op.loc
-
-    def __call__(self, kind: str, *inputs: Value, **attrs: Any) -> Value:
-        return self.graph.append(make_op(kind, inputs, attrs, loc=self.loc)).result
-
-    def scalar(self, value: Any, dtype: DType) -> Value:
-        return self("constant", value=np.asarray(value, dtype=dtype.np))
-
-
 def _materialize(region: Graph, op: Op) -> Value:
     """A splat constant op as a scalar constant in ``region``, broadcast if not rank 0."""
     value = splat_value(op)
     assert value is not None
-    e = _Emit(region, op)
-    v = e.scalar(value.flat[0], op.result.dtype)
+    b = Builder(region, loc=op.loc)
+    v = b("constant", value=np.asarray(value.flat[0], dtype=op.result.dtype.np))
     if value.ndim:
-        v = e("broadcast_to", v, shape=value.shape)
+        v = b("broadcast_to", v, shape=value.shape)
     return v
 
 
 def expand(op: Op, region: Graph, inputs: Sequence[Value]) -> list[Value]:
-    """Append ``op``, or its expansion into primitive ops, to ``region`` on ``inputs``."""
-    rule = EXPANDERS.get(op.kind)
-    if rule is None:
-        new = region.append(Op(op.kind, inputs, op.attrs, [r.type for r in op.results],
-                               loc=op.loc, names=[r.name for r in op.results]))
-        return new.results
-    outs = rule(_Emit(region, op), op, list(inputs))
-    for v, r in zip(outs, op.results):
-        if v.op is not None and v.name is None:
-            v.name = r.name
-    return outs
-
-
-def _widen(e: _Emit, x: Value) -> Value:
-    """Half precision computes in f32, as the references do."""
-    return e("cast", x, dtype=DType.f32) if x.dtype == DType.f16 else x
-
-
-def _narrow(e: _Emit, y: Value, dtype: DType) -> Value:
-    return e("cast", y, dtype=dtype) if y.dtype != dtype else y
-
-
-def _shifted(e: _Emit, x: Value, axis: int) -> Value:
-    return e("sub", x, e("max", x, axes=(axis,), keepdims=True))
-
-
-def _log_softmax(e: _Emit, x: Value, axis: int) -> Value:
-    s = _shifted(e, x, axis)
-    return e("sub", s, e("log", e("sum", e("exp", s), axes=(axis,), keepdims=True)))
-
-
-def _axis(op: Op) -> int:
-    return normalize_axis(op.kind, op.attrs["axis"], op.inputs[0].type.rank)
-
-
-def _softmax_rule(e: _Emit, op: Op, ins: list[Value]) -> list[Value]:
-    x, axis = _widen(e, ins[0]), _axis(op)
-    ex = e("exp", _shifted(e, x, axis))
-    return [_narrow(e, e("div", ex, e("sum", ex, axes=(axis,), keepdims=True)), ins[0].dtype)]
-
-
-def _log_softmax_rule(e: _Emit, op: Op, ins: list[Value]) -> list[Value]:
-    return [_narrow(e, _log_softmax(e, _widen(e, ins[0]), _axis(op)), ins[0].dtype)]
-
-
-def _xent_rule(e: _Emit, op: Op, ins: list[Value]) -> list[Value]:
-    axis = _axis(op)
-    logp = _log_softmax(e, _widen(e, ins[0]), axis)
-    loss = e("neg", e("sum", e("mul", _widen(e, ins[1]), logp), axes=(axis,)))
-    return [_narrow(e, loss, ins[0].dtype)]
-
-
-def _sparse_xent_rule(e: _Emit, op: Op, ins: list[Value]) -> list[Value]:
-    logits, labels = ins
-    classes, axis = logits.type.shape[-1], logits.type.rank - 1
-    if not isinstance(classes, int):
-        raise TfcError("sparse_softmax_cross_entropy: the expansion needs static classes")
-    logp = _log_softmax(e, _widen(e, logits), axis)
-    hot = e("one_hot", labels, depth=classes, dtype=DType.bool, labels_of=op.kind)
-    picked = e("sum", e("where", hot, logp, e.scalar(0, logp.dtype)), axes=(axis,))
-    return [_narrow(e, e("neg", picked), logits.dtype)]
-
-
-def _sigmoid_xent_rule(e: _Emit, op: Op, ins: list[Value]) -> list[Value]:
-    """``max(x, 0) - x z + log1p(exp(-|x|))`` in the reference's order; log1p(u) is
-    ``log(w) * u / (w - 1)`` with ``w = 1 + u`` (Goldberg), or u where w rounds to 1."""
-    x, z = _widen(e, ins[0]), _widen(e, ins[1])
-    zero, one = e.scalar(0, x.dtype), e.scalar(1, x.dtype)
-    a = e("sub", e("maximum", x, zero), e("mul", x, z))
-    u = e("exp", e("neg", e("abs", x)))
-    w = e("add", one, u)
-    exact = e("equal", w, one)
-    ratio = e("div", e("mul", e("log", w), u), e("where", exact, one, e("sub", w, one)))
-    return [_narrow(e, e("add", a, e("where", exact, u, ratio)), ins[0].dtype)]
-
-
-def _bias_add_rule(e: _Emit, op: Op, ins: list[Value]) -> list[Value]:
-    x, bias = ins
-    if op.attrs["data_format"] == "NCHW":
-        for _ in range(x.type.rank - 2):
-            bias = e("expand_dims", bias, axis=-1)
-    return [e("add", x, bias)]
-
-
-def _fill_like_rule(e: _Emit, op: Op, ins: list[Value]) -> list[Value]:
-    x = ins[0]
-    return [e("broadcast_like", e.scalar(LIKE_FILLS[op.kind], x.dtype), x)]
-
-
-EXPANDERS: dict[str, Callable[[_Emit, Op, list[Value]], list[Value]]] = {
-    "softmax": _softmax_rule,
-    "log_softmax": _log_softmax_rule,
-    "softmax_cross_entropy": _xent_rule,
-    "sparse_softmax_cross_entropy": _sparse_xent_rule,
-    "sigmoid_cross_entropy": _sigmoid_xent_rule,
-    "bias_add": _bias_add_rule,
-    "zeros_like": _fill_like_rule,
-    "ones_like": _fill_like_rule,
-}
+    """Append ``op``, or the expansion of a COMPOSITE op into primitive ops, to ``region``
+    on ``inputs``."""
+    if lookup(op.kind).has(COMPOSITE):
+        return expand_into(region, op, inputs)
+    new = region.append(Op(op.kind, inputs, op.attrs, [r.type for r in op.results],
+                           loc=op.loc, names=[r.name for r in op.results]))
+    return new.results

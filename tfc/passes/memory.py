@@ -18,8 +18,8 @@ of its values (``value_bytes``). Dynamic values share dynamic buffers by livenes
 Values inside regions (fusion, cond, scan bodies) are the kernel's own business.
 
 Aliases share another value's storage rather than a buffer of their own:
-- views: ``reshape``, ``reshape_like``, ``expand_dims``, ``squeeze``, ``identity`` and
-  ``stop_gradient`` results are their (contiguous) input reinterpreted: no copy. A view
+- views: results of VIEW ops (``reshape``, ``reshape_like``, ``expand_dims``, ``squeeze``,
+  ``identity``, ``stop_gradient``) are their (contiguous) input reinterpreted: no copy. A view
   of a value outside the arena aliases that outside value. A fetched view is an alias
   too: it is copied to its output array when defined, but later ops read it from its
   input's storage, which must stay live until the view's last use.
@@ -61,14 +61,11 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value
-from tfc.ir.registry import ELEMENTWISE, lookup, writes_variable
+from tfc.ir.registry import ELEMENTWISE, VIEW, lookup, writes_variable
 from tfc.ir.types import UNKNOWN, TensorType
 from tfc.passes.dce import has_effect
 from tfc.passes.manager import register_pass
 
-# Ops whose result is their first input reinterpreted (same bytes, same element order).
-VIEW_OPS = frozenset({"reshape", "reshape_like", "expand_dims", "squeeze", "identity",
-                      "stop_gradient"})
 # Results of these ops live outside the arena.
 EXTERNAL_OPS = frozenset({"var.read", "constant"})
 # Symbols count as this much when the scheduler compares sizes and the report shows them.
@@ -386,7 +383,7 @@ class _Info:
         self.dynamic: list[Value] = []  # arena values with a '?' dim (not views)
         self.static_view: dict[Value, Value] = {}  # view result -> its input
         for op in graph.ops:
-            if op.kind in VIEW_OPS and op.results:
+            if lookup(op.kind).has(VIEW) and op.results:
                 # A fetched view too: backends read it, as any view, from its input's
                 # storage (its copy into the output array is made when it is defined),
                 # so its later uses keep that storage live.

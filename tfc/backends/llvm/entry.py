@@ -37,19 +37,24 @@ import numpy as np
 
 from tfc.backends.llvm import irutil
 from tfc.backends.llvm.context import Compiler, Kernel, Storage
-from tfc.backends.llvm.kernels_expr import VIEW_KINDS
+from tfc.backends.llvm.kernels_expr import is_view
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.backends.llvm.runtime.binding import Binding
 from tfc.ir.core import Graph, Module, Op, Value
-from tfc.ops.state_sparse import SCATTER_KINDS
+from tfc.ir.registry import writes_variable
 
 ENTRY = "tfc_entry"
 PROF_STAMPS = "tfc_prof_stamps"  # the global of kernel timestamps (profile mode)
 PROF_CLOCK = "tfc_clock_gettime"  # libc's clock_gettime, bound by the backend
 CLOCK_MONOTONIC = 1  # Linux
-ASSIGN_KINDS = frozenset({"var.assign", "var.assign_add", "var.assign_sub"}) | SCATTER_KINDS
-NO_KERNEL = frozenset({"var.read", "constant"}) | VIEW_KINDS
+STORAGE_KINDS = frozenset({"var.read", "constant"})  # storage of their own, no kernel
 INT64_MAX = (1 << 63) - 1
+
+
+def no_kernel(kind: str) -> bool:
+    """Ops that compute nothing: ``var.read`` and ``constant`` (storage of their own) and
+    views (their input's storage)."""
+    return kind in STORAGE_KINDS or is_view(kind)
 
 
 @dataclass
@@ -96,7 +101,7 @@ class GraphCompiler:
         g, st, plan = self.graph, self.comp.storage, self.plan
         names: set[str] = set()  # variables whose start-of-step value is read
         for op in g.ops:
-            if op.kind == "var.read" or (op.kind in ASSIGN_KINDS and op.kind != "var.assign"):
+            if op.kind == "var.read" or (writes_variable(op) and op.kind != "var.assign"):
                 names.add(op.attrs["var"])
         self.var_names = sorted(names)
         for i, a in enumerate(g.args):
@@ -108,7 +113,7 @@ class GraphCompiler:
             if self._computed(v) and v not in redirect and v not in overwritten:
                 redirect[v] = Storage("out", j)
         for op in g.ops:
-            if op.kind in ASSIGN_KINDS:
+            if writes_variable(op):
                 name = op.attrs["var"]
                 if name in self.updates:
                     raise Unsupported(f"@{name} is updated twice in one step")
@@ -122,7 +127,7 @@ class GraphCompiler:
                 st[op.result] = Storage("var", op.attrs["var"])
             elif op.kind == "constant":
                 st[op.result] = self.const_storage(op.attrs["value"])
-            elif op.kind in VIEW_KINDS:
+            elif is_view(op.kind):
                 st[op.result] = st[op.inputs[0]]
             else:
                 for r in op.results:
@@ -132,7 +137,7 @@ class GraphCompiler:
                         st[r] = self._arena(r)
 
     def _computed(self, v: Value) -> bool:
-        return v.op is not None and v.op.kind not in NO_KERNEL
+        return v.op is not None and not no_kernel(v.op.kind)
 
     def _arena(self, v: Value) -> Storage:
         plan = self.plan
@@ -408,11 +413,11 @@ def trivial_plan(graph: Graph) -> TrivialPlan:
     values: list[Value] = []
     results = set(graph.results)
     for op in graph.ops:
-        if op.kind in VIEW_KINDS:
+        if is_view(op.kind):
             src = op.inputs[0]
             alias_of[op.result] = alias_of.get(src, src)
             continue
-        if op.kind in NO_KERNEL:
+        if no_kernel(op.kind):
             continue
         for r in op.results:
             if r in results:

@@ -5,13 +5,14 @@
 cannot compile (the executable then runs the whole graph on the reference backend and
 says so). The families:
 
-- no kernel: ``var.read``, ``constant`` (storage of their own) and views (``reshape``,
+- no kernel: ``var.read``, ``constant`` (storage of their own) and VIEW ops (``reshape``,
   ``expand_dims``, ``squeeze``, ``identity`` ...: they share their input's storage);
 - ``fusion`` regions and every op the expression emitter computes element by element
   (element-wise ops, broadcasts, transpose, slice, pad, tile, one_hot, gather, fills):
   a point-wise loop kernel (``kernels_loop.pointwise``);
-- reductions, and the softmax family decomposed into primitives (``decompose``): the
-  reduction kernels of ``kernels_loop``;
+- REDUCTION ops, and COMPOSITE ops without a kernel of their own (the softmax family),
+  expanded into primitives by their registry entry (``tfc.ir.expand``): the reduction
+  kernels of ``kernels_loop``;
 - matrix products and convolutions (``kernels_linalg``: BLAS; convolutions with few
   input channels as direct loops), inverses and determinants
   (``kernels_lapack``: LAPACK), pooling, arg-reductions,
@@ -37,15 +38,16 @@ from tfc.backends.llvm import (gemm_update, kernels_array, kernels_control,  # n
                                kernels_lapack, kernels_linalg, kernels_random)
 from tfc.backends.llvm.context import Storage
 from tfc.backends.llvm.irutil import i64
-from tfc.backends.llvm.decompose import DECOMPOSE
-from tfc.backends.llvm.entry import NO_KERNEL, GraphCompiler
-from tfc.backends.llvm.kernels_expr import (REDUCE_KINDS, Emitter, inline_kind,
+from tfc.backends.llvm.entry import GraphCompiler, no_kernel
+from tfc.backends.llvm.kernels_expr import (Emitter, inline_kind, is_reduction, kind_has,
                                             small_constant)
 from tfc.backends.llvm.kernels_loop import pointwise, reduction, split_rows
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.backends.llvm.runtime.error_detail import MAX_DETAIL_INTS
+from tfc.errors import TfcError
 from tfc.ir.core import Graph, Op, Value
-from tfc.ir.registry import make_op, normalize_axes, normalize_axis
+from tfc.ir.expand import expansion
+from tfc.ir.registry import COMPOSITE, make_op, normalize_axes, normalize_axis
 from tfc.ir.types import DType
 from tfc.ops.array import gather_error, label_error
 
@@ -111,9 +113,9 @@ def _region_kernel(graph_compiler: GraphCompiler, name: str, region: Graph, oute
         if op.kind == "constant" and small_constant(op.result) is None:
             st[op.result] = graph_compiler.const_storage(op.attrs["value"])
             leaves.append(op.result)
-        elif not (inline_kind(op.kind) or op.kind in REDUCE_KINDS):
+        elif not (inline_kind(op.kind) or is_reduction(op.kind)):
             raise Unsupported(f"{op.kind} in a fused region")
-    reduces = [op for op in region.ops if op.kind in REDUCE_KINDS]
+    reduces = [op for op in region.ops if is_reduction(op.kind)]
     scratch = None
     if reduces:
         x0, n = reduces[0].inputs[0], len(reduces)
@@ -164,8 +166,13 @@ def lower_reduce(graph_compiler: GraphCompiler, op: Op) -> None:
     kernel.finish()
 
 
-def lower_decomposed(graph_compiler: GraphCompiler, op: Op) -> None:
-    region = DECOMPOSE[op.kind](op)
+def lower_expanded(graph_compiler: GraphCompiler, op: Op) -> None:
+    """A COMPOSITE op as one kernel over its expansion (a row kernel for the softmax
+    family: per row a max phase, a sum-of-exp phase, then the outputs)."""
+    try:
+        region = expansion(op)
+    except TfcError as e:  # e.g. a symbolic number of classes
+        raise Unsupported(str(e)) from e
     graph_compiler.comp.regions.append((region, list(op.inputs)))
     _region_kernel(graph_compiler, op.kind, region, list(op.inputs), list(op.results))
 
@@ -236,9 +243,6 @@ LOWERINGS: dict[str, Lowering] = {
     "var.assign_sub": lower_assign,
     "var.scatter_add": lower_var_scatter,
     "var.scatter_sub": lower_var_scatter,
-    **{k: lower_nothing for k in NO_KERNEL},
-    **{k: lower_reduce for k in REDUCE_KINDS},
-    **{k: lower_decomposed for k in DECOMPOSE},
     **kernels_linalg.LOWERINGS,
     **kernels_array.LOWERINGS,
     **kernels_random.LOWERINGS,
@@ -255,16 +259,32 @@ def lower(graph_compiler: GraphCompiler, op: Op) -> None:
         if op is upd.matmul:
             lower_gemm_update(graph_compiler, upd)
         return
-    fn = LOWERINGS.get(op.kind)
+    fn = lowering_of(op.kind)
     if fn is None:
-        if inline_kind(op.kind):
-            fn = lower_inline
-        else:
-            raise Unsupported(op.kind)
+        raise Unsupported(op.kind)
     fn(graph_compiler, op)
+
+
+def lowering_of(kind: str) -> Lowering | None:
+    """How ``kind`` is lowered: by its name (``LOWERINGS``), else by what the op is: no
+    kernel (storage of its own, a VIEW), the reduction kernel (REDUCTION), an element by
+    element kernel (what the emitter computes), its expansion (COMPOSITE); None when this
+    backend cannot lower it."""
+    fn = LOWERINGS.get(kind)
+    if fn is not None:
+        return fn
+    if no_kernel(kind):
+        return lower_nothing
+    if is_reduction(kind):
+        return lower_reduce
+    if inline_kind(kind):
+        return lower_inline
+    if kind_has(kind, COMPOSITE):
+        return lower_expanded
+    return None
 
 
 def supported_kinds() -> set[str]:
     """Kinds this backend lowers (placement and the registry test read this)."""
     from tfc.ir.registry import all_ops
-    return {k for k in all_ops() if k in LOWERINGS or inline_kind(k)}
+    return {k for k in all_ops() if lowering_of(k) is not None}

@@ -35,7 +35,7 @@ import llvmlite.ir as ir
 from tfc.backends.llvm import irutil
 from tfc.backends.llvm.context import Kernel, Storage
 from tfc.backends.llvm.entry import INT64_MAX, Copy, GraphCompiler
-from tfc.backends.llvm.kernels_expr import VIEW_KINDS
+from tfc.backends.llvm.kernels_expr import is_view
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.backends.llvm.runtime.binding import Binding
 from tfc.ir.core import Graph, Op, Value
@@ -78,7 +78,7 @@ class _Region:
                 raise Unsupported(f"{op.kind}: {rop.kind} in a region")
             if rop.kind == "constant":
                 st[rop.result] = graph_compiler.const_storage(rop.attrs["value"])
-            elif rop.kind in VIEW_KINDS:
+            elif is_view(rop.kind):
                 st[rop.result] = st[rop.inputs[0]]
             else:
                 for r in rop.results:

@@ -37,24 +37,33 @@ from tfc.backends.llvm.context import Kernel
 from tfc.backends.llvm.elementwise import emit_cast
 from tfc.backends.llvm.kernels_scalar import Unsupported, emit_scalar
 from tfc.backends.llvm.runtime.binding import Binding
+from tfc.errors import UnknownOp
 from tfc.ir.core import Value
-from tfc.ir.registry import ELEMENTWISE, lookup
+from tfc.ir.registry import ELEMENTWISE, REDUCTION, VIEW, Trait, lookup
 from tfc.ir.types import DType
-from tfc.passes.memory import VIEW_OPS
 
-# the memory plan's views: the plan must alias exactly the ops the backend reads in place
-VIEW_KINDS = VIEW_OPS
-REDUCE_KINDS = frozenset({"sum", "mean", "max", "min", "prod"})
-INDEX_KINDS = frozenset({"transpose", "slice", "pad", "tile", "broadcast_to", "broadcast_like",
-                         "one_hot", "gather", "fill", "zeros", "ones", "zeros_like", "ones_like",
-                         "range", "bias_add", "constant"}) | VIEW_KINDS
+
+def kind_has(kind: str, trait: Trait) -> bool:
+    """Whether op ``kind`` has ``trait`` (False for a kind the registry does not know)."""
+    try:
+        return lookup(kind).has(trait)
+    except UnknownOp:
+        return False
 
 
 def is_elementwise(kind: str) -> bool:
-    try:
-        return lookup(kind).has(ELEMENTWISE)
-    except Exception:
-        return False
+    return kind_has(kind, ELEMENTWISE)
+
+
+def is_view(kind: str) -> bool:
+    """A VIEW op: no kernel, its result read in place from its input's storage (the memory
+    plan aliases exactly these ops, by the same trait)."""
+    return kind_has(kind, VIEW)
+
+
+def is_reduction(kind: str) -> bool:
+    """A REDUCTION op: the reduction kernels of ``kernels_loop`` fold it (``combine``)."""
+    return kind_has(kind, REDUCTION)
 
 
 # More element rules, registered by other kernel modules: kind -> fn(emitter, op, v, idx)
@@ -64,7 +73,8 @@ FLAT_RULES: set[str] = set()
 
 
 def inline_kind(kind: str) -> bool:
-    """Whether the emitter can compute ``kind`` element by element."""
+    """Whether the emitter can compute ``kind`` element by element (``INDEX_KINDS``: a
+    rule of its own; an element rule from another module; an ELEMENTWISE op)."""
     return kind in INDEX_KINDS or kind in EXTRA_RULES or is_elementwise(kind)
 
 
@@ -395,3 +405,8 @@ class Emitter:
             self.kernel.fail_if(bad, code)
         k = b.select(bad, ZERO, k)  # never read out of bounds
         return self.value(params, tuple(idx[:axis]) + (k,) + tuple(idx[axis + q:]))
+
+
+# The kinds with an element rule of the emitter's own (``_r_<kind>``): views, broadcasts,
+# generators, movement ops ... (read from the rules, so the two cannot disagree).
+INDEX_KINDS = frozenset(name[len("_r_"):] for name in vars(Emitter) if name.startswith("_r_"))

@@ -44,15 +44,15 @@ import llvmlite.ir as ir
 
 from tfc.backends.llvm import irutil
 from tfc.backends.llvm.context import Kernel, dim_key
-from tfc.backends.llvm.kernels_expr import (FLAT_RULES, REDUCE_KINDS, VIEW_KINDS, Emitter, Flat,
-                                            is_elementwise, small_constant)
+from tfc.backends.llvm.kernels_expr import (FLAT_RULES, Emitter, Flat, is_elementwise,
+                                            is_reduction, is_view, kind_has, small_constant)
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.ir.core import Op, Value
-from tfc.ir.registry import normalize_axes
+from tfc.ir.registry import GENERATOR, normalize_axes
 from tfc.ir.types import DType
+from tfc.ops.fusion import core_shape
 
 Pair = tuple[Value, Value]  # (value computed in the kernel, value whose storage gets it)
-GENERATORS = frozenset({"fill", "zeros", "ones", "zeros_like", "ones_like"})
 
 
 def flat_ok(emitter: Emitter, v: Value) -> bool:
@@ -62,9 +62,9 @@ def flat_ok(emitter: Emitter, v: Value) -> bool:
     op = v.op
     if op is None:
         return False
-    if op.kind in VIEW_KINDS:
+    if is_view(op.kind):
         return flat_ok(emitter, op.inputs[0])
-    if op.kind in GENERATORS or op.kind == "range" or op.kind in FLAT_RULES:
+    if kind_has(op.kind, GENERATOR) or op.kind in FLAT_RULES:  # functions of the index
         return True
     if op.kind in ("broadcast_like", "broadcast_to", "bias_add", "one_hot", "gather", "pad",
                    "slice", "transpose", "tile"):
@@ -176,12 +176,6 @@ def _axes(op: Op) -> tuple[int, ...]:
     return normalize_axes(op.kind, op.attrs["axes"], op.inputs[0].type.rank)
 
 
-def core(shape: Sequence) -> tuple:
-    """The dims that are not 1: shapes with the same core hold the same elements in the
-    same order (``[B,1]`` and ``[B]``)."""
-    return tuple(d for d in shape if d != 1)
-
-
 def core_index(idx: Sequence[ir.Value], src: Sequence, dst: Sequence) -> tuple[ir.Value, ...]:
     """An index over shape ``src`` as an index over ``dst`` (same core)."""
     it = iter([i for i, d in zip(idx, src) if d != 1])
@@ -210,7 +204,7 @@ def reduction(kernel: Kernel, emitter: Emitter, ops: Sequence[Op], outputs: Sequ
     (8 bytes per kept element per reduction; times the first axis's size when
     ``split_rows`` says so) enables the column order; ``then`` makes a second kernel
     (its emitter and scratch pointer) for the split column order's last pass."""
-    reduces = [op for op in ops if op.kind in REDUCE_KINDS]
+    reduces = [op for op in ops if is_reduction(op.kind)]
     x0 = reduces[0].inputs[0]
     full = x0.type.shape
     red = _axes(reduces[0])
@@ -222,9 +216,9 @@ def reduction(kernel: Kernel, emitter: Emitter, ops: Sequence[Op], outputs: Sequ
     full_out, red_out = [], []
     keep_shape = tuple(d for a, d in enumerate(full) if a not in red)
     for inner, outer in outputs:
-        if core(inner.type.shape) == core(full):  # (equal to the reduced core: |R| = 1)
+        if core_shape(inner.type.shape) == core_shape(full):  # (the reduced core: |R| = 1)
             full_out.append((inner, outer))
-        elif core(inner.type.shape) == core(keep_shape):
+        elif core_shape(inner.type.shape) == core_shape(keep_shape):
             red_out.append((inner, outer))
         else:
             raise Unsupported(f"output {inner.type} of a reduction over axes {list(red)} "
