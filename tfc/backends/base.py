@@ -45,6 +45,9 @@ class Executable(Protocol):
 
 class Backend(Protocol):
     name: str
+    # The lowering passes a module must go through before ``compile`` (a pipeline
+    # string, ``tfc.pipeline`` runs it): the backend itself runs no pass.
+    pipeline: str
 
     def compile(self, module: Module, entry: str) -> Executable: ...
 

@@ -59,7 +59,7 @@ from typing import IO, Any, Callable, Collection, Iterator, Mapping
 import numpy as np
 
 from tfc.errors import ArtifactError, TfcError
-from tfc.ir.core import INIT_GRAPH, Module, Op
+from tfc.ir.core import INIT_GRAPH, Graph, Module, Op, Value
 from tfc.ir.types import DType, TensorType, format_shape
 from tfc.runtime.atomic import atomic_write
 from tfc.runtime.digests import FIELD as DIGESTS
@@ -302,11 +302,38 @@ def _native_executables(zf: zipfile.ZipFile, path: Any, module: Module,
         except CorruptMember as e:
             _corrupt_native(e, f"entry '{entry}'", policy)
             continue
+        lowered = _relowered(module, entry)
+        if lowered is None:
+            continue  # compiled from the IR on first use
         try:
-            out[entry] = backend.load(module, entry, code, native["host"], meta=meta)
+            out[entry] = backend.load(lowered, entry, code, native["host"], meta=meta)
         except ArtifactError as e:
             raise ArtifactError(f"{path}: {e.message}") from None
     return out
+
+
+def _relowered(module: Module, entry: str) -> Module | None:
+    """``entry`` lowered again for the llvm backend, as its object code was: the stored
+    IR is the final IR, but not its memory plan, which the code's run-time tables follow.
+    ``None`` when planning the stored schedule again does not give it back (then the
+    stored code cannot be trusted to match a new plan).
+    TODO(merge with helper protocol): the artifact stores the plans; this goes."""
+    from tfc.pipeline import lower_entry
+    lowered = lower_entry(module, entry, "llvm")
+    return lowered if _same_schedule(module.graphs[entry], lowered.graphs[entry]) else None
+
+
+def _same_schedule(a: Graph, b: Graph) -> bool:
+    """Whether ``b`` (a lowered copy of ``a``) has ``a``'s ops in ``a``'s order."""
+    if len(a.ops) != len(b.ops):
+        return False
+    seen: dict[Value, Value] = dict(zip(a.args, b.args))
+    for x, y in zip(a.ops, b.ops):
+        if x.kind != y.kind or len(x.inputs) != len(y.inputs) or any(
+                seen.get(u) is not v for u, v in zip(x.inputs, y.inputs)):
+            return False
+        seen.update(zip(x.results, y.results))
+    return True
 
 
 def _native_section(path: Any, native: Any) -> tuple[dict[str, str], dict[str, Any]]:

@@ -101,7 +101,8 @@ class Program:
     (the caller must not change them afterwards; the artifact loader does this so that
     loading never holds two copies of the weights). ``backend`` is a backend name
     (``"reference"``) or a backend object. Entries compile on first use and the
-    executables are cached; ``step`` is the step counter to start from.
+    executables are cached; a module not lowered for the backend (``tfc.pipeline``) has
+    each entry lowered then, alone. ``step`` is the step counter to start from.
 
     ``initializers`` (with ``variables``) maps variables that ``variables`` lacks to ops
     that compute their values from attrs alone (``tfc.runtime.initializers``: an
@@ -385,9 +386,19 @@ class Program:
                 from tfc.runtime.executor import PartitionedExecutable
                 exe = PartitionedExecutable(self.module, entry, self.backend)
             else:
-                exe = self.backend.compile(self.module, entry)
+                exe = self._compile(self.module, entry)
             self._executables[entry] = exe
         return exe
+
+    def _compile(self, module: Module, entry: str) -> Executable:
+        """``entry`` compiled by the backend, from ``module`` as it is when it was lowered
+        for this backend (``tfc.pipeline.lower``, as ``tfc compile`` does), else from a
+        module of that entry alone lowered now: only the entries that run are lowered,
+        on first use, and the program's module is never changed."""
+        if getattr(module.lowered_for, "backend", None) != self.backend.name:
+            from tfc.pipeline import lower_entry
+            module = lower_entry(module, entry, self.backend.name)
+        return self.backend.compile(module, entry)
 
     def _initial_values(self) -> dict[str, np.ndarray]:
         """The values ``__init__`` assigns, but for variables whose initializer is a
@@ -410,7 +421,7 @@ class Program:
         if rest is not init:
             module = Module({INIT_GRAPH: rest}, self.module.variables,
                             devices=list(self.module.devices))
-        exe = self.backend.compile(module, INIT_GRAPH)
+        exe = self._compile(module, INIT_GRAPH)
         return dict(exe([], MappingProxyType({}), 0).updates)
 
     def _own_fetch(self, f: np.ndarray) -> np.ndarray:

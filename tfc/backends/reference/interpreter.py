@@ -108,6 +108,7 @@ class ReferenceExecutable:
 
 class ReferenceBackend:
     name = "reference"
+    pipeline = ""  # the interpreter runs any verified graph as it is
 
     def compile(self, module: Module, entry: str) -> ReferenceExecutable:
         return ReferenceExecutable(module.graphs[entry])
