@@ -110,7 +110,8 @@ def build_manifest(module: Module, step: int = 0, backend: str = "reference",
     return {"format": FORMAT, "version": version, "created_by": f"tfc {tfc_version()}",
             "entries": entries, "variables": variables, "step": int(step), "ir": IR_MEMBER,
             "ir_bytecode": BYTECODE_MEMBER, "backend": backend, "devices": list(module.devices),
-            "fp16_transfers": bool(module.fp16_transfers)}
+            "fp16_transfers": bool(module.fp16_transfers),
+            "lowered_for": getattr(module.lowered_for, "backend", None)}
 
 
 def save_artifact(path: str | os.PathLike[str], module: Module,
@@ -302,7 +303,7 @@ def _native_executables(zf: zipfile.ZipFile, path: Any, module: Module,
         except CorruptMember as e:
             _corrupt_native(e, f"entry '{entry}'", policy)
             continue
-        lowered = _relowered(module, entry)
+        lowered = _relowered(module, entry, manifest.get("lowered_for") == "llvm")
         if lowered is None:
             continue  # compiled from the IR on first use
         try:
@@ -312,15 +313,18 @@ def _native_executables(zf: zipfile.ZipFile, path: Any, module: Module,
     return out
 
 
-def _relowered(module: Module, entry: str) -> Module | None:
-    """``entry`` lowered again for the llvm backend, as its object code was: the stored
-    IR is the final IR, but not its memory plan, which the code's run-time tables follow.
-    ``None`` when planning the stored schedule again does not give it back (then the
-    stored code cannot be trusted to match a new plan).
+def _relowered(module: Module, entry: str, stored_lowered: bool) -> Module | None:
+    """``entry`` lowered again for the llvm backend, as it was when its object code was
+    made: the code's run-time tables follow the memory plan, which the artifact does not
+    store. IR stored before lowering (a program of a raw module) lowers again exactly as
+    it did; the final IR (``stored_lowered``: ``tfc compile``'s) must keep its schedule
+    when planned again, else ``None``: the entry compiles anew from its IR.
     TODO(merge with helper protocol): the artifact stores the plans; this goes."""
     from tfc.pipeline import lower_entry
     lowered = lower_entry(module, entry, "llvm")
-    return lowered if _same_schedule(module.graphs[entry], lowered.graphs[entry]) else None
+    if stored_lowered and not _same_schedule(module.graphs[entry], lowered.graphs[entry]):
+        return None
+    return lowered
 
 
 def _same_schedule(a: Graph, b: Graph) -> bool:

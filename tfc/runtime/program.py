@@ -395,7 +395,8 @@ class Program:
         for this backend (``tfc.pipeline.lower``, as ``tfc compile`` does), else from a
         module of that entry alone lowered now: only the entries that run are lowered,
         on first use, and the program's module is never changed."""
-        if getattr(module.lowered_for, "backend", None) != self.backend.name:
+        if self.backend.pipeline and getattr(module.lowered_for, "backend",
+                                             None) != self.backend.name:
             from tfc.pipeline import lower_entry
             module = lower_entry(module, entry, self.backend.name)
         return self.backend.compile(module, entry)

@@ -20,6 +20,7 @@ from tfc.compiler.frontend import load_model
 from tfc.errors import ArtifactError, FeedError, TfcError
 from tfc.ir.types import DType, TensorType
 from tfc.runtime import Program
+from tfc.testing import compile_lowered
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 F32, I32 = DType.f32, DType.i32
@@ -129,7 +130,7 @@ def test_unsupported_ops_fall_back_loudly(h, monkeypatch):
     m = h.make_module([("x", F32, (3, 3))],
                       lambda b, a: b("add", a[0], b("matrix_inverse", a[0])))
     with pytest.warns(UserWarning, match="matrix_inverse"):
-        exe = LLVMBackend().compile(m, "f")
+        exe = compile_lowered(LLVMBackend(), m, "f")
     assert exe.fallback_ops == ["matrix_inverse"]
     assert "reference backend" in str(exe.report)
     x = np.eye(3, dtype=np.float32) * 2
@@ -141,16 +142,16 @@ def test_object_code_round_trip(h, monkeypatch, tmp_path):
     monkeypatch.setenv("TFC_CACHE_DIR", str(tmp_path))
     m = h.make_module([("x", F32, ("B", 4)), ("w", F32, (4, 2))],
                       lambda b, a: b("softmax", b("matmul", a[0], a[1])))
-    exe = LLVMBackend().compile(m, "f")
+    exe = compile_lowered(LLVMBackend(), m, "f")
     assert not exe.report.cached and list((tmp_path / "llvm").glob("*.o"))
-    again = LLVMBackend().compile(m, "f")
+    again = compile_lowered(LLVMBackend(), m, "f")
     assert again.report.cached  # the compile cache: no LLVM work the second time
-    loaded = LLVMBackend().load(m, "f", exe.object_code, exe.host_key)
+    loaded = LLVMBackend().load(exe.module, "f", exe.object_code, exe.host_key)
     assert isinstance(loaded, LLVMExecutable) and "llvm" not in loaded.report.seconds
     x, w = np.random.rand(5, 4).astype(np.float32), np.random.rand(4, 2).astype(np.float32)
     np.testing.assert_array_equal(loaded([x, w], {}, 0).fetches[0], exe([x, w], {}, 0).fetches[0])
     with pytest.raises(ArtifactError, match="another CPU"):
-        LLVMBackend().load(m, "f", exe.object_code, "x86_64|other-cpu|+avx|llvmlite 0")
+        LLVMBackend().load(exe.module, "f", exe.object_code, "x86_64|other-cpu|+avx|llvmlite 0")
     assert exe.host_key == jit.host_key()
 
 
@@ -181,7 +182,7 @@ def test_threads_split_large_kernels(h, monkeypatch):
     monkeypatch.setenv("TFC_PARALLEL_MIN", "1")
     m = h.make_module([("x", F32, ("N", 33))],
                       lambda b, a: [b("tanh", a[0]), b("sum", a[0], axes=[1])])
-    exe = LLVMBackend(threads=3).compile(m, "f")
+    exe = compile_lowered(LLVMBackend(threads=3), m, "f")
     x = np.random.rand(1001, 33).astype(np.float32)
     got, want = h.run_both(m, [x], exe=exe)
     h.assert_same(got, want, rtol=1e-5)
