@@ -86,15 +86,25 @@ def test_bad_pipelines_are_clear_errors(text: str, message: str) -> None:
     assert message in str(e.value)
 
 
+def matmul_chain() -> Module:
+    """x @ w -> tanh -> @ w: after fusion, intermediates of f32[B,64] live in the arena."""
+    g = Graph("f")
+    x = g.add_arg(TensorType(DType.f32, ("B", 64)), "x")
+    w = g.add_arg(TensorType(DType.f32, (64, 64)), "w")
+    b = Builder(g)
+    g.set_results([b("matmul", b("tanh", b("matmul", x, w)), w)])
+    return Module({"f": g})
+
+
 def test_memory_budget() -> None:
-    # f32[B,64] at the nominal B=128: 32 KiB per value
-    module = lower(mlp_like(), Target("llvm"), passes="memory{budget=1MiB}")
-    assert "f" in module.memory_plans
+    module = lower(matmul_chain(), Target("llvm"), passes="memory{budget=1MiB}")
+    arena = module.memory_plans["f"].arena_bytes({"B": 128, "?": 128})
+    assert arena > 4096
     with pytest.raises(TfcError) as e:
-        lower(mlp_like(), Target("llvm"), passes="memory{budget=4KiB}")
-    msg = str(e.value)
-    assert "@f" in msg and "over the budget of 4096 bytes" in msg
-    assert "nominal size B=128" in msg and "32768 bytes" in msg
+        lower(matmul_chain(), Target("llvm"), passes="cse,memory{budget=4KiB}")
+    assert str(e.value) == (f"memory: the arena of @f needs {arena} bytes "
+                            f"({arena / 1024:.1f} KiB) (at the nominal size B=128 of its "
+                            f"symbolic dims), over the budget of 4096 bytes (4.0 KiB)")
     static = Graph("g")
     x = static.add_arg(TensorType(DType.f32, (4, 256)), "x")
     b = Builder(static)
@@ -113,6 +123,9 @@ def test_target_pipelines() -> None:
                                                       "memory"]
     assert names(target_pipeline(Target("reference"))) == ["canonicalize", "cse", "dce"]
     assert names(target_pipeline(Target("llvm"), "cse")) == ["cse", "fusion", "memory"]
+    # a lowering pass named with options runs in the backend's place, once
+    assert target_pipeline(Target("llvm"), "memory{budget=1KiB},cse") == [
+        PassSpec("cse"), PassSpec("fusion"), PassSpec("memory", (("budget", 1024),))]
     assert names(target_pipeline(Target("llvm", ("/cpu:0",)), "")) == [
         "placement", "fusion", "memory"]
     several = names(target_pipeline(Target("llvm", ("/cpu:0", "/cpu:1"), True), ""))

@@ -55,7 +55,9 @@ def backend_pipeline(backend: str) -> list[PassSpec]:
 
 def target_pipeline(target: Target, passes: Pipeline = DEFAULT_PIPELINE) -> list[PassSpec]:
     """The whole pipeline for ``target``: ``passes`` (the optimizations), then placement
-    when devices are given, then the backend's lowering passes."""
+    when devices are given, then the backend's lowering passes; one of those named in
+    ``passes`` (``"cse,memory{budget=64MiB}"``) runs in the backend's place with the
+    options given there."""
     specs = parse_pipeline(passes)
     if target.devices and "placement" not in [p.name for p in specs]:
         specs += parse_pipeline("placement")
@@ -64,7 +66,12 @@ def target_pipeline(target: Target, passes: Pipeline = DEFAULT_PIPELINE) -> list
         # backend's passes below plan the stage graphs. Until then the executor
         # partitions at run time and lowers each stage graph (lower_entry).
         return specs
-    return specs + backend_pipeline(target.backend)
+    # A lowering pass the user names (with options: ``memory{budget=64MiB}``) runs in the
+    # backend's place, once, as the user gave it.
+    lowering = backend_pipeline(target.backend)
+    own = {p.name for p in lowering}
+    given = {p.name: p for p in specs if p.name in own}
+    return [p for p in specs if p.name not in own] + [given.get(p.name, p) for p in lowering]
 
 
 def lower(module: Module, target: Target, *, passes: Pipeline = DEFAULT_PIPELINE,

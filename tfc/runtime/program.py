@@ -395,8 +395,11 @@ class Program:
         for this backend (``tfc.pipeline.lower``, as ``tfc compile`` does), else from a
         module of that entry alone lowered now: only the entries that run are lowered,
         on first use, and the program's module is never changed."""
-        if self.backend.pipeline and getattr(module.lowered_for, "backend",
-                                             None) != self.backend.name:
+        lowered = module.lowered_for
+        if self.backend.pipeline and (lowered is None or lowered.backend != self.backend.name
+                                      # TODO(merge with helper partition): the stage
+                                      # graphs of several devices are lowered whole
+                                      or len(lowered.devices) > 1):
             from tfc.pipeline import lower_entry
             module = lower_entry(module, entry, self.backend.name)
         return self.backend.compile(module, entry)
