@@ -109,7 +109,7 @@ def check_at_least(flag: str, value: int | None, minimum: int) -> None:
 
 
 def _write_text(path: str, text: str) -> None:
-    from tfc.runtime.atomic import atomic_write
+    from tfc.atomic import atomic_write
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
@@ -350,7 +350,7 @@ def _format_fetch(name: str, value: np.ndarray) -> str:
 
 
 def _save_fetches(path: str, fetches: dict[str, np.ndarray]) -> None:
-    from tfc.runtime.atomic import atomic_write
+    from tfc.atomic import atomic_write
 
     suffix = Path(path).suffix
     if suffix == ".npy":

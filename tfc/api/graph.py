@@ -2,7 +2,7 @@
 
 Every op a user creates is appended, type-checked, to one IR graph (``Graph.ir``) whose
 arguments are the placeholders. Nothing runs while building. Entry points, sessions and
-artifacts later cut the part they need out of it (``tfc.compiler.extract``), so building
+artifacts later cut the part they need out of it (``tfc.api.extract``), so building
 a large graph and running a small piece of it costs only that piece: the TensorFlow
 paper's partial execution.
 """
@@ -207,7 +207,7 @@ class Graph:
         feed_map = ({k: convert_to_tensor(v) for k, v in feeds.items()} if feeds is not None
                     else None)
         if feed_map is None:
-            from tfc.compiler.extract import needed_placeholders
+            from tfc.api.extract import needed_placeholders
             feed_map = {p.value.name or f"arg{p.value.index}": p for p in
                         needed_placeholders(self, list(tensors.values()), ops)}
         e = Entry(name, feed_map, tensors, ops, loc)
@@ -215,7 +215,7 @@ class Graph:
         return e
 
     def as_module(self) -> ir.Module:
-        from tfc.compiler.extract import build_module
+        from tfc.api.extract import build_module
         return build_module(self)
 
 
