@@ -42,11 +42,6 @@ class Target:
     devices: tuple[str, ...] = ()
     fp16_transfers: bool = False
 
-    @staticmethod
-    def of(module: Module, backend: str) -> "Target":
-        """The target ``module`` asks for (its devices and transfers) on ``backend``."""
-        return Target(backend, tuple(module.devices), module.fp16_transfers)
-
 
 def backend_pipeline(backend: str) -> list[PassSpec]:
     """The lowering passes backend ``backend`` declares (its class's ``pipeline``)."""
