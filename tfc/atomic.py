@@ -81,7 +81,7 @@ def remove_stale_temps(directory: str | os.PathLike[str],
                        targets: Callable[[str], bool]) -> list[Path]:
     """Remove the stale tfc temp files in ``directory`` whose target name ``targets``
     accepts; returns the removed paths. Never fails: clean-up is best effort."""
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:

@@ -130,7 +130,7 @@ def _print_module(module: Any, out: str | None, footer: str = "",
 
 def _cmd_ir(args: argparse.Namespace) -> int:
     from tfc.compiler.driver import compile_target, load_source
-    from tfc.passes.manager import get_pass, memory_plan_comments, parse_pipeline
+    from tfc.passes.manager import get_pass, parse_pipeline
     from tfc.pipeline import lower, run_pipeline, target_pipeline
 
     check_output_path(args.output, "-o")
@@ -171,7 +171,8 @@ def _cmd_ir(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
         return 0
-    _print_module(module, args.output, memory_plan_comments(module), elide_above=elide)
+    from tfc.ir.printer import print_memory_plans
+    _print_module(module, args.output, print_memory_plans(module), elide_above=elide)
     return 0
 
 

@@ -11,6 +11,7 @@ import pytest
 import tfc
 from tfc.backends.llvm import backend as llvm_backend
 from tfc.backends.llvm import jit
+from tfc.backends.llvm.runtime import native as native_code
 from tfc.errors import ArtifactError
 from tfc.runtime import Program, load
 from tfc.runtime.artifact import NATIVE_DIGEST, CorruptArtifactWarning
@@ -33,7 +34,7 @@ def test_object_code_is_saved_and_linked_without_llvm(tmp_path, monkeypatch):
     small_program("llvm").save(path)
     with zipfile.ZipFile(path) as zf:
         native = json.loads(zf.read("manifest.json"))["native"]
-        assert native["host"] == jit.host_key()
+        assert native["host"] == native_code.host_key()
         assert set(native["entries"]) == {"predict", "train"}
         assert all(zf.read(m) for m in native["entries"].values())
 
@@ -52,7 +53,7 @@ def test_object_code_is_saved_and_linked_without_llvm(tmp_path, monkeypatch):
 def test_object_code_for_another_cpu_is_recompiled_on_first_use(tmp_path, monkeypatch):
     path = tmp_path / "m.tfc"
     small_program("llvm").save(path)
-    monkeypatch.setattr(jit, "host_key", lambda: "other|cpu|features")
+    monkeypatch.setattr(native_code, "host_key", lambda: "other|cpu|features")
     program = load(path, backend="llvm")
     assert program.run("predict", x=np.zeros((1, 4), np.float32))["y"].shape == (1, 3)
 

@@ -236,6 +236,7 @@ class Sequential:
 
     def _prepare_y(self, y: Any) -> np.ndarray:
         t = self._require_training().y.type
+        assert self.loss is not None  # compiled: _require_training checks it
         arr = np.asarray(y)
         if arr.ndim == t.rank - 1 and t.shape[-1] == 1:  # labels [N] for outputs [N, 1]
             arr = arr[..., None]

@@ -246,25 +246,14 @@ class PassManager:
         return module
 
     def dump(self, name: str, module: Module) -> None:
-        from tfc.ir.printer import print_module
+        from tfc.ir.printer import print_memory_plans, print_module
 
         stream = self.stream if self.stream is not None else sys.stderr
-        text = print_module(module) + memory_plan_comments(module)
+        text = print_module(module) + print_memory_plans(module)
         stream.write(f"// -----// IR Dump After {name} //----- //\n{text}")
         if not text.endswith("\n"):
             stream.write("\n")
         stream.write("\n")
-
-
-def memory_plan_comments(module: Module) -> str:
-    """The memory pass's plans (``module.memory_plans``) as ``//`` comment lines, which
-    the IR parser skips, so printed IR followed by them stays parseable."""
-    reports = [plan.report() for name, plan in module.memory_plans.items()
-               if name in module.graphs]
-    if not reports:
-        return ""
-    return "".join("\n" + "".join(f"// {line}".rstrip() + "\n" for line in r.splitlines())
-                   for r in reports)
 
 
 def run_passes(module: Module, passes: Pipeline, *, verify: bool = False,

@@ -269,7 +269,7 @@ def _native_executables(zf: zipfile.ZipFile, path: Any, module: Module,
     against its digest and linked without LLVM; none when it was built elsewhere (then
     they compile on first use). ``policy``: see ``load_artifact``."""
     from tfc.backends.llvm import LLVMBackend
-    from tfc.backends.llvm.jit import host_key
+    from tfc.backends.llvm.runtime.native import host_key
     native = manifest.get("native")
     if native is None or policy == "recompile":
         return {}

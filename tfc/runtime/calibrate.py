@@ -94,7 +94,7 @@ def _no_sync() -> None:
     return None
 
 
-def _timings(f: Callable[[], object], repeats: int, sync: Callable[[], None]) -> Spread:
+def _timings(f: Callable[[], object], repeats: int, sync: Callable[[], object]) -> Spread:
     f()  # warm up (compiles, faults pages in)
     samples = []
     for _ in range(repeats):
@@ -118,7 +118,7 @@ def _program(entry: str, shape: Sequence[int], body: Callable[[Builder, Value], 
 
 
 def measure_device(backend: str | None = None, repeats: int = 5, *,
-                   sync: Callable[[], None] = _no_sync, gemm_n: int = GEMM_N,
+                   sync: Callable[[], object] = _no_sync, gemm_n: int = GEMM_N,
                    stream_elements: int = STREAM_ELEMENTS) -> DeviceMeasurement:
     """Compute rate, bandwidth and per-step overhead of one device (this thread), each
     the median of ``repeats`` runs; ``sync`` is called before every run (the barrier

@@ -15,7 +15,7 @@ import pytest
 
 from tfc.backends.base import default_backend_name, get_backend
 from tfc.backends.llvm import LLVMBackend, LLVMExecutable
-from tfc.backends.llvm import jit
+from tfc.backends.llvm.runtime import native
 from tfc.compiler.frontend import load_model
 from tfc.errors import ArtifactError, FeedError, TfcError
 from tfc.ir.types import DType, TensorType
@@ -152,7 +152,7 @@ def test_object_code_round_trip(h, monkeypatch, tmp_path):
     np.testing.assert_array_equal(loaded([x, w], {}, 0).fetches[0], exe([x, w], {}, 0).fetches[0])
     with pytest.raises(ArtifactError, match="another CPU"):
         LLVMBackend().load(exe.module, "f", exe.object_code, "x86_64|other-cpu|+avx|llvmlite 0")
-    assert exe.host_key == jit.host_key()
+    assert exe.host_key == native.host_key()
 
 
 def test_feeds_are_checked(h):

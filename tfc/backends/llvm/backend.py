@@ -12,9 +12,9 @@ Pipeline of ``LLVMBackend.compile(module, entry)``:
    interpreter, lists them in ``fallback_ops`` and warns (never silently).
 3. **Code.** The module is optimized at O3 for the host CPU (new pass manager), compiled
    to object code, and loaded into MCJIT with the BLAS symbols bound. Object code is
-   cached on disk by a hash of the IR and the host (``jit``), so compiling the same graph
-   again skips LLVM entirely; ``object_code`` and ``LLVMBackend.load`` let an artifact
-   carry it.
+   cached on disk by a hash of the IR and the host (``runtime.native``), so compiling the
+   same graph again skips LLVM entirely; ``object_code`` and ``LLVMBackend.load`` let an
+   artifact carry it.
 
 A step (``LLVMExecutable.__call__``) is one call into native code: Python checks the
 feeds, finds the *binding* for their shapes (concrete shapes of every value, run-time
@@ -23,7 +23,7 @@ fetch and update arrays (recycled from earlier steps once nobody holds them:
 ``_recycled``), fills one pointer array and calls ``tfc_entry``.
 
 Threads: kernels whose outermost loop is large enough are split into chunks that a
-persistent native worker pool and the calling thread share (``parallel``; ``threads``,
+persistent native worker pool and the calling thread share (``runtime.pool``; ``threads``,
 ``TFC_NUM_THREADS``, ``TFC_PARALLEL_MIN``); BLAS uses OpenBLAS's own pool.
 
 Choices where the design left room:
@@ -61,12 +61,13 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tfc.backends.base import StepOwner, StepResult
-from tfc.backends.llvm import entry_cache, jit
-from tfc.backends.llvm.blas import register_symbols
-from tfc.backends.llvm.context import ERROR_DETAIL, MAX_DETAIL_INTS, Binding, format_error
+from tfc.backends.llvm import jit
 from tfc.backends.llvm.entry import ENTRY, PROF_CLOCK, PROF_STAMPS, GraphCompiler
 from tfc.backends.llvm.kernels_scalar import Unsupported
-from tfc.backends.llvm.shapes import bind, bind_symbols
+from tfc.backends.llvm.runtime import entry_cache, native
+from tfc.backends.llvm.runtime.binding import Binding, bind, bind_symbols
+from tfc.backends.llvm.runtime.error_detail import ERROR_DETAIL, MAX_DETAIL_INTS, format_error
+from tfc.backends.llvm.runtime.symbols import register_symbols
 from tfc.errors import ArtifactError, ExecutionError, FeedError, TfcError
 from tfc.ir.core import Graph, Module
 from tfc.ir.types import format_shape
@@ -131,7 +132,7 @@ class LLVMExecutable:
         self.module, self.graph, self.report = module, graph, report
         self.fallback_ops = list(report.fallback_ops)
         self.object_code = object_code
-        self.host_key = jit.host_key()
+        self.host_key = native.host_key()
         self._lock = threading.Lock()
         self._busy = ctypes.c_int64(0)  # 1 while fast_step runs (pystep steps aside)
         self._bindings: dict[tuple, _Bound] = {}
@@ -148,7 +149,7 @@ class LLVMExecutable:
         self._gc = gc
         self._relower = relower
         t0 = time.perf_counter()
-        self._loaded = jit.load_object(object_code)
+        self._loaded = native.load_object(object_code)
         addr = self._entry_addr = self._loaded.address(ENTRY)
         self._entry = _ENTRY_TYPE(addr)  # releases the GIL during the step
         self._entry_gil = _ENTRY_TYPE_GIL(addr)  # keeps it: for short steps (see _bound)
@@ -287,7 +288,7 @@ class LLVMExecutable:
         usual path in native code (``pystep``); ``None`` where there is none."""
         if self.fallback_ops:
             return None
-        from tfc.backends.llvm.pystep import native_callable
+        from tfc.backends.llvm.runtime.pystep import native_callable
         return native_callable(self, owner, call, order, index, single)
 
     def _binding(self, key: tuple) -> "_Bound":
@@ -728,7 +729,7 @@ class LLVMBackend:
         report.memory_plan = "memory pass"
         t1 = time.perf_counter()
         work = module
-        triple, layout = jit.triple_and_layout()
+        triple, layout = native.triple_and_layout()
         gc = GraphCompiler(work, graph, plan, triple, layout)
         try:
             gc.assign_storage()
@@ -749,7 +750,7 @@ class LLVMBackend:
 
     def _options(self) -> str:
         """The settings the native code and its bindings depend on (entry cache key)."""
-        from tfc.backends.llvm.parallel import default_threads, min_work
+        from tfc.backends.llvm.runtime.pool import default_threads, min_work
         threads = default_threads() if self.threads is None else max(1, int(self.threads))
         return f"threads={threads} parallel_min={min_work()} profile={self.profile}"
 
@@ -809,7 +810,7 @@ class LLVMBackend:
         run-time tables. LLVM neither optimizes nor generates code either way."""
         register_symbols()
         _install_profiler()
-        if host_key is not None and host_key != jit.host_key():
+        if host_key is not None and host_key != native.host_key():
             raise ArtifactError(f"object code for @{entry} was built for another CPU "
                                 f"({host_key.split('|')[1]}); recompile it here")
         if meta is None:
@@ -881,7 +882,7 @@ def _install_profiler() -> None:
         return
     import llvmlite.binding as llvm
 
-    from tfc.backends.llvm.blas import libc
+    from tfc.backends.llvm.runtime.symbols import libc
     _CLOCK_BOUND.append(True)
     llvm.add_symbol(PROF_CLOCK, ctypes.cast(libc().clock_gettime, ctypes.c_void_p).value)
 
