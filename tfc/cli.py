@@ -5,7 +5,7 @@
         [--force] [--recompile | --no-recompile]
     tfc run model.tfc --entry train_step --steps N --checkpoint-dir DIR [--checkpoint-every K]
         [--resume]
-    tfc ir model.py [--after cse | --passes cse,dce | --raw] [--full]
+    tfc ir model.py [--after cse | --passes cse,dce | --raw] [--print-after fusion] [--full]
     tfc opt in.tfir --passes cse,dce [-o out.tfir]
     tfc compile model.py --devices cpu:0,cpu:1 [--fp16-transfers]; tfc ir model.tfc --device cpu:1
     tfc calibrate | tfc bench model.tfc --trace trace.json | tfc viz model.tfc -o graph.html
@@ -129,31 +129,36 @@ def _print_module(module: Any, out: str | None, footer: str = "",
 # ---- tfc ir --------------------------------------------------------------------------
 
 def _cmd_ir(args: argparse.Namespace) -> int:
-    from tfc.compiler.driver import load_source
-    from tfc.passes import DEFAULT_PIPELINE, NATIVE_PIPELINE, get_pass, parse_pipeline, run_passes
+    from tfc.compiler.driver import compile_target, load_source
+    from tfc.passes.manager import get_pass, parse_pipeline
+    from tfc.pipeline import lower, run_pipeline, target_pipeline
 
     check_output_path(args.output, "-o")
+    target = compile_target(args.devices, backend=args.backend)
     module = load_source(args.model)
-    if args.raw:
-        passes: list[str] = []
-    elif args.passes is not None:
-        passes = parse_pipeline(args.passes)
-    elif args.after is not None:
-        get_pass(args.after)  # unknown names get a suggestion
-        pipeline = parse_pipeline(NATIVE_PIPELINE)
-        if args.after not in pipeline:
-            raise TfcError(f"pass '{args.after}' is not in the compile pipeline "
-                           f"({', '.join(pipeline)}); use --passes to choose passes")
-        passes = pipeline[:pipeline.index(args.after) + 1]
-    elif Path(args.model).suffix == ".tfc":
-        passes = []  # an artifact's IR is already compiled
+    shown = dict(print_after=args.print_after, print_after_all=args.print_after_all,
+                 stream=sys.stderr)
+    if args.after is None and args.passes is None and not args.raw \
+            and Path(args.model).suffix != ".tfc":
+        module = lower(module, target, **shown)  # what tfc compile stores
     else:
-        passes = parse_pipeline(DEFAULT_PIPELINE)
-    if args.devices is not None:
-        from tfc.devices import parse_devices
-        module.devices = parse_devices(args.devices)
-        passes = [*passes, "placement"]
-    module = run_passes(module, passes, verify=True)
+        if args.raw or Path(args.model).suffix == ".tfc":
+            passes = []  # an artifact's IR is already compiled
+        elif args.passes is not None:
+            passes = parse_pipeline(args.passes)
+        else:
+            get_pass(args.after)  # unknown names get a suggestion
+            pipeline = target_pipeline(target)
+            names = [p.name for p in pipeline]
+            if args.after not in names:
+                raise TfcError(f"pass '{args.after}' is not in the compile pipeline "
+                               f"({', '.join(names)}); use --passes to choose passes")
+            passes = pipeline[:names.index(args.after) + 1]
+        if target.devices:
+            module.devices = list(target.devices)
+            if "placement" not in [p.name for p in passes]:
+                passes = [*passes, *parse_pipeline("placement")]
+        module = run_pipeline(module, passes, **shown)
     # IR shown on stdout elides large tensors (a weight is one 10 KB line otherwise);
     # IR written to a file (-o) or asked for in full (--full) keeps every element
     from tfc.ir.printer import ELIDE_ELEMENTS
@@ -176,7 +181,7 @@ def _cmd_ir(args: argparse.Namespace) -> int:
 def _cmd_opt(args: argparse.Namespace) -> int:
     from tfc.compiler.frontend import read_source
     from tfc.ir.parser import parse_module
-    from tfc.passes import run_passes
+    from tfc.pipeline import run_pipeline
 
     check_output_path(args.output, "-o")
     if args.input == "-":
@@ -190,8 +195,8 @@ def _cmd_opt(args: argparse.Namespace) -> int:
     module = parse_module(text, filename=name)
     if not module.graphs and not module.variables:  # /dev/null, a typo'd path, comments
         raise TfcError(f"{name}: empty input (no variables or graphs)")
-    module = run_passes(module, args.passes or [], verify=True, print_after=args.print_after,
-                        print_after_all=args.print_after_all, stream=sys.stderr)
+    module = run_pipeline(module, args.passes or [], print_after=args.print_after,
+                          print_after_all=args.print_after_all, stream=sys.stderr)
     _print_module(module, args.output)
     return 0
 
@@ -200,7 +205,7 @@ def _cmd_opt(args: argparse.Namespace) -> int:
 
 def _cmd_compile(args: argparse.Namespace) -> int:
     from tfc.compiler.driver import compile_with_report, make_program
-    from tfc.passes import DEFAULT_PIPELINE
+    from tfc.pipeline import DEFAULT_PIPELINE
 
     out = args.output or str(Path(args.model).with_suffix(".tfc"))
     if Path(out).resolve() == Path(args.model).resolve():
@@ -209,7 +214,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     module, report = compile_with_report(
         args.model, args.passes if args.passes is not None else DEFAULT_PIPELINE,
         verify=True, print_after=args.print_after, print_after_all=args.print_after_all,
-        stream=sys.stderr, devices=args.devices, fp16_transfers=args.fp16_transfers)
+        stream=sys.stderr, devices=args.devices, fp16_transfers=args.fp16_transfers,
+        backend=args.backend)
     start = time.perf_counter()
     program = make_program(module, args.model, backend=args.backend)
     init_seconds = time.perf_counter() - start
@@ -510,12 +516,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL", help="model file (.py, .tfm or .tfir)")
     p.add_argument("-o", "--output", metavar="OUT.tfc",
                    help="artifact to write (default: MODEL with suffix .tfc)")
-    p.add_argument("--passes", metavar="P1,P2", help="pass pipeline (default: the standard one)")
+    p.add_argument("--passes", metavar="P1,P2",
+                   help="optimization passes (default: canonicalize,cse,dce); the backend's "
+                        "lowering passes follow")
     p.add_argument("--print-after", metavar="PASS", help="print the IR after PASS to stderr")
     p.add_argument("--print-after-all", action="store_true",
                    help="print the IR after every pass to stderr")
     p.add_argument("--backend", default=None,
-                   help="backend to run on (default: $TFC_BACKEND, else llvm)")
+                   help="backend to compile for (default: $TFC_BACKEND, else llvm)")
     p.add_argument("--devices", metavar="D1,D2",
                    help="compile for several devices (cpu:0,cpu:1): cost-model placement, "
                         "one partition per device")
@@ -558,6 +566,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--after", metavar="PASS", help="stop after PASS of the compile pipeline (canonicalize, cse, dce, fusion, memory)")
     mode.add_argument("--passes", metavar="P1,P2", help="run these passes instead")
     mode.add_argument("--raw", action="store_true", help="the IR before any pass")
+    p.add_argument("--backend", default=None,
+                   help="backend whose compile pipeline runs (default: $TFC_BACKEND, else "
+                        "llvm): the IR shown is what tfc compile stores")
+    p.add_argument("--print-after", metavar="PASS", help="print the IR after PASS to stderr")
+    p.add_argument("--print-after-all", action="store_true",
+                   help="print the IR after every pass to stderr")
     p.add_argument("--devices", metavar="D1,D2", help="place on these devices first")
     p.add_argument("--device", metavar="DEV", help="print only the partitions on DEV")
     p.add_argument("-o", "--output", metavar="FILE",

@@ -133,8 +133,8 @@ def cmd_viz(args: argparse.Namespace) -> int:
     check_output_path(args.output, "-o")
     module = load_source(args.model)
     if Path(args.model).suffix != ".tfc":
-        from tfc.passes import DEFAULT_PIPELINE, run_passes
-        module = run_passes(module, DEFAULT_PIPELINE)
+        from tfc.pipeline import DEFAULT_PIPELINE, run_pipeline
+        module = run_pipeline(module, DEFAULT_PIPELINE, verify=False)
     page = render_html(module, args.entry).encode("utf-8")
     atomic_write(args.output, lambda f: f.write(page))
     print(f"wrote {args.output}")

@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tfc.ir.builder import Builder
-from tfc.ir.core import Graph, Op
+from tfc.ir.core import Graph, Module, Op
 from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.registry import infer_types
 from tfc.ir.types import DType, TensorType
@@ -201,3 +201,11 @@ def ulp_errors(got: np.ndarray, exact: np.ndarray) -> np.ndarray:
     err = np.where(same, 0.0, err.astype(np.float64))
     mismatch = (np.isnan(got) != np.isnan(want)) | (np.isinf(got) != np.isinf(want))
     return np.where(mismatch | np.isnan(err), np.inf, err)
+
+
+def compile_lowered(backend: Any, module: Module, entry: str) -> Any:
+    """``backend.compile`` of ``entry`` of a module that was not lowered: a copy of the
+    entry lowered for the backend first (``tfc.pipeline.lower_entry``, as a ``Program``
+    does on first use); ``module`` is unchanged. Backends run no passes themselves."""
+    from tfc.pipeline import lower_entry
+    return backend.compile(lower_entry(module, entry, backend.name), entry)

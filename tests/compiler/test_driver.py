@@ -41,7 +41,7 @@ def model(tmp_path):
 
 
 def test_compile_runs_the_pipeline_on_every_graph(model):
-    module, report = compile_with_report(model)
+    module, report = compile_with_report(model, backend="reference")
     assert report.pipeline == ["canonicalize", "cse", "dce"]
     assert [name for name, _ in report.pass_seconds] == report.pipeline
     assert report.ops_before == 9 and report.ops_after == count_ops(module)

@@ -70,10 +70,9 @@ def test_example_modules_round_trip(path: Path) -> None:
     """Each example compiled by the native pipeline (fusion regions, folded constants)."""
     pytest.importorskip("sklearn")
     from tfc.compiler.driver import compile_model
-    from tfc.passes import NATIVE_PIPELINE
     sys.path.insert(0, str(EXAMPLES))
     try:
-        module = compile_model(path, NATIVE_PIPELINE)
+        module = compile_model(path, backend="llvm")
     finally:
         sys.path.remove(str(EXAMPLES))
     back = check_round_trip(module)
@@ -105,9 +104,9 @@ def test_mlp_training_module_with_fusion_and_memory_plan() -> None:
         from bench_workloads import Data, build_mlp_module
     finally:
         sys.path.remove(str(ROOT / "tools"))
-    from tfc.passes import NATIVE_PIPELINE, parse_pipeline, run_passes
+    from tfc.pipeline import Target, lower
     params = Data().mlp_params((8, 6, 4))
-    module = run_passes(build_mlp_module(params), parse_pipeline(NATIVE_PIPELINE))
+    module = lower(build_mlp_module(params), Target("llvm"))
     back = check_round_trip(module)
     assert back.memory_plans == {} and any(op.kind == "fusion" for op in
                                           back.graphs["train_step"].walk())

@@ -63,13 +63,14 @@ def seeds() -> tuple[tuple[str, str], ...]:
     from tfc.ir.parser import parse_module
     from tfc.ir.printer import print_module
     from tfc.ir.verifier import verify_module
-    from tfc.passes import NATIVE_PIPELINE, run_passes
+    from tfc.pipeline import Target, lower
 
     out: list[tuple[str, str]] = []
     for name in SEED_EXAMPLES:
         module = load_model(ROOT / "examples" / name)
         out.append((name, print_module(module)))
-        out.append((f"{name}+native", print_module(run_passes(module, NATIVE_PIPELINE))))
+        out.append((f"{name}+native", print_module(lower(module, Target("llvm"),
+                                                         verify=False))))
     for path in sorted((ROOT / "tests" / "ir_files").glob("*.tfir")):
         try:
             verify_module(parse_module(path.read_text(), path.name))

@@ -11,8 +11,8 @@ from tfc.errors import TfcError, VerifyError
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module
 from tfc.ir.types import DType, TensorType
-from tfc.passes import (DEFAULT_PIPELINE, PassManager, available_passes, parse_pipeline,
-                        register_pass, run_passes)
+from tfc.passes import (DEFAULT_PIPELINE, PassManager, PassSpec, available_passes,
+                        parse_pipeline, register_pass, run_passes)
 from tfc.passes import manager
 
 F32_3 = TensorType(DType.f32, (3,))
@@ -38,8 +38,9 @@ def test_builtin_passes_and_default_pipeline() -> None:
 
 
 def test_pipeline_parsing() -> None:
-    assert parse_pipeline(" canonicalize, cse ,dce,") == ["canonicalize", "cse", "dce"]
-    assert parse_pipeline(["cse", "dce"]) == ["cse", "dce"]
+    assert parse_pipeline(" canonicalize, cse ,dce,") == [PassSpec("canonicalize"),
+                                                          PassSpec("cse"), PassSpec("dce")]
+    assert parse_pipeline(["cse", "dce"]) == [PassSpec("cse"), PassSpec("dce")]
     assert parse_pipeline("") == []
 
 

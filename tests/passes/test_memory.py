@@ -487,9 +487,14 @@ def test_cli_ir_shows_the_plans_as_comments(capsys, monkeypatch) -> None:
     assert "peak live" in report and "no reuse" in report and "#0" in report
     module = parse_module(out, "mlp.tfir")  # the comments keep the IR parseable
     assert set(module.graphs) == {"__init__", "predict", "evaluate", "train_step"}
-    code = main(["ir", str(EXAMPLES / "mlp_digits.py")])
+    # tfc ir shows what tfc compile stores: planned for the llvm backend, not for the
+    # reference (whose pipeline has no memory pass)
+    code = main(["ir", str(EXAMPLES / "mlp_digits.py"), "--backend", "reference"])
     out, _ = capsys.readouterr()
     assert code == 0 and "memory plan" not in out
+    code = main(["ir", str(EXAMPLES / "mlp_digits.py"), "--backend", "llvm"])
+    out, _ = capsys.readouterr()
+    assert code == 0 and "// memory plan @train_step" in out and "fusion" in out
 
 
 def test_a_kernel_with_several_results_never_writes_in_place():

@@ -16,6 +16,7 @@ from tfc.ir.core import INIT_GRAPH
 from tfc.ir.parser import parse_module
 from tfc.runtime import Program, load
 from tfc.runtime import initializers as inits
+from tfc.testing import compile_lowered
 
 BACKENDS = ["reference", "llvm"]
 
@@ -96,7 +97,7 @@ def module():
 def init_values(backend):
     """What the backend's run of the whole __init__ graph assigns (how every variable
     was initialized before initializers were kept as ops)."""
-    exe = get_backend(backend).compile(module(), INIT_GRAPH)
+    exe = compile_lowered(get_backend(backend), module(), INIT_GRAPH)
     return dict(exe([], MappingProxyType({}), 0).updates)
 
 
@@ -234,7 +235,7 @@ def test_python_model_initializers(backend, tmp_path):
     src = tmp_path / "model.py"
     src.write_text(PY_MODEL)
     compiled, _ = compile_with_report(src)
-    exe = get_backend(backend).compile(compiled, INIT_GRAPH)
+    exe = compile_lowered(get_backend(backend), compiled, INIT_GRAPH)
     want = dict(exe([], MappingProxyType({}), 0).updates)
     make_program(compiled, src, backend=backend).save(tmp_path / "m.tfc")
     p = load(tmp_path / "m.tfc")

@@ -81,6 +81,7 @@ class Aliasing:
     ``layer/w``'s own memory (as a native backend that wraps a pointer might)."""
 
     name = "aliasing"
+    pipeline = ""
 
     def compile(self, module, entry):
         real = ReferenceBackend().compile(module, entry)
@@ -135,6 +136,7 @@ class Faulty:
     """The reference backend, except that entries fail after computing their updates."""
 
     name = "faulty"
+    pipeline = ""
 
     def __init__(self, fail: str) -> None:
         self.fail = fail

@@ -84,11 +84,12 @@ def _fetch_request(fetches: Any) -> tuple[list[Any], Callable[[list[Any]], Any],
 
 class Session:
     """Runs the default graph (or ``graph``) through a backend (``$TFC_BACKEND``, else
-    ``llvm``)."""
+    ``llvm``). ``pipeline`` is the optimization passes (default ``DEFAULT_PIPELINE``;
+    ``""``: none); each run's graph is then lowered for the backend (``tfc.pipeline``)."""
 
     def __init__(self, graph: Graph | None = None, backend: str | None = None,
                  pipeline: str | None = None) -> None:
-        from tfc.passes import DEFAULT_PIPELINE
+        from tfc.pipeline import DEFAULT_PIPELINE
         self.graph = graph or get_default_graph()
         self.backend = get_backend(backend)
         self.pipeline = DEFAULT_PIPELINE if pipeline is None else pipeline
@@ -227,14 +228,14 @@ class Session:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        from tfc.passes import run_passes
+        from tfc.pipeline import Target, lower
         feed_names = [t.value.name or f"feed{i}" for i, t in enumerate(fed)]
         fetch_names = [f"fetch{i}" for i in range(len(tensors))]
         graph = extract(self.graph.ir, "run", list(zip(feed_names, [t.value for t in fed])),
                         list(zip(fetch_names, [t.value for t in tensors])), tops,
                         what="Session.run")
         module = self._module(graph)
-        module = run_passes(module, self.pipeline) if self.pipeline else module
+        module = lower(module, Target(self.backend.name), passes=self.pipeline, verify=False)
         compiled = _Compiled(module.graphs["run"], self.backend.compile(module, "run"),
                              feed_names)
         self._cache[key] = compiled
@@ -270,7 +271,8 @@ class Session:
             return
         graph = extract(self.graph.ir, ir.INIT_GRAPH, [], [],
                         [v.initializer.op for v in missing], what="variable initializers")
-        module = self._module(graph)
+        from tfc.pipeline import Target, lower
+        module = lower(self._module(graph), Target(self.backend.name), passes="", verify=False)
         result = self.backend.compile(module, ir.INIT_GRAPH)([], self.variables, 0)
         self.variables.update(result.updates)
 

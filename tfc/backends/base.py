@@ -68,8 +68,8 @@ class Backend(Protocol):
     a compiled one, ``load`` it back from those members."""
 
     name: str
-    # The passes (a pipeline string: ``"fusion,memory"``) that must run on a module
-    # before ``compile``, after the user's optimization passes; "" when none.
+    # The lowering passes a module must go through before ``compile`` (a pipeline
+    # string, ``tfc.pipeline`` runs it): the backend itself runs no pass.
     pipeline: str
 
     def compile(self, module: Module, entry: str) -> Executable: ...

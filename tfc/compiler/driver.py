@@ -1,23 +1,26 @@
-"""The compile driver: model file -> IR module -> passes -> artifact.
+"""The compile driver: model file -> IR module -> lowered module -> artifact.
 
-Every graph of the module, the ``__init__`` graph included, goes through the same
-pipeline, so the initial values an artifact stores are computed by optimized code just
-as the entries are. ``compile_with_report`` also returns what the ``tfc compile``
-report shows: op counts before and after, and the time of each stage and pass.
+Every graph of the module, the ``__init__`` graph included, is lowered by the same
+pipeline (``tfc.pipeline.lower``: the optimization passes, then the target's), so the
+initial values an artifact stores are computed by optimized code just as the entries
+are, and the artifact stores the final IR the backend compiled. ``compile_with_report``
+also returns what the ``tfc compile`` report shows: op counts before and after, and the
+time of each stage and of every pass.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence, TextIO
 
+from tfc.backends.base import default_backend_name
 from tfc.errors import TfcError
 from tfc.ir.core import Module
-from tfc.passes import DEFAULT_PIPELINE, parse_pipeline, run_passes
+from tfc.pipeline import DEFAULT_PIPELINE, Target, lower, target_pipeline
+from tfc.passes.manager import parse_pipeline
 
 if TYPE_CHECKING:
     from tfc.runtime.program import Program
@@ -78,46 +81,53 @@ def make_program(module: Module, path: str | os.PathLike[str], backend: str | No
                    initializers=recipes(module))
 
 
+def compile_target(devices: str | Sequence[str] | None = None, fp16_transfers: bool = False,
+                   backend: str | None = None) -> Target:
+    """The target of a compilation: ``backend`` (default: ``default_backend_name()``) on
+    ``devices`` (``"cpu:0,cpu:1"``), f32 transfers as f16 when ``fp16_transfers``."""
+    from tfc.devices import parse_devices
+    parsed = tuple(parse_devices(devices)) if devices is not None else ()
+    if fp16_transfers and len(parsed) < 2:
+        raise TfcError("--fp16-transfers compresses transfers between devices; "
+                       "give two or more with --devices")
+    return Target(backend or default_backend_name(), parsed, fp16_transfers)
+
+
 def compile_with_report(path: str | os.PathLike[str], pipeline: Pipeline = DEFAULT_PIPELINE, *,
                         verify: bool = True, print_after: str | Sequence[str] | None = None,
                         print_after_all: bool = False, stream: TextIO | None = None,
                         devices: str | Sequence[str] | None = None,
-                        fp16_transfers: bool = False) -> tuple[Module, CompileReport]:
-    """Load the model at ``path`` and run ``pipeline`` over it; the module and a report.
+                        fp16_transfers: bool = False,
+                        backend: str | None = None) -> tuple[Module, CompileReport]:
+    """Load the model at ``path`` and lower it for its target after the optimization
+    passes ``pipeline``; the lowered module and a report.
 
-    ``devices`` (``"cpu:0,cpu:1"``) compiles for several devices: the placement pass
-    runs last and the runtime executes one partition per device; ``fp16_transfers``
-    sends f32 tensors between them as f16."""
-    passes = parse_pipeline(pipeline)
+    The target is ``backend`` (default: ``$TFC_BACKEND``, else llvm) on ``devices``
+    (``"cpu:0,cpu:1"``: placement runs and the runtime executes one partition per
+    device); ``fp16_transfers`` sends f32 tensors between devices as f16."""
+    parse_pipeline(pipeline)  # a bad pipeline fails before the model is loaded
+    target = compile_target(devices, fp16_transfers, backend)
     start = time.perf_counter()
     module = load_source(path)
-    if devices is not None:
-        from tfc.devices import parse_devices
-        module.devices = parse_devices(devices)
-        if "placement" not in passes:
-            passes = [*passes, "placement"]
-    if fp16_transfers:
-        if len(module.devices) < 2:
-            raise TfcError("--fp16-transfers compresses transfers between devices; "
-                           "give two or more with --devices")
-        module.fp16_transfers = True
-    report = CompileReport(str(path), passes)
+    report = CompileReport(str(path), [str(p) for p in target_pipeline(target, pipeline)])
     report.load_seconds = time.perf_counter() - start
     report.ops_before = count_ops(module)
-    module = run_passes(module, passes, verify=verify, print_after=print_after,
-                        print_after_all=print_after_all,
-                        stream=stream if stream is not None else sys.stderr,
-                        timings=report.pass_seconds)
+    module = lower(module, target, passes=pipeline, verify=verify, print_after=print_after,
+                   print_after_all=print_after_all, stream=stream,
+                   timings=report.pass_seconds)
     report.ops_after = count_ops(module)
     return module, report
 
 
 def compile_model(path: str | os.PathLike[str], pipeline: Pipeline = DEFAULT_PIPELINE, *,
                   verify: bool = True, print_after: str | Sequence[str] | None = None,
-                  print_after_all: bool = False, stream: TextIO | None = None) -> Module:
-    """The module of the model at ``path`` after ``pipeline`` (verified after each pass)."""
+                  print_after_all: bool = False, stream: TextIO | None = None,
+                  backend: str | None = None) -> Module:
+    """The module of the model at ``path`` lowered for ``backend`` after ``pipeline``
+    (verified after each pass)."""
     module, _ = compile_with_report(path, pipeline, verify=verify, print_after=print_after,
-                                    print_after_all=print_after_all, stream=stream)
+                                    print_after_all=print_after_all, stream=stream,
+                                    backend=backend)
     return module
 
 
@@ -126,13 +136,14 @@ def compile_to_artifact(path: str | os.PathLike[str], out_path: str | os.PathLik
                         print_after: str | Sequence[str] | None = None,
                         print_after_all: bool = False, stream: TextIO | None = None,
                         backend: str | None = None) -> "Program":
-    """Compile the model at ``path``, run its ``__init__`` graph, write ``out_path``.
+    """Compile the model at ``path`` for ``backend``, run its ``__init__`` graph, write
+    ``out_path``.
 
     Returns the ``Program`` that was saved (its variables hold the initial values, or
     the artifact's own values when ``path`` is a ``.tfc`` file).
     """
     module = compile_model(path, pipeline, verify=verify, print_after=print_after,
-                           print_after_all=print_after_all, stream=stream)
+                           print_after_all=print_after_all, stream=stream, backend=backend)
     program = make_program(module, path, backend)
     program.save(out_path)
     return program

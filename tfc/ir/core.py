@@ -223,6 +223,9 @@ class Module:
     fp16_transfers: bool = False
     # Per entry graph, what the placement pass decided (``tfc.passes.placement``).
     placement_reports: dict[str, Any] = field(default_factory=dict)
+    # The ``tfc.pipeline.Target`` the module was lowered for (``tfc.pipeline.lower``):
+    # its graphs are the backend's final IR. ``None``: not lowered (a raw module).
+    lowered_for: Any = None
 
     def add_graph(self, graph: Graph) -> Graph:
         self.graphs[graph.name] = graph

@@ -1,13 +1,15 @@
-"""Passes over the IR and the manager that runs them (``run_passes(module, "cse,dce")``).
+"""Passes over the IR and the manager that runs them (``tfc.pipeline`` drives it).
 
 Importing this package registers the built-in passes: canonicalize, cse, dce, fusion, memory,
 placement.
 """
 
-from tfc.passes.manager import (DEFAULT_PIPELINE, NATIVE_PIPELINE, PassManager, available_passes, get_pass,
-                                parse_pipeline, register_pass, replace_all_uses, run_passes)
+from tfc.passes.manager import (DEFAULT_PIPELINE, PassManager, PassSpec, available_passes, get_pass,
+                                parse_bytes, parse_pipeline, register_pass, replace_all_uses,
+                                run_passes)
 from tfc.passes import canonicalize, cse, dce  # noqa: F401,E402  (register the passes)
 from tfc.passes import fusion, memory, placement  # noqa: F401,E402
 
-__all__ = ["DEFAULT_PIPELINE", "NATIVE_PIPELINE", "PassManager", "available_passes", "get_pass", "parse_pipeline",
+__all__ = ["DEFAULT_PIPELINE", "PassManager", "PassSpec", "available_passes", "get_pass",
+           "parse_bytes", "parse_pipeline",
            "register_pass", "replace_all_uses", "run_passes"]

@@ -1,14 +1,17 @@
-"""The pass manager: named passes, pipelines, verification, IR dumps and timing.
+"""The pass manager: named passes with options, pipelines, verification, dumps, timing.
 
 A pass is a ``Module -> Module`` callable registered under a name: a function, or a
-class whose instances are such callables (instantiated with no arguments each time a
-pipeline runs). A pass may mutate the module in place and return it.
+class whose instances are such callables (instantiated each time a pipeline runs). A
+pass may mutate the module in place and return it. A pass declares its options with a
+parser for each (text -> value); a pipeline gives them as ``name{key=value,...}``, as
+MLIR and xDSL pipelines do, and the pass receives them as keyword arguments:
 
-    @register_pass("cse")
-    def cse(module: Module) -> Module: ...
+    @register_pass("memory", options={"budget": parse_bytes})
+    def memory(module: Module, budget: int | None = None) -> Module: ...
 
-    run_passes(module, "canonicalize,cse,dce", verify=True, print_after="cse")
+    run_passes(module, "canonicalize,cse,dce,memory{budget=64MiB}", verify=True)
 
+``tfc.pipeline`` is the one place that runs pipelines; this module is its machinery.
 Dumps look like MLIR's (``// -----// IR Dump After cse //----- //`` then the module),
 and each pass's wall time is recorded as ``(name, seconds)`` for compile reports.
 This module also holds the few graph-rewriting helpers the passes share.
@@ -17,32 +20,48 @@ This module also holds the few graph-rewriting helpers the passes share.
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 import time
-from typing import Callable, Iterator, Sequence, TextIO
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
 from tfc.errors import TfcError, VerifyError
 from tfc.ir.core import Graph, Module, Value
 
-Pass = Callable[[Module], "Module | None"]
+Pass = Callable[..., "Module | None"]
+# An option's parser: its text in a pipeline string -> its value (raises ValueError or
+# TfcError for a bad one).
+OptionParser = Callable[[str], Any]
 
 DEFAULT_PIPELINE = "canonicalize,cse,dce"
-# What native backends run before code generation: fuse kernels, then plan the arena.
-NATIVE_PIPELINE = DEFAULT_PIPELINE + ",fusion,memory"
-
-_PASSES: dict[str, Callable[[], Pass]] = {}
 
 
-def register_pass(name: str) -> Callable:
-    """Register a pass function, or a pass class (instantiated per run), under ``name``."""
+@dataclass(frozen=True)
+class _Registered:
+    factory: Callable[..., Pass]  # options as keywords -> a runnable pass
+    options: Mapping[str, OptionParser]
+
+
+_PASSES: dict[str, _Registered] = {}
+
+
+def register_pass(name: str, options: Mapping[str, OptionParser] | None = None) -> Callable:
+    """Register a pass function, or a pass class (instantiated per run), under ``name``.
+
+    ``options`` maps each option the pass takes to its parser. A function pass receives
+    the options given in the pipeline as keyword arguments after the module; a class
+    receives them in its constructor."""
 
     def deco(obj):
         if name in _PASSES:
             raise TfcError(f"pass '{name}' is registered twice")
         if isinstance(obj, type):
-            _PASSES[name] = obj
+            factory = obj
         else:
-            _PASSES[name] = lambda: obj
+            def factory(**kw: Any) -> Pass:
+                return (lambda module: obj(module, **kw)) if kw else obj
+        _PASSES[name] = _Registered(factory, dict(options or {}))
         return obj
 
     return deco
@@ -58,29 +77,125 @@ def available_passes() -> list[str]:
     return sorted(_PASSES)
 
 
-def get_pass(name: str) -> Pass:
-    """A runnable instance of pass ``name``; unknown names suggest the nearest one."""
+def _registered(name: str) -> _Registered:
     _load()
     try:
-        factory = _PASSES[name]
+        return _PASSES[name]
     except KeyError:
         close = difflib.get_close_matches(name, list(_PASSES), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         known = ", ".join(sorted(_PASSES))
         raise TfcError(f"unknown pass '{name}'{hint}; known passes: {known}") from None
-    return factory()
 
 
-def parse_pipeline(passes: str | Sequence[str]) -> list[str]:
-    """``"canonicalize, cse,dce"`` (or a list of names) -> checked list of pass names."""
-    if isinstance(passes, str):
-        names = [p.strip() for p in passes.split(",")]
-    else:
-        names = [p.strip() for p in passes]
-    names = [p for p in names if p]
-    for n in names:
-        get_pass(n)  # raises with a suggestion for unknown names
-    return names
+@dataclass(frozen=True)
+class PassSpec:
+    """One step of a pipeline: a registered pass and the options it runs with (parsed
+    values, in the order given). ``str`` gives it back as pipeline text."""
+
+    name: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def __str__(self) -> str:
+        if not self.options:
+            return self.name
+        return f"{self.name}{{{','.join(f'{k}={v}' for k, v in self.options)}}}"
+
+
+def get_pass(name: str | PassSpec) -> Pass:
+    """A runnable instance of pass ``name`` (with a spec's options); unknown names suggest
+    the nearest one."""
+    spec = name if isinstance(name, PassSpec) else PassSpec(name)
+    return _registered(spec.name).factory(**dict(spec.options))
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
+
+
+def parse_pass(text: str) -> PassSpec:
+    """``"memory{budget=64MiB}"`` -> the checked ``PassSpec`` (options parsed)."""
+    text = text.strip()
+    name, brace, rest = text.partition("{")
+    name = name.strip()
+    if not _NAME.match(name):
+        raise TfcError(f"bad pass {text!r} in pipeline: expected NAME or "
+                       f"NAME{{key=value,...}}")
+    declared = _registered(name).options
+    if not brace:
+        return PassSpec(name)
+    if not rest.endswith("}") or "{" in rest or "}" in rest[:-1]:
+        raise TfcError(f"pass '{name}': unbalanced braces in {text!r}")
+    options: dict[str, Any] = {}
+    for item in (i.strip() for i in rest[:-1].split(",")):
+        if not item:
+            continue
+        key, eq, value = (s.strip() for s in item.partition("="))
+        if not eq or not key:
+            raise TfcError(f"pass '{name}': option {item!r} should be key=value")
+        if key not in declared:
+            known = ", ".join(sorted(declared)) or "none"
+            raise TfcError(f"pass '{name}' has no option '{key}' (its options: {known})")
+        if key in options:
+            raise TfcError(f"pass '{name}': option '{key}' is given twice")
+        try:
+            options[key] = declared[key](value)
+        except (ValueError, TfcError) as e:
+            raise TfcError(f"pass '{name}': bad value {value!r} for option '{key}': "
+                           f"{e}") from None
+    return PassSpec(name, tuple(options.items()))
+
+
+def _split_top_level(text: str) -> list[str]:
+    """``text`` split at the commas outside braces."""
+    items, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return items
+
+
+Pipeline = str | Sequence["str | PassSpec"]
+
+
+def parse_pipeline(passes: Pipeline) -> list[PassSpec]:
+    """``"canonicalize, cse,memory{budget=1GiB}"`` (or a list of such items or specs) ->
+    the checked list of ``PassSpec`` (unknown passes and options, bad values: a
+    ``TfcError``)."""
+    items = _split_top_level(passes) if isinstance(passes, str) else list(passes)
+    out = []
+    for item in items:
+        if isinstance(item, PassSpec):
+            _registered(item.name)
+            out.append(item)
+        elif item.strip():
+            out.append(parse_pass(item))
+    return out
+
+
+def pass_names(passes: str | Sequence[str]) -> list[str]:
+    """The pass names of a ``--print-after`` style list (checked, no options)."""
+    names = [passes] if isinstance(passes, str) else list(passes)
+    out = [n.strip() for n in names if n.strip()]
+    for n in out:
+        _registered(n)
+    return out
+
+
+def parse_bytes(text: str) -> int:
+    """A byte count: ``4096``, ``64KiB``, ``64MiB``, ``1GiB`` (also ``KB``/``MB``/``GB``
+    as powers of 1000 and a plain ``B``)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]i?B|B)?\s*", text)
+    if m is None:
+        raise ValueError("expected a byte count such as 4096, 64MiB or 1GiB")
+    unit = m.group(2) or "B"
+    scale = 1 if unit == "B" else (1024 if "i" in unit else 1000) ** ("KMGT".index(unit[0]) + 1)
+    return int(m.group(1)) * scale
 
 
 class PassManager:
@@ -88,15 +203,22 @@ class PassManager:
 
     ``timings`` collects ``(pass name, seconds)`` for every pass run by this manager.
     With ``verify``, the input module is verified first (so a broken input is not blamed
-    on the first pass) and again after every pass.
+    on the first pass) and again after every pass. ``print_after`` must name passes of
+    the pipeline: asking for the IR after a pass that does not run is an error, not
+    silence.
     """
 
-    def __init__(self, passes: str | Sequence[str], *, verify: bool = False,
+    def __init__(self, passes: Pipeline, *, verify: bool = False,
                  print_after: str | Sequence[str] | None = None,
                  print_after_all: bool = False, stream: TextIO | None = None) -> None:
         self.passes = parse_pipeline(passes)
         self.verify = verify
-        self.print_after = set(parse_pipeline(print_after)) if print_after else set()
+        self.print_after = set(pass_names(print_after)) if print_after else set()
+        names = [p.name for p in self.passes]
+        missing = sorted(self.print_after - set(names))
+        if missing:
+            raise TfcError(f"cannot print the IR after pass '{missing[0]}': it is not in the "
+                           f"pipeline ({', '.join(names) or 'no passes'})")
         self.print_after_all = print_after_all
         self.stream = stream
         self.timings: list[tuple[str, float]] = []
@@ -106,8 +228,9 @@ class PassManager:
 
         if self.verify:
             verify_module(module)
-        for name in self.passes:
-            p = get_pass(name)
+        for spec in self.passes:
+            name = spec.name
+            p = get_pass(spec)
             start = time.perf_counter()
             out = p(module)
             self.timings.append((name, time.perf_counter() - start))
@@ -123,21 +246,21 @@ class PassManager:
         return module
 
     def dump(self, name: str, module: Module) -> None:
-        from tfc.ir.printer import print_module
+        from tfc.ir.printer import print_memory_plans, print_module
 
         stream = self.stream if self.stream is not None else sys.stderr
-        text = print_module(module)
+        text = print_module(module) + print_memory_plans(module)
         stream.write(f"// -----// IR Dump After {name} //----- //\n{text}")
         if not text.endswith("\n"):
             stream.write("\n")
         stream.write("\n")
 
 
-def run_passes(module: Module, passes: str | Sequence[str], *, verify: bool = False,
+def run_passes(module: Module, passes: Pipeline, *, verify: bool = False,
                print_after: str | Sequence[str] | None = None, print_after_all: bool = False,
                stream: TextIO | None = None,
                timings: list[tuple[str, float]] | None = None) -> Module:
-    """Run a pipeline (``"canonicalize,cse,dce"`` or a list of names) over ``module``.
+    """Run a pipeline (``"canonicalize,cse,dce"`` or a list of items) over ``module``.
 
     ``stream`` defaults to ``sys.stderr`` as it is when the dump is written. Pass a list
     as ``timings`` to receive ``(pass name, seconds)`` for each pass run.

@@ -64,7 +64,7 @@ from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import ELEMENTWISE, VIEW, lookup, writes_variable
 from tfc.ir.types import UNKNOWN, TensorType
 from tfc.passes.dce import has_effect
-from tfc.passes.manager import register_pass
+from tfc.passes.manager import parse_bytes, register_pass
 
 # Results of these ops live outside the arena.
 EXTERNAL_OPS = frozenset({"var.read", "constant"})
@@ -344,12 +344,35 @@ def _check_buffer(buf: Buffer, live: Mapping[Value, tuple[int, int]],
 
 # ---- the pass ---------------------------------------------------------------------------
 
-@register_pass("memory")
-def memory(module: Module) -> Module:
-    """Schedule and plan every graph of ``module`` (regions are not planned)."""
+@register_pass("memory", options={"budget": parse_bytes})
+def memory(module: Module, budget: int | None = None) -> Module:
+    """Schedule and plan every graph of ``module`` (regions are not planned).
+
+    ``budget`` (bytes, ``memory{budget=64MiB}``): a graph whose planned arena is larger
+    fails the pass, so a model that would not fit its device is refused at compile time.
+    Graphs with symbolic dims are measured at the plan's nominal size (each symbol
+    ``NOMINAL_SYMBOL``), as its report shows them."""
     for g in module.graphs.values():
-        module.memory_plans[g.name] = plan_memory(g)
+        plan = module.memory_plans[g.name] = plan_memory(g)
+        if budget is not None:
+            check_budget(plan, g, budget)
     return module
+
+
+def check_budget(plan: MemoryPlan, graph: Graph, budget: int) -> None:
+    """A ``TfcError`` naming the graph and both sizes when ``plan``'s arena exceeds
+    ``budget`` bytes."""
+    nominal = _nominal(graph)
+    arena = plan.arena_bytes(nominal)
+    if arena <= budget:
+        return
+    symbols = sorted(s for s in nominal if any(s in v.type.shape for b in plan.buffers
+                                               for v in b.values))
+    at = (f" (at the nominal size {', '.join(f'{s}={NOMINAL_SYMBOL}' for s in symbols)} "
+          f"of its symbolic dims)") if symbols else ""
+    raise TfcError(f"memory: the arena of @{graph.name} needs {arena} bytes "
+                   f"({_fmt_bytes(arena)}){at}, over the budget of {budget} bytes "
+                   f"({_fmt_bytes(budget)})")
 
 
 def plan_memory(graph: Graph) -> MemoryPlan:

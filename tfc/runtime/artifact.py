@@ -74,14 +74,15 @@ from urllib.parse import quote
 import numpy as np
 
 from tfc.atomic import atomic_write
-from tfc.backends.base import Backend, Executable, ForeignNativeCode, get_backend
+from tfc.backends.base import BACKENDS, Backend, Executable, ForeignNativeCode, get_backend
 from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import INIT_GRAPH, Module, Op
 from tfc.ir.types import DType, TensorType, format_shape
+from tfc.pipeline import Target
 from tfc.runtime.digests import FIELD as DIGESTS
 from tfc.runtime.digests import (CorruptMember, bytes_digest, check_member, json_digest,
                                  npy_digest, read_digests)
-from tfc.runtime.program import EntrySignature, Program
+from tfc.runtime.program import EntrySignature, Program, lowered_module
 from tfc.version import __version__
 
 FORMAT = "tfc"
@@ -121,7 +122,8 @@ def build_manifest(module: Module, step: int = 0, backend: str = "reference",
     return {"format": FORMAT, "version": version, "created_by": f"tfc {tfc_version()}",
             "entries": entries, "variables": variables, "step": int(step), "ir": IR_MEMBER,
             "ir_bytecode": BYTECODE_MEMBER, "backend": backend, "devices": list(module.devices),
-            "fp16_transfers": bool(module.fp16_transfers)}
+            "fp16_transfers": bool(module.fp16_transfers),
+            "lowered_for": getattr(module.lowered_for, "backend", None)}
 
 
 def save_artifact(path: str | os.PathLike[str], module: Module,
@@ -338,7 +340,7 @@ def _native_executables(zf: zipfile.ZipFile, path: Any, module: Module,
             raise ArtifactError(f"{path}: {MANIFEST} has native code for an unknown "
                                 f"entry '{entry}'")
         try:
-            out[entry] = backend.load(module, entry, members)
+            out[entry] = backend.load(lowered_module(module, entry, backend), entry, members)
             members.check_all()  # what the backend did not read must be intact too
         except ForeignNativeCode:  # built for another machine: compiled on first use
             out.pop(entry, None)
@@ -635,7 +637,21 @@ def _read_module(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]) -> Mo
     _check_signatures(path, member, manifest, module)
     module.devices, module.fp16_transfers = _target(path, manifest)
     module.memory_plans = _read_plans(zf, path, manifest, module, digests)
+    module.lowered_for = _lowered_for(path, manifest, module)
     return module
+
+
+def _lowered_for(path: Any, manifest: dict[str, Any], module: Module) -> Target | None:
+    """The target the stored module was lowered for (``"lowered_for"``: a backend name),
+    so that a program compiles its final IR as it is; None for a module stored before it
+    was lowered, and in artifacts of older tfc."""
+    name = manifest.get("lowered_for")
+    if name is None:
+        return None
+    if not isinstance(name, str) or name not in BACKENDS:
+        raise ArtifactError(f"{path}: {MANIFEST} field 'lowered_for' names no backend "
+                            f"({name!r}; backends: {', '.join(BACKENDS)})")
+    return Target(name, tuple(module.devices), module.fp16_transfers)
 
 
 def _read_plans(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any], module: Module,

@@ -35,6 +35,7 @@ from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.passes.compress import compress_transfers
 from tfc.passes.partition import Partition, partition_module
+from tfc.pipeline import lower_entry
 from tfc.runtime.rendezvous import Rendezvous
 from tfc.runtime.trace import Tracer
 
@@ -169,8 +170,9 @@ class PartitionedExecutable:
             device_backend = _with_threads(backend, shares.get(device))
             stages = cut_stages(part, stage_of)
             for st in stages:
-                if st.graph.ops:
-                    sub = Module({st.graph.name: st.graph}, dict(module.variables))
+                if st.graph.ops:  # each stage graph lowered for the backend alone
+                    sub = lower_entry(Module({st.graph.name: st.graph}, module.variables),
+                                      st.graph.name, backend.name)
                     st.executable = device_backend.compile(sub, st.graph.name)
             self.plans.append(DevicePlan(device, part, stages))
         self.n_results = len(module.graphs[entry].results)

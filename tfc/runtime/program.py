@@ -92,6 +92,21 @@ def _frozen(arr: np.ndarray, copy: bool) -> np.ndarray:
     return arr
 
 
+def lowered_module(module: Module, entry: str, backend: Backend) -> Module:
+    """The module ``backend`` compiles (or loads native code of) ``entry`` from:
+    ``module`` as it is when it was lowered for this backend (``tfc.pipeline.lower``, as
+    ``tfc compile`` does), else a module of that entry alone lowered now, so that only
+    the entries that run are lowered, on first use; ``module`` is never changed."""
+    lowered = module.lowered_for
+    if backend.pipeline and (lowered is None or lowered.backend != backend.name
+                             # TODO(merge with helper partition): the stage
+                             # graphs of several devices are lowered whole
+                             or len(lowered.devices) > 1):
+        from tfc.pipeline import lower_entry
+        return lower_entry(module, entry, backend.name)
+    return module
+
+
 class Program:
     """A module, its variable values, a step counter, and a backend to run entries on.
 
@@ -101,7 +116,8 @@ class Program:
     (the caller must not change them afterwards; the artifact loader does this so that
     loading never holds two copies of the weights). ``backend`` is a backend name
     (``"reference"``) or a backend object. Entries compile on first use and the
-    executables are cached; ``step`` is the step counter to start from.
+    executables are cached; a module not lowered for the backend (``tfc.pipeline``) has
+    each entry lowered then, alone. ``step`` is the step counter to start from.
 
     ``initializers`` (with ``variables``) maps variables that ``variables`` lacks to ops
     that compute their values from attrs alone (``tfc.runtime.initializers``: an
@@ -384,9 +400,13 @@ class Program:
                 from tfc.runtime.executor import PartitionedExecutable
                 exe = PartitionedExecutable(self.module, entry, self.backend)
             else:
-                exe = self.backend.compile(self.module, entry)
+                exe = self._compile(self.module, entry)
             self._executables[entry] = exe
         return exe
+
+    def _compile(self, module: Module, entry: str) -> Executable:
+        """``entry`` compiled by the backend (from ``lowered_module``'s module)."""
+        return self.backend.compile(lowered_module(module, entry, self.backend), entry)
 
     def _initial_values(self) -> dict[str, np.ndarray]:
         """The values ``__init__`` assigns, but for variables whose initializer is a
@@ -409,7 +429,7 @@ class Program:
         if rest is not init:
             module = Module({INIT_GRAPH: rest}, self.module.variables,
                             devices=list(self.module.devices))
-        exe = self.backend.compile(module, INIT_GRAPH)
+        exe = self._compile(module, INIT_GRAPH)
         return dict(exe([], MappingProxyType({}), 0).updates)
 
     def _own_fetch(self, f: np.ndarray) -> np.ndarray:

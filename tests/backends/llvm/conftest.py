@@ -14,6 +14,7 @@ from tfc.backends.reference import ReferenceBackend
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module, Value, VariableDecl
 from tfc.ir.types import DType, TensorType
+from tfc.testing import compile_lowered
 
 
 def make_module(arg_types: Sequence[tuple[str, DType, tuple]],
@@ -31,7 +32,7 @@ def make_module(arg_types: Sequence[tuple[str, DType, tuple]],
 def compile_llvm(module: Module, entry: str = "f") -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a fallback would hide what is tested
-        return LLVMBackend().compile(module, entry)
+        return compile_lowered(LLVMBackend(), module, entry)
 
 
 def run_both(module: Module, feeds: Sequence[np.ndarray],

@@ -20,7 +20,9 @@ from tfc.backends.reference import ReferenceBackend
 from tfc.compiler.frontend import load_model
 from tfc.errors import ArtifactError, FeedError, TfcError
 from tfc.ir.types import DType, TensorType
+from tfc.pipeline import lower_entry
 from tfc.runtime import Program
+from tfc.testing import compile_lowered
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 F32, I32 = DType.f32, DType.i32
@@ -130,7 +132,7 @@ def test_unsupported_ops_fall_back_loudly(h, monkeypatch):
     m = h.make_module([("x", F32, (3, 3))],
                       lambda b, a: b("add", a[0], b("matrix_inverse", a[0])))
     with pytest.warns(UserWarning, match="matrix_inverse"):
-        exe = LLVMBackend().compile(m, "f")
+        exe = compile_lowered(LLVMBackend(), m, "f")
     assert exe.fallback_ops == ["matrix_inverse"]
     assert "reference backend" in str(exe.report)
     x = np.eye(3, dtype=np.float32) * 2
@@ -142,21 +144,23 @@ def test_object_code_round_trip(h, monkeypatch, tmp_path):
     monkeypatch.setenv("TFC_CACHE_DIR", str(tmp_path))
     m = h.make_module([("x", F32, ("B", 4)), ("w", F32, (4, 2))],
                       lambda b, a: b("softmax", b("matmul", a[0], a[1])))
-    exe = LLVMBackend().compile(m, "f")
+    exe = compile_lowered(LLVMBackend(), m, "f")
     assert not exe.report.cached and list((tmp_path / "llvm").glob("*.o"))
-    again = LLVMBackend().compile(m, "f")
+    again = compile_lowered(LLVMBackend(), m, "f")
     assert again.report.cached  # the compile cache: no LLVM work the second time
     x, w = np.random.rand(5, 4).astype(np.float32), np.random.rand(4, 2).astype(np.float32)
     want = exe([x, w], {}, 0).fetches[0]
     members = LLVMBackend().export(exe)  # what an artifact stores: code, host, tables
     assert set(members) == {"object.o", "host", "tables.json"}
     assert members["object.o"] == exe.object_code
-    relowered = LLVMBackend().load_code(m, "f", exe.object_code, exe.host_key)  # no tables
-    for loaded in (LLVMBackend().load(m, "f", members), relowered):
+    # without the tables: lowered again in Python
+    relowered = LLVMBackend().load_code(exe.module, "f", exe.object_code, exe.host_key)
+    for loaded in (LLVMBackend().load(exe.module, "f", members), relowered):
         assert isinstance(loaded, LLVMExecutable) and "llvm" not in loaded.report.seconds
         np.testing.assert_array_equal(loaded([x, w], {}, 0).fetches[0], want)
     with pytest.raises(ForeignNativeCode, match="another CPU"):
-        LLVMBackend().load(m, "f", {**members, "host": b"x86_64|other-cpu|+avx|llvmlite 0"})
+        LLVMBackend().load(exe.module, "f",
+                           {**members, "host": b"x86_64|other-cpu|+avx|llvmlite 0"})
     assert exe.host_key == native.host_key()
 
 
@@ -167,7 +171,8 @@ def test_object_code_round_trip(h, monkeypatch, tmp_path):
     (lambda ms: ms.update({"notes.txt": b""}), "does not know: notes.txt"),
 ])
 def test_members_it_cannot_use_are_artifact_errors(h, change, message):
-    m = h.make_module([("x", F32, ("B", 4))], lambda b, a: b("tanh", a[0]))
+    m = lower_entry(h.make_module([("x", F32, ("B", 4))], lambda b, a: b("tanh", a[0])),
+                    "f", "llvm")
     members = LLVMBackend().export(LLVMBackend().compile(m, "f"))
     change(members)
     with pytest.raises(ArtifactError, match=message):
@@ -179,7 +184,7 @@ def test_nothing_to_export_for_a_fallback_or_another_backends_executable(h, monk
     monkeypatch.delitem(kernels.LOWERINGS, "matrix_inverse")
     m = h.make_module([("x", F32, (3, 3))], lambda b, a: b("matrix_inverse", a[0]))
     with pytest.warns(UserWarning, match="runs on the reference backend"):
-        fallback = LLVMBackend(use_cache=False).compile(m, "f")
+        fallback = compile_lowered(LLVMBackend(use_cache=False), m, "f")
     assert fallback.fallback_ops and LLVMBackend().export(fallback) == {}
     assert LLVMBackend().export(ReferenceBackend().compile(m, "f")) == {}
 
@@ -211,7 +216,7 @@ def test_threads_split_large_kernels(h, monkeypatch):
     monkeypatch.setenv("TFC_PARALLEL_MIN", "1")
     m = h.make_module([("x", F32, ("N", 33))],
                       lambda b, a: [b("tanh", a[0]), b("sum", a[0], axes=[1])])
-    exe = LLVMBackend(threads=3).compile(m, "f")
+    exe = compile_lowered(LLVMBackend(threads=3), m, "f")
     x = np.random.rand(1001, 33).astype(np.float32)
     got, want = h.run_both(m, [x], exe=exe)
     h.assert_same(got, want, rtol=1e-5)

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from tfc.ir.types import DType
+from tfc.testing import compile_lowered
 
 F32, F64 = DType.f32, DType.f64
 RNG = np.random.default_rng(7)
@@ -282,5 +283,5 @@ def test_split_across_threads(h, monkeypatch):
     half_feeds = [x.astype(np.float16) for x in pool_feeds]
     for mod, feeds, tol in ((m, conv_feeds, 1e-4), (p, pool_feeds, 1e-4),
                             (p16, half_feeds, F16_ULP)):
-        exe = LLVMBackend(threads=2).compile(mod, "f")
+        exe = compile_lowered(LLVMBackend(threads=2), mod, "f")
         h.assert_same(*h.run_both(mod, feeds, exe=exe), rtol=tol, atol=tol)

@@ -33,6 +33,7 @@ from tfc.ir.core import Module
 from tfc.ir.printer import print_graph
 from tfc.passes import DEFAULT_PIPELINE, run_passes
 from tfc.testing_graphs import MAX_BATCH, random_graph
+from tfc.testing import compile_lowered
 
 GRAPHS = int(os.environ.get("TFC_FUZZ_GRAPHS", "240"))
 FIRST_SEED = int(os.environ.get("TFC_FUZZ_SEED", "0"))
@@ -51,7 +52,7 @@ def check_seed(seed: int) -> None:
                            DEFAULT_PIPELINE)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a fallback to the reference is a failure
-        exe = LLVMBackend().compile(optimized, "f")
+        exe = compile_lowered(LLVMBackend(), optimized, "f")
     runs = [case.feeds]
     if case.batch is not None:  # the same executable at another size of B (a new binding)
         runs.append(case.feeds_for(MAX_BATCH + 1 - case.batch, seed))

@@ -11,6 +11,7 @@ from tfc.backends.llvm import LLVMBackend
 from tfc.backends.llvm.runtime.executable import profile_report
 from tfc.errors import ExecutionError
 from tfc.ir.types import DType
+from tfc.testing import compile_lowered
 
 F32, I32 = DType.f32, DType.i32
 RNG = np.random.default_rng(11)
@@ -34,7 +35,7 @@ def _feeds(n=32, idx=(0, 1)):
 
 def test_kernel_times_name_and_time_every_kernel(h):
     m = _mlp(h)
-    exe = LLVMBackend(profile=True).compile(m, "f")
+    exe = compile_lowered(LLVMBackend(profile=True), m, "f")
     assert exe.profiling and exe.kernel_times() == []  # before the first step
     feeds = _feeds()
     t0 = time.perf_counter()
@@ -57,7 +58,7 @@ def test_kernel_times_name_and_time_every_kernel(h):
 
 
 def test_a_failed_step_has_no_times(h):
-    exe = LLVMBackend(profile=True).compile(_mlp(h), "f")
+    exe = compile_lowered(LLVMBackend(profile=True), _mlp(h), "f")
     exe(_feeds(), {}, 0)
     assert exe.kernel_times()
     with pytest.raises(ExecutionError):
@@ -71,7 +72,7 @@ def test_profiling_is_off_by_default_and_leaves_no_trace_in_the_code(h):
     plain(_feeds(), {}, 0)
     assert not plain.profiling and plain.kernel_times() == []
     assert "tfc_prof" not in str(plain._lowered().comp.module)
-    prof = LLVMBackend(profile=True).compile(m, "f")
+    prof = compile_lowered(LLVMBackend(profile=True), m, "f")
     assert "tfc_prof_stamps" in str(prof._lowered().comp.module)
     assert prof.object_code != plain.object_code
 
@@ -90,8 +91,8 @@ def test_arena_bytes_is_the_latest_bindings(h):
 
 def test_loaded_object_code_keeps_timing(h):
     m = _mlp(h)
-    exe = LLVMBackend(profile=True).compile(m, "f")
+    exe = compile_lowered(LLVMBackend(profile=True), m, "f")
     exe(_feeds(), {}, 0)
-    again = LLVMBackend(profile=True).load(m, "f", LLVMBackend().export(exe))
+    again = LLVMBackend(profile=True).load(exe.module, "f", LLVMBackend().export(exe))
     again(_feeds(), {}, 0)
     assert [n for n, _, _ in again.kernel_times()] == [n for n, _, _ in exe.kernel_times()]

@@ -27,6 +27,7 @@ from tfc.ir.registry import all_ops, lookup, make_op
 from tfc.ir.types import DType, TensorType
 from tfc.op_examples import DTYPES, VAR_SHAPE, feeds, value, var_name, variants
 from tfc.ops.control import RegionOp
+from tfc.testing import compile_lowered
 
 TOL = {DType.f16: 2.0 ** -10, DType.f32: 1e-5, DType.f64: 1e-12}
 
@@ -84,7 +85,7 @@ def test_op_is_native_and_matches_the_reference(h, name: str) -> None:
     assert groups, f"no example builds {name}: add one to tfc.op_examples.EXAMPLES"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a fallback warns
-        exe = LLVMBackend().compile(module, "f")
+        exe = compile_lowered(LLVMBackend(), module, "f")
     assert not exe.fallback_ops, exe.fallback_ops
     got, want = h.run_both(module, feeds, variables, exe=exe)
     for label, dt, idx in groups:

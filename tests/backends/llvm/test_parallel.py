@@ -18,6 +18,8 @@ from tfc.backends.llvm import LLVMBackend, parallel
 from tfc.backends.llvm.runtime import pool
 from tfc.errors import ExecutionError
 from tfc.ir.types import DType
+from tfc.pipeline import lower_entry
+from tfc.testing import compile_lowered
 
 RNG = np.random.default_rng(5)
 
@@ -38,7 +40,7 @@ def _chain_module(h):
 
 
 def _compile(m, threads):
-    return LLVMBackend(threads=threads, use_cache=False).compile(m, "f")
+    return compile_lowered(LLVMBackend(threads=threads, use_cache=False), m, "f")
 
 
 def _run(exe, feeds):
@@ -63,7 +65,7 @@ def test_split_results_identical_to_one_thread(h):
 def test_one_thread_builds_no_pool_calls(h):
     assert parallel.build_parallel(None, 1) is None  # type: ignore[arg-type]
     m = _chain_module(h)
-    text = str(LLVMBackend(threads=1)._lower(m, "f")[2].comp.module)
+    text = str(LLVMBackend(threads=1)._lower(lower_entry(m, "f", "llvm"), "f")[2].comp.module)
     assert pool.POOL_RUN not in text
 
 
@@ -80,8 +82,8 @@ def test_kernels_known_to_be_small_have_no_split_path(h, monkeypatch):
 
     def pool_calls(shape):
         m = h.make_module([("x", DType.f32, shape)], body)
-        return str(LLVMBackend(threads=2)._lower(m, "f")[2].comp.module).count(
-            f'call i32 @"{pool.POOL_RUN}"(')
+        return str(LLVMBackend(threads=2)._lower(lower_entry(m, "f", "llvm"), "f")[2]
+                   .comp.module).count(f'call i32 @"{pool.POOL_RUN}"(')
 
     assert pool_calls((4, 300)) == 0
     assert pool_calls((512, 300)) > 0

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tfc.ir.types import DType
+from tfc.testing import compile_lowered
 
 RNG = np.random.default_rng(11)
 
@@ -52,7 +53,7 @@ def test_split_column_reduction_threads(h):
     old = os.environ.get("TFC_PARALLEL_MIN")
     os.environ["TFC_PARALLEL_MIN"] = "1"
     try:
-        exe = LLVMBackend(threads=2).compile(m, "f")
+        exe = compile_lowered(LLVMBackend(threads=2), m, "f")
         x = RNG.standard_normal((16, 5, 6, 7)).astype(np.float32)
         mask = RNG.random((16, 5, 6, 7)) < 0.5
         h.assert_same(*h.run_both(m, [x, mask], exe=exe), rtol=1e-5, atol=1e-5)

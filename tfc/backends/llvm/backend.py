@@ -2,10 +2,10 @@
 
 Pipeline of ``LLVMBackend.compile(module, entry)``:
 
-1. **Passes.** Unless the module already carries a memory plan for the entry, a copy of
-   the entry graph goes through ``fusion`` and ``memory`` (when those passes exist;
-   without ``memory`` the backend plans one arena buffer per value itself). The caller's
-   module is never changed.
+1. **Passes** are not the backend's: the module must have been lowered for it
+   (``tfc.pipeline.lower`` runs ``LLVMBackend.pipeline``, ``fusion`` then ``memory``),
+   so the entry's graph is the final IR and ``module.memory_plans`` holds its schedule
+   and arena. ``compile`` refuses a module without the entry's plan.
 2. **Lowering.** Every op becomes kernel functions in one LLVM module (``kernels``),
    called in schedule order by ``tfc_entry`` (``entry``). Ops the backend cannot lower
    are collected: if there is any, the executable runs the whole graph on the reference
@@ -58,7 +58,7 @@ import numpy as np
 
 from tfc.backends.base import ForeignNativeCode
 from tfc.backends.llvm import jit
-from tfc.backends.llvm.entry import GraphCompiler, TrivialPlan, trivial_plan
+from tfc.backends.llvm.entry import GraphCompiler
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.backends.llvm.runtime import entry_cache, native
 from tfc.backends.llvm.runtime.executable import LLVMExecutable, NativeMeta, install_profiler
@@ -91,32 +91,17 @@ class CompileReport:
                 f"code {self.object_bytes} bytes; {times}")
 
 
-def _available(name: str) -> bool:
-    from tfc.passes.manager import available_passes
-    try:
-        __import__(f"tfc.passes.{name}")
-    except ImportError:
-        return False
-    return name in available_passes()
-
-
-def prepare(module: Module, entry: str) -> tuple[Module, Graph, Any, list[str]]:
-    """The module, graph and memory plan to compile (a copy when passes must run)."""
+def planned(module: Module, entry: str) -> tuple[Graph, Any]:
+    """The graph of ``entry`` and its memory plan; a ``TfcError`` that says to lower the
+    module first when the plan is missing (the backend runs no passes)."""
     if entry not in module.graphs:
         raise TfcError(f"unknown entry '{entry}' (entries: {', '.join(module.graphs)})")
     plan = module.memory_plans.get(entry)
-    if plan is not None:
-        return module, module.graphs[entry], plan, []
-    work = Module({entry: module.graphs[entry].clone()}, dict(module.variables))
-    passes = [p for p in ("fusion", "memory") if _available(p)]
-    if passes:
-        from tfc.passes.manager import run_passes
-        work = run_passes(work, passes)
-    plan = work.memory_plans.get(entry)
-    graph = work.graphs[entry]
     if plan is None:
-        plan = trivial_plan(graph)
-    return work, graph, plan, passes
+        raise TfcError(f"llvm backend: @{entry} has no memory plan: the module was not "
+                       f"lowered for this backend; lower it first "
+                       f"(tfc.pipeline.lower(module, tfc.pipeline.Target('llvm')))")
+    return module.graphs[entry], plan
 
 
 # The members ``LLVMBackend.export`` makes for one entry and ``load`` reads: the object
@@ -145,7 +130,8 @@ class LLVMBackend:
     """Compiles entry graphs to native code through llvmlite (see the module docstring)."""
 
     name = "llvm"
-    pipeline = "fusion,memory"  # the lowering passes ``compile`` needs (module docstring)
+    # What ``tfc.pipeline`` runs before ``compile``: fuse kernels, then plan the arena.
+    pipeline = "fusion,memory"
 
     def __init__(self, *, use_cache: bool = True, threads: int | None = None,
                  profile: bool = False) -> None:
@@ -154,15 +140,14 @@ class LLVMBackend:
         self.profile = profile
 
     def _lower(self, module: Module, entry: str) -> tuple[Module, Graph, GraphCompiler,
-                                                          CompileReport, Graph]:
+                                                          CompileReport]:
         from tfc.backends.llvm.kernels import lower
         report = CompileReport(entry)
-        t0 = time.perf_counter()
-        work, graph, plan, passes = prepare(module, entry)
-        report.passes = passes
-        report.memory_plan = "trivial" if isinstance(plan, TrivialPlan) else "memory pass"
+        graph, plan = planned(module, entry)
+        report.passes = self.pipeline.split(",")
+        report.memory_plan = "memory pass"
         t1 = time.perf_counter()
-        report.seconds["passes"] = t1 - t0
+        work = module
         triple, layout = native.triple_and_layout()
         gc = GraphCompiler(work, graph, plan, triple, layout)
         try:
@@ -176,7 +161,7 @@ class LLVMBackend:
             from tfc.backends.llvm.parallel import build_parallel
             gc.build_entry(build_parallel(gc.comp.module, self.threads), self.profile)
         report.seconds["lower"] = time.perf_counter() - t1
-        return work, graph, gc, report, module.graphs[entry]
+        return work, graph, gc, report
 
     def profiled(self) -> "LLVMBackend":
         """This backend with kernel timing on (``profile=True``), for ``tfc bench``."""
@@ -189,14 +174,17 @@ class LLVMBackend:
         return f"threads={threads} parallel_min={min_work()} profile={self.profile}"
 
     def _cache_key(self, module: Module, entry: str) -> str | None:
-        if not self.use_cache or entry not in module.graphs:
-            return None  # an unknown entry gets its error from the passes
+        if not self.use_cache:
+            return None
         try:
             return entry_cache.entry_key(module, entry, self._options())
         except TfcError:  # attrs the bytecode cannot hold: compile without the cache
             return None
 
     def compile(self, module: Module, entry: str) -> LLVMExecutable:
+        """The executable of ``entry`` of ``module``, which must be lowered for this
+        backend (``tfc.pipeline.lower``): its memory plan is there, no pass runs here."""
+        planned(module, entry)
         register_symbols()
         install_profiler()
         t0 = time.perf_counter()
@@ -211,12 +199,12 @@ class LLVMBackend:
                 exe.report.seconds["entry cache"] = time.perf_counter() - t0
                 exe.cache_key = key
                 return exe
-        work, graph, gc, report, original = self._lower(module, entry)
+        work, graph, gc, report = self._lower(module, entry)
         if report.fallback_ops:
             warnings.warn(f"llvm backend: graph @{entry} runs on the reference backend; "
                           f"ops not supported yet: {', '.join(report.fallback_ops)}",
                           stacklevel=2)
-            return LLVMExecutable(work, graph, None, None, report, fallback_graph=original)
+            return LLVMExecutable(work, graph, None, None, report)
         t0 = time.perf_counter()
         text = str(gc.comp.module)
         report.ir_bytes = len(text)
@@ -290,7 +278,7 @@ class LLVMBackend:
         if host_key is not None:
             _check_host(entry, host_key)
         if meta is None:
-            work, graph, gc, report, original = self._lower(module, entry)
+            work, graph, gc, report = self._lower(module, entry)
             if report.fallback_ops:
                 raise ArtifactError(f"@{entry} cannot run on the llvm backend (unsupported: "
                                     f"{', '.join(report.fallback_ops)})")
@@ -318,7 +306,7 @@ class LLVMBackend:
                                object_bytes=len(object_code))
 
         def relower() -> tuple[Module, Graph, GraphCompiler]:
-            work, g, gc, rep, _ = self._lower(module, entry)
+            work, g, gc, rep = self._lower(module, entry)
             if rep.fallback_ops:
                 raise ArtifactError(f"@{entry} cannot run on the llvm backend (unsupported: "
                                     f"{', '.join(rep.fallback_ops)})")

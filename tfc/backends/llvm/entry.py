@@ -39,7 +39,6 @@ from tfc.backends.llvm import irutil
 from tfc.backends.llvm.context import Compiler, Kernel, Storage
 from tfc.backends.llvm.kernels_expr import is_view
 from tfc.backends.llvm.kernels_scalar import Unsupported
-from tfc.backends.llvm.runtime.binding import Binding
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import writes_variable
 
@@ -72,7 +71,7 @@ class GraphCompiler:
 
     module: Module
     graph: Graph
-    plan: Any  # a tfc.passes.memory.MemoryPlan, or this package's trivial plan
+    plan: Any  # a tfc.passes.memory.MemoryPlan
     triple: str = ""
     layout: str = ""
     comp: Compiler = field(init=False)
@@ -386,42 +385,3 @@ def _stamper(mod: ir.Module, b: ir.IRBuilder, n_steps: int) -> Callable[[int], N
         b.store(b.add(b.mul(sec, irutil.i64(1_000_000_000)), nsec), stamp(k))
 
     return tick
-
-
-@dataclass
-class TrivialPlan:
-    """A memory plan with one buffer per arena value and no reuse (used until the
-    ``memory`` pass has run): the same interface as ``tfc.passes.memory.MemoryPlan``."""
-
-    graph: str
-    buffer_of: dict[Value, int]
-    alias_of: dict[Value, Value]
-    in_place: dict[Value, Value]
-    values: list[Value]
-
-    def offsets_for(self, binding: Binding) -> tuple[list[int], int]:
-        offs, total = [], 0
-        for v in self.values:
-            offs.append(total)
-            total += -(-binding.size(v) * v.dtype.itemsize // 64) * 64
-        return offs, total
-
-
-def trivial_plan(graph: Graph) -> TrivialPlan:
-    buffer_of: dict[Value, int] = {}
-    alias_of: dict[Value, Value] = {}
-    values: list[Value] = []
-    results = set(graph.results)
-    for op in graph.ops:
-        if is_view(op.kind):
-            src = op.inputs[0]
-            alias_of[op.result] = alias_of.get(src, src)
-            continue
-        if no_kernel(op.kind):
-            continue
-        for r in op.results:
-            if r in results:
-                continue
-            buffer_of[r] = len(values)
-            values.append(r)
-    return TrivialPlan(graph.name, buffer_of, alias_of, {}, values)

@@ -28,7 +28,7 @@ class ReferenceBackend:
     """Interprets the graph: no lowering passes, nothing native for an artifact to keep."""
 
     name = "reference"
-    pipeline = ""
+    pipeline = ""  # the interpreter runs any verified graph as it is
 
     def compile(self, module: Module, entry: str) -> ReferenceExecutable:
         return ReferenceExecutable(module.graphs[entry])

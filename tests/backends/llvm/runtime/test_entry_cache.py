@@ -13,6 +13,7 @@ from tfc.backends.llvm.runtime import entry_cache
 from tfc.ir.core import Module
 from tfc.ir.types import DType
 from tfc.passes import run_passes
+from tfc.testing import compile_lowered
 
 F32 = DType.f32
 RNG = np.random.default_rng(5)
@@ -37,12 +38,12 @@ def _feeds(n: int = 5):
 
 def test_a_second_compile_lowers_nothing_and_keeps_the_bindings(h, cache_dir):
     m = _module(h)
-    first = LLVMBackend().compile(m, "f")
+    first = compile_lowered(LLVMBackend(), m, "f")
     assert first.cache_key is not None and not first.report.cached
     feeds = _feeds()
     want = first(feeds, {}, 0).fetches[0]
     assert len(list((cache_dir / "entries").glob("*.zip"))) == 1
-    again = LLVMBackend().compile(m, "f")  # as a new process would: from disk
+    again = compile_lowered(LLVMBackend(), m, "f")  # as a new process would: from disk
     assert again.report.cached and "entry cache" in again.report.seconds
     assert ((5, 4), (4, 3)) in again._bindings  # written back after the first step
     np.testing.assert_array_equal(again(feeds, {}, 0).fetches[0], want)
@@ -50,34 +51,34 @@ def test_a_second_compile_lowers_nothing_and_keeps_the_bindings(h, cache_dir):
     nine = _feeds(9)
     h.assert_same(again(nine, {}, 0), h.run_both(m, nine)[1])  # a new shape lowers
     assert again._gc is not None
-    third = LLVMBackend().compile(m, "f")
+    third = compile_lowered(LLVMBackend(), m, "f")
     assert {((5, 4), (4, 3)), ((9, 4), (4, 3))} <= set(third._bindings)
 
 
 def test_another_graph_or_setting_is_another_entry(h):
     m2, m3 = _module(h, 2.0), _module(h, 3.0)  # they differ in one constant's value
-    a = LLVMBackend().compile(m2, "f")
-    b = LLVMBackend().compile(m3, "f")
+    a = compile_lowered(LLVMBackend(), m2, "f")
+    b = compile_lowered(LLVMBackend(), m3, "f")
     assert a.cache_key != b.cache_key and not b.report.cached
     feeds = _feeds()
     h.assert_same(b(feeds, {}, 0), h.run_both(m3, feeds)[1])
-    keys = {a.cache_key, LLVMBackend(threads=1).compile(m2, "f").cache_key,
-            LLVMBackend(profile=True).compile(m2, "f").cache_key}
+    keys = {a.cache_key, compile_lowered(LLVMBackend(threads=1), m2, "f").cache_key,
+            compile_lowered(LLVMBackend(profile=True), m2, "f").cache_key}
     assert len(keys) == 3
-    # the same graph with the memory pass's plan compiles as it is; without, it is fused
+    # the same graph planned alone compiles as it is; lowered (fused, then planned), it
+    # is another graph with its own key
     planned = run_passes(_module(h, 2.0), "memory")
-    unplanned = Module(dict(planned.graphs), dict(planned.variables))
     assert (LLVMBackend().compile(planned, "f").cache_key
-            != LLVMBackend().compile(unplanned, "f").cache_key)
+            != compile_lowered(LLVMBackend(), _module(h, 2.0), "f").cache_key)
 
 
 def test_a_broken_entry_is_a_miss_and_is_replaced(h, cache_dir):
     m = _module(h)
-    key = LLVMBackend().compile(m, "f").cache_key
+    key = compile_lowered(LLVMBackend(), m, "f").cache_key
     path = cache_dir / "entries" / f"{key}.zip"
     path.write_bytes(b"not a zip")
     assert entry_cache.get(key) is None
-    exe = LLVMBackend().compile(m, "f")
+    exe = compile_lowered(LLVMBackend(), m, "f")
     assert exe._gc is not None  # lowered again
     feeds = _feeds()
     h.assert_same(exe(feeds, {}, 0), h.run_both(m, feeds)[1])
@@ -86,13 +87,13 @@ def test_a_broken_entry_is_a_miss_and_is_replaced(h, cache_dir):
 
 def test_graphs_with_big_constants_are_not_cached(h, cache_dir, monkeypatch):
     monkeypatch.setattr(entry_cache, "MAX_CONSTANT_BYTES", 3)  # a 4-byte scalar is too big
-    exe = LLVMBackend().compile(_module(h), "f")
+    exe = compile_lowered(LLVMBackend(), _module(h), "f")
     exe(_feeds(), {}, 0)
     assert exe.cache_key is None and not (cache_dir / "entries").exists()
 
 
 def test_use_cache_false_writes_nothing(h, cache_dir):
-    exe = LLVMBackend(use_cache=False).compile(_module(h), "f")
+    exe = compile_lowered(LLVMBackend(use_cache=False), _module(h), "f")
     exe(_feeds(), {}, 0)
     assert exe.cache_key is None and not (cache_dir / "entries").exists()
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tfc.backends.base import StepOwner, StepResult
-from tfc.backends.llvm.entry import ENTRY, PROF_CLOCK, PROF_STAMPS, GraphCompiler, TrivialPlan
+from tfc.backends.llvm.entry import ENTRY, PROF_CLOCK, PROF_STAMPS, GraphCompiler
 from tfc.backends.llvm.runtime import entry_cache, native
 from tfc.backends.llvm.runtime.binding import Binding, bind, bind_symbols
 from tfc.backends.llvm.runtime.error_detail import ERROR_DETAIL, MAX_DETAIL_INTS, format_error
@@ -56,7 +56,7 @@ class LLVMExecutable:
 
     def __init__(self, module: Module, graph: Graph, gc: GraphCompiler | None,
                  object_code: bytes | None, report: CompileReport,
-                 fallback_graph: Graph | None = None, *,
+                 *,
                  meta: "NativeMeta | None" = None,
                  relower: Callable[[], tuple[Module, Graph, GraphCompiler]] | None = None
                  ) -> None:
@@ -74,7 +74,7 @@ class LLVMExecutable:
         if self.fallback_ops:
             from tfc.backends.reference import ReferenceBackend
             self._reference = ReferenceBackend().compile(
-                Module({graph.name: fallback_graph or graph}, module.variables), graph.name)
+                Module({graph.name: graph}, module.variables), graph.name)
             return
         assert object_code is not None and (gc is not None or meta is not None)
         self._gc = gc
@@ -635,10 +635,6 @@ def _same_shapes(feeds: Sequence[np.ndarray], shapes: tuple) -> bool:
 def _offsets(plan: Any, bd: Binding) -> tuple[dict[int, int], int]:
     """Arena byte offset of each buffer of the plan, and the arena's size, for ``bd``
     (dynamic buffers, of values with '?' dims, sized by the binding's concrete shapes)."""
-    if isinstance(plan, TrivialPlan):
-        offs, total = plan.offsets_for(bd)
-        return dict(enumerate(offs)), total
-
     def value_bytes(v: Any) -> int:
         return bd.size(v) * v.dtype.itemsize
 

@@ -1,0 +1,116 @@
+"""The one owner of the pass pipeline: what runs between a module and a backend.
+
+A module is *lowered* for a ``Target`` (a backend, the devices, how transfers travel)
+by one pipeline, which this module alone builds and runs:
+
+1. the user's optimization passes (``DEFAULT_PIPELINE``: canonicalize, cse, dce);
+2. for devices given, ``placement`` (and, for several, the partitioning passes);
+3. the backend's own lowering passes, which each backend class declares as data
+   (``LLVMBackend.pipeline = "fusion,memory"``, ``ReferenceBackend.pipeline = ""``).
+
+``lower`` runs it (verify after every pass, IR dumps, per-pass timings) and records the
+target on the module (``Module.lowered_for``); a backend then compiles the module as it
+is and runs no pass itself. ``tfc compile``/``tfc ir``, ``Session``, ``tfc.function``,
+``Program`` (for a module that is not lowered for its backend: ``lower_entry``, one entry
+at a time, on first use) and the multi-device executor all come through here, as JAX's
+dispatch comes through its one compiler. Pipelines are text (``"cse,memory{budget=
+64MiB}"``, see ``tfc.passes.manager``) or lists of ``PassSpec``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Sequence, TextIO
+
+from tfc.backends.base import get_backend
+from tfc.errors import TfcError
+from tfc.ir.core import Module
+from tfc.passes.manager import DEFAULT_PIPELINE, Pipeline, PassSpec, parse_pipeline, run_passes
+
+__all__ = ["DEFAULT_PIPELINE", "Target", "target_pipeline", "lower", "lower_entry",
+           "run_pipeline"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a module is lowered for: a backend name (``"llvm"``), the devices it runs on
+    (``("/cpu:0", "/cpu:1")``; empty: the default one) and whether f32 tensors cross
+    devices as f16."""
+
+    backend: str
+    devices: tuple[str, ...] = ()
+    fp16_transfers: bool = False
+
+
+def backend_pipeline(backend: str) -> list[PassSpec]:
+    """The lowering passes backend ``backend`` declares (its class's ``pipeline``)."""
+    return parse_pipeline(get_backend(backend).pipeline)
+
+
+def target_pipeline(target: Target, passes: Pipeline = DEFAULT_PIPELINE) -> list[PassSpec]:
+    """The whole pipeline for ``target``: ``passes`` (the optimizations), then placement
+    when devices are given, then the backend's lowering passes; one of those named in
+    ``passes`` (``"cse,memory{budget=64MiB}"``) runs in the backend's place with the
+    options given there."""
+    specs = parse_pipeline(passes)
+    if target.devices and "placement" not in [p.name for p in specs]:
+        specs += parse_pipeline("placement")
+    if len(target.devices) > 1:
+        # partition, compress: added at merge (helper partition); with them the
+        # backend's passes below plan the stage graphs. Until then the executor
+        # partitions at run time and lowers each stage graph (lower_entry).
+        return specs
+    # A lowering pass the user names (with options: ``memory{budget=64MiB}``) runs in the
+    # backend's place, once, as the user gave it.
+    lowering = backend_pipeline(target.backend)
+    own = {p.name for p in lowering}
+    given = {p.name: p for p in specs if p.name in own}
+    return [p for p in specs if p.name not in own] + [given.get(p.name, p) for p in lowering]
+
+
+def lower(module: Module, target: Target, *, passes: Pipeline = DEFAULT_PIPELINE,
+          verify: bool = True, print_after: str | Sequence[str] | None = None,
+          print_after_all: bool = False, stream: TextIO | None = None,
+          timings: list[tuple[str, float]] | None = None) -> Module:
+    """``module`` (changed in place) lowered for ``target``: ``target_pipeline(target,
+    passes)`` run over it, verified after every pass when ``verify``; the IR is dumped
+    to ``stream`` (default stderr) after the passes named by ``print_after`` (each must
+    be in the pipeline) or after all; ``timings`` receives ``(pass, seconds)`` for each
+    pass. The module records the target in ``lowered_for``."""
+    if target.fp16_transfers and len(target.devices) < 2:
+        raise TfcError("fp16 transfers compress transfers between devices; "
+                       "give two or more devices")
+    specs = target_pipeline(target, passes)
+    module.devices = list(target.devices)
+    module.fp16_transfers = target.fp16_transfers
+    module = run_passes(module, specs, verify=verify, print_after=print_after,
+                        print_after_all=print_after_all,
+                        stream=stream if stream is not None else sys.stderr, timings=timings)
+    module.lowered_for = target
+    return module
+
+
+def lower_entry(module: Module, entry: str, backend: str, *,
+                passes: Pipeline = "") -> Module:
+    """A module holding just graph ``entry`` of ``module`` (a copy of it when passes
+    run), lowered for one device of ``backend`` after ``passes`` (default: none, the
+    module's graphs are taken as they are): what a ``Program`` compiles on an entry's
+    first use, so that only the entries that run are lowered. ``module`` is unchanged."""
+    graph = module.graphs.get(entry)
+    if graph is None:
+        raise TfcError(f"unknown entry '{entry}' (entries: {', '.join(module.graphs)})")
+    target = Target(backend)
+    changes = bool(target_pipeline(target, passes))
+    sub = Module({entry: graph.clone() if changes else graph}, dict(module.variables))
+    return lower(sub, target, passes=passes, verify=False)
+
+
+def run_pipeline(module: Module, passes: Pipeline, *, verify: bool = True,
+                 print_after: str | Sequence[str] | None = None,
+                 print_after_all: bool = False, stream: TextIO | None = None) -> Module:
+    """Exactly ``passes`` over ``module``, for no target (``tfc opt``: a pass's own
+    input and output, as ``mlir-opt`` shows them); the module is not marked lowered."""
+    return run_passes(module, passes, verify=verify, print_after=print_after,
+                      print_after_all=print_after_all,
+                      stream=stream if stream is not None else sys.stderr)
