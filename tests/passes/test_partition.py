@@ -10,8 +10,7 @@ from tfc.ir.printer import print_graph
 from tfc.ir.types import DType, TensorType
 from tfc.ir.verifier import verify_graph
 from tfc.passes.compress import compress_transfers
-from tfc.passes.partition import lower_all_reduce, partition_graph, partition_module
-from tfc.runtime.executor import stage_numbers
+from tfc.passes.partition import lower_all_reduce, partition_graph, partition_module, stage_numbers
 from tfc.runtime.rendezvous import Rendezvous
 from tfc.testing import split_mlp_module
 

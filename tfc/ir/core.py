@@ -314,7 +314,7 @@ class StageSource:
         if self.feed is not None:
             return f"feed {self.feed}"
         if self.recv is not None:
-            return f"recv {self.recv!r}"
+            return f'recv "{self.recv}"'
         return f"s{self.stage}.out{self.output}"
 
 
@@ -386,6 +386,27 @@ class PartitionTable:
         """Every transfer as (sending device, its stage, the send)."""
         return [(d.device, i, s) for d in self.devices for i, st in enumerate(d.stages)
                 for s in st.sends]
+
+    def describe(self, result_names: Sequence[str] = ()) -> list[str]:
+        """The table as text lines, in the order each device does things (what
+        ``print_module`` shows as ``//`` comments): ``/cpu:1 stage 1: recv "KEY" from
+        /cpu:0``, ``... run @train.cpu1.s1(recv "KEY", s0.out1)``, ``... send "KEY"
+        s1.out0 to /cpu:0 [f16]``, then ``fetch NAME: /cpu:1 s1.out2``."""
+        compressed = set(self.compressed)
+        lines = [f"partition @{self.entry} on "
+                 f"{', '.join(d.device for d in self.devices)}"]
+        for d in self.devices:
+            for i, st in enumerate(d.stages):
+                at = f"  {d.device} stage {i}:"
+                lines += [f'{at} recv "{r.key}" from {r.sender}' for r in st.recvs]
+                if st.graph is not None:
+                    lines.append(f"{at} run @{st.graph}({', '.join(map(str, st.inputs))})")
+                lines += [f'{at} send "{s.key}" {s.value} to {s.receiver}'
+                          + (" [f16]" if s.key in compressed else "") for s in st.sends]
+        for i, (device, src) in enumerate(self.fetches):
+            name = result_names[i] if i < len(result_names) else f"out{i}"
+            lines.append(f"  fetch {name}: {device} {src}")
+        return lines
 
     def to_json(self) -> dict[str, Any]:
         return {"entry": self.entry,

@@ -224,9 +224,11 @@ def _align(n: int) -> int:
 
 @register_pass("memory")
 def memory(module: Module) -> Module:
-    """Schedule and plan every graph of ``module`` (regions are not planned)."""
+    """Schedule and plan every graph of ``module`` (regions are not planned) but the
+    partitioned entries, whose stage graphs run instead (``tfc.passes.partition``)."""
     for g in module.graphs.values():
-        module.memory_plans[g.name] = plan_memory(g)
+        if g.name not in module.partitions:
+            module.memory_plans[g.name] = plan_memory(g)
     return module
 
 

@@ -389,6 +389,23 @@ def source_type(module: Module, table: PartitionTable, device: str,
     return module.graphs[name].results[src.output or 0].type
 
 
+def partitioned_copy(module: Module, devices: Sequence[str] | None = None) -> Module:
+    """A copy of ``module`` (for ``devices`` when given) with every entry partitioned,
+    and its transfers compressed when the module has fp16 transfers; ``module`` itself
+    when that is done already. What runs a multi-device module reads its tables."""
+    if all(name in module.partitions for name in module.entries) and devices is None:
+        return module
+    # until merged with tfc.pipeline (helper pipeline)
+    from tfc.passes.manager import run_passes
+    copy = Module({name: g.clone() for name, g in module.graphs.items()},
+                  dict(module.variables),
+                  devices=list(module.devices if devices is None else devices),
+                  fp16_transfers=module.fp16_transfers,
+                  placement_reports=dict(module.placement_reports),
+                  partitions=dict(module.partitions))
+    return run_passes(copy, "partition,compress" if module.fp16_transfers else "partition")
+
+
 @register_pass("partition")
 def partition(module: Module) -> Module:
     """Partition every entry graph of a module with two or more devices (see the module

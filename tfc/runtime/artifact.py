@@ -20,6 +20,10 @@ Members:
   code; the manifest's ``"native": {"host": KEY, "entries": {entry: file}}`` says for
   which CPU (name and features). Loading on that CPU with the llvm backend links it
   without running LLVM; elsewhere the entries are compiled again on first use.
+- A module compiled for several devices also has the manifest field ``"partitions":
+  {entry: PartitionTable JSON}`` (``tfc.ir.core.PartitionTable``): how each entry's step
+  runs across the devices. Its stage graphs are graphs of ``module.tfir``, not entries;
+  loading restores the tables, so nothing is partitioned again.
 - ``variables/0000.npy`` ...: one ``.npy`` per variable, by declaration order. Variable
   names may hold ``/`` (name scopes), so files are numbered and the manifest maps names
   to files. A variable whose value is still its initializer's, when that is one op
@@ -68,7 +72,7 @@ from tfc.runtime.digests import (CorruptMember, bytes_digest, check_member, json
 from tfc.runtime.program import EntrySignature, Program
 
 FORMAT = "tfc"
-VERSION = 2  # 2: variables may be stored as initializer ops (written only then)
+VERSION = 2  # 2: variables may be stored as initializer ops, or stage graphs (written only then)
 MANIFEST = "manifest.json"
 IR_MEMBER = "module.tfir"
 BYTECODE_MEMBER = "module.tfcb"
@@ -105,12 +109,16 @@ def build_manifest(module: Module, step: int = 0, backend: str = "reference",
         if name in initialized:
             del variables[name]["file"]
             variables[name]["initializer"] = True
-    # version 2 only where a version-1 reader would fail: variables without files
-    version = VERSION if initialized else 1
-    return {"format": FORMAT, "version": version, "created_by": f"tfc {tfc_version()}",
+    # version 2 only where a version-1 reader would fail: variables without files, or
+    # stage graphs it would take for entries
+    version = VERSION if initialized or module.partitions else 1
+    manifest = {"format": FORMAT, "version": version, "created_by": f"tfc {tfc_version()}",
             "entries": entries, "variables": variables, "step": int(step), "ir": IR_MEMBER,
             "ir_bytecode": BYTECODE_MEMBER, "backend": backend, "devices": list(module.devices),
             "fp16_transfers": bool(module.fp16_transfers)}
+    if module.partitions:
+        manifest["partitions"] = {e: t.to_json() for e, t in module.partitions.items()}
+    return manifest
 
 
 def save_artifact(path: str | os.PathLike[str], module: Module,
@@ -491,9 +499,29 @@ def _read_module(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]) -> Mo
         verify_module(module)
     except TfcError as e:
         raise ArtifactError(f"{path}: {member} is not valid IR: {e}") from None
+    module.partitions = _partitions(path, manifest, module)
     _check_signatures(path, member, manifest, module)
     module.devices, module.fp16_transfers = _target(path, manifest)
     return module
+
+
+def _partitions(path: Any, manifest: dict[str, Any], module: Module) -> dict[str, Any]:
+    """The partition tables of a multi-device module, checked against it."""
+    from tfc.ir.core import PartitionTable
+    stored = manifest.get("partitions", {})
+    if not isinstance(stored, dict):
+        raise ArtifactError(f"{path}: {MANIFEST} field 'partitions' should be an object")
+    tables = {}
+    for entry, obj in stored.items():
+        try:
+            table = PartitionTable.from_json(obj)
+            if table.entry != entry:
+                raise TfcError(f"the table of @{entry} is for @{table.entry}")
+            table.check(module)
+        except TfcError as e:
+            raise ArtifactError(f"{path}: {MANIFEST}: {e.message}") from None
+        tables[entry] = table
+    return tables
 
 
 def _check_signatures(path: Any, member: str, manifest: dict[str, Any], module: Module) -> None:

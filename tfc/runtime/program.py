@@ -115,8 +115,10 @@ class Program:
                  backend: str | Backend | None = None, *, step: int = 0,
                  copy: bool = True, executables: Mapping[str, Executable] | None = None,
                  initializers: Mapping[str, Op] | None = None) -> None:
-        if len(module.devices) > 1 and any(n not in module.partitions for n in module.entries):
-            module = _lowered_for_devices(module)
+        if len(module.devices) > 1:  # the PartitionedExecutable runs the partition tables
+            # until merged with tfc.pipeline (helper pipeline)
+            from tfc.passes.partition import partitioned_copy
+            module = partitioned_copy(module)
         self.module = module
         self.backend: Backend = (get_backend(backend) if backend is None or isinstance(backend, str)
                                  else backend)
@@ -444,20 +446,6 @@ class Program:
             shared = any(np.may_share_memory(checked, a) for a in handed_out)
             out[name] = _frozen(checked, copy=shared)
         return out
-
-
-def _lowered_for_devices(module: Module) -> Module:
-    """A copy of ``module`` (several devices) with its entries partitioned: the
-    ``PartitionedExecutable`` runs what the ``partition`` (and, for fp16 transfers,
-    ``compress``) passes leave."""
-    # until merged with tfc.pipeline (helper pipeline)
-    from tfc.passes.manager import run_passes
-    copy = Module({name: g.clone() for name, g in module.graphs.items()},
-                  dict(module.variables), devices=list(module.devices),
-                  fp16_transfers=module.fp16_transfers,
-                  placement_reports=dict(module.placement_reports),
-                  partitions=dict(module.partitions))
-    return run_passes(copy, "partition,compress" if module.fp16_transfers else "partition")
 
 
 def _hint(name: str, names: Mapping[str, Any]) -> str:
