@@ -32,7 +32,7 @@ from tfc.ir.registry import ELEMENTWISE, lookup, make_op, writes_variable
 from tfc.ir.types import DType
 from tfc.passes.manager import register_pass
 from tfc.passes.memory import VIEW_OPS
-from tfc.passes.partition import Partition, device_graphs, install_partitions, source_type
+from tfc.passes.partition import Partition, device_graphs, install_partitions, source_value
 
 SYMBOL_SIZE = 128  # what the batch symbol counts as in the bytes reported
 # Ops whose result is (a rearrangement of) their first input's elements: a variable's value
@@ -216,7 +216,7 @@ def compression_report(module: Module, entry: str) -> CompressReport:
     n = len(compressed)
     before = after = 0
     for device, _, send in table.sends():
-        wire = source_type(module, table, device, send.value).nbytes(SYMBOL_SIZE)
+        wire = source_value(module, table, device, send.value).type.nbytes(SYMBOL_SIZE)
         after += wire
         before += wire * 2 if send.key in compressed else wire
     return CompressReport(len(table.sends()), n, before, after, list(table.compressed))

@@ -43,7 +43,6 @@ from tfc.errors import TfcError
 from tfc.ir.core import (DevicePartition, Graph, Module, Op, PartitionStage, PartitionTable,
                          StageRecv, StageSend, StageSource, Value)
 from tfc.ir.registry import make_op
-from tfc.ir.types import TensorType
 from tfc.passes.manager import register_pass
 
 TRANSFER_KINDS = ("send", "recv")
@@ -333,7 +332,7 @@ def device_graphs(module: Module, entry: str) -> dict[str, Partition]:
     graph = module.graphs[entry]
     sent: dict[str, tuple[str, StageSource]] = {s.key: (d, s.value)
                                                 for d, _, s in table.sends()}
-    values: dict[str, dict[StageSource, Value]] = {}
+    values: dict[str, dict[StageSource, Value]] = {}  # per device
     parts: dict[str, Partition] = {}
     for d in table.devices:
         feeds = sorted({s.feed for st in d.stages for s in
@@ -345,15 +344,12 @@ def device_graphs(module: Module, entry: str) -> dict[str, Partition]:
             graph.args[i].type, graph.args[i].name) for i in feeds}
         for index, st in enumerate(d.stages):
             for r in st.recvs:
-                sender, src = sent[r.key]
-                value = values[sender][src] if sender in values else None
-                t = value.type if value is not None else source_type(module, table,
-                                                                       sender, src)
-                name = value.name if value is not None else None
+                value = source_value(module, table, *sent[r.key])
+                t = value.type
                 env[StageSource(recv=r.key)] = part.graph.append(make_op(
                     "recv", [], {"key": r.key, "from": r.sender, "dtype": t.dtype,
                                  "shape": list(t.shape)},
-                    device=d.device, names=[name] if name else ())).result
+                    device=d.device, names=[value.name] if value.name else ())).result
             if st.graph is not None:
                 g = module.graphs[st.graph]
                 mapping: dict[Value, Value] = {a: env[s] for a, s in zip(g.args, st.inputs)}
@@ -373,20 +369,23 @@ def device_graphs(module: Module, entry: str) -> dict[str, Partition]:
     return parts
 
 
-def source_type(module: Module, table: PartitionTable, device: str,
-                 src: StageSource) -> TensorType:
-    """The type of the value ``src`` names on ``device`` in ``table``."""
+def source_value(module: Module, table: PartitionTable, device: str,
+                 src: StageSource) -> Value:
+    """The value ``src`` names on ``device`` in ``table``: an argument of the entry graph
+    or a result of a stage graph (a received value: the value its sender sent)."""
     if src.feed is not None:
-        return module.graphs[table.entry].args[src.feed].type
-    d = table.device(device)
+        return module.graphs[table.entry].args[src.feed]
     if src.recv is not None:
         for sender, _, s in table.sends():
             if s.key == src.recv:
-                return source_type(module, table, sender, s.value)
-        raise TfcError(f"internal: transfer {src.recv!r} is never sent")
-    name = d.stages[src.stage or 0].graph
-    assert name is not None
-    return module.graphs[name].results[src.output or 0].type
+                return source_value(module, table, sender, s.value)
+        raise TfcError(f"partition table of @{table.entry}: transfer {src.recv!r} is "
+                       f"never sent")
+    name = table.device(device).stages[src.stage or 0].graph
+    if name is None:
+        raise TfcError(f"partition table of @{table.entry}: {device} stage {src.stage} "
+                       f"has no outputs")
+    return module.graphs[name].results[src.output or 0]
 
 
 def partitioned_copy(module: Module, devices: Sequence[str] | None = None) -> Module:
