@@ -164,7 +164,8 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
     graphs = {k: g for k, g in module.graphs.items() if k != INIT_GRAPH}
     if initializers:
         graphs = {INIT_GRAPH: recipes_graph(initializers, module.variables), **graphs}
-    stored = Module(graphs, module.variables)
+    stored = Module(graphs, module.variables, devices=list(module.devices),
+                    fp16_transfers=module.fp16_transfers)
     ir_text = print_module(stored).encode("utf-8")
     ir_bytes = module_to_bytes(stored)
     values = {info["file"]: np.asarray(variables[name])
