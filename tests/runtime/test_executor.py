@@ -143,11 +143,13 @@ def test_a_saved_multi_device_program_loads_its_tables_and_runs_the_same(backend
     for entry, table in p.module.partitions.items():
         assert q.module.partitions[entry] == table
     assert list(q.entries) == ["train", "predict"] and q.step == 1
+    # bitwise on the reference backend; llvm recompiles the stages (float tolerance)
+    tol = 0 if backend == "reference" else 1e-5
     for _ in range(2):
         a, b = p.run("train", x=X, y=Y), q.run("train", x=X, y=Y)
-        np.testing.assert_array_equal(a["loss"], b["loss"])
-    np.testing.assert_array_equal(p.run("predict", x=X)["logits"],
-                                  q.run("predict", x=X)["logits"])
+        np.testing.assert_allclose(a["loss"], b["loss"], rtol=tol, atol=0)
+    np.testing.assert_allclose(p.run("predict", x=X)["logits"],
+                               q.run("predict", x=X)["logits"], rtol=tol, atol=tol)
 
 
 def test_a_corrupt_partition_table_in_an_artifact_is_a_clear_error(tmp_path):
