@@ -489,7 +489,7 @@ def test_run_removes_a_killed_runs_checkpoint_temps(trainer, tmp_path, capsys):
     run_ok(capsys, "run", trainer, "--entry", "train_step", "--checkpoint-dir", ck)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    from tfc.runtime.atomic import temp_name
+    from tfc.atomic import temp_name
     temps = [ck / temp_name(t).replace(f"-{os.getpid()}-", f"-{dead.pid}-")
              for t in ("ckpt-2.tfckpt", "checkpoint.json")]
     for t in temps:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ContextManager, Sequence
 
+from tfc import ops  # noqa: F401  (registers every op: first, so any import of tfc has them)
 from tfc.api.control import cond, scan, while_loop
 from tfc.api.function import Function, TensorSpec, function
 from tfc.api.gradients import IndexedSlices, gradients, stop_gradient
@@ -28,7 +29,7 @@ from tfc.layers import Sequential  # noqa: F401
 from tfc.errors import TfcError
 from tfc.ir.types import DType
 
-__version__ = "0.1.0"
+from tfc.version import __version__  # noqa: F401
 
 float16 = DType.f16
 float32 = DType.f32

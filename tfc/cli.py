@@ -109,7 +109,7 @@ def check_at_least(flag: str, value: int | None, minimum: int) -> None:
 
 
 def _write_text(path: str, text: str) -> None:
-    from tfc.runtime.atomic import atomic_write
+    from tfc.atomic import atomic_write
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
@@ -166,19 +166,9 @@ def _cmd_ir(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
         return 0
-    _print_module(module, args.output, _memory_plans(module), elide_above=elide)
+    from tfc.ir.printer import print_memory_plans
+    _print_module(module, args.output, print_memory_plans(module), elide_above=elide)
     return 0
-
-
-def _memory_plans(module: Any) -> str:
-    """The memory pass's plans (``module.memory_plans``) as ``//`` comment lines, which
-    the IR parser skips, so the printed IR stays parseable."""
-    reports = [plan.report() for name, plan in module.memory_plans.items()
-               if name in module.graphs]
-    if not reports:
-        return ""
-    return "".join("\n" + "".join(f"// {line}".rstrip() + "\n" for line in r.splitlines())
-                   for r in reports)
 
 
 # ---- tfc opt -------------------------------------------------------------------------
@@ -355,7 +345,7 @@ def _format_fetch(name: str, value: np.ndarray) -> str:
 
 
 def _save_fetches(path: str, fetches: dict[str, np.ndarray]) -> None:
-    from tfc.runtime.atomic import atomic_write
+    from tfc.atomic import atomic_write
 
     suffix = Path(path).suffix
     if suffix == ".npy":

@@ -129,7 +129,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_viz(args: argparse.Namespace) -> int:
     from tfc.cli import check_output_path
     from tfc.compiler.driver import load_source
-    from tfc.runtime.atomic import atomic_write
+    from tfc.atomic import atomic_write
     from tfc.viz import render_html
 
     check_output_path(args.output, "-o")

@@ -219,7 +219,7 @@ def load_profile(path: str | os.PathLike[str] | None = None) -> DeviceProfile:
 
 def save_profile(profile: DeviceProfile, path: str | os.PathLike[str] | None = None) -> Path:
     """Write ``profile`` atomically (temp file + rename) and return where."""
-    from tfc.runtime.atomic import atomic_write
+    from tfc.atomic import atomic_write
     p = Path(path) if path is not None else default_profile_path()
     p.parent.mkdir(parents=True, exist_ok=True)
     data = profile.to_json().encode()

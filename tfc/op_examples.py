@@ -104,7 +104,7 @@ def var_name(dt: DType) -> str:
 
 
 def _attrs(attrs: dict[str, Any], dt: DType) -> dict[str, Any]:
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in attrs.items():
         if v is T and k == "var":
             out[k] = var_name(dt)
@@ -167,6 +167,6 @@ def feeds(name: str, ins: Sequence[TensorType], rng: np.random.Generator) -> lis
     for i, t in enumerate(ins):
         x = value(t, rng, index=i < len(specs) and specs[i] is DType.i32)
         if name in ("matrix_inverse", "matrix_determinant"):
-            x = (x + 3 * np.eye(t.shape[-1])).astype(x.dtype)  # well conditioned
+            x = (x + 3 * np.eye(t.static_shape[-1])).astype(x.dtype)  # well conditioned
         out.append(x)
     return out

@@ -6,9 +6,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from tfc.backends.reference import ExecContext, run_graph
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Op
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.registry import infer_types
 from tfc.ir.types import DType, TensorType
 
@@ -79,8 +79,8 @@ def check_graph_gradients(build: Callable[..., Any], *arrays: np.ndarray,
     gradients once more. ``types`` are the graph's argument types (symbolic dims
     allowed; default: those of ``arrays``).
     """
+    from tfc.ir.autodiff import GradBuilder, gradients
     from tfc.ir.verifier import verify_graph
-    from tfc.passes.autodiff import GradBuilder, gradients
     arrays = tuple(np.asarray(a) for a in arrays)
     rng = np.random.default_rng(seed)
     reduce = loss or (lambda b, values: _scalar_loss(b, values, rng))

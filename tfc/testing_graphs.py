@@ -246,8 +246,9 @@ class _Builder:
         """A random shape with as many elements (one dim written as -1 now and then; a
         leading ``B`` stays first, as -1)."""
         if shape and shape[0] == BATCH:
-            return [-1] + self.factored(math.prod(shape[1:]), int(self.rng.integers(0, 4)))
-        dims = self.factored(math.prod(shape), int(self.rng.integers(1, 5)))
+            return [-1] + self.factored(math.prod(int(d) for d in shape[1:]),
+                                        int(self.rng.integers(0, 4)))
+        dims = self.factored(math.prod(int(d) for d in shape), int(self.rng.integers(1, 5)))
         if self.rng.random() < 0.3:
             dims[int(self.rng.integers(len(dims)))] = -1
         return dims
@@ -267,7 +268,8 @@ class _Builder:
     def slice(self, x: Value) -> Value:
         begin, end, strides = [], [], []
         shape = x.type.shape
-        for d in shape[:shape.index(BATCH)] if BATCH in shape else shape:
+        for dim in shape[:shape.index(BATCH)] if BATCH in shape else shape:
+            d = int(dim)  # the dims before the batch dim are static
             lo = int(self.rng.integers(0, d))
             hi = int(self.rng.integers(lo + 1, d + 1))
             step = int(self.rng.choice([1, 1, 2])) if hi - lo > 1 else 1
@@ -278,7 +280,7 @@ class _Builder:
             strides.append(step)
         return self.b("slice", x, begin=begin, end=end, strides=strides)
 
-    def input(self, shape: tuple[int, ...]) -> Value:
+    def input(self, shape: tuple[Dim, ...]) -> Value:
         return self.add(self.graph.add_arg(TensorType(DType.f32, shape),
                                            f"x{len(self.graph.args)}"), INPUT_BOUND)
 
@@ -288,7 +290,7 @@ class _Builder:
         if self.rng.random() < SYMBOLIC:
             self.batch = int(self.rng.integers(1, MAX_BATCH + 1))
         for k in range(int(self.rng.integers(1, 4))):
-            shape = self.shape()
+            shape: tuple[Dim, ...] = self.shape()
             if self.batch is not None and (k == 0 or self.rng.random() < 0.5):
                 shape = (BATCH,) + shape[:3]
             self.input(shape)
@@ -301,7 +303,8 @@ class _Builder:
                 self.binary(x)
             elif r < 0.62:
                 v = self.movement(x)
-                if v.op.kind in VIEWS and v.type.rank and self.rng.random() < 0.4:
+                if v.op is not None and v.op.kind in VIEWS and v.type.rank and \
+                        self.rng.random() < 0.4:
                     self.reduce(v)  # a view read by a reduction (fetched: issue 14 item 1)
             elif r < 0.72 and x.type.rank:
                 self.normalize(x)
@@ -312,10 +315,11 @@ class _Builder:
         made = [v for v in self.values if v.op is not None and v.op.kind != "constant"]
         fetched = [made[-1]] if made else [self.values[-1]]
         for v in made[:-1]:  # views more often: a fetched view has storage of its own
-            if self.rng.random() < (0.6 if v.op.kind in VIEWS else 0.25):
+            if self.rng.random() < (0.6 if v.op is not None and v.op.kind in VIEWS else 0.25):
                 fetched.append(v)
         self.rng.shuffle(fetched)
-        variables, values = {}, {}
+        variables: dict[str, VariableDecl] = {}
+        values: dict[str, np.ndarray] = {}
         for v in made:  # assigned at the end of the step, read from their storage then
             if BATCH not in v.type.shape and self.rng.random() < 0.15:
                 name = f"v{len(variables)}"
@@ -327,7 +331,8 @@ class _Builder:
                 self.update_bounds[name] = self.bound[v] + (kind == "var.assign_add")
         self.graph.set_results(fetched)
         feeds = [self.rng.uniform(-INPUT_BOUND, INPUT_BOUND,
-                                  [self.batch if d == BATCH else int(d)
+                                  [self.batch if d == BATCH and self.batch is not None
+                                   else int(d)
                                    for d in a.type.shape]).astype(np.float32)
                  for a in self.graph.args]
         return RandomGraph(Module({"f": self.graph}, variables), feeds,

@@ -158,3 +158,24 @@ def test_unknown_attr_and_op_errors_are_located():
     from tfc.api.tensor import apply
     with pytest.raises(tfc.TfcError, match="did you mean 'matmul'"):
         apply("matmull", x, x)
+
+
+def test_the_operators_the_type_checker_sees_are_the_ones_installed():
+    """``TensorOperators`` declares (for mypy) the operators ``tfc.api.tensor`` installs on
+    Tensor and Variable: an operator installed but not declared is a false type error in
+    user code, one declared but not installed an AttributeError the checker hides."""
+    import ast
+    import inspect
+
+    import tfc.api.graph as graph_module
+    from tfc.api.graph import Tensor, TensorOperators, Variable
+
+    tree = ast.parse(inspect.getsource(graph_module))
+    cls = next(n for n in tree.body
+               if isinstance(n, ast.ClassDef) and n.name == "TensorOperators")
+    declared = {n.name for n in ast.walk(cls) if isinstance(n, ast.FunctionDef)}
+    installed = {name for name, fn in vars(Tensor).items()
+                 if getattr(fn, "__module__", None) == "tfc.api.tensor"}
+    assert installed and declared == installed
+    assert all(vars(Variable)[name] is vars(Tensor)[name] for name in installed)
+    assert TensorOperators.__slots__ == () and not hasattr(tfc.constant(1.0), "__dict__")

@@ -285,9 +285,9 @@ def test_scatter_ops_check_their_rows():
 
 
 def test_scatter_reads_the_start_of_step_value_and_never_writes_in_place():
-    from tfc.backends.reference import ExecContext, run_graph
     from tfc.ir.builder import Builder
     from tfc.ir.core import Graph
+    from tfc.ir.interpret import ExecContext, run_graph
     g = Graph("step")
     bld = Builder(g)
     idx = bld("constant", value=np.array([[0, 2], [2, 2]], np.int64))

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tfc.backends.reference import ExecContext, run_graph
 from tfc.errors import Location, TfcError, TypeMismatch, UnknownOp
 from tfc.ir import registry
 from tfc.ir.core import Graph
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.registry import (ALL, FLOAT, PURE, RANDOM, STATEFUL, AttrSpec, Cost,
                              OpDef, all_ops, expect_dtype, infer_types, lookup, make_op,
                              normalize_axes, normalize_axis, register, same_dtype)

@@ -67,6 +67,14 @@ def test_static_sizes():
     assert TensorType(DType.f32, (0, 5)).num_elements() == 0
 
 
+def test_static_shape_is_the_shape_of_a_static_type_and_an_error_otherwise():
+    assert TensorType(DType.f32, (2, 3)).static_shape == (2, 3)
+    assert scalar(DType.i64).static_shape == ()
+    for shape in [("B", 10), (3, UNKNOWN)]:
+        with pytest.raises(TypeMismatch, match=r"has no static shape"):
+            TensorType(DType.f32, shape).static_shape
+
+
 def test_with_dtype_and_shape():
     t = TensorType(DType.f32, ("B", 3))
     assert t.with_dtype(DType.bool) == TensorType(DType.bool, ("B", 3))

@@ -117,7 +117,7 @@ def test_broadcast_to_symbolic_and_errors():
     with pytest.raises(TypeMismatch, match="must be sizes"):
         infer("broadcast_to", T(1, 3), shape=["B", 3])
     with pytest.raises(ExecutionError):   # B turned out 2, which does not broadcast to 4
-        from tfc.backends.reference import ExecContext, run_graph
+        from tfc.ir.interpret import ExecContext, run_graph
         g = Graph("t")
         a = g.add_arg(T("B", 1))
         g.set_results([Builder(g)("broadcast_to", a, shape=[4, 3])])
@@ -260,7 +260,7 @@ def test_split_symbolic_and_errors():
 
 
 def test_split_checks_symbolic_dims_at_run_time():
-    from tfc.backends.reference import ExecContext, run_graph
+    from tfc.ir.interpret import ExecContext, run_graph
     g = Graph("t")
     a = g.add_arg(T("B"))
     g.set_results(Builder(g).op("split", a, num=2).results)
@@ -323,7 +323,7 @@ def test_slice_errors():
         index_attrs(slice(None, None, 0), 2)
     with pytest.raises(TypeMismatch, match="unsupported index"):
         index_attrs(None, 2)
-    from tfc.backends.reference import ExecContext, run_graph
+    from tfc.ir.interpret import ExecContext, run_graph
     g = Graph("t")
     a = g.add_arg(T("B", 2))
     g.set_results([Builder(g)("slice", a, **index_attrs(4, 2))])
@@ -536,7 +536,7 @@ def test_movement_costs_no_flops(kind, attrs):
 
 def test_symbolic_graph_runs_for_several_batch_sizes():
     """Types inferred over B hold for every B the reference runs with."""
-    from tfc.backends.reference import ExecContext, run_graph
+    from tfc.ir.interpret import ExecContext, run_graph
     g = Graph("t")
     x = g.add_arg(T("B", 28, 28), "x")
     y = g.add_arg(T("B", dtype=DType.i32), "y")

@@ -16,13 +16,13 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from tfc.backends.reference import ExecContext, run_graph
 from tfc.errors import TfcError
+from tfc.ir.autodiff import GradBuilder, SparseGrad, gradients
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Value
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.registry import all_ops, lookup
 from tfc.ir.types import DType, TensorType
-from tfc.passes.autodiff import GradBuilder, SparseGrad, gradients
 from tfc.testing import check_gradients, check_graph_gradients, type_of
 
 RNG = np.random.default_rng(7)

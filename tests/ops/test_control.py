@@ -8,16 +8,16 @@ from typing import Callable, Sequence
 import numpy as np
 import pytest
 
-from tfc.backends.reference import ExecContext, run_graph
 from tfc.errors import ExecutionError, Location, TfcError, TypeMismatch, VerifyError
+from tfc.ir.autodiff import gradients
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.parser import parse_module
 from tfc.ir.printer import print_module
 from tfc.ir.types import DType, TensorType
 from tfc.ir.verifier import verify_graph, verify_module
 from tfc.ops.control import cond_result_types, scan_result_types
-from tfc.passes.autodiff import gradients
 from tfc.testing import check_graph_gradients
 
 F64 = DType.f64

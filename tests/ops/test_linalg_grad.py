@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfc.backends.reference import ExecContext, run_graph
+from tfc.ir.autodiff import gradients
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.types import DType, TensorType
-from tfc.passes.autodiff import gradients
 from tfc.testing import check_gradients
 
 RNG = np.random.default_rng(7)

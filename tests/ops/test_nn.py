@@ -12,10 +12,10 @@ import math
 import numpy as np
 import pytest
 
-from tfc.backends.reference import ExecContext, run_graph
 from tfc.errors import ExecutionError, TypeMismatch
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.registry import lookup
 from tfc.ir.types import DType, TensorType
 from tfc.testing import infer_op1 as infer1, run_op1

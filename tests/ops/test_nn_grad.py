@@ -16,13 +16,13 @@ import math
 import numpy as np
 import pytest
 
-from tfc.backends.reference import ExecContext, run_graph
 from tfc.errors import ExecutionError, TfcError, TypeMismatch
+from tfc.ir.autodiff import GradBuilder, gradients
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.registry import infer_types, lookup
 from tfc.ir.types import DType, TensorType
-from tfc.passes.autodiff import GradBuilder, gradients
 from tfc.testing import check_gradients, run_op1
 
 RNG = np.random.default_rng(3)

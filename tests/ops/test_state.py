@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfc.backends.reference import ExecContext, run_graph
 from tfc.errors import ExecutionError, TfcError, TypeMismatch
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.registry import PURE, STATEFUL, Cost, lookup
 from tfc.ir.types import DType, TensorType
 

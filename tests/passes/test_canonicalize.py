@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfc.backends.reference import ExecContext, run_graph
 from tfc.errors import Location
 from tfc.ir import registry
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module, Op, Value
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.registry import PURE, RANDOM, OpDef
 from tfc.ir.types import DType, TensorType
 from tfc.ir.verifier import verify_module

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfc.backends.reference import ExecContext, run_graph
 from tfc.ir import registry
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.registry import OpDef
 from tfc.ir.types import DType, TensorType
 from tfc.passes import run_passes

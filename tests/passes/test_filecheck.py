@@ -12,9 +12,17 @@ tests own) is one test case:
 
 - ``// RUN: PIPELINE`` (the first line) is the pass pipeline, as ``run_passes`` takes it
   (empty: parse and print only). The module is parsed with ``tfc.ir.parser.parse_module``,
-  the passes run with ``verify=True``, and ``tfc.ir.printer.print_module``'s output is
-  matched against the file's ``CHECK``, ``CHECK-NEXT``, ``CHECK-NOT``, ``CHECK-LABEL``
-  (any directive of the ``filecheck`` package) lines.
+  the passes run with ``verify=True``, and ``tfc.ir.printer.print_module``'s output,
+  followed by the memory plans as ``tfc ir`` prints them (``print_memory_plans``: ``//``
+  lines ``memory plan @main``, a row per buffer ``#0  OFFSET  BYTES  SIZE  VALUES``, the
+  totals, ``in place: %r <- %x``) when the pipeline ran ``memory``, is matched against
+  the file's ``CHECK``, ``CHECK-NEXT``, ``CHECK-NOT``, ``CHECK-LABEL`` (any directive of
+  the ``filecheck`` package) lines.
+- ``// DEVICES: cpu:0,cpu:1`` sets the devices the module is compiled for
+  (``Module.devices``, which the textual IR does not state), for ``placement``. The
+  placement cost model reads the default device rates, never a calibrated profile of
+  the machine running the tests (``$TFC_DEVICE_PROFILE`` points at no file), so the
+  placement a test checks is the same on every host.
 - ``// REQUIRES: KIND, ...`` skips the file, saying why, unless those op kinds are in
   the registry.
 - ``// ERROR: TEXT`` expects parsing, verifying or the passes to fail with a ``TfcError``
@@ -38,7 +46,7 @@ from tfc.ir.registry import all_ops
 
 IR_FILES = Path(__file__).resolve().parent.parent / "ir_files"
 CASES = sorted(p for p in IR_FILES.glob("*.tfir") if not p.name.startswith("roundtrip_"))
-DIRECTIVE = re.compile(r"^\s*//\s*(RUN|REQUIRES|ERROR):(.*)$")
+DIRECTIVE = re.compile(r"^\s*//\s*(RUN|REQUIRES|ERROR|DEVICES):(.*)$")
 
 
 def directives(text: str) -> dict[str, list[str]]:
@@ -65,11 +73,15 @@ def filecheck(check_file: Path, output: str) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-def run_case(path: Path) -> None:
+def run_case(path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     pytest.importorskip("filecheck", reason="the filecheck package is not installed")
     parser = pytest.importorskip("tfc.ir.parser", reason="tfc.ir.parser is not written yet")
     printer = pytest.importorskip("tfc.ir.printer", reason="tfc.ir.printer is not written yet")
+    from tfc.devices import PROFILE_ENV, parse_devices
     from tfc.passes import run_passes
+
+    # No calibrated profile: placement's cost model uses the default rates on every host.
+    monkeypatch.setenv(PROFILE_ENV, str(tmp_path / "no-device-profile.json"))
 
     text = path.read_text()
     d = directives(text)
@@ -84,6 +96,8 @@ def run_case(path: Path) -> None:
     errors = d.get("ERROR", [])
     try:
         module = parser.parse_module(text, filename=path.name)
+        if "DEVICES" in d:
+            module.devices = parse_devices(",".join(d["DEVICES"]))
         module = run_passes(module, d["RUN"][0], verify=True)
     except TfcError as e:
         if not errors:
@@ -93,14 +107,14 @@ def run_case(path: Path) -> None:
         return
     if errors:
         pytest.fail(f"{path.name}: expected an error containing {errors[0]!r}; none was raised")
-    output = printer.print_module(module)
+    output = printer.print_module(module) + printer.print_memory_plans(module)
     code, messages = filecheck(path, output)
     assert code == 0, f"{path.name}: FileCheck failed:\n{messages}\n--- printed IR ---\n{output}"
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
-def test_ir_file(path: Path) -> None:
-    run_case(path)
+def test_ir_file(path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    run_case(path, monkeypatch, tmp_path)
 
 
 def test_there_are_ir_files() -> None:

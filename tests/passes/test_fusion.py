@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tfc
-from tfc.backends.reference.interpreter import ExecContext, run_graph
 from tfc.errors import ExecutionError, TfcError, VerifyError
 from tfc.ir.builder import Builder
 from tfc.ir.core import INIT_GRAPH, Graph, Module, Op
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.parser import parse_module
 from tfc.ir.printer import print_module
 from tfc.ir.registry import lookup, make_op

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import tfc
-from tfc.backends.reference import ExecContext, run_graph
 from tfc.cli import main
 from tfc.errors import TfcError
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module, Value, VariableDecl
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.parser import parse_module
 from tfc.ir.registry import lookup, make_op
 from tfc.ir.types import DType, TensorType
@@ -495,7 +495,7 @@ def test_cli_ir_shows_the_plans_as_comments(capsys, monkeypatch) -> None:
 def test_a_kernel_with_several_results_never_writes_in_place():
     """Storing the first result over an input would corrupt what the second one reads."""
     import tfc
-    from tfc.compiler.extract import extract
+    from tfc.api.extract import extract
     from tfc.ir.core import Module
     from tfc.passes import run_passes
     with tfc.Graph().as_default() as g:

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from tfc.backends.reference import ExecContext, run_graph
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.printer import print_graph
 from tfc.ir.types import DType, TensorType
 from tfc.ir.verifier import verify_graph

@@ -16,7 +16,7 @@ assigns belong outside the control flow (compute the new value with it).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 from tfc.api.graph import Graph, Tensor, get_default_graph, user_location
 from tfc.api.tensor import binary_op, apply, convert_to_tensor
@@ -24,7 +24,7 @@ from tfc.errors import Location, TfcError, TypeMismatch
 from tfc.ir import core as ir
 from tfc.ir.registry import lookup, make_op
 from tfc.ir.types import DType, TensorType
-from tfc.ops.control import scan_body_arg_types, scan_result_types
+from tfc.ops.control import RegionOp, scan_body_arg_types, scan_result_types
 
 # ---- structures (a small pytree) ---------------------------------------------------------
 
@@ -192,7 +192,7 @@ def _emit(g: Graph, kind: str, inputs: Sequence[ir.Value], attrs: dict[str, Any]
     op = make_op(kind, inputs, attrs, device=g.current_device, loc=loc, regions=regions,
                  result_types=result_types)
     try:
-        lookup(kind).verify_op(op, None)
+        cast(RegionOp, lookup(kind)).verify_op(op, None)  # kind: cond, while or scan
     except TfcError as e:
         raise e.at(loc)
     return g.ir.append(op)

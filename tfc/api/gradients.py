@@ -8,8 +8,8 @@ from typing import Any, Sequence
 from tfc.api.graph import Tensor, get_default_graph, user_location
 from tfc.api.tensor import TensorLike, apply, convert_to_tensor
 from tfc.errors import TfcError
-from tfc.passes.autodiff import SparseGrad
-from tfc.passes.autodiff import gradients as _gradients
+from tfc.ir.autodiff import SparseGrad
+from tfc.ir.autodiff import gradients as _gradients
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Every op a user creates is appended, type-checked, to one IR graph (``Graph.ir``) whose
 arguments are the placeholders. Nothing runs while building. Entry points, sessions and
-artifacts later cut the part they need out of it (``tfc.compiler.extract``), so building
+artifacts later cut the part they need out of it (``tfc.api.extract``), so building
 a large graph and running a small piece of it costs only that piece: the TensorFlow
 paper's partial execution.
 """
@@ -15,7 +15,8 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
@@ -49,7 +50,7 @@ def user_location(skip: int = 1) -> Location | None:
     stack = getattr(_given, "stack", None)
     if stack:
         return stack[-1]
-    f = sys._getframe(skip)
+    f: FrameType | None = sys._getframe(skip)
     while f is not None:
         path = f.f_code.co_filename
         if not path.startswith(_TFC_DIR) and not path.startswith("<frozen"):
@@ -207,7 +208,7 @@ class Graph:
         feed_map = ({k: convert_to_tensor(v) for k, v in feeds.items()} if feeds is not None
                     else None)
         if feed_map is None:
-            from tfc.compiler.extract import needed_placeholders
+            from tfc.api.extract import needed_placeholders
             feed_map = {p.value.name or f"arg{p.value.index}": p for p in
                         needed_placeholders(self, list(tensors.values()), ops)}
         e = Entry(name, feed_map, tensors, ops, loc)
@@ -215,7 +216,7 @@ class Graph:
         return e
 
     def as_module(self) -> ir.Module:
-        from tfc.compiler.extract import build_module
+        from tfc.api.extract import build_module
         return build_module(self)
 
 
@@ -265,7 +266,44 @@ class Operation:
         return f"<tfc.Operation {self.name}>"
 
 
-class Tensor:
+class TensorOperators:
+    """Python's operators on ``Tensor`` and ``Variable`` (``a + b``, ``x[1:3]`` ...), as the
+    type checker sees them: ``tfc.api.tensor`` installs them (each builds its registry op
+    through ``binary_op`` or ``apply``, which need this module, so they cannot be written
+    here). A test checks that the two lists agree."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+        def __add__(self, other: Any) -> Tensor: ...
+        def __radd__(self, other: Any) -> Tensor: ...
+        def __sub__(self, other: Any) -> Tensor: ...
+        def __rsub__(self, other: Any) -> Tensor: ...
+        def __mul__(self, other: Any) -> Tensor: ...
+        def __rmul__(self, other: Any) -> Tensor: ...
+        def __truediv__(self, other: Any) -> Tensor: ...
+        def __rtruediv__(self, other: Any) -> Tensor: ...
+        def __floordiv__(self, other: Any) -> Tensor: ...
+        def __rfloordiv__(self, other: Any) -> Tensor: ...
+        def __pow__(self, other: Any) -> Tensor: ...
+        def __rpow__(self, other: Any) -> Tensor: ...
+        def __matmul__(self, other: Any) -> Tensor: ...
+        def __rmatmul__(self, other: Any) -> Tensor: ...
+        def __and__(self, other: Any) -> Tensor: ...
+        def __rand__(self, other: Any) -> Tensor: ...
+        def __or__(self, other: Any) -> Tensor: ...
+        def __ror__(self, other: Any) -> Tensor: ...
+        def __lt__(self, other: Any) -> Tensor: ...
+        def __le__(self, other: Any) -> Tensor: ...
+        def __gt__(self, other: Any) -> Tensor: ...
+        def __ge__(self, other: Any) -> Tensor: ...
+        def __neg__(self) -> Tensor: ...
+        def __abs__(self) -> Tensor: ...
+        def __invert__(self) -> Tensor: ...
+        def __getitem__(self, key: Any) -> Tensor: ...
+
+
+class Tensor(TensorOperators):
     """A symbolic value of the graph: the result of an op or a placeholder."""
 
     __slots__ = ("graph", "value", "_loc")
@@ -342,7 +380,7 @@ def check_assignable(var: str, declared: TensorType, value: TensorType,
         raise e.at(loc)
 
 
-class Variable:
+class Variable(TensorOperators):
     """State that persists across steps (``tf.Variable``).
 
     It is declared in the module, initialized once by the ``__init__`` graph, read with
@@ -385,7 +423,7 @@ class Variable:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.decl.type.shape)  # type: ignore[arg-type]
+        return self.decl.type.static_shape
 
     @property
     def trainable(self) -> bool:

@@ -269,7 +269,7 @@ def _filled_like(x: TensorLike, value: float) -> Tensor:
     which broadcasts a scalar to the condition's shape whatever ``x`` holds, NaN included)."""
     t = convert_to_tensor(x)
     if t.type.is_static:
-        return fill(t.type.shape, value, t.dtype)
+        return fill(t.type.static_shape, value, t.dtype)
     c = constant(value, dtype=t.dtype)
     return where(equal(t, t), c, c)
 

@@ -129,6 +129,7 @@ def _evaluate(sess: "Session", t: Tensor | Variable) -> Any:
 
 
 def _named(var_list: Sequence[Variable] | Mapping[str, Variable]) -> dict[str, Variable]:
+    items: list[tuple[Any, Any]]  # checked below: a user's list may hold anything
     if isinstance(var_list, Mapping):
         items = list(var_list.items())
     else:

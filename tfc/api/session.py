@@ -15,10 +15,10 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from tfc.api.extract import extract
 from tfc.api.graph import Graph, Operation, Tensor, Variable, get_default_graph
 from tfc.api.tensor import convert_to_tensor
 from tfc.backends.base import Executable, StepOwner, get_backend
-from tfc.compiler.extract import extract
 from tfc.errors import FeedError, TfcError
 from tfc.ir import core as ir
 

@@ -39,7 +39,7 @@ import base64
 import binascii
 import json
 import math
-from typing import Any, Mapping, NoReturn, Sequence
+from typing import Any, Mapping, NoReturn, Sequence, TypeGuard
 
 import numpy as np
 
@@ -494,5 +494,5 @@ def _json_kind(v: Any) -> str:
     return _JSON_NAMES.get(type(v).__name__, type(v).__name__)
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)

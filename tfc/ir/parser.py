@@ -245,7 +245,7 @@ class _ModuleBuilder:
         return first
 
     def var_decl(self, tree: Tree) -> tuple[VariableDecl, Token]:
-        ref, type_tok, attr_tree, loc_tok = tree.children
+        ref, type_tok, attr_tree, loc_tok = tree_children(tree)
         var = VariableDecl(self.symbol(ref), self.type(type_tok))
         if attr_tree is not None:
             for key, value, tok in self.attr_items(attr_tree, {}):
@@ -263,7 +263,7 @@ class _ModuleBuilder:
     # graphs
 
     def graph(self, tree: Tree) -> tuple[Graph, Token]:
-        head = tree.children[0]
+        head = tree_children(tree)[0]
         ref = head.children[0]
         graph = Graph(self.symbol(ref))
         scope: dict[str, Value] = {}
@@ -316,7 +316,7 @@ class _ModuleBuilder:
 
     def op(self, tree: Tree, scope: dict[str, Value]) -> Op:
         defs, kind_tok, args, attr_tree, types_tree, regions_tree, device_tok, loc_tok = \
-            tree.children
+            tree_children(tree)
         start = defs if defs is not None else kind_tok
         kind = str(kind_tok)
         try:
@@ -387,7 +387,7 @@ class _ModuleBuilder:
                    ) -> list[tuple[str, Any, Token]]:
         out: list[tuple[str, Any, Token]] = []
         seen: set[str] = set()
-        for attr in tree.children:
+        for attr in tree_children(tree):
             if attr is None:
                 continue
             key_tok, value_tree = attr.children
@@ -408,7 +408,7 @@ class _ModuleBuilder:
             if kind == "shape":
                 return tuple(self.dim(c, key) for c in items)
             return tuple(self.attr_value(c, None, key) for c in items)
-        tok: Token = tree.children[0]
+        tok: Token = tree_children(tree)[0]
         if data == "int":
             return int(tok)
         if data == "float":
@@ -432,10 +432,10 @@ class _ModuleBuilder:
 
     def dim(self, tree: Tree, key: Token) -> int | str:
         if tree.data in ("word", "string", "unknown_dim"):
-            tok: Token = tree.children[0]
+            tok: Token = tree_children(tree)[0]
             return self.string(tok) if tree.data == "string" else str(tok)
         if tree.data == "int":
-            return int(tree.children[0])
+            return int(tree_children(tree)[0])
         what = "a list" if tree.data == "list" else _first_token(tree, key)
         raise self.error_at(f"a shape's dims are sizes, symbols or '?', not {what}",
                             _first_token(tree, key))
@@ -490,7 +490,7 @@ class _ModuleBuilder:
         if body is None or not body.strip():
             if size:
                 raise self.error_at(f"dense<{t}> needs {size} elements (or 1 for a splat)", tok)
-            return np.zeros(t.shape, t.dtype.np)
+            return np.zeros(t.static_shape, t.dtype.np)
         body_at = m.start(3)
         if body.strip().startswith(ELIDED):
             raise self.error_at(f"the data of this dense<{t}> was elided when the IR was "
@@ -503,10 +503,10 @@ class _ModuleBuilder:
         flat = self.elements(elems, t.dtype, tok, body_at)
         if len(elems) == 1:
             try:
-                return np.full(t.shape, flat[0], dtype=t.dtype.np)
+                return np.full(t.static_shape, flat[0], dtype=t.dtype.np)
             except (MemoryError, ValueError):
                 raise self.error_at(f"dense<{t}> is too large", tok) from None
-        return flat.reshape(t.shape)
+        return flat.reshape(t.static_shape)
 
     def elements(self, elems: list[str], dtype: DType, tok: Token, body_at: int) -> np.ndarray:
         """Element texts to an array of ``dtype``; floats go through float64 as the printer
@@ -587,9 +587,9 @@ def _element_ok(e: str, dtype: DType) -> bool:
             v = int(e)
             info = np.iinfo(dtype.np)
             return info.min <= v <= info.max
-        v = float(e)
+        x = float(e)
         with np.errstate(over="ignore"):
-            return not np.isinf(dtype.np.type(v)) or _spells_inf(e)
+            return not np.isinf(dtype.np.type(x)) or _spells_inf(e)
     except ValueError:
         return False
 
@@ -606,6 +606,13 @@ def _is_number(e: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def tree_children(tree: Tree) -> list[Any]:
+    """``tree``'s children, typed as the grammar makes them (which one is a token, a
+    subtree or, with ``maybe_placeholders``, None), which lark's ``Token | Tree`` cannot
+    say: for walkers of lark trees (this parser, the ``.tfm`` front end)."""
+    return tree.children
 
 
 def _first_token(tree: Tree | Token, default: Token) -> Token:

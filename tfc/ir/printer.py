@@ -72,6 +72,17 @@ def print_target(module: Module) -> str:
     return "target {" + ", ".join(f"{k}={format_attr(v)}" for k, v in attrs.items()) + "}"
 
 
+def print_memory_plans(module: Module) -> str:
+    """The memory pass's plans of ``module``'s graphs (``module.memory_plans``, each
+    ``MemoryPlan.report()``) as ``//`` comment lines, to print after the module: the
+    parser skips them, so the text stays parseable. Empty when no graph was planned.
+    One function for ``tfc ir`` and the FileCheck tests, so the tests check what users see."""
+    reports = [plan.report() for name, plan in module.memory_plans.items()
+               if name in module.graphs]
+    return "".join("\n" + "".join(f"// {line}".rstrip() + "\n" for line in r.splitlines())
+                   for r in reports)
+
+
 def print_var(var: VariableDecl) -> str:
     """``var @NAME : TYPE [{device=..., trainable=false}] [# LOC]``."""
     attrs: dict[str, Any] = {}

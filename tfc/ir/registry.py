@@ -3,7 +3,9 @@
 An entry declares its attrs, infers result types (numpy broadcasting over symbolic
 dims), implements the op in numpy (the reference every backend is tested against) and
 estimates its cost. Backends key their lowerings by the same name. Op definitions live
-in ``tfc.ops``; importing this module does not import them, ``lookup`` does.
+in ``tfc.ops``, a layer above this one, which registers them when it is imported; the
+package (``tfc/__init__.py``) imports it first, so any ``import tfc...`` has every op
+registered. The registry itself never imports the ops.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ class OpDef:
         return Cost(self.flops_per_element * out_elems, moved)
 
     # Gradients (reverse mode). ``gradient`` builds, with ``b`` (a
-    # ``tfc.passes.autodiff.GradBuilder``), the gradient of each input of ``op`` from the
+    # ``tfc.ir.autodiff.GradBuilder``), the gradient of each input of ``op`` from the
     # gradients of its results (None where a result's gradient is zero), returning None
     # for inputs that get none. Ops through which no gradient flows (comparisons, argmax,
     # shape) set ``differentiable = False`` instead.
@@ -207,25 +209,22 @@ def registered(*opdefs: OpDef | type) -> Iterator[None]:
             unregister(name)
 
 
-def _load() -> None:
-    import tfc.ops  # noqa: F401  (defines every op on import)
-
-
 def nearest_hint(name: str, names: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, names, n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def lookup(name: str) -> OpDef:
-    _load()
     try:
         return _REGISTRY[name]
     except KeyError:
+        if not _REGISTRY:  # (only while the package itself is being imported)
+            raise UnknownOp(f"unknown op '{name}': no op is registered yet (the ops "
+                            "register when tfc.ops is imported)") from None
         raise UnknownOp(f"unknown op '{name}'{nearest_hint(name, list(_REGISTRY))}") from None
 
 
 def all_ops() -> dict[str, OpDef]:
-    _load()
     return dict(_REGISTRY)
 
 

@@ -7,10 +7,11 @@ it cannot resolve). Types are frozen so that ops can hash and compare them freel
 
 from __future__ import annotations
 
+import builtins
 import enum
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence, Union
+from typing import Iterable, Sequence, Union, cast
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from tfc.errors import TypeMismatch
 Dim = Union[int, str]
 UNKNOWN = "?"
 _SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Inside ``DType`` the names ``np`` and ``bool`` are its own members, so its annotations
+# spell numpy's dtype through this alias (and the builtin as ``builtins.bool``).
+_NumpyDType = np.dtype
 
 
 class DType(enum.Enum):
@@ -36,11 +40,11 @@ class DType(enum.Enum):
         return _TO_NUMPY[self]
 
     @property
-    def is_float(self) -> bool:
+    def is_float(self) -> builtins.bool:
         return self in (DType.f16, DType.f32, DType.f64)
 
     @property
-    def is_int(self) -> bool:
+    def is_int(self) -> builtins.bool:
         return self in (DType.i32, DType.i64)
 
     @property
@@ -48,7 +52,7 @@ class DType(enum.Enum):
         return self.np.itemsize
 
     @staticmethod
-    def from_numpy(dtype: np.dtype | type) -> "DType":
+    def from_numpy(dtype: _NumpyDType | type) -> "DType":
         dtype = np.dtype(dtype)
         try:
             return _FROM_NUMPY[dtype]
@@ -59,7 +63,7 @@ class DType(enum.Enum):
         return self.value
 
 
-_TO_NUMPY = {
+_TO_NUMPY: dict[DType, np.dtype] = {
     DType.f16: np.dtype(np.float16),
     DType.f32: np.dtype(np.float32),
     DType.f64: np.dtype(np.float64),
@@ -99,7 +103,16 @@ class TensorType:
     def num_elements(self) -> int | None:
         if not self.is_static:
             return None
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(np.prod(cast("tuple[int, ...]", self.shape), dtype=np.int64))
+
+    @property
+    def static_shape(self) -> tuple[int, ...]:
+        """The shape of a static type (``is_static``), its dims typed as the ints they are;
+        a ``TypeMismatch`` for a type with a symbolic or unknown dim."""
+        if not self.is_static:
+            raise TypeMismatch(f"type {self} has no static shape (it has a symbolic or "
+                               f"unknown dim)")
+        return cast("tuple[int, ...]", self.shape)
 
     def nbytes(self, symbol_size: int = 1) -> int:
         """Bytes of a value of this type; symbols count as ``symbol_size`` (cost estimates)."""
@@ -154,14 +167,15 @@ def broadcast_shapes(*shapes: Sequence[Dim]) -> tuple[Dim, ...] | None:
     rank = max((len(s) for s in shapes), default=0)
     out: list[Dim] = []
     for i in range(rank):
-        d: Dim | None = 1
+        d: Dim = 1
         for s in shapes:
             j = i - (rank - len(s))
             if j < 0:
                 continue
-            d = broadcast_dims(d, s[j])
-            if d is None:
+            both = broadcast_dims(d, s[j])
+            if both is None:
                 return None
+            d = both
         out.append(d)
     return tuple(out)
 

@@ -156,7 +156,7 @@ class Layer:
             raise TfcError(f"layer '{self.name}' was built in another graph", user_location())
         else:
             self._check_input(x)
-            with g.as_default(), g.name_scope(self._scope + "/"):
+            with g.as_default(), g.name_scope(self.name + "/"):
                 out = self.call(x, training)
         self.output_type = out.type
         return out

@@ -16,7 +16,7 @@ def _pair(name: str, v: int | Sequence[int]) -> tuple[int, int]:
     t = (int(v), int(v)) if isinstance(v, int) else tuple(int(x) for x in v)
     if len(t) != 2 or min(t) < 1:
         raise TypeMismatch(f"{name} must be a positive int or two positive ints, got {v!r}")
-    return t  # type: ignore[return-value]
+    return t
 
 
 def _padding(v: str) -> str:

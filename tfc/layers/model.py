@@ -236,6 +236,7 @@ class Sequential:
 
     def _prepare_y(self, y: Any) -> np.ndarray:
         t = self._require_training().y.type
+        assert self.loss is not None  # compiled: _require_training checks it
         arr = np.asarray(y)
         if arr.ndim == t.rank - 1 and t.shape[-1] == 1:  # labels [N] for outputs [N, 1]
             arr = arr[..., None]
@@ -348,10 +349,15 @@ class Sequential:
         ``predict(x) -> output`` (and ``classes`` for a classifier), and once compiled
         ``evaluate(x, y) -> loss, metrics`` and ``train_step(x, y) -> loss, metrics``,
         which applies one optimizer step on the minibatch ``(x, y)``."""
-        from tfc import entry
         if not self.built:
             self.build()
         assert self.graph is not None and self.inputs is not None and self.outputs is not None
+        graph = self.graph
+
+        def entry(name: str, feeds: dict[str, Tensor], fetches: dict[str, Tensor],
+                  targets: Sequence[Operation] = ()) -> None:  # what tfc.entry does
+            graph.entry(name, feeds, fetches, targets, user_location())
+
         with self.graph.as_default():
             fetches: dict[str, Tensor] = {"output": self.outputs}
             if self.loss is not None and (self.loss.sparse_labels or

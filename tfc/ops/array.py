@@ -874,7 +874,7 @@ class Gather(Movement):
         ``SparseGrad``, which an optimizer applies to those rows only). Along another
         axis the gradient is dense: the indexed axis is moved to the front, the rows are
         added with ``scatter_add`` and the axes moved back. Indices get none."""
-        from tfc.passes.autodiff import SparseGrad
+        from tfc.ir.autodiff import SparseGrad
         params, indices = op.inputs
         (dy,) = grads
         rank, k = params.type.rank, indices.type.rank

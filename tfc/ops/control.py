@@ -44,13 +44,13 @@ def _types(types: Sequence[TensorType]) -> str:
 
 def _region_ctx(ctx: Any) -> Any:
     """A fresh execution context for a region, sharing the step and the variables."""
-    from tfc.backends.reference.interpreter import ExecContext
+    from tfc.ir.interpret import ExecContext
     return ExecContext(getattr(ctx, "variables", {}), getattr(ctx, "step", 0))
 
 
 def run_region(region: Graph, args: Sequence[np.ndarray], ctx: Any) -> list[np.ndarray]:
     """Run a region graph on ``args`` with the reference interpreter."""
-    from tfc.backends.reference.interpreter import run_graph
+    from tfc.ir.interpret import run_graph
     return run_graph(region, list(args), _region_ctx(ctx))
 
 
@@ -112,7 +112,7 @@ def _vjp_region(name: str, src: Graph, ins: Sequence[TensorType], outs: Sequence
     """A region ``(src args..., cotangents...) -> ...`` that recomputes ``src`` and
     differentiates results ``outs`` (weighted by the cotangents) w.r.t. args ``wrt``.
     Returns the region (results not yet set) and the gradients (Value or None)."""
-    from tfc.passes.autodiff import GradBuilder, gradients
+    from tfc.ir.autodiff import GradBuilder, gradients
     g = Graph(name)
     args = [g.add_arg(t) for t in ins]
     cots = [g.add_arg(t) for t in cot_types]
@@ -402,7 +402,7 @@ class Scan(RegionOp):
         a_k = [back.add_arg(c.type) for c in consts]
         fargs = [*a_c, *a_x, *a_k]
         res = clone_into(body, back, fargs)
-        from tfc.passes.autodiff import GradBuilder, gradients
+        from tfc.ir.autodiff import GradBuilder, gradients
         ys_ = [res[i] for i in fc] + [res[nc + k] for k in gy]
         wrt = [a_c[i] for i in fc] + [a_x[i] for i in fx] + [a_k[i] for i in fk]
         d = gradients(back, ys_, wrt, [*a_dc, *a_dy]) if ys_ else [None] * len(wrt)

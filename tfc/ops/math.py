@@ -7,7 +7,7 @@ operand's dtype). ``div`` is true division on floats and floor division on integ
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -146,7 +146,7 @@ for _name, _fn, _dt, _flops, _grad in [
     ("floor", np.floor, FLOAT, 1, None),  # piecewise constant: no gradient, as in TF
     ("sign", np.sign, SIGNED, 1, None),
 ]:
-    register(Unary(_name, _fn, _dt, _flops, grad=_grad))
+    register(Unary(_name, cast(Fn, _fn), _dt, _flops, grad=_grad))  # a ufunc or a function
 
 
 def _pow_grad(b: Any, x: Any, y: Any, z: Any, dz: Any) -> tuple[Any, Any]:
@@ -182,7 +182,7 @@ for _name, _fn, _dt, _comm, _flops, _bgrad in [
     ("maximum", np.maximum, NUMERIC, True, 1, _select_grad("greater_equal")),
     ("minimum", np.minimum, NUMERIC, True, 1, _select_grad("less_equal")),
 ]:
-    register(Binary(_name, _fn, _dt, commutative=_comm, flops=_flops, grad=_bgrad))
+    register(Binary(_name, cast(Fn, _fn), _dt, commutative=_comm, flops=_flops, grad=_bgrad))
 
 for _name, _fn, _comm in [
     ("greater", np.greater, False),

@@ -45,6 +45,8 @@ class Reduce(OpDef):
             for a in axes:  # increasing, so each axis lands where it was
                 dy = b("expand_dims", dy, axis=a)
                 y = b("expand_dims", y, axis=a)
+        if self.grad is None:
+            raise NotImplementedError(f"{self.name} has no gradient rule")
         return [self.grad(b, x, y, b("broadcast_like", dy, x), axes)]
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -62,7 +64,7 @@ class Reduce(OpDef):
         out = self.fn(x, axis=axes, keepdims=attrs["keepdims"])
         return [np.asarray(out, dtype=x.dtype)]
 
-    def cost(self, inputs, outputs, attrs, symbol_size=1):  # type: ignore[override]
+    def cost(self, inputs, outputs, attrs, symbol_size=1):
         base = super().cost(inputs, outputs, attrs, symbol_size)
         return type(base)(inputs[0].nbytes(symbol_size) / inputs[0].dtype.itemsize, base.bytes)
 
@@ -74,7 +76,7 @@ def _sum(x: np.ndarray, axis: tuple, keepdims: bool) -> np.ndarray:
 def _mean(x: np.ndarray, axis: tuple, keepdims: bool) -> np.ndarray:
     # Accumulate half precision in f32, as TensorFlow does, then round once.
     acc = np.float32 if x.dtype == np.float16 else x.dtype
-    return np.mean(x, axis=axis, keepdims=keepdims, dtype=acc)
+    return np.asarray(np.mean(x, axis=axis, keepdims=keepdims, dtype=acc))
 
 
 def _count(b: Any, x: Any, axes: tuple[int, ...]) -> Any:

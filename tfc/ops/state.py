@@ -42,7 +42,7 @@ class Constant(OpDef):
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:
         return [attrs["value"]]
 
-    def cost(self, inputs, outputs, attrs, symbol_size=1):  # type: ignore[override]
+    def cost(self, inputs, outputs, attrs, symbol_size=1):
         return Cost(0, 0)
 
 

@@ -48,7 +48,7 @@ class Send(OpDef):
         _rendezvous(ctx, self.name).send(attrs["key"], inputs[0])
         return []
 
-    def cost(self, inputs, outputs, attrs, symbol_size=1):  # type: ignore[override]
+    def cost(self, inputs, outputs, attrs, symbol_size=1):
         return Cost(0, inputs[0].nbytes(symbol_size))
 
 
@@ -70,7 +70,7 @@ class Recv(OpDef):
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:
         return [_rendezvous(ctx, self.name).recv(attrs["key"])]
 
-    def cost(self, inputs, outputs, attrs, symbol_size=1):  # type: ignore[override]
+    def cost(self, inputs, outputs, attrs, symbol_size=1):
         return Cost(0, outputs[0].nbytes(symbol_size))
 
 
@@ -115,7 +115,7 @@ class AllReduce(OpDef):
         total = np.asarray(total, dtype=inputs[0].dtype)
         return [total] * len(inputs)
 
-    def cost(self, inputs, outputs, attrs, symbol_size=1):  # type: ignore[override]
+    def cost(self, inputs, outputs, attrs, symbol_size=1):
         n, t = len(inputs), inputs[0]
         elems = t.nbytes(symbol_size) // t.dtype.itemsize
         return Cost(float(n * n * elems), float(n * n * t.nbytes(symbol_size)))

@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from tfc.backends.reference.interpreter import ExecContext
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value
+from tfc.ir.interpret import ExecContext
 from tfc.ir.registry import PURE, RANDOM, STATEFUL, lookup, make_op
 from tfc.ir.types import TensorType
 from tfc.passes.manager import for_each_graph, register_pass, resolve

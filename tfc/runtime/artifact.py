@@ -41,7 +41,7 @@ but their object code is not linked: nothing says it is what the compiler wrote.
 No pickle anywhere: arrays are written and read with ``allow_pickle=False``, so loading
 an artifact's data never runs code; its object code is code, linked and run only once
 its digest matches (which guards against corruption, not against an attacker: README.md,
-"Trust"). Writing is atomic (``tfc.runtime.atomic``): a crash mid-write leaves the
+"Trust"). Writing is atomic (``tfc.atomic``): a crash mid-write leaves the
 previous artifact intact. Loading checks everything it reads (digests, the IR verifier,
 the manifest's signatures against the IR's) and turns each problem into one
 ``ArtifactError`` sentence naming the file, except corrupt object code, which is
@@ -62,14 +62,15 @@ from typing import IO, Any, Callable, Collection, Iterator, Mapping
 
 import numpy as np
 
+from tfc.atomic import atomic_write
 from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import INIT_GRAPH, Module, Op
 from tfc.ir.types import DType, TensorType, format_shape
-from tfc.runtime.atomic import atomic_write
 from tfc.runtime.digests import FIELD as DIGESTS
 from tfc.runtime.digests import (CorruptMember, bytes_digest, check_member, json_digest,
                                  npy_digest, read_digests)
 from tfc.runtime.program import EntrySignature, Program
+from tfc.version import __version__
 
 FORMAT = "tfc"
 VERSION = 2  # 2: variables may be stored as initializer ops, or stage graphs (written only then)
@@ -81,16 +82,7 @@ NATIVE_DIGEST = "manifest.json#native"  # the digest of the manifest's "native" 
 
 def tfc_version() -> str:
     """The running tfc's version, for ``created_by``."""
-    try:
-        from tfc import __version__  # type: ignore[attr-defined]
-        return str(__version__)
-    except ImportError:
-        pass
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-        return version("tfc")
-    except (ImportError, PackageNotFoundError):
-        return "0.1.0"
+    return __version__
 
 
 # ---- writing ------------------------------------------------------------------------

@@ -25,6 +25,10 @@ import numpy as np
 
 from tfc.devices import DeviceProfile, DeviceRates, LinkRates, parse_device
 from tfc.errors import TfcError
+from tfc.ir.builder import Builder
+from tfc.ir.core import Graph, Module, Value
+from tfc.ir.types import DType, TensorType
+from tfc.runtime.program import Program
 from tfc.runtime.rendezvous import Rendezvous
 
 GEMM_N = 512
@@ -90,7 +94,7 @@ def _no_sync() -> None:
     return None
 
 
-def _timings(f: Callable[[], object], repeats: int, sync: Callable[[], None]) -> Spread:
+def _timings(f: Callable[[], object], repeats: int, sync: Callable[[], object]) -> Spread:
     f()  # warm up (compiles, faults pages in)
     samples = []
     for _ in range(repeats):
@@ -101,16 +105,20 @@ def _timings(f: Callable[[], object], repeats: int, sync: Callable[[], None]) ->
     return Spread(samples)
 
 
-def _program(build: Callable[[object], None], backend: str | None):
-    import tfc
-    from tfc.runtime import Program
-    with tfc.Graph().as_default() as g:
-        build(tfc)
-    return Program(g.as_module(), backend=backend)
+def _program(entry: str, shape: Sequence[int], body: Callable[[Builder, Value], Value],
+             backend: str | None) -> Program:
+    """A program whose one entry ``entry`` feeds ``x: f32[shape]`` and fetches
+    ``y = body(x)`` (built with the IR builder: the runtime sits below the Python API)."""
+    graph = Graph(entry)
+    x = graph.add_arg(TensorType(DType.f32, tuple(shape)), "x")
+    graph.set_results([body(Builder(graph), x)], ["y"])
+    module = Module()
+    module.add_graph(graph)
+    return Program(module, backend=backend)
 
 
 def measure_device(backend: str | None = None, repeats: int = 5, *,
-                   sync: Callable[[], None] = _no_sync, gemm_n: int = GEMM_N,
+                   sync: Callable[[], object] = _no_sync, gemm_n: int = GEMM_N,
                    stream_elements: int = STREAM_ELEMENTS) -> DeviceMeasurement:
     """Compute rate, bandwidth and per-step overhead of one device (this thread), each
     the median of ``repeats`` runs; ``sync`` is called before every run (the barrier
@@ -120,22 +128,13 @@ def measure_device(backend: str | None = None, repeats: int = 5, *,
     x = rng.standard_normal(stream_elements, dtype=np.float32)
     s = np.float32(1.0)
 
-    def mm(tfc):
-        pa = tfc.placeholder(tfc.float32, [gemm_n, gemm_n], name="a")
-        tfc.entry("mm", feeds={"a": pa}, fetches={"c": tfc.matmul(pa, pa)})
-
-    def add(tfc):
-        px = tfc.placeholder(tfc.float32, [stream_elements], name="x")
-        tfc.entry("add", feeds={"x": px}, fetches={"y": px + px})
-
-    def tiny(tfc):
-        ps = tfc.placeholder(tfc.float32, [], name="s")
-        tfc.entry("tiny", feeds={"s": ps}, fetches={"y": ps + 1.0})
-
-    pm, pa, pt = (_program(b, backend) for b in (mm, add, tiny))
-    gemm = _timings(lambda: pm.run("mm", a=a), repeats, sync)
+    pm = _program("mm", (gemm_n, gemm_n), lambda b, v: b("matmul", v, v), backend)
+    pa = _program("add", (stream_elements,), lambda b, v: b("add", v, v), backend)
+    one = np.asarray(1.0, np.float32)
+    pt = _program("tiny", (), lambda b, v: b("add", v, b("constant", value=one)), backend)
+    gemm = _timings(lambda: pm.run("mm", x=a), repeats, sync)
     stream = _timings(lambda: pa.run("add", x=x), repeats, sync)
-    overhead = _timings(lambda: pt.run("tiny", s=s), repeats * 20, sync)
+    overhead = _timings(lambda: pt.run("tiny", x=s), repeats * 20, sync)
     rates = DeviceRates(flops_per_s=2.0 * gemm_n ** 3 / gemm.median,
                         bytes_per_s=12.0 * stream_elements / stream.median,
                         kernel_overhead_s=overhead.median)

@@ -14,7 +14,7 @@ atomically (temp file beside it, fsync, ``os.replace``, fsync of the directory),
 the index is written the same way, and only THEN are checkpoints beyond ``max_to_keep``
 deleted. So the index only ever names complete files, and a file is deleted only once
 no index names it. A process killed while saving leaves its temp file behind; the next
-save into the directory removes it (``tfc.runtime.atomic``). The step is saved because
+save into the directory removes it (``tfc.atomic``). The step is saved because
 random ops are seeded with it: a program restored at step k continues exactly as an
 uninterrupted run would.
 
@@ -32,10 +32,10 @@ from typing import IO, Any, Mapping
 
 import numpy as np
 
+from tfc.atomic import atomic_write, remove_stale_temps
 from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import VariableDecl
 from tfc.runtime.artifact import MANIFEST, open_zip, parse_manifest, read_variables
-from tfc.runtime.atomic import atomic_write, remove_stale_temps
 from tfc.runtime.digests import FIELD as DIGESTS
 from tfc.runtime.digests import npy_digest
 

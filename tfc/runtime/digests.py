@@ -60,7 +60,7 @@ def npy_digest(arr: np.ndarray) -> str:
     """The digest of the ``.npy`` file ``np.save(f, arr, allow_pickle=False)`` writes,
     computed without holding that file in memory."""
     sink = _HashSink()
-    np.save(sink, arr, allow_pickle=False)  # type: ignore[arg-type]
+    np.save(sink, arr, allow_pickle=False)
     return sink.hash.hexdigest()
 
 

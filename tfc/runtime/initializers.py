@@ -21,9 +21,9 @@ from typing import Mapping
 
 import numpy as np
 
-from tfc.backends.reference.interpreter import ExecContext
 from tfc.errors import TfcError
 from tfc.ir.core import INIT_GRAPH, Graph, Module, Op, VariableDecl
+from tfc.ir.interpret import ExecContext
 from tfc.ir.printer import is_splat
 from tfc.ir.registry import STATEFUL, lookup, writes_variable
 

@@ -89,7 +89,7 @@ class Tracer:
         return json.dumps({"traceEvents": meta + self.events, "displayTimeUnit": "ms"})
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        from tfc.runtime.atomic import atomic_write
+        from tfc.atomic import atomic_write
         data = self.to_json().encode()
         atomic_write(path, lambda f: f.write(data))
         return Path(path)

@@ -77,7 +77,9 @@ def data_parallel(loss_fn: Callable[..., TensorLike], inputs: Sequence[TensorLik
                 ps = parse_devices([ps_device or devices[0]])[0]
                 for v in model_vars:  # the variable and its read live on the server
                     v.decl.device = ps
-                    v._read.value.op.device = ps
+                    read = v._read.value.op
+                    assert read is not None  # a variable's read is an op (not a feed)
+                    read.device = ps
             variables = model_vars
         elif mirrors is not None:  # replica i reads its own copies
             subst = {v._read.value: c._read.value for v, c in zip(model_vars, mirrors)}

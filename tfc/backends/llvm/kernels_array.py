@@ -592,9 +592,9 @@ def _pool_grad_gather(gc, op: Op, image: Value, x: Value | None, dy: Value) -> N
     (kh, kw), (sh, sw) = _window(op)
     dt = out.dtype
     ct = U.compute_type(dt)
-    # what pass 1 leaves per window and channel
-    sdt = None if is_max else (DType.f64 if dt is DType.f64 else DType.f32)
-    width = 4 if sdt is None else sdt.itemsize
+    # what pass 1 leaves per window and channel: max, the winning tap; avg, the share
+    sdt = DType.i32 if is_max else (DType.f64 if dt is DType.f64 else DType.f32)
+    width = sdt.itemsize
     gc.comp.scratch.append(lambda bd, dy=dy, width=width: width * bd.size(dy))
     scratch = Storage("scratch", 0)
     kc = gc.kernel(op.kind, [v for v in (x, dy, out) if v is not None], [scratch])

@@ -52,6 +52,11 @@ def _nbytes(bd: Binding, v: Value) -> int:
     return bd.size(v) * v.dtype.itemsize
 
 
+def _slice_bytes(v: Value) -> Callable[[Binding], int]:
+    """The bytes of one slice of ``v`` along its first axis (a scan's step), per binding."""
+    return lambda bd: _nbytes(bd, v) // max(1, bd.shape(v)[0])
+
+
 # ---- shapes of one binding -----------------------------------------------------------------
 
 def infer_control(op: Op, in_shapes: list[tuple[int, ...]],
@@ -181,7 +186,7 @@ class _Control:
         self.params = kc.fn.args[len(kc.storages)]
 
         def at(k: int) -> ir.Value:
-            off = kc.param(("ctl", self.uid, k), lambda bd, k=k: layout(bd)[k])
+            off = kc.param(("ctl", self.uid, k), lambda bd: layout(bd)[k])
             return b.gep(scr, [off], inbounds=True, source_etype=U.I8)
 
         nb = sum(len(r.buffers) for r in self.regions)
@@ -201,7 +206,7 @@ class _Control:
 
     def bytes(self, v: Value) -> ir.Value:
         return self.kc.param(("bytes", id(v)),
-                             lambda bd, v=v: bd.size(v) * v.dtype.itemsize)
+                             lambda bd: bd.size(v) * v.dtype.itemsize)
 
     def copy(self, dst: ir.Value, src: ir.Value, nbytes: ir.Value) -> None:
         self.kc.b.call(self.memcpy, [dst, src, nbytes, ir.Constant(U.I1, 0)])
@@ -272,10 +277,8 @@ def lower_scan(gc: GraphCompiler, op: Op) -> None:
     else:
         raise Unsupported("scan without xs or length")
     ys = list(op.results[nc:])
-    x_step = [kc.param(("slice_bytes", id(x)), lambda bd, x=x: _nbytes(bd, x)
-                       // max(1, bd.shape(x)[0])) for x in xs]
-    y_step = [kc.param(("slice_bytes", id(y)), lambda bd, y=y: _nbytes(bd, y)
-                       // max(1, bd.shape(y)[0])) for y in ys]
+    x_step = [kc.param(("slice_bytes", id(x)), _slice_bytes(x)) for x in xs]
+    y_step = [kc.param(("slice_bytes", id(y)), _slice_bytes(y)) for y in ys]
     for j, c in enumerate(carry):
         ctl.copy(ctl.set_a[j], kc.ptr(c), ctl.bytes(c))
     i_slot = _counter(kc, "t")

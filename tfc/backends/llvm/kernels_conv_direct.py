@@ -56,6 +56,9 @@ class _Padded:
 
     def __init__(self, op: Op, x: Value, kh: int, kw: int) -> None:
         self.op, self.x, self.kh, self.kw = op, x, kh, kw
+        channels = x.type.shape[3]
+        assert isinstance(channels, int), "a direct convolution has static channels (is_direct)"
+        self.channels = channels
         self.same = op.attrs["padding"] != "VALID"
         (self.sh, self.sw), (self.dh, self.dw) = conv_geometry(op)
 
@@ -128,7 +131,7 @@ class _Padded:
             for j in range(self.kw):
                 base = U.add(b, U.mul(b, U.i64(i * self.dh), row),
                              U.mul(b, U.i64(j * self.dw), pd[3]))
-                for ci in range(self.x.type.shape[3]):
+                for ci in range(self.channels):
                     out.append(U.add(b, base, U.i64(ci)))
         return out
 
@@ -265,10 +268,11 @@ def _conv_rows_vector(kc: Kernel, pad: "_Padded", w: Value, out: Value, n: ir.Va
     def row(ho, _c) -> None:
         for v0 in range(0, nvec, nb):
             nv = min(nb, nvec - v0)
-            U.loop(b, ZERO, pairs, lambda k, _c2, v0=v0, nv=nv:
+            # (U.loop emits the body now, so the lambdas see this iteration's v0 and nv)
+            U.loop(b, ZERO, pairs, lambda k, _c2:
                    block(ho, b.mul(k, U.i64(pb)), pb, v0, nv), name="pair")
             if pb > 1:
-                U.loop(b, b.mul(pairs, U.i64(pb)), wo_n, lambda k, _c2, v0=v0, nv=nv:
+                U.loop(b, b.mul(pairs, U.i64(pb)), wo_n, lambda k, _c2:
                        block(ho, k, 1, v0, nv), name="tail")
 
     U.loop(b, ZERO, od[1], row, name="ho")
@@ -300,9 +304,10 @@ def direct_backprop_filter(gc, op: Op, kh: int, kw: int) -> None:
     out = op.result
     dt = out.dtype
     ct = U.compute_type(dt)
-    ntaps = kh * kw * x.type.shape[3]
     pad = _Padded(op, x, kh, kw)
-    co_static = like.type.shape[3]
+    ntaps = kh * kw * pad.channels
+    co_dim = like.type.shape[3]
+    co_static = co_dim if isinstance(co_dim, int) else 0  # 0: symbolic, no vector passes
 
     def nbytes(bd: Binding) -> int:
         d = bd.shape(dy)
@@ -331,7 +336,7 @@ def direct_backprop_filter(gc, op: Op, kh: int, kw: int) -> None:
         if passes is not None:
             # dy's image is read once per block (from cache after the first)
             for t0, nt, v0, nv in passes:
-                def pixel(idx, acc, t0=t0, nt=nt, v0=v0, nv=nv) -> list[ir.Value]:
+                def block_pixel(idx, acc, t0=t0, nt=nt, v0=v0, nv=nv) -> list[ir.Value]:
                     ho, wo = idx
                     dbase = U.linear(b, [n, ho, wo, ZERO], dd)
                     g = [vec.load(kc.ptr(dy), U.add(b, dbase, U.i64((v0 + v) * width)))
@@ -345,7 +350,7 @@ def direct_backprop_filter(gc, op: Op, kh: int, kw: int) -> None:
                             nxt.append(vec.fma(xv, g[v], acc[t * nv + v]))
                     return nxt
 
-                res = U.loop_nest(b, [(ZERO, dd[1]), (ZERO, dd[2])], pixel,
+                res = U.loop_nest(b, [(ZERO, dd[1]), (ZERO, dd[2])], block_pixel,
                                   [vec.zero] * (nt * nv), name="px")
                 for t in range(nt):
                     for v in range(nv):

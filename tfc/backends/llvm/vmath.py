@@ -173,26 +173,26 @@ class _Math:
                 return v.type
         return self.t
 
-    def add(self, a, b):  # type: ignore[no-untyped-def]
+    def add(self, a, b):
         t = self._t(a, b)
         return self.b.fadd(self.c(a, t), self.c(b, t))
 
-    def sub(self, a, b):  # type: ignore[no-untyped-def]
+    def sub(self, a, b):
         t = self._t(a, b)
         return self.b.fsub(self.c(a, t), self.c(b, t))
 
-    def mul(self, a, b):  # type: ignore[no-untyped-def]
+    def mul(self, a, b):
         t = self._t(a, b)
         return self.b.fmul(self.c(a, t), self.c(b, t))
 
-    def div(self, a, b):  # type: ignore[no-untyped-def]
+    def div(self, a, b):
         t = self._t(a, b)
         return self.b.fdiv(self.c(a, t), self.c(b, t))
 
     def neg(self, a: ir.Value) -> ir.Value:
         return self.b.fneg(a)
 
-    def cmp(self, op: str, a, b) -> ir.Value:  # type: ignore[no-untyped-def]
+    def cmp(self, op: str, a, b) -> ir.Value:
         """Ordered comparison (false when either side is NaN)."""
         t = self._t(a, b)
         return self.b.fcmp_ordered(op, self.c(a, t), self.c(b, t))
@@ -203,7 +203,7 @@ class _Math:
     def isfinite(self, a: ir.Value) -> ir.Value:
         return self.b.fcmp_ordered("<", self.fabs(a), self.c(float("inf"), a.type))
 
-    def sel(self, cond: ir.Value, a, b):  # type: ignore[no-untyped-def]
+    def sel(self, cond: ir.Value, a, b):
         t = self._t(a, b)
         return self.b.select(cond, self.c(a, t), self.c(b, t))
 

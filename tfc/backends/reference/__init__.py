@@ -1,5 +1,7 @@
-"""The numpy interpreter: the oracle every other backend is tested against."""
+"""The numpy interpreter as a backend: the oracle every other backend is tested against.
 
-from tfc.backends.reference.interpreter import ExecContext, ReferenceBackend, run_graph
+The interpreter itself (``run_graph``, ``ExecContext``) is ``tfc.ir.interpret``."""
 
-__all__ = ["ExecContext", "ReferenceBackend", "run_graph"]
+from tfc.backends.reference.backend import ReferenceBackend, ReferenceExecutable
+
+__all__ = ["ReferenceBackend", "ReferenceExecutable"]

@@ -11,9 +11,9 @@ of settings to keep in step.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lark import Tree
+from lark import Token, Tree
 
 from tfc import train as tfc_train
 from tfc.api.graph import Graph, Operation, Tensor, Variable, source_location
@@ -21,10 +21,11 @@ from tfc.compiler.tfm.locations import SourceLocator
 from tfc.compiler.tfm.scope import Scope
 from tfc.compiler.tfm.syntax import Node
 from tfc.errors import FeedError, TypeMismatch, UnknownOp
+from tfc.ir.parser import tree_children
 from tfc.ir.registry import nearest_hint
 
 # ``minimize LOSS with NAME(settings)``: the optimizers of ``tfc.train`` by short name.
-OPTIMIZERS: dict[str, type] = {
+OPTIMIZERS: dict[str, type[tfc_train.Optimizer]] = {
     "sgd": tfc_train.GradientDescentOptimizer,
     "gradient_descent": tfc_train.GradientDescentOptimizer,
     "momentum": tfc_train.MomentumOptimizer,
@@ -50,9 +51,19 @@ class EntryBlocks(SourceLocator):
     params: dict[str, Variable]
     inputs: set[str]
 
+    if TYPE_CHECKING:  # the other parts of ModelBuilder, as the docstring says
+        def bind(self, scope: Scope, tok: Token, value: Any) -> None: ...
+        @staticmethod
+        def names(tree: Tree | None) -> list[Token]: ...
+        def static(self, node: Node, kind: str, scope: Scope | None = None) -> Any: ...
+        def expr(self, node: Node, scope: Scope) -> Any: ...
+        def tensor_operand(self, v: Any, node: Node) -> None: ...
+        def call_parts(self, tree: Tree
+                       ) -> tuple[Token, str, list[Node], list[tuple[Token, Node]]]: ...
+
     def binding(self, tree: Tree, scope: Scope | None = None) -> None:
         """``a = EXPR`` or ``a, b = EXPR`` (unpacking a call's results) in ``scope``."""
-        *targets, value = tree.children
+        *targets, value = tree_children(tree)
         scope = scope or self.globals
         v = self.expr(value, scope)
         if len(targets) == 1:

@@ -20,6 +20,7 @@ from tfc.compiler.tfm.locations import SourceLocator
 from tfc.compiler.tfm.scope import Scope
 from tfc.compiler.tfm.syntax import Node
 from tfc.errors import TypeMismatch
+from tfc.ir.parser import tree_children
 from tfc.ir.registry import nearest_hint
 from tfc.ir.types import DType, TensorType
 
@@ -55,7 +56,7 @@ class ConstantEvaluation(SourceLocator):
             if d is None:
                 continue
             if d.data == "int_dim":
-                n = int(d.children[0])
+                n = int(tree_children(d)[0])
                 if n >= _MAX_DIM:
                     raise self.error(f"dim {n} is too large", d.children[0], TypeMismatch)
                 shape.append(n)
@@ -88,7 +89,7 @@ class ConstantEvaluation(SourceLocator):
         kind = node.data
         if kind in ("true", "false", "none"):
             return {"true": True, "false": False, "none": None}[kind]
-        tok = node.children[0]
+        tok = tree_children(node)[0]
         if kind == "int":
             return int(tok)
         if kind == "float":

@@ -10,7 +10,7 @@ attr is reported at the attr with the nearest known name.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from lark import Token, Tree
 
@@ -24,6 +24,7 @@ from tfc.compiler.tfm.params import INITIALIZERS
 from tfc.compiler.tfm.scope import Scope
 from tfc.compiler.tfm.syntax import Node
 from tfc.errors import TfcError, TypeMismatch, UnknownOp
+from tfc.ir.parser import tree_children
 from tfc.ir.registry import RANDOM, REQUIRED, OpDef, all_ops, lookup, nearest_hint
 from tfc.ir.types import TensorType
 
@@ -42,13 +43,22 @@ class ExpressionEvaluation(SourceLocator):
     fns: dict[str, UserFunction]
     init_type: TensorType | None
 
+    if TYPE_CHECKING:  # the other parts of ModelBuilder, as the docstring says
+        def lookup(self, tok: Token, scope: Scope) -> Any: ...
+        def literal(self, node: Tree) -> Any: ...
+        def static(self, node: Node, kind: str, scope: Scope | None = None) -> Any: ...
+        def call_fn(self, fn: UserFunction, tok: Token, pos: list[Node],
+                    kw: list[tuple[Token, Node]], scope: Scope) -> Any: ...
+        def call_initializer(self, tok: Token, name: str, pos: list[Node],
+                             kw: list[tuple[Token, Node]]) -> Tensor: ...
+
     def expr(self, node: Node, scope: Scope) -> Any:
         """The value of an expression: a Tensor, a tuple of them, or a static literal."""
         if isinstance(node, Token):  # defensive: the grammar wraps every token in a rule
             raise self.error(f"unexpected {node!r}", node)
         kind = node.data
         if kind == "name":
-            return self.lookup(node.children[0], scope)
+            return self.lookup(tree_children(node)[0], scope)
         if kind in LITERALS:
             return self.literal(node)
         if kind == "list":
@@ -63,7 +73,7 @@ class ExpressionEvaluation(SourceLocator):
             if is_number(v):
                 return -v
             self.tensor_operand(v, node.children[1])
-            return self.op(node.children[0], "neg", [v], {})
+            return self.op(tree_children(node)[0], "neg", [v], {})
         if kind == "binary":
             a, op_tok, b = node.children
             x, y = self.expr(a, scope), self.expr(b, scope)
@@ -89,7 +99,7 @@ class ExpressionEvaluation(SourceLocator):
     def call_parts(self, tree: Tree) -> tuple[Token, str, list[Node], list[tuple[Token, Node]]]:
         """A call's name token, dotted name, positional and keyword arguments (each
         keyword once, none before a positional one)."""
-        qual, *args = tree.children
+        qual, *args = tree_children(tree)
         name_tok = qual.children[0]
         name = ".".join(str(t) for t in qual.children)
         pos: list[Node] = []
@@ -100,7 +110,8 @@ class ExpressionEvaluation(SourceLocator):
             if isinstance(a, Tree) and a.data == "kwarg":
                 if any(str(k) == str(a.children[0]) for k, _ in kw):
                     raise self.error(f"'{a.children[0]}' is given twice", a.children[0])
-                kw.append((a.children[0], a.children[1]))
+                key_tok, value = tree_children(a)
+                kw.append((key_tok, value))
             elif kw:
                 raise self.error("a positional argument after keyword arguments", a)
             else:
@@ -136,9 +147,9 @@ class ExpressionEvaluation(SourceLocator):
                     raise self.error("name= takes a non-empty string", value, TypeMismatch)
                 continue
             if key not in opdef.attrs:
-                known = ", ".join(opdef.attrs) or "none"
+                listed = ", ".join(opdef.attrs) or "none"
                 raise self.error(f"{name}: unknown attr '{key}'"
-                                 f"{nearest_hint(key, list(opdef.attrs))} (known: {known})",
+                                 f"{nearest_hint(key, list(opdef.attrs))} (known: {listed})",
                                  key_tok, TypeMismatch)
             spec = opdef.attrs[key]
             v = self.static(value, spec.kind, scope)

@@ -10,16 +10,18 @@ says where the function was called from.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lark import Token, Tree
 
-from tfc.compiler.tfm.blocks import OPTIMIZERS
+from tfc.api.graph import Operation
+from tfc.compiler.tfm.blocks import OPTIMIZERS, Fetch
 from tfc.compiler.tfm.locations import SourceLocator
 from tfc.compiler.tfm.params import INITIALIZERS
 from tfc.compiler.tfm.scope import Scope
 from tfc.compiler.tfm.syntax import Node
 from tfc.errors import TfcError
+from tfc.ir.parser import tree_children
 from tfc.ir.registry import all_ops, nearest_hint
 
 
@@ -42,9 +44,17 @@ class FunctionInlining(SourceLocator):
     fns: dict[str, UserFunction]
     active: list[str]
 
+    if TYPE_CHECKING:  # the other parts of ModelBuilder, as the docstring says
+        def check_name(self, tok: Token) -> None: ...
+        @staticmethod
+        def names(tree: Tree | None) -> list[Token]: ...
+        def expr(self, node: Node, scope: Scope) -> Any: ...
+        def block(self, tree: Tree, scope: Scope, what: str
+                  ) -> tuple[list[Fetch], Operation | None, Tree | None]: ...
+
     def fn_def(self, tree: Tree) -> None:
         """``fn NAME(params) = EXPR`` or ``{ ... return EXPR }``: remember it for calls."""
-        name_tok, params, body = tree.children
+        name_tok, params, body = tree_children(tree)
         name = str(name_tok)
         if name in self.fns:
             first = self.fns[name].token

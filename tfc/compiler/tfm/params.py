@@ -10,6 +10,8 @@ lookups to keep inputs and other params (which do not exist yet) out of reach.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from lark import Token, Tree
 
 from tfc.api import random as tfc_random
@@ -19,6 +21,7 @@ from tfc.compiler.tfm.locations import SourceLocator
 from tfc.compiler.tfm.scope import Scope
 from tfc.compiler.tfm.syntax import Node
 from tfc.errors import TypeMismatch
+from tfc.ir.parser import tree_children
 from tfc.ir.registry import all_ops
 from tfc.ir.types import TensorType
 
@@ -38,9 +41,16 @@ class ParamDeclarations(SourceLocator):
     inputs: set[str]
     init_type: TensorType | None
 
+    if TYPE_CHECKING:  # the other parts of ModelBuilder, as the docstring says
+        def type(self, tree: Tree) -> TensorType: ...
+        def options(self, tree: Tree | None, kinds: dict[str, str]) -> dict[str, Any]: ...
+        def static(self, node: Node, kind: str, scope: Scope | None = None) -> Any: ...
+        def bind(self, scope: Scope, tok: Token, value: Any) -> None: ...
+        def expr(self, node: Node, scope: Scope) -> Any: ...
+
     def input_decl(self, tree: Tree) -> None:
         """``input NAME: TYPE``: a placeholder."""
-        name_tok, type_tree = tree.children
+        name_tok, type_tree = tree_children(tree)
         t = self.type(type_tree)
         with source_location(self.loc(name_tok)):
             x = self.graph.placeholder(t.dtype, list(t.shape), str(name_tok))
@@ -51,7 +61,7 @@ class ParamDeclarations(SourceLocator):
 
     def param_decl(self, tree: Tree) -> None:
         """``param NAME: TYPE = INIT {options}``: a variable of a static type."""
-        name_tok, type_tree, init, options = tree.children
+        name_tok, type_tree, init, options = tree_children(tree)
         t = self.type(type_tree)
         if not t.is_static:
             raise self.error(f"a param needs a static shape, not {t}", type_tree, TypeMismatch)
@@ -116,6 +126,6 @@ class ParamDeclarations(SourceLocator):
         if t.rank == 0:
             raise self.error(f"{name} needs a param of rank 1 or more, not {t}", tok,
                              TypeMismatch)
-        shape = [int(d) for d in t.shape]  # type: ignore[arg-type]
+        shape = [int(d) for d in t.shape]
         with source_location(self.loc(tok)):
             return self.guarded(tok, tfc_random.glorot_uniform, shape, t.dtype, seed)

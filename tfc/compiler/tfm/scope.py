@@ -63,6 +63,11 @@ class NameBinding(SourceLocator):
     fns: dict[str, UserFunction]
     init_type: TensorType | None
 
+    if TYPE_CHECKING:  # the other parts of ModelBuilder, as the docstring says
+        @staticmethod
+        def is_initializer(name: str) -> bool: ...
+        def call(self, tree: Tree, scope: Scope) -> Any: ...
+
     def check_name(self, tok: Token) -> None:
         """Reject a reserved word used as a name."""
         if str(tok) in KEYWORDS:

@@ -14,6 +14,9 @@ temps of older tfc versions (``.<target>.<random>.tmp``), when nobody has writte
 for ``STALE_SECONDS``. A live writer's temp is never removed: its PID runs, and it is
 being written (a writer that pauses longer than an hour between two writes of one file
 is not a case tfc has).
+
+A base module (beside ``errors``): the runtime's artifacts and checkpoints, the device
+profile and the cli's outputs all write through it.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ def remove_stale_temps(directory: str | os.PathLike[str],
                        targets: Callable[[str], bool]) -> list[Path]:
     """Remove the stale tfc temp files in ``directory`` whose target name ``targets``
     accepts; returns the removed paths. Never fails: clean-up is best effort."""
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:

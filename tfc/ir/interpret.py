@@ -1,8 +1,11 @@
 """Runs a graph op by op with each op's numpy reference implementation.
 
-Slow by design and simple on purpose: it is the definition of what a graph means.
-Each result is checked against its declared type, so a wrong shape rule in the
-registry shows up here rather than as a wrong answer in a compiled backend.
+Slow by design and simple on purpose: it is the definition of what a graph means. It is
+part of the core, below the ops, because the ops use it too (control-flow ops run their
+regions with it, canonicalize folds constants with it); the reference backend
+(``tfc.backends.reference``) is a thin ``Backend`` over it. Each result is checked
+against its declared type, so a wrong shape rule in the registry shows up here rather
+than as a wrong answer in a compiled backend.
 """
 
 from __future__ import annotations
@@ -11,9 +14,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from tfc.backends.base import StepResult
 from tfc.errors import ExecutionError, TfcError
-from tfc.ir.core import Graph, Module, Value
+from tfc.ir.core import Graph, Value
 from tfc.ir.registry import lookup
 from tfc.ir.types import TensorType, dims_compatible
 
@@ -93,21 +95,3 @@ def run_graph(graph: Graph, args: Sequence[np.ndarray], ctx: ExecContext) -> lis
             check_value(v, r.type, f"result {r.index} of {op.kind}")
             env[r] = v
     return [env[v] for v in graph.results]
-
-
-class ReferenceExecutable:
-    def __init__(self, graph: Graph) -> None:
-        self.graph = graph
-
-    def __call__(self, feeds: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
-                 step: int) -> StepResult:
-        ctx = ExecContext(variables, step)
-        fetches = run_graph(self.graph, feeds, ctx)
-        return StepResult(fetches, ctx.updates)
-
-
-class ReferenceBackend:
-    name = "reference"
-
-    def compile(self, module: Module, entry: str) -> ReferenceExecutable:
-        return ReferenceExecutable(module.graphs[entry])

@@ -1,14 +1,14 @@
-"""The autodiff pass: what flows where, sparse gradients, errors, and tfc.gradients."""
+"""The gradient builder (tfc.ir.autodiff): what flows where, sparse gradients, errors, and tfc.gradients."""
 
 import numpy as np
 import pytest
 
-from tfc.backends.reference import ExecContext, run_graph
 from tfc.errors import TypeMismatch
+from tfc.ir.autodiff import GradBuilder, SparseGrad, gradients
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph
+from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.types import DType, TensorType
-from tfc.passes.autodiff import GradBuilder, SparseGrad, gradients
 
 F64 = DType.f64
 

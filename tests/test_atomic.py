@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from tfc.runtime import atomic
-from tfc.runtime.atomic import (STALE_SECONDS, atomic_write, is_stale, remove_stale_temps,
-                                temp_name, temp_target)
+from tfc import atomic
+from tfc.atomic import (STALE_SECONDS, atomic_write, is_stale, remove_stale_temps, temp_name,
+                        temp_target)
 from tfc.runtime.checkpoint import read_checkpoint, save_checkpoint
 
 
