@@ -79,8 +79,8 @@ def _in_order(ops: Sequence[Op]) -> list[Op]:
     waiting = {id(op): len(preds[id(op)]) for op in ops}
     users: dict[int, list[Op]] = {}
     for op in ops:
-        for p in preds[id(op)]:
-            users.setdefault(id(p), []).append(op)
+        for pred in preds[id(op)]:
+            users.setdefault(id(pred), []).append(op)
     ready = deque(op for op in ops if waiting[id(op)] == 0)
     order: list[Op] = []
     while ready:

@@ -280,9 +280,9 @@ def install_partitions(module: Module, entry: str, parts: Mapping[str, Partition
     an earlier table) and record the entry's ``PartitionTable``."""
     old = module.partitions.pop(entry, None)
     if old is not None:
-        for name in old.graph_names():
-            module.graphs.pop(name, None)
-            module.memory_plans.pop(name, None)
+        for stale in old.graph_names():
+            module.graphs.pop(stale, None)
+            module.memory_plans.pop(stale, None)
     stage_of = stage_numbers(parts)
     taken = set(module.graphs)
     table = PartitionTable(entry, compressed=list(compressed))
@@ -297,7 +297,7 @@ def install_partitions(module: Module, entry: str, parts: Mapping[str, Partition
         for st in cut_stages(part, stage_of):
             for k, v in enumerate(st.outputs):
                 source[v] = StageSource(stage=st.index, output=k)
-            name = None
+            name: str | None = None
             if st.graph.ops:
                 st.graph.name = name = _stage_name(entry, device, st.index, taken)
                 added.append(st.graph)

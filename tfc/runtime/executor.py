@@ -91,7 +91,7 @@ def _with_threads(backend: Backend, threads: int | None) -> Backend:
     if threads is None or getattr(backend, "threads", 0) is not None:
         return backend
     limited = copy.copy(backend)
-    limited.threads = threads
+    setattr(limited, "threads", threads)  # backends with a thread count (not all have one)
     return limited
 
 
