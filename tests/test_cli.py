@@ -510,7 +510,8 @@ def test_run_with_corrupt_object_code(trainer, tmp_path):
     program.save(trainer)
     with zipfile.ZipFile(trainer) as zf:
         members = {n: zf.read(n) for n in zf.namelist()}
-    member = json.loads(members["manifest.json"])["native"]["entries"]["train_step"]
+    entry = json.loads(members["manifest.json"])["native_code"]["entries"]["train_step"]
+    member = entry["folder"] + "object.o"
     members[member] = members[member][:len(members[member]) // 2]  # SIGSEGV before #14
     with zipfile.ZipFile(trainer, "w") as zf:
         for name, data in members.items():

@@ -4,8 +4,8 @@ A GEMM cannot run faster than the FMA units, so a goal that needs a step's matri
 done above this rate cannot be met by any code on this machine. One tight loop of
 independent vector FMAs (the host's widest vectors, more chains than the FMA latency
 times the units, so the pipes never wait) is generated with llvmlite through tfc's own
-LLVM plumbing (`tfc.backends.llvm.jit`: host CPU and features, O3) and run on each thread
-at once, through ctypes, which releases the GIL.
+LLVM plumbing (`tfc.backends.llvm.jit` and `.runtime.native`: host CPU and features, O3)
+and run on each thread at once, through ctypes, which releases the GIL.
 
 Where it runs matters as much as what it runs. A BLAS thread pool that did any work in
 the same process busy-waits on its cores for a while afterwards (OpenBLAS's workers spin
@@ -86,8 +86,9 @@ def loop_assembly(cpu: str | None = None, width: int | None = None) -> str:
     the module docstring says on hosts other than this one."""
     import llvmlite.binding as llvm
     from tfc.backends.llvm import jit
+    from tfc.backends.llvm.runtime import native
 
-    triple, layout = jit.triple_and_layout()
+    triple, layout = native.triple_and_layout()
     features = ""
     if cpu is None:
         cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
@@ -107,10 +108,11 @@ class FmaPeak:
 
     def __init__(self, threads: int) -> None:
         from tfc.backends.llvm import jit
-        triple, layout = jit.triple_and_layout()
+        from tfc.backends.llvm.runtime import native
+        triple, layout = native.triple_and_layout()
         text = (f'target triple = "{triple}"\ntarget datalayout = "{layout}"\n'
                 + kernel_ir(vector_width()))
-        self._loaded = jit.load_object(jit.emit_object(jit.optimize(text)))  # keeps it alive
+        self._loaded = native.load_object(jit.emit_object(jit.optimize(text)))  # keeps it alive
         fn = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_int64)(
             self._loaded.address("fma_loop"))
         self.threads = max(1, threads)

@@ -510,3 +510,91 @@ def test_a_kernel_with_several_results_never_writes_in_place():
     for op in module.graphs["run"].ops:
         if len(op.results) > 1:
             assert not any(r in plan.in_place for r in op.results)
+
+
+# ---- plans as JSON (what an artifact stores) ------------------------------------------
+
+def reloaded(module: Module, how: str) -> Module:
+    """``module`` printed and parsed again, or through its bytecode."""
+    from tfc.ir.bytecode import module_from_bytes, module_to_bytes
+    from tfc.ir.printer import print_module
+    if how == "text":
+        return parse_module(print_module(module), "again.tfir")
+    return module_from_bytes(module_to_bytes(module))
+
+
+@pytest.mark.parametrize("how", ["text", "bytecode"])
+def test_plans_survive_json_and_printing_or_bytecode(how: str) -> None:
+    """A plan taken back (``from_json``) for the module as parsed or decoded again is the
+    plan the pass made: the same buffers, offsets, aliases and report, and it still runs
+    the graph right in the arena."""
+    import json
+
+    from tfc.compiler.frontend import load_model
+    cases = []
+    for seed in range(6):
+        g, feeds, variables = random_graph(seed)
+        m = Module({g.name: g}, {"W": VariableDecl("W", f32(4, 4))})
+        cases.append((run_passes(m, "memory"), (feeds, variables)))
+    for name in ("mlp_digits.py", "lstm_sequence.py"):  # fusions, regions, dynamic dims
+        cases.append((run_passes(load_model(EXAMPLES / name), "canonicalize,cse,dce,fusion,"
+                                                               "memory"), None))
+    for module, run in cases:
+        saved = {n: module.memory_plans[n].to_json(g) for n, g in module.graphs.items()}
+        again = reloaded(module, how)
+        for name, data in json.loads(json.dumps(saved)).items():
+            g, want = again.graphs[name], module.memory_plans[name]
+            p = MemoryPlan.from_json(g, data)
+            assert p.to_json(g) == saved[name]
+            assert p.report({"B": 7}) == want.report({"B": 7})
+            for bindings in BINDINGS:
+                assert p.offsets(bindings) == want.offsets(bindings)
+            names = want.names
+            assert {p.names[v]: p.names[r] for v, r in p.alias_of.items()} == {
+                names[v]: names[r] for v, r in want.alias_of.items()}
+            check_plan(g, p)
+            check_live_intervals(g, p)
+            if run is not None:
+                assert_same_as_reference(g, p, *run, {"B": 7})
+
+
+def test_plans_from_json_refuse_what_the_pass_never_makes() -> None:
+    g, b, (x,) = new_graph(f32("B", 8))
+    e = b("exp", x)
+    t = b("tanh", b("reshape", e, shape=[-1, 8]))
+    n = b("neg", b("mul", t, x))
+    g.set_results([b("sum", b("add", n, e), axes=[1])])
+    p = plan(g)
+    good = p.to_json(g)
+    number = {v: k for k, v in enumerate([*g.args, *(r for op in g.ops for r in op.results)])}
+    assert MemoryPlan.from_json(g, good).to_json(g) == good
+
+    def changed(change):
+        import copy
+        data = copy.deepcopy(good)
+        change(data)
+        return data
+
+    one_buffer = lambda d: d.update(buffers=[{  # noqa: E731  every value live at once in one
+        "size": {"itemsize": 4, "dims": [8, "B"]}, "dynamic": False,
+        "values": sorted(v for b in d["buffers"] for v in b["values"])}])
+    bad = [
+        (lambda d: d.update(graph="other"), "not of @main"),
+        (lambda d: d["buffers"][0]["values"].append(999), "999 is not a value of @main"),
+        (lambda d: d["buffers"][0]["values"].append(0), "do not hold exactly"),  # an arg
+        (lambda d: d["buffers"][0].update(values=[]), "do not hold exactly"),
+        (lambda d: d["buffers"][0].update(size={"itemsize": 4, "dims": [4]}), "cannot hold"),
+        (lambda d: d["buffers"][0].update(size="big"), "buffer 0 is not a buffer"),
+        (one_buffer, "holds two values live at once"),
+        (lambda d: d["alias_of"].append([number[e], number[x]]), "do not hold exactly"),
+        (lambda d: d.update(alias_of=[[a, number[x]] for a, _ in d["alias_of"]]),
+         "is no view or in-place result"),
+        (lambda d: d.update(in_place=[[a, number[x] if a == number[n] else s]
+                                      for a, s in d["in_place"]]), "cannot be written in place"),
+        (lambda d: d.update(live=[[v, 0, 99] for v, _, _ in d["live"]]), "'live' should"),
+        (lambda d: d.update(dynamic=[number[e]]), "do not hold exactly"),
+    ]
+    assert good["in_place"] and good["alias_of"]
+    for change, message in bad:
+        with pytest.raises(ValueError, match=message):
+            MemoryPlan.from_json(g, changed(change))

@@ -505,3 +505,89 @@ def test_saving_over_an_update_another_program_saved_is_refused(saved, tmp_path)
 def test_writes_variables(saved):
     p, _ = saved
     assert p.writes_variables("train") and not p.writes_variables("predict")
+
+
+# ---- memory plans: the module as lowered for its backend, stored with its plans --------
+
+def lowered_program(backend: str) -> Program:
+    """A training step lowered by hand (fusion, memory) before the program, so the
+    artifact stores the IR that compiles and its plans."""
+    import tfc
+    from tfc.passes import run_passes
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [None, 4], name="x")
+        w = tfc.Variable(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), name="w")
+        h = tfc.tanh(x @ w) * 2.0 + 1.0
+        y = tfc.nn.softmax(tfc.reshape(h, [-1, 3]), name="y")
+        tfc.entry("predict", feeds={"x": x}, fetches={"y": y})
+        step = w.assign_sub(0.1 * tfc.gradients(tfc.reduce_sum(y * h), w)[0])
+        tfc.entry("train", feeds={"x": x}, fetches={"y": y}, targets=[step])
+        module = run_passes(g.as_module(), "fusion,memory")
+    assert any(op.kind == "fusion" for op in module.graphs["train"].ops)
+    return Program(module, backend=backend)
+
+
+def no_pass(*args, **kwargs):
+    raise AssertionError("loading a planned module must run no pass")
+
+
+@pytest.mark.parametrize("native", ["use", "recompile"])
+@pytest.mark.parametrize("backend", ["llvm", "reference"])
+def test_memory_plans_are_stored_and_restored(tmp_path, monkeypatch, backend, native):
+    import tfc.passes.manager
+    import tfc.passes.memory
+    program = lowered_program(backend)
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    program.run("train", x=x)
+    path = tmp_path / "m.tfc"
+    program.save(path)
+    with zipfile.ZipFile(path) as zf:
+        m = json.loads(zf.read("manifest.json"))
+        assert m["memory_plans"] == "plans.json"
+        assert m["sha256"]["plans.json"] == hashlib.sha256(zf.read("plans.json")).hexdigest()
+        assert set(json.loads(zf.read("plans.json"))) == {"predict", "train"}
+    monkeypatch.setattr(tfc.passes.manager, "run_passes", no_pass)
+    monkeypatch.setattr(tfc.passes.memory, "plan_memory", no_pass)
+    loaded = load(path, backend=backend, native=native)
+    for name in ("predict", "train"):
+        saved, got = program.module.memory_plans[name], loaded.module.memory_plans[name]
+        g = loaded.module.graphs[name]
+        assert got.to_json(g) == saved.to_json(program.module.graphs[name])
+        assert [b.size for b in got.buffers] == [b.size for b in saved.buffers]
+        assert got.offsets({"B": 5}) == saved.offsets({"B": 5})
+        assert {got.names[v]: got.names[r] for v, r in got.alias_of.items()} == {
+            saved.names[v]: saved.names[r] for v, r in saved.alias_of.items()}
+        assert got.report({"B": 5}) == saved.report({"B": 5})
+    for _ in range(2):
+        a, b = loaded.run("train", x=x), program.run("train", x=x)
+        np.testing.assert_array_equal(a["y"], b["y"])
+    np.testing.assert_array_equal(loaded.variables["w"], program.variables["w"])
+    if backend == "llvm":
+        assert loaded._executable("train").report.passes == []  # compiled as planned
+
+
+def test_corrupt_or_invalid_memory_plans_are_artifact_errors(tmp_path):
+    path = tmp_path / "m.tfc"
+    lowered_program("reference").save(path)
+    with zipfile.ZipFile(path) as zf:
+        plans = json.loads(zf.read("plans.json"))
+    text = json.dumps(plans)
+    flipped = text.replace('"dynamic": false', '"dynamic": true', 1).encode()
+    assert flipped != text.encode()
+    bad = tmp_path / "bad.tfc"
+    rewrite(path, bad, {"plans.json": flipped}, digests=False)
+    with pytest.raises(ArtifactError, match=r"bad.tfc: plans.json is corrupt \(its SHA-256"):
+        load(bad)
+    rewrite(path, bad, {"plans.json": flipped})  # a consistent edit: the plan is checked
+    with pytest.raises(ArtifactError, match=r"bad.tfc: plans.json: the memory plan of @\w+ "
+                                            r"is invalid \("):
+        load(bad)
+    rewrite(path, bad, {"plans.json": b"{"})
+    with pytest.raises(ArtifactError, match="plans.json is not valid JSON"):
+        load(bad)
+    rewrite(path, bad, {"plans.json": json.dumps({"nope": {}}).encode()})
+    with pytest.raises(ArtifactError, match="a memory plan for an unknown graph @nope"):
+        load(bad)
+    rewrite(path, bad, {"plans.json": None})
+    with pytest.raises(ArtifactError, match="has no member plans.json"):
+        load(bad)

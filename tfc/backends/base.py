@@ -3,7 +3,14 @@
 A backend compiles one entry graph of a module into an ``Executable``: a callable taking
 the feeds in argument order, the variable values at the start of the step and the step
 number (which seeds random ops), and returning the fetches and the variable updates to
-apply at the end of the step.
+apply at the end of the step. It also says which lowering passes it needs first
+(``pipeline``), and turns an executable into the members an artifact stores for it
+(``export``) and those back into an executable (``load``): the artifact writes them
+under ``native/<backend name>/<entry>/`` without knowing what they hold.
+
+``BACKENDS`` is the one list of backends: ``get_backend`` finds them there by name. A new
+backend is a class with this interface and one line there; nothing under
+``tfc/runtime/`` changes.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import Module
 
 
@@ -39,24 +47,59 @@ class StepOwner:
 
 
 class Executable(Protocol):
+    """One compiled entry. Backends may offer more, which the runtime looks up with
+    ``getattr`` and does without: ``fast_step``, ``var_names``, ``update_names`` and
+    ``native_callable`` (the step without per-call checks: ``runtime/runner.py``),
+    ``fallback_ops``, ``kernel_times()`` and ``arena_bytes`` (the tracer's spans and
+    memory figure)."""
+
     def __call__(self, feeds: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
                  step: int) -> StepResult: ...
 
 
+class ForeignNativeCode(ArtifactError):
+    """Stored members that are intact but were made for another machine (another CPU, an
+    LLVM build that differs): ``Backend.load`` raises it, and the artifact's entry
+    compiles again on first use, silently, as after a cache miss."""
+
+
 class Backend(Protocol):
+    """A way to run entries: ``compile`` one, ``export`` what an artifact should keep of
+    a compiled one, ``load`` it back from those members."""
+
     name: str
+    # The passes (a pipeline string: ``"fusion,memory"``) that must run on a module
+    # before ``compile``, after the user's optimization passes; "" when none.
+    pipeline: str
 
     def compile(self, module: Module, entry: str) -> Executable: ...
 
+    def export(self, executable: Executable) -> dict[str, bytes]:
+        """The members an artifact stores for ``executable`` (member name, relative to
+        the entry's folder -> bytes): object code, tables, whatever ``load`` needs. Empty
+        when there is nothing worth storing (an interpreter; an executable that fell
+        back to another backend; one this backend did not make)."""
+        ...
 
-BACKENDS = ("reference", "llvm")
+    def load(self, module: Module, entry: str, members: Mapping[str, bytes]) -> Executable:
+        """The executable of ``entry`` from the members ``export`` made (each already
+        checked against its SHA-256 by the artifact). ``ForeignNativeCode`` when they
+        were made for another machine; an ``ArtifactError`` saying what is wrong when
+        they cannot be used."""
+        ...
+
+
+# name -> "module:class", imported when asked for (the llvm backend loads llvmlite)
+BACKENDS: dict[str, str] = {
+    "reference": "tfc.backends.reference:ReferenceBackend",
+    "llvm": "tfc.backends.llvm:LLVMBackend",
+}
 
 
 def default_backend_name() -> str:
     """The backend ``Session`` and ``Program`` use when none is named: ``$TFC_BACKEND``
     (``reference`` or ``llvm``), else ``llvm``, the CPU backend."""
     import os
-    from tfc.errors import TfcError
     name = os.environ.get("TFC_BACKEND", "").strip() or "llvm"
     if name not in BACKENDS:
         raise TfcError(f"TFC_BACKEND={name!r} is not a backend (available: "
@@ -66,13 +109,12 @@ def default_backend_name() -> str:
 
 def get_backend(name: str | None = None) -> Backend:
     """The backend called ``name`` (``None``: ``default_backend_name()``)."""
-    from tfc.errors import TfcError
+    import importlib
     if name is None:
         name = default_backend_name()
-    if name == "reference":
-        from tfc.backends.reference import ReferenceBackend
-        return ReferenceBackend()
-    if name == "llvm":
-        from tfc.backends.llvm import LLVMBackend
-        return LLVMBackend()
-    raise TfcError(f"unknown backend '{name}' (available: {', '.join(BACKENDS)})")
+    where = BACKENDS.get(name)
+    if where is None:
+        raise TfcError(f"unknown backend '{name}' (available: {', '.join(BACKENDS)})")
+    module, cls = where.split(":")
+    backend: Backend = getattr(importlib.import_module(module), cls)()
+    return backend

@@ -57,7 +57,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value
@@ -215,9 +215,134 @@ class MemoryPlan:
         """A readable table of the buffers, their values, and the totals."""
         return _report(self, bindings)
 
+    def to_json(self, graph: Graph) -> dict[str, Any]:
+        """The plan as JSON data, for an artifact. ``graph`` is the planned graph: values
+        are its positions (args, then op results in schedule order), which survive
+        printing and parsing and the bytecode (``from_json`` takes them back)."""
+        number = _value_numbers(graph)
+        n = number.__getitem__
+        return {"graph": self.graph, "values": len(number),
+                "buffers": [{"size": {"itemsize": b.size.itemsize, "dims": list(b.size.dims)},
+                             "values": [n(v) for v in b.values], "dynamic": b.dynamic}
+                            for b in self.buffers],
+                "alias_of": [[n(v), n(r)] for v, r in self.alias_of.items()],
+                "in_place": [[n(v), n(s)] for v, s in self.in_place.items()],
+                "live": [[n(v), a, b] for v, (a, b) in self.live.items()],
+                "dynamic": [n(v) for v in self.dynamic]}
+
+    @staticmethod
+    def from_json(graph: Graph, data: Any) -> "MemoryPlan":
+        """The plan ``to_json`` wrote for ``graph`` (as parsed or decoded again), checked
+        as far as that is cheap: every value one of the graph's, buffer by buffer the
+        values fitting it and never live at the same time; ``ValueError`` saying what is
+        wrong otherwise."""
+        return _plan_from_json(graph, data)
+
 
 def _align(n: int) -> int:
     return -(-n // MemoryPlan.ALIGN) * MemoryPlan.ALIGN
+
+
+# ---- plans as JSON (artifacts) ------------------------------------------------------------
+
+def _graph_values(graph: Graph) -> list[Value]:
+    """The graph's values by position: its args, then each op's results in op order."""
+    return [*graph.args, *(r for op in graph.ops for r in op.results)]
+
+
+def _value_numbers(graph: Graph) -> dict[Value, int]:
+    return {v: k for k, v in enumerate(_graph_values(graph))}
+
+
+def _plan_from_json(graph: Graph, data: Any) -> MemoryPlan:
+    values = _graph_values(graph)
+
+    def value(k: Any) -> Value:
+        if type(k) is not int or not 0 <= k < len(values):
+            raise ValueError(f"{k!r} is not a value of @{graph.name}")
+        return values[k]
+
+    def pairs(key: str) -> dict[Value, Value]:
+        items = data.get(key)
+        if not isinstance(items, list) or not all(isinstance(p, list) and len(p) == 2
+                                                  for p in items):
+            raise ValueError(f"'{key}' should be a list of value pairs")
+        return {value(a): value(b) for a, b in items}
+
+    if not isinstance(data, dict):
+        raise ValueError("not an object")
+    if data.get("graph") != graph.name or data.get("values") != len(values):
+        raise ValueError(f"it is the plan of a graph @{data.get('graph')} with "
+                         f"{data.get('values')!r} values, not of @{graph.name} with "
+                         f"{len(values)}")
+    buffers: list[Buffer] = []
+    buffer_of: dict[Value, int] = {}
+    raw = data.get("buffers")
+    if not isinstance(raw, list):
+        raise ValueError("'buffers' should be a list")
+    for i, b in enumerate(raw):
+        size = b.get("size") if isinstance(b, dict) else None
+        if (not isinstance(size, dict) or type(size.get("itemsize")) is not int
+                or size["itemsize"] < 1 or not isinstance(size.get("dims"), list)
+                or not all((type(d) is int and d >= 0) or isinstance(d, str)
+                           for d in size["dims"])
+                or not isinstance(b.get("values"), list)
+                or not isinstance(b.get("dynamic"), bool)):
+            raise ValueError(f"buffer {i} is not a buffer: {b!r}")
+        buf = Buffer(i, Size(size["itemsize"], tuple(size["dims"])),
+                     [value(k) for k in b["values"]], dynamic=b["dynamic"])
+        for v in buf.values:
+            if v in buffer_of:
+                raise ValueError(f"value {values.index(v)} is in two buffers")
+            buffer_of[v] = i
+        buffers.append(buf)
+    alias_of, in_place = pairs("alias_of"), pairs("in_place")
+    if not set(in_place) <= set(alias_of):
+        raise ValueError("an in-place result should be an alias")
+    spans = data.get("live")
+    if not isinstance(spans, list) or not all(
+            isinstance(s, list) and len(s) == 3 and type(s[1]) is int and type(s[2]) is int
+            and 0 <= s[1] <= s[2] < len(graph.ops) for s in spans):
+        raise ValueError("'live' should list (value, first, last) positions in the schedule")
+    live = {value(k): (a, b) for k, a, b in spans}
+    dynamic = [value(k) for k in data.get("dynamic") or []]
+    # what the pass would decide regardless of the schedule: which values are in the
+    # arena, which are dynamic, which are views of what
+    info = _Info(graph)
+    if set(buffer_of) != {v for v in info.arena if v not in alias_of} or set(
+            dynamic) != info.dynamic_set:
+        raise ValueError("its buffers do not hold exactly the graph's arena values")
+    producer = {r: op for op in graph.ops for r in op.results}
+    for v, root in alias_of.items():
+        src = info.static_view.get(v)
+        if src is None and v in in_place:
+            src, op = in_place[v], producer[v]
+            if src not in op.inputs or src.type != v.type or not _can_write_in_place(op, v):
+                raise ValueError(f"value {values.index(v)} cannot be written in place")
+        if src is None or alias_of.get(src, src) != root or root in alias_of:
+            raise ValueError(f"value {values.index(v)} is no view or in-place result of "
+                             f"value {values.index(root)}")
+    for buf in buffers:
+        _check_buffer(buf, live, info.dynamic_set)
+    return MemoryPlan(graph.name, buffers, buffer_of, alias_of, in_place, live=live,
+                      dynamic=dynamic, names=_names(graph))
+
+
+def _check_buffer(buf: Buffer, live: Mapping[Value, tuple[int, int]],
+                  dynamic: set[Value]) -> None:
+    """``ValueError`` unless ``buf``'s values fit it (every binding) and take turns."""
+    spans = []
+    for v in buf.values:
+        if v not in live:
+            raise ValueError(f"buffer {buf.id} holds a value without a live interval")
+        if (v in dynamic) != buf.dynamic or (
+                not buf.dynamic and not Size.of(v.type).fits_in(buf.size)):
+            raise ValueError(f"buffer {buf.id} ({buf.size}) cannot hold a {v.type}")
+        spans.append(live[v])
+    spans.sort()
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        if start <= end:
+            raise ValueError(f"buffer {buf.id} holds two values live at once")
 
 
 # ---- the pass ---------------------------------------------------------------------------

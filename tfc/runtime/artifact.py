@@ -16,10 +16,22 @@ Members:
   text: no lark import, no lexing. Older artifacts lack it and load from the text; an
   older tfc ignores it, so the format version stays 1. When both are present the
   bytecode is what runs.
-- ``native/0000.o`` ...: for artifacts made with the llvm backend, each entry's object
-  code; the manifest's ``"native": {"host": KEY, "entries": {entry: file}}`` says for
-  which CPU (name and features). Loading on that CPU with the llvm backend links it
-  without running LLVM; elsewhere the entries are compiled again on first use.
+- ``native/<backend>/<entry>/<member>``: what the backend's ``export`` keeps of each
+  compiled entry (``tfc.backends.base.Backend``), e.g. for llvm ``object.o`` (object
+  code), ``host`` (the CPU it was built for), ``tables.json`` and ``const/NNNN.npy``
+  (run-time tables); nothing for the reference backend. The manifest's
+  ``"native_code": {"backend": NAME, "entries": {entry: {"folder": "native/llvm/predict/",
+  "members": [...]}}}`` lists them. Loading with that backend hands them to its ``load``
+  (llvm: links the code without running LLVM on the CPU it was built for); elsewhere the
+  entries are compiled again on first use. Artifacts written before this layout carry
+  llvm's object code as ``native/0000.o`` with ``"native": {"host", "entries",
+  "tables"}`` in the manifest: still read (``_legacy_native_section``); an older tfc
+  ignores ``native_code`` and compiles the entries from the IR, so the format version
+  stays as it was.
+- ``plans.json`` (named by the manifest's optional ``"memory_plans"``): the memory pass's
+  plan of each graph that had one (``MemoryPlan.to_json``: values by position in the
+  graph, which the text and the bytecode keep), so the loaded module compiles as it was
+  planned, without running a pass. Modules never planned have none; older tfc ignores it.
 - A module compiled for several devices also has the manifest field ``"partitions":
   {entry: PartitionTable JSON}`` (``tfc.ir.core.PartitionTable``): how each entry's step
   runs across the devices. Its stage graphs are graphs of ``module.tfir``, not entries;
@@ -34,7 +46,8 @@ Members:
   version 2 (older tfc says to upgrade); all others are still written as version 1.
 
 The manifest's ``"sha256"`` maps every other member to its SHA-256, plus
-``"manifest.json#native"`` for its own ``"native"`` section (``tfc.runtime.digests``).
+``"manifest.json#native_code"`` for its own ``"native_code"`` section
+(``tfc.runtime.digests``).
 Artifacts written before digests lack the field and still load (format version 1 both),
 but their object code is not linked: nothing says it is what the compiler wrote.
 
@@ -52,6 +65,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 import zipfile
 import zlib
@@ -59,10 +73,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Collection, Iterator, Mapping
+from urllib.parse import quote
 
 import numpy as np
 
 from tfc.atomic import atomic_write
+from tfc.backends.base import Backend, Executable, ForeignNativeCode, get_backend
 from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import INIT_GRAPH, Module, Op
 from tfc.ir.types import DType, TensorType, format_shape
@@ -77,7 +93,10 @@ VERSION = 2  # 2: variables may be stored as initializer ops, or stage graphs (w
 MANIFEST = "manifest.json"
 IR_MEMBER = "module.tfir"
 BYTECODE_MEMBER = "module.tfcb"
-NATIVE_DIGEST = "manifest.json#native"  # the digest of the manifest's "native" section
+PLANS_MEMBER = "plans.json"  # the module's memory plans (manifest field "memory_plans")
+NATIVE_FIELD = "native_code"  # the manifest's section naming each entry's native members
+NATIVE_DIGEST = "manifest.json#native_code"  # the digest of that section
+NATIVE_FOLDER = "native/"
 
 
 def tfc_version() -> str:
@@ -116,15 +135,15 @@ def build_manifest(module: Module, step: int = 0, backend: str = "reference",
 def save_artifact(path: str | os.PathLike[str], module: Module,
                   variables: Mapping[str, np.ndarray], step: int = 0,
                   backend: str = "reference",
-                  native: Mapping[str, tuple[Any, ...]] | None = None,
+                  native: Mapping[str, Mapping[str, bytes]] | None = None,
                   before_replace: Callable[[], None] | None = None,
                   initializers: Mapping[str, Op] | None = None) -> os.stat_result:
-    """Write ``module``, the values of all its variables and (``native``: entry ->
-    (object code, host key[, ``NativeMeta``])) compiled code to the artifact ``path``;
-    with the tables, loading links the code without lowering the graph again. The
-    manifest records every other member's SHA-256. ``before_replace`` is
-    ``atomic_write``'s: a last check, under a lock, that ``path`` may be replaced.
-    Returns the written file's ``os.stat_result``.
+    """Write ``module``, the values of all its variables and (``native``: entry -> the
+    members ``backend``'s ``export`` made for it) native code to the artifact ``path``,
+    the members under ``native/<backend>/<entry>/``; loading hands them back to that
+    backend's ``load``. The manifest records every other member's SHA-256.
+    ``before_replace`` is ``atomic_write``'s: a last check, under a lock, that ``path``
+    may be replaced. Returns the written file's ``os.stat_result``.
 
     The variables of ``initializers`` (name -> an op that computes the value from its
     attrs alone, ``tfc.runtime.initializers``) are stored as that op, in the stored
@@ -135,21 +154,7 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
 
     initializers = {n: op for n, op in (initializers or {}).items() if n in module.variables}
     manifest = build_manifest(module, step, backend, initialized=initializers)
-    objects: dict[str, bytes] = {}
-    arrays: dict[str, np.ndarray] = {}
-    if native:
-        hosts = {item[1] for item in native.values()}
-        manifest["native"] = {"host": hosts.pop() if len(hosts) == 1 else None, "entries": {},
-                              "tables": {}}
-        for i, (entry, item) in enumerate(sorted(native.items())):
-            code, meta = item[0], (item[2] if len(item) > 2 else None)
-            member = f"native/{i:04d}.o"
-            manifest["native"]["entries"][entry] = member
-            objects[member] = code
-            if meta is not None:  # run-time tables: loading needs no lowering
-                table, constants = meta.to_members(f"native/{i:04d}.const/")
-                manifest["native"]["tables"][entry] = table
-                arrays.update(constants)
+    objects = _native_members(manifest, backend, native or {})
     missing = [n for n in module.variables if n not in variables and n not in initializers]
     if missing:
         raise TfcError(f"cannot save {path}: variable @{missing[0]} has no value")
@@ -160,14 +165,20 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
                     fp16_transfers=module.fp16_transfers)
     ir_text = print_module(stored).encode("utf-8")
     ir_bytes = module_to_bytes(stored)
+    # the plans of the graphs stored as planned (not of an __init__ replaced above)
+    plans = {name: plan.to_json(stored.graphs[name])
+             for name, plan in module.memory_plans.items()
+             if name in stored.graphs and stored.graphs[name] is module.graphs.get(name)}
+    if plans:
+        manifest["memory_plans"] = PLANS_MEMBER
+        objects[PLANS_MEMBER] = json.dumps(plans, separators=(",", ":")).encode("utf-8")
     values = {info["file"]: np.asarray(variables[name])
               for name, info in manifest["variables"].items() if name not in initializers}
     digests = {IR_MEMBER: bytes_digest(ir_text), BYTECODE_MEMBER: bytes_digest(ir_bytes)}
-    digests.update({member: bytes_digest(code) for member, code in objects.items()})
-    digests.update({member: npy_digest(arr) for member, arr in (*arrays.items(),
-                                                                 *values.items())})
-    if "native" in manifest:  # the tables say how to call the object code: checked alike
-        digests[NATIVE_DIGEST] = json_digest(manifest["native"])
+    digests.update({member: bytes_digest(data) for member, data in objects.items()})
+    digests.update({member: npy_digest(arr) for member, arr in values.items()})
+    if NATIVE_FIELD in manifest:  # which members are whose: checked alike
+        digests[NATIVE_DIGEST] = json_digest(manifest[NATIVE_FIELD])
     manifest[DIGESTS] = digests
 
     def write(f: IO[bytes]) -> None:
@@ -176,13 +187,53 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
                         compress_type=zipfile.ZIP_DEFLATED)
             zf.writestr(IR_MEMBER, ir_text, compress_type=zipfile.ZIP_DEFLATED)
             zf.writestr(BYTECODE_MEMBER, ir_bytes, compress_type=zipfile.ZIP_DEFLATED)
-            for member, code in objects.items():
-                zf.writestr(member, code, compress_type=zipfile.ZIP_DEFLATED)
-            for member, arr in (*arrays.items(), *values.items()):
+            for member, data in objects.items():  # arrays compress poorly: stored
+                zf.writestr(member, data, compress_type=zipfile.ZIP_STORED
+                            if member.endswith(".npy") else zipfile.ZIP_DEFLATED)
+            for member, arr in values.items():
                 with zf.open(member, "w", force_zip64=True) as fh:
                     np.save(fh, arr, allow_pickle=False)
 
     return atomic_write(path, write, before_replace)
+
+
+def _native_members(manifest: dict[str, Any], backend: str,
+                    native: Mapping[str, Mapping[str, bytes]]) -> dict[str, bytes]:
+    """The zip members of the entries' ``native`` members, under
+    ``native/<backend>/<entry>/``, listed in the manifest's ``native_code`` section."""
+    objects: dict[str, bytes] = {}
+    entries: dict[str, Any] = {}
+    for entry, members in sorted(native.items()):
+        if not members:
+            continue
+        bad = [n for n in members if not _safe_member_name(n)]
+        if bad:
+            raise TfcError(f"backend {backend}: bad member name {bad[0]!r} for entry "
+                           f"'{entry}' (relative names of letters, digits, '.', '_', '-')")
+        folder = f"{NATIVE_FOLDER}{_folder_name(backend)}/{_folder_name(entry)}/"
+        entries[entry] = {"folder": folder, "members": sorted(members)}
+        objects.update((folder + name, bytes(members[name])) for name in sorted(members))
+    if entries:
+        manifest[NATIVE_FIELD] = {"backend": backend, "entries": entries}
+    return objects
+
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+
+
+def _safe_member_name(name: str) -> bool:
+    """Whether ``name`` is a relative member name: ``/``-separated parts of letters,
+    digits, ``.``, ``_``, ``-``, none starting with a dot or a dash."""
+    return all(_SAFE_NAME.fullmatch(part) for part in name.split("/"))
+
+
+def _folder_name(name: str) -> str:
+    """``name`` (an entry's: quoted IR names may hold anything) as one folder name: itself
+    when it is a plain name, else %-escaped (never equal to a plain name)."""
+    if _SAFE_NAME.fullmatch(name):
+        return name
+    quoted = quote(name, safe="")
+    return "%2E" + quoted[1:] if quoted.startswith(".") else quoted
 
 
 # ---- reading ------------------------------------------------------------------------
@@ -239,12 +290,14 @@ def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
                   native: str = "use") -> Program:
     """The ``Program`` stored in the artifact ``path`` (its backend unless ``backend``).
 
-    ``native`` says what to do with the object code an llvm artifact carries: ``"use"``
-    links each entry's code once its SHA-256 matches the manifest, and compiles an entry
-    whose code fails that check (or cannot be checked: artifacts of older tfc versions)
-    again from the IR, with a ``CorruptArtifactWarning``; ``"recompile"`` never links
-    stored code; ``"strict"`` refuses an artifact whose code fails the check. The IR is
-    verified and its signature checked against the manifest whatever ``native`` says.
+    ``native`` says what to do with the native code (an llvm artifact's object code) the
+    artifact carries for the backend it is loaded with: ``"use"`` hands each entry's
+    members to the backend's ``load`` once their SHA-256 match the manifest, and
+    compiles an entry whose members fail that check (or cannot be checked: artifacts of
+    older tfc versions) again from the IR, with a ``CorruptArtifactWarning``;
+    ``"recompile"`` never links stored code; ``"strict"`` refuses an artifact whose code
+    fails the check. The IR is verified and its signature checked against the manifest
+    whatever ``native`` says.
     """
     if native not in NATIVE_POLICIES:
         raise TfcError(f"native={native!r}: expected one of {', '.join(NATIVE_POLICIES)}")
@@ -259,10 +312,10 @@ def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
         if not isinstance(name, str):
             raise ArtifactError(f"{path}: {MANIFEST} names an invalid backend {name!r}")
         try:
-            executables = (_native_executables(zf, path, module, manifest, native)
-                           if name == "llvm" else {})
-            program = Program(module, values, backend=name, step=manifest["step"], copy=False,
-                              executables=executables, initializers=initializers)
+            runner = get_backend(name)
+            executables = _native_executables(zf, path, module, manifest, native, runner)
+            program = Program(module, values, backend=runner, step=manifest["step"],
+                              copy=False, executables=executables, initializers=initializers)
         except ArtifactError:
             raise
         except TfcError as e:
@@ -272,46 +325,154 @@ def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
 
 
 def _native_executables(zf: zipfile.ZipFile, path: Any, module: Module,
-                        manifest: dict[str, Any], policy: str) -> dict[str, Any]:
-    """The entries whose object code the artifact carries for this CPU, each checked
-    against its digest and linked without LLVM; none when it was built elsewhere (then
-    they compile on first use). ``policy``: see ``load_artifact``."""
-    from tfc.backends.llvm import LLVMBackend
-    from tfc.backends.llvm.jit import host_key
-    native = manifest.get("native")
-    if native is None or policy == "recompile":
+                        manifest: dict[str, Any], policy: str,
+                        backend: Backend) -> dict[str, Executable]:
+    """The entries whose native code the artifact carries for ``backend``, each member
+    checked against its digest and the whole made an executable by ``backend.load``
+    (without LLVM, for llvm's object code); none when it was built elsewhere (then they
+    compile on first use). ``policy``: see ``load_artifact``."""
+    if policy == "recompile":
         return {}
-    entries, tables = _native_section(path, native)
-    if native.get("host") != host_key() or not entries:
+    if NATIVE_FIELD in manifest:
+        made_by, entries = _native_code_section(zf, path, manifest)
+    elif LEGACY_NATIVE_FIELD in manifest:
+        made_by, entries = _legacy_native_section(zf, path, manifest)
+    else:
         return {}
-    digests = read_digests(path, manifest)
-    if digests is None or digests.get(NATIVE_DIGEST) != json_digest(native):
-        why = ("records no SHA-256 digests (an older tfc wrote it), so its object code "
-               "cannot be checked" if digests is None else
-               f"{MANIFEST}'s 'native' tables do not match their SHA-256")
-        _corrupt_native(CorruptMember(f"{path} {why}" if digests is None else f"{path}: {why}",
-                                      MANIFEST), "every entry", policy)
+    if made_by != backend.name:
         return {}
-    backend = LLVMBackend()
-    out = {}
-    for entry, member in entries.items():
+    out: dict[str, Executable] = {}
+    for entry, members in entries.items():
         if entry not in module.entries:
             raise ArtifactError(f"{path}: {MANIFEST} has native code for an unknown "
                                 f"entry '{entry}'")
         try:
-            code, meta = _checked_native(zf, path, entry, member, tables.get(entry), digests)
+            out[entry] = backend.load(module, entry, members)
+            members.check_all()  # what the backend did not read must be intact too
+        except ForeignNativeCode:  # built for another machine: compiled on first use
+            out.pop(entry, None)
         except CorruptMember as e:
+            out.pop(entry, None)
+            if e.member == MANIFEST:  # the manifest's section: nothing of it can be used
+                _corrupt_native(e, "every entry", policy)
+                return {}
             _corrupt_native(e, f"entry '{entry}'", policy)
-            continue
-        try:
-            out[entry] = backend.load(module, entry, code, native["host"], meta=meta)
         except ArtifactError as e:
             raise ArtifactError(f"{path}: {e.message}") from None
     return out
 
 
-def _native_section(path: Any, native: Any) -> tuple[dict[str, str], dict[str, Any]]:
-    """The manifest's ``native`` entries (entry -> object member) and tables, checked."""
+class StoredMembers(Mapping[str, bytes]):
+    """One entry's native members as its backend's ``load`` sees them (name -> bytes):
+    each is read, and checked against the manifest's SHA-256, when first looked at, so
+    an entry built for another machine is dropped before its code is even read, and a
+    corrupt member raises ``CorruptMember`` (which the backend lets through) before any
+    of it is used. ``sources`` maps each name to the function that reads and checks it."""
+
+    def __init__(self, sources: Mapping[str, Callable[[], bytes]]) -> None:
+        self._sources = dict(sources)
+        self._read: dict[str, bytes] = {}
+
+    def __getitem__(self, name: str) -> bytes:
+        data = self._read.get(name)
+        if data is None:
+            data = self._read[name] = self._sources[name]()
+        return data
+
+    def __contains__(self, name: object) -> bool:  # Mapping's would read the member
+        return name in self._sources
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sources)
+
+    def __len__(self) -> int:
+        return len(self._sources)
+
+    def check_all(self) -> None:
+        """Read and check every member (``CorruptMember`` for the first bad one)."""
+        for name in self._sources:
+            self[name]
+
+
+def _checked_reader(zf: zipfile.ZipFile, path: Any, entry: str, member: str,
+                    digests: Mapping[str, str] | None,
+                    before: Callable[[], None] = lambda: None) -> Callable[[], bytes]:
+    """A function that reads ``member`` and checks it against its digest (after
+    ``before``, a check the member depends on); ``CorruptMember`` for one that is
+    missing, unreadable or not what was saved."""
+    def read() -> bytes:
+        before()
+        try:
+            data = zf.read(member)
+        except KeyError:
+            raise CorruptMember(f"{path} has no member {member} (native code of entry "
+                                f"'{entry}')", member) from None
+        except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+            raise CorruptMember(f"{path}: a member of entry '{entry}' is corrupt ({e})",
+                                member) from None
+        check_member(zf, path, member, digests, data)
+        return data
+    return read
+
+
+def _section_check(path: Any, manifest: dict[str, Any], field: str, digest_key: str,
+                   digests: Mapping[str, str] | None) -> CorruptMember | None:
+    """Why the manifest's native section ``field`` cannot be trusted (no digests at all,
+    or its own does not match), as a ``CorruptMember`` of the manifest; None if it can."""
+    if digests is not None and digests.get(digest_key) == json_digest(manifest[field]):
+        return None
+    if digests is None:
+        return CorruptMember(f"{path} records no SHA-256 digests (an older tfc wrote it), so "
+                             f"its object code cannot be checked", MANIFEST)
+    return CorruptMember(f"{path}: {MANIFEST}'s '{field}' tables do not match their SHA-256",
+                         MANIFEST)
+
+
+def _native_code_section(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]
+                         ) -> tuple[Any, dict[str, StoredMembers]]:
+    """The manifest's ``native_code`` section (the backend that made it; per entry, its
+    folder and member names), checked, as each entry's members."""
+    section = manifest[NATIVE_FIELD]
+    entries = section.get("entries") if isinstance(section, dict) else None
+    if not isinstance(entries, dict) or not all(
+            isinstance(e, str) and isinstance(info, dict)
+            and isinstance(info.get("folder"), str) and isinstance(info.get("members"), list)
+            and all(isinstance(n, str) and _safe_member_name(n) for n in info["members"])
+            for e, info in entries.items()):
+        raise ArtifactError(f"{path}: {MANIFEST} field '{NATIVE_FIELD}.entries' should map "
+                            f"entry names to their folder and member names")
+    digests = read_digests(path, manifest)
+    problem = _section_check(path, manifest, NATIVE_FIELD, NATIVE_DIGEST, digests)
+
+    def section_ok() -> None:
+        if problem is not None:
+            raise problem
+
+    return section.get("backend"), {
+        entry: StoredMembers({name: _checked_reader(zf, path, entry, info["folder"] + name,
+                                                    digests, section_ok)
+                              for name in info["members"]})
+        for entry, info in entries.items()}
+
+
+# ---- the layout before backends exported their own members -------------------------------
+#
+# Only the llvm backend stored native code then, in the manifest's "native" section:
+# {"host": KEY, "entries": {entry: "native/0000.o"}, "tables": {entry: tables}}, the tables'
+# constants as native/0000.const/NNNN.npy, and "manifest.json#native" the digest of that
+# section. Such an artifact reads as the members that backend exports today: its object
+# code, host key and tables under these names (tests/runtime/test_native_artifact.py
+# loads both layouts).
+LEGACY_NATIVE_FIELD, LEGACY_NATIVE_DIGEST = "native", "manifest.json#native"
+LEGACY_OBJECT, LEGACY_HOST, LEGACY_TABLES = "object.o", "host", "tables.json"
+
+
+def _legacy_native_section(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]
+                           ) -> tuple[Any, dict[str, StoredMembers]]:
+    """The legacy ``native`` section as each entry's members. The host key is compared
+    before anything is checked (code for another CPU is dropped silently, as it always
+    was); every other member first needs the section's own digest to match."""
+    native = manifest[LEGACY_NATIVE_FIELD]
     entries = native.get("entries") if isinstance(native, dict) else None
     tables = native.get("tables") if isinstance(native, dict) else None
     if not isinstance(entries, dict) or not all(
@@ -322,32 +483,32 @@ def _native_section(path: Any, native: Any) -> tuple[dict[str, str], dict[str, A
         tables = {}
     if not isinstance(tables, dict):
         raise ArtifactError(f"{path}: {MANIFEST} field 'native.tables' should be an object")
-    return entries, tables
+    digests = read_digests(path, manifest)
+    problem = _section_check(path, manifest, LEGACY_NATIVE_FIELD, LEGACY_NATIVE_DIGEST,
+                             digests)
 
+    def section_ok() -> None:
+        if problem is not None:
+            raise problem
 
-def _checked_native(zf: zipfile.ZipFile, path: Any, entry: str, member: str, table: Any,
-                    digests: Mapping[str, str]) -> tuple[bytes, Any]:
-    """The object code and tables of ``entry``, each member checked against its digest;
-    ``CorruptMember`` for one that is missing, unreadable or not what was saved."""
-    files = table.get("constant_files") if isinstance(table, dict) else None
-    members = [member, *(f for f in files if isinstance(f, str))] if isinstance(
-        files, list) else [member]
-    try:
-        code = _member(zf, path, member, f" (the object code of entry '{entry}')")
-        check_member(zf, path, member, digests, code)
-        for name in members[1:]:
-            check_member(zf, path, name, digests)
-    except CorruptMember:
-        raise
-    except KeyError as e:  # a constant named by the tables
-        raise CorruptMember(f"{path} has no member {e.args[0]} (a constant of entry "
-                            f"'{entry}')", member) from None
-    except ArtifactError as e:
-        raise CorruptMember(e.message, member) from None
-    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
-        raise CorruptMember(f"{path}: a member of entry '{entry}' is corrupt ({e})",
-                            member) from None
-    return code, _native_meta(zf, path, entry, table)
+    host = native.get("host")
+    out = {}
+    for entry, member in entries.items():
+        sources: dict[str, Callable[[], bytes]] = {
+            LEGACY_HOST: lambda: str(host).encode("utf-8"),
+            LEGACY_OBJECT: _checked_reader(zf, path, entry, member, digests, section_ok)}
+        table = tables.get(entry)
+        if table is not None:
+            def tables_json(table: Any = table) -> bytes:
+                section_ok()
+                return json.dumps(table).encode("utf-8")
+            sources[LEGACY_TABLES] = tables_json
+            files = table.get("constant_files") if isinstance(table, dict) else None
+            for name in files if isinstance(files, list) else []:
+                if isinstance(name, str) and name not in sources:
+                    sources[name] = _checked_reader(zf, path, entry, name, digests, section_ok)
+        out[entry] = StoredMembers(sources)
+    return (manifest.get("backend") if host is not None else None), out
 
 
 def _corrupt_native(e: CorruptMember, what: str, policy: str) -> None:
@@ -357,18 +518,6 @@ def _corrupt_native(e: CorruptMember, what: str, policy: str) -> None:
                             f"without --no-recompile to compile it again from the IR)")
     warnings.warn(f"{e.message}; compiling {what} again from the IR instead of linking its "
                   f"object code", CorruptArtifactWarning, stacklevel=4)
-
-
-def _native_meta(zf: zipfile.ZipFile, path: Any, entry: str, table: Any) -> Any:
-    """The stored run-time tables of ``entry``'s native code (``None`` if there are none:
-    then loading lowers the graph again)."""
-    from tfc.backends.llvm.backend import NativeMeta
-    if table is None:
-        return None
-    try:
-        return NativeMeta.read_zip(zf, table)
-    except ValueError as e:
-        raise ArtifactError(f"{path}: invalid native tables for '{entry}': {e}") from None
 
 
 @contextmanager
@@ -495,7 +644,42 @@ def _read_module(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]) -> Mo
     module.partitions = _partitions(path, manifest, module)
     _check_signatures(path, member, manifest, module)
     module.devices, module.fp16_transfers = _target(path, manifest)
+    module.memory_plans = _read_plans(zf, path, manifest, module, digests)
     return module
+
+
+def _read_plans(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any], module: Module,
+                digests: Mapping[str, str] | None) -> dict[str, Any]:
+    """The memory plans stored with the module (``"memory_plans"``: absent in artifacts
+    of modules that were never planned, and of older tfc), each checked against its
+    graph: the module then compiles as it was planned, with no pass to run."""
+    member = manifest.get("memory_plans")
+    if member is None:
+        return {}
+    from tfc.passes.memory import MemoryPlan
+    if not isinstance(member, str):
+        raise ArtifactError(f"{path}: {MANIFEST} field 'memory_plans' should be a str, "
+                            f"not {type(member).__name__}")
+    raw = _member(zf, path, member, f" (named by {MANIFEST})")
+    check_member(zf, path, member, digests, raw)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"{path}: {member} is not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{path}: {member} should map graph names to memory plans")
+    plans = {}
+    for name, plan in data.items():
+        graph = module.graphs.get(name)
+        if graph is None:
+            raise ArtifactError(f"{path}: {member} has a memory plan for an unknown graph "
+                                f"@{name}")
+        try:
+            plans[name] = MemoryPlan.from_json(graph, plan)
+        except ValueError as e:
+            raise ArtifactError(f"{path}: {member}: the memory plan of @{name} is invalid "
+                                f"({e})") from None
+    return plans
 
 
 def _partitions(path: Any, manifest: dict[str, Any], module: Module) -> dict[str, Any]:

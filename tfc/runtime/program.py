@@ -306,12 +306,11 @@ class Program:
         process's update. ``force=True`` overwrites it anyway.
         """
         from tfc.runtime.artifact import ArtifactOrigin, save_artifact
-        native = {}
-        if self.backend.name == "llvm":  # ship each entry's object code and its tables
-            for entry in self.module.entries:
-                exe = self._executable(entry)
-                if getattr(exe, "object_code", None) is not None:
-                    native[entry] = (exe.object_code, exe.host_key, exe.native_meta())
+        native = {}  # what the backend keeps of each entry (llvm: object code, tables)
+        for entry in self.module.entries:
+            members = self.backend.export(self._executable(entry))
+            if members:
+                native[entry] = members
         same_file = self.origin is not None and self.origin.is_file(path)
         check = self.origin.check_unchanged if same_file and not force else None
         written = save_artifact(path, self.module, self._variables, step=self._step,

@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tfc.backends.base import default_backend_name, get_backend
+from tfc.backends.base import ForeignNativeCode, default_backend_name, get_backend
 from tfc.backends.llvm import LLVMBackend, LLVMExecutable
-from tfc.backends.llvm import jit
+from tfc.backends.llvm.runtime import native
+from tfc.backends.reference import ReferenceBackend
 from tfc.compiler.frontend import load_model
 from tfc.errors import ArtifactError, FeedError, TfcError
 from tfc.ir.types import DType, TensorType
@@ -145,13 +146,42 @@ def test_object_code_round_trip(h, monkeypatch, tmp_path):
     assert not exe.report.cached and list((tmp_path / "llvm").glob("*.o"))
     again = LLVMBackend().compile(m, "f")
     assert again.report.cached  # the compile cache: no LLVM work the second time
-    loaded = LLVMBackend().load(m, "f", exe.object_code, exe.host_key)
-    assert isinstance(loaded, LLVMExecutable) and "llvm" not in loaded.report.seconds
     x, w = np.random.rand(5, 4).astype(np.float32), np.random.rand(4, 2).astype(np.float32)
-    np.testing.assert_array_equal(loaded([x, w], {}, 0).fetches[0], exe([x, w], {}, 0).fetches[0])
-    with pytest.raises(ArtifactError, match="another CPU"):
-        LLVMBackend().load(m, "f", exe.object_code, "x86_64|other-cpu|+avx|llvmlite 0")
-    assert exe.host_key == jit.host_key()
+    want = exe([x, w], {}, 0).fetches[0]
+    members = LLVMBackend().export(exe)  # what an artifact stores: code, host, tables
+    assert set(members) == {"object.o", "host", "tables.json"}
+    assert members["object.o"] == exe.object_code
+    relowered = LLVMBackend().load_code(m, "f", exe.object_code, exe.host_key)  # no tables
+    for loaded in (LLVMBackend().load(m, "f", members), relowered):
+        assert isinstance(loaded, LLVMExecutable) and "llvm" not in loaded.report.seconds
+        np.testing.assert_array_equal(loaded([x, w], {}, 0).fetches[0], want)
+    with pytest.raises(ForeignNativeCode, match="another CPU"):
+        LLVMBackend().load(m, "f", {**members, "host": b"x86_64|other-cpu|+avx|llvmlite 0"})
+    assert exe.host_key == native.host_key()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda ms: ms.pop("object.o"), "lacks its member object.o"),
+    (lambda ms: ms.update({"host": b"\xff"}), "host key of 'f' is not text"),
+    (lambda ms: ms.update({"tables.json": b"{"}), "invalid native tables for 'f'"),
+    (lambda ms: ms.update({"notes.txt": b""}), "does not know: notes.txt"),
+])
+def test_members_it_cannot_use_are_artifact_errors(h, change, message):
+    m = h.make_module([("x", F32, ("B", 4))], lambda b, a: b("tanh", a[0]))
+    members = LLVMBackend().export(LLVMBackend().compile(m, "f"))
+    change(members)
+    with pytest.raises(ArtifactError, match=message):
+        LLVMBackend().load(m, "f", members)
+
+
+def test_nothing_to_export_for_a_fallback_or_another_backends_executable(h, monkeypatch):
+    from tfc.backends.llvm import kernels
+    monkeypatch.delitem(kernels.LOWERINGS, "matrix_inverse")
+    m = h.make_module([("x", F32, (3, 3))], lambda b, a: b("matrix_inverse", a[0]))
+    with pytest.warns(UserWarning, match="runs on the reference backend"):
+        fallback = LLVMBackend(use_cache=False).compile(m, "f")
+    assert fallback.fallback_ops and LLVMBackend().export(fallback) == {}
+    assert LLVMBackend().export(ReferenceBackend().compile(m, "f")) == {}
 
 
 def test_feeds_are_checked(h):
@@ -203,7 +233,7 @@ def test_variables_of_wrong_type_are_rejected(h):
 def test_data_ptr_matches_ctypes():
     # the step reads data pointers from the array object (a fifth of ``.ctypes.data``'s
     # cost): views, read-only, 0-d, empty arrays and subclasses must all agree
-    from tfc.backends.llvm.backend import _data_ptr
+    from tfc.backends.llvm.runtime.executable import _data_ptr
 
     a = np.arange(24, dtype=np.float32).reshape(4, 6)
     ro = a.copy()

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from tfc.backends.llvm import elementwise, irutil, jit, vmath
+from tfc.backends.llvm.runtime import native
 from tfc.errors import TypeMismatch
 from tfc.ir.registry import ELEMENTWISE, all_ops, lookup
 from tfc.ir.types import DType, TensorType
@@ -64,7 +65,7 @@ SPECS = _specs()
 
 def _build(specs: list) -> dict:
     mod = ir.Module("elementwise_test")
-    mod.triple, mod.data_layout = jit.triple_and_layout()
+    mod.triple, mod.data_layout = native.triple_and_layout()
     for name, kind, ins, out, _ in specs:
         fnty = ir.FunctionType(irutil.VOID, [irutil.PTR] * (len(ins) + 1) + [irutil.I64])
         fn = ir.Function(mod, fnty, name)
@@ -78,7 +79,7 @@ def _build(specs: list) -> dict:
 
         irutil.loop(b, irutil.i64(0), fn.args[-1], body)
         b.ret_void()
-    loaded = jit.load_object(jit.emit_object(jit.optimize(str(mod))))
+    loaded = native.load_object(jit.emit_object(jit.optimize(str(mod))))
     fns: dict[str, Any] = {"_engine": loaded}
     for name, _, ins, out, _ in specs:
         proto = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(ins) + 1), ctypes.c_int64)

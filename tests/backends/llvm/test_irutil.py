@@ -9,6 +9,7 @@ import pytest
 
 from tfc.backends.llvm import irutil as U
 from tfc.backends.llvm import jit, vmath
+from tfc.backends.llvm.runtime import native
 
 
 def _module(math: str | None, carried: bool = False, hi: int | None = None,
@@ -16,7 +17,7 @@ def _module(math: str | None, carried: bool = False, hi: int | None = None,
     """``k(ptr x, ptr y, i64 n)``: y[i] = math(x[i]) (or x[i] + 1), or a sum when carried;
     the loop runs to ``n`` unless ``hi`` is a constant, ``trip`` its whole range's length."""
     mod = ir.Module("m")
-    mod.triple, mod.data_layout = jit.triple_and_layout()
+    mod.triple, mod.data_layout = native.triple_and_layout()
     f = ir.Function(mod, ir.FunctionType(U.VOID, [U.PTR, U.PTR, U.I64]), "k")
     b = ir.IRBuilder(f.append_basic_block("entry"))
     x, y, n = f.args

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tfc.backends.llvm import LLVMBackend
-from tfc.backends.llvm.backend import profile_report
+from tfc.backends.llvm.runtime.executable import profile_report
 from tfc.errors import ExecutionError
 from tfc.ir.types import DType
 
@@ -92,6 +92,6 @@ def test_loaded_object_code_keeps_timing(h):
     m = _mlp(h)
     exe = LLVMBackend(profile=True).compile(m, "f")
     exe(_feeds(), {}, 0)
-    again = LLVMBackend(profile=True).load(m, "f", exe.object_code, meta=exe.native_meta())
+    again = LLVMBackend(profile=True).load(m, "f", LLVMBackend().export(exe))
     again(_feeds(), {}, 0)
     assert [n for n, _, _ in again.kernel_times()] == [n for n, _, _ in exe.kernel_times()]

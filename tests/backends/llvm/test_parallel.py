@@ -1,30 +1,25 @@
-"""The native thread pool that splits kernels (``tfc.backends.llvm.parallel``).
+"""Kernels split across cores (``tfc.backends.llvm.parallel``) on the native thread pool.
 
 Split kernels must give bit-identical results to one thread (every element is computed
-by the same code whichever thread runs its range); the pool must cover every chunk
-exactly once, report the lowest failing chunk's error, work from several Python threads
-at once, and keep working in a forked child. ``TFC_PARALLEL_MIN=1`` forces splitting of
-the small arrays used here."""
+by the same code whichever thread runs its range); the pool must work from several Python
+threads at once, and keep working in a forked child (the pool itself:
+``runtime/test_pool.py``). ``TFC_PARALLEL_MIN=1`` forces splitting of the small arrays
+used here."""
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import threading
 
 import numpy as np
 import pytest
 
-from tfc.backends.llvm import LLVMBackend
-from tfc.backends.llvm import parallel as P
+from tfc.backends.llvm import LLVMBackend, parallel
+from tfc.backends.llvm.runtime import pool
 from tfc.errors import ExecutionError
 from tfc.ir.types import DType
 
 RNG = np.random.default_rng(5)
-_TASK = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                         ctypes.c_int64)
-_RUN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +49,7 @@ def test_split_results_identical_to_one_thread(h):
     m = _chain_module(h)
     one = _compile(m, 1)
     many = [_compile(m, t) for t in (2, 3, 8)]
-    before = P.pool_stats()["jobs"]
+    before = pool.pool_stats()["jobs"]
     for n in (1, 2, 7, 64, 257):
         x = RNG.standard_normal((n, 300)).astype(np.float32)
         want = _run(one, [x])
@@ -62,14 +57,14 @@ def test_split_results_identical_to_one_thread(h):
             for got, ref in zip(_run(exe, [x]), want):
                 np.testing.assert_array_equal(got, ref)
         h.assert_same(*h.run_both(m, [x], exe=many[0]), rtol=1e-5, atol=1e-5)
-    assert P.pool_stats()["jobs"] > before  # the pool ran the split kernels
+    assert pool.pool_stats()["jobs"] > before  # the pool ran the split kernels
 
 
 def test_one_thread_builds_no_pool_calls(h):
-    assert P.build_parallel(None, 1) is None  # type: ignore[arg-type]
+    assert parallel.build_parallel(None, 1) is None  # type: ignore[arg-type]
     m = _chain_module(h)
     text = str(LLVMBackend(threads=1)._lower(m, "f")[2].comp.module)
-    assert P.POOL_RUN not in text
+    assert pool.POOL_RUN not in text
 
 
 def test_kernels_known_to_be_small_have_no_split_path(h, monkeypatch):
@@ -86,7 +81,7 @@ def test_kernels_known_to_be_small_have_no_split_path(h, monkeypatch):
     def pool_calls(shape):
         m = h.make_module([("x", DType.f32, shape)], body)
         return str(LLVMBackend(threads=2)._lower(m, "f")[2].comp.module).count(
-            f'call i32 @"{P.POOL_RUN}"(')
+            f'call i32 @"{pool.POOL_RUN}"(')
 
     assert pool_calls((4, 300)) == 0
     assert pool_calls((512, 300)) > 0
@@ -110,40 +105,6 @@ def test_error_code_matches_one_thread(h):
         msgs.append(str(e.value))
         np.testing.assert_array_equal(exe([x, idx % 50], {}, 0).fetches[0], x[idx % 50])
     assert msgs[1:] == msgs[:1] * 2
-
-
-def _pool_run(task, n, threads, chunks) -> int:
-    run = _RUN(P.runtime().run_addr)  # ctypes releases the GIL: workers can call back
-    return run(ctypes.cast(task, ctypes.c_void_p), None, None, n, threads, chunks)
-
-
-@pytest.mark.parametrize("n,threads,chunks", [(1, 2, 2), (5, 2, 16), (100, 2, 16),
-                                              (1000, 4, 7), (33, 1, 8), (64, 8, 64)])
-def test_pool_covers_every_chunk_once(n, threads, chunks):
-    seen: list[tuple[int, int]] = []
-    lock = threading.Lock()
-
-    def body(argv, params, lo, hi):
-        with lock:
-            seen.append((lo, hi))
-        return 0
-
-    task = _TASK(body)
-    assert _pool_run(task, n, threads, chunks) == 0
-    covered = sorted(seen)
-    assert covered[0][0] == 0 and covered[-1][1] == n
-    assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
-    assert len(covered) <= max(1, chunks)
-
-
-def test_pool_reports_lowest_failing_chunk():
-    def body(argv, params, lo, hi):
-        c = lo // 10
-        return 100 + c if c >= 3 else 0
-
-    task = _TASK(body)
-    for _ in range(5):
-        assert _pool_run(task, 100, 4, 10) == 103
 
 
 def test_concurrent_python_threads(h):
@@ -177,9 +138,9 @@ def test_concurrent_python_threads(h):
 
 def _child(exe, x, q):
     try:
-        fresh = P.pool_stats()["workers"]  # reset at the fork: no worker yet
+        fresh = pool.pool_stats()["workers"]  # reset at the fork: no worker yet
         got = _run(exe, [x])
-        q.put(([np.asarray(g) for g in got], fresh, P.pool_stats()))
+        q.put(([np.asarray(g) for g in got], fresh, pool.pool_stats()))
     except BaseException as e:  # noqa: BLE001 - sent to the parent
         q.put(repr(e))
 
@@ -189,7 +150,7 @@ def test_fork_child_runs_split_kernels(h):
     exe = _compile(m, 2)
     x = RNG.standard_normal((128, 300)).astype(np.float32)
     want = _run(exe, [x])  # the pool has workers before the fork
-    assert P.pool_stats()["workers"] >= 1
+    assert pool.pool_stats()["workers"] >= 1
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
     p = ctx.Process(target=_child, args=(exe, x, q))

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from tfc.backends.llvm import jit, vmath
-from tfc.backends.llvm.blas import register_system_symbols
+from tfc.backends.llvm.runtime import native
+from tfc.backends.llvm.runtime.symbols import register_system_symbols
 from tfc.testing import exact_math, ulp_errors
 
 TYPES = {np.float16: ir.HalfType(), np.float32: ir.FloatType(), np.float64: ir.DoubleType()}
@@ -64,13 +65,13 @@ SPECS = ([(f"{f}_{np.dtype(d).name}", f, d, 1) for f in UNARY for d in TYPES]
 
 def _module_text() -> str:
     mod = ir.Module("vmath_test")
-    mod.triple, mod.data_layout = jit.triple_and_layout()
+    mod.triple, mod.data_layout = native.triple_and_layout()
     for name, f, d, arity in SPECS:
         _kernel(mod, name, f, TYPES[d], arity)
     return str(mod)
 
 
-def _functions(loaded: "jit.Loaded") -> dict:
+def _functions(loaded: "native.Loaded") -> dict:
     out = {}
     for name, f, d, arity in SPECS:
         proto = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (arity + 1), ctypes.c_int64)
@@ -81,12 +82,12 @@ def _functions(loaded: "jit.Loaded") -> dict:
 
 @pytest.fixture(scope="module")
 def fns() -> dict:
-    return _functions(jit.load_object(jit.emit_object(jit.optimize(_module_text()))))
+    return _functions(native.load_object(jit.emit_object(jit.optimize(_module_text()))))
 
 
 def _build_for(cpu: str) -> dict:
     """The same kernels compiled for another CPU (O3, its own features) and loaded here."""
-    jit.target_machine()
+    native.target_machine()
     register_system_symbols()  # fma/fmaf, half conversions: LLVM calls them without FMA/F16C
     tm = llvm.Target.from_default_triple().create_target_machine(
         cpu=cpu, features="", opt=3, reloc="pic", codemodel="jitdefault", jit=True)
@@ -95,7 +96,7 @@ def _build_for(cpu: str) -> dict:
     pto.loop_vectorization = pto.slp_vectorization = True
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(m, pb)
-    return _functions(jit.load_object(tm.emit_object(m)))
+    return _functions(native.load_object(tm.emit_object(m)))
 
 
 def run(fns: dict, name: str, *xs: np.ndarray) -> np.ndarray:
@@ -299,7 +300,7 @@ def _loop_asm(tm: llvm.TargetMachine, fn: str, ty: ir.Type) -> str:
 @pytest.mark.parametrize("fn", ["exp", "log", "tanh", "sigmoid", "sin", "pow"])
 def test_vectorizes_to_avx512_without_calls(fn: str) -> None:
     """On an AVX-512 CPU (znver4) the loops use zmm registers and call nothing (no libm)."""
-    jit.target_machine()  # initializes the native target
+    native.target_machine()  # initializes the native target
     tm = llvm.Target.from_default_triple().create_target_machine(cpu="znver4", opt=3)
     for ty in (ir.FloatType(), ir.DoubleType()):
         asm = _loop_asm(tm, fn, ty)
@@ -314,7 +315,7 @@ def test_host_exp_loop_uses_wide_vectors() -> None:
     features = llvm.get_host_cpu_features().flatten().split(",")
     if "+avx2" not in features:
         pytest.skip("host has no AVX2")
-    asm = _loop_asm(jit.target_machine(), "exp", ir.FloatType())
+    asm = _loop_asm(native.target_machine(), "exp", ir.FloatType())
     amd512 = "+avx512f" in features and llvm.get_host_cpu_name().startswith("znver")
     want = "zmm" if amd512 else "ymm"
     assert want in asm or "zmm" in asm, f"the host target machine vectorizes exp without {want}"
@@ -356,7 +357,7 @@ def test_estrin_and_horner_fma_evaluate_polynomials(ty: ir.Type) -> None:
     polynomial's value for 1 to 9 coefficients."""
     d = np.float32 if ty == ir.FloatType() else np.float64
     mod = ir.Module("poly")
-    mod.triple, mod.data_layout = jit.triple_and_layout()
+    mod.triple, mod.data_layout = native.triple_and_layout()
     coeffs = {n: [((-1) ** k) * (k + 1) / 8 for k in range(n)] for n in range(1, 10)}
     for n, cs in coeffs.items():
         for kind in ("estrin", "horner"):
@@ -364,7 +365,7 @@ def test_estrin_and_horner_fma_evaluate_polynomials(ty: ir.Type) -> None:
             m = vmath._Math(ir.IRBuilder(f.append_basic_block()), ty)
             x = f.args[0]
             m.b.ret(m.estrin(x, cs) if kind == "estrin" else m.horner_fma(x, cs[::-1]))
-    loaded = jit.load_object(jit.emit_object(jit.optimize(str(mod))))
+    loaded = native.load_object(jit.emit_object(jit.optimize(str(mod))))
     ctype = ctypes.c_float if d is np.float32 else ctypes.c_double
     for n, cs in coeffs.items():
         for kind in ("estrin", "horner"):

@@ -3,7 +3,8 @@
 **Run-time parameters.** Native code never sees an unchecked shape, and one compiled
 entry serves every batch size, so every size that is not static in the IR is read at run
 time from one ``i64`` array, the *params*. A param is a Python function of the
-``Binding`` (the concrete shapes of one call, computed once per distinct feed shapes):
+``Binding`` (``runtime.binding``: the concrete shapes of one call, computed once per
+distinct feed shapes):
 a symbol's value (``B``), a ``?`` dim of some value, a slice start, an arena offset.
 Static sizes are LLVM constants. Kernels load the params they use once, in their entry
 block, so the loops see loop-invariant trip counts.
@@ -19,7 +20,7 @@ vectorizes without run-time overlap checks.
 message (an index out of range, integer division by zero). A check kernel may also leave
 the offending value and a few integers (its index, run-time dims) in the module's
 ``ERROR_DETAIL`` array, which fill the message's ``{value}``, ``{ints}`` and ``{intK}``
-(``format_error``), so the text is the reference backend's:
+(``runtime.error_detail.format_error``), so the text is the reference backend's:
 ``label 99 at index [3] is out of range [0, 10)``.
 """
 
@@ -31,27 +32,11 @@ from typing import Any, Callable, Hashable, Sequence
 import llvmlite.ir as ir
 
 from tfc.backends.llvm.irutil import I32, I64, PTR, i64
+from tfc.backends.llvm.runtime.binding import Binding
+from tfc.backends.llvm.runtime.error_detail import ERROR_DETAIL, MAX_DETAIL_INTS
 from tfc.errors import Location, TfcError
 from tfc.ir.core import Value
 from tfc.ir.types import DType
-
-
-ERROR_DETAIL = "tfc_error_detail"  # i64 [value, count, ints...] of the latest failed check
-MAX_DETAIL_INTS = 8
-
-
-def format_error(message: str, detail: Sequence[int] | None) -> str:
-    """``message`` with ``{value}``, ``{ints}`` (as a list) and ``{int0}``... filled from
-    an ``ERROR_DETAIL`` record. Check kernels always leave one (with at most
-    ``MAX_DETAIL_INTS`` ints: their messages use no more)."""
-    if "{value}" not in message:
-        return message
-    assert detail is not None and 0 <= detail[1] <= MAX_DETAIL_INTS, detail
-    ints = [int(i) for i in detail[2:2 + detail[1]]]
-    out = message.replace("{value}", str(int(detail[0]))).replace("{ints}", str(ints))
-    for k, v in enumerate(ints):
-        out = out.replace(f"{{int{k}}}", str(v))
-    return out
 
 
 @dataclass(frozen=True)
@@ -63,28 +48,6 @@ class Storage:
 
     def __str__(self) -> str:
         return f"{self.kind}[{self.index}]"
-
-
-@dataclass
-class Binding:
-    """The concrete shapes of one call: per value, and the symbols' sizes."""
-
-    shapes: dict[Value, tuple[int, ...]]
-    symbols: dict[str, int]
-    offsets: list[int] | dict[int, int] = field(default_factory=list)  # arena buffer -> byte
-    scratch_offset: int = 0
-
-    def shape(self, v: Value) -> tuple[int, ...]:
-        s = self.shapes.get(v)
-        if s is None:  # values the backend made itself have static types
-            s = tuple(int(d) for d in v.type.shape)
-        return s
-
-    def size(self, v: Value) -> int:
-        n = 1
-        for d in self.shape(v):
-            n *= d
-        return n
 
 
 ParamFn = Callable[[Binding], int]
@@ -151,8 +114,8 @@ class Compiler:
 def dim_key(v: Value, axis: int) -> tuple[Hashable, ParamFn]:
     d = v.type.shape[axis]
     if isinstance(d, str) and d != "?":
-        return ("sym", d), (lambda bd, d=d: bd.symbols[d])
-    return ("dim", id(v), axis), (lambda bd, v=v, axis=axis: bd.shapes[v][axis])
+        return ("sym", d), (lambda binding, d=d: binding.symbols[d])
+    return ("dim", id(v), axis), (lambda binding, v=v, axis=axis: binding.shapes[v][axis])
 
 
 @dataclass
@@ -241,7 +204,7 @@ class Kernel:
                 self.work = ("const", int(work.type.num_elements() or 0))
             else:
                 self.work = ("param", self.comp.param(("size", id(work)),
-                                                      lambda bd, v=work: bd.size(v)))
+                                                      lambda binding, v=work: binding.size(v)))
         b = self.b
         lo = b.select(b.icmp_signed(">", self.lo, i64(0)), self.lo, i64(0))
         hi = b.select(b.icmp_signed("<", self.hi, n), self.hi, n)

@@ -35,10 +35,11 @@ from typing import Any, Callable
 import llvmlite.ir as ir
 import numpy as np
 
-from tfc.backends.llvm import irutil as U
-from tfc.backends.llvm.context import Binding, Compiler, Kernel, Storage
+from tfc.backends.llvm import irutil
+from tfc.backends.llvm.context import Compiler, Kernel, Storage
 from tfc.backends.llvm.kernels_expr import VIEW_KINDS
 from tfc.backends.llvm.kernels_scalar import Unsupported
+from tfc.backends.llvm.runtime.binding import Binding
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ops.state_sparse import SCATTER_KINDS
 
@@ -157,9 +158,9 @@ class GraphCompiler:
         for s in extra:
             if s not in storages:
                 storages.append(s)
-        kc = Kernel(self.comp, self.comp.unique(base), storages)
-        self.steps.append(kc)
-        return kc
+        kernel = Kernel(self.comp, self.comp.unique(base), storages)
+        self.steps.append(kernel)
+        return kernel
 
     @property
     def calls(self) -> list[Kernel]:
@@ -167,7 +168,7 @@ class GraphCompiler:
 
     def bytes_param(self, v: Value) -> int:
         item = v.dtype.itemsize
-        return self.comp.param(("bytes", id(v)), lambda bd, v=v: bd.size(v) * item)
+        return self.comp.param(("bytes", id(v)), lambda binding, v=v: binding.size(v) * item)
 
     def copy_now(self, v: Value, dst: Storage, nbytes_of: Value | None = None) -> None:
         """Copy ``v`` to ``dst`` at this point of the schedule (while ``v``'s buffer
@@ -272,15 +273,15 @@ class GraphCompiler:
 
     def arena_offset_param(self, s: Storage) -> int:
         if s.kind == "scratch":
-            return self.comp.param(("scratch",), lambda bd: bd.scratch_offset)
-        return self.comp.param(("arena", s.index), lambda bd, k=s.index: bd.offsets[k])
+            return self.comp.param(("scratch",), lambda binding: binding.scratch_offset)
+        return self.comp.param(("arena", s.index), lambda binding, k=s.index: binding.offsets[k])
 
     def build_entry(self, parallel: Callable[..., None] | None = None,
                     profile: bool = False) -> ir.Function:
         """The entry function; with ``profile``, it stores a timestamp before each step
         and after the last into ``tfc_prof_stamps`` (see the module docstring)."""
         mod = self.comp.module
-        fn = ir.Function(mod, ir.FunctionType(U.I32, [U.PTR, U.PTR]), ENTRY)
+        fn = ir.Function(mod, ir.FunctionType(irutil.I32, [irutil.PTR, irutil.PTR]), ENTRY)
         ptrs, params = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         tick = _stamper(mod, b, len(self.steps)) if profile else None
@@ -291,55 +292,55 @@ class GraphCompiler:
                 return cache[s]
             if s.kind in ("arena", "scratch"):
                 base = load_ptr(self.arena_slot)
-                p = b.gep(params, [U.i64(self.arena_offset_param(s))], source_etype=U.I64)
-                off = b.load(p, typ=U.I64)
-                v = b.gep(base, [off], inbounds=True, source_etype=U.I8)
+                p = b.gep(params, [irutil.i64(self.arena_offset_param(s))], source_etype=irutil.I64)
+                off = b.load(p, typ=irutil.I64)
+                v = b.gep(base, [off], inbounds=True, source_etype=irutil.I8)
             else:
                 v = load_ptr(self.slot_of(s))
             cache[s] = v
             return v
 
         def load_ptr(slot: int) -> ir.Value:
-            p = b.gep(ptrs, [U.i64(slot)], source_etype=U.PTR)
-            return b.load(p, typ=U.PTR)
+            p = b.gep(ptrs, [irutil.i64(slot)], source_etype=irutil.PTR)
+            return b.load(p, typ=irutil.PTR)
 
         fail = fn.append_basic_block("fail")
-        memcpy = U.intrinsic(mod, "llvm.memcpy.p0.p0.i64", U.VOID,
-                             [U.PTR, U.PTR, U.I64, U.I1])
+        memcpy = irutil.intrinsic(mod, "llvm.memcpy.p0.p0.i64", irutil.VOID,
+                                  [irutil.PTR, irutil.PTR, irutil.I64, irutil.I1])
         in_place = {Storage("upd", j) for j in self.in_place_updates()}
-        for k, kc in enumerate(self.steps):
+        for k, kernel in enumerate(self.steps):
             if tick is not None:
                 tick(k)
-            if isinstance(kc, Copy):
-                nb = b.load(b.gep(params, [U.i64(kc.nbytes_slot)], source_etype=U.I64),
-                            typ=U.I64)
-                dst, src = pointer(kc.dst), pointer(kc.src)
-                if kc.dst in in_place:  # the same array: the update happens in place
+            if isinstance(kernel, Copy):
+                nb = b.load(b.gep(params, [irutil.i64(kernel.nbytes_slot)],
+                                  source_etype=irutil.I64), typ=irutil.I64)
+                dst, src = pointer(kernel.dst), pointer(kernel.src)
+                if kernel.dst in in_place:  # the same array: the update happens in place
                     with b.if_then(b.icmp_unsigned("!=", dst, src)):
-                        b.call(memcpy, [dst, src, nb, ir.Constant(U.I1, 0)])
+                        b.call(memcpy, [dst, src, nb, ir.Constant(irutil.I1, 0)])
                 else:
-                    b.call(memcpy, [dst, src, nb, ir.Constant(U.I1, 0)])
+                    b.call(memcpy, [dst, src, nb, ir.Constant(irutil.I1, 0)])
                 continue
-            args = [pointer(s) for s in kc.storages]
-            if parallel is not None and kc.extent is not None:
-                rc = parallel(b, kc, args, params)
+            args = [pointer(s) for s in kernel.storages]
+            if parallel is not None and kernel.extent is not None:
+                rc = parallel(b, kernel, args, params)
             else:
-                rc = b.call(kc.fn, [*args, params, U.i64(0), U.i64(INT64_MAX)])
+                rc = b.call(kernel.fn, [*args, params, irutil.i64(0), irutil.i64(INT64_MAX)])
             ok = fn.append_basic_block("ok")
-            b.cbranch(b.icmp_signed("!=", rc, ir.Constant(U.I32, 0)), fail, ok)
+            b.cbranch(b.icmp_signed("!=", rc, ir.Constant(irutil.I32, 0)), fail, ok)
             rc_block = b.block
             b.position_at_end(ok)
-            kc.rc_phi_source = (rc, rc_block)  # type: ignore[attr-defined]
+            kernel.rc_phi_source = (rc, rc_block)  # type: ignore[attr-defined]
         if tick is not None:
             tick(len(self.steps))
-        b.ret(ir.Constant(U.I32, 0))
+        b.ret(ir.Constant(irutil.I32, 0))
         b.position_at_end(fail)
-        phi = b.phi(U.I32)
-        for kc in self.calls:
-            rc, blk = kc.rc_phi_source  # type: ignore[attr-defined]
+        phi = b.phi(irutil.I32)
+        for kernel in self.calls:
+            rc, blk = kernel.rc_phi_source  # type: ignore[attr-defined]
             phi.add_incoming(rc, blk)
         if not self.calls:
-            b.ret(ir.Constant(U.I32, 0))
+            b.ret(ir.Constant(irutil.I32, 0))
         else:
             b.ret(phi)
         return fn
@@ -361,22 +362,23 @@ def op_label(op: Op, seen: dict[str, int]) -> str:
 def _stamper(mod: ir.Module, b: ir.IRBuilder, n_steps: int) -> Callable[[int], None]:
     """Declare the stamps global and the clock; zero the last stamp now (at the top of
     the entry); returns ``tick(k)``, which stores the clock's nanoseconds in stamp k."""
-    arr = ir.ArrayType(U.I64, n_steps + 1)
+    arr = ir.ArrayType(irutil.I64, n_steps + 1)
     stamps = ir.GlobalVariable(mod, arr, PROF_STAMPS)
     stamps.initializer = ir.Constant(arr, None)
-    clock = U.intrinsic(mod, PROF_CLOCK, U.I32, [U.I32, U.PTR])
-    ts = b.alloca(U.I64, 2, name="timespec")
+    clock = irutil.intrinsic(mod, PROF_CLOCK, irutil.I32, [irutil.I32, irutil.PTR])
+    ts = b.alloca(irutil.I64, 2, name="timespec")
 
     def stamp(k: int) -> ir.Value:  # typed GEP (llvmlite keeps a global's pointee type)
-        return b.gep(stamps, [U.i64(0), U.i64(k)], inbounds=True)
+        return b.gep(stamps, [irutil.i64(0), irutil.i64(k)], inbounds=True)
 
-    b.store(U.i64(0), stamp(n_steps))
+    b.store(irutil.i64(0), stamp(n_steps))
 
     def tick(k: int) -> None:
-        b.call(clock, [ir.Constant(U.I32, CLOCK_MONOTONIC), ts])
-        sec = b.load(ts, typ=U.I64)
-        nsec = b.load(b.gep(ts, [U.i64(1)], inbounds=True, source_etype=U.I64), typ=U.I64)
-        b.store(b.add(b.mul(sec, U.i64(1_000_000_000)), nsec), stamp(k))
+        b.call(clock, [ir.Constant(irutil.I32, CLOCK_MONOTONIC), ts])
+        sec = b.load(ts, typ=irutil.I64)
+        nsec = b.load(b.gep(ts, [irutil.i64(1)], inbounds=True, source_etype=irutil.I64),
+                      typ=irutil.I64)
+        b.store(b.add(b.mul(sec, irutil.i64(1_000_000_000)), nsec), stamp(k))
 
     return tick
 
@@ -392,11 +394,11 @@ class TrivialPlan:
     in_place: dict[Value, Value]
     values: list[Value]
 
-    def offsets_for(self, bd: Binding) -> tuple[list[int], int]:
+    def offsets_for(self, binding: Binding) -> tuple[list[int], int]:
         offs, total = [], 0
         for v in self.values:
             offs.append(total)
-            total += -(-bd.size(v) * v.dtype.itemsize // 64) * 64
+            total += -(-binding.size(v) * v.dtype.itemsize // 64) * 64
         return offs, total
 
 

@@ -1,7 +1,7 @@
 """The lowering table: op kind -> the kernel(s) that compute it, keyed by the op's name.
 
-``lower(gc, op)`` emits the kernels of one top-level op of a graph into the module of
-``gc`` (an ``entry.GraphCompiler``) and raises ``Unsupported`` for what this backend
+``lower(graph_compiler, op)`` emits the kernels of one top-level op of a graph into the module of
+``graph_compiler`` (an ``entry.GraphCompiler``) and raises ``Unsupported`` for what this backend
 cannot compile (the executable then runs the whole graph on the reference backend and
 says so). The families:
 
@@ -35,7 +35,7 @@ import numpy as np
 
 from tfc.backends.llvm import (gemm_update, kernels_array, kernels_control,  # noqa: F401
                                kernels_lapack, kernels_linalg, kernels_random)
-from tfc.backends.llvm.context import MAX_DETAIL_INTS, Storage
+from tfc.backends.llvm.context import Storage
 from tfc.backends.llvm.irutil import i64
 from tfc.backends.llvm.decompose import DECOMPOSE
 from tfc.backends.llvm.entry import NO_KERNEL, GraphCompiler
@@ -43,6 +43,7 @@ from tfc.backends.llvm.kernels_expr import (REDUCE_KINDS, Emitter, inline_kind,
                                             small_constant)
 from tfc.backends.llvm.kernels_loop import pointwise, reduction, split_rows
 from tfc.backends.llvm.kernels_scalar import Unsupported
+from tfc.backends.llvm.runtime.error_detail import MAX_DETAIL_INTS
 from tfc.ir.core import Graph, Op, Value
 from tfc.ir.registry import make_op, normalize_axes, normalize_axis
 from tfc.ir.types import DType
@@ -57,7 +58,7 @@ FLOATS = (DType.f32, DType.f64)
 # LAPACK/BLAS calls rounded once (``kernels_lapack``).
 
 
-def check_indices_first(gc: GraphCompiler, ops: Sequence[Op],
+def check_indices_first(graph_compiler: GraphCompiler, ops: Sequence[Op],
                         outer: Mapping[Value, Value]) -> None:
     """Indices that ``ops`` use (a ``gather``'s, the class labels of a checking
     ``one_hot``: the cross-entropy's) and that come from outside (``outer``: a value with
@@ -73,7 +74,7 @@ def check_indices_first(gc: GraphCompiler, ops: Sequence[Op],
         else:
             continue
         indices = outer.get(op.inputs[index_of])
-        if indices is None or indices not in gc.comp.storage:
+        if indices is None or indices not in graph_compiler.comp.storage:
             continue  # computed in the kernel: it checks them itself
         if op.kind == "one_hot":
             depth, check = op.attrs["depth"], op.attrs["labels_of"]
@@ -81,7 +82,7 @@ def check_indices_first(gc: GraphCompiler, ops: Sequence[Op],
                 continue
             key = (indices, depth)
             message = label_error(check, "{value}", "{ints}", depth)
-            bound, ints = (lambda kc, d=depth: i64(d)), (lambda kc, idx: idx)
+            bound, ints = (lambda kernel, d=depth: i64(d)), (lambda kernel, idx: idx)
         else:
             params = op.inputs[0]
             axis = normalize_axis(op.kind, op.attrs["axis"], params.type.rank)
@@ -89,26 +90,26 @@ def check_indices_first(gc: GraphCompiler, ops: Sequence[Op],
                 continue
             key = None  # params may differ
             message = gather_error("{value}", f"{{int{axis}}}", axis, "{ints}")
-            bound = (lambda kc, p=params, a=axis: kc.dim(p, a))
-            ints = (lambda kc, idx, p=params: kc.dims(p))
+            bound = (lambda kernel, p=params, a=axis: kernel.dim(p, a))
+            ints = (lambda kernel, idx, p=params: kernel.dims(p))
         if key is None or key not in scanned:
             scanned.add(key)
-            kernels_array.check_indices(gc, indices, bound, message, ints, op.loc)
-        gc.comp.checked_indices.add(op)
+            kernels_array.check_indices(graph_compiler, indices, bound, message, ints, op.loc)
+        graph_compiler.comp.checked_indices.add(op)
 
 
-def _region_kernel(gc: GraphCompiler, name: str, region: Graph, outer_in: list[Value],
+def _region_kernel(graph_compiler: GraphCompiler, name: str, region: Graph, outer_in: list[Value],
                    outer_out: list[Value]) -> None:
     """A kernel computing ``region`` (args bound to ``outer_in``'s storage) into the
     storage of ``outer_out``."""
-    check_indices_first(gc, list(region.walk()), dict(zip(region.args, outer_in)))
-    st = gc.comp.storage
+    check_indices_first(graph_compiler, list(region.walk()), dict(zip(region.args, outer_in)))
+    st = graph_compiler.comp.storage
     for a, x in zip(region.args, outer_in):
         st[a] = st[x]
     leaves = list(region.args)
     for op in region.walk():
         if op.kind == "constant" and small_constant(op.result) is None:
-            st[op.result] = gc.const_storage(op.attrs["value"])
+            st[op.result] = graph_compiler.const_storage(op.attrs["value"])
             leaves.append(op.result)
         elif not (inline_kind(op.kind) or op.kind in REDUCE_KINDS):
             raise Unsupported(f"{op.kind} in a fused region")
@@ -119,109 +120,110 @@ def _region_kernel(gc: GraphCompiler, name: str, region: Graph, outer_in: list[V
         axes = normalize_axes(reduces[0].kind, reduces[0].attrs["axes"], x0.type.rank)
         keep = [a for a in range(x0.type.rank) if a not in axes]
         rows = split_rows(axes)  # a row of accumulators per index of axis 0
-        gc.comp.scratch.append(lambda bd, x0=x0, keep=keep, n=n, rows=rows: 8 * n * max(
-            1, int(np.prod([bd.shape(x0)[a] for a in keep], dtype=np.int64))
-            * (bd.shape(x0)[0] if rows else 1)))
+        graph_compiler.comp.scratch.append(
+            lambda binding, x0=x0, keep=keep, n=n, rows=rows: 8 * n * max(
+                1, int(np.prod([binding.shape(x0)[a] for a in keep], dtype=np.int64))
+                * (binding.shape(x0)[0] if rows else 1)))
         scratch = Storage("scratch", 0)
     storages = [*leaves, *outer_out]
-    kc = gc.kernel(name, storages, [scratch] if scratch else [])
-    em = Emitter(kc, leaves)
+    kernel = graph_compiler.kernel(name, storages, [scratch] if scratch else [])
+    emitter = Emitter(kernel, leaves)
     pairs = list(zip(region.results, outer_out))
     if reduces:
         def then() -> tuple:
             """The second kernel of a split column order (same storages)."""
-            k2 = gc.kernel(name + "_fold", storages, [scratch])
+            k2 = graph_compiler.kernel(name + "_fold", storages, [scratch])
             return k2, Emitter(k2, leaves), k2.storage_ptr(scratch)
 
-        reduction(kc, em, region.ops, pairs, kc.storage_ptr(scratch), then)
+        reduction(kernel, emitter, region.ops, pairs, kernel.storage_ptr(scratch), then)
     else:
-        pointwise(kc, em, pairs)
-    kc.finish()
+        pointwise(kernel, emitter, pairs)
+    kernel.finish()
 
 
-def lower_fusion(gc: GraphCompiler, op: Op) -> None:
-    _region_kernel(gc, f"fusion_{op.attrs.get('kind', 'loop')}", op.regions[0],
+def lower_fusion(graph_compiler: GraphCompiler, op: Op) -> None:
+    _region_kernel(graph_compiler, f"fusion_{op.attrs.get('kind', 'loop')}", op.regions[0],
                    list(op.inputs), list(op.results))
 
 
-def lower_inline(gc: GraphCompiler, op: Op) -> None:
+def lower_inline(graph_compiler: GraphCompiler, op: Op) -> None:
     """One op computed element by element (an element-wise op, a movement op ...)."""
     leaves = [x for x in op.inputs if small_constant(x) is None]
-    check_indices_first(gc, [op], {x: x for x in leaves})
-    kc = gc.kernel(op.kind, [*leaves, *op.results])
-    em = Emitter(kc, leaves)
-    pointwise(kc, em, [(r, r) for r in op.results])
-    kc.finish()
+    check_indices_first(graph_compiler, [op], {x: x for x in leaves})
+    kernel = graph_compiler.kernel(op.kind, [*leaves, *op.results])
+    emitter = Emitter(kernel, leaves)
+    pointwise(kernel, emitter, [(r, r) for r in op.results])
+    kernel.finish()
 
 
-def lower_reduce(gc: GraphCompiler, op: Op) -> None:
+def lower_reduce(graph_compiler: GraphCompiler, op: Op) -> None:
     x = op.inputs[0]
-    kc = gc.kernel(op.kind, [x, op.result])
-    em = Emitter(kc, [x])
-    reduction(kc, em, [op], [(op.result, op.result)])
-    kc.finish()
+    kernel = graph_compiler.kernel(op.kind, [x, op.result])
+    emitter = Emitter(kernel, [x])
+    reduction(kernel, emitter, [op], [(op.result, op.result)])
+    kernel.finish()
 
 
-def lower_decomposed(gc: GraphCompiler, op: Op) -> None:
+def lower_decomposed(graph_compiler: GraphCompiler, op: Op) -> None:
     region = DECOMPOSE[op.kind](op)
-    gc.comp.regions.append((region, list(op.inputs)))
-    _region_kernel(gc, op.kind, region, list(op.inputs), list(op.results))
+    graph_compiler.comp.regions.append((region, list(op.inputs)))
+    _region_kernel(graph_compiler, op.kind, region, list(op.inputs), list(op.results))
 
 
-def lower_nothing(gc: GraphCompiler, op: Op) -> None:
+def lower_nothing(graph_compiler: GraphCompiler, op: Op) -> None:
     return None
 
 
 # ---- variable updates --------------------------------------------------------------------
 
-def _var_values(gc: GraphCompiler, op: Op) -> tuple[Value, Value]:
+def _var_values(graph_compiler: GraphCompiler, op: Op) -> tuple[Value, Value]:
     """Values standing for the variable's start-of-step value and its update buffer."""
     name = op.attrs["var"]
-    decl = gc.module.variables[name]
+    decl = graph_compiler.module.variables[name]
     if not decl.type.is_static:
         raise Unsupported("a variable with a symbolic shape")
     old, new = Value(decl.type, name=f"{name}.old"), Value(decl.type, name=f"{name}.new")
-    gc.comp.storage[old] = Storage("var", name)
-    gc.comp.storage[new] = Storage("upd", gc.updates.index(name))
+    graph_compiler.comp.storage[old] = Storage("var", name)
+    graph_compiler.comp.storage[new] = Storage("upd", graph_compiler.updates.index(name))
     return old, new
 
 
-def lower_assign(gc: GraphCompiler, op: Op) -> None:
+def lower_assign(graph_compiler: GraphCompiler, op: Op) -> None:
     name = op.attrs["var"]
     v = op.inputs[0]
-    old, new = _var_values(gc, op)
+    old, new = _var_values(graph_compiler, op)
     if op.kind == "var.assign":
-        gc.copy_now(v, gc.comp.storage[new], nbytes_of=new)
+        graph_compiler.copy_now(v, graph_compiler.comp.storage[new], nbytes_of=new)
         return
     kind = "add" if op.kind == "var.assign_add" else "sub"
     upd = make_op(kind, [old, v])
     if upd.result.type.shape != old.type.shape:
         raise Unsupported(f"{op.kind} with a value of type {v.type} for @{name}")
     leaves = [old] + ([v] if small_constant(v) is None else [])
-    kc = gc.kernel(op.kind.replace(".", "_"), [*leaves, new])
-    em = Emitter(kc, leaves)
-    pointwise(kc, em, [(upd.result, new)])
-    kc.finish()
+    kernel = graph_compiler.kernel(op.kind.replace(".", "_"), [*leaves, new])
+    emitter = Emitter(kernel, leaves)
+    pointwise(kernel, emitter, [(upd.result, new)])
+    kernel.finish()
 
 
-def lower_gemm_update(gc: GraphCompiler, upd: gemm_update.GemmUpdate) -> None:
+def lower_gemm_update(graph_compiler: GraphCompiler, upd: gemm_update.GemmUpdate) -> None:
     """``var <- var + alpha * matmul`` as one GEMM into the update buffer, at the
     matmul's place in the schedule (where its operands are surely alive)."""
-    old, new = _var_values(gc, upd.assign)
+    old, new = _var_values(graph_compiler, upd.assign)
     mm = upd.matmul
-    gc.copy_now(old, gc.comp.storage[new], nbytes_of=new)
+    graph_compiler.copy_now(old, graph_compiler.comp.storage[new], nbytes_of=new)
     a, bm = mm.inputs
-    kc = gc.kernel("gemm_update", [a, bm, new])
-    kc.whole()
-    kernels_linalg.batched_gemm(kc, mm, a.dtype, kc.ptr(a), kc.ptr(bm), kc.ptr(new),
+    kernel = graph_compiler.kernel("gemm_update", [a, bm, new])
+    kernel.whole()
+    kernels_linalg.batched_gemm(kernel, mm, a.dtype, kernel.ptr(a), kernel.ptr(bm), kernel.ptr(new),
                                 alpha=upd.alpha, beta=1.0)
-    kc.finish()
+    kernel.finish()
 
 
-def lower_var_scatter(gc: GraphCompiler, op: Op) -> None:
-    old, new = _var_values(gc, op)
+def lower_var_scatter(graph_compiler: GraphCompiler, op: Op) -> None:
+    old, new = _var_values(graph_compiler, op)
     indices, updates = op.inputs
-    kernels_array.scatter_rows(gc, old, new, indices, updates,
+    kernels_array.scatter_rows(graph_compiler, old, new, indices, updates,
                                sign=1 if op.kind == "var.scatter_add" else -1, op=op)
 
 
@@ -245,13 +247,13 @@ LOWERINGS: dict[str, Lowering] = {
 }
 
 
-def lower(gc: GraphCompiler, op: Op) -> None:
-    if gc.gemm_updates is None:
-        gc.gemm_updates = gemm_update.find(gc.graph)
-    upd = gc.gemm_updates.get(op)
+def lower(graph_compiler: GraphCompiler, op: Op) -> None:
+    if graph_compiler.gemm_updates is None:
+        graph_compiler.gemm_updates = gemm_update.find(graph_compiler.graph)
+    upd = graph_compiler.gemm_updates.get(op)
     if upd is not None:  # the matmul's kernel computes the update; the rest emit nothing
         if op is upd.matmul:
-            lower_gemm_update(gc, upd)
+            lower_gemm_update(graph_compiler, upd)
         return
     fn = LOWERINGS.get(op.kind)
     if fn is None:
@@ -259,7 +261,7 @@ def lower(gc: GraphCompiler, op: Op) -> None:
             fn = lower_inline
         else:
             raise Unsupported(op.kind)
-    fn(gc, op)
+    fn(graph_compiler, op)
 
 
 def supported_kinds() -> set[str]:

@@ -30,11 +30,12 @@ from typing import Callable, Sequence
 
 import llvmlite.ir as ir
 
-from tfc.backends.llvm import irutil as U
-from tfc.backends.llvm.context import Binding, Kernel, Storage, dim_key
+from tfc.backends.llvm import irutil
+from tfc.backends.llvm.context import Kernel, Storage, dim_key
 from tfc.backends.llvm.kernels_expr import EXTRA_RULES, Emitter
 from tfc.backends.llvm.kernels_loop import combine
 from tfc.backends.llvm.kernels_scalar import float_limits
+from tfc.backends.llvm.runtime.binding import Binding
 from tfc.errors import Location
 from tfc.ir.core import Op, Value
 from tfc.ir.registry import normalize_axis
@@ -42,118 +43,119 @@ from tfc.ir.types import DType
 from tfc.ops.nn import spatial_attr, window_padding
 from tfc.ops.scatter import scatter_error
 
-ZERO = U.i64(0)
+ZERO = irutil.i64(0)
 
 
 def _offset(b: ir.IRBuilder, idx, dims) -> ir.Value:
-    return U.linear(b, idx, dims)
+    return irutil.linear(b, idx, dims)
 
 
-def _nest(kc: Kernel, dims, body, name="i") -> None:
-    U.loop_nest(kc.b, [(ZERO, d) for d in dims], body, name=name)
+def _nest(kernel: Kernel, dims, body, name="i") -> None:
+    irutil.loop_nest(kernel.b, [(ZERO, d) for d in dims], body, name=name)
 
 
 # ---- checks ------------------------------------------------------------------------------
 
-def check_indices(gc, indices: Value, bound: Callable[[Kernel], ir.Value], message: str,
+def check_indices(graph_compiler, indices: Value, bound: Callable[[Kernel], ir.Value], message: str,
                   ints: Callable[[Kernel, list[ir.Value]], Sequence[ir.Value]],
                   loc: Location | None) -> None:
     """A kernel (run whole: a scan of the indices, before the kernel that uses them) that
     fails with ``message`` (at ``loc``) when an index is outside ``[0, bound)``, leaving the first such
     (row-major) and ``ints(kernel, its index)`` in ``ERROR_DETAIL``, as the reference
     reports them."""
-    kc = gc.kernel("check_indices", [indices])
-    kc.whole()
-    b = kc.b
-    dims = kc.dims(indices)
-    n = bound(kc)
-    code = gc.comp.error(message, loc)
+    kernel = graph_compiler.kernel("check_indices", [indices])
+    kernel.whole()
+    b = kernel.b
+    dims = kernel.dims(indices)
+    n = bound(kernel)
+    code = graph_compiler.comp.error(message, loc)
 
     def body(idx: list, _c) -> None:
-        k = U.to_i64(b, U.load(b, kc.ptr(indices), indices.dtype, U.linear(b, idx, dims)))
+        k = irutil.to_i64(b, irutil.load(b, kernel.ptr(indices), indices.dtype,
+                                         irutil.linear(b, idx, dims)))
         bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, n))
-        kc.fail_with_detail(bad, code, k, ints(kc, idx))
+        kernel.fail_with_detail(bad, code, k, ints(kernel, idx))
 
-    U.loop_nest(b, [(ZERO, d) for d in dims], body, name="l")
-    kc.finish()
+    irutil.loop_nest(b, [(ZERO, d) for d in dims], body, name="l")
+    kernel.finish()
 
 
 # ---- scatter -------------------------------------------------------------------------------
 
-def scatter_rows(gc, base: Value, out: Value, indices: Value, updates: Value, sign: int,
+def scatter_rows(graph_compiler, base: Value, out: Value, indices: Value, updates: Value, sign: int,
                  op: Op) -> None:
     """``out = base``, then ``out[indices[i]] += sign * updates[i]`` row by row."""
-    kc = gc.kernel("scatter", [base, out, indices, updates])
-    kc.whole()
-    b = kc.b
+    kernel = graph_compiler.kernel("scatter", [base, out, indices, updates])
+    kernel.whole()
+    b = kernel.b
     dt = out.dtype
-    dims = kc.dims(out)
-    row = U.product(b, dims[1:])
-    total = U.product(b, dims)
-    if gc.comp.storage[base] != gc.comp.storage[out]:
+    dims = kernel.dims(out)
+    row = irutil.product(b, dims[1:])
+    total = irutil.product(b, dims)
+    if graph_compiler.comp.storage[base] != graph_compiler.comp.storage[out]:
         def copy(i: ir.Value, _c) -> None:
-            U.store(b, kc.ptr(out), dt, i, U.load(b, kc.ptr(base), dt, i))
-        U.loop(b, ZERO, total, copy, name="c")
-    code = gc.comp.error(scatter_error(op.kind, "{value}", "{int0}"), op.loc)
+            irutil.store(b, kernel.ptr(out), dt, i, irutil.load(b, kernel.ptr(base), dt, i))
+        irutil.loop(b, ZERO, total, copy, name="c")
+    code = graph_compiler.comp.error(scatter_error(op.kind, "{value}", "{int0}"), op.loc)
 
     def per_index(i: ir.Value, _c) -> None:
-        k = U.to_i64(b, U.load(b, kc.ptr(indices), indices.dtype, i))
+        k = irutil.to_i64(b, irutil.load(b, kernel.ptr(indices), indices.dtype, i))
         bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, dims[0]))
-        kc.fail_with_detail(bad, code, k, [dims[0]])  # the updates go to a new buffer
+        kernel.fail_with_detail(bad, code, k, [dims[0]])  # the updates go to a new buffer
         k = b.select(bad, ZERO, k)
         dst0, src0 = b.mul(k, row), b.mul(i, row)
-        scale = U.const(dt, -1 if sign < 0 else 1)
+        scale = irutil.const(dt, -1 if sign < 0 else 1)
 
         def per_elem(r: ir.Value, _c2) -> None:
-            u = U.load(b, kc.ptr(updates), dt, b.add(src0, r))
+            u = irutil.load(b, kernel.ptr(updates), dt, b.add(src0, r))
             if sign < 0:
                 u = (b.fmul(u, scale) if dt.is_float else b.mul(u, scale))
             # skip the write when this index is bad (its code is already recorded)
-            o = U.load(b, kc.ptr(out), dt, b.add(dst0, r))
+            o = irutil.load(b, kernel.ptr(out), dt, b.add(dst0, r))
             s = combine(b, "sum", dt, o, u)
-            U.store(b, kc.ptr(out), dt, b.add(dst0, r), b.select(bad, o, s))
+            irutil.store(b, kernel.ptr(out), dt, b.add(dst0, r), b.select(bad, o, s))
 
-        U.loop(b, ZERO, row, per_elem, name="r")
+        irutil.loop(b, ZERO, row, per_elem, name="r")
 
-    U.loop(b, ZERO, kc.size(indices), per_index, name="s")
-    kc.finish()
+    irutil.loop(b, ZERO, kernel.size(indices), per_index, name="s")
+    kernel.finish()
 
 
-def lower_scatter_add(gc, op: Op) -> None:
+def lower_scatter_add(graph_compiler, op: Op) -> None:
     dense, indices, updates = op.inputs
-    scatter_rows(gc, dense, op.result, indices, updates, 1, op)
+    scatter_rows(graph_compiler, dense, op.result, indices, updates, 1, op)
 
 
 # ---- arg-reductions ---------------------------------------------------------------------------
 
-def lower_argreduce(gc, op: Op) -> None:
+def lower_argreduce(graph_compiler, op: Op) -> None:
     x = op.inputs[0]
     out = op.result
-    kc = gc.kernel(op.kind, [x, out])
-    b = kc.b
+    kernel = graph_compiler.kernel(op.kind, [x, out])
+    b = kernel.b
     rank = x.type.rank
     axis = normalize_axis(op.kind, op.attrs["axis"], rank)
-    xd = kc.dims(x)
-    od = kc.dims(out)
-    stride = U.product(b, xd[axis + 1:])
+    xd = kernel.dims(x)
+    od = kernel.dims(out)
+    stride = irutil.product(b, xd[axis + 1:])
     n = xd[axis]
     better = ">" if op.kind == "argmax" else "<"
     if od:
         key, fn = dim_key(out, 0)
-        lo, hi = kc.extent_of([od[0]], key, fn, x)
+        lo, hi = kernel.extent_of([od[0]], key, fn, x)
         bounds = [(lo, hi)] + [(ZERO, d) for d in od[1:]]
     else:
-        kc.extent_of([], "one", lambda bd: 1)
+        kernel.extent_of([], "one", lambda binding: 1)
         bounds = []
 
     def body(idx, _c) -> None:
         full = list(idx[:axis]) + [ZERO] + list(idx[axis:])
         base = _offset(b, full, xd)
-        first = U.load(b, kc.ptr(x), x.dtype, base)
+        first = irutil.load(b, kernel.ptr(x), x.dtype, base)
 
         def scan(j, acc):
             best, at = acc
-            v = U.load(b, kc.ptr(x), x.dtype, b.add(base, b.mul(j, stride)))
+            v = irutil.load(b, kernel.ptr(x), x.dtype, b.add(base, b.mul(j, stride)))
             if x.dtype.is_float:
                 wins = b.or_(b.fcmp_ordered(better, v, best),
                              b.and_(b.fcmp_unordered("uno", v, v),
@@ -164,81 +166,81 @@ def lower_argreduce(gc, op: Op) -> None:
                 wins = b.icmp_signed(better, v, best)
             return [b.select(wins, v, best), b.select(wins, j, at)]
 
-        _, at = U.loop(b, U.i64(1), n, scan, [first, ZERO], name="j")
-        U.store(b, kc.ptr(out), out.dtype, _offset(b, idx, od),
-                U.to_i64(b, at) if out.dtype is DType.i64 else b.trunc(at, U.I32))
+        _, at = irutil.loop(b, irutil.i64(1), n, scan, [first, ZERO], name="j")
+        irutil.store(b, kernel.ptr(out), out.dtype, _offset(b, idx, od),
+                     irutil.to_i64(b, at) if out.dtype is DType.i64 else b.trunc(at, irutil.I32))
 
-    U.loop_nest(b, bounds, body)
-    kc.finish()
+    irutil.loop_nest(b, bounds, body)
+    kernel.finish()
 
 
 # ---- joining and splitting --------------------------------------------------------------------
 
-def lower_concat(gc, op: Op) -> None:
+def lower_concat(graph_compiler, op: Op) -> None:
     out = op.result
     stack = op.kind == "stack"
     rank = out.type.rank
     axis = (op.attrs["axis"] % rank) if rank else 0
-    kc = gc.kernel(op.kind, [*op.inputs, out])
-    kc.whole()
-    b = kc.b
-    od = kc.dims(out)
+    kernel = graph_compiler.kernel(op.kind, [*op.inputs, out])
+    kernel.whole()
+    b = kernel.b
+    od = kernel.dims(out)
     start: ir.Value = ZERO
     for j, x in enumerate(op.inputs):
-        xd = kc.dims(x)
+        xd = kernel.dims(x)
 
         def body(idx, _c, x=x, start=start, j=j) -> None:
             if stack:
-                oidx = list(idx[:axis]) + [U.i64(j)] + list(idx[axis:])
+                oidx = list(idx[:axis]) + [irutil.i64(j)] + list(idx[axis:])
             else:
                 oidx = list(idx)
                 oidx[axis] = b.add(idx[axis], start)
-            v = U.load(b, kc.ptr(x), x.dtype, _offset(b, idx, xd))
-            U.store(b, kc.ptr(out), out.dtype, _offset(b, oidx, od), v)
+            v = irutil.load(b, kernel.ptr(x), x.dtype, _offset(b, idx, xd))
+            irutil.store(b, kernel.ptr(out), out.dtype, _offset(b, oidx, od), v)
 
-        _nest(kc, xd, body, name=f"c{j}_")
+        _nest(kernel, xd, body, name=f"c{j}_")
         if not stack:
             start = b.add(start, xd[axis])
-    kc.finish()
+    kernel.finish()
 
 
-def lower_split(gc, op: Op) -> None:
+def lower_split(graph_compiler, op: Op) -> None:
     x = op.inputs[0]
     axis = normalize_axis(op.kind, op.attrs["axis"], x.type.rank)
-    kc = gc.kernel(op.kind, [x, *op.results])
-    kc.whole()
-    b = kc.b
-    xd = kc.dims(x)
+    kernel = graph_compiler.kernel(op.kind, [x, *op.results])
+    kernel.whole()
+    b = kernel.b
+    xd = kernel.dims(x)
     start: ir.Value = ZERO
     for j, r in enumerate(op.results):
-        rd = kc.dims(r)
+        rd = kernel.dims(r)
 
         def body(idx, _c, r=r, start=start) -> None:
             iidx = list(idx)
             iidx[axis] = b.add(idx[axis], start)
-            v = U.load(b, kc.ptr(x), x.dtype, _offset(b, iidx, xd))
-            U.store(b, kc.ptr(r), r.dtype, _offset(b, idx, rd), v)
+            v = irutil.load(b, kernel.ptr(x), x.dtype, _offset(b, iidx, xd))
+            irutil.store(b, kernel.ptr(r), r.dtype, _offset(b, idx, rd), v)
 
-        _nest(kc, rd, body, name=f"s{j}_")
+        _nest(kernel, rd, body, name=f"s{j}_")
         start = b.add(start, rd[axis])
-    kc.finish()
+    kernel.finish()
 
 
 # ---- shapes ------------------------------------------------------------------------------------
 
-def lower_shape(gc, op: Op) -> None:
+def lower_shape(graph_compiler, op: Op) -> None:
     x, out = op.inputs[0], op.result
-    kc = gc.kernel(op.kind, [out])
-    kc.whole()
-    b = kc.b
+    kernel = graph_compiler.kernel(op.kind, [out])
+    kernel.whole()
+    b = kernel.b
     if op.kind == "rank":
-        U.store(b, kc.ptr(out), out.dtype, ZERO, ir.Constant(U.I32, x.type.rank))
+        irutil.store(b, kernel.ptr(out), out.dtype, ZERO, ir.Constant(irutil.I32, x.type.rank))
     else:
         for a in range(x.type.rank):
-            d = kc.dim(x, a)
-            U.store(b, kc.ptr(out), out.dtype, U.i64(a),
-                    d if out.dtype is DType.i64 else b.trunc(d, U.I32))
-    kc.finish()
+            d = kernel.dim(x, a)
+            irutil.store(b, kernel.ptr(out), out.dtype, irutil.i64(a),
+                         d if out.dtype is DType.i64 else b.trunc(d, irutil.I32))
+    kernel.finish()
 
 
 # ---- pooling -------------------------------------------------------------------------------------
@@ -256,23 +258,23 @@ def _window(op: Op) -> tuple[tuple[int, int], tuple[int, int]]:
     return k, s
 
 
-def pad_before(kc: Kernel, op: Op, image: Value, axis: int, k: int, s: int,
+def pad_before(kernel: Kernel, op: Op, image: Value, axis: int, k: int, s: int,
                dilation: int = 1) -> ir.Value:
     """Padding before ``image``'s spatial ``axis`` (1 or 2) for this window op."""
     padding = op.attrs["padding"]
     d = image.type.shape[axis]
     if isinstance(d, int):
-        return U.i64(window_padding(op.kind, d, k, s, dilation, padding)[1])
+        return irutil.i64(window_padding(op.kind, d, k, s, dilation, padding)[1])
 
-    def fn(bd: Binding, image=image, axis=axis) -> int:
-        return window_padding(op.kind, bd.shapes[image][axis], k, s, dilation, padding)[1]
-    return kc.param(("pad", id(image), axis, k, s, dilation, padding), fn)
+    def fn(binding: Binding, image=image, axis=axis) -> int:
+        return window_padding(op.kind, binding.shapes[image][axis], k, s, dilation, padding)[1]
+    return kernel.param(("pad", id(image), axis, k, s, dilation, padding), fn)
 
 
-def _pads(kc: Kernel, op: Op, image: Value) -> tuple[ir.Value, ir.Value]:
+def _pads(kernel: Kernel, op: Op, image: Value) -> tuple[ir.Value, ir.Value]:
     """Padding before ``image``'s rows and columns for pooling op ``op``."""
     (kh, kw), (sh, sw) = _window(op)
-    return pad_before(kc, op, image, 1, kh, sh), pad_before(kc, op, image, 2, kw, sw)
+    return pad_before(kernel, op, image, 1, kh, sh), pad_before(kernel, op, image, 2, kw, sw)
 
 
 def _origin(b: ir.IRBuilder, op: Op, ho: ir.Value, wo: ir.Value,
@@ -280,7 +282,7 @@ def _origin(b: ir.IRBuilder, op: Op, ho: ir.Value, wo: ir.Value,
     """The first input pixel (row, column) of output (``ho``, ``wo``)'s window; it may
     lie in the padding."""
     _, (sh, sw) = _window(op)
-    return b.sub(b.mul(ho, U.i64(sh)), pads[0]), b.sub(b.mul(wo, U.i64(sw)), pads[1])
+    return b.sub(b.mul(ho, irutil.i64(sh)), pads[0]), b.sub(b.mul(wo, irutil.i64(sw)), pads[1])
 
 
 def fold_window(b: ir.IRBuilder, kh: int, kw: int, fn, init: list[ir.Value],
@@ -291,10 +293,10 @@ def fold_window(b: ir.IRBuilder, kh: int, kw: int, fn, init: list[ir.Value],
         acc = list(init)
         for i in range(kh):
             for j in range(kw):
-                acc = list(fn(U.i64(i), U.i64(j), acc))
+                acc = list(fn(irutil.i64(i), irutil.i64(j), acc))
         return acc
-    return U.loop_nest(b, [(ZERO, U.i64(kh)), (ZERO, U.i64(kw))],
-                       lambda ij, acc: fn(ij[0], ij[1], acc), init, name=name)
+    return irutil.loop_nest(b, [(ZERO, irutil.i64(kh)), (ZERO, irutil.i64(kw))],
+                            lambda ij, acc: fn(ij[0], ij[1], acc), init, name=name)
 
 
 def inside(b: ir.IRBuilder, hi: ir.Value, wi: ir.Value, xd) -> ir.Value:
@@ -329,49 +331,50 @@ def _key_flip(b: ir.IRBuilder, bits: ir.Value) -> ir.Value:
 def _order_key(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """The order key of the f16 value ``x``, held in f32 (exactly, so the fptrunc folds
     away against the load's fpext)."""
-    return b.sub(_key_flip(b, b.bitcast(b.fptrunc(x, U.F16), _I16)), _NAN_SHIFT)
+    return b.sub(_key_flip(b, b.bitcast(b.fptrunc(x, irutil.F16), _I16)), _NAN_SHIFT)
 
 
 def _of_order_key(b: ir.IRBuilder, key: ir.Value) -> ir.Value:
     """The f16 value (held in f32) whose order key is ``key``."""
-    return b.fpext(b.bitcast(_key_flip(b, b.add(key, _NAN_SHIFT)), U.F16), U.F32)
+    return b.fpext(b.bitcast(_key_flip(b, b.add(key, _NAN_SHIFT)), irutil.F16), irutil.F32)
 
 
-def _pool_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
+def _pool_rule(emitter: Emitter, op: Op, v: Value, idx) -> ir.Value:
     """One output element of max_pool / avg_pool: a fold over its window."""
     x = op.inputs[0]
-    kc, b = em.kc, em.b
+    kernel, b = emitter.kernel, emitter.b
     (kh, kw), _ = _window(op)
     n, ho, wo, c = idx
-    xd = kc.dims(x)
-    h0, w0 = _origin(b, op, ho, wo, _pads(kc, op, x))
+    xd = kernel.dims(x)
+    h0, w0 = _origin(b, op, ho, wo, _pads(kernel, op, x))
     dt = x.dtype
     is_max = op.kind == "max_pool"
     keyed = is_max and dt is DType.f16
     if keyed:
         init = _KEY_LOWEST
-        smax = U.intrinsic(b.module, "llvm.smax.i16", _I16, [_I16, _I16])
+        smax = irutil.intrinsic(b.module, "llvm.smax.i16", _I16, [_I16, _I16])
     elif is_max:
-        init = (float_limits(U.compute_type(dt))[0] if dt.is_float
-                else ir.Constant(U.compute_type(dt), -(1 << (U.compute_type(dt).width - 1))))
+        init = (float_limits(irutil.compute_type(dt))[0] if dt.is_float
+                else ir.Constant(irutil.compute_type(dt),
+                                 -(1 << (irutil.compute_type(dt).width - 1))))
     else:
-        init = ir.Constant(U.compute_type(dt), 0.0)
+        init = ir.Constant(irutil.compute_type(dt), 0.0)
 
     def win(i, j, acc):
         hi, wi = b.add(h0, i), b.add(w0, j)
         ok = inside(b, hi, wi, xd)
         hc = b.select(ok, hi, ZERO)
         wc = b.select(ok, wi, ZERO)
-        em.push()
-        val = em.value(x, (n, hc, wc, c))
-        em.pop()
+        emitter.push()
+        val = emitter.value(x, (n, hc, wc, c))
+        emitter.pop()
         if keyed:
             key = b.select(ok, _order_key(b, val), init)
             return [b.call(smax, [acc[0], key]), acc[1]]
         if is_max:
             return [b.select(ok, combine(b, "max", dt, acc[0], val), acc[0]), acc[1]]
-        return [b.select(ok, b.fadd(acc[0], val, flags=U.FAST), acc[0]),
-                b.add(acc[1], b.zext(ok, U.I64))]
+        return [b.select(ok, b.fadd(acc[0], val, flags=irutil.FAST), acc[0]),
+                b.add(acc[1], b.zext(ok, irutil.I64))]
 
     acc, count = fold_window(b, kh, kw, win, [init, ZERO])
     if keyed:
@@ -385,18 +388,18 @@ EXTRA_RULES["max_pool"] = _pool_rule
 EXTRA_RULES["avg_pool"] = _pool_rule
 
 
-def _pool_grad_grad_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
+def _pool_grad_grad_rule(emitter: Emitter, op: Op, v: Value, idx) -> ir.Value:
     """One element of ``max_pool_grad_grad(x, y, g)``: ``g`` at the first maximum of
     this window of ``x`` — ``max_pool_grad``'s walk and tie rule (row-major taps, a NaN
     wins, padding is -inf and takes part; ``g`` is 0 there, as the reference's zero-padded
     ``g``). Only loads and selects, so f16 is exact."""
     x, _y, g = op.inputs
-    kc, b = em.kc, em.b
+    kernel, b = emitter.kernel, emitter.b
     (kh, kw), _ = _window(op)
     n, ho, wo, c = idx
-    xd = kc.dims(x)
-    h0, w0 = _origin(b, op, ho, wo, _pads(kc, op, x))
-    ct = U.compute_type(x.dtype)
+    xd = kernel.dims(x)
+    h0, w0 = _origin(b, op, ho, wo, _pads(kernel, op, x))
+    ct = irutil.compute_type(x.dtype)
     lowest, zero = float_limits(ct)[0], ir.Constant(ct, 0.0)
 
     def win(i, j, acc):
@@ -404,15 +407,15 @@ def _pool_grad_grad_rule(em: Emitter, op: Op, v: Value, idx) -> ir.Value:
         hi, wi = b.add(h0, i), b.add(w0, j)
         ok = inside(b, hi, wi, xd)
         at = (n, b.select(ok, hi, ZERO), b.select(ok, wi, ZERO), c)
-        em.push()
-        xv, gv = em.value(x, at), em.value(g, at)
-        em.pop()
+        emitter.push()
+        xv, gv = emitter.value(x, at), emitter.value(g, at)
+        emitter.pop()
         xv, gv = b.select(ok, xv, lowest), b.select(ok, gv, zero)
         wins = b.and_(b.fcmp_unordered(">", xv, best), b.fcmp_ordered("ord", best, best))
         take = b.or_(first, wins)
-        return [b.select(take, xv, best), b.select(take, gv, picked), ir.Constant(U.I1, 0)]
+        return [b.select(take, xv, best), b.select(take, gv, picked), ir.Constant(irutil.I1, 0)]
 
-    _, picked, _ = fold_window(b, kh, kw, win, [lowest, zero, ir.Constant(U.I1, 1)])
+    _, picked, _ = fold_window(b, kh, kw, win, [lowest, zero, ir.Constant(irutil.I1, 1)])
     return picked
 
 
@@ -426,14 +429,14 @@ def _window_taps(b: ir.IRBuilder, n: ir.Value, origin: tuple[ir.Value, ir.Value]
     h0, w0 = origin
     oks, offs = [], []
     for i, j in taps:
-        hi, wi = b.add(h0, U.i64(i)), b.add(w0, U.i64(j))
+        hi, wi = b.add(h0, irutil.i64(i)), b.add(w0, irutil.i64(j))
         ok = inside(b, hi, wi, xd)
         oks.append(ok)
-        offs.append(U.linear(b, [n, b.select(ok, hi, ZERO), b.select(ok, wi, ZERO), ZERO], xd))
+        offs.append(irutil.linear(b, [n, b.select(ok, hi, ZERO), b.select(ok, wi, ZERO), ZERO], xd))
     return oks, offs
 
 
-def lower_pool_grad(gc, op: Op) -> None:
+def lower_pool_grad(graph_compiler, op: Op) -> None:
     """``max_pool_grad(x, y, dy)`` / ``avg_pool_grad(dy, like)``.
 
     Split over images. Overlapping windows (stride < window on an axis) gather per pixel
@@ -459,32 +462,32 @@ def lower_pool_grad(gc, op: Op) -> None:
     out = op.result
     (kh, kw), (sh, sw) = _window(op)
     if kh * kw > MAX_UNROLLED_TAPS:
-        _pool_grad_loops(gc, op, image, x, dy, values)
+        _pool_grad_loops(graph_compiler, op, image, x, dy, values)
         return
     if sh < kh or sw < kw:
-        _pool_grad_gather(gc, op, image, x, dy)
+        _pool_grad_gather(graph_compiler, op, image, x, dy)
         return
-    acc = _Accumulator(gc, out, wide=False)
-    kc = gc.kernel(op.kind, values, acc.extra)
-    acc.bind(kc)
-    b = kc.b
-    xd = kc.dims(image)
-    dd = kc.dims(dy)
+    acc = _Accumulator(graph_compiler, out, wide=False)
+    kernel = graph_compiler.kernel(op.kind, values, acc.extra)
+    acc.bind(kernel)
+    b = kernel.b
+    xd = kernel.dims(image)
+    dd = kernel.dims(dy)
     dt = out.dtype
-    ct = U.compute_type(dt)
+    ct = irutil.compute_type(dt)
     zero = ir.Constant(ct, 0.0)
     h, w = image.type.shape[1], image.type.shape[2]
     tiled = ((sh, sw) == (kh, kw) and isinstance(h, int) and isinstance(w, int)
              and h % kh == 0 and w % kw == 0)
     key, fn = dim_key(image, 0)
-    lo, hi = kc.extent_of([xd[0]], key, fn, out)
-    pads = _pads(kc, op, image)
-    plane = U.product(b, xd[1:])
+    lo, hi = kernel.extent_of([xd[0]], key, fn, out)
+    pads = _pads(kernel, op, image)
+    plane = irutil.product(b, xd[1:])
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     lowest = float_limits(ct)[0]
 
     def per_image(n, _c) -> None:
-        base = U.mul(b, n, plane)
+        base = irutil.mul(b, n, plane)
         if not tiled:
             acc.zero(base, plane)
 
@@ -494,24 +497,24 @@ def lower_pool_grad(gc, op: Op) -> None:
             all_ok = oks[0]
             for ok in oks[1:]:
                 all_ok = b.and_(all_ok, ok)
-            dbase = U.linear(b, [n, ho, wo, ZERO], dd)
+            dbase = irutil.linear(b, [n, ho, wo, ZERO], dd)
             inv = None
             if not is_max:
                 cnt = ZERO
                 for ok in oks:
-                    cnt = b.add(cnt, b.zext(ok, U.I64))
-                cnt = b.select(b.icmp_signed("==", cnt, ZERO), U.i64(1), cnt)
+                    cnt = b.add(cnt, b.zext(ok, irutil.I64))
+                cnt = b.select(b.icmp_signed("==", cnt, ZERO), irutil.i64(1), cnt)
                 inv = b.sitofp(cnt, ct)
 
             def channels(checked: bool) -> None:
                 def chan(c, _c3) -> None:
-                    g = U.load(b, kc.ptr(dy), dt, b.add(dbase, c))
+                    g = irutil.load(b, kernel.ptr(dy), dt, b.add(dbase, c))
                     if is_max:
-                        vals = [U.load(b, kc.ptr(x), dt, b.add(off, c)) for off in offs]
+                        vals = [irutil.load(b, kernel.ptr(x), dt, b.add(off, c)) for off in offs]
                         if checked:
                             vals = [b.select(ok, v, lowest) for ok, v in zip(oks, vals)]
                         arg = _first_max(b, vals)
-                        shares = [b.select(b.icmp_signed("==", arg, ir.Constant(U.I32, p)),
+                        shares = [b.select(b.icmp_signed("==", arg, ir.Constant(irutil.I32, p)),
                                            g, zero) for p in range(len(taps))]
                     else:
                         s = b.fdiv(g, inv)
@@ -524,7 +527,7 @@ def lower_pool_grad(gc, op: Op) -> None:
                         else:
                             acc.store(at, s)
 
-                U.loop(b, ZERO, xd[3], chan, name="c")
+                irutil.loop(b, ZERO, xd[3], chan, name="c")
 
             with b.if_else(all_ok) as (fast, slow):
                 with fast:
@@ -532,21 +535,21 @@ def lower_pool_grad(gc, op: Op) -> None:
                 with slow:
                     channels(True)
 
-        U.loop_nest(b, [(ZERO, dd[1]), (ZERO, dd[2])], per_window, name="o")
+        irutil.loop_nest(b, [(ZERO, dd[1]), (ZERO, dd[2])], per_window, name="o")
         acc.narrow(base, plane)
 
-    U.loop(b, lo, hi, per_image, name="n")
-    kc.finish()
+    irutil.loop(b, lo, hi, per_image, name="n")
+    kernel.finish()
 
 
 def _first_max(b: ir.IRBuilder, values: list[ir.Value]) -> ir.Value:
     """The position (i32) of the first maximum of ``values`` in their order: a later value
     wins when it is greater or a NaN, and nothing beats a NaN (the reference's tie rule)."""
-    best, arg = values[0], ir.Constant(U.I32, 0)
+    best, arg = values[0], ir.Constant(irutil.I32, 0)
     for p, v in enumerate(values[1:], 1):
         take = b.and_(b.fcmp_unordered(">", v, best), b.fcmp_ordered("ord", best, best))
         best = b.select(take, v, best)
-        arg = b.select(take, ir.Constant(U.I32, p), arg)
+        arg = b.select(take, ir.Constant(irutil.I32, p), arg)
     return arg
 
 
@@ -559,19 +562,19 @@ def _candidates(b: ir.IRBuilder, pos: ir.Value, pad: ir.Value, k: int, s: int,
     not ``real``, so loads through it stay in bounds."""
     t = -(-k // s)
     pp = b.add(pos, pad)  # >= 0: padding before is never negative
-    q = b.udiv(pp, U.i64(s))
-    r = b.sub(pp, b.mul(q, U.i64(s)))
+    q = b.udiv(pp, irutil.i64(s))
+    r = b.sub(pp, b.mul(q, irutil.i64(s)))
     out = []
     for back in range(t - 1, -1, -1):
-        win = b.sub(q, U.i64(back))
-        tap = b.add(r, U.i64(back * s))
+        win = b.sub(q, irutil.i64(back))
+        tap = b.add(r, irutil.i64(back * s))
         real = b.and_(b.and_(b.icmp_signed(">=", win, ZERO), b.icmp_signed("<", win, count)),
-                      b.icmp_signed("<", tap, U.i64(k)))
+                      b.icmp_signed("<", tap, irutil.i64(k)))
         out.append((b.select(real, win, ZERO), tap, real))
     return out
 
 
-def _pool_grad_gather(gc, op: Op, image: Value, x: Value | None, dy: Value) -> None:
+def _pool_grad_gather(graph_compiler, op: Op, image: Value, x: Value | None, dy: Value) -> None:
     """Pool gradients of overlapping windows, in two passes per image, neither of which
     writes where another tap reads (so both vectorize over channels with no run-time
     overlap checks, and nothing is read back from memory it just wrote):
@@ -591,90 +594,91 @@ def _pool_grad_gather(gc, op: Op, image: Value, x: Value | None, dy: Value) -> N
     out = op.result
     (kh, kw), (sh, sw) = _window(op)
     dt = out.dtype
-    ct = U.compute_type(dt)
+    ct = irutil.compute_type(dt)
     # what pass 1 leaves per window and channel: max, the winning tap; avg, the share
     sdt = DType.i32 if is_max else (DType.f64 if dt is DType.f64 else DType.f32)
     width = sdt.itemsize
-    gc.comp.scratch.append(lambda bd, dy=dy, width=width: width * bd.size(dy))
+    graph_compiler.comp.scratch.append(lambda binding: width * binding.size(dy))
     scratch = Storage("scratch", 0)
-    kc = gc.kernel(op.kind, [v for v in (x, dy, out) if v is not None], [scratch])
-    sp = kc.storage_ptr(scratch)
-    b = kc.b
-    xd, dd = kc.dims(image), kc.dims(dy)
+    kernel = graph_compiler.kernel(op.kind, [v for v in (x, dy, out) if v is not None], [scratch])
+    sp = kernel.storage_ptr(scratch)
+    b = kernel.b
+    xd, dd = kernel.dims(image), kernel.dims(dy)
     zero = ir.Constant(ct, 0.0)
     lowest = float_limits(ct)[0]
     key, fn = dim_key(image, 0)
-    lo, hi = kc.extent_of([xd[0]], key, fn, out)
-    ph, pw = pads = _pads(kc, op, image)
+    lo, hi = kernel.extent_of([xd[0]], key, fn, out)
+    ph, pw = pads = _pads(kernel, op, image)
     taps = [(i, j) for i in range(kh) for j in range(kw)]
 
     def per_image(n, _c) -> None:
         def per_window(idx, _c2) -> None:
             ho, wo = idx
             oks, offs = _window_taps(b, n, _origin(b, op, ho, wo, pads), taps, xd)
-            dbase = U.linear(b, [n, ho, wo, ZERO], dd)
+            dbase = irutil.linear(b, [n, ho, wo, ZERO], dd)
             if not is_max:
                 cnt = ZERO
                 for ok in oks:
-                    cnt = b.add(cnt, b.zext(ok, U.I64))
-                cnt = b.sitofp(b.select(b.icmp_signed("==", cnt, ZERO), U.i64(1), cnt), ct)
+                    cnt = b.add(cnt, b.zext(ok, irutil.I64))
+                cnt = b.sitofp(b.select(b.icmp_signed("==", cnt, ZERO), irutil.i64(1), cnt), ct)
 
             def chan(c, _c3) -> None:
                 at = b.add(dbase, c)
                 if is_max:
-                    vals = [b.select(ok, U.load(b, kc.ptr(x), dt, b.add(off, c)), lowest)
+                    vals = [b.select(ok, irutil.load(b, kernel.ptr(x), dt, b.add(off, c)), lowest)
                             for ok, off in zip(oks, offs)]
-                    U.store(b, sp, DType.i32, at, _first_max(b, vals))
+                    irutil.store(b, sp, DType.i32, at, _first_max(b, vals))
                 else:
-                    U.store(b, sp, sdt, at, b.fdiv(U.load(b, kc.ptr(dy), dt, at), cnt))
+                    irutil.store(b, sp, sdt, at,
+                                 b.fdiv(irutil.load(b, kernel.ptr(dy), dt, at), cnt))
 
-            U.loop(b, ZERO, xd[3], chan, name="c")
+            irutil.loop(b, ZERO, xd[3], chan, name="c")
 
-        U.loop_nest(b, [(ZERO, dd[1]), (ZERO, dd[2])], per_window, name="o")
+        irutil.loop_nest(b, [(ZERO, dd[1]), (ZERO, dd[2])], per_window, name="o")
 
         def per_pixel(idx, _c2) -> None:
             h, w = idx
             rows = _candidates(b, h, ph, kh, sh, dd[1])
             cols = _candidates(b, w, pw, kw, sw, dd[2])
-            cands, any_real = [], ir.Constant(U.I1, 0)
+            cands, any_real = [], ir.Constant(irutil.I1, 0)
             for ho, i, real_h in rows:
                 for wo, j, real_w in cols:
                     real = b.and_(real_h, real_w)
                     any_real = b.or_(any_real, real)
                     # a window that does not hold the pixel names a tap no window has
-                    tap = b.select(real, b.trunc(b.add(b.mul(i, U.i64(kw)), j), U.I32),
-                                   ir.Constant(U.I32, -1))
-                    cands.append((real, tap, U.linear(b, [n, ho, wo, ZERO], dd)))
-            obase = U.linear(b, [n, h, w, ZERO], xd)
+                    tap = b.select(real, b.trunc(b.add(b.mul(i, irutil.i64(kw)), j), irutil.I32),
+                                   ir.Constant(irutil.I32, -1))
+                    cands.append((real, tap, irutil.linear(b, [n, ho, wo, ZERO], dd)))
+            obase = irutil.linear(b, [n, h, w, ZERO], xd)
 
             def gather(c, _c3) -> None:
                 s = zero
                 for real, tap, off in cands:
                     at = b.add(off, c)
                     if is_max:
-                        a = U.load(b, sp, DType.i32, at)
-                        share = U.load(b, kc.ptr(dy), dt, at)
+                        a = irutil.load(b, sp, DType.i32, at)
+                        share = irutil.load(b, kernel.ptr(dy), dt, at)
                         real = b.icmp_unsigned("==", a, tap)
                     else:
-                        share = U.load(b, sp, sdt, at)
+                        share = irutil.load(b, sp, sdt, at)
                     s = b.fadd(s, b.select(real, share, zero))
-                U.store(b, kc.ptr(out), dt, b.add(obase, c), s)
+                irutil.store(b, kernel.ptr(out), dt, b.add(obase, c), s)
 
             def clear(c, _c3) -> None:
-                U.store(b, kc.ptr(out), dt, b.add(obase, c), zero)
+                irutil.store(b, kernel.ptr(out), dt, b.add(obase, c), zero)
 
             # a pixel that no window holds (VALID's last rows, gaps) is 0; the branch
             # also keeps the loads away from an empty dy
             with b.if_else(any_real) as (then, other):
                 with then:
-                    U.loop(b, ZERO, xd[3], gather, name="c")
+                    irutil.loop(b, ZERO, xd[3], gather, name="c")
                 with other:
-                    U.loop(b, ZERO, xd[3], clear, name="z")
+                    irutil.loop(b, ZERO, xd[3], clear, name="z")
 
-        U.loop_nest(b, [(ZERO, xd[1]), (ZERO, xd[2])], per_pixel, name="p")
+        irutil.loop_nest(b, [(ZERO, xd[1]), (ZERO, xd[2])], per_pixel, name="p")
 
-    U.loop(b, lo, hi, per_image, name="n")
-    kc.finish()
+    irutil.loop(b, lo, hi, per_image, name="n")
+    kernel.finish()
 
 
 class _Accumulator:
@@ -682,31 +686,32 @@ class _Accumulator:
     ``wide``: several shares add up per pixel) f32 scratch shaped like the result, whose
     sums ``narrow`` rounds to f16 once, as the reference rounds its f32/f64 sums."""
 
-    def __init__(self, gc, out: Value, wide: bool) -> None:
+    def __init__(self, graph_compiler, out: Value, wide: bool) -> None:
         self.out = out
         self.wide = wide and out.dtype is DType.f16
         self.extra: list[Storage] = []
         if self.wide:
-            gc.comp.scratch.append(lambda bd, out=out: 4 * bd.size(out))
+            graph_compiler.comp.scratch.append(lambda binding, out=out: 4 * binding.size(out))
             self.extra = [Storage("scratch", 0)]
         self.dt = DType.f32 if self.wide else out.dtype
 
-    def bind(self, kc: Kernel) -> None:
-        self.kc, self.b = kc, kc.b
-        self.ptr = kc.storage_ptr(self.extra[0]) if self.wide else kc.ptr(self.out)
+    def bind(self, kernel: Kernel) -> None:
+        self.kernel, self.b = kernel, kernel.b
+        self.ptr = kernel.storage_ptr(self.extra[0]) if self.wide else kernel.ptr(self.out)
 
     def zero(self, base: ir.Value, count: ir.Value) -> None:
         """Zero ``count`` sums from ``base`` on."""
-        b, zero = self.b, ir.Constant(U.compute_type(self.dt), 0.0)
-        U.loop(b, ZERO, count,
-               lambda i, _c: U.store(b, self.ptr, self.dt, b.add(base, i), zero), name="z")
+        b, zero = self.b, ir.Constant(irutil.compute_type(self.dt), 0.0)
+        irutil.loop(b, ZERO, count,
+                    lambda i, _c: irutil.store(b, self.ptr, self.dt, b.add(base, i), zero),
+                    name="z")
 
     def store(self, at: ir.Value, v: ir.Value) -> None:
-        U.store(self.b, self.ptr, self.dt, at, v)
+        irutil.store(self.b, self.ptr, self.dt, at, v)
 
     def add(self, at: ir.Value, v: ir.Value) -> None:
         b = self.b
-        U.store(b, self.ptr, self.dt, at, b.fadd(U.load(b, self.ptr, self.dt, at), v))
+        irutil.store(b, self.ptr, self.dt, at, b.fadd(irutil.load(b, self.ptr, self.dt, at), v))
 
     def narrow(self, base: ir.Value, count: ir.Value) -> None:
         """Round ``count`` sums from ``base`` on into the result (f16 only)."""
@@ -716,33 +721,34 @@ class _Accumulator:
 
         def body(i: ir.Value, _c) -> None:
             at = b.add(base, i)
-            U.store(b, self.kc.ptr(self.out), self.out.dtype, at, U.load(b, self.ptr, f32, at))
-        U.loop(b, ZERO, count, body, name="nw")
+            irutil.store(b, self.kernel.ptr(self.out), self.out.dtype, at,
+                         irutil.load(b, self.ptr, f32, at))
+        irutil.loop(b, ZERO, count, body, name="nw")
 
 
-def _pool_grad_loops(gc, op: Op, image: Value, x: Value | None, dy: Value,
+def _pool_grad_loops(graph_compiler, op: Op, image: Value, x: Value | None, dy: Value,
                      values: list[Value]) -> None:
     """Pool gradients of large windows: zero the result, then per window and channel a
     loop over the taps (max: find the first maximum, add ``dy`` there; avg: add the
     share to every real tap)."""
     is_max = x is not None
     out = op.result
-    acc = _Accumulator(gc, out, wide=True)
-    kc = gc.kernel(op.kind, values, acc.extra)
-    acc.bind(kc)
-    kc.whole()
-    b = kc.b
+    acc = _Accumulator(graph_compiler, out, wide=True)
+    kernel = graph_compiler.kernel(op.kind, values, acc.extra)
+    acc.bind(kernel)
+    kernel.whole()
+    b = kernel.b
     (kh, kw), _ = _window(op)
-    xd = kc.dims(image)
-    dd = kc.dims(dy)
+    xd = kernel.dims(image)
+    dd = kernel.dims(dy)
     dt = out.dtype
-    acc.zero(ZERO, kc.size(out))
-    pads = _pads(kc, op, image)
-    bounds = [(ZERO, U.i64(kh)), (ZERO, U.i64(kw))]
+    acc.zero(ZERO, kernel.size(out))
+    pads = _pads(kernel, op, image)
+    bounds = [(ZERO, irutil.i64(kh)), (ZERO, irutil.i64(kw))]
 
     def per_out(idx, _c) -> None:
         n, ho, wo, c = idx
-        g = U.load(b, kc.ptr(dy), dt, _offset(b, idx, dd))
+        g = irutil.load(b, kernel.ptr(dy), dt, _offset(b, idx, dd))
         h0, w0 = _origin(b, op, ho, wo, pads)
 
         def inside_at(i, j):
@@ -752,11 +758,11 @@ def _pool_grad_loops(gc, op: Op, image: Value, x: Value | None, dy: Value,
             return ok, off
 
         if is_max:
-            lowest = float_limits(U.compute_type(dt))[0]
+            lowest = float_limits(irutil.compute_type(dt))[0]
 
             def scan(ij, acc):  # padding is -inf and takes part, as in the reference
                 ok, off = inside_at(*ij)
-                v = b.select(ok, U.load(b, kc.ptr(x), dt, off), lowest)
+                v = b.select(ok, irutil.load(b, kernel.ptr(x), dt, off), lowest)
                 first = b.icmp_signed("<", acc[1], ZERO)
                 wins = b.and_(b.fcmp_unordered(">", v, acc[0]),
                               b.fcmp_ordered("ord", acc[0], acc[0]))
@@ -764,8 +770,8 @@ def _pool_grad_loops(gc, op: Op, image: Value, x: Value | None, dy: Value,
                 return [b.select(take, v, acc[0]), b.select(take, off, acc[1]),
                         b.select(take, ok, acc[2])]
 
-            _, at, real = U.loop_nest(b, bounds, scan, [lowest, U.i64(-1),
-                                                       ir.Constant(U.I1, 0)], name="w")
+            _, at, real = irutil.loop_nest(b, bounds, scan, [lowest, irutil.i64(-1),
+                                                       ir.Constant(irutil.I1, 0)], name="w")
             at = b.select(real, at, ZERO)
             with b.if_then(real):
                 acc.add(at, g)
@@ -773,10 +779,10 @@ def _pool_grad_loops(gc, op: Op, image: Value, x: Value | None, dy: Value,
 
         def count(ij, acc):
             ok, _ = inside_at(*ij)
-            return [b.add(acc[0], b.zext(ok, U.I64))]
+            return [b.add(acc[0], b.zext(ok, irutil.I64))]
 
-        (cnt,) = U.loop_nest(b, bounds, count, [ZERO], name="n")
-        share = b.fdiv(g, b.sitofp(b.select(b.icmp_signed("==", cnt, ZERO), U.i64(1), cnt),
+        (cnt,) = irutil.loop_nest(b, bounds, count, [ZERO], name="n")
+        share = b.fdiv(g, b.sitofp(b.select(b.icmp_signed("==", cnt, ZERO), irutil.i64(1), cnt),
                                    g.type))
 
         def spread(ij, _acc):
@@ -784,11 +790,11 @@ def _pool_grad_loops(gc, op: Op, image: Value, x: Value | None, dy: Value,
             with b.if_then(ok):
                 acc.add(off, share)
 
-        U.loop_nest(b, bounds, spread, name="a")
+        irutil.loop_nest(b, bounds, spread, name="a")
 
-    _nest(kc, dd, per_out, name="o")
-    acc.narrow(ZERO, kc.size(out))
-    kc.finish()
+    _nest(kernel, dd, per_out, name="o")
+    acc.narrow(ZERO, kernel.size(out))
+    kernel.finish()
 
 
 LOWERINGS: dict[str, Callable] = {

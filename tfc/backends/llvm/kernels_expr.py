@@ -32,10 +32,11 @@ from typing import Any, Callable, Sequence
 import llvmlite.ir as ir
 import numpy as np
 
-from tfc.backends.llvm import irutil as U
-from tfc.backends.llvm.context import Binding, Kernel
+from tfc.backends.llvm import irutil
+from tfc.backends.llvm.context import Kernel
 from tfc.backends.llvm.elementwise import emit_cast
 from tfc.backends.llvm.kernels_scalar import Unsupported, emit_scalar
+from tfc.backends.llvm.runtime.binding import Binding
 from tfc.ir.core import Value
 from tfc.ir.registry import ELEMENTWISE, lookup
 from tfc.ir.types import DType
@@ -75,7 +76,7 @@ class Flat:
 
 
 Index = "tuple[ir.Value, ...] | Flat"
-ZERO = U.i64(0)
+ZERO = irutil.i64(0)
 
 
 def small_constant(v: Value) -> np.ndarray | None:
@@ -96,9 +97,9 @@ def small_constant(v: Value) -> np.ndarray | None:
 class Emitter:
     """Emits elements of values of one kernel (see the module docstring)."""
 
-    def __init__(self, kc: Kernel, leaves: Sequence[Value]) -> None:
-        self.kc = kc
-        self.b = kc.b
+    def __init__(self, kernel: Kernel, leaves: Sequence[Value]) -> None:
+        self.kernel = kernel
+        self.b = kernel.b
         self.leaves = set(leaves)
         self.scopes: list[dict] = [{}]
         self.known: dict[Value, ir.Value] = {}
@@ -135,13 +136,13 @@ class Emitter:
         if isinstance(idx, Flat):
             off = idx.i
         else:
-            off = U.linear(b, idx, self.kc.dims(v))
-        return U.load(b, self.kc.ptr(v), v.dtype, off)
+            off = irutil.linear(b, idx, self.kernel.dims(v))
+        return irutil.load(b, self.kernel.ptr(v), v.dtype, off)
 
     def _compute(self, v: Value, idx: "Index") -> ir.Value:
         c = small_constant(v)
         if c is not None:
-            return U.const(v.dtype, c.reshape(()).item())
+            return irutil.const(v.dtype, c.reshape(()).item())
         if v in self.leaves:
             return self.load(v, idx)
         op = v.op
@@ -178,9 +179,9 @@ class Emitter:
         def on_error(cond: ir.Value) -> None:
             nonlocal code
             if code is None:
-                code = self.kc.comp.error(f"{op.kind}: integer division by zero"
-                                          + (f" (at {op.loc})" if op.loc else ""))
-            self.kc.fail_if(cond, code)
+                code = self.kernel.comp.error(f"{op.kind}: integer division by zero"
+                                              + (f" (at {op.loc})" if op.loc else ""))
+            self.kernel.fail_if(cond, code)
 
         return emit_scalar(self.b, op.kind, args, [x.dtype for x in op.inputs], v.dtype,
                            op.attrs, on_error)
@@ -188,7 +189,7 @@ class Emitter:
     # ---- generators ---------------------------------------------------------------------
 
     def _fill(self, v: Value, value: float) -> ir.Value:
-        return U.const(v.dtype, np.trunc(value) if v.dtype.is_int else value)
+        return irutil.const(v.dtype, np.trunc(value) if v.dtype.is_int else value)
 
     def _r_fill(self, op, v, idx):
         return self._fill(v, op.attrs["value"])
@@ -207,10 +208,10 @@ class Emitter:
         i = idx.i if isinstance(idx, Flat) else idx[0]
         a = op.attrs
         if v.dtype.is_int:
-            val = b.add(U.i64(int(a["start"])), b.mul(i, U.i64(int(a["delta"]))))
+            val = b.add(irutil.i64(int(a["start"])), b.mul(i, irutil.i64(int(a["delta"]))))
             return emit_cast(b, val, DType.i64, v.dtype)
-        x = b.fadd(ir.Constant(U.F64, a["start"]),
-                   b.fmul(ir.Constant(U.F64, a["delta"]), b.sitofp(i, U.F64)))
+        x = b.fadd(ir.Constant(irutil.F64, a["start"]),
+                   b.fmul(ir.Constant(irutil.F64, a["delta"]), b.sitofp(i, irutil.F64)))
         return emit_cast(b, x, DType.f64, v.dtype)
 
     def _r_constant(self, op, v, idx):
@@ -266,15 +267,15 @@ class Emitter:
         b = self.b
         if isinstance(idx, Flat):
             return self.value(x, idx)
-        flat = U.linear(b, idx, self.kc.dims(v))
+        flat = irutil.linear(b, idx, self.kernel.dims(v))
         if x in self.leaves:
-            return U.load(b, self.kc.ptr(x), x.dtype, flat)
+            return irutil.load(b, self.kernel.ptr(x), x.dtype, flat)
         # drop/insert unit axes only: map directly (no division)
         xs, vs = x.type.shape, v.type.shape
         if [d for d in xs if d != 1] == [d for d in vs if d != 1]:
             it = iter(i for i, d in zip(idx, vs) if d != 1)
             return self.value(x, tuple(ZERO if d == 1 else next(it) for d in xs))
-        dims = self.kc.dims(x)
+        dims = self.kernel.dims(x)
         out = []
         for d in reversed(dims):
             out.append(b.urem(flat, d))
@@ -296,7 +297,7 @@ class Emitter:
 
     def _r_tile(self, op, v, idx):
         x = op.inputs[0]
-        dims = self.kc.dims(x)
+        dims = self.kernel.dims(x)
         return self.value(x, tuple(self.b.urem(i, d) for i, d in zip(idx, dims)))
 
     def _r_slice(self, op, v, idx):
@@ -315,19 +316,19 @@ class Emitter:
                 continue
             start = self.slice_start(x, axis, begin[axis], end[axis], strides[axis])
             step = strides[axis]
-            src.append(self.b.add(start, self.b.mul(i, U.i64(step))) if step != 1
+            src.append(self.b.add(start, self.b.mul(i, irutil.i64(step))) if step != 1
                        else self.b.add(start, i))
         return self.value(x, tuple(src))
 
     def slice_start(self, x: Value, axis: int, begin: int, end: int, step: int) -> ir.Value:
         d = x.type.shape[axis]
         if isinstance(d, int):
-            return U.i64(range(d)[slice(begin, end, step)].start if range(d)[
+            return irutil.i64(range(d)[slice(begin, end, step)].start if range(d)[
                 slice(begin, end, step)] else 0)
 
-        def fn(bd: Binding, x=x, axis=axis, s=slice(begin, end, step)) -> int:
-            return s.indices(bd.shapes[x][axis])[0]
-        return self.kc.param(("slice", id(x), axis, begin, end, step), fn)
+        def fn(binding: Binding, x=x, axis=axis, s=slice(begin, end, step)) -> int:
+            return s.indices(binding.shapes[x][axis])[0]
+        return self.kernel.param(("slice", id(x), axis, begin, end, step), fn)
 
     def _r_pad(self, op, v, idx):
         x = op.inputs[0]
@@ -335,62 +336,62 @@ class Emitter:
         rank = x.type.rank
         p = op.attrs["paddings"]
         mode = op.attrs["mode"]
-        dims = self.kc.dims(x)
-        inside = ir.Constant(U.I1, 1)
+        dims = self.kernel.dims(x)
+        inside = ir.Constant(irutil.I1, 1)
         src = []
         for axis in range(rank):
             lo = p[2 * axis]
-            j = b.sub(idx[axis], U.i64(lo)) if lo else idx[axis]
+            j = b.sub(idx[axis], irutil.i64(lo)) if lo else idx[axis]
             d = dims[axis]
             if mode == "constant":
                 ok = b.and_(b.icmp_signed(">=", j, ZERO), b.icmp_signed("<", j, d))
                 inside = b.and_(inside, ok)
                 j = b.select(b.icmp_signed("<", j, ZERO), ZERO, j)
-                j = b.select(b.icmp_signed(">=", j, d), b.sub(d, U.i64(1)), j)
+                j = b.select(b.icmp_signed(">=", j, d), b.sub(d, irutil.i64(1)), j)
             else:
                 edge = 0 if mode == "reflect" else 1
-                neg = b.sub(U.i64(-edge), j)               # -j (reflect), -j-1 (symmetric)
+                neg = b.sub(irutil.i64(-edge), j)               # -j (reflect), -j-1 (symmetric)
                 j = b.select(b.icmp_signed("<", j, ZERO), neg, j)
-                over = b.sub(b.sub(b.mul(d, U.i64(2)), U.i64(2 - edge)), j)
+                over = b.sub(b.sub(b.mul(d, irutil.i64(2)), irutil.i64(2 - edge)), j)
                 j = b.select(b.icmp_signed(">=", j, d), over, j)
             src.append(j)
         inner = self.value(x, tuple(src))
         if mode != "constant":
             return inner
-        fill = U.const(v.dtype, np.trunc(op.attrs["value"]) if v.dtype.is_int
-                       else op.attrs["value"])
+        fill = irutil.const(v.dtype, np.trunc(op.attrs["value"]) if v.dtype.is_int
+                            else op.attrs["value"])
         return b.select(inside, inner, fill)
 
     def _r_one_hot(self, op, v, idx):
         x = op.inputs[0]
         b = self.b
         axis = op.attrs["axis"] % (x.type.rank + 1)
-        k = U.to_i64(b, self.value(x, tuple(idx[:axis]) + tuple(idx[axis + 1:])))
+        k = irutil.to_i64(b, self.value(x, tuple(idx[:axis]) + tuple(idx[axis + 1:])))
         check = op.attrs.get("labels_of")
-        if check and op not in self.kc.comp.checked_indices:
+        if check and op not in self.kernel.comp.checked_indices:
             # class labels computed in this kernel (no check kernel could scan them first):
             # out of range is the labelled op's error, without the label's value
             depth = op.attrs["depth"]
-            code = self.kc.comp.error(f"{check}: a label is out of range [0, {depth})",
-                                      op.loc)
-            self.kc.fail_if(b.or_(b.icmp_signed("<", k, ZERO),
-                                  b.icmp_signed(">=", k, U.i64(depth))), code)
+            code = self.kernel.comp.error(f"{check}: a label is out of range [0, {depth})",
+                                          op.loc)
+            self.kernel.fail_if(b.or_(b.icmp_signed("<", k, ZERO),
+                                      b.icmp_signed(">=", k, irutil.i64(depth))), code)
         hot = b.icmp_signed("==", idx[axis], k)
-        return b.select(hot, U.const(v.dtype, op.attrs["on_value"]),
-                        U.const(v.dtype, op.attrs["off_value"]))
+        return b.select(hot, irutil.const(v.dtype, op.attrs["on_value"]),
+                        irutil.const(v.dtype, op.attrs["off_value"]))
 
     def _r_gather(self, op, v, idx):
         params, indices = op.inputs
         b = self.b
         axis = op.attrs["axis"] % params.type.rank
         q = indices.type.rank
-        k = U.to_i64(b, self.value(indices, tuple(idx[axis:axis + q])))
-        n = self.kc.dim(params, axis)
+        k = irutil.to_i64(b, self.value(indices, tuple(idx[axis:axis + q])))
+        n = self.kernel.dim(params, axis)
         bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, n))
-        if op not in self.kc.comp.checked_indices:  # else a check kernel scanned them
-            code = self.kc.comp.error(
+        if op not in self.kernel.comp.checked_indices:  # else a check kernel scanned them
+            code = self.kernel.comp.error(
                 f"gather: an index is out of range [0, {params.type.shape[axis]}) for axis "
                 f"{axis} of params {params.type}", op.loc)
-            self.kc.fail_if(bad, code)
+            self.kernel.fail_if(bad, code)
         k = b.select(bad, ZERO, k)  # never read out of bounds
         return self.value(params, tuple(idx[:axis]) + (k,) + tuple(idx[axis + q:]))

@@ -28,16 +28,18 @@ from typing import Callable, NamedTuple
 
 import llvmlite.ir as ir
 
-from tfc.backends.llvm import irutil as U
-from tfc.backends.llvm.blas import COL_MAJOR, GETRF, GETRI, declare_getrf, declare_getri
+from tfc.backends.llvm import irutil
+from tfc.backends.llvm.blas import COL_MAJOR, declare_getrf, declare_getri
 from tfc.backends.llvm import kernels_linalg
-from tfc.backends.llvm.context import Binding, Kernel, Storage
+from tfc.backends.llvm.context import Kernel, Storage
 from tfc.backends.llvm.kernels_scalar import Unsupported
+from tfc.backends.llvm.runtime.binding import Binding
+from tfc.backends.llvm.runtime.symbols import GETRF, GETRI
 from tfc.ir.core import Op, Value
 from tfc.ir.types import DType
 from tfc.ops.linalg import inverse_epsilon, singular_message
 
-ZERO = U.i64(0)
+ZERO = irutil.i64(0)
 WORK_COLS = 64  # getri's workspace: n * WORK_COLS elements (its optimal blocked size)
 
 
@@ -50,40 +52,41 @@ def _dtype(op: Op) -> DType:
 
 
 def _order(x: Value) -> Callable[[Binding], int]:
-    return lambda bd: bd.shape(x)[-1]
+    return lambda binding: binding.shape(x)[-1]
 
 
-def _square_check(gc, kc, op: Op, x: Value) -> ir.Value:
+def _square_check(graph_compiler, kernel, op: Op, x: Value) -> ir.Value:
     """Run-time check that the last two dims agree (needed only when one is not static);
     returns whether they do (i1)."""
     d1, d2 = x.type.shape[-2], x.type.shape[-1]
     if isinstance(d1, int) and isinstance(d2, int):
-        return ir.Constant(U.I1, 1)
-    code = gc.comp.error(f"{op.kind}: matrices of shape {x.type} are not square", op.loc)
-    bad = kc.b.icmp_signed("!=", kc.dim(x, x.type.rank - 2), kc.dim(x, x.type.rank - 1))
-    kc.fail_if(bad, code)
-    return kc.b.not_(bad)
+        return ir.Constant(irutil.I1, 1)
+    code = graph_compiler.comp.error(f"{op.kind}: matrices of shape {x.type} are not square",
+                                     op.loc)
+    bad = kernel.b.icmp_signed("!=", kernel.dim(x, x.type.rank - 2), kernel.dim(x, x.type.rank - 1))
+    kernel.fail_if(bad, code)
+    return kernel.b.not_(bad)
 
 
 def _inf_norm(b: ir.IRBuilder, ptr: ir.Value, dt: DType, n: ir.Value) -> ir.Value:
     """``max_i sum_j |m[i,j]|`` (f64) of the row-major ``n x n`` matrix at ``ptr``; NaN
     if a row sum is NaN (as numpy's ``max``)."""
-    zero = ir.Constant(U.F64, 0.0)
+    zero = ir.Constant(irutil.F64, 0.0)
 
     def row(i: ir.Value, c: list[ir.Value]) -> list[ir.Value]:
         def col(j: ir.Value, c2: list[ir.Value]) -> list[ir.Value]:
-            v = U.load(b, ptr, dt, b.add(b.mul(i, n), j))
+            v = irutil.load(b, ptr, dt, b.add(b.mul(i, n), j))
             if dt is not DType.f64:
-                v = b.fpext(v, U.F64)
+                v = b.fpext(v, irutil.F64)
             return [b.fadd(c2[0], b.select(b.fcmp_ordered("<", v, zero), b.fneg(v), v))]
 
-        (s,) = U.loop(b, ZERO, n, col, [zero], name="nc")
+        (s,) = irutil.loop(b, ZERO, n, col, [zero], name="nc")
         m = c[0]
         take = b.and_(b.fcmp_ordered("ord", m, m),  # a NaN maximum stays
                       b.or_(b.fcmp_unordered("uno", s, s), b.fcmp_ordered(">", s, m)))
         return [b.select(take, s, m)]
 
-    (m,) = U.loop(b, ZERO, n, row, [zero], name="nr")
+    (m,) = irutil.loop(b, ZERO, n, row, [zero], name="nr")
     return m
 
 
@@ -92,7 +95,7 @@ class _LapackKernel(NamedTuple):
     result, its builder, the squareness check (i1), ``x``'s dims, the order ``n``,
     ``n*n``, ``n`` as i32, and the scratch: pivots first (8 bytes per row)."""
 
-    kc: Kernel
+    kernel: Kernel
     b: ir.IRBuilder
     square: ir.Value
     dims: list[ir.Value]
@@ -104,142 +107,144 @@ class _LapackKernel(NamedTuple):
     @property
     def after_pivots(self) -> ir.Value:
         """The scratch past the pivots (workspace or matrix copy)."""
-        return self.b.gep(self.ipiv, [self.b.mul(self.n, U.i64(8))], inbounds=True,
-                          source_etype=U.I8)
+        return self.b.gep(self.ipiv, [self.b.mul(self.n, irutil.i64(8))], inbounds=True,
+                          source_etype=irutil.I8)
 
 
-def _lapack_kernel(gc, op: Op, scratch_bytes: Callable[[int], int]) -> _LapackKernel:
+def _lapack_kernel(graph_compiler, op: Op, scratch_bytes: Callable[[int], int]) -> _LapackKernel:
     """A whole (unsplit) kernel for ``op`` with ``scratch_bytes(n)`` of scratch."""
     x = op.inputs[0]
-    gc.comp.scratch.append(lambda bd, f=_order(x): scratch_bytes(f(bd)))
+    graph_compiler.comp.scratch.append(lambda binding, f=_order(x): scratch_bytes(f(binding)))
     scratch = Storage("scratch", 0)
-    kc = gc.kernel(op.kind, [x, op.result], [scratch])
-    kc.whole()
-    b = kc.b
-    square = _square_check(gc, kc, op, x)
-    dims = kc.dims(x)
+    kernel = graph_compiler.kernel(op.kind, [x, op.result], [scratch])
+    kernel.whole()
+    b = kernel.b
+    square = _square_check(graph_compiler, kernel, op, x)
+    dims = kernel.dims(x)
     n = dims[-1]
-    return _LapackKernel(kc, b, square, dims, n, b.mul(n, n), b.trunc(n, U.I32),
-                         kc.storage_ptr(scratch))
+    return _LapackKernel(kernel, b, square, dims, n, b.mul(n, n), b.trunc(n, irutil.I32),
+                         kernel.storage_ptr(scratch))
 
 
-def lower_matrix_inverse(gc, op: Op) -> None:
+def lower_matrix_inverse(graph_compiler, op: Op) -> None:
     x, out = op.inputs[0], op.result
     dt, xdt = _dtype(op), x.dtype
     item, wide = dt.itemsize, xdt is DType.f16  # wide: invert an f32 copy in scratch
-    lp = _lapack_kernel(gc, op, lambda n: 8 * n + item * (
+    lp = _lapack_kernel(graph_compiler, op, lambda n: 8 * n + item * (
         WORK_COLS * max(1, n) + (n ** 2 if wide else 0)))
-    kc, b, square, dims, n, size, n32, ipiv = lp
+    kernel, b, square, dims, n, size, n32, ipiv = lp
     work = lp.after_pivots
-    lwork = b.trunc(b.mul(n, U.i64(WORK_COLS)), U.I32)
-    copy_ptr = U.elem_ptr(b, work, dt, b.mul(n, U.i64(WORK_COLS)))
-    getrf = declare_getrf(kc.comp.module, GETRF[dt.value])
-    getri = declare_getri(kc.comp.module, GETRI[dt.value])
-    code = gc.comp.error(singular_message(op.kind, x.type), op.loc)
-    eps = ir.Constant(U.F64, inverse_epsilon(xdt.np))
-    same = gc.comp.storage[x] == gc.comp.storage[out]
-    layout = ir.Constant(U.I32, COL_MAJOR)
+    lwork = b.trunc(b.mul(n, irutil.i64(WORK_COLS)), irutil.I32)
+    copy_ptr = irutil.elem_ptr(b, work, dt, b.mul(n, irutil.i64(WORK_COLS)))
+    getrf = declare_getrf(kernel.comp.module, GETRF[dt.value])
+    getri = declare_getri(kernel.comp.module, GETRI[dt.value])
+    code = graph_compiler.comp.error(singular_message(op.kind, x.type), op.loc)
+    eps = ir.Constant(irutil.F64, inverse_epsilon(xdt.np))
+    same = graph_compiler.comp.storage[x] == graph_compiler.comp.storage[out]
+    layout = ir.Constant(irutil.I32, COL_MAJOR)
 
     def per_matrix(t: ir.Value, _c) -> None:
         base = b.mul(t, size)
-        a = copy_ptr if wide else U.elem_ptr(b, kc.ptr(out), dt, base)
+        a = copy_ptr if wide else irutil.elem_ptr(b, kernel.ptr(out), dt, base)
         if wide or not same:
             def copy(i: ir.Value, _c2) -> None:
-                U.store(b, a, dt, i, U.load(b, kc.ptr(x), xdt, b.add(base, i)))
-            U.loop(b, ZERO, size, copy, name="c")
+                irutil.store(b, a, dt, i, irutil.load(b, kernel.ptr(x), xdt, b.add(base, i)))
+            irutil.loop(b, ZERO, size, copy, name="c")
         a_norm = _inf_norm(b, a, dt, n)  # before getrf overwrites A
         info = b.call(getrf, [layout, n32, n32, a, n32, ipiv])
-        singular = b.icmp_signed(">", info, ir.Constant(U.I32, 0))
-        kc.fail_if(singular, code)
+        singular = b.icmp_signed(">", info, ir.Constant(irutil.I32, 0))
+        kernel.fail_if(singular, code)
         with b.if_then(b.not_(singular)):
             b.call(getri, [layout, n32, a, n32, ipiv, work, lwork])
             cond = b.fmul(a_norm, _inf_norm(b, a, dt, n))
-            kc.fail_if(b.fcmp_ordered(">=", b.fmul(cond, eps), ir.Constant(U.F64, 1.0)), code)
+            kernel.fail_if(b.fcmp_ordered(">=", b.fmul(cond, eps), ir.Constant(irutil.F64, 1.0)),
+                           code)
         if wide:
             def narrow(i: ir.Value, _c2) -> None:
-                U.store(b, kc.ptr(out), xdt, b.add(base, i), U.load(b, a, dt, i))
-            U.loop(b, ZERO, size, narrow, name="n")
+                irutil.store(b, kernel.ptr(out), xdt, b.add(base, i), irutil.load(b, a, dt, i))
+            irutil.loop(b, ZERO, size, narrow, name="n")
 
     with b.if_then(b.and_(square, b.icmp_signed(">", n, ZERO))):
-        U.loop(b, ZERO, U.product(b, dims[:-2]), per_matrix, name="bt")
-    kc.finish()
+        irutil.loop(b, ZERO, irutil.product(b, dims[:-2]), per_matrix, name="bt")
+    kernel.finish()
 
 
-def lower_matrix_determinant(gc, op: Op) -> None:
+def lower_matrix_determinant(graph_compiler, op: Op) -> None:
     x, out = op.inputs[0], op.result
     dt = _dtype(op)
     item = dt.itemsize
-    lp = _lapack_kernel(gc, op, lambda n: 8 * n + item * max(1, n ** 2))
-    kc, b, square, dims, n, size, n32, ipiv = lp
+    lp = _lapack_kernel(graph_compiler, op, lambda n: 8 * n + item * max(1, n ** 2))
+    kernel, b, square, dims, n, size, n32, ipiv = lp
     lu = lp.after_pivots
-    getrf = declare_getrf(kc.comp.module, GETRF[dt.value])
-    layout = ir.Constant(U.I32, COL_MAJOR)
+    getrf = declare_getrf(kernel.comp.module, GETRF[dt.value])
+    layout = ir.Constant(irutil.I32, COL_MAJOR)
 
     def per_matrix(t: ir.Value, _c) -> None:
         base = b.mul(t, size)
 
         def copy(i: ir.Value, _c2) -> None:
-            U.store(b, lu, dt, i, U.load(b, kc.ptr(x), x.dtype, b.add(base, i)))
-        U.loop(b, ZERO, size, copy, name="c")
+            irutil.store(b, lu, dt, i, irutil.load(b, kernel.ptr(x), x.dtype, b.add(base, i)))
+        irutil.loop(b, ZERO, size, copy, name="c")
         with b.if_then(b.icmp_signed(">", n, ZERO)):
             b.call(getrf, [layout, n32, n32, lu, n32, ipiv])
 
         def diag(i: ir.Value, c: list[ir.Value]) -> list[ir.Value]:
-            u = U.load(b, lu, dt, b.add(b.mul(i, n), i))
+            u = irutil.load(b, lu, dt, b.add(b.mul(i, n), i))
             if dt is DType.f32:
-                u = b.fpext(u, U.F64)
-            p = b.load(b.gep(ipiv, [i], inbounds=True, source_etype=U.I32), typ=U.I32)
-            swapped = b.icmp_signed("!=", b.sext(p, U.I64), b.add(i, U.i64(1)))
+                u = b.fpext(u, irutil.F64)
+            p = b.load(b.gep(ipiv, [i], inbounds=True, source_etype=irutil.I32), typ=irutil.I32)
+            swapped = b.icmp_signed("!=", b.sext(p, irutil.I64), b.add(i, irutil.i64(1)))
             prod = b.fmul(c[0], u)
             return [b.select(swapped, b.fneg(prod), prod)]
 
-        (det,) = U.loop(b, ZERO, n, diag, [ir.Constant(U.F64, 1.0)], name="d")
+        (det,) = irutil.loop(b, ZERO, n, diag, [ir.Constant(irutil.F64, 1.0)], name="d")
         if dt is DType.f32:
-            det = b.fptrunc(det, U.F32)  # (then to f16 by the store, for f16)
-        U.store(b, kc.ptr(out), out.dtype, t, det)
+            det = b.fptrunc(det, irutil.F32)  # (then to f16 by the store, for f16)
+        irutil.store(b, kernel.ptr(out), out.dtype, t, det)
 
     with b.if_then(square):
-        U.loop(b, ZERO, U.product(b, dims[:-2]), per_matrix, name="bt")
-    kc.finish()
+        irutil.loop(b, ZERO, irutil.product(b, dims[:-2]), per_matrix, name="bt")
+    kernel.finish()
 
 
-def lower_matmul(gc, op: Op) -> None:
+def lower_matmul(graph_compiler, op: Op) -> None:
     """f16 through f32 BLAS (below); every other dtype as ``kernels_linalg``."""
     if op.inputs[0].dtype is DType.f16 and op.inputs[1].dtype is DType.f16:
-        _matmul_f16(gc, op)
+        _matmul_f16(graph_compiler, op)
     else:
-        kernels_linalg.LOWERINGS["matmul"](gc, op)
+        kernels_linalg.LOWERINGS["matmul"](graph_compiler, op)
 
 
-def _matmul_f16(gc, op: Op) -> None:
+def _matmul_f16(graph_compiler, op: Op) -> None:
     a, bm = op.inputs
     out = op.result
-    gc.comp.scratch.append(lambda bd: 4 * (bd.size(a) + bd.size(bm) + bd.size(out)))
+    graph_compiler.comp.scratch.append(
+        lambda binding: 4 * (binding.size(a) + binding.size(bm) + binding.size(out)))
     scratch = Storage("scratch", 0)
-    kc = gc.kernel("matmul_f16", [a, bm, out], [scratch])
-    kc.whole()
-    b = kc.b
+    kernel = graph_compiler.kernel("matmul_f16", [a, bm, out], [scratch])
+    kernel.whole()
+    b = kernel.b
     f32 = DType.f32
-    ad, bd, od = kc.dims(a), kc.dims(bm), kc.dims(out)
-    na, nb, no = U.product(b, ad), U.product(b, bd), U.product(b, od)
-    a32 = kc.storage_ptr(scratch)
-    b32 = U.elem_ptr(b, a32, f32, na)
-    c32 = U.elem_ptr(b, b32, f32, nb)
+    ad, bd, od = kernel.dims(a), kernel.dims(bm), kernel.dims(out)
+    na, nb, no = irutil.product(b, ad), irutil.product(b, bd), irutil.product(b, od)
+    a32 = kernel.storage_ptr(scratch)
+    b32 = irutil.elem_ptr(b, a32, f32, na)
+    c32 = irutil.elem_ptr(b, b32, f32, nb)
 
     def widen(src: Value, dst: ir.Value, count: ir.Value) -> None:
         def body(i: ir.Value, _c) -> None:
-            U.store(b, dst, f32, i, U.load(b, kc.ptr(src), DType.f16, i))
-        U.loop(b, ZERO, count, body, name="w")
+            irutil.store(b, dst, f32, i, irutil.load(b, kernel.ptr(src), DType.f16, i))
+        irutil.loop(b, ZERO, count, body, name="w")
 
     widen(a, a32, na)
     widen(bm, b32, nb)
-    kernels_linalg.batched_gemm(kc, op, f32, a32, b32, c32)
+    kernels_linalg.batched_gemm(kernel, op, f32, a32, b32, c32)
 
     def narrow(i: ir.Value, _c) -> None:
-        U.store(b, kc.ptr(out), DType.f16, i, U.load(b, c32, f32, i))
+        irutil.store(b, kernel.ptr(out), DType.f16, i, irutil.load(b, c32, f32, i))
 
-    U.loop(b, ZERO, no, narrow, name="n")
-    kc.finish()
+    irutil.loop(b, ZERO, no, narrow, name="n")
+    kernel.finish()
 
 
 LOWERINGS: dict[str, Callable] = {

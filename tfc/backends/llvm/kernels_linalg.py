@@ -17,49 +17,77 @@ loop kernels (``int_gemm``), wrapping on overflow as numpy.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import llvmlite.ir as ir
 
-from tfc.backends.llvm import irutil as U
-from tfc.backends.llvm.blas import DGEMM, NO_TRANS, ROW_MAJOR, SGEMM, TRANS, declare_gemm
-from tfc.backends.llvm.context import Binding, Kernel, Storage
+from tfc.backends.llvm import irutil
+from tfc.backends.llvm.blas import NO_TRANS, ROW_MAJOR, TRANS, declare_gemm
+from tfc.backends.llvm.context import Kernel, Storage
 from tfc.backends.llvm.kernels_array import pad_before
 from tfc.backends.llvm.kernels_conv_direct import (conv_geometry, direct_backprop_filter,
                                                    direct_conv2d, is_direct)
 from tfc.backends.llvm.kernels_scalar import Unsupported
+from tfc.backends.llvm.runtime.binding import Binding
+from tfc.backends.llvm.runtime.symbols import DGEMM, SGEMM
 from tfc.ir.core import Op, Value
 from tfc.ir.types import DType
 
-ZERO = U.i64(0)
+ZERO = irutil.i64(0)
 
 
-def _gemm_fn(kc: Kernel, dtype: DType) -> tuple[ir.Function, ir.Type]:
+def _gemm_fn(kernel: Kernel, dtype: DType) -> tuple[ir.Function, ir.Type]:
     if dtype is DType.f32:
-        return declare_gemm(kc.comp.module, SGEMM, U.F32), U.F32
+        return declare_gemm(kernel.comp.module, SGEMM, irutil.F32), irutil.F32
     if dtype is DType.f64:
-        return declare_gemm(kc.comp.module, DGEMM, U.F64), U.F64
+        return declare_gemm(kernel.comp.module, DGEMM, irutil.F64), irutil.F64
     raise Unsupported(f"{dtype.value} matrix products")
 
 
-def gemm(kc: Kernel, dtype: DType, ta: bool, tb: bool, m: ir.Value, n: ir.Value,
-         k: ir.Value, a: ir.Value, lda: ir.Value, b_: ir.Value, ldb: ir.Value,
-         c: ir.Value, ldc: ir.Value, beta: float = 0.0, alpha: float = 1.0) -> None:
-    """``C[m,n] = alpha op(A) @ op(B) (+ beta C)``, row-major; skipped when the result
-    is empty (and C zeroed by BLAS's ``beta = 0`` when ``k`` is 0). Integer dtypes (no
-    BLAS has them) take ``int_gemm``'s loops."""
-    if dtype.is_int:
-        int_gemm(kc, dtype, ta, tb, m, n, k, a, lda, b_, ldb, c, ldc, beta, alpha)
+@dataclass(frozen=True)
+class GemmSpec:
+    """One row-major matrix product ``C[m,n] = alpha op(A) @ op(B) (+ beta C)``, as BLAS
+    takes it: ``op`` transposes where ``transpose_a``/``transpose_b``; ``a``, ``b``, ``c``
+    point at the operands of ``dtype`` and ``lda``, ``ldb``, ``ldc`` are their leading
+    dimensions (row strides, in elements)."""
+
+    dtype: DType
+    m: ir.Value
+    n: ir.Value
+    k: ir.Value
+    a: ir.Value
+    lda: ir.Value
+    b: ir.Value
+    ldb: ir.Value
+    c: ir.Value
+    ldc: ir.Value
+    transpose_a: bool = False
+    transpose_b: bool = False
+    alpha: float = 1.0
+    beta: float = 0.0
+
+
+def gemm(kernel: Kernel, spec: GemmSpec) -> None:
+    """The product ``spec`` in ``kernel``; skipped when the result is empty (and C zeroed
+    by BLAS's ``beta = 0`` when ``k`` is 0). Integer dtypes (no BLAS has them) take
+    ``int_gemm``'s loops."""
+    if spec.dtype.is_int:
+        int_gemm(kernel, spec)
         return
-    b = kc.b
-    fn, ft = _gemm_fn(kc, dtype)
-    i32 = U.I32
+    dtype, ta, tb, m, n, k = (spec.dtype, spec.transpose_a, spec.transpose_b, spec.m, spec.n,
+                              spec.k)
+    a, lda, b_, ldb, c, ldc = spec.a, spec.lda, spec.b, spec.ldb, spec.c, spec.ldc
+    alpha, beta = spec.alpha, spec.beta
+    b = kernel.b
+    fn, ft = _gemm_fn(kernel, dtype)
+    i32 = irutil.I32
 
     def t32(v: ir.Value) -> ir.Value:
         return b.trunc(v, i32)
 
     def at_least_1(v: ir.Value) -> ir.Value:
-        return b.select(b.icmp_signed("<", v, U.i64(1)), U.i64(1), v)
+        return b.select(b.icmp_signed("<", v, irutil.i64(1)), irutil.i64(1), v)
 
     nonempty = b.and_(b.icmp_signed(">", m, ZERO), b.icmp_signed(">", n, ZERO))
     with b.if_then(nonempty):
@@ -69,9 +97,7 @@ def gemm(kc: Kernel, dtype: DType, ta: bool, tb: bool, m: ir.Value, n: ir.Value,
                     ir.Constant(ft, beta), c, t32(at_least_1(ldc))])
 
 
-def int_gemm(kc: Kernel, dtype: DType, ta: bool, tb: bool, m: ir.Value, n: ir.Value,
-             k: ir.Value, a: ir.Value, lda: ir.Value, b_: ir.Value, ldb: ir.Value,
-             c: ir.Value, ldc: ir.Value, beta: float = 0.0, alpha: float = 1.0) -> None:
+def int_gemm(kernel: Kernel, spec: GemmSpec) -> None:
     """``gemm`` for i32/i64 as loops, wrapping on overflow as numpy's integer matmul
     (LLVM ``add``/``mul`` without ``nsw``; sums mod 2^bits do not depend on the order).
 
@@ -80,16 +106,20 @@ def int_gemm(kc: Kernel, dtype: DType, ta: bool, tb: bool, m: ir.Value, n: ir.Va
     is transposed, where each ``C[i,j]`` is the dot product of two contiguous rows (an
     integer reduction, which vectorizes without reassociation flags). Both transposed
     keeps ``i-k-j`` with B read at a stride (rare; correct, not fast)."""
+    dtype, ta, tb, m, n, k = (spec.dtype, spec.transpose_a, spec.transpose_b, spec.m, spec.n,
+                              spec.k)
+    a, lda, b_, ldb, c, ldc = spec.a, spec.lda, spec.b, spec.ldb, spec.c, spec.ldc
+    alpha, beta = spec.alpha, spec.beta
     if alpha != 1.0 or beta not in (0.0, 1.0):
         raise Unsupported(f"an integer product scaled by {alpha} (+ {beta} C)")
-    b = kc.b
-    zero = ir.Constant(U.compute_type(dtype), 0)
+    b = kernel.b
+    zero = ir.Constant(irutil.compute_type(dtype), 0)
 
     def at_a(i: ir.Value, p: ir.Value) -> ir.Value:
-        return U.load(b, a, dtype, b.add(b.mul(p, lda), i) if ta else b.add(b.mul(i, lda), p))
+        return irutil.load(b, a, dtype, b.add(b.mul(p, lda), i) if ta else b.add(b.mul(i, lda), p))
 
     def at_b(p: ir.Value, j: ir.Value) -> ir.Value:
-        return U.load(b, b_, dtype, b.add(b.mul(j, ldb), p) if tb else b.add(b.mul(p, ldb), j))
+        return irutil.load(b, b_, dtype, b.add(b.mul(j, ldb), p) if tb else b.add(b.mul(p, ldb), j))
 
     def c_at(i: ir.Value, j: ir.Value) -> ir.Value:
         return b.add(b.mul(i, ldc), j)
@@ -97,55 +127,57 @@ def int_gemm(kc: Kernel, dtype: DType, ta: bool, tb: bool, m: ir.Value, n: ir.Va
     if tb and not ta:
         def dot(ij, _c) -> None:
             i, j = ij
-            (s,) = U.loop(b, ZERO, k, lambda p, acc: [b.add(acc[0], b.mul(at_a(i, p),
-                                                                          at_b(p, j)))],
-                          [zero], name="p")
+            (s,) = irutil.loop(b, ZERO, k, lambda p, acc: [b.add(acc[0], b.mul(at_a(i, p),
+                                                                               at_b(p, j)))],
+                               [zero], name="p")
             if beta:
-                s = b.add(s, U.load(b, c, dtype, c_at(i, j)))
-            U.store(b, c, dtype, c_at(i, j), s)
+                s = b.add(s, irutil.load(b, c, dtype, c_at(i, j)))
+            irutil.store(b, c, dtype, c_at(i, j), s)
 
-        U.loop_nest(b, [(ZERO, m), (ZERO, n)], dot, name="ij")
+        irutil.loop_nest(b, [(ZERO, m), (ZERO, n)], dot, name="ij")
         return
 
     def row(i: ir.Value, _c) -> None:
         if not beta:
-            U.loop(b, ZERO, n, lambda j, _c2: U.store(b, c, dtype, c_at(i, j), zero), name="z")
+            irutil.loop(b, ZERO, n, lambda j, _c2: irutil.store(b, c, dtype, c_at(i, j), zero),
+                        name="z")
 
         def per_p(p: ir.Value, _c2) -> None:
             av = at_a(i, p)
 
             def per_j(j: ir.Value, _c3) -> None:
                 at = c_at(i, j)
-                U.store(b, c, dtype, at, b.add(U.load(b, c, dtype, at), b.mul(av, at_b(p, j))))
-            U.loop(b, ZERO, n, per_j, name="j")
+                irutil.store(b, c, dtype, at,
+                             b.add(irutil.load(b, c, dtype, at), b.mul(av, at_b(p, j))))
+            irutil.loop(b, ZERO, n, per_j, name="j")
 
-        U.loop(b, ZERO, k, per_p, name="p")
+        irutil.loop(b, ZERO, k, per_p, name="p")
 
-    U.loop(b, ZERO, m, row, name="i")
+    irutil.loop(b, ZERO, m, row, name="i")
 
 
 def _elem(b: ir.IRBuilder, ptr: ir.Value, dtype: DType, off: ir.Value) -> ir.Value:
-    return U.elem_ptr(b, ptr, dtype, off)
+    return irutil.elem_ptr(b, ptr, dtype, off)
 
 
-def lower_matmul(gc, op: Op) -> None:
+def lower_matmul(graph_compiler, op: Op) -> None:
     a, bm = op.inputs
     out = op.result
-    kc = gc.kernel("matmul", [a, bm, out])
-    kc.whole()
-    batched_gemm(kc, op, a.dtype, kc.ptr(a), kc.ptr(bm), kc.ptr(out))
-    kc.finish()
+    kernel = graph_compiler.kernel("matmul", [a, bm, out])
+    kernel.whole()
+    batched_gemm(kernel, op, a.dtype, kernel.ptr(a), kernel.ptr(bm), kernel.ptr(out))
+    kernel.finish()
 
 
-def batched_gemm(kc: Kernel, op: Op, dtype: DType, a_ptr: ir.Value, b_ptr: ir.Value,
+def batched_gemm(kernel: Kernel, op: Op, dtype: DType, a_ptr: ir.Value, b_ptr: ir.Value,
                  c_ptr: ir.Value, alpha: float = 1.0, beta: float = 0.0) -> None:
     """One GEMM per matrix of the batch of ``matmul`` ``op``, on operands of ``dtype`` at
     ``a_ptr``/``b_ptr`` laid out like its inputs, into ``c_ptr`` laid out like its result
     (``C = alpha A @ B + beta C``)."""
     a, bm = op.inputs
-    b = kc.b
+    b = kernel.b
     ta, tb = op.attrs["transpose_a"], op.attrs["transpose_b"]
-    ad, bd, od = kc.dims(a), kc.dims(bm), kc.dims(op.result)
+    ad, bd, od = kernel.dims(a), kernel.dims(bm), kernel.dims(op.result)
     m, n = od[-2], od[-1]
     k = ad[-2] if ta else ad[-1]
     asz, bsz, osz = b.mul(ad[-2], ad[-1]), b.mul(bd[-2], bd[-1]), b.mul(m, n)
@@ -157,67 +189,68 @@ def batched_gemm(kc: Kernel, op: Op, dtype: DType, a_ptr: ir.Value, b_ptr: ir.Va
         # broadcast batch dims: an input's size-1 batch dim reads matrix 0
         ai = [ZERO if a.type.shape[j] == 1 else idx[j + r - ra] for j in range(ra)]
         bi = [ZERO if bm.type.shape[j] == 1 else idx[j + r - rb] for j in range(rb)]
-        aoff = b.mul(U.linear(b, ai, ad[:-2]), asz)
-        boff = b.mul(U.linear(b, bi, bd[:-2]), bsz)
-        ooff = b.mul(U.linear(b, idx, batch), osz)
-        gemm(kc, dtype, ta, tb, m, n, k, _elem(b, a_ptr, dtype, aoff), ad[-1],
-             _elem(b, b_ptr, dtype, boff), bd[-1], _elem(b, c_ptr, dtype, ooff), n,
-             beta=beta, alpha=alpha)
+        aoff = b.mul(irutil.linear(b, ai, ad[:-2]), asz)
+        boff = b.mul(irutil.linear(b, bi, bd[:-2]), bsz)
+        ooff = b.mul(irutil.linear(b, idx, batch), osz)
+        gemm(kernel, GemmSpec(dtype, m, n, k, a=_elem(b, a_ptr, dtype, aoff), lda=ad[-1],
+                              b=_elem(b, b_ptr, dtype, boff), ldb=bd[-1],
+                              c=_elem(b, c_ptr, dtype, ooff), ldc=n, transpose_a=ta,
+                              transpose_b=tb, alpha=alpha, beta=beta))
 
-    U.loop_nest(b, [(ZERO, d) for d in batch], body, name="bt")
+    irutil.loop_nest(b, [(ZERO, d) for d in batch], body, name="bt")
 
 
 # ---- convolution -------------------------------------------------------------------------------
 
-def _scratch(gc, cols_rows: Value, cols_width_of: Callable[[Binding], int],
-             dtype: DType, extra: Callable[[Binding], int] = lambda bd: 0) -> Storage:
+def _scratch(graph_compiler, cols_rows: Value, cols_width_of: Callable[[Binding], int],
+             dtype: DType, extra: Callable[[Binding], int] = lambda binding: 0) -> Storage:
     """Reserve scratch for ``[rows of cols_rows' first 3 dims, width]`` and ``extra``
     elements after it (of ``dtype``)."""
     item = dtype.itemsize
 
-    def nbytes(bd: Binding) -> int:
-        s = bd.shape(cols_rows)
-        return (s[0] * s[1] * s[2] * cols_width_of(bd) + extra(bd)) * item
-    gc.comp.scratch.append(nbytes)
+    def nbytes(binding: Binding) -> int:
+        s = binding.shape(cols_rows)
+        return (s[0] * s[1] * s[2] * cols_width_of(binding) + extra(binding)) * item
+    graph_compiler.comp.scratch.append(nbytes)
     return Storage("scratch", 0)
 
 
-def _im2col(kc: Kernel, op: Op, x: Value, cols: ir.Value, out_like: Value,
+def _im2col(kernel: Kernel, op: Op, x: Value, cols: ir.Value, out_like: Value,
             kh: int, kw: int, cols_dt: DType | None = None) -> tuple[ir.Value, ir.Value]:
     """Fill ``cols[N*Ho*Wo, kh*kw*C]`` (of ``cols_dt``, default ``x``'s dtype) from NHWC
     ``x`` (zeros outside); returns (rows, width)."""
-    b = kc.b
+    b = kernel.b
     (sh, sw), (dh, dw) = conv_geometry(op)
-    xd = kc.dims(x)
-    od = kc.dims(out_like)
+    xd = kernel.dims(x)
+    od = kernel.dims(out_like)
     c = xd[3]
-    ph = pad_before(kc, op, x, 1, kh, sh, dh)
-    pw = pad_before(kc, op, x, 2, kw, sw, dw)
-    width = b.mul(U.i64(kh * kw), c)
+    ph = pad_before(kernel, op, x, 1, kh, sh, dh)
+    pw = pad_before(kernel, op, x, 2, kw, sw, dw)
+    width = b.mul(irutil.i64(kh * kw), c)
     dt = x.dtype
     cdt = cols_dt or dt
 
     def body(idx, _c) -> None:
         n, ho, wo, i, j = idx
-        row = U.linear(b, [n, ho, wo], od[:3])
-        hi = b.add(b.sub(b.mul(ho, U.i64(sh)), ph), U.i64(0))
-        hi = b.add(hi, b.mul(i, U.i64(dh)))
-        wi = b.add(b.sub(b.mul(wo, U.i64(sw)), pw), b.mul(j, U.i64(dw)))
+        row = irutil.linear(b, [n, ho, wo], od[:3])
+        hi = b.add(b.sub(b.mul(ho, irutil.i64(sh)), ph), irutil.i64(0))
+        hi = b.add(hi, b.mul(i, irutil.i64(dh)))
+        wi = b.add(b.sub(b.mul(wo, irutil.i64(sw)), pw), b.mul(j, irutil.i64(dw)))
         ok = b.and_(b.and_(b.icmp_signed(">=", hi, ZERO), b.icmp_signed("<", hi, xd[1])),
                     b.and_(b.icmp_signed(">=", wi, ZERO), b.icmp_signed("<", wi, xd[2])))
-        src = U.linear(b, [n, b.select(ok, hi, ZERO), b.select(ok, wi, ZERO), ZERO], xd)
-        dst = b.add(b.mul(row, width), b.mul(b.add(b.mul(i, U.i64(kw)), j), c))
-        zero = ir.Constant(U.compute_type(dt), 0.0)
+        src = irutil.linear(b, [n, b.select(ok, hi, ZERO), b.select(ok, wi, ZERO), ZERO], xd)
+        dst = b.add(b.mul(row, width), b.mul(b.add(b.mul(i, irutil.i64(kw)), j), c))
+        zero = ir.Constant(irutil.compute_type(dt), 0.0)
 
         def chan(ci, _c2) -> None:
-            v = U.load(b, kc.ptr(x), dt, b.add(src, ci))
-            U.store(b, cols, cdt, b.add(dst, ci), b.select(ok, v, zero))
+            v = irutil.load(b, kernel.ptr(x), dt, b.add(src, ci))
+            irutil.store(b, cols, cdt, b.add(dst, ci), b.select(ok, v, zero))
 
-        U.loop(b, ZERO, c, chan, name="ch")
+        irutil.loop(b, ZERO, c, chan, name="ch")
 
-    U.loop_nest(b, [(ZERO, od[0]), (ZERO, od[1]), (ZERO, od[2]), (ZERO, U.i64(kh)),
-                    (ZERO, U.i64(kw))], body, name="im")
-    rows = U.product(b, od[:3])
+    irutil.loop_nest(b, [(ZERO, od[0]), (ZERO, od[1]), (ZERO, od[2]), (ZERO, irutil.i64(kh)),
+                         (ZERO, irutil.i64(kw))], body, name="im")
+    rows = irutil.product(b, od[:3])
     return rows, width
 
 
@@ -228,100 +261,125 @@ def _im2col(kc: Kernel, op: Op, x: Value, cols: ir.Value, out_like: Value,
 # im2col writes 9 times the input.
 
 
-def _im2col_conv(gc, op: Op, x: Value, other: Value, rows_like: Value, filt: Value,
-                 name: str, direct: Callable, product: Callable) -> None:
-    """A convolution or its filter gradient: im2col of ``x`` into scratch (a row per
-    element of ``rows_like``'s first three dims), then one GEMM with ``other``,
-    ``product(kc, dtype, cols, rows, width, other_ptr, out_ptr)``; f16 through ``_Wide``,
-    and the ``direct`` kernel instead where ``is_direct``."""
+@dataclass(frozen=True)
+class Im2colConv:
+    """A convolution or its filter gradient as im2col + one GEMM: the kernel's ``name``;
+    im2col's input ``image`` (NHWC), a row per element of ``rows_like``'s first three
+    dims; the GEMM's ``other`` operand and ``product(kernel, dtype, cols, rows, width,
+    other_ptr, out_ptr)``; the filter's size from ``filter_like``'s first two dims; and
+    the ``direct`` kernel that runs instead where ``is_direct``."""
+
+    name: str
+    image: Value
+    other: Value
+    rows_like: Value
+    filter_like: Value
+    direct: Callable
+    product: Callable
+
+
+def _im2col_conv(graph_compiler, op: Op, conv: Im2colConv) -> None:
+    """``conv`` of ``op``: im2col of the image into scratch, then one GEMM; f16 through
+    ``_Wide``, and the direct kernel instead where ``is_direct``."""
+    x, other, rows_like, filt = conv.image, conv.other, conv.rows_like, conv.filter_like
+    name, direct, product = conv.name, conv.direct, conv.product
     out = op.result
     kh, kw = _conv_check(x.dtype, filt)
     wide = _Wide(x.dtype)
     if not wide and is_direct(x, kh, kw):
-        direct(gc, op, kh, kw)
+        direct(graph_compiler, op, kh, kw)
         return
-    scratch = _scratch(gc, rows_like, lambda bd: kh * kw * bd.shapes[x][3], wide.dt,
+    scratch = _scratch(graph_compiler, rows_like,
+                       lambda binding: kh * kw * binding.shapes[x][3], wide.dt,
                        wide.extra(other, out))
-    kc = gc.kernel(name, [x, other, out], [scratch])
-    kc.whole()
-    cols = kc.storage_ptr(scratch)
-    rows, width = _im2col(kc, op, x, cols, rows_like, kh, kw, wide.dt)
+    kernel = graph_compiler.kernel(name, [x, other, out], [scratch])
+    kernel.whole()
+    cols = kernel.storage_ptr(scratch)
+    rows, width = _im2col(kernel, op, x, cols, rows_like, kh, kw, wide.dt)
     other_ptr, o_ptr = wide.operands(
-        kc, U.elem_ptr(kc.b, cols, wide.dt, kc.b.mul(rows, width)), [other], [out])
-    product(kc, wide.dt, cols, rows, width, other_ptr, o_ptr)
-    wide.narrow(kc, o_ptr, out)
-    kc.finish()
+        kernel, irutil.elem_ptr(kernel.b, cols, wide.dt, kernel.b.mul(rows, width)), [other], [out])
+    product(kernel, wide.dt, cols, rows, width, other_ptr, o_ptr)
+    wide.narrow(kernel, o_ptr, out)
+    kernel.finish()
 
 
-def lower_conv2d(gc, op: Op) -> None:
+def lower_conv2d(graph_compiler, op: Op) -> None:
     x, w = op.inputs
 
-    def product(kc, dt, cols, rows, width, w_ptr, o_ptr) -> None:
-        co = kc.dim(w, 3)  # out[rows, Co] = cols [rows, width] @ W [width, Co]
-        gemm(kc, dt, False, False, rows, co, width, cols, width, w_ptr, co, o_ptr, co)
+    def product(kernel, dt, cols, rows, width, w_ptr, o_ptr) -> None:
+        co = kernel.dim(w, 3)  # out[rows, Co] = cols [rows, width] @ W [width, Co]
+        gemm(kernel, GemmSpec(dt, m=rows, n=co, k=width, a=cols, lda=width, b=w_ptr, ldb=co,
+                              c=o_ptr, ldc=co))
 
-    _im2col_conv(gc, op, x, w, op.result, w, "conv2d", direct_conv2d, product)
+    _im2col_conv(graph_compiler, op, Im2colConv("conv2d", image=x, other=w, rows_like=op.result,
+                                                filter_like=w, direct=direct_conv2d,
+                                                product=product))
 
 
-def lower_conv2d_backprop_filter(gc, op: Op) -> None:
+def lower_conv2d_backprop_filter(graph_compiler, op: Op) -> None:
     x, dy, like = op.inputs
 
-    def product(kc, dt, cols, rows, width, dy_ptr, o_ptr) -> None:
-        co = kc.dim(dy, 3)  # dW[width, Co] = cols^T [width, rows] @ dy [rows, Co]
-        gemm(kc, dt, True, False, width, co, rows, cols, width, dy_ptr, co, o_ptr, co)
+    def product(kernel, dt, cols, rows, width, dy_ptr, o_ptr) -> None:
+        co = kernel.dim(dy, 3)  # dW[width, Co] = cols^T [width, rows] @ dy [rows, Co]
+        gemm(kernel, GemmSpec(dt, m=width, n=co, k=rows, a=cols, lda=width, b=dy_ptr, ldb=co,
+                              c=o_ptr, ldc=co, transpose_a=True))
 
-    _im2col_conv(gc, op, x, dy, dy, like, "conv2d_bwd_filter", direct_backprop_filter,
-                 product)
+    _im2col_conv(graph_compiler, op, Im2colConv("conv2d_bwd_filter", image=x, other=dy,
+                                                rows_like=dy, filter_like=like,
+                                                direct=direct_backprop_filter, product=product))
 
 
-def lower_conv2d_backprop_input(gc, op: Op) -> None:
+def lower_conv2d_backprop_input(graph_compiler, op: Op) -> None:
     w, dy, like = op.inputs
     out = op.result
     kh, kw = _conv_check(w.dtype, w)
     wide = _Wide(w.dtype)
-    scratch = _scratch(gc, dy, lambda bd: kh * kw * bd.shapes[like][3], wide.dt,
-                       wide.extra(w, dy, out))
-    kc = gc.kernel("conv2d_bwd_input", [w, dy, out], [scratch])
-    kc.whole()
-    b = kc.b
-    cols = kc.storage_ptr(scratch)
-    dd, xd = kc.dims(dy), kc.dims(out)
+    scratch = _scratch(graph_compiler, dy, lambda binding: kh * kw * binding.shapes[like][3],
+                       wide.dt, wide.extra(w, dy, out))
+    kernel = graph_compiler.kernel("conv2d_bwd_input", [w, dy, out], [scratch])
+    kernel.whole()
+    b = kernel.b
+    cols = kernel.storage_ptr(scratch)
+    dd, xd = kernel.dims(dy), kernel.dims(out)
     c, co = xd[3], dd[3]
-    rows = U.product(b, dd[:3])
-    width = b.mul(U.i64(kh * kw), c)
-    w_ptr, dy_ptr, o_ptr = wide.operands(kc, U.elem_ptr(b, cols, wide.dt, b.mul(rows, width)),
+    rows = irutil.product(b, dd[:3])
+    width = b.mul(irutil.i64(kh * kw), c)
+    w_ptr, dy_ptr, o_ptr = wide.operands(kernel,
+                                         irutil.elem_ptr(b, cols, wide.dt, b.mul(rows, width)),
                                          [w, dy], [out])
     # dcols[rows, width] = dy [rows, Co] @ W^T  (W seen as [width, Co])
-    gemm(kc, wide.dt, False, True, rows, width, co, dy_ptr, co, w_ptr, co, cols, width)
+    gemm(kernel, GemmSpec(wide.dt, m=rows, n=width, k=co, a=dy_ptr, lda=co, b=w_ptr, ldb=co,
+                          c=cols, ldc=width, transpose_b=True))
     dt = wide.dt
-    zero = ir.Constant(U.compute_type(dt), 0.0)
-    U.loop(b, ZERO, kc.size(out), lambda i, _c: U.store(b, o_ptr, dt, i, zero), name="z")
+    zero = ir.Constant(irutil.compute_type(dt), 0.0)
+    irutil.loop(b, ZERO, kernel.size(out), lambda i, _c: irutil.store(b, o_ptr, dt, i, zero),
+                name="z")
     (sh, sw), (dh, dw) = conv_geometry(op)
-    ph = pad_before(kc, op, out, 1, kh, sh, dh)
-    pw = pad_before(kc, op, out, 2, kw, sw, dw)
+    ph = pad_before(kernel, op, out, 1, kh, sh, dh)
+    pw = pad_before(kernel, op, out, 2, kw, sw, dw)
 
     def body(idx, _c) -> None:
         n, ho, wo, i, j = idx
-        row = U.linear(b, [n, ho, wo], dd[:3])
-        hi = b.add(b.sub(b.mul(ho, U.i64(sh)), ph), b.mul(i, U.i64(dh)))
-        wi = b.add(b.sub(b.mul(wo, U.i64(sw)), pw), b.mul(j, U.i64(dw)))
+        row = irutil.linear(b, [n, ho, wo], dd[:3])
+        hi = b.add(b.sub(b.mul(ho, irutil.i64(sh)), ph), b.mul(i, irutil.i64(dh)))
+        wi = b.add(b.sub(b.mul(wo, irutil.i64(sw)), pw), b.mul(j, irutil.i64(dw)))
         ok = b.and_(b.and_(b.icmp_signed(">=", hi, ZERO), b.icmp_signed("<", hi, xd[1])),
                     b.and_(b.icmp_signed(">=", wi, ZERO), b.icmp_signed("<", wi, xd[2])))
         with b.if_then(ok):
-            dst = U.linear(b, [n, hi, wi, ZERO], xd)
-            src = b.add(b.mul(row, width), b.mul(b.add(b.mul(i, U.i64(kw)), j), c))
+            dst = irutil.linear(b, [n, hi, wi, ZERO], xd)
+            src = b.add(b.mul(row, width), b.mul(b.add(b.mul(i, irutil.i64(kw)), j), c))
 
             def chan(ci, _c2) -> None:
-                cur = U.load(b, o_ptr, dt, b.add(dst, ci))
-                v = U.load(b, cols, dt, b.add(src, ci))
-                U.store(b, o_ptr, dt, b.add(dst, ci), b.fadd(cur, v, flags=U.FAST))
+                cur = irutil.load(b, o_ptr, dt, b.add(dst, ci))
+                v = irutil.load(b, cols, dt, b.add(src, ci))
+                irutil.store(b, o_ptr, dt, b.add(dst, ci), b.fadd(cur, v, flags=irutil.FAST))
 
-            U.loop(b, ZERO, c, chan, name="ch")
+            irutil.loop(b, ZERO, c, chan, name="ch")
 
-    U.loop_nest(b, [(ZERO, dd[0]), (ZERO, dd[1]), (ZERO, dd[2]), (ZERO, U.i64(kh)),
-                    (ZERO, U.i64(kw))], body, name="ci")
-    wide.narrow(kc, o_ptr, out)
-    kc.finish()
+    irutil.loop_nest(b, [(ZERO, dd[0]), (ZERO, dd[1]), (ZERO, dd[2]), (ZERO, irutil.i64(kh)),
+                         (ZERO, irutil.i64(kw))], body, name="ci")
+    wide.narrow(kernel, o_ptr, out)
+    kernel.finish()
 
 
 class _Wide:
@@ -341,34 +399,34 @@ class _Wide:
     def extra(self, *values: Value) -> Callable[[Binding], int]:
         """Scratch elements after ``cols``: an f32 copy of each of ``values``."""
         if not self.on:
-            return lambda bd: 0
-        return lambda bd: sum(bd.size(v) for v in values)
+            return lambda binding: 0
+        return lambda binding: sum(binding.size(v) for v in values)
 
-    def operands(self, kc: Kernel, at: ir.Value, inputs: list[Value],
+    def operands(self, kernel: Kernel, at: ir.Value, inputs: list[Value],
                  outputs: list[Value]) -> list[ir.Value]:
         """Pointers to ``inputs`` then ``outputs`` as the GEMM sees them: in place, or
         f32 copies laid out from ``at`` on (inputs widened here)."""
         if not self.on:
-            return [kc.ptr(v) for v in (*inputs, *outputs)]
-        b, f32, ptrs = kc.b, DType.f32, []
+            return [kernel.ptr(v) for v in (*inputs, *outputs)]
+        b, f32, ptrs = kernel.b, DType.f32, []
         for v in (*inputs, *outputs):
             ptrs.append(at)
             if v in inputs:
                 def widen(i: ir.Value, _c, v=v, dst=at) -> None:
-                    U.store(b, dst, f32, i, U.load(b, kc.ptr(v), v.dtype, i))
-                U.loop(b, ZERO, kc.size(v), widen, name="w")
-            at = U.elem_ptr(b, at, f32, kc.size(v))
+                    irutil.store(b, dst, f32, i, irutil.load(b, kernel.ptr(v), v.dtype, i))
+                irutil.loop(b, ZERO, kernel.size(v), widen, name="w")
+            at = irutil.elem_ptr(b, at, f32, kernel.size(v))
         return ptrs
 
-    def narrow(self, kc: Kernel, src: ir.Value, out: Value) -> None:
+    def narrow(self, kernel: Kernel, src: ir.Value, out: Value) -> None:
         """Round the f32 result at ``src`` into ``out`` (f16 only)."""
         if not self.on:
             return
-        b = kc.b
+        b = kernel.b
 
         def body(i: ir.Value, _c) -> None:
-            U.store(b, kc.ptr(out), out.dtype, i, U.load(b, src, DType.f32, i))
-        U.loop(b, ZERO, kc.size(out), body, name="n")
+            irutil.store(b, kernel.ptr(out), out.dtype, i, irutil.load(b, src, DType.f32, i))
+        irutil.loop(b, ZERO, kernel.size(out), body, name="n")
 
 
 def _conv_check(dtype: DType, filt: Value) -> tuple[int, int]:
@@ -381,10 +439,10 @@ def _conv_check(dtype: DType, filt: Value) -> tuple[int, int]:
     return kh, kw
 
 
-def _matmul_check(gc, op: Op) -> None:
+def _matmul_check(graph_compiler, op: Op) -> None:
     if op.inputs[0].dtype not in (DType.f32, DType.f64, DType.i32, DType.i64):
         raise Unsupported(f"{op.inputs[0].dtype.value} matrix products")
-    lower_matmul(gc, op)
+    lower_matmul(graph_compiler, op)
 
 
 LOWERINGS: dict[str, Callable] = {

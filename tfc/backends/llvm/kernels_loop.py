@@ -37,11 +37,12 @@ kernels otherwise run whole.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import llvmlite.ir as ir
 
-from tfc.backends.llvm import irutil as U
+from tfc.backends.llvm import irutil
 from tfc.backends.llvm.context import Kernel, dim_key
 from tfc.backends.llvm.kernels_expr import (FLAT_RULES, REDUCE_KINDS, VIEW_KINDS, Emitter, Flat,
                                             is_elementwise, small_constant)
@@ -54,15 +55,15 @@ Pair = tuple[Value, Value]  # (value computed in the kernel, value whose storage
 GENERATORS = frozenset({"fill", "zeros", "ones", "zeros_like", "ones_like"})
 
 
-def flat_ok(em: Emitter, v: Value) -> bool:
+def flat_ok(emitter: Emitter, v: Value) -> bool:
     """Whether ``v`` can be computed at a flat index of its own shape."""
-    if v in em.leaves or small_constant(v) is not None:
+    if v in emitter.leaves or small_constant(v) is not None:
         return True
     op = v.op
     if op is None:
         return False
     if op.kind in VIEW_KINDS:
-        return flat_ok(em, op.inputs[0])
+        return flat_ok(emitter, op.inputs[0])
     if op.kind in GENERATORS or op.kind == "range" or op.kind in FLAT_RULES:
         return True
     if op.kind in ("broadcast_like", "broadcast_to", "bias_add", "one_hot", "gather", "pad",
@@ -71,7 +72,7 @@ def flat_ok(em: Emitter, v: Value) -> bool:
     if is_elementwise(op.kind):
         for x in op.inputs:
             if x.type.shape == v.type.shape:
-                if not flat_ok(em, x):
+                if not flat_ok(emitter, x):
                     return False
             elif not all(d == 1 for d in x.type.shape):
                 return False
@@ -79,56 +80,58 @@ def flat_ok(em: Emitter, v: Value) -> bool:
     return False
 
 
-def pointwise(kc: Kernel, em: Emitter, outputs: Sequence[Pair]) -> None:
+def pointwise(kernel: Kernel, emitter: Emitter, outputs: Sequence[Pair]) -> None:
     """Store each output's elements (grouped by shape, one loop nest per group)."""
     groups: dict[tuple, list[Pair]] = {}
     for inner, outer in outputs:
         groups.setdefault(inner.type.shape, []).append((inner, outer))
-    b = kc.b
+    b = kernel.b
     for shape, pairs in groups.items():
         outer0 = pairs[0][1]
-        if all(flat_ok(em, inner) for inner, _ in pairs):
-            n = kc.size(outer0)
-            lo, hi = kc.extent_of([n], ("size", id(outer0)),
-                                  lambda bd, v=outer0: bd.size(v), outer0)
+        if all(flat_ok(emitter, inner) for inner, _ in pairs):
+            n = kernel.size(outer0)
+            lo, hi = kernel.extent_of([n], ("size", id(outer0)),
+                                      lambda binding, v=outer0: binding.size(v), outer0)
 
             def flat_body(i: ir.Value, _c: list) -> None:
-                em.push()
+                emitter.push()
                 for inner, outer in pairs:
-                    U.store(b, kc.ptr(outer), outer.dtype, i, em.value(inner, Flat(i)))
-                em.pop()
+                    irutil.store(b, kernel.ptr(outer), outer.dtype, i,
+                                 emitter.value(inner, Flat(i)))
+                emitter.pop()
 
-            U.loop(b, lo, hi, flat_body, name="f", trip=n)
+            irutil.loop(b, lo, hi, flat_body, name="f", trip=n)
             continue
-        dims = kc.dims(outer0)
+        dims = kernel.dims(outer0)
         if dims:
             key, fn = dim_key(outer0, 0)
-            lo, hi = kc.extent_of(dims, key, fn, outer0)
-            bounds = [(lo, hi)] + [(U.i64(0), d) for d in dims[1:]]
+            lo, hi = kernel.extent_of(dims, key, fn, outer0)
+            bounds = [(lo, hi)] + [(irutil.i64(0), d) for d in dims[1:]]
         else:
-            kc.extent_of([], "one", lambda bd: 1)
+            kernel.extent_of([], "one", lambda binding: 1)
             bounds = []
 
         def body(idx: list[ir.Value], _c: list) -> None:
-            em.push()
-            off = U.linear(b, idx, dims)
+            emitter.push()
+            off = irutil.linear(b, idx, dims)
             for inner, outer in pairs:
-                U.store(b, kc.ptr(outer), outer.dtype, off, em.value(inner, tuple(idx)))
-            em.pop()
+                irutil.store(b, kernel.ptr(outer), outer.dtype, off,
+                             emitter.value(inner, tuple(idx)))
+            emitter.pop()
 
-        U.loop_nest(b, bounds, body)
+        irutil.loop_nest(b, bounds, body)
 
 
 # ---- reductions ---------------------------------------------------------------------------
 
 def _identity(kind: str, dtype: DType) -> ir.Constant:
-    t = U.compute_type(dtype)
+    t = irutil.compute_type(dtype)
     if kind in ("sum", "mean"):
         return ir.Constant(t, 0.0 if dtype.is_float else 0)
     if kind == "prod":
         return ir.Constant(t, 1.0 if dtype.is_float else 1)
     if dtype is DType.bool:
-        return ir.Constant(U.I1, 0 if kind == "max" else 1)
+        return ir.Constant(irutil.I1, 0 if kind == "max" else 1)
     if dtype.is_float:
         return ir.Constant(t, float("-inf") if kind == "max" else float("inf"))
     bits = t.width
@@ -138,12 +141,12 @@ def _identity(kind: str, dtype: DType) -> ir.Constant:
 def combine(b: ir.IRBuilder, kind: str, dtype: DType, acc: ir.Value, x: ir.Value) -> ir.Value:
     if dtype.is_float:
         if kind in ("sum", "mean"):
-            return b.fadd(acc, x, flags=U.FAST)
+            return b.fadd(acc, x, flags=irutil.FAST)
         if kind == "prod":
-            return b.fmul(acc, x, flags=U.FAST)
+            return b.fmul(acc, x, flags=irutil.FAST)
         name = "maximum" if kind == "max" else "minimum"
-        fn = U.intrinsic(b.module, f"llvm.{name}.{'f32' if acc.type == U.F32 else 'f64'}",
-                         acc.type, [acc.type, acc.type])
+        fn = irutil.intrinsic(b.module, f"llvm.{name}.{'f32' if acc.type == irutil.F32 else 'f64'}",
+                              acc.type, [acc.type, acc.type])
         return b.call(fn, [acc, x])
     if dtype is DType.bool:
         return b.or_(acc, x) if kind == "max" else b.and_(acc, x)
@@ -155,16 +158,16 @@ def combine(b: ir.IRBuilder, kind: str, dtype: DType, acc: ir.Value, x: ir.Value
     return b.select(b.icmp_signed(op, x, acc), x, acc)
 
 
-def _finalize(kc: Kernel, op: Op, acc: ir.Value, rdims: Sequence[ir.Value]) -> ir.Value:
+def _finalize(kernel: Kernel, op: Op, acc: ir.Value, rdims: Sequence[ir.Value]) -> ir.Value:
     if op.kind != "mean":
         return acc
-    b = kc.b
-    count = U.product(b, rdims)
+    b = kernel.b
+    count = irutil.product(b, rdims)
     if op.result.dtype.is_float:
         return b.fdiv(acc, b.sitofp(count, acc.type))
     # integer mean keeps the dtype: numpy divides and truncates toward zero
-    count = b.select(b.icmp_signed("==", count, U.i64(0)), U.i64(1), count)
-    if acc.type != U.I64:
+    count = b.select(b.icmp_signed("==", count, irutil.i64(0)), irutil.i64(1), count)
+    if acc.type != irutil.I64:
         count = b.trunc(count, acc.type)
     return b.sdiv(acc, count)
 
@@ -182,10 +185,25 @@ def core(shape: Sequence) -> tuple:
 def core_index(idx: Sequence[ir.Value], src: Sequence, dst: Sequence) -> tuple[ir.Value, ...]:
     """An index over shape ``src`` as an index over ``dst`` (same core)."""
     it = iter([i for i, d in zip(idx, src) if d != 1])
-    return tuple(U.i64(0) if d == 1 else next(it) for d in dst)
+    return tuple(irutil.i64(0) if d == 1 else next(it) for d in dst)
 
 
-def reduction(kc: Kernel, em: Emitter, ops: Sequence[Op], outputs: Sequence[Pair],
+@dataclass(frozen=True)
+class ReductionLayout:
+    """The reductions of one kernel and where their values go: every reduction reduces
+    ``reduced_axes`` of an input shaped like ``source`` (the first one's input, whose dims
+    the loops run over) and keeps ``kept_axes``; ``full_outputs`` are shaped like the
+    inputs (up to size-1 dims), ``reduced_outputs`` like the kept axes."""
+
+    reduces: tuple[Op, ...]
+    full_outputs: tuple[Pair, ...]
+    reduced_outputs: tuple[Pair, ...]
+    source: Value
+    reduced_axes: tuple[int, ...]
+    kept_axes: tuple[int, ...]
+
+
+def reduction(kernel: Kernel, emitter: Emitter, ops: Sequence[Op], outputs: Sequence[Pair],
               scratch: ir.Value | None = None,
               then: "Callable[[], tuple[Kernel, Emitter, ir.Value]] | None" = None) -> None:
     """A kernel whose ops include reductions (see the module docstring). ``scratch``
@@ -211,6 +229,8 @@ def reduction(kc: Kernel, em: Emitter, ops: Sequence[Op], outputs: Sequence[Pair
         else:
             raise Unsupported(f"output {inner.type} of a reduction over axes {list(red)} "
                               f"of {x0.type}")
+    layout = ReductionLayout(tuple(reduces), tuple(full_out), tuple(red_out), x0, red,
+                             tuple(keep))
     last_kept = bool(keep) and keep[-1] == rank - 1
     results = {r.result for r in reduces}
     # The accumulate and column orders fold every reduction in one pass over the input:
@@ -221,15 +241,15 @@ def reduction(kc: Kernel, em: Emitter, ops: Sequence[Op], outputs: Sequence[Pair
     # column order (f32 accumulators in scratch) or the row order (f32 registers)
     if last_kept and not chained and not full_out and all(
             inner in results and outer.dtype is not DType.f16 for inner, outer in red_out):
-        _accumulate_order(kc, em, reduces, red_out, x0, red, keep)
+        _accumulate_order(kernel, emitter, layout)
     elif last_kept and scratch is not None and not chained and not any(
             _depends(v, results) for v, _ in full_out):
         if then is not None and split_rows(red):
-            _column_split(kc, em, reduces, full_out, red_out, x0, red, keep, scratch, then)
+            _column_split(kernel, emitter, layout, scratch, then)
         else:
-            _column_order(kc, em, reduces, full_out, red_out, x0, red, keep, scratch)
+            _column_order(kernel, emitter, layout, scratch)
     else:
-        _row_order(kc, em, reduces, full_out, red_out, x0, red, keep)
+        _row_order(kernel, emitter, layout)
 
 
 def _depends(v: Value, on: set[Value]) -> bool:
@@ -247,81 +267,83 @@ def _depends(v: Value, on: set[Value]) -> bool:
     return False
 
 
-def _column_order(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequence[Pair],
-                  red_out: Sequence[Pair], x0: Value, red: tuple[int, ...], keep: list[int],
+def _column_order(kernel: Kernel, emitter: Emitter, layout: ReductionLayout,
                   scratch: ir.Value) -> None:
     """Reductions over leading axes with the last axis kept: one pass in memory order
     writes the full outputs and folds each element into a row of accumulators (scratch,
     one per reduction, 8 bytes per kept element), then a pass over the kept axes
     finishes the reductions and computes the reduced outputs."""
-    b = kc.b
-    kc.whole()
-    dims = kc.dims(x0)
+    reduces, x0, red, keep = (layout.reduces, layout.source, layout.reduced_axes,
+                              layout.kept_axes)
+    red_out = layout.reduced_outputs
+    b = kernel.b
+    kernel.whole()
+    dims = kernel.dims(x0)
     kdims = [dims[a] for a in keep]
     rdims = [dims[a] for a in red]
-    ksize = U.product(b, kdims)
+    ksize = irutil.product(b, kdims)
     accs = []
     for j, r in enumerate(reduces):
         dt = r.inputs[0].dtype
         acc_dt = DType.f32 if dt is DType.f16 else dt  # f16 accumulates in f32
-        base = b.gep(scratch, [U.mul(b, U.i64(8 * j), ksize)], inbounds=True,
-                     source_etype=U.I8)
+        base = b.gep(scratch, [irutil.mul(b, irutil.i64(8 * j), ksize)], inbounds=True,
+                     source_etype=irutil.I8)
         accs.append((r, acc_dt, base))
 
     def init(kidx: list[ir.Value], _c: list) -> None:
-        off = U.linear(b, kidx, kdims)
+        off = irutil.linear(b, kidx, kdims)
         for r, dt, base in accs:
-            U.store(b, base, dt, off, _identity(r.kind, r.inputs[0].dtype))
+            irutil.store(b, base, dt, off, _identity(r.kind, r.inputs[0].dtype))
 
-    U.loop_nest(b, [(U.i64(0), d) for d in kdims], init, name="z")
+    irutil.loop_nest(b, [(irutil.i64(0), d) for d in kdims], init, name="z")
 
     def body(idx: list[ir.Value], _c: list) -> None:
-        em.push()
-        off = U.linear(b, idx, dims)
-        koff = U.linear(b, [idx[a] for a in keep], kdims)
-        _accumulate(kc, em, full_out, accs, x0, idx, off, koff)
-        em.pop()
+        emitter.push()
+        off = irutil.linear(b, idx, dims)
+        koff = irutil.linear(b, [idx[a] for a in keep], kdims)
+        _accumulate(kernel, emitter, layout, accs, idx, off, koff)
+        emitter.pop()
 
-    U.loop_nest(b, [(U.i64(0), d) for d in dims], body, name="a")
+    irutil.loop_nest(b, [(irutil.i64(0), d) for d in dims], body, name="a")
     keep_shape = [x0.type.shape[a] for a in keep]
 
     def fin(kidx: list[ir.Value], _c: list) -> None:
-        em.push()
-        koff = U.linear(b, kidx, kdims)
+        emitter.push()
+        koff = irutil.linear(b, kidx, kdims)
         for r, dt, base in accs:
-            em.known[r.result] = _finalize(kc, r, U.load(b, base, dt, koff), rdims)
-        _store_reduced(kc, em, red_out, reduces, kidx, keep_shape)
-        em.pop()
+            emitter.known[r.result] = _finalize(kernel, r, irutil.load(b, base, dt, koff), rdims)
+        _store_reduced(kernel, emitter, red_out, reduces, kidx, keep_shape)
+        emitter.pop()
 
-    U.loop_nest(b, [(U.i64(0), d) for d in kdims], fin, name="m")
+    irutil.loop_nest(b, [(irutil.i64(0), d) for d in kdims], fin, name="m")
 
 
-def _accumulate(kc: Kernel, em: Emitter, full_out: Sequence[Pair], accs: list,
-                x0: Value, idx: list[ir.Value], off: ir.Value, koff: ir.Value) -> None:
+def _accumulate(kernel: Kernel, emitter: Emitter, layout: ReductionLayout, accs: list,
+                idx: list[ir.Value], off: ir.Value, koff: ir.Value) -> None:
     """One element of a column-order reduction: store the full-shape outputs at ``off``
     and fold the element into each accumulator (``accs``: reduce op, dtype, base) at
     ``koff``."""
-    b = kc.b
-    for inner, outer in full_out:
-        oidx = core_index(idx, x0.type.shape, inner.type.shape)
-        U.store(b, kc.ptr(outer), outer.dtype, off, em.value(inner, oidx))
+    b = kernel.b
+    for inner, outer in layout.full_outputs:
+        oidx = core_index(idx, layout.source.type.shape, inner.type.shape)
+        irutil.store(b, kernel.ptr(outer), outer.dtype, off, emitter.value(inner, oidx))
     for r, dt, base in accs:
-        x = em.value(r.inputs[0], tuple(idx))
-        acc = U.load(b, base, dt, koff)
-        U.store(b, base, dt, koff, combine(b, r.kind, r.inputs[0].dtype, acc, x))
+        x = emitter.value(r.inputs[0], tuple(idx))
+        acc = irutil.load(b, base, dt, koff)
+        irutil.store(b, base, dt, koff, combine(b, r.kind, r.inputs[0].dtype, acc, x))
 
 
-def _store_reduced(kc: Kernel, em: Emitter, red_out: Sequence[Pair], reduces: Sequence[Op],
+def _store_reduced(kernel: Kernel, emitter: Emitter, red_out: Sequence[Pair], reduces: Sequence[Op],
                    kidx: list[ir.Value], keep_shape: list) -> None:
-    """At kept index ``kidx`` (the reductions' finals known to ``em``), store each output
+    """At kept index ``kidx`` (the reductions' finals known to ``emitter``), store each output
     computed from them, then forget the finals (they hold for this index only)."""
-    b = kc.b
+    b = kernel.b
     for inner, outer in red_out:
         ridx = core_index(kidx, keep_shape, inner.type.shape)
-        U.store(b, kc.ptr(outer), outer.dtype, U.linear(b, ridx, kc.dims(outer)),
-                em.value(inner, ridx))
+        irutil.store(b, kernel.ptr(outer), outer.dtype, irutil.linear(b, ridx, kernel.dims(outer)),
+                     emitter.value(inner, ridx))
     for r in reduces:
-        em.known.pop(r.result, None)
+        emitter.known.pop(r.result, None)
 
 
 def split_rows(red: Sequence[int]) -> bool:
@@ -331,30 +353,31 @@ def split_rows(red: Sequence[int]) -> bool:
     return 0 in red and len(red) >= 2
 
 
-def _column_split(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequence[Pair],
-                  red_out: Sequence[Pair], x0: Value, red: tuple[int, ...], keep: list[int],
-                  scratch: ir.Value,
+def _column_split(kernel: Kernel, emitter: Emitter, layout: ReductionLayout, scratch: ir.Value,
                   then: "Callable[[], tuple[Kernel, Emitter, ir.Value]]") -> None:
     """The column order split over the first (reduced) axis: each index ``i0`` of it
     folds its elements into its own row of accumulators in scratch (8 bytes per kept
     element per reduction, per ``i0``), so the pass over the input splits across threads;
     a second kernel folds the rows in ``i0`` order and computes the reduced outputs.
     (A bias gradient of an NHWC activation: each image's sums, then their sum.)"""
-    b = kc.b
-    dims = kc.dims(x0)
+    reduces, x0, red, keep = (layout.reduces, layout.source, layout.reduced_axes,
+                              layout.kept_axes)
+    red_out = layout.reduced_outputs
+    b = kernel.b
+    dims = kernel.dims(x0)
     kdims = [dims[a] for a in keep]
-    ksize = U.product(b, kdims)
+    ksize = irutil.product(b, kdims)
     d0 = dims[0]
     key, fn = dim_key(x0, 0)
-    lo, hi = kc.extent_of([d0], key, fn, x0)
+    lo, hi = kernel.extent_of([d0], key, fn, x0)
 
     def slots(b: ir.IRBuilder, base: ir.Value, d0: ir.Value, ksize: ir.Value) -> list:
         out = []
         for j, r in enumerate(reduces):
             dt = r.inputs[0].dtype
             acc_dt = DType.f32 if dt is DType.f16 else dt  # f16 accumulates in f32
-            at = b.gep(base, [U.mul(b, U.i64(8 * j), U.mul(b, d0, ksize))], inbounds=True,
-                       source_etype=U.I8)
+            at = b.gep(base, [irutil.mul(b, irutil.i64(8 * j), irutil.mul(b, d0, ksize))],
+                       inbounds=True, source_etype=irutil.I8)
             out.append((r, acc_dt, at))
         return out
 
@@ -365,68 +388,69 @@ def _column_split(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequ
 
         def init(k: ir.Value, _c2: list) -> None:
             for r, dt, base in accs:
-                U.store(b, base, dt, b.add(pbase, k), _identity(r.kind, r.inputs[0].dtype))
+                irutil.store(b, base, dt, b.add(pbase, k), _identity(r.kind, r.inputs[0].dtype))
 
-        U.loop(b, U.i64(0), ksize, init, name="z")
+        irutil.loop(b, irutil.i64(0), ksize, init, name="z")
 
         def body(rest: list[ir.Value], _c2: list) -> None:
             idx = [i0, *rest]
-            em.push()
-            off = U.linear(b, idx, dims)
-            koff = b.add(pbase, U.linear(b, [idx[a] for a in keep], kdims))
-            _accumulate(kc, em, full_out, accs, x0, idx, off, koff)
-            em.pop()
+            emitter.push()
+            off = irutil.linear(b, idx, dims)
+            koff = b.add(pbase, irutil.linear(b, [idx[a] for a in keep], kdims))
+            _accumulate(kernel, emitter, layout, accs, idx, off, koff)
+            emitter.pop()
 
-        U.loop_nest(b, [(U.i64(0), d) for d in dims[1:]], body, name="a")
+        irutil.loop_nest(b, [(irutil.i64(0), d) for d in dims[1:]], body, name="a")
 
-    U.loop(b, lo, hi, row, name="r")
+    irutil.loop(b, lo, hi, row, name="r")
 
-    kc2, em2, scratch2 = then()
-    kc2.whole()
-    b2 = kc2.b
-    dims2 = kc2.dims(x0)
+    kernel2, emitter2, scratch2 = then()
+    kernel2.whole()
+    b2 = kernel2.b
+    dims2 = kernel2.dims(x0)
     kdims2 = [dims2[a] for a in keep]
-    ksize2 = U.product(b2, kdims2)
+    ksize2 = irutil.product(b2, kdims2)
     accs2 = slots(b2, scratch2, dims2[0], ksize2)
     keep_shape = [x0.type.shape[a] for a in keep]
 
     def fin(kidx: list[ir.Value], _c: list) -> None:
-        em2.push()
-        koff = U.linear(b2, kidx, kdims2)
+        emitter2.push()
+        koff = irutil.linear(b2, kidx, kdims2)
         for r, dt, base in accs2:
             def fold(i0: ir.Value, acc: list, r=r, dt=dt, base=base) -> list:
-                v = U.load(b2, base, dt, b2.add(b2.mul(i0, ksize2), koff))
+                v = irutil.load(b2, base, dt, b2.add(b2.mul(i0, ksize2), koff))
                 return [combine(b2, r.kind, r.inputs[0].dtype, acc[0], v)]
 
-            (acc,) = U.loop(b2, U.i64(0), dims2[0], fold,
-                            [_identity(r.kind, r.inputs[0].dtype)], name="f")
-            em2.known[r.result] = _finalize(kc2, r, acc, [dims2[a] for a in red])
-        _store_reduced(kc2, em2, red_out, reduces, kidx, keep_shape)
-        em2.pop()
+            (acc,) = irutil.loop(b2, irutil.i64(0), dims2[0], fold,
+                                 [_identity(r.kind, r.inputs[0].dtype)], name="f")
+            emitter2.known[r.result] = _finalize(kernel2, r, acc, [dims2[a] for a in red])
+        _store_reduced(kernel2, emitter2, red_out, reduces, kidx, keep_shape)
+        emitter2.pop()
 
-    U.loop_nest(b2, [(U.i64(0), d) for d in kdims2], fin, name="m")
-    kc2.finish()
+    irutil.loop_nest(b2, [(irutil.i64(0), d) for d in kdims2], fin, name="m")
+    kernel2.finish()
 
 
-def _row_order(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequence[Pair],
-               red_out: Sequence[Pair], x0: Value, red: tuple[int, ...],
-               keep: list[int]) -> None:
-    b = kc.b
-    dims = kc.dims(x0)
+def _row_order(kernel: Kernel, emitter: Emitter, layout: ReductionLayout) -> None:
+    reduces, x0, red, keep = (layout.reduces, layout.source, layout.reduced_axes,
+                              layout.kept_axes)
+    full_out, red_out = layout.full_outputs, layout.reduced_outputs
+    b = kernel.b
+    dims = kernel.dims(x0)
     rank = len(dims)
     kdims = [dims[a] for a in keep]
     rdims = [dims[a] for a in red]
     if keep:
         key, fn = dim_key(x0, keep[0])
-        lo, hi = kc.extent_of([kdims[0]], key, fn, x0)
-        kbounds = [(lo, hi)] + [(U.i64(0), d) for d in kdims[1:]]
+        lo, hi = kernel.extent_of([kdims[0]], key, fn, x0)
+        kbounds = [(lo, hi)] + [(irutil.i64(0), d) for d in kdims[1:]]
     else:
-        kc.extent_of([], "one", lambda bd: 1)
+        kernel.extent_of([], "one", lambda binding: 1)
         kbounds = []
-    rbounds = [(U.i64(0), d) for d in rdims]
+    rbounds = [(irutil.i64(0), d) for d in rdims]
 
     def full_index(kidx: Sequence[ir.Value], ridx: Sequence[ir.Value]) -> list[ir.Value]:
-        out: list[ir.Value] = [U.i64(0)] * rank
+        out: list[ir.Value] = [irutil.i64(0)] * rank
         for a, i in zip(keep, kidx):
             out[a] = i
         for a, i in zip(red, ridx):
@@ -434,77 +458,80 @@ def _row_order(kc: Kernel, em: Emitter, reduces: Sequence[Op], full_out: Sequenc
         return out
 
     def kbody(kidx: list[ir.Value], _c: list) -> None:
-        em.push()
+        emitter.push()
         for r in reduces:
             dt = r.inputs[0].dtype
 
             def rbody(ridx: list[ir.Value], acc: list[ir.Value], r=r, dt=dt) -> list[ir.Value]:
-                em.push()
-                x = em.value(r.inputs[0], tuple(full_index(kidx, ridx)))
-                em.pop()
+                emitter.push()
+                x = emitter.value(r.inputs[0], tuple(full_index(kidx, ridx)))
+                emitter.pop()
                 return [combine(b, r.kind, dt, acc[0], x)]
 
-            (acc,) = U.loop_nest(b, rbounds, rbody, [_identity(r.kind, dt)], name="r")
-            em.known[r.result] = _finalize(kc, r, acc, rdims)
+            (acc,) = irutil.loop_nest(b, rbounds, rbody, [_identity(r.kind, dt)], name="r")
+            emitter.known[r.result] = _finalize(kernel, r, acc, rdims)
         keep_shape = [x0.type.shape[a] for a in keep]
         for inner, outer in red_out:
             ridx = core_index(kidx, keep_shape, inner.type.shape)
-            off = U.linear(b, ridx, kc.dims(outer))
-            U.store(b, kc.ptr(outer), outer.dtype, off, em.value(inner, ridx))
+            off = irutil.linear(b, ridx, kernel.dims(outer))
+            irutil.store(b, kernel.ptr(outer), outer.dtype, off, emitter.value(inner, ridx))
         if full_out:
             def fbody(ridx: list[ir.Value], _c: list) -> None:
-                em.push()
+                emitter.push()
                 idx = full_index(kidx, ridx)
-                off = U.linear(b, idx, dims)
+                off = irutil.linear(b, idx, dims)
                 for inner, outer in full_out:
                     oidx = core_index(idx, x0.type.shape, inner.type.shape)
-                    U.store(b, kc.ptr(outer), outer.dtype, off, em.value(inner, oidx))
-                em.pop()
+                    irutil.store(b, kernel.ptr(outer), outer.dtype, off, emitter.value(inner, oidx))
+                emitter.pop()
 
-            U.loop_nest(b, rbounds, fbody, name="o")
+            irutil.loop_nest(b, rbounds, fbody, name="o")
         for r in reduces:
-            em.known.pop(r.result, None)
-        em.pop()
+            emitter.known.pop(r.result, None)
+        emitter.pop()
 
-    U.loop_nest(b, kbounds, kbody, name="k")
+    irutil.loop_nest(b, kbounds, kbody, name="k")
 
 
-def _accumulate_order(kc: Kernel, em: Emitter, reduces: Sequence[Op], red_out: Sequence[Pair],
-                      x0: Value, red: tuple[int, ...], keep: list[int]) -> None:
-    b = kc.b
-    kc.whole()
-    dims = kc.dims(x0)
+def _accumulate_order(kernel: Kernel, emitter: Emitter, layout: ReductionLayout) -> None:
+    reduces, x0, red, keep = (layout.reduces, layout.source, layout.reduced_axes,
+                              layout.kept_axes)
+    red_out = layout.reduced_outputs
+    b = kernel.b
+    kernel.whole()
+    dims = kernel.dims(x0)
     kdims = [dims[a] for a in keep]
     rdims = [dims[a] for a in red]
     by_result = {r.result: r for r in reduces}
 
     def init(kidx: list[ir.Value], _c: list) -> None:
-        off = U.linear(b, kidx, kdims)
+        off = irutil.linear(b, kidx, kdims)
         for inner, outer in red_out:
             r = by_result[inner]
-            U.store(b, kc.ptr(outer), outer.dtype, off, _identity(r.kind, r.inputs[0].dtype))
+            irutil.store(b, kernel.ptr(outer), outer.dtype, off,
+                         _identity(r.kind, r.inputs[0].dtype))
 
-    U.loop_nest(b, [(U.i64(0), d) for d in kdims], init, name="z")
+    irutil.loop_nest(b, [(irutil.i64(0), d) for d in kdims], init, name="z")
 
     def body(idx: list[ir.Value], _c: list) -> None:
-        em.push()
-        off = U.linear(b, [idx[a] for a in keep], kdims)
+        emitter.push()
+        off = irutil.linear(b, [idx[a] for a in keep], kdims)
         for inner, outer in red_out:
             r = by_result[inner]
-            x = em.value(r.inputs[0], tuple(idx))
-            acc = U.load(b, kc.ptr(outer), outer.dtype, off)
-            U.store(b, kc.ptr(outer), outer.dtype, off, combine(b, r.kind, r.inputs[0].dtype,
-                                                                 acc, x))
-        em.pop()
+            x = emitter.value(r.inputs[0], tuple(idx))
+            acc = irutil.load(b, kernel.ptr(outer), outer.dtype, off)
+            irutil.store(b, kernel.ptr(outer), outer.dtype, off,
+                         combine(b, r.kind, r.inputs[0].dtype, acc, x))
+        emitter.pop()
 
-    U.loop_nest(b, [(U.i64(0), d) for d in dims], body, name="a")
+    irutil.loop_nest(b, [(irutil.i64(0), d) for d in dims], body, name="a")
     means = [(inner, outer) for inner, outer in red_out if by_result[inner].kind == "mean"]
     if means:
         def fin(kidx: list[ir.Value], _c: list) -> None:
-            off = U.linear(b, kidx, kdims)
+            off = irutil.linear(b, kidx, kdims)
             for inner, outer in means:
-                acc = U.load(b, kc.ptr(outer), outer.dtype, off)
-                U.store(b, kc.ptr(outer), outer.dtype, off,
-                        _finalize(kc, by_result[inner], acc, rdims))
+                acc = irutil.load(b, kernel.ptr(outer), outer.dtype, off)
+                irutil.store(b, kernel.ptr(outer), outer.dtype, off,
+                             _finalize(kernel, by_result[inner], acc, rdims))
 
-        U.loop_nest(b, [(U.i64(0), d) for d in kdims], fin, name="m")
+        irutil.loop_nest(b, [(irutil.i64(0), d) for d in kdims], fin, name="m")

@@ -25,7 +25,7 @@ Methods (constants from Cephes, fdlibm and SLEEF, all public domain or permissiv
   division, its numerator selected).
 
 f32 exp and tanh use ``llvm.fma`` (every AVX2 CPU has FMA; elsewhere LLVM calls libm's
-``fmaf``, which ``blas.register_symbols`` makes known: the same result, slower).
+``fmaf``, which ``runtime.symbols`` makes known: the same result, slower).
 - sin, cos: Payne-Hanek-style reduction valid over the whole float range, branch-free: the
   24-bit chunks of 2/pi that matter for x's exponent are read from a constant table
   (a gather), each exact product ``x * chunk`` is reduced mod 4 exactly and the pieces are

@@ -1,5 +1,5 @@
-"""Finding OpenBLAS and libc (``tfc.backends.llvm.blas``) without the slow generic routes,
-the routes kept as fallbacks, and the error when scipy-openblas32 is missing."""
+"""Finding OpenBLAS and libc (``tfc.backends.llvm.runtime.symbols``) without the slow generic
+routes, the routes kept as fallbacks, and the error when scipy-openblas32 is missing."""
 
 from __future__ import annotations
 
@@ -9,42 +9,42 @@ import os
 
 import pytest
 
-from tfc.backends.llvm import blas
+from tfc.backends.llvm.runtime import symbols
 from tfc.errors import TfcError
 
 
 def test_openblas_path_is_the_packages_library() -> None:
     import scipy_openblas32
-    path = blas.openblas_path()
+    path = symbols.openblas_path()
     assert path is not None and os.path.isfile(path)
     assert os.path.samefile(path, os.path.join(scipy_openblas32.get_lib_dir(),
                                                f"lib{scipy_openblas32.get_library()}.so"))
 
 
 def test_openblas_has_the_symbols_we_bind() -> None:
-    lib = blas.openblas()
-    for name in (blas.SGEMM, blas.DGEMM, *blas.GETRF.values(), *blas.GETRI.values()):
+    lib = symbols.openblas()
+    for name in (symbols.SGEMM, symbols.DGEMM, *symbols.GETRF.values(), *symbols.GETRI.values()):
         assert getattr(lib, name)
 
 
 def test_fallback_through_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(blas, "openblas_path", lambda: None)
-    assert getattr(blas._load_openblas(), blas.SGEMM)
+    monkeypatch.setattr(symbols, "openblas_path", lambda: None)
+    assert getattr(symbols._load_openblas(), symbols.SGEMM)
 
 
 def test_missing_openblas_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(TfcError, match="pip install scipy-openblas32") as e:
-        blas.openblas_path()
+        symbols.openblas_path()
     assert isinstance(e.value, ImportError)  # as the failed import used to be
 
 
 def test_libc_has_the_symbols_we_bind(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in blas._C_SYMBOLS:
-        assert getattr(blas.libc(), name)
+    for name in symbols._C_SYMBOLS:
+        assert getattr(symbols.libc(), name)
     # Not glibc's soname: the process's own symbols (or find_library) serve.
-    monkeypatch.setattr(blas.sys, "platform", "unknown")
-    other = blas._find_libc()
+    monkeypatch.setattr(symbols.sys, "platform", "unknown")
+    other = symbols._find_libc()
     assert isinstance(other, ctypes.CDLL)
-    for name in blas._C_SYMBOLS:
+    for name in symbols._C_SYMBOLS:
         assert getattr(other, name)

@@ -1,9 +1,10 @@
 """The entry cache: an entry's object code and run-time tables, keyed by its tfc IR.
 
-jit's cache, keyed by the printed LLVM IR, saves LLVM's optimization and code generation;
-but to reach that key the passes must run and the graph must be lowered in Python, which
-is most of what a cached compile costs (~45 ms of the MLP training step's ~50). This cache
-sits one level up. Its key is everything the native code depends on:
+The object-code cache (``native``), keyed by the printed LLVM IR, saves LLVM's optimization
+and code generation; but to reach that key the passes must run and the graph must be
+lowered in Python, which is most of what a cached compile costs (~45 ms of the MLP
+training step's ~50). This cache sits one level up. Its key is everything the native
+code depends on:
 - the module's bytecode (the entry graph with its locations, which error messages
   carry, and the variables' declarations);
 - the options that shape the code (threads, the parallel threshold, profiling) and
@@ -33,29 +34,36 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tfc.backends.llvm import jit
+from tfc.backends.llvm.runtime import native
 from tfc.ir.bytecode import module_to_bytes
 from tfc.ir.core import Module
 
 if TYPE_CHECKING:
-    from tfc.backends.llvm.backend import NativeMeta
+    from tfc.backends.llvm.runtime.executable import NativeMeta
 
 CODE, TABLES = "code.o", "tables.json"
 # Graphs that carry more constant data than this (pretrained weights baked into an
 # __init__ graph, say) are not cached here: every entry would store its own copy, and
-# encoding them for the key would cost what lowering saves. jit's cache still applies.
+# encoding them for the key would cost what lowering saves. The object-code cache still applies.
 MAX_CONSTANT_BYTES = 1 << 20
+
+
+_TFC_ROOT = Path(__file__).resolve().parents[3]  # tfc/
+
+
+def tfc_sources() -> list[Path]:
+    """Every tfc source file: the passes and shape rules shape the code too."""
+    return sorted(f for f in _TFC_ROOT.rglob("*")
+                  if f.suffix in (".py", ".lark") and "__pycache__" not in f.parts)
 
 
 @functools.cache
 def _sources_fingerprint() -> str:
     """A hash of every tfc source file (about 1 MB: ~5 ms, once per process)."""
-    root = Path(__file__).resolve().parents[2]
     h = hashlib.sha256()
-    for f in sorted(root.rglob("*")):
-        if f.suffix in (".py", ".lark") and "__pycache__" not in f.parts:
-            h.update(str(f.relative_to(root)).encode())
-            h.update(f.read_bytes())
+    for f in tfc_sources():
+        h.update(str(f.relative_to(_TFC_ROOT)).encode())
+        h.update(f.read_bytes())
     return h.hexdigest()
 
 
@@ -71,7 +79,7 @@ def entry_key(module: Module, entry: str, options: str) -> str | None:
     # may be the same as one that is yet to be fused
     planned = f"planned={entry in module.memory_plans}"
     h = hashlib.sha256()
-    for part in (jit.host_key(), _sources_fingerprint(), options, planned, entry):
+    for part in (native.host_key(), _sources_fingerprint(), options, planned, entry):
         h.update(part.encode())
         h.update(b"\0")
     h.update(module_to_bytes(Module({entry: graph}, module.variables)))
@@ -79,13 +87,13 @@ def entry_key(module: Module, entry: str, options: str) -> str | None:
 
 
 def _path(key: str) -> Path:
-    return jit.cache_dir() / "entries" / f"{key}.zip"
+    return native.cache_dir() / "entries" / f"{key}.zip"
 
 
 def get(key: str) -> tuple[bytes, NativeMeta] | None:
     """The object code and tables stored under ``key``; ``None`` when there are none or
     they cannot be read."""
-    from tfc.backends.llvm.backend import NativeMeta
+    from tfc.backends.llvm.runtime.executable import NativeMeta
     try:
         with zipfile.ZipFile(_path(key)) as zf:
             code = zf.read(CODE)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tfc
-from tfc.backends.llvm import pystep
+from tfc.backends.llvm.runtime import pystep
 from tfc.errors import ExecutionError, FeedError
 from tfc.runtime import Program
 

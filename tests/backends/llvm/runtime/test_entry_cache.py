@@ -3,10 +3,13 @@ starts from the bindings the first one met, and never hands out code of another 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from tfc.backends.llvm import LLVMBackend, entry_cache
+from tfc.backends.llvm import LLVMBackend
+from tfc.backends.llvm.runtime import entry_cache
 from tfc.ir.core import Module
 from tfc.ir.types import DType
 from tfc.passes import run_passes
@@ -92,3 +95,16 @@ def test_use_cache_false_writes_nothing(h, cache_dir):
     exe = LLVMBackend(use_cache=False).compile(_module(h), "f")
     exe(_feeds(), {}, 0)
     assert exe.cache_key is None and not (cache_dir / "entries").exists()
+
+
+def test_key_covers_every_tfc_source():
+    """An entry's tables and code depend on the passes, the op registry and the backend
+    (code generation and runtime alike): the key's fingerprint hashes all of tfc."""
+    import tfc.ir.parser
+    import tfc.passes.fusion
+    from tfc.backends.llvm import kernels_loop
+    from tfc.backends.llvm.runtime import pool
+    files = set(entry_cache.tfc_sources())
+    for module in (tfc.passes.fusion, tfc.ir.parser, kernels_loop, pool, entry_cache):
+        assert Path(module.__file__).resolve() in files, module.__name__
+    assert any(f.suffix == ".lark" for f in files)  # the IR grammar

@@ -12,13 +12,35 @@ what compiled code assumes:
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
 
-from tfc.backends.llvm.context import Binding
 from tfc.errors import ExecutionError, FeedError, TfcError
-from tfc.ir.core import Graph, Module, Value
+from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import ELEMENTWISE, lookup
 from tfc.ir.types import TensorType, format_shape
+
+
+@dataclass
+class Binding:
+    """The concrete shapes of one call: per value, and the symbols' sizes."""
+
+    shapes: dict[Value, tuple[int, ...]]
+    symbols: dict[str, int]
+    offsets: list[int] | dict[int, int] = field(default_factory=list)  # arena buffer -> byte
+    scratch_offset: int = 0
+
+    def shape(self, v: Value) -> tuple[int, ...]:
+        s = self.shapes.get(v)
+        if s is None:  # values the backend made itself have static types
+            s = tuple(int(d) for d in v.type.shape)
+        return s
+
+    def size(self, v: Value) -> int:
+        n = 1
+        for d in self.shape(v):
+            n *= d
+        return n
 
 
 def bind_symbols(graph: Graph, feed_shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
@@ -46,7 +68,6 @@ def infer_graph(graph: Graph, arg_shapes: Sequence[tuple[int, ...]], module: Mod
             continue
         ins = [TensorType(v.dtype, shapes[v]) for v in op.inputs]
         if op.kind in ("scan", "cond", "while"):  # regions with their own arg shapes
-            from tfc.backends.llvm.kernels_control import infer_control
             outs = infer_control(op, [t.shape for t in ins],
                                  lambda g, s: infer_graph(g, s, module, shapes), shapes)
         elif op.regions:
@@ -66,6 +87,48 @@ def infer_graph(graph: Graph, arg_shapes: Sequence[tuple[int, ...]], module: Mod
             shapes[r] = tuple(s)  # type: ignore[arg-type]
         if lookup(op.kind).has(ELEMENTWISE):
             _check_broadcast(op, shapes)
+
+
+def infer_control(op: Op, in_shapes: list[tuple[int, ...]],
+                  infer: Callable[[Graph, list[tuple[int, ...]]], None],
+                  shapes: dict[Value, tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The result shapes of a control op for concrete input shapes, inferring its
+    regions' values (``infer(region, arg_shapes)``) along the way."""
+    if op.kind == "scan":
+        nc, nx = op.attrs["num_carry"], op.attrs["num_xs"]
+        xs = in_shapes[nc:nc + nx]
+        n = scan_length(op, xs)
+        body = op.regions[0]
+        infer(body, [*in_shapes[:nc], *(s[1:] for s in xs), *in_shapes[nc + nx:]])
+        res = [shapes[v] for v in body.results]
+        return [*res[:nc], *((n, *s) for s in res[nc:])]
+    if op.kind == "cond":
+        for region in op.regions:
+            infer(region, list(in_shapes[1:]))
+        then, other = ([shapes[v] for v in r.results] for r in op.regions)
+        if then != other:
+            raise ExecutionError(f"cond: the branches return shapes {then} and {other}",
+                                 op.loc)
+        return then
+    if op.kind == "while":
+        for region in op.regions:
+            infer(region, list(in_shapes))
+        new = [shapes[v] for v in op.regions[1].results]
+        for i, (a, b) in enumerate(zip(in_shapes, new)):
+            if tuple(a) != tuple(b):
+                raise ExecutionError(f"while: loop var {i} changed shape from {list(a)} to "
+                                     f"{list(b)} (loop vars keep their shapes)", op.loc)
+        return list(in_shapes)
+    raise AssertionError(f"{op.kind} is not a control op")
+
+
+def scan_length(op: Op, xs: list[tuple[int, ...]]) -> int:
+    lengths = {s[0] for s in xs}
+    if op.attrs["length"] is not None:
+        lengths.add(op.attrs["length"])
+    if len(lengths) != 1:
+        raise ExecutionError(f"scan: xs have different lengths {sorted(lengths)}", op.loc)
+    return lengths.pop()
 
 
 def _check_broadcast(op: Any, shapes: Mapping[Value, tuple[int, ...]]) -> None:

@@ -44,6 +44,7 @@ from llvmlite import ir
 
 from tfc.backends.base import StepOwner
 from tfc.backends.llvm import jit
+from tfc.backends.llvm.runtime import native
 
 NAME = "tfc_native_step"
 
@@ -118,7 +119,7 @@ def _build_ir(off: dict[str, int]) -> str:
     i32, i64 = ir.IntType(32), ir.IntType(64)
     obj = ir.IntType(8).as_pointer()  # PyObject*
     mod = ir.Module(name="tfc_pystep")
-    mod.triple, mod.data_layout = jit.triple_and_layout()
+    mod.triple, mod.data_layout = native.triple_and_layout()
 
     def declare(name: str, ret: ir.Type, *args: ir.Type) -> ir.Function:
         return ir.Function(mod, ir.FunctionType(ret, list(args)), name)
@@ -375,7 +376,7 @@ class _Compiled:
 
     _lock = threading.Lock()
     _method: _MethodDef | None = None
-    _loaded: jit.Loaded | None = None
+    _loaded: native.Loaded | None = None
 
     @classmethod
     def method(cls) -> _MethodDef:
@@ -387,12 +388,12 @@ class _Compiled:
                                                       ctypes.c_void_p).value)
                 # keyed by the layout, not the IR text: building the IR costs more than
                 # loading the cached object (the cache key covers this module's source)
-                key = jit.cache_key(f"{NAME} {sorted(LAYOUT.items())}")
-                obj = jit.cache_get(key)
+                key = native.cache_key(f"{NAME} {sorted(LAYOUT.items())}")
+                obj = native.cache_get(key)
                 if obj is None:
                     obj = jit.emit_object(jit.optimize(_build_ir(LAYOUT)))
-                    jit.cache_put(key, obj)
-                cls._loaded = jit.load_object(obj)
+                    native.cache_put(key, obj)
+                cls._loaded = native.load_object(obj)
                 cls._method = _MethodDef(
                     NAME.encode(), cls._loaded.address(NAME), _METH_FASTCALL,
                     b"One step of a tfc graph (a callable), run natively.")
