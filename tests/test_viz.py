@@ -237,7 +237,7 @@ def test_partition_failure_falls_back(split_mlp, monkeypatch):
 
     def broken(module, entry):
         raise TfcError("cannot cut")
-    monkeypatch.setattr(viz, "partition_module", broken)
+    monkeypatch.setattr(viz, "device_graphs", broken)
     text = render_html(split_mlp, "train")
     page = Page(text)
     assert "not partitioned (cannot cut)" in text

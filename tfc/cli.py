@@ -171,8 +171,9 @@ def _cmd_ir(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
         return 0
-    from tfc.ir.printer import print_memory_plans
-    _print_module(module, args.output, print_memory_plans(module), elide_above=elide)
+    from tfc.ir.printer import print_memory_plans, print_partitions
+    _print_module(module, args.output, print_partitions(module) + print_memory_plans(module),
+                  elide_above=elide)
     return 0
 
 

@@ -19,12 +19,14 @@ from tfc.errors import TfcError
 
 
 def partitions_text(module: Any, device: str, elide_above: int | None = None) -> str:
-    """Every entry's partition for ``device`` as textual IR (one graph each), headed by
-    ``//`` comments naming the devices, so the text stays parseable graph by graph."""
+    """Every entry's partition for ``device`` as textual IR (one graph each: the
+    ``partition`` pass's stages on that device glued back together with their sends and
+    receives), headed by ``//`` comments naming the devices, so the text stays parseable
+    graph by graph."""
     from tfc.devices import parse_devices
     from tfc.ir.printer import print_graph
-    from tfc.passes.compress import compress_transfers
-    from tfc.passes.partition import partition_module
+    from tfc.passes.partition import Partition, device_graphs
+    from tfc.pipeline import lower_for_devices
 
     (device,) = parse_devices([device])
     devices = module.devices or ["/cpu:0"]
@@ -33,11 +35,12 @@ def partitions_text(module: Any, device: str, elide_above: int | None = None) ->
                        f"partition on {device} (compile with --devices)")
     out = [f"// partitions on {device} of a module placed on {', '.join(devices)}"
            + (" (fp16 transfers)" if module.fp16_transfers else "")]
-    for name in module.entries:
-        parts = partition_module(module, name)
-        if module.fp16_transfers:
-            compress_transfers(parts, module.variables)
-        part = parts.get(device)
+    lowered = lower_for_devices(module, "reference")  # the tables only: no backend's passes
+    for name, graph in lowered.entries.items():
+        if name in lowered.partitions:
+            part = device_graphs(lowered, name).get(device)
+        else:  # one device: the whole graph
+            part = Partition(device, graph) if device == devices[0] else None
         if part is None:
             out.append(f"// @{name}: nothing runs on {device}")
             continue

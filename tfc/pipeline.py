@@ -4,7 +4,8 @@ A module is *lowered* for a ``Target`` (a backend, the devices, how transfers tr
 by one pipeline, which this module alone builds and runs:
 
 1. the user's optimization passes (``DEFAULT_PIPELINE``: canonicalize, cse, dce);
-2. for devices given, ``placement`` (and, for several, the partitioning passes);
+2. for devices given, ``placement`` (and for several ``partition``, then ``compress``
+   when f32 tensors cross devices as f16);
 3. the backend's own lowering passes, which each backend class declares as data
    (``LLVMBackend.pipeline = "fusion,memory"``, ``ReferenceBackend.pipeline = ""``).
 
@@ -29,7 +30,7 @@ from tfc.ir.core import Module
 from tfc.passes.manager import DEFAULT_PIPELINE, Pipeline, PassSpec, parse_pipeline, run_passes
 
 __all__ = ["DEFAULT_PIPELINE", "Target", "target_pipeline", "lower", "lower_entry",
-           "run_pipeline"]
+           "lower_for_devices", "run_pipeline"]
 
 
 @dataclass(frozen=True)
@@ -48,19 +49,19 @@ def backend_pipeline(backend: str) -> list[PassSpec]:
     return parse_pipeline(get_backend(backend).pipeline)
 
 
-def target_pipeline(target: Target, passes: Pipeline = DEFAULT_PIPELINE) -> list[PassSpec]:
+def target_pipeline(target: Target, passes: Pipeline = DEFAULT_PIPELINE, *,
+                    place: bool = True) -> list[PassSpec]:
     """The whole pipeline for ``target``: ``passes`` (the optimizations), then placement
-    when devices are given, then the backend's lowering passes; one of those named in
+    when devices are given (and for several ``partition``, and ``compress`` for fp16
+    transfers), then the backend's lowering passes; one of those named in
     ``passes`` (``"cse,memory{budget=64MiB}"``) runs in the backend's place with the
-    options given there."""
+    options given there. ``place=False`` leaves placement out: the ops keep the devices
+    they have (a module placed by hand)."""
     specs = parse_pipeline(passes)
-    if target.devices and "placement" not in [p.name for p in specs]:
+    if place and target.devices and "placement" not in [p.name for p in specs]:
         specs += parse_pipeline("placement")
     if len(target.devices) > 1:
-        # partition, compress: added at merge (helper partition); with them the
-        # backend's passes below plan the stage graphs. Until then the executor
-        # partitions at run time and lowers each stage graph (lower_entry).
-        return specs
+        specs += parse_pipeline("partition,compress" if target.fp16_transfers else "partition")
     # A lowering pass the user names (with options: ``memory{budget=64MiB}``) runs in the
     # backend's place, once, as the user gave it.
     lowering = backend_pipeline(target.backend)
@@ -72,16 +73,16 @@ def target_pipeline(target: Target, passes: Pipeline = DEFAULT_PIPELINE) -> list
 def lower(module: Module, target: Target, *, passes: Pipeline = DEFAULT_PIPELINE,
           verify: bool = True, print_after: str | Sequence[str] | None = None,
           print_after_all: bool = False, stream: TextIO | None = None,
-          timings: list[tuple[str, float]] | None = None) -> Module:
+          timings: list[tuple[str, float]] | None = None, place: bool = True) -> Module:
     """``module`` (changed in place) lowered for ``target``: ``target_pipeline(target,
-    passes)`` run over it, verified after every pass when ``verify``; the IR is dumped
+    passes, place=place)`` run over it, verified after every pass when ``verify``; the IR is dumped
     to ``stream`` (default stderr) after the passes named by ``print_after`` (each must
     be in the pipeline) or after all; ``timings`` receives ``(pass, seconds)`` for each
     pass. The module records the target in ``lowered_for``."""
     if target.fp16_transfers and len(target.devices) < 2:
         raise TfcError("fp16 transfers compress transfers between devices; "
                        "give two or more devices")
-    specs = target_pipeline(target, passes)
+    specs = target_pipeline(target, passes, place=place)
     module.devices = list(target.devices)
     module.fp16_transfers = target.fp16_transfers
     module = run_passes(module, specs, verify=verify, print_after=print_after,
@@ -104,6 +105,24 @@ def lower_entry(module: Module, entry: str, backend: str, *,
     changes = bool(target_pipeline(target, passes))
     sub = Module({entry: graph.clone() if changes else graph}, dict(module.variables))
     return lower(sub, target, passes=passes, verify=False)
+
+
+def lower_for_devices(module: Module, backend: str,
+                      devices: Sequence[str] | None = None) -> Module:
+    """``module`` lowered for ``backend`` on its devices (or ``devices``): itself when it
+    already is (``tfc compile --devices``), else a lowered copy (partition, compress for
+    fp16 transfers, the backend's passes; no optimization passes, and no placement: the
+    ops run where they are, on the first device when they have none), so that what runs
+    a multi-device entry finds its partition table and planned stage graphs. ``module``
+    is unchanged."""
+    devices = list(module.devices if devices is None else devices)
+    target = Target(backend, tuple(devices), module.fp16_transfers and len(devices) > 1)
+    if module.lowered_for == target:
+        return module
+    copy = Module({name: g.clone() for name, g in module.graphs.items()},
+                  dict(module.variables), placement_reports=dict(module.placement_reports),
+                  partitions=dict(module.partitions))
+    return lower(copy, target, passes="", verify=False, place=False)
 
 
 def run_pipeline(module: Module, passes: Pipeline, *, verify: bool = True,

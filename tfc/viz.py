@@ -1,6 +1,7 @@
 """Draw a placed, partitioned module as one self-contained HTML page (``tfc viz``).
 
-Each entry graph is cut with ``partition_module`` exactly as the runtime cuts it, so
+Each entry graph is drawn as the ``partition`` pass cut it (its table's stages glued
+back into one graph per device, ``device_graphs``), which is what the runtime runs, so
 the picture shows what runs: one lane per device (a cluster box in the device's
 colour), every partition op as one node in its device's lane, and each ``send`` ->
 ``recv`` pair as a dashed edge across lanes labelled with the bytes it carries per
@@ -33,7 +34,8 @@ import numpy as np
 from tfc.errors import TfcError
 from tfc.ir.core import Module, Op
 from tfc.ir.printer import format_attr
-from tfc.passes.partition import Partition, partition_module
+from tfc.passes.partition import Partition, device_graphs, devices_of
+from tfc.pipeline import lower_for_devices
 
 SYMBOL_SIZE = 128  # what a symbolic dim counts as in transfer sizes (as in placement)
 
@@ -178,20 +180,30 @@ def _text_width(label: str, sub: str) -> float:
 # ---- the scene: nodes and edges of the partitioned graph ----------------------------------
 
 def _partitions(module: Module, entry: str, notes: list[str]) -> tuple[dict[str, Partition], bool]:
-    """The runtime's partitions of ``entry`` (fp16-compressed when the module says so);
-    the unpartitioned graph in one pseudo-partition when the cut fails."""
+    """The partitions the runtime runs for ``entry`` (as the ``partition`` pass, and
+    ``compress`` when the module has fp16 transfers, cut them; a module for one device
+    is cut by its ops' device scopes); the unpartitioned graph in one pseudo-partition
+    when the cut fails."""
     default = module.devices[0] if module.devices else "/cpu:0"
+    graph = module.graphs[entry]
     try:
-        parts = partition_module(module, entry)
+        devices = None
+        if entry not in module.partitions and len(module.devices) < 2:
+            devices = devices_of(graph, default)
+        lowered = lower_for_devices(module, "reference", devices)
+        if entry not in lowered.partitions:  # one device
+            return {default: Partition(default, graph.clone(), list(range(len(graph.args))),
+                                       list(range(len(graph.results))))}, True
+        parts = device_graphs(lowered, entry)
     except TfcError as e:
         notes.append(f"not partitioned ({e.message}): drawn as one graph")
-        graph = module.graphs[entry].clone()
+        graph = graph.clone()
         part = Partition(default, graph, list(range(len(graph.args))),
                          list(range(len(graph.results))))
         return {default: part}, False
     if module.fp16_transfers and len(parts) > 1:
-        from tfc.passes.compress import compress_transfers
-        notes.append(compress_transfers(parts, module.variables).summary())
+        from tfc.passes.compress import compression_report
+        notes.append(compression_report(lowered, entry).summary())
     return parts, True
 
 

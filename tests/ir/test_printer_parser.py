@@ -350,6 +350,18 @@ def test_empty_module() -> None:
     assert print_module(parse_module("// nothing\n")) == ""
 
 
+def test_target_says_the_devices_and_fp16_transfers() -> None:
+    text = ('target {devices=["/cpu:0", "/cpu:1"], fp16_transfers=true}\n\n'
+            'var @v : f32[] {device="/cpu:1"}\n')
+    assert roundtrip(text) == text
+    m = parse_module(text)
+    assert m.devices == ["/cpu:0", "/cpu:1"] and m.fp16_transfers
+    # device names are made canonical; the default target prints nothing
+    assert parse_module('target {devices=["cpu:1", "cpu:0"]}').devices == ["/cpu:1", "/cpu:0"]
+    assert print_module(parse_module("target {}")) == ""
+    assert print_module(Module(devices=["/cpu:0"])) == 'target {devices=["/cpu:0"]}\n'
+
+
 # ---- errors -------------------------------------------------------------------------------
 
 def error_of(text: str) -> ParseError:
@@ -429,6 +441,12 @@ def test_result_type_mismatch_of_return() -> None:
     ("graph @g() -> () {\n  %0 = var.read @W\n  return\n}", 2, 3,
      "1 result names but 0 result types"),
     ('graph @g() -> () {\n  return\n} "stray"', 3, 3, "unexpected '\"stray\"'"),
+    ('target {devices=["/cpu:0"]}\ntarget {fp16_transfers=true}', 2, 9,
+     "the target is given twice (first at line 1)"),
+    ("target {devices=3}", 1, 9, "target: unknown or ill-typed attr devices=3"),
+    ("target {cores=2}", 1, 9, "target: unknown or ill-typed attr cores=2"),
+    ('target {devices=["/cpu:0", "/cpu:0"]}', 1, 9, "target: device /cpu:0 is listed twice"),
+    ('target {devices=["/tpu:0"]}', 1, 9, "target: "),
     ("graph @g() -> () {\n  return\n} @", 3, 3, "unexpected character '@'"),
 ])
 def test_more_parse_errors(text: str, line: int, col: int, part: str) -> None:

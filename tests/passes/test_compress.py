@@ -11,7 +11,7 @@ from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module
 from tfc.ir.types import DType, TensorType
 from tfc.passes import run_passes
-from tfc.passes.compress import compress_transfers, transfer_policy
+from tfc.passes.compress import compress_transfers, compression_report, transfer_policy
 from tfc.passes.partition import partition_module
 from tfc.passes.placement import place_graph
 from tfc.runtime import Program
@@ -132,8 +132,8 @@ def test_reported_bytes_halve_for_compressed_edges_in_estimate_and_report():
         g = m.graphs["predict"]  # activations only cross: every transfer is compressed
         allowed = transfer_policy([g], m.variables) if fp16 else set()
         reports[fp16] = place_graph(g, DEVICES, slow, m.variables, allowed)
-        if fp16:
-            compression = compress_transfers(partition_module(m, "predict"), m.variables)
+        if fp16:  # what the runtime runs: the table the partition and compress passes left
+            compression = compression_report(run_passes(m, "partition,compress"), "predict")
     full, half = reports[False], reports[True]
     assert full.transfers == half.transfers > 0
     assert half.transfer_bytes * 2 == full.transfer_bytes
@@ -148,6 +148,35 @@ def test_compile_report_counts_the_halved_bytes(tmp_path):
     m.fp16_transfers = True
     run_passes(m, "placement")
     report = m.placement_reports["train"]
-    compression = compress_transfers(partition_module(m, "train"), m.variables)
+    compression = compression_report(run_passes(m, "partition,compress"), "train")
     assert 0 < compression.compressed < compression.transfers == report.transfers
     assert report.transfer_bytes == compression.bytes_after < compression.bytes_before
+
+
+def test_compress_pass_rewrites_the_table_as_compress_transfers_does():
+    """The pass compresses exactly the transfers ``compress_transfers`` compresses on the
+    cut partitions, with the same bytes, and the stage graphs carry the casts."""
+    m = adam_module()
+    m.fp16_transfers = True
+    run_passes(m, "placement")
+    direct = compress_transfers(partition_module(m, "train"), m.variables)
+    m = run_passes(m, "partition,compress", verify=True)
+    table = m.partitions["train"]
+    assert sorted(table.compressed) == sorted(direct.keys) and direct.keys
+    report = compression_report(m, "train")
+    assert (report.transfers, report.compressed, report.bytes_before, report.bytes_after) \
+        == (direct.transfers, direct.compressed, direct.bytes_before, direct.bytes_after)
+    casts = [op for name in table.graph_names() for op in m.graphs[name].ops
+             if op.kind == "cast" and op.attrs.get("saturate")]
+    assert len(casts) == len(table.compressed)
+    assert all(op.result.dtype is DType.f16 for op in casts)
+    # a second run changes nothing: what travels as f16 already is not f32
+    again = run_passes(m, "compress", verify=True)
+    assert again.partitions["train"].compressed == table.compressed
+
+
+def test_compress_leaves_modules_without_partitions_alone():
+    from tfc.ir.printer import print_module
+    m = split_mlp_module(["/cpu:0", "/cpu:1"])
+    before = print_module(m)
+    assert print_module(run_passes(m, "compress", verify=True)) == before

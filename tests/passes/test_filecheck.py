@@ -13,13 +13,18 @@ tests own) is one test case:
 - ``// RUN: PIPELINE`` (the first line) is the pass pipeline, as ``run_passes`` takes it
   (empty: parse and print only). The module is parsed with ``tfc.ir.parser.parse_module``,
   the passes run with ``verify=True``, and ``tfc.ir.printer.print_module``'s output,
-  followed by the memory plans as ``tfc ir`` prints them (``print_memory_plans``: ``//``
+  followed by the partition tables and the memory plans as ``tfc ir`` prints them
+  (``print_partitions``: ``//`` lines ``partition @main on /cpu:0, /cpu:1``, then per
+  device and stage ``/cpu:1 stage 1: recv "KEY" from /cpu:0``, ``... run @main.cpu1.s1(
+  recv "KEY", feed 0)``, ``... send "KEY" s1.out0 to /cpu:0 [f16]``, and ``fetch y:
+  /cpu:0 s2.out0``, when the pipeline ran ``partition``; ``print_memory_plans``: ``//``
   lines ``memory plan @main``, a row per buffer ``#0  OFFSET  BYTES  SIZE  VALUES``, the
-  totals, ``in place: %r <- %x``) when the pipeline ran ``memory``, is matched against
+  totals, ``in place: %r <- %x``, when it ran ``memory``), is matched against
   the file's ``CHECK``, ``CHECK-NEXT``, ``CHECK-NOT``, ``CHECK-LABEL`` (any directive of
   the ``filecheck`` package) lines.
 - ``// DEVICES: cpu:0,cpu:1`` sets the devices the module is compiled for
-  (``Module.devices``, which the textual IR does not state), for ``placement``. The
+  (``Module.devices``; the IR's own ``target {devices=[...]}`` says the same), for
+  ``placement`` and ``partition``. The
   placement cost model reads the default device rates, never a calibrated profile of
   the machine running the tests (``$TFC_DEVICE_PROFILE`` points at no file), so the
   placement a test checks is the same on every host.
@@ -107,7 +112,8 @@ def run_case(path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
         return
     if errors:
         pytest.fail(f"{path.name}: expected an error containing {errors[0]!r}; none was raised")
-    output = printer.print_module(module) + printer.print_memory_plans(module)
+    output = (printer.print_module(module) + printer.print_partitions(module)
+              + printer.print_memory_plans(module))
     code, messages = filecheck(path, output)
     assert code == 0, f"{path.name}: FileCheck failed:\n{messages}\n--- printed IR ---\n{output}"
 

@@ -10,8 +10,7 @@ from tfc.ir.printer import print_graph
 from tfc.ir.types import DType, TensorType
 from tfc.ir.verifier import verify_graph
 from tfc.passes.compress import compress_transfers
-from tfc.passes.partition import lower_all_reduce, partition_graph, partition_module
-from tfc.runtime.executor import stage_numbers
+from tfc.passes.partition import lower_all_reduce, partition_graph, partition_module, stage_numbers
 from tfc.runtime.rendezvous import Rendezvous
 from tfc.testing import split_mlp_module
 
@@ -145,3 +144,143 @@ def test_unknown_entry_is_an_error():
     from tfc.errors import TfcError
     with pytest.raises(TfcError, match="no graph @nope"):
         partition_module(Module(), "nope")
+
+
+# ---- the partition pass: stage graphs in the module and a table ------------------------------
+
+def two_device_module(n: int = 5) -> Module:
+    m = Module({"pp": pingpong(n)}, devices=["/cpu:0", "/cpu:1"])
+    return m
+
+
+def test_partition_pass_leaves_stage_graphs_and_a_table():
+    from tfc.ir.parser import parse_module
+    from tfc.ir.printer import print_module
+    from tfc.passes import run_passes
+    m = run_passes(two_device_module(), "partition", verify=True)
+    table = m.partitions["pp"]
+    assert list(m.entries) == ["pp"]  # the stage graphs are no entries
+    names = table.graph_names()
+    assert names and set(names) == set(m.graphs) - {"pp"} == m.stage_graphs()
+    for d in table.devices:
+        for st in d.stages:
+            if st.graph is not None:
+                g = m.graphs[st.graph]
+                assert {op.device for op in g.ops} == {d.device}
+                assert not {"send", "recv"} & {op.kind for op in g.ops}
+                assert len(st.inputs) == len(g.args)
+    # one transfer per hop, each sent once and received once
+    keys = [s.key for _, _, s in table.sends()]
+    recvs = [r.key for d in table.devices for st in d.stages for r in st.recvs]
+    assert len(keys) == 5 and sorted(keys) == sorted(recvs)
+    assert [d for d, _ in table.fetches] == ["/cpu:0", "/cpu:1"]
+    # the stage graphs print and parse back under their names, with the target
+    back = parse_module(print_module(m))
+    assert list(back.graphs) == list(m.graphs) and back.devices == m.devices
+    table.check(m)
+
+
+def test_partition_table_round_trips_through_json():
+    import json
+    from tfc.ir.core import PartitionTable
+    from tfc.passes import run_passes
+    m = split_mlp_module(["/cpu:0", "/cpu:1"])
+    m.devices = ["/cpu:0", "/cpu:1"]
+    m.fp16_transfers = True
+    m = run_passes(m, "partition,compress", verify=True)
+    for table in m.partitions.values():
+        back = PartitionTable.from_json(json.loads(json.dumps(table.to_json())))
+        assert back == table and back.compressed
+        back.check(m)
+
+
+@pytest.mark.parametrize("broken, message", [
+    ({"entry": 3}, "field 'entry' should be a string"),
+    ({"entry": "pp", "devices": [{"device": "/cpu:0", "stages": [{"inputs": [{"x": 1}]}]}]},
+     "expected {'feed'}"),
+    ({"entry": "pp", "devices": {}}, "field 'devices' should be a list"),
+])
+def test_partition_table_from_bad_json_is_a_clear_error(broken, message):
+    from tfc.errors import TfcError
+    from tfc.ir.core import PartitionTable
+    with pytest.raises(TfcError, match=message):
+        PartitionTable.from_json(broken)
+
+
+def test_partition_table_that_does_not_fit_the_module_is_a_clear_error():
+    import copy
+    from tfc.errors import TfcError
+    from tfc.passes import run_passes
+    m = run_passes(two_device_module(), "partition")
+    table = m.partitions["pp"]
+    wrong = copy.deepcopy(table)
+    wrong.devices[0].stages[0].graph = "nope"
+    with pytest.raises(TfcError, match="no graph @nope"):
+        wrong.check(m)
+    wrong = copy.deepcopy(table)
+    wrong.fetches.pop()
+    with pytest.raises(TfcError, match="1 fetches for the 2 results"):
+        wrong.check(m)
+    wrong = copy.deepcopy(table)
+    next(st for st in wrong.devices[1].stages if st.recvs).recvs.clear()
+    with pytest.raises(TfcError, match="not received before"):
+        wrong.check(m)
+    wrong = copy.deepcopy(table)
+    wrong.devices[0].stages[0].sends.clear()
+    with pytest.raises(TfcError, match="has no one send"):
+        wrong.check(m)
+
+
+def test_one_device_modules_and_init_are_not_partitioned():
+    from tfc.ir.printer import print_module
+    from tfc.passes import run_passes
+    for devices in ([], ["/cpu:0"]):
+        m = Module({"pp": pingpong(3)}, devices=list(devices))
+        before = print_module(m)
+        m = run_passes(m, "partition,compress", verify=True)
+        assert not m.partitions and print_module(m) == before
+    m = split_mlp_module(["/cpu:0", "/cpu:1"])
+    m.devices = ["/cpu:0", "/cpu:1"]
+    m = run_passes(m, "partition", verify=True)
+    assert "__init__" in m.graphs and set(m.partitions) == {"train", "predict"}
+    assert not any(name.startswith("__init__") for name in m.stage_graphs())
+
+
+def test_partition_pass_twice_changes_nothing_and_names_stay_unique():
+    from tfc.ir.printer import print_module
+    from tfc.passes import run_passes
+    m = two_device_module()
+    taken = Graph("pp.cpu0.s0")  # a graph already named as a stage would be
+    taken.set_results([])
+    m.add_graph(taken)
+    m = run_passes(m, "partition", verify=True)
+    assert m.graphs["pp.cpu0.s0"] is taken and "pp.cpu0.s0" in m.entries
+    assert "pp.cpu0.s0_1" in m.partitions["pp"].graph_names()
+    once = print_module(m)
+    assert print_module(run_passes(m, "partition,compress,partition")) != once  # compressed
+    m2 = run_passes(two_device_module(), "partition")
+    assert print_module(run_passes(m2, "partition")) == print_module(
+        run_passes(two_device_module(), "partition"))
+
+
+def test_device_graphs_glue_the_stages_back_into_the_partitions():
+    """The table's stages, glued, are the partitions the cut made: the same ops per
+    device, the same transfers, and they compute the entry's results."""
+    from tfc.passes import run_passes
+    from tfc.passes.partition import device_graphs
+    g = pingpong(5)
+    x = np.array([0.1, -0.5, 0.9], np.float32)
+    want = run_graph(g, [x], ExecContext({}, 0))
+    m = run_passes(Module({"pp": g}, devices=["/cpu:0", "/cpu:1"]), "partition")
+    glued = device_graphs(m, "pp")
+    cut = partition_graph(pingpong(5), "/cpu:0")
+    assert set(glued) == set(cut)
+    for device, part in glued.items():
+        verify_graph(part.graph)
+        assert sorted(op.kind for op in part.graph.ops) == sorted(
+            op.kind for op in cut[device].graph.ops)
+        assert sorted(s.attrs["key"] for s in part.sends) == sorted(
+            s.attrs["key"] for s in cut[device].sends)
+    got = run_partitions(glued, [x])
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)

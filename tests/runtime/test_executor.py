@@ -5,6 +5,7 @@ import pytest
 
 from tfc.errors import ExecutionError
 from tfc.ir.types import DType
+from tfc.passes.partition import device_graphs
 from tfc.runtime import Program
 from tfc.testing import split_mlp_module
 
@@ -45,7 +46,8 @@ def test_three_devices_and_fp16_transfers_stay_close():
     m.fp16_transfers = True
     p, got = train(m, "llvm")
     exe = p._executable("train")
-    sent = [s.inputs[0] for part in exe.parts.values() for s in part.sends]
+    sent = [s.inputs[0] for part in device_graphs(p.module, "train").values()
+            for s in part.sends]
     weights = [v for v in sent if v.op.kind == "var.read"]  # for backprop: state, kept f32
     assert weights and all(v.dtype is DType.f32 for v in weights)
     assert exe.compression.compressed == exe.compression.transfers - len(weights) > 0
@@ -65,3 +67,95 @@ def test_a_failing_device_fails_the_step_without_hanging_or_updating():
         np.testing.assert_array_equal(p.variables[k], v)
     p.run("train", x=X, y=Y)  # and the executor still works
     assert p.step == 1
+
+
+def lowered(backend, devices=("/cpu:0", "/cpu:1"), fp16=False):
+    """The split MLP on ``devices`` (placed by hand) after the partition (and compress)
+    passes and the backend's own."""
+    from tfc.pipeline import Target, lower
+    m = split_mlp_module(list(devices))
+    return lower(m, Target(backend, tuple(devices), fp16), passes="", place=False)
+
+
+def no_passes(monkeypatch):
+    """Make running a pass fail the test."""
+    import tfc.passes.manager as manager
+
+    def refuse(self, module):
+        raise AssertionError(f"a pass ran: {self.passes}")
+    monkeypatch.setattr(manager.PassManager, "run", refuse)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_executor_runs_the_table_and_no_pass(backend, monkeypatch):
+    """A lowered module runs as its table says, without a pass, with the results of one
+    device (bitwise on the reference backend)."""
+    initial = dict(Program(split_mlp_module([None]), backend=backend).variables)
+    one, want = train(split_mlp_module([None]), backend)
+    m = lowered(backend)
+    no_passes(monkeypatch)
+    two = Program(m, initial, backend=backend)  # (so the __init__ graph needs no compile)
+    got = [float(two.run("train", x=X, y=Y)["loss"]) for _ in range(5)]
+    assert two.module is m  # nothing to lower: the program runs the module it was given
+    exe = two._executable("train")
+    assert exe.table is m.partitions["train"]
+    compiled = {st.graph.name for plan in exe.plans for st in plan.stages
+                if st.executable is not None}
+    assert compiled == set(m.partitions["train"].graph_names())
+    tol = 0 if backend == "reference" else 1e-5
+    np.testing.assert_allclose(got, want, rtol=tol, atol=0)
+    for name, v in one.variables.items():
+        np.testing.assert_allclose(two.variables[name], v, rtol=tol, atol=tol)
+
+
+def test_a_module_not_lowered_for_devices_is_a_clear_error():
+    from tfc.errors import TfcError
+    from tfc.backends.base import get_backend
+    from tfc.runtime.executor import PartitionedExecutable
+    m = split_mlp_module(["/cpu:0", "/cpu:1"])
+    m.devices = ["/cpu:0", "/cpu:1"]
+    with pytest.raises(TfcError, match="not lowered for several devices"):
+        PartitionedExecutable(m, "train", get_backend("reference"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_saved_multi_device_program_loads_its_tables_and_runs_the_same(backend, tmp_path,
+                                                                        monkeypatch):
+    from tfc.runtime import load
+    p = Program(lowered(backend, fp16=True), backend=backend)
+    p.run("train", x=X, y=Y)
+    path = tmp_path / "split.tfc"
+    p.save(path)
+    no_passes(monkeypatch)  # the artifact keeps the tables and the stages' memory plans
+    q = load(path)
+    assert q.module.partitions.keys() == {"train", "predict"}
+    for entry, table in p.module.partitions.items():
+        assert q.module.partitions[entry] == table
+    assert list(q.entries) == ["train", "predict"] and q.step == 1
+    # bitwise on the reference backend; llvm recompiles the stages (float tolerance)
+    tol = 0 if backend == "reference" else 1e-5
+    for _ in range(2):
+        a, b = p.run("train", x=X, y=Y), q.run("train", x=X, y=Y)
+        np.testing.assert_allclose(a["loss"], b["loss"], rtol=tol, atol=0)
+    np.testing.assert_allclose(p.run("predict", x=X)["logits"],
+                               q.run("predict", x=X)["logits"], rtol=tol, atol=tol)
+
+
+def test_a_corrupt_partition_table_in_an_artifact_is_a_clear_error(tmp_path):
+    import json
+    import zipfile
+    from tfc.runtime import load
+    from tfc.runtime.artifact import ArtifactError
+    path = tmp_path / "split.tfc"
+    Program(lowered("reference"), backend="reference").save(path)
+    bad = tmp_path / "bad.tfc"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(bad, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename == "manifest.json":
+                manifest = json.loads(data)
+                manifest["partitions"]["train"]["devices"][0]["stages"][0]["graph"] = "gone"
+                data = json.dumps(manifest).encode()
+            dst.writestr(item, data)
+    with pytest.raises(ArtifactError, match="bad.tfc: manifest.json: .*no graph @gone"):
+        load(bad)

@@ -14,6 +14,7 @@ Encoding (version 1; docs/ir.md, "Bytecode"), one UTF-8 JSON object::
     {"format": "tfc-ir-bytecode", "version": 1,
      "types": [[DTYPE, [DIM, ...]], ...],          # every distinct TensorType, by index
      "files": [FILE, ...],                         # every distinct location file, by index
+     "target"?: {"devices"?: [DEVICE, ...], "fp16_transfers"?: true},
      "variables": [{"name", "type", "device"?, "trainable"?, "loc"?}, ...],
      "graphs": [GRAPH, ...]}
     GRAPH = {"name", "args": [[TYPE, NAME|null], ...], "ops": [OP, ...],
@@ -67,8 +68,15 @@ def module_to_bytes(module: Module) -> bytes:
     enc = _Encoder()
     variables = [enc.var(v) for v in module.variables.values()]
     graphs = [enc.graph(g) for g in module.graphs.values()]
-    doc = {"format": FORMAT, "version": VERSION, "types": enc.types, "files": enc.files,
-           "variables": variables, "graphs": graphs}
+    doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "types": enc.types,
+                           "files": enc.files, "variables": variables, "graphs": graphs}
+    target: dict[str, Any] = {}
+    if module.devices:
+        target["devices"] = list(module.devices)
+    if module.fp16_transfers:
+        target["fp16_transfers"] = True
+    if target:
+        doc["target"] = target
     try:
         return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("ascii")
     except (TypeError, ValueError) as e:  # defensive: _Encoder only emits JSON values
@@ -250,6 +258,21 @@ class _Decoder:
 
     # module level
 
+    def target(self, target: Mapping[str, Any], module: Module) -> None:
+        """The devices and fp16 transfers of the module (the text's ``target``)."""
+        from tfc.devices import parse_devices
+        self.where = "target"
+        devices = self.field(target, "devices", list, [])
+        if devices:
+            if not all(isinstance(d, str) for d in devices):
+                self.fail("devices should be a list of strings")
+            try:
+                module.devices = parse_devices(devices)
+            except TfcError as e:
+                self.fail(e.message)
+        module.fp16_transfers = self.field(target, "fp16_transfers", bool, False)
+        self.where = ""
+
     def module(self, doc: Any) -> Module:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             found = doc.get("format") if isinstance(doc, dict) else _json_kind(doc)
@@ -267,6 +290,7 @@ class _Decoder:
         self.types = [self.type_entry(i, t) for i, t in enumerate(self.field(doc, "types",
                                                                              list))]
         module = Module()
+        self.target(self.field(doc, "target", dict, {}), module)
         for i, v in enumerate(self.field(doc, "variables", list)):
             self.where = f"variables[{i}]"
             var = self.var(v)

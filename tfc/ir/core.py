@@ -226,6 +226,9 @@ class Module:
     # The ``tfc.pipeline.Target`` the module was lowered for (``tfc.pipeline.lower``):
     # its graphs are the backend's final IR. ``None``: not lowered (a raw module).
     lowered_for: Any = None
+    # Per entry graph of a multi-device module, how its step runs across the devices
+    # (``tfc.passes.partition``): its stage graphs are graphs of this module, not entries.
+    partitions: dict[str, "PartitionTable"] = field(default_factory=dict)
 
     def add_graph(self, graph: Graph) -> Graph:
         self.graphs[graph.name] = graph
@@ -233,8 +236,295 @@ class Module:
 
     @property
     def entries(self) -> dict[str, Graph]:
-        return {k: g for k, g in self.graphs.items() if k != INIT_GRAPH}
+        """The graphs a user runs: all but ``__init__`` and the partitions' stage graphs."""
+        stages = self.stage_graphs()
+        return {k: g for k, g in self.graphs.items() if k != INIT_GRAPH and k not in stages}
+
+    def stage_graphs(self) -> set[str]:
+        """The names of the graphs that are stages of a partitioned entry."""
+        return {name for table in self.partitions.values() for name in table.graph_names()}
 
     def __str__(self) -> str:
         from tfc.ir.printer import print_module
         return print_module(self)
+
+
+# ---- the partition table: how a multi-device entry's step runs ----------------------------
+
+def _json_error(what: str, problem: str) -> TfcError:
+    return TfcError(f"partition table {what}: {problem}")
+
+
+def _json_int(obj: Mapping[str, Any], key: str, what: str) -> int:
+    v = obj.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise _json_error(what, f"field '{key}' should be a non-negative integer, not {v!r}")
+    return v
+
+
+def _json_str(obj: Mapping[str, Any], key: str, what: str) -> str:
+    v = obj.get(key)
+    if not isinstance(v, str):
+        raise _json_error(what, f"field '{key}' should be a string, not {v!r}")
+    return v
+
+
+def _json_list(obj: Mapping[str, Any], key: str, what: str) -> list[Any]:
+    v = obj.get(key, [])
+    if not isinstance(v, list):
+        raise _json_error(what, f"field '{key}' should be a list, not {type(v).__name__}")
+    return v
+
+
+def _json_obj(v: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(v, dict):
+        raise _json_error(what, f"should be an object, not {type(v).__name__}")
+    return v
+
+
+@dataclass(frozen=True)
+class StageSource:
+    """Where a value of one device's step comes from: the entry's feed ``feed``, result
+    ``output`` of the device's stage ``stage``, or the transfer ``recv`` received there.
+    JSON: ``{"feed": 0}``, ``{"stage": 1, "output": 2}`` or ``{"recv": "KEY"}``."""
+
+    feed: int | None = None
+    stage: int | None = None
+    output: int | None = None
+    recv: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.feed is not None:
+            return {"feed": self.feed}
+        if self.recv is not None:
+            return {"recv": self.recv}
+        return {"stage": self.stage, "output": self.output}
+
+    @staticmethod
+    def from_json(obj: Any, what: str) -> "StageSource":
+        obj = _json_obj(obj, what)
+        if set(obj) == {"feed"}:
+            return StageSource(feed=_json_int(obj, "feed", what))
+        if set(obj) == {"recv"}:
+            return StageSource(recv=_json_str(obj, "recv", what))
+        if set(obj) == {"stage", "output"}:
+            return StageSource(stage=_json_int(obj, "stage", what),
+                               output=_json_int(obj, "output", what))
+        raise _json_error(what, f"expected {{'feed'}}, {{'recv'}} or {{'stage', 'output'}}, "
+                                f"got the fields {sorted(obj)}")
+
+    def __str__(self) -> str:
+        if self.feed is not None:
+            return f"feed {self.feed}"
+        if self.recv is not None:
+            return f'recv "{self.recv}"'
+        return f"s{self.stage}.out{self.output}"
+
+
+@dataclass(frozen=True)
+class StageRecv:
+    """A transfer a device receives (from ``sender``) before one of its stages runs."""
+
+    key: str
+    sender: str
+
+
+@dataclass(frozen=True)
+class StageSend:
+    """A transfer a device sends (to ``receiver``) after one of its stages ran: ``value``."""
+
+    key: str
+    receiver: str
+    value: StageSource
+
+
+@dataclass
+class PartitionStage:
+    """One stage of a device: the transfers it waits for, the module graph it runs
+    (``None`` when it only moves values), what feeds each of that graph's arguments,
+    and the transfers it sends once it ran."""
+
+    graph: str | None
+    inputs: list[StageSource] = field(default_factory=list)
+    recvs: list[StageRecv] = field(default_factory=list)
+    sends: list[StageSend] = field(default_factory=list)
+
+
+@dataclass
+class DevicePartition:
+    """One device's part of a step: its stages, run in order."""
+
+    device: str
+    stages: list[PartitionStage] = field(default_factory=list)
+
+
+@dataclass
+class PartitionTable:
+    """How entry ``entry``'s step runs on several devices (``tfc.passes.partition``).
+
+    Each device runs its stages in order, one thread each; a stage's receives block
+    until another device's stage sent them, and stage ``s`` only waits for stages
+    before ``s`` elsewhere, so the devices never deadlock. ``fetches[i]`` says which
+    device computes the entry's result ``i`` and where it is there; ``compressed``
+    lists the transfers that travel as f16 (``tfc.passes.compress``). Plain data that
+    round-trips through JSON (``to_json``/``from_json``), as artifacts store it.
+    """
+
+    entry: str
+    devices: list[DevicePartition] = field(default_factory=list)
+    fetches: list[tuple[str, StageSource]] = field(default_factory=list)
+    compressed: list[str] = field(default_factory=list)
+
+    def graph_names(self) -> list[str]:
+        """The module graphs the stages run, in device and stage order."""
+        return [st.graph for d in self.devices for st in d.stages if st.graph is not None]
+
+    def device(self, name: str) -> DevicePartition:
+        for d in self.devices:
+            if d.device == name:
+                return d
+        raise KeyError(name)
+
+    def sends(self) -> list[tuple[str, int, StageSend]]:
+        """Every transfer as (sending device, its stage, the send)."""
+        return [(d.device, i, s) for d in self.devices for i, st in enumerate(d.stages)
+                for s in st.sends]
+
+    def describe(self, result_names: Sequence[str] = ()) -> list[str]:
+        """The table as text lines, in the order each device does things (what
+        ``print_module`` shows as ``//`` comments): ``/cpu:1 stage 1: recv "KEY" from
+        /cpu:0``, ``... run @train.cpu1.s1(recv "KEY", s0.out1)``, ``... send "KEY"
+        s1.out0 to /cpu:0 [f16]``, then ``fetch NAME: /cpu:1 s1.out2``."""
+        compressed = set(self.compressed)
+        lines = [f"partition @{self.entry} on "
+                 f"{', '.join(d.device for d in self.devices)}"]
+        for d in self.devices:
+            for i, st in enumerate(d.stages):
+                at = f"  {d.device} stage {i}:"
+                lines += [f'{at} recv "{r.key}" from {r.sender}' for r in st.recvs]
+                if st.graph is not None:
+                    lines.append(f"{at} run @{st.graph}({', '.join(map(str, st.inputs))})")
+                lines += [f'{at} send "{s.key}" {s.value} to {s.receiver}'
+                          + (" [f16]" if s.key in compressed else "") for s in st.sends]
+        for i, (device, src) in enumerate(self.fetches):
+            name = result_names[i] if i < len(result_names) else f"out{i}"
+            lines.append(f"  fetch {name}: {device} {src}")
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        return {"entry": self.entry,
+                "devices": [{"device": d.device, "stages": [
+                    {"graph": st.graph, "inputs": [s.to_json() for s in st.inputs],
+                     "recvs": [{"key": r.key, "from": r.sender} for r in st.recvs],
+                     "sends": [{"key": s.key, "to": s.receiver, "value": s.value.to_json()}
+                               for s in st.sends]}
+                    for st in d.stages]} for d in self.devices],
+                "fetches": [{"device": d, "value": s.to_json()} for d, s in self.fetches],
+                "compressed": list(self.compressed)}
+
+    @staticmethod
+    def from_json(obj: Any) -> "PartitionTable":
+        """The table ``to_json`` wrote; a ``TfcError`` saying what is wrong otherwise."""
+        obj = _json_obj(obj, "")
+        entry = _json_str(obj, "entry", "")
+        at = f"of @{entry}"
+        table = PartitionTable(entry)
+        for i, d in enumerate(_json_list(obj, "devices", at)):
+            dw = f"{at}, device {i}"
+            d = _json_obj(d, dw)
+            device = DevicePartition(_json_str(d, "device", dw))
+            for j, st in enumerate(_json_list(d, "stages", dw)):
+                sw = f"{at}, {device.device} stage {j}"
+                st = _json_obj(st, sw)
+                graph = st.get("graph")
+                if graph is not None and not isinstance(graph, str):
+                    raise _json_error(sw, f"field 'graph' should be a string or null, "
+                                          f"not {graph!r}")
+                stage = PartitionStage(graph)
+                stage.inputs = [StageSource.from_json(s, f"{sw} input {k}")
+                                for k, s in enumerate(_json_list(st, "inputs", sw))]
+                for k, r in enumerate(_json_list(st, "recvs", sw)):
+                    r = _json_obj(r, f"{sw} recv {k}")
+                    stage.recvs.append(StageRecv(_json_str(r, "key", sw),
+                                                 _json_str(r, "from", sw)))
+                for k, s in enumerate(_json_list(st, "sends", sw)):
+                    s = _json_obj(s, f"{sw} send {k}")
+                    stage.sends.append(StageSend(
+                        _json_str(s, "key", sw), _json_str(s, "to", sw),
+                        StageSource.from_json(s.get("value"), f"{sw} send {k}")))
+                device.stages.append(stage)
+            table.devices.append(device)
+        for i, f in enumerate(_json_list(obj, "fetches", at)):
+            fw = f"{at}, fetch {i}"
+            f = _json_obj(f, fw)
+            table.fetches.append((_json_str(f, "device", fw),
+                                  StageSource.from_json(f.get("value"), fw)))
+        compressed = _json_list(obj, "compressed", at)
+        if not all(isinstance(k, str) for k in compressed):
+            raise _json_error(at, "field 'compressed' should list transfer keys")
+        table.compressed = list(compressed)
+        return table
+
+    def check(self, module: "Module") -> None:
+        """Raise a ``TfcError`` unless the table fits ``module``: its entry and stage
+        graphs exist, every input, send and fetch names a feed, an earlier stage's
+        output or a transfer received before it, and every key is sent once."""
+        entry = module.graphs.get(self.entry)
+        if entry is None:
+            raise _json_error(f"of @{self.entry}", "the module has no such graph")
+        at = f"of @{self.entry}"
+        sent: dict[str, str] = {}
+        for device, _, s in self.sends():
+            if s.key in sent:
+                raise _json_error(at, f"transfer {s.key!r} is sent twice")
+            sent[s.key] = device
+        received: set[str] = set()
+        for d in self.devices:
+            outputs: list[int] = []  # each stage's result count
+            got: set[str] = set()
+
+            def check_source(src: StageSource, where: str) -> None:
+                bad = ""
+                if src.feed is not None and src.feed >= len(entry.args):
+                    bad = f"@{self.entry} has {len(entry.args)} feeds"
+                elif src.recv is not None and src.recv not in got:
+                    bad = "not received before"
+                elif src.stage is not None and (src.stage >= len(outputs)
+                                                or (src.output or 0) >= outputs[src.stage]):
+                    bad = "no such output of an earlier stage"
+                if bad:
+                    raise _json_error(f"{at}, {d.device} {where}", f"{src}: {bad}")
+
+            for i, st in enumerate(d.stages):
+                for r in st.recvs:
+                    if sent.get(r.key) != r.sender or r.key in received:
+                        raise _json_error(f"{at}, {d.device} stage {i}",
+                                          f"recv {r.key!r} from {r.sender} has no one send")
+                    received.add(r.key)
+                    got.add(r.key)
+                graph = module.graphs.get(st.graph) if st.graph is not None else None
+                if st.graph is not None and graph is None:
+                    raise _json_error(f"{at}, {d.device} stage {i}",
+                                      f"the module has no graph @{st.graph}")
+                n_args = len(graph.args) if graph is not None else 0
+                if len(st.inputs) != n_args:
+                    raise _json_error(f"{at}, {d.device} stage {i}",
+                                      f"{len(st.inputs)} inputs for {n_args} arguments")
+                for src in st.inputs:
+                    check_source(src, f"stage {i}")
+                outputs.append(len(graph.results) if graph is not None else 0)
+                for s in st.sends:
+                    check_source(s.value, f"stage {i} send {s.key!r}")
+            for device, src in self.fetches:
+                if device == d.device:
+                    check_source(src, "fetch")
+        if set(sent) != received:
+            raise _json_error(at, f"transfers sent but never received: "
+                                  f"{sorted(set(sent) - received)}")
+        if len(self.fetches) != len(entry.results):
+            raise _json_error(at, f"{len(self.fetches)} fetches for the "
+                                  f"{len(entry.results)} results of @{self.entry}")
+        devices = {d.device for d in self.devices}
+        for device, _ in self.fetches:
+            if device not in devices:
+                raise _json_error(at, f"a fetch on {device}, which has no stages")

@@ -197,7 +197,14 @@ class _ModuleBuilder:
         module = Module()
         where: dict[str, Token] = {}
         for item in tree.children:
-            if item.data == "var_decl":
+            if item.data == "target":
+                tok = self.target(item, module)
+                if tok is not None and "target" in where:
+                    raise self.error_at(f"the target is given twice (first at line "
+                                        f"{where['target'].line})", tok)
+                if tok is not None:
+                    where["target"] = tok
+            elif item.data == "var_decl":
                 var, tok = self.var_decl(item)
                 if var.name in module.variables:
                     raise self.error_at(f"variable @{var.name} is declared twice "
@@ -213,6 +220,29 @@ class _ModuleBuilder:
                 where["graph " + graph.name] = tok
                 module.graphs[graph.name] = graph
         return module
+
+    def target(self, tree: Tree, module: Module) -> Token | None:
+        """``target {devices=[...], fp16_transfers=bool}`` sets ``module``'s devices and
+        fp16 transfers; returns its first attr's token (``None`` for ``target {}``, the
+        default target), to locate a repeated target."""
+        from tfc.devices import parse_devices
+        items = self.attr_items(tree.children[0], {})
+        first: Token | None = None
+        for key, value, tok in items:
+            first = first or tok
+            if key == "devices" and isinstance(value, tuple) and value \
+                    and all(isinstance(d, str) for d in value):
+                try:
+                    module.devices = parse_devices(value)
+                except TfcError as e:
+                    raise self.error_at(f"target: {e.message}", tok) from None
+            elif key == "fp16_transfers" and isinstance(value, bool):
+                module.fp16_transfers = value
+            else:
+                raise self.error_at(f"target: unknown or ill-typed attr {key}={value!r} "
+                                    f"(known: devices=[\"/cpu:0\", ...], "
+                                    f"fp16_transfers=bool)", tok)
+        return first
 
     def var_decl(self, tree: Tree) -> tuple[VariableDecl, Token]:
         ref, type_tok, attr_tree, loc_tok = tree_children(tree)

@@ -36,7 +36,8 @@ ELIDED = "__elided__"  # the body of an elided tensor: dense<f32[784,512]: __eli
 
 
 def print_module(module: Module, *, elide_above: int | None = None) -> str:
-    """The whole module: variable declarations first, then the graphs, in dict order.
+    """The whole module: its target (``target {devices=[...]}``, for a module compiled
+    for devices), variable declarations, then the graphs, in dict order.
 
     ``elide_above`` (for display, as MLIR's ``--mlir-elide-elementsattrs-if-larger``)
     prints each tensor of more elements that are not all equal as
@@ -44,10 +45,39 @@ def print_module(module: Module, *, elide_above: int | None = None) -> str:
     clear error; ``None`` (files, artifacts) prints every element, so the text parses
     back to the same module."""
     parts: list[str] = []
+    target = print_target(module)
+    if target:
+        parts.append(target + "\n")
     if module.variables:
         parts.append("".join(print_var(v) + "\n" for v in module.variables.values()))
     parts.extend(print_graph(g, elide_above=elide_above) for g in module.graphs.values())
     return "\n".join(parts)
+
+
+def print_target(module: Module) -> str:
+    """``target {devices=["/cpu:0", "/cpu:1"], fp16_transfers=true}``: what the module is
+    compiled for; empty for the default (one device, f32 transfers)."""
+    attrs: dict[str, Any] = {}
+    if module.devices:
+        attrs["devices"] = list(module.devices)
+    if module.fp16_transfers:
+        attrs["fp16_transfers"] = True
+    if not attrs:
+        return ""
+    return "target {" + ", ".join(f"{k}={format_attr(v)}" for k, v in attrs.items()) + "}"
+
+
+def print_partitions(module: Module) -> str:
+    """The partition tables of ``module``'s entries (``module.partitions``, each
+    ``PartitionTable.describe()``) as ``//`` comment lines, to print after the module as
+    ``print_memory_plans``: what each device's stages receive, run and send. Empty when
+    no entry was partitioned."""
+    out = []
+    for entry, table in module.partitions.items():
+        graph = module.graphs.get(entry)
+        names = graph.result_names if graph is not None else []
+        out.append("\n" + "".join(f"// {line}\n" for line in table.describe(names)))
+    return "".join(out)
 
 
 def print_memory_plans(module: Module) -> str:

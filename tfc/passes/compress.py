@@ -14,18 +14,24 @@ optimizer slot or another non-trainable variable, compounds step after step (Ada
 second-moment slots underflow f16 and its update turns into 0/0), and a scalar saves
 nothing worth its error. The placement's estimate and the compile report count the
 halved bytes of exactly the values this module compresses.
+
+The ``compress`` pass runs after ``partition``: it glues each partitioned entry's stages
+back into one graph per device (``device_graphs``), rewrites the transfers there
+(``compress_transfers``) and cuts the stages again; the table lists the compressed
+keys (``PartitionTable.compressed``), from which ``compression_report`` counts bytes.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from tfc.ir.core import Graph, Op, Value, VariableDecl
+from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
 from tfc.ir.registry import ELEMENTWISE, VIEW, lookup, make_op, writes_variable
 from tfc.ir.types import DType
-from tfc.passes.partition import Partition
+from tfc.passes.manager import register_pass
+from tfc.passes.partition import Partition, device_graphs, install_partitions, source_value
 
 SYMBOL_SIZE = 128  # what the batch symbol counts as in the bytes reported
 
@@ -42,6 +48,7 @@ class CompressReport:
     compressed: int          # of which now travel as f16
     bytes_before: int        # per step, symbols counted as SYMBOL_SIZE
     bytes_after: int
+    keys: list[str] = field(default_factory=list)  # of the compressed transfers
 
     def summary(self) -> str:
         saved = self.bytes_before - self.bytes_after
@@ -74,8 +81,8 @@ def _in_order(ops: Sequence[Op]) -> list[Op]:
     waiting = {id(op): len(preds[id(op)]) for op in ops}
     users: dict[int, list[Op]] = {}
     for op in ops:
-        for p in preds[id(op)]:
-            users.setdefault(id(p), []).append(op)
+        for pred in preds[id(op)]:
+            users.setdefault(id(pred), []).append(op)
     ready = deque(op for op in ops if waiting[id(op)] == 0)
     order: list[Op] = []
     while ready:
@@ -161,6 +168,7 @@ def compress_transfers(parts: Mapping[str, Partition],
                                                for p in parts.values() for op in p.recvs}
     allowed = transfer_policy([p.graph for p in parts.values()], variables)
     n = compressed = before = after = 0
+    keys: list[str] = []
     for p in parts.values():
         for send in list(p.sends):
             n += 1
@@ -170,6 +178,7 @@ def compress_transfers(parts: Mapping[str, Partition],
                 after += transfer_nbytes(v, False)
                 continue
             compressed += 1
+            keys.append(send.attrs["key"])
             after += transfer_nbytes(v, True)
             ops = p.graph.ops
             cast = make_op("cast", [v], {"dtype": DType.f16, "saturate": True},
@@ -187,4 +196,29 @@ def compress_transfers(parts: Mapping[str, Partition],
                 op.inputs = [widen.result if x is recv.result else x for x in op.inputs]
             dst.graph.results = [widen.result if x is recv.result else x
                                  for x in dst.graph.results]
-    return CompressReport(n, compressed, before, after)
+    return CompressReport(n, compressed, before, after, keys)
+
+
+@register_pass("compress")
+def compress(module: Module) -> Module:
+    """Send the f32 transfers of every partitioned entry that ``transfer_policy``
+    allows as f16 (entries not partitioned by ``partition`` stay as they are)."""
+    for entry, table in list(module.partitions.items()):
+        parts = device_graphs(module, entry)
+        report = compress_transfers(parts, module.variables)
+        if report.keys:
+            install_partitions(module, entry, parts, [*table.compressed, *report.keys])
+    return module
+
+
+def compression_report(module: Module, entry: str) -> CompressReport:
+    """What the ``compress`` pass did to ``entry``'s transfers, from its table."""
+    table = module.partitions[entry]
+    compressed = set(table.compressed)
+    n = len(compressed)
+    before = after = 0
+    for device, _, send in table.sends():
+        wire = source_value(module, table, device, send.value).type.nbytes(SYMBOL_SIZE)
+        after += wire
+        before += wire * 2 if send.key in compressed else wire
+    return CompressReport(len(table.sends()), n, before, after, list(table.compressed))

@@ -71,10 +71,11 @@ PENDING = "fused_?"  # a new region's name until the graph is re-sorted
 
 @register_pass("fusion")
 def fusion(module: Module) -> Module:
-    """Fuse every graph of ``module`` (control-flow regions included)."""
+    """Fuse every graph of ``module`` (control-flow regions included) but the
+    partitioned entries, whose stage graphs run instead (``tfc.passes.partition``)."""
     names = _Names(module)
     for name, graph in module.graphs.items():
-        if _fuse_tree(graph, names):
+        if name not in module.partitions and _fuse_tree(graph, names):
             module.memory_plans.pop(name, None)
     return module
 

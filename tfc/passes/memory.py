@@ -346,13 +346,16 @@ def _check_buffer(buf: Buffer, live: Mapping[Value, tuple[int, int]],
 
 @register_pass("memory", options={"budget": parse_bytes})
 def memory(module: Module, budget: int | None = None) -> Module:
-    """Schedule and plan every graph of ``module`` (regions are not planned).
+    """Schedule and plan every graph of ``module`` (regions are not planned) but the
+    partitioned entries, whose stage graphs run instead (``tfc.passes.partition``).
 
     ``budget`` (bytes, ``memory{budget=64MiB}``): a graph whose planned arena is larger
     fails the pass, so a model that would not fit its device is refused at compile time.
     Graphs with symbolic dims are measured at the plan's nominal size (each symbol
     ``NOMINAL_SYMBOL``), as its report shows them."""
     for g in module.graphs.values():
+        if g.name in module.partitions:
+            continue
         plan = module.memory_plans[g.name] = plan_memory(g)
         if budget is not None:
             check_budget(plan, g, budget)

@@ -1,4 +1,5 @@
-"""Cut a placed graph into one graph per device, joined by ``send``/``recv`` pairs.
+"""The ``partition`` pass: a placed entry graph as one graph per device, joined by
+``send``/``recv`` pairs, and each device's graph cut into stages that the runtime runs.
 
 Every op runs on its ``device`` (the module's first device where it has none). An edge
 from an op on device A to a consumer on device B becomes ``send`` on A and ``recv`` on B
@@ -14,17 +15,37 @@ can always proceed (a recv there has its send earlier in the order, already done
 Graph arguments (feeds) are host arrays, handed to every partition that uses them;
 each result (fetch) comes from the partition that computes it. ``all_reduce`` ops are
 lowered first (``lower_all_reduce``) into per-replica sums that the cut then feeds.
+
+Each device's partition is then cut into *stages* at its receives (``cut_stages``): a
+stage holds the ops whose inputs are all available once the values received before it
+have arrived. A stage's number is the number of device-crossing edges on the longest
+path into it (``stage_numbers``), so stage ``s`` on one device only waits for values that
+other devices produce in stages before ``s``: the stages of all devices can run
+concurrently without deadlock. The pass leaves each stage as an ordinary graph of the
+module (``@train.cpu1.s0``: later passes plan it and a backend compiles it by name) and
+the entry's ``PartitionTable`` (``module.partitions``) saying, per device, its stages in
+order, what each receives before and sends after it, what feeds each stage argument,
+and where the entry's fetches come from. The entry graph stays as it was (its
+signature is the step's feeds and fetches; nothing compiles it). ``device_graphs``
+glues a table's stages back into one graph per device with its sends and receives,
+for the ``compress`` pass and for people (``tfc ir --device``, ``tfc viz``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from tfc.errors import TfcError
-from tfc.ir.core import Graph, Module, Op, Value
+from tfc.ir.core import (DevicePartition, Graph, Module, Op, PartitionStage, PartitionTable,
+                         StageRecv, StageSend, StageSource, Value)
 from tfc.ir.registry import make_op
+from tfc.passes.manager import register_pass
+
+TRANSFER_KINDS = ("send", "recv")
 
 
 @dataclass
@@ -157,3 +178,223 @@ def partition_module(module: Module, entry: str) -> dict[str, Partition]:
         raise TfcError(f"no graph @{entry} to partition")
     default = module.devices[0] if module.devices else "/cpu:0"
     return partition_graph(graph.clone(), default)
+
+
+# ---- stages ---------------------------------------------------------------------------------
+
+@dataclass
+class Stage:
+    """Ops of one device that can run once the values received before them are in."""
+
+    index: int
+    graph: Graph                          # args: inputs from outside the stage
+    inputs: list[Value]                   # partition value behind each arg
+    outputs: list[Value]                  # partition value behind each result
+    recvs: list[Op] = field(default_factory=list)  # received before the stage runs
+    sends: list[Op] = field(default_factory=list)  # sent after it
+
+
+def stage_numbers(parts: Mapping[str, Partition]) -> dict[Op, int]:
+    """Each op's stage: the most device crossings on a path into it (a recv is one more
+    than its send)."""
+    stage: dict[Op, int] = {}
+    sends = {op.attrs["key"]: op for p in parts.values() for op in p.sends}
+    changed = True
+    while changed:  # a fixed point; as many rounds as the deepest chain of crossings
+        changed = False
+        for p in parts.values():
+            for op in p.graph.ops:
+                if op.kind == "recv":
+                    s = stage.get(sends[op.attrs["key"]], 0) + 1
+                else:
+                    s = max((stage.get(v.op, 0) for v in op.inputs if v.op is not None),
+                            default=0)
+                if stage.get(op) != s:
+                    stage[op] = s
+                    changed = True
+    return stage
+
+
+def cut_stages(part: Partition, stage_of: Mapping[Op, int]) -> list[Stage]:
+    """``part``'s ops as stage graphs (transfers become stage inputs and outputs)."""
+    ops = part.graph.ops
+    n = 1 + max((stage_of[op] for op in ops), default=0)
+    stages = [Stage(s, Graph(f"{part.graph.name}.s{s}"), [], []) for s in range(n)]
+    defined_in: dict[Value, int] = {}
+    for op in ops:
+        s = stage_of[op]
+        if op.kind == "recv":
+            stages[s].recvs.append(op)
+        elif op.kind == "send":
+            stages[s].sends.append(op)
+        else:
+            stages[s].graph.ops.append(op)
+            for r in op.results:
+                defined_in[r] = s
+    # which values leave their stage: used by a later stage, a send, or a fetch
+    leaving: set[Value] = set(part.graph.results)
+    for op in ops:
+        for v in op.inputs:
+            if v in defined_in and (op.kind == "send" or stage_of[op] != defined_in[v]):
+                leaving.add(v)
+    for st in stages:
+        mapping: dict[Value, Value] = {}
+        body: list[Op] = []
+        for op in st.graph.ops:
+            inputs = []
+            for v in op.inputs:
+                if v not in mapping:
+                    if defined_in.get(v) == st.index:
+                        raise TfcError(f"internal: {v} used before its definition")
+                    mapping[v] = st.graph.add_arg(v.type, v.name)
+                    st.inputs.append(v)
+                inputs.append(mapping[v])
+            new = op.clone(inputs)
+            body.append(new)
+            mapping.update(zip(op.results, new.results))
+        st.graph.ops = body
+        out_vals = [r for op in ops if stage_of[op] == st.index and op.kind not in
+                    TRANSFER_KINDS for r in op.results if r in leaving]
+        st.outputs = out_vals
+        st.graph.set_results([mapping[v] for v in out_vals])
+    return stages
+
+
+# ---- the table, and the pass ----------------------------------------------------------------
+
+def _stage_name(entry: str, device: str, index: int, taken: set[str]) -> str:
+    """``train.cpu1.s0``: the entry, the device (letters and digits), the stage; a
+    number is added in the rare case that another graph has that name."""
+    name = f"{entry}.{re.sub(r'[^A-Za-z0-9_]', '', device) or 'device'}.s{index}"
+    unique, n = name, 1
+    while unique in taken:
+        unique, n = f"{name}_{n}", n + 1
+    taken.add(unique)
+    return unique
+
+
+def install_partitions(module: Module, entry: str, parts: Mapping[str, Partition],
+                       compressed: Sequence[str] = ()) -> PartitionTable:
+    """Cut ``parts`` (``entry``'s partitions, with their sends and receives) into
+    stages, add the stage graphs to ``module`` right after the entry (replacing those of
+    an earlier table) and record the entry's ``PartitionTable``."""
+    old = module.partitions.pop(entry, None)
+    if old is not None:
+        for stale in old.graph_names():
+            module.graphs.pop(stale, None)
+            module.memory_plans.pop(stale, None)
+    stage_of = stage_numbers(parts)
+    taken = set(module.graphs)
+    table = PartitionTable(entry, compressed=list(compressed))
+    fetches: dict[int, tuple[str, StageSource]] = {}
+    added: list[Graph] = []
+    for device, part in parts.items():
+        source: dict[Value, StageSource] = {
+            a: StageSource(feed=i) for a, i in zip(part.graph.args, part.arg_indices)}
+        for op in part.recvs:
+            source[op.result] = StageSource(recv=op.attrs["key"])
+        plan = DevicePartition(device)
+        for st in cut_stages(part, stage_of):
+            for k, v in enumerate(st.outputs):
+                source[v] = StageSource(stage=st.index, output=k)
+            name: str | None = None
+            if st.graph.ops:
+                st.graph.name = name = _stage_name(entry, device, st.index, taken)
+                added.append(st.graph)
+            plan.stages.append(PartitionStage(
+                name, [source[v] for v in st.inputs],
+                [StageRecv(op.attrs["key"], op.attrs["from"]) for op in st.recvs],
+                [StageSend(op.attrs["key"], op.attrs["to"], source[op.inputs[0]])
+                 for op in st.sends]))
+        for v, i in zip(part.graph.results, part.result_indices):
+            fetches[i] = (device, source[v])
+        table.devices.append(plan)
+    table.fetches = [fetches[i] for i in sorted(fetches)]
+    graphs: dict[str, Graph] = {}
+    for name, g in module.graphs.items():
+        graphs[name] = g
+        if name == entry:
+            graphs.update((s.name, s) for s in added)
+    module.graphs = graphs
+    module.partitions[entry] = table
+    return table
+
+
+def device_graphs(module: Module, entry: str) -> dict[str, Partition]:
+    """``entry``'s table glued back into one graph per device: its stages' ops in stage
+    order, each stage preceded by its ``recv`` ops and followed by its ``send`` ops
+    (fresh copies: the module is unchanged)."""
+    table = module.partitions.get(entry)
+    if table is None:
+        raise TfcError(f"@{entry} is not partitioned (run the partition pass on a module "
+                       f"with two or more devices)")
+    table.check(module)
+    graph = module.graphs[entry]
+    sent: dict[str, tuple[str, StageSource]] = {s.key: (d, s.value)
+                                                for d, _, s in table.sends()}
+    values: dict[str, dict[StageSource, Value]] = {}  # per device
+    parts: dict[str, Partition] = {}
+    for d in table.devices:
+        feeds = sorted({s.feed for st in d.stages for s in
+                        [*st.inputs, *(x.value for x in st.sends)] if s.feed is not None}
+                       | {s.feed for dev, s in table.fetches
+                          if dev == d.device and s.feed is not None})
+        part = parts[d.device] = Partition(d.device, Graph(entry), list(feeds))
+        env = values[d.device] = {StageSource(feed=i): part.graph.add_arg(
+            graph.args[i].type, graph.args[i].name) for i in feeds}
+        for index, st in enumerate(d.stages):
+            for r in st.recvs:
+                value = source_value(module, table, *sent[r.key])
+                t = value.type
+                env[StageSource(recv=r.key)] = part.graph.append(make_op(
+                    "recv", [], {"key": r.key, "from": r.sender, "dtype": t.dtype,
+                                 "shape": list(t.shape)},
+                    device=d.device, names=[value.name] if value.name else ())).result
+            if st.graph is not None:
+                g = module.graphs[st.graph]
+                mapping: dict[Value, Value] = {a: env[s] for a, s in zip(g.args, st.inputs)}
+                for op in g.ops:
+                    new = part.graph.append(op.clone([mapping[v] for v in op.inputs]))
+                    mapping.update(zip(op.results, new.results))
+                for k, v in enumerate(g.results):
+                    env[StageSource(stage=index, output=k)] = mapping[v]
+            for s in st.sends:
+                part.graph.append(make_op("send", [env[s.value]],
+                                          {"key": s.key, "to": s.receiver}, device=d.device))
+    for i, (device, src) in enumerate(table.fetches):
+        p = parts[device]
+        p.graph.results.append(values[device][src])
+        p.graph.result_names.append(graph.result_names[i])
+        p.result_indices.append(i)
+    return parts
+
+
+def source_value(module: Module, table: PartitionTable, device: str,
+                 src: StageSource) -> Value:
+    """The value ``src`` names on ``device`` in ``table``: an argument of the entry graph
+    or a result of a stage graph (a received value: the value its sender sent)."""
+    if src.feed is not None:
+        return module.graphs[table.entry].args[src.feed]
+    if src.recv is not None:
+        for sender, _, s in table.sends():
+            if s.key == src.recv:
+                return source_value(module, table, sender, s.value)
+        raise TfcError(f"partition table of @{table.entry}: transfer {src.recv!r} is "
+                       f"never sent")
+    name = table.device(device).stages[src.stage or 0].graph
+    if name is None:
+        raise TfcError(f"partition table of @{table.entry}: {device} stage {src.stage} "
+                       f"has no outputs")
+    return module.graphs[name].results[src.output or 0]
+
+
+@register_pass("partition")
+def partition(module: Module) -> Module:
+    """Partition every entry graph of a module with two or more devices (see the module
+    docstring); a module with fewer, and entries already partitioned, stay as they are."""
+    if len(module.devices) < 2:
+        return module
+    for name, graph in list(module.entries.items()):
+        if name not in module.partitions:
+            install_partitions(module, name, partition_graph(graph.clone(), module.devices[0]))
+    return module

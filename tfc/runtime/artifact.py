@@ -32,6 +32,10 @@ Members:
   plan of each graph that had one (``MemoryPlan.to_json``: values by position in the
   graph, which the text and the bytecode keep), so the loaded module compiles as it was
   planned, without running a pass. Modules never planned have none; older tfc ignores it.
+- A module compiled for several devices also has the manifest field ``"partitions":
+  {entry: PartitionTable JSON}`` (``tfc.ir.core.PartitionTable``): how each entry's step
+  runs across the devices. Its stage graphs are graphs of ``module.tfir``, not entries;
+  loading restores the tables, so nothing is partitioned again.
 - ``variables/0000.npy`` ...: one ``.npy`` per variable, by declaration order. Variable
   names may hold ``/`` (name scopes), so files are numbered and the manifest maps names
   to files. A variable whose value is still its initializer's, when that is one op
@@ -86,7 +90,7 @@ from tfc.runtime.program import EntrySignature, Program, lowered_module
 from tfc.version import __version__
 
 FORMAT = "tfc"
-VERSION = 2  # 2: variables may be stored as initializer ops (written only then)
+VERSION = 2  # 2: variables may be stored as initializer ops, or stage graphs (written only then)
 MANIFEST = "manifest.json"
 IR_MEMBER = "module.tfir"
 BYTECODE_MEMBER = "module.tfcb"
@@ -117,13 +121,17 @@ def build_manifest(module: Module, step: int = 0, backend: str = "reference",
         if name in initialized:
             del variables[name]["file"]
             variables[name]["initializer"] = True
-    # version 2 only where a version-1 reader would fail: variables without files
-    version = VERSION if initialized else 1
-    return {"format": FORMAT, "version": version, "created_by": f"tfc {tfc_version()}",
+    # version 2 only where a version-1 reader would fail: variables without files, or
+    # stage graphs it would take for entries
+    version = VERSION if initialized or module.partitions else 1
+    manifest = {"format": FORMAT, "version": version, "created_by": f"tfc {tfc_version()}",
             "entries": entries, "variables": variables, "step": int(step), "ir": IR_MEMBER,
             "ir_bytecode": BYTECODE_MEMBER, "backend": backend, "devices": list(module.devices),
             "fp16_transfers": bool(module.fp16_transfers),
             "lowered_for": getattr(module.lowered_for, "backend", None)}
+    if module.partitions:
+        manifest["partitions"] = {e: t.to_json() for e, t in module.partitions.items()}
+    return manifest
 
 
 def save_artifact(path: str | os.PathLike[str], module: Module,
@@ -155,7 +163,8 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
     graphs = {k: g for k, g in module.graphs.items() if k != INIT_GRAPH}
     if initializers:
         graphs = {INIT_GRAPH: recipes_graph(initializers, module.variables), **graphs}
-    stored = Module(graphs, module.variables)
+    stored = Module(graphs, module.variables, devices=list(module.devices),
+                    fp16_transfers=module.fp16_transfers)
     ir_text = print_module(stored).encode("utf-8")
     ir_bytes = module_to_bytes(stored)
     # the plans of the graphs stored as planned (not of an __init__ replaced above)
@@ -634,6 +643,7 @@ def _read_module(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]) -> Mo
         verify_module(module)
     except TfcError as e:
         raise ArtifactError(f"{path}: {member} is not valid IR: {e}") from None
+    module.partitions = _partitions(path, manifest, module)
     _check_signatures(path, member, manifest, module)
     module.devices, module.fp16_transfers = _target(path, manifest)
     module.memory_plans = _read_plans(zf, path, manifest, module, digests)
@@ -686,6 +696,25 @@ def _read_plans(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any], module
             raise ArtifactError(f"{path}: {member}: the memory plan of @{name} is invalid "
                                 f"({e})") from None
     return plans
+
+
+def _partitions(path: Any, manifest: dict[str, Any], module: Module) -> dict[str, Any]:
+    """The partition tables of a multi-device module, checked against it."""
+    from tfc.ir.core import PartitionTable
+    stored = manifest.get("partitions", {})
+    if not isinstance(stored, dict):
+        raise ArtifactError(f"{path}: {MANIFEST} field 'partitions' should be an object")
+    tables = {}
+    for entry, obj in stored.items():
+        try:
+            table = PartitionTable.from_json(obj)
+            if table.entry != entry:
+                raise TfcError(f"the table of @{entry} is for @{table.entry}")
+            table.check(module)
+        except TfcError as e:
+            raise ArtifactError(f"{path}: {MANIFEST}: {e.message}") from None
+        tables[entry] = table
+    return tables
 
 
 def _check_signatures(path: Any, member: str, manifest: dict[str, Any], module: Module) -> None:

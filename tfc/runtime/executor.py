@@ -1,15 +1,15 @@
-"""The local multi-device executor: one step of a partitioned graph, one thread per device.
+"""The local multi-device executor: one step of a partitioned entry, one thread per device.
 
-Each device's partition is cut into *stages* at its receives: a stage holds the ops
-whose inputs are all available once the values received before it have arrived. A
-stage's number is the number of device-crossing edges on the longest path into it, so
-stage ``s`` on one device only waits for values that other devices produce in stages
-before ``s`` — the stages of all devices can run concurrently without deadlock. Each
-stage is an ordinary graph compiled by the backend (one native call per stage on the
-LLVM backend, which releases the GIL while it runs); sends and receives happen between
-stages through the step's ``Rendezvous``. With a ``tracer`` set, every stage is a span
-of the device's track, and when the backend times its kernels (``LLVMBackend(
-profile=True)``) each kernel is a span inside its stage's.
+It runs what the ``partition`` pass decided (``module.partitions[entry]``, a
+``PartitionTable``; ``tfc.passes.partition`` says how the stages are cut): each device
+runs its stages in order, every stage an ordinary graph of the module that the backend
+compiles by name (one native call per stage on the LLVM backend, which releases the GIL
+while it runs); sends and receives happen between stages through the step's
+``Rendezvous``. Stage ``s`` on one device only waits for values that other devices
+produce in stages before ``s``, so the devices run concurrently without deadlock. The
+executor runs no pass. With a ``tracer`` set, every stage is a span of the device's
+track, and when the backend times its kernels (``LLVMBackend(profile=True)``) each
+kernel is a span inside its stage's.
 
 ``PartitionedExecutable`` has the backend ``Executable`` interface, so ``Program`` runs a
 multi-device module exactly as it runs a single-device one: same feeds, fetches,
@@ -25,109 +25,50 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 
 from tfc.backends.base import Backend, Executable, StepResult
 from tfc.devices import threads_per_device
 from tfc.errors import TfcError
-from tfc.ir.core import Graph, Module, Op, Value
-from tfc.passes.compress import compress_transfers
-from tfc.passes.partition import Partition, partition_module
-from tfc.pipeline import lower_entry
+from tfc.ir.core import Graph, Module, PartitionStage, StageSource
+from tfc.passes.compress import CompressReport, compression_report
 from tfc.runtime.rendezvous import Rendezvous
 from tfc.runtime.trace import Tracer
 
-TRANSFER_KINDS = ("send", "recv")
+
+def _slot(src: StageSource) -> Hashable:
+    """The key of a value in a device's step: a feed's index, (stage, output), or a key."""
+    if src.feed is not None:
+        return src.feed
+    if src.recv is not None:
+        return src.recv
+    return (src.stage, src.output)
 
 
 @dataclass
 class Stage:
-    """Ops of one device that can run once the values received before them are in."""
+    """One stage of a device as the executor runs it: the table's entry, its compiled
+    graph, and the slots its inputs, outputs and sends read and write."""
 
     index: int
-    graph: Graph                          # args: inputs from outside the stage
-    inputs: list[Value]                   # partition value behind each arg
-    outputs: list[Value]                  # partition value behind each result
-    recvs: list[Op] = field(default_factory=list)  # received before the stage runs
-    sends: list[Op] = field(default_factory=list)  # sent after it
+    table: PartitionStage
+    graph: Graph | None
+    inputs: list[Hashable] = field(default_factory=list)
+    outputs: list[Hashable] = field(default_factory=list)
+    sends: list[tuple[str, Hashable]] = field(default_factory=list)  # (key, slot)
     executable: Executable | None = None
 
 
 @dataclass
 class DevicePlan:
-    """A device's partition cut into stages, and where its fetches come from."""
+    """A device's stages, and where its fetches are (entry result index, slot)."""
 
     device: str
-    partition: Partition
     stages: list[Stage]
-
-
-def stage_numbers(parts: Mapping[str, Partition]) -> dict[Op, int]:
-    """Each op's stage: the most device crossings on a path into it (a recv is one more
-    than its send)."""
-    stage: dict[Op, int] = {}
-    sends = {op.attrs["key"]: op for p in parts.values() for op in p.sends}
-    changed = True
-    while changed:  # a fixed point; as many rounds as the deepest chain of crossings
-        changed = False
-        for p in parts.values():
-            for op in p.graph.ops:
-                if op.kind == "recv":
-                    s = stage.get(sends[op.attrs["key"]], 0) + 1
-                else:
-                    s = max((stage.get(v.op, 0) for v in op.inputs if v.op is not None),
-                            default=0)
-                if stage.get(op) != s:
-                    stage[op] = s
-                    changed = True
-    return stage
-
-
-def cut_stages(part: Partition, stage_of: Mapping[Op, int]) -> list[Stage]:
-    """``part``'s ops as stage graphs (transfers become stage inputs and outputs)."""
-    ops = part.graph.ops
-    n = 1 + max((stage_of[op] for op in ops), default=0)
-    stages = [Stage(s, Graph(f"{part.graph.name}.s{s}"), [], []) for s in range(n)]
-    defined_in: dict[Value, int] = {}
-    for op in ops:
-        s = stage_of[op]
-        if op.kind == "recv":
-            stages[s].recvs.append(op)
-        elif op.kind == "send":
-            stages[s].sends.append(op)
-        else:
-            stages[s].graph.ops.append(op)
-            for r in op.results:
-                defined_in[r] = s
-    # which values leave their stage: used by a later stage, a send, or a fetch
-    leaving: set[Value] = set(part.graph.results)
-    for op in ops:
-        for v in op.inputs:
-            if v in defined_in and (op.kind == "send" or stage_of[op] != defined_in[v]):
-                leaving.add(v)
-    for st in stages:
-        mapping: dict[Value, Value] = {}
-        body: list[Op] = []
-        for op in st.graph.ops:
-            inputs = []
-            for v in op.inputs:
-                if v not in mapping:
-                    if defined_in.get(v) == st.index:
-                        raise TfcError(f"internal: {v} used before its definition")
-                    mapping[v] = st.graph.add_arg(v.type, v.name)
-                    st.inputs.append(v)
-                inputs.append(mapping[v])
-            new = op.clone(inputs)
-            body.append(new)
-            mapping.update(zip(op.results, new.results))
-        st.graph.ops = body
-        out_vals = [r for op in ops if stage_of[op] == st.index and op.kind not in
-                    TRANSFER_KINDS for r in op.results if r in leaving]
-        st.outputs = out_vals
-        st.graph.set_results([mapping[v] for v in out_vals])
-    return stages
+    feeds: list[int]
+    fetches: list[tuple[int, Hashable]]
 
 
 def trace_kernels(tracer: Tracer, device: str, exe: Any) -> int:
@@ -150,32 +91,44 @@ def _with_threads(backend: Backend, threads: int | None) -> Backend:
     if threads is None or getattr(backend, "threads", 0) is not None:
         return backend
     limited = copy.copy(backend)
-    limited.threads = threads
+    setattr(limited, "threads", threads)  # backends with a thread count (not all have one)
     return limited
 
 
 class PartitionedExecutable:
-    """Compiles ``entry``'s partitions' stages with ``backend`` and runs a step across the
-    devices, one thread each (see the module docstring)."""
+    """Compiles the stage graphs of ``entry``'s partition table with ``backend`` and runs a
+    step across the devices, one thread each (see the module docstring)."""
 
-    def __init__(self, module: Module, entry: str, backend: Backend,
-                 parts: Mapping[str, Partition] | None = None) -> None:
+    def __init__(self, module: Module, entry: str, backend: Backend) -> None:
+        table = module.partitions.get(entry)
+        if table is None:
+            raise TfcError(f"entry '{entry}': the module was not lowered for several devices "
+                           f"(it has no partition table for @{entry}; run the partition "
+                           f"pass, as tfc compile --devices does)")
+        table.check(module)
         self.entry = entry
-        self.parts = dict(parts) if parts is not None else partition_module(module, entry)
-        self.compression = compress_transfers(self.parts, module.variables) if module.fp16_transfers else None
-        stage_of = stage_numbers(self.parts)
-        shares = threads_per_device(list(self.parts))
+        self.table = table
+        self.compression: CompressReport | None = (
+            compression_report(module, entry) if table.compressed else None)
+        shares = threads_per_device([d.device for d in table.devices])
         self.plans: list[DevicePlan] = []
-        for device, part in self.parts.items():
-            device_backend = _with_threads(backend, shares.get(device))
-            stages = cut_stages(part, stage_of)
-            for st in stages:
-                if st.graph.ops:  # each stage graph lowered for the backend alone
-                    sub = lower_entry(Module({st.graph.name: st.graph}, module.variables),
-                                      st.graph.name, backend.name)
-                    st.executable = device_backend.compile(sub, st.graph.name)
-            self.plans.append(DevicePlan(device, part, stages))
-        self.n_results = len(module.graphs[entry].results)
+        for part in table.devices:
+            device_backend = _with_threads(backend, shares.get(part.device))
+            stages = []
+            for i, st in enumerate(part.stages):
+                graph = module.graphs[st.graph] if st.graph is not None else None
+                stage = Stage(i, st, graph, [_slot(s) for s in st.inputs],
+                              [(i, k) for k in range(len(graph.results) if graph else 0)],
+                              [(s.key, _slot(s.value)) for s in st.sends])
+                if graph is not None:
+                    stage.executable = device_backend.compile(module, graph.name)
+                stages.append(stage)
+            fetches = [(i, _slot(src)) for i, (device, src) in enumerate(table.fetches)
+                       if device == part.device]
+            feeds = sorted({s for st in stages for s in [*st.inputs, *(x for _, x in st.sends)]
+                            if isinstance(s, int)} | {s for _, s in fetches if isinstance(s, int)})
+            self.plans.append(DevicePlan(part.device, stages, feeds, fetches))
+        self.n_results = len(table.fetches)
         self.tracer: Tracer | None = None  # set to record a timeline (``tfc bench --trace``)
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.plans)),
                                         thread_name_prefix=f"tfc-{entry}")
@@ -184,22 +137,21 @@ class PartitionedExecutable:
 
     def _run_device(self, plan: DevicePlan, feeds: Sequence[np.ndarray],
                     variables: Mapping[str, np.ndarray], step: int,
-                    rendezvous: Rendezvous) -> tuple[dict[Value, np.ndarray],
+                    rendezvous: Rendezvous) -> tuple[dict[Hashable, np.ndarray],
                                                      dict[str, np.ndarray]]:
-        part = plan.partition
-        env: dict[Value, np.ndarray] = {a: feeds[i]
-                                        for a, i in zip(part.graph.args, part.arg_indices)}
+        env: dict[Hashable, np.ndarray] = {i: feeds[i] for i in plan.feeds}
         updates: dict[str, np.ndarray] = {}
         tracer, clock = self.tracer, time.perf_counter
         for st in plan.stages:
-            for op in st.recvs:
+            for recv in st.table.recvs:
                 t0 = clock()
-                env[op.result] = rendezvous.recv(op.attrs["key"])
+                env[recv.key] = rendezvous.recv(recv.key)
                 if tracer is not None:
-                    tracer.recv(plan.device, op.attrs["key"], t0, clock())
+                    tracer.recv(plan.device, recv.key, t0, clock())
             if st.executable is not None:
+                assert st.graph is not None
                 t0 = clock()
-                result = st.executable([env[v] for v in st.inputs], variables, step)
+                result = st.executable([env[s] for s in st.inputs], variables, step)
                 env.update(zip(st.outputs, result.fetches))
                 if tracer is not None:
                     tracer.span(plan.device, st.graph.name, t0, clock(), "stage",
@@ -209,11 +161,11 @@ class PartitionedExecutable:
                     tracer.memory(plan.device, int(getattr(st.executable, "arena_bytes", 0))
                                   + sum(a.nbytes for a in env.values()))
                 updates.update(result.updates)
-            for op in st.sends:
-                value = env[op.inputs[0]]
-                rendezvous.send(op.attrs["key"], value)
+            for key, slot in st.sends:
+                value = env[slot]
+                rendezvous.send(key, value)
                 if tracer is not None:
-                    tracer.send(plan.device, op.attrs["key"], value.nbytes, clock())
+                    tracer.send(plan.device, key, value.nbytes, clock())
         return env, updates
 
     def __call__(self, feeds: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
@@ -242,8 +194,8 @@ class PartitionedExecutable:
         updates: dict[str, np.ndarray] = {}
         for plan, (env, upd) in zip(self.plans, results):
             updates.update(upd)
-            for v, i in zip(plan.partition.graph.results, plan.partition.result_indices):
-                fetches[i] = env[v]
+            for i, slot in plan.fetches:
+                fetches[i] = env[slot]
         return StepResult(fetches, updates)
 
     def close(self) -> None:

@@ -98,10 +98,7 @@ def lowered_module(module: Module, entry: str, backend: Backend) -> Module:
     ``tfc compile`` does), else a module of that entry alone lowered now, so that only
     the entries that run are lowered, on first use; ``module`` is never changed."""
     lowered = module.lowered_for
-    if backend.pipeline and (lowered is None or lowered.backend != backend.name
-                             # TODO(merge with helper partition): the stage
-                             # graphs of several devices are lowered whole
-                             or len(lowered.devices) > 1):
+    if backend.pipeline and (lowered is None or lowered.backend != backend.name):
         from tfc.pipeline import lower_entry
         return lower_entry(module, entry, backend.name)
     return module
@@ -131,9 +128,12 @@ class Program:
                  backend: str | Backend | None = None, *, step: int = 0,
                  copy: bool = True, executables: Mapping[str, Executable] | None = None,
                  initializers: Mapping[str, Op] | None = None) -> None:
-        self.module = module
         self.backend: Backend = (get_backend(backend) if backend is None or isinstance(backend, str)
                                  else backend)
+        if len(module.devices) > 1:  # the PartitionedExecutable runs the partition tables
+            from tfc.pipeline import lower_for_devices
+            module = lower_for_devices(module, self.backend.name)
+        self.module = module
         # entries compiled ahead of time (an artifact's object code)
         self._executables: dict[str, Executable] = dict(executables or {})
         self._runners: dict[str, EntryRunner] = {}
