@@ -137,6 +137,8 @@ class Program:
         # entries compiled ahead of time (an artifact's object code)
         self._executables: dict[str, Executable] = dict(executables or {})
         self._runners: dict[str, EntryRunner] = {}
+        # entries of a module not lowered for the backend, each as it was lowered to compile
+        self._lowered: dict[str, Module] = {}
         self._step = int(step)
         # Variables whose value is their initializer op's (``tfc.runtime.initializers``):
         # computed when first needed (``_pending``), and saved as the op while no entry
@@ -325,7 +327,7 @@ class Program:
                 native[entry] = members
         same_file = self.origin is not None and self.origin.is_file(path)
         check = self.origin.check_unchanged if same_file and not force else None
-        written = save_artifact(path, self.module, self._variables, step=self._step,
+        written = save_artifact(path, self._stored_module(), self._variables, step=self._step,
                                 backend=self.backend.name, native=native,
                                 before_replace=check, initializers=self._recipes)
         if same_file or self.origin is None:  # later saves compare with this one
@@ -406,7 +408,26 @@ class Program:
 
     def _compile(self, module: Module, entry: str) -> Executable:
         """``entry`` compiled by the backend (from ``lowered_module``'s module)."""
-        return self.backend.compile(lowered_module(module, entry, self.backend), entry)
+        lowered = lowered_module(module, entry, self.backend)
+        if lowered is not module and module is self.module and entry != INIT_GRAPH:
+            self._lowered[entry] = lowered
+        return self.backend.compile(lowered, entry)
+
+    def _stored_module(self) -> Module:
+        """The module an artifact of this program stores: the final IR that compiled.
+        That is the program's module when it was lowered for the backend; else, once every
+        entry has been lowered on its own (``save`` compiles them all), those entries
+        with their memory plans, so the artifact loads without running a pass."""
+        entries = self.module.entries
+        if not entries or any(name not in self._lowered for name in entries):
+            return self.module
+        graphs = {n: g for n, g in self.module.graphs.items() if n not in entries}
+        stored = Module({**graphs, **{n: self._lowered[n].graphs[n] for n in entries}},
+                        self.module.variables)
+        stored.memory_plans = {n: self._lowered[n].memory_plans[n] for n in entries
+                               if n in self._lowered[n].memory_plans}
+        stored.lowered_for = self._lowered[next(iter(entries))].lowered_for
+        return stored
 
     def _initial_values(self) -> dict[str, np.ndarray]:
         """The values ``__init__`` assigns, but for variables whose initializer is a

@@ -75,9 +75,10 @@ def entry_key(module: Module, entry: str, options: str) -> str | None:
                          if isinstance(v, np.ndarray))
     if constant_bytes > MAX_CONSTANT_BYTES:
         return None
-    # a module whose memory pass already ran compiles as it is (``prepare``): its graph
-    # may be the same as one that is yet to be fused
-    planned = f"planned={entry in module.memory_plans}"
+    # the code follows the memory plan as well as the graph (the plan a module was lowered
+    # with, or the one an artifact stored)
+    plan = module.memory_plans[entry]
+    planned = json.dumps(plan.to_json(graph), sort_keys=True, separators=(",", ":"))
     h = hashlib.sha256()
     for part in (native.host_key(), _sources_fingerprint(), options, planned, entry):
         h.update(part.encode())
