@@ -49,15 +49,15 @@ graph = tfc.get_default_graph()
 
 def train(devices=None, fp16_transfers=False, epochs=15, batch_size=64, seed=0):
     """Train from the same initial weights; returns (test accuracy, bytes sent per step)."""
-    from tfc.passes import run_passes
+    from tfc.backends.base import default_backend_name
+    from tfc.devices import parse_devices
+    from tfc.pipeline import Target, lower
     from tfc.runtime import Program
 
-    module = graph.as_module()
-    if devices:
-        module.devices = list(devices)
-        module.fp16_transfers = fp16_transfers
-    module = run_passes(module, "canonicalize,cse,dce" + (",placement" if devices else ""))
-    program = Program(module)
+    # optimize, place, partition and lower for the backend, as `tfc compile --devices` does
+    target = Target(default_backend_name(), tuple(parse_devices(devices)) if devices else (),
+                    fp16_transfers)
+    program = Program(lower(graph.as_module(), target))
     x_train, x_test, y_train, y_test = digits_split()
     order_rng = np.random.default_rng(seed)
     for _ in range(epochs):

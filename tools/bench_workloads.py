@@ -293,7 +293,7 @@ def build_mlp_module(params: list[np.ndarray], batch: int | None = None,
     """The MLP's training step (``train_step(x, y) -> loss``) as an optimized module.
     ``batch=None`` leaves the batch dim symbolic; the layer sizes are the params'."""
     import tfc
-    from tfc.passes import run_passes
+    from tfc.pipeline import run_pipeline
 
     with tfc.Graph().as_default() as g:
         x = tfc.placeholder(tfc.float32, [batch, params[0].shape[0]], name="x")
@@ -311,12 +311,12 @@ def build_mlp_module(params: list[np.ndarray], batch: int | None = None,
         train = tfc.train.GradientDescentOptimizer(MLP_LR).minimize(loss)
         tfc.entry("train_step", feeds={"x": x, "y": y}, fetches={"loss": loss},
                   targets=[train])
-    return run_passes(g.as_module(), passes)
+    return run_pipeline(g.as_module(), passes)
 
 
 def build_cnn_module(params: list[np.ndarray]) -> Any:
     import tfc
-    from tfc.passes import run_passes
+    from tfc.pipeline import run_pipeline
 
     half = CNN_IMAGE // 2
     with tfc.Graph().as_default() as g:
@@ -334,7 +334,7 @@ def build_cnn_module(params: list[np.ndarray]) -> Any:
         train = tfc.train.GradientDescentOptimizer(CNN_LR).minimize(loss)
         tfc.entry("train_step", feeds={"x": x, "y": y}, fetches={"loss": loss},
                   targets=[train])
-    return run_passes(g.as_module(), "canonicalize,cse,dce")
+    return run_pipeline(g.as_module(), "canonicalize,cse,dce")
 
 
 def _gelu_tanh(z: Any) -> Any:
@@ -377,12 +377,12 @@ class TfcContender:
 
     def _program(self, build: Callable[[Any], None], key: str) -> Any:
         import tfc
-        from tfc.passes import run_passes
+        from tfc.pipeline import run_pipeline
         from tfc.runtime import Program
 
         with tfc.Graph().as_default() as g:
             build(tfc)
-        module = run_passes(g.as_module(), "canonicalize,cse,dce")
+        module = run_pipeline(g.as_module(), "canonicalize,cse,dce")
         self.ops[key] = len(module.graphs[key].ops)
         return Program(module, backend=self.backend)
 
