@@ -128,8 +128,12 @@ def test_target_pipelines() -> None:
         PassSpec("cse"), PassSpec("fusion"), PassSpec("memory", (("budget", 1024),))]
     assert names(target_pipeline(Target("llvm", ("/cpu:0",)), "")) == [
         "placement", "fusion", "memory"]
-    several = names(target_pipeline(Target("llvm", ("/cpu:0", "/cpu:1"), True), ""))
-    assert several[0] == "placement"
+    two = ("/cpu:0", "/cpu:1")
+    assert names(target_pipeline(Target("llvm", two, True), "")) == [
+        "placement", "partition", "compress", "fusion", "memory"]
+    assert names(target_pipeline(Target("reference", two), "")) == ["placement", "partition"]
+    assert names(target_pipeline(Target("llvm", two), "", place=False)) == [
+        "partition", "fusion", "memory"]
 
 
 def test_lower_records_the_target_and_lower_entry_leaves_the_module() -> None:
@@ -211,6 +215,29 @@ def test_the_artifact_stores_the_final_ir(tmp_path: Path, capsys, monkeypatch) -
     x = np.zeros((2, 64), np.float32)
     fetches = program.run("predict", x=x)
     assert all(np.all(np.isfinite(v)) for v in fetches.values())
+
+
+def test_an_artifact_compiled_again_for_other_devices_is_lowered_afresh(tmp_path: Path,
+                                                                       capsys) -> None:
+    """A .tfc is the final IR of its target: compiled again for another target, its stage
+    graphs, partition tables and memory plans go first (they were one device, or cut for
+    other devices), and a table naming devices the module lacks is refused."""
+    from tfc.runtime import load
+    two, one = tmp_path / "two.tfc", tmp_path / "one.tfc"
+    model = str(EXAMPLES / "mlp.tfm")
+    assert main(["compile", model, "--devices", "cpu:0,cpu:1", "-o", str(two), "-q"]) == 0
+    assert main(["compile", str(two), "-o", str(one), "-q"]) == 0  # failed: no memory plan
+    x = np.random.default_rng(0).normal(size=(3, 64)).astype(np.float32)
+    a, b = load(two), load(one)
+    assert set(a.module.partitions) == {"predict", "evaluate", "train_step"}
+    assert not b.module.partitions and b.module.devices == []
+    assert not [g for g in b.module.graphs if ".cpu" in g]  # no stage graph is left
+    np.testing.assert_allclose(a.run("predict", x=x)["probs"], b.run("predict", x=x)["probs"],
+                               rtol=1e-5, atol=1e-6)
+    stale = a.module
+    stale.devices = ["/cpu:0", "/cpu:2"]
+    with pytest.raises(TfcError, match=r"device /cpu:1 is not one of the module's"):
+        stale.partitions["predict"].check(stale)
 
 
 # ---- one owner ---------------------------------------------------------------------------

@@ -564,7 +564,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ir", help="print a model's IR")
     p.add_argument("model", metavar="MODEL", help="a .py, .tfm, .tfir or .tfc file")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--after", metavar="PASS", help="stop after PASS of the compile pipeline (canonicalize, cse, dce, fusion, memory)")
+    mode.add_argument("--after", metavar="PASS", help="stop after PASS of the target's pipeline (e.g. cse, placement, fusion)")
     mode.add_argument("--passes", metavar="P1,P2", help="run these passes instead")
     mode.add_argument("--raw", action="store_true", help="the IR before any pass")
     p.add_argument("--backend", default=None,

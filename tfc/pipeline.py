@@ -78,10 +78,14 @@ def lower(module: Module, target: Target, *, passes: Pipeline = DEFAULT_PIPELINE
     passes, place=place)`` run over it, verified after every pass when ``verify``; the IR is dumped
     to ``stream`` (default stderr) after the passes named by ``print_after`` (each must
     be in the pipeline) or after all; ``timings`` receives ``(pass, seconds)`` for each
-    pass. The module records the target in ``lowered_for``."""
+    pass. The module records the target in ``lowered_for``. A module lowered for another
+    target (a ``.tfc`` compiled again) first forgets what that lowering left: the stage
+    graphs, partition tables and memory plans; its graphs are lowered again from there."""
     if target.fp16_transfers and len(target.devices) < 2:
         raise TfcError("fp16 transfers compress transfers between devices; "
                        "give two or more devices")
+    if module.lowered_for is not None and module.lowered_for != target:
+        _forget_lowering(module)
     specs = target_pipeline(target, passes, place=place)
     module.devices = list(target.devices)
     module.fp16_transfers = target.fp16_transfers
@@ -92,19 +96,43 @@ def lower(module: Module, target: Target, *, passes: Pipeline = DEFAULT_PIPELINE
     return module
 
 
-def lower_entry(module: Module, entry: str, backend: str, *,
-                passes: Pipeline = "") -> Module:
-    """A module holding just graph ``entry`` of ``module`` (a copy of it when passes
-    run), lowered for one device of ``backend`` after ``passes`` (default: none, the
-    module's graphs are taken as they are): what a ``Program`` compiles on an entry's
-    first use, so that only the entries that run are lowered. ``module`` is unchanged."""
+def _forget_lowering(module: Module) -> None:
+    """Drop what lowering for a target left in ``module``: stage graphs, partition tables,
+    memory plans (the graphs themselves stay: optimized, placed or fused IR is valid input
+    to any pipeline)."""
+    for table in module.partitions.values():
+        for name in table.graph_names():
+            module.graphs.pop(name, None)
+    module.partitions.clear()
+    module.memory_plans.clear()
+    module.lowered_for = None
+
+
+def usable_as_lowered(module: Module, target: Target) -> bool:
+    """Whether ``module`` can run on ``target`` as it is: lowered for it, or for the same
+    devices by another backend when ``target``'s backend has no lowering passes of its
+    own (the reference interpreter runs any verified IR, fused or not)."""
+    lowered = module.lowered_for
+    if lowered is None:
+        return False
+    if lowered == target:
+        return True
+    return (lowered.devices, lowered.fp16_transfers) == (target.devices, target.fp16_transfers) \
+        and not backend_pipeline(target.backend)
+
+
+def lower_entry(module: Module, entry: str, backend: str) -> Module:
+    """A module holding just graph ``entry`` of ``module`` (a copy when the backend has
+    lowering passes), its graph taken as it is and lowered for one device of ``backend``:
+    what a ``Program`` compiles on an entry's first use, so that only the entries that
+    run are lowered. ``module`` is unchanged."""
     graph = module.graphs.get(entry)
     if graph is None:
         raise TfcError(f"unknown entry '{entry}' (entries: {', '.join(module.graphs)})")
     target = Target(backend)
-    changes = bool(target_pipeline(target, passes))
+    changes = bool(backend_pipeline(backend))
     sub = Module({entry: graph.clone() if changes else graph}, dict(module.variables))
-    return lower(sub, target, passes=passes, verify=False)
+    return lower(sub, target, passes="", verify=False)
 
 
 def lower_for_devices(module: Module, backend: str,
@@ -117,11 +145,11 @@ def lower_for_devices(module: Module, backend: str,
     is unchanged."""
     devices = list(module.devices if devices is None else devices)
     target = Target(backend, tuple(devices), module.fp16_transfers and len(devices) > 1)
-    if module.lowered_for == target:
+    if usable_as_lowered(module, target):
         return module
     copy = Module({name: g.clone() for name, g in module.graphs.items()},
                   dict(module.variables), placement_reports=dict(module.placement_reports),
-                  partitions=dict(module.partitions))
+                  partitions=dict(module.partitions), lowered_for=module.lowered_for)
     return lower(copy, target, passes="", verify=False, place=False)
 
 

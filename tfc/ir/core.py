@@ -466,13 +466,17 @@ class PartitionTable:
         return table
 
     def check(self, module: "Module") -> None:
-        """Raise a ``TfcError`` unless the table fits ``module``: its entry and stage
-        graphs exist, every input, send and fetch names a feed, an earlier stage's
+        """Raise a ``TfcError`` unless the table fits ``module``: its devices are the
+        module's, its entry and stage graphs exist, every input, send and fetch names a feed, an earlier stage's
         output or a transfer received before it, and every key is sent once."""
         entry = module.graphs.get(self.entry)
         if entry is None:
             raise _json_error(f"of @{self.entry}", "the module has no such graph")
         at = f"of @{self.entry}"
+        foreign = [d.device for d in self.devices if d.device not in module.devices]
+        if foreign:  # a table cut for other devices than the module's (a stale one)
+            raise _json_error(at, f"device {foreign[0]} is not one of the module's "
+                                  f"({', '.join(module.devices) or 'none'})")
         sent: dict[str, str] = {}
         for device, _, s in self.sends():
             if s.key in sent:

@@ -1,20 +1,18 @@
 """The entry cache: an entry's object code and run-time tables, keyed by its tfc IR.
 
 The object-code cache (``native``), keyed by the printed LLVM IR, saves LLVM's optimization
-and code generation; but to reach that key the passes must run and the graph must be
-lowered in Python, which is most of what a cached compile costs (~45 ms of the MLP
-training step's ~50). This cache sits one level up. Its key is everything the native
-code depends on:
-- the module's bytecode (the entry graph with its locations, which error messages
-  carry, and the variables' declarations);
-- the options that shape the code (threads, the parallel threshold, profiling) and
-  whether the module comes with the memory pass's plan (then it compiles as it is);
+and code generation; but to reach that key the graph must be lowered in Python, which is
+most of what a cached compile costs. This cache sits one level up. Its key is everything
+the native code depends on:
+- the module's bytecode (the lowered entry graph with its locations, which error
+  messages carry, and the variables' declarations) and the entry's memory plan;
+- the options that shape the code (threads, the parallel threshold, profiling);
 - the host key (CPU, LLVM build, a fingerprint of the backend's sources);
 - a fingerprint of all of tfc's sources, since the passes and shape rules shape the
   code as well.
-A hit skips the passes and lowering and starts from the stored bindings (the feed shapes
-met before), as loading an artifact does. Bindings met later are written back, so the
-next process finds them too.
+A hit skips the lowering in Python and LLVM, and starts from the stored bindings (the feed
+shapes met before), as loading an artifact does. Bindings met later are written back, so
+the next process finds them too.
 
 One zip per key in ``$TFC_CACHE_DIR/entries``, in the artifact's form: the object code,
 the tables as JSON, the constants as ``.npy`` (no pickle). Writes are atomic (temp file +
