@@ -405,7 +405,7 @@ def _run_steps(program: Any, entry: str, feeds: dict[str, Any], steps: int,
                                TextColumn, TimeElapsedColumn)
     from rich.text import Text
 
-    class RateColumn(ProgressColumn):  # type: ignore[misc]
+    class RateColumn(ProgressColumn):
         def render(self, task: Any) -> Text:
             speed = task.finished_speed or task.speed
             return Text("- steps/s" if speed is None else f"{speed:.1f} steps/s")

@@ -162,7 +162,8 @@ def _op_node(op: Op, nid: str, lane: str) -> _Node:
         cat, key = op.kind, str(op.attrs.get("key", ""))
         peer = op.attrs.get("to" if op.kind == "send" else "from", "?")
         label = f"send \u2192 {peer}" if op.kind == "send" else f"recv \u2190 {peer}"
-        value = op.inputs[0] if op.kind == "send" and op.inputs else (op.results or [None])[0]
+        value = (op.inputs[0] if op.kind == "send" and op.inputs
+                 else op.results[0] if op.results else None)
         if value is not None:
             lines.append(f"carries: {_bytes(value.type.nbytes(SYMBOL_SIZE))} per step "
                          f"(B={SYMBOL_SIZE})")
@@ -252,14 +253,14 @@ def _scene(module: Module, entry: str, prefix: str) -> _Scene:
 
     scene = _Scene(nodes, edges, [], notes)
     for key, s in sends.items():
-        r = recvs.get(key)
-        if r is None:
+        recv = recvs.get(key)
+        if recv is None:
             continue
         value_type = _send_type(parts, key)
         nbytes = value_type.nbytes(SYMBOL_SIZE) if value_type is not None else 0
         scene.transfers += 1
         scene.transfer_bytes += nbytes
-        edges.append(_Edge(s.id, r.id, True, f"{s.lane} \u2192 {r.lane}: {value_type}, "
+        edges.append(_Edge(s.id, recv.id, True, f"{s.lane} \u2192 {recv.lane}: {value_type}, "
                            f"{_bytes(nbytes)} per step (B={SYMBOL_SIZE})\nkey {key}",
                            label=_bytes(nbytes), key=key))
     lanes = list(module.devices)
@@ -331,7 +332,7 @@ def _layout(scene: _Scene) -> None:
     def cell_width(ids: list[str]) -> float:
         return sum(nodes[i].width for i in ids) + GAP_X * (len(ids) - 1)
 
-    x = LANE_PAD
+    x: float = LANE_PAD
     for lane in scene.lanes:
         width = max([cell_width(ids) for (ln, _), ids in cells.items() if ln == lane],
                     default=80.0)
@@ -470,6 +471,7 @@ def _svg(scene: _Scene, prefix: str, colours: dict[str, str]) -> str:
 
 def _node_svg(n: _Node, colour: str) -> str:
     x0, y0, w = n.x - n.width / 2, _y(n.layer), n.width
+    rx: float  # 4, 12 or half a node's height
     fill, stroke, rx, extra = _tint(colour, 0.8), colour, 4, ""
     if n.cat == "var":
         rx, extra = NODE_H / 2, ' stroke-width="2.6"'

@@ -92,7 +92,7 @@ def build_module(graph: "Graph") -> ir.Module:
     module = ir.Module()
     for var in graph.variables.values():
         module.variables[var.name] = var.decl
-    inits = [var.initializer.op for var in graph.variables.values()]
+    inits = [op for var in graph.variables.values() for op in var.initializer.ir_ops()]
     if inits:
         module.add_graph(extract(graph.ir, ir.INIT_GRAPH, [], [], inits,
                                  what="variable initializers"))

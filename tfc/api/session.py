@@ -204,7 +204,8 @@ class Session:
         for key, value in feed_dict.items():
             if isinstance(key, str):
                 if by_name is None:
-                    by_name = {p.name: p for p in self.graph.placeholders}
+                    by_name = {p.name: p for p in self.graph.placeholders
+                               if p.name is not None}  # (placeholders all have names)
                 name = key[:-2] if key.endswith(":0") else key
                 if name not in by_name:
                     from tfc.ir.registry import nearest_hint
@@ -270,7 +271,8 @@ class Session:
         if any(op in init_ops for t in targets for op in t.ir_ops()):
             return
         graph = extract(self.graph.ir, ir.INIT_GRAPH, [], [],
-                        [v.initializer.op for v in missing], what="variable initializers")
+                        [op for v in missing for op in v.initializer.ir_ops()],
+                        what="variable initializers")
         from tfc.pipeline import Target, lower
         module = lower(self._module(graph), Target(self.backend.name), passes="", verify=False)
         result = self.backend.compile(module, ir.INIT_GRAPH)([], self.variables, 0)

@@ -202,6 +202,11 @@ class OpDef:
         raise TfcError(f"{self.name}: names a variable but its definition has no "
                        "verify_variable rule")
 
+    def verify_op(self, op: Op, module: Any) -> None:
+        """Checks of this op kind beyond the generic ones (region signatures, say), which
+        the verifier runs after those; raise a ``TfcError`` naming what is wrong. Most ops
+        have none."""
+
     def check_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
         """Attrs with defaults filled in; unknown or ill-kinded attrs are errors."""
         out: dict[str, Any] = {}

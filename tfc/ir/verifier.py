@@ -23,9 +23,9 @@ Errors are ``VerifyError``s located at the offending op, whose message names the
 the op's index in it and its kind, e.g.
 ``model.py:12: @predict: op 3 'add': uses %h, which is defined later (op 5)``.
 
-An op definition may add its own checks (region signatures, say) with a method
-``verify_op(op, module)`` that raises ``TfcError``; the verifier calls it after the
-generic checks.
+An op definition may add its own checks (region signatures, say) by overriding
+``OpDef.verify_op(op, module)``, which raises ``TfcError``; the verifier calls it after
+the generic checks.
 """
 
 from __future__ import annotations
@@ -113,12 +113,10 @@ class _GraphVerifier:
         for k, region in enumerate(op.regions):
             path = f"{self.path} > op {i} '{op.kind}' region {k}"
             _GraphVerifier(region, self.module, path, self.outer | self.defined).run()
-        hook = getattr(opdef, "verify_op", None)
-        if hook is not None:
-            try:
-                hook(op, self.module)
-            except TfcError as e:
-                raise self.fail(e.message, op, i) from None
+        try:
+            opdef.verify_op(op, self.module)
+        except TfcError as e:
+            raise self.fail(e.message, op, i) from None
         self.defined.update(op.results)
 
     def undefined_use(self, v: Value) -> str:

@@ -95,7 +95,7 @@ def _static_shape(op: str, shape: Sequence[Dim], what: str = "shape") -> tuple[i
     if any(isinstance(d, str) or d < 0 for d in shape):
         raise TypeMismatch(f"{op}: {what} {format_shape(shape)} must be sizes >= 0 "
                            "(symbols cannot be resolved from attrs at run time)")
-    return tuple(int(d) for d in shape)  # type: ignore[arg-type]
+    return tuple(int(d) for d in shape)
 
 
 def _axes_of(op: str, axes: Sequence[int] | None, t: TensorType | np.ndarray) -> tuple[int, ...]:
@@ -153,7 +153,8 @@ def add_at(b: Any, g: Any, axis: int, start: int, stop: int | None, v: Any) -> A
 
 def _element_count(shape: Sequence[Dim]) -> tuple[int, Counter, bool]:
     """(product of static dims, symbols with multiplicity, whether any dim is '?')."""
-    static, syms, unknown = 1, Counter(), False
+    static, unknown = 1, False
+    syms: Counter[str] = Counter()
     for d in shape:
         if d == UNKNOWN:
             unknown = True
@@ -715,11 +716,15 @@ def index_attrs(key: Any, rank: int) -> dict[str, Any]:
     for k in key:
         if k is Ellipsis:
             for _ in range(rank - n_explicit):
-                begin.append(0), end.append(OPEN_HI), strides.append(1)
+                begin.append(0)
+                end.append(OPEN_HI)
+                strides.append(1)
         elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
             k = int(k)
             squeeze.append(len(begin))
-            begin.append(k), end.append(k + 1 if k != -1 else OPEN_HI), strides.append(1)
+            begin.append(k)
+            end.append(k + 1 if k != -1 else OPEN_HI)
+            strides.append(1)
         elif isinstance(k, slice):
             step = 1 if k.step is None else int(k.step)
             if step == 0:
@@ -1098,8 +1103,8 @@ class Range(Movement):
         if dt.is_int:
             i = np.arange(n, dtype=np.int64)
             return [(int(attrs["start"]) + int(attrs["delta"]) * i).astype(dt.np)]
-        i = np.arange(n, dtype=np.float64)
-        return [(attrs["start"] + attrs["delta"] * i).astype(dt.np)]
+        x = np.arange(n, dtype=np.float64)
+        return [(attrs["start"] + attrs["delta"] * x).astype(dt.np)]
 
 
 # ---- shuffle ----------------------------------------------------------------------------------

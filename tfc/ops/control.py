@@ -184,7 +184,7 @@ class Cond(RegionOp):
         ins = [v.type for v in operands]
         outs = [i for i, g in enumerate(grads) if g is not None]
         wrt = [i for i, v in enumerate(operands) if v.dtype.is_float]
-        cots = [grads[i] for i in outs]
+        cots = [g for g in grads if g is not None]  # the gradients at ``outs``
         cot_types = [c.type for c in cots]
         regions, per_branch = [], []
         for k, name in enumerate(("then_grad", "else_grad")):
@@ -350,7 +350,8 @@ class Scan(RegionOp):
         (n,) = lengths
         body = op.regions[0]
         steps = range(n - 1, -1, -1) if op.attrs["reverse"] else range(n)
-        ys: list[list[np.ndarray]] = [[None] * n for _ in body.results[len(carry):]]
+        # ys[k][t]: the y of step t (None until the step has run)
+        ys: list[list[Any]] = [[None] * n for _ in body.results[len(carry):]]
         for t in steps:
             out = run_region(body, [*carry, *(x[t] for x in xs), *consts], ctx)
             carry = out[:len(carry)]
@@ -407,9 +408,10 @@ class Scan(RegionOp):
         wrt = [a_c[i] for i in fc] + [a_x[i] for i in fx] + [a_k[i] for i in fk]
         d = gradients(back, ys_, wrt, [*a_dc, *a_dy]) if ys_ else [None] * len(wrt)
         gb = GradBuilder(back, op)
-        d = [gb.dense(g) if g is not None else _zeros(back, w, op.loc)
-             for g, w in zip(d, wrt)]
-        d_c, d_x, d_k = d[:len(fc)], d[len(fc):len(fc) + len(fx)], d[len(fc) + len(fx):]
+        dense = [gb.dense(g) if g is not None else _zeros(back, w, op.loc)
+                 for g, w in zip(d, wrt)]
+        d_c, d_x, d_k = (dense[:len(fc)], dense[len(fc):len(fc) + len(fx)],
+                         dense[len(fc) + len(fx):])
         new_dk = [gb("add", acc, g) for acc, g in zip(a_dk, d_k)]
         back.set_results([*d_c, *new_dk, *d_x])
 

@@ -164,12 +164,12 @@ def verify_region_ops(region: Graph, kind: str) -> None:
                 f"{first.inputs[0].type} and '{r.kind}' over axes {list(got[1])} of "
                 f"{r.inputs[0].type}; a fusion reduces one axis set of one shape")
     if kind == "reduce":
-        reduced = {v for r in reductions for v in r.results}
+        reduced = {v: r for r in reductions for v in r.results}  # result -> its reduction
         for i, op in enumerate(region.ops):
             used = [v for v in op.inputs if v in reduced]
             if used:
                 raise TypeMismatch(f"{where}: op {i} '{op.kind}' uses the result of a "
-                                   f"'{used[0].op.kind}'; that is a row fusion, not reduce")
+                                   f"'{reduced[used[0]].kind}'; that is a row fusion, not reduce")
 
 
 def fusion_kind(region: Graph) -> str:

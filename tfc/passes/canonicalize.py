@@ -30,7 +30,7 @@ Every graph is rewritten, region graphs included.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -125,14 +125,14 @@ class _Rewriter:
         if not all(t.is_static for t in types):
             return False
         out_elems = sum(t.num_elements() or 0 for t in types)
-        in_elems = sum(constant_value(v).size for v in op.inputs)
+        ins = [cast(np.ndarray, constant_value(v)) for v in op.inputs]  # all constants (rewrite)
+        in_elems = sum(x.size for x in ins)
         if out_elems > max(in_elems, FOLD_LIMIT):
             return False
         generator = not op.inputs and out_elems > GENERATOR_LIMIT
         try:
             with np.errstate(all="ignore"):
-                outs = opdef.reference(ExecContext({}, 0), [constant_value(v) for v in op.inputs],
-                                       op.attrs)
+                outs = opdef.reference(ExecContext({}, 0), ins, op.attrs)
         except (TfcError, ArithmeticError, ValueError, IndexError, TypeError,
                 np.linalg.LinAlgError):
             return False
@@ -193,7 +193,7 @@ class _Rewriter:
         a, b = op.inputs
         t: TensorType = op.results[0].type
         if t.dtype.is_int and t.is_static and (is_splat(a, 0) or is_splat(b, 0)):
-            zeros = np.zeros(t.shape, dtype=t.dtype.np)
+            zeros = np.zeros(t.static_shape, dtype=t.dtype.np)
             return self.replace(op, [self.constant(zeros, op, op.results[0].name).result])
         return False
 

@@ -516,7 +516,7 @@ def _build(grouper: _Grouper, g: _Group, outputs: list[Value]) -> Op:
             if v in mapping or v.op in member_set:
                 continue
             info = grouper.infos[grouper.pos[v.op]] if v.op in grouper.pos else None
-            if info is not None and info.role == "const":
+            if info is not None and info.role == "const" and v.op is not None:
                 mapping[v] = _materialize(region, v.op)
             else:
                 inputs.append(v)
@@ -538,8 +538,8 @@ def _drop_unused_constants(graph: Graph, grouper: _Grouper) -> None:
     for op in graph.ops:
         used.update(op.inputs)
     graph.ops = [op for op in graph.ops if not (
-        op in grouper.pos and grouper.infos[grouper.pos[op]] is not None
-        and grouper.infos[grouper.pos[op]].role == "const"
+        op in grouper.pos and (info := grouper.infos[grouper.pos[op]]) is not None
+        and info.role == "const"
         and not any(r in used for r in op.results))]
 
 

@@ -57,7 +57,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import AbstractSet, Any, Callable, ClassVar, Mapping, Sequence
 
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value
@@ -589,7 +589,7 @@ def _greedy_schedule(graph: Graph, info: _Info, nominal: Mapping[str, int]) -> l
 # ---- buffer assignment ------------------------------------------------------------------
 
 def _assign_buffers(live: Mapping[Value, tuple[int, int]], order: Sequence[Op],
-                    nominal: Mapping[str, int], dynamic: set[Value] = frozenset()
+                    nominal: Mapping[str, int], dynamic: AbstractSet[Value] = frozenset()
                     ) -> tuple[list[Buffer], dict[Value, int]]:
     """Best fit over live intervals; the better (at ``nominal``) of two visiting orders:
     by definition (linear scan) and largest first (which packs big values tightly).

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -276,7 +276,8 @@ class Program:
                 order = None
         results = runner.result_names
         single = isinstance(fetches, str)
-        wanted = [fetches] if single else list(results if fetches is None else fetches)
+        wanted = [fetches] if isinstance(fetches, str) else list(
+            results if fetches is None else fetches)
         for name in wanted:
             if name not in results:
                 raise TfcError(f"{where}: unknown fetch '{name}'{_hint(name, results)} "
@@ -326,7 +327,8 @@ class Program:
             if members:
                 native[entry] = members
         same_file = self.origin is not None and self.origin.is_file(path)
-        check = self.origin.check_unchanged if same_file and not force else None
+        check = (self.origin.check_unchanged if self.origin is not None and same_file
+                 and not force else None)
         written = save_artifact(path, self._stored_module(), self._variables, step=self._step,
                                 backend=self.backend.name, native=native,
                                 before_replace=check, initializers=self._recipes)
@@ -484,6 +486,6 @@ class Program:
         return out
 
 
-def _hint(name: str, names: Mapping[str, Any]) -> str:
+def _hint(name: str, names: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, list(names), n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""

@@ -217,7 +217,9 @@ class LLVMBackend:
         exe = LLVMExecutable(work, graph, gc, obj, report)
         if key is not None:
             exe.cache_key = key
-            entry_cache.put(key, obj, exe.native_meta())
+            meta = exe.native_meta()
+            assert meta is not None  # native code: no fallback ops (returned above)
+            entry_cache.put(key, obj, meta)
         return exe
 
     def export(self, executable: Any) -> dict[str, bytes]:

@@ -111,6 +111,12 @@ class Compiler:
         return self.storage[v]
 
 
+def size_of(v: Value) -> ParamFn:
+    """The element count of ``v`` per binding (a factory: ``v`` is bound now, not when the
+    entry calls it)."""
+    return lambda binding: binding.size(v)
+
+
 def dim_key(v: Value, axis: int) -> tuple[Hashable, ParamFn]:
     d = v.type.shape[axis]
     if isinstance(d, str) and d != "?":
@@ -203,8 +209,7 @@ class Kernel:
             if work.type.is_static:
                 self.work = ("const", int(work.type.num_elements() or 0))
             else:
-                self.work = ("param", self.comp.param(("size", id(work)),
-                                                      lambda binding, v=work: binding.size(v)))
+                self.work = ("param", self.comp.param(("size", id(work)), size_of(work)))
         b = self.b
         lo = b.select(b.icmp_signed(">", self.lo, i64(0)), self.lo, i64(0))
         hi = b.select(b.icmp_signed("<", self.hi, n), self.hi, n)

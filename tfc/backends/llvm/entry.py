@@ -30,7 +30,7 @@ step has a label (``GraphCompiler.labels``): the op it lowers, e.g. ``matmul#1``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import llvmlite.ir as ir
 import numpy as np
@@ -117,10 +117,10 @@ class GraphCompiler:
                 if name in self.updates:
                     raise Unsupported(f"@{name} is updated twice in one step")
                 self.updates.append(name)
-                v = op.inputs[0] if op.kind == "var.assign" else None
-                if v is not None and self._computed(v) and v not in redirect \
-                        and v not in overwritten:
-                    redirect[v] = Storage("upd", len(self.updates) - 1)
+                assigned = op.inputs[0] if op.kind == "var.assign" else None
+                if assigned is not None and self._computed(assigned) \
+                        and assigned not in redirect and assigned not in overwritten:
+                    redirect[assigned] = Storage("upd", len(self.updates) - 1)
         for op in g.ops:
             if op.kind == "var.read":
                 st[op.result] = Storage("var", op.attrs["var"])
@@ -150,7 +150,7 @@ class GraphCompiler:
 
     # ---- kernels ----------------------------------------------------------------------
 
-    def kernel(self, base: str, values: list[Value], extra: list[Storage] = ()) -> Kernel:
+    def kernel(self, base: str, values: list[Value], extra: Sequence[Storage] = ()) -> Kernel:
         """A new kernel taking the storages of ``values`` (deduplicated) and ``extra``."""
         storages: list[Storage] = []
         for v in values:
@@ -172,7 +172,7 @@ class GraphCompiler:
 
     def bytes_param(self, v: Value) -> int:
         item = v.dtype.itemsize
-        return self.comp.param(("bytes", id(v)), lambda binding, v=v: binding.size(v) * item)
+        return self.comp.param(("bytes", id(v)), lambda binding: binding.size(v) * item)
 
     def copy_now(self, v: Value, dst: Storage, nbytes_of: Value | None = None) -> None:
         """Copy ``v`` to ``dst`` at this point of the schedule (while ``v``'s buffer
@@ -278,7 +278,8 @@ class GraphCompiler:
     def arena_offset_param(self, s: Storage) -> int:
         if s.kind == "scratch":
             return self.comp.param(("scratch",), lambda binding: binding.scratch_offset)
-        return self.comp.param(("arena", s.index), lambda binding, k=s.index: binding.offsets[k])
+        k = s.index
+        return self.comp.param(("arena", k), lambda binding: binding.offsets[k])
 
     def build_entry(self, parallel: Callable[..., None] | None = None,
                     profile: bool = False) -> ir.Function:

@@ -67,7 +67,7 @@ def check_indices_first(graph_compiler: GraphCompiler, ops: Sequence[Op],
     storage; a feed, as a rule) are scanned by a check kernel before the kernel that uses
     them, which then does not check them: an error names the first bad index, as the
     reference does. (A fused loss and its gradient pick the same labels twice: one scan.)"""
-    scanned: set[tuple] = set()
+    scanned: set[tuple | None] = set()
     for op in ops:
         if op.kind == "one_hot" and op.attrs.get("labels_of"):
             index_of = 0
@@ -84,7 +84,8 @@ def check_indices_first(graph_compiler: GraphCompiler, ops: Sequence[Op],
                 continue
             key = (indices, depth)
             message = label_error(check, "{value}", "{ints}", depth)
-            bound, ints = (lambda kernel, d=depth: i64(d)), (lambda kernel, idx: idx)
+            # (bound and ints are called by check_indices below, in this iteration)
+            bound, ints = (lambda kernel: i64(depth)), (lambda kernel, idx: idx)
         else:
             params = op.inputs[0]
             axis = normalize_axis(op.kind, op.attrs["axis"], params.type.rank)
@@ -92,8 +93,8 @@ def check_indices_first(graph_compiler: GraphCompiler, ops: Sequence[Op],
                 continue
             key = None  # params may differ
             message = gather_error("{value}", f"{{int{axis}}}", axis, "{ints}")
-            bound = (lambda kernel, p=params, a=axis: kernel.dim(p, a))
-            ints = (lambda kernel, idx, p=params: kernel.dims(p))
+            bound = (lambda kernel: kernel.dim(params, axis))
+            ints = (lambda kernel, idx: kernel.dims(params))
         if key is None or key not in scanned:
             scanned.add(key)
             kernels_array.check_indices(graph_compiler, indices, bound, message, ints, op.loc)
@@ -123,7 +124,7 @@ def _region_kernel(graph_compiler: GraphCompiler, name: str, region: Graph, oute
         keep = [a for a in range(x0.type.rank) if a not in axes]
         rows = split_rows(axes)  # a row of accumulators per index of axis 0
         graph_compiler.comp.scratch.append(
-            lambda binding, x0=x0, keep=keep, n=n, rows=rows: 8 * n * max(
+            lambda binding: 8 * n * max(
                 1, int(np.prod([binding.shape(x0)[a] for a in keep], dtype=np.int64))
                 * (binding.shape(x0)[0] if rows else 1)))
         scratch = Storage("scratch", 0)
@@ -132,6 +133,8 @@ def _region_kernel(graph_compiler: GraphCompiler, name: str, region: Graph, oute
     emitter = Emitter(kernel, leaves)
     pairs = list(zip(region.results, outer_out))
     if reduces:
+        assert scratch is not None  # made above for the reductions
+
         def then() -> tuple:
             """The second kernel of a split column order (same storages)."""
             k2 = graph_compiler.kernel(name + "_fold", storages, [scratch])

@@ -27,7 +27,7 @@ single element: one flat loop over all elements, the best case for the vectorize
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeAlias
 
 import llvmlite.ir as ir
 import numpy as np
@@ -85,7 +85,7 @@ class Flat:
     i: ir.Value
 
 
-Index = "tuple[ir.Value, ...] | Flat"
+Index: TypeAlias = "tuple[ir.Value, ...] | Flat"
 ZERO = irutil.i64(0)
 
 

@@ -43,7 +43,7 @@ from typing import Callable, Sequence
 import llvmlite.ir as ir
 
 from tfc.backends.llvm import irutil
-from tfc.backends.llvm.context import Kernel, dim_key
+from tfc.backends.llvm.context import Kernel, dim_key, size_of
 from tfc.backends.llvm.kernels_expr import (FLAT_RULES, Emitter, Flat, is_elementwise,
                                             is_reduction, is_view, kind_has, small_constant)
 from tfc.backends.llvm.kernels_scalar import Unsupported
@@ -90,8 +90,7 @@ def pointwise(kernel: Kernel, emitter: Emitter, outputs: Sequence[Pair]) -> None
         outer0 = pairs[0][1]
         if all(flat_ok(emitter, inner) for inner, _ in pairs):
             n = kernel.size(outer0)
-            lo, hi = kernel.extent_of([n], ("size", id(outer0)),
-                                      lambda binding, v=outer0: binding.size(v), outer0)
+            lo, hi = kernel.extent_of([n], ("size", id(outer0)), size_of(outer0), outer0)
 
             def flat_body(i: ir.Value, _c: list) -> None:
                 emitter.push()

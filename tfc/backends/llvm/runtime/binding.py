@@ -13,12 +13,12 @@ what compiled code assumes:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 from tfc.errors import ExecutionError, FeedError, TfcError
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import ELEMENTWISE, lookup
-from tfc.ir.types import TensorType, format_shape
+from tfc.ir.types import Dim, TensorType, format_shape
 
 
 @dataclass
@@ -59,20 +59,21 @@ def bind_symbols(graph: Graph, feed_shapes: Sequence[tuple[int, ...]]) -> dict[s
 
 def infer_graph(graph: Graph, arg_shapes: Sequence[tuple[int, ...]], module: Module,
                 shapes: dict[Value, tuple[int, ...]]) -> None:
-    for a, s in zip(graph.args, arg_shapes):
-        shapes[a] = tuple(s)
+    for a, arg_shape in zip(graph.args, arg_shapes):
+        shapes[a] = tuple(arg_shape)
     for op in graph.ops:
         if op.kind == "var.read":
             decl = module.variables[op.attrs["var"]]
             shapes[op.result] = tuple(decl.type.shape)  # type: ignore[arg-type]
             continue
         ins = [TensorType(v.dtype, shapes[v]) for v in op.inputs]
+        outs: Sequence[tuple[Dim, ...]]
         if op.kind in ("scan", "cond", "while"):  # regions with their own arg shapes
-            outs = infer_control(op, [t.shape for t in ins],
+            outs = infer_control(op, [t.static_shape for t in ins],
                                  lambda g, s: infer_graph(g, s, module, shapes), shapes)
         elif op.regions:
             region = op.regions[0]
-            infer_graph(region, [t.shape for t in ins], module, shapes)
+            infer_graph(region, [t.static_shape for t in ins], module, shapes)
             outs = [shapes[v] for v in region.results]
         else:
             try:
@@ -84,7 +85,7 @@ def infer_graph(graph: Graph, arg_shapes: Sequence[tuple[int, ...]], module: Mod
             if not all(isinstance(d, int) for d in s):
                 raise ExecutionError(f"{op.kind}: result shape {list(s)} is not known at run "
                                      "time", op.loc)
-            shapes[r] = tuple(s)  # type: ignore[arg-type]
+            shapes[r] = cast("tuple[int, ...]", tuple(s))  # all dims are ints (checked above)
         if lookup(op.kind).has(ELEMENTWISE):
             _check_broadcast(op, shapes)
 

@@ -24,7 +24,7 @@ import time
 import zipfile
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -101,8 +101,8 @@ class LLVMExecutable:
         self._upd_specs = [_var_spec(module.variables[n]) for n in meta.updates]
         in_place = dict(meta.in_place)  # update index -> variable index (see fast_step)
         # the updates' part of every binding's fills: their pools outlive a binding
-        self._upd_fills = [([], s, dt, in_place.get(j, -1))
-                           for j, (_, dt, s, _) in enumerate(self._upd_specs)]
+        self._upd_fills: list[tuple[list[np.ndarray], tuple[int, ...], np.dtype, int]] = [
+            ([], s, dt, in_place.get(j, -1)) for j, (_, dt, s, _) in enumerate(self._upd_specs)]
         self._var_bytes = sum(int(np.prod(s)) * dt.itemsize for _, dt, s, _ in self._var_specs)
         self._constants = list(meta.constants)
         self._n_ptrs = meta.n_ptrs
@@ -229,7 +229,9 @@ class LLVMExecutable:
                 return bound
             bound = self._bindings[key] = self._bind(key)
         if self.cache_key is not None:  # the next process starts with this binding
-            entry_cache.put(self.cache_key, self.object_code, self.native_meta())
+            meta = self.native_meta()
+            if self.object_code is not None and meta is not None:  # native code, no fallback
+                entry_cache.put(self.cache_key, self.object_code, meta)
         return bound
 
     def _bind(self, feed_shapes: tuple) -> "_Bound":
@@ -262,7 +264,8 @@ class LLVMExecutable:
         for k, c in enumerate(self._constants):
             ptrs[nf + nv + k] = c.ctypes.data
         ptrs[self._n_ptrs - 1] = arena.ctypes.data + start  # the arena is the last slot
-        fills = [([], tuple(s), dt, -1) for s, dt in zip(out_shapes, self._out_dtypes)]
+        fills: list[tuple[list[np.ndarray], tuple[int, ...], np.dtype, int]] = [
+            ([], tuple(s), dt, -1) for s, dt in zip(out_shapes, self._out_dtypes)]
         fills += self._upd_fills
         touched = (arena_bytes + self._var_bytes
                    + sum(int(np.prod(s)) * dt.itemsize for s, dt in zip(out_shapes,
@@ -513,7 +516,8 @@ class NativeMeta:
                           strs(data.get("updates"), "updates"), n_ptrs, slot,
                           strs(data.get("errors"), "errors"), n_params, tuple(constants),
                           tuple(recs), strs(data.get("passes") or [], "passes"),
-                          int(data.get("kernels") or 0), tuple(pairs))
+                          int(data.get("kernels") or 0),
+                          tuple(cast("list[tuple[int, int]]", pairs)))  # checked below
         if len(meta.var_names) + len(meta.updates) + len(constants) >= n_ptrs:
             raise ValueError("the pointer array is too short")
         if any(len(p) != 2 or not (0 <= p[0] < len(meta.updates)

@@ -40,8 +40,8 @@ def _init() -> None:
     cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     _STATE["cpu"], _STATE["features"] = cpu, features
     _STATE["triple"] = llvm.get_process_triple()
-    _STATE["tm"] = _new_target_machine()
-    _STATE["layout"] = str(_STATE["tm"].target_data)
+    _STATE["tm"] = tm = _new_target_machine()
+    _STATE["layout"] = str(tm.target_data)
 
 
 def _new_target_machine() -> llvm.TargetMachine:
@@ -55,7 +55,7 @@ def target_machine() -> llvm.TargetMachine:
     """The target machine for this host (created once; O3, host CPU and features)."""
     with _LOCK:
         _init()
-    return _STATE["tm"]  # type: ignore[return-value]
+    return _STATE["tm"]
 
 
 def host_key() -> str:

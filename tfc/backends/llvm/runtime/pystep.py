@@ -489,9 +489,9 @@ class NativeStep:
         for k, name in enumerate(self.var_names):
             t[o["vars"] + VAR_WORDS * k:][:VAR_WORDS] = (id(name), n_feeds + k)
         names = [None] * bound.n_outs + list(self.update_names)
-        for k, ((pool, _, _, var_index), name) in enumerate(zip(bound.fills, names)):
+        for k, ((pool, _, _, var_index), upd_name) in enumerate(zip(bound.fills, names)):
             t[o["outs"] + OUT_WORDS * k:][:OUT_WORDS] = (
-                id(pool), bound.out_slot + k, 0 if name is None else id(name), var_index)
+                id(pool), bound.out_slot + k, 0 if upd_name is None else id(upd_name), var_index)
         t[H["enabled"]] = 1
 
 
