@@ -147,6 +147,29 @@ def test_lower_records_the_target_and_lower_entry_leaves_the_module() -> None:
     assert lower(module, Target("llvm")) is module and module.lowered_for == Target("llvm")
 
 
+def test_lower_entry_remembers_lowerings_by_content(monkeypatch) -> None:
+    """Building and compiling the same graph again (a new module, equal content) runs no
+    pass; another graph, or the same one with big constants, is lowered anew."""
+    import tfc.passes.manager as manager
+    first = lower_entry(mlp_like(), "f", "llvm")
+    runs: list[str] = []
+    real = manager.PassManager.run
+    monkeypatch.setattr(manager.PassManager, "run",
+                        lambda self, m: runs.append("ran") or real(self, m))
+    assert lower_entry(mlp_like(), "f", "llvm") is first and runs == []
+    other = lower_entry(mlp_like(32), "f", "llvm")
+    assert other is not first and runs == ["ran"]
+    assert lower_entry(mlp_like(), "f", "reference").lowered_for == Target("reference")
+
+    def heavy() -> Module:
+        g = Graph("f")
+        x = g.add_arg(TensorType(DType.f32, (1 << 19,)), "x")
+        b = Builder(g)
+        g.set_results([b("add", x, b("constant", value=np.ones(1 << 19, np.float32)))])
+        return Module({"f": g})
+    assert lower_entry(heavy(), "f", "llvm") is not lower_entry(heavy(), "f", "llvm")
+
+
 def test_llvm_backend_refuses_a_module_that_was_not_lowered() -> None:
     with pytest.raises(TfcError, match=r"@f has no memory plan.*lower it first "
                                        r"\(tfc.pipeline.lower"):

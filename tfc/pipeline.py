@@ -21,11 +21,15 @@ dispatch comes through its one compiler. Pipelines are text (``"cse,memory{budge
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence, TextIO
 
+import numpy as np
+
 from tfc.backends.base import get_backend
 from tfc.errors import TfcError
+from tfc.ir.bytecode import module_to_bytes
 from tfc.ir.core import Module
 from tfc.passes.manager import DEFAULT_PIPELINE, Pipeline, PassSpec, parse_pipeline, run_passes
 
@@ -125,14 +129,52 @@ def lower_entry(module: Module, entry: str, backend: str) -> Module:
     """A module holding just graph ``entry`` of ``module`` (a copy when the backend has
     lowering passes), its graph taken as it is and lowered for one device of ``backend``:
     what a ``Program`` compiles on an entry's first use, so that only the entries that
-    run are lowered. ``module`` is unchanged."""
+    run are lowered. ``module`` is unchanged.
+
+    Lowerings are remembered in this process by the entry's content (its bytecode: the
+    graph with its locations and the variables), as a jit cache is: building and
+    compiling the same graph again runs no pass. The module returned may be shared, so
+    it must not be changed."""
     graph = module.graphs.get(entry)
     if graph is None:
         raise TfcError(f"unknown entry '{entry}' (entries: {', '.join(module.graphs)})")
     target = Target(backend)
-    changes = bool(backend_pipeline(backend))
-    sub = Module({entry: graph.clone() if changes else graph}, dict(module.variables))
-    return lower(sub, target, passes="", verify=False)
+    lowering = backend_pipeline(backend)
+    if not lowering:
+        return lower(Module({entry: graph}, dict(module.variables)), target, passes="",
+                     verify=False)
+    key = _lowering_key(module, entry, backend)
+    if key is not None and key in _LOWERED:
+        _LOWERED.move_to_end(key)
+        return _LOWERED[key]
+    sub = Module({entry: graph.clone()}, dict(module.variables))
+    lowered = lower(sub, target, passes="", verify=False)
+    if key is not None:
+        _LOWERED[key] = lowered
+        while len(_LOWERED) > MAX_REMEMBERED_LOWERINGS:
+            del _LOWERED[next(iter(_LOWERED))]
+    return lowered
+
+
+# The in-process memory of ``lower_entry``: the most recently used lowerings, without
+# graphs carrying more constant data than ``MAX_REMEMBERED_CONSTANT_BYTES`` (weights baked
+# into an ``__init__``: holding them would keep the weights alive, and hashing them costs
+# what lowering saves).
+MAX_REMEMBERED_LOWERINGS = 64
+MAX_REMEMBERED_CONSTANT_BYTES = 1 << 20
+_LOWERED: OrderedDict[tuple[str, str, bytes], Module] = OrderedDict()
+
+
+def _lowering_key(module: Module, entry: str, backend: str) -> tuple[str, str, bytes] | None:
+    graph = module.graphs[entry]
+    constants = sum(v.nbytes for op in graph.walk() for v in op.attrs.values()
+                    if isinstance(v, np.ndarray))
+    if constants > MAX_REMEMBERED_CONSTANT_BYTES:
+        return None
+    try:
+        return backend, entry, module_to_bytes(Module({entry: graph}, module.variables))
+    except TfcError:  # attrs the bytecode cannot hold: lowered every time
+        return None
 
 
 def lower_for_devices(module: Module, backend: str,
