@@ -149,19 +149,20 @@ class LLVMBackend:
         t1 = time.perf_counter()
         work = module
         triple, layout = native.triple_and_layout()
-        gc = GraphCompiler(work, graph, plan, triple, layout)
+        graph_compiler = GraphCompiler(work, graph, plan, triple, layout)
         try:
-            gc.assign_storage()
-            failed = gc.lower_all(lower)
+            graph_compiler.assign_storage()
+            failed = graph_compiler.lower_all(lower)
         except Unsupported as e:
             failed = [str(e)]
         report.fallback_ops = sorted(set(failed))
-        report.kernels = len(gc.calls)
+        report.kernels = len(graph_compiler.calls)
         if not failed:
             from tfc.backends.llvm.parallel import build_parallel
-            gc.build_entry(build_parallel(gc.comp.module, self.threads), self.profile)
+            graph_compiler.build_entry(build_parallel(graph_compiler.comp.module, self.threads),
+                                       self.profile)
         report.seconds["lower"] = time.perf_counter() - t1
-        return work, graph, gc, report
+        return work, graph, graph_compiler, report
 
     def profiled(self) -> "LLVMBackend":
         """This backend with kernel timing on (``profile=True``), for ``tfc bench``."""
@@ -199,14 +200,14 @@ class LLVMBackend:
                 exe.report.seconds["entry cache"] = time.perf_counter() - t0
                 exe.cache_key = key
                 return exe
-        work, graph, gc, report = self._lower(module, entry)
+        work, graph, graph_compiler, report = self._lower(module, entry)
         if report.fallback_ops:
             warnings.warn(f"llvm backend: graph @{entry} runs on the reference backend; "
                           f"ops not supported yet: {', '.join(report.fallback_ops)}",
                           stacklevel=2)
             return LLVMExecutable(work, graph, None, None, report)
         t0 = time.perf_counter()
-        text = str(gc.comp.module)
+        text = str(graph_compiler.comp.module)
         report.ir_bytes = len(text)
         t1 = time.perf_counter()
         report.seconds["ir"] = t1 - t0
@@ -214,7 +215,7 @@ class LLVMBackend:
         report.cached = cached
         report.object_bytes = len(obj)
         report.seconds["llvm"] = time.perf_counter() - t1
-        exe = LLVMExecutable(work, graph, gc, obj, report)
+        exe = LLVMExecutable(work, graph, graph_compiler, obj, report)
         if key is not None:
             exe.cache_key = key
             meta = exe.native_meta()
@@ -280,13 +281,13 @@ class LLVMBackend:
         if host_key is not None:
             _check_host(entry, host_key)
         if meta is None:
-            work, graph, gc, report = self._lower(module, entry)
+            work, graph, graph_compiler, report = self._lower(module, entry)
             if report.fallback_ops:
                 raise ArtifactError(f"@{entry} cannot run on the llvm backend (unsupported: "
                                     f"{', '.join(report.fallback_ops)})")
             report.object_bytes = len(object_code)
             report.cached = True
-            return LLVMExecutable(work, graph, gc, object_code, report)
+            return LLVMExecutable(work, graph, graph_compiler, object_code, report)
         return self._from_meta(module, entry, object_code, meta)
 
     def _from_meta(self, module: Module, entry: str, object_code: bytes, meta: NativeMeta
@@ -308,12 +309,12 @@ class LLVMBackend:
                                object_bytes=len(object_code))
 
         def relower() -> tuple[Module, Graph, GraphCompiler]:
-            work, g, gc, rep = self._lower(module, entry)
+            work, g, graph_compiler, rep = self._lower(module, entry)
             if rep.fallback_ops:
                 raise ArtifactError(f"@{entry} cannot run on the llvm backend (unsupported: "
                                     f"{', '.join(rep.fallback_ops)})")
             report.seconds.update(rep.seconds)
-            return work, g, gc
+            return work, g, graph_compiler
 
         return LLVMExecutable(module, graph, None, object_code, report, meta=meta,
                               relower=relower)

@@ -195,6 +195,12 @@ class ReductionLayout:
     reduced_axes: tuple[int, ...]
     kept_axes: tuple[int, ...]
 
+    def dims(self, kernel: Kernel) -> tuple[list[ir.Value], list[ir.Value], list[ir.Value]]:
+        """The source's dims in ``kernel`` (a whole-tensor kernel), then those of the kept
+        axes and those of the reduced axes."""
+        dims = kernel.dims(self.source)
+        return dims, [dims[a] for a in self.kept_axes], [dims[a] for a in self.reduced_axes]
+
 
 def reduction(kernel: Kernel, emitter: Emitter, ops: Sequence[Op], outputs: Sequence[Pair],
               scratch: ir.Value | None = None,
@@ -266,14 +272,11 @@ def _column_order(kernel: Kernel, emitter: Emitter, layout: ReductionLayout,
     writes the full outputs and folds each element into a row of accumulators (scratch,
     one per reduction, 8 bytes per kept element), then a pass over the kept axes
     finishes the reductions and computes the reduced outputs."""
-    reduces, x0, red, keep = (layout.reduces, layout.source, layout.reduced_axes,
-                              layout.kept_axes)
+    reduces, x0, keep = layout.reduces, layout.source, layout.kept_axes
     red_out = layout.reduced_outputs
     b = kernel.b
     kernel.whole()
-    dims = kernel.dims(x0)
-    kdims = [dims[a] for a in keep]
-    rdims = [dims[a] for a in red]
+    dims, kdims, rdims = layout.dims(kernel)
     ksize = irutil.product(b, kdims)
     accs = []
     for j, r in enumerate(reduces):
@@ -487,14 +490,10 @@ def _row_order(kernel: Kernel, emitter: Emitter, layout: ReductionLayout) -> Non
 
 
 def _accumulate_order(kernel: Kernel, emitter: Emitter, layout: ReductionLayout) -> None:
-    reduces, x0, red, keep = (layout.reduces, layout.source, layout.reduced_axes,
-                              layout.kept_axes)
-    red_out = layout.reduced_outputs
+    reduces, keep, red_out = layout.reduces, layout.kept_axes, layout.reduced_outputs
     b = kernel.b
     kernel.whole()
-    dims = kernel.dims(x0)
-    kdims = [dims[a] for a in keep]
-    rdims = [dims[a] for a in red]
+    dims, kdims, rdims = layout.dims(kernel)
     by_result = {r.result: r for r in reduces}
 
     def init(kidx: list[ir.Value], _c: list) -> None:

@@ -47,10 +47,10 @@ def test_a_second_compile_lowers_nothing_and_keeps_the_bindings(h, cache_dir):
     assert again.report.cached and "entry cache" in again.report.seconds
     assert ((5, 4), (4, 3)) in again._bindings  # written back after the first step
     np.testing.assert_array_equal(again(feeds, {}, 0).fetches[0], want)
-    assert again._gc is None  # neither compile nor step lowered the graph
+    assert again._graph_compiler is None  # neither compile nor step lowered the graph
     nine = _feeds(9)
     h.assert_same(again(nine, {}, 0), h.run_both(m, nine)[1])  # a new shape lowers
-    assert again._gc is not None
+    assert again._graph_compiler is not None
     third = compile_lowered(LLVMBackend(), m, "f")
     assert {((5, 4), (4, 3)), ((9, 4), (4, 3))} <= set(third._bindings)
 
@@ -79,7 +79,7 @@ def test_a_broken_entry_is_a_miss_and_is_replaced(h, cache_dir):
     path.write_bytes(b"not a zip")
     assert entry_cache.get(key) is None
     exe = compile_lowered(LLVMBackend(), m, "f")
-    assert exe._gc is not None  # lowered again
+    assert exe._graph_compiler is not None  # lowered again
     feeds = _feeds()
     h.assert_same(exe(feeds, {}, 0), h.run_both(m, feeds)[1])
     assert entry_cache.get(key) is not None

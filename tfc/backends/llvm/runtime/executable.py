@@ -54,7 +54,7 @@ class LLVMExecutable:
     and lowers its graph in Python only when it meets feed shapes it has no binding for.
     """
 
-    def __init__(self, module: Module, graph: Graph, gc: GraphCompiler | None,
+    def __init__(self, module: Module, graph: Graph, graph_compiler: GraphCompiler | None,
                  object_code: bytes | None, report: CompileReport,
                  *,
                  meta: "NativeMeta | None" = None,
@@ -76,8 +76,8 @@ class LLVMExecutable:
             self._reference = ReferenceBackend().compile(
                 Module({graph.name: graph}, module.variables), graph.name)
             return
-        assert object_code is not None and (gc is not None or meta is not None)
-        self._gc = gc
+        assert object_code is not None and (graph_compiler is not None or meta is not None)
+        self._graph_compiler = graph_compiler
         self._relower = relower
         t0 = time.perf_counter()
         self._loaded = native.load_object(object_code)
@@ -90,8 +90,8 @@ class LLVMExecutable:
                               if detail else None)
         report.seconds["load"] = time.perf_counter() - t0
         if meta is None:
-            assert gc is not None
-            meta = NativeMeta.of(gc, report)
+            assert graph_compiler is not None
+            meta = NativeMeta.of(graph_compiler, report)
         self.meta = meta
         self._arg_dtypes = [a.dtype.np for a in graph.args]
         # (name, numpy dtype, shape, decl) of the variables read and of those updated
@@ -243,19 +243,19 @@ class LLVMExecutable:
             if len(s) != a.type.rank or any(isinstance(d, int) and d != n
                                              for d, n in zip(a.type.shape, s)):
                 raise FeedError(f"feed '{a.name}' has shape {format_shape(s)}, expected {a.type}")
-        gc = self._lowered()
+        graph_compiler = self._lowered()
         g = self.graph
-        bd = bind(self.module, g, feed_shapes, gc.comp.regions)
-        offsets, total = _offsets(gc.plan, bd)
-        bd.offsets = offsets
-        bd.scratch_offset = total
-        scratch = max((fn(bd) for fn in gc.comp.scratch), default=0)
-        params = [fn(bd) for fn in gc.comp.params]
-        out_shapes = [bd.shapes[v] for v in g.results]
-        return self._make_bound(tuple(feed_shapes), total + scratch, params, out_shapes, bd)
+        binding = bind(self.module, g, feed_shapes, graph_compiler.comp.regions)
+        offsets, total = _offsets(graph_compiler.plan, binding)
+        binding.offsets = offsets
+        binding.scratch_offset = total
+        scratch = max((fn(binding) for fn in graph_compiler.comp.scratch), default=0)
+        params = [fn(binding) for fn in graph_compiler.comp.params]
+        out_shapes = [binding.shapes[v] for v in g.results]
+        return self._make_bound(tuple(feed_shapes), total + scratch, params, out_shapes, binding)
 
     def _make_bound(self, key: tuple, arena_bytes: int, params: list[int],
-                    out_shapes: list[tuple[int, ...]], bd: Binding | None) -> "_Bound":
+                    out_shapes: list[tuple[int, ...]], binding: Binding | None) -> "_Bound":
         arena = np.zeros(arena_bytes + ALIGN, dtype=np.uint8)
         start = (-arena.ctypes.data) % ALIGN
         pa = np.array(params, dtype=np.int64) if params else np.zeros(1, np.int64)
@@ -274,7 +274,7 @@ class LLVMExecutable:
         # Releasing the GIL costs about half a microsecond per call; a step that touches
         # little memory is over before another thread could use it.
         call = self._entry_gil if touched <= GIL_HOLD_BYTES else self._entry
-        return _Bound(bd, arena, pa, ptrs, [tuple(s) for s in out_shapes],
+        return _Bound(binding, arena, pa, ptrs, [tuple(s) for s in out_shapes],
                       nf + nv + len(self._constants), key=key, fills=fills,
                       n_outs=len(out_shapes),
                       call=call, ptrs_addr=ptrs.ctypes.data, params_addr=pa.ctypes.data,
@@ -302,11 +302,11 @@ class LLVMExecutable:
     def _lowered(self) -> GraphCompiler:
         """The graph compiler (lowering again, once, for an executable loaded from native
         code and its tables: its run-time params must be those the code was built with)."""
-        if self._gc is not None:
-            return self._gc
+        if self._graph_compiler is not None:
+            return self._graph_compiler
         assert self._relower is not None
-        module, graph, gc = self._relower()
-        have = NativeMeta.of(gc, self.report)
+        module, graph, graph_compiler = self._relower()
+        have = NativeMeta.of(graph_compiler, self.report)
         mine = self.meta
         if (have.var_names, have.updates, have.n_ptrs, have.step_slot, have.errors,
                 have.n_params, len(have.constants)) != (
@@ -316,8 +316,8 @@ class LLVMExecutable:
                     for a, b in zip(have.constants, mine.constants)):
             raise ArtifactError(f"the native code of @{graph.name} does not match its graph "
                                 f"as lowered by this tfc; recompile it")
-        self.module, self.graph, self._gc = module, graph, gc
-        return gc
+        self.module, self.graph, self._graph_compiler = module, graph, graph_compiler
+        return graph_compiler
 
     def native_meta(self) -> "NativeMeta | None":
         """What loading this executable from its object code needs besides the graph: the
@@ -348,8 +348,9 @@ class LLVMExecutable:
             return []
         labels = self._kernel_labels
         if labels is None:
-            gc = self._lowered()
-            labels = self._kernel_labels = (gc.kernel_labels(), len(gc.steps))
+            graph_compiler = self._lowered()
+            labels = self._kernel_labels = (graph_compiler.kernel_labels(),
+                                            len(graph_compiler.steps))
         steps, n = labels
         stamps = np.ctypeslib.as_array((ctypes.c_int64 * (n + 1)).from_address(
             self._stamps_addr))
@@ -413,12 +414,13 @@ class NativeMeta:
     in_place: tuple[tuple[int, int], ...] = ()
 
     @staticmethod
-    def of(gc: GraphCompiler, report: CompileReport) -> "NativeMeta":
-        return NativeMeta(tuple(gc.var_names), tuple(gc.updates), gc.arena_slot + 1,
-                          gc.comp.param_slot(("step",)), tuple(gc.comp.errors),
-                          len(gc.comp.params), tuple(gc.constants), (),
-                          tuple(report.passes), report.kernels,
-                          tuple(sorted(gc.in_place_updates().items())))
+    def of(graph_compiler: GraphCompiler, report: CompileReport) -> "NativeMeta":
+        comp = graph_compiler.comp
+        return NativeMeta(tuple(graph_compiler.var_names), tuple(graph_compiler.updates),
+                          graph_compiler.arena_slot + 1, comp.param_slot(("step",)),
+                          tuple(comp.errors), len(comp.params), tuple(graph_compiler.constants),
+                          (), tuple(report.passes), report.kernels,
+                          tuple(sorted(graph_compiler.in_place_updates().items())))
 
     def to_json(self) -> dict[str, Any]:
         """Everything but the constants (arrays, stored beside it) as JSON data."""
@@ -636,18 +638,18 @@ def _same_shapes(feeds: Sequence[np.ndarray], shapes: tuple) -> bool:
     return True
 
 
-def _offsets(plan: Any, bd: Binding) -> tuple[dict[int, int], int]:
-    """Arena byte offset of each buffer of the plan, and the arena's size, for ``bd``
+def _offsets(plan: Any, binding: Binding) -> tuple[dict[int, int], int]:
+    """Arena byte offset of each buffer of the plan, and the arena's size, for ``binding``
     (dynamic buffers, of values with '?' dims, sized by the binding's concrete shapes)."""
     def value_bytes(v: Any) -> int:
-        return bd.size(v) * v.dtype.itemsize
+        return binding.size(v) * v.dtype.itemsize
 
     try:
-        offs = plan.offsets(bd.symbols, value_bytes)
-        total = plan.arena_bytes(bd.symbols, value_bytes)
+        offs = plan.offsets(binding.symbols, value_bytes)
+        total = plan.arena_bytes(binding.symbols, value_bytes)
         out = {buf.id: o for buf, o in zip(plan.buffers, offs)}
         for buf in plan.buffers:  # the plan's sizes must hold every value at this binding
-            need = max((value_bytes(v) for v in buf.values if v in bd.shapes), default=0)
+            need = max((value_bytes(v) for v in buf.values if v in binding.shapes), default=0)
             if out[buf.id] + need > total:
                 raise ValueError("buffer too small")
         return out, -(-total // ALIGN) * ALIGN
@@ -656,7 +658,7 @@ def _offsets(plan: Any, bd: Binding) -> tuple[dict[int, int], int]:
         out, total = {}, 0
         for buf in plan.buffers:
             out[buf.id] = total
-            need = max((value_bytes(v) for v in buf.values if v in bd.shapes), default=0)
+            need = max((value_bytes(v) for v in buf.values if v in binding.shapes), default=0)
             total += -(-need // ALIGN) * ALIGN
         return out, total
 
