@@ -25,8 +25,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence, TextIO
 
-import numpy as np
-
 from tfc.backends.base import get_backend
 from tfc.errors import TfcError
 from tfc.ir.bytecode import module_to_bytes
@@ -167,9 +165,7 @@ _LOWERED: OrderedDict[tuple[str, str, bytes], Module] = OrderedDict()
 
 def _lowering_key(module: Module, entry: str, backend: str) -> tuple[str, str, bytes] | None:
     graph = module.graphs[entry]
-    constants = sum(v.nbytes for op in graph.walk() for v in op.attrs.values()
-                    if isinstance(v, np.ndarray))
-    if constants > MAX_REMEMBERED_CONSTANT_BYTES:
+    if graph.constant_bytes() > MAX_REMEMBERED_CONSTANT_BYTES:
         return None
     try:
         return backend, entry, module_to_bytes(Module({entry: graph}, module.variables))

@@ -161,6 +161,12 @@ class Graph:
             for r in op.regions:
                 yield from r.walk()
 
+    def constant_bytes(self) -> int:
+        """Bytes of the array attrs of its ops, regions included (the constants' data):
+        what caches weigh before keeping a graph."""
+        return sum(v.nbytes for op in self.walk() for v in op.attrs.values()
+                   if isinstance(v, np.ndarray))
+
     def uses(self) -> dict[Value, list[Op]]:
         """Map each value to the ops of this graph (not regions) that use it."""
         out: dict[Value, list[Op]] = {}

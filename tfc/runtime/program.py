@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -97,9 +97,9 @@ def lowered_module(module: Module, entry: str, backend: Backend) -> Module:
     ``module`` as it is when it was lowered for this backend (``tfc.pipeline.lower``, as
     ``tfc compile`` does), else a module of that entry alone lowered now, so that only
     the entries that run are lowered, on first use; ``module`` is never changed."""
-    lowered = module.lowered_for
-    if backend.pipeline and (lowered is None or lowered.backend != backend.name):
-        from tfc.pipeline import lower_entry
+    from tfc.pipeline import Target, lower_entry, usable_as_lowered
+    target = Target(backend.name, tuple(module.devices), module.fp16_transfers)
+    if backend.pipeline and not usable_as_lowered(module, target):
         return lower_entry(module, entry, backend.name)
     return module
 
@@ -276,7 +276,7 @@ class Program:
                 order = None
         results = runner.result_names
         single = isinstance(fetches, str)
-        wanted = [fetches] if isinstance(fetches, str) else list(
+        wanted = [cast(str, fetches)] if single else list(
             results if fetches is None else fetches)
         for name in wanted:
             if name not in results:

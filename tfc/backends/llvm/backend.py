@@ -65,6 +65,7 @@ from tfc.backends.llvm.runtime.executable import LLVMExecutable, NativeMeta, ins
 from tfc.backends.llvm.runtime.symbols import register_symbols
 from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import Graph, Module
+from tfc.passes.manager import parse_pipeline
 
 
 @dataclass
@@ -144,12 +145,11 @@ class LLVMBackend:
         from tfc.backends.llvm.kernels import lower
         report = CompileReport(entry)
         graph, plan = planned(module, entry)
-        report.passes = self.pipeline.split(",")
+        report.passes = [p.name for p in parse_pipeline(self.pipeline)]  # run before compile
         report.memory_plan = "memory pass"
         t1 = time.perf_counter()
-        work = module
         triple, layout = native.triple_and_layout()
-        graph_compiler = GraphCompiler(work, graph, plan, triple, layout)
+        graph_compiler = GraphCompiler(module, graph, plan, triple, layout)
         try:
             graph_compiler.assign_storage()
             failed = graph_compiler.lower_all(lower)
@@ -162,7 +162,7 @@ class LLVMBackend:
             graph_compiler.build_entry(build_parallel(graph_compiler.comp.module, self.threads),
                                        self.profile)
         report.seconds["lower"] = time.perf_counter() - t1
-        return work, graph, graph_compiler, report
+        return module, graph, graph_compiler, report
 
     def profiled(self) -> "LLVMBackend":
         """This backend with kernel timing on (``profile=True``), for ``tfc bench``."""

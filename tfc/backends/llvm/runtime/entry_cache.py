@@ -69,9 +69,7 @@ def entry_key(module: Module, entry: str, options: str) -> str | None:
     """The cache key of ``entry`` of ``module`` compiled with ``options``; ``None`` for a
     graph with more than ``MAX_CONSTANT_BYTES`` of constants."""
     graph = module.graphs[entry]
-    constant_bytes = sum(v.nbytes for op in graph.walk() for v in op.attrs.values()
-                         if isinstance(v, np.ndarray))
-    if constant_bytes > MAX_CONSTANT_BYTES:
+    if graph.constant_bytes() > MAX_CONSTANT_BYTES:
         return None
     # the code follows the memory plan as well as the graph (the plan a module was lowered
     # with, or the one an artifact stored)

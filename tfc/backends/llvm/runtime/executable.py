@@ -229,9 +229,9 @@ class LLVMExecutable:
                 return bound
             bound = self._bindings[key] = self._bind(key)
         if self.cache_key is not None:  # the next process starts with this binding
-            meta = self.native_meta()
-            if self.object_code is not None and meta is not None:  # native code, no fallback
-                entry_cache.put(self.cache_key, self.object_code, meta)
+            meta = self.native_meta()  # bindings exist only for native code (no fallback)
+            assert self.object_code is not None and meta is not None
+            entry_cache.put(self.cache_key, self.object_code, meta)
         return bound
 
     def _bind(self, feed_shapes: tuple) -> "_Bound":
