@@ -5,6 +5,7 @@ pytest.mark.usefixtures("ir_test_ops")``), so registry walks elsewhere never see
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterator, Mapping, Sequence
 
 import pytest
@@ -12,6 +13,24 @@ import pytest
 from tfc.ir import registry
 from tfc.ir.registry import PURE, AttrSpec, OpDef
 from tfc.ir.types import TensorType
+
+@pytest.fixture(autouse=True, scope="session")
+def isolated_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite never reads what this user's tfc left behind: compile caches in a fresh
+    directory (a cached native build would outlive a test's patch of the lowering table),
+    and no calibrated device profile (placement would follow this machine's rates).
+    Subprocesses (the CLI tests) inherit both. Tests that need their own set them."""
+    saved = {k: os.environ.get(k) for k in ("TFC_CACHE_DIR", "TFC_DEVICE_PROFILE")}
+    root = tmp_path_factory.mktemp("tfc-home")
+    os.environ["TFC_CACHE_DIR"] = str(root / "cache")
+    os.environ["TFC_DEVICE_PROFILE"] = str(root / "no-devices.json")  # never written
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
 
 ATTR_KINDS = ["int", "float", "bool", "str", "ints", "floats", "dtype", "shape", "tensor",
               "any", "var"]

@@ -41,8 +41,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # seconds; mlp_devices_digits is a megabyte of constants).
 SEED_EXAMPLES = ["ridge.py", "ridge_gd.py", "kmeans_digits.py", "mlp.tfm", "cnn.tfm",
                  "lstm_sequence.py", "softmax_train_digits.py"]
-MUTANTS = int(os.environ.get("TFC_FUZZ_MUTANTS", "0")) or 400
-RUNS = int(os.environ.get("TFC_FUZZ_MUTANTS", "0")) or 24
+ASKED = int(os.environ.get("TFC_FUZZ_MUTANTS", "0"))
+MUTANTS = ASKED or 400
+RUNS = ASKED or 24  # asked for N mutants, every verified one runs on both backends
 SEED = int(os.environ.get("TFC_FUZZ_SEED", "1"))
 STEP_TIMEOUT_S = 60.0  # per mutant run on both backends (compiling included)
 MEMORY_LIMIT = 8 << 30  # address space of the worker

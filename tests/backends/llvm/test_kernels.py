@@ -245,7 +245,7 @@ def test_composites_without_a_kernel_compile_their_registry_expansion(h, monkeyp
         warnings.simplefilter("error")  # no fallback to the reference
         exe = compile_lowered(LLVMBackend(use_cache=False), m, "f")  # a cached one is fused
     assert sorted(set(declined)) == sorted(kinds)
-    rtol, atol = (1e-3, 1e-6) if dtype == DType.f16 else (2e-5, 1e-6)
+    rtol, atol = {DType.f16: (1e-3, 1e-6), F32: (2e-5, 1e-6), F64: (1e-12, 1e-15)}[dtype]
     for n, scale in ((1, 3), (64, 3), (7, 300)):
         p = RNG.uniform(0, 1, (n, 50))
         feeds = [(h.rand(RNG, (n, 50)) * scale).astype(dtype.np),
