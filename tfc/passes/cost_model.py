@@ -18,8 +18,10 @@ curves give the seconds of one kernel by op class, size and thread count:
 - A transfer between devices of one process hands a reference over: it costs the
   measured hand-off latency and nothing per byte. Between hosts it costs the link's
   latency plus bytes over its bandwidth.
-- Per step: a ``Program.run`` costs ``step_s``; a multi-device step adds ``stage_s`` per
-  executor stage.
+- Per step: a one-device program's ``Program.run`` costs ``step_s``; a step of the
+  multi-device executor ``executor_step_s``, plus ``stage_s`` per stage on its device's
+  thread and ``transfer_s`` per in-process transfer on the sending and on the receiving
+  device's thread (the send and recv calls), besides the hand-off latency.
 
 ``MeasuredCosts`` (from a profiling run, ``tfc compile --profile-runs``) overrides the
 curves for the ops it measured, keyed by ``op_signature``: what the runtime measured is
@@ -124,9 +126,19 @@ class CostModel:
         return self.profile.step_s
 
     @property
+    def executor_step_s(self) -> float:
+        """Fixed cost of one step of the multi-device executor."""
+        return self.profile.executor_step_s
+
+    @property
     def stage_s(self) -> float:
         """What the multi-device executor adds per stage it runs."""
         return self.profile.stage_s
+
+    @property
+    def transfer_s(self) -> float:
+        """The work of one in-process send and its recv (each device's thread pays it)."""
+        return self.profile.transfer_s
 
     @property
     def handoff_s(self) -> float:

@@ -137,8 +137,16 @@ class Simulation:
         if (v, device) in self.ready:
             return self.ready[(v, device)]
         src = self.home[v]
-        return (self.ready[(v, src)]
+        return (self.ready[(v, src)] + self._send_s()
                 + self.model.transfer_seconds(v, src, device, v in self.compressed))
+
+    def _send_s(self) -> float:
+        """The work of one send (or one recv) call on a device's thread."""
+        return self.model.transfer_s / 2
+
+    def _new_transfers(self, op: Op, device: str) -> list[Value]:
+        return [v for v in op.inputs if v.op is not None and (v, device) not in self.ready
+                and self.home[v] != device]
 
     def wire_bytes(self, v: Value) -> int:
         """Bytes of ``v`` as it crosses devices (f16 when compressed); between devices of
@@ -156,18 +164,21 @@ class Simulation:
 
     def finish(self, op: Op, device: str) -> float:
         start = max([self.free[device], *(self.arrival(v, device) for v in op.inputs)])
-        return start + self._stage_cost(op, device) + self.exec_time(op, device)
+        recvs = len(set(self._new_transfers(op, device))) * self._send_s()
+        return start + recvs + self._stage_cost(op, device) + self.exec_time(op, device)
 
     def commit(self, op: Op, device: str) -> float:
-        for v in op.inputs:
-            if v.op is not None and (v, device) not in self.ready:
-                self.ready[(v, device)] = self.arrival(v, device)
-                if self.home[v] != device:
-                    self.transfers += 1
-                    self.transfer_bytes += self.wire_bytes(v)
+        end = self.finish(op, device)
+        for v in dict.fromkeys(self._new_transfers(op, device)):
+            src = self.home[v]
+            self.ready[(v, device)] = self.arrival(v, device)
+            self.transfers += 1
+            self.transfer_bytes += self.wire_bytes(v)
+            self.free[src] += self._send_s()  # the send call, on the sender's thread
+            self.busy[src] += self._send_s()
+            self.busy[device] += self._send_s()  # the recv call
         work = self.exec_time(op, device)
         stage = self._stage(op, device)
-        end = self.finish(op, device)
         self.stages.add((device, stage))
         self.device_of[op] = device
         self.free[device] = end
@@ -180,11 +191,12 @@ class Simulation:
 
     @property
     def makespan(self) -> float:
-        """The step: the fixed cost of a step plus the last device's finish, but never
-        less than the host's work (each device's kernel seconds times its threads) spread
+        """The step: the fixed cost of a step (the executor's, when it runs the step) plus
+        the last device's finish, but never less than the host's work (each device's kernel seconds times its threads) spread
         over its cores (more threads than cores take turns)."""
         host = sum(self.busy[d] * self.threads.get(d, 1) for d in self.busy) / self.model.cores
-        return self.model.step_s + max(max(self.free.values(), default=0.0), host)
+        fixed = self.model.executor_step_s if self.executor else self.model.step_s
+        return fixed + max(max(self.free.values(), default=0.0), host)
 
 
 def can_run(kind: str, device: str) -> bool:

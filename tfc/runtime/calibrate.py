@@ -13,12 +13,17 @@ Logical CPUs share one host, so the host is measured, at 1 thread and at all its
 - the fixed cost of one kernel inside a native step (many tiny independent adds: the
   step's per-kernel increment, not a whole ``Program.run``);
 - the fixed cost of a ``Program.run`` step (a one-op program on a scalar);
-- the multi-device executor's cost per stage (a chain of tiny ops alternating between
-  two devices: each link of it one stage and one hand-off);
-- the in-process hand-off (a send in one thread until the recv returns in another).
+- the multi-device executor's fixed cost per step and per stage (chains of tiny ops
+  alternating between two devices, of two lengths: each link one stage and one
+  hand-off);
+- the in-process hand-off (a send in one thread until the recv returns in another) and
+  the work of a send and its recv on the threads that call them.
 
-Every figure is the median of ``repeats`` timed runs after a warm-up, and the spread of
-the runs (min / median / max) is reported per measurement. The whole calibration takes
+Every figure is the 25th percentile of ``repeats`` timed runs after a warm-up
+(``Spread.typical``: runs a busy neighbour delayed do not count), and the spread of the
+runs (min / median / max) is reported per measurement. More threads are never taken to
+be slower than one (the backend could run the kernel on one): a curve at several
+threads is capped by the one-thread curve. The whole calibration takes
 a few seconds (each program is compiled once per thread count; the compile cache keeps
 them). Links between hosts are not measured here (a cluster's task does that).
 """
@@ -72,6 +77,14 @@ class Spread:
     @property
     def max(self) -> float:
         return max(self.samples)
+
+    @property
+    def typical(self) -> float:
+        """The 25th percentile: what a run takes when nothing else on the host gets in
+        its way. On a busy host some runs wait for a core (a BLAS worker woken late
+        costs a whole scheduler slice, ~16 ms here), and a median of such runs would
+        describe the neighbours, not the machine."""
+        return float(np.percentile(self.samples, 25))
 
     @property
     def relative(self) -> float:
@@ -165,7 +178,7 @@ class _Bench:
         (name,) = module.graphs
         spread = _timings(lambda: program.run(name, feeds), self.repeats)
         self.spreads[f"{label} @{self.tag}"] = spread
-        return spread.median
+        return spread.typical
 
 
 def _gemm_points(bench: _Bench, sizes: Sequence[int], skinny: tuple[int, int] | None,
@@ -211,6 +224,14 @@ def _adds(count: int, n: int) -> Module:
                   lambda b, a: [b("add", a[i], a[-1]) for i in range(count)])
 
 
+def _capped(curve: Curve, one_thread: Curve | None) -> Curve:
+    """``curve`` no slower than ``one_thread`` at any of its sizes."""
+    if one_thread is None:
+        return curve
+    return Curve(curve.sizes, [min(t, one_thread.at(x))
+                               for x, t in zip(curve.sizes, curve.seconds)])
+
+
 def _curve(points: dict[float, float]) -> Curve:
     sizes = sorted(points)
     return Curve(sizes, [points[s] for s in sizes])
@@ -234,29 +255,51 @@ def measure_kernel(bench: _Bench, step_s: float) -> float:
     return max(1e-9, (t - step_s) / TINY_KERNELS)
 
 
-def measure_stages(backend: Backend, repeats: int, spreads: dict[str, Spread],
-                   step_s: float, kernel_s: float, handoff_s: float) -> float:
-    """What the multi-device executor adds per stage: a chain of tiny adds alternating
-    between two devices (every link one stage and one hand-off), its step less the
-    one-device step, the kernels and the hand-offs, per link."""
+def measure_executor(backend: Backend, repeats: int, spreads: dict[str, Spread],
+                     kernel_s: float, handoff_s: float, transfer_s: float
+                     ) -> tuple[float, float]:
+    """The multi-device executor's fixed cost per step and its cost per stage: chains of
+    ``h`` tiny adds alternating between two devices (``h`` stages, ``h - 1`` hand-offs)
+    for two lengths; the line through their steps has the per-link cost as its slope
+    (a stage, a kernel, a hand-off and a send/recv pair) and the step's fixed cost at
+    its start."""
     devices = ["/cpu:0", "/cpu:1"]
+    steps: dict[int, float] = {}
+    for hops in (2, EXECUTOR_HOPS):
+        def chain(b: Builder, args: list[Value], hops: int = hops) -> list[Value]:
+            x = args[0]
+            for i in range(hops):
+                x = b("add", x, args[0])
+                assert x.op is not None
+                x.op.device = devices[i % 2]
+            return [x]
 
-    def chain(b: Builder, args: list[Value]) -> list[Value]:
-        x = args[0]
-        for i in range(EXECUTOR_HOPS):
-            x = b("add", x, args[0])
-            assert x.op is not None
-            x.op.device = devices[i % 2]
-        return [x]
+        module = _graph("hops", [(4,)], chain)
+        module.devices = devices
+        program = Program(module, backend=backend)
+        feeds = _feeds([(4,)])
+        spread = _timings(lambda: program.run("hops", feeds), repeats * 4)
+        spreads[f"executor {hops} stages"] = spread
+        steps[hops] = spread.typical
+    per_link = max(0.0, (steps[EXECUTOR_HOPS] - steps[2]) / (EXECUTOR_HOPS - 2))
+    stage_s = max(1e-7, per_link - kernel_s - handoff_s - transfer_s)
+    fixed = steps[2] - 2 * (stage_s + kernel_s) - (handoff_s + transfer_s)
+    return max(1e-6, fixed), stage_s
 
-    module = _graph("hops", [(4,)], chain)
-    module.devices = devices
-    program = Program(module, backend=backend)
-    feeds = _feeds([(4,)])
-    spread = _timings(lambda: program.run("hops", feeds), repeats * 4)
-    spreads[f"executor {EXECUTOR_HOPS} stages"] = spread
-    per = (spread.median - step_s) / EXECUTOR_HOPS - kernel_s - handoff_s
-    return max(1e-7, per)
+
+def measure_transfer(rounds: int = 2000) -> float:
+    """The work of one send and its recv through rendezvous, in one thread (no waiting):
+    what each transfer costs the two devices' threads besides the hand-off latency."""
+    value = np.zeros(1, np.float32)
+    samples = []
+    for _ in range(3):
+        rv = Rendezvous(timeout_s=10)
+        t0 = time.perf_counter()
+        for i in range(rounds):
+            rv.send(str(i), value)
+            rv.recv(str(i))
+        samples.append((time.perf_counter() - t0) / rounds)
+    return float(np.median(samples))
 
 
 def measure_handoff(rounds: int = 200) -> float:
@@ -314,15 +357,20 @@ def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
             if threads == 1:
                 step_s = measure_step(bench)
                 kernel_s = measure_kernel(bench, step_s)
-            gemm[threads] = _gemm_points(bench, gemm_sizes, gemm_skinny, step_s, kernel_s)
-            stream[threads] = _stream_points(bench, stream_sizes, step_s, kernel_s)
+            gemm[threads] = _capped(_gemm_points(bench, gemm_sizes, gemm_skinny, step_s,
+                                                 kernel_s), gemm.get(1))
+            stream[threads] = _capped(_stream_points(bench, stream_sizes, step_s, kernel_s),
+                                      stream.get(1))
     if progress:
         progress("measuring hand-offs and executor stages")
     handoff_s = measure_handoff()
-    stage_s = measure_stages(_with_threads(base, max(1, cores // 2)), repeats, spreads,
-                             step_s, kernel_s, handoff_s)
+    transfer_s = measure_transfer()
+    executor_step_s, stage_s = measure_executor(_with_threads(base, max(1, cores // 2)),
+                                                repeats, spreads, kernel_s, handoff_s,
+                                                transfer_s)
     profile = DeviceProfile(
         source=f"tfc calibrate {time.strftime('%Y-%m-%dT%H:%M:%S')} ({base.name})",
         cores=cores, cpu=DeviceRates(gemm, stream, kernel_s), step_s=step_s,
-        stage_s=stage_s, handoff_s=handoff_s)
+        executor_step_s=executor_step_s, stage_s=stage_s, handoff_s=handoff_s,
+        transfer_s=transfer_s)
     return Calibration(profile, spreads)
