@@ -252,12 +252,44 @@ class CostModel:
                 info.consumers.setdefault(v, []).append(op)
         self._graphs[id(graph)] = info
 
+    def fused_root(self, op: Op, device: str, device_of: Mapping[Op, str],
+                   group_of: Mapping[Op, Op]) -> Op | None:
+        """The kernel (its first op) that fusible ``op`` joins on ``device``: that of its
+        first fusible producer there; None when it starts a kernel of its own."""
+        if not self.fusible(op):
+            return None
+        for v in op.inputs:
+            p = v.op
+            if p is not None and self.fusible(p) and device_of.get(p) == device:
+                return group_of.get(p, p)
+        return None
+
+    def kernel_reads(self, op: Op, root: Op | None, device: str, device_of: Mapping[Op, str],
+                     group_reads: Mapping[Op, set[Value]]) -> list[Value]:
+        """The inputs fusible ``op`` reads from memory in its kernel: not those computed
+        in the kernel, not splat constants (copied in as scalars), not those the kernel
+        already read for another of its ops."""
+        seen = group_reads.get(root, set()) if root is not None else set()
+        out = []
+        for v in op.inputs:
+            p = v.op
+            if p is not None and self.fusible(p) and device_of.get(p) == device:
+                continue
+            if p is not None and self._splat(p):
+                continue
+            if v not in seen and v not in out:
+                out.append(v)
+        return out
+
     def op_seconds_in(self, op: Op, graph: Graph, threads: int, device: str,
-                      device_of: Mapping[Op, str]) -> float:
+                      device_of: Mapping[Op, str], group_of: Mapping[Op, Op] | None = None,
+                      group_reads: Mapping[Op, set[Value]] | None = None) -> float:
         """Seconds ``op`` adds to ``device``'s timeline in ``graph``, fusion accounted:
         a fusible op that follows a fusible producer on the same device is part of that
-        producer's kernel (no kernel start; only the bytes that cross the kernel's
-        boundary). Ops a profiling run measured take their measured seconds."""
+        producer's kernel (``group_of``: each op's kernel; ``group_reads``: what each
+        kernel reads), so it pays no kernel start and only the bytes that cross the
+        kernel's boundary: inputs from outside it (each once), results used outside it.
+        Ops a profiling run measured take their measured seconds."""
         measured = self._measured_seconds(op, threads, device)
         if measured is not None:
             return measured
@@ -265,22 +297,17 @@ class CostModel:
             return self._curve_seconds(op, threads, device=device)
         self.prepare(graph)
         info = self._graphs[id(graph)]
-        joined = False
-        nbytes = 0.0
-        for v in op.inputs:
-            p = v.op
-            if p is not None and self.fusible(p) and device_of.get(p) == device:
-                joined = True
-            elif p is not None and self._splat(p):
-                continue  # a splat constant: copied into the kernel as a scalar
-            else:
-                nbytes += v.type.nbytes(self.symbol_size)
+        group_of = group_of or {}
+        root = self.fused_root(op, device, device_of, group_of)
+        reads = self.kernel_reads(op, root, device, device_of, group_reads or {})
+        nbytes = float(sum(v.type.nbytes(self.symbol_size) for v in reads))
         for r in op.results:
-            outside = [c for c in info.consumers.get(r, ()) if not self.fusible(c)]
-            if outside or r in info.results or not info.consumers.get(r):
+            consumers = info.consumers.get(r, ())
+            if r in info.results or not consumers or any(not self.fusible(c)
+                                                         for c in consumers):
                 nbytes += r.type.nbytes(self.symbol_size)
         rates = self._rates(device)
-        if joined:  # part of a running kernel: its bytes, without a kernel start
+        if root is not None:  # part of a running kernel: its bytes, no kernel start
             return max(0.0, rates.stream_seconds(nbytes, threads) - rates.kernel_s) \
                 if nbytes > 0 else 0.0
         return rates.stream_seconds(nbytes, threads)

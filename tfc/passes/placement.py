@@ -123,13 +123,15 @@ class Simulation:
         self.ready: dict[tuple[Value, str], float] = {}  # (value, device) -> arrival
         self.stage_of: dict[Value, int] = {}  # device crossings on the longest path in
         self.stages: set[tuple[str, int]] = set()
+        self.group_of: dict[Op, Op] = {}  # a fused op's kernel (its first op)
+        self.group_reads: dict[Op, set[Value]] = {}  # what each kernel reads from memory
         self.transfers = 0
         self.transfer_bytes = 0
         model.prepare(graph)
 
     def exec_time(self, op: Op, device: str) -> float:
         return self.model.op_seconds_in(op, self.graph, self.threads.get(device, 1), device,
-                                        self.device_of)
+                                        self.device_of, self.group_of, self.group_reads)
 
     def arrival(self, v: Value, device: str) -> float:
         if v.op is None:  # a feed: on the host, wherever it is needed
@@ -180,6 +182,11 @@ class Simulation:
         work = self.exec_time(op, device)
         stage = self._stage(op, device)
         self.stages.add((device, stage))
+        if self.model.fusible(op):
+            root = self.model.fused_root(op, device, self.device_of, self.group_of) or op
+            reads = self.model.kernel_reads(op, root, device, self.device_of, self.group_reads)
+            self.group_of[op] = root
+            self.group_reads.setdefault(root, set()).update(reads)
         self.device_of[op] = device
         self.free[device] = end
         self.busy[device] += work
