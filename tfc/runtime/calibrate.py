@@ -36,7 +36,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, ContextManager, Sequence
 
 import numpy as np
 
@@ -122,21 +122,12 @@ def _timings(f: Callable[[], object], repeats: int) -> Spread:
     return Spread(samples)
 
 
-@contextlib.contextmanager
-def _blas_threads(backend: Backend, threads: int) -> Iterator[None]:
-    """OpenBLAS (which the LLVM backend's matmuls call, with a pool of its own) on
-    ``threads`` threads while measuring, as the kernels' own loops are."""
-    if backend.name != "llvm":
-        yield
-        return
-    from tfc.backends.llvm.runtime.symbols import openblas
-    lib = openblas()
-    before = int(lib.scipy_openblas_get_num_threads())
-    lib.scipy_openblas_set_num_threads(int(threads))
-    try:
-        yield
-    finally:
-        lib.scipy_openblas_set_num_threads(before)
+def _blas_threads(backend: Backend, threads: int) -> ContextManager[None]:
+    """The libraries the backend's kernels call (OpenBLAS for the LLVM backend's matmuls,
+    with a pool of its own) on ``threads`` threads while measuring, as the kernels' own
+    loops are: a backend's optional ``library_threads``."""
+    limit = getattr(backend, "library_threads", None)
+    return limit(threads) if limit is not None else contextlib.nullcontext()
 
 
 def _with_threads(backend: Backend, threads: int) -> Backend:

@@ -47,12 +47,13 @@ Choices where the design left room:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -163,6 +164,20 @@ class LLVMBackend:
                                        self.profile)
         report.seconds["lower"] = time.perf_counter() - t1
         return module, graph, graph_compiler, report
+
+    @contextlib.contextmanager
+    def library_threads(self, threads: int) -> Iterator[None]:
+        """OpenBLAS, which matmul kernels call and which runs a thread pool of its own
+        (the ``threads`` setting splits only the backend's loops), on ``threads`` threads
+        within the block: ``tfc calibrate`` measures GEMM at 1 thread and at all cores."""
+        from tfc.backends.llvm.runtime.symbols import openblas
+        lib = openblas()
+        before = int(lib.scipy_openblas_get_num_threads())
+        lib.scipy_openblas_set_num_threads(max(1, int(threads)))
+        try:
+            yield
+        finally:
+            lib.scipy_openblas_set_num_threads(before)
 
     def profiled(self) -> "LLVMBackend":
         """This backend with kernel timing on (``profile=True``), for ``tfc bench``."""
