@@ -19,7 +19,7 @@ Logical CPUs share one host, so the host is measured, at 1 thread and at all its
 - the in-process hand-off (a send in one thread until the recv returns in another) and
   the work of a send and its recv on the threads that call them.
 
-Every figure is the 25th percentile of ``repeats`` timed runs after a warm-up
+Every figure is the 10th percentile of ``repeats`` timed runs after a warm-up
 (``Spread.typical``: runs a busy neighbour delayed do not count), and the spread of the
 runs (min / median / max) is reported per measurement. More threads are never taken to
 be slower than one (the backend could run the kernel on one): a curve at several
@@ -36,7 +36,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -80,11 +80,11 @@ class Spread:
 
     @property
     def typical(self) -> float:
-        """The 25th percentile: what a run takes when nothing else on the host gets in
-        its way. On a busy host some runs wait for a core (a BLAS worker woken late
+        """The 10th percentile: what a run takes when nothing else on the host gets in
+        its way. On a busy host many runs wait for a core (a BLAS worker woken late
         costs a whole scheduler slice, ~16 ms here), and a median of such runs would
         describe the neighbours, not the machine."""
-        return float(np.percentile(self.samples, 25))
+        return float(np.percentile(self.samples, 10))
 
     @property
     def relative(self) -> float:
@@ -122,12 +122,20 @@ def _timings(f: Callable[[], object], repeats: int) -> Spread:
     return Spread(samples)
 
 
-def _blas_threads(backend: Backend, threads: int) -> ContextManager[None]:
-    """The libraries the backend's kernels call (OpenBLAS for the LLVM backend's matmuls,
-    with a pool of its own) on ``threads`` threads while measuring, as the kernels' own
-    loops are: a backend's optional ``library_threads``."""
-    limit = getattr(backend, "library_threads", None)
-    return limit(threads) if limit is not None else contextlib.nullcontext()
+@contextlib.contextmanager
+def _blas_threads(backend: Backend, threads: int) -> Iterator[None]:
+    """The BLAS the backend's matmuls call (OpenBLAS for the LLVM backend, with a pool of
+    its own) on ``threads`` threads while measuring, as the kernels' own loops are: a
+    backend's optional ``blas_threads`` (which returns the count it replaced)."""
+    limit = getattr(backend, "blas_threads", None)
+    if limit is None:
+        yield
+        return
+    before = limit(threads)
+    try:
+        yield
+    finally:
+        limit(before)
 
 
 def _with_threads(backend: Backend, threads: int) -> Backend:
@@ -290,13 +298,13 @@ def measure_transfer(rounds: int = 2000) -> float:
             rv.send(str(i), value)
             rv.recv(str(i))
         samples.append((time.perf_counter() - t0) / rounds)
-    return float(np.median(samples))
+    return min(samples)
 
 
 def measure_handoff(rounds: int = 200) -> float:
-    """Seconds from a send in one thread to the recv returning in another: half the median
-    round trip of a ping-pong between two threads through rendezvous (a reference moves;
-    no bytes are copied)."""
+    """Seconds from a send in one thread to the recv returning in another: half the round
+    trip (``Spread.typical`` of the rounds) of a ping-pong between two threads through
+    rendezvous (a reference moves; no bytes are copied)."""
     value = np.zeros(1, np.float32)
     rv = Rendezvous(timeout_s=10)
 
@@ -316,11 +324,11 @@ def measure_handoff(rounds: int = 200) -> float:
                 times.append((time.perf_counter() - t0) / 2)
     finally:
         t.join()
-    return float(np.median(times))
+    return Spread(times).typical
 
 
 def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
-              repeats: int = 5, progress: Callable[[str], None] | None = None, *,
+              repeats: int = 9, progress: Callable[[str], None] | None = None, *,
               gemm_sizes: Sequence[int] = GEMM_SIZES,
               gemm_skinny: tuple[int, int] | None = GEMM_SKINNY,
               stream_sizes: Sequence[int] = STREAM_SIZES,

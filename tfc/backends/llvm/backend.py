@@ -47,13 +47,12 @@ Choices where the design left room:
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -165,19 +164,16 @@ class LLVMBackend:
         report.seconds["lower"] = time.perf_counter() - t1
         return module, graph, graph_compiler, report
 
-    @contextlib.contextmanager
-    def library_threads(self, threads: int) -> Iterator[None]:
-        """OpenBLAS, which matmul kernels call and which runs a thread pool of its own
-        (the ``threads`` setting splits only the backend's loops), on ``threads`` threads
-        within the block: ``tfc calibrate`` measures GEMM at 1 thread and at all cores."""
-        from tfc.backends.llvm.runtime.symbols import openblas
-        lib = openblas()
-        before = int(lib.scipy_openblas_get_num_threads())
-        lib.scipy_openblas_set_num_threads(max(1, int(threads)))
-        try:
-            yield
-        finally:
-            lib.scipy_openblas_set_num_threads(before)
+    def blas_threads(self, threads: int) -> int:
+        """Set OpenBLAS's thread count (the GEMM kernels call it; it is process-wide and
+        apart from the kernels' own ``threads``) and return the count it had: the
+        multi-device executor limits a step's BLAS calls to the devices' share of the
+        cores, as it limits their kernels (``tfc.runtime.executor``)."""
+        from tfc.backends.llvm.runtime.symbols import get_num_threads, set_num_threads
+        before = get_num_threads()
+        if threads != before:
+            set_num_threads(threads)
+        return before
 
     def profiled(self) -> "LLVMBackend":
         """This backend with kernel timing on (``profile=True``), for ``tfc bench``."""
