@@ -113,6 +113,7 @@ class CostModel:
         self.cores = max(1, int(cores if cores is not None else profile.cores))
         self._costs: dict[Op, Cost | None] = {}
         self._fusible: dict[Op, bool] = {}
+        self._splats: dict[Op, bool] = {}
         self._signatures: dict[Op, str] = {}
         self._graphs: dict[int, _GraphInfo] = {}
 
@@ -196,21 +197,21 @@ class CostModel:
 
     def _splat(self, op: Op) -> bool:
         """Whether ``op`` is a splat constant (fusion copies it into kernels)."""
-        if op.kind != "constant" and op.inputs:
+        if op.inputs:
             return False
-        from tfc.passes.fusion import splat_value
-        try:
-            return splat_value(op) is not None
-        except (TfcError, KeyError, NotImplementedError):
-            return False
+        if op not in self._splats:
+            from tfc.passes.fusion import splat_value
+            try:
+                self._splats[op] = splat_value(op) is not None
+            except (TfcError, KeyError, NotImplementedError):
+                self._splats[op] = False
+        return self._splats[op]
 
     def _rates(self, device: str | None) -> DeviceRates:
         return self.profile.rates(device or "/cpu:0")
 
-    def _curve_seconds(self, op: Op, threads: int, nbytes: float | None = None,
-                       device: str | None = None) -> float:
-        """Seconds of ``op`` as a kernel of its own on the profile's curves (``nbytes``:
-        the bytes it moves, when fusion changes them)."""
+    def _curve_seconds(self, op: Op, threads: int, device: str | None = None) -> float:
+        """Seconds of ``op`` as a kernel of its own on the profile's curves."""
         if self.is_free(op):
             return 0.0
         rates = self._rates(device)
@@ -219,7 +220,7 @@ class CostModel:
             return rates.kernel_s
         if self.is_gemm(op):
             return rates.gemm_seconds(cost.flops, threads)
-        return rates.stream_seconds(cost.bytes if nbytes is None else nbytes, threads)
+        return rates.stream_seconds(cost.bytes, threads)
 
     def _measured_seconds(self, op: Op, threads: int, device: str | None) -> float | None:
         """The profiling run's seconds of ``op``, scaled by the curves from the threads it
