@@ -166,24 +166,53 @@ def _feeds(shapes: Sequence[Sequence[int]], scale: float = 1.0) -> dict[str, np.
 
 
 class _Bench:
-    """Times programs on one backend, subtracting the step's fixed cost."""
+    """Times programs on one backend: each registered program is compiled and warmed up,
+    then ``measure`` runs them in interleaved rounds (each round runs every program once
+    untimed, to warm the caches as the kernels before it would in a step, then times it
+    once, or ``runs`` times), so a program's runs are spread over the whole measurement
+    and a burst of a neighbour's work spoils one run of each, not every run of one."""
 
     def __init__(self, backend: Backend, repeats: int, tag: str,
                  spreads: dict[str, Spread]) -> None:
         self.backend, self.repeats, self.tag, self.spreads = backend, repeats, tag, spreads
+        self.jobs: dict[str, tuple[Callable[[], object], int]] = {}
 
-    def run(self, label: str, module: Module, feeds: dict[str, np.ndarray]) -> float:
+    def add(self, label: str, module: Module, feeds: dict[str, np.ndarray],
+            runs: int = 1) -> str:
         program = Program(module, backend=self.backend)
         (name,) = module.graphs
-        spread = _timings(lambda: program.run(name, feeds), self.repeats)
-        self.spreads[f"{label} @{self.tag}"] = spread
-        return spread.typical
+
+        def run() -> object:
+            return program.run(name, feeds)
+
+        run()  # compiles, faults pages in
+        self.jobs[label] = (run, runs)
+        return label
+
+    def measure(self) -> dict[str, float]:
+        """Each program's typical run (``Spread.typical``), by label."""
+        samples: dict[str, list[float]] = {label: [] for label in self.jobs}
+        clock = time.perf_counter
+        for _ in range(self.repeats):
+            for label, (run, runs) in self.jobs.items():
+                run()  # caches warm again after the other programs, as in a step
+                for _ in range(runs):
+                    t0 = clock()
+                    run()
+                    samples[label].append(clock() - t0)
+        out = {}
+        for label, times in samples.items():
+            spread = Spread(times)
+            self.spreads[f"{label} @{self.tag}"] = spread
+            out[label] = spread.typical
+        self.jobs = {}
+        return out
 
 
-def _gemm_points(bench: _Bench, sizes: Sequence[int], skinny: tuple[int, int] | None,
-                 step_s: float, kernel_s: float) -> Curve:
-    """Seconds of one matmul kernel against its flops."""
-    points: dict[float, float] = {}
+def _gemm_jobs(bench: _Bench, sizes: Sequence[int], skinny: tuple[int, int] | None
+               ) -> dict[str, tuple[float, int]]:
+    """Registers a chain of matmuls per shape; label -> (flops of one, kernels)."""
+    jobs = {}
     shapes = [(n, n, n) for n in sizes] + ([(skinny[0], skinny[1], skinny[1])] if skinny
                                           else [])
     for m, k, n in shapes:
@@ -196,23 +225,29 @@ def _gemm_points(bench: _Bench, sizes: Sequence[int], skinny: tuple[int, int] | 
                 x = b("matmul", x, w)
             return [x]
 
-        module = _graph("gemm", [(m, k), (k, n)], chain)
-        feeds = _feeds([(m, k), (k, n)], 1.0 / math.sqrt(k))
-        t = bench.run(f"gemm {m}x{k}@{k}x{n} x{count}", module, feeds)
-        points[flops] = max(kernel_s, (t - step_s) / count)
-    return _curve(points)
+        label = bench.add(f"gemm {m}x{k}@{k}x{n} x{count}", _graph("gemm", [(m, k), (k, n)], chain),
+                          _feeds([(m, k), (k, n)], 1.0 / math.sqrt(k)))
+        jobs[label] = (flops, count)
+    return jobs
 
 
-def _stream_points(bench: _Bench, sizes: Sequence[int], step_s: float,
-                   kernel_s: float) -> Curve:
-    """Seconds of one element-wise kernel (an add: 12 bytes per element) against the
-    bytes it moves."""
-    points: dict[float, float] = {}
+def _stream_jobs(bench: _Bench, sizes: Sequence[int]) -> dict[str, tuple[float, int]]:
+    """Registers independent adds per size; label -> (bytes one moves, kernels). An add
+    moves 12 bytes per element."""
+    jobs = {}
     for n in sizes:
         moved = 12.0 * n
         count = max(1, min(MAX_KERNELS, math.ceil(STREAM_RUN_BYTES / moved)))
-        t = bench.run(f"stream {n} x{count}", _adds(count, n), _feeds([(n,)] * (count + 1)))
-        points[moved] = max(kernel_s, (t - step_s) / count)
+        label = bench.add(f"stream {n} x{count}", _adds(count, n), _feeds([(n,)] * (count + 1)))
+        jobs[label] = (moved, count)
+    return jobs
+
+
+def _points(jobs: dict[str, tuple[float, int]], times: dict[str, float], step_s: float,
+            kernel_s: float) -> Curve:
+    """A curve of one kernel's seconds by size: each run less the step, per kernel."""
+    points = {size: max(kernel_s, (times[label] - step_s) / count)
+              for label, (size, count) in jobs.items()}
     return _curve(points)
 
 
@@ -236,22 +271,17 @@ def _curve(points: dict[float, float]) -> Curve:
     return Curve(sizes, [points[s] for s in sizes])
 
 
-def measure_step(bench: _Bench) -> float:
-    """Fixed cost of one ``Program.run`` step (a one-op program on a scalar)."""
-    spreads = bench.repeats
-    bench.repeats = spreads * 10
-    try:
-        return bench.run("step", _graph("step", [()], lambda b, a: [b("add", a[0], a[0])]),
-                         _feeds([()]))
-    finally:
-        bench.repeats = spreads
+def _step_job(bench: _Bench) -> str:
+    """Fixed cost of one ``Program.run`` step: a one-op program on a scalar."""
+    return bench.add("step", _graph("step", [()], lambda b, a: [b("add", a[0], a[0])]),
+                     _feeds([()]), runs=10)
 
 
-def measure_kernel(bench: _Bench, step_s: float) -> float:
-    """Fixed cost of one kernel inside a native step: many tiny independent adds."""
-    t = bench.run(f"kernels x{TINY_KERNELS}", _adds(TINY_KERNELS, 4),
-                  _feeds([(4,)] * (TINY_KERNELS + 1)))
-    return max(1e-9, (t - step_s) / TINY_KERNELS)
+def _kernel_job(bench: _Bench) -> str:
+    """Fixed cost of one kernel inside a native step: many tiny independent adds (less
+    the step, per kernel)."""
+    return bench.add(f"kernels x{TINY_KERNELS}", _adds(TINY_KERNELS, 4),
+                     _feeds([(4,)] * (TINY_KERNELS + 1)))
 
 
 def measure_executor(backend: Backend, repeats: int, spreads: dict[str, Spread],
@@ -353,13 +383,16 @@ def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
             progress(f"measuring kernels at {threads} thread{'s' if threads > 1 else ''}")
         bench = _Bench(_with_threads(base, threads), repeats, f"{threads}t", spreads)
         with _blas_threads(base, threads):
-            if threads == 1:
-                step_s = measure_step(bench)
-                kernel_s = measure_kernel(bench, step_s)
-            gemm[threads] = _capped(_gemm_points(bench, gemm_sizes, gemm_skinny, step_s,
-                                                 kernel_s), gemm.get(1))
-            stream[threads] = _capped(_stream_points(bench, stream_sizes, step_s, kernel_s),
-                                      stream.get(1))
+            fixed = (_step_job(bench), _kernel_job(bench)) if threads == 1 else None
+            gemm_jobs = _gemm_jobs(bench, gemm_sizes, gemm_skinny)
+            stream_jobs = _stream_jobs(bench, stream_sizes)
+            times = bench.measure()
+        if fixed is not None:
+            step_s = times[fixed[0]]
+            kernel_s = max(1e-9, (times[fixed[1]] - step_s) / TINY_KERNELS)
+        gemm[threads] = _capped(_points(gemm_jobs, times, step_s, kernel_s), gemm.get(1))
+        stream[threads] = _capped(_points(stream_jobs, times, step_s, kernel_s),
+                                  stream.get(1))
     if progress:
         progress("measuring hand-offs and executor stages")
     handoff_s = measure_handoff()
