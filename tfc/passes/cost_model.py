@@ -21,7 +21,9 @@ curves give the seconds of one kernel by op class, size and thread count:
 - Per step: a one-device program's ``Program.run`` costs ``step_s``; a step of the
   multi-device executor ``executor_step_s``, plus ``stage_s`` per stage on its device's
   thread and ``transfer_s`` per in-process transfer on the sending and on the receiving
-  device's thread (the send and recv calls), besides the hand-off latency.
+  device's thread (the send and recv calls), besides the hand-off latency. There a
+  variable's value that leaves its stage is a copy, and a variable update writes a new
+  array (``executor_extra_seconds``).
 
 ``MeasuredCosts`` (from a profiling run, ``tfc compile --profile-runs``) overrides the
 curves for the ops it measured, keyed by ``op_signature``: what the runtime measured is
@@ -38,7 +40,7 @@ import numpy as np
 from tfc.devices import DeviceProfile, DeviceRates, parse_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Op, Value
-from tfc.ir.registry import VIEW, Cost, lookup
+from tfc.ir.registry import VIEW, WRITES_VARIABLE, Cost, lookup
 from tfc.ir.types import TensorType
 
 # What a symbolic dim (the batch ``B``) counts as in cost estimates.
@@ -312,6 +314,24 @@ class CostModel:
             return max(0.0, rates.stream_seconds(nbytes, threads) - rates.kernel_s) \
                 if nbytes > 0 else 0.0
         return rates.stream_seconds(nbytes, threads)
+
+    def executor_extra_seconds(self, op: Op, threads: int, device: str) -> float:
+        """What ``op`` costs more on the multi-device executor than in a one-device
+        program: a variable update there writes a new array (another device may still
+        read the old value in the step), a copy of the variable besides the update."""
+        try:
+            writes = lookup(op.kind).has(WRITES_VARIABLE)
+        except (TfcError, KeyError):
+            return 0.0
+        if not writes or not op.inputs:
+            return 0.0
+        nbytes = max(v.type.nbytes(self.symbol_size) for v in op.inputs)
+        return self._rates(device).stream_seconds(2.0 * nbytes, threads)
+
+    def copy_seconds(self, v: Value, threads: int, device: str) -> float:
+        """A copy of ``v`` (read and write its bytes) on ``device``."""
+        return self._rates(device).stream_seconds(2.0 * v.type.nbytes(self.symbol_size),
+                                                  threads)
 
     # ---- transfers --------------------------------------------------------------------
 

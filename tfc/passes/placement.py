@@ -182,6 +182,8 @@ class Simulation:
             self.busy[src] += self._send_s()
             self.busy[device] += self._send_s()  # the recv call
         work = self.exec_time(op, device)
+        if self.executor:
+            work += self.model.executor_extra_seconds(op, self.threads.get(device, 1), device)
         stage = self._stage(op, device)
         self.stages.add((device, stage))
         if self.model.fusible(op):
@@ -244,7 +246,11 @@ class Simulation:
                          *(end[src] + self.model.transfer_seconds(v, src[0], dst,
                                                                   v in self.compressed)
                            for (v, dst), src in incoming.get(key, {}).items())])
-            work = (self.model.stage_s + stages[key]
+            # a value that no kernel of the stage wrote (a variable's) is copied out
+            copies = sum(self.model.copy_seconds(v, self.threads.get(device, 1), device)
+                         for v, _ in sends.get(key, ()) if v.op is not None
+                         and self.model.is_free(v.op) and v.op.kind.startswith("var."))
+            work = (self.model.stage_s + stages[key] + copies
                     + send_s * (len(sends.get(key, ())) + len(recvs.get(key, ()))))
             end[key] = last[device] = ready + work
         return max(end.values(), default=0.0)
