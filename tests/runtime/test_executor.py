@@ -159,3 +159,63 @@ def test_a_corrupt_partition_table_in_an_artifact_is_a_clear_error(tmp_path):
             dst.writestr(item, data)
     with pytest.raises(ArtifactError, match="bad.tfc: manifest.json: .*no graph @gone"):
         load(bad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_entry_on_one_device_runs_as_a_single_device_program(backend, tmp_path, monkeypatch):
+    """``predict``'s ops all sit on /cpu:1 (``train``'s loss and gradients on /cpu:0):
+    ``predict`` is not partitioned and runs as one program (every core, no executor),
+    through save/load (its native code kept) and checkpoints, with one device's results."""
+    from tfc.backends.base import get_backend
+    from tfc.runtime import load
+    from tfc.runtime.executor import PartitionedExecutable
+    one, _ = train(split_mlp_module([None]), backend, steps=0)
+    from tfc.pipeline import Target, lower
+    m = lower(split_mlp_module(["/cpu:1"]), Target(backend, ("/cpu:0", "/cpu:1")),
+              passes="", place=False)
+    assert list(m.partitions) == ["train"]  # predict has no table
+    two = Program(m, dict(one.variables), backend=backend)
+    exe = two._executable("predict")
+    assert not isinstance(exe, PartitionedExecutable)
+    assert type(exe) is type(get_backend(backend).compile(m, "predict"))
+    tol = 0 if backend == "reference" else 1e-5
+    np.testing.assert_allclose(two.run("predict", x=X)["logits"],
+                               one.run("predict", x=X)["logits"], rtol=tol, atol=tol)
+    two.run("train", x=X, y=Y)
+    ckpt, step = two.save_checkpoint(tmp_path / "ckpt"), two.step
+    path = tmp_path / "m.tfc"
+    two.save(path)
+    no_passes(monkeypatch)  # the artifact holds the entry's final IR and memory plan
+    q = load(path)
+    assert not isinstance(q._executable("predict"), PartitionedExecutable)
+    assert list(q.module.partitions) == ["train"]
+    want = two.run("predict", x=X)["logits"]
+    np.testing.assert_allclose(q.run("predict", x=X)["logits"], want, rtol=tol, atol=tol)
+    q.run("train", x=X, y=Y)
+    q.restore_checkpoint(ckpt)
+    assert q.step == step
+    np.testing.assert_array_equal(q.run("predict", x=X)["logits"], want)
+
+
+def test_a_device_without_compute_gets_no_share_of_the_cores(monkeypatch):
+    """A table whose /cpu:0 only hands a feed back as a fetch: /cpu:1, the one device
+    that computes, gets every core."""
+    import tfc.devices
+    from tfc.backends.base import get_backend
+    from tfc.passes.partition import install_partitions, partition_graph
+    from tfc.runtime.executor import PartitionedExecutable
+    m = split_mlp_module(["/cpu:1"])
+    graph = m.graphs["predict"]
+    graph.results.append(graph.args[0])  # fetch x too: the default device hands it back
+    graph.result_names.append("x_again")
+    m.devices = ["/cpu:0", "/cpu:1"]
+    install_partitions(m, "predict", partition_graph(graph.clone(), "/cpu:0"))
+    table = m.partitions["predict"]
+    assert [d.device for d in table.devices] == ["/cpu:0", "/cpu:1"]
+    assert not any(st.graph for st in table.device("/cpu:0").stages)
+    monkeypatch.setattr(tfc.devices, "cpu_count", lambda: 4)
+    exe = PartitionedExecutable(m, "predict", get_backend("reference"))
+    assert exe.threads == {"/cpu:1": 4}
+    p = Program(m, backend="reference")
+    out = p.run("predict", x=X)
+    np.testing.assert_array_equal(out["x_again"], X)
