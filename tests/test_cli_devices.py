@@ -72,6 +72,11 @@ def test_bench_writes_a_chrome_trace(model, tmp_path, capsys):
     out, err = run_ok(capsys, "bench", tmp_path / "t.tfc", "--steps", "3", "--batch", "8",
                       "--trace", trace, "--backend", "reference")
     assert "steps/s" in out and "/cpu:1" in out and "peak memory" in out
+    # in-process transfers are hand-offs by reference, not bytes sent (copied)
+    assert "hand-offs" in out and "bytes handed over" in out and "bytes sent" not in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines()
+            if line.startswith("/cpu:")}
+    assert int(rows["/cpu:0"][5]) + int(rows["/cpu:1"][5]) > 0  # hand-offs per step
     assert "synthetic feeds (batch 8)" in err
     events = json.loads(trace.read_text())["traceEvents"]
     names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}

@@ -1,6 +1,7 @@
 """What the multi-device executor itself costs, per step, per stage and per transfer.
 
-    python tools/bench_executor.py [--steps N] [--backend llvm] [--only tiny,handoff,chain]
+    PYTHONPATH=. python tools/bench_executor.py [--steps N] [--backend llvm]
+                                                [--only tiny,handoff,chain]
 
 Three measurements (medians over many steps; the machine is shared, so repeat a number
 that matters):
@@ -26,18 +27,15 @@ import statistics
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tfc.pipeline import Target, lower  # noqa: E402
-from tfc.runtime import Program  # noqa: E402
-from tfc.runtime.rendezvous import Rendezvous  # noqa: E402
-from tfc.runtime.trace import Tracer  # noqa: E402
-from tfc.testing import split_mlp_module  # noqa: E402
+from tfc.pipeline import Target, lower
+from tfc.runtime import Program
+from tfc.runtime.rendezvous import Rendezvous
+from tfc.runtime.trace import Tracer
+from tfc.testing import split_mlp_module
 
 TWO = ("/cpu:0", "/cpu:1")
 
@@ -75,9 +73,8 @@ def tiny(steps: int, backend: str) -> None:
             # zeros of the stage's own input types, batch 4
             feeds = [np.zeros(tuple(4 if isinstance(d, str) else d for d in a.type.shape),
                               a.dtype.np) for a in st.graph.args]
-            via = median_us(lambda: exe._call_stage(st, feeds, variables, 0)
-                            if hasattr(exe, "_call_stage") else st.executable(feeds, variables,
-                                                                              0), steps)
+            call = getattr(st, "call", None) or st.executable
+            via = median_us(lambda: call(feeds, variables, 0), steps)
             fast = getattr(st.executable, "fast_step", None)
             held = [variables[n] for n in getattr(st.executable, "var_names", ())]
             direct = (median_us(lambda: fast(feeds, held, 0), steps) if fast is not None
@@ -186,11 +183,12 @@ def chain(steps: int, backend: str, batch: int = 64) -> None:
             names = {tid: d for d, tid in tracer.devices.items()}
             for e in tracer.events:
                 d = names.get(e.get("tid"))
-                if e.get("cat") == "recv":
-                    key = e["name"][5:]
+                if e.get("cat") == "recv":  # one wait for a stage's keys (or one key)
+                    keys = e["args"].get("keys") or [e["name"][5:]]
                     start, end = e["ts"], e["ts"] + e["dur"]
+                    last_sent = max(sent.get(k, start) for k in keys)
                     per_wait[d] = per_wait.get(d, 0.0) + e["dur"]
-                    per_lost[d] = per_lost.get(d, 0.0) + end - max(start, sent.get(key, start))
+                    per_lost[d] = per_lost.get(d, 0.0) + end - max(start, last_sent)
                 elif e.get("cat") == "stage":
                     per_busy[d] = per_busy.get(d, 0.0) + e["dur"]
             for d in per_busy:

@@ -219,3 +219,53 @@ def test_a_device_without_compute_gets_no_share_of_the_cores(monkeypatch):
     p = Program(m, backend="reference")
     out = p.run("predict", x=X)
     np.testing.assert_array_equal(out["x_again"], X)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_transfer_hands_the_senders_array_to_the_receiving_stage(backend, monkeypatch):
+    """Nothing copies a transferred tensor: the array a stage computed is the very array
+    the other device's stage is called with (rendezvous, executor and the stage's own
+    binding: the llvm executable's ``fast_step`` takes its data pointer as it is), and
+    the rendezvous counts it as a hand-off of its bytes."""
+    from tfc.backends.llvm.runtime.executable import LLVMExecutable
+    from tfc.backends.reference.backend import ReferenceExecutable
+    bound: list[int] = []  # ids of the arrays the executables were called with
+    if backend == "llvm":
+        fast = LLVMExecutable.fast_step
+
+        def fast_step(self, feeds, *args, **kwargs):
+            bound.extend(map(id, feeds))
+            return fast(self, feeds, *args, **kwargs)
+        monkeypatch.setattr(LLVMExecutable, "fast_step", fast_step)
+    else:
+        call = ReferenceExecutable.__call__
+
+        def called(self, feeds, *args):
+            bound.extend(map(id, feeds))
+            return call(self, feeds, *args)
+        monkeypatch.setattr(ReferenceExecutable, "__call__", called)
+    p = Program(lowered(backend), backend=backend)
+    exe = p._executable("train")
+    produced: dict[tuple, np.ndarray] = {}
+    received: list[tuple[str, np.ndarray]] = []
+    for plan in exe.plans:
+        for st in plan.stages:
+            if st.call is None:
+                continue
+
+            def recording(inputs, variables, step, inner=st.call, st=st, device=plan.device):
+                received.extend((s, a) for s, a in zip(st.inputs, inputs) if isinstance(s, str))
+                fetches, updates = inner(inputs, variables, step)
+                produced.update(((device, s), a) for s, a in zip(st.outputs, fetches))
+                return fetches, updates
+            st.call = recording
+    p.run("train", x=X, y=Y)
+    sent = {s.key: (device, (s.value.stage, s.value.output))
+            for device, _, s in exe.table.sends()}
+    assert received and {key for key, _ in received} <= set(sent)
+    for key, array in received:
+        assert array is produced[sent[key]], key  # the sender's array itself
+        assert id(array) in bound, key            # bound by the receiving stage as it is
+    rendezvous = exe.last_rendezvous
+    assert rendezvous.handoffs == len(exe.table.sends())
+    assert rendezvous.bytes_sent == sum(produced[sent[k]].nbytes for k in sent)
