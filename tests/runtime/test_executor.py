@@ -54,10 +54,13 @@ def test_three_devices_and_fp16_transfers_stay_close():
     np.testing.assert_allclose(got, want, rtol=2e-3)
 
 
-def test_a_failing_device_fails_the_step_without_hanging_or_updating():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_failing_device_fails_the_step_without_hanging_or_updating(backend):
     m = split_mlp_module(["/cpu:0", "/cpu:1"])
     m.devices = ["/cpu:0", "/cpu:1"]
-    p = Program(m, backend="reference")
+    p = Program(m, backend=backend)
+    # llvm: the Program's hot path (the executor's fast_step), as a single-device entry's
+    assert (p._runner("train").fast is not None) == (backend == "llvm")
     before = {k: v.copy() for k, v in p.variables.items()}
     bad_labels = np.full(16, 7, np.int32)  # out of range for 3 classes: cpu:1 raises
     with pytest.raises(ExecutionError):

@@ -273,6 +273,17 @@ class PartitionedExecutable:
                             or min(self.threads.values(), default=1))
         self._lock = threading.Lock()  # one step at a time
         self.last_rendezvous: Rendezvous | None = None
+        # ``fast_step`` (what a Program's hot path calls) when every stage runs natively
+        # and every fetch is a stage's output: then fetches and updates are fresh arrays
+        stages = [st for plan in self.plans for st in plan.stages if st.executable]
+        native = all(getattr(st.executable, "fast_step", None) is not None
+                     and not getattr(st.executable, "fallback_ops", ()) for st in stages)
+        if native and all(src.feed is None for _, src in table.fetches):
+            self.var_names = [n for n, *_ in self._var_specs]
+            self.update_names = list(dict.fromkeys(
+                n for st in stages for n in getattr(st.executable, "update_names", ())))
+            self._shapes_seen: set[tuple] = set()
+            self.fast_step = self._fast_step
 
     def _run_device(self, plan: DevicePlan, feeds: Sequence[np.ndarray],
                     variables: Mapping[str, np.ndarray], step: int,
@@ -331,7 +342,31 @@ class PartitionedExecutable:
     def __call__(self, feeds: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
                  step: int) -> StepResult:
         arrays = self._checked_feeds(feeds)
-        variables = _checked_variables(self._var_specs, variables)
+        fetches, updates = self._step(arrays, _checked_variables(self._var_specs, variables),
+                                      step)
+        return StepResult(fetches, updates)
+
+    def _fast_step(self, feeds: Sequence[np.ndarray], variables: Sequence[np.ndarray],
+                   step: int, validate: Callable[[Sequence[np.ndarray]], Any] | None = None,
+                   in_place: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The step for a caller that vouches for its inputs, as the llvm executable's
+        ``fast_step`` (``tfc.runtime.runner``): feeds are C-contiguous arrays of the
+        arguments' dtypes (their shapes checked by ``validate`` the first time they are
+        seen), ``variables`` those of ``var_names`` as a ``Program`` holds them. The
+        fetches and the updates (``update_names`` order) are arrays nothing else holds:
+        native stages' own outputs (offered only when every stage runs natively and no
+        fetch is a feed). No update is made in place (``in_place`` is ignored): another
+        device may still read the variable in the same step."""
+        shapes = tuple(a.shape for a in feeds)
+        if shapes not in self._shapes_seen:
+            if validate is not None:
+                validate(feeds)
+            self._shapes_seen.add(shapes)
+        fetches, updates = self._step(feeds, dict(zip(self.var_names, variables)), step)
+        return fetches, [updates[n] for n in self.update_names]
+
+    def _step(self, arrays: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
+              step: int) -> tuple[list[Any], dict[str, np.ndarray]]:
         with self._lock:
             rendezvous = Rendezvous()
             self.last_rendezvous = rendezvous
@@ -346,9 +381,8 @@ class PartitionedExecutable:
             blas = self._blas
             saved = blas(self._blas_share) if blas is not None else 0
             try:
-                assert self._pool is not None or not self._others
-                futures = [self._pool.submit(run, plan) for plan in self._others
-                           ] if self._pool is not None else []
+                futures = ([self._pool.submit(run, plan) for plan in self._others]
+                           if self._pool is not None else [])
                 outcomes: list[Any] = []
                 errors: list[BaseException] = []
                 try:
@@ -372,7 +406,7 @@ class PartitionedExecutable:
             updates.update(upd)
             for i, slot in plan.fetches:
                 fetches[i] = env[slot]
-        return StepResult(fetches, updates)
+        return fetches, updates
 
     def close(self) -> None:
         if self._pool is not None:
