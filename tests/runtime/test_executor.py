@@ -272,3 +272,53 @@ def test_a_transfer_hands_the_senders_array_to_the_receiving_stage(backend, monk
     rendezvous = exe.last_rendezvous
     assert rendezvous.handoffs == len(exe.table.sends())
     assert rendezvous.bytes_sent == sum(produced[sent[k]].nbytes for k in sent)
+
+
+def test_the_executor_checks_feeds_and_variables_once_for_its_stages():
+    """Called directly (the ``Executable`` interface), the executor converts what it can
+    (a non-contiguous feed or variable) and names what it cannot, before any stage
+    takes the arrays as they are (``fast_step``)."""
+    from tfc.errors import FeedError
+    p = Program(lowered("llvm"), backend="llvm")
+    exe = p._executable("predict")
+    variables = dict(p.variables)
+    want = exe([X], variables, 0).fetches[0]
+    wide = np.zeros((16, 12), np.float32)
+    wide[:, ::2] = X
+    np.testing.assert_array_equal(exe([wide[:, ::2]], variables, 0).fetches[0], want)
+    fortran = {**variables, "w0": np.asfortranarray(variables["w0"])}
+    np.testing.assert_array_equal(exe([X], fortran, 0).fetches[0], want)
+    with pytest.raises(FeedError, match="feed 'x' of @predict has dtype float64"):
+        exe([X.astype(np.float64)], variables, 0)
+    with pytest.raises(ExecutionError, match=r"variable @w0 is float32\[6,7\]"):
+        exe([X], {**variables, "w0": np.zeros((6, 7), np.float32)}, 0)
+    with pytest.raises(ExecutionError, match="variable @b0 is not initialized"):
+        exe([X], {k: v for k, v in variables.items() if k != "b0"}, 0)
+
+
+def test_a_native_stage_checks_the_inputs_a_fallback_stage_computed(monkeypatch):
+    """A stage that fell back to the interpreter may return arrays of any layout; the
+    native stages that take them (directly or received) get C-contiguous arrays."""
+    from tfc.backends.llvm.backend import LLVMBackend
+    from tfc.backends.reference import ReferenceBackend
+    from tfc.backends.base import StepResult
+
+    class Fallback:  # what an llvm executable with unsupported ops runs: the interpreter
+        fallback_ops = ["(test)"]
+
+        def __init__(self, module, name):
+            self.exe = ReferenceBackend().compile(module, name)
+
+        def __call__(self, feeds, variables, step):
+            r = self.exe(feeds, variables, step)
+            return StepResult([np.asfortranarray(f) for f in r.fetches], r.updates)
+
+    m = lowered("llvm")
+    want = Program(m, backend="llvm").run("predict", x=X)["logits"]
+    compile_ = LLVMBackend.compile
+    monkeypatch.setattr(LLVMBackend, "compile", lambda self, module, name: (
+        Fallback(module, name) if name.endswith(".cpu0.s0") else compile_(self, module, name)))
+    p = Program(m, backend="llvm")
+    exe = p._executable("predict")
+    assert any(isinstance(st.executable, Fallback) for pl in exe.plans for st in pl.stages)
+    np.testing.assert_allclose(p.run("predict", x=X)["logits"], want, rtol=1e-6)

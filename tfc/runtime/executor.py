@@ -224,6 +224,7 @@ class PartitionedExecutable:
         self.threads: dict[str, int] = threads_per_device(computing)
         graph = module.graphs[entry]
         self._feed_dtypes = [a.dtype.np for a in graph.args]
+        self._feed_names = list(graph.arg_names)
         self.plans: list[DevicePlan] = []
         fast_vars: set[str] = set()
         compiled: dict[tuple[str, int], Executable] = {}
@@ -329,11 +330,11 @@ class PartitionedExecutable:
             raise FeedError(f"@{self.entry} takes {len(self._feed_dtypes)} feeds, "
                             f"got {len(feeds)}")
         out = []
-        for i, (f, dt) in enumerate(zip(feeds, self._feed_dtypes)):
+        for name, f, dt in zip(self._feed_names, feeds, self._feed_dtypes):
             if type(f) is not np.ndarray or f.dtype != dt or not f.flags.c_contiguous:
                 f = np.asarray(f)
                 if f.dtype != dt:
-                    raise FeedError(f"feed {i} of @{self.entry} has dtype {f.dtype}, "
+                    raise FeedError(f"feed '{name}' of @{self.entry} has dtype {f.dtype}, "
                                     f"expected {np.dtype(dt)}")
                 f = np.require(f, requirements="C")  # keeps 0-d arrays 0-d
             out.append(f)
