@@ -139,6 +139,7 @@ def test_an_entry_on_one_device_is_one_program_for_every_command(one_device_arti
     from tfc.runtime.executor import PartitionedExecutable
     program = load(one_device_artifact)
     assert program.module.devices == ["/cpu:0", "/cpu:1"] and not program.module.partitions
+    assert program.module.fp16_transfers  # compiled so; nothing crosses devices to compress
     assert not isinstance(program._executable("train_step"), PartitionedExecutable)
     out, _ = run_ok(capsys, "ir", one_device_artifact, "--device", "cpu:1")
     assert "@train_step on /cpu:1" in out and "send " not in out and "recv " not in out

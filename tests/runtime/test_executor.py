@@ -167,16 +167,18 @@ def test_a_corrupt_partition_table_in_an_artifact_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_an_entry_on_one_device_runs_as_a_single_device_program(backend, tmp_path, monkeypatch):
     """``predict``'s ops all sit on /cpu:1 (``train``'s loss and gradients on /cpu:0):
-    ``predict`` is not partitioned and runs as one program (every core, no executor),
-    through save/load (its native code kept) and checkpoints, with one device's results."""
+    ``predict`` is not partitioned (fp16 transfers compress only ``train``'s) and runs
+    as one program (every core, no executor), through save/load (its native code kept)
+    and checkpoints, with one device's results."""
     from tfc.backends.base import get_backend
     from tfc.runtime import load
     from tfc.runtime.executor import PartitionedExecutable
     one, _ = train(split_mlp_module([None]), backend, steps=0)
     from tfc.pipeline import Target, lower
-    m = lower(split_mlp_module(["/cpu:1"]), Target(backend, ("/cpu:0", "/cpu:1")),
+    m = lower(split_mlp_module(["/cpu:1"]), Target(backend, ("/cpu:0", "/cpu:1"), True),
               passes="", place=False)
-    assert list(m.partitions) == ["train"]  # predict has no table
+    assert list(m.partitions) == ["train"]  # predict has no table (nor compression)
+    assert m.partitions["train"].compressed  # train's transfers are compressed
     two = Program(m, dict(one.variables), backend=backend)
     exe = two._executable("predict")
     assert not isinstance(exe, PartitionedExecutable)
