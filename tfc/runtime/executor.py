@@ -122,7 +122,7 @@ def stage_call(exe: Executable, unchecked: Sequence[int] = ()) -> StageCall:
     ``unchecked`` (those computed by a stage that fell back to another backend) are
     checked here; the variables are checked once per step (``_checked_variables``)."""
     fast = getattr(exe, "fast_step", None)
-    if fast is None or getattr(exe, "fallback_ops", ()):
+    if fast is None or getattr(exe, "fallback_ops", None):
         def call(inputs: list[np.ndarray], variables: Mapping[str, np.ndarray],
                  step: int) -> tuple[Sequence[np.ndarray], Iterable[tuple[str, np.ndarray]]]:
             result = exe(inputs, variables, step)
@@ -151,7 +151,7 @@ def _as_input(value: Any, dtype: np.dtype, name: str | None) -> np.ndarray:
     return a if a.flags.c_contiguous else np.require(a, requirements="C")
 
 
-def _checked_variables(specs: Sequence[tuple[str, np.dtype, tuple[int, ...], Any]],
+def _checked_variables(specs: Sequence[tuple[str, np.dtype, tuple[Any, ...], Any]],
                        variables: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
     """``variables`` when each variable of ``specs`` (name, dtype, shape, declared type)
     is a C-contiguous array of its declared type (a ``Program``'s always are); else a
