@@ -18,6 +18,17 @@ that matters):
   step, the time each device waits in recvs, and the part of it that the other device's
   compute does not explain (from the send of each key, or the start of the wait if later,
   to the recv returning: the wake-up latency of every transfer).
+
+Measured on the 2-core Zen 5 host of issue #16 (shared, load 2-5; medians, 3 rounds,
+before = main at 72a2d58): a stage as the executor calls it costs 0.4 us over its
+``fast_step`` (was 1.1-1.2 us); a tiny 2-device step 39-58 us (was 46-72 us: two or
+three thread wake-ups of ~13 us each, the bare hand-off's latency, dominate); the
+chain's unexplained recv wait 0.27-0.56 ms per device per step (was 0.35-0.62 ms, one
+round 2.3 ms). The chain step itself is 22-23 ms (was 15-16 ms quiet, 65-160 ms under
+load): each device's GEMMs now use its share of OpenBLAS's threads (one here) instead
+of every core, which costs a split chain the other core while its peer waits but ends
+the oversubscribed steps of seconds (``tfc bench`` of the placer's mlp64 split: median
+23-24 ms, max 28-64 ms; was 18-19 ms quiet and 100-395 ms with 1-6 s steps loaded).
 """
 
 from __future__ import annotations
