@@ -72,6 +72,11 @@ def test_bench_writes_a_chrome_trace(model, tmp_path, capsys):
     out, err = run_ok(capsys, "bench", tmp_path / "t.tfc", "--steps", "3", "--batch", "8",
                       "--trace", trace, "--backend", "reference")
     assert "steps/s" in out and "/cpu:1" in out and "peak memory" in out
+    # in-process transfers are hand-offs by reference, not bytes sent (copied)
+    assert "hand-offs" in out and "bytes handed over" in out and "bytes sent" not in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines()
+            if line.startswith("/cpu:")}
+    assert int(rows["/cpu:0"][5]) + int(rows["/cpu:1"][5]) > 0  # hand-offs per step
     assert "synthetic feeds (batch 8)" in err
     events = json.loads(trace.read_text())["traceEvents"]
     names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
@@ -98,3 +103,54 @@ def test_calibrate_writes_a_profile_placement_reads(tmp_path, capsys, monkeypatc
     prof = load_profile()
     assert prof.calibrated and prof.cores == cpu_count()  # the host the devices share
     assert str(path) in out and "calibrated rates" in out
+
+
+ONE_DEVICE_MODEL = '''
+import numpy as np
+import tfc
+x = tfc.placeholder(tfc.float32, [None, 4], name="x")
+y = tfc.placeholder(tfc.int32, [None], name="y")
+with tfc.device("/cpu:1"):
+    w0 = tfc.Variable(np.full((4, 8), 0.1, np.float32), name="w0")
+    w1 = tfc.Variable(np.full((8, 3), 0.2, np.float32), name="w1")
+    logits = tfc.matmul(tfc.nn.relu(tfc.matmul(x, w0)), w1)
+    loss = tfc.reduce_mean(tfc.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
+                                                                           logits=logits))
+    train = tfc.train.GradientDescentOptimizer(0.1).minimize(loss)
+tfc.entry("train_step", feeds={"x": x, "y": y}, fetches={"loss": loss}, targets=[train])
+'''
+
+
+@pytest.fixture
+def one_device_artifact(tmp_path, capsys):
+    """The model, every op pinned to /cpu:1, compiled for two devices with fp16 transfers
+    (nothing crosses devices, so nothing is compressed)."""
+    p = tmp_path / "solo.py"
+    p.write_text(ONE_DEVICE_MODEL)
+    out, _ = run_ok(capsys, "compile", p, "--devices", "cpu:0,cpu:1", "--fp16-transfers",
+                    "-o", tmp_path / "solo.tfc")
+    return tmp_path / "solo.tfc"
+
+
+def test_an_entry_on_one_device_is_one_program_for_every_command(one_device_artifact,
+                                                                  tmp_path, capsys):
+    """An entry whose ops all sit on /cpu:1 has no partition table; the commands that read
+    tables show it whole on /cpu:1 and bench it as one native call there."""
+    from tfc.runtime.executor import PartitionedExecutable
+    program = load(one_device_artifact)
+    assert program.module.devices == ["/cpu:0", "/cpu:1"] and not program.module.partitions
+    assert program.module.fp16_transfers  # compiled so; nothing crosses devices to compress
+    assert not isinstance(program._executable("train_step"), PartitionedExecutable)
+    out, _ = run_ok(capsys, "ir", one_device_artifact, "--device", "cpu:1")
+    assert "@train_step on /cpu:1" in out and "send " not in out and "recv " not in out
+    out, _ = run_ok(capsys, "ir", one_device_artifact, "--device", "cpu:0")
+    assert "@train_step: nothing runs on /cpu:0" in out
+    run_ok(capsys, "viz", one_device_artifact, "-o", tmp_path / "g.html")
+    page = (tmp_path / "g.html").read_text()
+    assert "/cpu:1" in page and "not partitioned" not in page
+    trace = tmp_path / "trace.json"
+    out, _ = run_ok(capsys, "bench", one_device_artifact, "--steps", "2", "--batch", "4",
+                    "--trace", trace)
+    assert "one native call" in trace.read_text()
+    rows = [line.split() for line in out.splitlines() if line.startswith("/cpu:")]
+    assert [r[0] for r in rows] == ["/cpu:1"]  # the device it runs on, alone

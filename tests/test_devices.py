@@ -45,6 +45,14 @@ def test_cores_are_shared_between_logical_cpus():
     assert set(shares) == {"/cpu:0", "/cpu:1"} and min(shares.values()) >= 1
 
 
+def test_each_working_cpu_gets_its_share_of_the_cores():
+    assert threads_per_device(["/cpu:0", "/cpu:1"], cores=8) == {"/cpu:0": 4, "/cpu:1": 4}
+    assert threads_per_device(["/cpu:1"], cores=8) == {"/cpu:1": 8}  # alone: every core
+    assert threads_per_device(["/cpu:0", "/cpu:1", "/cpu:2"], cores=2) == {
+        "/cpu:0": 1, "/cpu:1": 1, "/cpu:2": 1}  # never fewer than one thread
+    assert threads_per_device(["/cpu:0", "/gpu:0"], cores=4) == {"/cpu:0": 4}
+
+
 def test_profile_round_trips_and_defaults(tmp_path, monkeypatch):
     monkeypatch.setenv("TFC_DEVICE_PROFILE", str(tmp_path / "none.json"))
     assert load_profile().source == "defaults"  # no file: round numbers

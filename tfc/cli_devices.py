@@ -25,7 +25,7 @@ def partitions_text(module: Any, device: str, elide_above: int | None = None) ->
     graph by graph."""
     from tfc.devices import parse_devices
     from tfc.ir.printer import print_graph
-    from tfc.passes.partition import Partition, device_graphs
+    from tfc.passes.partition import Partition, device_graphs, single_device
     from tfc.pipeline import lower_for_devices
 
     (device,) = parse_devices([device])
@@ -39,8 +39,9 @@ def partitions_text(module: Any, device: str, elide_above: int | None = None) ->
     for name, graph in lowered.entries.items():
         if name in lowered.partitions:
             part = device_graphs(lowered, name).get(device)
-        else:  # one device: the whole graph
-            part = Partition(device, graph) if device == devices[0] else None
+        else:  # its ops all run on one device: the whole graph runs there
+            part = (Partition(device, graph) if device == single_device(graph, devices[0])
+                    else None)
         if part is None:
             out.append(f"// @{name}: nothing runs on {device}")
             continue
@@ -127,11 +128,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     report = bench_entry(program, entry, feeds, args.steps, tracer=tracer,
                          kernels=bool(args.trace))  # kernel timing only for a trace
     print(report.summary())
-    rows = [[d, f"{st.busy_s / report.steps * 1e3:.3f} ms", f"{st.wait_s / report.steps * 1e3:.3f} ms",
-             f"{st.bytes_sent // report.steps}", f"{st.peak_bytes / 2**20:.2f} MiB"]
+    n = report.steps
+    rows = [[d, f"{st.busy_s / n * 1e3:.3f} ms", f"{st.wait_s / n * 1e3:.3f} ms",
+             f"{st.handoffs // n}", f"{st.handoff_bytes // n}", f"{st.peak_bytes / 2**20:.2f} MiB"]
             for d, st in report.devices.items()]
-    _table("Per device (per step)", ["device", "compute", "waiting in recv", "bytes sent",
-                                     "peak memory"], rows)
+    _table("Per device (per step)", ["device", "compute", "waiting in recv", "hand-offs",
+                                     "bytes handed over", "peak memory"], rows)
+    if any(st.handoffs for st in report.devices.values()):
+        print("(transfers between devices of this process hand the tensor over by reference: "
+              "no byte is copied)")
     if args.trace:
         path = tracer.save(args.trace)
         print(f"wrote {path} (open it in https://ui.perfetto.dev or chrome://tracing)")

@@ -98,10 +98,18 @@ def cpu_count() -> int:
 
 
 def threads_per_device(devices: Sequence[str], cores: int | None = None) -> dict[str, int]:
-    """Each local CPU device's share of the ``cores`` (default: this process's), at least
-    one thread each."""
+    """Each local CPU device's share of ``cores`` (default: ``cpu_count()``), at least one
+    thread each: ``max(1, cores // len(cpus))``.
+
+    ``devices`` are the devices that run work in a step: logical CPUs of one machine run
+    concurrently and must not each take every core, but a device whose part of the step
+    computes nothing (it only hands feeds over, or has no ops) takes no share, so the
+    executor passes only the devices with compute stages and the cost model those of a
+    candidate placement that have ops. One rule for both, so what the model predicts is
+    what the runtime does. GPUs get no CPU share."""
     cpus = [d for d in devices if parse_device(d).kind == "cpu"]
-    share = max(1, (cpu_count() if cores is None else cores) // max(1, len(cpus)))
+    total = cpu_count() if cores is None else cores
+    share = max(1, total // max(1, len(cpus)))
     return {d: share for d in cpus}
 
 

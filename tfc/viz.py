@@ -34,7 +34,7 @@ import numpy as np
 from tfc.errors import TfcError
 from tfc.ir.core import Module, Op
 from tfc.ir.printer import format_attr
-from tfc.passes.partition import Partition, device_graphs, devices_of
+from tfc.passes.partition import Partition, device_graphs, devices_of, single_device
 from tfc.pipeline import lower_for_devices
 
 SYMBOL_SIZE = 128  # what a symbolic dim counts as in transfer sizes (as in placement)
@@ -192,9 +192,10 @@ def _partitions(module: Module, entry: str, notes: list[str]) -> tuple[dict[str,
         if entry not in module.partitions and len(module.devices) < 2:
             devices = devices_of(graph, default)
         lowered = lower_for_devices(module, "reference", devices)
-        if entry not in lowered.partitions:  # one device
-            return {default: Partition(default, graph.clone(), list(range(len(graph.args))),
-                                       list(range(len(graph.results))))}, True
+        if entry not in lowered.partitions:  # its ops all run on one device
+            device = single_device(graph, default) or default
+            return {device: Partition(device, graph.clone(), list(range(len(graph.args))),
+                                      list(range(len(graph.results))))}, True
         parts = device_graphs(lowered, entry)
     except TfcError as e:
         notes.append(f"not partitioned ({e.message}): drawn as one graph")

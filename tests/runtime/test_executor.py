@@ -54,10 +54,13 @@ def test_three_devices_and_fp16_transfers_stay_close():
     np.testing.assert_allclose(got, want, rtol=2e-3)
 
 
-def test_a_failing_device_fails_the_step_without_hanging_or_updating():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_failing_device_fails_the_step_without_hanging_or_updating(backend):
     m = split_mlp_module(["/cpu:0", "/cpu:1"])
     m.devices = ["/cpu:0", "/cpu:1"]
-    p = Program(m, backend="reference")
+    p = Program(m, backend=backend)
+    # llvm: the Program's hot path (the executor's fast_step), as a single-device entry's
+    assert (p._runner("train").fast is not None) == (backend == "llvm")
     before = {k: v.copy() for k, v in p.variables.items()}
     bad_labels = np.full(16, 7, np.int32)  # out of range for 3 classes: cpu:1 raises
     with pytest.raises(ExecutionError):
@@ -159,3 +162,165 @@ def test_a_corrupt_partition_table_in_an_artifact_is_a_clear_error(tmp_path):
             dst.writestr(item, data)
     with pytest.raises(ArtifactError, match="bad.tfc: manifest.json: .*no graph @gone"):
         load(bad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_entry_on_one_device_runs_as_a_single_device_program(backend, tmp_path, monkeypatch):
+    """``predict``'s ops all sit on /cpu:1 (``train``'s loss and gradients on /cpu:0):
+    ``predict`` is not partitioned (fp16 transfers compress only ``train``'s) and runs
+    as one program (every core, no executor), through save/load (its native code kept)
+    and checkpoints, with one device's results."""
+    from tfc.backends.base import get_backend
+    from tfc.runtime import load
+    from tfc.runtime.executor import PartitionedExecutable
+    one, _ = train(split_mlp_module([None]), backend, steps=0)
+    from tfc.pipeline import Target, lower
+    m = lower(split_mlp_module(["/cpu:1"]), Target(backend, ("/cpu:0", "/cpu:1"), True),
+              passes="", place=False)
+    assert list(m.partitions) == ["train"]  # predict has no table (nor compression)
+    assert m.partitions["train"].compressed  # train's transfers are compressed
+    two = Program(m, dict(one.variables), backend=backend)
+    exe = two._executable("predict")
+    assert not isinstance(exe, PartitionedExecutable)
+    assert type(exe) is type(get_backend(backend).compile(m, "predict"))
+    tol = 0 if backend == "reference" else 1e-5
+    np.testing.assert_allclose(two.run("predict", x=X)["logits"],
+                               one.run("predict", x=X)["logits"], rtol=tol, atol=tol)
+    two.run("train", x=X, y=Y)
+    ckpt, step = two.save_checkpoint(tmp_path / "ckpt"), two.step
+    path = tmp_path / "m.tfc"
+    two.save(path)
+    no_passes(monkeypatch)  # the artifact holds the entry's final IR and memory plan
+    q = load(path)
+    assert not isinstance(q._executable("predict"), PartitionedExecutable)
+    assert list(q.module.partitions) == ["train"]
+    want = two.run("predict", x=X)["logits"]
+    np.testing.assert_allclose(q.run("predict", x=X)["logits"], want, rtol=tol, atol=tol)
+    q.run("train", x=X, y=Y)
+    q.restore_checkpoint(ckpt)
+    assert q.step == step
+    np.testing.assert_array_equal(q.run("predict", x=X)["logits"], want)
+
+
+def test_a_device_without_compute_gets_no_share_of_the_cores(monkeypatch):
+    """A table whose /cpu:0 only hands a feed back as a fetch: /cpu:1, the one device
+    that computes, gets every core."""
+    import tfc.devices
+    from tfc.backends.base import get_backend
+    from tfc.passes.partition import install_partitions, partition_graph
+    from tfc.runtime.executor import PartitionedExecutable
+    m = split_mlp_module(["/cpu:1"])
+    graph = m.graphs["predict"]
+    graph.results.append(graph.args[0])  # fetch x too: the default device hands it back
+    graph.result_names.append("x_again")
+    m.devices = ["/cpu:0", "/cpu:1"]
+    install_partitions(m, "predict", partition_graph(graph.clone(), "/cpu:0"))
+    table = m.partitions["predict"]
+    assert [d.device for d in table.devices] == ["/cpu:0", "/cpu:1"]
+    assert not any(st.graph for st in table.device("/cpu:0").stages)
+    monkeypatch.setattr(tfc.devices, "cpu_count", lambda: 4)
+    exe = PartitionedExecutable(m, "predict", get_backend("reference"))
+    assert exe.threads == {"/cpu:1": 4}
+    p = Program(m, backend="reference")
+    out = p.run("predict", x=X)
+    np.testing.assert_array_equal(out["x_again"], X)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_transfer_hands_the_senders_array_to_the_receiving_stage(backend, monkeypatch):
+    """Nothing copies a transferred tensor: the array a stage computed is the very array
+    the other device's stage is called with (rendezvous, executor and the stage's own
+    binding: the llvm executable's ``fast_step`` takes its data pointer as it is), and
+    the rendezvous counts it as a hand-off of its bytes."""
+    from tfc.backends.llvm.runtime.executable import LLVMExecutable
+    from tfc.backends.reference.backend import ReferenceExecutable
+    bound: list[int] = []  # ids of the arrays the executables were called with
+    if backend == "llvm":
+        fast = LLVMExecutable.fast_step
+
+        def fast_step(self, feeds, *args, **kwargs):
+            bound.extend(map(id, feeds))
+            return fast(self, feeds, *args, **kwargs)
+        monkeypatch.setattr(LLVMExecutable, "fast_step", fast_step)
+    else:
+        call = ReferenceExecutable.__call__
+
+        def called(self, feeds, *args):
+            bound.extend(map(id, feeds))
+            return call(self, feeds, *args)
+        monkeypatch.setattr(ReferenceExecutable, "__call__", called)
+    p = Program(lowered(backend), backend=backend)
+    exe = p._executable("train")
+    produced: dict[tuple, np.ndarray] = {}
+    received: list[tuple[str, np.ndarray]] = []
+    for plan in exe.plans:
+        for st in plan.stages:
+            if st.call is None:
+                continue
+
+            def recording(inputs, variables, step, inner=st.call, st=st, device=plan.device):
+                received.extend((s, a) for s, a in zip(st.inputs, inputs) if isinstance(s, str))
+                fetches, updates = inner(inputs, variables, step)
+                produced.update(((device, s), a) for s, a in zip(st.outputs, fetches))
+                return fetches, updates
+            st.call = recording
+    p.run("train", x=X, y=Y)
+    sent = {s.key: (device, (s.value.stage, s.value.output))
+            for device, _, s in exe.table.sends()}
+    assert received and {key for key, _ in received} <= set(sent)
+    for key, array in received:
+        assert array is produced[sent[key]], key  # the sender's array itself
+        assert id(array) in bound, key            # bound by the receiving stage as it is
+    rendezvous = exe.last_rendezvous
+    assert rendezvous.handoffs == len(exe.table.sends())
+    assert rendezvous.bytes_sent == sum(produced[sent[k]].nbytes for k in sent)
+
+
+def test_the_executor_checks_feeds_and_variables_once_for_its_stages():
+    """Called directly (the ``Executable`` interface), the executor converts what it can
+    (a non-contiguous feed or variable) and names what it cannot, before any stage
+    takes the arrays as they are (``fast_step``)."""
+    from tfc.errors import FeedError
+    p = Program(lowered("llvm"), backend="llvm")
+    exe = p._executable("predict")
+    variables = dict(p.variables)
+    want = exe([X], variables, 0).fetches[0]
+    wide = np.zeros((16, 12), np.float32)
+    wide[:, ::2] = X
+    np.testing.assert_array_equal(exe([wide[:, ::2]], variables, 0).fetches[0], want)
+    fortran = {**variables, "w0": np.asfortranarray(variables["w0"])}
+    np.testing.assert_array_equal(exe([X], fortran, 0).fetches[0], want)
+    with pytest.raises(FeedError, match="feed 'x' of @predict has dtype float64"):
+        exe([X.astype(np.float64)], variables, 0)
+    with pytest.raises(ExecutionError, match=r"variable @w0 is float32\[6,7\]"):
+        exe([X], {**variables, "w0": np.zeros((6, 7), np.float32)}, 0)
+    with pytest.raises(ExecutionError, match="variable @b0 is not initialized"):
+        exe([X], {k: v for k, v in variables.items() if k != "b0"}, 0)
+
+
+def test_a_native_stage_checks_the_inputs_a_fallback_stage_computed(monkeypatch):
+    """A stage that fell back to the interpreter may return arrays of any layout; the
+    native stages that take them (directly or received) get C-contiguous arrays."""
+    from tfc.backends.llvm.backend import LLVMBackend
+    from tfc.backends.reference import ReferenceBackend
+    from tfc.backends.base import StepResult
+
+    class Fallback:  # what an llvm executable with unsupported ops runs: the interpreter
+        fallback_ops = ["(test)"]
+
+        def __init__(self, module, name):
+            self.exe = ReferenceBackend().compile(module, name)
+
+        def __call__(self, feeds, variables, step):
+            r = self.exe(feeds, variables, step)
+            return StepResult([np.asfortranarray(f) for f in r.fetches], r.updates)
+
+    m = lowered("llvm")
+    want = Program(m, backend="llvm").run("predict", x=X)["logits"]
+    compile_ = LLVMBackend.compile
+    monkeypatch.setattr(LLVMBackend, "compile", lambda self, module, name: (
+        Fallback(module, name) if name.endswith(".cpu0.s0") else compile_(self, module, name)))
+    p = Program(m, backend="llvm")
+    exe = p._executable("predict")
+    assert any(isinstance(st.executable, Fallback) for pl in exe.plans for st in pl.stages)
+    np.testing.assert_allclose(p.run("predict", x=X)["logits"], want, rtol=1e-6)

@@ -26,7 +26,9 @@ module (``@train.cpu1.s0``: later passes plan it and a backend compiles it by na
 the entry's ``PartitionTable`` (``module.partitions``) saying, per device, its stages in
 order, what each receives before and sends after it, what feeds each stage argument,
 and where the entry's fetches come from. The entry graph stays as it was (its
-signature is the step's feeds and fetches; nothing compiles it). ``device_graphs``
+signature is the step's feeds and fetches; nothing compiles it). An entry whose ops all
+run on one device is not partitioned (``single_device``): it has no table and runs as a
+single-device program on that device, with every core and no executor. ``device_graphs``
 glues a table's stages back into one graph per device with its sends and receives,
 for the ``compress`` pass and for people (``tfc ir --device``, ``tfc viz``).
 """
@@ -73,6 +75,18 @@ def devices_of(graph: Graph, default: str) -> list[str]:
         if op.device is not None and op.device not in seen:
             seen.append(op.device)
     return seen
+
+
+def single_device(graph: Graph, default: str) -> str | None:
+    """The one device all of ``graph``'s ops run on (``default`` for ops with none, and
+    for a graph without ops), or None when they use several. The ``partition`` pass
+    leaves such an entry whole: it runs as a single-device program on that device (all
+    cores, no executor threads, no rendezvous), which is what splitting it would cost
+    at best, and what the placer's "single device" candidate is."""
+    devices = {op.device or default for op in graph.ops}
+    if len(devices) > 1:
+        return None
+    return next(iter(devices), default)
 
 
 def lower_all_reduce(graph: Graph, default: str) -> int:
@@ -390,11 +404,15 @@ def source_value(module: Module, table: PartitionTable, device: str,
 
 @register_pass("partition")
 def partition(module: Module) -> Module:
-    """Partition every entry graph of a module with two or more devices (see the module
-    docstring); a module with fewer, and entries already partitioned, stay as they are."""
+    """Partition every entry graph of a module with two or more devices whose ops use
+    two or more of them (see the module docstring); a module with fewer devices, entries
+    whose ops all run on one device (``single_device``: they run as a single-device
+    program there, with no partition table) and entries already partitioned stay as
+    they are."""
     if len(module.devices) < 2:
         return module
+    default = module.devices[0]
     for name, graph in list(module.entries.items()):
-        if name not in module.partitions:
-            install_partitions(module, name, partition_graph(graph.clone(), module.devices[0]))
+        if name not in module.partitions and single_device(graph, default) is None:
+            install_partitions(module, name, partition_graph(graph.clone(), default))
     return module

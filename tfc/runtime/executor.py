@@ -11,6 +11,15 @@ executor runs no pass. With a ``tracer`` set, every stage is a span of the devic
 track, and when the backend times its kernels (``LLVMBackend(profile=True)``) each
 kernel is a span inside its stage's.
 
+What a step costs beyond its stages is kept small, because the cost model charges it
+(``tfc.passes.cost_model``): the busiest device runs on the calling thread (one thread
+wake-up fewer per step), a stage's sends and receives each take the rendezvous once,
+a transfer hands the sender's array to the receiver (no copy anywhere: the receiving
+stage binds the very array), stages call the backend's ``fast_step`` with inputs checked
+once per step, and only the devices that compute share the cores
+(``threads_per_device``), their BLAS calls included. An entry whose ops all run on one
+device never gets here: it has no table and runs as a single-device program.
+
 ``PartitionedExecutable`` has the backend ``Executable`` interface, so ``Program`` runs a
 multi-device module exactly as it runs a single-device one: same feeds, fetches,
 variable semantics (reads see the start of the step, updates apply after it) and
@@ -25,14 +34,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from tfc.backends.base import Backend, Executable, StepResult
 from tfc.devices import threads_per_device
-from tfc.errors import TfcError
+from tfc.errors import ExecutionError, FeedError, TfcError
 from tfc.ir.core import Graph, Module, PartitionStage, StageSource
+from tfc.ir.types import format_shape
 from tfc.passes.compress import CompressReport, compression_report
 from tfc.runtime.rendezvous import Rendezvous
 from tfc.runtime.trace import Tracer
@@ -47,10 +57,15 @@ def _slot(src: StageSource) -> Hashable:
     return (src.stage, src.output)
 
 
+StageCall = Callable[[list[np.ndarray], Mapping[str, np.ndarray], int],
+                     tuple[Sequence[np.ndarray], Iterable[tuple[str, np.ndarray]]]]
+
+
 @dataclass
 class Stage:
     """One stage of a device as the executor runs it: the table's entry, its compiled
-    graph, and the slots its inputs, outputs and sends read and write."""
+    graph, the slots its inputs, outputs and sends read and write, and the keys it
+    receives before it runs."""
 
     index: int
     table: PartitionStage
@@ -58,7 +73,9 @@ class Stage:
     inputs: list[Hashable] = field(default_factory=list)
     outputs: list[Hashable] = field(default_factory=list)
     sends: list[tuple[str, Hashable]] = field(default_factory=list)  # (key, slot)
+    recvs: list[str] = field(default_factory=list)
     executable: Executable | None = None
+    call: StageCall | None = None  # runs ``executable``: (fetches, (var, update) pairs)
 
 
 @dataclass
@@ -95,9 +112,101 @@ def _with_threads(backend: Backend, threads: int | None) -> Backend:
     return limited
 
 
+def stage_call(exe: Executable, unchecked: Sequence[int] = ()) -> StageCall:
+    """How the executor runs ``exe``: through ``fast_step`` where the backend has it, else
+    the ``Executable`` call; returns the fetches and the (variable, update) pairs.
+
+    ``fast_step`` takes C-contiguous arrays of the arguments' dtypes as they are (their
+    shapes it still checks, once per binding). The step's feeds are checked once per
+    step and the outputs of native stages are such arrays, so only the inputs listed in
+    ``unchecked`` (those computed by a stage that fell back to another backend) are
+    checked here; the variables are checked once per step (``_checked_variables``)."""
+    fast = getattr(exe, "fast_step", None)
+    if fast is None or getattr(exe, "fallback_ops", None):
+        def call(inputs: list[np.ndarray], variables: Mapping[str, np.ndarray],
+                 step: int) -> tuple[Sequence[np.ndarray], Iterable[tuple[str, np.ndarray]]]:
+            result = exe(inputs, variables, step)
+            return result.fetches, result.updates.items()
+        return call
+    var_names = list(getattr(exe, "var_names", ()))
+    update_names = list(getattr(exe, "update_names", ()))
+    args = exe.graph.args  # type: ignore[attr-defined]  # executables with fast_step have it
+    checks = [(k, args[k].dtype.np, args[k].name) for k in unchecked]
+
+    def fast_call(inputs: list[np.ndarray], variables: Mapping[str, np.ndarray],
+                  step: int) -> tuple[Sequence[np.ndarray], Iterable[tuple[str, np.ndarray]]]:
+        for k, dt, name in checks:
+            inputs[k] = _as_input(inputs[k], dt, name)
+        outs, upds = fast(inputs, [variables[n] for n in var_names], step)
+        return outs, zip(update_names, upds)
+    return fast_call
+
+
+def _as_input(value: Any, dtype: np.dtype, name: str | None) -> np.ndarray:
+    """``value`` as a C-contiguous array of ``dtype`` (no copy when it is one already)."""
+    a = np.asarray(value)
+    if a.dtype != dtype:
+        raise ExecutionError(f"stage input '{name}' has dtype {a.dtype}, expected "
+                             f"{np.dtype(dtype)}")
+    return a if a.flags.c_contiguous else np.require(a, requirements="C")
+
+
+def _checked_variables(specs: Sequence[tuple[str, np.dtype, tuple[Any, ...], Any]],
+                       variables: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+    """``variables`` when each variable of ``specs`` (name, dtype, shape, declared type)
+    is a C-contiguous array of its declared type (a ``Program``'s always are); else a
+    copy of the mapping with those made so, or an ``ExecutionError`` naming the first
+    that cannot be (what an executable's own call says). The stages' fast calls then
+    take the arrays as they are."""
+    fixed: dict[str, np.ndarray] = {}
+    for name, dtype, shape, type_ in specs:
+        v = variables.get(name)
+        if v is None:
+            raise ExecutionError(f"variable @{name} is not initialized")
+        if (type(v) is np.ndarray and v.dtype == dtype and v.shape == shape
+                and v.flags.c_contiguous):
+            continue
+        a = np.asarray(v)
+        if a.dtype != dtype or a.shape != shape:
+            raise ExecutionError(f"variable @{name} is {a.dtype}{format_shape(a.shape)}, "
+                                 f"expected {type_}")
+        fixed[name] = np.ascontiguousarray(a)
+    if not fixed:
+        return variables
+    return {**variables, **fixed}
+
+
+def _unchecked_sources(table: Any, compiled: Mapping[tuple[str, int], Executable]
+                       ) -> set[tuple[str, StageSource]]:
+    """The (device, value) pairs of ``table`` that a stage without a native fast path
+    computes (directly, or received from one): what ``stage_call`` must check."""
+    def native(device: str, stage: int) -> bool:
+        exe = compiled.get((device, stage))
+        return (exe is not None and getattr(exe, "fast_step", None) is not None
+                and not getattr(exe, "fallback_ops", ()))
+
+    out: set[tuple[str, StageSource]] = set()
+    sent = {s.key: (device, s.value) for device, _, s in table.sends()}
+    for d in table.devices:
+        for st in d.stages:
+            for src in st.inputs:
+                device, value = d.device, src
+                while value.recv is not None and value.recv in sent:
+                    device, value = sent[value.recv]
+                if value.feed is None and not native(device, value.stage or 0):
+                    out.add((d.device, src))
+    return out
+
+
 class PartitionedExecutable:
     """Compiles the stage graphs of ``entry``'s partition table with ``backend`` and runs a
-    step across the devices, one thread each (see the module docstring)."""
+    step across the devices, one thread each (see the module docstring).
+
+    Only the devices that compute (have a stage with a graph) share the cores
+    (``threads_per_device``; ``threads`` says what each got); a device that only hands
+    feeds over gets none. The busiest device runs on the calling thread, the others on
+    the executable's worker threads; any device's error aborts the step's rendezvous,
+    waits for the others to stop and surfaces (the root cause, not the aborted recvs)."""
 
     def __init__(self, module: Module, entry: str, backend: Backend) -> None:
         table = module.partitions.get(entry)
@@ -110,30 +219,72 @@ class PartitionedExecutable:
         self.table = table
         self.compression: CompressReport | None = (
             compression_report(module, entry) if table.compressed else None)
-        shares = threads_per_device([d.device for d in table.devices])
+        # the cores go to the devices that compute, each its share (threads_per_device)
+        computing = [d.device for d in table.devices if any(st.graph for st in d.stages)]
+        self.threads: dict[str, int] = threads_per_device(computing)
+        graph = module.graphs[entry]
+        self._feed_dtypes = [a.dtype.np for a in graph.args]
+        self._feed_names = list(graph.arg_names)
         self.plans: list[DevicePlan] = []
+        fast_vars: set[str] = set()
+        compiled: dict[tuple[str, int], Executable] = {}
         for part in table.devices:
-            device_backend = _with_threads(backend, shares.get(part.device))
+            device_backend = _with_threads(backend, self.threads.get(part.device))
+            for i, st in enumerate(part.stages):
+                if st.graph is not None:
+                    compiled[part.device, i] = device_backend.compile(module, st.graph)
+        unchecked = _unchecked_sources(table, compiled)
+        for part in table.devices:
             stages = []
             for i, st in enumerate(part.stages):
-                graph = module.graphs[st.graph] if st.graph is not None else None
-                stage = Stage(i, st, graph, [_slot(s) for s in st.inputs],
-                              [(i, k) for k in range(len(graph.results) if graph else 0)],
-                              [(s.key, _slot(s.value)) for s in st.sends])
-                if graph is not None:
-                    stage.executable = device_backend.compile(module, graph.name)
+                g = module.graphs[st.graph] if st.graph is not None else None
+                stage = Stage(i, st, g, [_slot(s) for s in st.inputs],
+                              [(i, k) for k in range(len(g.results) if g else 0)],
+                              [(s.key, _slot(s.value)) for s in st.sends],
+                              [r.key for r in st.recvs])
+                if g is not None:
+                    exe = stage.executable = compiled[part.device, i]
+                    stage.call = stage_call(exe, [k for k, s in enumerate(st.inputs)
+                                                  if (part.device, s) in unchecked])
+                    if getattr(exe, "fast_step", None) and not getattr(exe, "fallback_ops", ()):
+                        fast_vars.update(getattr(exe, "var_names", ()))
                 stages.append(stage)
             fetches = [(i, _slot(src)) for i, (device, src) in enumerate(table.fetches)
                        if device == part.device]
             feeds = sorted({s for st in stages for s in [*st.inputs, *(x for _, x in st.sends)]
                             if isinstance(s, int)} | {s for _, s in fetches if isinstance(s, int)})
             self.plans.append(DevicePlan(part.device, stages, feeds, fetches))
+        self._var_specs = [(n, np.dtype(module.variables[n].type.dtype.np),
+                            tuple(module.variables[n].type.shape), module.variables[n].type)
+                           for n in sorted(fast_vars)]
         self.n_results = len(table.fetches)
         self.tracer: Tracer | None = None  # set to record a timeline (``tfc bench --trace``)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.plans)),
-                                        thread_name_prefix=f"tfc-{entry}")
+        # the busiest device on the calling thread: one thread fewer to wake per step
+        self._inline = max(range(len(self.plans)), key=lambda i: sum(
+            len(st.graph.ops) for st in self.plans[i].stages if st.graph is not None))
+        self._others = [p for i, p in enumerate(self.plans) if i != self._inline]
+        self._pool = (ThreadPoolExecutor(max_workers=len(self._others),
+                                         thread_name_prefix=f"tfc-{entry}")
+                      if self._others else None)
+        # a backend whose kernels call a BLAS library with threads of its own
+        # (``blas_threads``: llvm's OpenBLAS) has those limited to the share too, per step
+        self._blas: Callable[[int], int] | None = (
+            getattr(backend, "blas_threads", None) if self.threads else None)
+        self._blas_share = (getattr(backend, "threads", None)  # the user's count, if given
+                            or min(self.threads.values(), default=1))
         self._lock = threading.Lock()  # one step at a time
         self.last_rendezvous: Rendezvous | None = None
+        # ``fast_step`` (what a Program's hot path calls) when every stage runs natively
+        # and every fetch is a stage's output: then fetches and updates are fresh arrays
+        stages = [st for plan in self.plans for st in plan.stages if st.executable]
+        native = all(getattr(st.executable, "fast_step", None) is not None
+                     and not getattr(st.executable, "fallback_ops", ()) for st in stages)
+        if native and all(src.feed is None for _, src in table.fetches):
+            self.var_names = [n for n, *_ in self._var_specs]
+            self.update_names = list(dict.fromkeys(
+                n for st in stages for n in getattr(st.executable, "update_names", ())))
+            self._shapes_seen: set[tuple] = set()
+            self.fast_step = self._fast_step
 
     def _run_device(self, plan: DevicePlan, feeds: Sequence[np.ndarray],
                     variables: Mapping[str, np.ndarray], step: int,
@@ -143,60 +294,121 @@ class PartitionedExecutable:
         updates: dict[str, np.ndarray] = {}
         tracer, clock = self.tracer, time.perf_counter
         for st in plan.stages:
-            for recv in st.table.recvs:
-                t0 = clock()
-                env[recv.key] = rendezvous.recv(recv.key)
+            if st.recvs:
+                if tracer is None:
+                    env.update(zip(st.recvs, rendezvous.recv_many(st.recvs)))
+                else:
+                    t0 = clock()
+                    env.update(zip(st.recvs, rendezvous.recv_many(st.recvs)))
+                    tracer.recvs(plan.device, st.recvs, t0, clock())
+            if st.call is not None:
+                t0 = clock() if tracer is not None else 0.0
+                fetches, upds = st.call([env[s] for s in st.inputs], variables, step)
+                env.update(zip(st.outputs, fetches))
+                updates.update(upds)
                 if tracer is not None:
-                    tracer.recv(plan.device, recv.key, t0, clock())
-            if st.executable is not None:
-                assert st.graph is not None
-                t0 = clock()
-                result = st.executable([env[s] for s in st.inputs], variables, step)
-                env.update(zip(st.outputs, result.fetches))
-                if tracer is not None:
+                    assert st.graph is not None and st.executable is not None
                     tracer.span(plan.device, st.graph.name, t0, clock(), "stage",
                                 ops=len(st.graph.ops))
                     trace_kernels(tracer, plan.device, st.executable)
                     # memory: the stage's arena and every tensor the device holds now
                     tracer.memory(plan.device, int(getattr(st.executable, "arena_bytes", 0))
                                   + sum(a.nbytes for a in env.values()))
-                updates.update(result.updates)
-            for key, slot in st.sends:
-                value = env[slot]
-                rendezvous.send(key, value)
+            if st.sends:
+                values = [(key, env[slot]) for key, slot in st.sends]
+                at = clock() if tracer is not None else 0.0
+                rendezvous.send_many(values)
                 if tracer is not None:
-                    tracer.send(plan.device, key, value.nbytes, clock())
+                    for key, value in values:
+                        tracer.send(plan.device, key, value.nbytes, at)
         return env, updates
+
+    def _checked_feeds(self, feeds: Sequence[Any]) -> list[np.ndarray]:
+        """The feeds as C-contiguous arrays of the entry's argument dtypes (checked once
+        per step here, not again by every stage)."""
+        if len(feeds) != len(self._feed_dtypes):
+            raise FeedError(f"@{self.entry} takes {len(self._feed_dtypes)} feeds, "
+                            f"got {len(feeds)}")
+        out = []
+        for name, f, dt in zip(self._feed_names, feeds, self._feed_dtypes):
+            if type(f) is not np.ndarray or f.dtype != dt or not f.flags.c_contiguous:
+                f = np.asarray(f)
+                if f.dtype != dt:
+                    raise FeedError(f"feed '{name}' of @{self.entry} has dtype {f.dtype}, "
+                                    f"expected {np.dtype(dt)}")
+                f = np.require(f, requirements="C")  # keeps 0-d arrays 0-d
+            out.append(f)
+        return out
 
     def __call__(self, feeds: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
                  step: int) -> StepResult:
+        arrays = self._checked_feeds(feeds)
+        fetches, updates = self._step(arrays, _checked_variables(self._var_specs, variables),
+                                      step)
+        return StepResult(fetches, updates)
+
+    def _fast_step(self, feeds: Sequence[np.ndarray], variables: Sequence[np.ndarray],
+                   step: int, validate: Callable[[Sequence[np.ndarray]], Any] | None = None,
+                   in_place: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The step for a caller that vouches for its inputs, as the llvm executable's
+        ``fast_step`` (``tfc.runtime.runner``): feeds are C-contiguous arrays of the
+        arguments' dtypes (their shapes checked by ``validate`` the first time they are
+        seen), ``variables`` those of ``var_names`` as a ``Program`` holds them. The
+        fetches and the updates (``update_names`` order) are arrays nothing else holds:
+        native stages' own outputs (offered only when every stage runs natively and no
+        fetch is a feed). No update is made in place (``in_place`` is ignored): another
+        device may still read the variable in the same step."""
+        shapes = tuple(a.shape for a in feeds)
+        if shapes not in self._shapes_seen:
+            if validate is not None:
+                validate(feeds)
+            self._shapes_seen.add(shapes)
+        fetches, updates = self._step(feeds, dict(zip(self.var_names, variables)), step)
+        return fetches, [updates[n] for n in self.update_names]
+
+    def _step(self, arrays: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
+              step: int) -> tuple[list[Any], dict[str, np.ndarray]]:
         with self._lock:
             rendezvous = Rendezvous()
             self.last_rendezvous = rendezvous
 
             def run(plan: DevicePlan) -> Any:
                 try:
-                    return self._run_device(plan, feeds, variables, step, rendezvous)
+                    return self._run_device(plan, arrays, variables, step, rendezvous)
                 except BaseException as e:
                     rendezvous.abort(e)
                     raise
 
-            futures = [self._pool.submit(run, plan) for plan in self.plans]
-            results, errors = [], []
-            for f in futures:
+            blas = self._blas
+            saved = blas(self._blas_share) if blas is not None else 0
+            try:
+                futures = ([self._pool.submit(run, plan) for plan in self._others]
+                           if self._pool is not None else [])
+                outcomes: list[Any] = []
+                errors: list[BaseException] = []
                 try:
-                    results.append(f.result())
+                    inline = run(self.plans[self._inline])
                 except BaseException as e:
-                    errors.append(e)
+                    inline, errors = None, [e]
+                for f in futures:  # every device has stopped before the step returns
+                    try:
+                        outcomes.append(f.result())
+                    except BaseException as e:
+                        errors.append(e)
+            finally:
+                if blas is not None:
+                    blas(saved)
             if errors:  # the root cause, not the recvs it aborted (those chain to it)
                 raise next((e for e in errors if e.__cause__ is None), errors[0])
+        outcomes.insert(self._inline, inline)
         fetches: list[Any] = [None] * self.n_results
         updates: dict[str, np.ndarray] = {}
-        for plan, (env, upd) in zip(self.plans, results):
+        for plan, (env, upd) in zip(self.plans, outcomes):
             updates.update(upd)
             for i, slot in plan.fetches:
                 fetches[i] = env[slot]
-        return StepResult(fetches, updates)
+        return fetches, updates
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)

@@ -78,7 +78,7 @@ def _bench(program: Any, entry: str, feeds: Mapping[str, Any], steps: int, warmu
     tracer = tracer or Tracer()
     if partitioned:
         exe.tracer = tracer
-    device = (program.module.devices or ["/cpu:0"])[0]
+    device = _device_of(program.module, entry)
     times: list[float] = []
     try:
         for i in range(steps):
@@ -98,6 +98,16 @@ def _bench(program: Any, entry: str, feeds: Mapping[str, Any], steps: int, warmu
                                                       for f in feeds.values()))
     return BenchReport(entry, steps, times, dict(tracer.stats),
                        _estimate(program.module, entry, feeds))
+
+
+def _device_of(module: Any, entry: str) -> str:
+    """The device an entry that runs as one program runs on: the one its ops use (an
+    entry of a multi-device module whose ops all sit on one device is not partitioned)."""
+    from tfc.passes.partition import single_device
+    default = (module.devices or ["/cpu:0"])[0]
+    if len(module.devices) < 2:
+        return default
+    return single_device(module.graphs[entry], default) or default
 
 
 def _estimate(module: Any, entry: str, feeds: Mapping[str, Any]) -> float | None:

@@ -130,7 +130,9 @@ class Program:
                  initializers: Mapping[str, Op] | None = None) -> None:
         self.backend: Backend = (get_backend(backend) if backend is None or isinstance(backend, str)
                                  else backend)
-        if len(module.devices) > 1:  # the PartitionedExecutable runs the partition tables
+        # the PartitionedExecutable runs the partition tables; an entry whose ops all run
+        # on one device has none and runs as a single-device program (``_compile``)
+        if len(module.devices) > 1:
             from tfc.pipeline import lower_for_devices
             module = lower_for_devices(module, self.backend.name)
         self.module = module
@@ -400,7 +402,7 @@ class Program:
     def _executable(self, entry: str) -> Executable:
         exe = self._executables.get(entry)
         if exe is None:
-            if len(self.module.devices) > 1:  # one partition per device, run concurrently
+            if entry in self.module.partitions:  # one partition per device, concurrently
                 from tfc.runtime.executor import PartitionedExecutable
                 exe = PartitionedExecutable(self.module, entry, self.backend)
             else:

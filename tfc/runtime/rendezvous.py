@@ -1,15 +1,22 @@
 """Where a step's ``send`` and ``recv`` meet: one table of keyed tensors per step.
 
 A send never blocks (TensorFlow's semantics: the producer goes on); a recv waits until
-its key arrives. If any device's part of the step fails, ``abort`` wakes every waiter
-with that error, so one failure never leaves the other devices' threads hanging. A
-timeout turns a graph that can never deliver a key (a bug in partitioning, not a user
-error) into an error that names the key instead of a hang.
+its key arrives. Inside one process a transfer is a hand-off: the table holds a
+reference to the sender's array and the recv returns that same array, so nothing is
+copied (what a transfer costs is the receiving thread's wake-up, not its bytes). The
+executor sends a stage's values together (``send_many``: one wake-up of the receiver)
+and receives a stage's values together (``recv_many``).
+
+If any device's part of the step fails, ``abort`` wakes every waiter with that error,
+so one failure never leaves the other devices' threads hanging. A timeout turns a graph
+that can never deliver a key (a bug in partitioning, not a user error) into an error
+that names the key instead of a hang.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Sequence
 
 import numpy as np
 
@@ -19,34 +26,54 @@ DEFAULT_TIMEOUT_S = 300.0
 
 
 class Rendezvous:
-    """A thread-safe table of tensors keyed by rendezvous key, for one step."""
+    """A thread-safe table of tensors keyed by rendezvous key, for one step.
+
+    ``handoffs`` counts the tensors sent through it and ``bytes_sent`` adds up their
+    sizes: the bytes handed over *by reference* from one device's thread to another's
+    (no byte is copied inside one process), e.g. what fp16 transfers halve."""
 
     def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self._values: dict[str, np.ndarray] = {}
         self._cond = threading.Condition()
         self._error: BaseException | None = None
         self.timeout_s = timeout_s
+        self.handoffs = 0
         self.bytes_sent = 0
 
     def send(self, key: str, value: np.ndarray) -> None:
+        self.send_many([(key, value)])
+
+    def send_many(self, items: Sequence[tuple[str, np.ndarray]]) -> None:
+        """Hand each (key, value) over, waking the waiting receivers once."""
         with self._cond:
-            if key in self._values:
-                raise ExecutionError(f"rendezvous key {key!r} was sent twice in one step")
-            self._values[key] = value
-            self.bytes_sent += value.nbytes
+            for key, value in items:
+                if key in self._values:
+                    raise ExecutionError(f"rendezvous key {key!r} was sent twice in one step")
+                self._values[key] = value
+                self.handoffs += 1
+                self.bytes_sent += value.nbytes
             self._cond.notify_all()
 
     def recv(self, key: str) -> np.ndarray:
+        return self.recv_many([key])[0]
+
+    def recv_many(self, keys: Sequence[str]) -> list[np.ndarray]:
+        """The values of ``keys``, once all have been sent (each taken out of the table)."""
+        values = self._values
+
+        def arrived() -> bool:
+            return self._error is not None or all(k in values for k in keys)
+
         with self._cond:
-            ok = self._cond.wait_for(lambda: key in self._values or self._error is not None,
-                                     timeout=self.timeout_s)
+            ok = self._cond.wait_for(arrived, timeout=self.timeout_s)
             if self._error is not None:
-                raise ExecutionError(f"recv {key!r}: the step was aborted "
+                raise ExecutionError(f"recv {keys[0]!r}: the step was aborted "
                                      f"({self._error})") from self._error
             if not ok:
-                raise ExecutionError(f"recv {key!r}: nothing was sent within "
+                missing = next(k for k in keys if k not in values)
+                raise ExecutionError(f"recv {missing!r}: nothing was sent within "
                                      f"{self.timeout_s:g} s")
-            return self._values.pop(key)
+            return [values.pop(k) for k in keys]
 
     def abort(self, error: BaseException) -> None:
         """Fail every pending and future ``recv`` with ``error``."""

@@ -4,6 +4,10 @@ The executor reports what each device's thread did — each compiled stage it ra
 kernel inside it when the backend times kernels, each send and each wait in a recv —
 and ``Tracer`` turns that into trace events: one track per device, spans in
 microseconds, and a flow arrow from every send to the recv that took its tensor.
+
+A transfer inside one process is a hand-off: the receiver gets the sender's array, no
+byte is copied. The per-device figures say so: ``handoffs`` (tensors sent) and
+``handoff_bytes`` (their sizes, handed over by reference), not bytes moved.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from typing import Any
 class DeviceStats:
     busy_s: float = 0.0          # time in stages (compute)
     wait_s: float = 0.0          # time blocked in recvs
-    bytes_sent: int = 0
+    handoffs: int = 0            # tensors sent to other devices (in-process: by reference)
+    handoff_bytes: int = 0       # their sizes: handed over, not copied
     peak_bytes: int = 0          # the largest arena of a stage (memory plan), when known
 
 
@@ -61,22 +66,33 @@ class Tracer:
                 st.wait_s += end - start
 
     def send(self, device: str, key: str, nbytes: int, at: float) -> None:
+        """Tensor ``key`` of ``nbytes`` handed over (by reference) at ``at``."""
         with self._lock:
             tid = self._track(device)
             flow = f"{self.step}:{key}"
             self.events.append({"ph": "i", "s": "t", "name": f"send {key}", "cat": "send",
                                 "pid": 1, "tid": tid, "ts": self._us(at),
-                                "args": {"bytes": nbytes, "step": self.step}})
+                                "args": {"bytes": nbytes, "transfer": "hand-off",
+                                         "step": self.step}})
             self.events.append({"ph": "s", "id": flow, "name": "transfer", "cat": "transfer",
                                 "pid": 1, "tid": tid, "ts": self._us(at)})
-            self.stats[device].bytes_sent += nbytes
+            st = self.stats[device]
+            st.handoffs += 1
+            st.handoff_bytes += nbytes
 
     def recv(self, device: str, key: str, start: float, end: float) -> None:
-        self.span(device, f"recv {key}", start, end, "recv")
+        self.recvs(device, [key], start, end)
+
+    def recvs(self, device: str, keys: list[str], start: float, end: float) -> None:
+        """One wait, from ``start`` to ``end``, for the tensors ``keys`` (a stage's
+        receives): one span, and the flow arrow of every key ending there."""
+        name = f"recv {keys[0]}" + (f" (+{len(keys) - 1} more)" if len(keys) > 1 else "")
+        self.span(device, name, start, end, "recv", keys=list(keys))
         with self._lock:
-            self.events.append({"ph": "f", "bp": "e", "id": f"{self.step}:{key}",
-                                "name": "transfer", "cat": "transfer", "pid": 1,
-                                "tid": self.devices[device], "ts": self._us(end)})
+            for key in keys:
+                self.events.append({"ph": "f", "bp": "e", "id": f"{self.step}:{key}",
+                                    "name": "transfer", "cat": "transfer", "pid": 1,
+                                    "tid": self.devices[device], "ts": self._us(end)})
 
     def memory(self, device: str, nbytes: int) -> None:
         with self._lock:
