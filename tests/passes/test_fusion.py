@@ -479,3 +479,26 @@ def test_fusion_op_verifies_its_kind_and_region() -> None:
 def test_reduce_fusion_may_not_use_its_reductions() -> None:
     with pytest.raises(VerifyError, match="that is a row fusion, not reduce"):
         verify_module(fusion_module("reduce", "sum", "exp"))
+
+
+def test_a_huge_fill_is_classified_without_materializing_it():
+    """A ``zeros`` is a splat constant to fusion without being built: the pass once ran the
+    generator's reference (``np.full``) to find out, and a 16 GiB ``zeros`` param took the
+    process to 18 GB of memory (64 MiB here, far above what classifying may allocate)."""
+    import tracemalloc
+
+    from tfc.passes.fusion import splat_value
+    g = Graph("g")
+    big = Builder(g)("zeros", shape=[4096, 4096], dtype=DType.f32)
+    tracemalloc.start()
+    try:
+        assert classify(big.op) is not None
+        value = splat_value(big.op)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert value is not None and value.shape == (4096, 4096) and value.flat[0] == 0
+    assert peak < 1 << 20
+    assert splat_value(Builder(g)("fill", shape=[2, 3], value=2.7, dtype=DType.i32).op
+                       ).flat[0] == 2  # converted as cast would
+    assert splat_value(Builder(g)("range", limit=3.0).op) is None

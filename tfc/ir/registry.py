@@ -187,6 +187,13 @@ class OpDef:
         ``TfcError`` when these inputs cannot be expanded (a symbolic class count)."""
         raise NotImplementedError
 
+    def fill_value(self, attrs: Mapping[str, Any]) -> np.ndarray | None:
+        """The one value every element of the result has, as a 0-d array, for a GENERATOR
+        without inputs that fills its result (``fill``, ``zeros``); None otherwise. Passes
+        ask this instead of running the reference, which would materialize the whole
+        tensor (16 GiB for a ``zeros`` of 65536 x 65536)."""
+        return None
+
     def has(self, trait: Trait) -> bool:
         return trait in self.traits
 

@@ -1038,12 +1038,14 @@ class Fill(Movement):
     def _value(self, attrs: Mapping[str, Any]) -> float:
         return attrs["value"]
 
-    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
-                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    def fill_value(self, attrs: Mapping[str, Any]) -> np.ndarray:
         dt: DType = attrs["dtype"]
         v = np.asarray(self._value(attrs))
-        v = np.trunc(v) if dt.is_int else v
-        return [np.full(attrs["shape"], v.astype(dt.np), dtype=dt.np)]
+        return (np.trunc(v) if dt.is_int else v).astype(dt.np)
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        return [np.full(attrs["shape"], self.fill_value(attrs))]
 
 
 class _Constant(Fill):

@@ -168,11 +168,15 @@ def splat_value(op: Op) -> np.ndarray | None:
     is a non-empty splat (else None)."""
     if op.kind == "constant":
         value = op.attrs["value"]
-    elif lookup(op.kind).has(GENERATOR) and not op.inputs:
-        value = lookup(op.kind).reference(None, [], op.attrs)[0]
-    else:
+        return value if value.size and is_splat(value) else None
+    opdef = lookup(op.kind)
+    if not opdef.has(GENERATOR) or op.inputs:
         return None
-    return value if value.size and is_splat(value) else None
+    fill = opdef.fill_value(op.attrs)
+    shape = op.result.type.shape
+    if fill is None or 0 in shape:
+        return None
+    return np.broadcast_to(fill, shape)  # a view: nothing of the size of the result
 
 
 def _trial_expansion(op: Op) -> Graph | None:
