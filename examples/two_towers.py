@@ -1,0 +1,90 @@
+"""Two towers: an ensemble of two LSTM classifiers, trained in one step. The model where
+splitting across devices can pay off on a small host.
+
+Each tower reads the same sequences ``x`` ([B, 32, 8]) with an LSTM of 32 units (one
+``tfc.scan`` over time, its gradient a reverse scan) and a dense softmax head; each is
+trained on its own loss by its own ``minimize``, and ``predict`` averages the towers'
+probabilities. So nothing of one tower's step needs the other's: only the two losses
+meet, in the fetched sum.
+
+Why two devices can win here, when a chain of dense layers never does: a scan is a long
+sequence of small ops (64 x 40 @ 40 x 128 products and 64 x 128 element-wise ops per
+time step), each far below the sizes at which a kernel or the BLAS uses a second core.
+On one device the two towers run one after the other on one core while the other core
+idles; on two logical devices (one core each) they run concurrently, and the step
+exchanges only the losses (two 4-byte scalars).
+
+The numbers (median of medians, batch 64, AMD EPYC Zen 5, 2 cores, LLVM backend) are in
+``docs/benchmarks.md`` ("Placement (#16)"); ``python examples/two_towers.py`` measures
+them again: one device against the towers pinned to ``/cpu:0`` and ``/cpu:1`` with
+``tfc.device`` and against the placer's own split.
+
+    tfc compile examples/two_towers.py --devices cpu:0,cpu:1 -o towers2.tfc
+    tfc bench towers2.tfc --trace towers2.json     # the towers side by side, per device
+"""
+
+import numpy as np
+
+import tfc
+
+LENGTH, FEATURES, UNITS, CLASSES = 32, 8, 32, 10
+
+
+def build(devices=(None, None)):
+    """The two towers in the default graph, tower ``i`` under ``tfc.device(devices[i])``
+    (no scope for None: the placer decides)."""
+    tfc.set_random_seed(0)
+    x = tfc.placeholder(tfc.float32, [None, LENGTH, FEATURES], name="x")
+    y = tfc.placeholder(tfc.int32, [None], name="y")
+    optimizer = tfc.train.GradientDescentOptimizer(0.05)
+    losses, probs, train_ops = [], [], []
+    for i, device in enumerate(devices):
+        with tfc.device(device), tfc.name_scope(f"tower{i}"):
+            h = tfc.layers.LSTM(UNITS)(x)
+            logits = tfc.layers.Dense(CLASSES)(h)
+            loss = tfc.reduce_mean(
+                tfc.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+            losses.append(loss)
+            probs.append(tfc.nn.softmax(logits))
+            train_ops.append(optimizer.minimize(loss, colocate_gradients_with_ops=True))
+    tfc.entry("train_step", feeds={"x": x, "y": y}, fetches={"loss": losses[0] + losses[1]},
+              targets=train_ops)
+    tfc.entry("predict", feeds={"x": x}, fetches={"probs": (probs[0] + probs[1]) * 0.5})
+
+
+build()
+
+
+def measure(repeats=7, steps=50, batch=64):
+    """Median-of-medians step of ``train_step``: one device, the towers pinned one per
+    device, and the placer's split of the unpinned model; printed and returned (ms)."""
+    from tfc.backends.base import default_backend_name
+    from tfc.pipeline import Target, lower
+    from tfc.runtime import Program
+    from tfc.runtime.profiler import bench_entry
+
+    backend = default_backend_name()
+    two = ("/cpu:0", "/cpu:1")
+    variants = {"one device": ((None, None), ()), "towers pinned to two devices": (two, two),
+                "placer's choice on two devices": ((None, None), two)}
+    programs = {}
+    for name, (scopes, devices) in variants.items():
+        graph = tfc.Graph()
+        with graph.as_default():
+            build(scopes)
+        programs[name] = Program(lower(graph.as_module(), Target(backend, devices)))
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((batch, LENGTH, FEATURES)).astype(np.float32),
+             "y": rng.integers(0, CLASSES, batch).astype(np.int32)}
+    medians = {name: [] for name in programs}
+    for r in range(repeats):  # interleaved, so that load on the host hits all alike
+        for name, program in programs.items():
+            medians[name].append(bench_entry(program, "train_step", feeds, steps).median_s)
+    out = {name: float(np.median(m)) * 1e3 for name, m in medians.items()}
+    for name, ms in out.items():
+        print(f"{name}: {ms:.3f} ms per step ({out['one device'] / ms:.2f}x one device)")
+    return out
+
+
+if __name__ == "__main__":
+    measure()
