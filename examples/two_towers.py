@@ -4,15 +4,19 @@ splitting across devices can pay off on a small host.
 Each tower reads the same sequences ``x`` ([B, 32, 8]) with an LSTM of 32 units (one
 ``tfc.scan`` over time, its gradient a reverse scan) and a dense softmax head; each is
 trained on its own loss by its own ``minimize``, and ``predict`` averages the towers'
-probabilities. So nothing of one tower's step needs the other's: only the two losses
-meet, in the fetched sum.
+probabilities. So nothing of one tower's step needs the other's.
 
 Why two devices can win here, when a chain of dense layers never does: a scan is a long
-sequence of small ops (64 x 40 @ 40 x 128 products and 64 x 128 element-wise ops per
-time step), each far below the sizes at which a kernel or the BLAS uses a second core.
-On one device the two towers run one after the other on one core while the other core
-idles; on two logical devices (one core each) they run concurrently, and the step
-exchanges only the losses (two 4-byte scalars).
+sequence of small ops (per time step, products of a 64-row batch with 128-column weights
+and 64 x 128 element-wise ops), below the sizes at which tfc splits a kernel across
+cores (65,536 elements). On one device the two towers run one after the other and
+barely use the second core; on two logical devices (one core each) they can run side by
+side, and the step exchanges only one tower's loss (a 4-byte scalar) for the fetched sum.
+Two details make that so: each tower's ``minimize`` is called inside its device scope
+(with ``colocate_gradients_with_ops``), so its gradient ops, its gradient seed included,
+stay on its device; and no value of one tower feeds the other's backward pass (a join
+such as a dot product of the towers' outputs would make each device wait for the other,
+because a stage sends its values only when it ends).
 
 The numbers (median of medians, batch 64, AMD EPYC Zen 5, 2 cores, LLVM backend) are in
 ``docs/benchmarks.md`` ("Placement (#16)"); ``python examples/two_towers.py`` measures
@@ -20,7 +24,7 @@ them again: one device against the towers pinned to ``/cpu:0`` and ``/cpu:1`` wi
 ``tfc.device`` and against the placer's own split.
 
     tfc compile examples/two_towers.py --devices cpu:0,cpu:1 -o towers2.tfc
-    tfc bench towers2.tfc --trace towers2.json     # the towers side by side, per device
+    tfc bench towers2.tfc --trace towers2.json     # per device: compute, waiting, transfers
 """
 
 import numpy as np
