@@ -18,10 +18,14 @@ stay on its device; and no value of one tower feeds the other's backward pass (a
 such as a dot product of the towers' outputs would make each device wait for the other,
 because a stage sends its values only when it ends).
 
-The numbers (median of medians, batch 64, AMD EPYC Zen 5, 2 cores, LLVM backend) are in
-``docs/benchmarks.md`` ("Placement (#16)"); ``python examples/two_towers.py`` measures
-them again: one device against the towers pinned to ``/cpu:0`` and ``/cpu:1`` with
-``tfc.device`` and against the placer's own split.
+Measured (``train_step``, batch 64, AMD EPYC Zen 5 with 2 cores, LLVM backend; median of
+9 windows in which the shared host was quiet, each 7 interleaved repeats of 40 steps):
+one device 3.68 ms, the towers pinned to ``/cpu:0`` and ``/cpu:1`` 2.70 ms, 1.36x. The
+split won in 7 windows (1.39-1.71x) and lost in 2 (0.93x), when another job took a core
+and the towers ran one after the other; details in ``docs/benchmarks.md`` ("Placement
+(#16)"). ``python examples/two_towers.py`` measures it again: one device against the
+towers pinned with ``tfc.device`` and against the placer's own choice for the unpinned
+model (main's placer does not find the tower split: it chose 39 transfers).
 
     tfc compile examples/two_towers.py --devices cpu:0,cpu:1 -o towers2.tfc
     tfc bench towers2.tfc --trace towers2.json     # per device: compute, waiting, transfers
