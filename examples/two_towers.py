@@ -21,7 +21,7 @@ because a stage sends its values only when it ends).
 Measured (``train_step``, batch 64, AMD EPYC Zen 5 with 2 cores, LLVM backend; median of
 9 windows in which the shared host was quiet, each 7 interleaved repeats of 40 steps):
 one device 3.68 ms, the towers pinned to ``/cpu:0`` and ``/cpu:1`` 2.70 ms, 1.36x. The
-split won in 7 windows (1.39-1.71x) and lost in 2 (0.93x), when another job took a core
+split won in 7 windows (1.39-1.71x) and lost in 2 (0.92-0.94x), when another job took a core
 and the towers ran one after the other; details in ``docs/benchmarks.md`` ("Placement
 (#16)"). ``python examples/two_towers.py`` measures it again: one device against the
 towers pinned with ``tfc.device`` and against the placer's own choice for the unpinned
