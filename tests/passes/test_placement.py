@@ -211,3 +211,22 @@ def test_the_summary_says_when_the_rates_are_defaults():
     g = two_branches()
     report = place_graph(g, DEVICES, DeviceProfile(), {})
     assert "default rates" in report.summary() and "run `tfc calibrate`" in report.summary()
+
+
+def test_a_split_the_model_calls_a_little_faster_stays_on_one_device():
+    """The model predicts splits too fast (the executor's stages, hand-offs and the
+    kernels' contention), so a split must beat one device by SPLIT_MARGIN; with measured
+    op times (profile-guided placement, which then measures the result) by any amount."""
+    from tfc.passes.cost_model import MeasuredCosts
+    from tfc.passes.placement import SPLIT_MARGIN
+    g = two_branches()
+    host = profile()
+    base = place_graph(two_branches(), DEVICES, host, {})  # the split: 2 stages a device
+    host.stage_s = (0.85 * base.single_device_s - base.greedy_s) / 2
+    report = place_graph(g, DEVICES, host, {})  # a split, but by less than the margin
+    assert (1 - SPLIT_MARGIN) * report.single_device_s < report.greedy_s \
+        < report.single_device_s
+    assert report.chosen == "single device" and len({op.device for op in g.ops}) == 1
+    g = two_branches()
+    measured = place_graph(g, DEVICES, host, {}, measured=MeasuredCosts(1, {}))
+    assert measured.chosen == "greedy" and len({op.device for op in g.ops}) == 2

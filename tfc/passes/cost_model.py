@@ -42,6 +42,7 @@ from tfc.errors import TfcError
 from tfc.ir.core import Graph, Op, Value
 from tfc.ir.registry import VIEW, WRITES_VARIABLE, Cost, lookup
 from tfc.ir.types import TensorType
+from tfc.ops.control import scan_length
 
 # What a symbolic dim (the batch ``B``) counts as in cost estimates.
 SYMBOL_SIZE = 128
@@ -51,6 +52,8 @@ GEMM_KINDS = frozenset({"matmul", "conv2d", "conv2d_backprop_input",
 # Ops that move no data at run time: a pointer, a scalar, a shape.
 FREE_KINDS = frozenset({"constant", "var.read", "shape", "rank", "size", "identity",
                         "stop_gradient", "no_op"})
+# Ops that run the ops of their regions (a ``fusion``'s region is its one kernel's body).
+CONTROL_KINDS = frozenset({"scan", "while", "cond"})
 # An array attr larger than this is keyed by its dtype and shape only.
 _ATTR_ELEMENTS = 16
 
@@ -216,6 +219,8 @@ class CostModel:
         """Seconds of ``op`` as a kernel of its own on the profile's curves."""
         if self.is_free(op):
             return 0.0
+        if op.kind in CONTROL_KINDS:
+            return self._control_seconds(op, threads, device)
         rates = self._rates(device)
         cost = self.cost(op)
         if cost is None:
@@ -223,6 +228,28 @@ class CostModel:
         if self.is_gemm(op):
             return rates.gemm_seconds(cost.flops, threads)
         return rates.stream_seconds(cost.bytes, threads)
+
+    def _control_seconds(self, op: Op, threads: int, device: str | None) -> float:
+        """A control-flow op runs the ops of its regions: a ``scan`` its body once per
+        step (an LSTM's scan is nearly all of its step; the registry's bytes-moved cost
+        said ~1/30 of it), a ``cond`` the dearer branch, a ``while`` its condition and
+        body for a trip count unknown before it runs, counted as one trip."""
+        device = device or "/cpu:0"
+        bodies = [self._region_seconds(r, threads, device) for r in op.regions]
+        kernel_s = self._rates(device).kernel_s
+        if op.kind == "scan":
+            nc, nx = op.attrs["num_carry"], op.attrs["num_xs"]
+            trips = scan_length([v.type for v in op.inputs[nc:nc + nx]], op.attrs["length"])
+            n = trips if isinstance(trips, int) else self.symbol_size
+            return n * (bodies[0] + kernel_s)
+        if op.kind == "cond":
+            return kernel_s + max(bodies, default=0.0)
+        return kernel_s + sum(bodies)
+
+    def _region_seconds(self, region: Graph, threads: int, device: str) -> float:
+        device_of = {o: device for o in region.ops}
+        return sum(self.op_seconds_in(o, region, threads, device, device_of)
+                   for o in region.ops)
 
     def _measured_seconds(self, op: Op, threads: int, device: str | None) -> float | None:
         """The profiling run's seconds of ``op``, scaled by the curves from the threads it
