@@ -34,7 +34,7 @@ from tfc.backends.llvm.runtime import entry_cache, native
 from tfc.backends.llvm.runtime.binding import Binding, bind, bind_symbols
 from tfc.backends.llvm.runtime.error_detail import ERROR_DETAIL, MAX_DETAIL_INTS, format_error
 from tfc.errors import ArtifactError, ExecutionError, FeedError, TfcError
-from tfc.ir.core import Graph, Module
+from tfc.ir.core import Graph, Module, Op
 from tfc.ir.types import format_shape
 
 if TYPE_CHECKING:
@@ -360,6 +360,16 @@ class LLVMExecutable:
             return []
         sec = ns * 1e-9 + _CLOCK_OFFSET
         return [(name, float(sec[k]), float(sec[k + 1])) for k, name in steps]
+
+    def kernel_ops(self) -> list[tuple[Op, ...]]:
+        """The ops of the executable's graph that each kernel computes, in the order of
+        ``kernel_times()`` (see ``GraphCompiler.kernel_ops``: a fusion is one op, whose
+        region's ``sources`` are the unfused ops; a GEMM that updates its weight also
+        stands for the scale and the assignment); empty for a reference fallback. An
+        executable loaded from native code lowers its graph again, once, to know them."""
+        if self.fallback_ops:
+            return []
+        return self._lowered().kernel_ops()
 
     @property
     def arena_bytes(self) -> int:
