@@ -48,7 +48,7 @@ def test_cores_are_shared_between_logical_cpus():
 def test_profile_round_trips_and_defaults(tmp_path, monkeypatch):
     monkeypatch.setenv("TFC_DEVICE_PROFILE", str(tmp_path / "none.json"))
     assert load_profile().source == "defaults"  # no file: round numbers
-    p = DeviceProfile({"/cpu:0": DeviceRates(1e11, 2e10, 3e-6)},
+    p = DeviceProfile({"/cpu:0": DeviceRates.flat(1e11, 2e10, 3e-6)},
                       {"/cpu:0->/cpu:1": LinkRates(4e9, 1e-5)}, source="test")
     path = save_profile(p, tmp_path / "prof.json")
     back = load_profile(path)

@@ -5,20 +5,25 @@ Names follow TensorFlow: ``/cpu:0``, ``/gpu:1``, and for clusters
 each with its share of the cores (the TensorFlow paper's model parallelism on one host,
 and what the tests use to run partitions concurrently without a second machine).
 
-A ``DeviceProfile`` holds what ``tfc calibrate`` measured: each device's compute rate
-(GEMM flop/s), memory bandwidth and per-kernel overhead, and each link's bandwidth and
-latency. Placement turns an op's flops and bytes into seconds with it. Without a
-calibrated file, ``default_profile`` gives round numbers for a current x86 core.
+A ``DeviceProfile`` (file format version 2) holds what ``tfc calibrate`` measured: the
+host's cores; per op class (GEMM-like, streaming) the seconds of one kernel against its
+size at 1 thread and at all cores (``Curve``); the fixed costs of a kernel inside a
+native step, of a ``Program.run`` step, of an executor stage and of an in-process
+hand-off; and links between hosts. The cost model (``tfc.passes.cost_model``) turns an
+op into seconds with it. Without a calibrated file the defaults are round numbers for a
+current x86 core on a ``DEFAULT_CORES``-core host.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from tfc.errors import TfcError
 
@@ -92,10 +97,11 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def threads_per_device(devices: Sequence[str]) -> dict[str, int]:
-    """Each local CPU device's share of the cores (at least one thread each)."""
+def threads_per_device(devices: Sequence[str], cores: int | None = None) -> dict[str, int]:
+    """Each local CPU device's share of the ``cores`` (default: this process's), at least
+    one thread each."""
     cpus = [d for d in devices if parse_device(d).kind == "cpu"]
-    share = max(1, cpu_count() // max(1, len(cpus)))
+    share = max(1, (cpu_count() if cores is None else cores) // max(1, len(cpus)))
     return {d: share for d in cpus}
 
 
@@ -130,23 +136,124 @@ def local_devices(cpus: int = 1) -> list[str]:
 # ---- the profile the cost model reads ---------------------------------------------------
 
 PROFILE_FORMAT = "tfc-device-profile"
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
 PROFILE_ENV = "TFC_DEVICE_PROFILE"
+# The host the default profile describes (no calibrated file): a fixed count, so that a
+# placement made with the defaults is the same on every machine.
+DEFAULT_CORES = 4
+
+
+@dataclass
+class Curve:
+    """Seconds of one kernel against its size (flops, or bytes moved), measured at a few
+    sizes. Between them the curve is interpolated log-log (a kernel's rate changes smoothly
+    with its size: caches, blocking, start-up); beyond the ends it keeps the end point's
+    rate (seconds proportional to size), which is what a bigger GEMM or a longer stream
+    does once the machine is saturated."""
+
+    sizes: list[float]
+    seconds: list[float]
+
+    def __post_init__(self) -> None:
+        if len(self.sizes) != len(self.seconds) or not self.sizes:
+            raise ValueError("a curve needs as many sizes as seconds, at least one")
+        if any(s <= 0 for s in self.sizes) or any(t <= 0 for t in self.seconds):
+            raise ValueError("a curve's sizes and seconds must be positive")
+        if any(a >= b for a, b in zip(self.sizes, self.sizes[1:])):
+            raise ValueError("a curve's sizes must increase")
+
+    @staticmethod
+    def rate(per_s: float) -> "Curve":
+        """One rate at every size: ``size / per_s`` seconds."""
+        return Curve([1.0], [1.0 / per_s])
+
+    def at(self, size: float) -> float:
+        """Seconds of a kernel of ``size`` (0 for no work)."""
+        if size <= 0:
+            return 0.0
+        xs, ys = self.sizes, self.seconds
+        if size <= xs[0]:
+            return ys[0] * size / xs[0]
+        if size >= xs[-1]:
+            return ys[-1] * size / xs[-1]
+        i = bisect.bisect_right(xs, size) - 1
+        f = (math.log(size) - math.log(xs[i])) / (math.log(xs[i + 1]) - math.log(xs[i]))
+        return math.exp(math.log(ys[i]) + f * (math.log(ys[i + 1]) - math.log(ys[i])))
+
+
+def _by_threads(curves: Mapping[int, Curve], size: float, threads: int) -> float:
+    """A curve measured at some thread counts, read at ``threads``: a measured count as
+    measured; between two, interpolated log-log in the count; above the largest, as the
+    largest (threads beyond those measured add nothing); below the smallest, the
+    smallest's seconds times smallest/threads (each thread doing its share)."""
+    counts = sorted(curves)
+    threads = max(1, int(threads))
+    if threads in curves:
+        return curves[threads].at(size)
+    if threads > counts[-1]:
+        return curves[counts[-1]].at(size)
+    if threads < counts[0]:
+        return curves[counts[0]].at(size) * counts[0] / threads
+    i = bisect.bisect_right(counts, threads) - 1
+    lo, hi = counts[i], counts[i + 1]
+    f = math.log(threads / lo) / math.log(hi / lo)
+    a, b = curves[lo].at(size), curves[hi].at(size)
+    return math.exp(math.log(a) + f * (math.log(b) - math.log(a))) if a > 0 and b > 0 else a
 
 
 @dataclass
 class DeviceRates:
-    """What one device sustains: flop/s on GEMM-like work, bytes/s streaming memory, and
-    the fixed cost of starting one kernel."""
+    """What one device's kernels take, by op class, kernel size and thread count: GEMM-like
+    kernels (matmul, conv) by flops, streaming kernels (element-wise, reductions, copies) by
+    bytes moved, each a ``Curve`` per thread count; plus the fixed cost of one kernel
+    inside a native step (the curves include it at the sizes they measured)."""
 
-    flops_per_s: float
-    bytes_per_s: float
-    kernel_overhead_s: float = 2e-6
+    gemm: dict[int, Curve]
+    stream: dict[int, Curve]
+    kernel_s: float = 5e-7
+
+    def __post_init__(self) -> None:
+        if not self.gemm or not self.stream:
+            raise ValueError("device rates need a GEMM and a stream curve")
+
+    @staticmethod
+    def flat(flops_per_s: float, bytes_per_s: float, kernel_s: float = 5e-7,
+             cores: int = 1) -> "DeviceRates":
+        """One GEMM and one stream rate at every size, reached with ``cores`` threads; each
+        of fewer threads gives ``1 / cores`` of it (a device with half the cores has
+        half the rate)."""
+        return DeviceRates({1: Curve.rate(flops_per_s / cores), cores: Curve.rate(flops_per_s)},
+                           {1: Curve.rate(bytes_per_s / cores), cores: Curve.rate(bytes_per_s)},
+                           kernel_s)
+
+    def gemm_seconds(self, flops: float, threads: int) -> float:
+        return max(self.kernel_s, _by_threads(self.gemm, flops, threads))
+
+    def stream_seconds(self, nbytes: float, threads: int) -> float:
+        return max(self.kernel_s, _by_threads(self.stream, nbytes, threads))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gemm": _curves_to_dict(self.gemm), "stream": _curves_to_dict(self.stream),
+                "kernel_s": self.kernel_s}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> "DeviceRates":
+        return DeviceRates(_curves_from_dict(d["gemm"]), _curves_from_dict(d["stream"]),
+                           float(d["kernel_s"]))
+
+
+def _curves_to_dict(curves: Mapping[int, Curve]) -> dict[str, Any]:
+    return {str(t): {"sizes": c.sizes, "seconds": c.seconds} for t, c in sorted(curves.items())}
+
+
+def _curves_from_dict(d: Mapping[str, Any]) -> dict[int, Curve]:
+    return {int(t): Curve([float(x) for x in c["sizes"]], [float(x) for x in c["seconds"]])
+            for t, c in d.items()}
 
 
 @dataclass
 class LinkRates:
-    """A transfer of n bytes between two devices takes ``latency_s + n / bytes_per_s``."""
+    """A transfer of n bytes between two hosts takes ``latency_s + n / bytes_per_s``."""
 
     bytes_per_s: float
     latency_s: float = 5e-6
@@ -154,47 +261,104 @@ class LinkRates:
 
 @dataclass
 class DeviceProfile:
-    """Measured (or default) rates of devices and the links between them."""
+    """Measured (or default) costs of this host's devices and of the links between hosts.
+
+    ``cpu`` are the rates of every local CPU device (logical CPUs share the host's
+    ``cores``: a device's thread count is its share, ``threads_per_device``); ``devices``
+    overrides them per device. ``step_s`` is the fixed cost of one ``Program.run`` step,
+    ``stage_s`` what the multi-device executor adds per stage it runs, ``handoff_s`` the
+    cost of handing a tensor to another device of this process (a reference: no bytes
+    move). ``links`` (key ``"SRC->DST"``) and ``default_link`` are links between hosts.
+    ``source`` is ``"defaults"`` for the built-in round numbers."""
 
     devices: dict[str, DeviceRates] = field(default_factory=dict)
-    links: dict[str, LinkRates] = field(default_factory=dict)  # key "SRC->DST"
-    default_link: LinkRates = field(default_factory=lambda: LinkRates(5e9, 5e-6))
+    links: dict[str, LinkRates] = field(default_factory=dict)
+    default_link: LinkRates = field(default_factory=lambda: LinkRates(1e9, 5e-5))
     source: str = "defaults"
+    cores: int = DEFAULT_CORES
+    cpu: DeviceRates = field(default_factory=lambda: default_cpu_rates())
+    step_s: float = 5e-6
+    stage_s: float = 1e-5
+    handoff_s: float = 1e-5
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the rates were measured (else they are the built-in defaults)."""
+        return self.source != "defaults"
+
+    def describe(self) -> str:
+        """Where the rates come from, for reports."""
+        if self.calibrated:
+            return f"calibrated rates ({self.source}, {self.cores} cores)"
+        return f"default rates ({self.cores}-core x86 host assumed; run `tfc calibrate`)"
 
     def rates(self, device: str) -> DeviceRates:
         if device in self.devices:
             return self.devices[device]
-        kind = parse_device(device).kind
-        return _DEFAULT_RATES[kind]
+        if parse_device(device).kind == "gpu":
+            return _DEFAULT_GPU
+        return self.cpu
 
     def link(self, src: str, dst: str) -> LinkRates:
         return self.links.get(f"{src}->{dst}", self.default_link)
 
     def to_json(self) -> str:
         return json.dumps({"format": PROFILE_FORMAT, "version": PROFILE_VERSION,
-                           "source": self.source,
-                           "devices": {k: asdict(v) for k, v in self.devices.items()},
+                           "source": self.source, "cores": self.cores,
+                           "step_s": self.step_s, "stage_s": self.stage_s,
+                           "handoff_s": self.handoff_s, "cpu": self.cpu.to_dict(),
+                           "devices": {k: v.to_dict() for k, v in self.devices.items()},
                            "links": {k: asdict(v) for k, v in self.links.items()},
-                           "default_link": asdict(self.default_link)}, indent=2)
+                           "default_link": asdict(self.default_link)}, indent=1)
 
     @staticmethod
     def from_json(text: str, where: str = "<profile>") -> "DeviceProfile":
         try:
             data = json.loads(text)
-            if data.get("format") != PROFILE_FORMAT:
+            if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
                 raise ValueError(f"not a {PROFILE_FORMAT} file")
-            if data.get("version") != PROFILE_VERSION:
-                raise ValueError(f"version {data.get('version')}, expected {PROFILE_VERSION}")
+        except (ValueError, TypeError) as e:
+            raise TfcError(f"{where}: not a valid device profile ({e})") from None
+        version = data.get("version")
+        if version != PROFILE_VERSION:
+            raise TfcError(f"{where}: a version-{version} device profile; this tfc reads "
+                           f"version {PROFILE_VERSION} (per-op-class curves by size and "
+                           f"threads): re-run `tfc calibrate -o {where}`")
+        try:
             return DeviceProfile(
-                devices={k: DeviceRates(**v) for k, v in data["devices"].items()},
+                devices={k: DeviceRates.from_dict(v) for k, v in data["devices"].items()},
                 links={k: LinkRates(**v) for k, v in data["links"].items()},
                 default_link=LinkRates(**data["default_link"]),
-                source=str(data.get("source", where)))
+                source=str(data.get("source", where)), cores=max(1, int(data["cores"])),
+                cpu=DeviceRates.from_dict(data["cpu"]), step_s=float(data["step_s"]),
+                stage_s=float(data["stage_s"]), handoff_s=float(data["handoff_s"]))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise TfcError(f"{where}: not a valid device profile ({e})") from None
 
 
-_DEFAULT_RATES = {"cpu": DeviceRates(50e9, 10e9, 2e-6), "gpu": DeviceRates(10e12, 500e9, 8e-6)}
+def default_cpu_rates() -> DeviceRates:
+    """Round numbers for one current x86 core and a ``DEFAULT_CORES`` host: GEMM from
+    10 GFLOP/s (a 32x32 product) to 50 GFLOP/s (256 and up) per thread, scaling
+    sub-linearly with threads on small products; streams at 30 GB/s per thread in cache,
+    10 GB/s per thread from DRAM, at most 20 GB/s for the host."""
+    n = DEFAULT_CORES
+    gemm_sizes = [2.0 * 32 ** 3, 2.0 * 64 ** 3, 2.0 * 128 ** 3, 2.0 * 256 ** 3]
+    per_thread = [10e9, 25e9, 40e9, 50e9]
+    speedup = [1.0, 1.5, 0.6 * n, 0.9 * n]
+    stream_sizes = [64e3, 1e6, 16e6, 64e6]
+    stream_rate = [30e9, 30e9, 10e9, 10e9]
+    stream_speedup = [1.0, 0.8 * n, 2.0, 2.0]
+    return DeviceRates(
+        {1: Curve(gemm_sizes, [s / r for s, r in zip(gemm_sizes, per_thread)]),
+         n: Curve(gemm_sizes, [s / (r * max(1.0, k))
+                               for s, r, k in zip(gemm_sizes, per_thread, speedup)])},
+        {1: Curve(stream_sizes, [s / r for s, r in zip(stream_sizes, stream_rate)]),
+         n: Curve(stream_sizes, [s / (r * max(1.0, k))
+                                 for s, r, k in zip(stream_sizes, stream_rate, stream_speedup)])},
+        kernel_s=5e-7)
+
+
+_DEFAULT_GPU = DeviceRates.flat(10e12, 500e9, 8e-6)
 
 
 def default_profile_path() -> Path:

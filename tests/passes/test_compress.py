@@ -122,10 +122,12 @@ def test_adam_on_two_devices_keeps_its_state_exact_with_fp16_transfers():
 
 def test_reported_bytes_halve_for_compressed_edges_in_estimate_and_report():
     """The placement's transfer bytes and estimate, and the runtime's compression report,
-    count f16 bytes for exactly the edges that are compressed."""
-    slow = DeviceProfile({d: DeviceRates(1e10, 1e10, 1e-6) for d in DEVICES}, {},
-                         LinkRates(1e6, 1e-6))
-    reports = {}
+    count f16 bytes for exactly the edges that are compressed. Between the logical CPUs of
+    one process a transfer hands a reference over, so the bytes change no estimate there;
+    between hosts the slow link carries half the bytes."""
+    slow = DeviceProfile({}, {}, LinkRates(1e6, 1e-6), cpu=DeviceRates.flat(1e10, 1e10, 1e-6))
+    reports, remote = {}, {}
+    hosts = ["/job:w/task:0/cpu:0", "/job:w/task:1/cpu:0"]
     for fp16 in (False, True):
         m = split_mlp_module(["/cpu:0", "/cpu:1"])
         m.devices, m.fp16_transfers = DEVICES, fp16
@@ -134,12 +136,18 @@ def test_reported_bytes_halve_for_compressed_edges_in_estimate_and_report():
         reports[fp16] = place_graph(g, DEVICES, slow, m.variables, allowed)
         if fp16:  # what the runtime runs: the table the partition and compress passes left
             compression = compression_report(run_passes(m, "partition,compress"), "predict")
+        m = split_mlp_module(hosts)
+        g = m.graphs["predict"]
+        allowed = transfer_policy([g], m.variables) if fp16 else set()
+        remote[fp16] = place_graph(g, hosts, slow, m.variables, allowed)
     full, half = reports[False], reports[True]
     assert full.transfers == half.transfers > 0
     assert half.transfer_bytes * 2 == full.transfer_bytes
     assert compression.compressed == compression.transfers == half.transfers
     assert compression.bytes_after == half.transfer_bytes
-    assert half.estimated_s < full.estimated_s  # the slow link carries half the bytes
+    assert half.estimated_s == full.estimated_s  # in process: no bytes move
+    assert remote[True].transfers == remote[False].transfers > 0
+    assert remote[True].estimated_s < remote[False].estimated_s  # half the bytes on the link
 
 
 def test_compile_report_counts_the_halved_bytes(tmp_path):

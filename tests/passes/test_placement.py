@@ -16,11 +16,15 @@ from tfc.testing import split_mlp_module
 DEVICES = ["/cpu:0", "/cpu:1"]
 
 
-def profile(link_bw=1e10, latency=1e-6, fast=None):
-    rates = {d: DeviceRates(1e10, 1e10, 1e-6) for d in DEVICES}
-    if fast:
-        rates[fast] = DeviceRates(1e12, 1e12, 1e-6)
-    return DeviceProfile(rates, {}, LinkRates(link_bw, latency))
+def profile(link_bw=1e10, latency=1e-6, fast=None, cores=2):
+    """A 2-core host whose kernels are single-threaded work (a second thread adds nothing:
+    splitting independent work over the logical CPUs is what can pay), hand-offs between
+    its devices taking ``latency``."""
+    rates = DeviceRates.flat(1e10, 1e10, 1e-6)
+    devices = {fast: DeviceRates.flat(1e12, 1e12, 1e-6)} if fast else {}
+    return DeviceProfile(devices, {}, LinkRates(link_bw, latency), source="test",
+                         cores=cores, cpu=rates, step_s=1e-6, stage_s=1e-6,
+                         handoff_s=latency)
 
 
 def two_branches():
@@ -54,7 +58,7 @@ def test_when_greedy_loses_to_a_baseline_the_baseline_is_placed():
     assert report.estimated_s == report.single_device_s < 0.1
     assert report.estimated_s <= min(report.candidates.values())
     assert report.transfers == 0 and {op.device for op in g.ops} == {"/cpu:0"}
-    assert "by single device (greedy: " in report.summary()
+    assert "by single device on /cpu:0 (greedy: " in report.summary()
 
 
 def test_baselines_keep_scopes_and_colocation_and_never_win_by_breaking_them():
@@ -62,8 +66,7 @@ def test_baselines_keep_scopes_and_colocation_and_never_win_by_breaking_them():
     candidate keeps the pin and the variables' colocation, and the chosen estimate is at
     most each candidate's (``tfc compile --devices cpu:0,/job:worker/task:1/cpu:0``)."""
     devices = ["/cpu:0", "/job:worker/task:1/cpu:0"]
-    rates = {d: DeviceRates(1e10, 1e10, 1e-6) for d in devices}
-    slow = DeviceProfile(rates, {}, LinkRates(1e6, 1e-3))
+    slow = DeviceProfile({}, {}, LinkRates(1e6, 1e-3), cpu=DeviceRates.flat(1e10, 1e10, 1e-6))
     m = split_mlp_module(["/job:worker/task:1/cpu:0", None])
     m.devices = devices
     for g in m.graphs.values():

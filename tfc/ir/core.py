@@ -241,6 +241,9 @@ class Module:
     # Per entry graph of a multi-device module, how its step runs across the devices
     # (``tfc.passes.partition``): its stage graphs are graphs of this module, not entries.
     partitions: dict[str, "PartitionTable"] = field(default_factory=dict)
+    # What a profiling run measured of the entries' ops (``tfc.passes.cost_model
+    # .MeasuredCosts``), for placement's cost model; not serialized.
+    measured_costs: Any = None
 
     def add_graph(self, graph: Graph) -> Graph:
         self.graphs[graph.name] = graph

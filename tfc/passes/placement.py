@@ -1,11 +1,13 @@
-"""Cost-model device placement: the greedy simulated execution of the TensorFlow paper.
+"""Cost-model device placement: the greedy simulated execution of the TensorFlow paper,
+judged by a model of what the runtime really pays (``tfc.passes.cost_model``).
 
 Ops are visited in topological order. For each, every device it may run on is tried in
 a simulation of the step so far: the op starts when its device is free and its inputs
-have arrived (a value from another device arrives after the link's latency plus its
-bytes over the link's bandwidth, once per value and device), and takes the registry's
-flops and bytes at the device's measured rates (``tfc calibrate``; ``tfc.devices``).
-The op goes where it would finish first.
+have arrived (a value from another device of this process after the hand-off latency;
+from another host after the link's latency plus its bytes over the link), and takes the
+cost model's seconds on that device: by op class and size from the calibrated curves,
+with the device's share of the host's cores, fusion accounted. The op goes where it
+would finish first.
 
 Constraints, as in TensorFlow: a user's ``device`` scope pins an op (to any device of
 the module that matches it); a variable and every op that reads or writes it share one
@@ -13,11 +15,15 @@ device (the variable's own scope, else where the first of them goes); ops made f
 gradient with ``colocate_gradients_with_ops`` arrive already pinned; and a device gets
 only ops its backend can run.
 
-``place_graph`` also places the graph by two baselines under the same simulation and
-constraints — each device alone, and round robin — and keeps whichever of the three has
-the least estimate, so a placement is never estimated slower than one device; the
-report (``PlacementReport``, printed by ``tfc compile``) says which won and gives each
-estimate. With fp16 transfers a compressed value costs half its bytes on a link.
+Greedy is myopic, so ``place_graph`` compares candidates under the same model and
+constraints and keeps the least: each device alone (a one-device program with all the
+host's cores), greedy over all devices, greedy over as many devices as the host has
+cores (when there are more devices than cores), and round robin. Each candidate's
+estimate is made for the devices it actually uses: their thread shares, the executor's
+per-stage and hand-off costs when there are several, and never less than the host's
+total work over its cores. So a sequential chain stays on one device unless splitting
+it pays. The report (``PlacementReport``, printed by ``tfc compile``) says which won,
+gives every candidate's estimate, and says whether the rates are calibrated.
 """
 
 from __future__ import annotations
@@ -28,21 +34,23 @@ from typing import Callable, Collection, Mapping, Sequence
 from tfc.devices import DeviceProfile, check_runnable, load_profile, matches, parse_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
-from tfc.ir.registry import Cost, lookup
 from tfc.passes.compress import transfer_nbytes, transfer_policy
+from tfc.passes.cost_model import SYMBOL_SIZE, CostModel, MeasuredCosts
 from tfc.passes.manager import register_pass
 
-# What a symbolic dim (the batch ``B``) counts as in cost estimates.
-SYMBOL_SIZE = 128
+__all__ = ["SYMBOL_SIZE", "PlacementReport", "Simulation", "estimate_placed", "place_graph"]
+
 VAR_KINDS_PREFIX = "var."
+GREEDY, SINGLE_DEVICE, ROUND_ROBIN = "greedy", "single device", "round robin"
 
 
 @dataclass
 class PlacementReport:
-    """Where each op of one graph went and what the simulation expects of the step.
+    """Where each op of one graph went and what the model expects of the step.
 
-    ``chosen`` names the candidate placement that won (``GREEDY``, ``SINGLE_DEVICE`` or
-    ``ROUND_ROBIN``); ``estimated_s`` is its estimate, never above the others'."""
+    ``chosen`` names the candidate placement that won (``GREEDY``, ``SINGLE_DEVICE``,
+    ``ROUND_ROBIN`` or ``greedy on N devices``); ``estimated_s`` is its estimate, never
+    above the others' (``candidates``)."""
 
     graph: str
     devices: list[str]
@@ -56,11 +64,13 @@ class PlacementReport:
     transfer_bytes: int  # on the wire: f16 bytes for the values fp16 transfers compress
     measured_s: float | None = None
     ops_per_device: dict[str, int] = field(default_factory=dict)
+    others: dict[str, float] = field(default_factory=dict)  # further candidates' estimates
+    rates: str = "default rates"  # where the model's rates come from (DeviceProfile.describe)
 
     @property
     def candidates(self) -> dict[str, float]:
         """Each candidate placement's estimated step."""
-        return {GREEDY: self.greedy_s, SINGLE_DEVICE: self.single_device_s,
+        return {GREEDY: self.greedy_s, **self.others, SINGLE_DEVICE: self.single_device_s,
                 ROUND_ROBIN: self.round_robin_s}
 
     @property
@@ -70,11 +80,16 @@ class PlacementReport:
 
     def summary(self) -> str:
         per = ", ".join(f"{d}: {n}" for d, n in self.ops_per_device.items())
+        others = ", ".join(f"{name}: {_ms(s)}" for name, s in self.candidates.items()
+                           if name != self.chosen and name != SINGLE_DEVICE)
+        single = f"single device {self.single_device}: {_ms(self.single_device_s)}"
+        alternatives = ", ".join(x for x in (others, single if self.chosen != SINGLE_DEVICE
+                                             else "") if x)
         line = (f"@{self.graph}: {len(self.placement)} ops on {len(self.devices)} devices "
                 f"({per}); {self.transfers} transfers ({self.transfer_bytes} B at "
-                f"B={SYMBOL_SIZE}); estimated step {_ms(self.estimated_s)} by {self.chosen} "
-                f"(greedy: {_ms(self.greedy_s)}, single device {self.single_device}: "
-                f"{_ms(self.single_device_s)}, round robin: {_ms(self.round_robin_s)})")
+                f"B={SYMBOL_SIZE}); estimated step {_ms(self.estimated_s)} by {self.chosen}"
+                + (f" on {self.single_device}" if self.chosen == SINGLE_DEVICE else "")
+                + f" ({alternatives}); {self.rates}")
         if self.measured_s is not None:
             line += f"; measured {_ms(self.measured_s)}"
         return line
@@ -86,40 +101,35 @@ def _ms(s: float) -> str:
 
 class Simulation:
     """The step as far as it has been placed: when each device is free, when each value
-    is available where."""
+    is available where, the work each device did and the stages the executor runs.
 
-    def __init__(self, profile: DeviceProfile, devices: Sequence[str],
-                 symbol_size: int = SYMBOL_SIZE, compressed: Collection[Value] = (),
-                 costs: dict[Op, Cost | None] | None = None) -> None:
-        self.profile = profile
-        self.symbol_size = symbol_size
+    ``threads`` is each device's thread count (its share of the host's cores among the
+    devices the step is expected to use). ``executor``: whether the step runs on the
+    multi-device executor (per-stage costs) rather than as one native program."""
+
+    def __init__(self, model: CostModel, graph: Graph, devices: Sequence[str],
+                 threads: Mapping[str, int], compressed: Collection[Value] = (),
+                 executor: bool = True) -> None:
+        self.model = model
+        self.graph = graph
+        self.devices = list(devices)
+        self.threads = dict(threads)
         self.compressed = compressed  # values that cross devices as f16 (fp16 transfers)
-        # each op's registry cost (None: unknown), the same on every device: simulations
-        # of one graph's candidate placements share it
-        self.costs: dict[Op, Cost | None] = {} if costs is None else costs
+        self.executor = executor
         self.free = {d: 0.0 for d in devices}
+        self.busy = {d: 0.0 for d in devices}  # seconds of kernels each device ran
+        self.device_of: dict[Op, str] = {}
         self.home: dict[Value, str] = {}
         self.ready: dict[tuple[Value, str], float] = {}  # (value, device) -> arrival
+        self.stage_of: dict[Value, int] = {}  # device crossings on the longest path in
+        self.stages: set[tuple[str, int]] = set()
         self.transfers = 0
         self.transfer_bytes = 0
-
-    def cost(self, op: Op) -> Cost | None:
-        if op not in self.costs:
-            try:
-                self.costs[op] = lookup(op.kind).cost([v.type for v in op.inputs],
-                                                      [r.type for r in op.results],
-                                                      op.attrs, self.symbol_size)
-            except (TfcError, NotImplementedError):
-                self.costs[op] = None
-        return self.costs[op]
+        model.prepare(graph)
 
     def exec_time(self, op: Op, device: str) -> float:
-        rates = self.profile.rates(device)
-        cost = self.cost(op)
-        if cost is None:
-            return rates.kernel_overhead_s
-        return rates.kernel_overhead_s + max(cost.flops / rates.flops_per_s,
-                                             cost.bytes / rates.bytes_per_s)
+        return self.model.op_seconds_in(op, self.graph, self.threads.get(device, 1), device,
+                                        self.device_of)
 
     def arrival(self, v: Value, device: str) -> float:
         if v.op is None:  # a feed: on the host, wherever it is needed
@@ -127,33 +137,54 @@ class Simulation:
         if (v, device) in self.ready:
             return self.ready[(v, device)]
         src = self.home[v]
-        link = self.profile.link(src, device)
-        return (self.ready[(v, src)] + link.latency_s
-                + self.wire_bytes(v) / link.bytes_per_s)
+        return (self.ready[(v, src)]
+                + self.model.transfer_seconds(v, src, device, v in self.compressed))
 
     def wire_bytes(self, v: Value) -> int:
-        return transfer_nbytes(v, v in self.compressed, self.symbol_size)
+        """Bytes of ``v`` as it crosses devices (f16 when compressed); between devices of
+        one process they are handed over, not copied (``CostModel.transfer_seconds``)."""
+        return transfer_nbytes(v, v in self.compressed, self.model.symbol_size)
+
+    def _stage(self, op: Op, device: str) -> int:
+        return max((self.stage_of.get(v, 0) + (v.op is not None and self.home[v] != device)
+                    for v in op.inputs), default=0)
+
+    def _stage_cost(self, op: Op, device: str) -> float:
+        if not self.executor or (device, self._stage(op, device)) in self.stages:
+            return 0.0
+        return self.model.stage_s
 
     def finish(self, op: Op, device: str) -> float:
         start = max([self.free[device], *(self.arrival(v, device) for v in op.inputs)])
-        return start + self.exec_time(op, device)
+        return start + self._stage_cost(op, device) + self.exec_time(op, device)
 
     def commit(self, op: Op, device: str) -> float:
         for v in op.inputs:
             if v.op is not None and (v, device) not in self.ready:
                 self.ready[(v, device)] = self.arrival(v, device)
-                self.transfers += 1
-                self.transfer_bytes += self.wire_bytes(v)
+                if self.home[v] != device:
+                    self.transfers += 1
+                    self.transfer_bytes += self.wire_bytes(v)
+        work = self.exec_time(op, device)
+        stage = self._stage(op, device)
         end = self.finish(op, device)
+        self.stages.add((device, stage))
+        self.device_of[op] = device
         self.free[device] = end
+        self.busy[device] += work
         for r in op.results:
             self.home[r] = device
+            self.stage_of[r] = stage
             self.ready[(r, device)] = end
         return end
 
     @property
     def makespan(self) -> float:
-        return max(self.free.values(), default=0.0)
+        """The step: the fixed cost of a step plus the last device's finish, but never
+        less than the host's work (each device's kernel seconds times its threads) spread
+        over its cores (more threads than cores take turns)."""
+        host = sum(self.busy[d] * self.threads.get(d, 1) for d in self.busy) / self.model.cores
+        return self.model.step_s + max(max(self.free.values(), default=0.0), host)
 
 
 def can_run(kind: str, device: str) -> bool:
@@ -179,27 +210,50 @@ def _variable_of(op: Op) -> str | None:
     return op.attrs.get("var") if op.kind.startswith(VAR_KINDS_PREFIX) else None
 
 
-GREEDY, SINGLE_DEVICE, ROUND_ROBIN = "greedy", "single device", "round robin"
 # Picks a device for an op among its candidates (the simulation so far, the op's index).
 Chooser = Callable[[Op, list[str], "Simulation", int], str]
 
 
 @dataclass
 class _Candidate:
-    """One complete placement of a graph and its simulated step."""
+    """One complete placement of a graph and its estimated step."""
 
     assign: dict[Op, str]
     var_device: dict[str, str]
     sim: Simulation
 
+    @property
+    def estimate_s(self) -> float:
+        return self.sim.makespan
 
-def _place(graph: Graph, devices: Sequence[str], profile: DeviceProfile,
+
+def _active(model: CostModel, assign: Mapping[Op, str], devices: Sequence[str]) -> list[str]:
+    """The devices that run work (a kernel that is not free) in a placement."""
+    used = {d for op, d in assign.items() if not model.is_free(op)}
+    return [d for d in devices if d in used] or [next(iter(assign.values()), devices[0])]
+
+
+def simulate(model: CostModel, graph: Graph, assign: Mapping[Op, str], devices: Sequence[str],
+             compressed: Collection[Value] = ()) -> Simulation:
+    """The step of ``graph`` placed as ``assign``, for the devices it actually uses: one
+    device runs as a one-device program with all the host's cores; several run on the
+    executor, each with its share of the cores."""
+    active = _active(model, assign, devices)
+    sim = Simulation(model, graph, devices, model.threads(active), compressed,
+                     executor=len(active) > 1)
+    for op in graph.ops:
+        sim.commit(op, assign[op])
+    return sim
+
+
+def _place(model: CostModel, graph: Graph, devices: Sequence[str],
            declared: Mapping[str, str], choose: Chooser, compressed: Collection[Value],
-           allowed: Mapping[Op, list[str]], costs: dict[Op, Cost | None]) -> _Candidate:
+           allowed: Mapping[Op, list[str]]) -> _Candidate:
     """A placement of ``graph`` that keeps every constraint (scopes, backends: each op's
     ``allowed`` devices; a variable's ops on its device), ``choose`` deciding among the
-    devices that remain."""
-    sim = Simulation(profile, devices, compressed=compressed, costs=costs)
+    devices that remain; then its step estimated for the devices it uses."""
+    sim = Simulation(model, graph, devices, model.threads(devices), compressed,
+                     executor=len(devices) > 1)
     var_device = dict(declared)
     assign: dict[Op, str] = {}
     for i, op in enumerate(graph.ops):
@@ -213,7 +267,7 @@ def _place(graph: Graph, devices: Sequence[str], profile: DeviceProfile,
         assign[op] = device
         if var is not None and var not in var_device:
             var_device[var] = device
-    return _Candidate(assign, var_device, sim)
+    return _Candidate(assign, var_device, simulate(model, graph, assign, devices, compressed))
 
 
 def _is_on(home: str, device: str, devices: Sequence[str]) -> bool:
@@ -228,6 +282,13 @@ def _greedy(op: Op, candidates: list[str], sim: Simulation, i: int) -> str:
     return min(candidates, key=lambda d: (sim.finish(op, d), candidates.index(d)))
 
 
+def _greedy_within(subset: Sequence[str]) -> Chooser:
+    """Greedy among ``subset`` where the op may run there (else among its candidates)."""
+    def choose(op: Op, candidates: list[str], sim: Simulation, i: int) -> str:
+        return _greedy(op, [d for d in candidates if d in subset] or candidates, sim, i)
+    return choose
+
+
 def _round_robin(op: Op, candidates: list[str], sim: Simulation, i: int) -> str:
     return candidates[i % len(candidates)]
 
@@ -240,34 +301,43 @@ def _on(device: str) -> Chooser:
 
 def place_graph(graph: Graph, devices: Sequence[str], profile: DeviceProfile,
                 variables: Mapping[str, VariableDecl],
-                compressed: Collection[Value] = ()) -> PlacementReport:
+                compressed: Collection[Value] = (),
+                measured: MeasuredCosts | None = None) -> PlacementReport:
     """Set ``op.device`` on every op of ``graph`` (and the device of each variable it
     touches, in ``variables``); returns the report.
 
-    Greedy is myopic (it cannot see a join coming, or that a transfer now costs a slow
-    link later), so it competes with the two baselines under the same simulation and
-    the same constraints: every device alone (as far as scopes allow) and round robin.
-    The placement with the least estimate wins (greedy on ties), so the result is never
-    estimated slower than one device. ``compressed`` are the values that cross devices
-    as f16 (``tfc.passes.compress.transfer_policy``), at half the bytes."""
+    Candidates, each estimated for the devices it uses (module docstring): every device
+    alone, greedy over all devices, greedy over the first ``cores`` devices when there
+    are more devices than the host's cores, and round robin. The least estimate wins
+    (greedy on ties), so the result is never estimated slower than one device.
+    ``compressed`` are the values that cross devices as f16
+    (``tfc.passes.compress.transfer_policy``), at half the bytes on a link between hosts;
+    ``measured`` are a profiling run's op times (``Module.measured_costs``)."""
     declared = {n: d.device for n, d in variables.items() if d.device is not None}
     for name, dev in declared.items():
         if not any(matches(dev, d) for d in devices):
             raise TfcError(f"variable @{name} is placed on {dev}, but the module is compiled "
                            f"for {', '.join(devices)}", variables[name].loc)
 
+    devices = list(devices)
     allowed = {op: _allowed(op, devices) for op in graph.ops}
-    costs: dict[Op, Cost | None] = {}
+    model = CostModel(profile, measured=measured)
 
     def place(choose: Chooser) -> _Candidate:
-        return _place(graph, devices, profile, declared, choose, compressed, allowed, costs)
+        return _place(model, graph, devices, declared, choose, compressed, allowed)
 
     greedy = place(_greedy)
+    others: dict[str, _Candidate] = {}
+    local = [d for d in devices if parse_device(d).kind == "cpu"]
+    if model.cores < len(local) and model.cores > 1:
+        subset = local[:model.cores]
+        others[f"greedy on {len(subset)} devices"] = place(_greedy_within(subset))
     singles = {d: place(_on(d)) for d in devices}
-    single_device = min(devices, key=lambda d: (singles[d].sim.makespan, devices.index(d)))
+    single_device = min(devices, key=lambda d: (singles[d].estimate_s, devices.index(d)))
     robin = place(_round_robin)
-    ranked = [(GREEDY, greedy), (SINGLE_DEVICE, singles[single_device]), (ROUND_ROBIN, robin)]
-    chosen, best = min(ranked, key=lambda c: c[1].sim.makespan)  # first of equals: greedy
+    ranked = [(GREEDY, greedy), *others.items(), (SINGLE_DEVICE, singles[single_device]),
+              (ROUND_ROBIN, robin)]
+    chosen, best = min(ranked, key=lambda c: c[1].estimate_s)  # first of equals: greedy
 
     for op, d in best.assign.items():
         op.device = d
@@ -276,31 +346,34 @@ def place_graph(graph: Graph, devices: Sequence[str], profile: DeviceProfile,
             variables[name].device = next(d for d in devices if _is_on(dev, d, devices))
     counts = {d: sum(1 for v in best.assign.values() if v == d) for d in devices}
     return PlacementReport(
-        graph.name, list(devices),
+        graph.name, devices,
         [(op.kind, op.results[0].name or "-" if op.results else "-", best.assign[op])
          for op in graph.ops],
-        chosen, greedy.sim.makespan, singles[single_device].sim.makespan,
-        single_device, robin.sim.makespan, best.sim.transfers, best.sim.transfer_bytes,
-        ops_per_device=counts)
+        chosen, greedy.estimate_s, singles[single_device].estimate_s,
+        single_device, robin.estimate_s, best.sim.transfers, best.sim.transfer_bytes,
+        ops_per_device=counts, others={k: c.estimate_s for k, c in others.items()},
+        rates=profile.describe())
 
 
 def estimate_placed(graph: Graph, devices: Sequence[str], symbol_size: int = SYMBOL_SIZE,
                     profile: DeviceProfile | None = None,
-                    compressed: Collection[Value] = ()) -> float:
-    """The simulated step time of ``graph`` as placed (every op's ``device``; unplaced ops
+                    compressed: Collection[Value] = (),
+                    measured: MeasuredCosts | None = None) -> float:
+    """The modelled step time of ``graph`` as placed (every op's ``device``; unplaced ops
     on the first device), symbols counted as ``symbol_size``, ``compressed`` values
-    crossing devices as f16: what a compiled artifact's placement is expected to take."""
+    crossing hosts as f16: what a compiled artifact's placement is expected to take. A
+    graph on one device is a one-device program with all the host's cores."""
     devices = list(devices) or ["/cpu:0"]
-    sim = Simulation(profile or load_profile(), devices, symbol_size, compressed)
-    for op in graph.ops:
-        sim.commit(op, op.device if op.device in devices else devices[0])
-    return sim.makespan
+    model = CostModel(profile or load_profile(), symbol_size, measured)
+    assign = {op: op.device if op.device in devices else devices[0] for op in graph.ops}
+    return simulate(model, graph, assign, devices, compressed).makespan
 
 
 @register_pass("placement")
 def placement(module: Module) -> Module:
     """Place every entry graph's ops on ``module.devices`` (nothing to do for one device
-    but checking scopes); reports land in ``module.placement_reports``."""
+    but checking scopes); reports land in ``module.placement_reports``. The cost model
+    takes ``module.measured_costs`` (a profiling run's op times) when set."""
     devices = list(module.devices) or ["/cpu:0"]
     check_runnable(devices)
     profile = load_profile()
@@ -308,6 +381,7 @@ def placement(module: Module) -> Module:
     for name, graph in module.entries.items():
         compressed = (transfer_policy([graph], module.variables) if module.fp16_transfers
                       else set())
-        reports[name] = place_graph(graph, devices, profile, module.variables, compressed)
+        reports[name] = place_graph(graph, devices, profile, module.variables, compressed,
+                                    getattr(module, "measured_costs", None))
     module.placement_reports = reports
     return module

@@ -1,0 +1,295 @@
+"""The cost model: what one op, one transfer and one step cost on this host's devices.
+
+It reads the calibrated ``DeviceProfile`` (``tfc calibrate``; ``tfc.devices``), whose
+curves give the seconds of one kernel by op class, size and thread count:
+
+- GEMM-like ops (``matmul``, ``conv2d`` and its gradients) by their flops on the GEMM
+  curve; every other op by the bytes it moves on the stream curve; ops that move no data
+  at run time (views, ``var.read``, constants) cost nothing.
+- Placement runs before fusion, but the backend runs an element-wise chain as one
+  kernel that reads its inputs and writes its results once (``tfc.passes.fusion``). So a
+  fusible op whose input comes from a fusible op on the same device joins that kernel:
+  it pays no kernel start and only the bytes that cross the kernel's boundary (inputs
+  from outside it, results used outside it). Charging every unfused op its own kernel
+  and all its bytes overestimated the 64-layer MLP's element-wise work ~2.5x.
+- A device's thread count is its share of the host's cores among the devices that run
+  work in the step (``tfc.devices.threads_per_device``): two logical CPUs on a 2-core
+  host have one thread each, not the host's rate each.
+- A transfer between devices of one process hands a reference over: it costs the
+  measured hand-off latency and nothing per byte. Between hosts it costs the link's
+  latency plus bytes over its bandwidth.
+- Per step: a ``Program.run`` costs ``step_s``; a multi-device step adds ``stage_s`` per
+  executor stage.
+
+``MeasuredCosts`` (from a profiling run, ``tfc compile --profile-runs``) overrides the
+curves for the ops it measured, keyed by ``op_signature``: what the runtime measured is
+better than any curve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Collection, Mapping
+
+import numpy as np
+
+from tfc.devices import DeviceProfile, DeviceRates, parse_device
+from tfc.errors import TfcError
+from tfc.ir.core import Graph, Op, Value
+from tfc.ir.registry import VIEW, Cost, lookup
+from tfc.ir.types import TensorType
+
+# What a symbolic dim (the batch ``B``) counts as in cost estimates.
+SYMBOL_SIZE = 128
+# Ops run as GEMM-like kernels (blocked, compute-bound): costed by flops.
+GEMM_KINDS = frozenset({"matmul", "conv2d", "conv2d_backprop_input",
+                        "conv2d_backprop_filter"})
+# Ops that move no data at run time: a pointer, a scalar, a shape.
+FREE_KINDS = frozenset({"constant", "var.read", "shape", "rank", "size", "identity",
+                        "stop_gradient", "no_op"})
+# An array attr larger than this is keyed by its dtype and shape only.
+_ATTR_ELEMENTS = 16
+
+
+def _dim(d: Any, symbol_size: int) -> str:
+    return str(d) if isinstance(d, int) else str(symbol_size)
+
+
+def _type_key(t: TensorType, symbol_size: int) -> str:
+    return f"{t.dtype.name}[{','.join(_dim(d, symbol_size) for d in t.shape)}]"
+
+
+def _attr_text(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        if v.size > _ATTR_ELEMENTS:
+            return f"<{v.dtype}{list(v.shape)}>"
+        return f"{v.dtype}{list(v.shape)}{v.ravel().tolist()}"
+    if isinstance(v, tuple):
+        return "(" + ",".join(_attr_text(x) for x in v) + ")"
+    return repr(v)
+
+
+def op_signature(op: Op, symbol_size: int) -> str:
+    """A stable text key of what ``op`` computes: its kind, input and result types (symbols
+    as ``symbol_size``) and attrs (large arrays by dtype and shape). Two ops with the same
+    signature cost the same."""
+    ins = ",".join(_type_key(v.type, symbol_size) for v in op.inputs)
+    outs = ",".join(_type_key(r.type, symbol_size) for r in op.results)
+    attrs = ",".join(f"{k}={_attr_text(v)}" for k, v in op.attrs.items())
+    return f"{op.kind}({ins})->({outs}){{{attrs}}}"
+
+
+@dataclass
+class MeasuredCosts:
+    """What a profiling run measured (``tfc compile --profile-runs``)."""
+
+    threads: int                # threads of the device the ops were measured on
+    seconds: dict[str, float]   # op_signature -> median seconds of one such op
+    handoff_s: float | None = None   # measured cost per in-process transfer, if measured
+    step_s: float | None = None      # measured fixed cost per step, if measured
+    source: str = "profile run"
+
+
+@dataclass
+class _GraphInfo:
+    """What the fusion accounting needs of one graph: each value's consumers, results."""
+
+    consumers: dict[Value, list[Op]] = field(default_factory=dict)
+    results: set[Value] = field(default_factory=set)
+
+
+class CostModel:
+    """Seconds of ops, transfers and steps on the devices of ``profile`` (module docstring).
+
+    ``cores`` overrides the profile's (the host the devices share)."""
+
+    def __init__(self, profile: DeviceProfile, symbol_size: int = SYMBOL_SIZE,
+                 measured: MeasuredCosts | None = None, cores: int | None = None) -> None:
+        self.profile = profile
+        self.symbol_size = symbol_size
+        self.measured = measured
+        self.cores = max(1, int(cores if cores is not None else profile.cores))
+        self._costs: dict[Op, Cost | None] = {}
+        self._fusible: dict[Op, bool] = {}
+        self._signatures: dict[Op, str] = {}
+        self._graphs: dict[int, _GraphInfo] = {}
+
+    # ---- fixed costs ----------------------------------------------------------------
+
+    @property
+    def step_s(self) -> float:
+        """Fixed cost of one step (a ``Program.run``)."""
+        if self.measured is not None and self.measured.step_s is not None:
+            return self.measured.step_s
+        return self.profile.step_s
+
+    @property
+    def stage_s(self) -> float:
+        """What the multi-device executor adds per stage it runs."""
+        return self.profile.stage_s
+
+    @property
+    def handoff_s(self) -> float:
+        """One in-process transfer: send in one thread -> recv returns in another."""
+        if self.measured is not None and self.measured.handoff_s is not None:
+            return self.measured.handoff_s
+        return self.profile.handoff_s
+
+    # ---- ops ------------------------------------------------------------------------
+
+    def cost(self, op: Op) -> Cost | None:
+        """The registry's flops and bytes of ``op`` (None: the registry cannot say)."""
+        if op not in self._costs:
+            try:
+                self._costs[op] = lookup(op.kind).cost([v.type for v in op.inputs],
+                                                       [r.type for r in op.results],
+                                                       op.attrs, self.symbol_size)
+            except (TfcError, NotImplementedError, KeyError):
+                self._costs[op] = None
+        return self._costs[op]
+
+    def signature(self, op: Op) -> str:
+        if op not in self._signatures:
+            self._signatures[op] = op_signature(op, self.symbol_size)
+        return self._signatures[op]
+
+    def threads(self, active: Collection[str]) -> dict[str, int]:
+        """Each active device's thread count: its share of the host's cores."""
+        from tfc.devices import threads_per_device
+        return threads_per_device(sorted(active), self.cores)
+
+    def is_free(self, op: Op) -> bool:
+        """Ops that move no data at run time (views, pointers, shapes)."""
+        if op.kind in FREE_KINDS:
+            return True
+        try:
+            return lookup(op.kind).has(VIEW)
+        except (TfcError, KeyError):
+            return False
+
+    def is_gemm(self, op: Op) -> bool:
+        return op.kind in GEMM_KINDS
+
+    def fusible(self, op: Op) -> bool:
+        """Whether the backend fuses ``op`` with its element-wise neighbours
+        (``tfc.passes.fusion.classify``)."""
+        if op not in self._fusible:
+            from tfc.passes.fusion import classify
+            try:
+                info = classify(op)
+            except (TfcError, KeyError, NotImplementedError):
+                info = None
+            self._fusible[op] = info is not None and info.role in ("ew", "reduce")
+        return self._fusible[op]
+
+    def _splat(self, op: Op) -> bool:
+        """Whether ``op`` is a splat constant (fusion copies it into kernels)."""
+        if op.kind != "constant" and op.inputs:
+            return False
+        from tfc.passes.fusion import splat_value
+        try:
+            return splat_value(op) is not None
+        except (TfcError, KeyError, NotImplementedError):
+            return False
+
+    def _rates(self, device: str | None) -> DeviceRates:
+        return self.profile.rates(device or "/cpu:0")
+
+    def _curve_seconds(self, op: Op, threads: int, nbytes: float | None = None,
+                       device: str | None = None) -> float:
+        """Seconds of ``op`` as a kernel of its own on the profile's curves (``nbytes``:
+        the bytes it moves, when fusion changes them)."""
+        if self.is_free(op):
+            return 0.0
+        rates = self._rates(device)
+        cost = self.cost(op)
+        if cost is None:
+            return rates.kernel_s
+        if self.is_gemm(op):
+            return rates.gemm_seconds(cost.flops, threads)
+        return rates.stream_seconds(cost.bytes if nbytes is None else nbytes, threads)
+
+    def _measured_seconds(self, op: Op, threads: int, device: str | None) -> float | None:
+        """The profiling run's seconds of ``op``, scaled by the curves from the threads it
+        was measured at to ``threads``."""
+        if self.measured is None:
+            return None
+        seconds = self.measured.seconds.get(self.signature(op))
+        if seconds is None:
+            return None
+        if threads == self.measured.threads:
+            return seconds
+        there = self._curve_seconds(op, self.measured.threads, device=device)
+        here = self._curve_seconds(op, threads, device=device)
+        return seconds * here / there if there > 0 else seconds
+
+    def op_seconds(self, op: Op, threads: int, device: str | None = None) -> float:
+        """Seconds of ``op`` run as a kernel of its own with ``threads`` threads: measured if
+        a profiling run measured it (scaled from ``measured.threads``), else the curves."""
+        seconds = self._measured_seconds(op, threads, device)
+        return seconds if seconds is not None else self._curve_seconds(op, threads,
+                                                                       device=device)
+
+    def prepare(self, graph: Graph) -> None:
+        """Index ``graph``'s consumers, for ``op_seconds_in``'s fusion accounting."""
+        if id(graph) in self._graphs:
+            return
+        info = _GraphInfo(results=set(graph.results))
+        for op in graph.ops:
+            for v in op.inputs:
+                info.consumers.setdefault(v, []).append(op)
+        self._graphs[id(graph)] = info
+
+    def op_seconds_in(self, op: Op, graph: Graph, threads: int, device: str,
+                      device_of: Mapping[Op, str]) -> float:
+        """Seconds ``op`` adds to ``device``'s timeline in ``graph``, fusion accounted:
+        a fusible op that follows a fusible producer on the same device is part of that
+        producer's kernel (no kernel start; only the bytes that cross the kernel's
+        boundary). Ops a profiling run measured take their measured seconds."""
+        measured = self._measured_seconds(op, threads, device)
+        if measured is not None:
+            return measured
+        if not self.fusible(op):
+            return self._curve_seconds(op, threads, device=device)
+        self.prepare(graph)
+        info = self._graphs[id(graph)]
+        joined = False
+        nbytes = 0.0
+        for v in op.inputs:
+            p = v.op
+            if p is not None and self.fusible(p) and device_of.get(p) == device:
+                joined = True
+            elif p is not None and self._splat(p):
+                continue  # a splat constant: copied into the kernel as a scalar
+            else:
+                nbytes += v.type.nbytes(self.symbol_size)
+        for r in op.results:
+            outside = [c for c in info.consumers.get(r, ()) if not self.fusible(c)]
+            if outside or r in info.results or not info.consumers.get(r):
+                nbytes += r.type.nbytes(self.symbol_size)
+        rates = self._rates(device)
+        if joined:  # part of a running kernel: its bytes, without a kernel start
+            return max(0.0, rates.stream_seconds(nbytes, threads) - rates.kernel_s) \
+                if nbytes > 0 else 0.0
+        return rates.stream_seconds(nbytes, threads)
+
+    # ---- transfers --------------------------------------------------------------------
+
+    def transfer_seconds(self, v: Value, src: str, dst: str, compressed: bool) -> float:
+        """Seconds from ``v`` computed on ``src`` to ``v`` usable on ``dst``: the hand-off
+        latency between devices of one process (a reference moves, no bytes), the link's
+        latency plus bytes over its bandwidth between hosts (f16 bytes when
+        ``compressed``)."""
+        if src == dst:
+            return 0.0
+        if same_process(src, dst):
+            return self.handoff_s
+        from tfc.passes.compress import transfer_nbytes
+        link = self.profile.link(src, dst)
+        return link.latency_s + transfer_nbytes(v, compressed, self.symbol_size) / link.bytes_per_s
+
+
+def same_process(a: str, b: str) -> bool:
+    """Whether devices ``a`` and ``b`` belong to one process (the same host task)."""
+    sa, sb = parse_device(a), parse_device(b)
+    return (sa.job, sa.task) == (sb.job, sb.task)
