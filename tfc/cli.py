@@ -274,9 +274,15 @@ def _compile_report(program: Any, report: Any, out: str, init_s: float, save_s: 
         print()
         for rep in placement.values():
             print(f"placement {rep.summary()}")
-    if report.profile is not None:
+    profile = report.profile
+    if profile is not None:
         print()
-        print("\n".join(report.profile.lines()))
+        print("\n".join(profile.header()))
+        print()
+        _table(f"Placements (per step at batch {profile.batch}: estimated by the model, "
+               f"by the model with the measured costs, and measured)", profile.columns(),
+               profile.rows())
+        print(profile.verdict())
 
 
 # ---- tfc run -------------------------------------------------------------------------

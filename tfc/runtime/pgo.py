@@ -54,7 +54,7 @@ from tfc.runtime.feeds import synthetic_feed
 from tfc.runtime.trace import Tracer
 
 if TYPE_CHECKING:
-    from tfc.passes.cost_model import MeasuredCosts
+    from tfc.passes.cost_model import CostModel, MeasuredCosts
     from tfc.pipeline import Target
     from tfc.runtime.program import Program
 
@@ -166,6 +166,7 @@ class EntryProfile:
 
     entry: str
     threads: int  # the thread count of each device that ran ops
+    executor: bool  # whether the steps ran on the multi-device executor
     op_seconds: dict[Op, list[float]] = field(default_factory=dict)  # per step
     kernel_s: list[float] = field(default_factory=list)  # per step: all kernels' time
     step_s: list[float] = field(default_factory=list)    # per step: wall time
@@ -174,14 +175,14 @@ class EntryProfile:
     lookup_s: list[float] = field(default_factory=list)   # per transfer: time in recv
 
 
-def _stage_executables(exe: Any) -> list[Any]:
-    """The backend executables a step of ``exe`` runs: a partitioned entry's stages, or
-    ``exe`` itself."""
+def _stage_executables(exe: Any, device: str) -> list[tuple[str, Any]]:
+    """The backend executables a step of ``exe`` runs, each with its device: a
+    partitioned entry's stages, or ``exe`` itself (on ``device``)."""
     from tfc.runtime.executor import PartitionedExecutable
     if isinstance(exe, PartitionedExecutable):
-        return [st.executable for plan in exe.plans for st in plan.stages
+        return [(plan.device, st.executable) for plan in exe.plans for st in plan.stages
                 if st.executable is not None]
-    return [exe]
+    return [(device, exe)]
 
 
 def _threads(program: "Program", exe: Any) -> int:
@@ -200,26 +201,40 @@ def _threads(program: "Program", exe: Any) -> int:
     return default_threads()
 
 
+def model_estimate(model: "CostModel", graph: Graph, device: str, threads: int
+                   ) -> Callable[[Op], float]:
+    """The cost model's seconds of each unfused op of ``graph`` (a compiled graph, all
+    on ``device``) in its fused context (``CostModel.op_seconds_in``): the weights by
+    which ``op_times`` splits a kernel that computes several ops."""
+    unfused = unfused_graph(graph)
+    device_of = {op: device for op in unfused.ops}
+
+    def estimate(op: Op) -> float:
+        return model.op_seconds_in(op, unfused, threads, device, device_of)
+    return estimate
+
+
 def profile_entry(program: "Program", entry: str, feeds: Mapping[str, Any], steps: int,
-                  estimate: Callable[[Op], float], warmup: int = WARMUP_STEPS
-                  ) -> EntryProfile:
+                  model: "CostModel", warmup: int = WARMUP_STEPS) -> EntryProfile:
     """Run ``warmup`` then ``steps`` steps of ``entry`` on ``program``, whose backend
     times its kernels (``LLVMBackend.profiled()``), and map the kernel times to ops
-    (``op_times``, ``estimate`` splitting fused kernels)."""
+    (``op_times``; ``model``'s estimates split kernels that compute several ops)."""
     from tfc.runtime.executor import PartitionedExecutable
     for _ in range(warmup):
         program.run(entry, feeds)
     exe = program._executable(entry)
-    executables = _stage_executables(exe)
-    if not all(getattr(e, "profiling", False) for e in executables):
+    executables = _stage_executables(exe, (program.module.devices or ["/cpu:0"])[0])
+    if not all(getattr(e, "profiling", False) for _, e in executables):
         raise TfcError(f"entry '{entry}' was not compiled with kernel timing (the "
                        f"{program.backend.name} backend cannot time its kernels)")
-    kernel_ops = [(e, e.kernel_ops(), e.graph) for e in executables]
+    threads = _threads(program, exe)
+    kernel_ops = [(e, e.kernel_ops(), e.graph, model_estimate(model, e.graph, d, threads))
+                  for d, e in executables]
     tracer = _HandoffTracer()
-    partitioned = isinstance(exe, PartitionedExecutable)
-    out = EntryProfile(entry, _threads(program, exe))
-    if partitioned:
-        exe.tracer = tracer
+    traced = exe if isinstance(exe, PartitionedExecutable) else None
+    out = EntryProfile(entry, threads, traced is not None)
+    if traced is not None:
+        traced.tracer = tracer
     try:
         for i in range(steps):
             tracer.step = i
@@ -227,7 +242,7 @@ def profile_entry(program: "Program", entry: str, feeds: Mapping[str, Any], step
             program.run(entry, feeds)
             wall = time.perf_counter() - t0
             first, last, total = None, None, 0.0
-            for e, ops, graph in kernel_ops:
+            for e, ops, graph, estimate in kernel_ops:
                 spans = e.kernel_times()
                 for _, start, end in spans:
                     first = start if first is None else min(first, start)
@@ -243,8 +258,8 @@ def profile_entry(program: "Program", entry: str, feeds: Mapping[str, Any], step
             out.lookup_s += tracer.lookups()
             tracer.clear()
     finally:
-        if partitioned:
-            exe.tracer = None
+        if traced is not None:
+            traced.tracer = None
     return out
 
 
@@ -254,7 +269,9 @@ def measured_costs(profiles: Sequence[EntryProfile], symbol_size: int,
     symbol_size)``, ``symbol_size`` the batch the steps ran at) the median seconds of
     one such op over every op with it and every step; the devices' thread count; the
     median hand-off of a transfer (of those the receiver waited for; else the median
-    time spent in a recv) and the median fixed cost of a step, over all entries."""
+    time spent in a recv); and the median fixed cost of a step (wall time less the span
+    of its kernels) of steps that ran as one native program, not on the executor (whose
+    dispatch and stages the model counts apart), over all entries."""
     from tfc.passes.cost_model import MeasuredCosts, op_signature
     samples: dict[str, list[float]] = {}
     for p in profiles:
@@ -263,13 +280,13 @@ def measured_costs(profiles: Sequence[EntryProfile], symbol_size: int,
     threads = min((p.threads for p in profiles), default=1)
     handoffs = [h for p in profiles for h in p.handoff_s] or \
         [h for p in profiles for h in p.lookup_s]
-    fixed = [f for p in profiles for f in p.fixed_s]
+    fixed = [f for p in profiles if not p.executor for f in p.fixed_s]
     return MeasuredCosts(
         threads=threads,
         seconds={sig: float(statistics.median(v)) for sig, v in samples.items()},
         handoff_s=float(statistics.median(handoffs)) if handoffs else None,
         step_s=float(statistics.median(fixed)) if fixed else None,
-        source=source)
+        source=source, symbol_size=symbol_size)
 
 
 # ---- measuring candidate placements --------------------------------------------------------
@@ -333,26 +350,28 @@ def on_one_device(module: Module) -> bool:
 
 @dataclass
 class CandidateResult:
-    """One placement that was measured: per entry its estimate (at the profile's batch,
-    by the model it was placed with) and its measured median step."""
+    """One placement that was measured: how it was made, and per entry its estimated step
+    at the profile's batch by the cost model alone (``modelled_s``) and with the measured
+    costs (``remodelled_s``), and its measured median step."""
 
     name: str
-    how: str  # which of the placer's candidates won, per entry (``greedy`` ...)
-    estimated_s: dict[str, float | None]
+    made_by: dict[str, str]  # per entry: the placer's winning candidate, or the device
+    modelled_s: dict[str, float]
+    remodelled_s: dict[str, float]
     measured_s: dict[str, float]
 
     @property
     def total_s(self) -> float:
+        """The measured median steps of every entry, summed: what the choice compares."""
         return sum(self.measured_s.values())
 
 
 @dataclass
 class ProfileReport:
-    """What ``profile_guided_placement`` did, for ``tfc compile``'s report."""
+    """What ``profile_guided_placement`` measured and kept, for ``tfc compile``'s report."""
 
     runs: int
     batch: int
-    devices: list[str]
     threads: int
     candidates: list[CandidateResult]
     kept: str
@@ -360,43 +379,59 @@ class ProfileReport:
     ops_modelled: dict[str, int]  # ... and ops the model estimated from its curves
     signatures: int  # distinct op signatures measured
     handoff_s: float | None
-    step_s: float | None
     handoffs: int  # transfers the hand-off median is over
+    step_s: float | None
     same_as_before: bool = False  # the measured costs gave the cost model's placement
 
-    def candidate(self, name: str) -> CandidateResult | None:
-        return next((c for c in self.candidates if c.name == name), None)
+    def candidate(self, name: str) -> CandidateResult:
+        return next(c for c in self.candidates if c.name == name)
+
+    def header(self) -> list[str]:
+        """What was run and measured (lines)."""
+        out = [f"profile-guided placement: {self.runs} profiled and {self.runs} timed steps "
+               f"of every entry and placement, synthetic feeds at batch {self.batch}, "
+               f"{self.threads} thread{'s' if self.threads != 1 else ''} per device"]
+        parts = [f"{self.signatures} op signatures"]
+        if self.handoff_s is not None:
+            parts.append(f"hand-off {self.handoff_s * 1e6:.1f} us per transfer (median of "
+                         f"{self.handoffs})")
+        if self.step_s is not None:
+            parts.append(f"fixed step cost {self.step_s * 1e6:.1f} us")
+        out.append("measured: " + ", ".join(parts))
+        out += [f"@{e}: {n} ops with measured costs, {self.ops_modelled[e]} modelled"
+                for e, n in self.ops_measured.items()]
+        return out
+
+    def columns(self) -> list[str]:
+        """The table's columns: the estimates are the cost model's without and with the
+        measured costs, at the profile's batch; measured is the median step."""
+        return ["entry", "placement", "made by", "model", "with measured", "measured"]
+
+    def rows(self) -> list[list[str]]:
+        """Per entry and placement: the estimates and the measurement (a table)."""
+        entries = list(self.candidates[0].measured_s) if self.candidates else []
+        return [[f"@{e}", c.name + (" (kept)" if c.name == self.kept else ""),
+                 c.made_by[e], _ms(c.modelled_s[e]), _ms(c.remodelled_s[e]),
+                 _ms(c.measured_s[e])]
+                for e in entries for c in self.candidates]
+
+    def verdict(self) -> str:
+        """Which placement was kept, and why (one line)."""
+        kept = self.candidate(self.kept)
+        others = ", ".join(f"{c.name} {_ms(c.total_s)}" for c in self.candidates
+                           if c.name != self.kept)
+        same = ("; the measured costs gave the cost model's placement again"
+                if self.same_as_before else "")
+        return (f"kept: the {self.kept} placement, {_ms(kept.total_s)} per step of every "
+                f"entry measured" + (f" (against {others})" if others else "") + same)
 
     def lines(self) -> list[str]:
-        """The report, one line each (``tfc compile`` prints them)."""
-        out = [f"profile-guided placement: {self.runs} profiled and {self.runs} timed steps "
-               f"per entry and placement, synthetic feeds at batch {self.batch}, "
-               f"{self.threads} thread{'s' if self.threads != 1 else ''} per device"]
-        handoff = (f"hand-off {self.handoff_s * 1e6:.1f} us per transfer (median of "
-                   f"{self.handoffs})" if self.handoff_s is not None else "no transfers")
-        step = (f"fixed step cost {self.step_s * 1e6:.1f} us" if self.step_s is not None
-                else "")
-        out.append(f"  measured: {self.signatures} op signatures, {handoff}"
-                   + (f", {step}" if step else ""))
-        for entry in self.ops_measured:
-            out.append(f"  @{entry}: {self.ops_measured[entry]} ops with measured costs, "
-                       f"{self.ops_modelled[entry]} modelled")
-        entries = list(self.candidates[0].measured_s) if self.candidates else []
-        for entry in entries:
-            for c in self.candidates:
-                est = c.estimated_s.get(entry)
-                shown = "-" if est is None else _ms(est)
-                out.append(f"  @{entry} {c.name} ({c.how}): estimated {shown}, "
-                           f"measured {_ms(c.measured_s[entry])} (median)")
-        if self.same_as_before:
-            out.append("  the measured costs lead to the same placement as the model's")
-        kept = self.candidate(self.kept)
-        assert kept is not None
-        out.append(f"kept: {self.kept} placement ({_ms(kept.total_s)} per step of every "
-                   f"entry, measured; "
-                   + ", ".join(f"{c.name} {_ms(c.total_s)}" for c in self.candidates
-                               if c.name != self.kept) + ")")
-        return out
+        """The whole report as plain text lines."""
+        rows = [self.columns(), *self.rows()]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        table = ["  " + "  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip()
+                 for r in rows]
+        return [*self.header(), *table, self.verdict()]
 
 
 def _ms(s: float) -> str:
@@ -439,11 +474,12 @@ def _synthetic_feeds(module: Module, batch: int) -> dict[str, dict[str, np.ndarr
 
 
 def _estimates(module: Module, batch: int, measured: "MeasuredCosts | None"
-               ) -> dict[str, float | None]:
-    """Each entry's estimated step as lowered in ``module``, at ``batch``."""
+               ) -> dict[str, float]:
+    """Each entry's estimated step as ``module`` places it, at ``batch``, by the cost
+    model with ``measured`` costs (or without)."""
     from tfc.passes.compress import transfer_policy
     from tfc.passes.placement import estimate_placed
-    out: dict[str, float | None] = {}
+    out: dict[str, float] = {}
     for name, graph in module.entries.items():
         unfused = unfused_graph(graph)
         compressed = (transfer_policy([unfused], module.variables) if module.fp16_transfers
@@ -453,13 +489,18 @@ def _estimates(module: Module, batch: int, measured: "MeasuredCosts | None"
     return out
 
 
-def _how(module: Module) -> str:
-    chosen = {rep.chosen for rep in module.placement_reports.values()}
-    return ", ".join(sorted(chosen)) or "-"
+def _made_by(name: str, module: Module, device: str) -> dict[str, str]:
+    """Per entry, what made the placement: the placer's winning candidate, or ``all on``
+    the device everything was put on."""
+    reports = module.placement_reports
+    return {e: f"all on {device}" if name == ONE_DEVICE else
+            reports[e].chosen if e in reports else "-" for e in module.entries}
 
 
 def _op_counts(module: Module, measured: "MeasuredCosts", batch: int
                ) -> tuple[dict[str, int], dict[str, int]]:
+    """Per entry of ``module``: how many of its unfused ops have a measured cost, and
+    how many the model estimates from its curves."""
     from tfc.passes.cost_model import op_signature
     have, model = {}, {}
     for name, graph in module.entries.items():
@@ -504,12 +545,8 @@ def profile_guided_placement(
     model = CostModel(load_profile(), symbol_size=batch)
     profiles = []
     for entry, f in feeds.items():
-        threads = _threads(profiled, profiled._executable(entry))
-
-        def estimate(op: Op, threads: int = threads) -> float:
-            return model.op_seconds(op, threads)
         try:
-            profiles.append(profile_entry(profiled, entry, f, runs, estimate))
+            profiles.append(profile_entry(profiled, entry, f, runs, model))
         except TfcError as e:
             raise TfcError(f"profiling entry '{entry}' with synthetic feeds (batch {batch}) "
                            f"failed: {e}") from None
@@ -524,19 +561,18 @@ def profile_guided_placement(
         modules[AFTER] = after
     if not any(on_one_device(m) for m in modules.values()):
         modules[ONE_DEVICE] = lower(pin_unplaced(fresh_copy(source), target.devices[0]))
-    say(f"timing {len(modules)} placements ({', '.join(modules)})")
+    say(f"timing {len(modules)} placements ({', '.join(modules)}), {runs} steps each")
     times = time_steps({n: twin(m, timed_backend) for n, m in modules.items()}, feeds, runs)
-    results = []
-    for name, m in modules.items():
-        est = _estimates(m, batch, measured if name != BEFORE else None)
-        results.append(CandidateResult(name, _how(m), est,
-                                       {e: float(np.median(t)) for e, t in times[name].items()}))
+    results = [CandidateResult(name, _made_by(name, m, target.devices[0]),
+                               _estimates(m, batch, None), _estimates(m, batch, measured),
+                               {e: float(np.median(t)) for e, t in times[name].items()})
+               for name, m in modules.items()]
     best = min(results, key=lambda c: c.total_s)  # the first of equals: before
     kept = modules[best.name]
     have, modelled = _op_counts(kept, measured, batch)
-    report = ProfileReport(runs, batch, list(target.devices), measured.threads, results,
-                           best.name, have, modelled, len(measured.seconds),
-                           measured.handoff_s, measured.step_s,
-                           sum(len(p.handoff_s) or len(p.lookup_s) for p in profiles),
-                           same_as_before=same)
+    report = ProfileReport(runs, batch, measured.threads, results, best.name, have, modelled,
+                           len(measured.seconds), measured.handoff_s,
+                           sum(len(p.handoff_s) for p in profiles)
+                           or sum(len(p.lookup_s) for p in profiles),
+                           measured.step_s, same_as_before=same)
     return kept, report
