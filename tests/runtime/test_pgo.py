@@ -24,8 +24,9 @@ from tfc.passes.fusion import fused_ops
 from tfc.pipeline import Target, lower, run_pipeline
 from tfc.runtime import Program, load
 from tfc.runtime.executor import PartitionedExecutable
+from tfc.passes.placement import estimate_placed
 from tfc.runtime.pgo import (EntryProfile, measured_costs, op_times, profile_entry,
-                             unfused_ops)
+                             unfused_graph, unfused_ops)
 
 RNG = np.random.default_rng(7)
 FEEDS = {"x": RNG.normal(size=(16, 6)).astype(np.float32),
@@ -96,6 +97,21 @@ def test_every_op_gets_a_time_and_the_times_add_up_to_the_kernels():
     # ops that emit no kernel (reads of variables) cost nothing
     reads = [op for op in before if op.kind == "var.read"]
     assert reads and all(times[op] == 0.0 for op in reads)
+
+
+def test_a_fused_entry_is_estimated_as_the_placer_saw_it():
+    """The estimates of a lowered entry simulate its unfused graph: fusions' sources,
+    the other ops wired back from the fusions' results to the values they stand for."""
+    m, before = _optimized()
+    estimate = estimate_placed(m.graphs["train"], ["/cpu:0"], 16)
+    lowered = lower(m, Target("llvm"), passes="")
+    graph = lowered.graphs["train"]
+    assert any(op.kind == "fusion" for op in graph.ops)
+    unfused, copy_of = unfused_graph(graph)
+    assert sorted(op.kind for op in unfused.ops) == sorted(op.kind for op in before)
+    assert set(copy_of) == set(unfused_ops(graph)) and "fusion" not in \
+        {op.kind for op in unfused.ops}
+    assert estimate_placed(unfused, ["/cpu:0"], 16) == estimate
 
 
 def test_a_gemm_that_updates_its_weight_stands_for_the_update_ops():

@@ -41,7 +41,8 @@ existing ones) and cleaned with cse and dce; the outer graph is re-sorted
 topologically, stably. Every graph is fused, the regions of control-flow ops (``cond``,
 ``while``, ``scan``) included, but never the region of a ``fusion``. Memory plans of
 changed graphs are dropped (stale). A region remembers the ops it was fused from
-(``Graph.sources``; ``fused_ops``), so a profile can charge its kernel's time to them.
+(``Graph.sources``, ``source_results``; ``fused_ops``), so a profile can charge its
+kernel's time to them.
 """
 
 from __future__ import annotations
@@ -536,7 +537,7 @@ def _build(grouper: _Grouper, g: _Group, outputs: list[Value]) -> Op:
     region.set_results([mapping[v] for v in outputs])
     cse_graph(region)
     dce_graph(region)
-    region.sources = tuple(members)
+    region.sources, region.source_results = tuple(members), tuple(outputs)
     first = members[0]
     return make_op("fusion", inputs, {"kind": fusion_kind(region)}, device=g.device,
                   loc=first.loc, regions=[region], names=[v.name for v in outputs],

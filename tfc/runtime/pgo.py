@@ -48,7 +48,7 @@ import numpy as np
 
 from tfc.backends.base import Backend, get_backend
 from tfc.errors import TfcError
-from tfc.ir.core import Graph, Module, Op
+from tfc.ir.core import Graph, Module, Op, Value
 from tfc.passes.fusion import fused_ops
 from tfc.runtime.feeds import synthetic_feed
 from tfc.runtime.trace import Tracer
@@ -66,36 +66,50 @@ BEFORE, AFTER, ONE_DEVICE = "before", "after", "one device"
 # ---- kernels -> ops ------------------------------------------------------------------------
 
 def unfused_ops(graph: Graph) -> list[Op]:
-    """The ops of the unfused graph that ``graph`` (fused or not) computes, in an order
-    where every op follows its inputs' producers: each op in turn, a fusion replaced by
-    its sources, and before them any splat constant the fusion pass copied into regions
-    and then dropped (they were no group's members)."""
+    """The ops of the unfused graph that ``graph`` (fused or not) computes: each op in
+    turn, a fusion replaced by its sources, and before them any splat constant the
+    fusion pass copied into regions and then dropped (it was no group's member). These
+    are the ops ``op_times`` charges; the ops of ``graph`` itself that are no fusion
+    take the fusions' results as inputs now (``unfused_graph`` rewires them)."""
     out: list[Op] = []
     seen: set[Op] = set()
     for op in graph.ops:
         for src in fused_ops(op):
             for v in src.inputs:
                 p = v.op
-                if p is not None and p not in seen and not p.inputs and not p.regions:
-                    seen.add(p)   # a producer that is no op of the graph: a dropped constant
+                if p is not None and p not in seen and not p.inputs and not p.regions \
+                        and p.kind != "fusion":
+                    seen.add(p)  # a producer that is no op of the graph: a dropped constant
                     out.append(p)
             if src not in seen:
                 seen.add(src)
                 out.append(src)
-    # constants may have been appended ahead of where the graph had them: they have no
-    # inputs, so any position before their users is topological
     return out
 
 
-def unfused_graph(graph: Graph) -> Graph:
-    """``graph`` as the placer saw it: its ops ``unfused_ops`` (the same ``Op`` objects,
-    with their devices), its arguments and results; what estimates of a lowered entry
-    simulate."""
+def unfused_graph(graph: Graph) -> tuple[Graph, dict[Op, Op]]:
+    """``graph`` as the placer saw it, rebuilt from ``unfused_ops`` (copies, with their
+    devices, the inputs of ops outside fusions wired back from the fusions' results to
+    the values those stand for), with each op of ``unfused_ops`` mapped to its copy: the
+    graph estimates of a lowered entry simulate."""
+    stands_for: dict[Value, Value] = {}
+    for op in graph.ops:
+        if op.kind == "fusion" and op.regions and op.regions[0].source_results:
+            stands_for.update(zip(op.results, op.regions[0].source_results))
     out = Graph(graph.name)
-    out.args = graph.args  # shared, not re-indexed: the same values
-    out.ops = unfused_ops(graph)
-    out.results, out.result_names = list(graph.results), list(graph.result_names)
-    return out
+    copies: dict[Value, Value] = {a: out.add_arg(a.type, a.name) for a in graph.args}
+    copy_of: dict[Op, Op] = {}
+
+    def wired(v: Value) -> Value:
+        v = stands_for.get(v, v)
+        return copies.get(v, v)
+
+    for op in unfused_ops(graph):
+        new = out.append(op.clone([wired(v) for v in op.inputs]))
+        copies.update(zip(op.results, new.results))
+        copy_of[op] = new
+    out.set_results([wired(v) for v in graph.results], list(graph.result_names))
+    return out, copy_of
 
 
 def op_times(kernel_ops: Sequence[Sequence[Op]], spans: Sequence[tuple[str, float, float]],
@@ -206,11 +220,11 @@ def model_estimate(model: "CostModel", graph: Graph, device: str, threads: int
     """The cost model's seconds of each unfused op of ``graph`` (a compiled graph, all
     on ``device``) in its fused context (``CostModel.op_seconds_in``): the weights by
     which ``op_times`` splits a kernel that computes several ops."""
-    unfused = unfused_graph(graph)
+    unfused, copy_of = unfused_graph(graph)
     device_of = {op: device for op in unfused.ops}
 
     def estimate(op: Op) -> float:
-        return model.op_seconds_in(op, unfused, threads, device, device_of)
+        return model.op_seconds_in(copy_of.get(op, op), unfused, threads, device, device_of)
     return estimate
 
 
@@ -481,7 +495,7 @@ def _estimates(module: Module, batch: int, measured: "MeasuredCosts | None"
     from tfc.passes.placement import estimate_placed
     out: dict[str, float] = {}
     for name, graph in module.entries.items():
-        unfused = unfused_graph(graph)
+        unfused, _ = unfused_graph(graph)
         compressed = (transfer_policy([unfused], module.variables) if module.fp16_transfers
                       else set())
         out[name] = estimate_placed(unfused, module.devices, batch, compressed=compressed,
