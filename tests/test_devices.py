@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfc.devices import (DeviceProfile, DeviceRates, LinkRates, load_profile, matches,
+from tfc.devices import (Curve, DeviceProfile, DeviceRates, LinkRates, load_profile, matches,
                          normalize_device, parse_device, parse_devices, save_profile,
                          threads_per_device)
 from tfc.errors import TfcError
@@ -55,6 +55,39 @@ def test_profile_round_trips_and_defaults(tmp_path, monkeypatch):
     assert back == p
     assert back.rates("/cpu:7") == load_profile().rates("/cpu:0")  # unknown: defaults
     assert back.link("/cpu:1", "/cpu:0") == back.default_link
+
+
+def test_a_version_1_profile_says_to_calibrate_again(tmp_path):
+    """Version 1 held one GEMM rate and one bandwidth per device and the cost of a whole
+    step as each kernel's: it is refused by name, not read as something it is not."""
+    old = tmp_path / "devices.json"
+    old.write_text('{"format": "tfc-device-profile", "version": 1, "source": "x", '
+                   '"devices": {"/cpu:0": {"flops_per_s": 5e10, "bytes_per_s": 1e10, '
+                   '"kernel_overhead_s": 2e-05}}, "links": {}, '
+                   '"default_link": {"bytes_per_s": 5e9, "latency_s": 5e-6}}')
+    with pytest.raises(TfcError, match=r"devices.json: a version-1 device profile.*"
+                                       r"re-run `tfc calibrate -o .*devices.json`"):
+        load_profile(old)
+
+
+def test_profile_curves_interpolate_log_log_and_keep_the_end_rates():
+    c = Curve([1e3, 1e5], [1e-6, 1e-3])
+    assert c.at(1e4) == pytest.approx(10 ** -4.5)  # halfway in log-log
+    assert c.at(1e6) == pytest.approx(1e-2)  # the last point's rate
+    assert c.at(1e2) == pytest.approx(1e-7)  # the first point's rate
+    assert c.at(0) == 0.0
+    with pytest.raises(ValueError):
+        Curve([2.0, 1.0], [1.0, 1.0])
+
+
+def test_device_rates_read_curves_by_thread_count():
+    r = DeviceRates.flat(4e10, 2e10, kernel_s=1e-9, cores=4)
+    assert r.gemm_seconds(4e10, 4) == pytest.approx(1.0)
+    assert r.gemm_seconds(4e10, 1) == pytest.approx(4.0)
+    assert r.gemm_seconds(4e10, 2) == pytest.approx(2.0)  # log-log between 1 and 4
+    assert r.gemm_seconds(4e10, 8) == pytest.approx(1.0)  # no more than all cores
+    assert r.stream_seconds(2e10, 1) == pytest.approx(4.0)
+    assert r.gemm_seconds(1.0, 4) == 1e-9  # never below a kernel's fixed cost
 
 
 def test_corrupt_or_missing_profiles_are_clear_errors(tmp_path):

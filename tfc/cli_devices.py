@@ -53,11 +53,10 @@ def partitions_text(module: Any, device: str, elide_above: int | None = None) ->
 # ---- tfc calibrate -----------------------------------------------------------------
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from tfc.devices import local_devices, parse_devices, save_profile
+    from tfc.cli import check_output_path
+    from tfc.devices import check_runnable, local_devices, parse_devices, save_profile
     from tfc.runtime.calibrate import calibrate
 
-    from tfc.cli import check_output_path
-    from tfc.devices import check_runnable
     check_output_path(args.output, "-o")
     devices = parse_devices(args.devices) if args.devices is not None else local_devices(1)
     if args.devices is not None:
@@ -66,14 +65,26 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                             progress=lambda m: print(m, file=sys.stderr))
     profile = calibration.profile
     path = save_profile(profile, args.output)
-    for d, r in profile.devices.items():
-        print(f"{d}: {r.flops_per_s / 1e9:.1f} GFLOP/s, {r.bytes_per_s / 1e9:.1f} GB/s, "
-              f"{r.kernel_overhead_s * 1e6:.1f} us per step (medians)")
-        print(f"  runs min/median/max: {calibration.measurements[d].spread_summary()}")
-    link = profile.default_link
-    print(f"links: {link.bytes_per_s / 1e9:.1f} GB/s, {link.latency_s * 1e6:.1f} us latency")
+    print(profile_summary(profile))
+    print("runs min/median/max:")
+    print(calibration.spread_summary())
     print(f"wrote {path}")
     return 0
+
+
+def profile_summary(profile: Any) -> str:
+    """What a profile says, in a few lines: the host, the fixed costs, and per thread
+    count the GEMM and stream rates at each measured size."""
+    lines = [f"{profile.describe()}: a step {profile.step_s * 1e6:.1f} us, a kernel "
+             f"{profile.cpu.kernel_s * 1e6:.2f} us, an executor stage "
+             f"{profile.stage_s * 1e6:.1f} us, a hand-off {profile.handoff_s * 1e6:.1f} us"]
+    for label, curves, unit in (("GEMM", profile.cpu.gemm, "GFLOP/s at flops"),
+                                ("stream", profile.cpu.stream, "GB/s at bytes")):
+        for threads, c in sorted(curves.items()):
+            rates = ", ".join(f"{x / t / 1e9:.0f}@{x:.3g}" for x, t in zip(c.sizes, c.seconds))
+            lines.append(f"  {label} {threads} thread{'s' if threads > 1 else ''} ({unit}): "
+                         f"{rates}")
+    return "\n".join(lines)
 
 
 # ---- tfc bench ---------------------------------------------------------------------

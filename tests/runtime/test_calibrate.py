@@ -1,13 +1,12 @@
-"""``tfc calibrate``: repeated runs started together on every device, medians, spreads."""
-
-import threading
+"""``tfc calibrate``: the host's curves by op class, size and threads, and its fixed costs."""
 
 import pytest
 
+from tfc.devices import DeviceProfile, cpu_count, load_profile, save_profile
 from tfc.errors import TfcError
 from tfc.runtime import calibrate as cal
 
-TINY = {"gemm_n": 16, "stream_elements": 4096}
+TINY = {"gemm_sizes": (8, 16), "gemm_skinny": (4, 16), "stream_sizes": (256, 4096)}
 
 
 def test_spread_is_min_median_max_of_the_runs():
@@ -18,65 +17,41 @@ def test_spread_is_min_median_max_of_the_runs():
 
 
 @pytest.mark.parametrize("backend", ["reference", "llvm"])
-def test_calibrate_reports_medians_and_spread_per_device(backend):
-    devices = ["/cpu:0", "/cpu:1"]
-    result = cal.calibrate(devices, backend=backend, repeats=3, **TINY)
-    assert list(result.profile.devices) == devices == list(result.measurements)
-    for d in devices:
-        m = result.measurements[d]
-        assert len(m.gemm.samples) == len(m.stream.samples) == 3
-        assert len(m.overhead.samples) == 60
-        for s in (m.gemm, m.stream, m.overhead):
-            assert 0 < s.min <= s.median <= s.max
-        rates = result.profile.devices[d]
-        assert rates.flops_per_s == pytest.approx(2.0 * 16 ** 3 / m.gemm.median)
-        assert rates.bytes_per_s == pytest.approx(12.0 * 4096 / m.stream.median)
-        assert rates.kernel_overhead_s == m.overhead.median
-        assert "gemm " in m.spread_summary() and "spread " in m.spread_summary()
+def test_calibrate_measures_curves_at_one_thread_and_all_cores(backend, tmp_path):
+    result = cal.calibrate(["/cpu:0", "/cpu:1"], backend=backend, repeats=2, cores=2, **TINY)
+    p = result.profile
+    assert p.calibrated and p.cores == 2 and f"({backend})" in p.source
+    assert set(p.cpu.gemm) == set(p.cpu.stream) == {1, 2}
+    for curves in (p.cpu.gemm, p.cpu.stream):
+        for c in curves.values():
+            assert all(t > 0 for t in c.seconds) and c.sizes == sorted(c.sizes)
+    # GEMM sizes are flops (two squares and the skinny product), stream sizes bytes
+    assert p.cpu.gemm[1].sizes == [2.0 * 8 ** 3, 2.0 * 4 * 16 * 16, 2.0 * 16 ** 3]
+    assert p.cpu.stream[1].sizes == [12.0 * 256, 12.0 * 4096]
+    assert p.step_s > 0 and p.cpu.kernel_s > 0 and p.stage_s > 0 and p.handoff_s > 0
+    assert p.cpu.kernel_s < p.step_s * 10  # a kernel in a step, not a whole step each
+    assert "gemm 16x16@16x16" in result.spread_summary()
+    assert "executor 16 stages" in result.spread_summary()
+    back = load_profile(save_profile(p, tmp_path / "p.json"))
+    assert back == p
 
 
-def test_every_run_starts_on_all_devices_together(monkeypatch):
-    """Each device's k-th run starts after every device has finished its (k-1)-th: the
-    barrier, not the threads' luck, decides what overlaps a measurement."""
-    starts: dict[str, list[int]] = {}
-    rounds = {"n": 0}
-    lock = threading.Lock()
-    real = cal.measure_device
-
-    def recording(backend, repeats, *, sync, **sizes):
-        name = threading.current_thread().name
-        starts[name] = []
-
-        def synced():
-            sync()
-            with lock:
-                starts[name].append(rounds["n"])
-            sync()  # everyone recorded this round before anyone moves on
-            with lock:
-                rounds["n"] += 1
-        return real(backend, repeats, sync=synced, **sizes)
-
-    monkeypatch.setattr(cal, "measure_device", recording)
-    cal.calibrate(["/cpu:0", "/cpu:1"], backend="reference", repeats=2, **TINY)
-    a, b = starts.values()
-    assert len(a) == len(b) == 2 + 2 + 40
-    assert a == b  # both recorded every round before either started the next
+def test_calibrate_defaults_to_this_hosts_cores():
+    p = cal.calibrate(backend="reference", repeats=1, **TINY).profile
+    assert p.cores == cpu_count() and set(p.cpu.gemm) >= {1, cpu_count()}
 
 
-def test_a_failing_device_fails_calibration_without_hanging(monkeypatch):
-    real = cal.measure_device
-
-    def broken(backend, repeats, *, sync, **sizes):
-        if threading.current_thread().name.endswith("/cpu:1"):
-            raise RuntimeError("device lost")
-        return real(backend, repeats, sync=sync, **sizes)
-
-    monkeypatch.setattr(cal, "measure_device", broken)
-    monkeypatch.setattr(cal, "BARRIER_TIMEOUT_S", 30.0)
-    with pytest.raises(RuntimeError, match="device lost"):
-        cal.calibrate(["/cpu:0", "/cpu:1"], backend="reference", repeats=2, **TINY)
-
-
-def test_calibrate_needs_a_run():
+def test_calibrate_needs_a_run_and_local_cpus():
     with pytest.raises(TfcError, match="at least one run"):
         cal.calibrate(["/cpu:0"], repeats=0)
+    with pytest.raises(TfcError, match="local CPU devices"):
+        cal.calibrate(["/job:w/task:1/cpu:0"])
+
+
+def test_handoff_is_a_ping_pong_between_two_threads():
+    assert 0 < cal.measure_handoff(rounds=20) < 0.1
+
+
+def test_a_default_profile_says_it_is_one():
+    assert not DeviceProfile().calibrated
+    assert "run `tfc calibrate`" in DeviceProfile().describe()

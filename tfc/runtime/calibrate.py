@@ -1,29 +1,42 @@
-"""``tfc calibrate``: measure the devices and links the cost model reasons about.
+"""``tfc calibrate``: measure what the cost model (``tfc.passes.cost_model``) charges.
 
-Each local CPU device is measured on the backend that will run it: a 512x512 f32
-matrix product (compute rate), an element-wise add over 8M floats (memory bandwidth,
-12 bytes per element) and a one-op graph on a scalar (fixed cost per step). Logical CPUs
-share one machine, so all devices are measured *at the same time*, each in its own
-thread: the rates are what a device gets while the others work too. Every repetition
-starts on all devices together (a barrier), so no device times a run while another is
-still compiling or already done; the rates come from the median run, and the spread of
-the runs (min / median / max) is reported per device: two identical logical CPUs once
-measured 1.8x apart when each kept its best run of whatever happened to overlap it.
-A link between two local devices is a hand-off through the rendezvous: its latency is
-measured by ping-pong between two threads, its bandwidth is the memory copy rate (what
-moving a tensor costs once it is not a shared reference).
+Logical CPUs share one host, so the host is measured, at 1 thread and at all its cores
+(what one device gets when it runs alone; what each of several gets is its share,
+``tfc.devices.threads_per_device``), on the backend that will run the programs:
+
+- GEMM: seconds of one matmul kernel against its flops, square products n = 32 ... 512
+  and a batch-like 64x256 @ 256x256, each a chain of matmuls in one program (so the
+  step's fixed cost is spread over several kernels and then taken off);
+- streaming: seconds of one element-wise kernel against the bytes it moves, from
+  L1-resident to DRAM sizes, as independent adds in one program (fusion keeps them
+  separate kernels: none feeds another);
+- the fixed cost of one kernel inside a native step (many tiny independent adds: the
+  step's per-kernel increment, not a whole ``Program.run``);
+- the fixed cost of a ``Program.run`` step (a one-op program on a scalar);
+- the multi-device executor's cost per stage (a chain of tiny ops alternating between
+  two devices: each link of it one stage and one hand-off);
+- the in-process hand-off (a send in one thread until the recv returns in another).
+
+Every figure is the median of ``repeats`` timed runs after a warm-up, and the spread of
+the runs (min / median / max) is reported per measurement. The whole calibration takes
+a few seconds (each program is compiled once per thread count; the compile cache keeps
+them). Links between hosts are not measured here (a cluster's task does that).
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import math
 import threading
 import time
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from tfc.devices import DeviceProfile, DeviceRates, LinkRates, parse_device
+from tfc.backends.base import Backend, get_backend
+from tfc.devices import Curve, DeviceProfile, DeviceRates, cpu_count, parse_device
 from tfc.errors import TfcError
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module, Value
@@ -31,9 +44,15 @@ from tfc.ir.types import DType, TensorType
 from tfc.runtime.program import Program
 from tfc.runtime.rendezvous import Rendezvous
 
-GEMM_N = 512
-STREAM_ELEMENTS = 8 << 20
-BARRIER_TIMEOUT_S = 600.0
+GEMM_SIZES = (32, 64, 128, 256, 512)
+GEMM_SKINNY = (64, 256)  # a batch of 64 rows through a 256-wide dense layer
+STREAM_SIZES = (4096, 65536, 1 << 20, 4 << 20)  # f32 elements per operand
+# Work per timed run: enough kernels that the step's fixed cost is a small part of it.
+GEMM_RUN_FLOPS = 4e7
+STREAM_RUN_BYTES = 4e6
+MAX_KERNELS = 32
+TINY_KERNELS = 64
+EXECUTOR_HOPS = 16
 
 
 @dataclass
@@ -60,22 +79,6 @@ class Spread:
         return (self.max - self.min) / self.median if self.median > 0 else 0.0
 
 
-@dataclass
-class DeviceMeasurement:
-    """One device's rates (from median runs) and the spread of each measurement."""
-
-    rates: DeviceRates
-    gemm: Spread
-    stream: Spread
-    overhead: Spread
-
-    def spread_summary(self) -> str:
-        """Each measurement's min/median/max run and (max - min) / median."""
-        return ", ".join(f"{name} {_times(s)} (spread {100 * s.relative:.0f}%)"
-                         for name, s in (("gemm", self.gemm), ("stream", self.stream),
-                                         ("step", self.overhead)))
-
-
 def _times(s: Spread) -> str:
     """``min/median/max unit``, in ms or us."""
     scale, unit = (1e3, "ms") if s.median >= 1e-3 else (1e6, "us")
@@ -84,133 +87,242 @@ def _times(s: Spread) -> str:
 
 @dataclass
 class Calibration:
-    """A measured profile and, per device, the spread of the runs behind it."""
+    """A measured profile and the spread of the runs behind each of its figures
+    (name -> runs of one whole program: ``gemm n=256 x4 @2t`` ...)."""
 
     profile: DeviceProfile
-    measurements: dict[str, DeviceMeasurement]
+    spreads: dict[str, Spread] = field(default_factory=dict)
+
+    def spread_summary(self) -> str:
+        """Each measurement's min/median/max run and (max - min) / median."""
+        return "\n".join(f"  {name}: {_times(s)} (spread {100 * s.relative:.0f}%)"
+                         for name, s in self.spreads.items())
 
 
-def _no_sync() -> None:
-    return None
-
-
-def _timings(f: Callable[[], object], repeats: int, sync: Callable[[], object]) -> Spread:
+def _timings(f: Callable[[], object], repeats: int) -> Spread:
     f()  # warm up (compiles, faults pages in)
     samples = []
     for _ in range(repeats):
-        sync()
         t0 = time.perf_counter()
         f()
         samples.append(time.perf_counter() - t0)
     return Spread(samples)
 
 
-def _program(entry: str, shape: Sequence[int], body: Callable[[Builder, Value], Value],
-             backend: str | None) -> Program:
-    """A program whose one entry ``entry`` feeds ``x: f32[shape]`` and fetches
-    ``y = body(x)`` (built with the IR builder: the runtime sits below the Python API)."""
-    graph = Graph(entry)
-    x = graph.add_arg(TensorType(DType.f32, tuple(shape)), "x")
-    graph.set_results([body(Builder(graph), x)], ["y"])
+@contextlib.contextmanager
+def _blas_threads(backend: Backend, threads: int) -> Iterator[None]:
+    """OpenBLAS (which the LLVM backend's matmuls call, with a pool of its own) on
+    ``threads`` threads while measuring, as the kernels' own loops are."""
+    if backend.name != "llvm":
+        yield
+        return
+    from tfc.backends.llvm.runtime.symbols import openblas
+    lib = openblas()
+    before = int(lib.scipy_openblas_get_num_threads())
+    lib.scipy_openblas_set_num_threads(int(threads))
+    try:
+        yield
+    finally:
+        lib.scipy_openblas_set_num_threads(before)
+
+
+def _with_threads(backend: Backend, threads: int) -> Backend:
+    """``backend`` running its kernels on ``threads`` threads (backends with a count)."""
+    if not hasattr(backend, "threads"):
+        return backend
+    limited = copy.copy(backend)
+    setattr(limited, "threads", threads)
+    return limited
+
+
+def _graph(name: str, shapes: Sequence[Sequence[int]],
+           body: Callable[[Builder, list[Value]], list[Value]]) -> Module:
+    """A module whose one entry ``name`` feeds f32 args of ``shapes`` and fetches
+    ``body(args)`` (built with the IR builder: the runtime sits below the Python API)."""
+    graph = Graph(name)
+    args = [graph.add_arg(TensorType(DType.f32, tuple(s)), f"x{i}") for i, s in enumerate(shapes)]
+    graph.set_results(body(Builder(graph), args))
     module = Module()
     module.add_graph(graph)
-    return Program(module, backend=backend)
+    return module
 
 
-def measure_device(backend: str | None = None, repeats: int = 5, *,
-                   sync: Callable[[], object] = _no_sync, gemm_n: int = GEMM_N,
-                   stream_elements: int = STREAM_ELEMENTS) -> DeviceMeasurement:
-    """Compute rate, bandwidth and per-step overhead of one device (this thread), each
-    the median of ``repeats`` runs; ``sync`` is called before every run (the barrier
-    that starts the devices' runs together)."""
+def _feeds(shapes: Sequence[Sequence[int]], scale: float = 1.0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((gemm_n, gemm_n), dtype=np.float32)
-    x = rng.standard_normal(stream_elements, dtype=np.float32)
-    s = np.float32(1.0)
+    return {f"x{i}": (rng.standard_normal(tuple(s)) * scale).astype(np.float32)
+            for i, s in enumerate(shapes)}
 
-    pm = _program("mm", (gemm_n, gemm_n), lambda b, v: b("matmul", v, v), backend)
-    pa = _program("add", (stream_elements,), lambda b, v: b("add", v, v), backend)
-    one = np.asarray(1.0, np.float32)
-    pt = _program("tiny", (), lambda b, v: b("add", v, b("constant", value=one)), backend)
-    gemm = _timings(lambda: pm.run("mm", x=a), repeats, sync)
-    stream = _timings(lambda: pa.run("add", x=x), repeats, sync)
-    overhead = _timings(lambda: pt.run("tiny", x=s), repeats * 20, sync)
-    rates = DeviceRates(flops_per_s=2.0 * gemm_n ** 3 / gemm.median,
-                        bytes_per_s=12.0 * stream_elements / stream.median,
-                        kernel_overhead_s=overhead.median)
-    return DeviceMeasurement(rates, gemm, stream, overhead)
+
+class _Bench:
+    """Times programs on one backend, subtracting the step's fixed cost."""
+
+    def __init__(self, backend: Backend, repeats: int, tag: str,
+                 spreads: dict[str, Spread]) -> None:
+        self.backend, self.repeats, self.tag, self.spreads = backend, repeats, tag, spreads
+
+    def run(self, label: str, module: Module, feeds: dict[str, np.ndarray]) -> float:
+        program = Program(module, backend=self.backend)
+        (name,) = module.graphs
+        spread = _timings(lambda: program.run(name, feeds), self.repeats)
+        self.spreads[f"{label} @{self.tag}"] = spread
+        return spread.median
+
+
+def _gemm_points(bench: _Bench, sizes: Sequence[int], skinny: tuple[int, int] | None,
+                 step_s: float, kernel_s: float) -> Curve:
+    """Seconds of one matmul kernel against its flops."""
+    points: dict[float, float] = {}
+    shapes = [(n, n, n) for n in sizes] + ([(skinny[0], skinny[1], skinny[1])] if skinny
+                                          else [])
+    for m, k, n in shapes:
+        flops = 2.0 * m * k * n
+        count = max(1, min(MAX_KERNELS, math.ceil(GEMM_RUN_FLOPS / flops)))
+
+        def chain(b: Builder, args: list[Value], count: int = count) -> list[Value]:
+            x, w = args
+            for _ in range(count):
+                x = b("matmul", x, w)
+            return [x]
+
+        module = _graph("gemm", [(m, k), (k, n)], chain)
+        feeds = _feeds([(m, k), (k, n)], 1.0 / math.sqrt(k))
+        t = bench.run(f"gemm {m}x{k}@{k}x{n} x{count}", module, feeds)
+        points[flops] = max(kernel_s, (t - step_s) / count)
+    return _curve(points)
+
+
+def _stream_points(bench: _Bench, sizes: Sequence[int], step_s: float,
+                   kernel_s: float) -> Curve:
+    """Seconds of one element-wise kernel (an add: 12 bytes per element) against the
+    bytes it moves."""
+    points: dict[float, float] = {}
+    for n in sizes:
+        moved = 12.0 * n
+        count = max(1, min(MAX_KERNELS, math.ceil(STREAM_RUN_BYTES / moved)))
+        t = bench.run(f"stream {n} x{count}", _adds(count, n), _feeds([(n,)] * (count + 1)))
+        points[moved] = max(kernel_s, (t - step_s) / count)
+    return _curve(points)
+
+
+def _adds(count: int, n: int) -> Module:
+    """``count`` independent adds of ``n`` elements (``x_i + x_last``): separate kernels,
+    for none feeds another."""
+    return _graph("adds", [(n,)] * (count + 1),
+                  lambda b, a: [b("add", a[i], a[-1]) for i in range(count)])
+
+
+def _curve(points: dict[float, float]) -> Curve:
+    sizes = sorted(points)
+    return Curve(sizes, [points[s] for s in sizes])
+
+
+def measure_step(bench: _Bench) -> float:
+    """Fixed cost of one ``Program.run`` step (a one-op program on a scalar)."""
+    spreads = bench.repeats
+    bench.repeats = spreads * 10
+    try:
+        return bench.run("step", _graph("step", [()], lambda b, a: [b("add", a[0], a[0])]),
+                         _feeds([()]))
+    finally:
+        bench.repeats = spreads
+
+
+def measure_kernel(bench: _Bench, step_s: float) -> float:
+    """Fixed cost of one kernel inside a native step: many tiny independent adds."""
+    t = bench.run(f"kernels x{TINY_KERNELS}", _adds(TINY_KERNELS, 4),
+                  _feeds([(4,)] * (TINY_KERNELS + 1)))
+    return max(1e-9, (t - step_s) / TINY_KERNELS)
+
+
+def measure_stages(backend: Backend, repeats: int, spreads: dict[str, Spread],
+                   step_s: float, kernel_s: float, handoff_s: float) -> float:
+    """What the multi-device executor adds per stage: a chain of tiny adds alternating
+    between two devices (every link one stage and one hand-off), its step less the
+    one-device step, the kernels and the hand-offs, per link."""
+    devices = ["/cpu:0", "/cpu:1"]
+
+    def chain(b: Builder, args: list[Value]) -> list[Value]:
+        x = args[0]
+        for i in range(EXECUTOR_HOPS):
+            x = b("add", x, args[0])
+            assert x.op is not None
+            x.op.device = devices[i % 2]
+        return [x]
+
+    module = _graph("hops", [(4,)], chain)
+    module.devices = devices
+    program = Program(module, backend=backend)
+    feeds = _feeds([(4,)])
+    spread = _timings(lambda: program.run("hops", feeds), repeats * 4)
+    spreads[f"executor {EXECUTOR_HOPS} stages"] = spread
+    per = (spread.median - step_s) / EXECUTOR_HOPS - kernel_s - handoff_s
+    return max(1e-7, per)
 
 
 def measure_handoff(rounds: int = 200) -> float:
-    """Seconds from a send in one thread to the recv returning in another (median)."""
+    """Seconds from a send in one thread to the recv returning in another: half the median
+    round trip of a ping-pong between two threads through rendezvous (a reference moves;
+    no bytes are copied)."""
     value = np.zeros(1, np.float32)
+    rv = Rendezvous(timeout_s=10)
+
+    def echo() -> None:
+        for i in range(rounds + 1):
+            rv.send(f"pong{i}", rv.recv(f"ping{i}"))
+
+    t = threading.Thread(target=echo, name="tfc-calibrate echo")
+    t.start()
     times: list[float] = []
-    for _ in range(rounds):
-        rv = Rendezvous(timeout_s=10)
-        got = threading.Event()
-
-        def receiver() -> None:
-            rv.recv("k")
-            got.set()
-
-        t = threading.Thread(target=receiver)
-        t.start()
-        time.sleep(0)  # let it block in recv
-        t0 = time.perf_counter()
-        rv.send("k", value)
-        got.wait(10)
-        times.append(time.perf_counter() - t0)
+    try:
+        for i in range(rounds + 1):
+            t0 = time.perf_counter()
+            rv.send(f"ping{i}", value)
+            rv.recv(f"pong{i}")
+            if i:  # the first round starts the thread
+                times.append((time.perf_counter() - t0) / 2)
+    finally:
         t.join()
     return float(np.median(times))
 
 
-def measure_copy_bandwidth(repeats: int = 5, elements: int = STREAM_ELEMENTS) -> float:
-    src = np.ones(elements, np.float32)
-    dst = np.empty_like(src)
-    t = _timings(lambda: np.copyto(dst, src), repeats, _no_sync).median
-    return 2.0 * src.nbytes / t
-
-
-def calibrate(devices: Sequence[str], backend: str | None = None, repeats: int = 7,
-              progress: Callable[[str], None] | None = None, *, gemm_n: int = GEMM_N,
-              stream_elements: int = STREAM_ELEMENTS) -> Calibration:
-    """A profile of ``devices`` (local CPUs), measured concurrently (module docstring),
-    with the spread of each device's runs."""
+def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
+              repeats: int = 5, progress: Callable[[str], None] | None = None, *,
+              gemm_sizes: Sequence[int] = GEMM_SIZES,
+              gemm_skinny: tuple[int, int] | None = GEMM_SKINNY,
+              stream_sizes: Sequence[int] = STREAM_SIZES,
+              cores: int | None = None) -> Calibration:
+    """A profile of this host (module docstring) for its local CPU ``devices``, which
+    share its ``cores`` (default: this process's)."""
     for d in devices:
         spec = parse_device(d)
         if spec.kind != "cpu" or spec.job is not None:
             raise TfcError(f"tfc calibrate measures local CPU devices; {d} is not one")
     if repeats < 1:
         raise TfcError(f"tfc calibrate needs at least one run per measurement, not {repeats}")
-    measured: dict[str, DeviceMeasurement] = {}
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(len(devices), timeout=BARRIER_TIMEOUT_S)
-
-    def run(d: str) -> None:
-        try:
-            measured[d] = measure_device(backend, repeats, sync=barrier.wait, gemm_n=gemm_n,
-                                         stream_elements=stream_elements)
-        except threading.BrokenBarrierError as e:  # another device failed first
-            errors.append(e)
-        except BaseException as e:  # reported below, in the caller's thread
-            errors.insert(0, e)
-            barrier.abort()
-
+    cores = max(1, cores if cores is not None else cpu_count())
+    base = get_backend(backend)
+    spreads: dict[str, Spread] = {}
+    gemm: dict[int, Curve] = {}
+    stream: dict[int, Curve] = {}
+    thread_counts = sorted({1, cores // 2 if cores >= 4 else 1, cores})
+    step_s = kernel_s = 0.0
+    for threads in thread_counts:
+        if progress:
+            progress(f"measuring kernels at {threads} thread{'s' if threads > 1 else ''}")
+        bench = _Bench(_with_threads(base, threads), repeats, f"{threads}t", spreads)
+        with _blas_threads(base, threads):
+            if threads == 1:
+                step_s = measure_step(bench)
+                kernel_s = measure_kernel(bench, step_s)
+            gemm[threads] = _gemm_points(bench, gemm_sizes, gemm_skinny, step_s, kernel_s)
+            stream[threads] = _stream_points(bench, stream_sizes, step_s, kernel_s)
     if progress:
-        progress(f"measuring {len(devices)} device(s) concurrently, {repeats} runs each")
-    threads = [threading.Thread(target=run, args=(d,), name=f"tfc-calibrate {d}")
-               for d in devices]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    if progress:
-        progress("measuring links")
-    link = LinkRates(bytes_per_s=measure_copy_bandwidth(repeats, stream_elements),
-                     latency_s=measure_handoff())
-    links = {f"{a}->{b}": link for a in devices for b in devices if a != b}
-    profile = DeviceProfile({d: measured[d].rates for d in devices}, links, link,
-                            source=f"tfc calibrate {time.strftime('%Y-%m-%dT%H:%M:%S')}")
-    return Calibration(profile, {d: measured[d] for d in devices})
+        progress("measuring hand-offs and executor stages")
+    handoff_s = measure_handoff()
+    stage_s = measure_stages(_with_threads(base, max(1, cores // 2)), repeats, spreads,
+                             step_s, kernel_s, handoff_s)
+    profile = DeviceProfile(
+        source=f"tfc calibrate {time.strftime('%Y-%m-%dT%H:%M:%S')} ({base.name})",
+        cores=cores, cpu=DeviceRates(gemm, stream, kernel_s), step_s=step_s,
+        stage_s=stage_s, handoff_s=handoff_s)
+    return Calibration(profile, spreads)
