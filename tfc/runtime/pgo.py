@@ -15,12 +15,14 @@ white paper's cost model meant by "measured execution time":
    model's own estimates of them: the shares are the model's guess, their sum is what
    was measured. Ops that emit no kernel (reads of variables, constants, views) cost 0.
    What comes out is a ``MeasuredCosts`` (``tfc.passes.cost_model``): per op signature
-   the median seconds of one such op, the thread count each device ran with, the
-   median hand-off of a transfer (send in one thread -> recv returning in the other,
-   from the executor's trace, for transfers the receiver waited for) and the median
-   fixed cost of a step (its wall time less the span of its kernels).
+   (symbols counted as ``batch``) the median seconds of one such op, the thread count
+   each device ran with, the median hand-off of a transfer (send in one thread -> recv
+   returning in the other, from the executor's trace, for transfers the receiver waited
+   for) and, from steps that ran as one native program, the median fixed cost of a step
+   (its wall time less the span of its kernels).
 3. **after**: a fresh copy of the module, with ``module.measured_costs`` set, is placed
-   and lowered again: the placer now uses the measured costs where it has them.
+   and lowered again: the placer now uses the measured costs where it has them (scaled
+   by its curves to its own thread counts and symbol size).
 4. **decide by measurement**: before, after and everything on one device (as far as
    device scopes allow; skipped when a placement already is that) run ``N`` timed steps
    of every entry, interleaved step by step so that drifts of a busy machine hit all
@@ -30,7 +32,9 @@ white paper's cost model meant by "measured execution time":
 
 Every entry is profiled and timed (``tfc compile`` has no entry option; each entry's
 placement changes with the measured costs, so each must be measured to keep "never
-worse"). Profiling needs a backend that times its kernels (the LLVM backend): on any
+worse"; the choice is per module, by the sum of the entries' median steps: variables
+are shared, so entries cannot each keep another placement). The report estimates at
+``batch`` too, on each lowered entry rebuilt as the placer saw it (``unfused_graph``). Profiling needs a backend that times its kernels (the LLVM backend): on any
 other ``profile_guided_placement`` raises a one-line ``TfcError``, never doing nothing.
 Programs made for measuring are twins with copies of the initial variables: the
 module kept is compiled into the artifact exactly as without the flag.
@@ -201,18 +205,15 @@ def _stage_executables(exe: Any, device: str) -> list[tuple[str, Any]]:
 
 def _threads(program: "Program", exe: Any) -> int:
     """The threads each device of ``exe`` ran its kernels with (as the executor and
-    the backend decide them)."""
+    the backend decide them: a backend given a thread count keeps it)."""
+    from tfc.devices import cpu_count, threads_per_device
     from tfc.runtime.executor import PartitionedExecutable
-    own = getattr(program.backend, "threads", None)
-    if own is not None:
-        return max(1, int(own))
-    if isinstance(exe, PartitionedExecutable):
-        from tfc.devices import threads_per_device
+    backend = program.backend
+    if isinstance(exe, PartitionedExecutable) and getattr(backend, "threads", 0) is None:
         busy = [p.device for p in exe.plans if any(st.executable for st in p.stages)]
-        shares = threads_per_device(busy)
-        return min(shares.values(), default=1)
-    from tfc.backends.llvm.runtime.pool import default_threads
-    return default_threads()
+        return min(threads_per_device(busy).values(), default=1)
+    count = getattr(backend, "thread_count", None)
+    return int(count()) if count is not None else cpu_count()
 
 
 def model_estimate(model: "CostModel", graph: Graph, device: str, threads: int
