@@ -291,3 +291,15 @@ def test_profile_runs_want_the_model_not_an_artifact(tmp_path, capsys):
                           "cpu:0,cpu:1", "--profile-runs", "1", "-o",
                           str(tmp_path / "again.tfc")])
     assert "model's source" in err
+
+
+def test_a_fusion_read_back_from_ir_is_its_own_unit():
+    """Sources live only in the process that fused: IR read back (an artifact) has none,
+    and a fusion is then charged as one op (the placer sees it as one too)."""
+    from tfc.ir.bytecode import module_from_bytes, module_to_bytes
+    m, _ = _optimized()
+    lowered = lower(m, Target("llvm"), passes="")
+    again = module_from_bytes(module_to_bytes(lowered))
+    fusions = [op for op in again.graphs["train"].ops if op.kind == "fusion"]
+    assert fusions and all(fused_ops(op) == (op,) for op in fusions)
+    assert unfused_ops(again.graphs["train"]) == list(again.graphs["train"].ops)

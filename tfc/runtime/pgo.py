@@ -478,6 +478,14 @@ def check_profile_target(target: "Target", runs: int, batch: int) -> None:
     profiling_backend(target.backend)
 
 
+def _release(program: "Program") -> None:
+    """Stop the executor threads of a program made for measuring (it is dropped)."""
+    for exe in program._executables.values():
+        close = getattr(exe, "close", None)
+        if close is not None:
+            close()
+
+
 def _synthetic_feeds(module: Module, batch: int) -> dict[str, dict[str, np.ndarray]]:
     """Per entry, synthetic feeds at ``batch`` (seeded: every placement gets the same)."""
     out = {}
@@ -559,12 +567,15 @@ def profile_guided_placement(
     profiled = twin(before, profiled_backend)
     model = CostModel(load_profile(), symbol_size=batch)
     profiles = []
-    for entry, f in feeds.items():
-        try:
-            profiles.append(profile_entry(profiled, entry, f, runs, model))
-        except TfcError as e:
-            raise TfcError(f"profiling entry '{entry}' with synthetic feeds (batch {batch}) "
-                           f"failed: {e}") from None
+    try:
+        for entry, f in feeds.items():
+            try:
+                profiles.append(profile_entry(profiled, entry, f, runs, model))
+            except TfcError as e:
+                raise TfcError(f"profiling entry '{entry}' with synthetic feeds (batch "
+                               f"{batch}) failed: {e}") from None
+    finally:
+        _release(profiled)
     measured = measured_costs(profiles, batch)
 
     fresh = fresh_copy(source)
@@ -577,7 +588,12 @@ def profile_guided_placement(
     if not any(on_one_device(m) for m in modules.values()):
         modules[ONE_DEVICE] = lower(pin_unplaced(fresh_copy(source), target.devices[0]))
     say(f"timing {len(modules)} placements ({', '.join(modules)}), {runs} steps each")
-    times = time_steps({n: twin(m, timed_backend) for n, m in modules.items()}, feeds, runs)
+    twins = {n: twin(m, timed_backend) for n, m in modules.items()}
+    try:
+        times = time_steps(twins, feeds, runs)
+    finally:
+        for program in twins.values():
+            _release(program)
     results = [CandidateResult(name, _made_by(name, m, target.devices[0]),
                                _estimates(m, batch, None), _estimates(m, batch, measured),
                                {e: float(np.median(t)) for e, t in times[name].items()})
