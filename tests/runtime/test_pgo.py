@@ -71,23 +71,28 @@ def test_every_op_gets_a_time_and_the_times_add_up_to_the_kernels():
     for _ in range(2):
         program.run("train", FEEDS)
     exe = program._executable("train")
-    spans, kernel_ops = exe.kernel_times(), exe.kernel_ops()
+    steps, spans, kernel_ops = exe.step_times(), exe.kernel_times(), exe.kernel_ops()
     assert len(spans) == len(kernel_ops) == exe.report.kernels
-    times = op_times(kernel_ops, spans, _weight, exe.graph)
+    # the kernels are among the steps, with the same ops and times; the rest are copies
+    kernels = [(ops, a, b) for (_, a, b), ops in zip(spans, kernel_ops)]
+    assert all(k in steps for k in kernels) and len(steps) > len(kernels)
+    times = op_times(steps, _weight, exe.graph)
 
     assert set(before) <= set(times)  # every op of the unfused graph, fused or not
     assert set(times) == set(unfused_ops(exe.graph))
-    assert math.isclose(sum(times.values()), sum(e - s for _, s, e in spans),
+    assert math.isclose(sum(times.values()), sum(e - s for ops, s, e in steps if ops),
                         rel_tol=1e-9, abs_tol=1e-12)
     fusions = [ops for ops in kernel_ops if ops[0].kind == "fusion"]
     assert fusions and any(len(fused_ops(ops[0])) > 1 for ops in fusions)
-    # a kernel computing several ops is split in proportion to the estimates
+    # a step working for several ops is split in proportion to the estimates
+    covering: dict = {}
+    for ops, _, _ in steps:
+        for s in {x for o in ops for x in fused_ops(o)}:
+            covering[s] = covering.get(s, 0) + 1
     checked = 0
-    for (_, start, end), ops in zip(spans, kernel_ops):
-        members = [s for op in ops for s in fused_ops(op)]
-        alone = [s for s in members if sum(s in [x for o in k for x in fused_ops(o)]
-                                           for k in kernel_ops) == 1]
-        if len(members) > 1 and len(alone) == len(members):
+    for ops, start, end in steps:
+        members = list(dict.fromkeys(s for op in ops for s in fused_ops(op)))
+        if len(members) > 1 and all(covering[s] == 1 for s in members):
             total = sum(_weight(s) for s in members)
             for s in members:
                 assert math.isclose(times[s], (end - start) * _weight(s) / total,

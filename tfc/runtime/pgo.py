@@ -8,8 +8,9 @@ white paper's cost model meant by "measured execution time":
 2. **profile**: every entry runs ``N`` steps (after two warm-up steps) with synthetic
    feeds (``tfc.runtime.feeds.synthetic_feed``, as ``tfc bench`` makes them, at
    ``batch``) on the real devices, compiled with kernel timing on (the LLVM backend's
-   ``profiled()``). Each kernel's time goes to the ops of the unfused graph it computes
-   (``LLVMExecutable.kernel_ops``, a fusion's region ``sources``, ``op_times``); a
+   ``profiled()``). Each kernel's time, and each copy's between them (into fetches and
+   update buffers), goes to the ops of the unfused graph it works for
+   (``LLVMExecutable.step_times``, a fusion's region ``sources``, ``op_times``); a
    kernel that computes several ops (a fusion, a GEMM that also updates its weight)
    has no timestamps inside, so its time is split over them in proportion to the cost
    model's own estimates of them: the shares are the model's guess, their sum is what
@@ -116,21 +117,18 @@ def unfused_graph(graph: Graph) -> tuple[Graph, dict[Op, Op]]:
     return out, copy_of
 
 
-def op_times(kernel_ops: Sequence[Sequence[Op]], spans: Sequence[tuple[str, float, float]],
+def op_times(steps: Sequence[tuple[Sequence[Op], float, float]],
              estimate: Callable[[Op], float], graph: Graph | None = None) -> dict[Op, float]:
-    """Each unfused op's seconds in one step, from the step's kernel spans (``(name,
-    start, end)``, ``kernel_times()``) and the ops of ``graph`` each kernel computes
-    (``kernel_ops()``, the same order). A kernel's time is split over its unfused ops
-    in proportion to ``estimate(op)`` (equally when every estimate is 0); an op with
-    several kernels gets their sum. With ``graph``, every other op it computes gets 0:
-    it has no kernel. The times add up to the kernels' times."""
-    if len(kernel_ops) != len(spans):
-        raise TfcError(f"kernel profile: {len(spans)} kernel times for {len(kernel_ops)} "
-                       f"kernels (a profile of another build of the graph)")
+    """Each unfused op's seconds in one step, from the timed steps of a native entry
+    (``(ops of the graph, start, end)`` per kernel or copy: ``step_times()``). A step's
+    time is split over the unfused ops it works for in proportion to ``estimate(op)``
+    (equally when every estimate is 0); an op with several steps gets their sum. With
+    ``graph``, every other op it computes gets 0: it has no kernel. The times add up to
+    those of the steps that work for ops (all but copies of fetched feeds)."""
     out: dict[Op, float] = {}
     if graph is not None:
         out.update((op, 0.0) for op in unfused_ops(graph))
-    for ops, (_, start, end) in zip(kernel_ops, spans):
+    for ops, start, end in steps:
         members = list(dict.fromkeys(src for op in ops for src in fused_ops(op)))
         if not members:
             continue
@@ -186,9 +184,9 @@ class EntryProfile:
     threads: int  # the thread count of each device that ran ops
     executor: bool  # whether the steps ran on the multi-device executor
     op_seconds: dict[Op, list[float]] = field(default_factory=dict)  # per step
-    kernel_s: list[float] = field(default_factory=list)  # per step: all kernels' time
+    kernel_s: list[float] = field(default_factory=list)  # per step: its ops' kernels, copies
     step_s: list[float] = field(default_factory=list)    # per step: wall time
-    fixed_s: list[float] = field(default_factory=list)   # per step: wall less kernel span
+    fixed_s: list[float] = field(default_factory=list)   # per step: wall less native span
     handoff_s: list[float] = field(default_factory=list)  # per transfer waited for
     lookup_s: list[float] = field(default_factory=list)   # per transfer: time in recv
 
@@ -233,7 +231,8 @@ def profile_entry(program: "Program", entry: str, feeds: Mapping[str, Any], step
                   model: "CostModel", warmup: int = WARMUP_STEPS) -> EntryProfile:
     """Run ``warmup`` then ``steps`` steps of ``entry`` on ``program``, whose backend
     times its kernels (``LLVMBackend.profiled()``), and map the kernel times to ops
-    (``op_times``; ``model``'s estimates split kernels that compute several ops)."""
+    (``op_times``, kernels and the copies between them; ``model``'s estimates split
+    steps that work for several ops)."""
     from tfc.runtime.executor import PartitionedExecutable
     for _ in range(warmup):
         program.run(entry, feeds)
@@ -243,8 +242,7 @@ def profile_entry(program: "Program", entry: str, feeds: Mapping[str, Any], step
         raise TfcError(f"entry '{entry}' was not compiled with kernel timing (the "
                        f"{program.backend.name} backend cannot time its kernels)")
     threads = _threads(program, exe)
-    kernel_ops = [(e, e.kernel_ops(), e.graph, model_estimate(model, e.graph, d, threads))
-                  for d, e in executables]
+    timed = [(e, e.graph, model_estimate(model, e.graph, d, threads)) for d, e in executables]
     tracer = _HandoffTracer()
     traced = exe if isinstance(exe, PartitionedExecutable) else None
     out = EntryProfile(entry, threads, traced is not None)
@@ -257,13 +255,13 @@ def profile_entry(program: "Program", entry: str, feeds: Mapping[str, Any], step
             program.run(entry, feeds)
             wall = time.perf_counter() - t0
             first, last, total = None, None, 0.0
-            for e, ops, graph, estimate in kernel_ops:
-                spans = e.kernel_times()
-                for _, start, end in spans:
+            for e, graph, estimate in timed:
+                spans = e.step_times()
+                for ops, start, end in spans:
                     first = start if first is None else min(first, start)
                     last = end if last is None else max(last, end)
-                    total += end - start
-                for op, s in op_times(ops, spans, estimate, graph).items():
+                    total += (end - start) if ops else 0.0
+                for op, s in op_times(spans, estimate, graph).items():
                     out.op_seconds.setdefault(op, []).append(s)
             out.step_s.append(wall)
             out.kernel_s.append(total)

@@ -257,22 +257,24 @@ class GraphCompiler:
         return [(k, self.labels[k] if k < len(self.labels) else f"kernel {k}")
                 for k, s in enumerate(self.steps) if isinstance(s, Kernel)]
 
-    def kernel_ops(self) -> list[tuple[Op, ...]]:
-        """The ops of the graph each kernel computes, in ``kernel_labels`` order: the op
-        it lowers, and for a weight update folded into its GEMM (``gemm_update``) the
-        ops that update stands for too (they emit no kernel of their own)."""
+    def step_sources(self) -> list[tuple[Op, ...]]:
+        """The ops of the graph each step (kernel or copy) works for, in schedule order:
+        the op it lowers, and for a weight update folded into its GEMM (``gemm_update``)
+        the ops that update stands for too (they emit no kernel of their own); none for
+        the copies of fetched feeds, which no op computes."""
         updates = self.gemm_updates or {}
         out: list[tuple[Op, ...]] = []
-        for k, s in enumerate(self.steps):
-            if not isinstance(s, Kernel):
-                continue
+        for k in range(len(self.steps)):
             op = self.step_ops[k] if k < len(self.step_ops) else None
-            if op is None:
-                out.append(())
-                continue
-            upd = updates.get(op)
-            out.append((op, *upd.absorbed) if upd is not None and upd.matmul is op else (op,))
+            upd = updates.get(op) if op is not None else None
+            out.append(() if op is None else
+                       (op, *upd.absorbed) if upd is not None and upd.matmul is op else (op,))
         return out
+
+    def kernel_ops(self) -> list[tuple[Op, ...]]:
+        """``step_sources`` of the kernels only, in ``kernel_labels`` order."""
+        sources = self.step_sources()
+        return [sources[k] for k, s in enumerate(self.steps) if isinstance(s, Kernel)]
 
     # ---- the entry --------------------------------------------------------------------
 

@@ -352,14 +352,35 @@ class LLVMExecutable:
             labels = self._kernel_labels = (graph_compiler.kernel_labels(),
                                             len(graph_compiler.steps))
         steps, n = labels
+        sec = self._stamps(n)
+        if sec is None:
+            return []
+        return [(name, float(sec[k]), float(sec[k + 1])) for k, name in steps]
+
+    def step_times(self) -> list[tuple[tuple[Op, ...], float, float]]:
+        """``(ops, start, end)`` of every step of the latest step's native entry, kernels
+        and the copies between them, in schedule order: what ``kernel_times`` gives plus
+        the copies (of results into fetches and update buffers, of a weight into the
+        buffer its GEMM updates), each with the ops of the graph it works for
+        (``GraphCompiler.step_sources``). Empty as ``kernel_times`` is."""
+        if not self.profiling:
+            return []
+        sources = self._lowered().step_sources()
+        sec = self._stamps(len(sources))
+        if sec is None:
+            return []
+        return [(ops, float(sec[k]), float(sec[k + 1])) for k, ops in enumerate(sources)]
+
+    def _stamps(self, n: int) -> np.ndarray | None:
+        """The latest step's ``n + 1`` timestamps in seconds on the ``perf_counter``
+        clock; None before the first step and after one that failed."""
         stamps = np.ctypeslib.as_array((ctypes.c_int64 * (n + 1)).from_address(
             self._stamps_addr))
         with self._lock:  # not in the middle of a step
             ns = stamps.copy()
         if ns[n] == 0:
-            return []
-        sec = ns * 1e-9 + _CLOCK_OFFSET
-        return [(name, float(sec[k]), float(sec[k + 1])) for k, name in steps]
+            return None
+        return ns * 1e-9 + _CLOCK_OFFSET
 
     def kernel_ops(self) -> list[tuple[Op, ...]]:
         """The ops of the executable's graph that each kernel computes, in the order of
