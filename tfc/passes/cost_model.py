@@ -240,7 +240,7 @@ class CostModel:
 
     def op_seconds(self, op: Op, threads: int, device: str | None = None) -> float:
         """Seconds of ``op`` run as a kernel of its own with ``threads`` threads: measured if
-        a profiling run measured it (scaled from ``measured.threads``), else the curves."""
+        a profiling run measured it (scaled from its threads and symbol size), else the curves."""
         seconds = self._measured_seconds(op, threads, device)
         return seconds if seconds is not None else self._curve_seconds(op, threads,
                                                                        device=device)

@@ -35,8 +35,9 @@ Every entry is profiled and timed (``tfc compile`` has no entry option; each ent
 placement changes with the measured costs, so each must be measured to keep "never
 worse"; the choice is per module, by the sum of the entries' median steps: variables
 are shared, so entries cannot each keep another placement). The report estimates at
-``batch`` too, on each lowered entry rebuilt as the placer saw it (``unfused_graph``). Profiling needs a backend that times its kernels (the LLVM backend): on any
-other ``profile_guided_placement`` raises a one-line ``TfcError``, never doing nothing.
+``batch`` too, on each lowered entry rebuilt as the placer saw it (``unfused_graph``).
+Profiling needs a backend that times its kernels (the LLVM backend): on any other
+``profile_guided_placement`` raises a one-line ``TfcError``, never doing nothing.
 Programs made for measuring are twins with copies of the initial variables: the
 module kept is compiled into the artifact exactly as without the flag.
 """
