@@ -25,8 +25,8 @@ from tfc.pipeline import Target, lower, run_pipeline
 from tfc.runtime import Program, load
 from tfc.runtime.executor import PartitionedExecutable
 from tfc.passes.placement import estimate_placed
-from tfc.runtime.pgo import (EntryProfile, measured_costs, op_times, profile_entry,
-                             unfused_graph, unfused_ops)
+from tfc.runtime.pgo import (EntryProfile, measured_costs, op_times, pin_unplaced,
+                             profile_entry, unfused_graph, unfused_ops)
 
 RNG = np.random.default_rng(7)
 FEEDS = {"x": RNG.normal(size=(16, 6)).astype(np.float32),
@@ -308,3 +308,42 @@ def test_a_fusion_read_back_from_ir_is_its_own_unit():
     fusions = [op for op in again.graphs["train"].ops if op.kind == "fusion"]
     assert fusions and all(fused_ops(op) == (op,) for op in fusions)
     assert unfused_ops(again.graphs["train"]) == list(again.graphs["train"].ops)
+
+
+def test_placements_are_kept_by_measurement():
+    """A split placement (each op pinned in turn to one of two devices) is measured
+    against the placer's with the measured costs and against one device; the fastest
+    by measurement is kept and runs as the one-device placement does."""
+    from tfc.passes.placement import SINGLE_DEVICE
+    from tfc.runtime.pgo import AFTER, BEFORE, ONE_DEVICE, fresh_copy, profile_guided_placement
+    devices = ("/cpu:0", "/cpu:1")
+    target = Target("llvm", devices)
+    source = run_pipeline(_module(), "canonicalize,cse,dce")
+    split = fresh_copy(source)
+    for i, op in enumerate(split.graphs["train"].ops):
+        op.device = devices[i % 2]
+    before = lower(split, target, passes="")
+    assert len({d for _, _, d in before.placement_reports["train"].placement}) == 2
+
+    kept, report = profile_guided_placement(
+        source, before, target, lambda m: lower(m, target, passes=""),
+        lambda m: Program(m, None), runs=2, batch=16)
+    names = [c.name for c in report.candidates]
+    assert names[0] == BEFORE
+    # one device is always measured: as the placer's choice, or on its own
+    assert ONE_DEVICE in names or report.candidate(AFTER).made_by["train"] == SINGLE_DEVICE
+    best = min(report.candidates, key=lambda c: c.total_s)
+    assert report.kept == best.name
+    for c in report.candidates:
+        assert set(c.measured_s) == set(c.modelled_s) == set(c.remodelled_s) == {"train"}
+    assert report.handoff_s is not None and report.handoffs > 0  # the split one's
+    assert report.ops_measured["train"] > 0
+    text = "\n".join(report.lines())
+    assert f"kept: the {report.kept} placement" in text and "@train" in text
+    assert len(report.rows()) == len(report.candidates)
+
+    one = lower(pin_unplaced(fresh_copy(source), devices[0]), target, passes="")
+    a, b = Program(kept, None), Program(one, None)
+    for _ in range(2):
+        np.testing.assert_allclose(a.run("train", FEEDS)["loss"], b.run("train", FEEDS)["loss"],
+                                   rtol=1e-5, atol=1e-6)
