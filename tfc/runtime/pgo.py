@@ -164,11 +164,12 @@ class _HandoffTracer(Tracer):
         """This step's hand-offs: from the send to the recv returning, for the transfers
         whose receiver was waiting when the value was sent (the others had arrived
         before anyone asked: their latency was hidden, and what the receiver paid was
-        a lookup, which ``fallback_handoffs`` gives)."""
+        a lookup, which ``lookups`` gives)."""
         return [end - self.sent[k] for k, (start, end) in self.received.items()
                 if k in self.sent and start <= self.sent[k]]
 
     def lookups(self) -> list[float]:
+        """This step's time in each recv, whether it waited or not."""
         return [end - start for start, end in self.received.values()]
 
     def clear(self) -> None:
