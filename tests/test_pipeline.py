@@ -241,11 +241,17 @@ def test_the_artifact_stores_the_final_ir(tmp_path: Path, capsys, monkeypatch) -
 
 
 def test_an_artifact_compiled_again_for_other_devices_is_lowered_afresh(tmp_path: Path,
-                                                                       capsys) -> None:
+                                                                       capsys,
+                                                                       monkeypatch) -> None:
     """A .tfc is the final IR of its target: compiled again for another target, its stage
     graphs, partition tables and memory plans go first (they were one device, or cut for
-    other devices), and a table naming devices the module lacks is refused."""
+    other devices), and a table naming devices the module lacks is refused. (A profile
+    under which the model splits: the default one keeps it on one device.)"""
+    from tfc.devices import PROFILE_ENV, save_profile
     from tfc.runtime import load
+    from tfc.testing import splitting_profile
+    monkeypatch.setenv(PROFILE_ENV, str(save_profile(splitting_profile(),
+                                                     tmp_path / "devices.json")))
     two, one = tmp_path / "two.tfc", tmp_path / "one.tfc"
     model = str(EXAMPLES / "mlp.tfm")
     assert main(["compile", model, "--devices", "cpu:0,cpu:1", "-o", str(two), "-q"]) == 0

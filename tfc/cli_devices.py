@@ -76,8 +76,10 @@ def profile_summary(profile: Any) -> str:
     """What a profile says, in a few lines: the host, the fixed costs, and per thread
     count the GEMM and stream rates at each measured size."""
     lines = [f"{profile.describe()}: a step {profile.step_s * 1e6:.1f} us, a kernel "
-             f"{profile.cpu.kernel_s * 1e6:.2f} us, an executor stage "
-             f"{profile.stage_s * 1e6:.1f} us, a hand-off {profile.handoff_s * 1e6:.1f} us"]
+             f"{profile.cpu.kernel_s * 1e6:.2f} us; multi-device: a step "
+             f"{profile.executor_step_s * 1e6:.1f} us, a stage {profile.stage_s * 1e6:.1f} "
+             f"us, a hand-off {profile.handoff_s * 1e6:.1f} us, a send and recv "
+             f"{profile.transfer_s * 1e6:.1f} us"]
     for label, curves, unit in (("GEMM", profile.cpu.gemm, "GFLOP/s at flops"),
                                 ("stream", profile.cpu.stream, "GB/s at bytes")):
         for threads, c in sorted(curves.items()):

@@ -265,11 +265,13 @@ class DeviceProfile:
 
     ``cpu`` are the rates of every local CPU device (logical CPUs share the host's
     ``cores``: a device's thread count is its share, ``threads_per_device``); ``devices``
-    overrides them per device. ``step_s`` is the fixed cost of one ``Program.run`` step,
-    ``stage_s`` what the multi-device executor adds per stage it runs, ``handoff_s`` the
-    cost of handing a tensor to another device of this process (a reference: no bytes
-    move). ``links`` (key ``"SRC->DST"``) and ``default_link`` are links between hosts.
-    ``source`` is ``"defaults"`` for the built-in round numbers."""
+    overrides them per device. Fixed costs: ``step_s`` of one ``Program.run`` step of a
+    one-device program; ``executor_step_s`` of one step of the multi-device executor
+    (its threads, its rendezvous), ``stage_s`` what it adds per stage it runs;
+    ``handoff_s`` the latency of handing a tensor to another device of this process (a
+    reference: no bytes move), ``transfer_s`` the work of one send and its recv (charged
+    to both devices' threads). ``links`` (key ``"SRC->DST"``) and ``default_link`` are
+    links between hosts. ``source`` is ``"defaults"`` for the built-in round numbers."""
 
     devices: dict[str, DeviceRates] = field(default_factory=dict)
     links: dict[str, LinkRates] = field(default_factory=dict)
@@ -278,8 +280,10 @@ class DeviceProfile:
     cores: int = DEFAULT_CORES
     cpu: DeviceRates = field(default_factory=lambda: default_cpu_rates())
     step_s: float = 5e-6
-    stage_s: float = 1e-5
+    executor_step_s: float = 5e-5
+    stage_s: float = 5e-6
     handoff_s: float = 1e-5
+    transfer_s: float = 2e-6
 
     @property
     def calibrated(self) -> bool:
@@ -305,8 +309,9 @@ class DeviceProfile:
     def to_json(self) -> str:
         return json.dumps({"format": PROFILE_FORMAT, "version": PROFILE_VERSION,
                            "source": self.source, "cores": self.cores,
-                           "step_s": self.step_s, "stage_s": self.stage_s,
-                           "handoff_s": self.handoff_s, "cpu": self.cpu.to_dict(),
+                           "step_s": self.step_s, "executor_step_s": self.executor_step_s,
+                           "stage_s": self.stage_s, "handoff_s": self.handoff_s,
+                           "transfer_s": self.transfer_s, "cpu": self.cpu.to_dict(),
                            "devices": {k: v.to_dict() for k, v in self.devices.items()},
                            "links": {k: asdict(v) for k, v in self.links.items()},
                            "default_link": asdict(self.default_link)}, indent=1)
@@ -331,7 +336,9 @@ class DeviceProfile:
                 default_link=LinkRates(**data["default_link"]),
                 source=str(data.get("source", where)), cores=max(1, int(data["cores"])),
                 cpu=DeviceRates.from_dict(data["cpu"]), step_s=float(data["step_s"]),
-                stage_s=float(data["stage_s"]), handoff_s=float(data["handoff_s"]))
+                executor_step_s=float(data["executor_step_s"]),
+                stage_s=float(data["stage_s"]), handoff_s=float(data["handoff_s"]),
+                transfer_s=float(data["transfer_s"]))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise TfcError(f"{where}: not a valid device profile ({e})") from None
 

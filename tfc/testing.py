@@ -209,3 +209,17 @@ def compile_lowered(backend: Any, module: Module, entry: str) -> Any:
     does on first use); ``module`` is unchanged. Backends run no passes themselves."""
     from tfc.pipeline import lower_entry
     return backend.compile(lower_entry(module, entry, backend.name), entry)
+
+
+def splitting_profile() -> Any:
+    """A device profile under which placement splits a model over ``/cpu:0`` and
+    ``/cpu:1``: two unlike devices, ``/cpu:1`` 100x faster at GEMM-like ops and ``/cpu:0``
+    100x faster at the rest, with hand-offs and an executor that cost nothing, so the
+    matmuls go to one and the element-wise work to the other. For tests of what a split
+    runs (transfers, compression, partition tables), now that the calibrated or default
+    model keeps small models on one device."""
+    from tfc.devices import DeviceProfile, DeviceRates
+    return DeviceProfile({"/cpu:0": DeviceRates.flat(1e9, 1e11, 1e-9),
+                          "/cpu:1": DeviceRates.flat(1e11, 1e9, 1e-9)},
+                         source="test: splitting", cores=2, step_s=0.0, executor_step_s=0.0,
+                         stage_s=0.0, handoff_s=1e-9, transfer_s=0.0)

@@ -96,13 +96,19 @@ def test_mlp_artifact_trains_with_minibatches(tmp_path):
 
 
 @pytest.mark.parametrize("backend", ["llvm", "reference"])
-def test_mlp_adam_on_two_devices_trains_as_well_with_fp16_transfers(backend):
+def test_mlp_adam_on_two_devices_trains_as_well_with_fp16_transfers(backend, tmp_path,
+                                                                     monkeypatch):
     """``tfc compile examples/mlp_digits.py --devices cpu:0,cpu:1 [--fp16-transfers]``,
     then full-batch ``train_step`` (Adam): with the flag, activations and gradients cross
     as f16 but optimizer state stays f32, so the test accuracy is that of the f32 run
-    within 0.01 (compressing Adam's slots made every step NaN: accuracy 0.10)."""
+    within 0.01 (compressing Adam's slots made every step NaN: accuracy 0.10). Placed
+    under a profile that splits the model (the default one keeps it on one device)."""
     from tfc.compiler.driver import compile_with_report
+    from tfc.devices import PROFILE_ENV, save_profile
     from tfc.runtime import Program
+    from tfc.testing import splitting_profile
+    monkeypatch.setenv(PROFILE_ENV, str(save_profile(splitting_profile(),
+                                                     tmp_path / "devices.json")))
     x_train, x_test, y_train, y_test = digits_split()
     accuracy, state = {}, {}
     for fp16 in (False, True):

@@ -138,3 +138,76 @@ def test_placed_modules_print_and_parse_with_their_devices():
     assert str(back) == text
     assert {op.device for op in back.graphs["train"].ops} <= set(DEVICES)
     np.testing.assert_equal(len(back.graphs["train"].ops), len(m.graphs["train"].ops))
+
+
+def two_core_scaling_host():
+    """A 2-core host whose kernels use both cores well (BLAS and split loops): one device
+    with 2 threads does what two devices with 1 thread each do, without hand-offs."""
+    return DeviceProfile({}, {}, source="test", cores=2,
+                         cpu=DeviceRates.flat(2e11, 2e10, 4e-7, cores=2), step_s=5e-6,
+                         executor_step_s=3e-5, stage_s=2e-6, handoff_s=9e-6, transfer_s=1e-6)
+
+
+def deep_mlp_train_graph(layers=64, width=256):
+    """The issue's model: a chain of dense layers with its SGD training step."""
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [None, width], name="x")
+        y = tfc.placeholder(tfc.int32, [None], name="y")
+        h = x
+        for i in range(layers):
+            w = tfc.Variable(np.zeros((width, width), np.float32), name=f"l{i}/w")
+            b = tfc.Variable(np.zeros(width, np.float32), name=f"l{i}/b")
+            h = tfc.matmul(h, w) + b
+            if i < layers - 1:
+                h = tfc.nn.relu(h)
+        loss = tfc.reduce_mean(tfc.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=y, logits=h))
+        train = tfc.train.GradientDescentOptimizer(0.01).minimize(loss)
+        tfc.entry("train", feeds={"x": x, "y": y}, fetches={"loss": loss}, targets=[train])
+    m = g.as_module()
+    return run_passes(m, "canonicalize,cse,dce")
+
+
+def test_a_64_layer_chain_on_two_logical_cpus_of_two_cores_stays_on_one_device():
+    """Issue 16: greedy split this chain 391/586 (each device modelled at the host's full
+    rate, transfers as copies) and ran 2x slower. Two devices of a 2-core host have one
+    thread each; one device alone has both, so nothing is gained by splitting."""
+    m = deep_mlp_train_graph()
+    g = m.graphs["train"]
+    report = place_graph(g, DEVICES, two_core_scaling_host(), m.variables)
+    assert report.chosen == "single device" and report.transfers == 0
+    assert len({op.device for op in g.ops}) == 1
+    assert report.estimated_s < report.greedy_s
+    assert report.estimated_s == min(report.candidates.values())
+
+
+def test_two_towers_of_single_threaded_work_split_only_when_it_pays():
+    """Kernels that gain nothing from a second thread: two devices run the towers side by
+    side. Kernels that scale with threads: one device with both cores does as well
+    without the executor's costs, so the towers stay together."""
+    g = two_branches()
+    split = place_graph(g, DEVICES, profile(), {})
+    assert {op.device for op in g.ops if op.kind == "matmul"} == set(DEVICES)
+    assert split.chosen == "greedy" and split.estimated_s < 0.7 * split.single_device_s
+    g = two_branches()
+    together = place_graph(g, DEVICES, two_core_scaling_host(), {})
+    assert together.chosen == "single device" and len({op.device for op in g.ops}) == 1
+
+
+def test_more_devices_than_cores_compete_with_greedy_on_as_many_devices_as_cores():
+    g = two_branches()
+    devices = [f"/cpu:{i}" for i in range(4)]
+    report = place_graph(g, devices, profile(), {})
+    assert set(report.candidates) == {"greedy", "greedy on 2 devices", "single device",
+                                      "round robin"}
+    assert report.estimated_s == min(report.candidates.values())
+    text = report.summary()
+    for name in report.candidates:
+        assert name in text
+    assert "calibrated rates (test, 2 cores)" in text
+
+
+def test_the_summary_says_when_the_rates_are_defaults():
+    g = two_branches()
+    report = place_graph(g, DEVICES, DeviceProfile(), {})
+    assert "default rates" in report.summary() and "run `tfc calibrate`" in report.summary()

@@ -29,6 +29,7 @@ def test_calibrate_measures_curves_at_one_thread_and_all_cores(backend, tmp_path
     assert p.cpu.gemm[1].sizes == [2.0 * 8 ** 3, 2.0 * 4 * 16 * 16, 2.0 * 16 ** 3]
     assert p.cpu.stream[1].sizes == [12.0 * 256, 12.0 * 4096]
     assert p.step_s > 0 and p.cpu.kernel_s > 0 and p.stage_s > 0 and p.handoff_s > 0
+    assert p.executor_step_s > 0 and p.transfer_s > 0
     assert p.cpu.kernel_s < p.step_s * 10  # a kernel in a step, not a whole step each
     assert "gemm 16x16@16x16" in result.spread_summary()
     assert "executor 16 stages" in result.spread_summary()

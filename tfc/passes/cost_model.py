@@ -18,8 +18,12 @@ curves give the seconds of one kernel by op class, size and thread count:
 - A transfer between devices of one process hands a reference over: it costs the
   measured hand-off latency and nothing per byte. Between hosts it costs the link's
   latency plus bytes over its bandwidth.
-- Per step: a ``Program.run`` costs ``step_s``; a multi-device step adds ``stage_s`` per
-  executor stage.
+- Per step: a one-device program's ``Program.run`` costs ``step_s``; a step of the
+  multi-device executor ``executor_step_s``, plus ``stage_s`` per stage on its device's
+  thread and ``transfer_s`` per in-process transfer on the sending and on the receiving
+  device's thread (the send and recv calls), besides the hand-off latency. There a
+  variable's value that leaves its stage is a copy, and a variable update writes a new
+  array (``executor_extra_seconds``).
 
 ``MeasuredCosts`` (from a profiling run, ``tfc compile --profile-runs``) overrides the
 curves for the ops it measured, keyed by ``op_signature``: what the runtime measured is
@@ -36,7 +40,7 @@ import numpy as np
 from tfc.devices import DeviceProfile, DeviceRates, parse_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Op, Value
-from tfc.ir.registry import VIEW, Cost, lookup
+from tfc.ir.registry import VIEW, WRITES_VARIABLE, Cost, lookup
 from tfc.ir.types import TensorType
 
 # What a symbolic dim (the batch ``B``) counts as in cost estimates.
@@ -114,6 +118,7 @@ class CostModel:
         self.cores = max(1, int(cores if cores is not None else profile.cores))
         self._costs: dict[Op, Cost | None] = {}
         self._fusible: dict[Op, bool] = {}
+        self._splats: dict[Op, bool] = {}
         self._signatures: dict[Op, str] = {}
         self._graphs: dict[int, _GraphInfo] = {}
         self._at_measured: CostModel | None = None  # at measured.symbol_size, when other
@@ -128,9 +133,19 @@ class CostModel:
         return self.profile.step_s
 
     @property
+    def executor_step_s(self) -> float:
+        """Fixed cost of one step of the multi-device executor."""
+        return self.profile.executor_step_s
+
+    @property
     def stage_s(self) -> float:
         """What the multi-device executor adds per stage it runs."""
         return self.profile.stage_s
+
+    @property
+    def transfer_s(self) -> float:
+        """The work of one in-process send and its recv (each device's thread pays it)."""
+        return self.profile.transfer_s
 
     @property
     def handoff_s(self) -> float:
@@ -188,21 +203,21 @@ class CostModel:
 
     def _splat(self, op: Op) -> bool:
         """Whether ``op`` is a splat constant (fusion copies it into kernels)."""
-        if op.kind != "constant" and op.inputs:
+        if op.inputs:
             return False
-        from tfc.passes.fusion import splat_value
-        try:
-            return splat_value(op) is not None
-        except (TfcError, KeyError, NotImplementedError):
-            return False
+        if op not in self._splats:
+            from tfc.passes.fusion import splat_value
+            try:
+                self._splats[op] = splat_value(op) is not None
+            except (TfcError, KeyError, NotImplementedError):
+                self._splats[op] = False
+        return self._splats[op]
 
     def _rates(self, device: str | None) -> DeviceRates:
         return self.profile.rates(device or "/cpu:0")
 
-    def _curve_seconds(self, op: Op, threads: int, nbytes: float | None = None,
-                       device: str | None = None) -> float:
-        """Seconds of ``op`` as a kernel of its own on the profile's curves (``nbytes``:
-        the bytes it moves, when fusion changes them)."""
+    def _curve_seconds(self, op: Op, threads: int, device: str | None = None) -> float:
+        """Seconds of ``op`` as a kernel of its own on the profile's curves."""
         if self.is_free(op):
             return 0.0
         rates = self._rates(device)
@@ -211,7 +226,7 @@ class CostModel:
             return rates.kernel_s
         if self.is_gemm(op):
             return rates.gemm_seconds(cost.flops, threads)
-        return rates.stream_seconds(cost.bytes if nbytes is None else nbytes, threads)
+        return rates.stream_seconds(cost.bytes, threads)
 
     def _measured_seconds(self, op: Op, threads: int, device: str | None) -> float | None:
         """The profiling run's seconds of ``op``, scaled by the curves from the threads and
@@ -255,12 +270,44 @@ class CostModel:
                 info.consumers.setdefault(v, []).append(op)
         self._graphs[id(graph)] = info
 
+    def fused_root(self, op: Op, device: str, device_of: Mapping[Op, str],
+                   group_of: Mapping[Op, Op]) -> Op | None:
+        """The kernel (its first op) that fusible ``op`` joins on ``device``: that of its
+        first fusible producer there; None when it starts a kernel of its own."""
+        if not self.fusible(op):
+            return None
+        for v in op.inputs:
+            p = v.op
+            if p is not None and self.fusible(p) and device_of.get(p) == device:
+                return group_of.get(p, p)
+        return None
+
+    def kernel_reads(self, op: Op, root: Op | None, device: str, device_of: Mapping[Op, str],
+                     group_reads: Mapping[Op, set[Value]]) -> list[Value]:
+        """The inputs fusible ``op`` reads from memory in its kernel: not those computed
+        in the kernel, not splat constants (copied in as scalars), not those the kernel
+        already read for another of its ops."""
+        seen = group_reads.get(root, set()) if root is not None else set()
+        out = []
+        for v in op.inputs:
+            p = v.op
+            if p is not None and self.fusible(p) and device_of.get(p) == device:
+                continue
+            if p is not None and self._splat(p):
+                continue
+            if v not in seen and v not in out:
+                out.append(v)
+        return out
+
     def op_seconds_in(self, op: Op, graph: Graph, threads: int, device: str,
-                      device_of: Mapping[Op, str]) -> float:
+                      device_of: Mapping[Op, str], group_of: Mapping[Op, Op] | None = None,
+                      group_reads: Mapping[Op, set[Value]] | None = None) -> float:
         """Seconds ``op`` adds to ``device``'s timeline in ``graph``, fusion accounted:
         a fusible op that follows a fusible producer on the same device is part of that
-        producer's kernel (no kernel start; only the bytes that cross the kernel's
-        boundary). Ops a profiling run measured take their measured seconds."""
+        producer's kernel (``group_of``: each op's kernel; ``group_reads``: what each
+        kernel reads), so it pays no kernel start and only the bytes that cross the
+        kernel's boundary: inputs from outside it (each once), results used outside it.
+        Ops a profiling run measured take their measured seconds."""
         measured = self._measured_seconds(op, threads, device)
         if measured is not None:
             return measured
@@ -268,25 +315,38 @@ class CostModel:
             return self._curve_seconds(op, threads, device=device)
         self.prepare(graph)
         info = self._graphs[id(graph)]
-        joined = False
-        nbytes = 0.0
-        for v in op.inputs:
-            p = v.op
-            if p is not None and self.fusible(p) and device_of.get(p) == device:
-                joined = True
-            elif p is not None and self._splat(p):
-                continue  # a splat constant: copied into the kernel as a scalar
-            else:
-                nbytes += v.type.nbytes(self.symbol_size)
+        group_of = group_of or {}
+        root = self.fused_root(op, device, device_of, group_of)
+        reads = self.kernel_reads(op, root, device, device_of, group_reads or {})
+        nbytes = float(sum(v.type.nbytes(self.symbol_size) for v in reads))
         for r in op.results:
-            outside = [c for c in info.consumers.get(r, ()) if not self.fusible(c)]
-            if outside or r in info.results or not info.consumers.get(r):
+            consumers = info.consumers.get(r, ())
+            if r in info.results or not consumers or any(not self.fusible(c)
+                                                         for c in consumers):
                 nbytes += r.type.nbytes(self.symbol_size)
         rates = self._rates(device)
-        if joined:  # part of a running kernel: its bytes, without a kernel start
+        if root is not None:  # part of a running kernel: its bytes, no kernel start
             return max(0.0, rates.stream_seconds(nbytes, threads) - rates.kernel_s) \
                 if nbytes > 0 else 0.0
         return rates.stream_seconds(nbytes, threads)
+
+    def executor_extra_seconds(self, op: Op, threads: int, device: str) -> float:
+        """What ``op`` costs more on the multi-device executor than in a one-device
+        program: a variable update there writes a new array (another device may still
+        read the old value in the step), a copy of the variable besides the update."""
+        try:
+            writes = lookup(op.kind).has(WRITES_VARIABLE)
+        except (TfcError, KeyError):
+            return 0.0
+        if not writes or not op.inputs:
+            return 0.0
+        nbytes = max(v.type.nbytes(self.symbol_size) for v in op.inputs)
+        return self._rates(device).stream_seconds(2.0 * nbytes, threads)
+
+    def copy_seconds(self, v: Value, threads: int, device: str) -> float:
+        """A copy of ``v`` (read and write its bytes) on ``device``."""
+        return self._rates(device).stream_seconds(2.0 * v.type.nbytes(self.symbol_size),
+                                                  threads)
 
     # ---- transfers --------------------------------------------------------------------
 

@@ -123,13 +123,17 @@ class Simulation:
         self.ready: dict[tuple[Value, str], float] = {}  # (value, device) -> arrival
         self.stage_of: dict[Value, int] = {}  # device crossings on the longest path in
         self.stages: set[tuple[str, int]] = set()
+        self.op_stage: dict[Op, int] = {}
+        self.op_time: dict[Op, float] = {}  # each op's kernel seconds where it was placed
+        self.group_of: dict[Op, Op] = {}  # a fused op's kernel (its first op)
+        self.group_reads: dict[Op, set[Value]] = {}  # what each kernel reads from memory
         self.transfers = 0
         self.transfer_bytes = 0
         model.prepare(graph)
 
     def exec_time(self, op: Op, device: str) -> float:
         return self.model.op_seconds_in(op, self.graph, self.threads.get(device, 1), device,
-                                        self.device_of)
+                                        self.device_of, self.group_of, self.group_reads)
 
     def arrival(self, v: Value, device: str) -> float:
         if v.op is None:  # a feed: on the host, wherever it is needed
@@ -137,8 +141,16 @@ class Simulation:
         if (v, device) in self.ready:
             return self.ready[(v, device)]
         src = self.home[v]
-        return (self.ready[(v, src)]
+        return (self.ready[(v, src)] + self._send_s()
                 + self.model.transfer_seconds(v, src, device, v in self.compressed))
+
+    def _send_s(self) -> float:
+        """The work of one send (or one recv) call on a device's thread."""
+        return self.model.transfer_s / 2
+
+    def _new_transfers(self, op: Op, device: str) -> list[Value]:
+        return [v for v in op.inputs if v.op is not None and (v, device) not in self.ready
+                and self.home[v] != device]
 
     def wire_bytes(self, v: Value) -> int:
         """Bytes of ``v`` as it crosses devices (f16 when compressed); between devices of
@@ -156,20 +168,32 @@ class Simulation:
 
     def finish(self, op: Op, device: str) -> float:
         start = max([self.free[device], *(self.arrival(v, device) for v in op.inputs)])
-        return start + self._stage_cost(op, device) + self.exec_time(op, device)
+        recvs = len(set(self._new_transfers(op, device))) * self._send_s()
+        return start + recvs + self._stage_cost(op, device) + self.exec_time(op, device)
 
     def commit(self, op: Op, device: str) -> float:
-        for v in op.inputs:
-            if v.op is not None and (v, device) not in self.ready:
-                self.ready[(v, device)] = self.arrival(v, device)
-                if self.home[v] != device:
-                    self.transfers += 1
-                    self.transfer_bytes += self.wire_bytes(v)
-        work = self.exec_time(op, device)
-        stage = self._stage(op, device)
         end = self.finish(op, device)
+        for v in dict.fromkeys(self._new_transfers(op, device)):
+            src = self.home[v]
+            self.ready[(v, device)] = self.arrival(v, device)
+            self.transfers += 1
+            self.transfer_bytes += self.wire_bytes(v)
+            self.free[src] += self._send_s()  # the send call, on the sender's thread
+            self.busy[src] += self._send_s()
+            self.busy[device] += self._send_s()  # the recv call
+        work = self.exec_time(op, device)
+        if self.executor:
+            work += self.model.executor_extra_seconds(op, self.threads.get(device, 1), device)
+        stage = self._stage(op, device)
         self.stages.add((device, stage))
+        if self.model.fusible(op):
+            root = self.model.fused_root(op, device, self.device_of, self.group_of) or op
+            reads = self.model.kernel_reads(op, root, device, self.device_of, self.group_reads)
+            self.group_of[op] = root
+            self.group_reads.setdefault(root, set()).update(reads)
         self.device_of[op] = device
+        self.op_stage[op] = stage
+        self.op_time[op] = work
         self.free[device] = end
         self.busy[device] += work
         for r in op.results:
@@ -180,11 +204,56 @@ class Simulation:
 
     @property
     def makespan(self) -> float:
-        """The step: the fixed cost of a step plus the last device's finish, but never
-        less than the host's work (each device's kernel seconds times its threads) spread
-        over its cores (more threads than cores take turns)."""
+        """The step: the fixed cost of a step (the executor's, when it runs the step) plus
+        the last device's finish (``staged_finish`` on the executor), but never less than
+        the host's work (each device's kernel seconds times its threads) spread over its
+        cores (more threads than cores take turns)."""
         host = sum(self.busy[d] * self.threads.get(d, 1) for d in self.busy) / self.model.cores
-        return self.model.step_s + max(max(self.free.values(), default=0.0), host)
+        if not self.executor:
+            return self.model.step_s + max(max(self.free.values(), default=0.0), host)
+        return self.model.executor_step_s + max(self.staged_finish(), host)
+
+    def staged_finish(self) -> float:
+        """When the last stage ends, as the executor runs the step: each device's ops
+        in stages (``tfc.passes.partition``: an op's stage is the most device crossings
+        on a path into it); a stage starts when its device's previous stage has ended
+        and every value it receives has arrived, i.e. the stage that computed it has
+        ended, sent it, and the hand-off is done; it then runs its ops back to back. So
+        an op waits for all of its stage's receives, not only its own inputs, which a
+        simulation op by op misses (a 64-layer MLP split by greedy: 3 stages a device,
+        each waiting for the other's)."""
+        stages: dict[tuple[str, int], float] = {}
+        incoming: dict[tuple[str, int], dict[tuple[Value, str], tuple[str, int]]] = {}
+        sends: dict[tuple[str, int], set[tuple[Value, str]]] = {}
+        recvs: dict[tuple[str, int], set[tuple[Value, str]]] = {}
+        for op, device in self.device_of.items():
+            key = (device, self.op_stage[op])
+            stages[key] = stages.get(key, 0.0) + self.op_time[op]
+            for v in op.inputs:
+                if v.op is None or self.device_of[v.op] == device:
+                    continue
+                src = (self.device_of[v.op], self.op_stage[v.op])
+                incoming.setdefault(key, {})[(v, device)] = src
+                sends.setdefault(src, set()).add((v, device))
+                recvs.setdefault(key, set()).add((v, device))
+        send_s = self._send_s()
+        end: dict[tuple[str, int], float] = {}
+        last: dict[str, float] = {}
+        for key in sorted(stages, key=lambda k: (k[1], self.devices.index(k[0])
+                                                 if k[0] in self.devices else 0)):
+            device = key[0]
+            ready = max([last.get(device, 0.0),
+                         *(end[src] + self.model.transfer_seconds(v, src[0], dst,
+                                                                  v in self.compressed)
+                           for (v, dst), src in incoming.get(key, {}).items())])
+            # a value that no kernel of the stage wrote (a variable's) is copied out
+            copies = sum(self.model.copy_seconds(v, self.threads.get(device, 1), device)
+                         for v, _ in sends.get(key, ()) if v.op is not None
+                         and self.model.is_free(v.op) and v.op.kind.startswith("var."))
+            work = (self.model.stage_s + stages[key] + copies
+                    + send_s * (len(sends.get(key, ())) + len(recvs.get(key, ()))))
+            end[key] = last[device] = ready + work
+        return max(end.values(), default=0.0)
 
 
 def can_run(kind: str, device: str) -> bool:

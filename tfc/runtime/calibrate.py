@@ -13,12 +13,17 @@ Logical CPUs share one host, so the host is measured, at 1 thread and at all its
 - the fixed cost of one kernel inside a native step (many tiny independent adds: the
   step's per-kernel increment, not a whole ``Program.run``);
 - the fixed cost of a ``Program.run`` step (a one-op program on a scalar);
-- the multi-device executor's cost per stage (a chain of tiny ops alternating between
-  two devices: each link of it one stage and one hand-off);
-- the in-process hand-off (a send in one thread until the recv returns in another).
+- the multi-device executor's fixed cost per step and per stage (chains of tiny ops
+  alternating between two devices, of two lengths: each link one stage and one
+  hand-off);
+- the in-process hand-off (a send in one thread until the recv returns in another) and
+  the work of a send and its recv on the threads that call them.
 
-Every figure is the median of ``repeats`` timed runs after a warm-up, and the spread of
-the runs (min / median / max) is reported per measurement. The whole calibration takes
+Every figure is the 10th percentile of ``repeats`` timed runs after a warm-up
+(``Spread.typical``: runs a busy neighbour delayed do not count), and the spread of the
+runs (min / median / max) is reported per measurement. More threads are never taken to
+be slower than one (the backend could run the kernel on one): a curve at several
+threads is capped by the one-thread curve. The whole calibration takes
 a few seconds (each program is compiled once per thread count; the compile cache keeps
 them). Links between hosts are not measured here (a cluster's task does that).
 """
@@ -74,6 +79,14 @@ class Spread:
         return max(self.samples)
 
     @property
+    def typical(self) -> float:
+        """The 10th percentile: what a run takes when nothing else on the host gets in
+        its way. On a busy host many runs wait for a core (a BLAS worker woken late
+        costs a whole scheduler slice, ~16 ms here), and a median of such runs would
+        describe the neighbours, not the machine."""
+        return float(np.percentile(self.samples, 10))
+
+    @property
     def relative(self) -> float:
         """(max - min) / median: 0 for perfectly repeatable runs."""
         return (self.max - self.min) / self.median if self.median > 0 else 0.0
@@ -111,19 +124,18 @@ def _timings(f: Callable[[], object], repeats: int) -> Spread:
 
 @contextlib.contextmanager
 def _blas_threads(backend: Backend, threads: int) -> Iterator[None]:
-    """OpenBLAS (which the LLVM backend's matmuls call, with a pool of its own) on
-    ``threads`` threads while measuring, as the kernels' own loops are."""
-    if backend.name != "llvm":
+    """The BLAS the backend's matmuls call (OpenBLAS for the LLVM backend, with a pool of
+    its own) on ``threads`` threads while measuring, as the kernels' own loops are: a
+    backend's optional ``blas_threads`` (which returns the count it replaced)."""
+    limit = getattr(backend, "blas_threads", None)
+    if limit is None:
         yield
         return
-    from tfc.backends.llvm.runtime.symbols import openblas
-    lib = openblas()
-    before = int(lib.scipy_openblas_get_num_threads())
-    lib.scipy_openblas_set_num_threads(int(threads))
+    before = limit(threads)
     try:
         yield
     finally:
-        lib.scipy_openblas_set_num_threads(before)
+        limit(before)
 
 
 def _with_threads(backend: Backend, threads: int) -> Backend:
@@ -154,24 +166,53 @@ def _feeds(shapes: Sequence[Sequence[int]], scale: float = 1.0) -> dict[str, np.
 
 
 class _Bench:
-    """Times programs on one backend, subtracting the step's fixed cost."""
+    """Times programs on one backend: each registered program is compiled and warmed up,
+    then ``measure`` runs them in interleaved rounds (each round runs every program once
+    untimed, to warm the caches as the kernels before it would in a step, then times it
+    once, or ``runs`` times), so a program's runs are spread over the whole measurement
+    and a burst of a neighbour's work spoils one run of each, not every run of one."""
 
     def __init__(self, backend: Backend, repeats: int, tag: str,
                  spreads: dict[str, Spread]) -> None:
         self.backend, self.repeats, self.tag, self.spreads = backend, repeats, tag, spreads
+        self.jobs: dict[str, tuple[Callable[[], object], int]] = {}
 
-    def run(self, label: str, module: Module, feeds: dict[str, np.ndarray]) -> float:
+    def add(self, label: str, module: Module, feeds: dict[str, np.ndarray],
+            runs: int = 1) -> str:
         program = Program(module, backend=self.backend)
         (name,) = module.graphs
-        spread = _timings(lambda: program.run(name, feeds), self.repeats)
-        self.spreads[f"{label} @{self.tag}"] = spread
-        return spread.median
+
+        def run() -> object:
+            return program.run(name, feeds)
+
+        run()  # compiles, faults pages in
+        self.jobs[label] = (run, runs)
+        return label
+
+    def measure(self) -> dict[str, float]:
+        """Each program's typical run (``Spread.typical``), by label."""
+        samples: dict[str, list[float]] = {label: [] for label in self.jobs}
+        clock = time.perf_counter
+        for _ in range(self.repeats):
+            for label, (run, runs) in self.jobs.items():
+                run()  # caches warm again after the other programs, as in a step
+                for _ in range(runs):
+                    t0 = clock()
+                    run()
+                    samples[label].append(clock() - t0)
+        out = {}
+        for label, times in samples.items():
+            spread = Spread(times)
+            self.spreads[f"{label} @{self.tag}"] = spread
+            out[label] = spread.typical
+        self.jobs = {}
+        return out
 
 
-def _gemm_points(bench: _Bench, sizes: Sequence[int], skinny: tuple[int, int] | None,
-                 step_s: float, kernel_s: float) -> Curve:
-    """Seconds of one matmul kernel against its flops."""
-    points: dict[float, float] = {}
+def _gemm_jobs(bench: _Bench, sizes: Sequence[int], skinny: tuple[int, int] | None
+               ) -> dict[str, tuple[float, int]]:
+    """Registers a chain of matmuls per shape; label -> (flops of one, kernels)."""
+    jobs = {}
     shapes = [(n, n, n) for n in sizes] + ([(skinny[0], skinny[1], skinny[1])] if skinny
                                           else [])
     for m, k, n in shapes:
@@ -184,23 +225,29 @@ def _gemm_points(bench: _Bench, sizes: Sequence[int], skinny: tuple[int, int] | 
                 x = b("matmul", x, w)
             return [x]
 
-        module = _graph("gemm", [(m, k), (k, n)], chain)
-        feeds = _feeds([(m, k), (k, n)], 1.0 / math.sqrt(k))
-        t = bench.run(f"gemm {m}x{k}@{k}x{n} x{count}", module, feeds)
-        points[flops] = max(kernel_s, (t - step_s) / count)
-    return _curve(points)
+        label = bench.add(f"gemm {m}x{k}@{k}x{n} x{count}", _graph("gemm", [(m, k), (k, n)], chain),
+                          _feeds([(m, k), (k, n)], 1.0 / math.sqrt(k)))
+        jobs[label] = (flops, count)
+    return jobs
 
 
-def _stream_points(bench: _Bench, sizes: Sequence[int], step_s: float,
-                   kernel_s: float) -> Curve:
-    """Seconds of one element-wise kernel (an add: 12 bytes per element) against the
-    bytes it moves."""
-    points: dict[float, float] = {}
+def _stream_jobs(bench: _Bench, sizes: Sequence[int]) -> dict[str, tuple[float, int]]:
+    """Registers independent adds per size; label -> (bytes one moves, kernels). An add
+    moves 12 bytes per element."""
+    jobs = {}
     for n in sizes:
         moved = 12.0 * n
         count = max(1, min(MAX_KERNELS, math.ceil(STREAM_RUN_BYTES / moved)))
-        t = bench.run(f"stream {n} x{count}", _adds(count, n), _feeds([(n,)] * (count + 1)))
-        points[moved] = max(kernel_s, (t - step_s) / count)
+        label = bench.add(f"stream {n} x{count}", _adds(count, n), _feeds([(n,)] * (count + 1)))
+        jobs[label] = (moved, count)
+    return jobs
+
+
+def _points(jobs: dict[str, tuple[float, int]], times: dict[str, float], step_s: float,
+            kernel_s: float) -> Curve:
+    """A curve of one kernel's seconds by size: each run less the step, per kernel."""
+    points = {size: max(kernel_s, (times[label] - step_s) / count)
+              for label, (size, count) in jobs.items()}
     return _curve(points)
 
 
@@ -211,58 +258,83 @@ def _adds(count: int, n: int) -> Module:
                   lambda b, a: [b("add", a[i], a[-1]) for i in range(count)])
 
 
+def _capped(curve: Curve, one_thread: Curve | None) -> Curve:
+    """``curve`` no slower than ``one_thread`` at any of its sizes."""
+    if one_thread is None:
+        return curve
+    return Curve(curve.sizes, [min(t, one_thread.at(x))
+                               for x, t in zip(curve.sizes, curve.seconds)])
+
+
 def _curve(points: dict[float, float]) -> Curve:
     sizes = sorted(points)
     return Curve(sizes, [points[s] for s in sizes])
 
 
-def measure_step(bench: _Bench) -> float:
-    """Fixed cost of one ``Program.run`` step (a one-op program on a scalar)."""
-    spreads = bench.repeats
-    bench.repeats = spreads * 10
-    try:
-        return bench.run("step", _graph("step", [()], lambda b, a: [b("add", a[0], a[0])]),
-                         _feeds([()]))
-    finally:
-        bench.repeats = spreads
+def _step_job(bench: _Bench) -> str:
+    """Fixed cost of one ``Program.run`` step: a one-op program on a scalar."""
+    return bench.add("step", _graph("step", [()], lambda b, a: [b("add", a[0], a[0])]),
+                     _feeds([()]), runs=10)
 
 
-def measure_kernel(bench: _Bench, step_s: float) -> float:
-    """Fixed cost of one kernel inside a native step: many tiny independent adds."""
-    t = bench.run(f"kernels x{TINY_KERNELS}", _adds(TINY_KERNELS, 4),
-                  _feeds([(4,)] * (TINY_KERNELS + 1)))
-    return max(1e-9, (t - step_s) / TINY_KERNELS)
+def _kernel_job(bench: _Bench) -> str:
+    """Fixed cost of one kernel inside a native step: many tiny independent adds (less
+    the step, per kernel)."""
+    return bench.add(f"kernels x{TINY_KERNELS}", _adds(TINY_KERNELS, 4),
+                     _feeds([(4,)] * (TINY_KERNELS + 1)))
 
 
-def measure_stages(backend: Backend, repeats: int, spreads: dict[str, Spread],
-                   step_s: float, kernel_s: float, handoff_s: float) -> float:
-    """What the multi-device executor adds per stage: a chain of tiny adds alternating
-    between two devices (every link one stage and one hand-off), its step less the
-    one-device step, the kernels and the hand-offs, per link."""
+def measure_executor(backend: Backend, repeats: int, spreads: dict[str, Spread],
+                     kernel_s: float, handoff_s: float, transfer_s: float
+                     ) -> tuple[float, float]:
+    """The multi-device executor's fixed cost per step and its cost per stage: chains of
+    ``h`` tiny adds alternating between two devices (``h`` stages, ``h - 1`` hand-offs)
+    for two lengths; the line through their steps has the per-link cost as its slope
+    (a stage, a kernel, a hand-off and a send/recv pair) and the step's fixed cost at
+    its start."""
     devices = ["/cpu:0", "/cpu:1"]
+    steps: dict[int, float] = {}
+    for hops in (2, EXECUTOR_HOPS):
+        def chain(b: Builder, args: list[Value], hops: int = hops) -> list[Value]:
+            x = args[0]
+            for i in range(hops):
+                x = b("add", x, args[0])
+                assert x.op is not None
+                x.op.device = devices[i % 2]
+            return [x]
 
-    def chain(b: Builder, args: list[Value]) -> list[Value]:
-        x = args[0]
-        for i in range(EXECUTOR_HOPS):
-            x = b("add", x, args[0])
-            assert x.op is not None
-            x.op.device = devices[i % 2]
-        return [x]
+        module = _graph("hops", [(4,)], chain)
+        module.devices = devices
+        program = Program(module, backend=backend)
+        feeds = _feeds([(4,)])
+        spread = _timings(lambda: program.run("hops", feeds), repeats * 4)
+        spreads[f"executor {hops} stages"] = spread
+        steps[hops] = spread.typical
+    per_link = max(0.0, (steps[EXECUTOR_HOPS] - steps[2]) / (EXECUTOR_HOPS - 2))
+    stage_s = max(1e-7, per_link - kernel_s - handoff_s - transfer_s)
+    fixed = steps[2] - 2 * (stage_s + kernel_s) - (handoff_s + transfer_s)
+    return max(1e-6, fixed), stage_s
 
-    module = _graph("hops", [(4,)], chain)
-    module.devices = devices
-    program = Program(module, backend=backend)
-    feeds = _feeds([(4,)])
-    spread = _timings(lambda: program.run("hops", feeds), repeats * 4)
-    spreads[f"executor {EXECUTOR_HOPS} stages"] = spread
-    per = (spread.median - step_s) / EXECUTOR_HOPS - kernel_s - handoff_s
-    return max(1e-7, per)
+
+def measure_transfer(rounds: int = 2000) -> float:
+    """The work of one send and its recv through rendezvous, in one thread (no waiting):
+    what each transfer costs the two devices' threads besides the hand-off latency."""
+    value = np.zeros(1, np.float32)
+    samples = []
+    for _ in range(3):
+        rv = Rendezvous(timeout_s=10)
+        t0 = time.perf_counter()
+        for i in range(rounds):
+            rv.send(str(i), value)
+            rv.recv(str(i))
+        samples.append((time.perf_counter() - t0) / rounds)
+    return min(samples)
 
 
 def measure_handoff(rounds: int = 200) -> float:
-    """Seconds from a send in one thread to the recv returning in another: half the median
-    round trip of a ping-pong between two threads through rendezvous (a reference moves;
-    no bytes are copied)."""
+    """Seconds from a send in one thread to the recv returning in another: half the round
+    trip (``Spread.typical`` of the rounds) of a ping-pong between two threads through
+    rendezvous (a reference moves; no bytes are copied)."""
     value = np.zeros(1, np.float32)
     rv = Rendezvous(timeout_s=10)
 
@@ -282,11 +354,11 @@ def measure_handoff(rounds: int = 200) -> float:
                 times.append((time.perf_counter() - t0) / 2)
     finally:
         t.join()
-    return float(np.median(times))
+    return Spread(times).typical
 
 
 def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
-              repeats: int = 5, progress: Callable[[str], None] | None = None, *,
+              repeats: int = 9, progress: Callable[[str], None] | None = None, *,
               gemm_sizes: Sequence[int] = GEMM_SIZES,
               gemm_skinny: tuple[int, int] | None = GEMM_SKINNY,
               stream_sizes: Sequence[int] = STREAM_SIZES,
@@ -311,18 +383,26 @@ def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
             progress(f"measuring kernels at {threads} thread{'s' if threads > 1 else ''}")
         bench = _Bench(_with_threads(base, threads), repeats, f"{threads}t", spreads)
         with _blas_threads(base, threads):
-            if threads == 1:
-                step_s = measure_step(bench)
-                kernel_s = measure_kernel(bench, step_s)
-            gemm[threads] = _gemm_points(bench, gemm_sizes, gemm_skinny, step_s, kernel_s)
-            stream[threads] = _stream_points(bench, stream_sizes, step_s, kernel_s)
+            fixed = (_step_job(bench), _kernel_job(bench)) if threads == 1 else None
+            gemm_jobs = _gemm_jobs(bench, gemm_sizes, gemm_skinny)
+            stream_jobs = _stream_jobs(bench, stream_sizes)
+            times = bench.measure()
+        if fixed is not None:
+            step_s = times[fixed[0]]
+            kernel_s = max(1e-9, (times[fixed[1]] - step_s) / TINY_KERNELS)
+        gemm[threads] = _capped(_points(gemm_jobs, times, step_s, kernel_s), gemm.get(1))
+        stream[threads] = _capped(_points(stream_jobs, times, step_s, kernel_s),
+                                  stream.get(1))
     if progress:
         progress("measuring hand-offs and executor stages")
     handoff_s = measure_handoff()
-    stage_s = measure_stages(_with_threads(base, max(1, cores // 2)), repeats, spreads,
-                             step_s, kernel_s, handoff_s)
+    transfer_s = measure_transfer()
+    executor_step_s, stage_s = measure_executor(_with_threads(base, max(1, cores // 2)),
+                                                repeats, spreads, kernel_s, handoff_s,
+                                                transfer_s)
     profile = DeviceProfile(
         source=f"tfc calibrate {time.strftime('%Y-%m-%dT%H:%M:%S')} ({base.name})",
         cores=cores, cpu=DeviceRates(gemm, stream, kernel_s), step_s=step_s,
-        stage_s=stage_s, handoff_s=handoff_s)
+        executor_step_s=executor_step_s, stage_s=stage_s, handoff_s=handoff_s,
+        transfer_s=transfer_s)
     return Calibration(profile, spreads)

@@ -170,6 +170,17 @@ class LLVMBackend:
         from tfc.backends.llvm.runtime.pool import default_threads
         return default_threads() if self.threads is None else max(1, int(self.threads))
 
+    def blas_threads(self, threads: int) -> int:
+        """Set OpenBLAS's thread count (the GEMM kernels call it; it is process-wide and
+        apart from the kernels' own ``threads``) and return the count it had: the
+        multi-device executor limits a step's BLAS calls to the devices' share of the
+        cores, as it limits their kernels (``tfc.runtime.executor``)."""
+        from tfc.backends.llvm.runtime.symbols import get_num_threads, set_num_threads
+        before = get_num_threads()
+        if threads != before:
+            set_num_threads(threads)
+        return before
+
     def profiled(self) -> "LLVMBackend":
         """This backend with kernel timing on (``profile=True``), for ``tfc bench``."""
         return LLVMBackend(use_cache=self.use_cache, threads=self.threads, profile=True)

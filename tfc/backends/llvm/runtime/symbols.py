@@ -189,3 +189,8 @@ def register_symbols() -> None:
 def set_num_threads(n: int) -> None:
     """OpenBLAS's own thread count (its pool is separate from the kernels' threads)."""
     openblas().scipy_openblas_set_num_threads(int(n))
+
+
+def get_num_threads() -> int:
+    """OpenBLAS's own thread count (``set_num_threads``)."""
+    return int(openblas().scipy_openblas_get_num_threads())
