@@ -347,3 +347,15 @@ def test_placements_are_kept_by_measurement():
     for _ in range(2):
         np.testing.assert_allclose(a.run("train", FEEDS)["loss"], b.run("train", FEEDS)["loss"],
                                    rtol=1e-5, atol=1e-6)
+
+
+def test_steps_a_neighbour_stalled_do_not_make_the_costs():
+    """A busy host stalls whole steps in bursts; the op costs come from the quieter half
+    of the steps (by their ops' total), each op's median over those."""
+    m, ops = _optimized()
+    a = next(op for op in ops if op.kind == "matmul")
+    stalled = EntryProfile("f", threads=1, executor=False,
+                           op_seconds={a: [1.0, 16.0, 1.2, 17.0, 0.8, 16.5]},
+                           kernel_s=[1.0, 16.0, 1.2, 17.0, 0.8, 16.5])
+    assert stalled.quiet_steps() == [0, 2, 4]
+    assert measured_costs([stalled], 64).seconds == {op_signature(a, 64): 1.0}

@@ -16,7 +16,9 @@ white paper's cost model meant by "measured execution time":
    model's own estimates of them: the shares are the model's guess, their sum is what
    was measured. Ops that emit no kernel (reads of variables, constants, views) cost 0.
    What comes out is a ``MeasuredCosts`` (``tfc.passes.cost_model``): per op signature
-   (symbols counted as ``batch``) the median seconds of one such op, the thread count
+   (symbols counted as ``batch``) the median seconds of one such op over the quieter
+   half of the steps (``EntryProfile.quiet_steps``: a busy host's neighbours stall
+   whole steps in bursts, which are not what the op costs), the thread count
    each device ran with, the median hand-off of a transfer (send in one thread -> recv
    returning in the other, from the executor's trace, for transfers the receiver waited
    for) and, from steps that ran as one native program, the median fixed cost of a step
@@ -192,6 +194,17 @@ class EntryProfile:
     handoff_s: list[float] = field(default_factory=list)  # per transfer waited for
     lookup_s: list[float] = field(default_factory=list)   # per transfer: time in recv
 
+    def quiet_steps(self) -> list[int]:
+        """The steps whose ops' total time is at most the median's: what the ops cost.
+        On a busy host a neighbour stalls whole steps in bursts (a kernel split over the
+        pool waits a scheduler slice, ~16 ms on the 2-core host, for a preempted worker),
+        often in half of the steps or more, so a median over every step can be a
+        neighbour's burst; the quieter half of the steps is what the placement costs."""
+        if not self.kernel_s:
+            return list(range(max((len(v) for v in self.op_seconds.values()), default=0)))
+        middle = float(np.median(self.kernel_s))
+        return [i for i, s in enumerate(self.kernel_s) if s <= middle]
+
 
 def _stage_executables(exe: Any, device: str) -> list[tuple[str, Any]]:
     """The backend executables a step of ``exe`` runs, each with its device: a
@@ -282,7 +295,8 @@ def measured_costs(profiles: Sequence[EntryProfile], symbol_size: int,
                    source: str = "profile run") -> "MeasuredCosts":
     """The ``MeasuredCosts`` of ``profiles``: per op signature (``op_signature(op,
     symbol_size)``, ``symbol_size`` the batch the steps ran at) the median seconds of
-    one such op over every op with it and every step; the devices' thread count; the
+    one such op over every op with it and every quiet step (``quiet_steps``); the
+    devices' thread count; the
     median hand-off of a transfer (of those the receiver waited for; else the median
     time spent in a recv); and the median fixed cost of a step (wall time less the span
     of its kernels) of steps that ran as one native program, not on the executor (whose
@@ -290,8 +304,10 @@ def measured_costs(profiles: Sequence[EntryProfile], symbol_size: int,
     from tfc.passes.cost_model import MeasuredCosts, op_signature
     samples: dict[str, list[float]] = {}
     for p in profiles:
+        quiet = p.quiet_steps()
         for op, secs in p.op_seconds.items():
-            samples.setdefault(op_signature(op, symbol_size), []).extend(secs)
+            samples.setdefault(op_signature(op, symbol_size), []).extend(
+                secs[i] for i in quiet if i < len(secs))
     threads = min((p.threads for p in profiles), default=1)
     handoffs = [h for p in profiles for h in p.handoff_s] or \
         [h for p in profiles for h in p.lookup_s]
