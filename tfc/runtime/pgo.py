@@ -21,8 +21,8 @@ white paper's cost model meant by "measured execution time":
    whole steps in bursts, which are not what the op costs), the thread count
    each device ran with, the median hand-off of a transfer (send in one thread -> recv
    returning in the other, from the executor's trace, for transfers the receiver waited
-   for) and, from steps that ran as one native program, the median fixed cost of a step
-   (its wall time less the span of its kernels).
+   for) and the median fixed cost of a step (its wall time less the span of its
+   kernels and copies: ``Program.run``, the executor's dispatch, the variable updates).
 3. **after**: a fresh copy of the module, with ``module.measured_costs`` set, is placed
    and lowered again: the placer now uses the measured costs where it has them (scaled
    by its curves to its own thread counts and symbol size).
@@ -298,9 +298,9 @@ def measured_costs(profiles: Sequence[EntryProfile], symbol_size: int,
     one such op over every op with it and every quiet step (``quiet_steps``); the
     devices' thread count; the
     median hand-off of a transfer (of those the receiver waited for; else the median
-    time spent in a recv); and the median fixed cost of a step (wall time less the span
-    of its kernels) of steps that ran as one native program, not on the executor (whose
-    dispatch and stages the model counts apart), over all entries."""
+    time spent in a recv); and the median fixed cost of a quiet step (its wall time less
+    the span of its native steps: ``Program.run``, the executor's dispatch, the update
+    of the variables), over all entries."""
     from tfc.passes.cost_model import MeasuredCosts, op_signature
     samples: dict[str, list[float]] = {}
     for p in profiles:
@@ -311,7 +311,7 @@ def measured_costs(profiles: Sequence[EntryProfile], symbol_size: int,
     threads = min((p.threads for p in profiles), default=1)
     handoffs = [h for p in profiles for h in p.handoff_s] or \
         [h for p in profiles for h in p.lookup_s]
-    fixed = [f for p in profiles if not p.executor for f in p.fixed_s]
+    fixed = [p.fixed_s[i] for p in profiles for i in p.quiet_steps() if i < len(p.fixed_s)]
     return MeasuredCosts(
         threads=threads,
         seconds={sig: float(statistics.median(v)) for sig, v in samples.items()},
