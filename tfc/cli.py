@@ -7,7 +7,8 @@
         [--resume]
     tfc ir model.py [--after cse | --passes cse,dce | --raw] [--print-after fusion] [--full]
     tfc opt in.tfir --passes cse,dce [-o out.tfir]
-    tfc compile model.py --devices cpu:0,cpu:1 [--fp16-transfers]; tfc ir model.tfc --device cpu:1
+    tfc compile model.py --devices cpu:0,cpu:1 [--fp16-transfers] [--profile-runs N]
+    tfc ir model.tfc --device cpu:1
     tfc calibrate | tfc bench model.tfc --trace trace.json | tfc viz model.tfc -o graph.html
 
 Errors the user can fix (``TfcError``, missing files, running out of memory, Ctrl-C)
@@ -216,7 +217,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         args.model, args.passes if args.passes is not None else DEFAULT_PIPELINE,
         verify=True, print_after=args.print_after, print_after_all=args.print_after_all,
         stream=sys.stderr, devices=args.devices, fp16_transfers=args.fp16_transfers,
-        backend=args.backend)
+        backend=args.backend, profile_runs=args.profile_runs, profile_batch=args.profile_batch,
+        progress=None if args.quiet else lambda m: print(m, file=sys.stderr))
     start = time.perf_counter()
     program = make_program(module, args.model, backend=args.backend)
     init_seconds = time.perf_counter() - start
@@ -272,6 +274,15 @@ def _compile_report(program: Any, report: Any, out: str, init_s: float, save_s: 
         print()
         for rep in placement.values():
             print(f"placement {rep.summary()}")
+    profile = report.profile
+    if profile is not None:
+        print()
+        print("\n".join(profile.header()))
+        print()
+        _table(f"Placements (per step at batch {profile.batch}: estimated by the model, "
+               f"by the model with the measured costs, and measured)", profile.columns(),
+               profile.rows())
+        print(profile.verdict())
 
 
 # ---- tfc run -------------------------------------------------------------------------
@@ -530,6 +541,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "one partition per device")
     p.add_argument("--fp16-transfers", action="store_true",
                    help="f32 tensors cross devices as f16")
+    p.add_argument("--profile-runs", type=int, metavar="N",
+                   help="with --devices: run every entry N steps with kernel timing, place "
+                        "again with the measured costs, keep the faster placement by "
+                        "measurement (llvm backend)")
+    p.add_argument("--profile-batch", type=int, metavar="B",
+                   help="batch of the synthetic feeds of --profile-runs (default 64)")
     p.add_argument("-q", "--quiet", action="store_true", help="no compile report")
     p.set_defaults(func=_cmd_compile)
 

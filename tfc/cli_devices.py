@@ -92,17 +92,9 @@ def profile_summary(profile: Any) -> str:
 
 # ---- tfc bench ---------------------------------------------------------------------
 
-def _synthetic_feed(spec: Any, batch: int, rng: np.random.Generator) -> np.ndarray:
-    shape = tuple(d if isinstance(d, int) else batch for d in spec.type.shape)
-    dtype = spec.type.dtype.np
-    if spec.type.dtype.is_float:
-        return rng.standard_normal(shape).astype(dtype)
-    return np.zeros(shape, dtype)  # valid labels and indices for any class count
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
     from tfc.cli import _table, check_at_least, check_output_path, load_artifact_arg, parse_feeds
-    from tfc.runtime.feeds import check_feed_names
+    from tfc.runtime.feeds import check_feed_names, synthetic_feed
     from tfc.runtime.profiler import bench_entry
     from tfc.runtime.trace import Tracer
 
@@ -121,7 +113,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     synthetic = [f.name for f in sig.feeds if f.name not in feeds]
     for f in sig.feeds:
         if f.name not in feeds:
-            feeds[f.name] = _synthetic_feed(f, args.batch, rng)
+            feeds[f.name] = synthetic_feed(f.type, args.batch, rng)
     if synthetic:
         print(f"synthetic feeds (batch {args.batch}): {', '.join(synthetic)}", file=sys.stderr)
     tracer = Tracer()

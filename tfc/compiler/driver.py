@@ -5,7 +5,9 @@ pipeline (``tfc.pipeline.lower``: the optimization passes, then the target's), s
 initial values an artifact stores are computed by optimized code just as the entries
 are, and the artifact stores the final IR the backend compiled. ``compile_with_report``
 also returns what the ``tfc compile`` report shows: op counts before and after, and the
-time of each stage and of every pass.
+time of each stage and of every pass. With ``profile_runs`` it places by measurement
+too (``tfc.runtime.pgo``: run the cost model's placement with kernel timing, place
+again with the measured costs, keep the faster by measurement).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO
 
 from tfc.backends.base import default_backend_name
 from tfc.errors import TfcError
@@ -38,6 +40,7 @@ class CompileReport:
     ops_after: int = 0
     load_seconds: float = 0.0
     pass_seconds: list[tuple[str, float]] = field(default_factory=list)
+    profile: Any = None  # a tfc.runtime.pgo.ProfileReport, with profile_runs
 
 
 def count_ops(module: Module) -> int:
@@ -98,23 +101,52 @@ def compile_with_report(path: str | os.PathLike[str], pipeline: Pipeline = DEFAU
                         print_after_all: bool = False, stream: TextIO | None = None,
                         devices: str | Sequence[str] | None = None,
                         fp16_transfers: bool = False,
-                        backend: str | None = None) -> tuple[Module, CompileReport]:
+                        backend: str | None = None, profile_runs: int | None = None,
+                        profile_batch: int | None = None,
+                        progress: Callable[[str], None] | None = None
+                        ) -> tuple[Module, CompileReport]:
     """Load the model at ``path`` and lower it for its target after the optimization
     passes ``pipeline``; the lowered module and a report.
 
     The target is ``backend`` (default: ``$TFC_BACKEND``, else llvm) on ``devices``
     (``"cpu:0,cpu:1"``: placement runs and the runtime executes one partition per
-    device); ``fp16_transfers`` sends f32 tensors between devices as f16."""
+    device); ``fp16_transfers`` sends f32 tensors between devices as f16.
+    ``profile_runs`` (several devices, a backend that times kernels) places by
+    measurement as well, with synthetic feeds at ``profile_batch`` (default 64): see
+    ``tfc.runtime.pgo``; ``report.profile`` says what it measured and kept, and
+    ``progress`` hears what it is doing."""
     parse_pipeline(pipeline)  # a bad pipeline fails before the model is loaded
     target = compile_target(devices, fp16_transfers, backend)
+    if profile_batch is not None and profile_runs is None:
+        raise TfcError("--profile-batch sets the batch of profile runs; give --profile-runs N")
+    if profile_runs is not None:
+        from tfc.runtime.pgo import DEFAULT_BATCH, check_profile_target
+        profile_batch = DEFAULT_BATCH if profile_batch is None else profile_batch
+        check_profile_target(target, profile_runs, profile_batch)  # before any work
+        if Path(path).suffix == ".tfc":
+            raise TfcError(f"--profile-runs places the model again: give the model's source "
+                           f"(.py, .tfm or .tfir), not the compiled {path}, whose ops keep "
+                           f"their devices")
     start = time.perf_counter()
     module = load_source(path)
     report = CompileReport(str(path), [str(p) for p in target_pipeline(target, pipeline)])
     report.load_seconds = time.perf_counter() - start
     report.ops_before = count_ops(module)
+    source = None
+    if profile_runs is not None:
+        from tfc.runtime.pgo import fresh_copy
+        source = fresh_copy(module)
     module = lower(module, target, passes=pipeline, verify=verify, print_after=print_after,
                    print_after_all=print_after_all, stream=stream,
                    timings=report.pass_seconds)
+    if source is not None:
+        from tfc.runtime.pgo import profile_guided_placement
+        assert profile_runs is not None and profile_batch is not None
+        module, report.profile = profile_guided_placement(
+            source, module, target,
+            lambda m: lower(m, target, passes=pipeline, verify=verify),
+            lambda m: make_program(m, path, backend=target.backend), profile_runs,
+            profile_batch, progress)
     report.ops_after = count_ops(module)
     return module, report
 

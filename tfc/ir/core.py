@@ -116,7 +116,12 @@ class Op:
 
 
 class Graph:
-    """A function of feeds to fetches: arguments, ops in topological order, results."""
+    """A function of feeds to fetches: arguments, ops in topological order, results.
+
+    ``sources`` (a ``fusion`` op's region only, and only in the process that fused it:
+    never serialized) are the ops of the unfused graph the region computes, and
+    ``source_results`` the values of that graph its results are, so that what a fused
+    kernel costs can be traced back to them (``tfc.runtime.pgo``)."""
 
     def __init__(self, name: str, args: Sequence[Value] = (), ops: Sequence[Op] = (),
                  results: Sequence[Value] = (), result_names: Sequence[str] | None = None) -> None:
@@ -128,6 +133,8 @@ class Graph:
         self.results = list(results)
         self.result_names = list(result_names) if result_names is not None else [
             f"out{i}" for i in range(len(self.results))]
+        self.sources: tuple[Op, ...] = ()
+        self.source_results: tuple[Value, ...] = ()
 
     def clone(self) -> "Graph":
         """A deep copy: new values and ops (regions copied too), same types and names."""
@@ -138,6 +145,7 @@ class Graph:
             g.append(new)
             mapping.update(zip(op.results, new.results))
         g.set_results([mapping[v] for v in self.results], list(self.result_names))
+        g.sources, g.source_results = self.sources, self.source_results
         return g
 
     def add_arg(self, type: TensorType, name: str | None = None) -> Value:

@@ -95,6 +95,9 @@ class MeasuredCosts:
     handoff_s: float | None = None   # measured cost per in-process transfer, if measured
     step_s: float | None = None      # measured fixed cost per step, if measured
     source: str = "profile run"
+    # the size symbolic dims had in the run (its batch): ``seconds`` is keyed with it, and
+    # a model of another ``symbol_size`` scales the times by its curves
+    symbol_size: int = SYMBOL_SIZE
 
 
 @dataclass
@@ -121,6 +124,7 @@ class CostModel:
         self._splats: dict[Op, bool] = {}
         self._signatures: dict[Op, str] = {}
         self._graphs: dict[int, _GraphInfo] = {}
+        self._at_measured: CostModel | None = None  # at measured.symbol_size, when other
 
     # ---- fixed costs ----------------------------------------------------------------
 
@@ -252,22 +256,33 @@ class CostModel:
                    for o in region.ops)
 
     def _measured_seconds(self, op: Op, threads: int, device: str | None) -> float | None:
-        """The profiling run's seconds of ``op``, scaled by the curves from the threads it
-        was measured at to ``threads``."""
+        """The profiling run's seconds of ``op``, scaled by the curves from the threads and
+        the symbol size it was measured at to ``threads`` and ``symbol_size``."""
         if self.measured is None:
             return None
-        seconds = self.measured.seconds.get(self.signature(op))
+        there_model = self._measured_model()
+        seconds = self.measured.seconds.get(there_model.signature(op))
         if seconds is None:
             return None
-        if threads == self.measured.threads:
+        if threads == self.measured.threads and there_model is self:
             return seconds
-        there = self._curve_seconds(op, self.measured.threads, device=device)
+        there = there_model._curve_seconds(op, self.measured.threads, device=device)
         here = self._curve_seconds(op, threads, device=device)
         return seconds * here / there if there > 0 else seconds
 
+    def _measured_model(self) -> "CostModel":
+        """This model at the symbol size of the measurements (itself when they agree)."""
+        assert self.measured is not None
+        size = self.measured.symbol_size
+        if size == self.symbol_size:
+            return self
+        if self._at_measured is None:
+            self._at_measured = CostModel(self.profile, size, cores=self.cores)
+        return self._at_measured
+
     def op_seconds(self, op: Op, threads: int, device: str | None = None) -> float:
         """Seconds of ``op`` run as a kernel of its own with ``threads`` threads: measured if
-        a profiling run measured it (scaled from ``measured.threads``), else the curves."""
+        a profiling run measured it (scaled from its threads and symbol size), else the curves."""
         seconds = self._measured_seconds(op, threads, device)
         return seconds if seconds is not None else self._curve_seconds(op, threads,
                                                                        device=device)

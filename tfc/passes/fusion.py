@@ -40,7 +40,9 @@ Regions are named ``@fused_N`` (numbered through the module in order, after any
 existing ones) and cleaned with cse and dce; the outer graph is re-sorted
 topologically, stably. Every graph is fused, the regions of control-flow ops (``cond``,
 ``while``, ``scan``) included, but never the region of a ``fusion``. Memory plans of
-changed graphs are dropped (stale).
+changed graphs are dropped (stale). A region remembers the ops it was fused from
+(``Graph.sources``, ``source_results``; ``fused_ops``), so a profile can charge its
+kernel's time to them.
 """
 
 from __future__ import annotations
@@ -78,6 +80,15 @@ def fusion(module: Module) -> Module:
         if name not in module.partitions and _fuse_tree(graph, names):
             module.memory_plans.pop(name, None)
     return module
+
+
+def fused_ops(op: Op) -> tuple[Op, ...]:
+    """The ops of the unfused graph that ``op`` computes: a ``fusion``'s sources (the
+    ops it was made of, in this process), else ``op`` itself (a fusion read back from an
+    artifact too: its sources are not known, so it is its own unit)."""
+    if op.kind == "fusion" and op.regions and op.regions[0].sources:
+        return op.regions[0].sources
+    return (op,)
 
 
 def _fuse_tree(graph: Graph, names: "_Names") -> bool:
@@ -530,6 +541,7 @@ def _build(grouper: _Grouper, g: _Group, outputs: list[Value]) -> Op:
     region.set_results([mapping[v] for v in outputs])
     cse_graph(region)
     dce_graph(region)
+    region.sources, region.source_results = tuple(members), tuple(outputs)
     first = members[0]
     return make_op("fusion", inputs, {"kind": fusion_kind(region)}, device=g.device,
                   loc=first.loc, regions=[region], names=[v.name for v in outputs],

@@ -157,3 +157,13 @@ def check_feeds(graph: Graph, feeds: Mapping[str, Any], where: str = "") -> list
         _check_shape(name, arr, arg.type, where, bound)
         out.append(arr)
     return out
+
+
+def synthetic_feed(t: TensorType, batch: int, rng: np.random.Generator) -> np.ndarray:
+    """A feed of type ``t`` made up for timing (``tfc bench``, profile runs): every
+    symbolic or unknown dim is ``batch``; floats are standard normal, everything else
+    zeros (valid labels and indices for any class count)."""
+    shape = tuple(d if isinstance(d, int) else batch for d in t.shape)
+    if t.dtype.is_float:
+        return rng.standard_normal(shape).astype(t.dtype.np)
+    return np.zeros(shape, t.dtype.np)

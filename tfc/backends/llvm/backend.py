@@ -164,6 +164,12 @@ class LLVMBackend:
         report.seconds["lower"] = time.perf_counter() - t1
         return module, graph, graph_compiler, report
 
+    def thread_count(self) -> int:
+        """The threads its kernels split over: ``threads``, else the pool's default
+        (``TFC_NUM_THREADS`` or the cores)."""
+        from tfc.backends.llvm.runtime.pool import default_threads
+        return default_threads() if self.threads is None else max(1, int(self.threads))
+
     def blas_threads(self, threads: int) -> int:
         """Set OpenBLAS's thread count (the GEMM kernels call it; it is process-wide and
         apart from the kernels' own ``threads``) and return the count it had: the

@@ -80,6 +80,7 @@ class GraphCompiler:
     updates: list[str] = field(default_factory=list)
     steps: list[Kernel | Copy] = field(default_factory=list)  # in schedule order
     labels: list[str] = field(default_factory=list)  # per step: the op it lowers
+    step_ops: list[Op | None] = field(default_factory=list)  # per step: that op (or none)
     buffers: list[int] = field(default_factory=list)  # arena buffer ids used
     gemm_updates: dict[Op, Any] | None = None  # gemm_update.find(graph), when lowering
 
@@ -226,19 +227,22 @@ class GraphCompiler:
             except Unsupported as e:
                 failed.append(f"{op.kind} ({e})" if str(e) and str(e) != op.kind else op.kind)
                 continue
-            self._label(first, label)
+            self._label(first, label, op)
             for r in op.results:
                 for j in wanted.get(r, []):
                     self.copy_now(r, Storage("out", j))
         self.labels.extend("copy" for _ in self.steps[len(self.labels):])
+        self.step_ops.extend(None for _ in self.steps[len(self.step_ops):])
         return failed
 
-    def _label(self, first: int, label: str) -> None:
+    def _label(self, first: int, label: str, op: Op) -> None:
         """Label the steps from ``first`` on (those of one op: ``[i/n]`` when several
         kernels); steps before ``first`` without a label are copies."""
         while len(self.labels) < first:
             self.labels.append("copy")
+            self.step_ops.append(None)
         new = self.steps[first:]
+        self.step_ops.extend(op for _ in new)
         n = sum(isinstance(s, Kernel) for s in new)
         i = 0
         for s in new:
@@ -252,6 +256,25 @@ class GraphCompiler:
         """(step index, label) of each kernel, in schedule order."""
         return [(k, self.labels[k] if k < len(self.labels) else f"kernel {k}")
                 for k, s in enumerate(self.steps) if isinstance(s, Kernel)]
+
+    def step_sources(self) -> list[tuple[Op, ...]]:
+        """The ops of the graph each step (kernel or copy) works for, in schedule order:
+        the op it lowers, and for a weight update folded into its GEMM (``gemm_update``)
+        the ops that update stands for too (they emit no kernel of their own); none for
+        the copies of fetched feeds, which no op computes."""
+        updates = self.gemm_updates or {}
+        out: list[tuple[Op, ...]] = []
+        for k in range(len(self.steps)):
+            op = self.step_ops[k] if k < len(self.step_ops) else None
+            upd = updates.get(op) if op is not None else None
+            out.append(() if op is None else
+                       (op, *upd.absorbed) if upd is not None and upd.matmul is op else (op,))
+        return out
+
+    def kernel_ops(self) -> list[tuple[Op, ...]]:
+        """``step_sources`` of the kernels only, in ``kernel_labels`` order."""
+        sources = self.step_sources()
+        return [sources[k] for k, s in enumerate(self.steps) if isinstance(s, Kernel)]
 
     # ---- the entry --------------------------------------------------------------------
 

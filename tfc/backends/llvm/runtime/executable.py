@@ -34,7 +34,7 @@ from tfc.backends.llvm.runtime import entry_cache, native
 from tfc.backends.llvm.runtime.binding import Binding, bind, bind_symbols
 from tfc.backends.llvm.runtime.error_detail import ERROR_DETAIL, MAX_DETAIL_INTS, format_error
 from tfc.errors import ArtifactError, ExecutionError, FeedError, TfcError
-from tfc.ir.core import Graph, Module
+from tfc.ir.core import Graph, Module, Op
 from tfc.ir.types import format_shape
 
 if TYPE_CHECKING:
@@ -352,14 +352,45 @@ class LLVMExecutable:
             labels = self._kernel_labels = (graph_compiler.kernel_labels(),
                                             len(graph_compiler.steps))
         steps, n = labels
+        sec = self._stamps(n)
+        if sec is None:
+            return []
+        return [(name, float(sec[k]), float(sec[k + 1])) for k, name in steps]
+
+    def step_times(self) -> list[tuple[tuple[Op, ...], float, float]]:
+        """``(ops, start, end)`` of every step of the latest step's native entry, kernels
+        and the copies between them, in schedule order: what ``kernel_times`` gives plus
+        the copies (of results into fetches and update buffers, of a weight into the
+        buffer its GEMM updates), each with the ops of the graph it works for
+        (``GraphCompiler.step_sources``). Empty as ``kernel_times`` is."""
+        if not self.profiling:
+            return []
+        sources = self._lowered().step_sources()
+        sec = self._stamps(len(sources))
+        if sec is None:
+            return []
+        return [(ops, float(sec[k]), float(sec[k + 1])) for k, ops in enumerate(sources)]
+
+    def _stamps(self, n: int) -> np.ndarray | None:
+        """The latest step's ``n + 1`` timestamps in seconds on the ``perf_counter``
+        clock; None before the first step and after one that failed."""
         stamps = np.ctypeslib.as_array((ctypes.c_int64 * (n + 1)).from_address(
             self._stamps_addr))
         with self._lock:  # not in the middle of a step
             ns = stamps.copy()
         if ns[n] == 0:
+            return None
+        return ns * 1e-9 + _CLOCK_OFFSET
+
+    def kernel_ops(self) -> list[tuple[Op, ...]]:
+        """The ops of the executable's graph that each kernel computes, in the order of
+        ``kernel_times()`` (see ``GraphCompiler.kernel_ops``: a fusion is one op, whose
+        region's ``sources`` are the unfused ops; a GEMM that updates its weight also
+        stands for the scale and the assignment); empty for a reference fallback. An
+        executable loaded from native code lowers its graph again, once, to know them."""
+        if self.fallback_ops:
             return []
-        sec = ns * 1e-9 + _CLOCK_OFFSET
-        return [(name, float(sec[k]), float(sec[k + 1])) for k, name in steps]
+        return self._lowered().kernel_ops()
 
     @property
     def arena_bytes(self) -> int:
