@@ -250,10 +250,10 @@ def entry_of(program: Any) -> str:
 
 def synthetic_feeds(program: Any, entry: str, batch: int) -> dict[str, np.ndarray]:
     """Feeds of ``entry`` as ``tfc bench`` makes them (normal floats, zero integers)."""
-    from tfc.cli_devices import _synthetic_feed
+    from tfc.runtime.feeds import synthetic_feed
     sig = program.entries.get(entry) or program.entry(entry)
     rng = np.random.default_rng(0)
-    return {f.name: _synthetic_feed(f, batch, rng) for f in sig.feeds}
+    return {f.name: synthetic_feed(f.type, batch, rng) for f in sig.feeds}
 
 
 # ---- timing -------------------------------------------------------------------------

@@ -147,32 +147,37 @@ def op_times(steps: Sequence[tuple[Sequence[Op], float, float]],
 # ---- profiling runs ------------------------------------------------------------------------
 
 class _HandoffTracer(Tracer):
-    """The executor's tracer, also keeping when each key was sent and received."""
+    """The executor's tracer, also keeping when each key was sent and each stage's
+    receives were waited for (the executor takes a stage's receives in one wait)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.sent: dict[str, float] = {}
-        self.received: dict[str, tuple[float, float]] = {}
+        self.received: list[tuple[list[str], float, float]] = []  # (keys, start, end)
 
     def send(self, device: str, key: str, nbytes: int, at: float) -> None:
         super().send(device, key, nbytes, at)
         self.sent[key] = at
 
-    def recv(self, device: str, key: str, start: float, end: float) -> None:
-        super().recv(device, key, start, end)
-        self.received[key] = (start, end)
+    def recvs(self, device: str, keys: list[str], start: float, end: float) -> None:
+        super().recvs(device, keys, start, end)
+        self.received.append((list(keys), start, end))
 
     def handoffs(self) -> list[float]:
-        """This step's hand-offs: from the send to the recv returning, for the transfers
-        whose receiver was waiting when the value was sent (the others had arrived
-        before anyone asked: their latency was hidden, and what the receiver paid was
-        a lookup, which ``lookups`` gives)."""
-        return [end - self.sent[k] for k, (start, end) in self.received.items()
-                if k in self.sent and start <= self.sent[k]]
+        """This step's hand-offs: from the last send a wait was for to the wait
+        returning, for the waits that began before that send (the others found their
+        values there: their latency was hidden, and what the receiver paid was a lookup,
+        which ``lookups`` gives)."""
+        out = []
+        for keys, start, end in self.received:
+            last = max((self.sent[k] for k in keys if k in self.sent), default=None)
+            if last is not None and start <= last:
+                out.append(end - last)
+        return out
 
     def lookups(self) -> list[float]:
-        """This step's time in each recv, whether it waited or not."""
-        return [end - start for start, end in self.received.values()]
+        """This step's time in recv per transfer, whether it waited or not."""
+        return [(end - start) / len(keys) for keys, start, end in self.received]
 
     def clear(self) -> None:
         self.sent.clear()
