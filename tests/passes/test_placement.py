@@ -230,3 +230,31 @@ def test_a_split_the_model_calls_a_little_faster_stays_on_one_device():
     g = two_branches()
     measured = place_graph(g, DEVICES, host, {}, measured=MeasuredCosts(1, {}))
     assert measured.chosen == "greedy" and len({op.device for op in g.ops}) == 2
+
+
+def test_model_and_runtime_agree_on_which_devices_run_the_step():
+    """A variable pinned to /cpu:1 with every matmul on /cpu:0: the runtime partitions the
+    entry and runs the executor with one thread per device; the model must simulate the
+    same (it used to skip devices whose ops are all free and simulate one program)."""
+    from tfc.passes.cost_model import CostModel
+    from tfc.passes.placement import simulate
+    from tfc.pipeline import Target, lower
+    from tfc.runtime import Program
+    rng = np.random.default_rng(0)
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [None, 64], name="x")
+        with g.device("/cpu:1"):
+            w = tfc.Variable(rng.normal(size=(64, 64)).astype(np.float32), name="w")
+        with g.device("/cpu:0"):
+            h = tfc.matmul(x, w)
+            for _ in range(3):
+                h = tfc.nn.relu(tfc.matmul(h, w))
+        tfc.entry("predict", feeds={"x": x}, fetches={"h": h})
+    low = lower(g.as_module(), Target("llvm", tuple(DEVICES)))
+    graph = low.graphs["predict"]
+    assign = {op: op.device for op in graph.ops}
+    assert set(assign.values()) == set(DEVICES)
+    sim = simulate(CostModel(profile()), graph, assign, DEVICES)
+    exe = Program(low, backend="reference")._executable("predict")
+    assert ("predict" in low.partitions) == sim.executor == True  # noqa: E712
+    assert sim.threads == exe.threads == {"/cpu:0": 1, "/cpu:1": 1}

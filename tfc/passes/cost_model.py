@@ -166,7 +166,7 @@ class CostModel:
                 self._costs[op] = lookup(op.kind).cost([v.type for v in op.inputs],
                                                        [r.type for r in op.results],
                                                        op.attrs, self.symbol_size)
-            except (TfcError, NotImplementedError, KeyError):
+            except (TfcError, NotImplementedError):
                 self._costs[op] = None
         return self._costs[op]
 
@@ -186,7 +186,7 @@ class CostModel:
             return True
         try:
             return lookup(op.kind).has(VIEW)
-        except (TfcError, KeyError):
+        except TfcError:
             return False
 
     def is_gemm(self, op: Op) -> bool:
@@ -199,7 +199,7 @@ class CostModel:
             from tfc.passes.fusion import classify
             try:
                 info = classify(op)
-            except (TfcError, KeyError, NotImplementedError):
+            except (TfcError, NotImplementedError):
                 info = None
             self._fusible[op] = info is not None and info.role in ("ew", "reduce")
         return self._fusible[op]
@@ -212,7 +212,7 @@ class CostModel:
             from tfc.passes.fusion import splat_value
             try:
                 self._splats[op] = splat_value(op) is not None
-            except (TfcError, KeyError, NotImplementedError):
+            except (TfcError, NotImplementedError):
                 self._splats[op] = False
         return self._splats[op]
 
@@ -363,7 +363,7 @@ class CostModel:
         read the old value in the step), a copy of the variable besides the update."""
         try:
             writes = lookup(op.kind).has(WRITES_VARIABLE)
-        except (TfcError, KeyError):
+        except TfcError:
             return 0.0
         if not writes or not op.inputs:
             return 0.0

@@ -305,10 +305,14 @@ class _Candidate:
         return self.sim.makespan
 
 
-def _active(model: CostModel, assign: Mapping[Op, str], devices: Sequence[str]) -> list[str]:
-    """The devices that run work (a kernel that is not free) in a placement."""
-    used = {d for op, d in assign.items() if not model.is_free(op)}
-    return [d for d in devices if d in used] or [next(iter(assign.values()), devices[0])]
+def _active(assign: Mapping[Op, str], devices: Sequence[str]) -> list[str]:
+    """The devices a placement runs on: every device that has any op, free or not. This
+    is the runtime's rule (``tfc.passes.partition.single_device`` keeps an entry whole
+    only when all its ops share one device; the executor gives a thread share to every
+    device with a stage), so a variable pinned to another device makes the model simulate
+    the executor, as the runtime runs it."""
+    used = set(assign.values())
+    return [d for d in devices if d in used] or [devices[0]]
 
 
 def simulate(model: CostModel, graph: Graph, assign: Mapping[Op, str], devices: Sequence[str],
@@ -316,7 +320,7 @@ def simulate(model: CostModel, graph: Graph, assign: Mapping[Op, str], devices: 
     """The step of ``graph`` placed as ``assign``, for the devices it actually uses: one
     device runs as a one-device program with all the host's cores; several run on the
     executor, each with its share of the cores."""
-    active = _active(model, assign, devices)
+    active = _active(assign, devices)
     sim = Simulation(model, graph, devices, model.threads(active), compressed,
                      executor=len(active) > 1)
     for op in graph.ops:
