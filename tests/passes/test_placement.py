@@ -258,3 +258,27 @@ def test_model_and_runtime_agree_on_which_devices_run_the_step():
     exe = Program(low, backend="reference")._executable("predict")
     assert ("predict" in low.partitions) == sim.executor == True  # noqa: E712
     assert sim.threads == exe.threads == {"/cpu:0": 1, "/cpu:1": 1}
+
+
+def test_assign_places_as_the_baselines_keeping_the_constraints():
+    """``assign`` is what the benchmark forces (round robin, all on one device): the
+    placer's own baselines, a variable's ops kept on one device."""
+    from pathlib import Path
+    from tfc.compiler.driver import load_source
+    from tfc.passes.placement import ROUND_ROBIN, assign
+    ridge = Path(__file__).resolve().parents[2] / "examples" / "ridge_gd.py"
+    module = load_source(ridge)
+    graph = module.entries["train_step"]
+    assign(graph, DEVICES, ROUND_ROBIN, module.variables)
+    assert {op.device for op in graph.ops} == set(DEVICES)
+    homes: dict[str, set[str]] = {}
+    for op in graph.ops:
+        if op.kind.startswith("var."):
+            homes.setdefault(op.attrs["var"], set()).add(op.device)
+    assert homes and all(len(d) == 1 for d in homes.values())  # a variable's ops together
+    assert all(module.variables[v].device in d for v, d in homes.items())
+    fresh = load_source(ridge)
+    assign(fresh.entries["train_step"], DEVICES, "/cpu:1", fresh.variables)
+    assert {op.device for op in fresh.entries["train_step"].ops} == {"/cpu:1"}
+    with pytest.raises(TfcError, match="no placement 'sideways'"):
+        assign(fresh.entries["train_step"], DEVICES, "sideways", fresh.variables)

@@ -41,11 +41,9 @@ from tfc.devices import DeviceProfile, DeviceRates, parse_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Op, Value
 from tfc.ir.registry import VIEW, WRITES_VARIABLE, Cost, lookup
-from tfc.ir.types import TensorType
+from tfc.ir.types import SYMBOL_SIZE, TensorType
 from tfc.ops.control import scan_length
 
-# What a symbolic dim (the batch ``B``) counts as in cost estimates.
-SYMBOL_SIZE = 128
 # Ops run as GEMM-like kernels (blocked, compute-bound): costed by flops.
 GEMM_KINDS = frozenset({"matmul", "conv2d", "conv2d_backprop_input",
                         "conv2d_backprop_filter"})
