@@ -37,7 +37,7 @@ from typing import Any, Collection, Mapping
 
 import numpy as np
 
-from tfc.devices import DeviceProfile, DeviceRates, parse_device
+from tfc.devices import DeviceProfile, DeviceRates, parse_device, threads_per_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Op, Value
 from tfc.ir.registry import VIEW, WRITES_VARIABLE, Cost, lookup
@@ -50,7 +50,7 @@ GEMM_KINDS = frozenset({"matmul", "conv2d", "conv2d_backprop_input",
 # Ops that move no data at run time: a pointer, a scalar, a shape.
 FREE_KINDS = frozenset({"constant", "var.read", "shape", "rank", "size", "identity",
                         "stop_gradient", "no_op"})
-# Ops that run the ops of their regions (a ``fusion``'s region is its one kernel's body).
+# Ops that run the ops of their regions (placement runs before fusion: no ``fusion`` op here).
 CONTROL_KINDS = frozenset({"scan", "while", "cond"})
 # An array attr larger than this is keyed by its dtype and shape only.
 _ATTR_ELEMENTS = 16
@@ -175,7 +175,6 @@ class CostModel:
 
     def threads(self, active: Collection[str]) -> dict[str, int]:
         """Each active device's thread count: its share of the host's cores."""
-        from tfc.devices import threads_per_device
         return threads_per_device(sorted(active), self.cores)
 
     def is_free(self, op: Op) -> bool:

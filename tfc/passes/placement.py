@@ -19,8 +19,9 @@ Greedy is myopic, so ``place_graph`` compares candidates under the same model an
 constraints and keeps the least: each device alone (a one-device program with all the
 host's cores), greedy over all devices, greedy over as many devices as the host has
 cores (when there are more devices than cores), and round robin. Each candidate's
-estimate is made for the devices it actually uses: their thread shares, the executor's
-per-stage and hand-off costs when there are several, and never less than the host's
+estimate is made for the devices it uses (every device with an op, free or not, as the
+runtime partitions): their thread shares, the executor's per-stage and hand-off costs
+when there are several, and never less than the host's
 total work over its cores. A split must beat the best device alone by ``SPLIT_MARGIN``
 (the model's error on splits) unless a profiling run measured the ops. So a sequential
 chain stays on one device unless splitting it pays. The report (``PlacementReport``, printed by ``tfc compile``) says which won,
