@@ -408,6 +408,7 @@ def assign(graph: Graph, devices: Sequence[str], how: str,
     or one of ``devices`` (everything there that may run there). For benchmarks that
     measure the alternatives the placer compared its choice with."""
     devices = list(devices)
+    choose: Chooser
     if how == ROUND_ROBIN:
         choose = _round_robin
     elif how in devices:
