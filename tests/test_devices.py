@@ -105,3 +105,46 @@ def test_corrupt_or_missing_profiles_are_clear_errors(tmp_path):
         load_profile(bad)
     with pytest.raises(TfcError, match="tfc calibrate"):
         load_profile(tmp_path / "missing.json")
+
+
+def _profile_with(tmp_path, edit) -> "Path":
+    """A valid saved profile with ``edit(data)`` applied to its JSON."""
+    import json
+    path = save_profile(DeviceProfile(source="test"), tmp_path / "edited.json")
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d.update(step_s=float("nan")), "step_s"),
+    (lambda d: d.update(handoff_s=-1e-5), "handoff_s"),
+    (lambda d: d.update(executor_step_s=float("inf")), "executor_step_s"),
+    (lambda d: d.update(cores=0), "cores"),
+    (lambda d: d["cpu"]["gemm"].update({"0": d["cpu"]["gemm"]["1"]}), "thread counts"),
+    (lambda d: d["cpu"]["stream"].update({"-2": d["cpu"]["stream"]["1"]}), "thread counts"),
+    (lambda d: d["cpu"]["gemm"]["1"]["seconds"].__setitem__(0, float("nan")), "cpu.gemm.1"),
+    (lambda d: d["cpu"]["stream"]["1"]["sizes"].__setitem__(0, -5.0), "cpu.stream.1"),
+    (lambda d: d["cpu"].update(kernel_s=-1.0), "kernel_s"),
+    (lambda d: d["default_link"].update(bytes_per_s=0.0), "default_link"),
+    (lambda d: d["default_link"].update(latency_s=float("nan")), "latency_s"),
+])
+def test_profile_numbers_must_be_finite_and_not_negative(tmp_path, edit, field):
+    """A NaN or negative cost would poison or bias every estimate (a NaN step made the
+    placer split a model), a thread count below 1 crashes the curves: refused by name."""
+    path = _profile_with(tmp_path, edit)
+    with pytest.raises(TfcError, match=r"edited.json: not a valid device profile \(.*"
+                                       + field):
+        load_profile(path)
+
+
+def test_unreadable_profiles_are_clear_errors(tmp_path):
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00\x81garbage\xc3")
+    with pytest.raises(TfcError, match="binary.json: cannot read device profile"):
+        load_profile(binary)
+    folder = tmp_path / "folder.json"
+    folder.mkdir()
+    with pytest.raises(TfcError, match="folder.json: cannot read device profile"):
+        load_profile(folder)

@@ -32,6 +32,7 @@ LAYERS: dict[str, str] = {
     "tfc.devices": "base",
     "tfc.atomic": "base",  # atomic file writes: the runtime, the device profile, the cli
     "tfc.version": "base",
+    "tfc.units": "base",  # how reports print times: placement, cli, benchmarks
     "tfc.ir": "ir",
     "tfc.ops": "ops",
     # A valid instance of every registered op, and its inputs: data about the ops, read by

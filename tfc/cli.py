@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tfc.errors import TfcError
+from tfc.units import format_ms
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -70,7 +71,7 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) ->
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms"
+    return format_ms(seconds, digits=1)
 
 
 def check_output_path(path: str | None, flag: str) -> None:

@@ -1,7 +1,7 @@
 """The ``tfc`` commands about devices: ``calibrate``, ``bench`` and ``viz``, and the
 partition dump of ``tfc ir --device``.
 
-    tfc calibrate [--devices cpu:0,cpu:1] [-o devices.json]
+    tfc calibrate [--devices cpu:0,cpu:1] [-o devices.json]   # --devices: checked only
     tfc bench model.tfc --entry train_step [--steps N] [--feed x=x.npy] [--trace trace.json]
     tfc viz model.tfc [--entry NAME] -o graph.html
 """
@@ -11,11 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tfc.errors import TfcError
+
+if TYPE_CHECKING:
+    from tfc.devices import DeviceProfile
 
 
 def partitions_text(module: Any, device: str, elide_above: int | None = None) -> str:
@@ -73,7 +76,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def profile_summary(profile: Any) -> str:
+def profile_summary(profile: DeviceProfile) -> str:
     """What a profile says, in a few lines: the host, the fixed costs, and per thread
     count the GEMM and stream rates at each measured size."""
     lines = [f"{profile.describe()}: a step {profile.step_s * 1e6:.1f} us, a kernel "
@@ -156,7 +159,9 @@ def cmd_viz(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("calibrate", help="measure devices and links for the cost model")
-    p.add_argument("--devices", metavar="D1,D2", help="local CPU devices (default: cpu:0)")
+    p.add_argument("--devices", metavar="D1,D2",
+                   help="local CPU devices the profile is for (checked only: the host is "
+                        "measured once, its logical CPUs share its cores and rates)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="profile to write (default: $TFC_DEVICE_PROFILE or "
                         "~/.cache/tfc/devices.json, which placement reads)")

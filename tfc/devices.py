@@ -165,8 +165,8 @@ class Curve:
     def __post_init__(self) -> None:
         if len(self.sizes) != len(self.seconds) or not self.sizes:
             raise ValueError("a curve needs as many sizes as seconds, at least one")
-        if any(s <= 0 for s in self.sizes) or any(t <= 0 for t in self.seconds):
-            raise ValueError("a curve's sizes and seconds must be positive")
+        if not all(_positive(x) for x in [*self.sizes, *self.seconds]):
+            raise ValueError("a curve's sizes and seconds must be finite and positive")
         if any(a >= b for a, b in zip(self.sizes, self.sizes[1:])):
             raise ValueError("a curve's sizes must increase")
 
@@ -223,6 +223,11 @@ class DeviceRates:
     def __post_init__(self) -> None:
         if not self.gemm or not self.stream:
             raise ValueError("device rates need a GEMM and a stream curve")
+        for kind, curves in (("gemm", self.gemm), ("stream", self.stream)):
+            if any(t < 1 for t in curves):
+                raise ValueError(f"{kind}: thread counts must be >= 1, got "
+                                 f"{sorted(curves)}")
+        _check_seconds("kernel_s", self.kernel_s)
 
     @staticmethod
     def flat(flops_per_s: float, bytes_per_s: float, kernel_s: float = 5e-7,
@@ -245,18 +250,46 @@ class DeviceRates:
                 "kernel_s": self.kernel_s}
 
     @staticmethod
-    def from_dict(d: Mapping[str, Any]) -> "DeviceRates":
-        return DeviceRates(_curves_from_dict(d["gemm"]), _curves_from_dict(d["stream"]),
-                           float(d["kernel_s"]))
+    def from_dict(d: Mapping[str, Any], where: str) -> "DeviceRates":
+        """The rates in ``d``; a ValueError naming the field (under ``where``) if bad."""
+        try:
+            return DeviceRates(_curves_from_dict(d["gemm"], f"{where}.gemm"),
+                               _curves_from_dict(d["stream"], f"{where}.stream"),
+                               float(d["kernel_s"]))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise _field_error(where, e) from None
+
+
+def _positive(x: float) -> bool:
+    return math.isfinite(x) and x > 0
+
+
+def _check_seconds(name: str, value: float) -> None:
+    """A fixed cost must be a finite number of seconds, >= 0 (NaN would poison every
+    estimate; a negative one would make splitting look free)."""
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be finite and >= 0, got {value}")
+
+
+def _field_error(where: str, e: Exception) -> ValueError:
+    """``e`` as a ValueError that names the field it came from."""
+    what = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+    return ValueError(what if what.startswith(where) else f"{where}: {what}")
 
 
 def _curves_to_dict(curves: Mapping[int, Curve]) -> dict[str, Any]:
     return {str(t): {"sizes": c.sizes, "seconds": c.seconds} for t, c in sorted(curves.items())}
 
 
-def _curves_from_dict(d: Mapping[str, Any]) -> dict[int, Curve]:
-    return {int(t): Curve([float(x) for x in c["sizes"]], [float(x) for x in c["seconds"]])
-            for t, c in d.items()}
+def _curves_from_dict(d: Mapping[str, Any], where: str) -> dict[int, Curve]:
+    curves = {}
+    for t, c in d.items():
+        try:
+            curves[int(t)] = Curve([float(x) for x in c["sizes"]],
+                                   [float(x) for x in c["seconds"]])
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise _field_error(f"{where}.{t}", e) from None
+    return curves
 
 
 @dataclass
@@ -265,6 +298,18 @@ class LinkRates:
 
     bytes_per_s: float
     latency_s: float = 5e-6
+
+    def __post_init__(self) -> None:
+        if not _positive(self.bytes_per_s):
+            raise ValueError(f"bytes_per_s must be finite and > 0, got {self.bytes_per_s}")
+        _check_seconds("latency_s", self.latency_s)
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any], where: str) -> "LinkRates":
+        try:
+            return LinkRates(float(d["bytes_per_s"]), float(d.get("latency_s", 5e-6)))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise _field_error(where, e) from None
 
 
 @dataclass
@@ -292,6 +337,12 @@ class DeviceProfile:
     stage_s: float = 5e-6
     handoff_s: float = 1e-5
     transfer_s: float = 2e-6
+
+    def __post_init__(self) -> None:
+        if self.cores < 1:
+            raise ValueError(f"cores must be >= 1, got {self.cores}")
+        for name in ("step_s", "executor_step_s", "stage_s", "handoff_s", "transfer_s"):
+            _check_seconds(name, getattr(self, name))
 
     @property
     def calibrated(self) -> bool:
@@ -339,11 +390,13 @@ class DeviceProfile:
                            f"threads): re-run `tfc calibrate -o {where}`")
         try:
             return DeviceProfile(
-                devices={k: DeviceRates.from_dict(v) for k, v in data["devices"].items()},
-                links={k: LinkRates(**v) for k, v in data["links"].items()},
-                default_link=LinkRates(**data["default_link"]),
-                source=str(data.get("source", where)), cores=max(1, int(data["cores"])),
-                cpu=DeviceRates.from_dict(data["cpu"]), step_s=float(data["step_s"]),
+                devices={k: DeviceRates.from_dict(v, f"devices.{k}")
+                         for k, v in data["devices"].items()},
+                links={k: LinkRates.from_dict(v, f"links.{k}")
+                       for k, v in data["links"].items()},
+                default_link=LinkRates.from_dict(data["default_link"], "default_link"),
+                source=str(data.get("source", where)), cores=int(data["cores"]),
+                cpu=DeviceRates.from_dict(data["cpu"], "cpu"), step_s=float(data["step_s"]),
                 executor_step_s=float(data["executor_step_s"]),
                 stage_s=float(data["stage_s"]), handoff_s=float(data["handoff_s"]),
                 transfer_s=float(data["transfer_s"]))
@@ -393,7 +446,12 @@ def load_profile(path: str | os.PathLike[str] | None = None) -> DeviceProfile:
         if path is not None:
             raise TfcError(f"{p}: no such device profile (run `tfc calibrate -o {p}`)")
         return DeviceProfile()
-    return DeviceProfile.from_json(p.read_text(), str(p))
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise TfcError(f"{p}: cannot read device profile ({reason})") from None
+    return DeviceProfile.from_json(text, str(p))
 
 
 def save_profile(profile: DeviceProfile, path: str | os.PathLike[str] | None = None) -> Path:

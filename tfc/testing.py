@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -11,6 +11,9 @@ from tfc.ir.core import Graph, Module, Op
 from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.registry import infer_types
 from tfc.ir.types import DType, TensorType
+
+if TYPE_CHECKING:
+    from tfc.devices import DeviceProfile
 
 
 def type_of(x: np.ndarray) -> TensorType:
@@ -211,7 +214,7 @@ def compile_lowered(backend: Any, module: Module, entry: str) -> Any:
     return backend.compile(lower_entry(module, entry, backend.name), entry)
 
 
-def splitting_profile() -> Any:
+def splitting_profile() -> DeviceProfile:
     """A device profile under which placement splits a model over ``/cpu:0`` and
     ``/cpu:1``: two unlike devices, ``/cpu:1`` 100x faster at GEMM-like ops and ``/cpu:0``
     100x faster at the rest, with hand-offs and an executor that cost nothing, so the

@@ -34,10 +34,10 @@ import numpy as np
 from tfc.errors import TfcError
 from tfc.ir.core import Module, Op
 from tfc.ir.printer import format_attr
+from tfc.ir.types import SYMBOL_SIZE
 from tfc.passes.partition import Partition, device_graphs, devices_of, single_device
 from tfc.pipeline import lower_for_devices
 
-SYMBOL_SIZE = 128  # what a symbolic dim counts as in transfer sizes (as in placement)
 
 PALETTE = ["#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#bcbd22", "#e377c2",
            "#7f7f7f", "#393b79", "#637939"]

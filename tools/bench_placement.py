@@ -73,6 +73,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_timing import machine_info  # noqa: E402  (a sibling tool module)
 
+from tfc.devices import load_profile  # noqa: E402
+from tfc.passes.placement import assign  # noqa: E402
+from tfc.units import format_ms as _ms  # noqa: E402
+
 TOLERANCE = 0.25      # |predicted / measured - 1| a prediction may be off by
 NOISE_FLOOR = 0.05    # the least noise allowed for in the never-worse check
 NOISE_CAP = 0.5       # above this the never-worse check is inconclusive (and fails)
@@ -205,36 +209,10 @@ def compile_program(path: Path, backend: str, devices: Sequence[str],
     else:
         run_pipeline(module, DEFAULT_PIPELINE, verify=False)
         for graph in module.entries.values():
-            assign_devices(graph, list(devices), force, module.variables)
+            assign(graph, list(devices), ROUND_ROBIN if force == ROUND_ROBIN else devices[0],
+                   module.variables)
         module = lower(module, target, passes="", verify=False, place=False)
     return make_program(module, path, backend)
-
-
-def assign_devices(graph: Any, devices: list[str], how: str, variables: Any) -> None:
-    """Put every op of ``graph`` on a device of ``devices``: a device scope's match if it
-    has one, else its variable's device if it touches a variable that has one, else
-    ``/cpu:0`` (``ALL_ON_FIRST``) or the next device in op order (``ROUND_ROBIN``), as the
-    placer's baselines do."""
-    from tfc.devices import matches
-    var_device = {name: next((d for d in devices if matches(decl.device, d)), devices[0])
-                  for name, decl in variables.items() if decl.device is not None}
-    for i, op in enumerate(graph.ops):
-        var = op.attrs.get("var") if op.kind.startswith("var.") else None
-        pinned = [d for d in devices if op.device is not None and matches(op.device, d)]
-        if pinned:
-            device = pinned[0]
-        elif var is not None and var in var_device:
-            device = var_device[var]
-        elif how == ROUND_ROBIN:
-            device = devices[i % len(devices)]
-        else:
-            device = devices[0]
-        op.device = device
-        if var is not None:
-            var_device.setdefault(var, device)
-    for name, device in var_device.items():
-        if name in variables:
-            variables[name].device = device
 
 
 def _first_line(e: Exception) -> str:
@@ -348,10 +326,6 @@ def bench_model(name: str, path: Path, device_counts: Sequence[int], backend: st
 
 # ---- the report ---------------------------------------------------------------------
 
-def _ms(s: float | None) -> str:
-    return "n/a" if s is None else f"{s * 1e3:.3f} ms"
-
-
 def _check(ok: bool | None, text: str) -> str:
     return "-" if ok is None else f"{'ok' if ok else 'FAIL'} {text}"
 
@@ -392,13 +366,6 @@ def markdown(rows: list[Row], header: dict[str, Any]) -> str:
     lines += ["", f"{sum(r.passed for r in rows)}/{len(rows)} rows pass"
               + (f"; failing: {', '.join(failed)}" if failed else "")]
     return "\n".join(lines)
-
-
-def profile_description() -> str:
-    from tfc.devices import default_profile_path
-    path = default_profile_path()
-    return (f"device profile {path}" if path.is_file()
-            else "default device rates (no profile: run `tfc calibrate`)")
 
 
 # ---- the command --------------------------------------------------------------------
@@ -476,7 +443,7 @@ def main(argv: Sequence[str]) -> int:
             rows += bench_model(name, path, args.device_counts, backend, args)
         except Exception as e:  # noqa: BLE001  (a model that fails is a row, not a crash)
             rows.append(Row(name, "-", 1, "error", f"{type(e).__name__}: {e}"))
-    header = {"machine": machine_info(), "backend": backend, "profile": profile_description(),
+    header = {"machine": machine_info(), "backend": backend, "profile": load_profile().describe(),
               "batch": args.batch, "repeats": args.repeats, "steps": args.steps,
               "tolerance": TOLERANCE, "noise_floor": NOISE_FLOOR, "noise_cap": NOISE_CAP,
               "elapsed_s": time.perf_counter() - start,

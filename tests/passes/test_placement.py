@@ -230,3 +230,55 @@ def test_a_split_the_model_calls_a_little_faster_stays_on_one_device():
     g = two_branches()
     measured = place_graph(g, DEVICES, host, {}, measured=MeasuredCosts(1, {}))
     assert measured.chosen == "greedy" and len({op.device for op in g.ops}) == 2
+
+
+def test_model_and_runtime_agree_on_which_devices_run_the_step():
+    """A variable pinned to /cpu:1 with every matmul on /cpu:0: the runtime partitions the
+    entry and runs the executor with one thread per device; the model must simulate the
+    same (it used to skip devices whose ops are all free and simulate one program)."""
+    from tfc.passes.cost_model import CostModel
+    from tfc.passes.placement import simulate
+    from tfc.pipeline import Target, lower
+    from tfc.runtime import Program
+    rng = np.random.default_rng(0)
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [None, 64], name="x")
+        with g.device("/cpu:1"):
+            w = tfc.Variable(rng.normal(size=(64, 64)).astype(np.float32), name="w")
+        with g.device("/cpu:0"):
+            h = tfc.matmul(x, w)
+            for _ in range(3):
+                h = tfc.nn.relu(tfc.matmul(h, w))
+        tfc.entry("predict", feeds={"x": x}, fetches={"h": h})
+    low = lower(g.as_module(), Target("llvm", tuple(DEVICES)))
+    graph = low.graphs["predict"]
+    assign = {op: op.device for op in graph.ops}
+    assert set(assign.values()) == set(DEVICES)
+    sim = simulate(CostModel(profile()), graph, assign, DEVICES)
+    exe = Program(low, backend="reference")._executable("predict")
+    assert ("predict" in low.partitions) == sim.executor == True  # noqa: E712
+    assert sim.threads == exe.threads == {"/cpu:0": 1, "/cpu:1": 1}
+
+
+def test_assign_places_as_the_baselines_keeping_the_constraints():
+    """``assign`` is what the benchmark forces (round robin, all on one device): the
+    placer's own baselines, a variable's ops kept on one device."""
+    from pathlib import Path
+    from tfc.compiler.driver import load_source
+    from tfc.passes.placement import ROUND_ROBIN, assign
+    ridge = Path(__file__).resolve().parents[2] / "examples" / "ridge_gd.py"
+    module = load_source(ridge)
+    graph = module.entries["train_step"]
+    assign(graph, DEVICES, ROUND_ROBIN, module.variables)
+    assert {op.device for op in graph.ops} == set(DEVICES)
+    homes: dict[str, set[str]] = {}
+    for op in graph.ops:
+        if op.kind.startswith("var."):
+            homes.setdefault(op.attrs["var"], set()).add(op.device)
+    assert homes and all(len(d) == 1 for d in homes.values())  # a variable's ops together
+    assert all(module.variables[v].device in d for v, d in homes.items())
+    fresh = load_source(ridge)
+    assign(fresh.entries["train_step"], DEVICES, "/cpu:1", fresh.variables)
+    assert {op.device for op in fresh.entries["train_step"].ops} == {"/cpu:1"}
+    with pytest.raises(TfcError, match="no placement 'sideways'"):
+        assign(fresh.entries["train_step"], DEVICES, "sideways", fresh.variables)

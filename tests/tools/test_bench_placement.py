@@ -69,25 +69,6 @@ def test_a_model_whose_scopes_need_more_devices_is_skipped_with_the_reason(tool,
     assert row["status"] == "skipped" and "/cpu:1" in row["reason"] and row["passed"]
 
 
-def test_forced_assignments(tool):
-    from tfc.compiler.driver import load_source
-    module = load_source(ROOT / "examples" / "ridge_gd.py")
-    graph = module.entries["train_step"]
-    devices = ["/cpu:0", "/cpu:1"]
-    tool.assign_devices(graph, devices, tool.ROUND_ROBIN, module.variables)
-    placed = [op.device for op in graph.ops]
-    assert set(placed) == set(devices)
-    homes: dict[str, set[str]] = {}
-    for op in graph.ops:
-        if op.kind.startswith("var."):
-            homes.setdefault(op.attrs["var"], set()).add(op.device)
-    assert homes and all(len(d) == 1 for d in homes.values())  # a variable's ops together
-    fresh = load_source(ROOT / "examples" / "ridge_gd.py")
-    tool.assign_devices(fresh.entries["train_step"], devices, tool.ALL_ON_FIRST,
-                        fresh.variables)
-    assert {op.device for op in fresh.entries["train_step"].ops} == {"/cpu:0"}
-
-
 def test_bad_options_are_one_line_errors(tool, capsys):
     for argv in (["--devices", "two"], ["--devices", "0"], ["--steps", "0"]):
         with pytest.raises(SystemExit) as e:

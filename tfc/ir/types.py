@@ -17,6 +17,11 @@ import numpy as np
 
 from tfc.errors import TypeMismatch
 
+# What a symbolic dim (the batch ``B``) counts as wherever a size per step is estimated or
+# reported without a real batch: the cost model, the placement and compression reports,
+# the device graph views. One value, so their byte counts agree.
+SYMBOL_SIZE = 128
+
 Dim = Union[int, str]
 UNKNOWN = "?"
 _SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -29,11 +29,9 @@ from typing import Iterable, Mapping, Sequence
 
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
 from tfc.ir.registry import ELEMENTWISE, VIEW, lookup, make_op, writes_variable
-from tfc.ir.types import DType
+from tfc.ir.types import SYMBOL_SIZE, DType
 from tfc.passes.manager import register_pass
 from tfc.passes.partition import Partition, device_graphs, install_partitions, source_value
-
-SYMBOL_SIZE = 128  # what the batch symbol counts as in the bytes reported
 
 
 def _value_preserving(kind: str) -> bool:

@@ -37,22 +37,20 @@ from typing import Any, Collection, Mapping
 
 import numpy as np
 
-from tfc.devices import DeviceProfile, DeviceRates, parse_device
+from tfc.devices import DeviceProfile, DeviceRates, parse_device, threads_per_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Op, Value
 from tfc.ir.registry import VIEW, WRITES_VARIABLE, Cost, lookup
-from tfc.ir.types import TensorType
+from tfc.ir.types import SYMBOL_SIZE, TensorType
 from tfc.ops.control import scan_length
 
-# What a symbolic dim (the batch ``B``) counts as in cost estimates.
-SYMBOL_SIZE = 128
 # Ops run as GEMM-like kernels (blocked, compute-bound): costed by flops.
 GEMM_KINDS = frozenset({"matmul", "conv2d", "conv2d_backprop_input",
                         "conv2d_backprop_filter"})
 # Ops that move no data at run time: a pointer, a scalar, a shape.
 FREE_KINDS = frozenset({"constant", "var.read", "shape", "rank", "size", "identity",
                         "stop_gradient", "no_op"})
-# Ops that run the ops of their regions (a ``fusion``'s region is its one kernel's body).
+# Ops that run the ops of their regions (placement runs before fusion: no ``fusion`` op here).
 CONTROL_KINDS = frozenset({"scan", "while", "cond"})
 # An array attr larger than this is keyed by its dtype and shape only.
 _ATTR_ELEMENTS = 16
@@ -166,7 +164,7 @@ class CostModel:
                 self._costs[op] = lookup(op.kind).cost([v.type for v in op.inputs],
                                                        [r.type for r in op.results],
                                                        op.attrs, self.symbol_size)
-            except (TfcError, NotImplementedError, KeyError):
+            except (TfcError, NotImplementedError):
                 self._costs[op] = None
         return self._costs[op]
 
@@ -177,7 +175,6 @@ class CostModel:
 
     def threads(self, active: Collection[str]) -> dict[str, int]:
         """Each active device's thread count: its share of the host's cores."""
-        from tfc.devices import threads_per_device
         return threads_per_device(sorted(active), self.cores)
 
     def is_free(self, op: Op) -> bool:
@@ -186,7 +183,7 @@ class CostModel:
             return True
         try:
             return lookup(op.kind).has(VIEW)
-        except (TfcError, KeyError):
+        except TfcError:
             return False
 
     def is_gemm(self, op: Op) -> bool:
@@ -199,7 +196,7 @@ class CostModel:
             from tfc.passes.fusion import classify
             try:
                 info = classify(op)
-            except (TfcError, KeyError, NotImplementedError):
+            except (TfcError, NotImplementedError):
                 info = None
             self._fusible[op] = info is not None and info.role in ("ew", "reduce")
         return self._fusible[op]
@@ -212,7 +209,7 @@ class CostModel:
             from tfc.passes.fusion import splat_value
             try:
                 self._splats[op] = splat_value(op) is not None
-            except (TfcError, KeyError, NotImplementedError):
+            except (TfcError, NotImplementedError):
                 self._splats[op] = False
         return self._splats[op]
 
@@ -363,7 +360,7 @@ class CostModel:
         read the old value in the step), a copy of the variable besides the update."""
         try:
             writes = lookup(op.kind).has(WRITES_VARIABLE)
-        except (TfcError, KeyError):
+        except TfcError:
             return 0.0
         if not writes or not op.inputs:
             return 0.0

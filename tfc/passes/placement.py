@@ -19,8 +19,9 @@ Greedy is myopic, so ``place_graph`` compares candidates under the same model an
 constraints and keeps the least: each device alone (a one-device program with all the
 host's cores), greedy over all devices, greedy over as many devices as the host has
 cores (when there are more devices than cores), and round robin. Each candidate's
-estimate is made for the devices it actually uses: their thread shares, the executor's
-per-stage and hand-off costs when there are several, and never less than the host's
+estimate is made for the devices it uses (every device with an op, free or not, as the
+runtime partitions): their thread shares, the executor's per-stage and hand-off costs
+when there are several, and never less than the host's
 total work over its cores. A split must beat the best device alone by ``SPLIT_MARGIN``
 (the model's error on splits) unless a profiling run measured the ops. So a sequential
 chain stays on one device unless splitting it pays. The report (``PlacementReport``, printed by ``tfc compile``) says which won,
@@ -35,11 +36,14 @@ from typing import Callable, Collection, Mapping, Sequence
 from tfc.devices import DeviceProfile, check_runnable, load_profile, matches, parse_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
+from tfc.ir.types import SYMBOL_SIZE
 from tfc.passes.compress import transfer_nbytes, transfer_policy
-from tfc.passes.cost_model import SYMBOL_SIZE, CostModel, MeasuredCosts
+from tfc.passes.cost_model import CostModel, MeasuredCosts
 from tfc.passes.manager import register_pass
+from tfc.units import format_ms as _ms
 
-__all__ = ["SYMBOL_SIZE", "PlacementReport", "Simulation", "estimate_placed", "place_graph"]
+__all__ = ["SYMBOL_SIZE", "PlacementReport", "Simulation", "assign", "estimate_placed",
+           "place_graph"]
 
 VAR_KINDS_PREFIX = "var."
 # How much faster than the best device alone a split's estimate must be to be chosen
@@ -102,10 +106,6 @@ class PlacementReport:
         if self.measured_s is not None:
             line += f"; measured {_ms(self.measured_s)}"
         return line
-
-
-def _ms(s: float) -> str:
-    return f"{s * 1e3:.3f} ms"
 
 
 class Simulation:
@@ -305,10 +305,14 @@ class _Candidate:
         return self.sim.makespan
 
 
-def _active(model: CostModel, assign: Mapping[Op, str], devices: Sequence[str]) -> list[str]:
-    """The devices that run work (a kernel that is not free) in a placement."""
-    used = {d for op, d in assign.items() if not model.is_free(op)}
-    return [d for d in devices if d in used] or [next(iter(assign.values()), devices[0])]
+def _active(assign: Mapping[Op, str], devices: Sequence[str]) -> list[str]:
+    """The devices a placement runs on: every device that has any op, free or not. This
+    is the runtime's rule (``tfc.passes.partition.single_device`` keeps an entry whole
+    only when all its ops share one device; the executor gives a thread share to every
+    device with a stage), so a variable pinned to another device makes the model simulate
+    the executor, as the runtime runs it."""
+    used = set(assign.values())
+    return [d for d in devices if d in used] or [devices[0]]
 
 
 def simulate(model: CostModel, graph: Graph, assign: Mapping[Op, str], devices: Sequence[str],
@@ -316,7 +320,7 @@ def simulate(model: CostModel, graph: Graph, assign: Mapping[Op, str], devices: 
     """The step of ``graph`` placed as ``assign``, for the devices it actually uses: one
     device runs as a one-device program with all the host's cores; several run on the
     executor, each with its share of the cores."""
-    active = _active(model, assign, devices)
+    active = _active(assign, devices)
     sim = Simulation(model, graph, devices, model.threads(active), compressed,
                      executor=len(active) > 1)
     for op in graph.ops:
@@ -377,6 +381,46 @@ def _on(device: str) -> Chooser:
     return choose
 
 
+def _declared(variables: Mapping[str, VariableDecl], devices: Sequence[str]) -> dict[str, str]:
+    """The variables' user-given devices, each checked to match one of ``devices``."""
+    declared = {n: d.device for n, d in variables.items() if d.device is not None}
+    for name, dev in declared.items():
+        if not any(matches(dev, d) for d in devices):
+            raise TfcError(f"variable @{name} is placed on {dev}, but the module is compiled "
+                           f"for {', '.join(devices)}", variables[name].loc)
+    return declared
+
+
+def _apply(candidate: _Candidate, variables: Mapping[str, VariableDecl],
+           devices: Sequence[str]) -> None:
+    """Set each op's device and each touched variable's device as ``candidate`` placed them."""
+    for op, d in candidate.assign.items():
+        op.device = d
+    for name, dev in candidate.var_device.items():
+        if name in variables:
+            variables[name].device = next(d for d in devices if _is_on(dev, d, devices))
+
+
+def assign(graph: Graph, devices: Sequence[str], how: str,
+           variables: Mapping[str, VariableDecl]) -> None:
+    """Place ``graph`` as one of the placer's baselines, keeping the same constraints
+    (device scopes, backends, a variable's ops on its device): ``how`` is ``ROUND_ROBIN``
+    or one of ``devices`` (everything there that may run there). For benchmarks that
+    measure the alternatives the placer compared its choice with."""
+    devices = list(devices)
+    choose: Chooser
+    if how == ROUND_ROBIN:
+        choose = _round_robin
+    elif how in devices:
+        choose = _on(how)
+    else:
+        raise TfcError(f"no placement {how!r}: {ROUND_ROBIN!r} or one of {', '.join(devices)}")
+    allowed = {op: _allowed(op, devices) for op in graph.ops}
+    model = CostModel(load_profile())
+    _apply(_place(model, graph, devices, _declared(variables, devices), choose, (), allowed),
+           variables, devices)
+
+
 def place_graph(graph: Graph, devices: Sequence[str], profile: DeviceProfile,
                 variables: Mapping[str, VariableDecl],
                 compressed: Collection[Value] = (),
@@ -393,12 +437,7 @@ def place_graph(graph: Graph, devices: Sequence[str], profile: DeviceProfile,
     ``compressed`` are the values that cross devices as f16
     (``tfc.passes.compress.transfer_policy``), at half the bytes on a link between hosts;
     ``measured`` are a profiling run's op times (``Module.measured_costs``)."""
-    declared = {n: d.device for n, d in variables.items() if d.device is not None}
-    for name, dev in declared.items():
-        if not any(matches(dev, d) for d in devices):
-            raise TfcError(f"variable @{name} is placed on {dev}, but the module is compiled "
-                           f"for {', '.join(devices)}", variables[name].loc)
-
+    declared = _declared(variables, devices)
     devices = list(devices)
     allowed = {op: _allowed(op, devices) for op in graph.ops}
     model = CostModel(profile, measured=measured)
@@ -422,11 +461,7 @@ def place_graph(graph: Graph, devices: Sequence[str], profile: DeviceProfile,
     if best.estimate_s >= (1.0 - margin) * singles[single_device].estimate_s:
         chosen, best = SINGLE_DEVICE, singles[single_device]
 
-    for op, d in best.assign.items():
-        op.device = d
-    for name, dev in best.var_device.items():
-        if name in variables:
-            variables[name].device = next(d for d in devices if _is_on(dev, d, devices))
+    _apply(best, variables, devices)
     counts = {d: sum(1 for v in best.assign.values() if v == d) for d in devices}
     return PlacementReport(
         graph.name, devices,
