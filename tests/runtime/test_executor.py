@@ -324,3 +324,68 @@ def test_a_native_stage_checks_the_inputs_a_fallback_stage_computed(monkeypatch)
     exe = p._executable("predict")
     assert any(isinstance(st.executable, Fallback) for pl in exe.plans for st in pl.stages)
     np.testing.assert_allclose(p.run("predict", x=X)["logits"], want, rtol=1e-6)
+
+
+def test_partitioned_programs_stepping_at_once_give_openblas_its_thread_count_back():
+    """OpenBLAS's thread count is process-wide: each step limits it to the devices' share,
+    and two programs whose steps overlap (in any order) leave it where it was."""
+    import threading
+
+    from tfc.backends.llvm.runtime.symbols import get_num_threads, set_num_threads
+
+    before = get_num_threads()
+    set_num_threads(3)  # above any device's share on a 2-core host: a leaked limit shows
+    try:
+        programs = []
+        for _ in range(2):
+            m = split_mlp_module(["/cpu:0", "/cpu:1"])
+            m.devices = ["/cpu:0", "/cpu:1"]
+            programs.append(Program(m, backend="llvm"))
+        start = threading.Barrier(2)
+        errors = []
+
+        def loop(p):
+            try:
+                start.wait()
+                for _ in range(300):
+                    p.run("train", x=X, y=Y)
+            except BaseException as e:  # re-raised on the test's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=loop, args=(p,)) for p in programs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert get_num_threads() == 3
+    finally:
+        set_num_threads(before)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_value_fetched_twice_on_two_devices_comes_back_as_two_arrays(backend):
+    """Two fetches of one value are two arrays (as on one device): changing one leaves the
+    other as it was."""
+    import tfc
+
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [None, 6], name="x")
+        with g.device("/cpu:0"):
+            w0 = tfc.Variable(RNG.normal(size=(6, 8)).astype(np.float32), name="w0")
+            h = tfc.nn.relu(tfc.matmul(x, w0))
+        with g.device("/cpu:1"):
+            w1 = tfc.Variable(RNG.normal(size=(8, 3)).astype(np.float32), name="w1")
+            o = tfc.matmul(h, w1)
+        tfc.entry("f", feeds={"x": x}, fetches={"a": o, "b": o, "h": h, "h2": h})
+    m = g.as_module()
+    m.devices = ["/cpu:0", "/cpu:1"]
+    p = Program(m, backend=backend)
+    want = Program(g.as_module(), backend=backend).run("f", x=X)
+    for _ in range(2):  # the first step and the hot path after it
+        r = p.run("f", x=X)
+        for one, other in (("a", "b"), ("h", "h2")):
+            assert not np.shares_memory(r[one], r[other])
+            np.testing.assert_allclose(r[one], want[one], rtol=1e-5, atol=1e-5)
+            r[one][...] = 0
+            np.testing.assert_allclose(r[other], want[other], rtol=1e-5, atol=1e-5)

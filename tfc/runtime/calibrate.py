@@ -30,13 +30,11 @@ them). Links between hosts are not measured here (a cluster's task does that).
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -46,6 +44,7 @@ from tfc.errors import TfcError
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module, Value
 from tfc.ir.types import DType, TensorType
+from tfc.runtime.executor import blas_limited, with_threads
 from tfc.runtime.program import Program
 from tfc.runtime.rendezvous import Rendezvous
 
@@ -120,31 +119,6 @@ def _timings(f: Callable[[], object], repeats: int) -> Spread:
         f()
         samples.append(time.perf_counter() - t0)
     return Spread(samples)
-
-
-@contextlib.contextmanager
-def _blas_threads(backend: Backend, threads: int) -> Iterator[None]:
-    """The BLAS the backend's matmuls call (OpenBLAS for the LLVM backend, with a pool of
-    its own) on ``threads`` threads while measuring, as the kernels' own loops are: a
-    backend's optional ``blas_threads`` (which returns the count it replaced)."""
-    limit = getattr(backend, "blas_threads", None)
-    if limit is None:
-        yield
-        return
-    before = limit(threads)
-    try:
-        yield
-    finally:
-        limit(before)
-
-
-def _with_threads(backend: Backend, threads: int) -> Backend:
-    """``backend`` running its kernels on ``threads`` threads (backends with a count)."""
-    if not hasattr(backend, "threads"):
-        return backend
-    limited = copy.copy(backend)
-    setattr(limited, "threads", threads)
-    return limited
 
 
 def _graph(name: str, shapes: Sequence[Sequence[int]],
@@ -381,8 +355,8 @@ def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
     for threads in thread_counts:
         if progress:
             progress(f"measuring kernels at {threads} thread{'s' if threads > 1 else ''}")
-        bench = _Bench(_with_threads(base, threads), repeats, f"{threads}t", spreads)
-        with _blas_threads(base, threads):
+        bench = _Bench(with_threads(base, threads, override=True), repeats, f"{threads}t", spreads)
+        with blas_limited(base, threads):
             fixed = (_step_job(bench), _kernel_job(bench)) if threads == 1 else None
             gemm_jobs = _gemm_jobs(bench, gemm_sizes, gemm_skinny)
             stream_jobs = _stream_jobs(bench, stream_sizes)
@@ -397,7 +371,7 @@ def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
         progress("measuring hand-offs and executor stages")
     handoff_s = measure_handoff()
     transfer_s = measure_transfer()
-    executor_step_s, stage_s = measure_executor(_with_threads(base, max(1, cores // 2)),
+    executor_step_s, stage_s = measure_executor(with_threads(base, max(1, cores // 2), override=True),
                                                 repeats, spreads, kernel_s, handoff_s,
                                                 transfer_s)
     profile = DeviceProfile(

@@ -29,12 +29,13 @@ backend, where the ops are the same numpy calls).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -101,15 +102,27 @@ def trace_kernels(tracer: Tracer, device: str, exe: Any) -> int:
     return len(spans)
 
 
-def _with_threads(backend: Backend, threads: int | None) -> Backend:
-    """``backend`` limited to a device's share of the cores, for backends that split
-    kernels across threads (``threads``) and were not given a count by the user: logical
-    CPUs run concurrently on one machine and must not each take every core."""
-    if threads is None or getattr(backend, "threads", 0) is not None:
+def with_threads(backend: Backend, threads: int | None, *, override: bool = False) -> Backend:
+    """``backend`` running its kernels on ``threads`` threads, for backends that split
+    kernels across threads (``threads``): logical CPUs run concurrently on one machine
+    and must not each take every core. A count the user gave the backend is kept unless
+    ``override`` (``tfc calibrate`` measures at each count); ``threads=None`` keeps it."""
+    if threads is None or not hasattr(backend, "threads"):
+        return backend
+    if getattr(backend, "threads") is not None and not override:
         return backend
     limited = copy.copy(backend)
     setattr(limited, "threads", threads)  # backends with a thread count (not all have one)
     return limited
+
+
+def blas_limited(backend: Backend, threads: int) -> ContextManager[None]:
+    """The BLAS library the backend's kernels call (llvm's OpenBLAS, with a pool of its
+    own) on at most ``threads`` threads while the context is entered, through the
+    backend's optional ``blas_threads``; nothing for backends without one. The limit is
+    process-wide and holders may overlap (``tfc.backends.llvm.runtime.symbols``)."""
+    limit = getattr(backend, "blas_threads", None)
+    return limit(threads) if limit is not None else contextlib.nullcontext()
 
 
 def stage_call(exe: Executable, unchecked: Sequence[int] = ()) -> StageCall:
@@ -229,7 +242,7 @@ class PartitionedExecutable:
         fast_vars: set[str] = set()
         compiled: dict[tuple[str, int], Executable] = {}
         for part in table.devices:
-            device_backend = _with_threads(backend, self.threads.get(part.device))
+            device_backend = with_threads(backend, self.threads.get(part.device))
             for i, st in enumerate(part.stages):
                 if st.graph is not None:
                     compiled[part.device, i] = device_backend.compile(module, st.graph)
@@ -268,10 +281,10 @@ class PartitionedExecutable:
                       if self._others else None)
         # a backend whose kernels call a BLAS library with threads of its own
         # (``blas_threads``: llvm's OpenBLAS) has those limited to the share too, per step
-        self._blas: Callable[[int], int] | None = (
-            getattr(backend, "blas_threads", None) if self.threads else None)
-        self._blas_share = (getattr(backend, "threads", None)  # the user's count, if given
-                            or min(self.threads.values(), default=1))
+        self._backend = backend
+        self._blas_share: int | None = (
+            (getattr(backend, "threads", None)  # the user's count, if given
+             or min(self.threads.values(), default=1)) if self.threads else None)
         self._lock = threading.Lock()  # one step at a time
         self.last_rendezvous: Rendezvous | None = None
         # ``fast_step`` (what a Program's hot path calls) when every stage runs natively
@@ -349,14 +362,14 @@ class PartitionedExecutable:
 
     def _fast_step(self, feeds: Sequence[np.ndarray], variables: Sequence[np.ndarray],
                    step: int, validate: Callable[[Sequence[np.ndarray]], Any] | None = None,
-                   in_place: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
+                   _in_place: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The step for a caller that vouches for its inputs, as the llvm executable's
         ``fast_step`` (``tfc.runtime.runner``): feeds are C-contiguous arrays of the
         arguments' dtypes (their shapes checked by ``validate`` the first time they are
         seen), ``variables`` those of ``var_names`` as a ``Program`` holds them. The
         fetches and the updates (``update_names`` order) are arrays nothing else holds:
         native stages' own outputs (offered only when every stage runs natively and no
-        fetch is a feed). No update is made in place (``in_place`` is ignored): another
+        fetch is a feed). No update is made in place (``_in_place`` is ignored): another
         device may still read the variable in the same step."""
         shapes = tuple(a.shape for a in feeds)
         if shapes not in self._shapes_seen:
@@ -379,9 +392,8 @@ class PartitionedExecutable:
                     rendezvous.abort(e)
                     raise
 
-            blas = self._blas
-            saved = blas(self._blas_share) if blas is not None else 0
-            try:
+            with (blas_limited(self._backend, self._blas_share)
+                  if self._blas_share is not None else contextlib.nullcontext()):
                 futures = ([self._pool.submit(run, plan) for plan in self._others]
                            if self._pool is not None else [])
                 outcomes: list[Any] = []
@@ -395,18 +407,20 @@ class PartitionedExecutable:
                         outcomes.append(f.result())
                     except BaseException as e:
                         errors.append(e)
-            finally:
-                if blas is not None:
-                    blas(saved)
             if errors:  # the root cause, not the recvs it aborted (those chain to it)
                 raise next((e for e in errors if e.__cause__ is None), errors[0])
         outcomes.insert(self._inline, inline)
         fetches: list[Any] = [None] * self.n_results
         updates: dict[str, np.ndarray] = {}
+        fetched: set[int] = set()
         for plan, (env, upd) in zip(self.plans, outcomes):
             updates.update(upd)
             for i, slot in plan.fetches:
-                fetches[i] = env[slot]
+                value = env[slot]
+                if id(value) in fetched:  # a value fetched twice: each fetch its own array
+                    value = value.copy()
+                fetched.add(id(value))
+                fetches[i] = value
         return fetches, updates
 
     def close(self) -> None:

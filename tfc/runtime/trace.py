@@ -80,9 +80,6 @@ class Tracer:
             st.handoffs += 1
             st.handoff_bytes += nbytes
 
-    def recv(self, device: str, key: str, start: float, end: float) -> None:
-        self.recvs(device, [key], start, end)
-
     def recvs(self, device: str, keys: list[str], start: float, end: float) -> None:
         """One wait, from ``start`` to ``end``, for the tensors ``keys`` (a stage's
         receives): one span, and the flow arrow of every key ending there."""

@@ -52,7 +52,7 @@ import json
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, ContextManager, Mapping
 
 import numpy as np
 
@@ -170,16 +170,15 @@ class LLVMBackend:
         from tfc.backends.llvm.runtime.pool import default_threads
         return default_threads() if self.threads is None else max(1, int(self.threads))
 
-    def blas_threads(self, threads: int) -> int:
-        """Set OpenBLAS's thread count (the GEMM kernels call it; it is process-wide and
-        apart from the kernels' own ``threads``) and return the count it had: the
-        multi-device executor limits a step's BLAS calls to the devices' share of the
-        cores, as it limits their kernels (``tfc.runtime.executor``)."""
-        from tfc.backends.llvm.runtime.symbols import get_num_threads, set_num_threads
-        before = get_num_threads()
-        if threads != before:
-            set_num_threads(threads)
-        return before
+    def blas_threads(self, threads: int) -> ContextManager[None]:
+        """OpenBLAS (which the GEMM kernels call; its thread count is process-wide and
+        apart from the kernels' own ``threads``) on at most ``threads`` threads while the
+        returned context is entered: the multi-device executor limits a step's BLAS calls
+        to the devices' share of the cores, as it limits their kernels
+        (``tfc.runtime.executor``), and ``tfc calibrate`` measures at each count. Holders
+        may overlap across threads (``symbols.limited_threads`` says how)."""
+        from tfc.backends.llvm.runtime.symbols import limited_threads
+        return limited_threads(threads)
 
     def profiled(self) -> "LLVMBackend":
         """This backend with kernel timing on (``profile=True``), for ``tfc bench``."""

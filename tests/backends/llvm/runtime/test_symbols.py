@@ -48,3 +48,29 @@ def test_libc_has_the_symbols_we_bind(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(other, ctypes.CDLL)
     for name in symbols._C_SYMBOLS:
         assert getattr(other, name)
+
+
+def test_overlapping_blas_limits_keep_the_smallest_and_restore_the_count_last_out():
+    """Holders of the process-wide OpenBLAS limit may leave in any order: the count in
+    force is the smallest asked for, and the last one out restores the original."""
+    from tfc.backends.llvm.runtime.symbols import (get_num_threads, limited_threads,
+                                                   set_num_threads)
+
+    before = get_num_threads()
+    set_num_threads(3)
+    try:
+        first, second = limited_threads(2), limited_threads(1)
+        first.__enter__()
+        assert get_num_threads() == 2
+        second.__enter__()
+        assert get_num_threads() == 1
+        first.__exit__(None, None, None)  # the first in leaves first
+        assert get_num_threads() == 1
+        second.__exit__(None, None, None)
+        assert get_num_threads() == 3
+        with pytest.raises(ValueError), limited_threads(2):
+            assert get_num_threads() == 2
+            raise ValueError("a failing step")
+        assert get_num_threads() == 3
+    finally:
+        set_num_threads(before)

@@ -26,6 +26,8 @@ import importlib.util
 import os
 import sys
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 import llvmlite.binding as llvm
 
@@ -194,3 +196,43 @@ def set_num_threads(n: int) -> None:
 def get_num_threads() -> int:
     """OpenBLAS's own thread count (``set_num_threads``)."""
     return int(openblas().scipy_openblas_get_num_threads())
+
+
+# ``limited_threads``: the requests in force (one entry per holder) and the count OpenBLAS had
+# before the first of them; guarded by ``_limit_lock``.
+_limit_lock = threading.Lock()
+_limits: list[int] = []
+_unlimited = 0
+
+
+def _apply(n: int) -> None:
+    if get_num_threads() != n:
+        set_num_threads(n)
+
+
+@contextmanager
+def limited_threads(n: int) -> Iterator[None]:
+    """OpenBLAS on at most ``n`` threads while the block runs.
+
+    OpenBLAS has one thread count for the whole process, so every holder goes through
+    here (the multi-device executor's steps, ``tfc calibrate``): the first one in saves
+    the count, the count in force is the smallest that any current holder asked for, and
+    the last one out restores the saved count. Holders may overlap in any order and on
+    any threads (two partitioned programs stepping at once) and the count always comes
+    back. The rule while a limit is held: every GEMM of the process runs at that count,
+    those of a single-device program on another thread included. OpenBLAS offers no
+    per-call count; and while a partitioned step runs, its devices already take the
+    cores, so a concurrent GEMM on the full count would only oversubscribe them."""
+    global _unlimited
+    n = max(1, int(n))
+    with _limit_lock:
+        if not _limits:
+            _unlimited = get_num_threads()
+        _limits.append(n)
+        _apply(min(_limits))
+    try:
+        yield
+    finally:
+        with _limit_lock:
+            _limits.remove(n)
+            _apply(min(_limits) if _limits else _unlimited)
