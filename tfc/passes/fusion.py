@@ -185,9 +185,10 @@ def splat_value(op: Op) -> np.ndarray | None:
         return None
     fill = opdef.fill_value(op.attrs)
     shape = op.result.type.shape
-    if fill is None or 0 in shape:
+    if fill is None or 0 in shape or not all(isinstance(d, int) for d in shape):
         return None
-    return np.broadcast_to(fill, shape)  # a view: nothing of the size of the result
+    # a view: nothing of the size of the result
+    return np.broadcast_to(fill, tuple(int(d) for d in shape))
 
 
 def _trial_expansion(op: Op) -> Graph | None:
