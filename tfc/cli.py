@@ -247,7 +247,7 @@ def _compile_report(program: Any, report: Any, out: str, init_s: float, save_s: 
     print()
     delta = report.ops_after - report.ops_before
     print(f"ops: {report.ops_before} before passes, {report.ops_after} after ({delta:+d})")
-    from tfc.runtime.initializers import format_bytes
+    from tfc.units import format_bytes
     # sizes from the declared types: the report must not materialize initializers
     decls = program.module.variables
     inits = program.initializers

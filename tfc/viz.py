@@ -37,6 +37,7 @@ from tfc.ir.printer import format_attr
 from tfc.ir.types import SYMBOL_SIZE
 from tfc.passes.partition import Partition, device_graphs, devices_of, single_device
 from tfc.pipeline import lower_for_devices
+from tfc.units import format_bytes
 
 
 PALETTE = ["#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#bcbd22", "#e377c2",
@@ -115,13 +116,6 @@ def _clip(s: str, n: int) -> str:
     return s if len(s) <= n else s[:max(1, n - 1)] + "\u2026"
 
 
-def _bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
-
-
 def _attr_text(v: Any, kind: str | None = None) -> str:
     if isinstance(v, np.ndarray):
         if v.size <= 8:
@@ -165,7 +159,7 @@ def _op_node(op: Op, nid: str, lane: str) -> _Node:
         value = (op.inputs[0] if op.kind == "send" and op.inputs
                  else op.results[0] if op.results else None)
         if value is not None:
-            lines.append(f"carries: {_bytes(value.type.nbytes(SYMBOL_SIZE))} per step "
+            lines.append(f"carries: {format_bytes(value.type.nbytes(SYMBOL_SIZE))} per step "
                          f"(B={SYMBOL_SIZE})")
     for k, v in op.attrs.items():
         lines.append(f"  {k} = {_attr_text(v, 'shape' if k == 'shape' else None)}")
@@ -262,8 +256,8 @@ def _scene(module: Module, entry: str, prefix: str) -> _Scene:
         scene.transfers += 1
         scene.transfer_bytes += nbytes
         edges.append(_Edge(s.id, recv.id, True, f"{s.lane} \u2192 {recv.lane}: {value_type}, "
-                           f"{_bytes(nbytes)} per step (B={SYMBOL_SIZE})\nkey {key}",
-                           label=_bytes(nbytes), key=key))
+                           f"{format_bytes(nbytes)} per step (B={SYMBOL_SIZE})\nkey {key}",
+                           label=format_bytes(nbytes), key=key))
     lanes = list(module.devices)
     for n in nodes.values():
         if n.lane not in lanes:
@@ -519,7 +513,7 @@ def _summary(module: Module, entry: str, scene: _Scene) -> str:
     report = module.placement_reports.get(entry)
     ops = sum(1 for n in scene.nodes.values() if n.is_op)
     line = (f"{ops} ops in {len(scene.lanes)} partition{'s' if len(scene.lanes) != 1 else ''}; "
-            f"{scene.transfers} transfers, {_bytes(scene.transfer_bytes)} per step "
+            f"{scene.transfers} transfers, {format_bytes(scene.transfer_bytes)} per step "
             f"(B={SYMBOL_SIZE})")
     lines = [report.summary()] if report is not None and hasattr(report, "summary") else []
     if len(scene.lanes) == 1 and not module.devices:

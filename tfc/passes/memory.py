@@ -65,6 +65,7 @@ from tfc.ir.registry import ELEMENTWISE, VIEW, lookup, writes_variable
 from tfc.ir.types import UNKNOWN, TensorType
 from tfc.passes.dce import has_effect
 from tfc.passes.manager import parse_bytes, register_pass
+from tfc.units import format_bytes
 
 # Results of these ops live outside the arena.
 EXTERNAL_OPS = frozenset({"var.read", "constant"})
@@ -374,8 +375,8 @@ def check_budget(plan: MemoryPlan, graph: Graph, budget: int) -> None:
     at = (f" (at the nominal size {', '.join(f'{s}={NOMINAL_SYMBOL}' for s in symbols)} "
           f"of its symbolic dims)") if symbols else ""
     raise TfcError(f"memory: the arena of @{graph.name} needs {arena} bytes "
-                   f"({_fmt_bytes(arena)}){at}, over the budget of {budget} bytes "
-                   f"({_fmt_bytes(budget)})")
+                   f"({format_bytes(arena)}){at}, over the budget of {budget} bytes "
+                   f"({format_bytes(budget)})")
 
 
 def plan_memory(graph: Graph) -> MemoryPlan:
@@ -690,14 +691,6 @@ def _names(graph: Graph) -> dict[Value, str]:
     return dict(namer.names)
 
 
-def _fmt_bytes(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    if n < 1024 ** 2:
-        return f"{n / 1024:.1f} KiB"
-    return f"{n / 1024 ** 2:.1f} MiB"
-
-
 def _report(plan: MemoryPlan, bindings: Mapping[str, int] | None) -> str:
     symbols = sorted({s for b in plan.buffers for v in b.values
                       for s in Size.of(v.type).symbols})
@@ -719,8 +712,8 @@ def _report(plan: MemoryPlan, bindings: Mapping[str, int] | None) -> str:
         lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4])
     arena, peak, base = plan.arena_bytes(at), plan.peak_live_bytes(at), plan.no_reuse_bytes(at)
     ratio = f" = {arena / base:.2f}x no reuse" if base else ""
-    lines.append(f"arena {arena} bytes ({_fmt_bytes(arena)}){ratio}; peak live {peak} bytes "
-                 f"({_fmt_bytes(peak)}); no reuse {base} bytes ({_fmt_bytes(base)})")
+    lines.append(f"arena {arena} bytes ({format_bytes(arena)}){ratio}; peak live {peak} bytes "
+                 f"({format_bytes(peak)}); no reuse {base} bytes ({format_bytes(base)})")
     views = len(plan.alias_of) - len(plan.in_place)
     lines.append(f"{len(plan.buffer_of)} values in {len(plan.buffers)} buffers, "
                  f"{len(plan.in_place)} in place, {views} views"

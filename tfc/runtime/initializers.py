@@ -26,6 +26,7 @@ from tfc.ir.core import INIT_GRAPH, Graph, Module, Op, VariableDecl
 from tfc.ir.interpret import ExecContext
 from tfc.ir.printer import is_splat
 from tfc.ir.registry import STATEFUL, lookup, writes_variable
+from tfc.units import format_bytes
 
 # A variable larger than this that is materialized (from its initializer or a stored
 # value) gets a warning naming it and its size: a typo in a shape ([65536, 65536]) should
@@ -125,13 +126,3 @@ def warn_if_large(decl: VariableDecl, source: str) -> None:
         where = f" ({decl.loc})" if decl.loc is not None else ""
         warnings.warn(f"variable @{decl.name} ({decl.type}) takes {format_bytes(size)} of "
                       f"memory, materialized from {source}{where}", stacklevel=3)
-
-
-def format_bytes(n: int) -> str:
-    """``512 B``, ``3.0 KiB`` ... ``16.0 GiB``."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
