@@ -10,6 +10,7 @@ from tfc.pipeline import Target, lower
 from tfc.runtime.estimate import estimate_entry, unfused_graph
 from tfc.runtime.pgo import _estimates
 from tfc.runtime.profiler import bench_entry
+from tfc.runtime import load
 from tfc.runtime.program import Program
 from tfc.testing import split_mlp_module
 
@@ -26,6 +27,24 @@ def test_tfc_bench_and_profile_runs_predict_the_same_step(devices):
     assert report.estimated_s is not None and report.estimated_s > 0
     assert report.estimated_s == estimate_entry(module, "train", 16)
     assert _estimates(module, 16, None)["train"] == report.estimated_s
+
+
+@pytest.mark.parametrize("devices", [(), ("/cpu:0", "/cpu:1")],
+                         ids=["one device", "partitioned"])
+def test_an_artifact_is_predicted_as_the_module_it_was_saved_from(devices, tmp_path):
+    """``tfc bench`` estimates a loaded artifact, profile runs the module just lowered:
+    an artifact keeps no record of what its fusions were made of, so both estimate the
+    graph as compiled, and print the same."""
+    # wide enough that a fused kernel and its ops estimate differently
+    module = lower(split_mlp_module(list(devices) or [None], sizes=(64, 256, 256, 10)),
+                   Target("llvm", devices), verify=False)
+    path = tmp_path / "m.tfc"
+    Program(module, backend="llvm").save(path)
+    loaded = load(path, backend="llvm")
+    feeds = {"x": np.ones((16, 64), np.float32), "y": np.zeros(16, np.int32)}
+    report = bench_entry(loaded, "train", feeds, steps=1, warmup=1)
+    assert report.estimated_s == pytest.approx(estimate_entry(module, "train", 16))
+    assert report.estimated_s == pytest.approx(_estimates(module, 16, None)["train"])
 
 
 def test_measured_costs_reach_the_ops_inside_fusions():

@@ -6,7 +6,6 @@ import pytest
 
 from tfc.passes.placement import estimate_placed
 from tfc.pipeline import Target, lower
-from tfc.runtime.estimate import unfused_graph
 from tfc.runtime.profiler import BenchReport, bench_entry
 from tfc.runtime.program import Program
 from tfc.testing import split_mlp_module
@@ -25,12 +24,12 @@ def test_a_one_device_program_gets_a_prediction_at_the_feeds_batch(backend):
     assert "predicted" in report.summary() and "measured / predicted" in report.summary()
 
 
-def test_a_lowered_program_is_predicted_from_the_graph_the_placer_saw():
+def test_a_lowered_program_is_predicted_from_its_fused_graph():
     module = lower(split_mlp_module([None]), Target("llvm"), verify=False)
     assert any(op.kind == "fusion" for op in module.graphs["train"].ops)
     report = bench_entry(Program(module, backend="llvm"), "train", FEEDS, steps=1, warmup=1)
-    unfused, _ = unfused_graph(module.graphs["train"])
-    assert report.estimated_s == pytest.approx(estimate_placed(unfused, ["/cpu:0"], 16))
+    assert report.estimated_s == pytest.approx(
+        estimate_placed(module.graphs["train"], ["/cpu:0"], 16))
 
 
 def test_the_summary_gives_measured_over_predicted():
