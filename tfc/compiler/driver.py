@@ -25,7 +25,6 @@ from tfc.pipeline import DEFAULT_PIPELINE, Target, lower, target_pipeline
 from tfc.passes.manager import parse_pipeline
 
 if TYPE_CHECKING:
-    from tfc.runtime.pgo import ProfileReport
     from tfc.runtime.program import Program
 
 Pipeline = str | Sequence[str]
@@ -41,7 +40,7 @@ class CompileReport:
     ops_after: int = 0
     load_seconds: float = 0.0
     pass_seconds: list[tuple[str, float]] = field(default_factory=list)
-    profile: "ProfileReport | None" = None  # with profile_runs
+    profile: Any = None  # a tfc.runtime.pgo.ProfileReport, with profile_runs
 
 
 def count_ops(module: Module) -> int:
