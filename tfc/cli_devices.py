@@ -13,8 +13,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tfc.errors import TfcError
 
 if TYPE_CHECKING:
@@ -97,7 +95,7 @@ def profile_summary(profile: DeviceProfile) -> str:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from tfc.cli import _table, check_at_least, check_output_path, load_artifact_arg, parse_feeds
-    from tfc.runtime.feeds import check_feed_names, synthetic_feed
+    from tfc.runtime.feeds import check_feed_names, synthetic_feeds
     from tfc.runtime.profiler import bench_entry
     from tfc.runtime.trace import Tracer
 
@@ -112,11 +110,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     feeds = parse_feeds(args.feed)
     # before synthetic feeds are made and announced
     check_feed_names(program.entry(entry), feeds, f"entry '{entry}'")
-    rng = np.random.default_rng(0)
-    synthetic = [f.name for f in sig.feeds if f.name not in feeds]
-    for f in sig.feeds:
-        if f.name not in feeds:
-            feeds[f.name] = synthetic_feed(f.type, args.batch, rng)
+    synthetic = synthetic_feeds(sig, args.batch, given=feeds)
+    feeds.update(synthetic)
     if synthetic:
         print(f"synthetic feeds (batch {args.batch}): {', '.join(synthetic)}", file=sys.stderr)
     tracer = Tracer()

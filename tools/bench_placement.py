@@ -23,9 +23,9 @@ hits all of them alike; one repeat is ``bench_entry`` with warm-up steps and
 ``--steps`` timed steps (default: as many as take ~0.15 s, 3 to 200). A program's
 measured step is the median of its repeats' medians.
 
-Predicted is ``BenchReport.estimated_s`` (the model's step at the feeds' batch); where a
-tree's ``bench_entry`` gives none (one device, before #16), it is
-``tfc.passes.placement.estimate_placed`` of the entry as placed, and the JSON says which.
+Predicted is the model's step at the feeds' batch, ``tfc.runtime.estimate.estimate_entry``
+of the entry as compiled: what ``tfc bench`` (``BenchReport.estimated_s``) and
+``tfc compile --profile-runs`` print for the same module.
 The chosen candidate and every candidate's estimate come from the compile's
 ``module.placement_reports[entry]`` (those are at the placer's symbol size).
 
@@ -95,7 +95,6 @@ class Timing:
 
     medians: list[float] = field(default_factory=list)
     predicted_s: float | None = None
-    predicted_source: str | None = None  # "bench_entry" or "estimate_placed"
 
     @property
     def median_s(self) -> float:
@@ -186,7 +185,7 @@ def _timing_json(t: Timing | None) -> dict[str, Any] | None:
     if t is None:
         return None
     return {"median_s": t.median_s, "medians_s": t.medians, "spread": t.spread,
-            "predicted_s": t.predicted_s, "predicted_source": t.predicted_source}
+            "predicted_s": t.predicted_s}
 
 
 # ---- compiling ----------------------------------------------------------------------
@@ -226,14 +225,6 @@ def entry_of(program: Any) -> str:
     return "train_step" if "train_step" in entries else entries[0]
 
 
-def synthetic_feeds(program: Any, entry: str, batch: int) -> dict[str, np.ndarray]:
-    """Feeds of ``entry`` as ``tfc bench`` makes them (normal floats, zero integers)."""
-    from tfc.runtime.feeds import synthetic_feed
-    sig = program.entries.get(entry) or program.entry(entry)
-    rng = np.random.default_rng(0)
-    return {f.name: synthetic_feed(f.type, batch, rng) for f in sig.feeds}
-
-
 # ---- timing -------------------------------------------------------------------------
 
 @dataclass
@@ -246,18 +237,10 @@ class Contender:
     timing: Timing = field(default_factory=Timing)
 
 
-def predicted(program: Any, entry: str, report: Any, batch: int) -> tuple[float | None, str]:
-    """The model's step for ``program``: ``bench_entry``'s estimate, else (a tree where it
-    gives none for one device) ``estimate_placed`` of the entry as placed."""
-    if report.estimated_s is not None:
-        return float(report.estimated_s), "bench_entry"
-    from tfc.passes.placement import estimate_placed
-    module = program.module
-    try:
-        return (float(estimate_placed(module.graphs[entry], list(module.devices) or ["/cpu:0"],
-                                      batch)), "estimate_placed")
-    except Exception as e:  # noqa: BLE001  (no prediction: the row says so)
-        return None, f"estimate_placed failed: {e}"
+def predicted(program: Any, entry: str, batch: int) -> float:
+    """The model's step of ``entry`` of ``program`` at ``batch`` (``estimate_entry``)."""
+    from tfc.runtime.estimate import estimate_entry
+    return float(estimate_entry(program.module, entry, batch))
 
 
 def time_contenders(contenders: list[Contender], entry: str, feeds: dict[str, np.ndarray],
@@ -273,14 +256,14 @@ def time_contenders(contenders: list[Contender], entry: str, feeds: dict[str, np
         for c in contenders[r % len(contenders):] + contenders[:r % len(contenders)]:
             report = bench_entry(c.program, entry, feeds, c.steps, warmup=warmup)
             c.timing.medians.append(report.median_s)
-            c.timing.predicted_s, c.timing.predicted_source = predicted(
-                c.program, entry, report, batch)
+            c.timing.predicted_s = predicted(c.program, entry, batch)
 
 
 def bench_model(name: str, path: Path, device_counts: Sequence[int], backend: str,
                 args: argparse.Namespace) -> list[Row]:
     """Every row of one model: compile its programs, time them together, judge."""
     from tfc.errors import TfcError
+    from tfc.runtime.feeds import synthetic_feeds
     t0 = time.perf_counter()
     baseline = Contender((1, "one device"), compile_program(path, backend, ()))
     entry = entry_of(baseline.program)
@@ -308,7 +291,8 @@ def bench_model(name: str, path: Path, device_counts: Sequence[int], backend: st
                     rows[n].chosen = placed.chosen
                     rows[n].candidates = {k: float(v) for k, v in placed.candidates.items()}
     contenders = [c for c in contenders if c is baseline or rows[c.key[0]].status == "ok"]
-    feeds = synthetic_feeds(baseline.program, entry, args.batch)
+    sig = baseline.program.entries.get(entry) or baseline.program.entry(entry)
+    feeds = synthetic_feeds(sig, args.batch)
     t1 = time.perf_counter()
     time_contenders(contenders, entry, feeds, args.repeats, args.warmup, args.steps, args.batch)
     print(f"{name}: compiled {len(contenders)} programs in {t1 - t0:.1f} s, timed them in "

@@ -6,7 +6,7 @@ import pytest
 from tfc.errors import FeedError
 from tfc.ir.core import Graph
 from tfc.ir.types import DType, TensorType
-from tfc.runtime.feeds import check_feeds
+from tfc.runtime.feeds import check_feeds, synthetic_feeds
 
 
 def graph() -> Graph:
@@ -119,3 +119,18 @@ def test_bool_placeholder():
         check_feeds(g, {"mask": [2, 0]})
     with pytest.raises(FeedError, match=r"np.bool_"):
         check_feeds(g, {"mask": np.array([1, 0], np.int32)})
+
+
+def test_synthetic_feeds_are_seeded_and_skip_the_given_ones():
+    from tfc.runtime.program import EntrySignature
+    g = graph()
+    feeds = synthetic_feeds(g, 5)
+    assert list(feeds) == ["x", "labels", "lr"]
+    assert feeds["x"].shape == (5, 64) and feeds["x"].dtype == np.float32
+    assert feeds["labels"].shape == (5,) and not feeds["labels"].any()
+    assert feeds["lr"].shape == () and feeds["lr"].dtype == np.float64
+    again = synthetic_feeds(EntrySignature.of(g), 5)  # an artifact's signature: the same
+    assert all(np.array_equal(feeds[k], again[k]) for k in feeds)
+    assert not np.array_equal(synthetic_feeds(g, 5, seed=1)["x"], feeds["x"])
+    assert list(synthetic_feeds(g, 5, given={"x": None})) == ["labels", "lr"]
+    check_feeds(g, feeds)  # what the entry takes

@@ -17,7 +17,7 @@ import pytest
 import tfc
 from tfc.backends.llvm import LLVMBackend
 from tfc.cli import main
-from tfc.devices import load_profile
+from tfc.devices import DeviceProfile, DeviceRates, LinkRates, load_profile
 from tfc.ir.core import Module
 from tfc.passes.cost_model import CostModel, MeasuredCosts, op_signature
 from tfc.passes.fusion import fused_ops
@@ -145,7 +145,8 @@ def test_profile_of_a_partitioned_step_covers_every_stage():
     model = CostModel(load_profile(), symbol_size=16)
     prof = profile_entry(program, "train", FEEDS, 3, model, warmup=1)
 
-    assert prof.executor and prof.threads >= 1 and len(prof.step_s) == 3
+    assert prof.executor and len(prof.step_s) == 3
+    assert prof.threads == min(exe.threads.values())  # what the executor gave the devices
     stage_ops = {op for plan in exe.plans for st in plan.stages if st.graph is not None
                  for op in unfused_ops(st.graph)}
     assert set(prof.op_seconds) == stage_ops
@@ -160,30 +161,71 @@ def test_profile_of_a_partitioned_step_covers_every_stage():
     costs = measured_costs([prof], 16)
     assert costs.symbol_size == 16 and costs.threads == prof.threads
     assert costs.handoff_s is not None and costs.handoff_s >= 0
-    assert costs.step_s is not None and costs.step_s >= 0  # wall less the native span
+    # wall less the native span, a fixed cost of the executor's step, not a one-device one
+    assert costs.executor_step_s is not None and costs.executor_step_s >= 0
+    assert costs.step_s is None
     sigs = {op_signature(op, 16) for op in stage_ops}
     assert set(costs.seconds) == sigs
+
+
+def _doubling_model(symbol_size: int = 64) -> CostModel:
+    """A 2-core host whose rates double from 1 thread to 2 (no kernel-start floor)."""
+    return CostModel(DeviceProfile({}, {}, LinkRates(1e9, 1e-4), source="test", cores=2,
+                                   cpu=DeviceRates.flat(1e11, 1e10, 1e-15, cores=2)),
+                     symbol_size)
 
 
 def test_measured_costs_take_medians_by_signature():
     m, ops = _optimized()
     a, b = [op for op in ops if op.kind == "matmul"][:2]
-    one = EntryProfile("f", threads=2, executor=False,
+    one = EntryProfile("f", threads=1, executor=False,
                        op_seconds={a: [1.0, 5.0, 3.0], b: [2.0, 2.0, 2.0]},
                        fixed_s=[4e-6, 6e-6, 5e-6], lookup_s=[1e-6])
     two = EntryProfile("g", threads=1, executor=True, op_seconds={a: [7.0]},
                        fixed_s=[1.0], handoff_s=[3e-5, 1e-5, 2e-5])
-    costs = measured_costs([one, two], 64)
+    costs = measured_costs([one, two], 64, model=_doubling_model())
     sa, sb = op_signature(a, 64), op_signature(b, 64)
     if sa == sb:
         assert costs.seconds == {sa: 2.5}  # median of 1, 5, 3, 2, 2, 2, 7
     else:
         assert costs.seconds == {sa: 4.0, sb: 2.0}
-    assert costs.threads == 1  # the fewest: what the devices with a share ran with
+    assert costs.threads == 1
     assert costs.handoff_s == 2e-5  # transfers that were waited for
-    assert math.isclose(costs.step_s, 5.5e-6)  # the median of 4, 6, 5 us and 1 s
-    only_lookups = measured_costs([one], 64)
-    assert only_lookups.handoff_s == 1e-6 and only_lookups.threads == 2
+    only_lookups = measured_costs([one], 64, model=_doubling_model())
+    assert only_lookups.handoff_s == 1e-6 and only_lookups.threads == 1
+
+
+def test_measured_costs_scale_op_times_to_one_thread_count():
+    """A split entry's ops ran at one thread each, a one-device entry's at two: a sample
+    at two threads is scaled by the curves (here 2x) to one thread before the median,
+    not pooled as if both were taken at one."""
+    m, ops = _optimized()
+    a = next(op for op in ops if op.kind == "matmul")
+    split = EntryProfile("train", threads=1, executor=True, op_seconds={a: [3.0, 3.0]})
+    alone = EntryProfile("predict", threads=2, executor=False, op_seconds={a: [1.0, 1.0]})
+    costs = measured_costs([split, alone], 64, model=_doubling_model())
+    assert costs.threads == 1
+    assert costs.seconds == {op_signature(a, 64): pytest.approx(2.5)}  # of 3, 3, 2, 2
+    assert costs.threads == 1
+
+
+def test_measured_fixed_costs_are_kept_apart_for_one_device_and_the_executor():
+    """The fixed cost of a one-device step (ms on a big model: Program.run, updates)
+    replaces the model's ``step_s`` only; the executor's its ``executor_step_s``."""
+    m, ops = _optimized()
+    one = EntryProfile("predict", threads=2, executor=False, kernel_s=[1.0] * 3,
+                       fixed_s=[4e-3, 6e-3, 5e-3])
+    split = EntryProfile("train", threads=1, executor=True, kernel_s=[1.0] * 3,
+                         fixed_s=[2e-5, 3e-5, 1e-5])
+    costs = measured_costs([one, split], 64, model=_doubling_model())
+    assert costs.step_s == pytest.approx(5e-3) and costs.executor_step_s == pytest.approx(2e-5)
+    model = CostModel(_doubling_model().profile, 64, measured=costs)
+    assert model.step_s == pytest.approx(5e-3)
+    assert model.executor_step_s == pytest.approx(2e-5)
+    only_split = measured_costs([split], 64, model=_doubling_model())
+    assert only_split.step_s is None
+    model = CostModel(_doubling_model().profile, 64, measured=only_split)
+    assert model.step_s == _doubling_model().profile.step_s  # the profile's: not measured
 
 
 def test_the_cost_model_scales_measured_times_to_its_batch():

@@ -244,7 +244,9 @@ class Module:
     # (``tfc.passes.partition``): its stage graphs are graphs of this module, not entries.
     partitions: dict[str, "PartitionTable"] = field(default_factory=dict)
     # What a profiling run measured of the entries' ops (``tfc.passes.cost_model
-    # .MeasuredCosts``), for placement's cost model; not serialized.
+    # .MeasuredCosts``), for placement's cost model; not serialized. Typed Any: the ir
+    # layer may not name a type of the passes layer, not even for type checking
+    # (tests/test_layering.py).
     measured_costs: Any = None
 
     def add_graph(self, graph: Graph) -> Graph:

@@ -92,6 +92,7 @@ class MeasuredCosts:
     seconds: dict[str, float]   # op_signature -> median seconds of one such op
     handoff_s: float | None = None   # measured cost per in-process transfer, if measured
     step_s: float | None = None      # measured fixed cost per step, if measured
+    executor_step_s: float | None = None  # ... per step of the multi-device executor
     source: str = "profile run"
     # the size symbolic dims had in the run (its batch): ``seconds`` is keyed with it, and
     # a model of another ``symbol_size`` scales the times by its curves
@@ -128,14 +129,18 @@ class CostModel:
 
     @property
     def step_s(self) -> float:
-        """Fixed cost of one step (a ``Program.run``)."""
+        """Fixed cost of one step of a one-device program (a ``Program.run``; measured
+        on one if it was)."""
         if self.measured is not None and self.measured.step_s is not None:
             return self.measured.step_s
         return self.profile.step_s
 
     @property
     def executor_step_s(self) -> float:
-        """Fixed cost of one step of the multi-device executor."""
+        """Fixed cost of one step of the multi-device executor (measured on the executor
+        if it was: a one-device step's fixed cost is another)."""
+        if self.measured is not None and self.measured.executor_step_s is not None:
+            return self.measured.executor_step_s
         return self.profile.executor_step_s
 
     @property

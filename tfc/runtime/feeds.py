@@ -24,13 +24,16 @@ that mentions it. ``?`` matches any size.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
 
 import numpy as np
 
 from tfc.errors import FeedError
 from tfc.ir.core import Graph
 from tfc.ir.types import UNKNOWN, DType, TensorType, format_shape
+
+if TYPE_CHECKING:
+    from tfc.runtime.program import EntrySignature
 
 
 def expected_feeds(graph: Graph) -> str:
@@ -167,3 +170,18 @@ def synthetic_feed(t: TensorType, batch: int, rng: np.random.Generator) -> np.nd
     if t.dtype.is_float:
         return rng.standard_normal(shape).astype(t.dtype.np)
     return np.zeros(shape, t.dtype.np)
+
+
+def synthetic_feeds(entry: "Graph | EntrySignature", batch: int, seed: int = 0,
+                    given: Collection[str] = ()) -> dict[str, np.ndarray]:
+    """The feeds of ``entry`` (a graph, or an artifact's ``EntrySignature``) made up for
+    timing, one ``synthetic_feed`` each in argument order from one generator seeded with
+    ``seed`` (so every program timed on them gets the same), but those named in
+    ``given`` (the user's own): what ``tfc bench``, profile runs and the placement
+    benchmark all time with."""
+    if isinstance(entry, Graph):
+        specs = list(zip(entry.arg_names, (a.type for a in entry.args)))
+    else:
+        specs = [(f.name, f.type) for f in entry.feeds]
+    rng = np.random.default_rng(seed)
+    return {name: synthetic_feed(t, batch, rng) for name, t in specs if name not in given}

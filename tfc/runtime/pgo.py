@@ -6,7 +6,7 @@ white paper's cost model meant by "measured execution time":
 
 1. **before**: the module is lowered as without the flag: the cost model places it.
 2. **profile**: every entry runs ``N`` steps (after two warm-up steps) with synthetic
-   feeds (``tfc.runtime.feeds.synthetic_feed``, as ``tfc bench`` makes them, at
+   feeds (``tfc.runtime.feeds.synthetic_feeds``, as ``tfc bench`` makes them, at
    ``batch``) on the real devices, compiled with kernel timing on (the LLVM backend's
    ``profiled()``). Each kernel's time, and each copy's between them (into fetches and
    update buffers), goes to the ops of the unfused graph it works for
@@ -22,7 +22,10 @@ white paper's cost model meant by "measured execution time":
    each device ran with, the median hand-off of a transfer (send in one thread -> recv
    returning in the other, from the executor's trace, for transfers the receiver waited
    for) and the median fixed cost of a step (its wall time less the span of its
-   kernels and copies: ``Program.run``, the executor's dispatch, the variable updates).
+   kernels and copies: ``Program.run``, the executor's dispatch, the variable updates),
+   apart for one-device programs and the multi-device executor. Op times taken at
+   different thread counts (a split entry runs at the devices' share of the cores, a
+   one-device entry at all of them) are scaled by the model's curves to one count.
 3. **after**: a fresh copy of the module, with ``module.measured_costs`` set, is placed
    and lowered again: the placer now uses the measured costs where it has them (scaled
    by its curves to its own thread counts and symbol size).
@@ -37,7 +40,7 @@ Every entry is profiled and timed (``tfc compile`` has no entry option; each ent
 placement changes with the measured costs, so each must be measured to keep "never
 worse"; the choice is per module, by the sum of the entries' median steps: variables
 are shared, so entries cannot each keep another placement). The report estimates at
-``batch`` too, on each lowered entry rebuilt as the placer saw it (``unfused_graph``).
+``batch`` too, as ``tfc bench`` does (``tfc.runtime.estimate.estimate_entry``).
 Profiling needs a backend that times its kernels (the LLVM backend): on any other
 ``profile_guided_placement`` raises a one-line ``TfcError``, never doing nothing.
 Programs made for measuring are twins with copies of the initial variables: the
@@ -56,9 +59,10 @@ import numpy as np
 
 from tfc.backends.base import Backend, get_backend
 from tfc.errors import TfcError
-from tfc.ir.core import Graph, Module, Op, Value
+from tfc.ir.core import Graph, Module, Op
 from tfc.passes.fusion import fused_ops
-from tfc.runtime.feeds import synthetic_feed
+from tfc.runtime.estimate import estimate_entry, unfused_graph, unfused_ops
+from tfc.runtime.feeds import synthetic_feeds
 from tfc.runtime.trace import Tracer
 
 if TYPE_CHECKING:
@@ -72,53 +76,6 @@ BEFORE, AFTER, ONE_DEVICE = "before", "after", "one device"
 
 
 # ---- kernels -> ops ------------------------------------------------------------------------
-
-def unfused_ops(graph: Graph) -> list[Op]:
-    """The ops of the unfused graph that ``graph`` (fused or not) computes: each op in
-    turn, a fusion replaced by its sources, and before them any splat constant the
-    fusion pass copied into regions and then dropped (it was no group's member). These
-    are the ops ``op_times`` charges; the ops of ``graph`` itself that are no fusion
-    take the fusions' results as inputs now (``unfused_graph`` rewires them)."""
-    out: list[Op] = []
-    seen: set[Op] = set()
-    for op in graph.ops:
-        for src in fused_ops(op):
-            for v in src.inputs:
-                p = v.op
-                if p is not None and p not in seen and not p.inputs and not p.regions \
-                        and p.kind != "fusion":
-                    seen.add(p)  # a producer that is no op of the graph: a dropped constant
-                    out.append(p)
-            if src not in seen:
-                seen.add(src)
-                out.append(src)
-    return out
-
-
-def unfused_graph(graph: Graph) -> tuple[Graph, dict[Op, Op]]:
-    """``graph`` as the placer saw it, rebuilt from ``unfused_ops`` (copies, with their
-    devices, the inputs of ops outside fusions wired back from the fusions' results to
-    the values those stand for), with each op of ``unfused_ops`` mapped to its copy: the
-    graph estimates of a lowered entry simulate."""
-    stands_for: dict[Value, Value] = {}
-    for op in graph.ops:
-        if op.kind == "fusion" and op.regions and op.regions[0].source_results:
-            stands_for.update(zip(op.results, op.regions[0].source_results))
-    out = Graph(graph.name)
-    copies: dict[Value, Value] = {a: out.add_arg(a.type, a.name) for a in graph.args}
-    copy_of: dict[Op, Op] = {}
-
-    def wired(v: Value) -> Value:
-        v = stands_for.get(v, v)
-        return copies.get(v, v)
-
-    for op in unfused_ops(graph):
-        new = out.append(op.clone([wired(v) for v in op.inputs]))
-        copies.update(zip(op.results, new.results))
-        copy_of[op] = new
-    out.set_results([wired(v) for v in graph.results], list(graph.result_names))
-    return out, copy_of
-
 
 def op_times(steps: Sequence[tuple[Sequence[Op], float, float]],
              estimate: Callable[[Op], float], graph: Graph | None = None) -> dict[Op, float]:
@@ -222,15 +179,14 @@ def _stage_executables(exe: Any, device: str) -> list[tuple[str, Any]]:
 
 
 def _threads(program: "Program", exe: Any) -> int:
-    """The threads each device of ``exe`` ran its kernels with (as the executor and
-    the backend decide them: a backend given a thread count keeps it)."""
-    from tfc.devices import cpu_count, threads_per_device
+    """The threads each device of ``exe`` ran its kernels with: what the executor gave
+    the devices that compute (``PartitionedExecutable.threads``), else what the backend
+    runs a one-device program with."""
+    from tfc.devices import cpu_count
     from tfc.runtime.executor import PartitionedExecutable
-    backend = program.backend
-    if isinstance(exe, PartitionedExecutable) and getattr(backend, "threads", 0) is None:
-        busy = [p.device for p in exe.plans if any(st.executable for st in p.stages)]
-        return min(threads_per_device(busy).values(), default=1)
-    count = getattr(backend, "thread_count", None)
+    if isinstance(exe, PartitionedExecutable):
+        return min(exe.threads.values(), default=1)
+    count = getattr(program.backend, "thread_count", None)
     return int(count()) if count is not None else cpu_count()
 
 
@@ -297,31 +253,51 @@ def profile_entry(program: "Program", entry: str, feeds: Mapping[str, Any], step
 
 
 def measured_costs(profiles: Sequence[EntryProfile], symbol_size: int,
-                   source: str = "profile run") -> "MeasuredCosts":
-    """The ``MeasuredCosts`` of ``profiles``: per op signature (``op_signature(op,
-    symbol_size)``, ``symbol_size`` the batch the steps ran at) the median seconds of
-    one such op over every op with it and every quiet step (``quiet_steps``); the
-    devices' thread count; the
-    median hand-off of a transfer (of those the receiver waited for; else the median
-    time spent in a recv); and the median fixed cost of a quiet step (its wall time less
-    the span of its native steps: ``Program.run``, the executor's dispatch, the update
-    of the variables), over all entries."""
-    from tfc.passes.cost_model import MeasuredCosts, op_signature
+                   source: str = "profile run", model: "CostModel | None" = None
+                   ) -> "MeasuredCosts":
+    """The ``MeasuredCosts`` of ``profiles``, over all entries and their quiet steps
+    (``quiet_steps``):
+
+    - per op signature (``op_signature(op, symbol_size)``, ``symbol_size`` the batch the
+      steps ran at) the median seconds of one such op, every sample first scaled by the
+      cost model's curves (``model``, default the device profile's) from the threads its
+      entry ran with to the least of them, ``threads``: an entry split over the devices
+      runs at their share of the cores, one on a single device at all of them, and a
+      sample of one is no sample of the other;
+    - the median hand-off of a transfer (of those the receiver waited for; else the
+      median time spent in a recv);
+    - the median fixed cost of a step (its wall time less the span of its native steps:
+      ``Program.run``, the dispatch, the update of the variables), apart for the steps of
+      one-device programs (``step_s``) and of the multi-device executor
+      (``executor_step_s``): each replaces the model's fixed cost of its kind only."""
+    from tfc.devices import load_profile
+    from tfc.passes.cost_model import CostModel, MeasuredCosts, op_signature
+    if model is None or model.symbol_size != symbol_size or model.measured is not None:
+        model = CostModel(model.profile if model is not None else load_profile(), symbol_size)
+    threads = min((p.threads for p in profiles), default=1)
     samples: dict[str, list[float]] = {}
     for p in profiles:
         quiet = p.quiet_steps()
         for op, secs in p.op_seconds.items():
+            scale = 1.0
+            if p.threads != threads:
+                there = model.op_seconds(op, p.threads, op.device)
+                scale = model.op_seconds(op, threads, op.device) / there if there > 0 else 1.0
             samples.setdefault(op_signature(op, symbol_size), []).extend(
-                secs[i] for i in quiet if i < len(secs))
-    threads = min((p.threads for p in profiles), default=1)
+                secs[i] * scale for i in quiet if i < len(secs))
     handoffs = [h for p in profiles for h in p.handoff_s] or \
         [h for p in profiles for h in p.lookup_s]
-    fixed = [p.fixed_s[i] for p in profiles for i in p.quiet_steps() if i < len(p.fixed_s)]
+
+    def fixed(executor: bool) -> float | None:
+        steps = [p.fixed_s[i] for p in profiles if p.executor == executor
+                 for i in p.quiet_steps() if i < len(p.fixed_s)]
+        return float(statistics.median(steps)) if steps else None
+
     return MeasuredCosts(
         threads=threads,
         seconds={sig: float(statistics.median(v)) for sig, v in samples.items()},
         handoff_s=float(statistics.median(handoffs)) if handoffs else None,
-        step_s=float(statistics.median(fixed)) if fixed else None,
+        step_s=fixed(executor=False), executor_step_s=fixed(executor=True),
         source=source, symbol_size=symbol_size)
 
 
@@ -369,7 +345,7 @@ def pin_unplaced(module: Module, device: str) -> Module:
     return module
 
 
-def placement_of(module: Module) -> tuple:
+def placement_of(module: Module) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """What the placement pass decided for every entry of a lowered ``module`` (each
     op's device, in op order), to tell placements apart."""
     return tuple((name, tuple(d for _, _, d in rep.placement))
@@ -416,8 +392,9 @@ class ProfileReport:
     signatures: int  # distinct op signatures measured
     handoff_s: float | None
     handoffs: int  # transfers the hand-off median is over
-    step_s: float | None
+    step_s: float | None  # measured fixed cost of a one-device program's step
     same_as_before: bool = False  # the measured costs gave the cost model's placement
+    executor_step_s: float | None = None  # ... and of a step of the multi-device executor
 
     def candidate(self, name: str) -> CandidateResult:
         return next(c for c in self.candidates if c.name == name)
@@ -432,7 +409,10 @@ class ProfileReport:
             parts.append(f"hand-off {self.handoff_s * 1e6:.1f} us per transfer (median of "
                          f"{self.handoffs})")
         if self.step_s is not None:
-            parts.append(f"fixed step cost {self.step_s * 1e6:.1f} us")
+            parts.append(f"fixed step cost {self.step_s * 1e6:.1f} us on one device")
+        if self.executor_step_s is not None:
+            parts.append(f"fixed step cost {self.executor_step_s * 1e6:.1f} us on the "
+                         f"executor")
         out.append("measured: " + ", ".join(parts))
         out += [f"@{e}: {n} ops with measured costs, {self.ops_modelled[e]} modelled"
                 for e, n in self.ops_measured.items()]
@@ -507,30 +487,11 @@ def _release(program: "Program") -> None:
             close()
 
 
-def _synthetic_feeds(module: Module, batch: int) -> dict[str, dict[str, np.ndarray]]:
-    """Per entry, synthetic feeds at ``batch`` (seeded: every placement gets the same)."""
-    out = {}
-    for name, graph in module.entries.items():
-        rng = np.random.default_rng(0)
-        out[name] = {n: synthetic_feed(a.type, batch, rng)
-                     for n, a in zip(graph.arg_names, graph.args)}
-    return out
-
-
 def _estimates(module: Module, batch: int, measured: "MeasuredCosts | None"
                ) -> dict[str, float]:
     """Each entry's estimated step as ``module`` places it, at ``batch``, by the cost
     model with ``measured`` costs (or without)."""
-    from tfc.passes.compress import transfer_policy
-    from tfc.passes.placement import estimate_placed
-    out: dict[str, float] = {}
-    for name, graph in module.entries.items():
-        unfused, _ = unfused_graph(graph)
-        compressed = (transfer_policy([unfused], module.variables) if module.fp16_transfers
-                      else set())
-        out[name] = estimate_placed(unfused, module.devices, batch, compressed=compressed,
-                                    measured=measured)
-    return out
+    return {name: estimate_entry(module, name, batch, measured) for name in module.entries}
 
 
 def _made_by(name: str, module: Module, device: str) -> dict[str, str]:
@@ -578,7 +539,7 @@ def profile_guided_placement(
 
     start = make_program(before)
     initial, step = dict(start.variables), start.step
-    feeds = _synthetic_feeds(before, batch)
+    feeds = {name: synthetic_feeds(graph, batch) for name, graph in before.entries.items()}
 
     def twin(lowered: Module, backend: Backend) -> "Program":
         return Program(lowered, initial, backend=backend, step=step)
@@ -597,7 +558,7 @@ def profile_guided_placement(
                                f"{batch}) failed: {e}") from None
     finally:
         _release(profiled)
-    measured = measured_costs(profiles, batch)
+    measured = measured_costs(profiles, batch, model=model)
 
     fresh = fresh_copy(source)
     fresh.measured_costs = measured
@@ -626,5 +587,6 @@ def profile_guided_placement(
                            len(measured.seconds), measured.handoff_s,
                            sum(len(p.handoff_s) for p in profiles)
                            or sum(len(p.lookup_s) for p in profiles),
-                           measured.step_s, same_as_before=same)
+                           measured.step_s, same_as_before=same,
+                           executor_step_s=measured.executor_step_s)
     return kept, report

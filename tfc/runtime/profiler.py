@@ -112,19 +112,14 @@ def _device_of(module: Any, entry: str) -> str:
 
 def _estimate(module: Any, entry: str, feeds: Mapping[str, Any]) -> float | None:
     """The cost model's step of ``entry`` at the batch of ``feeds``, for every program (one
-    device too): the entry graph as placed (``estimate_placed``). A single-device
-    artifact's entry is its lowered graph (``fusion`` ops cost their kernels' bytes); a
-    multi-device module keeps its placed entry before fusion, which the model accounts
-    for. None when the module has no such graph."""
-    from tfc.passes.compress import transfer_policy
-    from tfc.passes.placement import SYMBOL_SIZE, estimate_placed
+    device too): ``tfc.runtime.estimate.estimate_entry``, as profile-guided placement
+    and ``tools/bench_placement.py`` estimate it. None when the module has no such graph."""
+    from tfc.passes.cost_model import SYMBOL_SIZE
+    from tfc.runtime.estimate import estimate_entry
     graph = module.graphs.get(entry)
     if graph is None:
         return None
     batch = next((np.shape(feeds[a.name])[0] for a in graph.args
                   if a.type.rank and isinstance(a.type.shape[0], str) and a.name in feeds),
                  SYMBOL_SIZE)
-    compressed = (transfer_policy([graph], module.variables) if module.fp16_transfers
-                  else set())
-    return estimate_placed(graph, module.devices or ["/cpu:0"], int(batch),
-                           compressed=compressed)
+    return estimate_entry(module, entry, int(batch))
