@@ -10,9 +10,8 @@ Logical CPUs share one host, so the host is measured, at 1 thread and at all its
 - streaming: seconds of one element-wise kernel against the bytes it moves, from
   L1-resident to DRAM sizes, as independent adds in one program (fusion keeps them
   separate kernels: none feeds another);
-- the fixed cost of one kernel inside a native step (many tiny independent adds against
-  the same adds chained into one fused kernel, with the same feeds and fetches: the
-  step's per-kernel increment, not a whole ``Program.run`` nor a feed's checks);
+- the fixed cost of one kernel inside a native step (many tiny independent adds: the
+  step's per-kernel increment, not a whole ``Program.run``);
 - the fixed cost of a ``Program.run`` step (a one-op program on a scalar);
 - the multi-device executor's fixed cost per step and per stage (chains of tiny ops
   alternating between two devices, of two lengths: each link one stage and one
@@ -233,18 +232,6 @@ def _adds(count: int, n: int) -> Module:
                   lambda b, a: [b("add", a[i], a[-1]) for i in range(count)])
 
 
-def _chained_adds(count: int, n: int) -> Module:
-    """``count`` adds of ``n`` elements, each on the one before (``x_i + y_{i-1}``), every
-    one fetched: what ``_adds`` feeds and fetches, in one fused kernel."""
-    def chain(b: Builder, a: list[Value]) -> list[Value]:
-        out, y = [], a[-1]
-        for i in range(count):
-            y = b("add", a[i], y)
-            out.append(y)
-        return out
-    return _graph("chain", [(n,)] * (count + 1), chain)
-
-
 def _capped(curve: Curve, one_thread: Curve | None) -> Curve:
     """``curve`` no slower than ``one_thread`` at any of its sizes."""
     if one_thread is None:
@@ -264,15 +251,11 @@ def _step_job(bench: _Bench) -> str:
                      _feeds([()]), runs=10)
 
 
-def _kernel_jobs(bench: _Bench) -> tuple[str, str]:
-    """Fixed cost of one kernel inside a native step: many tiny independent adds (one
-    kernel each) against the same adds chained (one fused kernel) with the same feeds and
-    fetches, per kernel. (Against the one-op step, the difference also held the Python
-    work of 64 more feeds and fetches: 0.38 us a kernel, 4x the kernel's own cost, which
-    predicted a 9-kernel 5 us step at 8 us.)"""
-    feeds = _feeds([(4,)] * (TINY_KERNELS + 1))
-    return (bench.add(f"kernels x{TINY_KERNELS}", _adds(TINY_KERNELS, 4), feeds),
-            bench.add(f"kernels x{TINY_KERNELS} fused", _chained_adds(TINY_KERNELS, 4), feeds))
+def _kernel_job(bench: _Bench) -> str:
+    """Fixed cost of one kernel inside a native step: many tiny independent adds (less
+    the step, per kernel)."""
+    return bench.add(f"kernels x{TINY_KERNELS}", _adds(TINY_KERNELS, 4),
+                     _feeds([(4,)] * (TINY_KERNELS + 1)))
 
 
 def measure_executor(backend: Backend, repeats: int, spreads: dict[str, Spread],
@@ -374,13 +357,13 @@ def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
             progress(f"measuring kernels at {threads} thread{'s' if threads > 1 else ''}")
         bench = _Bench(with_threads(base, threads, override=True), repeats, f"{threads}t", spreads)
         with blas_limited(base, threads):
-            fixed = (_step_job(bench), *_kernel_jobs(bench)) if threads == 1 else None
+            fixed = (_step_job(bench), _kernel_job(bench)) if threads == 1 else None
             gemm_jobs = _gemm_jobs(bench, gemm_sizes, gemm_skinny)
             stream_jobs = _stream_jobs(bench, stream_sizes)
             times = bench.measure()
         if fixed is not None:
             step_s = times[fixed[0]]
-            kernel_s = max(1e-9, (times[fixed[1]] - times[fixed[2]]) / (TINY_KERNELS - 1))
+            kernel_s = max(1e-9, (times[fixed[1]] - step_s) / TINY_KERNELS)
         gemm[threads] = _capped(_points(gemm_jobs, times, step_s, kernel_s), gemm.get(1))
         stream[threads] = _capped(_points(stream_jobs, times, step_s, kernel_s),
                                   stream.get(1))
