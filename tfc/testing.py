@@ -137,9 +137,12 @@ def check_gradients(kind: str, *arrays: np.ndarray, order: int = 1, eps: float =
 
 
 def split_mlp_module(devices: Sequence[str | None], sizes: Sequence[int] = (6, 8, 8, 3),
-                     seed: int = 0, lr: float = 0.05, dropout: bool = False) -> Any:
-    """A small MLP training module whose layer ``i`` (its variables and ops) is pinned to
-    ``devices[i % len(devices)]`` (None: unpinned): the model-parallel test model.
+                     seed: int = 0, lr: float = 0.05, dropout: bool = False,
+                     stddev: float | None = 0.5) -> Any:
+    """An MLP training module whose layer ``i`` (its variables and ops) is pinned to
+    ``devices[i % len(devices)]`` (None: unpinned): the model-parallel test model, and with
+    ``sizes=(256,) * 65`` the 64-layer chain of issue #16. Weights are normal with
+    ``stddev`` (None: He's ``sqrt(2 / fan_in)``, which keeps a deep chain finite).
 
     Entries: ``train`` (feeds ``x: f32[B, sizes[0]]``, ``y: i32[B]``; fetch ``loss``; SGD
     step) and ``predict`` (fetch ``logits``)."""
@@ -151,7 +154,8 @@ def split_mlp_module(devices: Sequence[str | None], sizes: Sequence[int] = (6, 8
         h = x
         for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
             with g.device(devices[i % len(devices)]):
-                w = tfc.Variable(rng.normal(0, 0.5, (a, b)).astype(np.float32), name=f"w{i}")
+                std = np.sqrt(2.0 / a) if stddev is None else stddev
+                w = tfc.Variable(rng.normal(0, std, (a, b)).astype(np.float32), name=f"w{i}")
                 bias = tfc.Variable(np.zeros(b, np.float32), name=f"b{i}")
                 h = tfc.matmul(h, w) + bias
                 if i < len(sizes) - 2:

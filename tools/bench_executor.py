@@ -137,32 +137,10 @@ def handoff(steps: int) -> None:
     print(f"  value already there: {statistics.median(ready) * 1e6:6.1f} us send + recv")
 
 
-def deep_chain_module(layers: int, width: int) -> Any:
-    """/tmp/i16/mlp64.py's model (ReLU layers, He init, SGD) with its first half pinned to
-    ``/cpu:0`` and the second to ``/cpu:1`` (the optimizer's ops unpinned)."""
-    import tfc
-    rng = np.random.default_rng(0)
-    with tfc.Graph().as_default() as g:
-        x = tfc.placeholder(tfc.float32, [None, width], name="x")
-        y = tfc.placeholder(tfc.int32, [None], name="y")
-        h = x
-        for i in range(layers):
-            with g.device(TWO[0] if i < layers // 2 else TWO[1]):
-                w = tfc.Variable(rng.normal(0, np.sqrt(2.0 / width), (width, width))
-                                 .astype(np.float32), name=f"l{i}/w")
-                b = tfc.Variable(np.zeros(width, np.float32), name=f"l{i}/b")
-                h = tfc.matmul(h, w) + b
-                if i < layers - 1:
-                    h = tfc.nn.relu(h)
-        loss = tfc.reduce_mean(tfc.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=y, logits=h))
-        train = tfc.train.GradientDescentOptimizer(0.01).minimize(loss)
-        tfc.entry("train", feeds={"x": x, "y": y}, fetches={"loss": loss}, targets=[train])
-    return g.as_module()
-
-
 def chain(steps: int, backend: str, batch: int = 64) -> None:
-    m = deep_chain_module(64, 256)
+    # /tmp/i16/mlp64.py's model: 64 ReLU layers, He init, SGD; first half on /cpu:0
+    m = split_mlp_module([TWO[0]] * 32 + [TWO[1]] * 32, sizes=(256,) * 65, stddev=None,
+                         lr=0.01)
     program = Program(lower(m, Target(backend, TWO)), backend=backend)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(batch, 256)).astype(np.float32)

@@ -148,31 +148,12 @@ def two_core_scaling_host():
                          executor_step_s=3e-5, stage_s=2e-6, handoff_s=9e-6, transfer_s=1e-6)
 
 
-def deep_mlp_train_graph(layers=64, width=256):
-    """The issue's model: a chain of dense layers with its SGD training step."""
-    with tfc.Graph().as_default() as g:
-        x = tfc.placeholder(tfc.float32, [None, width], name="x")
-        y = tfc.placeholder(tfc.int32, [None], name="y")
-        h = x
-        for i in range(layers):
-            w = tfc.Variable(np.zeros((width, width), np.float32), name=f"l{i}/w")
-            b = tfc.Variable(np.zeros(width, np.float32), name=f"l{i}/b")
-            h = tfc.matmul(h, w) + b
-            if i < layers - 1:
-                h = tfc.nn.relu(h)
-        loss = tfc.reduce_mean(tfc.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=y, logits=h))
-        train = tfc.train.GradientDescentOptimizer(0.01).minimize(loss)
-        tfc.entry("train", feeds={"x": x, "y": y}, fetches={"loss": loss}, targets=[train])
-    m = g.as_module()
-    return run_passes(m, "canonicalize,cse,dce")
-
-
 def test_a_64_layer_chain_on_two_logical_cpus_of_two_cores_stays_on_one_device():
     """Issue 16: greedy split this chain 391/586 (each device modelled at the host's full
     rate, transfers as copies) and ran 2x slower. Two devices of a 2-core host have one
     thread each; one device alone has both, so nothing is gained by splitting."""
-    m = deep_mlp_train_graph()
+    m = run_passes(split_mlp_module([None], sizes=(256,) * 65, stddev=None),
+                   "canonicalize,cse,dce")
     g = m.graphs["train"]
     report = place_graph(g, DEVICES, two_core_scaling_host(), m.variables)
     assert report.chosen == "single device" and report.transfers == 0
