@@ -545,12 +545,18 @@ def test_compile_rejects_a_state_op_of_the_wrong_type(tmp_path, capsys):
     assert err.startswith("error: ") and "kmeans_digits.py:33: @step: op 23 'var.assign'" in err
     assert "assigns a f32[B,64] to @centroids, declared f32[10,64]" in err
     assert not (tmp_path / "k.tfc").exists()
-    # an artifact written around the compiler (Program.save does not verify) is refused
-    # when `tfc run` loads it, before any native code runs
+    # a Program refuses the module too, before anything runs it
+    from tfc.errors import VerifyError
     from tfc.ir.parser import parse_module
+    from tfc.runtime.artifact import save_artifact
     from tfc.runtime.program import Program
+    module = parse_module(src.read_text(), src.name)
+    with pytest.raises(VerifyError, match="assigns a f32"):
+        Program(module, backend="reference").run("step", x=np.zeros((4, 64), np.float32))
+    # an artifact written around the compiler and Program is refused when `tfc run`
+    # loads it, before any native code runs
     bad = tmp_path / "bad.tfc"
-    Program(parse_module(src.read_text(), src.name), backend="reference").save(bad)
+    save_artifact(bad, module, Program(parse_module(src.read_text(), src.name)).variables)
     np.save(tmp_path / "x.npy", np.random.default_rng(0).random((40, 64), np.float32))
     err = run_err(capsys, 1, "run", bad, "--entry", "step", "--feed",
                   f"x={tmp_path / 'x.npy'}")

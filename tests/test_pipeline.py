@@ -292,3 +292,20 @@ def test_only_the_pipeline_runs_the_pass_manager() -> None:
             if {"run_passes", "PassManager"} & set(names):
                 offenders.append(f"{rel}:{node.lineno}")
     assert not offenders, offenders
+
+
+@pytest.mark.parametrize("backend", ["reference", "llvm"])
+def test_a_program_never_runs_a_module_that_does_not_verify(backend):
+    """A module handed to Program is verified before anything runs it: an add declared
+    f32[3] on f32[4] inputs ran natively and returned [2, 2, 2, 0] (lower_entry lowered
+    without verifying)."""
+    from tfc.errors import VerifyError
+    from tfc.ir.core import Graph, Module, Op
+    from tfc.ir.types import DType, TensorType
+    from tfc.runtime import Program
+    g = Graph("f")
+    x = g.add_arg(TensorType(DType.f32, (4,)), "x")
+    add = g.append(Op("add", [x, x], {}, [TensorType(DType.f32, (3,))]))
+    g.set_results([add.results[0]])
+    with pytest.raises(VerifyError, match="differ from the inferred"):
+        Program(Module({"f": g}, {}), backend=backend).run("f", x=np.ones(4, np.float32))

@@ -139,14 +139,13 @@ def lower_entry(module: Module, entry: str, backend: str) -> Module:
     target = Target(backend)
     lowering = backend_pipeline(backend)
     if not lowering:
-        return lower(Module({entry: graph}, dict(module.variables)), target, passes="",
-                     verify=False)
+        return lower(Module({entry: graph}, dict(module.variables)), target, passes="")
     key = _lowering_key(module, entry, backend)
     if key is not None and key in _LOWERED:
         _LOWERED.move_to_end(key)
         return _LOWERED[key]
     sub = Module({entry: graph.clone()}, dict(module.variables))
-    lowered = lower(sub, target, passes="", verify=False)
+    lowered = lower(sub, target, passes="")
     if key is not None:
         _LOWERED[key] = lowered
         while len(_LOWERED) > MAX_REMEMBERED_LOWERINGS:
@@ -188,7 +187,7 @@ def lower_for_devices(module: Module, backend: str,
     copy = Module({name: g.clone() for name, g in module.graphs.items()},
                   dict(module.variables), placement_reports=dict(module.placement_reports),
                   partitions=dict(module.partitions), lowered_for=module.lowered_for)
-    return lower(copy, target, passes="", verify=False, place=False)
+    return lower(copy, target, passes="", place=False)
 
 
 def run_pipeline(module: Module, passes: Pipeline, *, verify: bool = True,

@@ -206,11 +206,11 @@ def compile_program(path: Path, backend: str, devices: Sequence[str],
     if force is None:
         module = lower(module, target)
     else:
-        run_pipeline(module, DEFAULT_PIPELINE, verify=False)
+        run_pipeline(module, DEFAULT_PIPELINE)
         for graph in module.entries.values():
             assign(graph, list(devices), ROUND_ROBIN if force == ROUND_ROBIN else devices[0],
                    module.variables)
-        module = lower(module, target, passes="", verify=False, place=False)
+        module = lower(module, target, passes="", place=False)
     return make_program(module, path, backend)
 
 

@@ -20,8 +20,7 @@ FEEDS = {"x": np.ones((16, 6), np.float32), "y": np.zeros(16, np.int32)}
 @pytest.mark.parametrize("devices", [(), ("/cpu:0", "/cpu:1")],
                          ids=["one device", "partitioned"])
 def test_tfc_bench_and_profile_runs_predict_the_same_step(devices):
-    module = lower(split_mlp_module(list(devices) or [None]), Target("llvm", devices),
-                   verify=False)
+    module = lower(split_mlp_module(list(devices) or [None]), Target("llvm", devices))
     assert ("train" in module.partitions) == bool(devices)
     report = bench_entry(Program(module, backend="llvm"), "train", FEEDS, steps=1, warmup=1)
     assert report.estimated_s is not None and report.estimated_s > 0
@@ -37,7 +36,7 @@ def test_an_artifact_is_predicted_as_the_module_it_was_saved_from(devices, tmp_p
     graph as compiled, and print the same."""
     # wide enough that a fused kernel and its ops estimate differently
     module = lower(split_mlp_module(list(devices) or [None], sizes=(64, 256, 256, 10)),
-                   Target("llvm", devices), verify=False)
+                   Target("llvm", devices))
     path = tmp_path / "m.tfc"
     Program(module, backend="llvm").save(path)
     loaded = load(path, backend="llvm")
@@ -51,7 +50,7 @@ def test_measured_costs_reach_the_ops_inside_fusions():
     """A lowered one-device entry is fused; profile runs measure the unfused ops, so its
     estimate with measured costs must be made on the graph the placer saw: costing the
     ``fusion`` ops themselves would never find a measured op inside them."""
-    module = lower(split_mlp_module([None]), Target("llvm"), verify=False)
+    module = lower(split_mlp_module([None]), Target("llvm"))
     fused = module.graphs["train"]
     assert any(op.kind == "fusion" for op in fused.ops)
     unfused, _ = unfused_graph(fused)

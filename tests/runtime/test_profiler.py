@@ -25,7 +25,7 @@ def test_a_one_device_program_gets_a_prediction_at_the_feeds_batch(backend):
 
 
 def test_a_lowered_program_is_predicted_from_its_fused_graph():
-    module = lower(split_mlp_module([None]), Target("llvm"), verify=False)
+    module = lower(split_mlp_module([None]), Target("llvm"))
     assert any(op.kind == "fusion" for op in module.graphs["train"].ops)
     report = bench_entry(Program(module, backend="llvm"), "train", FEEDS, steps=1, warmup=1)
     assert report.estimated_s == pytest.approx(

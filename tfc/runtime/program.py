@@ -96,11 +96,17 @@ def lowered_module(module: Module, entry: str, backend: Backend) -> Module:
     """The module ``backend`` compiles (or loads native code of) ``entry`` from:
     ``module`` as it is when it was lowered for this backend (``tfc.pipeline.lower``, as
     ``tfc compile`` does), else a module of that entry alone lowered now, so that only
-    the entries that run are lowered, on first use; ``module`` is never changed."""
+    the entries that run are lowered, on first use — verified, also for a backend with
+    no lowering passes: nothing runs a module that did not verify. ``module`` is never
+    changed."""
+    from tfc.ir.verifier import verify_module
     from tfc.pipeline import Target, lower_entry, usable_as_lowered
     target = Target(backend.name, tuple(module.devices), module.fp16_transfers)
-    if backend.pipeline and not usable_as_lowered(module, target):
-        return lower_entry(module, entry, backend.name)
+    if usable_as_lowered(module, target):
+        return module
+    if backend.pipeline:
+        return lower_entry(module, entry, backend.name)  # verifies as it lowers
+    verify_module(module)
     return module
 
 
