@@ -556,7 +556,8 @@ def test_compile_rejects_a_state_op_of_the_wrong_type(tmp_path, capsys):
     # an artifact written around the compiler and Program is refused when `tfc run`
     # loads it, before any native code runs
     bad = tmp_path / "bad.tfc"
-    save_artifact(bad, module, Program(parse_module(src.read_text(), src.name)).variables)
+    save_artifact(bad, module, {n: np.zeros(d.type.shape, d.type.dtype.np)
+                                for n, d in module.variables.items()})
     np.save(tmp_path / "x.npy", np.random.default_rng(0).random((40, 64), np.float32))
     err = run_err(capsys, 1, "run", bad, "--entry", "step", "--feed",
                   f"x={tmp_path / 'x.npy'}")
