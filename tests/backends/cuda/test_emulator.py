@@ -160,12 +160,13 @@ def test_a_missing_barrier_gives_wrong_sums_under_some_order(module):
     assert any(wrong), "no fiber order exposes the missing __syncthreads"
 
 
-@pytest.mark.parametrize("cols", [1, 31, 32, 300, 1025])
+@pytest.mark.parametrize("cols, block", [(1, 128), (31, 32), (32, 128), (300, 128),
+                                         (1025, 128), (3000, 1024)])
 @pytest.mark.parametrize("order", ["ascending", "descending"])
-def test_warp_shuffle_reduction(module, cols, order):
+def test_warp_shuffle_reduction(module, cols, block, order):
     x = np.random.default_rng(cols).integers(-9, 9, (6, cols)).astype(np.float32)
     y = np.zeros(6, np.float32)
-    module.launch(WARP_SUM, 6, 128, 0, [x, y, cols], order=order)
+    module.launch(WARP_SUM, 6, block, 0, [x, y, cols], order=order)
     np.testing.assert_array_equal(y, x.sum(1))
 
 

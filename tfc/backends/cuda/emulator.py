@@ -20,7 +20,10 @@ a synchronization point (an endless loop hangs, as on a GPU), and the GPU's loos
 accuracy of math functions (``prelude`` states the ulp bounds tests must allow).
 
 Each module is compiled once into a shared library cached under
-``$TFC_CACHE_DIR/cuda/emu/`` by the SHA-256 of its text, the header and the compiler.
+``$TFC_CACHE_DIR/cuda/emu/`` by the SHA-256 of its text, the emulator's files and the
+compiler. The scheduler is a separate library (``emulator/cuda_emu_runtime.cpp``),
+compiled once and loaded before any module, so a module compiles only its kernels and a
+small header (about 0.1 s of g++ rather than 0.5 s).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from tfc.backends.cuda.nvrtc import cache_dir, numbered_lines
 from tfc.errors import TfcError
 
 HEADER_DIR = Path(__file__).resolve().parent / "emulator"
+RUNTIME = "cuda_emu_runtime.cpp"
 ORDERS = ("ascending", "descending", "warps_reversed", "shuffled")
 FLAGS = ("-O1", "-std=c++20", "-shared", "-fPIC", "-pthread", "-ffp-contract=off",
          "-fno-fast-math", "-U_FORTIFY_SOURCE", "-w")
@@ -133,7 +137,7 @@ def _trampoline(kernel: Kernel) -> str:
             f'extern "C" int tfc_launch_{kernel.name}(void** args, long long grid, '
             f"long long block, long long shared, int order, unsigned seed, int workers, "
             f"char* error, long long error_size) {{\n"
-            f'  return tfc_emu::launch("{kernel.name}", tfc_body_{kernel.name}, args, grid, '
+            f'  return tfc_emu_launch("{kernel.name}", tfc_body_{kernel.name}, args, grid, '
             f"block, shared, order, seed, workers, error, error_size);\n}}\n")
 
 
@@ -142,16 +146,19 @@ def emulator_source(kernels: Sequence[Kernel]) -> str:
     return module_source(kernels) + "\n" + "\n".join(_trampoline(k) for k in kernels)
 
 
-def _build(source: str) -> Path:
+def _compile(source: str, what: str, *extra: str) -> Path:
+    """Compile ``source`` with g++ into a shared library cached under the cache dir by the
+    SHA-256 of the text, the emulator's files and the compiler (``what`` names it in
+    errors). Kernel libraries leave the runtime's symbols undefined: they resolve against
+    the runtime, loaded first with RTLD_GLOBAL."""
     compiler = _compiler()
     if compiler is None:
         raise EmulatorError("the CUDA emulator needs a C++20 compiler (g++ 10 or later); "
                             "none found (set CXX)")
     cxx, version = compiler
-    header = (HEADER_DIR / "cuda_emu.h").read_bytes()
     h = hashlib.sha256()
-    for part in (version.encode(), " ".join(FLAGS).encode(), header, source.encode()):
-        h.update(part)
+    for part in (version, " ".join(FLAGS + extra), _emulator_files(), source):
+        h.update(part.encode())
         h.update(b"\0")
     path = cache_dir() / "emu" / f"{h.hexdigest()}.so"
     if path.exists():
@@ -159,12 +166,12 @@ def _build(source: str) -> Path:
     with tempfile.TemporaryDirectory(prefix="tfc-emu-") as tmp:
         src, out = Path(tmp) / "kernels.cpp", Path(tmp) / "kernels.so"
         src.write_text(source)
-        run = subprocess.run([cxx, *FLAGS, f"-I{HEADER_DIR}", "-o", str(out), str(src)],
+        run = subprocess.run([cxx, *FLAGS, *extra, f"-I{HEADER_DIR}", "-o", str(out), str(src)],
                              capture_output=True, text=True, check=False)
         if run.returncode != 0:
             log = run.stderr.replace(str(src), "kernels.cpp")
             lines = {int(m.group(1)) for m in re.finditer(r"kernels\.cpp:(\d+):\d+: error", log)}
-            raise EmulatorError(f"the kernels do not compile as C++ for the CUDA emulator "
+            raise EmulatorError(f"{what} do not compile as C++ for the CUDA emulator "
                                 f"({version}):\n{log.rstrip()}\n{numbered_lines(source, lines)}")
         data = out.read_bytes()
     try:
@@ -176,6 +183,20 @@ def _build(source: str) -> Path:
             f.write(data)
         return Path(private)
     return path
+
+
+@functools.lru_cache(maxsize=1)
+def _emulator_files() -> str:
+    return "".join((HEADER_DIR / name).read_text() for name in ("cuda_emu.h", RUNTIME))
+
+
+@functools.lru_cache(maxsize=1)
+def _load_runtime() -> ctypes.CDLL:
+    """The runtime library (scheduler, barriers, shuffles), once per process, its symbols
+    global so that every kernel library links against this one copy."""
+    source = (HEADER_DIR / RUNTIME).read_text()
+    path = _compile(source, "the emulator's runtime files")
+    return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
 
 
 class EmulatedModule:
@@ -194,7 +215,8 @@ class EmulatedModule:
         self.workers = workers if workers is not None else default_workers()
         self.seed = seed
         self.source = emulator_source(kernels)
-        self._lib = ctypes.CDLL(str(_build(self.source)))
+        _load_runtime()
+        self._lib = ctypes.CDLL(str(_compile(self.source, "the kernels")))
         self._entries = {}
         for k in kernels:
             entry = getattr(self._lib, f"tfc_launch_{k.name}")
