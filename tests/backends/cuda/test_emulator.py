@@ -117,11 +117,17 @@ TRAP = kernel("trap", """
   __syncthreads();
   y[blockIdx.x * blockDim.x + threadIdx.x] = 1.0f;""")
 
+ENDLESS = kernel("endless", """
+  volatile float v = 0.0f;
+  if (blockIdx.x == 1 && threadIdx.x == 3) for (;;) v = v + 1.0f;
+  __syncthreads();
+  y[blockIdx.x * blockDim.x + threadIdx.x] = v;""")
+
 BAD_MASK = kernel("bad_mask", """
   y[threadIdx.x] = __shfl_sync(0x0000ffffu, x[threadIdx.x], 0);""")
 
 ALL = [COPY, TREE_SUM, TREE_SUM_RACY, WARP_SUM, SHUFFLES, EARLY_RETURN, DYNAMIC_SHARED,
-       ATOMICS, DEADLOCK, TRAP, BAD_MASK]
+       ATOMICS, DEADLOCK, TRAP, ENDLESS, BAD_MASK]
 
 
 @pytest.fixture(scope="module")
@@ -244,6 +250,21 @@ def test_a_trap_ends_the_launch_with_an_error_and_the_module_stays_usable(module
     x = np.arange(5, dtype=np.float32)
     module.launch(COPY, 1, 32, 0, [x, y[:5], 5])
     np.testing.assert_array_equal(y[:5], 2 * x)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_an_endless_loop_fails_at_the_time_limit_instead_of_hanging(workers):
+    m = EmulatedModule(ALL, workers=workers, timeout=0.5)  # the same text: cached
+    y = np.zeros(4 * 32, np.float32)
+    with pytest.raises(EmulatorError, match=r"kernel endless .*: did not finish within 0.5 s "
+                                            r"\(an endless loop\?\): thread 3 of block 1 was "
+                                            r"still running"):
+        m.launch(ENDLESS, 4, 32, 0, [np.zeros(1, np.float32), y, 0])
+    x = np.arange(5, dtype=np.float32)  # the thread that ran it runs kernels again
+    m.launch(COPY, 1, 32, 0, [x, y[:5], 5])
+    np.testing.assert_array_equal(y[:5], 2 * x)
+    with pytest.raises(EmulatorError, match="did not finish within 0.5 s"):  # and is stopped again
+        m.launch(ENDLESS, 4, 32, 0, [np.zeros(1, np.float32), y, 0])
 
 
 def test_a_shuffle_mask_without_the_calling_lane_is_a_fault(module):

@@ -14,10 +14,12 @@ thread wrote it depending on that order, so running a test under ``ascending`` a
 ``descending`` (and ``warps_reversed``, ``shuffled``) exposes it. ``TFC_CUDA_EMU_ORDER``
 sets the default order, so a whole test run can use another one.
 
+A launch that runs past a time limit (``default_timeout()``) fails as an endless loop
+rather than hanging: a watchdog interrupts the fiber that runs.
+
 What it cannot catch: out-of-bounds accesses (they hit the process's memory as any C
-code's would; AddressSanitizer works on the compiled file), a thread that never reaches
-a synchronization point (an endless loop hangs, as on a GPU), and the GPU's looser
-accuracy of math functions (``prelude`` states the ulp bounds tests must allow).
+code's would; AddressSanitizer works on the compiled file) and the GPU's looser accuracy
+of math functions (``prelude`` states the ulp bounds tests must allow).
 
 Each module is compiled once into a shared library cached under
 ``$TFC_CACHE_DIR/cuda/emu/`` by the SHA-256 of its text, the emulator's files and the
@@ -122,6 +124,16 @@ def default_workers() -> int:
     return max(1, int(value)) if value else max(1, min(8, os.cpu_count() or 1))
 
 
+def default_timeout() -> float:
+    """Seconds a launch may run: ``$TFC_CUDA_EMU_TIMEOUT`` or 120 (tests use small shapes,
+    which take milliseconds; a kernel that loops forever fails instead of hanging)."""
+    value = os.environ.get("TFC_CUDA_EMU_TIMEOUT")
+    try:
+        return max(0.0, float(value)) if value else 120.0
+    except ValueError:
+        raise EmulatorError(f"TFC_CUDA_EMU_TIMEOUT={value!r} is not a number of seconds") from None
+
+
 def _trampoline(kernel: Kernel) -> str:
     """An ``extern "C"`` entry the Python side calls: it hands the header the kernel's
     body as a function of the argument array, called once per CUDA thread."""
@@ -136,9 +148,9 @@ def _trampoline(kernel: Kernel) -> str:
             f"  {kernel.name}({', '.join(args)});\n}}\n"
             f'extern "C" int tfc_launch_{kernel.name}(void** args, long long grid, '
             f"long long block, long long shared, int order, unsigned seed, int workers, "
-            f"char* error, long long error_size) {{\n"
+            f"double timeout, char* error, long long error_size) {{\n"
             f'  return tfc_emu_launch("{kernel.name}", tfc_body_{kernel.name}, args, grid, '
-            f"block, shared, order, seed, workers, error, error_size);\n}}\n")
+            f"block, shared, order, seed, workers, timeout, error, error_size);\n}}\n")
 
 
 def emulator_source(kernels: Sequence[Kernel]) -> str:
@@ -203,10 +215,13 @@ class EmulatedModule:
     """Kernels compiled for the CPU emulator, launched like a CUDA module's functions.
 
     ``order`` is the fiber order (``ORDERS``; default ``default_order()``), ``workers``
-    the OS threads that run blocks, ``seed`` the ``shuffled`` order's seed."""
+    the OS threads that run blocks, ``seed`` the ``shuffled`` order's seed, ``timeout``
+    the seconds a launch may take before it fails as an endless loop (default
+    ``default_timeout()``; 0: no limit)."""
 
     def __init__(self, kernels: Sequence[Kernel], *, order: str | None = None,
-                 workers: int | None = None, seed: int = 0) -> None:
+                 workers: int | None = None, seed: int = 0,
+                 timeout: float | None = None) -> None:
         names = [k.name for k in kernels]
         if len(set(names)) != len(names):
             raise EmulatorError(f"kernel names repeat in one module: {sorted(names)}")
@@ -214,6 +229,7 @@ class EmulatedModule:
         self.order = _check_order(order if order is not None else default_order())
         self.workers = workers if workers is not None else default_workers()
         self.seed = seed
+        self.timeout = timeout if timeout is not None else default_timeout()
         self.source = emulator_source(kernels)
         _load_runtime()
         self._lib = ctypes.CDLL(str(_compile(self.source, "the kernels")))
@@ -223,7 +239,7 @@ class EmulatedModule:
             entry.restype = ctypes.c_int
             entry.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_longlong,
                               ctypes.c_longlong, ctypes.c_int, ctypes.c_uint, ctypes.c_int,
-                              ctypes.c_char_p, ctypes.c_longlong]
+                              ctypes.c_double, ctypes.c_char_p, ctypes.c_longlong]
             self._entries[k.name] = entry
 
     def launch(self, kernel: Kernel, grid: int, block: int, shared_bytes: int,
@@ -246,8 +262,8 @@ class EmulatedModule:
         error = ctypes.create_string_buffer(_ERROR_SIZE)
         order_index = ORDERS.index(_check_order(order if order is not None else self.order))
         status = self._entries[kernel.name](pointers, grid, block, shared_bytes, order_index,
-                                            self.seed & 0xFFFFFFFF, self.workers, error,
-                                            _ERROR_SIZE)
+                                            self.seed & 0xFFFFFFFF, self.workers,
+                                            self.timeout, error, _ERROR_SIZE)
         del keep
         if status != 0:
             raise EmulatorError(f"kernel {kernel.name} (grid {grid}, block {block}, "
@@ -302,4 +318,4 @@ def _arguments(kernel: Kernel, args: Sequence[np.ndarray | int | float]
 
 
 __all__ = ["EmulatedModule", "EmulatorError", "ORDERS", "available", "base_type",
-           "default_order", "default_workers", "emulator_source"]
+           "default_order", "default_timeout", "default_workers", "emulator_source"]

@@ -34,7 +34,7 @@ extern thread_local tfc_emu_dim3 tfc_emu_thread_idx, tfc_emu_block_idx, tfc_emu_
     tfc_emu_grid_dim;
 int tfc_emu_launch(const char* name, void (*body)(void*), void* args, long long grid,
                    long long block, long long shared_bytes, int order, unsigned seed,
-                   int workers, char* error, long long error_size);
+                   int workers, double timeout_s, char* error, long long error_size);
 void tfc_emu_syncthreads(void);
 unsigned long long tfc_emu_warp_op(unsigned mask, int op, int lane_arg, int width,
                                    unsigned long long value);

@@ -22,8 +22,12 @@
 //   blocks stop being started.
 // - Fibers switch with _setjmp/_longjmp (started once with setcontext), so a switch costs
 //   no system call.
+// - A launch that runs past its time limit (an endless loop) is stopped by a watchdog
+//   thread that signals the workers: the fiber running is abandoned and the launch fails.
 
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +38,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -77,8 +83,12 @@ struct Launch {
   long long grid, block, shared_bytes;
   int order;
   unsigned seed;
+  double timeout_s;
   std::atomic<long long> next_block{0};
   std::atomic<bool> failed{false};
+  std::atomic<bool> timed_out{false};
+  std::mutex threads_lock;  // the OS threads running blocks now, for the watchdog
+  std::vector<pthread_t> threads;
   std::mutex error_lock;
   std::string error;
 
@@ -101,6 +111,8 @@ struct Worker {
   int current = -1;
   bool fault = false;
   std::string fault_message;
+  volatile sig_atomic_t in_fiber = 0;  // a fiber runs (the watchdog may interrupt it)
+  volatile sig_atomic_t interrupted = 0;
 };
 
 thread_local Worker* worker = nullptr;
@@ -151,12 +163,40 @@ static void resume(Worker& w, int t) {
   w.current = t;
   tfc_emu_thread_idx.x = (unsigned)t;
   if (_setjmp(w.sched) == 0) {
+    w.in_fiber = 1;
     if (!f.started) {
       f.started = true;
       setcontext(&f.ctx);
     }
     _longjmp(f.jb, 1);
   }
+  w.in_fiber = 0;
+}
+
+// The watchdog's signal: a fiber that runs past the launch's time limit is abandoned
+// (its block and launch fail); kernels are plain computation, so leaving one mid-way is
+// safe. SA_NODEFER: the handler leaves by a jump, which must not leave the signal blocked.
+static int watchdog_signal() { return SIGRTMIN + 7; }
+
+static void on_watchdog(int) {
+  Worker* w = worker;
+  if (w != nullptr && w->in_fiber) {
+    w->in_fiber = 0;
+    w->interrupted = 1;
+    _longjmp(w->sched, 1);
+  }
+}
+
+static void install_watchdog_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_watchdog;
+    sa.sa_flags = SA_NODEFER | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(watchdog_signal(), &sa, nullptr);
+  });
 }
 
 static std::string ranges(const std::vector<int>& ids) {
@@ -263,6 +303,16 @@ static void make_order(Worker& w, long long n, unsigned block_index) {
 }
 
 // Run one block to its end; false (and the launch failed) on a fault or a deadlock.
+static std::string timeout_message(Launch& L, long long b, int t) {
+  char buf[160];
+  snprintf(buf, sizeof buf, "did not finish within %g s (an endless loop?)%s", L.timeout_s,
+           t < 0 ? "" : ": ");
+  std::string msg = buf;
+  if (t >= 0) msg += "thread " + std::to_string(t) + " of block " + std::to_string(b) +
+                     " was still running";
+  return msg;
+}
+
 static bool run_block(Worker& w, long long b) {
   Launch& L = *w.launch;
   long long n = L.block;
@@ -284,7 +334,15 @@ static bool run_block(Worker& w, long long b) {
   for (;;) {
     for (int t : w.order) {
       if (w.fibers[t].state != READY) continue;
+      if (L.timed_out.load()) {
+        L.fail(timeout_message(L, b, -1));
+        return false;
+      }
       resume(w, t);
+      if (w.interrupted) {
+        L.fail(timeout_message(L, b, t));
+        return false;
+      }
       if (w.fault) {
         L.fail("block " + std::to_string(b) + ", thread " + std::to_string(t) + ": " +
                w.fault_message);
@@ -320,6 +378,10 @@ static void work(Launch* L) {
   w.dynamic_shared.resize(L->shared_bytes);
   Worker* saved = worker;
   worker = &w;
+  {
+    std::lock_guard<std::mutex> guard(L->threads_lock);
+    L->threads.push_back(pthread_self());
+  }
   tfc_emu_block_dim.x = (unsigned)L->block;
   tfc_emu_grid_dim.x = (unsigned)L->grid;
   for (;;) {
@@ -328,13 +390,17 @@ static void work(Launch* L) {
     if (b >= L->grid) break;
     if (!run_block(w, b)) break;
   }
+  {
+    std::lock_guard<std::mutex> guard(L->threads_lock);
+    L->threads.erase(std::find(L->threads.begin(), L->threads.end(), pthread_self()));
+  }
   worker = saved;
   munmap(w.stacks, w.stacks_size);
 }
 
 static int launch(const char* name, Body body, void* args, long long grid, long long block,
-                  long long shared_bytes, int order, unsigned seed, int workers, char* error,
-                  long long error_size) {
+                  long long shared_bytes, int order, unsigned seed, int workers,
+                  double timeout_s, char* error, long long error_size) {
   Launch L;
   L.name = name;
   L.body = body;
@@ -344,6 +410,27 @@ static int launch(const char* name, Body body, void* args, long long grid, long 
   L.shared_bytes = shared_bytes;
   L.order = order;
   L.seed = seed;
+  L.timeout_s = timeout_s;
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog;
+  if (timeout_s > 0) {
+    install_watchdog_handler();
+    watchdog = std::thread([&] {
+      std::unique_lock<std::mutex> lock(m);
+      if (cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done; }))
+        return;
+      L.timed_out.store(true);
+      while (!done) {  // again and again: a worker may be between two fibers
+        {
+          std::lock_guard<std::mutex> guard(L.threads_lock);
+          for (pthread_t t : L.threads) pthread_kill(t, watchdog_signal());
+        }
+        cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return done; });
+      }
+    });
+  }
   int n = (int)std::max<long long>(1, std::min<long long>(workers, grid));
   if (n == 1) {
     work(&L);
@@ -351,6 +438,14 @@ static int launch(const char* name, Body body, void* args, long long grid, long 
     std::vector<std::thread> threads;
     for (int i = 0; i < n; ++i) threads.emplace_back(work, &L);
     for (auto& t : threads) t.join();
+  }
+  if (watchdog.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      done = true;
+    }
+    cv.notify_all();
+    watchdog.join();
   }
   if (!L.failed.load()) return 0;
   snprintf(error, (size_t)error_size, "%s", L.error.c_str());
@@ -385,9 +480,9 @@ extern "C" {
 
 int tfc_emu_launch(const char* name, void (*body)(void*), void* args, long long grid,
                    long long block, long long shared_bytes, int order, unsigned seed,
-                   int workers, char* error, long long error_size) {
-  return tfc_emu::launch(name, body, args, grid, block, shared_bytes, order, seed, workers, error,
-                         error_size);
+                   int workers, double timeout_s, char* error, long long error_size) {
+  return tfc_emu::launch(name, body, args, grid, block, shared_bytes, order, seed, workers,
+                         timeout_s, error, error_size);
 }
 
 void tfc_emu_syncthreads(void) {
