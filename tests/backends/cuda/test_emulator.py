@@ -270,7 +270,8 @@ def test_an_endless_loop_fails_at_the_time_limit_instead_of_hanging(workers):
 def test_a_shuffle_mask_without_the_calling_lane_is_a_fault(module):
     with pytest.raises(EmulatorError, match="mask 0x0000ffff, which leaves out the calling "
                                             "lane 16"):
-        module.launch(BAD_MASK, 1, 32, 0, [np.zeros(32, np.float32), np.zeros(32, np.float32), 0])
+        module.launch(BAD_MASK, 1, 32, 0, [np.zeros(32, np.float32), np.zeros(32, np.float32), 0],
+                      order="ascending")  # lane 16 is the first lane outside the mask to call
 
 
 def test_launches_are_checked_against_the_kernel(module):
@@ -303,12 +304,18 @@ def test_launches_are_checked_against_the_kernel(module):
         module.launch(COPY, 1, 32, 0, [x, y, 4], order="sideways")
 
 
-def test_the_default_order_comes_from_the_environment(monkeypatch):
+def test_defaults_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("TFC_CUDA_EMU_ORDER", "descending")
-    assert emulator.default_order() == "descending"
-    monkeypatch.setenv("TFC_CUDA_EMU_ORDER", "sideways")
-    with pytest.raises(EmulatorError, match="TFC_CUDA_EMU_ORDER='sideways' is not one of"):
-        emulator.default_order()
+    monkeypatch.setenv("TFC_CUDA_EMU_WORKERS", "3")
+    monkeypatch.setenv("TFC_CUDA_EMU_TIMEOUT", "2.5")
+    assert (emulator.default_order(), emulator.default_workers(),
+            emulator.default_timeout()) == ("descending", 3, 2.5)
+    for name, value, message in [("ORDER", "sideways", "is not one of"),
+                                 ("WORKERS", "many", "is not a number of threads"),
+                                 ("TIMEOUT", "soon", "is not a number of seconds")]:
+        monkeypatch.setenv(f"TFC_CUDA_EMU_{name}", value)
+        with pytest.raises(EmulatorError, match=f"TFC_CUDA_EMU_{name}='{value}' {message}"):
+            getattr(emulator, f"default_{name.lower()}")()
 
 
 def test_a_kernel_that_is_not_valid_cxx_shows_its_source(tmp_path, monkeypatch):

@@ -121,7 +121,10 @@ def default_order() -> str:
 def default_workers() -> int:
     """OS threads that run blocks: ``$TFC_CUDA_EMU_WORKERS`` or the CPUs (at most 8)."""
     value = os.environ.get("TFC_CUDA_EMU_WORKERS")
-    return max(1, int(value)) if value else max(1, min(8, os.cpu_count() or 1))
+    try:
+        return max(1, int(value)) if value else max(1, min(8, os.cpu_count() or 1))
+    except ValueError:
+        raise EmulatorError(f"TFC_CUDA_EMU_WORKERS={value!r} is not a number of threads") from None
 
 
 def default_timeout() -> float:
