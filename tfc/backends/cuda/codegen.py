@@ -438,8 +438,6 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
         elif dt is DType.bool:
             value = f"({value} != 0)"
         reg = em.var(cexpr.COMPUTE[dt], value, prefix="r")
-        em.line("__syncthreads();  // red{j} is read: the next row or phase may write it"
-                .replace("{j}", str(j)))
         reduced_shape = r.result.type.shape
         em.registers[r.result] = (reg, map_index(reduced_shape, kd_shape, tuple(kd_idx))[0])
 
@@ -457,6 +455,7 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
         for j in row_results:
             store_result(em, j, results[j], kd_shape, tuple(kd_idx))
         em.close()
+    em.line("__syncthreads();  // every red*[0] is read: the next row may write them")
     em.close()
     launch = Launch(work=tuple(row_shape), block=block, per_block=1)
     return Kernel(name, _source(name, params, em.lines), params, launch)
