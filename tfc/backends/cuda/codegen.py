@@ -41,6 +41,7 @@ are computed inside the region is ``Unsupported``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -81,7 +82,7 @@ def dim_c(d: Dim) -> str:
 def size_c(shape: Sequence[Dim]) -> str:
     """The element count of ``shape`` as a C expression."""
     if all(isinstance(d, int) for d in shape):
-        return f"{int(np.prod(shape, dtype=np.int64))}LL"
+        return f"{math.prod(int(d) for d in shape)}LL"
     return "(" + " * ".join(dim_c(d) for d in shape) + ")"
 
 
@@ -372,7 +373,7 @@ def block_size(columns: Sequence[Dim]) -> int:
     multiple (32..256), 256 when symbolic."""
     if not all(isinstance(d, int) for d in columns):
         return MAX_BLOCK
-    n = int(np.prod(columns, dtype=np.int64))
+    n = math.prod(int(d) for d in columns)
     return max(WARP, min(MAX_BLOCK, -(-n // WARP) * WARP))
 
 
