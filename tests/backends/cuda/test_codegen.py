@@ -451,6 +451,17 @@ REDUCTIONS: dict[str, tuple[list, Callable, dict]] = {
     "bias_gradient_update": ([("g", t(("B", 8))), ("w", t((8,))), ("lr", t(()))],
                              lambda b, a: b("sub", a[1], b("mul", a[2], b("sum", a[0], axes=[0]))),
                              {"B": 70}),
+    # the column layout: reduced axes first, 32 rows per block (ragged, symbolic)
+    "bias_gradient_columns": ([("g", t(("B", 45))), ("w", t((45,))), ("lr", t(()))],
+                              lambda b, a: b("sub", a[1], b("mul", a[2],
+                                                            b("sum", a[0], axes=[0]))),
+                              {"B": 19}),
+    "sum_two_leading_axes": ([("x", t((2, 3, "N")))],
+                             lambda b, a: b("sum", a[0], axes=[0, 1], keepdims=True), {"N": 40}),
+    "softmax_first_axis_columns": ([("x", t((7, 50), DType.f16))],
+                                   lambda b, a: b("softmax", a[0], axis=0), {}),
+    "max_i64_columns": ([("x", t((9, "N"), DType.i64))],
+                        lambda b, a: b("max", a[0], axes=[0]), {"N": 70}),
 }
 
 
@@ -515,6 +526,15 @@ def test_reductions_under_other_fiber_orders(reduction_results: dict, order: str
                                             run_kernels(cases, order=order, max_blocks=1)):
         for g, w in zip(got, want):
             assert same(g, w), (name, order, "one block", g, w)
+
+
+def test_layouts() -> None:
+    assert codegen.row_layout((7, 50), (0,)) == codegen.RowLayout(32, 256)
+    assert codegen.row_layout(("B", 45), (0,)) == codegen.RowLayout(32, 256)
+    assert codegen.row_layout((2, 3, "N"), (0, 1)) == codegen.RowLayout(32, 256)
+    assert codegen.row_layout(("B", 8), (0,)) == codegen.RowLayout(1, 256)  # few rows
+    assert codegen.row_layout(("B", 10), (1,)) == codegen.RowLayout(1, 32)
+    assert codegen.row_layout((4, 5, 6), (0, 2)) == codegen.RowLayout(1, 32)
 
 
 def test_block_size_follows_the_columns() -> None:

@@ -377,6 +377,37 @@ def block_size(columns: Sequence[Dim]) -> int:
     return max(WARP, min(MAX_BLOCK, -(-n // WARP) * WARP))
 
 
+@dataclass(frozen=True)
+class RowLayout:
+    """How a reduce/row kernel's threads cover rows (kept indices) and columns (reduced).
+
+    ``rows_per_block`` 1: a block per row, its threads share the columns (strided by the
+    block size) and combine with warp shuffles then shared memory. 32 (the *column*
+    layout, when the reduced axes lead and the kept ones are contiguous in memory, e.g. a
+    bias gradient ``sum(dy, axes=[0])``): lane ``tx`` of every warp takes row ``base +
+    tx`` and warp ``ty`` every ``slices``-th column, so a warp reads 32 consecutive
+    elements; the ``slices`` partial results of a row are combined through shared memory
+    in order."""
+
+    rows_per_block: int
+    block: int
+
+    @property
+    def slices(self) -> int:
+        return self.block // self.rows_per_block
+
+
+def row_layout(full: Sequence[Dim], axes: Sequence[int]) -> RowLayout:
+    """The column layout when the reduced axes are the leading ones and the kept ones hold
+    at least a warp's worth of rows (or a symbolic count), else a block per row."""
+    kept = [full[k] for k in range(len(full)) if k not in axes]
+    leading = tuple(axes) == tuple(range(len(axes)))
+    many = not all(isinstance(d, int) for d in kept) or math.prod(int(d) for d in kept) >= WARP
+    if kept and leading and many:
+        return RowLayout(WARP, MAX_BLOCK)
+    return RowLayout(1, block_size([full[k] for k in axes]))
+
+
 def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     region = op.regions[0]
     reductions = [o for o in region.ops if fused_reduction(o.kind)]
@@ -385,15 +416,25 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     kept = [k for k in range(len(full)) if k not in axes]
     row_shape = [full[k] for k in kept]
     col_shape = [full[k] for k in axes]
-    block = block_size(col_shape)
-    warps = block // WARP
+    layout = row_layout(full, axes)
+    tiled = layout.rows_per_block > 1
     em = Emitter(op)
     em.line(f"const long long rows = {size_c(row_shape)};")
     em.line(f"const long long cols = {size_c(col_shape)};")
     em.line("const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;")
+    slots = f"[{layout.slices}][32]" if tiled else f"[{layout.block // WARP}]"
     for j, r in enumerate(reductions):
-        em.line(f"__shared__ {_acc_type(r.kind, r.inputs[0].dtype)} red{j}[{warps}];")
-    em.open("for (long long row = blockIdx.x; row < rows; row += gridDim.x)")
+        em.line(f"__shared__ {_acc_type(r.kind, r.inputs[0].dtype)} red{j}{slots};")
+    if tiled:  # lane = the row in the block's 32, warp = the slice of columns
+        em.open("for (long long base = (long long)blockIdx.x * 32; base < rows; "
+                "base += (long long)gridDim.x * 32)")
+        em.line("const long long row = base + lane;")
+        em.line("const bool active = row < rows;")
+        first_col, col_step, mine = "warp", str(layout.slices), "active"
+    else:
+        em.open("for (long long row = blockIdx.x; row < rows; row += gridDim.x)")
+        first_col, col_step, mine = "threadIdx.x", "blockDim.x", ""
+    columns = f"for (long long col = {first_col}; col < cols; col += {col_step})"
     row_idx = decompose(em, "row", row_shape, "k")
     kd_idx = ["0"] * len(full)  # the row as an index of F with the reduced dims 0
     for k, i in zip(kept, row_idx):
@@ -410,28 +451,21 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
         dt = r.inputs[0].dtype
         acc_t = _acc_type(r.kind, dt)
         em.line(f"{acc_t} acc{j} = {_identity(r.kind, dt)};")
-        em.open("for (long long col = threadIdx.x; col < cols; col += blockDim.x)")
+        if mine:
+            em.open(f"if ({mine})")
+        em.open(columns)
         col_idx = decompose(em, "col", col_shape, f"c{j}_")
         x = em.at(r.inputs[0], full_index(col_idx))
         em.line(f"acc{j} = {_combine(r.kind, dt, f'acc{j}', x)};")
         em.close()
-        sh = _shuffle_type(acc_t)
-        em.open("for (int off = 16; off > 0; off /= 2)")
-        em.line(f"const {acc_t} other = ({acc_t})__shfl_down_sync(0xffffffffu, ({sh})acc{j}, off);")
-        em.line(f"acc{j} = {_combine(r.kind, dt, f'acc{j}', 'other')};")
-        em.close()
-        em.line(f"if (lane == 0) red{j}[warp] = acc{j};")
-        em.line("__syncthreads();")
-        em.open("if (warp == 0)")
-        em.line(f"acc{j} = lane < {warps} ? red{j}[lane] : {_identity(r.kind, dt)};")
-        em.open("for (int off = 16; off > 0; off /= 2)")
-        em.line(f"const {acc_t} other = ({acc_t})__shfl_down_sync(0xffffffffu, ({sh})acc{j}, off);")
-        em.line(f"acc{j} = {_combine(r.kind, dt, f'acc{j}', 'other')};")
-        em.close()
-        em.line(f"if (lane == 0) red{j}[0] = acc{j};")
-        em.close()
-        em.line("__syncthreads();")
-        value = f"red{j}[0]"
+        if mine:
+            em.close()
+        if tiled:
+            _combine_slices(em, j, r.kind, dt, acc_t, layout.slices)
+            value = f"red{j}[0][lane]"
+        else:
+            _combine_block(em, j, r.kind, dt, acc_t, layout.block // WARP)
+            value = f"red{j}[0]"
         if r.kind == "mean":
             value = f"{value} / ({acc_t})cols"
         if dt is DType.f16:
@@ -446,20 +480,61 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     row_results = [j for j, v in enumerate(results) if _maps_into(v.type.shape, kd_shape)]
     full_results = [j for j in range(len(results)) if j not in row_results]
     if full_results:
-        em.open("for (long long col = threadIdx.x; col < cols; col += blockDim.x)")
+        if mine:
+            em.open(f"if ({mine})")
+        em.open(columns)
         col_idx = decompose(em, "col", col_shape, "c_")
         for j in full_results:
             store_result(em, j, results[j], full, full_index(col_idx))
         em.close()
+        if mine:
+            em.close()
     if row_results:
-        em.open("if (threadIdx.x == 0)")
+        em.open("if (active && warp == 0)" if tiled else "if (threadIdx.x == 0)")
         for j in row_results:
             store_result(em, j, results[j], kd_shape, tuple(kd_idx))
         em.close()
-    em.line("__syncthreads();  // every red*[0] is read: the next row may write them")
+    em.line("__syncthreads();  // every red* is read: the next row may write them")
     em.close()
-    launch = Launch(work=tuple(row_shape), block=block, per_block=1)
+    launch = Launch(work=tuple(row_shape), block=layout.block, per_block=layout.rows_per_block)
     return Kernel(name, _source(name, params, em.lines), params, launch)
+
+
+def _combine_block(em: Emitter, j: int, kind: str, dt: DType, acc_t: str, warps: int) -> None:
+    """Fold ``acc<j>`` of every thread of the block into ``red<j>[0]``: warp shuffles, one
+    value per warp in shared memory, the first warp folds those."""
+    sh = _shuffle_type(acc_t)
+
+    def warp_fold() -> None:
+        em.open("for (int off = 16; off > 0; off /= 2)")
+        em.line(f"const {acc_t} other = ({acc_t})__shfl_down_sync(0xffffffffu, ({sh})acc{j}, "
+                "off);")
+        em.line(f"acc{j} = {_combine(kind, dt, f'acc{j}', 'other')};")
+        em.close()
+
+    warp_fold()
+    em.line(f"if (lane == 0) red{j}[warp] = acc{j};")
+    em.line("__syncthreads();")
+    em.open("if (warp == 0)")
+    em.line(f"acc{j} = lane < {warps} ? red{j}[lane] : {_identity(kind, dt)};")
+    warp_fold()
+    em.line(f"if (lane == 0) red{j}[0] = acc{j};")
+    em.close()
+    em.line("__syncthreads();")
+
+
+def _combine_slices(em: Emitter, j: int, kind: str, dt: DType, acc_t: str, slices: int) -> None:
+    """Fold the ``slices`` partial results of each of the block's 32 rows (warp ``w``
+    holds slice ``w``) into ``red<j>[0][row]``, in slice order."""
+    em.line(f"red{j}[warp][lane] = acc{j};")
+    em.line("__syncthreads();")
+    em.open("if (warp == 0)")
+    em.open(f"for (int s = 1; s < {slices}; ++s)")
+    em.line(f"acc{j} = {_combine(kind, dt, f'acc{j}', f'red{j}[s][lane]')};")
+    em.close()
+    em.line(f"red{j}[0][lane] = acc{j};")
+    em.close()
+    em.line("__syncthreads();")
 
 
 def _maps_into(src: Sequence[Dim], dst: Sequence[Dim]) -> bool:
@@ -491,4 +566,5 @@ def fusion_kernel(op: Op, name: str) -> Kernel:
     raise Unsupported(f"fusion kind {kind!r}")
 
 
-__all__ = ["LabelCheck", "block_size", "fusion_kernel", "label_checks"]
+__all__ = ["LabelCheck", "RowLayout", "block_size", "fusion_kernel", "label_checks",
+           "row_layout"]
