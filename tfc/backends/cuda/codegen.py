@@ -133,50 +133,92 @@ def map_index(src: Sequence[Dim], dst: Sequence[Dim], idx: Index) -> tuple[Index
     return mapped, conds
 
 
+@dataclass
+class Frame:
+    """One C block of the kernel body: the index variables it declares, the values
+    computed in it (visible to its inner blocks), where its opening line is, and whether
+    it is a guard (an ``if``: nothing computed inside may move out, its indices may be
+    out of range outside)."""
+
+    bound: set[str]
+    cache: dict[tuple[Value, Index], str]
+    opened_at: int
+    guard: bool
+
+
 class Emitter:
-    """C statements computing region values at indices, with common subexpressions
-    shared within a scope (a C block: what was computed inside is dropped on ``pop``)."""
+    """C statements computing region values at indices.
+
+    A value is computed once per block where its index is fixed: in the outermost block
+    that declares every index variable it uses, so a row's ``log(sum)`` or an
+    optimizer's scalar step size is computed once per row (once per thread), not once per
+    element, and reused by later phases; never outside a guard (``Frame``)."""
 
     def __init__(self, op: Op) -> None:
         self.op = op
         self.region = op.regions[0]
         self.args = {a: i for i, a in enumerate(self.region.args)}
         self.lines: list[str] = []
-        self.depth = 1
-        self.scopes: list[dict[tuple[Value, Index], str]] = [{}]
+        self.frames = [Frame(set(), {}, -1, False)]
+        self.target = 0  # the frame new statements go to
         self.registers: dict[Value, tuple[str, Index]] = {}  # reduced value -> (var, row idx)
         self.count = 0
 
     # -- text
     def line(self, text: str) -> None:
-        self.lines.append("  " * self.depth + text)
+        self.lines.append("  " * len(self.frames) + text)
 
-    def open(self, head: str) -> None:
+    def open(self, head: str, guard: bool = False) -> None:
         self.line(head + " {")
-        self.depth += 1
-        self.scopes.append({})
+        self.frames.append(Frame(set(), {}, len(self.lines) - 1, guard))
+        self.target = len(self.frames) - 1
 
     def close(self) -> None:
-        self.depth -= 1
-        self.scopes.pop()
+        self.frames.pop()
+        self.target = len(self.frames) - 1
         self.line("}")
 
+    def bind(self, name: str) -> None:
+        """``name`` (an index variable) is declared in the current block."""
+        self.frames[-1].bound.add(name)
+
     def var(self, ctype: str, expr: str, prefix: str = "v") -> str:
+        """A new constant ``ctype`` holding ``expr``, declared in the target block."""
         self.count += 1
         name = f"{prefix}{self.count}"
-        self.line(f"const {ctype} {name} = {expr};")
+        text = "  " * (self.target + 1) + f"const {ctype} {name} = {expr};"
+        if self.target == len(self.frames) - 1:
+            self.lines.append(text)
+        else:  # before the opening line of the target's inner block
+            at = self.frames[self.target + 1].opened_at
+            self.lines.insert(at, text)
+            for f in self.frames[self.target + 1:]:
+                f.opened_at += 1
         return name
 
     # -- values
+    def _home(self, idx: Index) -> int:
+        """The outermost frame where ``idx`` is known, not outside the innermost guard."""
+        home = max((k for k, f in enumerate(self.frames) if f.guard), default=0)
+        for k, f in enumerate(self.frames):
+            if any(i in f.bound for i in idx):
+                home = max(home, k)
+        return home
+
     def at(self, v: Value, idx: Index) -> str:
         """A C name (or literal) holding ``v`` at ``idx`` (a compute-type value)."""
-        for scope in reversed(self.scopes):
-            if (v, idx) in scope:
-                return scope[(v, idx)]
-        expr = self._compute(v, idx)
-        if not expr.isidentifier():
-            expr = self.var(cexpr.COMPUTE[v.dtype], expr)
-        self.scopes[-1][(v, idx)] = expr
+        for f in reversed(self.frames[:self.target + 1]):
+            if (v, idx) in f.cache:
+                return f.cache[(v, idx)]
+        saved = self.target
+        self.target = min(saved, self._home(idx))
+        try:
+            expr = self._compute(v, idx)
+            if not expr.isidentifier():
+                expr = self.var(cexpr.COMPUTE[v.dtype], expr)
+            self.frames[self.target].cache[(v, idx)] = expr
+        finally:
+            self.target = saved
         return expr
 
     def _compute(self, v: Value, idx: Index) -> str:
@@ -287,6 +329,7 @@ def decompose(em: Emitter, linear: str, shape: Sequence[Dim], prefix: str) -> In
     live = [k for k, d in enumerate(shape) if d != 1]
     for n, k in enumerate(reversed(live)):
         name = f"{prefix}{k}"
+        em.bind(name)
         if n == len(live) - 1:
             em.line(f"const long long {name} = {rest};")
         else:
@@ -307,7 +350,7 @@ def store_result(em: Emitter, j: int, v: Value, src_shape: Sequence[Dim], idx: I
         raise Unsupported(f"result {j} of shape {list(shape)} does not map into the "
                           f"kernel's shape {list(src_shape)}") from None
     if conds:
-        em.open(f"if ({' && '.join(conds)})")
+        em.open(f"if ({' && '.join(conds)})", guard=True)
     value = em.at(v, mapped)
     em.line(f"out{j}[{offset_c(shape, mapped)}] = {cexpr.store(v.dtype, value)};")
     if conds:
@@ -452,7 +495,7 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
         acc_t = _acc_type(r.kind, dt)
         em.line(f"{acc_t} acc{j} = {_identity(r.kind, dt)};")
         if mine:
-            em.open(f"if ({mine})")
+            em.open(f"if ({mine})", guard=True)
         em.open(columns)
         col_idx = decompose(em, "col", col_shape, f"c{j}_")
         x = em.at(r.inputs[0], full_index(col_idx))
@@ -481,7 +524,7 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     full_results = [j for j in range(len(results)) if j not in row_results]
     if full_results:
         if mine:
-            em.open(f"if ({mine})")
+            em.open(f"if ({mine})", guard=True)
         em.open(columns)
         col_idx = decompose(em, "col", col_shape, "c_")
         for j in full_results:
@@ -490,7 +533,7 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
         if mine:
             em.close()
     if row_results:
-        em.open("if (active && warp == 0)" if tiled else "if (threadIdx.x == 0)")
+        em.open("if (active && warp == 0)" if tiled else "if (threadIdx.x == 0)", guard=True)
         for j in row_results:
             store_result(em, j, results[j], kd_shape, tuple(kd_idx))
         em.close()
