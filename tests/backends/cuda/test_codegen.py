@@ -603,3 +603,38 @@ def test_every_example_fusion_matches_the_reference(examples: list) -> None:
         cases.append((kernel, op, fusion_inputs(op, bindings, rng), bindings))
     for (kernel, op, inputs, _), got in zip(cases, run_kernels(cases)):
         assert_matches(got, reference(op, inputs), f"{kernel.name}\n{kernel.source}")
+
+
+# ---- vector loads in flat loop kernels ----------------------------------------------------
+
+def test_flat_kernels_use_vectors_with_a_scalar_fallback() -> None:
+    """A flat loop kernel (every value the iteration's elements or one) loads and stores
+    4-element vectors when its pointers are aligned, else (and for the ragged tail) one
+    element at a time: both give the reference's bits."""
+    types = [t(("B",)), t((1, "B")), t(())]  # same elements as [B]; a scalar operand
+
+    def body(b: Builder, a: list[Value]) -> Value:
+        return b("sub", b("mul", a[0], b("squeeze", a[1], axes=[0])), b("sqrt", a[2]))
+
+    op = region_fusion(types, body)
+    kernel = codegen.fusion_kernel(op, "flat")
+    body_text = kernel.source.split('extern "C"')[1]
+    assert "tfc_vec<float, 4>" in body_text and "_r = " not in body_text  # no index divided
+    assert kernel.launch.per_block == 4 * kernel.launch.block
+    not_flat = codegen.fusion_kernel(region_fusion([t(("B", 3)), t((3,))],
+                                                   lambda b, a: b("add", a[0], a[1])), "bias")
+    assert "tfc_vec" not in not_flat.source.split('extern "C"')[1]
+    rng = np.random.default_rng(5)
+    from tfc.backends.cuda.emulator import EmulatedModule
+    compile_checked([kernel])
+    module = EmulatedModule([kernel])
+    for n, misalign in itertools.product([1, 3, 4, 257, 1030], [False, True]):
+        x, y = rng.normal(size=n).astype(np.float32), rng.normal(size=(1, n)).astype(np.float32)
+        s = np.asarray(0.75, np.float32)
+        shift = 1 if misalign else 0
+        xs = np.empty(n + shift, np.float32)[shift:]  # 4 bytes off a 16-byte boundary
+        xs[:] = x
+        out = np.empty(n + shift, np.float32)[shift:]
+        module.launch(kernel, kernel.launch.grid({"B": n}, max_blocks=2), kernel.launch.block, 0,
+                      [xs, y, s, out, n])
+        assert same(out, reference(op, [x, y, s])[0]), (n, misalign)

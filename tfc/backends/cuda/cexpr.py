@@ -60,6 +60,8 @@ _UNSIGNED = {DType.i32: "uint32_t", DType.i64: "uint64_t"}
 # file of many kernels defines them once.
 HELPERS = r"""#ifndef TFC_CEXPR_HELPERS
 #define TFC_CEXPR_HELPERS
+// N consecutive elements, aligned as a whole: one vector load or store
+template <typename T, int N> struct alignas(sizeof(T) * N) tfc_vec { T v[N]; };
 static __device__ __forceinline__ float tfc_r16(float x) { return tfc_h2f(tfc_f2h(x)); }
 static __device__ __forceinline__ float tfc_d16(double x) { return tfc_h2f(tfc_d2h(x)); }
 // numpy.maximum/minimum: NaN in either propagates; ties go to y (f32/f64) or x (_tx: f16)

@@ -92,7 +92,12 @@ def offset_c(shape: Sequence[Dim], idx: Index) -> str:
     for d, i in zip(shape, idx):
         if d == 1:
             continue  # its index is 0
-        out = i if out == "0LL" else f"({out} * {dim_c(d)} + {i})"
+        if out in ("0", "0LL"):
+            out = i
+        elif i == "0":
+            out = f"({out} * {dim_c(d)})"
+        else:
+            out = f"({out} * {dim_c(d)} + {i})"
     return out
 
 
@@ -162,6 +167,8 @@ class Emitter:
         self.frames = [Frame(set(), {}, -1, False)]
         self.target = 0  # the frame new statements go to
         self.registers: dict[Value, tuple[str, Index]] = {}  # reduced value -> (var, row idx)
+        # (operand, offset) -> the element of a vector loaded already (``vector_loop``)
+        self.loaded: dict[tuple[int, str], str] = {}
         self.count = 0
 
     # -- text
@@ -224,7 +231,9 @@ class Emitter:
     def _compute(self, v: Value, idx: Index) -> str:
         shape = v.type.shape
         if v in self.args:
-            return cexpr.load(v.dtype, f"in{self.args[v]}[{offset_c(shape, idx)}]")
+            offset = offset_c(shape, idx)
+            element = self.loaded.get((self.args[v], offset), f"in{self.args[v]}[{offset}]")
+            return cexpr.load(v.dtype, element)
         if v in self.registers:
             name, row = self.registers[v]
             if idx != row:
@@ -363,19 +372,88 @@ def _iteration_shape(op: Op) -> tuple[Dim, ...]:
     return tuple(shapes[0]) if shapes else ()
 
 
+VECTOR = 4  # elements per thread in a vector loop
+
+
+def flat_index(shape: Sequence[Dim], n: str) -> Index:
+    """The index of flat element ``n`` of a value whose non-1 dims are the iteration's
+    (the flat variable at the last non-1 dim, whose offset it then is), or of a scalar."""
+    live = [k for k, d in enumerate(shape) if d != 1]
+    return tuple(n if live and k == live[-1] else "0" for k in range(len(shape)))
+
+
+def is_flat(op: Op, shape: Sequence[Dim]) -> bool:
+    """Whether every value of the region holds the iteration shape's elements (up to
+    size-1 dims) or one element: then element ``n`` of each is at offset ``n`` (or 0),
+    no index needs dividing, and whole vectors can be loaded."""
+    core = core_shape(shape)
+    region = op.regions[0]
+    if any(o.kind == "one_hot" for o in region.ops):
+        return False
+    values = list(region.args) + [r for o in region.ops for r in o.results]
+    return all(core_shape(v.type.shape) in (core, ()) for v in values)
+
+
 def _loop_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     em = Emitter(op)
     shape = _iteration_shape(op)
-    total = size_c(shape)
-    em.line(f"const long long total = {total};")
-    em.open("for (long long n = (long long)blockIdx.x * blockDim.x + threadIdx.x; n < total; "
-            "n += (long long)blockDim.x * gridDim.x)")
-    idx = decompose(em, "n", shape, "i")
-    for j, v in enumerate(op.regions[0].results):
+    results = list(op.regions[0].results)
+    em.line(f"const long long total = {size_c(shape)};")
+    em.line("const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
+    em.line("const long long stride = (long long)blockDim.x * gridDim.x;")
+    flat = is_flat(op, shape)
+    core = core_shape(shape)
+    vector = flat and bool(core) and all(core_shape(v.type.shape) == core for v in results)
+    start = "first"
+    if vector:
+        _vector_loop(em, op, shape)
+        start = f"quads * {VECTOR} + first"
+    em.open(f"for (long long n = {start}; n < total; n += stride)")
+    if flat:
+        em.bind("n")
+        idx = flat_index(shape, "n")
+    else:
+        idx = decompose(em, "n", shape, "i")
+    for j, v in enumerate(results):
         store_result(em, j, v, shape, idx)
     em.close()
-    launch = Launch(work=tuple(shape), block=MAX_BLOCK, per_block=MAX_BLOCK)
+    per_block = MAX_BLOCK * (VECTOR if vector else 1)
+    launch = Launch(work=tuple(shape), block=MAX_BLOCK, per_block=per_block)
     return Kernel(name, _source(name, params, em.lines), params, launch)
+
+
+def _vector_loop(em: Emitter, op: Op, shape: Sequence[Dim]) -> None:
+    """The vector part of a flat loop kernel: when every full operand and result is
+    aligned to a vector of ``VECTOR`` elements (checked at run time: views and arena
+    buffers usually are), each thread loads and stores whole vectors of consecutive
+    elements (one 16-byte access for f32); the scalar loop after it does the rest."""
+    region = op.regions[0]
+    core = core_shape(shape)
+    full_args = [i for i, a in enumerate(region.args) if core_shape(a.type.shape) == core]
+    pointers = [(f"in{i}", region.args[i].dtype) for i in full_args] + \
+        [(f"out{j}", v.dtype) for j, v in enumerate(region.results)]
+    checks = " | ".join(f"((unsigned long long)(const void*){p} % {VECTOR * dt.itemsize}ULL)"
+                        for p, dt in pointers)
+    em.line(f"const long long quads = ({checks}) == 0ULL ? total / {VECTOR} : 0LL;")
+    em.open("for (long long q = first; q < quads; q += stride)")
+    for i in full_args:
+        vt = f"tfc_vec<{cexpr.STORAGE[region.args[i].dtype]}, {VECTOR}>"
+        em.line(f"const {vt} a{i} = ((const {vt}*)in{i})[q];")
+    names = [f"n{e}" for e in range(VECTOR)]
+    for e, n in enumerate(names):
+        em.line(f"const long long {n} = q * {VECTOR} + {e};")
+        em.bind(n)
+        for i in full_args:
+            em.loaded[(i, n)] = f"a{i}.v[{e}]"
+    for j, v in enumerate(region.results):
+        vt = f"tfc_vec<{cexpr.STORAGE[v.dtype]}, {VECTOR}>"
+        em.line(f"{vt} o{j};")
+        for e, n in enumerate(names):
+            value = em.at(v, flat_index(v.type.shape, n))
+            em.line(f"o{j}.v[{e}] = {cexpr.store(v.dtype, value)};")
+        em.line(f"(({vt}*)out{j})[q] = o{j};")
+    em.close()
+    em.loaded.clear()
 
 
 # accumulator C type, identity and combine per (reduction kind, dtype)
