@@ -169,6 +169,8 @@ class Emitter:
         self.registers: dict[Value, tuple[str, Index]] = {}  # reduced value -> (var, row idx)
         # (operand, offset) -> the element of a vector loaded already (``vector_loop``)
         self.loaded: dict[tuple[int, str], str] = {}
+        self.row_frame = 0  # where the registers are declared (the loop over rows)
+        self._after_reduction: dict[Value, bool] = {}
         self.count = 0
 
     # -- text
@@ -204,9 +206,20 @@ class Emitter:
         return name
 
     # -- values
-    def _home(self, idx: Index) -> int:
-        """The outermost frame where ``idx`` is known, not outside the innermost guard."""
+    def after_reduction(self, v: Value) -> bool:
+        """Whether ``v`` is computed from a reduction's result (a register of the row)."""
+        if v not in self._after_reduction:
+            op = v.op
+            self._after_reduction[v] = op is not None and not op.regions and (
+                fused_reduction(op.kind) or any(self.after_reduction(x) for x in op.inputs))
+        return self._after_reduction[v]
+
+    def _home(self, v: Value, idx: Index) -> int:
+        """The outermost frame where ``v`` at ``idx`` is known (its index variables and the
+        registers it reads are declared), not outside the innermost guard."""
         home = max((k for k, f in enumerate(self.frames) if f.guard), default=0)
+        if v not in self.args and self.after_reduction(v):
+            home = max(home, self.row_frame)
         for k, f in enumerate(self.frames):
             if any(i in f.bound for i in idx):
                 home = max(home, k)
@@ -218,7 +231,7 @@ class Emitter:
             if (v, idx) in f.cache:
                 return f.cache[(v, idx)]
         saved = self.target
-        self.target = min(saved, self._home(idx))
+        self.target = min(saved, self._home(v, idx))
         try:
             expr = self._compute(v, idx)
             if not expr.isidentifier():
@@ -556,6 +569,7 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
         em.open("for (long long row = blockIdx.x; row < rows; row += gridDim.x)")
         first_col, col_step, mine = "threadIdx.x", "blockDim.x", ""
     columns = f"for (long long col = {first_col}; col < cols; col += {col_step})"
+    em.row_frame = len(em.frames) - 1
     row_idx = decompose(em, "row", row_shape, "k")
     kd_idx = ["0"] * len(full)  # the row as an index of F with the reduced dims 0
     for k, i in zip(kept, row_idx):
