@@ -535,7 +535,8 @@ def test_reductions_under_other_fiber_orders(reduction_results: dict, order: str
 
 def test_layouts() -> None:
     assert codegen.row_layout((7, 50), (0,)) == codegen.RowLayout(32, 256)
-    assert codegen.row_layout(("B", 45), (0,)) == codegen.RowLayout(32, 256)
+    assert codegen.row_layout(("B", 45), (0,)) == codegen.RowLayout(32, 1024)
+    assert codegen.row_layout((512, 45), (0,)) == codegen.RowLayout(32, 1024)
     assert codegen.row_layout((2, 3, "N"), (0, 1)) == codegen.RowLayout(32, 256)
     assert codegen.row_layout(("B", 8), (0,)) == codegen.RowLayout(1, 256)  # few rows
     assert codegen.row_layout(("B", 10), (1,)) == codegen.RowLayout(1, 32)

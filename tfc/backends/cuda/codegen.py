@@ -177,9 +177,13 @@ class Emitter:
     def line(self, text: str) -> None:
         self.lines.append("  " * len(self.frames) + text)
 
-    def open(self, head: str, guard: bool = False) -> None:
+    def open(self, head: str, guard: bool = False, pragma: str = "") -> None:
+        """Open a block (``head {``), after a ``#pragma`` line for it if given."""
+        opened_at = len(self.lines)
+        if pragma:
+            self.line(pragma)
         self.line(head + " {")
-        self.frames.append(Frame(set(), {}, len(self.lines) - 1, guard))
+        self.frames.append(Frame(set(), {}, opened_at, guard))
         self.target = len(self.frames) - 1
 
     def close(self) -> None:
@@ -538,8 +542,17 @@ def row_layout(full: Sequence[Dim], axes: Sequence[int]) -> RowLayout:
     leading = tuple(axes) == tuple(range(len(axes)))
     many = not all(isinstance(d, int) for d in kept) or math.prod(int(d) for d in kept) >= WARP
     if kept and leading and many:
-        return RowLayout(WARP, MAX_BLOCK)
+        return RowLayout(WARP, WARP * column_slices([full[k] for k in axes]))
     return RowLayout(1, block_size([full[k] for k in axes]))
+
+
+def column_slices(columns: Sequence[Dim]) -> int:
+    """Warps per block of the column layout: 32 (1024 threads) for a symbolic or long
+    column count (a bias gradient over a batch: few blocks, so each needs many loads in
+    flight), else 8."""
+    if not all(isinstance(d, int) for d in columns) or math.prod(int(d) for d in columns) >= 512:
+        return 32
+    return 8
 
 
 def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
@@ -568,6 +581,7 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     else:
         em.open("for (long long row = blockIdx.x; row < rows; row += gridDim.x)")
         first_col, col_step, mine = "threadIdx.x", "blockDim.x", ""
+    # unrolled, so several independent loads are in flight before their folds
     columns = f"for (long long col = {first_col}; col < cols; col += {col_step})"
     em.row_frame = len(em.frames) - 1
     row_idx = decompose(em, "row", row_shape, "k")
@@ -588,7 +602,7 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
         em.line(f"{acc_t} acc{j} = {_identity(r.kind, dt)};")
         if mine:
             em.open(f"if ({mine})", guard=True)
-        em.open(columns)
+        em.open(columns, pragma="#pragma unroll 4")
         col_idx = decompose(em, "col", col_shape, f"c{j}_")
         x = em.at(r.inputs[0], full_index(col_idx))
         em.line(f"acc{j} = {_combine(r.kind, dt, f'acc{j}', x)};")
