@@ -311,9 +311,9 @@ LOOP_FUSIONS: dict[str, tuple[list[TensorType], Callable, dict]] = {
                                  b("div", a[0], a[1])), {}),
     "f16_tanh": ([t((33,), DType.f16)], lambda b, a: b("tanh", b("mul", a[0], a[0])), {}),
     "int_chain": ([t((3, 5), DType.i32), t((5,), DType.i32)],
-                  lambda b, a: [b("div", b("mul", a[0], a[1]), b("constant", value=np.array(-4, np.int32))),
-                                b("cast", b("pow", a[1], b("constant", value=np.array(3, np.int32))),
-                                  dtype=DType.f64)], {}),
+                  lambda b, a: [b("div", b("mul", a[0], a[1]), _c(b, -4, DType.i32)),
+                                b("cast", b("pow", a[1], _c(b, 3, DType.i32)), dtype=DType.f64)],
+                  {}),
     "zero_size": ([t(("B", 3))], lambda b, a: b("exp", a[0]), {"B": 0}),
 }
 

@@ -16,7 +16,13 @@ of the current row. The element expressions are ``cexpr``'s (numpy's semantics).
 - ``loop``: a grid-stride loop over the iteration shape (the largest result shape),
   one thread per element; each result is stored at the index the iteration index maps
   to (a result broadcast into the iteration shape, e.g. a scalar next to a matrix, is
-  stored where its broadcast dims are 0).
+  stored where its broadcast dims are 0). A *flat* region (every value holds the
+  iteration's elements up to size-1 dims, or one element: an optimizer's update, an
+  activation's gradient) indexes with the flat index, no division; when all its results
+  are full it first runs a vector loop: each thread loads and stores 4 consecutive
+  elements of every full operand and result as one access (16 bytes for f32), when
+  every such pointer is aligned to that (checked at run time); the scalar loop does the
+  rest (the ragged tail, or everything for misaligned pointers).
 - ``reduce``/``row``: the reductions' input shape F is viewed as rows (the kept axes, in
   order) by columns (the reduced axes, in order), whichever axes are reduced. One block
   per row (grid-stride over rows). For each reduction, in region order, the threads
@@ -26,17 +32,22 @@ of the current row. The element expressions are ``cexpr``'s (numpy's semantics).
   ``exp(x - max)``) and the ops after them read earlier results from registers, and the
   row's elements are re-read (recomputed) in each phase, never stored. Then results of
   F's shape are stored by a last pass over the columns, results of the row's (kept)
-  shape by thread 0. Sums accumulate in the element type (f16: in f32, rounded once when
-  stored; integers wrap), in a different order than numpy's pairwise sums, so float
-  results differ from the reference by rounding; max/min propagate NaN as numpy's do;
-  ``mean`` divides the sum by the count.
+  shape by thread 0. When the reduced axes lead and there are many rows (a bias
+  gradient ``sum(dy, axes=[0])``), the *column layout* (``RowLayout``) gives a block 32
+  rows instead, so that a warp reads 32 consecutive elements. Sums accumulate in the
+  element type (f16: in f32, rounded once when stored; integers wrap), in a different
+  order than numpy's pairwise sums, so float results differ from the reference by
+  rounding; max/min propagate NaN as numpy's do; ``mean`` divides the sum by the count.
 
-The block size is chosen from the static column count (32 to 256; 256 when symbolic).
-Integer ``div`` and ``pow`` are generated only for a nonzero (non-negative) constant
-divisor (exponent): the reference raises on a zero divisor and a kernel cannot report
-it. A checking ``one_hot`` (``labels_of``) reads labels the runtime must check before
-the launch (``label_checks``), as the LLVM backend's check kernels do; one whose labels
-are computed inside the region is ``Unsupported``.
+A value is computed once per block of the C text where its index is fixed (``Emitter``):
+an optimizer's scalar step size once per thread, a row's ``log(sum)`` or class label
+once per row. The block size is chosen from the static column count (32 to 256; 256
+when symbolic; the column layout 256 or 1024). Integer ``div`` and ``pow`` are generated
+only for a nonzero (non-negative) constant divisor (exponent): the reference raises on a
+zero divisor and a kernel cannot report it. A checking ``one_hot`` (``labels_of``) reads
+labels the runtime must check before the launch (``label_checks``), as the LLVM
+backend's check kernels do; one whose labels are computed inside the region is
+``Unsupported``.
 """
 
 from __future__ import annotations
