@@ -517,6 +517,8 @@ REDUCTIONS: dict[str, tuple[list, Callable, dict]] = {
                              lambda b, a: b("sum", a[0], axes=[0, 1], keepdims=True), {"N": 40}),
     "softmax_first_axis_columns": ([("x", t((7, 50), DType.f16))],
                                    lambda b, a: b("softmax", a[0], axis=0), {}),
+    "global_average_pool": ([("x", t(("B", 3, 3, 20)))],
+                            lambda b, a: b("mean", a[0], axes=[1, 2]), {"B": 3}),
     "max_i64_columns": ([("x", t((9, "N"), DType.i64))],
                         lambda b, a: b("max", a[0], axes=[0]), {"N": 70}),
 }
@@ -596,6 +598,8 @@ def test_layouts() -> None:
     assert codegen.row_layout(("B", 8), (0,)) == codegen.RowLayout(1, 256)  # few rows
     assert codegen.row_layout(("B", 10), (1,)) == codegen.RowLayout(1, 32)
     assert codegen.row_layout((4, 5, 6), (0, 2)) == codegen.RowLayout(1, 32)
+    assert codegen.row_layout(("B", 3, 3, 20), (1, 2)) == codegen.RowLayout(32, 256)
+    assert codegen.row_layout((3, 3, 20), (0, 2)) == codegen.RowLayout(1, 64)  # 60 columns
 
 
 def test_block_size_follows_the_columns() -> None:

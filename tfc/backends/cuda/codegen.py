@@ -32,9 +32,10 @@ of the current row. The element expressions are ``cexpr``'s (numpy's semantics).
   ``exp(x - max)``) and the ops after them read earlier results from registers, and the
   row's elements are re-read (recomputed) in each phase, never stored. Then results of
   F's shape are stored by a last pass over the columns, results of the row's (kept)
-  shape by thread 0. When the reduced axes lead and there are many rows (a bias
-  gradient ``sum(dy, axes=[0])``), the *column layout* (``RowLayout``) gives a block 32
-  rows instead, so that a warp reads 32 consecutive elements. Sums accumulate in the
+  shape by thread 0. When the last axis is kept and there are many rows (a bias
+  gradient ``sum(dy, axes=[0])``, a global average pool), the *column layout*
+  (``RowLayout``) gives a block 32 rows instead, so that a warp reads 32 consecutive
+  elements. Sums accumulate in the
   element type (f16: in f32, rounded once when stored; integers wrap), in a different
   order than numpy's pairwise sums, so float results differ from the reference by
   rounding; max/min propagate NaN as numpy's do; ``mean`` divides the sum by the count.
@@ -532,11 +533,11 @@ class RowLayout:
 
     ``rows_per_block`` 1: a block per row, its threads share the columns (strided by the
     block size) and combine with warp shuffles then shared memory. 32 (the *column*
-    layout, when the reduced axes lead and the kept ones are contiguous in memory, e.g. a
-    bias gradient ``sum(dy, axes=[0])``): lane ``tx`` of every warp takes row ``base +
-    tx`` and warp ``ty`` every ``slices``-th column, so a warp reads 32 consecutive
-    elements; the ``slices`` partial results of a row are combined through shared memory
-    in order."""
+    layout, when the last axis is kept, e.g. a bias gradient ``sum(dy, axes=[0])``):
+    lane ``tx`` of every warp takes row ``base + tx`` and warp ``ty`` every
+    ``slices``-th column, so a warp reads 32 consecutive elements (mostly: rows are
+    consecutive in memory within the last axis); the ``slices`` partial results of a row
+    are combined through shared memory in order."""
 
     rows_per_block: int
     block: int
@@ -547,12 +548,14 @@ class RowLayout:
 
 
 def row_layout(full: Sequence[Dim], axes: Sequence[int]) -> RowLayout:
-    """The column layout when the reduced axes are the leading ones and the kept ones hold
-    at least a warp's worth of rows (or a symbolic count), else a block per row."""
+    """The column layout when the last axis is kept (consecutive rows are then mostly
+    consecutive in memory: a bias gradient, a global average pool over H and W of NHWC)
+    and there are at least a warp's worth of rows (or a symbolic count), else a block per
+    row."""
     kept = [full[k] for k in range(len(full)) if k not in axes]
-    leading = tuple(axes) == tuple(range(len(axes)))
+    last_kept = bool(kept) and len(full) - 1 not in axes
     many = not all(isinstance(d, int) for d in kept) or math.prod(int(d) for d in kept) >= WARP
-    if kept and leading and many:
+    if last_kept and many:
         return RowLayout(WARP, WARP * column_slices([full[k] for k in axes]))
     return RowLayout(1, block_size([full[k] for k in axes]))
 
