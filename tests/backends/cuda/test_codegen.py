@@ -430,6 +430,7 @@ def test_params_and_launch() -> None:
         ("in0", "const float*"), ("in1", "const float*"),
         ("out0", "float*"), ("sym_A", "long long"), ("sym_B", "long long")]
     assert k.symbols == ("A", "B")
+    assert '__global__ void __launch_bounds__(256) kern(' in k.source
     assert k.launch.work == ("A", "B", 3)
     assert k.launch.grid({"A": 2, "B": 1000}) == -(-6000 // 256)
 
@@ -658,6 +659,9 @@ def test_every_example_fusion_compiles_with_nvrtc(examples: list) -> None:
     assert len(examples) > 40
     ptx = compile_checked([k for _, _, k in examples])
     assert all(f".entry {k.name}(" in ptx for _, _, k in examples)
+    # each kernel's block size is a bound the compiler keeps (registers for 1024 threads)
+    assert ptx.count(".maxntid") == len(examples)
+    assert any(k.launch.block == 1024 for _, _, k in examples)
 
 
 def test_every_example_fusion_matches_the_reference(examples: list, target: str) -> None:
