@@ -367,6 +367,8 @@ LOOP_FUSIONS: dict[str, tuple[list[TensorType], Callable, dict]] = {
                                 b("cast", b("pow", a[1], _c(b, 3, DType.i32)), dtype=DType.f64)],
                   {}),
     "zero_size": ([t(("B", 3))], lambda b, a: b("exp", a[0]), {"B": 0}),
+    # an operand that is also a result (copied through), next to a result computed from it
+    "passthrough": ([t((2, 9), DType.i64)], lambda b, a: [a[0], b("neg", a[0])], {}),
 }
 
 
@@ -415,6 +417,12 @@ def test_integer_division_needs_a_constant_divisor() -> None:
         codegen.fusion_kernel(op, "k")
     op = loop_fusion("div", [t((4,), F32), t((4,), F32)])  # float division is fine
     assert codegen.fusion_kernel(op, "k").name == "k"
+
+
+def test_results_of_unrelated_shapes_are_unsupported() -> None:
+    op = region_fusion([t((4, 5)), t((5, 4))], lambda b, a: [b("exp", a[0]), b("exp", a[1])])
+    with pytest.raises(Unsupported, match=r"result 1 of shape \[5, 4\] does not map into"):
+        codegen.fusion_kernel(op, "k")
 
 
 def test_unknown_dims_are_unsupported() -> None:
