@@ -311,27 +311,34 @@ class CUDAExecutable:
             for r, o in zip(op.results, outs):
                 store[r] = o
             if kind == "fusion":
-                actions.append(self._launcher(self.kernels[i], ins, outs, syms))
+                actions.append(self._launcher(self.kernels[i], ins, outs, syms,
+                                              _label_checks(op, ins)))
                 continue
             how = library.how_to_run(kind)
             if how == "library":
                 actions.append(_library_action(xp, library.LIBRARY[kind], op, ins, outs))
-            elif how == "binding":
+            elif how == "binding":  # computed now; copied into the arena every step
                 vals = lookup(kind).reference(None, [np.empty(binding.shape(v), v.dtype.np)
                                                      for v in op.inputs], op.attrs)
-                for o, val in zip(outs, vals):
-                    dev.upload(o, np.asarray(val, o.dtype))
+                consts = [dev.to_device(np.asarray(val, o.dtype)) for o, val in zip(outs, vals)]
+                actions.append(_copy_action(consts, outs))
             else:  # "host": the registry reference on host copies
                 actions.append(_host_action(dev, op, ins, outs))
         fetches = [store[v] for v in g.results]
         return _Bound(feeds, actions, fetches, updates, keep)
 
     def _launcher(self, kernel: Kernel, ins: list[Any], outs: list[Any],
-                  syms: Mapping[str, int]) -> Action:
+                  syms: Mapping[str, int], checks: list[Action]) -> Action:
         dev, handle = self._device, self._handle
         args = [*ins, *outs, *(int(syms[s]) for s in kernel.symbols)]
         grid = kernel.launch.grid(syms)
         block, shared = kernel.launch.block, kernel.launch.shared_bytes
+        if checks:
+            def checked(step: int) -> None:
+                for check in checks:
+                    check(step)
+                dev.launch(handle, kernel, grid, block, shared, args)
+            return checked
 
         def launch(step: int) -> None:
             dev.launch(handle, kernel, grid, block, shared, args)
@@ -341,6 +348,28 @@ class CUDAExecutable:
 
     def __repr__(self) -> str:
         return f"<CUDAExecutable @{self.graph.name}: {self.report}>"
+
+
+def _label_checks(op: Op, ins: list[Any]) -> list[Action]:
+    """The checks of the class labels a fusion's kernel reads (``codegen.label_checks``):
+    a label out of range is the reference's error, before the launch. (On a GPU each
+    check synchronizes: the error must come from this step.)"""
+    from tfc.backends.cuda.codegen import label_checks
+    from tfc.ops.array import check_labels
+    out = []
+    for c in label_checks(op):
+        labels, depth, name = ins[c.operand], c.depth, c.op
+
+        def check(step: int, labels: Any = labels, depth: int = depth, name: str = name
+                  ) -> None:
+            if bool(((labels < 0) | (labels >= depth)).any()):
+                host = labels if isinstance(labels, np.ndarray) else labels.get()
+                try:
+                    check_labels(name, host, depth)
+                except TfcError as e:
+                    raise e.at(op.loc)
+        out.append(check)
+    return out
 
 
 def _library_action(xp: Any, fn: library.LibraryFn, op: Op, ins: list[Any],
@@ -354,6 +383,14 @@ def _library_action(xp: Any, fn: library.LibraryFn, op: Op, ins: list[Any],
             raise e.at(op.loc)
         for o, val in zip(outs, vals):
             o[...] = val
+    return run
+
+
+def _copy_action(sources: list[Any], outs: list[Any]) -> Action:
+    """Copy per-binding values into their storage (an arena slot other values reuse)."""
+    def run(step: int) -> None:
+        for o, src in zip(outs, sources):
+            o[...] = src
     return run
 
 
