@@ -208,7 +208,7 @@ class CUDAExecutable:
             if dv is not None and dv.host is host and not host.flags.writeable:
                 continue
             decl = self.module.variables[name]
-            arr = np.ascontiguousarray(host)
+            arr = np.require(host, requirements="C")  # (keeps 0-d arrays 0-d)
             if arr.dtype != decl.type.dtype.np or arr.ndim != decl.type.rank:
                 raise ExecutionError(f"variable @{name} is {arr.dtype}"
                                      f"{format_shape(arr.shape)}, expected {decl.type}")
