@@ -168,6 +168,31 @@ def _module(arg_types: Sequence[tuple[str, DType, tuple]], body: Any,
     return Module({"f": g}, {n: VariableDecl(n, t) for n, t in (variables or {}).items()})
 
 
+def test_variable_writes_see_the_start_of_the_step() -> None:
+    """Swapped variables (each assigned the other's read), an ``assign_add`` of a feed,
+    a ``scatter_sub`` with a repeated row and a variable only written: every write sees
+    the values of the start of the step, on the device and in the returned updates,
+    over two steps (the second with the device copies)."""
+    t = TensorType(DType.f32, (3, 2))
+
+    def body(b: Builder, args: list) -> list:
+        x, idx, upd = args
+        ra, rb = (b.op("var.read", var=n, result_types=[t]).result for n in "ab")
+        b.op("var.assign", rb, var="a")
+        b.op("var.assign", b("reshape", b("reshape", ra, shape=[6]), shape=[3, 2]), var="b")
+        b.op("var.assign_add", x, var="c")
+        b.op("var.scatter_sub", idx, upd, var="d")
+        b.op("var.assign", b("add", x, x), var="e")
+        return [b("add", ra, rb)]
+    module = _module([("x", DType.f32, (3, 2)), ("i", DType.i32, (3,)),
+                      ("u", DType.f32, (3, 2))], body, {n: t for n in "abcde"})
+    rng = np.random.default_rng(1)
+    values = {n: rng.normal(size=(3, 2)).astype(np.float32) for n in "abcd"}
+    feeds = [rng.normal(size=(3, 2)).astype(np.float32), np.array([2, 0, 2], np.int32),
+             rng.normal(size=(3, 2)).astype(np.float32)]
+    train_both(module, "f", lambda step: feeds, 2, values)
+
+
 def _run_op(kind: str, arrays: Sequence[np.ndarray], **attrs: Any) -> None:
     """One op (not fused: the library's or the host's) against the reference."""
     def body(b: Builder, args: list) -> list:
