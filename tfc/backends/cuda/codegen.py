@@ -257,7 +257,7 @@ def symbols_of(op: Op) -> list[str]:
 
 
 def params_of(op: Op) -> tuple[Param, ...]:
-    ins = [Param(f"in{i}", f"const {cexpr.STORAGE[v.dtype]}* __restrict__")
+    ins = [Param(f"in{i}", f"const {cexpr.STORAGE[v.dtype]}*")
            for i, v in enumerate(op.inputs)]
     outs = [Param(f"out{i}", f"{cexpr.STORAGE[v.dtype]}*") for i, v in enumerate(op.results)]
     return tuple(ins + outs + [Param(f"sym_{s}", "long long") for s in symbols_of(op)])
