@@ -4,14 +4,16 @@ error, the fallback warning.
 
 Under the emulator the executable, its arena, the library ops (numpy as the array
 module) and the generated kernels (compiled by g++ with the emulation header) all run as
-on a GPU; only cupy's own calls (cuBLAS, the launch) do not. Shapes stay small: every
-CUDA thread is a fiber. Tolerances: reductions sum in another order than numpy's
+on a GPU; only cupy's own calls (cuBLAS, the launch) do not. Under ``TFC_BACKEND=cuda``
+on a machine with a GPU the same tests run on the GPU (``ON_GPU``), which checks those
+too. Shapes stay small: every CUDA thread is a fiber. Tolerances: reductions sum in another order than numpy's
 pairwise sums, so float results differ from the reference by rounding (rtol 1e-5 on f32);
 everything else is exact.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Sequence
 
@@ -35,9 +37,17 @@ if not emulator.available():
 RTOL = 1e-5
 
 
+ON_GPU = os.environ.get("TFC_BACKEND") == "cuda" and \
+    os.environ.get(cuda_device.DEVICE_ENV, "") != cuda_device.EMULATED and \
+    cuda_device.device_problem() is None
+
+
 @pytest.fixture(autouse=True)
 def emulated(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(cuda_device.DEVICE_ENV, cuda_device.EMULATED)
+    """The emulator, but under ``TFC_BACKEND=cuda`` on a machine with a GPU: there the
+    same tests check the launch layer (cupy, cuBLAS, the stream) too."""
+    if not ON_GPU:
+        monkeypatch.setenv(cuda_device.DEVICE_ENV, cuda_device.EMULATED)
 
 
 def compile_cuda(module: Module, entry: str = "f") -> CUDAExecutable:
@@ -209,6 +219,11 @@ def _run_op(kind: str, arrays: Sequence[np.ndarray], **attrs: Any) -> None:
 RNG = np.random.default_rng(7)
 F = RNG.normal(size=(3, 4)).astype(np.float32)
 I = np.array([2, 0, 2, 1], np.int32)
+X4 = RNG.normal(size=(2, 5, 6, 3)).astype(np.float32)  # NHWC
+W4 = RNG.normal(size=(3, 2, 3, 4)).astype(np.float32)  # HWIO
+DY4 = RNG.normal(size=(2, 3, 3, 4)).astype(np.float32)  # SAME, strides 2
+DY4V = RNG.normal(size=(2, 3, 5, 4)).astype(np.float32)  # VALID, strides 1
+MP4 = RNG.normal(size=(2, 2, 3, 3)).astype(np.float32)  # max_pool 2x2/2 of X4
 
 
 @pytest.mark.parametrize("kind,arrays,attrs", [
@@ -235,10 +250,19 @@ I = np.array([2, 0, 2, 1], np.int32)
     ("range", [], {"start": 1, "limit": 7, "delta": 2, "dtype": DType.i32}),
     ("random.normal", [], {"shape": [3, 5], "dtype": DType.f32, "seed": 11}),
     ("random.uniform", [], {"shape": [4], "dtype": DType.f16, "seed": 2}),
-    ("conv2d", [RNG.normal(size=(1, 5, 5, 2)).astype(np.float32),
-                RNG.normal(size=(3, 3, 2, 4)).astype(np.float32)], {}),
-    ("max_pool", [RNG.normal(size=(1, 4, 4, 2)).astype(np.float32)],
-     {"ksize": [2, 2], "strides": [2, 2]}),
+    ("conv2d", [X4, W4], {}),
+    ("conv2d", [X4, W4], {"padding": "SAME", "strides": [2, 1]}),
+    ("conv2d", [X4, W4], {"padding": "SAME", "dilations": [2, 2]}),
+    ("conv2d", [X4.astype(np.float16), W4.astype(np.float16)], {"padding": "SAME"}),
+    ("conv2d_backprop_filter", [X4, DY4, W4], {"padding": "SAME", "strides": [2, 2]}),
+    ("conv2d_backprop_filter", [X4, DY4V, W4], {}),
+    ("conv2d_backprop_input", [W4, DY4, X4], {"padding": "SAME", "strides": [2, 2]}),
+    ("conv2d_backprop_input", [W4, DY4V, X4], {}),
+    ("max_pool", [X4], {"ksize": [2, 2], "strides": [2, 2]}),
+    ("max_pool", [np.where(X4 > 1, np.nan, X4).astype(np.float32)],
+     {"ksize": [3, 3], "strides": [2, 2], "padding": "SAME"}),
+    ("max_pool_grad", [X4, MP4, MP4], {"ksize": [2, 2], "strides": [2, 2]}),
+    ("avg_pool", [X4], {"ksize": [2, 2], "padding": "SAME"}),
 ])
 def test_library_and_host_ops_match_the_reference(kind: str, arrays: list, attrs: dict
                                                   ) -> None:
