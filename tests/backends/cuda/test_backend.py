@@ -224,6 +224,9 @@ W4 = RNG.normal(size=(3, 2, 3, 4)).astype(np.float32)  # HWIO
 DY4 = RNG.normal(size=(2, 3, 3, 4)).astype(np.float32)  # SAME, strides 2
 DY4V = RNG.normal(size=(2, 3, 5, 4)).astype(np.float32)  # VALID, strides 1
 MP4 = RNG.normal(size=(2, 2, 3, 3)).astype(np.float32)  # max_pool 2x2/2 of X4
+# ties, NaN and overlapping windows (3x3, strides 1x2, SAME: pooled [2, 5, 3, 3])
+TIES = np.where(X4 > 1, np.nan, np.round(X4)).astype(np.float32)
+MPS = RNG.normal(size=(2, 5, 3, 3)).astype(np.float32)
 
 
 @pytest.mark.parametrize("kind,arrays,attrs", [
@@ -262,6 +265,10 @@ MP4 = RNG.normal(size=(2, 2, 3, 3)).astype(np.float32)  # max_pool 2x2/2 of X4
     ("max_pool", [np.where(X4 > 1, np.nan, X4).astype(np.float32)],
      {"ksize": [3, 3], "strides": [2, 2], "padding": "SAME"}),
     ("max_pool_grad", [X4, MP4, MP4], {"ksize": [2, 2], "strides": [2, 2]}),
+    ("max_pool_grad", [TIES, MPS, MPS], {"ksize": [3, 3], "strides": [1, 2],
+                                         "padding": "SAME"}),
+    ("max_pool_grad_grad", [TIES, MPS, TIES], {"ksize": [3, 3], "strides": [1, 2],
+                                               "padding": "SAME"}),
     ("avg_pool", [X4], {"ksize": [2, 2], "padding": "SAME"}),
 ])
 def test_library_and_host_ops_match_the_reference(kind: str, arrays: list, attrs: dict

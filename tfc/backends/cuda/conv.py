@@ -125,9 +125,78 @@ def max_pool(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
     return [xp.array(out, dtype=x.dtype, copy=True)]
 
 
+def _first_max(xp: Any, x: Any, k: tuple[int, int], s: tuple[int, int], geo: Any
+               ) -> tuple[Any, tuple[int, ...]]:
+    """The tap (row-major in the window) of each window's first maximum ``[N, Ho, Wo, C]``
+    and the padded image's shape: ``tfc.ops.nn_grad.max_positions`` as a running
+    comparison over the taps (a NaN wins over numbers and the first NaN stays, as
+    ``argmax``; padding is the lowest value, so it never wins)."""
+    (ho, wo), before, after = geo
+    floats = x.dtype.kind == "f"
+    low = -np.inf if floats else np.iinfo(x.dtype).min
+    img = xp.pad(x, ((0, 0), (before[0], after[0]), (before[1], after[1]), (0, 0)),
+                 constant_values=low)
+    taps = _taps(img, k, s, (1, 1), (ho, wo))
+    best, first = taps[0], xp.zeros(taps[0].shape, dtype=np.int32)
+    for i, t in enumerate(taps[1:], 1):
+        better = t > best
+        if floats:
+            better |= xp.isnan(t) & ~xp.isnan(best)
+        best = xp.where(better, t, best)
+        first = xp.where(better, np.int32(i), first)
+    return first, img.shape
+
+
+def _pool_geometry(op: str, x_shape: Sequence[int], attrs: Mapping[str, Any]) -> Any:
+    k = spatial_attr(op, "ksize", attrs["ksize"])
+    s = k if attrs["strides"] is None else spatial_attr(op, "strides", attrs["strides"])
+    return k, s, geometry(op, x_shape[1:3], k, s, (1, 1), attrs["padding"])
+
+
+def max_pool_grad(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
+    """Each window's gradient added at its first maximum; the sums in f64 and rounded
+    once, as the reference's ``bincount``."""
+    x, y, dy = ins
+    op = "max_pool_grad"
+    k, s, geo = _pool_geometry(op, x.shape, attrs)
+    out_shape = (x.shape[0], *geo[0], x.shape[3])
+    expect_shape(op, "the pooled output", y, out_shape)
+    expect_shape(op, "the gradient", dy, out_shape)
+    if dy.size == 0 or x.size == 0:
+        return [xp.zeros(x.shape, dtype=dy.dtype)]
+    first, padded = _first_max(xp, x, k, s, geo)
+    img = xp.zeros(padded, dtype=np.float64)
+    wide = dy.astype(np.float64)
+    for i, tap in enumerate(_taps(img, k, s, (1, 1), geo[0])):
+        tap += xp.where(first == i, wide, 0.0)  # a view of img
+    (h, w), before = x.shape[1:3], geo[1]
+    return [img[:, before[0]:before[0] + h, before[1]:before[1] + w, :].astype(dy.dtype)]
+
+
+def max_pool_grad_grad(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
+    """``g`` read at each window's first maximum."""
+    x, y, g = ins
+    op = "max_pool_grad_grad"
+    k, s, geo = _pool_geometry(op, x.shape, attrs)
+    out_shape = (x.shape[0], *geo[0], x.shape[3])
+    expect_shape(op, "the pooled output", y, out_shape)
+    expect_shape(op, "the gradient", g, x.shape)
+    if y.size == 0 or x.size == 0:
+        return [xp.zeros(out_shape, dtype=g.dtype)]
+    first, _ = _first_max(xp, x, k, s, geo)
+    (_, before, after) = geo
+    gp = xp.pad(g, ((0, 0), (before[0], after[0]), (before[1], after[1]), (0, 0)))
+    out = xp.zeros(out_shape, dtype=g.dtype)
+    for i, tap in enumerate(_taps(gp, k, s, (1, 1), geo[0])):
+        out = xp.where(first == i, tap, out)
+    return [out]
+
+
 CONV_LIBRARY = {
     "conv2d": conv2d,
     "conv2d_backprop_filter": conv2d_backprop_filter,
     "conv2d_backprop_input": conv2d_backprop_input,
     "max_pool": max_pool,
+    "max_pool_grad": max_pool_grad,
+    "max_pool_grad_grad": max_pool_grad_grad,
 }
