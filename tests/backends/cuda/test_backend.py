@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -376,3 +377,48 @@ def test_unsupported_ops_fall_back_with_a_warning() -> None:
 
 def test_backend_is_registered() -> None:
     assert isinstance(get_backend("cuda"), CUDABackend)
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+@pytest.mark.parametrize("example,entry,host_ops", [
+    ("mlp_digits.py", "train_step", []),
+    ("cnn_digits.py", "train_step", []),
+    ("kmeans_digits.py", "step", []),
+    ("ridge.py", "fit", ["matrix_inverse"]),
+])
+def test_examples_run_and_match_the_reference(example: str, entry: str,
+                                              host_ops: list[str]) -> None:
+    """A step of an example model (digits MLP and CNN training, k-means, ridge) on the
+    cuda backend against the reference, every fetch and update; feeds are random (batch
+    3; integer feeds, labels or indices, in [0, 2))."""
+    from tfc.compiler.frontend import load_model
+    module = load_model(EXAMPLES / example)
+    values = initial_values(module)
+    rng = np.random.default_rng(0)
+    feeds = []
+    for a in module.graphs[entry].args:
+        shape = [3 if isinstance(d, str) else d for d in a.type.shape]
+        if a.type.dtype.is_int:
+            feeds.append(rng.integers(0, 2, shape).astype(a.type.dtype.np))
+        else:
+            feeds.append(rng.normal(size=shape).astype(a.type.dtype.np))
+    exe, _ = train_both(module, entry, lambda step: feeds, 2, values)
+    assert exe.report.host_ops == host_ops
+
+
+def test_control_flow_falls_back_to_the_reference() -> None:
+    """The LSTM example's ``scan`` has no device version: the graph runs on the reference
+    backend, with a warning naming the op, and gives the reference's numbers."""
+    from tfc.compiler.frontend import load_model
+    module = load_model(EXAMPLES / "lstm_sequence.py")
+    with pytest.warns(UserWarning, match="ops not supported: scan"):
+        exe = compile_lowered(CUDABackend(), module, "predict")
+    assert exe.fallback_ops == ["scan"]
+    values = initial_values(module)
+    rng = np.random.default_rng(0)
+    feeds = [rng.normal(size=[3 if isinstance(d, str) else d for d in a.type.shape])
+             .astype(a.type.dtype.np) for a in module.graphs["predict"].args]
+    want = ReferenceBackend().compile(module, "predict")(feeds, values, 0)
+    assert_close(exe(feeds, values, 0).fetches, want.fetches, rtol=0)
