@@ -117,11 +117,17 @@ TRAP = kernel("trap", """
   __syncthreads();
   y[blockIdx.x * blockDim.x + threadIdx.x] = 1.0f;""")
 
+ENDLESS = kernel("endless", """
+  volatile float v = 0.0f;
+  if (blockIdx.x == 1 && threadIdx.x == 3) for (;;) v = v + 1.0f;
+  __syncthreads();
+  y[blockIdx.x * blockDim.x + threadIdx.x] = v;""")
+
 BAD_MASK = kernel("bad_mask", """
   y[threadIdx.x] = __shfl_sync(0x0000ffffu, x[threadIdx.x], 0);""")
 
 ALL = [COPY, TREE_SUM, TREE_SUM_RACY, WARP_SUM, SHUFFLES, EARLY_RETURN, DYNAMIC_SHARED,
-       ATOMICS, DEADLOCK, TRAP, BAD_MASK]
+       ATOMICS, DEADLOCK, TRAP, ENDLESS, BAD_MASK]
 
 
 @pytest.fixture(scope="module")
@@ -160,12 +166,13 @@ def test_a_missing_barrier_gives_wrong_sums_under_some_order(module):
     assert any(wrong), "no fiber order exposes the missing __syncthreads"
 
 
-@pytest.mark.parametrize("cols", [1, 31, 32, 300, 1025])
+@pytest.mark.parametrize("cols, block", [(1, 128), (31, 32), (32, 128), (300, 128),
+                                         (1025, 128), (3000, 1024)])
 @pytest.mark.parametrize("order", ["ascending", "descending"])
-def test_warp_shuffle_reduction(module, cols, order):
+def test_warp_shuffle_reduction(module, cols, block, order):
     x = np.random.default_rng(cols).integers(-9, 9, (6, cols)).astype(np.float32)
     y = np.zeros(6, np.float32)
-    module.launch(WARP_SUM, 6, 128, 0, [x, y, cols], order=order)
+    module.launch(WARP_SUM, 6, block, 0, [x, y, cols], order=order)
     np.testing.assert_array_equal(y, x.sum(1))
 
 
@@ -245,10 +252,26 @@ def test_a_trap_ends_the_launch_with_an_error_and_the_module_stays_usable(module
     np.testing.assert_array_equal(y[:5], 2 * x)
 
 
+@pytest.mark.parametrize("workers", [1, 3])
+def test_an_endless_loop_fails_at_the_time_limit_instead_of_hanging(workers):
+    m = EmulatedModule(ALL, workers=workers, timeout=0.5)  # the same text: cached
+    y = np.zeros(4 * 32, np.float32)
+    with pytest.raises(EmulatorError, match=r"kernel endless .*: did not finish within 0.5 s "
+                                            r"\(an endless loop\?\): thread 3 of block 1 was "
+                                            r"still running"):
+        m.launch(ENDLESS, 4, 32, 0, [np.zeros(1, np.float32), y, 0])
+    x = np.arange(5, dtype=np.float32)  # the thread that ran it runs kernels again
+    m.launch(COPY, 1, 32, 0, [x, y[:5], 5])
+    np.testing.assert_array_equal(y[:5], 2 * x)
+    with pytest.raises(EmulatorError, match="did not finish within 0.5 s"):  # and is stopped again
+        m.launch(ENDLESS, 4, 32, 0, [np.zeros(1, np.float32), y, 0])
+
+
 def test_a_shuffle_mask_without_the_calling_lane_is_a_fault(module):
     with pytest.raises(EmulatorError, match="mask 0x0000ffff, which leaves out the calling "
                                             "lane 16"):
-        module.launch(BAD_MASK, 1, 32, 0, [np.zeros(32, np.float32), np.zeros(32, np.float32), 0])
+        module.launch(BAD_MASK, 1, 32, 0, [np.zeros(32, np.float32), np.zeros(32, np.float32), 0],
+                      order="ascending")  # lane 16 is the first lane outside the mask to call
 
 
 def test_launches_are_checked_against_the_kernel(module):
@@ -281,12 +304,18 @@ def test_launches_are_checked_against_the_kernel(module):
         module.launch(COPY, 1, 32, 0, [x, y, 4], order="sideways")
 
 
-def test_the_default_order_comes_from_the_environment(monkeypatch):
+def test_defaults_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("TFC_CUDA_EMU_ORDER", "descending")
-    assert emulator.default_order() == "descending"
-    monkeypatch.setenv("TFC_CUDA_EMU_ORDER", "sideways")
-    with pytest.raises(EmulatorError, match="TFC_CUDA_EMU_ORDER='sideways' is not one of"):
-        emulator.default_order()
+    monkeypatch.setenv("TFC_CUDA_EMU_WORKERS", "3")
+    monkeypatch.setenv("TFC_CUDA_EMU_TIMEOUT", "2.5")
+    assert (emulator.default_order(), emulator.default_workers(),
+            emulator.default_timeout()) == ("descending", 3, 2.5)
+    for name, value, message in [("ORDER", "sideways", "is not one of"),
+                                 ("WORKERS", "many", "is not a number of threads"),
+                                 ("TIMEOUT", "soon", "is not a number of seconds")]:
+        monkeypatch.setenv(f"TFC_CUDA_EMU_{name}", value)
+        with pytest.raises(EmulatorError, match=f"TFC_CUDA_EMU_{name}='{value}' {message}"):
+            getattr(emulator, f"default_{name.lower()}")()
 
 
 def test_a_kernel_that_is_not_valid_cxx_shows_its_source(tmp_path, monkeypatch):
