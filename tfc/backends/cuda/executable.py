@@ -103,7 +103,7 @@ class CUDAExecutable:
         self.kernels = dict(kernels)  # op position in graph.ops -> its kernel
         self.ptx, self.arch, self.report = ptx, arch, report
         self.fallback_ops: list[str] = list(report.fallback_ops)
-        self.plan = module.memory_plans.get(graph.name)
+        self.plan: Any = module.memory_plans.get(graph.name)
         self._lock = threading.Lock()
         self._device: Any = None
         self._handle: Any = None
@@ -180,17 +180,21 @@ class CUDAExecutable:
             self._vars[name].array[...] = value
 
     def _ready(self) -> Any:
-        """The device, with this entry's kernels loaded (first call only)."""
+        """The device, with this entry's kernels loaded (first call only). PTX is made
+        here when compiling had no NVRTC, or when it targets a newer architecture than
+        the GPU's (``compute_90`` PTX does not load on an ``sm_80`` device)."""
         if self._device is None:
-            from tfc.backends.cuda.device import cuda_device
+            from tfc.backends.cuda.device import GpuDevice, cuda_device
             dev = cuda_device()
-            ptx = self.ptx
-            if ptx is None and not dev.emulated and self.kernels:
-                from tfc.backends.cuda.kernel import module_source
-                from tfc.backends.cuda.nvrtc import compile_ptx
-                ptx = self.ptx = compile_ptx(module_source(self._kernel_list()),
-                                             arch=self.arch)
-            self._handle = dev.load(self._kernel_list(), ptx or "") if self.kernels else None
+            if self.kernels and isinstance(dev, GpuDevice):
+                own = f"compute_{dev.compute_capability}"
+                if self.ptx is None or _arch_number(self.arch) > _arch_number(own):
+                    from tfc.backends.cuda.kernel import module_source
+                    from tfc.backends.cuda.nvrtc import compile_ptx
+                    self.arch = own
+                    self.ptx = compile_ptx(module_source(self._kernel_list()), arch=own)
+            self._handle = dev.load(self._kernel_list(), self.ptx or "") \
+                if self.kernels else None
             self._device = dev
         return self._device
 
@@ -358,6 +362,12 @@ class CUDAExecutable:
         return f"<CUDAExecutable @{self.graph.name}: {self.report}>"
 
 
+def _arch_number(arch: str) -> int:
+    """90 for ``compute_90`` (and ``compute_90a``)."""
+    digits = "".join(ch for ch in arch.removeprefix("compute_") if ch.isdigit())
+    return int(digits or 0)
+
+
 def _written(xp: Any, kind: str, target: Any, ops: list[Any]) -> Any:
     """``target`` (a variable's value) after the write ``kind`` of ``ops``, in place."""
     if kind == "var.assign":
@@ -378,7 +388,7 @@ def _label_checks(op: Op, ins: list[Any]) -> list[Action]:
     check synchronizes: the error must come from this step.)"""
     from tfc.backends.cuda.codegen import label_checks
     from tfc.ops.array import check_labels
-    out = []
+    out: list[Action] = []
     for c in label_checks(op):
         labels, depth, name = ins[c.operand], c.depth, c.op
 

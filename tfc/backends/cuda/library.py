@@ -107,7 +107,7 @@ def scatter_rows(xp: Any, out: Any, indices: Any, updates: Any, op: str,
     if xp is np:
         np.add.at(out, flat, rows)
     else:
-        import cupyx
+        import cupyx  # type: ignore[import-untyped]
         cupyx.scatter_add(out, flat, rows)
     return out
 
