@@ -52,6 +52,8 @@ class Device(Protocol):
 
     def upload(self, dst: Any, src: np.ndarray) -> None: ...
 
+    def to_host_later(self, arrays: Sequence[Any]) -> list[np.ndarray]: ...
+
     def empty(self, shape: Sequence[int], dtype: Any) -> Any: ...
 
     def synchronize(self) -> None: ...
@@ -91,6 +93,11 @@ class EmulatedDevice:
     def upload(self, dst: np.ndarray, src: np.ndarray) -> None:
         """Copy host array ``src`` into device array ``dst`` (same shape and dtype)."""
         np.copyto(dst, src)
+
+    def to_host_later(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        """Host copies of ``arrays``, valid after the next ``synchronize()`` (here at
+        once); the copies see the arrays as of now, whatever runs after."""
+        return [np.array(a, order="C", copy=True) for a in arrays]
 
     def empty(self, shape: Sequence[int], dtype: Any) -> np.ndarray:
         return np.empty(tuple(shape), dtype=dtype)
@@ -144,6 +151,19 @@ class GpuDevice:
     def to_host(self, a: Any) -> np.ndarray:
         with self.device:
             return self.xp.asnumpy(a, stream=self.stream)
+
+    def to_host_later(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        """Host copies queued on the stream into pinned memory (cupy's pinned pool, so
+        no allocation per step once warm): one ``synchronize()`` then waits for all,
+        instead of one blocking copy each."""
+        import cupyx  # type: ignore[import-untyped]
+        out = []
+        with self.device:
+            for a in arrays:
+                host = cupyx.empty_pinned(a.shape, a.dtype)
+                a.get(stream=self.stream, out=host, blocking=False)
+                out.append(host)
+        return out
 
     def upload(self, dst: Any, src: np.ndarray) -> None:
         with self.device:

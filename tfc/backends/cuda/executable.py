@@ -148,18 +148,21 @@ class CUDAExecutable:
         try:
             for act in bound.actions:
                 act(step)
-            fetches = [dev.to_host(a) for a in bound.fetches]
+            # Copies queued before the variable writes read the start-of-step values;
+            # one synchronization waits for all of them.
+            fetches = dev.to_host_later(bound.fetches)
             self._update(bound)
+            names = [u[0] for u in bound.updates]
+            hosts = dev.to_host_later([self._vars[n].array for n in names])
+            dev.synchronize()
         except BaseException:
             for dv in self._vars.values():  # a step that failed half-way: upload again
                 dv.host = None
             raise
         updates: dict[str, np.ndarray] = {}
-        for name, _, _, _ in bound.updates:
-            dv = self._vars[name]
-            host = dev.to_host(dv.array)
+        for name, host in zip(names, hosts):
             host.flags.writeable = False  # as the runtime stores it: see _sync_variables
-            dv.host = host
+            self._vars[name].host = host
             updates[name] = host
         return StepResult(fetches, updates)
 
