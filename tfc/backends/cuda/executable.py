@@ -330,7 +330,9 @@ class CUDAExecutable:
                                               _label_checks(op, ins)))
                 continue
             how = library.how_to_run(kind)
-            if how == "library":
+            if kind == "matmul" and op.result.dtype.np in (np.float32, np.float64):
+                actions.append(_matmul_action(xp, op, ins, outs[0]))
+            elif how == "library":
                 actions.append(_library_action(xp, library.LIBRARY[kind], op, ins, outs))
             elif how == "binding":  # computed now; copied into the arena every step
                 vals = lookup(kind).reference(None, [np.empty(binding.shape(v), v.dtype.np)
@@ -405,6 +407,24 @@ def _label_checks(op: Op, ins: list[Any]) -> list[Action]:
                     raise e.at(op.loc)
         out.append(check)
     return out
+
+
+def _matmul_action(xp: Any, op: Op, ins: list[Any], out: Any) -> Action:
+    """``matmul`` straight into its storage (``out=``: cuBLAS writes the arena slot, no
+    copy); the transposes are views, which cuBLAS takes as flags. f16 (which the
+    reference computes in f32) and integers go through ``library.LIBRARY`` instead."""
+    a, b = ins
+    if op.attrs["transpose_a"]:
+        a = xp.swapaxes(a, -1, -2)
+    if op.attrs["transpose_b"]:
+        b = xp.swapaxes(b, -1, -2)
+    if a.shape[-1] != b.shape[-2]:
+        raise ExecutionError(f"matmul: inner dims {a.shape[-1]} and {b.shape[-2]} differ at "
+                             f"run time", op.loc)
+
+    def run(step: int) -> None:
+        xp.matmul(a, b, out=out)
+    return run
 
 
 def _library_action(xp: Any, fn: library.LibraryFn, op: Op, ins: list[Any],
