@@ -111,7 +111,21 @@ class CUDAExecutable:
         self._vars: dict[str, _DeviceVar] = {}
         self._constants: dict[Value, Any] = {}
         self._arg_dtypes = [np.dtype(a.dtype.np) for a in graph.args]
-        self._warned = False
+        # The variables the step touches; those it reads (``var_names``: the runtime's
+        # fast path passes their values in this order) and writes (``update_names``).
+        touched: dict[str, None] = {}
+        reads: dict[str, None] = {}
+        writes: list[str] = []
+        for op in graph.ops:
+            if op.kind == "var.read" or writes_variable(op):
+                touched[op.attrs["var"]] = None
+                if op.kind != "var.assign":
+                    reads[op.attrs["var"]] = None
+                if writes_variable(op):
+                    writes.append(op.attrs["var"])
+        self._var_names = list(touched)
+        self.var_names: list[str] = list(reads)
+        self.update_names: list[str] = writes
 
     # ---- running ------------------------------------------------------------------------
 
@@ -129,6 +143,22 @@ class CUDAExecutable:
             if f.dtype != dt:
                 raise FeedError(f"feed '{a.name}' has dtype {f.dtype}, expected {a.type}")
             arrays.append(f)
+        return self._step(arrays, variables, step)
+
+    def fast_step(self, feeds: Sequence[np.ndarray], variables: Sequence[np.ndarray],
+                  step: int, validate: Callable[[Sequence[np.ndarray]], Any] | None = None,
+                  in_place: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The step for a caller that vouches for its inputs (``tfc.runtime.runner``):
+        numpy feeds of the arguments' dtypes, ``variables`` the values of ``var_names``.
+        Feed shapes are checked by ``validate`` the first time they are seen. Returns
+        the fetches and the updates in ``update_names`` order, fresh host arrays."""
+        if validate is not None and tuple(a.shape for a in feeds) not in self._bindings:
+            validate(feeds)
+        result = self._step(feeds, dict(zip(self.var_names, variables)), step)
+        return result.fetches, [result.updates[n] for n in self.update_names]
+
+    def _step(self, arrays: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
+              step: int) -> StepResult:
         with self._lock:
             dev = self._ready()
             self._sync_variables(variables)
@@ -212,7 +242,7 @@ class CUDAExecutable:
             host = variables.get(name)
             dv = self._vars.get(name)
             if host is None:
-                if name in self._read_names:
+                if name in self.var_names:
                     raise ExecutionError(f"variable @{name} is not initialized")
                 continue
             if dv is not None and dv.host is host and not host.flags.writeable:
@@ -228,24 +258,6 @@ class CUDAExecutable:
             else:
                 self._vars[name] = _DeviceVar(dev.to_device(arr), host)
                 self._bindings.clear()  # bound views of the old storage
-
-    @property
-    def _var_names(self) -> list[str]:
-        names = getattr(self, "_var_names_cache", None)
-        if names is None:
-            seen: dict[str, None] = {}
-            reads: set[str] = set()
-            for op in self.graph.ops:
-                if op.kind == "var.read":
-                    seen[op.attrs["var"]] = None
-                    reads.add(op.attrs["var"])
-                elif writes_variable(op):
-                    seen[op.attrs["var"]] = None
-                    if op.kind != "var.assign":
-                        reads.add(op.attrs["var"])
-            names = self._var_names_cache = list(seen)
-            self._read_names = reads
-        return names
 
     # ---- bindings -----------------------------------------------------------------------
 
