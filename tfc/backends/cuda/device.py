@@ -8,7 +8,8 @@ library of array ops, ``library``) is written against:
 - ``load(kernels, ptx) -> handle``: the module of an entry's kernels, ready to launch
   (a GPU loads the PTX; the emulator compiles the same CUDA C text with g++).
 - ``launch(handle, kernel, grid, block, shared_bytes, args)``: one kernel launch on the
-  device's stream; ``args`` are device arrays (pointers) and ints (``long long``).
+  device's stream; ``args`` are device arrays (pointers) and ``numpy.int64`` scalars
+  (the ``long long sym_<S>`` parameters).
 - ``to_device(a)``, ``to_host(a)``, ``empty(shape, dtype)``, ``synchronize()``.
 
 ``cuda_device()`` is how an executable finds its device: ``$TFC_CUDA_DEVICE=emulated``
@@ -140,8 +141,8 @@ class GpuDevice:
 
     def launch(self, handle: Any, kernel: Kernel, grid: int, block: int, shared_bytes: int,
                args: Sequence[Any]) -> None:
-        cargs = tuple(np.int64(a) if isinstance(a, (int, np.integer)) else a for a in args)
-        handle[kernel.name]((grid,), (block,), cargs, shared_mem=shared_bytes,
+        # scalars must come as numpy.int64 (every scalar parameter is a ``long long``)
+        handle[kernel.name]((grid,), (block,), args, shared_mem=shared_bytes,
                             stream=self.stream)
 
     def to_device(self, a: np.ndarray) -> Any:

@@ -359,7 +359,7 @@ class CUDAExecutable:
     def _launcher(self, kernel: Kernel, ins: list[Any], outs: list[Any],
                   syms: Mapping[str, int], checks: list[Action]) -> Action:
         dev, handle = self._device, self._handle
-        args = [*ins, *outs, *(int(syms[s]) for s in kernel.symbols)]
+        args = (*ins, *outs, *(np.int64(syms[s]) for s in kernel.symbols))
         grid = kernel.launch.grid(syms)
         block, shared = kernel.launch.block, kernel.launch.shared_bytes
         if checks:
