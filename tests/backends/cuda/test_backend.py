@@ -338,6 +338,33 @@ def test_export_and_load_run_without_code_generation(monkeypatch: pytest.MonkeyP
                                        if k != "tables.json"})
 
 
+def test_an_artifact_carries_the_kernels_and_loads_without_code_generation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Program.save`` stores each compiled entry's source, PTX, arch and tables under
+    ``native/cuda/<entry>/``; the loaded program runs them (no code generator) and
+    continues training where the saved one stopped."""
+    import zipfile
+    from tfc.runtime import load
+    from tfc.runtime.program import Program
+    program = Program(split_mlp_module([None]), backend="cuda")
+    x, y = mlp_feeds(4, 6, 3)(0)
+    program.run("train", x=x, y=y)
+    path = tmp_path / "mlp.tfc"
+    program.save(path)
+    names = set(zipfile.ZipFile(path).namelist())
+    assert {f"native/cuda/train/{m}" for m in ("kernels.cu", "arch", "tables.json")} <= names
+    import tfc.backends.cuda.codegen as codegen
+
+    def no_codegen(*a: Any, **k: Any) -> Any:
+        raise AssertionError("load generated code")
+    monkeypatch.setattr(codegen, "fusion_kernel", no_codegen)
+    loaded = load(path)
+    assert isinstance(loaded.backend, CUDABackend)
+    x, y = mlp_feeds(4, 6, 3)(1)
+    np.testing.assert_array_equal(loaded.run("train", x=x, y=y)["loss"],
+                                  program.run("train", x=x, y=y)["loss"])
+
+
 def test_running_without_a_device_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """Compiling needs no GPU; running on a machine without one is a clear error."""
     monkeypatch.delenv(cuda_device.DEVICE_ENV, raising=False)
