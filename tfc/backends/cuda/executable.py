@@ -346,6 +346,9 @@ class CUDAExecutable:
                 actions.append(_matmul_action(xp, op, ins, outs[0]))
             elif how == "library":
                 actions.append(_library_action(xp, library.LIBRARY[kind], op, ins, outs))
+            elif how == "random":
+                shape = binding.shape(op.result)
+                actions.append(_random_action(xp, op, shape, outs[0]))
             elif how == "binding":  # computed now; copied into the arena every step
                 vals = lookup(kind).reference(None, [np.empty(binding.shape(v), v.dtype.np)
                                                      for v in op.inputs], op.attrs)
@@ -436,6 +439,14 @@ def _matmul_action(xp: Any, op: Op, ins: list[Any], out: Any) -> Action:
 
     def run(step: int) -> None:
         xp.matmul(a, b, out=out)
+    return run
+
+
+def _random_action(xp: Any, op: Op, shape: tuple[int, ...], out: Any) -> Action:
+    kind, attrs = op.kind, op.attrs
+
+    def run(step: int) -> None:
+        out[...] = library.sample(xp, kind, attrs, shape, step)
     return run
 
 
