@@ -6,9 +6,9 @@ Under the emulator the executable, its arena, the library ops (numpy as the arra
 module) and the generated kernels (compiled by g++ with the emulation header) all run as
 on a GPU; only cupy's own calls (cuBLAS, the launch) do not. Under ``TFC_BACKEND=cuda``
 on a machine with a GPU the same tests run on the GPU (``ON_GPU``), which checks those
-too. Shapes stay small: every CUDA thread is a fiber. Tolerances: reductions sum in another order than numpy's
-pairwise sums, so float results differ from the reference by rounding (rtol 1e-5 on f32);
-everything else is exact.
+too. Shapes stay small: every CUDA thread is a fiber. Tolerances: reductions sum in
+another order than numpy's pairwise sums, so float results differ from the reference by
+rounding (rtol 1e-5 on f32); random numbers and everything else are exact.
 """
 
 from __future__ import annotations
@@ -116,6 +116,8 @@ def test_mlp_training_steps_match_the_reference() -> None:
     module = split_mlp_module([None])
     exe, _ = train_both(module, "train", mlp_feeds(5, 6, 3), 3, initial_values(module))
     assert exe.report.kernels == 10 and not exe.report.host_ops
+    plan = module.memory_plans.get("train") or exe.plan
+    assert exe.arena_bytes == plan.arena_bytes({"B": 5})
 
 
 def test_variables_are_uploaded_once_and_follow_outside_changes() -> None:

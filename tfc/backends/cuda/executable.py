@@ -10,21 +10,28 @@ A step is a precomputed list of actions over device storage, made once per *bind
   uploaded once. So every op's operands and results are fixed device arrays, and each
   action is bound to them when the binding is made.
 - **Actions**, in schedule order: a ``fusion`` launches its generated kernel (grid from
-  the kernel's ``Launch`` and the binding); a view does nothing (it aliases); library
-  ops (``library.LIBRARY``: matmul through cuBLAS ...) run with the array module and copy
-  their result into the value's storage; ``BY_BINDING`` ops were evaluated when the
-  binding was made; ``ON_HOST`` ops run their registry reference on the host.
+  the kernel's ``Launch`` and the binding; class labels it reads are checked first); a
+  view does nothing (it aliases); an f32/f64 ``matmul`` writes its slot through cuBLAS
+  (``out=``); other library ops (``library.LIBRARY``) run with the array module and copy
+  their result into the value's storage; random ops draw with the array module;
+  ``BY_BINDING`` values, computed when the binding was made, are copied into their slot;
+  ``ON_HOST`` ops run their registry reference on host copies.
 - **Variables live on the device** across steps (``_DeviceVar``): a variable is uploaded
   when the host array the runtime passes is not the one this executable handed back last
   (compared by identity, and only for read-only arrays, which the runtime's are), so a
-  training loop uploads its variables once. Updates are computed on the device into
-  fresh arrays first (reads see the start of the step, also when one update reads a
-  variable another writes), then copied into the variables' device storage.
+  training loop uploads its variables once. Writes update the device copies in place
+  (an optimizer's ``assign_sub``: one kernel); a write whose operand is a variable's own
+  storage goes through a temporary, so every write sees the start-of-step values. A step
+  that fails half-way makes every variable upload again.
 - **The runtime's protocol** wants the updates as host arrays (``StepResult.updates``):
-  each updated variable is copied back to the host every step (one device-to-host copy
-  per updated variable: for an MLP 784-512-512-10, 2.7 MB per step). That is the price
-  of keeping ``Program``'s variables, checkpoints and other entries exactly as on the
-  CPU backends; the device copy stays authoritative, so nothing is uploaded again.
+  each updated variable is copied back to the host every step (for an MLP 784-512-512-10,
+  2.7 MB per step), queued with the fetches' copies into pinned memory and waited for by
+  one synchronization. That is the price of keeping ``Program``'s variables, checkpoints
+  and other entries exactly as on the CPU backends; the device copy stays authoritative,
+  so nothing is uploaded again. ``fast_step`` (with ``var_names``/``update_names``) is the
+  same step for the runtime's fast path. CUDA graphs are not used: library ops allocate
+  their results from cupy's pool, which a captured graph would keep writing after the
+  pool has reused the memory.
 
 The device is found when the executable is first called (``device.cuda_device()``), so
 compiling needs no GPU and running without one says ``no CUDA device: ...``.
@@ -33,7 +40,6 @@ compiling needs no GPU and running without one says ``no CUDA device: ...``.
 from __future__ import annotations
 
 import threading
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -108,6 +114,7 @@ class CUDAExecutable:
         self._device: Any = None
         self._handle: Any = None
         self._bindings: dict[tuple, _Bound] = {}
+        self._last: _Bound | None = None
         self._vars: dict[str, _DeviceVar] = {}
         self._constants: dict[Value, Any] = {}
         self._arg_dtypes = [np.dtype(a.dtype.np) for a in graph.args]
@@ -166,6 +173,7 @@ class CUDAExecutable:
             bound = self._bindings.get(key)
             if bound is None:
                 bound = self._bindings[key] = self._bind(key)
+            self._last = bound
             for buf, f in zip(bound.feeds, arrays):
                 dev.upload(buf, f)
             if not dev.emulated:
@@ -377,6 +385,12 @@ class CUDAExecutable:
         return launch
 
     # ---- what tools ask ------------------------------------------------------------------
+
+    @property
+    def arena_bytes(self) -> int:
+        """Device arena size of the binding the latest step ran with (0 before the first
+        step and for a reference fallback): what the tracer's memory figure reads."""
+        return 0 if self._last is None else int(self._last.keep[0].size)
 
     def __repr__(self) -> str:
         return f"<CUDAExecutable @{self.graph.name}: {self.report}>"
