@@ -115,8 +115,8 @@ def philox4x32_10(counter: Sequence[Any], key: Sequence[int], xp: Any = np
     for r in range(PHILOX_ROUNDS):
         if r:
             k0, k1 = (k0 + PHILOX_W0) & 0xFFFFFFFF, (k1 + PHILOX_W1) & 0xFFFFFFFF
-        p0 = m0 * c[0]
-        p1 = m1 * c[2]
+        p0 = c[0] * m0  # (array first: a cupy array decides the result type)
+        p1 = c[2] * m1
         c = [(p1 >> _U64(32)) ^ c[1] ^ _U64(k0), p1 & _MASK32,
              (p0 >> _U64(32)) ^ c[3] ^ _U64(k1), p0 & _MASK32]
     return tuple(x.astype(np.uint32) for x in c)
