@@ -207,6 +207,18 @@ def test_variable_writes_see_the_start_of_the_step() -> None:
     feeds = [rng.normal(size=(3, 2)).astype(np.float32), np.array([2, 0, 2], np.int32),
              rng.normal(size=(3, 2)).astype(np.float32)]
     train_both(module, "f", lambda step: feeds, 2, values)
+    # the same through Program's fast path (var_names: the variables read; update_names)
+    from tfc.runtime.program import Program
+    values["e"] = np.zeros((3, 2), np.float32)
+    mine, ref = Program(module, values, backend="cuda"), Program(module, values,
+                                                                 backend="reference")
+    exe = mine._executable("f")
+    assert exe.var_names == ["a", "b", "c", "d"]
+    assert exe.update_names == ["a", "b", "c", "d", "e"]
+    args = dict(zip(("x", "i", "u"), feeds))
+    for _ in range(2):
+        assert_close(list(mine.run("f", **args).values()), list(ref.run("f", **args).values()))
+        assert_close([mine.variables[n] for n in "abcde"], [ref.variables[n] for n in "abcde"])
 
 
 def _run_op(kind: str, arrays: Sequence[np.ndarray], **attrs: Any) -> None:
