@@ -298,6 +298,10 @@ MPS = RNG.normal(size=(2, 5, 3, 3)).astype(np.float32)
     ("max_pool_grad_grad", [TIES, MPS, TIES], {"ksize": [3, 3], "strides": [1, 2],
                                                "padding": "SAME"}),
     ("avg_pool", [X4], {"ksize": [2, 2], "padding": "SAME"}),
+    ("avg_pool", [X4], {"ksize": [3, 3], "strides": [1, 2], "padding": "SAME"}),
+    ("avg_pool_grad", [MPS, X4], {"ksize": [3, 3], "strides": [1, 2], "padding": "SAME"}),
+    ("avg_pool_grad", [DY4[..., :3].copy(), X4], {"ksize": [3, 3], "strides": [2, 2],
+                                                  "padding": "SAME"}),
 ])
 def test_library_and_host_ops_match_the_reference(kind: str, arrays: list, attrs: dict
                                                   ) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from tfc.errors import ExecutionError
 from tfc.ops.linalg import compute_dtype
-from tfc.ops.nn import spatial_attr, window_padding
+from tfc.ops.nn import spatial_attr, window_counts, window_padding
 from tfc.ops.nn_grad import expect_shape, geometry
 
 Pads = tuple[tuple[int, int], tuple[int, int]]
@@ -197,6 +197,43 @@ def max_pool_grad_grad(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) ->
     return [out]
 
 
+def avg_pool(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
+    """Each window's sum (its taps added in row-major order) over its count of real
+    elements (``window_counts``, computed on the host: it depends on shapes only)."""
+    x = ins[0]
+    k, s, ((ho, wo), before, after) = _pool_geometry("avg_pool", x.shape, attrs)
+    if ho == 0 or wo == 0:
+        return [xp.zeros((x.shape[0], ho, wo, x.shape[3]), dtype=x.dtype)]
+    acc = compute_dtype(x.dtype)
+    pads = ((0, 0), (before[0], after[0]), (before[1], after[1]), (0, 0))
+    taps = _taps(xp.pad(x.astype(acc, copy=False), pads), k, s, (1, 1), (ho, wo))
+    total = taps[0].copy()
+    for t in taps[1:]:
+        total += t
+    counts = xp.asarray(window_counts(x.shape[1:3], pads, k, s, (ho, wo), acc))
+    return [(total / counts).astype(x.dtype)]
+
+
+def avg_pool_grad(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
+    """Each window's gradient over its count, added to every tap of the window in the
+    reference's ``col2im`` order (the same sums, bit for bit)."""
+    dy, like = ins
+    op = "avg_pool_grad"
+    k, s, ((ho, wo), before, after) = _pool_geometry(op, like.shape, attrs)
+    n, h, w, c = like.shape
+    expect_shape(op, "the gradient", dy, (n, ho, wo, c))
+    if dy.size == 0:
+        return [xp.zeros(like.shape, dtype=dy.dtype)]
+    acc = compute_dtype(dy.dtype)
+    pads = ((0, 0), (before[0], after[0]), (before[1], after[1]), (0, 0))
+    share = dy.astype(acc, copy=False) / xp.asarray(
+        window_counts((h, w), pads, k, s, (ho, wo), acc))
+    img = xp.zeros((n, h + before[0] + after[0], w + before[1] + after[1], c), dtype=acc)
+    for tap in _taps(img, k, s, (1, 1), (ho, wo)):
+        tap += share  # a view of img
+    return [img[:, before[0]:before[0] + h, before[1]:before[1] + w, :].astype(dy.dtype)]
+
+
 CONV_LIBRARY = {
     "conv2d": conv2d,
     "conv2d_backprop_filter": conv2d_backprop_filter,
@@ -204,4 +241,6 @@ CONV_LIBRARY = {
     "max_pool": max_pool,
     "max_pool_grad": max_pool_grad,
     "max_pool_grad_grad": max_pool_grad_grad,
+    "avg_pool": avg_pool,
+    "avg_pool_grad": avg_pool_grad,
 }

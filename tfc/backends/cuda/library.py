@@ -17,7 +17,7 @@ Other ops a step may hold, and how the executable runs them (``how_to_run``):
   device draws the very numbers every backend draws (``tfc/ops/random.py``).
 - ``ON_HOST``: ops run by their registry reference on the host, inputs copied down and
   the result copied up, per step: ``shuffle`` and what has no array-module version yet
-  (average pooling and its gradient, matrix inverse and determinant).
+  (matrix inverse and determinant: LAPACK's and cuSOLVER's singular-matrix errors differ).
   Correct everywhere, slow on a GPU (a synchronization per op): the compile report lists
   them (``host_ops``) so that nobody mistakes them for device code.
 - anything else (control flow with regions, ``send``/``recv``, ``all_reduce``) is
@@ -208,14 +208,13 @@ LIBRARY: dict[str, LibraryFn] = {
     "split": _split,
     "pad": _pad,
     "one_hot": _one_hot,
-    **CONV_LIBRARY,  # conv2d, max_pool and their gradients (im2col + matmul ...)
+    **CONV_LIBRARY,  # conv2d, max_pool, avg_pool and their gradients (im2col + matmul ...)
 }
 
 # Ops whose value is a function of attrs and shapes alone: once per binding.
 BY_BINDING = frozenset({"shape", "rank"})
 # Ops run by their registry reference on the host (see the module docstring).
-ON_HOST = frozenset({"shuffle", "avg_pool", "avg_pool_grad", "matrix_determinant",
-                     "matrix_inverse"})
+ON_HOST = frozenset({"shuffle", "matrix_determinant", "matrix_inverse"})
 
 
 def sample(xp: Any, kind: str, attrs: Mapping[str, Any], shape: Sequence[int],
