@@ -120,6 +120,25 @@ def test_mlp_training_steps_match_the_reference() -> None:
     assert exe.arena_bytes == plan.arena_bytes({"B": 5})
 
 
+def test_shape_arithmetic_is_computed_when_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mean's count (``prod(gather(shape(logits), [0]))``) is known once the feed shapes
+    are: computed on the host when the binding is made, never by device ops (whose index
+    check would synchronize with the GPU every step), and right for each batch size."""
+    from tfc.backends.cuda import library
+
+    def not_on_device(*a: Any) -> Any:
+        raise AssertionError("shape arithmetic ran on the device")
+    for kind in ("gather", "prod"):
+        monkeypatch.setitem(library.LIBRARY, kind, not_on_device)
+    module = split_mlp_module([None])
+    exe = compile_cuda(module, "train")
+    ref = ReferenceBackend().compile(module, "train")
+    values = initial_values(module)
+    for batch in (2, 5):
+        feeds = mlp_feeds(batch, 6, 3)(batch)
+        assert_close(exe(feeds, values, 0).fetches, ref(feeds, values, 0).fetches)
+
+
 def test_variables_are_uploaded_once_and_follow_outside_changes() -> None:
     """A step whose variables are the arrays the executable handed back uploads nothing;
     a variable replaced from outside (a restore) is uploaded again."""

@@ -14,8 +14,10 @@ A step is a precomputed list of actions over device storage, made once per *bind
   view does nothing (it aliases); an f32/f64 ``matmul`` writes its slot through cuBLAS
   (``out=``); other library ops (``library.LIBRARY``) run with the array module and copy
   their result into the value's storage; random ops draw with the array module;
-  ``BY_BINDING`` values, computed when the binding was made, are copied into their slot;
-  ``ON_HOST`` ops run their registry reference on host copies.
+  values known once the feed shapes are (``BY_BINDING`` ops, small pure ops of them and
+  of constants: a mean's count), computed on the host when the binding is made, are
+  copied into their slot where device work reads them; ``ON_HOST`` ops run their
+  registry reference on host copies.
 - **Variables live on the device** across steps (``_DeviceVar``): a variable is uploaded
   when the host array the runtime passes is not the one this executable handed back last
   (compared by identity, and only for read-only arrays, which the runtime's are), so a
@@ -51,7 +53,7 @@ from tfc.backends.cuda import library
 from tfc.errors import ExecutionError, FeedError, TfcError
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.interpret import ExecContext, run_graph
-from tfc.ir.registry import VIEW, lookup, writes_variable
+from tfc.ir.registry import PURE, VIEW, lookup, writes_variable
 from tfc.ir.types import format_shape
 
 Action = Callable[[int], None]  # one step's work of one op; takes the step number
@@ -319,8 +321,19 @@ class CUDAExecutable:
         actions: list[Action] = []
         updates: list[tuple[str, str, list[Any], bool]] = []
         state: set[Value] = set()  # values that are variables' storage (reads, their views)
+        known, needed = _known_at_bind(g, binding)
         for i, op in enumerate(g.ops):
             kind = op.kind
+            if kind != "constant" and op.results and all(r in known for r in op.results):
+                # computed now (shape arithmetic: a mean's count); only what device work
+                # reads or the step fetches is copied into its slot, every step
+                vals = [r for r in op.results if r in needed]
+                outs = [storage(r) for r in vals]
+                for r, o in zip(vals, outs):
+                    store[r] = o
+                if vals:
+                    actions.append(_copy_action([dev.to_device(known[r]) for r in vals], outs))
+                continue
             if kind == "var.read":
                 store[op.result] = self._vars[op.attrs["var"]].array
                 state.add(op.result)
@@ -357,11 +370,6 @@ class CUDAExecutable:
             elif how == "random":
                 shape = binding.shape(op.result)
                 actions.append(_random_action(xp, op, shape, outs[0]))
-            elif how == "binding":  # computed now; copied into the arena every step
-                vals = lookup(kind).reference(None, [np.empty(binding.shape(v), v.dtype.np)
-                                                     for v in op.inputs], op.attrs)
-                consts = [dev.to_device(np.asarray(val, o.dtype)) for o, val in zip(outs, vals)]
-                actions.append(_copy_action(consts, outs))
             else:  # "host": the registry reference on host copies
                 actions.append(_host_action(dev, op, ins, outs))
         fetches = [store[v] for v in g.results]
@@ -476,6 +484,48 @@ def _library_action(xp: Any, fn: library.LibraryFn, op: Op, ins: list[Any],
         for o, val in zip(outs, vals):
             o[...] = val
     return run
+
+
+# Values computed when a binding is made are small: shapes and what is computed from them.
+KNOWN_MAX_ELEMENTS = 1 << 12
+
+
+def _known_at_bind(g: Graph, binding: Any) -> tuple[dict[Value, np.ndarray], set[Value]]:
+    """The values of ``g`` known once the feed shapes are (``BY_BINDING`` ops such as
+    ``shape``, constants, and small pure ops of known values, e.g. a mean's count
+    ``prod(gather(shape(x), 0))``), computed on the host by the registry reference; and
+    the values device work reads or the step fetches (``needed``). Computing them here
+    keeps them off the device's path: a ``gather`` of a shape would otherwise check its
+    indices, synchronizing with the GPU, every step."""
+    known: dict[Value, np.ndarray] = {}
+    done: set[Op] = set()
+    for op in g.ops:
+        opdef = lookup(op.kind)
+        if op.kind == "constant":
+            ins: list[np.ndarray] | None = []
+        elif library.how_to_run(op.kind) == "binding":  # shapes and attrs alone
+            ins = [np.empty(binding.shape(v), v.dtype.np) for v in op.inputs]
+        elif op.regions or op.kind == "fusion" or not opdef.has(PURE) or not op.results \
+                or not all(v in known for v in op.inputs) \
+                or any(binding.size(r) > KNOWN_MAX_ELEMENTS for r in op.results):
+            ins = None
+        else:
+            ins = [known[v] for v in op.inputs]
+        if ins is None:
+            continue
+        try:
+            vals = opdef.reference(None, ins, op.attrs)
+        except TfcError as e:
+            raise e.at(op.loc)
+        except (ArithmeticError, ValueError, IndexError) as e:
+            raise ExecutionError(f"{op.kind} failed: {e}", op.loc) from e
+        if isinstance(vals, np.ndarray):
+            vals = [vals]
+        for r, val in zip(op.results, vals):
+            known[r] = np.asarray(val, dtype=r.dtype.np)
+        done.add(op)
+    needed = {v for op in g.ops if op not in done for v in op.inputs} | set(g.results)
+    return known, needed
 
 
 def _copy_action(sources: list[Any], outs: list[Any]) -> Action:
