@@ -1,0 +1,552 @@
+"""What runs a compiled entry of the CUDA backend: ``CUDAExecutable``.
+
+A step is a precomputed list of actions over device storage, made once per *binding*
+(distinct tuple of feed shapes) and replayed every step:
+
+- **Storage.** The memory plan's arena is one device allocation per binding; each arena
+  value is a view of it at its buffer's offset, views and in-place results views of
+  their root. Fetches (values outside the arena) get a device array per binding, feeds
+  a device array per binding that each step copies the host feed into, constants are
+  uploaded once. So every op's operands and results are fixed device arrays, and each
+  action is bound to them when the binding is made.
+- **Actions**, in schedule order: a ``fusion`` launches its generated kernel (grid from
+  the kernel's ``Launch`` and the binding; class labels it reads are checked first); a
+  view does nothing (it aliases); an f32/f64 ``matmul`` writes its slot through cuBLAS
+  (``out=``); other library ops (``library.LIBRARY``) run with the array module and copy
+  their result into the value's storage; random ops draw with the array module;
+  values known once the feed shapes are (``BY_BINDING`` ops, small pure ops of them and
+  of constants: a mean's count), computed on the host when the binding is made, are
+  copied into their slot where device work reads them; ``ON_HOST`` ops run their
+  registry reference on host copies.
+- **Variables live on the device** across steps (``_DeviceVar``): a variable is uploaded
+  when the host array the runtime passes is not the one this executable handed back last
+  (compared by identity, and only for read-only arrays, which the runtime's are), so a
+  training loop uploads its variables once. Writes update the device copies in place
+  (an optimizer's ``assign_sub``: one kernel); a write whose operand is a variable's own
+  storage goes through a temporary, so every write sees the start-of-step values. A step
+  that fails half-way makes every variable upload again.
+- **The runtime's protocol** wants the updates as host arrays (``StepResult.updates``):
+  each updated variable is copied back to the host every step (for an MLP 784-512-512-10,
+  2.7 MB per step), queued with the fetches' copies into pinned memory and waited for by
+  one synchronization. That is the price of keeping ``Program``'s variables, checkpoints
+  and other entries exactly as on the CPU backends; the device copy stays authoritative,
+  so nothing is uploaded again. ``fast_step`` (with ``var_names``/``update_names``) is the
+  same step for the runtime's fast path. CUDA graphs are not used: library ops allocate
+  their results from cupy's pool, which a captured graph would keep writing after the
+  pool has reused the memory.
+
+The device is found when the executable is first called (``device.cuda_device()``), so
+compiling needs no GPU and running without one says ``no CUDA device: ...``.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from tfc.backends.base import StepResult
+from tfc.backends.cuda.kernel import Kernel
+from tfc.backends.cuda import library
+from tfc.errors import ExecutionError, FeedError, TfcError
+from tfc.ir.core import Graph, Module, Op, Value
+from tfc.ir.interpret import ExecContext, run_graph
+from tfc.ir.registry import PURE, VIEW, lookup, writes_variable
+from tfc.ir.types import format_shape
+
+Action = Callable[[int], None]  # one step's work of one op; takes the step number
+
+
+@dataclass
+class CompileReport:
+    """What compiling one entry did, for ``tfc compile`` reports and benchmarks."""
+
+    graph: str
+    kernels: int = 0
+    fallback_ops: list[str] = field(default_factory=list)
+    host_ops: list[str] = field(default_factory=list)
+    ptx_bytes: int = 0
+    arch: str = ""
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        times = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.seconds.items())
+        if self.fallback_ops:
+            return (f"cuda @{self.graph}: runs on the reference backend (unsupported: "
+                    f"{', '.join(self.fallback_ops)}); {times}")
+        host = f", on the host: {', '.join(self.host_ops)}" if self.host_ops else ""
+        ptx = f"PTX {self.ptx_bytes} bytes for {self.arch}" if self.ptx_bytes else \
+            "no PTX (NVRTC absent: compiled when first run)"
+        return f"cuda @{self.graph}: {self.kernels} kernels, {ptx}{host}; {times}"
+
+
+@dataclass
+class _DeviceVar:
+    """A variable's device storage and the host array it was last equal to."""
+
+    array: Any
+    host: np.ndarray | None  # the host array that holds the same value (identity check)
+
+
+@dataclass
+class _Bound:
+    """Everything that depends on one tuple of feed shapes."""
+
+    feeds: list[Any]  # device arrays the feeds are copied into
+    actions: list[Action]
+    fetches: list[Any]  # device arrays of the results
+    # (variable, op kind, operand arrays, whether an operand is a variable's storage)
+    updates: list[tuple[str, str, list[Any], bool]]
+    keep: list[Any]  # the arena and anything else the views need alive
+
+
+class CUDAExecutable:
+    """A compiled entry: call it with feeds (argument order), variables and the step."""
+
+    def __init__(self, module: Module, graph: Graph, kernels: Mapping[int, Kernel],
+                 ptx: str | None, arch: str, report: CompileReport) -> None:
+        self.module, self.graph = module, graph
+        self.kernels = dict(kernels)  # op position in graph.ops -> its kernel
+        self.ptx, self.arch, self.report = ptx, arch, report
+        self.fallback_ops: list[str] = list(report.fallback_ops)
+        self.plan: Any = module.memory_plans.get(graph.name)
+        self._lock = threading.Lock()
+        self._device: Any = None
+        self._handle: Any = None
+        self._bindings: dict[tuple, _Bound] = {}
+        self._last: _Bound | None = None
+        self._vars: dict[str, _DeviceVar] = {}
+        self._constants: dict[Value, Any] = {}
+        self._arg_dtypes = [np.dtype(a.dtype.np) for a in graph.args]
+        # The variables the step touches; those it reads (``var_names``: the runtime's
+        # fast path passes their values in this order) and writes (``update_names``).
+        touched: dict[str, None] = {}
+        reads: dict[str, None] = {}
+        writes: list[str] = []
+        for op in graph.ops:
+            if op.kind == "var.read" or writes_variable(op):
+                touched[op.attrs["var"]] = None
+                if op.kind != "var.assign":
+                    reads[op.attrs["var"]] = None
+                if writes_variable(op):
+                    writes.append(op.attrs["var"])
+        self._var_names = list(touched)
+        self.var_names: list[str] = list(reads)
+        self.update_names: list[str] = writes
+
+    # ---- running ------------------------------------------------------------------------
+
+    def __call__(self, feeds: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
+                 step: int) -> StepResult:
+        if self.fallback_ops:
+            ctx = ExecContext(variables, step)
+            return StepResult(run_graph(self.graph, feeds, ctx), ctx.updates)
+        g = self.graph
+        if len(feeds) != len(g.args):
+            raise FeedError(f"@{g.name} takes {len(g.args)} feeds, got {len(feeds)}")
+        arrays = []
+        for a, f, dt in zip(g.args, feeds, self._arg_dtypes):
+            f = np.asarray(f)
+            if f.dtype != dt:
+                raise FeedError(f"feed '{a.name}' has dtype {f.dtype}, expected {a.type}")
+            arrays.append(f)
+        return self._step(arrays, variables, step)
+
+    def fast_step(self, feeds: Sequence[np.ndarray], variables: Sequence[np.ndarray],
+                  step: int, validate: Callable[[Sequence[np.ndarray]], Any] | None = None,
+                  in_place: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The step for a caller that vouches for its inputs (``tfc.runtime.runner``):
+        numpy feeds of the arguments' dtypes, ``variables`` the values of ``var_names``.
+        Feed shapes are checked by ``validate`` the first time they are seen. Returns
+        the fetches and the updates in ``update_names`` order, fresh host arrays."""
+        if validate is not None and tuple(a.shape for a in feeds) not in self._bindings:
+            validate(feeds)
+        result = self._step(feeds, dict(zip(self.var_names, variables)), step)
+        return result.fetches, [result.updates[n] for n in self.update_names]
+
+    def _step(self, arrays: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
+              step: int) -> StepResult:
+        with self._lock:
+            dev = self._ready()
+            self._sync_variables(variables)
+            key = tuple(a.shape for a in arrays)
+            bound = self._bindings.get(key)
+            if bound is None:
+                bound = self._bindings[key] = self._bind(key)
+            self._last = bound
+            for buf, f in zip(bound.feeds, arrays):
+                dev.upload(buf, f)
+            if not dev.emulated:
+                with dev:
+                    return self._run(bound, step)
+            return self._run(bound, step)
+
+    def _run(self, bound: _Bound, step: int) -> StepResult:
+        dev = self._device
+        try:
+            for act in bound.actions:
+                act(step)
+            # Copies queued before the variable writes read the start-of-step values;
+            # one synchronization waits for all of them.
+            fetches = dev.to_host_later(bound.fetches)
+            self._update(bound)
+            names = [u[0] for u in bound.updates]
+            hosts = dev.to_host_later([self._vars[n].array for n in names])
+            dev.synchronize()
+        except BaseException:
+            for dv in self._vars.values():  # a step that failed half-way: upload again
+                dv.host = None
+            raise
+        updates: dict[str, np.ndarray] = {}
+        for name, host in zip(names, hosts):
+            host.flags.writeable = False  # as the runtime stores it: see _sync_variables
+            self._vars[name].host = host
+            updates[name] = host
+        return StepResult(fetches, updates)
+
+    def _update(self, bound: _Bound) -> None:
+        """Apply the step's variable writes to the device copies. Writes whose operand is
+        a variable's own storage (``assign @a, read @b``) are computed into temporaries
+        first, so every write sees the start-of-step values; the others (an optimizer's
+        ``assign_sub`` of an arena value) update the variable in place."""
+        xp = self._device.xp
+        later = []
+        for name, kind, ops, reads_state in bound.updates:
+            if reads_state:
+                later.append((name, _written(xp, kind, self._vars[name].array.copy(), ops)))
+        for name, kind, ops, reads_state in bound.updates:
+            if not reads_state:
+                _written(xp, kind, self._vars[name].array, ops)
+        for name, value in later:
+            self._vars[name].array[...] = value
+
+    def _ready(self) -> Any:
+        """The device, with this entry's kernels loaded (first call only). PTX is made
+        here when compiling had no NVRTC, or when it targets a newer architecture than
+        the GPU's (``compute_90`` PTX does not load on an ``sm_80`` device)."""
+        if self._device is None:
+            from tfc.backends.cuda.device import GpuDevice, cuda_device
+            dev = cuda_device()
+            if self.kernels and isinstance(dev, GpuDevice):
+                own = f"compute_{dev.compute_capability}"
+                if self.ptx is None or _arch_number(self.arch) > _arch_number(own):
+                    from tfc.backends.cuda.kernel import module_source
+                    from tfc.backends.cuda.nvrtc import compile_ptx
+                    self.arch = own
+                    self.ptx = compile_ptx(module_source(self._kernel_list()), arch=own)
+            self._handle = dev.load(self._kernel_list(), self.ptx or "") \
+                if self.kernels else None
+            self._device = dev
+        return self._device
+
+    def _kernel_list(self) -> list[Kernel]:
+        return [self.kernels[i] for i in sorted(self.kernels)]
+
+    def _sync_variables(self, variables: Mapping[str, np.ndarray]) -> None:
+        """Upload each variable the step uses unless its device copy is current: the
+        host array passed is the very read-only array this executable returned."""
+        dev = self._device
+        for name in self._var_names:
+            host = variables.get(name)
+            dv = self._vars.get(name)
+            if host is None:
+                if name in self.var_names:
+                    raise ExecutionError(f"variable @{name} is not initialized")
+                continue
+            if dv is not None and dv.host is host and not host.flags.writeable:
+                continue
+            decl = self.module.variables[name]
+            arr = np.require(host, requirements="C")  # (keeps 0-d arrays 0-d)
+            if arr.dtype != decl.type.dtype.np or arr.ndim != decl.type.rank:
+                raise ExecutionError(f"variable @{name} is {arr.dtype}"
+                                     f"{format_shape(arr.shape)}, expected {decl.type}")
+            if dv is not None and dv.array.shape == arr.shape:
+                dev.upload(dv.array, arr)
+                dv.host = host
+            else:
+                self._vars[name] = _DeviceVar(dev.to_device(arr), host)
+                self._bindings.clear()  # bound views of the old storage
+
+    # ---- bindings -----------------------------------------------------------------------
+
+    def _bind(self, feed_shapes: tuple) -> _Bound:
+        """The storage and actions for one tuple of feed shapes."""
+        from tfc.backends.llvm.runtime.binding import bind
+        g, dev, plan = self.graph, self._device, self.plan
+        xp = dev.xp
+        for a, s in zip(g.args, feed_shapes):
+            if len(s) != a.type.rank or any(isinstance(d, int) and d != n
+                                             for d, n in zip(a.type.shape, s)):
+                raise FeedError(f"feed '{a.name}' has shape {format_shape(s)}, expected {a.type}")
+        binding = bind(self.module, g, feed_shapes)
+        syms = binding.symbols
+
+        def nbytes(v: Value) -> int:
+            return binding.size(v) * v.dtype.itemsize
+
+        offsets = plan.offsets(syms, nbytes)
+        total = plan.arena_bytes(syms, nbytes)
+        arena = dev.empty((max(total, 1),), np.uint8)
+        keep: list[Any] = [arena]
+        start = {b.id: o for b, o in zip(plan.buffers, offsets)}
+        store: dict[Value, Any] = {}
+
+        def at(v: Value, root: Any) -> Any:
+            return root.reshape(binding.shape(v)) if root.shape != binding.shape(v) else root
+
+        feeds = []
+        for a in g.args:
+            store[a] = dev.empty(binding.shape(a), a.dtype.np)
+            feeds.append(store[a])
+        for name in self._var_names:
+            if name not in self._vars:  # written, never read: storage to copy into
+                decl = self.module.variables[name]
+                self._vars[name] = _DeviceVar(dev.empty(decl.type.static_shape,
+                                                        decl.type.dtype.np), None)
+
+        def storage(v: Value) -> Any:
+            """The device array holding ``v`` (its arena slot, or one of its own)."""
+            root = plan.root(v)
+            if root is not v and root in store:
+                return at(v, store[root])
+            buf = plan.buffer_of.get(root)
+            if buf is None:
+                return dev.empty(binding.shape(v), v.dtype.np)
+            n = nbytes(v)
+            raw = arena[start[buf]:start[buf] + n]
+            return raw.view(v.dtype.np).reshape(binding.shape(v))
+
+        actions: list[Action] = []
+        updates: list[tuple[str, str, list[Any], bool]] = []
+        state: set[Value] = set()  # values that are variables' storage (reads, their views)
+        known, needed = _known_at_bind(g, binding)
+        for i, op in enumerate(g.ops):
+            kind = op.kind
+            if kind != "constant" and op.results and all(r in known for r in op.results):
+                # computed now (shape arithmetic: a mean's count); only what device work
+                # reads or the step fetches is copied into its slot, every step
+                vals = [r for r in op.results if r in needed]
+                outs = [storage(r) for r in vals]
+                for r, o in zip(vals, outs):
+                    store[r] = o
+                if vals:
+                    actions.append(_copy_action([dev.to_device(known[r]) for r in vals], outs))
+                continue
+            if kind == "var.read":
+                store[op.result] = self._vars[op.attrs["var"]].array
+                state.add(op.result)
+                continue
+            if kind == "constant":
+                c = self._constants.get(op.result)
+                if c is None:
+                    c = self._constants[op.result] = dev.to_device(
+                        np.asarray(op.attrs["value"], dtype=op.result.dtype.np))
+                store[op.result] = c
+                continue
+            if writes_variable(op):
+                updates.append((op.attrs["var"], kind, [store[v] for v in op.inputs],
+                                any(v in state for v in op.inputs)))
+                continue
+            if lookup(kind).has(VIEW):
+                store[op.result] = store[op.inputs[0]].reshape(binding.shape(op.result))
+                if op.inputs[0] in state:
+                    state.add(op.result)
+                continue
+            ins = [store[v] for v in op.inputs]
+            outs = [storage(r) for r in op.results]
+            for r, o in zip(op.results, outs):
+                store[r] = o
+            if kind == "fusion":
+                actions.append(self._launcher(self.kernels[i], ins, outs, syms,
+                                              _label_checks(op, ins)))
+                continue
+            how = library.how_to_run(kind)
+            if kind == "matmul" and op.result.dtype.np in (np.float32, np.float64):
+                actions.append(_matmul_action(xp, op, ins, outs[0]))
+            elif how == "library":
+                actions.append(_library_action(xp, library.LIBRARY[kind], op, ins, outs))
+            elif how == "random":
+                shape = binding.shape(op.result)
+                actions.append(_random_action(xp, op, shape, outs[0]))
+            else:  # "host": the registry reference on host copies
+                actions.append(_host_action(dev, op, ins, outs))
+        fetches = [store[v] for v in g.results]
+        return _Bound(feeds, actions, fetches, updates, keep)
+
+    def _launcher(self, kernel: Kernel, ins: list[Any], outs: list[Any],
+                  syms: Mapping[str, int], checks: list[Action]) -> Action:
+        dev, handle = self._device, self._handle
+        args = (*ins, *outs, *(np.int64(syms[s]) for s in kernel.symbols))
+        grid = kernel.launch.grid(syms)
+        block, shared = kernel.launch.block, kernel.launch.shared_bytes
+        if checks:
+            def checked(step: int) -> None:
+                for check in checks:
+                    check(step)
+                dev.launch(handle, kernel, grid, block, shared, args)
+            return checked
+
+        def launch(step: int) -> None:
+            dev.launch(handle, kernel, grid, block, shared, args)
+        return launch
+
+    # ---- what tools ask ------------------------------------------------------------------
+
+    @property
+    def arena_bytes(self) -> int:
+        """Device arena size of the binding the latest step ran with (0 before the first
+        step and for a reference fallback): what the tracer's memory figure reads."""
+        return 0 if self._last is None else int(self._last.keep[0].size)
+
+    def __repr__(self) -> str:
+        return f"<CUDAExecutable @{self.graph.name}: {self.report}>"
+
+
+def _arch_number(arch: str) -> int:
+    """90 for ``compute_90`` (and ``compute_90a``)."""
+    digits = "".join(ch for ch in arch.removeprefix("compute_") if ch.isdigit())
+    return int(digits or 0)
+
+
+def _written(xp: Any, kind: str, target: Any, ops: list[Any]) -> Any:
+    """``target`` (a variable's value) after the write ``kind`` of ``ops``, in place."""
+    if kind == "var.assign":
+        target[...] = ops[0]
+    elif kind == "var.assign_add":
+        xp.add(target, ops[0], out=target)
+    elif kind == "var.assign_sub":
+        xp.subtract(target, ops[0], out=target)
+    else:  # var.scatter_add / var.scatter_sub
+        library.scatter_rows(xp, target, ops[0], ops[1], kind,
+                             1 if kind == "var.scatter_add" else -1)
+    return target
+
+
+def _label_checks(op: Op, ins: list[Any]) -> list[Action]:
+    """The checks of the class labels a fusion's kernel reads (``codegen.label_checks``):
+    a label out of range is the reference's error, before the launch. (On a GPU each
+    check synchronizes: the error must come from this step.)"""
+    from tfc.backends.cuda.codegen import label_checks
+    from tfc.ops.array import check_labels
+    out: list[Action] = []
+    for c in label_checks(op):
+        labels, depth, name = ins[c.operand], c.depth, c.op
+
+        def check(step: int, labels: Any = labels, depth: int = depth, name: str = name
+                  ) -> None:
+            if bool(((labels < 0) | (labels >= depth)).any()):
+                host = labels if isinstance(labels, np.ndarray) else labels.get()
+                try:
+                    check_labels(name, host, depth)
+                except TfcError as e:
+                    raise e.at(op.loc)
+        out.append(check)
+    return out
+
+
+def _matmul_action(xp: Any, op: Op, ins: list[Any], out: Any) -> Action:
+    """``matmul`` straight into its storage (``out=``: cuBLAS writes the arena slot, no
+    copy); the transposes are views, which cuBLAS takes as flags. f16 (which the
+    reference computes in f32) and integers go through ``library.LIBRARY`` instead."""
+    a, b = ins
+    if op.attrs["transpose_a"]:
+        a = xp.swapaxes(a, -1, -2)
+    if op.attrs["transpose_b"]:
+        b = xp.swapaxes(b, -1, -2)
+    if a.shape[-1] != b.shape[-2]:
+        raise ExecutionError(f"matmul: inner dims {a.shape[-1]} and {b.shape[-2]} differ at "
+                             f"run time", op.loc)
+
+    def run(step: int) -> None:
+        xp.matmul(a, b, out=out)
+    return run
+
+
+def _random_action(xp: Any, op: Op, shape: tuple[int, ...], out: Any) -> Action:
+    kind, attrs = op.kind, op.attrs
+
+    def run(step: int) -> None:
+        out[...] = library.sample(xp, kind, attrs, shape, step)
+    return run
+
+
+def _library_action(xp: Any, fn: library.LibraryFn, op: Op, ins: list[Any],
+                    outs: list[Any]) -> Action:
+    attrs = op.attrs
+
+    def run(step: int) -> None:
+        try:
+            vals = fn(xp, ins, attrs)
+        except TfcError as e:
+            raise e.at(op.loc)
+        for o, val in zip(outs, vals):
+            o[...] = val
+    return run
+
+
+# Values computed when a binding is made are small: shapes and what is computed from them.
+KNOWN_MAX_ELEMENTS = 1 << 12
+
+
+def _known_at_bind(g: Graph, binding: Any) -> tuple[dict[Value, np.ndarray], set[Value]]:
+    """The values of ``g`` known once the feed shapes are (``BY_BINDING`` ops such as
+    ``shape``, constants, and small pure ops of known values, e.g. a mean's count
+    ``prod(gather(shape(x), 0))``), computed on the host by the registry reference; and
+    the values device work reads or the step fetches (``needed``). Computing them here
+    keeps them off the device's path: a ``gather`` of a shape would otherwise check its
+    indices, synchronizing with the GPU, every step."""
+    known: dict[Value, np.ndarray] = {}
+    done: set[Op] = set()
+    for op in g.ops:
+        opdef = lookup(op.kind)
+        if op.kind == "constant":
+            ins: list[np.ndarray] | None = []
+        elif library.how_to_run(op.kind) == "binding":  # shapes and attrs alone
+            ins = [np.empty(binding.shape(v), v.dtype.np) for v in op.inputs]
+        elif op.regions or op.kind == "fusion" or not opdef.has(PURE) or not op.results \
+                or not all(v in known for v in op.inputs) \
+                or any(binding.size(r) > KNOWN_MAX_ELEMENTS for r in op.results):
+            ins = None
+        else:
+            ins = [known[v] for v in op.inputs]
+        if ins is None:
+            continue
+        try:
+            vals = opdef.reference(None, ins, op.attrs)
+        except TfcError as e:
+            raise e.at(op.loc)
+        except (ArithmeticError, ValueError, IndexError) as e:
+            raise ExecutionError(f"{op.kind} failed: {e}", op.loc) from e
+        if isinstance(vals, np.ndarray):
+            vals = [vals]
+        for r, val in zip(op.results, vals):
+            known[r] = np.asarray(val, dtype=r.dtype.np)
+        done.add(op)
+    needed = {v for op in g.ops if op not in done for v in op.inputs} | set(g.results)
+    return known, needed
+
+
+def _copy_action(sources: list[Any], outs: list[Any]) -> Action:
+    """Copy per-binding values into their storage (an arena slot other values reuse)."""
+    def run(step: int) -> None:
+        for o, src in zip(outs, sources):
+            o[...] = src
+    return run
+
+
+def _host_action(dev: Any, op: Op, ins: list[Any], outs: list[Any]) -> Action:
+    opdef = lookup(op.kind)
+
+    def run(step: int) -> None:
+        host = [dev.to_host(a) for a in ins]
+        try:
+            vals = opdef.reference(ExecContext({}, step), host, op.attrs)
+        except TfcError as e:
+            raise e.at(op.loc)
+        except (ArithmeticError, ValueError, IndexError, np.linalg.LinAlgError) as e:
+            raise ExecutionError(f"{op.kind} failed: {e}", op.loc) from e
+        for o, val in zip(outs, vals):
+            dev.upload(o, np.asarray(val, o.dtype))
+    return run
