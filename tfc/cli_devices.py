@@ -1,7 +1,7 @@
 """The ``tfc`` commands about devices: ``calibrate``, ``bench`` and ``viz``, and the
 partition dump of ``tfc ir --device``.
 
-    tfc calibrate [--devices cpu:0,cpu:1] [-o devices.json]   # --devices: checked only
+    tfc calibrate [--devices cpu:0,gpu:0] [-o devices.json]   # GPUs measured with cupy
     tfc bench model.tfc --entry train_step [--steps N] [--feed x=x.npy] [--trace trace.json]
     tfc viz model.tfc [--entry NAME] -o graph.html
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tfc.errors import TfcError
 
@@ -56,27 +56,42 @@ def partitions_text(module: Any, device: str, elide_above: int | None = None) ->
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from tfc.cli import check_output_path
-    from tfc.devices import check_runnable, local_devices, parse_devices, save_profile
+    from tfc.devices import gpu_count, local_devices, parse_device, parse_devices, save_profile
     from tfc.runtime.calibrate import calibrate
+    from tfc.runtime.calibrate_gpu import measure_gpu
 
     check_output_path(args.output, "-o")
     devices = parse_devices(args.devices) if args.devices is not None else local_devices(1)
-    if args.devices is not None:
-        check_runnable(devices)  # no GPU backend: a GPU asked for is not silently dropped
-    calibration = calibrate([d for d in devices if "gpu" not in d], backend=args.backend,
+    cpus = [d for d in devices if parse_device(d).kind == "cpu"]
+    gpus = [d for d in devices if parse_device(d).kind == "gpu"]
+    for d in devices:
+        if parse_device(d).job is not None:
+            raise TfcError(f"tfc calibrate measures local devices; {d} is not one")
+    calibration = calibrate(cpus or ["/cpu:0"], backend=args.backend,
                             progress=lambda m: print(m, file=sys.stderr))
     profile = calibration.profile
+    # a GPU is measured when there is one; else the profile keeps the default GPU rates
+    visible = gpu_count() if gpus else 0
+    for gpu in gpus:
+        if parse_device(gpu).index >= visible:
+            print(f"{gpu}: no CUDA device here ({visible} visible to cupy): the profile keeps "
+                  f"the default GPU rates (an H100-class card on PCIe)", file=sys.stderr)
+            continue
+        print(f"measuring {gpu} with cupy", file=sys.stderr)
+        measure_gpu(gpu).apply(profile)
     path = save_profile(profile, args.output)
-    print(profile_summary(profile))
+    print(profile_summary(profile, gpus))
     print("runs min/median/max:")
     print(calibration.spread_summary())
     print(f"wrote {path}")
     return 0
 
 
-def profile_summary(profile: DeviceProfile) -> str:
+def profile_summary(profile: DeviceProfile, gpus: Sequence[str] = ()) -> str:
     """What a profile says, in a few lines: the host, the fixed costs, and per thread
-    count the GEMM and stream rates at each measured size."""
+    count the GEMM and stream rates at each measured size; for each of ``gpus`` its
+    rates (measured or default) and its host link."""
+    from tfc.devices import parse_device
     lines = [f"{profile.describe()}: a step {profile.step_s * 1e6:.1f} us, a kernel "
              f"{profile.cpu.kernel_s * 1e6:.2f} us; multi-device: a step "
              f"{profile.executor_step_s * 1e6:.1f} us, a stage {profile.stage_s * 1e6:.1f} "
@@ -88,6 +103,20 @@ def profile_summary(profile: DeviceProfile) -> str:
             rates = ", ".join(f"{x / t / 1e9:.0f}@{x:.3g}" for x, t in zip(c.sizes, c.seconds))
             lines.append(f"  {label} {threads} thread{'s' if threads > 1 else ''} ({unit}): "
                          f"{rates}")
+    for gpu in gpus:
+        local = f"/gpu:{parse_device(gpu).index}"
+        rates_of = profile.rates(local)
+        how = "measured" if local in profile.devices else "default, H100-class"
+        lines.append(f"{gpu} ({how}): a kernel {rates_of.kernel_s * 1e6:.1f} us")
+        for label, curves, unit in (("GEMM", rates_of.gemm, "GFLOP/s at flops"),
+                                    ("stream", rates_of.stream, "GB/s at bytes")):
+            c = curves[max(curves)]
+            rates = ", ".join(f"{x / t / 1e9:.0f}@{x:.3g}" for x, t in zip(c.sizes, c.seconds))
+            lines.append(f"  {label} ({unit}): {rates}")
+        up, down = profile.host_link(local, True), profile.host_link(local, False)
+        lines.append(f"  host->device {up.bytes_per_s / 1e9:.1f} GB/s + "
+                     f"{up.latency_s * 1e6:.1f} us, device->host "
+                     f"{down.bytes_per_s / 1e9:.1f} GB/s + {down.latency_s * 1e6:.1f} us")
     return "\n".join(lines)
 
 
@@ -155,8 +184,10 @@ def cmd_viz(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("calibrate", help="measure devices and links for the cost model")
     p.add_argument("--devices", metavar="D1,D2",
-                   help="local CPU devices the profile is for (checked only: the host is "
-                        "measured once, its logical CPUs share its cores and rates)")
+                   help="local devices the profile is for: the host is measured once (its "
+                        "logical CPUs share its cores and rates); each GPU with cupy when "
+                        "there is one, else it keeps default rates (default: cpu:0 and "
+                        "every GPU cupy sees)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="profile to write (default: $TFC_DEVICE_PROFILE or "
                         "~/.cache/tfc/devices.json, which placement reads)")
