@@ -154,3 +154,56 @@ def test_an_entry_on_one_device_is_one_program_for_every_command(one_device_arti
     assert "one native call" in trace.read_text()
     rows = [line.split() for line in out.splitlines() if line.startswith("/cpu:")]
     assert [r[0] for r in rows] == ["/cpu:1"]  # the device it runs on, alone
+
+
+WIDE_MLP = '''
+import numpy as np
+import tfc
+rng = np.random.default_rng(0)
+x = tfc.placeholder(tfc.float32, [1024, 784], name="x")
+y = tfc.placeholder(tfc.int32, [1024], name="y")
+h = x
+for i, (a, b) in enumerate([(784, 2048), (2048, 2048), (2048, 10)]):
+    w = tfc.Variable((rng.normal(0, 0.02, (a, b))).astype(np.float32), name=f"w{i}")
+    h = tfc.matmul(h, w)
+    if b != 10:
+        h = tfc.nn.relu(h)
+loss = tfc.reduce_mean(tfc.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
+train = tfc.train.GradientDescentOptimizer(0.1).minimize(loss)
+tfc.entry("train_step", feeds={"x": x, "y": y}, fetches={"loss": loss}, targets=[train])
+'''
+
+
+def test_compile_for_a_cpu_and_a_gpu_places_by_the_cost_model(tmp_path, capsys, monkeypatch):
+    """``tfc compile --devices cpu:0,gpu:0``: the cost model (default rates: a 4-core host,
+    an H100-class GPU) puts a wide MLP's GEMMs on the GPU; the artifact names both devices.
+    The CUDA backend is stood in for by the reference interpreter
+    (``tfc.testing.StandInCudaBackend``), so this holds on any machine."""
+    from tfc.testing import use_stand_in_cuda
+    stand_in = use_stand_in_cuda(monkeypatch)
+    src = tmp_path / "wide.py"
+    src.write_text(WIDE_MLP)
+    out, _ = run_ok(capsys, "compile", src, "--devices", "cpu:0,gpu:0", "--backend",
+                    "reference", "-o", tmp_path / "wide.tfc")
+    assert "placement @train_step" in out
+    program = load(tmp_path / "wide.tfc")
+    assert program.module.devices == ["/cpu:0", "/gpu:0"]
+    graph = program.module.entries["train_step"]
+    assert {op.device for op in graph.ops if op.kind == "matmul"} == {"/gpu:0"}
+    stand_in.compiled = []
+    loss = program.run("train_step", x=np.zeros((1024, 784), np.float32),
+                       y=np.zeros(1024, np.int32))["loss"]
+    assert float(loss) == pytest.approx(np.log(10), rel=1e-5)  # zero inputs: uniform logits
+    assert stand_in.compiled == ["train_step"]  # the GPU's entry ran on "cuda"
+
+
+def test_devices_says_what_this_machine_offers(capsys, monkeypatch):
+    monkeypatch.setattr("tfc.pipeline.cuda_compile_unavailable", lambda: "no NVRTC here")
+    out, _ = run_ok(capsys, "devices")
+    lines = out.splitlines()
+    assert lines[0].startswith("/cpu:N: ") and "cores" in lines[0]
+    assert "CUDA compile: no: no NVRTC here" in out
+    assert any(line.startswith("CUDA run: ") for line in lines)
+    monkeypatch.setattr("tfc.pipeline.cuda_compile_unavailable", lambda: None)
+    out, _ = run_ok(capsys, "devices")
+    assert "CUDA compile: yes" in out

@@ -1,7 +1,8 @@
-"""The ``tfc`` commands about devices: ``calibrate``, ``bench`` and ``viz``, and the
-partition dump of ``tfc ir --device``.
+"""The ``tfc`` commands about devices: ``calibrate``, ``devices``, ``bench`` and ``viz``,
+and the partition dump of ``tfc ir --device``.
 
     tfc calibrate [--devices cpu:0,gpu:0] [-o devices.json]   # GPUs measured with cupy
+    tfc devices                                               # CPUs, GPUs, CUDA here?
     tfc bench model.tfc --entry train_step [--steps N] [--feed x=x.npy] [--trace trace.json]
     tfc viz model.tfc [--entry NAME] -o graph.html
 """
@@ -120,6 +121,51 @@ def profile_summary(profile: DeviceProfile, gpus: Sequence[str] = ()) -> str:
     return "\n".join(lines)
 
 
+# ---- tfc devices -------------------------------------------------------------------
+
+def devices_report() -> list[str]:
+    """What this machine offers tfc, a line each: its CPU cores, each GPU cupy sees, and
+    whether the CUDA backend can compile (NVRTC or nvcc; no GPU needed) and run (cupy, a
+    driver, a GPU) here."""
+    import importlib
+    from tfc.devices import cpu_count, gpu_count
+    from tfc.pipeline import cuda_compile_unavailable
+    cores = cpu_count()
+    lines = [f"/cpu:N: {cores} core{'s' if cores != 1 else ''}, shared by the logical CPUs "
+             f"(backends llvm, reference)"]
+    for i in range(gpu_count()):
+        lines.append(f"/gpu:{i}: {_gpu_name(i)} (cuda)")
+    reason = cuda_compile_unavailable()
+    lines.append("CUDA compile: " + ("yes (kernels compile to PTX; no GPU needed)"
+                                     if reason is None else f"no: {reason}"))
+    try:
+        device = importlib.import_module("tfc.backends.cuda.device")
+        device.cuda_device()
+        lines.append("CUDA run: yes")
+    except ImportError as e:
+        lines.append(f"CUDA run: no: this tfc has no CUDA backend ({e})")
+    except TfcError as e:
+        lines.append(f"CUDA run: no: {e}")
+    return lines
+
+
+def _gpu_name(index: int) -> str:
+    """GPU ``index``'s name and compute capability, as cupy reports them."""
+    try:
+        import cupy
+        props = cupy.cuda.runtime.getDeviceProperties(index)
+        name = props["name"]
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        return f"{name}, compute capability {props['major']}.{props['minor']}"
+    except Exception as e:  # a driver that lists the GPU but cannot describe it
+        return f"a GPU cupy cannot describe ({type(e).__name__}: {e})"
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    print("\n".join(devices_report()))
+    return 0
+
+
 # ---- tfc bench ---------------------------------------------------------------------
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -193,6 +239,10 @@ def add_commands(sub: Any) -> None:
                         "~/.cache/tfc/devices.json, which placement reads)")
     p.add_argument("--backend", default=None, help="backend to measure (default: llvm)")
     p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("devices", help="this machine's devices, and whether CUDA compiles "
+                                       "and runs here")
+    p.set_defaults(func=cmd_devices)
 
     p = sub.add_parser("bench", help="time an entry's steps; per-device report and trace")
     p.add_argument("artifact", metavar="ARTIFACT", help="a .tfc file")

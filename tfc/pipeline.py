@@ -159,18 +159,17 @@ def _forget_lowering(module: Module) -> None:
 
 def usable_as_lowered(module: Module, target: Target) -> bool:
     """Whether ``module`` can run on ``target`` as it is: lowered for it, or for the same
-    devices by another backend when ``target``'s backend has no lowering passes of its
-    own (the reference interpreter runs any verified IR, fused or not) and the lowering
-    ran every pass a GPU among the devices needs."""
+    devices by another target whose lowering ran every lowering pass ``target`` needs
+    (``lowering_passes``): the reference interpreter runs any verified IR, fused or not;
+    llvm and cuda compile from the same fusion regions and memory plans, so an entry of
+    a ``/cpu:0,/gpu:0`` module placed wholly on the GPU compiles on cuda as lowered."""
     lowered = module.lowered_for
     if lowered is None:
         return False
     if lowered == target:
         return True
-    if (lowered.devices, lowered.fp16_transfers) != (target.devices, target.fp16_transfers) \
-            or backend_pipeline(target.backend):
+    if (lowered.devices, lowered.fp16_transfers) != (target.devices, target.fp16_transfers):
         return False
-    # a GPU's part needs the CUDA backend's passes, which the lowering must have run
     return {p.name for p in lowering_passes(target)} <= {p.name for p in lowering_passes(lowered)}
 
 

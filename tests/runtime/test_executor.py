@@ -391,40 +391,10 @@ def test_a_value_fetched_twice_on_two_devices_comes_back_as_two_arrays(backend):
             np.testing.assert_allclose(r[other], want[other], rtol=1e-5, atol=1e-5)
 
 
-class _StandInCuda:
-    """A stand-in for the CUDA backend (the reference interpreter under the name
-    ``cuda``, with the CUDA backend's lowering passes), so that what the executor and
-    ``Program`` do with a GPU is tested on any machine: which backend each device's
-    stages compile on, and that a cpu/gpu edge is an ordinary host hand-off."""
-
-    name = "cuda"
-    pipeline = "fusion,memory"
-    compiled: list[str] = []
-
-    def __init__(self):
-        from tfc.backends.reference import ReferenceBackend
-        self._inner = ReferenceBackend()
-
-    def compile(self, module, entry):
-        _StandInCuda.compiled.append(entry if isinstance(entry, str) else entry.name)
-        exe = self._inner.compile(module, entry)
-        exe.ran_on = "cuda"
-        return exe
-
-    def export(self, executable):
-        return {}
-
-    def load(self, module, entry, members):
-        return self.compile(module, entry)
-
-
 @pytest.fixture
 def stand_in_cuda(monkeypatch):
-    from tfc.backends import base
-    monkeypatch.setitem(base.BACKENDS, "cuda", f"{__name__}:_StandInCuda")
-    monkeypatch.setattr("tfc.pipeline.cuda_compile_unavailable", lambda: None)
-    _StandInCuda.compiled = []
-    return _StandInCuda
+    from tfc.testing import use_stand_in_cuda
+    return use_stand_in_cuda(monkeypatch)
 
 
 @pytest.mark.parametrize("backend", ["reference", "llvm", "cuda"])

@@ -417,9 +417,21 @@ class Program:
                 from tfc.runtime.executor import PartitionedExecutable
                 exe = PartitionedExecutable(self.module, entry, self.backend)
             else:
-                exe = self._compile(self.module, entry)
+                exe = self._compile(self.module, entry, self._single_device_backend(entry))
             self._executables[entry] = exe
         return exe
+
+    def _single_device_backend(self, entry: str) -> Backend | None:
+        """The backend of the one device an entry without a partition table runs on, when
+        that is not the program's (``tfc.devices.device_backend``: the entry of a
+        ``/cpu:0,/gpu:0`` module placed wholly on the GPU runs on cuda); else None."""
+        if len(self.module.devices) < 2:
+            return None
+        from tfc.passes.partition import single_device
+        graph = self.module.graphs.get(entry)
+        device = single_device(graph, self.module.devices[0]) if graph is not None else None
+        name = device_backend(device, self.backend.name) if device is not None else None
+        return get_backend(name) if name is not None and name != self.backend.name else None
 
     def _compile(self, module: Module, entry: str, backend: Backend | None = None
                  ) -> Executable:
