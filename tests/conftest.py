@@ -30,8 +30,8 @@ def cuda_mode_skip_reason() -> str | None:
     from tfc.errors import TfcError
     try:
         cuda_device()
-    except TfcError as e:
-        return f"TFC_BACKEND=cuda: no CUDA device ({e})"
+    except TfcError as e:  # "no CUDA device: <what is missing>"
+        return f"TFC_BACKEND=cuda: {e}"
     return None
 
 

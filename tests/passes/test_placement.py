@@ -314,3 +314,24 @@ def test_control_flow_stays_off_the_gpu_when_a_cpu_is_there():
     graph = scan_graph()
     place_graph(graph, ["/gpu:0"], gpu_fast, {})
     assert {op.device for op in graph.ops} == {"/gpu:0"}
+
+
+def test_what_placement_gives_a_gpu_the_cuda_backend_runs():
+    """Every op kind placement may put on a GPU beside a CPU is one the CUDA backend runs
+    (a fusion member, a view, a variable op, or its own ``how_to_run``): else the whole
+    graph would fall back to the reference backend. ``GPU_HOST_ONLY`` holds every kind
+    it does not run (and the linear-algebra ops, which it runs on the host)."""
+    pytest.importorskip("tfc.backends.cuda.backend")
+    from tfc.backends.cuda.backend import how_to_run
+    from tfc.ir import registry
+    from tfc.ir.registry import BROADCAST, COMPOSITE, ELEMENTWISE, REDUCTION, VIEW, lookup
+    from tfc.ops.fusion import INDEXED
+    from tfc.passes.placement import GPU_HOST_ONLY, can_run
+    not_placed = {"send", "recv", "fusion"}  # made by partition and fusion, after placement
+    fused = (ELEMENTWISE, BROADCAST, REDUCTION, COMPOSITE, VIEW)
+    runs = {k for k in registry._REGISTRY
+            if how_to_run(k) is not None or k in INDEXED
+            or any(lookup(k).has(t) for t in fused)}
+    placed = set(registry._REGISTRY) - not_placed
+    assert {k for k in placed if can_run(k, "/gpu:0")} <= runs
+    assert placed - runs <= GPU_HOST_ONLY <= placed

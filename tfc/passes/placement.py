@@ -267,9 +267,10 @@ class Simulation:
         return max(end.values(), default=0.0)
 
 
-# Ops the CUDA backend does not run on the GPU (control flow, linear algebra, collectives):
-# a graph holding one runs whole on the reference backend (``tfc.backends.cuda``), so
-# where a CPU device is there to take them, a GPU gets none of them.
+# Ops the CUDA backend does not run (control flow, collectives: a graph holding one runs
+# whole on the reference backend, ``tfc.backends.cuda``) or runs on the host (linear
+# algebra, through copies): where a CPU device is there to take them, a GPU gets none.
+# tests/passes/test_placement.py checks this against the backend's ``how_to_run``.
 GPU_HOST_ONLY = frozenset({"cond", "while", "scan", "matrix_determinant", "matrix_inverse",
                            "all_reduce"})
 
