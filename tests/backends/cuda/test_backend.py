@@ -4,15 +4,18 @@ error, the fallback warning.
 
 Under the emulator the executable, its arena, the library ops (numpy as the array
 module) and the generated kernels (compiled by g++ with the emulation header) all run as
-on a GPU; only cupy's own calls (cuBLAS, the launch) do not. Shapes stay small: every
-CUDA thread is a fiber. Tolerances: reductions sum in another order than numpy's
-pairwise sums, so float results differ from the reference by rounding (rtol 1e-5 on f32);
-everything else is exact.
+on a GPU; only cupy's own calls (cuBLAS, the launch) do not. Under ``TFC_BACKEND=cuda``
+on a machine with a GPU the same tests run on the GPU (``ON_GPU``), which checks those
+too. Shapes stay small: every CUDA thread is a fiber. Tolerances: reductions sum in
+another order than numpy's pairwise sums, so float results differ from the reference by
+rounding (rtol 1e-5 on f32); random numbers and everything else are exact.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -35,9 +38,17 @@ if not emulator.available():
 RTOL = 1e-5
 
 
+ON_GPU = os.environ.get("TFC_BACKEND") == "cuda" and \
+    os.environ.get(cuda_device.DEVICE_ENV, "") != cuda_device.EMULATED and \
+    cuda_device.device_problem() is None
+
+
 @pytest.fixture(autouse=True)
 def emulated(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(cuda_device.DEVICE_ENV, cuda_device.EMULATED)
+    """The emulator, but under ``TFC_BACKEND=cuda`` on a machine with a GPU: there the
+    same tests check the launch layer (cupy, cuBLAS, the stream) too."""
+    if not ON_GPU:
+        monkeypatch.setenv(cuda_device.DEVICE_ENV, cuda_device.EMULATED)
 
 
 def compile_cuda(module: Module, entry: str = "f") -> CUDAExecutable:
@@ -55,7 +66,10 @@ def assert_close(got: Sequence[np.ndarray], want: Sequence[np.ndarray], what: st
         assert a.dtype == b.dtype and a.shape == b.shape, (what, k, a.dtype, a.shape, b.dtype,
                                                            b.shape)
         if a.dtype.kind == "f":
-            np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol, err_msg=f"{what} {k}")
+            # f16 results are f32 results rounded once: a GPU's f32 (cuBLAS sums in its
+            # own order) can round to the neighbouring half, one f16 ulp away
+            tol = max(rtol, 2.0 ** -10) if a.dtype == np.float16 and ON_GPU else rtol
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=f"{what} {k}")
         else:
             np.testing.assert_array_equal(a, b, err_msg=f"{what} {k}")
 
@@ -102,6 +116,8 @@ def test_mlp_training_steps_match_the_reference() -> None:
     module = split_mlp_module([None])
     exe, _ = train_both(module, "train", mlp_feeds(5, 6, 3), 3, initial_values(module))
     assert exe.report.kernels == 10 and not exe.report.host_ops
+    plan = module.memory_plans.get("train") or exe.plan
+    assert exe.arena_bytes == plan.arena_bytes({"B": 5})
 
 
 def test_variables_are_uploaded_once_and_follow_outside_changes() -> None:
@@ -203,12 +219,21 @@ def _run_op(kind: str, arrays: Sequence[np.ndarray], **attrs: Any) -> None:
     exe = compile_cuda(module)
     got = exe(list(arrays), {}, 3)
     want = ReferenceBackend().compile(module, "f")(list(arrays), {}, 3)
-    assert_close(got.fetches, want.fetches, kind)
+    # random numbers are the same bits on every backend
+    assert_close(got.fetches, want.fetches, kind, rtol=0 if kind.startswith("random.") else RTOL)
 
 
 RNG = np.random.default_rng(7)
 F = RNG.normal(size=(3, 4)).astype(np.float32)
 I = np.array([2, 0, 2, 1], np.int32)
+X4 = RNG.normal(size=(2, 5, 6, 3)).astype(np.float32)  # NHWC
+W4 = RNG.normal(size=(3, 2, 3, 4)).astype(np.float32)  # HWIO
+DY4 = RNG.normal(size=(2, 3, 3, 4)).astype(np.float32)  # SAME, strides 2
+DY4V = RNG.normal(size=(2, 3, 5, 4)).astype(np.float32)  # VALID, strides 1
+MP4 = RNG.normal(size=(2, 2, 3, 3)).astype(np.float32)  # max_pool 2x2/2 of X4
+# ties, NaN and overlapping windows (3x3, strides 1x2, SAME: pooled [2, 5, 3, 3])
+TIES = np.where(X4 > 1, np.nan, np.round(X4)).astype(np.float32)
+MPS = RNG.normal(size=(2, 5, 3, 3)).astype(np.float32)
 
 
 @pytest.mark.parametrize("kind,arrays,attrs", [
@@ -234,11 +259,33 @@ I = np.array([2, 0, 2, 1], np.int32)
     ("shape", [F], {}),
     ("range", [], {"start": 1, "limit": 7, "delta": 2, "dtype": DType.i32}),
     ("random.normal", [], {"shape": [3, 5], "dtype": DType.f32, "seed": 11}),
+    ("random.normal", [], {"shape": [7], "dtype": DType.f64, "seed": 1, "mean": 2.0}),
     ("random.uniform", [], {"shape": [4], "dtype": DType.f16, "seed": 2}),
-    ("conv2d", [RNG.normal(size=(1, 5, 5, 2)).astype(np.float32),
-                RNG.normal(size=(3, 3, 2, 4)).astype(np.float32)], {}),
-    ("max_pool", [RNG.normal(size=(1, 4, 4, 2)).astype(np.float32)],
-     {"ksize": [2, 2], "strides": [2, 2]}),
+    ("random.uniform", [], {"shape": [2, 3], "dtype": DType.f32, "seed": -5,
+                            "minval": -1.5, "maxval": 3.0}),
+    ("random.truncated_normal", [], {"shape": [9], "dtype": DType.f32, "seed": 3,
+                                     "stddev": 0.1}),
+    ("random.uniform_int", [], {"shape": [6], "dtype": DType.i32, "seed": 4, "minval": -3,
+                                "maxval": 1000}),
+    ("random.uniform_like", [F], {"dtype": DType.f64, "seed": 8}),
+    ("shuffle", [F], {"seed": 3}),
+    ("conv2d", [X4, W4], {}),
+    ("conv2d", [X4, W4], {"padding": "SAME", "strides": [2, 1]}),
+    ("conv2d", [X4, W4], {"padding": "SAME", "dilations": [2, 2]}),
+    ("conv2d", [X4.astype(np.float16), W4.astype(np.float16)], {"padding": "SAME"}),
+    ("conv2d_backprop_filter", [X4, DY4, W4], {"padding": "SAME", "strides": [2, 2]}),
+    ("conv2d_backprop_filter", [X4, DY4V, W4], {}),
+    ("conv2d_backprop_input", [W4, DY4, X4], {"padding": "SAME", "strides": [2, 2]}),
+    ("conv2d_backprop_input", [W4, DY4V, X4], {}),
+    ("max_pool", [X4], {"ksize": [2, 2], "strides": [2, 2]}),
+    ("max_pool", [np.where(X4 > 1, np.nan, X4).astype(np.float32)],
+     {"ksize": [3, 3], "strides": [2, 2], "padding": "SAME"}),
+    ("max_pool_grad", [X4, MP4, MP4], {"ksize": [2, 2], "strides": [2, 2]}),
+    ("max_pool_grad", [TIES, MPS, MPS], {"ksize": [3, 3], "strides": [1, 2],
+                                         "padding": "SAME"}),
+    ("max_pool_grad_grad", [TIES, MPS, TIES], {"ksize": [3, 3], "strides": [1, 2],
+                                               "padding": "SAME"}),
+    ("avg_pool", [X4], {"ksize": [2, 2], "padding": "SAME"}),
 ])
 def test_library_and_host_ops_match_the_reference(kind: str, arrays: list, attrs: dict
                                                   ) -> None:
@@ -303,6 +350,33 @@ def test_export_and_load_run_without_code_generation(monkeypatch: pytest.MonkeyP
                                        if k != "tables.json"})
 
 
+def test_an_artifact_carries_the_kernels_and_loads_without_code_generation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Program.save`` stores each compiled entry's source, PTX, arch and tables under
+    ``native/cuda/<entry>/``; the loaded program runs them (no code generator) and
+    continues training where the saved one stopped."""
+    import zipfile
+    from tfc.runtime import load
+    from tfc.runtime.program import Program
+    program = Program(split_mlp_module([None]), backend="cuda")
+    x, y = mlp_feeds(4, 6, 3)(0)
+    program.run("train", x=x, y=y)
+    path = tmp_path / "mlp.tfc"
+    program.save(path)
+    names = set(zipfile.ZipFile(path).namelist())
+    assert {f"native/cuda/train/{m}" for m in ("kernels.cu", "arch", "tables.json")} <= names
+    import tfc.backends.cuda.codegen as codegen
+
+    def no_codegen(*a: Any, **k: Any) -> Any:
+        raise AssertionError("load generated code")
+    monkeypatch.setattr(codegen, "fusion_kernel", no_codegen)
+    loaded = load(path)
+    assert isinstance(loaded.backend, CUDABackend)
+    x, y = mlp_feeds(4, 6, 3)(1)
+    np.testing.assert_array_equal(loaded.run("train", x=x, y=y)["loss"],
+                                  program.run("train", x=x, y=y)["loss"])
+
+
 def test_running_without_a_device_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """Compiling needs no GPU; running on a machine without one is a clear error."""
     monkeypatch.delenv(cuda_device.DEVICE_ENV, raising=False)
@@ -345,3 +419,48 @@ def test_unsupported_ops_fall_back_with_a_warning() -> None:
 
 def test_backend_is_registered() -> None:
     assert isinstance(get_backend("cuda"), CUDABackend)
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+@pytest.mark.parametrize("example,entry,host_ops", [
+    ("mlp_digits.py", "train_step", []),
+    ("cnn_digits.py", "train_step", []),
+    ("kmeans_digits.py", "step", []),
+    ("ridge.py", "fit", ["matrix_inverse"]),
+])
+def test_examples_run_and_match_the_reference(example: str, entry: str,
+                                              host_ops: list[str]) -> None:
+    """A step of an example model (digits MLP and CNN training, k-means, ridge) on the
+    cuda backend against the reference, every fetch and update; feeds are random (batch
+    3; integer feeds, labels or indices, in [0, 2))."""
+    from tfc.compiler.frontend import load_model
+    module = load_model(EXAMPLES / example)
+    values = initial_values(module)
+    rng = np.random.default_rng(0)
+    feeds = []
+    for a in module.graphs[entry].args:
+        shape = [3 if isinstance(d, str) else d for d in a.type.shape]
+        if a.type.dtype.is_int:
+            feeds.append(rng.integers(0, 2, shape).astype(a.type.dtype.np))
+        else:
+            feeds.append(rng.normal(size=shape).astype(a.type.dtype.np))
+    exe, _ = train_both(module, entry, lambda step: feeds, 2, values)
+    assert exe.report.host_ops == host_ops
+
+
+def test_control_flow_falls_back_to_the_reference() -> None:
+    """The LSTM example's ``scan`` has no device version: the graph runs on the reference
+    backend, with a warning naming the op, and gives the reference's numbers."""
+    from tfc.compiler.frontend import load_model
+    module = load_model(EXAMPLES / "lstm_sequence.py")
+    with pytest.warns(UserWarning, match="ops not supported: scan"):
+        exe = compile_lowered(CUDABackend(), module, "predict")
+    assert exe.fallback_ops == ["scan"]
+    values = initial_values(module)
+    rng = np.random.default_rng(0)
+    feeds = [rng.normal(size=[3 if isinstance(d, str) else d for d in a.type.shape])
+             .astype(a.type.dtype.np) for a in module.graphs["predict"].args]
+    want = ReferenceBackend().compile(module, "predict")(feeds, values, 0)
+    assert_close(exe(feeds, values, 0).fetches, want.fetches, rtol=0)

@@ -117,11 +117,17 @@ TRAP = kernel("trap", """
   __syncthreads();
   y[blockIdx.x * blockDim.x + threadIdx.x] = 1.0f;""")
 
+ENDLESS = kernel("endless", """
+  volatile float v = 0.0f;
+  if (blockIdx.x == 1 && threadIdx.x == 3) for (;;) v = v + 1.0f;
+  __syncthreads();
+  y[blockIdx.x * blockDim.x + threadIdx.x] = v;""")
+
 BAD_MASK = kernel("bad_mask", """
   y[threadIdx.x] = __shfl_sync(0x0000ffffu, x[threadIdx.x], 0);""")
 
 ALL = [COPY, TREE_SUM, TREE_SUM_RACY, WARP_SUM, SHUFFLES, EARLY_RETURN, DYNAMIC_SHARED,
-       ATOMICS, DEADLOCK, TRAP, BAD_MASK]
+       ATOMICS, DEADLOCK, TRAP, ENDLESS, BAD_MASK]
 
 
 @pytest.fixture(scope="module")
@@ -160,12 +166,13 @@ def test_a_missing_barrier_gives_wrong_sums_under_some_order(module):
     assert any(wrong), "no fiber order exposes the missing __syncthreads"
 
 
-@pytest.mark.parametrize("cols", [1, 31, 32, 300, 1025])
+@pytest.mark.parametrize("cols, block", [(1, 128), (31, 32), (32, 128), (300, 128),
+                                         (1025, 128), (3000, 1024)])
 @pytest.mark.parametrize("order", ["ascending", "descending"])
-def test_warp_shuffle_reduction(module, cols, order):
+def test_warp_shuffle_reduction(module, cols, block, order):
     x = np.random.default_rng(cols).integers(-9, 9, (6, cols)).astype(np.float32)
     y = np.zeros(6, np.float32)
-    module.launch(WARP_SUM, 6, 128, 0, [x, y, cols], order=order)
+    module.launch(WARP_SUM, 6, block, 0, [x, y, cols], order=order)
     np.testing.assert_array_equal(y, x.sum(1))
 
 
@@ -245,10 +252,26 @@ def test_a_trap_ends_the_launch_with_an_error_and_the_module_stays_usable(module
     np.testing.assert_array_equal(y[:5], 2 * x)
 
 
+@pytest.mark.parametrize("workers", [1, 3])
+def test_an_endless_loop_fails_at_the_time_limit_instead_of_hanging(workers):
+    m = EmulatedModule(ALL, workers=workers, timeout=0.5)  # the same text: cached
+    y = np.zeros(4 * 32, np.float32)
+    with pytest.raises(EmulatorError, match=r"kernel endless .*: did not finish within 0.5 s "
+                                            r"\(an endless loop\?\): thread 3 of block 1 was "
+                                            r"still running"):
+        m.launch(ENDLESS, 4, 32, 0, [np.zeros(1, np.float32), y, 0])
+    x = np.arange(5, dtype=np.float32)  # the thread that ran it runs kernels again
+    m.launch(COPY, 1, 32, 0, [x, y[:5], 5])
+    np.testing.assert_array_equal(y[:5], 2 * x)
+    with pytest.raises(EmulatorError, match="did not finish within 0.5 s"):  # and is stopped again
+        m.launch(ENDLESS, 4, 32, 0, [np.zeros(1, np.float32), y, 0])
+
+
 def test_a_shuffle_mask_without_the_calling_lane_is_a_fault(module):
     with pytest.raises(EmulatorError, match="mask 0x0000ffff, which leaves out the calling "
                                             "lane 16"):
-        module.launch(BAD_MASK, 1, 32, 0, [np.zeros(32, np.float32), np.zeros(32, np.float32), 0])
+        module.launch(BAD_MASK, 1, 32, 0, [np.zeros(32, np.float32), np.zeros(32, np.float32), 0],
+                      order="ascending")  # lane 16 is the first lane outside the mask to call
 
 
 def test_launches_are_checked_against_the_kernel(module):
@@ -281,12 +304,18 @@ def test_launches_are_checked_against_the_kernel(module):
         module.launch(COPY, 1, 32, 0, [x, y, 4], order="sideways")
 
 
-def test_the_default_order_comes_from_the_environment(monkeypatch):
+def test_defaults_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("TFC_CUDA_EMU_ORDER", "descending")
-    assert emulator.default_order() == "descending"
-    monkeypatch.setenv("TFC_CUDA_EMU_ORDER", "sideways")
-    with pytest.raises(EmulatorError, match="TFC_CUDA_EMU_ORDER='sideways' is not one of"):
-        emulator.default_order()
+    monkeypatch.setenv("TFC_CUDA_EMU_WORKERS", "3")
+    monkeypatch.setenv("TFC_CUDA_EMU_TIMEOUT", "2.5")
+    assert (emulator.default_order(), emulator.default_workers(),
+            emulator.default_timeout()) == ("descending", 3, 2.5)
+    for name, value, message in [("ORDER", "sideways", "is not one of"),
+                                 ("WORKERS", "many", "is not a number of threads"),
+                                 ("TIMEOUT", "soon", "is not a number of seconds")]:
+        monkeypatch.setenv(f"TFC_CUDA_EMU_{name}", value)
+        with pytest.raises(EmulatorError, match=f"TFC_CUDA_EMU_{name}='{value}' {message}"):
+            getattr(emulator, f"default_{name.lower()}")()
 
 
 def test_a_kernel_that_is_not_valid_cxx_shows_its_source(tmp_path, monkeypatch):
@@ -307,6 +336,60 @@ def test_modules_are_cached(tmp_path, monkeypatch):
     mtime = built[0].stat().st_mtime_ns
     EmulatedModule([COPY])
     assert [p.stat().st_mtime_ns for p in (tmp_path / "cuda" / "emu").glob("*.so")] == [mtime]
+
+
+def _gpu():
+    """cupy when a CUDA device is present, else None (the checks below then skip)."""
+    try:
+        import cupy
+        return cupy if cupy.cuda.runtime.getDeviceCount() > 0 else None
+    except Exception:  # no cupy, no driver, no device: cupy raises its own error types
+        return None
+
+
+def launch_on_gpu(kernels, kern, grid, block, shared, args, tmp_path):
+    """Run ``kern`` with cupy from NVRTC's PTX; copy the non-const arrays back into ``args``."""
+    cp = _gpu()
+    path = tmp_path / "kernels.ptx"
+    path.write_text(nvrtc.compile_ptx(module_source(kernels)))
+    function = cp.RawModule(path=str(path)).get_function(kern.name)
+    on_device = [cp.asarray(a) if isinstance(a, np.ndarray) else np.int64(a) for a in args]
+    function((grid,), (block,), tuple(on_device), shared_mem=shared)
+    cp.cuda.Device().synchronize()
+    for p, a, d in zip(kern.params, args, on_device):
+        if p.is_pointer and not p.ctype.startswith("const"):
+            a[...] = cp.asnumpy(d)
+
+
+@pytest.mark.skipif(_gpu() is None or not nvrtc.available(), reason="no CUDA device")
+def test_the_emulators_model_is_the_gpus(tmp_path):
+    """The expectations above hold on a real GPU too: shuffles (widths, a half warp), a
+    block reduction, early return, dynamic shared memory, atomics."""
+    y = np.zeros(48 * 8, np.float32)
+    launch_on_gpu(ALL, SHUFFLES, 1, 48, 0, [np.zeros(1, np.float32), y, 0], tmp_path)
+    expect = _shuffle_model(48)
+    ok = ~np.isnan(expect)  # a lane that does not exist gives the GPU's garbage: not compared
+    np.testing.assert_array_equal(y.reshape(48, 8)[ok], expect[ok])
+    x = np.random.default_rng(0).integers(-50, 50, (13, 256)).astype(np.float32)
+    y = np.zeros(13, np.float32)
+    launch_on_gpu(ALL, TREE_SUM, 5, 256, 0, [x, y, 13], tmp_path)
+    np.testing.assert_array_equal(y, x.sum(1))
+    x = np.random.default_rng(3).integers(-9, 9, (6, 3000)).astype(np.float32)
+    y = np.zeros(6, np.float32)
+    launch_on_gpu(ALL, WARP_SUM, 6, 1024, 0, [x, y, 3000], tmp_path)
+    np.testing.assert_array_equal(y, x.sum(1))
+    x = np.arange(100, dtype=np.float32)
+    y = np.zeros(100, np.float32)
+    launch_on_gpu(ALL, EARLY_RETURN, 1, 128, 0, [x, y, 100], tmp_path)
+    np.testing.assert_array_equal(y, x[::-1])
+    x = np.arange(3 * 64, dtype=np.float32)
+    y = np.zeros_like(x)
+    launch_on_gpu(ALL, DYNAMIC_SHARED, 3, 64, 64 * 4, [x, y, 0], tmp_path)
+    np.testing.assert_array_equal(y, x.reshape(3, 64)[:, ::-1].ravel())
+    y = np.zeros(6, np.float32)
+    launch_on_gpu(ALL, ATOMICS, 16, 64, 0, [np.zeros(1, np.float32), y, 0], tmp_path)
+    assert (y[:1].view(np.int32)[0], y[1], y[2:4].view(np.uint64)[0],
+            y[4:5].view(np.int32)[0]) == (1024, 512.0, 3072, 1023)
 
 
 def test_base_type():
