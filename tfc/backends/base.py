@@ -93,12 +93,13 @@ class Backend(Protocol):
 BACKENDS: dict[str, str] = {
     "reference": "tfc.backends.reference:ReferenceBackend",
     "llvm": "tfc.backends.llvm:LLVMBackend",
+    "cuda": "tfc.backends.cuda:CUDABackend",
 }
 
 
 def default_backend_name() -> str:
     """The backend ``Session`` and ``Program`` use when none is named: ``$TFC_BACKEND``
-    (``reference`` or ``llvm``), else ``llvm``, the CPU backend."""
+    (``reference``, ``llvm`` or ``cuda``), else ``llvm``, the CPU backend."""
     import os
     name = os.environ.get("TFC_BACKEND", "").strip() or "llvm"
     if name not in BACKENDS:

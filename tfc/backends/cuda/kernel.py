@@ -34,7 +34,8 @@ class Param:
 
     @property
     def is_pointer(self) -> bool:
-        return self.ctype.endswith("*")
+        """Whether the parameter is a pointer (``"const float* __restrict__"`` is)."""
+        return "*" in self.ctype
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,216 @@
+"""Where a CUDA executable runs: the one place that differs between a GPU and the emulator.
+
+Both kinds of device offer the same small interface, which the executable (and the
+library of array ops, ``library``) is written against:
+
+- ``xp``: the array module (``cupy`` on a GPU, ``numpy`` under the emulator). Library ops
+  are written once with ``xp``, so the code a GPU runs is the code CI runs.
+- ``load(kernels, ptx) -> handle``: the module of an entry's kernels, ready to launch
+  (a GPU loads the PTX; the emulator compiles the same CUDA C text with g++).
+- ``launch(handle, kernel, grid, block, shared_bytes, args)``: one kernel launch on the
+  device's stream; ``args`` are device arrays (pointers) and ints (``long long``).
+- ``to_device(a)``, ``to_host(a)``, ``empty(shape, dtype)``, ``synchronize()``.
+
+``cuda_device()`` is how an executable finds its device: ``$TFC_CUDA_DEVICE=emulated``
+selects the emulator (tests and CI, no GPU needed); otherwise the GPU through cupy, or a
+``TfcError("no CUDA device: ...")`` that says what was found (no cupy, no driver, no GPU).
+Compiling needs no device: only running asks for one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+from tfc.backends.cuda.kernel import Kernel
+from tfc.errors import TfcError
+
+# $TFC_CUDA_DEVICE: "emulated" runs kernels on the CPU emulator; empty, "0", "1"...: GPU N.
+DEVICE_ENV = "TFC_CUDA_DEVICE"
+EMULATED = "emulated"
+
+
+class Device(Protocol):
+    """What an executable needs of a device (see the module docstring)."""
+
+    name: str
+    xp: Any
+    emulated: bool
+
+    def load(self, kernels: Sequence[Kernel], ptx: str) -> Any: ...
+
+    def launch(self, handle: Any, kernel: Kernel, grid: int, block: int, shared_bytes: int,
+               args: Sequence[Any]) -> None: ...
+
+    def to_device(self, a: np.ndarray) -> Any: ...
+
+    def to_host(self, a: Any) -> np.ndarray: ...
+
+    def upload(self, dst: Any, src: np.ndarray) -> None: ...
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> Any: ...
+
+    def synchronize(self) -> None: ...
+
+
+class EmulatedDevice:
+    """Kernels run under the CPU emulator (``emulator.EmulatedModule``), arrays are numpy
+    arrays: the whole executable, library ops included, runs as on a GPU but for cupy."""
+
+    name = "emulated CUDA device (CPU)"
+    xp = np
+    emulated = True
+
+    def __init__(self) -> None:
+        self._modules: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def load(self, kernels: Sequence[Kernel], ptx: str) -> Any:
+        from tfc.backends.cuda.emulator import EmulatedModule
+        key = hashlib.sha256("\0".join(k.source for k in kernels).encode()).hexdigest()
+        with self._lock:
+            mod = self._modules.get(key)
+            if mod is None:
+                mod = self._modules[key] = EmulatedModule(list(kernels))
+        return mod
+
+    def launch(self, handle: Any, kernel: Kernel, grid: int, block: int, shared_bytes: int,
+               args: Sequence[Any]) -> None:
+        handle.launch(kernel, grid, block, shared_bytes, args)
+
+    def to_device(self, a: np.ndarray) -> np.ndarray:
+        return np.array(a, order="C", copy=True)
+
+    def to_host(self, a: Any) -> np.ndarray:
+        return np.array(a, order="C", copy=True)
+
+    def upload(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """Copy host array ``src`` into device array ``dst`` (same shape and dtype)."""
+        np.copyto(dst, src)
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> np.ndarray:
+        return np.empty(tuple(shape), dtype=dtype)
+
+    def synchronize(self) -> None:
+        pass
+
+
+class GpuDevice:
+    """A GPU through cupy: PTX loaded with ``cupy.cuda.function.Module``, launches and
+    library calls (cuBLAS through ``cupy.matmul``) on one non-blocking stream."""
+
+    emulated = False
+
+    def __init__(self, cupy: Any, index: int = 0) -> None:
+        self.xp = cupy
+        self.index = index
+        self.device = cupy.cuda.Device(index)
+        with self.device:
+            props = cupy.cuda.runtime.getDeviceProperties(index)
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+        raw = props.get("name", b"GPU")
+        gpu = raw.decode() if isinstance(raw, bytes) else str(raw)
+        self.compute_capability = f"{props['major']}{props['minor']}"
+        self.sm_count = int(props.get("multiProcessorCount", 0))
+        self.name = f"gpu:{index} ({gpu}, sm_{self.compute_capability})"
+        self._modules: dict[str, Any] = {}
+
+    def load(self, kernels: Sequence[Kernel], ptx: str) -> Any:
+        key = hashlib.sha256(ptx.encode()).hexdigest()
+        mod = self._modules.get(key)
+        if mod is None:
+            with self.device:  # cuModuleLoadData: PTX text, NUL-terminated
+                loaded = self.xp.cuda.function.Module()
+                loaded.load(ptx.encode() + b"\0")
+                mod = {k.name: loaded.get_function(k.name) for k in kernels}
+                mod[""] = loaded  # keeps the module loaded while its functions are used
+            self._modules[key] = mod
+        return mod
+
+    def launch(self, handle: Any, kernel: Kernel, grid: int, block: int, shared_bytes: int,
+               args: Sequence[Any]) -> None:
+        cargs = tuple(np.int64(a) if isinstance(a, (int, np.integer)) else a for a in args)
+        handle[kernel.name]((grid,), (block,), cargs, shared_mem=shared_bytes,
+                            stream=self.stream)
+
+    def to_device(self, a: np.ndarray) -> Any:
+        with self.device, self.stream:
+            return self.xp.asarray(np.ascontiguousarray(a))
+
+    def to_host(self, a: Any) -> np.ndarray:
+        with self.device:
+            return self.xp.asnumpy(a, stream=self.stream)
+
+    def upload(self, dst: Any, src: np.ndarray) -> None:
+        with self.device:
+            dst.set(np.ascontiguousarray(src, dtype=dst.dtype).reshape(dst.shape),
+                    stream=self.stream)
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> Any:
+        with self.device:
+            return self.xp.empty(tuple(shape), dtype=dtype)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def __enter__(self) -> "GpuDevice":
+        """Make this device and its stream current (library ops and cupy's own kernels
+        then run on the step's stream)."""
+        self.device.__enter__()
+        self.stream.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stream.__exit__(*exc)
+        self.device.__exit__(*exc)
+
+
+_devices: dict[str, Any] = {}
+_devices_lock = threading.Lock()
+
+
+def cuda_device() -> EmulatedDevice | GpuDevice:
+    """The device executables run on: the emulator when ``$TFC_CUDA_DEVICE=emulated``,
+    else GPU ``$TFC_CUDA_DEVICE`` (default 0) through cupy. A ``TfcError`` starting
+    ``no CUDA device:`` says why there is none (no cupy, no driver, no GPU)."""
+    which = os.environ.get(DEVICE_ENV, "").strip() or "0"
+    with _devices_lock:
+        dev = _devices.get(which)
+        if dev is None:
+            dev = _devices[which] = EmulatedDevice() if which == EMULATED else _gpu(which)
+        return dev
+
+
+def _gpu(which: str) -> GpuDevice:
+    if not which.isdigit():
+        raise TfcError(f"{DEVICE_ENV}={which!r} is neither a GPU index nor '{EMULATED}'")
+    try:
+        import cupy
+    except ImportError as e:
+        raise TfcError(f"no CUDA device: cupy is not installed ({e}); "
+                       f"install tfc with the cuda extra: pip install -e '.[cuda]'") from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # cupy's CUDARuntimeError: no driver, driver too old
+        raise TfcError(f"no CUDA device: the CUDA driver cannot be used "
+                       f"({type(e).__name__}: {e})") from None
+    index = int(which)
+    if count == 0:
+        raise TfcError("no CUDA device: the CUDA driver sees no GPU")
+    if index >= count:
+        raise TfcError(f"no CUDA device: {DEVICE_ENV}={which} but the driver sees "
+                       f"{count} GPU{'s' if count > 1 else ''}")
+    return GpuDevice(cupy, index)
+
+
+def device_problem() -> str | None:
+    """Why ``cuda_device()`` would fail (its message), or None when a device is there."""
+    try:
+        cuda_device()
+    except TfcError as e:
+        return str(e)
+    return None

@@ -1,0 +1,410 @@
+"""What runs a compiled entry of the CUDA backend: ``CUDAExecutable``.
+
+A step is a precomputed list of actions over device storage, made once per *binding*
+(distinct tuple of feed shapes) and replayed every step:
+
+- **Storage.** The memory plan's arena is one device allocation per binding; each arena
+  value is a view of it at its buffer's offset, views and in-place results views of
+  their root. Fetches (values outside the arena) get a device array per binding, feeds
+  a device array per binding that each step copies the host feed into, constants are
+  uploaded once. So every op's operands and results are fixed device arrays, and each
+  action is bound to them when the binding is made.
+- **Actions**, in schedule order: a ``fusion`` launches its generated kernel (grid from
+  the kernel's ``Launch`` and the binding); a view does nothing (it aliases); library
+  ops (``library.LIBRARY``: matmul through cuBLAS ...) run with the array module and copy
+  their result into the value's storage; ``BY_BINDING`` ops were evaluated when the
+  binding was made; ``ON_HOST`` ops run their registry reference on the host.
+- **Variables live on the device** across steps (``_DeviceVar``): a variable is uploaded
+  when the host array the runtime passes is not the one this executable handed back last
+  (compared by identity, and only for read-only arrays, which the runtime's are), so a
+  training loop uploads its variables once. Updates are computed on the device into
+  fresh arrays first (reads see the start of the step, also when one update reads a
+  variable another writes), then copied into the variables' device storage.
+- **The runtime's protocol** wants the updates as host arrays (``StepResult.updates``):
+  each updated variable is copied back to the host every step (one device-to-host copy
+  per updated variable: for an MLP 784-512-512-10, 2.7 MB per step). That is the price
+  of keeping ``Program``'s variables, checkpoints and other entries exactly as on the
+  CPU backends; the device copy stays authoritative, so nothing is uploaded again.
+
+The device is found when the executable is first called (``device.cuda_device()``), so
+compiling needs no GPU and running without one says ``no CUDA device: ...``.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from tfc.backends.base import StepResult
+from tfc.backends.cuda.kernel import Kernel
+from tfc.backends.cuda import library
+from tfc.errors import ExecutionError, FeedError, TfcError
+from tfc.ir.core import Graph, Module, Op, Value
+from tfc.ir.interpret import ExecContext, run_graph
+from tfc.ir.registry import VIEW, lookup, writes_variable
+from tfc.ir.types import format_shape
+
+Action = Callable[[int], None]  # one step's work of one op; takes the step number
+
+
+@dataclass
+class CompileReport:
+    """What compiling one entry did, for ``tfc compile`` reports and benchmarks."""
+
+    graph: str
+    kernels: int = 0
+    fallback_ops: list[str] = field(default_factory=list)
+    host_ops: list[str] = field(default_factory=list)
+    ptx_bytes: int = 0
+    arch: str = ""
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        times = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.seconds.items())
+        if self.fallback_ops:
+            return (f"cuda @{self.graph}: runs on the reference backend (unsupported: "
+                    f"{', '.join(self.fallback_ops)}); {times}")
+        host = f", on the host: {', '.join(self.host_ops)}" if self.host_ops else ""
+        ptx = f"PTX {self.ptx_bytes} bytes for {self.arch}" if self.ptx_bytes else \
+            "no PTX (NVRTC absent: compiled when first run)"
+        return f"cuda @{self.graph}: {self.kernels} kernels, {ptx}{host}; {times}"
+
+
+@dataclass
+class _DeviceVar:
+    """A variable's device storage and the host array it was last equal to."""
+
+    array: Any
+    host: np.ndarray | None  # the host array that holds the same value (identity check)
+
+
+@dataclass
+class _Bound:
+    """Everything that depends on one tuple of feed shapes."""
+
+    feeds: list[Any]  # device arrays the feeds are copied into
+    actions: list[Action]
+    fetches: list[Any]  # device arrays of the results
+    updates: list[tuple[str, str, list[Any]]]  # (variable, op kind, operand arrays)
+    keep: list[Any]  # the arena and anything else the views need alive
+
+
+class CUDAExecutable:
+    """A compiled entry: call it with feeds (argument order), variables and the step."""
+
+    def __init__(self, module: Module, graph: Graph, kernels: Mapping[int, Kernel],
+                 ptx: str | None, arch: str, report: CompileReport) -> None:
+        self.module, self.graph = module, graph
+        self.kernels = dict(kernels)  # op position in graph.ops -> its kernel
+        self.ptx, self.arch, self.report = ptx, arch, report
+        self.fallback_ops: list[str] = list(report.fallback_ops)
+        self.plan = module.memory_plans.get(graph.name)
+        self._lock = threading.Lock()
+        self._device: Any = None
+        self._handle: Any = None
+        self._bindings: dict[tuple, _Bound] = {}
+        self._vars: dict[str, _DeviceVar] = {}
+        self._constants: dict[Value, Any] = {}
+        self._arg_dtypes = [np.dtype(a.dtype.np) for a in graph.args]
+        self._warned = False
+
+    # ---- running ------------------------------------------------------------------------
+
+    def __call__(self, feeds: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
+                 step: int) -> StepResult:
+        if self.fallback_ops:
+            ctx = ExecContext(variables, step)
+            return StepResult(run_graph(self.graph, feeds, ctx), ctx.updates)
+        g = self.graph
+        if len(feeds) != len(g.args):
+            raise FeedError(f"@{g.name} takes {len(g.args)} feeds, got {len(feeds)}")
+        arrays = []
+        for a, f, dt in zip(g.args, feeds, self._arg_dtypes):
+            f = np.asarray(f)
+            if f.dtype != dt:
+                raise FeedError(f"feed '{a.name}' has dtype {f.dtype}, expected {a.type}")
+            arrays.append(f)
+        with self._lock:
+            dev = self._ready()
+            self._sync_variables(variables)
+            key = tuple(a.shape for a in arrays)
+            bound = self._bindings.get(key)
+            if bound is None:
+                bound = self._bindings[key] = self._bind(key)
+            for buf, f in zip(bound.feeds, arrays):
+                dev.upload(buf, f)
+            if not dev.emulated:
+                with dev:
+                    return self._run(bound, step)
+            return self._run(bound, step)
+
+    def _run(self, bound: _Bound, step: int) -> StepResult:
+        dev = self._device
+        for act in bound.actions:
+            act(step)
+        fetches = [dev.to_host(a) for a in bound.fetches]
+        xp = dev.xp
+        new: list[tuple[str, Any]] = []
+        for name, kind, ops in bound.updates:  # all computed before any is stored
+            if kind == "var.assign":
+                new.append((name, xp.array(ops[0], copy=True)))
+                continue
+            old = self._vars[name].array
+            if kind == "var.assign_add":
+                new.append((name, xp.add(old, ops[0])))
+            elif kind == "var.assign_sub":
+                new.append((name, xp.subtract(old, ops[0])))
+            else:  # var.scatter_add / var.scatter_sub
+                sign = 1 if kind == "var.scatter_add" else -1
+                new.append((name, library.scatter_rows(xp, old.copy(), ops[0], ops[1], kind,
+                                                       sign)))
+        updates: dict[str, np.ndarray] = {}
+        for name, value in new:
+            dv = self._vars.get(name)
+            if dv is None:
+                dv = self._vars[name] = _DeviceVar(value, None)
+            else:
+                dv.array[...] = value
+            host = dev.to_host(value)
+            host.flags.writeable = False  # as the runtime stores it: see _sync_variables
+            dv.host = host
+            updates[name] = host
+        dev.synchronize()
+        return StepResult(fetches, updates)
+
+    def _ready(self) -> Any:
+        """The device, with this entry's kernels loaded (first call only)."""
+        if self._device is None:
+            from tfc.backends.cuda.device import cuda_device
+            dev = cuda_device()
+            ptx = self.ptx
+            if ptx is None and not dev.emulated and self.kernels:
+                from tfc.backends.cuda.kernel import module_source
+                from tfc.backends.cuda.nvrtc import compile_ptx
+                ptx = self.ptx = compile_ptx(module_source(self._kernel_list()),
+                                             arch=self.arch)
+            self._handle = dev.load(self._kernel_list(), ptx or "") if self.kernels else None
+            self._device = dev
+        return self._device
+
+    def _kernel_list(self) -> list[Kernel]:
+        return [self.kernels[i] for i in sorted(self.kernels)]
+
+    def _sync_variables(self, variables: Mapping[str, np.ndarray]) -> None:
+        """Upload each variable the step uses unless its device copy is current: the
+        host array passed is the very read-only array this executable returned."""
+        dev = self._device
+        for name in self._var_names:
+            host = variables.get(name)
+            dv = self._vars.get(name)
+            if host is None:
+                if name in self._read_names:
+                    raise ExecutionError(f"variable @{name} is not initialized")
+                continue
+            if dv is not None and dv.host is host and not host.flags.writeable:
+                continue
+            decl = self.module.variables[name]
+            arr = np.ascontiguousarray(host)
+            if arr.dtype != decl.type.dtype.np or arr.ndim != decl.type.rank:
+                raise ExecutionError(f"variable @{name} is {arr.dtype}"
+                                     f"{format_shape(arr.shape)}, expected {decl.type}")
+            if dv is not None and dv.array.shape == arr.shape:
+                dev.upload(dv.array, arr)
+                dv.host = host
+            else:
+                self._vars[name] = _DeviceVar(dev.to_device(arr), host)
+                self._bindings.clear()  # bound views of the old storage
+
+    @property
+    def _var_names(self) -> list[str]:
+        names = getattr(self, "_var_names_cache", None)
+        if names is None:
+            seen: dict[str, None] = {}
+            reads: set[str] = set()
+            for op in self.graph.ops:
+                if op.kind == "var.read":
+                    seen[op.attrs["var"]] = None
+                    reads.add(op.attrs["var"])
+                elif writes_variable(op):
+                    seen[op.attrs["var"]] = None
+                    if op.kind != "var.assign":
+                        reads.add(op.attrs["var"])
+            names = self._var_names_cache = list(seen)
+            self._read_names = reads
+        return names
+
+    # ---- bindings -----------------------------------------------------------------------
+
+    def _bind(self, feed_shapes: tuple) -> _Bound:
+        """The storage and actions for one tuple of feed shapes."""
+        from tfc.backends.llvm.runtime.binding import bind
+        g, dev, plan = self.graph, self._device, self.plan
+        xp = dev.xp
+        for a, s in zip(g.args, feed_shapes):
+            if len(s) != a.type.rank or any(isinstance(d, int) and d != n
+                                             for d, n in zip(a.type.shape, s)):
+                raise FeedError(f"feed '{a.name}' has shape {format_shape(s)}, expected {a.type}")
+        binding = bind(self.module, g, feed_shapes)
+        syms = binding.symbols
+
+        def nbytes(v: Value) -> int:
+            return binding.size(v) * v.dtype.itemsize
+
+        offsets = plan.offsets(syms, nbytes)
+        total = plan.arena_bytes(syms, nbytes)
+        arena = dev.empty((max(total, 1),), np.uint8)
+        keep: list[Any] = [arena]
+        start = {b.id: o for b, o in zip(plan.buffers, offsets)}
+        store: dict[Value, Any] = {}
+
+        def at(v: Value, root: Any) -> Any:
+            return root.reshape(binding.shape(v)) if root.shape != binding.shape(v) else root
+
+        feeds = []
+        for a in g.args:
+            store[a] = dev.empty(binding.shape(a), a.dtype.np)
+            feeds.append(store[a])
+        for name in self._var_names:
+            if name not in self._vars:  # written, never read: storage to copy into
+                decl = self.module.variables[name]
+                self._vars[name] = _DeviceVar(dev.empty(decl.type.static_shape,
+                                                        decl.type.dtype.np), None)
+
+        def storage(v: Value) -> Any:
+            """The device array holding ``v`` (its arena slot, or one of its own)."""
+            root = plan.root(v)
+            if root is not v and root in store:
+                return at(v, store[root])
+            buf = plan.buffer_of.get(root)
+            if buf is None:
+                return dev.empty(binding.shape(v), v.dtype.np)
+            n = nbytes(v)
+            raw = arena[start[buf]:start[buf] + n]
+            return raw.view(v.dtype.np).reshape(binding.shape(v))
+
+        actions: list[Action] = []
+        updates: list[tuple[str, str, list[Any]]] = []
+        for i, op in enumerate(g.ops):
+            kind = op.kind
+            if kind == "var.read":
+                store[op.result] = self._vars[op.attrs["var"]].array
+                continue
+            if kind == "constant":
+                c = self._constants.get(op.result)
+                if c is None:
+                    c = self._constants[op.result] = dev.to_device(
+                        np.asarray(op.attrs["value"], dtype=op.result.dtype.np))
+                store[op.result] = c
+                continue
+            if writes_variable(op):
+                updates.append((op.attrs["var"], kind, [store[v] for v in op.inputs]))
+                continue
+            if lookup(kind).has(VIEW):
+                store[op.result] = store[op.inputs[0]].reshape(binding.shape(op.result))
+                continue
+            ins = [store[v] for v in op.inputs]
+            outs = [storage(r) for r in op.results]
+            for r, o in zip(op.results, outs):
+                store[r] = o
+            if kind == "fusion":
+                actions.append(self._launcher(self.kernels[i], ins, outs, syms,
+                                              _label_checks(op, ins)))
+                continue
+            how = library.how_to_run(kind)
+            if how == "library":
+                actions.append(_library_action(xp, library.LIBRARY[kind], op, ins, outs))
+            elif how == "binding":  # computed now; copied into the arena every step
+                vals = lookup(kind).reference(None, [np.empty(binding.shape(v), v.dtype.np)
+                                                     for v in op.inputs], op.attrs)
+                consts = [dev.to_device(np.asarray(val, o.dtype)) for o, val in zip(outs, vals)]
+                actions.append(_copy_action(consts, outs))
+            else:  # "host": the registry reference on host copies
+                actions.append(_host_action(dev, op, ins, outs))
+        fetches = [store[v] for v in g.results]
+        return _Bound(feeds, actions, fetches, updates, keep)
+
+    def _launcher(self, kernel: Kernel, ins: list[Any], outs: list[Any],
+                  syms: Mapping[str, int], checks: list[Action]) -> Action:
+        dev, handle = self._device, self._handle
+        args = [*ins, *outs, *(int(syms[s]) for s in kernel.symbols)]
+        grid = kernel.launch.grid(syms)
+        block, shared = kernel.launch.block, kernel.launch.shared_bytes
+        if checks:
+            def checked(step: int) -> None:
+                for check in checks:
+                    check(step)
+                dev.launch(handle, kernel, grid, block, shared, args)
+            return checked
+
+        def launch(step: int) -> None:
+            dev.launch(handle, kernel, grid, block, shared, args)
+        return launch
+
+    # ---- what tools ask ------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        return f"<CUDAExecutable @{self.graph.name}: {self.report}>"
+
+
+def _label_checks(op: Op, ins: list[Any]) -> list[Action]:
+    """The checks of the class labels a fusion's kernel reads (``codegen.label_checks``):
+    a label out of range is the reference's error, before the launch. (On a GPU each
+    check synchronizes: the error must come from this step.)"""
+    from tfc.backends.cuda.codegen import label_checks
+    from tfc.ops.array import check_labels
+    out = []
+    for c in label_checks(op):
+        labels, depth, name = ins[c.operand], c.depth, c.op
+
+        def check(step: int, labels: Any = labels, depth: int = depth, name: str = name
+                  ) -> None:
+            if bool(((labels < 0) | (labels >= depth)).any()):
+                host = labels if isinstance(labels, np.ndarray) else labels.get()
+                try:
+                    check_labels(name, host, depth)
+                except TfcError as e:
+                    raise e.at(op.loc)
+        out.append(check)
+    return out
+
+
+def _library_action(xp: Any, fn: library.LibraryFn, op: Op, ins: list[Any],
+                    outs: list[Any]) -> Action:
+    attrs = op.attrs
+
+    def run(step: int) -> None:
+        try:
+            vals = fn(xp, ins, attrs)
+        except TfcError as e:
+            raise e.at(op.loc)
+        for o, val in zip(outs, vals):
+            o[...] = val
+    return run
+
+
+def _copy_action(sources: list[Any], outs: list[Any]) -> Action:
+    """Copy per-binding values into their storage (an arena slot other values reuse)."""
+    def run(step: int) -> None:
+        for o, src in zip(outs, sources):
+            o[...] = src
+    return run
+
+
+def _host_action(dev: Any, op: Op, ins: list[Any], outs: list[Any]) -> Action:
+    opdef = lookup(op.kind)
+
+    def run(step: int) -> None:
+        host = [dev.to_host(a) for a in ins]
+        try:
+            vals = opdef.reference(ExecContext({}, step), host, op.attrs)
+        except TfcError as e:
+            raise e.at(op.loc)
+        except (ArithmeticError, ValueError, IndexError, np.linalg.LinAlgError) as e:
+            raise ExecutionError(f"{op.kind} failed: {e}", op.loc) from e
+        for o, val in zip(outs, vals):
+            dev.upload(o, np.asarray(val, o.dtype))
+    return run
