@@ -225,26 +225,28 @@ def compile_ptx(source: str, *, arch: str = DEFAULT_ARCH, name: str = "tfc.cu",
 def source_context(source: str, log: str, name: str = "tfc.cu") -> str:
     """The numbered source lines around each line the log reports an error on (NVRTC's
     ``name(12): error: ...`` and nvcc's ``name(12): error ...``), the line marked ``>``."""
+    return numbered_lines(source, {int(m.group(1)) for m in re.finditer(
+        rf"{re.escape(name)}\((\d+)\): (?:catastrophic )?error", log)})
+
+
+def numbered_lines(source: str, error_lines: set[int]) -> str:
+    """``source``'s lines within a few of each of ``error_lines`` (1-based), numbered, the
+    error lines marked ``>``; the whole source when no line is named."""
     lines = source.splitlines()
-    wanted = sorted({int(m.group(1)) for m in
-                     re.finditer(rf"{re.escape(name)}\((\d+)\): (?:catastrophic )?error", log)})
-    if not wanted:  # no line named: the whole source, numbered, is the context
-        wanted_ranges = [(1, len(lines))]
-    else:
-        wanted_ranges = [(max(1, n - _CONTEXT_LINES), min(len(lines), n + _CONTEXT_LINES))
-                         for n in wanted]
-    out, last = [], 0
-    for lo, hi in wanted_ranges:
+    wanted = sorted(n for n in error_lines if 1 <= n <= len(lines))
+    ranges = [(max(1, n - _CONTEXT_LINES), min(len(lines), n + _CONTEXT_LINES)) for n in wanted]
+    out: list[str] = []
+    last = 0
+    for lo, hi in ranges or [(1, len(lines))]:
         if lo <= last:
             lo = last + 1
         elif last:
             out.append("   ...")
         for n in range(lo, hi + 1):
-            mark = ">" if n in wanted else " "
-            out.append(f"{mark}{n:5d} | {lines[n - 1]}")
+            out.append(f"{'>' if n in wanted else ' '}{n:5d} | {lines[n - 1]}")
         last = max(last, hi)
     return "\n".join(out)
 
 
 __all__ = ["CudaCompileError", "DEFAULT_ARCH", "available", "compile_ptx", "compiler_identity",
-           "options_for", "source_context"]
+           "numbered_lines", "options_for", "source_context"]
