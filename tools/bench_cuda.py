@@ -87,8 +87,14 @@ class Sizes:
 
     @staticmethod
     def quick() -> "Sizes":
-        return Sizes(chain_n=2**20, matmul=(64, 128), mlp_batch=64,
+        return Sizes(chain_n=2**20, matmul=(128,), mlp_batch=64,
                      mlp_dims=(64, 32, 32, 10), cnn_batch=4, emulated_chain_n=1024)
+
+    @staticmethod
+    def emulated() -> "Sizes":
+        """``--device emulated``: every kernel runs on the CUDA emulator (fibers)."""
+        return Sizes(chain_n=1024, matmul=(32,), mlp_batch=16, mlp_dims=(64, 32, 32, 10),
+                     cnn_batch=2, emulated_chain_n=1024)
 
 
 # ---- the device under test ------------------------------------------------------------
@@ -96,8 +102,10 @@ class Sizes:
 @dataclass
 class Target:
     """What the rows run on: ``cuda`` (cupy arrays, the tfc ``cuda`` backend, PyTorch on
-    ``cuda``) or the dry ``cpu`` mode (numpy, tfc's default CPU backend, PyTorch on the CPU,
-    kernels on the CUDA emulator)."""
+    ``cuda``), or a dry mode with numpy arrays and PyTorch on the CPU: ``cpu`` (tfc's
+    default CPU backend; the chain's kernels on the CUDA emulator) or ``emulated`` (the
+    tfc ``cuda`` backend with ``TFC_CUDA_DEVICE=emulated``: every kernel and library call
+    of the GPU run but cupy's, on tiny shapes)."""
 
     kind: str
     xp: Any
@@ -118,7 +126,7 @@ class Target:
         or in dry mode the emulator (``TFC_CUDA_DEVICE=emulated`` while it is made)."""
         from tfc.backends.cuda import device as cuda_device
         saved = os.environ.get("TFC_CUDA_DEVICE")
-        if self.kind == "cpu":
+        if self.kind != "cuda":
             os.environ["TFC_CUDA_DEVICE"] = "emulated"
         try:
             yield cuda_device.cuda_device()
@@ -132,6 +140,11 @@ class Target:
 def make_target(kind: str) -> Target:
     if kind == "cpu":
         return Target("cpu", np, default_backend(), "cpu", cpu_facts())
+    if kind == "emulated":
+        os.environ["TFC_CUDA_DEVICE"] = "emulated"  # read by the cuda backend's executables
+        facts = cpu_facts()
+        facts["device"] = facts["device"].replace("dry mode", "CUDA emulator")
+        return Target("emulated", np, "cuda", "cpu", facts)
     import cupy
     return Target("cuda", cupy, "cuda", "cuda", gpu_facts(cupy))
 
@@ -177,7 +190,7 @@ class Budget:
 def time_step(step: Step, budget: Budget) -> Stats:
     """A step that ends synchronized (it reads a result back)."""
     return measure(step, runs=budget.runs, warmup=3, min_sample_s=2e-3,
-                   budget_s=budget.seconds)
+                   budget_s=budget.seconds, floor=min(5, budget.runs))
 
 
 def time_launches(launch: Callable[[], Any], target: Any, budget: Budget,
@@ -188,7 +201,8 @@ def time_launches(launch: Callable[[], Any], target: Any, budget: Budget,
         for _ in range(repeat):
             launch()
         target.sync()
-    s = measure(step, runs=budget.runs, warmup=2, min_sample_s=2e-3, budget_s=budget.seconds)
+    s = measure(step, runs=budget.runs, warmup=2, min_sample_s=2e-3, budget_s=budget.seconds,
+                floor=min(5, budget.runs))
     return Stats(s.median / repeat, s.min / repeat, s.max / repeat, s.n, s.inner * repeat,
                  s.note)
 
@@ -265,7 +279,7 @@ class Bench:
                 "sizes": {k: v for k, v in vars(self.sizes).items()},
                 "budget": vars(self.budget), "elapsed_s": time.time() - self.started,
                 "rows": [r.to_json() for r in self.rows],
-                "goals": [g.to_json() for g in goals(self.rows)]}
+                "goals": [g.to_json() for g in goals(self.rows, self.target.kind != "cuda")]}
 
     def save(self) -> None:
         if self.json_path:
@@ -296,7 +310,7 @@ class Bench:
             assert fn is not None
             s = time_launches(fn, t, self.budget, repeat)
             copies.append(nbytes / s.median)
-            return s, nbytes / s.median / 1e9, "GB/s", "", f"{nbytes / 1e6:.0f} MB moved"
+            return s, nbytes / s.median / 1e9, "GB/s", "", f"{nbytes / 1e6:.4g} MB moved"
 
         self.row(wl, "copy (xp.copyto)", partial(copy_body, "copyto"))
         self.row(wl, "copy (x * 1.0)", partial(copy_body, "mul1"))
@@ -329,7 +343,8 @@ class Bench:
 
         def step_body() -> tuple[Stats, float | None, str, str, str]:
             from tfc.runtime import Program
-            prog = Program(_chain_module(n, feed=False, x=x_host), backend=t.backend)
+            prog = Program(_chain_module(n, feed=False), {"x": x_host, "y": np.zeros_like(x_host)},
+                           backend=t.backend)
             step = prog.callable("chain", [], [])
             step()
             check = _check(np.asarray(prog.variables["y"]), want, rtol=1e-5, atol=1e-6)
@@ -342,6 +357,8 @@ class Bench:
         def torch_body() -> tuple[Stats, float | None, str, str, str]:
             import torch
             import torch.nn.functional as F
+            if t.kind != "cuda":
+                torch.set_num_threads(1)  # as torch_contender's rows in the dry modes
             tx = torch.from_numpy(x_host).to(t.torch_device)
             out = F.gelu(tx * 1.7 + 0.3, approximate="tanh")
             check = _check(out.cpu().numpy(), want, rtol=1e-5, atol=1e-6)
@@ -362,7 +379,9 @@ class Bench:
     def _matmul(self, n: int, dtype: np.dtype) -> None:
         t, xp = self.target, self.target.xp
         wl = f"matmul {_short(dtype)} {n}"
-        a_h, b_h = (m.astype(dtype) for m in self.data.matmul_ab(n))
+        rng = np.random.default_rng(n)  # uniform in [-1, 1): 10x faster to make than normal
+        a_h, b_h = ((rng.random((n, n), dtype=np.float32) * 2 - 1).astype(dtype)
+                    for _ in range(2))
         a, b = _to(xp, a_h), _to(xp, b_h)
         flops = 2.0 * n ** 3
         ref: dict[str, Any] = {}
@@ -385,7 +404,7 @@ class Bench:
 
         def tfc_step() -> tuple[Stats, float | None, str, str, str]:
             from tfc.runtime import Program
-            prog = Program(_matmul_module(a_h, b_h), backend=t.backend)
+            prog = Program(_matmul_module(n, dtype), {"A": a_h, "B": b_h}, backend=t.backend)
             step = prog.callable("mm", [], "s")
             got = float(step())
             check = ("no reference" if "sum" not in ref else
@@ -438,7 +457,8 @@ class Bench:
             return s, None, "", check, f"compile + first step {cold:.2f} s{moved}"
 
         def torch_body(how: str) -> tuple[Stats, float | None, str, str, str]:
-            c = torch_contender(t.torch_device, compiled=how == "compile")
+            c = torch_contender(t.torch_device, compiled=how == "compile",
+                                threads=(os.cpu_count() or 1) if t.kind == "cuda" else 1)
             step = (_batch_from_host(c, model, params, x, y) if how == "host"
                     else getattr(c, model)(params, x, y))
             t0 = time.perf_counter()
@@ -456,9 +476,10 @@ class Bench:
 
 # ---- tfc pieces -----------------------------------------------------------------------
 
-def _chain_module(n: int, feed: bool, x: np.ndarray | None = None) -> Any:
+def _chain_module(n: int, feed: bool) -> Any:
     """``chain``: ``y = gelu_tanh(x*1.7+0.3)``; with ``feed`` x is fed and y fetched, else
-    both are variables and the entry assigns y (no host transfer in a step)."""
+    both are variables (zeros until the ``Program`` is given values) and the entry assigns
+    y (no host transfer in a step)."""
     import tfc
     from bench_workloads import _gelu_tanh
     from tfc.pipeline import run_pipeline
@@ -468,57 +489,60 @@ def _chain_module(n: int, feed: bool, x: np.ndarray | None = None) -> Any:
             p = tfc.placeholder(tfc.float32, [n], name="x")
             tfc.entry("chain", feeds={"x": p}, fetches={"y": _gelu_tanh(p * 1.7 + 0.3)})
         else:
-            assert x is not None
-            xv = tfc.Variable(x, name="x")
-            yv = tfc.Variable(np.zeros_like(x), name="y")
+            xv = tfc.Variable(tfc.zeros([n], tfc.float32), name="x")
+            yv = tfc.Variable(tfc.zeros([n], tfc.float32), name="y")
             tfc.entry("chain", feeds={}, fetches={},
                       targets=[yv.assign(_gelu_tanh(xv * 1.7 + 0.3))])
     return run_pipeline(g.as_module(), "canonicalize,cse,dce", verify=False)
 
 
-def _matmul_module(a: np.ndarray, b: np.ndarray) -> Any:
-    """``mm``: ``s = sum(cast(A @ B, f32))`` of two variables."""
+def _matmul_module(n: int, dtype: np.dtype) -> Any:
+    """``mm``: ``s = sum(cast(A @ B, f32))`` of two n x n variables (zeros until the
+    ``Program`` is given values: a module holding 2 x 256 MB of initial values takes
+    seconds to build)."""
     import tfc
     from tfc.pipeline import run_pipeline
 
+    dt = getattr(tfc, dtype.name)  # tfc.float32, tfc.float16
     with tfc.Graph().as_default() as g:
-        av = tfc.Variable(a, name="A")
-        bv = tfc.Variable(b, name="B")
+        av = tfc.Variable(tfc.zeros([n, n], dt), name="A")
+        bv = tfc.Variable(tfc.zeros([n, n], dt), name="B")
         s = tfc.reduce_sum(tfc.cast(tfc.matmul(av, bv), tfc.float32))
         tfc.entry("mm", feeds={}, fetches={"s": s})
     return run_pipeline(g.as_module(), "canonicalize,cse,dce", verify=False)
 
 
 class GeneratedKernels:
-    """The fusion kernels of a static-shape entry whose lowered graph is only ``fusion``
-    ops (the chain), generated by ``tfc.backends.cuda.codegen`` and launched in order on
-    ``device`` with no runtime around them: the kernels' own speed."""
+    """The fusion kernels the cuda backend compiles for a static-shape entry whose lowered
+    graph is only ``fusion`` ops (the chain): ``CUDABackend.compile``'s kernels and PTX,
+    launched in order on ``device`` with no runtime around them (the kernels' own
+    speed, as a profiler would time them)."""
 
     def __init__(self, module: Any, entry: str, device: Any,
                  feeds: dict[str, np.ndarray]) -> None:
-        from tfc.backends.cuda.codegen import fusion_kernel
+        from tfc.backends.base import get_backend
         from tfc.pipeline import lower_entry
 
-        graph = lower_entry(module, entry, "cuda").graphs[entry]
+        exe = get_backend("cuda").compile(lower_entry(module, entry, "cuda"), entry)
+        graph = exe.graph
         self.device = device
         values: dict[Any, Any] = {a: device.to_device(feeds[a.name]) for a in graph.args}
         self.kernels = []
         self.calls: list[tuple[Any, list[Any]]] = []
         for i, op in enumerate(graph.ops):
-            if op.kind != "fusion":
-                raise RuntimeError(f"the lowered {entry} holds a {op.kind} op: only fusion "
-                                   f"kernels are launched directly here")
-            kernel = fusion_kernel(op, f"bench_{entry}_{i}")
-            outs = [device.xp.empty(tuple(r.type.shape), r.type.dtype.np) for r in op.results]
-            for r, o in zip(op.results, outs):
-                values[r] = o
+            kernel = exe.kernels.get(i)
+            if op.kind != "fusion" or kernel is None:
+                raise RuntimeError(f"the lowered {entry} holds a {op.kind} op without a "
+                                   f"kernel: only fusion kernels are launched directly here")
             if kernel.symbols:
                 raise RuntimeError(f"{kernel.name} has symbols {kernel.symbols}: static "
                                    f"shapes only")
+            outs = [device.empty(tuple(r.type.shape), r.type.dtype.np) for r in op.results]
+            values.update(zip(op.results, outs))
             self.kernels.append(kernel)
             self.calls.append((kernel, [values[v] for v in op.inputs] + outs))
         self.fetches = dict(zip(graph.result_names, (values[v] for v in graph.results)))
-        self.handle = device.load(self.kernels)
+        self.handle = device.load(self.kernels, exe.ptx)
 
     def describe(self) -> list[str]:
         return [f"{k.name} block {k.launch.block} grid {k.launch.grid({})}" for k in self.kernels]
@@ -532,7 +556,6 @@ class GeneratedKernels:
         self.launch_all()
         self.device.synchronize()
         return self.fetches
-
 
 @dataclass
 class _DeviceSync:
@@ -556,9 +579,11 @@ class _TorchSync:
 
 # ---- PyTorch ------------------------------------------------------------------------
 
-def torch_contender(device: str, compiled: bool) -> Any:
-    """``bench_frameworks.TorchContender`` on ``device``; ``compiled``: its loss function
-    wrapped in ``torch.compile`` (forward compiled, backward by AOTAutograd)."""
+def torch_contender(device: str, compiled: bool, threads: int) -> Any:
+    """``bench_frameworks.TorchContender`` on ``device`` (``threads`` CPU threads: one in
+    the dry modes, whose PyTorch times mean nothing, so it does not fight the other
+    tenants of a CI machine); ``compiled``: its loss function wrapped in
+    ``torch.compile`` (forward compiled, backward by AOTAutograd)."""
     from bench_frameworks import TorchContender
 
     class Compiled(TorchContender):
@@ -567,7 +592,7 @@ def torch_contender(device: str, compiled: bool) -> Any:
         def _trainer(self, params: list[Any], lr: float, loss_fn: Any) -> Step:
             return super()._trainer(params, lr, self.torch.compile(loss_fn))
 
-    return (Compiled if compiled else TorchContender)(os.cpu_count() or 1, device)
+    return (Compiled if compiled else TorchContender)(threads, device)
 
 
 def _batch_from_host(c: Any, model: str, params: list[np.ndarray], x: np.ndarray,
@@ -655,10 +680,11 @@ class Goal:
     bound: float
     sense: str  # ">=" or "<="
     missing: str = ""
+    dry: bool = False  # measured in a dry mode: the value is no GPU number
 
     @property
     def met(self) -> bool | None:
-        if self.value is None:
+        if self.value is None or self.dry:
             return None
         return self.value >= self.bound if self.sense == ">=" else self.value <= self.bound
 
@@ -667,18 +693,22 @@ class Goal:
                "bound": self.bound, "sense": self.sense, "met": self.met}
         if self.missing:
             out["missing"] = self.missing
+        if self.dry:
+            out["dry"] = True
         return out
 
     def text(self) -> str:
         mark = {True: "MET", False: "MISSED", None: "n/a"}[self.met]
         v = "-" if self.value is None else f"{self.value:.3f}"
-        tail = f" ({self.missing})" if self.missing else ""
+        tail = (f" ({self.missing})" if self.missing else
+                " (dry mode: not a GPU number)" if self.dry else "")
         return f"{mark:6} {self.workload}: {self.what} = {v} {self.sense} {self.bound}{tail}"
 
 
-def goals(rows: list[Row]) -> list[Goal]:
+def goals(rows: list[Row], dry: bool = False) -> list[Goal]:
     """The issue's goals from whatever rows exist: the chain kernel's share of the copy
-    bandwidth, cupy/tfc per matmul, tfc/torch per training step."""
+    bandwidth, cupy/tfc per matmul, tfc/torch per training step. ``dry``: the rows come
+    from a dry mode, so no goal is met or missed (``met`` is None)."""
     by: dict[str, dict[str, Row]] = {}
     for r in rows:
         by.setdefault(r.workload, {})[r.contender] = r
@@ -703,14 +733,14 @@ def goals(rows: list[Row]) -> list[Goal]:
                 out.append(Goal(wl, "tfc kernel / copy bandwidth", None, CHAIN_GOAL, ">=", why))
             else:
                 out.append(Goal(wl, "tfc kernel / copy bandwidth", (r.metric or 0) / 100,
-                                CHAIN_GOAL, ">="))
+                                CHAIN_GOAL, ">=", dry=dry))
         elif wl.startswith("matmul"):
             ref_name = next((n for n in cells if n.endswith("same work")), "cupy same work")
             ref, why_r = median(cells, ref_name)
             tfc, why_t = median(cells, "tfc step")
             value = None if ref is None or tfc is None else ref / tfc
             out.append(Goal(wl, f"{ref_name.split()[0]} / tfc", value, MATMUL_GOAL, ">=",
-                            why_r or why_t))
+                            why_r or why_t, dry))
         elif wl.startswith(("MLP", "CNN")):
             tfc, why_t = median(cells, "tfc step")
             for peer, bound in (("torch eager", EAGER_GOAL), ("torch.compile", COMPILE_GOAL)):
@@ -718,7 +748,8 @@ def goals(rows: list[Row]) -> list[Goal]:
                     continue
                 ref, why_r = median(cells, peer)
                 value = None if ref is None or tfc is None else tfc / ref
-                out.append(Goal(wl, f"tfc / {peer}", value, bound, "<=", why_t or why_r))
+                out.append(Goal(wl, f"tfc / {peer}", value, bound, "<=", why_t or why_r,
+                                dry))
     return out
 
 
@@ -746,7 +777,7 @@ def render(report: dict[str, Any], rows: list[Row]) -> str:
         extra = "".join(f"  [{x}]" for x in (r.check, r.note) if x)
         lines.append(f"  {r.contender:32} {_cell(r)}{extra}")
     lines.append("\ngoals (issue #19)")
-    lines.extend("  " + g.text() for g in goals(rows))
+    lines.extend("  " + g.text() for g in goals(rows, report["target"] != "cuda"))
     return "\n".join(lines)
 
 
@@ -755,8 +786,9 @@ def render(report: dict[str, Any], rows: list[Row]) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                   help="cuda (default) or the dry cpu mode (numpy, CPU backend, emulator)")
+    p.add_argument("--device", choices=("cuda", "cpu", "emulated"), default="cuda",
+                   help="cuda (default), or a dry mode: cpu (numpy, tfc's CPU backend) or "
+                        "emulated (the cuda backend on the CUDA emulator, tiny sizes)")
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     p.add_argument("--workloads", default=",".join(WORKLOADS),
                    help=f"comma-separated subset of {','.join(WORKLOADS)}")
@@ -782,7 +814,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001  (no cupy, no driver, no GPU)
         print(f"error: --device {args.device}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    sizes = Sizes.quick() if args.quick else Sizes()
+    sizes = (Sizes.emulated() if args.device == "emulated" else Sizes.quick() if args.quick
+             else Sizes())
     bench = Bench(target, sizes, Budget(args.runs, args.row_budget), args.json,
                   compile_torch=not args.no_torch_compile)
     bench.say(f"tfc CUDA benchmarks on {target.facts.get('device')}")

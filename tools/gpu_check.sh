@@ -18,7 +18,8 @@
 # The machine has no network: wheels tfc needs that are not installed there (lark, ...)
 # are carried in .whl/ and installed with pip --no-index into /tmp/site first.
 # Limits (seconds) can be changed: T_VERSIONS, T_CUDA_TESTS, T_BENCH, T_SUITE; BENCH_ARGS
-# adds arguments to bench_cuda.py (e.g. "--quick" or "--no-torch-compile").
+# adds arguments to bench_cuda.py (e.g. "--quick" or "--no-torch-compile"); SKIP_STAGES
+# names stages not to run (e.g. "suite").
 # Without a GPU (to try the script) the cuda stages report the no-device skip or error.
 
 set -u
@@ -40,6 +41,9 @@ note() { echo "$*" | tee -a "$SUMMARY"; }
 stage() {
     local name=$1 limit=$2 log=$3
     shift 3
+    case " ${SKIP_STAGES:-} " in
+        *" $name "*) note "stage $name: skipped (SKIP_STAGES)"; : > "$log"; return 0 ;;
+    esac
     local t0 rc
     t0=$(date +%s)
     timeout -k 15 "$limit" "$@" > "$log" 2>&1
