@@ -41,6 +41,7 @@ are computed inside the region is ``Unsupported``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -81,7 +82,7 @@ def dim_c(d: Dim) -> str:
 def size_c(shape: Sequence[Dim]) -> str:
     """The element count of ``shape`` as a C expression."""
     if all(isinstance(d, int) for d in shape):
-        return f"{int(np.prod(shape, dtype=np.int64))}LL"
+        return f"{math.prod(int(d) for d in shape)}LL"
     return "(" + " * ".join(dim_c(d) for d in shape) + ")"
 
 
@@ -257,7 +258,7 @@ def symbols_of(op: Op) -> list[str]:
 
 
 def params_of(op: Op) -> tuple[Param, ...]:
-    ins = [Param(f"in{i}", f"const {cexpr.STORAGE[v.dtype]}* __restrict__")
+    ins = [Param(f"in{i}", f"const {cexpr.STORAGE[v.dtype]}*")
            for i, v in enumerate(op.inputs)]
     outs = [Param(f"out{i}", f"{cexpr.STORAGE[v.dtype]}*") for i, v in enumerate(op.results)]
     return tuple(ins + outs + [Param(f"sym_{s}", "long long") for s in symbols_of(op)])
@@ -372,7 +373,7 @@ def block_size(columns: Sequence[Dim]) -> int:
     multiple (32..256), 256 when symbolic."""
     if not all(isinstance(d, int) for d in columns):
         return MAX_BLOCK
-    n = int(np.prod(columns, dtype=np.int64))
+    n = math.prod(int(d) for d in columns)
     return max(WARP, min(MAX_BLOCK, -(-n // WARP) * WARP))
 
 
@@ -438,8 +439,6 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
         elif dt is DType.bool:
             value = f"({value} != 0)"
         reg = em.var(cexpr.COMPUTE[dt], value, prefix="r")
-        em.line("__syncthreads();  // red{j} is read: the next row or phase may write it"
-                .replace("{j}", str(j)))
         reduced_shape = r.result.type.shape
         em.registers[r.result] = (reg, map_index(reduced_shape, kd_shape, tuple(kd_idx))[0])
 
@@ -457,6 +456,7 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
         for j in row_results:
             store_result(em, j, results[j], kd_shape, tuple(kd_idx))
         em.close()
+    em.line("__syncthreads();  // every red*[0] is read: the next row may write them")
     em.close()
     launch = Launch(work=tuple(row_shape), block=block, per_block=1)
     return Kernel(name, _source(name, params, em.lines), params, launch)

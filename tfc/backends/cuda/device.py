@@ -139,7 +139,7 @@ class GpuDevice:
 
     def to_device(self, a: np.ndarray) -> Any:
         with self.device, self.stream:
-            return self.xp.asarray(np.ascontiguousarray(a))
+            return self.xp.asarray(np.require(a, requirements="C"))
 
     def to_host(self, a: Any) -> np.ndarray:
         with self.device:
@@ -147,7 +147,7 @@ class GpuDevice:
 
     def upload(self, dst: Any, src: np.ndarray) -> None:
         with self.device:
-            dst.set(np.ascontiguousarray(src, dtype=dst.dtype).reshape(dst.shape),
+            dst.set(np.require(src, dst.dtype, "C").reshape(dst.shape),
                     stream=self.stream)
 
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:

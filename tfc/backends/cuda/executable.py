@@ -89,7 +89,8 @@ class _Bound:
     feeds: list[Any]  # device arrays the feeds are copied into
     actions: list[Action]
     fetches: list[Any]  # device arrays of the results
-    updates: list[tuple[str, str, list[Any]]]  # (variable, op kind, operand arrays)
+    # (variable, op kind, operand arrays, whether an operand is a variable's storage)
+    updates: list[tuple[str, str, list[Any], bool]]
     keep: list[Any]  # the arena and anything else the views need alive
 
 
@@ -144,37 +145,39 @@ class CUDAExecutable:
 
     def _run(self, bound: _Bound, step: int) -> StepResult:
         dev = self._device
-        for act in bound.actions:
-            act(step)
-        fetches = [dev.to_host(a) for a in bound.fetches]
-        xp = dev.xp
-        new: list[tuple[str, Any]] = []
-        for name, kind, ops in bound.updates:  # all computed before any is stored
-            if kind == "var.assign":
-                new.append((name, xp.array(ops[0], copy=True)))
-                continue
-            old = self._vars[name].array
-            if kind == "var.assign_add":
-                new.append((name, xp.add(old, ops[0])))
-            elif kind == "var.assign_sub":
-                new.append((name, xp.subtract(old, ops[0])))
-            else:  # var.scatter_add / var.scatter_sub
-                sign = 1 if kind == "var.scatter_add" else -1
-                new.append((name, library.scatter_rows(xp, old.copy(), ops[0], ops[1], kind,
-                                                       sign)))
+        try:
+            for act in bound.actions:
+                act(step)
+            fetches = [dev.to_host(a) for a in bound.fetches]
+            self._update(bound)
+        except BaseException:
+            for dv in self._vars.values():  # a step that failed half-way: upload again
+                dv.host = None
+            raise
         updates: dict[str, np.ndarray] = {}
-        for name, value in new:
-            dv = self._vars.get(name)
-            if dv is None:
-                dv = self._vars[name] = _DeviceVar(value, None)
-            else:
-                dv.array[...] = value
-            host = dev.to_host(value)
+        for name, _, _, _ in bound.updates:
+            dv = self._vars[name]
+            host = dev.to_host(dv.array)
             host.flags.writeable = False  # as the runtime stores it: see _sync_variables
             dv.host = host
             updates[name] = host
-        dev.synchronize()
         return StepResult(fetches, updates)
+
+    def _update(self, bound: _Bound) -> None:
+        """Apply the step's variable writes to the device copies. Writes whose operand is
+        a variable's own storage (``assign @a, read @b``) are computed into temporaries
+        first, so every write sees the start-of-step values; the others (an optimizer's
+        ``assign_sub`` of an arena value) update the variable in place."""
+        xp = self._device.xp
+        later = []
+        for name, kind, ops, reads_state in bound.updates:
+            if reads_state:
+                later.append((name, _written(xp, kind, self._vars[name].array.copy(), ops)))
+        for name, kind, ops, reads_state in bound.updates:
+            if not reads_state:
+                _written(xp, kind, self._vars[name].array, ops)
+        for name, value in later:
+            self._vars[name].array[...] = value
 
     def _ready(self) -> Any:
         """The device, with this entry's kernels loaded (first call only)."""
@@ -208,7 +211,7 @@ class CUDAExecutable:
             if dv is not None and dv.host is host and not host.flags.writeable:
                 continue
             decl = self.module.variables[name]
-            arr = np.ascontiguousarray(host)
+            arr = np.require(host, requirements="C")  # (keeps 0-d arrays 0-d)
             if arr.dtype != decl.type.dtype.np or arr.ndim != decl.type.rank:
                 raise ExecutionError(f"variable @{name} is {arr.dtype}"
                                      f"{format_shape(arr.shape)}, expected {decl.type}")
@@ -287,11 +290,13 @@ class CUDAExecutable:
             return raw.view(v.dtype.np).reshape(binding.shape(v))
 
         actions: list[Action] = []
-        updates: list[tuple[str, str, list[Any]]] = []
+        updates: list[tuple[str, str, list[Any], bool]] = []
+        state: set[Value] = set()  # values that are variables' storage (reads, their views)
         for i, op in enumerate(g.ops):
             kind = op.kind
             if kind == "var.read":
                 store[op.result] = self._vars[op.attrs["var"]].array
+                state.add(op.result)
                 continue
             if kind == "constant":
                 c = self._constants.get(op.result)
@@ -301,10 +306,13 @@ class CUDAExecutable:
                 store[op.result] = c
                 continue
             if writes_variable(op):
-                updates.append((op.attrs["var"], kind, [store[v] for v in op.inputs]))
+                updates.append((op.attrs["var"], kind, [store[v] for v in op.inputs],
+                                any(v in state for v in op.inputs)))
                 continue
             if lookup(kind).has(VIEW):
                 store[op.result] = store[op.inputs[0]].reshape(binding.shape(op.result))
+                if op.inputs[0] in state:
+                    state.add(op.result)
                 continue
             ins = [store[v] for v in op.inputs]
             outs = [storage(r) for r in op.results]
@@ -348,6 +356,20 @@ class CUDAExecutable:
 
     def __repr__(self) -> str:
         return f"<CUDAExecutable @{self.graph.name}: {self.report}>"
+
+
+def _written(xp: Any, kind: str, target: Any, ops: list[Any]) -> Any:
+    """``target`` (a variable's value) after the write ``kind`` of ``ops``, in place."""
+    if kind == "var.assign":
+        target[...] = ops[0]
+    elif kind == "var.assign_add":
+        xp.add(target, ops[0], out=target)
+    elif kind == "var.assign_sub":
+        xp.subtract(target, ops[0], out=target)
+    else:  # var.scatter_add / var.scatter_sub
+        library.scatter_rows(xp, target, ops[0], ops[1], kind,
+                             1 if kind == "var.scatter_add" else -1)
+    return target
 
 
 def _label_checks(op: Op, ins: list[Any]) -> list[Action]:

@@ -16,7 +16,7 @@ Other ops a step may hold, and how the executable runs them (``how_to_run``):
 - ``ON_HOST``: ops run by their registry reference on the host, inputs copied down and
   the result copied up, per step: the random ops (so every backend draws the very same
   Philox numbers, see ``tfc/ops/random.py``), ``shuffle``, and what has no array-module
-  version yet (convolutions, pooling and their gradients, matrix inverse/determinant).
+  version yet (average pooling and its gradient, matrix inverse and determinant).
   Correct everywhere, slow on a GPU (a synchronization per op): the compile report lists
   them (``host_ops``) so that nobody mistakes them for device code.
 - anything else (control flow with regions, ``send``/``recv``, ``all_reduce``) is
@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from tfc.backends.cuda.conv import CONV_LIBRARY
 from tfc.errors import ExecutionError
 from tfc.ir.registry import GENERATOR, RANDOM, lookup, normalize_axis
 
@@ -205,14 +206,14 @@ LIBRARY: dict[str, LibraryFn] = {
     "split": _split,
     "pad": _pad,
     "one_hot": _one_hot,
+    **CONV_LIBRARY,  # conv2d, max_pool and their gradients (im2col + matmul ...)
 }
 
 # Ops whose value is a function of attrs and shapes alone: once per binding.
 BY_BINDING = frozenset({"shape", "rank"})
 # Ops run by their registry reference on the host (see the module docstring).
-ON_HOST = frozenset({"shuffle", "conv2d", "conv2d_backprop_filter", "conv2d_backprop_input",
-                     "max_pool", "max_pool_grad", "max_pool_grad_grad", "avg_pool",
-                     "avg_pool_grad", "matrix_determinant", "matrix_inverse"})
+ON_HOST = frozenset({"shuffle", "avg_pool", "avg_pool_grad", "matrix_determinant",
+                     "matrix_inverse"})
 
 
 def how_to_run(kind: str) -> str | None:

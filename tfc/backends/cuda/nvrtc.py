@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -59,12 +60,12 @@ def cache_dir() -> Path:
 
 def _wheel_lib_dirs() -> list[Path]:
     """The ``lib`` folders of the nvidia-cuda-nvrtc wheels installed (cu13 first)."""
-    try:
-        import nvidia  # namespace package of NVIDIA's wheels
-    except ImportError:
+    try:  # the namespace package of NVIDIA's wheels, found without importing it
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
         return []
     dirs = []
-    for root in getattr(nvidia, "__path__", []):
+    for root in (spec.submodule_search_locations or []) if spec else []:
         for sub in ("cu13/lib", "cuda_nvrtc/lib", "cu12/lib"):
             d = Path(root) / sub
             if any(d.glob("libnvrtc.so*")):

@@ -45,6 +45,11 @@ What generated code may use (and nothing else):
   int, unsigned long long), ``atomicExch`` (int, float), ``__trap()``.
 - Kernels are ``extern "C" __global__ void name(...)`` with the parameters of their
   ``Kernel.params``; ``TFC_WARP_SIZE`` is 32.
+
+Limits the emulator shares with a GPU: block of at most 1024 threads, at most 48 KiB of
+dynamic shared memory, shared memory not cleared between blocks; its own: each thread's
+locals fit a 64 KiB stack (keep per-thread arrays small), a thread that never reaches a
+synchronization point or its end hangs (as on a GPU).
 """
 
 PRELUDE = r"""// tfc CUDA prelude: see tfc/backends/cuda/prelude.py for what kernels may use.

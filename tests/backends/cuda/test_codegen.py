@@ -1,0 +1,585 @@
+"""The CUDA kernels of fusions, checked without a GPU: NVRTC compiles them (a compile error
+shows the kernel's source and log) and the CPU emulator runs them against the reference.
+
+Every element-wise registry op on every dtype it accepts (and every cast) runs as a
+one-op loop fusion over edge values (NaN, inf, -0.0, INT_MIN ...), with broadcasting and
+a symbolic dim; reduce and row fusions (softmax, log_softmax, cross-entropies, means over
+several axes, keepdims, first/middle/last axes) come from graphs lowered by the fusion
+pass, as the backend gets them. Integer and exactly rounded float ops must be bit-exact;
+transcendental functions within CUDA's stated ulp bounds (``cexpr.MAX_ULP``) of the exact
+value; sums within a few ulp of the row's magnitude (their order differs from numpy's)."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pytest
+
+from tfc.backends.cuda import cexpr, codegen
+from tfc.backends.cuda.kernel import Kernel, Unsupported, module_source
+from tfc.errors import TypeMismatch
+from tfc.ir.builder import Builder
+from tfc.ir.core import Graph, Module, Op, Value
+from tfc.ir.registry import ELEMENTWISE, all_ops, lookup, make_op
+from tfc.ir.types import DType, TensorType
+from tfc.pipeline import lower_entry
+from tfc.testing import exact_math, ulp_errors
+
+nvrtc = pytest.importorskip("tfc.backends.cuda.nvrtc")
+if not nvrtc.available():
+    pytest.skip("NVRTC not found (pip install nvidia-cuda-nvrtc==13.0.*)", allow_module_level=True)
+
+DTYPES = list(DType)
+FLOATS = [DType.f16, DType.f32, DType.f64]
+TRANSCENDENTAL = frozenset({"exp", "log", "tanh", "sigmoid", "sin", "cos", "pow"})
+N = 700
+
+
+# ---- building one-op fusions --------------------------------------------------------------
+
+def loop_fusion(kind: str, in_types: Sequence[TensorType], attrs: Mapping[str, Any] | None = None,
+                constants: Mapping[int, Any] | None = None) -> Op:
+    """A ``loop`` fusion computing ``kind`` of its operands (operand ``i`` replaced by a
+    splat constant ``constants[i]`` inside the region when given)."""
+    region = Graph("fused")
+    b = Builder(region)
+    args: list[Value] = []
+    for i, t in enumerate(in_types):
+        if constants and i in constants:
+            args.append(b("constant", value=np.asarray(constants[i], t.dtype.np)))
+        else:
+            args.append(region.add_arg(t, f"x{i}"))
+    y = b(kind, *args, **(attrs or {}))
+    region.set_results([y])
+    outer = Graph("main")
+    ins = [outer.add_arg(a.type, a.name) for a in region.args]
+    return make_fusion(outer, ins, region, "loop")
+
+
+def make_fusion(outer: Graph, ins: Sequence[Value], region: Graph, kind: str) -> Op:
+    op = outer.append(make_op("fusion", ins, {"kind": kind}, regions=[region],
+                              result_types=[v.type for v in region.results]))
+    lookup("fusion").verify_op(op, None)
+    return op
+
+
+def reference(op: Op, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return [np.asarray(r) for r in lookup("fusion").reference_op(None, op, inputs)]
+
+
+def concrete(shape: Sequence, bindings: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) else bindings[d] for d in shape)
+
+
+def run_kernels(cases: Sequence[tuple[Kernel, Op, Sequence[np.ndarray], Mapping[str, int]]],
+                order: str | None = None, max_blocks: int = 65535) -> list[list[np.ndarray]]:
+    """Compile every case's kernel in one file with NVRTC (a check of the text) and in one
+    emulated module, run each on its inputs (threads in fiber ``order``); the results of
+    each case; ``max_blocks`` caps the grid (the kernels loop grid-stride)."""
+    kernels = [k for k, *_ in cases]
+    compile_checked(kernels)
+    from tfc.backends.cuda.emulator import EmulatedModule
+    module = EmulatedModule(kernels, order=order)
+    out = []
+    for kernel, op, inputs, bindings in cases:
+        results = [np.zeros(concrete(r.type.shape, bindings), r.dtype.np) for r in op.results]
+        for r in results:
+            if r.dtype != np.bool_:
+                r.reshape(-1).view(np.uint8)[:] = 0x5A  # garbage where nothing is stored
+        syms = [bindings[s] for s in kernel.symbols]
+        module.launch(kernel, kernel.launch.grid(bindings, max_blocks), kernel.launch.block,
+                      kernel.launch.shared_bytes,
+                      [np.ascontiguousarray(x) for x in inputs] + results + syms)
+        out.append(results)
+    return out
+
+
+def compile_checked(kernels: Sequence[Kernel]) -> str:
+    """PTX of the kernels' file; a compile error fails with the source and log (the
+    ``CudaCompileError`` message)."""
+    return nvrtc.compile_ptx(module_source(kernels))
+
+
+# ---- values -------------------------------------------------------------------------------
+
+def values(dt: DType, seed: int, n: int = N) -> np.ndarray:
+    """n values of dt: edge cases first, then random ones over the whole range."""
+    rng = np.random.default_rng(seed)
+    if dt is DType.bool:
+        return rng.integers(0, 2, n).astype(bool)
+    if dt.is_int:
+        info = np.iinfo(dt.np)
+        edge = [0, 1, -1, 2, -2, 7, -7, info.min, info.max, info.min + 1, info.max - 1]
+        rest = np.concatenate([rng.integers(info.min, info.max, n // 2, endpoint=True),
+                               rng.integers(-100, 100, n)])
+        return np.concatenate([edge, rest])[:n].astype(dt.np)
+    fi = np.finfo(dt.np)
+    edge = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 1.5, -2.5, 3.0,
+            fi.max, -fi.max, fi.tiny, fi.smallest_subnormal, -fi.smallest_subnormal]
+    it = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize]
+    bits = rng.integers(0, np.iinfo(it).max, n // 4, dtype=it, endpoint=True).view(dt.np)
+    parts = [np.array(edge, dt.np), bits]
+    for a in (rng.normal(0, 3, n // 2), rng.uniform(-40, 40, n // 4),
+              rng.integers(-20, 20, n // 8), rng.exponential(1e-3, n // 8)):
+        parts.append(a.astype(dt.np))
+    return np.concatenate(parts)[:n]
+
+
+def same(got: np.ndarray, want: np.ndarray) -> bool:
+    """Bit-exact up to NaN payloads: equal values, NaN where NaN, same zero signs."""
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False
+    if got.dtype.kind != "f":
+        return bool(np.array_equal(got, want))
+    zero = want == 0
+    return bool(np.array_equal(got, want, equal_nan=True)
+                and np.array_equal(np.signbit(got[zero]), np.signbit(want[zero])))
+
+
+def signature(kind: str, dt: DType) -> list[DType] | None:
+    """The input dtypes of kind on dt, or None when the registry rejects it."""
+    opdef = lookup(kind)
+    ins = [DType.bool, dt, dt] if kind == "where" else [dt] * (opdef.num_inputs or 1)
+    try:
+        opdef.infer([TensorType(d, (4,)) for d in ins], {})
+    except TypeMismatch:
+        return None
+    return ins
+
+
+def elementwise_cases() -> list[tuple[str, str, list[DType], dict, dict]]:
+    """(id, kind, input dtypes, attrs, constants) of every element-wise op and dtype."""
+    out = []
+    for kind in sorted(cexpr.SUPPORTED - {"cast"}):
+        for dt in DTYPES:
+            ins = signature(kind, dt)
+            if ins is None:
+                continue
+            constants: dict = {}
+            if kind == "div" and dt.is_int:
+                constants = {1: -3}  # integer division only by a nonzero constant
+            if kind == "pow" and dt.is_int:
+                constants = {1: 5}
+            out.append((f"{kind}_{dt.value}", kind, ins, {}, constants))
+    for src, dst in itertools.product(DTYPES, DTYPES):
+        out.append((f"cast_{src.value}_{dst.value}", "cast", [src], {"dtype": dst}, {}))
+    for src, dst in [(DType.f32, DType.f16), (DType.f64, DType.f16), (DType.f64, DType.f32)]:
+        out.append((f"cast_sat_{src.value}_{dst.value}", "cast", [src],
+                    {"dtype": dst, "saturate": True}, {}))
+    return out
+
+
+def case_inputs(kind: str, ins: list[DType], constants: dict) -> list[np.ndarray]:
+    arrays = [values(d, seed=k + 1) for k, d in enumerate(ins)]
+    if len(ins) == 2 and ins[0].is_float:
+        e = values(ins[0], seed=0)[:17]  # every pair of edge values
+        gx, gy = np.meshgrid(e, e)
+        arrays = [np.concatenate([arrays[0], gx.ravel()]), np.concatenate([arrays[1], gy.ravel()])]
+    if kind == "cast" and ins[0].is_float:
+        extra = np.array([3e9, -3e9, 1e19, -1e19, 2.5, -2.5, -0.7, 0.7, 65504, 65519, 65520,
+                          -65520, 1e6])
+        with np.errstate(all="ignore"):
+            arrays[0] = np.concatenate([arrays[0], extra.astype(ins[0].np)])
+    if kind == "cast" and ins[0] is DType.i64:
+        arrays[0] = np.concatenate([arrays[0], np.array(
+            [65519, 65520, 2**53 + 1, 2**62 + 2**38 + 1, -2**63], np.int64)])
+    return [a for k, a in enumerate(arrays) if k not in constants]
+
+
+CASES = elementwise_cases()
+
+
+@pytest.fixture(scope="module")
+def elementwise_results() -> dict[str, tuple[Op, list[np.ndarray], np.ndarray]]:
+    """Every case run in one emulated module (one g++ compile): id -> (op, inputs, got)."""
+    runs = []
+    for name, kind, ins, attrs, constants in CASES:
+        arrays = case_inputs(kind, ins, constants)
+        n = arrays[0].size
+        op = loop_fusion(kind, [TensorType(d, ("B",)) for d in ins], attrs, constants)
+        runs.append((name, op, arrays, codegen.fusion_kernel(op, name), {"B": n}))
+    got = run_kernels([(k, op, arrays, b) for _, op, arrays, k, b in runs])
+    return {name: (op, arrays, g[0]) for (name, op, arrays, _, _), g in zip(runs, got)}
+
+
+def test_every_elementwise_op_is_lowered() -> None:
+    ops = {name for name, opdef in all_ops().items() if opdef.has(ELEMENTWISE)}
+    assert ops <= cexpr.SUPPORTED, sorted(ops - cexpr.SUPPORTED)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_elementwise_against_reference(elementwise_results: dict, case: tuple) -> None:
+    name, kind, ins, attrs, _ = case
+    op, arrays, got = elementwise_results[name]
+    want = reference(op, arrays)[0]
+    out = op.result.dtype
+    if kind == "sigmoid_cross_entropy":
+        with np.errstate(all="ignore"):
+            x, z = (a.astype(np.float64) for a in arrays)
+            tol = 8 * np.finfo(out.np).eps * (np.abs(x) + np.abs(x * z) + 1)
+            ok = (np.abs(got.astype(np.float64) - want) <= tol) | \
+                (np.isnan(got) & np.isnan(want)) | (got == want)
+        assert ok.all(), (arrays[0][~ok][:3], arrays[1][~ok][:3], got[~ok][:3], want[~ok][:3])
+    elif kind in TRANSCENDENTAL and out.is_float:
+        err = ulp_errors(got, exact_math(kind, *arrays))
+        k = int(np.argmax(err))
+        assert err[k] <= ulp_bound(kind, out), \
+            f"{name}{tuple(a[k] for a in arrays)}: {err[k]} ulp (got {got[k]})"
+    else:
+        bad = ~((got == want) | (np.isnan(got) & np.isnan(want)) if out.is_float else got == want)
+        assert same(got, want), (name, [a[bad][:4] for a in arrays], got[bad][:4], want[bad][:4])
+
+
+# The emulator runs glibc's functions: where glibc's stated bound exceeds CUDA's, the test
+# allows it (glibc manual, "Known Maximum Errors in Math Functions", x86_64).
+GLIBC_ULP = {("tanh", DType.f64): 2, ("tanh", DType.f32): 2, ("sin", DType.f64): 1,
+             ("cos", DType.f64): 1, ("pow", DType.f64): 1}
+
+
+def ulp_bound(kind: str, dt: DType) -> float:
+    """CUDA's stated bound for ``kind`` (sigmoid: exp's plus the roundings of 1 + e and the
+    division); f16: the f32 result rounded once more to half, or each step rounded
+    (sigmoid) as the reference does."""
+    if dt is DType.f16:
+        return 1.76 if kind == "sigmoid" else 0.51
+    f32, f64 = cexpr.MAX_ULP["exp" if kind == "sigmoid" else kind]
+    base = f32 if dt is DType.f32 else f64
+    base = max(base, GLIBC_ULP.get((kind, dt), 0))
+    return base + 1.5 if kind == "sigmoid" else base
+
+
+# ---- broadcasting, views, one_hot, constants in loop fusions -------------------------------
+
+def region_fusion(arg_types: Sequence[TensorType], body: Callable[[Builder, list[Value]], Any],
+                  kind: str = "loop") -> Op:
+    """A fusion of ``kind`` whose region is ``body(builder, args)`` (its results)."""
+    region = Graph("fused")
+    args = [region.add_arg(t, f"x{i}") for i, t in enumerate(arg_types)]
+    out = body(Builder(region), args)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    region.set_results(outs)
+    outer = Graph("main")
+    ins = [outer.add_arg(t) for t in arg_types]
+    return make_fusion(outer, ins, region, kind)
+
+
+F32 = DType.f32
+
+
+def t(shape: Sequence, dt: DType = F32) -> TensorType:
+    return TensorType(dt, tuple(shape))
+
+
+def _c(b: Builder, v: float, dt: DType = F32) -> Value:
+    return b("constant", value=np.asarray(v, dt.np))
+
+
+LOOP_FUSIONS: dict[str, tuple[list[TensorType], Callable, dict]] = {
+    # bias add + relu + a mask, as a dense layer's forward
+    "bias_relu": ([t(("B", 7)), t((7,))],
+                  lambda b, a: [b("relu", b("add", a[0], a[1])),
+                                b("greater", b("add", a[0], a[1]), _c(b, 0.0))], {"B": 5}),
+    # operands broadcast along either axis, a scalar operand, a splat constant
+    "broadcast_both": ([t((5, 1)), t((1, 7)), t(())],
+                       lambda b, a: b("mul", b("sub", a[0], a[1]), b("add", a[2], _c(b, 2.5))),
+                       {}),
+    # size-1 views: expand_dims / squeeze / reshape adding and removing unit dims
+    "unit_views": ([t(("B",)), t(("B", 1, 3))],
+                   lambda b, a: [b("add", b("expand_dims", b("expand_dims", a[0], axis=-1),
+                                                axis=-1), a[1]),
+                                 b("squeeze", a[1], axes=[1])], {"B": 4}),
+    "broadcast_to": ([t((3, 1)), t((2, 3, 4))],
+                     lambda b, a: b("add", b("broadcast_like", a[0], a[1]), a[1]), {}),
+    # a result smaller than the iteration shape (a scalar next to a matrix)
+    "scalar_result": ([t(()), t((6, 5))],
+                      lambda b, a: [b("mul", a[1], b("sqrt", a[0])), b("sqrt", a[0])], {}),
+    "one_hot_middle": ([t((4, 3), DType.i32)],
+                       lambda b, a: b("one_hot", a[0], depth=5, axis=1, on_value=2.0,
+                                      off_value=-1.0), {}),
+    "one_hot_where_f16": ([t(("B",), DType.i64), t(("B", 6), DType.f16)],
+                          lambda b, a: b("where", b("one_hot", a[0], depth=6, dtype=DType.bool),
+                                         a[1], _c(b, 0.0, DType.f16)), {"B": 9}),
+    # rounded to f16 after every op, as numpy: bit-exact
+    "f16_chain": ([t((257,), DType.f16), t((257,), DType.f16)],
+                  lambda b, a: b("sub", b("mul", b("add", a[0], a[1]), b("sub", a[0], a[1])),
+                                 b("div", a[0], a[1])), {}),
+    "f16_tanh": ([t((33,), DType.f16)], lambda b, a: b("tanh", b("mul", a[0], a[0])), {}),
+    "int_chain": ([t((3, 5), DType.i32), t((5,), DType.i32)],
+                  lambda b, a: [b("div", b("mul", a[0], a[1]), b("constant", value=np.array(-4, np.int32))),
+                                b("cast", b("pow", a[1], b("constant", value=np.array(3, np.int32))),
+                                  dtype=DType.f64)], {}),
+    "zero_size": ([t(("B", 3))], lambda b, a: b("exp", a[0]), {"B": 0}),
+}
+
+
+def random_input(tt: TensorType, bindings: Mapping[str, int], rng: np.random.Generator,
+                 high: int = 6) -> np.ndarray:
+    shape = concrete(tt.shape, bindings)
+    if tt.dtype is DType.bool:
+        return rng.integers(0, 2, shape).astype(bool)
+    if tt.dtype.is_int:
+        return rng.integers(-1, high, shape).astype(tt.dtype.np)
+    return rng.normal(0, 2, shape).astype(tt.dtype.np)
+
+
+@pytest.fixture(scope="module")
+def loop_results() -> dict:
+    rng = np.random.default_rng(7)
+    runs = []
+    for name, (types, body, bindings) in LOOP_FUSIONS.items():
+        op = region_fusion(types, body)
+        inputs = [random_input(tt, bindings, rng) for tt in types]
+        runs.append((name, op, inputs, codegen.fusion_kernel(op, name), bindings))
+    got = run_kernels([(k, op, x, b) for _, op, x, k, b in runs])
+    return {name: (op, x, g) for (name, op, x, _, _), g in zip(runs, got)}
+
+
+@pytest.mark.parametrize("name", list(LOOP_FUSIONS))
+def test_loop_fusions(loop_results: dict, name: str) -> None:
+    op, inputs, got = loop_results[name]
+    want = reference(op, inputs)
+    for g, w in zip(got, want):
+        if op.regions[0].ops[-1].kind == "tanh":
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=1e-3)
+        else:
+            assert same(g, w), (name, g, w)
+
+
+def test_integer_division_needs_a_constant_divisor() -> None:
+    op = loop_fusion("div", [t((4,), DType.i32), t((4,), DType.i32)])
+    with pytest.raises(Unsupported, match="nonzero constant divisor"):
+        codegen.fusion_kernel(op, "k")
+    op = loop_fusion("div", [t((4,), DType.i32), t((4,), DType.i32)], constants={1: 0})
+    with pytest.raises(Unsupported, match="nonzero constant divisor"):
+        codegen.fusion_kernel(op, "k")
+    op = loop_fusion("pow", [t((4,), DType.i64), t((4,), DType.i64)], constants={1: -1})
+    with pytest.raises(Unsupported, match="non-negative constant exponent"):
+        codegen.fusion_kernel(op, "k")
+    op = loop_fusion("div", [t((4,), F32), t((4,), F32)])  # float division is fine
+    assert codegen.fusion_kernel(op, "k").name == "k"
+
+
+def test_unknown_dims_are_unsupported() -> None:
+    op = loop_fusion("exp", [t(("?", 3))])
+    with pytest.raises(Unsupported, match="unknown size"):
+        codegen.fusion_kernel(op, "k")
+
+
+def test_params_and_launch() -> None:
+    op = loop_fusion("add", [t(("B", 3)), t(("A", "B", 1))])
+    k = codegen.fusion_kernel(op, "kern")
+    assert [(p.name, p.ctype) for p in k.params] == [
+        ("in0", "const float*"), ("in1", "const float*"),
+        ("out0", "float*"), ("sym_A", "long long"), ("sym_B", "long long")]
+    assert k.symbols == ("A", "B")
+    assert k.launch.work == ("A", "B", 3)
+    assert k.launch.grid({"A": 2, "B": 1000}) == -(-6000 // 256)
+
+
+# ---- reduce and row fusions, as the fusion pass makes them ---------------------------------
+
+def lowered_fusions(arg_types: Sequence[tuple[str, TensorType]],
+                    body: Callable[[Builder, list[Value]], Any]) -> list[Op]:
+    """The fusion ops of a one-graph module ``body(builder, args)`` after the llvm
+    pipeline (``fusion,memory``: what the CUDA backend gets too)."""
+    g = Graph("f")
+    args = [g.add_arg(tt, n) for n, tt in arg_types]
+    out = body(Builder(g), args)
+    g.set_results(list(out) if isinstance(out, (list, tuple)) else [out])
+    lowered = lower_entry(Module({"f": g}, {}), "f", "llvm")
+    return [op for op in lowered.graphs["f"].ops if op.kind == "fusion"]
+
+
+def fusion_inputs(op: Op, bindings: Mapping[str, int], rng: np.random.Generator
+                  ) -> list[np.ndarray]:
+    """Random operands for a fusion: class labels in range for a checking one_hot, NaN
+    and -0.0 among float rows, small integers elsewhere."""
+    labels = {c.operand: c.depth for c in codegen.label_checks(op)}
+    out = []
+    for i, v in enumerate(op.inputs):
+        shape = concrete(v.type.shape, bindings)
+        if i in labels:
+            out.append(rng.integers(0, labels[i], shape).astype(v.dtype.np))
+        elif v.dtype.is_float and v.type.rank == 0:
+            out.append(rng.uniform(0.5, 1.0, shape).astype(v.dtype.np))  # a rate, a step
+        else:
+            out.append(random_input(v.type, bindings, rng))
+    return out
+
+
+X = ("x", t(("B", 10)))
+LABELS = ("labels", t(("B",), DType.i32))
+
+REDUCTIONS: dict[str, tuple[list, Callable, dict]] = {
+    "softmax": ([X], lambda b, a: b("softmax", a[0], axis=-1), {"B": 5}),
+    "softmax_f16_two_warps": ([("x", t(("B", 37), DType.f16))],
+                              lambda b, a: b("softmax", a[0], axis=1), {"B": 3}),
+    "softmax_f64_first_axis": ([("x", t((6, "B"), DType.f64))],
+                               lambda b, a: b("softmax", a[0], axis=0), {"B": 4}),
+    "log_softmax_middle_axis": ([("x", t((3, 4, 5)))],
+                                lambda b, a: b("log_softmax", a[0], axis=1), {}),
+    "sparse_cross_entropy": ([X, LABELS],
+                             lambda b, a: b("sparse_softmax_cross_entropy", a[0], a[1]),
+                             {"B": 6}),
+    "cross_entropy": ([X, ("y", t(("B", 10)))],
+                      lambda b, a: b("softmax_cross_entropy", a[0], b("softmax", a[1])),
+                      {"B": 4}),
+    "mean_two_axes_keepdims": ([("x", t((4, 5, 6)))],
+                               lambda b, a: b("mean", a[0], axes=[0, 2], keepdims=True), {}),
+    "mean_all_many_columns": ([("x", t(("B", 300)))],
+                              lambda b, a: b("mean", a[0], axes=None), {"B": 2}),
+    "sum_i32_first_axis_wraps": ([("x", t(("B", 7), DType.i32))],
+                                 lambda b, a: b("sum", b("mul", a[0], b("constant", value=np.array(
+                                     2**30, np.int32))), axes=[0]), {"B": 5}),
+    "max_min_nan": ([("x", t(("B", 40)))],
+                    lambda b, a: [b("max", b("log", a[0]), axes=[1]),
+                                  b("min", b("sqrt", a[0]), axes=[1])], {"B": 5}),
+    "max_bool_min_i64": ([("x", t(("B", 5), DType.bool)), ("y", t(("B", 5), DType.i64))],
+                         lambda b, a: [b("max", a[0], axes=[1]), b("min", a[1], axes=[1])],
+                         {"B": 6}),
+    "sum_of_log_softmax": ([X], lambda b, a: b("sum", b("log_softmax", a[0], axis=1), axes=[1]),
+                           {"B": 3}),
+    "mean_f16": ([("x", t(("B", 50), DType.f16))],
+                 lambda b, a: b("mean", a[0], axes=[1], keepdims=True), {"B": 3}),
+    "layer_norm": ([("x", t(("B", 33)))], lambda b, a: _layer_norm(b, a[0]), {"B": 4}),
+    "bias_gradient_update": ([("g", t(("B", 8))), ("w", t((8,))), ("lr", t(()))],
+                             lambda b, a: b("sub", a[1], b("mul", a[2], b("sum", a[0], axes=[0]))),
+                             {"B": 70}),
+}
+
+
+def _layer_norm(b: Builder, x: Value) -> list[Value]:
+    mean = b("mean", x, axes=[1], keepdims=True)
+    centered = b("sub", x, mean)
+    var = b("mean", b("square", centered), axes=[1], keepdims=True)
+    return [b("mul", centered, b("rsqrt", b("add", var, _c(b, 1e-5)))), mean]
+
+
+@pytest.fixture(scope="module")
+def reduction_results() -> dict:
+    rng = np.random.default_rng(11)
+    runs = []
+    for name, (args, body, bindings) in REDUCTIONS.items():
+        for i, op in enumerate(lowered_fusions(args, body)):
+            inputs = fusion_inputs(op, bindings, rng)
+            runs.append((f"{name}_{i}", op, inputs,
+                         codegen.fusion_kernel(op, f"{name}_{i}"), bindings))
+    got = run_kernels([(k, op, x, b) for _, op, x, k, b in runs])
+    return {name: (op, x, k, g) for (name, op, x, k, _), g in zip(runs, got)}
+
+
+def assert_matches(got: Sequence[np.ndarray], want: Sequence[np.ndarray], what: str) -> None:
+    """Integers and bools exact; floats within a few ulp of the magnitudes summed (the
+    kernels sum in another order than numpy), NaN where NaN."""
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, (what, g.shape, w.shape)
+        if w.dtype.kind != "f":
+            np.testing.assert_array_equal(g, w, err_msg=what)
+            continue
+        rtol = {np.float16: 4e-3, np.float32: 4e-6, np.float64: 1e-13}[w.dtype.type]
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol,
+                                   atol=rtol * max(1.0, float(np.nanmax(np.abs(w), initial=0))),
+                                   err_msg=what)
+
+
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+def test_reductions(reduction_results: dict, name: str) -> None:
+    runs = {k: v for k, v in reduction_results.items() if k.rsplit("_", 1)[0] == name}
+    assert runs, f"{name}: no fusion"
+    kinds = set()
+    for key, (op, inputs, kernel, got) in runs.items():
+        kinds.add(op.attrs["kind"])
+        assert_matches(got, reference(op, inputs), f"{key}\n{kernel.source}")
+    assert kinds & {"reduce", "row"}, kinds
+
+
+@pytest.mark.parametrize("order", ["descending", "warps_reversed", "shuffled"])
+def test_reductions_under_other_fiber_orders(reduction_results: dict, order: str) -> None:
+    """The block reductions have every barrier they need: threads scheduled in another
+    order give the same bits (the summation order does not depend on the schedule)."""
+    cases = [(k, op, x, REDUCTIONS[name.rsplit("_", 1)[0]][2])
+             for name, (op, x, k, _) in reduction_results.items()]
+    for (name, (_, _, _, want)), got in zip(reduction_results.items(),
+                                            run_kernels(cases, order=order)):
+        for g, w in zip(got, want):
+            assert same(g, w), (name, order, g, w)
+    # one block for every row (the grid-stride loop over rows): the shared memory of one
+    # row is reused by the next
+    for (name, (_, _, _, want)), got in zip(reduction_results.items(),
+                                            run_kernels(cases, order=order, max_blocks=1)):
+        for g, w in zip(got, want):
+            assert same(g, w), (name, order, "one block", g, w)
+
+
+def test_block_size_follows_the_columns() -> None:
+    assert codegen.block_size([10]) == 32
+    assert codegen.block_size([37]) == 64
+    assert codegen.block_size([4, 300]) == 256
+    assert codegen.block_size(["B"]) == 256
+
+
+def test_label_checks_name_the_operand() -> None:
+    (op,) = lowered_fusions([X, LABELS], lambda b, a: b("sparse_softmax_cross_entropy", a[0], a[1]))
+    assert codegen.label_checks(op) == [
+        codegen.LabelCheck(1, 10, "sparse_softmax_cross_entropy")]
+
+
+# ---- every fusion of every example --------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+# softmax_digits fits sklearn's model when it loads (~10 s); its one fusion is a softmax,
+# as REDUCTIONS["softmax"].
+EXAMPLE_FILES = sorted(p for p in EXAMPLES.iterdir() if p.suffix in (".py", ".tfm")
+                       and p.stem not in ("data", "softmax_digits"))
+
+
+def example_fusions() -> list[tuple[str, Op]]:
+    """(kernel name, fusion) of every entry of every example, lowered for llvm."""
+    from tfc.compiler.frontend import load_model
+    out = []
+    for path in EXAMPLE_FILES:
+        module = load_model(path)
+        for entry in module.graphs:
+            lowered = lower_entry(module, entry, "llvm")
+            for i, op in enumerate(lowered.graphs[entry].ops):
+                if op.kind == "fusion":
+                    stem = f"{path.stem}_{path.suffix[1:]}"
+                    out.append((f"{stem}_{entry.strip('_')}_{i}", op))
+    return out
+
+
+@pytest.fixture(scope="module")
+def examples() -> list[tuple[str, Op, Kernel]]:
+    """Each distinct kernel of the examples' fusions once (the examples share most: the
+    same model in .py and .tfm, one layer in predict and train_step, ...)."""
+    pytest.importorskip("sklearn")  # the digits examples load their data
+    seen: set[str] = set()
+    out = []
+    for name, op in example_fusions():
+        text = codegen.fusion_kernel(op, "kernel").source
+        if text not in seen:
+            seen.add(text)
+            out.append((name, op, codegen.fusion_kernel(op, name)))
+    return out
+
+
+def test_every_example_fusion_compiles_with_nvrtc(examples: list) -> None:
+    assert len(examples) > 40
+    ptx = compile_checked([k for _, _, k in examples])
+    assert all(f".entry {k.name}(" in ptx for _, _, k in examples)
+
+
+def test_every_example_fusion_matches_the_reference(examples: list) -> None:
+    rng = np.random.default_rng(3)
+    cases = []
+    for name, op, kernel in examples:
+        bindings = {s: 3 for s in kernel.symbols}
+        cases.append((kernel, op, fusion_inputs(op, bindings, rng), bindings))
+    for (kernel, op, inputs, _), got in zip(cases, run_kernels(cases)):
+        assert_matches(got, reference(op, inputs), f"{kernel.name}\n{kernel.source}")
