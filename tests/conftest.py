@@ -14,6 +14,54 @@ from tfc.ir import registry
 from tfc.ir.registry import PURE, AttrSpec, OpDef
 from tfc.ir.types import TensorType
 
+def cuda_mode_skip_reason() -> str | None:
+    """Why the suite cannot run in its CUDA mode (``TFC_BACKEND=cuda``: the cuda backend
+    is every test's default) on this machine, or None when it can: a CUDA device is
+    there (or ``TFC_CUDA_DEVICE=emulated`` asks for the CPU emulator). None as well
+    outside the CUDA mode."""
+    if os.environ.get("TFC_BACKEND", "").strip() != "cuda":
+        return None
+    if os.environ.get("TFC_CUDA_DEVICE", "").strip() == "emulated":
+        return None
+    try:
+        from tfc.backends.cuda.device import cuda_device
+    except ImportError as e:
+        return f"TFC_BACKEND=cuda: this tfc has no CUDA backend ({e})"
+    from tfc.errors import TfcError
+    try:
+        cuda_device()
+    except TfcError as e:  # "no CUDA device: <what is missing>"
+        return f"TFC_BACKEND=cuda: {e}"
+    return None
+
+
+_CUDA_SKIP = cuda_mode_skip_reason()
+
+
+class _SkippedModule(pytest.Module):
+    """A test module the CUDA mode cannot run here: one skip line for the whole module."""
+
+    def collect(self) -> list:
+        assert _CUDA_SKIP is not None
+        pytest.skip(_CUDA_SKIP, allow_module_level=True)
+
+
+def pytest_pycollect_makemodule(module_path: Any, parent: Any) -> Any:
+    """In the CUDA mode without a device, every module is skipped with one clear line
+    (``TFC_BACKEND=cuda: no CUDA device (...)``) instead of failing test by test; on a
+    GPU machine the same tests run with the cuda backend as their default."""
+    if _CUDA_SKIP is not None:
+        return _SkippedModule.from_parent(parent, path=module_path)
+    return None
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Every module skipped in the CUDA mode is a run that said why, not "no tests
+    collected" (exit status 5): it exits 0."""
+    if _CUDA_SKIP is not None and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.OK
+
+
 @pytest.fixture(autouse=True, scope="session")
 def isolated_caches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The suite never reads what this user's tfc left behind: compile caches in a fresh

@@ -154,3 +154,115 @@ def test_an_entry_on_one_device_is_one_program_for_every_command(one_device_arti
     assert "one native call" in trace.read_text()
     rows = [line.split() for line in out.splitlines() if line.startswith("/cpu:")]
     assert [r[0] for r in rows] == ["/cpu:1"]  # the device it runs on, alone
+
+
+WIDE_MLP = '''
+import numpy as np
+import tfc
+rng = np.random.default_rng(0)
+x = tfc.placeholder(tfc.float32, [1024, 784], name="x")
+y = tfc.placeholder(tfc.int32, [1024], name="y")
+h = x
+for i, (a, b) in enumerate([(784, 2048), (2048, 2048), (2048, 10)]):
+    w = tfc.Variable((rng.normal(0, 0.02, (a, b))).astype(np.float32), name=f"w{i}")
+    h = tfc.matmul(h, w)
+    if b != 10:
+        h = tfc.nn.relu(h)
+loss = tfc.reduce_mean(tfc.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
+train = tfc.train.GradientDescentOptimizer(0.1).minimize(loss)
+tfc.entry("train_step", feeds={"x": x, "y": y}, fetches={"loss": loss}, targets=[train])
+'''
+
+
+def test_compile_for_a_cpu_and_a_gpu_places_by_the_cost_model(tmp_path, capsys, monkeypatch):
+    """``tfc compile --devices cpu:0,gpu:0``: the cost model (default rates: a 4-core host,
+    an H100-class GPU) puts a wide MLP's GEMMs on the GPU; the artifact names both devices.
+    The CUDA backend is stood in for by the reference interpreter
+    (``tfc.testing.StandInCudaBackend``), so this holds on any machine."""
+    from tfc.testing import use_stand_in_cuda
+    stand_in = use_stand_in_cuda(monkeypatch)
+    src = tmp_path / "wide.py"
+    src.write_text(WIDE_MLP)
+    out, _ = run_ok(capsys, "compile", src, "--devices", "cpu:0,gpu:0", "--backend",
+                    "reference", "-o", tmp_path / "wide.tfc")
+    assert "placement @train_step" in out
+    program = load(tmp_path / "wide.tfc")
+    assert program.module.devices == ["/cpu:0", "/gpu:0"]
+    graph = program.module.entries["train_step"]
+    assert {op.device for op in graph.ops if op.kind == "matmul"} == {"/gpu:0"}
+    stand_in.compiled = []
+    loss = program.run("train_step", x=np.zeros((1024, 784), np.float32),
+                       y=np.zeros(1024, np.int32))["loss"]
+    assert float(loss) == pytest.approx(np.log(10), rel=1e-5)  # zero inputs: uniform logits
+    assert stand_in.compiled == ["train_step"]  # the GPU's entry ran on "cuda"
+
+
+def test_devices_says_what_this_machine_offers(capsys, monkeypatch):
+    monkeypatch.setattr("tfc.pipeline.cuda_compile_unavailable", lambda: "no NVRTC here")
+    out, _ = run_ok(capsys, "devices")
+    lines = out.splitlines()
+    assert lines[0].startswith("/cpu:N: ") and "cores" in lines[0]
+    assert "CUDA compile: no: no NVRTC here" in out
+    assert any(line.startswith("CUDA run: ") for line in lines)
+    monkeypatch.setattr("tfc.pipeline.cuda_compile_unavailable", lambda: None)
+    out, _ = run_ok(capsys, "devices")
+    assert "CUDA compile: yes" in out
+
+
+CPU_GPU_MODEL = '''
+import numpy as np
+import tfc
+rng = np.random.default_rng(0)
+x = tfc.placeholder(tfc.float32, [None, 20], name="x")
+y = tfc.placeholder(tfc.int32, [None], name="y")
+with tfc.device("/cpu:0"):
+    w0 = tfc.Variable(rng.normal(0, 0.3, (20, 16)).astype(np.float32), name="w0")
+    h = tfc.nn.relu(tfc.matmul(x, w0))
+with tfc.device("/gpu:0"):
+    w1 = tfc.Variable(rng.normal(0, 0.3, (16, 5)).astype(np.float32), name="w1")
+    logits = tfc.matmul(h, w1)
+loss = tfc.reduce_mean(tfc.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+train = tfc.train.GradientDescentOptimizer(0.1).minimize(loss)
+tfc.entry("train_step", feeds={"x": x, "y": y}, fetches={"loss": loss}, targets=[train])
+'''
+
+
+def _cuda_compiles() -> bool:
+    from tfc.pipeline import cuda_compile_unavailable
+    return cuda_compile_unavailable() is None
+
+
+@pytest.mark.skipif(not _cuda_compiles(), reason="no CUDA C compiler (NVRTC) here")
+@pytest.mark.parametrize("fp16", [False, True])
+def test_a_cpu_gpu_artifact_compiles_without_a_gpu_and_trains_on_the_emulator(
+        tmp_path, capsys, monkeypatch, fp16):
+    """The real CUDA backend: ``--devices cpu:0,gpu:0`` compiles (kernels through NVRTC)
+    on a machine without a GPU; running there says there is no CUDA device; on the CUDA
+    emulator the cpu/gpu split trains as one CPU device does (fp16 transfers: close)."""
+    from tfc.devices import gpu_count
+    src = tmp_path / "split.py"
+    src.write_text(CPU_GPU_MODEL)
+    run_ok(capsys, "compile", src, "--devices", "cpu:0,gpu:0", "-o", tmp_path / "split.tfc",
+           *(["--fp16-transfers"] if fp16 else []))
+    one = tmp_path / "one.py"
+    one.write_text(CPU_GPU_MODEL.replace('"/gpu:0"', '"/cpu:0"'))
+    run_ok(capsys, "compile", one, "-o", tmp_path / "one.tfc")
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.normal(size=(8, 20)).astype(np.float32),
+             "y": (np.arange(8) % 5).astype(np.int32)}
+    split = load(tmp_path / "split.tfc")
+    assert split.backend.name == "llvm" and split.module.devices == ["/cpu:0", "/gpu:0"]
+    if gpu_count() == 0:
+        monkeypatch.delenv("TFC_CUDA_DEVICE", raising=False)
+        with pytest.raises(Exception, match="no CUDA device: "):
+            split.run("train_step", **feeds)
+        split = load(tmp_path / "split.tfc")
+    monkeypatch.setenv("TFC_CUDA_DEVICE", "emulated")
+    reference = load(tmp_path / "one.tfc")
+    for _ in range(3):
+        got = float(split.run("train_step", **feeds)["loss"])
+        want = float(reference.run("train_step", **feeds)["loss"])
+        np.testing.assert_allclose(got, want, rtol=2e-3 if fp16 else 1e-5)
+    for name in ("w0", "w1"):
+        np.testing.assert_allclose(split.variables[name], reference.variables[name],
+                                   rtol=2e-3 if fp16 else 1e-5, atol=1e-5)

@@ -148,3 +148,34 @@ def test_unreadable_profiles_are_clear_errors(tmp_path):
     folder.mkdir()
     with pytest.raises(TfcError, match="folder.json: cannot read device profile"):
         load_profile(folder)
+
+
+def test_each_device_kind_runs_on_its_backend():
+    from tfc.devices import device_backend, program_backend
+    assert device_backend("/gpu:1", "llvm") == "cuda"
+    assert device_backend("/job:w/task:0/gpu:0", "reference") == "cuda"
+    assert device_backend("/cpu:0", "reference") == "reference"
+    assert device_backend("/cpu:0", "cuda") == "llvm"  # CUDA runs GPUs only
+    assert program_backend(["/gpu:0"], "llvm") == "cuda"
+    assert program_backend(["/cpu:0", "/gpu:0"], "reference") == "reference"
+    assert program_backend([], "llvm") == "llvm"
+
+
+def test_gpus_have_h100_class_defaults_and_a_pcie_link_until_measured(tmp_path):
+    from tfc.devices import DEFAULT_HOST_LINK, default_gpu_rates
+    p = DeviceProfile()
+    gpu, cpu = p.rates("/gpu:0"), p.rates("/cpu:0")
+    big, tiny = 2.0 * 4096 ** 3, 2.0 * 8 ** 3
+    assert gpu.gemm_seconds(big, 1) * 20 < cpu.gemm_seconds(big, 4)  # big GEMMs: the GPU
+    assert gpu.gemm_seconds(tiny, 1) > cpu.gemm_seconds(tiny, 4)  # tiny: the launch loses
+    assert p.host_link("/gpu:3", to_gpu=True) == DEFAULT_HOST_LINK
+    assert p.host_copies("/cpu:0", "/cpu:1") == []
+    # measured ones (tfc calibrate with a GPU) round-trip through the profile file
+    p.devices["/gpu:0"] = DeviceRates.flat(5e13, 3e12, 4e-6)
+    p.links["host->/gpu:0"] = LinkRates(2.5e10, 3e-6)
+    p.links["/gpu:0->host"] = LinkRates(2e10, 4e-6)
+    back = load_profile(save_profile(p, tmp_path / "d.json"))
+    assert back.rates("/gpu:0").to_dict() == p.devices["/gpu:0"].to_dict()
+    assert back.rates("/gpu:1").to_dict() == default_gpu_rates().to_dict()
+    assert back.host_copies("/gpu:0", "/job:w/task:1/gpu:0") == [
+        LinkRates(2e10, 4e-6), LinkRates(2.5e10, 3e-6)]  # the device's index names it

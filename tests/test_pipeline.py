@@ -309,3 +309,43 @@ def test_a_program_never_runs_a_module_that_does_not_verify(backend):
     g.set_results([add.results[0]])
     with pytest.raises(VerifyError, match="differ from the inferred"):
         Program(Module({"f": g}, {}), backend=backend).run("f", x=np.ones(4, np.float32))
+
+
+@pytest.fixture
+def cuda_named(monkeypatch):
+    """A ``cuda`` backend to lower for (``tfc.testing.StandInCudaBackend``: the CUDA
+    backend's lowering passes), and a CUDA compiler said to be there."""
+    from tfc.testing import use_stand_in_cuda
+    use_stand_in_cuda(monkeypatch)
+
+
+def test_a_gpu_among_the_devices_brings_the_cuda_backends_lowering_passes(cuda_named):
+    """The GPU's part compiles on CUDA from fused, planned graphs, whatever the CPU
+    part's backend; each lowering pass runs once."""
+    from tfc.pipeline import lowering_passes, usable_as_lowered
+    names = lambda t: [p.name for p in lowering_passes(t)]  # noqa: E731
+    assert names(Target("reference", ("/cpu:0",))) == []
+    assert names(Target("reference", ("/cpu:0", "/gpu:0"))) == ["fusion", "memory"]
+    assert names(Target("llvm", ("/cpu:0", "/gpu:0"))) == ["fusion", "memory"]
+    assert [p.name for p in target_pipeline(Target("reference", ("/cpu:0", "/gpu:0")))
+            ][-3:] == ["partition", "fusion", "memory"]
+    # a reference program runs a module lowered by llvm for the same devices as it is,
+    # and with a GPU only if that lowering ran the GPU's passes
+    m = Module({})
+    m.lowered_for = Target("llvm", ("/cpu:0", "/gpu:0"))
+    assert usable_as_lowered(m, Target("reference", ("/cpu:0", "/gpu:0")))
+    m.lowered_for = Target("reference", ("/cpu:0",))
+    assert not usable_as_lowered(m, Target("llvm", ("/cpu:0",)))
+
+
+def test_compiling_for_a_gpu_needs_the_cuda_compiler_not_a_gpu(monkeypatch):
+    from tfc.pipeline import check_devices_runnable, cuda_compile_unavailable
+    check_devices_runnable(["/cpu:0", "/cpu:1"])  # no GPU: nothing asked
+    monkeypatch.setattr("tfc.pipeline.cuda_compile_unavailable", lambda: "no NVRTC")
+    with pytest.raises(TfcError, match="/gpu:1: cannot compile for a GPU on this machine: "
+                                       "no NVRTC"):
+        check_devices_runnable(["/cpu:0", "/gpu:1"])
+    monkeypatch.undo()
+    from tfc.backends import base
+    monkeypatch.delitem(base.BACKENDS, "cuda", raising=False)
+    assert cuda_compile_unavailable() == "this tfc has no CUDA backend"

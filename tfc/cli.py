@@ -10,6 +10,7 @@
     tfc compile model.py --devices cpu:0,cpu:1 [--fp16-transfers] [--profile-runs N]
     tfc ir model.tfc --device cpu:1
     tfc calibrate | tfc bench model.tfc --trace trace.json | tfc viz model.tfc -o graph.html
+    tfc devices                 # this machine's CPUs and GPUs; can CUDA compile, run?
 
 Errors the user can fix (``TfcError``, missing files, running out of memory, Ctrl-C)
 print one ``error: ...`` line and exit 1; usage errors exit 2. Anything else is a bug in tfc: it prints

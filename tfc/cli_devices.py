@@ -1,7 +1,8 @@
-"""The ``tfc`` commands about devices: ``calibrate``, ``bench`` and ``viz``, and the
-partition dump of ``tfc ir --device``.
+"""The ``tfc`` commands about devices: ``calibrate``, ``devices``, ``bench`` and ``viz``,
+and the partition dump of ``tfc ir --device``.
 
-    tfc calibrate [--devices cpu:0,cpu:1] [-o devices.json]   # --devices: checked only
+    tfc calibrate [--devices cpu:0,gpu:0] [-o devices.json]   # GPUs measured with cupy
+    tfc devices                                               # CPUs, GPUs, CUDA here?
     tfc bench model.tfc --entry train_step [--steps N] [--feed x=x.npy] [--trace trace.json]
     tfc viz model.tfc [--entry NAME] -o graph.html
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tfc.errors import TfcError
 
@@ -56,27 +57,42 @@ def partitions_text(module: Any, device: str, elide_above: int | None = None) ->
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from tfc.cli import check_output_path
-    from tfc.devices import check_runnable, local_devices, parse_devices, save_profile
+    from tfc.devices import gpu_count, local_devices, parse_device, parse_devices, save_profile
     from tfc.runtime.calibrate import calibrate
+    from tfc.runtime.calibrate_gpu import measure_gpu
 
     check_output_path(args.output, "-o")
     devices = parse_devices(args.devices) if args.devices is not None else local_devices(1)
-    if args.devices is not None:
-        check_runnable(devices)  # no GPU backend: a GPU asked for is not silently dropped
-    calibration = calibrate([d for d in devices if "gpu" not in d], backend=args.backend,
+    cpus = [d for d in devices if parse_device(d).kind == "cpu"]
+    gpus = [d for d in devices if parse_device(d).kind == "gpu"]
+    for d in devices:
+        if parse_device(d).job is not None:
+            raise TfcError(f"tfc calibrate measures local devices; {d} is not one")
+    calibration = calibrate(cpus or ["/cpu:0"], backend=args.backend,
                             progress=lambda m: print(m, file=sys.stderr))
     profile = calibration.profile
+    # a GPU is measured when there is one; else the profile keeps the default GPU rates
+    visible = gpu_count() if gpus else 0
+    for gpu in gpus:
+        if parse_device(gpu).index >= visible:
+            print(f"{gpu}: no CUDA device here ({visible} visible to cupy): the profile keeps "
+                  f"the default GPU rates (an H100-class card on PCIe)", file=sys.stderr)
+            continue
+        print(f"measuring {gpu} with cupy", file=sys.stderr)
+        measure_gpu(gpu).apply(profile)
     path = save_profile(profile, args.output)
-    print(profile_summary(profile))
+    print(profile_summary(profile, gpus))
     print("runs min/median/max:")
     print(calibration.spread_summary())
     print(f"wrote {path}")
     return 0
 
 
-def profile_summary(profile: DeviceProfile) -> str:
+def profile_summary(profile: DeviceProfile, gpus: Sequence[str] = ()) -> str:
     """What a profile says, in a few lines: the host, the fixed costs, and per thread
-    count the GEMM and stream rates at each measured size."""
+    count the GEMM and stream rates at each measured size; for each of ``gpus`` its
+    rates (measured or default) and its host link."""
+    from tfc.devices import parse_device
     lines = [f"{profile.describe()}: a step {profile.step_s * 1e6:.1f} us, a kernel "
              f"{profile.cpu.kernel_s * 1e6:.2f} us; multi-device: a step "
              f"{profile.executor_step_s * 1e6:.1f} us, a stage {profile.stage_s * 1e6:.1f} "
@@ -88,7 +104,66 @@ def profile_summary(profile: DeviceProfile) -> str:
             rates = ", ".join(f"{x / t / 1e9:.0f}@{x:.3g}" for x, t in zip(c.sizes, c.seconds))
             lines.append(f"  {label} {threads} thread{'s' if threads > 1 else ''} ({unit}): "
                          f"{rates}")
+    for gpu in gpus:
+        local = f"/gpu:{parse_device(gpu).index}"
+        rates_of = profile.rates(local)
+        how = "measured" if local in profile.devices else "default, H100-class"
+        lines.append(f"{gpu} ({how}): a kernel {rates_of.kernel_s * 1e6:.1f} us")
+        for label, curves, unit in (("GEMM", rates_of.gemm, "GFLOP/s at flops"),
+                                    ("stream", rates_of.stream, "GB/s at bytes")):
+            c = curves[max(curves)]
+            rates = ", ".join(f"{x / t / 1e9:.0f}@{x:.3g}" for x, t in zip(c.sizes, c.seconds))
+            lines.append(f"  {label} ({unit}): {rates}")
+        up, down = profile.host_link(local, True), profile.host_link(local, False)
+        lines.append(f"  host->device {up.bytes_per_s / 1e9:.1f} GB/s + "
+                     f"{up.latency_s * 1e6:.1f} us, device->host "
+                     f"{down.bytes_per_s / 1e9:.1f} GB/s + {down.latency_s * 1e6:.1f} us")
     return "\n".join(lines)
+
+
+# ---- tfc devices -------------------------------------------------------------------
+
+def devices_report() -> list[str]:
+    """What this machine offers tfc, a line each: its CPU cores, each GPU cupy sees, and
+    whether the CUDA backend can compile (NVRTC or nvcc; no GPU needed) and run (cupy, a
+    driver, a GPU) here."""
+    import importlib
+    from tfc.devices import cpu_count, gpu_count
+    from tfc.pipeline import cuda_compile_unavailable
+    cores = cpu_count()
+    lines = [f"/cpu:N: {cores} core{'s' if cores != 1 else ''}, shared by the logical CPUs "
+             f"(backends llvm, reference)"]
+    for i in range(gpu_count()):
+        lines.append(f"/gpu:{i}: {_gpu_name(i)} (cuda)")
+    reason = cuda_compile_unavailable()
+    lines.append("CUDA compile: " + ("yes (kernels compile to PTX; no GPU needed)"
+                                     if reason is None else f"no: {reason}"))
+    try:
+        device = importlib.import_module("tfc.backends.cuda.device")
+        device.cuda_device()
+        lines.append("CUDA run: yes")
+    except ImportError as e:
+        lines.append(f"CUDA run: no: this tfc has no CUDA backend ({e})")
+    except TfcError as e:
+        lines.append(f"CUDA run: no: {e}")
+    return lines
+
+
+def _gpu_name(index: int) -> str:
+    """GPU ``index``'s name and compute capability, as cupy reports them."""
+    try:
+        import cupy
+        props = cupy.cuda.runtime.getDeviceProperties(index)
+        name = props["name"]
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        return f"{name}, compute capability {props['major']}.{props['minor']}"
+    except Exception as e:  # a driver that lists the GPU but cannot describe it
+        return f"a GPU cupy cannot describe ({type(e).__name__}: {e})"
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    print("\n".join(devices_report()))
+    return 0
 
 
 # ---- tfc bench ---------------------------------------------------------------------
@@ -155,13 +230,19 @@ def cmd_viz(args: argparse.Namespace) -> int:
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("calibrate", help="measure devices and links for the cost model")
     p.add_argument("--devices", metavar="D1,D2",
-                   help="local CPU devices the profile is for (checked only: the host is "
-                        "measured once, its logical CPUs share its cores and rates)")
+                   help="local devices the profile is for: the host is measured once (its "
+                        "logical CPUs share its cores and rates); each GPU with cupy when "
+                        "there is one, else it keeps default rates (default: cpu:0 and "
+                        "every GPU cupy sees)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="profile to write (default: $TFC_DEVICE_PROFILE or "
                         "~/.cache/tfc/devices.json, which placement reads)")
     p.add_argument("--backend", default=None, help="backend to measure (default: llvm)")
     p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("devices", help="this machine's devices, and whether CUDA compiles "
+                                       "and runs here")
+    p.set_defaults(func=cmd_devices)
 
     p = sub.add_parser("bench", help="time an entry's steps; per-device report and trace")
     p.add_argument("artifact", metavar="ARTIFACT", help="a .tfc file")

@@ -9,9 +9,12 @@ A ``DeviceProfile`` (file format version 2) holds what ``tfc calibrate`` measure
 host's cores; per op class (GEMM-like, streaming) the seconds of one kernel against its
 size at 1 thread and at all cores (``Curve``); the fixed costs of a kernel inside a
 native step, of a ``Program.run`` step, of an executor stage and of an in-process
-hand-off; and links between hosts. The cost model (``tfc.passes.cost_model``) turns an
-op into seconds with it. Without a calibrated file the defaults are round numbers for a
-current x86 core on a ``DEFAULT_CORES``-core host.
+hand-off; links between hosts; and for GPUs (``/gpu:N``, run by the CUDA backend)
+their GEMM and stream curves and the host<->device copy (``links["host->/gpu:0"]``),
+measured by ``tfc calibrate`` through cupy when a GPU is there. The cost model
+(``tfc.passes.cost_model``) turns an op into seconds with it. Without a calibrated file the defaults are round numbers for a
+current x86 core on a ``DEFAULT_CORES``-core host, and for a GPU those of an H100-class
+card on PCIe (``default_gpu_rates``, ``DEFAULT_HOST_LINK``).
 """
 
 from __future__ import annotations
@@ -122,16 +125,23 @@ def gpu_count() -> int:
         return 0
 
 
-def check_runnable(devices: Iterable[str]) -> None:
-    """Refuse devices that no backend of this tfc runs: every GPU, for tfc has no CUDA
-    backend yet (placing ops there could only fail later, op by op)."""
-    gpus = [d for d in devices if parse_device(d).kind == "gpu"]
-    if gpus:
-        cores = cpu_count()
-        raise TfcError(f"{gpus[0]}: no GPU backend is available on this machine (tfc has "
-                       f"no CUDA backend yet); the available backends, llvm and reference, "
-                       f"run on CPU devices /cpu:0 ... /cpu:N (this machine has {cores} "
-                       f"core{'s' if cores != 1 else ''}): use e.g. --devices cpu:0,cpu:1")
+def device_backend(device: str, backend: str) -> str:
+    """The backend that runs ``device``'s ops in a program whose backend is ``backend``:
+    a GPU's on ``cuda``; a CPU's on ``backend``, or on ``llvm`` when that is ``cuda``
+    (the CUDA backend runs GPUs only). One rule for the executor, the pipeline and
+    ``Program``, so that a module placed on ``/cpu:0,/gpu:0`` runs its CPU part on the
+    CPU backend the user chose and its GPU part on CUDA."""
+    if parse_device(device).kind == "gpu":
+        return "cuda"
+    return "llvm" if backend == "cuda" else backend
+
+
+def program_backend(devices: Sequence[str], backend: str) -> str:
+    """The backend a program on ``devices`` names as its own: ``cuda`` when every device
+    is a GPU (nothing runs on a CPU backend), else ``backend``."""
+    if devices and all(parse_device(d).kind == "gpu" for d in devices):
+        return "cuda"
+    return backend
 
 
 def local_devices(cpus: int = 1) -> list[str]:
@@ -356,6 +366,8 @@ class DeviceProfile:
         return f"default rates ({self.cores}-core x86 host assumed; run `tfc calibrate`)"
 
     def rates(self, device: str) -> DeviceRates:
+        """``device``'s rates: measured for it (``devices``), else the host's CPU rates
+        for a CPU, the H100-class defaults (``default_gpu_rates``) for a GPU."""
         if device in self.devices:
             return self.devices[device]
         if parse_device(device).kind == "gpu":
@@ -364,6 +376,27 @@ class DeviceProfile:
 
     def link(self, src: str, dst: str) -> LinkRates:
         return self.links.get(f"{src}->{dst}", self.default_link)
+
+    def host_link(self, gpu: str, to_gpu: bool) -> LinkRates:
+        """The host<->device copy of ``gpu`` (``/gpu:0``, or with its host task): links
+        ``"host->/gpu:0"`` (``to_gpu``) and ``"/gpu:0->host"`` as ``tfc calibrate``
+        measured them with cupy, else ``DEFAULT_HOST_LINK``."""
+        spec = parse_device(gpu)
+        local = f"/gpu:{spec.index}"
+        key = f"host->{local}" if to_gpu else f"{local}->host"
+        return self.links.get(key, DEFAULT_HOST_LINK)
+
+    def host_copies(self, src: str, dst: str) -> list[LinkRates]:
+        """The host<->device copies a tensor makes from ``src`` to ``dst``: the CUDA
+        backend takes and returns host arrays (a cpu/gpu edge's send/recv is the copy),
+        so a value leaving a GPU is copied to the host, and one entering a GPU is copied
+        to it; none between CPUs."""
+        out = []
+        if parse_device(src).kind == "gpu":
+            out.append(self.host_link(src, to_gpu=False))
+        if parse_device(dst).kind == "gpu":
+            out.append(self.host_link(dst, to_gpu=True))
+        return out
 
     def to_json(self) -> str:
         return json.dumps({"format": PROFILE_FORMAT, "version": PROFILE_VERSION,
@@ -426,7 +459,26 @@ def default_cpu_rates() -> DeviceRates:
         kernel_s=5e-7)
 
 
-_DEFAULT_GPU = DeviceRates.flat(10e12, 500e9, 8e-6)
+def default_gpu_rates() -> DeviceRates:
+    """Round numbers for one H100-class GPU (no calibrated file, or no GPU measured):
+    f32 GEMM through cuBLAS from ~1 TFLOP/s (a 128^3 product, launch-bound) to
+    40 TFLOP/s (4096^3 and up; TF32 tensor cores off, as cupy's default); streams from
+    launch-bound to 2.5 TB/s (HBM3, what a copy kernel reaches); 8 us per kernel (a launch
+    from Python). A GPU takes no share of the host's cores: one curve, any thread count."""
+    gemm_sizes = [2.0 * 128 ** 3, 2.0 * 1024 ** 3, 2.0 * 4096 ** 3]
+    gemm_rates = [1e12, 20e12, 40e12]
+    stream_sizes = [1e6, 64e6, 1e9]
+    stream_rates = [100e9, 1.5e12, 2.5e12]
+    return DeviceRates(
+        {1: Curve(gemm_sizes, [s / r for s, r in zip(gemm_sizes, gemm_rates)])},
+        {1: Curve(stream_sizes, [s / r for s, r in zip(stream_sizes, stream_rates)])},
+        kernel_s=8e-6)
+
+
+_DEFAULT_GPU = default_gpu_rates()
+# The host<->GPU copy without a measured one: PCIe 4/5 x16 from pageable host memory
+# (what ``cupy.asarray``/``.get()`` of a numpy array reach), ~10 us per copy.
+DEFAULT_HOST_LINK = LinkRates(12e9, 1e-5)
 
 
 def default_profile_path() -> Path:

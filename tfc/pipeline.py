@@ -7,7 +7,8 @@ by one pipeline, which this module alone builds and runs:
 2. for devices given, ``placement`` (and for several ``partition``, then ``compress``
    when f32 tensors cross devices as f16);
 3. the backend's own lowering passes, which each backend class declares as data
-   (``LLVMBackend.pipeline = "fusion,memory"``, ``ReferenceBackend.pipeline = ""``).
+   (``LLVMBackend.pipeline = "fusion,memory"``, ``ReferenceBackend.pipeline = ""``); with
+   GPUs among the devices, those of the CUDA backend too (``lowering_passes``).
 
 ``lower`` runs it (verify after every pass, IR dumps, per-pass timings) and records the
 target on the module (``Module.lowered_for``); a backend then compiles the module as it
@@ -25,14 +26,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence, TextIO
 
-from tfc.backends.base import get_backend
+from tfc.backends.base import BACKENDS, get_backend
+from tfc.devices import parse_device
 from tfc.errors import TfcError
 from tfc.ir.bytecode import module_to_bytes
 from tfc.ir.core import Module
 from tfc.passes.manager import DEFAULT_PIPELINE, Pipeline, PassSpec, parse_pipeline, run_passes
 
 __all__ = ["DEFAULT_PIPELINE", "Target", "target_pipeline", "lower", "lower_entry",
-           "lower_for_devices", "run_pipeline"]
+           "lower_for_devices", "run_pipeline", "check_devices_runnable"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,51 @@ def backend_pipeline(backend: str) -> list[PassSpec]:
     return parse_pipeline(get_backend(backend).pipeline)
 
 
+def lowering_passes(target: Target) -> list[PassSpec]:
+    """The lowering passes of every backend that runs a part of ``target``
+    (``tfc.devices.device_backend``: a GPU's part runs on CUDA, a CPU's on the target's
+    backend), each once, in order: a reference-backend program with a GPU gets the
+    fusion and memory plans the CUDA backend compiles from (the reference runs any
+    verified IR, fused or not). A ``TfcError`` when a device has no backend that can
+    compile for it here (``check_devices_runnable``)."""
+    from tfc.devices import device_backend
+    check_devices_runnable(target.devices)
+    names = dict.fromkeys([device_backend(d, target.backend) for d in target.devices]
+                          or [target.backend])
+    out: list[PassSpec] = []
+    for name in names:
+        out += [p for p in backend_pipeline(name) if p.name not in {q.name for q in out}]
+    return out
+
+
+def check_devices_runnable(devices: Sequence[str]) -> None:
+    """A ``TfcError`` when a device of ``devices`` has no backend that can compile for it
+    here: a GPU needs the CUDA backend and a CUDA C compiler (NVRTC, or ``nvcc``). A GPU
+    itself is not needed to compile: running on a machine without one says so then."""
+    gpus = [d for d in devices if parse_device(d).kind == "gpu"]
+    if not gpus:
+        return
+    reason = cuda_compile_unavailable()
+    if reason is not None:
+        raise TfcError(f"{gpus[0]}: cannot compile for a GPU on this machine: {reason}")
+
+
+def cuda_compile_unavailable() -> str | None:
+    """Why the CUDA backend cannot compile kernels here, or None when it can (it needs no
+    GPU for that, only NVRTC or nvcc)."""
+    if "cuda" not in BACKENDS:
+        return "this tfc has no CUDA backend"
+    import importlib
+    try:
+        nvrtc = importlib.import_module("tfc.backends.cuda.nvrtc")
+    except ImportError as e:
+        return f"the CUDA backend does not import ({e})"
+    if not nvrtc.available():
+        return ("no CUDA C compiler found (install NVRTC: pip install -e '.[cuda]', or "
+                "nvidia-cuda-nvrtc==13.0.*; or put nvcc on PATH)")
+    return None
+
+
 def target_pipeline(target: Target, passes: Pipeline = DEFAULT_PIPELINE, *,
                     place: bool = True) -> list[PassSpec]:
     """The whole pipeline for ``target``: ``passes`` (the optimizations), then placement
@@ -66,7 +113,7 @@ def target_pipeline(target: Target, passes: Pipeline = DEFAULT_PIPELINE, *,
         specs += parse_pipeline("partition,compress" if target.fp16_transfers else "partition")
     # A lowering pass the user names (with options: ``memory{budget=64MiB}``) runs in the
     # backend's place, once, as the user gave it.
-    lowering = backend_pipeline(target.backend)
+    lowering = lowering_passes(target)
     own = {p.name for p in lowering}
     given = {p.name: p for p in specs if p.name in own}
     return [p for p in specs if p.name not in own] + [given.get(p.name, p) for p in lowering]
@@ -112,15 +159,18 @@ def _forget_lowering(module: Module) -> None:
 
 def usable_as_lowered(module: Module, target: Target) -> bool:
     """Whether ``module`` can run on ``target`` as it is: lowered for it, or for the same
-    devices by another backend when ``target``'s backend has no lowering passes of its
-    own (the reference interpreter runs any verified IR, fused or not)."""
+    devices by another target whose lowering ran every lowering pass ``target`` needs
+    (``lowering_passes``): the reference interpreter runs any verified IR, fused or not;
+    llvm and cuda compile from the same fusion regions and memory plans, so an entry of
+    a ``/cpu:0,/gpu:0`` module placed wholly on the GPU compiles on cuda as lowered."""
     lowered = module.lowered_for
     if lowered is None:
         return False
     if lowered == target:
         return True
-    return (lowered.devices, lowered.fp16_transfers) == (target.devices, target.fp16_transfers) \
-        and not backend_pipeline(target.backend)
+    if (lowered.devices, lowered.fp16_transfers) != (target.devices, target.fp16_transfers):
+        return False
+    return {p.name for p in lowering_passes(target)} <= {p.name for p in lowering_passes(lowered)}
 
 
 def lower_entry(module: Module, entry: str, backend: str) -> Module:

@@ -230,3 +230,41 @@ def splitting_profile() -> DeviceProfile:
                           "/cpu:1": DeviceRates.flat(1e11, 1e9, 1e-9)},
                          source="test: splitting", cores=2, step_s=0.0, executor_step_s=0.0,
                          stage_s=0.0, handoff_s=1e-9, transfer_s=0.0)
+
+
+class StandInCudaBackend:
+    """The reference interpreter under the name ``cuda``, with the CUDA backend's
+    lowering passes: what the executor, ``Program``, the pipeline and the CLI do with a
+    GPU (which backend each device's part compiles on, how a cpu/gpu edge is handed over)
+    tested on any machine. ``compiled`` lists the graphs it compiled, in order.
+    ``use_stand_in_cuda`` installs it."""
+
+    name = "cuda"
+    pipeline = "fusion,memory"
+    compiled: list[str] = []
+
+    def __init__(self) -> None:
+        from tfc.backends.reference import ReferenceBackend
+        self._inner = ReferenceBackend()
+
+    def compile(self, module: Module, entry: Any) -> Any:
+        StandInCudaBackend.compiled.append(entry if isinstance(entry, str) else entry.name)
+        exe = self._inner.compile(module, entry)
+        exe.ran_on = "cuda"  # type: ignore[attr-defined]  # a mark for the tests
+        return exe
+
+    def export(self, executable: Any) -> dict[str, bytes]:
+        return {}
+
+    def load(self, module: Module, entry: str, members: Any) -> Any:
+        return self.compile(module, entry)
+
+
+def use_stand_in_cuda(monkeypatch: Any) -> type[StandInCudaBackend]:
+    """Make ``cuda`` the stand-in backend, with a CUDA compiler said to be there, for the
+    rest of the test (``monkeypatch``: pytest's fixture)."""
+    from tfc.backends import base
+    monkeypatch.setitem(base.BACKENDS, "cuda", "tfc.testing:StandInCudaBackend")
+    monkeypatch.setattr("tfc.pipeline.cuda_compile_unavailable", lambda: None)
+    StandInCudaBackend.compiled = []
+    return StandInCudaBackend

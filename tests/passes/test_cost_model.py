@@ -177,3 +177,59 @@ def test_a_scan_costs_its_body_once_per_step():
     registry = lookup("scan").cost([v.type for v in scan.inputs],
                                    [r.type for r in scan.results], scan.attrs, 1)
     assert model.op_seconds(scan, 2) > 5 * registry.bytes / 1e10  # what it was costed
+
+
+def test_a_cpu_gpu_edge_costs_the_host_link_copy_of_its_bytes():
+    """The CUDA backend takes and returns host arrays: an edge into or out of a GPU is a
+    host<->device copy (latency plus bytes over the measured link), f16 bytes when
+    compressed; GPU to GPU crosses the host twice. CPU to CPU stays a hand-off."""
+    profile = two_core_host(handoff_s=2e-5)
+    profile.links["host->/gpu:0"] = LinkRates(1e10, 1e-5)
+    profile.links["/gpu:0->host"] = LinkRates(5e9, 2e-5)
+    model = CostModel(profile)
+    big = matmul_graph(m=1024, k=8, n=1024).ops[0].result
+    nbytes = 1024 * 1024 * 4
+    assert model.transfer_seconds(big, "/cpu:0", "/gpu:0", False) == pytest.approx(
+        2e-5 + 1e-5 + nbytes / 1e10)
+    assert model.transfer_seconds(big, "/gpu:0", "/cpu:1", False) == pytest.approx(
+        2e-5 + 2e-5 + nbytes / 5e9)
+    assert model.transfer_seconds(big, "/gpu:0", "/cpu:1", True) == pytest.approx(
+        2e-5 + 2e-5 + nbytes / 2 / 5e9)
+    # an unmeasured GPU takes the default PCIe link, both copies
+    from tfc.devices import DEFAULT_HOST_LINK as L
+    assert model.transfer_seconds(big, "/gpu:0", "/gpu:1", False) == pytest.approx(
+        2e-5 + 2e-5 + nbytes / 5e9 + L.latency_s + nbytes / L.bytes_per_s)
+    assert model.transfer_seconds(big, "/cpu:0", "/cpu:1", False) == 2e-5
+
+
+def test_a_gpu_costs_ops_on_its_own_curves_with_no_share_of_the_cores():
+    """A GPU's matmul runs at its own GEMM rate (the profile's, else the H100-class
+    defaults), not the host's, and its work is not spread over the host's cores."""
+    gpu = DeviceRates.flat(1e13, 1e12, 1e-5)
+    profile = two_core_host()
+    profile.devices["/gpu:0"] = gpu
+    model = CostModel(profile)
+    g = matmul_graph(m=1024, k=1024, n=1024)
+    flops = 2.0 * 1024 ** 3
+    assert model.op_seconds(g.ops[0], 1, "/gpu:0") == pytest.approx(flops / 1e13)
+    assert model.op_seconds(g.ops[0], 1, "/cpu:0") == pytest.approx(flops / 5e10)
+    default = CostModel(two_core_host()).op_seconds(g.ops[0], 1, "/gpu:1")
+    assert flops / default > 10e12  # the default card: tens of TFLOP/s at this size
+
+
+def test_a_gpus_kernels_do_not_count_as_the_hosts_work():
+    """A CPU and a GPU working at once: the step is the longer of the two, not the sum of
+    their work spread over the host's cores (a GPU's kernels use none of them)."""
+    profile = two_core_host()
+    profile.devices["/gpu:0"] = DeviceRates.flat(1e11, 1e12, 1e-6)  # as fast as the host
+    g = Graph("g")
+    t = TensorType(DType.f32, (512, 512))
+    a, c = g.add_arg(t, "a"), g.add_arg(t, "c")
+    b = Builder(g)
+    x, y = b("matmul", a, a), b("matmul", c, c)
+    g.set_results([b("add", x, y)])
+    x.op.device, y.op.device = "/cpu:0", "/gpu:0"
+    g.ops[-1].device = "/cpu:0"
+    kernel = 2.0 * 512 ** 3 / 1e11  # each matmul, on its device (the CPU with both cores)
+    est = estimate_placed(g, ["/cpu:0", "/gpu:0"], profile=profile)
+    assert kernel < est < 1.2 * kernel  # GPU work counted on the host: >= 1.5 * kernel

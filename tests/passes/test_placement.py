@@ -263,3 +263,75 @@ def test_assign_places_as_the_baselines_keeping_the_constraints():
     assert {op.device for op in fresh.entries["train_step"].ops} == {"/cpu:1"}
     with pytest.raises(TfcError, match="no placement 'sideways'"):
         assign(fresh.entries["train_step"], DEVICES, "sideways", fresh.variables)
+
+
+def wide_mlp_train(batch=1024, sizes=(784, 2048, 2048, 10)):
+    """A training step of a wide MLP at a fixed batch: GEMM-heavy work."""
+    m = split_mlp_module([None], sizes=sizes)
+    g = m.entries["train"]
+    return m, g
+
+
+def test_cpu_and_gpu_by_the_cost_model_dense_layers_go_to_the_gpu():
+    """``--devices cpu:0,gpu:0`` with the default rates (an H100-class card on PCIe,
+    a 4-core host): a wide MLP's GEMMs belong on the GPU."""
+    m, g = wide_mlp_train()
+    report = place_graph(g, ["/cpu:0", "/gpu:0"], DeviceProfile(), m.variables)
+    on = {op.device for op in g.ops if op.kind == "matmul"}
+    assert on == {"/gpu:0"}, report.summary()
+
+
+def test_a_tiny_graph_stays_on_the_cpu_rather_than_pay_the_gpus_launches_and_copies():
+    """A few small ops: each GPU kernel costs a launch and the feeds a PCIe copy, more
+    than the CPU's whole work."""
+    g = Graph("g")
+    x = g.add_arg(TensorType(DType.f32, (8, 8)), "x")
+    b = Builder(g)
+    g.set_results([b("add", b("matmul", x, x), x)])
+    place_graph(g, ["/cpu:0", "/gpu:0"], DeviceProfile(), {})
+    assert {op.device for op in g.ops} == {"/cpu:0"}
+
+
+def scan_graph():
+    g = tfc.Graph()
+    with g.as_default():
+        xs = tfc.placeholder(tfc.float32, [64, 256, 256], name="xs")
+        w = tfc.constant(np.ones((256, 256), np.float32))
+        ys = tfc.scan(lambda h, x: tfc.nn.relu(tfc.matmul(h + x, w)), xs,
+                      initializer=tfc.zeros([256, 256]))
+        tfc.entry("f", feeds={"xs": xs}, fetches={"ys": ys})
+    return g.as_module().entries["f"]
+
+
+def test_control_flow_stays_off_the_gpu_when_a_cpu_is_there():
+    """The CUDA backend runs a graph with a scan on the reference backend: placement
+    keeps the scan on the CPU, and on GPUs alone lets the backend deal with it."""
+    gpu_fast = DeviceProfile()
+    gpu_fast.devices["/gpu:0"] = DeviceRates.flat(1e15, 1e14, 1e-7)  # would win anything
+    graph = scan_graph()
+    place_graph(graph, ["/cpu:0", "/gpu:0"], gpu_fast, {})
+    assert [op.device for op in graph.ops if op.kind == "scan"] == ["/cpu:0"]
+    graph = scan_graph()
+    place_graph(graph, ["/gpu:0"], gpu_fast, {})
+    assert {op.device for op in graph.ops} == {"/gpu:0"}
+
+
+def test_what_placement_gives_a_gpu_the_cuda_backend_runs():
+    """Every op kind placement may put on a GPU beside a CPU is one the CUDA backend runs
+    (a fusion member, a view, a variable op, or its own ``how_to_run``): else the whole
+    graph would fall back to the reference backend. ``GPU_HOST_ONLY`` holds every kind
+    it does not run (and the linear-algebra ops, which it runs on the host)."""
+    pytest.importorskip("tfc.backends.cuda.backend")
+    from tfc.backends.cuda.backend import how_to_run
+    from tfc.ir import registry
+    from tfc.ir.registry import BROADCAST, COMPOSITE, ELEMENTWISE, REDUCTION, VIEW, lookup
+    from tfc.ops.fusion import INDEXED
+    from tfc.passes.placement import GPU_HOST_ONLY, can_run
+    not_placed = {"send", "recv", "fusion"}  # made by partition and fusion, after placement
+    fused = (ELEMENTWISE, BROADCAST, REDUCTION, COMPOSITE, VIEW)
+    runs = {k for k in registry._REGISTRY
+            if how_to_run(k) is not None or k in INDEXED
+            or any(lookup(k).has(t) for t in fused)}
+    placed = set(registry._REGISTRY) - not_placed
+    assert {k for k in placed if can_run(k, "/gpu:0")} <= runs
+    assert placed - runs <= GPU_HOST_ONLY <= placed

@@ -389,3 +389,46 @@ def test_a_value_fetched_twice_on_two_devices_comes_back_as_two_arrays(backend):
             np.testing.assert_allclose(r[one], want[one], rtol=1e-5, atol=1e-5)
             r[one][...] = 0
             np.testing.assert_allclose(r[other], want[other], rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture
+def stand_in_cuda(monkeypatch):
+    from tfc.testing import use_stand_in_cuda
+    return use_stand_in_cuda(monkeypatch)
+
+
+@pytest.mark.parametrize("backend", ["reference", "llvm", "cuda"])
+def test_gpu_stages_run_on_the_cuda_backend_and_cpu_stages_on_a_cpu_one(backend,
+                                                                         stand_in_cuda):
+    """cpu:0/gpu:0: the GPU's stages compile on the CUDA backend, the CPU's on the
+    program's backend (llvm when that is cuda), and the step equals one device's."""
+    one, want = train(split_mlp_module([None]), "reference")
+    m = split_mlp_module(["/cpu:0", "/gpu:0"])
+    m.devices = ["/cpu:0", "/gpu:0"]
+    p, got = train(m, backend)
+    exe = p._executable("train")
+    ran = {plan.device: {type(st.executable).__module__.split(".")[2]
+                         + ("(cuda)" if getattr(st.executable, "ran_on", None) else "")
+                         for st in plan.stages if st.executable is not None}
+           for plan in exe.plans}
+    cpu = "llvm" if backend == "cuda" else backend
+    assert ran == {"/cpu:0": {cpu}, "/gpu:0": {"reference(cuda)"}}
+    assert stand_in_cuda.compiled  # the gpu stages were fused and planned for it:
+    gpu_stages = [st.graph for plan in exe.plans if plan.device == "/gpu:0"
+                  for st in plan.stages if st.graph is not None]
+    assert any(op.kind == "fusion" for g in gpu_stages for op in g.ops)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_a_module_on_gpus_alone_runs_on_cuda_and_initializes_on_the_cpu(stand_in_cuda):
+    """GPUs alone: the program's backend is cuda whatever the CPU backend named; the
+    ``__init__`` graph (host arrays) computes on the CPU backend, so making the program
+    needs no GPU."""
+    m = split_mlp_module(["/gpu:0"])
+    m.devices = ["/gpu:0"]
+    p = Program(m, backend="llvm")
+    assert p.backend.name == "cuda" and stand_in_cuda.compiled == []
+    one, want = train(split_mlp_module([None]), "reference")
+    got = [float(p.run("train", x=X, y=Y)["loss"]) for _ in range(5)]
+    assert stand_in_cuda.compiled == ["train"]
+    np.testing.assert_allclose(got, want, rtol=1e-5)

@@ -88,13 +88,16 @@ def make_program(module: Module, path: str | os.PathLike[str], backend: str | No
 def compile_target(devices: str | Sequence[str] | None = None, fp16_transfers: bool = False,
                    backend: str | None = None) -> Target:
     """The target of a compilation: ``backend`` (default: ``default_backend_name()``) on
-    ``devices`` (``"cpu:0,cpu:1"``), f32 transfers as f16 when ``fp16_transfers``."""
-    from tfc.devices import parse_devices
+    ``devices`` (``"cpu:0,cpu:1"``), f32 transfers as f16 when ``fp16_transfers``. GPUs
+    run on the CUDA backend: a target of GPUs alone is a ``cuda`` one
+    (``tfc.devices.program_backend``); with CPUs too, ``backend`` runs the CPU part."""
+    from tfc.devices import parse_devices, program_backend
     parsed = tuple(parse_devices(devices)) if devices is not None else ()
     if fp16_transfers and len(parsed) < 2:
         raise TfcError("--fp16-transfers compresses transfers between devices; "
                        "give two or more with --devices")
-    return Target(backend or default_backend_name(), parsed, fp16_transfers)
+    return Target(program_backend(parsed, backend or default_backend_name()), parsed,
+                  fp16_transfers)
 
 
 def compile_with_report(path: str | os.PathLike[str], pipeline: Pipeline = DEFAULT_PIPELINE, *,

@@ -17,7 +17,10 @@ curves give the seconds of one kernel by op class, size and thread count:
   host have one thread each, not the host's rate each.
 - A transfer between devices of one process hands a reference over: it costs the
   measured hand-off latency and nothing per byte. Between hosts it costs the link's
-  latency plus bytes over its bandwidth.
+  latency plus bytes over its bandwidth. An edge into or out of a GPU adds the
+  host<->device copy (latency plus bytes over the measured or default PCIe rate).
+- A GPU (``/gpu:N``) costs ops by its own curves (``DeviceProfile.rates``) and takes
+  no share of the host's cores.
 - Per step: a one-device program's ``Program.run`` costs ``step_s``; a step of the
   multi-device executor ``executor_step_s``, plus ``stage_s`` per stage on its device's
   thread and ``transfer_s`` per in-process transfer on the sending and on the receiving
@@ -383,14 +386,19 @@ class CostModel:
         """Seconds from ``v`` computed on ``src`` to ``v`` usable on ``dst``: the hand-off
         latency between devices of one process (a reference moves, no bytes), the link's
         latency plus bytes over its bandwidth between hosts (f16 bytes when
-        ``compressed``)."""
+        ``compressed``), plus, for a GPU at either end, the host<->device copy of those
+        bytes (``DeviceProfile.host_copies``: a cpu/gpu edge is a PCIe copy)."""
         if src == dst:
             return 0.0
-        if same_process(src, dst):
-            return self.handoff_s
         from tfc.passes.compress import transfer_nbytes
+        nbytes = transfer_nbytes(v, compressed, self.symbol_size)
+        # a GPU's side of the edge: its host<->device copies (f16 bytes when compressed)
+        copies = sum(link.latency_s + nbytes / link.bytes_per_s
+                     for link in self.profile.host_copies(src, dst))
+        if same_process(src, dst):
+            return self.handoff_s + copies
         link = self.profile.link(src, dst)
-        return link.latency_s + transfer_nbytes(v, compressed, self.symbol_size) / link.bytes_per_s
+        return link.latency_s + nbytes / link.bytes_per_s + copies
 
 
 def same_process(a: str, b: str) -> bool:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping, Sequence
 
-from tfc.devices import DeviceProfile, check_runnable, load_profile, matches, parse_device
+from tfc.devices import DeviceProfile, load_profile, matches, parse_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
 from tfc.ir.types import SYMBOL_SIZE
@@ -215,9 +215,11 @@ class Simulation:
     def makespan(self) -> float:
         """The step: the fixed cost of a step (the executor's, when it runs the step) plus
         the last device's finish (``staged_finish`` on the executor), but never less than
-        the host's work (each device's kernel seconds times its threads) spread over its
-        cores (more threads than cores take turns)."""
-        host = sum(self.busy[d] * self.threads.get(d, 1) for d in self.busy) / self.model.cores
+        the host's work (each CPU device's kernel seconds times its threads; a GPU's
+        kernels do not run on the host's cores) spread over its cores (more threads than
+        cores take turns)."""
+        host = sum(self.busy[d] * self.threads.get(d, 1) for d in self.busy
+                   if parse_device(d).kind == "cpu") / self.model.cores
         if not self.executor:
             return self.model.step_s + max(max(self.free.values(), default=0.0), host)
         return self.model.executor_step_s + max(self.staged_finish(), host)
@@ -265,14 +267,24 @@ class Simulation:
         return max(end.values(), default=0.0)
 
 
+# Ops the CUDA backend does not run (control flow, collectives: a graph holding one runs
+# whole on the reference backend, ``tfc.backends.cuda``) or runs on the host (linear
+# algebra, through copies): where a CPU device is there to take them, a GPU gets none.
+# tests/passes/test_placement.py checks this against the backend's ``how_to_run``.
+GPU_HOST_ONLY = frozenset({"cond", "while", "scan", "matrix_determinant", "matrix_inverse",
+                           "all_reduce"})
+
+
 def can_run(kind: str, device: str) -> bool:
-    """Whether a backend for ``device``'s kind runs op ``kind`` (CPU backends run every op;
-    no GPU backend exists yet, so GPUs take none)."""
-    return parse_device(device).kind == "cpu"
+    """Whether the backend of ``device``'s kind runs op ``kind`` natively: CPU backends
+    run every op; the CUDA backend every op but ``GPU_HOST_ONLY``."""
+    return parse_device(device).kind == "cpu" or kind not in GPU_HOST_ONLY
 
 
 def _allowed(op: Op, devices: Sequence[str]) -> list[str]:
     ok = [d for d in devices if can_run(op.kind, d)]
+    if not ok and all(parse_device(d).kind == "gpu" for d in devices):
+        ok = list(devices)  # GPUs alone: the CUDA backend runs such a graph on the reference
     if op.device is not None:
         pinned = [d for d in ok if matches(op.device, d)]
         if not pinned:
@@ -493,7 +505,6 @@ def placement(module: Module) -> Module:
     but checking scopes); reports land in ``module.placement_reports``. The cost model
     takes ``module.measured_costs`` (a profiling run's op times) when set."""
     devices = list(module.devices) or ["/cpu:0"]
-    check_runnable(devices)
     profile = load_profile()
     reports = {}
     for name, graph in module.entries.items():

@@ -20,6 +20,13 @@ once per step, and only the devices that compute share the cores
 (``threads_per_device``), their BLAS calls included. An entry whose ops all run on one
 device never gets here: it has no table and runs as a single-device program.
 
+Each device's stages compile on the backend of its kind (``tfc.devices.device_backend``):
+a GPU's on the CUDA backend, a CPU's on the program's backend (llvm when that is
+cuda). The CUDA backend's executables take and return host arrays, so a cpu/gpu edge's
+send/recv hands a host array over and the GPU stage copies it to the device and its
+results back (the copy the cost model charges at the host link's rate); fp16 transfers
+halve those copies as they do any transfer.
+
 ``PartitionedExecutable`` has the backend ``Executable`` interface, so ``Program`` runs a
 multi-device module exactly as it runs a single-device one: same feeds, fetches,
 variable semantics (reads see the start of the step, updates apply after it) and
@@ -39,8 +46,8 @@ from typing import Any, Callable, ContextManager, Hashable, Iterable, Mapping, S
 
 import numpy as np
 
-from tfc.backends.base import Backend, Executable, StepResult
-from tfc.devices import threads_per_device
+from tfc.backends.base import Backend, Executable, StepResult, get_backend
+from tfc.devices import device_backend, threads_per_device
 from tfc.errors import ExecutionError, FeedError, TfcError
 from tfc.ir.core import Graph, Module, PartitionStage, StageSource
 from tfc.ir.types import format_shape
@@ -241,11 +248,15 @@ class PartitionedExecutable:
         self.plans: list[DevicePlan] = []
         fast_vars: set[str] = set()
         compiled: dict[tuple[str, int], Executable] = {}
+        backends = {backend.name: backend}  # the backend of each device kind's part
         for part in table.devices:
-            device_backend = with_threads(backend, self.threads.get(part.device))
+            name = device_backend(part.device, backend.name)
+            if name not in backends:
+                backends[name] = get_backend(name)
+            stage_backend = with_threads(backends[name], self.threads.get(part.device))
             for i, st in enumerate(part.stages):
                 if st.graph is not None:
-                    compiled[part.device, i] = device_backend.compile(module, st.graph)
+                    compiled[part.device, i] = stage_backend.compile(module, st.graph)
         unchecked = _unchecked_sources(table, compiled)
         for part in table.devices:
             stages = []
@@ -281,7 +292,7 @@ class PartitionedExecutable:
                       if self._others else None)
         # a backend whose kernels call a BLAS library with threads of its own
         # (``blas_threads``: llvm's OpenBLAS) has those limited to the share too, per step
-        self._backend = backend
+        self._backend = backends.get(device_backend("/cpu:0", backend.name), backend)
         self._blas_share: int | None = (
             (getattr(backend, "threads", None)  # the user's count, if given
              or min(self.threads.values(), default=1)) if self.threads else None)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, ca
 import numpy as np
 
 from tfc.backends.base import Backend, Executable, get_backend
+from tfc.devices import device_backend, program_backend
 from tfc.errors import ExecutionError, FeedError, TfcError
 from tfc.ir.core import INIT_GRAPH, Graph, Module, Op, VariableDecl
 from tfc.ir.registry import writes_variable
@@ -118,7 +119,9 @@ class Program:
     The program copies the given values unless ``copy=False``, which hands it the arrays
     (the caller must not change them afterwards; the artifact loader does this so that
     loading never holds two copies of the weights). ``backend`` is a backend name
-    (``"reference"``) or a backend object. Entries compile on first use and the
+    (``"reference"``) or a backend object; it runs the CPU devices' ops, and a GPU's run
+    on the CUDA backend (a module placed on GPUs alone runs on ``cuda``,
+    ``tfc.devices.program_backend``). Entries compile on first use and the
     executables are cached; a module not lowered for the backend (``tfc.pipeline``) has
     each entry lowered then, alone. ``step`` is the step counter to start from.
 
@@ -136,6 +139,8 @@ class Program:
                  initializers: Mapping[str, Op] | None = None) -> None:
         self.backend: Backend = (get_backend(backend) if backend is None or isinstance(backend, str)
                                  else backend)
+        if program_backend(module.devices, self.backend.name) != self.backend.name:
+            self.backend = get_backend(program_backend(module.devices, self.backend.name))
         # the PartitionedExecutable runs the partition tables; an entry whose ops all run
         # on one device has none and runs as a single-device program (``_compile``)
         if len(module.devices) > 1:
@@ -412,16 +417,31 @@ class Program:
                 from tfc.runtime.executor import PartitionedExecutable
                 exe = PartitionedExecutable(self.module, entry, self.backend)
             else:
-                exe = self._compile(self.module, entry)
+                exe = self._compile(self.module, entry, self._single_device_backend(entry))
             self._executables[entry] = exe
         return exe
 
-    def _compile(self, module: Module, entry: str) -> Executable:
-        """``entry`` compiled by the backend (from ``lowered_module``'s module)."""
-        lowered = lowered_module(module, entry, self.backend)
+    def _single_device_backend(self, entry: str) -> Backend | None:
+        """The backend of the one device an entry without a partition table runs on, when
+        that is not the program's (``tfc.devices.device_backend``: the entry of a
+        ``/cpu:0,/gpu:0`` module placed wholly on the GPU runs on cuda); else None."""
+        if len(self.module.devices) < 2:
+            return None
+        from tfc.passes.partition import single_device
+        graph = self.module.graphs.get(entry)
+        device = single_device(graph, self.module.devices[0]) if graph is not None else None
+        name = device_backend(device, self.backend.name) if device is not None else None
+        return get_backend(name) if name is not None and name != self.backend.name else None
+
+    def _compile(self, module: Module, entry: str, backend: Backend | None = None
+                 ) -> Executable:
+        """``entry`` compiled by ``backend`` (default: the program's), from
+        ``lowered_module``'s module."""
+        backend = backend or self.backend
+        lowered = lowered_module(module, entry, backend)
         if lowered is not module and module is self.module and entry != INIT_GRAPH:
             self._lowered[entry] = lowered
-        return self.backend.compile(lowered, entry)
+        return backend.compile(lowered, entry)
 
     def _stored_module(self) -> Module:
         """The module an artifact of this program stores: the final IR that compiled.
@@ -460,7 +480,12 @@ class Program:
         if rest is not init:
             module = Module({INIT_GRAPH: rest}, self.module.variables,
                             devices=list(self.module.devices))
-        exe = self._compile(module, INIT_GRAPH)
+        # the initial values are host arrays: a GPU program computes them on the CPU
+        # backend (the same numbers: random ops draw the same Philox streams everywhere),
+        # so compiling for a GPU needs none
+        host = device_backend("/cpu:0", self.backend.name)
+        exe = self._compile(module, INIT_GRAPH,
+                            None if host == self.backend.name else get_backend(host))
         return dict(exe([], MappingProxyType({}), 0).updates)
 
     def _own_fetch(self, f: np.ndarray) -> np.ndarray:
