@@ -52,6 +52,7 @@ import platform
 import sys
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Iterator
@@ -345,12 +346,11 @@ class Bench:
             from tfc.runtime import Program
             prog = Program(_chain_module(n, feed=False), {"x": x_host, "y": np.zeros_like(x_host)},
                            backend=t.backend)
-            step = prog.callable("chain", [], [])
-            step()
+            step, _, said = first_step(prog, "chain", [], [])
             check = _check(np.asarray(prog.variables["y"]), want, rtol=1e-5, atol=1e-6)
             s = time_step(step, self.budget)
             m, unit = pct(s.median)
-            return s, m, unit, check, "y := chain(x), x and y variables; no feeds/fetches"
+            return s, m, unit, check, "y := chain(x), x and y variables; no feeds/fetches" + said
 
         self.row(wl, "tfc step", step_body)
 
@@ -406,14 +406,15 @@ class Bench:
         def tfc_step() -> tuple[Stats, float | None, str, str, str]:
             from tfc.runtime import Program
             prog = Program(_matmul_module(n, dtype), {"A": a_h, "B": b_h}, backend=t.backend)
-            step = prog.callable("mm", [], "s")
-            got = float(step())
+            step, got, said = first_step(prog, "mm", [], "s")
+            got = float(got)
             check = ("no reference" if "sum" not in ref else
                      _check_scalar(got, ref["sum"], 1e-4 * ref["abs"] + 1e-6))
             s = time_step(step, self.budget)
             note = "A, B variables; fetch sum(cast(A @ B, f32))"
             if "median" in ref:
                 note += f"; {xp_name}/tfc = {ref['median'] / s.median:.3f}"
+            note += said
             return s, flops / s.median / 1e12, "TFLOP/s", check, note
 
         xp_name = "cupy" if t.kind == "cuda" else "numpy"
@@ -450,12 +451,12 @@ class Bench:
             from tfc.runtime import Program
             t0 = time.perf_counter()
             prog = Program(build(), backend=t.backend)
-            step = partial(prog.callable("train_step", ["x", "y"], "loss"), x, y)
-            check = _check_scalar(float(step()), want, 1e-4 * max(1.0, abs(want)))
+            step, loss, said = first_step(prog, "train_step", ["x", "y"], "loss", x, y)
+            check = _check_scalar(float(loss), want, 1e-4 * max(1.0, abs(want)))
             cold = time.perf_counter() - t0
             s = time_step(step, self.budget)
             moved = "; numpy feeds copied to the device each step" if t.kind == "cuda" else ""
-            return s, None, "", check, f"compile + first step {cold:.2f} s{moved}"
+            return s, None, "", check, f"compile + first step {cold:.2f} s{moved}{said}"
 
         def torch_body(how: str) -> tuple[Stats, float | None, str, str, str]:
             c = torch_contender(t.torch_device, compiled=how == "compile",
@@ -511,6 +512,26 @@ def _matmul_module(n: int, dtype: np.dtype) -> Any:
         s = tfc.reduce_sum(tfc.cast(tfc.matmul(av, bv), tfc.float32))
         tfc.entry("mm", feeds={}, fetches={"s": s})
     return run_pipeline(g.as_module(), "canonicalize,cse,dce", verify=False)
+
+
+def first_step(prog: Any, entry: str, feeds: list[str], fetches: Any,
+               *values: np.ndarray) -> tuple[Step, Any, str]:
+    """``prog.callable(entry, feeds, fetches)`` bound to ``values``, its first step's
+    result, and what compiling said: the cuda backend's compile report (kernels, ops run
+    on the host) and any warning (a graph that fell back to the reference backend is no
+    GPU number), as a note for the row."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = partial(prog.callable(entry, feeds, fetches), *values)
+        out = step()
+    said = [str(w.message).splitlines()[0] for w in caught]
+    if prog.backend.name == "cuda":
+        with contextlib.suppress(Exception), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # said already; the report is only a note
+            from tfc.pipeline import lower_entry
+            exe = prog.backend.compile(lower_entry(prog.module, entry, "cuda"), entry)
+            said.insert(0, str(exe.report))
+    return step, out, "".join(f"; {x}" for x in said)
 
 
 class GeneratedKernels:

@@ -234,3 +234,24 @@ def test_gpu_check_script_runs_its_stages_into_out(tmp_path):
                              env={k: v for k, v in env.items() if k != "OUT"},
                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert missing.returncode != 0 and "set OUT" in missing.stderr
+
+
+def test_first_step_notes_say_when_the_gpu_did_not_run_it(bc, monkeypatch):
+    """A graph the cuda backend hands to the reference backend (control flow) runs, and its
+    row's note says so, with the compile report: such a time is no GPU number."""
+    if _can_emulate():
+        pytest.skip(_can_emulate())
+    import numpy as np
+    import tfc
+    from tfc.runtime import Program
+
+    monkeypatch.setenv("TFC_CUDA_DEVICE", "emulated")
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [4], name="x")
+        y = tfc.cond(tfc.reduce_sum(x) > 0, lambda: x * 2.0, lambda: x - 1.0)
+        tfc.entry("f", feeds={"x": x}, fetches={"y": y})
+    prog = Program(g.as_module(), backend="cuda")
+    step, out, note = bc.first_step(prog, "f", ["x"], "y", np.ones(4, np.float32))
+    assert np.array_equal(out, np.full(4, 2.0, np.float32))
+    assert "runs on the reference backend" in note and "cond" in note
+    assert np.array_equal(step(), out)
