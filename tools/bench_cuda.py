@@ -62,7 +62,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_timing import Stats, measure  # noqa: E402
-from bench_workloads import (CNN_IMAGE, GELU_C, MLP_DIMS, Data, NumpyContender,  # noqa: E402
+from bench_workloads import (CNN_IMAGE, MLP_DIMS, Data, NumpyContender,  # noqa: E402
                              Step, build_cnn_module, build_mlp_module, default_backend)
 
 WORKLOADS = ("chain", "matmul", "mlp", "cnn")
@@ -117,9 +117,6 @@ class Target:
     def sync(self) -> None:
         if self.kind == "cuda":
             self.xp.cuda.Device().synchronize()
-
-    def to_host(self, a: Any) -> np.ndarray:
-        return self.xp.asnumpy(a) if self.kind == "cuda" else np.asarray(a)
 
     @contextlib.contextmanager
     def kernel_device(self) -> Iterator[Any]:
@@ -545,7 +542,7 @@ class GeneratedKernels:
         from tfc.backends.base import get_backend
         from tfc.pipeline import lower_entry
 
-        exe = get_backend("cuda").compile(lower_entry(module, entry, "cuda"), entry)
+        exe: Any = get_backend("cuda").compile(lower_entry(module, entry, "cuda"), entry)
         graph = exe.graph
         self.device = device
         values: dict[Any, Any] = {a: device.to_device(feeds[a.name]) for a in graph.args}
@@ -752,15 +749,17 @@ def goals(rows: list[Row], dry: bool = False) -> list[Goal]:
 
     for wl, cells in by.items():
         if wl.startswith("chain"):
-            r = cells.get("tfc kernel")
+            kernel = cells.get("tfc kernel")
             copies = [c.stats.median for n, c in cells.items()
                       if n.startswith("copy") and c.stats is not None]
-            if r is None or r.stats is None or not copies or not r.unit.startswith("%"):
-                why = ("no copy bandwidth" if not copies else "tfc kernel failed"
-                       if r is not None and r.stats is None else "not measured on a GPU")
+            if (kernel is None or kernel.stats is None or not copies
+                    or not kernel.unit.startswith("%")):
+                why = ("no copy bandwidth" if not copies else "no tfc kernel row"
+                       if kernel is None else "tfc kernel failed" if kernel.stats is None
+                       else "not measured on a GPU")
                 out.append(Goal(wl, "tfc kernel / copy bandwidth", None, CHAIN_GOAL, ">=", why))
             else:
-                out.append(Goal(wl, "tfc kernel / copy bandwidth", (r.metric or 0) / 100,
+                out.append(Goal(wl, "tfc kernel / copy bandwidth", (kernel.metric or 0) / 100,
                                 CHAIN_GOAL, ">=", dry=dry))
         elif wl.startswith("matmul"):
             ref_name = next((n for n in cells if n.endswith("same work")), "cupy same work")

@@ -8,12 +8,13 @@
 #   1. versions   nvidia-smi, driver/CUDA/cupy/torch/numpy versions, what tfc's cuda
 #                 backend finds (-> $OUT/versions.txt)
 #   2. cuda tests TFC_BACKEND=cuda pytest tests/backends/cuda -x (-> $OUT/cuda_tests.log)
+#                 (-n 8 and --timeout as in 4)
 #   3. bench      tools/bench_cuda.py --json $OUT/bench.json (-> $OUT/bench.log); the JSON is
 #                 rewritten after every row, so a timeout keeps what was measured
 #   4. suite      TFC_BACKEND=cuda pytest (the whole suite; -n 8 with pytest-xdist,
 #                 --timeout with pytest-timeout, where installed) (-> $OUT/suite.log)
-# and $OUT/summary.txt: each stage's exit status and time, the tests' and goals' result
-# lines. Six files in $OUT in all.
+# and $OUT/summary.txt: each stage's exit status and time, the tests' counts, failures and
+# skip reasons, the benchmark goals. Six files in $OUT in all.
 #
 # The machine has no network: wheels tfc needs that are not installed there (lark, ...)
 # are carried in .whl/ and installed with pip --no-index into /tmp/site first.
@@ -54,6 +55,14 @@ stage() {
     return 0
 }
 
+# pytest_result LOG: the counts line and the first failures and skip reasons, into the summary.
+pytest_result() {
+    grep -E "^(FAILED|ERROR|SKIPPED) " "$1" | head -n 25 | cut -c1-300 | sed 's/^/  /' \
+        | tee -a "$SUMMARY"
+    grep -E "[0-9]+ (passed|failed|skipped|errors?|deselected)" "$1" | tail -n 1 \
+        | sed 's/^/  /' | tee -a "$SUMMARY"
+}
+
 START=$(date +%s)
 note "gpu_check.sh started $(date -u +%FT%TZ) in $PWD"
 
@@ -73,8 +82,8 @@ export PYTHONDONTWRITEBYTECODE=1
 versions() {
     echo "== nvidia-smi"; nvidia-smi 2>&1
     echo "== nvidia-smi --query-gpu"
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit \
-        --format=csv 2>&1
+    nvidia-smi --format=csv 2>&1 \
+        --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit
     echo "== nvcc"; nvcc --version 2>&1 | tail -2
     echo "== g++"; g++ --version 2>&1 | head -1
     echo "== git"; git rev-parse HEAD 2>&1; git log --oneline -3 2>&1
@@ -132,9 +141,9 @@ note "pytest options: ${XDIST[*]:-no xdist} ${PTIMEOUT[*]:-no pytest-timeout}"
 
 # ---- 2. the cuda backend's own tests -----------------------------------------------------
 stage cuda_tests "$T_CUDA_TESTS" "$OUT/cuda_tests.log" \
-    env TFC_BACKEND=cuda "$PY" -m pytest tests/backends/cuda -x -q -rs -p no:cacheprovider \
-    "${PTIMEOUT[@]}"
-tail -n 3 "$OUT/cuda_tests.log" | sed 's/^/  /' | tee -a "$SUMMARY"
+    env TFC_BACKEND=cuda "$PY" -m pytest tests/backends/cuda -x -rfEs -p no:cacheprovider \
+    "${XDIST[@]}" "${PTIMEOUT[@]}"
+pytest_result "$OUT/cuda_tests.log"
 
 # ---- 3. the GPU benchmarks ---------------------------------------------------------------
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of words on purpose
@@ -148,8 +157,8 @@ fi
 
 # ---- 4. the whole suite in cuda mode -----------------------------------------------------
 stage suite "$T_SUITE" "$OUT/suite.log" \
-    env TFC_BACKEND=cuda "$PY" -m pytest -q -rs -p no:cacheprovider --maxfail 100 \
+    env TFC_BACKEND=cuda "$PY" -m pytest -rfEs -p no:cacheprovider --maxfail 100 \
     "${XDIST[@]}" "${PTIMEOUT[@]}"
-tail -n 3 "$OUT/suite.log" | sed 's/^/  /' | tee -a "$SUMMARY"
+pytest_result "$OUT/suite.log"
 
 note "gpu_check.sh done in $(( $(date +%s) - START )) s"

@@ -41,7 +41,7 @@ def _can_emulate() -> str | None:
 
 def _torch() -> bool:
     try:
-        import torch  # noqa: F401
+        importlib.import_module("torch")
     except Exception:  # noqa: BLE001  (not installed, or broken: the rows say so)
         return False
     return True
