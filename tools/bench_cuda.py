@@ -25,6 +25,9 @@ Workloads (``--workloads``, default all), each a few rows timed in this one proc
 - ``cnn``: the benchmark's CNN (conv 3x3x32 SAME + ReLU, 2x2 max pool, dense 10) step
   at batch 256, likewise.
 
+The ``torch.compile`` rows run after all others (their first step compiles for a minute
+or so), so that a time limit on the run cuts them first; the table groups rows by workload.
+
 Every row checks its numbers (outputs against numpy, first-step losses against numpy's
 step) and says so in ``check``; a row that fails records its error and the next runs.
 Times are medians (``bench_timing.measure``) of steps that end synchronized
@@ -246,6 +249,7 @@ class Bench:
         self.target, self.sizes, self.budget = target, sizes, budget
         self.json_path, self.compile_torch, self.quiet = json_path, compile_torch, quiet
         self.rows: list[Row] = []
+        self.deferred: list[Callable[[], Any]] = []
         self.data = Data()
         self.started = time.time()
 
@@ -469,8 +473,15 @@ class Bench:
         self.row(wl, "tfc step", tfc_body)
         self.row(wl, "torch eager", partial(torch_body, "eager"))
         self.row(wl, "torch eager, batch from host", partial(torch_body, "host"))
-        if self.compile_torch:
-            self.row(wl, "torch.compile", partial(torch_body, "compile"))
+        if self.compile_torch:  # last of all: its first step compiles for a minute or so
+            self.deferred.append(partial(self.row, wl, "torch.compile",
+                                         partial(torch_body, "compile")))
+
+    def run_deferred(self) -> None:
+        """The rows kept for the end (``torch.compile``'s), so that a time limit on the
+        whole run cuts them rather than the tfc rows."""
+        while self.deferred:
+            self.deferred.pop(0)()
 
 
 # ---- tfc pieces -----------------------------------------------------------------------
@@ -796,13 +807,14 @@ def render(report: dict[str, Any], rows: list[Row]) -> str:
         if key in facts:
             lines.append(f"  {key}: {facts[key]}")
     lines.append(f"  tfc backend: {report['tfc_backend']}")
-    workload = None
+    by_workload: dict[str, list[Row]] = {}  # in order of first row; deferred rows join
     for r in rows:
-        if r.workload != workload:
-            workload = r.workload
-            lines.append(f"\n{workload}")
-        extra = "".join(f"  [{x}]" for x in (r.check, r.note) if x)
-        lines.append(f"  {r.contender:32} {_cell(r)}{extra}")
+        by_workload.setdefault(r.workload, []).append(r)
+    for workload, cells in by_workload.items():
+        lines.append(f"\n{workload}")
+        for r in cells:
+            extra = "".join(f"  [{x}]" for x in (r.check, r.note) if x)
+            lines.append(f"  {r.contender:32} {_cell(r)}{extra}")
     lines.append("\ngoals (issue #19)")
     lines.extend("  " + g.text() for g in goals(rows, report["target"] != "cuda"))
     return "\n".join(lines)
@@ -848,6 +860,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.say(f"tfc CUDA benchmarks on {target.facts.get('device')}")
     for w in wanted:
         getattr(bench, w)()
+    bench.run_deferred()
     bench.save()
     print(render(bench.report(), bench.rows))
     return 0

@@ -4,7 +4,7 @@
 #     OUT=/some/empty/dir bash tools/gpu_check.sh
 #
 # Stages, each under `timeout` and independent of the others (a failure or a timeout only
-# ends its own stage), so that the whole script ends within ~8 minutes:
+# ends its own stage); the default limits (30 + 90 + 210 + 150 s) end it within ~8 minutes:
 #   1. versions   nvidia-smi, driver/CUDA/cupy/torch/numpy versions, what tfc's cuda
 #                 backend finds (-> $OUT/versions.txt)
 #   2. cuda tests TFC_BACKEND=cuda pytest tests/backends/cuda -x (-> $OUT/cuda_tests.log)
@@ -27,8 +27,8 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 : "${OUT:?set OUT to the folder the results go to}"
 mkdir -p "$OUT"
-T_VERSIONS=${T_VERSIONS:-60}
-T_CUDA_TESTS=${T_CUDA_TESTS:-100}
+T_VERSIONS=${T_VERSIONS:-30}
+T_CUDA_TESTS=${T_CUDA_TESTS:-90}
 T_BENCH=${T_BENCH:-210}
 T_SUITE=${T_SUITE:-150}
 BENCH_ARGS=${BENCH_ARGS:-}

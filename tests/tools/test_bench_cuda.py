@@ -255,3 +255,14 @@ def test_first_step_notes_say_when_the_gpu_did_not_run_it(bc, monkeypatch):
     assert np.array_equal(out, np.full(4, 2.0, np.float32))
     assert "runs on the reference backend" in note and "cond" in note
     assert np.array_equal(step(), out)
+
+
+def test_table_groups_rows_run_later_under_their_workload(bc):
+    """torch.compile's rows run last (deferred), yet print under their own workload."""
+    report = {"target": "cpu", "facts": {"device": "test"}, "tfc_backend": "llvm"}
+    rows = [_row(bc, "MLP", "tfc step", 1.0), _row(bc, "CNN", "tfc step", 2.0),
+            _row(bc, "MLP", "torch.compile", 3.0)]
+    lines = bc.render(report, rows).splitlines()
+    mlp, cnn = lines.index("MLP"), lines.index("CNN")
+    assert mlp < cnn and "torch.compile" in lines[mlp + 2]
+    assert sum(line == "MLP" for line in lines) == 1
