@@ -5,9 +5,10 @@ Workloads (``--workloads``, default all), each a few rows timed in this one proc
 - ``chain``: BENCHMARKS.md's fused element-wise chain ``gelu_tanh(x*1.7+0.3)`` (11 ops,
   one fusion) on 64M f32. Its bytes (read + written) per second against the device's
   copy bandwidth measured here (the faster of ``xp.copyto`` and an element-wise copy of
-  the same array). Two tfc rows: ``kernel``, the generated fusion kernel(s) launched
-  directly on device arrays (codegen -> NVRTC -> ``device.load``/``launch``: what the
-  issue's ">= 85% of copy bandwidth" is about), and ``step``, a whole ``Program`` step
+  the same array). Two tfc rows: ``kernel``, the fusion kernel(s) the cuda backend
+  compiles (``CUDABackend.compile``: codegen, NVRTC) launched alone on device arrays
+  through ``device.load``/``launch`` (what the issue's ">= 85% of copy bandwidth" is
+  about), and ``step``, a whole ``Program`` step
   whose input and output are device-resident variables (``y := chain(x)``, no feeds or
   fetches), so the runtime's per-step work is in it but no host transfer; PyTorch eager
   for reference.
@@ -35,13 +36,15 @@ Times are medians (``bench_timing.measure``) of steps that end synchronized
 launch ``repeat`` times per sample and synchronize once, so that the ~10 us of a
 synchronize does not count against a 0.2 ms kernel.
 
-``--device cpu`` is the dry mode for machines without a GPU (CI, development): the same
-harness with numpy as the array module, tfc's default CPU backend for steps, PyTorch on
-the CPU, and the generated kernels run by the CUDA emulator
-(``TFC_CUDA_DEVICE=emulated``) on a small input. Its times mean nothing; it checks that
-every row runs and computes the right numbers.
+Without a GPU (CI, development) two dry modes run the same harness with numpy as the
+array module and PyTorch on the CPU: ``--device cpu`` with tfc's default CPU backend for
+the steps and the chain's kernels on the CUDA emulator (``TFC_CUDA_DEVICE=emulated``, a
+small input), ``--device emulated`` with the cuda backend itself on the emulator (tiny
+shapes). Their times mean nothing and they meet or miss no goal; they check that every
+row runs and computes the right numbers.
 
-    python tools/bench_cuda.py [--quick] [--device cuda|cpu] [--json PATH]
+    python tools/bench_cuda.py [--quick] [--device cuda|cpu|emulated] [--json PATH]
+        [--workloads chain,matmul,mlp,cnn] [--no-torch-compile] [--runs N] [--row-budget S]
 """
 
 from __future__ import annotations
