@@ -39,7 +39,7 @@ The algorithm, exactly (backends import the constants below rather than retyping
    - ``plog(x)`` for positive normal ``x``: ``x = m * 2^e`` exactly with ``m`` in
      ``[0.5, 1)`` (frexp); if ``m < SQRT_HALF``: ``m = 2m, e = e - 1``.
      ``s = (m - 1) / (m + 1); z = s*s; t = s + s;
-     log_m = t + t * (z * horner(z, LOG_COEFFS))``;
+     log_m = t + t * (z * horner(z, LOG_COEFFS, xp))``;
      ``plog = e*LN2_HI + (e*LN2_LO + log_m)`` (``e`` as f64).
    - ``psincos(a)`` for ``|a| <= pi/4``: ``z = a*a``;
      ``sin = a + a * (z * horner(z, SIN_COEFFS))``; ``cos = 1 + z * horner(z, COS_COEFFS)``.
@@ -99,53 +99,56 @@ _U64 = np.uint64
 _2_64 = 1 << 64
 
 
-def philox4x32_10(counter: Sequence[Any], key: Sequence[int]
+def philox4x32_10(counter: Sequence[Any], key: Sequence[int], xp: Any = np
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The four output words (uint32 arrays) of Philox4x32-10 for each counter.
 
     ``counter`` is four broadcastable arrays (or ints) of 32-bit words, ``key`` two ints.
-    Arithmetic is in uint64 so that the 32x32 -> 64-bit products are exact.
+    Arithmetic is in uint64 so that the 32x32 -> 64-bit products are exact. ``xp`` is the
+    array module (numpy; cupy for the CUDA backend, which draws the same numbers on the
+    device: integer and correctly rounded IEEE operations only, one per array call).
     """
-    c = [np.asarray(x, dtype=np.uint64) & _MASK32 for x in counter]
-    c = list(np.broadcast_arrays(*c))
+    c = [xp.asarray(x, dtype=np.uint64) & _MASK32 for x in counter]
+    c = list(xp.broadcast_arrays(*c))
     k0, k1 = (int(x) & 0xFFFFFFFF for x in key)
     m0, m1 = _U64(PHILOX_M0), _U64(PHILOX_M1)
     for r in range(PHILOX_ROUNDS):
         if r:
             k0, k1 = (k0 + PHILOX_W0) & 0xFFFFFFFF, (k1 + PHILOX_W1) & 0xFFFFFFFF
-        p0 = m0 * c[0]
-        p1 = m1 * c[2]
+        p0 = c[0] * m0  # (array first: a cupy array decides the result type)
+        p1 = c[2] * m1
         c = [(p1 >> _U64(32)) ^ c[1] ^ _U64(k0), p1 & _MASK32,
              (p0 >> _U64(32)) ^ c[3] ^ _U64(k1), p0 & _MASK32]
-    return tuple(x.astype(np.uint32) for x in c)  # type: ignore[return-value]
+    return tuple(x.astype(np.uint32) for x in c)
 
 
-def random_words(seed: int, step: int, count: int, start: int = 0) -> np.ndarray:
+def random_words(seed: int, step: int, count: int, start: int = 0, xp: Any = np
+                 ) -> np.ndarray:
     """Words ``W[start:start+count]`` of the stream of ``(seed, step)`` (uint32).
 
     Only the blocks holding those words are computed, as a backend tile would.
     """
     seed, step = int(seed) % _2_64, int(step) % _2_64
     first, last = start // 4, -(-(start + count) // 4)
-    blocks = np.arange(last - first, dtype=np.uint64) + _U64(first)
+    blocks = xp.arange(last - first, dtype=np.uint64) + _U64(first)
     counter = (blocks & _MASK32, blocks >> _U64(32),
                step & 0xFFFFFFFF, step >> 32)
-    lanes = philox4x32_10(counter, (seed & 0xFFFFFFFF, seed >> 32))
+    lanes = philox4x32_10(counter, (seed & 0xFFFFFFFF, seed >> 32), xp)
     skip = start - 4 * first
-    return np.stack(lanes, axis=-1).reshape(-1)[skip:skip + count]
+    return xp.stack(lanes, axis=-1).reshape(-1)[skip:skip + count]
 
 
-def uniform_bits(seed: int, step: int, count: int, bits: int) -> np.ndarray:
+def uniform_bits(seed: int, step: int, count: int, bits: int, xp: Any = np) -> np.ndarray:
     """``count`` uniform integers of ``bits`` bits (uint64): one word each up to 32 bits,
     two words (low first) for more."""
     if bits <= 32:
-        return random_words(seed, step, count).astype(np.uint64) >> _U64(32 - bits)
-    return words64(seed, step, count) >> _U64(64 - bits)
+        return random_words(seed, step, count, xp=xp).astype(np.uint64) >> _U64(32 - bits)
+    return words64(seed, step, count, xp) >> _U64(64 - bits)
 
 
-def words64(seed: int, step: int, count: int) -> np.ndarray:
+def words64(seed: int, step: int, count: int, xp: Any = np) -> np.ndarray:
     """``count`` 64-bit words ``W[2k+1] << 32 | W[2k]`` (uint64)."""
-    w = random_words(seed, step, 2 * count).astype(np.uint64).reshape(count, 2)
+    w = random_words(seed, step, 2 * count, xp=xp).astype(np.uint64).reshape(count, 2)
     return (w[:, 1] << _U64(32)) | w[:, 0]
 
 
@@ -175,37 +178,37 @@ ERFINV_COEFFS = (  # Giles (2010), double precision, branch w < 6.25 (w shifted 
 )
 
 
-def horner(x: np.ndarray, coeffs: Sequence[float]) -> np.ndarray:
+def horner(x: np.ndarray, coeffs: Sequence[float], xp: Any = np) -> np.ndarray:
     """``coeffs[0] * x^(n-1) + ... + coeffs[-1]``, one rounding per multiply and add."""
-    p = np.full_like(x, coeffs[0])
+    p = xp.full_like(x, coeffs[0])
     for c in coeffs[1:]:
         p = c + p * x
     return p
 
 
-def plog(x: np.ndarray) -> np.ndarray:
+def plog(x: np.ndarray, xp: Any = np) -> np.ndarray:
     """Natural log of positive normal f64 values, from IEEE operations only (~1 ulp)."""
-    m, e = np.frexp(x)
+    m, e = xp.frexp(x)
     small = m < SQRT_HALF
-    m = np.where(small, m * 2.0, m)
+    m = xp.where(small, m * 2.0, m)
     ef = (e - small).astype(np.float64)
     s = (m - 1.0) / (m + 1.0)
     z = s * s
     t = s + s
-    log_m = t + t * (z * horner(z, LOG_COEFFS))
+    log_m = t + t * (z * horner(z, LOG_COEFFS, xp))
     return ef * LN2_HI + (ef * LN2_LO + log_m)
 
 
-def psincos(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def psincos(a: np.ndarray, xp: Any = np) -> tuple[np.ndarray, np.ndarray]:
     """``(sin a, cos a)`` for ``|a| <= pi/4`` by Taylor polynomials (~1 ulp)."""
     z = a * a
-    return a + a * (z * horner(z, SIN_COEFFS)), 1.0 + z * horner(z, COS_COEFFS)
+    return a + a * (z * horner(z, SIN_COEFFS, xp)), 1.0 + z * horner(z, COS_COEFFS, xp)
 
 
-def perfinv(v: np.ndarray) -> np.ndarray:
+def perfinv(v: np.ndarray, xp: Any = np) -> np.ndarray:
     """Inverse error function for ``|v| <= erf(sqrt 2)`` (Giles' central branch)."""
-    w = -plog((1.0 - v) * (1.0 + v)) - 3.125
-    return horner(w, ERFINV_COEFFS) * v
+    w = -plog((1.0 - v) * (1.0 + v), xp) - 3.125
+    return horner(w, ERFINV_COEFFS, xp) * v
 
 
 # ---- samplers (what the ops compute; usable directly by runtimes and tests) ---------
@@ -229,44 +232,45 @@ def _count(shape: Sequence[int]) -> int:
 
 
 def sample_uniform(shape: Sequence[int], dtype: DType, seed: int, step: int,
-                   minval: float = 0.0, maxval: float = 1.0) -> np.ndarray:
+                   minval: float = 0.0, maxval: float = 1.0, xp: Any = np) -> np.ndarray:
     """Uniform floats in ``[minval, maxval)``, element j from uniform index j."""
     bits = _UNIFORM_BITS[dtype]
-    u = np.ldexp(uniform_bits(seed, step, _count(shape), bits).astype(np.float64), -bits)
+    u = xp.ldexp(uniform_bits(seed, step, _count(shape), bits, xp).astype(np.float64), -bits)
     y = _to_dtype(u * (float(maxval) - float(minval)) + float(minval), dtype)
     hi = _to_dtype(np.array([maxval], dtype=np.float64), dtype)
     hi = np.nextafter(hi, np.array([-np.inf], dtype=hi.dtype))
-    return np.minimum(y, hi).reshape(shape)
+    return xp.minimum(y, hi[0]).reshape(shape)
 
 
 def sample_normal(shape: Sequence[int], dtype: DType, seed: int, step: int,
-                  mean: float = 0.0, stddev: float = 1.0) -> np.ndarray:
+                  mean: float = 0.0, stddev: float = 1.0, xp: Any = np) -> np.ndarray:
     """Normal floats by Box-Muller; elements 2p and 2p+1 share one pair of uniforms."""
     n = _count(shape)
     bits = _normal_bits(dtype)
     pairs = -(-n // 2)
-    m = uniform_bits(seed, step, 2 * pairs, bits).reshape(pairs, 2)
+    m = uniform_bits(seed, step, 2 * pairs, bits, xp).reshape(pairs, 2)
     m1, m2 = m[:, 0], m[:, 1].astype(np.int64)
-    u1 = np.ldexp((m1 + _U64(1)).astype(np.float64), -bits)
-    r = np.sqrt(-2.0 * plog(u1))
+    u1 = xp.ldexp((m1 + _U64(1)).astype(np.float64), -bits)
+    r = xp.sqrt(-2.0 * plog(u1, xp))
     k = (m2 + (1 << (bits - 3))) >> (bits - 2)
-    a = np.ldexp((m2 - (k << (bits - 2))).astype(np.float64), 2 - bits) * PI_2
-    s, c = psincos(a)
+    a = xp.ldexp((m2 - (k << (bits - 2))).astype(np.float64), 2 - bits) * PI_2
+    s, c = psincos(a, xp)
     q = k & 3
-    cos = np.select([q == 0, q == 1, q == 2], [c, -s, -c], s)
-    sin = np.select([q == 0, q == 1, q == 2], [s, c, -s], -c)
-    z = np.stack([r * cos, r * sin], axis=-1).reshape(-1)[:n]
+    cos = xp.select([q == 0, q == 1, q == 2], [c, -s, -c], s)
+    sin = xp.select([q == 0, q == 1, q == 2], [s, c, -s], -c)
+    z = xp.stack([r * cos, r * sin], axis=-1).reshape(-1)[:n]
     return _to_dtype(z * float(stddev) + float(mean), dtype).reshape(shape)
 
 
 def sample_truncated_normal(shape: Sequence[int], dtype: DType, seed: int, step: int,
-                            mean: float = 0.0, stddev: float = 1.0) -> np.ndarray:
+                            mean: float = 0.0, stddev: float = 1.0, xp: Any = np
+                            ) -> np.ndarray:
     """Normal floats limited to ``mean +- 2 stddev`` by the inverse CDF (no rejection)."""
     bits = _normal_bits(dtype)
-    m = uniform_bits(seed, step, _count(shape), bits).astype(np.int64)
+    m = uniform_bits(seed, step, _count(shape), bits, xp).astype(np.int64)
     n = 2 * m + 1 - (1 << bits)
-    v = np.ldexp(n.astype(np.float64), -bits) * ERF_SQRT2
-    z = np.clip(perfinv(v) * SQRT2, -2.0, 2.0)
+    v = xp.ldexp(n.astype(np.float64), -bits) * ERF_SQRT2
+    z = xp.clip(perfinv(v, xp) * SQRT2, -2.0, 2.0)
     return _to_dtype(z * float(stddev) + float(mean), dtype).reshape(shape)
 
 
@@ -280,9 +284,9 @@ def _mulhi64(a: np.ndarray, b: int) -> np.ndarray:
 
 
 def sample_uniform_int(shape: Sequence[int], dtype: DType, seed: int, step: int,
-                       minval: int, maxval: int) -> np.ndarray:
+                       minval: int, maxval: int, xp: Any = np) -> np.ndarray:
     """Integers in ``[minval, maxval)`` by Lemire's multiply-shift on 64-bit words."""
-    hi = _mulhi64(words64(seed, step, _count(shape)), maxval - minval)
+    hi = _mulhi64(words64(seed, step, _count(shape), xp), maxval - minval)
     y = (hi + _U64(minval % _2_64)).view(np.int64)  # wraps mod 2^64, as intended
     return y.astype(dtype.np).reshape(shape)
 

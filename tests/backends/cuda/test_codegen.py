@@ -77,26 +77,78 @@ def concrete(shape: Sequence, bindings: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(d if isinstance(d, int) else bindings[d] for d in shape)
 
 
+def gpu() -> Any:
+    """cupy when a CUDA device is present, else None (then only the emulator runs)."""
+    try:
+        import cupy
+        return cupy if cupy.cuda.runtime.getDeviceCount() > 0 else None
+    except Exception:  # no cupy, no driver, no device: cupy raises its own error types
+        return None
+
+
+# Where the kernels run: the CPU emulator always, the GPU too when there is one (the same
+# comparisons with the reference, whose ulp bounds are the GPU's).
+TARGETS = ["emulator"] + (["gpu"] if gpu() is not None else [])
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def target(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 def run_kernels(cases: Sequence[tuple[Kernel, Op, Sequence[np.ndarray], Mapping[str, int]]],
-                order: str | None = None, max_blocks: int = 65535) -> list[list[np.ndarray]]:
+                order: str | None = None, max_blocks: int = 65535,
+                target: str = "emulator") -> list[list[np.ndarray]]:
     """Compile every case's kernel in one file with NVRTC (a check of the text) and in one
-    emulated module, run each on its inputs (threads in fiber ``order``); the results of
-    each case; ``max_blocks`` caps the grid (the kernels loop grid-stride)."""
+    emulated module (or load the PTX on the GPU: ``target``), run each on its inputs
+    (threads in fiber ``order``); the results of each case; ``max_blocks`` caps the grid
+    (the kernels loop grid-stride)."""
     kernels = [k for k, *_ in cases]
-    compile_checked(kernels)
+    ptx = compile_checked(kernels)
+    if target == "gpu":
+        return _run_on_gpu(ptx, cases, max_blocks)
     from tfc.backends.cuda.emulator import EmulatedModule
     module = EmulatedModule(kernels, order=order)
     out = []
     for kernel, op, inputs, bindings in cases:
-        results = [np.zeros(concrete(r.type.shape, bindings), r.dtype.np) for r in op.results]
-        for r in results:
-            if r.dtype != np.bool_:
-                r.reshape(-1).view(np.uint8)[:] = 0x5A  # garbage where nothing is stored
+        results = garbage(op, bindings)
         syms = [bindings[s] for s in kernel.symbols]
         module.launch(kernel, kernel.launch.grid(bindings, max_blocks), kernel.launch.block,
                       kernel.launch.shared_bytes,
                       [np.ascontiguousarray(x) for x in inputs] + results + syms)
         out.append(results)
+    return out
+
+
+def garbage(op: Op, bindings: Mapping[str, int]) -> list[np.ndarray]:
+    """Result arrays holding garbage (0x5A bytes) where nothing is stored."""
+    results = [np.zeros(concrete(r.type.shape, bindings), r.dtype.np) for r in op.results]
+    for r in results:
+        if r.dtype != np.bool_:
+            r.reshape(-1).view(np.uint8)[:] = 0x5A
+    return results
+
+
+def _run_on_gpu(ptx: str, cases: Sequence[tuple[Kernel, Op, Sequence[np.ndarray],
+                                                 Mapping[str, int]]],
+                max_blocks: int) -> list[list[np.ndarray]]:
+    """``run_kernels`` on the GPU, through cupy (runs only where there is one)."""
+    import tempfile
+    cp = gpu()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernels.ptx"
+        path.write_text(ptx)
+        module = cp.RawModule(path=str(path))
+        out = []
+        for kernel, op, inputs, bindings in cases:
+            ins = [cp.asarray(np.ascontiguousarray(x)) for x in inputs]
+            outs = [cp.asarray(r) for r in garbage(op, bindings)]
+            syms = [np.int64(bindings[s]) for s in kernel.symbols]
+            module.get_function(kernel.name)(
+                (kernel.launch.grid(bindings, max_blocks),), (kernel.launch.block,),
+                tuple(ins + outs + syms), shared_mem=kernel.launch.shared_bytes)
+            cp.cuda.Device().synchronize()
+            out.append([cp.asnumpy(r) for r in outs])
     return out
 
 
@@ -196,7 +248,7 @@ CASES = elementwise_cases()
 
 
 @pytest.fixture(scope="module")
-def elementwise_results() -> dict[str, tuple[Op, list[np.ndarray], np.ndarray]]:
+def elementwise_results(target: str) -> dict[str, tuple[Op, list[np.ndarray], np.ndarray]]:
     """Every case run in one emulated module (one g++ compile): id -> (op, inputs, got)."""
     runs = []
     for name, kind, ins, attrs, constants in CASES:
@@ -204,7 +256,7 @@ def elementwise_results() -> dict[str, tuple[Op, list[np.ndarray], np.ndarray]]:
         n = arrays[0].size
         op = loop_fusion(kind, [TensorType(d, ("B",)) for d in ins], attrs, constants)
         runs.append((name, op, arrays, codegen.fusion_kernel(op, name), {"B": n}))
-    got = run_kernels([(k, op, arrays, b) for _, op, arrays, k, b in runs])
+    got = run_kernels([(k, op, arrays, b) for _, op, arrays, k, b in runs], target=target)
     return {name: (op, arrays, g[0]) for (name, op, arrays, _, _), g in zip(runs, got)}
 
 
@@ -311,9 +363,9 @@ LOOP_FUSIONS: dict[str, tuple[list[TensorType], Callable, dict]] = {
                                  b("div", a[0], a[1])), {}),
     "f16_tanh": ([t((33,), DType.f16)], lambda b, a: b("tanh", b("mul", a[0], a[0])), {}),
     "int_chain": ([t((3, 5), DType.i32), t((5,), DType.i32)],
-                  lambda b, a: [b("div", b("mul", a[0], a[1]), b("constant", value=np.array(-4, np.int32))),
-                                b("cast", b("pow", a[1], b("constant", value=np.array(3, np.int32))),
-                                  dtype=DType.f64)], {}),
+                  lambda b, a: [b("div", b("mul", a[0], a[1]), _c(b, -4, DType.i32)),
+                                b("cast", b("pow", a[1], _c(b, 3, DType.i32)), dtype=DType.f64)],
+                  {}),
     "zero_size": ([t(("B", 3))], lambda b, a: b("exp", a[0]), {"B": 0}),
 }
 
@@ -329,14 +381,14 @@ def random_input(tt: TensorType, bindings: Mapping[str, int], rng: np.random.Gen
 
 
 @pytest.fixture(scope="module")
-def loop_results() -> dict:
+def loop_results(target: str) -> dict:
     rng = np.random.default_rng(7)
     runs = []
     for name, (types, body, bindings) in LOOP_FUSIONS.items():
         op = region_fusion(types, body)
         inputs = [random_input(tt, bindings, rng) for tt in types]
         runs.append((name, op, inputs, codegen.fusion_kernel(op, name), bindings))
-    got = run_kernels([(k, op, x, b) for _, op, x, k, b in runs])
+    got = run_kernels([(k, op, x, b) for _, op, x, k, b in runs], target=target)
     return {name: (op, x, g) for (name, op, x, _, _), g in zip(runs, got)}
 
 
@@ -451,6 +503,24 @@ REDUCTIONS: dict[str, tuple[list, Callable, dict]] = {
     "bias_gradient_update": ([("g", t(("B", 8))), ("w", t((8,))), ("lr", t(()))],
                              lambda b, a: b("sub", a[1], b("mul", a[2], b("sum", a[0], axes=[0]))),
                              {"B": 70}),
+    # a full reduction: exp(mean) has the index of the one row; it is computed in the
+    # loop over rows where its register is (not hoisted above it)
+    "centered_by_the_mean": ([("x", t(("B", 6)))],
+                             lambda b, a: [b("sub", a[0], b("exp", b("mean", a[0]))),
+                                           b("mul", b("mean", a[0]), _c(b, 2.0))], {"B": 3}),
+    # the column layout: reduced axes first, 32 rows per block (ragged, symbolic)
+    "bias_gradient_columns": ([("g", t(("B", 45))), ("w", t((45,))), ("lr", t(()))],
+                              lambda b, a: b("sub", a[1], b("mul", a[2],
+                                                            b("sum", a[0], axes=[0]))),
+                              {"B": 19}),
+    "sum_two_leading_axes": ([("x", t((2, 3, "N")))],
+                             lambda b, a: b("sum", a[0], axes=[0, 1], keepdims=True), {"N": 40}),
+    "softmax_first_axis_columns": ([("x", t((7, 50), DType.f16))],
+                                   lambda b, a: b("softmax", a[0], axis=0), {}),
+    "global_average_pool": ([("x", t(("B", 3, 3, 20)))],
+                            lambda b, a: b("mean", a[0], axes=[1, 2]), {"B": 3}),
+    "max_i64_columns": ([("x", t((9, "N"), DType.i64))],
+                        lambda b, a: b("max", a[0], axes=[0]), {"N": 70}),
 }
 
 
@@ -462,7 +532,7 @@ def _layer_norm(b: Builder, x: Value) -> list[Value]:
 
 
 @pytest.fixture(scope="module")
-def reduction_results() -> dict:
+def reduction_results(target: str) -> dict:
     rng = np.random.default_rng(11)
     runs = []
     for name, (args, body, bindings) in REDUCTIONS.items():
@@ -470,7 +540,7 @@ def reduction_results() -> dict:
             inputs = fusion_inputs(op, bindings, rng)
             runs.append((f"{name}_{i}", op, inputs,
                          codegen.fusion_kernel(op, f"{name}_{i}"), bindings))
-    got = run_kernels([(k, op, x, b) for _, op, x, k, b in runs])
+    got = run_kernels([(k, op, x, b) for _, op, x, k, b in runs], target=target)
     return {name: (op, x, k, g) for (name, op, x, k, _), g in zip(runs, got)}
 
 
@@ -500,9 +570,12 @@ def test_reductions(reduction_results: dict, name: str) -> None:
 
 
 @pytest.mark.parametrize("order", ["descending", "warps_reversed", "shuffled"])
-def test_reductions_under_other_fiber_orders(reduction_results: dict, order: str) -> None:
+def test_reductions_under_other_fiber_orders(reduction_results: dict, order: str,
+                                             target: str) -> None:
     """The block reductions have every barrier they need: threads scheduled in another
     order give the same bits (the summation order does not depend on the schedule)."""
+    if target != "emulator":
+        pytest.skip("fiber orders are the emulator's")
     cases = [(k, op, x, REDUCTIONS[name.rsplit("_", 1)[0]][2])
              for name, (op, x, k, _) in reduction_results.items()]
     for (name, (_, _, _, want)), got in zip(reduction_results.items(),
@@ -515,6 +588,18 @@ def test_reductions_under_other_fiber_orders(reduction_results: dict, order: str
                                             run_kernels(cases, order=order, max_blocks=1)):
         for g, w in zip(got, want):
             assert same(g, w), (name, order, "one block", g, w)
+
+
+def test_layouts() -> None:
+    assert codegen.row_layout((7, 50), (0,)) == codegen.RowLayout(32, 256)
+    assert codegen.row_layout(("B", 45), (0,)) == codegen.RowLayout(32, 1024)
+    assert codegen.row_layout((512, 45), (0,)) == codegen.RowLayout(32, 1024)
+    assert codegen.row_layout((2, 3, "N"), (0, 1)) == codegen.RowLayout(32, 256)
+    assert codegen.row_layout(("B", 8), (0,)) == codegen.RowLayout(1, 256)  # few rows
+    assert codegen.row_layout(("B", 10), (1,)) == codegen.RowLayout(1, 32)
+    assert codegen.row_layout((4, 5, 6), (0, 2)) == codegen.RowLayout(1, 32)
+    assert codegen.row_layout(("B", 3, 3, 20), (1, 2)) == codegen.RowLayout(32, 256)
+    assert codegen.row_layout((3, 3, 20), (0, 2)) == codegen.RowLayout(1, 64)  # 60 columns
 
 
 def test_block_size_follows_the_columns() -> None:
@@ -575,11 +660,93 @@ def test_every_example_fusion_compiles_with_nvrtc(examples: list) -> None:
     assert all(f".entry {k.name}(" in ptx for _, _, k in examples)
 
 
-def test_every_example_fusion_matches_the_reference(examples: list) -> None:
+def test_every_example_fusion_matches_the_reference(examples: list, target: str) -> None:
     rng = np.random.default_rng(3)
     cases = []
     for name, op, kernel in examples:
         bindings = {s: 3 for s in kernel.symbols}
         cases.append((kernel, op, fusion_inputs(op, bindings, rng), bindings))
-    for (kernel, op, inputs, _), got in zip(cases, run_kernels(cases)):
+    for (kernel, op, inputs, _), got in zip(cases, run_kernels(cases, target=target)):
         assert_matches(got, reference(op, inputs), f"{kernel.name}\n{kernel.source}")
+
+
+# ---- vector loads in flat loop kernels ----------------------------------------------------
+
+def test_flat_kernels_use_vectors_with_a_scalar_fallback() -> None:
+    """A flat loop kernel (every value the iteration's elements or one) loads and stores
+    4-element vectors when its pointers are aligned, else (and for the ragged tail) one
+    element at a time: both give the reference's bits."""
+    types = [t(("B",)), t((1, "B")), t(())]  # same elements as [B]; a scalar operand
+
+    def body(b: Builder, a: list[Value]) -> Value:
+        return b("sub", b("mul", a[0], b("squeeze", a[1], axes=[0])), b("sqrt", a[2]))
+
+    op = region_fusion(types, body)
+    kernel = codegen.fusion_kernel(op, "flat")
+    body_text = kernel.source.split('extern "C"')[1]
+    assert "tfc_vec<float, 4>" in body_text and "_r = " not in body_text  # no index divided
+    assert kernel.launch.per_block == 4 * kernel.launch.block
+    not_flat = codegen.fusion_kernel(region_fusion([t(("B", 3)), t((3,))],
+                                                   lambda b, a: b("add", a[0], a[1])), "bias")
+    assert "tfc_vec" not in not_flat.source.split('extern "C"')[1]
+    rng = np.random.default_rng(5)
+    from tfc.backends.cuda.emulator import EmulatedModule
+    compile_checked([kernel])
+    module = EmulatedModule([kernel])
+    for n, misalign in itertools.product([1, 3, 4, 257, 1030], [False, True]):
+        x, y = rng.normal(size=n).astype(np.float32), rng.normal(size=(1, n)).astype(np.float32)
+        s = np.asarray(0.75, np.float32)
+        shift = 1 if misalign else 0
+        xs = np.empty(n + shift, np.float32)[shift:]  # 4 bytes off a 16-byte boundary
+        xs[:] = x
+        out = np.empty(n + shift, np.float32)[shift:]
+        module.launch(kernel, kernel.launch.grid({"B": n}, max_blocks=2), kernel.launch.block, 0,
+                      [xs, y, s, out, n])
+        assert same(out, reference(op, [x, y, s])[0]), (n, misalign)
+        if gpu() is not None:  # a misaligned vector access would fault there
+            assert same(_flat_on_gpu(kernel, [x, y, s], n, shift), out), (n, misalign)
+
+
+def _flat_on_gpu(kernel: Kernel, inputs: list[np.ndarray], n: int, shift: int) -> np.ndarray:
+    """The flat kernel on the GPU with its first operand and result ``shift`` elements off
+    their allocation's (aligned) start."""
+    import tempfile
+    cp = gpu()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "flat.ptx"
+        path.write_text(compile_checked([kernel]))
+        function = cp.RawModule(path=str(path)).get_function(kernel.name)
+        x = cp.empty(n + shift, cp.float32)[shift:]
+        x[...] = cp.asarray(inputs[0])
+        out = cp.empty(n + shift, cp.float32)[shift:]
+        args = (x, cp.asarray(inputs[1]), cp.asarray(inputs[2]), out, np.int64(n))
+        function((kernel.launch.grid({"B": n}, 2),), (kernel.launch.block,), args)
+        cp.cuda.Device().synchronize()
+        return cp.asnumpy(out)
+
+
+# ---- seeded random graphs -----------------------------------------------------------------
+
+def test_fusions_of_random_graphs(target: str) -> None:
+    """Every fusion of 40 seeded random graphs (``tfc.testing_graphs``: diamonds, views,
+    reductions over random axes, softmax-like rows, a symbolic batch) is generated (no
+    ``Unsupported``) and matches the reference on random operands."""
+    from tfc.testing_graphs import random_graph
+    rng = np.random.default_rng(13)
+    cases = []
+    for seed in range(40):
+        rg = random_graph(seed)
+        lowered = lower_entry(rg.module, "f", "llvm")
+        for i, op in enumerate(lowered.graphs["f"].ops):
+            if op.kind == "fusion":
+                kernel = codegen.fusion_kernel(op, f"g{seed}_{i}")
+                bindings = {s: rg.batch or 3 for s in kernel.symbols}
+                cases.append((kernel, op, fusion_inputs(op, bindings, rng), bindings))
+    assert len(cases) > 60
+    kinds = {op.attrs["kind"] for _, op, _, _ in cases}
+    assert kinds == {"loop", "reduce", "row"}, kinds
+    for (kernel, op, inputs, _), got in zip(cases, run_kernels(cases, target=target)):
+        want = reference(op, inputs)
+        for g, w in zip(got, want):  # sums in another order: measured within 1.2e-5
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6,
+                                       err_msg=f"{kernel.name}\n{kernel.source}")

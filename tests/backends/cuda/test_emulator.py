@@ -338,6 +338,60 @@ def test_modules_are_cached(tmp_path, monkeypatch):
     assert [p.stat().st_mtime_ns for p in (tmp_path / "cuda" / "emu").glob("*.so")] == [mtime]
 
 
+def _gpu():
+    """cupy when a CUDA device is present, else None (the checks below then skip)."""
+    try:
+        import cupy
+        return cupy if cupy.cuda.runtime.getDeviceCount() > 0 else None
+    except Exception:  # no cupy, no driver, no device: cupy raises its own error types
+        return None
+
+
+def launch_on_gpu(kernels, kern, grid, block, shared, args, tmp_path):
+    """Run ``kern`` with cupy from NVRTC's PTX; copy the non-const arrays back into ``args``."""
+    cp = _gpu()
+    path = tmp_path / "kernels.ptx"
+    path.write_text(nvrtc.compile_ptx(module_source(kernels)))
+    function = cp.RawModule(path=str(path)).get_function(kern.name)
+    on_device = [cp.asarray(a) if isinstance(a, np.ndarray) else np.int64(a) for a in args]
+    function((grid,), (block,), tuple(on_device), shared_mem=shared)
+    cp.cuda.Device().synchronize()
+    for p, a, d in zip(kern.params, args, on_device):
+        if p.is_pointer and not p.ctype.startswith("const"):
+            a[...] = cp.asnumpy(d)
+
+
+@pytest.mark.skipif(_gpu() is None or not nvrtc.available(), reason="no CUDA device")
+def test_the_emulators_model_is_the_gpus(tmp_path):
+    """The expectations above hold on a real GPU too: shuffles (widths, a half warp), a
+    block reduction, early return, dynamic shared memory, atomics."""
+    y = np.zeros(48 * 8, np.float32)
+    launch_on_gpu(ALL, SHUFFLES, 1, 48, 0, [np.zeros(1, np.float32), y, 0], tmp_path)
+    expect = _shuffle_model(48)
+    ok = ~np.isnan(expect)  # a lane that does not exist gives the GPU's garbage: not compared
+    np.testing.assert_array_equal(y.reshape(48, 8)[ok], expect[ok])
+    x = np.random.default_rng(0).integers(-50, 50, (13, 256)).astype(np.float32)
+    y = np.zeros(13, np.float32)
+    launch_on_gpu(ALL, TREE_SUM, 5, 256, 0, [x, y, 13], tmp_path)
+    np.testing.assert_array_equal(y, x.sum(1))
+    x = np.random.default_rng(3).integers(-9, 9, (6, 3000)).astype(np.float32)
+    y = np.zeros(6, np.float32)
+    launch_on_gpu(ALL, WARP_SUM, 6, 1024, 0, [x, y, 3000], tmp_path)
+    np.testing.assert_array_equal(y, x.sum(1))
+    x = np.arange(100, dtype=np.float32)
+    y = np.zeros(100, np.float32)
+    launch_on_gpu(ALL, EARLY_RETURN, 1, 128, 0, [x, y, 100], tmp_path)
+    np.testing.assert_array_equal(y, x[::-1])
+    x = np.arange(3 * 64, dtype=np.float32)
+    y = np.zeros_like(x)
+    launch_on_gpu(ALL, DYNAMIC_SHARED, 3, 64, 64 * 4, [x, y, 0], tmp_path)
+    np.testing.assert_array_equal(y, x.reshape(3, 64)[:, ::-1].ravel())
+    y = np.zeros(6, np.float32)
+    launch_on_gpu(ALL, ATOMICS, 16, 64, 0, [np.zeros(1, np.float32), y, 0], tmp_path)
+    assert (y[:1].view(np.int32)[0], y[1], y[2:4].view(np.uint64)[0],
+            y[4:5].view(np.int32)[0]) == (1024, 512.0, 3072, 1023)
+
+
 def test_base_type():
     assert emulator.base_type("const float* __restrict__") == "float"
     assert emulator.base_type("unsigned long long") == "unsigned long long"

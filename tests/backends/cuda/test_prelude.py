@@ -128,7 +128,38 @@ def _tricky_values() -> np.ndarray:
                            -1e10, 2.0**-25, 2.0**-24 * 0.75, np.inf, -np.inf, np.nan, -0.0]])
 
 
-def test_f16_conversions_round_as_numpy(converter: emulator.EmulatedModule):
+def _gpu():
+    """cupy when a CUDA device is present, else None."""
+    try:
+        import cupy
+        return cupy if cupy.cuda.runtime.getDeviceCount() > 0 else None
+    except Exception:  # no cupy, no driver, no device: cupy raises its own error types
+        return None
+
+
+class _OnGpu:
+    """``launch`` like ``EmulatedModule.launch``, on a real GPU through cupy."""
+
+    def __init__(self, tmp_path) -> None:
+        self.path = tmp_path / "convert.ptx"
+        self.path.write_text(nvrtc.compile_ptx(module_source([CONVERT])))
+
+    def launch(self, kern, grid, block, shared, args) -> None:
+        cp = _gpu()
+        function = cp.RawModule(path=str(self.path)).get_function(kern.name)
+        on_device = [cp.asarray(a) if isinstance(a, np.ndarray) else np.int64(a) for a in args]
+        function((grid,), (block,), tuple(on_device), shared_mem=shared)
+        for p, a, d in zip(kern.params, args, on_device):
+            if p.is_pointer and not p.ctype.startswith("const"):
+                a[...] = cp.asnumpy(d)
+
+
+@pytest.mark.skipif(_gpu() is None or not nvrtc.available(), reason="no CUDA device")
+def test_f16_conversions_round_as_numpy_on_the_gpu(tmp_path):
+    test_f16_conversions_round_as_numpy(_OnGpu(tmp_path))
+
+
+def test_f16_conversions_round_as_numpy(converter):
     h = np.arange(65536, dtype=np.uint16).view(np.float16)
     d = _tricky_values()
     f = d.astype(np.float32)

@@ -59,7 +59,7 @@ def kernel_name(entry: str, index: int) -> str:
     return f"tfc_k{index}"
 
 
-def how_to_run(kind: str, op: Any = None) -> str | None:
+def how_to_run(kind: str) -> str | None:
     """How the executable runs an op of ``kind`` outside fusions: ``"builtin"``
     (variables, constants), ``"view"`` (aliases its input) or ``library.how_to_run``'s
     answer (None: nothing runs it, the graph falls back)."""

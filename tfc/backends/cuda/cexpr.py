@@ -60,59 +60,76 @@ _UNSIGNED = {DType.i32: "uint32_t", DType.i64: "uint64_t"}
 # file of many kernels defines them once.
 HELPERS = r"""#ifndef TFC_CEXPR_HELPERS
 #define TFC_CEXPR_HELPERS
-static __device__ __forceinline__ float tfc_r16(float x) { return tfc_h2f(tfc_f2h(x)); }
-static __device__ __forceinline__ float tfc_d16(double x) { return tfc_h2f(tfc_d2h(x)); }
+#define TFC_FN static __device__ __forceinline__
+// N consecutive elements, aligned as a whole: one vector load or store
+template <typename T, int N> struct alignas(sizeof(T) * N) tfc_vec { T v[N]; };
+TFC_FN float tfc_r16(float x) { return tfc_h2f(tfc_f2h(x)); }
+TFC_FN float tfc_d16(double x) { return tfc_h2f(tfc_d2h(x)); }
 // numpy.maximum/minimum: NaN in either propagates; ties go to y (f32/f64) or x (_tx: f16)
-static __device__ __forceinline__ float tfc_fmax(float x, float y) { return (x > y || x != x) ? x : y; }
-static __device__ __forceinline__ double tfc_fmax(double x, double y) { return (x > y || x != x) ? x : y; }
-static __device__ __forceinline__ float tfc_fmin(float x, float y) { return (x < y || x != x) ? x : y; }
-static __device__ __forceinline__ double tfc_fmin(double x, double y) { return (x < y || x != x) ? x : y; }
-static __device__ __forceinline__ float tfc_fmax_tx(float x, float y) { return (x >= y || x != x) ? x : y; }
-static __device__ __forceinline__ float tfc_fmin_tx(float x, float y) { return (x <= y || x != x) ? x : y; }
-static __device__ __forceinline__ float tfc_fsign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : (x == 0.0f ? 0.0f : x)); }
-static __device__ __forceinline__ double tfc_fsign(double x) { return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : (x == 0.0 ? 0.0 : x)); }
-static __device__ __forceinline__ float tfc_sigmoid(float x) { float e = expf(-fabsf(x)); return x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e); }
-static __device__ __forceinline__ double tfc_sigmoid(double x) { double e = exp(-fabs(x)); return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e); }
-static __device__ __forceinline__ float tfc_sigmoid16(float x) {
+TFC_FN float tfc_fmax(float x, float y) { return (x > y || x != x) ? x : y; }
+TFC_FN double tfc_fmax(double x, double y) { return (x > y || x != x) ? x : y; }
+TFC_FN float tfc_fmin(float x, float y) { return (x < y || x != x) ? x : y; }
+TFC_FN double tfc_fmin(double x, double y) { return (x < y || x != x) ? x : y; }
+TFC_FN float tfc_fmax_tx(float x, float y) { return (x >= y || x != x) ? x : y; }
+TFC_FN float tfc_fmin_tx(float x, float y) { return (x <= y || x != x) ? x : y; }
+TFC_FN float tfc_fsign(float x) {
+  return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : (x == 0.0f ? 0.0f : x));
+}
+TFC_FN double tfc_fsign(double x) {
+  return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : (x == 0.0 ? 0.0 : x));
+}
+TFC_FN float tfc_sigmoid(float x) {
+  float e = expf(-fabsf(x));
+  return x >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+}
+TFC_FN double tfc_sigmoid(double x) {
+  double e = exp(-fabs(x));
+  return x >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+}
+TFC_FN float tfc_sigmoid16(float x) {
   float e = tfc_r16(expf(-fabsf(x))), d = tfc_r16(1.0f + e);
   return x >= 0.0f ? tfc_r16(1.0f / d) : tfc_r16(e / d);
 }
-static __device__ __forceinline__ float tfc_sce(float x, float z) { return tfc_fmax(x, 0.0f) - x * z + log1pf(expf(-fabsf(x))); }
-static __device__ __forceinline__ double tfc_sce(double x, double z) { return tfc_fmax(x, 0.0) - x * z + log1p(exp(-fabs(x))); }
+TFC_FN float tfc_sce(float x, float z) {
+  return tfc_fmax(x, 0.0f) - x * z + log1pf(expf(-fabsf(x)));
+}
+TFC_FN double tfc_sce(double x, double z) {
+  return tfc_fmax(x, 0.0) - x * z + log1p(exp(-fabs(x)));
+}
 // Python's floor division without undefined behaviour: y == 0 gives 0, MIN // -1 wraps
-static __device__ __forceinline__ int32_t tfc_floordiv(int32_t x, int32_t y) {
+TFC_FN int32_t tfc_floordiv(int32_t x, int32_t y) {
   if (y == 0) return 0;
   if (y == -1) return (int32_t)(0u - (uint32_t)x);
   int32_t q = x / y, r = x % y;
   return (r != 0 && ((r ^ y) < 0)) ? q - 1 : q;
 }
-static __device__ __forceinline__ int64_t tfc_floordiv(int64_t x, int64_t y) {
+TFC_FN int64_t tfc_floordiv(int64_t x, int64_t y) {
   if (y == 0) return 0;
   if (y == -1) return (int64_t)(0ul - (uint64_t)x);
   int64_t q = x / y, r = x % y;
   return (r != 0 && ((r ^ y) < 0)) ? q - 1 : q;
 }
 // numpy's integer power: square-and-multiply over the exponent's bits, wrapping
-static __device__ __forceinline__ int32_t tfc_ipow(int32_t x, int32_t y) {
+TFC_FN int32_t tfc_ipow(int32_t x, int32_t y) {
   uint32_t acc = 1u, base = (uint32_t)x, e = (uint32_t)y;
   while (e != 0u) { if (e & 1u) acc *= base; base *= base; e >>= 1; }
   return (int32_t)acc;
 }
-static __device__ __forceinline__ int64_t tfc_ipow(int64_t x, int64_t y) {
+TFC_FN int64_t tfc_ipow(int64_t x, int64_t y) {
   uint64_t acc = 1ul, base = (uint64_t)x, e = (uint64_t)y;
   while (e != 0ul) { if (e & 1ul) acc *= base; base *= base; e >>= 1; }
   return (int64_t)acc;
 }
 // float -> int: truncation; NaN and out-of-range give INT_MIN (numpy on x86)
-static __device__ __forceinline__ int32_t tfc_to_i32(double x) {
+TFC_FN int32_t tfc_to_i32(double x) {
   return (x > -2147483649.0 && x < 2147483648.0) ? (int32_t)x : (int32_t)(-2147483647 - 1);
 }
-static __device__ __forceinline__ int64_t tfc_to_i64(double x) {
-  return (x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? (int64_t)x
-                                                                   : (int64_t)(-9223372036854775807L - 1);
+TFC_FN int64_t tfc_to_i64(double x) {
+  return (x >= -9223372036854775808.0 && x < 9223372036854775808.0)
+      ? (int64_t)x : (int64_t)(-9223372036854775807L - 1);
 }
 // finite magnitudes beyond top clamped to it (a saturating cast); inf and NaN unchanged
-static __device__ __forceinline__ double tfc_clamp(double x, double top) {
+TFC_FN double tfc_clamp(double x, double top) {
   return (fabs(x) > top && fabs(x) < TFC_INF_D) ? (x < 0.0 ? -top : top) : x;
 }
 #endif
@@ -192,8 +209,9 @@ def _float_unary(kind: str, x: str, dt: DType) -> str:
         return f"tfc_sigmoid16({x})" if dt is DType.f16 else f"tfc_sigmoid({x})"
     if kind == "rsqrt":
         one = literal(1, dt)
-        return f"({one} / tfc_r16(sqrt{f}({x})))" if dt is DType.f16 else \
-            f"({one} / sqrt{f}({x}))"
+        if dt is DType.f16:
+            return f"({one} / tfc_r16(sqrt{f}({x})))"
+        return f"({one} / sqrt{f}({x}))"
     return f"{_FMATH[kind]}{f}({x})"
 
 

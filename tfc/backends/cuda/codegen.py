@@ -16,7 +16,13 @@ of the current row. The element expressions are ``cexpr``'s (numpy's semantics).
 - ``loop``: a grid-stride loop over the iteration shape (the largest result shape),
   one thread per element; each result is stored at the index the iteration index maps
   to (a result broadcast into the iteration shape, e.g. a scalar next to a matrix, is
-  stored where its broadcast dims are 0).
+  stored where its broadcast dims are 0). A *flat* region (every value holds the
+  iteration's elements up to size-1 dims, or one element: an optimizer's update, an
+  activation's gradient) indexes with the flat index, no division; when all its results
+  are full it first runs a vector loop: each thread loads and stores 4 consecutive
+  elements of every full operand and result as one access (16 bytes for f32), when
+  every such pointer is aligned to that (checked at run time); the scalar loop does the
+  rest (the ragged tail, or everything for misaligned pointers).
 - ``reduce``/``row``: the reductions' input shape F is viewed as rows (the kept axes, in
   order) by columns (the reduced axes, in order), whichever axes are reduced. One block
   per row (grid-stride over rows). For each reduction, in region order, the threads
@@ -26,17 +32,23 @@ of the current row. The element expressions are ``cexpr``'s (numpy's semantics).
   ``exp(x - max)``) and the ops after them read earlier results from registers, and the
   row's elements are re-read (recomputed) in each phase, never stored. Then results of
   F's shape are stored by a last pass over the columns, results of the row's (kept)
-  shape by thread 0. Sums accumulate in the element type (f16: in f32, rounded once when
-  stored; integers wrap), in a different order than numpy's pairwise sums, so float
-  results differ from the reference by rounding; max/min propagate NaN as numpy's do;
-  ``mean`` divides the sum by the count.
+  shape by thread 0. When the last axis is kept and there are many rows (a bias
+  gradient ``sum(dy, axes=[0])``, a global average pool), the *column layout*
+  (``RowLayout``) gives a block 32 rows instead, so that a warp reads 32 consecutive
+  elements. Sums accumulate in the
+  element type (f16: in f32, rounded once when stored; integers wrap), in a different
+  order than numpy's pairwise sums, so float results differ from the reference by
+  rounding; max/min propagate NaN as numpy's do; ``mean`` divides the sum by the count.
 
-The block size is chosen from the static column count (32 to 256; 256 when symbolic).
-Integer ``div`` and ``pow`` are generated only for a nonzero (non-negative) constant
-divisor (exponent): the reference raises on a zero divisor and a kernel cannot report
-it. A checking ``one_hot`` (``labels_of``) reads labels the runtime must check before
-the launch (``label_checks``), as the LLVM backend's check kernels do; one whose labels
-are computed inside the region is ``Unsupported``.
+A value is computed once per block of the C text where its index is fixed (``Emitter``):
+an optimizer's scalar step size once per thread, a row's ``log(sum)`` or class label
+once per row. The block size is chosen from the static column count (32 to 256; 256
+when symbolic; the column layout 256 or 1024). Integer ``div`` and ``pow`` are generated
+only for a nonzero (non-negative) constant divisor (exponent): the reference raises on a
+zero divisor and a kernel cannot report it. A checking ``one_hot`` (``labels_of``) reads
+labels the runtime must check before the launch (``label_checks``), as the LLVM
+backend's check kernels do; one whose labels are computed inside the region is
+``Unsupported``.
 """
 
 from __future__ import annotations
@@ -92,7 +104,12 @@ def offset_c(shape: Sequence[Dim], idx: Index) -> str:
     for d, i in zip(shape, idx):
         if d == 1:
             continue  # its index is 0
-        out = i if out == "0LL" else f"({out} * {dim_c(d)} + {i})"
+        if out in ("0", "0LL"):
+            out = i
+        elif i == "0":
+            out = f"({out} * {dim_c(d)})"
+        else:
+            out = f"({out} * {dim_c(d)} + {i})"
     return out
 
 
@@ -133,56 +150,119 @@ def map_index(src: Sequence[Dim], dst: Sequence[Dim], idx: Index) -> tuple[Index
     return mapped, conds
 
 
+@dataclass
+class Frame:
+    """One C block of the kernel body: the index variables it declares, the values
+    computed in it (visible to its inner blocks), where its opening line is, and whether
+    it is a guard (an ``if``: nothing computed inside may move out, its indices may be
+    out of range outside)."""
+
+    bound: set[str]
+    cache: dict[tuple[Value, Index], str]
+    opened_at: int
+    guard: bool
+
+
 class Emitter:
-    """C statements computing region values at indices, with common subexpressions
-    shared within a scope (a C block: what was computed inside is dropped on ``pop``)."""
+    """C statements computing region values at indices.
+
+    A value is computed once per block where its index is fixed: in the outermost block
+    that declares every index variable it uses, so a row's ``log(sum)`` or an
+    optimizer's scalar step size is computed once per row (once per thread), not once per
+    element, and reused by later phases; never outside a guard (``Frame``)."""
 
     def __init__(self, op: Op) -> None:
         self.op = op
         self.region = op.regions[0]
         self.args = {a: i for i, a in enumerate(self.region.args)}
         self.lines: list[str] = []
-        self.depth = 1
-        self.scopes: list[dict[tuple[Value, Index], str]] = [{}]
+        self.frames = [Frame(set(), {}, -1, False)]
+        self.target = 0  # the frame new statements go to
         self.registers: dict[Value, tuple[str, Index]] = {}  # reduced value -> (var, row idx)
+        # (operand, offset) -> the element of a vector loaded already (``vector_loop``)
+        self.loaded: dict[tuple[int, str], str] = {}
+        self.row_frame = 0  # where the registers are declared (the loop over rows)
+        self._after_reduction: dict[Value, bool] = {}
         self.count = 0
 
     # -- text
     def line(self, text: str) -> None:
-        self.lines.append("  " * self.depth + text)
+        self.lines.append("  " * len(self.frames) + text)
 
-    def open(self, head: str) -> None:
+    def open(self, head: str, guard: bool = False, pragma: str = "") -> None:
+        """Open a block (``head {``), after a ``#pragma`` line for it if given."""
+        opened_at = len(self.lines)
+        if pragma:
+            self.line(pragma)
         self.line(head + " {")
-        self.depth += 1
-        self.scopes.append({})
+        self.frames.append(Frame(set(), {}, opened_at, guard))
+        self.target = len(self.frames) - 1
 
     def close(self) -> None:
-        self.depth -= 1
-        self.scopes.pop()
+        self.frames.pop()
+        self.target = len(self.frames) - 1
         self.line("}")
 
+    def bind(self, name: str) -> None:
+        """``name`` (an index variable) is declared in the current block."""
+        self.frames[-1].bound.add(name)
+
     def var(self, ctype: str, expr: str, prefix: str = "v") -> str:
+        """A new constant ``ctype`` holding ``expr``, declared in the target block."""
         self.count += 1
         name = f"{prefix}{self.count}"
-        self.line(f"const {ctype} {name} = {expr};")
+        text = "  " * (self.target + 1) + f"const {ctype} {name} = {expr};"
+        if self.target == len(self.frames) - 1:
+            self.lines.append(text)
+        else:  # before the opening line of the target's inner block
+            at = self.frames[self.target + 1].opened_at
+            self.lines.insert(at, text)
+            for f in self.frames[self.target + 1:]:
+                f.opened_at += 1
         return name
 
     # -- values
+    def after_reduction(self, v: Value) -> bool:
+        """Whether ``v`` is computed from a reduction's result (a register of the row)."""
+        if v not in self._after_reduction:
+            op = v.op
+            self._after_reduction[v] = op is not None and not op.regions and (
+                fused_reduction(op.kind) or any(self.after_reduction(x) for x in op.inputs))
+        return self._after_reduction[v]
+
+    def _home(self, v: Value, idx: Index) -> int:
+        """The outermost frame where ``v`` at ``idx`` is known (its index variables and the
+        registers it reads are declared), not outside the innermost guard."""
+        home = max((k for k, f in enumerate(self.frames) if f.guard), default=0)
+        if v not in self.args and self.after_reduction(v):
+            home = max(home, self.row_frame)
+        for k, f in enumerate(self.frames):
+            if any(i in f.bound for i in idx):
+                home = max(home, k)
+        return home
+
     def at(self, v: Value, idx: Index) -> str:
         """A C name (or literal) holding ``v`` at ``idx`` (a compute-type value)."""
-        for scope in reversed(self.scopes):
-            if (v, idx) in scope:
-                return scope[(v, idx)]
-        expr = self._compute(v, idx)
-        if not expr.isidentifier():
-            expr = self.var(cexpr.COMPUTE[v.dtype], expr)
-        self.scopes[-1][(v, idx)] = expr
+        for f in reversed(self.frames[:self.target + 1]):
+            if (v, idx) in f.cache:
+                return f.cache[(v, idx)]
+        saved = self.target
+        self.target = min(saved, self._home(v, idx))
+        try:
+            expr = self._compute(v, idx)
+            if not expr.isidentifier():
+                expr = self.var(cexpr.COMPUTE[v.dtype], expr)
+            self.frames[self.target].cache[(v, idx)] = expr
+        finally:
+            self.target = saved
         return expr
 
     def _compute(self, v: Value, idx: Index) -> str:
         shape = v.type.shape
         if v in self.args:
-            return cexpr.load(v.dtype, f"in{self.args[v]}[{offset_c(shape, idx)}]")
+            offset = offset_c(shape, idx)
+            element = self.loaded.get((self.args[v], offset), f"in{self.args[v]}[{offset}]")
+            return cexpr.load(v.dtype, element)
         if v in self.registers:
             name, row = self.registers[v]
             if idx != row:
@@ -287,6 +367,7 @@ def decompose(em: Emitter, linear: str, shape: Sequence[Dim], prefix: str) -> In
     live = [k for k, d in enumerate(shape) if d != 1]
     for n, k in enumerate(reversed(live)):
         name = f"{prefix}{k}"
+        em.bind(name)
         if n == len(live) - 1:
             em.line(f"const long long {name} = {rest};")
         else:
@@ -307,7 +388,7 @@ def store_result(em: Emitter, j: int, v: Value, src_shape: Sequence[Dim], idx: I
         raise Unsupported(f"result {j} of shape {list(shape)} does not map into the "
                           f"kernel's shape {list(src_shape)}") from None
     if conds:
-        em.open(f"if ({' && '.join(conds)})")
+        em.open(f"if ({' && '.join(conds)})", guard=True)
     value = em.at(v, mapped)
     em.line(f"out{j}[{offset_c(shape, mapped)}] = {cexpr.store(v.dtype, value)};")
     if conds:
@@ -320,19 +401,88 @@ def _iteration_shape(op: Op) -> tuple[Dim, ...]:
     return tuple(shapes[0]) if shapes else ()
 
 
+VECTOR = 4  # elements per thread in a vector loop
+
+
+def flat_index(shape: Sequence[Dim], n: str) -> Index:
+    """The index of flat element ``n`` of a value whose non-1 dims are the iteration's
+    (the flat variable at the last non-1 dim, whose offset it then is), or of a scalar."""
+    live = [k for k, d in enumerate(shape) if d != 1]
+    return tuple(n if live and k == live[-1] else "0" for k in range(len(shape)))
+
+
+def is_flat(op: Op, shape: Sequence[Dim]) -> bool:
+    """Whether every value of the region holds the iteration shape's elements (up to
+    size-1 dims) or one element: then element ``n`` of each is at offset ``n`` (or 0),
+    no index needs dividing, and whole vectors can be loaded."""
+    core = core_shape(shape)
+    region = op.regions[0]
+    if any(o.kind == "one_hot" for o in region.ops):
+        return False
+    values = list(region.args) + [r for o in region.ops for r in o.results]
+    return all(core_shape(v.type.shape) in (core, ()) for v in values)
+
+
 def _loop_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     em = Emitter(op)
     shape = _iteration_shape(op)
-    total = size_c(shape)
-    em.line(f"const long long total = {total};")
-    em.open("for (long long n = (long long)blockIdx.x * blockDim.x + threadIdx.x; n < total; "
-            "n += (long long)blockDim.x * gridDim.x)")
-    idx = decompose(em, "n", shape, "i")
-    for j, v in enumerate(op.regions[0].results):
+    results = list(op.regions[0].results)
+    em.line(f"const long long total = {size_c(shape)};")
+    em.line("const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
+    em.line("const long long stride = (long long)blockDim.x * gridDim.x;")
+    flat = is_flat(op, shape)
+    core = core_shape(shape)
+    vector = flat and bool(core) and all(core_shape(v.type.shape) == core for v in results)
+    start = "first"
+    if vector:
+        _vector_loop(em, op, shape)
+        start = f"quads * {VECTOR} + first"
+    em.open(f"for (long long n = {start}; n < total; n += stride)")
+    if flat:
+        em.bind("n")
+        idx = flat_index(shape, "n")
+    else:
+        idx = decompose(em, "n", shape, "i")
+    for j, v in enumerate(results):
         store_result(em, j, v, shape, idx)
     em.close()
-    launch = Launch(work=tuple(shape), block=MAX_BLOCK, per_block=MAX_BLOCK)
+    per_block = MAX_BLOCK * (VECTOR if vector else 1)
+    launch = Launch(work=tuple(shape), block=MAX_BLOCK, per_block=per_block)
     return Kernel(name, _source(name, params, em.lines), params, launch)
+
+
+def _vector_loop(em: Emitter, op: Op, shape: Sequence[Dim]) -> None:
+    """The vector part of a flat loop kernel: when every full operand and result is
+    aligned to a vector of ``VECTOR`` elements (checked at run time: views and arena
+    buffers usually are), each thread loads and stores whole vectors of consecutive
+    elements (one 16-byte access for f32); the scalar loop after it does the rest."""
+    region = op.regions[0]
+    core = core_shape(shape)
+    full_args = [i for i, a in enumerate(region.args) if core_shape(a.type.shape) == core]
+    pointers = [(f"in{i}", region.args[i].dtype) for i in full_args] + \
+        [(f"out{j}", v.dtype) for j, v in enumerate(region.results)]
+    checks = " | ".join(f"((unsigned long long)(const void*){p} % {VECTOR * dt.itemsize}ULL)"
+                        for p, dt in pointers)
+    em.line(f"const long long quads = ({checks}) == 0ULL ? total / {VECTOR} : 0LL;")
+    em.open("for (long long q = first; q < quads; q += stride)")
+    for i in full_args:
+        vt = f"tfc_vec<{cexpr.STORAGE[region.args[i].dtype]}, {VECTOR}>"
+        em.line(f"const {vt} a{i} = ((const {vt}*)in{i})[q];")
+    names = [f"n{e}" for e in range(VECTOR)]
+    for e, n in enumerate(names):
+        em.line(f"const long long {n} = q * {VECTOR} + {e};")
+        em.bind(n)
+        for i in full_args:
+            em.loaded[(i, n)] = f"a{i}.v[{e}]"
+    for j, v in enumerate(region.results):
+        vt = f"tfc_vec<{cexpr.STORAGE[v.dtype]}, {VECTOR}>"
+        em.line(f"{vt} o{j};")
+        for e, n in enumerate(names):
+            value = em.at(v, flat_index(v.type.shape, n))
+            em.line(f"o{j}.v[{e}] = {cexpr.store(v.dtype, value)};")
+        em.line(f"(({vt}*)out{j})[q] = o{j};")
+    em.close()
+    em.loaded.clear()
 
 
 # accumulator C type, identity and combine per (reduction kind, dtype)
@@ -377,6 +527,48 @@ def block_size(columns: Sequence[Dim]) -> int:
     return max(WARP, min(MAX_BLOCK, -(-n // WARP) * WARP))
 
 
+@dataclass(frozen=True)
+class RowLayout:
+    """How a reduce/row kernel's threads cover rows (kept indices) and columns (reduced).
+
+    ``rows_per_block`` 1: a block per row, its threads share the columns (strided by the
+    block size) and combine with warp shuffles then shared memory. 32 (the *column*
+    layout, when the last axis is kept, e.g. a bias gradient ``sum(dy, axes=[0])``):
+    lane ``tx`` of every warp takes row ``base + tx`` and warp ``ty`` every
+    ``slices``-th column, so a warp reads 32 consecutive elements (mostly: rows are
+    consecutive in memory within the last axis); the ``slices`` partial results of a row
+    are combined through shared memory in order."""
+
+    rows_per_block: int
+    block: int
+
+    @property
+    def slices(self) -> int:
+        return self.block // self.rows_per_block
+
+
+def row_layout(full: Sequence[Dim], axes: Sequence[int]) -> RowLayout:
+    """The column layout when the last axis is kept (consecutive rows are then mostly
+    consecutive in memory: a bias gradient, a global average pool over H and W of NHWC)
+    and there are at least a warp's worth of rows (or a symbolic count), else a block per
+    row."""
+    kept = [full[k] for k in range(len(full)) if k not in axes]
+    last_kept = bool(kept) and len(full) - 1 not in axes
+    many = not all(isinstance(d, int) for d in kept) or math.prod(int(d) for d in kept) >= WARP
+    if last_kept and many:
+        return RowLayout(WARP, WARP * column_slices([full[k] for k in axes]))
+    return RowLayout(1, block_size([full[k] for k in axes]))
+
+
+def column_slices(columns: Sequence[Dim]) -> int:
+    """Warps per block of the column layout: 32 (1024 threads) for a symbolic or long
+    column count (a bias gradient over a batch: few blocks, so each needs many loads in
+    flight), else 8."""
+    if not all(isinstance(d, int) for d in columns) or math.prod(int(d) for d in columns) >= 512:
+        return 32
+    return 8
+
+
 def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     region = op.regions[0]
     reductions = [o for o in region.ops if fused_reduction(o.kind)]
@@ -385,15 +577,27 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     kept = [k for k in range(len(full)) if k not in axes]
     row_shape = [full[k] for k in kept]
     col_shape = [full[k] for k in axes]
-    block = block_size(col_shape)
-    warps = block // WARP
+    layout = row_layout(full, axes)
+    tiled = layout.rows_per_block > 1
     em = Emitter(op)
     em.line(f"const long long rows = {size_c(row_shape)};")
     em.line(f"const long long cols = {size_c(col_shape)};")
     em.line("const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;")
+    slots = f"[{layout.slices}][32]" if tiled else f"[{layout.block // WARP}]"
     for j, r in enumerate(reductions):
-        em.line(f"__shared__ {_acc_type(r.kind, r.inputs[0].dtype)} red{j}[{warps}];")
-    em.open("for (long long row = blockIdx.x; row < rows; row += gridDim.x)")
+        em.line(f"__shared__ {_acc_type(r.kind, r.inputs[0].dtype)} red{j}{slots};")
+    if tiled:  # lane = the row in the block's 32, warp = the slice of columns
+        em.open("for (long long base = (long long)blockIdx.x * 32; base < rows; "
+                "base += (long long)gridDim.x * 32)")
+        em.line("const long long row = base + lane;")
+        em.line("const bool active = row < rows;")
+        first_col, col_step, mine = "warp", str(layout.slices), "active"
+    else:
+        em.open("for (long long row = blockIdx.x; row < rows; row += gridDim.x)")
+        first_col, col_step, mine = "threadIdx.x", "blockDim.x", ""
+    # unrolled, so several independent loads are in flight before their folds
+    columns = f"for (long long col = {first_col}; col < cols; col += {col_step})"
+    em.row_frame = len(em.frames) - 1
     row_idx = decompose(em, "row", row_shape, "k")
     kd_idx = ["0"] * len(full)  # the row as an index of F with the reduced dims 0
     for k, i in zip(kept, row_idx):
@@ -410,28 +614,21 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
         dt = r.inputs[0].dtype
         acc_t = _acc_type(r.kind, dt)
         em.line(f"{acc_t} acc{j} = {_identity(r.kind, dt)};")
-        em.open("for (long long col = threadIdx.x; col < cols; col += blockDim.x)")
+        if mine:
+            em.open(f"if ({mine})", guard=True)
+        em.open(columns, pragma="#pragma unroll 4")
         col_idx = decompose(em, "col", col_shape, f"c{j}_")
         x = em.at(r.inputs[0], full_index(col_idx))
         em.line(f"acc{j} = {_combine(r.kind, dt, f'acc{j}', x)};")
         em.close()
-        sh = _shuffle_type(acc_t)
-        em.open("for (int off = 16; off > 0; off /= 2)")
-        em.line(f"const {acc_t} other = ({acc_t})__shfl_down_sync(0xffffffffu, ({sh})acc{j}, off);")
-        em.line(f"acc{j} = {_combine(r.kind, dt, f'acc{j}', 'other')};")
-        em.close()
-        em.line(f"if (lane == 0) red{j}[warp] = acc{j};")
-        em.line("__syncthreads();")
-        em.open("if (warp == 0)")
-        em.line(f"acc{j} = lane < {warps} ? red{j}[lane] : {_identity(r.kind, dt)};")
-        em.open("for (int off = 16; off > 0; off /= 2)")
-        em.line(f"const {acc_t} other = ({acc_t})__shfl_down_sync(0xffffffffu, ({sh})acc{j}, off);")
-        em.line(f"acc{j} = {_combine(r.kind, dt, f'acc{j}', 'other')};")
-        em.close()
-        em.line(f"if (lane == 0) red{j}[0] = acc{j};")
-        em.close()
-        em.line("__syncthreads();")
-        value = f"red{j}[0]"
+        if mine:
+            em.close()
+        if tiled:
+            _combine_slices(em, j, r.kind, dt, acc_t, layout.slices)
+            value = f"red{j}[0][lane]"
+        else:
+            _combine_block(em, j, r.kind, dt, acc_t, layout.block // WARP)
+            value = f"red{j}[0]"
         if r.kind == "mean":
             value = f"{value} / ({acc_t})cols"
         if dt is DType.f16:
@@ -446,20 +643,61 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     row_results = [j for j, v in enumerate(results) if _maps_into(v.type.shape, kd_shape)]
     full_results = [j for j in range(len(results)) if j not in row_results]
     if full_results:
-        em.open("for (long long col = threadIdx.x; col < cols; col += blockDim.x)")
+        if mine:
+            em.open(f"if ({mine})", guard=True)
+        em.open(columns)
         col_idx = decompose(em, "col", col_shape, "c_")
         for j in full_results:
             store_result(em, j, results[j], full, full_index(col_idx))
         em.close()
+        if mine:
+            em.close()
     if row_results:
-        em.open("if (threadIdx.x == 0)")
+        em.open("if (active && warp == 0)" if tiled else "if (threadIdx.x == 0)", guard=True)
         for j in row_results:
             store_result(em, j, results[j], kd_shape, tuple(kd_idx))
         em.close()
-    em.line("__syncthreads();  // every red*[0] is read: the next row may write them")
+    em.line("__syncthreads();  // every red* is read: the next row may write them")
     em.close()
-    launch = Launch(work=tuple(row_shape), block=block, per_block=1)
+    launch = Launch(work=tuple(row_shape), block=layout.block, per_block=layout.rows_per_block)
     return Kernel(name, _source(name, params, em.lines), params, launch)
+
+
+def _combine_block(em: Emitter, j: int, kind: str, dt: DType, acc_t: str, warps: int) -> None:
+    """Fold ``acc<j>`` of every thread of the block into ``red<j>[0]``: warp shuffles, one
+    value per warp in shared memory, the first warp folds those."""
+    sh = _shuffle_type(acc_t)
+
+    def warp_fold() -> None:
+        em.open("for (int off = 16; off > 0; off /= 2)")
+        em.line(f"const {acc_t} other = ({acc_t})__shfl_down_sync(0xffffffffu, ({sh})acc{j}, "
+                "off);")
+        em.line(f"acc{j} = {_combine(kind, dt, f'acc{j}', 'other')};")
+        em.close()
+
+    warp_fold()
+    em.line(f"if (lane == 0) red{j}[warp] = acc{j};")
+    em.line("__syncthreads();")
+    em.open("if (warp == 0)")
+    em.line(f"acc{j} = lane < {warps} ? red{j}[lane] : {_identity(kind, dt)};")
+    warp_fold()
+    em.line(f"if (lane == 0) red{j}[0] = acc{j};")
+    em.close()
+    em.line("__syncthreads();")
+
+
+def _combine_slices(em: Emitter, j: int, kind: str, dt: DType, acc_t: str, slices: int) -> None:
+    """Fold the ``slices`` partial results of each of the block's 32 rows (warp ``w``
+    holds slice ``w``) into ``red<j>[0][row]``, in slice order."""
+    em.line(f"red{j}[warp][lane] = acc{j};")
+    em.line("__syncthreads();")
+    em.open("if (warp == 0)")
+    em.open(f"for (int s = 1; s < {slices}; ++s)")
+    em.line(f"acc{j} = {_combine(kind, dt, f'acc{j}', f'red{j}[s][lane]')};")
+    em.close()
+    em.line(f"red{j}[0][lane] = acc{j};")
+    em.close()
+    em.line("__syncthreads();")
 
 
 def _maps_into(src: Sequence[Dim], dst: Sequence[Dim]) -> bool:
@@ -491,4 +729,5 @@ def fusion_kernel(op: Op, name: str) -> Kernel:
     raise Unsupported(f"fusion kind {kind!r}")
 
 
-__all__ = ["LabelCheck", "block_size", "fusion_kernel", "label_checks"]
+__all__ = ["LabelCheck", "RowLayout", "block_size", "fusion_kernel", "label_checks",
+           "row_layout"]

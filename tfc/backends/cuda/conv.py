@@ -42,6 +42,11 @@ def _im2col(xp: Any, x: Any, k: tuple[int, int], s: tuple[int, int], d: tuple[in
     return cols.reshape(n * out[0] * out[1], k[0] * k[1] * c)
 
 
+def _pads(before: tuple[int, int], after: tuple[int, int]) -> Pads:
+    """((top, bottom), (left, right)) from geometry's (top, left) and (bottom, right)."""
+    return (before[0], after[0]), (before[1], after[1])
+
+
 def _window(op: str, attrs: Mapping[str, Any]) -> tuple[tuple[int, int], tuple[int, int]]:
     return (spatial_attr(op, "strides", attrs["strides"]),
             spatial_attr(op, "dilations", attrs["dilations"]))
@@ -58,7 +63,7 @@ def conv2d(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
     if ho == 0 or wo == 0 or n == 0:
         return [xp.zeros((n, ho, wo, co), dtype=x.dtype)]
     acc = compute_dtype(x.dtype)
-    cols = _im2col(xp, x, (kh, kw), s, d, (ho, wo), tuple(zip(before, after)), acc)
+    cols = _im2col(xp, x, (kh, kw), s, d, (ho, wo), _pads(before, after), acc)
     out = cols @ w.astype(acc, copy=False).reshape(kh * kw * ci, co)
     return [out.reshape(n, ho, wo, co).astype(x.dtype, copy=False)]
 
@@ -76,7 +81,7 @@ def conv2d_backprop_filter(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]
     if dy.size == 0 or x.size == 0:
         return [xp.zeros(like.shape, dtype=x.dtype)]
     acc = compute_dtype(x.dtype)
-    cols = _im2col(xp, x, (kh, kw), s, d, (ho, wo), tuple(zip(before, after)), acc)
+    cols = _im2col(xp, x, (kh, kw), s, d, (ho, wo), _pads(before, after), acc)
     dw = cols.T @ dy.astype(acc, copy=False).reshape(n * ho * wo, co)
     return [dw.reshape(kh, kw, ci, co).astype(x.dtype)]
 

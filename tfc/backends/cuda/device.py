@@ -8,7 +8,8 @@ library of array ops, ``library``) is written against:
 - ``load(kernels, ptx) -> handle``: the module of an entry's kernels, ready to launch
   (a GPU loads the PTX; the emulator compiles the same CUDA C text with g++).
 - ``launch(handle, kernel, grid, block, shared_bytes, args)``: one kernel launch on the
-  device's stream; ``args`` are device arrays (pointers) and ints (``long long``).
+  device's stream; ``args`` are device arrays (pointers) and ``numpy.int64`` scalars
+  (the ``long long sym_<S>`` parameters).
 - ``to_device(a)``, ``to_host(a)``, ``empty(shape, dtype)``, ``synchronize()``.
 
 ``cuda_device()`` is how an executable finds its device: ``$TFC_CUDA_DEVICE=emulated``
@@ -52,6 +53,8 @@ class Device(Protocol):
 
     def upload(self, dst: Any, src: np.ndarray) -> None: ...
 
+    def to_host_later(self, arrays: Sequence[Any]) -> list[np.ndarray]: ...
+
     def empty(self, shape: Sequence[int], dtype: Any) -> Any: ...
 
     def synchronize(self) -> None: ...
@@ -91,6 +94,11 @@ class EmulatedDevice:
     def upload(self, dst: np.ndarray, src: np.ndarray) -> None:
         """Copy host array ``src`` into device array ``dst`` (same shape and dtype)."""
         np.copyto(dst, src)
+
+    def to_host_later(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        """Host copies of ``arrays``, valid after the next ``synchronize()`` (here at
+        once); the copies see the arrays as of now, whatever runs after."""
+        return [np.array(a, order="C", copy=True) for a in arrays]
 
     def empty(self, shape: Sequence[int], dtype: Any) -> np.ndarray:
         return np.empty(tuple(shape), dtype=dtype)
@@ -133,8 +141,8 @@ class GpuDevice:
 
     def launch(self, handle: Any, kernel: Kernel, grid: int, block: int, shared_bytes: int,
                args: Sequence[Any]) -> None:
-        cargs = tuple(np.int64(a) if isinstance(a, (int, np.integer)) else a for a in args)
-        handle[kernel.name]((grid,), (block,), cargs, shared_mem=shared_bytes,
+        # scalars must come as numpy.int64 (every scalar parameter is a ``long long``)
+        handle[kernel.name]((grid,), (block,), args, shared_mem=shared_bytes,
                             stream=self.stream)
 
     def to_device(self, a: np.ndarray) -> Any:
@@ -144,6 +152,19 @@ class GpuDevice:
     def to_host(self, a: Any) -> np.ndarray:
         with self.device:
             return self.xp.asnumpy(a, stream=self.stream)
+
+    def to_host_later(self, arrays: Sequence[Any]) -> list[np.ndarray]:
+        """Host copies queued on the stream into pinned memory (cupy's pinned pool, so
+        no allocation per step once warm): one ``synchronize()`` then waits for all,
+        instead of one blocking copy each."""
+        import cupyx  # type: ignore[import-untyped]
+        out = []
+        with self.device:
+            for a in arrays:
+                host = cupyx.empty_pinned(a.shape, a.dtype)
+                a.get(stream=self.stream, out=host, blocking=False)
+                out.append(host)
+        return out
 
     def upload(self, dst: Any, src: np.ndarray) -> None:
         with self.device:

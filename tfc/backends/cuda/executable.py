@@ -10,21 +10,28 @@ A step is a precomputed list of actions over device storage, made once per *bind
   uploaded once. So every op's operands and results are fixed device arrays, and each
   action is bound to them when the binding is made.
 - **Actions**, in schedule order: a ``fusion`` launches its generated kernel (grid from
-  the kernel's ``Launch`` and the binding); a view does nothing (it aliases); library
-  ops (``library.LIBRARY``: matmul through cuBLAS ...) run with the array module and copy
-  their result into the value's storage; ``BY_BINDING`` ops were evaluated when the
-  binding was made; ``ON_HOST`` ops run their registry reference on the host.
+  the kernel's ``Launch`` and the binding; class labels it reads are checked first); a
+  view does nothing (it aliases); an f32/f64 ``matmul`` writes its slot through cuBLAS
+  (``out=``); other library ops (``library.LIBRARY``) run with the array module and copy
+  their result into the value's storage; random ops draw with the array module;
+  ``BY_BINDING`` values, computed when the binding was made, are copied into their slot;
+  ``ON_HOST`` ops run their registry reference on host copies.
 - **Variables live on the device** across steps (``_DeviceVar``): a variable is uploaded
   when the host array the runtime passes is not the one this executable handed back last
   (compared by identity, and only for read-only arrays, which the runtime's are), so a
-  training loop uploads its variables once. Updates are computed on the device into
-  fresh arrays first (reads see the start of the step, also when one update reads a
-  variable another writes), then copied into the variables' device storage.
+  training loop uploads its variables once. Writes update the device copies in place
+  (an optimizer's ``assign_sub``: one kernel); a write whose operand is a variable's own
+  storage goes through a temporary, so every write sees the start-of-step values. A step
+  that fails half-way makes every variable upload again.
 - **The runtime's protocol** wants the updates as host arrays (``StepResult.updates``):
-  each updated variable is copied back to the host every step (one device-to-host copy
-  per updated variable: for an MLP 784-512-512-10, 2.7 MB per step). That is the price
-  of keeping ``Program``'s variables, checkpoints and other entries exactly as on the
-  CPU backends; the device copy stays authoritative, so nothing is uploaded again.
+  each updated variable is copied back to the host every step (for an MLP 784-512-512-10,
+  2.7 MB per step), queued with the fetches' copies into pinned memory and waited for by
+  one synchronization. That is the price of keeping ``Program``'s variables, checkpoints
+  and other entries exactly as on the CPU backends; the device copy stays authoritative,
+  so nothing is uploaded again. ``fast_step`` (with ``var_names``/``update_names``) is the
+  same step for the runtime's fast path. CUDA graphs are not used: library ops allocate
+  their results from cupy's pool, which a captured graph would keep writing after the
+  pool has reused the memory.
 
 The device is found when the executable is first called (``device.cuda_device()``), so
 compiling needs no GPU and running without one says ``no CUDA device: ...``.
@@ -33,7 +40,6 @@ compiling needs no GPU and running without one says ``no CUDA device: ...``.
 from __future__ import annotations
 
 import threading
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -103,15 +109,30 @@ class CUDAExecutable:
         self.kernels = dict(kernels)  # op position in graph.ops -> its kernel
         self.ptx, self.arch, self.report = ptx, arch, report
         self.fallback_ops: list[str] = list(report.fallback_ops)
-        self.plan = module.memory_plans.get(graph.name)
+        self.plan: Any = module.memory_plans.get(graph.name)
         self._lock = threading.Lock()
         self._device: Any = None
         self._handle: Any = None
         self._bindings: dict[tuple, _Bound] = {}
+        self._last: _Bound | None = None
         self._vars: dict[str, _DeviceVar] = {}
         self._constants: dict[Value, Any] = {}
         self._arg_dtypes = [np.dtype(a.dtype.np) for a in graph.args]
-        self._warned = False
+        # The variables the step touches; those it reads (``var_names``: the runtime's
+        # fast path passes their values in this order) and writes (``update_names``).
+        touched: dict[str, None] = {}
+        reads: dict[str, None] = {}
+        writes: list[str] = []
+        for op in graph.ops:
+            if op.kind == "var.read" or writes_variable(op):
+                touched[op.attrs["var"]] = None
+                if op.kind != "var.assign":
+                    reads[op.attrs["var"]] = None
+                if writes_variable(op):
+                    writes.append(op.attrs["var"])
+        self._var_names = list(touched)
+        self.var_names: list[str] = list(reads)
+        self.update_names: list[str] = writes
 
     # ---- running ------------------------------------------------------------------------
 
@@ -129,6 +150,22 @@ class CUDAExecutable:
             if f.dtype != dt:
                 raise FeedError(f"feed '{a.name}' has dtype {f.dtype}, expected {a.type}")
             arrays.append(f)
+        return self._step(arrays, variables, step)
+
+    def fast_step(self, feeds: Sequence[np.ndarray], variables: Sequence[np.ndarray],
+                  step: int, validate: Callable[[Sequence[np.ndarray]], Any] | None = None,
+                  in_place: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The step for a caller that vouches for its inputs (``tfc.runtime.runner``):
+        numpy feeds of the arguments' dtypes, ``variables`` the values of ``var_names``.
+        Feed shapes are checked by ``validate`` the first time they are seen. Returns
+        the fetches and the updates in ``update_names`` order, fresh host arrays."""
+        if validate is not None and tuple(a.shape for a in feeds) not in self._bindings:
+            validate(feeds)
+        result = self._step(feeds, dict(zip(self.var_names, variables)), step)
+        return result.fetches, [result.updates[n] for n in self.update_names]
+
+    def _step(self, arrays: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
+              step: int) -> StepResult:
         with self._lock:
             dev = self._ready()
             self._sync_variables(variables)
@@ -136,6 +173,7 @@ class CUDAExecutable:
             bound = self._bindings.get(key)
             if bound is None:
                 bound = self._bindings[key] = self._bind(key)
+            self._last = bound
             for buf, f in zip(bound.feeds, arrays):
                 dev.upload(buf, f)
             if not dev.emulated:
@@ -148,18 +186,21 @@ class CUDAExecutable:
         try:
             for act in bound.actions:
                 act(step)
-            fetches = [dev.to_host(a) for a in bound.fetches]
+            # Copies queued before the variable writes read the start-of-step values;
+            # one synchronization waits for all of them.
+            fetches = dev.to_host_later(bound.fetches)
             self._update(bound)
+            names = [u[0] for u in bound.updates]
+            hosts = dev.to_host_later([self._vars[n].array for n in names])
+            dev.synchronize()
         except BaseException:
             for dv in self._vars.values():  # a step that failed half-way: upload again
                 dv.host = None
             raise
         updates: dict[str, np.ndarray] = {}
-        for name, _, _, _ in bound.updates:
-            dv = self._vars[name]
-            host = dev.to_host(dv.array)
+        for name, host in zip(names, hosts):
             host.flags.writeable = False  # as the runtime stores it: see _sync_variables
-            dv.host = host
+            self._vars[name].host = host
             updates[name] = host
         return StepResult(fetches, updates)
 
@@ -180,17 +221,21 @@ class CUDAExecutable:
             self._vars[name].array[...] = value
 
     def _ready(self) -> Any:
-        """The device, with this entry's kernels loaded (first call only)."""
+        """The device, with this entry's kernels loaded (first call only). PTX is made
+        here when compiling had no NVRTC, or when it targets a newer architecture than
+        the GPU's (``compute_90`` PTX does not load on an ``sm_80`` device)."""
         if self._device is None:
-            from tfc.backends.cuda.device import cuda_device
+            from tfc.backends.cuda.device import GpuDevice, cuda_device
             dev = cuda_device()
-            ptx = self.ptx
-            if ptx is None and not dev.emulated and self.kernels:
-                from tfc.backends.cuda.kernel import module_source
-                from tfc.backends.cuda.nvrtc import compile_ptx
-                ptx = self.ptx = compile_ptx(module_source(self._kernel_list()),
-                                             arch=self.arch)
-            self._handle = dev.load(self._kernel_list(), ptx or "") if self.kernels else None
+            if self.kernels and isinstance(dev, GpuDevice):
+                own = f"compute_{dev.compute_capability}"
+                if self.ptx is None or _arch_number(self.arch) > _arch_number(own):
+                    from tfc.backends.cuda.kernel import module_source
+                    from tfc.backends.cuda.nvrtc import compile_ptx
+                    self.arch = own
+                    self.ptx = compile_ptx(module_source(self._kernel_list()), arch=own)
+            self._handle = dev.load(self._kernel_list(), self.ptx or "") \
+                if self.kernels else None
             self._device = dev
         return self._device
 
@@ -205,7 +250,7 @@ class CUDAExecutable:
             host = variables.get(name)
             dv = self._vars.get(name)
             if host is None:
-                if name in self._read_names:
+                if name in self.var_names:
                     raise ExecutionError(f"variable @{name} is not initialized")
                 continue
             if dv is not None and dv.host is host and not host.flags.writeable:
@@ -221,24 +266,6 @@ class CUDAExecutable:
             else:
                 self._vars[name] = _DeviceVar(dev.to_device(arr), host)
                 self._bindings.clear()  # bound views of the old storage
-
-    @property
-    def _var_names(self) -> list[str]:
-        names = getattr(self, "_var_names_cache", None)
-        if names is None:
-            seen: dict[str, None] = {}
-            reads: set[str] = set()
-            for op in self.graph.ops:
-                if op.kind == "var.read":
-                    seen[op.attrs["var"]] = None
-                    reads.add(op.attrs["var"])
-                elif writes_variable(op):
-                    seen[op.attrs["var"]] = None
-                    if op.kind != "var.assign":
-                        reads.add(op.attrs["var"])
-            names = self._var_names_cache = list(seen)
-            self._read_names = reads
-        return names
 
     # ---- bindings -----------------------------------------------------------------------
 
@@ -323,8 +350,13 @@ class CUDAExecutable:
                                               _label_checks(op, ins)))
                 continue
             how = library.how_to_run(kind)
-            if how == "library":
+            if kind == "matmul" and op.result.dtype.np in (np.float32, np.float64):
+                actions.append(_matmul_action(xp, op, ins, outs[0]))
+            elif how == "library":
                 actions.append(_library_action(xp, library.LIBRARY[kind], op, ins, outs))
+            elif how == "random":
+                shape = binding.shape(op.result)
+                actions.append(_random_action(xp, op, shape, outs[0]))
             elif how == "binding":  # computed now; copied into the arena every step
                 vals = lookup(kind).reference(None, [np.empty(binding.shape(v), v.dtype.np)
                                                      for v in op.inputs], op.attrs)
@@ -338,7 +370,7 @@ class CUDAExecutable:
     def _launcher(self, kernel: Kernel, ins: list[Any], outs: list[Any],
                   syms: Mapping[str, int], checks: list[Action]) -> Action:
         dev, handle = self._device, self._handle
-        args = [*ins, *outs, *(int(syms[s]) for s in kernel.symbols)]
+        args = (*ins, *outs, *(np.int64(syms[s]) for s in kernel.symbols))
         grid = kernel.launch.grid(syms)
         block, shared = kernel.launch.block, kernel.launch.shared_bytes
         if checks:
@@ -354,8 +386,20 @@ class CUDAExecutable:
 
     # ---- what tools ask ------------------------------------------------------------------
 
+    @property
+    def arena_bytes(self) -> int:
+        """Device arena size of the binding the latest step ran with (0 before the first
+        step and for a reference fallback): what the tracer's memory figure reads."""
+        return 0 if self._last is None else int(self._last.keep[0].size)
+
     def __repr__(self) -> str:
         return f"<CUDAExecutable @{self.graph.name}: {self.report}>"
+
+
+def _arch_number(arch: str) -> int:
+    """90 for ``compute_90`` (and ``compute_90a``)."""
+    digits = "".join(ch for ch in arch.removeprefix("compute_") if ch.isdigit())
+    return int(digits or 0)
 
 
 def _written(xp: Any, kind: str, target: Any, ops: list[Any]) -> Any:
@@ -378,7 +422,7 @@ def _label_checks(op: Op, ins: list[Any]) -> list[Action]:
     check synchronizes: the error must come from this step.)"""
     from tfc.backends.cuda.codegen import label_checks
     from tfc.ops.array import check_labels
-    out = []
+    out: list[Action] = []
     for c in label_checks(op):
         labels, depth, name = ins[c.operand], c.depth, c.op
 
@@ -392,6 +436,32 @@ def _label_checks(op: Op, ins: list[Any]) -> list[Action]:
                     raise e.at(op.loc)
         out.append(check)
     return out
+
+
+def _matmul_action(xp: Any, op: Op, ins: list[Any], out: Any) -> Action:
+    """``matmul`` straight into its storage (``out=``: cuBLAS writes the arena slot, no
+    copy); the transposes are views, which cuBLAS takes as flags. f16 (which the
+    reference computes in f32) and integers go through ``library.LIBRARY`` instead."""
+    a, b = ins
+    if op.attrs["transpose_a"]:
+        a = xp.swapaxes(a, -1, -2)
+    if op.attrs["transpose_b"]:
+        b = xp.swapaxes(b, -1, -2)
+    if a.shape[-1] != b.shape[-2]:
+        raise ExecutionError(f"matmul: inner dims {a.shape[-1]} and {b.shape[-2]} differ at "
+                             f"run time", op.loc)
+
+    def run(step: int) -> None:
+        xp.matmul(a, b, out=out)
+    return run
+
+
+def _random_action(xp: Any, op: Op, shape: tuple[int, ...], out: Any) -> Action:
+    kind, attrs = op.kind, op.attrs
+
+    def run(step: int) -> None:
+        out[...] = library.sample(xp, kind, attrs, shape, step)
+    return run
 
 
 def _library_action(xp: Any, fn: library.LibraryFn, op: Op, ins: list[Any],

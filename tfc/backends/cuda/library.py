@@ -13,10 +13,11 @@ Other ops a step may hold, and how the executable runs them (``how_to_run``):
 - ``BY_BINDING``: ops whose value depends only on attrs and shapes (``shape``, ``rank``,
   the input-less generators ``fill``/``zeros``/``ones``/``range``): evaluated once per
   binding on the host by the registry reference and uploaded once.
+- random ops (``random.*``): the registry's sampler run with ``xp`` (``sample``), so the
+  device draws the very numbers every backend draws (``tfc/ops/random.py``).
 - ``ON_HOST``: ops run by their registry reference on the host, inputs copied down and
-  the result copied up, per step: the random ops (so every backend draws the very same
-  Philox numbers, see ``tfc/ops/random.py``), ``shuffle``, and what has no array-module
-  version yet (average pooling and its gradient, matrix inverse and determinant).
+  the result copied up, per step: ``shuffle`` and what has no array-module version yet
+  (average pooling and its gradient, matrix inverse and determinant).
   Correct everywhere, slow on a GPU (a synchronization per op): the compile report lists
   them (``host_ops``) so that nobody mistakes them for device code.
 - anything else (control flow with regions, ``send``/``recv``, ``all_reduce``) is
@@ -32,6 +33,7 @@ import numpy as np
 from tfc.backends.cuda.conv import CONV_LIBRARY
 from tfc.errors import ExecutionError
 from tfc.ir.registry import GENERATOR, RANDOM, lookup, normalize_axis
+from tfc.ops.random import RandomOp
 
 LibraryFn = Callable[[Any, Sequence[Any], Mapping[str, Any]], list]
 
@@ -107,7 +109,7 @@ def scatter_rows(xp: Any, out: Any, indices: Any, updates: Any, op: str,
     if xp is np:
         np.add.at(out, flat, rows)
     else:
-        import cupyx
+        import cupyx  # type: ignore[import-untyped]
         cupyx.scatter_add(out, flat, rows)
     return out
 
@@ -216,14 +218,27 @@ ON_HOST = frozenset({"shuffle", "avg_pool", "avg_pool_grad", "matrix_determinant
                      "matrix_inverse"})
 
 
+def sample(xp: Any, kind: str, attrs: Mapping[str, Any], shape: Sequence[int],
+           step: int) -> Any:
+    """The values of random op ``kind`` (``random.uniform``, ``random.normal`` ... and
+    ``random.uniform_like`` with its input's ``shape``) at ``step``: the registry's own
+    sampler (``tfc.ops.random``) run with ``xp``, so the device draws the reference's
+    numbers bit for bit (Philox in integers, then IEEE operations one array call each)."""
+    opdef: Any = lookup(kind)
+    params = {k: v for k, v in attrs.items() if k not in ("shape", "dtype", "seed")}
+    return opdef.sampler(tuple(shape), attrs["dtype"], attrs["seed"], step, xp=xp, **params)
+
+
 def how_to_run(kind: str) -> str | None:
-    """``"library"``, ``"binding"``, ``"host"`` or None (unsupported: the graph falls
-    back) for an op that is not a fusion, a view or a variable op."""
+    """``"library"``, ``"binding"``, ``"random"``, ``"host"`` or None (unsupported: the
+    graph falls back) for an op that is not a fusion, a view or a variable op."""
     if kind in LIBRARY:
         return "library"
     opdef = lookup(kind)
     if kind in BY_BINDING or (opdef.has(GENERATOR) and opdef.num_inputs == 0):
         return "binding"
+    if isinstance(opdef, RandomOp):
+        return "random"
     if kind in ON_HOST or opdef.has(RANDOM):
         return "host"
     return None
