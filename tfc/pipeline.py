@@ -58,10 +58,8 @@ def lowering_passes(target: Target) -> list[PassSpec]:
     (``tfc.devices.device_backend``: a GPU's part runs on CUDA, a CPU's on the target's
     backend), each once, in order: a reference-backend program with a GPU gets the
     fusion and memory plans the CUDA backend compiles from (the reference runs any
-    verified IR, fused or not). A ``TfcError`` when a device has no backend that can
-    compile for it here (``check_devices_runnable``)."""
+    verified IR, fused or not)."""
     from tfc.devices import device_backend
-    check_devices_runnable(target.devices)
     names = dict.fromkeys([device_backend(d, target.backend) for d in target.devices]
                           or [target.backend])
     out: list[PassSpec] = []
@@ -105,7 +103,9 @@ def target_pipeline(target: Target, passes: Pipeline = DEFAULT_PIPELINE, *,
     transfers), then the backend's lowering passes; one of those named in
     ``passes`` (``"cse,memory{budget=64MiB}"``) runs in the backend's place with the
     options given there. ``place=False`` leaves placement out: the ops keep the devices
-    they have (a module placed by hand)."""
+    they have (a module placed by hand). A ``TfcError`` when a device has no backend
+    that can compile for it here (``check_devices_runnable``)."""
+    check_devices_runnable(target.devices)
     specs = parse_pipeline(passes)
     if place and target.devices and "placement" not in [p.name for p in specs]:
         specs += parse_pipeline("placement")
