@@ -367,6 +367,8 @@ LOOP_FUSIONS: dict[str, tuple[list[TensorType], Callable, dict]] = {
                                 b("cast", b("pow", a[1], _c(b, 3, DType.i32)), dtype=DType.f64)],
                   {}),
     "zero_size": ([t(("B", 3))], lambda b, a: b("exp", a[0]), {"B": 0}),
+    # an operand that is also a result (copied through), next to a result computed from it
+    "passthrough": ([t((2, 9), DType.i64)], lambda b, a: [a[0], b("neg", a[0])], {}),
 }
 
 
@@ -417,6 +419,12 @@ def test_integer_division_needs_a_constant_divisor() -> None:
     assert codegen.fusion_kernel(op, "k").name == "k"
 
 
+def test_results_of_unrelated_shapes_are_unsupported() -> None:
+    op = region_fusion([t((4, 5)), t((5, 4))], lambda b, a: [b("exp", a[0]), b("exp", a[1])])
+    with pytest.raises(Unsupported, match=r"result 1 of shape \[5, 4\] does not map into"):
+        codegen.fusion_kernel(op, "k")
+
+
 def test_unknown_dims_are_unsupported() -> None:
     op = loop_fusion("exp", [t(("?", 3))])
     with pytest.raises(Unsupported, match="unknown size"):
@@ -430,6 +438,7 @@ def test_params_and_launch() -> None:
         ("in0", "const float*"), ("in1", "const float*"),
         ("out0", "float*"), ("sym_A", "long long"), ("sym_B", "long long")]
     assert k.symbols == ("A", "B")
+    assert '__global__ void __launch_bounds__(256) kern(' in k.source
     assert k.launch.work == ("A", "B", 3)
     assert k.launch.grid({"A": 2, "B": 1000}) == -(-6000 // 256)
 
@@ -658,6 +667,9 @@ def test_every_example_fusion_compiles_with_nvrtc(examples: list) -> None:
     assert len(examples) > 40
     ptx = compile_checked([k for _, _, k in examples])
     assert all(f".entry {k.name}(" in ptx for _, _, k in examples)
+    # each kernel's block size is a bound the compiler keeps (registers for 1024 threads)
+    assert ptx.count(".maxntid") == len(examples)
+    assert any(k.launch.block == 1024 for _, _, k in examples)
 
 
 def test_every_example_fusion_matches_the_reference(examples: list, target: str) -> None:

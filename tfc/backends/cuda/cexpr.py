@@ -61,6 +61,9 @@ _UNSIGNED = {DType.i32: "uint32_t", DType.i64: "uint64_t"}
 HELPERS = r"""#ifndef TFC_CEXPR_HELPERS
 #define TFC_CEXPR_HELPERS
 #define TFC_FN static __device__ __forceinline__
+#ifndef __CUDACC__
+#define __launch_bounds__(threads)  // the emulator runs any block size
+#endif
 // N consecutive elements, aligned as a whole: one vector load or store
 template <typename T, int N> struct alignas(sizeof(T) * N) tfc_vec { T v[N]; };
 TFC_FN float tfc_r16(float x) { return tfc_h2f(tfc_f2h(x)); }

@@ -448,7 +448,7 @@ def _loop_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     em.close()
     per_block = MAX_BLOCK * (VECTOR if vector else 1)
     launch = Launch(work=tuple(shape), block=MAX_BLOCK, per_block=per_block)
-    return Kernel(name, _source(name, params, em.lines), params, launch)
+    return Kernel(name, _source(name, params, em.lines, launch.block), params, launch)
 
 
 def _vector_loop(em: Emitter, op: Op, shape: Sequence[Dim]) -> None:
@@ -660,7 +660,7 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     em.line("__syncthreads();  // every red* is read: the next row may write them")
     em.close()
     launch = Launch(work=tuple(row_shape), block=layout.block, per_block=layout.rows_per_block)
-    return Kernel(name, _source(name, params, em.lines), params, launch)
+    return Kernel(name, _source(name, params, em.lines, launch.block), params, launch)
 
 
 def _combine_block(em: Emitter, j: int, kind: str, dt: DType, acc_t: str, warps: int) -> None:
@@ -708,10 +708,13 @@ def _maps_into(src: Sequence[Dim], dst: Sequence[Dim]) -> bool:
     return True
 
 
-def _source(name: str, params: tuple[Param, ...], body: list[str]) -> str:
+def _source(name: str, params: tuple[Param, ...], body: list[str], block: int) -> str:
+    """The kernel's text; ``__launch_bounds__`` tells the compiler the block size, so it
+    never uses more registers than a block of that size can have (a 1024-thread block
+    would fail to launch otherwise)."""
     args = ", ".join(f"{p.ctype} {p.name}" for p in params)
-    return (cexpr.HELPERS + f'extern "C" __global__ void {name}({args}) {{\n'
-            + "\n".join(body) + "\n}\n")
+    return (cexpr.HELPERS + f'extern "C" __global__ void __launch_bounds__({block}) '
+            f'{name}({args}) {{\n' + "\n".join(body) + "\n}\n")
 
 
 def fusion_kernel(op: Op, name: str) -> Kernel:
