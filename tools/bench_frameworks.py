@@ -20,12 +20,14 @@ from bench_workloads import (CNN_FILTERS, CNN_IMAGE, CNN_LR, MLP_LR, Step, tiny_
 
 
 class TorchContender:
-    """PyTorch eager on the CPU with ``torch.set_num_threads(threads)``."""
+    """PyTorch eager on the CPU with ``torch.set_num_threads(threads)``; ``device="cuda"``
+    puts the models' tensors on the GPU (``tools/bench_cuda.py``)."""
 
     name = "torch"
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, device: str = "cpu") -> None:
         import torch
+        self.device = device
         torch.set_num_threads(threads)
         try:
             torch.set_num_interop_threads(1)
@@ -60,14 +62,18 @@ class TorchContender:
             return float(loss.detach())
         return step
 
+    def _tensor(self, a: np.ndarray) -> Any:
+        """``a`` as a tensor on the contender's device (shares memory on the CPU)."""
+        return self.torch.from_numpy(a).to(self.device)
+
     def _leaves(self, arrays: list[np.ndarray]) -> list[Any]:
-        return [self.torch.from_numpy(np.ascontiguousarray(a).copy()).requires_grad_()
+        return [self._tensor(np.ascontiguousarray(a).copy()).requires_grad_()
                 for a in arrays]
 
     def mlp(self, params: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> Step:
         torch, F = self.torch, self.F
         ps = self._leaves(params)
-        tx, ty = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
+        tx, ty = self._tensor(x), self._tensor(y.astype(np.int64))
 
         def loss() -> Any:
             h = tx
@@ -87,8 +93,8 @@ class TorchContender:
         # pooled map flattened as (C, H, W): permute W's rows so the model is the same.
         w_chw = w.reshape(half, half, CNN_FILTERS, -1).transpose(2, 0, 1, 3).reshape(w.shape)
         ps = self._leaves([k.transpose(3, 2, 0, 1), kb, w_chw, b])
-        tx = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
-        ty = torch.from_numpy(y.astype(np.int64))
+        tx = self._tensor(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+        ty = self._tensor(y.astype(np.int64))
 
         def loss() -> Any:
             h = F.max_pool2d(F.relu(F.conv2d(tx, ps[0], ps[1], padding=1)), 2)
