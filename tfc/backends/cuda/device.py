@@ -157,7 +157,7 @@ class GpuDevice:
         """Host copies queued on the stream into pinned memory (cupy's pinned pool, so
         no allocation per step once warm): one ``synchronize()`` then waits for all,
         instead of one blocking copy each."""
-        import cupyx  # type: ignore[import-untyped]
+        import cupyx
         out = []
         with self.device:
             for a in arrays:

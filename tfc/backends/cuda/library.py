@@ -109,7 +109,7 @@ def scatter_rows(xp: Any, out: Any, indices: Any, updates: Any, op: str,
     if xp is np:
         np.add.at(out, flat, rows)
     else:
-        import cupyx  # type: ignore[import-untyped]
+        import cupyx
         cupyx.scatter_add(out, flat, rows)
     return out
 
