@@ -165,6 +165,12 @@ class Program:
             self._recipes = {n: op for n, op in (initializers or {}).items()
                              if n not in values and n in module.variables}
         self._pending = dict(self._recipes)
+        # Variables whose newest value an executable holds on its device (the cuda
+        # backend's deferred updates: ``EntryRunner``) -> that executable; the host array
+        # in ``_variables`` is then stale until ``_sync_held`` reads the value back. Every
+        # reader of ``_variables`` other than the holder's own steps syncs first; every
+        # writer drops the name from here.
+        self._held: dict[str, Any] = {}
         unknown = [n for n in values if n not in module.variables]
         if unknown:
             raise TfcError(f"unknown variable @{unknown[0]} (the module declares: "
@@ -214,6 +220,7 @@ class Program:
         self._variables[name] = _frozen(checked, copy=True)
         self._pending.pop(name, None)
         self._recipes.pop(name, None)
+        self._held.pop(name, None)
 
     @property
     def entries(self) -> dict[str, EntrySignature]:
@@ -339,6 +346,7 @@ class Program:
             members = self.backend.export(self._executable(entry))
             if members:
                 native[entry] = members
+        self._sync_held()
         same_file = self.origin is not None and self.origin.is_file(path)
         check = (self.origin.check_unchanged if self.origin is not None and same_file
                  and not force else None)
@@ -377,6 +385,7 @@ class Program:
         for name in values:
             self._pending.pop(name, None)
             self._recipes.pop(name, None)
+            self._held.pop(name, None)
         self._step = ckpt.step
         return ckpt.path
 
@@ -409,6 +418,22 @@ class Program:
                                op.loc)
             self._variables[name] = _frozen(checked, copy=False)
             del self._pending[name]
+        self._sync_held()
+
+    def _sync_held(self, names: Iterable[str] | None = None) -> None:
+        """Bring the values executables hold on their devices (``_held``; all, or those
+        of ``names``) into ``_variables``: one ``read_back`` per executable."""
+        if not self._held:
+            return
+        wanted = list(self._held) if names is None else [n for n in names if n in self._held]
+        by_exe: dict[int, tuple[Any, list[str]]] = {}
+        for name in wanted:
+            exe = self._held[name]
+            by_exe.setdefault(id(exe), (exe, []))[1].append(name)
+        for exe, held in by_exe.values():
+            for name, value in zip(held, exe.read_back(held)):
+                self._variables[name] = value
+                del self._held[name]
 
     def _executable(self, entry: str) -> Executable:
         exe = self._executables.get(entry)

@@ -11,6 +11,9 @@ library of array ops, ``library``) is written against:
   device's stream; ``args`` are device arrays (pointers) and ``numpy.int64`` scalars
   (the ``long long sym_<S>`` parameters).
 - ``to_device(a)``, ``to_host(a)``, ``empty(shape, dtype)``, ``synchronize()``.
+- ``array_type``: the type of arrays the caller made on the device, which a step takes
+  as feeds without a host round trip (``copy_on_device(dst, src)``): ``cupy.ndarray``,
+  or under the emulator ``EmulatedArray`` (a numpy array marked as the device's).
 
 ``cuda_device()`` is how an executable finds its device: ``$TFC_CUDA_DEVICE=emulated``
 selects the emulator (tests and CI, no GPU needed); otherwise the GPU through cupy, or a
@@ -41,6 +44,7 @@ class Device(Protocol):
     name: str
     xp: Any
     emulated: bool
+    array_type: type
 
     def load(self, kernels: Sequence[Kernel], ptx: str) -> Any: ...
 
@@ -55,9 +59,16 @@ class Device(Protocol):
 
     def to_host_later(self, arrays: Sequence[Any]) -> list[np.ndarray]: ...
 
+    def copy_on_device(self, dst: Any, src: Any) -> None: ...
+
     def empty(self, shape: Sequence[int], dtype: Any) -> Any: ...
 
     def synchronize(self) -> None: ...
+
+
+class EmulatedArray(np.ndarray):
+    """A numpy array standing for one the caller made on the emulated device (as a cupy
+    array on a GPU): ``a.view(EmulatedArray)``. Steps take it as a device feed."""
 
 
 class EmulatedDevice:
@@ -67,6 +78,7 @@ class EmulatedDevice:
     name = "emulated CUDA device (CPU)"
     xp = np
     emulated = True
+    array_type: type = EmulatedArray
 
     def __init__(self) -> None:
         self._modules: dict[str, Any] = {}
@@ -95,6 +107,10 @@ class EmulatedDevice:
         """Copy host array ``src`` into device array ``dst`` (same shape and dtype)."""
         np.copyto(dst, src)
 
+    def copy_on_device(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """Copy device array ``src`` (the caller's) into ``dst`` (same shape and dtype)."""
+        np.copyto(dst, src)
+
     def to_host_later(self, arrays: Sequence[Any]) -> list[np.ndarray]:
         """Host copies of ``arrays``, valid after the next ``synchronize()`` (here at
         once); the copies see the arrays as of now, whatever runs after."""
@@ -115,6 +131,7 @@ class GpuDevice:
 
     def __init__(self, cupy: Any, index: int = 0) -> None:
         self.xp = cupy
+        self.array_type = cupy.ndarray
         self.index = index
         self.device = cupy.cuda.Device(index)
         with self.device:
@@ -165,6 +182,14 @@ class GpuDevice:
                 a.get(stream=self.stream, out=host, blocking=False)
                 out.append(host)
         return out
+
+    def copy_on_device(self, dst: Any, src: Any) -> None:
+        """Copy the caller's device array ``src`` into ``dst`` on the step's stream, after
+        the work queued on the caller's current stream (which made ``src``)."""
+        with self.device:
+            self.stream.wait_event(self.xp.cuda.get_current_stream().record())
+            with self.stream:
+                self.xp.copyto(dst, src)
 
     def upload(self, dst: Any, src: np.ndarray) -> None:
         with self.device:

@@ -23,17 +23,24 @@ A step is a precomputed list of actions over device storage, made once per *bind
   (compared by identity, and only for read-only arrays, which the runtime's are), so a
   training loop uploads its variables once. Writes update the device copies in place
   (an optimizer's ``assign_sub``: one kernel); a write whose operand is a variable's own
-  storage goes through a temporary, so every write sees the start-of-step values. A step
-  that fails half-way makes every variable upload again.
-- **The runtime's protocol** wants the updates as host arrays (``StepResult.updates``):
-  each updated variable is copied back to the host every step (for an MLP 784-512-512-10,
-  2.7 MB per step), queued with the fetches' copies into pinned memory and waited for by
-  one synchronization. That is the price of keeping ``Program``'s variables, checkpoints
-  and other entries exactly as on the CPU backends; the device copy stays authoritative,
-  so nothing is uploaded again. ``fast_step`` (with ``var_names``/``update_names``) is the
-  same step for the runtime's fast path. CUDA graphs are not used: library ops allocate
-  their results from cupy's pool, which a captured graph would keep writing after the
-  pool has reused the memory.
+  storage goes through a temporary, so every write sees the start-of-step values.
+- **Updates stay on the device** when the runtime lets them (``fast_step(...,
+  defer=True)``, what ``Program``'s runner asks for: ``tfc.runtime.program`` owns the
+  mechanism, see ``Program._held``): the step copies nothing back, the device copies
+  are authoritative, and ``read_back(names)`` makes host copies only when something
+  reads the values (``Program.variables``, a checkpoint, another entry or backend).
+  Otherwise (``__call__``, the multi-device executor, ``Session``) each updated variable
+  is copied back to the host every step (for an MLP 784-512-512-10, 2.7 MB per step),
+  queued with the fetches' copies into pinned memory and waited for by one
+  synchronization. Either way a step is atomic: ops never write a variable's storage
+  (the memory plan keeps variables out of the arena), the writes run last and their
+  index checks (scatters) run before the first write, so a step that fails leaves the
+  device copies as they were. CUDA graphs are not used: library ops allocate their
+  results from cupy's pool, which a captured graph would keep writing after the pool
+  has reused the memory.
+- **Feeds** are host arrays (copied into the binding's feed arrays) or arrays already on
+  the device (``device_array_type``: ``cupy.ndarray`` on a GPU, copied on the device
+  after the step's stream waits for the stream that made them).
 
 The device is found when the executable is first called (``device.cuda_device()``), so
 compiling needs no GPU and running without one says ``no CUDA device: ...``.
@@ -154,20 +161,49 @@ class CUDAExecutable:
             arrays.append(f)
         return self._step(arrays, variables, step)
 
-    def fast_step(self, feeds: Sequence[np.ndarray], variables: Sequence[np.ndarray],
-                  step: int, validate: Callable[[Sequence[np.ndarray]], Any] | None = None,
-                  in_place: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def fast_step(self, feeds: Sequence[Any], variables: Sequence[np.ndarray],
+                  step: int, validate: Callable[[Sequence[Any]], Any] | None = None,
+                  in_place: bool = False, defer: bool = False
+                  ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
         """The step for a caller that vouches for its inputs (``tfc.runtime.runner``):
-        numpy feeds of the arguments' dtypes, ``variables`` the values of ``var_names``.
-        Feed shapes are checked by ``validate`` the first time they are seen. Returns
-        the fetches and the updates in ``update_names`` order, fresh host arrays."""
+        feeds of the arguments' dtypes (C-contiguous numpy arrays, or arrays of
+        ``device_array_type``), ``variables`` the values of ``var_names``. Feed shapes
+        are checked by ``validate`` the first time they are seen. Returns the fetches
+        and the updates in ``update_names`` order, fresh host arrays; with ``defer``
+        the updates stay on the device (``None`` is returned for them): the caller
+        then passes the same host arrays again for the variables this executable
+        updated, and asks ``read_back`` for their values."""
         if validate is not None and tuple(a.shape for a in feeds) not in self._bindings:
             validate(feeds)
-        result = self._step(feeds, dict(zip(self.var_names, variables)), step)
+        result = self._step(feeds, dict(zip(self.var_names, variables)), step, defer)
+        if defer:
+            return result.fetches, None
         return result.fetches, [result.updates[n] for n in self.update_names]
 
-    def _step(self, arrays: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
-              step: int) -> StepResult:
+    def read_back(self, names: Sequence[str]) -> list[np.ndarray]:
+        """Host copies (read-only) of the device values of variables ``names`` (each one
+        this executable holds: it wrote it in a deferred step). Passing these very
+        arrays back as the variables' values uploads nothing."""
+        with self._lock:
+            dev = self._device
+            out = []
+            for name in names:
+                dv = self._vars[name]
+                host = dev.to_host(dv.array)
+                host.flags.writeable = False
+                dv.host = host
+                out.append(host)
+            return out
+
+    def device_array_type(self) -> type | None:
+        """The type of the device's arrays that steps take as feeds without a host round
+        trip (``cupy.ndarray`` on a GPU, ``device.EmulatedArray`` under the emulator).
+        Finds the device (``no CUDA device: ...`` when there is none)."""
+        with self._lock:
+            return self._ready().array_type
+
+    def _step(self, arrays: Sequence[Any], variables: Mapping[str, np.ndarray],
+              step: int, defer: bool = False) -> StepResult:
         with self._lock:
             dev = self._ready()
             self._sync_variables(variables)
@@ -176,29 +212,40 @@ class CUDAExecutable:
             if bound is None:
                 bound = self._bindings[key] = self._bind(key)
             self._last = bound
+            on_device = dev.array_type
             for buf, f in zip(bound.feeds, arrays):
-                dev.upload(buf, f)
+                if type(f) is on_device:
+                    dev.copy_on_device(buf, f)
+                else:
+                    dev.upload(buf, f)
             if not dev.emulated:
                 with dev:
-                    return self._run(bound, step)
-            return self._run(bound, step)
+                    result = self._run(bound, step, defer)
+            else:
+                result = self._run(bound, step, defer)
+            if defer:  # the device copies are newer than the host arrays passed
+                for name, *_ in bound.updates:
+                    self._vars[name].host = variables.get(name)
+            return result
 
-    def _run(self, bound: _Bound, step: int) -> StepResult:
+    def _run(self, bound: _Bound, step: int, defer: bool = False) -> StepResult:
+        """The step's actions, then its variable writes, then (unless ``defer``) the
+        updated variables' host copies. A failure leaves the device copies as they were
+        (nothing before the writes touches them; the writes' checks come first)."""
         dev = self._device
-        try:
-            for act in bound.actions:
-                act(step)
-            # Copies queued before the variable writes read the start-of-step values;
-            # one synchronization waits for all of them.
-            fetches = dev.to_host_later(bound.fetches)
-            self._update(bound)
-            names = [u[0] for u in bound.updates]
-            hosts = dev.to_host_later([self._vars[n].array for n in names])
-            dev.synchronize()
-        except BaseException:
-            for dv in self._vars.values():  # a step that failed half-way: upload again
-                dv.host = None
-            raise
+        for act in bound.actions:
+            act(step)
+        # Copies queued before the variable writes read the start-of-step values;
+        # one synchronization waits for all of them.
+        fetches = dev.to_host_later(bound.fetches)
+        self._update(bound)
+        if defer:
+            if bound.fetches:  # (else nothing waits: the next read or step is queued after)
+                dev.synchronize()
+            return StepResult(fetches, {})
+        names = [u[0] for u in bound.updates]
+        hosts = dev.to_host_later([self._vars[n].array for n in names])
+        dev.synchronize()
         updates: dict[str, np.ndarray] = {}
         for name, host in zip(names, hosts):
             host.flags.writeable = False  # as the runtime stores it: see _sync_variables
@@ -212,6 +259,9 @@ class CUDAExecutable:
         first, so every write sees the start-of-step values; the others (an optimizer's
         ``assign_sub`` of an arena value) update the variable in place."""
         xp = self._device.xp
+        for name, kind, ops, _ in bound.updates:  # checks first: no write of a failing step
+            if kind in ("var.scatter_add", "var.scatter_sub"):
+                library.check_scatter_rows(self._vars[name].array, ops[0], kind)
         later = []
         for name, kind, ops, reads_state in bound.updates:
             if reads_state:
