@@ -10,6 +10,9 @@ library of array ops, ``library``) is written against:
 - ``launch(handle, kernel, grid, block, shared_bytes, args)``: one kernel launch on the
   device's stream; ``args`` are device arrays (pointers) and ``numpy.int64`` scalars
   (the ``long long sym_<S>`` parameters).
+- ``launcher(handle, kernel, grid, block, shared_bytes, args) -> Callable[[], None]``:
+  that launch prepared once (what a binding's action list holds: no per-step argument
+  work).
 - ``to_device(a)``, ``to_host(a)``, ``empty(shape, dtype)``, ``synchronize()``.
 - ``array_type``: the type of arrays the caller made on the device, which a step takes
   as feeds without a host round trip (``copy_on_device(dst, src)``): ``cupy.ndarray``,
@@ -26,7 +29,8 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from typing import Any, Protocol, Sequence
+from functools import partial
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -50,6 +54,9 @@ class Device(Protocol):
 
     def launch(self, handle: Any, kernel: Kernel, grid: int, block: int, shared_bytes: int,
                args: Sequence[Any]) -> None: ...
+
+    def launcher(self, handle: Any, kernel: Kernel, grid: int, block: int,
+                 shared_bytes: int, args: Sequence[Any]) -> Callable[[], None]: ...
 
     def to_device(self, a: np.ndarray) -> Any: ...
 
@@ -96,6 +103,10 @@ class EmulatedDevice:
     def launch(self, handle: Any, kernel: Kernel, grid: int, block: int, shared_bytes: int,
                args: Sequence[Any]) -> None:
         handle.launch(kernel, grid, block, shared_bytes, args)
+
+    def launcher(self, handle: Any, kernel: Kernel, grid: int, block: int,
+                 shared_bytes: int, args: Sequence[Any]) -> Callable[[], None]:
+        return lambda: self.launch(handle, kernel, grid, block, shared_bytes, args)
 
     def to_device(self, a: np.ndarray) -> np.ndarray:
         return np.array(a, order="C", copy=True)
@@ -161,6 +172,11 @@ class GpuDevice:
         # scalars must come as numpy.int64 (every scalar parameter is a ``long long``)
         handle[kernel.name]((grid,), (block,), args, shared_mem=shared_bytes,
                             stream=self.stream)
+
+    def launcher(self, handle: Any, kernel: Kernel, grid: int, block: int,
+                 shared_bytes: int, args: Sequence[Any]) -> Callable[[], None]:
+        return partial(handle[kernel.name], (grid,), (block,), tuple(args),
+                       shared_mem=shared_bytes, stream=self.stream)
 
     def to_device(self, a: np.ndarray) -> Any:
         with self.device, self.stream:
