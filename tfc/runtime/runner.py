@@ -56,6 +56,7 @@ class EntryRunner:
         self.update_names: list[str] = list(getattr(self.exe, "update_names", ()))
         self.defers = self.fast is not None and callable(getattr(self.exe, "read_back", None))
         self._device_type = getattr(self.exe, "device_array_type", None)
+        self._on_device: type | None = None  # what it returned (it finds the device)
 
     def step(self, values: Sequence[Any]) -> list[np.ndarray]:
         """Run one step with feeds ``values`` (argument order); the fetches, in order."""
@@ -105,7 +106,9 @@ class EntryRunner:
         if self._device_type is None or not any(
                 type(a) is not np.ndarray and hasattr(a, "dtype") for a in values):
             return None
-        on_device = self._device_type()
+        on_device = self._on_device
+        if on_device is None:
+            on_device = self._on_device = self._device_type()
         if not any(type(a) is on_device for a in values):
             return None
         for a, dt, name in zip(values, self.dtypes, self.arg_names):

@@ -250,7 +250,7 @@ class CUDAExecutable:
                     result = self._run(bound, step, defer)
             else:
                 result = self._run(bound, step, defer)
-            if defer:  # the device copies are newer than the host arrays passed
+            if defer and not current:  # the device copies are newer than the arrays passed
                 for name, *_ in bound.updates:
                     self._vars[name].host = variables.get(name)
             return result
