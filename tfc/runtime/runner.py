@@ -55,7 +55,8 @@ class EntryRunner:
         self.var_names: list[str] = list(getattr(self.exe, "var_names", ()))
         self.update_names: list[str] = list(getattr(self.exe, "update_names", ()))
         self.defers = self.fast is not None and callable(getattr(self.exe, "read_back", None))
-        self._device_type = getattr(self.exe, "device_array_type", None)
+        self._device_type = getattr(self.exe, "device_array_type", None) \
+            if self.fast is not None else None
         self._on_device: type | None = None  # what it returned (it finds the device)
 
     def step(self, values: Sequence[Any]) -> list[np.ndarray]:
@@ -63,10 +64,9 @@ class EntryRunner:
         arrays = values
         for a, dt in zip(values, self.dtypes):
             if type(a) is not np.ndarray or a.dtype != dt or not a.flags.c_contiguous:
-                arrays = self._device_feeds(values)
-                if arrays is None:
-                    arrays = check_feeds(self.graph, dict(zip(self.arg_names, values)),
-                                         self.where)
+                on_device = self._device_feeds(values)
+                arrays = on_device if on_device is not None else check_feeds(
+                    self.graph, dict(zip(self.arg_names, values)), self.where)
                 break
         fast = self.fast
         if fast is None:
@@ -112,7 +112,8 @@ class EntryRunner:
         if not any(type(a) is on_device for a in values):
             return None
         for a, dt, name in zip(values, self.dtypes, self.arg_names):
-            if type(a) is on_device:
+            fed_on_device = type(a) is on_device
+            if fed_on_device:
                 if a.dtype != dt:
                     raise FeedError(f"{self.where}: feed '{name}' is a device array of dtype "
                                     f"{a.dtype}, expected {dt} (device feeds are not "
