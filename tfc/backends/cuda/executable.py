@@ -9,8 +9,12 @@ A step is a precomputed list of actions over device storage, made once per *bind
   a device array per binding that each step copies the host feed into, constants are
   uploaded once. So every op's operands and results are fixed device arrays, and each
   action is bound to them when the binding is made.
-- **Actions**, in schedule order: a ``fusion`` launches its generated kernel (grid from
-  the kernel's ``Launch`` and the binding; class labels it reads are checked first); a
+- **Actions**, in schedule order, each a prepared zero-argument call (no per-op Python
+  work in the step beyond calling it; what changes per step, the step number and the
+  arrays fed, is in ``_Now``): a ``fusion`` launches its generated kernel
+  (``Device.launcher``: grid from the kernel's ``Launch`` and the binding, arguments
+  bound once; class labels it reads are checked first, on the host when they are a
+  host feed, so a GPU step does not stop for them); a
   view does nothing (it aliases); an f32/f64 ``matmul`` writes its slot through cuBLAS
   (``out=``); other library ops (``library.LIBRARY``) run with the array module and copy
   their result into the value's storage; random ops draw with the array module;
@@ -21,8 +25,9 @@ A step is a precomputed list of actions over device storage, made once per *bind
 - **Variables live on the device** across steps (``_DeviceVar``): a variable is uploaded
   when the host array the runtime passes is not the one this executable handed back last
   (compared by identity, and only for read-only arrays, which the runtime's are), so a
-  training loop uploads its variables once. Writes update the device copies in place
-  (an optimizer's ``assign_sub``: one kernel); a write whose operand is a variable's own
+  training loop uploads its variables once (a fast step passing the very arrays of the
+  last one skips even that comparison). Writes update the device copies in place
+  (an optimizer's ``assign_sub``: one kernel, a prepared call); a write whose operand is a variable's own
   storage goes through a temporary, so every write sees the start-of-step values.
 - **Updates stay on the device** when the runtime lets them (``fast_step(...,
   defer=True)``, what ``Program``'s runner asks for: ``tfc.runtime.program`` owns the
