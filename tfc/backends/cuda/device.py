@@ -201,11 +201,14 @@ class GpuDevice:
 
     def copy_on_device(self, dst: Any, src: Any) -> None:
         """Copy the caller's device array ``src`` into ``dst`` on the step's stream, after
-        the work queued on the caller's current stream (which made ``src``)."""
+        the work queued on the caller's current stream (which made ``src``); the caller's
+        later work (overwriting ``src``) waits for the copy."""
         with self.device:
-            self.stream.wait_event(self.xp.cuda.get_current_stream().record())
+            caller = self.xp.cuda.get_current_stream()
+            self.stream.wait_event(caller.record())
             with self.stream:
                 self.xp.copyto(dst, src)
+            caller.wait_event(self.stream.record())
 
     def upload(self, dst: Any, src: np.ndarray) -> None:
         with self.device:
