@@ -14,7 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, cast
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence,
+                    cast)
 
 import numpy as np
 
@@ -185,7 +186,8 @@ class Program:
             if isinstance(checked, str):
                 raise TfcError(checked, decl.loc)
             self._variables[name] = _frozen(checked, copy)
-        self._view = MappingProxyType(self._variables)
+        self._view = MappingProxyType(self._variables)  # (the values as stored: see _held)
+        self._live = _LiveVariables(self)
         # the artifact file this program was loaded from (``load`` sets it): saving back
         # to it checks that no other process replaced it since
         self.origin: ArtifactOrigin | None = None
@@ -199,9 +201,10 @@ class Program:
 
     @property
     def variables(self) -> Mapping[str, np.ndarray]:
-        """The current variable values (read-only arrays in a read-only mapping)."""
+        """The current variable values (read-only arrays in a read-only mapping that
+        stays current: later steps' values show through it)."""
         self._materialize()
-        return self._view
+        return self._live
 
     @property
     def initializers(self) -> Mapping[str, Op]:
@@ -542,6 +545,29 @@ class Program:
             shared = any(np.may_share_memory(checked, a) for a in handed_out)
             out[name] = _frozen(checked, copy=shared)
         return out
+
+
+class _LiveVariables(Mapping[str, np.ndarray]):
+    """``Program.variables``: a read-only view of the program's variables whose reads
+    bring in the values executables hold on their devices (``Program._held``)."""
+
+    def __init__(self, program: Program) -> None:
+        self._program = program
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        prog = self._program
+        if name in prog._held:
+            prog._sync_held([name])
+        return prog._variables[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._program._variables)
+
+    def __len__(self) -> int:
+        return len(self._program._variables)
+
+    def __repr__(self) -> str:
+        return f"<variables of {self._program!r}: {', '.join(self)}>"
 
 
 def _hint(name: str, names: Iterable[str]) -> str:

@@ -133,9 +133,12 @@ def test_every_reader_sees_the_device_values(programs: tuple[Program, Program],
     from outside (``set_variable``, ``restore_checkpoint``) followed by more steps."""
     from tfc.runtime.artifact import load_artifact
     mine, ref = programs
+    held = mine.variables  # a view taken before the steps shows their values
     for k in range(2):
         mine.run("train", **feeds(k))
         ref.run("train", **feeds(k))
+    for name, want in ref.variables.items():
+        np.testing.assert_allclose(held[name], want, rtol=RTOL, atol=RTOL, err_msg=name)
     x = feeds(9, batch=3)["x"]
     np.testing.assert_allclose(mine.run("predict", x=x)["logits"],
                                ref.run("predict", x=x)["logits"], rtol=RTOL, atol=RTOL)
