@@ -219,7 +219,8 @@ class Simulation:
         cores (more threads than cores take turns)."""
         host = sum(self.busy[d] * self.threads.get(d, 1) for d in self.busy) / self.model.cores
         if not self.executor:
-            return self.model.step_s + max(max(self.free.values(), default=0.0), host)
+            return (self.model.step_seconds(self.graph)
+                    + max(max(self.free.values(), default=0.0), host))
         return self.model.executor_step_s + max(self.staged_finish(), host)
 
     def staged_finish(self) -> float:
