@@ -184,8 +184,9 @@ class _Bench:
         self.jobs[label] = (run, runs)
         return label
 
-    def measure(self) -> dict[str, float]:
-        """Each program's typical run (``Spread.typical``), by label."""
+    def measure(self, keep: bool = False) -> dict[str, float]:
+        """Each program's typical run (``Spread.typical``), by label; the programs are
+        dropped after unless ``keep`` (to measure them again)."""
         samples: dict[str, list[float]] = {label: [] for label in self.jobs}
         clock = time.perf_counter
         for _ in range(self.repeats):
@@ -200,7 +201,8 @@ class _Bench:
             spread = Spread(times)
             self.spreads[f"{label} @{self.tag}"] = spread
             out[label] = spread.typical
-        self.jobs = {}
+        if not keep:
+            self.jobs = {}
         return out
 
 
@@ -413,10 +415,11 @@ def measure_fixed(backend: Backend, repeats: int, spreads: dict[str, Spread],
     """``fixed_costs`` measured ``rounds`` times, each figure the median of the rounds
     (a burst of a neighbour's work that spoils one round does not move it)."""
     out = []
+    bench = _Bench(backend, repeats, "1t", spreads)
+    roles = _fixed_jobs(bench)  # compiled once, measured in each round
     for r in range(rounds):
-        bench = _Bench(backend, repeats, f"1t #{r + 1}", spreads)
-        roles = _fixed_jobs(bench)
-        times = bench.measure()
+        bench.tag = f"1t #{r + 1}"
+        times = bench.measure(keep=r + 1 < rounds)
         out.append(fixed_costs({role: times[label] for role, label in roles.items()}))
     return FixedCosts(*(float(np.median([getattr(f, name) for f in out]))
                         for name in ("step_s", "feed_s", "fetch_s", "variable_s", "update_s",
