@@ -26,7 +26,8 @@ curves give the seconds of one kernel by op class, size and thread count:
 - Per step: a one-device program's ``Program.run`` costs ``step_s``, plus ``feed_s`` a
   feed, ``fetch_s`` a fetch, ``variable_s`` a variable it uses and ``update_s`` one it
   writes (``step_seconds``); a step of the
-  multi-device executor ``executor_step_s``, plus ``stage_s`` per stage on its device's
+  multi-device executor ``executor_step_s``, plus ``stage_s`` and the same per-feed,
+  fetch, variable and update costs (``boundary_seconds``) per stage on its device's
   thread and ``transfer_s`` per in-process transfer on the sending and on the receiving
   device's thread (the send and recv calls), besides the hand-off latency. There a
   variable's value that leaves its stage is a copy, and a variable update writes a new
@@ -152,10 +153,18 @@ class CostModel:
         run's measured fixed cost instead, which holds them)."""
         if self.measured is not None and self.measured.step_s is not None:
             return self.measured.step_s
-        used, written = variables_of(graph)
+        used, written = variables_of(graph.ops)
+        return self.profile.step_s + self.boundary_seconds(len(graph.args), len(graph.results),
+                                                           len(used), len(written))
+
+    def boundary_seconds(self, feeds: int, fetches: int, variables: int, updates: int) -> float:
+        """What a compiled graph's call costs for what crosses its boundary: each feed,
+        fetch and variable it uses, and each variable update it returns. One rule for a
+        one-device step (``step_seconds``) and for each stage graph the multi-device
+        executor calls (``tfc.passes.placement.Simulation.staged_finish``)."""
         p = self.profile
-        return (p.step_s + p.feed_s * len(graph.args) + p.fetch_s * len(graph.results)
-                + p.variable_s * len(used) + p.update_s * len(written))
+        return (p.feed_s * feeds + p.fetch_s * fetches + p.variable_s * variables
+                + p.update_s * updates)
 
     @property
     def executor_step_s(self) -> float:
@@ -446,11 +455,11 @@ class CostModel:
         return link.latency_s + transfer_nbytes(v, compressed, self.symbol_size) / link.bytes_per_s
 
 
-def variables_of(graph: Graph) -> tuple[set[str], set[str]]:
-    """The variables ``graph``'s ops (those of its regions too) use, and those they write."""
+def variables_of(ops: Iterable[Op]) -> tuple[set[str], set[str]]:
+    """The variables ``ops`` (and the ops of their regions) use, and those they write."""
     used: set[str] = set()
     written: set[str] = set()
-    for op in graph.ops:
+    for op in ops:
         name = op.attrs.get("var")
         if isinstance(name, str) and op.kind.startswith("var."):
             used.add(name)
@@ -460,7 +469,7 @@ def variables_of(graph: Graph) -> tuple[set[str], set[str]]:
             except TfcError:
                 pass
         for region in op.regions:
-            u, w = variables_of(region)
+            u, w = variables_of(region.ops)
             used |= u
             written |= w
     return used, written

@@ -427,13 +427,14 @@ def measure_fixed(backend: Backend, repeats: int, spreads: dict[str, Spread],
 
 
 def measure_executor(backend: Backend, repeats: int, spreads: dict[str, Spread],
-                     kernel_s: float, handoff_s: float, transfer_s: float
+                     fixed: FixedCosts, handoff_s: float, transfer_s: float
                      ) -> tuple[float, float]:
     """The multi-device executor's fixed cost per step and its cost per stage: chains of
     ``h`` tiny adds alternating between two devices (``h`` stages, ``h - 1`` hand-offs)
     for two lengths; the line through their steps has the per-link cost as its slope
-    (a stage, a kernel, a hand-off and a send/recv pair) and the step's fixed cost at
-    its start."""
+    (a stage, a kernel, a hand-off, a send/recv pair, and the stage graph's two feeds
+    and its fetch, charged as a one-device step's: ``CostModel.boundary_seconds``) and
+    the step's fixed cost at its start (the first stage has one feed)."""
     devices = ["/cpu:0", "/cpu:1"]
     steps: dict[int, float] = {}
     for hops in (2, EXECUTOR_HOPS):
@@ -452,10 +453,14 @@ def measure_executor(backend: Backend, repeats: int, spreads: dict[str, Spread],
         spread = _timings(lambda: program.run("hops", feeds), repeats * 4)
         spreads[f"executor {hops} stages"] = spread
         steps[hops] = spread.typical
+    kernel_s = fixed.kernel_s
+    first_io = fixed.feed_s + fixed.fetch_s  # add(a, a): the feed, the value sent
+    link_io = 2 * fixed.feed_s + fixed.fetch_s  # add(x, a): x received, the feed; one out
     per_link = max(0.0, (steps[EXECUTOR_HOPS] - steps[2]) / (EXECUTOR_HOPS - 2))
-    stage_s = max(1e-7, per_link - kernel_s - handoff_s - transfer_s)
-    fixed = steps[2] - 2 * (stage_s + kernel_s) - (handoff_s + transfer_s)
-    return max(1e-6, fixed), stage_s
+    stage_s = max(1e-7, per_link - kernel_s - link_io - handoff_s - transfer_s)
+    step_s = (steps[2] - 2 * (stage_s + kernel_s) - first_io - link_io
+              - (handoff_s + transfer_s))
+    return max(1e-6, step_s), stage_s
 
 
 def measure_transfer(rounds: int = 2000) -> float:
@@ -546,7 +551,7 @@ def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
     handoff_s = measure_handoff()
     transfer_s = measure_transfer()
     executor_step_s, stage_s = measure_executor(with_threads(base, max(1, cores // 2), override=True),
-                                                repeats, spreads, fixed.kernel_s, handoff_s,
+                                                repeats, spreads, fixed, handoff_s,
                                                 transfer_s)
     profile = DeviceProfile(
         source=f"tfc calibrate {time.strftime('%Y-%m-%dT%H:%M:%S')} ({base.name})",
