@@ -99,6 +99,8 @@ def test_calibrate_writes_a_profile_placement_reads(tmp_path, capsys, monkeypatc
     monkeypatch.setenv("TFC_DEVICE_PROFILE", str(path))
     out, _ = run_ok(capsys, "calibrate", "--devices", "cpu:0,cpu:1", "--backend", "reference")
     assert "GFLOP/s" in out and "GB/s" in out and "hand-off" in out and Path(path).exists()
+    assert "a feed" in out and "an update" in out and "vector 1 thread" in out
+    assert "serial 1 thread" in out
     from tfc.devices import cpu_count, load_profile
     prof = load_profile()
     assert prof.calibrated and prof.cores == cpu_count()  # the host the devices share

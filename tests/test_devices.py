@@ -127,6 +127,15 @@ def _profile_with(tmp_path, edit) -> "Path":
     (lambda d: d["cpu"]["gemm"]["1"]["seconds"].__setitem__(0, float("nan")), "cpu.gemm.1"),
     (lambda d: d["cpu"]["stream"]["1"]["sizes"].__setitem__(0, -5.0), "cpu.stream.1"),
     (lambda d: d["cpu"].update(kernel_s=-1.0), "kernel_s"),
+    (lambda d: d.update(feed_s=-1e-7), "feed_s"),
+    (lambda d: d.update(fetch_s=float("nan")), "fetch_s"),
+    (lambda d: d.update(variable_s=-1.0), "variable_s"),
+    (lambda d: d.update(update_s=float("inf")), "update_s"),
+    (lambda d: d["cpu"].update(vector={"1": {"sizes": [1e6], "seconds": [float("nan")]}}),
+     "cpu.vector.1"),
+    (lambda d: d["cpu"].update(serial={"0": {"sizes": [1e6], "seconds": [1e-3]}}),
+     "thread counts"),
+    (lambda d: d["cpu"].update(vector={}), "vector"),
     (lambda d: d["default_link"].update(bytes_per_s=0.0), "default_link"),
     (lambda d: d["default_link"].update(latency_s=float("nan")), "latency_s"),
 ])
@@ -137,6 +146,32 @@ def test_profile_numbers_must_be_finite_and_not_negative(tmp_path, edit, field):
     with pytest.raises(TfcError, match=r"edited.json: not a valid device profile \(.*"
                                        + field):
         load_profile(path)
+
+
+def test_a_profile_without_the_step_io_and_compute_rates_still_loads(tmp_path):
+    """A version-2 profile written before per-feed, per-fetch and per-variable step costs
+    and the vector and serial rates were measured loads with them 0 / absent: its
+    ``step_s`` holds one feed and one fetch, its kernels are costed by bytes, as when it
+    was written."""
+    def drop(d):
+        for name in ("feed_s", "fetch_s", "variable_s", "update_s"):
+            del d[name]
+    p = load_profile(_profile_with(tmp_path, drop))
+    assert (p.feed_s, p.fetch_s, p.variable_s, p.update_s) == (0.0, 0.0, 0.0, 0.0)
+    assert p.cpu.vector is None and p.cpu.serial is None
+    assert p.cpu.vector_seconds(1e9, 1) == 0.0 and p.cpu.serial_seconds(1e9, 1) == 0.0
+
+
+def test_vector_and_serial_rates_round_trip_and_read_by_threads(tmp_path):
+    rates = DeviceRates.flat(1e11, 1e10, cores=2)
+    rates.vector = {1: Curve.rate(1e10), 2: Curve.rate(2e10)}
+    rates.serial = {1: Curve.rate(1e8)}
+    p = DeviceProfile(cpu=rates, source="test", cores=2, feed_s=1e-7, fetch_s=2e-7,
+                      variable_s=3e-7, update_s=4e-7)
+    back = load_profile(save_profile(p, tmp_path / "rates.json"))
+    assert back == p
+    assert back.cpu.vector_seconds(1e10, 2) == pytest.approx(0.5)
+    assert back.cpu.serial_seconds(1e8, 2) == pytest.approx(1.0)  # measured at 1 thread only
 
 
 def test_unreadable_profiles_are_clear_errors(tmp_path):

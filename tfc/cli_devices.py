@@ -90,16 +90,21 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def profile_summary(profile: DeviceProfile, gpus: Sequence[str] = ()) -> str:
     """What a profile says, in a few lines: the host, the fixed costs, and per thread
-    count the GEMM and stream rates at each measured size; for each of ``gpus`` its
-    rates (measured or default) and its host link."""
+    count the GEMM, stream, vector and serial rates at each measured size; for each of
+    ``gpus`` its rates (measured or default) and its host link."""
     from tfc.devices import parse_device
-    lines = [f"{profile.describe()}: a step {profile.step_s * 1e6:.1f} us, a kernel "
+    lines = [f"{profile.describe()}: a step {profile.step_s * 1e6:.1f} us, a feed "
+             f"{profile.feed_s * 1e6:.2f} us, a fetch {profile.fetch_s * 1e6:.2f} us, a "
+             f"variable {profile.variable_s * 1e6:.2f} us, an update "
+             f"{profile.update_s * 1e6:.2f} us, a kernel "
              f"{profile.cpu.kernel_s * 1e6:.2f} us; multi-device: a step "
              f"{profile.executor_step_s * 1e6:.1f} us, a stage {profile.stage_s * 1e6:.1f} "
              f"us, a hand-off {profile.handoff_s * 1e6:.1f} us, a send and recv "
              f"{profile.transfer_s * 1e6:.1f} us"]
     for label, curves, unit in (("GEMM", profile.cpu.gemm, "GFLOP/s at flops"),
-                                ("stream", profile.cpu.stream, "GB/s at bytes")):
+                                ("stream", profile.cpu.stream, "GB/s at bytes"),
+                                ("vector", profile.cpu.vector or {}, "GFLOP/s at flops"),
+                                ("serial", profile.cpu.serial or {}, "GFLOP/s at flops")):
         for threads, c in sorted(curves.items()):
             rates = ", ".join(f"{x / t / 1e9:.0f}@{x:.3g}" for x, t in zip(c.sizes, c.seconds))
             lines.append(f"  {label} {threads} thread{'s' if threads > 1 else ''} ({unit}): "

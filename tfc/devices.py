@@ -7,14 +7,19 @@ and what the tests use to run partitions concurrently without a second machine).
 
 A ``DeviceProfile`` (file format version 2) holds what ``tfc calibrate`` measured: the
 host's cores; per op class (GEMM-like, streaming) the seconds of one kernel against its
-size at 1 thread and at all cores (``Curve``); the fixed costs of a kernel inside a
-native step, of a ``Program.run`` step, of an executor stage and of an in-process
-hand-off; links between hosts; and for GPUs (``/gpu:N``, run by the CUDA backend)
-their GEMM and stream curves and the host<->device copy (``links["host->/gpu:0"]``),
-measured by ``tfc calibrate`` through cupy when a GPU is there. The cost model
-(``tfc.passes.cost_model``) turns an op into seconds with it. Without a calibrated file the defaults are round numbers for a
-current x86 core on a ``DEFAULT_CORES``-core host, and for a GPU those of an H100-class
-card on PCIe (``default_gpu_rates``, ``DEFAULT_HOST_LINK``).
+size at 1 thread and at all cores (``Curve``), and the rates of non-GEMM compute
+(vectorized and serial kernels, by flops); the fixed costs of a kernel inside a native
+step, of a ``Program.run`` step and of each of its feeds, fetches, variables and
+variable updates, of an executor stage and of an in-process hand-off; links between
+hosts; and for GPUs (``/gpu:N``, run by the CUDA backend) their GEMM and stream curves
+and the host<->device copy (``links["host->/gpu:0"]``), measured by ``tfc calibrate``
+through cupy when a GPU is there. The compute rates and the per-feed, -fetch and
+-variable costs came later within version 2: a file without them still loads, and is
+costed as when it was written. The cost model (``tfc.passes.cost_model``) turns an op
+into seconds with it. Without a calibrated file the defaults are round numbers for a
+current x86 core on a ``DEFAULT_CORES``-core host (no compute rates, no per-feed costs:
+their ``step_s`` holds a typical step's), and for a GPU those of an H100-class card on
+PCIe (``default_gpu_rates``, ``DEFAULT_HOST_LINK``).
 """
 
 from __future__ import annotations
@@ -224,16 +229,30 @@ class DeviceRates:
     """What one device's kernels take, by op class, kernel size and thread count: GEMM-like
     kernels (matmul, conv) by flops, streaming kernels (element-wise, reductions, copies) by
     bytes moved, each a ``Curve`` per thread count; plus the fixed cost of one kernel
-    inside a native step (the curves include it at the sizes they measured)."""
+    inside a native step (the curves include it at the sizes they measured).
+
+    ``vector`` (optional: profiles written before it was measured have none) is the
+    seconds of a non-GEMM kernel against its flops (the registry's: ``exp`` counts 10 a
+    element), per thread count: a kernel that computes much per byte (a softmax's exp and
+    log) takes longer than its bytes say, and is costed by the slower of the two.
+    ``serial`` (optional too) is the same for kernels that run one dependent loop per
+    result, which the backend does not vectorize (arg-reductions: ~4 ns an element here
+    against ~0.02 for an exp).""" 
 
     gemm: dict[int, Curve]
     stream: dict[int, Curve]
     kernel_s: float = 5e-7
+    vector: dict[int, Curve] | None = None
+    serial: dict[int, Curve] | None = None
 
     def __post_init__(self) -> None:
         if not self.gemm or not self.stream:
             raise ValueError("device rates need a GEMM and a stream curve")
-        for kind, curves in (("gemm", self.gemm), ("stream", self.stream)):
+        for kind, rate in (("vector", self.vector), ("serial", self.serial)):
+            if rate is not None and not rate:
+                raise ValueError(f"{kind}: a rate needs at least one thread count")
+        for kind, curves in (("gemm", self.gemm), ("stream", self.stream),
+                             ("vector", self.vector or {}), ("serial", self.serial or {})):
             if any(t < 1 for t in curves):
                 raise ValueError(f"{kind}: thread counts must be >= 1, got "
                                  f"{sorted(curves)}")
@@ -255,17 +274,36 @@ class DeviceRates:
     def stream_seconds(self, nbytes: float, threads: int) -> float:
         return max(self.kernel_s, _by_threads(self.stream, nbytes, threads))
 
+    def vector_seconds(self, flops: float, threads: int) -> float:
+        """Seconds of ``flops`` of non-GEMM compute (0 without a measured vector rate)."""
+        if self.vector is None or flops <= 0:
+            return 0.0
+        return _by_threads(self.vector, flops, threads)
+
+    def serial_seconds(self, flops: float, threads: int) -> float:
+        """Seconds of ``flops`` in a serial kernel (0 without a measured serial rate)."""
+        if self.serial is None or flops <= 0:
+            return 0.0
+        return _by_threads(self.serial, flops, threads)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"gemm": _curves_to_dict(self.gemm), "stream": _curves_to_dict(self.stream),
-                "kernel_s": self.kernel_s}
+        out = {"gemm": _curves_to_dict(self.gemm), "stream": _curves_to_dict(self.stream),
+               "kernel_s": self.kernel_s}
+        for kind, rate in (("vector", self.vector), ("serial", self.serial)):
+            if rate is not None:
+                out[kind] = _curves_to_dict(rate)
+        return out
 
     @staticmethod
     def from_dict(d: Mapping[str, Any], where: str) -> "DeviceRates":
         """The rates in ``d``; a ValueError naming the field (under ``where``) if bad."""
         try:
+            vector, serial = (None if d.get(kind) is None
+                              else _curves_from_dict(d[kind], f"{where}.{kind}")
+                              for kind in ("vector", "serial"))
             return DeviceRates(_curves_from_dict(d["gemm"], f"{where}.gemm"),
                                _curves_from_dict(d["stream"], f"{where}.stream"),
-                               float(d["kernel_s"]))
+                               float(d["kernel_s"]), vector, serial)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise _field_error(where, e) from None
 
@@ -329,7 +367,12 @@ class DeviceProfile:
     ``cpu`` are the rates of every local CPU device (logical CPUs share the host's
     ``cores``: a device's thread count is its share, ``threads_per_device``); ``devices``
     overrides them per device. Fixed costs: ``step_s`` of one ``Program.run`` step of a
-    one-device program; ``executor_step_s`` of one step of the multi-device executor
+    one-device program with no feeds, fetches or variables, ``feed_s`` and ``fetch_s``
+    what each feed and each fetch add to it (checks, conversions, the arrays handed to
+    and from the native step), ``variable_s`` each variable the step uses, ``update_s``
+    what each variable it writes adds to that (a new array each step); all four 0 in
+    profiles written before they were measured, whose ``step_s`` holds one feed and one
+    fetch; ``executor_step_s`` of one step of the multi-device executor
     (its threads, its rendezvous), ``stage_s`` what it adds per stage it runs;
     ``handoff_s`` the latency of handing a tensor to another device of this process (a
     reference: no bytes move), ``transfer_s`` the work of one send and its recv (charged
@@ -347,11 +390,16 @@ class DeviceProfile:
     stage_s: float = 5e-6
     handoff_s: float = 1e-5
     transfer_s: float = 2e-6
+    feed_s: float = 0.0
+    fetch_s: float = 0.0
+    variable_s: float = 0.0
+    update_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cores < 1:
             raise ValueError(f"cores must be >= 1, got {self.cores}")
-        for name in ("step_s", "executor_step_s", "stage_s", "handoff_s", "transfer_s"):
+        for name in ("step_s", "executor_step_s", "stage_s", "handoff_s", "transfer_s",
+                     "feed_s", "fetch_s", "variable_s", "update_s"):
             _check_seconds(name, getattr(self, name))
 
     @property
@@ -403,7 +451,9 @@ class DeviceProfile:
                            "source": self.source, "cores": self.cores,
                            "step_s": self.step_s, "executor_step_s": self.executor_step_s,
                            "stage_s": self.stage_s, "handoff_s": self.handoff_s,
-                           "transfer_s": self.transfer_s, "cpu": self.cpu.to_dict(),
+                           "transfer_s": self.transfer_s, "feed_s": self.feed_s,
+                           "fetch_s": self.fetch_s, "variable_s": self.variable_s,
+                           "update_s": self.update_s, "cpu": self.cpu.to_dict(),
                            "devices": {k: v.to_dict() for k, v in self.devices.items()},
                            "links": {k: asdict(v) for k, v in self.links.items()},
                            "default_link": asdict(self.default_link)}, indent=1)
@@ -432,7 +482,10 @@ class DeviceProfile:
                 cpu=DeviceRates.from_dict(data["cpu"], "cpu"), step_s=float(data["step_s"]),
                 executor_step_s=float(data["executor_step_s"]),
                 stage_s=float(data["stage_s"]), handoff_s=float(data["handoff_s"]),
-                transfer_s=float(data["transfer_s"]))
+                transfer_s=float(data["transfer_s"]),
+                feed_s=float(data.get("feed_s", 0.0)), fetch_s=float(data.get("fetch_s", 0.0)),
+                variable_s=float(data.get("variable_s", 0.0)),
+                update_s=float(data.get("update_s", 0.0)))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise TfcError(f"{where}: not a valid device profile ({e})") from None
 

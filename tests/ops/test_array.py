@@ -554,3 +554,12 @@ def test_symbolic_graph_runs_for_several_batch_sizes():
         t, s = run_graph(g, [xs, ys], ExecContext({}, step=2))
         same(t, xs.reshape(n, 784)[:, :10].T.copy())
         same(s, xs.reshape(n, 784)[shuffle_permutation(3, 2, n)])
+
+
+def test_a_slice_moves_the_bytes_it_keeps_not_its_whole_input():
+    """One gate of an LSTM's [B, 4H] product: reads and writes [B, H] (the default
+    movement cost counted all of the input)."""
+    c = lookup("slice").cost([TensorType(DType.f32, (64, 64))],
+                             [TensorType(DType.f32, (64, 16))],
+                             {"begin": [0, 16], "end": [64, 32]})
+    assert c.flops == 0 and c.bytes == 2 * 64 * 16 * 4

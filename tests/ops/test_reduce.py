@@ -147,3 +147,13 @@ def test_arg_reduce_defaults_types_and_errors():
         infer("argmax", T(0, 3))
     with pytest.raises(TypeMismatch, match="argmin: input has dtype bool"):
         infer("argmin", T(3, dtype=DType.bool))
+
+
+def test_an_arg_reduction_costs_a_comparison_per_input_element():
+    """argmax over the 10 classes of a batch of 64 compares 640 elements (the default cost
+    counted its 64 results)."""
+    c = lookup("argmax").cost([T(64, 10)], [T(64, dtype=DType.i64)], {"axis": 1},
+                              symbol_size=1)
+    assert c.flops == 640
+    assert lookup("argmin").cost([T("B", 10)], [T("B", dtype=DType.i64)], {"axis": 1},
+                                 symbol_size=8).flops == 80

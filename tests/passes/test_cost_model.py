@@ -233,3 +233,124 @@ def test_a_gpus_kernels_do_not_count_as_the_hosts_work():
     kernel = 2.0 * 512 ** 3 / 1e11  # each matmul, on its device (the CPU with both cores)
     est = estimate_placed(g, ["/cpu:0", "/gpu:0"], profile=profile)
     assert kernel < est < 1.2 * kernel  # GPU work counted on the host: >= 1.5 * kernel
+
+
+def _with_vector(profile, vector_flops_per_s=None, serial_flops_per_s=None):
+    """``profile`` with measured vector and serial rates (flops per second at 1 and 2
+    threads alike)."""
+    rates = profile.cpu
+    if vector_flops_per_s is not None:
+        rates.vector = {1: Curve.rate(vector_flops_per_s)}
+    if serial_flops_per_s is not None:
+        rates.serial = {1: Curve.rate(serial_flops_per_s)}
+    return profile
+
+
+def unary_graph(kind, shape=(1024,)):
+    g = Graph("u")
+    x = g.add_arg(TensorType(DType.f32, shape), "x")
+    g.set_results([Builder(g)(kind, x)])
+    return g
+
+
+def test_a_compute_heavy_op_costs_its_flops_at_the_vector_rate_when_that_is_slower():
+    """An exp counts 10 flops an element in the registry: at 1 GFLOP/s, 1024 of them take
+    10.24 us, longer than their 8 KB take to stream at 10 GB/s (0.82 us); an add stays
+    costed by its bytes. Without a measured vector rate (an older profile) both are
+    costed by bytes, as before."""
+    model = CostModel(_with_vector(two_core_host(), 1e9), symbol_size=64)
+    exp = unary_graph("exp").ops[0]
+    assert model.op_seconds(exp, 1) == pytest.approx(10 * 1024 / 1e9)
+    neg = unary_graph("neg").ops[0]
+    assert model.op_seconds(neg, 1) == pytest.approx(8 * 1024 / 1e10 * 2)  # 1 of 2 threads
+    plain = CostModel(two_core_host(), symbol_size=64)
+    assert plain.op_seconds(unary_graph("exp").ops[0], 1) == pytest.approx(8 * 1024 / 5e9)
+
+
+def test_a_fusion_counts_the_flops_of_the_ops_it_fuses():
+    """The fused kernel of an exp/tanh/neg chain is costed by its region's flops (not the
+    registry's default of one flop per result element) when they take longer than its
+    bytes."""
+    g = elementwise_chain(n=4)
+    m = Module()
+    m.add_graph(g.clone())
+    (fusion,) = run_passes(m, "fusion").graphs["f"].ops
+    model = CostModel(_with_vector(two_core_host(), 1e9))
+    region_flops = sum(model.cost(op).flops for op in fusion.regions[0].ops)
+    assert region_flops > 20 * 256  # tanh 20, exp 10 an element
+    assert model.cost(fusion).flops == region_flops
+    assert model.op_seconds(fusion, 1) == pytest.approx(region_flops / 1e9)
+
+
+def test_an_unfused_op_joining_a_kernel_still_pays_its_compute():
+    """As placed (before fusion) the chain's exps and tanhs join the first op's kernel:
+    their bytes are the kernel's, but each one's flops still take their time."""
+    g = elementwise_chain(n=4)
+    model = CostModel(_with_vector(two_core_host(), 1e9))
+    device_of = {op: "/cpu:0" for op in g.ops}
+    tanh = [op for op in g.ops if op.kind == "tanh"][1]  # the second: inside the kernel
+    assert model.op_seconds_in(tanh, g, 1, "/cpu:0", device_of) == \
+        pytest.approx(20 * 256 / 1e9)
+
+
+def test_an_arg_reduction_costs_its_comparisons_at_the_serial_rate():
+    """argmax is one dependent loop per result, which the backend does not vectorize:
+    its 64x10 comparisons at the measured serial rate, not its 64 results."""
+    g = Graph("a")
+    x = g.add_arg(TensorType(DType.f32, (64, 10)), "x")
+    g.set_results([Builder(g)("argmax", x, axis=1)])
+    model = CostModel(_with_vector(two_core_host(), 1e11, 1e8))
+    assert model.cost(g.ops[0]).flops == 640
+    assert model.op_seconds(g.ops[0], 1) == pytest.approx(640 / 1e8)
+
+
+def test_a_one_device_step_pays_for_each_feed_fetch_variable_and_update():
+    """The fixed cost of a step grows with what crosses into and out of the native
+    program: 2 feeds, 1 fetch, 2 variables used (one read, one written)."""
+    from tfc.ir.core import VariableDecl
+    profile = two_core_host(step_s=1e-6, feed_s=1e-7, fetch_s=2e-7, variable_s=3e-7,
+                            update_s=4e-7)
+    g = Graph("s")
+    t = TensorType(DType.f32, (4,))
+    x, y = g.add_arg(t, "x"), g.add_arg(t, "y")
+    b = Builder(g)
+    w = b("var.read", var="w", result_types=[t])
+    s = b("add", b("add", x, y), w)
+    b.op("var.assign_sub", s, var="v")
+    g.set_results([s])
+    m = Module()
+    m.variables.update(w=VariableDecl("w", t), v=VariableDecl("v", t))
+    m.add_graph(g)
+    model = CostModel(profile)
+    want = 1e-6 + 2 * 1e-7 + 1 * 2e-7 + 2 * 3e-7 + 1 * 4e-7
+    assert model.step_seconds(g) == pytest.approx(want)
+    kernels = estimate_placed(g, ["/cpu:0"], profile=two_core_host(step_s=0.0))
+    assert estimate_placed(g, ["/cpu:0"], profile=profile) == pytest.approx(want + kernels)
+    measured = CostModel(profile, measured=MeasuredCosts(threads=2, seconds={}, step_s=9e-6))
+    assert measured.step_seconds(g) == 9e-6  # a profiling run's fixed cost holds them all
+
+
+def test_a_scan_body_costs_the_fused_kernels_it_lowers_to():
+    """The placer sees the scan before fusion; its body runs as the fused kernels the
+    fusion pass makes of it, each reading its inputs once. Costed op by op, each
+    element-wise op of an LSTM-like cell read ``h`` and ``x`` again."""
+    import tfc
+    g = tfc.Graph()
+    with g.as_default():
+        xs = tfc.placeholder(tfc.float32, [16, 64, 256], name="xs")
+        w = tfc.constant(np.ones((256, 256), np.float32))
+
+        def cell(h, x):
+            z = tfc.matmul(h, w) + x
+            return tfc.tanh(z) * tfc.sigmoid(z + h) + h * x - x
+
+        ys = tfc.scan(cell, xs, initializer=tfc.zeros([64, 256]))
+        tfc.entry("f", feeds={"xs": xs}, fetches={"ys": ys})
+    module = g.as_module()
+    (scan,) = [op for op in module.entries["f"].ops if op.kind == "scan"]
+    profile = _with_vector(two_core_host(), 1e11)
+    placed = CostModel(profile).op_seconds(scan, 2)
+    fused_module = run_passes(module, "fusion")
+    (fused_scan,) = [op for op in fused_module.entries["f"].ops if op.kind == "scan"]
+    assert any(op.kind == "fusion" for op in fused_scan.regions[0].ops)
+    assert placed == pytest.approx(CostModel(profile).op_seconds(fused_scan, 2), rel=1e-6)

@@ -7,7 +7,7 @@ import tfc
 from tfc.devices import DeviceProfile, DeviceRates, LinkRates
 from tfc.errors import TfcError
 from tfc.ir.builder import Builder
-from tfc.ir.core import Graph
+from tfc.ir.core import Graph, VariableDecl
 from tfc.ir.types import DType, TensorType
 from tfc.passes import run_passes
 from tfc.passes.placement import place_graph
@@ -339,3 +339,77 @@ def test_what_placement_gives_a_gpu_the_cuda_backend_runs():
     placed = set(registry._REGISTRY) - not_placed
     assert {k for k in placed if can_run(k, "/gpu:0")} <= runs
     assert placed - runs <= GPU_HOST_ONLY <= placed
+
+
+def three_stages():
+    """Two devices, three stages with feeds, fetches, a variable read and one updated;
+    the graph and its placement."""
+    t = TensorType(DType.f32, (4,))
+    g = Graph("g")
+    x, y = g.add_arg(t, "x"), g.add_arg(t, "y")
+    b = Builder(g)
+    w = b("var.read", var="w", result_types=[t])
+    a = b("add", x, w)           # /cpu:0 stage 0: feed x, variable w; a leaves it
+    yy = b("add", y, y)          # /cpu:1 stage 0: feed y; yy is sent
+    s = b("add", a, yy)          # /cpu:0 stage 1: a, yy in; s fetched
+    b.op("var.assign_sub", s, var="v")  # ... and v updated
+    g.set_results([s])
+    return g, {op: "/cpu:1" if op is yy.op else "/cpu:0" for op in g.ops}
+
+
+def test_each_executor_stage_pays_for_its_feeds_fetches_variables_and_updates():
+    """A stage is a compiled graph the executor calls, so it pays what a one-device step
+    pays for what crosses its boundary (``CostModel.boundary_seconds``): without it a
+    split into many stages looked cheaper than it ran once a kernel cost ~0."""
+    from tfc.passes.cost_model import CostModel
+    from tfc.passes.placement import simulate
+    g, assign = three_stages()
+
+    def host(**io):
+        return DeviceProfile({}, {}, source="test", cores=2,
+                             cpu=DeviceRates.flat(1e10, 1e10, 1e-7), step_s=1e-6,
+                             executor_step_s=1e-5, stage_s=1e-6, handoff_s=1e-3,
+                             transfer_s=1e-6, **io)
+
+    costs = dict(feed_s=1e-5, fetch_s=2e-5, variable_s=3e-5, update_s=4e-5)
+    sim = simulate(CostModel(host(**costs)), g, assign, DEVICES)
+    assert sim.executor
+    assert sim.stage_boundary_seconds() == pytest.approx({
+        ("/cpu:0", 0): 1e-5 + 2e-5 + 3e-5,
+        ("/cpu:1", 0): 1e-5 + 2e-5,
+        ("/cpu:0", 1): 2 * 1e-5 + 2e-5 + 3e-5 + 4e-5})
+    free = simulate(CostModel(host()), g, assign, DEVICES)
+    # the critical path: /cpu:1's stage, the 1 ms hand-off, /cpu:0's second stage
+    assert sim.makespan - free.makespan == pytest.approx(3e-5 + 1.1e-4)
+
+
+def test_the_simulated_stage_boundaries_are_those_of_the_stage_graphs_the_executor_runs():
+    """The simulation counts each stage's feeds, fetches and variables as
+    ``tfc.passes.partition.cut_stages`` builds the stage graphs."""
+    from tfc.ir.core import Module
+    from tfc.passes.cost_model import CostModel, variables_of
+    from tfc.passes.partition import cut_stages, partition_module, stage_numbers
+    from tfc.passes.placement import simulate
+    g, assign = three_stages()
+    t = TensorType(DType.f32, (4,))
+    m = Module()
+    m.variables.update(w=VariableDecl("w", t, device="/cpu:0"),
+                       v=VariableDecl("v", t, device="/cpu:0"))
+    m.add_graph(g)
+    m.devices = list(DEVICES)
+    for op, device in assign.items():
+        op.device = device
+    profile = DeviceProfile({}, {}, source="test", cores=2,
+                            cpu=DeviceRates.flat(1e10, 1e10, 1e-7), feed_s=1.0, fetch_s=1e3,
+                            variable_s=1e6, update_s=1e9)
+    want = simulate(CostModel(profile), g, assign, DEVICES).stage_boundary_seconds()
+    parts = partition_module(m, g.name)
+    stage_of = stage_numbers(parts)
+    got = {}
+    for device, part in parts.items():
+        for st in cut_stages(part, stage_of):
+            if st.graph.ops:
+                used, written = variables_of(st.graph.ops)
+                got[(device, st.index)] = (len(st.graph.args) + 1e3 * len(st.graph.results)
+                                           + 1e6 * len(used) + 1e9 * len(written))
+    assert got == want and len(got) == 3  # whole numbers of seconds: exact

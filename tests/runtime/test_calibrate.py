@@ -6,7 +6,8 @@ from tfc.devices import DeviceProfile, cpu_count, load_profile, save_profile
 from tfc.errors import TfcError
 from tfc.runtime import calibrate as cal
 
-TINY = {"gemm_sizes": (8, 16), "gemm_skinny": (4, 16), "stream_sizes": (256, 4096)}
+TINY = {"gemm_sizes": (8, 16), "gemm_skinny": (4, 16), "stream_sizes": (256, 4096),
+        "vector_elements": 1024}
 
 
 def test_spread_is_min_median_max_of_the_runs():
@@ -31,10 +32,38 @@ def test_calibrate_measures_curves_at_one_thread_and_all_cores(backend, tmp_path
     assert p.step_s > 0 and p.cpu.kernel_s > 0 and p.stage_s > 0 and p.handoff_s > 0
     assert p.executor_step_s > 0 and p.transfer_s > 0
     assert p.cpu.kernel_s < p.step_s * 10  # a kernel in a step, not a whole step each
+    for name in ("feed_s", "fetch_s", "variable_s", "update_s"):
+        assert getattr(p, name) >= 0
+    for rate in (p.cpu.vector, p.cpu.serial):
+        assert rate is not None and set(rate) == {1, 2}
+    # the vector kernel's flops as the registry counts them: 4 x (mul 1 + exp 10) each
+    assert p.cpu.vector[1].sizes == [1024 * cal.VECTOR_EXPS * 11.0]
+    rows, width = cal.SERIAL_SHAPE
+    assert p.cpu.serial[1].sizes == [float(rows * width)]  # a comparison per element
+    assert "step 16 feeds" in result.spread_summary()
     assert "gemm 16x16@16x16" in result.spread_summary()
     assert "executor 16 stages" in result.spread_summary()
     back = load_profile(save_profile(p, tmp_path / "p.json"))
     assert back == p
+
+
+def test_fixed_costs_are_the_slopes_of_feeds_fetches_variables_and_kernels():
+    """From typical runs (seconds): the step with one feed and one fetch, with IO_COUNT
+    feeds, IO_COUNT fetches, IO_COUNT variables read, IO_COUNT updated, and TINY_KERNELS
+    adds as separate kernels against the same adds fused (same feeds and fetches)."""
+    n, k = cal.IO_COUNT, cal.TINY_KERNELS
+    times = {"step": 3e-6, "feeds": 3e-6 + (n - 1) * 3e-7, "fetches": 3e-6 + (n - 1) * 1e-7,
+             "variables": 3e-6 + n * 2e-7, "updates": 3e-6 + n * 7e-7,
+             "fused": 40e-6, "kernels": 40e-6 + (k - 1) * 5e-8}
+    f = cal.fixed_costs(times)
+    assert f.feed_s == pytest.approx(3e-7) and f.fetch_s == pytest.approx(1e-7)
+    assert f.step_s == pytest.approx(3e-6 - 4e-7)  # no feed, no fetch
+    assert f.variable_s == pytest.approx(2e-7) and f.update_s == pytest.approx(5e-7)
+    assert f.kernel_s == pytest.approx(5e-8)  # not (kernels - step) / k: 0.6 us here
+    assert f.step(2, 1) == pytest.approx(f.step_s + 2 * 3e-7 + 1e-7)
+    # noise that makes a slope negative reads as no cost, never a negative one
+    f = cal.fixed_costs({**times, "feeds": 2e-6, "fused": 41e-6, "kernels": 40e-6})
+    assert f.feed_s == 0.0 and f.kernel_s > 0 and f.step_s > 0
 
 
 def test_calibrate_defaults_to_this_hosts_cores():

@@ -50,8 +50,10 @@ class Executable(Protocol):
     """One compiled entry. Backends may offer more, which the runtime looks up with
     ``getattr`` and does without: ``fast_step``, ``var_names``, ``update_names`` and
     ``native_callable`` (the step without per-call checks: ``runtime/runner.py``),
-    ``fallback_ops``, ``kernel_times()`` and ``arena_bytes`` (the tracer's spans and
-    memory figure)."""
+    ``read_back`` (updates kept on a device: ``fast_step(..., defer=True)``; the
+    program's ``_held`` records who holds what), ``device_array_type`` (feeds already on
+    the device), ``fallback_ops``, ``kernel_times()`` and ``arena_bytes`` (the tracer's
+    spans and memory figure)."""
 
     def __call__(self, feeds: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
                  step: int) -> StepResult: ...

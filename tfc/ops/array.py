@@ -590,12 +590,19 @@ class Slice(Movement):
 
     name = "slice"
     num_inputs = 1
+
     attrs = {
         "begin": AttrSpec("ints", doc="first index per sliced axis (Python semantics)"),
         "end": AttrSpec("ints", doc="end (exclusive) per sliced axis"),
         "strides": AttrSpec("ints", None, "step per sliced axis, non-zero; none: all 1"),
         "squeeze_axes": AttrSpec("ints", (), "axes to remove after slicing (integer index)"),
     }
+
+    def cost(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType],
+             attrs: Mapping[str, Any], symbol_size: int = 1) -> Cost:
+        """Reads only the part it keeps and writes it: twice its result's bytes (not the
+        whole input's: an LSTM cell's four gate slices of one product read it once)."""
+        return Cost(0, 2 * sum(t.nbytes(symbol_size) for t in outputs))
 
     def _slices(self, rank: int, attrs: Mapping[str, Any], shown: str) -> list[slice]:
         begin, end = attrs["begin"], attrs["end"]

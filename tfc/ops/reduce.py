@@ -141,6 +141,11 @@ class ArgReduce(OpDef):
         axis = normalize_axis(self.name, attrs["axis"], x.ndim)
         return [self.fn(x, axis=axis).astype(attrs["output_type"].np)]
 
+    def cost(self, inputs, outputs, attrs, symbol_size=1):
+        """One comparison per input element (not per result, the default's count)."""
+        base = super().cost(inputs, outputs, attrs, symbol_size)
+        return type(base)(inputs[0].nbytes(symbol_size) / inputs[0].dtype.itemsize, base.bytes)
+
 
 register(ArgReduce("argmax", np.argmax))
 register(ArgReduce("argmin", np.argmin))

@@ -4,8 +4,11 @@ It reads the calibrated ``DeviceProfile`` (``tfc calibrate``; ``tfc.devices``), 
 curves give the seconds of one kernel by op class, size and thread count:
 
 - GEMM-like ops (``matmul``, ``conv2d`` and its gradients) by their flops on the GEMM
-  curve; every other op by the bytes it moves on the stream curve; ops that move no data
-  at run time (views, ``var.read``, constants) cost nothing.
+  curve; every other op by the bytes it moves on the stream curve or by its flops at the
+  measured vector rate, whichever takes longer (a softmax's exps and logs compute more
+  than their bytes take to stream; a ``fusion`` counts the flops of the ops it fuses),
+  arg-reductions (one dependent loop per result) at the measured serial rate;
+  ops that move no data at run time (views, ``var.read``, constants) cost nothing.
 - Placement runs before fusion, but the backend runs an element-wise chain as one
   kernel that reads its inputs and writes its results once (``tfc.passes.fusion``). So a
   fusible op whose input comes from a fusible op on the same device joins that kernel:
@@ -21,8 +24,13 @@ curves give the seconds of one kernel by op class, size and thread count:
   host<->device copy (latency plus bytes over the measured or default PCIe rate).
 - A GPU (``/gpu:N``) costs ops by its own curves (``DeviceProfile.rates``) and takes
   no share of the host's cores.
-- Per step: a one-device program's ``Program.run`` costs ``step_s``; a step of the
-  multi-device executor ``executor_step_s``, plus ``stage_s`` per stage on its device's
+- A control-flow op's regions are costed as the fused kernels they lower to (a copy of
+  each fused as the fusion pass fuses it), a ``scan``'s body once per trip.
+- Per step: a one-device program's ``Program.run`` costs ``step_s``, plus ``feed_s`` a
+  feed, ``fetch_s`` a fetch, ``variable_s`` a variable it uses and ``update_s`` one it
+  writes (``step_seconds``); a step of the
+  multi-device executor ``executor_step_s``, plus ``stage_s`` and the same per-feed,
+  fetch, variable and update costs (``boundary_seconds``) per stage on its device's
   thread and ``transfer_s`` per in-process transfer on the sending and on the receiving
   device's thread (the send and recv calls), besides the hand-off latency. There a
   variable's value that leaves its stage is a copy, and a variable update writes a new
@@ -36,7 +44,7 @@ better than any curve.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Collection, Mapping
+from typing import Any, Collection, Iterable, Mapping
 
 import numpy as np
 
@@ -50,6 +58,8 @@ from tfc.ops.control import scan_length
 # Ops run as GEMM-like kernels (blocked, compute-bound): costed by flops.
 GEMM_KINDS = frozenset({"matmul", "conv2d", "conv2d_backprop_input",
                         "conv2d_backprop_filter"})
+# Ops run as one dependent loop per result (not vectorized): costed by flops at the serial rate.
+SERIAL_KINDS = frozenset({"argmax", "argmin"})
 # Ops that move no data at run time: a pointer, a scalar, a shape.
 FREE_KINDS = frozenset({"constant", "var.read", "shape", "rank", "size", "identity",
                         "stop_gradient", "no_op"})
@@ -126,6 +136,8 @@ class CostModel:
         self._splats: dict[Op, bool] = {}
         self._signatures: dict[Op, str] = {}
         self._graphs: dict[int, _GraphInfo] = {}
+        # id(region) -> (region, the region fused): the region is kept so its id stays its
+        self._fused_regions: dict[int, tuple[Graph, Graph]] = {}
         self._at_measured: CostModel | None = None  # at measured.symbol_size, when other
 
     # ---- fixed costs ----------------------------------------------------------------
@@ -137,6 +149,25 @@ class CostModel:
         if self.measured is not None and self.measured.step_s is not None:
             return self.measured.step_s
         return self.profile.step_s
+
+    def step_seconds(self, graph: Graph) -> float:
+        """Fixed cost of one step of ``graph`` as a one-device program: the step's, each
+        of its feeds', fetches' and variables', and each variable update's (a profiling
+        run's measured fixed cost instead, which holds them)."""
+        if self.measured is not None and self.measured.step_s is not None:
+            return self.measured.step_s
+        used, written = variables_of(graph.ops)
+        return self.profile.step_s + self.boundary_seconds(len(graph.args), len(graph.results),
+                                                           len(used), len(written))
+
+    def boundary_seconds(self, feeds: int, fetches: int, variables: int, updates: int) -> float:
+        """What a compiled graph's call costs for what crosses its boundary: each feed,
+        fetch and variable it uses, and each variable update it returns. One rule for a
+        one-device step (``step_seconds``) and for each stage graph the multi-device
+        executor calls (``tfc.passes.placement.Simulation.staged_finish``)."""
+        p = self.profile
+        return (p.feed_s * feeds + p.fetch_s * fetches + p.variable_s * variables
+                + p.update_s * updates)
 
     @property
     def executor_step_s(self) -> float:
@@ -166,15 +197,24 @@ class CostModel:
     # ---- ops ------------------------------------------------------------------------
 
     def cost(self, op: Op) -> Cost | None:
-        """The registry's flops and bytes of ``op`` (None: the registry cannot say)."""
+        """The registry's flops and bytes of ``op`` (None: the registry cannot say); a
+        ``fusion``'s bytes are its own (what crosses the kernel's boundary), its flops
+        those of the ops it fuses."""
         if op not in self._costs:
             try:
-                self._costs[op] = lookup(op.kind).cost([v.type for v in op.inputs],
-                                                       [r.type for r in op.results],
-                                                       op.attrs, self.symbol_size)
+                cost = lookup(op.kind).cost([v.type for v in op.inputs],
+                                            [r.type for r in op.results],
+                                            op.attrs, self.symbol_size)
+                if op.kind == "fusion" and op.regions:
+                    cost = Cost(self.flops(op.regions[0].ops), cost.bytes)
+                self._costs[op] = cost
             except (TfcError, NotImplementedError):
                 self._costs[op] = None
         return self._costs[op]
+
+    def flops(self, ops: Iterable[Op]) -> float:
+        """The registry's flops of ``ops`` (0 for those it cannot say)."""
+        return float(sum(c.flops for c in map(self.cost, ops) if c is not None))
 
     def signature(self, op: Op) -> str:
         if op not in self._signatures:
@@ -236,7 +276,9 @@ class CostModel:
             return rates.kernel_s
         if self.is_gemm(op):
             return rates.gemm_seconds(cost.flops, threads)
-        return rates.stream_seconds(cost.bytes, threads)
+        compute = (rates.serial_seconds if op.kind in SERIAL_KINDS
+                   else rates.vector_seconds)(cost.flops, threads)
+        return max(rates.stream_seconds(cost.bytes, threads), compute)
 
     def _control_seconds(self, op: Op, threads: int, device: str | None) -> float:
         """A control-flow op runs the ops of its regions: a ``scan`` its body once per
@@ -256,9 +298,26 @@ class CostModel:
         return kernel_s + sum(bodies)
 
     def _region_seconds(self, region: Graph, threads: int, device: str) -> float:
+        """One run of ``region`` as the fused kernels it lowers to: each kernel once with
+        the bytes that cross its boundary and the flops of its ops (op by op, a scan
+        body's element-wise ops were charged their reads again each, the LSTM's scans
+        came out ~2x what they cost compiled)."""
+        region = self._fused_region(region)
         device_of = {o: device for o in region.ops}
         return sum(self.op_seconds_in(o, region, threads, device, device_of)
                    for o in region.ops)
+
+    def _fused_region(self, region: Graph) -> Graph:
+        """``region`` fused as the fusion pass fuses it (a copy; itself when nothing in it
+        fuses, e.g. a region of a compiled graph, already fused)."""
+        if id(region) not in self._fused_regions:
+            fused = region
+            if any(self.fusible(o) for o in region.ops):
+                from tfc.passes.fusion import fuse_graph
+                fused = region.clone()
+                fuse_graph(fused)
+            self._fused_regions[id(region)] = (region, fused)
+        return self._fused_regions[id(region)][1]
 
     def _measured_seconds(self, op: Op, threads: int, device: str | None) -> float | None:
         """The profiling run's seconds of ``op``, scaled by the curves from the threads and
@@ -357,10 +416,13 @@ class CostModel:
                                                          for c in consumers):
                 nbytes += r.type.nbytes(self.symbol_size)
         rates = self._rates(device)
+        cost = self.cost(op)
+        compute = rates.vector_seconds(cost.flops, threads) if cost is not None else 0.0
         if root is not None:  # part of a running kernel: its bytes, no kernel start
-            return max(0.0, rates.stream_seconds(nbytes, threads) - rates.kernel_s) \
+            moved = max(0.0, rates.stream_seconds(nbytes, threads) - rates.kernel_s) \
                 if nbytes > 0 else 0.0
-        return rates.stream_seconds(nbytes, threads)
+            return max(moved, compute)
+        return max(rates.stream_seconds(nbytes, threads), compute)
 
     def executor_extra_seconds(self, op: Op, threads: int, device: str) -> float:
         """What ``op`` costs more on the multi-device executor than in a one-device
@@ -399,6 +461,26 @@ class CostModel:
             return self.handoff_s + copies
         link = self.profile.link(src, dst)
         return link.latency_s + nbytes / link.bytes_per_s + copies
+
+
+def variables_of(ops: Iterable[Op]) -> tuple[set[str], set[str]]:
+    """The variables ``ops`` (and the ops of their regions) use, and those they write."""
+    used: set[str] = set()
+    written: set[str] = set()
+    for op in ops:
+        name = op.attrs.get("var")
+        if isinstance(name, str) and op.kind.startswith("var."):
+            used.add(name)
+            try:
+                if lookup(op.kind).has(WRITES_VARIABLE):
+                    written.add(name)
+            except TfcError:
+                pass
+        for region in op.regions:
+            u, w = variables_of(region.ops)
+            used |= u
+            written |= w
+    return used, written
 
 
 def same_process(a: str, b: str) -> bool:

@@ -38,7 +38,7 @@ from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
 from tfc.ir.types import SYMBOL_SIZE
 from tfc.passes.compress import transfer_nbytes, transfer_policy
-from tfc.passes.cost_model import CostModel, MeasuredCosts
+from tfc.passes.cost_model import CostModel, MeasuredCosts, variables_of
 from tfc.passes.manager import register_pass
 from tfc.units import format_ms as _ms
 
@@ -221,7 +221,8 @@ class Simulation:
         host = sum(self.busy[d] * self.threads.get(d, 1) for d in self.busy
                    if parse_device(d).kind == "cpu") / self.model.cores
         if not self.executor:
-            return self.model.step_s + max(max(self.free.values(), default=0.0), host)
+            return (self.model.step_seconds(self.graph)
+                    + max(max(self.free.values(), default=0.0), host))
         return self.model.executor_step_s + max(self.staged_finish(), host)
 
     def staged_finish(self) -> float:
@@ -232,7 +233,9 @@ class Simulation:
         ended, sent it, and the hand-off is done; it then runs its ops back to back. So
         an op waits for all of its stage's receives, not only its own inputs, which a
         simulation op by op misses (a 64-layer MLP split by greedy: 3 stages a device,
-        each waiting for the other's)."""
+        each waiting for the other's). Each stage is a compiled graph the executor calls:
+        it pays ``stage_s`` and, as a one-device step does, for each of its feeds, fetches,
+        variables and updates (``stage_boundary_seconds``)."""
         stages: dict[tuple[str, int], float] = {}
         incoming: dict[tuple[str, int], dict[tuple[Value, str], tuple[str, int]]] = {}
         sends: dict[tuple[str, int], set[tuple[Value, str]]] = {}
@@ -247,6 +250,7 @@ class Simulation:
                 incoming.setdefault(key, {})[(v, device)] = src
                 sends.setdefault(src, set()).add((v, device))
                 recvs.setdefault(key, set()).add((v, device))
+        boundary = self.stage_boundary_seconds()
         send_s = self._send_s()
         end: dict[tuple[str, int], float] = {}
         last: dict[str, float] = {}
@@ -261,10 +265,38 @@ class Simulation:
             copies = sum(self.model.copy_seconds(v, self.threads.get(device, 1), device)
                          for v, _ in sends.get(key, ()) if v.op is not None
                          and self.model.is_free(v.op) and v.op.kind.startswith("var."))
-            work = (self.model.stage_s + stages[key] + copies
+            work = (self.model.stage_s + boundary.get(key, 0.0) + stages[key] + copies
                     + send_s * (len(sends.get(key, ())) + len(recvs.get(key, ()))))
             end[key] = last[device] = ready + work
         return max(end.values(), default=0.0)
+
+    def stage_boundary_seconds(self) -> dict[tuple[str, int], float]:
+        """Each stage's ``CostModel.boundary_seconds``, for the stage graph
+        ``tfc.passes.partition.cut_stages`` makes of it: its arguments are the values
+        its ops use from outside it (feeds, received values, earlier stages' values), its
+        results the values it defines that leave it (used by another stage, or fetched),
+        its variables those its ops use and write."""
+        key_of = {op: (device, self.op_stage[op]) for op, device in self.device_of.items()}
+        inputs: dict[tuple[str, int], set[Value]] = {}
+        outputs: dict[tuple[str, int], set[Value]] = {}
+        ops: dict[tuple[str, int], list[Op]] = {}
+        for op, key in key_of.items():
+            ops.setdefault(key, []).append(op)
+            for v in op.inputs:
+                if v.op is None or key_of[v.op] != key:
+                    inputs.setdefault(key, set()).add(v)
+                if v.op is not None and key_of[v.op] != key:
+                    outputs.setdefault(key_of[v.op], set()).add(v)
+        for r in self.graph.results:
+            if r.op is not None and r.op in key_of:
+                outputs.setdefault(key_of[r.op], set()).add(r)
+        out = {}
+        for key, stage_ops in ops.items():
+            used, written = variables_of(stage_ops)
+            out[key] = self.model.boundary_seconds(len(inputs.get(key, ())),
+                                                   len(outputs.get(key, ())),
+                                                   len(used), len(written))
+        return out
 
 
 # Ops the CUDA backend does not run (control flow, collectives: a graph holding one runs

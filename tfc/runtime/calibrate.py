@@ -10,9 +10,20 @@ Logical CPUs share one host, so the host is measured, at 1 thread and at all its
 - streaming: seconds of one element-wise kernel against the bytes it moves, from
   L1-resident to DRAM sizes, as independent adds in one program (fusion keeps them
   separate kernels: none feeds another);
-- the fixed cost of one kernel inside a native step (many tiny independent adds: the
-  step's per-kernel increment, not a whole ``Program.run``);
-- the fixed cost of a ``Program.run`` step (a one-op program on a scalar);
+- non-GEMM compute: seconds of one fused kernel of exps (an L2-resident operand, so
+  its compute and not its bytes sets the time) against its flops as the op registry
+  counts them (``vector``), and of an argmax, a loop the backend does not vectorize,
+  against its comparisons (``serial``);
+- the fixed cost of one kernel inside a native step: many tiny independent adds against
+  the same adds chained into one fused kernel, with the same feeds and fetches (so the
+  difference is the kernels' own cost, not the feeds' checks, which a comparison with a
+  one-op step folded in: 0.38 us a kernel instead of 0.00-0.07 here);
+- the fixed cost of a ``Program.run`` step and what each feed, each fetch, each
+  variable the step uses and each variable it writes add to it: one fused kernel of
+  tiny adds with one feed and one fetch, with ``IO_COUNT`` feeds, ``IO_COUNT`` fetches,
+  ``IO_COUNT`` variables read, ``IO_COUNT`` variables updated (the step's cost at none
+  of them is ``step_s``; the curves' and the vector rate's points are their runs less
+  the step's cost with their feeds and fetches);
 - the multi-device executor's fixed cost per step and per stage (chains of tiny ops
   alternating between two devices, of two lengths: each link one stage and one
   hand-off);
@@ -21,7 +32,9 @@ Logical CPUs share one host, so the host is measured, at 1 thread and at all its
 
 Every figure is the 10th percentile of ``repeats`` timed runs after a warm-up
 (``Spread.typical``: runs a busy neighbour delayed do not count), and the spread of the
-runs (min / median / max) is reported per measurement. More threads are never taken to
+runs (min / median / max) is reported per measurement. The fixed costs, a few
+microseconds each and the ones a neighbour's burst moves most, are each the median of
+``FIXED_ROUNDS`` such measurements (each of 10 runs a round). More threads are never taken to
 be slower than one (the backend could run the kernel on one): a curve at several
 threads is capped by the one-thread curve. The whole calibration takes
 a few seconds (each program is compiled once per thread count; the compile cache keeps
@@ -34,7 +47,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -42,13 +55,14 @@ from tfc.backends.base import Backend, get_backend
 from tfc.devices import Curve, DeviceProfile, DeviceRates, cpu_count, parse_device
 from tfc.errors import TfcError
 from tfc.ir.builder import Builder
-from tfc.ir.core import Graph, Module, Value
+from tfc.ir.core import Graph, Module, Value, VariableDecl
+from tfc.ir.registry import lookup
 from tfc.ir.types import DType, TensorType
 from tfc.runtime.executor import blas_limited, with_threads
 from tfc.runtime.program import Program
 from tfc.runtime.rendezvous import Rendezvous
 
-GEMM_SIZES = (32, 64, 128, 256, 512)
+GEMM_SIZES = (8, 16, 32, 64, 128, 256, 512)
 GEMM_SKINNY = (64, 256)  # a batch of 64 rows through a 256-wide dense layer
 STREAM_SIZES = (4096, 65536, 1 << 20, 4 << 20)  # f32 elements per operand
 # Work per timed run: enough kernels that the step's fixed cost is a small part of it.
@@ -56,6 +70,11 @@ GEMM_RUN_FLOPS = 4e7
 STREAM_RUN_BYTES = 4e6
 MAX_KERNELS = 32
 TINY_KERNELS = 64
+IO_COUNT = 16  # feeds (fetches) of the step that measures what a feed (fetch) costs
+FIXED_ROUNDS = 3  # separate measurements of the fixed costs, of which the median counts
+VECTOR_ELEMENTS = 65536  # f32 elements of the vector-rate kernel (256 KB an operand)
+VECTOR_EXPS = 4  # exp(y * x) steps in that kernel
+SERIAL_SHAPE = (128, 64)  # the serial-rate kernel: an argmax along the rows of this
 EXECUTOR_HOPS = 16
 
 
@@ -153,7 +172,9 @@ class _Bench:
 
     def add(self, label: str, module: Module, feeds: dict[str, np.ndarray],
             runs: int = 1) -> str:
-        program = Program(module, backend=self.backend)
+        values = {name: np.zeros(tuple(int(d) for d in decl.type.shape), decl.type.dtype.np)
+                  for name, decl in module.variables.items()}  # static shapes only here
+        program = Program(module, values or None, backend=self.backend)
         (name,) = module.graphs
 
         def run() -> object:
@@ -163,8 +184,9 @@ class _Bench:
         self.jobs[label] = (run, runs)
         return label
 
-    def measure(self) -> dict[str, float]:
-        """Each program's typical run (``Spread.typical``), by label."""
+    def measure(self, keep: bool = False) -> dict[str, float]:
+        """Each program's typical run (``Spread.typical``), by label; the programs are
+        dropped after unless ``keep`` (to measure them again)."""
         samples: dict[str, list[float]] = {label: [] for label in self.jobs}
         clock = time.perf_counter
         for _ in range(self.repeats):
@@ -179,13 +201,37 @@ class _Bench:
             spread = Spread(times)
             self.spreads[f"{label} @{self.tag}"] = spread
             out[label] = spread.typical
-        self.jobs = {}
+        if not keep:
+            self.jobs = {}
         return out
 
 
-def _gemm_jobs(bench: _Bench, sizes: Sequence[int], skinny: tuple[int, int] | None
-               ) -> dict[str, tuple[float, int]]:
-    """Registers a chain of matmuls per shape; label -> (flops of one, kernels)."""
+@dataclass
+class FixedCosts:
+    """A native step's fixed costs: ``step_s`` with no feeds, fetches or variables,
+    ``feed_s`` and ``fetch_s`` each feed's and each fetch's, ``variable_s`` each variable's
+    the step uses, ``update_s`` what each it writes adds to that, ``kernel_s`` each
+    kernel's."""
+
+    step_s: float
+    feed_s: float
+    fetch_s: float
+    variable_s: float
+    update_s: float
+    kernel_s: float
+
+    def step(self, feeds: int, fetches: int) -> float:
+        """The fixed cost of a step with ``feeds`` feeds and ``fetches`` fetches."""
+        return self.step_s + self.feed_s * feeds + self.fetch_s * fetches
+
+
+# A job: label -> (size of one kernel, kernels, feeds, fetches) of the program it times.
+Jobs = dict[str, tuple[float, int, int, int]]
+
+
+def _gemm_jobs(bench: _Bench, sizes: Sequence[int], skinny: tuple[int, int] | None) -> Jobs:
+    """Registers a chain of matmuls per shape; label -> (flops of one, kernels, feeds,
+    fetches)."""
     jobs = {}
     shapes = [(n, n, n) for n in sizes] + ([(skinny[0], skinny[1], skinny[1])] if skinny
                                           else [])
@@ -201,27 +247,58 @@ def _gemm_jobs(bench: _Bench, sizes: Sequence[int], skinny: tuple[int, int] | No
 
         label = bench.add(f"gemm {m}x{k}@{k}x{n} x{count}", _graph("gemm", [(m, k), (k, n)], chain),
                           _feeds([(m, k), (k, n)], 1.0 / math.sqrt(k)))
-        jobs[label] = (flops, count)
+        jobs[label] = (flops, count, 2, 1)
     return jobs
 
 
-def _stream_jobs(bench: _Bench, sizes: Sequence[int]) -> dict[str, tuple[float, int]]:
-    """Registers independent adds per size; label -> (bytes one moves, kernels). An add
-    moves 12 bytes per element."""
+def _stream_jobs(bench: _Bench, sizes: Sequence[int]) -> Jobs:
+    """Registers independent adds per size; label -> (bytes one moves, kernels, feeds,
+    fetches). An add moves 12 bytes per element."""
     jobs = {}
     for n in sizes:
         moved = 12.0 * n
         count = max(1, min(MAX_KERNELS, math.ceil(STREAM_RUN_BYTES / moved)))
         label = bench.add(f"stream {n} x{count}", _adds(count, n), _feeds([(n,)] * (count + 1)))
-        jobs[label] = (moved, count)
+        jobs[label] = (moved, count, count + 1, count)
     return jobs
 
 
-def _points(jobs: dict[str, tuple[float, int]], times: dict[str, float], step_s: float,
-            kernel_s: float) -> Curve:
-    """A curve of one kernel's seconds by size: each run less the step, per kernel."""
-    points = {size: max(kernel_s, (times[label] - step_s) / count)
-              for label, (size, count) in jobs.items()}
+def _vector_job(bench: _Bench, n: int) -> Jobs:
+    """Registers one fused kernel of ``VECTOR_EXPS`` steps ``y = exp(y * x)`` on ``n``
+    elements (``x`` small, so ``y`` stays near 1); label -> (its registry flops, 1 kernel,
+    2 feeds, 1 fetch)."""
+    def chain(b: Builder, args: list[Value]) -> list[Value]:
+        y, x = args
+        for _ in range(VECTOR_EXPS):
+            y = b("exp", b("mul", y, x))
+        return [y]
+
+    module = _graph("vector", [(n,), (n,)], chain)
+    label = bench.add(f"vector {n} x{VECTOR_EXPS} exp", module, _feeds([(n,), (n,)], 0.1))
+    return {label: (_flops(module), 1, 2, 1)}
+
+
+def _serial_job(bench: _Bench, shape: tuple[int, int]) -> Jobs:
+    """Registers one argmax along the rows of ``shape``; label -> (its registry flops,
+    1 kernel, 1 feed, 1 fetch)."""
+    module = _graph("serial", [shape], lambda b, a: [b("argmax", a[0], axis=1)])
+    label = bench.add(f"serial argmax {shape[0]}x{shape[1]}", module, _feeds([shape]))
+    return {label: (_flops(module), 1, 1, 1)}
+
+
+def _flops(module: Module) -> float:
+    """The registry's flops of the ops of ``module``'s one graph."""
+    (graph,) = module.graphs.values()
+    return float(sum(lookup(op.kind).cost([v.type for v in op.inputs],
+                                          [r.type for r in op.results], op.attrs).flops
+                     for op in graph.ops))
+
+
+def _points(jobs: Jobs, times: dict[str, float], fixed: FixedCosts) -> Curve:
+    """A curve of one kernel's seconds by size: each run less its step's fixed cost (with
+    its feeds and fetches), per kernel."""
+    points = {size: max(fixed.kernel_s, (times[label] - fixed.step(feeds, fetches)) / count)
+              for label, (size, count, feeds, fetches) in jobs.items()}
     return _curve(points)
 
 
@@ -245,27 +322,119 @@ def _curve(points: dict[float, float]) -> Curve:
     return Curve(sizes, [points[s] for s in sizes])
 
 
-def _step_job(bench: _Bench) -> str:
-    """Fixed cost of one ``Program.run`` step: a one-op program on a scalar."""
-    return bench.add("step", _graph("step", [()], lambda b, a: [b("add", a[0], a[0])]),
-                     _feeds([()]), runs=10)
+def _chained_adds(count: int, n: int) -> Module:
+    """``count`` adds of ``n`` elements, each on the one before (``x_i + y_{i-1}``), every
+    one fetched: what ``_adds`` feeds and fetches, in one fused kernel."""
+    def chain(b: Builder, a: list[Value]) -> list[Value]:
+        out, y = [], a[-1]
+        for i in range(count):
+            y = b("add", a[i], y)
+            out.append(y)
+        return out
+    return _graph("chain", [(n,)] * (count + 1), chain)
 
 
-def _kernel_job(bench: _Bench) -> str:
-    """Fixed cost of one kernel inside a native step: many tiny independent adds (less
-    the step, per kernel)."""
-    return bench.add(f"kernels x{TINY_KERNELS}", _adds(TINY_KERNELS, 4),
-                     _feeds([(4,)] * (TINY_KERNELS + 1)))
+def _summed(feeds: int, n: int) -> Module:
+    """One fused kernel adding ``feeds`` feeds of ``n`` elements: one fetch."""
+    def total(b: Builder, a: list[Value]) -> list[Value]:
+        y = b("add", a[0], a[0])
+        for x in a[1:]:
+            y = b("add", y, x)
+        return [y]
+    return _graph("summed", [(n,)] * feeds, total)
+
+
+def _with_variables(count: int, n: int, update: bool) -> Module:
+    """One fused kernel on one feed of ``n`` elements and ``count`` variables of its
+    shape: each read into the sum (``update`` False), or each decremented by it."""
+    t = TensorType(DType.f32, (n,))
+    module = _graph("variables", [(n,)], lambda b, a: [b("add", a[0], a[0])])
+    graph = module.graphs["variables"]
+    b = Builder(graph)
+    y = graph.results[0]
+    for i in range(count):
+        module.variables[f"v{i}"] = VariableDecl(f"v{i}", t)
+        if update:
+            b.op("var.assign_sub", graph.results[0], var=f"v{i}")
+        else:
+            y = b("add", y, b("var.read", var=f"v{i}", result_types=[t]))
+    graph.set_results([y])
+    return module
+
+
+def _fixed_jobs(bench: _Bench) -> dict[str, str]:
+    """The programs the fixed costs are measured with (``fixed_costs``), by role; each
+    runs 10 times a round (they take microseconds)."""
+    tiny = (4,)
+    return {
+        "step": bench.add("step 1 feed 1 fetch", _summed(1, 4), _feeds([tiny]), runs=10),
+        "feeds": bench.add(f"step {IO_COUNT} feeds", _summed(IO_COUNT, 4),
+                           _feeds([tiny] * IO_COUNT), runs=10),
+        "fetches": bench.add(f"step {IO_COUNT} fetches", _fetched(IO_COUNT, 4),
+                             _feeds([tiny]), runs=10),
+        "variables": bench.add(f"step {IO_COUNT} variables", _with_variables(IO_COUNT, 4, False),
+                               _feeds([tiny]), runs=10),
+        "updates": bench.add(f"step {IO_COUNT} updates", _with_variables(IO_COUNT, 4, True),
+                             _feeds([tiny]), runs=10),
+        "kernels": bench.add(f"kernels x{TINY_KERNELS}", _adds(TINY_KERNELS, 4),
+                             _feeds([tiny] * (TINY_KERNELS + 1)), runs=10),
+        "fused": bench.add(f"kernels x{TINY_KERNELS} fused", _chained_adds(TINY_KERNELS, 4),
+                           _feeds([tiny] * (TINY_KERNELS + 1)), runs=10),
+    }
+
+
+def _fetched(fetches: int, n: int) -> Module:
+    """One fused kernel of ``fetches`` chained adds on one feed, every one fetched."""
+    def chain(b: Builder, a: list[Value]) -> list[Value]:
+        out, y = [], a[0]
+        for _ in range(fetches):
+            y = b("add", y, a[0])
+            out.append(y)
+        return out
+    return _graph("fetched", [(n,)], chain)
+
+
+def fixed_costs(times: Mapping[str, float]) -> FixedCosts:
+    """The fixed costs from the typical runs of ``_fixed_jobs``' programs (by role): each
+    feed's and each fetch's cost the slope from one to ``IO_COUNT`` of them, the step's
+    the one-feed one-fetch step less one of each, a kernel's the independent adds less
+    their fused twin (same feeds, same fetches), per kernel but one; each variable's the
+    step with ``IO_COUNT`` variables read less the step without, per variable, and each
+    update's the step with that many updated less that many read, per variable."""
+    feed_s = max(0.0, (times["feeds"] - times["step"]) / (IO_COUNT - 1))
+    fetch_s = max(0.0, (times["fetches"] - times["step"]) / (IO_COUNT - 1))
+    step_s = max(1e-7, times["step"] - feed_s - fetch_s)
+    variable_s = max(0.0, (times["variables"] - times["step"]) / IO_COUNT)
+    update_s = max(0.0, (times["updates"] - times["variables"]) / IO_COUNT)
+    kernel_s = max(1e-9, (times["kernels"] - times["fused"]) / (TINY_KERNELS - 1))
+    return FixedCosts(step_s, feed_s, fetch_s, variable_s, update_s, kernel_s)
+
+
+def measure_fixed(backend: Backend, repeats: int, spreads: dict[str, Spread],
+                  rounds: int = FIXED_ROUNDS) -> FixedCosts:
+    """``fixed_costs`` measured ``rounds`` times, each figure the median of the rounds
+    (a burst of a neighbour's work that spoils one round does not move it)."""
+    out = []
+    bench = _Bench(backend, repeats, "1t", spreads)
+    roles = _fixed_jobs(bench)  # compiled once, measured in each round
+    for r in range(rounds):
+        bench.tag = f"1t #{r + 1}"
+        times = bench.measure(keep=r + 1 < rounds)
+        out.append(fixed_costs({role: times[label] for role, label in roles.items()}))
+    return FixedCosts(*(float(np.median([getattr(f, name) for f in out]))
+                        for name in ("step_s", "feed_s", "fetch_s", "variable_s", "update_s",
+                                     "kernel_s")))
 
 
 def measure_executor(backend: Backend, repeats: int, spreads: dict[str, Spread],
-                     kernel_s: float, handoff_s: float, transfer_s: float
+                     fixed: FixedCosts, handoff_s: float, transfer_s: float
                      ) -> tuple[float, float]:
     """The multi-device executor's fixed cost per step and its cost per stage: chains of
     ``h`` tiny adds alternating between two devices (``h`` stages, ``h - 1`` hand-offs)
     for two lengths; the line through their steps has the per-link cost as its slope
-    (a stage, a kernel, a hand-off and a send/recv pair) and the step's fixed cost at
-    its start."""
+    (a stage, a kernel, a hand-off, a send/recv pair, and the stage graph's two feeds
+    and its fetch, charged as a one-device step's: ``CostModel.boundary_seconds``) and
+    the step's fixed cost at its start (the first stage has one feed)."""
     devices = ["/cpu:0", "/cpu:1"]
     steps: dict[int, float] = {}
     for hops in (2, EXECUTOR_HOPS):
@@ -284,10 +453,14 @@ def measure_executor(backend: Backend, repeats: int, spreads: dict[str, Spread],
         spread = _timings(lambda: program.run("hops", feeds), repeats * 4)
         spreads[f"executor {hops} stages"] = spread
         steps[hops] = spread.typical
+    kernel_s = fixed.kernel_s
+    first_io = fixed.feed_s + fixed.fetch_s  # add(a, a): the feed, the value sent
+    link_io = 2 * fixed.feed_s + fixed.fetch_s  # add(x, a): x received, the feed; one out
     per_link = max(0.0, (steps[EXECUTOR_HOPS] - steps[2]) / (EXECUTOR_HOPS - 2))
-    stage_s = max(1e-7, per_link - kernel_s - handoff_s - transfer_s)
-    fixed = steps[2] - 2 * (stage_s + kernel_s) - (handoff_s + transfer_s)
-    return max(1e-6, fixed), stage_s
+    stage_s = max(1e-7, per_link - kernel_s - link_io - handoff_s - transfer_s)
+    step_s = (steps[2] - 2 * (stage_s + kernel_s) - first_io - link_io
+              - (handoff_s + transfer_s))
+    return max(1e-6, step_s), stage_s
 
 
 def measure_transfer(rounds: int = 2000) -> float:
@@ -336,6 +509,7 @@ def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
               gemm_sizes: Sequence[int] = GEMM_SIZES,
               gemm_skinny: tuple[int, int] | None = GEMM_SKINNY,
               stream_sizes: Sequence[int] = STREAM_SIZES,
+              vector_elements: int = VECTOR_ELEMENTS,
               cores: int | None = None) -> Calibration:
     """A profile of this host (module docstring) for its local CPU ``devices``, which
     share its ``cores`` (default: this process's)."""
@@ -350,33 +524,40 @@ def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
     spreads: dict[str, Spread] = {}
     gemm: dict[int, Curve] = {}
     stream: dict[int, Curve] = {}
+    vector: dict[int, Curve] = {}
+    serial: dict[int, Curve] = {}
     thread_counts = sorted({1, cores // 2 if cores >= 4 else 1, cores})
-    step_s = kernel_s = 0.0
+    if progress:
+        progress("measuring a step's fixed costs")
+    one_thread = with_threads(base, 1, override=True)
+    with blas_limited(base, 1):
+        fixed = measure_fixed(one_thread, repeats, spreads)
     for threads in thread_counts:
         if progress:
             progress(f"measuring kernels at {threads} thread{'s' if threads > 1 else ''}")
         bench = _Bench(with_threads(base, threads, override=True), repeats, f"{threads}t", spreads)
         with blas_limited(base, threads):
-            fixed = (_step_job(bench), _kernel_job(bench)) if threads == 1 else None
             gemm_jobs = _gemm_jobs(bench, gemm_sizes, gemm_skinny)
             stream_jobs = _stream_jobs(bench, stream_sizes)
+            vector_jobs = _vector_job(bench, vector_elements)
+            serial_jobs = _serial_job(bench, SERIAL_SHAPE)
             times = bench.measure()
-        if fixed is not None:
-            step_s = times[fixed[0]]
-            kernel_s = max(1e-9, (times[fixed[1]] - step_s) / TINY_KERNELS)
-        gemm[threads] = _capped(_points(gemm_jobs, times, step_s, kernel_s), gemm.get(1))
-        stream[threads] = _capped(_points(stream_jobs, times, step_s, kernel_s),
-                                  stream.get(1))
+        gemm[threads] = _capped(_points(gemm_jobs, times, fixed), gemm.get(1))
+        stream[threads] = _capped(_points(stream_jobs, times, fixed), stream.get(1))
+        vector[threads] = _capped(_points(vector_jobs, times, fixed), vector.get(1))
+        serial[threads] = _capped(_points(serial_jobs, times, fixed), serial.get(1))
     if progress:
         progress("measuring hand-offs and executor stages")
     handoff_s = measure_handoff()
     transfer_s = measure_transfer()
     executor_step_s, stage_s = measure_executor(with_threads(base, max(1, cores // 2), override=True),
-                                                repeats, spreads, kernel_s, handoff_s,
+                                                repeats, spreads, fixed, handoff_s,
                                                 transfer_s)
     profile = DeviceProfile(
         source=f"tfc calibrate {time.strftime('%Y-%m-%dT%H:%M:%S')} ({base.name})",
-        cores=cores, cpu=DeviceRates(gemm, stream, kernel_s), step_s=step_s,
+        cores=cores, cpu=DeviceRates(gemm, stream, fixed.kernel_s, vector, serial),
+        step_s=fixed.step_s, feed_s=fixed.feed_s, fetch_s=fixed.fetch_s,
+        variable_s=fixed.variable_s, update_s=fixed.update_s,
         executor_step_s=executor_step_s, stage_s=stage_s, handoff_s=handoff_s,
         transfer_s=transfer_s)
     return Calibration(profile, spreads)

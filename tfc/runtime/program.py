@@ -14,7 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, cast
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence,
+                    cast)
 
 import numpy as np
 
@@ -165,6 +166,12 @@ class Program:
             self._recipes = {n: op for n, op in (initializers or {}).items()
                              if n not in values and n in module.variables}
         self._pending = dict(self._recipes)
+        # Variables whose newest value an executable holds on its device (the cuda
+        # backend's deferred updates: ``EntryRunner``) -> that executable; the host array
+        # in ``_variables`` is then stale until ``_sync_held`` reads the value back. Every
+        # reader of ``_variables`` other than the holder's own steps syncs first; every
+        # writer drops the name from here.
+        self._held: dict[str, Any] = {}
         unknown = [n for n in values if n not in module.variables]
         if unknown:
             raise TfcError(f"unknown variable @{unknown[0]} (the module declares: "
@@ -179,7 +186,8 @@ class Program:
             if isinstance(checked, str):
                 raise TfcError(checked, decl.loc)
             self._variables[name] = _frozen(checked, copy)
-        self._view = MappingProxyType(self._variables)
+        self._view = MappingProxyType(self._variables)  # (the values as stored: see _held)
+        self._live = _LiveVariables(self)
         # the artifact file this program was loaded from (``load`` sets it): saving back
         # to it checks that no other process replaced it since
         self.origin: ArtifactOrigin | None = None
@@ -193,9 +201,10 @@ class Program:
 
     @property
     def variables(self) -> Mapping[str, np.ndarray]:
-        """The current variable values (read-only arrays in a read-only mapping)."""
+        """The current variable values (read-only arrays in a read-only mapping that
+        stays current: later steps' values show through it)."""
         self._materialize()
-        return self._view
+        return self._live
 
     @property
     def initializers(self) -> Mapping[str, Op]:
@@ -214,6 +223,7 @@ class Program:
         self._variables[name] = _frozen(checked, copy=True)
         self._pending.pop(name, None)
         self._recipes.pop(name, None)
+        self._held.pop(name, None)
 
     @property
     def entries(self) -> dict[str, EntrySignature]:
@@ -339,6 +349,7 @@ class Program:
             members = self.backend.export(self._executable(entry))
             if members:
                 native[entry] = members
+        self._sync_held()
         same_file = self.origin is not None and self.origin.is_file(path)
         check = (self.origin.check_unchanged if self.origin is not None and same_file
                  and not force else None)
@@ -377,6 +388,7 @@ class Program:
         for name in values:
             self._pending.pop(name, None)
             self._recipes.pop(name, None)
+            self._held.pop(name, None)
         self._step = ckpt.step
         return ckpt.path
 
@@ -409,6 +421,22 @@ class Program:
                                op.loc)
             self._variables[name] = _frozen(checked, copy=False)
             del self._pending[name]
+        self._sync_held()
+
+    def _sync_held(self, names: Iterable[str] | None = None) -> None:
+        """Bring the values executables hold on their devices (``_held``; all, or those
+        of ``names``) into ``_variables``: one ``read_back`` per executable."""
+        if not self._held:
+            return
+        wanted = list(self._held) if names is None else [n for n in names if n in self._held]
+        by_exe: dict[int, tuple[Any, list[str]]] = {}
+        for name in wanted:
+            exe = self._held[name]
+            by_exe.setdefault(id(exe), (exe, []))[1].append(name)
+        for exe, held in by_exe.values():
+            for name, value in zip(held, exe.read_back(held)):
+                self._variables[name] = value
+                del self._held[name]
 
     def _executable(self, entry: str) -> Executable:
         exe = self._executables.get(entry)
@@ -517,6 +545,29 @@ class Program:
             shared = any(np.may_share_memory(checked, a) for a in handed_out)
             out[name] = _frozen(checked, copy=shared)
         return out
+
+
+class _LiveVariables(Mapping[str, np.ndarray]):
+    """``Program.variables``: a read-only view of the program's variables whose reads
+    bring in the values executables hold on their devices (``Program._held``)."""
+
+    def __init__(self, program: Program) -> None:
+        self._program = program
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        prog = self._program
+        if name in prog._held:
+            prog._sync_held([name])
+        return prog._variables[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._program._variables)
+
+    def __len__(self) -> int:
+        return len(self._program._variables)
+
+    def __repr__(self) -> str:
+        return f"<variables of {self._program!r}: {', '.join(self)}>"
 
 
 def _hint(name: str, names: Iterable[str]) -> str:

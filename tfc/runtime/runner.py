@@ -15,6 +15,13 @@ its guarantees, but checks each thing once where once is enough:
   fetches and updates the backend returns are fresh arrays nothing else references, so
   updates are frozen and swapped in without the copies and overlap scans that
   ``Program._checked_updates`` makes for backends that promise less.
+- On a backend whose executable can keep its updates on its device (``read_back``: the
+  cuda backend), steps *defer* them: nothing is copied back, and the program records the
+  executable as the variables' holder (``Program._held``, which says how readers sync).
+  Variables this entry reads that another executable holds are synced first.
+- Feeds that are arrays of the executable's device (``device_array_type()``: cupy arrays
+  on a GPU) pass without a host round trip when their dtype is the placeholder's; their
+  shapes are checked by the executable when it binds them.
 - A step that fails changes neither the variables nor the step counter.
 """
 
@@ -25,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from tfc.backends.base import StepOwner
-from tfc.errors import ExecutionError
+from tfc.errors import ExecutionError, FeedError
 from tfc.runtime.feeds import check_feeds
 
 if TYPE_CHECKING:
@@ -47,33 +54,73 @@ class EntryRunner:
             else None
         self.var_names: list[str] = list(getattr(self.exe, "var_names", ()))
         self.update_names: list[str] = list(getattr(self.exe, "update_names", ()))
+        self.defers = self.fast is not None and callable(getattr(self.exe, "read_back", None))
+        self._device_type = getattr(self.exe, "device_array_type", None) \
+            if self.fast is not None else None
+        self._on_device: type | None = None  # what it returned (it finds the device)
 
     def step(self, values: Sequence[Any]) -> list[np.ndarray]:
         """Run one step with feeds ``values`` (argument order); the fetches, in order."""
         arrays = values
         for a, dt in zip(values, self.dtypes):
             if type(a) is not np.ndarray or a.dtype != dt or not a.flags.c_contiguous:
-                arrays = check_feeds(self.graph, dict(zip(self.arg_names, values)), self.where)
+                on_device = self._device_feeds(values)
+                arrays = on_device if on_device is not None else check_feeds(
+                    self.graph, dict(zip(self.arg_names, values)), self.where)
                 break
         fast = self.fast
         if fast is None:
             return self._step_generic(arrays)
         prog = self.program
         variables = prog._variables
+        holders = prog._held
+        exe = self.exe
         held = []
         if self.var_names:
+            if holders:
+                prog._sync_held([n for n in self.var_names if holders.get(n, exe) is not exe])
             try:
                 for name in self.var_names:
                     held.append(variables[name])
             except KeyError as e:
                 raise ExecutionError(f"variable @{e.args[0]} is not initialized") from None
-        outs, upds = fast(arrays, held, prog._step, self._validate, True)
-        if upds:
-            for name, u in zip(self.update_names, upds):
-                u.flags.writeable = False
-                variables[name] = u
+        if self.defers:
+            outs, _ = fast(arrays, held, prog._step, self._validate, True, True)
+            for name in self.update_names:
+                holders[name] = exe
+        else:
+            outs, upds = fast(arrays, held, prog._step, self._validate, True)
+            if upds:
+                for name, u in zip(self.update_names, upds):
+                    u.flags.writeable = False
+                    variables[name] = u
+                    holders.pop(name, None)
         prog._step += 1
         return outs
+
+    def _device_feeds(self, values: Sequence[Any]) -> list[Any] | None:
+        """``values`` when each is a C-contiguous numpy array of its placeholder's dtype or
+        an array of the executable's device; a ``FeedError`` for a device array of another
+        dtype (device feeds are not converted); None when any is something else
+        (``check_feeds`` converts or explains it)."""
+        if self._device_type is None or not any(
+                type(a) is not np.ndarray and hasattr(a, "dtype") for a in values):
+            return None
+        on_device = self._on_device
+        if on_device is None:
+            on_device = self._on_device = self._device_type()
+        if not any(type(a) is on_device for a in values):
+            return None
+        for a, dt, name in zip(values, self.dtypes, self.arg_names):
+            fed_on_device = type(a) is on_device
+            if fed_on_device:
+                if a.dtype != dt:
+                    raise FeedError(f"{self.where}: feed '{name}' is a device array of dtype "
+                                    f"{a.dtype}, expected {dt} (device feeds are not "
+                                    f"converted)")
+            elif type(a) is not np.ndarray or a.dtype != dt or not a.flags.c_contiguous:
+                return None
+        return list(values)
 
     def native_callable(self, call: Callable[..., Any], order: Sequence[int] | None,
                         index: Sequence[int], single: bool) -> Callable[..., Any] | None:
@@ -85,13 +132,18 @@ class EntryRunner:
         owner = StepOwner(self.program, "_variables", "_step", freeze_updates=True)
         return make(owner, call, order, index, single)
 
-    def _validate(self, arrays: Sequence[np.ndarray]) -> None:
-        """Shapes the backend has not bound yet: ``check_feeds`` says what is wrong."""
+    def _validate(self, arrays: Sequence[Any]) -> None:
+        """Shapes the backend has not bound yet: ``check_feeds`` says what is wrong (a
+        device feed is checked as a host array of its shape and dtype would be)."""
+        arrays = [a if type(a) is np.ndarray else
+                  np.lib.stride_tricks.as_strided(np.zeros(1, a.dtype), a.shape,
+                                                  (0,) * len(a.shape)) for a in arrays]
         check_feeds(self.graph, dict(zip(self.arg_names, arrays)), self.where)
 
     def _step_generic(self, arrays: Sequence[Any]) -> list[np.ndarray]:
         """What ``Program.run`` does on a backend without ``fast_step``."""
         prog, graph = self.program, self.graph
+        prog._sync_held()
         arrays = check_feeds(graph, dict(zip(self.arg_names, arrays)), self.where)
         result = self.exe(arrays, prog._view, prog._step)
         if len(result.fetches) != len(graph.results):
@@ -100,5 +152,5 @@ class EntryRunner:
         fetches = [prog._own_fetch(np.asarray(f)) for f in result.fetches]
         updates = prog._checked_updates(self.entry, result.updates, [*arrays, *fetches])
         prog._variables.update(updates)
-        prog._step += 1
+        prog._step += 1  # (no variable is held now: synced above)
         return fetches

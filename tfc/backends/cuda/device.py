@@ -10,7 +10,13 @@ library of array ops, ``library``) is written against:
 - ``launch(handle, kernel, grid, block, shared_bytes, args)``: one kernel launch on the
   device's stream; ``args`` are device arrays (pointers) and ``numpy.int64`` scalars
   (the ``long long sym_<S>`` parameters).
+- ``launcher(handle, kernel, grid, block, shared_bytes, args) -> Callable[[], None]``:
+  that launch prepared once (what a binding's action list holds: no per-step argument
+  work).
 - ``to_device(a)``, ``to_host(a)``, ``empty(shape, dtype)``, ``synchronize()``.
+- ``array_type``: the type of arrays the caller made on the device, which a step takes
+  as feeds without a host round trip (``copy_on_device(dst, src)``): ``cupy.ndarray``,
+  or under the emulator ``EmulatedArray`` (a numpy array marked as the device's).
 
 ``cuda_device()`` is how an executable finds its device: ``$TFC_CUDA_DEVICE=emulated``
 selects the emulator (tests and CI, no GPU needed); otherwise the GPU through cupy, or a
@@ -23,7 +29,8 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from typing import Any, Protocol, Sequence
+from functools import partial
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -41,11 +48,15 @@ class Device(Protocol):
     name: str
     xp: Any
     emulated: bool
+    array_type: type
 
     def load(self, kernels: Sequence[Kernel], ptx: str) -> Any: ...
 
     def launch(self, handle: Any, kernel: Kernel, grid: int, block: int, shared_bytes: int,
                args: Sequence[Any]) -> None: ...
+
+    def launcher(self, handle: Any, kernel: Kernel, grid: int, block: int,
+                 shared_bytes: int, args: Sequence[Any]) -> Callable[[], None]: ...
 
     def to_device(self, a: np.ndarray) -> Any: ...
 
@@ -55,9 +66,16 @@ class Device(Protocol):
 
     def to_host_later(self, arrays: Sequence[Any]) -> list[np.ndarray]: ...
 
+    def copy_on_device(self, dst: Any, src: Any) -> None: ...
+
     def empty(self, shape: Sequence[int], dtype: Any) -> Any: ...
 
     def synchronize(self) -> None: ...
+
+
+class EmulatedArray(np.ndarray):
+    """A numpy array standing for one the caller made on the emulated device (as a cupy
+    array on a GPU): ``a.view(EmulatedArray)``. Steps take it as a device feed."""
 
 
 class EmulatedDevice:
@@ -67,6 +85,7 @@ class EmulatedDevice:
     name = "emulated CUDA device (CPU)"
     xp = np
     emulated = True
+    array_type: type = EmulatedArray
 
     def __init__(self) -> None:
         self._modules: dict[str, Any] = {}
@@ -85,6 +104,10 @@ class EmulatedDevice:
                args: Sequence[Any]) -> None:
         handle.launch(kernel, grid, block, shared_bytes, args)
 
+    def launcher(self, handle: Any, kernel: Kernel, grid: int, block: int,
+                 shared_bytes: int, args: Sequence[Any]) -> Callable[[], None]:
+        return lambda: self.launch(handle, kernel, grid, block, shared_bytes, args)
+
     def to_device(self, a: np.ndarray) -> np.ndarray:
         return np.array(a, order="C", copy=True)
 
@@ -93,6 +116,10 @@ class EmulatedDevice:
 
     def upload(self, dst: np.ndarray, src: np.ndarray) -> None:
         """Copy host array ``src`` into device array ``dst`` (same shape and dtype)."""
+        np.copyto(dst, src)
+
+    def copy_on_device(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """Copy device array ``src`` (the caller's) into ``dst`` (same shape and dtype)."""
         np.copyto(dst, src)
 
     def to_host_later(self, arrays: Sequence[Any]) -> list[np.ndarray]:
@@ -115,6 +142,7 @@ class GpuDevice:
 
     def __init__(self, cupy: Any, index: int = 0) -> None:
         self.xp = cupy
+        self.array_type = cupy.ndarray
         self.index = index
         self.device = cupy.cuda.Device(index)
         with self.device:
@@ -145,6 +173,11 @@ class GpuDevice:
         handle[kernel.name]((grid,), (block,), args, shared_mem=shared_bytes,
                             stream=self.stream)
 
+    def launcher(self, handle: Any, kernel: Kernel, grid: int, block: int,
+                 shared_bytes: int, args: Sequence[Any]) -> Callable[[], None]:
+        return partial(handle[kernel.name], (grid,), (block,), tuple(args),
+                       shared_mem=shared_bytes, stream=self.stream)
+
     def to_device(self, a: np.ndarray) -> Any:
         with self.device, self.stream:
             return self.xp.asarray(np.require(a, requirements="C"))
@@ -157,7 +190,7 @@ class GpuDevice:
         """Host copies queued on the stream into pinned memory (cupy's pinned pool, so
         no allocation per step once warm): one ``synchronize()`` then waits for all,
         instead of one blocking copy each."""
-        import cupyx  # type: ignore[import-untyped]
+        import cupyx
         out = []
         with self.device:
             for a in arrays:
@@ -165,6 +198,17 @@ class GpuDevice:
                 a.get(stream=self.stream, out=host, blocking=False)
                 out.append(host)
         return out
+
+    def copy_on_device(self, dst: Any, src: Any) -> None:
+        """Copy the caller's device array ``src`` into ``dst`` on the step's stream, after
+        the work queued on the caller's current stream (which made ``src``); the caller's
+        later work (overwriting ``src``) waits for the copy."""
+        with self.device:
+            caller = self.xp.cuda.get_current_stream()
+            self.stream.wait_event(caller.record())
+            with self.stream:
+                self.xp.copyto(dst, src)
+            caller.wait_event(self.stream.record())
 
     def upload(self, dst: Any, src: np.ndarray) -> None:
         with self.device:

@@ -9,8 +9,12 @@ A step is a precomputed list of actions over device storage, made once per *bind
   a device array per binding that each step copies the host feed into, constants are
   uploaded once. So every op's operands and results are fixed device arrays, and each
   action is bound to them when the binding is made.
-- **Actions**, in schedule order: a ``fusion`` launches its generated kernel (grid from
-  the kernel's ``Launch`` and the binding; class labels it reads are checked first); a
+- **Actions**, in schedule order, each a prepared zero-argument call (no per-op Python
+  work in the step beyond calling it; what changes per step, the step number and the
+  arrays fed, is in ``_Now``): a ``fusion`` launches its generated kernel
+  (``Device.launcher``: grid from the kernel's ``Launch`` and the binding, arguments
+  bound once; class labels it reads are checked first, on the host when they are a
+  host feed, so a GPU step does not stop for them); a
   view does nothing (it aliases); an f32/f64 ``matmul`` writes its slot through cuBLAS
   (``out=``); other library ops (``library.LIBRARY``) run with the array module and copy
   their result into the value's storage; random ops draw with the array module;
@@ -21,19 +25,27 @@ A step is a precomputed list of actions over device storage, made once per *bind
 - **Variables live on the device** across steps (``_DeviceVar``): a variable is uploaded
   when the host array the runtime passes is not the one this executable handed back last
   (compared by identity, and only for read-only arrays, which the runtime's are), so a
-  training loop uploads its variables once. Writes update the device copies in place
-  (an optimizer's ``assign_sub``: one kernel); a write whose operand is a variable's own
-  storage goes through a temporary, so every write sees the start-of-step values. A step
-  that fails half-way makes every variable upload again.
-- **The runtime's protocol** wants the updates as host arrays (``StepResult.updates``):
-  each updated variable is copied back to the host every step (for an MLP 784-512-512-10,
-  2.7 MB per step), queued with the fetches' copies into pinned memory and waited for by
-  one synchronization. That is the price of keeping ``Program``'s variables, checkpoints
-  and other entries exactly as on the CPU backends; the device copy stays authoritative,
-  so nothing is uploaded again. ``fast_step`` (with ``var_names``/``update_names``) is the
-  same step for the runtime's fast path. CUDA graphs are not used: library ops allocate
-  their results from cupy's pool, which a captured graph would keep writing after the
-  pool has reused the memory.
+  training loop uploads its variables once (a fast step passing the very arrays of the
+  last one skips even that comparison). Writes update the device copies in place
+  (an optimizer's ``assign_sub``: one kernel, a prepared call); a write whose operand is a variable's own
+  storage goes through a temporary, so every write sees the start-of-step values.
+- **Updates stay on the device** when the runtime lets them (``fast_step(...,
+  defer=True)``, what ``Program``'s runner asks for: ``tfc.runtime.program`` owns the
+  mechanism, see ``Program._held``): the step copies nothing back, the device copies
+  are authoritative, and ``read_back(names)`` makes host copies only when something
+  reads the values (``Program.variables``, a checkpoint, another entry or backend).
+  Otherwise (``__call__``, the multi-device executor, ``Session``) each updated variable
+  is copied back to the host every step (for an MLP 784-512-512-10, 2.7 MB per step),
+  queued with the fetches' copies into pinned memory and waited for by one
+  synchronization. Either way a step is atomic: ops never write a variable's storage
+  (the memory plan keeps variables out of the arena), the writes run last and their
+  index checks (scatters) run before the first write, so a step that fails leaves the
+  device copies as they were. CUDA graphs are not used: library ops allocate their
+  results from cupy's pool, which a captured graph would keep writing after the pool
+  has reused the memory.
+- **Feeds** are host arrays (copied into the binding's feed arrays) or arrays already on
+  the device (``device_array_type``: ``cupy.ndarray`` on a GPU, copied on the device
+  after the step's stream waits for the stream that made them).
 
 The device is found when the executable is first called (``device.cuda_device()``), so
 compiling needs no GPU and running without one says ``no CUDA device: ...``.
@@ -41,7 +53,9 @@ compiling needs no GPU and running without one says ``no CUDA device: ...``.
 
 from __future__ import annotations
 
+import operator
 import threading
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -56,7 +70,15 @@ from tfc.ir.interpret import ExecContext, run_graph
 from tfc.ir.registry import PURE, VIEW, lookup, writes_variable
 from tfc.ir.types import format_shape
 
-Action = Callable[[int], None]  # one step's work of one op; takes the step number
+Action = Callable[[], None]  # one step's work of one op (prepared when binding)
+
+
+class _Now:
+    """What changes from step to step that a few actions read: the step number (random
+    and host ops) and the arrays fed (class label checks read host feeds on the host)."""
+
+    step: int = 0
+    feeds: Sequence[Any] = ()
 
 
 @dataclass
@@ -100,6 +122,9 @@ class _Bound:
     # (variable, op kind, operand arrays, whether an operand is a variable's storage)
     updates: list[tuple[str, str, list[Any], bool]]
     keep: list[Any]  # the arena and anything else the views need alive
+    # the updates as prepared in-place writes, when each is a plain assign/add/sub of
+    # a value that is no variable's storage (an optimizer's); else None (``_update``)
+    writes: list[Action] | None = None
 
 
 class CUDAExecutable:
@@ -119,6 +144,8 @@ class CUDAExecutable:
         self._last: _Bound | None = None
         self._vars: dict[str, _DeviceVar] = {}
         self._constants: dict[Value, Any] = {}
+        self._now = _Now()
+        self._synced: list[np.ndarray] | None = None  # see fast_step
         self._arg_dtypes = [np.dtype(a.dtype.np) for a in graph.args]
         # The variables the step touches; those it reads (``var_names``: the runtime's
         # fast path passes their values in this order) and writes (``update_names``).
@@ -154,51 +181,103 @@ class CUDAExecutable:
             arrays.append(f)
         return self._step(arrays, variables, step)
 
-    def fast_step(self, feeds: Sequence[np.ndarray], variables: Sequence[np.ndarray],
-                  step: int, validate: Callable[[Sequence[np.ndarray]], Any] | None = None,
-                  in_place: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def fast_step(self, feeds: Sequence[Any], variables: Sequence[np.ndarray],
+                  step: int, validate: Callable[[Sequence[Any]], Any] | None = None,
+                  in_place: bool = False, defer: bool = False
+                  ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
         """The step for a caller that vouches for its inputs (``tfc.runtime.runner``):
-        numpy feeds of the arguments' dtypes, ``variables`` the values of ``var_names``.
-        Feed shapes are checked by ``validate`` the first time they are seen. Returns
-        the fetches and the updates in ``update_names`` order, fresh host arrays."""
+        feeds of the arguments' dtypes (C-contiguous numpy arrays, or arrays of
+        ``device_array_type``), ``variables`` the values of ``var_names``. Feed shapes
+        are checked by ``validate`` the first time they are seen. Returns the fetches
+        and the updates in ``update_names`` order, fresh host arrays; with ``defer``
+        the updates stay on the device (``None`` is returned for them): the caller
+        then passes the same host arrays again for the variables this executable
+        updated, and asks ``read_back`` for their values."""
         if validate is not None and tuple(a.shape for a in feeds) not in self._bindings:
             validate(feeds)
-        result = self._step(feeds, dict(zip(self.var_names, variables)), step)
+        synced = self._synced  # the very arrays of the last fast step: nothing to upload
+        current = synced is not None and len(synced) == len(variables) and \
+            all(map(operator.is_, variables, synced))
+        self._synced = None
+        result = self._step(feeds, dict(zip(self.var_names, variables)), step, defer,
+                            current)
+        self._synced = list(variables)
+        if defer:
+            return result.fetches, None
         return result.fetches, [result.updates[n] for n in self.update_names]
 
-    def _step(self, arrays: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
-              step: int) -> StepResult:
+    def read_back(self, names: Sequence[str]) -> list[np.ndarray]:
+        """Host copies (read-only) of the device values of variables ``names`` (each one
+        this executable holds: it wrote it in a deferred step). Passing these very
+        arrays back as the variables' values uploads nothing."""
+        with self._lock:
+            dev = self._device
+            out = []
+            self._synced = None
+            for name in names:
+                dv = self._vars[name]
+                host = dev.to_host(dv.array)
+                host.flags.writeable = False
+                dv.host = host
+                out.append(host)
+            return out
+
+    def device_array_type(self) -> type | None:
+        """The type of the device's arrays that steps take as feeds without a host round
+        trip (``cupy.ndarray`` on a GPU, ``device.EmulatedArray`` under the emulator).
+        Finds the device (``no CUDA device: ...`` when there is none)."""
+        with self._lock:
+            return self._ready().array_type
+
+    def _step(self, arrays: Sequence[Any], variables: Mapping[str, np.ndarray],
+              step: int, defer: bool = False, current: bool = False) -> StepResult:
+        """One step; ``current``: the device copies are known to hold ``variables``."""
         with self._lock:
             dev = self._ready()
-            self._sync_variables(variables)
+            if not current:
+                self._synced = None
+                self._sync_variables(variables)
             key = tuple(a.shape for a in arrays)
             bound = self._bindings.get(key)
             if bound is None:
                 bound = self._bindings[key] = self._bind(key)
             self._last = bound
+            now = self._now
+            now.step, now.feeds = step, arrays
+            on_device = dev.array_type
             for buf, f in zip(bound.feeds, arrays):
-                dev.upload(buf, f)
+                if type(f) is on_device:
+                    dev.copy_on_device(buf, f)
+                else:
+                    dev.upload(buf, f)
             if not dev.emulated:
                 with dev:
-                    return self._run(bound, step)
-            return self._run(bound, step)
+                    result = self._run(bound, step, defer)
+            else:
+                result = self._run(bound, step, defer)
+            if defer and not current:  # the device copies are newer than the arrays passed
+                for name, *_ in bound.updates:
+                    self._vars[name].host = variables.get(name)
+            return result
 
-    def _run(self, bound: _Bound, step: int) -> StepResult:
+    def _run(self, bound: _Bound, step: int, defer: bool = False) -> StepResult:
+        """The step's actions, then its variable writes, then (unless ``defer``) the
+        updated variables' host copies. A failure leaves the device copies as they were
+        (nothing before the writes touches them; the writes' checks come first)."""
         dev = self._device
-        try:
-            for act in bound.actions:
-                act(step)
-            # Copies queued before the variable writes read the start-of-step values;
-            # one synchronization waits for all of them.
-            fetches = dev.to_host_later(bound.fetches)
-            self._update(bound)
-            names = [u[0] for u in bound.updates]
-            hosts = dev.to_host_later([self._vars[n].array for n in names])
-            dev.synchronize()
-        except BaseException:
-            for dv in self._vars.values():  # a step that failed half-way: upload again
-                dv.host = None
-            raise
+        for act in bound.actions:
+            act()
+        # Copies queued before the variable writes read the start-of-step values;
+        # one synchronization waits for all of them.
+        fetches = dev.to_host_later(bound.fetches)
+        self._update(bound)
+        if defer:
+            if bound.fetches:  # (else nothing waits: the next read or step is queued after)
+                dev.synchronize()
+            return StepResult(fetches, {})
+        names = [u[0] for u in bound.updates]
+        hosts = dev.to_host_later([self._vars[n].array for n in names])
+        dev.synchronize()
         updates: dict[str, np.ndarray] = {}
         for name, host in zip(names, hosts):
             host.flags.writeable = False  # as the runtime stores it: see _sync_variables
@@ -211,7 +290,14 @@ class CUDAExecutable:
         a variable's own storage (``assign @a, read @b``) are computed into temporaries
         first, so every write sees the start-of-step values; the others (an optimizer's
         ``assign_sub`` of an arena value) update the variable in place."""
+        if bound.writes is not None:
+            for write in bound.writes:
+                write()
+            return
         xp = self._device.xp
+        for name, kind, ops, _ in bound.updates:  # checks first: no write of a failing step
+            if kind in ("var.scatter_add", "var.scatter_sub"):
+                library.check_scatter_rows(self._vars[name].array, ops[0], kind)
         later = []
         for name, kind, ops, reads_state in bound.updates:
             if reads_state:
@@ -359,8 +445,8 @@ class CUDAExecutable:
             for r, o in zip(op.results, outs):
                 store[r] = o
             if kind == "fusion":
-                actions.append(self._launcher(self.kernels[i], ins, outs, syms,
-                                              _label_checks(op, ins)))
+                actions.extend(_label_checks(op, ins, g.args, self._now))
+                actions.append(self._launcher(self.kernels[i], ins, outs, syms))
                 continue
             how = library.how_to_run(kind)
             if kind == "matmul" and op.result.dtype.np in (np.float32, np.float64):
@@ -369,28 +455,19 @@ class CUDAExecutable:
                 actions.append(_library_action(xp, library.LIBRARY[kind], op, ins, outs))
             elif how == "random":
                 shape = binding.shape(op.result)
-                actions.append(_random_action(xp, op, shape, outs[0]))
+                actions.append(_random_action(xp, op, shape, outs[0], self._now))
             else:  # "host": the registry reference on host copies
-                actions.append(_host_action(dev, op, ins, outs))
+                actions.append(_host_action(dev, op, ins, outs, self._now))
         fetches = [store[v] for v in g.results]
-        return _Bound(feeds, actions, fetches, updates, keep)
+        return _Bound(feeds, actions, fetches, updates, keep,
+                      _prepared_writes(xp, updates, self._vars))
 
     def _launcher(self, kernel: Kernel, ins: list[Any], outs: list[Any],
-                  syms: Mapping[str, int], checks: list[Action]) -> Action:
-        dev, handle = self._device, self._handle
+                  syms: Mapping[str, int]) -> Action:
+        """The kernel's launch with everything prepared (``Device.launcher``)."""
         args = (*ins, *outs, *(np.int64(syms[s]) for s in kernel.symbols))
-        grid = kernel.launch.grid(syms)
-        block, shared = kernel.launch.block, kernel.launch.shared_bytes
-        if checks:
-            def checked(step: int) -> None:
-                for check in checks:
-                    check(step)
-                dev.launch(handle, kernel, grid, block, shared, args)
-            return checked
-
-        def launch(step: int) -> None:
-            dev.launch(handle, kernel, grid, block, shared, args)
-        return launch
+        return self._device.launcher(self._handle, kernel, kernel.launch.grid(syms),
+                                     kernel.launch.block, kernel.launch.shared_bytes, args)
 
     # ---- what tools ask ------------------------------------------------------------------
 
@@ -410,6 +487,23 @@ def _arch_number(arch: str) -> int:
     return int(digits or 0)
 
 
+def _prepared_writes(xp: Any, updates: list[tuple[str, str, list[Any], bool]],
+                     variables: Mapping[str, _DeviceVar]) -> list[Action] | None:
+    """``updates`` as in-place calls bound to their arrays (what ``_update`` does for
+    them), or None when one reads a variable's storage or is a scatter."""
+    ufunc = {"var.assign_add": xp.add, "var.assign_sub": xp.subtract}
+    writes: list[Action] = []
+    for name, kind, ops, reads_state in updates:
+        target = variables[name].array
+        if reads_state or kind not in (*ufunc, "var.assign"):
+            return None
+        if kind == "var.assign":
+            writes.append(partial(xp.copyto, target, ops[0]))
+        else:
+            writes.append(partial(ufunc[kind], target, ops[0], out=target))
+    return writes
+
+
 def _written(xp: Any, kind: str, target: Any, ops: list[Any]) -> Any:
     """``target`` (a variable's value) after the write ``kind`` of ``ops``, in place."""
     if kind == "var.assign":
@@ -424,18 +518,23 @@ def _written(xp: Any, kind: str, target: Any, ops: list[Any]) -> Any:
     return target
 
 
-def _label_checks(op: Op, ins: list[Any]) -> list[Action]:
+def _label_checks(op: Op, ins: list[Any], args: Sequence[Value], now: _Now
+                  ) -> list[Action]:
     """The checks of the class labels a fusion's kernel reads (``codegen.label_checks``):
-    a label out of range is the reference's error, before the launch. (On a GPU each
-    check synchronizes: the error must come from this step.)"""
+    a label out of range is the reference's error, before the launch. Labels that are a
+    feed are checked in the array fed (on the host when it is a host array); others, on
+    the device (on a GPU that synchronizes: the error must come from this step)."""
     from tfc.backends.cuda.codegen import label_checks
     from tfc.ops.array import check_labels
     out: list[Action] = []
     for c in label_checks(op):
         labels, depth, name = ins[c.operand], c.depth, c.op
+        fed = args.index(op.inputs[c.operand]) if op.inputs[c.operand] in args else None
 
-        def check(step: int, labels: Any = labels, depth: int = depth, name: str = name
-                  ) -> None:
+        def check(labels: Any = labels, depth: int = depth, name: str = name,
+                  fed: int | None = fed) -> None:
+            if fed is not None:
+                labels = now.feeds[fed]
             if bool(((labels < 0) | (labels >= depth)).any()):
                 host = labels if isinstance(labels, np.ndarray) else labels.get()
                 try:
@@ -459,16 +558,14 @@ def _matmul_action(xp: Any, op: Op, ins: list[Any], out: Any) -> Action:
         raise ExecutionError(f"matmul: inner dims {a.shape[-1]} and {b.shape[-2]} differ at "
                              f"run time", op.loc)
 
-    def run(step: int) -> None:
-        xp.matmul(a, b, out=out)
-    return run
+    return partial(xp.matmul, a, b, out=out)
 
 
-def _random_action(xp: Any, op: Op, shape: tuple[int, ...], out: Any) -> Action:
+def _random_action(xp: Any, op: Op, shape: tuple[int, ...], out: Any, now: _Now) -> Action:
     kind, attrs = op.kind, op.attrs
 
-    def run(step: int) -> None:
-        out[...] = library.sample(xp, kind, attrs, shape, step)
+    def run() -> None:
+        out[...] = library.sample(xp, kind, attrs, shape, now.step)
     return run
 
 
@@ -476,7 +573,7 @@ def _library_action(xp: Any, fn: library.LibraryFn, op: Op, ins: list[Any],
                     outs: list[Any]) -> Action:
     attrs = op.attrs
 
-    def run(step: int) -> None:
+    def run() -> None:
         try:
             vals = fn(xp, ins, attrs)
         except TfcError as e:
@@ -530,19 +627,19 @@ def _known_at_bind(g: Graph, binding: Any) -> tuple[dict[Value, np.ndarray], set
 
 def _copy_action(sources: list[Any], outs: list[Any]) -> Action:
     """Copy per-binding values into their storage (an arena slot other values reuse)."""
-    def run(step: int) -> None:
+    def run() -> None:
         for o, src in zip(outs, sources):
             o[...] = src
     return run
 
 
-def _host_action(dev: Any, op: Op, ins: list[Any], outs: list[Any]) -> Action:
+def _host_action(dev: Any, op: Op, ins: list[Any], outs: list[Any], now: _Now) -> Action:
     opdef = lookup(op.kind)
 
-    def run(step: int) -> None:
+    def run() -> None:
         host = [dev.to_host(a) for a in ins]
         try:
-            vals = opdef.reference(ExecContext({}, step), host, op.attrs)
+            vals = opdef.reference(ExecContext({}, now.step), host, op.attrs)
         except TfcError as e:
             raise e.at(op.loc)
         except (ArithmeticError, ValueError, IndexError, np.linalg.LinAlgError) as e:

@@ -97,11 +97,7 @@ def scatter_rows(xp: Any, out: Any, indices: Any, updates: Any, op: str,
                  sign: int = 1) -> Any:
     """``out[indices[i]] += sign * updates[i]`` in place (repeated rows accumulate), as
     ``tfc.ops.scatter.scatter_rows``: ``xp.add.at`` (numpy's or cupy's)."""
-    from tfc.ops.scatter import scatter_error
-    n = out.shape[0]
-    bad = (indices < 0) | (indices >= n)
-    if bool(bad.any()):
-        raise ExecutionError(scatter_error(op, int(indices[bad].ravel()[0]), n))
+    check_scatter_rows(out, indices, op)
     rows = updates.reshape((indices.size, *out.shape[1:]))
     if sign < 0:
         rows = -rows
@@ -109,6 +105,15 @@ def scatter_rows(xp: Any, out: Any, indices: Any, updates: Any, op: str,
     # an error in the tests that turn warnings into errors)
     xp.add.at(out, indices.reshape(-1), rows)
     return out
+
+
+def check_scatter_rows(out: Any, indices: Any, op: str) -> None:
+    """The error of ``scatter_rows`` for an index outside ``out``'s rows, before any write."""
+    from tfc.ops.scatter import scatter_error
+    n = out.shape[0]
+    bad = (indices < 0) | (indices >= n)
+    if bool(bad.any()):
+        raise ExecutionError(scatter_error(op, int(indices[bad].ravel()[0]), n))
 
 
 def _arg(fn: str) -> LibraryFn:
