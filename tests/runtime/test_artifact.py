@@ -410,6 +410,34 @@ def test_multi_device_artifact_round_trips(tmp_path):
                                   p.run("predict", x=x)["logits"])
 
 
+@pytest.mark.parametrize("made_with, environment", [("reference", "llvm"),
+                                                      ("llvm", "reference")])
+def test_an_artifact_runs_on_its_own_backend_whatever_tfc_backend_says(
+        made_with, environment, tmp_path, monkeypatch):
+    """``$TFC_BACKEND`` picks the backend where none is named; an artifact names the one
+    it was compiled (and lowered, and maybe linked) for, so loading it runs that one, as
+    the model was saved, without a pass; ``backend=`` (``tfc run --backend``) still
+    chooses another."""
+    import tfc.passes.manager as manager
+    from tfc.testing import split_mlp_module
+    module = split_mlp_module(["/cpu:0", "/cpu:1"])
+    module.devices = ["/cpu:0", "/cpu:1"]
+    path = tmp_path / "split.tfc"
+    Program(module, backend=made_with).save(path)
+    monkeypatch.setenv("TFC_BACKEND", environment)
+    real_run = manager.PassManager.run
+
+    def refuse(self, module):
+        raise AssertionError(f"a pass ran: {self.passes}")
+    monkeypatch.setattr(manager.PassManager, "run", refuse)
+    q = load(path)
+    assert q.backend.name == made_with
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6)
+    assert q.run("predict", x=x)["logits"].shape == (2, 3)
+    monkeypatch.setattr(manager.PassManager, "run", real_run)
+    assert load(path, backend=environment).backend.name == environment
+
+
 def test_loading_an_artifact_imports_no_parser(saved):
     """Loading and running a step never imports lark (nor the textual IR's parser): its
     import and the lexing were most of the time to load an artifact."""

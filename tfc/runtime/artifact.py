@@ -309,8 +309,10 @@ def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
         module = _read_module(zf, path, manifest)
         initializers = _check_initializers(path, module, manifest)
         values = dict(read_variables(zf, path, manifest, skip=initializers))
-        # the caller's choice, else $TFC_BACKEND, else the backend the artifact was made for
-        name = backend or os.environ.get("TFC_BACKEND") or manifest.get("backend") or "reference"
+        # the caller's choice, else the backend the artifact was compiled for (what it
+        # carries code and lowered stages for), else $TFC_BACKEND (older artifacts)
+        name = (backend or manifest.get("backend") or os.environ.get("TFC_BACKEND", "").strip()
+                or "reference")
         if not isinstance(name, str):
             raise ArtifactError(f"{path}: {MANIFEST} names an invalid backend {name!r}")
         try:
