@@ -256,8 +256,9 @@ def sample_normal(shape: Sequence[int], dtype: DType, seed: int, step: int,
     a = xp.ldexp((m2 - (k << (bits - 2))).astype(np.float64), 2 - bits) * PI_2
     s, c = psincos(a, xp)
     q = k & 3
-    cos = xp.select([q == 0, q == 1, q == 2], [c, -s, -c], s)
-    sin = xp.select([q == 0, q == 1, q == 2], [s, c, -s], -c)
+    # nested where, not select: cupy's select takes only a scalar default
+    cos = xp.where(q == 0, c, xp.where(q == 1, -s, xp.where(q == 2, -c, s)))
+    sin = xp.where(q == 0, s, xp.where(q == 1, c, xp.where(q == 2, -s, -c)))
     z = xp.stack([r * cos, r * sin], axis=-1).reshape(-1)[:n]
     return _to_dtype(z * float(stddev) + float(mean), dtype).reshape(shape)
 
