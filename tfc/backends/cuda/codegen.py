@@ -35,7 +35,10 @@ of the current row. The element expressions are ``cexpr``'s (numpy's semantics).
   shape by thread 0. When the last axis is kept and there are many rows (a bias
   gradient ``sum(dy, axes=[0])``, a global average pool), the *column layout*
   (``RowLayout``) gives a block 32 rows instead, so that a warp reads 32 consecutive
-  elements. Sums accumulate in the
+  elements. When there are few long static rows (a full sum, a loss's mean:
+  ``split_chunks``), each row is split into chunks reduced by separate blocks, whose
+  partials the last block to finish folds in chunk order (``_split_reduce_kernel``; the
+  kernel then takes a ``scratch`` pointer after its results), the same bits every run. Sums accumulate in the
   element type (f16: in f32, rounded once when stored; integers wrap), in a different
   order than numpy's pairwise sums, so float results differ from the reference by
   rounding; max/min propagate NaN as numpy's do; ``mean`` divides the sum by the count.
@@ -768,7 +771,8 @@ def _split_reduce_kernel(op: Op, name: str, params: tuple[Param, ...], full: Seq
         acc_t = _acc_type(r.kind, dt)
         em.line(f"acc{j} = {_identity(r.kind, dt)};")
         em.open(f"for (int c = threadIdx.x; c < {chunks}; c += blockDim.x)")
-        em.line(f"acc{j} = {_combine(r.kind, dt, f'acc{j}', f'((volatile {acc_t}*)part{j})[row * {chunks}LL + c]')};")
+        partial = f"((volatile {acc_t}*)part{j})[row * {chunks}LL + c]"
+        em.line(f"acc{j} = {_combine(r.kind, dt, f'acc{j}', partial)};")
         em.close()
         _combine_block(em, j, r.kind, dt, acc_t, warps)
         value = f"red{j}[0]"
