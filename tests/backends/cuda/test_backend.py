@@ -499,3 +499,41 @@ def test_control_flow_falls_back_to_the_reference() -> None:
              .astype(a.type.dtype.np) for a in module.graphs["predict"].args]
     want = ReferenceBackend().compile(module, "predict")(feeds, values, 0)
     assert_close(exe(feeds, values, 0).fetches, want.fetches, rtol=0)
+
+
+def test_a_reduction_split_across_blocks_runs_step_after_step(monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """``sum(cast(a @ b, f32))`` and a mean over a long vector: their kernels split each
+    row across blocks, with a scratch the runtime allocates once per binding; every step
+    (the scratch's counters are back to 0 after each) and an exported and loaded copy
+    (``scratch_bytes`` is in tables.json) give the same bits, close to the reference."""
+    def body(b: Builder, args: list) -> list:
+        a, c, v = args
+        return [b("sum", b("cast", b("matmul", a, c), dtype=DType.f32), axes=None),
+                b("mean", v, axes=None)]
+    module = _module([("a", DType.f32, (96, 64)), ("c", DType.f32, (64, 96)),
+                      ("v", DType.f64, (20000,))], body)
+    exe = compile_cuda(module)
+    assert any(k.launch.scratch_bytes for k in exe.kernels.values())
+    rng = np.random.default_rng(3)
+    feeds = [rng.normal(size=(96, 64)).astype(np.float32),
+             rng.normal(size=(64, 96)).astype(np.float32), rng.normal(size=20000)]
+    want = ReferenceBackend().compile(module, "f")(feeds, {}, 0).fetches
+    first = exe(feeds, {}, 0).fetches
+    assert_close(first, want, rtol=1e-4)
+    for step in range(1, 3):
+        for g, w in zip(exe(feeds, {}, step).fetches, first):
+            np.testing.assert_array_equal(g, w)
+    from tfc.pipeline import lower_entry
+    lowered = lower_entry(module, "f", "cuda")
+    backend = CUDABackend()
+    members = backend.export(backend.compile(lowered, "f"))
+    import tfc.backends.cuda.codegen as codegen
+
+    def no_codegen(*a: Any, **k: Any) -> Any:
+        raise AssertionError("load generated code")
+    monkeypatch.setattr(codegen, "fusion_kernel", no_codegen)
+    loaded = backend.load(lowered, "f", members)
+    assert any(k.launch.scratch_bytes for k in loaded.kernels.values())
+    for g, w in zip(loaded(feeds, {}, 0).fetches, first):
+        np.testing.assert_array_equal(g, w)

@@ -12,6 +12,7 @@ value; sums within a few ulp of the row's magnitude (their order differs from nu
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -115,9 +116,16 @@ def run_kernels(cases: Sequence[tuple[Kernel, Op, Sequence[np.ndarray], Mapping[
         syms = [bindings[s] for s in kernel.symbols]
         module.launch(kernel, kernel.launch.grid(bindings, max_blocks), kernel.launch.block,
                       kernel.launch.shared_bytes,
-                      [np.ascontiguousarray(x) for x in inputs] + results + syms)
+                      [np.ascontiguousarray(x) for x in inputs] + results + scratch(kernel) +
+                      syms)
         out.append(results)
     return out
+
+
+def scratch(kernel: Kernel) -> list[np.ndarray]:
+    """The zeroed scratch argument of a kernel that has one (``Launch.scratch_bytes``)."""
+    n = kernel.launch.scratch_bytes
+    return [np.zeros(n, np.uint8)] if n else []
 
 
 def garbage(op: Op, bindings: Mapping[str, int]) -> list[np.ndarray]:
@@ -146,7 +154,8 @@ def _run_on_gpu(ptx: str, cases: Sequence[tuple[Kernel, Op, Sequence[np.ndarray]
             syms = [np.int64(bindings[s]) for s in kernel.symbols]
             module.get_function(kernel.name)(
                 (kernel.launch.grid(bindings, max_blocks),), (kernel.launch.block,),
-                tuple(ins + outs + syms), shared_mem=kernel.launch.shared_bytes)
+                tuple(ins + outs + [cp.asarray(a) for a in scratch(kernel)] + syms),
+                shared_mem=kernel.launch.shared_bytes)
             cp.cuda.Device().synchronize()
             out.append([cp.asnumpy(r) for r in outs])
     return out
@@ -762,3 +771,80 @@ def test_fusions_of_random_graphs(target: str) -> None:
         for g, w in zip(got, want):  # sums in another order: measured within 1.2e-5
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6,
                                        err_msg=f"{kernel.name}\n{kernel.source}")
+
+
+# ---- reductions to few long rows, split across blocks --------------------------------------
+
+SPLIT = {
+    "sum_all": ([("x", t((3, 5000)))], lambda b, a: b("sum", a[0], axes=None)),
+    "mean_all_f64": ([("x", t((9000,), DType.f64))], lambda b, a: b("mean", a[0], axes=None)),
+    "max_two_rows_one_nan": ([("x", t((2, 9000)))], lambda b, a: b("max", a[0], axes=[1])),
+    "sum_f16_first_axis": ([("x", t((9000, 2), DType.f16))],
+                           lambda b, a: b("sum", a[0], axes=[0])),
+    "sum_and_min_i32": ([("x", t((2, 8500), DType.i32))],
+                        lambda b, a: [b("sum", a[0], axes=[1]), b("min", a[0], axes=[1])]),
+}
+
+
+def _split_cases() -> list[tuple[str, Op, list[np.ndarray], Kernel]]:
+    rng = np.random.default_rng(19)
+    cases = []
+    for name, (args, body) in SPLIT.items():
+        for i, op in enumerate(lowered_fusions(args, body)):
+            inputs = fusion_inputs(op, {}, rng)
+            if name.startswith("max"):
+                inputs[0][1, 4321] = np.nan  # in the second chunk of the second row only
+            cases.append((f"{name}_{i}", op, inputs, codegen.fusion_kernel(op, f"{name}_{i}")))
+    return cases
+
+
+def test_few_long_rows_split_across_blocks_the_same_bits_every_run() -> None:
+    """A reduction to few long rows runs on many blocks (a scratch of partials, the last
+    block folds them in chunk order): it matches the reference, gives the same bits
+    whatever the fiber order and the number of blocks launched (one block doing every
+    chunk included), and leaves the scratch's counters at 0, so a second launch on the
+    same scratch is right too."""
+    from tfc.backends.cuda.emulator import EmulatedModule
+    cases = _split_cases()
+    kernels = [k for _, _, _, k in cases]
+    for name, _, _, k in cases:
+        assert k.launch.scratch_bytes > 0 and k.launch.work[-1] > 1, (name, k.launch)
+        assert [p.name for p in k.params][-1] == "scratch", name
+    compile_checked(kernels)
+    module = EmulatedModule(kernels)
+    for name, op, inputs, k in cases:
+        first = None
+        scratch_arg = np.zeros(k.launch.scratch_bytes, np.uint8)
+        for order in ("ascending", "descending", "warps_reversed", "shuffled"):
+            for blocks in (65535, 3, 1):
+                for _ in range(2):  # the same scratch twice: its counters were reset
+                    got = garbage(op, {})
+                    module.launch(k, k.launch.grid({}, blocks), k.launch.block, 0,
+                                  inputs + got + [scratch_arg], order=order)
+                    rows = math.prod(int(d) for d in k.launch.work[:-1])
+                    assert not scratch_arg[:4 * rows].any(), (name, "counters left set")
+                    if first is None:
+                        first = got
+                        assert_matches(got, reference(op, inputs), f"{name}\n{k.source}")
+                    for g, w in zip(got, first):
+                        assert same(g, w), (name, order, blocks, g, w)
+
+
+def test_split_rule() -> None:
+    """Static, few (< 32) rows of at least two chunks' columns, results of the row's
+    shape, independent reductions: split. Many rows, short or symbolic columns,
+    softmax's dependent passes: one block per row."""
+    def chunks(args: list, body: Callable) -> int:
+        (op,) = lowered_fusions(args, body)
+        k = codegen.fusion_kernel(op, "k")
+        assert (k.launch.scratch_bytes > 0) == (len(k.launch.work) == 2 and
+                                                k.launch.work[-1] != 1 and
+                                                "scratch" in [p.name for p in k.params])
+        return int(k.launch.work[-1]) if k.launch.scratch_bytes else 1
+
+    assert chunks([("x", t((2048, 2048)))], lambda b, a: b("sum", a[0], axes=None)) == 1024
+    assert chunks([("x", t((4, 2048 * 2048)))], lambda b, a: b("sum", a[0], axes=[1])) == 256
+    assert chunks([("x", t((8000,)))], lambda b, a: b("sum", a[0], axes=None)) == 1
+    assert chunks([("x", t((64, 9000)))], lambda b, a: b("sum", a[0], axes=[1])) == 1
+    assert chunks([("x", t(("B", 9000)))], lambda b, a: b("sum", a[0], axes=None)) == 1
+    assert chunks([("x", t((2, 9000)))], lambda b, a: b("softmax", a[0], axis=1)) == 1

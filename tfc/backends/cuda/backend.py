@@ -180,7 +180,8 @@ def _kernel_json(index: int, k: Kernel) -> dict[str, Any]:
             "params": [[p.name, p.ctype] for p in k.params],
             "launch": {"work": list(k.launch.work), "block": k.launch.block,
                        "per_block": k.launch.per_block,
-                       "shared_bytes": k.launch.shared_bytes}}
+                       "shared_bytes": k.launch.shared_bytes,
+                       "scratch_bytes": k.launch.scratch_bytes}}
 
 
 def _kernel_from_json(d: Any) -> Kernel:
@@ -189,4 +190,4 @@ def _kernel_from_json(d: Any) -> Kernel:
     return Kernel(str(d["name"]), str(d["source"]),
                   tuple(Param(str(n), str(c)) for n, c in d["params"]),
                   Launch(work, int(launch["block"]), int(launch["per_block"]),
-                         int(launch["shared_bytes"])))
+                         int(launch["shared_bytes"]), int(launch.get("scratch_bytes", 0))))

@@ -35,7 +35,10 @@ of the current row. The element expressions are ``cexpr``'s (numpy's semantics).
   shape by thread 0. When the last axis is kept and there are many rows (a bias
   gradient ``sum(dy, axes=[0])``, a global average pool), the *column layout*
   (``RowLayout``) gives a block 32 rows instead, so that a warp reads 32 consecutive
-  elements. Sums accumulate in the
+  elements. When there are few long static rows (a full sum, a loss's mean:
+  ``split_chunks``), each row is split into chunks reduced by separate blocks, whose
+  partials the last block to finish folds in chunk order (``_split_reduce_kernel``; the
+  kernel then takes a ``scratch`` pointer after its results), the same bits every run. Sums accumulate in the
   element type (f16: in f32, rounded once when stored; integers wrap), in a different
   order than numpy's pairwise sums, so float results differ from the reference by
   rounding; max/min propagate NaN as numpy's do; ``mean`` divides the sum by the count.
@@ -579,6 +582,9 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     col_shape = [full[k] for k in axes]
     layout = row_layout(full, axes)
     tiled = layout.rows_per_block > 1
+    chunks = split_chunks(op, full, axes)
+    if chunks > 1:
+        return _split_reduce_kernel(op, name, params, full, axes, chunks)
     em = Emitter(op)
     em.line(f"const long long rows = {size_c(row_shape)};")
     em.line(f"const long long cols = {size_c(col_shape)};")
@@ -663,6 +669,133 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     return Kernel(name, _source(name, params, em.lines, launch.block), params, launch)
 
 
+# A reduction to few long rows (a full sum, a loss's mean) splits each row across blocks.
+SPLIT_MAX_ROWS = 32  # fewer rows than a GPU has SMs (an H100 has 132)
+SPLIT_MIN_CHUNK = 4096  # columns a block reduces at least
+SPLIT_BLOCKS = 1024  # blocks a split kernel aims for (8 per SM of an H100, 256 threads each)
+_ACC_BYTES = {"float": 4, "double": 8, "int": 4, "int32_t": 4, "int64_t": 8}
+
+
+def split_chunks(op: Op, full: Sequence[Dim], axes: Sequence[int]) -> int:
+    """Blocks each row's reduction is split across: more than 1 when the rows are static
+    and few (``SPLIT_MAX_ROWS``) and the static column count is long enough for two
+    chunks of ``SPLIT_MIN_CHUNK``, every result is of the row's (kept) shape and no
+    reduction reads an earlier one's result (softmax's second pass does: such row
+    fusions stay one block per row); else 1."""
+    kept = [full[k] for k in range(len(full)) if k not in axes]
+    cols = [full[k] for k in axes]
+    if not all(isinstance(d, int) for d in kept + cols):
+        return 1
+    rows, n = math.prod(int(d) for d in kept), math.prod(int(d) for d in cols)
+    if rows >= SPLIT_MAX_ROWS or n < 2 * SPLIT_MIN_CHUNK:
+        return 1
+    region = op.regions[0]
+    kd_shape = tuple(1 if k in axes else d for k, d in enumerate(full))
+    if not all(_maps_into(v.type.shape, kd_shape) for v in region.results):
+        return 1
+    em = Emitter(op)
+    if any(em.after_reduction(o.inputs[0]) for o in region.ops if fused_reduction(o.kind)):
+        return 1
+    return max(1, min(-(-n // SPLIT_MIN_CHUNK), SPLIT_BLOCKS // rows))
+
+
+def _split_reduce_kernel(op: Op, name: str, params: tuple[Param, ...], full: Sequence[Dim],
+                         axes: Sequence[int], chunks: int) -> Kernel:
+    """A reduce fusion whose rows are each split into ``chunks`` blocks (``split_chunks``).
+
+    Block ``item`` reduces chunk ``item % chunks`` of row ``item / chunks`` (a fixed range
+    of columns) as the one-block kernel reduces a row, and thread 0 stores the block's
+    value in the scratch array of partials, then counts the block done (``__threadfence``,
+    ``atomicAdd`` on the row's counter). The block that counts last folds the row's
+    partials in chunk order, by the same block reduction, and stores the row's results;
+    it resets the counter to 0 for the next launch. So the sum's order is fixed by the
+    sizes alone: the same bits whichever block finishes last. The scratch (``Launch.
+    scratch_bytes``, zeroed once by the runtime, the ``scratch`` parameter after the
+    results) holds the rows' counters, then each reduction's partials."""
+    region = op.regions[0]
+    reductions = [o for o in region.ops if fused_reduction(o.kind)]
+    kept = [k for k in range(len(full)) if k not in axes]
+    row_shape = [full[k] for k in kept]
+    col_shape = [full[k] for k in axes]
+    rows = math.prod(int(d) for d in row_shape)
+    cols = math.prod(int(d) for d in col_shape)
+    chunk = -(-cols // chunks)
+    block = MAX_BLOCK
+    warps = block // WARP
+    em = Emitter(op)
+    em.line(f"const long long rows = {rows}LL;")
+    em.line(f"const long long cols = {cols}LL;")
+    em.line("const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;")
+    em.line("__shared__ int last;")
+    em.line("unsigned int* const counters = (unsigned int*)scratch;")
+    offset = -(-rows * 4 // 16) * 16
+    for j, r in enumerate(reductions):
+        acc_t = _acc_type(r.kind, r.inputs[0].dtype)
+        em.line(f"__shared__ {acc_t} red{j}[{warps}];")
+        em.line(f"{acc_t}* const part{j} = ({acc_t}*)(scratch + {offset});")
+        offset += -(-rows * chunks * _ACC_BYTES[acc_t] // 16) * 16
+    em.open(f"for (long long item = blockIdx.x; item < rows * {chunks}LL; item += gridDim.x)")
+    em.line(f"const long long row = item / {chunks}LL;")
+    em.line(f"const long long begin = (item % {chunks}LL) * {chunk}LL;")
+    em.line(f"const long long end = begin + {chunk}LL < cols ? begin + {chunk}LL : cols;")
+    em.row_frame = len(em.frames) - 1
+    row_idx = decompose(em, "row", row_shape, "k")
+    kd_idx = ["0"] * len(full)
+    for k, i in zip(kept, row_idx):
+        kd_idx[k] = i
+    kd_shape = tuple(1 if k in axes else d for k, d in enumerate(full))
+    for j, r in enumerate(reductions):
+        dt = r.inputs[0].dtype
+        acc_t = _acc_type(r.kind, dt)
+        em.line(f"{acc_t} acc{j} = {_identity(r.kind, dt)};")
+        em.open("for (long long col = begin + threadIdx.x; col < end; col += blockDim.x)",
+                pragma="#pragma unroll 4")
+        col_idx = decompose(em, "col", col_shape, f"c{j}_")
+        idx = list(kd_idx)
+        for k, i in zip(axes, col_idx):
+            idx[k] = i
+        x = em.at(r.inputs[0], tuple(idx))
+        em.line(f"acc{j} = {_combine(r.kind, dt, f'acc{j}', x)};")
+        em.close()
+        _combine_block(em, j, r.kind, dt, acc_t, warps)
+        em.line(f"if (threadIdx.x == 0) part{j}[item] = red{j}[0];")
+    em.open("if (threadIdx.x == 0)")
+    em.line("__threadfence();  // the partials are seen before the count")
+    em.line(f"last = atomicAdd(&counters[row], 1u) == {chunks - 1}u;")
+    em.close()
+    em.line("__syncthreads();")
+    em.open("if (last)", guard=True)  # the same for the whole block
+    em.line("__threadfence();")
+    for j, r in enumerate(reductions):
+        dt = r.inputs[0].dtype
+        acc_t = _acc_type(r.kind, dt)
+        em.line(f"acc{j} = {_identity(r.kind, dt)};")
+        em.open(f"for (int c = threadIdx.x; c < {chunks}; c += blockDim.x)")
+        partial = f"((volatile {acc_t}*)part{j})[row * {chunks}LL + c]"
+        em.line(f"acc{j} = {_combine(r.kind, dt, f'acc{j}', partial)};")
+        em.close()
+        _combine_block(em, j, r.kind, dt, acc_t, warps)
+        value = f"red{j}[0]"
+        if r.kind == "mean":
+            value = f"{value} / ({acc_t})cols"
+        if dt is DType.f16:
+            value = f"tfc_r16({value})"
+        elif dt is DType.bool:
+            value = f"({value} != 0)"
+        reg = em.var(cexpr.COMPUTE[dt], value, prefix="r")
+        em.registers[r.result] = (reg, map_index(r.result.type.shape, kd_shape, tuple(kd_idx))[0])
+    em.open("if (threadIdx.x == 0)", guard=True)
+    for j, v in enumerate(region.results):
+        store_result(em, j, v, kd_shape, tuple(kd_idx))
+    em.line("counters[row] = 0u;  // for the next launch")
+    em.close()
+    em.close()
+    em.line("__syncthreads();  // last and every red* are read: the next item may write them")
+    em.close()
+    launch = Launch(work=(rows, chunks), block=block, per_block=1, scratch_bytes=offset)
+    return Kernel(name, _source(name, params, em.lines, block), params, launch)
+
+
 def _combine_block(em: Emitter, j: int, kind: str, dt: DType, acc_t: str, warps: int) -> None:
     """Fold ``acc<j>`` of every thread of the block into ``red<j>[0]``: warp shuffles, one
     value per warp in shared memory, the first warp folds those."""
@@ -717,6 +850,17 @@ def _source(name: str, params: tuple[Param, ...], body: list[str], block: int) -
             f'{name}({args}) {{\n' + "\n".join(body) + "\n}\n")
 
 
+def _with_scratch(op: Op, params: tuple[Param, ...]) -> tuple[Param, ...]:
+    """``params`` with ``unsigned char* scratch`` after the results when the reduction is
+    split across blocks (``split_chunks``)."""
+    reductions = [o for o in op.regions[0].ops if fused_reduction(o.kind)]
+    full = tuple(reductions[0].inputs[0].type.shape)
+    if split_chunks(op, full, reduction_axes(reductions[0])) <= 1:
+        return params
+    n = len(op.inputs) + len(op.results)
+    return params[:n] + (Param("scratch", "unsigned char*"),) + params[n:]
+
+
 def fusion_kernel(op: Op, name: str) -> Kernel:
     """The kernel computing fusion ``op`` (kinds loop, reduce, row), named ``name``;
     ``Unsupported`` for what it cannot compute (a ``?`` dim, integer division by a
@@ -728,7 +872,7 @@ def fusion_kernel(op: Op, name: str) -> Kernel:
     if kind == "loop":
         return _loop_kernel(op, name, params)
     if kind in ("reduce", "row"):
-        return _reduce_kernel(op, name, params)
+        return _reduce_kernel(op, name, _with_scratch(op, params))
     raise Unsupported(f"fusion kind {kind!r}")
 
 

@@ -464,8 +464,13 @@ class CUDAExecutable:
 
     def _launcher(self, kernel: Kernel, ins: list[Any], outs: list[Any],
                   syms: Mapping[str, int]) -> Action:
-        """The kernel's launch with everything prepared (``Device.launcher``)."""
-        args = (*ins, *outs, *(np.int64(syms[s]) for s in kernel.symbols))
+        """The kernel's launch with everything prepared (``Device.launcher``); a kernel
+        with ``scratch_bytes`` gets its own zeroed scratch, for this binding."""
+        scratch = []
+        if kernel.launch.scratch_bytes:
+            scratch.append(self._device.to_device(np.zeros(kernel.launch.scratch_bytes,
+                                                           np.uint8)))
+        args = (*ins, *outs, *scratch, *(np.int64(syms[s]) for s in kernel.symbols))
         return self._device.launcher(self._handle, kernel, kernel.launch.grid(syms),
                                      kernel.launch.block, kernel.launch.shared_bytes, args)
 

@@ -47,12 +47,17 @@ class Launch:
     kernels. ``per_block`` items are given to a block (one item per thread for element
     kernels, one row per block for row kernels, ...): the generator chooses, the runtime
     only evaluates ``grid``. Kernels loop grid-stride, so ``grid`` may cap the block count
-    at ``max_blocks`` without changing results."""
+    at ``max_blocks`` without changing results. ``scratch_bytes`` > 0: the kernel takes
+    a ``scratch`` pointer after its results (a reduction split across blocks keeps its
+    partials and counters there) that the runtime allocates zeroed, once per binding."""
 
     work: tuple[int | str, ...]
     block: int
     per_block: int
     shared_bytes: int = 0
+    # bytes of device memory the kernel's ``scratch`` parameter (after the results) points
+    # to: allocated and zeroed once per binding by the runtime, left zeroed by every launch
+    scratch_bytes: int = 0
 
     def items(self, bindings: Mapping[str, int]) -> int:
         return math.prod(d if isinstance(d, int) else bindings[d] for d in self.work)

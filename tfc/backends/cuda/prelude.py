@@ -38,7 +38,7 @@ What generated code may use (and nothing else):
   ``blockIdx.x threadIdx.x blockDim.x gridDim.x`` (1-D: ``.y``/``.z`` are 0 / 1),
   ``__shared__`` arrays of static size declared inside a kernel, dynamic shared memory
   only as ``TFC_DYNAMIC_SHARED(type, name);`` (a ``type* name`` of the launch's
-  ``shared_bytes``), ``__syncthreads()``, ``__syncwarp(mask)``,
+  ``shared_bytes``), ``__syncthreads()``, ``__syncwarp(mask)``, ``__threadfence()``,
   ``__shfl_sync/__shfl_down_sync/__shfl_up_sync/__shfl_xor_sync(mask, value, lane_or_delta
   [, width])`` for 4- and 8-byte values, ``atomicAdd`` (float, double, int, unsigned int,
   unsigned long long), ``atomicMax``/``atomicMin`` (int), ``atomicCAS`` (int, unsigned
