@@ -106,7 +106,7 @@ def profile_summary(profile: DeviceProfile, gpus: Sequence[str] = ()) -> str:
                                 ("vector", profile.cpu.vector or {}, "GFLOP/s at flops"),
                                 ("serial", profile.cpu.serial or {}, "GFLOP/s at flops")):
         for threads, c in sorted(curves.items()):
-            rates = ", ".join(f"{x / t / 1e9:.0f}@{x:.3g}" for x, t in zip(c.sizes, c.seconds))
+            rates = ", ".join(f"{x / t / 1e9:.3g}@{x:.3g}" for x, t in zip(c.sizes, c.seconds))
             lines.append(f"  {label} {threads} thread{'s' if threads > 1 else ''} ({unit}): "
                          f"{rates}")
     for gpu in gpus:
@@ -117,7 +117,7 @@ def profile_summary(profile: DeviceProfile, gpus: Sequence[str] = ()) -> str:
         for label, curves, unit in (("GEMM", rates_of.gemm, "GFLOP/s at flops"),
                                     ("stream", rates_of.stream, "GB/s at bytes")):
             c = curves[max(curves)]
-            rates = ", ".join(f"{x / t / 1e9:.0f}@{x:.3g}" for x, t in zip(c.sizes, c.seconds))
+            rates = ", ".join(f"{x / t / 1e9:.3g}@{x:.3g}" for x, t in zip(c.sizes, c.seconds))
             lines.append(f"  {label} ({unit}): {rates}")
         up, down = profile.host_link(local, True), profile.host_link(local, False)
         lines.append(f"  host->device {up.bytes_per_s / 1e9:.1f} GB/s + "
