@@ -179,6 +179,42 @@ EXACT_MATH: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
+def edge_values(dt: DType, seed: int, n: int) -> np.ndarray:
+    """``n`` values of ``dt`` for differential tests of element-wise kernels: the edge
+    cases first (signed zeros, inf, NaN, extremes, subnormals, integer limits), then
+    random ones over the whole range (raw bit patterns) and at common magnitudes."""
+    rng = np.random.default_rng(seed)
+    if dt is DType.bool:
+        return rng.integers(0, 2, n).astype(bool)
+    if dt.is_int:
+        info = np.iinfo(dt.np)
+        edge = [0, 1, -1, 2, -2, 7, -7, info.min, info.max, info.min + 1, info.max - 1]
+        rest = np.concatenate([rng.integers(info.min, info.max, n // 2, endpoint=True),
+                               rng.integers(-100, 100, n)])
+        return np.concatenate([edge, rest])[:n].astype(dt.np)
+    fi = np.finfo(dt.np)
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 1.5, -2.5, 3.0,
+                fi.max, -fi.max, fi.tiny, fi.smallest_subnormal, -fi.smallest_subnormal]
+    it: Any = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize]
+    bits = rng.integers(0, np.iinfo(it).max, n // 4, dtype=it, endpoint=True).view(dt.np)
+    parts = [np.array(specials, dt.np), bits]
+    for a in (rng.normal(0, 3, n // 2), rng.uniform(-40, 40, n // 4),
+              rng.integers(-20, 20, n // 8), rng.exponential(1e-3, n // 8)):
+        parts.append(a.astype(dt.np))
+    return np.concatenate(parts)[:n]
+
+
+def same_bits(got: np.ndarray, want: np.ndarray) -> bool:
+    """Bit-exact up to NaN payloads: equal values, NaN where NaN, same zero signs."""
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False
+    if got.dtype.kind != "f":
+        return bool(np.array_equal(got, want))
+    zero = want == 0
+    return bool(np.array_equal(got, want, equal_nan=True)
+                and np.array_equal(np.signbit(got[zero]), np.signbit(want[zero])))
+
+
 def exact_math(fn: str, *xs: np.ndarray) -> np.ndarray:
     """``fn(*xs)`` in x87 extended precision (``np.longdouble``, a 64-bit significand):
     glibc's scalar ``expl``/``logl``/``sinl`` ..., a few units of 2^-64 from the true value

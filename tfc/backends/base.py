@@ -21,7 +21,7 @@ from typing import Any, Mapping, Protocol, Sequence
 import numpy as np
 
 from tfc.errors import ArtifactError, TfcError
-from tfc.ir.core import Module
+from tfc.ir.core import Graph, Module
 
 
 @dataclass
@@ -57,6 +57,20 @@ class Executable(Protocol):
 
     def __call__(self, feeds: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
                  step: int) -> StepResult: ...
+
+
+def planned(module: Module, entry: str, backend: str) -> tuple[Graph, Any]:
+    """The graph of ``entry`` and its memory plan, for a backend whose pipeline ends in
+    ``memory``; a ``TfcError`` that says to lower the module first when the plan is
+    missing (a backend runs no passes)."""
+    if entry not in module.graphs:
+        raise TfcError(f"unknown entry '{entry}' (entries: {', '.join(module.graphs)})")
+    plan = module.memory_plans.get(entry)
+    if plan is None:
+        raise TfcError(f"{backend} backend: @{entry} has no memory plan: the module was not "
+                       f"lowered for this backend; lower it first "
+                       f"(tfc.pipeline.lower(module, tfc.pipeline.Target('{backend}')))")
+    return module.graphs[entry], plan
 
 
 class ForeignNativeCode(ArtifactError):

@@ -28,7 +28,7 @@ from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import ELEMENTWISE, all_ops, lookup, make_op
 from tfc.ir.types import DType, TensorType
 from tfc.pipeline import lower_entry
-from tfc.testing import exact_math, ulp_errors
+from tfc.testing import edge_values, exact_math, same_bits, ulp_errors
 
 nvrtc = pytest.importorskip("tfc.backends.cuda.nvrtc")
 if not nvrtc.available():
@@ -170,37 +170,11 @@ def compile_checked(kernels: Sequence[Kernel]) -> str:
 # ---- values -------------------------------------------------------------------------------
 
 def values(dt: DType, seed: int, n: int = N) -> np.ndarray:
-    """n values of dt: edge cases first, then random ones over the whole range."""
-    rng = np.random.default_rng(seed)
-    if dt is DType.bool:
-        return rng.integers(0, 2, n).astype(bool)
-    if dt.is_int:
-        info = np.iinfo(dt.np)
-        edge = [0, 1, -1, 2, -2, 7, -7, info.min, info.max, info.min + 1, info.max - 1]
-        rest = np.concatenate([rng.integers(info.min, info.max, n // 2, endpoint=True),
-                               rng.integers(-100, 100, n)])
-        return np.concatenate([edge, rest])[:n].astype(dt.np)
-    fi = np.finfo(dt.np)
-    edge = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 1.5, -2.5, 3.0,
-            fi.max, -fi.max, fi.tiny, fi.smallest_subnormal, -fi.smallest_subnormal]
-    it = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize]
-    bits = rng.integers(0, np.iinfo(it).max, n // 4, dtype=it, endpoint=True).view(dt.np)
-    parts = [np.array(edge, dt.np), bits]
-    for a in (rng.normal(0, 3, n // 2), rng.uniform(-40, 40, n // 4),
-              rng.integers(-20, 20, n // 8), rng.exponential(1e-3, n // 8)):
-        parts.append(a.astype(dt.np))
-    return np.concatenate(parts)[:n]
+    """n values of dt: edge cases first, then random ones (``tfc.testing.edge_values``)."""
+    return edge_values(dt, seed, n)
 
 
-def same(got: np.ndarray, want: np.ndarray) -> bool:
-    """Bit-exact up to NaN payloads: equal values, NaN where NaN, same zero signs."""
-    if got.dtype != want.dtype or got.shape != want.shape:
-        return False
-    if got.dtype.kind != "f":
-        return bool(np.array_equal(got, want))
-    zero = want == 0
-    return bool(np.array_equal(got, want, equal_nan=True)
-                and np.array_equal(np.signbit(got[zero]), np.signbit(want[zero])))
+same = same_bits
 
 
 def signature(kind: str, dt: DType) -> list[DType] | None:

@@ -29,29 +29,17 @@ import time
 import warnings
 from typing import Any, Mapping
 
+from tfc.backends.base import planned
 from tfc.backends.cuda import library
 from tfc.backends.cuda.executable import CompileReport, CUDAExecutable
 from tfc.backends.cuda.kernel import Kernel, Launch, Param, Unsupported, module_source
-from tfc.errors import ArtifactError, TfcError
+from tfc.errors import ArtifactError
 from tfc.ir.core import Graph, Module
 from tfc.ir.registry import VIEW, lookup
 
 SOURCE_MEMBER, PTX_MEMBER, ARCH_MEMBER, TABLES_MEMBER = (
     "kernels.cu", "kernels.ptx", "arch", "tables.json")
 BUILTIN_OPS = frozenset({"var.read", "constant"})
-
-
-def planned(module: Module, entry: str) -> tuple[Graph, Any]:
-    """The graph of ``entry`` and its memory plan; a ``TfcError`` that says to lower the
-    module first when the plan is missing (the backend runs no passes)."""
-    if entry not in module.graphs:
-        raise TfcError(f"unknown entry '{entry}' (entries: {', '.join(module.graphs)})")
-    plan = module.memory_plans.get(entry)
-    if plan is None:
-        raise TfcError(f"cuda backend: @{entry} has no memory plan: the module was not "
-                       f"lowered for this backend; lower it first "
-                       f"(tfc.pipeline.lower(module, tfc.pipeline.Target('cuda')))")
-    return module.graphs[entry], plan
 
 
 def kernel_name(entry: str, index: int) -> str:
@@ -106,7 +94,7 @@ class CUDABackend:
         self.arch = arch or DEFAULT_ARCH
 
     def compile(self, module: Module, entry: str) -> CUDAExecutable:
-        graph, _ = planned(module, entry)
+        graph, _ = planned(module, entry, self.name)
         report = CompileReport(entry, arch=self.arch)
         t0 = time.perf_counter()
         kernels, failed, host = classify(graph)
@@ -145,7 +133,7 @@ class CUDABackend:
     def load(self, module: Module, entry: str, members: Mapping[str, bytes]
              ) -> CUDAExecutable:
         """The executable from ``export``'s members: no code generation, no NVRTC."""
-        graph, _ = planned(module, entry)
+        graph, _ = planned(module, entry, self.name)
         for name in (SOURCE_MEMBER, ARCH_MEMBER, TABLES_MEMBER):
             if name not in members:
                 raise ArtifactError(f"the CUDA code of '{entry}' lacks its member {name}")

@@ -56,7 +56,7 @@ from typing import Any, ContextManager, Mapping
 
 import numpy as np
 
-from tfc.backends.base import ForeignNativeCode
+from tfc.backends.base import ForeignNativeCode, planned
 from tfc.backends.llvm import jit
 from tfc.backends.llvm.entry import GraphCompiler
 from tfc.backends.llvm.kernels_scalar import Unsupported
@@ -90,19 +90,6 @@ class CompileReport:
         return (f"llvm @{self.graph}: {self.kernels} kernels, passes [{', '.join(self.passes)}],"
                 f" {self.memory_plan} plan, {'cached' if self.cached else 'compiled'} object "
                 f"code {self.object_bytes} bytes; {times}")
-
-
-def planned(module: Module, entry: str) -> tuple[Graph, Any]:
-    """The graph of ``entry`` and its memory plan; a ``TfcError`` that says to lower the
-    module first when the plan is missing (the backend runs no passes)."""
-    if entry not in module.graphs:
-        raise TfcError(f"unknown entry '{entry}' (entries: {', '.join(module.graphs)})")
-    plan = module.memory_plans.get(entry)
-    if plan is None:
-        raise TfcError(f"llvm backend: @{entry} has no memory plan: the module was not "
-                       f"lowered for this backend; lower it first "
-                       f"(tfc.pipeline.lower(module, tfc.pipeline.Target('llvm')))")
-    return module.graphs[entry], plan
 
 
 # The members ``LLVMBackend.export`` makes for one entry and ``load`` reads: the object
@@ -144,7 +131,7 @@ class LLVMBackend:
                                                           CompileReport]:
         from tfc.backends.llvm.kernels import lower
         report = CompileReport(entry)
-        graph, plan = planned(module, entry)
+        graph, plan = planned(module, entry, self.name)
         report.passes = [p.name for p in parse_pipeline(self.pipeline)]  # run before compile
         report.memory_plan = "memory pass"
         t1 = time.perf_counter()
@@ -201,7 +188,7 @@ class LLVMBackend:
     def compile(self, module: Module, entry: str) -> LLVMExecutable:
         """The executable of ``entry`` of ``module``, which must be lowered for this
         backend (``tfc.pipeline.lower``): its memory plan is there, no pass runs here."""
-        planned(module, entry)
+        planned(module, entry, self.name)
         register_symbols()
         install_profiler()
         t0 = time.perf_counter()
