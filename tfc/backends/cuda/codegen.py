@@ -635,13 +635,7 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
         else:
             _combine_block(em, j, r.kind, dt, acc_t, layout.block // WARP)
             value = f"red{j}[0]"
-        if r.kind == "mean":
-            value = f"{value} / ({acc_t})cols"
-        if dt is DType.f16:
-            value = f"tfc_r16({value})"
-        elif dt is DType.bool:
-            value = f"({value} != 0)"
-        reg = em.var(cexpr.COMPUTE[dt], value, prefix="r")
+        reg = em.var(cexpr.COMPUTE[dt], _finished(r.kind, dt, acc_t, value), prefix="r")
         reduced_shape = r.result.type.shape
         em.registers[r.result] = (reg, map_index(reduced_shape, kd_shape, tuple(kd_idx))[0])
 
@@ -776,13 +770,7 @@ def _split_reduce_kernel(op: Op, name: str, params: tuple[Param, ...], full: Seq
         em.close()
         _combine_block(em, j, r.kind, dt, acc_t, warps)
         value = f"red{j}[0]"
-        if r.kind == "mean":
-            value = f"{value} / ({acc_t})cols"
-        if dt is DType.f16:
-            value = f"tfc_r16({value})"
-        elif dt is DType.bool:
-            value = f"({value} != 0)"
-        reg = em.var(cexpr.COMPUTE[dt], value, prefix="r")
+        reg = em.var(cexpr.COMPUTE[dt], _finished(r.kind, dt, acc_t, value), prefix="r")
         em.registers[r.result] = (reg, map_index(r.result.type.shape, kd_shape, tuple(kd_idx))[0])
     em.open("if (threadIdx.x == 0)", guard=True)
     for j, v in enumerate(region.results):
@@ -794,6 +782,18 @@ def _split_reduce_kernel(op: Op, name: str, params: tuple[Param, ...], full: Seq
     em.close()
     launch = Launch(work=(rows, chunks), block=block, per_block=1, scratch_bytes=offset)
     return Kernel(name, _source(name, params, em.lines, block), params, launch)
+
+
+def _finished(kind: str, dt: DType, acc_t: str, value: str) -> str:
+    """A row's reduced accumulator as the reduction's value: a mean divides by the
+    column count, f16 rounds once, bool compares with 0."""
+    if kind == "mean":
+        value = f"{value} / ({acc_t})cols"
+    if dt is DType.f16:
+        return f"tfc_r16({value})"
+    if dt is DType.bool:
+        return f"({value} != 0)"
+    return value
 
 
 def _combine_block(em: Emitter, j: int, kind: str, dt: DType, acc_t: str, warps: int) -> None:

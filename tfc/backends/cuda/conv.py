@@ -12,6 +12,7 @@ The window geometry (output size, SAME padding) is the registry's own functions.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -52,60 +53,77 @@ def _window(op: str, attrs: Mapping[str, Any]) -> tuple[tuple[int, int], tuple[i
             spatial_attr(op, "dilations", attrs["dilations"]))
 
 
+@dataclass(frozen=True)
+class _Conv:
+    """One convolution's geometry, checked: the image ``[n, h, w, c]``, the filter
+    ``[kh, kw, c, co]``, strides, dilations, output size and padding."""
+
+    n: int
+    h: int
+    w: int
+    c: int
+    kh: int
+    kw: int
+    co: int
+    s: tuple[int, int]
+    d: tuple[int, int]
+    out: tuple[int, int]
+    pads: Pads
+
+
+def _conv(op: str, attrs: Mapping[str, Any], image: Sequence[int],
+          filt: Sequence[int]) -> _Conv:
+    s, d = _window(op, attrs)
+    n, h, wd, c = image
+    kh, kw, ci, co = filt
+    if c != ci:
+        raise ExecutionError(f"{op}: input has {c} channels, filter expects {ci}")
+    out, before, after = geometry(op, (h, wd), (kh, kw), s, d, attrs["padding"])
+    return _Conv(n, h, wd, c, kh, kw, co, s, d, out, _pads(before, after))
+
+
 def conv2d(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
     x, w = ins
-    s, d = _window("conv2d", attrs)
-    n, h, wd, c = x.shape
-    kh, kw, ci, co = w.shape
-    if c != ci:
-        raise ExecutionError(f"conv2d: input has {c} channels, filter expects {ci}")
-    (ho, wo), before, after = geometry("conv2d", (h, wd), (kh, kw), s, d, attrs["padding"])
-    if ho == 0 or wo == 0 or n == 0:
-        return [xp.zeros((n, ho, wo, co), dtype=x.dtype)]
+    g = _conv("conv2d", attrs, x.shape, w.shape)
+    (ho, wo) = g.out
+    if ho == 0 or wo == 0 or g.n == 0:
+        return [xp.zeros((g.n, ho, wo, g.co), dtype=x.dtype)]
     acc = compute_dtype(x.dtype)
-    cols = _im2col(xp, x, (kh, kw), s, d, (ho, wo), _pads(before, after), acc)
-    out = cols @ w.astype(acc, copy=False).reshape(kh * kw * ci, co)
-    return [out.reshape(n, ho, wo, co).astype(x.dtype, copy=False)]
+    cols = _im2col(xp, x, (g.kh, g.kw), g.s, g.d, g.out, g.pads, acc)
+    out = cols @ w.astype(acc, copy=False).reshape(g.kh * g.kw * g.c, g.co)
+    return [out.reshape(g.n, ho, wo, g.co).astype(x.dtype, copy=False)]
 
 
 def conv2d_backprop_filter(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
     x, dy, like = ins
     op = "conv2d_backprop_filter"
-    s, d = _window(op, attrs)
-    n, h, wd, c = x.shape
-    kh, kw, ci, co = like.shape
-    if c != ci:
-        raise ExecutionError(f"{op}: input has {c} channels, filter expects {ci}")
-    (ho, wo), before, after = geometry(op, (h, wd), (kh, kw), s, d, attrs["padding"])
-    expect_shape(op, "the gradient", dy, (n, ho, wo, co))
+    g = _conv(op, attrs, x.shape, like.shape)
+    expect_shape(op, "the gradient", dy, (g.n, *g.out, g.co))
     if dy.size == 0 or x.size == 0:
         return [xp.zeros(like.shape, dtype=x.dtype)]
     acc = compute_dtype(x.dtype)
-    cols = _im2col(xp, x, (kh, kw), s, d, (ho, wo), _pads(before, after), acc)
-    dw = cols.T @ dy.astype(acc, copy=False).reshape(n * ho * wo, co)
-    return [dw.reshape(kh, kw, ci, co).astype(x.dtype)]
+    cols = _im2col(xp, x, (g.kh, g.kw), g.s, g.d, g.out, g.pads, acc)
+    dw = cols.T @ dy.astype(acc, copy=False).reshape(g.n * g.out[0] * g.out[1], g.co)
+    return [dw.reshape(g.kh, g.kw, g.c, g.co).astype(x.dtype)]
 
 
 def conv2d_backprop_input(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
     w, dy, like = ins
     op = "conv2d_backprop_input"
-    s, d = _window(op, attrs)
-    n, h, wd, c = like.shape
-    kh, kw, ci, co = w.shape
-    if c != ci:
-        raise ExecutionError(f"{op}: input has {c} channels, filter expects {ci}")
-    (ho, wo), before, after = geometry(op, (h, wd), (kh, kw), s, d, attrs["padding"])
-    expect_shape(op, "the gradient", dy, (n, ho, wo, co))
+    g = _conv(op, attrs, like.shape, w.shape)
+    (ho, wo), ((top, bottom), (left, right)) = g.out, g.pads
+    expect_shape(op, "the gradient", dy, (g.n, ho, wo, g.co))
     if dy.size == 0:
         return [xp.zeros(like.shape, dtype=w.dtype)]
     acc = compute_dtype(w.dtype)
-    wm = w.astype(acc, copy=False).reshape(kh * kw * ci, co)
-    cols = (dy.astype(acc, copy=False).reshape(-1, co) @ wm.T).reshape(n, ho, wo, kh, kw, ci)
-    img = xp.zeros((n, h + before[0] + after[0], wd + before[1] + after[1], ci), dtype=acc)
-    for (a, b), tap in zip(((a, b) for a in range(kh) for b in range(kw)),
-                           _taps(img, (kh, kw), s, d, (ho, wo))):
+    wm = w.astype(acc, copy=False).reshape(g.kh * g.kw * g.c, g.co)
+    cols = (dy.astype(acc, copy=False).reshape(-1, g.co) @ wm.T).reshape(
+        g.n, ho, wo, g.kh, g.kw, g.c)
+    img = xp.zeros((g.n, g.h + top + bottom, g.w + left + right, g.c), dtype=acc)
+    for (a, b), tap in zip(((a, b) for a in range(g.kh) for b in range(g.kw)),
+                           _taps(img, (g.kh, g.kw), g.s, g.d, g.out)):
         tap += cols[:, :, :, a, b, :]  # a view of img: within a tap, distinct pixels
-    dx = img[:, before[0]:before[0] + h, before[1]:before[1] + wd, :]
+    dx = img[:, top:top + g.h, left:left + g.w, :]
     return [dx.astype(w.dtype)]
 
 

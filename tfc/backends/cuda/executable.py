@@ -359,7 +359,7 @@ class CUDAExecutable:
 
     def _bind(self, feed_shapes: tuple) -> _Bound:
         """The storage and actions for one tuple of feed shapes."""
-        from tfc.backends.llvm.runtime.binding import bind
+        from tfc.backends.binding import bind  # (tfc.backends.binding: shared with llvm)
         g, dev, plan = self.graph, self._device, self.plan
         xp = dev.xp
         for a, s in zip(g.args, feed_shapes):

@@ -3,7 +3,7 @@
 **Run-time parameters.** Native code never sees an unchecked shape, and one compiled
 entry serves every batch size, so every size that is not static in the IR is read at run
 time from one ``i64`` array, the *params*. A param is a Python function of the
-``Binding`` (``runtime.binding``: the concrete shapes of one call, computed once per
+``Binding`` (``tfc.backends.binding``: the concrete shapes of one call, computed once per
 distinct feed shapes):
 a symbol's value (``B``), a ``?`` dim of some value, a slice start, an arena offset.
 Static sizes are LLVM constants. Kernels load the params they use once, in their entry
@@ -32,7 +32,7 @@ from typing import Any, Callable, Hashable, Sequence
 import llvmlite.ir as ir
 
 from tfc.backends.llvm.irutil import I32, I64, PTR, i64
-from tfc.backends.llvm.runtime.binding import Binding
+from tfc.backends.binding import Binding
 from tfc.backends.llvm.runtime.error_detail import ERROR_DETAIL, MAX_DETAIL_INTS
 from tfc.errors import Location, TfcError
 from tfc.ir.core import Value

@@ -35,7 +35,7 @@ from tfc.backends.llvm.context import Kernel, Storage, dim_key
 from tfc.backends.llvm.kernels_expr import EXTRA_RULES, Emitter
 from tfc.backends.llvm.kernels_loop import combine
 from tfc.backends.llvm.kernels_scalar import float_limits
-from tfc.backends.llvm.runtime.binding import Binding
+from tfc.backends.binding import Binding
 from tfc.errors import Location
 from tfc.ir.core import Op, Value
 from tfc.ir.registry import normalize_axis

@@ -23,7 +23,7 @@ new carries are copied into the other set, then the roles swap; so a body return
 carries permuted never reads a half-written carry. ``scan`` writes each ``ys`` result
 into slice ``t`` of the stacked output. Symbolic lengths are run-time params (the
 leading dim of the first ``xs``, like any dim), and every region value's concrete shape
-comes from the binding (``runtime.binding.infer_control``).
+comes from the binding (``tfc.backends.binding.infer_control``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from tfc.backends.llvm.context import Kernel, Storage
 from tfc.backends.llvm.entry import INT64_MAX, Copy, GraphCompiler
 from tfc.backends.llvm.kernels_expr import is_view
 from tfc.backends.llvm.kernels_scalar import Unsupported
-from tfc.backends.llvm.runtime.binding import Binding
+from tfc.backends.binding import Binding
 from tfc.ir.core import Graph, Op, Value
 
 ALIGN = 64

@@ -22,7 +22,7 @@ import llvmlite.ir as ir
 from tfc.backends.llvm import irutil
 from tfc.backends.llvm.context import Kernel, Storage, dim_key
 from tfc.backends.llvm.kernels_array import inside, pad_before
-from tfc.backends.llvm.runtime.binding import Binding
+from tfc.backends.binding import Binding
 from tfc.ir.core import Op, Value
 from tfc.ir.types import DType
 from tfc.ops.nn import spatial_attr, window_padding

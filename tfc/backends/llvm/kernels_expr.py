@@ -36,7 +36,7 @@ from tfc.backends.llvm import irutil
 from tfc.backends.llvm.context import Kernel
 from tfc.backends.llvm.elementwise import emit_cast
 from tfc.backends.llvm.kernels_scalar import Unsupported, emit_scalar
-from tfc.backends.llvm.runtime.binding import Binding
+from tfc.backends.binding import Binding
 from tfc.errors import UnknownOp
 from tfc.ir.core import Value
 from tfc.ir.registry import ELEMENTWISE, REDUCTION, VIEW, Trait, lookup

@@ -33,7 +33,7 @@ from tfc.backends.llvm.blas import COL_MAJOR, declare_getrf, declare_getri
 from tfc.backends.llvm import kernels_linalg
 from tfc.backends.llvm.context import Kernel, Storage
 from tfc.backends.llvm.kernels_scalar import Unsupported
-from tfc.backends.llvm.runtime.binding import Binding
+from tfc.backends.binding import Binding
 from tfc.backends.llvm.runtime.symbols import GETRF, GETRI
 from tfc.ir.core import Op, Value
 from tfc.ir.types import DType

@@ -29,7 +29,7 @@ from tfc.backends.llvm.kernels_array import pad_before
 from tfc.backends.llvm.kernels_conv_direct import (conv_geometry, direct_backprop_filter,
                                                    direct_conv2d, is_direct)
 from tfc.backends.llvm.kernels_scalar import Unsupported
-from tfc.backends.llvm.runtime.binding import Binding
+from tfc.backends.binding import Binding
 from tfc.backends.llvm.runtime.symbols import DGEMM, SGEMM
 from tfc.ir.core import Op, Value
 from tfc.ir.types import DType

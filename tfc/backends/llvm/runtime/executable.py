@@ -31,7 +31,7 @@ import numpy as np
 from tfc.backends.base import StepOwner, StepResult
 from tfc.backends.llvm.entry import ENTRY, PROF_CLOCK, PROF_STAMPS, GraphCompiler
 from tfc.backends.llvm.runtime import entry_cache, native
-from tfc.backends.llvm.runtime.binding import Binding, bind, bind_symbols
+from tfc.backends.binding import Binding, bind, bind_symbols
 from tfc.backends.llvm.runtime.error_detail import ERROR_DETAIL, MAX_DETAIL_INTS, format_error
 from tfc.errors import ArtifactError, ExecutionError, FeedError, TfcError
 from tfc.ir.core import Graph, Module, Op

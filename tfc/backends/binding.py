@@ -1,4 +1,5 @@
-"""Concrete shapes of every value for one call (one *binding* of the feed shapes).
+"""Concrete shapes of every value for one call (one *binding* of the feed shapes), for
+every backend that compiles once for symbolic shapes (llvm, cuda).
 
 Shape inference is run again with the feeds' actual shapes: every op's ``infer`` on
 static types gives static result types, so symbols and ``?`` dims become sizes. It runs
