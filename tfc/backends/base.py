@@ -20,7 +20,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from tfc.errors import ArtifactError, TfcError
+from tfc.errors import ArtifactError, FeedError, TfcError
 from tfc.ir.core import Graph, Module
 
 
@@ -71,6 +71,24 @@ def planned(module: Module, entry: str, backend: str) -> tuple[Graph, Any]:
                        f"lowered for this backend; lower it first "
                        f"(tfc.pipeline.lower(module, tfc.pipeline.Target('{backend}')))")
     return module.graphs[entry], plan
+
+
+def checked_feeds(graph: Graph, feeds: Sequence[Any], dtypes: Sequence[np.dtype]
+                  ) -> list[np.ndarray]:
+    """``feeds`` as C-contiguous arrays of the arguments' ``dtypes`` (their shapes are the
+    binding's business), or a ``FeedError`` naming the feed: what native code may assume
+    of a step's inputs, the same for every backend."""
+    if len(feeds) != len(graph.args):
+        raise FeedError(f"@{graph.name} takes {len(graph.args)} feeds, got {len(feeds)}")
+    arrays = []
+    for a, f, dt in zip(graph.args, feeds, dtypes):
+        f = np.asarray(f)
+        if f.dtype != dt:
+            raise FeedError(f"feed '{a.name}' has dtype {f.dtype}, expected {a.type}")
+        if not f.flags.c_contiguous:
+            f = np.require(f, requirements="C")  # keeps 0-d arrays 0-d
+        arrays.append(f)
+    return arrays
 
 
 class ForeignNativeCode(ArtifactError):

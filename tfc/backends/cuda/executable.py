@@ -61,7 +61,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from tfc.backends.base import StepResult
+from tfc.backends.base import StepResult, checked_feeds
 from tfc.backends.cuda.kernel import Kernel
 from tfc.backends.cuda import library
 from tfc.errors import ExecutionError, FeedError, TfcError
@@ -170,16 +170,7 @@ class CUDAExecutable:
         if self.fallback_ops:
             ctx = ExecContext(variables, step)
             return StepResult(run_graph(self.graph, feeds, ctx), ctx.updates)
-        g = self.graph
-        if len(feeds) != len(g.args):
-            raise FeedError(f"@{g.name} takes {len(g.args)} feeds, got {len(feeds)}")
-        arrays = []
-        for a, f, dt in zip(g.args, feeds, self._arg_dtypes):
-            f = np.asarray(f)
-            if f.dtype != dt:
-                raise FeedError(f"feed '{a.name}' has dtype {f.dtype}, expected {a.type}")
-            arrays.append(f)
-        return self._step(arrays, variables, step)
+        return self._step(checked_feeds(self.graph, feeds, self._arg_dtypes), variables, step)
 
     def fast_step(self, feeds: Sequence[Any], variables: Sequence[np.ndarray],
                   step: int, validate: Callable[[Sequence[Any]], Any] | None = None,
@@ -359,7 +350,7 @@ class CUDAExecutable:
 
     def _bind(self, feed_shapes: tuple) -> _Bound:
         """The storage and actions for one tuple of feed shapes."""
-        from tfc.backends.binding import bind  # (tfc.backends.binding: shared with llvm)
+        from tfc.backends.binding import bind
         g, dev, plan = self.graph, self._device, self.plan
         xp = dev.xp
         for a, s in zip(g.args, feed_shapes):

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
-from tfc.backends.base import StepOwner, StepResult
+from tfc.backends.base import StepOwner, StepResult, checked_feeds
 from tfc.backends.llvm.entry import ENTRY, PROF_CLOCK, PROF_STAMPS, GraphCompiler
 from tfc.backends.llvm.runtime import entry_cache, native
 from tfc.backends.binding import Binding, bind, bind_symbols
@@ -119,17 +119,7 @@ class LLVMExecutable:
                  step: int) -> StepResult:
         if self.fallback_ops:
             return self._reference(feeds, variables, step)
-        graph = self.graph
-        if len(feeds) != len(graph.args):
-            raise FeedError(f"@{graph.name} takes {len(graph.args)} feeds, got {len(feeds)}")
-        arrays = []
-        for a, f, dt in zip(graph.args, feeds, self._arg_dtypes):
-            f = np.asarray(f)
-            if f.dtype != dt:
-                raise FeedError(f"feed '{a.name}' has dtype {f.dtype}, expected {a.type}")
-            if not f.flags.c_contiguous:
-                f = np.require(f, requirements="C")  # keeps 0-d arrays 0-d
-            arrays.append(f)
+        arrays = checked_feeds(self.graph, feeds, self._arg_dtypes)
         values = []
         for name, dt, shape, decl in self._var_specs:
             v = variables.get(name)
