@@ -65,12 +65,13 @@ The markers are gone after this pass (and, without it, after ``fusion``: see
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from tfc.devices import parse_device
+from tfc.devices import normalize_device, parse_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
 from tfc.ir.registry import lookup, make_op, writes_variable
@@ -225,17 +226,21 @@ def _groups(variables: Mapping[str, VariableDecl]) -> list[list[str]]:
     return list(groups.values())
 
 
-def _pinned_ps(decl: VariableDecl, spec: ClusterSpec) -> str | None:
-    """The PS device a user's ``tfc.device("/job:ps/task:J")`` put ``decl`` on, if any."""
-    if decl.device is None:
+_TASK_PIN = re.compile(r"^/job:(?P<job>[a-z_][a-z0-9_]*)(?:/task:(?P<task>\d+))?")
+
+
+def ps_pin(device: str | None, spec: ClusterSpec, what: str, loc: Any = None) -> str | None:
+    """The PS device a user's ``tfc.device("/job:ps/task:J")`` (a full or partial name)
+    asks for, or None when ``device`` names no PS task (``/job:ps`` alone: any PS). A
+    ``TfcError`` for a PS task the cluster does not have."""
+    m = _TASK_PIN.match(normalize_device(device) or "")
+    if m is None or m.group("job") != "ps" or m.group("task") is None:
         return None
-    d = parse_device(decl.device)
-    if d.job != "ps":
-        return None
-    if d.task is None or d.task >= spec.ps:
-        raise TfcError(f"variable '{decl.name}' is placed on {decl.device}, but the cluster "
-                       f"has {spec.ps} PS task(s) (ps=0..{spec.ps - 1})", decl.loc)
-    return ps_device(d.task)
+    task = int(m.group("task"))
+    if task >= spec.ps:
+        raise TfcError(f"{what} is placed on {device}, but the cluster has {spec.ps} PS "
+                       f"task(s)", loc)
+    return ps_device(task)
 
 
 def place_variables(variables: Mapping[str, VariableDecl], spec: ClusterSpec
@@ -248,7 +253,7 @@ def place_variables(variables: Mapping[str, VariableDecl], spec: ClusterSpec
     for group in _groups(variables):
         decl = variables[group[0]]
         nbytes = sum(variables[n].type.nbytes(1) for n in group)
-        device = _pinned_ps(decl, spec)
+        device = ps_pin(decl.device, spec, f"variable '{decl.name}'", decl.loc)
         if device is None:
             if spec.ps_placement == "greedy":
                 task = min(range(spec.ps), key=lambda j: (load[j], j))
@@ -440,14 +445,11 @@ def _ps_sync_step(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str]
     for op in reversed(graph.ops):
         if op not in update_ops and op not in marker_set and op.kind != "var.read":
             continue
-        pinned = op.device is not None and parse_device(op.device).job == "ps"
-        if lookup(op.kind).names_variable():
+        pinned = ps_pin(op.device, spec, op.kind, op.loc)
+        if lookup(op.kind).names_variable() or op.kind == GRAD_MARKER:
             device[op] = var_device[op.attrs["var"]]
-        elif op.kind == GRAD_MARKER:
-            device[op] = var_device[op.attrs["var"]]
-        elif pinned:
-            assert op.device is not None
-            device[op] = _check_ps_pin(op, op.device, spec)
+        elif pinned is not None:
+            device[op] = pinned
         else:
             placed = [device[u] for u in users.get(op, ()) if u in device and u in update_ops]
             device[op] = (max(sorted(set(placed)), key=placed.count) if placed
@@ -483,14 +485,6 @@ def _ps_sync_step(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str]
             results.append(b.args[v] if v.op is None else update[v])
     b.graph.set_results(results, list(graph.result_names))
     return b.graph
-
-
-def _check_ps_pin(op: Op, device: str, spec: ClusterSpec) -> str:
-    d = parse_device(device)
-    if d.task is None or d.task >= spec.ps:
-        raise TfcError(f"{op.kind} is placed on {device}, but the cluster has {spec.ps} PS "
-                       f"task(s)", op.loc)
-    return ps_device(d.task)
 
 
 def _allreduce_step(graph: Graph, spec: ClusterSpec) -> Graph:
@@ -551,11 +545,10 @@ def _serving_entry(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str
         named = lookup(op.kind).names_variable()
         if named:
             device = var_device[op.attrs["var"]]
-        elif op.device is not None and parse_device(op.device).job == "ps" \
-                and spec.strategy == "ps-sync":
-            device = _check_ps_pin(op, op.device, spec)
         else:
-            device = w0
+            pinned = (ps_pin(op.device, spec, op.kind, op.loc)
+                      if spec.strategy == "ps-sync" else None)
+            device = pinned or w0
         new = b.copy(op, inputs, device)
         new_of.update(zip(op.results, new.results))
         if spec.strategy == "allreduce" and writes_variable(op):
