@@ -75,6 +75,7 @@ from tfc.devices import normalize_device, parse_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
 from tfc.ir.registry import lookup, make_op, writes_variable
+from tfc.ir.types import SYMBOL_SIZE
 from tfc.ops.optimizer import GRAD_MARKER
 from tfc.passes.manager import apply_substitution, register_pass
 
@@ -633,6 +634,67 @@ def replicate_module(module: Module, spec: ClusterSpec) -> ReplicationReport:
     strip_module_markers(module)
     module.devices = spec.devices
     return ReplicationReport(spec, training, dict(var_device))
+
+
+def task_of(device: str) -> str | None:
+    """``"worker:1"`` for ``/job:worker/task:1/cpu:0``; None for a local device."""
+    d = parse_device(device)
+    return None if d.job is None else f"{d.job}:{d.task}"
+
+
+@dataclass
+class ClusterReport:
+    """What a cluster compilation did: the strategy and tasks, the variables and bytes
+    each task holds, and per entry the tensors and bytes that cross tasks per step
+    (symbolic dims counted as ``SYMBOL_SIZE``; fp16-compressed transfers at half)."""
+
+    spec: ClusterSpec
+    tasks: list[str]
+    variables: dict[str, list[str]]          # task -> the variables it holds
+    variable_bytes: dict[str, int]           # task -> their bytes
+    transfers: dict[str, tuple[int, int]]    # entry -> (tensors, bytes) across tasks
+
+    def lines(self) -> list[str]:
+        from tfc.units import format_bytes
+        spec = self.spec
+        rule = (f", variables by {spec.ps_placement} placement" if spec.strategy == "ps-sync"
+                else ", variables mirrored on every worker")
+        out = [f"cluster: {spec.ps} ps, {spec.workers} workers, strategy {spec.strategy}{rule}"]
+        for task in self.tasks:
+            names = self.variables.get(task, [])
+            shown = ", ".join(names[:6]) + (f" ... {len(names) - 6} more" if len(names) > 6
+                                            else "")
+            out.append(f"  {task}: {len(names)} variables, "
+                       f"{format_bytes(self.variable_bytes.get(task, 0))}"
+                       + (f" ({shown})" if names else ""))
+        for entry, (n, nbytes) in self.transfers.items():
+            out.append(f"  @{entry}: {n} transfers across tasks per step, "
+                       f"{format_bytes(nbytes)} (batch dims at {SYMBOL_SIZE})")
+        return out
+
+
+def cluster_report(module: Module, spec: ClusterSpec) -> ClusterReport:
+    """The ``ClusterReport`` of ``module``, replicated for ``spec`` and partitioned."""
+    from tfc.passes.partition import source_value
+    tasks = [t for t in (task_of(d) for d in spec.devices) if t is not None]
+    variables: dict[str, list[str]] = {}
+    nbytes: dict[str, int] = {}
+    for name, decl in module.variables.items():
+        task = task_of(decl.device) if decl.device else None
+        if task is not None:
+            variables.setdefault(task, []).append(name)
+            nbytes[task] = nbytes.get(task, 0) + decl.type.nbytes(1)
+    transfers: dict[str, tuple[int, int]] = {}
+    for entry, table in module.partitions.items():
+        n = total = 0
+        for device, _, send in table.sends():
+            if task_of(device) == task_of(send.receiver):
+                continue
+            # what is sent: an f16 cast's result for a compressed transfer
+            n += 1
+            total += source_value(module, table, device, send.value).type.nbytes(SYMBOL_SIZE)
+        transfers[entry] = (n, total)
+    return ClusterReport(spec, tasks, variables, nbytes, transfers)
 
 
 def _int_option(text: str) -> int:
