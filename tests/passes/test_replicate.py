@@ -256,3 +256,51 @@ def test_markers_change_no_number(sparse):
         np.testing.assert_array_equal(ra["loss"], rb["loss"])
     for name in a.variables:
         np.testing.assert_array_equal(a.variables[name], b.variables[name])
+
+
+# ---- fp16 transfers across tasks ------------------------------------------------------
+
+def compiled(spec: ClusterSpec, backend: str, fp16: bool, **kw) -> Module:
+    """``mlp(**kw)`` lowered for ``spec`` as ``tfc compile --cluster`` lowers it."""
+    return lower(mlp(**kw), Target(backend, tuple(spec.devices), fp16, spec))
+
+
+@pytest.mark.parametrize("strategy", ["ps-sync", "allreduce"])
+def test_fp16_transfers_compress_what_crosses_tasks(strategy):
+    from tfc.passes.compress import compression_report
+    spec = ClusterSpec(1 if strategy == "ps-sync" else 0, 3, strategy)
+    m = compiled(spec, "llvm", True, dtype=np.float32, optimizer="momentum")
+    report = compression_report(m, "train")
+    assert report.compressed > 0 and report.bytes_after < report.bytes_before
+    one = Program(mlp(dtype=np.float32, optimizer="momentum"), backend="llvm")
+    many = inprocess(m, "llvm")
+    want = train(one, 3, dtype=np.float32)
+    got = train(many, 3, dtype=np.float32)
+    for w, g in zip(want, got):  # f16 gradients: ~3 significant digits
+        np.testing.assert_allclose(g["loss"], w["loss"], rtol=2e-2)
+    if strategy == "allreduce":  # the ring's all-gather copies stay exact: copies agree
+        for i in (1, 2):
+            for name in ("w0", "w1", "w0/Momentum"):
+                np.testing.assert_array_equal(many.variables[f"{name}/replica_{i}"],
+                                              many.variables[name])
+
+
+def test_transfers_inside_one_task_stay_f32():
+    from tfc.ir.builder import Builder
+    from tfc.ir.core import Graph
+    from tfc.ir.types import DType, TensorType
+    from tfc.passes.compress import compression_report
+    a, b, c = ("/job:worker/task:0/cpu:0", "/job:worker/task:0/cpu:1",
+               "/job:worker/task:1/cpu:0")
+    g = Graph("step")
+    x = g.add_arg(TensorType(DType.f32, (4, 8)), "x")
+    y = Builder(g, device=a)("tanh", x)
+    z = Builder(g, device=b)("exp", y)     # a -> b: one task
+    w = Builder(g, device=c)("neg", z)     # b -> c: across tasks
+    g.set_results([w])
+    m = Module({"step": g}, devices=[a, b, c])
+    m = lower(m, Target("reference", (a, b, c), True), place=False)
+    report = compression_report(m, "step")
+    assert (report.transfers, report.compressed) == (2, 1)
+    (key,) = report.keys
+    assert f"{b}->{c}" in key
