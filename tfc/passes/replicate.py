@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -275,7 +275,8 @@ def mirror_name(var: str, worker: int) -> str:
 
 # ---- the rewrite --------------------------------------------------------------------------
 
-def _closure(roots: Iterable[Value], stop: Any = lambda op: False) -> set[Op]:
+def _closure(roots: Iterable[Value], stop: Callable[[Op], bool] = lambda op: False
+             ) -> set[Op]:
     """The ops ``roots`` are computed from (not going past an op where ``stop`` holds,
     which is itself included)."""
     seen: set[Op] = set()
@@ -357,10 +358,7 @@ class _Builder:
 class _Step:
     """One training step's rewrite (see the module docstring)."""
 
-    def __init__(self, graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str]) -> None:
-        self.old = graph
-        self.spec = spec
-        self.var_device = var_device
+    def __init__(self, graph: Graph, spec: ClusterSpec) -> None:
         self.W = spec.workers
         self.workers = spec.worker_devices
         self.b = _Builder(graph)
@@ -426,7 +424,7 @@ class _Step:
 
 
 def _ps_sync_step(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str]) -> Graph:
-    s = _Step(graph, spec, var_device)
+    s = _Step(graph, spec)
     b = s.b
     marker_set = set(s.markers)
     # the update: what the writes and the batch-free fetches need, up to the markers
@@ -489,7 +487,7 @@ def _ps_sync_step(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str]
 
 
 def _allreduce_step(graph: Graph, spec: ClusterSpec) -> Graph:
-    s = _Step(graph, spec, {})
+    s = _Step(graph, spec)
     b = s.b
     marker_set = set(s.markers)
     s.clone_workers([op for op in graph.ops if op in s.worker_ops], rename=True)
