@@ -243,3 +243,24 @@ def test_partition_failure_falls_back(split_mlp, monkeypatch):
     assert "not partitioned (cannot cut)" in text
     assert len(page.ops()) == len(split_mlp.graphs["train"].ops)
     assert set(page.legend) <= set(DEVICES)
+
+
+def test_cluster_tasks_are_drawn_as_hosts():
+    """A module compiled for a cluster: one dashed box per task around its lanes."""
+    from tfc.passes.replicate import ClusterSpec, replicate_module
+    import numpy as np
+    import tfc
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [None, 4], name="x")
+        w = tfc.Variable(np.ones((4,), np.float32), name="w")
+        loss = tfc.reduce_mean(tfc.reduce_sum(x * w, axis=1))
+        train = tfc.train.GradientDescentOptimizer(0.1).minimize(loss)
+        tfc.entry("train", feeds={"x": x}, fetches={"loss": loss}, targets=[train])
+    m = g.as_module()
+    replicate_module(m, ClusterSpec(1, 2, "ps-sync"))
+    text = render_html(m, "train")
+    Page(text)  # well-formed
+    assert [t for t in ("ps:0", "worker:0", "worker:1")
+            if f'class="task" data-task="{t}"' in text] == ["ps:0", "worker:0", "worker:1"]
+    assert "3 tasks (ps:0, worker:0, worker:1)" in text
+    assert 'class="task"' not in render_html(split_mlp_module(DEVICES), "train")

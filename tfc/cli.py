@@ -9,6 +9,9 @@
     tfc opt in.tfir --passes cse,dce [-o out.tfir]
     tfc compile model.py --devices cpu:0,cpu:1 [--fp16-transfers] [--profile-runs N]
     tfc ir model.tfc --device cpu:1
+    tfc compile model.py --cluster ps=2,workers=4 [--strategy ps-sync|allreduce]
+        [--ps-placement greedy|round-robin] [--fp16-transfers] -o model.tfc
+    tfc ir model.tfc --task worker:1
     tfc calibrate | tfc bench model.tfc --trace trace.json | tfc viz model.tfc -o graph.html
     tfc devices                 # this machine's CPUs and GPUs; can CUDA compile, run?
 
@@ -129,6 +132,51 @@ def _print_module(module: Any, out: str | None, footer: str = "",
         sys.stdout.write(text)
 
 
+# ---- clusters ------------------------------------------------------------------------
+
+def _cluster_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", metavar="ps=P,workers=W",
+                   help="compile for a cluster: the training steps replicated on W worker "
+                        "tasks, the variables on P parameter-server tasks (ps-sync) or "
+                        "mirrored on the workers (allreduce)")
+    p.add_argument("--strategy", choices=["ps-sync", "allreduce"], default=None,
+                   help="with --cluster: how gradients combine (default: allreduce when "
+                        "ps=0, else ps-sync)")
+    p.add_argument("--ps-placement", choices=["greedy", "round-robin"], default=None,
+                   help="with --cluster and ps-sync: variables on the PS tasks greedily by "
+                        "bytes (default) or round robin")
+
+
+def _cluster_spec(args: argparse.Namespace) -> Any:
+    """The ``ClusterSpec`` of ``--cluster`` (None without it; --strategy or
+    --ps-placement without it are errors)."""
+    from tfc.passes.replicate import ClusterSpec
+    if args.cluster is None:
+        for flag, value in (("--strategy", args.strategy),
+                            ("--ps-placement", args.ps_placement)):
+            if value is not None:
+                raise TfcError(f"{flag} applies to a cluster: give --cluster ps=P,workers=W")
+        return None
+    return ClusterSpec.parse(args.cluster, args.strategy, args.ps_placement or "greedy")
+
+
+def _task_text(module: Any, task: str, elide_above: int | None) -> str:
+    """``tfc ir --task worker:1``: the partitions of every device of that task."""
+    from tfc.cli_devices import partitions_text
+    from tfc.passes.replicate import task_of
+    job, colon, index = task.partition(":")
+    if not colon or not index.isdigit() or not job:
+        raise TfcError(f"--task {task!r}: expected JOB:N (worker:1, ps:0)")
+    name = f"{job}:{int(index)}"
+    devices = [d for d in module.devices if task_of(d) == name]
+    if not devices:
+        tasks = sorted({t for t in map(task_of, module.devices) if t is not None})
+        raise TfcError(f"the module has no task {name}"
+                       + (f" (its tasks: {', '.join(tasks)})" if tasks
+                          else ": it was not compiled for a cluster (tfc compile --cluster)"))
+    return "".join(partitions_text(module, d, elide_above=elide_above) for d in devices)
+
+
 # ---- tfc ir --------------------------------------------------------------------------
 
 def _cmd_ir(args: argparse.Namespace) -> int:
@@ -137,7 +185,7 @@ def _cmd_ir(args: argparse.Namespace) -> int:
     from tfc.pipeline import lower, run_pipeline, target_pipeline
 
     check_output_path(args.output, "-o")
-    target = compile_target(args.devices, backend=args.backend)
+    target = compile_target(args.devices, backend=args.backend, cluster=_cluster_spec(args))
     module = load_source(args.model)
     shown = dict(print_after=args.print_after, print_after_all=args.print_after_all,
                  stream=sys.stderr)
@@ -157,7 +205,7 @@ def _cmd_ir(args: argparse.Namespace) -> int:
                 raise TfcError(f"pass '{args.after}' is not in the compile pipeline "
                                f"({', '.join(names)}); use --passes to choose passes")
             passes = pipeline[:names.index(args.after) + 1]
-        if target.devices:
+        if target.devices and target.cluster is None:
             module.devices = list(target.devices)
             if "placement" not in [p.name for p in passes]:
                 passes = [*passes, *parse_pipeline("placement")]
@@ -166,9 +214,10 @@ def _cmd_ir(args: argparse.Namespace) -> int:
     # IR written to a file (-o) or asked for in full (--full) keeps every element
     from tfc.ir.printer import ELIDE_ELEMENTS
     elide = None if args.output or args.full else ELIDE_ELEMENTS
-    if args.device is not None:
+    if args.device is not None or args.task is not None:
         from tfc.cli_devices import partitions_text
-        text = partitions_text(module, args.device, elide_above=elide)
+        text = (partitions_text(module, args.device, elide_above=elide)
+                if args.device is not None else _task_text(module, args.task, elide))
         if args.output:
             _write_text(args.output, text)
         else:
@@ -220,7 +269,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         verify=True, print_after=args.print_after, print_after_all=args.print_after_all,
         stream=sys.stderr, devices=args.devices, fp16_transfers=args.fp16_transfers,
         backend=args.backend, profile_runs=args.profile_runs, profile_batch=args.profile_batch,
-        progress=None if args.quiet else lambda m: print(m, file=sys.stderr))
+        progress=None if args.quiet else lambda m: print(m, file=sys.stderr),
+        cluster=_cluster_spec(args))
     start = time.perf_counter()
     program = make_program(module, args.model, backend=args.backend)
     init_seconds = time.perf_counter() - start
@@ -276,6 +326,9 @@ def _compile_report(program: Any, report: Any, out: str, init_s: float, save_s: 
         print()
         for rep in placement.values():
             print(f"placement {rep.summary()}")
+    if report.cluster is not None:
+        print()
+        print("\n".join(report.cluster.lines()))
     profile = report.profile
     if profile is not None:
         print()
@@ -542,7 +595,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compile for several devices (cpu:0,cpu:1): cost-model placement, "
                         "one partition per device")
     p.add_argument("--fp16-transfers", action="store_true",
-                   help="f32 tensors cross devices as f16")
+                   help="f32 tensors cross devices (with --cluster: tasks) as f16")
+    _cluster_arguments(p)
     p.add_argument("--profile-runs", type=int, metavar="N",
                    help="with --devices: run every entry N steps with kernel timing, place "
                         "again with the measured costs, keep the faster placement by "
@@ -593,7 +647,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-after-all", action="store_true",
                    help="print the IR after every pass to stderr")
     p.add_argument("--devices", metavar="D1,D2", help="place on these devices first")
-    p.add_argument("--device", metavar="DEV", help="print only the partitions on DEV")
+    _cluster_arguments(p)
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--device", metavar="DEV", help="print only the partitions on DEV")
+    shown.add_argument("--task", metavar="JOB:N",
+                       help="print only the partitions on task JOB:N's devices (worker:1, "
+                            "ps:0) of a module compiled with --cluster")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write the IR to FILE (in full: it parses back)")
     p.add_argument("--full", action="store_true",

@@ -84,6 +84,7 @@ EXAMPLES: dict[str, tuple[list[Spec], dict[str, Any]]] = {
     "send": ([(T, (2, 3))], {"key": "k", "to": "/cpu:1"}),
     "recv": ([], {"key": "k", "from": "/cpu:0", "dtype": T, "shape": [2, 3]}),
     "all_reduce": ([(T, (2, 3)), (T, (2, 3)), (T, (2, 3))], {"reduction": "mean"}),
+    "optimizer.grad": ([(T, (2, 3))], {"var": "w"}),
 }
 
 # Generic candidates: inputs by arity, tried in order; required attrs by kind.

@@ -4,8 +4,9 @@ A module is *lowered* for a ``Target`` (a backend, the devices, how transfers tr
 by one pipeline, which this module alone builds and runs:
 
 1. the user's optimization passes (``DEFAULT_PIPELINE``: canonicalize, cse, dce);
-2. for devices given, ``placement`` (and for several ``partition``, then ``compress``
-   when f32 tensors cross devices as f16);
+2. for devices given, ``placement``, or for a cluster ``replicate`` (which places every
+   op on a task's device); for several devices ``partition``, then ``compress`` when f32
+   tensors cross devices (for a cluster: tasks) as f16;
 3. the backend's own lowering passes, which each backend class declares as data
    (``LLVMBackend.pipeline = "fusion,memory"``, ``ReferenceBackend.pipeline = ""``); with
    GPUs among the devices, those of the CUDA backend too (``lowering_passes``).
@@ -32,6 +33,7 @@ from tfc.errors import TfcError
 from tfc.ir.bytecode import module_to_bytes
 from tfc.ir.core import Module
 from tfc.passes.manager import DEFAULT_PIPELINE, Pipeline, PassSpec, parse_pipeline, run_passes
+from tfc.passes.replicate import ClusterSpec
 
 __all__ = ["DEFAULT_PIPELINE", "Target", "target_pipeline", "lower", "lower_entry",
            "lower_for_devices", "run_pipeline", "check_devices_runnable"]
@@ -40,12 +42,16 @@ __all__ = ["DEFAULT_PIPELINE", "Target", "target_pipeline", "lower", "lower_entr
 @dataclass(frozen=True)
 class Target:
     """What a module is lowered for: a backend name (``"llvm"``), the devices it runs on
-    (``("/cpu:0", "/cpu:1")``; empty: the default one) and whether f32 tensors cross
-    devices as f16."""
+    (``("/cpu:0", "/cpu:1")``; empty: the default one), whether f32 tensors cross
+    devices as f16, and the cluster it is replicated for (its tasks' devices are then
+    the devices)."""
 
     backend: str
     devices: tuple[str, ...] = ()
     fp16_transfers: bool = False
+    # a cluster (``tfc.passes.replicate.ClusterSpec``): the ``replicate`` pass makes the
+    # module one for its tasks, whose devices are then ``devices``
+    cluster: ClusterSpec | None = None
 
 
 def backend_pipeline(backend: str) -> list[PassSpec]:
@@ -99,15 +105,21 @@ def cuda_compile_unavailable() -> str | None:
 def target_pipeline(target: Target, passes: Pipeline = DEFAULT_PIPELINE, *,
                     place: bool = True) -> list[PassSpec]:
     """The whole pipeline for ``target``: ``passes`` (the optimizations), then placement
-    when devices are given (and for several ``partition``, and ``compress`` for fp16
-    transfers), then the backend's lowering passes; one of those named in
+    when devices are given, or ``replicate`` for a cluster (and for several devices
+    ``partition``, and ``compress`` for fp16 transfers), then the backend's lowering
+    passes; one of those named in
     ``passes`` (``"cse,memory{budget=64MiB}"``) runs in the backend's place with the
     options given there. ``place=False`` leaves placement out: the ops keep the devices
     they have (a module placed by hand). A ``TfcError`` when a device has no backend
     that can compile for it here (``check_devices_runnable``)."""
     check_devices_runnable(target.devices)
     specs = parse_pipeline(passes)
-    if place and target.devices and "placement" not in [p.name for p in specs]:
+    cluster = target.cluster
+    if cluster is not None:  # replication places every op: no placement
+        specs.append(PassSpec("replicate", (
+            ("ps", cluster.ps), ("workers", cluster.workers),
+            ("strategy", cluster.strategy), ("placement", cluster.ps_placement))))
+    elif place and target.devices and "placement" not in [p.name for p in specs]:
         specs += parse_pipeline("placement")
     if len(target.devices) > 1:
         specs += parse_pipeline("partition,compress" if target.fp16_transfers else "partition")
@@ -133,6 +145,9 @@ def lower(module: Module, target: Target, *, passes: Pipeline = DEFAULT_PIPELINE
     if target.fp16_transfers and len(target.devices) < 2:
         raise TfcError("fp16 transfers compress transfers between devices; "
                        "give two or more devices")
+    if target.cluster is not None and list(target.devices) != target.cluster.devices:
+        raise TfcError(f"internal: a target for cluster {target.cluster} must have its "
+                       f"devices ({', '.join(target.cluster.devices)})")
     if module.lowered_for is not None and module.lowered_for != target:
         _forget_lowering(module)
     specs = target_pipeline(target, passes, place=place)

@@ -3,7 +3,8 @@
 Each entry graph is drawn as the ``partition`` pass cut it (its table's stages glued
 back into one graph per device, ``device_graphs``), which is what the runtime runs, so
 the picture shows what runs: one lane per device (a cluster box in the device's
-colour), every partition op as one node in its device's lane, and each ``send`` ->
+colour; for a module compiled for a cluster, a dashed box per task around its devices'
+lanes: one host), every partition op as one node in its device's lane, and each ``send`` ->
 ``recv`` pair as a dashed edge across lanes labelled with the bytes it carries per
 step (symbolic dims counted as ``SYMBOL_SIZE``, like the placement report). Feeds and
 fetches are drawn in the lanes of the partitions that take or produce them; variable
@@ -36,6 +37,7 @@ from tfc.ir.core import Module, Op
 from tfc.ir.printer import format_attr
 from tfc.ir.types import SYMBOL_SIZE
 from tfc.passes.partition import Partition, device_graphs, devices_of, single_device
+from tfc.passes.replicate import task_of
 from tfc.pipeline import lower_for_devices
 from tfc.units import format_bytes
 
@@ -429,6 +431,18 @@ def _svg(scene: _Scene, prefix: str, colours: dict[str, str]) -> str:
                    f'<path d="M0,0 L10,5 L0,10 z" fill="{colour}"/></marker>')
     out.append("</defs>")
     counts = Counter(n.lane for n in scene.nodes.values() if n.is_op)
+    tasks = _tasks(scene.lanes)
+    if tasks:  # a cluster module: one box per task (a host), around its devices' lanes
+        out.append('<g class="tasks">')
+        for task, lanes in tasks.items():
+            x0 = min(scene.lane_x[d] for d in lanes) - 6
+            x1 = max(scene.lane_x[d] + scene.lane_w[d] for d in lanes) + 6
+            out.append(f'<rect class="task" data-task="{_esc(task)}" x="{x0:.1f}" y="2" '
+                       f'width="{x1 - x0:.1f}" height="{scene.height - 4:.1f}" rx="14" '
+                       f'fill="none" stroke="{HOST_COLOUR}" stroke-width="2" '
+                       f'stroke-dasharray="8 4"><title>task {_esc(task)}: one process '
+                       f'(host) of the cluster</title></rect>')
+        out.append("</g>")
     out.append('<g class="lanes">')
     for lane in scene.lanes:
         c, x, w = colours[lane], scene.lane_x[lane], scene.lane_w[lane]
@@ -462,6 +476,20 @@ def _svg(scene: _Scene, prefix: str, colours: dict[str, str]) -> str:
         out.append("</g>")
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _tasks(lanes: Sequence[str]) -> dict[str, list[str]]:
+    """The cluster tasks (``worker:1``) of ``lanes`` with their devices, in lane order;
+    empty for local devices."""
+    out: dict[str, list[str]] = {}
+    for lane in lanes:
+        try:
+            task = task_of(lane)
+        except TfcError:  # a lane that is not a device name
+            continue
+        if task is not None:
+            out.setdefault(task, []).append(lane)
+    return out
 
 
 def _node_svg(n: _Node, colour: str) -> str:
@@ -634,6 +662,9 @@ def render_html(module: Module, entry: str | None = None) -> str:
         nav = "<nav>" + "".join(f'<a href="#e{k}">@{_esc(name)}</a>'
                                 for k, name in enumerate(entries)) + "</nav>"
     devices = ", ".join(module.devices) if module.devices else "one default device"
+    tasks = _tasks(module.devices)
+    if tasks:
+        devices = f"{len(tasks)} tasks ({', '.join(tasks)}): {devices}"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>tfc graph: {_esc(', '.join('@' + e for e in entries))}</title>"

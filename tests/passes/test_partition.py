@@ -122,6 +122,33 @@ def test_all_reduce_lowers_to_identical_sums_on_each_replica():
     assert [p.graph.ops[-1].device for p in parts.values()] == ["/cpu:0", "/cpu:1", "/cpu:2"]
 
 
+@pytest.mark.parametrize("backend", ["reference", "llvm"])
+@pytest.mark.parametrize("n, shape", [(2, (10, 100)), (3, (10, 100)), (4, (7, 3)),
+                                      (3, (2,)), (4, ())])
+def test_ring_all_reduce_moves_2_n_minus_1_over_n_of_the_data_per_replica(n, shape, backend):
+    """The ring sends each element 2(N-1) times in all (reduce-scatter, then all-gather):
+    2(N-1)/N of the tensor per replica, where all-to-all sends N-1 whole tensors to each
+    replica. Every replica gets bitwise the same mean."""
+    from tfc.runtime import Program
+    t = TensorType(DType.f32, shape)
+    g = Graph("ar")
+    xs = [g.add_arg(t, f"x{i}") for i in range(n)]
+    outs = [Builder(g, device=f"/cpu:{i}")("neg", x) for i, x in enumerate(xs)]
+    g.set_results(list(Builder(g).op("all_reduce", *outs, reduction="mean").results))
+    m = Module({"ar": g}, devices=[f"/cpu:{i}" for i in range(n)])
+    p = Program(m, backend=backend)
+    rng = np.random.default_rng(n)
+    feeds = {f"x{i}": rng.normal(size=shape).astype(np.float32) for i in range(n)}
+    got = list(p.run("ar", **feeds).values())
+    for a in got[1:]:
+        np.testing.assert_array_equal(a, got[0])
+    np.testing.assert_allclose(got[0], -np.mean(list(feeds.values()), axis=0), rtol=1e-5,
+                               atol=1e-6)
+    size = int(np.prod(shape))
+    sent = p._executable("ar").last_rendezvous.bytes_sent
+    assert sent == 2 * (n - 1) * size * 4  # = 2(N-1)/N x size x N, exactly
+
+
 def test_compressed_transfers_carry_f16_and_halve_bytes():
     g = pingpong(3)
     x = np.array([0.1, -0.5, 0.9], np.float32)

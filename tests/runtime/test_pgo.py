@@ -25,6 +25,7 @@ from tfc.pipeline import Target, lower, run_pipeline
 from tfc.runtime import Program, load
 from tfc.runtime.executor import PartitionedExecutable
 from tfc.passes.placement import estimate_placed
+from tfc.passes.replicate import strip_module_markers
 from tfc.runtime.pgo import (EntryProfile, measured_costs, op_times, pin_unplaced,
                              profile_entry, unfused_graph, unfused_ops)
 
@@ -55,8 +56,10 @@ def _module(devices: tuple[str, str] | None = None) -> Module:
 
 def _optimized(devices: tuple[str, str] | None = None) -> tuple[Module, list]:
     """The module after the optimization passes, and its entry's ops then (the unfused
-    ops a profile maps kernels back to)."""
+    ops a profile maps kernels back to), without the optimizer's gradient markers: the
+    identities lowering removes first (``fusion``), which have no kernel to map."""
     m = run_pipeline(_module(devices), "canonicalize,cse,dce")
+    strip_module_markers(m)
     return m, list(m.graphs["train"].ops)
 
 

@@ -23,6 +23,7 @@ from tfc.errors import TfcError
 from tfc.ir.core import Module
 from tfc.pipeline import DEFAULT_PIPELINE, Target, lower, target_pipeline
 from tfc.passes.manager import parse_pipeline
+from tfc.passes.replicate import ClusterReport, ClusterSpec, cluster_report
 
 if TYPE_CHECKING:
     from tfc.runtime.pgo import ProfileReport
@@ -42,6 +43,7 @@ class CompileReport:
     load_seconds: float = 0.0
     pass_seconds: list[tuple[str, float]] = field(default_factory=list)
     profile: ProfileReport | None = None  # with profile_runs
+    cluster: ClusterReport | None = None  # with a cluster
 
 
 def count_ops(module: Module) -> int:
@@ -86,12 +88,23 @@ def make_program(module: Module, path: str | os.PathLike[str], backend: str | No
 
 
 def compile_target(devices: str | Sequence[str] | None = None, fp16_transfers: bool = False,
-                   backend: str | None = None) -> Target:
+                   backend: str | None = None, cluster: ClusterSpec | None = None) -> Target:
     """The target of a compilation: ``backend`` (default: ``default_backend_name()``) on
     ``devices`` (``"cpu:0,cpu:1"``), f32 transfers as f16 when ``fp16_transfers``. GPUs
     run on the CUDA backend: a target of GPUs alone is a ``cuda`` one
-    (``tfc.devices.program_backend``); with CPUs too, ``backend`` runs the CPU part."""
+    (``tfc.devices.program_backend``); with CPUs too, ``backend`` runs the CPU part.
+    With ``cluster`` the devices are its tasks' (``tfc.passes.replicate``), and f16
+    transfers compress what crosses tasks."""
     from tfc.devices import parse_devices, program_backend
+    if cluster is not None:
+        if devices is not None:
+            raise TfcError("--devices and --cluster both say where the model runs; give one "
+                           "(a cluster's devices are its tasks')")
+        if fp16_transfers and len(cluster.devices) < 2:
+            raise TfcError(f"--fp16-transfers compresses transfers between tasks, but "
+                           f"cluster {cluster} has one task")
+        return Target(backend or default_backend_name(), tuple(cluster.devices),
+                      fp16_transfers, cluster)
     parsed = tuple(parse_devices(devices)) if devices is not None else ()
     if fp16_transfers and len(parsed) < 2:
         raise TfcError("--fp16-transfers compresses transfers between devices; "
@@ -107,7 +120,8 @@ def compile_with_report(path: str | os.PathLike[str], pipeline: Pipeline = DEFAU
                         fp16_transfers: bool = False,
                         backend: str | None = None, profile_runs: int | None = None,
                         profile_batch: int | None = None,
-                        progress: Callable[[str], None] | None = None
+                        progress: Callable[[str], None] | None = None,
+                        cluster: ClusterSpec | None = None
                         ) -> tuple[Module, CompileReport]:
     """Load the model at ``path`` and lower it for its target after the optimization
     passes ``pipeline``; the lowered module and a report.
@@ -118,9 +132,14 @@ def compile_with_report(path: str | os.PathLike[str], pipeline: Pipeline = DEFAU
     ``profile_runs`` (several devices, a backend that times kernels) places by
     measurement as well, with synthetic feeds at ``profile_batch`` (default 64): see
     ``tfc.runtime.pgo``; ``report.profile`` says what it measured and kept, and
-    ``progress`` hears what it is doing."""
+    ``progress`` hears what it is doing. ``cluster`` (``ClusterSpec(ps=2, workers=4)``)
+    replicates the training steps for its tasks (``tfc.passes.replicate``);
+    ``report.cluster`` says where the variables went and what crosses tasks per step."""
     parse_pipeline(pipeline)  # a bad pipeline fails before the model is loaded
-    target = compile_target(devices, fp16_transfers, backend)
+    target = compile_target(devices, fp16_transfers, backend, cluster)
+    if cluster is not None and profile_runs is not None:
+        raise TfcError("--profile-runs places by measurement on --devices; a --cluster "
+                       "compilation places by replication")
     if profile_batch is not None and profile_runs is None:
         raise TfcError("--profile-batch sets the batch of profile runs; give --profile-runs N")
     if profile_runs is not None:
@@ -152,18 +171,22 @@ def compile_with_report(path: str | os.PathLike[str], pipeline: Pipeline = DEFAU
             lambda m: make_program(m, path, backend=target.backend), profile_runs,
             profile_batch, progress)
     report.ops_after = count_ops(module)
+    if cluster is not None:
+        report.cluster = cluster_report(module, cluster)
     return module, report
 
 
 def compile_model(path: str | os.PathLike[str], pipeline: Pipeline = DEFAULT_PIPELINE, *,
                   verify: bool = True, print_after: str | Sequence[str] | None = None,
                   print_after_all: bool = False, stream: TextIO | None = None,
-                  backend: str | None = None) -> Module:
+                  backend: str | None = None, cluster: ClusterSpec | None = None,
+                  fp16_transfers: bool = False) -> Module:
     """The module of the model at ``path`` lowered for ``backend`` after ``pipeline``
-    (verified after each pass)."""
+    (verified after each pass), replicated for ``cluster`` when given."""
     module, _ = compile_with_report(path, pipeline, verify=verify, print_after=print_after,
                                     print_after_all=print_after_all, stream=stream,
-                                    backend=backend)
+                                    backend=backend, cluster=cluster,
+                                    fp16_transfers=fp16_transfers)
     return module
 
 
@@ -171,7 +194,8 @@ def compile_to_artifact(path: str | os.PathLike[str], out_path: str | os.PathLik
                         pipeline: Pipeline = DEFAULT_PIPELINE, *, verify: bool = True,
                         print_after: str | Sequence[str] | None = None,
                         print_after_all: bool = False, stream: TextIO | None = None,
-                        backend: str | None = None) -> "Program":
+                        backend: str | None = None, cluster: ClusterSpec | None = None,
+                        fp16_transfers: bool = False) -> "Program":
     """Compile the model at ``path`` for ``backend``, run its ``__init__`` graph, write
     ``out_path``.
 
@@ -179,7 +203,8 @@ def compile_to_artifact(path: str | os.PathLike[str], out_path: str | os.PathLik
     the artifact's own values when ``path`` is a ``.tfc`` file).
     """
     module = compile_model(path, pipeline, verify=verify, print_after=print_after,
-                           print_after_all=print_after_all, stream=stream, backend=backend)
+                           print_after_all=print_after_all, stream=stream, backend=backend,
+                           cluster=cluster, fp16_transfers=fp16_transfers)
     program = make_program(module, path, backend)
     program.save(out_path)
     return program

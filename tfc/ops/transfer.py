@@ -7,8 +7,9 @@ Send/Recv). They run wherever the executor gives the step a rendezvous
 
 ``all_reduce`` combines one tensor per replica (input ``i`` lives on replica ``i``'s
 device) and gives every replica the same sum or mean. Before partitioning it is lowered
-into a reduction on each replica's device over all the inputs in one fixed order, so the
-replicas' results are bitwise equal (see ``tfc.passes.partition``).
+into a ring all-reduce (reduce-scatter, then all-gather, chunk by chunk between
+consecutive replicas): each chunk is summed once and copied, so the replicas' results
+are bitwise equal (see ``tfc.passes.partition.ring_all_reduce``).
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ REDUCTIONS = ("sum", "mean")
 @register
 class AllReduce(OpDef):
     """N same-typed tensors in, N copies of their sum (or mean) out: result ``i`` is for
-    the device of input ``i``. Summation runs in input order, on every replica alike."""
+    the device of input ``i``. Every replica gets bitwise the same values (the numpy
+    reference sums in input order; the ring lowering sums each chunk once, starting at
+    a different replica per chunk, so the two agree to rounding)."""
 
     name = "all_reduce"
     num_inputs = None

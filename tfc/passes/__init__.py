@@ -1,7 +1,7 @@
 """Passes over the IR and the manager that runs them (``tfc.pipeline`` drives it).
 
 Importing this package registers the built-in passes: canonicalize, cse, dce, fusion, memory,
-placement, partition, compress.
+placement, partition, compress, replicate.
 """
 
 from tfc.passes.manager import (DEFAULT_PIPELINE, PassManager, PassSpec, available_passes, get_pass,
@@ -9,6 +9,7 @@ from tfc.passes.manager import (DEFAULT_PIPELINE, PassManager, PassSpec, availab
                                 run_passes)
 from tfc.passes import canonicalize, cse, dce  # noqa: F401,E402  (register the passes)
 from tfc.passes import compress, fusion, memory, partition, placement  # noqa: F401,E402
+from tfc.passes import replicate  # noqa: F401,E402
 
 __all__ = ["DEFAULT_PIPELINE", "PassManager", "PassSpec", "available_passes", "get_pass",
            "parse_bytes", "parse_pipeline",

@@ -15,6 +15,10 @@ second-moment slots underflow f16 and its update turns into 0/0), and a scalar s
 nothing worth its error. The placement's estimate and the compile report count the
 halved bytes of exactly the values this module compresses.
 
+In a module compiled for a cluster, only transfers between tasks (hosts) travel as f16:
+those between devices of one task are in-process hand-offs. The ring all-reduce's
+all-gather copies stay f32 (see ``compress_transfers``).
+
 The ``compress`` pass runs after ``partition``: it glues each partitioned entry's stages
 back into one graph per device (``device_graphs``), rewrites the transfers there
 (``compress_transfers``) and cuts the stages again; the table lists the compressed
@@ -27,6 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
+from tfc.devices import parse_device
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
 from tfc.ir.registry import ELEMENTWISE, VIEW, lookup, make_op, writes_variable
 from tfc.ir.types import SYMBOL_SIZE, DType
@@ -152,6 +157,15 @@ def transfer_policy(graphs: Iterable[Graph],
     return out
 
 
+def same_task(a: str, b: str) -> bool:
+    """Whether devices ``a`` and ``b`` are two devices of one task of a cluster
+    (``/job:worker/task:0/cpu:0`` and ``.../cpu:1``): a hand-off inside one process,
+    which f16 would only make less exact. Local devices (``/cpu:0``, ``/cpu:1``) are
+    not tasks: their transfers are what ``--devices`` compresses."""
+    da, db = parse_device(a), parse_device(b)
+    return da.job is not None and (da.job, da.task) == (db.job, db.task)
+
+
 def transfer_nbytes(v: Value, compressed: bool, symbol_size: int = SYMBOL_SIZE) -> int:
     """Bytes ``v`` takes on the wire: as f16 when ``compressed``."""
     t = v.type.with_dtype(DType.f16) if compressed else v.type
@@ -161,10 +175,16 @@ def transfer_nbytes(v: Value, compressed: bool, symbol_size: int = SYMBOL_SIZE) 
 def compress_transfers(parts: Mapping[str, Partition],
                        variables: Mapping[str, VariableDecl]) -> CompressReport:
     """Rewrite the send/recv pairs of ``parts`` that ``transfer_policy`` allows to carry
-    f16 (in place)."""
+    f16 (in place), except those between two devices of one task (``same_task``) and
+    those whose receiver only copies the value (an ``identity`` of the recv: the ring
+    all-reduce's all-gather, where every replica must get the bits the chunk's owner
+    keeps, or mirrored variables drift apart)."""
     recvs: dict[str, tuple[Partition, Op]] = {op.attrs["key"]: (p, op)
                                                for p in parts.values() for op in p.recvs}
     allowed = transfer_policy([p.graph for p in parts.values()], variables)
+    copied = {op.inputs[0] for p in parts.values() for op in p.graph.ops
+              if op.kind == "identity" and op.inputs[0].op is not None
+              and op.inputs[0].op.kind == "recv"}
     n = compressed = before = after = 0
     keys: list[str] = []
     for p in parts.values():
@@ -172,7 +192,9 @@ def compress_transfers(parts: Mapping[str, Partition],
             n += 1
             v = send.inputs[0]
             before += transfer_nbytes(v, False)
-            if v not in allowed:
+            recv = recvs[send.attrs["key"]][1]
+            if v not in allowed or recv.result in copied \
+                    or same_task(send.device or p.device, send.attrs["to"]):
                 after += transfer_nbytes(v, False)
                 continue
             compressed += 1

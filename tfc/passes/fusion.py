@@ -66,6 +66,7 @@ from tfc.ops.fusion import (INDEXED, core_shape, fused_reduction, fusion_kind, i
 from tfc.passes.cse import cse_graph
 from tfc.passes.dce import dce_graph
 from tfc.passes.manager import apply_substitution, register_pass
+from tfc.passes.replicate import strip_module_markers
 
 _FUSED_NAME = re.compile(r"^fused_(\d+)$")
 PENDING = "fused_?"  # a new region's name until the graph is re-sorted
@@ -74,7 +75,9 @@ PENDING = "fused_?"  # a new region's name until the graph is re-sorted
 @register_pass("fusion")
 def fusion(module: Module) -> Module:
     """Fuse every graph of ``module`` (control-flow regions included) but the
-    partitioned entries, whose stage graphs run instead (``tfc.passes.partition``)."""
+    partitioned entries, whose stage graphs run instead (``tfc.passes.partition``).
+    The ``optimizer.grad`` markers go first (identities: ``tfc.ops.optimizer``)."""
+    strip_module_markers(module)  # optimizer.grad markers are identities: gone here
     names = _Names(module)
     for name, graph in module.graphs.items():
         if name not in module.partitions and _fuse_tree(graph, names):

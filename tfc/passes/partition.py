@@ -14,7 +14,8 @@ can always proceed (a recv there has its send earlier in the order, already done
 
 Graph arguments (feeds) are host arrays, handed to every partition that uses them;
 each result (fetch) comes from the partition that computes it. ``all_reduce`` ops are
-lowered first (``lower_all_reduce``) into per-replica sums that the cut then feeds.
+lowered first (``lower_all_reduce``) into a ring of chunked sums and copies between
+consecutive replicas (reduce-scatter, then all-gather) that the cut then joins.
 
 Each device's partition is then cut into *stages* at its receives (``cut_stages``): a
 stage holds the ops whose inputs are all available once the values received before it
@@ -90,9 +91,12 @@ def single_device(graph: Graph, default: str) -> str | None:
 
 
 def lower_all_reduce(graph: Graph, default: str) -> int:
-    """Replace each ``all_reduce`` by, for each result ``i``, a sum of every input in input
-    order on input ``i``'s device (then ``/ N`` for a mean): the all-gather form, so every
-    replica's result is bitwise the same. Returns how many were lowered."""
+    """Replace each ``all_reduce`` by a ring all-reduce across its inputs' devices
+    (``ring_all_reduce``), or, for inputs whose shape is not static (their size is
+    known only at run time, so the chunks cannot be cut at compile time), by a sum of
+    every input in input order on each input's device (all-to-all: N-1 whole tensors
+    into each device). Either way every replica's result is bitwise the same. Returns
+    how many were lowered."""
     lowered = 0
     new_ops: list[Op] = []
     replace: dict[Value, Value] = {}
@@ -103,24 +107,101 @@ def lower_all_reduce(graph: Graph, default: str) -> int:
             continue
         lowered += 1
         xs = op.inputs
-        for i, r in enumerate(op.results):
-            src = xs[i].op
-            device = (src.device if src is not None and src.device else op.device) or default
-            acc = xs[0]
-            for x in xs[1:]:
-                add = make_op("add", [acc, x], {}, device=device, loc=op.loc)
-                new_ops.append(add)
-                acc = add.result
-            if op.attrs["reduction"] == "mean":
-                n = make_op("constant", [], {"value": np.asarray(len(xs), r.dtype.np)},
-                            device=device, loc=op.loc)
-                div = make_op("div", [acc, n.result], {}, device=device, loc=op.loc)
-                new_ops += [n, div]
-                acc = div.result
-            replace[r] = acc
+        devices = []
+        for x in xs:
+            src = x.op
+            devices.append((src.device if src is not None and src.device else op.device)
+                           or default)
+        mean = op.attrs["reduction"] == "mean"
+        if len(xs) > 1 and xs[0].type.is_static:
+            outs = ring_all_reduce(xs, devices, mean, op.loc, new_ops)
+        else:
+            outs = [_sum_all(xs, device, mean, op.loc, new_ops) for device in devices]
+        replace.update(zip(op.results, outs))
     graph.ops = new_ops
     graph.results = [replace.get(v, v) for v in graph.results]
     return lowered
+
+
+def _sum_all(xs: Sequence[Value], device: str, mean: bool, loc, out: list[Op]) -> Value:
+    """The sum of ``xs`` in input order on ``device`` (divided by their number for a
+    mean)."""
+    acc = xs[0]
+    for x in xs[1:]:
+        out.append(make_op("add", [acc, x], {}, device=device, loc=loc))
+        acc = out[-1].result
+    return _divided(acc, len(xs), device, loc, out) if mean else acc
+
+
+def _divided(x: Value, n: int, device: str, loc, out: list[Op]) -> Value:
+    out.append(make_op("constant", [], {"value": np.asarray(n, x.dtype.np)}, device=device,
+                       loc=loc))
+    out.append(make_op("div", [x, out[-1].result], {}, device=device, loc=loc))
+    return out[-1].result
+
+
+def ring_chunks(size: int, n: int) -> list[int]:
+    """``size`` elements in ``n`` chunks as equal as possible (the first ``size % n`` one
+    element longer); chunks of no element are left out."""
+    return [c for c in (size // n + (1 if i < size % n else 0) for i in range(n)) if c]
+
+
+def ring_all_reduce(xs: Sequence[Value], devices: Sequence[str], mean: bool, loc,
+                    out: list[Op]) -> list[Value]:
+    """The ring all-reduce of ``xs`` (input ``i`` on ``devices[i]``, all of one static
+    shape), as ops appended to ``out``; the result for each device.
+
+    Each input is flattened and cut into N chunks (``ring_chunks``). Reduce-scatter: chunk
+    ``c`` starts on device ``c`` and goes round the ring, each next device adding its own
+    chunk ``c`` (N-1 rounds), so device ``c-1`` ends with the whole sum of chunk ``c``
+    (divided by N there for a mean). All-gather: that chunk goes round the ring again as
+    copies (N-1 rounds). Every device then holds every reduced chunk, each summed once
+    (so bitwise equal everywhere), and joins them. Each edge between consecutive
+    devices is one ``send``/``recv`` after partitioning: every device sends 2(N-1)/N of
+    the tensor per step, the bandwidth-optimal all-reduce (Patarasuk & Yuan; Horovod)."""
+    n = len(xs)
+    shape = list(xs[0].type.shape)
+    size = xs[0].type.nbytes() // xs[0].dtype.itemsize
+    sizes = ring_chunks(size, n)
+    pieces: list[list[Value]] = []
+    for x, device in zip(xs, devices):
+        flat = x
+        if len(shape) != 1:
+            out.append(make_op("reshape", [x], {"shape": [-1]}, device=device, loc=loc))
+            flat = out[-1].result
+        if len(sizes) > 1:
+            out.append(make_op("split", [flat], {"axis": 0, "sizes": sizes}, device=device,
+                               loc=loc))
+            pieces.append(list(out[-1].results))
+        else:
+            pieces.append([flat])
+    gathered: list[list[Value]] = [[] for _ in range(n)]  # per device, chunk by chunk
+    for c in range(len(sizes)):
+        acc = pieces[c][c]
+        for k in range(1, n):  # reduce-scatter
+            j = (c + k) % n
+            out.append(make_op("add", [acc, pieces[j][c]], {}, device=devices[j], loc=loc))
+            acc = out[-1].result
+        owner = (c + n - 1) % n
+        if mean:
+            acc = _divided(acc, n, devices[owner], loc, out)
+        gathered[owner].append(acc)
+        for k in range(1, n):  # all-gather
+            j = (owner + k) % n
+            out.append(make_op("identity", [acc], {}, device=devices[j], loc=loc))
+            acc = out[-1].result
+            gathered[j].append(acc)
+    results = []
+    for j, device in enumerate(devices):
+        value = gathered[j][0]
+        if len(sizes) > 1:
+            out.append(make_op("concat", gathered[j], {"axis": 0}, device=device, loc=loc))
+            value = out[-1].result
+        if len(shape) != 1:
+            out.append(make_op("reshape", [value], {"shape": shape}, device=device, loc=loc))
+            value = out[-1].result
+        results.append(value)
+    return results
 
 
 def partition_graph(graph: Graph, default: str) -> dict[str, Partition]:

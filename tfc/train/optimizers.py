@@ -13,6 +13,10 @@ in the primary variable's device scope the first time gradients are applied to i
 Sparse gradients (``tfc.IndexedSlices``, from ``tfc.gather`` of a variable): gradient
 descent updates only the rows named (``var.scatter_sub``); the other optimizers densify
 the gradient first (see each class for what that means for untouched rows).
+
+``apply_gradients`` passes each gradient through an ``optimizer.grad {var}`` marker (an
+identity, ``tfc.ops.optimizer``) so that the ``replicate`` pass can tell the gradients
+from the rest of the step; lowering removes the markers, so they cost nothing.
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ from tfc.api import ops
 from tfc.api.gradients import IndexedSlices, gradients
 from tfc.api.graph import Graph, Operation, Tensor, Variable, get_default_graph, user_location
 from tfc.api.session import group
-from tfc.api.tensor import TensorLike, convert_to_tensor
+from tfc.api.tensor import TensorLike, apply, convert_to_tensor
 from tfc.errors import TfcError, TypeMismatch
 from tfc.ir.types import TensorType, shapes_compatible
+from tfc.ops.optimizer import GRAD_MARKER
 
 Grad = Tensor | IndexedSlices
 
@@ -49,6 +54,16 @@ def scatter_update(var: Variable, kind: str, indices: TensorLike, updates: Tenso
                            f"{TensorType(var.dtype, want)})", loc)
     op = g.create_op(kind, [idx, upd], {"var": var.name}, loc=loc, device=var.device)
     return Operation(g, op, name=f"{var.name}/{kind.split('.')[1]}")
+
+
+def mark_gradient(grad: Grad, var: Variable) -> Grad:
+    """``grad`` through an ``optimizer.grad {var}`` marker (``tfc.ops.optimizer``): the
+    identity that tells the ``replicate`` pass which value is the gradient applied to
+    ``var`` (a sparse gradient's indices and values pass through one marker together)."""
+    if isinstance(grad, IndexedSlices):
+        indices, values = apply(GRAD_MARKER, grad.indices, grad.values, var=var.name)
+        return IndexedSlices(indices, values, grad.dense)
+    return apply(GRAD_MARKER, convert_to_tensor(grad), var=var.name)
 
 
 def trainable_variables(graph: Graph | None = None) -> list[Variable]:
@@ -118,6 +133,7 @@ class Optimizer:
             self._create_slots([v for _, v in live])
             for g, v in live:
                 with graph.device(v.device):
+                    g = mark_gradient(g, v)
                     if isinstance(g, IndexedSlices):
                         updates.append(self._apply_sparse(g, v))
                     else:

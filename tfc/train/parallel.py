@@ -12,8 +12,8 @@ its first call, as Keras layers do) are the model's.
 - ``mode="allreduce"``: each replica gets a mirrored copy of every variable (same
   initial value, on its device, named ``NAME/replica_I``); each computes gradients on
   its shard; an ``all_reduce`` op averages them so every replica holds the same mean
-  gradient (bitwise: the lowering sums in one order everywhere); each applies it to its
-  copy, so the copies stay equal. Replica 0's copies are the original variables.
+  gradient (bitwise: the ring lowering sums each chunk once and copies it); each applies
+  it to its copy, so the copies stay equal. Replica 0's copies are the original variables.
 - ``mode="ps"``: the variables live on ``ps_device`` (the parameter server); replicas
   read them there, send their gradients back, and the server averages and applies them.
 

@@ -1,0 +1,710 @@
+"""The ``replicate`` pass: a single-device training module as one module for a cluster.
+
+``tfc compile model.py --cluster ps=2,workers=4 --strategy ps-sync|allreduce`` runs it
+(``ClusterSpec``): between-graph replication, expressed as ordinary placed IR, which the
+``partition`` pass then cuts by device into the tasks' graphs joined by ``send``/``recv``.
+Tasks are named as TensorFlow names them: ``/job:ps/task:J/cpu:0`` and
+``/job:worker/task:I/cpu:0`` (``ClusterSpec.ps_devices``/``worker_devices``).
+
+What it needs from the model: the ``optimizer.grad {var}`` markers that
+``Optimizer.apply_gradients`` puts on each gradient it applies (``tfc.ops.optimizer``).
+An entry with markers is a *training step*; the markers cut it into
+
+- the **worker part**: every op the markers' inputs are computed from, and every op of a
+  fetch that depends on the batch. It is cloned once per worker, on
+  ``/job:worker/task:I/cpu:0``, each clone on its shard of the global batch: every
+  argument of rank >= 1 is split on axis 0 into W equal shards (a ``split`` op: a batch
+  that does not divide is a run-time error naming the split). The gradients of one
+  shard are those of its mean loss, so the mean of the W workers' gradients is the
+  gradient of the global batch's mean loss: the loss must be a batch mean (Keras' and
+  ``tf.losses``' are; a sum would make every gradient W times too small);
+- the **update**: the ``var.assign``s (and scatters) and everything only they use
+  (Adam's learning-rate factor and beta powers, ``global_step``), which sees each
+  marker's value replaced by the mean of the workers' gradients.
+
+Strategies:
+
+- ``ps-sync`` (TensorFlow's ``SyncReplicasOptimizer`` semantics): variables live on the
+  parameter-server tasks (``ps_placement``: ``greedy`` puts each variable, with its
+  optimizer slots ``W/Adam``..., on the PS holding the fewest bytes so far, in creation
+  order: TF's ``GreedyLoadBalancingStrategy``; ``round-robin`` deals them out in
+  creation order: ``replica_device_setter``'s default); each is read once per step on
+  its PS and sent to every worker that uses it; each gradient is summed on the PS that
+  holds its variable, in worker order (a fixed order: every run sums alike), divided
+  by W, and applied there once. A user's ``tfc.device("/job:ps/task:J")`` on a variable
+  or an update op is kept.
+- ``allreduce`` (Horovod's): every worker holds a mirrored copy of every variable
+  (``NAME/replica_I`` on worker I, worker 0 keeping ``NAME``; ``__init__`` gives the
+  copies the same initial value); the gradients of one dtype are flattened into ONE
+  buffer per worker (Horovod's tensor fusion: one ring per step, not one per
+  variable), averaged by one ``all_reduce`` (a ring, ``tfc.passes.partition``: every
+  worker gets bitwise the same mean) and split back; each worker applies the same
+  update to its copy, so the copies stay bitwise equal.
+
+A sparse gradient (``IndexedSlices``, a marker with indices and values) is gathered, not
+averaged: its rows from every worker, each divided by W, concatenated in worker order
+(rows named twice add up, in every optimizer), on the PS (``ps-sync``) or on every
+worker (``allreduce``, an all-gather).
+
+Fetches of a training step: a 0-d float fetch that depends on the batch (the loss) is
+the mean of the workers' values; one whose leading dimension is the batch's is their
+concatenation in worker order; any other comes from worker 0 (or from where it is
+computed, when it does not depend on the batch). Entries without markers (predict,
+evaluate) run on worker 0, reading the variables where they live; in ``allreduce`` an
+assign there is applied to every copy, from worker 0's value.
+
+Assumptions, checked where they can be: an update depends on the batch only through
+the gradients (an error otherwise: the copies would diverge, or the PS would apply one
+worker's value); a gradient is not computed from another marker's value. Not checked:
+random ops in the worker part draw per worker with the same seed (one shard's dropout
+mask is not the single process's), and an integer 0-d fetch comes from worker 0.
+
+The markers are gone after this pass (and, without it, after ``fusion``: see
+``strip_gradient_markers``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from tfc.devices import normalize_device, parse_device
+from tfc.errors import TfcError
+from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
+from tfc.ir.registry import lookup, make_op, writes_variable
+from tfc.ir.types import SYMBOL_SIZE
+from tfc.ops.optimizer import GRAD_MARKER
+from tfc.passes.manager import apply_substitution, register_pass
+
+STRATEGIES = ("ps-sync", "allreduce")
+PS_PLACEMENTS = ("greedy", "round-robin")
+INIT_GRAPH = "__init__"
+
+
+def ps_device(task: int) -> str:
+    return f"/job:ps/task:{task}/cpu:0"
+
+
+def worker_device(task: int) -> str:
+    return f"/job:worker/task:{task}/cpu:0"
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A cluster to compile for: ``ps`` parameter-server tasks, ``workers`` worker tasks,
+    the strategy (default: ``allreduce`` without a PS, else ``ps-sync``) and how
+    ``ps-sync`` places variables on the PS tasks (``greedy`` by bytes, or
+    ``round-robin``)."""
+
+    ps: int
+    workers: int
+    strategy: str | None = None
+    ps_placement: str = "greedy"
+
+    def __post_init__(self) -> None:
+        for name in ("ps", "workers"):
+            n = getattr(self, name)
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise TfcError(f"cluster: {name}={n!r} must be a whole number >= 0")
+        if self.workers < 1:
+            raise TfcError(f"cluster: workers={self.workers}: a cluster needs at least one "
+                           f"worker task")
+        strategy = self.strategy or ("allreduce" if self.ps == 0 else "ps-sync")
+        if strategy not in STRATEGIES:
+            raise TfcError(f"unknown strategy {strategy!r}: expected one of "
+                           f"{', '.join(STRATEGIES)}")
+        if strategy == "ps-sync" and self.ps == 0:
+            raise TfcError("strategy ps-sync keeps the variables on parameter servers, but "
+                           "the cluster has ps=0: give ps=1 or more, or use --strategy "
+                           "allreduce")
+        if self.ps_placement not in PS_PLACEMENTS:
+            raise TfcError(f"unknown PS placement {self.ps_placement!r}: expected one of "
+                           f"{', '.join(PS_PLACEMENTS)}")
+        object.__setattr__(self, "strategy", strategy)
+
+    @classmethod
+    def parse(cls, text: str, strategy: str | None = None,
+              ps_placement: str = "greedy") -> "ClusterSpec":
+        """``"ps=2,workers=4"`` (the ``--cluster`` option of ``tfc compile``)."""
+        counts: dict[str, int] = {}
+        for item in text.split(","):
+            key, eq, value = (s.strip() for s in item.partition("="))
+            if key not in ("ps", "workers") or not eq:
+                raise TfcError(f"--cluster {text!r}: expected ps=P,workers=W")
+            if key in counts:
+                raise TfcError(f"--cluster {text!r}: {key} is given twice")
+            if not value.isdigit():
+                raise TfcError(f"--cluster {text!r}: {key}={value!r} must be a whole number "
+                               f">= 0")
+            counts[key] = int(value)
+        if "workers" not in counts:
+            raise TfcError(f"--cluster {text!r}: give the number of worker tasks "
+                           f"(ps=P,workers=W)")
+        return cls(counts.get("ps", 0), counts["workers"], strategy, ps_placement)
+
+    @property
+    def ps_devices(self) -> list[str]:
+        return [ps_device(j) for j in range(self.ps)]
+
+    @property
+    def worker_devices(self) -> list[str]:
+        return [worker_device(i) for i in range(self.workers)]
+
+    @property
+    def devices(self) -> list[str]:
+        """The devices of the compiled module: the PS tasks (``ps-sync``; ``allreduce``
+        keeps nothing there), then the workers."""
+        ps = self.ps_devices if self.strategy == "ps-sync" else []
+        return ps + self.worker_devices
+
+    def __str__(self) -> str:
+        rule = f", {self.ps_placement}" if self.strategy == "ps-sync" else ""
+        return f"ps={self.ps},workers={self.workers} ({self.strategy}{rule})"
+
+
+# ---- markers ------------------------------------------------------------------------------
+
+def strip_gradient_markers(graph: Graph) -> int:
+    """Replace every ``optimizer.grad`` marker of ``graph`` (and of its regions) by its
+    inputs; returns how many were removed. Lowering does this first (the ``fusion`` pass;
+    the reference interpreter runs a marker as the identity), so markers cost nothing."""
+    removed = 0
+    for op in graph.ops:
+        for r in op.regions:
+            removed += strip_gradient_markers(r)
+    subst: dict[Value, Value] = {}
+    kept = []
+    for op in graph.ops:
+        if op.kind == GRAD_MARKER:
+            subst.update(zip(op.results, op.inputs))
+            removed += 1
+        else:
+            kept.append(op)
+    if subst:
+        graph.ops = kept
+        apply_substitution(graph, subst)
+    return removed
+
+
+def strip_module_markers(module: Module) -> int:
+    """``strip_gradient_markers`` over every graph of ``module`` (dropping the memory plans
+    of the graphs it changed)."""
+    removed = 0
+    for name, graph in module.graphs.items():
+        n = strip_gradient_markers(graph)
+        if n:
+            module.memory_plans.pop(name, None)
+        removed += n
+    return removed
+
+
+def training_entries(module: Module) -> list[str]:
+    """The entries with gradient markers: the training steps."""
+    return [name for name, g in module.entries.items()
+            if any(op.kind == GRAD_MARKER for op in g.ops)]
+
+
+# ---- variable placement -------------------------------------------------------------------
+
+def _groups(variables: Mapping[str, VariableDecl]) -> list[list[str]]:
+    """The variables in creation order, each trainable one with its optimizer slots
+    (non-trainable variables named ``<it>/...``, as ``Optimizer._slot`` names them):
+    what must live on one PS, as TensorFlow colocates a slot with its variable."""
+    trainable = [n for n, d in variables.items() if d.trainable]
+    owner: dict[str, str] = {}
+    for n, d in variables.items():
+        if d.trainable:
+            continue
+        prefixes = [t for t in trainable if n.startswith(t + "/")]
+        if prefixes:
+            owner[n] = max(prefixes, key=len)
+    groups: dict[str, list[str]] = {}
+    for n in variables:
+        groups.setdefault(owner.get(n, n), []).append(n)
+    return list(groups.values())
+
+
+_TASK_PIN = re.compile(r"^/job:(?P<job>[a-z_][a-z0-9_]*)(?:/task:(?P<task>\d+))?")
+
+
+def ps_pin(device: str | None, spec: ClusterSpec, what: str, loc: Any = None) -> str | None:
+    """The PS device a user's ``tfc.device("/job:ps/task:J")`` (a full or partial name)
+    asks for, or None when ``device`` names no PS task (``/job:ps`` alone: any PS). A
+    ``TfcError`` for a PS task the cluster does not have."""
+    m = _TASK_PIN.match(normalize_device(device) or "")
+    if m is None or m.group("job") != "ps" or m.group("task") is None:
+        return None
+    task = int(m.group("task"))
+    if task >= spec.ps:
+        raise TfcError(f"{what} is placed on {device}, but the cluster has {spec.ps} PS "
+                       f"task(s)", loc)
+    return ps_device(task)
+
+
+def place_variables(variables: Mapping[str, VariableDecl], spec: ClusterSpec
+                    ) -> dict[str, str]:
+    """Each variable's PS device under ``spec.ps_placement`` (see the module docstring);
+    a user's ``/job:ps/task:J`` pin wins and counts towards that PS's load."""
+    load = [0] * spec.ps
+    out: dict[str, str] = {}
+    rr = 0
+    for group in _groups(variables):
+        decl = variables[group[0]]
+        nbytes = sum(variables[n].type.nbytes(1) for n in group)
+        device = ps_pin(decl.device, spec, f"variable '{decl.name}'", decl.loc)
+        if device is None:
+            if spec.ps_placement == "greedy":
+                task = min(range(spec.ps), key=lambda j: (load[j], j))
+            else:
+                task, rr = rr % spec.ps, rr + 1
+            device = ps_device(task)
+        load[parse_device(device).task or 0] += nbytes
+        for n in group:
+            out[n] = device
+    return out
+
+
+def mirror_name(var: str, worker: int) -> str:
+    """Worker ``worker``'s copy of ``var`` under ``allreduce`` (``tfc.train.data_parallel``
+    names them so): worker 0 keeps the variable itself."""
+    return var if worker == 0 else f"{var}/replica_{worker}"
+
+
+# ---- the rewrite --------------------------------------------------------------------------
+
+def _closure(roots: Iterable[Value], stop: Callable[[Op], bool] = lambda op: False
+             ) -> set[Op]:
+    """The ops ``roots`` are computed from (not going past an op where ``stop`` holds,
+    which is itself included)."""
+    seen: set[Op] = set()
+    todo = [v.op for v in roots if v.op is not None]
+    while todo:
+        op = todo.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        if not stop(op):
+            todo.extend(v.op for v in op.inputs if v.op is not None)
+    return seen
+
+
+def _batch_dependent(graph: Graph) -> set[Value]:
+    """Values computed from an argument of rank >= 1 (the batch), not through a marker
+    (a marker's result is the workers' mean: the same on every worker)."""
+    dep = {a for a in graph.args if a.type.rank >= 1}
+    for op in graph.ops:
+        if op.kind != GRAD_MARKER and any(x in dep for x in op.inputs):
+            dep.update(op.results)
+    return dep
+
+
+def _check_updates(graph: Graph, dep: set[Value]) -> None:
+    for op in graph.ops:
+        if writes_variable(op) and any(x in dep for x in op.inputs):
+            raise TfcError(f"cannot replicate @{graph.name}: the update of variable "
+                           f"'{op.attrs['var']}' ({op.kind}) depends on the batch other than "
+                           f"through an optimizer's gradients, so the workers would disagree "
+                           f"on it", op.loc)
+
+
+class _Builder:
+    """The new graph of one entry, op by op, with the placed copies of old values."""
+
+    def __init__(self, old: Graph) -> None:
+        self.graph = Graph(old.name)
+        self.args = {a: self.graph.add_arg(a.type, a.name) for a in old.args}
+
+    def add(self, kind: str, inputs: Sequence[Value], attrs: Mapping[str, Any], device: str,
+            loc: Any, names: Sequence[str | None] = ()) -> Op:
+        return self.graph.append(make_op(kind, list(inputs), dict(attrs), device=device,
+                                         loc=loc, names=names))
+
+    def copy(self, op: Op, inputs: Sequence[Value], device: str,
+             attrs: Mapping[str, Any] | None = None) -> Op:
+        """``op`` on ``inputs`` (a worker's shards: its result types are inferred again)
+        on ``device``, with ``attrs`` instead of its own when given."""
+        return self.graph.append(make_op(
+            op.kind, list(inputs), dict(op.attrs if attrs is None else attrs), device=device,
+            loc=op.loc, regions=[r.clone() for r in op.regions],
+            names=[r.name for r in op.results], result_types=[r.type for r in op.results]))
+
+    def mean(self, values: Sequence[Value], device: str, loc: Any) -> Value:
+        """The sum of ``values`` in order, divided by their number, on ``device``."""
+        acc = values[0]
+        for v in values[1:]:
+            acc = self.add("add", [acc, v], {}, device, loc).result
+        if len(values) > 1:
+            n = self.add("constant", [], {"value": np.asarray(len(values), acc.dtype.np)},
+                         device, loc).result
+            acc = self.add("div", [acc, n], {}, device, loc).result
+        return acc
+
+    def scaled(self, value: Value, n: int, device: str, loc: Any) -> Value:
+        if n == 1:
+            return value
+        c = self.add("constant", [], {"value": np.asarray(n, value.dtype.np)}, device,
+                     loc).result
+        return self.add("div", [value, c], {}, device, loc).result
+
+    def concat(self, values: Sequence[Value], device: str, loc: Any) -> Value:
+        if len(values) == 1:
+            return values[0]
+        return self.add("concat", values, {"axis": 0}, device, loc).result
+
+
+class _Step:
+    """One training step's rewrite (see the module docstring)."""
+
+    def __init__(self, graph: Graph, spec: ClusterSpec) -> None:
+        self.W = spec.workers
+        self.workers = spec.worker_devices
+        self.b = _Builder(graph)
+        self.markers = [op for op in graph.ops if op.kind == GRAD_MARKER]
+        self.dep = _batch_dependent(graph)
+        _check_updates(graph, self.dep)
+        self.batch_dims = {a.type.shape[0] for a in graph.args if a.type.rank >= 1}
+        roots = [v for m in self.markers for v in m.inputs]
+        roots += [v for v in graph.results if v in self.dep]
+        self.worker_ops = _closure(roots)
+        bad = next((op for op in self.worker_ops if op.kind == GRAD_MARKER), None)
+        if bad is not None:
+            raise TfcError(f"cannot replicate @{graph.name}: a gradient or a fetch is computed "
+                           f"from the gradient applied to '{bad.attrs['var']}'", bad.loc)
+        # each worker's copy of each old value
+        self.local: list[dict[Value, Value]] = [{} for _ in range(self.W)]
+        self.shards: list[dict[Value, Value]] = [{} for _ in range(self.W)]
+
+    def shard(self, arg: Value, i: int) -> Value:
+        """Worker ``i``'s shard of argument ``arg`` (split on that worker)."""
+        new = self.b.args[arg]
+        if arg.type.rank == 0 or self.W == 1:
+            return new
+        if arg not in self.shards[i]:
+            op = self.b.add("split", [new], {"axis": 0, "num": self.W}, self.workers[i], None)
+            self.shards[i][arg] = op.results[i]
+        return self.shards[i][arg]
+
+    def on_worker(self, v: Value, i: int) -> Value:
+        if v.op is None:
+            return self.shard(v, i)
+        return self.local[i][v]
+
+    def fetch(self, v: Value, per_worker: Sequence[Value], loc: Any) -> Value:
+        """A batch-dependent fetch from the workers' values (see the module docstring)."""
+        w0 = self.workers[0]
+        if v.type.rank == 0 and v.dtype.is_float:
+            return self.b.mean(per_worker, w0, loc)
+        if v.type.rank >= 1 and v.type.shape[0] in self.batch_dims:
+            return self.b.concat(per_worker, w0, loc)
+        return per_worker[0]
+
+    def clone_workers(self, ops: Sequence[Op], rename: bool) -> None:
+        """Worker ``i``'s copy of each op of ``ops`` (in order) on its device; with
+        ``rename`` its variable ops use its mirrored copies."""
+        for i in range(self.W):
+            for op in ops:
+                attrs = None
+                if rename and lookup(op.kind).names_variable():
+                    attrs = {**op.attrs, "var": mirror_name(op.attrs["var"], i)}
+                new = self.b.copy(op, [self.on_worker(x, i) for x in op.inputs],
+                                  self.workers[i], attrs)
+                self.local[i].update(zip(op.results, new.results))
+
+    def sparse_rows(self, m: Op) -> list[tuple[Value, Value]]:
+        """Each worker's rows of sparse marker ``m``: its indices, and its values divided
+        by W (on the worker), for a gather."""
+        rows = []
+        for i in range(self.W):
+            idx, vals = (self.on_worker(x, i) for x in m.inputs)
+            rows.append((idx, self.b.scaled(vals, self.W, self.workers[i], m.loc)))
+        return rows
+
+
+def _ps_sync_step(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str]) -> Graph:
+    s = _Step(graph, spec)
+    b = s.b
+    marker_set = set(s.markers)
+    # the update: what the writes and the batch-free fetches need, up to the markers
+    writes = [op for op in graph.ops if writes_variable(op)]
+    update_ops = _closure([v for op in writes for v in op.inputs]
+                          + [v for v in graph.results if v not in s.dep],
+                          stop=lambda op: op in marker_set) | set(writes)
+    reads = [op for op in graph.ops if op.kind == "var.read"
+             and (op in update_ops or op in s.worker_ops)]
+    # where each update op runs: with the variable it writes or reads, or with its users
+    device: dict[Op, str] = {}
+    users: dict[Op, list[Op]] = {}
+    for op in graph.ops:
+        for x in op.inputs:
+            if x.op is not None:
+                users.setdefault(x.op, []).append(op)
+    for op in reversed(graph.ops):
+        if op not in update_ops and op not in marker_set and op.kind != "var.read":
+            continue
+        pinned = ps_pin(op.device, spec, op.kind, op.loc)
+        if lookup(op.kind).names_variable() or op.kind == GRAD_MARKER:
+            device[op] = var_device[op.attrs["var"]]
+        elif pinned is not None:
+            device[op] = pinned
+        else:
+            placed = [device[u] for u in users.get(op, ()) if u in device and u in update_ops]
+            device[op] = (max(sorted(set(placed)), key=placed.count) if placed
+                          else s.workers[0])
+    shared: dict[Value, Value] = {}
+    for op in reads:  # each variable read once, on its PS
+        new = b.copy(op, [], device[op])
+        shared.update(zip(op.results, new.results))
+    for i in range(s.W):
+        s.local[i].update(shared)
+    s.clone_workers([op for op in graph.ops if op in s.worker_ops and op.kind != "var.read"],
+                    rename=False)
+    update: dict[Value, Value] = dict(shared)
+    for m in s.markers:  # the mean of the workers' gradients, on the variable's PS
+        d = device[m]
+        if len(m.inputs) == 1:
+            update[m.result] = b.mean([s.on_worker(m.inputs[0], i) for i in range(s.W)], d,
+                                      m.loc)
+        else:
+            rows = s.sparse_rows(m)
+            update[m.results[0]] = b.concat([r[0] for r in rows], d, m.loc)
+            update[m.results[1]] = b.concat([r[1] for r in rows], d, m.loc)
+    for op in graph.ops:
+        if op in update_ops and op.kind != "var.read" and op not in marker_set:
+            inputs = [b.args[x] if x.op is None else update[x] for x in op.inputs]
+            new = b.copy(op, inputs, device[op])
+            update.update(zip(op.results, new.results))
+    results = []
+    for v in graph.results:
+        if v in s.dep:
+            results.append(s.fetch(v, [s.on_worker(v, i) for i in range(s.W)], None))
+        else:
+            results.append(b.args[v] if v.op is None else update[v])
+    b.graph.set_results(results, list(graph.result_names))
+    return b.graph
+
+
+def _allreduce_step(graph: Graph, spec: ClusterSpec) -> Graph:
+    s = _Step(graph, spec)
+    b = s.b
+    marker_set = set(s.markers)
+    s.clone_workers([op for op in graph.ops if op in s.worker_ops], rename=True)
+    # one fused all_reduce per dtype of the dense gradients
+    dense = [m for m in s.markers if len(m.inputs) == 1]
+    by_dtype: dict[Any, list[Op]] = {}
+    for m in dense:
+        by_dtype.setdefault(m.inputs[0].dtype, []).append(m)
+    for ms in by_dtype.values():
+        flats = []
+        for i in range(s.W):
+            d = s.workers[i]
+            parts = [b.add("reshape", [s.on_worker(m.inputs[0], i)], {"shape": [-1]}, d,
+                           m.loc).result for m in ms]
+            flats.append(b.concat(parts, d, ms[0].loc))
+        if s.W > 1:
+            reduced = b.add("all_reduce", flats, {"reduction": "mean"}, s.workers[0],
+                            ms[0].loc).results
+        else:
+            reduced = flats
+        sizes = [m.inputs[0].type.nbytes(1) // m.inputs[0].dtype.itemsize for m in ms]
+        for i in range(s.W):
+            d = s.workers[i]
+            pieces = (b.add("split", [reduced[i]], {"axis": 0, "sizes": sizes}, d,
+                            ms[0].loc).results if len(ms) > 1 else [reduced[i]])
+            for m, piece in zip(ms, pieces):
+                shape = list(m.inputs[0].type.shape)
+                s.local[i][m.result] = b.add("reshape", [piece], {"shape": shape}, d,
+                                             m.loc).result
+    for m in s.markers:  # sparse: every worker gathers every worker's rows
+        if len(m.inputs) == 2:
+            rows = s.sparse_rows(m)
+            for i in range(s.W):
+                s.local[i][m.results[0]] = b.concat([r[0] for r in rows], s.workers[i], m.loc)
+                s.local[i][m.results[1]] = b.concat([r[1] for r in rows], s.workers[i], m.loc)
+    rest = [op for op in graph.ops if op not in s.worker_ops and op not in marker_set]
+    s.clone_workers(rest, rename=True)
+    results = []
+    for v in graph.results:
+        per_worker = [s.on_worker(v, i) for i in range(s.W)]
+        results.append(s.fetch(v, per_worker, None) if v in s.dep else per_worker[0])
+    b.graph.set_results(results, list(graph.result_names))
+    return b.graph
+
+
+def _serving_entry(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str]) -> Graph:
+    """An entry without markers: on worker 0, each variable op where its variable lives
+    (``allreduce``: an assign is applied to every copy, from worker 0's value)."""
+    b = _Builder(graph)
+    new_of: dict[Value, Value] = dict(b.args)
+    w0 = worker_device(0)
+    for op in graph.ops:
+        inputs = [new_of[x] for x in op.inputs]
+        named = lookup(op.kind).names_variable()
+        if named:
+            device = var_device[op.attrs["var"]]
+        else:
+            pinned = (ps_pin(op.device, spec, op.kind, op.loc)
+                      if spec.strategy == "ps-sync" else None)
+            device = pinned or w0
+        new = b.copy(op, inputs, device)
+        new_of.update(zip(op.results, new.results))
+        if spec.strategy == "allreduce" and writes_variable(op):
+            for i in range(1, spec.workers):
+                b.copy(op, inputs, worker_device(i),
+                       {**op.attrs, "var": mirror_name(op.attrs["var"], i)})
+    b.graph.set_results([new_of[v] for v in graph.results], list(graph.result_names))
+    return b.graph
+
+
+def _mirror_variables(module: Module, spec: ClusterSpec) -> None:
+    """``allreduce``: worker I's copy of every variable, on its device, given the same
+    initial value by ``__init__`` (an assign of the same value right after the
+    original's)."""
+    variables: dict[str, VariableDecl] = {}
+    for name, decl in module.variables.items():
+        decl.device = worker_device(0)
+        variables[name] = decl
+    for i in range(1, spec.workers):
+        for name, decl in module.variables.items():
+            copy = mirror_name(name, i)
+            if copy in module.variables:
+                raise TfcError(f"cannot mirror variable '{name}': the model already has a "
+                               f"variable named '{copy}'", decl.loc)
+            variables[copy] = VariableDecl(copy, decl.type, worker_device(i), decl.trainable,
+                                           decl.loc)
+    module.variables = variables
+    init = module.graphs.get(INIT_GRAPH)
+    if init is None:
+        return
+    ops: list[Op] = []
+    for op in init.ops:
+        ops.append(op)
+        if writes_variable(op):
+            for i in range(1, spec.workers):
+                ops.append(Op(op.kind, list(op.inputs),
+                              {**op.attrs, "var": mirror_name(op.attrs["var"], i)},
+                              [r.type for r in op.results], device=op.device, loc=op.loc))
+    init.ops = ops
+
+
+@dataclass
+class ReplicationReport:
+    """What ``replicate_module`` did (the compile report's cluster part completes it with
+    the transfers, once the module is partitioned: ``cluster_report``)."""
+
+    spec: ClusterSpec
+    training: list[str] = field(default_factory=list)   # the replicated entries
+    variables: dict[str, str] = field(default_factory=dict)  # name -> device
+
+
+def replicate_module(module: Module, spec: ClusterSpec) -> ReplicationReport:
+    """Rewrite ``module`` (in place) for the cluster ``spec`` (see the module docstring):
+    its training entries replicated per worker, its other entries on worker 0, its
+    variables on the PS tasks (``ps-sync``) or mirrored per worker (``allreduce``), and
+    ``module.devices`` the tasks' devices. A ``TfcError`` when no entry trains."""
+    training = training_entries(module)
+    if not training:
+        raise TfcError(f"--strategy {spec.strategy} replicates a training step, but no entry "
+                       f"applies an optimizer (tfc.train ...Optimizer.minimize or "
+                       f"apply_gradients); compile without --cluster, or train the model "
+                       f"with an optimizer (a compiled .tfc has lost its optimizer marks: "
+                       f"compile the model's source)")
+    if module.partitions:
+        raise TfcError("cannot replicate a module that is already partitioned")
+    if spec.strategy == "ps-sync":
+        var_device = place_variables(module.variables, spec)
+        for name, decl in module.variables.items():
+            decl.device = var_device[name]
+    else:
+        _mirror_variables(module, spec)
+        var_device = {name: d.device or worker_device(0) for name, d in module.variables.items()}
+    for name, graph in list(module.entries.items()):
+        if name in training:
+            new = (_ps_sync_step(graph, spec, var_device) if spec.strategy == "ps-sync"
+                   else _allreduce_step(graph, spec))
+        else:
+            new = _serving_entry(graph, spec, var_device)
+        module.graphs[name] = new
+        module.memory_plans.pop(name, None)
+        module.placement_reports.pop(name, None)
+    strip_module_markers(module)
+    module.devices = spec.devices
+    return ReplicationReport(spec, training, dict(var_device))
+
+
+def task_of(device: str) -> str | None:
+    """``"worker:1"`` for ``/job:worker/task:1/cpu:0``; None for a local device."""
+    d = parse_device(device)
+    return None if d.job is None else f"{d.job}:{d.task}"
+
+
+@dataclass
+class ClusterReport:
+    """What a cluster compilation did: the strategy and tasks, the variables and bytes
+    each task holds, and per entry the tensors and bytes that cross tasks per step
+    (symbolic dims counted as ``SYMBOL_SIZE``; fp16-compressed transfers at half)."""
+
+    spec: ClusterSpec
+    tasks: list[str]
+    variables: dict[str, list[str]]          # task -> the variables it holds
+    variable_bytes: dict[str, int]           # task -> their bytes
+    transfers: dict[str, tuple[int, int]]    # entry -> (tensors, bytes) across tasks
+
+    def lines(self) -> list[str]:
+        from tfc.units import format_bytes
+        spec = self.spec
+        rule = (f", variables by {spec.ps_placement} placement" if spec.strategy == "ps-sync"
+                else ", variables mirrored on every worker")
+        out = [f"cluster: {spec.ps} ps, {spec.workers} workers, strategy {spec.strategy}{rule}"]
+        for task in self.tasks:
+            names = self.variables.get(task, [])
+            shown = ", ".join(names[:6]) + (f" ... {len(names) - 6} more" if len(names) > 6
+                                            else "")
+            out.append(f"  {task}: {len(names)} variables, "
+                       f"{format_bytes(self.variable_bytes.get(task, 0))}"
+                       + (f" ({shown})" if names else ""))
+        for entry, (n, nbytes) in self.transfers.items():
+            out.append(f"  @{entry}: {n} transfers across tasks per step, "
+                       f"{format_bytes(nbytes)} (batch dims at {SYMBOL_SIZE})")
+        return out
+
+
+def cluster_report(module: Module, spec: ClusterSpec) -> ClusterReport:
+    """The ``ClusterReport`` of ``module``, replicated for ``spec`` and partitioned."""
+    from tfc.passes.partition import source_value
+    tasks = [t for t in (task_of(d) for d in spec.devices) if t is not None]
+    variables: dict[str, list[str]] = {}
+    nbytes: dict[str, int] = {}
+    for name, decl in module.variables.items():
+        task = task_of(decl.device) if decl.device else None
+        if task is not None:
+            variables.setdefault(task, []).append(name)
+            nbytes[task] = nbytes.get(task, 0) + decl.type.nbytes(1)
+    transfers: dict[str, tuple[int, int]] = {}
+    for entry, table in module.partitions.items():
+        n = total = 0
+        for device, _, send in table.sends():
+            if task_of(device) == task_of(send.receiver):
+                continue
+            # what is sent: an f16 cast's result for a compressed transfer
+            n += 1
+            total += source_value(module, table, device, send.value).type.nbytes(SYMBOL_SIZE)
+        transfers[entry] = (n, total)
+    return ClusterReport(spec, tasks, variables, nbytes, transfers)
+
+
+def _int_option(text: str) -> int:
+    if not text.isdigit():
+        raise ValueError(f"{text!r} is not a whole number >= 0")
+    return int(text)
+
+
+@register_pass("replicate", options={"ps": _int_option, "workers": _int_option,
+                                     "strategy": str, "placement": str})
+def replicate(module: Module, ps: int = 0, workers: int = 1, strategy: str | None = None,
+              placement: str = "greedy") -> Module:
+    """The pass: ``replicate{ps=2,workers=4,strategy=ps-sync,placement=greedy}``."""
+    replicate_module(module, ClusterSpec(ps, workers, strategy, placement))
+    return module
