@@ -211,3 +211,23 @@ def test_stop_ends_its_own_processes_and_no_other_ray(loopback_cluster: Loopback
     assert others <= _process_tree(loopback_cluster.pids)  # the other cluster untouched
     with RayCluster.connect(loopback_cluster.address) as cluster:
         assert len(cluster.nodes) == 3
+
+
+def test_local_starts_an_embedded_ray_and_close_shuts_it_down() -> None:
+    import ray
+
+    cluster = RayCluster.connect("local")
+    try:
+        assert cluster.started_ray
+        (node,) = cluster.nodes
+        assert node.ip == LOOPBACK
+        assert node.resources["CPU"] == (os.cpu_count() or 1)
+        where = cluster.start_actor(_where_class(), "worker:0", node_id=node.node_id,
+                                    name="worker:0")
+        assert ray.get(where.node.remote(), timeout=30) == ("worker:0", node.node_id)
+        with RayCluster.connect("local") as again:  # shares the one connection
+            assert again.gcs_address == cluster.gcs_address
+        assert ray.is_initialized()
+    finally:
+        cluster.close()
+    assert not ray.is_initialized()

@@ -426,6 +426,16 @@ def _answering(cls: type) -> type:
 
 
 # -- a real multi-node cluster on loopback ---------------------------------------------------
+def _has_ray_client() -> bool:
+    """Whether Ray's client extra (``ray[client]``) is installed: a head then serves Ray Client
+    (on port 10001 unless told otherwise); without it, a port for it is an error."""
+    try:
+        utils = importlib.import_module("ray._private.utils")
+        return utils.get_ray_client_dependency_error() is None
+    except Exception:
+        return False
+
+
 @dataclass
 class _Node:
     index: int
@@ -507,8 +517,9 @@ class LoopbackCluster:
                 "--include-log-monitor=false", "--disable-usage-stats"]
         if index == 0:
             args += ["--head", f"--port={port}", f"--temp-dir={self.temp_dir}",
-                     "--include-dashboard=false", f"--dashboard-port={free_port()}",
-                     f"--ray-client-server-port={free_port()}"]
+                     "--include-dashboard=false", f"--dashboard-port={free_port()}"]
+            if _has_ray_client():  # then Ray serves it, by default on the fixed port 10001
+                args.append(f"--ray-client-server-port={free_port()}")
         else:
             args += [f"--address={self.address}"]
         log = Path(self.temp_dir) / f"node{index}.log"
