@@ -157,7 +157,8 @@ class RayCluster:
     @classmethod
     def connect(cls, address: str, *, timeout_s: float = 30.0) -> "RayCluster":
         """Connect to ``address`` ("local" | "auto" | "HOST:PORT"); a one-line TfcError naming
-        the address within ``timeout_s`` when the cluster cannot be reached."""
+        the address within ``timeout_s`` when the cluster cannot be reached. ("local" starts
+        Ray here: Ray bounds the waits for the processes it starts.)"""
         global _CONNECTION
         address = address.strip()
         if address not in ("local", "auto"):
@@ -167,7 +168,7 @@ class RayCluster:
             if ray.is_initialized():
                 connection = _shared_connection(ray, address)
             elif address == "local":
-                connection = _start_local(ray, timeout_s)
+                connection = _start_local(ray)
             else:
                 connection = _join(ray, address, timeout_s)
             _CONNECTION = connection
@@ -205,7 +206,7 @@ class RayCluster:
                     max_concurrency: int = 4, timeout_s: float = 60.0, **kwargs: Any) -> Any:
         """Start ``cls(*args, **kwargs)`` as a Ray actor on node ``node_id`` (pinned there:
         hard node affinity, no CPU reserved, no restarts) and wait until it answers, within
-        ``timeout_s``; its handle. ``name`` (the task, e.g. ``worker:1``) names it in errors.
+        ``timeout_s``; its handle. ``name`` (e.g. ``task worker:1``) names it in errors.
 
         The actor answers ``tfc_node_id()`` (the node it runs on) besides ``cls``'s methods;
         the first answer is checked against ``node_id``."""
@@ -215,8 +216,8 @@ class RayCluster:
 
         alive = {node.node_id for node in self.nodes}
         if node_id not in alive:
-            raise TfcError(f"cannot start task {name}: node {node_id[:12]} is not an alive node "
-                           f"of the Ray cluster at {self.address}")
+            raise TfcError(f"cannot start {name}: node {node_id[:12]} is not an alive node of "
+                           f"the Ray cluster at {self.address}")
         remote = ray.remote(_answering(cls)).options(
             num_cpus=0, max_restarts=0, max_task_retries=0, max_concurrency=max_concurrency,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False))
@@ -226,15 +227,15 @@ class RayCluster:
             where = ray.get(handle.tfc_node_id.remote(), timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:
             self._kill(handle)
-            raise TfcError(f"task {name} did not start on node {node_id[:12]} within "
+            raise TfcError(f"{name} did not start on node {node_id[:12]} within "
                            f"{timeout_s:g} s") from None
         except ray.exceptions.RayError as e:
             self._kill(handle)
-            raise TfcError(f"task {name} could not start on node {node_id[:12]}: "
+            raise TfcError(f"{name} could not start on node {node_id[:12]}: "
                            f"{_actor_failure(e)}") from None
         if where != node_id:  # hard affinity makes this impossible; checked, not assumed
             self._kill(handle)
-            raise TfcError(f"task {name} started on node {where[:12]}, not on {node_id[:12]}")
+            raise TfcError(f"{name} started on node {where[:12]}, not on {node_id[:12]}")
         return handle
 
     def _kill(self, handle: Any) -> None:
@@ -297,7 +298,7 @@ def _current_gcs_address(ray: types.ModuleType) -> str:
     return str(node.gcs_address)
 
 
-def _start_local(ray: types.ModuleType, timeout_s: float) -> _Connection:
+def _start_local(ray: types.ModuleType) -> _Connection:
     """An embedded single-node Ray on 127.0.0.1 in its own temp dir, one CPU per core. Ray
     bounds its own start (it waits for the processes it launched)."""
     temp_dir = tempfile.mkdtemp(prefix="ray-tfc-", dir="/tmp")  # short: Ray's socket paths
@@ -314,6 +315,7 @@ def _start_local(ray: types.ModuleType, timeout_s: float) -> _Connection:
 
 
 def _join(ray: types.ModuleType, address: str, timeout_s: float) -> _Connection:
+    deadline = time.monotonic() + timeout_s
     if address == "auto":
         try:
             from ray._private.services import canonicalize_bootstrap_address_or_die
@@ -327,6 +329,7 @@ def _join(ray: types.ModuleType, address: str, timeout_s: float) -> _Connection:
         gcs = f"{host}:{port}"
     _check_reachable(gcs, min(timeout_s, _PROBE_TIMEOUT_S))
     _refresh_authentication(ray)
+    timeout_s = max(0.1, deadline - time.monotonic())
     # Ray retries the GCS once a second this many times before it gives up; the thread
     # below bounds the rest of its connect.
     saved = os.environ.get("RAY_gcs_server_port_wait_time_s")
