@@ -315,7 +315,7 @@ def _start_local(ray: types.ModuleType) -> _Connection:
 
 
 def _join(ray: types.ModuleType, address: str, timeout_s: float) -> _Connection:
-    deadline = time.monotonic() + timeout_s
+    limit_s, deadline = timeout_s, time.monotonic() + timeout_s
     if address == "auto":
         try:
             from ray._private.services import canonicalize_bootstrap_address_or_die
@@ -336,12 +336,14 @@ def _join(ray: types.ModuleType, address: str, timeout_s: float) -> _Connection:
     os.environ["RAY_gcs_server_port_wait_time_s"] = str(max(1, math.ceil(timeout_s)))
     try:
         joined = _bounded(lambda: ray.init(address=gcs, logging_level="warning"), ray,
-                          timeout_s, f"join the Ray cluster at {address}")
+                          timeout_s)
     finally:
         if saved is None:
             os.environ.pop("RAY_gcs_server_port_wait_time_s", None)
         else:
             os.environ["RAY_gcs_server_port_wait_time_s"] = saved
+    if joined is _TIMED_OUT:
+        raise TfcError(f"could not join the Ray cluster at {address} within {limit_s:g} s")
     if isinstance(joined, BaseException):
         raise TfcError(f"cannot join the Ray cluster at {address}: {_first_line(joined)}")
     return _Connection(address=address, gcs_address=_current_gcs_address(ray),
@@ -358,23 +360,30 @@ def _refresh_authentication(ray: types.ModuleType) -> None:
         raylet.AuthenticationTokenLoader.instance().reset_cache()
 
 
-def _bounded(start: Any, ray: types.ModuleType, timeout_s: float, what: str) -> Any:
+_TIMED_OUT = object()
+
+
+def _bounded(start: Any, ray: types.ModuleType, timeout_s: float) -> Any:
     """``start()`` (a ``ray.init``) in a thread, waited for at most ``timeout_s``: its result,
-    or the exception it raised. Past the timeout a TfcError; the thread is left to finish and
+    or the exception it raised, or ``_TIMED_OUT``; then the thread is left to finish, and
     disconnects what it connected."""
     outcome: list[Any] = []
-    abandoned = threading.Event()
+    abandoned = False
+    lock = threading.Lock()  # the caller gives up, or the thread finishes: one of the two first
 
     def run() -> None:
         try:
-            outcome.append(start())
+            result = start()
         except BaseException as e:  # handed to the caller
-            outcome.append(e)
-        if abandoned.is_set() and not isinstance(outcome[-1], BaseException):
+            result = e
+        with lock:
+            outcome.append(result)
+            too_late = abandoned
+        if too_late and not isinstance(result, BaseException):
             with contextlib.suppress(Exception):
                 ray.shutdown()
 
-    thread = threading.Thread(target=run, name=f"tfc: {what}", daemon=True)
+    thread = threading.Thread(target=run, name="tfc: join a Ray cluster", daemon=True)
     # Ray warns from a thread that it leaves SIGTERM's handler alone: this process keeps the
     # default (exit), which is what a tfc driver wants.
     quiet = _DropMessage("SIGTERM handler is not set")
@@ -385,10 +394,11 @@ def _bounded(start: Any, ray: types.ModuleType, timeout_s: float, what: str) -> 
         thread.join(timeout_s)
     finally:
         worker_log.removeFilter(quiet)
-    if thread.is_alive():
-        abandoned.set()
-        raise TfcError(f"could not {what} within {timeout_s:g} s")
-    return outcome[0]
+    with lock:
+        if not outcome:
+            abandoned = True
+            return _TIMED_OUT
+        return outcome[0]
 
 
 class _DropMessage(logging.Filter):
