@@ -45,6 +45,8 @@ LAYERS: dict[str, str] = {
     "tfc.backends": "backends",
     "tfc.pipeline": "pipeline",
     "tfc.runtime": "runtime",
+    # Running a program's tasks on a Ray cluster: beside the runtime, which calls it.
+    "tfc.distributed": "runtime",
     "tfc.api": "api",
     "tfc.train": "train",
     "tfc.layers": "layers",
