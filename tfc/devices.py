@@ -13,13 +13,13 @@ step, of a ``Program.run`` step and of each of its feeds, fetches, variables and
 variable updates, of an executor stage and of an in-process hand-off; links between
 hosts; and for GPUs (``/gpu:N``, run by the CUDA backend) their GEMM and stream curves
 and the host<->device copy (``links["host->/gpu:0"]``), measured by ``tfc calibrate``
-through cupy when a GPU is there. The compute rates (vector, serial, short-row, f64 GEMM,
-linalg) and the per-feed, -fetch and -variable costs came later within version 2: a file without them still loads, and is
-costed as when it was written. The cost model (``tfc.passes.cost_model``) turns an op
-into seconds with it. Without a calibrated file the defaults are round numbers for a
-current x86 core on a ``DEFAULT_CORES``-core host (no compute rates, no per-feed costs:
-their ``step_s`` holds a typical step's), and for a GPU those of an H100-class card on
-PCIe (``default_gpu_rates``, ``DEFAULT_HOST_LINK``).
+through cupy when a GPU is there. The compute rates (vector, serial, short-row, f64
+GEMM, linalg) and the per-feed, -fetch and -variable costs came later within version 2:
+a file without them still loads, and is costed as when it was written. The cost model
+(``tfc.passes.cost_model``) turns an op into seconds with it. Without a calibrated file
+the defaults are round numbers for a current x86 core on a ``DEFAULT_CORES``-core host
+(no compute rates, no per-feed costs: their ``step_s`` holds a typical step's), and for a
+GPU those of an H100-class card on PCIe (``default_gpu_rates``, ``DEFAULT_HOST_LINK``).
 """
 
 from __future__ import annotations

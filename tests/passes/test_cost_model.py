@@ -421,10 +421,11 @@ def _reduction(kind, shape, **attrs):
 def test_a_reduction_over_short_rows_costs_its_flops_at_the_short_row_rate():
     """A softmax over 10 classes runs each row's phases in loops too short to vectorize
     (~5 GFLOP/s here against ~50 on a flat kernel; 0.2 and 2 in this test): its flops
-    at the measured short-row rate, unfused as the placer sees it and as the fused kernel; a softmax over 64-wide rows
-    keeps the vector rate. A sum over the batch of 10-wide rows (a bias gradient) has a
-    short inner loop too; over 256-wide rows it does not. Without a measured short-row
-    rate (an older profile), the vector rate as before."""
+    at the measured short-row rate, unfused as the placer sees it and as the fused
+    kernel; a softmax over 64-wide rows keeps the vector rate. A sum over the batch of
+    10-wide rows (a bias gradient) has a short inner loop too; over 256-wide rows it
+    does not. Without a measured short-row rate (an older profile), the vector rate as
+    before."""
     profile = _with_vector(two_core_host(), 2e9)
     profile.cpu.short_row = {1: Curve.rate(2e8)}
     model = CostModel(profile)
