@@ -41,6 +41,7 @@ program compiled once), each point of a curve the median of the passes' (calibra
 minute apart had differed by up to 1.5x); a thread count whose passes read a big GEMM
 no faster than one thread (a neighbour held a core: ``threads_helped``) is measured
 again, at most ``MAX_EXTRA_PASSES`` times, and its passes where the threads helped count.
+The hand-off, transfer and executor costs are each the median of as many measurements.
 Every figure is the 10th percentile of ``repeats`` timed runs after a warm-up
 (``Spread.typical``: runs a busy neighbour delayed do not count), and the spread of the
 runs (min / median / max) is reported per measurement. The fixed costs, a few
@@ -616,6 +617,23 @@ class _ThreadJobs:
         return curves
 
 
+def _executor_costs(backend: Backend, repeats: int, spreads: dict[str, Spread],
+                    fixed: FixedCosts, passes: int) -> tuple[float, float, float, float]:
+    """The hand-off, a send and recv's work, the executor's step and stage costs, each
+    the median of ``passes`` measurements (two calibrations a minute apart had read the
+    executor's step at 1 and 23 us, its stage at 15 and 3)."""
+    runs = []
+    for p in range(passes):
+        handoff_s, transfer_s = measure_handoff(), measure_transfer()
+        tagged: dict[str, Spread] = {}
+        step_s, stage_s = measure_executor(backend, repeats, tagged, fixed, handoff_s,
+                                           transfer_s)
+        spreads.update({f"{name} #{p + 1}": spread for name, spread in tagged.items()})
+        runs.append((handoff_s, transfer_s, step_s, stage_s))
+    handoff, transfer, step, stage = (float(np.median(column)) for column in zip(*runs))
+    return handoff, transfer, step, stage
+
+
 def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
               repeats: int = 9, progress: Callable[[str], None] | None = None, *,
               gemm_sizes: Sequence[int] = GEMM_SIZES,
@@ -692,11 +710,9 @@ def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
             curves.setdefault(kind, {})[t.threads] = _capped(curve, curves.get(kind, {}).get(1))
     if progress:
         progress("measuring hand-offs and executor stages")
-    handoff_s = measure_handoff()
-    transfer_s = measure_transfer()
-    executor_step_s, stage_s = measure_executor(with_threads(base, max(1, cores // 2), override=True),
-                                                repeats, spreads, fixed, handoff_s,
-                                                transfer_s)
+    handoff_s, transfer_s, executor_step_s, stage_s = _executor_costs(
+        with_threads(base, max(1, cores // 2), override=True), repeats, spreads, fixed,
+        passes)
     profile = DeviceProfile(
         source=f"tfc calibrate {time.strftime('%Y-%m-%dT%H:%M:%S')} ({base.name})",
         cores=cores, cpu=DeviceRates(curves["gemm"], curves["stream"], fixed.kernel_s,
