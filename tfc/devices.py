@@ -227,8 +227,9 @@ def _by_threads(curves: Mapping[int, Curve], size: float, threads: int) -> float
 # The curves of ``DeviceRates`` a profile may lack (measured by later versions of
 # ``tfc calibrate`` within format version 2): without one, its ops cost as before it.
 OPTIONAL_RATES = ("vector", "serial", "short_row", "gemm_f64", "linalg")
-# A row kernel over rows shorter than this (elements reduced per kept index) runs as
-# scalar code: the loop vectorizer's SIMD body covers at most one or two vectors of it.
+# A reduction kernel whose innermost loop (along the last axis: the row it reduces, or
+# the last axis it keeps) is shorter than this runs as scalar code: the loop
+# vectorizer's SIMD body covers at most one or two vectors of it.
 SHORT_ROW = 32
 
 
@@ -245,10 +246,11 @@ class DeviceRates:
     log) takes longer than its bytes say, and is costed by the slower of the two.
     ``serial`` (optional too) is the same for kernels that run one dependent loop per
     result, which the backend does not vectorize (arg-reductions: ~4 ns an element here
-    against ~0.02 for an exp). ``short_row`` (optional) is the same for a row reduction
-    and what is fused with it over rows shorter than ``SHORT_ROW`` elements, which run
-    as scalar code (a softmax over 10 classes: ~5 GFLOP/s here against ~50 on a flat
-    kernel), and it recomputes each row's element-wise values in each phase.
+    against ~0.02 for an exp). ``short_row`` (optional) is the same for a reduction
+    kernel, and what is fused into it, whose innermost loop is shorter than
+    ``SHORT_ROW`` elements: scalar code (a softmax over 10 classes: ~5 GFLOP/s here
+    against ~50 on a flat kernel; a row-order kernel also recomputes each row's
+    element-wise values in each of its phases).
     ``gemm_f64`` (optional) is the GEMM curve of f64 products (half the SIMD lanes of
     f32: ~1.4-2x the seconds per flop); without it f64 products take the f32 curve.
     ``linalg`` (optional) is the seconds of a LAPACK kernel (``matrix_inverse``,

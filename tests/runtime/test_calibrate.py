@@ -90,6 +90,8 @@ def test_calibrate_defaults_to_this_hosts_cores():
 def test_calibrate_needs_a_run_and_local_cpus():
     with pytest.raises(TfcError, match="at least one run"):
         cal.calibrate(["/cpu:0"], repeats=0)
+    with pytest.raises(TfcError, match="at least one pass"):
+        cal.calibrate(["/cpu:0"], passes=0)
     with pytest.raises(TfcError, match="local CPU devices"):
         cal.calibrate(["/job:w/task:1/cpu:0"])
 

@@ -10,9 +10,10 @@ curves give the seconds of one kernel by op class, size and thread count:
   op by the bytes it moves on the stream curve or by its flops at the
   measured vector rate, whichever takes longer (a softmax's exps and logs compute more
   than their bytes take to stream; a ``fusion`` counts the flops of the ops it fuses),
-  arg-reductions (one dependent loop per result) at the measured serial rate, row
-  reductions of the last axis over rows shorter than ``SHORT_ROW`` (and a fusion
-  holding one) at the measured short-row rate (scalar code);
+  arg-reductions (one dependent loop per result) at the measured serial rate,
+  reductions whose innermost loop (along the last axis) is shorter than ``SHORT_ROW``
+  (a softmax over 10 classes, a bias gradient of 10; and a fusion holding one) at the
+  measured short-row rate (scalar code);
   ops that move no data at run time (views, ``var.read``, constants) cost nothing.
 - Placement runs before fusion, but the backend runs an element-wise chain as one
   kernel that reads its inputs and writes its results once (``tfc.passes.fusion``). So a
@@ -322,9 +323,10 @@ class CostModel:
         return flops * tile(m) / m * tile(n) / n if m > 0 and n > 0 else flops
 
     def short_rows(self, op: Op) -> bool:
-        """Whether ``op`` is (or, a ``fusion``, holds) a reduction of the last axis over
-        rows shorter than ``SHORT_ROW``: the backend runs it in row order, each row's
-        phases in a loop too short to vectorize (``tfc.backends.llvm.kernels_loop``)."""
+        """Whether ``op`` is (or, a ``fusion``, holds) a reduction whose innermost loop,
+        along the last axis, is shorter than ``SHORT_ROW``: too short to vectorize
+        (``tfc.backends.llvm.kernels_loop``: a row-order kernel runs each row's phases
+        over it)."""
         if op not in self._short:
             ops = op.regions[0].ops if op.kind == "fusion" and op.regions else [op]
             self._short[op] = any(self._short_reduction(o) for o in ops)

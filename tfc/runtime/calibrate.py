@@ -308,6 +308,7 @@ def _short_row_jobs(bench: _Bench, rows: Sequence[int]) -> Jobs:
     jobs = {}
     for r in rows:
         shape = (r, SHORT_ROW_WIDTH)
+
         def softmax(shape: tuple[int, int] = shape) -> Module:
             return _graph("short_row", [shape], lambda b, a: [b("softmax", a[0], axis=1)])
 
