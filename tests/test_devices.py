@@ -214,3 +214,29 @@ def test_gpus_have_h100_class_defaults_and_a_pcie_link_until_measured(tmp_path):
     assert back.rates("/gpu:1").to_dict() == default_gpu_rates().to_dict()
     assert back.host_copies("/gpu:0", "/job:w/task:1/gpu:0") == [
         LinkRates(2e10, 4e-6), LinkRates(2.5e10, 3e-6)]  # the device's index names it
+
+
+def test_short_row_f64_gemm_and_linalg_rates_round_trip_and_are_optional(tmp_path):
+    """The short-row, f64 GEMM and linalg curves came later within version 2: they round
+    trip, are validated by name, and a file without them loads with none (its ops cost
+    as when it was written)."""
+    rates = DeviceRates.flat(1e11, 1e10, cores=2)
+    rates.short_row = {1: Curve.rate(5e9)}
+    rates.gemm_f64 = {1: Curve.rate(2.5e10), 2: Curve.rate(5e10)}
+    rates.linalg = {1: Curve([128.0, 1024.0], [2.7e-7, 6e-7])}
+    p = DeviceProfile(cpu=rates, source="test", cores=2)
+    back = load_profile(save_profile(p, tmp_path / "rates.json"))
+    assert back == p
+    assert back.cpu.short_row_seconds(5e9, 2) == pytest.approx(1.0)
+    assert back.cpu.gemm_seconds(5e10, 2, f64=True) == pytest.approx(1.0)
+    assert back.cpu.gemm_seconds(5e10, 2) == pytest.approx(0.5)
+    assert back.cpu.linalg_seconds(1024.0, 1) == pytest.approx(6e-7)
+    old = load_profile(_profile_with(tmp_path, lambda d: None))
+    assert old.cpu.short_row is None and old.cpu.gemm_f64 is None and old.cpu.linalg is None
+    assert old.cpu.short_row_seconds(1e9, 1) is None and old.cpu.linalg_seconds(1e9, 1) is None
+    assert old.cpu.gemm_seconds(1e9, 1, f64=True) == old.cpu.gemm_seconds(1e9, 1)
+    for kind in ("short_row", "gemm_f64", "linalg"):
+        bad = _profile_with(tmp_path, lambda d, kind=kind: d["cpu"].update(
+            {kind: {"1": {"sizes": [1e6], "seconds": [-1.0]}}}))
+        with pytest.raises(TfcError, match=f"cpu.{kind}.1"):
+            load_profile(bad)

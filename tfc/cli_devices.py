@@ -90,7 +90,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def profile_summary(profile: DeviceProfile, gpus: Sequence[str] = ()) -> str:
     """What a profile says, in a few lines: the host, the fixed costs, and per thread
-    count the GEMM, stream, vector and serial rates at each measured size; for each of
+    count the GEMM, stream, vector, serial, short-row, f64 GEMM and linalg rates at
+    each measured size; for each of
     ``gpus`` its rates (measured or default) and its host link."""
     from tfc.devices import parse_device
     lines = [f"{profile.describe()}: a step {profile.step_s * 1e6:.1f} us, a feed "
@@ -104,7 +105,10 @@ def profile_summary(profile: DeviceProfile, gpus: Sequence[str] = ()) -> str:
     for label, curves, unit in (("GEMM", profile.cpu.gemm, "GFLOP/s at flops"),
                                 ("stream", profile.cpu.stream, "GB/s at bytes"),
                                 ("vector", profile.cpu.vector or {}, "GFLOP/s at flops"),
-                                ("serial", profile.cpu.serial or {}, "GFLOP/s at flops")):
+                                ("serial", profile.cpu.serial or {}, "GFLOP/s at flops"),
+                                ("short-row", profile.cpu.short_row or {}, "GFLOP/s at flops"),
+                                ("f64 GEMM", profile.cpu.gemm_f64 or {}, "GFLOP/s at flops"),
+                                ("linalg", profile.cpu.linalg or {}, "GFLOP/s at flops")):
         for threads, c in sorted(curves.items()):
             rates = ", ".join(f"{x / t / 1e9:.3g}@{x:.3g}" for x, t in zip(c.sizes, c.seconds))
             lines.append(f"  {label} {threads} thread{'s' if threads > 1 else ''} ({unit}): "

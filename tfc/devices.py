@@ -13,13 +13,13 @@ step, of a ``Program.run`` step and of each of its feeds, fetches, variables and
 variable updates, of an executor stage and of an in-process hand-off; links between
 hosts; and for GPUs (``/gpu:N``, run by the CUDA backend) their GEMM and stream curves
 and the host<->device copy (``links["host->/gpu:0"]``), measured by ``tfc calibrate``
-through cupy when a GPU is there. The compute rates and the per-feed, -fetch and
--variable costs came later within version 2: a file without them still loads, and is
-costed as when it was written. The cost model (``tfc.passes.cost_model``) turns an op
-into seconds with it. Without a calibrated file the defaults are round numbers for a
-current x86 core on a ``DEFAULT_CORES``-core host (no compute rates, no per-feed costs:
-their ``step_s`` holds a typical step's), and for a GPU those of an H100-class card on
-PCIe (``default_gpu_rates``, ``DEFAULT_HOST_LINK``).
+through cupy when a GPU is there. The compute rates (vector, serial, short-row, f64
+GEMM, linalg) and the per-feed, -fetch and -variable costs came later within version 2:
+a file without them still loads, and is costed as when it was written. The cost model
+(``tfc.passes.cost_model``) turns an op into seconds with it. Without a calibrated file
+the defaults are round numbers for a current x86 core on a ``DEFAULT_CORES``-core host
+(no compute rates, no per-feed costs: their ``step_s`` holds a typical step's), and for a
+GPU those of an H100-class card on PCIe (``default_gpu_rates``, ``DEFAULT_HOST_LINK``).
 """
 
 from __future__ import annotations
@@ -224,6 +224,15 @@ def _by_threads(curves: Mapping[int, Curve], size: float, threads: int) -> float
     return math.exp(math.log(a) + f * (math.log(b) - math.log(a))) if a > 0 and b > 0 else a
 
 
+# The curves of ``DeviceRates`` a profile may lack (measured by later versions of
+# ``tfc calibrate`` within format version 2): without one, its ops cost as before it.
+OPTIONAL_RATES = ("vector", "serial", "short_row", "gemm_f64", "linalg")
+# A reduction kernel whose innermost loop (along the last axis: the row it reduces, or
+# the last axis it keeps) is shorter than this runs as scalar code: the loop
+# vectorizer's SIMD body covers at most one or two vectors of it.
+SHORT_ROW = 32
+
+
 @dataclass
 class DeviceRates:
     """What one device's kernels take, by op class, kernel size and thread count: GEMM-like
@@ -237,22 +246,36 @@ class DeviceRates:
     log) takes longer than its bytes say, and is costed by the slower of the two.
     ``serial`` (optional too) is the same for kernels that run one dependent loop per
     result, which the backend does not vectorize (arg-reductions: ~4 ns an element here
-    against ~0.02 for an exp).""" 
+    against ~0.02 for an exp). ``short_row`` (optional) is the same for a reduction
+    kernel, and what is fused into it, whose innermost loop is shorter than
+    ``SHORT_ROW`` elements: scalar code (a softmax over 10 classes: ~5 GFLOP/s here
+    against ~50 on a flat kernel; a row-order kernel also recomputes each row's
+    element-wise values in each of its phases).
+    ``gemm_f64`` (optional) is the GEMM curve of f64 products (half the SIMD lanes of
+    f32: ~1.4-2x the seconds per flop); without it f64 products take the f32 curve.
+    ``linalg`` (optional) is the seconds of a LAPACK kernel (``matrix_inverse``,
+    ``matrix_determinant``) against its registry flops, measured on f64 inverses: a
+    small inverse is its calls' overhead (0.7 us for 8x8 here, whose bytes stream in
+    0.02); without it those ops are costed as other non-GEMM ops."""
 
     gemm: dict[int, Curve]
     stream: dict[int, Curve]
     kernel_s: float = 5e-7
     vector: dict[int, Curve] | None = None
     serial: dict[int, Curve] | None = None
+    short_row: dict[int, Curve] | None = None
+    gemm_f64: dict[int, Curve] | None = None
+    linalg: dict[int, Curve] | None = None
 
     def __post_init__(self) -> None:
         if not self.gemm or not self.stream:
             raise ValueError("device rates need a GEMM and a stream curve")
-        for kind, rate in (("vector", self.vector), ("serial", self.serial)):
+        for kind in OPTIONAL_RATES:
+            rate = getattr(self, kind)
             if rate is not None and not rate:
                 raise ValueError(f"{kind}: a rate needs at least one thread count")
         for kind, curves in (("gemm", self.gemm), ("stream", self.stream),
-                             ("vector", self.vector or {}), ("serial", self.serial or {})):
+                             *((k, getattr(self, k) or {}) for k in OPTIONAL_RATES)):
             if any(t < 1 for t in curves):
                 raise ValueError(f"{kind}: thread counts must be >= 1, got "
                                  f"{sorted(curves)}")
@@ -268,8 +291,10 @@ class DeviceRates:
                            {1: Curve.rate(bytes_per_s / cores), cores: Curve.rate(bytes_per_s)},
                            kernel_s)
 
-    def gemm_seconds(self, flops: float, threads: int) -> float:
-        return max(self.kernel_s, _by_threads(self.gemm, flops, threads))
+    def gemm_seconds(self, flops: float, threads: int, f64: bool = False) -> float:
+        """Seconds of a GEMM of ``flops`` (an f64 one on ``gemm_f64`` when measured)."""
+        curves = self.gemm_f64 if f64 and self.gemm_f64 is not None else self.gemm
+        return max(self.kernel_s, _by_threads(curves, flops, threads))
 
     def stream_seconds(self, nbytes: float, threads: int) -> float:
         return max(self.kernel_s, _by_threads(self.stream, nbytes, threads))
@@ -286,10 +311,23 @@ class DeviceRates:
             return 0.0
         return _by_threads(self.serial, flops, threads)
 
+    def short_row_seconds(self, flops: float, threads: int) -> float | None:
+        """Seconds of ``flops`` of a row kernel over short rows (None when not measured)."""
+        if self.short_row is None:
+            return None
+        return _by_threads(self.short_row, flops, threads) if flops > 0 else 0.0
+
+    def linalg_seconds(self, flops: float, threads: int) -> float | None:
+        """Seconds of a LAPACK kernel of ``flops`` (None when not measured)."""
+        if self.linalg is None:
+            return None
+        return max(self.kernel_s, _by_threads(self.linalg, flops, threads))
+
     def to_dict(self) -> dict[str, Any]:
         out = {"gemm": _curves_to_dict(self.gemm), "stream": _curves_to_dict(self.stream),
                "kernel_s": self.kernel_s}
-        for kind, rate in (("vector", self.vector), ("serial", self.serial)):
+        for kind in OPTIONAL_RATES:
+            rate = getattr(self, kind)
             if rate is not None:
                 out[kind] = _curves_to_dict(rate)
         return out
@@ -298,12 +336,12 @@ class DeviceRates:
     def from_dict(d: Mapping[str, Any], where: str) -> "DeviceRates":
         """The rates in ``d``; a ValueError naming the field (under ``where``) if bad."""
         try:
-            vector, serial = (None if d.get(kind) is None
-                              else _curves_from_dict(d[kind], f"{where}.{kind}")
-                              for kind in ("vector", "serial"))
+            optional = {kind: None if d.get(kind) is None
+                        else _curves_from_dict(d[kind], f"{where}.{kind}")
+                        for kind in OPTIONAL_RATES}
             return DeviceRates(_curves_from_dict(d["gemm"], f"{where}.gemm"),
                                _curves_from_dict(d["stream"], f"{where}.stream"),
-                               float(d["kernel_s"]), vector, serial)
+                               float(d["kernel_s"]), **optional)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise _field_error(where, e) from None
 

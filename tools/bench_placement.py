@@ -13,9 +13,11 @@ and interleaved with it:
 - the one-device program: the model compiled with no devices (``tfc compile`` without
   ``--devices``), the baseline a placement must not lose to;
 - the alternatives within the multi-device compile, by forcing the assignment after
-  the same optimization passes: every op on ``/cpu:0`` (device scopes kept), and round
-  robin over the devices (variables' ops kept on their variable's device, as the placer
-  keeps them). They show whether the model's ranking of the candidates is the measured one.
+  the same optimization passes: every op on ``/cpu:0`` (device scopes kept), the greedy
+  split whether or not it beats one device (the two towers' split, which the placer
+  takes only by ``SPLIT_MARGIN``), and round robin over the devices (variables' ops kept
+  on their variable's device, as the placer keeps them). They show whether the model's
+  ranking of the candidates is the measured one.
 
 Each program is timed ``--repeats`` times (default 5), round-robin over the model's
 programs with the order rotated each round, so that a burst of load on this shared host
@@ -74,7 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_timing import machine_info  # noqa: E402  (a sibling tool module)
 
 from tfc.devices import load_profile  # noqa: E402
-from tfc.passes.placement import assign  # noqa: E402
+from tfc.passes.placement import GREEDY, ROUND_ROBIN, assign  # noqa: E402
 from tfc.units import format_ms as _ms  # noqa: E402
 
 TOLERANCE = 0.25      # |predicted / measured - 1| a prediction may be off by
@@ -84,7 +86,8 @@ BATCH = 64
 TARGET_REPEAT_S = 0.15
 MIN_STEPS, MAX_STEPS = 3, 200
 NOT_MODELS = {"data.py": "a data helper of the examples, not a model"}
-ALL_ON_FIRST, ROUND_ROBIN = "all on /cpu:0", "round robin"
+ALL_ON_FIRST = "all on /cpu:0"
+ALTERNATIVES = (ALL_ON_FIRST, GREEDY, ROUND_ROBIN)  # GREEDY, ROUND_ROBIN: the placer's names
 
 
 # ---- what is measured ---------------------------------------------------------------
@@ -197,7 +200,7 @@ def device_names(n: int) -> tuple[str, ...]:
 def compile_program(path: Path, backend: str, devices: Sequence[str],
                     force: str | None = None) -> Any:
     """The program of ``path`` lowered for ``backend`` on ``devices`` as ``tfc compile``
-    does; with ``force`` (``ALL_ON_FIRST`` or ``ROUND_ROBIN``) the entries' ops get that
+    does; with ``force`` (one of ``ALTERNATIVES``) the entries' ops get that
     assignment instead of the placer's, after the same optimization passes."""
     from tfc.compiler.driver import load_source, make_program
     from tfc.pipeline import DEFAULT_PIPELINE, Target, lower, run_pipeline
@@ -208,7 +211,7 @@ def compile_program(path: Path, backend: str, devices: Sequence[str],
     else:
         run_pipeline(module, DEFAULT_PIPELINE)
         for graph in module.entries.values():
-            assign(graph, list(devices), ROUND_ROBIN if force == ROUND_ROBIN else devices[0],
+            assign(graph, list(devices), devices[0] if force == ALL_ON_FIRST else force,
                    module.variables)
         module = lower(module, target, passes="", place=False)
     return make_program(module, path, backend)
@@ -271,7 +274,7 @@ def bench_model(name: str, path: Path, device_counts: Sequence[int], backend: st
     contenders = [baseline]
     for n in device_counts:
         devices = device_names(n)
-        forced = [None] + ([ALL_ON_FIRST, ROUND_ROBIN] if n > 1 and args.alternatives else [])
+        forced = [None] + (list(ALTERNATIVES) if n > 1 and args.alternatives else [])
         for how in forced:
             try:
                 program = compile_program(path, backend, devices, force=how)
@@ -303,7 +306,7 @@ def bench_model(name: str, path: Path, device_counts: Sequence[int], backend: st
             continue
         row.timing = by_key[(n, "chosen")]
         row.one_device = by_key[(1, "one device")]
-        row.alternatives = {how: by_key[(n, how)] for how in (ALL_ON_FIRST, ROUND_ROBIN)
+        row.alternatives = {how: by_key[(n, how)] for how in ALTERNATIVES
                             if (n, how) in by_key}
     return list(rows.values())
 

@@ -354,3 +354,95 @@ def test_a_scan_body_costs_the_fused_kernels_it_lowers_to():
     (fused_scan,) = [op for op in fused_module.entries["f"].ops if op.kind == "scan"]
     assert any(op.kind == "fusion" for op in fused_scan.regions[0].ops)
     assert placed == pytest.approx(CostModel(profile).op_seconds(fused_scan, 2), rel=1e-6)
+
+
+def _square(kind, n=8, dtype=DType.f64):
+    g = Graph("l")
+    x = g.add_arg(TensorType(dtype, (n, n)), "x")
+    g.set_results([Builder(g)(kind, x)])
+    return g.ops[0]
+
+
+def test_a_matrix_inverse_costs_its_flops_on_the_linalg_curve():
+    """A small inverse is LAPACK calls (8x8: 0.7 us here) whose bytes stream in 0.02 us:
+    with a measured linalg curve it costs its registry flops (2 n^3) there; without one
+    (an older profile) by its bytes, as before. A determinant takes the same curve."""
+    profile = two_core_host()
+    profile.cpu.linalg = {1: Curve.rate(2e9)}
+    model = CostModel(profile)
+    assert model.op_seconds(_square("matrix_inverse", 32), 1) == pytest.approx(
+        2 * 32 ** 3 / 2e9)
+    assert model.op_seconds(_square("matrix_determinant", 32), 1) == pytest.approx(
+        2 / 3 * 32 ** 3 / 2e9)
+    plain = CostModel(two_core_host())
+    assert plain.op_seconds(_square("matrix_inverse", 32), 1) == pytest.approx(
+        2 * 32 * 32 * 8 / 1e10 * 2)  # bytes in and out at 1 of 2 threads' stream rate
+
+
+def test_an_f64_matmul_costs_its_flops_on_the_f64_gemm_curve():
+    """f64 products run on half the SIMD lanes: with a measured f64 GEMM curve they take
+    it, an f32 product keeps the f32 curve; without one both take the f32 curve."""
+    def product(dtype):
+        g = Graph("m")
+        x = g.add_arg(TensorType(dtype, (64, 64)), "x")
+        g.set_results([Builder(g)("matmul", x, x)])
+        return g.ops[0]
+
+    profile = two_core_host()
+    profile.cpu.gemm_f64 = {1: Curve.rate(2.5e10), 2: Curve.rate(5e10)}
+    model = CostModel(profile)
+    flops = 2 * 64 ** 3
+    assert model.op_seconds(product(DType.f64), 2) == pytest.approx(flops / 5e10)
+    assert model.op_seconds(product(DType.f32), 2) == pytest.approx(flops / 1e11)
+    plain = CostModel(two_core_host())
+    assert plain.op_seconds(product(DType.f64), 2) == pytest.approx(flops / 1e11)
+
+
+def test_a_matmul_with_a_narrow_output_costs_whole_tiles():
+    """A GEMM computes its output in register tiles: 64x64 @ 64x10 (10 classes) takes
+    the time of 64x64 @ 64x16 (measured 1.5x its flops on the square curve), a
+    matrix-vector product that of 8 columns; dims of whole tiles cost their flops."""
+    model = CostModel(two_core_host(), symbol_size=64)
+    narrow = matmul_graph(m=64, k=64, n=10).ops[0]
+    assert model.op_seconds(narrow, 2) == pytest.approx(2 * 64 * 64 * 16 / 1e11)
+    vector = matmul_graph(m=256, k=512, n=1).ops[0]
+    assert model.op_seconds(vector, 2) == pytest.approx(2 * 256 * 512 * 8 / 1e11)
+    batch = matmul_graph(batch="B", k=64, n=10).ops[0]  # the symbol counts as 64 rows
+    assert model.op_seconds(batch, 2) == pytest.approx(2 * 64 * 64 * 16 / 1e11)
+
+
+def _reduction(kind, shape, **attrs):
+    g = Graph("r")
+    x = g.add_arg(TensorType(DType.f32, shape), "x")
+    g.set_results([Builder(g)(kind, x, **attrs)])
+    return g
+
+
+def test_a_reduction_over_short_rows_costs_its_flops_at_the_short_row_rate():
+    """A softmax over 10 classes runs each row's phases in loops too short to vectorize
+    (~5 GFLOP/s here against ~50 on a flat kernel; 0.2 and 2 in this test): its flops
+    at the measured short-row rate, unfused as the placer sees it and as the fused
+    kernel; a softmax over 64-wide rows keeps the vector rate. A sum over the batch of
+    10-wide rows (a bias gradient) has a short inner loop too; over 256-wide rows it
+    does not. Without a measured short-row rate (an older profile), the vector rate as
+    before."""
+    profile = _with_vector(two_core_host(), 2e9)
+    profile.cpu.short_row = {1: Curve.rate(2e8)}
+    model = CostModel(profile)
+    short = _reduction("softmax", (64, 10), axis=1)
+    flops = model.cost(short.ops[0]).flops
+    assert model.short_rows(short.ops[0])
+    assert model.op_seconds(short.ops[0], 1) == pytest.approx(flops / 2e8)
+    m = Module()
+    m.add_graph(_reduction("softmax", (64, 10), axis=1))
+    (fusion,) = run_passes(m, "fusion").graphs["r"].ops
+    assert model.short_rows(fusion)
+    assert model.op_seconds(fusion, 1) == pytest.approx(model.cost(fusion).flops / 2e8)
+    wide = _reduction("softmax", (64, 64), axis=1)
+    assert not model.short_rows(wide.ops[0])
+    assert model.op_seconds(wide.ops[0], 1) == pytest.approx(
+        model.cost(wide.ops[0]).flops / 2e9)
+    assert model.short_rows(_reduction("sum", (64, 10), axes=(0,)).ops[0])
+    assert not model.short_rows(_reduction("sum", (64, 256), axes=(0,)).ops[0])
+    plain = CostModel(_with_vector(two_core_host(), 2e9))
+    assert plain.op_seconds(short.ops[0], 1) == pytest.approx(flops / 2e9)

@@ -2,12 +2,13 @@
 
 import pytest
 
-from tfc.devices import DeviceProfile, cpu_count, load_profile, save_profile
+from tfc.devices import Curve, DeviceProfile, cpu_count, load_profile, save_profile
 from tfc.errors import TfcError
 from tfc.runtime import calibrate as cal
 
 TINY = {"gemm_sizes": (8, 16), "gemm_skinny": (4, 16), "stream_sizes": (256, 4096),
-        "vector_elements": 1024}
+        "vector_elements": 1024, "gemm_f64_sizes": (4, 8), "linalg_sizes": (4, 8),
+        "short_rows": (16,), "passes": 2}
 
 
 def test_spread_is_min_median_max_of_the_runs():
@@ -26,8 +27,19 @@ def test_calibrate_measures_curves_at_one_thread_and_all_cores(backend, tmp_path
     for curves in (p.cpu.gemm, p.cpu.stream):
         for c in curves.values():
             assert all(t > 0 for t in c.seconds) and c.sizes == sorted(c.sizes)
-    # GEMM sizes are flops (two squares and the skinny product), stream sizes bytes
-    assert p.cpu.gemm[1].sizes == [2.0 * 8 ** 3, 2.0 * 4 * 16 * 16, 2.0 * 16 ** 3]
+    # GEMM sizes are flops in whole 8x8 output tiles (two squares and the skinny product:
+    # its 4 rows take a tile of 8), stream sizes bytes
+    assert p.cpu.gemm[1].sizes == [2.0 * 8 ** 3, 2.0 * 8 * 16 * 16, 2.0 * 16 ** 3]
+    # f64 products (a 4x4 one in whole tiles), f64 inverses by their registry flops
+    # (2 n^3), a softmax over short rows by its fused kernel's flops
+    assert p.cpu.gemm_f64 is not None and p.cpu.linalg is not None
+    assert p.cpu.short_row is not None
+    assert p.cpu.gemm_f64[1].sizes == [2.0 * 8 * 4 * 8, 2.0 * 8 ** 3]
+    assert p.cpu.linalg[1].sizes == [2.0 * 4 ** 3, 2.0 * 8 ** 3]
+    (flops,) = p.cpu.short_row[1].sizes
+    assert 10 * 16 * cal.SHORT_ROW_WIDTH < flops < 30 * 16 * cal.SHORT_ROW_WIDTH
+    for kind in ("gemm_f64", "linalg", "short_row"):
+        assert set(getattr(p.cpu, kind)) == {1, 2}
     assert p.cpu.stream[1].sizes == [12.0 * 256, 12.0 * 4096]
     assert p.step_s > 0 and p.cpu.kernel_s > 0 and p.stage_s > 0 and p.handoff_s > 0
     assert p.executor_step_s > 0 and p.transfer_s > 0
@@ -42,6 +54,10 @@ def test_calibrate_measures_curves_at_one_thread_and_all_cores(backend, tmp_path
     assert p.cpu.serial[1].sizes == [float(rows * width)]  # a comparison per element
     assert "step 16 feeds" in result.spread_summary()
     assert "gemm 16x16@16x16" in result.spread_summary()
+    assert "gemm f64 8x8@8x8" in result.spread_summary()
+    assert "linalg inverse f64 8x8" in result.spread_summary()
+    assert "short rows softmax 16x10" in result.spread_summary()
+    assert "#2" in result.spread_summary()  # the second pass
     assert "executor 16 stages" in result.spread_summary()
     back = load_profile(save_profile(p, tmp_path / "p.json"))
     assert back == p
@@ -74,6 +90,8 @@ def test_calibrate_defaults_to_this_hosts_cores():
 def test_calibrate_needs_a_run_and_local_cpus():
     with pytest.raises(TfcError, match="at least one run"):
         cal.calibrate(["/cpu:0"], repeats=0)
+    with pytest.raises(TfcError, match="at least one pass"):
+        cal.calibrate(["/cpu:0"], passes=0)
     with pytest.raises(TfcError, match="local CPU devices"):
         cal.calibrate(["/job:w/task:1/cpu:0"])
 
@@ -85,3 +103,43 @@ def test_handoff_is_a_ping_pong_between_two_threads():
 def test_a_default_profile_says_it_is_one():
     assert not DeviceProfile().calibrated
     assert "run `tfc calibrate`" in DeviceProfile().describe()
+
+
+def test_a_curve_of_several_passes_is_their_median_point_by_point():
+    """A pass that a neighbour's burst slowed moves no point of the curve."""
+    passes = [Curve([1.0, 2.0], [1.0, 4.0]), Curve([1.0, 2.0], [9.0, 2.0]),
+              Curve([1.0, 2.0], [2.0, 3.0])]
+    assert cal.median_curve(passes) == Curve([1.0, 2.0], [2.0, 3.0])
+    with pytest.raises(ValueError, match="same sizes"):
+        cal.median_curve([Curve([1.0], [1.0]), Curve([2.0], [1.0])])
+
+
+def test_threads_must_speed_up_a_big_gemm():
+    one = Curve([1e3, 1e8], [1e-6, 1e-2])
+    assert cal.threads_helped(one, Curve([1e3, 1e8], [1e-6, 0.55e-2]))
+    assert not cal.threads_helped(one, Curve([1e3, 1e8], [1e-6, 1e-2]))  # one thread's rate
+    assert not cal.threads_helped(one, Curve([1e3, 1e8], [1e-6, 2e-2]))  # slower
+
+
+def test_a_threaded_pass_no_faster_than_one_thread_is_measured_again(monkeypatch):
+    """The passes at 2 threads read a big GEMM at one thread's rate (a neighbour held the
+    other core) until the third: calibrate measures again (within MAX_EXTRA_PASSES) and
+    the 2-thread GEMM curve is that of the pass where the threads helped, not the median
+    of passes that all said "no faster than one thread"."""
+    measured = {1: 0, 2: 0}
+    real = cal._ThreadJobs.measure
+
+    def fake(self, base, fixed, tag):
+        curves = real(self, base, fixed, tag)
+        measured[self.threads] += 1
+        sizes = self.passes["gemm"][-1].sizes
+        per_flop = 0.5e-9 if self.threads == 2 and measured[2] >= 3 else 1e-9
+        self.passes["gemm"][-1] = Curve(list(sizes), [per_flop * x for x in sizes])
+        return curves
+
+    monkeypatch.setattr(cal._ThreadJobs, "measure", fake)
+    p = cal.calibrate(["/cpu:0", "/cpu:1"], backend="reference", repeats=1, cores=2,
+                      **{**TINY, "passes": 2}).profile
+    assert measured == {1: 2, 2: 3}  # one pass more at 2 threads
+    big = p.cpu.gemm[1].sizes[-1]
+    assert p.cpu.gemm[2].at(big) == pytest.approx(0.5 * p.cpu.gemm[1].at(big))

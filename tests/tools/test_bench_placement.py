@@ -49,7 +49,7 @@ def test_quick_run_writes_a_row_per_device_count(quick_run):
         assert isinstance(r["prediction_ok"], bool) and isinstance(r["not_slower_ok"], bool)
         assert r["passed"] == (r["prediction_ok"] and r["not_slower_ok"])
     assert rows[0]["alternatives"] == {}
-    assert set(rows[1]["alternatives"]) == {"all on /cpu:0", "round robin"}
+    assert set(rows[1]["alternatives"]) == {"all on /cpu:0", "greedy", "round robin"}
     assert all(t["median_s"] > 0 for t in rows[1]["alternatives"].values())
 
 

@@ -4,10 +4,16 @@ It reads the calibrated ``DeviceProfile`` (``tfc calibrate``; ``tfc.devices``), 
 curves give the seconds of one kernel by op class, size and thread count:
 
 - GEMM-like ops (``matmul``, ``conv2d`` and its gradients) by their flops on the GEMM
-  curve; every other op by the bytes it moves on the stream curve or by its flops at the
+  curve (f64 ones on the f64 GEMM curve when measured; a matmul's output in whole
+  ``GEMM_TILE`` tiles); LAPACK ops (``matrix_inverse``,
+  ``matrix_determinant``) by their flops on the linalg curve when measured; every other
+  op by the bytes it moves on the stream curve or by its flops at the
   measured vector rate, whichever takes longer (a softmax's exps and logs compute more
   than their bytes take to stream; a ``fusion`` counts the flops of the ops it fuses),
-  arg-reductions (one dependent loop per result) at the measured serial rate;
+  arg-reductions (one dependent loop per result) at the measured serial rate,
+  reductions whose innermost loop (along the last axis) is shorter than ``SHORT_ROW``
+  (a softmax over 10 classes, a bias gradient of 10; and a fusion holding one) at the
+  measured short-row rate (scalar code);
   ops that move no data at run time (views, ``var.read``, constants) cost nothing.
 - Placement runs before fusion, but the backend runs an element-wise chain as one
   kernel that reads its inputs and writes its results once (``tfc.passes.fusion``). So a
@@ -48,11 +54,12 @@ from typing import Any, Collection, Iterable, Mapping
 
 import numpy as np
 
-from tfc.devices import DeviceProfile, DeviceRates, parse_device, threads_per_device
+from tfc.devices import (SHORT_ROW, DeviceProfile, DeviceRates, parse_device,
+                         threads_per_device)
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Op, Value
 from tfc.ir.registry import VIEW, WRITES_VARIABLE, Cost, lookup
-from tfc.ir.types import SYMBOL_SIZE, TensorType
+from tfc.ir.types import SYMBOL_SIZE, DType, TensorType
 from tfc.ops.control import scan_length
 
 # Ops run as GEMM-like kernels (blocked, compute-bound): costed by flops.
@@ -60,6 +67,13 @@ GEMM_KINDS = frozenset({"matmul", "conv2d", "conv2d_backprop_input",
                         "conv2d_backprop_filter"})
 # Ops run as one dependent loop per result (not vectorized): costed by flops at the serial rate.
 SERIAL_KINDS = frozenset({"argmax", "argmin"})
+# A GEMM kernel computes its output in register tiles of about this many rows and
+# columns: a product with a narrow output (N = 10 classes, a matrix-vector product) takes
+# the time of whole tiles (f32 64x64 @ 64x10: 1.5x its flops on the square curve; f64
+# 64x8 @ 8x1: 3.4x), so GEMMs are costed, and measured, in tiled flops.
+GEMM_TILE = 8
+# Ops run as LAPACK calls: costed by flops on the linalg curve (when measured).
+LINALG_KINDS = frozenset({"matrix_inverse", "matrix_determinant"})
 # Ops that move no data at run time: a pointer, a scalar, a shape.
 FREE_KINDS = frozenset({"constant", "var.read", "shape", "rank", "size", "identity",
                         "stop_gradient", "no_op"})
@@ -134,6 +148,7 @@ class CostModel:
         self._costs: dict[Op, Cost | None] = {}
         self._fusible: dict[Op, bool] = {}
         self._splats: dict[Op, bool] = {}
+        self._short: dict[Op, bool] = {}
         self._signatures: dict[Op, str] = {}
         self._graphs: dict[int, _GraphInfo] = {}
         # id(region) -> (region, the region fused): the region is kept so its id stays its
@@ -275,10 +290,68 @@ class CostModel:
         if cost is None:
             return rates.kernel_s
         if self.is_gemm(op):
-            return rates.gemm_seconds(cost.flops, threads)
-        compute = (rates.serial_seconds if op.kind in SERIAL_KINDS
-                   else rates.vector_seconds)(cost.flops, threads)
-        return max(rates.stream_seconds(cost.bytes, threads), compute)
+            return rates.gemm_seconds(self.gemm_flops(op, cost.flops), threads,
+                                      f64=_is_f64(op))
+        if op.kind in LINALG_KINDS:
+            linalg = rates.linalg_seconds(cost.flops, threads)
+            if linalg is not None:
+                return linalg
+        return max(rates.stream_seconds(cost.bytes, threads),
+                   self._compute_seconds(op, cost.flops, threads, rates))
+
+    def _compute_seconds(self, op: Op, flops: float, threads: int, rates: DeviceRates
+                         ) -> float:
+        """Seconds of the non-GEMM compute ``flops`` of ``op``: at the serial rate for an
+        arg-reduction, at the short-row rate for a row kernel over short rows (when
+        measured), else at the vector rate."""
+        if op.kind in SERIAL_KINDS:
+            return rates.serial_seconds(flops, threads)
+        if self.short_rows(op):
+            short = rates.short_row_seconds(flops, threads)
+            if short is not None:
+                return short
+        return rates.vector_seconds(flops, threads)
+
+    def gemm_flops(self, op: Op, flops: float) -> float:
+        """The flops of GEMM-like ``op`` as the GEMM curve counts them: a ``matmul``'s
+        output dims rounded up to whole ``GEMM_TILE`` tiles (``tiled_gemm_flops``), the
+        registry's ``flops`` for the others."""
+        if op.kind != "matmul" or op.result.type.rank < 2:
+            return flops
+        m, n = (d if isinstance(d, int) else self.symbol_size
+                for d in op.result.type.shape[-2:])
+        return flops * tile(m) / m * tile(n) / n if m > 0 and n > 0 else flops
+
+    def short_rows(self, op: Op) -> bool:
+        """Whether ``op`` is (or, a ``fusion``, holds) a reduction whose innermost loop,
+        along the last axis, is shorter than ``SHORT_ROW``: too short to vectorize
+        (``tfc.backends.llvm.kernels_loop``: a row-order kernel runs each row's phases
+        over it)."""
+        if op not in self._short:
+            ops = op.regions[0].ops if op.kind == "fusion" and op.regions else [op]
+            self._short[op] = any(self._short_reduction(o) for o in ops)
+        return self._short[op]
+
+    def _short_reduction(self, op: Op) -> bool:
+        """Whether ``op`` is a reduction whose kernel's innermost loop, along the last
+        axis, is short: the reduced extent when it reduces the last axis (row order),
+        else the kept last axis (accumulate and column orders: a bias gradient's sum
+        over the batch of 10-wide rows ran at the short-row rate too, 0.36 us for 640
+        elements against 0.05 at the vector rate)."""
+        from tfc.passes.fusion import classify
+        try:
+            info = classify(op)
+        except (TfcError, NotImplementedError):
+            return False
+        if info is None or info.role != "reduce" or not info.axes or not info.dom:
+            return False
+        last = len(info.dom) - 1
+        axes = info.axes if last in info.axes else (last,)
+        row = 1
+        for a in axes:
+            d = info.dom[a]
+            row *= d if isinstance(d, int) else self.symbol_size
+        return row < SHORT_ROW
 
     def _control_seconds(self, op: Op, threads: int, device: str | None) -> float:
         """A control-flow op runs the ops of its regions: a ``scan`` its body once per
@@ -417,7 +490,8 @@ class CostModel:
                 nbytes += r.type.nbytes(self.symbol_size)
         rates = self._rates(device)
         cost = self.cost(op)
-        compute = rates.vector_seconds(cost.flops, threads) if cost is not None else 0.0
+        compute = (self._compute_seconds(op, cost.flops, threads, rates) if cost is not None
+                   else 0.0)
         if root is not None:  # part of a running kernel: its bytes, no kernel start
             moved = max(0.0, rates.stream_seconds(nbytes, threads) - rates.kernel_s) \
                 if nbytes > 0 else 0.0
@@ -461,6 +535,22 @@ class CostModel:
             return self.handoff_s + copies
         link = self.profile.link(src, dst)
         return link.latency_s + nbytes / link.bytes_per_s + copies
+
+
+def tile(d: int) -> int:
+    """``d`` rounded up to whole ``GEMM_TILE`` tiles."""
+    return -(-d // GEMM_TILE) * GEMM_TILE
+
+
+def tiled_gemm_flops(m: int, k: int, n: int) -> float:
+    """The flops of an ``m x k @ k x n`` product as the GEMM curve counts them: its
+    output in whole tiles (``GEMM_TILE``)."""
+    return 2.0 * tile(m) * k * tile(n)
+
+
+def _is_f64(op: Op) -> bool:
+    """Whether ``op`` computes in f64 (its first input's dtype)."""
+    return bool(op.inputs) and op.inputs[0].type.dtype == DType.f64
 
 
 def variables_of(ops: Iterable[Op]) -> tuple[set[str], set[str]]:

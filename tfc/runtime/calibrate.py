@@ -4,9 +4,15 @@ Logical CPUs share one host, so the host is measured, at 1 thread and at all its
 (what one device gets when it runs alone; what each of several gets is its share,
 ``tfc.devices.threads_per_device``), on the backend that will run the programs:
 
-- GEMM: seconds of one matmul kernel against its flops, square products n = 32 ... 512
-  and a batch-like 64x256 @ 256x256, each a chain of matmuls in one program (so the
-  step's fixed cost is spread over several kernels and then taken off);
+- GEMM: seconds of one matmul kernel against its flops (in whole output tiles,
+  ``tfc.passes.cost_model.tiled_gemm_flops``), square products n = 4 ... 512 and a
+  batch-like 64x256 @ 256x256, each a chain of matmuls in one program (so the step's
+  fixed cost is spread over several kernels and then taken off); the same for f64
+  square products n = 4 ... 256 (``gemm_f64``: ~1.4-2x the f32 seconds per flop);
+- linalg: seconds of one f64 ``matrix_inverse`` (LAPACK) against its registry flops,
+  n = 4 ... 64, as a chain of inverses;
+- short rows: seconds of a softmax over ``SHORT_ROW_WIDTH`` classes (a row-order fused
+  kernel whose rows are too short to vectorize) against its fused flops;
 - streaming: seconds of one element-wise kernel against the bytes it moves, from
   L1-resident to DRAM sizes, as independent adds in one program (fusion keeps them
   separate kernels: none feeds another);
@@ -30,6 +36,12 @@ Logical CPUs share one host, so the host is measured, at 1 thread and at all its
 - the in-process hand-off (a send in one thread until the recv returns in another) and
   the work of a send and its recv on the threads that call them.
 
+The kernels are measured in ``PASSES`` whole passes over every thread count (each
+program compiled once), each point of a curve the median of the passes' (calibrations a
+minute apart had differed by up to 1.5x); a thread count whose passes read a big GEMM
+no faster than one thread (a neighbour held a core: ``threads_helped``) is measured
+again, at most ``MAX_EXTRA_PASSES`` times, and its passes where the threads helped count.
+The hand-off, transfer and executor costs are each the median of as many measurements.
 Every figure is the 10th percentile of ``repeats`` timed runs after a warm-up
 (``Spread.typical``: runs a busy neighbour delayed do not count), and the spread of the
 runs (min / median / max) is reported per measurement. The fixed costs, a few
@@ -37,8 +49,8 @@ microseconds each and the ones a neighbour's burst moves most, are each the medi
 ``FIXED_ROUNDS`` such measurements (each of 10 runs a round). More threads are never taken to
 be slower than one (the backend could run the kernel on one): a curve at several
 threads is capped by the one-thread curve. The whole calibration takes
-a few seconds (each program is compiled once per thread count; the compile cache keeps
-them). Links between hosts are not measured here (a cluster's task does that).
+5-6 seconds on a quiet 2-core host (each program is compiled once per thread count; the
+compile cache keeps them). Links between hosts are not measured here (a cluster's task does that).
 """
 
 from __future__ import annotations
@@ -58,11 +70,22 @@ from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module, Value, VariableDecl
 from tfc.ir.registry import lookup
 from tfc.ir.types import DType, TensorType
+from tfc.passes.cost_model import CostModel, tiled_gemm_flops
+from tfc.passes.fusion import fuse_graph
 from tfc.runtime.executor import blas_limited, with_threads
 from tfc.runtime.program import Program
 from tfc.runtime.rendezvous import Rendezvous
 
-GEMM_SIZES = (8, 16, 32, 64, 128, 256, 512)
+GEMM_SIZES = (4, 8, 16, 32, 64, 128, 256, 512)
+GEMM_F64_SIZES = (4, 8, 16, 32, 64, 128, 256)  # f64 products (ridge's are 8 wide)
+LINALG_SIZES = (4, 8, 16, 32, 64)  # n of the n x n f64 inverses of the linalg curve
+SHORT_ROWS = (64, 1024)  # rows of the short-row kernel: a softmax over SHORT_ROW_WIDTH
+SHORT_ROW_WIDTH = 10  # classes (digits), well under tfc.devices.SHORT_ROW
+PASSES = 3  # whole measurements of the kernels, of which each point is the median
+# A thread count's pass whose GEMM at the largest size is not this much faster than one
+# thread's was measured with a core taken by a neighbour: it is measured again.
+THREADED_GEMM_BOUND = 0.9
+MAX_EXTRA_PASSES = 3
 GEMM_SKINNY = (64, 256)  # a batch of 64 rows through a 256-wide dense layer
 STREAM_SIZES = (4096, 65536, 1 << 20, 4 << 20)  # f32 elements per operand
 # Work per timed run: enough kernels that the step's fixed cost is a small part of it.
@@ -141,20 +164,22 @@ def _timings(f: Callable[[], object], repeats: int) -> Spread:
 
 
 def _graph(name: str, shapes: Sequence[Sequence[int]],
-           body: Callable[[Builder, list[Value]], list[Value]]) -> Module:
-    """A module whose one entry ``name`` feeds f32 args of ``shapes`` and fetches
+           body: Callable[[Builder, list[Value]], list[Value]],
+           dtype: DType = DType.f32) -> Module:
+    """A module whose one entry ``name`` feeds ``dtype`` args of ``shapes`` and fetches
     ``body(args)`` (built with the IR builder: the runtime sits below the Python API)."""
     graph = Graph(name)
-    args = [graph.add_arg(TensorType(DType.f32, tuple(s)), f"x{i}") for i, s in enumerate(shapes)]
+    args = [graph.add_arg(TensorType(dtype, tuple(s)), f"x{i}") for i, s in enumerate(shapes)]
     graph.set_results(body(Builder(graph), args))
     module = Module()
     module.add_graph(graph)
     return module
 
 
-def _feeds(shapes: Sequence[Sequence[int]], scale: float = 1.0) -> dict[str, np.ndarray]:
+def _feeds(shapes: Sequence[Sequence[int]], scale: float = 1.0,
+           dtype: DType = DType.f32) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
-    return {f"x{i}": (rng.standard_normal(tuple(s)) * scale).astype(np.float32)
+    return {f"x{i}": (rng.standard_normal(tuple(s)) * scale).astype(dtype.np)
             for i, s in enumerate(shapes)}
 
 
@@ -229,14 +254,15 @@ class FixedCosts:
 Jobs = dict[str, tuple[float, int, int, int]]
 
 
-def _gemm_jobs(bench: _Bench, sizes: Sequence[int], skinny: tuple[int, int] | None) -> Jobs:
-    """Registers a chain of matmuls per shape; label -> (flops of one, kernels, feeds,
-    fetches)."""
+def _gemm_jobs(bench: _Bench, sizes: Sequence[int], skinny: tuple[int, int] | None,
+               dtype: DType = DType.f32) -> Jobs:
+    """Registers a chain of ``dtype`` matmuls per shape; label -> (flops of one as the
+    cost model counts them, ``tiled_gemm_flops``; kernels, feeds, fetches)."""
     jobs = {}
     shapes = [(n, n, n) for n in sizes] + ([(skinny[0], skinny[1], skinny[1])] if skinny
                                           else [])
     for m, k, n in shapes:
-        flops = 2.0 * m * k * n
+        flops = tiled_gemm_flops(m, k, n)
         count = max(1, min(MAX_KERNELS, math.ceil(GEMM_RUN_FLOPS / flops)))
 
         def chain(b: Builder, args: list[Value], count: int = count) -> list[Value]:
@@ -245,9 +271,50 @@ def _gemm_jobs(bench: _Bench, sizes: Sequence[int], skinny: tuple[int, int] | No
                 x = b("matmul", x, w)
             return [x]
 
-        label = bench.add(f"gemm {m}x{k}@{k}x{n} x{count}", _graph("gemm", [(m, k), (k, n)], chain),
-                          _feeds([(m, k), (k, n)], 1.0 / math.sqrt(k)))
+        kind = "gemm" if dtype == DType.f32 else f"gemm {dtype.name}"
+        label = bench.add(f"{kind} {m}x{k}@{k}x{n} x{count}",
+                          _graph("gemm", [(m, k), (k, n)], chain, dtype),
+                          _feeds([(m, k), (k, n)], 1.0 / math.sqrt(k), dtype))
         jobs[label] = (flops, count, 2, 1)
+    return jobs
+
+
+def _linalg_jobs(bench: _Bench, sizes: Sequence[int]) -> Jobs:
+    """Registers a chain of f64 ``matrix_inverse`` per n (inverting the inverse again:
+    a well-conditioned matrix, near the identity, stays one); label -> (registry flops
+    of one, kernels, feeds, fetches)."""
+    jobs = {}
+    for n in sizes:
+        count = max(1, min(MAX_KERNELS, math.ceil(GEMM_RUN_FLOPS / 20 / (2.0 * n ** 3))))
+
+        def chain(b: Builder, args: list[Value], count: int = count) -> list[Value]:
+            x = args[0]
+            for _ in range(count):
+                x = b("matrix_inverse", x)
+            return [x]
+
+        module = _graph("linalg", [(n, n)], chain, DType.f64)
+        feeds = _feeds([(n, n)], 0.1 / math.sqrt(n), DType.f64)
+        feeds["x0"] += np.eye(n)
+        label = bench.add(f"linalg inverse f64 {n}x{n} x{count}", module, feeds)
+        jobs[label] = (_flops(module) / count, count, 1, 1)
+    return jobs
+
+
+def _short_row_jobs(bench: _Bench, rows: Sequence[int]) -> Jobs:
+    """Registers a softmax over ``SHORT_ROW_WIDTH`` classes per row count: one row-order
+    fusion over short rows; label -> (the fused kernel's flops as the cost model counts
+    them, 1 kernel, 1 feed, 1 fetch)."""
+    jobs = {}
+    for r in rows:
+        shape = (r, SHORT_ROW_WIDTH)
+
+        def softmax(shape: tuple[int, int] = shape) -> Module:
+            return _graph("short_row", [shape], lambda b, a: [b("softmax", a[0], axis=1)])
+
+        label = bench.add(f"short rows softmax {r}x{SHORT_ROW_WIDTH}", softmax(),
+                          _feeds([shape]))
+        jobs[label] = (_fused_flops(softmax()), 1, 1, 1)
     return jobs
 
 
@@ -284,6 +351,14 @@ def _serial_job(bench: _Bench, shape: tuple[int, int]) -> Jobs:
     module = _graph("serial", [shape], lambda b, a: [b("argmax", a[0], axis=1)])
     label = bench.add(f"serial argmax {shape[0]}x{shape[1]}", module, _feeds([shape]))
     return {label: (_flops(module), 1, 1, 1)}
+
+
+def _fused_flops(module: Module) -> float:
+    """The flops of ``module``'s one graph as the cost model counts them once fused (a
+    ``fusion`` counts those of its region's ops); fuses ``module`` in place."""
+    (graph,) = module.graphs.values()
+    fuse_graph(graph)
+    return CostModel(DeviceProfile()).flops(graph.ops)
 
 
 def _flops(module: Module) -> float:
@@ -504,58 +579,148 @@ def measure_handoff(rounds: int = 200) -> float:
     return Spread(times).typical
 
 
+def median_curve(curves: Sequence[Curve]) -> Curve:
+    """Point by point, the median of ``curves`` measured at the same sizes (the passes of
+    one measurement): a pass a neighbour's burst slowed moves no point."""
+    sizes = curves[0].sizes
+    if any(c.sizes != sizes for c in curves):
+        raise ValueError("the passes of a curve must be measured at the same sizes")
+    return Curve(list(sizes), [float(np.median([c.seconds[i] for c in curves]))
+                               for i in range(len(sizes))])
+
+
+def threads_helped(one_thread: Curve, threaded: Curve) -> bool:
+    """Whether ``threaded`` (a GEMM curve at several threads) is faster than
+    ``one_thread`` at the largest size both measured, by ``THREADED_GEMM_BOUND``: a big
+    GEMM splits over the threads; a pass that read it at one thread's rate (or slower)
+    was measured while a neighbour held a core."""
+    size = min(one_thread.sizes[-1], threaded.sizes[-1])
+    return threaded.at(size) < one_thread.at(size) * THREADED_GEMM_BOUND
+
+
+@dataclass
+class _ThreadJobs:
+    """The kernel programs of one thread count, compiled once and measured in each pass,
+    with the curves each pass gave (kind -> one curve per pass)."""
+
+    threads: int
+    bench: _Bench
+    jobs: dict[str, Jobs]
+    passes: dict[str, list[Curve]] = field(default_factory=dict)
+
+    def measure(self, base: Backend, fixed: FixedCosts, tag: str) -> dict[str, Curve]:
+        """One pass: every program's typical run, as each kind's curve."""
+        self.bench.tag = tag
+        with blas_limited(base, self.threads):
+            times = self.bench.measure(keep=True)
+        curves = {kind: _points(jobs, times, fixed) for kind, jobs in self.jobs.items()}
+        for kind, curve in curves.items():
+            self.passes.setdefault(kind, []).append(curve)
+        return curves
+
+
+def _executor_costs(backend: Backend, repeats: int, spreads: dict[str, Spread],
+                    fixed: FixedCosts, passes: int) -> tuple[float, float, float, float]:
+    """The hand-off, a send and recv's work, the executor's step and stage costs, each
+    the median of ``passes`` measurements (two calibrations a minute apart had read the
+    executor's step at 1 and 23 us, its stage at 15 and 3)."""
+    runs = []
+    for p in range(passes):
+        handoff_s, transfer_s = measure_handoff(), measure_transfer()
+        tagged: dict[str, Spread] = {}
+        step_s, stage_s = measure_executor(backend, repeats, tagged, fixed, handoff_s,
+                                           transfer_s)
+        spreads.update({f"{name} #{p + 1}": spread for name, spread in tagged.items()})
+        runs.append((handoff_s, transfer_s, step_s, stage_s))
+    handoff, transfer, step, stage = (float(np.median(column)) for column in zip(*runs))
+    return handoff, transfer, step, stage
+
+
 def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
               repeats: int = 9, progress: Callable[[str], None] | None = None, *,
               gemm_sizes: Sequence[int] = GEMM_SIZES,
               gemm_skinny: tuple[int, int] | None = GEMM_SKINNY,
+              gemm_f64_sizes: Sequence[int] = GEMM_F64_SIZES,
+              linalg_sizes: Sequence[int] = LINALG_SIZES,
+              short_rows: Sequence[int] = SHORT_ROWS,
               stream_sizes: Sequence[int] = STREAM_SIZES,
               vector_elements: int = VECTOR_ELEMENTS,
-              cores: int | None = None) -> Calibration:
+              cores: int | None = None, passes: int = PASSES) -> Calibration:
     """A profile of this host (module docstring) for its local CPU ``devices``, which
-    share its ``cores`` (default: this process's)."""
+    share its ``cores`` (default: this process's). The kernels are measured in
+    ``passes`` whole passes (every thread count in each), each curve's points the median
+    of the passes; a thread count whose passes show threads not helping a big GEMM
+    (``threads_helped``) in more than half of them is measured again until half of them
+    do, at most ``MAX_EXTRA_PASSES`` times more, and only the passes where they helped
+    count (all of them when none did)."""
     for d in devices:
         spec = parse_device(d)
         if spec.kind != "cpu" or spec.job is not None:
             raise TfcError(f"tfc calibrate measures local CPU devices; {d} is not one")
     if repeats < 1:
         raise TfcError(f"tfc calibrate needs at least one run per measurement, not {repeats}")
+    if passes < 1:
+        raise TfcError(f"tfc calibrate needs at least one pass, not {passes}")
     cores = max(1, cores if cores is not None else cpu_count())
     base = get_backend(backend)
     spreads: dict[str, Spread] = {}
-    gemm: dict[int, Curve] = {}
-    stream: dict[int, Curve] = {}
-    vector: dict[int, Curve] = {}
-    serial: dict[int, Curve] = {}
     thread_counts = sorted({1, cores // 2 if cores >= 4 else 1, cores})
     if progress:
         progress("measuring a step's fixed costs")
     one_thread = with_threads(base, 1, override=True)
     with blas_limited(base, 1):
         fixed = measure_fixed(one_thread, repeats, spreads)
+    if progress:
+        progress("compiling the kernels")
+    per_threads = []
     for threads in thread_counts:
-        if progress:
-            progress(f"measuring kernels at {threads} thread{'s' if threads > 1 else ''}")
-        bench = _Bench(with_threads(base, threads, override=True), repeats, f"{threads}t", spreads)
+        bench = _Bench(with_threads(base, threads, override=True), repeats, f"{threads}t",
+                       spreads)
         with blas_limited(base, threads):
-            gemm_jobs = _gemm_jobs(bench, gemm_sizes, gemm_skinny)
-            stream_jobs = _stream_jobs(bench, stream_sizes)
-            vector_jobs = _vector_job(bench, vector_elements)
-            serial_jobs = _serial_job(bench, SERIAL_SHAPE)
-            times = bench.measure()
-        gemm[threads] = _capped(_points(gemm_jobs, times, fixed), gemm.get(1))
-        stream[threads] = _capped(_points(stream_jobs, times, fixed), stream.get(1))
-        vector[threads] = _capped(_points(vector_jobs, times, fixed), vector.get(1))
-        serial[threads] = _capped(_points(serial_jobs, times, fixed), serial.get(1))
+            jobs = {"gemm": _gemm_jobs(bench, gemm_sizes, gemm_skinny),
+                    "gemm_f64": _gemm_jobs(bench, gemm_f64_sizes, None, DType.f64),
+                    "linalg": _linalg_jobs(bench, linalg_sizes),
+                    "short_row": _short_row_jobs(bench, short_rows),
+                    "stream": _stream_jobs(bench, stream_sizes),
+                    "vector": _vector_job(bench, vector_elements),
+                    "serial": _serial_job(bench, SERIAL_SHAPE)}
+        per_threads.append(_ThreadJobs(threads, bench, jobs))
+    for p in range(passes):
+        if progress:
+            progress(f"measuring kernels, pass {p + 1} of {passes}")
+        for t in per_threads:
+            t.measure(base, fixed, f"{t.threads}t #{p + 1}")
+    # the GEMM curves by thread count: threaded passes that read a big GEMM no faster than
+    # one thread are measured again (a neighbour held a core), within a bound
+    one = median_curve(per_threads[0].passes["gemm"])
+    for t in per_threads[1:]:
+        extra = 0
+        while (sum(threads_helped(one, c) for c in t.passes["gemm"]) < (passes + 1) // 2
+               and extra < MAX_EXTRA_PASSES):
+            extra += 1
+            if progress:
+                progress(f"{t.threads} threads ran a big GEMM no faster than one: "
+                         f"measuring again ({extra} of at most {MAX_EXTRA_PASSES})")
+            t.measure(base, fixed, f"{t.threads}t again #{extra}")
+    curves: dict[str, dict[int, Curve]] = {}
+    for t in per_threads:
+        helped = [i for i, c in enumerate(t.passes["gemm"])
+                  if t.threads == 1 or threads_helped(one, c)]
+        keep = helped or list(range(len(t.passes["gemm"])))
+        for kind, runs in t.passes.items():
+            curve = median_curve([runs[i] for i in keep])
+            curves.setdefault(kind, {})[t.threads] = _capped(curve, curves.get(kind, {}).get(1))
     if progress:
         progress("measuring hand-offs and executor stages")
-    handoff_s = measure_handoff()
-    transfer_s = measure_transfer()
-    executor_step_s, stage_s = measure_executor(with_threads(base, max(1, cores // 2), override=True),
-                                                repeats, spreads, fixed, handoff_s,
-                                                transfer_s)
+    handoff_s, transfer_s, executor_step_s, stage_s = _executor_costs(
+        with_threads(base, max(1, cores // 2), override=True), repeats, spreads, fixed,
+        passes)
     profile = DeviceProfile(
         source=f"tfc calibrate {time.strftime('%Y-%m-%dT%H:%M:%S')} ({base.name})",
-        cores=cores, cpu=DeviceRates(gemm, stream, fixed.kernel_s, vector, serial),
+        cores=cores, cpu=DeviceRates(curves["gemm"], curves["stream"], fixed.kernel_s,
+                                     curves["vector"], curves["serial"],
+                                     short_row=curves["short_row"],
+                                     gemm_f64=curves["gemm_f64"], linalg=curves["linalg"]),
         step_s=fixed.step_s, feed_s=fixed.feed_s, fetch_s=fixed.fetch_s,
         variable_s=fixed.variable_s, update_s=fixed.update_s,
         executor_step_s=executor_step_s, stage_s=stage_s, handoff_s=handoff_s,
