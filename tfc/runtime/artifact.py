@@ -63,6 +63,7 @@ compiled again from the IR with a ``CorruptArtifactWarning`` (see ``load_artifac
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -150,6 +151,27 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
     The variables of ``initializers`` (name -> an op that computes the value from its
     attrs alone, ``tfc.runtime.initializers``) are stored as that op, in the stored
     module's ``__init__`` graph, not as data: ``variables`` need not hold them."""
+    write = _artifact_writer(path, module, variables, step, backend, native, initializers)
+    return atomic_write(path, write, before_replace)
+
+
+def artifact_bytes(module: Module, variables: Mapping[str, np.ndarray], step: int = 0,
+                   backend: str = "reference",
+                   native: Mapping[str, Mapping[str, bytes]] | None = None) -> bytes:
+    """The artifact ``save_artifact`` would write, as bytes in memory: what a cluster's
+    task processes receive (``tfc.distributed.runtime``), the file format and its
+    checks and nothing else (no pickled Python); ``read_artifact_bytes`` reads it."""
+    buffer = io.BytesIO()
+    _artifact_writer("<in-memory artifact>", module, variables, step, backend, native,
+                     None)(buffer)
+    return buffer.getvalue()
+
+
+def _artifact_writer(path: Any, module: Module, variables: Mapping[str, np.ndarray],
+                     step: int, backend: str,
+                     native: Mapping[str, Mapping[str, bytes]] | None,
+                     initializers: Mapping[str, Op] | None) -> Callable[[IO[bytes]], None]:
+    """What writes the artifact of ``save_artifact``'s arguments to an open binary file."""
     from tfc.ir.bytecode import module_to_bytes
     from tfc.ir.printer import print_module
     from tfc.runtime.initializers import recipes_graph
@@ -196,7 +218,7 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
                 with zf.open(member, "w", force_zip64=True) as fh:
                     np.save(fh, arr, allow_pickle=False)
 
-    return atomic_write(path, write, before_replace)
+    return write
 
 
 def _native_members(manifest: dict[str, Any], backend: str,
@@ -550,6 +572,19 @@ def read_module(path: str | os.PathLike[str]) -> Module:
     variables' data is not read."""
     with open_zip(path) as zf:
         return _read_module(zf, path, _read_manifest(zf, path))
+
+
+def read_artifact_bytes(data: bytes, what: str = "<in-memory artifact>"
+                        ) -> tuple[Module, dict[str, np.ndarray], dict[str, Any]]:
+    """The module (verified), variable values and manifest of an artifact held in memory
+    (``artifact_bytes``), each checked as ``read_artifact`` checks a file's."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            manifest = _read_manifest(zf, what)
+            module = _read_module(zf, what, manifest)
+            return module, dict(read_variables(zf, what, manifest)), manifest
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as e:
+        raise unreadable_zip(what, e, "tfc artifact", ArtifactError) from None
 
 
 def read_artifact(path: str | os.PathLike[str]
