@@ -45,6 +45,8 @@ LAYERS: dict[str, str] = {
     "tfc.backends": "backends",
     "tfc.pipeline": "pipeline",
     "tfc.runtime": "runtime",
+    # the runtime of cluster programs (tasks on Ray); Program starts it for cluster=
+    "tfc.distributed": "runtime",
     "tfc.api": "api",
     "tfc.train": "train",
     "tfc.layers": "layers",

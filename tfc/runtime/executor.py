@@ -66,9 +66,9 @@ def _slot(src: StageSource) -> Hashable:
 
 
 # How values leave this executable's devices for devices it does not run (another task's,
-# ``tfc.distributed``): called with the step's id and the stage's (key, receiving device,
-# value) triples, once per stage that sends any.
-Transport = Callable[[int, list[tuple[str, str, np.ndarray]]], None]
+# ``tfc.distributed``): called with a stage's (key, receiving device, value) triples, once
+# per stage that sends any, during the step (its owner knows which step that is).
+Transport = Callable[[list[tuple[str, str, np.ndarray]]], None]
 
 StageCall = Callable[[list[np.ndarray], Mapping[str, np.ndarray], int],
                      tuple[Sequence[np.ndarray], Iterable[tuple[str, np.ndarray]]]]
@@ -378,7 +378,7 @@ class PartitionedExecutable:
                         tracer.send(plan.device, key, value.nbytes, at)
             if st.remote_sends:
                 assert self.transport is not None  # (the constructor's check)
-                self.transport(step, [(key, to, env[slot]) for key, to, slot in st.remote_sends])
+                self.transport([(key, to, env[slot]) for key, to, slot in st.remote_sends])
         return env, updates
 
     def _checked_feeds(self, feeds: Sequence[Any]) -> list[np.ndarray]:
