@@ -29,12 +29,12 @@ class RayCluster:
     @classmethod
     def connect(cls, address: str, *, timeout_s: float = 30.0) -> "RayCluster":
         ray = require_ray()
-        if address != "local":
+        if address != "local" and not ray.is_initialized():
             raise TfcError(f"cluster {address}: the interim cluster module runs local only")
         started = not ray.is_initialized()
         if started:
             ray.init(address="local", num_cpus=2, include_dashboard=False,
-                     _node_ip_address="127.0.0.1", log_to_driver=True,
+                     _node_ip_address="127.0.0.1", log_to_driver=False,
                      _temp_dir=f"/tmp/ray-cluster17-{os.getpid()}")
         return cls(ray, started)
 

@@ -225,6 +225,19 @@ class ClusterRuntime:
         self.synced.update(zip(names, out))
         return out
 
+    def task_states(self) -> dict[str, str]:
+        """Each task (short: ``worker:1``) with its time in the latest step, ``-`` when it
+        took no part, ``failed`` when the latest step failed there, ``closed`` after
+        ``close``."""
+        seconds = self.last_transfer_stats.task_seconds
+        out = {}
+        for task in self.tasks:
+            short = task.replace("/job:", "").replace("/task", "")
+            state = ("closed" if self.closed else "failed" if self._outcome[task] is False
+                     else f"{seconds[task] * 1e3:.1f}ms" if task in seconds else "-")
+            out[short] = state
+        return out
+
     def _check_open(self) -> None:
         if self.closed:
             raise ExecutionError("the program's cluster was closed (program.close())")

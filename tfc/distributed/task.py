@@ -91,7 +91,7 @@ def variable_owners(module: Module) -> dict[str, str]:
 
 def _frozen(value: np.ndarray) -> np.ndarray:
     """A read-only C-contiguous array (the stages take it as it is; nothing changes it)."""
-    a = np.ascontiguousarray(value)
+    a = np.require(value, requirements="C")
     if a is value and a.flags.writeable:
         a = a.view()  # (the caller's array keeps its flags)
     a.flags.writeable = False
@@ -216,7 +216,7 @@ class TaskActor:
         for task, values in by_task.items():
             payload = []
             for keys, value in values.values():
-                a = np.ascontiguousarray(value)
+                a = np.require(value, requirements="C")
                 payload.append((keys, ray.put(a) if a.nbytes >= BY_REFERENCE_BYTES else a))
             ref = self._peers[task].deliver.remote(step_id, payload)
             with self._lock:  # (the task's devices send from threads of their own)

@@ -311,7 +311,8 @@ def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
 
 
 def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
-                  native: str = "use") -> Program:
+                  native: str = "use", cluster: str | None = None,
+                  cluster_timeout_s: float | None = None) -> Program:
     """The ``Program`` stored in the artifact ``path`` (its backend unless ``backend``).
 
     ``native`` says what to do with the native code (an llvm artifact's object code) the
@@ -321,7 +322,8 @@ def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
     older tfc versions) again from the IR, with a ``CorruptArtifactWarning``;
     ``"recompile"`` never links stored code; ``"strict"`` refuses an artifact whose code
     fails the check. The IR is verified and its signature checked against the manifest
-    whatever ``native`` says.
+    whatever ``native`` says. ``cluster``, ``cluster_timeout_s``: where a module compiled
+    for a cluster runs (``Program``'s).
     """
     if native not in NATIVE_POLICIES:
         raise TfcError(f"native={native!r}: expected one of {', '.join(NATIVE_POLICIES)}")
@@ -341,7 +343,8 @@ def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
             runner = get_backend(name)
             executables = _native_executables(zf, path, module, manifest, native, runner)
             program = Program(module, values, backend=runner, step=manifest["step"],
-                              copy=False, executables=executables, initializers=initializers)
+                              copy=False, executables=executables, initializers=initializers,
+                              cluster=cluster, cluster_timeout_s=cluster_timeout_s)
         except ArtifactError:
             raise
         except TfcError as e:

@@ -227,16 +227,25 @@ class Program:
                 module, self._variables, self._step, self.backend.name, cluster,
                 DEFAULT_TIMEOUT_S if cluster_timeout_s is None else cluster_timeout_s)
 
-    def close(self) -> None:
+    def close(self, *, read_back: bool = True) -> None:
         """Release what runs the program outside this process: a cluster program's task
         actors (and the embedded Ray of ``cluster="local"``), once its variables are read
-        back (they stay readable, and savable, afterwards). Running it afterwards is an
-        error. Nothing to do for other programs."""
+        back (they stay readable, and savable, afterwards; ``read_back=False`` skips that,
+        after a failure: then they cannot be read). Running it afterwards is an error.
+        Nothing to do for other programs."""
         if self._cluster is not None and not self._cluster.closed:
             try:
-                self._sync_held()
+                if read_back:
+                    self._sync_held()
             finally:
                 self._cluster.close()
+
+    def task_states(self) -> dict[str, str]:
+        """A cluster program's tasks, each with what it did in the latest step (its time
+        there, or that it was not part of it); empty for other programs."""
+        if self._cluster is None:
+            return {}
+        return self._cluster.task_states()
 
     def __enter__(self) -> "Program":
         return self
