@@ -163,3 +163,47 @@ def test_without_ray_the_error_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(TfcError, match=r"pip install -e '\.\[distributed\]'"):
         Program(ps_module(TASKS), cluster="local")
+
+
+def saved_artifact(tmp_path) -> tuple[str, list[str]]:
+    """The PS module saved as an artifact (on the reference backend), and --feed options."""
+    path = str(tmp_path / "ps.tfc")
+    Program(ps_module(TASKS), backend="reference", cluster="inprocess").save(path)
+    feeds = []
+    for name, value in FEEDS.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        feeds += ["--feed", f"{name}={tmp_path / f'{name}.npy'}"]
+    return path, feeds
+
+
+@pytest.mark.distributed
+def test_tfc_run_on_the_cluster(loopback_cluster, tmp_path, capsys):
+    from tfc.cli import main
+    path, feeds = saved_artifact(tmp_path)
+    want = run_losses(Program(ps_module(None), backend="reference"))["adam"]
+    code = main(["run", path, "--entry", "adam", *feeds, "--steps", "3", "--save",
+                 "--cluster", loopback_cluster.address])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert float(out.splitlines()[-1]) == pytest.approx(want[-1], rel=1e-10)
+    again = Program(ps_module(None), backend="reference")
+    run_losses(again)
+    saved = tfc.runtime.load(path, cluster="inprocess")  # the tasks' variables, saved
+    assert saved.step == 3
+    for name in ("adam_w", "adam_b"):
+        np.testing.assert_allclose(saved.variables[name], again.variables[name], rtol=1e-10)
+
+
+def test_tfc_run_errors_name_the_cluster_problem(tmp_path):
+    path, feeds = saved_artifact(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def tfc_run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tfc.cli", "run", path, "--entry", "sgd",
+                               *feeds, *args], capture_output=True, text=True, env=env,
+                              timeout=120)
+
+    no_cluster = tfc_run()
+    assert no_cluster.returncode == 1
+    assert no_cluster.stderr.startswith("error: ") and "--cluster" in no_cluster.stderr
+    assert len(no_cluster.stderr.strip().splitlines()) == 1
