@@ -35,7 +35,8 @@ FEEDS = {f"{n}{i}": RNG.normal(size=(HALF, 5 if n == "x" else 3)) for i in range
 
 def ps_module(devices: tuple[str, ...] | None) -> tfc.ir.core.Module:
     """Entries ``sgd`` and ``adam`` (each on variables of its own): the PS step above,
-    on ``devices`` (ps, worker 0, worker 1), or on one device for ``None``."""
+    on ``devices`` (ps, worker 0, worker 1), or on one device for ``None``; ``predict``
+    (worker 0) the model of ``sgd``."""
     ps, *workers = devices or (None, None, None)
     rng = np.random.default_rng(1)
     with tfc.Graph().as_default() as g:
@@ -59,6 +60,10 @@ def ps_module(devices: tuple[str, ...] | None) -> tfc.ir.core.Module:
                 total = (losses[0] + losses[1]) * 0.5
             feeds = {f"x{i}": xs[i] for i in range(2)} | {f"y{i}": ys[i] for i in range(2)}
             tfc.entry(name, feeds=feeds, fetches={"loss": total}, targets=[step])
+            if name == "sgd":
+                with g.device(workers[0]):
+                    tfc.entry("predict", feeds={"x0": xs[0]},
+                              fetches={"y": tfc.tanh(tfc.matmul(xs[0], w) + b)})
     module = g.as_module()
     if devices:
         module.devices = list(devices)
@@ -87,11 +92,20 @@ def test_ps_training_on_three_tasks_matches_one_process(loopback_cluster, backen
         assert stats.tensors >= 8 and stats.bytes > 0
         assert stats.feed_bytes == sum(a.nbytes for a in FEEDS.values())
         assert stats.fetch_bytes == 8 and stats.stale == 0
+        for program in (p, one):  # (making an entry ready reads every variable back)
+            program.run("predict", x0=FEEDS["x0"])
+        np.testing.assert_allclose(run_losses(p, 1)["sgd"], run_losses(one, 1)["sgd"],
+                                   rtol=1e-10)
+        reads = p._cluster.reads
+        # the values the sgd step left on the tasks: used there, nothing read back
+        np.testing.assert_allclose(p.run("predict", x0=FEEDS["x0"])["y"],
+                                   one.run("predict", x0=FEEDS["x0"])["y"], rtol=1e-10)
+        assert p._cluster.reads == reads
         for name, value in one.variables.items():  # read back from the PS actor
             np.testing.assert_allclose(p.variables[name], value, rtol=1e-10, atol=1e-12)
         mine = read_checkpoint(p.save_checkpoint(tmp_path / "cluster"))
         theirs = read_checkpoint(one.save_checkpoint(tmp_path / "one"))
-        assert mine.step == theirs.step == 6
+        assert mine.step == theirs.step == 10
         for name, value in theirs.values.items():
             np.testing.assert_allclose(mine.values[name], value, rtol=1e-10, atol=1e-12)
         # a value the program sets goes to its task before the next step

@@ -112,6 +112,7 @@ class ClusterRuntime:
         self._launches = 0
         self.last_transfer_stats = TransferStats()
         self.stale_total = 0
+        self.reads = 0  # read backs so far (each one round trip per task read)
         self.closed = False
 
     def executable(self, entry: str) -> "ClusterExecutable":
@@ -214,6 +215,7 @@ class ClusterRuntime:
             by_task.setdefault(self.owners[name], []).append(name)
         refs = {t: self.actors[t].read.remote(ns, self._outcome[t]) for t, ns in by_task.items()}
         results = self._wait(refs, "read variables back")
+        self.reads += 1
         values: dict[str, np.ndarray] = {}
         for t, ns in by_task.items():
             self._outcome[t] = None  # settled
@@ -272,6 +274,7 @@ class ClusterExecutable:
         module = runtime.module
         graph = module.graphs[entry]
         self.runtime, self.entry, self.graph = runtime, entry, graph
+        self.state_owner = runtime  # every entry's updates stay on the same tasks
         table = module.partitions.get(entry)
         if table is not None:
             by_task: dict[str, list[str]] = {}
