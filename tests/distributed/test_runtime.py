@@ -221,3 +221,27 @@ def test_tfc_run_errors_name_the_cluster_problem(tmp_path):
     assert no_cluster.returncode == 1
     assert no_cluster.stderr.startswith("error: ") and "--cluster" in no_cluster.stderr
     assert len(no_cluster.stderr.strip().splitlines()) == 1
+
+
+def test_values_carry_their_step_id():
+    """A task keeps a value that arrives before its step starts there, drops (and counts)
+    one whose step is over, and a step aborted before it starts fails at once."""
+    pytest.importorskip("ray")
+    from tfc.distributed.task import TaskActor
+    from tfc.runtime.artifact import artifact_bytes
+    p = Program(ps_module(TASKS), backend="reference", cluster="inprocess")
+    task = TaskActor("/job:ps/task:0", artifact_bytes(p.module, dict(p.variables)),
+                     "reference", 5.0)
+    assert sorted(task.variables) == sorted(p.variables)  # the PS holds every variable
+    early = np.arange(3.0)
+    task.deliver(2, [(["k1", "k2"], early)])  # step 2 has not started here yet
+    assert task._rendezvous(2).recv_many(["k1", "k2"]) == [early, early]
+    task._end(2)
+    task.deliver(1, [(["late"], early)])
+    task.deliver(2, [(["later"], early)])
+    assert task.stale == 2
+    task.abort(3, "worker:1 failed")
+    started = time.monotonic()
+    with pytest.raises(ExecutionError, match="aborted"):
+        task.run_step("sgd", 3, 0, {}, 4, None, {})
+    assert time.monotonic() - started < 4  # not the 5 s timeout

@@ -175,8 +175,11 @@ class TaskActor:
         for name, value in assign.items():
             self.variables[name] = _frozen(value)
         rendezvous = self._rendezvous(step_id)
-        if rendezvous is None:
-            raise ExecutionError(f"{self.task}: step {step_id} was aborted before it started")
+        if rendezvous is None or rendezvous.error is not None:  # (told before it started)
+            why = f" ({rendezvous.error})" if rendezvous is not None else ""
+            self._end(step_id)
+            raise ExecutionError(f"{self.task}: step {step_id} was aborted before it "
+                                 f"started here{why}")
         stale_before = self.stale
         started = time.perf_counter()
         self._sent_tensors = self._sent_bytes = 0

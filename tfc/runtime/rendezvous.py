@@ -75,6 +75,11 @@ class Rendezvous:
                                      f"{self.timeout_s:g} s")
             return [values.pop(k) for k in keys]
 
+    @property
+    def error(self) -> BaseException | None:
+        """What aborted the step (``abort``), if anything did."""
+        return self._error
+
     def abort(self, error: BaseException) -> None:
         """Fail every pending and future ``recv`` with ``error``."""
         with self._cond:
