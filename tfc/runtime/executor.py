@@ -27,6 +27,11 @@ send/recv hands a host array over and the GPU stage copies it to the device and 
 results back (the copy the cost model charges at the host link's rate); fp16 transfers
 halve those copies as they do any transfer.
 
+On a cluster (``tfc.distributed``) each task's process runs the same executor restricted
+to the task's devices (``devices=``): a transfer between two of them is the same hand-off,
+and one to another task's device leaves through the ``transport`` the task gives it (actor
+to actor) and arrives in the step's rendezvous there (``run_step``).
+
 ``PartitionedExecutable`` has the backend ``Executable`` interface, so ``Program`` runs a
 multi-device module exactly as it runs a single-device one: same feeds, fetches,
 variable semantics (reads see the start of the step, updates apply after it) and
