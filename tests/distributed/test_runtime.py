@@ -221,6 +221,17 @@ def test_tfc_run_errors_name_the_cluster_problem(tmp_path):
     assert no_cluster.returncode == 1
     assert no_cluster.stderr.startswith("error: ") and "--cluster" in no_cluster.stderr
     assert len(no_cluster.stderr.strip().splitlines()) == 1
+    pytest.importorskip("ray")
+    import socket
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    started = time.monotonic()
+    unreachable = tfc_run("--cluster", address, "--cluster-timeout", "10")
+    assert time.monotonic() - started < 60
+    assert unreachable.returncode == 1
+    assert unreachable.stderr.startswith("error: ") and address in unreachable.stderr
+    assert len(unreachable.stderr.strip().splitlines()) == 1, unreachable.stderr
 
 
 def test_values_carry_their_step_id():
