@@ -45,7 +45,7 @@ LAYERS: dict[str, str] = {
     "tfc.backends": "backends",
     "tfc.pipeline": "pipeline",
     "tfc.runtime": "runtime",
-    # the runtime of cluster programs (tasks on Ray); Program starts it for cluster=
+    # Running a program's tasks on a Ray cluster: beside the runtime, which calls it.
     "tfc.distributed": "runtime",
     "tfc.api": "api",
     "tfc.train": "train",

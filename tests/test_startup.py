@@ -2,9 +2,9 @@
 
 ``tfc run model.tfc`` starts a new Python each time, so every module on its import path
 costs every run. These tests run a subprocess and look at ``sys.modules``: ``rich`` (the
-progress bars) and ``importlib.metadata`` (pulled in by ``import scipy_openblas32``) must
-not be imported by ``import tfc`` or by loading and running an artifact, while every
-public name still resolves.
+progress bars), ``importlib.metadata`` (pulled in by ``import scipy_openblas32``) and ``ray``
+(seconds to import; only a cluster needs it) must not be imported by ``import tfc`` or by
+loading and running an artifact, while every public name still resolves.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 # Imported on purpose only when they are used.
-LAZY = ("rich", "importlib.metadata", "scipy_openblas32")
+LAZY = ("rich", "importlib.metadata", "scipy_openblas32", "ray")
 
 
 def _modules_after(code: str, tmp_path: Path) -> set[str]:

@@ -42,10 +42,6 @@ DEFAULT_TIMEOUT_S = 120.0
 NAMED_CLUSTERS = ("local", "auto", "inprocess")
 
 
-def _cluster_api() -> Any:
-    """The module that connects to Ray (``RayCluster``)."""
-    from tfc.distributed import _interim_cluster
-    return _interim_cluster
 
 
 @dataclass
@@ -87,9 +83,9 @@ class ClusterRuntime:
                            f"distribute (its devices: {', '.join(module.devices) or 'none'}; "
                            f"compile it with tfc compile --cluster or task devices)")
         self.owners = variable_owners(module)
-        api = _cluster_api()
-        self.ray = api.require_ray()
-        self.cluster = api.RayCluster.connect(address, timeout_s=min(timeout_s, 30.0))
+        from tfc.distributed.cluster import RayCluster, require_ray
+        self.ray = require_ray()
+        self.cluster = RayCluster.connect(address, timeout_s=min(timeout_s, 30.0))
         self.actors: dict[str, Any] = {}
         self.where: dict[str, dict[str, Any]] = {}  # task -> its node id and pid
         try:
