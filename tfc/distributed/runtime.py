@@ -193,9 +193,9 @@ class ClusterRuntime:
             self._outcome[t] = True
             out, counters = results[t]
             fetches.update(out)
-            stats.tensors += counters["tensors"]
-            stats.bytes += counters["bytes"]
-            stats.stale += counters["stale"]
+            stats.tensors += int(counters["tensors"])
+            stats.bytes += int(counters["bytes"])
+            stats.stale += int(counters["stale"])
             stats.task_seconds[t] = counters.get("seconds", 0.0)
         stats.fetch_bytes = sum(a.nbytes for a in fetches.values())
         self.stale_total += stats.stale

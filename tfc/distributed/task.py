@@ -165,7 +165,7 @@ class TaskActor:
 
     def run_step(self, entry: str, step_id: int, step: int, feeds: Mapping[int, np.ndarray],
                  n_feeds: int, settle: bool | None, assign: Mapping[str, np.ndarray]
-                 ) -> tuple[dict[int, np.ndarray], dict[str, int]]:
+                 ) -> tuple[dict[int, np.ndarray], dict[str, float]]:
         """This task's part of step ``step_id`` of ``entry`` (program step ``step``: random
         ops are seeded with it): ``feeds`` by argument index (those its stages use),
         ``settle`` the outcome of the task's previous step (apply or drop its updates),
@@ -250,7 +250,7 @@ class TaskActor:
             return
         refs = [v for _, v in payload if isinstance(v, ray.ObjectRef)]
         got = iter(ray.get(refs, timeout=self.timeout_s) if refs else ())
-        items = []
+        items: list[tuple[str, np.ndarray]] = []
         for keys, value in payload:
             array = next(got) if isinstance(value, ray.ObjectRef) else value
             items.extend((key, array) for key in keys)
