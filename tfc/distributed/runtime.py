@@ -44,6 +44,11 @@ NAMED_CLUSTERS = ("local", "auto", "inprocess")
 
 
 
+class ClusterError(TfcError):
+    """The cluster could not be used: not reachable, a task that did not start, no Ray.
+    (Not the artifact's fault: the loader passes it on as it is.)"""
+
+
 @dataclass
 class TransferStats:
     """What one step moved: between tasks (actor to actor, ``tensors``/``bytes``), from
@@ -84,8 +89,11 @@ class ClusterRuntime:
                            f"compile it with tfc compile --cluster or task devices)")
         self.owners = variable_owners(module)
         from tfc.distributed.cluster import RayCluster, require_ray
-        self.ray = require_ray()
-        self.cluster = RayCluster.connect(address, timeout_s=min(timeout_s, 30.0))
+        try:
+            self.ray = require_ray()
+            self.cluster = RayCluster.connect(address, timeout_s=min(timeout_s, 30.0))
+        except TfcError as e:
+            raise ClusterError(e.message) from None
         self.actors: dict[str, Any] = {}
         self.where: dict[str, dict[str, Any]] = {}  # task -> its node id and pid
         try:
@@ -99,6 +107,9 @@ class ClusterRuntime:
                        into=self.where)
             self._wait({t: a.connect.remote(self.actors) for t, a in self.actors.items()},
                        "connect")
+        except TfcError as e:
+            self.close()
+            raise ClusterError(e.message) from None
         except BaseException:
             self.close()
             raise

@@ -79,6 +79,7 @@ from urllib.parse import quote
 import numpy as np
 
 from tfc.atomic import atomic_write
+from tfc.distributed.runtime import ClusterError
 from tfc.backends.base import BACKENDS, Backend, Executable, ForeignNativeCode, get_backend
 from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import INIT_GRAPH, Module, Op
@@ -345,7 +346,7 @@ def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
             program = Program(module, values, backend=runner, step=manifest["step"],
                               copy=False, executables=executables, initializers=initializers,
                               cluster=cluster, cluster_timeout_s=cluster_timeout_s)
-        except ArtifactError:
+        except (ArtifactError, ClusterError):  # (the cluster's: not the file's fault)
             raise
         except TfcError as e:
             raise ArtifactError(f"{path}: {e.message}", e.loc) from None
