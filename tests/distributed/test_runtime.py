@@ -36,7 +36,7 @@ FEEDS = {f"{n}{i}": RNG.normal(size=(HALF, 5 if n == "x" else 3)) for i in range
 def ps_module(devices: tuple[str, ...] | None) -> tfc.ir.core.Module:
     """Entries ``sgd`` and ``adam`` (each on variables of its own): the PS step above,
     on ``devices`` (ps, worker 0, worker 1), or on one device for ``None``; ``predict``
-    (worker 0) the model of ``sgd``."""
+    (worker 0) the model of ``sgd``; ``wnorm`` (the PS alone) its weights' squared norm."""
     ps, *workers = devices or (None, None, None)
     rng = np.random.default_rng(1)
     with tfc.Graph().as_default() as g:
@@ -64,6 +64,8 @@ def ps_module(devices: tuple[str, ...] | None) -> tfc.ir.core.Module:
                 with g.device(workers[0]):
                     tfc.entry("predict", feeds={"x0": xs[0]},
                               fetches={"y": tfc.tanh(tfc.matmul(xs[0], w) + b)})
+                with g.device(ps):  # an entry of one device: the artifact's object code
+                    tfc.entry("wnorm", feeds={}, fetches={"n": tfc.reduce_sum(w * w)})
     module = g.as_module()
     if devices:
         module.devices = list(devices)
@@ -80,9 +82,18 @@ def run_losses(program: Program, steps: int = 3) -> dict[str, list[float]]:
 def test_ps_training_on_three_tasks_matches_one_process(loopback_cluster, backend, tmp_path):
     one = Program(ps_module(None), backend=backend)
     want = run_losses(one)
-    with Program(ps_module(TASKS), backend=backend, cluster=loopback_cluster.address) as p:
+    saved = tmp_path / "ps.tfc"
+    Program(ps_module(TASKS), backend=backend, cluster="inprocess").save(saved)
+    with tfc.runtime.load(saved, cluster=loopback_cluster.address) as p:
         nodes = {t: where["node_id"] for t, where in p._cluster.where.items()}
         assert len(set(nodes.values())) == 3, nodes  # one node each (of three)
+        # each task compiled its stages from the IR; the PS linked wnorm's object code
+        made = p._cluster.made_from
+        assert made[PS.rsplit("/", 1)[0]] == {
+            "sgd": "compiled", "adam": "compiled", "predict": "compiled",
+            "wnorm": "object code" if backend == "llvm" else "compiled"}
+        assert made[WORKERS[0].rsplit("/", 1)[0]] == {e: "compiled" for e in
+                                                      ("sgd", "predict", "adam")}
         got = run_losses(p)
         for entry in want:  # the same graph, task by task: the same numbers
             np.testing.assert_allclose(got[entry], want[entry], rtol=1e-10, atol=0)
@@ -96,6 +107,7 @@ def test_ps_training_on_three_tasks_matches_one_process(loopback_cluster, backen
             program.run("predict", x0=FEEDS["x0"])
         np.testing.assert_allclose(run_losses(p, 1)["sgd"], run_losses(one, 1)["sgd"],
                                    rtol=1e-10)
+        np.testing.assert_allclose(p.run("wnorm")["n"], one.run("wnorm")["n"], rtol=1e-10)
         reads = p._cluster.reads
         # the values the sgd step left on the tasks: used there, nothing read back
         np.testing.assert_allclose(p.run("predict", x0=FEEDS["x0"])["y"],
@@ -105,7 +117,7 @@ def test_ps_training_on_three_tasks_matches_one_process(loopback_cluster, backen
             np.testing.assert_allclose(p.variables[name], value, rtol=1e-10, atol=1e-12)
         mine = read_checkpoint(p.save_checkpoint(tmp_path / "cluster"))
         theirs = read_checkpoint(one.save_checkpoint(tmp_path / "one"))
-        assert mine.step == theirs.step == 10
+        assert mine.step == theirs.step == 11
         for name, value in theirs.values.items():
             np.testing.assert_allclose(mine.values[name], value, rtol=1e-10, atol=1e-12)
         # a value the program sets goes to its task before the next step

@@ -78,7 +78,8 @@ class ClusterRuntime:
     """The actors of one program's tasks on a Ray cluster (see the module docstring)."""
 
     def __init__(self, module: Module, variables: Mapping[str, np.ndarray], step: int,
-                 backend: str, address: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+                 backend: str, address: str, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 native: Mapping[str, Mapping[str, bytes]] | None = None) -> None:
         from tfc.runtime.artifact import artifact_bytes
         self.module = module
         self.timeout_s = timeout_s
@@ -97,7 +98,7 @@ class ClusterRuntime:
         self.actors: dict[str, Any] = {}
         self.where: dict[str, dict[str, Any]] = {}  # task -> its node id and pid
         try:
-            data = self.ray.put(artifact_bytes(module, variables, step, backend))
+            data = self.ray.put(artifact_bytes(module, variables, step, backend, native))
             nodes = self.cluster.spread(len(self.tasks))
             for task, node in zip(self.tasks, nodes):
                 self.actors[task] = self.cluster.start_actor(
@@ -107,6 +108,13 @@ class ClusterRuntime:
                        into=self.where)
             self._wait({t: a.connect.remote(self.actors) for t, a in self.actors.items()},
                        "connect")
+            self._executables = {e: ClusterExecutable(self, e) for e in module.entries}
+            entries = {t: [e for e, exe in self._executables.items() if t in exe.tasks]
+                       for t in self.tasks}
+            # each task makes its executables now, all at once (a failure is a start's)
+            self.made_from: dict[str, dict[str, str]] = self._wait(
+                {t: a.prepare.remote(entries[t]) for t, a in self.actors.items()},
+                "compile its part of the program")
         except TfcError as e:
             self.close()
             raise ClusterError(e.message) from None
@@ -123,7 +131,7 @@ class ClusterRuntime:
         self.closed = False
 
     def executable(self, entry: str) -> "ClusterExecutable":
-        return ClusterExecutable(self, entry)
+        return self._executables[entry]
 
     # ---- calls to the tasks --------------------------------------------------------------
 

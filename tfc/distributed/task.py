@@ -103,12 +103,13 @@ class TaskActor:
     call through Ray (``tfc.distributed.runtime`` wraps it with ``ray.remote``)."""
 
     def __init__(self, task: str, artifact: bytes, backend: str, timeout_s: float) -> None:
-        from tfc.runtime.artifact import read_artifact_bytes
-        module, values, _ = read_artifact_bytes(artifact, f"the artifact sent to {task}")
+        from tfc.runtime.artifact import read_task_artifact
+        self.backend = get_backend(backend)
+        module, values, native = read_task_artifact(
+            artifact, f"the artifact sent to {task}", self.backend)
         self.task = task
         self.module = module
         self.timeout_s = timeout_s
-        self.backend = get_backend(backend)
         tasks = cluster_tasks(module)
         if task not in tasks:
             raise TfcError(f"task {task} has no device in the module "
@@ -118,7 +119,11 @@ class TaskActor:
         owners = variable_owners(module)
         self.variables: dict[str, np.ndarray] = {
             n: _frozen(v) for n, v in values.items() if owners.get(n) == task}
-        self._executables: dict[str, Any] = {}
+        # entries of one device of this task whose object code came with the artifact (built
+        # on a CPU like this one); the others compile from the IR when first prepared
+        self._executables: dict[str, Any] = {e: exe for e, exe in native.items()
+                                             if e not in module.partitions}
+        self.made_from = {e: "object code" for e in self._executables}
         self._peers: dict[str, Any] = {}
         self._lock = threading.Lock()  # the step tables, the counters
         self._steps: dict[int, Any] = {}  # step id -> its Rendezvous
@@ -142,10 +147,12 @@ class TaskActor:
         """The other tasks' actor handles, by task name."""
         self._peers = {t: h for t, h in peers.items() if t != self.task}
 
-    def prepare(self, entries: Sequence[str]) -> None:
-        """Compile this task's stages of ``entries`` now (errors surface before a step)."""
+    def prepare(self, entries: Sequence[str]) -> dict[str, str]:
+        """Make this task's executables of ``entries`` now (errors surface before a step);
+        how each was made (``object code`` of the artifact, or ``compiled`` from the IR)."""
         for entry in entries:
             self._executable(entry)
+        return {e: self.made_from.get(e, "compiled") for e in entries}
 
     def _executable(self, entry: str) -> Any:
         exe = self._executables.get(entry)

@@ -161,7 +161,7 @@ def artifact_bytes(module: Module, variables: Mapping[str, np.ndarray], step: in
                    native: Mapping[str, Mapping[str, bytes]] | None = None) -> bytes:
     """The artifact ``save_artifact`` would write, as bytes in memory: what a cluster's
     task processes receive (``tfc.distributed.runtime``), the file format and its
-    checks and nothing else (no pickled Python); ``read_artifact_bytes`` reads it."""
+    checks and nothing else (no pickled Python); ``read_task_artifact`` reads it."""
     buffer = io.BytesIO()
     _artifact_writer("<in-memory artifact>", module, variables, step, backend, native,
                      None)(buffer)
@@ -578,15 +578,21 @@ def read_module(path: str | os.PathLike[str]) -> Module:
         return _read_module(zf, path, _read_manifest(zf, path))
 
 
-def read_artifact_bytes(data: bytes, what: str = "<in-memory artifact>"
-                        ) -> tuple[Module, dict[str, np.ndarray], dict[str, Any]]:
-    """The module (verified), variable values and manifest of an artifact held in memory
-    (``artifact_bytes``), each checked as ``read_artifact`` checks a file's."""
+def read_task_artifact(data: bytes, what: str, backend: Backend
+                       ) -> tuple[Module, dict[str, np.ndarray], dict[str, Executable]]:
+    """What a cluster task makes of the artifact bytes it receives: the module (verified),
+    the variables, and the entries whose object code it carries for ``backend`` made
+    executables (``load_artifact``'s ``native="use"``: code built for another CPU, or whose
+    digest fails, is left out, and those entries compile from the IR)."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             manifest = _read_manifest(zf, what)
             module = _read_module(zf, what, manifest)
-            return module, dict(read_variables(zf, what, manifest)), manifest
+            values = dict(read_variables(zf, what, manifest))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", CorruptArtifactWarning)
+                native = _native_executables(zf, what, module, manifest, "use", backend)
+            return module, values, native
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as e:
         raise unreadable_zip(what, e, "tfc artifact", ArtifactError) from None
 

@@ -222,10 +222,13 @@ class Program:
         if cluster is not None and cluster != "inprocess":
             from tfc.distributed.runtime import DEFAULT_TIMEOUT_S, ClusterRuntime
             self._materialize()  # the tasks get every value
-            self._executables = {}  # (an artifact's object code runs here, not there)
+            # an artifact's object code runs on the tasks, not here
+            native = {e: self.backend.export(exe) for e, exe in self._executables.items()}
+            self._executables = {}
             self._cluster = ClusterRuntime(
                 module, self._variables, self._step, self.backend.name, cluster,
-                DEFAULT_TIMEOUT_S if cluster_timeout_s is None else cluster_timeout_s)
+                DEFAULT_TIMEOUT_S if cluster_timeout_s is None else cluster_timeout_s,
+                {e: m for e, m in native.items() if m})
 
     def close(self, *, read_back: bool = True) -> None:
         """Release what runs the program outside this process: a cluster program's task
