@@ -34,6 +34,8 @@ object store) or on a running cluster (``--cluster HOST:PORT``):
     for DDP from each process's ``wchar`` (``/proc/self/io``: bytes written, sockets
     included). Goals: step time <= 1.0x DDP's, bytes <= 1.1x the minimum.
 
+Every process (tfc's tasks, the one-process tfc, each DDP rank) runs on ``--threads``
+threads (default 1: two workers take the two cores of a small machine on either side).
 Step times are medians over ``--steps`` timed steps (after warm-up steps), taken on a host
 that other jobs may share: the header gives the CPU, its cores and the load average before
 and after. ``--quick`` is a smoke run (fewer configurations and steps, 4 MB instead of
@@ -76,6 +78,8 @@ from tfc.units import format_bytes  # noqa: E402
 MLP_SIZES = (784, 512, 512, 10)
 MLP_BATCH = 512
 BIG_VARIABLES = 4  # the big case's variables: four of a quarter of the total each
+# tfc's kernels' pool, its OpenBLAS, and torch's OpenMP: the threads of one process
+THREAD_VARIABLES = ("TFC_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 @dataclass
@@ -127,12 +131,26 @@ def tfc_cluster_api() -> tuple[Any, Any, Any] | str:
     return ClusterSpec, compile_model, Program
 
 
+def last_stats(program: Any) -> Any:
+    """The cluster runtime's ``last_transfer_stats`` (what the latest step moved between
+    tasks, and each task's time in it), when the runtime counts them."""
+    return getattr(getattr(program, "_cluster", None), "last_transfer_stats", None)
+
+
 def transfer_bytes(program: Any) -> int | None:
-    """Bytes moved between tasks in the program's latest step (the cluster runtime's
-    ``last_transfer_stats``), when the runtime counts them."""
-    runtime = getattr(program, "_cluster", None)
-    stats = getattr(runtime, "last_transfer_stats", None)
+    stats = last_stats(program)
     return None if stats is None else int(stats.bytes)
+
+
+def transfer_note(program: Any) -> str:
+    """``N tensors; worker:0 12.3 ms, ...``: the latest step's transfers and task times."""
+    stats = last_stats(program)
+    if stats is None:
+        return ""
+    tasks = ", ".join(f"{t} {ms(s)} ms" for t, s in sorted(
+        getattr(stats, "task_seconds", {}).items()))
+    return f"{getattr(stats, 'tensors', '?')} tensors between tasks" + (
+        f"; last step per task: {tasks}" if tasks else "")
 
 
 def close_program(program: Any) -> None:
@@ -248,11 +266,11 @@ def null_tfc(api: Any, address: str, work: Path, ps: int, workers: int, big_byte
         start_s = time.perf_counter() - started
         x = np.ones((workers, 1), np.float32)
         times = timed_steps(lambda: program.run("train_step", x=x), steps, warmup)
-        moved = transfer_bytes(program)
+        moved, note = transfer_bytes(program), transfer_note(program)
     finally:
         close_program(program)
     return Row("null", "tfc", config, median(times), steps, moved,
-               f"program start {start_s:.1f} s")
+               f"program start {start_s:.1f} s; {note}")
 
 
 # ---- (b) the MLP against PyTorch DDP ----------------------------------------------------
@@ -391,12 +409,12 @@ def mlp_tfc(api: Any, address: str | None, work: Path, workers: int, steps: int,
     program = program_cls(module, cluster=address)
     try:
         times = timed_steps(lambda: program.run("train_step", x=x, y=y), steps, warmup)
-        moved = transfer_bytes(program)
+        moved, note = transfer_bytes(program), transfer_note(program)
     finally:
         close_program(program)
     per_worker = None if moved is None else moved // workers
     return Row("mlp", "tfc allreduce", f"workers={workers} batch={MLP_BATCH}", median(times),
-               steps, per_worker, "bytes: between tasks per worker")
+               steps, per_worker, f"bytes: between tasks per worker; {note}")
 
 
 # ---- the run ------------------------------------------------------------------------------
@@ -472,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--mlp-workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1,
-                        help="DDP: torch threads per process")
+                        help="threads per process, tfc's and torch's alike")
     parser.add_argument("--nodes", type=int, default=3, help="loopback cluster's nodes")
     parser.add_argument("--cluster", default=None,
                         help="HOST:PORT of a running Ray cluster (default: a loopback one)")
@@ -486,10 +504,16 @@ def main(argv: list[str] | None = None) -> int:
         args.steps, args.big_steps = min(args.steps, 10), min(args.big_steps, 3)
     parts = {p.strip() for p in args.parts.split(",")}
 
+    # Every process of both systems on --threads threads (set before tfc loads OpenBLAS and
+    # before the cluster's nodes start: its actors inherit it), so that N processes take N x
+    # threads cores on each side.
+    for variable in THREAD_VARIABLES:
+        os.environ[variable] = str(args.threads)
     info = machine_info()
     ray = require_ray()
     print(f"bench_cluster: CPU {info['cpu']}, {info['cores']} cores, "
-          f"{info['memory_gib']} GiB; Python {info['python']}; Ray {ray.__version__}")
+          f"{info['memory_gib']} GiB; Python {info['python']}; Ray {ray.__version__}; "
+          f"{args.threads} thread(s) per process")
     print(f"load average before: {load_average()}")
     api = tfc_cluster_api()
     if isinstance(api, str):

@@ -96,13 +96,13 @@ def test_an_actor_that_cannot_start_is_one_line(cluster: RayCluster) -> None:
 
     node = cluster.spread(2)[1]
     with pytest.raises(TfcError) as caught:
-        cluster.start_actor(Broken, node_id=node, name="ps:0", timeout_s=30)
+        cluster.start_actor(Broken, node_id=node, name="task ps:0", timeout_s=30)
     message = str(caught.value)
     assert "\n" not in message
     assert message == f"task ps:0 could not start on node {node[:12]}: " \
                       f"ValueError: no artifact here"
     with pytest.raises(TfcError, match="not an alive node"):
-        cluster.start_actor(Broken, node_id="f" * 56, name="ps:1")
+        cluster.start_actor(Broken, node_id="f" * 56, name="task ps:1")
 
 
 def test_an_unreachable_address_fails_fast_in_one_line() -> None:

@@ -157,7 +157,8 @@ class RayCluster:
     @classmethod
     def connect(cls, address: str, *, timeout_s: float = 30.0) -> "RayCluster":
         """Connect to ``address`` ("local" | "auto" | "HOST:PORT"); a one-line TfcError naming
-        the address within ``timeout_s`` when the cluster cannot be reached."""
+        the address within ``timeout_s`` when the cluster cannot be reached. ("local" starts
+        Ray here: Ray bounds the waits for the processes it starts.)"""
         global _CONNECTION
         address = address.strip()
         if address not in ("local", "auto"):
@@ -167,7 +168,7 @@ class RayCluster:
             if ray.is_initialized():
                 connection = _shared_connection(ray, address)
             elif address == "local":
-                connection = _start_local(ray, timeout_s)
+                connection = _start_local(ray)
             else:
                 connection = _join(ray, address, timeout_s)
             _CONNECTION = connection
@@ -205,7 +206,7 @@ class RayCluster:
                     max_concurrency: int = 4, timeout_s: float = 60.0, **kwargs: Any) -> Any:
         """Start ``cls(*args, **kwargs)`` as a Ray actor on node ``node_id`` (pinned there:
         hard node affinity, no CPU reserved, no restarts) and wait until it answers, within
-        ``timeout_s``; its handle. ``name`` (the task, e.g. ``worker:1``) names it in errors.
+        ``timeout_s``; its handle. ``name`` (e.g. ``task worker:1``) names it in errors.
 
         The actor answers ``tfc_node_id()`` (the node it runs on) besides ``cls``'s methods;
         the first answer is checked against ``node_id``."""
@@ -215,8 +216,8 @@ class RayCluster:
 
         alive = {node.node_id for node in self.nodes}
         if node_id not in alive:
-            raise TfcError(f"cannot start task {name}: node {node_id[:12]} is not an alive node "
-                           f"of the Ray cluster at {self.address}")
+            raise TfcError(f"cannot start {name}: node {node_id[:12]} is not an alive node of "
+                           f"the Ray cluster at {self.address}")
         remote = ray.remote(_answering(cls)).options(
             num_cpus=0, max_restarts=0, max_task_retries=0, max_concurrency=max_concurrency,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False))
@@ -226,15 +227,15 @@ class RayCluster:
             where = ray.get(handle.tfc_node_id.remote(), timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:
             self._kill(handle)
-            raise TfcError(f"task {name} did not start on node {node_id[:12]} within "
+            raise TfcError(f"{name} did not start on node {node_id[:12]} within "
                            f"{timeout_s:g} s") from None
         except ray.exceptions.RayError as e:
             self._kill(handle)
-            raise TfcError(f"task {name} could not start on node {node_id[:12]}: "
+            raise TfcError(f"{name} could not start on node {node_id[:12]}: "
                            f"{_actor_failure(e)}") from None
         if where != node_id:  # hard affinity makes this impossible; checked, not assumed
             self._kill(handle)
-            raise TfcError(f"task {name} started on node {where[:12]}, not on {node_id[:12]}")
+            raise TfcError(f"{name} started on node {where[:12]}, not on {node_id[:12]}")
         return handle
 
     def _kill(self, handle: Any) -> None:
@@ -297,7 +298,7 @@ def _current_gcs_address(ray: types.ModuleType) -> str:
     return str(node.gcs_address)
 
 
-def _start_local(ray: types.ModuleType, timeout_s: float) -> _Connection:
+def _start_local(ray: types.ModuleType) -> _Connection:
     """An embedded single-node Ray on 127.0.0.1 in its own temp dir, one CPU per core. Ray
     bounds its own start (it waits for the processes it launched)."""
     temp_dir = tempfile.mkdtemp(prefix="ray-tfc-", dir="/tmp")  # short: Ray's socket paths
@@ -314,6 +315,7 @@ def _start_local(ray: types.ModuleType, timeout_s: float) -> _Connection:
 
 
 def _join(ray: types.ModuleType, address: str, timeout_s: float) -> _Connection:
+    limit_s, deadline = timeout_s, time.monotonic() + timeout_s
     if address == "auto":
         try:
             from ray._private.services import canonicalize_bootstrap_address_or_die
@@ -327,18 +329,21 @@ def _join(ray: types.ModuleType, address: str, timeout_s: float) -> _Connection:
         gcs = f"{host}:{port}"
     _check_reachable(gcs, min(timeout_s, _PROBE_TIMEOUT_S))
     _refresh_authentication(ray)
+    timeout_s = max(0.1, deadline - time.monotonic())
     # Ray retries the GCS once a second this many times before it gives up; the thread
     # below bounds the rest of its connect.
     saved = os.environ.get("RAY_gcs_server_port_wait_time_s")
     os.environ["RAY_gcs_server_port_wait_time_s"] = str(max(1, math.ceil(timeout_s)))
     try:
         joined = _bounded(lambda: ray.init(address=gcs, logging_level="warning"), ray,
-                          timeout_s, f"join the Ray cluster at {address}")
+                          timeout_s)
     finally:
         if saved is None:
             os.environ.pop("RAY_gcs_server_port_wait_time_s", None)
         else:
             os.environ["RAY_gcs_server_port_wait_time_s"] = saved
+    if joined is _TIMED_OUT:
+        raise TfcError(f"could not join the Ray cluster at {address} within {limit_s:g} s")
     if isinstance(joined, BaseException):
         raise TfcError(f"cannot join the Ray cluster at {address}: {_first_line(joined)}")
     return _Connection(address=address, gcs_address=_current_gcs_address(ray),
@@ -355,23 +360,30 @@ def _refresh_authentication(ray: types.ModuleType) -> None:
         raylet.AuthenticationTokenLoader.instance().reset_cache()
 
 
-def _bounded(start: Any, ray: types.ModuleType, timeout_s: float, what: str) -> Any:
+_TIMED_OUT = object()
+
+
+def _bounded(start: Any, ray: types.ModuleType, timeout_s: float) -> Any:
     """``start()`` (a ``ray.init``) in a thread, waited for at most ``timeout_s``: its result,
-    or the exception it raised. Past the timeout a TfcError; the thread is left to finish and
+    or the exception it raised, or ``_TIMED_OUT``; then the thread is left to finish, and
     disconnects what it connected."""
     outcome: list[Any] = []
-    abandoned = threading.Event()
+    abandoned = False
+    lock = threading.Lock()  # the caller gives up, or the thread finishes: one of the two first
 
     def run() -> None:
         try:
-            outcome.append(start())
+            result = start()
         except BaseException as e:  # handed to the caller
-            outcome.append(e)
-        if abandoned.is_set() and not isinstance(outcome[-1], BaseException):
+            result = e
+        with lock:
+            outcome.append(result)
+            too_late = abandoned
+        if too_late and not isinstance(result, BaseException):
             with contextlib.suppress(Exception):
                 ray.shutdown()
 
-    thread = threading.Thread(target=run, name=f"tfc: {what}", daemon=True)
+    thread = threading.Thread(target=run, name="tfc: join a Ray cluster", daemon=True)
     # Ray warns from a thread that it leaves SIGTERM's handler alone: this process keeps the
     # default (exit), which is what a tfc driver wants.
     quiet = _DropMessage("SIGTERM handler is not set")
@@ -382,10 +394,11 @@ def _bounded(start: Any, ray: types.ModuleType, timeout_s: float, what: str) -> 
         thread.join(timeout_s)
     finally:
         worker_log.removeFilter(quiet)
-    if thread.is_alive():
-        abandoned.set()
-        raise TfcError(f"could not {what} within {timeout_s:g} s")
-    return outcome[0]
+    with lock:
+        if not outcome:
+            abandoned = True
+            return _TIMED_OUT
+        return outcome[0]
 
 
 class _DropMessage(logging.Filter):
