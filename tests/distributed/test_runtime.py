@@ -167,7 +167,8 @@ def test_a_killed_task_is_an_error_naming_it(loopback_cluster):
 def test_a_task_that_cannot_start_is_an_error_naming_it(loopback_cluster, monkeypatch):
     import tfc.runtime.artifact as artifact
     monkeypatch.setattr(artifact, "artifact_bytes", lambda *a, **k: b"not an artifact")
-    with pytest.raises(TfcError, match=r"task /job:\w+/task:\d"):
+    with pytest.raises(TfcError, match=r"task /job:\w+/task:\d could not start .* the "
+                                       r"artifact sent to /job:\w+/task:\d is not a tfc"):
         Program(ps_module(TASKS), backend="reference", cluster=loopback_cluster.address)
 
 

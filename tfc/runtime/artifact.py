@@ -594,7 +594,7 @@ def read_task_artifact(data: bytes, what: str, backend: Backend
                 native = _native_executables(zf, what, module, manifest, "use", backend)
             return module, values, native
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as e:
-        raise unreadable_zip(what, e, "tfc artifact", ArtifactError) from None
+        raise ArtifactError(f"{what} is not a tfc artifact, or is corrupt ({e})") from None
 
 
 def read_artifact(path: str | os.PathLike[str]
