@@ -454,7 +454,8 @@ def _run_steps(program: Any, entry: str, feeds: dict[str, Any], steps: int,
     """Run ``steps`` steps (calling ``after_step`` after each); the last step's fetches.
 
     For more than one step, a progress bar on stderr shows the step counter, the
-    steps per second and the latest value of each scalar fetch (the loss).
+    steps per second and the latest value of each scalar fetch (the loss), and for a
+    cluster program each task's time in the latest step (``Program.task_states``).
     """
     def one() -> dict[str, np.ndarray]:
         out = program.run(entry, feeds)
@@ -483,7 +484,9 @@ def _run_steps(program: Any, entry: str, feeds: dict[str, Any], steps: int,
         task = progress.add_task(entry, total=steps, step=program.step, metrics="")
         for _ in range(steps):
             out = one()
-            progress.update(task, advance=1, step=program.step, metrics=_scalars(out))
+            states = program.task_states()
+            metrics = _scalars(out) + "".join(f"  {t} {s}" for t, s in states.items())
+            progress.update(task, advance=1, step=program.step, metrics=metrics)
     return out
 
 
@@ -518,7 +521,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
             and not Path(args.checkpoint_dir).is_dir():
         raise TfcError(f"--checkpoint-dir {args.checkpoint_dir} is not a directory")
     native = "recompile" if args.recompile else "strict" if args.no_recompile else "use"
-    program = load_artifact_arg(args.artifact, args.backend, native=native)
+    if args.cluster_timeout is not None and args.cluster_timeout <= 0:
+        raise TfcError(f"--cluster-timeout must be positive, not {args.cluster_timeout:g}")
+    program = load_artifact_arg(args.artifact, args.backend, native=native,
+                                cluster=args.cluster, cluster_timeout_s=args.cluster_timeout)
+    try:
+        code = _run_program(args, program)
+    except BaseException:
+        program.close(read_back=False)  # (the error is what the user sees)
+        raise
+    program.close()  # a cluster's actors (and an embedded Ray) stop here
+    return code
+
+
+def _run_program(args: argparse.Namespace, program: Any) -> int:
     entries = list(program.entries)
     entry = args.entry
     if entry is None:
@@ -626,6 +642,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="refuse an artifact whose object code fails its checksum "
                            "(default: warn and compile it again from the IR)")
     p.add_argument("--backend", default=None, help="backend to run on (default: the artifact's)")
+    p.add_argument("--cluster", metavar="WHERE",
+                   help="run a module compiled for a cluster: local (a Ray started here, one "
+                        "process per task), auto (the Ray cluster running here), HOST:PORT "
+                        "(the Ray cluster at that address) or inprocess (threads)")
+    p.add_argument("--cluster-timeout", type=float, metavar="S",
+                   help="seconds to wait for a cluster task before failing (default 120)")
     p.add_argument("--checkpoint-dir", metavar="DIR",
                    help="save a checkpoint (all variables and the step) to DIR at the end")
     p.add_argument("--checkpoint-every", type=int, metavar="K",

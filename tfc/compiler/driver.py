@@ -82,9 +82,10 @@ def make_program(module: Module, path: str | os.PathLike[str], backend: str | No
     values, step = initial_state(path)
     if values is not None:
         values = {k: v for k, v in values.items() if k in module.variables}
-    # an artifact's variables stored as initializer ops stay so (its __init__ assigns them)
+    # an artifact's variables stored as initializer ops stay so (its __init__ assigns them);
+    # a module compiled for a cluster's tasks is not run here: threads are enough
     return Program(module, values, backend=backend, step=step, copy=False,
-                   initializers=recipes(module))
+                   initializers=recipes(module), cluster="inprocess")
 
 
 def compile_target(devices: str | Sequence[str] | None = None, fp16_transfers: bool = False,

@@ -14,10 +14,13 @@ from tfc.runtime.program import EntrySignature, Program, TensorSpec
 
 
 def load(path: str | os.PathLike[str], backend: str | None = None, *,
-         native: str = "use") -> Program:
+         native: str = "use", cluster: str | None = None,
+         cluster_timeout_s: float | None = None) -> Program:
     """The program stored in the artifact ``path``, ready to run (``native``: what to do
-    with stored object code, see ``load_artifact``)."""
-    return load_artifact(path, backend=backend, native=native)
+    with stored object code, see ``load_artifact``; ``cluster``: where a module compiled
+    for a cluster runs, see ``Program``)."""
+    return load_artifact(path, backend=backend, native=native, cluster=cluster,
+                         cluster_timeout_s=cluster_timeout_s)
 
 
 __all__ = ["EntrySignature", "Program", "TensorSpec", "check_feeds", "load", "load_artifact",

@@ -63,6 +63,7 @@ compiled again from the IR with a ``CorruptArtifactWarning`` (see ``load_artifac
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -78,6 +79,7 @@ from urllib.parse import quote
 import numpy as np
 
 from tfc.atomic import atomic_write
+from tfc.distributed.runtime import ClusterError
 from tfc.backends.base import BACKENDS, Backend, Executable, ForeignNativeCode, get_backend
 from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import INIT_GRAPH, Module, Op
@@ -150,6 +152,27 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
     The variables of ``initializers`` (name -> an op that computes the value from its
     attrs alone, ``tfc.runtime.initializers``) are stored as that op, in the stored
     module's ``__init__`` graph, not as data: ``variables`` need not hold them."""
+    write = _artifact_writer(path, module, variables, step, backend, native, initializers)
+    return atomic_write(path, write, before_replace)
+
+
+def artifact_bytes(module: Module, variables: Mapping[str, np.ndarray], step: int = 0,
+                   backend: str = "reference",
+                   native: Mapping[str, Mapping[str, bytes]] | None = None) -> bytes:
+    """The artifact ``save_artifact`` would write, as bytes in memory: what a cluster's
+    task processes receive (``tfc.distributed.runtime``), the file format and its
+    checks and nothing else (no pickled Python); ``read_task_artifact`` reads it."""
+    buffer = io.BytesIO()
+    _artifact_writer("<in-memory artifact>", module, variables, step, backend, native,
+                     None)(buffer)
+    return buffer.getvalue()
+
+
+def _artifact_writer(path: Any, module: Module, variables: Mapping[str, np.ndarray],
+                     step: int, backend: str,
+                     native: Mapping[str, Mapping[str, bytes]] | None,
+                     initializers: Mapping[str, Op] | None) -> Callable[[IO[bytes]], None]:
+    """What writes the artifact of ``save_artifact``'s arguments to an open binary file."""
     from tfc.ir.bytecode import module_to_bytes
     from tfc.ir.printer import print_module
     from tfc.runtime.initializers import recipes_graph
@@ -196,7 +219,7 @@ def save_artifact(path: str | os.PathLike[str], module: Module,
                 with zf.open(member, "w", force_zip64=True) as fh:
                     np.save(fh, arr, allow_pickle=False)
 
-    return atomic_write(path, write, before_replace)
+    return write
 
 
 def _native_members(manifest: dict[str, Any], backend: str,
@@ -289,7 +312,8 @@ def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
 
 
 def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
-                  native: str = "use") -> Program:
+                  native: str = "use", cluster: str | None = None,
+                  cluster_timeout_s: float | None = None) -> Program:
     """The ``Program`` stored in the artifact ``path`` (its backend unless ``backend``).
 
     ``native`` says what to do with the native code (an llvm artifact's object code) the
@@ -299,7 +323,8 @@ def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
     older tfc versions) again from the IR, with a ``CorruptArtifactWarning``;
     ``"recompile"`` never links stored code; ``"strict"`` refuses an artifact whose code
     fails the check. The IR is verified and its signature checked against the manifest
-    whatever ``native`` says.
+    whatever ``native`` says. ``cluster``, ``cluster_timeout_s``: where a module compiled
+    for a cluster runs (``Program``'s).
     """
     if native not in NATIVE_POLICIES:
         raise TfcError(f"native={native!r}: expected one of {', '.join(NATIVE_POLICIES)}")
@@ -319,8 +344,9 @@ def load_artifact(path: str | os.PathLike[str], backend: str | None = None, *,
             runner = get_backend(name)
             executables = _native_executables(zf, path, module, manifest, native, runner)
             program = Program(module, values, backend=runner, step=manifest["step"],
-                              copy=False, executables=executables, initializers=initializers)
-        except ArtifactError:
+                              copy=False, executables=executables, initializers=initializers,
+                              cluster=cluster, cluster_timeout_s=cluster_timeout_s)
+        except (ArtifactError, ClusterError):  # (the cluster's: not the file's fault)
             raise
         except TfcError as e:
             raise ArtifactError(f"{path}: {e.message}", e.loc) from None
@@ -550,6 +576,25 @@ def read_module(path: str | os.PathLike[str]) -> Module:
     variables' data is not read."""
     with open_zip(path) as zf:
         return _read_module(zf, path, _read_manifest(zf, path))
+
+
+def read_task_artifact(data: bytes, what: str, backend: Backend
+                       ) -> tuple[Module, dict[str, np.ndarray], dict[str, Executable]]:
+    """What a cluster task makes of the artifact bytes it receives: the module (verified),
+    the variables, and the entries whose object code it carries for ``backend`` made
+    executables (``load_artifact``'s ``native="use"``: code built for another CPU, or whose
+    digest fails, is left out, and those entries compile from the IR)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            manifest = _read_manifest(zf, what)
+            module = _read_module(zf, what, manifest)
+            values = dict(read_variables(zf, what, manifest))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", CorruptArtifactWarning)
+                native = _native_executables(zf, what, module, manifest, "use", backend)
+            return module, values, native
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as e:
+        raise ArtifactError(f"{what} is not a tfc artifact, or is corrupt ({e})") from None
 
 
 def read_artifact(path: str | os.PathLike[str]

@@ -27,6 +27,11 @@ send/recv hands a host array over and the GPU stage copies it to the device and 
 results back (the copy the cost model charges at the host link's rate); fp16 transfers
 halve those copies as they do any transfer.
 
+On a cluster (``tfc.distributed``) each task's process runs the same executor restricted
+to the task's devices (``devices=``): a transfer between two of them is the same hand-off,
+and one to another task's device leaves through the ``transport`` the task gives it (actor
+to actor) and arrives in the step's rendezvous there (``run_step``).
+
 ``PartitionedExecutable`` has the backend ``Executable`` interface, so ``Program`` runs a
 multi-device module exactly as it runs a single-device one: same feeds, fetches,
 variable semantics (reads see the start of the step, updates apply after it) and
@@ -65,6 +70,11 @@ def _slot(src: StageSource) -> Hashable:
     return (src.stage, src.output)
 
 
+# How values leave this executable's devices for devices it does not run (another task's,
+# ``tfc.distributed``): called with a stage's (key, receiving device, value) triples, once
+# per stage that sends any, during the step (its owner knows which step that is).
+Transport = Callable[[list[tuple[str, str, np.ndarray]]], None]
+
 StageCall = Callable[[list[np.ndarray], Mapping[str, np.ndarray], int],
                      tuple[Sequence[np.ndarray], Iterable[tuple[str, np.ndarray]]]]
 
@@ -84,6 +94,8 @@ class Stage:
     recvs: list[str] = field(default_factory=list)
     executable: Executable | None = None
     call: StageCall | None = None  # runs ``executable``: (fetches, (var, update) pairs)
+    # sends to devices this executable does not run: (key, receiving device, slot)
+    remote_sends: list[tuple[str, str, Hashable]] = field(default_factory=list)
 
 
 @dataclass
@@ -226,21 +238,36 @@ class PartitionedExecutable:
     (``threads_per_device``; ``threads`` says what each got); a device that only hands
     feeds over gets none. The busiest device runs on the calling thread, the others on
     the executable's worker threads; any device's error aborts the step's rendezvous,
-    waits for the others to stop and surfaces (the root cause, not the aborted recvs)."""
+    waits for the others to stop and surfaces (the root cause, not the aborted recvs).
 
-    def __init__(self, module: Module, entry: str, backend: Backend) -> None:
+    ``devices`` restricts it to some of the table's devices (a cluster task's: the
+    ``tfc.distributed`` runtime runs one such executable per task): it compiles and runs
+    only their stages, hands what they send to other devices to ``transport``, and takes
+    what those send from the step's rendezvous (``run_step``), where the transport of
+    the other end put it; its fetches are those of its devices (None elsewhere)."""
+
+    def __init__(self, module: Module, entry: str, backend: Backend, *,
+                 devices: Sequence[str] | None = None,
+                 transport: Transport | None = None) -> None:
         table = module.partitions.get(entry)
         if table is None:
             raise TfcError(f"entry '{entry}': the module was not lowered for several devices "
                            f"(it has no partition table for @{entry}; run the partition "
                            f"pass, as tfc compile --devices does)")
         table.check(module)
+        local = [d.device for d in table.devices] if devices is None else list(devices)
+        if transport is None and len(local) < len(table.devices):
+            raise TfcError(f"entry '{entry}': running some of its devices needs a transport "
+                           f"for the values the others exchange with them")
         self.entry = entry
         self.table = table
+        self.devices = [d.device for d in table.devices if d.device in local]
+        self.transport = transport
         self.compression: CompressReport | None = (
             compression_report(module, entry) if table.compressed else None)
         # the cores go to the devices that compute, each its share (threads_per_device)
-        computing = [d.device for d in table.devices if any(st.graph for st in d.stages)]
+        computing = [d.device for d in table.devices
+                     if d.device in local and any(st.graph for st in d.stages)]
         self.threads: dict[str, int] = threads_per_device(computing)
         graph = module.graphs[entry]
         self._feed_dtypes = [a.dtype.np for a in graph.args]
@@ -249,7 +276,8 @@ class PartitionedExecutable:
         fast_vars: set[str] = set()
         compiled: dict[tuple[str, int], Executable] = {}
         backends = {backend.name: backend}  # the backend of each device kind's part
-        for part in table.devices:
+        parts = [part for part in table.devices if part.device in local]
+        for part in parts:
             name = device_backend(part.device, backend.name)
             if name not in backends:
                 backends[name] = get_backend(name)
@@ -258,14 +286,17 @@ class PartitionedExecutable:
                 if st.graph is not None:
                     compiled[part.device, i] = stage_backend.compile(module, st.graph)
         unchecked = _unchecked_sources(table, compiled)
-        for part in table.devices:
+        for part in parts:
             stages = []
             for i, st in enumerate(part.stages):
                 g = module.graphs[st.graph] if st.graph is not None else None
                 stage = Stage(i, st, g, [_slot(s) for s in st.inputs],
                               [(i, k) for k in range(len(g.results) if g else 0)],
-                              [(s.key, _slot(s.value)) for s in st.sends],
-                              [r.key for r in st.recvs])
+                              [(s.key, _slot(s.value)) for s in st.sends
+                               if s.receiver in local],
+                              [r.key for r in st.recvs],
+                              remote_sends=[(s.key, s.receiver, _slot(s.value))
+                                            for s in st.sends if s.receiver not in local])
                 if g is not None:
                     exe = stage.executable = compiled[part.device, i]
                     stage.call = stage_call(exe, [k for k, s in enumerate(st.inputs)
@@ -275,13 +306,17 @@ class PartitionedExecutable:
                 stages.append(stage)
             fetches = [(i, _slot(src)) for i, (device, src) in enumerate(table.fetches)
                        if device == part.device]
-            feeds = sorted({s for st in stages for s in [*st.inputs, *(x for _, x in st.sends)]
+            feeds = sorted({s for st in stages
+                            for s in [*st.inputs, *(x for _, x in st.sends),
+                                      *(x for _, _, x in st.remote_sends)]
                             if isinstance(s, int)} | {s for _, s in fetches if isinstance(s, int)})
             self.plans.append(DevicePlan(part.device, stages, feeds, fetches))
         self._var_specs = [(n, np.dtype(module.variables[n].type.dtype.np),
                             tuple(module.variables[n].type.shape), module.variables[n].type)
                            for n in sorted(fast_vars)]
         self.n_results = len(table.fetches)
+        # the entry's feeds that this executable's devices use (all, unless ``devices``)
+        self.feed_indices = sorted({i for plan in self.plans for i in plan.feeds})
         self.tracer: Tracer | None = None  # set to record a timeline (``tfc bench --trace``)
         # the busiest device on the calling thread: one thread fewer to wake per step
         self._inline = max(range(len(self.plans)), key=lambda i: sum(
@@ -303,18 +338,19 @@ class PartitionedExecutable:
         stages = [st for plan in self.plans for st in plan.stages if st.executable]
         native = all(getattr(st.executable, "fast_step", None) is not None
                      and not getattr(st.executable, "fallback_ops", ()) for st in stages)
-        if native and all(src.feed is None for _, src in table.fetches):
+        if native and all(src.feed is None for device, src in table.fetches
+                          if device in local):
             self.var_names = [n for n, *_ in self._var_specs]
             self.update_names = list(dict.fromkeys(
                 n for st in stages for n in getattr(st.executable, "update_names", ())))
             self._shapes_seen: set[tuple] = set()
             self.fast_step = self._fast_step
 
-    def _run_device(self, plan: DevicePlan, feeds: Sequence[np.ndarray],
+    def _run_device(self, plan: DevicePlan, feeds: Sequence[np.ndarray | None],
                     variables: Mapping[str, np.ndarray], step: int,
                     rendezvous: Rendezvous) -> tuple[dict[Hashable, np.ndarray],
                                                      dict[str, np.ndarray]]:
-        env: dict[Hashable, np.ndarray] = {i: feeds[i] for i in plan.feeds}
+        env: dict[Hashable, np.ndarray] = {i: feeds[i] for i in plan.feeds}  # type: ignore[misc]
         updates: dict[str, np.ndarray] = {}
         tracer, clock = self.tracer, time.perf_counter
         for st in plan.stages:
@@ -345,6 +381,9 @@ class PartitionedExecutable:
                 if tracer is not None:
                     for key, value in values:
                         tracer.send(plan.device, key, value.nbytes, at)
+            if st.remote_sends:
+                assert self.transport is not None  # (the constructor's check)
+                self.transport([(key, to, env[slot]) for key, to, slot in st.remote_sends])
         return env, updates
 
     def _checked_feeds(self, feeds: Sequence[Any]) -> list[np.ndarray]:
@@ -390,10 +429,21 @@ class PartitionedExecutable:
         fetches, updates = self._step(feeds, dict(zip(self.var_names, variables)), step)
         return fetches, [updates[n] for n in self.update_names]
 
-    def _step(self, arrays: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
-              step: int) -> tuple[list[Any], dict[str, np.ndarray]]:
+    def run_step(self, feeds: Sequence[np.ndarray | None], variables: Mapping[str, np.ndarray],
+                 step: int, rendezvous: Rendezvous) -> tuple[list[Any], dict[str, np.ndarray]]:
+        """One step of this executable's devices with ``rendezvous`` as the step's table
+        (where another task's transport delivers what its devices send to these):
+        ``feeds`` in argument order (None for those of ``feed_indices``' complement),
+        C-contiguous arrays of their dtypes; ``variables`` those of the stages. The
+        fetches (None for other devices') and the updates of these devices."""
+        return self._step(feeds, _checked_variables(self._var_specs, variables), step,
+                          rendezvous)
+
+    def _step(self, arrays: Sequence[np.ndarray | None], variables: Mapping[str, np.ndarray],
+              step: int, rendezvous: Rendezvous | None = None
+              ) -> tuple[list[Any], dict[str, np.ndarray]]:
         with self._lock:
-            rendezvous = Rendezvous()
+            rendezvous = Rendezvous() if rendezvous is None else rendezvous
             self.last_rendezvous = rendezvous
 
             def run(plan: DevicePlan) -> Any:

@@ -542,7 +542,8 @@ def profile_guided_placement(
     feeds = {name: synthetic_feeds(graph, batch) for name, graph in before.entries.items()}
 
     def twin(lowered: Module, backend: Backend) -> "Program":
-        return Program(lowered, initial, backend=backend, step=step)
+        return Program(lowered, initial, backend=backend, step=step,
+                       cluster="inprocess")  # (a cluster's tasks are measured as threads)
 
     say(f"profiling {len(feeds)} entr{'y' if len(feeds) == 1 else 'ies'} of the cost "
         f"model's placement ({runs} steps each)")

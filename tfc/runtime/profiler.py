@@ -65,7 +65,8 @@ def bench_entry(program: Any, entry: str, feeds: Mapping[str, Any], steps: int,
     if profiled is not None:  # a twin of the program whose backend times each kernel
         from tfc.runtime.program import Program
         program = Program(program.module, program.variables, backend=profiled(),
-                          step=program.step)
+                          step=program.step,  # (a cluster program's twin: threads)
+                          cluster="inprocess" if program.cluster else None)
     return _bench(program, entry, feeds, steps, warmup, tracer)
 
 

@@ -132,12 +132,38 @@ class Program:
     ops when ``variables`` is ``None``, are computed when first needed (a run, a read
     of ``variables``, a checkpoint), never by ``save``: an artifact saved before the
     first run stores the ops, not the values.
+
+    ``cluster`` says where a module whose devices name tasks (``/job:worker/task:1/cpu:0``:
+    compiled for a cluster) runs: ``"local"`` (an embedded single-node Ray on 127.0.0.1,
+    one process per task), ``"auto"`` (the Ray cluster running here, or ``RAY_ADDRESS``'s),
+    ``"HOST:PORT"`` (the Ray cluster at that address): one Ray actor per task, which holds
+    the task's variables (``tfc.distributed.runtime``); ``"inprocess"`` runs every task's
+    devices as threads of this process (a debugging mode: no processes, no hosts). Such a
+    module with ``cluster=None`` is an error, as is a cluster for a module without tasks.
+    ``cluster_timeout_s`` bounds every wait for a task. ``close()`` releases the cluster.
     """
 
     def __init__(self, module: Module, variables: Mapping[str, Any] | None = None,
                  backend: str | Backend | None = None, *, step: int = 0,
                  copy: bool = True, executables: Mapping[str, Executable] | None = None,
-                 initializers: Mapping[str, Op] | None = None) -> None:
+                 initializers: Mapping[str, Op] | None = None, cluster: str | None = None,
+                 cluster_timeout_s: float | None = None) -> None:
+        from tfc.distributed.runtime import check_cluster_argument
+        from tfc.distributed.task import cluster_tasks
+        tasks = cluster_tasks(module)
+        if cluster is None and tasks:
+            raise TfcError(f"the module was compiled for a cluster (tasks "
+                           f"{', '.join(tasks)}): run it with cluster='local', 'auto' or "
+                           f"'HOST:PORT' (tfc run --cluster ...), or cluster='inprocess' "
+                           f"for threads of this process")
+        if cluster is not None:
+            check_cluster_argument(cluster)
+            if not tasks and cluster != "inprocess":
+                raise TfcError(f"cluster={cluster!r}: the module has no task devices to "
+                               f"distribute (its devices: "
+                               f"{', '.join(module.devices) or 'none'}); compile it for a "
+                               f"cluster (tfc compile --cluster) or run it without one")
+        self.cluster = cluster
         self.backend: Backend = (get_backend(backend) if backend is None or isinstance(backend, str)
                                  else backend)
         if program_backend(module.devices, self.backend.name) != self.backend.name:
@@ -191,6 +217,44 @@ class Program:
         # the artifact file this program was loaded from (``load`` sets it): saving back
         # to it checks that no other process replaced it since
         self.origin: ArtifactOrigin | None = None
+        # the tasks' actors of a program run on a Ray cluster (``tfc.distributed.runtime``)
+        self._cluster: Any = None
+        if cluster is not None and cluster != "inprocess":
+            from tfc.distributed.runtime import DEFAULT_TIMEOUT_S, ClusterRuntime
+            self._materialize()  # the tasks get every value
+            # an artifact's object code runs on the tasks, not here
+            native = {e: self.backend.export(exe) for e, exe in self._executables.items()}
+            self._executables = {}
+            self._cluster = ClusterRuntime(
+                module, self._variables, self._step, self.backend.name, cluster,
+                DEFAULT_TIMEOUT_S if cluster_timeout_s is None else cluster_timeout_s,
+                {e: m for e, m in native.items() if m})
+
+    def close(self, *, read_back: bool = True) -> None:
+        """Release what runs the program outside this process: a cluster program's task
+        actors (and the embedded Ray of ``cluster="local"``), once its variables are read
+        back (they stay readable, and savable, afterwards; ``read_back=False`` skips that,
+        after a failure: then they cannot be read). Running it afterwards is an error.
+        Nothing to do for other programs."""
+        if self._cluster is not None and not self._cluster.closed:
+            try:
+                if read_back:
+                    self._sync_held()
+            finally:
+                self._cluster.close()
+
+    def task_states(self) -> dict[str, str]:
+        """A cluster program's tasks, each with what it did in the latest step (its time
+        there, or that it was not part of it); empty for other programs."""
+        if self._cluster is None:
+            return {}
+        return self._cluster.task_states()
+
+    def __enter__(self) -> "Program":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # ---- what the program holds ------------------------------------------------------
 
@@ -441,7 +505,9 @@ class Program:
     def _executable(self, entry: str) -> Executable:
         exe = self._executables.get(entry)
         if exe is None:
-            if entry in self.module.partitions:  # one partition per device, concurrently
+            if self._cluster is not None:  # the tasks' actors run it
+                exe = self._cluster.executable(entry)
+            elif entry in self.module.partitions:  # one partition per device, concurrently
                 from tfc.runtime.executor import PartitionedExecutable
                 exe = PartitionedExecutable(self.module, entry, self.backend)
             else:

@@ -7,6 +7,10 @@ copied (what a transfer costs is the receiving thread's wake-up, not its bytes).
 executor sends a stage's values together (``send_many``: one wake-up of the receiver)
 and receives a stage's values together (``recv_many``).
 
+A cluster task's rendezvous also receives what other tasks' devices send to its own
+(``tfc.distributed.task``: their values arrive by Ray, tagged with the step's id, and are
+put here with ``send_many`` like any local send).
+
 If any device's part of the step fails, ``abort`` wakes every waiter with that error,
 so one failure never leaves the other devices' threads hanging. A timeout turns a graph
 that can never deliver a key (a bug in partitioning, not a user error) into an error
@@ -74,6 +78,11 @@ class Rendezvous:
                 raise ExecutionError(f"recv {missing!r}: nothing was sent within "
                                      f"{self.timeout_s:g} s")
             return [values.pop(k) for k in keys]
+
+    @property
+    def error(self) -> BaseException | None:
+        """What aborted the step (``abort``), if anything did."""
+        return self._error
 
     def abort(self, error: BaseException) -> None:
         """Fail every pending and future ``recv`` with ``error``."""

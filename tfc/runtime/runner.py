@@ -16,9 +16,10 @@ its guarantees, but checks each thing once where once is enough:
   updates are frozen and swapped in without the copies and overlap scans that
   ``Program._checked_updates`` makes for backends that promise less.
 - On a backend whose executable can keep its updates on its device (``read_back``: the
-  cuda backend), steps *defer* them: nothing is copied back, and the program records the
-  executable as the variables' holder (``Program._held``, which says how readers sync).
-  Variables this entry reads that another executable holds are synced first.
+  cuda backend, a cluster's tasks), steps *defer* them: nothing is copied back, and the
+  program records the executable as the variables' holder (``Program._held``, which says
+  how readers sync). Variables this entry reads that another executable holds are synced
+  first, unless both keep them in one place (``state_owner``: a cluster's entries).
 - Feeds that are arrays of the executable's device (``device_array_type()``: cupy arrays
   on a GPU) pass without a host round trip when their dtype is the placeholder's; their
   shapes are checked by the executable when it binds them.
@@ -55,6 +56,10 @@ class EntryRunner:
         self.var_names: list[str] = list(getattr(self.exe, "var_names", ()))
         self.update_names: list[str] = list(getattr(self.exe, "update_names", ()))
         self.defers = self.fast is not None and callable(getattr(self.exe, "read_back", None))
+        # what holds the values of deferred updates: the executable, or what it shares
+        # them with (``state_owner``: a cluster program's entries share its tasks), so a
+        # value another entry left there is current here too, without a read back
+        self.state_owner = getattr(self.exe, "state_owner", self.exe)
         self._device_type = getattr(self.exe, "device_array_type", None) \
             if self.fast is not None else None
         self._on_device: type | None = None  # what it returned (it finds the device)
@@ -78,7 +83,9 @@ class EntryRunner:
         held = []
         if self.var_names:
             if holders:
-                prog._sync_held([n for n in self.var_names if holders.get(n, exe) is not exe])
+                owner = self.state_owner
+                prog._sync_held([n for n in self.var_names if n in holders and getattr(
+                    holders[n], "state_owner", holders[n]) is not owner])
             try:
                 for name in self.var_names:
                     held.append(variables[name])

@@ -1,0 +1,271 @@
+"""Cluster programs on a real Ray cluster: one actor per task, values task to task.
+
+The cluster is the session's ``loopback_cluster`` (a head and two more nodes on
+127.0.0.1, ``tests/distributed/conftest.py``). The model is a parameter-server step
+built by hand: the variables and the optimizer on ``/job:ps/task:0``, each of two workers
+computing the gradients of its half of the batch, the PS averaging them and applying
+them once. One process running the same graph gives the losses to match (f64).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import tfc
+from tfc.errors import ExecutionError, TfcError
+from tfc.runtime import Program
+from tfc.runtime.checkpoint import read_checkpoint
+from tfc.testing import split_mlp_module
+
+PS = "/job:ps/task:0/cpu:0"
+WORKERS = ("/job:worker/task:0/cpu:0", "/job:worker/task:1/cpu:0")
+TASKS = (PS, *WORKERS)
+RNG = np.random.default_rng(3)
+HALF = 8
+FEEDS = {f"{n}{i}": RNG.normal(size=(HALF, 5 if n == "x" else 3)) for i in range(2)
+         for n in ("x", "y")}
+
+
+def ps_module(devices: tuple[str, ...] | None) -> tfc.ir.core.Module:
+    """Entries ``sgd`` and ``adam`` (each on variables of its own): the PS step above,
+    on ``devices`` (ps, worker 0, worker 1), or on one device for ``None``; ``predict``
+    (worker 0) the model of ``sgd``; ``wnorm`` (the PS alone) its weights' squared norm."""
+    ps, *workers = devices or (None, None, None)
+    rng = np.random.default_rng(1)
+    with tfc.Graph().as_default() as g:
+        xs = [tfc.placeholder(tfc.float64, [None, 5], name=f"x{i}") for i in range(2)]
+        ys = [tfc.placeholder(tfc.float64, [None, 3], name=f"y{i}") for i in range(2)]
+        for name, opt in (("sgd", tfc.train.GradientDescentOptimizer(0.3)),
+                          ("adam", tfc.train.AdamOptimizer(0.05))):
+            with g.device(ps):
+                w = tfc.Variable(rng.normal(0, 0.5, (5, 3)), name=f"{name}_w")
+                b = tfc.Variable(np.zeros(3), name=f"{name}_b")
+            losses, grads = [], []
+            for x, y, dev in zip(xs, ys, workers):
+                with g.device(dev):
+                    err = tfc.tanh(tfc.matmul(x, w) + b) - y
+                    loss = tfc.reduce_mean(err * err)
+                    grads.append(tfc.gradients(loss, [w, b]))
+                    losses.append(loss)
+            with g.device(ps):
+                mean = [(ga + gb) * 0.5 for ga, gb in zip(*grads)]
+                step = opt.apply_gradients(list(zip(mean, [w, b])))
+                total = (losses[0] + losses[1]) * 0.5
+            feeds = {f"x{i}": xs[i] for i in range(2)} | {f"y{i}": ys[i] for i in range(2)}
+            tfc.entry(name, feeds=feeds, fetches={"loss": total}, targets=[step])
+            if name == "sgd":
+                with g.device(workers[0]):
+                    tfc.entry("predict", feeds={"x0": xs[0]},
+                              fetches={"y": tfc.tanh(tfc.matmul(xs[0], w) + b)})
+                with g.device(ps):  # an entry of one device: the artifact's object code
+                    tfc.entry("wnorm", feeds={}, fetches={"n": tfc.reduce_sum(w * w)})
+    module = g.as_module()
+    if devices:
+        module.devices = list(devices)
+    return module
+
+
+def run_losses(program: Program, steps: int = 3) -> dict[str, list[float]]:
+    return {entry: [float(program.run(entry, FEEDS)["loss"]) for _ in range(steps)]
+            for entry in ("sgd", "adam")}
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("backend", ["reference", "llvm"])
+def test_ps_training_on_three_tasks_matches_one_process(loopback_cluster, backend, tmp_path):
+    one = Program(ps_module(None), backend=backend)
+    want = run_losses(one)
+    saved = tmp_path / "ps.tfc"
+    Program(ps_module(TASKS), backend=backend, cluster="inprocess").save(saved)
+    with tfc.runtime.load(saved, cluster=loopback_cluster.address) as p:
+        nodes = {t: where["node_id"] for t, where in p._cluster.where.items()}
+        assert len(set(nodes.values())) == 3, nodes  # one node each (of three)
+        # each task compiled its stages from the IR; the PS linked wnorm's object code
+        made = p._cluster.made_from
+        assert made[PS.rsplit("/", 1)[0]] == {
+            "sgd": "compiled", "adam": "compiled", "predict": "compiled",
+            "wnorm": "object code" if backend == "llvm" else "compiled"}
+        assert made[WORKERS[0].rsplit("/", 1)[0]] == {e: "compiled" for e in
+                                                      ("sgd", "predict", "adam")}
+        got = run_losses(p)
+        for entry in want:  # the same graph, task by task: the same numbers
+            np.testing.assert_allclose(got[entry], want[entry], rtol=1e-10, atol=0)
+        stats = p._executable("adam").last_transfer_stats
+        # the workers' gradients went to the PS, the weights to the workers, task to task;
+        # the driver saw the feeds and the loss only
+        assert stats.tensors >= 8 and stats.bytes > 0
+        assert stats.feed_bytes == sum(a.nbytes for a in FEEDS.values())
+        assert stats.fetch_bytes == 8 and stats.stale == 0
+        for program in (p, one):  # (making an entry ready reads every variable back)
+            program.run("predict", x0=FEEDS["x0"])
+        np.testing.assert_allclose(run_losses(p, 1)["sgd"], run_losses(one, 1)["sgd"],
+                                   rtol=1e-10)
+        np.testing.assert_allclose(p.run("wnorm")["n"], one.run("wnorm")["n"], rtol=1e-10)
+        reads = p._cluster.reads
+        # the values the sgd step left on the tasks: used there, nothing read back
+        np.testing.assert_allclose(p.run("predict", x0=FEEDS["x0"])["y"],
+                                   one.run("predict", x0=FEEDS["x0"])["y"], rtol=1e-10)
+        assert p._cluster.reads == reads
+        for name, value in one.variables.items():  # read back from the PS actor
+            np.testing.assert_allclose(p.variables[name], value, rtol=1e-10, atol=1e-12)
+        mine = read_checkpoint(p.save_checkpoint(tmp_path / "cluster"))
+        theirs = read_checkpoint(one.save_checkpoint(tmp_path / "one"))
+        assert mine.step == theirs.step == 11
+        for name, value in theirs.values.items():
+            np.testing.assert_allclose(mine.values[name], value, rtol=1e-10, atol=1e-12)
+        # a value the program sets goes to its task before the next step
+        p.restore_checkpoint(tmp_path / "one")
+        one.restore_checkpoint(tmp_path / "one")
+        np.testing.assert_allclose(run_losses(p, 1)["sgd"], run_losses(one, 1)["sgd"],
+                                   rtol=1e-10)
+        assert sorted(p.task_states()) == ["ps:0", "worker:0", "worker:1"]
+
+
+@pytest.mark.distributed
+def test_a_failing_task_fails_the_step_on_every_task(loopback_cluster):
+    tasks = list(TASKS)
+    m = split_mlp_module(tasks)
+    m.devices = tasks
+    x = RNG.normal(size=(16, 6)).astype(np.float32)
+    y = RNG.integers(0, 3, 16).astype(np.int32)
+    with Program(m, backend="reference", cluster=loopback_cluster.address,
+                 cluster_timeout_s=60) as p:
+        before = {k: v.copy() for k, v in p.variables.items()}
+        started = time.monotonic()
+        with pytest.raises(ExecutionError, match=r"task /job:\w+/task:\d failed to run step 0"):
+            p.run("train", x=x, y=np.full(16, 7, np.int32))  # labels out of range
+        assert time.monotonic() - started < 30  # aborted, not left to time out
+        assert p.step == 0
+        for k, v in before.items():  # no task applied its part of the failed step
+            np.testing.assert_array_equal(p.variables[k], v)
+        p.run("train", x=x, y=y)
+        assert p.step == 1
+
+
+@pytest.mark.distributed
+def test_a_killed_task_is_an_error_naming_it(loopback_cluster):
+    p = Program(ps_module(TASKS), backend="reference", cluster=loopback_cluster.address)
+    try:
+        p.run("sgd", FEEDS)
+        os.kill(p._cluster.where[WORKERS[1].rsplit("/", 1)[0]]["pid"], signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(ExecutionError, match=r"task /job:worker/task:1 died"):
+            p.run("sgd", FEEDS)
+        assert time.monotonic() - started < 30
+    finally:
+        p.close(read_back=False)
+
+
+@pytest.mark.distributed
+def test_a_task_that_cannot_start_is_an_error_naming_it(loopback_cluster, monkeypatch):
+    import tfc.runtime.artifact as artifact
+    monkeypatch.setattr(artifact, "artifact_bytes", lambda *a, **k: b"not an artifact")
+    with pytest.raises(TfcError, match=r"task /job:\w+/task:\d could not start .* the "
+                                       r"artifact sent to /job:\w+/task:\d is not a tfc"):
+        Program(ps_module(TASKS), backend="reference", cluster=loopback_cluster.address)
+
+
+def test_a_module_of_tasks_needs_a_cluster():
+    with pytest.raises(TfcError, match=r"compiled for a cluster \(tasks /job:ps/task:0, "
+                                       r"/job:worker/task:0, /job:worker/task:1\)"):
+        Program(ps_module(TASKS))
+    p = Program(ps_module(TASKS), cluster="inprocess")  # threads, as before: explicit
+    one = Program(ps_module(None))
+    np.testing.assert_allclose(run_losses(p, 2)["adam"], run_losses(one, 2)["adam"],
+                               rtol=1e-10)
+    with pytest.raises(TfcError, match="no task devices to distribute"):
+        Program(ps_module(None), cluster="local")
+    with pytest.raises(TfcError, match="expected local, auto, inprocess or HOST:PORT"):
+        Program(ps_module(TASKS), cluster="somewhere")
+
+
+def test_without_ray_the_error_names_the_install_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(TfcError, match=r"pip install -e '\.\[distributed\]'"):
+        Program(ps_module(TASKS), cluster="local")
+
+
+def saved_artifact(tmp_path) -> tuple[str, list[str]]:
+    """The PS module saved as an artifact (on the reference backend), and --feed options."""
+    path = str(tmp_path / "ps.tfc")
+    Program(ps_module(TASKS), backend="reference", cluster="inprocess").save(path)
+    feeds = []
+    for name, value in FEEDS.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        feeds += ["--feed", f"{name}={tmp_path / f'{name}.npy'}"]
+    return path, feeds
+
+
+@pytest.mark.distributed
+def test_tfc_run_on_the_cluster(loopback_cluster, tmp_path, capsys):
+    from tfc.cli import main
+    path, feeds = saved_artifact(tmp_path)
+    want = run_losses(Program(ps_module(None), backend="reference"))["adam"]
+    code = main(["run", path, "--entry", "adam", *feeds, "--steps", "3", "--save",
+                 "--cluster", loopback_cluster.address])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert float(out.splitlines()[-1]) == pytest.approx(want[-1], rel=1e-10)
+    again = Program(ps_module(None), backend="reference")
+    run_losses(again)
+    saved = tfc.runtime.load(path, cluster="inprocess")  # the tasks' variables, saved
+    assert saved.step == 3
+    for name in ("adam_w", "adam_b"):
+        np.testing.assert_allclose(saved.variables[name], again.variables[name], rtol=1e-10)
+
+
+def test_tfc_run_errors_name_the_cluster_problem(tmp_path):
+    path, feeds = saved_artifact(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def tfc_run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tfc.cli", "run", path, "--entry", "sgd",
+                               *feeds, *args], capture_output=True, text=True, env=env,
+                              timeout=120)
+
+    no_cluster = tfc_run()
+    assert no_cluster.returncode == 1
+    assert no_cluster.stderr.startswith("error: ") and "--cluster" in no_cluster.stderr
+    assert len(no_cluster.stderr.strip().splitlines()) == 1
+    pytest.importorskip("ray")
+    import socket
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    started = time.monotonic()
+    unreachable = tfc_run("--cluster", address, "--cluster-timeout", "10")
+    assert time.monotonic() - started < 60
+    assert unreachable.returncode == 1
+    assert unreachable.stderr.startswith("error: ") and address in unreachable.stderr
+    assert len(unreachable.stderr.strip().splitlines()) == 1, unreachable.stderr
+
+
+def test_values_carry_their_step_id():
+    """A task keeps a value that arrives before its step starts there, drops (and counts)
+    one whose step is over, and a step aborted before it starts fails at once."""
+    pytest.importorskip("ray")
+    from tfc.distributed.task import TaskActor
+    from tfc.runtime.artifact import artifact_bytes
+    p = Program(ps_module(TASKS), backend="reference", cluster="inprocess")
+    task = TaskActor("/job:ps/task:0", artifact_bytes(p.module, dict(p.variables)),
+                     "reference", 5.0)
+    assert sorted(task.variables) == sorted(p.variables)  # the PS holds every variable
+    early = np.arange(3.0)
+    task.deliver(2, [(["k1", "k2"], early)])  # step 2 has not started here yet
+    assert task._rendezvous(2).recv_many(["k1", "k2"]) == [early, early]
+    task._end(2)
+    task.deliver(1, [(["late"], early)])
+    task.deliver(2, [(["later"], early)])
+    assert task.stale == 2
+    task.abort(3, "worker:1 failed")
+    started = time.monotonic()
+    with pytest.raises(ExecutionError, match="aborted"):
+        task.run_step("sgd", 3, 0, {}, 4, None, {})
+    assert time.monotonic() - started < 4  # not the 5 s timeout

@@ -1,0 +1,306 @@
+"""One task of a cluster program, as its Ray actor runs it (``tfc.distributed.runtime``).
+
+A module compiled for a cluster names its devices after tasks (``/job:ps/task:0/cpu:0``,
+``/job:worker/task:1/cpu:0``); each task runs in a process of its own, on a Ray node of
+its own when there are enough. ``TaskActor`` is that process's state: it receives the
+artifact's bytes (the file format, checked and verified as a file is: never pickled
+Python), compiles its devices' stages from the IR with the program's backend, owns the
+variables its stages read and write, and runs its part of each step with the same
+executor that runs a single process's devices (``PartitionedExecutable`` restricted to
+this task's devices).
+
+Values its devices send to another task's go actor to actor (``deliver`` on the peer),
+never through the driver: one transfer per (value, receiving task) per stage, small
+arrays by value, large ones put in Ray's object store first, so the receiver maps them
+zero-copy (read-only arrays, which the stages take as inputs as they are). Each value
+carries its step's id (the driver's launch counter): the receiver puts it into that
+step's ``Rendezvous``, where the step's recvs find it, also when it arrives before the
+step starts there; a value for a step that is over (it failed, or the value arrived
+late) is dropped and counted (``stale``).
+
+A step's variable updates are pending until the driver says whether the step succeeded
+on every task (``settle`` on the task's next call): a step that failed anywhere changes
+no variable anywhere, as a single process's failed step changes none.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from tfc.backends.base import StepResult, get_backend
+from tfc.devices import parse_device
+from tfc.errors import ExecutionError, TfcError
+from tfc.ir.core import Module
+
+# arrays of at least this many bytes travel as an object-store reference (zero-copy at
+# the receiver, and not copied into the call's message); smaller ones by value
+BY_REFERENCE_BYTES = 64 * 1024
+
+
+def task_of(device: str) -> str | None:
+    """The task a device belongs to (``/job:worker/task:1``), None for a plain device."""
+    spec = parse_device(device)
+    if spec.job is None:
+        return None
+    return f"/job:{spec.job}/task:{spec.task if spec.task is not None else 0}"
+
+
+def cluster_tasks(module: Module) -> dict[str, list[str]]:
+    """The module's tasks (in the order of its devices) and each one's devices; empty
+    when no device names a task."""
+    tasks: dict[str, list[str]] = {}
+    for device in module.devices:
+        task = task_of(device)
+        if task is not None:
+            tasks.setdefault(task, []).append(device)
+    return tasks
+
+
+def variable_owners(module: Module) -> dict[str, str]:
+    """The task that owns each variable: that of the devices of the ops that read or write
+    it (one device, as placement keeps a variable and its ops together), else of its
+    declared device, else the first task. A ``TfcError`` when two tasks touch one variable:
+    each task holds its variables, so that would need a copy kept in step (not done)."""
+    tasks = cluster_tasks(module)
+    first = next(iter(tasks), None)
+    owners: dict[str, str] = {}
+    for entry, graph in module.entries.items():
+        for op in graph.walk():
+            var = op.attrs.get("var") if op.kind.startswith("var.") else None
+            if var is None or op.device is None:
+                continue
+            task = task_of(op.device)
+            if task is None:
+                continue
+            if owners.setdefault(var, task) != task:
+                raise TfcError(f"variable @{var} is used on two tasks ({owners[var]} and "
+                               f"{task}, in @{entry}); a cluster program keeps each variable "
+                               f"on the task of its ops (place them together)")
+    for name, decl in module.variables.items():
+        if name not in owners:
+            task = task_of(decl.device) if decl.device is not None else None
+            if task is not None or first is not None:
+                owners[name] = task or first  # type: ignore[assignment]
+    return owners
+
+
+def _frozen(value: np.ndarray) -> np.ndarray:
+    """A read-only C-contiguous array (the stages take it as it is; nothing changes it)."""
+    a = np.require(value, requirements="C")
+    if a is value and a.flags.writeable:
+        a = a.view()  # (the caller's array keeps its flags)
+    a.flags.writeable = False
+    return a
+
+
+class TaskActor:
+    """The state of one task's process; its methods are what the driver and the peers
+    call through Ray (``tfc.distributed.runtime`` wraps it with ``ray.remote``)."""
+
+    def __init__(self, task: str, artifact: bytes, backend: str, timeout_s: float) -> None:
+        from tfc.runtime.artifact import read_task_artifact
+        self.backend = get_backend(backend)
+        module, values, native = read_task_artifact(
+            artifact, f"the artifact sent to {task}", self.backend)
+        self.task = task
+        self.module = module
+        self.timeout_s = timeout_s
+        tasks = cluster_tasks(module)
+        if task not in tasks:
+            raise TfcError(f"task {task} has no device in the module "
+                           f"({', '.join(module.devices)})")
+        self.devices = tasks[task]
+        self._task_of = {d: t for t, ds in tasks.items() for d in ds}
+        owners = variable_owners(module)
+        self.variables: dict[str, np.ndarray] = {
+            n: _frozen(v) for n, v in values.items() if owners.get(n) == task}
+        # entries of one device of this task whose object code came with the artifact (built
+        # on a CPU like this one); the others compile from the IR when first prepared
+        self._executables: dict[str, Any] = {e: exe for e, exe in native.items()
+                                             if e not in module.partitions}
+        self.made_from = {e: "object code" for e in self._executables}
+        self._peers: dict[str, Any] = {}
+        self._lock = threading.Lock()  # the step tables, the counters
+        self._steps: dict[int, Any] = {}  # step id -> its Rendezvous
+        self._finished = -1  # the newest step id that ended here
+        self._pending: tuple[int, dict[str, np.ndarray]] | None = None
+        self._deliveries: list[Any] = []  # this step's deliver calls (their refs)
+        self._step_id = 0  # the id of the step running here
+        self.stale = 0
+        self._sent_tensors = 0
+        self._sent_bytes = 0
+
+    # ---- set-up --------------------------------------------------------------------------
+
+    def ready(self) -> dict[str, Any]:
+        """Where this task runs: its Ray node id and process id."""
+        import ray
+        return {"task": self.task, "node_id": ray.get_runtime_context().get_node_id(),
+                "pid": os.getpid()}
+
+    def connect(self, peers: Mapping[str, Any]) -> None:
+        """The other tasks' actor handles, by task name."""
+        self._peers = {t: h for t, h in peers.items() if t != self.task}
+
+    def prepare(self, entries: Sequence[str]) -> dict[str, str]:
+        """Make this task's executables of ``entries`` now (errors surface before a step);
+        how each was made (``object code`` of the artifact, or ``compiled`` from the IR)."""
+        for entry in entries:
+            self._executable(entry)
+        return {e: self.made_from.get(e, "compiled") for e in entries}
+
+    def _executable(self, entry: str) -> Any:
+        exe = self._executables.get(entry)
+        if exe is None:
+            from tfc.runtime.program import lowered_module
+            if entry in self.module.partitions:
+                from tfc.runtime.executor import PartitionedExecutable
+                exe = PartitionedExecutable(self.module, entry, self.backend,
+                                            devices=self.devices, transport=self._send)
+            else:  # the entry runs on one device, of this task
+                lowered = lowered_module(self.module, entry, self.backend)
+                exe = self.backend.compile(lowered, entry)
+            self._executables[entry] = exe
+        return exe
+
+    # ---- steps ---------------------------------------------------------------------------
+
+    def run_step(self, entry: str, step_id: int, step: int, feeds: Mapping[int, np.ndarray],
+                 n_feeds: int, settle: bool | None, assign: Mapping[str, np.ndarray]
+                 ) -> tuple[dict[int, np.ndarray], dict[str, float]]:
+        """This task's part of step ``step_id`` of ``entry`` (program step ``step``: random
+        ops are seeded with it): ``feeds`` by argument index (those its stages use),
+        ``settle`` the outcome of the task's previous step (apply or drop its updates),
+        ``assign`` variable values the driver's program set since. Returns this task's
+        fetches by result index and the step's transfer counters."""
+        self._settle(settle)
+        for name, value in assign.items():
+            self.variables[name] = _frozen(value)
+        rendezvous = self._rendezvous(step_id)
+        if rendezvous is None or rendezvous.error is not None:  # (told before it started)
+            why = f" ({rendezvous.error})" if rendezvous is not None else ""
+            self._end(step_id)
+            raise ExecutionError(f"{self.task}: step {step_id} was aborted before it "
+                                 f"started here{why}")
+        stale_before = self.stale
+        started = time.perf_counter()
+        self._sent_tensors = self._sent_bytes = 0
+        self._deliveries = []
+        self._step_id = step_id
+        try:
+            exe = self._executable(entry)
+            args: list[Any] = [None] * n_feeds
+            for i, value in feeds.items():
+                args[i] = value
+            if entry in self.module.partitions:
+                fetches, updates = exe.run_step(args, self.variables, step, rendezvous)
+            else:
+                result: StepResult = exe(args, self.variables, step)
+                fetches, updates = list(result.fetches), dict(result.updates)
+            self._await_deliveries()
+        except BaseException as e:
+            rendezvous.abort(e)
+            raise
+        finally:
+            self._end(step_id)
+        self._pending = (step_id, {n: _frozen(u) for n, u in updates.items()})
+        out = {i: np.asarray(f) for i, f in enumerate(fetches) if f is not None}
+        return out, {"tensors": self._sent_tensors, "bytes": self._sent_bytes,
+                     "stale": self.stale - stale_before,
+                     "seconds": time.perf_counter() - started}
+
+    def _send(self, items: list[tuple[str, str, np.ndarray]]) -> None:
+        """The executor's transport: each value once to each task that receives it,
+        tagged with the running step's id."""
+        import ray
+        step_id = self._step_id
+        by_task: dict[str, dict[int, tuple[list[str], np.ndarray]]] = {}
+        for key, device, value in items:
+            task = self._task_of[device]
+            by_task.setdefault(task, {}).setdefault(id(value), ([], value))[0].append(key)
+        for task, values in by_task.items():
+            payload = []
+            for keys, value in values.values():
+                a = np.require(value, requirements="C")
+                payload.append((keys, ray.put(a) if a.nbytes >= BY_REFERENCE_BYTES else a))
+            ref = self._peers[task].deliver.remote(step_id, payload)
+            with self._lock:  # (the task's devices send from threads of their own)
+                self._sent_tensors += len(payload)
+                self._sent_bytes += sum(v.nbytes for _, v in values.values())
+                self._deliveries.append(ref)
+
+    def _await_deliveries(self) -> None:
+        """Wait until every value sent this step reached its task (a failed delivery, a
+        dead peer, is this step's error, within the timeout)."""
+        if not self._deliveries:
+            return
+        import ray
+        refs, self._deliveries = self._deliveries, []
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s)
+        if len(ready) < len(refs):
+            raise ExecutionError(f"{self.task}: a peer task did not take the values sent to "
+                                 f"it within {self.timeout_s:g} s")
+        ray.get(refs)
+
+    def deliver(self, step_id: int, payload: list[tuple[list[str], Any]]) -> None:
+        """Values another task sent to this one's devices for step ``step_id``."""
+        import ray
+        rendezvous = self._rendezvous(step_id)
+        if rendezvous is None:  # the step is over here: a late value is dropped
+            with self._lock:
+                self.stale += sum(len(keys) for keys, _ in payload)
+            return
+        refs = [v for _, v in payload if isinstance(v, ray.ObjectRef)]
+        got = iter(ray.get(refs, timeout=self.timeout_s) if refs else ())
+        items: list[tuple[str, np.ndarray]] = []
+        for keys, value in payload:
+            array = next(got) if isinstance(value, ray.ObjectRef) else value
+            items.extend((key, array) for key in keys)
+        rendezvous.send_many(items)
+
+    def abort(self, step_id: int, message: str) -> None:
+        """Fail step ``step_id`` here: its waiting recvs raise, and it will not start."""
+        rendezvous = self._rendezvous(step_id)
+        if rendezvous is not None:
+            rendezvous.abort(ExecutionError(message))
+
+    def _rendezvous(self, step_id: int) -> Any:
+        """Step ``step_id``'s table (made by whichever comes first: the step or a value
+        for it); None once the step is over here."""
+        from tfc.runtime.rendezvous import Rendezvous
+        with self._lock:
+            if step_id <= self._finished:
+                return None
+            table = self._steps.get(step_id)
+            if table is None:
+                table = self._steps[step_id] = Rendezvous(self.timeout_s)
+            return table
+
+    def _end(self, step_id: int) -> None:
+        with self._lock:
+            self._finished = max(self._finished, step_id)
+            for old in [s for s in self._steps if s <= step_id]:
+                del self._steps[old]
+
+    # ---- variables -----------------------------------------------------------------------
+
+    def _settle(self, settle: bool | None) -> None:
+        """Apply (``settle``: the step succeeded on every task) or drop the updates of
+        this task's latest step."""
+        pending, self._pending = self._pending, None
+        if pending is not None and settle:
+            self.variables.update(pending[1])
+
+    def read(self, names: Sequence[str], settle: bool | None) -> list[np.ndarray]:
+        """The values of variables ``names`` (each owned by this task)."""
+        self._settle(settle)
+        missing = [n for n in names if n not in self.variables]
+        if missing:
+            raise ExecutionError(f"{self.task} does not hold variable @{missing[0]}")
+        return [self.variables[n] for n in names]
+
