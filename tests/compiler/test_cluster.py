@@ -46,7 +46,7 @@ def model(tmp_path):
 def inprocess(path, backend):
     """The one place the tests build a program of a cluster artifact: every task's
     devices as threads of this process."""
-    return load(path, backend=backend)
+    return load(path, backend=backend, cluster="inprocess")
 
 
 @pytest.mark.parametrize("backend", ["reference", "llvm"])

@@ -31,7 +31,7 @@ OPTIMIZERS = {
 def inprocess(module: Module, backend: str) -> Program:
     """The one place the tests build a program of a cluster module: every task's devices
     as threads of this process."""
-    return Program(module, backend=backend)
+    return Program(module, backend=backend, cluster="inprocess")
 
 
 def mlp(optimizer="adam", dtype=np.float64, sparse=False) -> Module:
