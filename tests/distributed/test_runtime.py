@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import tfc
+from tfc.devices import cpu_count
 from tfc.errors import ExecutionError, TfcError
 from tfc.runtime import Program
 from tfc.runtime.checkpoint import read_checkpoint
@@ -87,6 +88,9 @@ def test_ps_training_on_three_tasks_matches_one_process(loopback_cluster, backen
     with tfc.runtime.load(saved, cluster=loopback_cluster.address) as p:
         nodes = {t: where["node_id"] for t, where in p._cluster.where.items()}
         assert len(set(nodes.values())) == 3, nodes  # one node each (of three)
+        # the three nodes are one host (127.0.0.1): its cores are shared, not each task's
+        cores = {t: where["cores"] for t, where in p._cluster.where.items()}
+        assert cores == {t: max(1, cpu_count() // 3) for t in nodes}, cores
         # each task compiled its stages from the IR; the PS linked wnorm's object code
         made = p._cluster.made_from
         assert made[PS.rsplit("/", 1)[0]] == {

@@ -26,6 +26,7 @@ from the driver), for benchmarks.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -100,9 +101,13 @@ class ClusterRuntime:
         try:
             data = self.ray.put(artifact_bytes(module, variables, step, backend, native))
             nodes = self.cluster.spread(len(self.tasks))
+            # tasks on nodes of one host (one IP: a loopback cluster's nodes) share its cores
+            host = {n.node_id: n.ip for n in self.cluster.nodes}
+            sharing = Counter(host[n] for n in nodes)
             for task, node in zip(self.tasks, nodes):
                 self.actors[task] = self.cluster.start_actor(
-                    TaskActor, task, data, backend, timeout_s, node_id=node,
+                    TaskActor, task, data, backend, timeout_s, sharing[host[node]],
+                    node_id=node,
                     name=f"task {task}", max_concurrency=4, timeout_s=timeout_s)
             self._wait({t: a.ready.remote() for t, a in self.actors.items()}, "start",
                        into=self.where)

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tfc.backends.base import StepResult, get_backend
-from tfc.devices import parse_device
+from tfc.devices import cpu_count, parse_device
 from tfc.errors import ExecutionError, TfcError
 from tfc.ir.core import Module
 
@@ -102,9 +102,16 @@ class TaskActor:
     """The state of one task's process; its methods are what the driver and the peers
     call through Ray (``tfc.distributed.runtime`` wraps it with ``ray.remote``)."""
 
-    def __init__(self, task: str, artifact: bytes, backend: str, timeout_s: float) -> None:
+    def __init__(self, task: str, artifact: bytes, backend: str, timeout_s: float,
+                 sharing: int = 1) -> None:
         from tfc.runtime.artifact import read_task_artifact
-        self.backend = get_backend(backend)
+        from tfc.runtime.executor import with_threads
+        # The tasks of one host share its cores (``sharing`` of them run there): each gets
+        # its share for its kernels and its BLAS calls, as the logical devices of one
+        # process do (``threads_per_device``). Two tasks that each took every core of a
+        # 2-core host ran their kernels' spinning thread pools over each other: 10x slower.
+        self.cores = max(1, cpu_count() // max(1, sharing))
+        self.backend = with_threads(get_backend(backend), self.cores)
         module, values, native = read_task_artifact(
             artifact, f"the artifact sent to {task}", self.backend)
         self.task = task
@@ -138,10 +145,10 @@ class TaskActor:
     # ---- set-up --------------------------------------------------------------------------
 
     def ready(self) -> dict[str, Any]:
-        """Where this task runs: its Ray node id and process id."""
+        """Where this task runs: its Ray node id, process id and share of the cores."""
         import ray
         return {"task": self.task, "node_id": ray.get_runtime_context().get_node_id(),
-                "pid": os.getpid()}
+                "pid": os.getpid(), "cores": self.cores}
 
     def connect(self, peers: Mapping[str, Any]) -> None:
         """The other tasks' actor handles, by task name."""
@@ -161,7 +168,8 @@ class TaskActor:
             if entry in self.module.partitions:
                 from tfc.runtime.executor import PartitionedExecutable
                 exe = PartitionedExecutable(self.module, entry, self.backend,
-                                            devices=self.devices, transport=self._send)
+                                            devices=self.devices, transport=self._send,
+                                            cores=self.cores)
             else:  # the entry runs on one device, of this task
                 lowered = lowered_module(self.module, entry, self.backend)
                 exe = self.backend.compile(lowered, entry)
@@ -200,7 +208,9 @@ class TaskActor:
             if entry in self.module.partitions:
                 fetches, updates = exe.run_step(args, self.variables, step, rendezvous)
             else:
-                result: StepResult = exe(args, self.variables, step)
+                from tfc.runtime.executor import blas_limited
+                with blas_limited(self.backend, self.cores):
+                    result: StepResult = exe(args, self.variables, step)
                 fetches, updates = list(result.fetches), dict(result.updates)
             self._await_deliveries()
         except BaseException as e:

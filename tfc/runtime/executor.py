@@ -244,11 +244,13 @@ class PartitionedExecutable:
     ``tfc.distributed`` runtime runs one such executable per task): it compiles and runs
     only their stages, hands what they send to other devices to ``transport``, and takes
     what those send from the step's rendezvous (``run_step``), where the transport of
-    the other end put it; its fetches are those of its devices (None elsewhere)."""
+    the other end put it; its fetches are those of its devices (None elsewhere).
+    ``cores`` is what its devices share (default: this process's ``cpu_count()``; a task
+    that shares its host with other tasks gets its part)."""
 
     def __init__(self, module: Module, entry: str, backend: Backend, *,
                  devices: Sequence[str] | None = None,
-                 transport: Transport | None = None) -> None:
+                 transport: Transport | None = None, cores: int | None = None) -> None:
         table = module.partitions.get(entry)
         if table is None:
             raise TfcError(f"entry '{entry}': the module was not lowered for several devices "
@@ -268,7 +270,7 @@ class PartitionedExecutable:
         # the cores go to the devices that compute, each its share (threads_per_device)
         computing = [d.device for d in table.devices
                      if d.device in local and any(st.graph for st in d.stages)]
-        self.threads: dict[str, int] = threads_per_device(computing)
+        self.threads: dict[str, int] = threads_per_device(computing, cores)
         graph = module.graphs[entry]
         self._feed_dtypes = [a.dtype.np for a in graph.args]
         self._feed_names = list(graph.arg_names)
