@@ -51,8 +51,11 @@ def _console(stderr: bool = False) -> Any:
         from rich.console import Console
     except ImportError:
         return None
-    return Console(file=sys.stderr if stderr else sys.stdout, highlight=False,
-                   soft_wrap=True)
+    stream = sys.stderr if stderr else sys.stdout
+    # a terminal folds a table to its width; a pipe or a file gets whole rows (rich would
+    # fold them to 80 columns, splitting device names like /job:ps/task:0/cpu:0)
+    width = None if stream.isatty() else 1000
+    return Console(file=stream, highlight=False, soft_wrap=True, width=width)
 
 
 def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

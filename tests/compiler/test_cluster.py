@@ -78,11 +78,14 @@ def test_the_report_says_where_variables_went(model):
     assert report.cluster.transfers["train_step"][0] > 0
 
 
-def test_cli_compile_and_ir_task(model, tmp_path, capsys):
+def test_cli_compile_and_ir_task(model, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "60")  # what rich would fold a table to
     out = tmp_path / "m.tfc"
     assert main(["compile", str(model), "--cluster", "ps=1,workers=2", "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert "cluster: 1 ps, 2 workers, strategy ps-sync, variables by greedy placement" in text
+    # a report that goes to a pipe or a file keeps its rows whole (not folded to 80 columns)
+    assert re.search(r"^@\S+ .* /job:ps/task:0/cpu:0 ", text, re.MULTILINE), text
     assert main(["ir", str(out), "--task", "worker:1"]) == 0
     ir = capsys.readouterr().out
     assert "partitions on /job:worker/task:1/cpu:0" in ir and "split %x" in ir
