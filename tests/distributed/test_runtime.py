@@ -21,6 +21,7 @@ import pytest
 import tfc
 from tfc.devices import cpu_count
 from tfc.errors import ExecutionError, TfcError
+from tfc.ir.printer import print_module
 from tfc.runtime import Program
 from tfc.runtime.checkpoint import read_checkpoint
 from tfc.testing import split_mlp_module
@@ -273,3 +274,48 @@ def test_values_carry_their_step_id():
     with pytest.raises(ExecutionError, match="aborted"):
         task.run_step("sgd", 3, 0, {}, 4, None, {})
     assert time.monotonic() - started < 4  # not the 5 s timeout
+
+
+def classifier(optimizer: str) -> tfc.ir.core.Module:
+    """A single-device two-layer classifier with a global step: what a user writes."""
+    rng = np.random.default_rng(5)
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float64, [None, 5], name="x")
+        y = tfc.placeholder(tfc.int32, [None], name="y")
+        w0 = tfc.Variable(rng.normal(0, 0.5, (5, 7)), name="w0")
+        w1 = tfc.Variable(rng.normal(0, 0.5, (7, 3)), name="w1")
+        step = tfc.Variable(np.asarray(0, np.int64), name="global_step", trainable=False)
+        logits = tfc.matmul(tfc.nn.relu(tfc.matmul(x, w0)), w1)
+        loss = tfc.reduce_mean(tfc.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=y, logits=logits))
+        opt = {"momentum": tfc.train.MomentumOptimizer(0.1, 0.9),
+               "adam": tfc.train.AdamOptimizer(0.05)}[optimizer]
+        tfc.entry("train", feeds={"x": x, "y": y}, fetches={"loss": loss},
+                  targets=[opt.minimize(loss, global_step=step)])
+    return g.as_module()
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("strategy, optimizer, backend", [
+    ("ps-sync", "momentum", "llvm"), ("allreduce", "adam", "reference")])
+def test_a_cluster_compiled_model_trains_as_one_process(loopback_cluster, tmp_path, strategy,
+                                                        optimizer, backend):
+    """``tfc compile --cluster``'s module (the replicate pass: PS accumulation, or the ring
+    all-reduce between worker tasks) run on Ray gives one process's losses (f64)."""
+    from tfc.compiler.driver import compile_to_artifact
+    from tfc.passes.replicate import ClusterSpec
+    model = tmp_path / "model.tfir"
+    model.write_text(print_module(classifier(optimizer)))
+    spec = ClusterSpec(1 if strategy == "ps-sync" else 0, 2, strategy)
+    compile_to_artifact(model, tmp_path / "m.tfc", backend=backend, cluster=spec)
+    rng = np.random.default_rng(6)
+    feeds = {"x": rng.normal(size=(12, 5)), "y": rng.integers(0, 3, 12).astype(np.int32)}
+    one = Program(classifier(optimizer), backend=backend)
+    want = [float(one.run("train", feeds)["loss"]) for _ in range(3)]
+    with tfc.runtime.load(tmp_path / "m.tfc", cluster=loopback_cluster.address) as p:
+        got = [float(p.run("train", feeds)["loss"]) for _ in range(3)]
+        stats = p._executables["train"].last_transfer_stats
+        assert stats.tensors > 0 and stats.fetch_bytes == 8  # the workers exchanged values
+        np.testing.assert_allclose(got, want, rtol=1e-10)
+        for name, value in one.variables.items():
+            np.testing.assert_allclose(p.variables[name], value, rtol=1e-10, err_msg=name)
