@@ -36,7 +36,8 @@ from tfc.backends.base import StepResult
 from tfc.errors import ExecutionError, TfcError
 from tfc.ir.core import Module
 from tfc.ir.registry import writes_variable
-from tfc.distributed.task import TaskActor, cluster_tasks, task_of, variable_owners
+from tfc.distributed.task import (BY_REFERENCE_BYTES, TaskActor, cluster_tasks, task_of,
+                                  variable_owners)
 
 DEFAULT_TIMEOUT_S = 120.0
 # what "cluster=" takes besides a Ray address ("HOST:PORT")
@@ -201,8 +202,20 @@ class ClusterRuntime:
         self._check_open()
         self._launches += 1
         step_id = self._launches
-        refs = {t: self.actors[t].run_step.remote(entry, step_id, step, feeds.get(t, {}),
-                                                  n_feeds, self._outcome[t], assign.get(t, {}))
+        # a large feed goes to the object store once, however many tasks use it
+        put: dict[int, Any] = {}
+        sent: dict[str, dict[int, Any]] = {}
+        for t in tasks:
+            sent[t] = {}
+            for i, a in feeds.get(t, {}).items():
+                if a.nbytes >= BY_REFERENCE_BYTES:
+                    if id(a) not in put:
+                        put[id(a)] = self.ray.put(a)
+                    sent[t][i] = put[id(a)]
+                else:
+                    sent[t][i] = a
+        refs = {t: self.actors[t].run_step.remote(entry, step_id, step, sent[t], n_feeds,
+                                                  self._outcome[t], assign.get(t, {}))
                 for t in tasks}
         try:
             results = self._wait(refs, f"run step {step} of @{entry}", step_id=step_id)

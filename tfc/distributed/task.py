@@ -178,14 +178,16 @@ class TaskActor:
 
     # ---- steps ---------------------------------------------------------------------------
 
-    def run_step(self, entry: str, step_id: int, step: int, feeds: Mapping[int, np.ndarray],
+    def run_step(self, entry: str, step_id: int, step: int, feeds: Mapping[int, Any],
                  n_feeds: int, settle: bool | None, assign: Mapping[str, np.ndarray]
                  ) -> tuple[dict[int, np.ndarray], dict[str, float]]:
         """This task's part of step ``step_id`` of ``entry`` (program step ``step``: random
         ops are seeded with it): ``feeds`` by argument index (those its stages use),
         ``settle`` the outcome of the task's previous step (apply or drop its updates),
         ``assign`` variable values the driver's program set since. Returns this task's
-        fetches by result index and the step's transfer counters."""
+        fetches by result index and the step's transfer counters (a large feed comes as
+        an object-store reference, put there once for every task that uses it)."""
+        import ray
         self._settle(settle)
         for name, value in assign.items():
             self.variables[name] = _frozen(value)
@@ -203,8 +205,12 @@ class TaskActor:
         try:
             exe = self._executable(entry)
             args: list[Any] = [None] * n_feeds
+            refs: dict[int, Any] = {i: v for i, v in feeds.items()
+                                    if isinstance(v, ray.ObjectRef)}
+            got: dict[int, np.ndarray] = dict(zip(refs, ray.get(
+                list(refs.values()), timeout=self.timeout_s))) if refs else {}
             for i, value in feeds.items():
-                args[i] = value
+                args[i] = got.get(i, value)
             if entry in self.module.partitions:
                 fetches, updates = exe.run_step(args, self.variables, step, rendezvous)
             else:
@@ -233,11 +239,17 @@ class TaskActor:
         for key, device, value in items:
             task = self._task_of[device]
             by_task.setdefault(task, {}).setdefault(id(value), ([], value))[0].append(key)
+        put: dict[int, Any] = {}  # a value several tasks receive goes to the store once
         for task, values in by_task.items():
             payload = []
             for keys, value in values.values():
                 a = np.require(value, requirements="C")
-                payload.append((keys, ray.put(a) if a.nbytes >= BY_REFERENCE_BYTES else a))
+                if a.nbytes >= BY_REFERENCE_BYTES:
+                    if id(value) not in put:
+                        put[id(value)] = ray.put(a)
+                    payload.append((keys, put[id(value)]))
+                else:
+                    payload.append((keys, a))
             ref = self._peers[task].deliver.remote(step_id, payload)
             with self._lock:  # (the task's devices send from threads of their own)
                 self._sent_tensors += len(payload)
