@@ -1,0 +1,150 @@
+"""The Horovod-style API (tfc.distributed.run / init / rank / size / collectives /
+DistributedOptimizer / broadcast_variables) on the 3-node loopback Ray cluster: ranks land
+on distinct nodes, the ring all-reduce equals numpy's sum and is bitwise the same on every
+rank, two ranks that each train on half of the global batch get one process's losses and
+variables, and a failing rank fails run with one line, releasing the others."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tfc
+import tfc.distributed as hvd
+from tfc.errors import ExecutionError
+
+pytestmark = pytest.mark.distributed
+
+SIZES = [1, 2, 3, 7, 10, 1000, 40_000]  # smaller than N, not divisible by N, large (by ref)
+
+
+@pytest.fixture(scope="module")
+def address(loopback_cluster: Any) -> str:
+    import ray.cloudpickle
+    # the ranks get this module's functions by value (they cannot import the test module)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return str(loopback_cluster.address)
+
+
+def _collectives() -> dict[str, Any]:
+    import ray
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    rng = np.random.default_rng(100 + r)
+    sums = [hvd.allreduce(rng.standard_normal(s), average=False) for s in SIZES]
+    means = [hvd.allreduce(rng.standard_normal((s, 1)).astype(np.float32)) for s in SIZES]
+    ints = hvd.allreduce(np.arange(5, dtype=np.int64) * (r + 1), average=False)
+    return {"rank": r, "size": n, "node": ray.get_runtime_context().get_node_id(),
+            "sums": sums, "means": means, "ints": ints,
+            "bcast": hvd.broadcast(np.full(4, float(r)), root=1),
+            "gather": hvd.allgather(np.array([r, r])),
+            "local": (hvd.local_rank(), hvd.local_size())}
+
+
+def test_ranks_on_distinct_nodes_and_collectives(address: str, loopback_cluster: Any) -> None:
+    from tfc.distributed.cluster import RayCluster
+    out = hvd.run(_collectives, np=3, cluster=address, timeout_s=60)
+    with RayCluster.connect(address) as cluster:
+        node_ids = [n.node_id for n in cluster.nodes]
+    assert [o["rank"] for o in out] == [0, 1, 2] and {o["size"] for o in out} == {3}
+    assert [o["node"] for o in out] == node_ids  # one rank per node, in order
+    # the three nodes are one host (127.0.0.1): its ranks share it, and its cores
+    assert [o["local"] for o in out] == [(0, 3), (1, 3), (2, 3)]
+    inputs = [np.random.default_rng(100 + r) for r in range(3)]  # (drawn as the ranks did)
+    all_xs = [[rng.standard_normal(s) for s in SIZES] for rng in inputs]
+    all_ys = [[rng.standard_normal((s, 1)).astype(np.float32) for s in SIZES] for rng in inputs]
+    for i, s in enumerate(SIZES):
+        xs, ys = [x[i] for x in all_xs], [y[i] for y in all_ys]
+        np.testing.assert_allclose(out[0]["sums"][i], np.sum(xs, axis=0), rtol=1e-12,
+                                   atol=1e-12)
+        np.testing.assert_allclose(out[0]["means"][i], np.mean(ys, axis=0), rtol=1e-5,
+                                   atol=1e-6)
+        assert out[0]["means"][i].dtype == np.float32 and out[0]["means"][i].shape == (s, 1)
+        for o in out[1:]:  # bitwise the same on every rank
+            assert o["sums"][i].tobytes() == out[0]["sums"][i].tobytes()
+            assert o["means"][i].tobytes() == out[0]["means"][i].tobytes()
+    assert all(o["ints"].tolist() == [0, 6, 12, 18, 24] for o in out)
+    assert all(o["bcast"].tolist() == [1.0] * 4 for o in out)
+    assert all(o["gather"].tolist() == [0, 0, 1, 1, 2, 2] for o in out)
+
+
+def _model(seed: int, dtype: Any = np.float64) -> tuple[Any, Any, Any]:
+    rng = np.random.default_rng(seed)
+    x = tfc.placeholder(dtype, [None, 4], name="x")
+    y = tfc.placeholder(dtype, [None, 1], name="y")
+    w = tfc.Variable(rng.standard_normal((4, 3)), name="w", dtype=dtype)
+    b = tfc.Variable(np.zeros(3), name="b", dtype=dtype)
+    v = tfc.Variable(rng.standard_normal((3, 1)), name="v", dtype=dtype)
+    h = tfc.tanh(tfc.matmul(x, w) + b)
+    return x, y, tfc.reduce_mean(tfc.square(tfc.matmul(h, v) - y))
+
+
+def _data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return rng.standard_normal((5, 8, 4)), rng.standard_normal((5, 8, 1))
+
+
+def _train(optimizer: str, seed: int | None = None) -> tuple[list[float], dict[str, Any]]:
+    """Train 5 steps on this rank's part of each global batch of 8; a rank's start values
+    differ by rank (seed) until broadcast_variables gives every rank rank 0's."""
+    hvd.init()
+    xs, ys = _data()
+    n, r = hvd.size(), hvd.rank()
+    with tfc.Graph().as_default():
+        x, y, loss = _model(seed if seed is not None else 1 + 10 * r)
+        opt = (tfc.train.GradientDescentOptimizer(0.1) if optimizer == "sgd"
+               else tfc.train.AdamOptimizer(0.05))
+        train_op = hvd.DistributedOptimizer(opt).minimize(
+            loss, global_step=tfc.train.get_or_create_global_step())
+        with tfc.Session() as sess:
+            hvd.broadcast_variables(sess, root=0)
+            part = slice(r * 8 // n, (r + 1) * 8 // n)
+            losses = [float(sess.run([train_op, loss], {x: xb[part], y: yb[part]})[1])
+                      for xb, yb in zip(xs, ys)]
+            values = sess.variable_values()
+    return losses, {k: np.asarray(v) for k, v in values.items()}
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_distributed_optimizer_matches_one_process(address: str, optimizer: str) -> None:
+    one_losses, one_values = _train(optimizer, seed=1)  # a group of one: the whole batch
+    out = hvd.run(_train, np=2, cluster=address, args=(optimizer,), timeout_s=90)
+    # the loss a rank sees is that of its half: the global loss is their mean
+    losses = np.mean([o[0] for o in out], axis=0)
+    np.testing.assert_allclose(losses, one_losses, rtol=1e-10, atol=1e-12)
+    assert one_losses[-1] < one_losses[0]
+    for name, value in one_values.items():
+        for _, values in out:
+            np.testing.assert_allclose(values[name], value, rtol=1e-10, atol=1e-12,
+                                       err_msg=name)
+
+
+def test_size_one_without_run() -> None:
+    hvd.init()
+    hvd.init()
+    assert (hvd.rank(), hvd.size(), hvd.local_rank()) == (0, 0 + 1, 0)
+    a = np.arange(6.0).reshape(2, 3)
+    assert hvd.allreduce(a).tolist() == a.tolist()
+    assert hvd.broadcast(a, root=0).tolist() == a.tolist()
+    assert hvd.allgather(a).tolist() == a.tolist()
+    with pytest.raises(tfc.TfcError, match="root rank 1"):
+        hvd.broadcast(a, root=1)
+
+
+def _fail_on_rank_one() -> int:
+    hvd.init()
+    if hvd.rank() == 1:
+        raise ValueError("bad batch on this rank")
+    hvd.allreduce(np.ones(3))  # ranks 0 and 2 wait here for rank 1: released by run
+    return hvd.rank()
+
+
+def test_failing_rank_fails_run_with_one_line(address: str) -> None:
+    with pytest.raises(ExecutionError) as info:
+        hvd.run(_fail_on_rank_one, np=3, cluster=address, timeout_s=60)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message == "rank 1 failed: ValueError: bad batch on this rank"
