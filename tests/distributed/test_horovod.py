@@ -134,17 +134,24 @@ def test_size_one_without_run() -> None:
         hvd.broadcast(a, root=1)
 
 
-def _fail_on_rank_one() -> int:
+def _fail_on_rank_one(released: str) -> int:
+    from pathlib import Path
+    from tfc.distributed.ranks import CollectiveError
     hvd.init()
     if hvd.rank() == 1:
         raise ValueError("bad batch on this rank")
-    hvd.allreduce(np.ones(3))  # ranks 0 and 2 wait here for rank 1: released by run
+    try:
+        hvd.allreduce(np.ones(3))  # ranks 0 and 2 wait here for rank 1 (timeout 60 s)
+    except CollectiveError as e:  # released by run's abort
+        (Path(released) / f"rank{hvd.rank()}").write_text(str(e))
+        raise
     return hvd.rank()
 
 
-def test_failing_rank_fails_run_with_one_line(address: str) -> None:
+def test_failing_rank_fails_run_with_one_line(address: str, tmp_path: Any) -> None:
     with pytest.raises(ExecutionError) as info:
-        hvd.run(_fail_on_rank_one, np=3, cluster=address, timeout_s=60)
-    message = str(info.value)
-    assert "\n" not in message
-    assert message == "rank 1 failed: ValueError: bad batch on this rank"
+        hvd.run(_fail_on_rank_one, np=3, cluster=address, args=(str(tmp_path),), timeout_s=60)
+    assert str(info.value) == "rank 1 failed: ValueError: bad batch on this rank"
+    # the other ranks' collective waits failed (run gives them 10 s, their timeout is 60 s)
+    for r in (0, 2):
+        assert "aborted: rank 1 failed" in (tmp_path / f"rank{r}").read_text()
