@@ -87,9 +87,11 @@ def _data() -> tuple[np.ndarray, np.ndarray]:
     return rng.standard_normal((5, 8, 4)), rng.standard_normal((5, 8, 1))
 
 
-def _train(optimizer: str, seed: int | None = None) -> tuple[list[float], dict[str, Any]]:
+def _train(optimizer: str, seed: int | None = None, wrap: bool = True
+           ) -> tuple[list[float], dict[str, Any]]:
     """Train 5 steps on this rank's part of each global batch of 8; a rank's start values
-    differ by rank (seed) until broadcast_variables gives every rank rank 0's."""
+    differ by rank (seed) until broadcast_variables gives every rank rank 0's. ``wrap``
+    False: the plain optimizer (the one-process reference, an unsplit step)."""
     hvd.init()
     xs, ys = _data()
     n, r = hvd.size(), hvd.rank()
@@ -97,7 +99,7 @@ def _train(optimizer: str, seed: int | None = None) -> tuple[list[float], dict[s
         x, y, loss = _model(seed if seed is not None else 1 + 10 * r)
         opt = (tfc.train.GradientDescentOptimizer(0.1) if optimizer == "sgd"
                else tfc.train.AdamOptimizer(0.05))
-        train_op = hvd.DistributedOptimizer(opt).minimize(
+        train_op = (hvd.DistributedOptimizer(opt) if wrap else opt).minimize(
             loss, global_step=tfc.train.get_or_create_global_step())
         with tfc.Session() as sess:
             hvd.broadcast_variables(sess, root=0)
@@ -105,12 +107,13 @@ def _train(optimizer: str, seed: int | None = None) -> tuple[list[float], dict[s
             losses = [float(sess.run([train_op, loss], {x: xb[part], y: yb[part]})[1])
                       for xb, yb in zip(xs, ys)]
             values = sess.variable_values()
+            values["session steps"] = np.array(sess.step)  # a split step counts one
     return losses, {k: np.asarray(v) for k, v in values.items()}
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_distributed_optimizer_matches_one_process(address: str, optimizer: str) -> None:
-    one_losses, one_values = _train(optimizer, seed=1)  # a group of one: the whole batch
+    one_losses, one_values = _train(optimizer, seed=1, wrap=False)  # the whole batch
     out = hvd.run(_train, np=2, cluster=address, args=(optimizer,), timeout_s=90)
     # the loss a rank sees is that of its half: the global loss is their mean
     losses = np.mean([o[0] for o in out], axis=0)
@@ -120,6 +123,14 @@ def test_distributed_optimizer_matches_one_process(address: str, optimizer: str)
         for _, values in out:
             np.testing.assert_allclose(values[name], value, rtol=1e-10, atol=1e-12,
                                        err_msg=name)
+
+
+def test_distributed_optimizer_in_a_group_of_one() -> None:
+    one_losses, one_values = _train("adam", seed=1, wrap=False)
+    losses, values = _train("adam")  # rank 0 of 1: its seed is 1, its batch the whole one
+    np.testing.assert_allclose(losses, one_losses, rtol=1e-12)
+    for name, value in one_values.items():
+        np.testing.assert_allclose(values[name], value, rtol=1e-12, err_msg=name)
 
 
 def test_size_one_without_run() -> None:
