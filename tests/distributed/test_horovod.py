@@ -6,6 +6,7 @@ variables, and a failing rank fails run with one line, releasing the others."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -37,11 +38,16 @@ def _collectives() -> dict[str, Any]:
     sums = [hvd.allreduce(rng.standard_normal(s), average=False) for s in SIZES]
     means = [hvd.allreduce(rng.standard_normal((s, 1)).astype(np.float32)) for s in SIZES]
     ints = hvd.allreduce(np.arange(5, dtype=np.int64) * (r + 1), average=False)
+    from tfc.distributed.ranks import current_group
+    before = current_group().bytes_sent
+    hvd.allreduce(np.ones(30_000))
+    ring_bytes = current_group().bytes_sent - before
     return {"rank": r, "size": n, "node": ray.get_runtime_context().get_node_id(),
             "sums": sums, "means": means, "ints": ints,
             "bcast": hvd.broadcast(np.full(4, float(r)), root=1),
             "gather": hvd.allgather(np.array([r, r])),
-            "local": (hvd.local_rank(), hvd.local_size())}
+            "local": (hvd.local_rank(), hvd.local_size()), "ring_bytes": ring_bytes,
+            "threads": os.environ.get("TFC_NUM_THREADS")}
 
 
 def test_ranks_on_distinct_nodes_and_collectives(address: str, loopback_cluster: Any) -> None:
@@ -53,6 +59,10 @@ def test_ranks_on_distinct_nodes_and_collectives(address: str, loopback_cluster:
     assert [o["node"] for o in out] == node_ids  # one rank per node, in order
     # the three nodes are one host (127.0.0.1): its ranks share it, and its cores
     assert [o["local"] for o in out] == [(0, 3), (1, 3), (2, 3)]
+    from tfc.devices import cpu_count
+    assert {o["threads"] for o in out} == {str(max(1, cpu_count() // 3))}
+    # a ring: each rank sends 2 (N-1)/N of the array (3 chunks of 10,000 doubles)
+    assert {o["ring_bytes"] for o in out} == {2 * 2 * 10_000 * 8}
     inputs = [np.random.default_rng(100 + r) for r in range(3)]  # (drawn as the ranks did)
     all_xs = [[rng.standard_normal(s) for s in SIZES] for rng in inputs]
     all_ys = [[rng.standard_normal((s, 1)).astype(np.float32) for s in SIZES] for rng in inputs]
@@ -131,6 +141,22 @@ def test_distributed_optimizer_in_a_group_of_one() -> None:
     np.testing.assert_allclose(losses, one_losses, rtol=1e-12)
     for name, value in one_values.items():
         np.testing.assert_allclose(values[name], value, rtol=1e-12, err_msg=name)
+
+
+def test_sparse_gradients_are_densified() -> None:
+    def train(wrap: bool) -> Any:
+        with tfc.Graph().as_default():
+            table = tfc.Variable(np.arange(12.0).reshape(6, 2), name="table")
+            rows = tfc.gather(table, np.array([0, 3, 3]))
+            loss = tfc.reduce_sum(tfc.square(rows))
+            opt = tfc.train.AdamOptimizer(0.1)
+            train_op = (hvd.DistributedOptimizer(opt) if wrap else opt).minimize(loss)
+            with tfc.Session() as sess:
+                for _ in range(3):
+                    sess.run(train_op)
+                return sess.run(table)
+
+    np.testing.assert_allclose(train(True), train(False), rtol=1e-12)
 
 
 def test_size_one_without_run() -> None:
