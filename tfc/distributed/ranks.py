@@ -266,11 +266,11 @@ def run(fn: Callable[..., Any], np: int = 2, cluster: str = "local", args: Seque
     and every rank's process is stopped. The ranks of one host share its cores: each gets
     ``cpu_count() // ranks_on_host`` threads for tfc's kernels and BLAS."""
     from tfc.devices import cpu_count
-    from tfc.distributed.cluster import RayCluster
+    from tfc.distributed.cluster import RayCluster, require_ray
     if np < 1:
         raise TfcError(f"tfc.distributed.run: np must be at least 1, not {np}")
     with RayCluster.connect(cluster, timeout_s=min(timeout_s, 30.0)) as ray_cluster:
-        ray = ray_cluster._ray
+        ray = require_ray()
         nodes = ray_cluster.spread(np)
         host = {n.node_id: n.ip for n in ray_cluster.nodes}
         on_host = Counter(host[n] for n in nodes)
