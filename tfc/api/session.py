@@ -24,6 +24,20 @@ from tfc.ir import core as ir
 
 
 @dataclass
+class SplitStep:
+    """A train op whose step runs as two native calls with Python between them, for a
+    collective that cannot run inside compiled code (``tfc.distributed``'s
+    ``DistributedOptimizer``): ``Session.run`` of an ``Operation`` carrying one as its
+    ``split_step`` computes ``gradients`` (with the run's feeds and other fetches), passes
+    their values through ``between`` (the all-reduce), then runs the op fed with the
+    results at ``placeholders`` (and the run's feeds). This is the one such hook."""
+
+    gradients: list[Any]  # Tensors
+    placeholders: list[Any]  # Tensors, one per gradient
+    between: Callable[[list[np.ndarray]], list[np.ndarray]]
+
+
+@dataclass
 class _Compiled:
     graph: ir.Graph
     executable: Executable
@@ -151,6 +165,9 @@ class Session:
         if self._closed_word.value:
             raise TfcError("this session is closed")
         leaves, rebuild, tensors, targets = _fetch_request(fetches)
+        split = [t for t in targets if getattr(t, "split_step", None) is not None]
+        if split:
+            return self._split_callable(fetches, feed_list, leaves, rebuild, split)
         fed = [t for t, _ in self._resolve_feeds({k: None for k in (feed_list or [])})]
         if len(set(fed)) != len(fed):
             raise FeedError("make_callable: a tensor is listed twice in feed_list")
@@ -178,6 +195,33 @@ class Session:
         def call(*values: Any) -> Any:
             it = iter(run(*values))
             return rebuild([None if op else next(it) for op in is_op])
+
+        return call
+
+    def _split_callable(self, fetches: Any, feed_list: Any, leaves: list[Any],
+                        rebuild: Callable[[list[Any]], Any], split: list[Operation]
+                        ) -> Callable[..., Any]:
+        """``make_callable`` of a request holding a ``SplitStep`` op: the first call
+        computes the other fetches and the gradients, the second applies ``between``'s
+        results. The two calls count as one step (random ops see the same step number as
+        in an unsplit run)."""
+        if len(split) > 1:
+            raise TfcError("Session.run: one run can hold one DistributedOptimizer train op, "
+                           f"not {len(split)}")
+        spec: SplitStep = split[0].split_step  # type: ignore[attr-defined]
+        feeds = list(feed_list or [])
+        is_split = [any(x is s for s in split) for x in leaves]
+        plain = [x for x, s in zip(leaves, is_split) if not s]
+        first = self.make_callable([plain, list(spec.gradients)], feeds)
+        second = self.make_callable(split[0].control_inputs, list(spec.placeholders) + feeds)
+
+        def call(*values: Any) -> Any:
+            plain_values, gradients = first(*values)
+            results = spec.between([np.asarray(g) for g in gradients])
+            second(*results, *values)
+            self.step -= 1  # (each call counted one step)
+            it = iter(plain_values)
+            return rebuild([None if s else next(it) for s in is_split])
 
         return call
 
