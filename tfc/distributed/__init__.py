@@ -9,12 +9,24 @@ the ranks; ``init``, ``rank``, ``size``, the collectives, ``DistributedOptimizer
 ``broadcast_variables`` work inside them (and as a group of one in a plain script).
 """
 
+from typing import Any
+
 from tfc.distributed.cluster import LoopbackCluster, NodeInfo, RayCluster, require_ray
-from tfc.distributed.horovod import (DistributedOptimizer, allgather, allreduce, broadcast,
-                                     broadcast_variables, init, local_rank, local_size, rank,
-                                     size)
 from tfc.distributed.ranks import run
 
-__all__ = ["LoopbackCluster", "NodeInfo", "RayCluster", "require_ray", "run", "init", "rank",
-           "size", "local_rank", "local_size", "allreduce", "broadcast", "allgather",
-           "DistributedOptimizer", "broadcast_variables"]
+# The Horovod-style names live in ``tfc.distributed.horovod``, a module of the train layer
+# (it wraps tfc.train optimizers and steps a Session). They are loaded on first use, so
+# that the runtime's own imports of this package (``tfc.distributed.runtime``, by
+# ``tfc.runtime``) never load the API and train layers above it.
+_HOROVOD = ("init", "rank", "size", "local_rank", "local_size", "allreduce", "broadcast",
+            "allgather", "DistributedOptimizer", "broadcast_variables")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOROVOD:
+        from tfc.distributed import horovod
+        return getattr(horovod, name)
+    raise AttributeError(f"module 'tfc.distributed' has no attribute {name!r}")
+
+
+__all__ = ["LoopbackCluster", "NodeInfo", "RayCluster", "require_ray", "run", *_HOROVOD]
