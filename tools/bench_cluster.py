@@ -34,6 +34,10 @@ object store) or on a running cluster (``--cluster HOST:PORT``):
     for DDP from each process's ``wchar`` (``/proc/self/io``: bytes written, sockets
     included). Goals: step time <= 1.0x DDP's, bytes <= 1.1x the minimum.
 
+For each tfc row a last table sets each task's predicted step (the compile report's cost
+model, ``tfc.passes.replicate.predict_tasks``, batch dims at the worker's shard) against its
+measured time in the last step (``last_transfer_stats.task_seconds``), and their ratio.
+
 Every process (tfc's tasks, the one-process tfc, each DDP rank) runs on ``--threads``
 threads (default 1: two workers take the two cores of a small machine on either side).
 Step times are medians over ``--steps`` timed steps (after warm-up steps), taken on a host

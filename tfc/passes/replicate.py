@@ -697,7 +697,8 @@ class TaskPrediction:
 def predict_tasks(module: Module, entry: str, symbol_size: int = SYMBOL_SIZE,
                   profile: DeviceProfile | None = None) -> TaskPrediction:
     """The cost model's step of ``entry`` of the cluster module ``module``, per task,
-    with symbolic (batch) dims at ``symbol_size``. It assumes every task on this host
+    with symbolic (batch) dims at ``symbol_size`` (a worker's shard of the batch is
+    symbolic too, so ``symbol_size`` is the rows each worker computes). It assumes every task on this host
     (the profile's), sharing its cores as the runtime shares them (``cores // tasks``
     threads each, ``threads_per_device``), and each value crossing tasks over the
     profile's link between them (``DeviceProfile.link``: its ``links`` entry, else its
@@ -718,7 +719,7 @@ def predict_tasks(module: Module, entry: str, symbol_size: int = SYMBOL_SIZE,
     threads = sorted(set(sim.threads.values())) or [1]
     link = profile.default_link
     custom = " (or its links entry)" if profile.links else ""
-    assumptions = (f"batch dims at {symbol_size}; all {len(tasks)} tasks on this host, "
+    assumptions = (f"batch dims at {symbol_size}, a worker's shard too; all {len(tasks)} tasks on this host, "
                    f"{profile.cores} cores // {len(tasks)} = "
                    f"{'/'.join(map(str, threads))} threads each; between tasks the profile's "
                    f"default link{custom}, {link.bytes_per_s / 1e9:g} GB/s + "
