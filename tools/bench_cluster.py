@@ -34,6 +34,10 @@ object store) or on a running cluster (``--cluster HOST:PORT``):
     for DDP from each process's ``wchar`` (``/proc/self/io``: bytes written, sockets
     included). Goals: step time <= 1.0x DDP's, bytes <= 1.1x the minimum.
 
+For each tfc row a last table sets each task's predicted step (the compile report's cost
+model, ``tfc.passes.replicate.predict_tasks``, batch dims at the worker's shard) against its
+measured time in the last step (``last_transfer_stats.task_seconds``), and their ratio.
+
 Every process (tfc's tasks, the one-process tfc, each DDP rank) runs on ``--threads``
 threads (default 1: two workers take the two cores of a small machine on either side).
 Step times are medians over ``--steps`` timed steps (after warm-up steps), taken on a host
@@ -153,6 +157,36 @@ def transfer_note(program: Any) -> str:
         f"; last step per task: {tasks}" if tasks else "")
 
 
+def task_predictions(module: Any, program: Any, entry: str, shard: int
+                     ) -> dict[str, tuple[float, float | None]]:
+    """Each task's predicted step of ``entry`` (the compile report's cost model,
+    ``tfc.passes.replicate.predict_tasks``, batch dims at the per-worker ``shard``) and its
+    measured time in the latest step (``task_seconds``, None when not counted); empty
+    where this checkout predicts nothing."""
+    try:
+        from tfc.passes.replicate import predict_tasks, task_of
+    except ImportError:
+        return {}
+    stats = last_stats(program)
+    measured = {task_of(t + "/cpu:0") or t: s
+                for t, s in getattr(stats, "task_seconds", {}).items()}
+    predicted = predict_tasks(module, entry, shard).tasks
+    return {t: (p, measured.get(t)) for t, p in predicted.items()}
+
+
+def print_predictions(rows: list[Row]) -> None:
+    """Predicted against measured per task, for every tfc row that has them."""
+    table = [(r, t, p, m) for r in rows for t, (p, m) in r.extra.get("tasks", {}).items()]
+    if not table:
+        return
+    print("\npredicted (cost model, compile report) vs measured (last step) per task")
+    print(f"  {'part':4} {'configuration':28} {'task':9} {'predicted':>10} {'measured':>10}"
+          f" {'measured/predicted':>18}")
+    for r, task, p, m in table:
+        ratio = "-" if m is None or p <= 0 else f"{m / p:.2f}x"
+        print(f"  {r.part:4} {r.config:28} {task:9} {ms(p):>7} ms {ms(m):>7} ms {ratio:>18}")
+
+
 def close_program(program: Any) -> None:
     close = getattr(program, "close", None)
     if close is not None:
@@ -267,10 +301,11 @@ def null_tfc(api: Any, address: str, work: Path, ps: int, workers: int, big_byte
         x = np.ones((workers, 1), np.float32)
         times = timed_steps(lambda: program.run("train_step", x=x), steps, warmup)
         moved, note = transfer_bytes(program), transfer_note(program)
+        tasks = task_predictions(module, program, "train_step", 1)
     finally:
         close_program(program)
     return Row("null", "tfc", config, median(times), steps, moved,
-               f"program start {start_s:.1f} s; {note}")
+               f"program start {start_s:.1f} s; {note}", {"tasks": tasks})
 
 
 # ---- (b) the MLP against PyTorch DDP ----------------------------------------------------
@@ -410,11 +445,12 @@ def mlp_tfc(api: Any, address: str | None, work: Path, workers: int, steps: int,
     try:
         times = timed_steps(lambda: program.run("train_step", x=x, y=y), steps, warmup)
         moved, note = transfer_bytes(program), transfer_note(program)
+        tasks = task_predictions(module, program, "train_step", MLP_BATCH // workers)
     finally:
         close_program(program)
     per_worker = None if moved is None else moved // workers
     return Row("mlp", "tfc allreduce", f"workers={workers} batch={MLP_BATCH}", median(times),
-               steps, per_worker, f"bytes: between tasks per worker; {note}")
+               steps, per_worker, f"bytes: between tasks per worker; {note}", {"tasks": tasks})
 
 
 # ---- the run ------------------------------------------------------------------------------
@@ -566,6 +602,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"loopback cluster stopped in {time.perf_counter() - stopping:.1f} s")
     print(f"load average after: {load_average()}")
     print_tables(rows, args.mlp_workers)
+    print_predictions(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"machine": info, "rows": [asdict(r) for r in rows]}, indent=2))

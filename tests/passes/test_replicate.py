@@ -304,3 +304,44 @@ def test_transfers_inside_one_task_stay_f32():
     assert (report.transfers, report.compressed) == (2, 1)
     (key,) = report.keys
     assert f"{b}->{c}" in key
+
+
+# ---- the predicted step per task ------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", ["ps-sync", "allreduce"])
+def test_the_cluster_report_predicts_each_tasks_step(strategy):
+    from tfc.passes.replicate import cluster_report, predict_tasks
+    spec = ClusterSpec(1 if strategy == "ps-sync" else 0, 2, strategy)
+    m = compiled(spec, "llvm", False, dtype=np.float32)
+    report = cluster_report(m, spec)
+    prediction = report.predicted["train"]
+    tasks = ["worker:0", "worker:1"] + (["ps:0"] if strategy == "ps-sync" else [])
+    assert sorted(prediction.tasks) == sorted(tasks)
+    assert all(0 < s <= prediction.step_s for s in prediction.tasks.values())
+    text = "\n".join(report.lines())
+    assert "@train: predicted step" in text and "threads each" in text and "link" in text
+    # the model responds to the work: a bigger batch per worker predicts a longer step
+    small, big = predict_tasks(m, "train", 16), predict_tasks(m, "train", 4096)
+    for worker in ("worker:0", "worker:1"):
+        assert big.tasks[worker] > 1.5 * small.tasks[worker]
+    assert big.step_s > small.step_s
+
+
+def test_tasks_have_their_own_interpreters():
+    """Two workers' stages run side by side (each task is a process, with its own
+    interpreter lock); two devices of one process share its lock."""
+    from tfc.ir.builder import Builder
+    from tfc.ir.core import Graph
+    from tfc.ir.types import DType, TensorType
+    from tfc.passes.placement import simulate_placed
+
+    def finish(a: str, b: str) -> dict[str, float]:
+        g = Graph("step")
+        x = g.add_arg(TensorType(DType.f32, (4, 8)), "x")
+        g.set_results([Builder(g, device=a)("tanh", x), Builder(g, device=b)("exp", x)])
+        return simulate_placed(g, [a, b]).device_finish()
+
+    tasks = finish("/job:worker/task:0/cpu:0", "/job:worker/task:1/cpu:0")
+    assert tasks["/job:worker/task:0/cpu:0"] == pytest.approx(tasks["/job:worker/task:1/cpu:0"])
+    local = finish("/cpu:0", "/cpu:1")
+    assert local["/cpu:1"] > local["/cpu:0"]  # its stage waited for /cpu:0's Python work

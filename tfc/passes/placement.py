@@ -43,7 +43,7 @@ from tfc.passes.manager import register_pass
 from tfc.units import format_ms as _ms
 
 __all__ = ["SYMBOL_SIZE", "PlacementReport", "Simulation", "assign", "estimate_placed",
-           "place_graph"]
+           "place_graph", "simulate_placed"]
 
 VAR_KINDS_PREFIX = "var."
 # How much faster than the best device alone a split's estimate must be to be chosen
@@ -242,7 +242,13 @@ class Simulation:
         each device's own timeline, round robin over 2-4 devices was predicted at
         0.20-0.67 of its measured step on the 2-core host, on the shared one 0.25-0.67
         (every one of 26 rows closer; the two towers' greedy split, few stages, moves
-        0.78 -> 0.79)."""
+        0.78 -> 0.79). Each process has its own interpreter: the devices of one cluster
+        task share one timeline, another task's stages do not wait for it."""
+        return max(self.stage_ends().values(), default=0.0)
+
+    def stage_ends(self) -> dict[tuple[str, int], float]:
+        """When each stage (device, stage index) ends, from the step's start, as
+        ``staged_finish`` runs them."""
         stages: dict[tuple[str, int], float] = {}
         incoming: dict[tuple[str, int], dict[tuple[Value, str], tuple[str, int]]] = {}
         sends: dict[tuple[str, int], set[tuple[Value, str]]] = {}
@@ -261,7 +267,8 @@ class Simulation:
         send_s = self._send_s()
         end: dict[tuple[str, int], float] = {}
         last: dict[str, float] = {}
-        interpreter = 0.0  # when the interpreter lock is next free
+        interpreter: dict[tuple[str | None, int | None], float] = {}  # per process: when
+        # its interpreter lock is next free
         for key in sorted(stages, key=lambda k: (k[1], self.devices.index(k[0])
                                                  if k[0] in self.devices else 0)):
             device = key[0]
@@ -275,10 +282,25 @@ class Simulation:
                          and self.model.is_free(v.op) and v.op.kind.startswith("var."))
             python = (self.model.stage_s + boundary.get(key, 0.0)
                       + send_s * (len(sends.get(key, ())) + len(recvs.get(key, ()))))
-            ready = max(ready, interpreter)  # the stage's Python work waits for the lock
-            interpreter = ready + python
+            spec = parse_device(device)
+            process = (spec.job, spec.task)
+            # the stage's Python work waits for its process's lock
+            ready = max(ready, interpreter.get(process, 0.0))
+            interpreter[process] = ready + python
             end[key] = last[device] = ready + python + stages[key] + copies
-        return max(end.values(), default=0.0)
+        return end
+
+    def device_finish(self) -> dict[str, float]:
+        """When each device with ops is done with its part of the step, from the step's
+        start: its last stage's end on the executor (plus the executor's fixed step
+        cost, which each process pays), else its last op's."""
+        if not self.executor:
+            return {d: self.model.step_seconds(self.graph) + self.free[d]
+                    for d in set(self.device_of.values())}
+        out: dict[str, float] = {}
+        for (device, _), end in self.stage_ends().items():
+            out[device] = max(out.get(device, 0.0), self.model.executor_step_s + end)
+        return out
 
     def stage_boundary_seconds(self) -> dict[tuple[str, int], float]:
         """Each stage's ``CostModel.boundary_seconds``, for the stage graph
@@ -539,10 +561,20 @@ def estimate_placed(graph: Graph, devices: Sequence[str], symbol_size: int = SYM
     on the first device), symbols counted as ``symbol_size``, ``compressed`` values
     crossing hosts as f16: what a compiled artifact's placement is expected to take. A
     graph on one device is a one-device program with all the host's cores."""
+    return simulate_placed(graph, devices, symbol_size, profile, compressed,
+                           measured).makespan
+
+
+def simulate_placed(graph: Graph, devices: Sequence[str], symbol_size: int = SYMBOL_SIZE,
+                    profile: DeviceProfile | None = None,
+                    compressed: Collection[Value] = (),
+                    measured: MeasuredCosts | None = None) -> Simulation:
+    """The ``Simulation`` of ``graph`` as placed (``estimate_placed``'s arguments): its
+    ``makespan`` is the step, its ``device_finish`` when each device is done."""
     devices = list(devices) or ["/cpu:0"]
     model = CostModel(profile or load_profile(), symbol_size, measured)
     assign = {op: op.device if op.device in devices else devices[0] for op in graph.ops}
-    return simulate(model, graph, assign, devices, compressed).makespan
+    return simulate(model, graph, assign, devices, compressed)
 
 
 @register_pass("placement")

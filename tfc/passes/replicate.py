@@ -71,13 +71,14 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from tfc.devices import normalize_device, parse_device
+from tfc.devices import DeviceProfile, load_profile, normalize_device, parse_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
 from tfc.ir.registry import lookup, make_op, writes_variable
 from tfc.ir.types import SYMBOL_SIZE
 from tfc.ops.optimizer import GRAD_MARKER
 from tfc.passes.manager import apply_substitution, register_pass
+from tfc.units import format_ms as _ms
 
 STRATEGIES = ("ps-sync", "allreduce")
 PS_PLACEMENTS = ("greedy", "round-robin")
@@ -644,13 +645,15 @@ def task_of(device: str) -> str | None:
 class ClusterReport:
     """What a cluster compilation did: the strategy and tasks, the variables and bytes
     each task holds, and per entry the tensors and bytes that cross tasks per step
-    (symbolic dims counted as ``SYMBOL_SIZE``; fp16-compressed transfers at half)."""
+    (symbolic dims counted as ``SYMBOL_SIZE``; fp16-compressed transfers at half) and the
+    cost model's predicted step (``TaskPrediction``)."""
 
     spec: ClusterSpec
     tasks: list[str]
     variables: dict[str, list[str]]          # task -> the variables it holds
     variable_bytes: dict[str, int]           # task -> their bytes
     transfers: dict[str, tuple[int, int]]    # entry -> (tensors, bytes) across tasks
+    predicted: dict[str, "TaskPrediction"] = field(default_factory=dict)  # entry -> step
 
     def lines(self) -> list[str]:
         from tfc.units import format_bytes
@@ -668,7 +671,60 @@ class ClusterReport:
         for entry, (n, nbytes) in self.transfers.items():
             out.append(f"  @{entry}: {n} transfers across tasks per step, "
                        f"{format_bytes(nbytes)} (batch dims at {SYMBOL_SIZE})")
+        for entry, prediction in self.predicted.items():
+            out.append(f"  @{entry}: {prediction.summary()}")
+        if self.predicted:
+            out.append(f"  (predicted: {next(iter(self.predicted.values())).assumptions})")
         return out
+
+
+@dataclass
+class TaskPrediction:
+    """The cost model's step of one entry of a cluster module: for each task, the time
+    from the step's start to its last stage's end, and the whole step (the placer's
+    ``Simulation`` of the graph as replicated: ``tfc.passes.placement.simulate_placed``).
+    ``assumptions`` says on what: batch dims, cores per task, the link between tasks."""
+
+    tasks: dict[str, float]   # task -> predicted seconds
+    step_s: float
+    assumptions: str
+
+    def summary(self) -> str:
+        per_task = ", ".join(f"{t} {_ms(s)}" for t, s in self.tasks.items())
+        return f"predicted step {_ms(self.step_s)} ({per_task})"
+
+
+def predict_tasks(module: Module, entry: str, symbol_size: int = SYMBOL_SIZE,
+                  profile: DeviceProfile | None = None) -> TaskPrediction:
+    """The cost model's step of ``entry`` of the cluster module ``module``, per task,
+    with symbolic (batch) dims at ``symbol_size`` (a worker's shard of the batch is
+    symbolic too, so ``symbol_size`` is the rows each worker computes). It assumes every task on this host
+    (the profile's), sharing its cores as the runtime shares them (``cores // tasks``
+    threads each, ``threads_per_device``), and each value crossing tasks over the
+    profile's link between them (``DeviceProfile.link``: its ``links`` entry, else its
+    ``default_link``; ``tfc calibrate`` measures neither)."""
+    from tfc.passes.compress import transfer_policy
+    from tfc.passes.placement import simulate_placed
+    profile = profile or load_profile()
+    graph = module.graphs[entry]
+    compressed = (transfer_policy([graph], module.variables) if module.fp16_transfers
+                  else set())
+    sim = simulate_placed(graph, module.devices, symbol_size, profile, compressed)
+    tasks: dict[str, float] = {}
+    for device, seconds in sim.device_finish().items():
+        task = task_of(device) or device
+        tasks[task] = max(tasks.get(task, 0.0), seconds)
+    order = {task_of(d): i for i, d in enumerate(module.devices)}
+    tasks = dict(sorted(tasks.items(), key=lambda kv: order.get(kv[0], len(order))))
+    threads = sorted(set(sim.threads.values())) or [1]
+    link = profile.default_link
+    custom = " (or its links entry)" if profile.links else ""
+    assumptions = (f"batch dims at {symbol_size}, a worker's shard too; all {len(tasks)} tasks on this host, "
+                   f"{profile.cores} cores // {len(tasks)} = "
+                   f"{'/'.join(map(str, threads))} threads each; between tasks the profile's "
+                   f"default link{custom}, {link.bytes_per_s / 1e9:g} GB/s + "
+                   f"{link.latency_s * 1e6:g} us, not measured; {profile.describe()}")
+    return TaskPrediction(tasks, sim.makespan, assumptions)
 
 
 def cluster_report(module: Module, spec: ClusterSpec) -> ClusterReport:
@@ -692,7 +748,8 @@ def cluster_report(module: Module, spec: ClusterSpec) -> ClusterReport:
             n += 1
             total += source_value(module, table, device, send.value).type.nbytes(SYMBOL_SIZE)
         transfers[entry] = (n, total)
-    return ClusterReport(spec, tasks, variables, nbytes, transfers)
+    predicted = {entry: predict_tasks(module, entry) for entry in module.partitions}
+    return ClusterReport(spec, tasks, variables, nbytes, transfers, predicted)
 
 
 def _int_option(text: str) -> int:
