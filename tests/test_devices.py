@@ -240,3 +240,10 @@ def test_short_row_f64_gemm_and_linalg_rates_round_trip_and_are_optional(tmp_pat
             {kind: {"1": {"sizes": [1e6], "seconds": [-1.0]}}}))
         with pytest.raises(TfcError, match=f"cpu.{kind}.1"):
             load_profile(bad)
+
+
+def test_task_of_names_the_cluster_task_and_none_for_local_devices():
+    from tfc.devices import task_of
+    assert task_of("/job:worker/task:1/cpu:0") == "/job:worker/task:1"
+    assert task_of("job:ps/task:0/gpu:1") == "/job:ps/task:0"
+    assert task_of("/cpu:1") is None and task_of("gpu:0") is None

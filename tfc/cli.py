@@ -166,14 +166,14 @@ def _cluster_spec(args: argparse.Namespace) -> Any:
 def _task_text(module: Any, task: str, elide_above: int | None) -> str:
     """``tfc ir --task worker:1``: the partitions of every device of that task."""
     from tfc.cli_devices import partitions_text
-    from tfc.passes.replicate import task_of
+    from tfc.passes.replicate import task_label
     job, colon, index = task.partition(":")
     if not colon or not index.isdigit() or not job:
         raise TfcError(f"--task {task!r}: expected JOB:N (worker:1, ps:0)")
     name = f"{job}:{int(index)}"
-    devices = [d for d in module.devices if task_of(d) == name]
+    devices = [d for d in module.devices if task_label(d) == name]
     if not devices:
-        tasks = sorted({t for t in map(task_of, module.devices) if t is not None})
+        tasks = sorted({t for t in map(task_label, module.devices) if t is not None})
         raise TfcError(f"the module has no task {name}"
                        + (f" (its tasks: {', '.join(tasks)})" if tasks
                           else ": it was not compiled for a cluster (tfc compile --cluster)"))

@@ -53,6 +53,14 @@ class DeviceSpec:
         return f"{host}/{self.kind}:{self.index}"
 
 
+def task_of(device: str) -> str | None:
+    """The cluster task (one process, on one host) a device belongs to, as TensorFlow names
+    it: ``/job:worker/task:1`` for ``/job:worker/task:1/cpu:0``; None for a device of this
+    process (``/cpu:1``)."""
+    spec = parse_device(device)
+    return None if spec.job is None else f"/job:{spec.job}/task:{spec.task}"
+
+
 def normalize_device(spec: str | None) -> str | None:
     """``"cpu:0"``, ``"/CPU:0"`` and ``"/device:CPU:0"`` all mean ``/cpu:0``."""
     if spec is None or spec == "":

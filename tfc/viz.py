@@ -37,7 +37,7 @@ from tfc.ir.core import Module, Op
 from tfc.ir.printer import format_attr
 from tfc.ir.types import SYMBOL_SIZE
 from tfc.passes.partition import Partition, device_graphs, devices_of, single_device
-from tfc.passes.replicate import task_of
+from tfc.passes.replicate import task_label
 from tfc.pipeline import lower_for_devices
 from tfc.units import format_bytes
 
@@ -484,7 +484,7 @@ def _tasks(lanes: Sequence[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for lane in lanes:
         try:
-            task = task_of(lane)
+            task = task_label(lane)
         except TfcError:  # a lane that is not a device name
             continue
         if task is not None:

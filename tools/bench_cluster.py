@@ -164,11 +164,11 @@ def task_predictions(module: Any, program: Any, entry: str, shard: int
     measured time in the latest step (``task_seconds``, None when not counted); empty
     where this checkout predicts nothing."""
     try:
-        from tfc.passes.replicate import predict_tasks, task_of
+        from tfc.passes.replicate import predict_tasks, task_label
     except ImportError:
         return {}
     stats = last_stats(program)
-    measured = {task_of(t + "/cpu:0") or t: s
+    measured = {task_label(t + "/cpu:0") or t: s
                 for t, s in getattr(stats, "task_seconds", {}).items()}
     predicted = predict_tasks(module, entry, shard).tasks
     return {t: (p, measured.get(t)) for t, p in predicted.items()}

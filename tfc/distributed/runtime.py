@@ -36,8 +36,8 @@ from tfc.backends.base import StepResult
 from tfc.errors import ExecutionError, TfcError
 from tfc.ir.core import Module
 from tfc.ir.registry import writes_variable
-from tfc.distributed.task import (BY_REFERENCE_BYTES, TaskActor, cluster_tasks, task_of,
-                                  variable_owners)
+from tfc.devices import task_of
+from tfc.distributed.task import BY_REFERENCE_BYTES, TaskActor, cluster_tasks, variable_owners
 
 DEFAULT_TIMEOUT_S = 120.0
 # what "cluster=" takes besides a Ray address ("HOST:PORT")

@@ -33,21 +33,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tfc.backends.base import StepResult, get_backend
-from tfc.devices import cpu_count, parse_device
+from tfc.devices import cpu_count, task_of
 from tfc.errors import ExecutionError, TfcError
 from tfc.ir.core import Module
 
 # arrays of at least this many bytes travel as an object-store reference (zero-copy at
 # the receiver, and not copied into the call's message); smaller ones by value
 BY_REFERENCE_BYTES = 64 * 1024
-
-
-def task_of(device: str) -> str | None:
-    """The task a device belongs to (``/job:worker/task:1``), None for a plain device."""
-    spec = parse_device(device)
-    if spec.job is None:
-        return None
-    return f"/job:{spec.job}/task:{spec.task if spec.task is not None else 0}"
 
 
 def cluster_tasks(module: Module) -> dict[str, list[str]]:

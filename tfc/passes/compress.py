@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from tfc.devices import parse_device
+from tfc.devices import task_of
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
 from tfc.ir.registry import ELEMENTWISE, VIEW, lookup, make_op, writes_variable
 from tfc.ir.types import SYMBOL_SIZE, DType
@@ -162,8 +162,8 @@ def same_task(a: str, b: str) -> bool:
     (``/job:worker/task:0/cpu:0`` and ``.../cpu:1``): a hand-off inside one process,
     which f16 would only make less exact. Local devices (``/cpu:0``, ``/cpu:1``) are
     not tasks: their transfers are what ``--devices`` compresses."""
-    da, db = parse_device(a), parse_device(b)
-    return da.job is not None and (da.job, da.task) == (db.job, db.task)
+    task = task_of(a)
+    return task is not None and task == task_of(b)
 
 
 def transfer_nbytes(v: Value, compressed: bool, symbol_size: int = SYMBOL_SIZE) -> int:

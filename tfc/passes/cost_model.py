@@ -54,8 +54,7 @@ from typing import Any, Collection, Iterable, Mapping
 
 import numpy as np
 
-from tfc.devices import (SHORT_ROW, DeviceProfile, DeviceRates, parse_device,
-                         threads_per_device)
+from tfc.devices import SHORT_ROW, DeviceProfile, DeviceRates, task_of, threads_per_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Op, Value
 from tfc.ir.registry import VIEW, WRITES_VARIABLE, Cost, lookup
@@ -575,5 +574,4 @@ def variables_of(ops: Iterable[Op]) -> tuple[set[str], set[str]]:
 
 def same_process(a: str, b: str) -> bool:
     """Whether devices ``a`` and ``b`` belong to one process (the same host task)."""
-    sa, sb = parse_device(a), parse_device(b)
-    return (sa.job, sa.task) == (sb.job, sb.task)
+    return task_of(a) == task_of(b)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping, Sequence
 
-from tfc.devices import DeviceProfile, load_profile, matches, parse_device
+from tfc.devices import DeviceProfile, load_profile, matches, parse_device, task_of
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
 from tfc.ir.types import SYMBOL_SIZE
@@ -267,7 +267,7 @@ class Simulation:
         send_s = self._send_s()
         end: dict[tuple[str, int], float] = {}
         last: dict[str, float] = {}
-        interpreter: dict[tuple[str | None, int | None], float] = {}  # per process: when
+        interpreter: dict[str | None, float] = {}  # per process: when
         # its interpreter lock is next free
         for key in sorted(stages, key=lambda k: (k[1], self.devices.index(k[0])
                                                  if k[0] in self.devices else 0)):
@@ -282,8 +282,7 @@ class Simulation:
                          and self.model.is_free(v.op) and v.op.kind.startswith("var."))
             python = (self.model.stage_s + boundary.get(key, 0.0)
                       + send_s * (len(sends.get(key, ())) + len(recvs.get(key, ()))))
-            spec = parse_device(device)
-            process = (spec.job, spec.task)
+            process = task_of(device)  # (None: this process)
             # the stage's Python work waits for its process's lock
             ready = max(ready, interpreter.get(process, 0.0))
             interpreter[process] = ready + python

@@ -71,7 +71,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from tfc.devices import DeviceProfile, load_profile, normalize_device, parse_device
+from tfc.devices import DeviceProfile, load_profile, normalize_device, parse_device, task_of
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
 from tfc.ir.registry import lookup, make_op, writes_variable
@@ -635,10 +635,11 @@ def replicate_module(module: Module, spec: ClusterSpec) -> ReplicationReport:
     return ReplicationReport(spec, training, dict(var_device))
 
 
-def task_of(device: str) -> str | None:
-    """``"worker:1"`` for ``/job:worker/task:1/cpu:0``; None for a local device."""
-    d = parse_device(device)
-    return None if d.job is None else f"{d.job}:{d.task}"
+def task_label(device: str) -> str | None:
+    """``"worker:1"`` for ``/job:worker/task:1/cpu:0`` (how reports and ``tfc ir --task``
+    name ``tfc.devices.task_of``'s task); None for a local device."""
+    task = task_of(device)
+    return None if task is None else task[len("/job:"):].replace("/task:", ":")
 
 
 @dataclass
@@ -712,9 +713,9 @@ def predict_tasks(module: Module, entry: str, symbol_size: int = SYMBOL_SIZE,
     sim = simulate_placed(graph, module.devices, symbol_size, profile, compressed)
     tasks: dict[str, float] = {}
     for device, seconds in sim.device_finish().items():
-        task = task_of(device) or device
+        task = task_label(device) or device
         tasks[task] = max(tasks.get(task, 0.0), seconds)
-    order = {task_of(d): i for i, d in enumerate(module.devices)}
+    order = {task_label(d): i for i, d in enumerate(module.devices)}
     tasks = dict(sorted(tasks.items(), key=lambda kv: order.get(kv[0], len(order))))
     threads = sorted(set(sim.threads.values())) or [1]
     link = profile.default_link
@@ -730,11 +731,11 @@ def predict_tasks(module: Module, entry: str, symbol_size: int = SYMBOL_SIZE,
 def cluster_report(module: Module, spec: ClusterSpec) -> ClusterReport:
     """The ``ClusterReport`` of ``module``, replicated for ``spec`` and partitioned."""
     from tfc.passes.partition import source_value
-    tasks = [t for t in (task_of(d) for d in spec.devices) if t is not None]
+    tasks = [t for t in (task_label(d) for d in spec.devices) if t is not None]
     variables: dict[str, list[str]] = {}
     nbytes: dict[str, int] = {}
     for name, decl in module.variables.items():
-        task = task_of(decl.device) if decl.device else None
+        task = task_label(decl.device) if decl.device else None
         if task is not None:
             variables.setdefault(task, []).append(name)
             nbytes[task] = nbytes.get(task, 0) + decl.type.nbytes(1)
@@ -742,7 +743,7 @@ def cluster_report(module: Module, spec: ClusterSpec) -> ClusterReport:
     for entry, table in module.partitions.items():
         n = total = 0
         for device, _, send in table.sends():
-            if task_of(device) == task_of(send.receiver):
+            if task_label(device) == task_label(send.receiver):
                 continue
             # what is sent: an f16 cast's result for a compressed transfer
             n += 1
