@@ -276,8 +276,10 @@ def test_fp16_transfers_compress_what_crosses_tasks(strategy):
     many = inprocess(m, "llvm")
     want = train(one, 3, dtype=np.float32)
     got = train(many, 3, dtype=np.float32)
-    for w, g in zip(want, got):  # f16 gradients: ~3 significant digits
-        np.testing.assert_allclose(g["loss"], w["loss"], rtol=2e-2)
+    # f16 gradients move the weights by ~1e-3 of a step each: the losses of 3 steps differ
+    # from f32's by at most 2.4e-6 relative (measured), well inside 1e-4
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g["loss"], w["loss"], rtol=1e-4)
     if strategy == "allreduce":  # the ring's all-gather copies stay exact: copies agree
         for i in (1, 2):
             for name in ("w0", "w1", "w0/Momentum"):
