@@ -15,11 +15,18 @@ from tfc.ir.autodiff import gradients as _gradients
 @dataclass
 class IndexedSlices:
     """A sparse gradient: ``values[i]`` is the gradient of row ``indices[i]`` of a tensor
-    of shape ``dense_shape`` (rows not named are zero; repeated rows add up)."""
+    of shape ``dense_shape`` (rows not named are zero; repeated rows add up).
+
+    ``owned`` (a 0/1 float per index, or None: all 1) marks the indices that name a row
+    the step touched. It is 0 for the padding a static-shape sharded gather sends to a
+    shard for an id another shard owns (``tfc.api.partitioned``): such an index points at
+    some valid row with a zero value, and an optimizer whose sparse update changes only
+    the touched rows (Momentum, RMSProp) must not count it as touching that row."""
 
     indices: Tensor
     values: Tensor
     dense: Tensor  # the tensor this is the gradient of
+    owned: Tensor | None = None
 
     @property
     def dense_shape(self) -> tuple[int | None, ...]:

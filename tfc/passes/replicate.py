@@ -414,13 +414,13 @@ class _Step:
                                   self.workers[i], attrs)
                 self.local[i].update(zip(op.results, new.results))
 
-    def sparse_rows(self, m: Op) -> list[tuple[Value, Value]]:
-        """Each worker's rows of sparse marker ``m``: its indices, and its values divided
-        by W (on the worker), for a gather."""
+    def sparse_rows(self, m: Op) -> list[tuple[Value, ...]]:
+        """Each worker's rows of sparse marker ``m``: its indices, its values divided by W
+        (on the worker), and a shard's owned weights as they are, for a gather."""
         rows = []
         for i in range(self.W):
-            idx, vals = (self.on_worker(x, i) for x in m.inputs)
-            rows.append((idx, self.b.scaled(vals, self.W, self.workers[i], m.loc)))
+            idx, vals, *owned = (self.on_worker(x, i) for x in m.inputs)
+            rows.append((idx, self.b.scaled(vals, self.W, self.workers[i], m.loc), *owned))
         return rows
 
 
@@ -470,8 +470,8 @@ def _ps_sync_step(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str]
                                       m.loc)
         else:
             rows = s.sparse_rows(m)
-            update[m.results[0]] = b.concat([r[0] for r in rows], d, m.loc)
-            update[m.results[1]] = b.concat([r[1] for r in rows], d, m.loc)
+            for k, res in enumerate(m.results):
+                update[res] = b.concat([r[k] for r in rows], d, m.loc)
     for op in graph.ops:
         if op in update_ops and op.kind != "var.read" and op not in marker_set:
             inputs = [b.args[x] if x.op is None else update[x] for x in op.inputs]
@@ -519,11 +519,11 @@ def _allreduce_step(graph: Graph, spec: ClusterSpec) -> Graph:
                 s.local[i][m.result] = b.add("reshape", [piece], {"shape": shape}, d,
                                              m.loc).result
     for m in s.markers:  # sparse: every worker gathers every worker's rows
-        if len(m.inputs) == 2:
+        if len(m.inputs) >= 2:
             rows = s.sparse_rows(m)
             for i in range(s.W):
-                s.local[i][m.results[0]] = b.concat([r[0] for r in rows], s.workers[i], m.loc)
-                s.local[i][m.results[1]] = b.concat([r[1] for r in rows], s.workers[i], m.loc)
+                for k, res in enumerate(m.results):
+                    s.local[i][res] = b.concat([r[k] for r in rows], s.workers[i], m.loc)
     rest = [op for op in graph.ops if op not in s.worker_ops and op not in marker_set]
     s.clone_workers(rest, rename=True)
     results = []
