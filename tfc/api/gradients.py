@@ -67,8 +67,12 @@ def gradients(ys: TensorLike | Sequence[TensorLike], xs: TensorLike | Sequence[T
         if g is None:
             out.append(None)
         elif isinstance(g, SparseGrad):
+            from tfc.api.partitioned import owned_weights
+            with graph.as_default():
+                owned = (owned_weights(graph, g.indices, g.values.type.dtype)
+                         if graph.owned_weights else None)
             out.append(IndexedSlices(Tensor(graph, g.indices), Tensor(graph, g.values),
-                                     Tensor(graph, g.dense)))
+                                     Tensor(graph, g.dense), owned))
         else:
             out.append(Tensor(graph, g))
     return out

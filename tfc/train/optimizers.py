@@ -32,6 +32,7 @@ import numpy as np
 from tfc.api import ops
 from tfc.api.gradients import IndexedSlices, gradients
 from tfc.api.graph import Graph, Operation, Tensor, Variable, get_default_graph, user_location
+from tfc.api.partitioned import expand_partitioned
 from tfc.api.session import group
 from tfc.api.tensor import TensorLike, apply, convert_to_tensor
 from tfc.errors import TfcError, TypeMismatch
@@ -144,7 +145,7 @@ class Optimizer:
         loss_t = convert_to_tensor(loss)
         if var_list is None:
             var_list = trainable_variables(loss_t.graph)
-        var_list = list(var_list)
+        var_list = expand_partitioned(var_list)  # a partitioned variable trains its shards
         for v in var_list:
             if not isinstance(v, Variable):
                 raise TfcError(f"{self._name}: var_list holds {v!r}, not a tfc.Variable",
