@@ -126,3 +126,24 @@ def test_a_steps_bytes_do_not_grow_with_the_table():
         sent.append(cluster_report(m, spec).transfers["train"][1])
     assert sent[0] == sent[1]
     assert sent[1] < big.nbytes // 2  # not even one shard of the big table travels
+
+
+@pytest.mark.parametrize("save_shards, restore_shards", [(3, 2), (2, 0), (0, 3)])
+def test_checkpoints_hold_the_logical_variable(tmp_path, save_shards, restore_shards):
+    def build(shards):
+        g = tfc.Graph()
+        with g.as_default():
+            part = tfc.fixed_size_partitioner(shards) if shards else None
+            e = tfc.Variable(np.zeros_like(TABLE), name="E", partitioner=part)
+        return g, e
+
+    g, e = build(save_shards)
+    with g.as_default(), tfc.Session() as sess:
+        sess.run(e.assign(TABLE))
+        path = tfc.train.Saver().save(sess, tmp_path / "model")
+    from tfc.runtime.checkpoint import read_checkpoint
+    assert sorted(read_checkpoint(path).values) == ["E"]
+    g, e = build(restore_shards)
+    with g.as_default(), tfc.Session() as sess:
+        tfc.train.Saver().restore(sess, path)
+        np.testing.assert_array_equal(sess.run(e), TABLE)

@@ -204,6 +204,37 @@ def owned_weights(graph: Graph, indices: ir.Value, dtype: DType) -> Tensor | Non
     return None
 
 
+def logical_variables(graph: Graph) -> dict[str, Variable]:
+    """The graph's variables as a user sees them, in creation order: each partitioned
+    variable once, under its own name, in place of its shards (what a checkpoint holds, so
+    one written with k shards restores with k' shards or none)."""
+    out: dict[str, Variable] = {}
+    for name, v in graph.variables.items():
+        whole = getattr(v, "partition_of", None)
+        if whole is None:
+            out[name] = v
+        elif whole.name not in out:
+            out[whole.name] = whole
+    return out
+
+
+def logical_value(var: Variable, values: dict[str, np.ndarray]) -> np.ndarray:
+    """``var``'s value from a session's values by variable name (a partitioned variable's:
+    its shards' rows, concatenated)."""
+    if isinstance(var, PartitionedVariable):
+        return np.concatenate([values[s.name] for s in var.shards], axis=0)
+    return values[var.name]
+
+
+def stored_values(var: Variable, value: np.ndarray) -> dict[str, np.ndarray]:
+    """The stored variables' values that make ``var`` hold ``value`` (a partitioned
+    variable's: each shard's rows)."""
+    if isinstance(var, PartitionedVariable):
+        return {s.name: np.ascontiguousarray(value[o:o + s.shape[0]])
+                for s, o in zip(var.shards, var.offsets)}
+    return {var.name: value}
+
+
 def expand_partitioned(var_list: Sequence[Any]) -> list[Any]:
     """``var_list`` with each partitioned variable replaced by its shards (what an
     optimizer trains)."""
@@ -214,4 +245,5 @@ def expand_partitioned(var_list: Sequence[Any]) -> list[Any]:
 
 
 __all__ = ["PartitionedVariable", "fixed_size_partitioner", "min_max_variable_partitioner",
-           "sharded_gather", "owned_weights", "row_blocks"]
+           "sharded_gather", "owned_weights", "row_blocks", "logical_variables",
+           "logical_value", "stored_values", "expand_partitioned"]
