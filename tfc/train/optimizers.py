@@ -72,7 +72,8 @@ class UniqueRows:
     nothing for padding), up to the rounding of that division.
 
     The duplicates are found with an n x n comparison of the step's n indices: O(n**2)
-    time and memory per step, independent of the variable's size."""
+    time and memory per step (plus O(n * row) for the sums), independent of the
+    variable's size."""
 
     indices: Tensor  # [n]
     grad: Tensor     # [n, *row]
@@ -80,19 +81,24 @@ class UniqueRows:
 
 
 def unique_rows(grad: IndexedSlices, var: Variable) -> UniqueRows:
-    """``grad``'s rows summed per index (see ``UniqueRows``), for ``var``'s rows."""
+    """``grad``'s rows summed per index (see ``UniqueRows``), for ``var``'s rows.
+
+    Each position finds the first owned position naming the same row (an argmax over
+    an n x n comparison: no multiply by the row width); the values and owned counts are
+    added up at those first positions in an n-row buffer (``scatter_add``) and read back
+    by every position of the row (``gather``)."""
     row = list(var.shape[1:])
-    width = int(np.prod(row, dtype=np.int64))
     idx = ops.reshape(grad.indices, [-1])
-    values = ops.reshape(grad.values, [-1, width])
+    values = ops.reshape(grad.values, [-1, *row])
     same = ops.cast(ops.equal(ops.expand_dims(idx, 1), ops.expand_dims(idx, 0)), var.dtype)
-    owned = None
+    owned = ops.ones_like(ops.cast(idx, var.dtype)) if grad.owned is None else ops.reshape(
+        grad.owned, [-1])
     if grad.owned is not None:
-        owned = ops.reshape(grad.owned, [-1])
         same = same * ops.expand_dims(owned, 0)
-    summed = ops.reshape(ops.matmul(same, values), [-1, *row])
-    count = ops.maximum(ops.reduce_sum(same, axis=1), 1.0)
-    share = 1.0 / count if owned is None else owned / count
+    first = ops.argmax(same, axis=1, output_type=idx.dtype)  # the row's first owned position
+    summed = ops.gather(apply("scatter_add", ops.zeros_like(values), first, values), first)
+    count = ops.gather(apply("scatter_add", ops.zeros_like(owned), first, owned), first)
+    share = owned / ops.maximum(count, 1.0)
     return UniqueRows(idx, summed, ops.reshape(share, [-1, *([1] * len(row))]))
 
 
