@@ -107,8 +107,21 @@ def test_shards_on_two_ps_tasks_train_as_one_process(optimizer, backend):
     m = lower(model(optimizer, 2), Target(backend, tuple(spec.devices), False, spec))
     assert {m.variables[f"E/part_{i}"].device for i in (0, 1)} == {
         "/job:ps/task:0/cpu:0", "/job:ps/task:1/cpu:0"}
+    # each slot lives with its shard
+    assert m.variables["E/part_1/Momentum" if optimizer == "momentum" else "E/part_1"
+                       ].device == m.variables["E/part_1"].device
     many = Program(m, backend=backend, cluster="inprocess")
     got_losses, got = run(many, 2)
+    np.testing.assert_allclose(got_losses, want_losses, rtol=TOL)
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "adagrad"])
+def test_shards_mirrored_on_allreduce_workers_train_as_one_process(optimizer):
+    spec = ClusterSpec(0, 2, "allreduce")
+    want_losses, want = run(Program(model(optimizer, 0), backend="reference"), 0)
+    m = lower(model(optimizer, 2), Target("reference", tuple(spec.devices), False, spec))
+    got_losses, got = run(Program(m, backend="reference", cluster="inprocess"), 2)
     np.testing.assert_allclose(got_losses, want_losses, rtol=TOL)
     np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
 
@@ -147,3 +160,19 @@ def test_checkpoints_hold_the_logical_variable(tmp_path, save_shards, restore_sh
     with g.as_default(), tfc.Session() as sess:
         tfc.train.Saver().restore(sess, path)
         np.testing.assert_array_equal(sess.run(e), TABLE)
+
+
+def test_a_partitioner_scope_splits_only_the_large_variables():
+    """``min_max_variable_partitioner`` in a ``variable_partitioner`` scope: blocks of at
+    least 1 KiB, at most 2: the 56-byte bias stays one block, the table is split; the
+    optimizer's slots are shaped like the shards they belong to."""
+    with tfc.variable_partitioner(tfc.min_max_variable_partitioner(2, min_slice_size=1024)):
+        e = tfc.Variable(np.zeros((100, 4)), name="E")
+        b = tfc.Variable(np.zeros(7), name="b")
+        loss = tfc.reduce_sum(tfc.gather(e, [1, 99])) + tfc.reduce_sum(b)
+        opt = tfc.train.MomentumOptimizer(0.1, 0.9)
+        opt.minimize(loss)
+    assert [s.shape for s in e.shards] == [(50, 4), (50, 4)]
+    assert [s.name for s in b.shards] == ["b/part_0"]
+    slot = opt.get_slot(e.shards[1], "momentum")
+    assert slot.name == "E/part_1/Momentum" and not isinstance(slot, tfc.PartitionedVariable)

@@ -92,6 +92,7 @@ class Graph:
         # the owned weights of each sharded gather's indices (``tfc.api.partitioned``)
         self.partitioned_variables: dict[str, Any] = {}
         self.owned_weights: dict[ir.Value, Tensor] = {}
+        self.partitioners: list[Any] = []  # ``tfc.variable_partitioner`` scopes
         self.entries: dict[str, Entry] = {}
         self.functions: list[Any] = []  # tfc.function objects with a signature, traced on export
         self.seed: int | None = None
@@ -393,8 +394,12 @@ class Variable(TensorOperators):
     """
 
     def __new__(cls, *args: Any, partitioner: Any = None, **kwargs: Any) -> "Variable":
-        """With a ``partitioner`` (``tfc.fixed_size_partitioner(k)``), a
-        ``PartitionedVariable``: one logical variable stored as row blocks."""
+        """With a ``partitioner`` (``tfc.fixed_size_partitioner(k)``, or the innermost
+        ``tfc.variable_partitioner`` scope's), a ``PartitionedVariable``: one logical
+        variable stored as row blocks."""
+        if partitioner is None and cls is Variable:
+            scopes = get_default_graph().partitioners
+            partitioner = scopes[-1] if scopes else None
         if partitioner is not None and cls is Variable:
             from tfc.api.partitioned import PartitionedVariable
             cls = PartitionedVariable

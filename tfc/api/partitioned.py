@@ -29,8 +29,9 @@ the padding's row 0 alone.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -70,6 +71,23 @@ def min_max_variable_partitioner(max_partitions: int = 1, axis: int = 0,
     return partitioner
 
 
+@contextlib.contextmanager
+def variable_partitioner(partitioner: Partitioner | None) -> Iterator[None]:
+    """Variables made inside without a ``partitioner`` of their own use this one (TF1's
+    ``variable_scope(partitioner=...)``); None turns partitioning off inside. With
+    ``min_max_variable_partitioner(max_partitions=P, min_slice_size=S)`` every variable
+    of the scope is split into up to P row blocks of at least S bytes, so only the large
+    ones (an embedding) are split, e.g. one block per PS task of a cluster. A variable
+    the partitioner gives one block is a ``PartitionedVariable`` of one shard
+    (``NAME/part_0``), as in TensorFlow; its checkpoints still name it ``NAME``."""
+    g = get_default_graph()
+    g.partitioners.append(partitioner)
+    try:
+        yield
+    finally:
+        g.partitioners.pop()
+
+
 def row_blocks(rows: int, num_shards: int) -> list[int]:
     """The rows of each block: TensorFlow's split, the first ``rows % k`` one longer."""
     base, extra = divmod(rows, num_shards)
@@ -97,7 +115,10 @@ class PartitionedVariable(Variable):
             raise TypeMismatch(f"partitioned variable '{self.name}' needs a static shape of "
                                f"rank >= 1, its initial value has type {init.type}", loc)
         shape = init.type.static_shape
-        assert partitioner is not None
+        if partitioner is None:  # the innermost variable_partitioner scope's
+            partitioner = g.partitioners[-1] if g.partitioners else None
+        if partitioner is None:
+            raise TfcError(f"partitioned variable '{self.name}' needs a partitioner", loc)
         parts = list(partitioner(shape, init.dtype))
         if len(parts) != len(shape) or any(p != 1 for p in parts[1:]) or parts[0] < 1:
             raise TfcError(f"partitioned variable '{self.name}': the partitioner asked for "
@@ -113,7 +134,7 @@ class PartitionedVariable(Variable):
         start = 0
         for i, n in enumerate(row_blocks(shape[0], parts[0])):
             rows = init[start:start + n] if parts[0] > 1 else init
-            with g.name_scope(self.name + "/"):
+            with g.name_scope(self.name + "/"), variable_partitioner(None):
                 shard = Variable(rows, trainable=trainable, name=f"part_{i}")
             shard.partition_of = self  # type: ignore[attr-defined]
             self.shards.append(shard)
@@ -245,5 +266,6 @@ def expand_partitioned(var_list: Sequence[Any]) -> list[Any]:
 
 
 __all__ = ["PartitionedVariable", "fixed_size_partitioner", "min_max_variable_partitioner",
+           "variable_partitioner",
            "sharded_gather", "owned_weights", "row_blocks", "logical_variables",
            "logical_value", "stored_values", "expand_partitioned"]

@@ -32,7 +32,7 @@ import numpy as np
 from tfc.api import ops
 from tfc.api.gradients import IndexedSlices, gradients
 from tfc.api.graph import Graph, Operation, Tensor, Variable, get_default_graph, user_location
-from tfc.api.partitioned import expand_partitioned
+from tfc.api.partitioned import expand_partitioned, variable_partitioner
 from tfc.api.session import group
 from tfc.api.tensor import TensorLike, apply, convert_to_tensor
 from tfc.errors import TfcError, TypeMismatch
@@ -251,7 +251,8 @@ class Optimizer:
             return slots[var]
         g = var.graph
         shape, dtype = var.shape, var.dtype
-        with g.as_default(), g.name_scope(var.name + "/"), g.device(var.device):
+        with g.as_default(), g.name_scope(var.name + "/"), g.device(var.device), \
+                variable_partitioner(None):  # a slot is shaped like its (shard) variable
             slot = Variable(lambda: ops.fill(shape, fill, dtype), trainable=False,
                             name=self._name)
         slots[var] = slot
@@ -264,7 +265,8 @@ class Optimizer:
         key = (g, name)
         if key not in self._non_slots:
             dtype = colocate_with.dtype
-            with g.as_default(), g.name_scope("/"), g.device(colocate_with.device):
+            with g.as_default(), g.name_scope("/"), g.device(colocate_with.device), \
+                    variable_partitioner(None):
                 self._non_slots[key] = Variable(np.asarray(initial_value, dtype=dtype.np),
                                                 trainable=False, name=name)
         return self._non_slots[key]
