@@ -153,3 +153,18 @@ def test_a_sharded_output_embedding_sends_only_the_sampled_and_true_rows():
              "y": np.array([[1], [2], [3], [50]], np.int64)}
     losses = [float(program.run("train", **feeds)["loss"]) for _ in range(20)]
     assert np.isfinite(losses).all() and np.mean(losses[-5:]) < np.mean(losses[:5])
+
+
+def test_bad_shapes_are_one_line_errors():
+    from tfc.errors import TypeMismatch
+    w = tfc.Variable(WEIGHTS, name="w")
+    b = tfc.Variable(BIASES, name="b")
+    x = tfc.placeholder(tfc.float64, [None, D], name="x")
+    with pytest.raises(TypeMismatch, match=r"labels must be integers of shape \[batch, 1\]"):
+        tfc.nn.sampled_softmax_loss(w, b, tfc.placeholder(tfc.int64, [None], name="y"), x,
+                                    S, V)
+    y = tfc.placeholder(tfc.int64, [None, 1], name="y1")
+    with pytest.raises(TypeMismatch, match=r"sampled candidates must have shape \[6\]"):
+        tfc.nn.sampled_softmax_loss(w, b, y, x, S, V, sampled_values=(
+            tfc.constant(np.arange(4, dtype=np.int64)), tfc.constant(np.ones((1, 1))),
+            tfc.constant(np.ones(4))))

@@ -133,10 +133,16 @@ def sampled_softmax_loss(weights: TensorLike, biases: TensorLike, labels: Tensor
                                                        num_classes, seed)
     sampled, true_count, sampled_count = (convert_to_tensor(v) for v in sampled_values)
     sampled = ops.cast(sampled, lab.dtype) if sampled.dtype != lab.dtype else sampled
-    dim = x.shape[1]
+    if sampled.shape != (num_sampled,):
+        raise TypeMismatch(f"sampled_softmax_loss: sampled candidates must have shape "
+                           f"[{num_sampled}], got {sampled.type}")
     flat_labels = ops.reshape(lab, [-1])
     all_ids = ops.concat([sampled, flat_labels], axis=0)  # the sampled first: a static cut
     all_w = ops.gather(weights, all_ids)
+    dim = all_w.shape[1]
+    if all_w.type.rank != 2 or dim is None or x.shape[1] not in (dim, None):
+        raise TypeMismatch(f"sampled_softmax_loss: weights must be [num_classes, dim] with a "
+                           f"static dim matching inputs {x.type}, got rows {all_w.type}")
     all_b = ops.gather(biases, all_ids)
     true_w, sampled_w = _split_rows(all_w, num_sampled)
     true_b, sampled_b = _split_rows(all_b, num_sampled)
