@@ -253,7 +253,7 @@ def test_sparse_sgd_writes_a_scatter_not_a_dense_assign():
         np.testing.assert_array_equal(sess.run(emb)[:, 0], [0, 1, 1, 0, 1])
 
 
-def test_dense_optimizers_densify_sparse_gradients():
+def test_sparse_adagrad_changes_only_the_named_row():
     emb = tfc.Variable(np.ones((4, 2)), name="emb")
     grad = tfc.IndexedSlices(tfc.constant([2]), tfc.constant(np.full((1, 2), 3.0)), emb.value())
     train = tfc.train.AdagradOptimizer(0.1).apply_gradients([(grad, emb)])

@@ -15,11 +15,18 @@ from tfc.ir.autodiff import gradients as _gradients
 @dataclass
 class IndexedSlices:
     """A sparse gradient: ``values[i]`` is the gradient of row ``indices[i]`` of a tensor
-    of shape ``dense_shape`` (rows not named are zero; repeated rows add up)."""
+    of shape ``dense_shape`` (rows not named are zero; repeated rows add up).
+
+    ``owned`` (a 0/1 float per index, or None: all 1) marks the indices that name a row
+    the step touched. It is 0 for the padding a static-shape sharded gather sends to a
+    shard for an id another shard owns (``tfc.api.partitioned``): such an index points at
+    some valid row with a zero value, and an optimizer whose sparse update changes only
+    the touched rows (Momentum, RMSProp) must not count it as touching that row."""
 
     indices: Tensor
     values: Tensor
     dense: Tensor  # the tensor this is the gradient of
+    owned: Tensor | None = None
 
     @property
     def dense_shape(self) -> tuple[int | None, ...]:
@@ -60,8 +67,12 @@ def gradients(ys: TensorLike | Sequence[TensorLike], xs: TensorLike | Sequence[T
         if g is None:
             out.append(None)
         elif isinstance(g, SparseGrad):
+            from tfc.api.partitioned import owned_weights
+            with graph.as_default():
+                owned = (owned_weights(graph, g.indices, g.values.type.dtype)
+                         if graph.owned_weights else None)
             out.append(IndexedSlices(Tensor(graph, g.indices), Tensor(graph, g.values),
-                                     Tensor(graph, g.dense)))
+                                     Tensor(graph, g.dense), owned))
         else:
             out.append(Tensor(graph, g))
     return out

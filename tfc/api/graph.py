@@ -88,6 +88,11 @@ class Graph:
     def __init__(self) -> None:
         self.ir = ir.Graph("__build__")
         self.variables: dict[str, Variable] = {}
+        # partitioned variables by logical name (their shards are in ``variables``), and
+        # the owned weights of each sharded gather's indices (``tfc.api.partitioned``)
+        self.partitioned_variables: dict[str, Any] = {}
+        self.owned_weights: dict[ir.Value, Tensor] = {}
+        self.partitioners: list[Any] = []  # ``tfc.variable_partitioner`` scopes
         self.entries: dict[str, Entry] = {}
         self.functions: list[Any] = []  # tfc.function objects with a signature, traced on export
         self.seed: int | None = None
@@ -388,8 +393,20 @@ class Variable(TensorOperators):
     assigns that land at the end of the step.
     """
 
+    def __new__(cls, *args: Any, partitioner: Any = None, **kwargs: Any) -> "Variable":
+        """With a ``partitioner`` (``tfc.fixed_size_partitioner(k)``, or the innermost
+        ``tfc.variable_partitioner`` scope's), a ``PartitionedVariable``: one logical
+        variable stored as row blocks."""
+        if partitioner is None and cls is Variable:
+            scopes = get_default_graph().partitioners
+            partitioner = scopes[-1] if scopes else None
+        if partitioner is not None and cls is Variable:
+            from tfc.api.partitioned import PartitionedVariable
+            cls = PartitionedVariable
+        return object.__new__(cls)
+
     def __init__(self, initial_value: Any, trainable: bool = True, name: str | None = None,
-                 dtype: Any = None) -> None:
+                 dtype: Any = None, partitioner: Any = None) -> None:
         from tfc.api.tensor import convert_to_tensor
         g = get_default_graph()
         loc = user_location()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from tfc.api.graph import Tensor
 from tfc.api.ops import sigmoid, tanh  # noqa: F401  (tf.nn.sigmoid, tf.nn.tanh)
 from tfc.api.tensor import TensorLike, apply, convert_to_tensor
@@ -91,3 +93,78 @@ def _pool_window(v: int | Sequence[int]) -> tuple[int, ...]:
 
 max_pool = max_pool2d
 avg_pool = avg_pool2d
+
+
+def sampled_softmax_loss(weights: TensorLike, biases: TensorLike, labels: TensorLike,
+                         inputs: TensorLike, num_sampled: int, num_classes: int,
+                         num_true: int = 1,
+                         sampled_values: tuple[TensorLike, TensorLike, TensorLike] | None = None,
+                         remove_accidental_hits: bool = True, seed: int | None = None,
+                         name: str | None = None) -> Tensor:
+    """The softmax cross entropy over the true classes and ``num_sampled`` sampled ones
+    (``tf.nn.sampled_softmax_loss``, Jean et al. 2015): a per-example loss ``[batch]``
+    that costs ``num_sampled + num_true`` rows of ``weights`` instead of all
+    ``num_classes``. TF's ``_compute_sampled_logits``, step for step:
+
+    - classes from ``tfc.random.log_uniform_candidate_sampler`` (with replacement: see
+      there) unless ``sampled_values`` gives them;
+    - the rows of ``weights`` [num_classes, dim] and ``biases`` [num_classes] for the
+      true and sampled classes, in one ``tfc.gather`` each (of a partitioned variable:
+      each shard is asked for those ids only, ``tfc.api.partitioned``);
+    - true logits ``<inputs, w_true> + b_true``, sampled logits ``inputs @ w_s.T + b_s``;
+      with ``remove_accidental_hits`` a sampled class equal to one of the example's true
+      classes gets ``-FLT_MAX`` added (TF's ``compute_accidental_hits`` weight);
+    - both minus ``log(expected count)`` (``subtract_log_q``), then softmax cross
+      entropy against labels ``1 / num_true`` for the true classes, 0 for the sampled.
+    """
+    from tfc.api import ops
+    from tfc.api.random import log_uniform_candidate_sampler
+    from tfc.errors import TypeMismatch
+    x = convert_to_tensor(inputs)
+    lab = labels if isinstance(labels, Tensor) else convert_to_tensor(labels, DType.i64)
+    if not x.dtype.is_float or x.type.rank != 2:
+        raise TypeMismatch(f"sampled_softmax_loss: inputs must be float [batch, dim], got "
+                           f"{x.type}")
+    if not lab.dtype.is_int or lab.type.rank != 2 or lab.shape[1] != num_true:
+        raise TypeMismatch(f"sampled_softmax_loss: labels must be integers of shape "
+                           f"[batch, {num_true}], got {lab.type}")
+    if sampled_values is None:
+        sampled_values = log_uniform_candidate_sampler(lab, num_true, num_sampled, False,
+                                                       num_classes, seed)
+    sampled, true_count, sampled_count = (convert_to_tensor(v) for v in sampled_values)
+    sampled = ops.cast(sampled, lab.dtype) if sampled.dtype != lab.dtype else sampled
+    if sampled.shape != (num_sampled,):
+        raise TypeMismatch(f"sampled_softmax_loss: sampled candidates must have shape "
+                           f"[{num_sampled}], got {sampled.type}")
+    flat_labels = ops.reshape(lab, [-1])
+    all_ids = ops.concat([sampled, flat_labels], axis=0)  # the sampled first: a static cut
+    all_w = ops.gather(weights, all_ids)
+    dim = all_w.shape[1]
+    if all_w.type.rank != 2 or dim is None or x.shape[1] not in (dim, None):
+        raise TypeMismatch(f"sampled_softmax_loss: weights must be [num_classes, dim] with a "
+                           f"static dim matching inputs {x.type}, got rows {all_w.type}")
+    all_b = ops.gather(biases, all_ids)
+    true_w, sampled_w = _split_rows(all_w, num_sampled)
+    true_b, sampled_b = _split_rows(all_b, num_sampled)
+    true_w = ops.reshape(true_w, [-1, num_true, dim])
+    true_logits = ops.reduce_sum(ops.expand_dims(x, 1) * true_w, axis=2) + ops.reshape(
+        true_b, [-1, num_true])
+    sampled_logits = ops.matmul(x, sampled_w, transpose_b=True) + sampled_b
+    if remove_accidental_hits:
+        hits = ops.reduce_max(ops.cast(ops.equal(ops.expand_dims(lab, 2), ops.reshape(
+            sampled, [1, 1, num_sampled])), x.dtype), axis=1)
+        sampled_logits = sampled_logits + hits * float(-np.finfo(np.float32).max)
+    true_logits = true_logits - ops.log(ops.cast(true_count, x.dtype))
+    sampled_logits = sampled_logits - ops.log(ops.cast(sampled_count, x.dtype))
+    logits = ops.concat([true_logits, sampled_logits], axis=1)
+    targets = ops.concat([ops.ones_like(true_logits) * (1.0 / num_true),
+                          ops.zeros_like(sampled_logits)], axis=1)
+    return softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+
+
+def _split_rows(x: Tensor, head: int) -> tuple[Tensor, Tensor]:
+    """``x`` cut on axis 0 after its first ``head`` rows, as (rest, head): the rest may be
+    batch-sized (a symbolic axis, whose gradient supports ``[k:]`` slices and gathers)."""
+    from tfc.api import ops
+    first = ops.gather(x, np.arange(head, dtype=np.int32))
+    return x[head:], first

@@ -222,6 +222,11 @@ def pad(x: TensorLike, paddings: Sequence[Sequence[int]], mode: str = "CONSTANT"
 
 
 def gather(params: TensorLike, indices: TensorLike, axis: int = 0) -> Tensor:
+    """Rows ``indices`` of ``params`` (along ``axis``); of a partitioned variable, each
+    shard's rows gathered where the shard lives (``tfc.api.partitioned``)."""
+    from tfc.api.partitioned import PartitionedVariable
+    if isinstance(params, PartitionedVariable) and axis == 0:
+        return params.gather(indices)
     return apply("gather", params, convert_to_tensor(indices, None if isinstance(
         indices, Tensor) else DType.i32), axis=axis)
 

@@ -6,7 +6,9 @@
 
 The files are tfc checkpoints (``tfc.runtime.checkpoint``): one atomic ``.tfckpt`` zip per
 save and a ``checkpoint.json`` index per directory, so a killed save never damages the
-previous checkpoint. A checkpoint also holds the session's step counter, which seeds
+previous checkpoint. A partitioned variable (``tfc.fixed_size_partitioner``) is saved
+whole under its own name, so a checkpoint written with k shards restores with k' shards
+or into an unpartitioned variable, and back. A checkpoint also holds the session's step counter, which seeds
 random ops: a restored session continues exactly as the one that saved it would have.
 """
 
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from tfc.api.graph import Tensor, Variable
+from tfc.api.partitioned import logical_value, logical_variables, stored_values
 from tfc.errors import TfcError
 from tfc.runtime.checkpoint import (DEFAULT_MAX_TO_KEEP, PREFIX, SUFFIX, CheckpointError,
                                     check_values, latest_checkpoint, read_checkpoint,
@@ -66,7 +69,8 @@ class Saver:
         variables = self._variables(sess)
         values = sess.variable_values()
         target = self._target(save_path, global_step, sess)
-        path = save_checkpoint(target, {name: values[v.name] for name, v in variables.items()},
+        path = save_checkpoint(target, {name: logical_value(v, values)
+                                        for name, v in variables.items()},
                                sess.step, max_to_keep=self.max_to_keep)
         self._last = [p for p in self._last if p != str(path)] + [str(path)]
         return str(path)
@@ -85,7 +89,8 @@ class Saver:
         variables = self._variables(sess)
         values = check_values(ckpt, {name: v.decl for name, v in variables.items()},
                               allow_extra=True)
-        sess.variables.update({v.name: values[name] for name, v in variables.items()})
+        for name, v in variables.items():
+            sess.variables.update(stored_values(v, values[name]))
         sess.step = ckpt.step
 
     # ---- internals -------------------------------------------------------------------
@@ -97,7 +102,7 @@ class Saver:
                 raise TfcError(f"Saver: variable '{foreign[0].name}' is not in the "
                                f"session's graph")
             return self._var_list
-        return dict(sess.graph.variables)
+        return logical_variables(sess.graph)
 
     def _target(self, save_path: str | os.PathLike[str], global_step: Any,
                 sess: "Session") -> Path:

@@ -32,7 +32,9 @@ Strategies:
   its PS and sent to every worker that uses it; each gradient is summed on the PS that
   holds its variable, in worker order (a fixed order: every run sums alike), divided
   by W, and applied there once. A user's ``tfc.device("/job:ps/task:J")`` on a variable
-  or an update op is kept.
+  or an update op is kept. A worker's ``gather`` of a variable (an embedding lookup, or
+  one shard of a partitioned variable) runs on that variable's PS: the worker sends its
+  ids, the PS sends back their rows (``ps_gather_device``), never the whole table.
 - ``allreduce`` (Horovod's): every worker holds a mirrored copy of every variable
   (``NAME/replica_I`` on worker I, worker 0 keeping ``NAME``; ``__init__`` gives the
   copies the same initial value); the gradients of one dtype are flattened into ONE
@@ -377,6 +379,8 @@ class _Step:
         # each worker's copy of each old value
         self.local: list[dict[Value, Value]] = [{} for _ in range(self.W)]
         self.shards: list[dict[Value, Value]] = [{} for _ in range(self.W)]
+        # ps-sync: each variable's PS, where a worker's gather of it runs (ps_gather_device)
+        self.var_device: Mapping[str, str] = {}
 
     def shard(self, arg: Value, i: int) -> Value:
         """Worker ``i``'s shard of argument ``arg`` (split on that worker)."""
@@ -410,22 +414,36 @@ class _Step:
                 attrs = None
                 if rename and lookup(op.kind).names_variable():
                     attrs = {**op.attrs, "var": mirror_name(op.attrs["var"], i)}
-                new = self.b.copy(op, [self.on_worker(x, i) for x in op.inputs],
-                                  self.workers[i], attrs)
+                device = ps_gather_device(op, self.var_device) or self.workers[i]
+                new = self.b.copy(op, [self.on_worker(x, i) for x in op.inputs], device, attrs)
                 self.local[i].update(zip(op.results, new.results))
 
-    def sparse_rows(self, m: Op) -> list[tuple[Value, Value]]:
-        """Each worker's rows of sparse marker ``m``: its indices, and its values divided
-        by W (on the worker), for a gather."""
+    def sparse_rows(self, m: Op) -> list[tuple[Value, ...]]:
+        """Each worker's rows of sparse marker ``m``: its indices, its values divided by W
+        (on the worker), and a shard's owned weights as they are, for a gather."""
         rows = []
         for i in range(self.W):
-            idx, vals = (self.on_worker(x, i) for x in m.inputs)
-            rows.append((idx, self.b.scaled(vals, self.W, self.workers[i], m.loc)))
+            idx, vals, *owned = (self.on_worker(x, i) for x in m.inputs)
+            rows.append((idx, self.b.scaled(vals, self.W, self.workers[i], m.loc), *owned))
         return rows
+
+
+def ps_gather_device(op: Op, var_device: Mapping[str, str]) -> str | None:
+    """The PS where a worker's ``gather`` of a PS variable runs, or None (run it on the
+    worker). Rows are gathered where the table lives: the worker sends its ids and gets
+    back their rows, so a step moves bytes in proportion to the batch's ids, not to the
+    table (an embedding; each shard of a partitioned variable, ``tfc.api.partitioned``)."""
+    if op.kind != "gather" or op.attrs.get("axis", 0) != 0:
+        return None
+    source = op.inputs[0].op
+    if source is None or source.kind != "var.read":
+        return None
+    return var_device.get(source.attrs["var"])
 
 
 def _ps_sync_step(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str]) -> Graph:
     s = _Step(graph, spec)
+    s.var_device = var_device
     b = s.b
     marker_set = set(s.markers)
     # the update: what the writes and the batch-free fetches need, up to the markers
@@ -470,8 +488,8 @@ def _ps_sync_step(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str]
                                       m.loc)
         else:
             rows = s.sparse_rows(m)
-            update[m.results[0]] = b.concat([r[0] for r in rows], d, m.loc)
-            update[m.results[1]] = b.concat([r[1] for r in rows], d, m.loc)
+            for k, res in enumerate(m.results):
+                update[res] = b.concat([r[k] for r in rows], d, m.loc)
     for op in graph.ops:
         if op in update_ops and op.kind != "var.read" and op not in marker_set:
             inputs = [b.args[x] if x.op is None else update[x] for x in op.inputs]
@@ -519,11 +537,11 @@ def _allreduce_step(graph: Graph, spec: ClusterSpec) -> Graph:
                 s.local[i][m.result] = b.add("reshape", [piece], {"shape": shape}, d,
                                              m.loc).result
     for m in s.markers:  # sparse: every worker gathers every worker's rows
-        if len(m.inputs) == 2:
+        if len(m.inputs) >= 2:
             rows = s.sparse_rows(m)
             for i in range(s.W):
-                s.local[i][m.results[0]] = b.concat([r[0] for r in rows], s.workers[i], m.loc)
-                s.local[i][m.results[1]] = b.concat([r[1] for r in rows], s.workers[i], m.loc)
+                for k, res in enumerate(m.results):
+                    s.local[i][res] = b.concat([r[k] for r in rows], s.workers[i], m.loc)
     rest = [op for op in graph.ops if op not in s.worker_ops and op not in marker_set]
     s.clone_workers(rest, rename=True)
     results = []

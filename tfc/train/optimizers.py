@@ -10,9 +10,12 @@ float64 results agree to rounding.
 Slots (``W/Momentum``, ``W/Adam``, ``W/Adam_1`` ...) are non-trainable variables created
 in the primary variable's device scope the first time gradients are applied to it.
 
-Sparse gradients (``tfc.IndexedSlices``, from ``tfc.gather`` of a variable): gradient
-descent updates only the rows named (``var.scatter_sub``); the other optimizers densify
-the gradient first (see each class for what that means for untouched rows).
+Sparse gradients (``tfc.IndexedSlices``, from ``tfc.gather`` of a variable) follow
+TF1's sparse kernels: gradient descent, Momentum, AdaGrad and RMSProp update only the
+rows the gradient names, and those rows' slots (``var.scatter_add``/``scatter_sub`` of
+the touched rows: the rest of the table is neither read nor written); Adam densifies,
+because TF1's ``AdamOptimizer._apply_sparse`` decays m and v in every row. Repeated
+indices are summed first, as TF1's ``_deduplicate_indexed_slices`` (``unique_rows``).
 
 ``apply_gradients`` passes each gradient through an ``optimizer.grad {var}`` marker (an
 identity, ``tfc.ops.optimizer``) so that the ``replicate`` pass can tell the gradients
@@ -21,6 +24,7 @@ from the rest of the step; lowering removes the markers, so they cost nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -28,6 +32,7 @@ import numpy as np
 from tfc.api import ops
 from tfc.api.gradients import IndexedSlices, gradients
 from tfc.api.graph import Graph, Operation, Tensor, Variable, get_default_graph, user_location
+from tfc.api.partitioned import expand_partitioned, variable_partitioner
 from tfc.api.session import group
 from tfc.api.tensor import TensorLike, apply, convert_to_tensor
 from tfc.errors import TfcError, TypeMismatch
@@ -56,11 +61,56 @@ def scatter_update(var: Variable, kind: str, indices: TensorLike, updates: Tenso
     return Operation(g, op, name=f"{var.name}/{kind.split('.')[1]}")
 
 
+@dataclass
+class UniqueRows:
+    """A sparse gradient with its repeated indices summed, as TF1 does before every
+    sparse update (``Optimizer._apply_sparse_duplicate_indices``: ``unique`` +
+    ``unsorted_segment_sum``), kept in place because tfc's shapes are static: position
+    ``i`` keeps ``indices[i]``; ``grad[i]`` is the sum of the values of every owned
+    position naming that row; ``share[i]`` is ``owned[i] / (owned positions naming that
+    row)``, so a scatter of ``share * x`` adds ``x`` once to each touched row (and
+    nothing for padding), up to the rounding of that division.
+
+    The duplicates are found with an n x n comparison of the step's n indices: O(n**2)
+    time and memory per step (plus O(n * row) for the sums), independent of the
+    variable's size."""
+
+    indices: Tensor  # [n]
+    grad: Tensor     # [n, *row]
+    share: Tensor    # [n, 1, ...]: broadcasts over a row
+
+
+def unique_rows(grad: IndexedSlices, var: Variable) -> UniqueRows:
+    """``grad``'s rows summed per index (see ``UniqueRows``), for ``var``'s rows.
+
+    Each position finds the first owned position naming the same row (an argmax over
+    an n x n comparison: no multiply by the row width); the values and owned counts are
+    added up at those first positions in an n-row buffer (``scatter_add``) and read back
+    by every position of the row (``gather``)."""
+    row = list(var.shape[1:])
+    idx = ops.reshape(grad.indices, [-1])
+    values = ops.reshape(grad.values, [-1, *row])
+    same = ops.cast(ops.equal(ops.expand_dims(idx, 1), ops.expand_dims(idx, 0)), var.dtype)
+    owned = ops.ones_like(ops.cast(idx, var.dtype)) if grad.owned is None else ops.reshape(
+        grad.owned, [-1])
+    if grad.owned is not None:
+        same = same * ops.expand_dims(owned, 0)
+    first = ops.argmax(same, axis=1, output_type=idx.dtype)  # the row's first owned position
+    summed = ops.gather(apply("scatter_add", ops.zeros_like(values), first, values), first)
+    count = ops.gather(apply("scatter_add", ops.zeros_like(owned), first, owned), first)
+    share = owned / ops.maximum(count, 1.0)
+    return UniqueRows(idx, summed, ops.reshape(share, [-1, *([1] * len(row))]))
+
+
 def mark_gradient(grad: Grad, var: Variable) -> Grad:
     """``grad`` through an ``optimizer.grad {var}`` marker (``tfc.ops.optimizer``): the
     identity that tells the ``replicate`` pass which value is the gradient applied to
     ``var`` (a sparse gradient's indices and values pass through one marker together)."""
     if isinstance(grad, IndexedSlices):
+        if grad.owned is not None:
+            indices, values, owned = apply(GRAD_MARKER, grad.indices, grad.values, grad.owned,
+                                           var=var.name)
+            return IndexedSlices(indices, values, grad.dense, owned)
         indices, values = apply(GRAD_MARKER, grad.indices, grad.values, var=var.name)
         return IndexedSlices(indices, values, grad.dense)
     return apply(GRAD_MARKER, convert_to_tensor(grad), var=var.name)
@@ -101,7 +151,7 @@ class Optimizer:
         loss_t = convert_to_tensor(loss)
         if var_list is None:
             var_list = trainable_variables(loss_t.graph)
-        var_list = list(var_list)
+        var_list = expand_partitioned(var_list)  # a partitioned variable trains its shards
         for v in var_list:
             if not isinstance(v, Variable):
                 raise TfcError(f"{self._name}: var_list holds {v!r}, not a tfc.Variable",
@@ -201,7 +251,8 @@ class Optimizer:
             return slots[var]
         g = var.graph
         shape, dtype = var.shape, var.dtype
-        with g.as_default(), g.name_scope(var.name + "/"), g.device(var.device):
+        with g.as_default(), g.name_scope(var.name + "/"), g.device(var.device), \
+                variable_partitioner(None):  # a slot is shaped like its (shard) variable
             slot = Variable(lambda: ops.fill(shape, fill, dtype), trainable=False,
                             name=self._name)
         slots[var] = slot
@@ -214,7 +265,8 @@ class Optimizer:
         key = (g, name)
         if key not in self._non_slots:
             dtype = colocate_with.dtype
-            with g.as_default(), g.name_scope("/"), g.device(colocate_with.device):
+            with g.as_default(), g.name_scope("/"), g.device(colocate_with.device), \
+                    variable_partitioner(None):
                 self._non_slots[key] = Variable(np.asarray(initial_value, dtype=dtype.np),
                                                 trainable=False, name=name)
         return self._non_slots[key]
@@ -264,9 +316,9 @@ class MomentumOptimizer(Optimizer):
     """``accum = momentum * accum + grad; var -= lr * accum`` (TF's ``ApplyMomentum``);
     with ``use_nesterov``: ``var -= lr * grad + lr * momentum * accum`` (the new accum).
 
-    Slot ``momentum`` (``W/Momentum``), zeros. A sparse gradient is densified, so every
-    row keeps moving with its accumulated momentum; TF1's sparse kernel updates only the
-    rows the gradient names.
+    Slot ``momentum`` (``W/Momentum``), zeros. A sparse gradient updates only the rows
+    it names, their accum and their values (TF1's ``SparseApplyMomentum``, after
+    summing repeated indices): the other rows keep their accum and do not move.
     """
 
     def __init__(self, learning_rate: TensorLike, momentum: TensorLike,
@@ -291,12 +343,29 @@ class MomentumOptimizer(Optimizer):
             step = accum_t * lr
         return group(accum.assign(accum_t), var.assign_sub(step))
 
+    def _apply_sparse(self, grad: IndexedSlices, var: Variable) -> Operation:
+        self._as_float(var)
+        accum = self._slot(var, "momentum", 0.0)
+        lr, mu = self._lr(var), self._hyper(self._momentum, var)
+        u = unique_rows(grad, var)
+        accum_r = ops.gather(accum, u.indices)
+        accum_t = accum_r * mu + u.grad
+        if self._use_nesterov:
+            step = u.grad * lr + accum_t * mu * lr
+        else:
+            step = accum_t * lr
+        return group(scatter_update(accum, "var.scatter_add", u.indices,
+                                    (accum_t - accum_r) * u.share),
+                     scatter_update(var, "var.scatter_sub", u.indices, step * u.share))
+
 
 class AdagradOptimizer(Optimizer):
     """``accum += grad**2; var -= lr * grad / sqrt(accum)`` (TF's ``ApplyAdagrad``).
 
     Slot ``accumulator`` (``W/Adagrad``), filled with ``initial_accumulator_value``. A
-    densified sparse gradient gives exactly TF's sparse result: zero rows change nothing.
+    sparse gradient updates only the rows it names and their accumulators (TF1's
+    ``SparseApplyAdagrad``, after summing repeated indices): the same numbers as the
+    dense update of the zero-filled gradient, without touching the other rows.
     """
 
     def __init__(self, learning_rate: TensorLike, initial_accumulator_value: float = 0.1,
@@ -317,6 +386,16 @@ class AdagradOptimizer(Optimizer):
         acc_t = acc + ops.square(grad)
         return group(acc.assign(acc_t), var.assign_sub(grad * self._lr(var) * ops.rsqrt(acc_t)))
 
+    def _apply_sparse(self, grad: IndexedSlices, var: Variable) -> Operation:
+        self._as_float(var)
+        acc = self._slot(var, "accumulator", self._initial_accumulator_value)
+        u = unique_rows(grad, var)
+        added = ops.square(u.grad)
+        acc_t = ops.gather(acc, u.indices) + added
+        step = u.grad * self._lr(var) * ops.rsqrt(acc_t)
+        return group(scatter_update(acc, "var.scatter_add", u.indices, added * u.share),
+                     scatter_update(var, "var.scatter_sub", u.indices, step * u.share))
+
 
 class RMSPropOptimizer(Optimizer):
     """TF's ``ApplyRMSProp``::
@@ -328,8 +407,9 @@ class RMSPropOptimizer(Optimizer):
     and with ``centered`` (``ApplyCenteredRMSProp``) a mean gradient ``mg`` updated like
     ``ms`` and the denominator ``sqrt(ms - mg**2 + epsilon)``. Slots, in TF's order:
     ``rms`` (ones; ``W/RMSProp``), ``mg`` (zeros, centered only) and ``momentum``
-    (zeros). A sparse gradient is densified (TF1's sparse kernel leaves untouched rows'
-    slots alone).
+    (zeros). A sparse gradient updates only the rows it names and their slots (TF1's
+    ``SparseApplyRMSProp`` / ``SparseApplyCenteredRMSProp``, after summing repeated
+    indices): the other rows' ``ms`` does not decay and their momentum does not move them.
     """
 
     def __init__(self, learning_rate: TensorLike, decay: float = 0.9, momentum: float = 0.0,
@@ -363,6 +443,32 @@ class RMSPropOptimizer(Optimizer):
         assigns += [mom.assign(mom_t), var.assign_sub(mom_t)]
         return group(*assigns)
 
+    def _apply_sparse(self, grad: IndexedSlices, var: Variable) -> Operation:
+        self._as_float(var)
+        ms, mom = self._slot(var, "rms", 1.0), self._slot(var, "momentum", 0.0)
+        lr, rho = self._lr(var), self._hyper(self._decay, var)
+        mu, eps = self._hyper(self._momentum, var), self._hyper(self._epsilon, var)
+        u = unique_rows(grad, var)
+
+        def add_rows(slot: Variable, old: Tensor, new: Tensor) -> Operation:
+            return scatter_update(slot, "var.scatter_add", u.indices, (new - old) * u.share)
+
+        ms_r = ops.gather(ms, u.indices)
+        ms_t = ms_r + (ops.square(u.grad) - ms_r) * (1.0 - rho)
+        updates = [add_rows(ms, ms_r, ms_t)]
+        denom = ms_t
+        if self._centered:
+            mg = self._slot(var, "mg", 0.0)
+            mg_r = ops.gather(mg, u.indices)
+            mg_t = mg_r + (u.grad - mg_r) * (1.0 - rho)
+            updates.append(add_rows(mg, mg_r, mg_t))
+            denom = ms_t - ops.square(mg_t)
+        mom_r = ops.gather(mom, u.indices)
+        mom_t = mom_r * mu + u.grad * lr / ops.sqrt(denom + eps)
+        updates += [add_rows(mom, mom_r, mom_t),
+                    scatter_update(var, "var.scatter_sub", u.indices, mom_t * u.share)]
+        return group(*updates)
+
 
 class AdamOptimizer(Optimizer):
     """Adam as TF1 computes it (``ApplyAdam``), with ``t`` the step count from 1::
@@ -377,8 +483,9 @@ class AdamOptimizer(Optimizer):
     colocated with the first variable (by name) and multiplied by the betas once per
     ``apply_gradients``. Unlike TF1 (always float32), the powers take that variable's
     dtype, so float64 training stays float64. A sparse gradient is densified, which is
-    what TF1's ``AdamOptimizer`` computes too (all rows of m and v decay); TF's
-    ``LazyAdamOptimizer`` behaviour (touched rows only) is not provided.
+    what TF1's ``AdamOptimizer._apply_sparse`` computes too (its documented behaviour:
+    m and v of every row decay and every row moves); TF's ``LazyAdamOptimizer``
+    behaviour (touched rows only) is not provided.
     """
 
     def __init__(self, learning_rate: TensorLike = 0.001, beta1: float = 0.9,
@@ -428,4 +535,5 @@ class AdamOptimizer(Optimizer):
 
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdagradOptimizer",
-           "RMSPropOptimizer", "AdamOptimizer", "scatter_update", "trainable_variables"]
+           "RMSPropOptimizer", "AdamOptimizer", "scatter_update", "trainable_variables",
+           "unique_rows", "UniqueRows"]
