@@ -46,9 +46,10 @@ minute apart had differed by up to 1.5x); a thread count whose passes read a big
 no faster than one thread (a neighbour held a core: ``threads_helped``) is measured
 again, at most ``MAX_EXTRA_PASSES`` times, and its passes where the threads helped count.
 The hand-off, transfer and executor costs are each the median of as many measurements.
-Every figure is the 10th percentile of ``repeats`` timed runs after a warm-up
-(``Spread.typical``: runs a busy neighbour delayed do not count), and the spread of the
-runs (min / median / max) is reported per measurement. The fixed costs, a few
+Every kernel figure is the 10th percentile of ``repeats`` timed runs after a warm-up
+(``Spread.typical``: runs a busy neighbour delayed do not count), every fixed cost of a
+step the median run (``measure_fixed``: the model predicts the median step), and the
+spread of the runs (min / median / max) is reported per measurement. The fixed costs, a few
 microseconds each and the ones a neighbour's burst moves most, are each the median of
 ``FIXED_ROUNDS`` such measurements (each of 10 runs a round). More threads are never taken to
 be slower than one (the backend could run the kernel on one): a curve at several
@@ -213,9 +214,10 @@ class _Bench:
         self.jobs[label] = (run, runs)
         return label
 
-    def measure(self, keep: bool = False) -> dict[str, float]:
-        """Each program's typical run (``Spread.typical``), by label; the programs are
-        dropped after unless ``keep`` (to measure them again)."""
+    def measure(self, keep: bool = False, median: bool = False) -> dict[str, float]:
+        """Each program's typical run (``Spread.typical``; its median run with
+        ``median``), by label; the programs are dropped after unless ``keep`` (to
+        measure them again)."""
         samples: dict[str, list[float]] = {label: [] for label in self.jobs}
         clock = time.perf_counter
         for _ in range(self.repeats):
@@ -229,7 +231,7 @@ class _Bench:
         for label, times in samples.items():
             spread = Spread(times)
             self.spreads[f"{label} @{self.tag}"] = spread
-            out[label] = spread.typical
+            out[label] = spread.median if median else spread.typical
         if not keep:
             self.jobs = {}
         return out
@@ -492,13 +494,18 @@ def fixed_costs(times: Mapping[str, float]) -> FixedCosts:
 def measure_fixed(backend: Backend, repeats: int, spreads: dict[str, Spread],
                   rounds: int = FIXED_ROUNDS) -> FixedCosts:
     """``fixed_costs`` measured ``rounds`` times, each figure the median of the rounds
-    (a burst of a neighbour's work that spoils one round does not move it)."""
+    (a burst of a neighbour's work that spoils one round does not move it). Within a
+    round each program's figure is its median run, not its 10th percentile: the model
+    predicts the median step (what ``tfc bench`` reports), and a step of a few
+    microseconds, nearly all fixed cost, has a median 4% above its 10th percentile on a
+    quiet host (ridge_gd 5.41 against 5.18 us; the one-feed step 2.44 against 2.34), which
+    had left the smallest models predicted 0.75-0.9 of their measured step."""
     out = []
     bench = _Bench(backend, repeats, "1t", spreads)
     roles = _fixed_jobs(bench)  # compiled once, measured in each round
     for r in range(rounds):
         bench.tag = f"1t #{r + 1}"
-        times = bench.measure(keep=r + 1 < rounds)
+        times = bench.measure(keep=r + 1 < rounds, median=True)
         out.append(fixed_costs({role: times[label] for role, label in roles.items()}))
     return FixedCosts(*(float(np.median([getattr(f, name) for f in out]))
                         for name in ("step_s", "feed_s", "fetch_s", "variable_s", "update_s",
