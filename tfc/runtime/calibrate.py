@@ -617,7 +617,9 @@ def measure_transfer(rounds: int = 2000) -> float:
 def measure_handoff(rounds: int = 200) -> float:
     """Seconds from a send in one thread to the recv returning in another: half the round
     trip (``Spread.typical`` of the rounds) of a ping-pong between two threads through
-    rendezvous (a reference moves; no bytes are copied)."""
+    rendezvous (a reference moves; no bytes are copied). ``measure_executor`` takes the
+    hand-off from the executor's own steps, and this only where their trace saw no
+    receiver wait."""
     value = np.zeros(1, np.float32)
     rv = Rendezvous(timeout_s=10)
 
