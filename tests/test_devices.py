@@ -247,3 +247,18 @@ def test_task_of_names_the_cluster_task_and_none_for_local_devices():
     assert task_of("/job:worker/task:1/cpu:0") == "/job:worker/task:1"
     assert task_of("job:ps/task:0/gpu:1") == "/job:ps/task:0"
     assert task_of("/cpu:1") is None and task_of("gpu:0") is None
+
+
+def test_a_crowded_hand_off_round_trips_and_costs_only_more_devices_than_cores(tmp_path):
+    """The hand-off with more device threads than cores (a receiver must be woken) is
+    kept apart: a 4-device step of a 2-core host pays it, a 2-device step the plain one;
+    a profile written before it was measured loads without it and pays the plain one."""
+    p = DeviceProfile(source="test", cores=2, handoff_s=6e-6, crowded_handoff_s=2e-5)
+    back = load_profile(save_profile(p, tmp_path / "crowded.json"))
+    assert back == p
+    assert back.handoff_seconds(2) == 6e-6 and back.handoff_seconds(4) == 2e-5
+    older = load_profile(_profile_with(tmp_path, lambda d: d.pop("crowded_handoff_s", None)))
+    assert older.crowded_handoff_s is None and older.handoff_seconds(8) == older.handoff_s
+    bad = _profile_with(tmp_path, lambda d: d.update(crowded_handoff_s=-1e-6))
+    with pytest.raises(TfcError, match="crowded_handoff_s"):
+        load_profile(bad)

@@ -421,7 +421,10 @@ class DeviceProfile:
     fetch; ``executor_step_s`` of one step of the multi-device executor
     (its threads, its rendezvous), ``stage_s`` what it adds per stage it runs;
     ``handoff_s`` the latency of handing a tensor to another device of this process (a
-    reference: no bytes move), ``transfer_s`` the work of one send and its recv (charged
+    reference: no bytes move; measured inside the executor's steps), ``crowded_handoff_s``
+    that latency when the step's devices outnumber the host's cores (``handoff_seconds``;
+    None in profiles written before it was measured: then ``handoff_s``),
+    ``transfer_s`` the work of one send and its recv (charged
     to both devices' threads). ``links`` (key ``"SRC->DST"``) and ``default_link`` are
     links between hosts. ``source`` is ``"defaults"`` for the built-in round numbers."""
 
@@ -440,6 +443,7 @@ class DeviceProfile:
     fetch_s: float = 0.0
     variable_s: float = 0.0
     update_s: float = 0.0
+    crowded_handoff_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.cores < 1:
@@ -447,6 +451,16 @@ class DeviceProfile:
         for name in ("step_s", "executor_step_s", "stage_s", "handoff_s", "transfer_s",
                      "feed_s", "fetch_s", "variable_s", "update_s"):
             _check_seconds(name, getattr(self, name))
+        if self.crowded_handoff_s is not None:
+            _check_seconds("crowded_handoff_s", self.crowded_handoff_s)
+
+    def handoff_seconds(self, devices: int) -> float:
+        """One in-process hand-off in a step that ``devices`` devices run: with more of
+        them (each a thread) than the host's cores, a receiver is often descheduled and
+        must be woken first (``crowded_handoff_s``, when measured)."""
+        if devices > self.cores and self.crowded_handoff_s is not None:
+            return self.crowded_handoff_s
+        return self.handoff_s
 
     @property
     def calibrated(self) -> bool:
@@ -499,7 +513,10 @@ class DeviceProfile:
                            "stage_s": self.stage_s, "handoff_s": self.handoff_s,
                            "transfer_s": self.transfer_s, "feed_s": self.feed_s,
                            "fetch_s": self.fetch_s, "variable_s": self.variable_s,
-                           "update_s": self.update_s, "cpu": self.cpu.to_dict(),
+                           "update_s": self.update_s,
+                           **({"crowded_handoff_s": self.crowded_handoff_s}
+                              if self.crowded_handoff_s is not None else {}),
+                           "cpu": self.cpu.to_dict(),
                            "devices": {k: v.to_dict() for k, v in self.devices.items()},
                            "links": {k: asdict(v) for k, v in self.links.items()},
                            "default_link": asdict(self.default_link)}, indent=1)
@@ -531,7 +548,9 @@ class DeviceProfile:
                 transfer_s=float(data["transfer_s"]),
                 feed_s=float(data.get("feed_s", 0.0)), fetch_s=float(data.get("fetch_s", 0.0)),
                 variable_s=float(data.get("variable_s", 0.0)),
-                update_s=float(data.get("update_s", 0.0)))
+                update_s=float(data.get("update_s", 0.0)),
+                crowded_handoff_s=(None if data.get("crowded_handoff_s") is None
+                                   else float(data["crowded_handoff_s"])))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise TfcError(f"{where}: not a valid device profile ({e})") from None
 

@@ -38,6 +38,9 @@ Checks, per row, and the exit status (1 when any row fails one):
   larger of the two programs' relative spreads (the interquartile range of a program's
   repeat medians over their median), and at least 5%. Noise above 50% makes the check
   inconclusive, which fails it: on a host that busy the answer would be the load's.
+  Not judged (and not counted) where the user's device scopes pin the entry's ops to
+  several devices (``mlp_devices_digits.py`` does, on purpose): the placer keeps user
+  pins, so the row measures the user's split; the table says so in "chosen".
 
 The header gives the host's load average before and after: on a host shared with other
 jobs, a step that waits for a descheduled BLAS or pool thread can take ten times as long
@@ -128,6 +131,14 @@ class Row:
     timing: Timing | None = None
     one_device: Timing | None = None
     alternatives: dict[str, Timing] = field(default_factory=dict)
+    pinned: list[str] = field(default_factory=list)  # devices the user's scopes name
+
+    @property
+    def pinned_split(self) -> bool:
+        """Whether the user's device scopes pin the entry's ops to several devices: the
+        placer keeps user pins, so such a row says what the user's split costs, not
+        what the placer chose (``mlp_devices_digits.py`` pins its layers on purpose)."""
+        return len(self.pinned) > 1
 
     @property
     def ratio(self) -> float | None:
@@ -149,7 +160,10 @@ class Row:
 
     @property
     def not_slower_ok(self) -> bool | None:
-        if self.status != "ok" or self.timing is None or self.one_device is None:
+        """Measured no slower than one device beyond noise (None: not judged, as for a
+        split the user's scopes pin, ``pinned_split``)."""
+        if (self.status != "ok" or self.timing is None or self.one_device is None
+                or self.pinned_split):
             return None
         if self.noise > NOISE_CAP:  # any answer would be the load's, not the placement's
             return False
@@ -171,7 +185,8 @@ class Row:
     @property
     def passed(self) -> bool:
         return self.status == "skipped" or (self.status == "ok" and bool(self.prediction_ok)
-                                             and bool(self.not_slower_ok))
+                                             and (bool(self.not_slower_ok)
+                                                  or self.pinned_split))
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -179,6 +194,7 @@ class Row:
             out[key] = _timing_json(t)
         out["alternatives"] = {k: _timing_json(t) for k, t in self.alternatives.items()}
         out.update(ratio=self.ratio, noise=self.noise if self.status == "ok" else None,
+                   pinned_split=self.pinned_split,
                    prediction_ok=self.prediction_ok, not_slower_ok=self.not_slower_ok,
                    ranking_matches=self.ranking_matches, passed=self.passed)
         return out
@@ -215,6 +231,14 @@ def compile_program(path: Path, backend: str, devices: Sequence[str],
                    module.variables)
         module = lower(module, target, passes="", place=False)
     return make_program(module, path, backend)
+
+
+def user_devices(path: Path, entry: str) -> list[str]:
+    """The devices the user's scopes pin ops of ``entry`` of ``path`` to (its ops'
+    devices before placement), sorted."""
+    from tfc.compiler.driver import load_source
+    graph = load_source(path).graphs.get(entry)
+    return sorted({op.device for op in graph.walk() if op.device}) if graph else []
 
 
 def _first_line(e: Exception) -> str:
@@ -270,7 +294,8 @@ def bench_model(name: str, path: Path, device_counts: Sequence[int], backend: st
     t0 = time.perf_counter()
     baseline = Contender((1, "one device"), compile_program(path, backend, ()))
     entry = entry_of(baseline.program)
-    rows = {n: Row(name, entry, n) for n in device_counts}
+    pinned = user_devices(path, entry)
+    rows = {n: Row(name, entry, n, pinned=pinned) for n in device_counts}
     contenders = [baseline]
     for n in device_counts:
         devices = device_names(n)
@@ -345,8 +370,13 @@ def markdown(rows: list[Row], header: dict[str, Any]) -> str:
         slower = (f"not slower: inconclusive, noise {r.noise:.0%} (rerun on a quiet host)"
                   if r.noise > NOISE_CAP else f"not slower (noise {r.noise:.0%})")
         checks = ", ".join([_check(r.prediction_ok, "prediction"),
-                            _check(r.not_slower_ok, slower)])
-        lines.append(f"| {r.model} | {r.entry} | {r.devices} | {r.chosen or '-'} | "
+                            _check(r.not_slower_ok, slower) if not r.pinned_split else
+                            "not slower: not judged, the user's scopes pin ops to "
+                            f"{', '.join(r.pinned)} (the placer keeps user pins)"])
+        chosen = r.chosen or "-"
+        if r.pinned_split:
+            chosen += f" (pinned by the user's scopes to {', '.join(r.pinned)})"
+        lines.append(f"| {r.model} | {r.entry} | {r.devices} | {chosen} | "
                      f"{_ms(r.timing.predicted_s)} | {_ms(r.timing.median_s)} | {ratio} | "
                      f"{_ms(r.one_device.median_s)} | {vs_one:.2f} | {alts or '-'} | {checks} |")
     failed = [f"{r.model}@{r.devices}" for r in rows if not r.passed]

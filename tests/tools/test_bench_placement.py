@@ -76,3 +76,26 @@ def test_bad_options_are_one_line_errors(tool, capsys):
         assert e.value.code == 2
     with pytest.raises(SystemExit, match="no model 'nope.py'"):
         tool.resolve_models("nope.py")
+
+
+def test_a_split_the_users_scopes_pin_is_reported_and_not_judged(tool):
+    """mlp_devices_digits.py pins its layers to /cpu:0 and /cpu:1 on purpose; the placer
+    keeps user pins, so its slower-than-one-device step is the user's split: the table
+    says so and the row is not counted as the placer's failure. A model without scopes
+    is judged as before."""
+    path = ROOT / "examples" / "mlp_devices_digits.py"
+    assert tool.user_devices(path, "train_step") == ["/cpu:0", "/cpu:1"]
+    assert tool.user_devices(ROOT / "examples" / "ridge_gd.py", "train_step") == []
+    slow, fast = tool.Timing([2e-3, 2e-3], 2e-3), tool.Timing([1e-3, 1e-3], 1e-3)
+    row = tool.Row("mlp_devices_digits.py", "train_step", 2, chosen="single device",
+                   timing=slow, one_device=fast, pinned=["/cpu:0", "/cpu:1"])
+    assert row.not_slower_ok is None and row.passed
+    header = {"machine": {"cpu": "x", "cores": 2, "simd": []}, "backend": "llvm",
+              "profile": "p", "batch": 64, "repeats": 2, "elapsed_s": 1.0,
+              "load_average": [0.1, 0.1]}
+    table = tool.markdown([row], header)
+    assert "pinned by the user's scopes to /cpu:0, /cpu:1" in table
+    assert "not judged" in table and "1/1 rows pass" in table
+    unpinned = tool.Row("m.py", "train_step", 2, chosen="greedy", timing=slow,
+                        one_device=fast)
+    assert unpinned.not_slower_ok is False and not unpinned.passed

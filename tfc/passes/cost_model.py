@@ -25,7 +25,9 @@ curves give the seconds of one kernel by op class, size and thread count:
   work in the step (``tfc.devices.threads_per_device``): two logical CPUs on a 2-core
   host have one thread each, not the host's rate each.
 - A transfer between devices of one process hands a reference over: it costs the
-  measured hand-off latency and nothing per byte. Between hosts it costs the link's
+  measured hand-off latency (more when the step's devices outnumber the host's cores:
+  a receiver's thread must often be woken first) and nothing per byte. Between hosts it
+  costs the link's
   latency plus bytes over its bandwidth. An edge into or out of a GPU adds the
   host<->device copy (latency plus bytes over the measured or default PCIe rate).
 - A GPU (``/gpu:N``) costs ops by its own curves (``DeviceProfile.rates``) and takes
@@ -204,9 +206,15 @@ class CostModel:
     @property
     def handoff_s(self) -> float:
         """One in-process transfer: send in one thread -> recv returns in another."""
+        return self.handoff_seconds(2)
+
+    def handoff_seconds(self, devices: int) -> float:
+        """One in-process transfer in a step that ``devices`` devices run (measured by a
+        profiling run if it was; else the profile's, which costs a hand-off more when
+        the devices' threads outnumber the cores: ``DeviceProfile.handoff_seconds``)."""
         if self.measured is not None and self.measured.handoff_s is not None:
             return self.measured.handoff_s
-        return self.profile.handoff_s
+        return self.profile.handoff_seconds(devices)
 
     # ---- ops ------------------------------------------------------------------------
 
@@ -517,9 +525,12 @@ class CostModel:
 
     # ---- transfers --------------------------------------------------------------------
 
-    def transfer_seconds(self, v: Value, src: str, dst: str, compressed: bool) -> float:
-        """Seconds from ``v`` computed on ``src`` to ``v`` usable on ``dst``: the hand-off
-        latency between devices of one process (a reference moves, no bytes), the link's
+    def transfer_seconds(self, v: Value, src: str, dst: str, compressed: bool,
+                         devices: int = 2) -> float:
+        """Seconds from ``v`` computed on ``src`` to ``v`` usable on ``dst`` in a step that
+        ``devices`` devices run: the hand-off
+        latency between devices of one process (a reference moves, no bytes;
+        ``handoff_seconds``), the link's
         latency plus bytes over its bandwidth between hosts (f16 bytes when
         ``compressed``), plus, for a GPU at either end, the host<->device copy of those
         bytes (``DeviceProfile.host_copies``: a cpu/gpu edge is a PCIe copy)."""
@@ -531,7 +542,7 @@ class CostModel:
         copies = sum(link.latency_s + nbytes / link.bytes_per_s
                      for link in self.profile.host_copies(src, dst))
         if same_process(src, dst):
-            return self.handoff_s + copies
+            return self.handoff_seconds(devices) + copies
         link = self.profile.link(src, dst)
         return link.latency_s + nbytes / link.bytes_per_s + copies
 

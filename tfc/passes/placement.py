@@ -151,7 +151,8 @@ class Simulation:
             return self.ready[(v, device)]
         src = self.home[v]
         return (self.ready[(v, src)] + self._send_s()
-                + self.model.transfer_seconds(v, src, device, v in self.compressed))
+                + self.model.transfer_seconds(v, src, device, v in self.compressed,
+                                              len(self.threads)))
 
     def _send_s(self) -> float:
         """The work of one send (or one recv) call on a device's thread."""
@@ -274,7 +275,8 @@ class Simulation:
             device = key[0]
             ready = max([last.get(device, 0.0),
                          *(end[src] + self.model.transfer_seconds(v, src[0], dst,
-                                                                  v in self.compressed)
+                                                                  v in self.compressed,
+                                                                  len(self.threads))
                            for (v, dst), src in incoming.get(key, {}).items())])
             # a value that no kernel of the stage wrote (a variable's) is copied out
             copies = sum(self.model.copy_seconds(v, self.threads.get(device, 1), device)

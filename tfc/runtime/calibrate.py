@@ -33,8 +33,12 @@ Logical CPUs share one host, so the host is measured, at 1 thread and at all its
 - the multi-device executor's fixed cost per step and per stage (chains of tiny ops
   alternating between two devices, of two lengths: each link one stage and one
   hand-off);
-- the in-process hand-off (a send in one thread until the recv returns in another) and
-  the work of a send and its recv on the threads that call them.
+- the in-process hand-off (a send in one thread until the recv returns in another),
+  from the executor's trace of those chains, in the same runs (a ping-pong of two idle
+  threads apart from them read less than the executor pays, by an amount that moved
+  with the load, and the stage, what a link leaves after it, moved 0.1-12 us), and again
+  over twice as many devices as cores (``crowded_handoff_s``: a receiver must often be
+  woken); and the work of a send and its recv on the threads that call them.
 
 The kernels are measured in ``PASSES`` whole passes over every thread count (each
 program compiled once), each point of a curve the median of the passes' (calibrations a
@@ -42,9 +46,10 @@ minute apart had differed by up to 1.5x); a thread count whose passes read a big
 no faster than one thread (a neighbour held a core: ``threads_helped``) is measured
 again, at most ``MAX_EXTRA_PASSES`` times, and its passes where the threads helped count.
 The hand-off, transfer and executor costs are each the median of as many measurements.
-Every figure is the 10th percentile of ``repeats`` timed runs after a warm-up
-(``Spread.typical``: runs a busy neighbour delayed do not count), and the spread of the
-runs (min / median / max) is reported per measurement. The fixed costs, a few
+Every kernel figure is the 10th percentile of ``repeats`` timed runs after a warm-up
+(``Spread.typical``: runs a busy neighbour delayed do not count), every fixed cost of a
+step the median run (``measure_fixed``: the model predicts the median step), and the
+spread of the runs (min / median / max) is reported per measurement. The fixed costs, a few
 microseconds each and the ones a neighbour's burst moves most, are each the median of
 ``FIXED_ROUNDS`` such measurements (each of 10 runs a round). More threads are never taken to
 be slower than one (the backend could run the kernel on one): a curve at several
@@ -209,9 +214,10 @@ class _Bench:
         self.jobs[label] = (run, runs)
         return label
 
-    def measure(self, keep: bool = False) -> dict[str, float]:
-        """Each program's typical run (``Spread.typical``), by label; the programs are
-        dropped after unless ``keep`` (to measure them again)."""
+    def measure(self, keep: bool = False, median: bool = False) -> dict[str, float]:
+        """Each program's typical run (``Spread.typical``; its median run with
+        ``median``), by label; the programs are dropped after unless ``keep`` (to
+        measure them again)."""
         samples: dict[str, list[float]] = {label: [] for label in self.jobs}
         clock = time.perf_counter
         for _ in range(self.repeats):
@@ -225,7 +231,7 @@ class _Bench:
         for label, times in samples.items():
             spread = Spread(times)
             self.spreads[f"{label} @{self.tag}"] = spread
-            out[label] = spread.typical
+            out[label] = spread.median if median else spread.typical
         if not keep:
             self.jobs = {}
         return out
@@ -488,13 +494,18 @@ def fixed_costs(times: Mapping[str, float]) -> FixedCosts:
 def measure_fixed(backend: Backend, repeats: int, spreads: dict[str, Spread],
                   rounds: int = FIXED_ROUNDS) -> FixedCosts:
     """``fixed_costs`` measured ``rounds`` times, each figure the median of the rounds
-    (a burst of a neighbour's work that spoils one round does not move it)."""
+    (a burst of a neighbour's work that spoils one round does not move it). Within a
+    round each program's figure is its median run, not its 10th percentile: the model
+    predicts the median step (what ``tfc bench`` reports), and a step of a few
+    microseconds, nearly all fixed cost, has a median 4% above its 10th percentile on a
+    quiet host (ridge_gd 5.41 against 5.18 us; the one-feed step 2.44 against 2.34), which
+    had left the smallest models predicted 0.75-0.9 of their measured step."""
     out = []
     bench = _Bench(backend, repeats, "1t", spreads)
     roles = _fixed_jobs(bench)  # compiled once, measured in each round
     for r in range(rounds):
         bench.tag = f"1t #{r + 1}"
-        times = bench.measure(keep=r + 1 < rounds)
+        times = bench.measure(keep=r + 1 < rounds, median=True)
         out.append(fixed_costs({role: times[label] for role, label in roles.items()}))
     return FixedCosts(*(float(np.median([getattr(f, name) for f in out]))
                         for name in ("step_s", "feed_s", "fetch_s", "variable_s", "update_s",
@@ -502,40 +513,90 @@ def measure_fixed(backend: Backend, repeats: int, spreads: dict[str, Spread],
 
 
 def measure_executor(backend: Backend, repeats: int, spreads: dict[str, Spread],
-                     fixed: FixedCosts, handoff_s: float, transfer_s: float
-                     ) -> tuple[float, float]:
-    """The multi-device executor's fixed cost per step and its cost per stage: chains of
-    ``h`` tiny adds alternating between two devices (``h`` stages, ``h - 1`` hand-offs)
-    for two lengths; the line through their steps has the per-link cost as its slope
-    (a stage, a kernel, a hand-off, a send/recv pair, and the stage graph's two feeds
-    and its fetch, charged as a one-device step's: ``CostModel.boundary_seconds``) and
-    the step's fixed cost at its start (the first stage has one feed)."""
-    devices = ["/cpu:0", "/cpu:1"]
-    steps: dict[int, float] = {}
-    for hops in (2, EXECUTOR_HOPS):
-        def chain(b: Builder, args: list[Value], hops: int = hops) -> list[Value]:
-            x = args[0]
-            for i in range(hops):
-                x = b("add", x, args[0])
-                assert x.op is not None
-                x.op.device = devices[i % 2]
-            return [x]
+                     fixed: FixedCosts, transfer_s: float, cores: int | None = None
+                     ) -> tuple[float, float, float, float | None]:
+    """The multi-device executor's fixed cost per step, its cost per stage, its hand-off
+    and its hand-off with more device threads than ``cores`` (None without ``cores``):
+    chains of ``h`` tiny adds alternating between two devices (``h`` stages, ``h - 1``
+    hand-offs) for two lengths; the line through their steps has the per-link cost as
+    its slope (a stage, a kernel, a hand-off, a send/recv pair, and the stage graph's two
+    feeds and its fetch, charged as a one-device step's: ``CostModel.boundary_seconds``)
+    and the step's fixed cost at its start (the first stage has one feed).
 
-        module = _graph("hops", [(4,)], chain)
-        module.devices = devices
-        program = Program(module, backend=backend)
-        feeds = _feeds([(4,)])
+    The hand-off is measured inside those chains (``executor_handoffs``: from a send to
+    the recv that waited for it returning, in the executor's own trace), interleaved
+    with the timed runs, not by a ping-pong of two idle threads apart from them: a
+    stage's cost is what is left of a link after the hand-off, and a hand-off measured
+    at another moment moved with the host's load (calibrations a minute apart read the
+    stage at 0.1-12 us). With more device threads than cores (a chain over ``2 x
+    cores`` devices) a receiver is often descheduled and must be woken: its hand-off
+    is measured apart (on the 2-core host 13-26 us, against 7-8 us for two devices)."""
+    steps: dict[int, float] = {}
+    programs = {hops: _hops_program(hops, 2, backend) for hops in (2, EXECUTOR_HOPS)}
+    feeds = _feeds([(4,)])
+    handoffs: list[float] = []
+    for hops, program in programs.items():
         spread = _timings(lambda: program.run("hops", feeds), repeats * 4)
         spreads[f"executor {hops} stages"] = spread
         steps[hops] = spread.typical
+        handoffs += executor_handoffs(program, "hops", feeds, repeats * 2)
+    # a traced hand-off runs from the send call to the recv call's return: it holds the
+    # send's and the recv's work (``transfer_s``), which the model charges apart
+    link_s = float(np.median(handoffs)) if handoffs else measure_handoff() + transfer_s
+    handoff_s = max(1e-7, link_s - transfer_s)
+    crowded_s = None
+    if cores is not None:
+        crowded = _hops_program(EXECUTOR_HOPS, 2 * cores, backend)
+        waits = executor_handoffs(crowded, "hops", feeds, repeats * 2)
+        crowded_s = max(handoff_s, float(np.median(waits)) - transfer_s) if waits else None
     kernel_s = fixed.kernel_s
     first_io = fixed.feed_s + fixed.fetch_s  # add(a, a): the feed, the value sent
     link_io = 2 * fixed.feed_s + fixed.fetch_s  # add(x, a): x received, the feed; one out
     per_link = max(0.0, (steps[EXECUTOR_HOPS] - steps[2]) / (EXECUTOR_HOPS - 2))
-    stage_s = max(1e-7, per_link - kernel_s - link_io - handoff_s - transfer_s)
-    step_s = (steps[2] - 2 * (stage_s + kernel_s) - first_io - link_io
-              - (handoff_s + transfer_s))
-    return max(1e-6, step_s), stage_s
+    stage_s = max(1e-7, per_link - kernel_s - link_io - link_s)
+    step_s = steps[2] - 2 * (stage_s + kernel_s) - first_io - link_io - link_s
+    return max(1e-6, step_s), stage_s, handoff_s, crowded_s
+
+
+def _hops_program(hops: int, devices: int, backend: Backend) -> Program:
+    """A chain of ``hops`` tiny adds, the i-th on device ``i % devices``."""
+    names = [f"/cpu:{i}" for i in range(devices)]
+
+    def chain(b: Builder, args: list[Value]) -> list[Value]:
+        x = args[0]
+        for i in range(hops):
+            x = b("add", x, args[0])
+            assert x.op is not None
+            x.op.device = names[i % devices]
+        return [x]
+
+    module = _graph("hops", [(4,)], chain)
+    module.devices = names
+    return Program(module, backend=backend)
+
+
+def executor_handoffs(program: Program, entry: str, feeds: Mapping[str, np.ndarray],
+                      runs: int) -> list[float]:
+    """The hand-offs of ``runs`` steps of ``entry`` on the multi-device executor, from
+    its trace (``tfc.runtime.pgo.HandoffTracer``: a send until the recv that waited for
+    it returns); none for a program the executor does not run."""
+    from tfc.runtime.executor import PartitionedExecutable
+    from tfc.runtime.pgo import HandoffTracer
+    program.run(entry, feeds)  # compiles
+    exe = program._executable(entry)
+    if not isinstance(exe, PartitionedExecutable):
+        return []
+    tracer = HandoffTracer()
+    exe.tracer = tracer
+    out: list[float] = []
+    try:
+        for _ in range(runs):
+            program.run(entry, feeds)
+            out += tracer.handoffs()
+            tracer.clear()
+    finally:
+        exe.tracer = None
+    return out
 
 
 def measure_transfer(rounds: int = 2000) -> float:
@@ -556,7 +617,9 @@ def measure_transfer(rounds: int = 2000) -> float:
 def measure_handoff(rounds: int = 200) -> float:
     """Seconds from a send in one thread to the recv returning in another: half the round
     trip (``Spread.typical`` of the rounds) of a ping-pong between two threads through
-    rendezvous (a reference moves; no bytes are copied)."""
+    rendezvous (a reference moves; no bytes are copied). ``measure_executor`` takes the
+    hand-off from the executor's own steps, and this only where their trace saw no
+    receiver wait."""
     value = np.zeros(1, np.float32)
     rv = Rendezvous(timeout_s=10)
 
@@ -620,20 +683,25 @@ class _ThreadJobs:
 
 
 def _executor_costs(backend: Backend, repeats: int, spreads: dict[str, Spread],
-                    fixed: FixedCosts, passes: int) -> tuple[float, float, float, float]:
-    """The hand-off, a send and recv's work, the executor's step and stage costs, each
-    the median of ``passes`` measurements (two calibrations a minute apart had read the
-    executor's step at 1 and 23 us, its stage at 15 and 3)."""
+                    fixed: FixedCosts, passes: int, cores: int
+                    ) -> tuple[float, float, float, float, float | None]:
+    """The hand-off, a send and recv's work, the executor's step and stage costs and
+    the hand-off with more device threads than ``cores``, each the median of
+    ``passes`` measurements (two calibrations a minute apart had read the executor's
+    step at 1 and 23 us, its stage at 15 and 3)."""
     runs = []
+    crowded: list[float] = []
     for p in range(passes):
-        handoff_s, transfer_s = measure_handoff(), measure_transfer()
+        transfer_s = measure_transfer()
         tagged: dict[str, Spread] = {}
-        step_s, stage_s = measure_executor(backend, repeats, tagged, fixed, handoff_s,
-                                           transfer_s)
+        step_s, stage_s, handoff_s, crowded_s = measure_executor(
+            backend, repeats, tagged, fixed, transfer_s, cores)
         spreads.update({f"{name} #{p + 1}": spread for name, spread in tagged.items()})
         runs.append((handoff_s, transfer_s, step_s, stage_s))
+        if crowded_s is not None:
+            crowded.append(crowded_s)
     handoff, transfer, step, stage = (float(np.median(column)) for column in zip(*runs))
-    return handoff, transfer, step, stage
+    return handoff, transfer, step, stage, (float(np.median(crowded)) if crowded else None)
 
 
 def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
@@ -712,9 +780,9 @@ def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
             curves.setdefault(kind, {})[t.threads] = _capped(curve, curves.get(kind, {}).get(1))
     if progress:
         progress("measuring hand-offs and executor stages")
-    handoff_s, transfer_s, executor_step_s, stage_s = _executor_costs(
+    handoff_s, transfer_s, executor_step_s, stage_s, crowded_s = _executor_costs(
         with_threads(base, max(1, cores // 2), override=True), repeats, spreads, fixed,
-        passes)
+        passes, cores)
     profile = DeviceProfile(
         source=f"tfc calibrate {time.strftime('%Y-%m-%dT%H:%M:%S')} ({base.name})",
         cores=cores, cpu=DeviceRates(curves["gemm"], curves["stream"], fixed.kernel_s,
@@ -724,5 +792,5 @@ def calibrate(devices: Sequence[str] = ("/cpu:0",), backend: str | None = None,
         step_s=fixed.step_s, feed_s=fixed.feed_s, fetch_s=fixed.fetch_s,
         variable_s=fixed.variable_s, update_s=fixed.update_s,
         executor_step_s=executor_step_s, stage_s=stage_s, handoff_s=handoff_s,
-        transfer_s=transfer_s)
+        transfer_s=transfer_s, crowded_handoff_s=crowded_s)
     return Calibration(profile, spreads)

@@ -103,7 +103,7 @@ def op_times(steps: Sequence[tuple[Sequence[Op], float, float]],
 
 # ---- profiling runs ------------------------------------------------------------------------
 
-class _HandoffTracer(Tracer):
+class HandoffTracer(Tracer):
     """The executor's tracer, also keeping when each key was sent and each stage's
     receives were waited for (the executor takes a stage's receives in one wait)."""
 
@@ -219,7 +219,7 @@ def profile_entry(program: "Program", entry: str, feeds: Mapping[str, Any], step
                        f"{program.backend.name} backend cannot time its kernels)")
     threads = _threads(program, exe)
     timed = [(e, e.graph, model_estimate(model, e.graph, d, threads)) for d, e in executables]
-    tracer = _HandoffTracer()
+    tracer = HandoffTracer()
     traced = exe if isinstance(exe, PartitionedExecutable) else None
     out = EntryProfile(entry, threads, traced is not None)
     if traced is not None:
