@@ -26,6 +26,8 @@ from tfc import train  # noqa: F401  (tfc.train)
 from tfc.train import clip_by_global_norm  # noqa: F401
 from tfc import layers  # noqa: F401  (tfc.layers)
 from tfc.layers import Sequential  # noqa: F401
+from tfc import summary  # noqa: F401  (tfc.summary)
+from tfc import callbacks  # noqa: F401  (tfc.callbacks)
 from tfc.errors import TfcError
 from tfc.ir.types import DType
 
