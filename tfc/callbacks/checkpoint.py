@@ -1,7 +1,8 @@
 """``ModelCheckpoint``: save the model each epoch, keep the last k, and keep the best.
 
-Files are tfc checkpoints (``tfc.runtime.checkpoint``): ``ckpt-<epoch>.tfckpt`` in the
-directory, written atomically and recorded in the directory's ``checkpoint.json`` index,
+Files are tfc checkpoints (``tfc.runtime.checkpoint``): ``ckpt-<step>.tfckpt`` in the
+directory (the session's global step, which keeps growing across ``fit`` calls, as in
+``tfc run --checkpoint-dir``), written atomically and recorded in the directory's ``checkpoint.json`` index,
 which keeps the newest ``max_to_keep``; so ``tfc.train.latest_checkpoint(dir)`` names the
 latest and a process killed while saving leaves the previous checkpoint loadable. When a
 ``monitor``ed metric improves, the same values are also written (atomically) to
@@ -72,8 +73,7 @@ class ModelCheckpoint(Callback):
             return
         sess = self.model.session
         values, step = sess.variable_values(), sess.step
-        path = save_checkpoint(self.directory / f"ckpt-{epoch + 1}{SUFFIX}", values, step,
-                               max_to_keep=self.max_to_keep)
+        path = save_checkpoint(self.directory, values, step, max_to_keep=self.max_to_keep)
         if better:
             assert current is not None
             self.best, self.best_epoch = current, epoch

@@ -387,8 +387,10 @@ class Sequential:
         """Restore the model from a checkpoint file or a directory's latest
         (``model.load_weights(tfc.train.latest_checkpoint(dir))``): every model weight
         must be there with its shape and dtype; the other variables of the graph that the
-        checkpoint holds (optimizer slots, learning rate) are restored too, and the
-        session's step. Nothing changes when a check fails."""
+        checkpoint holds (optimizer slots of a compiled model, learning rate) are restored
+        too, and the session's step. Variables are matched by name (a model built the
+        same way in a new graph or process has the same names). Nothing changes when a
+        check fails."""
         from tfc.runtime.checkpoint import CheckpointError, check_values, read_checkpoint
         if path is None:
             raise CheckpointError(f"model '{self.name}': load_weights got None (did "
@@ -396,6 +398,8 @@ class Sequential:
         if not self.built:
             raise TfcError(f"model '{self.name}' is not built yet: build it (or fit or "
                            f"compile and build) before load_weights")
+        if self.loss is not None:
+            self._require_training()  # the optimizer's slots exist, to be restored too
         ckpt = read_checkpoint(path)
         graph_vars = self.session.graph.variables
         wanted = {v.name for v in self.variables} | {n for n in graph_vars if n in ckpt.values}
