@@ -66,7 +66,9 @@ def entry(name: str, feeds: dict[str, Any] | None = None, fetches: Any = None,
           targets: Sequence[Operation] = ()) -> None:
     """Declare an entry point of the model: ``tfc.entry("predict", feeds={"x": x},
     fetches={"probs": probs})``. ``targets`` are operations it runs for their effect
-    (a training step's assigns); fetched operations count as targets too. Feeds default
+    (a training step's assigns); fetched operations count as targets too; a fetched
+    ``tfc.summary`` (``merge_all()``) becomes one fetch per summary, named
+    ``summary/<kind>/<tag>`` (what ``tfc run --logdir`` writes as that kind). Feeds default
     to the placeholders the fetches need, named by the placeholders' names."""
     get_default_graph().entry(name, feeds, {} if fetches is None else fetches, targets,
                               user_location())

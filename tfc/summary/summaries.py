@@ -13,7 +13,8 @@ no summary pays nothing for the summaries in its graph.
 A model file's entry carries summaries as ordinary named fetches, ``summary/<kind>/<tag>``
 (``tfc.entry("train_step", fetches={"loss": loss, "summaries": merge_all()}, ...)``), so
 an artifact keeps them with no new IR or manifest field; ``tfc run --logdir`` writes the
-fetches so named as their kind (``split_fetches``).
+fetches so named as their kind (``split_fetches``; an image summary's ``max_outputs`` is
+not kept there: such entries write the first 3 images).
 """
 
 from __future__ import annotations
