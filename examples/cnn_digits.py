@@ -3,8 +3,12 @@ conv 3x3 (16 filters, same padding) -> relu -> 2x2 max pool -> dense 64 -> dense
 
 A model file (``tfc compile examples/cnn_digits.py``: entries ``predict(x)``,
 ``evaluate(x, y)``, ``train_step(x, y)`` with ``x`` of shape ``[B, 8, 8, 1]``);
-``python examples/cnn_digits.py`` trains it and prints the test accuracy (about 0.98).
+``python examples/cnn_digits.py`` trains it and prints the test accuracy (about 0.98);
+``--logdir runs/cnn`` also writes TensorBoard events there (loss, accuracy, learning rate,
+step time, weight histograms and the training graph: ``tensorboard --logdir runs``).
 """
+
+import argparse
 
 import numpy as np
 
@@ -29,13 +33,20 @@ def images(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1, 8, 8, 1)
 
 
-def train(epochs: int = 12, batch_size: int = 32, seed: int = 0, verbose: int = 1) -> float:
-    """Fit on the training split; returns the accuracy on the held-out test split."""
+def train(epochs: int = 12, batch_size: int = 32, seed: int = 0, verbose: int = 1,
+          logdir: str | None = None) -> float:
+    """Fit on the training split (watched in TensorBoard when ``logdir`` is given);
+    returns the accuracy on the held-out test split."""
     x_train, x_test, y_train, y_test = digits_split()
+    callbacks = [] if logdir is None else [tfc.callbacks.TensorBoard(logdir, histogram_freq=1)]
     model.fit(images(x_train), y_train, epochs=epochs, batch_size=batch_size, seed=seed,
-              validation_data=(images(x_test), y_test), verbose=verbose)
+              validation_data=(images(x_test), y_test), verbose=verbose, callbacks=callbacks)
     return model.evaluate(images(x_test), y_test)["accuracy"]
 
 
 if __name__ == "__main__":
-    print(f"test accuracy: {train():.4f}")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--logdir", help="write TensorBoard events to this directory")
+    parser.add_argument("--epochs", type=int, default=12)
+    args = parser.parse_args()
+    print(f"test accuracy: {train(epochs=args.epochs, logdir=args.logdir):.4f}")

@@ -113,3 +113,47 @@ def ir_test_ops() -> Iterator[None]:
         for op in (_RegionOp(), _AttrsOp()):
             mp.setitem(registry._REGISTRY, op.name, op)
         yield
+
+
+class TensorBoardEvents:
+    """Reads TensorBoard event files back with tensorboard's own reader (``event_accumulator``).
+
+    TensorBoard's readers use TensorFlow where it is installed (imported on first use:
+    seconds per process); the tests make them use TensorBoard's own stand-in, as they do
+    where TensorFlow is missing, by making ``tensorboard.compat.notf`` importable (the
+    switch of TensorBoard's no-TensorFlow build). The files read are the same."""
+
+    # the same switch for a TensorBoard server started by a test (``python -c``)
+    NO_TF_PRELUDE = ("import sys, types; sys.modules.setdefault('tensorboard.compat.notf', "
+                     "types.ModuleType('tensorboard.compat.notf')); ")
+
+    def __init__(self) -> None:
+        import sys
+        import types
+        sys.modules.setdefault("tensorboard.compat.notf",
+                               types.ModuleType("tensorboard.compat.notf"))
+
+    def accumulator(self, logdir: Any) -> Any:
+        from tensorboard.backend.event_processing import event_accumulator as ea
+        acc = ea.EventAccumulator(str(logdir), size_guidance={
+            ea.TENSORS: 0, ea.IMAGES: 0, ea.HISTOGRAMS: 0, ea.SCALARS: 0})
+        acc.Reload()
+        return acc
+
+    def tensors(self, logdir: Any, tag: str) -> list[tuple[int, Any]]:
+        """``(step, value)`` of each event of ``tag`` (scalars, histograms and text are
+        in TensorBoard's tensor form)."""
+        from tensorboard.util.tensor_util import make_ndarray
+        return [(e.step, make_ndarray(e.tensor_proto))
+                for e in self.accumulator(logdir).Tensors(tag)]
+
+    def scalars(self, logdir: Any, tag: str) -> list[tuple[int, float]]:
+        return [(s, float(v)) for s, v in self.tensors(logdir, tag)]
+
+
+@pytest.fixture
+def tb_events() -> TensorBoardEvents:
+    """TensorBoard's event reader (the test is skipped without the tensorboard package)."""
+    pytest.importorskip("tensorboard", reason="needs the tensorboard package (the "
+                                              "tensorboard extra)")
+    return TensorBoardEvents()

@@ -52,6 +52,11 @@ LAYERS: dict[str, str] = {
     "tfc.api": "api",
     "tfc.train": "train",
     "tfc.layers": "layers",
+    # Summaries in the graph and TensorBoard event files: tagged fetches of a Session's
+    # graph (api), written with the tensorboard package; used by the callbacks and the cli.
+    "tfc.summary": "api",
+    # Keras callbacks of Sequential.fit: checkpoints, early stopping, TensorBoard, CSV.
+    "tfc.callbacks": "layers",
     "tfc.compiler": "compiler",
     "tfc.cli": "cli",
     "tfc.cli_devices": "cli",  # the device commands of the cli (calibrate, bench, viz)

@@ -28,6 +28,8 @@ from tfc import train  # noqa: F401  (tfc.train)
 from tfc.train import clip_by_global_norm  # noqa: F401
 from tfc import layers  # noqa: F401  (tfc.layers)
 from tfc.layers import Sequential  # noqa: F401
+from tfc import summary  # noqa: F401  (tfc.summary)
+from tfc import callbacks  # noqa: F401  (tfc.callbacks)
 from tfc.errors import TfcError
 from tfc.ir.types import DType
 
@@ -66,7 +68,9 @@ def entry(name: str, feeds: dict[str, Any] | None = None, fetches: Any = None,
           targets: Sequence[Operation] = ()) -> None:
     """Declare an entry point of the model: ``tfc.entry("predict", feeds={"x": x},
     fetches={"probs": probs})``. ``targets`` are operations it runs for their effect
-    (a training step's assigns); fetched operations count as targets too. Feeds default
+    (a training step's assigns); fetched operations count as targets too; a fetched
+    ``tfc.summary`` (``merge_all()``) becomes one fetch per summary, named
+    ``summary/<kind>/<tag>`` (what ``tfc run --logdir`` writes as that kind). Feeds default
     to the placeholders the fetches need, named by the placeholders' names."""
     get_default_graph().entry(name, feeds, {} if fetches is None else fetches, targets,
                               user_location())

@@ -4,7 +4,7 @@
     tfc run model.tfc --entry predict --feed x=x.npy [--out out.npz] [--steps N] [--save]
         [--force] [--recompile | --no-recompile]
     tfc run model.tfc --entry train_step --steps N --checkpoint-dir DIR [--checkpoint-every K]
-        [--resume]
+        [--resume] [--logdir runs/x]
     tfc ir model.py [--after cse | --passes cse,dce | --raw] [--print-after fusion] [--full]
     tfc opt in.tfir --passes cse,dce [-o out.tfir]
     tfc compile model.py --devices cpu:0,cpu:1 [--fp16-transfers] [--profile-runs N]
@@ -453,15 +453,21 @@ def _scalars(fetches: dict[str, np.ndarray]) -> str:
 
 
 def _run_steps(program: Any, entry: str, feeds: dict[str, Any], steps: int,
-               after_step: Callable[[], None] | None = None) -> dict[str, np.ndarray]:
-    """Run ``steps`` steps (calling ``after_step`` after each); the last step's fetches.
+               after_step: Callable[[], None] | None = None,
+               record: Callable[[dict[str, np.ndarray], float], None] | None = None
+               ) -> dict[str, np.ndarray]:
+    """Run ``steps`` steps (calling ``after_step`` after each, and ``record`` with the
+    step's fetches and seconds); the last step's fetches.
 
     For more than one step, a progress bar on stderr shows the step counter, the
     steps per second and the latest value of each scalar fetch (the loss), and for a
     cluster program each task's time in the latest step (``Program.task_states``).
     """
     def one() -> dict[str, np.ndarray]:
+        start = time.perf_counter()
         out = program.run(entry, feeds)
+        if record is not None:
+            record(out, time.perf_counter() - start)
         if after_step is not None:
             after_step()
         return out
@@ -510,9 +516,38 @@ def _resume(program: Any, directory: str) -> None:
     print(f"resumed from {path} (step {program.step})", file=sys.stderr)
 
 
+def _summary_writer(logdir: str | None, program: Any, entry: str) -> Any:
+    """``--logdir``: a ``tfc.summary.FileWriter`` there, the entry's placed graph written
+    first (TensorBoard's Graphs dashboard)."""
+    if logdir is None:
+        return None
+    from tfc.summary import FileWriter
+    writer = FileWriter(logdir)
+    writer.add_graph(program, entry)
+    return writer
+
+
+def _recorder(writer: Any, program: Any) -> Callable[[dict[str, np.ndarray], float], None]:
+    """What ``--logdir`` writes after each step, at the program's global step: every
+    numeric scalar fetch (the loss), the step's time and the entry's summaries
+    (fetches named ``summary/<kind>/<tag>``: ``tfc.summary``)."""
+    from tfc.summary import split_fetches
+
+    def record(fetches: dict[str, np.ndarray], seconds: float) -> None:
+        plain, summaries = split_fetches(fetches)
+        step = program.step
+        writer.add_scalars(plain, step)
+        writer.add_scalar("step_time_ms", seconds * 1e3, step)
+        writer.add_summary(summaries, step)
+    return record
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     _checkpoint_options(args)
     check_at_least("--steps", args.steps, 1)
+    if args.logdir is not None and Path(args.logdir).exists() \
+            and not Path(args.logdir).is_dir():
+        raise TfcError(f"--logdir {args.logdir} is not a directory")
     if args.force and not args.save:
         raise TfcError("--force needs --save (it overwrites an artifact another process "
                        "updated)")
@@ -563,7 +598,15 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
             checkpoint()
 
     after = every_k if changes and args.checkpoint_dir and args.checkpoint_every else None
-    fetches = _run_steps(program, entry, feeds, args.steps, after)
+    writer = _summary_writer(args.logdir, program, entry)
+    try:
+        fetches = _run_steps(program, entry, feeds, args.steps, after,
+                             None if writer is None else _recorder(writer, program))
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is not None:
+        print(f"wrote TensorBoard events to {writer.path}", file=sys.stderr)
     if changes and args.checkpoint_dir and (not saved or saved[1] != program.step):
         checkpoint()
     if saved:
@@ -657,6 +700,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also save one whenever the step is a multiple of K")
     p.add_argument("--resume", action="store_true",
                    help="first restore the latest checkpoint in DIR, then run N more steps")
+    p.add_argument("--logdir", metavar="DIR",
+                   help="write TensorBoard events to DIR: the entry's graph, and per step "
+                        "each scalar fetch, the step time and the entry's summaries")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("ir", help="print a model's IR")

@@ -208,6 +208,8 @@ class Graph:
         for k, v in named.items():
             if isinstance(v, Operation):
                 ops.append(v)
+            elif hasattr(v, "entry_fetches"):  # tfc.summary's: one named fetch per summary
+                tensors.update(v.entry_fetches())
             else:
                 tensors[k] = convert_to_tensor(v)
         feed_map = ({k: convert_to_tensor(v) for k, v in feeds.items()} if feeds is not None

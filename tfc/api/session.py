@@ -44,8 +44,22 @@ class _Compiled:
     feed_names: list[str]
 
 
+class CompositeFetch:
+    """A fetch made of several tensors and returned as one value (``tfc.summary``'s
+    summaries): ``run`` fetches ``fetch_tensors()`` in the same step as the rest and
+    returns ``from_values(their values)``. Subclasses hash by identity."""
+
+    def fetch_tensors(self) -> list[Tensor]:
+        raise NotImplementedError
+
+    def from_values(self, values: list[Any]) -> Any:
+        raise NotImplementedError
+
+
 def _flatten(fetches: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
     """Leaves of a nested fetch structure and a function that rebuilds it from values."""
+    if isinstance(fetches, CompositeFetch):
+        return list(fetches.fetch_tensors()), fetches.from_values
     if isinstance(fetches, (list, tuple)):
         parts = [_flatten(f) for f in fetches]
         leaves = [x for p, _ in parts for x in p]
@@ -134,8 +148,8 @@ class Session:
     # ---- running -------------------------------------------------------------------------
 
     def run(self, fetches: Any, feed_dict: Mapping[Any, Any] | None = None) -> Any:
-        """Values of ``fetches`` (a tensor, operation, variable, or a nested list / tuple /
-        dict of them) given ``feed_dict`` (tensor or placeholder name -> value).
+        """Values of ``fetches`` (a tensor, operation, variable, summary (``tfc.summary``),
+        or a nested list / tuple / dict of them) given ``feed_dict`` (tensor or placeholder name -> value).
 
         A request is ``make_callable(fetches, list(feed_dict))``, kept by the structure of
         its fetches and its feed keys: a training loop that runs the same request every

@@ -26,6 +26,7 @@ from tfc.api.session import Session
 from tfc.api.tensor import TensorLike, convert_to_tensor
 from tfc.errors import FeedError, TfcError, TypeMismatch
 from tfc.ir.types import DType, TensorType
+from tfc.callbacks.base import Callback, CallbackList
 from tfc.layers.base import Layer
 from tfc.layers.losses import Loss, get_loss, get_metric
 from tfc.layers.progress import FitProgress, format_metrics
@@ -98,6 +99,9 @@ class Sequential:
         self._training: _Training | None = None
         self._session: Session | None = None
         self.output_type: TensorType | None = None
+        # the optimizer's learning rate as a variable (``learning_rate``), when it was a number
+        self._lr_variable: Variable | None = None
+        self.stop_training = False  # a callback sets it to end ``fit`` after this epoch
         for layer in layers or []:
             self.add(layer)
 
@@ -202,10 +206,52 @@ class Sequential:
                 eval_loss, eval_metrics = train_loss, train_metrics
             else:
                 eval_loss, eval_metrics = losses_and_metrics(out)
-            train_op = self.optimizer.minimize(train_loss, var_list=self.trainable_variables)
+            train_op = self._minimize(train_loss)
         self._training = _Training(y, train_loss, train_metrics, train_op, eval_loss,
                                    eval_metrics)
         return self._training
+
+    def _minimize(self, loss: Tensor) -> Operation:
+        """The optimizer's step on ``loss``. A learning rate given as a number is read from
+        a non-trainable variable ``<model>/learning_rate`` instead of a constant, so that
+        callbacks (``LearningRateScheduler``) can change it between steps without a
+        recompile; the optimizer object itself is left as it was."""
+        opt = self.optimizer
+        rate = getattr(opt, "_learning_rate", None)
+        if not isinstance(rate, (int, float, np.floating, np.integer)) or isinstance(rate, bool):
+            return opt.minimize(loss, var_list=self.trainable_variables)
+        self._lr_variable = Variable(np.asarray(rate, dtype=np.float32), trainable=False,
+                                     name=f"{self.name}/learning_rate")
+        opt._learning_rate = self._lr_variable
+        try:
+            return opt.minimize(loss, var_list=self.trainable_variables)
+        finally:
+            opt._learning_rate = rate
+
+    @property
+    def learning_rate(self) -> float:
+        """The optimizer's current learning rate (settable between steps when the optimizer
+        was given a number: see ``_minimize``)."""
+        self._require_training()
+        if self._lr_variable is None:
+            raise TfcError(f"model '{self.name}': the learning rate of "
+                           f"{type(self.optimizer).__name__} is a tensor or schedule, not a "
+                           f"number the model can read or set")
+        return float(self.session.variable_values()[self._lr_variable.name])
+
+    @learning_rate.setter
+    def learning_rate(self, value: float) -> None:
+        self._require_training()
+        rate = np.asarray(value, dtype=np.float32)
+        if rate.shape != () or not np.isfinite(rate):
+            raise TfcError(f"model '{self.name}': a learning rate must be one finite number, "
+                           f"not {value!r}")
+        if self._lr_variable is None:
+            raise TfcError(f"model '{self.name}': cannot set the learning rate of "
+                           f"{type(self.optimizer).__name__}: it was given as a tensor or "
+                           f"schedule, not a number")
+        self.session.variable_values()  # initialize everything else first
+        self.session.variables[self._lr_variable.name] = rate
 
     # ---- running --------------------------------------------------------------------------
 
@@ -254,10 +300,14 @@ class Sequential:
 
     def fit(self, x: Any, y: Any, epochs: int = 1, batch_size: int = 32,
             validation_data: tuple[Any, Any] | None = None, shuffle: bool = True,
-            seed: int = 0, verbose: int = 1) -> History:
+            seed: int = 0, verbose: int = 1,
+            callbacks: Sequence[Callback] | None = None) -> History:
         """Train for ``epochs`` passes over ``(x, y)`` in minibatches (shuffled each epoch
         by a generator seeded with ``seed``); returns the per-epoch mean loss and metrics
-        (and ``val_*`` on ``validation_data``)."""
+        (and ``val_*`` on ``validation_data``, also shown in the epoch's progress line).
+        ``callbacks`` (``tfc.callbacks``) are called at the start and end of training, of
+        each epoch and of each batch; one that sets ``model.stop_training`` ends the
+        training after the current batch."""
         xa = self._prepare_x(x)
         ya = self._prepare_y(y)
         if len(xa) != len(ya):
@@ -272,27 +322,92 @@ class Sequential:
         fetches = [tr.loss, *tr.metrics.values()]
         history = History()
         steps = -(-n // batch_size)
+        hooks = self._callbacks(callbacks, epochs, steps, verbose)
+        hooks.on_train_begin({})
         with FitProgress(epochs, steps, verbose) as progress:
             for epoch in range(epochs):
+                hooks.on_epoch_begin(epoch, {})
                 progress.start_epoch(epoch)
                 totals = np.zeros(len(names))
                 seen = 0
                 order = rng.permutation(n) if shuffle else None
-                for idx in self._batches(n, batch_size, order):
+                for batch, idx in enumerate(self._batches(n, batch_size, order)):
+                    hooks.on_batch_begin(batch, {"batch": batch})
                     xb, yb = xa[idx], ya[idx]
                     _, values = sess.run([tr.train_op, fetches],
                                          {self.inputs: xb, tr.y: yb})
                     totals += np.asarray(values, dtype=np.float64) * len(xb)
                     seen += len(xb)
                     progress.batch_done(dict(zip(names, totals / seen)))
-                logs = {k: float(v) for k, v in zip(names, totals / max(seen, 1))}
+                    hooks.on_batch_end(batch, {"batch": batch, "size": len(xb),
+                                               **_floats(names, totals / seen)})
+                    if self.stop_training:
+                        break
+                logs = _floats(names, totals / max(seen, 1))
                 if validation_data is not None:
                     val = self.evaluate(*validation_data)
                     logs.update({f"val_{k}": v for k, v in val.items()})
+                hooks.on_epoch_end(epoch, logs)
                 for k, v in logs.items():
                     history.setdefault(k, []).append(v)
                 progress.end_epoch(logs)
+                if self.stop_training:
+                    break
+        hooks.on_train_end({})
         return history
+
+    def training_graph(self) -> Any:
+        """The IR graph of one training step (``train_step(x, y) -> loss, metrics``), as
+        ``fit`` runs it before optimization: for ``FileWriter.add_graph``."""
+        from tfc.api.extract import extract
+        tr = self._require_training()
+        assert self.graph is not None and self.inputs is not None
+        fetches = [("loss", tr.loss.value), *((k, t.value) for k, t in tr.metrics.items())]
+        return extract(self.graph.ir, "train_step", [("x", self.inputs.value), ("y", tr.y.value)],
+                       fetches, tr.train_op.ir_ops(), what=f"model '{self.name}'")
+
+    def _callbacks(self, callbacks: Sequence[Callback] | None, epochs: int, steps: int,
+                   verbose: int) -> CallbackList:
+        """``fit``'s callbacks, given the model and the run's parameters."""
+        self.stop_training = False
+        hooks = CallbackList(callbacks or [])
+        hooks.set_model(self)
+        hooks.set_params({"epochs": epochs, "steps": steps, "verbose": verbose})
+        return hooks
+
+    def save_weights(self, path: str | Any) -> str:
+        """Save every variable of the model's graph (weights, optimizer slots, learning
+        rate) and the step to a tfc checkpoint: ``path`` is a directory (the file is
+        ``ckpt-<step>.tfckpt``, recorded in its index) or a ``.tfckpt`` file name."""
+        from tfc.runtime.checkpoint import save_checkpoint
+        sess = self.session
+        return str(save_checkpoint(path, sess.variable_values(), sess.step))
+
+    def load_weights(self, path: str | Any) -> None:
+        """Restore the model from a checkpoint file or a directory's latest
+        (``model.load_weights(tfc.train.latest_checkpoint(dir))``): every model weight
+        must be there with its shape and dtype; the other variables of the graph that the
+        checkpoint holds (optimizer slots of a compiled model, learning rate) are restored
+        too, and the session's step. Variables are matched by name (a model built the
+        same way in a new graph or process has the same names). Nothing changes when a
+        check fails."""
+        from tfc.runtime.checkpoint import CheckpointError, check_values, read_checkpoint
+        if path is None:
+            raise CheckpointError(f"model '{self.name}': load_weights got None (did "
+                                  f"latest_checkpoint find no checkpoint?)")
+        if not self.built:
+            raise TfcError(f"model '{self.name}' is not built yet: build it (or fit or "
+                           f"compile and build) before load_weights")
+        if self.loss is not None:
+            self._require_training()  # the optimizer's slots exist, to be restored too
+        ckpt = read_checkpoint(path)
+        graph_vars = self.session.graph.variables
+        wanted = {v.name for v in self.variables} | {n for n in graph_vars if n in ckpt.values}
+        values = check_values(ckpt, {n: graph_vars[n].decl for n in wanted},
+                              allow_extra=True)
+        self.session.variable_values()  # initialize everything else first
+        self.session.variables.update(values)
+        self.session.step = ckpt.step
 
     def evaluate(self, x: Any, y: Any, batch_size: int = 256, verbose: int = 0
                  ) -> dict[str, float]:
@@ -385,3 +500,7 @@ class Sequential:
                           f"{layer.count_params():,}")
         table.caption = f"Total params: {self.count_params():,}"
         (print_fn or Console().print)(table)
+
+
+def _floats(names: Sequence[str], values: np.ndarray) -> dict[str, float]:
+    return {k: float(v) for k, v in zip(names, values)}
