@@ -36,7 +36,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from tfc.backends.llvm import irutil
-from tfc.backends.llvm.context import Compiler, Kernel, Storage
+from tfc.backends.llvm.context import Compiler, Kernel, Storage, whole_range
 from tfc.backends.llvm.kernels_expr import is_view
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.ir.core import Graph, Module, Op, Value
@@ -353,7 +353,7 @@ class GraphCompiler:
             if parallel is not None and kernel.extent is not None:
                 rc = parallel(b, kernel, args, params)
             else:
-                rc = b.call(kernel.fn, [*args, params, irutil.i64(0), irutil.i64(INT64_MAX)])
+                rc = b.call(whole_range(kernel), [*args, params])
             ok = fn.append_basic_block("ok")
             b.cbranch(b.icmp_signed("!=", rc, ir.Constant(irutil.I32, 0)), fail, ok)
             rc_block = b.block

@@ -2,23 +2,39 @@
 
 ``compile_ir`` turns the printed IR of a module into object code, through the object-code
 cache of ``tfc.backends.llvm.runtime.native`` (which also holds the target machine and
-loads the code into this process).
+loads the code into this process). ``compile_split`` does it for an entry split into its
+glue and kernel units (``kernel_units``): each unit at O3 through the cache (so a kernel
+compiled for any entry, model or process before is not compiled again), the glue at
+``GLUE_SPEED``, all bundled into one object-code blob (``native.bundle``).
+
+Threads do not help here: llvmlite runs every call into LLVM under one process-wide lock
+(``llvmlite.binding.ffi``'s ``_lib_fn_wrapper``), so modules compiled on two threads take
+turns even though ctypes releases the GIL (measured: 2 threads x 8 units took as long as
+16 units on one).
 """
 
 from __future__ import annotations
 
 import llvmlite.binding as llvm
 
-from tfc.backends.llvm.runtime.native import cache_get, cache_key, cache_put, target_machine
+from dataclasses import dataclass
+
+from tfc.backends.llvm.runtime.native import (bundle, cache_get, cache_key, cache_put,
+                                              target_machine)
+
+# The glue (the entry: pointer arithmetic and calls in schedule order) gains nothing from
+# O3 that O1 does not give it, and costs more at O3 as models grow.
+GLUE_SPEED = 1
 
 
-def optimize(ir_text: str, tm: llvm.TargetMachine | None = None) -> llvm.ModuleRef:
-    """Parse, verify and optimize ``ir_text`` with the O3 pipeline for the host CPU (for
-    ``tm``'s CPU when given: tools check the code made for other hosts with it)."""
+def optimize(ir_text: str, tm: llvm.TargetMachine | None = None, speed: int = 3
+             ) -> llvm.ModuleRef:
+    """Parse, verify and optimize ``ir_text`` with the O``speed`` pipeline for the host
+    CPU (for ``tm``'s CPU when given: tools check the code made for other hosts with it)."""
     tm = target_machine() if tm is None else tm
     mod = llvm.parse_assembly(ir_text)
     mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto = llvm.create_pipeline_tuning_options(speed_level=speed)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
     # The vectorizer still interleaves (unrolls) vector loops; the generic unroller on top
@@ -35,18 +51,19 @@ def emit_object(mod: llvm.ModuleRef) -> bytes:
     return target_machine().emit_object(mod)
 
 
-def compile_ir(ir_text: str, use_cache: bool = True, *, optimized: bool = True
-               ) -> tuple[bytes, bool]:
+def compile_ir(ir_text: str, use_cache: bool = True, *, optimized: bool = True,
+               speed: int = 3) -> tuple[bytes, bool]:
     """Object code for ``ir_text`` and whether it came from the cache. ``optimized``: run
-    the O3 pipeline first; without it the IR, already lean, goes straight to code
+    the O``speed`` pipeline first; without it the IR, already lean, goes straight to code
     generation (still for the host CPU)."""
-    key = cache_key(ir_text if optimized else "; not optimized\n" + ir_text)
+    tag = f"; speed {speed}\n" if speed != 3 else ""
+    key = cache_key(tag + ir_text if optimized else "; not optimized\n" + ir_text)
     if use_cache:
         obj = cache_get(key)
         if obj is not None:
             return obj, True
     if optimized:
-        mod = optimize(ir_text)
+        mod = optimize(ir_text, speed=speed)
     else:
         mod = llvm.parse_assembly(ir_text)
         mod.verify()
@@ -54,3 +71,25 @@ def compile_ir(ir_text: str, use_cache: bool = True, *, optimized: bool = True
     if use_cache:
         cache_put(key, obj)
     return obj, False
+
+
+@dataclass
+class SplitCode:
+    """The object code of a split entry and how much of it came from the cache."""
+
+    code: bytes  # the bundle: the glue's object first, then one per unit
+    units: int
+    units_cached: int
+    glue_cached: bool
+
+
+def compile_split(glue: str, units: list[str], use_cache: bool = True) -> SplitCode:
+    """Object code for the glue (at ``GLUE_SPEED``) and each kernel unit (at O3), each
+    verified before it is optimized and each through the object-code cache."""
+    objects, hits = [], 0
+    for text in units:
+        obj, cached = compile_ir(text, use_cache)
+        objects.append(obj)
+        hits += cached
+    glue_obj, glue_cached = compile_ir(glue, use_cache, speed=GLUE_SPEED)
+    return SplitCode(bundle([glue_obj, *objects]), len(units), hits, glue_cached)
