@@ -83,6 +83,8 @@ class GraphCompiler:
     step_ops: list[Op | None] = field(default_factory=list)  # per step: that op (or none)
     buffers: list[int] = field(default_factory=list)  # arena buffer ids used
     gemm_updates: dict[Op, Any] | None = None  # gemm_update.find(graph), when lowering
+    # the LLVM text of the kernel functions (``kernel_units``: printed once, after lowering)
+    function_texts: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.comp = Compiler(self.graph.name, self.triple, self.layout)

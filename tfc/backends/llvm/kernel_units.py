@@ -87,7 +87,8 @@ def dedup_kernels(graph_compiler: GraphCompiler) -> int:
     kernel's regions) are left alone."""
     module = graph_compiler.comp.module
     kernels = graph_compiler.calls
-    texts: dict[str, str] = {}
+    texts = graph_compiler.function_texts  # printed once: split_module reuses them
+    texts.clear()
     for fn in module.functions:
         if fn.blocks:
             texts[fn.name] = str(fn)
@@ -112,6 +113,7 @@ def dedup_kernels(graph_compiler: GraphCompiler) -> int:
             merged[fn.name] = first
             kernel.fn = first
             del module.globals[fn.name]
+            del texts[fn.name]
     return len({k.fn.name for k in kernels})
 
 
@@ -162,7 +164,8 @@ def split_module(graph_compiler: GraphCompiler, entry: str) -> Split:
     module = graph_compiler.comp.module
     header = _header(module)
     values = dict(module.globals)
-    texts = {name: str(v) for name, v in values.items()
+    printed = graph_compiler.function_texts  # the kernels, as dedup_kernels printed them
+    texts = {name: printed.get(name) or str(v) for name, v in values.items()
              if isinstance(v, ir.Function) and v.blocks}
     refs = {name: _refs(text) - {name} for name, text in texts.items()}
     defs = _metadata_defs(module)

@@ -124,8 +124,9 @@ def bundle(objects: list[bytes]) -> bytes:
 
 
 def unbundle(blob: bytes) -> list[bytes]:
-    """The objects of a ``bundle`` (a plain object file: itself alone); ``ValueError`` for
-    a bundle cut short."""
+    """The objects of a ``bundle`` (a plain object file: itself alone); an ``ArtifactError``
+    for a bundle cut short."""
+    from tfc.errors import ArtifactError
     if not blob.startswith(_BUNDLE_TAG):
         return [blob]
     pos = len(_BUNDLE_TAG)
@@ -133,7 +134,7 @@ def unbundle(blob: bytes) -> list[bytes]:
     def u64() -> int:
         nonlocal pos
         if pos + 8 > len(blob):
-            raise ValueError("truncated object bundle")
+            raise ArtifactError("truncated object bundle")
         pos += 8
         return int.from_bytes(blob[pos - 8:pos], "little")
 
@@ -141,7 +142,7 @@ def unbundle(blob: bytes) -> list[bytes]:
     for _ in range(u64()):
         n = u64()
         if pos + n > len(blob):
-            raise ValueError("truncated object bundle")
+            raise ArtifactError("truncated object bundle")
         objects.append(blob[pos:pos + n])
         pos += n
     return objects
