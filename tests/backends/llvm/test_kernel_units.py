@@ -77,15 +77,29 @@ def llvm_runs(monkeypatch):
     return speeds
 
 
-def test_identical_layers_compile_as_one_kernel(cache, llvm_runs):
+def test_identical_layers_compile_as_one_kernel(cache, llvm_runs, monkeypatch):
     module, values = mlp(6)
+    texts: list[str] = []
+    split = jit.compile_split
+
+    def keep(data, glue, units, use_cache=True):
+        texts[:] = [glue, *units]
+        return split(data, glue, units, use_cache)
+    monkeypatch.setattr(jit, "compile_split", keep)
     exe = compile_lowered(LLVMBackend(use_cache=False), module, "train_step")
+    glue, units = texts[0], texts[1:]
+    # the glue defines the entry alone (its kernels are the units', at O3); each unit
+    # defines its kernel with its wrappers and helpers
+    assert [line.split("@")[1].split("(")[0] for line in glue.splitlines()
+            if line.startswith("define")] == ['"tfc_entry"']
+    assert all("_whole\"(" in u for u in units)
     report = exe.report
     # 6 layers: every hidden layer's kernels are the same up to names
     assert 0 < report.distinct_kernels < report.kernels
     assert f"{report.kernels} kernels ({report.distinct_kernels} distinct" in str(report)
-    # one O3 run per distinct kernel, and the glue at its lower level, last
-    assert llvm_runs == [3] * report.distinct_kernels + [jit.GLUE_SPEED]
+    # one O3 run per distinct kernel, then the global variables and the glue at the
+    # glue's lower level
+    assert llvm_runs == [3] * report.distinct_kernels + [jit.GLUE_SPEED] * 2
     assert jit.GLUE_SPEED < 3
     check_against_reference(module, values, exe)
     deeper = compile_lowered(LLVMBackend(use_cache=False), mlp(12)[0], "train_step").report
@@ -119,6 +133,7 @@ def test_a_one_layer_edit_compiles_only_the_new_kernels(cache, llvm_runs):
     new_units = report.distinct_kernels - report.kernels_cached
     assert report.kernels_cached > 0 and 0 < new_units <= 3
     assert llvm_runs == [3] * new_units + [jit.GLUE_SPEED]  # the new kernels, the glue
+    # (the global variables' module is the same text: cached)
     assert len(llvm_runs) < compiled_cold
     check_against_reference(module, values, exe)
 
@@ -133,7 +148,7 @@ def test_cached_kernels_are_keyed_by_the_cpu(cache, monkeypatch, llvm_runs):
     llvm_runs.clear()
     exe = compile_lowered(LLVMBackend(), module, "train_step")
     assert exe.report.kernels_cached == 0
-    assert len(llvm_runs) == exe.report.distinct_kernels + 1  # everything compiled again
+    assert len(llvm_runs) == exe.report.distinct_kernels + 2  # everything compiled again
 
 
 def test_damaged_cached_kernels_are_compiled_again(cache, llvm_runs):
@@ -150,7 +165,7 @@ def test_damaged_cached_kernels_are_compiled_again(cache, llvm_runs):
     llvm_runs.clear()
     exe = compile_lowered(LLVMBackend(), module, "train_step")
     assert exe.report.kernels_cached == 0 and not exe.report.cached
-    assert len(llvm_runs) == exe.report.distinct_kernels + 1
+    assert len(llvm_runs) == exe.report.distinct_kernels + 2
     check_against_reference(module, values, exe)
 
 

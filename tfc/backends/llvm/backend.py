@@ -226,7 +226,8 @@ class LLVMBackend:
         report.ir_bytes = len(split.glue) + sum(len(u.text) for u in split.units)
         t1 = time.perf_counter()
         report.seconds["ir"] = t1 - t0
-        code = jit.compile_split(split.glue, [u.text for u in split.units], self.use_cache)
+        code = jit.compile_split(split.data, split.glue, [u.text for u in split.units],
+                                 self.use_cache)
         obj = code.code
         report.kernels_cached = code.units_cached
         report.cached = code.glue_cached and code.units_cached == code.units

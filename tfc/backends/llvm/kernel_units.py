@@ -22,8 +22,9 @@ with the code it is given. So the lowered module is reshaped before LLVM sees it
    pointer arithmetic and the calls in schedule order), is compiled at a low optimization
    level (``jit.GLUE_SPEED``); the units at O3.
 
-The objects are linked when loaded (``native.load_object``: one MCJIT engine, the glue's
-calls resolved against the units' exports).
+The objects are linked when loaded (``native.load_object``: one MCJIT engine; the global
+variables first, then the units, then the glue, whose calls resolve to the units'
+exports: see ``Split``).
 """
 
 from __future__ import annotations
@@ -127,8 +128,15 @@ class Unit:
 
 @dataclass
 class Split:
-    """The glue module's text and the kernel units it links against."""
+    """The module texts of one entry, in the order they must be loaded: the global
+    variables (``tfc_error_detail``, ``tfc_prof_stamps``), the kernel units, the glue.
 
+    Each refers only to symbols of the runtime (``llvm.add_symbol``) and of the modules
+    before it: MCJIT (llvmlite 0.50) corrupted a kernel's code when an object loaded
+    before it referred to a symbol it defines (seen: a glue object loaded first made its
+    unit's kernel crash when called directly)."""
+
+    data: str
     glue: str
     units: list[Unit] = field(default_factory=list)
 
@@ -170,7 +178,9 @@ def split_module(graph_compiler: GraphCompiler, entry: str) -> Split:
     refs = {name: _refs(text) - {name} for name, text in texts.items()}
     defs = _metadata_defs(module)
 
-    def closure(roots: list[str]) -> list[str]:
+    def closure(roots: list[str], outside: dict[str, str]) -> list[str]:
+        """The functions defined here that ``roots`` call, directly or not, except those
+        ``outside`` (the units' exports: the glue declares them)."""
         seen: list[str] = []
         stack = list(reversed(roots))
         while stack:
@@ -178,7 +188,8 @@ def split_module(graph_compiler: GraphCompiler, entry: str) -> Split:
             if name in seen:
                 continue
             seen.append(name)
-            stack.extend(sorted(r for r in refs.get(name, ()) if r in texts))
+            stack.extend(sorted(r for r in refs.get(name, ())
+                                if r in texts and r not in outside))
         return seen
 
     kernel_names = list(dict.fromkeys(k.fn.name for k in graph_compiler.calls))
@@ -186,8 +197,8 @@ def split_module(graph_compiler: GraphCompiler, entry: str) -> Split:
     units: dict[str, Unit] = {}
     for name in kernel_names:
         exports = [n for n in (name + WHOLE_SUFFIX, name + TASK_SUFFIX) if n in texts]
-        defined = closure([name, *exports])
-        local = {n: f"{_PLACEHOLDER}{i}" for i, n in enumerate(defined) if n not in exports}
+        defined = closure([name, *exports], {})
+        local = {n: f"{_PLACEHOLDER}.h{i}" for i, n in enumerate(defined) if n not in exports}
         local[name] = _PLACEHOLDER
         for n in exports:
             local[n] = _PLACEHOLDER + n[len(name):]
@@ -200,9 +211,9 @@ def split_module(graph_compiler: GraphCompiler, entry: str) -> Split:
             exported[n] = symbol + n[len(name):]
         if symbol not in units:
             units[symbol] = Unit(text.replace(f'@"{_PLACEHOLDER}', f'@"{symbol}'), symbol)
-    glue_defined = closure([entry])
+    glue_defined = closure([entry], exported)
     glue_used = set().union(*(refs[n] for n in glue_defined))
-    glue_lines = []
+    glue_lines, data_lines = [], []
     for name, v in values.items():
         if isinstance(v, ir.Function):
             if name in glue_defined:
@@ -211,7 +222,11 @@ def split_module(graph_compiler: GraphCompiler, entry: str) -> Split:
                 glue_lines.append(str(v))
             elif name in exported:
                 glue_lines.append(_declaration(v, name))
-        elif not _is_local(v) or name in glue_used:
+        elif not _is_local(v):
+            data_lines.append(str(v))
+            glue_lines.append(_declaration(v, name))
+        elif name in glue_used:
             glue_lines.append(str(v))
     glue = _numbered_metadata(_renamed(header + "\n".join(glue_lines) + "\n", exported), defs)
-    return Split(glue, list(units.values()))
+    data = header + "\n".join(data_lines) + "\n"
+    return Split(data, glue, list(units.values()))

@@ -44,18 +44,26 @@ def _init() -> None:
     _STATE["layout"] = str(tm.target_data)
 
 
-def _new_target_machine() -> llvm.TargetMachine:
+def _new_target_machine(opt: int = 3) -> llvm.TargetMachine:
+    """Static relocations and the large code model: an entry's code is several objects
+    linked in one engine (``kernel_units``), and MCJIT's GOT for position-independent
+    objects broke across them (a kernel crashed once an object loaded before it referred
+    to it); with absolute 64-bit addresses nothing depends on where each object and the
+    libraries it calls are mapped."""
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(cpu=str(_STATE["cpu"]),
-                                        features=str(_STATE["features"]), opt=3, reloc="pic",
-                                        codemodel="jitdefault", jit=True)
+                                        features=str(_STATE["features"]), opt=opt,
+                                        reloc="static", codemodel="large", jit=True)
 
 
-def target_machine() -> llvm.TargetMachine:
-    """The target machine for this host (created once; O3, host CPU and features)."""
+def target_machine(opt: int = 3) -> llvm.TargetMachine:
+    """The target machine for this host (one per code-generation level ``opt``, created
+    once; host CPU and features; O3 unless asked)."""
     with _LOCK:
         _init()
-    return _STATE["tm"]
+        if opt != 3 and f"tm{opt}" not in _STATE:
+            _STATE[f"tm{opt}"] = _new_target_machine(opt)
+    return _STATE["tm" if opt == 3 else f"tm{opt}"]
 
 
 def host_key() -> str:
