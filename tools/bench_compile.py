@@ -129,7 +129,7 @@ def jax_cell(layers: int, steps: int) -> dict[str, Any]:
 
 
 def tf_cell(layers: int, xla: bool, steps: int, threads: int) -> dict[str, Any]:
-    import tensorflow as tf
+    import tensorflow as tf  # type: ignore[import-untyped]
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     vs = [tf.Variable(a) for a in params(layers)]
@@ -261,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         cells += [f"{first(c):.3f}" if first(c) is not None else row[c].get("error", "?")
                   for c in names]
         cold = first("tfc-cold")
-        cells += [f"{cold / first(c):.2f}x" if cold and first(c) else "-" for c in peers]
+        for c in peers:
+            other = first(c)
+            cells.append(f"{cold / other:.2f}x" if cold and other else "-")
         edit = first("tfc-edit")
         cells.append(f"{edit / cold:.0%}" if cold and edit else "-")
         cells += [f"{row[c]['step'] * 1e3:.2f}" if "step" in row.get(c, {}) else "-"

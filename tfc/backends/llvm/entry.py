@@ -195,15 +195,18 @@ class GraphCompiler:
         which the runtime applies only when the step succeeds. Whether it may (nothing but
         the program holds the array) is decided per call by the runtime."""
         out: dict[int, int] = {}
+        last_use: dict[Storage, int] = {}  # the last step that uses each storage
+        last_failing = -1  # the last step that may fail
+        for k, step in enumerate(self.steps):
+            for st in ((step.src, step.dst) if isinstance(step, Copy) else step.storages):
+                last_use[st] = k
+            if isinstance(step, Kernel) and step.can_fail:
+                last_failing = k
         for k, step in enumerate(self.steps):
             if not (isinstance(step, Copy) and step.src.kind == "var"
                     and step.dst.kind == "upd"):
                 continue
-            later = self.steps[k + 1:]
-            if any(step.src in (s.src, s.dst) if isinstance(s, Copy) else step.src in s.storages
-                   for s in later):
-                continue
-            if any(isinstance(s, Kernel) and s.can_fail for s in later):
+            if last_use[step.src] > k or last_failing > k:  # read or may fail later
                 continue
             name = step.src.index
             if name in self.var_names:
