@@ -220,6 +220,25 @@ def _cpu() -> str:
     return "unknown CPU"
 
 
+def _row_line(layers: int, row: dict[str, Any], names: list[str], peers: list[str]) -> str:
+    def first(c: str) -> float | None:
+        cell = row.get(c, {})
+        return cell.get("first") if isinstance(cell, dict) else None
+    cells = [str(layers)]
+    cells += [f"{first(c):.3f}" if first(c) is not None else row[c].get("error", "?")
+              for c in names]
+    cold = first("tfc-cold")
+    for c in peers:
+        other = first(c)
+        cells.append(f"{cold / other:.2f}x" if cold and other else "-")
+    edit = first("tfc-edit")
+    cells.append(f"{edit / cold:.0%}" if cold and edit else "-")
+    cells += [f"{row[c]['step'] * 1e3:.2f}" if "step" in row.get(c, {}) else "-"
+              for c in names]
+    cells.append(row["load"])
+    return "| " + " | ".join(cells) + " |"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", default="4,16,64,256")
@@ -241,6 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# compile scaling: {_cpu()}, {args.threads} thread(s); "
           f"load at start {_load()}"
           + (f"; not installed: {', '.join(missing)}" if missing else ""))
+    peers = [c for c in names if not c.startswith("tfc")]
+    head = ["L", *(f"{c} first (s)" for c in names), *(f"cold/{c}" for c in peers),
+            "edit/cold", *(f"{c} step (ms)" for c in names), "load"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head), flush=True)
     for layers in [int(x) for x in args.layers.split(",")]:
         row: dict[str, Any] = {"load": _load()}
         with tempfile.TemporaryDirectory() as cache:  # empty for tfc-cold, then warm
@@ -248,28 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  L={layers} {name} ...", file=sys.stderr, flush=True)
                 row[name] = run_cell(name, layers, args, cache)
         rows[layers] = row
-    peers = [c for c in names if not c.startswith("tfc")]
-    head = ["L", *(f"{c} first (s)" for c in names), *(f"cold/{c}" for c in peers),
-            "edit/cold", *(f"{c} step (ms)" for c in names), "load"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    for layers, row in rows.items():
-        def first(c: str) -> float | None:
-            cell = row.get(c, {})
-            return cell.get("first") if isinstance(cell, dict) else None
-        cells = [str(layers)]
-        cells += [f"{first(c):.3f}" if first(c) is not None else row[c].get("error", "?")
-                  for c in names]
-        cold = first("tfc-cold")
-        for c in peers:
-            other = first(c)
-            cells.append(f"{cold / other:.2f}x" if cold and other else "-")
-        edit = first("tfc-edit")
-        cells.append(f"{edit / cold:.0%}" if cold and edit else "-")
-        cells += [f"{row[c]['step'] * 1e3:.2f}" if "step" in row.get(c, {}) else "-"
-                  for c in names]
-        cells.append(row["load"])
-        print("| " + " | ".join(cells) + " |")
+        print(_row_line(layers, row, names, peers), flush=True)  # a row as soon as it is
     if args.json:
         Path(args.json).write_text(json.dumps({"cpu": _cpu(), "threads": args.threads,
                                                "rows": rows}, indent=1))
