@@ -7,13 +7,16 @@ Pipeline of ``LLVMBackend.compile(module, entry)``:
    so the entry's graph is the final IR and ``module.memory_plans`` holds its schedule
    and arena. ``compile`` refuses a module without the entry's plan.
 2. **Lowering.** Every op becomes kernel functions in one LLVM module (``kernels``),
-   called in schedule order by ``tfc_entry`` (``entry``). Ops the backend cannot lower
+   called in schedule order by ``tfc_entry`` (``entry``). Identical kernels (the same
+   layer L times) become one function, and the module is split into the entry's glue and
+   one unit per distinct kernel (``kernel_units``). Ops the backend cannot lower
    are collected: if there is any, the executable runs the whole graph on the reference
    interpreter, lists them in ``fallback_ops`` and warns (never silently).
-3. **Code.** The module is optimized at O3 for the host CPU (new pass manager), compiled
-   to object code, and loaded into MCJIT with the BLAS symbols bound. Object code is
-   cached on disk by a hash of the IR and the host (``jit``), so compiling the same graph
-   again skips LLVM entirely; ``LLVMBackend.export`` and ``load`` let an artifact carry
+3. **Code.** Each unit is optimized at O3 for the host CPU (new pass manager), the glue
+   at a lower level, each compiled to object code, and all loaded into one MCJIT engine
+   with the BLAS symbols bound. Object code is cached on disk per module by a hash of its
+   IR and the host (``jit``), so a kernel met before (in any entry, model or process) and
+   the same graph again skip LLVM; ``LLVMBackend.export`` and ``load`` let an artifact carry
    it (members ``object.o``, ``host``, ``tables.json``, ``const/NNNN.npy``).
 
 What runs a step, ``LLVMExecutable``, and its run-time tables (``NativeMeta``) are in
@@ -58,7 +61,8 @@ import numpy as np
 
 from tfc.backends.base import ForeignNativeCode, planned
 from tfc.backends.llvm import jit
-from tfc.backends.llvm.entry import GraphCompiler
+from tfc.backends.llvm.entry import ENTRY, GraphCompiler
+from tfc.backends.llvm.kernel_units import dedup_kernels, split_module
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.backends.llvm.runtime import entry_cache, native
 from tfc.backends.llvm.runtime.executable import LLVMExecutable, NativeMeta, install_profiler
@@ -74,6 +78,10 @@ class CompileReport:
 
     graph: str
     kernels: int = 0
+    # kernels that differ (``kernel_units.dedup_kernels``: identical ones are compiled
+    # once), and how many of those the object-code cache held; 0 when nothing was lowered
+    distinct_kernels: int = 0
+    kernels_cached: int = 0
     fallback_ops: list[str] = field(default_factory=list)
     passes: list[str] = field(default_factory=list)
     memory_plan: str = ""
@@ -87,7 +95,10 @@ class CompileReport:
         if self.fallback_ops:
             return (f"llvm @{self.graph}: runs on the reference backend (unsupported: "
                     f"{', '.join(self.fallback_ops)}); {times}")
-        return (f"llvm @{self.graph}: {self.kernels} kernels, passes [{', '.join(self.passes)}],"
+        distinct = (f" ({self.distinct_kernels} distinct, {self.kernels_cached} cached)"
+                    if self.distinct_kernels else "")
+        return (f"llvm @{self.graph}: {self.kernels} kernels{distinct}, "
+                f"passes [{', '.join(self.passes)}],"
                 f" {self.memory_plan} plan, {'cached' if self.cached else 'compiled'} object "
                 f"code {self.object_bytes} bytes; {times}")
 
@@ -146,6 +157,7 @@ class LLVMBackend:
         report.kernels = len(graph_compiler.calls)
         if not failed:
             from tfc.backends.llvm.parallel import build_parallel
+            report.distinct_kernels = dedup_kernels(graph_compiler)
             graph_compiler.build_entry(build_parallel(graph_compiler.comp.module, self.threads),
                                        self.profile)
         report.seconds["lower"] = time.perf_counter() - t1
@@ -210,12 +222,15 @@ class LLVMBackend:
                           stacklevel=2)
             return LLVMExecutable(work, graph, None, None, report)
         t0 = time.perf_counter()
-        text = str(graph_compiler.comp.module)
-        report.ir_bytes = len(text)
+        split = split_module(graph_compiler, ENTRY)
+        report.ir_bytes = len(split.glue) + sum(len(u.text) for u in split.units)
         t1 = time.perf_counter()
         report.seconds["ir"] = t1 - t0
-        obj, cached = jit.compile_ir(text, self.use_cache)
-        report.cached = cached
+        code = jit.compile_split(split.data, split.glue, [u.text for u in split.units],
+                                 self.use_cache)
+        obj = code.code
+        report.kernels_cached = code.units_cached
+        report.cached = code.glue_cached and code.units_cached == code.units
         report.object_bytes = len(obj)
         report.seconds["llvm"] = time.perf_counter() - t1
         exe = LLVMExecutable(work, graph, graph_compiler, obj, report)

@@ -252,5 +252,21 @@ class Kernel:
         self.eb.branch(self.b.function.blocks[1])
 
 
+def whole_range(kernel: Kernel) -> ir.Function:
+    """``i32 name_whole(ptr s0, ..., ptr params)``: ``kernel`` over its whole range (``lo``
+    0, ``hi`` the largest i64), made once per kernel function. The entry calls this, not
+    the kernel: with its unit's object of its own (``kernel_units``), the bounds are then
+    still constants that LLVM propagates into a kernel that is never split."""
+    mod = kernel.comp.module
+    name = kernel.fn.name + "_whole"
+    fn = mod.globals.get(name)
+    if fn is None:
+        n = len(kernel.storages)
+        fn = ir.Function(mod, ir.FunctionType(I32, [PTR] * (n + 1)), name)
+        b = ir.IRBuilder(fn.append_basic_block())
+        b.ret(b.call(kernel.fn, [*fn.args, i64(0), i64((1 << 63) - 1)]))
+    return fn
+
+
 def dtype_size(dtype: DType) -> int:
     return dtype.itemsize

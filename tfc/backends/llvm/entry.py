@@ -36,7 +36,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from tfc.backends.llvm import irutil
-from tfc.backends.llvm.context import Compiler, Kernel, Storage
+from tfc.backends.llvm.context import Compiler, Kernel, Storage, whole_range
 from tfc.backends.llvm.kernels_expr import is_view
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.ir.core import Graph, Module, Op, Value
@@ -83,6 +83,8 @@ class GraphCompiler:
     step_ops: list[Op | None] = field(default_factory=list)  # per step: that op (or none)
     buffers: list[int] = field(default_factory=list)  # arena buffer ids used
     gemm_updates: dict[Op, Any] | None = None  # gemm_update.find(graph), when lowering
+    # the LLVM text of the kernel functions (``kernel_units``: printed once, after lowering)
+    function_texts: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.comp = Compiler(self.graph.name, self.triple, self.layout)
@@ -193,15 +195,18 @@ class GraphCompiler:
         which the runtime applies only when the step succeeds. Whether it may (nothing but
         the program holds the array) is decided per call by the runtime."""
         out: dict[int, int] = {}
+        last_use: dict[Storage, int] = {}  # the last step that uses each storage
+        last_failing = -1  # the last step that may fail
+        for k, step in enumerate(self.steps):
+            for st in ((step.src, step.dst) if isinstance(step, Copy) else step.storages):
+                last_use[st] = k
+            if isinstance(step, Kernel) and step.can_fail:
+                last_failing = k
         for k, step in enumerate(self.steps):
             if not (isinstance(step, Copy) and step.src.kind == "var"
                     and step.dst.kind == "upd"):
                 continue
-            later = self.steps[k + 1:]
-            if any(step.src in (s.src, s.dst) if isinstance(s, Copy) else step.src in s.storages
-                   for s in later):
-                continue
-            if any(isinstance(s, Kernel) and s.can_fail for s in later):
+            if last_use[step.src] > k or last_failing > k:  # read or may fail later
                 continue
             name = step.src.index
             if name in self.var_names:
@@ -353,7 +358,7 @@ class GraphCompiler:
             if parallel is not None and kernel.extent is not None:
                 rc = parallel(b, kernel, args, params)
             else:
-                rc = b.call(kernel.fn, [*args, params, irutil.i64(0), irutil.i64(INT64_MAX)])
+                rc = b.call(whole_range(kernel), [*args, params])
             ok = fn.append_basic_block("ok")
             b.cbranch(b.icmp_signed("!=", rc, ir.Constant(irutil.I32, 0)), fail, ok)
             rc_block = b.block

@@ -36,8 +36,19 @@ def compute_type(dtype: DType) -> ir.Type:
     return _COMPUTE[dtype]
 
 
+_I64: dict[int, ir.Constant] = {}
+
+
 def i64(v: int) -> ir.Constant:
-    return ir.Constant(I64, int(v))
+    """An i64 constant; one object per value (constants belong to no function and are
+    never changed), which spares lowering thousands of allocations and their printing."""
+    v = int(v)
+    c = _I64.get(v)
+    if c is None:
+        c = ir.Constant(I64, v)
+        if len(_I64) < 65536:
+            _I64[v] = c
+    return c
 
 
 def const(dtype: DType, value: float | int | bool) -> ir.Constant:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import llvmlite.ir as ir
 
 from tfc.backends.llvm import irutil
-from tfc.backends.llvm.context import Kernel
+from tfc.backends.llvm.context import Kernel, whole_range
 from tfc.backends.llvm.runtime.pool import (CHUNK_WORK, CHUNKS_PER_THREAD, POOL_RUN,
                                             default_threads, min_work, register_runtime)
 
@@ -42,12 +42,16 @@ def _never_split(work: tuple[str, int]) -> bool:
 
 
 def _trampoline(kernel: Kernel) -> ir.Function:
-    """``i32 name.task(ptr argv, ptr params, i64 lo, i64 hi)`` calling the kernel."""
+    """``i32 name_task(ptr argv, ptr params, i64 lo, i64 hi)`` calling the kernel (one per
+    kernel function: identical kernels share it). Exported: it lives in the kernel's unit
+    (``kernel_units``) and the entry, in the glue, hands it to the pool."""
     mod = kernel.comp.module
+    name = kernel.fn.name + "_task"
+    if name in mod.globals:
+        return mod.globals[name]
     fn = ir.Function(mod, ir.FunctionType(irutil.I32,
                                           [irutil.PTR, irutil.PTR, irutil.I64, irutil.I64]),
-                     kernel.name + "_task")
-    fn.linkage = "internal"
+                     name)
     argv, params, lo, hi = fn.args
     b = ir.IRBuilder(fn.append_basic_block())
     ptrs = [b.load(b.gep(argv, [irutil.i64(i)], source_etype=irutil.PTR), typ=irutil.PTR)
@@ -88,7 +92,7 @@ def build_parallel(module: ir.Module, threads: int | None
         comp = kernel.comp
         kind, val = kernel.extent  # type: ignore[misc]
         if (kind == "const" and val < 2) or kernel.work is None or _never_split(kernel.work):
-            return b.call(kernel.fn, [*args, params, irutil.i64(0), irutil.i64((1 << 63) - 1)])
+            return b.call(whole_range(kernel), [*args, params])
 
         def load(slot: int) -> ir.Value:
             return b.load(b.gep(params, [irutil.i64(slot)], source_etype=irutil.I64),
@@ -120,8 +124,7 @@ def build_parallel(module: ir.Module, threads: int | None
                 rc_par = b.call(pool, [tramp, argv, params, n, t, chunks])
                 par_block = b.block
             with otherwise:
-                rc_ser = b.call(kernel.fn,
-                                [*args, params, irutil.i64(0), irutil.i64((1 << 63) - 1)])
+                rc_ser = b.call(whole_range(kernel), [*args, params])
                 ser_block = b.block
         rc = b.phi(irutil.I32)
         rc.add_incoming(rc_par, par_block)

@@ -44,18 +44,26 @@ def _init() -> None:
     _STATE["layout"] = str(tm.target_data)
 
 
-def _new_target_machine() -> llvm.TargetMachine:
+def _new_target_machine(opt: int = 3) -> llvm.TargetMachine:
+    """Static relocations and the large code model: an entry's code is several objects
+    linked in one engine (``kernel_units``), and MCJIT's GOT for position-independent
+    objects broke across them (a kernel crashed once an object loaded before it referred
+    to it); with absolute 64-bit addresses nothing depends on where each object and the
+    libraries it calls are mapped."""
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(cpu=str(_STATE["cpu"]),
-                                        features=str(_STATE["features"]), opt=3, reloc="pic",
-                                        codemodel="jitdefault", jit=True)
+                                        features=str(_STATE["features"]), opt=opt,
+                                        reloc="static", codemodel="large", jit=True)
 
 
-def target_machine() -> llvm.TargetMachine:
-    """The target machine for this host (created once; O3, host CPU and features)."""
+def target_machine(opt: int = 3) -> llvm.TargetMachine:
+    """The target machine for this host (one per code-generation level ``opt``, created
+    once; host CPU and features; O3 unless asked)."""
     with _LOCK:
         _init()
-    return _STATE["tm"]
+        if opt != 3 and f"tm{opt}" not in _STATE:
+            _STATE[f"tm{opt}"] = _new_target_machine(opt)
+    return _STATE["tm" if opt == 3 else f"tm{opt}"]
 
 
 def host_key() -> str:
@@ -110,8 +118,48 @@ class Loaded:
             return 0
 
 
+# Several objects in one blob (an entry's glue and its kernel units, ``jit.compile_split``):
+# this tag, the count, then each object's length and bytes (little-endian u64s).
+_BUNDLE_TAG = b"tfc-objects-v1\n"
+
+
+def bundle(objects: list[bytes]) -> bytes:
+    """``objects`` as one blob that ``load_object`` links into one engine."""
+    parts = [_BUNDLE_TAG, len(objects).to_bytes(8, "little")]
+    for obj in objects:
+        parts += [len(obj).to_bytes(8, "little"), obj]
+    return b"".join(parts)
+
+
+def unbundle(blob: bytes) -> list[bytes]:
+    """The objects of a ``bundle`` (a plain object file: itself alone); an ``ArtifactError``
+    for a bundle cut short."""
+    from tfc.errors import ArtifactError
+    if not blob.startswith(_BUNDLE_TAG):
+        return [blob]
+    pos = len(_BUNDLE_TAG)
+
+    def u64() -> int:
+        nonlocal pos
+        if pos + 8 > len(blob):
+            raise ArtifactError("truncated object bundle")
+        pos += 8
+        return int.from_bytes(blob[pos - 8:pos], "little")
+
+    objects = []
+    for _ in range(u64()):
+        n = u64()
+        if pos + n > len(blob):
+            raise ArtifactError("truncated object bundle")
+        objects.append(blob[pos:pos + n])
+        pos += n
+    return objects
+
+
 def load_object(obj: bytes) -> Loaded:
-    """Load object code into a fresh MCJIT engine (no optimization, no code generation).
+    """Load object code (one object, or a ``bundle`` linked together: the glue's calls
+    resolve to the units' exports) into a fresh MCJIT engine (no optimization, no code
+    generation).
 
     Undefined symbols (BLAS, libm, pthreads) resolve through ``llvm.add_symbol`` entries
     made by ``tfc.backends.llvm.runtime.symbols.register_symbols`` and the process's own symbols.
@@ -122,7 +170,8 @@ def load_object(obj: bytes) -> Loaded:
         tm = _new_target_machine()
     empty = llvm.parse_assembly(f'target triple = "{triple}"\n')
     engine = llvm.create_mcjit_compiler(empty, tm)
-    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    for part in unbundle(obj):
+        engine.add_object_file(llvm.ObjectFileRef.from_data(part))
     engine.finalize_object()
     return Loaded(engine)
 

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Compile scaling: an L-layer MLP's first training step, tfc against JAX and TensorFlow.
+
+    python tools/bench_compile.py                    # L = 4, 16, 64, 256
+    python tools/bench_compile.py --layers 4,16 --json out.json
+
+The model is the one of issue 21 and BENCHMARKS.md's compile-scaling row: L dense layers
+256 wide (ReLU between them), softmax cross-entropy, SGD, batch 64, built in Python. Every
+cell is a fresh process (imports not counted), with ``OPENBLAS_CORETYPE`` and
+``OPENBLAS_L2_SIZE`` removed and every thread count set to ``--threads``:
+
+- tfc cold: build the graph and run the first ``Session.run`` of the training step with
+  an empty compile cache (the variables' initializer runs before the clock starts);
+- tfc edit: the same with one hidden layer edited (``relu(h) * 1.5``), on the cache the
+  cold run left: what a user pays after changing one layer and running again;
+- tfc cached: the unedited model again on that cache;
+- jax: the first call of ``jax.jit(train_step)`` (trace, XLA compile, run);
+- tf / tf-xla: the first call of ``tf.function(train_step)`` (without and with
+  ``jit_compile=True``).
+
+Each cell also times steps after the first (median of ``--steps``), so a faster compile
+that made slower code would show. A missing framework drops its column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+WIDTH, BATCH, LR = 256, 64, 0.01
+CONTENDERS = ("tfc-cold", "tfc-edit", "tfc-cached", "jax", "tf", "tf-xla")
+
+
+def params(layers: int) -> list[Any]:
+    import numpy as np
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(layers):
+        out.append((rng.standard_normal((WIDTH, WIDTH)) * math.sqrt(2.0 / WIDTH)
+                    ).astype(np.float32))
+        out.append(np.zeros(WIDTH, np.float32))
+    return out
+
+
+def batch() -> tuple[Any, Any]:
+    import numpy as np
+    rng = np.random.default_rng(1)
+    return (rng.standard_normal((BATCH, WIDTH), dtype=np.float32),
+            rng.integers(0, WIDTH, BATCH).astype(np.int32))
+
+
+def _median_step(step: Any, steps: int) -> float:
+    import statistics
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def tfc_cell(layers: int, edited: bool, steps: int) -> dict[str, Any]:
+    import tfc
+    p = params(layers)
+    xv, yv = batch()
+    t0 = time.perf_counter()
+    with tfc.Graph().as_default():
+        x = tfc.placeholder(tfc.float32, [BATCH, WIDTH], name="x")
+        y = tfc.placeholder(tfc.int32, [BATCH], name="y")
+        h = x
+        for i in range(layers):
+            w = tfc.Variable(p[2 * i], name=f"W{i}")
+            b = tfc.Variable(p[2 * i + 1], name=f"b{i}")
+            h = tfc.matmul(h, w) + b
+            if i < layers - 1:
+                h = tfc.nn.relu(h) * 1.5 if edited and i == layers // 2 else tfc.nn.relu(h)
+        loss = tfc.reduce_mean(
+            tfc.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
+        train = tfc.train.GradientDescentOptimizer(LR).minimize(loss)
+        build = time.perf_counter() - t0
+        sess = tfc.Session()
+        t1 = time.perf_counter()
+        sess.run(tfc.global_variables_initializer())
+        init = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        sess.run([loss, train], {x: xv, y: yv})
+        first = time.perf_counter() - t1
+        step = _median_step(lambda: sess.run([loss, train], {x: xv, y: yv}), steps)
+    return {"first": build + first, "build": build, "init": init, "step": step}
+
+
+def jax_cell(layers: int, steps: int) -> dict[str, Any]:
+    import jax
+    import jax.numpy as jnp
+    p = [jnp.asarray(a) for a in params(layers)]
+    xv, yv = (jnp.asarray(a) for a in batch())
+
+    def loss_fn(ps: list[Any], x: Any, y: Any) -> Any:
+        h = x
+        for i in range(layers):
+            h = h @ ps[2 * i] + ps[2 * i + 1]
+            if i < layers - 1:
+                h = jax.nn.relu(h)
+        logp = jax.nn.log_softmax(h)
+        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+
+    @jax.jit
+    def train_step(ps: list[Any], x: Any, y: Any) -> Any:
+        loss, grads = jax.value_and_grad(loss_fn)(ps, x, y)
+        return loss, [a - LR * g for a, g in zip(ps, grads)]
+
+    state = {"p": p}
+
+    def step() -> None:
+        loss, state["p"] = train_step(state["p"], xv, yv)
+        loss.block_until_ready()
+    t0 = time.perf_counter()
+    step()
+    first = time.perf_counter() - t0
+    return {"first": first, "step": _median_step(step, steps)}
+
+
+def tf_cell(layers: int, xla: bool, steps: int, threads: int) -> dict[str, Any]:
+    import tensorflow as tf  # type: ignore[import-untyped]
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    vs = [tf.Variable(a) for a in params(layers)]
+    xv, yv = (tf.constant(a) for a in batch())
+
+    @tf.function(jit_compile=xla)
+    def train_step(x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            h = x
+            for i in range(layers):
+                h = tf.matmul(h, vs[2 * i]) + vs[2 * i + 1]
+                if i < layers - 1:
+                    h = tf.nn.relu(h)
+            loss = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
+        for v, g in zip(vs, tape.gradient(loss, vs)):
+            v.assign_sub(LR * g)
+        return loss
+
+    def step() -> None:
+        train_step(xv, yv).numpy()
+    t0 = time.perf_counter()
+    step()
+    first = time.perf_counter() - t0
+    return {"first": first, "step": _median_step(step, steps)}
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    name, layers = args.worker, args.layers_one
+    if name.startswith("tfc"):
+        return tfc_cell(layers, name == "tfc-edit", args.steps)
+    if name == "jax":
+        return jax_cell(layers, args.steps)
+    return tf_cell(layers, name == "tf-xla", args.steps, args.threads)
+
+
+def _env(threads: int, cache: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+              "TFC_NUM_THREADS"):
+        env[k] = str(threads)
+    env["XLA_FLAGS"] = (f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'}"
+                        f" intra_op_parallelism_threads={threads}")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    env["TFC_CACHE_DIR"] = cache
+    return env
+
+
+def run_cell(name: str, layers: int, args: argparse.Namespace, cache: str
+             ) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name,
+           "--layers-one", str(layers), "--steps", str(args.steps),
+           "--threads", str(args.threads)]
+    try:
+        out = subprocess.run(cmd, env=_env(args.threads, cache), capture_output=True,
+                             text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {args.timeout} s"}
+    if out.returncode != 0:
+        lines = (out.stderr or out.stdout).strip().splitlines()
+        return {"error": lines[-1] if lines else f"exit status {out.returncode}"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def available(name: str) -> bool:
+    import importlib.util
+    module = {"jax": "jax", "tf": "tensorflow", "tf-xla": "tensorflow"}.get(name)
+    return module is None or importlib.util.find_spec(module) is not None
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                flags = Path("/proc/cpuinfo").read_text()
+                return f"{name} ({'AVX-512' if 'avx512f' in flags else 'AVX2'})"
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def _row_line(layers: int, row: dict[str, Any], names: list[str], peers: list[str]) -> str:
+    def first(c: str) -> float | None:
+        cell = row.get(c, {})
+        return cell.get("first") if isinstance(cell, dict) else None
+    cells = [str(layers)]
+    cells += [f"{first(c):.3f}" if first(c) is not None else row[c].get("error", "?")
+              for c in names]
+    cold = first("tfc-cold")
+    for c in peers:
+        other = first(c)
+        cells.append(f"{cold / other:.2f}x" if cold and other else "-")
+    edit = first("tfc-edit")
+    cells.append(f"{edit / cold:.0%}" if cold and edit else "-")
+    cells += [f"{row[c]['step'] * 1e3:.2f}" if "step" in row.get(c, {}) else "-"
+              for c in names]
+    cells.append(row["load"])
+    return "| " + " | ".join(cells) + " |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", default="4,16,64,256")
+    p.add_argument("--contenders", default=",".join(CONTENDERS))
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--json")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--layers-one", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return 0
+    names = [c for c in args.contenders.split(",") if c]
+    missing = [c for c in names if not available(c)]
+    names = [c for c in names if c not in missing]
+    rows: dict[int, dict[str, Any]] = {}
+    print(f"# compile scaling: {_cpu()}, {args.threads} thread(s); "
+          f"load at start {_load()}"
+          + (f"; not installed: {', '.join(missing)}" if missing else ""))
+    peers = [c for c in names if not c.startswith("tfc")]
+    head = ["L", *(f"{c} first (s)" for c in names), *(f"cold/{c}" for c in peers),
+            "edit/cold", *(f"{c} step (ms)" for c in names), "load"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head), flush=True)
+    for layers in [int(x) for x in args.layers.split(",")]:
+        row: dict[str, Any] = {"load": _load()}
+        with tempfile.TemporaryDirectory() as cache:  # empty for tfc-cold, then warm
+            for name in names:
+                print(f"  L={layers} {name} ...", file=sys.stderr, flush=True)
+                row[name] = run_cell(name, layers, args, cache)
+        rows[layers] = row
+        print(_row_line(layers, row, names, peers), flush=True)  # a row as soon as it is
+    if args.json:
+        Path(args.json).write_text(json.dumps({"cpu": _cpu(), "threads": args.threads,
+                                               "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
