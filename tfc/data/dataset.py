@@ -401,8 +401,13 @@ class _ShuffleIter:
             raise StopIteration
         i = int(self.rng.integers(len(self.buffer)))
         element = self.buffer[i]
-        self.buffer[i] = self.buffer[-1]
-        self.buffer.pop()
+        try:  # the slot is refilled from upstream (as tf.data), else closed up
+            self.buffer[i] = self.up.next() if not self.exhausted else None
+        except StopIteration:
+            self.exhausted = True
+        if self.exhausted:
+            self.buffer[i] = self.buffer[-1]
+            self.buffer.pop()
         self.emitted += 1
         return element
 
