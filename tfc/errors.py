@@ -63,3 +63,8 @@ class ArtifactError(TfcError):
 
 class ExecutionError(TfcError):
     """An op failed while running (numerics the types could not rule out)."""
+
+
+class OutOfRangeError(TfcError):
+    """The input is exhausted: a dequeue from a closed, empty queue (``tf.errors.
+    OutOfRangeError``). ``fit`` and ``tfc.data`` treat it as the end of an epoch."""
