@@ -26,6 +26,7 @@ from tfc import train  # noqa: F401  (tfc.train)
 from tfc.train import clip_by_global_norm  # noqa: F401
 from tfc import layers  # noqa: F401  (tfc.layers)
 from tfc import data  # noqa: F401  (tfc.data)
+from tfc import queue  # noqa: F401  (tfc.queue)
 from tfc import errors  # noqa: F401  (tfc.errors.OutOfRangeError)
 from tfc.layers import Sequential  # noqa: F401
 from tfc.errors import TfcError

@@ -29,7 +29,7 @@ from tfc.data.structure import as_arrays, flatten, packer
 from tfc.errors import TfcError
 
 INFINITE = -1  # cardinality of an endless dataset
-UNKNOWN = -2   # cardinality that depends on the data (none of the datasets here)
+UNKNOWN = -2   # cardinality that depends on the data (a queue's)
 
 Pass = tuple[int, ...]  # which pass of each enclosing repeat (and iter() call) this is
 
@@ -73,6 +73,14 @@ class Dataset:
             if not isinstance(arrays[-1], np.ndarray):
                 raise TfcError(f"Dataset.from_npy: {p} is not a .npy file")
         return _Slices(packer(paths)(arrays), "Dataset.from_npy")
+
+    @staticmethod
+    def from_queue(queue: Any, batch_size: int | None = None) -> "Dataset":
+        """Elements dequeued from a ``tfc.queue`` queue on the host (``batch_size`` of them
+        stacked per element, else one at a time) until it is closed and empty: the
+        queue's ``OutOfRangeError`` ends the pass. Its position is the queue's, so its
+        iterators cannot be restored."""
+        return _QueueSource(queue, batch_size)
 
     # ---- transformations ------------------------------------------------------------
 
@@ -133,7 +141,11 @@ class Iterator:
         return self
 
     def __next__(self) -> Any:
-        return self._it.next()
+        from tfc.errors import OutOfRangeError
+        try:
+            return self._it.next()
+        except OutOfRangeError:  # a closed, empty queue: the end of the input
+            raise StopIteration from None
 
     def state(self) -> dict[str, Any]:
         """The position: after restoring it, this iterator yields what it would yield
@@ -215,6 +227,40 @@ class _SliceIter:
 
     def restore(self, state: Mapping[str, Any]) -> None:
         self.index = int(state["index"])
+
+
+class _QueueSource(Dataset):
+    def __init__(self, queue: Any, batch_size: int | None) -> None:
+        super().__init__()
+        if not hasattr(queue, "take_rows"):
+            raise TfcError(f"Dataset.from_queue: {queue!r} is not a tfc.queue queue")
+        self.queue = queue
+        self.batch_size = None if batch_size is None else _positive(
+            "Dataset.from_queue: batch_size", batch_size)
+
+    def cardinality(self) -> int:
+        return UNKNOWN
+
+    def _iterate(self, pass_: Pass) -> Any:
+        return _QueueIter(self)
+
+
+class _QueueIter:
+    def __init__(self, ds: _QueueSource) -> None:
+        self.ds = ds
+
+    def next(self) -> Any:
+        rows = self.ds.queue.take_rows(self.ds.batch_size or 1)  # OutOfRangeError: the end
+        parts = list(rows[0]) if self.ds.batch_size is None else \
+            [np.stack(c) for c in zip(*rows)]
+        return parts[0] if len(parts) == 1 else tuple(parts)
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        if state:
+            raise TfcError("Dataset.from_queue: a queue's position cannot be restored")
 
 
 class _Unary(Dataset):
