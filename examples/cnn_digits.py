@@ -3,7 +3,10 @@ conv 3x3 (16 filters, same padding) -> relu -> 2x2 max pool -> dense 64 -> dense
 
 A model file (``tfc compile examples/cnn_digits.py``: entries ``predict(x)``,
 ``evaluate(x, y)``, ``train_step(x, y)`` with ``x`` of shape ``[B, 8, 8, 1]``);
-``python examples/cnn_digits.py`` trains it and prints the test accuracy (about 0.98).
+``python examples/cnn_digits.py`` trains it and prints the test accuracy (about 0.98);
+``--dataset`` feeds ``fit`` from a ``tfc.data`` pipeline instead of arrays (``pipeline``:
+shuffled each epoch, batched, rows turned into images by a compiled map fn, prefetched on
+a thread), to the same accuracy.
 """
 
 import numpy as np
@@ -29,13 +32,33 @@ def images(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1, 8, 8, 1)
 
 
-def train(epochs: int = 12, batch_size: int = 32, seed: int = 0, verbose: int = 1) -> float:
-    """Fit on the training split; returns the accuracy on the held-out test split."""
+def rows_to_images(x: tfc.Tensor, y: tfc.Tensor) -> tuple[tfc.Tensor, tfc.Tensor]:
+    """The pipeline's map fn, traced and compiled: a batch of rows as NHWC images."""
+    return tfc.reshape(x, [-1, 8, 8, 1]), y
+
+
+def pipeline(x: np.ndarray, y: np.ndarray, batch_size: int = 32, seed: int = 0,
+             prefetch: int = 2, map_fn=rows_to_images) -> tfc.data.Dataset:
+    """The training input as a ``tfc.data`` pipeline of (images, labels) batches."""
+    ds = (tfc.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=seed)
+          .batch(batch_size).map(map_fn))
+    return ds.prefetch(prefetch) if prefetch else ds
+
+
+def train(epochs: int = 12, batch_size: int = 32, seed: int = 0, verbose: int = 1,
+          dataset: bool = False) -> float:
+    """Fit on the training split (from arrays, or from ``pipeline`` with ``dataset``);
+    returns the accuracy on the held-out test split."""
     x_train, x_test, y_train, y_test = digits_split()
-    model.fit(images(x_train), y_train, epochs=epochs, batch_size=batch_size, seed=seed,
-              validation_data=(images(x_test), y_test), verbose=verbose)
+    if dataset:
+        model.fit(pipeline(x_train, y_train, batch_size, seed), epochs=epochs,
+                  validation_data=(images(x_test), y_test), verbose=verbose)
+    else:
+        model.fit(images(x_train), y_train, epochs=epochs, batch_size=batch_size, seed=seed,
+                  validation_data=(images(x_test), y_test), verbose=verbose)
     return model.evaluate(images(x_test), y_test)["accuracy"]
 
 
 if __name__ == "__main__":
-    print(f"test accuracy: {train():.4f}")
+    import sys
+    print(f"test accuracy: {train(dataset='--dataset' in sys.argv[1:]):.4f}")
