@@ -35,15 +35,7 @@ class QueueBase:
         self.dtypes: list[DType] = [as_dtype(d) for d in dtypes]
         if not self.dtypes:
             raise TfcError("a queue needs at least one component dtype")
-        if shapes is None:
-            shapes = [[] for _ in self.dtypes]  # scalars, as TF's default of known shapes
-        shapes = list(shapes)
-        if shapes and not isinstance(shapes[0], (list, tuple)):
-            shapes = [shapes]  # one component's shape given bare
-        if len(shapes) != len(self.dtypes):
-            raise TfcError(f"a queue with {len(self.dtypes)} dtypes needs as many shapes, "
-                           f"got {len(shapes)}")
-        self.shapes: list[tuple[int | None, ...]] = [tuple(s) for s in shapes]
+        self.shapes = _component_shapes(shapes, len(self.dtypes))
         self.capacity = capacity
         self.timeout_s = float(timeout_s)
         self.graph = graph or get_default_graph()
@@ -232,7 +224,7 @@ class QueueBase:
         """The number of elements in the queue (an i32 scalar), read before the step."""
         with self.graph.as_default():
             p = self.graph.placeholder(DType.i32, [], name or f"{self.name}_size")
-        add_host_input(self.graph, HostInput([p], lambda: [np.int32(len(self))]))
+        add_host_input(self.graph, HostInput([p], lambda: [np.asarray(len(self), np.int32)]))
         return p
 
     def close(self, cancel_pending_enqueues: bool = False, name: str | None = None
@@ -240,6 +232,19 @@ class QueueBase:
         """An operation closing the queue (see ``close_now``)."""
         return host_operation(self.graph, HostEffect(
             [], lambda _: self.close_now(cancel_pending_enqueues)), name or f"{self.name}_close")
+
+
+def _component_shapes(shapes: Any, count: int) -> list[tuple[int | None, ...]]:
+    """One shape per component: ``None`` means scalars; one component's shape may be
+    given bare (``[3]`` rather than ``[[3]]``)."""
+    if shapes is None:
+        return [() for _ in range(count)]
+    listed = list(shapes)
+    if count == 1 and all(d is None or isinstance(d, int) for d in listed):
+        listed = [listed]  # one component's shape given bare
+    if len(listed) != count:
+        raise TfcError(f"a queue with {count} dtypes needs as many shapes, got {len(listed)}")
+    return [tuple(s) for s in listed]
 
 
 class FIFOQueue(QueueBase):
