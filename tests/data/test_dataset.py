@@ -88,6 +88,7 @@ def test_from_tensor_slices_arrays_tuples_dicts():
     dicts = list(Dataset.from_tensor_slices({"a": x, "b": (np.arange(4), -np.arange(4))}))
     assert dicts[2]["a"].tolist() == x[2].tolist() and int(dicts[2]["b"][1]) == -2
     assert Dataset.from_tensor_slices(x).cardinality() == 4
+    assert values(Dataset.from_tensor_slices([4, 5, 6])) == [4, 5, 6]  # a list is a value
 
 
 def test_from_npy_is_memory_mapped(tmp_path):
@@ -162,6 +163,8 @@ def test_map_is_traced_and_compiled_against_numpy():
     assert len(calls) == 1
     batched = list(ds.batch(3).map(fn))  # batches of 3 then 1: one trace per shape
     assert len(calls) == 3 and batched[1][0].shape == (1, 3)
+    listed = list(Dataset.from_tensor_slices(x).map(lambda a: [a, -a]))  # a list: a tuple
+    assert isinstance(listed[0], tuple) and listed[0][1].tolist() == (-x[0]).tolist()
     dict_ds = Dataset.from_tensor_slices({"v": x}).map(lambda d: {"s": tfc.reduce_sum(d["v"])})
     np.testing.assert_allclose([float(e["s"]) for e in dict_ds], x.sum(axis=1), rtol=1e-6)
 

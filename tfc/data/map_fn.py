@@ -61,6 +61,8 @@ class TracedMap:
                 result = _call_with(self.fn, packer(element)(placeholders))
                 if result is None:
                     raise TfcError("it returned None (a map fn returns the new element)")
+                if isinstance(result, list):  # as tf.data: a list of parts is a tuple
+                    result = tuple(result)
                 leaves = [convert_to_tensor(t) for t in flatten(result)]
             except TfcError as e:
                 raise TfcError(f"Dataset.map: {self.name} failed to trace: {e.message}",

@@ -1,7 +1,8 @@
 """Elements of a dataset: one array, a tuple of arrays or a dict of arrays (nested freely).
 
 These helpers flatten an element to its arrays and build it back, so every transformation
-works on flat lists and keeps the user's structure."""
+works on flat lists and keeps the user's structure. A list is a value, not a structure
+(as tf.data: ``from_tensor_slices([1, 2, 3])`` slices one array)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def flatten(element: Any) -> list[Any]:
     """The leaves of ``element`` in a fixed order (dicts by insertion order)."""
     if isinstance(element, dict):
         return [leaf for v in element.values() for leaf in flatten(v)]
-    if isinstance(element, (tuple, list)):
+    if isinstance(element, tuple):
         return [leaf for v in element for leaf in flatten(v)]
     return [element]
 
@@ -34,7 +35,7 @@ def packer(element: Any) -> Callable[[list[Any]], Any]:
                 i += n
             return out
         return pack_dict
-    if isinstance(element, (tuple, list)):
+    if isinstance(element, tuple):
         kind = type(element)
         parts = [(len(flatten(v)), packer(v)) for v in element]
 
@@ -43,7 +44,7 @@ def packer(element: Any) -> Callable[[list[Any]], Any]:
             for n, p in parts:
                 out.append(p(leaves[i:i + n]))
                 i += n
-            return kind(out)
+            return kind(*out) if hasattr(element, "_fields") else kind(out)
         return pack_seq
     return lambda leaves: leaves[0]
 

@@ -301,15 +301,20 @@ class Sequential:
 
         def epoch() -> Iterator[tuple[Any, Any]]:
             it = shared if shared is not None else iter(dataset)
-            for _ in range(steps_per_epoch) if steps_per_epoch is not None else iter(int, 1):
-                try:
-                    element = next(it)
-                except (StopIteration, OutOfRangeError):
-                    return
-                if not isinstance(element, (tuple, list)) or len(element) != 2:
-                    raise FeedError(f"{what}: a dataset element must be an (x, y) pair of "
-                                    f"batches, got {type(element).__name__}")
-                yield self._prepare_x(element[0]), self._prepare_y(element[1])
+            try:
+                for _ in (range(steps_per_epoch) if steps_per_epoch is not None
+                          else iter(int, 1)):
+                    try:
+                        element = next(it)
+                    except (StopIteration, OutOfRangeError):
+                        return
+                    if not isinstance(element, (tuple, list)) or len(element) != 2:
+                        raise FeedError(f"{what}: a dataset element must be an (x, y) pair "
+                                        f"of batches, got {type(element).__name__}")
+                    yield self._prepare_x(element[0]), self._prepare_y(element[1])
+            finally:
+                if shared is None:
+                    it.close()  # a prefetch thread stops with its pass
         return (steps_per_epoch if steps_per_epoch is not None
                 else count if count >= 0 else None), epoch
 
