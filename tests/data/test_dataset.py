@@ -163,6 +163,9 @@ def test_map_is_traced_and_compiled_against_numpy():
     assert len(calls) == 1
     batched = list(ds.batch(3).map(fn))  # batches of 3 then 1: one trace per shape
     assert len(calls) == 3 and batched[1][0].shape == (1, 3)
+    from tfc.data.map_fn import TracedMap
+    by_key = TracedMap(lambda d: {k: v * 2.0 for k, v in d.items()})  # traced per structure
+    assert list(by_key({"a": x[0]})) == ["a"] and list(by_key({"b": x[0]})) == ["b"]
     listed = list(Dataset.from_tensor_slices(x).map(lambda a: [a, -a]))  # a list: a tuple
     assert isinstance(listed[0], tuple) and listed[0][1].tolist() == (-x[0]).tolist()
     dict_ds = Dataset.from_tensor_slices({"v": x}).map(lambda d: {"s": tfc.reduce_sum(d["v"])})

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tfc.data.structure import as_arrays, flatten, packer
+from tfc.data.structure import as_arrays, flatten, packer, signature
 from tfc.errors import Location, TfcError
 from tfc.ir.types import DType
 
@@ -84,8 +84,7 @@ class TracedMap:
 
     def __call__(self, element: Any) -> Any:
         arrays = as_arrays(element, f"Dataset.map({self.name})")
-        key = (type(element).__name__,
-               tuple((a.shape, a.dtype.str) for a in arrays))
+        key = (signature(element), tuple((a.shape, a.dtype.str) for a in arrays))
         hit = self._steps.get(key)
         if hit is None:
             hit = self._steps[key] = self._trace(element, arrays)

@@ -58,3 +58,12 @@ def as_arrays(value: Any, what: str) -> list[np.ndarray]:
             raise TfcError(f"{what}: {type(leaf).__name__} is not an array of numbers")
         out.append(arr)
     return out
+
+
+def signature(element: Any) -> Any:
+    """A hashable description of ``element``'s structure (not its values)."""
+    if isinstance(element, dict):
+        return ("dict", tuple((k, signature(v)) for k, v in element.items()))
+    if isinstance(element, tuple):
+        return (type(element).__name__, tuple(signature(v) for v in element))
+    return "leaf"
