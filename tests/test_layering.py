@@ -51,6 +51,11 @@ LAYERS: dict[str, str] = {
     "tfc.distributed.horovod": "train",
     "tfc.api": "api",
     "tfc.train": "train",
+    # Input pipelines: a Dataset's map fn is a traced graph run by a Session (api); fit
+    # (layers) and `tfc run --batch` (cli) consume them.
+    "tfc.data": "train",
+    # Queues: host-side state fed into and out of Session steps (tfc.api.host's hooks).
+    "tfc.queue": "api",
     "tfc.layers": "layers",
     # Summaries in the graph and TensorBoard event files: tagged fetches of a Session's
     # graph (api), written with the tensorboard package; used by the callbacks and the cli.

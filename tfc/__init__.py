@@ -27,6 +27,9 @@ from tfc.api import nn, random  # noqa: F401  (tfc.nn, tfc.random)
 from tfc import train  # noqa: F401  (tfc.train)
 from tfc.train import clip_by_global_norm  # noqa: F401
 from tfc import layers  # noqa: F401  (tfc.layers)
+from tfc import data  # noqa: F401  (tfc.data)
+from tfc import queue  # noqa: F401  (tfc.queue)
+from tfc import errors  # noqa: F401  (tfc.errors.OutOfRangeError)
 from tfc.layers import Sequential  # noqa: F401
 from tfc import summary  # noqa: F401  (tfc.summary)
 from tfc import callbacks  # noqa: F401  (tfc.callbacks)

@@ -454,10 +454,12 @@ def _scalars(fetches: dict[str, np.ndarray]) -> str:
 
 def _run_steps(program: Any, entry: str, feeds: dict[str, Any], steps: int,
                after_step: Callable[[], None] | None = None,
-               record: Callable[[dict[str, np.ndarray], float], None] | None = None
+               record: Callable[[dict[str, np.ndarray], float], None] | None = None,
+               next_feeds: Callable[[], dict[str, Any]] | None = None
                ) -> dict[str, np.ndarray]:
     """Run ``steps`` steps (calling ``after_step`` after each, and ``record`` with the
-    step's fetches and seconds); the last step's fetches.
+    step's fetches and seconds); the last step's fetches. ``next_feeds``: each step's
+    feeds (mini-batches), instead of ``feeds`` every step.
 
     For more than one step, a progress bar on stderr shows the step counter, the
     steps per second and the latest value of each scalar fetch (the loss), and for a
@@ -465,7 +467,7 @@ def _run_steps(program: Any, entry: str, feeds: dict[str, Any], steps: int,
     """
     def one() -> dict[str, np.ndarray]:
         start = time.perf_counter()
-        out = program.run(entry, feeds)
+        out = program.run(entry, feeds if next_feeds is None else next_feeds())
         if record is not None:
             record(out, time.perf_counter() - start)
         if after_step is not None:
@@ -508,11 +510,13 @@ def _checkpoint_options(args: argparse.Namespace) -> None:
     check_at_least("--checkpoint-every", args.checkpoint_every, 1)
 
 
-def _resume(program: Any, directory: str) -> None:
-    from tfc.runtime.checkpoint import latest_checkpoint
+def _resume(program: Any, directory: str, batches: Any = None) -> None:
+    from tfc.runtime.checkpoint import latest_checkpoint, read_checkpoint
     if not Path(directory).is_dir() or latest_checkpoint(directory) is None:
         raise TfcError(f"--resume: no checkpoint in {directory} to resume from")
     path = program.restore_checkpoint(directory)
+    if batches is not None:  # the input position: the batch an unbroken run takes next
+        batches.restore(read_checkpoint(path).extra, str(path))
     print(f"resumed from {path} (step {program.step})", file=sys.stderr)
 
 
@@ -542,12 +546,30 @@ def _recorder(writer: Any, program: Any) -> Callable[[dict[str, np.ndarray], flo
     return record
 
 
+def _mini_batches(args: argparse.Namespace, feeds: dict[str, Any]) -> Any:
+    """The ``--batch`` pipeline over the feeds (None without ``--batch``)."""
+    if args.batch is None:
+        for flag, given in (("--epochs", args.epochs is not None), ("--shuffle", args.shuffle),
+                            ("--seed", args.seed is not None)):
+            if given:
+                raise TfcError(f"{flag} needs --batch N")
+        return None
+    if args.seed is not None and not args.shuffle:
+        raise TfcError("--seed needs --shuffle")
+    if args.epochs is not None and args.steps is not None:
+        raise TfcError("give --steps or --epochs, not both")
+    from tfc.data.feeding import MiniBatches
+    return MiniBatches(feeds, args.batch, args.shuffle, args.seed or 0)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     _checkpoint_options(args)
     check_at_least("--steps", args.steps, 1)
     if args.logdir is not None and Path(args.logdir).exists() \
             and not Path(args.logdir).is_dir():
         raise TfcError(f"--logdir {args.logdir} is not a directory")
+    check_at_least("--batch", args.batch, 1)
+    check_at_least("--epochs", args.epochs, 1)
     if args.force and not args.save:
         raise TfcError("--force needs --save (it overwrites an artifact another process "
                        "updated)")
@@ -582,8 +604,16 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
         entry = entries[0]
     program.entry(entry)  # unknown entries fail before the feeds are read
     feeds = parse_feeds(args.feed)
+    batches = _mini_batches(args, feeds)
     if args.resume:
-        _resume(program, args.checkpoint_dir)
+        _resume(program, args.checkpoint_dir, batches)
+    steps = args.steps or 1
+    if batches is not None and args.steps is None:
+        epochs = args.epochs or 1
+        steps = batches.steps_to(epochs)
+        if steps == 0:
+            raise TfcError(f"--epochs {epochs}: the checkpoint is already past epoch "
+                           f"{epochs}; nothing to run")
 
     saved: list[Any] = []  # (path, step) of the latest checkpoint
     # an entry that updates no variable changes nothing to save: no checkpoint, no new
@@ -591,7 +621,8 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
     changes = program.writes_variables(entry)
 
     def checkpoint() -> None:
-        saved[:] = [program.save_checkpoint(args.checkpoint_dir), program.step]
+        extra = batches.extra() if batches is not None else None
+        saved[:] = [program.save_checkpoint(args.checkpoint_dir, extra=extra), program.step]
 
     def every_k() -> None:  # at multiples of K of the global step: stable across resumes
         if program.step % args.checkpoint_every == 0:
@@ -600,8 +631,9 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
     after = every_k if changes and args.checkpoint_dir and args.checkpoint_every else None
     writer = _summary_writer(args.logdir, program, entry)
     try:
-        fetches = _run_steps(program, entry, feeds, args.steps, after,
-                             None if writer is None else _recorder(writer, program))
+        fetches = _run_steps(program, entry, feeds, steps, after,
+                             None if writer is None else _recorder(writer, program),
+                             None if batches is None else batches.next_feeds)
     finally:
         if writer is not None:
             writer.close()
@@ -674,7 +706,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--feed", metavar="NAME=FILE", action="append", default=[],
                    help="a feed: NAME=x.npy, NAME=data.npz[:KEY], NAME=0.5 or NAME=[1,2]")
     p.add_argument("--out", metavar="FILE", help="save the fetches to FILE (.npz, or .npy for one)")
-    p.add_argument("--steps", type=int, default=1, metavar="N", help="run N steps (default 1)")
+    p.add_argument("--steps", type=int, default=None, metavar="N",
+                   help="run N steps (default 1)")
     p.add_argument("--save", action="store_true",
                    help="write the updated variables back to ARTIFACT (refused if another "
                         "process updated it since this one loaded it)")
@@ -703,6 +736,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--logdir", metavar="DIR",
                    help="write TensorBoard events to DIR: the entry's graph, and per step "
                         "each scalar fetch, the step time and the entry's summaries")
+    p.add_argument("--batch", type=int, metavar="N",
+                   help="train on mini-batches of N examples of the --feed arrays (each step "
+                        "takes the next batch; scalar feeds are fed whole)")
+    p.add_argument("--epochs", type=int, metavar="E",
+                   help="with --batch: run until E passes over the examples are done "
+                        "(counting those before a --resume; default 1 unless --steps)")
+    p.add_argument("--shuffle", action="store_true",
+                   help="with --batch: shuffle the examples, anew each epoch")
+    p.add_argument("--seed", type=int, metavar="S",
+                   help="with --shuffle: the shuffle's seed (default 0)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("ir", help="print a model's IR")

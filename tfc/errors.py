@@ -63,3 +63,16 @@ class ArtifactError(TfcError):
 
 class ExecutionError(TfcError):
     """An op failed while running (numerics the types could not rule out)."""
+
+
+class OutOfRangeError(TfcError):
+    """The input is exhausted: a dequeue from a closed, empty queue (``tf.errors.
+    OutOfRangeError``). ``fit`` and ``tfc.data`` treat it as the end of an epoch."""
+
+
+class CancelledError(TfcError):
+    """An enqueue into a queue that is closed (or whose pending enqueues were cancelled)."""
+
+
+class DeadlineExceededError(TfcError):
+    """A blocking wait (a queue's dequeue or enqueue) ran past its timeout."""

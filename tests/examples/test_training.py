@@ -126,3 +126,13 @@ def test_mlp_adam_on_two_devices_trains_as_well_with_fp16_transfers(backend, tmp
     assert state[True]["beta1_power"] == state[False]["beta1_power"]
     executable = program._executable("train_step")
     assert 0 < executable.compression.compressed < executable.compression.transfers
+
+
+def test_cnn_digits_trains_from_its_dataset_pipeline():
+    """``examples/cnn_digits.py --dataset``: fit fed by a shuffled, batched, mapped (the
+    compiled map fn makes the images) and prefetched ``tfc.data`` pipeline."""
+    example = load_example("cnn_digits")
+    ds = example["pipeline"](*digits_split()[::2], batch_size=32)
+    first_x, first_y = next(iter(ds))
+    assert first_x.shape == (32, 8, 8, 1) and first_y.shape == (32,)
+    assert example["train"](epochs=4, verbose=0, dataset=True) >= 0.95

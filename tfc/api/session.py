@@ -179,6 +179,10 @@ class Session:
         if self._closed_word.value:
             raise TfcError("this session is closed")
         leaves, rebuild, tensors, targets = _fetch_request(fetches)
+        from tfc.api.host import host_callable  # queues: host work around the step
+        hosted = host_callable(self, leaves, rebuild, tensors, targets, list(feed_list or []))
+        if hosted is not None:
+            return hosted
         split = [t for t in targets if getattr(t, "split_step", None) is not None]
         if split:
             return self._split_callable(fetches, feed_list, leaves, rebuild, split)

@@ -298,42 +298,112 @@ class Sequential:
             yield (slice(start, start + batch_size) if order is None
                    else order[start:start + batch_size])
 
-    def fit(self, x: Any, y: Any, epochs: int = 1, batch_size: int = 32,
-            validation_data: tuple[Any, Any] | None = None, shuffle: bool = True,
-            seed: int = 0, verbose: int = 1,
-            callbacks: Sequence[Callback] | None = None) -> History:
-        """Train for ``epochs`` passes over ``(x, y)`` in minibatches (shuffled each epoch
-        by a generator seeded with ``seed``); returns the per-epoch mean loss and metrics
-        (and ``val_*`` on ``validation_data``, also shown in the epoch's progress line).
-        ``callbacks`` (``tfc.callbacks``) are called at the start and end of training, of
-        each epoch and of each batch; one that sets ``model.stop_training`` ends the
-        training after the current batch."""
+    def _array_epochs(self, x: Any, y: Any, batch_size: int, shuffle: bool, seed: int,
+                      what: str) -> tuple[int, Callable[[], Iterator[tuple[Any, Any]]]]:
+        """Steps per epoch and a function giving each epoch's ``(x, y)`` minibatches of
+        arrays (a new order per epoch from a generator seeded with ``seed``)."""
+        if y is None:
+            raise TfcError(f"{what}: y is missing (give x and y arrays, or a tfc.data."
+                           f"Dataset of (x, y) batches as x)", user_location())
         xa = self._prepare_x(x)
         ya = self._prepare_y(y)
         if len(xa) != len(ya):
-            raise FeedError(f"fit: x has {len(xa)} examples but y has {len(ya)}")
-        if batch_size < 1 or epochs < 0:
-            raise TfcError(f"fit: batch_size must be >= 1 and epochs >= 0, got {batch_size} "
-                           f"and {epochs}")
-        tr = self._require_training()
-        sess, n = self.session, len(xa)
+            raise FeedError(f"{what}: x has {len(xa)} examples but y has {len(ya)}")
+        if batch_size < 1:
+            raise TfcError(f"{what}: batch_size must be >= 1, got {batch_size}")
+        n = len(xa)
         rng = np.random.default_rng(seed)
+
+        def epoch() -> Iterator[tuple[Any, Any]]:
+            order = rng.permutation(n) if shuffle else None
+            for idx in self._batches(n, batch_size, order):
+                yield xa[idx], ya[idx]
+        return -(-n // batch_size), epoch
+
+    def _dataset_epochs(self, dataset: Any, y: Any, steps_per_epoch: int | None, what: str
+                        ) -> tuple[int | None, Callable[[], Iterator[tuple[Any, Any]]]]:
+        """Steps per epoch (None: unknown) and each epoch's ``(x, y)`` batches of a
+        ``tfc.data.Dataset``: a new pass per epoch, or with ``steps_per_epoch`` that many
+        batches of one pass that goes on across epochs (as Keras). An ``OutOfRangeError``
+        (a closed, empty queue behind the dataset) ends the epoch."""
+        from tfc.data.dataset import INFINITE
+        from tfc.errors import OutOfRangeError
+        if y is not None:
+            raise TfcError(f"{what}: y must be None when x is a Dataset (its elements are "
+                           f"(x, y) batches)", user_location())
+        if steps_per_epoch is not None and steps_per_epoch < 1:
+            raise TfcError(f"{what}: steps_per_epoch must be >= 1, got {steps_per_epoch}")
+        count = dataset.cardinality()
+        if steps_per_epoch is None and count == INFINITE:
+            raise TfcError(f"{what}: the dataset is endless (repeat()); give steps_per_epoch",
+                           user_location())
+        if not self.built:  # the input shape from a first element (a pass not counted)
+            first = dataset.iterator()
+            element = next(first, None)
+            first.close()
+            if isinstance(element, (tuple, list)) and len(element) == 2:
+                self._prepare_x(element[0])
+        shared = iter(dataset) if steps_per_epoch is not None else None
+
+        def epoch() -> Iterator[tuple[Any, Any]]:
+            it = shared if shared is not None else iter(dataset)
+            try:
+                for _ in (range(steps_per_epoch) if steps_per_epoch is not None
+                          else iter(int, 1)):
+                    try:
+                        element = next(it)
+                    except (StopIteration, OutOfRangeError):
+                        return
+                    if not isinstance(element, (tuple, list)) or len(element) != 2:
+                        raise FeedError(f"{what}: a dataset element must be an (x, y) pair "
+                                        f"of batches, got {type(element).__name__}")
+                    yield self._prepare_x(element[0]), self._prepare_y(element[1])
+            finally:
+                if shared is None:
+                    it.close()  # a prefetch thread stops with its pass
+        return (steps_per_epoch if steps_per_epoch is not None
+                else count if count >= 0 else None), epoch
+
+    def _epochs(self, x: Any, y: Any, batch_size: int, shuffle: bool, seed: int,
+                steps_per_epoch: int | None, what: str
+                ) -> tuple[int | None, Callable[[], Iterator[tuple[Any, Any]]]]:
+        """Where ``fit``/``evaluate`` take their batches from: arrays or a Dataset."""
+        from tfc.data.dataset import Dataset
+        if isinstance(x, Dataset):
+            return self._dataset_epochs(x, y, steps_per_epoch, what)
+        return self._array_epochs(x, y, batch_size, shuffle, seed, what)
+
+    def fit(self, x: Any, y: Any = None, epochs: int = 1, batch_size: int = 32,
+            validation_data: tuple[Any, Any] | None = None, shuffle: bool = True,
+            seed: int = 0, verbose: int = 1, steps_per_epoch: int | None = None,
+            callbacks: Sequence[Callback] | None = None) -> History:
+        """Train for ``epochs`` passes over ``(x, y)`` in minibatches (shuffled each epoch
+        by a generator seeded with ``seed``), or over ``x``, a ``tfc.data.Dataset`` of
+        ``(x, y)`` batches (``batch_size``, ``shuffle`` and ``seed`` are then the
+        dataset's business; ``steps_per_epoch`` for an endless one); returns the
+        per-epoch mean loss and metrics (and ``val_*`` on ``validation_data``, also shown
+        in the epoch's progress line). ``callbacks`` (``tfc.callbacks``) are called at the
+        start and end of training, of each epoch and of each batch; one that sets
+        ``model.stop_training`` ends the training after the current batch."""
+        if epochs < 0:
+            raise TfcError(f"fit: epochs must be >= 0, got {epochs}")
+        steps, epoch_batches = self._epochs(x, y, batch_size, shuffle, seed, steps_per_epoch,
+                                            "fit")
+        tr = self._require_training()
+        sess = self.session
         names = ["loss", *tr.metrics]
         fetches = [tr.loss, *tr.metrics.values()]
         history = History()
-        steps = -(-n // batch_size)
         hooks = self._callbacks(callbacks, epochs, steps, verbose)
         hooks.on_train_begin({})
-        with FitProgress(epochs, steps, verbose) as progress:
+        with FitProgress(epochs, steps, verbose) as progress:  # type: ignore[arg-type]
             for epoch in range(epochs):
                 hooks.on_epoch_begin(epoch, {})
                 progress.start_epoch(epoch)
                 totals = np.zeros(len(names))
                 seen = 0
-                order = rng.permutation(n) if shuffle else None
-                for batch, idx in enumerate(self._batches(n, batch_size, order)):
+                for batch, (xb, yb) in enumerate(epoch_batches()):
                     hooks.on_batch_begin(batch, {"batch": batch})
-                    xb, yb = xa[idx], ya[idx]
                     _, values = sess.run([tr.train_op, fetches],
                                          {self.inputs: xb, tr.y: yb})
                     totals += np.asarray(values, dtype=np.float64) * len(xb)
@@ -366,7 +436,7 @@ class Sequential:
         return extract(self.graph.ir, "train_step", [("x", self.inputs.value), ("y", tr.y.value)],
                        fetches, tr.train_op.ir_ops(), what=f"model '{self.name}'")
 
-    def _callbacks(self, callbacks: Sequence[Callback] | None, epochs: int, steps: int,
+    def _callbacks(self, callbacks: Sequence[Callback] | None, epochs: int, steps: int | None,
                    verbose: int) -> CallbackList:
         """``fit``'s callbacks, given the model and the run's parameters."""
         self.stop_training = False
@@ -409,20 +479,22 @@ class Sequential:
         self.session.variables.update(values)
         self.session.step = ckpt.step
 
-    def evaluate(self, x: Any, y: Any, batch_size: int = 256, verbose: int = 0
-                 ) -> dict[str, float]:
-        """Mean loss and metrics over ``(x, y)`` on the inference graph (no dropout)."""
-        xa, ya = self._prepare_x(x), self._prepare_y(y)
-        if len(xa) != len(ya):
-            raise FeedError(f"evaluate: x has {len(xa)} examples but y has {len(ya)}")
+    def evaluate(self, x: Any, y: Any = None, batch_size: int = 256, verbose: int = 0,
+                 steps: int | None = None) -> dict[str, float]:
+        """Mean loss and metrics over ``(x, y)`` (or the ``(x, y)`` batches of ``x``, a
+        ``tfc.data.Dataset``: one pass, or ``steps`` batches) on the inference graph (no
+        dropout)."""
+        _, batches = self._epochs(x, y, batch_size, False, 0, steps, "evaluate")
         tr = self._require_training()
         names = ["loss", *tr.eval_metrics]
         fetches = [tr.eval_loss, *tr.eval_metrics.values()]
         totals = np.zeros(len(names))
-        for idx in self._batches(len(xa), batch_size):
-            values = self.session.run(fetches, {self.inputs: xa[idx], tr.y: ya[idx]})
-            totals += np.asarray(values, dtype=np.float64) * len(xa[idx])
-        out = {k: float(v) for k, v in zip(names, totals / max(len(xa), 1))}
+        seen = 0
+        for xb, yb in batches():
+            values = self.session.run(fetches, {self.inputs: xb, tr.y: yb})
+            totals += np.asarray(values, dtype=np.float64) * len(xb)
+            seen += len(xb)
+        out = {k: float(v) for k, v in zip(names, totals / max(seen, 1))}
         if verbose:
             from rich.console import Console
             Console().print(format_metrics(out))

@@ -6,6 +6,9 @@ A checkpoint is one zip file, ``ckpt-<step>.tfckpt``, laid out like the artifact
   "variables": {name: {"dtype", "shape", "file"}}, "sha256": {file: digest}}`` (the
   digests, checked on reading, are absent in checkpoints of older tfc versions)
 - ``variables/0000.npy`` ...: one ``.npy`` per variable (``allow_pickle=False``).
+- ``extra/0000.npy`` ...: optional named arrays that are not variables, listed under
+  ``"extra"`` in the manifest like the variables (the position of an input pipeline:
+  ``tfc run --batch`` saves its ``tfc.data`` iterator's state here).
 
 A checkpoint directory holds checkpoint files and an index, ``checkpoint.json``
 (``{"latest": "ckpt-120.tfckpt", "all": [oldest, ..., newest]}``). Saving is ordered so
@@ -26,7 +29,7 @@ from __future__ import annotations
 import json
 import os
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Mapping
 
@@ -55,11 +58,12 @@ class CheckpointError(ArtifactError):
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """What one checkpoint file holds: the step and each variable's value."""
+    """What one checkpoint file holds: the step, each variable's value and the extras."""
 
     path: Path
     step: int
     values: dict[str, np.ndarray]
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def checkpoint_name(step: int, prefix: str = PREFIX) -> str:
@@ -73,8 +77,10 @@ def _write_array(member: IO[bytes], arr: np.ndarray) -> None:
     np.save(member, arr, allow_pickle=False)
 
 
-def write_checkpoint(path: PathLike, variables: Mapping[str, Any], step: int) -> Path:
+def write_checkpoint(path: PathLike, variables: Mapping[str, Any], step: int,
+                     extra: Mapping[str, Any] | None = None) -> Path:
     """Write one checkpoint file atomically (no index update); returns its path.
+    ``extra``: named arrays saved beside the variables (``Checkpoint.extra``).
 
     Either the complete new file is at ``path`` afterwards, or whatever was there
     before is left untouched (and no temp file remains unless the process was killed).
@@ -94,6 +100,13 @@ def write_checkpoint(path: PathLike, variables: Mapping[str, Any], step: int) ->
                                        "file": f"variables/{i:04d}.npy"}
     manifest[DIGESTS] = {info["file"]: npy_digest(arrays[name])
                          for name, info in manifest["variables"].items()}
+    extras = {name: np.asarray(v) for name, v in (extra or {}).items()}
+    if extras:
+        manifest["extra"] = {}
+        for i, (name, arr) in enumerate(extras.items()):
+            manifest["extra"][name] = {"dtype": _dtype_name(name, arr, path),
+                                       "shape": list(arr.shape), "file": f"extra/{i:04d}.npy"}
+            manifest[DIGESTS][f"extra/{i:04d}.npy"] = npy_digest(arr)
 
     def write(f: IO[bytes]) -> None:
         with zipfile.ZipFile(f, "w") as zf:
@@ -102,6 +115,9 @@ def write_checkpoint(path: PathLike, variables: Mapping[str, Any], step: int) ->
             for name, info in manifest["variables"].items():
                 with zf.open(info["file"], "w", force_zip64=True) as member:
                     _write_array(member, arrays[name])
+            for name, info in manifest.get("extra", {}).items():
+                with zf.open(info["file"], "w", force_zip64=True) as member:
+                    _write_array(member, extras[name])
 
     atomic_write(path, write)
     return Path(path)
@@ -118,7 +134,7 @@ def _dtype_name(name: str, arr: np.ndarray, path: Any) -> str:
 
 def save_checkpoint(target: PathLike, variables: Mapping[str, Any], step: int, *,
                     max_to_keep: int | None = DEFAULT_MAX_TO_KEEP,
-                    prefix: str = PREFIX) -> Path:
+                    prefix: str = PREFIX, extra: Mapping[str, Any] | None = None) -> Path:
     """Save a checkpoint into a directory and record it in the directory's index.
 
     ``target`` is a directory (created if needed; the file is ``<prefix>-<step>.tfckpt``)
@@ -136,7 +152,7 @@ def save_checkpoint(target: PathLike, variables: Mapping[str, Any], step: int, *
     directory.mkdir(parents=True, exist_ok=True)
     # what a process killed mid-save left: its temps of checkpoint files and the index
     remove_stale_temps(directory, lambda target: target == INDEX or target.endswith(SUFFIX))
-    path = write_checkpoint(directory / name, variables, step)
+    path = write_checkpoint(directory / name, variables, step, extra)
     names = [n for n in _read_index_or_empty(directory)
              if n != name and (directory / n).is_file()] + [name]
     keep = names if not max_to_keep else names[-max_to_keep:]
@@ -227,11 +243,16 @@ def read_checkpoint(path_or_dir: PathLike) -> Checkpoint:
         with open_zip(path, "tfc checkpoint", CheckpointError) as zf:
             manifest = _read_manifest(zf, path)
             values = dict(read_variables(zf, path, manifest))
+            extra = manifest.get("extra", {})
+            if not isinstance(extra, dict):
+                raise CheckpointError(f"{path}: {MANIFEST} has an 'extra' that is not an "
+                                      f"object")
+            extras = dict(read_variables(zf, path, {**manifest, "variables": extra}))
     except CheckpointError:
         raise
     except ArtifactError as e:  # the shared member checks: same sentence, our error type
         raise CheckpointError(e.message) from None
-    return Checkpoint(path, manifest["step"], values)
+    return Checkpoint(path, manifest["step"], values, extras)
 
 
 def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:

@@ -424,8 +424,10 @@ class Program:
             self.origin = ArtifactOrigin.of(path, written, self._step)
 
     def save_checkpoint(self, dir_or_path: str | os.PathLike[str], *,
-                        max_to_keep: int | None = 5) -> Path:
+                        max_to_keep: int | None = 5,
+                        extra: Mapping[str, Any] | None = None) -> Path:
         """Save every variable and the step to a checkpoint, atomically; returns its path.
+        ``extra``: named arrays saved beside them (an input pipeline's position).
 
         ``dir_or_path`` is a checkpoint directory (the file is ``ckpt-<step>.tfckpt``,
         recorded in the directory's ``checkpoint.json``; the oldest beyond
@@ -434,7 +436,7 @@ class Program:
         from tfc.runtime.checkpoint import save_checkpoint
         self._materialize()
         return save_checkpoint(dir_or_path, self._variables, self._step,
-                               max_to_keep=max_to_keep)
+                               max_to_keep=max_to_keep, extra=extra)
 
     def restore_checkpoint(self, path_or_dir: str | os.PathLike[str]) -> Path:
         """Set every variable and the step from a checkpoint (a directory means its

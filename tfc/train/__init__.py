@@ -23,3 +23,9 @@ __all__ = [
     "exponential_decay", "cosine_decay", "piecewise_constant",
     "clip_by_global_norm", "global_norm", "Saver", "latest_checkpoint", "data_parallel",
 ]
+
+# TF1's input threads (tf.train.QueueRunner, tf.train.Coordinator); the queues: tfc.queue
+from tfc.queue.runner import (Coordinator, QueueRunner, add_queue_runner,  # noqa: E402
+                              start_queue_runners)
+
+__all__ += ["Coordinator", "QueueRunner", "add_queue_runner", "start_queue_runners"]

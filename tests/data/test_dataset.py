@@ -1,0 +1,259 @@
+"""``tfc.data.Dataset``: each transformation against a plain Python reference of the same
+semantics, iterator positions (state / restore), and bad input."""
+
+import gc
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tfc
+from tfc.data import Dataset
+from tfc.data.dataset import INFINITE, flat_state, unflatten_state
+from tfc.errors import TfcError
+
+
+def as_list(ds):
+    return [np.asarray(e).tolist() if not isinstance(e, (tuple, dict)) else e for e in ds]
+
+
+def ints(n):
+    return Dataset.from_tensor_slices(np.arange(n, dtype=np.int64))
+
+
+def values(ds):
+    return [int(e) for e in ds]
+
+
+def ref_shuffle(items, buffer_size, rng):
+    """tf.data's shuffle: a buffer of buffer_size; emit a random slot, refill it."""
+    out, buf, src = [], [], iter(items)
+    for x in src:
+        buf.append(x)
+        if len(buf) == buffer_size:
+            break
+    while buf:
+        i = int(rng.integers(len(buf)))
+        out.append(buf[i])
+        nxt = next(src, None)
+        if nxt is None:
+            buf[i] = buf[-1]
+            buf.pop()
+        else:
+            buf[i] = nxt
+    return out
+
+
+class ListDataset(Dataset):
+    """A source of given elements (a stand-in for a reader), failing where one is an error."""
+
+    def __init__(self, elements):
+        super().__init__()
+        self.elements = elements
+
+    def cardinality(self):
+        return len(self.elements)
+
+    def _iterate(self, pass_):
+        elements = self.elements
+
+        class It:
+            index = 0
+
+            def next(self):
+                if self.index >= len(elements):
+                    raise StopIteration
+                self.index += 1
+                e = elements[self.index - 1]
+                if isinstance(e, BaseException):
+                    raise e
+                if callable(e):
+                    return e()
+                return e
+
+            def state(self):
+                return {"index": self.index}
+
+            def restore(self, s):
+                self.index = s["index"]
+        return It()
+
+
+def test_from_tensor_slices_arrays_tuples_dicts():
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    assert [e.tolist() for e in Dataset.from_tensor_slices(x)] == x.tolist()
+    pairs = list(Dataset.from_tensor_slices((x, np.arange(4))))
+    assert [(a.tolist(), int(b)) for a, b in pairs] == [(x[i].tolist(), i) for i in range(4)]
+    dicts = list(Dataset.from_tensor_slices({"a": x, "b": (np.arange(4), -np.arange(4))}))
+    assert dicts[2]["a"].tolist() == x[2].tolist() and int(dicts[2]["b"][1]) == -2
+    assert Dataset.from_tensor_slices(x).cardinality() == 4
+    assert values(Dataset.from_tensor_slices([4, 5, 6])) == [4, 5, 6]  # a list is a value
+
+
+def test_from_npy_is_memory_mapped(tmp_path):
+    x = np.arange(20, dtype=np.float32).reshape(10, 2)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", np.arange(10))
+    ds = Dataset.from_npy((str(tmp_path / "x.npy"), str(tmp_path / "y.npy")))
+    assert isinstance(ds.arrays[0], np.memmap)
+    got = list(ds.batch(4))
+    assert [b[0].tolist() for b in got] == [x[:4].tolist(), x[4:8].tolist(), x[8:].tolist()]
+    assert not isinstance(got[0][0], np.memmap)  # copies: the map may close
+    with pytest.raises(TfcError, match="cannot read"):
+        Dataset.from_npy(str(tmp_path / "missing.npy"))
+
+
+def test_batch_against_reference():
+    for n, b, drop in [(10, 3, False), (10, 3, True), (9, 3, True), (2, 5, False), (2, 5, True)]:
+        ref = [list(range(i, min(i + b, n))) for i in range(0, n, b)]
+        if drop:
+            ref = [r for r in ref if len(r) == b]
+        got = [e.tolist() for e in ints(n).batch(b, drop)]
+        assert got == ref, (n, b, drop)
+        assert ints(n).batch(b, drop).cardinality() == len(ref)
+
+
+def test_repeat_take_shard_against_reference():
+    assert values(ints(3).repeat(3)) == [0, 1, 2] * 3
+    assert values(ints(3).repeat().take(7)) == [0, 1, 2, 0, 1, 2, 0]
+    assert ints(3).repeat().cardinality() == INFINITE
+    assert values(ints(5).take(2)) == [0, 1] and values(ints(2).take(5)) == [0, 1]
+    for n, k in [(10, 3), (7, 7), (3, 5)]:
+        for i in range(k):
+            ds = ints(n).shard(k, i)
+            assert values(ds) == list(range(n))[i::k]
+            assert ds.cardinality() == len(range(n)[i::k])
+    assert values(Dataset.from_tensor_slices(np.zeros(0)).repeat()) == []  # no endless loop
+
+
+def test_shuffle_against_reference_and_its_properties():
+    seed, n, buffer_size = 11, 50, 7
+    ds = ints(n).shuffle(buffer_size, seed=seed)
+    got = values(ds)
+    assert got == ref_shuffle(range(n), buffer_size, np.random.default_rng([seed, 0]))
+    assert sorted(got) == list(range(n))
+    # the buffer window: output k comes from the first k + buffer_size elements
+    assert all(v < k + buffer_size for k, v in enumerate(got))
+    assert values(ints(n).shuffle(1, seed=3)) == list(range(n))  # a buffer of 1: no shuffle
+    second = values(ds)  # a new pass reshuffles, deterministically
+    assert second != got
+    assert second == ref_shuffle(range(n), buffer_size, np.random.default_rng([seed, 1]))
+    assert values(ints(n).shuffle(buffer_size, seed)) == got  # same seed, same order
+    fixed = ints(n).shuffle(n, seed, reshuffle_each_iteration=False)
+    assert values(fixed) == values(fixed)
+    reps = values(ints(5).shuffle(5, seed=2).repeat(3))
+    epochs = [reps[i:i + 5] for i in (0, 5, 10)]
+    assert all(sorted(e) == list(range(5)) for e in epochs) and epochs[0] != epochs[1]
+
+
+def test_map_is_traced_and_compiled_against_numpy():
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(4, 3)
+    ds = Dataset.from_tensor_slices((x, np.arange(4, dtype=np.int32)))
+    calls = []
+
+    def fn(a, b):
+        calls.append(1)  # once per trace, not per element
+        return tfc.nn.relu(a) * 2.0 + 1.0, b * 3
+
+    got = list(ds.map(fn))
+    for i, (a, b) in enumerate(got):
+        np.testing.assert_allclose(a, np.maximum(x[i], 0) * 2 + 1, rtol=1e-6)
+        assert int(b) == 3 * i and b.dtype == np.int32
+    assert len(calls) == 1
+    batched = list(ds.batch(3).map(fn))  # batches of 3 then 1: one trace per shape
+    assert len(calls) == 3 and batched[1][0].shape == (1, 3)
+    from tfc.data.map_fn import TracedMap
+    by_key = TracedMap(lambda d: {k: v * 2.0 for k, v in d.items()})  # traced per structure
+    assert list(by_key({"a": x[0]})) == ["a"] and list(by_key({"b": x[0]})) == ["b"]
+    listed = list(Dataset.from_tensor_slices(x).map(lambda a: [a, -a]))  # a list: a tuple
+    assert isinstance(listed[0], tuple) and listed[0][1].tolist() == (-x[0]).tolist()
+    dict_ds = Dataset.from_tensor_slices({"v": x}).map(lambda d: {"s": tfc.reduce_sum(d["v"])})
+    np.testing.assert_allclose([float(e["s"]) for e in dict_ds], x.sum(axis=1), rtol=1e-6)
+
+
+def test_map_that_fails_to_trace_names_the_users_line():
+    def bad(a):
+        return a.no_such_method()  # the line the error names
+
+    line = bad.__code__.co_firstlineno + 1
+    with pytest.raises(TfcError) as e:
+        list(ints(3).map(bad))
+    assert f"test_dataset.py:{line}" in str(e.value)
+    assert "Dataset.map: bad failed to trace: AttributeError" in str(e.value)
+    with pytest.raises(TfcError, match="returned None"):
+        list(ints(3).map(lambda a: None))
+    with pytest.raises(TfcError, match="failed to trace"):
+        list(Dataset.from_tensor_slices(np.zeros((2, 3), np.float32)).map(
+            lambda a: tfc.matmul(a, a)))
+
+
+def test_prefetch_yields_the_same_elements_and_stops_its_thread():
+    ds = ints(20).shuffle(5, seed=1).batch(3)
+    assert [e.tolist() for e in ds.prefetch(2)] == [e.tolist() for e in ds]
+    before = threading.active_count()
+    it = iter(ints(1000).prefetch(4))
+    next(it)
+    deadline = time.monotonic() + 2
+    while it._it._queue.qsize() < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    thread = it._it._thread
+    assert thread.is_alive()  # blocked on the full queue
+    del it
+    gc.collect()
+    thread.join(timeout=5)
+    assert not thread.is_alive() and threading.active_count() <= before
+
+
+def test_prefetch_surfaces_a_producer_error_after_the_good_elements():
+    elements = [np.int64(i) for i in range(3)] + [ValueError("element 3 is broken")]
+    it = iter(ListDataset(elements).prefetch(2))
+    assert [int(next(it)) for _ in range(3)] == [0, 1, 2]
+    with pytest.raises(ValueError, match="element 3 is broken"):
+        next(it)
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_prefetch_times_out_instead_of_hanging():
+    stuck = ListDataset([lambda: time.sleep(1.0) or np.zeros(1)])
+    it = iter(stuck.prefetch(1, timeout_s=0.2))
+    with pytest.raises(TfcError, match="no element within 0.2 s"):
+        next(it)
+    it.close()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ints(23).shuffle(6, seed=5).batch(4).repeat(3),
+    lambda: ints(23).repeat(2).shuffle(30, seed=1).batch(5, drop_remainder=True),
+    lambda: ints(40).shard(3, 1).shuffle(4, seed=9).map(lambda a: a * 2).batch(2).take(9),
+    lambda: ints(17).shuffle(17, seed=2).batch(4).repeat().prefetch(3).take(13),
+])
+def test_restored_iterator_continues_exactly(make):
+    whole = [e.tolist() for e in make().iterator()]
+    for cut in (0, 1, len(whole) // 2, len(whole) - 1, len(whole)):
+        it = make().iterator()
+        head = [next(it).tolist() for _ in range(cut)]
+        state = unflatten_state(flat_state(it.state()))  # through the checkpoint form
+        it.close()
+        tail = [e.tolist() for e in make().iterator(state)]
+        assert head + tail == whole, cut
+
+
+def test_bad_arguments_are_clear_errors():
+    with pytest.raises(TfcError, match="different first dims"):
+        Dataset.from_tensor_slices((np.zeros(3), np.zeros(4)))
+    with pytest.raises(TfcError, match="no first dim"):
+        Dataset.from_tensor_slices(np.float32(1))
+    with pytest.raises(TfcError, match="batch_size must be an integer >= 1"):
+        ints(3).batch(0)
+    with pytest.raises(TfcError, match="index 3 is not below num_shards 3"):
+        ints(3).shard(3, 3)
+    with pytest.raises(TfcError, match="buffer_size must be an integer >= 1"):
+        ints(3).shuffle(0)
+    with pytest.raises(TfcError, match="different shapes"):
+        list(ListDataset([np.zeros(2), np.zeros(3)]).batch(2))
+    with pytest.raises(TfcError, match="not an Iterator.state"):
+        ints(3).iterator({"bogus": 1})
+    with pytest.raises(TfcError, match="seed 2 to a position saved with seed 1"):
+        ints(3).shuffle(3, seed=2).iterator({"pass": [0], "at": {"seed": 1, "emitted": 1}})

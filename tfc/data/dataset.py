@@ -1,0 +1,600 @@
+"""``tfc.data.Dataset``: a description of an input pipeline; iterating it runs the pipeline
+in Python (``map``'s fn as a compiled step, ``prefetch`` on a thread).
+
+Semantics are tf.data's: ``shuffle(buffer_size, seed)`` keeps a buffer of that many
+elements and emits a uniformly chosen one, refilling its slot from upstream (so a buffer
+at least the dataset's size is a full shuffle, and 1 is none), reshuffling on each pass
+(each ``iter()`` and each pass of an enclosing ``repeat``); ``batch(n, drop_remainder)``
+stacks ``n`` consecutive elements; ``repeat(count)`` passes ``count`` times (``None``:
+forever); ``shard(num_shards, index)`` keeps the elements whose position is ``index``
+modulo ``num_shards``; ``take(count)`` the first ``count``.
+
+An iterator's position is a small nested dict of ints (``Iterator.state``): the index into
+the slices, the pass of each ``repeat``, the seed and the number of elements a ``shuffle``
+has emitted in its pass. A shuffle is restored by replaying its pass from the start with
+the same seed (its buffer holds elements, which the checkpoint does not store), so a
+restored iterator yields exactly the elements an uninterrupted one would have.
+``flat_state``/``unflatten_state`` turn it into named int64 arrays for a checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from tfc.data.structure import as_arrays, flatten, packer
+from tfc.errors import TfcError
+
+INFINITE = -1  # cardinality of an endless dataset
+UNKNOWN = -2   # cardinality that depends on the data (a queue's)
+
+Pass = tuple[int, ...]  # which pass of each enclosing repeat (and iter() call) this is
+
+
+class Dataset:
+    """Base of every dataset; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._iterations = 0  # iter() calls so far: each is a new pass (a new shuffle)
+
+    # ---- what subclasses give -------------------------------------------------------
+
+    def _iterate(self, pass_: Pass) -> Any:
+        raise NotImplementedError
+
+    def cardinality(self) -> int:
+        """How many elements one pass yields (``INFINITE``: -1)."""
+        raise NotImplementedError
+
+    # ---- sources --------------------------------------------------------------------
+
+    @staticmethod
+    def from_tensor_slices(tensors: Any) -> "Dataset":
+        """Slices of ``tensors`` (an array, or a tuple / dict of arrays with the same
+        first dim) along their first dim: element ``i`` is ``tensors[..][i]``."""
+        return _Slices(tensors, "Dataset.from_tensor_slices")
+
+    @staticmethod
+    def from_npy(paths: Any) -> "Dataset":
+        """``from_tensor_slices`` of ``.npy`` files (a path, or a tuple / dict of paths),
+        memory-mapped: only the rows read are loaded."""
+        leaves = flatten(paths)
+        arrays = []
+        for p in leaves:
+            if not isinstance(p, (str, os.PathLike)):
+                raise TfcError(f"Dataset.from_npy: expected .npy paths, got {p!r}")
+            try:
+                arrays.append(np.load(p, mmap_mode="r", allow_pickle=False))
+            except (OSError, ValueError) as e:
+                raise TfcError(f"Dataset.from_npy: cannot read {p}: {e}") from None
+            if not isinstance(arrays[-1], np.ndarray):
+                raise TfcError(f"Dataset.from_npy: {p} is not a .npy file")
+        return _Slices(packer(paths)(arrays), "Dataset.from_npy")
+
+    @staticmethod
+    def from_queue(queue: Any, batch_size: int | None = None) -> "Dataset":
+        """Elements dequeued from a ``tfc.queue`` queue on the host (``batch_size`` of them
+        stacked per element, else one at a time) until it is closed and empty: the
+        queue's ``OutOfRangeError`` ends the pass. Its position is the queue's, so its
+        iterators cannot be restored."""
+        return _QueueSource(queue, batch_size)
+
+    # ---- transformations ------------------------------------------------------------
+
+    def shuffle(self, buffer_size: int, seed: int | None = None,
+                reshuffle_each_iteration: bool = True) -> "Dataset":
+        return _Shuffle(self, buffer_size, seed, reshuffle_each_iteration)
+
+    def batch(self, batch_size: int, drop_remainder: bool = False) -> "Dataset":
+        return _Batch(self, batch_size, drop_remainder)
+
+    def repeat(self, count: int | None = None) -> "Dataset":
+        return _Repeat(self, count)
+
+    def map(self, fn: Callable[..., Any], backend: str | None = None) -> "Dataset":
+        """Each element through ``fn`` (called with a tuple element's parts as arguments),
+        traced into a graph and compiled (on ``backend``, default the default one)."""
+        from tfc.data.map_fn import TracedMap
+        return _Map(self, TracedMap(fn, backend))
+
+    def shard(self, num_shards: int, index: int) -> "Dataset":
+        return _Shard(self, num_shards, index)
+
+    def take(self, count: int) -> "Dataset":
+        return _Take(self, count)
+
+    def prefetch(self, buffer_size: int = 1, timeout_s: float = 300.0) -> "Dataset":
+        return _Prefetch(self, buffer_size, timeout_s)
+
+    # ---- iterating ------------------------------------------------------------------
+
+    def __iter__(self) -> "Iterator":
+        pass_ = (self._iterations,)
+        self._iterations += 1
+        return Iterator(self, pass_)
+
+    def iterator(self, state: Mapping[str, Any] | None = None) -> "Iterator":
+        """An iterator of the first pass (``iter()`` counts passes; this does not), at
+        ``state`` (an ``Iterator.state()``) if given."""
+        it = Iterator(self, (0,))
+        if state is not None:
+            it.restore(state)
+        return it
+
+    def as_numpy(self) -> list[Any]:
+        """Every element of one pass, in a list (for tests and small datasets)."""
+        return list(self)
+
+
+class Iterator:
+    """A pass over a dataset: ``next(it)``, ``state()`` and ``restore(state)``."""
+
+    def __init__(self, dataset: Dataset, pass_: Pass) -> None:
+        self.dataset = dataset
+        self.pass_ = pass_
+        self._it = dataset._iterate(pass_)
+
+    def __iter__(self) -> "Iterator":
+        return self
+
+    def __next__(self) -> Any:
+        from tfc.errors import OutOfRangeError
+        try:
+            return self._it.next()
+        except OutOfRangeError:  # a closed, empty queue: the end of the input
+            raise StopIteration from None
+
+    def state(self) -> dict[str, Any]:
+        """The position: after restoring it, this iterator yields what it would yield
+        next now."""
+        return {"pass": list(self.pass_), "at": self._it.state()}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        try:
+            pass_ = tuple(int(p) for p in state["pass"])
+            at = state["at"]
+        except (KeyError, TypeError, ValueError):
+            raise TfcError(f"cannot restore a dataset iterator from {dict(state)!r}: not an "
+                           f"Iterator.state()") from None
+        self.close()
+        self.pass_ = pass_
+        self._it = self.dataset._iterate(pass_)
+        self._it.restore(at)
+
+    @property
+    def wait_s(self) -> float:
+        """Seconds spent waiting for a prefetched element (0 without ``prefetch``)."""
+        return float(getattr(self._it, "wait_s", 0.0))
+
+    def close(self) -> None:
+        """Stop any prefetch thread (also done when the iterator is dropped)."""
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
+
+
+# ---- the datasets ------------------------------------------------------------------
+
+def _positive(what: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise TfcError(f"{what} must be an integer >= {minimum}, not {value!r}")
+    return int(value)
+
+
+class _Slices(Dataset):
+    def __init__(self, tensors: Any, what: str) -> None:
+        super().__init__()
+        leaves = flatten(tensors)
+        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in leaves]
+        if not arrays:
+            raise TfcError(f"{what}: nothing to slice")
+        for a in arrays:
+            if a.dtype == object:
+                raise TfcError(f"{what}: {type(a).__name__} is not an array of numbers")
+            if a.ndim == 0:
+                raise TfcError(f"{what}: a scalar has no first dim to slice")
+        lengths = {len(a) for a in arrays}
+        if len(lengths) != 1:
+            raise TfcError(f"{what}: the arrays have different first dims "
+                           f"({', '.join(str(len(a)) for a in arrays)})")
+        self.arrays = arrays
+        self.length = lengths.pop()
+        self.pack = packer(tensors)
+
+    def cardinality(self) -> int:
+        return self.length
+
+    def _iterate(self, pass_: Pass) -> Any:
+        return _SliceIter(self)
+
+
+class _SliceIter:
+    def __init__(self, ds: _Slices) -> None:
+        self.ds, self.index = ds, 0
+
+    def next(self) -> Any:
+        if self.index >= self.ds.length:
+            raise StopIteration
+        i = self.index
+        self.index += 1
+        return self.ds.pack([np.array(a[i]) for a in self.ds.arrays])
+
+    def state(self) -> dict[str, Any]:
+        return {"index": self.index}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self.index = int(state["index"])
+
+
+class _QueueSource(Dataset):
+    def __init__(self, queue: Any, batch_size: int | None) -> None:
+        super().__init__()
+        if not hasattr(queue, "take_rows"):
+            raise TfcError(f"Dataset.from_queue: {queue!r} is not a tfc.queue queue")
+        self.queue = queue
+        self.batch_size = None if batch_size is None else _positive(
+            "Dataset.from_queue: batch_size", batch_size)
+
+    def cardinality(self) -> int:
+        return UNKNOWN
+
+    def _iterate(self, pass_: Pass) -> Any:
+        return _QueueIter(self)
+
+
+class _QueueIter:
+    def __init__(self, ds: _QueueSource) -> None:
+        self.ds = ds
+
+    def next(self) -> Any:
+        rows = self.ds.queue.take_rows(self.ds.batch_size or 1)  # OutOfRangeError: the end
+        parts = list(rows[0]) if self.ds.batch_size is None else \
+            [np.stack(c) for c in zip(*rows)]
+        return parts[0] if len(parts) == 1 else tuple(parts)
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        if state:
+            raise TfcError("Dataset.from_queue: a queue's position cannot be restored")
+
+
+class _Unary(Dataset):
+    def __init__(self, upstream: Dataset) -> None:
+        super().__init__()
+        if not isinstance(upstream, Dataset):
+            raise TfcError(f"expected a Dataset, got {upstream!r}")
+        self.upstream = upstream
+
+    def cardinality(self) -> int:
+        return self.upstream.cardinality()
+
+
+class _Map(_Unary):
+    def __init__(self, upstream: Dataset, fn: Callable[[Any], Any]) -> None:
+        super().__init__(upstream)
+        self.fn = fn
+
+    def _iterate(self, pass_: Pass) -> Any:
+        return _MapIter(self.upstream._iterate(pass_), self.fn)
+
+
+class _MapIter:
+    def __init__(self, up: Any, fn: Callable[[Any], Any]) -> None:
+        self.up, self.fn = up, fn
+
+    def next(self) -> Any:
+        return self.fn(self.up.next())
+
+    def state(self) -> dict[str, Any]:
+        return self.up.state()
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self.up.restore(state)
+
+    def close(self) -> None:
+        _close(self.up)
+
+
+def _close(it: Any) -> None:
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
+class _Batch(_Unary):
+    def __init__(self, upstream: Dataset, batch_size: int, drop_remainder: bool) -> None:
+        super().__init__(upstream)
+        self.batch_size = _positive("Dataset.batch: batch_size", batch_size)
+        self.drop_remainder = bool(drop_remainder)
+
+    def cardinality(self) -> int:
+        n = self.upstream.cardinality()
+        if n < 0:
+            return n
+        return n // self.batch_size if self.drop_remainder else -(-n // self.batch_size)
+
+    def _iterate(self, pass_: Pass) -> Any:
+        return _BatchIter(self, self.upstream._iterate(pass_))
+
+
+class _BatchIter:
+    def __init__(self, ds: _Batch, up: Any) -> None:
+        self.ds, self.up = ds, up
+
+    def next(self) -> Any:
+        elements = []
+        for _ in range(self.ds.batch_size):
+            try:
+                elements.append(self.up.next())
+            except StopIteration:
+                break
+        if not elements or (self.ds.drop_remainder and len(elements) < self.ds.batch_size):
+            raise StopIteration
+        columns = [as_arrays(e, "Dataset.batch") for e in elements]
+        shapes = {tuple(a.shape for a in c) for c in columns}
+        if len(shapes) != 1:
+            raise TfcError(f"Dataset.batch: the elements have different shapes "
+                           f"({', '.join(str(list(s)) for s in sorted(shapes))}); batch "
+                           f"needs equal shapes")
+        return packer(elements[0])([np.stack(parts) for parts in zip(*columns)])
+
+    def state(self) -> dict[str, Any]:
+        return self.up.state()
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self.up.restore(state)
+
+    def close(self) -> None:
+        _close(self.up)
+
+
+class _Repeat(_Unary):
+    def __init__(self, upstream: Dataset, count: int | None) -> None:
+        super().__init__(upstream)
+        if count is not None and count != -1:
+            count = _positive("Dataset.repeat: count", count, 0)
+        self.count = None if count in (None, -1) else count
+
+    def cardinality(self) -> int:
+        n = self.upstream.cardinality()
+        if self.count is None:
+            return n if n == 0 else INFINITE
+        return n if n < 0 else n * self.count
+
+    def _iterate(self, pass_: Pass) -> Any:
+        return _RepeatIter(self, pass_)
+
+
+class _RepeatIter:
+    def __init__(self, ds: _Repeat, pass_: Pass) -> None:
+        self.ds, self.pass_ = ds, pass_
+        self.epoch = 0
+        self.yielded = False  # in this epoch (an empty epoch ends an endless repeat)
+        self.inner = ds.upstream._iterate((*pass_, 0))
+
+    def next(self) -> Any:
+        while self.ds.count is None or self.epoch < self.ds.count:
+            try:
+                element = self.inner.next()
+                self.yielded = True
+                return element
+            except StopIteration:
+                if not self.yielded and self.ds.count is None:
+                    break  # nothing in a pass: forever would never yield
+                self._start_epoch(self.epoch + 1)
+        raise StopIteration
+
+    def _start_epoch(self, epoch: int) -> None:
+        _close(self.inner)
+        self.epoch, self.yielded = epoch, False
+        self.inner = self.ds.upstream._iterate((*self.pass_, epoch))
+
+    def state(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "inner": self.inner.state()}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self._start_epoch(int(state["epoch"]))
+        self.inner.restore(state["inner"])
+
+    def close(self) -> None:
+        _close(self.inner)
+
+
+class _Shuffle(_Unary):
+    def __init__(self, upstream: Dataset, buffer_size: int, seed: int | None,
+                 reshuffle: bool) -> None:
+        super().__init__(upstream)
+        self.buffer_size = _positive("Dataset.shuffle: buffer_size", buffer_size)
+        if seed is None:
+            seed = secrets.randbits(62)  # fixed for this dataset: restorable
+        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise TfcError(f"Dataset.shuffle: seed must be an integer >= 0, not {seed!r}")
+        self.seed = int(seed)
+        self.reshuffle = bool(reshuffle)
+
+    def _iterate(self, pass_: Pass) -> Any:
+        return _ShuffleIter(self, pass_)
+
+
+class _ShuffleIter:
+    def __init__(self, ds: _Shuffle, pass_: Pass) -> None:
+        self.ds, self.pass_ = ds, pass_
+        self._reset()
+
+    def _reset(self) -> None:
+        words = [self.ds.seed, *self.pass_] if self.ds.reshuffle else [self.ds.seed]
+        self.rng = np.random.default_rng(words)
+        self.up = self.ds.upstream._iterate(self.pass_)
+        self.buffer: list[Any] = []
+        self.exhausted = False
+        self.emitted = 0
+
+    def _fill(self) -> None:
+        while not self.exhausted and len(self.buffer) < self.ds.buffer_size:
+            try:
+                self.buffer.append(self.up.next())
+            except StopIteration:
+                self.exhausted = True
+
+    def next(self) -> Any:
+        self._fill()
+        if not self.buffer:
+            raise StopIteration
+        i = int(self.rng.integers(len(self.buffer)))
+        element = self.buffer[i]
+        try:  # the slot is refilled from upstream (as tf.data), else closed up
+            self.buffer[i] = self.up.next() if not self.exhausted else None
+        except StopIteration:
+            self.exhausted = True
+        if self.exhausted:
+            self.buffer[i] = self.buffer[-1]
+            self.buffer.pop()
+        self.emitted += 1
+        return element
+
+    def state(self) -> dict[str, Any]:
+        return {"seed": self.ds.seed, "emitted": self.emitted}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        if int(state["seed"]) != self.ds.seed:
+            raise TfcError(f"cannot restore a shuffle of seed {self.ds.seed} to a position "
+                           f"saved with seed {int(state['seed'])}")
+        _close(self.up)
+        self._reset()
+        for _ in range(int(state["emitted"])):  # replay: the buffer is not saved
+            self.next()
+
+    def close(self) -> None:
+        _close(self.up)
+
+
+class _Shard(_Unary):
+    def __init__(self, upstream: Dataset, num_shards: int, index: int) -> None:
+        super().__init__(upstream)
+        self.num_shards = _positive("Dataset.shard: num_shards", num_shards)
+        self.index = _positive("Dataset.shard: index", index, 0)
+        if self.index >= self.num_shards:
+            raise TfcError(f"Dataset.shard: index {index} is not below num_shards "
+                           f"{num_shards}")
+
+    def cardinality(self) -> int:
+        n = self.upstream.cardinality()
+        return n if n < 0 else max(0, -(-(n - self.index) // self.num_shards))
+
+    def _iterate(self, pass_: Pass) -> Any:
+        return _ShardIter(self, self.upstream._iterate(pass_))
+
+
+class _ShardIter:
+    def __init__(self, ds: _Shard, up: Any) -> None:
+        self.ds, self.up = ds, up
+        self.position = 0  # of the next upstream element
+
+    def next(self) -> Any:
+        while True:
+            element = self.up.next()
+            self.position += 1
+            if (self.position - 1) % self.ds.num_shards == self.ds.index:
+                return element
+
+    def state(self) -> dict[str, Any]:
+        return {"position": self.position, "inner": self.up.state()}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self.position = int(state["position"])
+        self.up.restore(state["inner"])
+
+    def close(self) -> None:
+        _close(self.up)
+
+
+class _Take(_Unary):
+    def __init__(self, upstream: Dataset, count: int) -> None:
+        super().__init__(upstream)
+        self.count = _positive("Dataset.take: count", count, 0)
+
+    def cardinality(self) -> int:
+        n = self.upstream.cardinality()
+        return self.count if n == INFINITE else min(n, self.count)
+
+    def _iterate(self, pass_: Pass) -> Any:
+        return _TakeIter(self, self.upstream._iterate(pass_))
+
+
+class _TakeIter:
+    def __init__(self, ds: _Take, up: Any) -> None:
+        self.ds, self.up, self.taken = ds, up, 0
+
+    def next(self) -> Any:
+        if self.taken >= self.ds.count:
+            raise StopIteration
+        element = self.up.next()
+        self.taken += 1
+        return element
+
+    def state(self) -> dict[str, Any]:
+        return {"taken": self.taken, "inner": self.up.state()}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self.taken = int(state["taken"])
+        self.up.restore(state["inner"])
+
+    def close(self) -> None:
+        _close(self.up)
+
+
+class _Prefetch(_Unary):
+    def __init__(self, upstream: Dataset, buffer_size: int, timeout_s: float) -> None:
+        super().__init__(upstream)
+        self.buffer_size = _positive("Dataset.prefetch: buffer_size", buffer_size)
+        if not timeout_s > 0:
+            raise TfcError(f"Dataset.prefetch: timeout_s must be positive, not {timeout_s!r}")
+        self.timeout_s = float(timeout_s)
+
+    def _iterate(self, pass_: Pass) -> Any:
+        from tfc.data.prefetch import PrefetchIterator
+        return PrefetchIterator(self.upstream._iterate(pass_), self.buffer_size,
+                                self.timeout_s)
+
+
+# ---- positions in checkpoints --------------------------------------------------------
+
+def flat_state(state: Mapping[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
+    """An ``Iterator.state()`` as int64 arrays named by their path (``at/inner/index``)."""
+    out: dict[str, np.ndarray] = {}
+    for key, value in state.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flat_state(value, name + "/"))
+        else:
+            out[name] = np.asarray(value, dtype=np.int64)
+    return out
+
+
+def unflatten_state(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The inverse of ``flat_state``."""
+    out: dict[str, Any] = {}
+    for name, arr in arrays.items():
+        *path, leaf = name.split("/")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        a = np.asarray(arr)
+        node[leaf] = a.tolist() if a.ndim else int(a)
+    return out
+
+
+def batches_of(arrays: Mapping[str, Any] | Iterable[Any], batch_size: int, *,
+               shuffle: bool = False, seed: int | None = None,
+               drop_remainder: bool = False) -> Dataset:
+    """The mini-batch pipeline of ``fit`` and ``tfc run --batch``: slices of ``arrays``,
+    fully shuffled each pass (buffer = the dataset's size) if asked, batched."""
+    ds = Dataset.from_tensor_slices(arrays)
+    if shuffle:
+        ds = ds.shuffle(max(ds.cardinality(), 1), seed)
+    return ds.batch(batch_size, drop_remainder)
