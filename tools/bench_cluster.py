@@ -102,6 +102,10 @@ def median(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
+def p90(samples: list[float]) -> float:
+    return float(np.percentile(samples, 90))
+
+
 def timed_steps(step: Callable[[], Any], steps: int, warmup: int) -> list[float]:
     for _ in range(warmup):
         step()
@@ -155,6 +159,51 @@ def transfer_note(program: Any) -> str:
         getattr(stats, "task_seconds", {}).items()))
     return f"{getattr(stats, 'tensors', '?')} tensors between tasks" + (
         f"; last step per task: {tasks}" if tasks else "")
+
+
+def stepped_phases(program: Any, step: Callable[[], Any]) -> tuple[Callable[[], Any],
+                                                                  list[dict[str, float]]]:
+    """``step`` wrapped to record each step's breakdown (the runtime's
+    ``last_transfer_stats``: the driver's phases, and each task's as ``task/phase``), and
+    the list it records into."""
+    records: list[dict[str, float]] = []
+
+    def timed() -> None:
+        step()
+        stats = last_stats(program)
+        if stats is None:
+            return
+        record = {f"driver/{k}": v for k, v in getattr(stats, "driver_phases", {}).items()}
+        for task, phases in getattr(stats, "task_phases", {}).items():
+            short = task.replace("/job:", "").replace("/task", "")
+            record.update({f"{short}/{k}": v for k, v in phases.items()})
+            record[f"{short}/total"] = stats.task_seconds.get(task, 0.0)
+        records.append(record)
+    return timed, records
+
+
+def median_phases(records: list[dict[str, float]]) -> dict[str, float]:
+    """Each phase's median over the recorded steps (the warm-up steps left out)."""
+    keys = dict.fromkeys(k for r in records for k in r)
+    return {k: median([r[k] for r in records if k in r]) for k in keys}
+
+
+def print_breakdowns(rows: list[Row]) -> None:
+    """Where each tfc row's step goes: medians of the driver's and each task's phases."""
+    table = [r for r in rows if r.extra.get("breakdown")]
+    if not table:
+        return
+    print("\nwhere a step goes (medians, ms): driver launch (feeds and calls out) / wait "
+          "(until every task answered) / gather; per task: feeds (waiting for the driver's), "
+          "run (the stages, with send: putting values on the wire, and recv_wait: waiting "
+          "for peers' values), acks (waiting for Ray deliveries), total (in the task)")
+    for r in table:
+        print(f"  {r.part} {r.config}: step {ms(r.median_s)} ms")
+        phases = r.extra["breakdown"]
+        for who in dict.fromkeys(k.split("/")[0] for k in phases):
+            parts = ", ".join(f"{k.split('/', 1)[1]} {ms(v)}" for k, v in phases.items()
+                              if k.split("/")[0] == who)
+            print(f"    {who:9} {parts}")
 
 
 def task_predictions(module: Any, program: Any, entry: str, shard: int
@@ -278,7 +327,7 @@ def null_floor(cluster: RayCluster, ps: int, workers: int, big_bytes: int, steps
         ray.kill(handle)
     moved = 2 * workers * sum(int(np.prod(s)) * 4 for s in shapes)
     return Row("null", "ray floor", null_config(ps, workers, big_bytes), median(times), steps,
-               moved, "bytes: fetch + update, counted")
+               moved, "bytes: fetch + update, counted", {"p90_s": p90(times)})
 
 
 def null_config(ps: int, workers: int, big_bytes: int) -> str:
@@ -299,13 +348,16 @@ def null_tfc(api: Any, address: str, work: Path, ps: int, workers: int, big_byte
     try:
         start_s = time.perf_counter() - started
         x = np.ones((workers, 1), np.float32)
-        times = timed_steps(lambda: program.run("train_step", x=x), steps, warmup)
+        step, records = stepped_phases(program, lambda: program.run("train_step", x=x))
+        times = timed_steps(step, steps, warmup)
         moved, note = transfer_bytes(program), transfer_note(program)
         tasks = task_predictions(module, program, "train_step", 1)
     finally:
         close_program(program)
     return Row("null", "tfc", config, median(times), steps, moved,
-               f"program start {start_s:.1f} s; {note}", {"tasks": tasks})
+               f"program start {start_s:.1f} s; {note}",
+               {"tasks": tasks, "breakdown": median_phases(records[warmup:]),
+                "p90_s": p90(times)})
 
 
 # ---- (b) the MLP against PyTorch DDP ----------------------------------------------------
@@ -443,14 +495,17 @@ def mlp_tfc(api: Any, address: str | None, work: Path, workers: int, steps: int,
                                                       strategy="allreduce"))
     program = program_cls(module, cluster=address)
     try:
-        times = timed_steps(lambda: program.run("train_step", x=x, y=y), steps, warmup)
+        step, records = stepped_phases(program, lambda: program.run("train_step", x=x, y=y))
+        times = timed_steps(step, steps, warmup)
         moved, note = transfer_bytes(program), transfer_note(program)
         tasks = task_predictions(module, program, "train_step", MLP_BATCH // workers)
     finally:
         close_program(program)
     per_worker = None if moved is None else moved // workers
     return Row("mlp", "tfc allreduce", f"workers={workers} batch={MLP_BATCH}", median(times),
-               steps, per_worker, f"bytes: between tasks per worker; {note}", {"tasks": tasks})
+               steps, per_worker, f"bytes: between tasks per worker; {note}",
+               {"tasks": tasks, "breakdown": median_phases(records[warmup:]),
+                "p90_s": p90(times)})
 
 
 # ---- the run ------------------------------------------------------------------------------
@@ -473,10 +528,12 @@ def print_tables(rows: list[Row], workers: int) -> None:
     null = [r for r in rows if r.part == "null"]
     if null:
         print("\n(a) null step (OSDI'16 §6.2): median step time")
-        print(f"  {'configuration':28} {'system':12} {'median':>10} {'moved/step':>12}  note")
+        print(f"  {'configuration':28} {'system':12} {'median':>10} {'p90':>10} "
+              f"{'moved/step':>12}  note")
         for r in null:
             moved = "-" if r.bytes_per_step is None else format_bytes(r.bytes_per_step)
-            print(f"  {r.config:28} {r.system:12} {ms(r.median_s):>7} ms {moved:>12}  {r.note}")
+            print(f"  {r.config:28} {r.system:12} {ms(r.median_s):>7} ms "
+                  f"{ms(r.extra.get('p90_s')):>7} ms {moved:>12}  {r.note}")
         goal = [r for r in null if r.system == "tfc" and r.config.endswith("scalar")
                 and "workers=4" in r.config and r.median_s is not None]
         for r in goal:
@@ -603,6 +660,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average after: {load_average()}")
     print_tables(rows, args.mlp_workers)
     print_predictions(rows)
+    print_breakdowns(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"machine": info, "rows": [asdict(r) for r in rows]}, indent=2))
