@@ -206,21 +206,27 @@ def print_breakdowns(rows: list[Row]) -> None:
             print(f"    {who:9} {parts}")
 
 
-def task_predictions(module: Any, program: Any, entry: str, shard: int
-                     ) -> dict[str, tuple[float, float | None]]:
+PROFILE: Any = None  # the cost model's profile, with the cluster's costs when measured
+
+
+def task_predictions(module: Any, records: list[dict[str, float]], entry: str, shard: int,
+                     step_s: float) -> dict[str, tuple[float, float | None]]:
     """Each task's predicted step of ``entry`` (the compile report's cost model,
-    ``tfc.passes.replicate.predict_tasks``, batch dims at the per-worker ``shard``) and its
-    measured time in the latest step (``task_seconds``, None when not counted); empty
-    where this checkout predicts nothing."""
+    ``tfc.passes.replicate.predict_tasks`` on ``PROFILE``, batch dims at the per-worker
+    ``shard``) and its measured median time in the step (``task_seconds``, None when not
+    counted), and the whole step's (``step``) against ``step_s``; empty where this
+    checkout predicts nothing."""
     try:
-        from tfc.passes.replicate import predict_tasks, task_label
+        from tfc.passes.replicate import predict_tasks
     except ImportError:
         return {}
-    stats = last_stats(program)
-    measured = {task_label(t + "/cpu:0") or t: s
-                for t, s in getattr(stats, "task_seconds", {}).items()}
-    predicted = predict_tasks(module, entry, shard).tasks
-    return {t: (p, measured.get(t)) for t, p in predicted.items()}
+    # (the records name tasks as task_label does: worker:1)
+    measured = {k.split("/")[0]: v for k, v in median_phases(records).items()
+                if k.endswith("/total")}
+    prediction = predict_tasks(module, entry, shard, PROFILE)
+    out = {t: (p, measured.get(t)) for t, p in prediction.tasks.items()}
+    out["step"] = (prediction.step_s, step_s)
+    return out
 
 
 def print_predictions(rows: list[Row]) -> None:
@@ -228,7 +234,8 @@ def print_predictions(rows: list[Row]) -> None:
     table = [(r, t, p, m) for r in rows for t, (p, m) in r.extra.get("tasks", {}).items()]
     if not table:
         return
-    print("\npredicted (cost model, compile report) vs measured (last step) per task")
+    print(f"\npredicted (cost model, compile report) vs measured (medians) per task and for "
+          f"the whole step; {getattr(PROFILE, 'describe', lambda: 'default profile')()}")
     print(f"  {'part':4} {'configuration':28} {'task':9} {'predicted':>10} {'measured':>10}"
           f" {'measured/predicted':>18}")
     for r, task, p, m in table:
@@ -351,7 +358,7 @@ def null_tfc(api: Any, address: str, work: Path, ps: int, workers: int, big_byte
         step, records = stepped_phases(program, lambda: program.run("train_step", x=x))
         times = timed_steps(step, steps, warmup)
         moved, note = transfer_bytes(program), transfer_note(program)
-        tasks = task_predictions(module, program, "train_step", 1)
+        tasks = task_predictions(module, records[warmup:], "train_step", 1, median(times))
     finally:
         close_program(program)
     return Row("null", "tfc", config, median(times), steps, moved,
@@ -498,7 +505,8 @@ def mlp_tfc(api: Any, address: str | None, work: Path, workers: int, steps: int,
         step, records = stepped_phases(program, lambda: program.run("train_step", x=x, y=y))
         times = timed_steps(step, steps, warmup)
         moved, note = transfer_bytes(program), transfer_note(program)
-        tasks = task_predictions(module, program, "train_step", MLP_BATCH // workers)
+        tasks = task_predictions(module, records[warmup:], "train_step",
+                                 MLP_BATCH // workers, median(times))
     finally:
         close_program(program)
     per_worker = None if moved is None else moved // workers
@@ -588,6 +596,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", default=None,
                         help="HOST:PORT of a running Ray cluster (default: a loopback one)")
     parser.add_argument("--no-floor", action="store_true", help="skip the bare-Ray rows")
+    parser.add_argument("--no-calibrate", action="store_true",
+                        help="predict without measuring the cluster's costs first "
+                             "(tfc.distributed.calibrate; else the profile's)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: workers 1,4, ps 1, 4 MB, 10 steps")
     parser.add_argument("--json", default=None, help="also write the rows here")
@@ -612,6 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(api, str):
         print(f"tfc rows: unavailable: {api}")
 
+    global PROFILE
+    from tfc.devices import load_profile
+    PROFILE = load_profile()
     rows: list[Row] = []
     loopback = None
     started = time.perf_counter()
@@ -623,6 +637,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         address = args.cluster
     try:
+        if not args.no_calibrate:
+            from tfc.distributed.calibrate import calibrate_cluster
+            costs = calibrate_cluster(address)
+            costs.apply(PROFILE)
+            print(costs.summary())
         with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
             work = Path(tmp)
             if "null" in parts:
