@@ -391,3 +391,23 @@ print(json.dumps({{"losses": losses, "pids": len(pids), "initialized": ray.is_in
     np.testing.assert_allclose(got["losses"], want, rtol=1e-10)
     assert got["pids"] > 0 and not got["initialized"]
     assert got["alive"] == [] and not got["temp_left"]
+
+
+@pytest.mark.distributed
+def test_values_go_by_ray_where_no_listener_can_be_reached(loopback_cluster, monkeypatch):
+    """Where a task's TCP listener cannot be reached (another host's firewall), its peers
+    and the driver send it values by Ray (actor calls, the object store): the same
+    numbers."""
+    import socket
+    import tfc.distributed.runtime as runtime
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        nowhere = s.getsockname()
+    monkeypatch.setattr(runtime, "wire_addresses", lambda where: {t: nowhere for t in where})
+    want = run_losses(Program(ps_module(None), backend="reference"), 2)
+    with Program(ps_module(TASKS), backend="reference", cluster=loopback_cluster.address) as p:
+        got = run_losses(p, 2)
+        assert [p._cluster._link(t) for t in p._cluster.tasks] == [None] * 3  # the driver's
+        assert p._executable("adam").last_transfer_stats.tensors >= 8
+    for entry in want:
+        np.testing.assert_allclose(got[entry], want[entry], rtol=1e-10, atol=0)

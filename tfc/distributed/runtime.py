@@ -83,6 +83,12 @@ def check_cluster_argument(cluster: str) -> str:
                    f"(the address of a Ray cluster's head)")
 
 
+def wire_addresses(where: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[str, int]]:
+    """Each task's listener (``ready``'s ``wire``), where its peers and the driver send
+    it values; a task whose listener cannot be reached gets them by Ray instead."""
+    return {task: tuple(w["wire"]) for task, w in where.items()}  # type: ignore[misc]
+
+
 class ClusterRuntime:
     """The actors of one program's tasks on a Ray cluster (see the module docstring)."""
 
@@ -121,7 +127,7 @@ class ClusterRuntime:
             self._wait({t: a.ready.remote() for t, a in self.actors.items()}, "start",
                        into=self.where)
             # the tasks' listeners: values go task to task over TCP (tfc.distributed.wire)
-            self.wire = {t: where["wire"] for t, where in self.where.items()}
+            self.wire = wire_addresses(self.where)
             self._wait({t: a.connect.remote(self.actors, self.wire)
                         for t, a in self.actors.items()}, "connect")
             self._executables = {e: ClusterExecutable(self, e) for e in module.entries}
