@@ -127,7 +127,7 @@ def calibrate_cluster(address: str, repeats: int = 30, timeout_s: float = 60.0,
         large = statistics.median(ray.get(probes[0].ping.remote(LINK_BYTES, repeats),
                                           timeout=timeout_s))
         link = LinkRates(LINK_BYTES / max(large - small, 1e-9), small / 2)
-        args = ("train_step", 1, 1, {0: np.zeros(1, np.float32)}, 1, True, {})
+        args: tuple[Any, ...] = ("train_step", 1, 1, {0: np.zeros(1, np.float32)}, 1, True, {})
         issue, rounds = [], []
         for i in range(WARMUP + repeats):
             started = time.perf_counter()

@@ -86,7 +86,7 @@ def check_cluster_argument(cluster: str) -> str:
 def wire_addresses(where: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[str, int]]:
     """Each task's listener (``ready``'s ``wire``), where its peers and the driver send
     it values; a task whose listener cannot be reached gets them by Ray instead."""
-    return {task: tuple(w["wire"]) for task, w in where.items()}  # type: ignore[misc]
+    return {task: (str(w["wire"][0]), int(w["wire"][1])) for task, w in where.items()}
 
 
 class ClusterRuntime:

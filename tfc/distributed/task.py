@@ -228,7 +228,7 @@ class TaskActor:
 
     def run_step(self, entry: str, step_id: int, step: int, feeds: Mapping[int, Any],
                  n_feeds: int, settle: bool | None, assign: Mapping[str, np.ndarray]
-                 ) -> tuple[dict[int, np.ndarray], dict[str, float]]:
+                 ) -> tuple[dict[int, np.ndarray], dict[str, Any]]:
         """This task's part of step ``step_id`` of ``entry`` (program step ``step``: random
         ops are seeded with it): ``feeds`` by argument index (those its stages use),
         ``settle`` the outcome of the task's previous step (apply or drop its updates),

@@ -93,7 +93,7 @@ class Listener:
                 for keys, dtype, shape in meta["values"]:
                     array = np.empty(shape, dtype=np.dtype(dtype))
                     if array.nbytes and not _recv_exactly(
-                            conn, memoryview(array.reshape(-1).view(np.uint8))):
+                            conn, array.reshape(-1).view(np.uint8).data):
                         return
                     array.flags.writeable = False
                     items.append((keys, array))
@@ -161,7 +161,7 @@ class Link:
                 self._sock.sendall(_PREFIX.pack(_MAGIC, len(header), total) + header)
                 for a in arrays:
                     if a.nbytes:
-                        self._sock.sendall(memoryview(a.reshape(-1).view(np.uint8)))
+                        self._sock.sendall(a.reshape(-1).view(np.uint8).data)
             except socket.timeout:
                 self.broken = f"it took nothing within {self.timeout_s:g} s"
                 raise ExecutionError(f"{self.peer} took nothing sent to it within "
