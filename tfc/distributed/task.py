@@ -173,6 +173,7 @@ class TaskActor:
         self._listener: Any = None  # tfc.distributed.wire: what peers send comes here
         self._wire: dict[str, Any] = {}  # peer task -> its listener's (host, port)
         self._links: dict[str, Any] = {}  # peer task -> its Link, None: by Ray
+        self._links_lock = threading.Lock()  # (the task's devices send from their threads)
         self._phases: dict[str, float] = {}  # this step's time by phase (benchmarks)
 
     # ---- set-up --------------------------------------------------------------------------
@@ -195,12 +196,13 @@ class TaskActor:
 
     def _link(self, task: str) -> Any:
         """The TCP link to ``task`` (made on first use), or None: by Ray."""
-        if task not in self._links:
-            from tfc.distributed.wire import Link
-            address = self._wire.get(task)
-            self._links[task] = (Link.open(address, f"task {task}", self.timeout_s)
-                                 if address is not None else None)
-        return self._links[task]
+        with self._links_lock:
+            if task not in self._links:
+                from tfc.distributed.wire import Link
+                address = self._wire.get(task)
+                self._links[task] = (Link.open(address, f"task {task}", self.timeout_s)
+                                     if address is not None else None)
+            return self._links[task]
 
     def prepare(self, entries: Sequence[str]) -> dict[str, str]:
         """Make this task's executables of ``entries`` now (errors surface before a step);
