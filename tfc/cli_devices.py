@@ -2,6 +2,7 @@
 and the partition dump of ``tfc ir --device``.
 
     tfc calibrate [--devices cpu:0,gpu:0] [-o devices.json]   # GPUs measured with cupy
+    tfc calibrate --cluster local                             # also a Ray cluster's costs
     tfc devices                                               # CPUs, GPUs, CUDA here?
     tfc bench model.tfc --entry train_step [--steps N] [--feed x=x.npy] [--trace trace.json]
     tfc viz model.tfc [--entry NAME] -o graph.html
@@ -62,6 +63,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from tfc.runtime.calibrate_gpu import measure_gpu
 
     check_output_path(args.output, "-o")
+    if args.cluster is not None:  # (checked before the host's long measurement)
+        from tfc.distributed.runtime import check_cluster_argument
+        if check_cluster_argument(args.cluster) == "inprocess":
+            raise TfcError("--cluster inprocess runs tasks as threads: there is no cluster "
+                           "to measure (local, auto or HOST:PORT)")
     devices = parse_devices(args.devices) if args.devices is not None else local_devices(1)
     cpus = [d for d in devices if parse_device(d).kind == "cpu"]
     gpus = [d for d in devices if parse_device(d).kind == "gpu"]
@@ -80,8 +86,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             continue
         print(f"measuring {gpu} with cupy", file=sys.stderr)
         measure_gpu(gpu).apply(profile)
+    cluster = None
+    if args.cluster is not None:  # the Ray cluster's own costs (predict_tasks uses them)
+        from tfc.distributed.calibrate import calibrate_cluster
+        cluster = calibrate_cluster(args.cluster, progress=lambda m: print(m, file=sys.stderr))
+        cluster.apply(profile)
     path = save_profile(profile, args.output)
     print(profile_summary(profile, gpus))
+    if cluster is not None:
+        print(cluster.summary())
     print("runs min/median/max:")
     print(calibration.spread_summary())
     print(f"wrote {path}")
@@ -247,6 +260,10 @@ def add_commands(sub: Any) -> None:
                    help="profile to write (default: $TFC_DEVICE_PROFILE or "
                         "~/.cache/tfc/devices.json, which placement reads)")
     p.add_argument("--backend", default=None, help="backend to measure (default: llvm)")
+    p.add_argument("--cluster", metavar="ADDRESS", default=None,
+                   help="also measure a Ray cluster's costs for the cluster report's "
+                        "predicted step (local, auto or HOST:PORT, as tfc run takes it): "
+                        "a value between tasks, a step's launch and round trip")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("devices", help="this machine's devices, and whether CUDA compiles "

@@ -426,7 +426,12 @@ class DeviceProfile:
     None in profiles written before it was measured: then ``handoff_s``),
     ``transfer_s`` the work of one send and its recv (charged
     to both devices' threads). ``links`` (key ``"SRC->DST"``) and ``default_link`` are
-    links between hosts. ``source`` is ``"defaults"`` for the built-in round numbers."""
+    links between hosts. ``source`` is ``"defaults"`` for the built-in round numbers.
+    A cluster's Ray link (``tfc calibrate --cluster``; None/0 where not measured):
+    ``cluster_link`` what a value costs between two task processes (latency, bytes/s),
+    ``cluster_call_s`` the driver's launch of a step on one more task (the calls go out
+    one after another), ``cluster_round_s`` the rest of a driver's round trip to a task
+    (the call's delivery, the task's answer, its wait)."""
 
     devices: dict[str, DeviceRates] = field(default_factory=dict)
     links: dict[str, LinkRates] = field(default_factory=dict)
@@ -444,12 +449,16 @@ class DeviceProfile:
     variable_s: float = 0.0
     update_s: float = 0.0
     crowded_handoff_s: float | None = None
+    cluster_link: LinkRates | None = None
+    cluster_call_s: float = 0.0
+    cluster_round_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cores < 1:
             raise ValueError(f"cores must be >= 1, got {self.cores}")
         for name in ("step_s", "executor_step_s", "stage_s", "handoff_s", "transfer_s",
-                     "feed_s", "fetch_s", "variable_s", "update_s"):
+                     "feed_s", "fetch_s", "variable_s", "update_s", "cluster_call_s",
+                     "cluster_round_s"):
             _check_seconds(name, getattr(self, name))
         if self.crowded_handoff_s is not None:
             _check_seconds("crowded_handoff_s", self.crowded_handoff_s)
@@ -519,7 +528,11 @@ class DeviceProfile:
                            "cpu": self.cpu.to_dict(),
                            "devices": {k: v.to_dict() for k, v in self.devices.items()},
                            "links": {k: asdict(v) for k, v in self.links.items()},
-                           "default_link": asdict(self.default_link)}, indent=1)
+                           "default_link": asdict(self.default_link),
+                           "cluster_link": (asdict(self.cluster_link)
+                                            if self.cluster_link is not None else None),
+                           "cluster_call_s": self.cluster_call_s,
+                           "cluster_round_s": self.cluster_round_s}, indent=1)
 
     @staticmethod
     def from_json(text: str, where: str = "<profile>") -> "DeviceProfile":
@@ -550,7 +563,11 @@ class DeviceProfile:
                 variable_s=float(data.get("variable_s", 0.0)),
                 update_s=float(data.get("update_s", 0.0)),
                 crowded_handoff_s=(None if data.get("crowded_handoff_s") is None
-                                   else float(data["crowded_handoff_s"])))
+                                   else float(data["crowded_handoff_s"])),
+                cluster_link=(LinkRates.from_dict(data["cluster_link"], "cluster_link")
+                              if data.get("cluster_link") is not None else None),
+                cluster_call_s=float(data.get("cluster_call_s", 0.0)),
+                cluster_round_s=float(data.get("cluster_round_s", 0.0)))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise TfcError(f"{where}: not a valid device profile ({e})") from None
 

@@ -102,6 +102,10 @@ def median(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
+def p90(samples: list[float]) -> float:
+    return float(np.percentile(samples, 90))
+
+
 def timed_steps(step: Callable[[], Any], steps: int, warmup: int) -> list[float]:
     for _ in range(warmup):
         step()
@@ -157,21 +161,72 @@ def transfer_note(program: Any) -> str:
         f"; last step per task: {tasks}" if tasks else "")
 
 
-def task_predictions(module: Any, program: Any, entry: str, shard: int
-                     ) -> dict[str, tuple[float, float | None]]:
+def stepped_phases(program: Any, step: Callable[[], Any]) -> tuple[Callable[[], Any],
+                                                                  list[dict[str, float]]]:
+    """``step`` wrapped to record each step's breakdown (the runtime's
+    ``last_transfer_stats``: the driver's phases, and each task's as ``task/phase``), and
+    the list it records into."""
+    records: list[dict[str, float]] = []
+
+    def timed() -> None:
+        step()
+        stats = last_stats(program)
+        if stats is None:
+            return
+        record = {f"driver/{k}": v for k, v in getattr(stats, "driver_phases", {}).items()}
+        for task, phases in getattr(stats, "task_phases", {}).items():
+            short = task.replace("/job:", "").replace("/task", "")
+            record.update({f"{short}/{k}": v for k, v in phases.items()})
+            record[f"{short}/total"] = stats.task_seconds.get(task, 0.0)
+        records.append(record)
+    return timed, records
+
+
+def median_phases(records: list[dict[str, float]]) -> dict[str, float]:
+    """Each phase's median over the recorded steps (the warm-up steps left out)."""
+    keys = dict.fromkeys(k for r in records for k in r)
+    return {k: median([r[k] for r in records if k in r]) for k in keys}
+
+
+def print_breakdowns(rows: list[Row]) -> None:
+    """Where each tfc row's step goes: medians of the driver's and each task's phases."""
+    table = [r for r in rows if r.extra.get("breakdown")]
+    if not table:
+        return
+    print("\nwhere a step goes (medians, ms): driver launch (feeds and calls out) / wait "
+          "(until every task answered) / gather; per task: feeds (waiting for the driver's), "
+          "run (the stages, with send: putting values on the wire, and recv_wait: waiting "
+          "for peers' values), acks (waiting for Ray deliveries), total (in the task)")
+    for r in table:
+        print(f"  {r.part} {r.config}: step {ms(r.median_s)} ms")
+        phases = r.extra["breakdown"]
+        for who in dict.fromkeys(k.split("/")[0] for k in phases):
+            parts = ", ".join(f"{k.split('/', 1)[1]} {ms(v)}" for k, v in phases.items()
+                              if k.split("/")[0] == who)
+            print(f"    {who:9} {parts}")
+
+
+PROFILE: Any = None  # the cost model's profile, with the cluster's costs when measured
+
+
+def task_predictions(module: Any, records: list[dict[str, float]], entry: str, shard: int,
+                     step_s: float) -> dict[str, tuple[float, float | None]]:
     """Each task's predicted step of ``entry`` (the compile report's cost model,
-    ``tfc.passes.replicate.predict_tasks``, batch dims at the per-worker ``shard``) and its
-    measured time in the latest step (``task_seconds``, None when not counted); empty
-    where this checkout predicts nothing."""
+    ``tfc.passes.replicate.predict_tasks`` on ``PROFILE``, batch dims at the per-worker
+    ``shard``) and its measured median time in the step (``task_seconds``, None when not
+    counted), and the whole step's (``step``) against ``step_s``; empty where this
+    checkout predicts nothing."""
     try:
-        from tfc.passes.replicate import predict_tasks, task_label
+        from tfc.passes.replicate import predict_tasks
     except ImportError:
         return {}
-    stats = last_stats(program)
-    measured = {task_label(t + "/cpu:0") or t: s
-                for t, s in getattr(stats, "task_seconds", {}).items()}
-    predicted = predict_tasks(module, entry, shard).tasks
-    return {t: (p, measured.get(t)) for t, p in predicted.items()}
+    # (the records name tasks as task_label does: worker:1)
+    measured = {k.split("/")[0]: v for k, v in median_phases(records).items()
+                if k.endswith("/total")}
+    prediction = predict_tasks(module, entry, shard, PROFILE)
+    out = {t: (p, measured.get(t)) for t, p in prediction.tasks.items()}
+    out["step"] = (prediction.step_s, step_s)
+    return out
 
 
 def print_predictions(rows: list[Row]) -> None:
@@ -179,7 +234,8 @@ def print_predictions(rows: list[Row]) -> None:
     table = [(r, t, p, m) for r in rows for t, (p, m) in r.extra.get("tasks", {}).items()]
     if not table:
         return
-    print("\npredicted (cost model, compile report) vs measured (last step) per task")
+    print(f"\npredicted (cost model, compile report) vs measured (medians) per task and for "
+          f"the whole step; {getattr(PROFILE, 'describe', lambda: 'default profile')()}")
     print(f"  {'part':4} {'configuration':28} {'task':9} {'predicted':>10} {'measured':>10}"
           f" {'measured/predicted':>18}")
     for r, task, p, m in table:
@@ -278,7 +334,7 @@ def null_floor(cluster: RayCluster, ps: int, workers: int, big_bytes: int, steps
         ray.kill(handle)
     moved = 2 * workers * sum(int(np.prod(s)) * 4 for s in shapes)
     return Row("null", "ray floor", null_config(ps, workers, big_bytes), median(times), steps,
-               moved, "bytes: fetch + update, counted")
+               moved, "bytes: fetch + update, counted", {"p90_s": p90(times)})
 
 
 def null_config(ps: int, workers: int, big_bytes: int) -> str:
@@ -299,13 +355,16 @@ def null_tfc(api: Any, address: str, work: Path, ps: int, workers: int, big_byte
     try:
         start_s = time.perf_counter() - started
         x = np.ones((workers, 1), np.float32)
-        times = timed_steps(lambda: program.run("train_step", x=x), steps, warmup)
+        step, records = stepped_phases(program, lambda: program.run("train_step", x=x))
+        times = timed_steps(step, steps, warmup)
         moved, note = transfer_bytes(program), transfer_note(program)
-        tasks = task_predictions(module, program, "train_step", 1)
+        tasks = task_predictions(module, records[warmup:], "train_step", 1, median(times))
     finally:
         close_program(program)
     return Row("null", "tfc", config, median(times), steps, moved,
-               f"program start {start_s:.1f} s; {note}", {"tasks": tasks})
+               f"program start {start_s:.1f} s; {note}",
+               {"tasks": tasks, "breakdown": median_phases(records[warmup:]),
+                "p90_s": p90(times)})
 
 
 # ---- (b) the MLP against PyTorch DDP ----------------------------------------------------
@@ -443,14 +502,18 @@ def mlp_tfc(api: Any, address: str | None, work: Path, workers: int, steps: int,
                                                       strategy="allreduce"))
     program = program_cls(module, cluster=address)
     try:
-        times = timed_steps(lambda: program.run("train_step", x=x, y=y), steps, warmup)
+        step, records = stepped_phases(program, lambda: program.run("train_step", x=x, y=y))
+        times = timed_steps(step, steps, warmup)
         moved, note = transfer_bytes(program), transfer_note(program)
-        tasks = task_predictions(module, program, "train_step", MLP_BATCH // workers)
+        tasks = task_predictions(module, records[warmup:], "train_step",
+                                 MLP_BATCH // workers, median(times))
     finally:
         close_program(program)
     per_worker = None if moved is None else moved // workers
     return Row("mlp", "tfc allreduce", f"workers={workers} batch={MLP_BATCH}", median(times),
-               steps, per_worker, f"bytes: between tasks per worker; {note}", {"tasks": tasks})
+               steps, per_worker, f"bytes: between tasks per worker; {note}",
+               {"tasks": tasks, "breakdown": median_phases(records[warmup:]),
+                "p90_s": p90(times)})
 
 
 # ---- the run ------------------------------------------------------------------------------
@@ -473,10 +536,12 @@ def print_tables(rows: list[Row], workers: int) -> None:
     null = [r for r in rows if r.part == "null"]
     if null:
         print("\n(a) null step (OSDI'16 §6.2): median step time")
-        print(f"  {'configuration':28} {'system':12} {'median':>10} {'moved/step':>12}  note")
+        print(f"  {'configuration':28} {'system':12} {'median':>10} {'p90':>10} "
+              f"{'moved/step':>12}  note")
         for r in null:
             moved = "-" if r.bytes_per_step is None else format_bytes(r.bytes_per_step)
-            print(f"  {r.config:28} {r.system:12} {ms(r.median_s):>7} ms {moved:>12}  {r.note}")
+            print(f"  {r.config:28} {r.system:12} {ms(r.median_s):>7} ms "
+                  f"{ms(r.extra.get('p90_s')):>7} ms {moved:>12}  {r.note}")
         goal = [r for r in null if r.system == "tfc" and r.config.endswith("scalar")
                 and "workers=4" in r.config and r.median_s is not None]
         for r in goal:
@@ -531,6 +596,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", default=None,
                         help="HOST:PORT of a running Ray cluster (default: a loopback one)")
     parser.add_argument("--no-floor", action="store_true", help="skip the bare-Ray rows")
+    parser.add_argument("--no-calibrate", action="store_true",
+                        help="predict without measuring the cluster's costs first "
+                             "(tfc.distributed.calibrate; else the profile's)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: workers 1,4, ps 1, 4 MB, 10 steps")
     parser.add_argument("--json", default=None, help="also write the rows here")
@@ -555,6 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(api, str):
         print(f"tfc rows: unavailable: {api}")
 
+    global PROFILE
+    from tfc.devices import load_profile
+    PROFILE = load_profile()
     rows: list[Row] = []
     loopback = None
     started = time.perf_counter()
@@ -566,6 +637,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         address = args.cluster
     try:
+        if not args.no_calibrate:
+            from tfc.distributed.calibrate import calibrate_cluster
+            costs = calibrate_cluster(address)
+            costs.apply(PROFILE)
+            print(costs.summary())
         with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
             work = Path(tmp)
             if "null" in parts:
@@ -603,6 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average after: {load_average()}")
     print_tables(rows, args.mlp_workers)
     print_predictions(rows)
+    print_breakdowns(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"machine": info, "rows": [asdict(r) for r in rows]}, indent=2))

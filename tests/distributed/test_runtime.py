@@ -319,3 +319,95 @@ def test_a_cluster_compiled_model_trains_as_one_process(loopback_cluster, tmp_pa
         np.testing.assert_allclose(got, want, rtol=1e-10)
         for name, value in one.variables.items():
             np.testing.assert_allclose(p.variables[name], value, rtol=1e-10, err_msg=name)
+
+
+@pytest.mark.distributed
+def test_a_task_on_another_cpu_compiles_from_the_ir(loopback_cluster, tmp_path, monkeypatch):
+    """The artifact's object code was built for a CPU other than the tasks' (the host key
+    its ``host`` member records, as the loader compares it): each task compiles that entry
+    from the IR. The stale code is not object code at all, so a task that linked it could
+    not start, or would give wrong numbers."""
+    from tfc.backends.llvm import backend as llvm_backend
+    saved = tmp_path / "ps.tfc"
+    Program(ps_module(TASKS), backend="llvm", cluster="inprocess").save(saved)
+    real_export = llvm_backend.LLVMBackend.export
+
+    def built_elsewhere(self, executable):  # what the driver sends the tasks
+        members = real_export(self, executable)
+        if members:
+            members[llvm_backend.HOST_MEMBER] = b"x86_64-unknown-linux-gnu|othercpu|+sse2|x"
+            members[llvm_backend.OBJECT_MEMBER] = b"stale object code of another CPU"
+        return members
+
+    monkeypatch.setattr(llvm_backend.LLVMBackend, "export", built_elsewhere)
+    one = Program(ps_module(None), backend="llvm")
+    with tfc.runtime.load(saved, cluster=loopback_cluster.address) as p:
+        assert p._cluster.made_from[PS.rsplit("/", 1)[0]]["wnorm"] == "compiled"
+        np.testing.assert_allclose(p.run("wnorm")["n"], one.run("wnorm")["n"], rtol=1e-10)
+
+
+@pytest.mark.slow  # (a Ray started and stopped in a fresh process: ~10-15 s)
+def test_load_with_cluster_local_starts_and_stops_its_own_ray(tmp_path):
+    """``tfc.runtime.load(path, cluster="local").run(...)``, end to end in a fresh process:
+    it starts an embedded Ray, trains on it as one process does, and ``close`` stops every
+    Ray process it started."""
+    pytest.importorskip("ray")
+    path, _ = saved_artifact(tmp_path)
+    want = run_losses(Program(ps_module(None), backend="reference"), 2)["sgd"]
+    np.savez(tmp_path / "feeds.npz", **FEEDS)
+    script = f"""
+import json, os, time
+import numpy as np
+import ray
+import tfc
+feeds = dict(np.load({str(tmp_path / 'feeds.npz')!r}))
+p = tfc.runtime.load({path!r}, cluster="local")
+losses = [float(p.run("sgd", feeds)["loss"]) for _ in range(2)]
+node = ray._private.worker.global_worker.node
+pids = [proc.process.pid for procs in node.all_processes.values() for proc in procs]
+temp = p._cluster.cluster._connection.temp_dir
+p.close()
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{{pid}}/stat") as f:  # a zombie is gone too
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+deadline = time.monotonic() + 20
+while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+    time.sleep(0.1)
+print(json.dumps({{"losses": losses, "pids": len(pids), "initialized": ray.is_initialized(),
+                  "alive": [pid for pid in pids if alive(pid)],
+                  "temp_left": os.path.exists(temp)}}))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    import json
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    np.testing.assert_allclose(got["losses"], want, rtol=1e-10)
+    assert got["pids"] > 0 and not got["initialized"]
+    assert got["alive"] == [] and not got["temp_left"]
+
+
+@pytest.mark.distributed
+def test_values_go_by_ray_where_no_listener_can_be_reached(loopback_cluster, monkeypatch):
+    """Where a task's TCP listener cannot be reached (another host's firewall), its peers
+    and the driver send it values by Ray (actor calls, the object store): the same
+    numbers."""
+    import socket
+    import tfc.distributed.runtime as runtime
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        nowhere = s.getsockname()
+    monkeypatch.setattr(runtime, "wire_addresses", lambda where: {t: nowhere for t in where})
+    want = run_losses(Program(ps_module(None), backend="reference"), 2)
+    with Program(ps_module(TASKS), backend="reference", cluster=loopback_cluster.address) as p:
+        got = run_losses(p, 2)
+        assert [p._cluster._link(t) for t in p._cluster.tasks] == [None] * 3  # the driver's
+        assert p._executable("adam").last_transfer_stats.tensors >= 8
+    for entry in want:
+        np.testing.assert_allclose(got[entry], want[entry], rtol=1e-10, atol=0)

@@ -8,8 +8,9 @@ and sends each the artifact's bytes once. Each entry then runs through a
 ``ClusterExecutable``, which speaks the protocol of an executable that keeps its
 updates where it ran them (``fast_step(..., defer=True)`` and ``read_back``, as the
 cuda executable does; ``tfc.runtime.runner``): a step sends each task the feeds its
-stages use, starts the step on every task of the entry, and gathers the fetches; the
-values the tasks exchange go actor to actor, never through here; the variables stay on
+stages use (large ones over a TCP link to the task, ``tfc.distributed.wire``), starts
+the step on every task of the entry, and gathers the fetches; the values the tasks
+exchange go task to task, never through here; the variables stay on
 their tasks, and the program reads them back only when asked (``program.variables``, a
 checkpoint, ``save``). The program's own arrays tell which values changed on its side
 (``set_variable``, ``restore_checkpoint``): an array that is not the very one this
@@ -37,7 +38,8 @@ from tfc.errors import ExecutionError, TfcError
 from tfc.ir.core import Module
 from tfc.ir.registry import writes_variable
 from tfc.devices import task_of
-from tfc.distributed.task import BY_REFERENCE_BYTES, TaskActor, cluster_tasks, variable_owners
+from tfc.distributed.task import (BY_REFERENCE_BYTES, WIRED, WIRED_FEED_BYTES, TaskActor,
+                                  cluster_tasks, feed_key, variable_owners)
 
 DEFAULT_TIMEOUT_S = 120.0
 # what "cluster=" takes besides a Ray address ("HOST:PORT")
@@ -63,6 +65,11 @@ class TransferStats:
     fetch_bytes: int = 0
     stale: int = 0
     task_seconds: dict[str, float] = field(default_factory=dict)  # each task's step time
+    # where the step's time went (benchmarks): the driver's phases (``launch``: feeds and
+    # calls out, ``wait``: until every task answered, ``gather``), each task's (``feeds``,
+    # ``run`` with ``send`` and ``recv_wait`` inside it, ``acks``)
+    driver_phases: dict[str, float] = field(default_factory=dict)
+    task_phases: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def check_cluster_argument(cluster: str) -> str:
@@ -74,6 +81,12 @@ def check_cluster_argument(cluster: str) -> str:
         return cluster
     raise TfcError(f"cluster {cluster!r}: expected local, auto, inprocess or HOST:PORT "
                    f"(the address of a Ray cluster's head)")
+
+
+def wire_addresses(where: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[str, int]]:
+    """Each task's listener (``ready``'s ``wire``), where its peers and the driver send
+    it values; a task whose listener cannot be reached gets them by Ray instead."""
+    return {task: (str(w["wire"][0]), int(w["wire"][1])) for task, w in where.items()}
 
 
 class ClusterRuntime:
@@ -99,6 +112,7 @@ class ClusterRuntime:
             raise ClusterError(e.message) from None
         self.actors: dict[str, Any] = {}
         self.where: dict[str, dict[str, Any]] = {}  # task -> its node id and pid
+        self._links: dict[str, Any] = {}  # task -> the driver's wire Link to it, None: Ray
         try:
             data = self.ray.put(artifact_bytes(module, variables, step, backend, native))
             nodes = self.cluster.spread(len(self.tasks))
@@ -112,8 +126,10 @@ class ClusterRuntime:
                     name=f"task {task}", max_concurrency=4, timeout_s=timeout_s)
             self._wait({t: a.ready.remote() for t, a in self.actors.items()}, "start",
                        into=self.where)
-            self._wait({t: a.connect.remote(self.actors) for t, a in self.actors.items()},
-                       "connect")
+            # the tasks' listeners: values go task to task over TCP (tfc.distributed.wire)
+            self.wire = wire_addresses(self.where)
+            self._wait({t: a.connect.remote(self.actors, self.wire)
+                        for t, a in self.actors.items()}, "connect")
             self._executables = {e: ClusterExecutable(self, e) for e in module.entries}
             entries = {t: [e for e, exe in self._executables.items() if t in exe.tasks]
                        for t in self.tasks}
@@ -200,15 +216,22 @@ class ClusterRuntime:
                assign: Mapping[str, Mapping[str, np.ndarray]]) -> dict[int, np.ndarray]:
         """Run one step of ``entry`` on ``tasks``; the fetches by result index."""
         self._check_open()
+        clock = time.perf_counter
+        started = clock()
         self._launches += 1
         step_id = self._launches
-        # a large feed goes to the object store once, however many tasks use it
+        # a large feed goes over the task's wire link (after the launch: the task waits for
+        # it in the step's table), else to the object store once, however many tasks use it
         put: dict[int, Any] = {}
         sent: dict[str, dict[int, Any]] = {}
+        wired: dict[str, list[tuple[list[str], np.ndarray]]] = {}
         for t in tasks:
             sent[t] = {}
             for i, a in feeds.get(t, {}).items():
-                if a.nbytes >= BY_REFERENCE_BYTES:
+                if a.nbytes >= WIRED_FEED_BYTES and self._link(t) is not None:
+                    wired.setdefault(t, []).append(([feed_key(i)], a))
+                    sent[t][i] = WIRED
+                elif a.nbytes >= BY_REFERENCE_BYTES:
                     if id(a) not in put:
                         put[id(a)] = self.ray.put(a)
                     sent[t][i] = put[id(a)]
@@ -218,11 +241,20 @@ class ClusterRuntime:
                                                   self._outcome[t], assign.get(t, {}))
                 for t in tasks}
         try:
+            for t, values in wired.items():
+                try:
+                    self._links[t].send(step_id, values)
+                except ExecutionError as e:
+                    self._abort(step_id, list(refs.values()), str(e))
+                    raise ExecutionError(f"task {t} could not take the feeds of step "
+                                         f"{step}: {e}") from None
+            launched = clock()
             results = self._wait(refs, f"run step {step} of @{entry}", step_id=step_id)
         except BaseException:
             for t in tasks:
                 self._outcome[t] = False
             raise
+        waited = clock()
         stats = TransferStats(feed_bytes=sum(a.nbytes for f in feeds.values()
                                              for a in f.values()))
         fetches: dict[int, np.ndarray] = {}
@@ -234,10 +266,21 @@ class ClusterRuntime:
             stats.bytes += int(counters["bytes"])
             stats.stale += int(counters["stale"])
             stats.task_seconds[t] = counters.get("seconds", 0.0)
+            stats.task_phases[t] = counters.get("phases", {})
         stats.fetch_bytes = sum(a.nbytes for a in fetches.values())
+        stats.driver_phases = {"launch": launched - started, "wait": waited - launched,
+                               "gather": clock() - waited}
         self.stale_total += stats.stale
         self.last_transfer_stats = stats
         return fetches
+
+    def _link(self, task: str) -> Any:
+        """The driver's TCP link to ``task``'s listener (made on first use), or None when
+        it cannot be reached: then feeds go by Ray."""
+        if task not in self._links:
+            from tfc.distributed.wire import Link
+            self._links[task] = Link.open(self.wire[task], f"task {task}", self.timeout_s)
+        return self._links[task]
 
     def read(self, names: Sequence[str]) -> list[np.ndarray]:
         """The tasks' current values of variables ``names`` (read-only host arrays, now
@@ -280,6 +323,9 @@ class ClusterRuntime:
     def close(self) -> None:
         """Stop the actors (and the embedded Ray, if the runtime started one)."""
         self.closed = True
+        for link in getattr(self, "_links", {}).values():
+            if link is not None:
+                link.close()
         cluster = getattr(self, "cluster", None)
         if cluster is not None:
             cluster.close()

@@ -9,14 +9,18 @@ variables its stages read and write, and runs its part of each step with the sam
 executor that runs a single process's devices (``PartitionedExecutable`` restricted to
 this task's devices).
 
-Values its devices send to another task's go actor to actor (``deliver`` on the peer),
-never through the driver: one transfer per (value, receiving task) per stage, small
-arrays by value, large ones put in Ray's object store first, so the receiver maps them
-zero-copy (read-only arrays, which the stages take as inputs as they are). Each value
-carries its step's id (the driver's launch counter): the receiver puts it into that
-step's ``Rendezvous``, where the step's recvs find it, also when it arrives before the
-step starts there; a value for a step that is over (it failed, or the value arrived
-late) is dropped and counted (``stale``).
+Values its devices send to another task's go task to task, never through the driver:
+one transfer per (value, receiving task) per stage, over a TCP connection to the peer's
+listener (``tfc.distributed.wire``: Ray's actor calls and object store cost 10-30x more
+per transfer here, see there). Where a peer's listener cannot be reached, they go by Ray
+instead (``deliver`` on the peer: small arrays by value, large ones put in Ray's object
+store first, mapped zero-copy at the receiver). The driver's large feeds come the same
+way. Each value carries its step's id (the driver's launch counter): the receiver puts
+it into that step's ``Rendezvous``, where the step's recvs find it, also when it arrives
+before the step starts there; a value for a step that is over (it failed, or the value
+arrived late) is dropped and counted (``stale``). A sender does not wait for the
+receiver to take a value: the driver waits for every task of the step, and a task whose
+values never came fails its step (within the timeout) as a dead peer does.
 
 A step's variable updates are pending until the driver says whether the step succeeded
 on every task (``settle`` on the task's next call): a step that failed anywhere changes
@@ -25,6 +29,7 @@ no variable anywhere, as a single process's failed step changes none.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -40,6 +45,14 @@ from tfc.ir.core import Module
 # arrays of at least this many bytes travel as an object-store reference (zero-copy at
 # the receiver, and not copied into the call's message); smaller ones by value
 BY_REFERENCE_BYTES = 64 * 1024
+# the driver's feeds of at least this many bytes go over the task's wire link (when it has
+# one) instead of inside the step's launch call
+WIRED_FEED_BYTES = 16 * 1024
+
+
+def feed_key(index: int) -> str:
+    """The rendezvous key under which feed ``index`` of a step comes over the wire."""
+    return f"feed:{index}"
 
 
 def cluster_tasks(module: Module) -> dict[str, list[str]]:
@@ -90,6 +103,30 @@ def _frozen(value: np.ndarray) -> np.ndarray:
     return a
 
 
+WIRED = "wire"  # a step's feed that comes over the wire link (``feed_key``), not in the call
+
+
+@functools.cache
+def _timed_rendezvous() -> type:
+    from tfc.runtime.rendezvous import Rendezvous
+
+    class TimedRendezvous(Rendezvous):
+        """A step's table that adds up the time its recvs waited (``waited``: the step's
+        breakdown in ``run_step``'s counters)."""
+
+        waited = 0.0
+
+        def recv_many(self, keys: Sequence[str]) -> list[np.ndarray]:
+            started = time.perf_counter()
+            try:
+                return super().recv_many(keys)
+            finally:
+                # (devices' threads may race here: a benchmark's figure, not a result)
+                self.waited += time.perf_counter() - started
+
+    return TimedRendezvous
+
+
 class TaskActor:
     """The state of one task's process; its methods are what the driver and the peers
     call through Ray (``tfc.distributed.runtime`` wraps it with ``ray.remote``)."""
@@ -133,18 +170,39 @@ class TaskActor:
         self.stale = 0
         self._sent_tensors = 0
         self._sent_bytes = 0
+        self._listener: Any = None  # tfc.distributed.wire: what peers send comes here
+        self._wire: dict[str, Any] = {}  # peer task -> its listener's (host, port)
+        self._links: dict[str, Any] = {}  # peer task -> its Link, None: by Ray
+        self._links_lock = threading.Lock()  # (the task's devices send from their threads)
+        self._phases: dict[str, float] = {}  # this step's time by phase (benchmarks)
 
     # ---- set-up --------------------------------------------------------------------------
 
     def ready(self) -> dict[str, Any]:
-        """Where this task runs: its Ray node id, process id and share of the cores."""
+        """Where this task runs: its Ray node id, process id, share of the cores, and the
+        address (``wire``) where it takes values over TCP (listening from now on)."""
         import ray
+        from tfc.distributed.wire import Listener
+        if self._listener is None:
+            self._listener = Listener(ray.util.get_node_ip_address(), self._receive)
         return {"task": self.task, "node_id": ray.get_runtime_context().get_node_id(),
-                "pid": os.getpid(), "cores": self.cores}
+                "pid": os.getpid(), "cores": self.cores, "wire": self._listener.address}
 
-    def connect(self, peers: Mapping[str, Any]) -> None:
-        """The other tasks' actor handles, by task name."""
+    def connect(self, peers: Mapping[str, Any],
+                wire: Mapping[str, Sequence[Any]] | None = None) -> None:
+        """The other tasks' actor handles, and their listeners' addresses, by task name."""
         self._peers = {t: h for t, h in peers.items() if t != self.task}
+        self._wire = {t: tuple(a) for t, a in (wire or {}).items() if t != self.task}
+
+    def _link(self, task: str) -> Any:
+        """The TCP link to ``task`` (made on first use), or None: by Ray."""
+        with self._links_lock:
+            if task not in self._links:
+                from tfc.distributed.wire import Link
+                address = self._wire.get(task)
+                self._links[task] = (Link.open(address, f"task {task}", self.timeout_s)
+                                     if address is not None else None)
+            return self._links[task]
 
     def prepare(self, entries: Sequence[str]) -> dict[str, str]:
         """Make this task's executables of ``entries`` now (errors surface before a step);
@@ -172,7 +230,7 @@ class TaskActor:
 
     def run_step(self, entry: str, step_id: int, step: int, feeds: Mapping[int, Any],
                  n_feeds: int, settle: bool | None, assign: Mapping[str, np.ndarray]
-                 ) -> tuple[dict[int, np.ndarray], dict[str, float]]:
+                 ) -> tuple[dict[int, np.ndarray], dict[str, Any]]:
         """This task's part of step ``step_id`` of ``entry`` (program step ``step``: random
         ops are seeded with it): ``feeds`` by argument index (those its stages use),
         ``settle`` the outcome of the task's previous step (apply or drop its updates),
@@ -190,10 +248,13 @@ class TaskActor:
             raise ExecutionError(f"{self.task}: step {step_id} was aborted before it "
                                  f"started here{why}")
         stale_before = self.stale
-        started = time.perf_counter()
+        clock = time.perf_counter
+        started = clock()
         self._sent_tensors = self._sent_bytes = 0
         self._deliveries = []
         self._step_id = step_id
+        phases = self._phases = {"feeds": 0.0, "send": 0.0, "recv_wait": 0.0}
+        rendezvous.waited = 0.0
         try:
             exe = self._executable(entry)
             args: list[Any] = [None] * n_feeds
@@ -201,8 +262,13 @@ class TaskActor:
                                     if isinstance(v, ray.ObjectRef)}
             got: dict[int, np.ndarray] = dict(zip(refs, ray.get(
                 list(refs.values()), timeout=self.timeout_s))) if refs else {}
+            wired = [i for i, v in feeds.items() if isinstance(v, str)]  # WIRED: on the link
+            if wired:
+                got.update(zip(wired, rendezvous.recv_many([feed_key(i) for i in wired])))
             for i, value in feeds.items():
                 args[i] = got.get(i, value)
+            phases["feeds"] = clock() - started
+            ran = clock()
             if entry in self.module.partitions:
                 fetches, updates = exe.run_step(args, self.variables, step, rendezvous)
             else:
@@ -210,7 +276,11 @@ class TaskActor:
                 with blas_limited(self.backend, self.cores):
                     result: StepResult = exe(args, self.variables, step)
                 fetches, updates = list(result.fetches), dict(result.updates)
+            phases["run"] = clock() - ran
+            acked = clock()
             self._await_deliveries()
+            phases["acks"] = clock() - acked
+            phases["recv_wait"] = rendezvous.waited
         except BaseException as e:
             rendezvous.abort(e)
             raise
@@ -220,7 +290,7 @@ class TaskActor:
         out = {i: np.asarray(f) for i, f in enumerate(fetches) if f is not None}
         return out, {"tensors": self._sent_tensors, "bytes": self._sent_bytes,
                      "stale": self.stale - stale_before,
-                     "seconds": time.perf_counter() - started}
+                     "seconds": time.perf_counter() - started, "phases": phases}
 
     def _send(self, items: list[tuple[str, str, np.ndarray]]) -> None:
         """The executor's transport: each value once to each task that receives it,
@@ -232,7 +302,15 @@ class TaskActor:
             task = self._task_of[device]
             by_task.setdefault(task, {}).setdefault(id(value), ([], value))[0].append(key)
         put: dict[int, Any] = {}  # a value several tasks receive goes to the store once
+        started = time.perf_counter()
         for task, values in by_task.items():
+            link = self._link(task)
+            if link is not None:
+                link.send(step_id, [(keys, value) for keys, value in values.values()])
+                with self._lock:
+                    self._sent_tensors += len(values)
+                    self._sent_bytes += sum(v.nbytes for _, v in values.values())
+                continue
             payload = []
             for keys, value in values.values():
                 a = np.require(value, requirements="C")
@@ -247,6 +325,8 @@ class TaskActor:
                 self._sent_tensors += len(payload)
                 self._sent_bytes += sum(v.nbytes for _, v in values.values())
                 self._deliveries.append(ref)
+        with self._lock:
+            self._phases["send"] = self._phases.get("send", 0.0) + time.perf_counter() - started
 
     def _await_deliveries(self) -> None:
         """Wait until every value sent this step reached its task (a failed delivery, a
@@ -262,20 +342,26 @@ class TaskActor:
         ray.get(refs)
 
     def deliver(self, step_id: int, payload: list[tuple[list[str], Any]]) -> None:
-        """Values another task sent to this one's devices for step ``step_id``."""
+        """Values another task sent to this one's devices for step ``step_id`` by Ray
+        (arrays, or object-store references)."""
         import ray
+        if self._rendezvous(step_id) is None:  # the step is over here: dropped
+            self._receive(step_id, payload)
+            return
+        refs = [v for _, v in payload if isinstance(v, ray.ObjectRef)]
+        got = iter(ray.get(refs, timeout=self.timeout_s) if refs else ())
+        self._receive(step_id, [(keys, next(got) if isinstance(value, ray.ObjectRef)
+                                 else value) for keys, value in payload])
+
+    def _receive(self, step_id: int, payload: Sequence[tuple[list[str], Any]]) -> None:
+        """Put values for step ``step_id`` (each with its keys) into that step's table;
+        a value whose step is over here is dropped and counted as stale."""
         rendezvous = self._rendezvous(step_id)
         if rendezvous is None:  # the step is over here: a late value is dropped
             with self._lock:
                 self.stale += sum(len(keys) for keys, _ in payload)
             return
-        refs = [v for _, v in payload if isinstance(v, ray.ObjectRef)]
-        got = iter(ray.get(refs, timeout=self.timeout_s) if refs else ())
-        items: list[tuple[str, np.ndarray]] = []
-        for keys, value in payload:
-            array = next(got) if isinstance(value, ray.ObjectRef) else value
-            items.extend((key, array) for key in keys)
-        rendezvous.send_many(items)
+        rendezvous.send_many([(key, array) for keys, array in payload for key in keys])
 
     def abort(self, step_id: int, message: str) -> None:
         """Fail step ``step_id`` here: its waiting recvs raise, and it will not start."""
@@ -286,13 +372,12 @@ class TaskActor:
     def _rendezvous(self, step_id: int) -> Any:
         """Step ``step_id``'s table (made by whichever comes first: the step or a value
         for it); None once the step is over here."""
-        from tfc.runtime.rendezvous import Rendezvous
         with self._lock:
             if step_id <= self._finished:
                 return None
             table = self._steps.get(step_id)
             if table is None:
-                table = self._steps[step_id] = Rendezvous(self.timeout_s)
+                table = self._steps[step_id] = _timed_rendezvous()(self.timeout_s)
             return table
 
     def _end(self, step_id: int) -> None:

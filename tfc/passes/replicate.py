@@ -717,33 +717,122 @@ def predict_tasks(module: Module, entry: str, symbol_size: int = SYMBOL_SIZE,
                   profile: DeviceProfile | None = None) -> TaskPrediction:
     """The cost model's step of ``entry`` of the cluster module ``module``, per task,
     with symbolic (batch) dims at ``symbol_size`` (a worker's shard of the batch is
-    symbolic too, so ``symbol_size`` is the rows each worker computes). It assumes every task on this host
-    (the profile's), sharing its cores as the runtime shares them (``cores // tasks``
-    threads each, ``threads_per_device``), and each value crossing tasks over the
-    profile's link between them (``DeviceProfile.link``: its ``links`` entry, else its
-    ``default_link``; ``tfc calibrate`` measures neither)."""
+    symbolic too, so ``symbol_size`` is the rows each worker computes). It assumes every
+    task on this host (the profile's), sharing its cores as the runtime shares them
+    (``cores // tasks`` threads each, ``threads_per_device``).
+
+    Between tasks: with a profile that measured a cluster (``tfc calibrate --cluster``),
+    the way the runtime runs a step (``tfc.distributed.runtime``): the driver launches
+    the step on the tasks one after another (``cluster_call_s`` each), then sends each
+    its large feeds (the whole batch, as the driver does) over the measured
+    ``cluster_link``, which also carries every value between tasks; a task's time runs
+    from its launch, so it waits for the values of tasks launched or fed later, and the
+    whole step is the last task's end after its launch plus the driver's round trip
+    (``cluster_round_s``). Without one, values cross over the profile's link between
+    hosts (``DeviceProfile.link``) and the tasks start together."""
     from tfc.passes.compress import transfer_policy
     from tfc.passes.placement import simulate_placed
     profile = profile or load_profile()
     graph = module.graphs[entry]
     compressed = (transfer_policy([graph], module.variables) if module.fp16_transfers
                   else set())
-    sim = simulate_placed(graph, module.devices, symbol_size, profile, compressed)
+    calibrated = profile.cluster_link is not None
+    starts: dict[str, float] = {}  # task -> when its work can start, from the step's launch
+    waits: dict[str, float] = {}  # task -> its wait for its feeds, after its own launch
+    sim_profile = profile
+    if calibrated:
+        starts, waits = _task_starts(module, graph, symbol_size, profile)
+        sim_profile = _launch_skewed(profile, module.devices, starts)
+    sim = simulate_placed(graph, module.devices, symbol_size, sim_profile, compressed)
     tasks: dict[str, float] = {}
     for device, seconds in sim.device_finish().items():
         task = task_label(device) or device
-        tasks[task] = max(tasks.get(task, 0.0), seconds)
+        tasks[task] = max(tasks.get(task, 0.0), seconds + waits.get(task, 0.0))
     order = {task_label(d): i for i, d in enumerate(module.devices)}
     tasks = dict(sorted(tasks.items(), key=lambda kv: order.get(kv[0], len(order))))
     threads = sorted(set(sim.threads.values())) or [1]
+    shared = (f"all {len(tasks)} tasks on this host, {profile.cores} cores // {len(tasks)} = "
+              f"{'/'.join(map(str, threads))} threads each")
+    if calibrated:
+        link = profile.cluster_link
+        assert link is not None
+        launched = {t: s - waits.get(t, 0.0) for t, s in starts.items()}
+        step_s = (max((launched.get(t, 0.0) + s for t, s in tasks.items()), default=0.0)
+                  + profile.cluster_round_s)
+        assumptions = (f"batch dims at {symbol_size}, a worker's shard too; {shared}; the "
+                       f"measured cluster: launches {profile.cluster_call_s * 1e6:.0f} us "
+                       f"a task apart, a round trip {profile.cluster_round_s * 1e6:.0f} us, "
+                       f"between tasks {link.latency_s * 1e6:.0f} us + "
+                       f"{link.bytes_per_s / 1e9:.2f} GB/s; {profile.describe()}")
+        return TaskPrediction(tasks, step_s, assumptions)
     link = profile.default_link
     custom = " (or its links entry)" if profile.links else ""
-    assumptions = (f"batch dims at {symbol_size}, a worker's shard too; all {len(tasks)} tasks on this host, "
-                   f"{profile.cores} cores // {len(tasks)} = "
-                   f"{'/'.join(map(str, threads))} threads each; between tasks the profile's "
-                   f"default link{custom}, {link.bytes_per_s / 1e9:g} GB/s + "
-                   f"{link.latency_s * 1e6:g} us, not measured; {profile.describe()}")
+    assumptions = (f"batch dims at {symbol_size}, a worker's shard too; {shared}; between "
+                   f"tasks the profile's default link{custom}, {link.bytes_per_s / 1e9:g} "
+                   f"GB/s + {link.latency_s * 1e6:g} us (no cluster measured: `tfc "
+                   f"calibrate --cluster`); {profile.describe()}")
     return TaskPrediction(tasks, sim.makespan, assumptions)
+
+
+# feeds of at least this many bytes go to a task over its wire link after the launch
+# (``tfc.distributed.task.WIRED_FEED_BYTES``); smaller ones travel inside the launch call
+_WIRED_FEED_BYTES = 16 * 1024
+
+
+def _task_starts(module: Module, graph: Graph, symbol_size: int, profile: DeviceProfile
+                 ) -> tuple[dict[str, float], dict[str, float]]:
+    """For each task of ``graph`` in the runtime's launch order: when its work can start
+    (its launch, or its large feeds' arrival if later), from the step's launch, and how
+    long after its own launch it waits for those feeds."""
+    link = profile.cluster_link
+    assert link is not None
+    order = list(dict.fromkeys(t for t in (task_label(op.device) for op in graph.walk()
+                                           if op.device) if t is not None))
+    rank = {task_label(d): i for i, d in enumerate(module.devices)}
+    order.sort(key=lambda t: rank.get(t, len(rank)))
+    feeds: dict[str, int] = {}  # task -> bytes of its large feeds (the whole batch each)
+    batch = symbol_size * max(1, sum(1 for d in module.devices
+                                     if (task_label(d) or "").startswith("worker:")))
+    for arg in graph.args:
+        users = {task_label(op.device) for op in graph.walk()
+                 if op.device and arg in op.inputs}
+        nbytes = arg.type.nbytes(batch)
+        if nbytes < _WIRED_FEED_BYTES:
+            continue
+        for task in users:
+            if task is not None:
+                feeds[task] = feeds.get(task, 0) + nbytes
+    launched = {t: i * profile.cluster_call_s for i, t in enumerate(order)}
+    sent = len(order) * profile.cluster_call_s  # the feeds go after every launch
+    starts, waits = {}, {}
+    for task in order:
+        if task in feeds:
+            sent += link.latency_s + feeds[task] / link.bytes_per_s
+        starts[task] = max(launched[task], sent if task in feeds else 0.0)
+        waits[task] = starts[task] - launched[task]
+    return starts, waits
+
+
+def _launch_skewed(profile: DeviceProfile, devices: Sequence[str], starts: Mapping[str, float]
+                   ) -> DeviceProfile:
+    """``profile`` with a link between every two task devices: the measured cluster link,
+    its latency plus the sender's start less the receiver's (each task's time counts from
+    its own start), at least 0 (a value sent before its receiver started is there)."""
+    from dataclasses import replace
+
+    from tfc.devices import LinkRates
+    link = profile.cluster_link
+    assert link is not None
+    links = dict(profile.links)
+    for src in devices:
+        for dst in devices:
+            a, b = task_label(src), task_label(dst)
+            if a is None or b is None or a == b:
+                continue
+            skew = starts.get(a, 0.0) - starts.get(b, 0.0)
+            links[f"{src}->{dst}"] = LinkRates(link.bytes_per_s,
+                                               max(0.0, link.latency_s + skew))
+    return replace(profile, links=links, default_link=link)
 
 
 def cluster_report(module: Module, spec: ClusterSpec) -> ClusterReport:

@@ -1,0 +1,68 @@
+"""The cluster's own costs for the cost model: ``tfc calibrate --cluster`` measures them
+(``tfc.distributed.calibrate``), the profile keeps them (older profiles still load), and
+``predict_tasks`` uses them: the driver's launches one after another, feeds sent after
+the launches, values between tasks over the measured link, the driver's round trip."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import tfc
+from tfc.devices import DeviceProfile, LinkRates
+from tfc.passes.replicate import ClusterSpec, predict_tasks
+from tfc.pipeline import Target, lower
+
+
+@pytest.mark.distributed
+def test_calibrate_cluster_measures_the_link_the_launch_and_the_round(loopback_cluster):
+    from tfc.distributed.calibrate import calibrate_cluster
+    costs = calibrate_cluster(loopback_cluster.address, repeats=5)
+    assert costs.distinct_nodes
+    assert 0 < costs.link.latency_s < 0.05 and costs.link.bytes_per_s > 1e7
+    assert 0 < costs.call_s < 0.05 and 0 <= costs.round_s < 0.5
+    profile = DeviceProfile()
+    costs.apply(profile)
+    again = DeviceProfile.from_json(profile.to_json())
+    assert again.cluster_link == costs.link
+    assert (again.cluster_call_s, again.cluster_round_s) == (costs.call_s, costs.round_s)
+
+
+def test_a_profile_without_the_cluster_fields_still_loads():
+    data = json.loads(DeviceProfile().to_json())
+    for name in ("cluster_link", "cluster_call_s", "cluster_round_s"):
+        del data[name]
+    old = DeviceProfile.from_json(json.dumps(data))
+    assert old.cluster_link is None and old.cluster_call_s == old.cluster_round_s == 0.0
+
+
+def null_step_module(workers: int) -> tfc.ir.core.Module:
+    """The null step (a scalar on the PS, each worker a row) replicated for ps-sync."""
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [None, 1], name="x")
+        v = tfc.Variable(np.float32(0), name="v")
+        loss = tfc.reduce_mean(x) + v * 1e-9
+        tfc.entry("train", feeds={"x": x}, fetches={"loss": loss},
+                  targets=[tfc.train.GradientDescentOptimizer(1.0).minimize(loss)])
+    spec = ClusterSpec(1, workers, "ps-sync")
+    return lower(g.as_module(), Target("reference", tuple(spec.devices), False, spec))
+
+
+def test_the_prediction_charges_the_measured_cluster():
+    module = null_step_module(4)
+    plain = predict_tasks(module, "train", 1, DeviceProfile())
+    profile = DeviceProfile()
+    profile.cluster_link = LinkRates(1e9, 1e-4)
+    profile.cluster_call_s, profile.cluster_round_s = 1e-3, 2e-3
+    measured = predict_tasks(module, "train", 1, profile)
+    assert sorted(measured.tasks) == sorted(plain.tasks) == [
+        "ps:0", "worker:0", "worker:1", "worker:2", "worker:3"]
+    # the PS, launched first, waits for the last worker's gradient: launched 4 ms later
+    assert measured.tasks["ps:0"] > 4e-3 > plain.tasks["ps:0"]
+    # the step: the PS's launch (first) and end, and the driver's round trip after it
+    assert measured.step_s >= measured.tasks["ps:0"] + 2e-3
+    assert "launches 1000 us a task apart" in measured.assumptions
+    # a worker launched last receives what the PS sent before it started: no wait for it
+    assert measured.tasks["worker:3"] < measured.tasks["ps:0"]

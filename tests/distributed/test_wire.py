@@ -1,0 +1,61 @@
+"""Tensors over TCP between a cluster's processes (``tfc.distributed.wire``): what is sent
+arrives whole, with its step id and keys, in frames of several values; a peer that cannot
+be reached is None (the caller goes by Ray), one that went away is a one-line error."""
+
+from __future__ import annotations
+
+import queue
+import socket
+
+import numpy as np
+import pytest
+
+from tfc.distributed.wire import Link, Listener
+from tfc.errors import ExecutionError
+
+
+def listening() -> tuple[Listener, "queue.Queue[tuple[int, list]]"]:
+    frames: "queue.Queue[tuple[int, list]]" = queue.Queue()
+    return Listener("127.0.0.1", lambda step, items: frames.put((step, items))), frames
+
+
+def test_values_arrive_whole_with_their_step_and_keys():
+    listener, frames = listening()
+    link = Link.open(listener.address, "task t", timeout_s=5.0)
+    assert link is not None
+    rng = np.random.default_rng(0)
+    values = [(["a", "b"], rng.normal(size=(3, 4))), (["c"], np.asarray(7, np.int64)),
+              (["d"], np.zeros((0, 5), np.float32)), (["e"], np.asarray([True, False])),
+              (["f"], rng.normal(size=(300, 1000)).astype(np.float32)[:, ::2])]  # strided
+    try:
+        assert link.send(41, values) == sum(np.asarray(v).nbytes for _, v in values)
+        link.send(42, [(["g"], np.arange(3.0))])
+        step, items = frames.get(timeout=10)
+        assert step == 41 and [k for k, _ in items] == [k for k, _ in values]
+        for (_, want), (_, got) in zip(values, items):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+            assert not got.flags.writeable and got.flags.c_contiguous
+            assert got.ctypes.data % 16 == 0  # aligned, as the kernels take it
+        assert frames.get(timeout=10)[0] == 42  # in order
+    finally:
+        link.close()
+        listener.close()
+
+
+def test_an_unreachable_peer_is_none_and_a_gone_one_an_error():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        address = s.getsockname()
+    assert Link.open(address, "task t", timeout_s=5.0, connect_timeout_s=2.0) is None
+    listener, _ = listening()
+    link = Link.open(listener.address, "task /job:worker/task:1", timeout_s=5.0)
+    assert link is not None
+    listener.close()
+    big = np.zeros(4 << 20, np.float32)  # more than the socket buffers take
+    with pytest.raises(ExecutionError, match=r"connection to task /job:worker/task:1"):
+        for step in range(20):
+            link.send(step, [(["k"], big)])
+    with pytest.raises(ExecutionError, match="broken"):
+        link.send(99, [(["k"], np.ones(1))])
+    link.close()

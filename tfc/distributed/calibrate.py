@@ -1,0 +1,142 @@
+"""``tfc calibrate --cluster ADDRESS``: what a cluster step costs besides its kernels.
+
+The cost model (``tfc.passes.replicate.predict_tasks``) predicts a cluster step from the
+host's rates and three costs of the cluster itself, measured here on the cluster named
+(``local``, ``auto`` or ``HOST:PORT``, as ``tfc run --cluster`` takes it) with two probe
+actors on distinct nodes where there are two:
+
+- ``cluster_link``: a value between two task processes, as the tasks send them (TCP,
+  ``tfc.distributed.wire``): the latency is half a ping-pong of a scalar, the bytes/s
+  from a ping-pong of ``LINK_BYTES`` less the scalar's;
+- ``cluster_call_s``: the driver's launch of a step on one more task (issuing a Ray
+  actor call with a step's arguments; the runtime issues one per task, one after the
+  other);
+- ``cluster_round_s``: the rest of the driver's round trip with a task (the call's
+  delivery and dispatch there, the answer, the driver's wait), the step's fixed cost.
+
+Each is the median of ``repeats`` runs (after warm-up runs): the host may be shared.
+"""
+
+from __future__ import annotations
+
+import queue
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from tfc.devices import DeviceProfile, LinkRates
+from tfc.errors import TfcError
+
+LINK_BYTES = 4 << 20
+WARMUP = 5
+
+
+class LinkProbe:
+    """A probe task process: listens like a task (``wire.Listener``); a frame that arrives
+    is echoed back to the peer as a scalar (the peer's ``ping`` times the round trip)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.link: Any = None
+        self.answers: "queue.Queue[int]" = queue.Queue()
+        self.listener: Any = None
+
+    def address(self) -> tuple[str, int]:
+        import ray
+        from tfc.distributed.wire import Listener
+        if self.listener is None:
+            self.listener = Listener(ray.util.get_node_ip_address(), self._arrived)
+        return self.listener.address
+
+    def connect(self, address: tuple[str, int]) -> bool:
+        from tfc.distributed.wire import Link
+        self.link = Link.open(address, "the peer probe", self.timeout_s)
+        return self.link is not None
+
+    def _arrived(self, step: int, items: list[tuple[list[str], np.ndarray]]) -> None:
+        if items and items[0][0] == ["ping"]:  # the peer's ping: answer it
+            self.link.send(step, [(["pong"], np.zeros((), np.float32))])
+        else:
+            self.answers.put(step)
+
+    def ping(self, nbytes: int, repeats: int) -> list[float]:
+        """Round trips of ``nbytes`` there and a scalar back (after warm-up ones)."""
+        value = np.zeros(max(1, nbytes // 4), np.float32)
+        times = []
+        for i in range(WARMUP + repeats):
+            started = time.perf_counter()
+            self.link.send(i, [(["ping"], value)])
+            self.answers.get(timeout=self.timeout_s)
+            times.append(time.perf_counter() - started)
+        return times[WARMUP:]
+
+    def step(self, entry: str, step_id: int, step: int, feeds: Any, n_feeds: int,
+             settle: Any, assign: Any) -> tuple[dict[int, np.ndarray], dict[str, float]]:
+        """What a task's ``run_step`` takes and answers, doing nothing."""
+        return {0: np.zeros((), np.float32)}, {"tensors": 0, "bytes": 0, "stale": 0,
+                                                "seconds": 0.0}
+
+
+@dataclass
+class ClusterCosts:
+    """The measured costs (see the module docstring), and where."""
+
+    link: LinkRates
+    call_s: float
+    round_s: float
+    address: str
+    distinct_nodes: bool
+
+    def apply(self, profile: DeviceProfile) -> None:
+        profile.cluster_link = self.link
+        profile.cluster_call_s = self.call_s
+        profile.cluster_round_s = self.round_s
+
+    def summary(self) -> str:
+        where = "two nodes" if self.distinct_nodes else "one node"
+        return (f"cluster {self.address} ({where}): between tasks "
+                f"{self.link.latency_s * 1e6:.0f} us + {self.link.bytes_per_s / 1e9:.2f} "
+                f"GB/s; a step's launch {self.call_s * 1e6:.0f} us per task, its round trip "
+                f"{self.round_s * 1e6:.0f} us")
+
+
+def calibrate_cluster(address: str, repeats: int = 30, timeout_s: float = 60.0,
+                      progress: Callable[[str], None] = lambda m: None) -> ClusterCosts:
+    """Measure the cluster at ``address`` (see the module docstring); a one-line
+    ``TfcError`` when it cannot be reached or a probe cannot start."""
+    from tfc.distributed.cluster import RayCluster, require_ray
+    ray = require_ray()
+    with RayCluster.connect(address, timeout_s=min(timeout_s, 30.0)) as cluster:
+        nodes = cluster.spread(2)
+        progress(f"measuring the cluster at {address}: two probes on "
+                 f"{'distinct nodes' if nodes[0] != nodes[1] else 'one node'}")
+        probes = [cluster.start_actor(LinkProbe, timeout_s, node_id=n, name=f"probe {i}",
+                                      max_concurrency=4, timeout_s=timeout_s)
+                  for i, n in enumerate(nodes)]
+        a, b = ray.get([p.address.remote() for p in probes], timeout=timeout_s)
+        linked = ray.get([probes[0].connect.remote(b), probes[1].connect.remote(a)],
+                         timeout=timeout_s)
+        if not all(linked):
+            raise TfcError(f"the probes on the cluster at {address} could not reach each "
+                           f"other over TCP (the tasks would send by Ray there)")
+        small = statistics.median(ray.get(probes[0].ping.remote(4, repeats),
+                                          timeout=timeout_s))
+        large = statistics.median(ray.get(probes[0].ping.remote(LINK_BYTES, repeats),
+                                          timeout=timeout_s))
+        link = LinkRates(LINK_BYTES / max(large - small, 1e-9), small / 2)
+        args: tuple[Any, ...] = ("train_step", 1, 1, {0: np.zeros(1, np.float32)}, 1, True, {})
+        issue, rounds = [], []
+        for i in range(WARMUP + repeats):
+            started = time.perf_counter()
+            refs = [p.step.remote(*args) for p in probes]
+            issued = time.perf_counter()
+            ray.get(refs, timeout=timeout_s)
+            if i >= WARMUP:
+                issue.append((issued - started) / len(probes))
+                rounds.append(time.perf_counter() - started)
+        call_s = statistics.median(issue)
+        round_s = max(0.0, statistics.median(rounds) - len(probes) * call_s)
+        return ClusterCosts(link, call_s, round_s, address, nodes[0] != nodes[1])
