@@ -82,7 +82,7 @@ from tfc.ops.optimizer import GRAD_MARKER
 from tfc.passes.manager import apply_substitution, register_pass
 from tfc.units import format_ms as _ms
 
-STRATEGIES = ("ps-sync", "allreduce")
+STRATEGIES = ("ps-sync", "allreduce", "ps-async")
 PS_PLACEMENTS = ("greedy", "round-robin")
 INIT_GRAPH = "__init__"
 
@@ -119,8 +119,8 @@ class ClusterSpec:
         if strategy not in STRATEGIES:
             raise TfcError(f"unknown strategy {strategy!r}: expected one of "
                            f"{', '.join(STRATEGIES)}")
-        if strategy == "ps-sync" and self.ps == 0:
-            raise TfcError("strategy ps-sync keeps the variables on parameter servers, but "
+        if strategy in ("ps-sync", "ps-async") and self.ps == 0:
+            raise TfcError(f"strategy {strategy} keeps the variables on parameter servers, but "
                            "the cluster has ps=0: give ps=1 or more, or use --strategy "
                            "allreduce")
         if self.ps_placement not in PS_PLACEMENTS:
@@ -160,11 +160,11 @@ class ClusterSpec:
     def devices(self) -> list[str]:
         """The devices of the compiled module: the PS tasks (``ps-sync``; ``allreduce``
         keeps nothing there), then the workers."""
-        ps = self.ps_devices if self.strategy == "ps-sync" else []
+        ps = self.ps_devices if self.strategy in ("ps-sync", "ps-async") else []
         return ps + self.worker_devices
 
     def __str__(self) -> str:
-        rule = f", {self.ps_placement}" if self.strategy == "ps-sync" else ""
+        rule = f", {self.ps_placement}" if self.strategy in ("ps-sync", "ps-async") else ""
         return f"ps={self.ps},workers={self.workers} ({self.strategy}{rule})"
 
 
@@ -632,6 +632,11 @@ def replicate_module(module: Module, spec: ClusterSpec) -> ReplicationReport:
                        f"compile the model's source)")
     if module.partitions:
         raise TfcError("cannot replicate a module that is already partitioned")
+    if spec.strategy == "ps-async":  # its step is two programs, not one placed module
+        raise TfcError("--strategy ps-async runs the training step as two programs (the "
+                       "workers' gradients, the PS tasks' updates), not as one compiled "
+                       "module: train with tfc.distributed.AsyncPSTrainer or tfc train "
+                       "--strategy ps-async")
     if spec.strategy == "ps-sync":
         var_device = place_variables(module.variables, spec)
         for name, decl in module.variables.items():
