@@ -91,6 +91,8 @@ class ParameterServer:
         self.task, self.cores = task, cores
         self.program = _program(text, f"the update sent to {task}", backend, cores,
                                 dict(values))
+        for entry in self.program.entries:  # compiled now: not inside the first update
+            self.program.callable(entry)
         self.version = 0
         self.staleness: list[int] = []
 
@@ -121,6 +123,7 @@ class Worker:
                  plan: Mapping[str, Any]) -> None:
         self.task, self.cores, self.timeout_s = task, cores, timeout_s
         self.program = _program(text, f"the gradients sent to {task}", backend, cores)
+        self.program.callable(plan["entry"])  # compiled now: not inside the first step
         self.plan = plan
         self.servers: dict[str, Any] = {}
 
@@ -206,6 +209,15 @@ class AsyncStats:
         s = np.asarray(self.staleness)
         return (f"staleness: median {np.median(s):g}, p90 {np.percentile(s, 90):g}, "
                 f"max {s.max()}, mean {s.mean():.2f} ({s.size} updates)")
+
+
+def progress_line(stats: AsyncStats, steps: int) -> str:
+    """The progress output of an asynchronous run: steps done, their rate, the latest
+    scalar fetches and the staleness so far."""
+    last = stats.fetches[-1] if stats.fetches else {}
+    scalars = "  ".join(f"{n} {float(v):.4g}" for n, v in last.items() if np.ndim(v) == 0)
+    return (f"step {stats.steps}/{steps}  {stats.steps_per_s:.1f} steps/s  {scalars}  "
+            f"{stats.staleness_line()}")
 
 
 class AsyncPSTrainer:
