@@ -88,3 +88,50 @@ def test_a_dead_worker_is_one_line_naming_it(loopback_cluster):
                                                  f"process died") as e:
             trainer.train(batches, 50)
         assert "\n" not in str(e.value)
+
+
+def shards(k: int, i: int) -> dict[str, np.ndarray]:
+    """Worker ``i``'s batch in step ``k``: exact small integers (see ``linear``)."""
+    return {"x": np.asarray([[k + 1 + i, 2 * k - i, -k, 3 + 2 * i]], np.float64)}
+
+
+@pytest.mark.parametrize("backups, straggler", [(0, None), (2, None),
+                                                (1, "worker:0=40ms")])
+def test_backup_workers_apply_the_first_n_of_each_step_once(loopback_cluster, backups,
+                                                            straggler):
+    from tfc.distributed.backup import BackupTrainer, StragglerSpec
+    steps, n = 6, 2
+    slow = StragglerSpec.parse(straggler) if straggler else None
+    with BackupTrainer(linear(), ClusterSpec(1, n, "ps-sync"), loopback_cluster.address,
+                       backup_workers=backups, backend="reference") as trainer:
+        stats = trainer.train(shards, steps, slow)
+        got = trainer.variables()
+    assert sorted(stats.taken_by_step) == list(range(steps))
+    assert all(len(ws) == n for ws in stats.taken_by_step.values())
+    assert stats.taken == steps * n and stats.late == steps * backups  # every offer counted
+    if straggler:  # the slow worker 0 is never among the first two
+        assert all(i != 0 for ws in stats.taken_by_step.values() for i, _ in ws)
+    want_w, want_v = np.arange(4.0), np.ones(4)
+    for k in range(steps):  # the mean of the taken gradients, in worker order, once a step
+        taken = sorted(stats.taken_by_step[k])  # (worker, its batch's step), worker order
+        assert len({i for i, _ in taken}) == n and all(j <= k for _, j in taken)
+        g = shards(taken[0][1], taken[0][0])["x"][0]
+        for i, j in taken[1:]:
+            g = g + shards(j, i)["x"][0]
+        want_w, want_v = want_w - g / n, want_v - g / n
+    np.testing.assert_array_equal(got["w"], want_w, err_msg=str(stats.taken_by_step))
+    np.testing.assert_array_equal(got["v"], want_v)
+    assert len(stats.step_seconds) == steps
+
+
+def test_stragglers_parse_and_are_seeded():
+    from tfc.distributed.backup import StragglerSpec
+    from tfc.errors import TfcError
+    a = StragglerSpec.parse("lognormal:sigma=0.5,seed=1")
+    assert a.delay(2, 7) == StragglerSpec.parse("lognormal:sigma=0.5,seed=1").delay(2, 7)
+    assert a.delay(2, 7) != a.delay(3, 7) and a.delay(2, 7) > 0
+    assert StragglerSpec.parse("worker:2=30ms").delay(2, 0) == pytest.approx(0.03)
+    assert StragglerSpec.parse("worker:2=30ms").delay(1, 0) == 0
+    for bad in ("lognormal:sigma=x", "worker:2=30", "gamma:k=1", "lognormal:sigma=-1"):
+        with pytest.raises(TfcError, match="--straggler"):
+            StragglerSpec.parse(bad)

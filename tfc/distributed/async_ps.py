@@ -95,6 +95,8 @@ class ParameterServer:
             self.program.callable(entry)
         self.version = 0
         self.staleness: list[int] = []
+        self._offers: dict[int, dict[str, np.ndarray]] = {}  # this step's (backup workers)
+        self.late = 0
 
     def ready(self) -> int:
         return os.getpid()
@@ -111,6 +113,35 @@ class ParameterServer:
         self.version += 1
         self.staleness.append(stale)
         return stale
+
+    def offer(self, entry: str, feeds: Mapping[str, np.ndarray], read_version: int,
+              worker: int, needed: int, stop: int) -> tuple[str, int]:
+        """Synchronous training with backup workers (``tfc.distributed.backup``): worker
+        ``worker``'s gradients for step ``read_version`` (the version it read). The first
+        ``needed`` of a step (one a worker) are kept; the last of them applies their mean (summed in
+        worker order, divided by ``needed``, as ``ps-sync`` sums) and ends the step; one
+        for a step that is over, or for step ``stop`` or later (the run's end: a
+        straggler's last read), is dropped. Returns ``applied``, ``taken`` or ``late``,
+        and the step."""
+        if read_version != self.version or read_version >= stop or worker in self._offers:
+            # (a straggler that read this version before its step began, offering twice)
+            self.late += 1
+            return "late", read_version
+        self._offers[worker] = feeds
+        if len(self._offers) < needed:
+            return "taken", read_version
+        offers = [self._offers[w] for w in sorted(self._offers)]
+        self._offers = {}
+        mean = dict(offers[0])
+        for name in mean:
+            if name.startswith("grad"):
+                acc = offers[0][name]
+                for other in offers[1:]:
+                    acc = acc + other[name]
+                mean[name] = acc / np.asarray(needed, acc.dtype) if needed > 1 else acc
+        _run(self.program, entry, mean, self.cores)
+        self.version += 1
+        return "applied", read_version
 
     def values(self) -> dict[str, np.ndarray]:
         return dict(self.program.variables)
@@ -132,9 +163,38 @@ class Worker:
         self.servers = dict(servers)
         return os.getpid()
 
-    def step(self, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[int]]:
-        """One asynchronous step on this worker's batch ``feeds``: the entry's fetches and
-        each PS's staleness of this update."""
+    def step(self, feeds: Mapping[str, np.ndarray], delay_s: float = 0.0
+             ) -> tuple[dict[str, np.ndarray], list[int]]:
+        """One asynchronous step on this worker's batch ``feeds`` (``delay_s``: an injected
+        straggler's extra time): the entry's fetches and each PS's staleness of this
+        update."""
+        import ray
+        fetches, sends, order = self._gradients(feeds, delay_s)
+        refs = [self.servers[ps].apply.remote(self.plan["entry"], grads, version)
+                for ps, (grads, version) in sends.items()]
+        staleness = _wait(ray, refs, self.timeout_s,
+                          f"{self.task}: sending its gradients to {', '.join(order)}")
+        return fetches, staleness
+
+    def sync_step(self, feeds: Mapping[str, np.ndarray], index: int, needed: int, stop: int,
+                  delay_s: float = 0.0) -> tuple[dict[str, np.ndarray], list[tuple[str, int]]]:
+        """One step of synchronous training with backup workers: offer each PS this
+        worker's (number ``index``) gradients for the step it read; each PS's answer
+        (``ParameterServer.offer``)."""
+        import ray
+        fetches, sends, order = self._gradients(feeds, delay_s)
+        refs = [self.servers[ps].offer.remote(self.plan["entry"], grads, version, index,
+                                              needed, stop)
+                for ps, (grads, version) in sends.items()]
+        answers = _wait(ray, refs, self.timeout_s,
+                        f"{self.task}: sending its gradients to {', '.join(order)}")
+        return fetches, [tuple(a) for a in answers]
+
+    def _gradients(self, feeds: Mapping[str, np.ndarray], delay_s: float
+                   ) -> tuple[dict[str, np.ndarray], dict[str, tuple[dict[str, np.ndarray], int]],
+                              list[str]]:
+        """Read the variables, compute the gradients of ``feeds``: the fetches, and what
+        to send each PS (its gradients and the version read there)."""
         import ray
         plan = self.plan
         reads = plan["reads"]  # PS -> the variables read from it
@@ -147,18 +207,17 @@ class Worker:
             value.update(zip(names, values))
         args = dict(feeds)
         args.update({arg: value[var] for arg, var in plan["read_args"]})
+        if delay_s > 0:
+            time.sleep(delay_s)
         out = _run(self.program, plan["entry"], args, self.cores)
         results = list(out.values())
-        refs, order = [], []
+        sends: dict[str, tuple[dict[str, np.ndarray], int]] = {}
         for ps, apply in plan["apply"].items():
             grads = {f"grad{i}": results[i] for i in apply["grad_results"]}
             grads.update({arg: value[var] for arg, var in apply["foreign"]})
-            refs.append(self.servers[ps].apply.remote(plan["entry"], grads, versions[ps]))
-            order.append(ps)
-        staleness = _wait(ray, refs, self.timeout_s,
-                          f"{self.task}: sending its gradients to {', '.join(order)}")
+            sends[ps] = (grads, versions[ps])
         fetches = dict(zip(plan["fetches"], results[:len(plan["fetches"])]))
-        return fetches, staleness
+        return fetches, sends, list(sends)
 
 
 def worker_plan(split: AsyncSplit) -> dict[str, Any]:
@@ -272,9 +331,12 @@ class AsyncPSTrainer:
         self.closed = False
 
     def train(self, batches: Callable[[int], Mapping[str, np.ndarray]], steps: int,
-              progress: Callable[[int, AsyncStats], None] | None = None) -> AsyncStats:
+              progress: Callable[[int, AsyncStats], None] | None = None,
+              straggler: Any = None) -> AsyncStats:
         """``steps`` asynchronous steps, step ``k`` on ``batches(k)``, each handed to the
-        first worker that is free; ``progress(k, stats)`` after each step that ends."""
+        first worker that is free; ``progress(k, stats)`` after each step that ends;
+        ``straggler`` (``tfc.distributed.backup.StragglerSpec``) delays workers."""
+        index = {w: i for i, w in enumerate(self.workers)}
         ray = self.ray
         stats = AsyncStats(worker_steps={w: 0 for w in self.workers})
         running: dict[Any, tuple[str, int]] = {}
@@ -283,7 +345,8 @@ class AsyncPSTrainer:
 
         def launch(worker: str) -> None:
             nonlocal next_step
-            ref = self.workers[worker].step.remote(dict(batches(next_step)))
+            delay = straggler.delay(index[worker], next_step) if straggler is not None else 0.0
+            ref = self.workers[worker].step.remote(dict(batches(next_step)), delay)
             running[ref] = (worker, next_step)
             next_step += 1
 
