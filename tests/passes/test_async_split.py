@@ -79,3 +79,14 @@ def test_errors_are_one_line():
     with pytest.raises(TfcError, match="entry 'predict' applies no optimizer"):
         split_async(classifier("adam"), ClusterSpec(1, 2, "ps-async"), "predict")
     assert str(ClusterSpec(2, 3, "ps-async")) == "ps=2,workers=3 (ps-async, greedy)"
+
+
+def test_tfc_compile_says_how_to_run_ps_async(tmp_path, capsys):
+    from tfc.cli import main
+    model = tmp_path / "model.tfir"
+    model.write_text(print_module(classifier("adam")))
+    code = main(["compile", str(model), "--cluster", "ps=1,workers=2", "--strategy",
+                 "ps-async", "-o", str(tmp_path / "m.tfc")])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and err.startswith("error: --strategy ps-async runs the training step")
+    assert "AsyncPSTrainer" in err and "\n" not in err

@@ -127,7 +127,7 @@ class ParameterServer:
             # (a straggler that read this version before its step began, offering twice)
             self.late += 1
             return "late", read_version
-        self._offers[worker] = feeds
+        self._offers[worker] = dict(feeds)
         if len(self._offers) < needed:
             return "taken", read_version
         offers = [self._offers[w] for w in sorted(self._offers)]

@@ -635,8 +635,8 @@ def replicate_module(module: Module, spec: ClusterSpec) -> ReplicationReport:
     if spec.strategy == "ps-async":  # its step is two programs, not one placed module
         raise TfcError("--strategy ps-async runs the training step as two programs (the "
                        "workers' gradients, the PS tasks' updates), not as one compiled "
-                       "module: train with tfc.distributed.AsyncPSTrainer or tfc train "
-                       "--strategy ps-async")
+                       "module: train it from Python with tfc.distributed.AsyncPSTrainer "
+                       "(tools/bench_async.py shows how)")
     if spec.strategy == "ps-sync":
         var_device = place_variables(module.variables, spec)
         for name, decl in module.variables.items():
