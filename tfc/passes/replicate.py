@@ -43,6 +43,11 @@ Strategies:
   worker gets bitwise the same mean) and split back; each worker applies the same
   update to its copy, so the copies stay bitwise equal.
 
+- ``ps-async`` (Downpour SGD) is no placed module: each PS applies each worker's
+  gradients on arrival, so the step is cut into two programs instead
+  (``tfc.passes.async_split``) that ``tfc.distributed.AsyncPSTrainer`` runs;
+  ``replicate_module`` refuses it with a line saying so.
+
 A sparse gradient (``IndexedSlices``, a marker with indices and values) is gathered, not
 averaged: its rows from every worker, each divided by W, concatenated in worker order
 (rows named twice add up, in every optimizer), on the PS (``ps-sync``) or on every
@@ -98,9 +103,9 @@ def worker_device(task: int) -> str:
 @dataclass(frozen=True)
 class ClusterSpec:
     """A cluster to compile for: ``ps`` parameter-server tasks, ``workers`` worker tasks,
-    the strategy (default: ``allreduce`` without a PS, else ``ps-sync``) and how
-    ``ps-sync`` places variables on the PS tasks (``greedy`` by bytes, or
-    ``round-robin``)."""
+    the strategy (default: ``allreduce`` without a PS, else ``ps-sync``; ``ps-async``
+    needs a PS too) and how ``ps-sync`` and ``ps-async`` place variables on the PS tasks
+    (``greedy`` by bytes, or ``round-robin``)."""
 
     ps: int
     workers: int
