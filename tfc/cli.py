@@ -142,7 +142,7 @@ def _cluster_arguments(p: argparse.ArgumentParser) -> None:
                    help="compile for a cluster: the training steps replicated on W worker "
                         "tasks, the variables on P parameter-server tasks (ps-sync) or "
                         "mirrored on the workers (allreduce)")
-    p.add_argument("--strategy", choices=["ps-sync", "allreduce"], default=None,
+    p.add_argument("--strategy", choices=["ps-sync", "allreduce", "ps-async"], default=None,
                    help="with --cluster: how gradients combine (default: allreduce when "
                         "ps=0, else ps-sync)")
     p.add_argument("--ps-placement", choices=["greedy", "round-robin"], default=None,

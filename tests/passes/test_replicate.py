@@ -202,8 +202,8 @@ def test_bad_cluster_specs_are_one_line_errors(text, message):
 
 
 def test_bad_strategies_are_one_line_errors():
-    with pytest.raises(TfcError, match="unknown strategy 'ps-async'"):
-        ClusterSpec.parse("ps=1,workers=2", strategy="ps-async")
+    with pytest.raises(TfcError, match="unknown strategy 'downpour'"):
+        ClusterSpec.parse("ps=1,workers=2", strategy="downpour")
     with pytest.raises(TfcError, match="ps-sync keeps the variables on parameter servers"):
         ClusterSpec.parse("ps=0,workers=2", strategy="ps-sync")
     with pytest.raises(TfcError, match="unknown PS placement"):

@@ -23,10 +23,17 @@ _HOROVOD = ("init", "rank", "size", "local_rank", "local_size", "allreduce", "br
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("AsyncPSTrainer", "AsyncStats"):  # --strategy ps-async (tfc.distributed.async_ps)
+        from tfc.distributed import async_ps
+        return getattr(async_ps, name)
+    if name in ("BackupTrainer", "BackupStats", "StragglerSpec"):  # tfc.distributed.backup
+        from tfc.distributed import backup
+        return getattr(backup, name)
     if name in _HOROVOD:
         from tfc.distributed import horovod
         return getattr(horovod, name)
     raise AttributeError(f"module 'tfc.distributed' has no attribute {name!r}")
 
 
-__all__ = ["LoopbackCluster", "NodeInfo", "RayCluster", "require_ray", "run", *_HOROVOD]
+__all__ = ["AsyncPSTrainer", "AsyncStats", "BackupStats", "BackupTrainer", "StragglerSpec",
+           "LoopbackCluster", "NodeInfo", "RayCluster", "require_ray", "run", *_HOROVOD]

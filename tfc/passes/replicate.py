@@ -43,6 +43,11 @@ Strategies:
   worker gets bitwise the same mean) and split back; each worker applies the same
   update to its copy, so the copies stay bitwise equal.
 
+- ``ps-async`` (Downpour SGD) is no placed module: each PS applies each worker's
+  gradients on arrival, so the step is cut into two programs instead
+  (``tfc.passes.async_split``) that ``tfc.distributed.AsyncPSTrainer`` runs;
+  ``replicate_module`` refuses it with a line saying so.
+
 A sparse gradient (``IndexedSlices``, a marker with indices and values) is gathered, not
 averaged: its rows from every worker, each divided by W, concatenated in worker order
 (rows named twice add up, in every optimizer), on the PS (``ps-sync``) or on every
@@ -82,7 +87,7 @@ from tfc.ops.optimizer import GRAD_MARKER
 from tfc.passes.manager import apply_substitution, register_pass
 from tfc.units import format_ms as _ms
 
-STRATEGIES = ("ps-sync", "allreduce")
+STRATEGIES = ("ps-sync", "allreduce", "ps-async")
 PS_PLACEMENTS = ("greedy", "round-robin")
 INIT_GRAPH = "__init__"
 
@@ -98,9 +103,9 @@ def worker_device(task: int) -> str:
 @dataclass(frozen=True)
 class ClusterSpec:
     """A cluster to compile for: ``ps`` parameter-server tasks, ``workers`` worker tasks,
-    the strategy (default: ``allreduce`` without a PS, else ``ps-sync``) and how
-    ``ps-sync`` places variables on the PS tasks (``greedy`` by bytes, or
-    ``round-robin``)."""
+    the strategy (default: ``allreduce`` without a PS, else ``ps-sync``; ``ps-async``
+    needs a PS too) and how ``ps-sync`` and ``ps-async`` place variables on the PS tasks
+    (``greedy`` by bytes, or ``round-robin``)."""
 
     ps: int
     workers: int
@@ -119,8 +124,8 @@ class ClusterSpec:
         if strategy not in STRATEGIES:
             raise TfcError(f"unknown strategy {strategy!r}: expected one of "
                            f"{', '.join(STRATEGIES)}")
-        if strategy == "ps-sync" and self.ps == 0:
-            raise TfcError("strategy ps-sync keeps the variables on parameter servers, but "
+        if strategy in ("ps-sync", "ps-async") and self.ps == 0:
+            raise TfcError(f"strategy {strategy} keeps the variables on parameter servers, but "
                            "the cluster has ps=0: give ps=1 or more, or use --strategy "
                            "allreduce")
         if self.ps_placement not in PS_PLACEMENTS:
@@ -160,11 +165,11 @@ class ClusterSpec:
     def devices(self) -> list[str]:
         """The devices of the compiled module: the PS tasks (``ps-sync``; ``allreduce``
         keeps nothing there), then the workers."""
-        ps = self.ps_devices if self.strategy == "ps-sync" else []
+        ps = self.ps_devices if self.strategy in ("ps-sync", "ps-async") else []
         return ps + self.worker_devices
 
     def __str__(self) -> str:
-        rule = f", {self.ps_placement}" if self.strategy == "ps-sync" else ""
+        rule = f", {self.ps_placement}" if self.strategy in ("ps-sync", "ps-async") else ""
         return f"ps={self.ps},workers={self.workers} ({self.strategy}{rule})"
 
 
@@ -632,6 +637,11 @@ def replicate_module(module: Module, spec: ClusterSpec) -> ReplicationReport:
                        f"compile the model's source)")
     if module.partitions:
         raise TfcError("cannot replicate a module that is already partitioned")
+    if spec.strategy == "ps-async":  # its step is two programs, not one placed module
+        raise TfcError("--strategy ps-async runs the training step as two programs (the "
+                       "workers' gradients, the PS tasks' updates), not as one compiled "
+                       "module: train it from Python with tfc.distributed.AsyncPSTrainer "
+                       "(tools/bench_async.py shows how)")
     if spec.strategy == "ps-sync":
         var_device = place_variables(module.variables, spec)
         for name, decl in module.variables.items():
