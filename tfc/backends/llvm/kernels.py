@@ -231,9 +231,12 @@ def lower_gemm_update(graph_compiler: GraphCompiler, upd: gemm_update.GemmUpdate
 
 
 def lower_var_scatter(graph_compiler: GraphCompiler, op: Op) -> None:
+    """The variable copied into its update buffer (a ``Copy`` step: none when the update
+    is made in place, ``GraphCompiler.in_place_updates``), then the rows added there."""
     old, new = _var_values(graph_compiler, op)
     indices, updates = op.inputs
-    kernels_array.scatter_rows(graph_compiler, old, new, indices, updates,
+    graph_compiler.copy_now(old, graph_compiler.comp.storage[new], nbytes_of=new)
+    kernels_array.scatter_rows(graph_compiler, new, new, indices, updates,
                                sign=1 if op.kind == "var.scatter_add" else -1, op=op)
 
 

@@ -2,8 +2,9 @@
 
 - ``concat`` / ``stack``: one copy loop per input into its slab of the output;
   ``split``: one copy loop per part; the innermost loop is the contiguous last axis.
-- ``scatter_add`` and the variable updates ``var.scatter_add/sub``: copy the base, then
-  add each row of updates at its (checked) index; rows named twice add twice.
+- ``scatter_add`` and the variable updates ``var.scatter_add/sub``: check every index,
+  then copy the base (not for a variable's update made in place) and add each row of
+  updates at its index; rows named twice add twice.
 - ``argmax`` / ``argmin``: per output element, a scan along the axis (first index on
   ties; a NaN wins, as numpy's); f16 compares in f32, which is exact.
 - ``shape`` / ``rank``: the dims, from the params.
@@ -84,7 +85,12 @@ def check_indices(graph_compiler, indices: Value, bound: Callable[[Kernel], ir.V
 
 def scatter_rows(graph_compiler, base: Value, out: Value, indices: Value, updates: Value, sign: int,
                  op: Op) -> None:
-    """``out = base``, then ``out[indices[i]] += sign * updates[i]`` row by row."""
+    """``out = base``, then ``out[indices[i]] += sign * updates[i]`` row by row.
+
+    Every index is checked before anything is written: a kernel with a bad index returns
+    its error with ``out`` untouched (``Kernel.fails_before_writes``), which is what lets
+    a variable's scatter update its own array in place (``GraphCompiler.in_place_updates``:
+    ``base`` is then ``out``'s storage and nothing is copied here)."""
     kernel = graph_compiler.kernel("scatter", [base, out, indices, updates])
     kernel.whole()
     b = kernel.b
@@ -92,32 +98,40 @@ def scatter_rows(graph_compiler, base: Value, out: Value, indices: Value, update
     dims = kernel.dims(out)
     row = irutil.product(b, dims[1:])
     total = irutil.product(b, dims)
-    if graph_compiler.comp.storage[base] != graph_compiler.comp.storage[out]:
-        def copy(i: ir.Value, _c) -> None:
-            irutil.store(b, kernel.ptr(out), dt, i, irutil.load(b, kernel.ptr(base), dt, i))
-        irutil.loop(b, ZERO, total, copy, name="c")
+    n = kernel.size(indices)
     code = graph_compiler.comp.error(scatter_error(op.kind, "{value}", "{int0}"), op.loc)
 
-    def per_index(i: ir.Value, _c) -> None:
-        k = irutil.to_i64(b, irutil.load(b, kernel.ptr(indices), indices.dtype, i))
+    def index(i: ir.Value) -> ir.Value:
+        return irutil.to_i64(b, irutil.load(b, kernel.ptr(indices), indices.dtype, i))
+
+    def check(i: ir.Value, _c) -> None:
+        k = index(i)
         bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, dims[0]))
-        kernel.fail_with_detail(bad, code, k, [dims[0]])  # the updates go to a new buffer
-        k = b.select(bad, ZERO, k)
-        dst0, src0 = b.mul(k, row), b.mul(i, row)
+        kernel.fail_with_detail(bad, code, k, [dims[0]])
+
+    irutil.loop(b, ZERO, n, check, name="v")
+    kernel.fails_before_writes = True
+    ok = b.icmp_signed("==", b.load(kernel.err, typ=irutil.I32), ir.Constant(irutil.I32, 0))
+    with b.if_then(ok):
+        if graph_compiler.comp.storage[base] != graph_compiler.comp.storage[out]:
+            def copy(i: ir.Value, _c) -> None:
+                irutil.store(b, kernel.ptr(out), dt, i, irutil.load(b, kernel.ptr(base), dt, i))
+            irutil.loop(b, ZERO, total, copy, name="c")
         scale = irutil.const(dt, -1 if sign < 0 else 1)
 
-        def per_elem(r: ir.Value, _c2) -> None:
-            u = irutil.load(b, kernel.ptr(updates), dt, b.add(src0, r))
-            if sign < 0:
-                u = (b.fmul(u, scale) if dt.is_float else b.mul(u, scale))
-            # skip the write when this index is bad (its code is already recorded)
-            o = irutil.load(b, kernel.ptr(out), dt, b.add(dst0, r))
-            s = combine(b, "sum", dt, o, u)
-            irutil.store(b, kernel.ptr(out), dt, b.add(dst0, r), b.select(bad, o, s))
+        def per_index(i: ir.Value, _c) -> None:
+            dst0, src0 = b.mul(index(i), row), b.mul(i, row)
 
-        irutil.loop(b, ZERO, row, per_elem, name="r")
+            def per_elem(r: ir.Value, _c2) -> None:
+                u = irutil.load(b, kernel.ptr(updates), dt, b.add(src0, r))
+                if sign < 0:
+                    u = (b.fmul(u, scale) if dt.is_float else b.mul(u, scale))
+                o = irutil.load(b, kernel.ptr(out), dt, b.add(dst0, r))
+                irutil.store(b, kernel.ptr(out), dt, b.add(dst0, r), combine(b, "sum", dt, o, u))
 
-    irutil.loop(b, ZERO, kernel.size(indices), per_index, name="s")
+            irutil.loop(b, ZERO, row, per_elem, name="r")
+
+        irutil.loop(b, ZERO, n, per_index, name="s")
     kernel.finish()
 
 
