@@ -206,3 +206,52 @@ def test_a_bad_index_changes_no_variable_updated_in_place(backend):
     want["F"][1:3] -= 2
     for n in want:
         np.testing.assert_array_equal(p.variables[n], want[n])
+
+
+SAME_INDICES = TWO_SCATTERS.replace("var.scatter_sub @F, %j, %u", "var.scatter_sub @F, %i, %u")
+
+
+@pytest.mark.parametrize("backend", ["llvm", "reference"])
+def test_scatters_at_the_same_indices_are_all_in_place(backend):
+    """A second scatter at indices the first checked (same row count) cannot fail, so
+    both updates are in place (a sparse AdaGrad's accumulator and table); a bad index
+    still fails the step before either variable changes."""
+    from tfc.errors import ExecutionError
+    from tfc.ir.parser import parse_module
+    p = Program(parse_module(SAME_INDICES), _start(), backend=backend)
+    if backend == "llvm":
+        exe = p._executable("train")
+        assert sorted(exe.meta.in_place) == sorted(
+            (exe.update_names.index(n), exe.var_names.index(n)) for n in ("E", "F"))
+    u = np.ones((2, 3), np.float32)
+    p.run("train", i=np.array([1, 1], np.int32), u=u, j=np.zeros(2, np.int32))
+    before = {n: p.variables[n].copy() for n in ("E", "F")}
+    with pytest.raises(ExecutionError, match="index 6 is out of range"):
+        p.run("train", i=np.array([0, 6], np.int32), u=u, j=np.zeros(2, np.int32))
+    for n in before:
+        np.testing.assert_array_equal(p.variables[n], before[n])
+    want = _start()
+    want["E"][1] += 2
+    want["F"][1] -= 2
+    for n in want:
+        np.testing.assert_array_equal(p.variables[n], want[n])
+
+
+def test_sparse_adagrad_updates_table_and_accumulator_in_place():
+    rng = np.random.default_rng(2)
+    with tfc.Graph().as_default() as g:
+        ids = tfc.placeholder(tfc.int32, [None], name="ids")
+        emb = tfc.Variable(rng.normal(size=(30, 4)), name="E")
+        loss = tfc.reduce_sum(tfc.square(tfc.gather(emb, ids)))
+        train = tfc.train.AdagradOptimizer(0.1).minimize(loss)
+        tfc.entry("train", feeds={"ids": ids}, fetches={"loss": loss}, targets=[train])
+    llvm, ref = Program(g.as_module(), backend="llvm"), Program(g.as_module(),
+                                                                  backend="reference")
+    exe = llvm._executable("train")
+    assert len(exe.meta.in_place) == 2 == len(exe.update_names)
+    for _ in range(4):
+        ids = rng.integers(0, 30, 9).astype(np.int32)
+        llvm.run("train", ids=ids)
+        ref.run("train", ids=ids)
+    for name in ref.variables:
+        np.testing.assert_allclose(llvm.variables[name], ref.variables[name], rtol=1e-12)

@@ -90,7 +90,10 @@ def scatter_rows(graph_compiler, base: Value, out: Value, indices: Value, update
     Every index is checked before anything is written: a kernel with a bad index returns
     its error with ``out`` untouched (``Kernel.fails_before_writes``), which is what lets
     a variable's scatter update its own array in place (``GraphCompiler.in_place_updates``:
-    ``base`` is then ``out``'s storage and nothing is copied here)."""
+    ``base`` is then ``out``'s storage and nothing is copied here). Indices an earlier
+    scatter of the step checked against the same static row count are not checked again:
+    that kernel cannot fail, so the updates before it may be in place too (a sparse
+    AdaGrad's accumulator and variable, both scattered at the same indices)."""
     kernel = graph_compiler.kernel("scatter", [base, out, indices, updates])
     kernel.whole()
     b = kernel.b
@@ -109,8 +112,13 @@ def scatter_rows(graph_compiler, base: Value, out: Value, indices: Value, update
         bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, dims[0]))
         kernel.fail_with_detail(bad, code, k, [dims[0]])
 
-    irutil.loop(b, ZERO, n, check, name="v")
-    kernel.fails_before_writes = True
+    rows = out.type.shape[0]
+    checked = ("scatter rows", indices, rows) if isinstance(rows, int) else None
+    if checked is None or checked not in graph_compiler.comp.checked_indices:
+        irutil.loop(b, ZERO, n, check, name="v")
+        kernel.fails_before_writes = True
+        if checked is not None:
+            graph_compiler.comp.checked_indices.add(checked)
     ok = b.icmp_signed("==", b.load(kernel.err, typ=irutil.I32), ir.Constant(irutil.I32, 0))
     with b.if_then(ok):
         if graph_compiler.comp.storage[base] != graph_compiler.comp.storage[out]:
@@ -138,6 +146,94 @@ def scatter_rows(graph_compiler, base: Value, out: Value, indices: Value, update
 def lower_scatter_add(graph_compiler, op: Op) -> None:
     dense, indices, updates = op.inputs
     scatter_rows(graph_compiler, dense, op.result, indices, updates, 1, op)
+
+
+# ---- first occurrences (``first_occurrence``) -------------------------------------------------
+
+_HASH = 0x9E3779B97F4A7C15  # Fibonacci hashing's multiplier (2**64 / golden ratio)
+
+
+def first_occurrence_slots(n: int) -> int:
+    """Slots of ``first_occurrence``'s hash table: the smallest power of two >= 2n, so
+    the table is at most half full and a probe ends after a few slots."""
+    return 1 << (max(2 * n, 2) - 1).bit_length()
+
+
+def lower_first_occurrence(graph_compiler, op: Op) -> None:
+    """Per position, the first masked-in position of the same index, in O(n): an
+    open-addressing hash table in scratch (keys, then first positions, i64 each;
+    position -1 marks an empty slot) filled by one pass over the masked-in positions in
+    order (the first one of a key stays) and read by a second pass over all."""
+    indices, mask = op.inputs
+    out = op.result
+    graph_compiler.comp.scratch.append(
+        lambda binding: 16 * first_occurrence_slots(binding.size(indices)))
+    scratch = Storage("scratch", 0)
+    kernel = graph_compiler.kernel("first_occurrence", [indices, mask, out], [scratch])
+    kernel.whole()
+    b = kernel.b
+    fn = b.function
+    table = kernel.storage_ptr(scratch)
+    n = kernel.size(indices)
+    i64t = DType.i64
+    ctlz = irutil.intrinsic(graph_compiler.comp.module, "llvm.ctlz.i64", irutil.I64,
+                            [irutil.I64, irutil.I1])
+    wanted = b.select(b.icmp_signed("<", n, irutil.i64(1)), irutil.i64(1), n)
+    wanted = b.sub(b.shl(wanted, irutil.i64(1)), irutil.i64(1))  # max(2n, 2) - 1
+    slots = b.shl(irutil.i64(1), b.sub(irutil.i64(64),
+                                       b.call(ctlz, [wanted, ir.Constant(irutil.I1, 0)])))
+    last = b.sub(slots, irutil.i64(1))
+    empty = irutil.i64(-1)
+
+    def key_at(i: ir.Value) -> ir.Value:
+        return irutil.to_i64(b, irutil.load(b, kernel.ptr(indices), indices.dtype, i))
+
+    def probe(key: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """The slot holding ``key`` or the empty slot where it goes, and its position."""
+        mixed = b.mul(key, ir.Constant(irutil.I64, _HASH - (1 << 64)))
+        start = b.and_(b.xor(mixed, b.lshr(mixed, irutil.i64(32))), last)
+        pre = b.block
+        head = fn.append_basic_block("probe.head")
+        step = fn.append_basic_block("probe.next")
+        done = fn.append_basic_block("probe.done")
+        b.branch(head)
+        b.position_at_end(head)
+        slot = b.phi(irutil.I64)
+        slot.add_incoming(start, pre)
+        pos = irutil.load(b, table, i64t, b.add(slots, slot))
+        hit = b.icmp_signed("==", irutil.load(b, table, i64t, slot), key)
+        b.cbranch(b.or_(b.icmp_signed("==", pos, empty), hit), done, step)
+        b.position_at_end(step)
+        slot.add_incoming(b.and_(b.add(slot, irutil.i64(1)), last), step)
+        b.branch(head)
+        b.position_at_end(done)
+        return slot, pos
+
+    def clear(j: ir.Value, _c) -> None:
+        irutil.store(b, table, i64t, b.add(slots, j), empty)
+
+    def insert(i: ir.Value, _c) -> None:
+        m = irutil.load(b, kernel.ptr(mask), mask.dtype, i)
+        kept = (b.fcmp_unordered("!=", m, ir.Constant(m.type, 0.0)) if mask.dtype.is_float
+                else b.icmp_unsigned("!=", m, ir.Constant(m.type, 0)))
+        with b.if_then(kept):
+            key = key_at(i)
+            slot, pos = probe(key)
+            with b.if_then(b.icmp_signed("==", pos, empty)):
+                irutil.store(b, table, i64t, slot, key)
+                irutil.store(b, table, i64t, b.add(slots, slot), i)
+
+    def look_up(i: ir.Value, _c) -> None:
+        _, pos = probe(key_at(i))
+        first = b.select(b.icmp_signed("==", pos, empty), ZERO, pos)
+        t = irutil.storage_type(out.dtype)
+        irutil.store(b, kernel.ptr(out), out.dtype, i,
+                     first if t == irutil.I64 else b.trunc(first, t))
+
+    irutil.loop(b, ZERO, slots, clear, name="t")
+    irutil.loop(b, ZERO, n, insert, name="i")
+    irutil.loop(b, ZERO, n, look_up, name="l")
+    kernel.finish()
 
 
 # ---- arg-reductions ---------------------------------------------------------------------------
@@ -813,6 +909,7 @@ def _pool_grad_loops(graph_compiler, op: Op, image: Value, x: Value | None, dy: 
 
 LOWERINGS: dict[str, Callable] = {
     "scatter_add": lower_scatter_add,
+    "first_occurrence": lower_first_occurrence,
     "argmax": lower_argreduce,
     "argmin": lower_argreduce,
     "concat": lower_concat,
