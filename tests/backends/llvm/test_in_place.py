@@ -182,15 +182,16 @@ def test_a_later_read_of_the_old_value_keeps_the_scatter_copy(backend):
 
 @pytest.mark.parametrize("backend", ["llvm", "reference"])
 def test_a_bad_index_changes_no_variable_updated_in_place(backend):
-    """A scatter checks its indices before writing: a bad one fails the step with E and
-    F as they were, whether the scatter was in place (F's, the last step) or had to go
-    to a buffer because a later step may fail (E's)."""
+    """Every variable scatter's indices are checked before the first variable is
+    written, so both scatters are in place, and a bad index in either fails the step
+    with E and F as they were."""
     from tfc.errors import ExecutionError
     from tfc.ir.parser import parse_module
     p = Program(parse_module(TWO_SCATTERS), _start(), backend=backend)
     if backend == "llvm":
         exe = p._executable("train")
-        assert exe.meta.in_place == ((exe.update_names.index("F"), exe.var_names.index("F")),)
+        assert sorted(exe.meta.in_place) == sorted(
+            (exe.update_names.index(n), exe.var_names.index(n)) for n in ("E", "F"))
     u = np.ones((2, 3), np.float32)
     good = np.array([1, 2], np.int32)
     p.run("train", i=good, u=u, j=good)
@@ -213,9 +214,9 @@ SAME_INDICES = TWO_SCATTERS.replace("var.scatter_sub @F, %j, %u", "var.scatter_s
 
 @pytest.mark.parametrize("backend", ["llvm", "reference"])
 def test_scatters_at_the_same_indices_are_all_in_place(backend):
-    """A second scatter at indices the first checked (same row count) cannot fail, so
-    both updates are in place (a sparse AdaGrad's accumulator and table); a bad index
-    still fails the step before either variable changes."""
+    """Indices checked once for both scatters (same row count): both updates in place
+    (a sparse AdaGrad's accumulator and table); a bad index still fails the step before
+    either variable changes."""
     from tfc.errors import ExecutionError
     from tfc.ir.parser import parse_module
     p = Program(parse_module(SAME_INDICES), _start(), backend=backend)
@@ -255,3 +256,31 @@ def test_sparse_adagrad_updates_table_and_accumulator_in_place():
         ref.run("train", ids=ids)
     for name in ref.variables:
         np.testing.assert_allclose(llvm.variables[name], ref.variables[name], rtol=1e-12)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum"])
+def test_every_shard_of_a_partitioned_table_is_updated_in_place(optimizer):
+    """A partitioned table's shards (and their slots) are scattered at per-shard indices
+    the compiler cannot prove in range: all are checked before the first write, so every
+    update is in place, with the reference's numbers."""
+    rng = np.random.default_rng(4)
+    with tfc.Graph().as_default() as g:
+        ids = tfc.placeholder(tfc.int32, [None], name="ids")
+        emb = tfc.Variable(rng.normal(size=(31, 4)), name="E",
+                           partitioner=tfc.fixed_size_partitioner(3))
+        loss = tfc.reduce_sum(tfc.square(tfc.gather(emb, ids)))
+        opt = (tfc.train.GradientDescentOptimizer(0.1) if optimizer == "sgd"
+               else tfc.train.MomentumOptimizer(0.1, 0.9))
+        tfc.entry("train", feeds={"ids": ids}, fetches={"loss": loss},
+                  targets=[opt.minimize(loss)])
+    llvm, ref = Program(g.as_module(), backend="llvm"), Program(g.as_module(),
+                                                                  backend="reference")
+    exe = llvm._executable("train")
+    assert len(exe.meta.in_place) == len(exe.update_names) == (3 if optimizer == "sgd" else 6)
+    for _ in range(4):
+        ids = rng.integers(0, 31, 10).astype(np.int32)
+        np.testing.assert_allclose(llvm.run("train", ids=ids)["loss"],
+                                   ref.run("train", ids=ids)["loss"], rtol=1e-12)
+    for name in ref.stored_variables:
+        np.testing.assert_allclose(llvm.stored_variables[name], ref.stored_variables[name],
+                                   rtol=1e-12)

@@ -232,7 +232,10 @@ def lower_gemm_update(graph_compiler: GraphCompiler, upd: gemm_update.GemmUpdate
 
 def lower_var_scatter(graph_compiler: GraphCompiler, op: Op) -> None:
     """The variable copied into its update buffer (a ``Copy`` step: none when the update
-    is made in place, ``GraphCompiler.in_place_updates``), then the rows added there."""
+    is made in place, ``GraphCompiler.in_place_updates``), then the rows added there;
+    every variable scatter's indices are checked before the first of them
+    (``check_var_scatters``)."""
+    kernels_array.check_var_scatters(graph_compiler)
     old, new = _var_values(graph_compiler, op)
     indices, updates = op.inputs
     graph_compiler.copy_now(old, graph_compiler.comp.storage[new], nbytes_of=new)

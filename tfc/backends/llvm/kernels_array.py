@@ -107,16 +107,10 @@ def scatter_rows(graph_compiler, base: Value, out: Value, indices: Value, update
     def index(i: ir.Value) -> ir.Value:
         return irutil.to_i64(b, irutil.load(b, kernel.ptr(indices), indices.dtype, i))
 
-    def check(i: ir.Value, _c) -> None:
-        k = index(i)
-        bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, dims[0]))
-        kernel.fail_with_detail(bad, code, k, [dims[0]])
-
     rows = out.type.shape[0]
     checked = ("scatter rows", indices, rows) if isinstance(rows, int) else None
     if checked is None or checked not in graph_compiler.comp.checked_indices:
-        irutil.loop(b, ZERO, n, check, name="v")
-        kernel.fails_before_writes = True
+        _check_rows(kernel, indices, dims[0], code)
         if checked is not None:
             graph_compiler.comp.checked_indices.add(checked)
     ok = b.icmp_signed("==", b.load(kernel.err, typ=irutil.I32), ir.Constant(irutil.I32, 0))
@@ -141,6 +135,48 @@ def scatter_rows(graph_compiler, base: Value, out: Value, indices: Value, update
 
         irutil.loop(b, ZERO, n, per_index, name="s")
     kernel.finish()
+
+
+def _check_rows(kernel: Kernel, indices: Value, rows: ir.Value, code: int) -> None:
+    """Fail ``kernel`` with ``code`` (and the first bad index) unless every index is in
+    ``[0, rows)``; emitted before the kernel writes anything (``fails_before_writes``)."""
+    b = kernel.b
+
+    def check(i: ir.Value, _c) -> None:
+        k = irutil.to_i64(b, irutil.load(b, kernel.ptr(indices), indices.dtype, i))
+        bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, rows))
+        kernel.fail_with_detail(bad, code, k, [rows])
+
+    irutil.loop(b, ZERO, kernel.size(indices), check, name="v")
+    kernel.fails_before_writes = True
+
+
+def check_var_scatters(graph_compiler) -> None:
+    """Once per graph, before its first variable scatter: one kernel per variable scatter
+    of the graph that checks its indices against the variable's rows (the writes come
+    last in the schedule, so every scatter's indices are computed by then). The
+    scatters then cannot fail, and each update before them may be in place
+    (``GraphCompiler.in_place_updates``): a partitioned table's shards and a sparse
+    AdaGrad's slots, whose indices the compiler cannot prove in range."""
+    done = "var scatters checked"  # (the compiler is the graph's own)
+    checked = graph_compiler.comp.checked_indices
+    if done in checked:
+        return
+    checked.add(done)
+    for op in graph_compiler.graph.ops:
+        if op.kind not in ("var.scatter_add", "var.scatter_sub"):
+            continue
+        rows = graph_compiler.module.variables[op.attrs["var"]].type.shape[0]
+        indices = op.inputs[0]
+        key = ("scatter rows", indices, rows)
+        if not isinstance(rows, int) or key in checked:
+            continue
+        kernel = graph_compiler.kernel("scatter_check", [indices])
+        kernel.whole()
+        code = graph_compiler.comp.error(scatter_error(op.kind, "{value}", "{int0}"), op.loc)
+        _check_rows(kernel, indices, irutil.i64(rows), code)
+        kernel.finish()
+        checked.add(key)
 
 
 def lower_scatter_add(graph_compiler, op: Op) -> None:
