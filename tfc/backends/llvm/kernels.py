@@ -18,8 +18,9 @@ says so). The families:
   (``kernels_lapack``: LAPACK), pooling, arg-reductions,
   concat / stack / split, scatter and shapes (``kernels_array``);
 - variable updates: ``var.assign`` computes into the update buffer (or copies once the
-  value is computed), ``assign_add``/``assign_sub`` and ``scatter_add``/``scatter_sub``
-  are kernels over the start-of-step value; an update by a (scaled) matrix product is
+  value is computed), ``assign_add``/``assign_sub`` are kernels over the start-of-step
+  value, ``scatter_add``/``scatter_sub`` a copy of it (none when in place) and a kernel
+  adding the rows (their indices checked first); an update by a (scaled) matrix product is
   that product's GEMM accumulating into the update buffer (``gemm_update``);
 - control flow (``scan``, ``cond``, ``while``): one kernel running its regions' kernels
   in LLVM loops and branches (``kernels_control``);
