@@ -77,8 +77,8 @@ def main() -> None:
     for opt in a.optimizers:
         for rows in a.rows:
             prog = program(rows, opt, a.backend)
-            print(f"{opt:9s} rows {rows:>9,d}  step {step_ms(prog, rows, a.batch, a.steps):8.2f} ms",
-                  flush=True)
+            ms = step_ms(prog, rows, a.batch, a.steps)
+            print(f"{opt:9s} rows {rows:>9,d}  step {ms:8.2f} ms", flush=True)
 
 
 if __name__ == "__main__":
