@@ -79,6 +79,7 @@ EXAMPLES: dict[str, tuple[list[Spec], dict[str, Any]]] = {
     "random.uniform_like": ([(T, (2, 3))], {"seed": 5, "dtype": T}),
     "shuffle": ([(T, (5, 2))], {"seed": 6}),
     "scatter_add": ([(T, (4, 3)), (DType.i32, (5,)), (T, (5, 3))], {}),
+    "first_occurrence": ([(DType.i32, (5,)), (T, (5,))], {}),
     "var.scatter_add": ([(DType.i32, (2,)), (T, (2, 3))], {"var": T}),
     "var.scatter_sub": ([(DType.i32, (2,)), (T, (2, 3))], {"var": T}),
     "send": ([(T, (2, 3))], {"key": "k", "to": "/cpu:1"}),

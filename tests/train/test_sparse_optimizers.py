@@ -150,3 +150,73 @@ def test_owned_weights_make_padding_touch_nothing():
     # step 1: row 2 accum = 1, moves 0.1; step 2: accum 5 * 0.9 + 1 = 5.5, moves 0.55
     np.testing.assert_allclose(got[2], 1 - 0.1 - 0.55, rtol=1e-12)
     np.testing.assert_array_equal(got[[0, 1, 3]], np.ones((3, 2)))
+
+
+def old_unique_rows(grad, var):
+    """The n x n version ``unique_rows`` had (an argmax over an equality matrix): the
+    oracle its O(n) replacement must agree with."""
+    from tfc.api import ops
+    from tfc.train.optimizers import UniqueRows
+    row = list(var.shape[1:])
+    idx = ops.reshape(grad.indices, [-1])
+    values = ops.reshape(grad.values, [-1, *row])
+    same = ops.cast(ops.equal(ops.expand_dims(idx, 1), ops.expand_dims(idx, 0)), var.dtype)
+    owned = ops.ones_like(ops.cast(idx, var.dtype)) if grad.owned is None else ops.reshape(
+        grad.owned, [-1])
+    if grad.owned is not None:
+        same = same * ops.expand_dims(owned, 0)
+    first = ops.argmax(same, axis=1, output_type=idx.dtype)
+    summed = ops.gather(tfc.apply("scatter_add", ops.zeros_like(values), first, values), first)
+    count = ops.gather(tfc.apply("scatter_add", ops.zeros_like(owned), first, owned), first)
+    share = owned / ops.maximum(count, 1.0)
+    return UniqueRows(idx, summed, ops.reshape(share, [-1, *([1] * len(row))]))
+
+
+def np_unique_rows(idx, values, owned):
+    """numpy: per position, the owned values of its row summed, and owned / count."""
+    same = (idx[:, None] == idx[None, :]) * owned[None, :]
+    # a row nobody owns sums into position 0's slot (the old version's argmax of zeros)
+    first = np.where(same.any(axis=1), same.argmax(axis=1), 0)
+    into = np.zeros_like(values)
+    np.add.at(into, first, values)
+    summed = into[first]
+    count = np.zeros(len(idx))
+    np.add.at(count, first, owned)
+    return summed, owned / np.maximum(count[first], 1.0)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "reference"])
+@pytest.mark.parametrize("with_owned", [False, True])
+def test_unique_rows_agrees_with_the_n_by_n_version(backend, with_owned):
+    """f64: the sums and shares of ``unique_rows`` (``first_occurrence``) within 1e-12 of
+    the n x n version's and of numpy's, repeated ids and padding (owned = 0) included."""
+    from tfc.train.optimizers import unique_rows
+    rng = np.random.default_rng(11)
+    n = 300
+    idx = rng.integers(0, 40, n).astype(np.int32)
+    values = rng.normal(size=(n, 3))
+    owned = (rng.random(n) < 0.8).astype(np.float64) if with_owned else np.ones(n)
+    with tfc.Graph().as_default():
+        emb = tfc.Variable(np.zeros((40, 3)), name="emb")
+        grad = tfc.IndexedSlices(tfc.constant(idx), tfc.constant(values), emb.value(),
+                                 tfc.constant(owned) if with_owned else None)
+        new, old = unique_rows(grad, emb), old_unique_rows(grad, emb)
+        with tfc.Session(backend=backend) as sess:
+            got = sess.run([new.grad, new.share, old.grad, old.share])
+    summed, share = np_unique_rows(idx, values, owned)
+    for a, b in ((got[0], got[2]), (got[0], summed)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+    for a, b in ((got[1], got[3]), (got[1][:, 0], share)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+
+
+def test_unique_rows_builds_no_n_by_n_comparison():
+    from tfc.train.optimizers import unique_rows
+    with tfc.Graph().as_default() as g:
+        emb = tfc.Variable(np.zeros((40, 3)), name="emb")
+        i, v = tfc.placeholder(tfc.int32, [500]), tfc.placeholder(tfc.float64, [500, 3])
+        u = unique_rows(tfc.IndexedSlices(i, v, emb.value()), emb)
+        tfc.entry("u", feeds={"i": i, "v": v}, fetches={"g": u.grad, "s": u.share})
+        text = str(g.as_module())
+    assert "first_occurrence" in text
+    assert "[500,500]" not in text.replace(" ", "")

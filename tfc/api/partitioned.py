@@ -40,6 +40,7 @@ from tfc.api.graph import Graph, Operation, Tensor, Variable, as_dtype, get_defa
 from tfc.errors import TfcError, TypeMismatch
 from tfc.ir import core as ir
 from tfc.ir.types import DType
+from tfc.runtime.logical import row_blocks
 
 Partitioner = Callable[[tuple[int, ...], DType], list[int]]
 
@@ -86,12 +87,6 @@ def variable_partitioner(partitioner: Partitioner | None) -> Iterator[None]:
         yield
     finally:
         g.partitioners.pop()
-
-
-def row_blocks(rows: int, num_shards: int) -> list[int]:
-    """The rows of each block: TensorFlow's split, the first ``rows % k`` one longer."""
-    base, extra = divmod(rows, num_shards)
-    return [base + (1 if i < extra else 0) for i in range(num_shards)]
 
 
 class PartitionedVariable(Variable):

@@ -69,3 +69,51 @@ class ScatterAdd(OpDef):
         upd = inputs[2].nbytes(symbol_size)
         return Cost(upd / inputs[2].dtype.itemsize,
                     sum(t.nbytes(symbol_size) for t in (*inputs, *outputs)))
+
+
+def first_occurrences(indices: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per position ``i``: the first position ``j`` with ``indices[j] == indices[i]`` and
+    ``mask[j] != 0``, or 0 where there is none. O(n log n): a sort of the masked
+    positions' indices (``np.unique`` keeps each value's first position) and a binary
+    search per position."""
+    idx = indices.reshape(-1)
+    kept = np.flatnonzero(mask.reshape(-1) != 0)
+    keys, first = np.unique(idx[kept], return_index=True)
+    if keys.size == 0:
+        return np.zeros(idx.shape, indices.dtype)
+    k = np.minimum(np.searchsorted(keys, idx), keys.size - 1)
+    return np.where(keys[k] == idx, kept[first[k]], 0).astype(indices.dtype)
+
+
+@register
+class FirstOccurrence(OpDef):
+    """``first_occurrence(indices, mask)``: per position, the first position of the same
+    index among those whose ``mask`` is nonzero (0 where none is). How a sparse update
+    sums the rows of repeated ids (``tfc.train.optimizers.unique_rows``) in O(n): TF's
+    ``unique`` with a static shape, each position naming its row's first position
+    instead of a slot of a shorter list."""
+
+    name = "first_occurrence"
+    num_inputs = 2
+    traits = frozenset({PURE})
+    differentiable = False  # integer positions
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
+        indices, mask = inputs
+        expect_dtype(self.name, indices, INT, "indices")
+        expect_dtype(self.name, mask, NUMERIC, "mask")
+        if indices.rank != 1 or not shapes_compatible(mask.shape, indices.shape):
+            raise TypeMismatch(f"{self.name}: indices {indices} must be a vector and mask "
+                               f"{mask} of its shape")
+        return [indices]
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        indices, mask = inputs
+        return [first_occurrences(indices, mask)]
+
+    def cost(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType],
+             attrs: Mapping[str, Any], symbol_size: int = 1) -> Cost:
+        """A hash-table insert and lookup per position (the llvm kernel)."""
+        n = inputs[0].nbytes(symbol_size) / inputs[0].dtype.itemsize
+        return Cost(4 * n, sum(t.nbytes(symbol_size) for t in (*inputs, *outputs)) + 32 * n)

@@ -337,7 +337,7 @@ class Simulation:
 # algebra, through copies): where a CPU device is there to take them, a GPU gets none.
 # tests/passes/test_placement.py checks this against the backend's ``how_to_run``.
 GPU_HOST_ONLY = frozenset({"cond", "while", "scan", "matrix_determinant", "matrix_inverse",
-                           "all_reduce"})
+                           "all_reduce", "first_occurrence"})
 
 
 def can_run(kind: str, device: str) -> bool:

@@ -27,6 +27,7 @@ from tfc.ir.registry import writes_variable
 from tfc.ir.types import DType, TensorType, format_shape
 from tfc.runtime.feeds import check_feeds, expected_feeds
 from tfc.runtime.initializers import materialize, recipes, warn_if_large, without_recipes
+from tfc.runtime.logical import partitioned_variables
 from tfc.runtime.runner import EntryRunner
 
 if TYPE_CHECKING:
@@ -185,10 +186,12 @@ class Program:
         # that may write them has been made ready to run (``_recipes``).
         self._recipes: dict[str, Op] = {}
         self._pending: dict[str, Op] = {}
+        # partitioned variables (their blocks stored as variables of their own), by name
+        self._logical = partitioned_variables(module.variables)
         if variables is None:
             values, copy = self._initial_values(), False  # fresh arrays, ours alone
         else:
-            values = dict(variables)
+            values = self._stored_values(variables)
             self._recipes = {n: op for n, op in (initializers or {}).items()
                              if n not in values and n in module.variables}
         self._pending = dict(self._recipes)
@@ -266,9 +269,33 @@ class Program:
     @property
     def variables(self) -> Mapping[str, np.ndarray]:
         """The current variable values (read-only arrays in a read-only mapping that
-        stays current: later steps' values show through it)."""
+        stays current: later steps' values show through it), as the user wrote them: a
+        partitioned variable is listed once, by its name, with its whole value (its
+        blocks concatenated, as ``tf.train.Saver`` saves it); its blocks
+        (``NAME/part_i``) are not listed but can still be read by name, and are all in
+        ``stored_variables``."""
         self._materialize()
         return self._live
+
+    @property
+    def stored_variables(self) -> Mapping[str, np.ndarray]:
+        """The variables as the module stores them: a partitioned variable's blocks, each
+        under its own name (``NAME/part_i``), as ``variables`` lists no partitions."""
+        self._materialize()
+        self._sync_held()
+        return self._view
+
+    def _stored_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` by stored variable: a partitioned variable's whole value (under its
+        name) split into its blocks, after checking it against the whole type."""
+        out = dict(values)
+        for name, logical in self._logical.items():
+            if name in out:
+                checked = check_variable_value(logical.decl, out.pop(name))
+                if isinstance(checked, str):
+                    raise TfcError(checked)
+                out.update(logical.split(checked))
+        return out
 
     @property
     def initializers(self) -> Mapping[str, Op]:
@@ -277,10 +304,16 @@ class Program:
         return MappingProxyType(self._recipes)
 
     def set_variable(self, name: str, value: Any) -> None:
-        """Replace one variable's value (a copy of ``value``, which must have its type)."""
+        """Replace one variable's value (a copy of ``value``, which must have its type); a
+        partitioned variable's whole value sets each of its blocks."""
+        if name in self._logical and name not in self.module.variables:
+            for shard, rows in self._stored_values({name: value}).items():
+                self.set_variable(shard, rows)
+            return
         decl = self.module.variables.get(name)
         if decl is None:
-            raise TfcError(f"unknown variable @{name}{_hint(name, self.module.variables)}")
+            raise TfcError(f"unknown variable @{name}"
+                           f"{_hint(name, [*self._logical, *self.module.variables])}")
         checked = check_variable_value(decl, value)
         if isinstance(checked, str):
             raise TfcError(checked)
@@ -624,15 +657,30 @@ class _LiveVariables(Mapping[str, np.ndarray]):
 
     def __getitem__(self, name: str) -> np.ndarray:
         prog = self._program
+        logical = prog._logical.get(name)
+        if logical is not None and name not in prog._variables:
+            whole = np.concatenate([self[s] for s in logical.shards], axis=0)
+            whole.flags.writeable = False
+            return whole
         if name in prog._held:
             prog._sync_held([name])
         return prog._variables[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._program._variables)
+        """The stored variables in order, a partitioned variable's name in place of its
+        first block and its other blocks left out."""
+        prog = self._program
+        shard_of = {s: lv for lv in prog._logical.values() for s in lv.shards}
+        for name in prog._variables:
+            logical = shard_of.get(name)
+            if logical is None:
+                yield name
+            elif logical.shards[0] == name:
+                yield logical.name
 
     def __len__(self) -> int:
-        return len(self._program._variables)
+        prog = self._program
+        return len(prog._variables) - sum(len(lv.shards) - 1 for lv in prog._logical.values())
 
     def __repr__(self) -> str:
         return f"<variables of {self._program!r}: {', '.join(self)}>"

@@ -71,9 +71,10 @@ class UniqueRows:
     row)``, so a scatter of ``share * x`` adds ``x`` once to each touched row (and
     nothing for padding), up to the rounding of that division.
 
-    The duplicates are found with an n x n comparison of the step's n indices: O(n**2)
-    time and memory per step (plus O(n * row) for the sums), independent of the
-    variable's size."""
+    Each position finds its row's first owned position with ``first_occurrence`` (a
+    hash table on llvm, a sort on the reference): O(n) or O(n log n) per step for the
+    step's n indices, plus O(n * row) for the sums, independent of the variable's size.
+    (The n x n comparison it replaces cost 320 ms a step at n = 4,096.)"""
 
     indices: Tensor  # [n]
     grad: Tensor     # [n, *row]
@@ -83,19 +84,16 @@ class UniqueRows:
 def unique_rows(grad: IndexedSlices, var: Variable) -> UniqueRows:
     """``grad``'s rows summed per index (see ``UniqueRows``), for ``var``'s rows.
 
-    Each position finds the first owned position naming the same row (an argmax over
-    an n x n comparison: no multiply by the row width); the values and owned counts are
+    Each position finds the first owned position naming the same row
+    (``first_occurrence``; 0 where none is owned); the values and owned counts are
     added up at those first positions in an n-row buffer (``scatter_add``) and read back
     by every position of the row (``gather``)."""
     row = list(var.shape[1:])
     idx = ops.reshape(grad.indices, [-1])
     values = ops.reshape(grad.values, [-1, *row])
-    same = ops.cast(ops.equal(ops.expand_dims(idx, 1), ops.expand_dims(idx, 0)), var.dtype)
     owned = ops.ones_like(ops.cast(idx, var.dtype)) if grad.owned is None else ops.reshape(
         grad.owned, [-1])
-    if grad.owned is not None:
-        same = same * ops.expand_dims(owned, 0)
-    first = ops.argmax(same, axis=1, output_type=idx.dtype)  # the row's first owned position
+    first = apply("first_occurrence", idx, owned)  # the row's first owned position
     summed = ops.gather(apply("scatter_add", ops.zeros_like(values), first, values), first)
     count = ops.gather(apply("scatter_add", ops.zeros_like(owned), first, owned), first)
     share = owned / ops.maximum(count, 1.0)

@@ -140,6 +140,8 @@ class Kernel:
     extent: tuple[str, int] | None = None
     work: tuple[str, int] | None = None  # elements the kernel computes (param or const)
     can_fail: bool = False  # whether it may return an error code (``fail_if``)
+    # whether it fails only before writing anything (a scatter checks every index first)
+    fails_before_writes: bool = False
     _outer_taken: bool = False
 
     def __post_init__(self) -> None:

@@ -187,31 +187,42 @@ class GraphCompiler:
     def in_place_updates(self) -> dict[int, int]:
         """Updates that may be computed in their variable's own array: update index ->
         read-variable index. Those are the updates made by copying the variable into the
-        update buffer and accumulating there (``gemm_update``) where no later step reads
-        the variable and no later step can fail: given the same array for both slots, the
-        copy is skipped (the entry compares the pointers) and the step changes the array
-        in place. A step that fails (a label out of range ...) must leave every variable
-        as it was, so an update made before a step that may fail goes to its own buffer,
-        which the runtime applies only when the step succeeds. Whether it may (nothing but
-        the program holds the array) is decided per call by the runtime."""
+        update buffer and accumulating there (``gemm_update``, a variable's scatter) where
+        no later step reads the variable and no later step can fail: given the same array
+        for both slots, the copy is skipped (the entry compares the pointers) and the step
+        changes the array in place. A step that fails (a label out of range ...) must
+        leave every variable as it was, so an update made before a step that may fail goes
+        to its own buffer, which the runtime applies only when the step succeeds; the one
+        exception is the update's own kernel right after the copy when it fails only
+        before writing (``Kernel.fails_before_writes``: a scatter checks its indices
+        first). Whether it may (nothing but the program holds the array) is decided per
+        call by the runtime."""
         out: dict[int, int] = {}
         last_use: dict[Storage, int] = {}  # the last step that uses each storage
-        last_failing = -1  # the last step that may fail
+        failing: list[int] = []  # the steps that may fail
         for k, step in enumerate(self.steps):
             for st in ((step.src, step.dst) if isinstance(step, Copy) else step.storages):
                 last_use[st] = k
             if isinstance(step, Kernel) and step.can_fail:
-                last_failing = k
+                failing.append(k)
         for k, step in enumerate(self.steps):
             if not (isinstance(step, Copy) and step.src.kind == "var"
                     and step.dst.kind == "upd"):
                 continue
-            if last_use[step.src] > k or last_failing > k:  # read or may fail later
+            if last_use[step.src] > k or any(  # read, or may fail after writing, later
+                    j > k and not self._fails_first(j, step.dst) for j in failing):
                 continue
             name = step.src.index
             if name in self.var_names:
                 out[int(step.dst.index)] = self.var_names.index(name)
         return out
+
+    def _fails_first(self, k: int, update: Storage) -> bool:
+        """Whether step ``k`` may fail only before writing, and only into ``update``
+        right after its copy (step ``k - 1``), so a failure leaves the variable as it was."""
+        step, before = self.steps[k], self.steps[k - 1]
+        return (isinstance(step, Kernel) and step.fails_before_writes
+                and isinstance(before, Copy) and before.dst == update)
 
     def lower_all(self, lower: Callable[["GraphCompiler", Op], None]) -> list[str]:
         """Lower every op; returns the kinds that could not be lowered (with reasons)."""

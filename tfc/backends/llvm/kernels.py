@@ -18,8 +18,9 @@ says so). The families:
   (``kernels_lapack``: LAPACK), pooling, arg-reductions,
   concat / stack / split, scatter and shapes (``kernels_array``);
 - variable updates: ``var.assign`` computes into the update buffer (or copies once the
-  value is computed), ``assign_add``/``assign_sub`` and ``scatter_add``/``scatter_sub``
-  are kernels over the start-of-step value; an update by a (scaled) matrix product is
+  value is computed), ``assign_add``/``assign_sub`` are kernels over the start-of-step
+  value, ``scatter_add``/``scatter_sub`` a copy of it (none when in place) and a kernel
+  adding the rows (their indices checked first); an update by a (scaled) matrix product is
   that product's GEMM accumulating into the update buffer (``gemm_update``);
 - control flow (``scan``, ``cond``, ``while``): one kernel running its regions' kernels
   in LLVM loops and branches (``kernels_control``);
@@ -231,9 +232,15 @@ def lower_gemm_update(graph_compiler: GraphCompiler, upd: gemm_update.GemmUpdate
 
 
 def lower_var_scatter(graph_compiler: GraphCompiler, op: Op) -> None:
+    """The variable copied into its update buffer (a ``Copy`` step: none when the update
+    is made in place, ``GraphCompiler.in_place_updates``), then the rows added there;
+    every variable scatter's indices are checked before the first of them
+    (``check_var_scatters``)."""
+    kernels_array.check_var_scatters(graph_compiler)
     old, new = _var_values(graph_compiler, op)
     indices, updates = op.inputs
-    kernels_array.scatter_rows(graph_compiler, old, new, indices, updates,
+    graph_compiler.copy_now(old, graph_compiler.comp.storage[new], nbytes_of=new)
+    kernels_array.scatter_rows(graph_compiler, new, new, indices, updates,
                                sign=1 if op.kind == "var.scatter_add" else -1, op=op)
 
 

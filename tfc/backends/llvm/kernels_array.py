@@ -2,8 +2,9 @@
 
 - ``concat`` / ``stack``: one copy loop per input into its slab of the output;
   ``split``: one copy loop per part; the innermost loop is the contiguous last axis.
-- ``scatter_add`` and the variable updates ``var.scatter_add/sub``: copy the base, then
-  add each row of updates at its (checked) index; rows named twice add twice.
+- ``scatter_add`` and the variable updates ``var.scatter_add/sub``: check every index,
+  then copy the base (not for a variable's update made in place) and add each row of
+  updates at its index; rows named twice add twice.
 - ``argmax`` / ``argmin``: per output element, a scan along the axis (first index on
   ties; a NaN wins, as numpy's); f16 compares in f32, which is exact.
 - ``shape`` / ``rank``: the dims, from the params.
@@ -84,7 +85,15 @@ def check_indices(graph_compiler, indices: Value, bound: Callable[[Kernel], ir.V
 
 def scatter_rows(graph_compiler, base: Value, out: Value, indices: Value, updates: Value, sign: int,
                  op: Op) -> None:
-    """``out = base``, then ``out[indices[i]] += sign * updates[i]`` row by row."""
+    """``out = base``, then ``out[indices[i]] += sign * updates[i]`` row by row.
+
+    Every index is checked before anything is written: a kernel with a bad index returns
+    its error with ``out`` untouched (``Kernel.fails_before_writes``), which is what lets
+    a variable's scatter update its own array in place (``GraphCompiler.in_place_updates``:
+    ``base`` is then ``out``'s storage and nothing is copied here). Indices an earlier
+    scatter of the step checked against the same static row count are not checked again:
+    that kernel cannot fail, so the updates before it may be in place too (a sparse
+    AdaGrad's accumulator and variable, both scattered at the same indices)."""
     kernel = graph_compiler.kernel("scatter", [base, out, indices, updates])
     kernel.whole()
     b = kernel.b
@@ -92,38 +101,175 @@ def scatter_rows(graph_compiler, base: Value, out: Value, indices: Value, update
     dims = kernel.dims(out)
     row = irutil.product(b, dims[1:])
     total = irutil.product(b, dims)
-    if graph_compiler.comp.storage[base] != graph_compiler.comp.storage[out]:
-        def copy(i: ir.Value, _c) -> None:
-            irutil.store(b, kernel.ptr(out), dt, i, irutil.load(b, kernel.ptr(base), dt, i))
-        irutil.loop(b, ZERO, total, copy, name="c")
+    n = kernel.size(indices)
     code = graph_compiler.comp.error(scatter_error(op.kind, "{value}", "{int0}"), op.loc)
 
-    def per_index(i: ir.Value, _c) -> None:
-        k = irutil.to_i64(b, irutil.load(b, kernel.ptr(indices), indices.dtype, i))
-        bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, dims[0]))
-        kernel.fail_with_detail(bad, code, k, [dims[0]])  # the updates go to a new buffer
-        k = b.select(bad, ZERO, k)
-        dst0, src0 = b.mul(k, row), b.mul(i, row)
+    def index(i: ir.Value) -> ir.Value:
+        return irutil.to_i64(b, irutil.load(b, kernel.ptr(indices), indices.dtype, i))
+
+    rows = out.type.shape[0]
+    checked = ("scatter rows", indices, rows) if isinstance(rows, int) else None
+    if checked is None or checked not in graph_compiler.comp.checked_indices:
+        _check_rows(kernel, indices, dims[0], code)
+        if checked is not None:
+            graph_compiler.comp.checked_indices.add(checked)
+    ok = b.icmp_signed("==", b.load(kernel.err, typ=irutil.I32), ir.Constant(irutil.I32, 0))
+    with b.if_then(ok):
+        if graph_compiler.comp.storage[base] != graph_compiler.comp.storage[out]:
+            def copy(i: ir.Value, _c) -> None:
+                irutil.store(b, kernel.ptr(out), dt, i, irutil.load(b, kernel.ptr(base), dt, i))
+            irutil.loop(b, ZERO, total, copy, name="c")
         scale = irutil.const(dt, -1 if sign < 0 else 1)
 
-        def per_elem(r: ir.Value, _c2) -> None:
-            u = irutil.load(b, kernel.ptr(updates), dt, b.add(src0, r))
-            if sign < 0:
-                u = (b.fmul(u, scale) if dt.is_float else b.mul(u, scale))
-            # skip the write when this index is bad (its code is already recorded)
-            o = irutil.load(b, kernel.ptr(out), dt, b.add(dst0, r))
-            s = combine(b, "sum", dt, o, u)
-            irutil.store(b, kernel.ptr(out), dt, b.add(dst0, r), b.select(bad, o, s))
+        def per_index(i: ir.Value, _c) -> None:
+            dst0, src0 = b.mul(index(i), row), b.mul(i, row)
 
-        irutil.loop(b, ZERO, row, per_elem, name="r")
+            def per_elem(r: ir.Value, _c2) -> None:
+                u = irutil.load(b, kernel.ptr(updates), dt, b.add(src0, r))
+                if sign < 0:
+                    u = (b.fmul(u, scale) if dt.is_float else b.mul(u, scale))
+                o = irutil.load(b, kernel.ptr(out), dt, b.add(dst0, r))
+                irutil.store(b, kernel.ptr(out), dt, b.add(dst0, r), combine(b, "sum", dt, o, u))
 
-    irutil.loop(b, ZERO, kernel.size(indices), per_index, name="s")
+            irutil.loop(b, ZERO, row, per_elem, name="r")
+
+        irutil.loop(b, ZERO, n, per_index, name="s")
     kernel.finish()
+
+
+def _check_rows(kernel: Kernel, indices: Value, rows: ir.Value, code: int) -> None:
+    """Fail ``kernel`` with ``code`` (and the first bad index) unless every index is in
+    ``[0, rows)``; emitted before the kernel writes anything (``fails_before_writes``)."""
+    b = kernel.b
+
+    def check(i: ir.Value, _c) -> None:
+        k = irutil.to_i64(b, irutil.load(b, kernel.ptr(indices), indices.dtype, i))
+        bad = b.or_(b.icmp_signed("<", k, ZERO), b.icmp_signed(">=", k, rows))
+        kernel.fail_with_detail(bad, code, k, [rows])
+
+    irutil.loop(b, ZERO, kernel.size(indices), check, name="v")
+    kernel.fails_before_writes = True
+
+
+def check_var_scatters(graph_compiler) -> None:
+    """Once per graph, before its first variable scatter: one kernel per variable scatter
+    of the graph that checks its indices against the variable's rows (the writes come
+    last in the schedule, so every scatter's indices are computed by then). The
+    scatters then cannot fail, and each update before them may be in place
+    (``GraphCompiler.in_place_updates``): a partitioned table's shards and a sparse
+    AdaGrad's slots, whose indices the compiler cannot prove in range."""
+    done = "var scatters checked"  # (the compiler is the graph's own)
+    checked = graph_compiler.comp.checked_indices
+    if done in checked:
+        return
+    checked.add(done)
+    for op in graph_compiler.graph.ops:
+        if op.kind not in ("var.scatter_add", "var.scatter_sub"):
+            continue
+        rows = graph_compiler.module.variables[op.attrs["var"]].type.shape[0]
+        indices = op.inputs[0]
+        key = ("scatter rows", indices, rows)
+        if not isinstance(rows, int) or key in checked:
+            continue
+        kernel = graph_compiler.kernel("scatter_check", [indices])
+        kernel.whole()
+        code = graph_compiler.comp.error(scatter_error(op.kind, "{value}", "{int0}"), op.loc)
+        _check_rows(kernel, indices, irutil.i64(rows), code)
+        kernel.finish()
+        checked.add(key)
 
 
 def lower_scatter_add(graph_compiler, op: Op) -> None:
     dense, indices, updates = op.inputs
     scatter_rows(graph_compiler, dense, op.result, indices, updates, 1, op)
+
+
+# ---- first occurrences (``first_occurrence``) -------------------------------------------------
+
+_HASH = 0x9E3779B97F4A7C15  # Fibonacci hashing's multiplier (2**64 / golden ratio)
+
+
+def first_occurrence_slots(n: int) -> int:
+    """Slots of ``first_occurrence``'s hash table: the smallest power of two >= 2n, so
+    the table is at most half full and a probe ends after a few slots."""
+    return 1 << (max(2 * n, 2) - 1).bit_length()
+
+
+def lower_first_occurrence(graph_compiler, op: Op) -> None:
+    """Per position, the first masked-in position of the same index, in O(n): an
+    open-addressing hash table in scratch (keys, then first positions, i64 each;
+    position -1 marks an empty slot) filled by one pass over the masked-in positions in
+    order (the first one of a key stays) and read by a second pass over all."""
+    indices, mask = op.inputs
+    out = op.result
+    graph_compiler.comp.scratch.append(
+        lambda binding: 16 * first_occurrence_slots(binding.size(indices)))
+    scratch = Storage("scratch", 0)
+    kernel = graph_compiler.kernel("first_occurrence", [indices, mask, out], [scratch])
+    kernel.whole()
+    b = kernel.b
+    fn = b.function
+    table = kernel.storage_ptr(scratch)
+    n = kernel.size(indices)
+    i64t = DType.i64
+    ctlz = irutil.intrinsic(graph_compiler.comp.module, "llvm.ctlz.i64", irutil.I64,
+                            [irutil.I64, irutil.I1])
+    wanted = b.select(b.icmp_signed("<", n, irutil.i64(1)), irutil.i64(1), n)
+    wanted = b.sub(b.shl(wanted, irutil.i64(1)), irutil.i64(1))  # max(2n, 2) - 1
+    slots = b.shl(irutil.i64(1), b.sub(irutil.i64(64),
+                                       b.call(ctlz, [wanted, ir.Constant(irutil.I1, 0)])))
+    last = b.sub(slots, irutil.i64(1))
+    empty = irutil.i64(-1)
+
+    def key_at(i: ir.Value) -> ir.Value:
+        return irutil.to_i64(b, irutil.load(b, kernel.ptr(indices), indices.dtype, i))
+
+    def probe(key: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """The slot holding ``key`` or the empty slot where it goes, and its position."""
+        mixed = b.mul(key, ir.Constant(irutil.I64, _HASH - (1 << 64)))
+        start = b.and_(b.xor(mixed, b.lshr(mixed, irutil.i64(32))), last)
+        pre = b.block
+        head = fn.append_basic_block("probe.head")
+        step = fn.append_basic_block("probe.next")
+        done = fn.append_basic_block("probe.done")
+        b.branch(head)
+        b.position_at_end(head)
+        slot = b.phi(irutil.I64)
+        slot.add_incoming(start, pre)
+        pos = irutil.load(b, table, i64t, b.add(slots, slot))
+        hit = b.icmp_signed("==", irutil.load(b, table, i64t, slot), key)
+        b.cbranch(b.or_(b.icmp_signed("==", pos, empty), hit), done, step)
+        b.position_at_end(step)
+        slot.add_incoming(b.and_(b.add(slot, irutil.i64(1)), last), step)
+        b.branch(head)
+        b.position_at_end(done)
+        return slot, pos
+
+    def clear(j: ir.Value, _c) -> None:
+        irutil.store(b, table, i64t, b.add(slots, j), empty)
+
+    def insert(i: ir.Value, _c) -> None:
+        m = irutil.load(b, kernel.ptr(mask), mask.dtype, i)
+        kept = (b.fcmp_unordered("!=", m, ir.Constant(m.type, 0.0)) if mask.dtype.is_float
+                else b.icmp_unsigned("!=", m, ir.Constant(m.type, 0)))
+        with b.if_then(kept):
+            key = key_at(i)
+            slot, pos = probe(key)
+            with b.if_then(b.icmp_signed("==", pos, empty)):
+                irutil.store(b, table, i64t, slot, key)
+                irutil.store(b, table, i64t, b.add(slots, slot), i)
+
+    def look_up(i: ir.Value, _c) -> None:
+        _, pos = probe(key_at(i))
+        first = b.select(b.icmp_signed("==", pos, empty), ZERO, pos)
+        t = irutil.storage_type(out.dtype)
+        irutil.store(b, kernel.ptr(out), out.dtype, i,
+                     first if t == irutil.I64 else b.trunc(first, t))
+
+    irutil.loop(b, ZERO, slots, clear, name="t")
+    irutil.loop(b, ZERO, n, insert, name="i")
+    irutil.loop(b, ZERO, n, look_up, name="l")
+    kernel.finish()
 
 
 # ---- arg-reductions ---------------------------------------------------------------------------
@@ -799,6 +945,7 @@ def _pool_grad_loops(graph_compiler, op: Op, image: Value, x: Value | None, dy: 
 
 LOWERINGS: dict[str, Callable] = {
     "scatter_add": lower_scatter_add,
+    "first_occurrence": lower_first_occurrence,
     "argmax": lower_argreduce,
     "argmin": lower_argreduce,
     "concat": lower_concat,
