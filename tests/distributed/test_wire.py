@@ -59,3 +59,34 @@ def test_an_unreachable_peer_is_none_and_a_gone_one_an_error():
     with pytest.raises(ExecutionError, match="broken"):
         link.send(99, [(["k"], np.ones(1))])
     link.close()
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("dtype, shape, stated", [
+    ("|O", [4], 32),          # object: pointers read off the wire
+    ("<f8", [-1], 8),         # a negative dim
+    ("<f8", [2, "x"], 16),    # not an int
+    ("<f8", [1 << 40], 8),    # a length the frame does not carry (8 TiB to allocate)
+])
+def test_a_frame_that_is_not_ours_is_dropped_and_the_listener_goes_on(dtype, shape, stated):
+    import json
+    import struct
+    listener, frames = listening()
+    header = json.dumps({"step": 1, "values": [[["k"], dtype, shape]]}).encode()
+    try:
+        with socket.create_connection(listener.address, timeout=5.0) as s:
+            s.sendall(struct.pack("<4sQQ", b"tfcw", len(header), stated) + header
+                      + bytes(stated))
+            s.settimeout(5.0)
+            try:  # the listener closed this connection (a reset when bytes were unread)
+                assert s.recv(1) == b""
+            except ConnectionResetError:
+                pass
+        assert frames.empty()
+        link = Link.open(listener.address, "task t", timeout_s=5.0)
+        assert link is not None
+        link.send(2, [(["k"], np.arange(3.0))])
+        assert frames.get(timeout=10)[0] == 2
+        link.close()
+    finally:
+        listener.close()

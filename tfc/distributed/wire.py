@@ -36,6 +36,25 @@ _MAGIC = b"tfcw"
 
 # (step id, [(keys, array)]) -> None: what a listener does with each frame it reads
 FrameHandler = Callable[[int, list[tuple[list[str], np.ndarray]]], None]
+# A frame's JSON header lists a step's values: far below this for any real step.
+_MAX_HEADER_BYTES = 16 << 20
+
+
+def _checked_dtype(name: object) -> np.dtype:
+    """A value's dtype from a frame's header: plain numbers only (never ``object``, whose
+    elements would be pointers read off the wire), else ValueError."""
+    dtype = np.dtype(str(name))
+    if dtype.kind not in "biufc" or dtype.hasobject:
+        raise ValueError(f"a wire frame's value has dtype {dtype}")
+    return dtype
+
+
+def _checked_shape(shape: object) -> tuple[int, ...]:
+    """A value's shape from a frame's header: non-negative ints, else ValueError."""
+    if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise ValueError(f"a wire frame's value has shape {shape!r}")
+    return tuple(shape)
 
 
 def _recv_exactly(sock: socket.socket, view: memoryview) -> bool:
@@ -82,23 +101,28 @@ class Listener:
         prefix = bytearray(_PREFIX.size)
         try:
             while _recv_exactly(conn, memoryview(prefix)):
-                magic, header_bytes, _ = _PREFIX.unpack(prefix)
-                if magic != _MAGIC:
+                magic, header_bytes, value_bytes = _PREFIX.unpack(prefix)
+                if magic != _MAGIC or header_bytes > _MAX_HEADER_BYTES:
                     return  # not one of ours: drop the connection
                 header = bytearray(header_bytes)
                 if not _recv_exactly(conn, memoryview(header)):
                     return
                 meta = json.loads(header)
+                values = [(keys, _checked_dtype(dtype), _checked_shape(shape))
+                          for keys, dtype, shape in meta["values"]]
+                if sum(int(np.prod(shape)) * dtype.itemsize
+                       for _, dtype, shape in values) != value_bytes:
+                    return  # the header and the frame's length disagree: not one of ours
                 items: list[tuple[list[str], np.ndarray]] = []
-                for keys, dtype, shape in meta["values"]:
-                    array = np.empty(shape, dtype=np.dtype(dtype))
+                for keys, dtype, shape in values:
+                    array = np.empty(shape, dtype=dtype)
                     if array.nbytes and not _recv_exactly(
                             conn, array.reshape(-1).view(np.uint8).data):
                         return
                     array.flags.writeable = False
                     items.append((keys, array))
                 self.handler(int(meta["step"]), items)
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError, KeyError, MemoryError):
             return  # the peer went away (or sent garbage): its step fails on its own side
         finally:
             conn.close()
