@@ -168,6 +168,40 @@ def test_a_killed_task_is_an_error_naming_it(loopback_cluster):
         p.close(read_back=False)
 
 
+def test_a_dead_task_is_named_even_when_a_peers_broken_link_fails_first():
+    """The race CI met: a worker is killed, the PS's send to it breaks and its step's error
+    arrives first; the error must still name the task that died (its call fails as an
+    ActorDiedError), not only the connection."""
+    from types import SimpleNamespace
+
+    from tfc.distributed.runtime import ClusterRuntime
+
+    class ActorDiedError(Exception):
+        pass
+
+    class Failed:
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+    def get(ref, timeout=None):
+        raise ref.error
+
+    def wait(refs, num_returns=1, timeout=None):
+        return list(refs)[:num_returns], list(refs)[num_returns:]
+
+    runtime = object.__new__(ClusterRuntime)
+    runtime.ray = SimpleNamespace(exceptions=SimpleNamespace(ActorDiedError=ActorDiedError),
+                                  wait=wait, get=get)
+    runtime.timeout_s = 5.0
+    runtime.actors = {}
+    broken = Failed(RuntimeError("the connection to task /job:worker/task:1 failed: "
+                                 "[Errno 32] Broken pipe"))
+    refs = {"/job:ps/task:0": broken, "/job:worker/task:0": Failed(RuntimeError("aborted")),
+            "/job:worker/task:1": Failed(ActorDiedError("gone"))}
+    with pytest.raises(ExecutionError, match=r"^task /job:worker/task:1 died"):
+        runtime._wait(refs, "run step 1 of @sgd", step_id=1)
+
+
 @pytest.mark.distributed
 def test_a_task_that_cannot_start_is_an_error_naming_it(loopback_cluster, monkeypatch):
     import tfc.runtime.artifact as artifact

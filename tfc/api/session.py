@@ -149,7 +149,8 @@ class Session:
 
     def run(self, fetches: Any, feed_dict: Mapping[Any, Any] | None = None) -> Any:
         """Values of ``fetches`` (a tensor, operation, variable, summary (``tfc.summary``),
-        or a nested list / tuple / dict of them) given ``feed_dict`` (tensor or placeholder name -> value).
+        or a nested list / tuple / dict of them) given ``feed_dict`` (tensor or
+        placeholder name -> value).
 
         A request is ``make_callable(fetches, list(feed_dict))``, kept by the structure of
         its fetches and its feed keys: a training loop that runs the same request every

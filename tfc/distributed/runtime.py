@@ -182,14 +182,34 @@ class ClusterRuntime:
             except Exception as e:
                 error = ExecutionError(self._failure(task, what, e))
                 self._abort(step_id, pending, str(error))
-                raise error from None
+                died = None if self._died(e) else self._first_death(pending, by_ref, what)
+                raise (error if died is None else ExecutionError(died)) from None
         return results
+
+    def _died(self, e: Exception) -> bool:
+        """Whether ``e``, a task's call's error, says that the task's process is gone."""
+        ray = self.ray
+        return isinstance(e, ray.exceptions.ActorDiedError) or isinstance(
+            e, getattr(ray.exceptions, "ActorUnavailableError", ()))
+
+    def _first_death(self, refs: Sequence[Any], by_ref: Mapping[Any, str], what: str
+                     ) -> str | None:
+        """Why a task among ``refs`` (ended by now, or still running) died, if one did: the
+        root cause of a peer's failure, which often comes first (its link to the dead
+        task broke) and names only the connection."""
+        ray = self.ray
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        for ref in ready:
+            try:
+                ray.get(ref, timeout=0)
+            except Exception as e:
+                if self._died(e):
+                    return self._failure(by_ref[ref], what, e)
+        return None
 
     def _failure(self, task: str, what: str, e: Exception) -> str:
         """One line saying why ``task`` failed to ``what``."""
-        ray = self.ray
-        if isinstance(e, ray.exceptions.ActorDiedError) or isinstance(
-                e, getattr(ray.exceptions, "ActorUnavailableError", ())):
+        if self._died(e):
             return f"task {task} died (its process exited) and could not {what}"
         cause = getattr(e, "cause", None)
         if isinstance(cause, BaseException):
