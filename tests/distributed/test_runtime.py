@@ -26,6 +26,8 @@ from tfc.runtime import Program
 from tfc.runtime.checkpoint import read_checkpoint
 from tfc.testing import split_mlp_module
 
+from tests.passes.test_async_split import classifier  # the two-layer model a user writes
+
 PS = "/job:ps/task:0/cpu:0"
 WORKERS = ("/job:worker/task:0/cpu:0", "/job:worker/task:1/cpu:0")
 TASKS = (PS, *WORKERS)
@@ -308,25 +310,6 @@ def test_values_carry_their_step_id():
     with pytest.raises(ExecutionError, match="aborted"):
         task.run_step("sgd", 3, 0, {}, 4, None, {})
     assert time.monotonic() - started < 4  # not the 5 s timeout
-
-
-def classifier(optimizer: str) -> tfc.ir.core.Module:
-    """A single-device two-layer classifier with a global step: what a user writes."""
-    rng = np.random.default_rng(5)
-    with tfc.Graph().as_default() as g:
-        x = tfc.placeholder(tfc.float64, [None, 5], name="x")
-        y = tfc.placeholder(tfc.int32, [None], name="y")
-        w0 = tfc.Variable(rng.normal(0, 0.5, (5, 7)), name="w0")
-        w1 = tfc.Variable(rng.normal(0, 0.5, (7, 3)), name="w1")
-        step = tfc.Variable(np.asarray(0, np.int64), name="global_step", trainable=False)
-        logits = tfc.matmul(tfc.nn.relu(tfc.matmul(x, w0)), w1)
-        loss = tfc.reduce_mean(tfc.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=y, logits=logits))
-        opt = {"momentum": tfc.train.MomentumOptimizer(0.1, 0.9),
-               "adam": tfc.train.AdamOptimizer(0.05)}[optimizer]
-        tfc.entry("train", feeds={"x": x, "y": y}, fetches={"loss": loss},
-                  targets=[opt.minimize(loss, global_step=step)])
-    return g.as_module()
 
 
 @pytest.mark.distributed
