@@ -449,6 +449,10 @@ class CUDAExecutable:
                 actions.append(gemm)
             elif how == "library":
                 actions.append(_library_action(xp, library.LIBRARY[kind], op, ins, outs))
+            elif how == "random" and i in self.kernels:
+                actions.append(_random_kernel_action(dev, self._handle, self.kernels[i],
+                                                     outs[0], binding.size(op.result),
+                                                     self._now))
             elif how == "random":
                 shape = binding.shape(op.result)
                 actions.append(_random_action(xp, op, shape, outs[0], self._now))
@@ -597,6 +601,19 @@ def _gemm_action(dev: Any, op: Op, ins: list[Any], out: Any) -> Action | None:
     if plan.out_shape != tuple(out.shape):
         return None
     return dev.gemm(plan, a, b, out)
+
+
+def _random_kernel_action(dev: Any, handle: Any, kernel: Kernel, out: Any, n: int,
+                          now: _Now) -> Action:
+    """A random op as its one Philox kernel (``codegen_random``): the launch prepared but
+    for the step, which changes every step."""
+    from tfc.backends.cuda.codegen_random import launch_args
+    grid = kernel.launch.grid({"n": n})
+    block, launch = kernel.launch.block, dev.launch
+
+    def run() -> None:
+        launch(handle, kernel, grid, block, 0, launch_args(out, n, now.step))
+    return run
 
 
 def _random_action(xp: Any, op: Op, shape: tuple[int, ...], out: Any, now: _Now) -> Action:
