@@ -15,9 +15,12 @@ A step is a precomputed list of actions over device storage, made once per *bind
   (``Device.launcher``: grid from the kernel's ``Launch`` and the binding, arguments
   bound once; class labels it reads are checked first, on the host when they are a
   host feed, so a GPU step does not stop for them); a
-  view does nothing (it aliases); an f32/f64 ``matmul`` writes its slot through cuBLAS
-  (``out=``); other library ops (``library.LIBRARY``) run with the array module and copy
-  their result into the value's storage; random ops draw with the array module;
+  view does nothing (it aliases); a float ``matmul`` is one cuBLAS call prepared with its
+  arguments (``Device.gemm``, ``gemm.GemmPlan``: no allocation, the transposes as flags,
+  f16 on tensor cores with f32 accumulation and one rounding) writing its slot; other
+  library ops (``library.LIBRARY``, integer and broadcast products too) run with the
+  array module and copy their result into the value's storage; a random op launches its
+  Philox kernel (``codegen_random``; the step is its launch argument);
   values known once the feed shapes are (``BY_BINDING`` ops, small pure ops of them and
   of constants: a mean's count), computed on the host when the binding is made, are
   copied into their slot where device work reads them; ``ON_HOST`` ops run their
@@ -40,12 +43,16 @@ A step is a precomputed list of actions over device storage, made once per *bind
   synchronization. Either way a step is atomic: ops never write a variable's storage
   (the memory plan keeps variables out of the arena), the writes run last and their
   index checks (scatters) run before the first write, so a step that fails leaves the
-  device copies as they were. CUDA graphs are not used: library ops allocate their
-  results from cupy's pool, which a captured graph would keep writing after the pool
-  has reused the memory.
-- **Feeds** are host arrays (copied into the binding's feed arrays) or arrays already on
-  the device (``device_array_type``: ``cupy.ndarray`` on a GPU, copied on the device
-  after the step's stream waits for the stream that made them).
+  device copies as they were. An optimizer's writes are prepared library calls
+  (``Device.writer``: a device copy, cuBLAS ``axpy``). CUDA graphs are not used: the
+  library ops other than products allocate their results from cupy's pool, which a
+  captured graph would keep writing after the pool has reused the memory.
+- **Feeds** are host arrays (copied into the binding's feed arrays through a page-locked
+  staging buffer per feed, ``Device.uploader``: an asynchronous copy on the step's
+  stream) or arrays already on the device (``device_array_type``: ``cupy.ndarray`` on a
+  GPU, copied on the device after the step's stream waits for the stream that made them).
+- **The device** is the GPU the graph is placed on (``/gpu:N``: ``placed_gpu``), or for a
+  graph placed on none ``$TFC_CUDA_DEVICE``'s (``device.cuda_device``).
 
 The device is found when the executable is first called (``device.cuda_device()``), so
 compiling needs no GPU and running without one says ``no CUDA device: ...``.
