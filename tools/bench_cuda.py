@@ -450,14 +450,16 @@ class Bench:
         shape = self.sizes.random_shape
         wl = f"random: sum(dropout(X, 0.5)), X f32 {shape[0]}x{shape[1]}"
         x_h = np.ones(shape, np.float32)
-        ref: dict[str, float] = {}
+        tol = max(0.01, 3 / math.sqrt(x_h.size))
+
+        def kept(total: float) -> str:  # sum(dropout(ones)) / 2: the elements kept, ~half
+            return _check_scalar(total / 2.0 / x_h.size, 0.5, tol)
 
         def tfc_step() -> tuple[Stats, float | None, str, str, str]:
             from tfc.runtime import Program
             prog = Program(_dropout_module(shape), {"X": x_h}, backend=t.backend)
             step, got, said = first_step(prog, "drop", [], "s")
-            kept = float(got) / 2.0  # the kept elements, each 1 / 0.5
-            check = _check_scalar(kept / x_h.size, 0.5, max(0.01, 3 / math.sqrt(x_h.size)))
+            check = kept(float(got))
             s = time_step(step, self.budget)
             return s, x_h.nbytes / s.median / 1e9, "GB/s", check, \
                 "the mask: one Philox kernel" + said
@@ -480,9 +482,9 @@ class Bench:
                     np.random.random(shape).astype(np.float32)
                 keep = u >= 0.5
                 return float(xp.where(keep, x * 2.0, 0.0).sum())
-            ref["cupy"] = step()
+            check = kept(step())
             s = time_step(step, self.budget)
-            return s, x_h.nbytes / s.median / 1e9, "GB/s", "", "cupy.random + where + sum"
+            return s, x_h.nbytes / s.median / 1e9, "GB/s", check, "cupy.random + where + sum"
 
         def torch_step() -> tuple[Stats, float | None, str, str, str]:
             import torch
@@ -490,9 +492,9 @@ class Bench:
 
             def step() -> float:
                 return float(torch.nn.functional.dropout(x, 0.5).sum())
-            step()
+            check = kept(step())
             s = time_step(step, self.budget)
-            return s, x_h.nbytes / s.median / 1e9, "GB/s", "", "F.dropout + sum"
+            return s, x_h.nbytes / s.median / 1e9, "GB/s", check, "F.dropout + sum"
 
         self.row(wl, "tfc step", tfc_step)
         if t.backend == "cuda":
