@@ -100,3 +100,17 @@ def test_uniform_like_takes_the_run_times_batch() -> None:
         x = np.zeros((batch, 3), np.float32)
         got, want = exe([x], {}, batch).fetches[0], ref([x], {}, batch).fetches[0]
         np.testing.assert_array_equal(got, want)
+
+
+def test_artifacts_carry_the_random_kernels() -> None:
+    """``export``/``load``: the random kernel is in the stored source and tables, and the
+    loaded executable launches it (no sampler, no code generation)."""
+    kind, attrs = CASES[4]
+    backend = CUDABackend()
+    exe = compile_lowered(backend, _module(kind, attrs), "f")
+    members = backend.export(exe)
+    assert b"tfc_philox" in members["kernels.cu"]
+    loaded = backend.load(exe.module, "f", members)
+    assert set(loaded.kernels) == set(exe.kernels) == {0}
+    want = ReferenceBackend().compile(_module(kind, attrs), "f")([], {}, 5).fetches[0]
+    np.testing.assert_array_equal(loaded([], {}, 5).fetches[0], want)

@@ -267,7 +267,7 @@ class GpuDevice:
                                70 if compute == np.float64 else 68)
         algo = getattr(cublas, "CUBLAS_GEMM_DEFAULT", -1)
         pointer_host = getattr(cublas, "CUBLAS_POINTER_MODE_HOST", 0)
-        scalars = (np.ones((), compute), np.zeros((), compute))  # kept alive by the closure
+        scalars = (np.ones((), compute), np.zeros((), compute))  # host memory cuBLAS reads
         alpha, beta = scalars[0].ctypes.data, scalars[1].ctypes.data
         with self.device:
             c = out if out.dtype == compute else xp.empty(out.shape, compute)
@@ -276,7 +276,7 @@ class GpuDevice:
         stream = self.stream
         get_handle = xp.cuda.device.get_cublas_handle
 
-        def run() -> None:
+        def run(scalars: tuple = scalars) -> None:  # (the default keeps alpha, beta alive)
             handle = get_handle()  # (per thread and device: looked up at call time)
             cublas.setPointerMode(handle, pointer_host)
             cublas.setStream(handle, stream.ptr)
