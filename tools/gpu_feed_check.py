@@ -96,6 +96,71 @@ def contract(got: np.ndarray, a: np.ndarray, b: np.ndarray, exact: np.ndarray) -
     return np.abs(got.astype(np.float64) - exact) <= acc + half
 
 
+def f16_study(n: int = 2048) -> str:
+    """f16 products four ways on the same inputs (normal, m = n = 512, k = 4096): tfc's
+    ``gemmEx`` (COMPUTE_32F: tensor cores), ``gemmEx`` with COMPUTE_32F_PEDANTIC,
+    widen-then-round (cupy's f32 matmul, then one rounding) and cupy's f16 ``matmul``:
+    the largest error in f16 ulps of each exact value, the largest error in f16 ulps
+    of the largest exact value (normwise), the share equal to the correctly rounded
+    exact product; and each one's time at ``n``^3."""
+    import cupy as cp
+    from tfc.backends.cuda.device import cuda_device
+    from tfc.backends.cuda.gemm import gemm_plan
+    dev = cuda_device()
+    rng = np.random.default_rng(3)
+    a = cp.asarray(rng.normal(size=(512, 4096)).astype(np.float16))
+    b = cp.asarray(rng.normal(size=(4096, 512)).astype(np.float16))
+    exact = cp.matmul(a.astype(cp.float64), b.astype(cp.float64)).get()
+    rounded = exact.astype(np.float16)
+    scale = float(np.spacing(np.float16(np.abs(exact).max())))
+
+    def gemm(x: Any, y: Any, compute: int | None) -> Callable[[], Any]:
+        out = cp.empty((x.shape[0], y.shape[1]), cp.float16)
+        plan = gemm_plan(x.shape, y.shape, False, False)
+        assert plan is not None
+        with dev:
+            run = dev.gemm(plan, x, y, out, compute_type=compute)
+
+        def call() -> Any:
+            with dev:
+                run()
+            return out
+        return call
+
+    def widen(x: Any, y: Any) -> Callable[[], Any]:
+        return lambda: cp.matmul(x.astype(cp.float32), y.astype(cp.float32)).astype(
+            cp.float16)
+
+    ways: dict[str, Callable[[Any, Any], Callable[[], Any]]] = {
+        "tfc gemmEx 32F": lambda x, y: gemm(x, y, None),
+        "gemmEx 32F_PEDANTIC": lambda x, y: gemm(x, y, 69),
+        "widen-round": widen,
+        "cupy f16": lambda x, y: (lambda: cp.matmul(x, y)),
+    }
+    big_a = cp.asarray(rng.random((n, n), dtype=np.float32) * 2 - 1).astype(cp.float16)
+    big_b = cp.asarray(rng.random((n, n), dtype=np.float32) * 2 - 1).astype(cp.float16)
+    out = []
+    for name, make in ways.items():
+        got = cp.asarray(make(a, b)()).get()
+        dev.synchronize()
+        elementwise = f16_ulp_error(got, exact)
+        normwise = float(np.max(np.abs(got.astype(np.float64) - exact))) / scale
+        right = float(np.mean(got == rounded))
+        step = make(big_a, big_b)
+        step()
+        dev.synchronize()
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        for _ in range(20):
+            step()
+        dev.synchronize()
+        cp.cuda.Device().synchronize()
+        ms = (time.perf_counter() - t0) / 20 * 1e3
+        out.append(f"{name}: {elementwise:.1f} ulps elementwise, {normwise:.3f} normwise, "
+                   f"{right:.4f} correctly rounded, {ms:.3f} ms at {n}^3")
+    return "; ".join(out)
+
+
 def f32_products() -> str:
     import cupy as cp
     n = 4096
@@ -176,31 +241,44 @@ def random_bits() -> str:
     return f"{len(done)} ops x 2 steps, 1024x1001 each, bit-identical: {', '.join(done)}"
 
 
-def staged_feeds() -> str:
+def staged_feeds(size: int = 1 << 22, steps: int = 40) -> str:
+    """Steps without fetches (nothing else synchronizes) accumulating a host feed into a
+    variable, the caller changing its array between steps: one array reused (page-locked
+    in place from its second step), a fresh array each step and two alternating (through
+    the staging buffer), a non-contiguous one. Every sum must be exact."""
     import tfc
     from tfc.runtime import Program
-    size = 1 << 22
     with tfc.Graph().as_default() as g:
         x = tfc.placeholder(tfc.float32, [size], name="x")
         v = tfc.Variable(np.zeros(size, np.float32), name="v")
         tfc.entry("acc", feeds={"x": x}, fetches={}, targets=[v.assign_add(x)])
-    prog = Program(g.as_module(), backend="cuda")
-    step = prog.callable("acc", ["x"], [])
-    host = np.empty(size, np.float32)
-    steps = 40
-    t0 = time.perf_counter()
-    for k in range(1, steps + 1):
-        host[:] = k  # the caller reuses its array: the staging copy must be taken first
-        step(host)
-    seconds = time.perf_counter() - t0
-    got = np.asarray(prog.variables["v"])
-    want = np.float32(steps * (steps + 1) / 2)
-    if not np.all(got == want):
-        raise AssertionError(f"{int(np.sum(got != want))} of {size} elements wrong "
-                             f"(e.g. {got[got != want][:3]}, expected {want})")
-    return (f"{steps} steps without fetches, 16 MB host feed each: exact; "
-            f"{seconds / steps * 1e3:.3f} ms per step ({size * 4 / (seconds / steps) / 1e9:.1f} "
-            f"GB/s host->device)")
+    reused = np.empty(size, np.float32)
+    pair = [np.empty(size, np.float32), np.empty(size, np.float32)]
+    wide = np.empty((size, 2), np.float32)
+    patterns: dict[str, Callable[[int], np.ndarray]] = {
+        "reused": lambda k: reused,
+        "fresh": lambda k: np.empty(size, np.float32),
+        "alternating": lambda k: pair[k % 2],
+        "strided": lambda k: wide[:, 0],
+    }
+    out = []
+    for name, array in patterns.items():
+        prog = Program(g.as_module(), backend="cuda")
+        step = prog.callable("acc", ["x"], [])
+        t0 = time.perf_counter()
+        for k in range(1, steps + 1):
+            host = array(k)
+            host[...] = k  # the caller reuses its array: the step's copy must be done
+            step(host)
+        seconds = (time.perf_counter() - t0) / steps
+        got = np.asarray(prog.variables["v"])
+        want = np.float32(steps * (steps + 1) / 2)
+        if not np.all(got == want):
+            raise AssertionError(f"{name}: {int(np.sum(got != want))} of {size} elements "
+                                 f"wrong (e.g. {got[got != want][:3]}, expected {want})")
+        out.append(f"{name} {seconds * 1e3:.3f} ms/step ({size * 4 / seconds / 1e9:.1f} GB/s)")
+    return (f"{steps} steps without fetches, {size * 4 / 2**20:.0f} MB host feed, sums exact: "
+            + ", ".join(out))
 
 
 def placed_gpu() -> str:
@@ -236,6 +314,7 @@ def main() -> int:
     props = cp.cuda.runtime.getDeviceProperties(0)
     print(f"device: {props['name'].decode()}, cupy {cp.__version__}", flush=True)
     check("f16 products at the reference's contract", f16_accuracy)
+    check("f16 products four ways", f16_study)
     check("f32 products", f32_products)
     check("random kernels' bits", random_bits)
     check("host feeds through pinned staging", staged_feeds)

@@ -18,8 +18,9 @@ library of array ops, ``library``) is written against:
   (``gemm.GemmPlan``) of device arrays ``a`` and ``b`` into ``out``, prepared once: on a
   GPU one cuBLAS ``gemmEx`` (f16 operands with f32 accumulation into an f32 scratch,
   rounded once), under the emulator ``gemm.emulate_gemm`` (numpy's widen-and-round).
-- ``uploader(dst) -> Callable[[host array], None]``: copies of host arrays into ``dst``,
-  prepared once (on a GPU through a page-locked staging buffer of its own, reused).
+- ``uploader(dst) -> Callable[[host array], event or None]``: copies of host arrays into
+  ``dst``, prepared once (on a GPU an asynchronous DMA from the caller's array, page-locked
+  in place, or through a page-locked staging buffer; the event says when it has read it).
 - ``array_type``: the type of arrays the caller made on the device, which a step takes
   as feeds without a host round trip (``copy_on_device(dst, src)``): ``cupy.ndarray``,
   or under the emulator ``EmulatedArray`` (a numpy array marked as the device's).
@@ -81,7 +82,7 @@ class Device(Protocol):
 
     def gemm(self, plan: GemmPlan, a: Any, b: Any, out: Any) -> Callable[[], None]: ...
 
-    def uploader(self, dst: Any) -> Callable[[np.ndarray], None]: ...
+    def uploader(self, dst: Any) -> Callable[[np.ndarray], Any]: ...
 
     def writer(self, kind: str, target: Any, value: Any) -> Callable[[], None] | None: ...
 
@@ -149,8 +150,11 @@ class EmulatedDevice:
     def gemm(self, plan: GemmPlan, a: Any, b: Any, out: Any) -> Callable[[], None]:
         return partial(emulate_gemm, plan, a, b, out, _gemm_compute(out.dtype))
 
-    def uploader(self, dst: Any) -> Callable[[np.ndarray], None]:
-        return lambda src: self.upload(dst, src)  # (looked up per call: tests count it)
+    def uploader(self, dst: Any) -> Callable[[np.ndarray], Any]:
+        """Copies into ``dst`` (``upload``); nothing to wait for (None)."""
+        def upload(src: np.ndarray) -> None:
+            self.upload(dst, src)  # (looked up per call: the tests count it)
+        return upload
 
     def writer(self, kind: str, target: Any, value: Any) -> Callable[[], None] | None:
         """``GpuDevice.writer``'s writes, as numpy calls."""
@@ -250,21 +254,23 @@ class GpuDevice:
     def synchronize(self) -> None:
         self.stream.synchronize()
 
-    def gemm(self, plan: GemmPlan, a: Any, b: Any, out: Any) -> Callable[[], None]:
+    def gemm(self, plan: GemmPlan, a: Any, b: Any, out: Any,
+             compute_type: int | None = None) -> Callable[[], None]:
         """One cuBLAS ``gemmEx`` (``gemmStridedBatchedEx`` for a batch) on the step's
         stream, its arguments computed here once: the library's own arithmetic for f32
         and f64 (``CUBLAS_COMPUTE_32F``/``64F``: no TF32), and for f16 operands tensor
         cores accumulating in f32 into an f32 scratch of this call's own, then one
-        rounding to f16 (a cupy copy kernel), the reference's contract."""
+        rounding to f16 (a cupy copy kernel), the reference's contract. ``compute_type``
+        (a ``cublasComputeType_t``) replaces the default (tools compare them)."""
         from cupy.cuda import cublas
         xp = self.xp
         compute = _gemm_compute(out.dtype)
         data_type = {np.dtype(np.float16): 2, np.dtype(np.float32): 0,
                      np.dtype(np.float64): 1}  # cudaDataType: CUDA_R_16F, _32F, _64F
         in_type, c_type = data_type[np.dtype(a.dtype)], data_type[compute]
-        compute_type = getattr(cublas, "CUBLAS_COMPUTE_64F" if compute == np.float64
-                               else "CUBLAS_COMPUTE_32F",
-                               70 if compute == np.float64 else 68)
+        compute_type = compute_type if compute_type is not None else getattr(
+            cublas, "CUBLAS_COMPUTE_64F" if compute == np.float64 else "CUBLAS_COMPUTE_32F",
+            70 if compute == np.float64 else 68)
         algo = getattr(cublas, "CUBLAS_GEMM_DEFAULT", -1)
         pointer_host = getattr(cublas, "CUBLAS_POINTER_MODE_HOST", 0)
         scalars = (np.ones((), compute), np.zeros((), compute))  # host memory cuBLAS reads
@@ -293,29 +299,67 @@ class GpuDevice:
                 xp.copyto(out, c, casting="same_kind")  # the one rounding (to f16)
         return run
 
-    def uploader(self, dst: Any) -> Callable[[np.ndarray], None]:
-        """Copies of host arrays into ``dst`` through a page-locked (pinned) staging
-        buffer of its own, reused every call: the host copy into it, then an
-        asynchronous DMA on the step's stream (pageable memory copies at a fraction of
-        the link's speed, and synchronously). Before the buffer is overwritten, the
-        previous call's DMA out of it is waited for (an event)."""
+    def uploader(self, dst: Any) -> Callable[[np.ndarray], Any]:
+        """Copies of host arrays into ``dst``, each an asynchronous DMA on the step's
+        stream (pageable memory copies at a fraction of the link's speed, and
+        synchronously). A C-contiguous array of ``dst``'s dtype fed twice in a row is
+        page-locked in place (``cudaHostRegister``) and the DMA reads it directly: no
+        host copy, the host free to queue the step's kernels meanwhile (a loop feeding
+        the same array registers once; one feeding fresh arrays never does). The
+        registered array is kept referenced, and unregistered when another replaces it.
+        Other arrays, and any the driver will not register (an overlapping registration,
+        memory pinned already), go through a page-locked staging buffer of this feed's
+        own. Returns the event the caller waits for before the host array may change;
+        a call first waits for the previous call's copy (the staging buffer's reuse)."""
         import cupyx
+        runtime = self.xp.cuda.runtime
         with self.device:
             staging = cupyx.empty_pinned(dst.shape, dst.dtype)
             done = self.xp.cuda.Event(block=False, disable_timing=True)
-        memcpy_async, host_to_device = self.xp.cuda.runtime.memcpyAsync, 1
-        nbytes, source, target, stream = dst.nbytes, staging.ctypes.data, dst.data.ptr, \
+        register = getattr(runtime, "hostRegister", None)
+        unregister = getattr(runtime, "hostUnregister", None)
+        memcpy_async, host_to_device = runtime.memcpyAsync, 1
+        nbytes, staged, target, stream = dst.nbytes, staging.ctypes.data, dst.data.ptr, \
             self.stream
-        pending = [False]
+        dtype = np.dtype(dst.dtype)
+        # held: the registered array; seen: the array fed last (through staging)
+        state: dict[str, Any] = {"pending": False, "held": None, "seen": None}
 
-        def upload(src: np.ndarray) -> None:
-            if pending[0]:
+        def page_locked(src: np.ndarray) -> bool:
+            """Whether ``src`` is (now) the registered array: it is registered when fed a
+            second time in a row (a loop feeding fresh arrays never registers)."""
+            if src is state["held"]:
+                return True
+            seen, state["seen"] = state["seen"], src
+            if src is not seen or register is None or unregister is None or \
+                    nbytes < (1 << 16) or src.dtype != dtype or src.nbytes != nbytes or \
+                    not src.flags.c_contiguous:
+                return False  # (small feeds: a host copy costs less than registering)
+            held, state["held"] = state["held"], None
+            if held is not None:  # (its last copy has ended: ``upload`` waited)
+                try:
+                    unregister(held.ctypes.data)
+                except Exception:  # noqa: BLE001  (nothing to undo)
+                    pass
+            try:
+                register(src.ctypes.data, nbytes, 0)
+            except Exception:  # noqa: BLE001  (overlapping or pinned already: staging)
+                return False
+            state["held"], state["seen"] = src, None
+            return True
+
+        def upload(src: np.ndarray) -> Any:
+            if state["pending"]:
                 done.synchronize()
-            np.copyto(staging, src.reshape(staging.shape), casting="unsafe")
-            if nbytes:
-                memcpy_async(target, source, nbytes, host_to_device, stream.ptr)
+            if nbytes and page_locked(src):
+                memcpy_async(target, src.ctypes.data, nbytes, host_to_device, stream.ptr)
+            else:
+                np.copyto(staging, src.reshape(staging.shape), casting="unsafe")
+                if nbytes:
+                    memcpy_async(target, staged, nbytes, host_to_device, stream.ptr)
             done.record(stream)
-            pending[0] = True
+            state["pending"] = True
+            return done
         return upload
 
     def writer(self, kind: str, target: Any, value: Any) -> Callable[[], None] | None:

@@ -47,9 +47,10 @@ A step is a precomputed list of actions over device storage, made once per *bind
   (``Device.writer``: a device copy, cuBLAS ``axpy``). CUDA graphs are not used: the
   library ops other than products allocate their results from cupy's pool, which a
   captured graph would keep writing after the pool has reused the memory.
-- **Feeds** are host arrays (copied into the binding's feed arrays through a page-locked
-  staging buffer per feed, ``Device.uploader``: an asynchronous copy on the step's
-  stream) or arrays already on the device (``device_array_type``: ``cupy.ndarray`` on a
+- **Feeds** are host arrays (copied into the binding's feed arrays by an asynchronous
+  copy on the step's stream, ``Device.uploader``: straight from the caller's array, page-
+  locked once, or through a page-locked staging buffer; the step waits for the copy
+  before it returns, so the caller may then change its array) or arrays already on the device (``device_array_type``: ``cupy.ndarray`` on a
   GPU, copied on the device after the step's stream waits for the stream that made them).
 - **The device** is the GPU the graph is placed on (``/gpu:N``: ``placed_gpu``), or for a
   graph placed on none ``$TFC_CUDA_DEVICE``'s (``device.cuda_device``).
@@ -124,7 +125,7 @@ class _Bound:
     """Everything that depends on one tuple of feed shapes."""
 
     feeds: list[Any]  # device arrays the feeds are copied into
-    stagers: list[Callable[[np.ndarray], None]]  # host feed -> feeds[i] (``uploader``)
+    stagers: list[Callable[[np.ndarray], Any]]  # host feed -> feeds[i] (``uploader``)
     actions: list[Action]
     fetches: list[Any]  # device arrays of the results
     # (variable, op kind, operand arrays, whether an operand is a variable's storage)
@@ -247,16 +248,22 @@ class CUDAExecutable:
             now = self._now
             now.step, now.feeds = step, arrays
             on_device = dev.array_type
+            reading = []  # copies still reading host feeds (``Device.uploader``)
             for buf, stage, f in zip(bound.feeds, bound.stagers, arrays):
                 if type(f) is on_device:
                     dev.copy_on_device(buf, f)
                 else:
-                    stage(f)
-            if not dev.emulated:
-                with dev:
+                    reading.append(stage(f))
+            try:
+                if not dev.emulated:
+                    with dev:
+                        result = self._run(bound, step, defer)
+                else:
                     result = self._run(bound, step, defer)
-            else:
-                result = self._run(bound, step, defer)
+            finally:  # the caller may change its arrays once the step returns
+                for copy in reading:
+                    if copy is not None:
+                        copy.synchronize()
             if defer and not current:  # the device copies are newer than the arrays passed
                 for name, *_ in bound.updates:
                     self._vars[name].host = variables.get(name)
