@@ -309,8 +309,9 @@ class GpuDevice:
         registered array is kept referenced, and unregistered when another replaces it.
         Other arrays, and any the driver will not register (an overlapping registration,
         memory pinned already), go through a page-locked staging buffer of this feed's
-        own. Returns the event the caller waits for before the host array may change;
-        a call first waits for the previous call's copy (the staging buffer's reuse)."""
+        own. Returns the event the caller waits for before the host array may change
+        (None after a staged copy); a call first waits for the previous call's copy (the
+        staging buffer's reuse)."""
         import cupyx
         runtime = self.xp.cuda.runtime
         with self.device:
@@ -351,7 +352,8 @@ class GpuDevice:
         def upload(src: np.ndarray) -> Any:
             if state["pending"]:
                 done.synchronize()
-            if nbytes and page_locked(src):
+            direct = bool(nbytes) and page_locked(src)
+            if direct:
                 memcpy_async(target, src.ctypes.data, nbytes, host_to_device, stream.ptr)
             else:
                 np.copyto(staging, src.reshape(staging.shape), casting="unsafe")
@@ -359,7 +361,7 @@ class GpuDevice:
                     memcpy_async(target, staged, nbytes, host_to_device, stream.ptr)
             done.record(stream)
             state["pending"] = True
-            return done
+            return done if direct else None  # (a staged copy has read the array already)
         return upload
 
     def writer(self, kind: str, target: Any, value: Any) -> Callable[[], None] | None:
