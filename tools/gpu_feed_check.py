@@ -5,7 +5,9 @@
    one rounding) against the exact (f64) product, next to the reference's
    widen-then-round-once and to cupy's f16 ``matmul``: largest error in f16 ulps of the
    exact value, and the share of products within the reference's contract (f32
-   accumulation, one rounding: ``|c - x| <= k 2^-23 |A||B| + 0.5 ulp``), which must be 1.
+   accumulation, one rounding: ``|c - x| <= k 2^-23 |A||B| + 0.5 ulp``), which must be 1;
+   then the same product four ways (``f16_study``: COMPUTE_32F, COMPUTE_32F_PEDANTIC,
+   widen-then-round, cupy's f16), errors elementwise and normwise, and times.
 2. f32 products: the prepared ``gemmEx`` call against ``cupy.matmul`` (time, numbers).
 3. Random kernels: the bits of every random op on the GPU equal the CPU reference's, at
    a million elements and a step past 2^32.
