@@ -25,6 +25,11 @@ Workloads (``--workloads``, default all), each a few rows timed in this one proc
   ``torch eager, batch from host`` row shows what that copy costs PyTorch.
 - ``cnn``: the benchmark's CNN (conv 3x3x32 SAME + ReLU, 2x2 max pool, dense 10) step
   at batch 256, likewise.
+- ``random``: a dropout-like draw, ``sum(dropout(X, 0.5))`` of a 1024 x 4096 f32
+  device-resident variable: the tfc step (the mask is one generated Philox kernel), the
+  array-module sampler the cuda backend used before (``library.sample``: the same bits
+  in dozens of cupy calls) alone, cupy's own ``random`` doing the step's work, and
+  PyTorch eager's ``F.dropout``.
 
 The ``torch.compile`` rows run after all others (their first step compiles for a minute
 or so), so that a time limit on the run cuts them first; the table groups rows by workload.
@@ -44,7 +49,8 @@ shapes). Their times mean nothing and they meet or miss no goal; they check that
 row runs and computes the right numbers.
 
     python tools/bench_cuda.py [--quick] [--device cuda|cpu|emulated] [--json PATH]
-        [--workloads chain,matmul,mlp,cnn] [--no-torch-compile] [--runs N] [--row-budget S]
+        [--workloads chain,matmul,mlp,cnn,random] [--no-torch-compile] [--runs N]
+        [--row-budget S] [--matmul-sizes 2048,4096] [--matmul-dtypes float16,float32]
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ import sys
 import time
 import traceback
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Callable, Iterator
 
@@ -71,7 +77,7 @@ from bench_timing import Stats, measure  # noqa: E402
 from bench_workloads import (CNN_IMAGE, MLP_DIMS, Data, NumpyContender,  # noqa: E402
                              Step, build_cnn_module, build_mlp_module, default_backend)
 
-WORKLOADS = ("chain", "matmul", "mlp", "cnn")
+WORKLOADS = ("chain", "matmul", "mlp", "cnn", "random")
 
 # The issue's goals (#19): name -> (what is compared, bound, "min" or "max")
 CHAIN_GOAL = 0.85   # tfc kernel bytes/s >= 85% of the measured copy bandwidth
@@ -91,17 +97,19 @@ class Sizes:
     mlp_dims: tuple[int, ...] = MLP_DIMS
     cnn_batch: int = 256
     emulated_chain_n: int = 4096  # the emulator runs each CUDA thread as a fiber: keep small
+    random_shape: tuple[int, int] = (1024, 4096)
 
     @staticmethod
     def quick() -> "Sizes":
         return Sizes(chain_n=2**20, matmul=(128,), mlp_batch=64,
-                     mlp_dims=(64, 32, 32, 10), cnn_batch=4, emulated_chain_n=1024)
+                     mlp_dims=(64, 32, 32, 10), cnn_batch=4, emulated_chain_n=1024,
+                     random_shape=(64, 256))
 
     @staticmethod
     def emulated() -> "Sizes":
         """``--device emulated``: every kernel runs on the CUDA emulator (fibers)."""
         return Sizes(chain_n=1024, matmul=(32,), mlp_batch=16, mlp_dims=(64, 32, 32, 10),
-                     cnn_batch=2, emulated_chain_n=1024)
+                     cnn_batch=2, emulated_chain_n=1024, random_shape=(8, 64))
 
 
 # ---- the device under test ------------------------------------------------------------
@@ -435,6 +443,65 @@ class Bench:
         self.row(wl, f"{xp_name} same work", cupy_same_work)
         self.row(wl, "tfc step", tfc_step)
 
+    # -- random numbers --------------------------------------------------------------
+
+    def random(self) -> None:
+        t, xp = self.target, self.target.xp
+        shape = self.sizes.random_shape
+        wl = f"random: sum(dropout(X, 0.5)), X f32 {shape[0]}x{shape[1]}"
+        x_h = np.ones(shape, np.float32)
+        tol = max(0.01, 3 / math.sqrt(x_h.size))
+
+        def kept(total: float) -> str:  # sum(dropout(ones)) / 2: the elements kept, ~half
+            return _check_scalar(total / 2.0 / x_h.size, 0.5, tol)
+
+        def tfc_step() -> tuple[Stats, float | None, str, str, str]:
+            from tfc.runtime import Program
+            prog = Program(_dropout_module(shape), {"X": x_h}, backend=t.backend)
+            step, got, said = first_step(prog, "drop", [], "s")
+            check = kept(float(got))
+            s = time_step(step, self.budget)
+            return s, x_h.nbytes / s.median / 1e9, "GB/s", check, \
+                "the mask: one Philox kernel" + said
+
+        def sampler_alone() -> tuple[Stats, float | None, str, str, str]:
+            from tfc.backends.cuda import library
+            from tfc.ir.types import DType
+            attrs = {"dtype": DType.f32, "seed": 1, "minval": 0.0, "maxval": 1.0}
+            steps = iter(range(1 << 30))
+            s = time_launches(lambda: library.sample(xp, "random.uniform_like", attrs,
+                                                     shape, next(steps)), t, self.budget, 1)
+            return s, x_h.nbytes / s.median / 1e9, "GB/s", "", \
+                "library.sample: the same bits as array calls (the path before)"
+
+        def cupy_step() -> tuple[Stats, float | None, str, str, str]:
+            x = _to(xp, x_h)
+
+            def step() -> float:
+                u = xp.random.random(shape, dtype=np.float32) if t.kind == "cuda" else \
+                    np.random.random(shape).astype(np.float32)
+                keep = u >= 0.5
+                return float(xp.where(keep, x * 2.0, 0.0).sum())
+            check = kept(step())
+            s = time_step(step, self.budget)
+            return s, x_h.nbytes / s.median / 1e9, "GB/s", check, "cupy.random + where + sum"
+
+        def torch_step() -> tuple[Stats, float | None, str, str, str]:
+            import torch
+            x = torch.ones(shape, dtype=torch.float32, device=t.torch_device)
+
+            def step() -> float:
+                return float(torch.nn.functional.dropout(x, 0.5).sum())
+            check = kept(step())
+            s = time_step(step, self.budget)
+            return s, x_h.nbytes / s.median / 1e9, "GB/s", check, "F.dropout + sum"
+
+        self.row(wl, "tfc step", tfc_step)
+        if t.backend == "cuda":
+            self.row(wl, "array-module sampler alone", sampler_alone)
+        self.row(wl, f"{'cupy' if t.kind == 'cuda' else 'numpy'} same work", cupy_step)
+        self.row(wl, "torch eager", torch_step)
+
     # -- training steps --------------------------------------------------------------
 
     def mlp(self) -> None:
@@ -522,6 +589,18 @@ def _chain_module(n: int, feed: bool) -> Any:
     return run_pipeline(g.as_module(), "canonicalize,cse,dce", verify=False)
 
 
+def _dropout_module(shape: tuple[int, int]) -> Any:
+    """``drop``: ``s = sum(dropout(X, 0.5))`` of a device-resident variable X."""
+    import tfc
+    from tfc.pipeline import run_pipeline
+
+    with tfc.Graph().as_default() as g:
+        xv = tfc.Variable(tfc.zeros(list(shape), tfc.float32), name="X")
+        s = tfc.reduce_sum(tfc.nn.dropout(xv, rate=0.5, seed=1))
+        tfc.entry("drop", feeds={}, fetches={"s": s})
+    return run_pipeline(g.as_module(), "canonicalize,cse,dce", verify=False)
+
+
 def _matmul_module(n: int, dtype: np.dtype) -> Any:
     """``mm``: ``s = sum(cast(A @ B, f32))`` of two n x n variables (zeros until the
     ``Program`` is given values: a module holding 2 x 256 MB of initial values takes
@@ -549,7 +628,10 @@ def first_step(prog: Any, entry: str, feeds: list[str], fetches: Any,
         step = partial(prog.callable(entry, feeds, fetches), *values)
         out = step()
     said = [str(w.message).splitlines()[0] for w in caught]
-    if prog.backend.name == "cuda":
+    ran: Any = getattr(prog, "_executables", {}).get(entry)  # the executable the step ran
+    if getattr(ran, "report", None) is not None:
+        said.insert(0, str(ran.report))
+    elif prog.backend.name == "cuda":
         with contextlib.suppress(Exception), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # said already; the report is only a note
             from tfc.pipeline import lower_entry
@@ -853,6 +935,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=30, help="timed samples per row (default 30)")
     p.add_argument("--row-budget", type=float, default=6.0,
                    help="seconds of timed samples per row at most (default 6)")
+    p.add_argument("--matmul-sizes", metavar="N,N", help="the matmul sizes (default "
+                   "2048,4096,8192)")
+    p.add_argument("--matmul-dtypes", metavar="DT,DT", help="the matmul dtypes (default "
+                   "float32,float16)")
     return p.parse_args(argv)
 
 
@@ -871,6 +957,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     sizes = (Sizes.emulated() if args.device == "emulated" else Sizes.quick() if args.quick
              else Sizes())
+    if args.matmul_sizes:
+        sizes = replace(sizes, matmul=tuple(int(n) for n in args.matmul_sizes.split(",")))
+    if args.matmul_dtypes:
+        sizes = replace(sizes, matmul_dtypes=tuple(args.matmul_dtypes.split(",")))
     bench = Bench(target, sizes, Budget(args.runs, args.row_budget), args.json,
                   compile_torch=not args.no_torch_compile)
     bench.say(f"tfc CUDA benchmarks on {target.facts.get('device')}")

@@ -72,7 +72,8 @@ def test_cpu_dry_run_times_and_checks_every_row(tmp_path):
     workloads = {w for w, _ in cells}
     assert workloads == {"chain f32 1M", "matmul f32 128", "matmul f16 128",
                          "MLP 64-32-32-10 step, batch 64",
-                         "CNN 28x28 conv3x3x32-pool-dense step, batch 4"}
+                         "CNN 28x28 conv3x3x32-pool-dense step, batch 4",
+                         "random: sum(dropout(X, 0.5)), X f32 64x256"}
     assert report["target"] == "cpu" and report["tfc_backend"] in ("llvm", "reference")
     for (w, c), row in cells.items():
         if c == "tfc step":

@@ -158,7 +158,8 @@ def test_variables_are_uploaded_once_and_follow_outside_changes() -> None:
     dev.upload = counting  # type: ignore[method-assign]
     try:
         out2 = exe(feeds(1), current, 1)
-        assert uploads == [(4, 6), (4,)]  # the feeds only
+        # the feeds only (on a GPU not even those: they go through pinned staging buffers)
+        assert uploads == ([] if ON_GPU else [(4, 6), (4,)])
         restored = dict(current, w0=np.zeros((6, 8), np.float32))
         uploads.clear()
         out3 = exe(feeds(1), restored, 1)

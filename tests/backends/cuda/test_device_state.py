@@ -245,3 +245,30 @@ def test_device_feeds_pass_without_a_host_copy(programs: tuple[Program, Program]
                                         r"expected f32\[B,6\] \(dim 1 is 5"):
         step(short, on_dev[1])
     assert mine.step == 3
+
+
+def test_a_training_step_runs_prepared_library_calls(programs: tuple[Program, Program],
+                                                     monkeypatch: pytest.MonkeyPatch
+                                                     ) -> None:
+    """What a GPU step's Python does per op is one prepared call: each matmul a cuBLAS
+    call made when binding (``Device.gemm``), each optimizer write a prepared write
+    (``Device.writer``: a copy or cuBLAS ``axpy``), each host feed copied through a
+    staging buffer of its own (``Device.uploader``). Counted when binding; the steps
+    then match the reference's."""
+    mine, ref = programs
+    dev = cuda_device.cuda_device()
+    made: dict[str, int] = {"gemm": 0, "writer": 0, "uploader": 0}
+    for name in made:
+        real = getattr(dev, name)
+
+        def counted(*a: Any, real: Any = real, name: str = name) -> Any:
+            made[name] += 1
+            return real(*a)
+        monkeypatch.setattr(dev, name, counted)
+    step, want = mine.callable("train", fetches="loss"), ref.callable("train", fetches="loss")
+    for k in range(3):
+        f = feeds(k)
+        np.testing.assert_allclose(step(f["x"], f["y"]), want(f["x"], f["y"]), rtol=RTOL)
+    # 3 layers: 3 forward products, 2 + 3 backward (no gradient for the input x)
+    assert made == {"gemm": 8, "writer": 6, "uploader": 2}
+    assert_same_variables(mine, ref)

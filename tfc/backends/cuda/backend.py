@@ -6,7 +6,7 @@ generated CUDA C kernels, cuBLAS and array-module ops on a GPU (or on the CPU em
 1. The module must be lowered for it (``pipeline = "fusion,memory"``, as llvm): the
    entry's graph is final and ``module.memory_plans`` holds its schedule and arena.
 2. Every op is classified: a ``fusion`` gets a kernel (``codegen.fusion_kernel``),
-   views alias, variable ops and constants are the executable's own, the rest run
+   so does a random op (``codegen_random.random_kernel``: one Philox launch), views alias, variable ops and constants are the executable's own, the rest run
    through ``library`` (array-module ops, per-binding values, host ops). One op that
    none of these handles (control flow, ``send``/``recv``, a fusion the generator cannot
    compile) sends the whole graph to the reference backend, named in ``fallback_ops``,
@@ -63,6 +63,7 @@ def classify(graph: Graph, *, generate: bool = True
     """The kernels of the graph's fusions (by op position; none unless ``generate``),
     the ops nothing runs (``kind`` or ``fusion (why)``) and the ops run on the host."""
     from tfc.backends.cuda.codegen import fusion_kernel
+    from tfc.backends.cuda.codegen_random import KINDS as RANDOM_KINDS, random_kernel
     kernels: dict[int, Kernel] = {}
     failed: list[str] = []
     host: list[str] = []
@@ -75,6 +76,11 @@ def classify(graph: Graph, *, generate: bool = True
                     failed.append(f"fusion ({e})")
             continue
         how = how_to_run(op.kind)
+        if generate and op.kind in RANDOM_KINDS:
+            try:  # one Philox kernel (else the registry's sampler with the array module)
+                kernels[i] = random_kernel(op, kernel_name(graph.name, i))
+            except Unsupported:
+                pass
         if how is None:
             failed.append(op.kind)
         elif how == "host" and op.kind not in host:
@@ -150,8 +156,10 @@ class CUDABackend:
             ptx = members[PTX_MEMBER].decode() if PTX_MEMBER in members else None
         except (ValueError, KeyError, TypeError) as e:  # bad JSON or UTF-8 too
             raise ArtifactError(f"invalid CUDA tables for '{entry}': {e}") from None
+        from tfc.backends.cuda.codegen_random import KINDS as RANDOM_KINDS
         fusions = {i for i, op in enumerate(graph.ops) if op.kind == "fusion"}
-        if set(kernels) != fusions:
+        randoms = {i for i, op in enumerate(graph.ops) if op.kind in RANDOM_KINDS}
+        if not fusions <= set(kernels) <= fusions | randoms:
             raise ArtifactError(f"the CUDA tables of @{entry} do not fit its graph "
                                 f"({len(kernels)} kernels for {len(fusions)} fusions)")
         _, failed, _ = classify(graph, generate=False)

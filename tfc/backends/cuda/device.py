@@ -14,6 +14,13 @@ library of array ops, ``library``) is written against:
   that launch prepared once (what a binding's action list holds: no per-step argument
   work).
 - ``to_device(a)``, ``to_host(a)``, ``empty(shape, dtype)``, ``synchronize()``.
+- ``gemm(plan, a, b, out) -> Callable[[], None]``: the matrix product ``plan``
+  (``gemm.GemmPlan``) of device arrays ``a`` and ``b`` into ``out``, prepared once: on a
+  GPU one cuBLAS ``gemmEx`` (f16 operands with f32 accumulation into an f32 scratch,
+  rounded once), under the emulator ``gemm.emulate_gemm`` (numpy's widen-and-round).
+- ``uploader(dst) -> Callable[[host array], event or None]``: copies of host arrays into
+  ``dst``, prepared once (on a GPU an asynchronous DMA from the caller's array, page-locked
+  in place, or through a page-locked staging buffer; the event says when it has read it).
 - ``array_type``: the type of arrays the caller made on the device, which a step takes
   as feeds without a host round trip (``copy_on_device(dst, src)``): ``cupy.ndarray``,
   or under the emulator ``EmulatedArray`` (a numpy array marked as the device's).
@@ -34,6 +41,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
+from tfc.backends.cuda.gemm import GemmPlan, emulate_gemm
 from tfc.backends.cuda.kernel import Kernel
 from tfc.errors import TfcError
 
@@ -71,6 +79,12 @@ class Device(Protocol):
     def empty(self, shape: Sequence[int], dtype: Any) -> Any: ...
 
     def synchronize(self) -> None: ...
+
+    def gemm(self, plan: GemmPlan, a: Any, b: Any, out: Any) -> Callable[[], None]: ...
+
+    def uploader(self, dst: Any) -> Callable[[np.ndarray], Any]: ...
+
+    def writer(self, kind: str, target: Any, value: Any) -> Callable[[], None] | None: ...
 
 
 class EmulatedArray(np.ndarray):
@@ -132,6 +146,24 @@ class EmulatedDevice:
 
     def synchronize(self) -> None:
         pass
+
+    def gemm(self, plan: GemmPlan, a: Any, b: Any, out: Any) -> Callable[[], None]:
+        return partial(emulate_gemm, plan, a, b, out, _gemm_compute(out.dtype))
+
+    def uploader(self, dst: Any) -> Callable[[np.ndarray], Any]:
+        """Copies into ``dst`` (``upload``); nothing to wait for (None)."""
+        def upload(src: np.ndarray) -> None:
+            self.upload(dst, src)  # (looked up per call: the tests count it)
+        return upload
+
+    def writer(self, kind: str, target: Any, value: Any) -> Callable[[], None] | None:
+        """``GpuDevice.writer``'s writes, as numpy calls."""
+        if target.shape != value.shape or target.dtype != value.dtype:
+            return None
+        if kind == "var.assign":
+            return partial(np.copyto, target, value)
+        ufunc = np.add if kind == "var.assign_add" else np.subtract
+        return partial(ufunc, target, value, out=target)
 
 
 class GpuDevice:
@@ -222,6 +254,148 @@ class GpuDevice:
     def synchronize(self) -> None:
         self.stream.synchronize()
 
+    def gemm(self, plan: GemmPlan, a: Any, b: Any, out: Any,
+             compute_type: int | None = None) -> Callable[[], None]:
+        """One cuBLAS ``gemmEx`` (``gemmStridedBatchedEx`` for a batch) on the step's
+        stream, its arguments computed here once: the library's own arithmetic for f32
+        and f64 (``CUBLAS_COMPUTE_32F``/``64F``: no TF32), and for f16 operands tensor
+        cores accumulating in f32 into an f32 scratch of this call's own, then one
+        rounding to f16 (a cupy copy kernel), the reference's contract. ``compute_type``
+        (a ``cublasComputeType_t``) replaces the default (tools compare them)."""
+        from cupy.cuda import cublas
+        xp = self.xp
+        compute = _gemm_compute(out.dtype)
+        data_type = {np.dtype(np.float16): 2, np.dtype(np.float32): 0,
+                     np.dtype(np.float64): 1}  # cudaDataType: CUDA_R_16F, _32F, _64F
+        in_type, c_type = data_type[np.dtype(a.dtype)], data_type[compute]
+        compute_type = compute_type if compute_type is not None else getattr(
+            cublas, "CUBLAS_COMPUTE_64F" if compute == np.float64 else "CUBLAS_COMPUTE_32F",
+            70 if compute == np.float64 else 68)
+        algo = getattr(cublas, "CUBLAS_GEMM_DEFAULT", -1)
+        pointer_host = getattr(cublas, "CUBLAS_POINTER_MODE_HOST", 0)
+        scalars = (np.ones((), compute), np.zeros((), compute))  # host memory cuBLAS reads
+        alpha, beta = scalars[0].ctypes.data, scalars[1].ctypes.data
+        with self.device:
+            c = out if out.dtype == compute else xp.empty(out.shape, compute)
+        p = plan
+        first, second, dst = b.data.ptr, a.data.ptr, c.data.ptr
+        stream = self.stream
+        get_handle = xp.cuda.device.get_cublas_handle
+
+        def run(scalars: tuple = scalars) -> None:  # (the default keeps alpha, beta alive)
+            handle = get_handle()  # (per thread and device: looked up at call time)
+            cublas.setPointerMode(handle, pointer_host)
+            cublas.setStream(handle, stream.ptr)
+            if p.batch == 1:
+                cublas.gemmEx(handle, p.transa, p.transb, p.m, p.n, p.k, alpha,
+                              first, in_type, p.lda, second, in_type, p.ldb, beta,
+                              dst, c_type, p.ldc, compute_type, algo)
+            else:
+                cublas.gemmStridedBatchedEx(
+                    handle, p.transa, p.transb, p.m, p.n, p.k, alpha,
+                    first, in_type, p.lda, p.stride_a, second, in_type, p.ldb, p.stride_b,
+                    beta, dst, c_type, p.ldc, p.stride_c, p.batch, compute_type, algo)
+            if c is not out:
+                xp.copyto(out, c, casting="same_kind")  # the one rounding (to f16)
+        return run
+
+    def uploader(self, dst: Any) -> Callable[[np.ndarray], Any]:
+        """Copies of host arrays into ``dst``, each an asynchronous DMA on the step's
+        stream (pageable memory copies at a fraction of the link's speed, and
+        synchronously). A C-contiguous array of ``dst``'s dtype fed twice in a row is
+        page-locked in place (``cudaHostRegister``) and the DMA reads it directly: no
+        host copy, the host free to queue the step's kernels meanwhile (a loop feeding
+        the same array registers once; one feeding fresh arrays never does). The
+        registered array is kept referenced, and unregistered when another replaces it.
+        Other arrays, and any the driver will not register (an overlapping registration,
+        memory pinned already), go through a page-locked staging buffer of this feed's
+        own. Returns the event the caller waits for before the host array may change
+        (None after a staged copy); a call first waits for the previous call's copy (the
+        staging buffer's reuse)."""
+        import cupyx
+        runtime = self.xp.cuda.runtime
+        with self.device:
+            staging = cupyx.empty_pinned(dst.shape, dst.dtype)
+            done = self.xp.cuda.Event(block=False, disable_timing=True)
+        register = getattr(runtime, "hostRegister", None)
+        unregister = getattr(runtime, "hostUnregister", None)
+        memcpy_async, host_to_device = runtime.memcpyAsync, 1
+        nbytes, staged, target, stream = dst.nbytes, staging.ctypes.data, dst.data.ptr, \
+            self.stream
+        dtype = np.dtype(dst.dtype)
+        # held: the registered array; seen: the array fed last (through staging)
+        state: dict[str, Any] = {"pending": False, "held": None, "seen": None}
+
+        def page_locked(src: np.ndarray) -> bool:
+            """Whether ``src`` is (now) the registered array: it is registered when fed a
+            second time in a row (a loop feeding fresh arrays never registers)."""
+            if src is state["held"]:
+                return True
+            seen, state["seen"] = state["seen"], src
+            if src is not seen or register is None or unregister is None or \
+                    nbytes < (1 << 16) or src.dtype != dtype or src.nbytes != nbytes or \
+                    not src.flags.c_contiguous:
+                return False  # (small feeds: a host copy costs less than registering)
+            held, state["held"] = state["held"], None
+            if held is not None:  # (its last copy has ended: ``upload`` waited)
+                try:
+                    unregister(held.ctypes.data)
+                except Exception:  # noqa: BLE001  (nothing to undo)
+                    pass
+            try:
+                register(src.ctypes.data, nbytes, 0)
+            except Exception:  # noqa: BLE001  (overlapping or pinned already: staging)
+                return False
+            state["held"], state["seen"] = src, None
+            return True
+
+        def upload(src: np.ndarray) -> Any:
+            if state["pending"]:
+                done.synchronize()
+            direct = bool(nbytes) and page_locked(src)
+            if direct:
+                memcpy_async(target, src.ctypes.data, nbytes, host_to_device, stream.ptr)
+            else:
+                np.copyto(staging, src.reshape(staging.shape), casting="unsafe")
+                if nbytes:
+                    memcpy_async(target, staged, nbytes, host_to_device, stream.ptr)
+            done.record(stream)
+            state["pending"] = True
+            return done if direct else None  # (a staged copy has read the array already)
+        return upload
+
+    def writer(self, kind: str, target: Any, value: Any) -> Callable[[], None] | None:
+        """A variable write ``kind`` (``var.assign``, ``var.assign_add``,
+        ``var.assign_sub``) of device array ``value`` into ``target`` in place, as one
+        library call prepared now (a device-to-device copy; cuBLAS ``axpy`` with alpha
+        +-1 for f32/f64, whose ``y + (+-1) x`` rounds as ``y +- x``), or None where the
+        array module's ufunc must do it (other dtypes, shapes that differ)."""
+        if target.shape != value.shape or target.dtype != value.dtype or \
+                not (target.flags.c_contiguous and value.flags.c_contiguous):
+            return None
+        stream = self.stream
+        if kind == "var.assign":
+            memcpy_async, device_to_device = self.xp.cuda.runtime.memcpyAsync, 3
+            nbytes, dst, src = target.nbytes, target.data.ptr, value.data.ptr
+            return lambda: memcpy_async(dst, src, nbytes, device_to_device, stream.ptr) \
+                if nbytes else None
+        dt = np.dtype(target.dtype)
+        if dt not in (np.float32, np.float64) or not 0 < target.size < 2**31:
+            return None
+        from cupy.cuda import cublas
+        axpy = cublas.saxpy if dt == np.float32 else cublas.daxpy
+        alpha = np.array(1.0 if kind == "var.assign_add" else -1.0, dt)
+        pointer_host = getattr(cublas, "CUBLAS_POINTER_MODE_HOST", 0)
+        n, x, y, a = int(target.size), value.data.ptr, target.data.ptr, alpha.ctypes.data
+        get_handle = self.xp.cuda.device.get_cublas_handle
+
+        def run(alpha: np.ndarray = alpha) -> None:  # (alpha kept alive)
+            handle = get_handle()
+            cublas.setPointerMode(handle, pointer_host)
+            cublas.setStream(handle, stream.ptr)
+            axpy(handle, n, a, x, 1, y, 1)
+        return run
+
     def __enter__(self) -> "GpuDevice":
         """Make this device and its stream current (library ops and cupy's own kernels
         then run on the step's stream)."""
@@ -234,23 +408,35 @@ class GpuDevice:
         self.device.__exit__(*exc)
 
 
+def _gemm_compute(out_dtype: Any) -> np.dtype:
+    """The dtype a product into ``out_dtype`` accumulates in: f32 for f16 (the
+    reference's ``compute_dtype``), else its own."""
+    dt = np.dtype(out_dtype)
+    return np.dtype(np.float32) if dt == np.float16 else dt
+
+
 _devices: dict[str, Any] = {}
 _devices_lock = threading.Lock()
 
 
-def cuda_device() -> EmulatedDevice | GpuDevice:
+def cuda_device(index: int | None = None) -> EmulatedDevice | GpuDevice:
     """The device executables run on: the emulator when ``$TFC_CUDA_DEVICE=emulated``,
-    else GPU ``$TFC_CUDA_DEVICE`` (default 0) through cupy. A ``TfcError`` starting
-    ``no CUDA device:`` says why there is none (no cupy, no driver, no GPU)."""
+    else GPU ``index`` (the ``/gpu:N`` the graph is placed on) through cupy, or, for a
+    graph placed on no GPU in particular (``index`` None), GPU ``$TFC_CUDA_DEVICE``
+    (default 0). A ``TfcError`` starting ``no CUDA device:`` says why there is none (no
+    cupy, no driver, no GPU, N beyond the GPUs the driver sees)."""
     which = os.environ.get(DEVICE_ENV, "").strip() or "0"
+    if which != EMULATED and index is not None:
+        which = str(index)
     with _devices_lock:
         dev = _devices.get(which)
         if dev is None:
-            dev = _devices[which] = EmulatedDevice() if which == EMULATED else _gpu(which)
+            dev = _devices[which] = EmulatedDevice() if which == EMULATED else \
+                _gpu(which, placed=index is not None)
         return dev
 
 
-def _gpu(which: str) -> GpuDevice:
+def _gpu(which: str, placed: bool = False) -> GpuDevice:
     if not which.isdigit():
         raise TfcError(f"{DEVICE_ENV}={which!r} is neither a GPU index nor '{EMULATED}'")
     try:
@@ -267,8 +453,9 @@ def _gpu(which: str) -> GpuDevice:
     if count == 0:
         raise TfcError("no CUDA device: the CUDA driver sees no GPU")
     if index >= count:
-        raise TfcError(f"no CUDA device: {DEVICE_ENV}={which} but the driver sees "
-                       f"{count} GPU{'s' if count > 1 else ''}")
+        named = f"the graph is placed on /gpu:{index}" if placed else f"{DEVICE_ENV}={which}"
+        raise TfcError(f"no CUDA device: {named} but the driver sees {count} GPU"
+                       f"{'s' if count > 1 else ''}")
     return GpuDevice(cupy, index)
 
 

@@ -15,9 +15,12 @@ A step is a precomputed list of actions over device storage, made once per *bind
   (``Device.launcher``: grid from the kernel's ``Launch`` and the binding, arguments
   bound once; class labels it reads are checked first, on the host when they are a
   host feed, so a GPU step does not stop for them); a
-  view does nothing (it aliases); an f32/f64 ``matmul`` writes its slot through cuBLAS
-  (``out=``); other library ops (``library.LIBRARY``) run with the array module and copy
-  their result into the value's storage; random ops draw with the array module;
+  view does nothing (it aliases); a float ``matmul`` is one cuBLAS call prepared with its
+  arguments (``Device.gemm``, ``gemm.GemmPlan``: no allocation, the transposes as flags,
+  f16 on tensor cores with f32 accumulation and one rounding) writing its slot; other
+  library ops (``library.LIBRARY``, integer and broadcast products too) run with the
+  array module and copy their result into the value's storage; a random op launches its
+  Philox kernel (``codegen_random``; the step is its launch argument);
   values known once the feed shapes are (``BY_BINDING`` ops, small pure ops of them and
   of constants: a mean's count), computed on the host when the binding is made, are
   copied into their slot where device work reads them; ``ON_HOST`` ops run their
@@ -40,12 +43,17 @@ A step is a precomputed list of actions over device storage, made once per *bind
   synchronization. Either way a step is atomic: ops never write a variable's storage
   (the memory plan keeps variables out of the arena), the writes run last and their
   index checks (scatters) run before the first write, so a step that fails leaves the
-  device copies as they were. CUDA graphs are not used: library ops allocate their
-  results from cupy's pool, which a captured graph would keep writing after the pool
-  has reused the memory.
-- **Feeds** are host arrays (copied into the binding's feed arrays) or arrays already on
-  the device (``device_array_type``: ``cupy.ndarray`` on a GPU, copied on the device
-  after the step's stream waits for the stream that made them).
+  device copies as they were. An optimizer's writes are prepared library calls
+  (``Device.writer``: a device copy, cuBLAS ``axpy``). CUDA graphs are not used: the
+  library ops other than products allocate their results from cupy's pool, which a
+  captured graph would keep writing after the pool has reused the memory.
+- **Feeds** are host arrays (copied into the binding's feed arrays by an asynchronous
+  copy on the step's stream, ``Device.uploader``: straight from the caller's array, page-
+  locked once, or through a page-locked staging buffer; the step waits for the copy
+  before it returns, so the caller may then change its array) or arrays already on the device (``device_array_type``: ``cupy.ndarray`` on a
+  GPU, copied on the device after the step's stream waits for the stream that made them).
+- **The device** is the GPU the graph is placed on (``/gpu:N``: ``placed_gpu``), or for a
+  graph placed on none ``$TFC_CUDA_DEVICE``'s (``device.cuda_device``).
 
 The device is found when the executable is first called (``device.cuda_device()``), so
 compiling needs no GPU and running without one says ``no CUDA device: ...``.
@@ -117,6 +125,7 @@ class _Bound:
     """Everything that depends on one tuple of feed shapes."""
 
     feeds: list[Any]  # device arrays the feeds are copied into
+    stagers: list[Callable[[np.ndarray], Any]]  # host feed -> feeds[i] (``uploader``)
     actions: list[Action]
     fetches: list[Any]  # device arrays of the results
     # (variable, op kind, operand arrays, whether an operand is a variable's storage)
@@ -147,6 +156,9 @@ class CUDAExecutable:
         self._now = _Now()
         self._synced: list[np.ndarray] | None = None  # see fast_step
         self._arg_dtypes = [np.dtype(a.dtype.np) for a in graph.args]
+        # the N of the /gpu:N the graph's ops are placed on (None: no GPU named; the
+        # device is then $TFC_CUDA_DEVICE's, see ``device.cuda_device``)
+        self.device_index: int | None = placed_gpu(module, graph)
         # The variables the step touches; those it reads (``var_names``: the runtime's
         # fast path passes their values in this order) and writes (``update_names``).
         touched: dict[str, None] = {}
@@ -236,16 +248,22 @@ class CUDAExecutable:
             now = self._now
             now.step, now.feeds = step, arrays
             on_device = dev.array_type
-            for buf, f in zip(bound.feeds, arrays):
+            reading = []  # copies still reading host feeds (``Device.uploader``)
+            for buf, stage, f in zip(bound.feeds, bound.stagers, arrays):
                 if type(f) is on_device:
                     dev.copy_on_device(buf, f)
                 else:
-                    dev.upload(buf, f)
-            if not dev.emulated:
-                with dev:
+                    reading.append(stage(f))
+            try:
+                if not dev.emulated:
+                    with dev:
+                        result = self._run(bound, step, defer)
+                else:
                     result = self._run(bound, step, defer)
-            else:
-                result = self._run(bound, step, defer)
+            finally:  # the caller may change its arrays once the step returns
+                for copy in reading:
+                    if copy is not None:
+                        copy.synchronize()
             if defer and not current:  # the device copies are newer than the arrays passed
                 for name, *_ in bound.updates:
                     self._vars[name].host = variables.get(name)
@@ -305,7 +323,7 @@ class CUDAExecutable:
         the GPU's (``compute_90`` PTX does not load on an ``sm_80`` device)."""
         if self._device is None:
             from tfc.backends.cuda.device import GpuDevice, cuda_device
-            dev = cuda_device()
+            dev = cuda_device(self.device_index)
             if self.kernels and isinstance(dev, GpuDevice):
                 own = f"compute_{dev.compute_capability}"
                 if self.ptx is None or _arch_number(self.arch) > _arch_number(own):
@@ -440,18 +458,24 @@ class CUDAExecutable:
                 actions.append(self._launcher(self.kernels[i], ins, outs, syms))
                 continue
             how = library.how_to_run(kind)
-            if kind == "matmul" and op.result.dtype.np in (np.float32, np.float64):
-                actions.append(_matmul_action(xp, op, ins, outs[0]))
+            gemm = _gemm_action(dev, op, ins, outs[0]) if kind == "matmul" else None
+            if gemm is not None:
+                actions.append(gemm)
             elif how == "library":
                 actions.append(_library_action(xp, library.LIBRARY[kind], op, ins, outs))
+            elif how == "random" and i in self.kernels:
+                actions.append(_random_kernel_action(dev, self._handle, self.kernels[i],
+                                                     outs[0], binding.size(op.result),
+                                                     self._now))
             elif how == "random":
                 shape = binding.shape(op.result)
                 actions.append(_random_action(xp, op, shape, outs[0], self._now))
             else:  # "host": the registry reference on host copies
                 actions.append(_host_action(dev, op, ins, outs, self._now))
         fetches = [store[v] for v in g.results]
-        return _Bound(feeds, actions, fetches, updates, keep,
-                      _prepared_writes(xp, updates, self._vars))
+        stagers = [dev.uploader(f) for f in feeds]
+        return _Bound(feeds, stagers, actions, fetches, updates, keep,
+                      _prepared_writes(dev, updates, self._vars))
 
     def _launcher(self, kernel: Kernel, ins: list[Any], outs: list[Any],
                   syms: Mapping[str, int]) -> Action:
@@ -477,23 +501,51 @@ class CUDAExecutable:
         return f"<CUDAExecutable @{self.graph.name}: {self.report}>"
 
 
+def placed_gpu(module: Module, graph: Graph) -> int | None:
+    """The index N of the GPU ``graph`` runs on: the ``/gpu:N`` its ops are placed on
+    (the placer's or the user's ``device`` scope; ops placed nowhere count as the
+    module's first device), else the only GPU among the module's devices; None when
+    neither names one GPU. Ops placed on two GPUs are an error: one executable runs on
+    one device (the partition pass gives each device its own graphs)."""
+    from tfc.devices import parse_device
+    default = module.devices[0] if module.devices else None
+    placed = {d for d in (op.device or default for op in graph.ops) if d is not None}
+    gpus = {parse_device(d).index for d in placed if parse_device(d).kind == "gpu"}
+    if not gpus:
+        gpus = {parse_device(d).index for d in module.devices
+                if parse_device(d).kind == "gpu"}
+        if len(gpus) != 1:
+            return None
+    if len(gpus) > 1:
+        raise ExecutionError(f"@{graph.name} has ops on several GPUs "
+                             f"({', '.join(f'/gpu:{i}' for i in sorted(gpus))}); the cuda "
+                             f"backend runs one graph on one GPU")
+    return next(iter(gpus))
+
+
 def _arch_number(arch: str) -> int:
     """90 for ``compute_90`` (and ``compute_90a``)."""
     digits = "".join(ch for ch in arch.removeprefix("compute_") if ch.isdigit())
     return int(digits or 0)
 
 
-def _prepared_writes(xp: Any, updates: list[tuple[str, str, list[Any], bool]],
+def _prepared_writes(dev: Any, updates: list[tuple[str, str, list[Any], bool]],
                      variables: Mapping[str, _DeviceVar]) -> list[Action] | None:
     """``updates`` as in-place calls bound to their arrays (what ``_update`` does for
-    them), or None when one reads a variable's storage or is a scatter."""
+    them): one library call each where the device has one (``Device.writer``: a copy,
+    cuBLAS ``axpy``), else the array module's ufunc; None when one reads a variable's
+    storage or is a scatter."""
+    xp = dev.xp
     ufunc = {"var.assign_add": xp.add, "var.assign_sub": xp.subtract}
     writes: list[Action] = []
     for name, kind, ops, reads_state in updates:
         target = variables[name].array
         if reads_state or kind not in (*ufunc, "var.assign"):
             return None
-        if kind == "var.assign":
+        prepared = dev.writer(kind, target, ops[0])
+        if prepared is not None:
+            writes.append(prepared)
+        elif kind == "var.assign":
             writes.append(partial(xp.copyto, target, ops[0]))
         else:
             writes.append(partial(ufunc[kind], target, ops[0], out=target))
@@ -541,20 +593,41 @@ def _label_checks(op: Op, ins: list[Any], args: Sequence[Value], now: _Now
     return out
 
 
-def _matmul_action(xp: Any, op: Op, ins: list[Any], out: Any) -> Action:
-    """``matmul`` straight into its storage (``out=``: cuBLAS writes the arena slot, no
-    copy); the transposes are views, which cuBLAS takes as flags. f16 (which the
-    reference computes in f32) and integers go through ``library.LIBRARY`` instead."""
+def _gemm_action(dev: Any, op: Op, ins: list[Any], out: Any) -> Action | None:
+    """A float ``matmul`` as one prepared cuBLAS call writing its storage
+    (``Device.gemm``: no allocation, no copy, the transposes as flags; f16 with f32
+    accumulation and one rounding), or None for what one call cannot do (integers,
+    broadcast batches, empty dims: ``library.LIBRARY``'s matmul runs those)."""
+    from tfc.backends.cuda.gemm import gemm_plan
     a, b = ins
-    if op.attrs["transpose_a"]:
-        a = xp.swapaxes(a, -1, -2)
-    if op.attrs["transpose_b"]:
-        b = xp.swapaxes(b, -1, -2)
-    if a.shape[-1] != b.shape[-2]:
-        raise ExecutionError(f"matmul: inner dims {a.shape[-1]} and {b.shape[-2]} differ at "
-                             f"run time", op.loc)
+    if np.dtype(out.dtype) not in (np.float16, np.float32, np.float64) or \
+            not all(x.flags.c_contiguous for x in (a, b, out)):
+        return None
+    ta, tb = op.attrs["transpose_a"], op.attrs["transpose_b"]
+    plan = gemm_plan(a.shape, b.shape, ta, tb)
+    if plan is None:
+        inner_a = a.shape[-2] if ta else a.shape[-1]
+        inner_b = b.shape[-1] if tb else b.shape[-2]
+        if inner_a != inner_b:
+            raise ExecutionError(f"matmul: inner dims {inner_a} and {inner_b} differ at "
+                                 f"run time", op.loc)
+        return None
+    if plan.out_shape != tuple(out.shape):
+        return None
+    return dev.gemm(plan, a, b, out)
 
-    return partial(xp.matmul, a, b, out=out)
+
+def _random_kernel_action(dev: Any, handle: Any, kernel: Kernel, out: Any, n: int,
+                          now: _Now) -> Action:
+    """A random op as its one Philox kernel (``codegen_random``): the launch prepared but
+    for the step, which changes every step."""
+    from tfc.backends.cuda.codegen_random import launch_args
+    grid = kernel.launch.grid({"n": n})
+    block, launch = kernel.launch.block, dev.launch
+
+    def run() -> None:
+        launch(handle, kernel, grid, block, 0, launch_args(out, n, now.step))
+    return run
 
 
 def _random_action(xp: Any, op: Op, shape: tuple[int, ...], out: Any, now: _Now) -> Action:

@@ -13,8 +13,10 @@ Other ops a step may hold, and how the executable runs them (``how_to_run``):
 - ``BY_BINDING``: ops whose value depends only on attrs and shapes (``shape``, ``rank``,
   the input-less generators ``fill``/``zeros``/``ones``/``range``): evaluated once per
   binding on the host by the registry reference and uploaded once.
-- random ops (``random.*``): the registry's sampler run with ``xp`` (``sample``), so the
-  device draws the very numbers every backend draws (``tfc/ops/random.py``).
+- random ops (``random.*``): one generated Philox kernel each
+  (``codegen_random``); where there is none (an artifact made before them), the
+  registry's sampler run with ``xp`` (``sample``). Either way the device draws the very
+  numbers every backend draws (``tfc/ops/random.py``).
 - ``ON_HOST``: ops run by their registry reference on the host, inputs copied down and
   the result copied up, per step: ``shuffle`` and what has no array-module version yet
   (matrix inverse and determinant: LAPACK's and cuSOLVER's singular-matrix errors differ).
@@ -39,8 +41,9 @@ LibraryFn = Callable[[Any, Sequence[Any], Mapping[str, Any]], list]
 
 
 def _matmul(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
-    """``a @ b`` with the transposes folded into the call (cuBLAS takes them as flags);
-    f16 computes in f32 and rounds once, as the reference (``compute_dtype``)."""
+    """``a @ b`` for what one prepared cuBLAS call does not do (integers, broadcast
+    batches, empty dims: the executable's ``Device.gemm`` runs the rest); f16 computes in
+    f32 and rounds once, as the reference (``compute_dtype``)."""
     a, b = ins
     if attrs["transpose_a"]:
         a = xp.swapaxes(a, -1, -2)
