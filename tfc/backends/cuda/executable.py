@@ -125,6 +125,32 @@ class _Bound:
     # the updates as prepared in-place writes, when each is a plain assign/add/sub of
     # a value that is no variable's storage (an optimizer's); else None (``_update``)
     writes: list[Action] | None = None
+    # class-label checks run on the device, read once when the step's actions are done
+    label_checks: list["_DeviceLabelCheck"] = field(default_factory=list)
+
+
+@dataclass
+class _DeviceLabelCheck:
+    """A class-label check queued on the device (``codegen_conv.label_check_kernel``):
+    ``found`` receives the first bad label's flat index (or -1) and the label, which the
+    step reads once its actions are queued; ``armed`` while this step launched it."""
+
+    found: Any
+    op: Op
+    name: str
+    depth: int
+    shape: tuple[int, ...]
+    armed: bool = False
+
+    def error(self, found: np.ndarray) -> TfcError | None:
+        """The reference's error for what the kernel found, or None (all in range)."""
+        from tfc.ops.array import label_error
+        self.armed = False
+        if int(found[0]) < 0:
+            return None
+        where = [int(i) for i in np.unravel_index(int(found[0]), self.shape)]
+        return ExecutionError(label_error(self.name, int(found[1]), where, self.depth),
+                              self.op.loc)
 
 
 class CUDAExecutable:
@@ -261,10 +287,11 @@ class CUDAExecutable:
         # Copies queued before the variable writes read the start-of-step values;
         # one synchronization waits for all of them.
         fetches = dev.to_host_later(bound.fetches)
+        synced = _checked_labels(dev, bound.label_checks)  # (before any variable write)
         self._update(bound)
         if defer:
-            if bound.fetches:  # (else nothing waits: the next read or step is queued after)
-                dev.synchronize()
+            if bound.fetches and not synced:  # (else nothing waits: the next read or
+                dev.synchronize()             # step is queued after)
             return StepResult(fetches, {})
         names = [u[0] for u in bound.updates]
         hosts = dev.to_host_later([self._vars[n].array for n in names])
@@ -399,6 +426,7 @@ class CUDAExecutable:
         updates: list[tuple[str, str, list[Any], bool]] = []
         state: set[Value] = set()  # values that are variables' storage (reads, their views)
         known, needed = _known_at_bind(g, binding)
+        checks: list[_DeviceLabelCheck] = []
         for i, op in enumerate(g.ops):
             kind = op.kind
             if kind != "constant" and op.results and all(r in known for r in op.results):
@@ -436,8 +464,12 @@ class CUDAExecutable:
             for r, o in zip(op.results, outs):
                 store[r] = o
             if kind == "fusion":
-                actions.extend(_label_checks(op, ins, g.args, self._now))
+                actions.extend(_label_checks(dev, op, ins, g.args, self._now, checks))
                 actions.append(self._launcher(self.kernels[i], ins, outs, syms))
+                continue
+            prepare = library.PREPARED.get(kind)
+            if prepare is not None:  # conv/pool: generated kernels and GEMMs, bound now
+                actions.append(_prepared_action(prepare, dev, op, ins, outs))
                 continue
             how = library.how_to_run(kind)
             if kind == "matmul" and op.result.dtype.np in (np.float32, np.float64):
@@ -451,7 +483,7 @@ class CUDAExecutable:
                 actions.append(_host_action(dev, op, ins, outs, self._now))
         fetches = [store[v] for v in g.results]
         return _Bound(feeds, actions, fetches, updates, keep,
-                      _prepared_writes(xp, updates, self._vars))
+                      _prepared_writes(xp, updates, self._vars), checks)
 
     def _launcher(self, kernel: Kernel, ins: list[Any], outs: list[Any],
                   syms: Mapping[str, int]) -> Action:
@@ -514,31 +546,63 @@ def _written(xp: Any, kind: str, target: Any, ops: list[Any]) -> Any:
     return target
 
 
-def _label_checks(op: Op, ins: list[Any], args: Sequence[Value], now: _Now
-                  ) -> list[Action]:
+def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: _Now,
+                  checks: list[_DeviceLabelCheck]) -> list[Action]:
     """The checks of the class labels a fusion's kernel reads (``codegen.label_checks``):
-    a label out of range is the reference's error, before the launch. Labels that are a
-    feed are checked in the array fed (on the host when it is a host array); others, on
-    the device (on a GPU that synchronizes: the error must come from this step)."""
+    a label out of range is the reference's error, and the step changes nothing. Labels
+    fed as a host array are checked on the host before the launch; labels on the device
+    (fed as a device array, or computed) by a kernel queued before the launch, whose
+    answer the step reads once, after its last action and before its variable writes
+    (``_checked_labels``): a GPU step never stops midway for them."""
     from tfc.backends.cuda.codegen import label_checks
+    from tfc.backends.cuda.codegen_conv import INTS, label_check_kernel
+    from tfc.backends.cuda.conv import launcher
     from tfc.ops.array import check_labels
+    from tfc.ir.types import DType
     out: list[Action] = []
     for c in label_checks(op):
         labels, depth, name = ins[c.operand], c.depth, c.op
         fed = args.index(op.inputs[c.operand]) if op.inputs[c.operand] in args else None
+        dtype = DType.from_numpy(labels.dtype)
+        if dtype not in INTS or labels.size == 0:
+            continue  # (a class label is an integer; none to check)
+        found = dev.empty((2,), np.int64)
+        chk = _DeviceLabelCheck(found, op, name, depth, tuple(labels.shape))
+        checks.append(chk)
+        kernel = label_check_kernel(dtype)
+        launch = launcher(dev, [kernel], kernel.name, 1, (labels, found, np.int64(labels.size),
+                                                          np.int64(depth)))
 
-        def check(labels: Any = labels, depth: int = depth, name: str = name,
-                  fed: int | None = fed) -> None:
-            if fed is not None:
-                labels = now.feeds[fed]
-            if bool(((labels < 0) | (labels >= depth)).any()):
-                host = labels if isinstance(labels, np.ndarray) else labels.get()
-                try:
-                    check_labels(name, host, depth)
+        def check(labels: Any = labels, launch: Action = launch, name: str = name,
+                  depth: int = depth, fed: int | None = fed,
+                  chk: _DeviceLabelCheck = chk) -> None:
+            if fed is not None and type(now.feeds[fed]) is not dev.array_type:
+                chk.armed = False
+                try:  # a host feed: checked where it is
+                    check_labels(name, np.asarray(now.feeds[fed]), depth)
                 except TfcError as e:
                     raise e.at(op.loc)
+                return
+            launch()
+            chk.armed = True
         out.append(check)
     return out
+
+
+def _checked_labels(dev: Any, checks: Sequence[_DeviceLabelCheck]) -> bool:
+    """Read the answers of the label checks this step queued on the device (one
+    synchronization, which the fetches' copies queued before share) and raise the first
+    check's error; whether it synchronized."""
+    armed = [c for c in checks if c.armed]
+    if not armed:
+        return False
+    found = dev.to_host_later([c.found for c in armed])
+    dev.synchronize()
+    errors = [c.error(f) for c, f in zip(armed, found)]
+    for e in errors:
+        if e is not None:
+            raise e
+    return True
 
 
 def _matmul_action(xp: Any, op: Op, ins: list[Any], out: Any) -> Action:
@@ -555,6 +619,15 @@ def _matmul_action(xp: Any, op: Op, ins: list[Any], out: Any) -> Action:
                              f"run time", op.loc)
 
     return partial(xp.matmul, a, b, out=out)
+
+
+def _prepared_action(prepare: library.Preparer, dev: Any, op: Op, ins: list[Any],
+                     outs: list[Any]) -> Action:
+    """A ``library.PREPARED`` op bound to this binding's arrays (its errors: the op's)."""
+    try:
+        return prepare(dev, ins, outs, op.attrs)[1]
+    except TfcError as e:
+        raise e.at(op.loc)
 
 
 def _random_action(xp: Any, op: Op, shape: tuple[int, ...], out: Any, now: _Now) -> Action:

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from tfc.backends.cuda.conv import CONV_LIBRARY
+from tfc.backends.cuda.conv import CONV_LIBRARY, PREPARED as CONV_PREPARED, Preparer
 from tfc.errors import ExecutionError
 from tfc.ir.registry import GENERATOR, RANDOM, lookup, normalize_axis
 from tfc.ops.random import RandomOp
@@ -212,6 +212,9 @@ LIBRARY: dict[str, LibraryFn] = {
     "one_hot": _one_hot,
     **CONV_LIBRARY,  # conv2d, max_pool, avg_pool and their gradients (im2col + matmul ...)
 }
+# Library ops an executable prepares once per binding (``conv.PREPARED``: generated
+# kernels and GEMMs bound to the binding's arrays) instead of calling their ``LIBRARY`` form.
+PREPARED: dict[str, Preparer] = dict(CONV_PREPARED)
 
 # Ops whose value is a function of attrs and shapes alone: once per binding.
 BY_BINDING = frozenset({"shape", "rank"})
