@@ -345,9 +345,22 @@ def device_for(xp: Any) -> Any:
 
 
 def _once(prepare: Preparer) -> Callable[[Any, Sequence[Any], Mapping[str, Any]], list]:
+    """``prepare`` as a ``LIBRARY`` function: prepared and run at once. On a GPU it runs
+    on the device's stream after the work queued on the caller's current stream (which
+    made the inputs), and the caller's later work waits for it."""
     def run(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
-        outs, act = prepare(device_for(xp), list(ins), None, attrs)
-        act()
+        dev = device_for(xp)
+        if dev.emulated:
+            outs, act = prepare(dev, list(ins), None, attrs)
+            act()
+            return outs
+        with dev.device:
+            caller = xp.cuda.get_current_stream()
+            dev.stream.wait_event(caller.record())
+            with dev:
+                outs, act = prepare(dev, list(ins), None, attrs)
+                act()
+            caller.wait_event(dev.stream.record())
         return outs
     return run
 

@@ -566,8 +566,9 @@ def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: 
         dtype = DType.from_numpy(labels.dtype)
         if dtype not in INTS or labels.size == 0:
             continue  # (a class label is an integer; none to check)
+        where = _label_op(op, c.operand, name)
         found = dev.empty((2,), np.int64)
-        chk = _DeviceLabelCheck(found, op, name, depth, tuple(labels.shape))
+        chk = _DeviceLabelCheck(found, where, name, depth, tuple(labels.shape))
         checks.append(chk)
         kernel = label_check_kernel(dtype)
         launch = launcher(dev, [kernel], kernel.name, 1, (labels, found, np.int64(labels.size),
@@ -575,18 +576,29 @@ def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: 
 
         def check(labels: Any = labels, launch: Action = launch, name: str = name,
                   depth: int = depth, fed: int | None = fed,
-                  chk: _DeviceLabelCheck = chk) -> None:
+                  chk: _DeviceLabelCheck = chk, where: Op = where) -> None:
             if fed is not None and type(now.feeds[fed]) is not dev.array_type:
                 chk.armed = False
                 try:  # a host feed: checked where it is
                     check_labels(name, np.asarray(now.feeds[fed]), depth)
                 except TfcError as e:
-                    raise e.at(op.loc)
+                    raise e.at(where.loc)
                 return
             launch()
             chk.armed = True
         out.append(check)
     return out
+
+
+def _label_op(fusion: Op, operand: int, name: str) -> Op:
+    """The checking ``one_hot`` in ``fusion``'s region that reads operand ``operand`` as
+    labels of ``name``: its location is the loss's, which the reference's error names."""
+    region = fusion.regions[0]
+    for o in region.ops:
+        if o.kind == "one_hot" and o.attrs.get("labels_of") == name and \
+                o.inputs[0] is region.args[operand] and o.loc is not None:
+            return o
+    return fusion
 
 
 def _checked_labels(dev: Any, checks: Sequence[_DeviceLabelCheck]) -> bool:
