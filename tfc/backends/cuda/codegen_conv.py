@@ -44,8 +44,8 @@ GEOMETRY = ("n", "h", "w", "c", "ho", "wo", "kh", "kw", "sh", "sw", "dh", "dw", 
 FLOATS = (DType.f16, DType.f32, DType.f64)
 INTS = (DType.i32, DType.i64)
 
-WINDOW_KINDS = ("im2col", "col2im", "max_pool", "max_pool_grad", "max_pool_grad_grad",
-                "avg_pool", "avg_pool_grad")
+WINDOW_KINDS = ("im2col", "col2im", "conv_direct", "filter_partials", "filter_sum",
+                "max_pool", "max_pool_grad", "max_pool_grad_grad", "avg_pool", "avg_pool_grad")
 
 
 def kernel_name(kind: str, dtype: DType) -> str:
@@ -92,9 +92,10 @@ def _first_max(dt: DType) -> str:
 
 
 def _kernel(kind: str, dt: DType, pointers: tuple[Param, ...], body: str,
-            helpers: str = "") -> Kernel:
+            helpers: str = "", extra: tuple[Param, ...] = ()) -> Kernel:
+    """A window kernel: its pointers, the geometry, then ``extra`` scalars."""
     name = kernel_name(kind, dt)
-    params = (*pointers, *_geometry_params())
+    params = (*pointers, *_geometry_params(), *extra)
     sig = ", ".join(f"{p.ctype} {p.name}" for p in params)
     source = (f"{helpers}extern \"C\" __global__ void {name}({sig}) {{\n{body}\n}}\n")
     return Kernel(name, source, params, Launch(("total",), BLOCK, BLOCK))
@@ -150,6 +151,88 @@ def _col2im(dt: DType) -> Kernel:
   }}"""
     return _kernel("col2im", dt, (Param("cols", f"const {a}* __restrict__"),
                                   Param("dx", f"{s}* __restrict__")), body)
+
+
+def _conv_direct(dt: DType) -> Kernel:
+    """The convolution without im2col: one thread per output element, its dot product
+    over the filter's ``(kh, kw, c)`` taps in order (for few taps, one launch instead of
+    im2col and a GEMM)."""
+    s, a = cexpr.STORAGE[dt], cexpr.COMPUTE[dt]
+    body = f"""  const long long total = n * ho * wo * co;
+{_LOOP}
+    long long o = idx % co, t = idx / co;
+    long long j = t % wo; t /= wo;
+    long long i = t % ho, nn = t / ho;
+    {a} acc = 0;
+    for (long long a = 0; a < kh; ++a) {{
+      long long yy = i * sh + a * dh - top;
+      if (yy < 0 || yy >= h) continue;
+      for (long long b = 0; b < kw; ++b) {{
+        long long xx = j * sw + b * dw - left;
+        if (xx < 0 || xx >= w) continue;
+        const {s}* px = x + ((nn * h + yy) * w + xx) * c;
+        const {s}* pw = f + (a * kw + b) * c * co + o;
+        for (long long ch = 0; ch < c; ++ch)
+          acc += {cexpr.load(dt, "px[ch]")} * {cexpr.load(dt, "pw[ch * co]")};
+      }}
+    }}
+    y[idx] = {cexpr.store(dt, "acc")};
+  }}"""
+    return _kernel("conv_direct", dt, (Param("x", f"const {s}* __restrict__"),
+                                       Param("f", f"const {s}* __restrict__"),
+                                       Param("y", f"{s}* __restrict__")), body,
+                   extra=(Param("co", "long long"),))
+
+
+def _filter_partials(dt: DType) -> Kernel:
+    """The filter gradient's first stage without im2col: block ``b`` sums rows
+    ``[b * chunk, (b + 1) * chunk)`` of ``cols.T @ dy`` (output pixels, in order) for
+    every ``(tap, out channel)`` pair, one pair per thread, into ``partials[b]``."""
+    s, a = cexpr.STORAGE[dt], cexpr.COMPUTE[dt]
+    body = f"""  const long long kk = kh * kw * c, rows = n * ho * wo;
+  const long long first = (long long)blockIdx.x * chunk;
+  const long long last = first + chunk < rows ? first + chunk : rows;
+  for (long long p = threadIdx.x; p < kk * co; p += blockDim.x) {{
+    long long o = p % co, k = p / co;
+    long long ch = k % c, tap = k / c;
+    long long b = tap % kw, a = tap / kw;
+    long long j = first % wo, t = first / wo;
+    long long i = t % ho, nn = t / ho;
+    {a} acc = 0;
+    for (long long m = first; m < last; ++m) {{
+      long long yy = i * sh + a * dh - top, xx = j * sw + b * dw - left;
+      if (yy >= 0 && yy < h && xx >= 0 && xx < w)
+        acc += {cexpr.load(dt, "x[((nn * h + yy) * w + xx) * c + ch]")} *
+               {cexpr.load(dt, "dy[m * co + o]")};
+      if (++j == wo) {{
+        j = 0;
+        if (++i == ho) {{
+          i = 0;
+          ++nn;
+        }}
+      }}
+    }}
+    partials[(long long)blockIdx.x * kk * co + p] = acc;
+  }}"""
+    return _kernel("filter_partials", dt, (Param("x", f"const {s}* __restrict__"),
+                                           Param("dy", f"const {s}* __restrict__"),
+                                           Param("partials", f"{a}* __restrict__")), body,
+                   extra=(Param("co", "long long"), Param("chunk", "long long")))
+
+
+def _filter_sum(dt: DType) -> Kernel:
+    """The filter gradient's second stage: each ``(tap, out channel)`` sums its blocks'
+    partials in block order (the same bits every run) and rounds once."""
+    s, a = cexpr.STORAGE[dt], cexpr.COMPUTE[dt]
+    body = f"""  const long long total = kh * kw * c * co;
+{_LOOP}
+    {a} acc = 0;
+    for (long long q = 0; q < blocks; ++q) acc += partials[q * total + idx];
+    grad[idx] = {cexpr.store(dt, "acc")};
+  }}"""
+    return _kernel("filter_sum", dt, (Param("partials", f"const {a}* __restrict__"),
+                                      Param("grad", f"{s}* __restrict__")), body,
+                   extra=(Param("co", "long long"), Param("blocks", "long long")))
 
 
 def _max_pool(dt: DType) -> Kernel:
@@ -268,7 +351,9 @@ def _avg_pool_grad(dt: DType) -> Kernel:
                                          Param("dx", f"{s}* __restrict__")), body)
 
 
-_MAKERS = {"im2col": _im2col, "col2im": _col2im, "max_pool": _max_pool,
+_MAKERS = {"im2col": _im2col, "col2im": _col2im, "conv_direct": _conv_direct,
+           "filter_partials": _filter_partials, "filter_sum": _filter_sum,
+           "max_pool": _max_pool,
            "max_pool_grad": _max_pool_grad, "max_pool_grad_grad": _max_pool_grad_grad,
            "avg_pool": _avg_pool, "avg_pool_grad": _avg_pool_grad}
 

@@ -43,6 +43,16 @@ from tfc.ops.nn import spatial_attr
 from tfc.ops.nn_grad import expect_shape, geometry
 
 Action = Callable[[], None]
+
+# How convolutions run: "gemm" (im2col + GEMM; col2im for the input gradient), "direct"
+# (generated kernels alone: ``conv_direct`` for conv2d, ``filter_partials`` +
+# ``filter_sum`` for the filter gradient) or "auto": direct where the filter is small
+# (``direct_forward``/``direct_filter``), where a GEMM's call costs more than its work.
+STRATEGY = "auto"
+DIRECT_MAX_TAPS = 32  # conv2d: kh * kw * c
+DIRECT_MAX_PAIRS = 1024  # filter gradient: kh * kw * c * co (one thread per pair)
+FILTER_BLOCKS = 512  # the filter gradient's partial sums: at most this many blocks
+FILTER_MIN_CHUNK = 64  # ... each of at least this many output pixels
 # prepare(device, inputs, outputs or None, attrs) -> (outputs, the step's action)
 Preparer = Callable[[Any, Sequence[Any], "list[Any] | None", Mapping[str, Any]],
                     "tuple[list[Any], Action]"]
@@ -117,10 +127,11 @@ def launcher(dev: Any, kernels: Sequence[Kernel], name: str, total: int,
 
 
 def _window_launch(dev: Any, dt: np.dtype, kind: str, geo: Window, total: int,
-                   arrays: Sequence[Any]) -> Action:
+                   arrays: Sequence[Any], extra: Sequence[np.int64] = ()) -> Action:
     dtype = DType.from_numpy(dt)
     return launcher(dev, codegen_conv.window_kernels(dtype),
-                    codegen_conv.kernel_name(kind, dtype), total, (*arrays, *geo.args()))
+                    codegen_conv.kernel_name(kind, dtype), total,
+                    (*arrays, *geo.args(), *extra))
 
 
 # ---- geometry --------------------------------------------------------------------------
@@ -180,6 +191,7 @@ def _sequence(actions: Sequence[Action]) -> Action:
     def run() -> None:
         for act in steps:
             act()
+    run.steps = steps  # type: ignore[attr-defined]  # (what tools/gpu_check_conv.py times)
     return run
 
 
@@ -202,6 +214,17 @@ def _gemm(dev: Any, a: Any, b: Any, out: Any, acc: np.dtype, steps: list[Action]
 
 # ---- the ops -------------------------------------------------------------------------------
 
+def direct_forward(geo: Window) -> bool:
+    """Whether conv2d runs as ``conv_direct`` (``STRATEGY``)."""
+    return STRATEGY == "direct" or (STRATEGY == "auto" and geo.taps <= DIRECT_MAX_TAPS)
+
+
+def direct_filter(geo: Window, co: int) -> bool:
+    """Whether the filter gradient runs as ``filter_partials`` + ``filter_sum``."""
+    return STRATEGY == "direct" or (STRATEGY == "auto" and
+                                    geo.taps * co <= DIRECT_MAX_PAIRS)
+
+
 def prepare_conv2d(dev: Any, ins: Sequence[Any], outs: list[Any] | None,
                    attrs: Mapping[str, Any]) -> tuple[list[Any], Action]:
     x, w = ins
@@ -212,6 +235,11 @@ def prepare_conv2d(dev: Any, ins: Sequence[Any], outs: list[Any] | None,
     acc = compute_dtype(x.dtype)
     steps: list[Action] = []
     x = _operand(dev, x, steps)
+    if direct_forward(geo):
+        w = _operand(dev, w, steps)
+        steps.append(_window_launch(dev, x.dtype, "conv_direct", geo, out.size,
+                                    (x, w, out), (np.int64(co),)))
+        return [out], _sequence(steps)
     w = _widened(dev, _operand(dev, w, steps), acc, steps)
     cols = dev.empty((geo.rows, geo.taps), acc)
     steps.append(_window_launch(dev, x.dtype, "im2col", geo, cols.size, (x, cols)))
@@ -231,6 +259,18 @@ def prepare_conv2d_backprop_filter(dev: Any, ins: Sequence[Any], outs: list[Any]
     acc = compute_dtype(x.dtype)
     steps: list[Action] = []
     x = _operand(dev, x, steps)
+    if direct_filter(geo, co):
+        dy = _operand(dev, dy, steps)
+        blocks = max(1, min(FILTER_BLOCKS, geo.rows // FILTER_MIN_CHUNK))
+        chunk = -(-geo.rows // blocks)
+        blocks = -(-geo.rows // chunk)
+        partials = dev.empty((blocks, geo.taps * co), acc)
+        steps.append(_window_launch(dev, x.dtype, "filter_partials", geo,
+                                    blocks * codegen_conv.BLOCK, (x, dy, partials),
+                                    (np.int64(co), np.int64(chunk))))
+        steps.append(_window_launch(dev, x.dtype, "filter_sum", geo, out.size,
+                                    (partials, out), (np.int64(co), np.int64(blocks))))
+        return [out], _sequence(steps)
     dy = _widened(dev, _operand(dev, dy, steps), acc, steps)
     cols = dev.empty((geo.rows, geo.taps), acc)
     steps.append(_window_launch(dev, x.dtype, "im2col", geo, cols.size, (x, cols)))
