@@ -82,6 +82,8 @@ def section(name: str, budget: float) -> Callable[[Callable[[], None]], None]:
 def median_ms(fn: Callable[[], Any], sync: Callable[[], None], n: int = 30,
               repeat: int = 1) -> float:
     """Median over ``n`` samples of ``repeat`` calls each, synchronized, in ms per call."""
+    if DRY:  # (times mean nothing there)
+        n, repeat = min(n, 2), 1
     fn()
     sync()
     times = []
@@ -129,28 +131,34 @@ def cnn_step(batch: int) -> None:
     data = Data()
     params = data.cnn_params()
     x, y = data.cnn_batch(batch)
+    from tfc.backends.cuda import conv
     want = float(NumpyContender(1).cnn(params, x, y)())
     sync = gpu_sync
-    t = time.perf_counter()
-    prog = Program(build_cnn_module(params), backend="cuda")
-    step = prog.callable("train_step", ["x", "y"], "loss")
-    got = float(step(x, y))
-    say(f"tfc first step {time.perf_counter() - t:.2f} s (compile + bind), loss {got:.6f} "
-        f"vs numpy {want:.6f} ({'ok' if abs(got - want) <= 1e-4 * max(1, abs(want)) else 'BAD'})")
-    host = median_ms(lambda: step(x, y), sync)
+    c = TorchContender(os.cpu_count() or 1, torch_device())
+    tstep = c.cnn(params, x, y)
+    tl = tstep()
+    eager = median_ms(tstep, torch_sync)
+    say(f"torch eager {eager:.3f} ms (first loss {tl:.6f})")
     if DRY:
         from tfc.backends.cuda.device import EmulatedArray
         xd, yd = x.copy().view(EmulatedArray), y.copy().view(EmulatedArray)
     else:
         xd, yd = xp().asarray(x), xp().asarray(y)
-    dev = median_ms(lambda: step(xd, yd), sync)
-    c = TorchContender(os.cpu_count() or 1, torch_device())
-    tstep = c.cnn(params, x, y)
-    tl = tstep()
-    eager = median_ms(tstep, torch_sync)
-    say(f"CNN batch {batch}: tfc host feeds {host:.3f} ms, tfc device feeds {dev:.3f} ms, "
-        f"torch eager {eager:.3f} ms (first loss {tl:.6f}); tfc/eager {host / eager:.2f}x "
-        f"(host), {dev / eager:.2f}x (device)")
+    for strategy in ("auto", "gemm"):
+        conv.STRATEGY = strategy
+        t = time.perf_counter()
+        prog = Program(build_cnn_module(params), backend="cuda")
+        step = prog.callable("train_step", ["x", "y"], "loss")
+        got = float(step(x, y))
+        ok = "ok" if abs(got - want) <= 1e-4 * max(1, abs(want)) else "BAD"
+        say(f"[conv {strategy}] tfc first step {time.perf_counter() - t:.2f} s (compile + "
+            f"bind), loss {got:.6f} vs numpy {want:.6f} ({ok})")
+        host = median_ms(lambda: step(x, y), sync)
+        dev = median_ms(lambda: step(xd, yd), sync)
+        say(f"[conv {strategy}] CNN batch {batch}: tfc host feeds {host:.3f} ms, device feeds "
+            f"{dev:.3f} ms; torch eager {eager:.3f} ms; tfc/eager {host / eager:.2f}x (host), "
+            f"{dev / eager:.2f}x (device)")
+    conv.STRATEGY = "auto"
 
 
 def profile_step(batch: int) -> None:
@@ -259,16 +267,24 @@ def ops_alone(batch: int) -> None:
         tx, tw, tdy = nchw(x), torch.from_numpy(np.ascontiguousarray(
             w.transpose(3, 2, 0, 1))).to(torch_device()), nchw(dy)
         shape = f"[{n},{hw},{hw},{ci}] * 3x3x{co}"
-        a, out = tfc_ms("conv2d", [x, w], base)
         b = torch_ms(lambda: F.conv2d(tx, tw, padding=1))
-        err = float(abs(cupy.asnumpy(out).transpose(0, 3, 1, 2) -
-                        F.conv2d(tx, tw, padding=1).detach().cpu().numpy()).max())
-        say(f"conv2d {shape}: tfc {a * 1e3:.1f} us, torch {b * 1e3:.1f} us ({a / b:.2f}x); "
-            f"max |diff| {err:.2e}")
-        a, _ = tfc_ms("conv2d_backprop_filter", [x, dy, w], base)
+        for strategy in ("direct", "gemm"):
+            conv.STRATEGY = strategy
+            a, out = tfc_ms("conv2d", [x, w], base)
+            err = float(abs(cupy.asnumpy(out).transpose(0, 3, 1, 2) -
+                            F.conv2d(tx, tw, padding=1).detach().cpu().numpy()).max())
+            say(f"conv2d {shape} [{strategy}]: tfc {a * 1e3:.1f} us, torch {b * 1e3:.1f} us "
+                f"({a / b:.2f}x); max |diff| {err:.2e}")
         b = torch_ms(lambda: torch.nn.grad.conv2d_weight(tx, tw.shape, tdy, padding=1))
-        say(f"conv2d_backprop_filter {shape}: tfc {a * 1e3:.1f} us, torch {b * 1e3:.1f} us "
-            f"({a / b:.2f}x)")
+        want = torch.nn.grad.conv2d_weight(tx, tw.shape, tdy, padding=1).cpu().numpy()
+        for strategy in ("direct", "gemm"):
+            conv.STRATEGY = strategy
+            a, out = tfc_ms("conv2d_backprop_filter", [x, dy, w], base)
+            err = float(abs(cupy.asnumpy(out).transpose(3, 2, 0, 1) - want).max())
+            say(f"conv2d_backprop_filter {shape} [{strategy}]: tfc {a * 1e3:.1f} us, torch "
+                f"{b * 1e3:.1f} us ({a / b:.2f}x); max |diff| {err:.2e} (of max "
+                f"{float(abs(want).max()):.1f})")
+        conv.STRATEGY = "auto"
         a, _ = tfc_ms("conv2d_backprop_input", [w, dy, x], base)
         b = torch_ms(lambda: torch.nn.grad.conv2d_input(tx.shape, tw, tdy, padding=1))
         say(f"conv2d_backprop_input {shape}: tfc {a * 1e3:.1f} us, torch {b * 1e3:.1f} us "

@@ -11,6 +11,11 @@ atomics, no reductions across threads), so the bits are the same every run:
 - ``im2col``: the reference's im2col matrix ``[n*ho*wo, kh*kw*c]`` (columns in the
   filter's ``(kh, kw, c)`` order), in the compute type (f16 widened to f32): the
   convolution and its filter gradient are then one GEMM each (cuBLAS on a GPU).
+- ``conv_direct``: the convolution itself, one thread per output element (a dot over
+  the filter's taps in order): for small filters, one launch instead of im2col + GEMM.
+- ``filter_partials`` + ``filter_sum``: the filter gradient without im2col, for small
+  filters: block ``b`` sums its chunk of output pixels for every ``(tap, out channel)``
+  pair, then each pair folds the blocks' partials in block order.
 - ``col2im``: the input gradient from the GEMM's ``[n*ho*wo, kh*kw*c]`` columns, each
   pixel gathering its taps in the reference's order (``tfc.ops.nn_grad.col2im`` adds
   one tap after the other, row-major, into zeros), so given the same columns the sums

@@ -3,18 +3,26 @@ the convolutions, one GEMM (cuBLAS on a GPU), as the reference computes them
 (``tfc/ops/nn.py``, ``tfc/ops/nn_grad.py``).
 
 - ``conv2d``: the ``im2col`` kernel writes the reference's im2col matrix, then one GEMM
-  ``cols @ w`` writes the result in place (NHWC is the GEMM's row-major output).
-- ``conv2d_backprop_filter``: ``im2col``, then ``cols.T @ dy`` into the filter gradient.
+  ``cols @ w`` writes the result in place (NHWC is the GEMM's row-major output); for a
+  small filter (``direct_forward``) one ``conv_direct`` kernel instead.
+- ``conv2d_backprop_filter``: ``im2col``, then ``cols.T @ dy`` into the filter gradient;
+  for a small filter (``direct_filter``) ``filter_partials`` (per-block partial sums)
+  then ``filter_sum`` (folded in block order).
 - ``conv2d_backprop_input``: ``dy @ w.T`` into a columns buffer, then the ``col2im``
   kernel sums each pixel's taps in the reference's order.
 - pooling and its gradients: one kernel each.
 
+``STRATEGY`` chooses between the two ways (``tools/gpu_check_conv.py`` times both): a
+GEMM call costs tens of microseconds of host time in cupy, more than a small filter's
+whole work on a GPU.
+
 f16 computes in f32 and rounds once (``compute_dtype``): the kernels widen and round
 themselves; around a GEMM the f16 operands are widened into f32 buffers and the f32
 product is rounded into the result. Under the emulator (numpy) the GEMMs are numpy's
-own products of the very matrices the reference multiplies, so the numbers are the
-reference's; on a GPU they differ by cuBLAS's rounding. No sum anywhere depends on the
-order threads run in (no atomics): every run gives the same bits.
+own products of the very matrices the reference multiplies, so through them the numbers
+are the reference's; on a GPU they differ by cuBLAS's rounding, and the direct kernels
+by their own order of summation. No sum anywhere depends on the order threads run in
+(no atomics; cuBLAS is deterministic too): every run gives the same bits.
 
 Each op is *prepared* once per binding (``PREPARED``: ``prepare(device, inputs, outputs,
 attrs) -> action``): its geometry checked (the reference's errors), its kernels' launches
