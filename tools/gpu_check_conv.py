@@ -144,8 +144,9 @@ def cnn_step(batch: int) -> None:
         xd, yd = x.copy().view(EmulatedArray), y.copy().view(EmulatedArray)
     else:
         xd, yd = xp().asarray(x), xp().asarray(y)
-    for strategy in ("auto", "gemm"):
-        conv.STRATEGY = strategy
+    for strategy, special in (("auto", None), ("auto", False), ("gemm", None)):
+        conv.STRATEGY, conv.SPECIALIZE = strategy, special
+        strategy += "" if special is None else ", generic kernels"
         t = time.perf_counter()
         prog = Program(build_cnn_module(params), backend="cuda")
         step = prog.callable("train_step", ["x", "y"], "loss")
@@ -158,7 +159,7 @@ def cnn_step(batch: int) -> None:
         say(f"[conv {strategy}] CNN batch {batch}: tfc host feeds {host:.3f} ms, device feeds "
             f"{dev:.3f} ms; torch eager {eager:.3f} ms; tfc/eager {host / eager:.2f}x (host), "
             f"{dev / eager:.2f}x (device)")
-    conv.STRATEGY = "auto"
+    conv.STRATEGY, conv.SPECIALIZE = "auto", None
 
 
 def profile_step(batch: int) -> None:
@@ -232,6 +233,18 @@ def describe(act: Any) -> str:
     return getattr(act, "__qualname__", type(act).__name__)
 
 
+WAYS = ("direct", "direct generic", "gemm")
+
+
+def set_way(way: str) -> None:
+    """``conv.STRATEGY`` and ``conv.SPECIALIZE`` from ``"direct"``, ``"gemm generic"``,
+    ``"generic"`` (auto, generic kernels) or ``"auto"``."""
+    from tfc.backends.cuda import conv
+    first = way.split()[0]
+    conv.STRATEGY = "auto" if first == "generic" else first
+    conv.SPECIALIZE = False if "generic" in way else None
+
+
 def ops_alone(batch: int) -> None:
     import torch
     import torch.nn.functional as F
@@ -268,8 +281,8 @@ def ops_alone(batch: int) -> None:
             w.transpose(3, 2, 0, 1))).to(torch_device()), nchw(dy)
         shape = f"[{n},{hw},{hw},{ci}] * 3x3x{co}"
         b = torch_ms(lambda: F.conv2d(tx, tw, padding=1))
-        for strategy in ("direct", "gemm"):
-            conv.STRATEGY = strategy
+        for strategy in WAYS:
+            set_way(strategy)
             a, out = tfc_ms("conv2d", [x, w], base)
             err = float(abs(cupy.asnumpy(out).transpose(0, 3, 1, 2) -
                             F.conv2d(tx, tw, padding=1).detach().cpu().numpy()).max())
@@ -277,35 +290,42 @@ def ops_alone(batch: int) -> None:
                 f"({a / b:.2f}x); max |diff| {err:.2e}")
         b = torch_ms(lambda: torch.nn.grad.conv2d_weight(tx, tw.shape, tdy, padding=1))
         want = torch.nn.grad.conv2d_weight(tx, tw.shape, tdy, padding=1).cpu().numpy()
-        for strategy in ("direct", "gemm"):
-            conv.STRATEGY = strategy
+        for strategy in WAYS:
+            set_way(strategy)
             a, out = tfc_ms("conv2d_backprop_filter", [x, dy, w], base)
             err = float(abs(cupy.asnumpy(out).transpose(3, 2, 0, 1) - want).max())
             say(f"conv2d_backprop_filter {shape} [{strategy}]: tfc {a * 1e3:.1f} us, torch "
                 f"{b * 1e3:.1f} us ({a / b:.2f}x); max |diff| {err:.2e} (of max "
                 f"{float(abs(want).max()):.1f})")
-        conv.STRATEGY = "auto"
-        a, _ = tfc_ms("conv2d_backprop_input", [w, dy, x], base)
         b = torch_ms(lambda: torch.nn.grad.conv2d_input(tx.shape, tw, tdy, padding=1))
-        say(f"conv2d_backprop_input {shape}: tfc {a * 1e3:.1f} us, torch {b * 1e3:.1f} us "
-            f"({a / b:.2f}x)")
+        for strategy in ("gemm", "gemm generic"):
+            set_way(strategy)
+            a, _ = tfc_ms("conv2d_backprop_input", [w, dy, x], base)
+            say(f"conv2d_backprop_input {shape} [{strategy}]: tfc {a * 1e3:.1f} us, torch "
+                f"{b * 1e3:.1f} us ({a / b:.2f}x)")
+        set_way("auto")
     h = rng.standard_normal((batch, 28, 28, 32), dtype=np.float32)
     th = nchw(h).requires_grad_()
     pool = {"ksize": [2, 2], "strides": None, "padding": "VALID"}
     for kind, fn in (("max_pool", F.max_pool2d), ("avg_pool", F.avg_pool2d)):
-        a, y = tfc_ms(kind, [h], pool)
         b = torch_ms(lambda: fn(th.detach(), 2))
-        say(f"{kind} [{batch},28,28,32] 2x2: tfc {a * 1e3:.1f} us, torch {b * 1e3:.1f} us "
-            f"({a / b:.2f}x)")
-        g = rng.standard_normal(y.shape, dtype=np.float32)
         ty = fn(th, 2)
+        for way in ("auto", "generic"):
+            set_way(way)
+            a, y = tfc_ms(kind, [h], pool)
+            say(f"{kind} [{batch},28,28,32] 2x2 [{way}]: tfc {a * 1e3:.1f} us, torch "
+                f"{b * 1e3:.1f} us ({a / b:.2f}x)")
+        g = rng.standard_normal(y.shape, dtype=np.float32)
         tg = nchw(g)
         grad_kind = kind + "_grad"
         arrays = [h, cupy.asnumpy(y), g] if kind == "max_pool" else [g, h]
-        a, _ = tfc_ms(grad_kind, arrays, pool)
         b = torch_ms(lambda: torch.autograd.grad(ty, th, tg, retain_graph=True))
-        say(f"{grad_kind}: tfc {a * 1e3:.1f} us, torch (autograd) {b * 1e3:.1f} us "
-            f"({a / b:.2f}x)")
+        for way in ("auto", "generic"):
+            set_way(way)
+            a, _ = tfc_ms(grad_kind, arrays, pool)
+            say(f"{grad_kind} [{way}]: tfc {a * 1e3:.1f} us, torch (autograd) {b * 1e3:.1f} "
+                f"us ({a / b:.2f}x)")
+    set_way("auto")
 
 
 def main() -> int:

@@ -14,6 +14,7 @@ order), pooling stays exact.
 from __future__ import annotations
 
 import os
+from dataclasses import astuple
 from typing import Any
 
 import numpy as np
@@ -244,13 +245,52 @@ def test_results_are_the_same_bits_every_run(xp: Any, strategy: str,
         np.testing.assert_array_equal(_run(xp, kind, arrays, attrs), first, err_msg=kind)
 
 
+@pytest.mark.parametrize("strategy", ["gemm", "direct"])
+def test_kernels_specialized_to_a_geometry_match_the_reference(
+        xp: Any, strategy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernels a GPU runs (``conv.SPECIALIZE``: the geometry as literals) on the
+    emulator too: the same text with constants, the same numbers (a few cases: each
+    specialized kernel is a compile of its own)."""
+    monkeypatch.setattr(conv, "SPECIALIZE", True)
+    monkeypatch.setattr(conv, "STRATEGY", strategy)
+    rng = np.random.default_rng(1)
+    shape, (kh, kw, co), attrs = CONV_CASES[2]
+    x = _normal(rng, shape, np.float32)
+    w = _normal(rng, (kh, kw, shape[3], co), np.float32)
+    dy = _normal(rng, _reference("conv2d", [x, w], attrs).shape, np.float32)
+    for kind, arrays in (("conv2d", [x, w]), ("conv2d_backprop_filter", [x, dy, w]),
+                         ("conv2d_backprop_input", [w, dy, x])):
+        exact = not ON_GPU and (strategy == "gemm" or kind == "conv2d_backprop_input")
+        _check(_run(xp, kind, arrays, attrs), _reference(kind, arrays, attrs), exact=exact,
+               what=f"{kind} specialized")
+    if strategy == "direct":
+        return
+    shape, attrs = POOL_CASES[1]
+    x = np.round(_normal(rng, shape, np.float32) * 2)
+    y = _reference("max_pool", [x], attrs)
+    dy = _normal(rng, y.shape, np.float32)
+    for kind, arrays in (("max_pool", [x]), ("max_pool_grad", [x, y, dy]),
+                         ("max_pool_grad_grad", [x, y, x]), ("avg_pool", [x]),
+                         ("avg_pool_grad", [dy, x])):
+        _check(_run(xp, kind, arrays, attrs), _reference(kind, arrays, attrs),
+               exact=kind != "avg_pool", what=f"{kind} specialized")
+
+
 def test_every_kernel_compiles_with_nvrtc() -> None:
-    """Every kernel ``codegen_conv`` generates (each dtype) compiles for a GPU."""
+    """Every kernel ``codegen_conv`` generates (each dtype), generic and specialized to a
+    geometry (one module: the shared device function is defined once), compiles for a
+    GPU."""
     from tfc.backends.cuda import nvrtc
     from tfc.backends.cuda.kernel import module_source
     if not nvrtc.available():
         pytest.skip("NVRTC is not installed (pip install -e '.[dev]')")
     kernels = codegen_conv.all_kernels()
+    geo = conv._pool("max_pool", _with_defaults("max_pool", {"ksize": [2, 2]}),
+                     (256, 28, 28, 32))
+    values = tuple(zip(codegen_conv.GEOMETRY, astuple(geo))) + (
+        ("blocks", 512), ("chunk", 392), ("co", 32))
+    kernels += [codegen_conv.specialized(kind, DType.f32, values)
+                for kind in codegen_conv.WINDOW_KINDS]
     ptx = nvrtc.compile_ptx(module_source(kernels))
     for k in kernels:
         assert f".entry {k.name}(" in ptx, k.name

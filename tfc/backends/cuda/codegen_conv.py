@@ -38,12 +38,15 @@ atomics, no reductions across threads), so the bits are the same every run:
 from __future__ import annotations
 
 import functools
+import hashlib
+from typing import Mapping, Optional
 
 from tfc.backends.cuda import cexpr
 from tfc.backends.cuda.kernel import Kernel, Launch, Param
 from tfc.ir.types import DType
 
 BLOCK = 256
+Values = Optional[Mapping[str, int]]  # a specialization's literals (``specialized``)
 # The window geometry every window kernel takes after its pointers, in this order.
 GEOMETRY = ("n", "h", "w", "c", "ho", "wo", "kh", "kw", "sh", "sw", "dh", "dw", "top", "left")
 FLOATS = (DType.f16, DType.f32, DType.f64)
@@ -77,7 +80,10 @@ def _first_max(dt: DType) -> str:
     low = cexpr.literal(-float("inf"), dt) if dt in FLOATS else \
         cexpr.literal(-(1 << (63 if dt is DType.i64 else 31)), dt)
     better = "v > best || (v != v && best == best)" if dt in FLOATS else "v > best"
-    return f"""__device__ __forceinline__ long long tfc_conv_first_max_{dt.name}(
+    guard = f"TFC_CONV_FIRST_MAX_{dt.name.upper()}"
+    return f"""#ifndef {guard}
+#define {guard}
+__device__ __forceinline__ long long tfc_conv_first_max_{dt.name}(
     const {s}* __restrict__ x, long long nn, long long i, long long j, long long ch,
     {_GEO}) {{
   long long first = 0;
@@ -93,16 +99,25 @@ def _first_max(dt: DType) -> str:
   }}
   return first;
 }}
+#endif
 """
 
 
 def _kernel(kind: str, dt: DType, pointers: tuple[Param, ...], body: str,
-            helpers: str = "", extra: tuple[Param, ...] = ()) -> Kernel:
-    """A window kernel: its pointers, the geometry, then ``extra`` scalars."""
+            helpers: str = "", extra: tuple[Param, ...] = (), values: Values = None) -> Kernel:
+    """A window kernel: its pointers, the geometry, then ``extra`` scalars; with
+    ``values`` (``specialized``) those scalars are literals instead of parameters."""
     name = kernel_name(kind, dt)
     params = (*pointers, *_geometry_params(), *extra)
+    consts = ""
+    if values is not None:
+        fixed = dict(values)
+        name += "_" + hashlib.sha256(repr(sorted(fixed.items())).encode()).hexdigest()[:12]
+        consts = "".join(f"  const long long {p.name} = {int(fixed[p.name])}LL;\n"
+                         for p in params if p.name in fixed)
+        params = tuple(p for p in params if p.name not in fixed)
     sig = ", ".join(f"{p.ctype} {p.name}" for p in params)
-    source = (f"{helpers}extern \"C\" __global__ void {name}({sig}) {{\n{body}\n}}\n")
+    source = (f"{helpers}extern \"C\" __global__ void {name}({sig}) {{\n{consts}{body}\n}}\n")
     return Kernel(name, source, params, Launch(("total",), BLOCK, BLOCK))
 
 
@@ -120,7 +135,7 @@ def _decompose_in() -> str:
             "    long long y = t % h, nn = t / h;\n")
 
 
-def _im2col(dt: DType) -> Kernel:
+def _im2col(dt: DType, values: Values = None) -> Kernel:
     s, a = cexpr.STORAGE[dt], cexpr.COMPUTE[dt]
     body = f"""  const long long kk = kh * kw * c, total = n * ho * wo * kk;
 {_LOOP}
@@ -131,14 +146,15 @@ def _im2col(dt: DType) -> Kernel:
     long long i = t % ho, nn = t / ho;
     long long y = i * sh + a * dh - top, xx = j * sw + b * dw - left;
     {a} v = 0;
-    if (y >= 0 && y < h && xx >= 0 && xx < w) v = {cexpr.load(dt, "x[((nn * h + y) * w + xx) * c + ch]")};
+    if (y >= 0 && y < h && xx >= 0 && xx < w)
+      v = {cexpr.load(dt, "x[((nn * h + y) * w + xx) * c + ch]")};
     cols[idx] = v;
   }}"""
     return _kernel("im2col", dt, (Param("x", f"const {s}* __restrict__"),
-                                  Param("cols", f"{a}* __restrict__")), body)
+                                  Param("cols", f"{a}* __restrict__")), body, values=values)
 
 
-def _col2im(dt: DType) -> Kernel:
+def _col2im(dt: DType, values: Values = None) -> Kernel:
     s, a = cexpr.STORAGE[dt], cexpr.COMPUTE[dt]
     body = f"""  const long long kk = kh * kw * c, total = n * h * w * c;
 {_LOOP}
@@ -155,10 +171,10 @@ def _col2im(dt: DType) -> Kernel:
     dx[idx] = {cexpr.store(dt, "acc")};
   }}"""
     return _kernel("col2im", dt, (Param("cols", f"const {a}* __restrict__"),
-                                  Param("dx", f"{s}* __restrict__")), body)
+                                  Param("dx", f"{s}* __restrict__")), body, values=values)
 
 
-def _conv_direct(dt: DType) -> Kernel:
+def _conv_direct(dt: DType, values: Values = None) -> Kernel:
     """The convolution without im2col: one thread per output element, its dot product
     over the filter's ``(kh, kw, c)`` taps in order (for few taps, one launch instead of
     im2col and a GEMM)."""
@@ -186,10 +202,10 @@ def _conv_direct(dt: DType) -> Kernel:
     return _kernel("conv_direct", dt, (Param("x", f"const {s}* __restrict__"),
                                        Param("f", f"const {s}* __restrict__"),
                                        Param("y", f"{s}* __restrict__")), body,
-                   extra=(Param("co", "long long"),))
+                   extra=(Param("co", "long long"),), values=values)
 
 
-def _filter_partials(dt: DType) -> Kernel:
+def _filter_partials(dt: DType, values: Values = None) -> Kernel:
     """The filter gradient's first stage without im2col: block ``b`` sums rows
     ``[b * chunk, (b + 1) * chunk)`` of ``cols.T @ dy`` (output pixels, in order) for
     every ``(tap, out channel)`` pair, one pair per thread, into ``partials[b]``."""
@@ -222,10 +238,10 @@ def _filter_partials(dt: DType) -> Kernel:
     return _kernel("filter_partials", dt, (Param("x", f"const {s}* __restrict__"),
                                            Param("dy", f"const {s}* __restrict__"),
                                            Param("partials", f"{a}* __restrict__")), body,
-                   extra=(Param("co", "long long"), Param("chunk", "long long")))
+                   extra=(Param("co", "long long"), Param("chunk", "long long")), values=values)
 
 
-def _filter_sum(dt: DType) -> Kernel:
+def _filter_sum(dt: DType, values: Values = None) -> Kernel:
     """The filter gradient's second stage: each ``(tap, out channel)`` sums its blocks'
     partials in block order (the same bits every run) and rounds once."""
     s, a = cexpr.STORAGE[dt], cexpr.COMPUTE[dt]
@@ -237,10 +253,10 @@ def _filter_sum(dt: DType) -> Kernel:
   }}"""
     return _kernel("filter_sum", dt, (Param("partials", f"const {a}* __restrict__"),
                                       Param("grad", f"{s}* __restrict__")), body,
-                   extra=(Param("co", "long long"), Param("blocks", "long long")))
+                   extra=(Param("co", "long long"), Param("blocks", "long long")), values=values)
 
 
-def _max_pool(dt: DType) -> Kernel:
+def _max_pool(dt: DType, values: Values = None) -> Kernel:
     s, a = cexpr.STORAGE[dt], cexpr.COMPUTE[dt]
     better = "v > best || (v != v && best == best)" if dt in FLOATS else "v > best"
     body = f"""  const long long total = n * ho * wo * c;
@@ -266,10 +282,10 @@ def _max_pool(dt: DType) -> Kernel:
     y[idx] = keep;
   }}"""
     return _kernel("max_pool", dt, (Param("x", f"const {s}* __restrict__"),
-                                    Param("y", f"{s}* __restrict__")), body)
+                                    Param("y", f"{s}* __restrict__")), body, values=values)
 
 
-def _max_pool_grad(dt: DType) -> Kernel:
+def _max_pool_grad(dt: DType, values: Values = None) -> Kernel:
     s = cexpr.STORAGE[dt]
     to_storage = {DType.f16: "tfc_d2h(acc)", DType.f32: "(float)acc", DType.f64: "acc"}[dt]
     body = f"""  const long long total = n * h * w * c;
@@ -290,14 +306,15 @@ def _max_pool_grad(dt: DType) -> Kernel:
     return _kernel("max_pool_grad", dt, (Param("x", f"const {s}* __restrict__"),
                                          Param("dy", f"const {s}* __restrict__"),
                                          Param("dx", f"{s}* __restrict__")),
-                   body, _first_max(dt))
+                   body, _first_max(dt), values=values)
 
 
-def _max_pool_grad_grad(dt: DType) -> Kernel:
+def _max_pool_grad_grad(dt: DType, values: Values = None) -> Kernel:
     s = cexpr.STORAGE[dt]
     body = f"""  const long long total = n * ho * wo * c;
 {_LOOP}
-{_decompose_out()}    long long f = tfc_conv_first_max_{dt.name}(x, nn, i, j, ch, {", ".join(GEOMETRY)});
+{_decompose_out()}    long long f = tfc_conv_first_max_{dt.name}(x, nn, i, j, ch,
+                                               {", ".join(GEOMETRY)});
     long long yy = i * sh + f / kw - top, xx = j * sw + f % kw - left;
     {s} v = 0;
     if (yy >= 0 && yy < h && xx >= 0 && xx < w) v = g[((nn * h + yy) * w + xx) * c + ch];
@@ -305,10 +322,11 @@ def _max_pool_grad_grad(dt: DType) -> Kernel:
   }}"""
     return _kernel("max_pool_grad_grad", dt, (Param("x", f"const {s}* __restrict__"),
                                               Param("g", f"const {s}* __restrict__"),
-                                              Param("out", f"{s}* __restrict__")), body)
+                                              Param("out", f"{s}* __restrict__")), body,
+                   _first_max(dt), values=values)
 
 
-def _avg_pool(dt: DType) -> Kernel:
+def _avg_pool(dt: DType, values: Values = None) -> Kernel:
     s, a = cexpr.STORAGE[dt], cexpr.COMPUTE[dt]
     body = f"""  const long long total = n * ho * wo * c;
 {_LOOP}
@@ -329,10 +347,10 @@ def _avg_pool(dt: DType) -> Kernel:
     y[idx] = {cexpr.store(dt, f"acc / ({a})count")};
   }}"""
     return _kernel("avg_pool", dt, (Param("x", f"const {s}* __restrict__"),
-                                    Param("y", f"{s}* __restrict__")), body)
+                                    Param("y", f"{s}* __restrict__")), body, values=values)
 
 
-def _avg_pool_grad(dt: DType) -> Kernel:
+def _avg_pool_grad(dt: DType, values: Values = None) -> Kernel:
     s, a = cexpr.STORAGE[dt], cexpr.COMPUTE[dt]
     body = f"""  const long long total = n * h * w * c;
 {_LOOP}
@@ -353,7 +371,7 @@ def _avg_pool_grad(dt: DType) -> Kernel:
     dx[idx] = {cexpr.store(dt, "acc")};
   }}"""
     return _kernel("avg_pool_grad", dt, (Param("dy", f"const {s}* __restrict__"),
-                                         Param("dx", f"{s}* __restrict__")), body)
+                                         Param("dx", f"{s}* __restrict__")), body, values=values)
 
 
 _MAKERS = {"im2col": _im2col, "col2im": _col2im, "conv_direct": _conv_direct,
@@ -369,6 +387,15 @@ def window_kernels(dt: DType) -> tuple[Kernel, ...]:
     for integers (the only window op defined on them)."""
     kinds = WINDOW_KINDS if dt in FLOATS else ("max_pool",)
     return tuple(_MAKERS[k](dt) for k in kinds)
+
+
+@functools.lru_cache(maxsize=None)
+def specialized(kind: str, dt: DType, values: tuple[tuple[str, int], ...]) -> Kernel:
+    """Window kernel ``kind`` with its scalar parameters named in ``values`` (geometry and
+    extras) as literals: the same text but constants, so the compiler folds the index
+    arithmetic (divisions by constants become multiplications) and unrolls the window
+    loops. Its name carries a hash of the values; it takes only the other parameters."""
+    return _MAKERS[kind](dt, dict(values))
 
 
 @functools.lru_cache(maxsize=None)

@@ -61,6 +61,11 @@ DIRECT_MAX_TAPS = 32  # conv2d: kh * kw * c
 DIRECT_MAX_PAIRS = 1024  # filter gradient: kh * kw * c * co (one thread per pair)
 FILTER_BLOCKS = 512  # the filter gradient's partial sums: at most this many blocks
 FILTER_MIN_CHUNK = 64  # ... each of at least this many output pixels
+# Whether window kernels are compiled for each op's geometry (literals: the compiler folds
+# the index arithmetic) rather than taking it as arguments: None means on a GPU (NVRTC,
+# PTX cached on disk), not under the emulator (a g++ compile per shape would make the
+# tests slow; ``tests/backends/cuda/test_conv.py`` runs some specialized ones there).
+SPECIALIZE: bool | None = None
 # prepare(device, inputs, outputs or None, attrs) -> (outputs, the step's action)
 Preparer = Callable[[Any, Sequence[Any], "list[Any] | None", Mapping[str, Any]],
                     "tuple[list[Any], Action]"]
@@ -134,12 +139,25 @@ def launcher(dev: Any, kernels: Sequence[Kernel], name: str, total: int,
     return dev.launcher(handle, kernel, grid, kernel.launch.block, 0, tuple(args))
 
 
+def specializes(dev: Any) -> bool:
+    """Whether window kernels are specialized to each op's geometry (``SPECIALIZE``)."""
+    return not dev.emulated if SPECIALIZE is None else SPECIALIZE
+
+
 def _window_launch(dev: Any, dt: np.dtype, kind: str, geo: Window, total: int,
-                   arrays: Sequence[Any], extra: Sequence[np.int64] = ()) -> Action:
+                   arrays: Sequence[Any], extra: Mapping[str, int] | None = None) -> Action:
+    """The launch of window kernel ``kind`` over ``total`` elements: the module of
+    ``dt``'s kernels with the geometry as arguments, or (``specializes``) the kernel
+    made for this geometry, which takes the arrays alone."""
     dtype = DType.from_numpy(dt)
+    extra = dict(extra or {})
+    if specializes(dev):
+        values = tuple(zip(codegen_conv.GEOMETRY, astuple(geo))) + tuple(sorted(extra.items()))
+        kernel = codegen_conv.specialized(kind, dtype, values)
+        return launcher(dev, [kernel], kernel.name, total, tuple(arrays))
     return launcher(dev, codegen_conv.window_kernels(dtype),
                     codegen_conv.kernel_name(kind, dtype), total,
-                    (*arrays, *geo.args(), *extra))
+                    (*arrays, *geo.args(), *(np.int64(v) for v in extra.values())))
 
 
 # ---- geometry --------------------------------------------------------------------------
@@ -246,7 +264,7 @@ def prepare_conv2d(dev: Any, ins: Sequence[Any], outs: list[Any] | None,
     if direct_forward(geo):
         w = _operand(dev, w, steps)
         steps.append(_window_launch(dev, x.dtype, "conv_direct", geo, out.size,
-                                    (x, w, out), (np.int64(co),)))
+                                    (x, w, out), {"co": co}))
         return [out], _sequence(steps)
     w = _widened(dev, _operand(dev, w, steps), acc, steps)
     cols = dev.empty((geo.rows, geo.taps), acc)
@@ -275,9 +293,9 @@ def prepare_conv2d_backprop_filter(dev: Any, ins: Sequence[Any], outs: list[Any]
         partials = dev.empty((blocks, geo.taps * co), acc)
         steps.append(_window_launch(dev, x.dtype, "filter_partials", geo,
                                     blocks * codegen_conv.BLOCK, (x, dy, partials),
-                                    (np.int64(co), np.int64(chunk))))
+                                    {"co": co, "chunk": chunk}))
         steps.append(_window_launch(dev, x.dtype, "filter_sum", geo, out.size,
-                                    (partials, out), (np.int64(co), np.int64(blocks))))
+                                    (partials, out), {"co": co, "blocks": blocks}))
         return [out], _sequence(steps)
     dy = _widened(dev, _operand(dev, dy, steps), acc, steps)
     cols = dev.empty((geo.rows, geo.taps), acc)

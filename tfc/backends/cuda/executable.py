@@ -14,7 +14,8 @@ A step is a precomputed list of actions over device storage, made once per *bind
   arrays fed, is in ``_Now``): a ``fusion`` launches its generated kernel
   (``Device.launcher``: grid from the kernel's ``Launch`` and the binding, arguments
   bound once; class labels it reads are checked first, on the host when they are a
-  host feed, so a GPU step does not stop for them); a
+  host feed, else by a kernel whose answer the step reads with its fetches, before its
+  variable writes, so a GPU step does not stop for them); a
   view does nothing (it aliases); an f32/f64 ``matmul`` writes its slot through cuBLAS
   (``out=``); other library ops (``library.LIBRARY``) run with the array module and copy
   their result into the value's storage; random ops draw with the array module;
@@ -563,10 +564,13 @@ def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: 
     for c in label_checks(op):
         labels, depth, name = ins[c.operand], c.depth, c.op
         fed = args.index(op.inputs[c.operand]) if op.inputs[c.operand] in args else None
-        dtype = DType.from_numpy(labels.dtype)
-        if dtype not in INTS or labels.size == 0:
-            continue  # (a class label is an integer; none to check)
         where = _label_op(op, c.operand, name)
+        dtype = DType.from_numpy(labels.dtype)
+        if labels.size == 0:
+            continue  # (no label to check)
+        if dtype not in INTS:  # (labels of a type the check kernel lacks: on the host)
+            out.append(partial(_host_label_check, labels, name, depth, where))
+            continue
         found = dev.empty((2,), np.int64)
         chk = _DeviceLabelCheck(found, where, name, depth, tuple(labels.shape))
         checks.append(chk)
@@ -574,9 +578,9 @@ def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: 
         launch = launcher(dev, [kernel], kernel.name, 1, (labels, found, np.int64(labels.size),
                                                           np.int64(depth)))
 
-        def check(labels: Any = labels, launch: Action = launch, name: str = name,
-                  depth: int = depth, fed: int | None = fed,
-                  chk: _DeviceLabelCheck = chk, where: Op = where) -> None:
+        def check(launch: Action = launch, name: str = name, depth: int = depth,
+                  fed: int | None = fed, chk: _DeviceLabelCheck = chk,
+                  where: Op = where) -> None:
             if fed is not None and type(now.feeds[fed]) is not dev.array_type:
                 chk.armed = False
                 try:  # a host feed: checked where it is
@@ -588,6 +592,17 @@ def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: 
             chk.armed = True
         out.append(check)
     return out
+
+
+def _host_label_check(labels: Any, name: str, depth: int, where: Op) -> None:
+    """Labels checked on the host (a synchronization on a GPU)."""
+    from tfc.ops.array import check_labels
+    if bool(((labels < 0) | (labels >= depth)).any()):
+        try:
+            check_labels(name, labels if isinstance(labels, np.ndarray) else labels.get(),
+                         depth)
+        except TfcError as e:
+            raise e.at(where.loc)
 
 
 def _label_op(fusion: Op, operand: int, name: str) -> Op:

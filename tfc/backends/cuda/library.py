@@ -6,7 +6,9 @@ calls, the rest cupy's own kernels), ``numpy`` under the emulator. The code a GP
 therefore the code every CI run tests against the reference. Each function computes what
 the op's registry reference computes (``tfc/ops/*``), dtype rules included; where cupy
 and numpy could differ (integer matmul, NaN handling of argmax) the function says how
-it keeps them equal.
+it keeps them equal. Convolutions and pooling (``conv``) are generated kernels plus
+cuBLAS GEMMs; an executable prepares them once per binding (``PREPARED``), and their
+``LIBRARY`` form prepares and runs them at once.
 
 Other ops a step may hold, and how the executable runs them (``how_to_run``):
 
@@ -210,7 +212,7 @@ LIBRARY: dict[str, LibraryFn] = {
     "split": _split,
     "pad": _pad,
     "one_hot": _one_hot,
-    **CONV_LIBRARY,  # conv2d, max_pool, avg_pool and their gradients (im2col + matmul ...)
+    **CONV_LIBRARY,  # conv2d, max_pool, avg_pool and their gradients (generated kernels)
 }
 # Library ops an executable prepares once per binding (``conv.PREPARED``: generated
 # kernels and GEMMs bound to the binding's arrays) instead of calling their ``LIBRARY`` form.
