@@ -176,9 +176,11 @@ def test_max_pool_gradients_of_minus_infinity_follow_the_reference(xp: Any) -> N
                what=kind)
 
 
-def test_the_filter_gradient_sums_many_rows_in_blocks(xp: Any) -> None:
+def test_the_filter_gradient_sums_many_rows_in_blocks(xp: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Enough output pixels for several blocks of partial sums, with a last block that
     is short (the direct filter gradient's chunks)."""
+    monkeypatch.setattr(conv, "STRATEGY", "direct")
     rng = np.random.default_rng(4)
     x = _normal(rng, (3, 13, 11, 2), np.float32)
     w = _normal(rng, (3, 3, 2, 3), np.float32)

@@ -5,6 +5,7 @@ midway: the check's answer is read once, with the fetches, before any variable w
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterator
 
 import numpy as np
@@ -22,9 +23,23 @@ RTOL = 1e-5
 IMAGE, FILTERS, CLASSES = 6, 4, 5
 
 
-@pytest.fixture(autouse=True)
+ON_GPU = os.environ.get("TFC_BACKEND") == "cuda" and \
+    os.environ.get(cuda_device.DEVICE_ENV, "") != cuda_device.EMULATED and \
+    cuda_device.device_problem() is None
+
+
+@pytest.fixture
 def emulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulator even on a GPU machine: device feeds are ``EmulatedArray``s, whose host
+    reads ``NoHostReads`` can watch."""
     monkeypatch.setenv(cuda_device.DEVICE_ENV, cuda_device.EMULATED)
+
+
+@pytest.fixture
+def device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulator, but the GPU under ``TFC_BACKEND=cuda`` on a machine with one."""
+    if not ON_GPU:
+        monkeypatch.setenv(cuda_device.DEVICE_ENV, cuda_device.EMULATED)
 
 
 def cnn_module() -> Any:
@@ -58,9 +73,10 @@ def cnn_module() -> Any:
 
 
 @pytest.fixture
-def programs() -> Iterator[tuple[Program, Program]]:
+def programs(emulated: None) -> Iterator[tuple[Program, Program]]:
     module = cnn_module()
-    yield Program(module, backend="cuda"), Program(module, backend="reference")
+    ref = Program(module, backend="reference")
+    yield Program(module, dict(ref.variables), backend="cuda"), ref
 
 
 def batch(step: int, n: int = 3) -> dict[str, np.ndarray]:
@@ -172,3 +188,65 @@ def test_labels_computed_on_the_device_are_checked_there(
                                    ref.run("train_argmax", x=f["x"], z=f["z"])["loss"],
                                    rtol=RTOL)
     assert_same_variables(mine, ref)
+
+
+def bias_gradient_module(shape: tuple, dtype: Any = np.float32, mean: bool = False) -> Any:
+    """A conv layer's backward tail as it fuses: the relu gradient (full shape, fetched)
+    and its sum over every axis but the channels (the bias gradient; or a mean), and the
+    sum of squares too (two reductions in one kernel)."""
+    import tfc
+    dt = {np.float32: tfc.float32, np.float16: tfc.float16}[dtype]
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(dt, list(shape), name="x")
+        dy = tfc.placeholder(dt, list(shape), name="dy")
+        grad = tfc.where(x > 0, dy, tfc.zeros_like(dy))
+        reduce = tfc.reduce_mean if mean else tfc.reduce_sum
+        tfc.entry("f", feeds={"x": x, "dy": dy},
+                  fetches={"grad": grad, "bias": reduce(grad, axis=[0, 1, 2]),
+                           "squares": tfc.reduce_sum(grad * grad, axis=[0, 1, 2])})
+    return g.as_module()
+
+
+@pytest.mark.parametrize("shape,dtype,mean,chunks", [
+    ((None, 2, 3, 40), np.float32, False, 4),  # symbolic columns, 2 row blocks (40 rows)
+    ((None, 3, 3, 32), np.float16, True, 3),  # chunks of 7 columns for 2 images: one empty
+    ((16, 8, 8, 40), np.float32, False, None),  # static columns: 8 chunks of 128
+])
+def test_a_bias_gradient_over_a_batch_is_split_across_blocks(
+        shape: tuple, dtype: Any, mean: bool, chunks: int | None,
+        monkeypatch: pytest.MonkeyPatch, device: None) -> None:
+    """The bias gradient of a conv layer reduces few rows (channels) over every pixel of
+    the batch: its columns are split across blocks (``codegen.column_split_chunks``),
+    each block storing its columns of the relu gradient too; the reference's numbers,
+    the same bits step after step (the chunk counters reset) and at another batch size.
+    (Few chunks for symbolic columns: the emulator runs a fiber per CUDA thread.)"""
+    from tfc.backends.cuda import codegen
+    if chunks is not None:
+        monkeypatch.setattr(codegen, "COLUMN_SPLIT_CHUNKS", chunks)
+    module = bias_gradient_module(shape, dtype, mean)
+    mine, ref = Program(module, backend="cuda"), Program(module, backend="reference")
+    kernels = _kernels(module)
+    split = [k for k in kernels if "block_row" in k.source]
+    assert len(split) == 1 and split[0].launch.scratch_bytes > 0, [k.name for k in kernels]
+    rng = np.random.default_rng(0)
+    # sums of ~1000 terms of size ~1 in another order than numpy's pairwise ones
+    rtol, atol = (2e-3, 2e-3) if dtype == np.float16 else (1e-5, 1e-3)
+    for batch in ([7, 7, 2] if shape[0] is None else [shape[0]] * 2):
+        full = (batch, *shape[1:])
+        x = rng.normal(size=full).astype(dtype)
+        dy = rng.normal(size=full).astype(dtype)
+        got, want = mine.run("f", x=x, dy=dy), ref.run("f", x=x, dy=dy)
+        np.testing.assert_array_equal(got["grad"], want["grad"])
+        for name in ("bias", "squares"):
+            np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=atol,
+                                       err_msg=name)
+        again = mine.run("f", x=x, dy=dy)
+        for name in ("bias", "squares"):
+            np.testing.assert_array_equal(again[name], got[name], err_msg=name)
+
+
+def _kernels(module: Any) -> list:
+    from tfc.backends.cuda import CUDABackend
+    from tfc.pipeline import lower_entry
+    exe = CUDABackend().compile(lower_entry(module, "f", "cuda"), "f")
+    return [exe.kernels[i] for i in sorted(exe.kernels)]
