@@ -801,11 +801,14 @@ def column_split_chunks(op: Op, full: Sequence[Dim], axes: Sequence[int]) -> int
     """Blocks the columns of each row block of the column layout are split across: more
     than 1 when that layout is used (``row_layout``), the rows are static and make fewer
     than ``COLUMN_SPLIT_MAX_BLOCKS`` row blocks, the columns are symbolic or long enough
-    for two chunks, no reduction reads an earlier one's result and no result of the full
-    shape is computed from a reduction (a relu gradient stored next to its bias gradient
-    is fine: each block stores its own columns); else 1. A symbolic column count gets
-    ``COLUMN_SPLIT_CHUNKS`` chunks (their length computed at run time), a static one
-    chunks of at least ``COLUMN_SPLIT_MIN_CHUNK``, at most ``SPLIT_BLOCKS`` blocks."""
+    for two chunks (symbolic: a batch of images, whose static part, the pixels, is at
+    least ``COLUMN_SPLIT_MIN_CHUNK``; a dense layer's bias gradient over a batch alone
+    keeps a block per 32 rows), no reduction reads an earlier one's result and no result
+    of the full shape is computed from a reduction (a relu gradient stored next to its
+    bias gradient is fine: each block stores its own columns); else 1. A symbolic column
+    count gets ``COLUMN_SPLIT_CHUNKS`` chunks (their length computed at run time), a
+    static one chunks of at least ``COLUMN_SPLIT_MIN_CHUNK``, at most ``SPLIT_BLOCKS``
+    blocks in all."""
     layout = row_layout(full, axes)
     kept = [full[k] for k in range(len(full)) if k not in axes]
     cols = [full[k] for k in axes]
@@ -823,9 +826,9 @@ def column_split_chunks(op: Op, full: Sequence[Dim], axes: Sequence[int]) -> int
            if not _maps_into(v.type.shape, kd_shape)):
         return 1
     most = max(1, SPLIT_BLOCKS // row_blocks)
+    n = math.prod(d for d in cols if isinstance(d, int))  # the static part
     if not all(isinstance(d, int) for d in cols):
-        return min(COLUMN_SPLIT_CHUNKS, most)
-    n = math.prod(int(d) for d in cols)
+        return min(COLUMN_SPLIT_CHUNKS, most) if n >= COLUMN_SPLIT_MIN_CHUNK else 1
     if n < 2 * COLUMN_SPLIT_MIN_CHUNK:
         return 1
     return max(1, min(n // COLUMN_SPLIT_MIN_CHUNK, most))
