@@ -64,6 +64,8 @@ FILTER_MIN_CHUNK = 64  # ... each of at least this many output pixels
 # the index arithmetic) rather than taking it as arguments: None means on a GPU (NVRTC,
 # PTX cached on disk), not under the emulator (a g++ compile per shape would make the
 # tests slow; ``tests/backends/cuda/test_conv.py`` runs some specialized ones there).
+# On the H200 the 64-bit divisions by arguments cost 3-9x per kernel (max_pool_grad at
+# batch 256: 55 us specialized, 217 us generic), the CNN step 0.48 ms against 0.90 ms.
 SPECIALIZE: bool | None = None
 # prepare(device, inputs, outputs or None, attrs) -> (outputs, the step's action)
 Preparer = Callable[[Any, Sequence[Any], "list[Any] | None", Mapping[str, Any]],
