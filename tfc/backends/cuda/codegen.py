@@ -38,7 +38,10 @@ of the current row. The element expressions are ``cexpr``'s (numpy's semantics).
   elements. When there are few long static rows (a full sum, a loss's mean:
   ``split_chunks``), each row is split into chunks reduced by separate blocks, whose
   partials the last block to finish folds in chunk order (``_split_reduce_kernel``; the
-  kernel then takes a ``scratch`` pointer after its results), the same bits every run. Sums accumulate in the
+  kernel then takes a ``scratch`` pointer after its results), the same bits every run.
+  Likewise the column layout splits the columns of few row blocks (a conv layer's bias
+  gradient over every pixel of a batch, symbolic or static, with the relu gradient it is
+  fused with stored by the same blocks: ``column_split_chunks``, ``_split_column_kernel``). Sums accumulate in the
   element type (f16: in f32, rounded once when stored; integers wrap), in a different
   order than numpy's pairwise sums, so float results differ from the reference by
   rounding; max/min propagate NaN as numpy's do; ``mean`` divides the sum by the count.
@@ -585,6 +588,9 @@ def _reduce_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     chunks = split_chunks(op, full, axes)
     if chunks > 1:
         return _split_reduce_kernel(op, name, params, full, axes, chunks)
+    chunks = column_split_chunks(op, full, axes)
+    if chunks > 1:
+        return _split_column_kernel(op, name, params, full, axes, chunks)
     em = Emitter(op)
     em.line(f"const long long rows = {size_c(row_shape)};")
     em.line(f"const long long cols = {size_c(col_shape)};")
@@ -784,6 +790,161 @@ def _split_reduce_kernel(op: Op, name: str, params: tuple[Param, ...], full: Seq
     return Kernel(name, _source(name, params, em.lines, block), params, launch)
 
 
+# The column layout splits few row blocks' columns across blocks (a bias gradient over
+# a batch: 32 channels are one row block, whose columns are every pixel of the batch).
+COLUMN_SPLIT_MAX_BLOCKS = 64  # row blocks (of 32 rows) below which columns are split
+COLUMN_SPLIT_MIN_CHUNK = 128  # columns a block reduces at least (static column counts)
+COLUMN_SPLIT_CHUNKS = 256  # chunks per row block when the column count is symbolic
+
+
+def column_split_chunks(op: Op, full: Sequence[Dim], axes: Sequence[int]) -> int:
+    """Blocks the columns of each row block of the column layout are split across: more
+    than 1 when that layout is used (``row_layout``), the rows are static and make fewer
+    than ``COLUMN_SPLIT_MAX_BLOCKS`` row blocks, the columns are symbolic or long enough
+    for two chunks (symbolic: a batch of images, whose static part, the pixels, is at
+    least ``COLUMN_SPLIT_MIN_CHUNK``; a dense layer's bias gradient over a batch alone
+    keeps a block per 32 rows), no reduction reads an earlier one's result and no result
+    of the full shape is computed from a reduction (a relu gradient stored next to its
+    bias gradient is fine: each block stores its own columns); else 1. A symbolic column
+    count gets ``COLUMN_SPLIT_CHUNKS`` chunks (their length computed at run time), a
+    static one chunks of at least ``COLUMN_SPLIT_MIN_CHUNK``, at most ``SPLIT_BLOCKS``
+    blocks in all."""
+    layout = row_layout(full, axes)
+    kept = [full[k] for k in range(len(full)) if k not in axes]
+    cols = [full[k] for k in axes]
+    if layout.rows_per_block == 1 or not all(isinstance(d, int) for d in kept):
+        return 1
+    row_blocks = -(-math.prod(int(d) for d in kept) // WARP)
+    if row_blocks >= COLUMN_SPLIT_MAX_BLOCKS:
+        return 1
+    em = Emitter(op)
+    region = op.regions[0]
+    if any(em.after_reduction(o.inputs[0]) for o in region.ops if fused_reduction(o.kind)):
+        return 1
+    kd_shape = tuple(1 if k in axes else d for k, d in enumerate(full))
+    if any(em.after_reduction(v) for v in region.results
+           if not _maps_into(v.type.shape, kd_shape)):
+        return 1
+    most = max(1, SPLIT_BLOCKS // row_blocks)
+    n = math.prod(d for d in cols if isinstance(d, int))  # the static part
+    if not all(isinstance(d, int) for d in cols):
+        return min(COLUMN_SPLIT_CHUNKS, most) if n >= COLUMN_SPLIT_MIN_CHUNK else 1
+    if n < 2 * COLUMN_SPLIT_MIN_CHUNK:
+        return 1
+    return max(1, min(n // COLUMN_SPLIT_MIN_CHUNK, most))
+
+
+def _split_column_kernel(op: Op, name: str, params: tuple[Param, ...], full: Sequence[Dim],
+                         axes: Sequence[int], chunks: int) -> Kernel:
+    """A reduce fusion in the column layout whose columns are split into ``chunks``
+    (``column_split_chunks``): block ``item`` takes the 32 rows of row block ``item /
+    chunks`` and the columns of chunk ``item % chunks`` (``ceil(cols / chunks)`` each, the
+    last shorter or empty), folds them as the one-block kernel does (its slices in
+    order), stores its partials and its columns of the full-shaped results, and counts
+    itself done; the block that counts last folds the row block's partials in chunk
+    order and stores the row results (as ``_split_reduce_kernel``: the order depends on
+    the sizes alone, so every run gives the same bits)."""
+    region = op.regions[0]
+    reductions = [o for o in region.ops if fused_reduction(o.kind)]
+    kept = [k for k in range(len(full)) if k not in axes]
+    row_shape = [full[k] for k in kept]
+    col_shape = [full[k] for k in axes]
+    rows = math.prod(int(d) for d in row_shape)
+    row_blocks = -(-rows // WARP)
+    layout = row_layout(full, axes)
+    slices = layout.slices
+    em = Emitter(op)
+    em.line(f"const long long rows = {rows}LL;")
+    em.line(f"const long long cols = {size_c(col_shape)};")
+    em.line(f"const long long chunk = (cols + {chunks - 1}LL) / {chunks}LL;")
+    em.line("const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;")
+    em.line("__shared__ int last;")
+    em.line("unsigned int* const counters = (unsigned int*)scratch;")
+    offset = -(-row_blocks * 4 // 16) * 16
+    for j, r in enumerate(reductions):
+        acc_t = _acc_type(r.kind, r.inputs[0].dtype)
+        em.line(f"__shared__ {acc_t} red{j}[{slices}][32];")
+        em.line(f"{acc_t}* const part{j} = ({acc_t}*)(scratch + {offset});")
+        offset += -(-row_blocks * chunks * WARP * _ACC_BYTES[acc_t] // 16) * 16
+    em.open(f"for (long long item = blockIdx.x; item < {row_blocks * chunks}LL; "
+            "item += gridDim.x)")
+    em.line(f"const long long block_row = item / {chunks}LL;")
+    em.line(f"const long long begin = (item % {chunks}LL) * chunk;")
+    em.line("const long long end = begin + chunk < cols ? begin + chunk : cols;")
+    em.line("const long long row = block_row * 32 + lane;")
+    em.line("const bool active = row < rows;")
+    em.row_frame = len(em.frames) - 1
+    row_idx = decompose(em, "row", row_shape, "k")
+    kd_idx = ["0"] * len(full)
+    for k, i in zip(kept, row_idx):
+        kd_idx[k] = i
+    kd_shape = tuple(1 if k in axes else d for k, d in enumerate(full))
+
+    def full_index(col_idx: Index) -> Index:
+        idx = list(kd_idx)
+        for k, i in zip(axes, col_idx):
+            idx[k] = i
+        return tuple(idx)
+
+    columns = f"for (long long col = begin + warp; col < end; col += {slices})"
+    for j, r in enumerate(reductions):
+        dt = r.inputs[0].dtype
+        acc_t = _acc_type(r.kind, dt)
+        em.line(f"{acc_t} acc{j} = {_identity(r.kind, dt)};")
+        em.open("if (active)", guard=True)
+        em.open(columns, pragma="#pragma unroll 4")
+        col_idx = decompose(em, "col", col_shape, f"c{j}_")
+        x = em.at(r.inputs[0], full_index(col_idx))
+        em.line(f"acc{j} = {_combine(r.kind, dt, f'acc{j}', x)};")
+        em.close()
+        em.close()
+        _combine_slices(em, j, r.kind, dt, acc_t, slices)
+        em.line(f"if (warp == 0) part{j}[item * 32 + lane] = red{j}[0][lane];")
+    results = list(region.results)
+    row_results = [j for j, v in enumerate(results) if _maps_into(v.type.shape, kd_shape)]
+    full_results = [j for j in range(len(results)) if j not in row_results]
+    if full_results:
+        em.open("if (active)", guard=True)
+        em.open(columns)
+        col_idx = decompose(em, "col", col_shape, "c_")
+        for j in full_results:
+            store_result(em, j, results[j], full, full_index(col_idx))
+        em.close()
+        em.close()
+    em.line("__threadfence();  // this thread's partials are seen before the count")
+    em.line("__syncthreads();")
+    em.open("if (threadIdx.x == 0)")
+    em.line("__threadfence();")
+    em.line(f"last = atomicAdd(&counters[block_row], 1u) == {chunks - 1}u;")
+    em.close()
+    em.line("__syncthreads();")
+    em.open("if (last && warp == 0)", guard=True)  # the same for the whole block
+    em.line("__threadfence();")
+    for j, r in enumerate(reductions):
+        dt = r.inputs[0].dtype
+        acc_t = _acc_type(r.kind, dt)
+        em.line(f"acc{j} = {_identity(r.kind, dt)};")
+        em.open(f"for (long long c = 0; c < {chunks}LL; ++c)")
+        partial = f"((volatile {acc_t}*)part{j})[(block_row * {chunks}LL + c) * 32 + lane]"
+        em.line(f"acc{j} = {_combine(r.kind, dt, f'acc{j}', partial)};")
+        em.close()
+        reg = em.var(cexpr.COMPUTE[dt], _finished(r.kind, dt, acc_t, f"acc{j}"), prefix="r")
+        em.registers[r.result] = (reg, map_index(r.result.type.shape, kd_shape,
+                                                 tuple(kd_idx))[0])
+    if row_results:
+        em.open("if (active)", guard=True)
+        for j in row_results:
+            store_result(em, j, results[j], kd_shape, tuple(kd_idx))
+        em.close()
+    em.line("if (lane == 0) counters[block_row] = 0u;  // for the next launch")
+    em.close()
+    em.line("__syncthreads();  // last and every red* are read: the next item may write them")
+    em.close()
+    launch = Launch(work=(row_blocks, chunks), block=layout.block, per_block=1,
+                    scratch_bytes=offset)
+    return Kernel(name, _source(name, params, em.lines, layout.block), params, launch)
+
+
 def _finished(kind: str, dt: DType, acc_t: str, value: str) -> str:
     """A row's reduced accumulator as the reduction's value: a mean divides by the
     column count, f16 rounds once, bool compares with 0."""
@@ -855,7 +1016,8 @@ def _with_scratch(op: Op, params: tuple[Param, ...]) -> tuple[Param, ...]:
     split across blocks (``split_chunks``)."""
     reductions = [o for o in op.regions[0].ops if fused_reduction(o.kind)]
     full = tuple(reductions[0].inputs[0].type.shape)
-    if split_chunks(op, full, reduction_axes(reductions[0])) <= 1:
+    axes = reduction_axes(reductions[0])
+    if split_chunks(op, full, axes) <= 1 and column_split_chunks(op, full, axes) <= 1:
         return params
     n = len(op.inputs) + len(op.results)
     return params[:n] + (Param("scratch", "unsigned char*"),) + params[n:]

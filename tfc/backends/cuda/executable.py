@@ -14,7 +14,8 @@ A step is a precomputed list of actions over device storage, made once per *bind
   arrays fed, is in ``_Now``): a ``fusion`` launches its generated kernel
   (``Device.launcher``: grid from the kernel's ``Launch`` and the binding, arguments
   bound once; class labels it reads are checked first, on the host when they are a
-  host feed, so a GPU step does not stop for them); a
+  host feed, else by a kernel whose answer the step reads with its fetches, before its
+  variable writes, so a GPU step does not stop for them); a
   view does nothing (it aliases); a float ``matmul`` is one cuBLAS call prepared with its
   arguments (``Device.gemm``, ``gemm.GemmPlan``: no allocation, the transposes as flags,
   f16 on tensor cores with f32 accumulation and one rounding) writing its slot; other
@@ -134,6 +135,32 @@ class _Bound:
     # the updates as prepared in-place writes, when each is a plain assign/add/sub of
     # a value that is no variable's storage (an optimizer's); else None (``_update``)
     writes: list[Action] | None = None
+    # class-label checks run on the device, read once when the step's actions are done
+    label_checks: list["_DeviceLabelCheck"] = field(default_factory=list)
+
+
+@dataclass
+class _DeviceLabelCheck:
+    """A class-label check queued on the device (``codegen_conv.label_check_kernel``):
+    ``found`` receives the first bad label's flat index (or -1) and the label, which the
+    step reads once its actions are queued; ``armed`` while this step launched it."""
+
+    found: Any
+    op: Op
+    name: str
+    depth: int
+    shape: tuple[int, ...]
+    armed: bool = False
+
+    def error(self, found: np.ndarray) -> TfcError | None:
+        """The reference's error for what the kernel found, or None (all in range)."""
+        from tfc.ops.array import label_error
+        self.armed = False
+        if int(found[0]) < 0:
+            return None
+        where = [int(i) for i in np.unravel_index(int(found[0]), self.shape)]
+        return ExecutionError(label_error(self.name, int(found[1]), where, self.depth),
+                              self.op.loc)
 
 
 class CUDAExecutable:
@@ -279,10 +306,11 @@ class CUDAExecutable:
         # Copies queued before the variable writes read the start-of-step values;
         # one synchronization waits for all of them.
         fetches = dev.to_host_later(bound.fetches)
+        synced = _checked_labels(dev, bound.label_checks)  # (before any variable write)
         self._update(bound)
         if defer:
-            if bound.fetches:  # (else nothing waits: the next read or step is queued after)
-                dev.synchronize()
+            if bound.fetches and not synced:  # (else nothing waits: the next read or
+                dev.synchronize()             # step is queued after)
             return StepResult(fetches, {})
         names = [u[0] for u in bound.updates]
         hosts = dev.to_host_later([self._vars[n].array for n in names])
@@ -417,6 +445,7 @@ class CUDAExecutable:
         updates: list[tuple[str, str, list[Any], bool]] = []
         state: set[Value] = set()  # values that are variables' storage (reads, their views)
         known, needed = _known_at_bind(g, binding)
+        checks: list[_DeviceLabelCheck] = []
         for i, op in enumerate(g.ops):
             kind = op.kind
             if kind != "constant" and op.results and all(r in known for r in op.results):
@@ -454,8 +483,12 @@ class CUDAExecutable:
             for r, o in zip(op.results, outs):
                 store[r] = o
             if kind == "fusion":
-                actions.extend(_label_checks(op, ins, g.args, self._now))
+                actions.extend(_label_checks(dev, op, ins, g.args, self._now, checks))
                 actions.append(self._launcher(self.kernels[i], ins, outs, syms))
+                continue
+            prepare = library.PREPARED.get(kind)
+            if prepare is not None:  # conv/pool: generated kernels and GEMMs, bound now
+                actions.append(_prepared_action(prepare, dev, op, ins, outs))
                 continue
             how = library.how_to_run(kind)
             gemm = _gemm_action(dev, op, ins, outs[0]) if kind == "matmul" else None
@@ -475,7 +508,7 @@ class CUDAExecutable:
         fetches = [store[v] for v in g.results]
         stagers = [dev.uploader(f) for f in feeds]
         return _Bound(feeds, stagers, actions, fetches, updates, keep,
-                      _prepared_writes(dev, updates, self._vars))
+                      _prepared_writes(dev, updates, self._vars), checks)
 
     def _launcher(self, kernel: Kernel, ins: list[Any], outs: list[Any],
                   syms: Mapping[str, int]) -> Action:
@@ -566,31 +599,89 @@ def _written(xp: Any, kind: str, target: Any, ops: list[Any]) -> Any:
     return target
 
 
-def _label_checks(op: Op, ins: list[Any], args: Sequence[Value], now: _Now
-                  ) -> list[Action]:
+def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: _Now,
+                  checks: list[_DeviceLabelCheck]) -> list[Action]:
     """The checks of the class labels a fusion's kernel reads (``codegen.label_checks``):
-    a label out of range is the reference's error, before the launch. Labels that are a
-    feed are checked in the array fed (on the host when it is a host array); others, on
-    the device (on a GPU that synchronizes: the error must come from this step)."""
+    a label out of range is the reference's error, and the step changes nothing. Labels
+    fed as a host array are checked on the host before the launch; labels on the device
+    (fed as a device array, or computed) by a kernel queued before the launch, whose
+    answer the step reads once, after its last action and before its variable writes
+    (``_checked_labels``): a GPU step never stops midway for them."""
     from tfc.backends.cuda.codegen import label_checks
+    from tfc.backends.cuda.codegen_conv import INTS, label_check_kernel
+    from tfc.backends.cuda.conv import launcher
     from tfc.ops.array import check_labels
+    from tfc.ir.types import DType
     out: list[Action] = []
     for c in label_checks(op):
         labels, depth, name = ins[c.operand], c.depth, c.op
         fed = args.index(op.inputs[c.operand]) if op.inputs[c.operand] in args else None
+        where = _label_op(op, c.operand, name)
+        dtype = DType.from_numpy(labels.dtype)
+        if labels.size == 0:
+            continue  # (no label to check)
+        if dtype not in INTS:  # (labels of a type the check kernel lacks: on the host)
+            out.append(partial(_host_label_check, labels, name, depth, where))
+            continue
+        found = dev.empty((2,), np.int64)
+        chk = _DeviceLabelCheck(found, where, name, depth, tuple(labels.shape))
+        checks.append(chk)
+        kernel = label_check_kernel(dtype)
+        launch = launcher(dev, [kernel], kernel.name, 1, (labels, found, np.int64(labels.size),
+                                                          np.int64(depth)))
 
-        def check(labels: Any = labels, depth: int = depth, name: str = name,
-                  fed: int | None = fed) -> None:
-            if fed is not None:
-                labels = now.feeds[fed]
-            if bool(((labels < 0) | (labels >= depth)).any()):
-                host = labels if isinstance(labels, np.ndarray) else labels.get()
-                try:
-                    check_labels(name, host, depth)
+        def check(launch: Action = launch, name: str = name, depth: int = depth,
+                  fed: int | None = fed, chk: _DeviceLabelCheck = chk,
+                  where: Op = where) -> None:
+            if fed is not None and type(now.feeds[fed]) is not dev.array_type:
+                chk.armed = False
+                try:  # a host feed: checked where it is
+                    check_labels(name, np.asarray(now.feeds[fed]), depth)
                 except TfcError as e:
-                    raise e.at(op.loc)
+                    raise e.at(where.loc)
+                return
+            launch()
+            chk.armed = True
         out.append(check)
     return out
+
+
+def _host_label_check(labels: Any, name: str, depth: int, where: Op) -> None:
+    """Labels checked on the host (a synchronization on a GPU)."""
+    from tfc.ops.array import check_labels
+    if bool(((labels < 0) | (labels >= depth)).any()):
+        try:
+            check_labels(name, labels if isinstance(labels, np.ndarray) else labels.get(),
+                         depth)
+        except TfcError as e:
+            raise e.at(where.loc)
+
+
+def _label_op(fusion: Op, operand: int, name: str) -> Op:
+    """The checking ``one_hot`` in ``fusion``'s region that reads operand ``operand`` as
+    labels of ``name``: its location is the loss's, which the reference's error names."""
+    region = fusion.regions[0]
+    for o in region.ops:
+        if o.kind == "one_hot" and o.attrs.get("labels_of") == name and \
+                o.inputs[0] is region.args[operand] and o.loc is not None:
+            return o
+    return fusion
+
+
+def _checked_labels(dev: Any, checks: Sequence[_DeviceLabelCheck]) -> bool:
+    """Read the answers of the label checks this step queued on the device (one
+    synchronization, which the fetches' copies queued before share) and raise the first
+    check's error; whether it synchronized."""
+    armed = [c for c in checks if c.armed]
+    if not armed:
+        return False
+    found = dev.to_host_later([c.found for c in armed])
+    dev.synchronize()
+    errors = [c.error(f) for c, f in zip(armed, found)]
+    for e in errors:
+        if e is not None:
+            raise e
+    return True
 
 
 def _gemm_action(dev: Any, op: Op, ins: list[Any], out: Any) -> Action | None:
@@ -628,6 +719,15 @@ def _random_kernel_action(dev: Any, handle: Any, kernel: Kernel, out: Any, n: in
     def run() -> None:
         launch(handle, kernel, grid, block, 0, launch_args(out, n, now.step))
     return run
+
+
+def _prepared_action(prepare: library.Preparer, dev: Any, op: Op, ins: list[Any],
+                     outs: list[Any]) -> Action:
+    """A ``library.PREPARED`` op bound to this binding's arrays (its errors: the op's)."""
+    try:
+        return prepare(dev, ins, outs, op.attrs)[1]
+    except TfcError as e:
+        raise e.at(op.loc)
 
 
 def _random_action(xp: Any, op: Op, shape: tuple[int, ...], out: Any, now: _Now) -> Action:

@@ -6,7 +6,9 @@ calls, the rest cupy's own kernels), ``numpy`` under the emulator. The code a GP
 therefore the code every CI run tests against the reference. Each function computes what
 the op's registry reference computes (``tfc/ops/*``), dtype rules included; where cupy
 and numpy could differ (integer matmul, NaN handling of argmax) the function says how
-it keeps them equal.
+it keeps them equal. Convolutions and pooling (``conv``) are generated kernels plus
+cuBLAS GEMMs; an executable prepares them once per binding (``PREPARED``), and their
+``LIBRARY`` form prepares and runs them at once.
 
 Other ops a step may hold, and how the executable runs them (``how_to_run``):
 
@@ -32,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from tfc.backends.cuda.conv import CONV_LIBRARY
+from tfc.backends.cuda.conv import CONV_LIBRARY, PREPARED as CONV_PREPARED, Preparer
 from tfc.errors import ExecutionError
 from tfc.ir.registry import GENERATOR, RANDOM, lookup, normalize_axis
 from tfc.ops.random import RandomOp
@@ -213,8 +215,11 @@ LIBRARY: dict[str, LibraryFn] = {
     "split": _split,
     "pad": _pad,
     "one_hot": _one_hot,
-    **CONV_LIBRARY,  # conv2d, max_pool, avg_pool and their gradients (im2col + matmul ...)
+    **CONV_LIBRARY,  # conv2d, max_pool, avg_pool and their gradients (generated kernels)
 }
+# Library ops an executable prepares once per binding (``conv.PREPARED``: generated
+# kernels and GEMMs bound to the binding's arrays) instead of calling their ``LIBRARY`` form.
+PREPARED: dict[str, Preparer] = dict(CONV_PREPARED)
 
 # Ops whose value is a function of attrs and shapes alone: once per binding.
 BY_BINDING = frozenset({"shape", "rank"})
