@@ -34,7 +34,10 @@ that frees the most arena bytes net of what it allocates (sizes at a nominal bin
 every symbol to ``NOMINAL_SYMBOL``), ties broken by the original order. Variable
 writes (``var.assign*``, ``var.scatter_*``) run last, as variables are updated by copy
 at the end of the step; other ops with effects keep their relative order. The plan
-keeps whichever of the greedy order and the original order has the lower peak.
+keeps whichever of the greedy order and the original order has the lower peak. Both
+this and the buffer assignment below run in O(n log n) for n values (a heap of ready ops;
+buffers searched by size class, busy ones skipped), so a 256-layer model plans in
+tens of milliseconds rather than seconds.
 
 Buffer assignment: each root value is live from the op defining it to the last op using
 it or any of its aliases (closed intervals over the schedule). Best fit: a value takes
