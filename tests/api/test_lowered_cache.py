@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tfc
-from tfc.runtime import lowered_cache
+from tfc.api import lowered_cache
 
 
 @pytest.fixture
