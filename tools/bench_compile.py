@@ -19,7 +19,9 @@ cell is a fresh process (imports not counted), with ``OPENBLAS_CORETYPE`` and
   ``jit_compile=True``).
 
 Each cell also times steps after the first (median of ``--steps``), so a faster compile
-that made slower code would show. A missing framework drops its column.
+that made slower code would show. ``--repeats N`` runs every cell N times (tfc's three
+on a fresh cache each time) and reports the medians; the load column gives the load
+average before and after the row. A missing framework drops its column.
 """
 
 from __future__ import annotations
@@ -195,6 +197,16 @@ def run_cell(name: str, layers: int, args: argparse.Namespace, cache: str
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _median_cell(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each number of a cell's runs, their median (the first error if none ran)."""
+    import statistics
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return runs[0]
+    return {k: statistics.median(r[k] for r in ok) for k in ok[0]
+            if all(k in r for r in ok)}
+
+
 def available(name: str) -> bool:
     import importlib.util
     module = {"jax": "jax", "tf": "tensorflow", "tf-xla": "tensorflow"}.get(name)
@@ -245,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--contenders", default=",".join(CONTENDERS))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs of every cell (each tfc run on a cache of its own); medians")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -267,10 +281,16 @@ def main(argv: list[str] | None = None) -> int:
     print("|" + "---|" * len(head), flush=True)
     for layers in [int(x) for x in args.layers.split(",")]:
         row: dict[str, Any] = {"load": _load()}
-        with tempfile.TemporaryDirectory() as cache:  # empty for tfc-cold, then warm
-            for name in names:
-                print(f"  L={layers} {name} ...", file=sys.stderr, flush=True)
-                row[name] = run_cell(name, layers, args, cache)
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+        for r in range(args.repeats):
+            with tempfile.TemporaryDirectory() as cache:  # empty for tfc-cold, then warm
+                for name in names:
+                    print(f"  L={layers} {name} ({r + 1}/{args.repeats}) ...",
+                          file=sys.stderr, flush=True)
+                    runs[name].append(run_cell(name, layers, args, cache))
+        for name in names:
+            row[name] = _median_cell(runs[name])
+        row["load"] += f" .. {_load()}"
         rows[layers] = row
         print(_row_line(layers, row, names, peers), flush=True)  # a row as soon as it is
     if args.json:

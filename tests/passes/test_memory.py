@@ -603,3 +603,54 @@ def test_plans_from_json_refuse_what_the_pass_never_makes() -> None:
     for change, message in bad:
         with pytest.raises(ValueError, match=message):
             MemoryPlan.from_json(g, changed(change))
+
+
+def _naive_best_fit(values, live, nominal):
+    """The buffer assignment's rule written as a scan of every buffer for every value (the
+    planner's definition; ``_best_fit`` must choose exactly as this does)."""
+    buffers: list[tuple[int, Size, list[Value]]] = []
+    spans: list[list[tuple[int, int]]] = []
+    buffer_of = {}
+    for v in values:
+        start, end = live[v]
+        need = Size.of(v.type)
+        free = [b for b in range(len(buffers)) if buffers[b][1].symbols == need.symbols
+                and all(e < start or s > end for s, e in spans[b])]
+        fits = [b for b in free if need.static_factor <= buffers[b][1].static_factor]
+        grows = [b for b in free if buffers[b][1].static_factor < need.static_factor]
+        if fits:
+            b = min(fits, key=lambda b: (buffers[b][1].bytes(nominal), b))
+        elif grows:
+            b = max(grows, key=lambda b: (buffers[b][1].bytes(nominal), -b))
+            buffers[b] = (b, need, buffers[b][2])
+        else:
+            b = len(buffers)
+            buffers.append((b, need, []))
+            spans.append([])
+        buffers[b][2].append(v)
+        spans[b].append((start, end))
+        buffer_of[v] = b
+    return [(b, str(size), vs) for b, size, vs in buffers], buffer_of
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_best_fit_chooses_as_the_scan_of_every_buffer(seed):
+    """The size-class search of ``_best_fit`` (visiting buffers in order of preference)
+    picks the buffer the plain rule picks, for random intervals, sizes and symbols, in
+    both visiting orders the planner uses."""
+    from tfc.passes.memory import _best_fit
+    rng = np.random.default_rng(seed)
+    shapes = [(4,), (8,), (16,), (4, 4), ("B", 4), ("B", 8), ("B", 2)]
+    live = {}
+    for t in range(300):
+        shape = shapes[rng.integers(len(shapes))]
+        start = int(rng.integers(0, 400))
+        live[Value(f32(*shape))] = (start, start + int(rng.integers(0, 60)))
+    nominal = {"B": 64}
+    by_time = sorted(live, key=lambda v: live[v])
+    by_size = sorted(by_time, key=lambda v: -Size.of(v.type).bytes(nominal))
+    for order in (by_time, by_size, list(live)):
+        buffers, buffer_of = _best_fit(order, live, nominal)
+        expected = _naive_best_fit(order, live, nominal)
+        assert [(b.id, str(b.size), b.values) for b in buffers] == expected[0]
+        assert buffer_of == expected[1]

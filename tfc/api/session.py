@@ -2,7 +2,9 @@
 
 Each distinct (feeds, fetches, targets) request is cut out of the graph, optimized with
 the default pass pipeline and compiled once by the backend; later runs with the same
-request reuse it. Variables live in the session: they are initialized on first use
+request reuse it. A request whose graph was lowered before (the same model in another
+session or process) skips the passes (``tfc.api.lowered_cache``). Variables live in
+the session: they are initialized on first use
 (``global_variables_initializer`` re-initializes them), persist across runs, and a run's
 assigns land together at the end of its step.
 """
@@ -298,8 +300,11 @@ class Session:
         graph = extract(self.graph.ir, "run", list(zip(feed_names, [t.value for t in fed])),
                         list(zip(fetch_names, [t.value for t in tensors])), tops,
                         what="Session.run")
-        module = self._module(graph)
-        module = lower(module, Target(self.backend.name), passes=self.pipeline, verify=False)
+        # the passes' result for this content, when met before (tfc.api.lowered_cache)
+        from tfc.api.lowered_cache import lowered
+        target = Target(self.backend.name)
+        module = lowered(self._module(graph), "run", target, self.pipeline,
+                         lambda m: lower(m, target, passes=self.pipeline, verify=False))
         compiled = _Compiled(module.graphs["run"], self.backend.compile(module, "run"),
                              feed_names)
         self._cache[key] = compiled

@@ -7,11 +7,13 @@ Pipeline of ``LLVMBackend.compile(module, entry)``:
    so the entry's graph is the final IR and ``module.memory_plans`` holds its schedule
    and arena. ``compile`` refuses a module without the entry's plan.
 2. **Lowering.** Every op becomes kernel functions in one LLVM module (``kernels``),
-   called in schedule order by ``tfc_entry`` (``entry``). Identical kernels (the same
-   layer L times) become one function, and the module is split into the entry's glue and
-   one unit per distinct kernel (``kernel_units``). Ops the backend cannot lower
-   are collected: if there is any, the executable runs the whole graph on the reference
-   interpreter, lists them in ``fallback_ops`` and warns (never silently).
+   called in schedule order by ``tfc_entry`` (``entry``). An op lowered like one before
+   (the same layer L times) calls that op's kernels instead of building its own
+   (``kernel_memo``), identical kernels left become one function, and the module is
+   split into the entry's glue and one unit per distinct kernel (``kernel_units``). Ops
+   the backend cannot lower are collected: if there is any, the executable runs the
+   whole graph on the reference interpreter, lists them in ``fallback_ops`` and warns
+   (never silently).
 3. **Code.** Each unit is optimized at O3 for the host CPU (new pass manager), the glue
    at a lower level, each compiled to object code, and all loaded into one MCJIT engine
    with the BLAS symbols bound. Object code is cached on disk per module by a hash of its

@@ -162,6 +162,15 @@ class Kernel:
         self._ptr_of = {s: a for s, a in zip(self.storages, self.fn.args[:n])}
         self.lo, self.hi = self.fn.args[n + 1], self.fn.args[n + 2]
 
+    def called_on(self, storages: list[Storage]) -> "Kernel":
+        """This kernel's function called on ``storages`` (in place of its own): another
+        step of the schedule, for an op lowered like this kernel's (``kernel_memo``)."""
+        other = object.__new__(Kernel)
+        other.__dict__.update(self.__dict__)
+        other.storages = list(storages)
+        other._ptr_of = {}  # (its function is built: nothing more is emitted into it)
+        return other
+
     # ---- pointers, params, dims -------------------------------------------------------
 
     def ptr(self, v: Value) -> ir.Value:

@@ -85,6 +85,8 @@ class GraphCompiler:
     gemm_updates: dict[Op, Any] | None = None  # gemm_update.find(graph), when lowering
     # the LLVM text of the kernel functions (``kernel_units``: printed once, after lowering)
     function_texts: dict[str, str] = field(default_factory=dict)
+    # op signature -> the kernels an op with it was lowered to (``kernel_memo``)
+    kernel_memo: dict[Any, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.comp = Compiler(self.graph.name, self.triple, self.layout)

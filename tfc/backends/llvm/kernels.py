@@ -35,8 +35,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from tfc.backends.llvm import (gemm_update, kernels_array, kernels_control,  # noqa: F401
-                               kernels_lapack, kernels_linalg, kernels_random)
+from tfc.backends.llvm import (gemm_update, kernel_memo, kernels_array,  # noqa: F401
+                               kernels_control, kernels_lapack, kernels_linalg, kernels_random)
 from tfc.backends.llvm.context import Storage
 from tfc.backends.llvm.irutil import i64
 from tfc.backends.llvm.entry import GraphCompiler, no_kernel
@@ -223,12 +223,18 @@ def lower_gemm_update(graph_compiler: GraphCompiler, upd: gemm_update.GemmUpdate
     old, new = _var_values(graph_compiler, upd.assign)
     mm = upd.matmul
     graph_compiler.copy_now(old, graph_compiler.comp.storage[new], nbytes_of=new)
-    a, bm = mm.inputs
-    kernel = graph_compiler.kernel("gemm_update", [a, bm, new])
-    kernel.whole()
-    kernels_linalg.batched_gemm(kernel, mm, a.dtype, kernel.ptr(a), kernel.ptr(bm), kernel.ptr(new),
-                                alpha=upd.alpha, beta=1.0)
-    kernel.finish()
+
+    def gemm(graph_compiler: GraphCompiler, mm: Op) -> None:
+        a, bm = mm.inputs
+        kernel = graph_compiler.kernel("gemm_update", [a, bm, new])
+        kernel.whole()
+        kernels_linalg.batched_gemm(kernel, mm, a.dtype, kernel.ptr(a), kernel.ptr(bm),
+                                    kernel.ptr(new), alpha=upd.alpha, beta=1.0)
+        kernel.finish()
+
+    # the same update of another layer's variable of that type: the same kernel
+    kernel_memo.lower_once(graph_compiler, mm, gemm, variable=upd.assign.attrs["var"],
+                           tag=("gemm_update", upd.alpha))
 
 
 def lower_var_scatter(graph_compiler: GraphCompiler, op: Op) -> None:
@@ -272,7 +278,7 @@ def lower(graph_compiler: GraphCompiler, op: Op) -> None:
     fn = lowering_of(op.kind)
     if fn is None:
         raise Unsupported(op.kind)
-    fn(graph_compiler, op)
+    kernel_memo.lower_once(graph_compiler, op, fn)  # an op lowered like one before: reused
 
 
 def lowering_of(kind: str) -> Lowering | None:

@@ -131,15 +131,48 @@ class Emitter:
     # ---- elements ---------------------------------------------------------------------
 
     def value(self, v: Value, idx: "Index") -> ir.Value:
+        """The element of ``v`` at ``idx``, emitted once per scope. A chain of element-wise
+        ops is walked with a stack, inputs before the op that uses them (in the order
+        the recursion would emit them), so its length is not bounded by Python's
+        recursion limit: a fused chain of thousands of ops lowers (only rules of other
+        kinds, a broadcast or a slice, recurse)."""
         if v in self.known:
             return self.known[v]
         key = (v, idx.i if isinstance(idx, Flat) else tuple(idx))
         hit = self._memo_get(key)
         if hit is not None:
             return hit
-        out = self._compute(v, idx)
-        self.scopes[-1][key] = out
+        if not self._chains(v):
+            out = self._compute(v, idx)
+            self.scopes[-1][key] = out
+            return out
+        stack: list[tuple[Value, Index, bool]] = [(v, idx, False)]
+        while stack:
+            u, i, inputs_done = stack.pop()
+            if u in self.known:
+                continue
+            k = (u, i.i if isinstance(i, Flat) else tuple(i))
+            if self._memo_get(k) is not None:
+                continue
+            if inputs_done or not self._chains(u):
+                self.scopes[-1][k] = self._compute(u, i)  # its inputs: memo hits now
+                continue
+            assert u.op is not None  # (_chains)
+            stack.append((u, i, True))
+            stack.extend((x, self.bcast(x, u, i), False) for x in reversed(u.op.inputs))
+        out = self._memo_get(key)
+        assert out is not None
         return out
+
+    def _chains(self, v: Value) -> bool:
+        """Whether ``_compute`` emits ``v`` by ``_elementwise`` (from its inputs' elements
+        at the broadcast index), the one rule ``value`` walks without recursion."""
+        op = v.op
+        if op is None or v in self.leaves or v in self.known:
+            return False
+        kind = op.kind
+        return (is_elementwise(kind) and not hasattr(self, "_r_" + kind.replace(".", "_"))
+                and kind not in EXTRA_RULES and small_constant(v) is None)
 
     def load(self, v: Value, idx: "Index") -> ir.Value:
         b = self.b

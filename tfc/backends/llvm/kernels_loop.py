@@ -56,28 +56,36 @@ Pair = tuple[Value, Value]  # (value computed in the kernel, value whose storage
 
 
 def flat_ok(emitter: Emitter, v: Value) -> bool:
-    """Whether ``v`` can be computed at a flat index of its own shape."""
-    if v in emitter.leaves or small_constant(v) is not None:
-        return True
-    op = v.op
-    if op is None:
-        return False
-    if is_view(op.kind):
-        return flat_ok(emitter, op.inputs[0])
-    if kind_has(op.kind, GENERATOR) or op.kind in FLAT_RULES:  # functions of the index
-        return True
-    if op.kind in ("broadcast_like", "broadcast_to", "bias_add", "one_hot", "gather", "pad",
-                   "slice", "transpose", "tile"):
-        return False
-    if is_elementwise(op.kind):
+    """Whether ``v`` can be computed at a flat index of its own shape: every value it is
+    computed from in the kernel can (walked with a stack, each value once, so a long
+    element-wise chain neither recurses nor is walked twice through a shared input)."""
+    stack, seen = [v], set()
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if u in emitter.leaves or small_constant(u) is not None:
+            continue
+        op = u.op
+        if op is None:
+            return False
+        if is_view(op.kind):
+            stack.append(op.inputs[0])
+            continue
+        if kind_has(op.kind, GENERATOR) or op.kind in FLAT_RULES:  # functions of the index
+            continue
+        if op.kind in ("broadcast_like", "broadcast_to", "bias_add", "one_hot", "gather",
+                       "pad", "slice", "transpose", "tile"):
+            return False
+        if not is_elementwise(op.kind):
+            return False
         for x in op.inputs:
-            if x.type.shape == v.type.shape:
-                if not flat_ok(emitter, x):
-                    return False
+            if x.type.shape == u.type.shape:
+                stack.append(x)
             elif not all(d == 1 for d in x.type.shape):
                 return False
-        return True
-    return False
+    return True
 
 
 def pointwise(kernel: Kernel, emitter: Emitter, outputs: Sequence[Pair]) -> None:

@@ -56,7 +56,7 @@ def tfc_sources() -> list[Path]:
 
 
 @functools.cache
-def _sources_fingerprint() -> str:
+def sources_fingerprint() -> str:
     """A hash of every tfc source file (about 1 MB: ~5 ms, once per process)."""
     h = hashlib.sha256()
     for f in tfc_sources():
@@ -76,7 +76,7 @@ def entry_key(module: Module, entry: str, options: str) -> str | None:
     plan = module.memory_plans[entry]
     planned = json.dumps(plan.to_json(graph), sort_keys=True, separators=(",", ":"))
     h = hashlib.sha256()
-    for part in (native.host_key(), _sources_fingerprint(), options, planned, entry):
+    for part in (native.host_key(), sources_fingerprint(), options, planned, entry):
         h.update(part.encode())
         h.update(b"\0")
     h.update(module_to_bytes(Module({entry: graph}, module.variables)))

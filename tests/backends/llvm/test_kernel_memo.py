@@ -1,0 +1,112 @@
+"""An op lowered like one before reuses its kernels (``kernel_memo``): the kernel
+functions built in llvmlite stop growing with the number of identical layers, ops that
+differ in anything their code depends on (a constant, a shape, a symbolic dim, shared
+storage) get kernels of their own, and every number stays the reference backend's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tfc
+from tfc.backends.llvm import LLVMBackend, kernel_memo
+from tfc.backends.llvm.entry import GraphCompiler
+from tfc.backends.reference import ReferenceBackend
+from tfc.pipeline import lower_entry
+
+from tests.backends.llvm.test_kernel_units import check_against_reference, mlp
+
+
+def built_functions(module, monkeypatch) -> int:
+    """How many kernel functions lowering built for ``train_step`` (before
+    ``dedup_kernels`` merges identical ones)."""
+    made: list[int] = []
+    real = GraphCompiler.lower_all
+
+    def counting(self, lower):
+        failed = real(self, lower)
+        made.append(sum(1 for f in self.comp.module.functions if f.blocks))
+        return failed
+    monkeypatch.setattr(GraphCompiler, "lower_all", counting)
+    LLVMBackend(use_cache=False).compile(lower_entry(module, "train_step", "llvm"),
+                                         "train_step")
+    monkeypatch.undo()
+    return made[0]
+
+
+def test_identical_layers_are_lowered_once(monkeypatch):
+    four, _ = mlp(4)
+    sixteen, values = mlp(16)
+    assert built_functions(sixteen, monkeypatch) == built_functions(four, monkeypatch)
+    exe = LLVMBackend(use_cache=False).compile(
+        lower_entry(sixteen, "train_step", "llvm"), "train_step")
+    check_against_reference(sixteen, values, exe)
+
+
+def test_an_edited_layer_gets_kernels_of_its_own(monkeypatch):
+    plain, _ = mlp(8)
+    edited, values = mlp(8, edited=3)
+    assert built_functions(edited, monkeypatch) > built_functions(plain, monkeypatch)
+    exe = LLVMBackend(use_cache=False).compile(
+        lower_entry(edited, "train_step", "llvm"), "train_step")
+    check_against_reference(edited, values, exe)
+
+
+@pytest.mark.parametrize("case", ["constants", "shapes", "symbolic", "shared"])
+def test_ops_alike_but_for_what_their_code_sees_compute_their_own_values(case):
+    """Pairs of ops with the same kinds whose kernels must differ: inlined constants of
+    different values, different static shapes, a symbolic batch (a run-time param), and
+    an op whose two inputs are one value (one pointer) beside one with two values."""
+    rng = np.random.default_rng(3)
+    batch = "B" if case == "symbolic" else 4
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [batch, 6], name="x")
+        z = tfc.placeholder(tfc.float32, [batch, 6], name="z")
+        u = tfc.placeholder(tfc.float32, [batch, 3], name="u")
+        if case == "constants":
+            outs = {"a": tfc.nn.relu(x) * 1.5 + 0.25, "b": tfc.nn.relu(z) * 2.5 + 0.75}
+        elif case == "shapes":
+            outs = {"a": tfc.tanh(x) * 3.0, "b": tfc.tanh(u) * 3.0}
+        elif case == "symbolic":
+            outs = {"a": tfc.tanh(x * 3.0) - 1.0, "b": tfc.tanh(z * 3.0) - 1.0,
+                    "c": tfc.reduce_sum(tfc.exp(x * 0.5), axis=1),
+                    "d": tfc.reduce_sum(tfc.exp(z * 0.5), axis=1)}
+        else:
+            outs = {"a": x * z + x, "b": x * x + x}
+        tfc.entry("main", feeds={"x": x, "z": z, "u": u}, fetches=outs)
+    module = g.as_module()
+    n = 5 if case == "symbolic" else 4
+    feeds = [rng.standard_normal((n, 6)).astype(np.float32),
+             rng.standard_normal((n, 6)).astype(np.float32),
+             rng.standard_normal((n, 3)).astype(np.float32)]
+    want = ReferenceBackend().compile(lower_entry(module, "main", "reference"), "main")(
+        feeds, {}, 0)
+    got = LLVMBackend(use_cache=False).compile(lower_entry(module, "main", "llvm"), "main")(
+        feeds, {}, 0)
+    for w, v in zip(want.fetches, got.fetches):
+        np.testing.assert_allclose(v, w, rtol=1e-5, atol=1e-6)
+
+
+def test_signatures_tell_apart_constants_and_shared_inputs():
+    """The signature itself: a different inlined constant, or an input shared, differ."""
+    from tfc.backends.llvm.context import Storage
+    from tfc.ir.builder import Builder
+    from tfc.ir.core import Graph, Module
+    from tfc.ir.types import DType, TensorType
+    g = Graph("main")
+    t = TensorType(DType.f32, (4,))
+    a, b = g.add_arg(t, "a"), g.add_arg(t, "b")
+    bld = Builder(g)
+    two = bld("constant", value=np.array(2.0, np.float32))
+    three = bld("constant", value=np.array(3.0, np.float32))
+    ops = [bld("mul", a, two), bld("mul", b, two), bld("mul", a, three), bld("mul", a, a),
+           bld("mul", a, b)]
+    gc = GraphCompiler(Module({"main": g}), g, None)
+    for i, v in enumerate([two, three, *ops]):
+        gc.comp.storage[v] = Storage("arena", i)
+    gc.comp.storage[a] = Storage("feed", 0)
+    gc.comp.storage[b] = Storage("feed", 1)
+    keys = [kernel_memo.signature(gc, v.op) for v in ops]
+    assert keys[0][0] == keys[1][0]  # the same code, on other storages
+    assert keys[0] != keys[2]  # 2.0 against 3.0
+    assert keys[3] != keys[4]  # a * a takes one pointer, a * b two

@@ -1,0 +1,191 @@
+"""An op lowered like one before it reuses that op's kernel functions.
+
+A model's layers are the same ops over and over (an L-layer MLP: the same GEMMs and
+bias-and-ReLU fusions L times). ``kernel_units.dedup_kernels`` makes identical kernels
+one function after lowering, but by then each was built in llvmlite and printed, which
+was most of the lowering's time (2.6 s lowering and 1.2 s printing of a 256-layer MLP's
+4.7 s, profiled). So before lowering an op, ``lower_once`` looks for an op lowered
+earlier in the same graph with the same *signature*:
+
+- its kind, attrs and types, its regions up to value names (the ops in order, their
+  kinds, attrs, types and which values they use), and the values of the small constants
+  the kernels inline;
+- which of its inputs and results share storage (a kernel takes one pointer per distinct
+  storage).
+
+Kernel code sees nothing else of an op unless lowering leaves a trace outside the
+kernel: a run-time param (a symbolic dim, keyed by the value), an error message (with
+the op's source location), scratch, a constant, an index check, a region to infer, a
+copy or a variable's update. An op whose lowering leaves any such trace is never
+reused, nor one whose kernels take storage other than its own inputs' and results'.
+Otherwise its kernels are called again with the new op's storages in the same places.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Hashable
+
+import numpy as np
+
+from tfc.backends.llvm.context import Kernel, Storage
+from tfc.backends.llvm.runtime.error_detail import ERROR_DETAIL
+from tfc.ir.core import Graph, Op, Value
+
+if TYPE_CHECKING:
+    from tfc.backends.llvm.entry import GraphCompiler
+
+SCRATCH = Storage("scratch", 0)  # the one scratch area of the arena (``context``)
+
+
+@dataclass
+class Template:
+    """What lowering an op made: per kernel, the kernel and where each of its storages is
+    in that op's storage vector (``_storages``); and the scratch sizes it asked for."""
+
+    kernels: list[tuple[Kernel, tuple[int, ...]]]
+    scratch: list[Any]
+
+
+def _attr_key(v: Any) -> Hashable:
+    if isinstance(v, np.ndarray):
+        data = np.ascontiguousarray(v).tobytes()
+        digest = data if len(data) <= 64 else hashlib.sha256(data).digest()
+        return ("array", v.dtype.str, v.shape, digest)
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__, tuple(_attr_key(x) for x in v))
+    if isinstance(v, dict):
+        return ("dict", tuple(sorted((str(k), _attr_key(x)) for k, x in v.items())))
+    if isinstance(v, (Value, Op, Graph)):
+        raise TypeError("an attr holding IR")
+    return (type(v).__name__, repr(v))
+
+
+def _op_key(op: Op, number: dict[Value, int], skip: str = "") -> Hashable:
+    inputs: list[Hashable] = []
+    for x in op.inputs:
+        n = number.get(x)
+        if n is None:  # a value from outside: its type, and its value if a constant
+            producer = x.op
+            const = (_attr_key(producer.attrs.get("value"))
+                     if producer is not None and producer.kind == "constant" else None)
+            inputs.append(("outer", str(x.type), const))
+        else:
+            inputs.append(n)
+    regions = tuple(_graph_key(r, dict(number)) for r in op.regions)
+    attrs = tuple(sorted((k, _attr_key(v)) for k, v in op.attrs.items() if k != skip))
+    for r in op.results:
+        number[r] = len(number)
+    return (op.kind, attrs, tuple(inputs), tuple(str(r.type) for r in op.results), regions)
+
+
+def _graph_key(graph: Graph, number: dict[Value, int]) -> Hashable:
+    for a in graph.args:
+        number[a] = len(number)
+    ops = tuple(_op_key(op, number) for op in graph.ops)
+    return (tuple(str(a.type) for a in graph.args), ops,
+            tuple(number[r] if r in number else None for r in graph.results))
+
+
+def _updated(graph_compiler: GraphCompiler, op: Op, variable: str | None) -> str | None:
+    """The variable whose update ``op``'s kernels compute (``variable``, else the op's
+    own ``var`` when it updates one), or None."""
+    name = op.attrs.get("var") if variable is None else variable
+    return name if isinstance(name, str) and name in graph_compiler.updates else None
+
+
+def _storages(graph_compiler: GraphCompiler, op: Op, variable: str | None = None
+              ) -> list[Storage] | None:
+    """The storages a kernel of ``op`` may take: its inputs', its results', the scratch,
+    and for an update of a variable, the variable's and its update buffer."""
+    st = graph_compiler.comp.storage
+    out = [st.get(v) for v in (*op.inputs, *op.results)]
+    if any(s is None for s in out):
+        return None
+    out.append(SCRATCH)
+    name = _updated(graph_compiler, op, variable)
+    if name is not None:
+        out += [Storage("var", name), Storage("upd", graph_compiler.updates.index(name))]
+    return out  # type: ignore[return-value]
+
+
+def _static(op: Op) -> bool:
+    """Whether every value of ``op`` and its regions has a static shape (so a scratch
+    size computed from one op's values holds for another with the same signature)."""
+    if not all(v.type.is_static for v in (*op.inputs, *op.results)):
+        return False
+    return all(_static(inner) and all(a.type.is_static for a in r.args)
+               for r in op.regions for inner in r.ops)
+
+
+def signature(graph_compiler: GraphCompiler, op: Op, variable: str | None = None,
+              tag: Hashable = None) -> Hashable | None:
+    """What the kernels of ``op`` depend on (see the module docstring); None when it
+    cannot be told (an attr holding IR, a value without storage). ``variable``: the
+    variable its kernels update when the op does not name it (a GEMM update's); ``tag``
+    tells apart lowerings of one op that differ (a matmul as a GEMM update)."""
+    storages = _storages(graph_compiler, op, variable)
+    if storages is None:
+        return None
+    name = _updated(graph_compiler, op, variable)
+    # an updated variable: its storages are in the vector, its type here
+    var_type = None if name is None else str(graph_compiler.module.variables[name].type)
+    try:
+        key = _op_key(op, {}, "var" if name is not None else "")
+    except TypeError:
+        return None
+    return tag, key, var_type, tuple(storages.index(s) for s in storages)
+
+
+def _traces(graph_compiler: GraphCompiler) -> tuple[Any, ...]:
+    """What lowering may leave outside its kernels (compared before and after), but the
+    scratch sizes (``lower_once`` takes those along for ops of static shapes)."""
+    comp = graph_compiler.comp
+    return (len(comp.params), len(comp.errors), id(comp.scratch), len(comp.regions),
+            len(comp.checked_indices), len(graph_compiler.constants),
+            len(graph_compiler.updates), ERROR_DETAIL in comp.module.globals)
+
+
+def _template(graph_compiler: GraphCompiler, op: Op, first: int, scratch: list[Any],
+              variable: str | None) -> Template | None:
+    storages = _storages(graph_compiler, op, variable)
+    steps = graph_compiler.steps[first:]
+    if storages is None or not steps or not all(isinstance(s, Kernel) for s in steps):
+        return None
+    out = Template([], scratch)
+    for kernel in steps:
+        assert isinstance(kernel, Kernel)
+        if any(s not in storages for s in kernel.storages):
+            return None
+        out.kernels.append((kernel, tuple(storages.index(s) for s in kernel.storages)))
+    return out
+
+
+def lower_once(graph_compiler: GraphCompiler, op: Op,
+               lowering: Callable[["GraphCompiler", Op], None], variable: str | None = None,
+               tag: Hashable = None) -> None:
+    """``lowering(graph_compiler, op)``, or the kernels of an op lowered before with the
+    same signature (``variable`` and ``tag``: see ``signature``) called on ``op``'s
+    storages."""
+    memo = graph_compiler.kernel_memo
+    comp = graph_compiler.comp
+    key = signature(graph_compiler, op, variable, tag)
+    template = memo.get(key) if key is not None else None
+    if template is not None:
+        storages = _storages(graph_compiler, op, variable)
+        assert storages is not None  # (the signature has them)
+        for kernel, where in template.kernels:
+            graph_compiler.steps.append(kernel.called_on([storages[k] for k in where]))
+        comp.scratch.extend(template.scratch)
+        return
+    before, first, scratch = _traces(graph_compiler), len(graph_compiler.steps), len(comp.scratch)
+    lowering(graph_compiler, op)
+    if key is None or _traces(graph_compiler) != before:
+        return
+    added = comp.scratch[scratch:]
+    if added and not _static(op):
+        return
+    made = _template(graph_compiler, op, first, added, variable)
+    if made is not None:
+        memo[key] = made
