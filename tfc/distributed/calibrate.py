@@ -11,9 +11,13 @@ actors on distinct nodes where there are two:
 - ``cluster_call_s``: the driver's launch of a step on one more task (writing a launch
   frame, as ``ClusterRuntime`` does, to the task's listener; the runtime writes one per
   task, back to back);
-- ``cluster_round_s``: the rest of the driver's round trip with a task (the frame's
-  delivery, the task's listener waking to it, the reply, the driver waking to that),
-  the step's fixed cost.
+- ``cluster_round_s``: the rest of the driver's round trip with the last task launched
+  (from its frame written: the task's listener waking to it, the reply, the driver
+  waking to that), the step's fixed cost.
+
+A task's send of a value costs its thread what the driver's write of a launch frame
+costs (the same frame), and the receiver's listener about as much to take it in: the
+prediction charges ``cluster_call_s`` to each end of every transfer between tasks.
 
 Each is the median of ``repeats`` runs (after warm-up runs): the host may be shared.
 """
@@ -136,7 +140,8 @@ def calibrate_cluster(address: str, repeats: int = 30, timeout_s: float = 60.0,
 
 def _launch_costs(addresses: list[tuple[str, int]], repeats: int, timeout_s: float,
                   where: str) -> tuple[float, float]:
-    """The driver's cost of a launch frame per task and the rest of its round trip, from
+    """The driver's cost of a launch frame per task and the rest of its round trip after
+    the last frame, from
     launches of a step (a scalar feed, the outcome of the last step) on the probes at
     ``addresses``, as ``ClusterRuntime`` launches them: frames back to back, then the
     replies."""
@@ -159,10 +164,9 @@ def _launch_costs(addresses: list[tuple[str, int]], repeats: int, timeout_s: flo
                     raise TfcError(f"a probe on the cluster at {where} closed its connection")
             if i >= WARMUP:
                 issue.append((issued - started) / len(links))
-                rounds.append(time.perf_counter() - started)
+                rounds.append(time.perf_counter() - issued)
     finally:
         for link in links:
             if link is not None:
                 link.close()
-    call_s = statistics.median(issue)
-    return call_s, max(0.0, statistics.median(rounds) - len(links) * call_s)
+    return statistics.median(issue), statistics.median(rounds)

@@ -7,17 +7,21 @@ connects to the Ray cluster (``tfc.distributed.cluster``), starts one ``TaskActo
 and sends each the artifact's bytes once. Each entry then runs through a
 ``ClusterExecutable``, which speaks the protocol of an executable that keeps its
 updates where it ran them (``fast_step(..., defer=True)`` and ``read_back``, as the
-cuda executable does; ``tfc.runtime.runner``): a step sends each task the feeds its
-stages use (large ones over a TCP link to the task, ``tfc.distributed.wire``), starts
-the step on every task of the entry, and gathers the fetches; the values the tasks
-exchange go task to task, never through here; the variables stay on
+cuda executable does; ``tfc.runtime.runner``): a step writes one launch frame to each
+task of the entry over the driver's TCP connection to the task's listener
+(``tfc.distributed.wire``), back to back, with the feeds its stages use (a worker only
+its rows of the global batch, where its stages split the batch into the workers'
+shards), and reads each task's reply (its fetches) as it comes; where the driver cannot
+reach a task's listener, the step is launched by Ray instead (an actor call per task).
+The values the tasks exchange go task to task, never through here; the variables stay on
 their tasks, and the program reads them back only when asked (``program.variables``, a
 checkpoint, ``save``). The program's own arrays tell which values changed on its side
 (``set_variable``, ``restore_checkpoint``): an array that is not the very one this
 runtime last saw for a variable is sent to the variable's task with the next step.
 
 Every wait has a timeout (``timeout_s``, default 120 s). A task whose step raises, dies
-or does not finish in time fails the step with one ``ExecutionError`` naming the task;
+(its connection closes, or Ray reports its actor dead) or does not finish in time fails
+the step with one ``ExecutionError`` naming the task;
 the driver first tells every task to abort the step, so none is left waiting for a
 value that will never come, and the step's updates are dropped on every task.
 ``last_transfer_stats`` counts what the latest step moved between tasks (and to and
@@ -55,15 +59,18 @@ class ClusterError(TfcError):
 
 @dataclass
 class TransferStats:
-    """What one step moved: between tasks (actor to actor, ``tensors``/``bytes``), from
-    the driver to the tasks (the feeds) and back (the fetches), and the values that
-    arrived at a task after their step was over there (``stale``, dropped)."""
+    """What one step moved: between tasks (task to task, ``tensors``/``bytes``), from
+    the driver to the tasks (the feeds' bytes sent: a worker's shard of a sharded one)
+    and back (the fetches), the values that arrived at a task after their step was over
+    there (``stale``, dropped), and how the step was launched (``launch``: ``wire``, a
+    frame per task over TCP, or ``ray``, an actor call per task)."""
 
     tensors: int = 0
     bytes: int = 0
     feed_bytes: int = 0
     fetch_bytes: int = 0
     stale: int = 0
+    launch: str = ""
     task_seconds: dict[str, float] = field(default_factory=dict)  # each task's step time
     # where the step's time went (benchmarks): the driver's phases (``launch``: feeds and
     # calls out, ``wait``: until every task answered, ``gather``), each task's (``feeds``,
@@ -247,8 +254,9 @@ class ClusterRuntime:
         self._launches += 1
         step_id = self._launches
         what = f"run step {step} of @{entry}"
+        wired = all(self._link(t) is not None for t in tasks)
         try:
-            if all(self._link(t) is not None for t in tasks):
+            if wired:
                 results, feed_bytes, launched = self._run_wired(
                     entry, tasks, step_id, step, feeds, n_feeds, assign, shards or {}, what)
             else:  # a task whose listener this driver cannot reach: the step goes by Ray
@@ -259,7 +267,7 @@ class ClusterRuntime:
                 self._outcome[t] = False
             raise
         waited = clock()
-        stats = TransferStats(feed_bytes=feed_bytes)
+        stats = TransferStats(feed_bytes=feed_bytes, launch="wire" if wired else "ray")
         fetches: dict[int, np.ndarray] = {}
         for t in tasks:
             self._outcome[t] = True

@@ -826,7 +826,9 @@ def _launch_skewed(profile: DeviceProfile, devices: Sequence[str], starts: Mappi
                    ) -> DeviceProfile:
     """``profile`` with a link between every two task devices: the measured cluster link,
     its latency plus the sender's start less the receiver's (each task's time counts from
-    its own start), at least 0 (a value sent before its receiver started is there)."""
+    its own start), at least 0 (a value sent before its receiver started is there); each
+    end of a transfer costs its thread a frame's work (``cluster_call_s``, measured as the
+    driver's write of a launch frame; ``tfc.distributed.calibrate``)."""
     from dataclasses import replace
 
     from tfc.devices import LinkRates
@@ -841,7 +843,8 @@ def _launch_skewed(profile: DeviceProfile, devices: Sequence[str], starts: Mappi
             skew = starts.get(a, 0.0) - starts.get(b, 0.0)
             links[f"{src}->{dst}"] = LinkRates(link.bytes_per_s,
                                                max(0.0, link.latency_s + skew))
-    return replace(profile, links=links, default_link=link)
+    return replace(profile, links=links, default_link=link,
+                   transfer_s=max(profile.transfer_s, 2 * profile.cluster_call_s))
 
 
 def cluster_report(module: Module, spec: ClusterSpec) -> ClusterReport:
