@@ -427,11 +427,12 @@ class DeviceProfile:
     ``transfer_s`` the work of one send and its recv (charged
     to both devices' threads). ``links`` (key ``"SRC->DST"``) and ``default_link`` are
     links between hosts. ``source`` is ``"defaults"`` for the built-in round numbers.
-    A cluster's Ray link (``tfc calibrate --cluster``; None/0 where not measured):
+    A cluster's links (``tfc calibrate --cluster``; None/0 where not measured):
     ``cluster_link`` what a value costs between two task processes (latency, bytes/s),
-    ``cluster_call_s`` the driver's launch of a step on one more task (the calls go out
-    one after another), ``cluster_round_s`` the rest of a driver's round trip to a task
-    (the call's delivery, the task's answer, its wait)."""
+    ``cluster_call_s`` the driver's launch of a step on one more task (a frame on its TCP
+    connection to the task; the frames go out one after another; a task's send of a
+    value costs about as much), ``cluster_round_s`` the rest of a driver's round trip
+    after the last frame (the task waking to it, its answer, the driver waking to that)."""
 
     devices: dict[str, DeviceRates] = field(default_factory=dict)
     links: dict[str, LinkRates] = field(default_factory=dict)

@@ -193,7 +193,8 @@ def print_breakdowns(rows: list[Row]) -> None:
     table = [r for r in rows if r.extra.get("breakdown")]
     if not table:
         return
-    print("\nwhere a step goes (medians, ms): driver launch (feeds and calls out) / wait "
+    print("\nwhere a step goes (medians, ms): driver launch (a frame with its feeds to each "
+          "task, or a Ray call each where a task's port cannot be reached) / wait "
           "(until every task answered) / gather; per task: feeds (waiting for the driver's), "
           "run (the stages, with send: putting values on the wire, and recv_wait: waiting "
           "for peers' values), acks (waiting for Ray deliveries), total (in the task)")

@@ -1,7 +1,8 @@
 """The cluster's own costs for the cost model: ``tfc calibrate --cluster`` measures them
 (``tfc.distributed.calibrate``), the profile keeps them (older profiles still load), and
-``predict_tasks`` uses them: the driver's launches one after another, feeds sent after
-the launches, values between tasks over the measured link, the driver's round trip."""
+``predict_tasks`` uses them: the driver's launch frames one after another, each with its
+task's feeds (a worker's shard of the batch), values between tasks over the measured
+link, the driver's round trip."""
 
 from __future__ import annotations
 
@@ -66,3 +67,12 @@ def test_the_prediction_charges_the_measured_cluster():
     assert "launches 1000 us a task apart" in measured.assumptions
     # a worker launched last receives what the PS sent before it started: no wait for it
     assert measured.tasks["worker:3"] < measured.tasks["ps:0"]
+
+
+def test_a_workers_launch_frame_carries_its_shard_of_the_batch():
+    """Feeds go in the launch frames, one after another: on a 1 kB/s link a worker's row
+    (4 bytes: 4 ms) delays the next worker's launch; the whole batch each would be 16 ms."""
+    profile = DeviceProfile()
+    profile.cluster_link = LinkRates(1e3, 0.0)
+    prediction = predict_tasks(null_step_module(4), "train", 1, profile)
+    assert 16e-3 <= prediction.step_s < 32e-3

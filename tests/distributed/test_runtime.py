@@ -108,6 +108,7 @@ def test_ps_training_on_three_tasks_matches_one_process(loopback_cluster, backen
         # the workers' gradients went to the PS, the weights to the workers, task to task;
         # the driver saw the feeds and the loss only
         assert stats.tensors >= 8 and stats.bytes > 0
+        assert stats.launch == "wire"  # the step's launch and fetches over TCP, not Ray
         assert stats.feed_bytes == sum(a.nbytes for a in FEEDS.values())
         assert stats.fetch_bytes == 8 and stats.stale == 0
         for program in (p, one):  # (making an entry ready reads every variable back)
@@ -202,6 +203,56 @@ def test_a_dead_task_is_named_even_when_a_peers_broken_link_fails_first():
             "/job:worker/task:1": Failed(ActorDiedError("gone"))}
     with pytest.raises(ExecutionError, match=r"^task /job:worker/task:1 died"):
         runtime._wait(refs, "run step 1 of @sgd", step_id=1)
+
+
+def test_replies_over_the_wire_name_a_dead_task_and_skip_a_failed_steps_late_reply():
+    """The driver's side of a step launched over TCP (socket pairs for the tasks): a
+    task's late reply to an earlier step is skipped; a task whose connection closes died,
+    and is named also when a peer's error (its link to it broke) came first; a task that
+    does not answer is named within the timeout."""
+    import socket
+
+    from tfc.distributed.runtime import ClusterRuntime
+    from tfc.distributed.wire import Link, _send_frame
+
+    runtime = object.__new__(ClusterRuntime)
+    runtime.timeout_s, runtime.actors = 5.0, {}
+    ps, w0, w1 = (t.rsplit("/", 1)[0] for t in TASKS)
+
+    def tasks_ends() -> dict:
+        ends = {}
+        runtime._links = {}
+        for t in (ps, w0, w1):
+            mine, theirs = socket.socketpair()
+            runtime._links[t], ends[t] = Link(mine, f"task {t}", 5.0), theirs
+        return ends
+
+    ends = tasks_ends()
+    _send_frame(ends[ps], {"step": 1, "reply": {"error": "aborted"}}, [])  # a step before
+    for t in (ps, w0, w1):
+        _send_frame(ends[t], {"step": 2, "reply": {"counters": {"tensors": 1}}},
+                    [(["fetch:0"], np.float64(len(t)))] if t == w0 else [])
+    got = runtime._replies([ps, w0, w1], 2, "run step 1 of @sgd")
+    assert got[w0][0] == {0: len(w0)} and got[ps] == ({}, {"tensors": 1})
+
+    ends = tasks_ends()
+    _send_frame(ends[ps], {"step": 3, "reply": {"error": f"the connection to task {w1} "
+                                                         f"failed: [Errno 32] Broken pipe"}}, [])
+    _send_frame(ends[w0], {"step": 3, "reply": {"error": "aborted"}}, [])
+    ends[w1].close()
+    with pytest.raises(ExecutionError, match=rf"^task {w1} died \(its process exited\) "
+                                             rf"and could not run step 2 of @sgd$"):
+        runtime._replies([ps, w0, w1], 3, "run step 2 of @sgd")
+
+    ends = tasks_ends()
+    runtime.timeout_s = 0.5
+    for t in (ps, w0):
+        _send_frame(ends[t], {"step": 4, "reply": {"counters": {}}}, [])
+    started = time.monotonic()
+    with pytest.raises(ExecutionError, match=rf"^task {w1} did not run step 3 of @sgd within "
+                                             rf"0.5 s$"):
+        runtime._replies([ps, w0, w1], 4, "run step 3 of @sgd")
+    assert time.monotonic() - started < 3
 
 
 @pytest.mark.distributed
@@ -333,6 +384,8 @@ def test_a_cluster_compiled_model_trains_as_one_process(loopback_cluster, tmp_pa
         got = [float(p.run("train", feeds)["loss"]) for _ in range(3)]
         stats = p._executables["train"].last_transfer_stats
         assert stats.tensors > 0 and stats.fetch_bytes == 8  # the workers exchanged values
+        # each worker got its half of the global batch only, not the whole of it
+        assert stats.feed_bytes == sum(a.nbytes for a in feeds.values())
         np.testing.assert_allclose(got, want, rtol=1e-10)
         for name, value in one.variables.items():
             np.testing.assert_allclose(p.variables[name], value, rtol=1e-10, err_msg=name)
@@ -426,5 +479,6 @@ def test_values_go_by_ray_where_no_listener_can_be_reached(loopback_cluster, mon
         got = run_losses(p, 2)
         assert [p._cluster._link(t) for t in p._cluster.tasks] == [None] * 3  # the driver's
         assert p._executable("adam").last_transfer_stats.tensors >= 8
+        assert p._executable("adam").last_transfer_stats.launch == "ray"
     for entry in want:
         np.testing.assert_allclose(got[entry], want[entry], rtol=1e-10, atol=0)

@@ -1,6 +1,7 @@
 """Tensors over TCP between a cluster's processes (``tfc.distributed.wire``): what is sent
 arrives whole, with its step id and keys, in frames of several values; a peer that cannot
-be reached is None (the caller goes by Ray), one that went away is a one-line error."""
+be reached is None (the caller goes by Ray), one that went away is a one-line error; a
+call (a step's launch) is answered on its connection; rows of a batch land in place."""
 
 from __future__ import annotations
 
@@ -61,18 +62,54 @@ def test_an_unreachable_peer_is_none_and_a_gone_one_an_error():
     link.close()
 
 
+def test_a_call_is_answered_on_its_connection_and_rows_land_in_place():
+    calls = []
+
+    def answer(meta, items):
+        calls.append(items)
+        if meta["call"].get("fail"):
+            raise ValueError("no entry @e")
+        return {"entry": meta["call"]["entry"]}, [(["fetch:0"], items[0][1] * 2)]
+
+    listener = Listener("127.0.0.1", lambda step, items: None, calls=answer)
+    link = Link.open(listener.address, "task t", timeout_s=5.0)
+    assert link is not None
+    batch = np.arange(12.0).reshape(6, 2)
+    try:
+        link.call(7, {"entry": "e"}, [(["feed:0"], batch[2:4], (6, 2))])  # rows 2, 3 of 6
+        meta, items = link.receive()
+        assert meta["step"] == 7 and meta["reply"] == {"entry": "e"}
+        got = calls[0][0][1]
+        assert got.shape == (6, 2) and not got.flags.writeable
+        np.testing.assert_array_equal(got[2:4], batch[2:4])
+        assert not got[:2].any() and not got[4:].any()  # the other rows zero
+        np.testing.assert_array_equal(items[0][1], got * 2)
+        assert items[0][1].flags.writeable  # (the caller's to keep)
+        link.call(8, {"entry": "e", "fail": True}, [])
+        assert link.receive()[0]["reply"] == {"error": "ValueError: no entry @e"}
+        listener.close()
+        assert link.receive() is None and link.lost  # the peer's process went away
+    finally:
+        link.close()
+        listener.close()
+
+
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
-@pytest.mark.parametrize("dtype, shape, stated", [
-    ("|O", [4], 32),          # object: pointers read off the wire
-    ("<f8", [-1], 8),         # a negative dim
-    ("<f8", [2, "x"], 16),    # not an int
-    ("<f8", [1 << 40], 8),    # a length the frame does not carry (8 TiB to allocate)
+@pytest.mark.parametrize("dtype, shape, stated, rows", [
+    ("|O", [4], 32, None),          # object: pointers read off the wire
+    ("<f8", [-1], 8, None),         # a negative dim
+    ("<f8", [2, "x"], 16, None),    # not an int
+    ("<f8", [1 << 40], 8, None),    # a length the frame does not carry (8 TiB to allocate)
+    ("<f8", [2], 16, [2, 1]),       # rows 1, 2 of an array of 2
+    ("<f8", [], 8, [1, 0]),         # rows of a scalar
 ])
-def test_a_frame_that_is_not_ours_is_dropped_and_the_listener_goes_on(dtype, shape, stated):
+def test_a_frame_that_is_not_ours_is_dropped_and_the_listener_goes_on(dtype, shape, stated,
+                                                                      rows):
     import json
     import struct
     listener, frames = listening()
-    header = json.dumps({"step": 1, "values": [[["k"], dtype, shape]]}).encode()
+    value = [["k"], dtype, shape] + ([rows] if rows is not None else [])
+    header = json.dumps({"step": 1, "values": [value]}).encode()
     try:
         with socket.create_connection(listener.address, timeout=5.0) as s:
             s.sendall(struct.pack("<4sQQ", b"tfcw", len(header), stated) + header

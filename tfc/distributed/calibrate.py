@@ -8,11 +8,16 @@ actors on distinct nodes where there are two:
 - ``cluster_link``: a value between two task processes, as the tasks send them (TCP,
   ``tfc.distributed.wire``): the latency is half a ping-pong of a scalar, the bytes/s
   from a ping-pong of ``LINK_BYTES`` less the scalar's;
-- ``cluster_call_s``: the driver's launch of a step on one more task (issuing a Ray
-  actor call with a step's arguments; the runtime issues one per task, one after the
-  other);
-- ``cluster_round_s``: the rest of the driver's round trip with a task (the call's
-  delivery and dispatch there, the answer, the driver's wait), the step's fixed cost.
+- ``cluster_call_s``: the driver's launch of a step on one more task (writing a launch
+  frame, as ``ClusterRuntime`` does, to the task's listener; the runtime writes one per
+  task, back to back);
+- ``cluster_round_s``: the rest of the driver's round trip with the last task launched
+  (from its frame written: the task's listener waking to it, the reply, the driver
+  waking to that), the step's fixed cost.
+
+A task's send of a value costs its thread what the driver's write of a launch frame
+costs (the same frame), and the receiver's listener about as much to take it in: the
+prediction charges ``cluster_call_s`` to each end of every transfer between tasks.
 
 Each is the median of ``repeats`` runs (after warm-up runs): the host may be shared.
 """
@@ -36,7 +41,8 @@ WARMUP = 5
 
 class LinkProbe:
     """A probe task process: listens like a task (``wire.Listener``); a frame that arrives
-    is echoed back to the peer as a scalar (the peer's ``ping`` times the round trip)."""
+    is echoed back to the peer as a scalar (the peer's ``ping`` times the round trip), and
+    a launch (a call) is answered as a task answers a step that did nothing."""
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
@@ -48,7 +54,8 @@ class LinkProbe:
         import ray
         from tfc.distributed.wire import Listener
         if self.listener is None:
-            self.listener = Listener(ray.util.get_node_ip_address(), self._arrived)
+            self.listener = Listener(ray.util.get_node_ip_address(), self._arrived,
+                                     calls=self._called, send_timeout_s=self.timeout_s)
         return self.listener.address
 
     def connect(self, address: tuple[str, int]) -> bool:
@@ -73,11 +80,11 @@ class LinkProbe:
             times.append(time.perf_counter() - started)
         return times[WARMUP:]
 
-    def step(self, entry: str, step_id: int, step: int, feeds: Any, n_feeds: int,
-             settle: Any, assign: Any) -> tuple[dict[int, np.ndarray], dict[str, float]]:
-        """What a task's ``run_step`` takes and answers, doing nothing."""
-        return {0: np.zeros((), np.float32)}, {"tensors": 0, "bytes": 0, "stale": 0,
-                                                "seconds": 0.0}
+    def _called(self, meta: dict[str, Any], items: list[tuple[list[str], np.ndarray]]
+                ) -> tuple[dict[str, Any], list[tuple[list[str], np.ndarray]]]:
+        """What a task answers to a step's launch (``TaskActor._called``), doing nothing."""
+        counters = {"tensors": 0, "bytes": 0, "stale": 0, "seconds": 0.0, "phases": {}}
+        return {"counters": counters}, [(["fetch:0"], np.zeros((), np.float32))]
 
 
 @dataclass
@@ -127,16 +134,39 @@ def calibrate_cluster(address: str, repeats: int = 30, timeout_s: float = 60.0,
         large = statistics.median(ray.get(probes[0].ping.remote(LINK_BYTES, repeats),
                                           timeout=timeout_s))
         link = LinkRates(LINK_BYTES / max(large - small, 1e-9), small / 2)
-        args: tuple[Any, ...] = ("train_step", 1, 1, {0: np.zeros(1, np.float32)}, 1, True, {})
+        call_s, round_s = _launch_costs([a, b], repeats, timeout_s, address)
+        return ClusterCosts(link, call_s, round_s, address, nodes[0] != nodes[1])
+
+
+def _launch_costs(addresses: list[tuple[str, int]], repeats: int, timeout_s: float,
+                  where: str) -> tuple[float, float]:
+    """The driver's cost of a launch frame per task and the rest of its round trip after
+    the last frame, from
+    launches of a step (a scalar feed, the outcome of the last step) on the probes at
+    ``addresses``, as ``ClusterRuntime`` launches them: frames back to back, then the
+    replies."""
+    from tfc.distributed.wire import Link
+    links = [Link.open(address, f"probe {i}", timeout_s) for i, address in enumerate(addresses)]
+    try:
+        if not all(links):
+            raise TfcError(f"this driver could not reach the probes on the cluster at "
+                           f"{where} over TCP (steps would be launched by Ray there)")
+        call = {"entry": "train_step", "step": 1, "n_feeds": 1, "settle": True}
+        feed = [(["feed:0"], np.zeros(1, np.float32))]
         issue, rounds = [], []
         for i in range(WARMUP + repeats):
             started = time.perf_counter()
-            refs = [p.step.remote(*args) for p in probes]
+            for link in links:
+                link.call(i, call, feed)  # type: ignore[union-attr]
             issued = time.perf_counter()
-            ray.get(refs, timeout=timeout_s)
+            for link in links:
+                if link.receive() is None:  # type: ignore[union-attr]
+                    raise TfcError(f"a probe on the cluster at {where} closed its connection")
             if i >= WARMUP:
-                issue.append((issued - started) / len(probes))
-                rounds.append(time.perf_counter() - started)
-        call_s = statistics.median(issue)
-        round_s = max(0.0, statistics.median(rounds) - len(probes) * call_s)
-        return ClusterCosts(link, call_s, round_s, address, nodes[0] != nodes[1])
+                issue.append((issued - started) / len(links))
+                rounds.append(time.perf_counter() - issued)
+    finally:
+        for link in links:
+            if link is not None:
+                link.close()
+    return statistics.median(issue), statistics.median(rounds)

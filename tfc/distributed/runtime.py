@@ -7,17 +7,21 @@ connects to the Ray cluster (``tfc.distributed.cluster``), starts one ``TaskActo
 and sends each the artifact's bytes once. Each entry then runs through a
 ``ClusterExecutable``, which speaks the protocol of an executable that keeps its
 updates where it ran them (``fast_step(..., defer=True)`` and ``read_back``, as the
-cuda executable does; ``tfc.runtime.runner``): a step sends each task the feeds its
-stages use (large ones over a TCP link to the task, ``tfc.distributed.wire``), starts
-the step on every task of the entry, and gathers the fetches; the values the tasks
-exchange go task to task, never through here; the variables stay on
+cuda executable does; ``tfc.runtime.runner``): a step writes one launch frame to each
+task of the entry over the driver's TCP connection to the task's listener
+(``tfc.distributed.wire``), back to back, with the feeds its stages use (a worker only
+its rows of the global batch, where its stages split the batch into the workers'
+shards), and reads each task's reply (its fetches) as it comes; where the driver cannot
+reach a task's listener, the step is launched by Ray instead (an actor call per task).
+The values the tasks exchange go task to task, never through here; the variables stay on
 their tasks, and the program reads them back only when asked (``program.variables``, a
 checkpoint, ``save``). The program's own arrays tell which values changed on its side
 (``set_variable``, ``restore_checkpoint``): an array that is not the very one this
 runtime last saw for a variable is sent to the variable's task with the next step.
 
 Every wait has a timeout (``timeout_s``, default 120 s). A task whose step raises, dies
-or does not finish in time fails the step with one ``ExecutionError`` naming the task;
+(its connection closes, or Ray reports its actor dead) or does not finish in time fails
+the step with one ``ExecutionError`` naming the task;
 the driver first tells every task to abort the step, so none is left waiting for a
 value that will never come, and the step's updates are dropped on every task.
 ``last_transfer_stats`` counts what the latest step moved between tasks (and to and
@@ -35,11 +39,11 @@ import numpy as np
 
 from tfc.backends.base import StepResult
 from tfc.errors import ExecutionError, TfcError
-from tfc.ir.core import Module
+from tfc.ir.core import Graph, Module
 from tfc.ir.registry import writes_variable
 from tfc.devices import task_of
-from tfc.distributed.task import (BY_REFERENCE_BYTES, WIRED, WIRED_FEED_BYTES, TaskActor,
-                                  cluster_tasks, feed_key, variable_owners)
+from tfc.distributed.task import (BY_REFERENCE_BYTES, TaskActor, assign_key, cluster_tasks,
+                                  feed_key, variable_owners)
 
 DEFAULT_TIMEOUT_S = 120.0
 # what "cluster=" takes besides a Ray address ("HOST:PORT")
@@ -55,15 +59,18 @@ class ClusterError(TfcError):
 
 @dataclass
 class TransferStats:
-    """What one step moved: between tasks (actor to actor, ``tensors``/``bytes``), from
-    the driver to the tasks (the feeds) and back (the fetches), and the values that
-    arrived at a task after their step was over there (``stale``, dropped)."""
+    """What one step moved: between tasks (task to task, ``tensors``/``bytes``), from
+    the driver to the tasks (the feeds' bytes sent: a worker's shard of a sharded one)
+    and back (the fetches), the values that arrived at a task after their step was over
+    there (``stale``, dropped), and how the step was launched (``launch``: ``wire``, a
+    frame per task over TCP, or ``ray``, an actor call per task)."""
 
     tensors: int = 0
     bytes: int = 0
     feed_bytes: int = 0
     fetch_bytes: int = 0
     stale: int = 0
+    launch: str = ""
     task_seconds: dict[str, float] = field(default_factory=dict)  # each task's step time
     # where the step's time went (benchmarks): the driver's phases (``launch``: feeds and
     # calls out, ``wait``: until every task answered, ``gather``), each task's (``feeds``,
@@ -210,7 +217,7 @@ class ClusterRuntime:
     def _failure(self, task: str, what: str, e: Exception) -> str:
         """One line saying why ``task`` failed to ``what``."""
         if self._died(e):
-            return f"task {task} died (its process exited) and could not {what}"
+            return self._died_line(task, what)
         cause = getattr(e, "cause", None)
         if isinstance(cause, BaseException):
             message = getattr(cause, "message", None) or str(cause)
@@ -233,50 +240,34 @@ class ClusterRuntime:
 
     def launch(self, entry: str, tasks: Sequence[str], step: int,
                feeds: Mapping[str, Mapping[int, np.ndarray]], n_feeds: int,
-               assign: Mapping[str, Mapping[str, np.ndarray]]) -> dict[int, np.ndarray]:
-        """Run one step of ``entry`` on ``tasks``; the fetches by result index."""
+               assign: Mapping[str, Mapping[str, np.ndarray]],
+               shards: Mapping[str, Mapping[int, tuple[int, int]]] | None = None
+               ) -> dict[int, np.ndarray]:
+        """Run one step of ``entry`` on ``tasks``; the fetches by result index.
+        ``shards[task][i] = (k, n)``: the task uses only the ``k``-th of ``n`` equal row
+        blocks of feed ``i`` (a worker's shard of the global batch), so only those rows
+        go to it over the wire (the batch divides by ``n``; else the whole feed, and the
+        task's split names the problem)."""
         self._check_open()
         clock = time.perf_counter
         started = clock()
         self._launches += 1
         step_id = self._launches
-        # a large feed goes over the task's wire link (after the launch: the task waits for
-        # it in the step's table), else to the object store once, however many tasks use it
-        put: dict[int, Any] = {}
-        sent: dict[str, dict[int, Any]] = {}
-        wired: dict[str, list[tuple[list[str], np.ndarray]]] = {}
-        for t in tasks:
-            sent[t] = {}
-            for i, a in feeds.get(t, {}).items():
-                if a.nbytes >= WIRED_FEED_BYTES and self._link(t) is not None:
-                    wired.setdefault(t, []).append(([feed_key(i)], a))
-                    sent[t][i] = WIRED
-                elif a.nbytes >= BY_REFERENCE_BYTES:
-                    if id(a) not in put:
-                        put[id(a)] = self.ray.put(a)
-                    sent[t][i] = put[id(a)]
-                else:
-                    sent[t][i] = a
-        refs = {t: self.actors[t].run_step.remote(entry, step_id, step, sent[t], n_feeds,
-                                                  self._outcome[t], assign.get(t, {}))
-                for t in tasks}
+        what = f"run step {step} of @{entry}"
+        wired = all(self._link(t) is not None for t in tasks)
         try:
-            for t, values in wired.items():
-                try:
-                    self._links[t].send(step_id, values)
-                except ExecutionError as e:
-                    self._abort(step_id, list(refs.values()), str(e))
-                    raise ExecutionError(f"task {t} could not take the feeds of step "
-                                         f"{step}: {e}") from None
-            launched = clock()
-            results = self._wait(refs, f"run step {step} of @{entry}", step_id=step_id)
+            if wired:
+                results, feed_bytes, launched = self._run_wired(
+                    entry, tasks, step_id, step, feeds, n_feeds, assign, shards or {}, what)
+            else:  # a task whose listener this driver cannot reach: the step goes by Ray
+                results, feed_bytes, launched = self._run_by_ray(
+                    entry, tasks, step_id, step, feeds, n_feeds, assign, what)
         except BaseException:
             for t in tasks:
                 self._outcome[t] = False
             raise
         waited = clock()
-        stats = TransferStats(feed_bytes=sum(a.nbytes for f in feeds.values()
-                                             for a in f.values()))
+        stats = TransferStats(feed_bytes=feed_bytes, launch="wire" if wired else "ray")
         fetches: dict[int, np.ndarray] = {}
         for t in tasks:
             self._outcome[t] = True
@@ -293,6 +284,128 @@ class ClusterRuntime:
         self.stale_total += stats.stale
         self.last_transfer_stats = stats
         return fetches
+
+    def _run_wired(self, entry: str, tasks: Sequence[str], step_id: int, step: int,
+                   feeds: Mapping[str, Mapping[int, np.ndarray]], n_feeds: int,
+                   assign: Mapping[str, Mapping[str, np.ndarray]],
+                   shards: Mapping[str, Mapping[int, tuple[int, int]]], what: str
+                   ) -> tuple[dict[str, Any], int, float]:
+        """The step launched over the tasks' wire links: one frame per task, written back
+        to back (its feeds, a worker only its rows of a sharded one; the variables set
+        here; the outcome of its previous step), then every task's reply (its fetches and
+        counters) read as it comes. The replies, the feeds' bytes sent, and when the
+        last frame went out."""
+        from tfc.distributed.wire import Outgoing
+        feed_bytes = 0
+        launched: list[str] = []
+        lost: str | None = None
+        for t in tasks:
+            values: list[Outgoing] = []
+            for i, a in feeds.get(t, {}).items():
+                value = _feed_rows(feed_key(i), a, shards.get(t, {}).get(i))
+                feed_bytes += value[1].nbytes
+                values.append(value)
+            values += [([assign_key(n)], v) for n, v in assign.get(t, {}).items()]
+            call = {"entry": entry, "step": step, "n_feeds": n_feeds,
+                    "settle": self._outcome[t]}
+            try:
+                self._links[t].call(step_id, call, values)
+            except ExecutionError as e:
+                lost = (self._died_line(t, what) if self._links[t].lost
+                        else f"task {t} failed to {what}: {e.message}")
+                break
+            launched.append(t)
+        sent = time.perf_counter()
+        if lost is not None:
+            self._abort(step_id, [], lost)
+        return self._replies(launched, step_id, what, lost), feed_bytes, sent
+
+    def _replies(self, tasks: Sequence[str], step_id: int, what: str,
+                 failure: str | None = None) -> dict[str, Any]:
+        """Each task's reply to the launch of ``step_id`` over its link (its fetches by
+        index and its counters), within the timeout. The first failure (a task's error, a
+        task whose connection closed: its process exited, one that did not answer in
+        time, or ``failure`` already) tells every task to abort the step, waits (bounded)
+        for the others' replies, and is raised as one ``ExecutionError`` naming its task,
+        a task that died first among them."""
+        import selectors
+        pending = set(tasks)
+        results: dict[str, Any] = {}
+        died: str | None = None
+        with selectors.DefaultSelector() as selector:
+            for t in tasks:
+                selector.register(self._links[t], selectors.EVENT_READ, t)
+            deadline = time.monotonic() + (self.timeout_s if failure is None
+                                           else min(self.timeout_s, 30.0))
+            while pending:
+                events = selector.select(max(0.0, deadline - time.monotonic()))
+                if not events:
+                    if failure is None:
+                        late = ", ".join(t for t in tasks if t in pending)
+                        failure = f"task {late} did not {what} within {self.timeout_s:g} s"
+                        self._abort(step_id, [], failure)
+                        deadline = time.monotonic() + min(self.timeout_s, 30.0)
+                        continue
+                    break
+                for key, _ in events:
+                    t = key.data
+                    error: str | None = None
+                    try:
+                        frame = self._links[t].receive()
+                    except ExecutionError as e:
+                        frame, error = None, f"task {t} failed to {what}: {e.message}"
+                    if frame is not None and frame[0].get("step") != step_id:
+                        continue  # the late reply of a step that failed before
+                    pending.discard(t)
+                    selector.unregister(self._links[t])
+                    if frame is None and error is None:  # closed: the process is gone
+                        died = died or self._died_line(t, what)
+                        error = died
+                    elif frame is not None:
+                        reply, items = frame[0]["reply"], frame[1]
+                        if "error" in reply:
+                            error = f"task {t} failed to {what}: {reply['error']}"
+                        else:
+                            results[t] = ({int(keys[0].partition(":")[2]): a
+                                           for keys, a in items}, reply["counters"])
+                    if error is not None and failure is None:
+                        failure = error
+                        self._abort(step_id, [], failure)
+                        deadline = time.monotonic() + min(self.timeout_s, 30.0)
+        if died is not None:
+            raise ExecutionError(died)
+        if failure is not None:
+            raise ExecutionError(failure)
+        return results
+
+    def _died_line(self, task: str, what: str) -> str:
+        """The error of a task whose process is gone (as ``_failure`` says it)."""
+        return f"task {task} died (its process exited) and could not {what}"
+
+    def _run_by_ray(self, entry: str, tasks: Sequence[str], step_id: int, step: int,
+                    feeds: Mapping[str, Mapping[int, np.ndarray]], n_feeds: int,
+                    assign: Mapping[str, Mapping[str, np.ndarray]], what: str
+                    ) -> tuple[dict[str, Any], int, float]:
+        """The step launched by Ray: one actor call per task (a large feed put in the
+        object store once, however many tasks use it). As ``_run_wired``."""
+        put: dict[int, Any] = {}
+        sent: dict[str, dict[int, Any]] = {}
+        for t in tasks:
+            sent[t] = {}
+            for i, a in feeds.get(t, {}).items():
+                if a.nbytes >= BY_REFERENCE_BYTES:
+                    if id(a) not in put:
+                        put[id(a)] = self.ray.put(a)
+                    sent[t][i] = put[id(a)]
+                else:
+                    sent[t][i] = a
+        refs = {t: self.actors[t].run_step.remote(entry, step_id, step, sent[t], n_feeds,
+                                                  self._outcome[t], assign.get(t, {}))
+                for t in tasks}
+        launched = time.perf_counter()
+        results = self._wait(refs, what, step_id=step_id)
+        feed_bytes = sum(a.nbytes for f in feeds.values() for a in f.values())
+        return results, feed_bytes, launched
 
     def _link(self, task: str) -> Any:
         """The driver's TCP link to ``task``'s listener (made on first use), or None when
@@ -351,6 +464,70 @@ class ClusterRuntime:
             cluster.close()
 
 
+def _feed_rows(key: str, feed: np.ndarray, shard: tuple[int, int] | None) -> Any:
+    """What goes on the wire of ``feed`` for a task: the whole array, or, for a task that
+    uses only row block ``k`` of ``n`` (``shard``) of a batch that divides, those rows
+    with their place in it (``tfc.distributed.wire``: the task gets an array of the whole
+    shape, the other rows zero, which its split never hands to a kernel that uses them)."""
+    if shard is None or feed.ndim == 0 or feed.shape[0] % shard[1]:
+        return ([key], feed)
+    rows = feed.shape[0] // shard[1]
+    first = shard[0] * rows
+    return ([key], feed[first:first + rows], (feed.shape[0], first))
+
+
+def _values_used(graph: Graph) -> list[Any]:
+    """Every use of a value in ``graph``: its ops' inputs (regions too) and its results."""
+    used: list[Any] = list(graph.results)
+    for op in graph.walk():
+        used += op.inputs
+        for region in op.regions:
+            used += region.results
+    return used
+
+
+def _batch_shards(module: Module, table: Any, devices: Sequence[str]
+                  ) -> dict[int, tuple[int, int]]:
+    """The feeds of which ``devices`` (a task's) use one row block only: feed ``i`` ->
+    (``k``, ``n``) where every use of it there is a ``split`` on axis 0 into ``n`` equal
+    blocks of which only block ``k`` is used (the replicate pass's shard of the global
+    batch for worker ``k``). A feed a device sends or fetches whole is not one of them."""
+    shards: dict[int, tuple[int, int] | None] = {}
+    for part in table.devices:
+        if part.device not in devices:
+            continue
+        for st in part.stages:
+            for s in st.sends:
+                if s.value.feed is not None:
+                    shards[s.value.feed] = None
+            graph = module.graphs.get(st.graph) if st.graph is not None else None
+            for j, src in enumerate(st.inputs):
+                if src.feed is None:
+                    continue
+                shard = _one_block(graph, graph.args[j]) if graph is not None else None
+                if shards.setdefault(src.feed, shard) != shard:
+                    shards[src.feed] = None
+    for device, src in table.fetches:
+        if device in devices and src.feed is not None:
+            shards[src.feed] = None
+    return {i: s for i, s in shards.items() if s is not None}
+
+
+def _one_block(graph: Graph, arg: Any) -> tuple[int, int] | None:
+    """(``k``, ``n``) when ``arg``'s only use in ``graph`` is one ``split`` on axis 0
+    into ``n`` equal blocks of which only block ``k`` is used; else None."""
+    used = _values_used(graph)
+    splits = [op for op in graph.walk() if arg in op.inputs]
+    if len(splits) != 1 or sum(v is arg for v in used) != 1:
+        return None
+    op = splits[0]
+    n = op.attrs.get("num")
+    if op.kind != "split" or op.attrs.get("axis") != 0 or not isinstance(n, int):
+        return None
+    blocks = [k for k, r in enumerate(op.results) if any(v is r for v in used)]
+    return (blocks[0], n) if len(blocks) == 1 else None
+
+
 def _feeds_used(table: Any, devices: Sequence[str]) -> list[int]:
     """The entry's feeds that the stages (inputs, sends) and fetches of ``devices`` use."""
     used: set[int] = set()
@@ -385,6 +562,7 @@ class ClusterExecutable:
                 by_task.setdefault(task, []).append(part.device)
             self.tasks = list(by_task)
             self.feeds = {t: _feeds_used(table, ds) for t, ds in by_task.items()}
+            self.shards = {t: _batch_shards(module, table, ds) for t, ds in by_task.items()}
         else:  # every op on one device
             from tfc.passes.partition import single_device
             device = single_device(graph, module.devices[0])
@@ -394,6 +572,7 @@ class ClusterExecutable:
                                f"device: a cluster program runs on tasks only")
             self.tasks = [task]
             self.feeds = {task: list(range(len(graph.args)))}
+            self.shards = {}
         reads: dict[str, None] = {}
         writes: dict[str, None] = {}
         for op in graph.walk():
@@ -434,7 +613,8 @@ class ClusterExecutable:
                 assign.setdefault(runtime.owners[name], {})[name] = value
         per_task = {t: {i: feeds[i] for i in idx} for t, idx in self.feeds.items()}
         tasks = list(dict.fromkeys([*self.tasks, *assign]))
-        fetched = runtime.launch(self.entry, tasks, step, per_task, self._n_feeds, assign)
+        fetched = runtime.launch(self.entry, tasks, step, per_task, self._n_feeds, assign,
+                                 self.shards)
         for values in assign.values():
             synced.update(values)
         fetches = []

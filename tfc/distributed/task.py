@@ -9,13 +9,21 @@ variables its stages read and write, and runs its part of each step with the sam
 executor that runs a single process's devices (``PartitionedExecutable`` restricted to
 this task's devices).
 
+The driver launches a step on the task over its TCP connection to the task's listener
+(``tfc.distributed.wire``: Ray's actor calls cost 10-30x more here and their dispatch
+varies, see there): one frame carries the step's feeds (a worker's rows of the global
+batch only), the variables the driver's program set, and the outcome of the task's
+previous step; the task runs the step in the listener's thread of that connection and
+answers on it with its fetches (``_called``). Where the driver cannot reach the task's
+listener, it launches by Ray instead (``run_step``, an actor call; feeds by value or,
+large ones, through Ray's object store).
+
 Values its devices send to another task's go task to task, never through the driver:
 one transfer per (value, receiving task) per stage, over a TCP connection to the peer's
-listener (``tfc.distributed.wire``: Ray's actor calls and object store cost 10-30x more
-per transfer here, see there). Where a peer's listener cannot be reached, they go by Ray
-instead (``deliver`` on the peer: small arrays by value, large ones put in Ray's object
-store first, mapped zero-copy at the receiver). The driver's large feeds come the same
-way. Each value carries its step's id (the driver's launch counter): the receiver puts
+listener. Where a peer's listener cannot be reached, they go by Ray instead
+(``deliver`` on the peer: small arrays by value, large ones put in Ray's object store
+first, mapped zero-copy at the receiver). Each value carries its step's id (the
+driver's launch counter): the receiver puts
 it into that step's ``Rendezvous``, where the step's recvs find it, also when it arrives
 before the step starts there; a value for a step that is over (it failed, or the value
 arrived late) is dropped and counted (``stale``). A sender does not wait for the
@@ -45,14 +53,21 @@ from tfc.ir.core import Module
 # arrays of at least this many bytes travel as an object-store reference (zero-copy at
 # the receiver, and not copied into the call's message); smaller ones by value
 BY_REFERENCE_BYTES = 64 * 1024
-# the driver's feeds of at least this many bytes go over the task's wire link (when it has
-# one) instead of inside the step's launch call
-WIRED_FEED_BYTES = 16 * 1024
 
 
 def feed_key(index: int) -> str:
-    """The rendezvous key under which feed ``index`` of a step comes over the wire."""
+    """The key under which feed ``index`` of a step comes in its launch frame."""
     return f"feed:{index}"
+
+
+def assign_key(name: str) -> str:
+    """The key under which the driver's value of variable ``name`` comes in a launch."""
+    return f"assign:{name}"
+
+
+def fetch_key(index: int) -> str:
+    """The key under which a task's fetch ``index`` goes back in its reply."""
+    return f"fetch:{index}"
 
 
 def cluster_tasks(module: Module) -> dict[str, list[str]]:
@@ -101,9 +116,6 @@ def _frozen(value: np.ndarray) -> np.ndarray:
         a = a.view()  # (the caller's array keeps its flags)
     a.flags.writeable = False
     return a
-
-
-WIRED = "wire"  # a step's feed that comes over the wire link (``feed_key``), not in the call
 
 
 @functools.cache
@@ -180,11 +192,13 @@ class TaskActor:
 
     def ready(self) -> dict[str, Any]:
         """Where this task runs: its Ray node id, process id, share of the cores, and the
-        address (``wire``) where it takes values over TCP (listening from now on)."""
+        address (``wire``) where it takes values and launches over TCP (listening from now
+        on)."""
         import ray
         from tfc.distributed.wire import Listener
         if self._listener is None:
-            self._listener = Listener(ray.util.get_node_ip_address(), self._receive)
+            self._listener = Listener(ray.util.get_node_ip_address(), self._receive,
+                                      calls=self._called, send_timeout_s=self.timeout_s)
         return {"task": self.task, "node_id": ray.get_runtime_context().get_node_id(),
                 "pid": os.getpid(), "cores": self.cores, "wire": self._listener.address}
 
@@ -235,8 +249,8 @@ class TaskActor:
         ops are seeded with it): ``feeds`` by argument index (those its stages use),
         ``settle`` the outcome of the task's previous step (apply or drop its updates),
         ``assign`` variable values the driver's program set since. Returns this task's
-        fetches by result index and the step's transfer counters (a large feed comes as
-        an object-store reference, put there once for every task that uses it)."""
+        fetches by result index and the step's transfer counters (a feed launched by Ray
+        may be an object-store reference, put there once for every task that uses it)."""
         import ray
         self._settle(settle)
         for name, value in assign.items():
@@ -262,9 +276,6 @@ class TaskActor:
                                     if isinstance(v, ray.ObjectRef)}
             got: dict[int, np.ndarray] = dict(zip(refs, ray.get(
                 list(refs.values()), timeout=self.timeout_s))) if refs else {}
-            wired = [i for i, v in feeds.items() if isinstance(v, str)]  # WIRED: on the link
-            if wired:
-                got.update(zip(wired, rendezvous.recv_many([feed_key(i) for i in wired])))
             for i, value in feeds.items():
                 args[i] = got.get(i, value)
             phases["feeds"] = clock() - started
@@ -291,6 +302,29 @@ class TaskActor:
         return out, {"tensors": self._sent_tensors, "bytes": self._sent_bytes,
                      "stale": self.stale - stale_before,
                      "seconds": time.perf_counter() - started, "phases": phases}
+
+    def _called(self, meta: Mapping[str, Any], items: list[tuple[list[str], np.ndarray]]
+                ) -> tuple[dict[str, Any], list[tuple[list[str], np.ndarray]]]:
+        """A step launched over the wire (the listener's ``calls``): ``run_step`` on the
+        frame's call and values; the reply is its counters and fetches, or its error (one
+        line: what the driver's error says after the task's name)."""
+        call = meta["call"]
+        feeds: dict[int, np.ndarray] = {}
+        assign: dict[str, np.ndarray] = {}
+        for keys, value in items:
+            kind, _, name = keys[0].partition(":")
+            if kind == "feed":
+                feeds[int(name)] = value
+            else:
+                assign[name] = value
+        try:
+            out, counters = self.run_step(str(call["entry"]), int(meta["step"]),
+                                          int(call["step"]), feeds, int(call["n_feeds"]),
+                                          call["settle"], assign)
+        except Exception as e:
+            message = getattr(e, "message", None) or str(e) or type(e).__name__
+            return {"error": message}, []
+        return {"counters": counters}, [([fetch_key(i)], a) for i, a in out.items()]
 
     def _send(self, items: list[tuple[str, str, np.ndarray]]) -> None:
         """The executor's transport: each value once to each task that receives it,

@@ -732,13 +732,12 @@ def predict_tasks(module: Module, entry: str, symbol_size: int = SYMBOL_SIZE,
     (``cores // tasks`` threads each, ``threads_per_device``).
 
     Between tasks: with a profile that measured a cluster (``tfc calibrate --cluster``),
-    the way the runtime runs a step (``tfc.distributed.runtime``): the driver launches
-    the step on the tasks one after another (``cluster_call_s`` each), then sends each
-    its large feeds (the whole batch, as the driver does) over the measured
-    ``cluster_link``, which also carries every value between tasks; a task's time runs
-    from its launch, so it waits for the values of tasks launched or fed later, and the
-    whole step is the last task's end after its launch plus the driver's round trip
-    (``cluster_round_s``). Without one, values cross over the profile's link between
+    the way the runtime runs a step (``tfc.distributed.runtime``): the driver writes a
+    launch frame to each task in turn (``cluster_call_s`` each, plus its feeds' bytes
+    over the measured ``cluster_link``: a worker's shard of the batch), which also
+    carries every value between tasks; a task's time runs from its launch, so it waits
+    for the values of tasks launched later, and the whole step is the last task's end
+    after its launch plus the driver's round trip (``cluster_round_s``). Without one, values cross over the profile's link between
     hosts (``DeviceProfile.link``) and the tasks start together."""
     from tfc.passes.compress import transfer_policy
     from tfc.passes.placement import simulate_placed
@@ -784,42 +783,42 @@ def predict_tasks(module: Module, entry: str, symbol_size: int = SYMBOL_SIZE,
     return TaskPrediction(tasks, sim.makespan, assumptions)
 
 
-# feeds of at least this many bytes go to a task over its wire link after the launch
-# (``tfc.distributed.task.WIRED_FEED_BYTES``); smaller ones travel inside the launch call
-_WIRED_FEED_BYTES = 16 * 1024
-
-
 def _task_starts(module: Module, graph: Graph, symbol_size: int, profile: DeviceProfile
                  ) -> tuple[dict[str, float], dict[str, float]]:
-    """For each task of ``graph`` in the runtime's launch order: when its work can start
-    (its launch, or its large feeds' arrival if later), from the step's launch, and how
-    long after its own launch it waits for those feeds."""
+    """For each task of ``graph`` in the runtime's launch order: when its work can start,
+    from the step's launch, and how long after its own launch it waits for its feeds
+    (none: they come in its launch frame). The driver writes one launch frame per task,
+    back to back (``tfc.distributed.runtime``): each costs ``cluster_call_s`` and its
+    feeds' bytes over the measured link, a worker's shard of the global batch only where
+    the worker splits a feed on axis 0."""
     link = profile.cluster_link
     assert link is not None
     order = list(dict.fromkeys(t for t in (task_label(op.device) for op in graph.walk()
                                            if op.device) if t is not None))
     rank = {task_label(d): i for i, d in enumerate(module.devices)}
     order.sort(key=lambda t: rank.get(t, len(rank)))
-    feeds: dict[str, int] = {}  # task -> bytes of its large feeds (the whole batch each)
+    feeds: dict[str, float] = {}  # task -> bytes of the feeds in its launch frame
     batch = symbol_size * max(1, sum(1 for d in module.devices
                                      if (task_label(d) or "").startswith("worker:")))
     for arg in graph.args:
-        users = {task_label(op.device) for op in graph.walk()
-                 if op.device and arg in op.inputs}
+        users: dict[str, list[Op]] = {}
+        for op in graph.walk():
+            task = task_label(op.device) if op.device else None
+            if task is not None and arg in op.inputs:
+                users.setdefault(task, []).append(op)
         nbytes = arg.type.nbytes(batch)
-        if nbytes < _WIRED_FEED_BYTES:
-            continue
-        for task in users:
-            if task is not None:
-                feeds[task] = feeds.get(task, 0) + nbytes
-    launched = {t: i * profile.cluster_call_s for i, t in enumerate(order)}
-    sent = len(order) * profile.cluster_call_s  # the feeds go after every launch
+        for task, ops in users.items():
+            blocks = {op.attrs.get("num") if op.kind == "split" and op.attrs.get("axis") == 0
+                      else None for op in ops}
+            n = blocks.pop() if len(blocks) == 1 else None
+            feeds[task] = feeds.get(task, 0.0) + (nbytes / n if isinstance(n, int) and n > 0
+                                                  else nbytes)
     starts, waits = {}, {}
+    written = 0.0
     for task in order:
-        if task in feeds:
-            sent += link.latency_s + feeds[task] / link.bytes_per_s
-        starts[task] = max(launched[task], sent if task in feeds else 0.0)
-        waits[task] = starts[task] - launched[task]
+        written += profile.cluster_call_s + feeds.get(task, 0.0) / link.bytes_per_s
+        starts[task] = written
+        waits[task] = 0.0
     return starts, waits
 
 
@@ -827,7 +826,9 @@ def _launch_skewed(profile: DeviceProfile, devices: Sequence[str], starts: Mappi
                    ) -> DeviceProfile:
     """``profile`` with a link between every two task devices: the measured cluster link,
     its latency plus the sender's start less the receiver's (each task's time counts from
-    its own start), at least 0 (a value sent before its receiver started is there)."""
+    its own start), at least 0 (a value sent before its receiver started is there); each
+    end of a transfer costs its thread a frame's work (``cluster_call_s``, measured as the
+    driver's write of a launch frame; ``tfc.distributed.calibrate``)."""
     from dataclasses import replace
 
     from tfc.devices import LinkRates
@@ -842,7 +843,8 @@ def _launch_skewed(profile: DeviceProfile, devices: Sequence[str], starts: Mappi
             skew = starts.get(a, 0.0) - starts.get(b, 0.0)
             links[f"{src}->{dst}"] = LinkRates(link.bytes_per_s,
                                                max(0.0, link.latency_s + skew))
-    return replace(profile, links=links, default_link=link)
+    return replace(profile, links=links, default_link=link,
+                   transfer_s=max(profile.transfer_s, 2 * profile.cluster_call_s))
 
 
 def cluster_report(module: Module, spec: ClusterSpec) -> ClusterReport:
