@@ -5,6 +5,7 @@ touches no other Ray."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -19,6 +20,10 @@ import pytest
 from tfc.distributed.cluster import (INSTALL_HINT, LOOPBACK, LoopbackCluster, RayCluster,
                                      free_port)
 from tfc.errors import TfcError
+
+# tests that need Ray but not the shared cluster (they start or try to reach one of their own)
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                               reason=f"ray is not installed ({INSTALL_HINT})")
 
 pytestmark = pytest.mark.distributed
 
@@ -105,6 +110,7 @@ def test_an_actor_that_cannot_start_is_one_line(cluster: RayCluster) -> None:
         cluster.start_actor(Broken, node_id="f" * 56, name="task ps:1")
 
 
+@needs_ray
 def test_an_unreachable_address_fails_fast_in_one_line() -> None:
     address = f"{LOOPBACK}:{free_port()}"  # nothing listens there
     start = time.monotonic()
@@ -118,6 +124,7 @@ def test_an_unreachable_address_fails_fast_in_one_line() -> None:
             RayCluster.connect(bad)
 
 
+@needs_ray
 def test_a_port_that_is_not_ray_fails_within_the_timeout() -> None:
     """Something answers TCP there but it is not a Ray cluster: Ray's own connect would retry
     for long; tfc's gives up at the timeout (in a subprocess: Ray's abandoned attempt stays
@@ -213,6 +220,7 @@ def test_stop_ends_its_own_processes_and_no_other_ray(loopback_cluster: Loopback
         assert len(cluster.nodes) == 3
 
 
+@needs_ray
 def test_local_starts_an_embedded_ray_and_close_shuts_it_down() -> None:
     import ray
 
