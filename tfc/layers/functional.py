@@ -201,6 +201,8 @@ class Model(Sequential):
     ``outputs`` of a built model are lists (``input`` / ``output`` for one).
     """
 
+    _tracked_variables: list[Variable]  # variables assigned as attributes (subclasses)
+
     def __init__(self, inputs: Any = None, outputs: Any = None, name: str | None = None
                  ) -> None:
         object.__setattr__(self, "_tracked_variables", [])
@@ -318,7 +320,7 @@ class Model(Sequential):
         if self._plan is None:
             raise TfcError(f"model '{self.name}' has no call: subclass tfc.Model and define "
                            f"call(inputs, training=False), or give Model(inputs, outputs)")
-        assert self.inputs is not None and self.outputs is not None
+        assert self.inputs is not None and self.outputs is not None and self.graph is not None
         leaves, keys, kind = _flatten(inputs)
         if kind == "dict":
             missing = [n for n in self.input_names if n not in inputs]
