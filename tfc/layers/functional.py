@@ -41,7 +41,8 @@ from tfc.layers.model import Sequential, _Training, labels_array, num_examples, 
 from tfc.layers.nodes import Node, node_of, producer, training_scope
 
 
-def Input(shape: Sequence[int | None], dtype: Any = "float32", name: str | None = None,  # noqa: N802
+def Input(shape: Sequence[int | None], dtype: Any = "float32",  # noqa: N802 (Keras)
+          name: str | None = None,
           batch_size: int | None = None) -> Tensor:
     """A model input (``tf.keras.Input``): a placeholder ``[B, *shape]`` of the default
     graph (``batch_size`` fixes the batch dim), named ``name`` (by default ``input``,
