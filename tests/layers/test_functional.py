@@ -216,6 +216,56 @@ def test_dropout_on_an_input_and_a_model_called_as_a_layer():
     np.testing.assert_allclose(outer.predict(ones), 2 * inner.predict(ones), rtol=1e-6)
 
 
+def random_ops(graph) -> int:
+    return [op.kind for op in graph.ops].count("random.uniform_like")
+
+
+def predict_graph(model):
+    from tfc.api.extract import extract
+    return extract(model.graph.ir, "p", [(t.name, t.value) for t in model.inputs],
+                   [(f"o{i}", t.value) for i, t in enumerate(model.outputs)], [], what="test")
+
+
+def test_nested_models_are_replayed_as_units():
+    """A model called on tensors is one recorded call: a subclass whose call drops only
+    when training (raw ops, no Dropout layer), shared by two inputs (siamese), drops in
+    the training graph; so does a nested Sequential's Dropout; neither at inference."""
+    class Noisy(tfc.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = L.Dense(4)
+
+        def call(self, x, training=False):
+            h = self.dense(x)
+            return tfc.nn.dropout(h, 0.5, seed=2) if training else h
+
+    encoder = Noisy()
+    a, b = tfc.keras.Input(shape=(3,), name="a"), tfc.keras.Input(shape=(3,), name="b")
+    stack = tfc.Sequential([L.Dense(4), L.Dropout(0.5, seed=3)])
+    joined = L.Concatenate()([encoder(a), encoder(b), stack(a)])
+    model = tfc.keras.Model([a, b], L.Dense(1, name="head")(joined))
+    assert model.layers[:2] == [encoder, stack] and model.uses_training
+    assert [v.name for v in model.trainable_variables] == [
+        "dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias", "head/kernel",
+        "head/bias"]
+    model.compile("sgd", "mse")
+    x = [np.ones((8, 3), np.float32)] * 2
+    model.fit(x, np.zeros((8, 1), np.float32), epochs=1, verbose=0)
+    assert random_ops(model.training_graph()) == 3
+    assert random_ops(predict_graph(model)) == 0
+    np.testing.assert_array_equal(model.predict(x), model.predict(x))
+
+
+def test_an_explicit_training_flag_is_kept():
+    """``Dropout(...)(h, training=True)`` drops at inference too (Monte Carlo dropout)."""
+    x = tfc.keras.Input(shape=(4,))
+    model = tfc.keras.Model(x, L.Dense(2)(L.Dropout(0.5, seed=1)(x, training=True)))
+    model.compile("sgd", "mse")
+    model.fit(np.ones((8, 4), np.float32), np.zeros((8, 2), np.float32), verbose=0)
+    assert random_ops(predict_graph(model)) == 1
+    assert random_ops(model.training_graph()) == 1
+
+
 def test_summary_shows_inputs_layers_and_connections(capsys):
     model = two_towers()
     model.summary()

@@ -18,7 +18,7 @@ from tfc.api.graph import Graph, Tensor, Variable, as_dtype, user_location
 from tfc.api.tensor import TensorLike, convert_to_tensor
 from tfc.errors import TfcError, TypeMismatch
 from tfc.ir.types import DType, TensorType
-from tfc.layers.nodes import default_training, record_call
+from tfc.layers.nodes import default_training, outermost_call, record_call
 
 Initializer = Callable[[Sequence[int], DType], Any]
 
@@ -145,7 +145,8 @@ class Layer:
         """Append the layer's ops for ``inputs`` (one tensor, or a list for a layer that
         merges several); ``training`` selects training-only behaviour (dropout) for the
         graph being built, by default the enclosing model call's (``nodes.training_scope``).
-        The call is recorded in the graph (``nodes.record_call``) for the Functional API."""
+        An outermost call is recorded in the graph (``nodes.record_call``) for the
+        Functional API."""
         packed = isinstance(inputs, (list, tuple))
         xs = [convert_to_tensor(t) for t in inputs] if packed else [convert_to_tensor(inputs)]
         if packed != self.takes_list or not xs:
@@ -154,26 +155,28 @@ class Layer:
             raise TypeMismatch(f"layer '{self.name}' takes {want}, got {got}", user_location())
         x: Any = xs if packed else xs[0]
         in_type: Any = [t.type for t in xs] if packed else xs[0].type
-        if training is None:
-            training = default_training()
+        given, training = training, default_training() if training is None else training
         g = xs[0].graph
-        if self.graph is None:
-            with g.as_default(), g.name_scope(self._base()) as scope:
-                self._scope, self.input_type = scope, in_type
-                try:
-                    self.build(in_type)
+        with outermost_call() as outermost:
+            if self.graph is None:
+                with g.as_default(), g.name_scope(self._base()) as scope:
+                    self._scope, self.input_type = scope, in_type
+                    try:
+                        self.build(in_type)
+                        out = self.call(x, training)
+                    except TfcError as e:
+                        raise e.at(user_location())
+                    self.graph = g  # built: later calls reuse the variables
+            elif g is not self.graph:
+                raise TfcError(f"layer '{self.name}' was built in another graph",
+                               user_location())
+            else:
+                self._check_input(xs, packed)
+                with g.as_default(), g.name_scope(self.name + "/"):
                     out = self.call(x, training)
-                except TfcError as e:
-                    raise e.at(user_location())
-                self.graph = g  # built: later calls reuse the variables
-        elif g is not self.graph:
-            raise TfcError(f"layer '{self.name}' was built in another graph", user_location())
-        else:
-            self._check_input(xs, packed)
-            with g.as_default(), g.name_scope(self.name + "/"):
-                out = self.call(x, training)
         self.output_type = out.type
-        record_call(self, xs, packed, out)
+        if outermost:
+            record_call(self, x, out, given)
         return out
 
     def _check_input(self, xs: list[Tensor], packed: bool) -> None:

@@ -38,7 +38,8 @@ from tfc.ir.types import DType
 from tfc.layers.base import Layer, _snake_case
 from tfc.layers.losses import get_loss, get_metric
 from tfc.layers.model import Sequential, _Training, labels_array, num_examples, take
-from tfc.layers.nodes import Node, node_of, producer, training_scope
+from tfc.layers.nodes import (Node, Ref, flatten, node_of, outermost_call, pack, producer,
+                              record_call, training_scope)
 
 
 def Input(shape: Sequence[int | None], dtype: Any = "float32",  # noqa: N802 (Keras)
@@ -54,25 +55,6 @@ def Input(shape: Sequence[int | None], dtype: Any = "float32",  # noqa: N802 (Ke
 
 
 # ---- structures of tensors and arrays ------------------------------------------------------
-
-def _flatten(value: Any) -> tuple[list[Any], list[str] | None, str]:
-    """The leaves of one tensor, a list/tuple or a dict of them, their dict keys (or
-    None), and the structure's kind (``single``, ``list`` or ``dict``)."""
-    if isinstance(value, dict):
-        return list(value.values()), [str(k) for k in value], "dict"
-    if isinstance(value, (list, tuple)):
-        return list(value), None, "list"
-    return [value], None, "single"
-
-
-def _pack(kind: str, names: Sequence[str], leaves: Sequence[Any]) -> Any:
-    """Leaves back in the structure ``_flatten`` found."""
-    if kind == "dict":
-        return dict(zip(names, leaves))
-    if kind == "list":
-        return list(leaves)
-    return leaves[0]
-
 
 def _tensors(values: list[Any], what: str, loc: Any) -> list[Tensor]:
     for v in values:
@@ -108,10 +90,11 @@ def _producers(graph: Graph, outputs: Sequence[Tensor], stop: set[ir.Value]
     items: dict[int, tuple[tuple[int, int, int], Node | ir.Op]] = {}
     seen: set[ir.Value] = set()
     reached: set[ir.Value] = set()
-    todo: list[tuple[ir.Value, Node | None]] = [(t.value, producer(t, graph)) for t in outputs]
+    todo: list[tuple[ir.Value, Ref | None]] = [(t.value, producer(t, graph)) for t in outputs]
     while todo:
-        v, node = todo.pop()
-        if node is not None:
+        v, ref = todo.pop()
+        if ref is not None:
+            node = ref[0]
             if id(node) not in items:
                 items[id(node)] = ((node.mark, 0, node.seq), node)
                 todo.extend((t.value, p) for t, p in zip(node.inputs, node.producers))
@@ -122,7 +105,7 @@ def _producers(graph: Graph, outputs: Sequence[Tensor], stop: set[ir.Value]
         if v in stop or v.op is None:
             reached.add(v)
             continue
-        index = order[id(v.op)]
+        index = order.get(id(v.op), len(order))
         items[id(v.op)] = ((index, 1, 0), v.op)
         todo.extend((u, producer(u, graph, index)) for u in v.op.inputs)
     return [item for _, item in sorted(items.values(), key=lambda kv: kv[0])], reached
@@ -132,18 +115,20 @@ def _replay(graph: Graph, plan: Sequence[Node | ir.Op], inputs: Sequence[Tensor]
             new_inputs: Sequence[Tensor], outputs: Sequence[Tensor], training: bool
             ) -> list[Tensor]:
     """The plan's layer calls made again on ``new_inputs`` (the same layers: shared
-    weights) with ``training``; the ops outside layers are copied where one of their inputs
-    changed. Returns the new ``outputs``. Tensors are known by the call that made them
-    (a layer that returned its input made a tensor of its own), else by their value."""
+    weights) with ``training`` (unless a call was given its own); the ops outside layers
+    are copied where one of their inputs changed. Returns the new ``outputs``. Tensors are
+    known by the call output they are (a layer that returned its input made a tensor of
+    its own), else by their value."""
     env: dict[Any, Tensor] = {a.value: b for a, b in zip(inputs, new_inputs)}
     order = {id(op): i for i, op in enumerate(graph.ir.ops)}
     for item in plan:
         if isinstance(item, Node):
             args = [env.get(p if p is not None else t.value, t)
                     for t, p in zip(item.inputs, item.producers)]
-            env[item] = item.layer(args if item.packed else args[0], training=training)
+            for i, out in enumerate(item.call_again(args, training)):
+                env[(item, i)] = out
             continue
-        index = order[id(item)]
+        index = order.get(id(item), len(order))
         keys = [p if p is not None else u
                 for u, p in ((u, producer(u, graph, index)) for u in item.inputs)]
         if not any(k in env for k in keys):
@@ -154,11 +139,11 @@ def _replay(graph: Graph, plan: Sequence[Node | ir.Op], inputs: Sequence[Tensor]
         graph.ir.append(op)
         for old, new in zip(item.results, op.results):
             env[old] = Tensor(graph, new)
-    out = []
+    results = []
     for t in outputs:
         p = producer(t, graph)
-        out.append(env.get(p if p is not None else t.value, t))
-    return out
+        results.append(env.get(p if p is not None else t.value, t))
+    return results
 
 
 def same_computation(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
@@ -264,8 +249,8 @@ class Model(Sequential):
     # ---- Functional construction -------------------------------------------------------------
 
     def _build_functional(self, inputs: Any, outputs: Any, loc: Any) -> None:
-        ins, in_keys, self._input_kind = _flatten(inputs)
-        outs, out_keys, self._output_kind = _flatten(outputs)
+        ins, in_keys, self._input_kind = flatten(inputs)
+        outs, out_keys, self._output_kind = flatten(outputs)
         ins = _tensors(ins, f"model '{self.name}': inputs", loc)
         outs = _tensors(outs, f"model '{self.name}': outputs", loc)
         if not ins or not outs:
@@ -322,7 +307,7 @@ class Model(Sequential):
             raise TfcError(f"model '{self.name}' has no call: subclass tfc.Model and define "
                            f"call(inputs, training=False), or give Model(inputs, outputs)")
         assert self.inputs is not None and self.outputs is not None and self.graph is not None
-        leaves, keys, kind = _flatten(inputs)
+        leaves, keys, kind = flatten(inputs)
         if kind == "dict":
             missing = [n for n in self.input_names if n not in inputs]
             if missing:
@@ -342,22 +327,23 @@ class Model(Sequential):
                 raise TypeMismatch(f"model '{self.name}': input '{n}' is {want.type}, got "
                                    f"{t.type}", user_location())
         outs = _replay(self.graph, self._plan, self.inputs, new, self.outputs, training)
-        return _pack(self._output_kind, self.output_names, outs)
+        return pack(self._output_kind, self.output_names, outs)
 
     def __call__(self, inputs: Any, training: bool | None = None) -> Any:
-        """The model applied to tensors (a model is usable as a layer of another);
-        ``training`` defaults to the enclosing model call's."""
+        """The model applied to tensors (a model is usable as a layer of another, where
+        its call is recorded as one); ``training`` defaults to the enclosing model call's."""
         from tfc.layers.nodes import default_training
-        if training is None:
-            training = default_training()
-        with training_scope(training):
+        given, training = training, default_training() if training is None else training
+        with training_scope(training), outermost_call() as outermost:
             if _accepts_training(self.call):
                 out = self.call(inputs, training=training)
             else:
                 out = self.call(inputs)
-        first = _flatten(out)[0][0]
+        first = flatten(out)[0][0]
         if isinstance(first, Tensor):
             self.output_type = first.type
+        if outermost:
+            record_call(self, inputs, out, given)
         return out
 
     # ---- subclass building ------------------------------------------------------------------
@@ -379,7 +365,7 @@ class Model(Sequential):
         if input_shape is None:
             raise TfcError(f"model '{self.name}' does not know its input shape: call "
                            f"build(shape) or fit/predict on data first", user_location())
-        shapes, keys, kind = _flatten(input_shape)
+        shapes, keys, kind = flatten(input_shape)
         if kind == "list" and all(isinstance(d, (int, type(None))) for d in shapes):
             shapes, keys, kind = [tuple(input_shape)], None, "single"
         dtypes = (list(dtype) if isinstance(dtype, (list, tuple)) else [dtype] * len(shapes))
@@ -389,8 +375,8 @@ class Model(Sequential):
             ins = [self.graph.placeholder(as_dtype(dt) if dt is not None else DType.f32,
                                           [None, *shape], name)
                    for shape, dt, name in zip(shapes, dtypes, names)]
-            out = self(_pack(kind, names, ins), training=False)
-        outs, out_keys, self._output_kind = _flatten(out)
+            out = self(pack(kind, names, ins), training=False)
+        outs, out_keys, self._output_kind = flatten(out)
         outs = _tensors(outs, f"model '{self.name}': call's results", user_location())
         self._input_kind, self.input_names, self.inputs = kind, names, ins
         self.output_names = out_keys or (["output"] if len(outs) == 1 else
@@ -438,7 +424,7 @@ class Model(Sequential):
 
     def _build_from(self, x: Any) -> None:
         """Build a subclass on placeholders shaped and typed like the data ``x``."""
-        leaves, keys, kind = _flatten(x)
+        leaves, keys, kind = flatten(x)
         if kind == "list" and not all(_is_array(a) for a in leaves):
             leaves, keys, kind = [x], None, "single"  # one array given as nested lists
         arrays = [np.asarray(a) for a in leaves]
@@ -450,7 +436,7 @@ class Model(Sequential):
                 raise FeedError(f"model '{self.name}': cannot take inputs of dtype {a.dtype}")
             dtypes.append(dt)
         shapes = [a.shape[1:] for a in arrays]
-        self.build(shapes[0] if kind == "single" else _pack(kind, keys or [], shapes)
+        self.build(shapes[0] if kind == "single" else pack(kind, keys or [], shapes)
                    if kind == "dict" else shapes, dtypes if kind != "single" else dtypes[0])
 
     def _prepare_y(self, y: Any) -> list[np.ndarray]:  # type: ignore[override]
@@ -568,11 +554,11 @@ class Model(Sequential):
         """The output tensors of a call, in output order."""
         if isinstance(out, dict):
             return [out[n] for n in self.output_names]
-        return _flatten(out)[0]
+        return flatten(out)[0]
 
     def _packed_inputs(self) -> Any:
         assert self.inputs is not None
-        return _pack(self._input_kind, self.input_names, self.inputs)
+        return pack(self._input_kind, self.input_names, self.inputs)
 
     def training_graph(self) -> Any:
         from tfc.api.extract import extract
@@ -598,7 +584,7 @@ class Model(Sequential):
             else:
                 shape = [0, *(d if isinstance(d, int) else 0 for d in out.type.shape[1:])]
                 results.append(np.zeros(shape, dtype=out.dtype.np))
-        return _pack(self._output_kind, self.output_names, results)
+        return pack(self._output_kind, self.output_names, results)
 
     # ---- model files and display --------------------------------------------------------------
 
@@ -640,9 +626,10 @@ class Model(Sequential):
                 calls.setdefault(id(item.layer), []).append(item)
         for layer in self.layers:
             nodes = calls[id(layer)]
-            inbound = [p.layer.name if p is not None else inputs.get(t.value, _describe(t))
+            inbound = [p[0].layer.name if p is not None else inputs.get(t.value, _describe(t))
                        for n in nodes for t, p in zip(n.inputs, n.producers)]
-            table.add_row(f"{layer.name} ({type(layer).__name__})", str(nodes[0].output.type),
+            table.add_row(f"{layer.name} ({type(layer).__name__})",
+                          ", ".join(str(t.type) for t in nodes[0].outputs),
                           f"{layer.count_params():,}", ", ".join(dict.fromkeys(inbound)))
         table.caption = f"Total params: {self.count_params():,}"
         (print_fn or Console().print)(table)

@@ -141,12 +141,15 @@ class Sequential:
     def __call__(self, inputs: TensorLike, training: bool | None = None) -> Tensor:
         """The layers applied to ``inputs`` (a model is usable as a layer); ``training``
         defaults to the enclosing model call's (``nodes.training_scope``)."""
-        from tfc.layers.nodes import default_training
-        training = default_training() if training is None else training
-        x = convert_to_tensor(inputs)
-        for layer in self.layers:
-            x = layer(x, training=training)
+        from tfc.layers.nodes import default_training, outermost_call, record_call
+        given, training = training, default_training() if training is None else training
+        x = given_input = convert_to_tensor(inputs)
+        with outermost_call() as outermost:
+            for layer in self.layers:
+                x = layer(x, training=training)
         self.output_type = x.type
+        if outermost:  # a model used as a layer of a Functional model
+            record_call(self, given_input, x, given)
         return x
 
     def count_params(self) -> int:
