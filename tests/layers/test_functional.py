@@ -322,6 +322,10 @@ def test_errors_name_the_layer_and_the_users_line():
         L.Dense(2)([x, x])
     with pytest.raises(TypeMismatch, match="layer 'concatenate' takes a list of tensors"):
         L.Concatenate()(x)
+    wide = tfc.keras.Input(shape=(2, 3))
+    with pytest.raises(TypeMismatch, match=r"test_functional.py:\d+: Concatenate "
+                                           r"'concatenate(_\d)?': concat"):
+        L.Concatenate()([x, wide])
 
 
 def test_errors_of_badly_wired_models():

@@ -165,7 +165,7 @@ class Layer:
                         self.build(in_type)
                         out = self.call(x, training)
                     except TfcError as e:
-                        raise e.at(user_location())
+                        raise self._named(e).at(user_location())
                     self.graph = g  # built: later calls reuse the variables
             elif g is not self.graph:
                 raise TfcError(f"layer '{self.name}' was built in another graph",
@@ -173,11 +173,21 @@ class Layer:
             else:
                 self._check_input(xs, packed)
                 with g.as_default(), g.name_scope(self.name + "/"):
-                    out = self.call(x, training)
+                    try:
+                        out = self.call(x, training)
+                    except TfcError as e:
+                        raise self._named(e).at(user_location())
         self.output_type = out.type
         if outermost:
             record_call(self, x, out, given)
         return out
+
+    def _named(self, error: TfcError) -> TfcError:
+        """``error`` (from an op the layer built) saying which layer it came from."""
+        if f"'{self.name}'" not in error.message:
+            error.message = f"{type(self).__name__} '{self.name}': {error.message}"
+            error.args = (f"{error.loc}: {error.message}" if error.loc else error.message,)
+        return error
 
     def _check_input(self, xs: list[Tensor], packed: bool) -> None:
         """A built layer takes inputs of the rank and static dims it was built for."""

@@ -200,7 +200,6 @@ class Model(Sequential):
         self.output_names: list[str] = []
         self._input_kind, self._output_kind = "single", "single"
         self._plan: list[Node | ir.Op] | None = None  # Functional: what __call__ replays
-        self._targets: list[Tensor] = []
         self._loss_weights: Any = None
         if inputs is None and outputs is None:
             if type(self).call is Model.call:
@@ -266,7 +265,7 @@ class Model(Sequential):
                                f"(tfc.keras.Input)", loc)
         self.input_names = in_keys or _unique([_short(t.value.name or "input") for t in ins])
         stop = {t.value for t in ins}
-        plan, _ = _producers(graph, outs, stop)
+        plan, used = _producers(graph, outs, stop)
         for name, t in zip(out_keys or [""] * len(outs), outs):
             _, reached = _producers(graph, [t], stop)
             described = name or _describe(t)
@@ -278,7 +277,6 @@ class Model(Sequential):
             if not reached & stop:
                 raise TfcError(f"model '{self.name}': output {described} is not connected to "
                                f"the model's inputs", loc)
-        _, used = _producers(graph, outs, stop)
         for name, t in zip(self.input_names, ins):
             if t.value not in used:
                 raise TfcError(f"model '{self.name}': input '{name}' is not used by any "
