@@ -9,7 +9,9 @@ inference outputs (what ``evaluate`` reports). Everything runs through one
 ``tfc.Session``, which compiles each distinct request once, so every batch after the
 first costs one compiled step. ``export`` declares the same graphs as the entries
 ``predict``, ``evaluate`` and ``train_step`` of a model file, so ``tfc compile`` turns the
-model into an artifact that ``tfc run --entry train_step`` trains.
+model into an artifact that ``tfc run --entry train_step`` trains. ``tfc.Model``
+(``tfc.layers.functional``: the Functional API and subclassing) builds its graphs its own
+way and trains through the same loop.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tfc.ir.types import DType, TensorType
 from tfc.callbacks.base import Callback, CallbackList
 from tfc.layers.base import Layer
 from tfc.layers.losses import Loss, get_loss, get_metric
+from tfc.layers.nodes import default_training, outermost_call, record_call
 from tfc.layers.progress import FitProgress, format_metrics
 
 # Optimizers by Keras name: (class name in ``tfc.train``, positional arguments).
@@ -141,7 +144,6 @@ class Sequential:
     def __call__(self, inputs: TensorLike, training: bool | None = None) -> Tensor:
         """The layers applied to ``inputs`` (a model is usable as a layer); ``training``
         defaults to the enclosing model call's (``nodes.training_scope``)."""
-        from tfc.layers.nodes import default_training, outermost_call, record_call
         given, training = training, default_training() if training is None else training
         x = given_input = convert_to_tensor(inputs)
         with outermost_call() as outermost:
