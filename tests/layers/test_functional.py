@@ -320,6 +320,7 @@ def test_errors_name_the_layer_and_the_users_line():
         L.Conv2D(2, 3)(x)
     with pytest.raises(TypeMismatch, match="layer 'dense' takes one tensor, got a list of 2"):
         L.Dense(2)([x, x])
+    assert str(L.Dense(2)([[1.0, 2.0]]).type) == "f32[1,2]"  # numbers: one constant, as before
     with pytest.raises(TypeMismatch, match="layer 'concatenate' takes a list of tensors"):
         L.Concatenate()(x)
     wide = tfc.keras.Input(shape=(2, 3))

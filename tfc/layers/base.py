@@ -147,7 +147,8 @@ class Layer:
         graph being built, by default the enclosing model call's (``nodes.training_scope``).
         An outermost call is recorded in the graph (``nodes.record_call``) for the
         Functional API."""
-        packed = isinstance(inputs, (list, tuple))
+        packed = isinstance(inputs, (list, tuple)) and (  # nested numbers are one constant
+            self.takes_list or any(isinstance(t, (Tensor, Variable)) for t in inputs))
         xs = [convert_to_tensor(t) for t in inputs] if packed else [convert_to_tensor(inputs)]
         if packed != self.takes_list or not xs:
             want = "a list of tensors" if self.takes_list else "one tensor"
