@@ -62,6 +62,8 @@ LAYERS: dict[str, str] = {
     "tfc.summary": "api",
     # Keras callbacks of Sequential.fit: checkpoints, early stopping, TensorBoard, CSV.
     "tfc.callbacks": "layers",
+    # Keras's names (tfc.keras.Input, Model, layers): aliases of tfc.layers and callbacks.
+    "tfc.keras": "layers",
     "tfc.compiler": "compiler",
     "tfc.cli": "cli",
     "tfc.cli_devices": "cli",  # the device commands of the cli (calibrate, bench, viz)

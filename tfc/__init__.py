@@ -30,7 +30,8 @@ from tfc import layers  # noqa: F401  (tfc.layers)
 from tfc import data  # noqa: F401  (tfc.data)
 from tfc import queue  # noqa: F401  (tfc.queue)
 from tfc import errors  # noqa: F401  (tfc.errors.OutOfRangeError)
-from tfc.layers import Sequential  # noqa: F401
+from tfc.layers import Model, Sequential  # noqa: F401
+from tfc import keras  # noqa: F401  (tfc.keras: Input, Model, Sequential, layers)
 from tfc import summary  # noqa: F401  (tfc.summary)
 from tfc import callbacks  # noqa: F401  (tfc.callbacks)
 from tfc.errors import TfcError

@@ -102,6 +102,9 @@ class Graph:
         self._seeds = itertools.count(1)
         self._symbols = itertools.count(1)
         self._session: Any = None
+        # each layer call's record by its output value (``tfc.layers.nodes``): what the
+        # Functional API replays for a training graph or on other inputs
+        self.layer_calls: dict[ir.Value, Any] = {}
 
     # ---- scopes --------------------------------------------------------------------
 

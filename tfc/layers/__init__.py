@@ -1,20 +1,24 @@
-"""``tfc.layers``: Keras-style layers and ``Sequential`` on the TF1 graph API.
+"""``tfc.layers``: Keras-style layers, ``Sequential`` and ``Model`` on the TF1 graph API.
 
 Layers append graph ops when called on a tensor and make their variables on the first
 call (``Dense(64, activation="relu")(x)``); ``Sequential`` adds Keras's ``compile`` /
-``fit`` / ``evaluate`` / ``predict`` and ``export`` (the entries of a model file).
+``fit`` / ``evaluate`` / ``predict`` and ``export`` (the entries of a model file), and
+``Model`` the same for the Functional API (``Model(Input(...), outputs)``) and subclasses
+(``tfc.layers.functional``).
 """
 
 from tfc.layers.base import Layer
 from tfc.layers.conv import (AveragePooling2D, AvgPool2D, Conv2D, MaxPool2D,
                              MaxPooling2D)
 from tfc.layers.core import Dense, Dropout, Embedding, Flatten
+from tfc.layers.functional import Input, Model
 from tfc.layers.losses import (BinaryCrossentropy, CategoricalCrossentropy, Loss,
                                SparseCategoricalCrossentropy)
+from tfc.layers.merge import Add, Concatenate
 from tfc.layers.model import History, Sequential
 from tfc.layers.recurrent import LSTM
 
 __all__ = ["Layer", "Dense", "Dropout", "Embedding", "Flatten", "Conv2D", "MaxPool2D",
            "MaxPooling2D", "AveragePooling2D", "AvgPool2D", "LSTM", "Sequential", "History",
            "Loss", "SparseCategoricalCrossentropy", "CategoricalCrossentropy",
-           "BinaryCrossentropy"]
+           "BinaryCrossentropy", "Input", "Model", "Concatenate", "Add"]

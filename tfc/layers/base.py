@@ -18,6 +18,7 @@ from tfc.api.graph import Graph, Tensor, Variable, as_dtype, user_location
 from tfc.api.tensor import TensorLike, convert_to_tensor
 from tfc.errors import TfcError, TypeMismatch
 from tfc.ir.types import DType, TensorType
+from tfc.layers.nodes import default_training, outermost_call, record_call
 
 Initializer = Callable[[Sequence[int], DType], Any]
 
@@ -76,6 +77,7 @@ class Layer:
 
     base_name: str = ""  # the default name scope; the class name in snake case when empty
     uses_training: bool = False  # True: the ops differ between training and inference
+    takes_list: bool = False  # True: called on a list of tensors (a merge layer)
 
     def __init__(self, name: str | None = None, input_shape: Sequence[int | None] | None = None,
                  dtype: Any = None, trainable: bool = True) -> None:
@@ -86,7 +88,7 @@ class Layer:
         self.dtype: DType | None = None if dtype is None else as_dtype(dtype)
         self.trainable = trainable
         self._variables: list[Variable] = []
-        self.input_type: TensorType | None = None
+        self.input_type: Any = None  # a TensorType, or a list of them (a merge layer)
         self.output_type: TensorType | None = None
 
     # ---- what the layer holds ---------------------------------------------------------
@@ -138,39 +140,69 @@ class Layer:
     def call(self, x: Tensor, training: bool) -> Tensor:
         raise NotImplementedError
 
-    def __call__(self, inputs: TensorLike, training: bool = False) -> Tensor:
-        """Append the layer's ops for ``inputs``; ``training`` selects training-only
-        behaviour (dropout) for the graph being built."""
-        x = convert_to_tensor(inputs)
-        g = x.graph
-        if self.graph is None:
-            with g.as_default(), g.name_scope(self._base()) as scope:
-                self._scope, self.input_type = scope, x.type
-                try:
-                    self.build(x.type)
-                except TfcError as e:
-                    raise e.at(user_location())
-                out = self.call(x, training)
-                self.graph = g  # built: later calls reuse the variables
-        elif g is not self.graph:
-            raise TfcError(f"layer '{self.name}' was built in another graph", user_location())
-        else:
-            self._check_input(x)
-            with g.as_default(), g.name_scope(self.name + "/"):
-                out = self.call(x, training)
+    def __call__(self, inputs: TensorLike | Sequence[TensorLike],
+                 training: bool | None = None) -> Tensor:
+        """Append the layer's ops for ``inputs`` (one tensor, or a list for a layer that
+        merges several); ``training`` selects training-only behaviour (dropout) for the
+        graph being built, by default the enclosing model call's (``nodes.training_scope``).
+        An outermost call is recorded in the graph (``nodes.record_call``) for the
+        Functional API."""
+        packed = isinstance(inputs, (list, tuple)) and (  # nested numbers are one constant
+            self.takes_list or any(isinstance(t, (Tensor, Variable)) for t in inputs))
+        xs = [convert_to_tensor(t) for t in inputs] if packed else [convert_to_tensor(inputs)]
+        if packed != self.takes_list or not xs:
+            want = "a list of tensors" if self.takes_list else "one tensor"
+            got = f"a list of {len(xs)}" if packed else "one tensor"
+            raise TypeMismatch(f"layer '{self.name}' takes {want}, got {got}", user_location())
+        x: Any = xs if packed else xs[0]
+        in_type: Any = [t.type for t in xs] if packed else xs[0].type
+        given, training = training, default_training() if training is None else training
+        g = xs[0].graph
+        with outermost_call() as outermost:
+            if self.graph is None:
+                with g.as_default(), g.name_scope(self._base()) as scope:
+                    self._scope, self.input_type = scope, in_type
+                    try:
+                        self.build(in_type)
+                        out = self.call(x, training)
+                    except TfcError as e:
+                        raise self._named(e).at(user_location())
+                    self.graph = g  # built: later calls reuse the variables
+            elif g is not self.graph:
+                raise TfcError(f"layer '{self.name}' was built in another graph",
+                               user_location())
+            else:
+                self._check_input(xs, packed)
+                with g.as_default(), g.name_scope(self.name + "/"):
+                    try:
+                        out = self.call(x, training)
+                    except TfcError as e:
+                        raise self._named(e).at(user_location())
         self.output_type = out.type
+        if outermost:
+            record_call(self, x, out, given)
         return out
 
-    def _check_input(self, x: Tensor) -> None:
+    def _named(self, error: TfcError) -> TfcError:
+        """``error`` (from an op the layer built) saying which layer it came from."""
+        if f"'{self.name}'" not in error.message:
+            error.message = f"{type(self).__name__} '{self.name}': {error.message}"
+            error.args = (f"{error.loc}: {error.message}" if error.loc else error.message,)
+        return error
+
+    def _check_input(self, xs: list[Tensor], packed: bool) -> None:
         """A built layer takes inputs of the rank and static dims it was built for."""
-        t = self.input_type
-        assert t is not None
-        ok = x.dtype == t.dtype and x.type.rank == t.rank and all(
-            not (isinstance(a, int) and isinstance(b, int)) or a == b
-            for a, b in zip(x.type.shape, t.shape))
-        if not ok:
-            raise TypeMismatch(f"layer '{self.name}' was built for inputs of type {t}, "
-                               f"got {x.type}", user_location())
+        built = self.input_type if isinstance(self.input_type, list) else [self.input_type]
+        for x, t in zip(xs, built):
+            ok = x.dtype == t.dtype and x.type.rank == t.rank and all(
+                not (isinstance(a, int) and isinstance(b, int)) or a == b
+                for a, b in zip(x.type.shape, t.shape))
+            if not ok:
+                raise TypeMismatch(f"layer '{self.name}' was built for inputs of type {t}, "
+                                   f"got {x.type}", user_location())
+        if len(xs) != len(built):
+            raise TypeMismatch(f"layer '{self.name}' was built for {len(built)} inputs, "
+                               f"got {len(xs)}", user_location())
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} '{self.name}'>"

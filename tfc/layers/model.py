@@ -9,7 +9,9 @@ inference outputs (what ``evaluate`` reports). Everything runs through one
 ``tfc.Session``, which compiles each distinct request once, so every batch after the
 first costs one compiled step. ``export`` declares the same graphs as the entries
 ``predict``, ``evaluate`` and ``train_step`` of a model file, so ``tfc compile`` turns the
-model into an artifact that ``tfc run --entry train_step`` trains.
+model into an artifact that ``tfc run --entry train_step`` trains. ``tfc.Model``
+(``tfc.layers.functional``: the Functional API and subclassing) builds its graphs its own
+way and trains through the same loop.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tfc.ir.types import DType, TensorType
 from tfc.callbacks.base import Callback, CallbackList
 from tfc.layers.base import Layer
 from tfc.layers.losses import Loss, get_loss, get_metric
+from tfc.layers.nodes import default_training, outermost_call, record_call
 from tfc.layers.progress import FitProgress, format_metrics
 
 # Optimizers by Keras name: (class name in ``tfc.train``, positional arguments).
@@ -72,7 +75,7 @@ class History(dict):
 class _Training:
     """The graphs ``compile`` asks for, built once per compile."""
 
-    y: Tensor
+    y: Any                            # the label placeholder (a list: one per output, Model)
     loss: Tensor                      # mean loss of the training graph
     metrics: dict[str, Tensor]        # on the training graph (dropout on)
     train_op: Operation
@@ -138,12 +141,17 @@ class Sequential:
     def trainable_variables(self) -> list[Variable]:
         return [v for layer in self.layers for v in layer.trainable_variables]
 
-    def __call__(self, inputs: TensorLike, training: bool = False) -> Tensor:
-        """The layers applied to ``inputs`` (a model is usable as a layer)."""
-        x = convert_to_tensor(inputs)
-        for layer in self.layers:
-            x = layer(x, training=training)
+    def __call__(self, inputs: TensorLike, training: bool | None = None) -> Tensor:
+        """The layers applied to ``inputs`` (a model is usable as a layer); ``training``
+        defaults to the enclosing model call's (``nodes.training_scope``)."""
+        given, training = training, default_training() if training is None else training
+        x = given_input = convert_to_tensor(inputs)
+        with outermost_call() as outermost:
+            for layer in self.layers:
+                x = layer(x, training=training)
         self.output_type = x.type
+        if outermost:  # a model used as a layer of a Functional model
+            record_call(self, given_input, x, given)
         return x
 
     def count_params(self) -> int:
@@ -283,13 +291,11 @@ class Sequential:
     def _prepare_y(self, y: Any) -> np.ndarray:
         t = self._require_training().y.type
         assert self.loss is not None  # compiled: _require_training checks it
-        arr = np.asarray(y)
-        if arr.ndim == t.rank - 1 and t.shape[-1] == 1:  # labels [N] for outputs [N, 1]
-            arr = arr[..., None]
-        if arr.ndim != t.rank:
-            raise FeedError(f"model '{self.name}' with loss {self.loss.name} takes y of type "
-                            f"{t}, got an array of shape {list(arr.shape)}")
-        return arr.astype(t.dtype.np, copy=False)
+        return labels_array(y, t, f"model '{self.name}' with loss {self.loss.name} takes y")
+
+    def _feed_dict(self, x: Any, y: Any) -> dict[Tensor, np.ndarray]:
+        """The feeds of one step on prepared batches ``x`` and ``y``."""
+        return {self.inputs: x, self._require_training().y: y}
 
     @staticmethod
     def _batches(n: int, batch_size: int, order: np.ndarray | None = None
@@ -307,17 +313,18 @@ class Sequential:
                            f"Dataset of (x, y) batches as x)", user_location())
         xa = self._prepare_x(x)
         ya = self._prepare_y(y)
-        if len(xa) != len(ya):
-            raise FeedError(f"{what}: x has {len(xa)} examples but y has {len(ya)}")
+        if num_examples(xa) != num_examples(ya):
+            raise FeedError(f"{what}: x has {num_examples(xa)} examples but y has "
+                            f"{num_examples(ya)}")
         if batch_size < 1:
             raise TfcError(f"{what}: batch_size must be >= 1, got {batch_size}")
-        n = len(xa)
+        n = num_examples(xa)
         rng = np.random.default_rng(seed)
 
         def epoch() -> Iterator[tuple[Any, Any]]:
             order = rng.permutation(n) if shuffle else None
             for idx in self._batches(n, batch_size, order):
-                yield xa[idx], ya[idx]
+                yield take(xa, idx), take(ya, idx)
         return -(-n // batch_size), epoch
 
     def _dataset_epochs(self, dataset: Any, y: Any, steps_per_epoch: int | None, what: str
@@ -404,12 +411,11 @@ class Sequential:
                 seen = 0
                 for batch, (xb, yb) in enumerate(epoch_batches()):
                     hooks.on_batch_begin(batch, {"batch": batch})
-                    _, values = sess.run([tr.train_op, fetches],
-                                         {self.inputs: xb, tr.y: yb})
-                    totals += np.asarray(values, dtype=np.float64) * len(xb)
-                    seen += len(xb)
+                    _, values = sess.run([tr.train_op, fetches], self._feed_dict(xb, yb))
+                    totals += np.asarray(values, dtype=np.float64) * num_examples(xb)
+                    seen += num_examples(xb)
                     progress.batch_done(dict(zip(names, totals / seen)))
-                    hooks.on_batch_end(batch, {"batch": batch, "size": len(xb),
+                    hooks.on_batch_end(batch, {"batch": batch, "size": num_examples(xb),
                                                **_floats(names, totals / seen)})
                     if self.stop_training:
                         break
@@ -491,9 +497,9 @@ class Sequential:
         totals = np.zeros(len(names))
         seen = 0
         for xb, yb in batches():
-            values = self.session.run(fetches, {self.inputs: xb, tr.y: yb})
-            totals += np.asarray(values, dtype=np.float64) * len(xb)
-            seen += len(xb)
+            values = self.session.run(fetches, self._feed_dict(xb, yb))
+            totals += np.asarray(values, dtype=np.float64) * num_examples(xb)
+            seen += num_examples(xb)
         out = {k: float(v) for k, v in zip(names, totals / max(seen, 1))}
         if verbose:
             from rich.console import Console
@@ -572,6 +578,28 @@ class Sequential:
                           f"{layer.count_params():,}")
         table.caption = f"Total params: {self.count_params():,}"
         (print_fn or Console().print)(table)
+
+
+def labels_array(y: Any, t: TensorType, what: str) -> np.ndarray:
+    """``y`` as an array for the label placeholder of type ``t`` (``[N]`` labels also fit
+    ``[N, 1]`` outputs); ``what`` starts the error (``model 'm' ... takes y``)."""
+    arr = np.asarray(y)
+    if arr.ndim == t.rank - 1 and t.shape[-1] == 1:  # labels [N] for outputs [N, 1]
+        arr = arr[..., None]
+    if arr.ndim != t.rank:
+        raise FeedError(f"{what} of type {t}, got an array of shape {list(arr.shape)}")
+    return arr.astype(t.dtype.np, copy=False)
+
+
+def num_examples(batch: np.ndarray | list[np.ndarray]) -> int:
+    """The examples in a prepared batch: one array, or a list of arrays (one per input or
+    output of a ``Model``, of equal lengths)."""
+    return len(batch[0]) if isinstance(batch, list) else len(batch)
+
+
+def take(batch: np.ndarray | list[np.ndarray], idx: Any) -> np.ndarray | list[np.ndarray]:
+    """The examples ``idx`` (a slice or indices) of a prepared batch."""
+    return [a[idx] for a in batch] if isinstance(batch, list) else batch[idx]
 
 
 def _floats(names: Sequence[str], values: np.ndarray) -> dict[str, float]:

@@ -1,0 +1,4 @@
+"""``tfc.keras.losses``: the losses of ``tfc.layers.losses`` under Keras's module name."""
+
+from tfc.layers.losses import (BinaryCrossentropy, CategoricalCrossentropy, Loss,  # noqa: F401
+                               SparseCategoricalCrossentropy)
