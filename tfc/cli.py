@@ -280,7 +280,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         stream=sys.stderr, devices=args.devices, fp16_transfers=args.fp16_transfers,
         backend=args.backend, profile_runs=args.profile_runs, profile_batch=args.profile_batch,
         progress=None if args.quiet else lambda m: print(m, file=sys.stderr),
-        cluster=spec)
+        cluster=spec, min_slice_size=args.min_slice_size)
     start = time.perf_counter()
     program = make_program(module, args.model, backend=args.backend)
     init_seconds = time.perf_counter() - start
@@ -339,6 +339,8 @@ def _compile_report(program: Any, report: Any, out: str, init_s: float, save_s: 
     if report.cluster is not None:
         print()
         print("\n".join(report.cluster.lines()))
+        from tfc.cli_ps import split_lines
+        print("\n".join(split_lines(program.module, report.min_slice_size)))
     profile = report.profile
     if profile is not None:
         print()
@@ -702,6 +704,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fp16-transfers", action="store_true",
                    help="f32 tensors cross devices (with --cluster: tasks) as f16")
     _cluster_arguments(p)
+    from tfc.cli_ps import add_compile_arguments
+    add_compile_arguments(p)
     p.add_argument("--profile-runs", type=int, metavar="N",
                    help="with --devices: run every entry N steps with kernel timing, place "
                         "again with the measured costs, keep the faster placement by "

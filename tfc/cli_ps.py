@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tfc.api.partitioned import DEFAULT_MIN_SLICE_SIZE
 from tfc.errors import TfcError
 
 # what a PS training run does not do (yet): the flags of single-program runs it refuses
@@ -55,6 +56,54 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "lognormal:sigma=0.5[,median=10ms][,seed=1] or worker:2=50ms")
 
 
+def add_compile_arguments(p: argparse.ArgumentParser) -> None:
+    """``tfc compile``'s flag of the automatic row split over PS tasks."""
+    p.add_argument("--min-slice-size", type=slice_size, default=DEFAULT_MIN_SLICE_SIZE,
+                   metavar="SIZE",
+                   help="with --cluster ps=P (P >= 2): split a Python model's trainable "
+                        "variables by rows over the PS tasks in blocks of at least SIZE "
+                        "(TF's min_slice_size; default 256KiB; e.g. 1MiB, 65536, off)")
+
+
+def slice_size(text: str) -> int | None:
+    """``--min-slice-size``: bytes (``65536``, ``256KiB``, ``1MiB``, ``1GiB``), or None
+    for ``off``."""
+    t = text.strip()
+    if t.lower() in ("off", "none"):
+        return None
+    units = {"": 1, "b": 1, "kib": 1 << 10, "kb": 1000, "mib": 1 << 20, "mb": 10 ** 6,
+             "gib": 1 << 30, "gb": 10 ** 9}
+    number = t.rstrip("KkMmGgIiBb")
+    unit = t[len(number):].strip().lower()
+    try:
+        value = float(number) * units[unit]
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 256KiB, 1MiB, "
+                                         f"65536, off)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a slice needs at least one byte (or "
+                                         f"off)")
+    return int(value)
+
+
+def split_lines(module: Any, min_slice_size: int | None) -> list[str]:
+    """The compile report's lines on variables split by rows (a ``partitioner``, or the
+    automatic split): each one's type and its blocks' tasks."""
+    from tfc.passes.replicate import task_label
+    from tfc.runtime.logical import partitioned_variables
+    split = partitioned_variables(module.variables)
+    if not split:
+        return []
+    rule = ("off" if min_slice_size is None else
+            f"blocks of at least {min_slice_size:,} bytes (--min-slice-size)")
+    out = [f"variables split by rows (a partitioner, or automatically: {rule}):"]
+    for name, var in split.items():
+        where = ", ".join(f"{s} on {task_label(module.variables[s].device or '') or '-'}"
+                          for s in var.shards)
+        out.append(f"  {name} {var.type} -> {where}")
+    return out
+
+
 def compile_command(args: argparse.Namespace, spec: Any) -> int | None:
     """``tfc compile`` for ``--strategy ps-async`` (None for any other strategy)."""
     if spec is None or spec.strategy != "ps-async":
@@ -72,10 +121,12 @@ def compile_command(args: argparse.Namespace, spec: Any) -> int | None:
     report = compile_ps_training(
         args.model, out, spec, pipeline=args.passes if args.passes is not None
         else DEFAULT_PIPELINE, backend=args.backend, print_after=args.print_after,
-        print_after_all=args.print_after_all, stream=sys.stderr)
+        print_after_all=args.print_after_all, stream=sys.stderr,
+        min_slice_size=args.min_slice_size)
     if not args.quiet:
         print(f"compiled {args.model} -> {out} ({report.seconds * 1e3:.0f} ms)")
         print("\n".join(report.lines()).replace("OUT.tfc", out))
+        print("\n".join(split_lines(report.module, args.min_slice_size)))
     return 0
 
 

@@ -26,7 +26,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence, TextIO
 
-from tfc.compiler.driver import default_backend_name, initial_state, load_source
+from tfc.api.partitioned import DEFAULT_MIN_SLICE_SIZE
+from tfc.compiler.driver import (automatic_split, default_backend_name, initial_state,
+                                 load_source)
 from tfc.errors import TfcError
 from tfc.ir.core import Module
 from tfc.passes.async_split import split_async
@@ -46,6 +48,7 @@ class PSTrainingReport:
     variable_bytes: dict[str, int] = field(default_factory=dict)   # PS task -> bytes
     gradients: int = 0
     seconds: float = 0.0
+    module: Module | None = None  # what was stored
 
     def lines(self) -> list[str]:
         from tfc.units import format_bytes
@@ -69,10 +72,12 @@ def compile_ps_training(path: str | os.PathLike[str], out: str | os.PathLike[str
                         spec: ClusterSpec, *, pipeline: Pipeline = DEFAULT_PIPELINE,
                         backend: str | None = None, verify: bool = True,
                         print_after: str | Sequence[str] | None = None,
-                        print_after_all: bool = False, stream: TextIO | None = None
+                        print_after_all: bool = False, stream: TextIO | None = None,
+                        min_slice_size: int | None = DEFAULT_MIN_SLICE_SIZE
                         ) -> PSTrainingReport:
     """Write the artifact ``out`` of the model at ``path`` for ``spec`` (``ps-async``; see
-    the module docstring); what it stored."""
+    the module docstring; ``min_slice_size``: ``compile_with_report``'s automatic row
+    split); what it stored."""
     from tfc.runtime.artifact import save_artifact
     from tfc.runtime.initializers import recipes
     from tfc.runtime.program import Program
@@ -80,7 +85,7 @@ def compile_ps_training(path: str | os.PathLike[str], out: str | os.PathLike[str
         raise TfcError(f"internal: compile_ps_training compiles ps-async, not {spec.strategy}")
     parse_pipeline(pipeline)
     started = time.perf_counter()
-    module = load_source(path)
+    module = load_source(path, automatic_split(spec, min_slice_size))
     if module.partitions or module.lowered_for is not None:
         raise TfcError(f"--strategy ps-async cuts the training step as the optimizer marked "
                        f"it: give the model's source (.py, .tfm or .tfir), not the compiled "
@@ -106,6 +111,7 @@ def compile_ps_training(path: str | os.PathLike[str], out: str | os.PathLike[str
         report.variable_bytes[task] = (report.variable_bytes.get(task, 0)
                                        + module.variables[name].type.nbytes(1))
     report.seconds = time.perf_counter() - started
+    report.module = module
     return report
 
 
