@@ -9,6 +9,8 @@ training entry in two (``tfc.passes.async_split``) and starts one Ray actor per 
   gradients at a time (the actor runs one call at a time: an update is never half
   seen), counts it and returns its *staleness*: the PS's version at apply minus the
   version the worker read (the number of other workers' updates that landed between);
+  a gradient staler than W - 1 updates is applied scaled by (W - 1) / staleness
+  (``staleness_scale``; ``staleness_damping=False`` applies every one as computed);
 - a ``Worker`` per worker task loops on its own: read the variables from every PS,
   compute the gradients of its batch, send each PS its gradients and wait for the
   acknowledgement (so that no update is lost or applied twice). There is no barrier:

@@ -45,8 +45,9 @@ Strategies:
 
 - ``ps-async`` (Downpour SGD) is no placed module: each PS applies each worker's
   gradients on arrival, so the step is cut into two programs instead
-  (``tfc.passes.async_split``) that ``tfc.distributed.AsyncPSTrainer`` runs;
-  ``replicate_module`` refuses it with a line saying so.
+  (``tfc.passes.async_split``) that ``tfc.distributed.AsyncPSTrainer`` runs
+  (``tfc compile --strategy ps-async`` stores the step uncut for it:
+  ``tfc.compiler.ps_training``); ``replicate_module`` refuses it with a line saying so.
 
 A sparse gradient (``IndexedSlices``, a marker with indices and values) is gathered, not
 averaged: its rows from every worker, each divided by W, concatenated in worker order
@@ -639,9 +640,9 @@ def replicate_module(module: Module, spec: ClusterSpec) -> ReplicationReport:
         raise TfcError("cannot replicate a module that is already partitioned")
     if spec.strategy == "ps-async":  # its step is two programs, not one placed module
         raise TfcError("--strategy ps-async runs the training step as two programs (the "
-                       "workers' gradients, the PS tasks' updates), not as one compiled "
-                       "module: train it from Python with tfc.distributed.AsyncPSTrainer "
-                       "(tools/bench_async.py shows how)")
+                       "workers' gradients, the PS tasks' updates), not as one placed "
+                       "module: tfc compile stores it uncut for tfc run, or train it from "
+                       "Python with tfc.distributed.AsyncPSTrainer")
     if spec.strategy == "ps-sync":
         var_device = place_variables(module.variables, spec)
         for name, decl in module.variables.items():
