@@ -12,14 +12,13 @@ training split, shuffled each epoch with a fixed seed. On a ``LoopbackCluster`` 
   of the whole run), the test accuracy of the final weights, the staleness distribution
   and histogram; once per ``--seeds`` seed of the data order (the accuracy of an
   asynchronous run varies with the order the updates land in: report it over seeds).
-  Gradients staler than W - 1 updates are damped (``staleness_damping``) unless
-  ``--no-damping``;
+  ``--damping`` scales gradients staler than W - 1 updates (``staleness_damping``);
 - ``ps-sync`` with 1 PS and the same numbers of workers (``tfc compile --cluster``'s
   module on ``Program(cluster=...)``): each step takes W mini-batches (one per worker)
   and applies their mean once, so the same epochs are 1/W as many steps.
 
     python tools/bench_async.py [--epochs 20] [--workers 1,2,4] [--parts async,sync]
-        [--seeds 0,1,2] [--no-damping] [--straggler worker:3=25ms]
+        [--seeds 0,1,2] [--damping] [--straggler worker:3=25ms]
 
 Report ``uptime``'s load with the numbers: the host's cores are shared.
 """
@@ -79,7 +78,7 @@ def accuracy(variables: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> 
 
 
 def run_async(address: str, workers: int, steps: int, batch: Callable[[int], Any],
-              test: tuple[np.ndarray, np.ndarray], damping: bool = True,
+              test: tuple[np.ndarray, np.ndarray], damping: bool = False,
               straggler: Any = None) -> dict[str, Any]:
     from tfc.distributed.async_ps import AsyncPSTrainer, progress_line
     from tfc.passes.replicate import ClusterSpec
@@ -130,8 +129,8 @@ def main() -> int:
     ap.add_argument("--parts", default="async,sync")
     ap.add_argument("--cluster", metavar="HOST:PORT", help="a running Ray cluster")
     ap.add_argument("--seeds", default="0", help="data-order seeds of the async runs")
-    ap.add_argument("--no-damping", action="store_true",
-                    help="apply every asynchronous gradient as computed")
+    ap.add_argument("--damping", action="store_true",
+                    help="scale gradients staler than W - 1 updates (staleness_damping)")
     ap.add_argument("--straggler", metavar="SPEC", help="delay async workers (StragglerSpec)")
     args = ap.parse_args()
     from tfc.distributed.backup import StragglerSpec
@@ -156,7 +155,7 @@ def main() -> int:
                           f"{args.batch}", flush=True)
                     batch = batches(x_train, y_train, args.batch, seed=100 * seed)
                     r = (run_async(address, w, steps, batch, (x_test, y_test),
-                                   not args.no_damping, straggler) if part == "async"
+                                   args.damping, straggler) if part == "async"
                          else run_sync(address, w, steps, batch, (x_test, y_test)))
                     per_step = r.get("examples_per_step", 1) * args.batch
                     rows.append((part, w, seed, r["steps_per_s"], r["steps_per_s"] * per_step,

@@ -61,7 +61,7 @@ def test_one_worker_is_the_synchronous_run(loopback_cluster, backend):
 def test_every_update_is_applied_exactly_once(loopback_cluster):
     steps = 24
     with AsyncPSTrainer(linear(), ClusterSpec(2, 3, "ps-async"), loopback_cluster.address,
-                        backend="reference", staleness_damping=False) as trainer:
+                        backend="reference") as trainer:
         stats = trainer.train(batch, steps)
         got = trainer.variables()
     total = sum(batch(k)["x"][0] for k in range(steps))
