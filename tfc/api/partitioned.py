@@ -139,8 +139,8 @@ class PartitionedVariable(Variable):
             init = convert_to_tensor(value, dtype=as_dtype(dtype) if dtype is not None else None)
         if partitioner is None:  # the innermost variable_partitioner scope's
             partitioner = g.partitioners[-1] if g.partitioners else None
-        if getattr(partitioner, "automatic", False) and not _splits(partitioner, init,
-                                                                     trainable, device):
+        if partitioner is not None and getattr(partitioner, "automatic", False) \
+                and not _splits(partitioner, init, trainable, device):
             self.__class__ = Variable  # type: ignore[assignment]  # (a plain one after all)
             self._define(init, device, trainable, loc)
             return
