@@ -559,8 +559,10 @@ def _allreduce_step(graph: Graph, spec: ClusterSpec) -> Graph:
 
 
 def _serving_entry(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str]) -> Graph:
-    """An entry without markers: on worker 0, each variable op where its variable lives
-    (``allreduce``: an assign is applied to every copy, from worker 0's value)."""
+    """An entry without markers: on worker 0, each variable op where its variable lives,
+    and under ``ps-sync`` a gather of a PS variable on its PS (``ps_gather_device``: a
+    sharded embedding's predict sends ids and gets rows, not the shards; ``allreduce``:
+    an assign is applied to every copy, from worker 0's value)."""
     b = _Builder(graph)
     new_of: dict[Value, Value] = dict(b.args)
     w0 = worker_device(0)
@@ -572,7 +574,9 @@ def _serving_entry(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str
         else:
             pinned = (ps_pin(op.device, spec, op.kind, op.loc)
                       if spec.strategy == "ps-sync" else None)
-            device = pinned or w0
+            # an embedding lookup runs where its table lives, as in a training step
+            near = ps_gather_device(op, var_device) if spec.strategy == "ps-sync" else None
+            device = pinned or near or w0
         new = b.copy(op, inputs, device)
         new_of.update(zip(op.results, new.results))
         if spec.strategy == "allreduce" and writes_variable(op):
