@@ -270,7 +270,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         raise TfcError(f"the output {out} would overwrite the input; choose another -o")
     check_output_path(out, "-o")
     spec = _cluster_spec(args)
-    from tfc.cli_ps import compile_command
+    from tfc.cli_ps import compile_command, min_slice_size
     stored_uncut = compile_command(args, spec)  # --strategy ps-async: the step for trainers
     if stored_uncut is not None:
         return stored_uncut
@@ -280,7 +280,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         stream=sys.stderr, devices=args.devices, fp16_transfers=args.fp16_transfers,
         backend=args.backend, profile_runs=args.profile_runs, profile_batch=args.profile_batch,
         progress=None if args.quiet else lambda m: print(m, file=sys.stderr),
-        cluster=spec, min_slice_size=args.min_slice_size)
+        cluster=spec, min_slice_size=min_slice_size(args, spec))
     start = time.perf_counter()
     program = make_program(module, args.model, backend=args.backend)
     init_seconds = time.perf_counter() - start

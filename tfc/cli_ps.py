@@ -58,19 +58,18 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_compile_arguments(p: argparse.ArgumentParser) -> None:
     """``tfc compile``'s flag of the automatic row split over PS tasks."""
-    p.add_argument("--min-slice-size", type=slice_size, default=DEFAULT_MIN_SLICE_SIZE,
-                   metavar="SIZE",
+    p.add_argument("--min-slice-size", type=slice_size, default=None, metavar="SIZE",
                    help="with --cluster ps=P (P >= 2): split a Python model's trainable "
                         "variables by rows over the PS tasks in blocks of at least SIZE "
                         "(TF's min_slice_size; default 256KiB; e.g. 1MiB, 65536, off)")
 
 
-def slice_size(text: str) -> int | None:
-    """``--min-slice-size``: bytes (``65536``, ``256KiB``, ``1MiB``, ``1GiB``), or None
-    for ``off``."""
+def slice_size(text: str) -> int:
+    """``--min-slice-size``: bytes (``65536``, ``256KiB``, ``1MiB``, ``1GiB``), or 0 for
+    ``off`` (``min_slice_size`` says what a compilation takes)."""
     t = text.strip()
     if t.lower() in ("off", "none"):
-        return None
+        return 0
     units = {"": 1, "b": 1, "kib": 1 << 10, "kb": 1000, "mib": 1 << 20, "mb": 10 ** 6,
              "gib": 1 << 30, "gb": 10 ** 9}
     number = t.rstrip("KkMmGgIiBb")
@@ -84,6 +83,18 @@ def slice_size(text: str) -> int | None:
         raise argparse.ArgumentTypeError(f"{text!r}: a slice needs at least one byte (or "
                                          f"off)")
     return int(value)
+
+
+def min_slice_size(args: argparse.Namespace, spec: Any) -> int | None:
+    """The automatic split's ``min_slice_size`` of ``tfc compile``'s flags: the default
+    unless given, None for ``off``; an error without PS tasks to split over."""
+    given = args.min_slice_size
+    if given is not None and (spec is None or spec.strategy == "allreduce"):
+        raise TfcError("--min-slice-size splits variables over PS tasks: give --cluster "
+                       "ps=P,workers=W (P >= 2) with --strategy ps-sync or ps-async")
+    if given is None:
+        return DEFAULT_MIN_SLICE_SIZE
+    return given or None
 
 
 def split_lines(module: Any, min_slice_size: int | None) -> list[str]:
@@ -122,11 +133,11 @@ def compile_command(args: argparse.Namespace, spec: Any) -> int | None:
         args.model, out, spec, pipeline=args.passes if args.passes is not None
         else DEFAULT_PIPELINE, backend=args.backend, print_after=args.print_after,
         print_after_all=args.print_after_all, stream=sys.stderr,
-        min_slice_size=args.min_slice_size)
+        min_slice_size=min_slice_size(args, spec))
     if not args.quiet:
         print(f"compiled {args.model} -> {out} ({report.seconds * 1e3:.0f} ms)")
         print("\n".join(report.lines()).replace("OUT.tfc", out))
-        print("\n".join(split_lines(report.module, args.min_slice_size)))
+        print("\n".join(split_lines(report.module, min_slice_size(args, spec))))
     return 0
 
 

@@ -78,3 +78,11 @@ def test_the_compile_report_shows_the_split_and_the_threshold_is_an_option(model
     assert main(["compile", str(model), "--cluster", "ps=2,workers=1", "-o", str(out),
                  "--min-slice-size", "lots"]) == 2
     assert "'lots' is not a size" in capsys.readouterr().err
+
+
+def test_min_slice_size_without_ps_tasks_is_an_error(model, tmp_path, capsys):
+    out = str(tmp_path / "m.tfc")
+    for extra in ([], ["--cluster", "ps=0,workers=2"]):
+        assert main(["compile", str(model), "-o", out, "--min-slice-size", "1MiB",
+                     *extra]) == 1
+        assert "--min-slice-size splits variables over PS tasks" in capsys.readouterr().err
