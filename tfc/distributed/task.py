@@ -407,7 +407,7 @@ class TaskActor:
         pending, self._pending = self._pending, None
         if pending is not None and settle:
             self.variables.update(pending[1])
-        elif pending is not None:  # dropped: but an update made in place is made
+        elif pending is not None and settle is False:  # dropped: one made in place is made
             self._changed_by_failure.update(n for n, u in pending[1].items()
                                             if self.variables.get(n) is u)
 
