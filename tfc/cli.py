@@ -340,7 +340,8 @@ def _compile_report(program: Any, report: Any, out: str, init_s: float, save_s: 
         print()
         print("\n".join(report.cluster.lines()))
         from tfc.cli_ps import split_lines
-        print("\n".join(split_lines(program.module, report.min_slice_size)))
+        for line in split_lines(program.module, report.min_slice_size):
+            print(line)
     profile = report.profile
     if profile is not None:
         print()

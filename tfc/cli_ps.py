@@ -137,7 +137,8 @@ def compile_command(args: argparse.Namespace, spec: Any) -> int | None:
     if not args.quiet:
         print(f"compiled {args.model} -> {out} ({report.seconds * 1e3:.0f} ms)")
         print("\n".join(report.lines()).replace("OUT.tfc", out))
-        print("\n".join(split_lines(report.module, min_slice_size(args, spec))))
+        for line in split_lines(report.module, min_slice_size(args, spec)):
+            print(line)
     return 0
 
 
