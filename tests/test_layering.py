@@ -67,6 +67,7 @@ LAYERS: dict[str, str] = {
     "tfc.compiler": "compiler",
     "tfc.cli": "cli",
     "tfc.cli_devices": "cli",  # the device commands of the cli (calibrate, bench, viz)
+    "tfc.cli_ps": "cli",  # the cli of parameter-server trainers (ps-async, backup workers)
     # The HTML picture of `tfc viz`: presentation for that one command, which may draw
     # whatever the lower layers compute; nothing but the cli uses it.
     "tfc.viz": "cli",

@@ -11,6 +11,8 @@
     tfc ir model.tfc --device cpu:1
     tfc compile model.py --cluster ps=2,workers=4 [--strategy ps-sync|allreduce]
         [--ps-placement greedy|round-robin] [--fp16-transfers] -o model.tfc
+    tfc compile model.py --cluster ps=2,workers=4 --strategy ps-async -o m.tfc
+    tfc run m.tfc --cluster local --steps N [--backup-workers B] [--straggler SPEC]
     tfc ir model.tfc --task worker:1
     tfc calibrate | tfc bench model.tfc --trace trace.json | tfc viz model.tfc -o graph.html
     tfc devices                 # this machine's CPUs and GPUs; can CUDA compile, run?
@@ -267,13 +269,18 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     if Path(out).resolve() == Path(args.model).resolve():
         raise TfcError(f"the output {out} would overwrite the input; choose another -o")
     check_output_path(out, "-o")
+    spec = _cluster_spec(args)
+    from tfc.cli_ps import compile_command, min_slice_size
+    stored_uncut = compile_command(args, spec)  # --strategy ps-async: the step for trainers
+    if stored_uncut is not None:
+        return stored_uncut
     module, report = compile_with_report(
         args.model, args.passes if args.passes is not None else DEFAULT_PIPELINE,
         verify=True, print_after=args.print_after, print_after_all=args.print_after_all,
         stream=sys.stderr, devices=args.devices, fp16_transfers=args.fp16_transfers,
         backend=args.backend, profile_runs=args.profile_runs, profile_batch=args.profile_batch,
         progress=None if args.quiet else lambda m: print(m, file=sys.stderr),
-        cluster=_cluster_spec(args))
+        cluster=spec, min_slice_size=min_slice_size(args, spec))
     start = time.perf_counter()
     program = make_program(module, args.model, backend=args.backend)
     init_seconds = time.perf_counter() - start
@@ -332,6 +339,9 @@ def _compile_report(program: Any, report: Any, out: str, init_s: float, save_s: 
     if report.cluster is not None:
         print()
         print("\n".join(report.cluster.lines()))
+        from tfc.cli_ps import split_lines
+        for line in split_lines(program.module, report.min_slice_size):
+            print(line)
     profile = report.profile
     if profile is not None:
         print()
@@ -583,6 +593,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     native = "recompile" if args.recompile else "strict" if args.no_recompile else "use"
     if args.cluster_timeout is not None and args.cluster_timeout <= 0:
         raise TfcError(f"--cluster-timeout must be positive, not {args.cluster_timeout:g}")
+    from tfc.cli_ps import run_command
+    trained = run_command(args)  # a ps-async artifact: its trainers run it
+    if trained is not None:
+        return trained
     program = load_artifact_arg(args.artifact, args.backend, native=native,
                                 cluster=args.cluster, cluster_timeout_s=args.cluster_timeout)
     try:
@@ -691,6 +705,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fp16-transfers", action="store_true",
                    help="f32 tensors cross devices (with --cluster: tasks) as f16")
     _cluster_arguments(p)
+    from tfc.cli_ps import add_compile_arguments
+    add_compile_arguments(p)
     p.add_argument("--profile-runs", type=int, metavar="N",
                    help="with --devices: run every entry N steps with kernel timing, place "
                         "again with the measured costs, keep the faster placement by "
@@ -746,6 +762,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --batch: shuffle the examples, anew each epoch")
     p.add_argument("--seed", type=int, metavar="S",
                    help="with --shuffle: the shuffle's seed (default 0)")
+    from tfc.cli_ps import add_run_arguments
+    add_run_arguments(p)
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("ir", help="print a model's IR")

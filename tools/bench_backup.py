@@ -30,6 +30,14 @@ sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tools"))
 
 
+def accuracy(variables: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
+    """The test accuracy of ``MODEL`` with ``variables``."""
+    from tfc.compiler.driver import load_source
+    from tfc.runtime import Program
+    program = Program(load_source(MODEL), variables=variables)
+    return float(program.run("evaluate", x=x, y=y)["accuracy"])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=4)
@@ -38,7 +46,6 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--batch", type=int, default=32)
     args = ap.parse_args()
-    from bench_async import accuracy
     from data import digits_split
 
     from tfc.compiler.driver import load_source

@@ -18,6 +18,9 @@ counter does in process, and the losses were bitwise those of the in-process run
     The bytes grow with the batch's ids and stay put as the table grows 10x; the static
     scheme sends each shard all the ids of a worker (``tfc.api.partitioned``), so the
     bytes are ``2 workers x 2 shards x n x (4 + 2 x 256)`` plus the dense layer's.
+    The step time does not grow with the table either: each PS's gather reads its shard
+    where it runs, and its update is a scatter into the shard's own array (the executor's
+    ``in_place_stages``; until #18's leftovers each step copied every shard, twice).
 (b) Output layer over ``--vocab`` classes (default 200,000; weights [vocab, 64] f32 in 2
     shards, biases on a PS), inputs [batch, 64]: ``tfc.nn.sampled_softmax_loss`` with 64
     sampled classes against the full softmax (``matmul`` + ``sparse_softmax_cross_

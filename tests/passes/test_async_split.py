@@ -81,12 +81,17 @@ def test_errors_are_one_line():
     assert str(ClusterSpec(2, 3, "ps-async")) == "ps=2,workers=3 (ps-async, greedy)"
 
 
-def test_tfc_compile_says_how_to_run_ps_async(tmp_path, capsys):
+def test_tfc_compile_stores_ps_async_for_tfc_run_and_tfc_ir_says_why(tmp_path, capsys):
+    """``tfc compile`` stores the step uncut for ``tfc run`` (``tfc.cli_ps``: once an error
+    pointing at Python); a placed module of it (``tfc ir``) is one line saying why not."""
     from tfc.cli import main
     model = tmp_path / "model.tfir"
     model.write_text(print_module(classifier("adam")))
     code = main(["compile", str(model), "--cluster", "ps=1,workers=2", "--strategy",
                  "ps-async", "-o", str(tmp_path / "m.tfc")])
+    out = capsys.readouterr().out
+    assert code == 0 and f"run: tfc run {tmp_path / 'm.tfc'} --cluster local" in out
+    code = main(["ir", str(model), "--cluster", "ps=1,workers=2", "--strategy", "ps-async"])
     err = capsys.readouterr().err.strip()
     assert code == 1 and err.startswith("error: --strategy ps-async runs the training step")
-    assert "AsyncPSTrainer" in err and "\n" not in err
+    assert "tfc compile stores it uncut" in err and "\n" not in err

@@ -347,3 +347,26 @@ def test_tasks_have_their_own_interpreters():
     assert tasks["/job:worker/task:0/cpu:0"] == pytest.approx(tasks["/job:worker/task:1/cpu:0"])
     local = finish("/cpu:0", "/cpu:1")
     assert local["/cpu:1"] > local["/cpu:0"]  # its stage waited for /cpu:0's Python work
+
+
+def test_a_serving_entrys_lookup_of_a_sharded_embedding_runs_on_the_ps_tasks():
+    """predict's gather of each shard runs on the shard's PS (ids in, rows out), as the
+    training step's does: not the whole shards sent to worker 0 each call."""
+    with tfc.Graph().as_default() as g:
+        ids = tfc.placeholder(tfc.int32, [None, 3], name="ids")
+        emb = tfc.Variable(np.arange(4000, dtype=np.float32).reshape(1000, 4), name="E",
+                           partitioner=tfc.fixed_size_partitioner(2))
+        w = tfc.Variable(np.ones((4, 2), np.float32), name="W")
+        logits = tfc.matmul(tfc.reduce_mean(tfc.gather(emb, ids), axis=1), w)
+        loss = tfc.reduce_mean(logits * logits)
+        tfc.entry("train", feeds={"ids": ids}, fetches={"loss": loss},
+                  targets=[tfc.train.GradientDescentOptimizer(0.1).minimize(loss)])
+        tfc.entry("predict", feeds={"ids": ids}, fetches={"logits": logits})
+    spec = ClusterSpec(2, 2, "ps-sync")
+    module = lower(g.as_module(), Target("reference", tuple(spec.devices), False, spec))
+    gathers = [op for op in module.graphs["predict"].walk() if op.kind == "gather"]
+    assert sorted(op.device for op in gathers) == spec.ps_devices
+    x = np.array([[1, 999, 500], [0, 2, 7]], np.int32)
+    got = Program(module, backend="reference", cluster="inprocess").run("predict", ids=x)
+    want = Program(g.as_module(), backend="reference").run("predict", ids=x)
+    np.testing.assert_array_equal(got["logits"], want["logits"])

@@ -258,9 +258,10 @@ def test_a_transfer_hands_the_senders_array_to_the_receiving_stage(backend, monk
             if st.call is None:
                 continue
 
-            def recording(inputs, variables, step, inner=st.call, st=st, device=plan.device):
+            def recording(inputs, variables, step, *in_place, inner=st.call, st=st,
+                          device=plan.device):
                 received.extend((s, a) for s, a in zip(st.inputs, inputs) if isinstance(s, str))
-                fetches, updates = inner(inputs, variables, step)
+                fetches, updates = inner(inputs, variables, step, *in_place)
                 produced.update(((device, s), a) for s, a in zip(st.outputs, fetches))
                 return fetches, updates
             st.call = recording

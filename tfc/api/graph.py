@@ -421,6 +421,12 @@ class Variable(TensorOperators):
         with g.name_scope(self.name + "/Initializer/"):
             value = initial_value() if callable(initial_value) else initial_value
             init = convert_to_tensor(value, dtype=as_dtype(dtype) if dtype is not None else None)
+        self._define(init, device, trainable, loc)
+
+    def _define(self, init: Tensor, device: str | None, trainable: bool, loc: Any) -> None:
+        """The variable ``self.name`` with initial value ``init``: its declaration, read
+        and initializer, in its graph."""
+        g = self.graph
         if not init.type.is_static:
             raise TypeMismatch(f"variable '{self.name}' needs a static shape, its initial "
                                f"value has type {init.type}", loc)

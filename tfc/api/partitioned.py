@@ -72,6 +72,37 @@ def min_max_variable_partitioner(max_partitions: int = 1, axis: int = 0,
     return partitioner
 
 
+# ``tfc compile --cluster``'s automatic split: TensorFlow's min_slice_size default
+DEFAULT_MIN_SLICE_SIZE = 256 << 10
+
+
+def automatic_partitioner(num_shards: int, min_slice_size: int = DEFAULT_MIN_SLICE_SIZE
+                          ) -> Partitioner:
+    """The row split ``tfc compile --cluster ps=P`` applies to a model without a
+    partitioner of its own (``--min-slice-size``): a trainable variable with no device of
+    its own is split into ``min_max_variable_partitioner(P, min_slice_size=S)``'s blocks,
+    as many as keep each at least S bytes, at most P and one per row: at 256 KiB a
+    1,000,000 x 64 f32 embedding goes to every PS task, a 64 x 128 layer stays whole.
+    Every other variable (one block, a scalar, an optimizer's slot, ``global_step``, one
+    pinned to a device) stays a plain variable under its own name, not a
+    ``PartitionedVariable`` of one shard."""
+    blocks = min_max_variable_partitioner(num_shards, 0, min_slice_size)
+
+    def partitioner(shape: tuple[int, ...], dtype: DType) -> list[int]:
+        return blocks(shape, dtype)
+    partitioner.automatic = True  # type: ignore[attr-defined]
+    return partitioner
+
+
+def _splits(partitioner: Partitioner, init: Tensor, trainable: bool,
+            device: str | None) -> bool:
+    """Whether ``automatic_partitioner``'s ``partitioner`` splits this variable."""
+    t = init.type
+    if not trainable or device is not None or not t.is_static or t.rank == 0:
+        return False
+    return partitioner(t.static_shape, init.dtype)[0] > 1
+
+
 @contextlib.contextmanager
 def variable_partitioner(partitioner: Partitioner | None) -> Iterator[None]:
     """Variables made inside without a ``partitioner`` of their own use this one (TF1's
@@ -106,12 +137,17 @@ class PartitionedVariable(Variable):
         with g.name_scope(self.name + "/Initializer/"):
             value = initial_value() if callable(initial_value) else initial_value
             init = convert_to_tensor(value, dtype=as_dtype(dtype) if dtype is not None else None)
+        if partitioner is None:  # the innermost variable_partitioner scope's
+            partitioner = g.partitioners[-1] if g.partitioners else None
+        if partitioner is not None and getattr(partitioner, "automatic", False) \
+                and not _splits(partitioner, init, trainable, device):
+            self.__class__ = Variable  # type: ignore[assignment]  # (a plain one after all)
+            self._define(init, device, trainable, loc)
+            return
         if not init.type.is_static or init.type.rank == 0:
             raise TypeMismatch(f"partitioned variable '{self.name}' needs a static shape of "
                                f"rank >= 1, its initial value has type {init.type}", loc)
         shape = init.type.static_shape
-        if partitioner is None:  # the innermost variable_partitioner scope's
-            partitioner = g.partitioners[-1] if g.partitioners else None
         if partitioner is None:
             raise TfcError(f"partitioned variable '{self.name}' needs a partitioner", loc)
         parts = list(partitioner(shape, init.dtype))
@@ -261,6 +297,6 @@ def expand_partitioned(var_list: Sequence[Any]) -> list[Any]:
 
 
 __all__ = ["PartitionedVariable", "fixed_size_partitioner", "min_max_variable_partitioner",
-           "variable_partitioner",
+           "variable_partitioner", "automatic_partitioner", "DEFAULT_MIN_SLICE_SIZE",
            "sharded_gather", "owned_weights", "row_blocks", "logical_variables",
            "logical_value", "stored_values", "expand_partitioned"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TextIO
 
+from tfc.api.partitioned import DEFAULT_MIN_SLICE_SIZE
 from tfc.backends.base import default_backend_name
 from tfc.errors import TfcError
 from tfc.ir.core import Module
@@ -44,6 +45,7 @@ class CompileReport:
     pass_seconds: list[tuple[str, float]] = field(default_factory=list)
     profile: ProfileReport | None = None  # with profile_runs
     cluster: ClusterReport | None = None  # with a cluster
+    min_slice_size: int | None = None  # the automatic row split's, with PS tasks
 
 
 def count_ops(module: Module) -> int:
@@ -51,14 +53,26 @@ def count_ops(module: Module) -> int:
     return sum(1 for g in module.graphs.values() for _ in g.walk())
 
 
-def load_source(path: str | os.PathLike[str]) -> Module:
+def load_source(path: str | os.PathLike[str], partitioner: Any = None) -> Module:
     """The module in ``path``: a model (``.py``, ``.tfm``, ``.tfir``) or a compiled ``.tfc``
-    artifact."""
+    artifact (``partitioner``: ``load_model``'s)."""
     if Path(path).suffix == ".tfc":
         from tfc.runtime.artifact import read_module
         return read_module(path)
     from tfc.compiler.frontend import load_model
-    return load_model(path)
+    return load_model(path, partitioner)
+
+
+def automatic_split(cluster: ClusterSpec | None, min_slice_size: int | None) -> Any:
+    """The partitioner of ``tfc compile --cluster``'s automatic row split
+    (``tfc.api.partitioned.automatic_partitioner``: variables of at least two slices of
+    ``min_slice_size`` bytes over the PS tasks); None without PS tasks or with
+    ``min_slice_size`` None (``--min-slice-size off``)."""
+    if cluster is None or cluster.strategy == "allreduce" or cluster.ps < 2 \
+            or min_slice_size is None:
+        return None
+    from tfc.api.partitioned import automatic_partitioner
+    return automatic_partitioner(cluster.ps, min_slice_size)
 
 
 def initial_state(path: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, int]:
@@ -122,7 +136,8 @@ def compile_with_report(path: str | os.PathLike[str], pipeline: Pipeline = DEFAU
                         backend: str | None = None, profile_runs: int | None = None,
                         profile_batch: int | None = None,
                         progress: Callable[[str], None] | None = None,
-                        cluster: ClusterSpec | None = None
+                        cluster: ClusterSpec | None = None,
+                        min_slice_size: int | None = DEFAULT_MIN_SLICE_SIZE
                         ) -> tuple[Module, CompileReport]:
     """Load the model at ``path`` and lower it for its target after the optimization
     passes ``pipeline``; the lowered module and a report.
@@ -135,7 +150,9 @@ def compile_with_report(path: str | os.PathLike[str], pipeline: Pipeline = DEFAU
     ``tfc.runtime.pgo``; ``report.profile`` says what it measured and kept, and
     ``progress`` hears what it is doing. ``cluster`` (``ClusterSpec(ps=2, workers=4)``)
     replicates the training steps for its tasks (``tfc.passes.replicate``);
-    ``report.cluster`` says where the variables went and what crosses tasks per step."""
+    ``report.cluster`` says where the variables went and what crosses tasks per step.
+    With PS tasks, a Python model's trainable variables of two slices of ``min_slice_size``
+    bytes or more are split by rows over them (``automatic_split``; None: never)."""
     parse_pipeline(pipeline)  # a bad pipeline fails before the model is loaded
     target = compile_target(devices, fp16_transfers, backend, cluster)
     if cluster is not None and profile_runs is not None:
@@ -152,7 +169,7 @@ def compile_with_report(path: str | os.PathLike[str], pipeline: Pipeline = DEFAU
                            f"(.py, .tfm or .tfir), not the compiled {path}, whose ops keep "
                            f"their devices")
     start = time.perf_counter()
-    module = load_source(path)
+    module = load_source(path, automatic_split(cluster, min_slice_size))
     report = CompileReport(str(path), [str(p) for p in target_pipeline(target, pipeline)])
     report.load_seconds = time.perf_counter() - start
     report.ops_before = count_ops(module)
@@ -174,6 +191,7 @@ def compile_with_report(path: str | os.PathLike[str], pipeline: Pipeline = DEFAU
     report.ops_after = count_ops(module)
     if cluster is not None:
         report.cluster = cluster_report(module, cluster)
+        report.min_slice_size = min_slice_size
     return module, report
 
 

@@ -13,13 +13,16 @@ import runpy
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from tfc.errors import Location, TfcError
 from tfc.ir.core import Module
 
 
-def load_model(path: str | os.PathLike[str]) -> Module:
-    """The module a model file defines (``.py``, ``.tfm`` or ``.tfir``)."""
+def load_model(path: str | os.PathLike[str], partitioner: Any = None) -> Module:
+    """The module a model file defines (``.py``, ``.tfm`` or ``.tfir``). ``partitioner``:
+    a Python model's variables are made as if in ``tfc.variable_partitioner(partitioner)``
+    (``tfc compile --cluster``'s automatic split; IR has its variables already)."""
     p = Path(path)
     if not p.exists():
         raise TfcError(f"no such model file: {p}")
@@ -30,7 +33,7 @@ def load_model(path: str | os.PathLike[str]) -> Module:
     if p.suffix == ".py":  # Python reads it itself (a PEP 263 coding line may say how)
         if not p.read_bytes().strip():
             raise TfcError(f"{p}: empty input (the file is empty)")
-        return _load_python(p)
+        return _load_python(p, partitioner)
     text = read_source(p)
     if not text.strip():
         raise TfcError(f"{p}: empty input (the file is empty)")
@@ -55,9 +58,11 @@ def read_source(path: str | os.PathLike[str]) -> str:
         raise TfcError(f"{p}: not a UTF-8 text file ({e.reason} at byte {e.start})") from None
 
 
-def _load_python(path: Path) -> Module:
+def _load_python(path: Path, partitioner: Any = None) -> Module:
     from tfc.api.graph import Graph
     graph = Graph()
+    if partitioner is not None:
+        graph.partitioners.append(partitioner)
     sys.path.insert(0, str(path.parent))
     try:
         with graph.as_default():

@@ -143,9 +143,11 @@ class BackupTrainer:
         self._version = 0  # the steps applied so far (every PS's version)
 
     def train(self, batches: Callable[[int, int], Mapping[str, np.ndarray]], steps: int,
-              straggler: StragglerSpec | None = None) -> BackupStats:
+              straggler: StragglerSpec | None = None,
+              progress: Callable[[int, BackupStats], None] | None = None) -> BackupStats:
         """``steps`` synchronous steps; worker ``i`` of step ``k`` computes on
-        ``batches(k, i)`` (the N + b workers each on a batch of their own)."""
+        ``batches(k, i)`` (the N + b workers each on a batch of their own);
+        ``progress(k, stats)`` after each step (``taken`` and ``late`` so far)."""
         inner = self.inner
         ray = inner.ray
         stats = BackupStats()
@@ -174,6 +176,8 @@ class BackupTrainer:
                 stats.taken_by_step.setdefault(version, []).append(
                     (self.workers.index(worker), k))
                 stats.fetches.setdefault(version, []).append(fetches)
+                stats.taken += len(answers)
+            stats.late = offers - stats.taken  # so far (the end recounts)
 
         try:
             for k in range(steps):
@@ -192,6 +196,8 @@ class BackupTrainer:
                     worker, j = running.pop(ready[0])
                     collect(ready[0], worker, j)
                 stats.step_seconds.append(time.perf_counter() - started)
+                if progress is not None:
+                    progress(k, stats)
             # the backups' last offers: counted (dropped), never applied
             ready, _ = ray.wait(list(running), num_returns=len(running), timeout=self.timeout_s)
             for ref in ready:

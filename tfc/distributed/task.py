@@ -109,6 +109,15 @@ def variable_owners(module: Module) -> dict[str, str]:
     return owners
 
 
+def _frozen_update(value: np.ndarray) -> np.ndarray:
+    """A step's update made read-only as it is (the executor's own array, which nothing
+    else holds: no view, so that the next step may update it in place again)."""
+    if value.flags.c_contiguous and value.flags.owndata:
+        value.flags.writeable = False
+        return value
+    return _frozen(value)
+
+
 def _frozen(value: np.ndarray) -> np.ndarray:
     """A read-only C-contiguous array (the stages take it as it is; nothing changes it)."""
     a = np.require(value, requirements="C")
@@ -177,6 +186,8 @@ class TaskActor:
         self._steps: dict[int, Any] = {}  # step id -> its Rendezvous
         self._finished = -1  # the newest step id that ended here
         self._pending: tuple[int, dict[str, np.ndarray]] | None = None
+        # variables a step that failed elsewhere had already updated here in place
+        self._changed_by_failure: set[str] = set()
         self._deliveries: list[Any] = []  # this step's deliver calls (their refs)
         self._step_id = 0  # the id of the step running here
         self.stale = 0
@@ -255,6 +266,7 @@ class TaskActor:
         self._settle(settle)
         for name, value in assign.items():
             self.variables[name] = _frozen(value)
+        self._refuse_changed(assign)
         rendezvous = self._rendezvous(step_id)
         if rendezvous is None or rendezvous.error is not None:  # (told before it started)
             why = f" ({rendezvous.error})" if rendezvous is not None else ""
@@ -281,7 +293,8 @@ class TaskActor:
             phases["feeds"] = clock() - started
             ran = clock()
             if entry in self.module.partitions:
-                fetches, updates = exe.run_step(args, self.variables, step, rendezvous)
+                fetches, updates = exe.run_step(args, self.variables, step, rendezvous,
+                                                in_place=True)
             else:
                 from tfc.runtime.executor import blas_limited
                 with blas_limited(self.backend, self.cores):
@@ -297,7 +310,7 @@ class TaskActor:
             raise
         finally:
             self._end(step_id)
-        self._pending = (step_id, {n: _frozen(u) for n, u in updates.items()})
+        self._pending = (step_id, {n: _frozen_update(u) for n, u in updates.items()})
         out = {i: np.asarray(f) for i, f in enumerate(fetches) if f is not None}
         return out, {"tensors": self._sent_tensors, "bytes": self._sent_bytes,
                      "stale": self.stale - stale_before,
@@ -428,10 +441,25 @@ class TaskActor:
         pending, self._pending = self._pending, None
         if pending is not None and settle:
             self.variables.update(pending[1])
+        elif pending is not None and settle is False:  # dropped: one made in place is made
+            self._changed_by_failure.update(n for n, u in pending[1].items()
+                                            if self.variables.get(n) is u)
+
+    def _refuse_changed(self, assigned: Mapping[str, Any]) -> None:
+        """An ``ExecutionError`` while a variable that a step which failed on another task
+        had already updated here in place (``tfc.runtime.executor.in_place_stages``) is
+        not assigned anew (the driver restoring a checkpoint assigns every variable)."""
+        self._changed_by_failure.difference_update(assigned)
+        if self._changed_by_failure:
+            names = ", ".join("@" + n for n in sorted(self._changed_by_failure))
+            raise ExecutionError(f"{self.task}: {names} were updated in place by a step "
+                                 f"that then failed on another task; assign or restore them "
+                                 f"before running another step")
 
     def read(self, names: Sequence[str], settle: bool | None) -> list[np.ndarray]:
         """The values of variables ``names`` (each owned by this task)."""
         self._settle(settle)
+        self._refuse_changed({})
         missing = [n for n in names if n not in self.variables]
         if missing:
             raise ExecutionError(f"{self.task} does not hold variable @{missing[0]}")

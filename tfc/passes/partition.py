@@ -307,7 +307,34 @@ def stage_numbers(parts: Mapping[str, Partition]) -> dict[Op, int]:
                 if stage.get(op) != s:
                     stage[op] = s
                     changed = True
+    _sink_sources(parts, stage)
     return stage
+
+
+# ops without inputs that may run in any stage of their device: each goes to the first
+# stage that uses it, so that a variable read by a later stage (the gather on a PS, after
+# the ids arrived) is read there, not read in stage 0 and handed over as a copy of the
+# whole table each step. A read still sees the step's start: updates apply after the step,
+# and one made in place waits for every other stage that touches its variable
+# (``tfc.runtime.executor.in_place_stages``).
+_SINKABLE = ("var.read", "constant")
+
+
+def _sink_sources(parts: Mapping[str, Partition], stage: dict[Op, int]) -> None:
+    """Move each ``_SINKABLE`` op to the earliest stage of its users (their stages do not
+    change: an op's stage is the latest of its inputs', and this one's only grows to at
+    most theirs)."""
+    for p in parts.values():
+        first_use: dict[Op, int] = {}
+        for op in p.graph.ops:
+            for v in op.inputs:
+                if v.op is not None and v.op.kind in _SINKABLE and not v.op.regions:
+                    first_use[v.op] = min(first_use.get(v.op, stage[op]), stage[op])
+        for v in p.graph.results:
+            if v.op is not None and v.op in first_use:
+                first_use[v.op] = min(first_use[v.op], stage[v.op])  # a fetch: as it was
+        for op, s in first_use.items():
+            stage[op] = max(stage[op], s)
 
 
 def cut_stages(part: Partition, stage_of: Mapping[Op, int]) -> list[Stage]:

@@ -45,8 +45,9 @@ Strategies:
 
 - ``ps-async`` (Downpour SGD) is no placed module: each PS applies each worker's
   gradients on arrival, so the step is cut into two programs instead
-  (``tfc.passes.async_split``) that ``tfc.distributed.AsyncPSTrainer`` runs;
-  ``replicate_module`` refuses it with a line saying so.
+  (``tfc.passes.async_split``) that ``tfc.distributed.AsyncPSTrainer`` runs
+  (``tfc compile --strategy ps-async`` stores the step uncut for it:
+  ``tfc.compiler.ps_training``); ``replicate_module`` refuses it with a line saying so.
 
 A sparse gradient (``IndexedSlices``, a marker with indices and values) is gathered, not
 averaged: its rows from every worker, each divided by W, concatenated in worker order
@@ -558,8 +559,10 @@ def _allreduce_step(graph: Graph, spec: ClusterSpec) -> Graph:
 
 
 def _serving_entry(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str]) -> Graph:
-    """An entry without markers: on worker 0, each variable op where its variable lives
-    (``allreduce``: an assign is applied to every copy, from worker 0's value)."""
+    """An entry without markers: on worker 0, each variable op where its variable lives,
+    and under ``ps-sync`` a gather of a PS variable on its PS (``ps_gather_device``: a
+    sharded embedding's predict sends ids and gets rows, not the shards; ``allreduce``:
+    an assign is applied to every copy, from worker 0's value)."""
     b = _Builder(graph)
     new_of: dict[Value, Value] = dict(b.args)
     w0 = worker_device(0)
@@ -571,7 +574,9 @@ def _serving_entry(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str
         else:
             pinned = (ps_pin(op.device, spec, op.kind, op.loc)
                       if spec.strategy == "ps-sync" else None)
-            device = pinned or w0
+            # an embedding lookup runs where its table lives, as in a training step
+            near = ps_gather_device(op, var_device) if spec.strategy == "ps-sync" else None
+            device = pinned or near or w0
         new = b.copy(op, inputs, device)
         new_of.update(zip(op.results, new.results))
         if spec.strategy == "allreduce" and writes_variable(op):
@@ -639,9 +644,9 @@ def replicate_module(module: Module, spec: ClusterSpec) -> ReplicationReport:
         raise TfcError("cannot replicate a module that is already partitioned")
     if spec.strategy == "ps-async":  # its step is two programs, not one placed module
         raise TfcError("--strategy ps-async runs the training step as two programs (the "
-                       "workers' gradients, the PS tasks' updates), not as one compiled "
-                       "module: train it from Python with tfc.distributed.AsyncPSTrainer "
-                       "(tools/bench_async.py shows how)")
+                       "workers' gradients, the PS tasks' updates), not as one placed "
+                       "module: tfc compile stores it uncut for tfc run, or train it from "
+                       "Python with tfc.distributed.AsyncPSTrainer")
     if spec.strategy == "ps-sync":
         var_device = place_variables(module.variables, spec)
         for name, decl in module.variables.items():

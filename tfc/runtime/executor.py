@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,7 @@ from tfc.backends.base import Backend, Executable, StepResult, get_backend
 from tfc.devices import device_backend, threads_per_device
 from tfc.errors import ExecutionError, FeedError, TfcError
 from tfc.ir.core import Graph, Module, PartitionStage, StageSource
+from tfc.ir.registry import writes_variable
 from tfc.ir.types import format_shape
 from tfc.passes.compress import CompressReport, compression_report
 from tfc.runtime.rendezvous import Rendezvous
@@ -75,7 +77,8 @@ def _slot(src: StageSource) -> Hashable:
 # per stage that sends any, during the step (its owner knows which step that is).
 Transport = Callable[[list[tuple[str, str, np.ndarray]]], None]
 
-StageCall = Callable[[list[np.ndarray], Mapping[str, np.ndarray], int],
+# (inputs, variables, step, in_place, extra_refs) -> (fetches, (variable, update) pairs)
+StageCall = Callable[[list[np.ndarray], Mapping[str, np.ndarray], int, bool, int],
                      tuple[Sequence[np.ndarray], Iterable[tuple[str, np.ndarray]]]]
 
 
@@ -96,6 +99,7 @@ class Stage:
     call: StageCall | None = None  # runs ``executable``: (fetches, (var, update) pairs)
     # sends to devices this executable does not run: (key, receiving device, slot)
     remote_sends: list[tuple[str, str, Hashable]] = field(default_factory=list)
+    in_place: bool = False  # its updates may be in place (``in_place_stages``)
 
 
 @dataclass
@@ -144,9 +148,14 @@ def blas_limited(backend: Backend, threads: int) -> ContextManager[None]:
     return limit(threads) if limit is not None else contextlib.nullcontext()
 
 
-def stage_call(exe: Executable, unchecked: Sequence[int] = ()) -> StageCall:
+def stage_call(exe: Executable, unchecked: Sequence[int] = (), may_update_in_place: bool = False
+               ) -> StageCall:
     """How the executor runs ``exe``: through ``fast_step`` where the backend has it, else
     the ``Executable`` call; returns the fetches and the (variable, update) pairs.
+    ``may_update_in_place``: the step's other stages never see this stage's variables
+    (``in_place_stages``), so ``fast_step`` may make its updates in the variables' own
+    arrays when the call asks for it (``in_place``; ``extra_refs`` as ``fast_step``
+    counts them).
 
     ``fast_step`` takes C-contiguous arrays of the arguments' dtypes as they are (their
     shapes it still checks, once per binding). The step's feeds are checked once per
@@ -156,7 +165,8 @@ def stage_call(exe: Executable, unchecked: Sequence[int] = ()) -> StageCall:
     fast = getattr(exe, "fast_step", None)
     if fast is None or getattr(exe, "fallback_ops", None):
         def call(inputs: list[np.ndarray], variables: Mapping[str, np.ndarray],
-                 step: int) -> tuple[Sequence[np.ndarray], Iterable[tuple[str, np.ndarray]]]:
+                 step: int, in_place: bool = False, extra_refs: int = 0
+                 ) -> tuple[Sequence[np.ndarray], Iterable[tuple[str, np.ndarray]]]:
             result = exe(inputs, variables, step)
             return result.fetches, result.updates.items()
         return call
@@ -164,12 +174,18 @@ def stage_call(exe: Executable, unchecked: Sequence[int] = ()) -> StageCall:
     update_names = list(getattr(exe, "update_names", ()))
     args = exe.graph.args  # type: ignore[attr-defined]  # executables with fast_step have it
     checks = [(k, args[k].dtype.np, args[k].name) for k in unchecked]
+    in_place_ok = may_update_in_place and "extra_refs" in inspect.signature(fast).parameters
 
     def fast_call(inputs: list[np.ndarray], variables: Mapping[str, np.ndarray],
-                  step: int) -> tuple[Sequence[np.ndarray], Iterable[tuple[str, np.ndarray]]]:
+                  step: int, in_place: bool = False, extra_refs: int = 0
+                  ) -> tuple[Sequence[np.ndarray], Iterable[tuple[str, np.ndarray]]]:
         for k, dt, name in checks:
             inputs[k] = _as_input(inputs[k], dt, name)
-        outs, upds = fast(inputs, [variables[n] for n in var_names], step)
+        if in_place and in_place_ok:
+            outs, upds = fast(inputs, [variables[n] for n in var_names], step, None,
+                              in_place=True, extra_refs=extra_refs)
+        else:
+            outs, upds = fast(inputs, [variables[n] for n in var_names], step)
         return outs, zip(update_names, upds)
     return fast_call
 
@@ -227,6 +243,39 @@ def _unchecked_sources(table: Any, compiled: Mapping[tuple[str, int], Executable
                     device, value = sent[value.recv]
                 if value.feed is None and not native(device, value.stage or 0):
                     out.add((d.device, src))
+    return out
+
+
+def _variables_touched(graph: Graph) -> set[str]:
+    """The variables ``graph`` (its regions included) reads or writes."""
+    return {op.attrs["var"] for op in graph.walk()
+            if op.kind.startswith("var.") and "var" in op.attrs}
+
+
+def in_place_stages(module: Module, table: Any) -> set[tuple[str, int]]:
+    """The stages (device, index) of ``table`` whose updates may be made in their
+    variables' own arrays as far as the other stages go: every other stage that reads or
+    writes one of its variables is an earlier stage of the same device (it has run to
+    its end before this one starts). Then no stage of the step sees a variable change
+    under it, and reads still see the start of the step. Within the stage the backend
+    decides (``GraphCompiler.in_place_updates`` on llvm), and per step whether the array
+    is held by anyone else (``fast_step``'s reference count)."""
+    touched: dict[tuple[str, int], set[str]] = {}
+    written: dict[tuple[str, int], set[str]] = {}
+    for part in table.devices:
+        for i, st in enumerate(part.stages):
+            if st.graph is not None:
+                graph = module.graphs[st.graph]
+                touched[part.device, i] = _variables_touched(graph)
+                written[part.device, i] = {op.attrs["var"] for op in graph.walk()
+                                           if writes_variable(op) and "var" in op.attrs}
+    out: set[tuple[str, int]] = set()
+    for (device, i), names in written.items():
+        if not names:
+            continue
+        if all(not (names & other) or (d == device and j < i)
+               for (d, j), other in touched.items() if (d, j) != (device, i)):
+            out.add((device, i))
     return out
 
 
@@ -288,6 +337,7 @@ class PartitionedExecutable:
                 if st.graph is not None:
                     compiled[part.device, i] = stage_backend.compile(module, st.graph)
         unchecked = _unchecked_sources(table, compiled)
+        in_place = in_place_stages(module, table)
         for part in parts:
             stages = []
             for i, st in enumerate(part.stages):
@@ -301,8 +351,10 @@ class PartitionedExecutable:
                                             for s in st.sends if s.receiver not in local])
                 if g is not None:
                     exe = stage.executable = compiled[part.device, i]
+                    stage.in_place = (part.device, i) in in_place
                     stage.call = stage_call(exe, [k for k, s in enumerate(st.inputs)
-                                                  if (part.device, s) in unchecked])
+                                                  if (part.device, s) in unchecked],
+                                            stage.in_place)
                     if getattr(exe, "fast_step", None) and not getattr(exe, "fallback_ops", ()):
                         fast_vars.update(getattr(exe, "var_names", ()))
                 stages.append(stage)
@@ -335,6 +387,9 @@ class PartitionedExecutable:
              or min(self.threads.values(), default=1)) if self.threads else None)
         self._lock = threading.Lock()  # one step at a time
         self.last_rendezvous: Rendezvous | None = None
+        # variables a failed step had already changed in place: their arrays, refused
+        # until replaced (assigned, restored)
+        self._changed_by_failure: dict[str, np.ndarray] = {}
         # ``fast_step`` (what a Program's hot path calls) when every stage runs natively
         # and every fetch is a stage's output: then fetches and updates are fresh arrays
         stages = [st for plan in self.plans for st in plan.stages if st.executable]
@@ -350,8 +405,9 @@ class PartitionedExecutable:
 
     def _run_device(self, plan: DevicePlan, feeds: Sequence[np.ndarray | None],
                     variables: Mapping[str, np.ndarray], step: int,
-                    rendezvous: Rendezvous) -> tuple[dict[Hashable, np.ndarray],
-                                                     dict[str, np.ndarray]]:
+                    rendezvous: Rendezvous, in_place: bool = False, extra_refs: int = 0,
+                    applied: list[str] | None = None
+                    ) -> tuple[dict[Hashable, np.ndarray], dict[str, np.ndarray]]:
         env: dict[Hashable, np.ndarray] = {i: feeds[i] for i in plan.feeds}  # type: ignore[misc]
         updates: dict[str, np.ndarray] = {}
         tracer, clock = self.tracer, time.perf_counter
@@ -365,9 +421,16 @@ class PartitionedExecutable:
                     tracer.recvs(plan.device, st.recvs, t0, clock())
             if st.call is not None:
                 t0 = clock() if tracer is not None else 0.0
-                fetches, upds = st.call([env[s] for s in st.inputs], variables, step)
+                fetches, upds = st.call([env[s] for s in st.inputs], variables, step,
+                                        in_place, extra_refs)
                 env.update(zip(st.outputs, fetches))
-                updates.update(upds)
+                if in_place and st.in_place and applied is not None:
+                    for name, u in upds:
+                        updates[name] = u
+                        if u is variables[name]:  # changed in place: now, not at the end
+                            applied.append(name)
+                else:
+                    updates.update(upds)
                 if tracer is not None:
                     assert st.graph is not None and st.executable is not None
                     tracer.span(plan.device, st.graph.name, t0, clock(), "stage",
@@ -421,36 +484,48 @@ class PartitionedExecutable:
         seen), ``variables`` those of ``var_names`` as a ``Program`` holds them. The
         fetches and the updates (``update_names`` order) are arrays nothing else holds:
         native stages' own outputs (offered only when every stage runs natively and no
-        fetch is a feed). No update is made in place (``_in_place`` is ignored): another
-        device may still read the variable in the same step."""
+        fetch is a feed). With ``_in_place`` (the runner holds each variable once in its
+        store and once in ``variables``) a stage that no other stage of the step sees the
+        variables of (``in_place_stages``) makes its updates in their own arrays where its
+        backend can (a scatter then touches only its rows: no copy of the table per step).
+        """
         shapes = tuple(a.shape for a in feeds)
         if shapes not in self._shapes_seen:
             if validate is not None:
                 validate(feeds)
             self._shapes_seen.add(shapes)
-        fetches, updates = self._step(feeds, dict(zip(self.var_names, variables)), step)
+        # the references beyond the runner's two: ``variables`` and this mapping
+        fetches, updates = self._step(feeds, dict(zip(self.var_names, variables)), step,
+                                      in_place=_in_place, extra_refs=2)
         return fetches, [updates[n] for n in self.update_names]
 
     def run_step(self, feeds: Sequence[np.ndarray | None], variables: Mapping[str, np.ndarray],
-                 step: int, rendezvous: Rendezvous) -> tuple[list[Any], dict[str, np.ndarray]]:
+                 step: int, rendezvous: Rendezvous, in_place: bool = False
+                 ) -> tuple[list[Any], dict[str, np.ndarray]]:
         """One step of this executable's devices with ``rendezvous`` as the step's table
         (where another task's transport delivers what its devices send to these):
         ``feeds`` in argument order (None for those of ``feed_indices``' complement),
-        C-contiguous arrays of their dtypes; ``variables`` those of the stages. The
-        fetches (None for other devices') and the updates of these devices."""
+        C-contiguous arrays of their dtypes; ``variables`` those of the stages (with
+        ``in_place``: the caller's store, which holds each array once, so that updates
+        may be made in them as ``fast_step`` makes them). The fetches (None for other
+        devices') and the updates of these devices."""
         return self._step(feeds, _checked_variables(self._var_specs, variables), step,
-                          rendezvous)
+                          rendezvous, in_place=in_place)
 
     def _step(self, arrays: Sequence[np.ndarray | None], variables: Mapping[str, np.ndarray],
-              step: int, rendezvous: Rendezvous | None = None
-              ) -> tuple[list[Any], dict[str, np.ndarray]]:
+              step: int, rendezvous: Rendezvous | None = None, in_place: bool = False,
+              extra_refs: int = 0) -> tuple[list[Any], dict[str, np.ndarray]]:
         with self._lock:
+            if self._changed_by_failure:
+                self._refuse_changed(variables)
             rendezvous = Rendezvous() if rendezvous is None else rendezvous
             self.last_rendezvous = rendezvous
+            applied: list[str] = []  # updates made in place so far (list.append: atomic)
 
             def run(plan: DevicePlan) -> Any:
                 try:
-                    return self._run_device(plan, arrays, variables, step, rendezvous)
+                    return self._run_device(plan, arrays, variables, step, rendezvous,
+                                            in_place, extra_refs, applied)
                 except BaseException as e:
                     rendezvous.abort(e)
                     raise
@@ -471,7 +546,10 @@ class PartitionedExecutable:
                     except BaseException as e:
                         errors.append(e)
             if errors:  # the root cause, not the recvs it aborted (those chain to it)
-                raise next((e for e in errors if e.__cause__ is None), errors[0])
+                error = next((e for e in errors if e.__cause__ is None), errors[0])
+                if applied and isinstance(error, Exception):
+                    raise self._failed_after_in_place(error, applied, variables) from error
+                raise error
         outcomes.insert(self._inline, inline)
         fetches: list[Any] = [None] * self.n_results
         updates: dict[str, np.ndarray] = {}
@@ -485,6 +563,29 @@ class PartitionedExecutable:
                 fetched.add(id(value))
                 fetches[i] = value
         return fetches, updates
+
+    def _failed_after_in_place(self, error: Exception, applied: Sequence[str],
+                               variables: Mapping[str, np.ndarray]) -> ExecutionError:
+        """A step that failed after some of its updates were made in place: those
+        variables hold the failed step's update (the others do not), so they are refused
+        until replaced; the error says so."""
+        names = sorted(set(applied))
+        self._changed_by_failure.update({n: variables[n] for n in names})
+        return ExecutionError(f"{error} (the step had already updated "
+                              f"{', '.join('@' + n for n in names)} in place; assign or "
+                              f"restore them before the next step)")
+
+    def _refuse_changed(self, variables: Mapping[str, np.ndarray]) -> None:
+        """An ``ExecutionError`` for a variable a failed step changed in place that is
+        still that array (``_failed_after_in_place``); forget those replaced since."""
+        for name, array in list(self._changed_by_failure.items()):
+            if variables.get(name) is not array:
+                del self._changed_by_failure[name]
+        if self._changed_by_failure:
+            names = ", ".join("@" + n for n in sorted(self._changed_by_failure))
+            raise ExecutionError(f"{names}: a failed step had already updated them in place "
+                                 f"(not the other variables); assign or restore them "
+                                 f"before running another step")
 
     def close(self) -> None:
         if self._pool is not None:

@@ -137,7 +137,8 @@ class LLVMExecutable:
 
     def fast_step(self, feeds: Sequence[np.ndarray], variables: Sequence[np.ndarray],
                   step: int, validate: Callable[[Sequence[np.ndarray]], Any] | None = None,
-                  in_place: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
+                  in_place: bool = False, extra_refs: int = 0
+                  ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """One step for a caller that vouches for its inputs: ``feeds`` are C-contiguous
         numpy arrays of the arguments' dtypes, ``variables`` C-contiguous arrays of the
         declared types in ``var_names`` order. Feed shapes are checked once per binding
@@ -148,7 +149,10 @@ class LLVMExecutable:
         the ``variables`` list, and stores the updates in its place), an update the
         native code can make in place (``in_place_updates``) is its variable's own array
         when nothing else holds that (``_sole``): no copy of the variable, no second
-        array. Loops, not comprehensions: this is the per-call overhead."""
+        array. ``extra_refs``: the references to each variable array the caller holds
+        beyond its store and the ``variables`` list (the multi-device executor's own
+        mapping: ``tfc.runtime.executor``). Loops, not comprehensions: this is the per-call
+        overhead."""
         bound = self._last
         if bound is None or len(feeds) != len(bound.key) or not _same_shapes(feeds,
                                                                             bound.key):
@@ -173,6 +177,7 @@ class LLVMExecutable:
                     for a in variables:
                         ptrs[i] = dp(a)
                         i += 1
+                    a = None  # (else the last variable has one reference more: never _sole)
                 # Outputs, then updates: an array recycled from the pool is often the one
                 # of the last step, whose pointer the slot already holds (the pool keeps
                 # it alive).
@@ -180,7 +185,8 @@ class LLVMExecutable:
                 held = bound.in_slots
                 i = bound.out_slot
                 for pool, s, dt, v in bound.fills:
-                    if in_place and v >= 0 and _sole(variables[v], held[i], pool):
+                    if in_place and v >= 0 and _sole(variables[v], held[i], pool,
+                                                     extra_refs):
                         a = variables[v]
                     else:
                         a = _recycled(pool, s, dt, held[i])
@@ -634,13 +640,14 @@ def _recycled(pool: list[np.ndarray], shape: tuple[int, ...], dtype: np.dtype,
 _refcount = sys.getrefcount
 
 
-def _sole(a: np.ndarray, in_slot: np.ndarray | None, pool: list[np.ndarray]) -> bool:
+def _sole(a: np.ndarray, in_slot: np.ndarray | None, pool: list[np.ndarray],
+          extra_refs: int = 0) -> bool:
     """Whether variable array ``a`` owns its memory and nobody else holds it: then the
     step may change it in place unseen. The references that do not count: the caller's
     store and list of the step's variables, this argument and the call's, the binding's
     slot and ``in_slot`` if the slot holds ``a`` (it did last step), and the update pool
-    if ``a`` came from it."""
-    refs = 4
+    if ``a`` came from it, and the ``extra_refs`` its caller's caller holds."""
+    refs = 4 + extra_refs
     if a is in_slot:
         refs += 2
     for p in pool:
