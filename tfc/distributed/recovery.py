@@ -49,7 +49,9 @@ T = TypeVar("T")
 
 ON_FAILURE = ("restart", "fail")  # what a Supervisor does when a task dies
 DEFAULT_HEALTH_INTERVAL_S = 1.0
-DEFAULT_MAX_RESTARTS = 5  # per job: a task that keeps dying is an error, not a loop
+# recoveries in a row without getting past the failed step: a task that dies every time
+# it runs that step is an error, not a loop
+DEFAULT_MAX_RESTARTS = 3
 _PING_TIMEOUT_S = 10.0  # one health check's bound (a busy task still answers: 4 threads)
 
 
@@ -97,23 +99,23 @@ class RecoveryEvent:
     nodes: list[str]  # where each restarted
     restored_step: int
     checkpoint: str
-    detect_s: float  # from the kill (when known) or the step's launch to the detection
+    # from the kill (injected) or the failed step's launch to the detection; None for a
+    # death the health checks found between steps (when it happened is unknown)
+    detect_s: float | None
     restart_s: float
     restore_s: float
+    detected_at: float = 0.0  # ``time.monotonic()`` of the detection (benchmarks)
 
     @property
     def lost_steps(self) -> int:
         return max(0, self.step - self.restored_step)
 
-    @property
-    def total_s(self) -> float:
-        return self.detect_s + self.restart_s + self.restore_s
-
     def line(self) -> str:
         died = " and ".join(self.tasks)
         where = ", ".join(n[:12] for n in self.nodes)
+        within = "" if self.detect_s is None else f" in {self.detect_s:.2f} s"
         return (f"{died} died at step {self.step} ({self.cause}; found by "
-                f"{self.detected_by} in {self.detect_s:.2f} s); restarted on node "
+                f"{self.detected_by}{within}); restarted on node "
                 f"{where} in {self.restart_s:.2f} s; restored step {self.restored_step} "
                 f"in {self.restore_s:.2f} s; lost {self.lost_steps} step"
                 f"{'s' if self.lost_steps != 1 else ''}")
@@ -307,7 +309,9 @@ class Supervisor:
     of the current step is saved first when the directory has none). ``restore_input``:
     called with the restored ``Checkpoint`` to put the input pipeline back (its
     ``extra``). ``inject``: failures to inject (``InjectedFailure`` or its text).
-    ``report``: where the one-line summaries go (stderr by default)."""
+    ``report``: where the one-line summaries go (stderr by default). ``health_interval_s``:
+    between health checks (None: none). ``max_restarts``: recoveries in a row that do not
+    get past the step that failed before it gives up (an ``ExecutionError``)."""
 
     program: Any
     checkpoint_dir: str | Path | None
@@ -330,6 +334,7 @@ class Supervisor:
         for failure in self._pending:
             full_name(failure.task, runtime.tasks)  # an unknown task fails now
         self._killed: dict[str, tuple[float, str]] = {}  # task -> (when, how): injected
+        self._stuck = 0
         self.monitor = (HealthMonitor(runtime, self.health_interval_s)
                         if self.health_interval_s and self.on_failure == "restart" else None)
         if self.on_failure == "restart":
@@ -351,7 +356,7 @@ class Supervisor:
             self._inject_due(program.step)
             dead = self.monitor.take() if self.monitor is not None else {}
             if dead:  # found between steps: recover before launching into a dead task
-                self._recover(program.step, dead, "a health check", time.monotonic())
+                self._recover(program.step, dead, "a health check", None)
                 continue
             launched = time.monotonic()
             try:
@@ -388,16 +393,19 @@ class Supervisor:
         self._recover(step, dead, how, launched)
 
     def _recover(self, step: int, dead: dict[str, tuple[float, str]], how: str,
-                 launched: float) -> None:
+                 launched: float | None) -> None:
         program = self.program
         runtime = _runtime(program)
-        if len(self.events) >= self.max_restarts:
-            raise ExecutionError(f"task {', '.join(dead)} died at step {step}, after "
-                                 f"{len(self.events)} recoveries already (the most: "
-                                 f"{self.max_restarts}); giving up")
+        # recoveries in a row that did not get past the step that failed before
+        self._stuck = self._stuck + 1 if self.events and step <= self.events[-1].step else 1
+        if self._stuck > self.max_restarts:
+            raise ExecutionError(f"task {', '.join(dead)} died at step {step} again, after "
+                                 f"{self.max_restarts} recoveries that did not get past "
+                                 f"it; giving up")
         tasks = list(dead)
         detected = min(t for t, _ in dead.values())
-        since = min([self._killed[t][0] for t in tasks if t in self._killed] or [launched])
+        killed = [self._killed[t][0] for t in tasks if t in self._killed]
+        since = min(killed) if killed else launched
         cause = "; ".join(sorted({self._killed[t][1] if t in self._killed else why
                                   for t, (_, why) in dead.items()}))
         for t in tasks:
@@ -416,8 +424,9 @@ class Supervisor:
         event = RecoveryEvent(
             tasks=[short_name(t) for t in tasks], step=step, cause=cause, detected_by=how,
             nodes=nodes, restored_step=program.step, checkpoint=str(path),
-            detect_s=max(0.0, detected - since), restart_s=restarted - started,
-            restore_s=time.monotonic() - restarted)
+            detect_s=None if since is None else max(0.0, detected - since),
+            restart_s=restarted - started,
+            restore_s=time.monotonic() - restarted, detected_at=detected)
         self.events.append(event)
         (self.report or _to_stderr)(event.line())
 
