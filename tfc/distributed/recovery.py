@@ -126,13 +126,16 @@ def _died(ray: Any, error: BaseException) -> bool:
         error, getattr(ray.exceptions, "ActorUnavailableError", ()))
 
 
-def ping(runtime: Any, timeout_s: float) -> dict[str, str]:
-    """Ask every task of ``runtime`` for its node at once, waiting at most ``timeout_s``:
-    the tasks that are dead or did not answer, each with why."""
+def ping(runtime: Any, timeout_s: float, skip: Iterable[str] = ()) -> dict[str, str]:
+    """Ask every task of ``runtime`` (but those of ``skip``) for its node at once, waiting
+    at most ``timeout_s``: the tasks that are dead or did not answer, each with why."""
     ray = runtime.ray
     refs = {}
     bad: dict[str, str] = {}
+    skipped = set(skip)
     for task, actor in list(runtime.actors.items()):
+        if task in skipped:
+            continue
         try:
             refs[task] = actor.tfc_node_id.remote()
         except Exception as e:  # a handle Ray knows to be dead
@@ -384,7 +387,7 @@ class Supervisor:
         runtime = _runtime(self.program)
         found = time.monotonic()
         seen = self.monitor.take() if self.monitor is not None else {}
-        bad = ping(runtime, min(_PING_TIMEOUT_S, runtime.timeout_s))
+        bad = ping(runtime, min(_PING_TIMEOUT_S, runtime.timeout_s), skip=seen)
         if not bad and not seen:
             raise error
         how = "a health check" if seen and min(t for t, _ in seen.values()) < found \
