@@ -215,7 +215,7 @@ def test_a_kill_while_a_sharded_checkpoint_is_written_leaves_the_previous_one(tm
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     assert run.returncode == -signal.SIGKILL
     left = sorted(os.listdir(d))
-    assert "ckpt-20.ps-0.tfckpt" in left  # the first shard of step 20: complete, orphaned
+    assert "ckpt-20.shard.ps-0.tfckpt" in left  # the first shard of step 20: complete, orphaned
     assert any(n.endswith(".tmp") for n in left)  # the second: its temp file
     assert latest_checkpoint(d) == str(d / "ckpt-10.tfshards")
     got = read_checkpoint(d)
@@ -233,8 +233,8 @@ def test_shards_of_two_steps_do_not_load_as_one_checkpoint(tmp_path):
                                                  "ps:1": {"v": np.zeros(2)}}, 4)
     b = save_sharded_checkpoint(tmp_path / "b", {"ps:0": {"w": np.ones(2)},
                                                  "ps:1": {"v": np.ones(2)}}, 6)
-    shard = tmp_path / "a" / "ckpt-4.ps-1.tfckpt"
-    shard.write_bytes((tmp_path / "b" / "ckpt-6.ps-1.tfckpt").read_bytes())
+    shard = tmp_path / "a" / "ckpt-4.shard.ps-1.tfckpt"
+    shard.write_bytes((tmp_path / "b" / "ckpt-6.shard.ps-1.tfckpt").read_bytes())
     with pytest.raises(CheckpointError, match="digest is not the one its shard list"):
         read_checkpoint(a)
     import json

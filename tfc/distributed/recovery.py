@@ -309,7 +309,8 @@ class Supervisor:
     if none failed.
 
     ``checkpoint_dir``: where the program's checkpoints are (the latest is restored; one
-    of the current step is saved first when the directory has none). ``restore_input``:
+    of the current step is saved first unless the latest is of it: a failure before the
+    first checkpoint goes back to where the job began). ``restore_input``:
     called with the restored ``Checkpoint`` to put the input pipeline back (its
     ``extra``). ``inject``: failures to inject (``InjectedFailure`` or its text).
     ``report``: where the one-line summaries go (stderr by default). ``health_interval_s``:

@@ -22,9 +22,9 @@ random ops are seeded with it: a program restored at step k continues exactly as
 uninterrupted run would.
 
 A cluster program's checkpoint is *sharded*: one checkpoint file per task holding the
-variables that task owns (``ckpt-120.ps-0.tfckpt``, ``ckpt-120.worker-1.tfckpt``; the
-driver's extras in ``ckpt-120.driver.tfckpt``), every one of the same step, and a shard
-list, ``ckpt-120.tfshards`` (``{"format": "tfc-checkpoint-shards", "step": 120,
+variables that task owns (``ckpt-120.shard.ps-0.tfckpt``, ``ckpt-120.shard.worker-1.tfckpt``;
+the driver's extras in ``ckpt-120.shard.driver.tfckpt``), every one of the same step, and
+a shard list, ``ckpt-120.tfshards`` (``{"format": "tfc-checkpoint-shards", "step": 120,
 "shards": {name: {"file", "sha256", "bytes"}}}``), which is what the index names.
 ``save_sharded_checkpoint`` writes every shard durably (atomic, fsynced) first, THEN the
 shard list, THEN the index: a process killed in the middle leaves shards that no list
@@ -202,10 +202,10 @@ def _delete_checkpoint(directory: Path, name: str) -> None:
 # ---- sharded checkpoints ----------------------------------------------------------------
 
 def shard_file_name(step: int, shard: str, prefix: str = PREFIX) -> str:
-    """``ckpt-120.ps-0.tfckpt``: the file of shard ``shard`` (a task, ``/job:ps/task:0`` or
+    """``ckpt-120.shard.ps-0.tfckpt``: the file of shard ``shard`` (a task, ``/job:ps/task:0`` or
     ``ps:0``, or ``driver``) of the checkpoint of ``step``."""
     slug = re.sub(r"[^A-Za-z0-9_]+", "-", shard.replace("/job:", "").replace("/task:", "-"))
-    return f"{prefix}-{int(step)}.{slug.strip('-') or 'shard'}{SUFFIX}"
+    return f"{prefix}-{int(step)}.shard.{slug.strip('-') or 'none'}{SUFFIX}"
 
 
 def _file_digest(path: Path) -> str:
@@ -287,7 +287,7 @@ def remove_orphan_shards(directory: PathLike, prefix: str = PREFIX) -> list[Path
     """Remove the shard files in ``directory`` that no shard list names (a save killed
     before its list was written); returns them. Best effort, like the temps' clean-up."""
     directory = Path(directory)
-    shard = re.compile(rf"^{re.escape(prefix)}-\d+\.[A-Za-z0-9_-]+{re.escape(SUFFIX)}$")
+    shard = re.compile(rf"^{re.escape(prefix)}-\d+\.shard\.[A-Za-z0-9_-]+{re.escape(SUFFIX)}$")
     try:
         names = os.listdir(directory)
     except OSError:
