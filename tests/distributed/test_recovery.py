@@ -87,7 +87,10 @@ def test_a_killed_worker_and_ps_are_restarted_and_the_job_ends_as_a_resumed_run(
             for _ in range(STEPS - 9):
                 out = supervisor.step(one)
         assert p.step == STEPS
-        first, second = supervisor.events
+        # (a task too slow to answer on a loaded host may be restarted once more: the
+        # result is the same, so only the two kills' own recoveries are pinned down)
+        first, second = [e for e in supervisor.events
+                         if not e.cause.startswith("no answer")]
         assert (first.tasks, first.step, first.restored_step, first.lost_steps) == \
             (["worker:1"], 5, 4, 1)
         assert first.cause == "SIGKILL"
@@ -96,8 +99,10 @@ def test_a_killed_worker_and_ps_are_restarted_and_the_job_ends_as_a_resumed_run(
         assert second.detected_by == "a health check"
         # (the step launched after the kill fails, or a health check comes first)
         assert re.match(r"worker:1 died at step 5 \(SIGKILL; found by (a failed step|a "
-                        r"health check) in \d+\.\d\d s\); restarted on node \w+ ", lines[0])
-        assert "restored step 4" in lines[0] and lines[0].endswith("lost 1 step")
+                        r"health check) in \d+\.\d\d s\); restarted on node \w+ ",
+                        first.line())
+        assert lines[supervisor.events.index(first)] == first.line()
+        assert "restored step 4" in first.line() and first.line().endswith("lost 1 step")
         # each restarted on another node than the one it died on (the cluster has three)
         assert first.nodes[0] != died_on["/job:worker/task:1"]
         assert second.nodes[0] != died_on["/job:ps/task:0"]

@@ -156,7 +156,8 @@ def ping(runtime: Any, timeout_s: float, skip: Iterable[str] = ()) -> dict[str, 
 
 class HealthMonitor:
     """Asks every task of ``runtime`` whether it is alive every ``interval_s`` (detection
-    (b)), on a daemon thread. A task found dead is recorded (``dead``, with when) and the
+    (b)), on a daemon thread. A task whose process is gone, or that did not answer two
+    checks in a row (each bounded by ``timeout_s``), is dead: it is recorded (``dead``, with when) and the
     step in flight is aborted on every task, so that the driver's wait ends now rather
     than at the step's timeout. ``paused()`` stops the checks while tasks are replaced."""
 
@@ -167,6 +168,7 @@ class HealthMonitor:
         self.timeout_s = min(timeout_s, runtime.timeout_s)
         self.dead: dict[str, tuple[float, str]] = {}  # task -> (monotonic time, why)
         self.checks = 0
+        self._missed: set[str] = set()  # the tasks that did not answer the last check
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._idle = threading.Lock()  # held while a check runs; paused() takes it
@@ -184,6 +186,11 @@ class HealthMonitor:
                 except Exception:  # Ray going away under us: the step's error says why
                     continue
                 self.checks += 1
+                # a task whose process is gone is dead now; one that is alive but silent
+                # only after two bounded checks in a row (a loaded host can be slow once)
+                silent = {t for t, why in bad.items() if why.startswith("no answer")}
+                missed, self._missed = self._missed, silent
+                bad = {t: why for t, why in bad.items() if t not in silent or t in missed}
                 if bad:
                     self._found(bad)
 
