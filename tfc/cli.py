@@ -465,8 +465,8 @@ def _scalars(fetches: dict[str, np.ndarray]) -> str:
 def _run_steps(program: Any, entry: str, feeds: dict[str, Any], steps: int,
                after_step: Callable[[], None] | None = None,
                record: Callable[[dict[str, np.ndarray], float], None] | None = None,
-               next_feeds: Callable[[], dict[str, Any]] | None = None
-               ) -> dict[str, np.ndarray]:
+               next_feeds: Callable[[], dict[str, Any]] | None = None,
+               supervisor: Any = None) -> dict[str, np.ndarray]:
     """Run ``steps`` steps (calling ``after_step`` after each, and ``record`` with the
     step's fetches and seconds); the last step's fetches. ``next_feeds``: each step's
     feeds (mini-batches), instead of ``feeds`` every step.
@@ -474,8 +474,10 @@ def _run_steps(program: Any, entry: str, feeds: dict[str, Any], steps: int,
     For more than one step, a progress bar on stderr shows the step counter, the
     steps per second and the latest value of each scalar fetch (the loss), and for a
     cluster program each task's time in the latest step (``Program.task_states``).
+    ``supervisor`` (``tfc.distributed.recovery``): runs each step, recovering from the
+    death of a task (its line goes above the progress bar).
     """
-    def one() -> dict[str, np.ndarray]:
+    def step() -> dict[str, np.ndarray]:
         start = time.perf_counter()
         out = program.run(entry, feeds if next_feeds is None else next_feeds())
         if record is not None:
@@ -483,6 +485,9 @@ def _run_steps(program: Any, entry: str, feeds: dict[str, Any], steps: int,
         if after_step is not None:
             after_step()
         return out
+
+    def one() -> dict[str, np.ndarray]:
+        return step() if supervisor is None else supervisor.step(step)
 
     console = _console(stderr=True) if steps > 1 else None
     if console is None:
@@ -503,6 +508,8 @@ def _run_steps(program: Any, entry: str, feeds: dict[str, Any], steps: int,
                   TextColumn("{task.fields[metrics]}"), TimeElapsedColumn(),
                   console=console) as progress:
         task = progress.add_task(entry, total=steps, step=program.step, metrics="")
+        if supervisor is not None:
+            supervisor.report = progress.console.print
         for _ in range(steps):
             out = one()
             states = program.task_states()
@@ -644,13 +651,16 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
 
     after = every_k if changes and args.checkpoint_dir and args.checkpoint_every else None
     writer = _summary_writer(args.logdir, program, entry)
+    supervisor = _supervisor(args, program, batches, checkpoint if changes else None)
     try:
         fetches = _run_steps(program, entry, feeds, steps, after,
                              None if writer is None else _recorder(writer, program),
-                             None if batches is None else batches.next_feeds)
+                             None if batches is None else batches.next_feeds, supervisor)
     finally:
         if writer is not None:
             writer.close()
+        if supervisor is not None:
+            supervisor.close()
     if writer is not None:
         print(f"wrote TensorBoard events to {writer.path}", file=sys.stderr)
     if changes and args.checkpoint_dir and (not saved or saved[1] != program.step):
@@ -672,6 +682,46 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
         program.save(args.artifact, force=args.force)
         print(f"updated {args.artifact} (step {program.step})", file=sys.stderr)
     return 0
+
+
+def _recovery_arguments(p: argparse.ArgumentParser) -> None:
+    """``tfc run``'s fault tolerance flags (``tfc.distributed.recovery``)."""
+    p.add_argument("--on-failure", choices=["restart", "fail"], default=None,
+                   help="when a cluster task dies: restart it, restore every variable from "
+                        "the latest checkpoint in --checkpoint-dir and go on (the default "
+                        "with --checkpoint-dir), or fail with an error naming it (the "
+                        "default without)")
+    p.add_argument("--inject-failure", metavar="TASK@step=N", action="append", default=[],
+                   help="SIGKILL the process of cluster task TASK (e.g. worker:1, ps:0) just "
+                        "before step N is launched (repeatable; tests and demos)")
+
+
+def _supervisor(args: argparse.Namespace, program: Any, batches: Any,
+                checkpoint: Callable[[], None] | None) -> Any:
+    """The ``Supervisor`` that recovers from a dead task (None when nothing asks for one:
+    no Ray cluster, or --on-failure fail without --inject-failure)."""
+    from tfc.distributed.recovery import InjectedFailure
+    injected = [InjectedFailure.parse(spec) for spec in args.inject_failure]
+    on_ray = program.cluster not in (None, "inprocess")
+    if not on_ray:
+        for flag, given in (("--on-failure", args.on_failure), ("--inject-failure", injected)):
+            if given:
+                raise TfcError(f"{flag} needs a program on a Ray cluster (--cluster local, "
+                               f"auto or HOST:PORT)")
+        return None
+    on_failure = args.on_failure or ("restart" if args.checkpoint_dir else "fail")
+    if on_failure == "restart" and not args.checkpoint_dir:
+        raise TfcError("--on-failure restart needs --checkpoint-dir DIR (the checkpoint "
+                       "every task is restored from)")
+    if on_failure == "restart" and checkpoint is None:
+        on_failure = "fail"  # an entry that updates no variable: nothing to restore
+    if on_failure == "fail" and not injected:
+        return None
+    from tfc.distributed.recovery import Supervisor
+    return Supervisor(program, args.checkpoint_dir, on_failure, injected,
+                      restore_input=(None if batches is None else
+                                     lambda ckpt: batches.restore(ckpt.extra, str(ckpt.path))),
+                      save_initial=checkpoint)
 
 
 # ---- the parser and main -------------------------------------------------------------
@@ -764,6 +814,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --shuffle: the shuffle's seed (default 0)")
     from tfc.cli_ps import add_run_arguments
     add_run_arguments(p)
+    _recovery_arguments(p)
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("ir", help="print a model's IR")

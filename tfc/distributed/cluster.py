@@ -433,9 +433,16 @@ def _answering(cls: type) -> type:
         import ray
         return str(ray.get_runtime_context().get_node_id())
 
-    return type(cls.__name__, (cls,), {"tfc_node_id": tfc_node_id,
+    return type(cls.__name__, (cls,), {"tfc_node_id": tfc_node_id, "tfc_kill": _tfc_kill,
                                        "__doc__": cls.__doc__,
                                        "__module__": cls.__module__})
+
+
+def _tfc_kill(self: Any, signum: int = int(signal.SIGKILL)) -> None:
+    """Send ``signum`` (SIGKILL: no clean-up, no exception) to the actor's own process: the
+    failure injection of ``tfc.distributed.recovery``, which works wherever the task runs
+    (its PID means nothing on the driver's host of a real cluster)."""
+    os.kill(os.getpid(), signum)
 
 
 # -- a real multi-node cluster on loopback ---------------------------------------------------

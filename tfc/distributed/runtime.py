@@ -122,6 +122,8 @@ class ClusterRuntime:
         self._links: dict[str, Any] = {}  # task -> the driver's wire Link to it, None: Ray
         try:
             data = self.ray.put(artifact_bytes(module, variables, step, backend, native))
+            # what a task restarted after a failure loads (tfc.distributed.recovery)
+            self.artifact, self.backend = data, backend
             nodes = self.cluster.spread(len(self.tasks))
             # tasks on nodes of one host (one IP: a loopback cluster's nodes) share its cores
             host = {n.node_id: n.ip for n in self.cluster.nodes}

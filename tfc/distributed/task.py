@@ -215,9 +215,15 @@ class TaskActor:
 
     def connect(self, peers: Mapping[str, Any],
                 wire: Mapping[str, Sequence[Any]] | None = None) -> None:
-        """The other tasks' actor handles, and their listeners' addresses, by task name."""
+        """The other tasks' actor handles, and their listeners' addresses, by task name
+        (links to the old addresses are closed: this is called again after a restart)."""
         self._peers = {t: h for t, h in peers.items() if t != self.task}
         self._wire = {t: tuple(a) for t, a in (wire or {}).items() if t != self.task}
+        with self._links_lock:  # again after a peer's restart: its new listener's links
+            links, self._links = self._links, {}
+        for link in links.values():
+            if link is not None:
+                link.close()
 
     def _link(self, task: str) -> Any:
         """The TCP link to ``task`` (made on first use), or None: by Ray."""

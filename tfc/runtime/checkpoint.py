@@ -21,13 +21,27 @@ save into the directory removes it (``tfc.atomic``). The step is saved because
 random ops are seeded with it: a program restored at step k continues exactly as an
 uninterrupted run would.
 
+A cluster program's checkpoint is *sharded*: one checkpoint file per task holding the
+variables that task owns (``ckpt-120.shard.ps-0.tfckpt``, ``ckpt-120.shard.worker-1.tfckpt``;
+the driver's extras in ``ckpt-120.shard.driver.tfckpt``), every one of the same step, and
+a shard list, ``ckpt-120.tfshards`` (``{"format": "tfc-checkpoint-shards", "step": 120,
+"shards": {name: {"file", "sha256", "bytes"}}}``), which is what the index names.
+``save_sharded_checkpoint`` writes every shard durably (atomic, fsynced) first, THEN the
+shard list, THEN the index: a process killed in the middle leaves shards that no list
+names, the previous checkpoint still the latest and loadable, and the next save removes
+those orphans with the temp files. Reading a shard list checks each shard's digest and
+step, so a checkpoint mixing shards of two steps cannot load.
+
 Every problem found while reading is one ``CheckpointError`` sentence naming the file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +60,9 @@ FORMAT = "tfc-checkpoint"
 VERSION = 1
 INDEX = "checkpoint.json"
 SUFFIX = ".tfckpt"
+SHARDS_SUFFIX = ".tfshards"  # a sharded checkpoint's shard list
+SHARDS_FORMAT = "tfc-checkpoint-shards"
+DRIVER_SHARD = "driver"  # the shard of the extras (and of variables no task owns)
 PREFIX = "ckpt"
 DEFAULT_MAX_TO_KEEP = 5
 
@@ -151,15 +168,167 @@ def save_checkpoint(target: PathLike, variables: Mapping[str, Any], step: int, *
         directory, name = target, checkpoint_name(step, prefix)
     directory.mkdir(parents=True, exist_ok=True)
     # what a process killed mid-save left: its temps of checkpoint files and the index
-    remove_stale_temps(directory, lambda target: target == INDEX or target.endswith(SUFFIX))
+    remove_stale_temps(directory, _is_checkpoint_target)
     path = write_checkpoint(directory / name, variables, step, extra)
+    _record(directory, name, max_to_keep)
+    return path
+
+
+def _is_checkpoint_target(target: str) -> bool:
+    return target == INDEX or target.endswith((SUFFIX, SHARDS_SUFFIX))
+
+
+def _record(directory: Path, name: str, max_to_keep: int | None) -> None:
+    """Name the complete checkpoint ``name`` last in the index, then delete the oldest
+    beyond ``max_to_keep`` (only once no index names them)."""
     names = [n for n in _read_index_or_empty(directory)
              if n != name and (directory / n).is_file()] + [name]
     keep = names if not max_to_keep else names[-max_to_keep:]
     write_index(directory, keep)
-    for old in names[:len(names) - len(keep)]:  # only once no index names them
-        (directory / old).unlink(missing_ok=True)
-    return path
+    for old in names[:len(names) - len(keep)]:
+        _delete_checkpoint(directory, old)
+
+
+def _delete_checkpoint(directory: Path, name: str) -> None:
+    """Delete checkpoint ``name`` (no index names it): a shard list first, then its shards
+    (a crash between leaves orphans, which the next sharded save removes)."""
+    path = directory / name
+    shards = _shard_files(path) if name.endswith(SHARDS_SUFFIX) else []
+    path.unlink(missing_ok=True)
+    for shard in shards:
+        (directory / shard).unlink(missing_ok=True)
+
+
+# ---- sharded checkpoints ----------------------------------------------------------------
+
+def shard_file_name(step: int, shard: str, prefix: str = PREFIX) -> str:
+    """``ckpt-120.shard.ps-0.tfckpt``: the file of shard ``shard`` (a task, ``/job:ps/task:0`` or
+    ``ps:0``, or ``driver``) of the checkpoint of ``step``."""
+    slug = re.sub(r"[^A-Za-z0-9_]+", "-", shard.replace("/job:", "").replace("/task:", "-"))
+    return f"{prefix}-{int(step)}.shard.{slug.strip('-') or 'none'}{SUFFIX}"
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save_sharded_checkpoint(directory: PathLike, shards: Mapping[str, Mapping[str, Any]],
+                            step: int, *, max_to_keep: int | None = DEFAULT_MAX_TO_KEEP,
+                            prefix: str = PREFIX, extra: Mapping[str, Any] | None = None
+                            ) -> Path:
+    """Save a consistent sharded checkpoint of ``step`` into ``directory``: one checkpoint
+    file per shard (``shards``: shard name -> its variables; ``extra`` goes into the
+    ``driver`` shard), each written atomically and fsynced; then the shard list naming
+    them with their digests; then the index; then the oldest beyond ``max_to_keep`` are
+    deleted. Returns the shard list's path (what ``read_checkpoint`` and
+    ``Program.restore_checkpoint`` take).
+
+    What earlier saves killed mid-way left (temp files, shards no list names) is removed
+    first, so a directory never accumulates them."""
+    if max_to_keep is not None and max_to_keep < 0:
+        raise TfcError(f"max_to_keep must be None or at least 0, not {max_to_keep}")
+    step = int(step)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(directory, _is_checkpoint_target)
+    remove_orphan_shards(directory, prefix)
+    parts = {name: dict(values) for name, values in shards.items()}
+    if extra:
+        parts.setdefault(DRIVER_SHARD, {})
+    files: dict[str, dict[str, Any]] = {}
+    for shard, values in parts.items():
+        path = directory / shard_file_name(step, shard, prefix)
+        if any(info["file"] == path.name for info in files.values()):
+            raise CheckpointError(f"cannot save {directory}: shards {shard!r} and another "
+                                  f"share the file name {path.name}")
+        write_checkpoint(path, values, step, extra if shard == DRIVER_SHARD else None)
+        files[shard] = {"file": path.name, "sha256": _file_digest(path),
+                        "bytes": path.stat().st_size}
+    manifest = {"format": SHARDS_FORMAT, "version": VERSION, "step": step, "shards": files}
+    data = (json.dumps(manifest, indent=2) + "\n").encode("utf-8")
+    name = f"{prefix}-{step}{SHARDS_SUFFIX}"
+    atomic_write(directory / name, lambda f: f.write(data))  # only now: all shards durable
+    _record(directory, name, max_to_keep)
+    return directory / name
+
+
+def _read_shard_list(path: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"no such checkpoint: {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path} is corrupt (not a readable shard list: {e})") from None
+    shards = manifest.get("shards") if isinstance(manifest, dict) else None
+    if not isinstance(manifest, dict) or manifest.get("format") != SHARDS_FORMAT \
+            or not isinstance(manifest.get("step"), int) or not isinstance(shards, dict) \
+            or not all(isinstance(i, dict) and isinstance(i.get("file"), str)
+                       and Path(i["file"]).name == i["file"] for i in shards.values()):
+        raise CheckpointError(f"{path} is not a tfc shard list (format {SHARDS_FORMAT!r} "
+                              f"with a step and shards by name)")
+    if manifest.get("version") != VERSION:
+        raise CheckpointError(f"{path} is a shard list of version {manifest.get('version')}; "
+                              f"this tfc reads version {VERSION}")
+    return manifest
+
+
+def _shard_files(path: Path) -> list[str]:
+    try:
+        return [info["file"] for info in _read_shard_list(path)["shards"].values()]
+    except CheckpointError:
+        return []
+
+
+def remove_orphan_shards(directory: PathLike, prefix: str = PREFIX) -> list[Path]:
+    """Remove the shard files in ``directory`` that no shard list names (a save killed
+    before its list was written); returns them. Best effort, like the temps' clean-up."""
+    directory = Path(directory)
+    shard = re.compile(rf"^{re.escape(prefix)}-\d+\.shard\.[A-Za-z0-9_-]+{re.escape(SUFFIX)}$")
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    named = {f for n in names if n.endswith(SHARDS_SUFFIX)
+             for f in _shard_files(directory / n)} | set(_read_index_or_empty(directory))
+    removed = []
+    for n in names:
+        if shard.match(n) and n not in named:
+            with contextlib.suppress(OSError):
+                (directory / n).unlink()
+                removed.append(directory / n)
+    return removed
+
+
+def _read_sharded(path: Path) -> Checkpoint:
+    """A shard list's checkpoint: every shard read (its digest checked, its step the
+    list's), the variables and extras merged."""
+    manifest = _read_shard_list(path)
+    step = manifest["step"]
+    values: dict[str, np.ndarray] = {}
+    extras: dict[str, np.ndarray] = {}
+    for shard, info in manifest["shards"].items():
+        file = path.parent / info["file"]
+        if not file.is_file():
+            raise CheckpointError(f"{path} names shard {shard!r} in {info['file']}, which "
+                                  f"does not exist")
+        if "sha256" in info and _file_digest(file) != info["sha256"]:
+            raise CheckpointError(f"{file} (shard {shard!r} of {path.name}) is corrupt: its "
+                                  f"digest is not the one its shard list recorded")
+        part = read_checkpoint(file)
+        if part.step != step:
+            raise CheckpointError(f"{file} holds step {part.step}, but its shard list "
+                                  f"{path.name} is of step {step}: the shards are not "
+                                  f"from one step")
+        for name in part.values:
+            if name in values:
+                raise CheckpointError(f"{path}: variable @{name} is in two shards")
+        values.update(part.values)
+        extras.update(part.extra)
+    return Checkpoint(path, step, values, extras)
 
 
 def write_index(directory: PathLike, names: list[str]) -> None:
@@ -228,8 +397,9 @@ def resolve_checkpoint(path_or_dir: PathLike) -> Path:
                                   f"exist")
         return Path(latest)
     if not p.exists():
-        if p.suffix != SUFFIX and p.with_name(p.name + SUFFIX).is_file():
-            return p.with_name(p.name + SUFFIX)  # a TF1-style prefix: model.ckpt-10
+        for suffix in (SUFFIX, SHARDS_SUFFIX):  # a TF1-style prefix: model.ckpt-10
+            if p.suffix != suffix and p.with_name(p.name + suffix).is_file():
+                return p.with_name(p.name + suffix)
         raise CheckpointError(f"no such checkpoint: {p}")
     return p
 
@@ -239,6 +409,8 @@ def resolve_checkpoint(path_or_dir: PathLike) -> Path:
 def read_checkpoint(path_or_dir: PathLike) -> Checkpoint:
     """The step and values of a checkpoint file (or of a directory's latest), checked."""
     path = resolve_checkpoint(path_or_dir)
+    if path.suffix == SHARDS_SUFFIX:
+        return _read_sharded(path)
     try:
         with open_zip(path, "tfc checkpoint", CheckpointError) as zf:
             manifest = _read_manifest(zf, path)

@@ -465,9 +465,19 @@ class Program:
         ``dir_or_path`` is a checkpoint directory (the file is ``ckpt-<step>.tfckpt``,
         recorded in the directory's ``checkpoint.json``; the oldest beyond
         ``max_to_keep`` are deleted) or a ``.tfckpt`` file name.
+
+        A program on a Ray cluster saves into a directory a *sharded* checkpoint: one file
+        per task with the variables it owns, all of this step, and the shard list written
+        only after all are durable (``tfc.runtime.checkpoint.save_sharded_checkpoint``).
         """
-        from tfc.runtime.checkpoint import save_checkpoint
+        from tfc.runtime.checkpoint import SUFFIX, save_checkpoint, save_sharded_checkpoint
         self._materialize()
+        if self._cluster is not None and Path(dir_or_path).suffix != SUFFIX:
+            shards: dict[str, dict[str, np.ndarray]] = {}
+            for name, value in self._variables.items():
+                shards.setdefault(self._cluster.owners.get(name, "driver"), {})[name] = value
+            return save_sharded_checkpoint(dir_or_path, shards, self._step,
+                                           max_to_keep=max_to_keep, extra=extra)
         return save_checkpoint(dir_or_path, self._variables, self._step,
                                max_to_keep=max_to_keep, extra=extra)
 

@@ -1,0 +1,474 @@
+"""Surviving the death of a task: detection, restart, restore from the last checkpoint.
+
+A cluster program (``tfc.distributed.runtime``) fails a step with one ``ExecutionError``
+when a task dies. A ``Supervisor`` runs the program's steps and turns such a failure into
+a recovery, automatically (the OSDI paper's scheme, and ``tf.train.MonitoredSession``'s):
+
+1. *Detection*, two ways: (a) the step fails (a task's call or a Send/Recv to it fails or
+   times out: the runtime's errors), and (b) a ``HealthMonitor`` thread asks every task
+   for its node every ``interval_s`` (each ask bounded); a task that does not answer is
+   dead, and the step in flight is aborted on every task at once instead of waiting for
+   its timeout. After a failed step every task is asked again (bounded) to tell a dead
+   task (recover) from a step that failed by itself (a bad feed: raised as it is).
+2. *Restart*: each dead task gets a new actor, on another node than the one it died on
+   when the cluster has one (the dead node may be what failed), which loads the
+   artifact's bytes again; every task is told its peers' new addresses.
+3. *Restore*: every variable on every task from the directory's latest checkpoint
+   (consistent: all shards from one step, ``tfc.runtime.checkpoint``), the step counter
+   and the input position with it; the steps since are run again (the same feeds in the
+   same order: ``restore_input``), so the job's result is that of a run resumed from
+   that checkpoint. ``--checkpoint-every K`` bounds the steps lost by K.
+
+One line says what happened (``worker:1 died at step 12 (SIGKILL); restarted on node
+3f2a…; restored step 10; lost 2 steps; recovered in 1.9 s``), and ``events`` keeps the
+timings (detection, restart, restore) for benchmarks.
+
+*Strict, not elastic.* A dead task is always restarted and the step waits for it (TF's
+behaviour); going on with N-1 allreduce workers (Horovod Elastic's opt-in) would need the
+module replicated again for N-1 workers, which an artifact (compiled for N) cannot do.
+
+*Failure injection* (tests, demos): ``worker:1@step=12`` SIGKILLs that task's process
+(the actor kills itself: ``tfc_kill``; no exception, no clean-up) just before step 12 is
+launched, once.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+from tfc.errors import ExecutionError, TfcError
+
+T = TypeVar("T")
+
+ON_FAILURE = ("restart", "fail")  # what a Supervisor does when a task dies
+DEFAULT_HEALTH_INTERVAL_S = 1.0
+# recoveries in a row without getting past the failed step: a task that dies every time
+# it runs that step is an error, not a loop
+DEFAULT_MAX_RESTARTS = 3
+_PING_TIMEOUT_S = 10.0  # one health check's bound (a busy task still answers: 4 threads)
+
+
+def short_name(task: str) -> str:
+    """``worker:1`` for ``/job:worker/task:1``."""
+    return task.replace("/job:", "").replace("/task:", ":")
+
+
+def full_name(short: str, tasks: Iterable[str]) -> str:
+    """The task of ``tasks`` that ``short`` (``worker:1``, or the full name) means; a
+    ``TfcError`` listing the tasks when none."""
+    tasks = list(tasks)
+    for task in tasks:
+        if short in (task, short_name(task)):
+            return task
+    raise TfcError(f"no task {short!r} in the program (its tasks: "
+                   f"{', '.join(short_name(t) for t in tasks)})")
+
+
+@dataclass(frozen=True)
+class InjectedFailure:
+    """Kill ``task``'s process (SIGKILL) just before step ``step`` is launched."""
+
+    task: str  # as given: ``worker:1``
+    step: int
+
+    @classmethod
+    def parse(cls, spec: str) -> "InjectedFailure":
+        """``worker:1@step=12`` (also ``ps:0@12``); a one-line ``TfcError`` otherwise."""
+        m = re.fullmatch(r"\s*([A-Za-z_][\w-]*:\d+)\s*@\s*(?:step\s*=\s*)?(\d+)\s*", spec)
+        if m is None:
+            raise TfcError(f"--inject-failure {spec!r}: expected TASK@step=N, e.g. "
+                           f"worker:1@step=12 or ps:0@step=20")
+        return cls(m.group(1), int(m.group(2)))
+
+
+@dataclass
+class RecoveryEvent:
+    """One recovery: which tasks died, how it was found, and where the time went."""
+
+    tasks: list[str]  # short names
+    step: int  # the step that failed (or was about to run)
+    cause: str  # "SIGKILL" (injected), "process exited", "no answer"
+    detected_by: str  # "a failed step" | "a health check"
+    nodes: list[str]  # where each restarted
+    restored_step: int
+    checkpoint: str
+    # from the kill (injected) or the failed step's launch to the detection; None for a
+    # death the health checks found between steps (when it happened is unknown)
+    detect_s: float | None
+    restart_s: float
+    restore_s: float
+    detected_at: float = 0.0  # ``time.monotonic()`` of the detection (benchmarks)
+
+    @property
+    def lost_steps(self) -> int:
+        return max(0, self.step - self.restored_step)
+
+    def line(self) -> str:
+        died = " and ".join(self.tasks)
+        where = ", ".join(n[:12] for n in self.nodes)
+        within = "" if self.detect_s is None else f" in {self.detect_s:.2f} s"
+        return (f"{died} died at step {self.step} ({self.cause}; found by "
+                f"{self.detected_by}{within}); restarted on node "
+                f"{where} in {self.restart_s:.2f} s; restored step {self.restored_step} "
+                f"in {self.restore_s:.2f} s; lost {self.lost_steps} step"
+                f"{'s' if self.lost_steps != 1 else ''}")
+
+
+def _died(ray: Any, error: BaseException) -> bool:
+    return isinstance(error, ray.exceptions.ActorDiedError) or isinstance(
+        error, getattr(ray.exceptions, "ActorUnavailableError", ()))
+
+
+def ping(runtime: Any, timeout_s: float, skip: Iterable[str] = ()) -> dict[str, str]:
+    """Ask every task of ``runtime`` (but those of ``skip``) for its node at once, waiting
+    at most ``timeout_s``: the tasks that are dead or did not answer, each with why."""
+    ray = runtime.ray
+    refs = {}
+    bad: dict[str, str] = {}
+    skipped = set(skip)
+    for task, actor in list(runtime.actors.items()):
+        if task in skipped:
+            continue
+        try:
+            refs[task] = actor.tfc_node_id.remote()
+        except Exception as e:  # a handle Ray knows to be dead
+            bad[task] = "process exited" if _died(ray, e) else str(e).splitlines()[0]
+    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+    done = set(ready)
+    for task, ref in refs.items():
+        if ref not in done:
+            bad[task] = f"no answer within {timeout_s:g} s"
+            continue
+        try:
+            ray.get(ref, timeout=0)
+        except Exception as e:
+            bad[task] = "process exited" if _died(ray, e) else \
+                (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return bad
+
+
+class HealthMonitor:
+    """Asks every task of ``runtime`` whether it is alive every ``interval_s`` (detection
+    (b)), on a daemon thread. A task whose process is gone, or that did not answer two
+    checks in a row (each bounded by ``timeout_s``), is dead: it is recorded (``dead``, with when) and the
+    step in flight is aborted on every task, so that the driver's wait ends now rather
+    than at the step's timeout. ``paused()`` stops the checks while tasks are replaced."""
+
+    def __init__(self, runtime: Any, interval_s: float = DEFAULT_HEALTH_INTERVAL_S,
+                 timeout_s: float = _PING_TIMEOUT_S) -> None:
+        self.runtime = runtime
+        self.interval_s = interval_s
+        self.timeout_s = min(timeout_s, runtime.timeout_s)
+        self.dead: dict[str, tuple[float, str]] = {}  # task -> (monotonic time, why)
+        self.checks = 0
+        self._missed: set[str] = set()  # the tasks that did not answer the last check
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._idle = threading.Lock()  # held while a check runs; paused() takes it
+        self._thread = threading.Thread(target=self._loop, name="tfc: health checks",
+                                        daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            with self._idle:
+                if self._stop.is_set() or self.runtime.closed:
+                    return
+                try:
+                    bad = ping(self.runtime, self.timeout_s)
+                except Exception:  # Ray going away under us: the step's error says why
+                    continue
+                self.checks += 1
+                # a task whose process is gone is dead now; one that is alive but silent
+                # only after two bounded checks in a row (a loaded host can be slow once)
+                silent = {t for t, why in bad.items() if why.startswith("no answer")}
+                missed, self._missed = self._missed, silent
+                bad = {t: why for t, why in bad.items() if t not in silent or t in missed}
+                if bad:
+                    self._found(bad)
+
+    def _found(self, bad: dict[str, str]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            new = {t: why for t, why in bad.items() if t not in self.dead}
+            for task, why in new.items():
+                self.dead[task] = (now, why)
+        if not new:
+            return
+        runtime = self.runtime
+        step_id = getattr(runtime, "_launches", None)
+        message = (f"task {', '.join(new)} failed a health check "
+                   f"({'; '.join(new.values())})")
+        for task, actor in list(runtime.actors.items()):
+            if task not in self.dead and step_id is not None:
+                try:
+                    actor.abort.remote(step_id, message)
+                except Exception:
+                    pass
+
+    def take(self) -> dict[str, tuple[float, str]]:
+        """The tasks found dead since the last ``take`` (then forgotten)."""
+        with self._lock:
+            dead, self.dead = self.dead, {}
+        return dead
+
+    def paused(self) -> Any:
+        """A context in which no check runs (the tasks are being replaced)."""
+        return self._idle
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(self.timeout_s + self.interval_s + 1.0)
+
+
+def restart_tasks(runtime: Any, tasks: Sequence[str]) -> list[str]:
+    """Replace the actors of ``tasks`` (dead) of ``runtime`` with new ones that load the
+    artifact again, each on another node than the one it died on where the cluster has
+    one (the least used), then tell every task its peers' new handles and addresses and
+    make the new ones compile their part. The node id of each new actor, in order.
+
+    The new tasks hold the artifact's variable values: the caller restores a checkpoint
+    (the program's arrays then all differ from what the tasks were sent, so every
+    variable is sent again with the next step)."""
+    from tfc.distributed.runtime import wire_addresses
+    from tfc.distributed.task import TaskActor
+
+    cluster = runtime.cluster
+    nodes = cluster.nodes
+    if not nodes:
+        raise ExecutionError(f"cannot restart {', '.join(tasks)}: the Ray cluster at "
+                             f"{cluster.address} has no alive node")
+    host = {n.node_id: n.ip for n in nodes}
+    placed: dict[str, str] = {}
+    for task in tasks:
+        old = runtime.actors.get(task)
+        if old is not None:
+            cluster._kill(old)  # (dead already, or not answering: make sure)
+        link = runtime._links.pop(task, None)
+        if link is not None:
+            link.close()
+        was_on = runtime.where.get(task, {}).get("node_id")
+        used = Counter(w.get("node_id") for t, w in runtime.where.items()
+                       if t not in tasks or t in placed)
+        candidates = [n.node_id for n in nodes if n.node_id != was_on] or [was_on]
+        node = min(candidates, key=lambda n: (used[n], [x.node_id for x in nodes].index(n)))
+        sharing = 1 + sum(c for n, c in used.items() if host.get(n) == host[node])
+        runtime.actors[task] = cluster.start_actor(
+            TaskActor, task, runtime.artifact, runtime.backend, runtime.timeout_s, sharing,
+            node_id=node, name=f"task {task}", max_concurrency=4, timeout_s=runtime.timeout_s)
+        placed[task] = node
+        runtime.where[task] = {"node_id": node}
+    runtime._wait({t: runtime.actors[t].ready.remote() for t in tasks}, "restart",
+                  into=runtime.where)
+    runtime.wire = wire_addresses(runtime.where)
+    runtime._wait({t: a.connect.remote(runtime.actors, runtime.wire)
+                   for t, a in runtime.actors.items()}, "connect to the restarted task")
+    entries = {t: [e for e, exe in runtime._executables.items() if t in exe.tasks]
+               for t in tasks}
+    runtime.made_from.update(runtime._wait(
+        {t: runtime.actors[t].prepare.remote(entries[t]) for t in tasks},
+        "compile its part of the program"))
+    for task in tasks:
+        runtime._outcome[task] = None  # nothing pending on a new actor
+    for name, owner in runtime.owners.items():
+        if owner in tasks:
+            runtime.synced.pop(name, None)  # its value there is the artifact's
+    return [placed[t] for t in tasks]
+
+
+def kill_task(program: Any, task: str, timeout_s: float = 30.0) -> None:
+    """SIGKILL the process of ``program``'s task ``task`` (``worker:1``) and wait until Ray
+    reports it dead (bounded): the failure injection, also from Python."""
+    runtime = _runtime(program)
+    name = full_name(task, runtime.tasks)
+    ray = runtime.ray
+    ref = runtime.actors[name].tfc_kill.remote()
+    try:
+        ray.get(ref, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise ExecutionError(f"task {name} was sent SIGKILL but Ray did not report it dead "
+                             f"within {timeout_s:g} s") from None
+    except Exception:  # the call fails with its process: dead
+        return
+
+
+def _runtime(program: Any) -> Any:
+    runtime = getattr(program, "_cluster", None)
+    if runtime is None:
+        raise TfcError("failure recovery and injection need a program on a Ray cluster "
+                       "(cluster='local', 'auto' or HOST:PORT)")
+    return runtime
+
+
+@dataclass
+class Supervisor:
+    """Runs a cluster program's steps and recovers from the death of its tasks (see the
+    module docstring). ``step(run_one)`` runs ``run_one()`` (one program step: it may call
+    ``program.run`` with the next feeds, record, checkpoint) until a step succeeds, and
+    after a recovery first runs again the steps lost, so a caller's loop counts steps as
+    if none failed.
+
+    ``checkpoint_dir``: where the program's checkpoints are (the latest is restored; one
+    of the current step is saved first unless the latest is of it: a failure before the
+    first checkpoint goes back to where the job began). ``restore_input``:
+    called with the restored ``Checkpoint`` to put the input pipeline back (its
+    ``extra``). ``inject``: failures to inject (``InjectedFailure`` or its text).
+    ``report``: where the one-line summaries go (stderr by default). ``health_interval_s``:
+    between health checks (None: none). ``max_restarts``: recoveries in a row that do not
+    get past the step that failed before it gives up (an ``ExecutionError``)."""
+
+    program: Any
+    checkpoint_dir: str | Path | None
+    on_failure: str = "restart"
+    inject: Sequence[InjectedFailure | str] = ()
+    restore_input: Callable[[Any], None] | None = None
+    report: Callable[[str], None] | None = None
+    health_interval_s: float | None = DEFAULT_HEALTH_INTERVAL_S
+    max_restarts: int = DEFAULT_MAX_RESTARTS
+    save_initial: Callable[[], None] | None = None
+    events: list[RecoveryEvent] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.on_failure not in ON_FAILURE:
+            raise TfcError(f"on_failure {self.on_failure!r}: expected one of "
+                           f"{', '.join(ON_FAILURE)}")
+        runtime = _runtime(self.program)
+        self._pending = [InjectedFailure.parse(f) if isinstance(f, str) else f
+                         for f in self.inject]
+        for failure in self._pending:
+            full_name(failure.task, runtime.tasks)  # an unknown task fails now
+        self._killed: dict[str, tuple[float, str]] = {}  # task -> (when, how): injected
+        self._stuck = 0
+        self.monitor = (HealthMonitor(runtime, self.health_interval_s)
+                        if self.health_interval_s and self.on_failure == "restart" else None)
+        if self.on_failure == "restart":
+            if self.checkpoint_dir is None:
+                raise TfcError("recovering from a failure needs a checkpoint directory to "
+                               "restore from (--checkpoint-dir DIR)")
+            if not _latest_is_of(Path(self.checkpoint_dir), self.program.step):
+                # a failure before the first checkpoint goes back to where the job began
+                # (not to an older run's latest in the directory)
+                if self.save_initial is not None:
+                    self.save_initial()
+                else:
+                    self.program.save_checkpoint(self.checkpoint_dir)
+
+    def step(self, run_one: Callable[[], T]) -> T:
+        program = self.program
+        target = program.step + 1
+        while True:
+            self._inject_due(program.step)
+            dead = self.monitor.take() if self.monitor is not None else {}
+            if dead:  # found between steps: recover before launching into a dead task
+                self._recover(program.step, dead, "a health check", None)
+                continue
+            launched = time.monotonic()
+            try:
+                out = run_one()
+            except ExecutionError as error:
+                if self.on_failure != "restart":
+                    raise
+                self._after_failure(program.step, error, launched)
+                continue
+            if program.step >= target:
+                return out
+
+    def _inject_due(self, step: int) -> None:
+        for failure in [f for f in self._pending if f.step == step]:
+            self._pending.remove(failure)
+            runtime = _runtime(self.program)
+            task = full_name(failure.task, runtime.tasks)
+            killed = time.monotonic()
+            kill_task(self.program, failure.task)
+            self._killed[task] = (killed, "SIGKILL")
+
+    def _after_failure(self, step: int, error: ExecutionError, launched: float) -> None:
+        """The step failed: which tasks are dead (every task asked, bounded)? None: the
+        step failed by itself, and its error is raised as it is."""
+        runtime = _runtime(self.program)
+        found = time.monotonic()
+        seen = self.monitor.take() if self.monitor is not None else {}
+        bad = ping(runtime, min(_PING_TIMEOUT_S, runtime.timeout_s), skip=seen)
+        if not bad and not seen:
+            raise error
+        how = "a health check" if seen and min(t for t, _ in seen.values()) < found \
+            else "a failed step"
+        dead = {**{t: (found, why) for t, why in bad.items()}, **seen}
+        self._recover(step, dead, how, launched)
+
+    def _recover(self, step: int, dead: dict[str, tuple[float, str]], how: str,
+                 launched: float | None) -> None:
+        program = self.program
+        runtime = _runtime(program)
+        # recoveries in a row that did not get past the step that failed before
+        self._stuck = self._stuck + 1 if self.events and step <= self.events[-1].step else 1
+        if self._stuck > self.max_restarts:
+            raise ExecutionError(f"task {', '.join(dead)} died at step {step} again, after "
+                                 f"{self.max_restarts} recoveries that did not get past "
+                                 f"it; giving up")
+        tasks = list(dead)
+        detected = min(t for t, _ in dead.values())
+        killed = [self._killed[t][0] for t in tasks if t in self._killed]
+        since = min(killed) if killed else launched
+        cause = "; ".join(sorted({self._killed[t][1] if t in self._killed else why
+                                  for t, (_, why) in dead.items()}))
+        for t in tasks:
+            self._killed.pop(t, None)
+        started = time.monotonic()
+        pause = self.monitor.paused() if self.monitor is not None else _NoPause()
+        with pause:
+            nodes = restart_tasks(runtime, tasks)
+            restarted = time.monotonic()
+            path = program.restore_checkpoint(self.checkpoint_dir)
+            if self.restore_input is not None:
+                from tfc.runtime.checkpoint import read_checkpoint
+                self.restore_input(read_checkpoint(path))
+            if self.monitor is not None:
+                self.monitor.take()  # what it saw of the old actors meanwhile
+        event = RecoveryEvent(
+            tasks=[short_name(t) for t in tasks], step=step, cause=cause, detected_by=how,
+            nodes=nodes, restored_step=program.step, checkpoint=str(path),
+            detect_s=None if since is None else max(0.0, detected - since),
+            restart_s=restarted - started,
+            restore_s=time.monotonic() - restarted, detected_at=detected)
+        self.events.append(event)
+        (self.report or _to_stderr)(event.line())
+
+    def close(self) -> None:
+        if self.monitor is not None:
+            self.monitor.close()
+
+    def __enter__(self) -> "Supervisor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _latest_is_of(directory: Path, step: int) -> bool:
+    """Whether the latest checkpoint in ``directory`` is one of ``step`` (by its name)."""
+    from tfc.runtime.checkpoint import PREFIX, CheckpointError, latest_checkpoint
+    try:
+        latest = latest_checkpoint(directory) if directory.is_dir() else None
+    except CheckpointError:
+        return False
+    return latest is not None and Path(latest).name.startswith(f"{PREFIX}-{step}.")
+
+
+class _NoPause:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)

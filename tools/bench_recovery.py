@@ -1,0 +1,156 @@
+"""Recovery benchmark (issue #18 item 4): how long a cluster job takes to survive the death
+of a worker and of a PS task, and how many steps it loses.
+
+On a ``LoopbackCluster`` this tool starts (``--nodes``, default 3: each task on a node of
+its own) the MLP 784-512-512-10 of ``tools/bench_cluster.py`` (SGD, global batch 512,
+2.4 MB of variables) is compiled for 1 PS and 2 workers (``ps-sync``) and trained under a
+``tfc.distributed.recovery.Supervisor``, with a checkpoint every ``--every`` steps. Four
+kinds of failure, each ``--repeats`` times:
+
+- ``worker:1 injected`` / ``ps:0 injected``: ``--inject-failure`` (the task SIGKILLs
+  itself just before a step is launched; the launch then fails: detection (a));
+- ``worker:1 killed`` / ``ps:0 killed``: SIGKILL of the task's process from outside,
+  between two steps, found by the driver's health checks (every ``--health`` s:
+  detection (b)), or by the next step's failure if that comes first.
+
+Each row gives medians: *detect* (from the kill to the driver knowing), *restart* (a new
+actor on another node, the artifact loaded and compiled there, every task reconnected),
+*restore* (every variable from the latest sharded checkpoint), the steps lost (the failed
+step minus the checkpoint's), and *back* (from the kill until the failed step has run
+again: detection, restart, restore and the replayed steps; for the ``killed`` rows it
+includes the idle wait, 2 x ``--health``, that the tool leaves between the kill and the
+next step for the health checks to act). The header gives the load
+average before and after (the host may be shared: numbers are noisy, take medians).
+
+    python tools/bench_recovery.py                    # 3 repeats of each (about a minute)
+    python tools/bench_recovery.py --repeats 5 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_cluster import MLP_BATCH, MLP_MODEL, MLP_SIZES  # noqa: E402
+from bench_timing import machine_info  # noqa: E402
+
+from tfc.compiler.driver import compile_model  # noqa: E402
+from tfc.distributed.cluster import LoopbackCluster  # noqa: E402
+from tfc.distributed.recovery import Supervisor, full_name  # noqa: E402
+from tfc.passes.replicate import ClusterSpec  # noqa: E402
+from tfc.runtime.program import Program  # noqa: E402
+
+CASES = (("worker:1", "injected"), ("ps:0", "injected"), ("worker:1", "killed"),
+         ("ps:0", "killed"))
+
+
+def batch(step: int) -> dict[str, np.ndarray]:
+    """Step ``step``'s batch: a deterministic data order (a replayed step sees it again)."""
+    rng = np.random.default_rng(step)
+    return {"x": rng.normal(size=(MLP_BATCH, MLP_SIZES[0])).astype(np.float32),
+            "y": rng.integers(0, MLP_SIZES[-1], MLP_BATCH).astype(np.int32)}
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run(args: argparse.Namespace, address: str, work: Path) -> list[dict[str, Any]]:
+    model = work / "mlp.py"
+    model.write_text(MLP_MODEL.format(sizes=MLP_SIZES))
+    module = compile_model(model, cluster=ClusterSpec(ps=1, workers=2, strategy="ps-sync"))
+    program = Program(module, cluster=address, cluster_timeout_s=60)
+    ck = work / "ck"
+    rows: list[dict[str, Any]] = []
+    try:
+        # a failure every `gap` steps, `lost` steps after a checkpoint
+        gap, lost = 2 * args.every, args.every // 2
+        plan = [(task, how) for _ in range(args.repeats) for task, how in CASES]
+        first = args.every + lost
+        inject = [f"{task}@step={first + i * gap}" for i, (task, how) in enumerate(plan)
+                  if how == "injected"]
+        kills = {first + i * gap: task for i, (task, how) in enumerate(plan)
+                 if how == "killed"}
+        kill_times: dict[int, float] = {}
+        with Supervisor(program, ck, inject=inject, health_interval_s=args.health,
+                        report=lambda line: print("  " + line)) as supervisor:
+            def one() -> Any:
+                out = program.run("train_step", batch(program.step))
+                if program.step % args.every == 0:
+                    program.save_checkpoint(ck, max_to_keep=2)
+                return out
+
+            back: dict[int, float] = {}
+            for _ in range(first + len(plan) * gap):
+                step = program.step
+                if step in kills and step not in kill_times:
+                    task = full_name(kills[step], program._cluster.tasks)
+                    kill_times[step] = time.monotonic()
+                    os.kill(program._cluster.where[task]["pid"], signal.SIGKILL)
+                    time.sleep(args.health * 2)  # between steps: the health checks find it
+                injected_at = time.monotonic()
+                supervisor.step(one)
+                if step >= first and (step - first) % gap == 0:
+                    back[step] = time.monotonic() - kill_times.get(step, injected_at)
+        for event, (task, how) in zip(supervisor.events, plan):
+            detect = event.detect_s if how == "injected" else \
+                event.detected_at - kill_times[event.step]
+            rows.append({"task": task, "how": how, "step": event.step,
+                         "detected_by": event.detected_by, "detect_s": detect,
+                         "restart_s": event.restart_s, "restore_s": event.restore_s,
+                         "lost": event.lost_steps, "back_s": back.get(event.step)})
+    finally:
+        program.close(read_back=False)
+    return rows
+
+
+def report(rows: list[dict[str, Any]]) -> None:
+    print(f"{'failure':<20} {'found by':<16} {'detect':>8} {'restart':>8} {'restore':>8} "
+          f"{'lost':>5} {'back':>8}  (medians over {len(rows) // len(CASES)} each, s)")
+    for task, how in CASES:
+        mine = [r for r in rows if (r["task"], r["how"]) == (task, how)]
+        if not mine:
+            continue
+        found = sorted({r["detected_by"] for r in mine})
+
+        def med(key: str) -> str:
+            values = [r[key] for r in mine if r[key] is not None]
+            return f"{statistics.median(values):.2f}" if values else "-"
+        print(f"{task + ' ' + how:<20} {'/'.join(found):<16} {med('detect_s'):>8} "
+              f"{med('restart_s'):>8} {med('restore_s'):>8} {med('lost'):>5} {med('back_s'):>8}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--every", type=int, default=4, help="checkpoint every K steps")
+    parser.add_argument("--health", type=float, default=0.5, help="health check interval, s")
+    parser.add_argument("--json", metavar="FILE", help="also write the raw rows here")
+    args = parser.parse_args()
+    info = machine_info()
+    print(f"{info['cpu']}, {info['cores']} cores; load before: {load()}")
+    with tempfile.TemporaryDirectory(prefix="bench-recovery-") as tmp, \
+            LoopbackCluster(args.nodes) as cluster:
+        rows = run(args, cluster.address, Path(tmp))
+    print(f"load after: {load()}")
+    report(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
