@@ -33,6 +33,7 @@ from tfc import errors  # noqa: F401  (tfc.errors.OutOfRangeError)
 from tfc.layers import Sequential  # noqa: F401
 from tfc import summary  # noqa: F401  (tfc.summary)
 from tfc import callbacks  # noqa: F401  (tfc.callbacks)
+from tfc import distribute  # noqa: F401  (tfc.distribute)
 from tfc.errors import TfcError
 from tfc.ir.types import DType
 
