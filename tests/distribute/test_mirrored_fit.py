@@ -118,3 +118,18 @@ def test_compiled_outside_the_scope_trains_on_one_device():
     with strategy.scope():
         model.fit(X, Y, epochs=1, verbose=0)  # the strategy is the one compile ran in
     assert not isinstance(model._fit_step, ReplicatedStep)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: tfc.distribute.ParameterServerStrategy("ps=1,workers=2", address="inprocess"),
+    lambda: tfc.distribute.MultiWorkerMirroredStrategy("workers=2", address="inprocess"),
+])
+def test_cluster_strategies_on_threads_match_one_device(make):
+    """The cluster strategies' replication, its tasks run as threads of this process (the
+    same module runs on Ray: tests/distribute/test_cluster_strategies.py)."""
+    strategy = make()
+    one, many = classifier(np.float64), classifier(np.float64, strategy)
+    h1 = one.fit(dataset(np.float64, 10), epochs=2, verbose=0)
+    h2 = many.fit(dataset(np.float64, 10), epochs=2, verbose=0)
+    assert_same_training(one, many, h1, h2, np.float64)
+    assert many._fit_step.program.module.devices == list(strategy.devices)

@@ -166,6 +166,10 @@ class MultiWorkerMirroredStrategy(Strategy):
     def __init__(self, cluster: ClusterSpec | str | int = "workers=2",
                  address: str = "local") -> None:
         spec = _cluster_spec(cluster, "allreduce", "MultiWorkerMirroredStrategy")
+        if spec.ps:
+            raise TfcError(f"MultiWorkerMirroredStrategy keeps every variable on every "
+                           f"worker: cluster {spec} has parameter servers it would not use "
+                           f"(give workers=W, or use ParameterServerStrategy)")
         super().__init__(spec.devices, spec, _checked_address(address))
 
 
