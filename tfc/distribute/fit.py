@@ -24,6 +24,8 @@ together (random ops are seeded with it).
 
 A global batch whose size does not divide by the replicas (an epoch's last, smaller
 batch) runs as one step of the session on one device: the same result, not split.
+Random ops in the step (dropout) draw per replica with the same seed, so a replica's
+mask is not the one device's there (``tfc.passes.replicate`` says the same).
 """
 
 from __future__ import annotations

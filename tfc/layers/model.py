@@ -228,6 +228,7 @@ class Sequential:
         session)."""
         from tfc.distribute.fit import fit_step
         sess = self.session
+        assert self.inputs is not None  # built: _require_training checks it
 
         def one_device(xb: Any, yb: Any) -> Any:
             return sess.run([tr.train_op, fetches], {self.inputs: xb, tr.y: yb})[1]
