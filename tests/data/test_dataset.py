@@ -238,6 +238,10 @@ def test_map_that_fails_to_trace_names_the_users_line():
 def test_prefetch_yields_the_same_elements_and_stops_its_thread():
     ds = ints(20).shuffle(5, seed=1).batch(3)
     assert [e.tolist() for e in ds.prefetch(2)] == [e.tolist() for e in ds]
+    counted = iter(ints(2000).prefetch(2))
+    assert counted.busy_s == 0.0 and sum(1 for _ in counted) == 2000
+    assert counted.busy_s > 0.0  # the producer's CPU time for what was taken
+    assert iter(ints(3)).busy_s == 0.0
     before = threading.active_count()
     it = iter(ints(1000).prefetch(4))
     next(it)

@@ -178,6 +178,12 @@ class Iterator:
         """Seconds spent waiting for a prefetched element (0 without ``prefetch``)."""
         return float(getattr(self._it, "wait_s", 0.0))
 
+    @property
+    def busy_s(self) -> float:
+        """CPU seconds a ``prefetch`` thread spent making the elements taken (0 without
+        ``prefetch``: the pipeline then runs in the caller's ``next``)."""
+        return float(getattr(self._it, "busy_s", 0.0))
+
     def close(self) -> None:
         """Stop any prefetch thread (also done when the iterator is dropped)."""
         close = getattr(self._it, "close", None)
