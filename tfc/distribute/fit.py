@@ -105,7 +105,10 @@ class ReplicatedStep:
         start = {copy: value for name, value in values.items() for copy in self.copies[name]}
         self.program = Program(module, start, backend=session.backend.name,
                                step=session.step, cluster=strategy.address)
-        self._finalizer = weakref.finalize(self, self.program.close)
+        # dropped: its tasks are released (the session has had their values since the last
+        # epoch's end); not at exit, when Ray may be gone already
+        self._finalizer = weakref.finalize(self, self.program.close, read_back=False)
+        self._finalizer.atexit = False
         # what the session held when the program last had the same value (by identity)
         self.seen = dict(values)
         self.remote = strategy.address != "inprocess"
