@@ -110,6 +110,12 @@ def test_more_replicas_than_two_and_the_default_device_alone():
     alone = classifier(np.float64, tfc.distribute.MirroredStrategy(["/cpu:0"]))
     alone.fit(X, Y, epochs=1, verbose=0)
     assert not isinstance(alone._fit_step, ReplicatedStep)
+    # one replica on another device: the step runs there (a batch of 7 needs no split)
+    other = classifier(np.float64, tfc.distribute.OneDeviceStrategy("/cpu:1"))
+    h3 = other.fit(X, Y, epochs=1, batch_size=7, verbose=0)
+    h4 = classifier(np.float64).fit(X, Y, epochs=1, batch_size=7, verbose=0)
+    np.testing.assert_allclose(h3["loss"], h4["loss"], rtol=1e-10)
+    assert other._fit_step.program.module.devices == ["/cpu:1"]
 
 
 def test_compiled_outside_the_scope_trains_on_one_device():
