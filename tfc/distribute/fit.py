@@ -39,8 +39,8 @@ from tfc.api.graph import Operation, Tensor
 from tfc.api.session import Session
 from tfc.distribute.strategy import Strategy
 from tfc.ir import core as ir
-from tfc.passes.manager import run_passes
 from tfc.passes.replicate import mirror_name, replicate_module, worker_device
+from tfc.pipeline import run_pipeline
 
 ENTRY = "train_step"
 OneDeviceRun = Callable[[Any, Any], Sequence[Any]]
@@ -59,7 +59,7 @@ def replicated_module(session: Session, x: Tensor, y: Tensor, fetches: Sequence[
     for name, var in session.graph.variables.items():  # copies: replicate places them
         module.variables[name] = dataclasses.replace(var.decl)
     module.add_graph(graph)
-    run_passes(module, session.pipeline, verify=False)  # the markers survive these
+    run_pipeline(module, session.pipeline, verify=False)  # the markers survive these
     replicate_module(module, spec)
     if strategy.address == "inprocess" and spec.ps == 0:
         rename_devices(module, {worker_device(i): d for i, d in enumerate(strategy.devices)})
