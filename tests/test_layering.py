@@ -54,6 +54,9 @@ LAYERS: dict[str, str] = {
     # Input pipelines: a Dataset's map fn is a traced graph run by a Session (api); fit
     # (layers) and `tfc run --batch` (cli) consume them.
     "tfc.data": "train",
+    # Distribution strategies for fit: a model's step replicated (passes) and run as a
+    # program (runtime) beside its Session (api); fit (layers) calls it.
+    "tfc.distribute": "train",
     # Queues: host-side state fed into and out of Session steps (tfc.api.host's hooks).
     "tfc.queue": "api",
     "tfc.layers": "layers",

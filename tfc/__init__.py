@@ -34,6 +34,7 @@ from tfc.layers import Model, Sequential  # noqa: F401
 from tfc import keras  # noqa: F401  (tfc.keras: Input, Model, Sequential, layers)
 from tfc import summary  # noqa: F401  (tfc.summary)
 from tfc import callbacks  # noqa: F401  (tfc.callbacks)
+from tfc import distribute  # noqa: F401  (tfc.distribute)
 from tfc.errors import TfcError
 from tfc.ir.types import DType
 

@@ -11,8 +11,11 @@ each batch (an augmentation's worth of work). A step is ``next(it)`` (the wait: 
 pipeline's work without prefetch, only the part the producer thread has not done ahead
 with it) plus the compiled training step (``Session.run``); an epoch's first wait counts
 from ``iter()``. steps/s is over the wall time of whole epochs (the first, which
-compiles, not counted); the other columns are medians per step over the rounds. The
-machine is shared, so compare the rows of one run.
+compiles, not counted); the other columns are medians per step over the rounds. 'pipe
+cpu' is the CPU time of the pipeline's work per batch: in the step's thread without
+prefetch, in the producer thread with it (``Iterator.busy_s``); that work holds the
+interpreter lock, which the step needs too. The machine is shared, so compare the rows
+of one run.
 """
 
 from __future__ import annotations
@@ -53,32 +56,40 @@ def measure(example: dict, x: np.ndarray, y: np.ndarray, batch: int, epochs: int
     tr = model._require_training()
     sess = model.session
     ds = example["pipeline"](x, y, batch_size=batch, seed=0, prefetch=prefetch, map_fn=map_fn)
-    waits, steps, firsts = [], [], []
+    waits, steps, firsts, pipe_cpu = [], [], [], []
     wall = 0.0
     for epoch in range(epochs):
         start = t0 = time.perf_counter()
         it = iter(ds)  # (a prefetch thread starts filling the shuffle buffer here)
         first = True
+        batches = 0
+        busy = 0.0  # the pipeline's CPU seconds in this thread (no prefetch)
         while True:
             if not first:
                 t0 = time.perf_counter()
+            c0 = time.thread_time()
             try:
                 xb, yb = next(it)
             except StopIteration:
                 break
             t1 = time.perf_counter()
+            busy += time.thread_time() - c0
+            batches += 1
             sess.run([tr.train_op, tr.loss], {model.inputs: xb, tr.y: yb})
             t2 = time.perf_counter()
             if epoch:  # the first epoch compiles (the map fn's two shapes): not counted
                 (firsts if first else waits).append(t1 - t0)
                 steps.append(t2 - t0)
             first = False
+        if epoch:
+            pipe_cpu.append((it.busy_s if prefetch else busy) / max(batches, 1))
         it.close()
         if epoch:
             wall += time.perf_counter() - start
     return {"steps_per_s": len(steps) / wall, "step_med": statistics.median(steps),
             "wait_med": statistics.median(waits), "wait_p90": float(np.percentile(waits, 90)),
-            "wait_mean": statistics.fmean(waits), "first_wait": statistics.median(firsts)}
+            "wait_mean": statistics.fmean(waits), "first_wait": statistics.median(firsts),
+            "pipe_cpu": statistics.median(pipe_cpu)}
 
 
 def main() -> None:
@@ -105,13 +116,13 @@ def main() -> None:
     print("waits per step in ms, over the steps after an epoch's first; 'first': the wait "
           "for an epoch's first batch (the shuffle buffer's fill)")
     print(f"{'map fn':8} {'prefetch':>8} {'steps/s':>8} {'step med':>9} {'wait med':>9} "
-          f"{'wait p90':>9} {'wait mean':>10} {'first':>7}")
+          f"{'wait p90':>9} {'wait mean':>10} {'first':>7} {'pipe cpu':>9}")
     for (name, prefetch), results in rows.items():
         med = {k: statistics.median(r[k] for r in results) for k in results[0]}
         print(f"{name:8} {prefetch or '-':>8} {med['steps_per_s']:8.1f} "
               f"{med['step_med'] * 1e3:9.3f} {med['wait_med'] * 1e3:9.3f} "
               f"{med['wait_p90'] * 1e3:9.3f} {med['wait_mean'] * 1e3:10.3f} "
-              f"{med['first_wait'] * 1e3:7.2f}")
+              f"{med['first_wait'] * 1e3:7.2f} {med['pipe_cpu'] * 1e3:9.3f}")
     print(f"load: {os.getloadavg()[0]:.2f}")
 
 

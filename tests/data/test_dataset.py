@@ -147,6 +147,53 @@ def test_shuffle_against_reference_and_its_properties():
     assert all(sorted(e) == list(range(5)) for e in epochs) and epochs[0] != epochs[1]
 
 
+@pytest.mark.parametrize("n, buffer_size, batch, drop", [
+    (47, 47, 8, False), (47, 10, 8, True), (47, 100, 5, False), (47, 1, 7, False),
+    (47, 47, 47, False), (3, 2, 1, False), (10, 3, 4, False)])
+def test_batches_of_slices_are_gathered_without_python_per_element(n, buffer_size, batch, drop,
+                                                                   monkeypatch):
+    """A batch of slices (shuffled or not) is one gather of rows, not ``batch`` elements
+    stacked: the same batches as the reference, and the same positions as the element by
+    element pipeline (``take`` in between forces that one)."""
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    y = np.arange(n, dtype=np.int32)
+    fast = Dataset.from_tensor_slices((x, y)).shuffle(buffer_size, seed=4).batch(batch, drop)
+    slow = (Dataset.from_tensor_slices((x, y)).take(n).shuffle(buffer_size, seed=4)
+            .batch(batch, drop))
+    plain = Dataset.from_tensor_slices((x, y)).batch(batch, drop)
+
+    def per_element(self):
+        raise AssertionError("a batch of slices took an element at a time")
+    from tfc.data import dataset
+    with monkeypatch.context() as m:
+        m.setattr(dataset._SliceIter, "next", per_element)
+        got = [list(fast) for _ in range(2)]  # two passes: two shuffles
+        got_plain = list(plain)
+    for p, passed in enumerate(got):
+        order = ref_shuffle(range(n), buffer_size, np.random.default_rng([4, p]))
+        want = [order[i:i + batch] for i in range(0, n, batch)]
+        want = [w for w in want if len(w) == batch or not drop]
+        assert [b[1].tolist() for b in passed] == want
+        for xb, yb in passed:
+            assert xb.dtype == np.float32 and yb.dtype == np.int32
+            np.testing.assert_array_equal(xb, x[yb])
+    assert [b[1].tolist() for b in got_plain] == [
+        list(range(i, min(i + batch, n))) for i in range(0, n, batch)
+        if not drop or i + batch <= n]
+    for k in range(len(got[0])):  # positions: the element by element pipeline's
+        a, b = fast.iterator(), slow.iterator()
+        for _ in range(k):
+            np.testing.assert_array_equal(next(a)[1], next(b)[1])
+        assert a.state() == b.state()
+        rest = [e[1].tolist() for e in a]
+        assert [e[1].tolist() for e in fast.iterator(b.state())] == rest
+        assert [e[1].tolist() for e in slow.iterator(b.state())] == rest
+    elements = Dataset.from_tensor_slices((x, y)).shuffle(buffer_size, seed=4)
+    assert [int(e[1]) for e in elements] == ref_shuffle(range(n), buffer_size,
+                                                        np.random.default_rng([4, 0]))
+
+
 def test_map_is_traced_and_compiled_against_numpy():
     x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(4, 3)
     ds = Dataset.from_tensor_slices((x, np.arange(4, dtype=np.int32)))
@@ -191,6 +238,10 @@ def test_map_that_fails_to_trace_names_the_users_line():
 def test_prefetch_yields_the_same_elements_and_stops_its_thread():
     ds = ints(20).shuffle(5, seed=1).batch(3)
     assert [e.tolist() for e in ds.prefetch(2)] == [e.tolist() for e in ds]
+    counted = iter(ints(2000).prefetch(2))
+    assert counted.busy_s == 0.0 and sum(1 for _ in counted) == 2000
+    assert counted.busy_s > 0.0  # the producer's CPU time for what was taken
+    assert iter(ints(3)).busy_s == 0.0
     before = threading.active_count()
     it = iter(ints(1000).prefetch(4))
     next(it)

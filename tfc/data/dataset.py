@@ -15,6 +15,15 @@ has emitted in its pass. A shuffle is restored by replaying its pass from the st
 the same seed (its buffer holds elements, which the checkpoint does not store), so a
 restored iterator yields exactly the elements an uninterrupted one would have.
 ``flat_state``/``unflatten_state`` turn it into named int64 arrays for a checkpoint.
+
+Batches of slices are made without Python per element: ``batch`` asks an upstream that
+can (the slices themselves, or a ``shuffle`` of them) for the rows of a whole batch at
+once (``take_rows``): a slice's rows are one copy of a range, a shuffle's one gather of
+the rows it picks, which it picks on indices (its buffer holds row numbers, not
+elements) with the random draws of the whole batch made in one call. The batches, and
+the positions, are exactly those of the element by element pipeline (the same draws
+from the same generator, in the same order), only cheaper: that work holds the GIL, which
+a ``prefetch`` thread shares with the training step it runs beside.
 """
 
 from __future__ import annotations
@@ -169,6 +178,12 @@ class Iterator:
         """Seconds spent waiting for a prefetched element (0 without ``prefetch``)."""
         return float(getattr(self._it, "wait_s", 0.0))
 
+    @property
+    def busy_s(self) -> float:
+        """CPU seconds a ``prefetch`` thread spent making the elements taken (0 without
+        ``prefetch``: the pipeline then runs in the caller's ``next``)."""
+        return float(getattr(self._it, "busy_s", 0.0))
+
     def close(self) -> None:
         """Stop any prefetch thread (also done when the iterator is dropped)."""
         close = getattr(self._it, "close", None)
@@ -221,6 +236,23 @@ class _SliceIter:
         i = self.index
         self.index += 1
         return self.ds.pack([np.array(a[i]) for a in self.ds.arrays])
+
+    def take_rows(self, n: int) -> tuple[Any, int]:
+        """The next (up to) ``n`` elements stacked, as ``batch`` stacks them, and how
+        many; ``StopIteration`` when there are none."""
+        start = self.index
+        stop = min(start + n, self.ds.length)
+        if stop <= start:
+            raise StopIteration
+        self.index = stop
+        return self.ds.pack([np.array(a[start:stop]) for a in self.ds.arrays]), stop - start
+
+    def take_indices(self, n: int) -> range:
+        """The row numbers of the next (up to) ``n`` elements (a shuffle of slices picks
+        rows by number: ``_ShuffleIter``)."""
+        start = self.index
+        self.index = min(start + n, self.ds.length)
+        return range(start, self.index)
 
     def state(self) -> dict[str, Any]:
         return {"index": self.index}
@@ -327,6 +359,12 @@ class _BatchIter:
         self.ds, self.up = ds, up
 
     def next(self) -> Any:
+        take_rows = getattr(self.up, "take_rows", None)
+        if take_rows is not None:  # a batch of slices: no Python per element
+            batch, count = take_rows(self.ds.batch_size)
+            if self.ds.drop_remainder and count < self.ds.batch_size:
+                raise StopIteration
+            return batch
         elements = []
         for _ in range(self.ds.batch_size):
             try:
@@ -433,6 +471,47 @@ class _ShuffleIter:
         self.buffer: list[Any] = []
         self.exhausted = False
         self.emitted = 0
+        # over slices the buffer holds row numbers, and batches gather rows (take_rows)
+        self.rows = self.up if isinstance(self.up, _SliceIter) else None
+        self.take_rows = self._take_rows if self.rows is not None else None
+
+    def _pick(self, n: int) -> list[int]:
+        """Over slices: the row numbers of the next (up to) ``n`` elements, picked as
+        ``next`` picks elements (``StopIteration`` when there are none). The buffer is
+        filled as ``_fill`` fills it; then the k-th pick draws from ``len(buffer)``
+        rows, which stays the buffer's size while the slices last and shrinks by one per
+        pick after, so the draws of all ``n`` picks come from one call."""
+        rows = self.rows
+        assert rows is not None
+        buffer = self.buffer
+        if not self.exhausted and len(buffer) < self.ds.buffer_size:
+            buffer.extend(rows.take_indices(self.ds.buffer_size - len(buffer)))
+        left = rows.ds.length - rows.index  # rows not yet in the buffer
+        n = min(n, len(buffer) + left)
+        if n <= 0:
+            raise StopIteration
+        sizes = len(buffer) - np.maximum(np.arange(n) - left, 0)
+        picks: list[int] = []
+        for i in self.rng.integers(sizes).tolist():
+            picks.append(buffer[i])
+            if left > 0:  # the slot is refilled from upstream, else closed up
+                buffer[i] = rows.index
+                rows.index += 1
+                left -= 1
+            else:
+                buffer[i] = buffer[-1]
+                buffer.pop()
+        # (next's refill that finds the slices ended marks them exhausted; so do we)
+        self.exhausted = self.exhausted or (left == 0 and len(buffer) < self.ds.buffer_size)
+        self.emitted += n
+        return picks
+
+    def _take_rows(self, n: int) -> tuple[Any, int]:
+        """The next (up to) ``n`` elements stacked, and how many (over slices)."""
+        picks = np.asarray(self._pick(n), dtype=np.int64)
+        assert self.rows is not None
+        ds = self.rows.ds
+        return ds.pack([np.asarray(a[picks]) for a in ds.arrays]), len(picks)
 
     def _fill(self) -> None:
         while not self.exhausted and len(self.buffer) < self.ds.buffer_size:
@@ -442,6 +521,10 @@ class _ShuffleIter:
                 self.exhausted = True
 
     def next(self) -> Any:
+        if self.rows is not None:
+            row = self._pick(1)[0]
+            ds = self.rows.ds
+            return ds.pack([np.array(a[row]) for a in ds.arrays])
         self._fill()
         if not self.buffer:
             raise StopIteration
@@ -466,7 +549,11 @@ class _ShuffleIter:
                            f"saved with seed {int(state['seed'])}")
         _close(self.up)
         self._reset()
-        for _ in range(int(state["emitted"])):  # replay: the buffer is not saved
+        emitted = int(state["emitted"])
+        if self.rows is not None and emitted:  # replay: the buffer is not saved
+            self._pick(emitted)
+            return
+        for _ in range(emitted):
             self.next()
 
     def close(self) -> None:

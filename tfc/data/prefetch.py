@@ -5,7 +5,12 @@ Each element travels with the upstream iterator's state just after it, so the co
 position (``state``) is exact although the producer runs ahead. A producer error is
 raised in the consumer (once the elements before it are consumed); every wait is bounded
 (``timeout_s``); the thread stops when the iterator is closed or dropped (it holds no
-reference to the consuming iterator, and every put wakes up to check the stop flag)."""
+reference to the consuming iterator, and every put wakes up to check the stop flag).
+
+``busy_s`` is the CPU time the producer thread spent making the elements taken so far:
+its Python work holds the interpreter lock, which the consumer's step needs too, so it is
+what a prefetch can cost the step beside it (``tools/bench_input.py`` reports it per
+batch)."""
 
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ _POLL_S = 0.05  # how often a blocked producer checks whether it should stop
 
 
 def _produce(upstream: Any, out: "queue.Queue[tuple]", stop: threading.Event) -> None:
+    """Put ``(kind, value, state, cpu_s)`` items: each element with the upstream state
+    after it and the producer's CPU seconds for it; then the end, or the error."""
     def put(item: tuple) -> bool:
         while not stop.is_set():
             try:
@@ -32,15 +39,16 @@ def _produce(upstream: Any, out: "queue.Queue[tuple]", stop: threading.Event) ->
 
     try:
         while not stop.is_set():
+            start = time.thread_time()
             try:
                 element = upstream.next()
             except StopIteration:
-                put(("end", None, upstream.state()))
+                put(("end", None, upstream.state(), time.thread_time() - start))
                 return
-            if not put(("item", element, upstream.state())):
+            if not put(("item", element, upstream.state(), time.thread_time() - start)):
                 return
     except BaseException as e:  # surfaces in the consumer
-        put(("error", e, None))
+        put(("error", e, None, 0.0))
 
 
 class PrefetchIterator:
@@ -52,6 +60,7 @@ class PrefetchIterator:
         self.timeout_s = timeout_s
         self.wait_s = 0.0          # seconds the consumer spent waiting for elements
         self.waits = 0             # how many of its gets found the queue empty
+        self.busy_s = 0.0          # producer CPU seconds for the elements taken (module doc)
         self._state = upstream.state()
         self._done: tuple | None = None
         self._thread: threading.Thread | None = None
@@ -69,12 +78,13 @@ class PrefetchIterator:
         if self._done is not None:
             raise StopIteration
         try:
-            kind, value, state = self._queue.get_nowait()
+            kind, value, state, busy = self._queue.get_nowait()
         except queue.Empty:
             start = time.perf_counter()
-            kind, value, state = self._wait()
+            kind, value, state, busy = self._wait()
             self.wait_s += time.perf_counter() - start
             self.waits += 1
+        self.busy_s += busy
         if kind == "item":
             self._state = state
             return value

@@ -105,6 +105,9 @@ class Sequential:
         # the optimizer's learning rate as a variable (``learning_rate``), when it was a number
         self._lr_variable: Variable | None = None
         self.stop_training = False  # a callback sets it to end ``fit`` after this epoch
+        # the tfc.distribute strategy compile ran in (None: none), and fit's step under it
+        self._strategy: Any = None
+        self._fit_step: Any = None
         for layer in layers or []:
             self.add(layer)
 
@@ -183,11 +186,13 @@ class Sequential:
                 metrics: Sequence[Any] = ()) -> None:
         """Choose the optimizer (a ``tfc.train`` optimizer or a name: adam, sgd, rmsprop,
         adagrad, momentum), the loss and the metrics; the training graph is built when
-        first needed (``fit``, ``evaluate``, ``export``)."""
+        first needed (``fit``, ``evaluate``, ``export``). In a ``tfc.distribute``
+        strategy's ``scope()``, ``fit`` trains with that strategy."""
         self.optimizer = get_optimizer(optimizer)
         self.loss = get_loss(loss)
         self._metric_specs = list(metrics)
         self._training = None
+        self._use_strategy()
 
     def _require_training(self) -> _Training:
         if self._training is not None:
@@ -218,6 +223,33 @@ class Sequential:
         self._training = _Training(y, train_loss, train_metrics, train_op, eval_loss,
                                    eval_metrics)
         return self._training
+
+    def _use_strategy(self) -> None:
+        """Train with the strategy of the ``tfc.distribute`` scope ``compile`` runs in."""
+        from tfc.distribute.strategy import in_scope_strategy
+        self._strategy = in_scope_strategy()
+
+    def _training_step(self, tr: _Training, fetches: list[Tensor]) -> Any:
+        """``fit``'s step on one minibatch ``(x, y)``, returning the fetched values: the
+        session's, or under the model's strategy data-parallel over its replicas
+        (``tfc.distribute.fit``; ``finish_epoch()`` brings its variables into the
+        session)."""
+        from tfc.distribute.fit import fit_step
+        sess = self.session
+        assert self.inputs is not None  # built: _require_training checks it
+
+        def one_device(xb: Any, yb: Any) -> Any:
+            return sess.run([tr.train_op, fetches], self._feed_dict(xb, yb))[1]
+        if self._strategy is not None and self._strategy.cluster_spec is not None and \
+                not (isinstance(self.inputs, Tensor) and isinstance(tr.y, Tensor)):
+            raise TfcError(f"model '{self.name}': a distribution strategy trains models fed "
+                           f"one input tensor and one label tensor so far; this one is fed "
+                           f"lists (a Functional model): fit it outside the strategy's "
+                           f"scope", user_location())
+        self._fit_step = fit_step(self._strategy, sess, self.inputs, tr.y, fetches,
+                                  tr.train_op, one_device, f"model '{self.name}'",
+                                  self._fit_step)
+        return self._fit_step
 
     def _minimize(self, loss: Tensor) -> Operation:
         """The optimizer's step on ``loss``. A learning rate given as a number is read from
@@ -391,15 +423,17 @@ class Sequential:
         per-epoch mean loss and metrics (and ``val_*`` on ``validation_data``, also shown
         in the epoch's progress line). ``callbacks`` (``tfc.callbacks``) are called at the
         start and end of training, of each epoch and of each batch; one that sets
-        ``model.stop_training`` ends the training after the current batch."""
+        ``model.stop_training`` ends the training after the current batch. A model
+        compiled in a ``tfc.distribute`` strategy's ``scope()`` trains data-parallel
+        over its replicas, with the results of one device on the same global batch."""
         if epochs < 0:
             raise TfcError(f"fit: epochs must be >= 0, got {epochs}")
         steps, epoch_batches = self._epochs(x, y, batch_size, shuffle, seed, steps_per_epoch,
                                             "fit")
         tr = self._require_training()
-        sess = self.session
         names = ["loss", *tr.metrics]
         fetches = [tr.loss, *tr.metrics.values()]
+        step = self._training_step(tr, fetches)
         history = History()
         hooks = self._callbacks(callbacks, epochs, steps, verbose)
         hooks.on_train_begin({})
@@ -411,7 +445,7 @@ class Sequential:
                 seen = 0
                 for batch, (xb, yb) in enumerate(epoch_batches()):
                     hooks.on_batch_begin(batch, {"batch": batch})
-                    _, values = sess.run([tr.train_op, fetches], self._feed_dict(xb, yb))
+                    values = step(xb, yb)
                     totals += np.asarray(values, dtype=np.float64) * num_examples(xb)
                     seen += num_examples(xb)
                     progress.batch_done(dict(zip(names, totals / seen)))
@@ -419,6 +453,7 @@ class Sequential:
                                                **_floats(names, totals / seen)})
                     if self.stop_training:
                         break
+                step.finish_epoch()
                 logs = _floats(names, totals / max(seen, 1))
                 if validation_data is not None:
                     val = self.evaluate(*validation_data)

@@ -266,6 +266,14 @@ class Program:
         """How many entry steps have run (random ops are seeded with it)."""
         return self._step
 
+    @step.setter
+    def step(self, value: int) -> None:
+        """Set the step counter (a driver that counts steps elsewhere too: ``fit`` under
+        a ``tfc.distribute`` strategy keeps it equal to its session's)."""
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+            raise TfcError(f"a program's step must be a whole number >= 0, not {value!r}")
+        self._step = int(value)
+
     @property
     def variables(self) -> Mapping[str, np.ndarray]:
         """The current variable values (read-only arrays in a read-only mapping that

@@ -1,0 +1,10 @@
+"""Distribution strategies for ``fit`` (``tf.distribute``'s): compile a model in a
+strategy's ``scope()`` and ``fit`` trains it data-parallel over the strategy's replicas
+(``tfc.distribute.strategy``; the step itself: ``tfc.distribute.fit``)."""
+
+from tfc.distribute.strategy import (MirroredStrategy, MultiWorkerMirroredStrategy,
+                                     OneDeviceStrategy, ParameterServerStrategy, Strategy,
+                                     get_strategy, has_strategy)
+
+__all__ = ["Strategy", "OneDeviceStrategy", "MirroredStrategy", "MultiWorkerMirroredStrategy",
+           "ParameterServerStrategy", "get_strategy", "has_strategy"]
