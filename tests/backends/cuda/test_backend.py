@@ -538,3 +538,15 @@ def test_a_reduction_split_across_blocks_runs_step_after_step(monkeypatch: pytes
     assert any(k.launch.scratch_bytes for k in loaded.kernels.values())
     for g, w in zip(loaded(feeds, {}, 0).fetches, first):
         np.testing.assert_array_equal(g, w)
+
+
+def test_a_long_elementwise_chain_generates_one_kernel_without_recursing() -> None:
+    """A fused chain of 1500 element-wise ops (the llvm test's chain) generates its
+    kernel by warming the values in region order: computing each result by recursion
+    through its operands exceeded Python's recursion limit; the numbers are the
+    reference's (rtol 1e-5: tanh within its ulp bound)."""
+    from tests.backends.llvm.test_long_chains import chain
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to the reference
+        got = chain(1500, "cuda")
+    np.testing.assert_allclose(got, chain(1500, "reference"), rtol=1e-5, atol=1e-6)

@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -229,12 +229,38 @@ class Emitter:
 
     # -- values
     def after_reduction(self, v: Value) -> bool:
-        """Whether ``v`` is computed from a reduction's result (a register of the row)."""
-        if v not in self._after_reduction:
-            op = v.op
-            self._after_reduction[v] = op is not None and not op.regions and (
-                fused_reduction(op.kind) or any(self.after_reduction(x) for x in op.inputs))
-        return self._after_reduction[v]
+        """Whether ``v`` is computed from a reduction's result (a register of the row).
+        Walked with a stack, not recursion: a fused chain can be thousands of ops long."""
+        known = self._after_reduction
+        stack = [v]
+        while stack:
+            top = stack[-1]
+            if top in known:
+                stack.pop()
+                continue
+            op = top.op
+            if op is None or op.regions:
+                known[top] = False
+            elif fused_reduction(op.kind):
+                known[top] = True
+            else:
+                todo = [x for x in op.inputs if x not in known]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                known[top] = any(known[x] for x in op.inputs)
+            stack.pop()
+        return known[v]
+
+    def warm(self, index_of: Callable[[Value], Index]) -> None:
+        """Compute every value of the region at ``index_of(value)``, in the region's
+        (topological) order, so that the ``at`` of a result finds its operands cached
+        instead of recursing through the whole chain (a fused chain of thousands of ops
+        would exceed Python's recursion limit). Only for flat loops, where every value's
+        index is its flat index."""
+        for o in self.region.ops:
+            for r in o.results:
+                self.at(r, index_of(r))
 
     def _home(self, v: Value, idx: Index) -> int:
         """The outermost frame where ``v`` at ``idx`` is known (its index variables and the
@@ -417,6 +443,11 @@ def flat_index(shape: Sequence[Dim], n: str) -> Index:
     return tuple(n if live and k == live[-1] else "0" for k in range(len(shape)))
 
 
+def flat_indexer(n: str) -> Callable[[Value], Index]:
+    """Each value's flat index at flat element ``n`` (``flat_index``)."""
+    return lambda v: flat_index(v.type.shape, n)
+
+
 def is_flat(op: Op, shape: Sequence[Dim]) -> bool:
     """Whether every value of the region holds the iteration shape's elements (up to
     size-1 dims) or one element: then element ``n`` of each is at offset ``n`` (or 0),
@@ -447,6 +478,7 @@ def _loop_kernel(op: Op, name: str, params: tuple[Param, ...]) -> Kernel:
     if flat:
         em.bind("n")
         idx = flat_index(shape, "n")
+        em.warm(flat_indexer("n"))
     else:
         idx = decompose(em, "n", shape, "i")
     for j, v in enumerate(results):
@@ -480,6 +512,8 @@ def _vector_loop(em: Emitter, op: Op, shape: Sequence[Dim]) -> None:
         em.bind(n)
         for i in full_args:
             em.loaded[(i, n)] = f"a{i}.v[{e}]"
+    for n in names:
+        em.warm(flat_indexer(n))
     for j, v in enumerate(region.results):
         vt = f"tfc_vec<{cexpr.STORAGE[v.dtype]}, {VECTOR}>"
         em.line(f"{vt} o{j};")

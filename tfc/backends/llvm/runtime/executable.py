@@ -177,7 +177,7 @@ class LLVMExecutable:
                     for a in variables:
                         ptrs[i] = dp(a)
                         i += 1
-                    a = None  # (else the last variable has one reference more: never _sole)
+                    del a  # (else the last variable has one reference more: never _sole)
                 # Outputs, then updates: an array recycled from the pool is often the one
                 # of the last step, whose pointer the slot already holds (the pool keeps
                 # it alive).
