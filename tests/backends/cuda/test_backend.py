@@ -13,7 +13,6 @@ rounding (rtol 1e-5 on f32); random numbers and everything else are exact.
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,24 +30,16 @@ from tfc.ir.registry import make_op
 from tfc.ir.types import DType, TensorType
 from tfc.testing import compile_lowered, split_mlp_module
 
-emulator = pytest.importorskip("tfc.backends.cuda.emulator")
-if not emulator.available():
-    pytest.skip("the CUDA emulator needs g++ (C++20)", allow_module_level=True)
+from tests.backends.cuda.emulated import ON_GPU, emulated_off_the_gpu
 
 RTOL = 1e-5
-
-
-ON_GPU = os.environ.get("TFC_BACKEND") == "cuda" and \
-    os.environ.get(cuda_device.DEVICE_ENV, "") != cuda_device.EMULATED and \
-    cuda_device.device_problem() is None
 
 
 @pytest.fixture(autouse=True)
 def emulated(monkeypatch: pytest.MonkeyPatch) -> None:
     """The emulator, but under ``TFC_BACKEND=cuda`` on a machine with a GPU: there the
     same tests check the launch layer (cupy, cuBLAS, the stream) too."""
-    if not ON_GPU:
-        monkeypatch.setenv(cuda_device.DEVICE_ENV, cuda_device.EMULATED)
+    emulated_off_the_gpu(monkeypatch)
 
 
 def compile_cuda(module: Module, entry: str = "f") -> CUDAExecutable:

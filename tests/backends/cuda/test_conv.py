@@ -13,25 +13,18 @@ order), pooling stays exact.
 
 from __future__ import annotations
 
-import os
 from dataclasses import astuple
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tfc.backends.cuda import codegen_conv, conv, device as cuda_device
+from tfc.backends.cuda import codegen_conv, conv
 from tfc.errors import ExecutionError
 from tfc.ir.registry import lookup
 from tfc.ir.types import DType
 
-emulator = pytest.importorskip("tfc.backends.cuda.emulator")
-if not emulator.available():
-    pytest.skip("the CUDA emulator needs g++ (C++20)", allow_module_level=True)
-
-ON_GPU = os.environ.get("TFC_BACKEND") == "cuda" and \
-    os.environ.get(cuda_device.DEVICE_ENV, "") != cuda_device.EMULATED and \
-    cuda_device.device_problem() is None
+from tests.backends.cuda.emulated import ON_GPU, emulator
 
 # The cases: (image NHWC, filter HW, attrs). Odd sizes, every padding, strides that do
 # not divide the image, dilations, a 1x1 filter, a window as large as the image.

@@ -5,7 +5,6 @@ midway: the check's answer is read once, with the fetches, before any variable w
 
 from __future__ import annotations
 
-import os
 from typing import Any, Iterator
 
 import numpy as np
@@ -15,17 +14,10 @@ from tfc.backends.cuda import device as cuda_device
 from tfc.errors import ExecutionError
 from tfc.runtime.program import Program
 
-emulator = pytest.importorskip("tfc.backends.cuda.emulator")
-if not emulator.available():
-    pytest.skip("the CUDA emulator needs g++ (C++20)", allow_module_level=True)
+from tests.backends.cuda.emulated import emulated_off_the_gpu
 
 RTOL = 1e-5
 IMAGE, FILTERS, CLASSES = 6, 4, 5
-
-
-ON_GPU = os.environ.get("TFC_BACKEND") == "cuda" and \
-    os.environ.get(cuda_device.DEVICE_ENV, "") != cuda_device.EMULATED and \
-    cuda_device.device_problem() is None
 
 
 @pytest.fixture
@@ -38,8 +30,7 @@ def emulated(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def device(monkeypatch: pytest.MonkeyPatch) -> None:
     """The emulator, but the GPU under ``TFC_BACKEND=cuda`` on a machine with one."""
-    if not ON_GPU:
-        monkeypatch.setenv(cuda_device.DEVICE_ENV, cuda_device.EMULATED)
+    emulated_off_the_gpu(monkeypatch)
 
 
 def cnn_module() -> Any:

@@ -10,7 +10,6 @@ exactly what a reference ``Program`` sees.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Iterator
 

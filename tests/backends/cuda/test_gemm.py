@@ -10,7 +10,6 @@ same arguments.
 from __future__ import annotations
 
 import itertools
-import os
 from typing import Any
 
 import numpy as np
@@ -20,19 +19,12 @@ from tfc.backends.cuda import device as cuda_device
 from tfc.backends.cuda.gemm import OP_N, OP_T, emulate_gemm, gemm_plan
 from tfc.runtime.program import Program
 
-emulator = pytest.importorskip("tfc.backends.cuda.emulator")
-if not emulator.available():
-    pytest.skip("the CUDA emulator needs g++ (C++20)", allow_module_level=True)
-
-ON_GPU = os.environ.get("TFC_BACKEND") == "cuda" and \
-    os.environ.get(cuda_device.DEVICE_ENV, "") != cuda_device.EMULATED and \
-    cuda_device.device_problem() is None
+from tests.backends.cuda.emulated import ON_GPU, emulated_off_the_gpu
 
 
 @pytest.fixture(autouse=True)
 def emulated(monkeypatch: pytest.MonkeyPatch) -> None:
-    if not ON_GPU:
-        monkeypatch.setenv(cuda_device.DEVICE_ENV, cuda_device.EMULATED)
+    emulated_off_the_gpu(monkeypatch)
 
 
 LAYOUTS = [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)),

@@ -6,14 +6,13 @@ and a batch known only at run time. On the emulator here; on a GPU under
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tfc.backends.cuda import CUDABackend, device as cuda_device, library
+from tfc.backends.cuda import CUDABackend, library
 from tfc.backends.reference import ReferenceBackend
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module
@@ -21,19 +20,12 @@ from tfc.ir.registry import make_op
 from tfc.ir.types import DType, TensorType
 from tfc.testing import compile_lowered
 
-emulator = pytest.importorskip("tfc.backends.cuda.emulator")
-if not emulator.available():
-    pytest.skip("the CUDA emulator needs g++ (C++20)", allow_module_level=True)
-
-ON_GPU = os.environ.get("TFC_BACKEND") == "cuda" and \
-    os.environ.get(cuda_device.DEVICE_ENV, "") != cuda_device.EMULATED and \
-    cuda_device.device_problem() is None
+from tests.backends.cuda.emulated import emulated_off_the_gpu
 
 
 @pytest.fixture(autouse=True)
 def emulated(monkeypatch: pytest.MonkeyPatch) -> None:
-    if not ON_GPU:
-        monkeypatch.setenv(cuda_device.DEVICE_ENV, cuda_device.EMULATED)
+    emulated_off_the_gpu(monkeypatch)
 
 
 @pytest.fixture(autouse=True)
