@@ -430,6 +430,16 @@ def _format_fetch(name: str, value: np.ndarray) -> str:
     return f"{name}: {t}\n{body}"
 
 
+def report_fetches(out: str | None, fetches: dict[str, np.ndarray]) -> None:
+    """A run's fetches: saved to ``--out`` when given, else printed."""
+    if out:
+        _save_fetches(out, fetches)
+        print(f"saved {', '.join(fetches) or 'no fetches'} to {out}")
+    else:
+        for name, value in fetches.items():
+            print(_format_fetch(name, value))
+
+
 def _save_fetches(path: str, fetches: dict[str, np.ndarray]) -> None:
     from tfc.atomic import atomic_write
 
@@ -669,12 +679,7 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
         print(f"saved checkpoint {saved[0]} (step {saved[1]})", file=sys.stderr)
     elif args.checkpoint_dir:
         print(f"no checkpoint saved: entry '{entry}' updates no variables", file=sys.stderr)
-    if args.out:
-        _save_fetches(args.out, fetches)
-        print(f"saved {', '.join(fetches) or 'no fetches'} to {args.out}")
-    else:
-        for name, value in fetches.items():
-            print(_format_fetch(name, value))
+    report_fetches(args.out, fetches)
     if args.save and not changes:
         print(f"{args.artifact} not updated: entry '{entry}' updates no variables",
               file=sys.stderr)

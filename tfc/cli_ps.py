@@ -179,7 +179,7 @@ def _may_hold_a_ps_step(path: str) -> bool:
 
 def _train(args: argparse.Namespace, spec: Any, module: Any, values: dict[str, np.ndarray],
            manifest: dict[str, Any]) -> int:
-    from tfc.cli import _format_fetch, _mini_batches, _save_fetches, parse_feeds
+    from tfc.cli import _mini_batches, parse_feeds, report_fetches
     from tfc.distributed.backup import StragglerSpec
     from tfc.passes.replicate import training_entries
     for flag, name in _UNSUPPORTED:
@@ -221,13 +221,7 @@ def _train(args: argparse.Namespace, spec: Any, module: Any, values: dict[str, n
                             next_batch, steps, straggler, args.backup_workers)
     for line in run.lines:
         print(line, file=sys.stderr)
-    fetches = run.fetches
-    if args.out:
-        _save_fetches(args.out, fetches)
-        print(f"saved {', '.join(fetches) or 'no fetches'} to {args.out}")
-    else:
-        for name, value in fetches.items():
-            print(_format_fetch(name, value))
+    report_fetches(args.out, run.fetches)
     if args.save:
         _save(args, module, spec, run.variables, manifest, steps)
     return 0
