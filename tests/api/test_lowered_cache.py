@@ -78,3 +78,24 @@ def test_an_unreadable_entry_is_lowered_again(fresh_cache, pass_runs):
     again = _run("llvm")
     assert sum("run" in g for g in pass_runs) == 4
     np.testing.assert_array_equal(again[0], first[0])
+
+
+def test_a_module_read_from_disk_goes_through_the_verifier(fresh_cache, pass_runs,
+                                                           monkeypatch):
+    """A cache file is input like an artifact: the verifier is the gate before native
+    code. One that does not verify is lowered again (the passes run), not run."""
+    import tfc.ir.verifier
+    from tfc.errors import VerifyError
+    first = _run("llvm")
+    runs = len(pass_runs)
+    lowered_cache._IN_PROCESS.clear()
+    checked = []
+
+    def refuse(module):
+        checked.append(sorted(module.graphs))
+        raise VerifyError("a corrupt cache entry")
+    monkeypatch.setattr(tfc.ir.verifier, "verify_module", refuse)
+    again = _run("llvm")
+    assert checked  # the disk entries were verified ...
+    assert len(pass_runs) == 2 * runs  # ... refused, and lowered again
+    np.testing.assert_array_equal(again[0], first[0])

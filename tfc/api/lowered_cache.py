@@ -13,7 +13,8 @@ everything the lowered module depends on, known before any pass runs:
 - a fingerprint of every tfc source file (passes, shape rules, the version).
 
 A hit skips every pass: the lowered module is read back (its bytecode and memory plans,
-as an artifact stores them). Kept in this process (the most recent ``MAX_IN_PROCESS``)
+as an artifact stores them), and one read from disk goes through the IR verifier, as an
+artifact does. Kept in this process (the most recent ``MAX_IN_PROCESS``)
 and on disk under ``$TFC_CACHE_DIR/lowered`` (one zip per key, written atomically; one
 that cannot be read is a miss). Graphs with more than ``MAX_CONSTANT_BYTES`` of
 constants are not cached (hashing baked-in weights costs what the passes save), nor
@@ -79,9 +80,15 @@ def _encode(module: Module) -> tuple[bytes, bytes] | None:
     return ir, json.dumps(plans, separators=(",", ":")).encode()
 
 
-def _decode(ir: bytes, plans: bytes, target: object) -> Module:
+def _decode(ir: bytes, plans: bytes, target: object, verify: bool = False) -> Module:
+    """The lowered module stored as ``ir`` and ``plans``; ``verify``: through the IR
+    verifier too (a file read from disk is input like an artifact: the verifier is the
+    gate before native code)."""
     from tfc.passes.memory import MemoryPlan
     module = module_from_bytes(ir)
+    if verify:
+        from tfc.ir.verifier import verify_module
+        verify_module(module)
     module.memory_plans = {name: MemoryPlan.from_json(module.graphs[name], plan)
                            for name, plan in json.loads(plans).items()}
     module.lowered_for = target
@@ -129,10 +136,11 @@ def lowered(module: Module, entry: str, target: object, pipeline: object,
     either way, the caller's to keep."""
     key = module_key(module, entry, target, pipeline)
     if key is not None:
-        parts = _IN_PROCESS.get(key) or _read(key)
+        known = _IN_PROCESS.get(key)
+        parts = known or _read(key)
         if parts is not None:
             try:
-                result = _decode(*parts, target)
+                result = _decode(*parts, target, verify=known is None)
             except (TfcError, ValueError, KeyError):  # unreadable: lower it again
                 pass
             else:
