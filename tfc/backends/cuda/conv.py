@@ -326,16 +326,17 @@ def prepare_conv2d_backprop_input(dev: Any, ins: Sequence[Any], outs: list[Any] 
     return [out], _sequence(steps)
 
 
-def prepare_max_pool(dev: Any, ins: Sequence[Any], outs: list[Any] | None,
-                     attrs: Mapping[str, Any]) -> tuple[list[Any], Action]:
+def _prepare_pool(op: str, dev: Any, ins: Sequence[Any], outs: list[Any] | None,
+                  attrs: Mapping[str, Any]) -> tuple[list[Any], Action]:
+    """``max_pool`` or ``avg_pool``: one window kernel from the image to the pooled output."""
     x = ins[0]
-    geo = _pool("max_pool", attrs, x.shape)
+    geo = _pool(op, attrs, x.shape)
     out = _outputs(dev, outs, (geo.n, geo.ho, geo.wo, geo.c), x.dtype)
     if out.size == 0:
         return [out], _zeros(out)
     steps: list[Action] = []
     x = _operand(dev, x, steps)
-    steps.append(_window_launch(dev, x.dtype, "max_pool", geo, out.size, (x, out)))
+    steps.append(_window_launch(dev, x.dtype, op, geo, out.size, (x, out)))
     return [out], _sequence(steps)
 
 
@@ -352,19 +353,6 @@ def _prepare_max_pool_grad(op: str, dev: Any, ins: Sequence[Any], outs: list[Any
     steps: list[Action] = []
     x, g = _operand(dev, x, steps), _operand(dev, g, steps)
     steps.append(_window_launch(dev, x.dtype, op, geo, out.size, (x, g, out)))
-    return [out], _sequence(steps)
-
-
-def prepare_avg_pool(dev: Any, ins: Sequence[Any], outs: list[Any] | None,
-                     attrs: Mapping[str, Any]) -> tuple[list[Any], Action]:
-    x = ins[0]
-    geo = _pool("avg_pool", attrs, x.shape)
-    out = _outputs(dev, outs, (geo.n, geo.ho, geo.wo, geo.c), x.dtype)
-    if out.size == 0:
-        return [out], _zeros(out)
-    steps: list[Action] = []
-    x = _operand(dev, x, steps)
-    steps.append(_window_launch(dev, x.dtype, "avg_pool", geo, out.size, (x, out)))
     return [out], _sequence(steps)
 
 
@@ -387,10 +375,10 @@ PREPARED: dict[str, Preparer] = {
     "conv2d": prepare_conv2d,
     "conv2d_backprop_filter": prepare_conv2d_backprop_filter,
     "conv2d_backprop_input": prepare_conv2d_backprop_input,
-    "max_pool": prepare_max_pool,
+    "max_pool": partial(_prepare_pool, "max_pool"),
     "max_pool_grad": partial(_prepare_max_pool_grad, "max_pool_grad"),
     "max_pool_grad_grad": partial(_prepare_max_pool_grad, "max_pool_grad_grad"),
-    "avg_pool": prepare_avg_pool,
+    "avg_pool": partial(_prepare_pool, "avg_pool"),
     "avg_pool_grad": prepare_avg_pool_grad,
 }
 """Each op's preparer: what an executable binds once per binding (module docstring)."""
