@@ -1,4 +1,4 @@
-"""``tfc.distribute``'s strategies: where ``Sequential.fit`` runs its training step.
+"""``tfc.distribute``'s strategies: where a model's ``fit`` runs its training step.
 
 As in TensorFlow, a strategy is chosen by compiling the model in its ``scope()``::
 
