@@ -37,6 +37,7 @@ elements of those.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -50,7 +51,7 @@ from tfc.api.session import Session
 from tfc.callbacks.base import Callback, CallbackList
 from tfc.errors import FeedError, TfcError, TypeMismatch
 from tfc.ir.types import DType, TensorType
-from tfc.layers.base import Initializer, Layer, _snake_case, get_initializer
+from tfc.layers.base import Initializer, InputShape, Layer, _snake_case, get_initializer
 from tfc.layers.losses import get_loss, get_metric
 from tfc.layers.nodes import (default_training, flatten, outermost_call, pack, record_call,
                               training_scope)
@@ -152,8 +153,10 @@ class Model:
         # the tfc.distribute strategy compile ran in (None: none), and fit's step under it
         self._strategy: Any = None
         self._fit_step: Any = None
-        # a subclass's own build(input_shape): called (once: True after) / tracing call now
+        # a subclass's own build(input_shape): called already / running now; tracing call now
         self._build_called = False
+        self._own_build_running = False
+        self._input_float_dtype: DType | None = None  # add_weight's default in build
         self._tracing = False
         if inputs is not None or outputs is not None:
             raise TfcError(f"{type(self).__name__}: inputs and outputs are given to "
@@ -163,6 +166,16 @@ class Model:
             raise TfcError("tfc.Model needs inputs and outputs (Model(inputs, outputs)), "
                            "or subclass it and define call(inputs, training=False)",
                            user_location())
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's own ``build(input_shape)`` (Keras's: it makes weights) runs once,
+        on the first call, with the inputs' shapes; ``model.build(shape, dtype)`` called
+        from outside still traces the model (``Model.build``), which runs it then. A
+        Sequential builds itself (``_traces_in_build``)."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("build")
+        if own is not None and not getattr(cls, "_traces_in_build", False):
+            cls.build = _own_build(own)  # type: ignore[method-assign]
 
     # ---- tracking (subclasses) ----------------------------------------------------------------
 
@@ -188,9 +201,10 @@ class Model:
                    trainable: bool = True) -> Variable:
         """A variable ``<model>/<name>`` of the model, initialized by ``initializer``
         (Keras's ``add_weight``; in ``__init__`` or ``build``): trained by ``fit`` when
-        ``trainable``, saved and restored with the model's weights."""
+        ``trainable``, saved and restored with the model's weights. Its dtype by default:
+        in ``build``, the first float input's; else f32."""
         init = get_initializer(initializer)
-        dt = as_dtype(dtype) if dtype is not None else DType.f32
+        dt = as_dtype(dtype) if dtype is not None else self._input_float_dtype or DType.f32
         dims = tuple(int(d) for d in shape)
         var = Variable(lambda: init(dims, dt), trainable=trainable, name=f"{self.name}/{name}",
                        dtype=dt)
@@ -248,12 +262,19 @@ class Model:
 
     def _maybe_build(self, inputs: Any) -> None:
         """A subclass's own ``build(input_shape)``, once, before its first call (Keras's):
-        the shapes of ``inputs`` with the batch dim, ``None`` where not static."""
+        the shapes of ``inputs`` (``InputShape``s: the batch dim first, ``None`` where not
+        static), in the structure of ``inputs``."""
         if self._build_called or type(self).build is Model.build:
             return
         self._build_called = True
         leaves, keys, kind = flatten(inputs)
-        self.build(pack(kind, keys, [_shape_of(t) for t in leaves]))
+        self._input_float_dtype = next((t.dtype for t in leaves
+                                        if isinstance(t, Tensor) and t.dtype.is_float), None)
+        self._own_build_running = True
+        try:
+            self.build(pack(kind, keys, [_shape_of(t) for t in leaves]))
+        finally:
+            self._own_build_running = False
 
     # ---- building a subclass ------------------------------------------------------------------
 
@@ -269,10 +290,9 @@ class Model:
         """Trace ``call`` on placeholders (a subclass): ``input_shape`` excludes the batch
         dim and is one shape, a list or a dict of shapes (one placeholder each, named
         ``x``, ``x_0`` ..., or by the dict's keys), ``dtype`` one dtype or one per input.
-        A subclass's own ``build(input_shape)`` that calls this one while the model traces
-        its first call (the shapes then have the batch dim) does nothing more."""
-        self._build_called = True
-        if self.built or self._tracing:
+        Called by a subclass's own ``build(input_shape)`` (``super().build``), it does
+        nothing: the model is being traced already."""
+        if self.built or self._tracing or self._own_build_running:
             return
         if input_shape is None:
             raise TfcError(f"model '{self.name}' does not know its input shape: call "
@@ -317,8 +337,7 @@ class Model:
                 raise FeedError(f"model '{self.name}': cannot take inputs of dtype {a.dtype}")
             dtypes.append(dt)
         shapes = [a.shape[1:] for a in arrays]
-        self._build_called = self._build_called or type(self).build is Model.build
-        Model.build(self, shapes[0] if kind == "single" else pack(kind, keys or [], shapes)
+        self._trace(shapes[0] if kind == "single" else pack(kind, keys or [], shapes)
                     if kind == "dict" else shapes, dtypes if kind != "single" else dtypes[0])
 
     # ---- the model's tensors and feeds (the engine's hooks) ----------------------------------
@@ -954,10 +973,22 @@ def _accepts_training(fn: Callable[..., Any]) -> bool:
     return "training" in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
 
 
+def _own_build(own: Callable[..., None]) -> Callable[..., None]:
+    """A subclass's ``build``: its own code (``own``) when the model's first call runs it
+    (``_maybe_build``, or a subclass's ``super().build``), else the engine's (trace)."""
+    @functools.wraps(own)
+    def build(self: Model, input_shape: Any = None, dtype: Any = None) -> None:
+        if self._own_build_running:
+            own(self, input_shape)
+        else:
+            Model.build(self, input_shape, dtype)
+    return build
+
+
 def _shape_of(value: Any) -> tuple[int | None, ...]:
-    """The shape of a tensor or array, ``None`` for a dim that is not static."""
-    dims = value.type.shape if isinstance(value, Tensor) else np.shape(value)
-    return tuple(d if isinstance(d, int) else None for d in dims)
+    """The shape of a tensor (an ``InputShape``: ``None`` for a dim that is not static,
+    and its type) or of an array."""
+    return InputShape(value.type) if isinstance(value, Tensor) else tuple(np.shape(value))
 
 
 def _tensors(values: list[Any], what: str, loc: Any) -> list[Tensor]:

@@ -30,6 +30,8 @@ from tfc.layers.nodes import default_training, outermost_call, record_call
 class Sequential(Model):
     """Layers applied one after another (``tf.keras.Sequential``)."""
 
+    _traces_in_build = True  # build makes the placeholder and calls the layers itself
+
     def __init__(self, layers: Sequence[Layer] | None = None, name: str | None = None,
                  input_shape: Sequence[int | None] | None = None,
                  input_dtype: Any = None) -> None:
