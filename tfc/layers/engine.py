@@ -115,7 +115,8 @@ class Model:
     names are the placeholders' (or the dict's keys); output names the layers' that made
     them (or the dict's keys): the keys of ``fit``'s dicts, ``compile``'s per-output losses
     and metrics, and the logged ``<output>_loss`` / ``<output>_<metric>``. ``inputs`` and
-    ``outputs`` of a built model are lists (``input`` / ``output`` for one).
+    ``outputs`` of a built model are lists (``input`` / ``output`` for one; a
+    ``Sequential``'s are its one tensor each).
     """
 
     _tracked_variables: list[Variable]  # variables assigned as attributes or add_weight's

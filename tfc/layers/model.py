@@ -32,6 +32,11 @@ class Sequential(Model):
 
     _traces_in_build = True  # build makes the placeholder and calls the layers itself
 
+    def __setattr__(self, key: str, value: Any) -> None:
+        """Plain: a layer assigned as an attribute is not one of the stack (``add`` and
+        ``layers=`` make it)."""
+        object.__setattr__(self, key, value)
+
     def __init__(self, layers: Sequence[Layer] | None = None, name: str | None = None,
                  input_shape: Sequence[int | None] | None = None,
                  input_dtype: Any = None) -> None:
