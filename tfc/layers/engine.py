@@ -104,6 +104,7 @@ class _Training:
     train_op: Operation
     eval_loss: Tensor                 # the same, on the inference graph
     eval_metrics: dict[str, Tensor] = field(default_factory=dict)
+    feeds: list[Tensor] = field(default_factory=list)  # a step's placeholders: x.., y..
 
 
 class Model:
@@ -418,9 +419,10 @@ class Model:
 
     def _feed_dict(self, x: Any, y: Any) -> dict[Tensor, np.ndarray]:
         """The feeds of one step on prepared batches ``x`` and ``y``."""
-        tensors = [*self._input_list(), *(t for _, t in self._label_feeds(
-            self._require_training()))]
-        return dict(zip(tensors, [*batch_arrays(x), *batch_arrays(y)]))
+        feeds = self._require_training().feeds
+        if len(feeds) == 2 and not isinstance(x, list):  # one input, one label: the fast way
+            return {feeds[0]: x, feeds[1]: y}
+        return dict(zip(feeds, [*batch_arrays(x), *batch_arrays(y)]))
 
     # ---- training ---------------------------------------------------------------------------
 
@@ -453,8 +455,10 @@ class Model:
                            f"data or build(shape) first", user_location())
         assert self.graph is not None
         with self.graph.as_default():
-            self._training = self._build_training()
-        return self._training
+            tr = self._build_training()
+        tr.feeds = [*self._input_list(), *(t for _, t in self._label_feeds(tr))]
+        self._training = tr
+        return tr
 
     def _build_training(self) -> _Training:
         """The label placeholders, losses, metrics and optimizer step, per output: the
