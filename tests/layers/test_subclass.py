@@ -273,3 +273,26 @@ def test_gradients_of_custom_weights_match_finite_differences():
             sess.variables[var.name] = base
             numeric = (values[0] - values[1]) / (2 * eps)
             assert grad[idx] == pytest.approx(numeric, rel=1e-5, abs=1e-8), (var.name, idx)
+
+
+def test_a_layer_that_refers_back_to_its_model_counts_each_variable_once():
+    class Back(L.Layer):
+        def __init__(self, owner):
+            super().__init__()
+            self.owner, self.inner = owner, L.Dense(2)
+
+        def call(self, x):
+            return self.inner(x)
+
+    class Owner(tfc.Model):
+        def __init__(self):
+            super().__init__()
+            self.back = Back(self)
+
+        def call(self, x):
+            return self.back(x)
+
+    model = Owner()
+    model.build((3,))
+    assert [v.name for v in model.variables] == ["back/dense/kernel", "back/dense/bias"]
+    assert model.count_params() == 8 and len(model.back.trainable_variables) == 2

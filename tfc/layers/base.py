@@ -155,18 +155,26 @@ class Layer:
     @property
     def variables(self) -> list[Variable]:
         """The layer's own variables (``add_weight``), then its tracked sublayers'."""
-        own = list(self._variables)
-        for sub in self.__dict__.get("_sublayers", ()):
-            own.extend(v for v in sub.variables if not any(v is w for w in own))
-        return own
+        return self._with_sublayers(list(self._variables), "variables")
 
     @property
     def trainable_variables(self) -> list[Variable]:
         if not self.trainable:
             return []
         own = [v for v in self._variables if v.trainable]
-        for sub in self.__dict__.get("_sublayers", ()):
-            own.extend(v for v in sub.trainable_variables if not any(v is w for w in own))
+        return self._with_sublayers(own, "trainable_variables")
+
+    def _with_sublayers(self, own: list[Variable], attr: str) -> list[Variable]:
+        """``own`` and the sublayers' ``attr`` after it, each variable once; a sublayer
+        that leads back to this layer (a reference to its model) adds nothing twice."""
+        if self.__dict__.get("_collecting"):
+            return []
+        self._collecting = True
+        try:
+            for sub in self.__dict__.get("_sublayers", ()):
+                own.extend(v for v in getattr(sub, attr) if not any(v is w for w in own))
+        finally:
+            self._collecting = False
         return own
 
     def count_params(self) -> int:
