@@ -141,17 +141,98 @@ def test_cluster_strategies_on_threads_match_one_device(make):
     assert many._fit_step.program.module.devices == list(strategy.devices)
 
 
-def test_a_functional_model_under_a_strategy_is_a_clear_error() -> None:
-    """Functional models feed lists of inputs and labels, which the replicated step does
-    not take yet: fit says so at the user's line instead of training something else."""
-    from tfc.keras import Input, Model
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(32, 8)).astype(np.float32)
-    y = rng.integers(0, 3, 32)
-    with tfc.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
-        inp = Input(shape=(8,))
-        model = Model(inp, tfc.layers.Dense(3)(inp))
-        model.compile("sgd", "sparse_categorical_crossentropy")
-    with pytest.raises(tfc.errors.TfcError, match="fed lists") as caught:
-        model.fit(x, y, batch_size=16, epochs=1, verbose=0)
-    assert "test_mirrored_fit.py" in str(caught.value)
+B = RNG.normal(size=(46, 3))
+R = (X[:, :2].sum(axis=1) - B[:, 0])[:, None]  # the regression output's target
+
+
+def two_towers(dtype, strategy=None, kind="functional"):
+    """Two inputs (``a``: 6 features, ``b``: 3) and two outputs (``cls``: 3 classes,
+    sparse labels; ``reg``: one number, mse), weighted losses and a metric on ``cls``;
+    a Functional model or the same network as a subclass; compiled in ``strategy``'s
+    scope when given."""
+    L = tfc.layers
+
+    class TwoTowers(tfc.Model):
+        def __init__(self):
+            super().__init__()
+            self.tower_a, self.tower_b = L.Dense(8, activation="relu"), L.Dense(4)
+            self.cls, self.reg = L.Dense(3, activation="softmax", name="cls"), L.Dense(1)
+
+        def call(self, inputs):
+            h = L.Concatenate()([self.tower_a(inputs["a"]), self.tower_b(inputs["b"])])
+            return {"cls": self.cls(h), "reg": self.reg(h)}
+
+    with tfc.Graph().as_default():
+        tfc.set_random_seed(0)
+        scope = strategy.scope() if strategy is not None else None
+        if scope is not None:
+            scope.__enter__()
+        try:
+            if kind == "functional":
+                a = tfc.keras.Input((6,), dtype=dtype, name="a")
+                b = tfc.keras.Input((3,), dtype=dtype, name="b")
+                h = L.Concatenate()([L.Dense(8, activation="relu")(a), L.Dense(4)(b)])
+                model = tfc.Model([a, b], {"cls": L.Dense(3, activation="softmax")(h),
+                                           "reg": L.Dense(1)(h)})
+            else:
+                model = TwoTowers()
+                model.build({"a": (6,), "b": (3,)}, [dtype, dtype])
+            model.compile(optimizer="adam",
+                          loss={"cls": "sparse_categorical_crossentropy", "reg": "mse"},
+                          loss_weights={"cls": 1.0, "reg": 0.5},
+                          metrics={"cls": ["accuracy"]})
+        finally:
+            if scope is not None:
+                scope.__exit__(None, None, None)
+    return model
+
+
+def two_tower_data(dtype):
+    return ({"a": X.astype(dtype), "b": B.astype(dtype)},
+            {"cls": Y, "reg": R.astype(dtype)})
+
+
+def assert_same_two_towers(one, many, h1, h2, dtype):
+    assert_same_training(one, many, h1, h2, dtype)
+    assert {"cls_loss", "reg_loss", "cls_accuracy"} <= set(h2)
+    tol = TOLERANCE[dtype]
+    x, _ = two_tower_data(dtype)
+    p1, p2 = one.predict(x), many.predict(x)
+    for key in ("cls", "reg"):
+        np.testing.assert_allclose(p2[key], p1[key], rtol=tol, atol=tol, err_msg=key)
+    step = many._fit_step
+    assert isinstance(step, ReplicatedStep) and step.feeds == 4  # it did run replicated
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_two_input_two_output_model_under_mirrored_matches_one_device(backend, dtype):
+    """Every input and every label is split over the replicas the same way: arrays fed as
+    dicts (46 examples in batches of 10: the last, 6, splits 3 + 3) and a Dataset of
+    (x, y) dicts give the results of one device on the same global batches."""
+    strategy = tfc.distribute.MirroredStrategy(TWO_CPUS)
+    one, many = two_towers(dtype), two_towers(dtype, strategy)
+    x, y = two_tower_data(dtype)
+    h1 = one.fit(x, y, epochs=2, batch_size=10, seed=1, verbose=0)
+    h2 = many.fit(x, y, epochs=2, batch_size=10, seed=1, verbose=0)
+    assert_same_two_towers(one, many, h1, h2, dtype)
+    def data():
+        return Dataset.from_tensor_slices((x, y)).shuffle(46, seed=2).batch(10)
+    h1 = one.fit(data(), epochs=1, verbose=0)
+    h2 = many.fit(data(), epochs=1, verbose=0)
+    assert_same_two_towers(one, many, h1, h2, dtype)
+    assert list(many._fit_step.program.module.devices) == TWO_CPUS
+
+
+@pytest.mark.parametrize("make", [
+    lambda: tfc.distribute.ParameterServerStrategy("ps=1,workers=2", address="inprocess"),
+    lambda: tfc.distribute.MultiWorkerMirroredStrategy("workers=2", address="inprocess"),
+])
+def test_a_two_input_two_output_subclass_under_a_cluster_strategy_matches_one_device(make):
+    """A subclassed model fed dicts, under the cluster strategies' replications (tasks as
+    threads of this process)."""
+    one = two_towers(np.float64, kind="subclass")
+    many = two_towers(np.float64, make(), kind="subclass")
+    x, y = two_tower_data(np.float64)
+    h1 = one.fit(x, y, epochs=2, batch_size=10, seed=1, verbose=0)
+    h2 = many.fit(x, y, epochs=2, batch_size=10, seed=1, verbose=0)
+    assert_same_two_towers(one, many, h1, h2, np.float64)

@@ -50,3 +50,24 @@ def test_parameter_server_strategy_trains_on_the_cluster(loopback_cluster):
         np.testing.assert_allclose(h2[key], h1[key], rtol=1e-10, atol=1e-10, err_msg=key)
     for a, b in zip(one.get_weights(), many.get_weights()):  # read back from the PS task
         np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-10)
+
+
+def test_a_two_input_two_output_model_under_multi_worker_mirrored_on_the_cluster(
+        loopback_cluster):
+    """A Functional model fed dicts: every input and label split over the workers' tasks
+    the same way (the all-reduce over Ray), with the results of one device."""
+    from tests.distribute.test_mirrored_fit import (assert_same_two_towers, two_tower_data,
+                                                    two_towers)
+    strategy = tfc.distribute.MultiWorkerMirroredStrategy("workers=2",
+                                                          address=loopback_cluster.address)
+    one, many = two_towers(np.float64), two_towers(np.float64, strategy)
+    x, y = two_tower_data(np.float64)
+    h1 = one.fit(x, y, epochs=2, batch_size=10, seed=1, verbose=0)
+    try:
+        h2 = many.fit(x, y, epochs=2, batch_size=10, seed=1, verbose=0)
+        assert many._fit_step.remote
+        assert sorted(many._fit_step.program.task_states()) == ["worker:0", "worker:1"]
+    finally:
+        if many._fit_step is not None:
+            many._fit_step.close()
+    assert_same_two_towers(one, many, h1, h2, np.float64)

@@ -358,8 +358,9 @@ def test_errors_of_badly_wired_models():
     with pytest.raises(FeedError, match=r"arrays differ in their number of examples "
                                         r"\(a: 2, b: 3\)"):
         model.predict([np.ones((2, 4)), np.ones((3, 4))])
-    with pytest.raises(TfcError, match="is not a Sequential"):
-        model.add(L.Dense(1))
+    # a Functional model is a Model, not a Sequential: no add (as in Keras)
+    assert isinstance(model, tfc.Model) and not isinstance(model, tfc.Sequential)
+    assert not hasattr(model, "add")
 
 
 def test_keras_namespace_and_existing_names():
@@ -369,3 +370,46 @@ def test_keras_namespace_and_existing_names():
     from tfc.keras.layers import Concatenate  # noqa: F401  (importable as a module)
     assert tfc.keras.losses.SparseCategoricalCrossentropy is \
         tfc.layers.SparseCategoricalCrossentropy
+
+
+def test_model_is_the_engine_of_sequential_functional_and_subclasses():
+    """Keras's layering: ``tfc.Model(inputs, outputs)`` is a ``Functional`` model, a
+    ``Model`` and not a ``Sequential``; a Sequential and a subclass are Models too; the
+    engine (compile, fit, evaluate, predict, weights, checkpoints) is defined once."""
+    from tfc.layers.functional import Functional
+
+    class Net(tfc.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = L.Dense(2)
+
+        def call(self, x):
+            return self.dense(x)
+
+    with tfc.Graph().as_default():
+        x = tfc.keras.Input((3,))
+        functional = tfc.Model(inputs=x, outputs=L.Dense(2)(x), name="f")
+        sequential = tfc.Sequential([L.Dense(2, input_shape=(3,))])
+        subclass = Net()
+    assert type(functional) is Functional and functional.name == "f"
+    assert type(tfc.Model(x, functional.outputs)) is Functional
+    for model in (functional, sequential, subclass):
+        assert isinstance(model, tfc.Model)
+    assert not isinstance(functional, tfc.Sequential) and not isinstance(subclass, tfc.Sequential)
+    assert not hasattr(functional, "add") and not hasattr(subclass, "add")
+    for method in ("compile", "fit", "evaluate", "predict", "get_weights", "set_weights",
+                   "save_weights", "load_weights", "_require_training", "_training_step",
+                   "export", "training_graph"):
+        defined = [cls.__name__ for cls in (Functional, tfc.Sequential, Net)
+                   if method in vars(cls)]
+        assert defined == [] and method in vars(tfc.Model), (method, defined)
+
+    class Wired(tfc.Model):  # Keras's "subclassed Functional" is not offered: a clear error
+        def __init__(self, inputs, outputs):
+            super().__init__(inputs, outputs)
+
+        def call(self, x):
+            return x
+    with pytest.raises(TfcError, match="a subclass builds its ops in call") as caught:
+        Wired(x, functional.outputs)
+    assert "test_functional.py" in str(caught.value)

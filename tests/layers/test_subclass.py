@@ -179,3 +179,120 @@ def test_summary_and_errors(capsys):
         NoCall()
     with pytest.raises(TfcError, match="must be compiled first"):
         MLP().fit(*blobs(8), verbose=0)
+
+
+# ---- Keras's build(input_shape) and add_weight ----------------------------------------------
+
+class Linear(L.Layer):
+    """A Keras-style custom layer: weights made in ``build(input_shape)`` with
+    ``add_weight``, ``call(inputs)`` without ``training``, a tracked sublayer."""
+
+    def __init__(self, units: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.units = units
+        self.builds: list[tuple] = []
+        self.gate = L.Dense(units, activation="sigmoid")  # tracked: its weights are ours
+
+    def build(self, input_shape):
+        self.builds.append(tuple(input_shape))
+        self.w = self.add_weight(name="w", shape=(input_shape[-1], self.units),
+                                 initializer="random_normal", trainable=True)
+        self.b = self.add_weight(name="b", shape=(self.units,), initializer="zeros")
+        self.scale = self.add_weight(name="scale", shape=(), initializer="ones",
+                                     trainable=False)
+
+    def call(self, inputs):
+        return (tfc.matmul(inputs, self.w) + self.b) * self.scale * self.gate(inputs)
+
+
+class Scaled(tfc.Model):
+    """A subclassed model with its own ``build`` and ``add_weight`` (called once, though
+    ``call`` is traced twice: inference and training)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = Linear(3)
+        self.drop = L.Dropout(0.25, seed=1)
+        self.builds: list = []
+
+    def build(self, input_shape):
+        self.builds.append(tuple(input_shape))
+        self.gain = self.add_weight("gain", (3,), "ones")
+        self.offset = self.add_weight("offset", (3,), "zeros", trainable=False)
+
+    def call(self, x, training=False):
+        h = self.drop(self.linear(x), training=training)
+        return tfc.nn.softmax(h * self.gain + self.offset)
+
+
+def test_build_and_add_weight_as_in_keras_train_and_are_called_once():
+    model = Scaled()
+    model.compile(tfc.train.AdamOptimizer(0.05), "sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    x, y = blobs()
+    history = model.fit(x, y, epochs=15, batch_size=32, verbose=0)
+    assert model.builds == [(None, 2)] and model.linear.builds == [(None, 2)]
+    names = sorted(v.name for v in model.trainable_variables)
+    assert names == ["linear/b", "linear/dense/bias", "linear/dense/kernel", "linear/w",
+                     "scaled/gain"]
+    assert {v.name for v in model.variables} - set(names) == {"linear/scale", "scaled/offset"}
+    assert model.count_params() == 3 * 2 + 3 + 1 + (2 * 3 + 3) + 3 + 3
+    assert history["loss"][-1] < 0.5 * history["loss"][0] and history["accuracy"][-1] > 0.9
+    weights = dict(zip([v.name for v in model.variables], model.get_weights()))
+    assert weights["linear/scale"] == 1.0 and not weights["scaled/offset"].any()  # untrained
+    assert not np.allclose(weights["scaled/gain"], 1.0)  # trained
+
+
+def test_gradients_of_custom_weights_match_finite_differences():
+    """f64: the gradient of the loss with respect to every weight that build and
+    add_weight made (and the tracked sublayer's) is the central difference's."""
+    model = Scaled()
+    model.build((2,), "float64")
+    model.compile("sgd", "sparse_categorical_crossentropy")
+    x, y = blobs(12, seed=4)
+    tr = model._require_training()
+    variables = model.trainable_variables
+    assert len(variables) == 5
+    grads = tfc.gradients(tr.eval_loss, variables)  # no dropout: a deterministic loss
+    sess = model.session
+    feeds = model._feed_dict(model._prepare_x(x.astype(np.float64)), model._prepare_y(y))
+    analytic = sess.run(grads, feeds)
+    rng = np.random.default_rng(0)
+    eps = 1e-6
+    for var, grad in zip(variables, analytic):
+        assert grad.dtype == np.float64
+        base = sess.variable_values()[var.name].copy()
+        for _ in range(3):
+            idx = tuple(rng.integers(0, d) for d in base.shape)
+            values = []
+            for sign in (1, -1):
+                moved = base.copy()
+                moved[idx] += sign * eps
+                sess.variables[var.name] = moved
+                values.append(float(sess.run(tr.eval_loss, feeds)))
+            sess.variables[var.name] = base
+            numeric = (values[0] - values[1]) / (2 * eps)
+            assert grad[idx] == pytest.approx(numeric, rel=1e-5, abs=1e-8), (var.name, idx)
+
+
+def test_a_layer_that_refers_back_to_its_model_counts_each_variable_once():
+    class Back(L.Layer):
+        def __init__(self, owner):
+            super().__init__()
+            self.owner, self.inner = owner, L.Dense(2)
+
+        def call(self, x):
+            return self.inner(x)
+
+    class Owner(tfc.Model):
+        def __init__(self):
+            super().__init__()
+            self.back = Back(self)
+
+        def call(self, x):
+            return self.back(x)
+
+    model = Owner()
+    model.build((3,))
+    assert [v.name for v in model.variables] == ["back/dense/kernel", "back/dense/bias"]
+    assert model.count_params() == 8 and len(model.back.trainable_variables) == 2

@@ -2,11 +2,14 @@
 program beside the model's session.
 
 ``ReplicatedStep`` cuts the request ``fit`` runs (the optimizer's step, the loss and the
-metrics, fed ``x`` and ``y``) out of the model's graph as an entry ``train_step``, runs
+metrics, fed the model's inputs and labels: one each for a Sequential, any number for a
+Functional or subclassed model) out of the model's graph as an entry ``train_step``, runs
 the optimization passes, then ``tfc.passes.replicate`` with the strategy's
-``ClusterSpec``: every worker clone takes an equal shard of the global batch, and the
-update applies the mean of their gradients (so the result is one device's on the same
-global batch, up to rounding; a 0-d loss or metric fetched is the mean of the replicas').
+``ClusterSpec``: every worker clone takes an equal shard of the global batch (every feed
+split on axis 0 the same way, so a replica's examples keep their inputs and labels
+together), and the update applies the mean of their gradients (so the result is one
+device's on the same global batch, up to rounding; a 0-d loss or metric fetched is the
+mean of the replicas').
 For a ``MirroredStrategy`` the workers' devices are renamed to the strategy's
 (``/cpu:0``, ``/cpu:1``), and the multi-device executor runs one partition per device,
 concurrently; a cluster strategy's program runs its tasks on Ray
@@ -38,6 +41,7 @@ from tfc.api.extract import extract
 from tfc.api.graph import Operation, Tensor
 from tfc.api.session import Session
 from tfc.distribute.strategy import Strategy
+from tfc.errors import TfcError
 from tfc.ir import core as ir
 from tfc.passes.replicate import mirror_name, replicate_module, worker_device
 from tfc.pipeline import run_pipeline
@@ -46,13 +50,26 @@ ENTRY = "train_step"
 OneDeviceRun = Callable[[Any, Any], Sequence[Any]]
 
 
-def replicated_module(session: Session, x: Tensor, y: Tensor, fetches: Sequence[Tensor],
-                      train_op: Operation, strategy: Strategy, what: str) -> ir.Module:
-    """The module of one training step ``train_step(x, y) -> fetch0..`` replicated for
-    ``strategy`` (its workers on the strategy's devices when it runs in this process)."""
+def feed_names(inputs: int, labels: int) -> list[str]:
+    """The entry's argument names: ``x`` and ``y`` for one input and one label (a
+    Sequential's), else ``x0``, ``x1`` ... and ``y0``, ``y1`` ..."""
+    def names(prefix: str, count: int) -> list[str]:
+        return [prefix] if count == 1 else [f"{prefix}{i}" for i in range(count)]
+    return [*names("x", inputs), *names("y", labels)]
+
+
+def replicated_module(session: Session, inputs: Sequence[Tensor], labels: Sequence[Tensor],
+                      fetches: Sequence[Tensor], train_op: Operation, strategy: Strategy,
+                      what: str) -> ir.Module:
+    """The module of one training step ``train_step(x.., y..) -> fetch0..`` replicated
+    for ``strategy`` (its workers on the strategy's devices when it runs in this
+    process)."""
     spec = strategy.cluster_spec
     assert spec is not None
-    graph = extract(session.graph.ir, ENTRY, [("x", x.value), ("y", y.value)],
+    feeds = [*inputs, *labels]
+    graph = extract(session.graph.ir, ENTRY,
+                    list(zip(feed_names(len(inputs), len(labels)),
+                             (t.value for t in feeds))),
                     [(f"fetch{i}", t.value) for i, t in enumerate(fetches)],
                     train_op.ir_ops(), what=what)
     module = ir.Module()
@@ -81,21 +98,24 @@ def rename_devices(module: ir.Module, names: dict[str, str]) -> None:
 
 class ReplicatedStep:
     """One step of ``fit`` on a global batch under ``strategy`` (see the module
-    docstring); ``one_device(x, y)`` is the session's own step, for a batch that does not
-    split evenly."""
+    docstring): called with prepared batches ``x`` and ``y`` (one array, or a list of
+    arrays: one per placeholder of ``inputs`` and of ``labels``); ``one_device(x, y)`` is
+    the session's own step, for a batch that does not split evenly."""
 
-    def __init__(self, strategy: Strategy, session: Session, x: Tensor, y: Tensor,
-                 fetches: Sequence[Tensor], train_op: Operation, one_device: OneDeviceRun,
-                 what: str) -> None:
+    def __init__(self, strategy: Strategy, session: Session, inputs: Sequence[Tensor],
+                 labels: Sequence[Tensor], fetches: Sequence[Tensor], train_op: Operation,
+                 one_device: OneDeviceRun, what: str) -> None:
         from tfc.runtime.program import Program
         spec = strategy.cluster_spec
         assert spec is not None
         self.strategy = strategy
         self.session = session
-        self.fetch_key = request_key(fetches, train_op)
+        self.fetch_key = request_key([*inputs, *labels], fetches, train_op)
         self.replicas = spec.workers
         self.one_device = one_device
-        module = replicated_module(session, x, y, fetches, train_op, strategy, what)
+        self.feeds = len(inputs) + len(labels)
+        module = replicated_module(session, inputs, labels, fetches, train_op, strategy,
+                                   what)
         values = session.variable_values()
         # each variable of the session: its copies in the program (mirrored: one per worker)
         self.copies = {name: [mirror_name(name, i) if i else name
@@ -113,15 +133,19 @@ class ReplicatedStep:
         self.seen = dict(values)
         self.remote = strategy.address != "inprocess"
         self.ahead = False  # whether the program ran steps the session has not seen
-        self.run = self.program.callable(ENTRY, ["x", "y"],
+        self.run = self.program.callable(ENTRY, feed_names(len(inputs), len(labels)),
                                          [f"fetch{i}" for i in range(len(fetches))])
 
     def __call__(self, xb: Any, yb: Any) -> Sequence[Any]:
-        if len(xb) % self.replicas:
+        arrays = [*_arrays(xb), *_arrays(yb)]
+        if len(arrays) != self.feeds:
+            raise TfcError(f"a replicated step takes {self.feeds} arrays (inputs and "
+                           f"labels), got {len(arrays)}")
+        if len(arrays[0]) % self.replicas:
             self.finish_epoch()  # the session's values first
             return self.one_device(xb, yb)
         self._push()
-        values = self.run(xb, yb)
+        values = self.run(*arrays)
         self.ahead = True
         if not self.remote:
             self._pull()
@@ -180,23 +204,32 @@ class SessionStep:
         pass
 
 
-def fit_step(strategy: Strategy | None, session: Session, x: Tensor, y: Tensor,
-             fetches: Sequence[Tensor], train_op: Operation, one_device: OneDeviceRun,
-             what: str, previous: Any = None) -> Any:
+def fit_step(strategy: Strategy | None, session: Session, inputs: Sequence[Tensor],
+             labels: Sequence[Tensor], fetches: Sequence[Tensor], train_op: Operation,
+             one_device: OneDeviceRun, what: str, previous: Any = None) -> Any:
     """The step ``fit`` runs on each global batch: ``strategy``'s replicated one (reused
-    from ``previous`` when that is one for the same request), or the session's."""
+    from ``previous`` when that is one for the same request), or the session's.
+    ``inputs`` and ``labels`` are the placeholders a batch ``(x, y)`` fills."""
     if strategy is None or strategy.cluster_spec is None:
         return SessionStep(one_device)
     if (isinstance(previous, ReplicatedStep) and previous.strategy is strategy
             and previous.session is session
-            and previous.fetch_key == request_key(fetches, train_op)):
+            and previous.fetch_key == request_key([*inputs, *labels], fetches, train_op)):
         previous.one_device = one_device
         return previous
     if previous is not None:
         previous.close()
-    return ReplicatedStep(strategy, session, x, y, fetches, train_op, one_device, what)
+    return ReplicatedStep(strategy, session, inputs, labels, fetches, train_op, one_device,
+                          what)
 
 
-def request_key(fetches: Sequence[Tensor], train_op: Operation) -> tuple:
-    return (tuple(t.value for t in fetches), tuple(train_op.ir_ops()))
+def request_key(feeds: Sequence[Tensor], fetches: Sequence[Tensor], train_op: Operation
+                ) -> tuple:
+    return (tuple(t.value for t in feeds), tuple(t.value for t in fetches),
+            tuple(train_op.ir_ops()))
+
+
+def _arrays(batch: Any) -> list[Any]:
+    """The arrays of a prepared batch: one array, or a list of them."""
+    return list(batch) if isinstance(batch, list) else [batch]
 

@@ -1,4 +1,4 @@
-"""``tfc.distribute``'s strategies: where ``Sequential.fit`` runs its training step.
+"""``tfc.distribute``'s strategies: where a model's ``fit`` runs its training step.
 
 As in TensorFlow, a strategy is chosen by compiling the model in its ``scope()``::
 
@@ -24,15 +24,16 @@ device on the same global batch (``tfc.distribute.fit``). What runs is the repli
   ``/cpu:0`` the model's session runs it, as without a strategy).
 
 ``get_strategy()`` is the strategy of the innermost ``scope()`` of this thread, or the
-default one. ``strategy.run``/``reduce`` (per-replica calls outside ``fit``) are not
-offered: a replica here is a compiled partition, not a Python function call.
+default one. ``strategy.run(fn, args)`` / ``strategy.reduce(op, value, axis)`` serve custom
+training loops: ``fn`` is traced once into a graph step, which is replicated as ``fit``'s
+(``tfc.distribute.run``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from tfc.devices import gpu_count, parse_device, parse_devices
 from tfc.errors import TfcError
@@ -49,6 +50,7 @@ class Strategy:
         self._devices = tuple(devices)
         self._cluster = cluster
         self._address = address
+        self._runs: dict[tuple, Any] = {}  # run's traced steps (tfc.distribute.run)
 
     @property
     def num_replicas_in_sync(self) -> int:
@@ -87,6 +89,20 @@ class Strategy:
             yield self
         finally:
             current.pop()
+
+    def run(self, fn: Callable[..., Any], args: Sequence[Any] = (),
+            kwargs: dict[str, Any] | None = None) -> Any:
+        """``fn`` (a step built of graph ops: forward, loss, ``optimizer.minimize``) on
+        each replica's shard of the global batch ``args``; each returned tensor becomes a
+        ``PerReplica`` of the replicas' values (``tfc.distribute.run``)."""
+        from tfc.distribute.run import run
+        return run(self, fn, args, kwargs)
+
+    def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
+        """``value`` (a ``PerReplica``) combined over the replicas: ``"SUM"`` or
+        ``"MEAN"``, element by element or also along ``axis`` (``tfc.distribute.run``)."""
+        from tfc.distribute.run import reduce
+        return reduce(self, reduce_op, value, axis)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(self._devices)})"

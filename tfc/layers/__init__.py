@@ -1,24 +1,25 @@
 """``tfc.layers``: Keras-style layers, ``Sequential`` and ``Model`` on the TF1 graph API.
 
 Layers append graph ops when called on a tensor and make their variables on the first
-call (``Dense(64, activation="relu")(x)``); ``Sequential`` adds Keras's ``compile`` /
-``fit`` / ``evaluate`` / ``predict`` and ``export`` (the entries of a model file), and
-``Model`` the same for the Functional API (``Model(Input(...), outputs)``) and subclasses
-(``tfc.layers.functional``).
+call (``Dense(64, activation="relu")(x)``). ``Model`` (``tfc.layers.engine``) is Keras's
+engine: ``compile`` / ``fit`` / ``evaluate`` / ``predict`` and ``export`` (the entries of a
+model file); ``Sequential``, the Functional model (``Model(Input(...), outputs)``:
+``tfc.layers.functional``) and subclasses with ``call`` are models.
 """
 
 from tfc.layers.base import Layer
 from tfc.layers.conv import (AveragePooling2D, AvgPool2D, Conv2D, MaxPool2D,
                              MaxPooling2D)
 from tfc.layers.core import Dense, Dropout, Embedding, Flatten
-from tfc.layers.functional import Input, Model
+from tfc.layers.engine import History, Model
+from tfc.layers.functional import Functional, Input
 from tfc.layers.losses import (BinaryCrossentropy, CategoricalCrossentropy, Loss,
                                SparseCategoricalCrossentropy)
 from tfc.layers.merge import Add, Concatenate
-from tfc.layers.model import History, Sequential
+from tfc.layers.model import Sequential
 from tfc.layers.recurrent import LSTM
 
 __all__ = ["Layer", "Dense", "Dropout", "Embedding", "Flatten", "Conv2D", "MaxPool2D",
            "MaxPooling2D", "AveragePooling2D", "AvgPool2D", "LSTM", "Sequential", "History",
            "Loss", "SparseCategoricalCrossentropy", "CategoricalCrossentropy",
-           "BinaryCrossentropy", "Input", "Model", "Concatenate", "Add"]
+           "BinaryCrossentropy", "Input", "Model", "Functional", "Concatenate", "Add"]

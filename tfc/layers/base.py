@@ -11,6 +11,7 @@ same way each time.
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Any, Callable, Sequence
 
@@ -45,6 +46,8 @@ def get_initializer(spec: str | Initializer) -> Initializer:
         "uniform": lambda shape, dtype: random.uniform(shape, -0.05, 0.05, dtype),
         "normal": lambda shape, dtype: random.normal(shape, 0.0, 0.05, dtype),
     }
+    # Keras's names of the same (RandomUniform, RandomNormal with their default ranges)
+    table["random_uniform"], table["random_normal"] = table["uniform"], table["normal"]
     if spec not in table:
         raise TfcError(f"unknown initializer '{spec}' (known: {', '.join(table)})")
     return table[spec]
@@ -65,9 +68,42 @@ def get_activation(spec: str | Callable[[Tensor], Tensor] | None
     return table[spec]
 
 
+class InputShape(tuple):
+    """What a layer's ``build`` is given (Keras's ``TensorShape``): the input's dims, batch
+    dim first, ``None`` where not static (``input_shape[-1]``), and its type: ``dtype``,
+    ``rank``, and ``shape`` with symbolic dims (``B``); printed as the type."""
+
+    type: TensorType
+
+    def __new__(cls, t: TensorType) -> "InputShape":
+        shape = super().__new__(cls, (d if isinstance(d, int) else None for d in t.shape))
+        shape.type = t
+        return shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.type.dtype
+
+    @property
+    def rank(self) -> int:
+        return self.type.rank
+
+    @property
+    def shape(self) -> tuple[Any, ...]:
+        return tuple(self.type.shape)
+
+    def __str__(self) -> str:
+        return str(self.type)
+
+    __repr__ = __str__
+
+
 class Layer:
     """A Keras-style layer of the graph API. Subclasses implement ``build`` (make the
-    variables for an input type, with ``add_weight``) and ``call`` (the ops).
+    variables for an input shape, with ``add_weight``; called once, on the first call) and
+    ``call`` (the ops; ``call(x, training)``, or ``call(x)`` for a layer that behaves the
+    same in training). Layers assigned as attributes are tracked (Keras's): their
+    variables are this layer's too.
 
     ``name`` overrides the default name scope; ``input_shape`` (without the batch dim)
     tells a ``Sequential`` whose first layer this is what its input looks like; ``dtype``
@@ -105,17 +141,45 @@ class Layer:
     def built(self) -> bool:
         return self.graph is not None
 
+    def __setattr__(self, key: str, value: Any) -> None:
+        """Layers and models assigned as attributes (or in lists) are tracked."""
+        if not key.startswith("_"):
+            for item in (value if isinstance(value, (list, tuple)) else [value]):
+                if item is not self and hasattr(type(item), "trainable_variables") and \
+                        not isinstance(item, Variable):
+                    tracked = self.__dict__.setdefault("_sublayers", [])
+                    if not any(item is t for t in tracked):
+                        tracked.append(item)
+        object.__setattr__(self, key, value)
+
     @property
     def variables(self) -> list[Variable]:
-        return list(self._variables)
+        """The layer's own variables (``add_weight``), then its tracked sublayers'."""
+        return self._with_sublayers(list(self._variables), "variables")
 
     @property
     def trainable_variables(self) -> list[Variable]:
-        return [v for v in self._variables if v.trainable] if self.trainable else []
+        if not self.trainable:
+            return []
+        own = [v for v in self._variables if v.trainable]
+        return self._with_sublayers(own, "trainable_variables")
+
+    def _with_sublayers(self, own: list[Variable], attr: str) -> list[Variable]:
+        """``own`` and the sublayers' ``attr`` after it, each variable once; a sublayer
+        that leads back to this layer (a reference to its model) adds nothing twice."""
+        if self.__dict__.get("_collecting"):
+            return []
+        self._collecting = True
+        try:
+            for sub in self.__dict__.get("_sublayers", ()):
+                own.extend(v for v in getattr(sub, attr) if not any(v is w for w in own))
+        finally:
+            self._collecting = False
+        return own
 
     def count_params(self) -> int:
         total = 0
-        for v in self._variables:
+        for v in self.variables:
             n = 1
             for d in v.shape:
                 n *= d
@@ -124,21 +188,37 @@ class Layer:
 
     # ---- building -----------------------------------------------------------------------
 
-    def add_weight(self, name: str, shape: Sequence[int], initializer: str | Initializer,
-                   dtype: DType | None = None, trainable: bool = True) -> Variable:
-        """A variable ``<scope>/<name>`` initialized by ``initializer``; call in ``build``."""
+    def add_weight(self, name: str = "weight", shape: Sequence[int] = (),
+                   initializer: str | Initializer = "glorot_uniform", dtype: Any = None,
+                   trainable: bool = True) -> Variable:
+        """A variable ``<scope>/<name>`` initialized by ``initializer``; call in ``build``
+        (Keras's ``add_weight``: ``trainable=False`` keeps it out of training). Its dtype
+        by default: the layer's, else its first float input's, else f32."""
         init = get_initializer(initializer)
-        dt = dtype or self.dtype or DType.f32
+        dt = (as_dtype(dtype) if dtype is not None
+              else self.dtype or self.__dict__.get("_input_float_dtype") or DType.f32)
         shape = tuple(int(d) for d in shape)
         var = Variable(lambda: init(shape, dt), trainable=trainable, name=name, dtype=dt)
         self._variables.append(var)
         return var
 
-    def build(self, input_type: TensorType) -> None:
-        """Make the layer's variables for inputs of ``input_type`` (none by default)."""
+    def build(self, input_type: Any) -> None:
+        """Make the layer's variables for its input, once, before the first call:
+        ``input_type`` is an ``InputShape`` (a list of them for a layer that merges
+        several), usable as Keras's shape (``input_type[-1]``) or as the input's type
+        (``.dtype``, ``.rank``, ``.shape``). None by default."""
 
     def call(self, x: Tensor, training: bool) -> Tensor:
         raise NotImplementedError
+
+    def _call(self, x: Any, training: bool) -> Tensor:
+        """``call``, given ``training`` when it takes it (a Keras layer's ``call(x)``)."""
+        how = _training_arg(type(self))
+        if how == "positional":
+            return self.call(x, training)
+        if how == "keyword":
+            return self.call(x, training=training)
+        return self.call(x)  # type: ignore[call-arg]
 
     def __call__(self, inputs: TensorLike | Sequence[TensorLike],
                  training: bool | None = None) -> Tensor:
@@ -162,9 +242,12 @@ class Layer:
             if self.graph is None:
                 with g.as_default(), g.name_scope(self._base()) as scope:
                     self._scope, self.input_type = scope, in_type
+                    self._input_float_dtype = next((t.dtype for t in xs if t.dtype.is_float),
+                                                   None)
                     try:
-                        self.build(in_type)
-                        out = self.call(x, training)
+                        self.build([InputShape(t) for t in in_type] if packed
+                                   else InputShape(in_type))
+                        out = self._call(x, training)
                     except TfcError as e:
                         raise self._named(e).at(user_location())
                     self.graph = g  # built: later calls reuse the variables
@@ -175,7 +258,7 @@ class Layer:
                 self._check_input(xs, packed)
                 with g.as_default(), g.name_scope(self.name + "/"):
                     try:
-                        out = self.call(x, training)
+                        out = self._call(x, training)
                     except TfcError as e:
                         raise self._named(e).at(user_location())
         self.output_type = out.type
@@ -207,3 +290,25 @@ class Layer:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} '{self.name}'>"
 
+
+_TRAINING_ARG: dict[type, str] = {}
+
+
+def _training_arg(cls: type) -> str:
+    """How ``cls.call`` takes ``training``: ``"positional"`` (its second argument: tfc's
+    layers, Keras's ``call(inputs, training=None)``), ``"keyword"`` (``**kwargs``) or
+    ``"none"`` (``call(inputs)``: the same in training); cached per class."""
+    known = _TRAINING_ARG.get(cls)
+    if known is None:
+        try:
+            params = list(inspect.signature(getattr(cls, "call")).parameters.values())[1:]
+        except (TypeError, ValueError):
+            params = []
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                      p.POSITIONAL_OR_KEYWORD)]
+        known = ("positional" if len(positional) >= 2
+                 or any(p.kind == p.VAR_POSITIONAL for p in params)
+                 else "keyword" if any(p.name == "training" or p.kind == p.VAR_KEYWORD
+                                       for p in params) else "none")
+        _TRAINING_ARG[cls] = known
+    return known
