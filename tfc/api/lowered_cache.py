@@ -14,7 +14,9 @@ everything the lowered module depends on, known before any pass runs:
 
 A hit skips every pass: the lowered module is read back (its bytecode and memory plans,
 as an artifact stores them), and one read from disk goes through the IR verifier, as an
-artifact does. Kept in this process (the most recent ``MAX_IN_PROCESS``)
+artifact does (decoded without inferring its types: the verifier infers them, once). The
+module returned carries the key as ``Module.source_key``, which the llvm entry cache takes
+as the lowered module's identity instead of encoding it again. Kept in this process (the most recent ``MAX_IN_PROCESS``)
 and on disk under ``$TFC_CACHE_DIR/lowered`` (one zip per key, written atomically; one
 that cannot be read is a miss). Graphs with more than ``MAX_CONSTANT_BYTES`` of
 constants are not cached (hashing baked-in weights costs what the passes save), nor
@@ -85,7 +87,7 @@ def _decode(ir: bytes, plans: bytes, target: object, verify: bool = False) -> Mo
     verifier too (a file read from disk is input like an artifact: the verifier is the
     gate before native code)."""
     from tfc.passes.memory import MemoryPlan
-    module = module_from_bytes(ir)
+    module = module_from_bytes(ir, infer=not verify)  # the verifier infers: once is enough
     if verify:
         from tfc.ir.verifier import verify_module
         verify_module(module)
@@ -145,6 +147,7 @@ def lowered(module: Module, entry: str, target: object, pipeline: object,
                 pass
             else:
                 _remember(key, parts)
+                result.source_key = key
                 return result
     result = lower(module)
     if key is not None:
@@ -152,4 +155,5 @@ def lowered(module: Module, entry: str, target: object, pipeline: object,
         if parts is not None:
             _remember(key, parts)
             _write(key, parts)
+            result.source_key = key  # what a hit returns, the miss's module is too
     return result
