@@ -38,6 +38,7 @@ from typing import Callable
 from tfc.errors import TfcError
 from tfc.ir.bytecode import module_from_bytes, module_to_bytes
 from tfc.ir.core import Module
+from tfc.passes.manager import paused_gc
 
 MAX_CONSTANT_BYTES = 1 << 20
 MAX_IN_PROCESS = 64
@@ -136,6 +137,12 @@ def lowered(module: Module, entry: str, target: object, pipeline: object,
     """``lower(module)``, or the module it returned for the same content before (in this
     process or another: see the module docstring). The module returned is a fresh one
     either way, the caller's to keep."""
+    with paused_gc():  # (the decode's objects live on: see paused_gc)
+        return _lowered(module, entry, target, pipeline, lower)
+
+
+def _lowered(module: Module, entry: str, target: object, pipeline: object,
+             lower: Callable[[Module], Module]) -> Module:
     key = module_key(module, entry, target, pipeline)
     if key is not None:
         known = _IN_PROCESS.get(key)
