@@ -99,3 +99,88 @@ def test_a_module_read_from_disk_goes_through_the_verifier(fresh_cache, pass_run
     assert checked  # the disk entries were verified ...
     assert len(pass_runs) == 2 * runs  # ... refused, and lowered again
     np.testing.assert_array_equal(again[0], first[0])
+
+
+def _tamper_types(fresh_cache) -> int:
+    """Give one op of every stored ``run`` module another result type (still a type of the
+    table, so the bytecode decodes); returns how many files changed."""
+    import io
+    import json
+    import zipfile
+    changed = 0
+    for f in (fresh_cache / "lowered").glob("*.zip"):
+        with zipfile.ZipFile(f) as zf:
+            parts = {n: zf.read(n) for n in zf.namelist()}
+        doc = json.loads(parts[lowered_cache.IR])
+        if [g["name"] for g in doc["graphs"]] != ["run"] or len(doc["types"]) < 2:
+            continue
+        op = next(o for o in doc["graphs"][0]["ops"] if o.get("types"))
+        op["types"][0] = (op["types"][0] + 1) % len(doc["types"])
+        parts[lowered_cache.IR] = json.dumps(doc).encode()
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as zf:
+            for n, data in parts.items():
+                zf.writestr(n, data)
+        f.write_bytes(buf.getvalue())
+        changed += 1
+    return changed
+
+
+def test_a_module_read_from_disk_with_wrong_types_is_lowered_again(fresh_cache, pass_runs):
+    """Reading a module back does not infer its types (the verifier does, once): a stored
+    result type that is not the inferred one is still refused, by the verifier."""
+    first = _run("llvm")
+    runs = len(pass_runs)
+    lowered_cache._IN_PROCESS.clear()
+    assert _tamper_types(fresh_cache) == 1
+    again = _run("llvm")
+    assert len(pass_runs) == runs + 1  # the step's request lowered again
+    np.testing.assert_array_equal(again[0], first[0])
+    assert again[1] == first[1]
+
+
+def test_reading_a_module_back_infers_each_op_once(fresh_cache, monkeypatch):
+    """The decode takes the stored types; the verifier infers them (it did both: the
+    re-inference was most of reading a 256-layer model back)."""
+    import tfc.ir.bytecode
+    _run("llvm")
+    lowered_cache._IN_PROCESS.clear()
+    decoded = []
+    real = tfc.ir.bytecode.infer_types
+
+    def counting(*args, **kwargs):
+        decoded.append(args[0])
+        return real(*args, **kwargs)
+    monkeypatch.setattr(tfc.ir.bytecode, "infer_types", counting)
+    _run("llvm")
+    assert decoded == []
+
+
+def test_a_hit_is_the_module_a_miss_makes(fresh_cache):
+    """The module read back prints as the lowered one, plans included, and is known to the
+    entry cache by the same key (``Module.source_key``)."""
+    from tfc.api.extract import extract
+    from tfc.ir import core as ir
+    from tfc.ir.printer import print_memory_plans, print_module
+    from tfc.pipeline import Target, lower
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [4, 8], name="x")
+        w = tfc.Variable(np.full((8, 3), 0.5, np.float32), name="w")
+        loss = tfc.reduce_sum(tfc.nn.relu(tfc.matmul(x, w)))
+        train = tfc.train.GradientDescentOptimizer(0.1).minimize(loss)
+
+    def module() -> ir.Module:  # a fresh one each time: lowering works in place
+        graph = extract(g.ir, "run", [("x", x.value)], [("fetch0", loss.value)],
+                        list(train.ir_ops()), what="test")
+        return ir.Module({"run": graph}, {n: v.decl for n, v in g.variables.items()})
+    target = Target("llvm")
+    made = lowered_cache.lowered(module(), "run", target, "fusion,memory",
+                                 lambda m: lower(m, target, passes="fusion,memory"))
+    lowered_cache._IN_PROCESS.clear()
+    read = lowered_cache.lowered(module(), "run", target, "fusion,memory",
+                                 lambda m: pytest.fail("lowered again"))
+    for m in (made, read):
+        assert m.source_key is not None
+    assert read.source_key == made.source_key
+    assert (print_module(read) + print_memory_plans(read)
+            == print_module(made) + print_memory_plans(made))

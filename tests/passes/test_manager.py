@@ -136,3 +136,52 @@ def test_print_after_all_defaults_to_stderr(capsys: pytest.CaptureFixture[str]) 
     run_passes(small_module(), ["canonicalize", "dce"], print_after_all=True)
     err = capsys.readouterr().err
     assert "IR Dump After canonicalize" in err and "IR Dump After dce" in err
+
+
+def test_paused_gc_turns_the_collector_off_and_back_as_it_found_it() -> None:
+    import gc
+    assert gc.isenabled()
+    with manager.paused_gc():
+        assert not gc.isenabled()
+        with manager.paused_gc():  # nested (a pipeline inside a compile)
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), manager.paused_gc():
+        raise RuntimeError("a failing pass")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with manager.paused_gc():
+            pass
+        assert not gc.isenabled()  # off before: left off
+    finally:
+        gc.enable()
+
+
+def test_no_cycle_collection_runs_during_a_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The objects a compile makes live until it ends: the collector's passes over them
+    found nothing and cost up to half of lowering a large model (``paused_gc``)."""
+    import gc
+    monkeypatch.setattr(manager, "_PASSES", dict(manager._PASSES))
+    collections: list[int] = []
+    window: list[bool] = []
+
+    @register_pass("test-gc-window")
+    def toggle(module: Module) -> Module:
+        window.append(not window[-1] if window else True)
+        return module
+
+    def record(phase: str, info: dict) -> None:
+        if phase == "start" and window and window[-1]:
+            collections.append(info["generation"])
+    old = gc.get_threshold()
+    gc.set_threshold(1)  # a collection at every allocation, were the collector on
+    gc.callbacks.append(record)
+    try:
+        run_passes(small_module(), "test-gc-window,canonicalize,cse,dce,fusion,memory,"
+                                   "test-gc-window")
+    finally:
+        gc.callbacks.remove(record)
+        gc.set_threshold(*old)
+    assert window == [True, False] and collections == []

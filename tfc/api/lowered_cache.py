@@ -14,7 +14,9 @@ everything the lowered module depends on, known before any pass runs:
 
 A hit skips every pass: the lowered module is read back (its bytecode and memory plans,
 as an artifact stores them), and one read from disk goes through the IR verifier, as an
-artifact does. Kept in this process (the most recent ``MAX_IN_PROCESS``)
+artifact does (decoded without inferring its types: the verifier infers them, once). The
+module returned carries the key as ``Module.source_key``, which the llvm entry cache takes
+as the lowered module's identity instead of encoding it again. Kept in this process (the most recent ``MAX_IN_PROCESS``)
 and on disk under ``$TFC_CACHE_DIR/lowered`` (one zip per key, written atomically; one
 that cannot be read is a miss). Graphs with more than ``MAX_CONSTANT_BYTES`` of
 constants are not cached (hashing baked-in weights costs what the passes save), nor
@@ -36,6 +38,7 @@ from typing import Callable
 from tfc.errors import TfcError
 from tfc.ir.bytecode import module_from_bytes, module_to_bytes
 from tfc.ir.core import Module
+from tfc.passes.manager import paused_gc
 
 MAX_CONSTANT_BYTES = 1 << 20
 MAX_IN_PROCESS = 64
@@ -85,7 +88,7 @@ def _decode(ir: bytes, plans: bytes, target: object, verify: bool = False) -> Mo
     verifier too (a file read from disk is input like an artifact: the verifier is the
     gate before native code)."""
     from tfc.passes.memory import MemoryPlan
-    module = module_from_bytes(ir)
+    module = module_from_bytes(ir, infer=not verify)  # the verifier infers: once is enough
     if verify:
         from tfc.ir.verifier import verify_module
         verify_module(module)
@@ -134,6 +137,12 @@ def lowered(module: Module, entry: str, target: object, pipeline: object,
     """``lower(module)``, or the module it returned for the same content before (in this
     process or another: see the module docstring). The module returned is a fresh one
     either way, the caller's to keep."""
+    with paused_gc():  # (the decode's objects live on: see paused_gc)
+        return _lowered(module, entry, target, pipeline, lower)
+
+
+def _lowered(module: Module, entry: str, target: object, pipeline: object,
+             lower: Callable[[Module], Module]) -> Module:
     key = module_key(module, entry, target, pipeline)
     if key is not None:
         known = _IN_PROCESS.get(key)
@@ -145,6 +154,7 @@ def lowered(module: Module, entry: str, target: object, pipeline: object,
                 pass
             else:
                 _remember(key, parts)
+                result.source_key = key
                 return result
     result = lower(module)
     if key is not None:
@@ -152,4 +162,5 @@ def lowered(module: Module, entry: str, target: object, pipeline: object,
         if parts is not None:
             _remember(key, parts)
             _write(key, parts)
+            result.source_key = key  # what a hit returns, the miss's module is too
     return result

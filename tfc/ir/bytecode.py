@@ -205,10 +205,17 @@ def _is_splat(flat: np.ndarray) -> bool:
 
 # ---- decoding ---------------------------------------------------------------------------
 
-def module_from_bytes(data: bytes, filename: str = "<bytecode>") -> Module:
+def module_from_bytes(data: bytes, filename: str = "<bytecode>", *,
+                      infer: bool = True) -> Module:
     """The module encoded in ``data``, every op rebuilt and type-checked through the
     registry; any problem is a ``BytecodeError`` naming ``filename`` (and the graph and
-    op). Like ``parse_module`` it does not run the verifier."""
+    op). Like ``parse_module`` it does not run the verifier.
+
+    ``infer=False`` rebuilds each op from its stored attrs and result types without
+    inferring them: only for a caller that runs the verifier on the result next, which
+    infers every op's types again and checks its attrs (complete, in normal form), so
+    each op is inferred once instead of twice (``tfc.api.lowered_cache``: the
+    re-inference was most of reading a 256-layer model back)."""
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, ValueError) as e:
@@ -217,7 +224,7 @@ def module_from_bytes(data: bytes, filename: str = "<bytecode>") -> Module:
     except RecursionError:
         raise BytecodeError(f"{filename}: IR bytecode nested too deeply") from None
     try:
-        return _Decoder(filename).module(doc)
+        return _Decoder(filename, infer).module(doc)
     except RecursionError:
         raise BytecodeError(f"{filename}: IR bytecode nested too deeply") from None
 
@@ -225,8 +232,9 @@ def module_from_bytes(data: bytes, filename: str = "<bytecode>") -> Module:
 class _Decoder:
     """Rebuilds a module from the JSON tree; ``where`` says what is being read, for errors."""
 
-    def __init__(self, filename: str) -> None:
+    def __init__(self, filename: str, infer: bool = True) -> None:
         self.filename = filename
+        self.infer = infer  # False: stored attrs and types as they are (module_from_bytes)
         self.where = ""
         self.types: list[TensorType] = []
         self.files: list[str] = []
@@ -408,6 +416,9 @@ class _Decoder:
         regions = [self.graph(r, f"{path}: op {i} '{kind}' region ")
                    for r in self.field(o, "regions", list, [])]
         self.where = where
+        if not self.infer:  # the caller verifies the module (module_from_bytes)
+            return Op(kind, inputs, attrs, types, device=device, loc=loc, regions=regions,
+                      names=names)
         try:
             _, full, inferred = infer_types(kind, [v.type for v in inputs], attrs)
         except TfcError as e:

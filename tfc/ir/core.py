@@ -248,6 +248,12 @@ class Module:
     # layer may not name a type of the passes layer, not even for type checking
     # (tests/test_layering.py).
     measured_costs: Any = None
+    # A hash of everything this lowered module was made from (``tfc.api.lowered_cache``'s
+    # key: the module before the passes, the pipeline, the target, tfc's sources), which a
+    # backend's cache may take as the module's identity instead of encoding it again;
+    # ``None``: unknown. Set on the module the lowering returned; whoever changes one of
+    # its graphs or plans afterwards must drop it.
+    source_key: str | None = None
 
     def add_graph(self, graph: Graph) -> Graph:
         self.graphs[graph.name] = graph

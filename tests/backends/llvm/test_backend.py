@@ -247,3 +247,22 @@ def test_data_ptr_matches_ctypes():
               np.ma.masked_array(a), np.asarray(a).view(np.recarray)]
     for x in arrays:
         assert _data_ptr(x) == x.ctypes.data
+
+
+def test_the_lowering_runs_with_the_cycle_collector_off(mlp, monkeypatch):
+    """``paused_gc``: the collector's passes over a compile's live objects found nothing
+    and cost up to half of lowering a large model; it is back on afterwards."""
+    import gc
+
+    import tfc.backends.llvm.backend as backend_module
+    seen = []
+    real = backend_module.split_module
+
+    def probe(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+    monkeypatch.setattr(backend_module, "split_module", probe)
+    entry = next(iter(mlp.entries))
+    exe = compile_lowered(LLVMBackend(use_cache=False), mlp, entry)
+    assert exe.object_code is not None and seen == [False]
+    assert gc.isenabled()

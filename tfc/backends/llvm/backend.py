@@ -71,7 +71,7 @@ from tfc.backends.llvm.runtime.executable import LLVMExecutable, NativeMeta, ins
 from tfc.backends.llvm.runtime.symbols import register_symbols
 from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import Graph, Module
-from tfc.passes.manager import parse_pipeline
+from tfc.passes.manager import parse_pipeline, paused_gc
 
 
 @dataclass
@@ -202,6 +202,10 @@ class LLVMBackend:
     def compile(self, module: Module, entry: str) -> LLVMExecutable:
         """The executable of ``entry`` of ``module``, which must be lowered for this
         backend (``tfc.pipeline.lower``): its memory plan is there, no pass runs here."""
+        with paused_gc():  # (the lowering's objects live until it ends: see paused_gc)
+            return self._compile(module, entry)
+
+    def _compile(self, module: Module, entry: str) -> LLVMExecutable:
         planned(module, entry, self.name)
         register_symbols()
         install_profiler()
@@ -221,7 +225,7 @@ class LLVMBackend:
         if report.fallback_ops:
             warnings.warn(f"llvm backend: graph @{entry} runs on the reference backend; "
                           f"ops not supported yet: {', '.join(report.fallback_ops)}",
-                          stacklevel=2)
+                          stacklevel=3)
             return LLVMExecutable(work, graph, None, None, report)
         t0 = time.perf_counter()
         split = split_module(graph_compiler, ENTRY)

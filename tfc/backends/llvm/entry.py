@@ -78,6 +78,10 @@ class GraphCompiler:
     var_names: list[str] = field(default_factory=list)
     constants: list[np.ndarray] = field(default_factory=list)
     updates: list[str] = field(default_factory=list)
+    # positions in ``var_names`` and ``updates`` (lookups per kernel and per pointer were
+    # list scans: quadratic in the variables of a 256-layer model)
+    var_index: dict[str, int] = field(default_factory=dict)
+    update_index: dict[str, int] = field(default_factory=dict)
     steps: list[Kernel | Copy] = field(default_factory=list)  # in schedule order
     labels: list[str] = field(default_factory=list)  # per step: the op it lowers
     step_ops: list[Op | None] = field(default_factory=list)  # per step: that op (or none)
@@ -108,6 +112,7 @@ class GraphCompiler:
             if op.kind == "var.read" or (writes_variable(op) and op.kind != "var.assign"):
                 names.add(op.attrs["var"])
         self.var_names = sorted(names)
+        self.var_index = {name: k for k, name in enumerate(self.var_names)}
         for i, a in enumerate(g.args):
             st[a] = Storage("feed", i)
         overwritten = set(getattr(plan, "in_place", {}).values())
@@ -119,8 +124,9 @@ class GraphCompiler:
         for op in g.ops:
             if writes_variable(op):
                 name = op.attrs["var"]
-                if name in self.updates:
+                if name in self.update_index:
                     raise Unsupported(f"@{name} is updated twice in one step")
+                self.update_index[name] = len(self.updates)
                 self.updates.append(name)
                 assigned = op.inputs[0] if op.kind == "var.assign" else None
                 if assigned is not None and self._computed(assigned) \
@@ -215,8 +221,8 @@ class GraphCompiler:
                     j > k and not self._fails_first(j, step.dst) for j in failing):
                 continue
             name = step.src.index
-            if name in self.var_names:
-                out[int(step.dst.index)] = self.var_names.index(name)
+            if name in self.var_index:
+                out[int(step.dst.index)] = self.var_index[name]
         return out
 
     def _fails_first(self, k: int, update: Storage) -> bool:
@@ -302,7 +308,7 @@ class GraphCompiler:
         if s.kind == "feed":
             return s.index
         if s.kind == "var":
-            return nf + self.var_names.index(s.index)
+            return nf + self.var_index[s.index]
         if s.kind == "const":
             return nf + nv + s.index
         if s.kind == "out":

@@ -92,7 +92,7 @@ def _updated(graph_compiler: GraphCompiler, op: Op, variable: str | None) -> str
     """The variable whose update ``op``'s kernels compute (``variable``, else the op's
     own ``var`` when it updates one), or None."""
     name = op.attrs.get("var") if variable is None else variable
-    return name if isinstance(name, str) and name in graph_compiler.updates else None
+    return name if isinstance(name, str) and name in graph_compiler.update_index else None
 
 
 def _storages(graph_compiler: GraphCompiler, op: Op, variable: str | None = None
@@ -106,7 +106,7 @@ def _storages(graph_compiler: GraphCompiler, op: Op, variable: str | None = None
     out.append(SCRATCH)
     name = _updated(graph_compiler, op, variable)
     if name is not None:
-        out += [Storage("var", name), Storage("upd", graph_compiler.updates.index(name))]
+        out += [Storage("var", name), Storage("upd", graph_compiler.update_index[name])]
     return out  # type: ignore[return-value]
 
 

@@ -195,7 +195,7 @@ def _var_values(graph_compiler: GraphCompiler, op: Op) -> tuple[Value, Value]:
         raise Unsupported("a variable with a symbolic shape")
     old, new = Value(decl.type, name=f"{name}.old"), Value(decl.type, name=f"{name}.new")
     graph_compiler.comp.storage[old] = Storage("var", name)
-    graph_compiler.comp.storage[new] = Storage("upd", graph_compiler.updates.index(name))
+    graph_compiler.comp.storage[new] = Storage("upd", graph_compiler.update_index[name])
     return old, new
 
 

@@ -109,3 +109,19 @@ def test_key_covers_every_tfc_source():
     for module in (tfc.passes.fusion, tfc.ir.parser, kernels_loop, pool, entry_cache):
         assert Path(module.__file__).resolve() in files, module.__name__
     assert any(f.suffix == ".lark" for f in files)  # the IR grammar
+
+
+def test_a_module_that_knows_its_source_is_not_encoded_for_the_key(h, monkeypatch):
+    """A module the lowered-module cache returned carries its key (``source_key``): the
+    entry key is made from that (other sources, other keys), not from encoding it again."""
+    from tfc.pipeline import Target, lower
+    m = lower(_module(h), Target("llvm"))
+    plain = entry_cache.entry_key(m, "f", "o")
+    m.source_key = "a"
+    monkeypatch.setattr(entry_cache, "module_to_bytes",
+                        lambda *a: pytest.fail("the module was encoded again"))
+    by_source = entry_cache.entry_key(m, "f", "o")
+    assert by_source not in (None, plain)
+    assert entry_cache.entry_key(m, "f", "p") != by_source
+    m.source_key = "b"
+    assert entry_cache.entry_key(m, "f", "o") != by_source

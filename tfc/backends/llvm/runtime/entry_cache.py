@@ -67,10 +67,16 @@ def sources_fingerprint() -> str:
 
 def entry_key(module: Module, entry: str, options: str) -> str | None:
     """The cache key of ``entry`` of ``module`` compiled with ``options``; ``None`` for a
-    graph with more than ``MAX_CONSTANT_BYTES`` of constants."""
+    graph with more than ``MAX_CONSTANT_BYTES`` of constants. A module that knows what it
+    was lowered from (``Module.source_key``: the lowered-module cache's key) is known by
+    that, else by its encoding and memory plan (hashing a 256-layer model's encoding
+    cost more than a one-layer edit's new kernels)."""
     graph = module.graphs[entry]
     if graph.constant_bytes() > MAX_CONSTANT_BYTES:
         return None
+    if module.source_key is not None:  # what the lowered module (graphs, plans) came from
+        return _hash(native.host_key(), sources_fingerprint(), options, "source",
+                     module.source_key, entry)
     # the code follows the memory plan as well as the graph (the plan a module was lowered
     # with, or the one an artifact stored)
     plan = module.memory_plans[entry]
@@ -80,6 +86,14 @@ def entry_key(module: Module, entry: str, options: str) -> str | None:
         h.update(part.encode())
         h.update(b"\0")
     h.update(module_to_bytes(Module({entry: graph}, module.variables)))
+    return h.hexdigest()
+
+
+def _hash(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
     return h.hexdigest()
 
 
