@@ -267,15 +267,14 @@ class LLVMExecutable:
                    + sum(int(np.prod(s)) * dt.itemsize for s, dt in zip(out_shapes,
                                                                         self._out_dtypes))
                    + sum(int(np.prod(s)) * dt.itemsize for s, dt in zip(key, self._arg_dtypes)))
-        # Releasing the GIL costs about half a microsecond per call; a step that touches
-        # little memory is over before another thread could use it.
-        call = self._entry_gil if touched <= GIL_HOLD_BYTES else self._entry
-        return _Bound(binding, arena, pa, ptrs, [tuple(s) for s in out_shapes],
-                      nf + nv + len(self._constants), key=key, fills=fills,
-                      n_outs=len(out_shapes),
-                      call=call, ptrs_addr=ptrs.ctypes.data, params_addr=pa.ctypes.data,
-                      params_u64=pa.view(np.uint64), params_used=len(params),
-                      in_slots=[None] * self._n_ptrs)
+        bound = _Bound(binding, arena, pa, ptrs, [tuple(s) for s in out_shapes],
+                       nf + nv + len(self._constants), key=key, fills=fills,
+                       n_outs=len(out_shapes),
+                       ptrs_addr=ptrs.ctypes.data, params_addr=pa.ctypes.data,
+                       params_u64=pa.view(np.uint64), params_used=len(params),
+                       in_slots=[None] * self._n_ptrs)
+        bound.call = self._entry if touched > GIL_HOLD_BYTES else _gil_probe(self, bound)
+        return bound
 
     def _bound_from(self, rec: "StoredBinding") -> "_Bound":
         g = self.graph
@@ -405,7 +404,30 @@ class LLVMExecutable:
         return f"<LLVMExecutable {self.report}>"
 
 
+# Which steps keep the GIL (``_make_bound``). Releasing it costs about half a microsecond
+# per call, and only a step that keeps it can take the native call path (``pystep``), so a
+# short step keeps it. A step that touches more than GIL_HOLD_BYTES is never short. One
+# that touches less may still compute for long (a map fn's augmentation: 200 small matmuls
+# in a 16 KB arena held the GIL 0.6 ms a batch, so a prefetch thread's map fn and the
+# training step beside it could never overlap): its first call releases the GIL and is
+# timed, and the binding keeps the GIL from then on only if that call took under
+# GIL_HOLD_NS of the calling thread's CPU time (preemption does not count; a first call's
+# page faults do, which errs towards releasing: it costs half a microsecond).
 GIL_HOLD_BYTES = 1 << 16
+GIL_HOLD_NS = 50_000
+
+
+def _gil_probe(exe: LLVMExecutable, bound: "_Bound") -> Callable[[int, int], int]:
+    """The first call of a binding that touches little memory: run it without the GIL,
+    time it and set the binding's ``call`` for the calls after it (module note above
+    ``GIL_HOLD_NS``). Runs under the executable's lock, as every call does."""
+    def first_call(ptrs_addr: int, params_addr: int) -> int:
+        start = time.thread_time_ns()
+        rc = exe._entry(ptrs_addr, params_addr)
+        short = time.thread_time_ns() - start < GIL_HOLD_NS
+        bound.call = exe._entry_gil if short else exe._entry
+        return int(rc)
+    return first_call
 MAX_STORED_BINDINGS = 16
 
 
