@@ -20,6 +20,7 @@ import time
 import weakref
 from typing import Any
 
+from tfc.backends.cores import reserve_core
 from tfc.errors import TfcError
 
 _POLL_S = 0.05  # how often a blocked producer checks whether it should stop
@@ -41,7 +42,8 @@ def _produce(upstream: Any, out: "queue.Queue[tuple]", stop: threading.Event) ->
         while not stop.is_set():
             start = time.thread_time()
             try:
-                element = upstream.next()
+                with reserve_core():  # (not while it waits for room in the queue)
+                    element = upstream.next()
             except StopIteration:
                 put(("end", None, upstream.state(), time.thread_time() - start))
                 return

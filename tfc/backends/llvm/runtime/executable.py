@@ -31,6 +31,8 @@ import numpy as np
 from tfc.backends.base import StepOwner, StepResult, checked_feeds
 from tfc.backends.llvm.entry import ENTRY, PROF_CLOCK, PROF_STAMPS, GraphCompiler
 from tfc.backends.llvm.runtime import entry_cache, native
+from tfc.backends.llvm.runtime.blas_policy import gemms_are_small
+from tfc.backends.llvm.runtime.symbols import small_gemms
 from tfc.backends.binding import Binding, bind, bind_symbols
 from tfc.backends.llvm.runtime.error_detail import ERROR_DETAIL, MAX_DETAIL_INTS, format_error
 from tfc.errors import ArtifactError, ExecutionError, FeedError, TfcError
@@ -197,6 +199,8 @@ class LLVMExecutable:
                     i += 1
                 if self._step_slot is not None:  # random ops read the step number
                     bound.params_u64[self._step_slot] = step % (1 << 64)
+                if bound.small_gemms is not None:  # OpenBLAS's threads (blas_policy)
+                    small_gemms(bound.small_gemms)
                 rc = bound.call(bound.ptrs_addr, bound.params_addr)
                 if rc:  # read while no other call can overwrite it
                     detail = None if self._error_detail is None else list(self._error_detail)
@@ -274,6 +278,8 @@ class LLVMExecutable:
                        params_u64=pa.view(np.uint64), params_used=len(params),
                        in_slots=[None] * self._n_ptrs)
         bound.call = self._entry if touched > GIL_HOLD_BYTES else _gil_probe(self, bound)
+        symbols = binding.symbols if binding is not None else bind_symbols(self.graph, key)
+        bound.small_gemms = gemms_are_small(self.graph, symbols)
         return bound
 
     def _bound_from(self, rec: "StoredBinding") -> "_Bound":
@@ -636,6 +642,8 @@ class _Bound:
     params_used: int = 0
     # per pointer slot, the output or update array whose data pointer it holds
     in_slots: list[Any] = field(default_factory=list)
+    # whether its GEMMs are all too small for OpenBLAS's threads; None: it has none
+    small_gemms: bool | None = None
 
 
 POOL_SIZE = 2  # arrays kept per output: a variable's update alternates between two
