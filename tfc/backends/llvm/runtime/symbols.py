@@ -258,8 +258,10 @@ def _reserve(cores: int) -> None:
     global _reserved
     with _limit_lock:
         _save_unlimited()
+        before = _in_force()
         _reserved = cores
-        _apply(_in_force())
+        if _in_force() != before:  # (a small step's one thread stays one: no calls)
+            _apply(_in_force())
 
 
 @contextmanager
