@@ -10,9 +10,9 @@ The pipeline is ``from_tensor_slices((x, y)).shuffle(n).batch(B).map(fn)``, then
 images (what the example's pipeline does); the costly one also runs ``--cost`` rounds of
 a 64x64 matmul and tanh on each batch (an augmentation's worth of work). A step is
 ``next(it)`` (the wait: all of the pipeline's work without prefetch, only the part the
-producer thread has not done ahead with it) plus the compiled training step (``Session.run``); an epoch's first wait counts
-from ``iter()``. steps/s is over the wall time of whole epochs (the first, which
-compiles, not counted); the other columns are medians per step over the rounds. 'pipe
+producer thread has not done ahead with it) plus the compiled training step
+(``Session.run``); an epoch's first wait counts from ``iter()``. steps/s is over the wall
+time of whole epochs (the first, which compiles, not counted); the other columns are medians per step over the rounds. 'pipe
 cpu' is the CPU time of the pipeline's work per batch: in the step's thread without
 prefetch, in the producer thread with it (``Iterator.busy_s``); that work holds the
 interpreter lock, which the step needs too. 'cpu/step' is the CPU time of the whole
