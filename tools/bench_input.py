@@ -12,14 +12,15 @@ a 64x64 matmul and tanh on each batch (an augmentation's worth of work). A step 
 ``next(it)`` (the wait: all of the pipeline's work without prefetch, only the part the
 producer thread has not done ahead with it) plus the compiled training step
 (``Session.run``); an epoch's first wait counts from ``iter()``. steps/s is over the wall
-time of whole epochs (the first, which compiles, not counted); the other columns are medians per step over the rounds. 'pipe
-cpu' is the CPU time of the pipeline's work per batch: in the step's thread without
-prefetch, in the producer thread with it (``Iterator.busy_s``); that work holds the
-interpreter lock, which the step needs too. 'cpu/step' is the CPU time of the whole
-process (every thread: the step's, the producer's, OpenBLAS's and the kernels' pool's
-workers, spinning included) per step: on a loaded host, where wall times say little, it
-shows what the threads burn. 'load' is the load average when the row's last epoch ended.
-The machine is shared, so compare the rows of one run.
+time of whole epochs (the first, which compiles, not counted); the other columns are
+medians per step over the rounds. 'pipe cpu' is the CPU time of the pipeline's work per
+batch: in the step's thread without prefetch, in the producer thread with it
+(``Iterator.busy_s``); that work holds the interpreter lock, which the step needs too.
+'cpu/step' is the CPU time of the whole process (every thread: the step's, the
+producer's, OpenBLAS's and the kernels' pool's workers, spinning included) per step: on a
+loaded host, where wall times say little, it shows what the threads burn. 'load' is the
+load average when the row's last epoch ended. The machine is shared, so compare the rows
+of one run.
 """
 
 from __future__ import annotations
