@@ -8,7 +8,9 @@ costly map fn, and the time each step waits for its batch.
 The pipeline is ``from_tensor_slices((x, y)).shuffle(n).batch(B).map(fn)``, then
 ``.prefetch(k)`` for each k of ``--prefetch`` (0: none). The cheap fn reshapes rows into
 images (what the example's pipeline does); the costly one also runs ``--cost`` rounds of
-a 64x64 matmul and tanh on each batch (an augmentation's worth of work). A step is
+a 64x64 matmul and tanh on each batch (an augmentation's worth of work), the medium one
+``--medium`` rounds (about the training step's own time: the most an overlap can gain on
+2 cores, against ~1.2x with the costly one, whose map fn alone sets the pace). A step is
 ``next(it)`` (the wait: all of the pipeline's work without prefetch, only the part the
 producer thread has not done ahead with it) plus the compiled training step
 (``Session.run``); an epoch's first wait counts from ``iter()``. steps/s is over the wall
@@ -106,6 +108,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--cost", type=int, default=200, help="matmul rounds of the costly fn")
+    ap.add_argument("--medium", type=int, default=30,
+                    help="matmul rounds of the medium fn (about a step's time: where an "
+                         "overlap can double steps/s on 2 cores)")
     ap.add_argument("--prefetch", default="0,1,2,4",
                     help="prefetch buffer sizes to time (0: none)")
     args = ap.parse_args()
@@ -113,7 +118,8 @@ def main() -> None:
         example = runpy.run_path(str(ROOT / "examples" / "cnn_digits.py"),
                                  run_name="__tfc_model__")
     x, _, y, _ = digits_split()
-    fns = {"cheap": example["rows_to_images"], "costly": costly(args.cost)}
+    fns = {"cheap": example["rows_to_images"], "medium": costly(args.medium),
+           "costly": costly(args.cost)}
     print(f"load: {os.getloadavg()[0]:.2f}  backend: {os.environ.get('TFC_BACKEND', 'llvm')}"
           f"  batch {args.batch}, {len(x)} examples, {args.rounds} rounds x {args.epochs} "
           f"epochs (first epoch of each not counted)")
