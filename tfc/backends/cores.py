@@ -2,14 +2,16 @@
 thread pools then leave to it.
 
 A ``Dataset.prefetch`` producer makes the next batch while the training step runs. The
-step's GEMMs are fork-join over every core (llvm's OpenBLAS: on 2 cores, two threads for
-a GEMM of 32x64x256); with the producer running beside them there are more runnable
-threads than cores, and the GEMM's caller waits for its descheduled half. On a 2-core
-host the CNN step beside a busy Python thread went from 97 us (OpenBLAS on one thread)
-to a median of 120 us and a mean of 27 ms (``tools/bench_input.py``'s notes). So while a
-thread holds ``reserve_core()`` (the producer, while it makes an element; not while it
-waits for room in its queue), backends that run threads of their own use one thread
-fewer per reservation (never fewer than one).
+step's GEMMs are fork-join over every core (llvm's OpenBLAS: two threads on 2 cores); with
+the producer running beside them there are more runnable threads than cores, and the
+GEMM's caller waits for its descheduled half. The CNN step of ``examples/cnn_digits.py``
+beside a busy Python thread (2 cores, load 5.5): median 120 us and 37 steps/s with
+OpenBLAS on two threads, 97 us and 1,024 steps/s on one. So while a thread holds
+``reserve_core()`` (the producer, while it makes an element; not while it waits for room
+in its queue), backends that run threads of their own use one thread fewer per
+reservation (never fewer than one). (An OpenBLAS worker that is already spinning after a
+GEMM spins on: for steps whose GEMMs are all small, llvm keeps OpenBLAS on one thread
+throughout, ``tfc.backends.llvm.runtime.blas_policy``.)
 
 Backends register a hook (``on_reserved``) that is called with the number of cores held
 whenever it changes (and once at registration); calls are serialized by this module's
