@@ -3,18 +3,25 @@ second fed by a ``tfc.data`` pipeline, with and without ``prefetch``, with a che
 costly map fn, and the time each step waits for its batch.
 
     PYTHONPATH=. python tools/bench_input.py [--epochs 3] [--rounds 3] [--batch 32]
+                                             [--prefetch 0,1,2,4]
 
 The pipeline is ``from_tensor_slices((x, y)).shuffle(n).batch(B).map(fn)``, then
-``.prefetch(2)`` or not. The cheap fn reshapes rows into images (what the example's
-pipeline does); the costly one also runs ``--cost`` rounds of a 64x64 matmul and tanh on
-each batch (an augmentation's worth of work). A step is ``next(it)`` (the wait: all of the
-pipeline's work without prefetch, only the part the producer thread has not done ahead
-with it) plus the compiled training step (``Session.run``); an epoch's first wait counts
-from ``iter()``. steps/s is over the wall time of whole epochs (the first, which
-compiles, not counted); the other columns are medians per step over the rounds. 'pipe
-cpu' is the CPU time of the pipeline's work per batch: in the step's thread without
-prefetch, in the producer thread with it (``Iterator.busy_s``); that work holds the
-interpreter lock, which the step needs too. The machine is shared, so compare the rows
+``.prefetch(k)`` for each k of ``--prefetch`` (0: none). The cheap fn reshapes rows into
+images (what the example's pipeline does); the costly one also runs ``--cost`` rounds of
+a 64x64 matmul and tanh on each batch (an augmentation's worth of work), the medium one
+``--medium`` rounds (about the training step's own time: the most an overlap can gain on
+2 cores, against ~1.2x with the costly one, whose map fn alone sets the pace). A step is
+``next(it)`` (the wait: all of the pipeline's work without prefetch, only the part the
+producer thread has not done ahead with it) plus the compiled training step
+(``Session.run``); an epoch's first wait counts from ``iter()``. steps/s is over the wall
+time of whole epochs (the first, which compiles, not counted); the other columns are
+medians per step over the rounds. 'pipe cpu' is the CPU time of the pipeline's work per
+batch: in the step's thread without prefetch, in the producer thread with it
+(``Iterator.busy_s``); that work holds the interpreter lock, which the step needs too.
+'cpu/step' is the CPU time of the whole process (every thread: the step's, the
+producer's, OpenBLAS's and the kernels' pool's workers, spinning included) per step: on a
+loaded host, where wall times say little, it shows what the threads burn. 'load' is the
+load average when the row's last epoch ended. The machine is shared, so compare the rows
 of one run.
 """
 
@@ -56,10 +63,11 @@ def measure(example: dict, x: np.ndarray, y: np.ndarray, batch: int, epochs: int
     tr = model._require_training()
     sess = model.session
     ds = example["pipeline"](x, y, batch_size=batch, seed=0, prefetch=prefetch, map_fn=map_fn)
-    waits, steps, firsts, pipe_cpu = [], [], [], []
+    waits, steps, firsts, pipe_cpu, proc_cpu = [], [], [], [], []
     wall = 0.0
     for epoch in range(epochs):
         start = t0 = time.perf_counter()
+        cpu0 = time.process_time()
         it = iter(ds)  # (a prefetch thread starts filling the shuffle buffer here)
         first = True
         batches = 0
@@ -83,13 +91,15 @@ def measure(example: dict, x: np.ndarray, y: np.ndarray, batch: int, epochs: int
             first = False
         if epoch:
             pipe_cpu.append((it.busy_s if prefetch else busy) / max(batches, 1))
+            proc_cpu.append((time.process_time() - cpu0) / max(batches, 1))
         it.close()
         if epoch:
             wall += time.perf_counter() - start
     return {"steps_per_s": len(steps) / wall, "step_med": statistics.median(steps),
             "wait_med": statistics.median(waits), "wait_p90": float(np.percentile(waits, 90)),
             "wait_mean": statistics.fmean(waits), "first_wait": statistics.median(firsts),
-            "pipe_cpu": statistics.median(pipe_cpu)}
+            "pipe_cpu": statistics.median(pipe_cpu), "proc_cpu": statistics.median(proc_cpu),
+            "load": os.getloadavg()[0]}
 
 
 def main() -> None:
@@ -98,31 +108,39 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--cost", type=int, default=200, help="matmul rounds of the costly fn")
+    ap.add_argument("--medium", type=int, default=30,
+                    help="matmul rounds of the medium fn (about a step's time: where an "
+                         "overlap can double steps/s on 2 cores)")
+    ap.add_argument("--prefetch", default="0,1,2,4",
+                    help="prefetch buffer sizes to time (0: none)")
     args = ap.parse_args()
     with tfc.Graph().as_default():
         example = runpy.run_path(str(ROOT / "examples" / "cnn_digits.py"),
                                  run_name="__tfc_model__")
     x, _, y, _ = digits_split()
-    fns = {"cheap": example["rows_to_images"], "costly": costly(args.cost)}
+    fns = {"cheap": example["rows_to_images"], "medium": costly(args.medium),
+           "costly": costly(args.cost)}
     print(f"load: {os.getloadavg()[0]:.2f}  backend: {os.environ.get('TFC_BACKEND', 'llvm')}"
           f"  batch {args.batch}, {len(x)} examples, {args.rounds} rounds x {args.epochs} "
           f"epochs (first epoch of each not counted)")
     rows: dict[tuple[str, int], list[dict[str, float]]] = {}
     for _ in range(args.rounds):
         for name, fn in fns.items():
-            for prefetch in (0, 2):
+            for prefetch in map(int, args.prefetch.split(",")):
                 rows.setdefault((name, prefetch), []).append(
                     measure(example, x, y, args.batch, args.epochs, fn, prefetch))
     print("waits per step in ms, over the steps after an epoch's first; 'first': the wait "
           "for an epoch's first batch (the shuffle buffer's fill)")
     print(f"{'map fn':8} {'prefetch':>8} {'steps/s':>8} {'step med':>9} {'wait med':>9} "
-          f"{'wait p90':>9} {'wait mean':>10} {'first':>7} {'pipe cpu':>9}")
+          f"{'wait p90':>9} {'wait mean':>10} {'first':>7} {'pipe cpu':>9} {'cpu/step':>9} "
+          f"{'load':>5}")
     for (name, prefetch), results in rows.items():
         med = {k: statistics.median(r[k] for r in results) for k in results[0]}
         print(f"{name:8} {prefetch or '-':>8} {med['steps_per_s']:8.1f} "
               f"{med['step_med'] * 1e3:9.3f} {med['wait_med'] * 1e3:9.3f} "
               f"{med['wait_p90'] * 1e3:9.3f} {med['wait_mean'] * 1e3:10.3f} "
-              f"{med['first_wait'] * 1e3:7.2f} {med['pipe_cpu'] * 1e3:9.3f}")
+              f"{med['first_wait'] * 1e3:7.2f} {med['pipe_cpu'] * 1e3:9.3f} "
+              f"{med['proc_cpu'] * 1e3:9.3f} {med['load']:5.2f}")
     print(f"load: {os.getloadavg()[0]:.2f}")
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tfc
+from tfc.backends import cores
 from tfc.data import Dataset
 from tfc.data.dataset import INFINITE, flat_state, unflatten_state
 from tfc.errors import TfcError
@@ -254,6 +255,28 @@ def test_prefetch_yields_the_same_elements_and_stops_its_thread():
     gc.collect()
     thread.join(timeout=5)
     assert not thread.is_alive() and threading.active_count() <= before
+
+
+def test_a_prefetch_producer_holds_a_core_only_while_it_makes_an_element():
+    """While it makes an element the producer reserves a core (``tfc.backends.cores``:
+    OpenBLAS then leaves it one); while it waits for room in its queue it holds none."""
+    seen = []
+
+    def element(i):
+        def make():
+            seen.append(cores.reserved())
+            return np.int64(i)
+        return make
+    assert values(ListDataset([element(i) for i in range(5)]).prefetch(2)) == list(range(5))
+    assert seen == [1] * 5 and cores.reserved() == 0
+    it = iter(ListDataset([element(i) for i in range(10)]).prefetch(2))
+    next(it)
+    deadline = time.monotonic() + 5
+    while it._it._queue.qsize() < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)  # (the producer is blocked on the full queue)
+    assert cores.reserved() == 0
+    it.close()
 
 
 def test_prefetch_surfaces_a_producer_error_after_the_good_elements():

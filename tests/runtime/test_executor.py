@@ -332,8 +332,9 @@ def test_partitioned_programs_stepping_at_once_give_openblas_its_thread_count_ba
     and two programs whose steps overlap (in any order) leave it where it was."""
     import threading
 
-    from tfc.backends.llvm.runtime.symbols import get_num_threads, set_num_threads
+    from tfc.backends.llvm.runtime.symbols import get_num_threads, set_num_threads, small_gemms
 
+    small_gemms(False)  # (a small step run earlier would hold OpenBLAS at one thread)
     before = get_num_threads()
     set_num_threads(3)  # above any device's share on a 2-core host: a leaked limit shows
     try:
@@ -359,6 +360,7 @@ def test_partitioned_programs_stepping_at_once_give_openblas_its_thread_count_ba
         for t in threads:
             t.join()
         assert not errors
+        small_gemms(False)  # the MLP's GEMMs are small: one thread, by design (blas_policy)
         assert get_num_threads() == 3
     finally:
         set_num_threads(before)

@@ -10,7 +10,14 @@ reference to the consuming iterator, and every put wakes up to check the stop fl
 ``busy_s`` is the CPU time the producer thread spent making the elements taken so far:
 its Python work holds the interpreter lock, which the consumer's step needs too, so it is
 what a prefetch can cost the step beside it (``tools/bench_input.py`` reports it per
-batch)."""
+batch).
+
+While it makes an element the producer reserves a core (``tfc.backends.cores``), so that
+the step's fork-join GEMMs (llvm's OpenBLAS) run on one thread fewer instead of waiting
+for a half that the producer descheduled; while it waits for room in the queue it holds
+none. The map fn's compiled step lets the interpreter lock go while it computes (llvm
+keeps it only through steps that are short: ``executable.GIL_HOLD_NS``), so the training
+step can start while the producer maps the next batch."""
 
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ import time
 import weakref
 from typing import Any
 
+from tfc.backends.cores import reserve_core
 from tfc.errors import TfcError
 
 _POLL_S = 0.05  # how often a blocked producer checks whether it should stop
@@ -41,7 +49,8 @@ def _produce(upstream: Any, out: "queue.Queue[tuple]", stop: threading.Event) ->
         while not stop.is_set():
             start = time.thread_time()
             try:
-                element = upstream.next()
+                with reserve_core():  # (not while it waits for room in the queue)
+                    element = upstream.next()
             except StopIteration:
                 put(("end", None, upstream.state(), time.thread_time() - start))
                 return

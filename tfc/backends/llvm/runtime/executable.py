@@ -31,6 +31,8 @@ import numpy as np
 from tfc.backends.base import StepOwner, StepResult, checked_feeds
 from tfc.backends.llvm.entry import ENTRY, PROF_CLOCK, PROF_STAMPS, GraphCompiler
 from tfc.backends.llvm.runtime import entry_cache, native
+from tfc.backends.llvm.runtime.blas_policy import gemms_are_small
+from tfc.backends.llvm.runtime.symbols import small_gemms
 from tfc.backends.binding import Binding, bind, bind_symbols
 from tfc.backends.llvm.runtime.error_detail import ERROR_DETAIL, MAX_DETAIL_INTS, format_error
 from tfc.errors import ArtifactError, ExecutionError, FeedError, TfcError
@@ -197,6 +199,8 @@ class LLVMExecutable:
                     i += 1
                 if self._step_slot is not None:  # random ops read the step number
                     bound.params_u64[self._step_slot] = step % (1 << 64)
+                if bound.small_gemms is not None:  # OpenBLAS's threads (blas_policy)
+                    small_gemms(bound.small_gemms)
                 rc = bound.call(bound.ptrs_addr, bound.params_addr)
                 if rc:  # read while no other call can overwrite it
                     detail = None if self._error_detail is None else list(self._error_detail)
@@ -267,15 +271,16 @@ class LLVMExecutable:
                    + sum(int(np.prod(s)) * dt.itemsize for s, dt in zip(out_shapes,
                                                                         self._out_dtypes))
                    + sum(int(np.prod(s)) * dt.itemsize for s, dt in zip(key, self._arg_dtypes)))
-        # Releasing the GIL costs about half a microsecond per call; a step that touches
-        # little memory is over before another thread could use it.
-        call = self._entry_gil if touched <= GIL_HOLD_BYTES else self._entry
-        return _Bound(binding, arena, pa, ptrs, [tuple(s) for s in out_shapes],
-                      nf + nv + len(self._constants), key=key, fills=fills,
-                      n_outs=len(out_shapes),
-                      call=call, ptrs_addr=ptrs.ctypes.data, params_addr=pa.ctypes.data,
-                      params_u64=pa.view(np.uint64), params_used=len(params),
-                      in_slots=[None] * self._n_ptrs)
+        bound = _Bound(binding, arena, pa, ptrs, [tuple(s) for s in out_shapes],
+                       nf + nv + len(self._constants), key=key, fills=fills,
+                       n_outs=len(out_shapes),
+                       ptrs_addr=ptrs.ctypes.data, params_addr=pa.ctypes.data,
+                       params_u64=pa.view(np.uint64), params_used=len(params),
+                       in_slots=[None] * self._n_ptrs)
+        bound.call = self._entry if touched > GIL_HOLD_BYTES else _gil_probe(self, bound)
+        symbols = binding.symbols if binding is not None else bind_symbols(self.graph, key)
+        bound.small_gemms = gemms_are_small(self.graph, symbols)
+        return bound
 
     def _bound_from(self, rec: "StoredBinding") -> "_Bound":
         g = self.graph
@@ -405,7 +410,30 @@ class LLVMExecutable:
         return f"<LLVMExecutable {self.report}>"
 
 
+# Which steps keep the GIL (``_make_bound``). Releasing it costs about half a microsecond
+# per call, and only a step that keeps it can take the native call path (``pystep``), so a
+# short step keeps it. A step that touches more than GIL_HOLD_BYTES is never short. One
+# that touches less may still compute for long (a map fn's augmentation: 200 small matmuls
+# in a 16 KB arena held the GIL 0.6 ms a batch, so a prefetch thread's map fn and the
+# training step beside it could never overlap): its first call releases the GIL and is
+# timed, and the binding keeps the GIL from then on only if that call took under
+# GIL_HOLD_NS of the calling thread's CPU time (preemption does not count; a first call's
+# page faults do, which errs towards releasing: it costs half a microsecond).
 GIL_HOLD_BYTES = 1 << 16
+GIL_HOLD_NS = 50_000
+
+
+def _gil_probe(exe: LLVMExecutable, bound: "_Bound") -> Callable[[int, int], int]:
+    """The first call of a binding that touches little memory: run it without the GIL,
+    time it and set the binding's ``call`` for the calls after it (module note above
+    ``GIL_HOLD_NS``). Runs under the executable's lock, as every call does."""
+    def first_call(ptrs_addr: int, params_addr: int) -> int:
+        start = time.thread_time_ns()
+        rc = exe._entry(ptrs_addr, params_addr)
+        short = time.thread_time_ns() - start < GIL_HOLD_NS
+        bound.call = exe._entry_gil if short else exe._entry
+        return int(rc)
+    return first_call
 MAX_STORED_BINDINGS = 16
 
 
@@ -614,6 +642,8 @@ class _Bound:
     params_used: int = 0
     # per pointer slot, the output or update array whose data pointer it holds
     in_slots: list[Any] = field(default_factory=list)
+    # whether its GEMMs are all too small for OpenBLAS's threads; None: it has none
+    small_gemms: bool | None = None
 
 
 POOL_SIZE = 2  # arrays kept per output: a variable's update alternates between two

@@ -12,11 +12,11 @@ calls it with the arguments as an array, without a tuple or any Python frame.
 It only ever takes the path where nothing is new: every feed an exact ``ndarray`` with
 the placeholder's dtype object, C-contiguous, of the binding's shapes; every variable
 present; a free array in every output pool; a step that returns 0. Anything else —
-first calls, new shapes, conversions, pools the caller still holds, errors, bindings big
-enough to release the GIL — goes to the Python callable it was built from (``slow``),
-which does the step with its checks and messages, and refreshes the table when the
-executable's binding changed. So the native path adds no semantics of its own; tests
-compare the two on the same steps.
+first calls, new shapes, conversions, pools the caller still holds, errors, bindings that
+release the GIL (big or long ones: ``executable.GIL_HOLD_BYTES``, ``GIL_HOLD_NS``) — goes
+to the Python callable it was built from (``slow``), which does the step with its checks
+and messages, and refreshes the table when the executable's binding changed. So the
+native path adds no semantics of its own; tests compare the two on the same steps.
 
 The native path holds the GIL from start to end (only bindings that do are used), so no
 other Python thread can see a half-written pointer array; ``LLVMExecutable.fast_step``

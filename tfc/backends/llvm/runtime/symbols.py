@@ -66,11 +66,16 @@ _MISSING = ("the llvm backend needs OpenBLAS from the 'scipy-openblas32' package
 def openblas() -> ctypes.CDLL:
     """The scipy-openblas32 shared library, loaded once."""
     global _lib
+    loaded = False
     with _lock:
         if _lib is None:
             lib = _load_openblas()
             _register(lib)
             _lib = lib
+            loaded = True
+    if loaded:  # (outside _lock: the hook reads the count through this function)
+        from tfc.backends.cores import on_reserved
+        on_reserved(_reserve)
     return _lib
 
 
@@ -198,16 +203,65 @@ def get_num_threads() -> int:
     return int(openblas().scipy_openblas_get_num_threads())
 
 
-# ``limited_threads``: the requests in force (one entry per holder) and the count OpenBLAS had
-# before the first of them; guarded by ``_limit_lock``.
+# ``limited_threads``: the requests in force (one entry per holder), the cores other threads
+# of the process hold (``tfc.backends.cores``), whether the latest step's GEMMs were all
+# small (``small_gemms``) and the count OpenBLAS had before the first of these; guarded by
+# ``_limit_lock`` (``_small`` is read without it: a stale read only costs a lock).
 _limit_lock = threading.Lock()
 _limits: list[int] = []
+_reserved = 0
+_small = False
 _unlimited = 0
 
 
 def _apply(n: int) -> None:
     if get_num_threads() != n:
         set_num_threads(n)
+
+
+def _in_force() -> int:
+    """The count while limits, reservations or small GEMMs hold: one for small GEMMs,
+    else the smallest limit (else the saved count) less one thread per reserved core, at
+    least one."""
+    if _small:
+        return 1
+    return max(1, (min(_limits) if _limits else _unlimited) - _reserved)
+
+
+def _save_unlimited() -> None:
+    """Before the first limit, reservation or small-GEMM step: the count to restore
+    after the last."""
+    global _unlimited
+    if not _limits and not _reserved and not _small:
+        _unlimited = get_num_threads()
+
+
+def small_gemms(small: bool) -> None:
+    """The run path's call before a step (``LLVMExecutable.fast_step``): whether all of
+    its GEMMs are too small to gain from OpenBLAS's threads (``blas_policy``). OpenBLAS
+    then runs on one thread until a step with a large GEMM comes; each call that changes
+    nothing costs one comparison."""
+    global _small
+    if small is _small:
+        return
+    with _limit_lock:
+        _save_unlimited()
+        _small = small
+        _apply(_in_force())
+
+
+def _reserve(cores: int) -> None:
+    """``tfc.backends.cores``'s hook: ``cores`` are held by threads that are not
+    OpenBLAS's (a prefetch producer making a batch), so GEMMs leave them free: a
+    fork-join GEMM whose half is descheduled holds its caller up (the module note of
+    ``tfc.backends.cores`` has the numbers)."""
+    global _reserved
+    with _limit_lock:
+        _save_unlimited()
+        before = _in_force()
+        _reserved = cores
+        if _in_force() != before:  # (a small step's one thread stays one: no calls)
+            _apply(_in_force())
 
 
 @contextmanager
@@ -222,17 +276,17 @@ def limited_threads(n: int) -> Iterator[None]:
     back. The rule while a limit is held: every GEMM of the process runs at that count,
     those of a single-device program on another thread included. OpenBLAS offers no
     per-call count; and while a partitioned step runs, its devices already take the
-    cores, so a concurrent GEMM on the full count would only oversubscribe them."""
-    global _unlimited
+    cores, so a concurrent GEMM on the full count would only oversubscribe them. Cores
+    that other threads reserve (``tfc.backends.cores``: ``_reserve``) count against the
+    limit too."""
     n = max(1, int(n))
     with _limit_lock:
-        if not _limits:
-            _unlimited = get_num_threads()
+        _save_unlimited()
         _limits.append(n)
-        _apply(min(_limits))
+        _apply(_in_force())
     try:
         yield
     finally:
         with _limit_lock:
             _limits.remove(n)
-            _apply(min(_limits) if _limits else _unlimited)
+            _apply(_in_force())
