@@ -691,11 +691,12 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
 
 def _recovery_arguments(p: argparse.ArgumentParser) -> None:
     """``tfc run``'s fault tolerance flags (``tfc.distributed.recovery``)."""
-    p.add_argument("--on-failure", choices=["restart", "fail"], default=None,
+    p.add_argument("--on-failure", choices=["restart", "elastic", "fail"], default=None,
                    help="when a cluster task dies: restart it, restore every variable from "
                         "the latest checkpoint in --checkpoint-dir and go on (the default "
-                        "with --checkpoint-dir), or fail with an error naming it (the "
-                        "default without)")
+                        "with --checkpoint-dir); elastic (--strategy allreduce): go on with "
+                        "the workers left, the global batch split over them; or fail with "
+                        "an error naming it (the default without)")
     p.add_argument("--inject-failure", metavar="TASK@step=N", action="append", default=[],
                    help="SIGKILL the process of cluster task TASK (e.g. worker:1, ps:0) just "
                         "before step N is launched (repeatable; tests and demos)")
@@ -718,7 +719,7 @@ def _supervisor(args: argparse.Namespace, program: Any, batches: Any,
     if on_failure == "restart" and not args.checkpoint_dir:
         raise TfcError("--on-failure restart needs --checkpoint-dir DIR (the checkpoint "
                        "every task is restored from)")
-    if on_failure == "restart" and checkpoint is None:
+    if on_failure in ("restart", "elastic") and checkpoint is None:
         on_failure = "fail"  # an entry that updates no variable: nothing to restore
     if on_failure == "fail" and not injected:
         return None

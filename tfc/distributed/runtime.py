@@ -101,7 +101,8 @@ class ClusterRuntime:
 
     def __init__(self, module: Module, variables: Mapping[str, np.ndarray], step: int,
                  backend: str, address: str, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 native: Mapping[str, Mapping[str, bytes]] | None = None) -> None:
+                 native: Mapping[str, Mapping[str, bytes]] | None = None,
+                 nodes: Sequence[str] | None = None) -> None:
         from tfc.runtime.artifact import artifact_bytes
         self.module = module
         self.timeout_s = timeout_s
@@ -124,7 +125,8 @@ class ClusterRuntime:
             data = self.ray.put(artifact_bytes(module, variables, step, backend, native))
             # what a task restarted after a failure loads (tfc.distributed.recovery)
             self.artifact, self.backend = data, backend
-            nodes = self.cluster.spread(len(self.tasks))
+            # (``nodes``: where each task goes, e.g. an elastic ring's survivors' nodes)
+            nodes = list(nodes) if nodes is not None else self.cluster.spread(len(self.tasks))
             # tasks on nodes of one host (one IP: a loopback cluster's nodes) share its cores
             host = {n.node_id: n.ip for n in self.cluster.nodes}
             sharing = Counter(host[n] for n in nodes)

@@ -248,6 +248,11 @@ class Module:
     # layer may not name a type of the passes layer, not even for type checking
     # (tests/test_layering.py).
     measured_costs: Any = None
+    # ``allreduce``: the module as the ``replicate`` pass got it (its bytecode, without
+    # ``__init__``: the optimizer's gradient markers still in), so that the training step
+    # can be replicated again for fewer workers when one dies (``tfc.distributed.elastic``);
+    # stored in artifacts. None for other modules.
+    replicated_from: bytes | None = None
 
     def add_graph(self, graph: Graph) -> Graph:
         self.graphs[graph.name] = graph

@@ -647,6 +647,8 @@ def replicate_module(module: Module, spec: ClusterSpec) -> ReplicationReport:
                        "workers' gradients, the PS tasks' updates), not as one placed "
                        "module: tfc compile stores it uncut for tfc run, or train it from "
                        "Python with tfc.distributed.AsyncPSTrainer")
+    if spec.strategy == "allreduce":  # what elastic training replicates again (N-1)
+        module.replicated_from = replication_source(module)
     if spec.strategy == "ps-sync":
         var_device = place_variables(module.variables, spec)
         for name, decl in module.variables.items():
@@ -666,6 +668,14 @@ def replicate_module(module: Module, spec: ClusterSpec) -> ReplicationReport:
     strip_module_markers(module)
     module.devices = spec.devices
     return ReplicationReport(spec, training, dict(var_device))
+
+
+def replication_source(module: Module) -> bytes:
+    """``module`` (not yet replicated) as bytecode, its entries and variables only (the
+    initial values are not needed to replicate it again): ``Module.replicated_from``."""
+    from tfc.ir.bytecode import module_to_bytes
+    entries = {name: g for name, g in module.graphs.items() if name != INIT_GRAPH}
+    return module_to_bytes(Module(entries, dict(module.variables)))
 
 
 def task_label(device: str) -> str | None:

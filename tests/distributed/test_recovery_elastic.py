@@ -1,0 +1,127 @@
+"""Elastic all-reduce (``tfc.distributed.elastic``): an allreduce worker SIGKILLed mid-run on
+the session's loopback cluster; the job goes on with the workers left, the global batch
+split over them, and ends with the variables of an uninterrupted run (f64)."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tfc.cli import main
+from tfc.distributed.recovery import Supervisor
+from tfc.errors import ExecutionError, TfcError
+from tfc.ir.core import Module
+from tfc.ir.printer import print_module
+from tfc.runtime import Program
+
+from tests.passes.test_async_split import classifier
+
+STEPS = 6
+RNG = np.random.default_rng(8)
+X = RNG.normal(size=(12, 5))  # a global batch of 12: 3 shards of 4, then 2 of 6
+Y = RNG.integers(0, 3, 12).astype(np.int32)
+
+
+def batch(step: int) -> dict[str, np.ndarray]:
+    """Step ``step``'s global batch (a deterministic order: every run sees the same)."""
+    return {"x": X * (1.0 + 0.1 * (step % 4)), "y": np.roll(Y, step)}
+
+
+def allreduce_module(backend: str, workers: int = 3) -> Module:
+    """``tfc compile --cluster workers=3 --strategy allreduce`` of the Adam classifier."""
+    from tfc.compiler.driver import compile_model
+    from tfc.passes.replicate import ClusterSpec
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "model.tfir"
+        path.write_text(print_module(classifier("adam")))
+        return compile_model(path, backend=backend, cluster=ClusterSpec(0, workers, "allreduce"))
+
+
+def uninterrupted(backend: str) -> tuple[dict[str, np.ndarray], float]:
+    one = Program(classifier("adam"), backend=backend)
+    for step in range(STEPS):
+        loss = float(one.run("train", batch(step))["loss"])
+    return {n: np.array(v) for n, v in one.variables.items()}, loss
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("backend", ["reference",
+                                     pytest.param("llvm", marks=pytest.mark.slow)])
+def test_a_killed_worker_leaves_a_ring_of_two_that_ends_as_an_unbroken_run(
+        loopback_cluster, backend):
+    lines: list[str] = []
+    p = Program(allreduce_module(backend), backend=backend, cluster=loopback_cluster.address,
+                cluster_timeout_s=30)
+    try:
+        assert len(p._cluster.tasks) == 3
+        nodes = {t: w["node_id"] for t, w in p._cluster.where.items()}
+        with Supervisor(p, None, "elastic", inject=["worker:1@step=3"], report=lines.append,
+                        health_interval_s=0.5) as supervisor:
+            for _ in range(STEPS):
+                out = supervisor.step(lambda: p.run("train", batch(p.step)))
+        assert p.step == STEPS
+        [event] = supervisor.events
+        assert event.elastic is not None
+        assert (event.tasks, event.step, event.restored_step, event.lost_steps) == \
+            (["worker:1"], 3, 3, 0)
+        assert (event.elastic.workers_before, event.elastic.workers_after) == (3, 2)
+        assert event.elastic.source == "worker:0"
+        # the new ring runs on the survivors' nodes, not on the dead worker's
+        assert event.nodes == [nodes["/job:worker/task:0"], nodes["/job:worker/task:2"]]
+        assert lines == [event.line()]
+        assert re.match(r"worker:1 died at step 3 \(SIGKILL; found by (a failed step|a health "
+                        r"check) in \d+\.\d\d s\); went on with 2 of 3 workers \(elastic: "
+                        r"recompiled in \d+\.\d\d s, new ring in \d+\.\d\d s\); variables of "
+                        r"step 3 from worker:0 in \d+\.\d\d s; lost 0 steps$", lines[0])
+        # two tasks now, each with its half of the global batch
+        assert sorted(p._cluster.tasks) == ["/job:worker/task:0", "/job:worker/task:1"]
+        stats = p._cluster.last_transfer_stats
+        assert stats.feed_bytes == X.nbytes + Y.nbytes
+        final = {n: np.array(v) for n, v in p.variables.items()}
+        assert sorted(final) == sorted(["w0", "w1", "global_step", "w0/replica_1",
+                                        "w1/replica_1", "global_step/replica_1"] +
+                                       [n for n in final if "/Adam" in n or "beta" in n])
+        loss = float(out["loss"])
+    finally:
+        p.close(read_back=False)
+    want, want_loss = uninterrupted(backend)
+    assert loss == pytest.approx(want_loss, rel=1e-10)
+    for name, value in want.items():
+        np.testing.assert_allclose(final[name], value, rtol=1e-10, atol=1e-12, err_msg=name)
+        np.testing.assert_array_equal(final.get(f"{name}/replica_1", final[name]), final[name])
+    assert int(final["global_step"]) == STEPS
+
+
+@pytest.mark.distributed
+def test_a_batch_that_does_not_split_into_the_workers_left_is_an_error(loopback_cluster):
+    p = Program(allreduce_module("reference"), backend="reference",
+                cluster=loopback_cluster.address, cluster_timeout_s=30)
+    try:
+        odd = {"x": X[:9], "y": Y[:9]}  # 3 shards of 3, but not 2 equal ones
+        with Supervisor(p, None, "elastic", inject=["worker:2@step=1"],
+                        health_interval_s=None, report=lambda line: None) as supervisor:
+            supervisor.step(lambda: p.run("train", odd))
+            with pytest.raises(ExecutionError, match=r"task worker:2 died at step 1, and the "
+                               r"job cannot go on without it: @train's global batch of 9 "
+                               r"\(x\) does not split into 2 equal shards \(give "
+                               r"--checkpoint-dir to restart it instead\)"):
+                supervisor.step(lambda: p.run("train", odd))
+    finally:
+        p.close(read_back=False)
+
+
+def test_elastic_needs_an_allreduce_program(loopback_cluster, tmp_path, capsys):
+    from tests.distributed.test_runtime import saved_artifact
+    path, feeds = saved_artifact(tmp_path)  # a parameter-server program
+    code = main(["run", path, "--entry", "sgd", *feeds, "--steps", "1", "--cluster",
+                 loopback_cluster.address, "--on-failure", "elastic"])
+    assert code == 1
+    assert capsys.readouterr().err == (
+        "error: --on-failure elastic goes on with the allreduce workers left; this program "
+        "was not compiled with --strategy allreduce (use --on-failure restart)\n")
+    with pytest.raises(TfcError, match="expected one of restart, elastic, fail"):
+        Supervisor(Program(classifier("adam"), backend="reference"), None, "bounce")

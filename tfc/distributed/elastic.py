@@ -1,0 +1,178 @@
+"""Elastic all-reduce: when a worker dies, go on with the N-1 that are left.
+
+``--on-failure elastic`` (``Supervisor(on_failure="elastic")``) for a module compiled with
+``--strategy allreduce``. The strict mode (``restart``, the default with a checkpoint
+directory, as TensorFlow does) waits for a new task and restores a checkpoint; the
+elastic one (Horovod Elastic's idea, but keeping the *global* batch) does not wait:
+
+1. The step in flight was aborted on every task, and a step that failed anywhere
+   changes no variable anywhere (``tfc.distributed.task``: updates are pending until
+   the driver settles the step, and a failed one is dropped). So every surviving worker
+   holds its mirrored copy of the variables as the last completed step left it, bitwise
+   equal to the others' (the ring gives every worker the same mean). They are read back
+   from one survivor; where that cannot be done (an in-place update of the failed step
+   left a variable changed: the task refuses it), the last checkpoint is restored
+   instead, when there is one.
+2. The training step is replicated again for N-1 workers from the step the artifact
+   keeps unreplicated (``Module.replicated_from``: the ``replicate`` pass stores it for
+   ``allreduce``) and lowered as ``tfc compile`` lowered it (same backend, same fp16
+   transfers); the other entries go to worker 0 as before.
+3. N-1 new task actors start on the survivors' nodes (the dead worker's node may be what
+   failed), form the new ring, and the old actors are killed. The program's module, its
+   variables (the N-1 mirrors) and its executables are replaced in place: the caller's
+   ``Program`` goes on, at the same step.
+
+The global batch stays the same and is split over N-1 workers, so the step computes the
+same mean gradient: the run ends with the variables of an uninterrupted one (to rounding:
+the mean of N-1 shard means instead of N). A global batch that does not split into N-1
+equal shards is not re-split unevenly (the ring averages the workers' gradients with
+equal weights: uneven shards would change the math); elastic then falls back to the
+strict restart where a checkpoint directory allows it, saying why, else fails with an
+error naming the batch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from tfc.errors import ExecutionError, TfcError
+from tfc.ir.core import Module
+
+
+@dataclass
+class Shrunk:
+    """What one elastic re-ring did: the workers before and after, the nodes of the new
+    ring, where the variables came from, and the time of each phase (seconds)."""
+
+    workers_before: int
+    workers_after: int
+    nodes: list[str]
+    source: str  # "worker:0" (read back from that survivor), or a checkpoint's path
+    restored_step: int
+    recompile_s: float
+    ring_s: float  # new actors started, connected, their parts compiled
+    read_s: float
+
+
+def worker_index(task: str) -> int | None:
+    """``I`` of ``/job:worker/task:I``; None for another task."""
+    prefix = "/job:worker/task:"
+    return int(task[len(prefix):]) if task.startswith(prefix) else None
+
+
+def why_not_elastic(runtime: Any, dead: Sequence[str]) -> str | None:
+    """Why the program of ``runtime`` cannot go on without the tasks ``dead`` (None: it
+    can): not an allreduce module, a dead task that is no worker, no worker left, or a
+    global batch seen so far that does not split into the workers left."""
+    module = runtime.module
+    if module.replicated_from is None:
+        return "the program was not compiled with --strategy allreduce"
+    workers = [t for t in runtime.tasks if worker_index(t) is not None]
+    if any(worker_index(t) is None for t in dead):
+        return f"{', '.join(dead)} is not an allreduce worker"
+    left = len(workers) - len(set(dead))
+    if left < 1:
+        return "no worker is left"
+    for entry in _training_entries(module):
+        exe = runtime._executables.get(entry)
+        graph = module.graphs[entry]
+        for shapes in sorted(getattr(exe, "_shapes_seen", ())):
+            for arg, shape in zip(graph.args, shapes):
+                if len(shape) >= 1 and shape[0] % left:
+                    return (f"@{entry}'s global batch of {shape[0]} ({arg.name or 'a feed'}) "
+                            f"does not split into {left} equal shards")
+    return None
+
+
+def _training_entries(module: Module) -> list[str]:
+    """The entries of ``module`` that the replicate pass replicated (their steps split
+    the batch): those of its unreplicated source that apply an optimizer."""
+    from tfc.ir.bytecode import module_from_bytes
+    from tfc.passes.replicate import training_entries
+    assert module.replicated_from is not None
+    return training_entries(module_from_bytes(module.replicated_from))
+
+
+def replicated_for(module: Module, workers: int, backend: str) -> Module:
+    """``module``'s unreplicated step (``replicated_from``) replicated for ``workers``
+    allreduce workers and lowered for ``backend`` as ``module`` was (its fp16 transfers
+    where there is more than one task)."""
+    from tfc.ir.bytecode import module_from_bytes
+    from tfc.passes.replicate import ClusterSpec
+    from tfc.pipeline import Target, lower
+    if module.replicated_from is None:
+        raise TfcError("elastic training needs a module compiled with --strategy allreduce")
+    spec = ClusterSpec(0, workers, "allreduce")
+    target = Target(backend, tuple(spec.devices), module.fp16_transfers and workers > 1,
+                    spec)
+    return lower(module_from_bytes(module.replicated_from), target, passes="")
+
+
+def shrink(program: Any, dead: Sequence[str], checkpoint_dir: Any = None) -> Shrunk:
+    """Go on without the dead workers ``dead`` (full task names) of ``program``, a
+    program on a Ray cluster compiled for allreduce (see the module docstring). The
+    program's step is that of the last completed step, or the checkpoint's."""
+    from tfc.distributed.recovery import short_name
+    from tfc.distributed.runtime import ClusterRuntime
+    from tfc.passes.replicate import mirror_name
+    from tfc.pipeline import lower_for_devices
+    old = program._cluster
+    gone = set(dead)
+    survivors = [t for t in old.tasks if t not in gone]
+    before = len(old.tasks)
+    started = time.monotonic()
+    module = lower_for_devices(replicated_for(old.module, len(survivors), old.backend),
+                               old.backend)
+    compiled = time.monotonic()
+    names = [n for n in old.module.variables if "/replica_" not in n]
+    source = survivors[0]
+    mine = [mirror_name(n, worker_index(source) or 0) for n in names]
+    step = program.step
+    try:  # the survivor's copy, as the last completed step left it
+        values = dict(zip(names, (np.array(v) for v in old.read(mine))))
+        where = short_name(source)
+    except ExecutionError:
+        if checkpoint_dir is None:
+            raise
+        from tfc.runtime.checkpoint import read_checkpoint
+        ckpt = read_checkpoint(checkpoint_dir)
+        values = {n: np.array(ckpt.values[n]) for n in names}
+        step, where = ckpt.step, str(ckpt.path)
+    read = time.monotonic()
+    mirrored = {}
+    for name in module.variables:
+        base = name.split("/replica_")[0]
+        mirrored[name] = values[base]
+    nodes = [old.where[t]["node_id"] for t in survivors]
+    runtime = ClusterRuntime(module, mirrored, step, old.backend, old.cluster.address,
+                             old.timeout_s, nodes=nodes)
+    old.close()  # the old actors (the survivors' too: each was compiled for N workers)
+    _replace(program, module, mirrored, step, runtime)
+    ringed = time.monotonic()
+    return Shrunk(before, len(survivors), nodes, where, step, compiled - started,
+                  ringed - read, read - compiled)
+
+
+def _replace(program: Any, module: Module, values: dict[str, np.ndarray], step: int,
+             runtime: Any) -> None:
+    """``program`` now runs ``module`` on ``runtime``, with ``values``, at ``step``: what
+    its constructor would have set up for them (nothing it held of the old module stays)."""
+    from tfc.runtime.logical import partitioned_variables
+    program.module = module
+    program._logical = partitioned_variables(module.variables)
+    program._executables = {}
+    program._runners = {}
+    program._lowered = {}
+    program._held = {}
+    program._pending = {}
+    program._recipes = {}
+    program._variables.clear()  # (the same dict: ``variables``' views of it stay valid)
+    for name, value in values.items():
+        value.flags.writeable = False
+        program._variables[name] = value
+    program._step = step
+    program._cluster = runtime
