@@ -5,6 +5,7 @@ split over them, and ends with the variables of an uninterrupted run (f64)."""
 from __future__ import annotations
 
 import re
+import time
 import tempfile
 from pathlib import Path
 
@@ -125,3 +126,44 @@ def test_elastic_needs_an_allreduce_program(loopback_cluster, tmp_path, capsys):
         "was not compiled with --strategy allreduce (use --on-failure restart)\n")
     with pytest.raises(TfcError, match="expected one of restart, elastic, fail"):
         Supervisor(Program(classifier("adam"), backend="reference"), None, "bounce")
+
+
+@pytest.mark.distributed
+def test_tfc_run_goes_on_elastically_and_keeps_rays_messages_off_stdout(
+        loopback_cluster, tmp_path, capsys):
+    """The CLI end to end: the artifact carries the unreplicated step; stdout has the
+    fetches only, stderr tfc's line, and Ray's own "(raylet) A worker died" message goes
+    to a file in the Ray session's logs."""
+    from tfc.distributed.cluster import RAY_MESSAGES
+    model = tmp_path / "model.tfir"
+    model.write_text(print_module(classifier("adam")))
+    art = tmp_path / "m.tfc"
+    assert main(["compile", str(model), "--backend", "reference", "--cluster", "workers=3",
+                 "--strategy", "allreduce", "-o", str(art)]) == 0
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "y.npy", Y)
+    messages = list(Path(loopback_cluster.temp_dir).rglob(RAY_MESSAGES))
+    before = sum(p.read_text().count("A worker died") for p in messages)
+    capsys.readouterr()
+    code = main(["run", str(art), "--feed", f"x={tmp_path / 'x.npy'}", "--feed",
+                 f"y={tmp_path / 'y.npy'}", "--steps", "4", "--cluster",
+                 loopback_cluster.address, "--cluster-timeout", "30",
+                 "--on-failure", "elastic", "--inject-failure", "worker:1@step=2"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert re.search(r"^worker:1 died at step 2 \(SIGKILL; found by .*\); went on with 2 of 3 "
+                     r"workers \(elastic: .* lost 0 steps$", err, re.M), err
+    one = Program(classifier("adam"), backend="reference")
+    for _ in range(4):
+        want = float(one.run("train", {"x": X, "y": Y})["loss"])
+    assert float(out.splitlines()[-1]) == pytest.approx(want, rel=1e-10)
+    assert "(raylet)" not in out and "(raylet)" not in err
+    # Ray's message did come (in its own time), to the file
+    deadline = time.monotonic() + 10
+    while True:
+        messages = list(Path(loopback_cluster.temp_dir).rglob(RAY_MESSAGES))
+        after = sum(p.read_text().count("A worker died") for p in messages)
+        if after > before or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert after > before
