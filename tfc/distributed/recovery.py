@@ -224,6 +224,18 @@ class HealthMonitor:
         step_id = getattr(runtime, "_launches", None)
         message = (f"task {', '.join(new)} failed a health check "
                    f"({'; '.join(new.values())})")
+        # nobody waits longer for a task declared dead: a hung one would hold the step's
+        # driver until the runtime's abort wait (30 s) ends
+        for task in new:
+            link = getattr(runtime, "_links", {}).get(task)
+            if link is not None:
+                link.cut(message)
+            actor = runtime.actors.get(task)
+            if actor is not None and new[task].startswith("no answer"):
+                try:  # (a step launched by Ray: its call on the hung actor fails now)
+                    runtime.ray.kill(actor, no_restart=True)
+                except Exception:
+                    pass
         for task, actor in list(runtime.actors.items()):
             if task not in self.dead and step_id is not None:
                 try:
@@ -342,7 +354,8 @@ class Supervisor:
     called with the restored ``Checkpoint`` to put the input pipeline back (its
     ``extra``). ``inject``: failures to inject (``InjectedFailure`` or its text).
     ``report``: where the one-line summaries go (stderr by default). ``health_interval_s``:
-    between health checks (None: none). ``max_restarts``: recoveries in a row that do not
+    between health checks (None: none); ``health_timeout_s``: each check's bound (a
+    task silent for two checks in a row is dead). ``max_restarts``: recoveries in a row that do not
     get past the step that failed before it gives up (an ``ExecutionError``)."""
 
     program: Any
@@ -352,6 +365,7 @@ class Supervisor:
     restore_input: Callable[[Any], None] | None = None
     report: Callable[[str], None] | None = None
     health_interval_s: float | None = DEFAULT_HEALTH_INTERVAL_S
+    health_timeout_s: float = _PING_TIMEOUT_S  # one health check's bound
     max_restarts: int = DEFAULT_MAX_RESTARTS
     save_initial: Callable[[], None] | None = None
     events: list[RecoveryEvent] = field(default_factory=list)
@@ -368,7 +382,7 @@ class Supervisor:
         self._killed: dict[str, tuple[float, str]] = {}  # task -> (when, how): injected
         self._stuck = 0
         recovers = self.on_failure in ("restart", "elastic")
-        self.monitor = (HealthMonitor(runtime, self.health_interval_s)
+        self.monitor = (HealthMonitor(runtime, self.health_interval_s, self.health_timeout_s)
                         if self.health_interval_s and recovers else None)
         if self.on_failure == "elastic" and runtime.module.replicated_from is None:
             raise TfcError("--on-failure elastic goes on with the allreduce workers left; "
