@@ -24,6 +24,17 @@ average before and after (the host may be shared: numbers are noisy, take median
 
     python tools/bench_recovery.py                    # 3 repeats of each (about a minute)
     python tools/bench_recovery.py --repeats 5 --json out.json
+    python tools/bench_recovery.py --elastic          # elastic all-reduce instead
+
+``--elastic``: the same MLP compiled for 3 ``allreduce`` workers (global batch
+``ELASTIC_BATCH``, which splits into 3 and into 2), ``worker:1`` injected at step
+``--every`` + 2 under ``Supervisor(on_failure="elastic")``: the job goes on with 2
+workers. A fresh program per repeat (each run shrinks its ring once). Medians of
+*detect*, *recompile* (the step replicated for 2 workers and lowered), *ring* (2 new
+actors on the survivors' nodes, connected, their parts compiled), *read* (the variables
+from a survivor), *first step* (the failed step run again on the new ring: the first
+step of a new program compiles nothing more, but its variables are sent), *back* (from
+the kill to the end of that step), the steps lost, and the median step before and after.
 """
 
 from __future__ import annotations
@@ -116,6 +127,60 @@ def run(args: argparse.Namespace, address: str, work: Path) -> list[dict[str, An
     return rows
 
 
+ELASTIC_BATCH = 504  # 3 shards of 168, then 2 of 252
+
+
+def elastic_batch(step: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(step)
+    return {"x": rng.normal(size=(ELASTIC_BATCH, MLP_SIZES[0])).astype(np.float32),
+            "y": rng.integers(0, MLP_SIZES[-1], ELASTIC_BATCH).astype(np.int32)}
+
+
+def run_elastic(args: argparse.Namespace, address: str, work: Path) -> list[dict[str, Any]]:
+    model = work / "mlp.py"
+    model.write_text(MLP_MODEL.format(sizes=MLP_SIZES))
+    module = compile_model(model, cluster=ClusterSpec(ps=0, workers=3, strategy="allreduce"))
+    rows = []
+    fail_at, steps = args.every + 2, args.every + 8
+    for _ in range(args.repeats):
+        program = Program(module, cluster=address, cluster_timeout_s=60)
+        times: dict[int, float] = {}
+        try:
+            with Supervisor(program, None, "elastic", inject=[f"worker:1@step={fail_at}"],
+                            health_interval_s=args.health,
+                            report=lambda line: print("  " + line)) as supervisor:
+                for _ in range(steps):
+                    step = program.step
+                    started = time.monotonic()
+                    supervisor.step(lambda: program.run("train_step", elastic_batch(step)))
+                    times[step] = time.monotonic() - started
+            [event] = supervisor.events
+            shrunk = event.elastic
+            assert shrunk is not None
+            # the failed step's time from its kill: detection, recompile, ring, read, rerun
+            detect = event.detect_s or 0.0
+            recovered = detect + event.restart_s + event.restore_s
+            rows.append({"detect_s": detect, "recompile_s": shrunk.recompile_s,
+                         "ring_s": shrunk.ring_s, "read_s": shrunk.read_s,
+                         "first_step_s": times[fail_at] - recovered, "back_s": times[fail_at],
+                         "lost": event.lost_steps,
+                         "step_before_s": statistics.median(
+                             [times[s] for s in range(1, fail_at)]),
+                         "step_after_s": statistics.median(
+                             [times[s] for s in range(fail_at + 2, steps)])})
+        finally:
+            program.close(read_back=False)
+    return rows
+
+
+def report_elastic(rows: list[dict[str, Any]]) -> None:
+    keys = ("detect_s", "recompile_s", "ring_s", "read_s", "first_step_s", "back_s", "lost",
+            "step_before_s", "step_after_s")
+    print(f"elastic, 3 -> 2 workers, medians over {len(rows)} (s):")
+    print("  " + " ".join(f"{k[:-2] if k.endswith('_s') else k:>11}" for k in keys))
+    print("  " + " ".join(f"{statistics.median(r[k] for r in rows):>11.3f}" for k in keys))
+
+
 def report(rows: list[dict[str, Any]]) -> None:
     print(f"{'failure':<20} {'found by':<16} {'detect':>8} {'restart':>8} {'restore':>8} "
           f"{'lost':>5} {'back':>8}  (medians over {len(rows) // len(CASES)} each, s)")
@@ -139,14 +204,16 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=4, help="checkpoint every K steps")
     parser.add_argument("--health", type=float, default=0.5, help="health check interval, s")
     parser.add_argument("--json", metavar="FILE", help="also write the raw rows here")
+    parser.add_argument("--elastic", action="store_true",
+                        help="an allreduce worker lost under --on-failure elastic instead")
     args = parser.parse_args()
     info = machine_info()
     print(f"{info['cpu']}, {info['cores']} cores; load before: {load()}")
     with tempfile.TemporaryDirectory(prefix="bench-recovery-") as tmp, \
             LoopbackCluster(args.nodes) as cluster:
-        rows = run(args, cluster.address, Path(tmp))
+        rows = (run_elastic if args.elastic else run)(args, cluster.address, Path(tmp))
     print(f"load after: {load()}")
-    report(rows)
+    (report_elastic if args.elastic else report)(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     return 0

@@ -130,7 +130,7 @@ class RecoveryEvent:
         if shrunk is not None:
             return (f"{head}went on with {shrunk.workers_after} of {shrunk.workers_before} "
                     f"workers (elastic: recompiled in {shrunk.recompile_s:.2f} s, new ring in "
-                    f"{self.restart_s:.2f} s); variables of step {self.restored_step} from "
+                    f"{shrunk.ring_s:.2f} s); variables of step {self.restored_step} from "
                     f"{shrunk.source} in {self.restore_s:.2f} s; {lost}")
         where = ", ".join(n[:12] for n in self.nodes)
         why = f" (not elastic: {self.fell_back})" if self.fell_back else ""
