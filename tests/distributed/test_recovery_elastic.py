@@ -14,7 +14,7 @@ import pytest
 
 from tfc.cli import main
 from tfc.distributed.recovery import Supervisor
-from tfc.errors import ExecutionError, TfcError
+from tfc.errors import TfcError
 from tfc.ir.core import Module
 from tfc.ir.printer import print_module
 from tfc.runtime import Program
@@ -70,6 +70,7 @@ def test_a_killed_worker_leaves_a_ring_of_two_that_ends_as_an_unbroken_run(
         assert (event.tasks, event.step, event.restored_step, event.lost_steps) == \
             (["worker:1"], 3, 3, 0)
         assert (event.elastic.workers_before, event.elastic.workers_after) == (3, 2)
+        assert event.elastic.layout == "even"
         assert event.elastic.source == "worker:0"
         # the new ring runs on the survivors' nodes, not on the dead worker's
         assert event.nodes == [nodes["/job:worker/task:0"], nodes["/job:worker/task:2"]]
@@ -83,9 +84,9 @@ def test_a_killed_worker_leaves_a_ring_of_two_that_ends_as_an_unbroken_run(
         stats = p._cluster.last_transfer_stats
         assert stats.feed_bytes == X.nbytes + Y.nbytes
         final = {n: np.array(v) for n, v in p.variables.items()}
-        assert sorted(final) == sorted(["w0", "w1", "global_step", "w0/replica_1",
-                                        "w1/replica_1", "global_step/replica_1"] +
-                                       [n for n in final if "/Adam" in n or "beta" in n])
+        # two mirrors of each variable now, not three
+        assert {n for n in final if "/replica_" in n} == \
+            {f"{n}/replica_1" for n in final if "/replica_" not in n}
         loss = float(out["loss"])
     finally:
         p.close(read_back=False)
@@ -98,21 +99,33 @@ def test_a_killed_worker_leaves_a_ring_of_two_that_ends_as_an_unbroken_run(
 
 
 @pytest.mark.distributed
-def test_a_batch_that_does_not_split_into_the_workers_left_is_an_error(loopback_cluster):
+def test_a_batch_that_does_not_split_into_the_workers_left_keeps_its_shards(loopback_cluster):
+    """A global batch of 9: 3 shards of 3, never 2 equal ones. The dead worker's shard goes
+    to a survivor (a second CPU of its task): the same shards, the same ring sum."""
     p = Program(allreduce_module("reference"), backend="reference",
                 cluster=loopback_cluster.address, cluster_timeout_s=30)
+    odd = {"x": X[:9], "y": Y[:9]}
     try:
-        odd = {"x": X[:9], "y": Y[:9]}  # 3 shards of 3, but not 2 equal ones
         with Supervisor(p, None, "elastic", inject=["worker:2@step=1"],
                         health_interval_s=None, report=lambda line: None) as supervisor:
-            supervisor.step(lambda: p.run("train", odd))
-            with pytest.raises(ExecutionError, match=r"task worker:2 died at step 1, and the "
-                               r"job cannot go on without it: @train's global batch of 9 "
-                               r"\(x\) does not split into 2 equal shards \(give "
-                               r"--checkpoint-dir to restart it instead\)"):
-                supervisor.step(lambda: p.run("train", odd))
+            for _ in range(3):
+                out = supervisor.step(lambda: p.run("train", odd))
+        [event] = supervisor.events
+        assert event.elastic is not None and event.elastic.layout == "shards"
+        assert "went on with 2 of 3 workers, the 3 shards of the batch kept" in event.line()
+        assert p._cluster.tasks == {"/job:worker/task:0": ["/job:worker/task:0/cpu:0",
+                                                           "/job:worker/task:0/cpu:1"],
+                                    "/job:worker/task:1": ["/job:worker/task:1/cpu:0"]}
+        final = {n: np.array(v) for n, v in p.variables.items()}
     finally:
         p.close(read_back=False)
+    one = Program(classifier("adam"), backend="reference")
+    for _ in range(3):
+        want = one.run("train", odd)
+    assert float(out["loss"]) == pytest.approx(float(want["loss"]), rel=1e-10)
+    for name, value in one.variables.items():
+        np.testing.assert_allclose(final[name], value, rtol=1e-10, atol=1e-12, err_msg=name)
+        np.testing.assert_array_equal(final[f"{name}/replica_2"], final[name])
 
 
 def test_elastic_needs_an_allreduce_program(loopback_cluster, tmp_path, capsys):
@@ -131,9 +144,11 @@ def test_elastic_needs_an_allreduce_program(loopback_cluster, tmp_path, capsys):
 @pytest.mark.distributed
 def test_tfc_run_goes_on_elastically_and_keeps_rays_messages_off_stdout(
         loopback_cluster, tmp_path, capsys):
-    """The CLI end to end: the artifact carries the unreplicated step; stdout has the
-    fetches only, stderr tfc's line, and Ray's own "(raylet) A worker died" message goes
-    to a file in the Ray session's logs."""
+    """The CLI end to end: the artifact carries the unreplicated step; mini-batches of 9
+    and 3 rows (no 2 equal shards: the shards are kept), the failed step tried again on
+    the batch it had; stdout has the fetches only, stderr tfc's line, and Ray's own
+    "(raylet) A worker died" message goes to a file in the Ray session's logs."""
+    from tfc.data.feeding import MiniBatches
     from tfc.distributed.cluster import RAY_MESSAGES
     model = tmp_path / "model.tfir"
     model.write_text(print_module(classifier("adam")))
@@ -146,16 +161,19 @@ def test_tfc_run_goes_on_elastically_and_keeps_rays_messages_off_stdout(
     before = sum(p.read_text().count("A worker died") for p in messages)
     capsys.readouterr()
     code = main(["run", str(art), "--feed", f"x={tmp_path / 'x.npy'}", "--feed",
-                 f"y={tmp_path / 'y.npy'}", "--steps", "4", "--cluster",
+                 f"y={tmp_path / 'y.npy'}", "--batch", "9", "--shuffle", "--steps", "5",
+                 "--cluster",
                  loopback_cluster.address, "--cluster-timeout", "30",
                  "--on-failure", "elastic", "--inject-failure", "worker:1@step=2"])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert re.search(r"^worker:1 died at step 2 \(SIGKILL; found by .*\); went on with 2 of 3 "
-                     r"workers \(elastic: .* lost 0 steps$", err, re.M), err
+                     r"workers, the 3 shards of the batch kept \(elastic: .* lost 0 steps$",
+                     err, re.M), err
     one = Program(classifier("adam"), backend="reference")
-    for _ in range(4):
-        want = float(one.run("train", {"x": X, "y": Y})["loss"])
+    batches = MiniBatches({"x": X, "y": Y}, 9, True, 0)
+    for _ in range(5):
+        want = float(one.run("train", batches.next_feeds())["loss"])
     assert float(out.splitlines()[-1]) == pytest.approx(want, rel=1e-10)
     assert "(raylet)" not in out and "(raylet)" not in err
     # Ray's message did come (in its own time), to the file

@@ -22,13 +22,22 @@ elastic one (Horovod Elastic's idea, but keeping the *global* batch) does not wa
    variables (the N-1 mirrors) and its executables are replaced in place: the caller's
    ``Program`` goes on, at the same step.
 
-The global batch stays the same and is split over N-1 workers, so the step computes the
-same mean gradient: the run ends with the variables of an uninterrupted one (to rounding:
-the mean of N-1 shard means instead of N). A global batch that does not split into N-1
-equal shards is not re-split unevenly (the ring averages the workers' gradients with
-equal weights: uneven shards would change the math); elastic then falls back to the
-strict restart where a checkpoint directory allows it, saying why, else fails with an
-error naming the batch.
+The global batch stays the same, so the step computes the same mean gradient and the run
+ends with the variables of an uninterrupted one. Two layouts, both exact:
+
+- ``even`` (when every global batch seen so far, and every one the caller says will come,
+  e.g. ``tfc run --batch``'s last partial batch of an epoch, splits into N-1 equal
+  shards): the step replicated for N-1 workers, each on 1/(N-1) of the batch (to
+  rounding: the mean of N-1 shard means instead of N);
+- ``shards`` (otherwise): the N-way split kept, the dead worker's shard computed by a
+  survivor (a second device of its task, ``/job:worker/task:S/cpu:1``, with its own
+  mirrored copy): every batch the N-worker job accepted is accepted, and the ring sums
+  the same N shard gradients, but that survivor does two shards' work.
+
+Uneven shards (TF/Horovod Elastic re-split a *local* batch per worker, which changes the
+global batch; an uneven split of the same global batch would need each shard's gradient
+weighted by its rows, which the ring's plain mean does not do) and padding (which changes
+the mean unless masked) are not used.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ class Shrunk:
     workers_after: int
     nodes: list[str]
     source: str  # "worker:0" (read back from that survivor), or a checkpoint's path
+    layout: str  # "even" (N-1 shards) or "shards" (the N shards kept, one survivor doing two)
     restored_step: int
     recompile_s: float
     ring_s: float  # new actors started, connected, their parts compiled
@@ -66,25 +76,37 @@ def worker_index(task: str) -> int | None:
 
 def why_not_elastic(runtime: Any, dead: Sequence[str]) -> str | None:
     """Why the program of ``runtime`` cannot go on without the tasks ``dead`` (None: it
-    can): not an allreduce module, a dead task that is no worker, no worker left, or a
-    global batch seen so far that does not split into the workers left."""
+    can): not an allreduce module, a dead task that is no worker, or no worker left."""
     module = runtime.module
     if module.replicated_from is None:
         return "the program was not compiled with --strategy allreduce"
-    workers = [t for t in runtime.tasks if worker_index(t) is not None]
     if any(worker_index(t) is None for t in dead):
-        return f"{', '.join(dead)} is not an allreduce worker"
-    left = len(workers) - len(set(dead))
-    if left < 1:
+        return f"{', '.join(short(t) for t in dead)} is not an allreduce worker"
+    if not [t for t in runtime.tasks if t not in set(dead)]:
         return "no worker is left"
+    return None
+
+
+def short(task: str) -> str:
+    from tfc.distributed.recovery import short_name
+    return short_name(task)
+
+
+def uneven_batch(runtime: Any, workers: int, batch_sizes: Sequence[int] = ()) -> str | None:
+    """A global batch that does not split into ``workers`` equal shards: one the
+    training entries of ``runtime`` ran (``@train's global batch of 9``) or of
+    ``batch_sizes`` (those the caller says will come); None when all do."""
+    for size in batch_sizes:
+        if size % workers:
+            return f"a global batch of {size} rows"
+    module = runtime.module
     for entry in _training_entries(module):
         exe = runtime._executables.get(entry)
         graph = module.graphs[entry]
         for shapes in sorted(getattr(exe, "_shapes_seen", ())):
-            for arg, shape in zip(graph.args, shapes):
-                if len(shape) >= 1 and shape[0] % left:
-                    return (f"@{entry}'s global batch of {shape[0]} ({arg.name or 'a feed'}) "
-                            f"does not split into {left} equal shards")
+            for shape in shapes:
+                if len(shape) >= 1 and shape[0] % workers:
+                    return f"@{entry}'s global batch of {shape[0]}"
     return None
 
 
@@ -100,7 +122,7 @@ def _training_entries(module: Module) -> list[str]:
 def replicated_for(module: Module, workers: int, backend: str) -> Module:
     """``module``'s unreplicated step (``replicated_from``) replicated for ``workers``
     allreduce workers and lowered for ``backend`` as ``module`` was (its fp16 transfers
-    where there is more than one task)."""
+    where there is more than one task): the ``even`` layout."""
     from tfc.ir.bytecode import module_from_bytes
     from tfc.passes.replicate import ClusterSpec
     from tfc.pipeline import Target, lower
@@ -112,10 +134,40 @@ def replicated_for(module: Module, workers: int, backend: str) -> Module:
     return lower(module_from_bytes(module.replicated_from), target, passes="")
 
 
-def shrink(program: Any, dead: Sequence[str], checkpoint_dir: Any = None) -> Shrunk:
+def shards_kept(module: Module, workers: int, hosts: dict[int, int], backend: str) -> Module:
+    """``module``'s unreplicated step replicated for ``workers`` workers as it was, but
+    worker ``k`` of ``hosts`` (dead) placed on a further CPU of worker ``hosts[k]``'s task
+    (a survivor), then lowered for ``backend``: the ``shards`` layout."""
+    from tfc.ir.bytecode import module_from_bytes
+    from tfc.passes.replicate import ClusterSpec, replicate_module, worker_device
+    from tfc.pipeline import Target, lower
+    assert module.replicated_from is not None
+    source = module_from_bytes(module.replicated_from)
+    replicate_module(source, ClusterSpec(0, workers, "allreduce"))
+    extra: dict[int, int] = {}
+    moved = {}
+    for k, host in sorted(hosts.items()):
+        extra[host] = extra.get(host, 0) + 1
+        moved[worker_device(k)] = f"/job:worker/task:{host}/cpu:{extra[host]}"
+    for graph in source.graphs.values():
+        for op in graph.walk():
+            if op.device in moved:
+                op.device = moved[op.device]
+    for decl in source.variables.values():
+        if decl.device in moved:
+            decl.device = moved[decl.device]
+    devices = [moved.get(d, d) for d in source.devices]
+    target = Target(backend, tuple(devices), module.fp16_transfers)
+    return lower(source, target, passes="", place=False)
+
+
+def shrink(program: Any, dead: Sequence[str], checkpoint_dir: Any = None,
+           batch_sizes: Sequence[int] = ()) -> Shrunk:
     """Go on without the dead workers ``dead`` (full task names) of ``program``, a
-    program on a Ray cluster compiled for allreduce (see the module docstring). The
-    program's step is that of the last completed step, or the checkpoint's."""
+    program on a Ray cluster compiled for allreduce (see the module docstring), in the
+    ``even`` layout unless a global batch seen or among ``batch_sizes`` does not split
+    into the workers left. The program's step is that of the last completed step, or
+    the checkpoint's."""
     from tfc.distributed.recovery import short_name
     from tfc.distributed.runtime import ClusterRuntime
     from tfc.passes.replicate import mirror_name
@@ -125,8 +177,16 @@ def shrink(program: Any, dead: Sequence[str], checkpoint_dir: Any = None) -> Shr
     survivors = [t for t in old.tasks if t not in gone]
     before = len(old.tasks)
     started = time.monotonic()
-    module = lower_for_devices(replicated_for(old.module, len(survivors), old.backend),
-                               old.backend)
+    if uneven_batch(old, len(survivors), batch_sizes) is None:
+        layout = "even"
+        module = replicated_for(old.module, len(survivors), old.backend)
+    else:  # each dead worker's shard to a survivor, in turn
+        layout = "shards"
+        alive = [worker_index(t) or 0 for t in survivors]
+        hosts = {worker_index(t) or 0: alive[i % len(alive)]
+                 for i, t in enumerate(sorted(gone, key=lambda t: worker_index(t) or 0))}
+        module = shards_kept(old.module, before, hosts, old.backend)
+    module = lower_for_devices(module, old.backend)
     compiled = time.monotonic()
     names = [n for n in old.module.variables if "/replica_" not in n]
     source = survivors[0]
@@ -153,7 +213,7 @@ def shrink(program: Any, dead: Sequence[str], checkpoint_dir: Any = None) -> Shr
     old.close()  # the old actors (the survivors' too: each was compiled for N workers)
     _replace(program, module, mirrored, step, runtime)
     ringed = time.monotonic()
-    return Shrunk(before, len(survivors), nodes, where, step, compiled - started,
+    return Shrunk(before, len(survivors), nodes, where, layout, step, compiled - started,
                   ringed - read, read - compiled)
 
 

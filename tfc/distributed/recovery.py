@@ -128,8 +128,10 @@ class RecoveryEvent:
         lost = f"lost {self.lost_steps} step{'s' if self.lost_steps != 1 else ''}"
         shrunk = self.elastic
         if shrunk is not None:
+            kept = (f", the {shrunk.workers_before} shards of the batch kept"
+                    if shrunk.layout == "shards" else "")
             return (f"{head}went on with {shrunk.workers_after} of {shrunk.workers_before} "
-                    f"workers (elastic: recompiled in {shrunk.recompile_s:.2f} s, new ring in "
+                    f"workers{kept} (elastic: recompiled in {shrunk.recompile_s:.2f} s, new ring in "
                     f"{shrunk.ring_s:.2f} s); variables of step {self.restored_step} from "
                     f"{shrunk.source} in {self.restore_s:.2f} s; {lost}")
         where = ", ".join(n[:12] for n in self.nodes)
@@ -350,7 +352,8 @@ class Supervisor:
     ``checkpoint_dir``: where the program's checkpoints are (the latest is restored; one
     of the current step is saved first unless the latest is of it: a failure before the
     first checkpoint goes back to where the job began); optional for ``elastic``, where
-    it is what a fall back to ``restart`` restores. ``restore_input``:
+    it is what a fall back to ``restart`` restores (``batch_sizes``: see the field).
+    ``restore_input``:
     called with the restored ``Checkpoint`` to put the input pipeline back (its
     ``extra``). ``inject``: failures to inject (``InjectedFailure`` or its text).
     ``report``: where the one-line summaries go (stderr by default). ``health_interval_s``:
@@ -368,6 +371,10 @@ class Supervisor:
     health_timeout_s: float = _PING_TIMEOUT_S  # one health check's bound
     max_restarts: int = DEFAULT_MAX_RESTARTS
     save_initial: Callable[[], None] | None = None
+    # elastic: the global batch sizes still to come that the caller knows (an input
+    # pipeline's batch and its epoch's last, partial one): each must split into the
+    # workers left for the ``even`` layout (``tfc.distributed.elastic``)
+    batch_sizes: Sequence[int] = ()
     events: list[RecoveryEvent] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -501,7 +508,7 @@ class Supervisor:
         from tfc.distributed.elastic import shrink
         pause = self.monitor.paused() if self.monitor is not None else _NoPause()
         with pause:
-            shrunk = shrink(self.program, tasks, self.checkpoint_dir)
+            shrunk = shrink(self.program, tasks, self.checkpoint_dir, self.batch_sizes)
             if shrunk.restored_step != step and self.restore_input is not None:
                 from tfc.runtime.checkpoint import read_checkpoint  # (from a checkpoint)
                 self.restore_input(read_checkpoint(shrunk.source))
