@@ -53,7 +53,7 @@ def uninterrupted(backend: str) -> tuple[dict[str, np.ndarray], float]:
 @pytest.mark.parametrize("backend", ["reference",
                                      pytest.param("llvm", marks=pytest.mark.slow)])
 def test_a_killed_worker_leaves_a_ring_of_two_that_ends_as_an_unbroken_run(
-        loopback_cluster, backend):
+        loopback_cluster, backend, tmp_path):
     lines: list[str] = []
     p = Program(allreduce_module(backend), backend=backend, cluster=loopback_cluster.address,
                 cluster_timeout_s=30)
@@ -88,8 +88,13 @@ def test_a_killed_worker_leaves_a_ring_of_two_that_ends_as_an_unbroken_run(
         assert {n for n in final if "/replica_" in n} == \
             {f"{n}/replica_1" for n in final if "/replica_" not in n}
         loss = float(out["loss"])
+        p.save_checkpoint(tmp_path / "ck")  # (of 2 workers' copies)
     finally:
         p.close(read_back=False)
+    # the checkpoint resumes the job on 3 workers again: the third copy is the variable's
+    again = Program(allreduce_module(backend), backend=backend, cluster="inprocess")
+    again.restore_checkpoint(tmp_path / "ck")
+    np.testing.assert_array_equal(again.variables["w0/replica_2"], final["w0"])
     want, want_loss = uninterrupted(backend)
     assert loss == pytest.approx(want_loss, rel=1e-10)
     for name, value in want.items():

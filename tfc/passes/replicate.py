@@ -282,6 +282,12 @@ def mirror_name(var: str, worker: int) -> str:
     return var if worker == 0 else f"{var}/replica_{worker}"
 
 
+def mirrored_variable(name: str) -> str | None:
+    """``VAR`` for a mirrored copy's name (``VAR/replica_I``, ``mirror_name``), else None."""
+    m = re.fullmatch(r"(.+)/replica_[1-9][0-9]*", name)
+    return m.group(1) if m else None
+
+
 # ---- the rewrite --------------------------------------------------------------------------
 
 def _closure(roots: Iterable[Value], stop: Callable[[Op], bool] = lambda op: False
