@@ -1,12 +1,13 @@
 """Elastic all-reduce (``tfc.distributed.elastic``): an allreduce worker SIGKILLed mid-run on
-the session's loopback cluster; the job goes on with the workers left, the global batch
-split over them, and ends with the variables of an uninterrupted run (f64)."""
+the session's loopback cluster; the job goes on with the workers left, the same global
+batch split over them (evenly, or its N shards kept where N-1 do not divide it), and ends
+with the variables of an uninterrupted run (f64)."""
 
 from __future__ import annotations
 
 import re
-import time
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +134,32 @@ def test_a_batch_that_does_not_split_into_the_workers_left_keeps_its_shards(loop
         np.testing.assert_array_equal(final[f"{name}/replica_2"], final[name])
 
 
+@pytest.mark.distributed
+@pytest.mark.slow  # (~10 s: two workers restarted)
+def test_with_no_worker_left_elastic_falls_back_to_the_restart(loopback_cluster, tmp_path):
+    p = Program(allreduce_module("reference", workers=2), backend="reference",
+                cluster=loopback_cluster.address, cluster_timeout_s=30)
+    lines: list[str] = []
+    try:
+        with Supervisor(p, tmp_path / "ck", "elastic", inject=["worker:0@step=1",
+                                                              "worker:1@step=1"],
+                        health_interval_s=None, report=lines.append) as supervisor:
+            for _ in range(2):
+                out = supervisor.step(lambda: p.run("train", batch(p.step)))
+        [event] = supervisor.events
+        assert event.elastic is None and event.fell_back == "no worker is left"
+        assert sorted(event.tasks) == ["worker:0", "worker:1"]
+        assert "(not elastic: no worker is left)" in lines[0]
+        assert (event.restored_step, event.lost_steps) == (0, 1)
+    finally:
+        p.close(read_back=False)
+    one = Program(classifier("adam"), backend="reference")
+    for step in range(2):
+        want = one.run("train", batch(step))
+    assert float(out["loss"]) == pytest.approx(float(want["loss"]), rel=1e-10)
+
+
+@pytest.mark.distributed
 def test_elastic_needs_an_allreduce_program(loopback_cluster, tmp_path, capsys):
     from tests.distributed.test_runtime import saved_artifact
     path, feeds = saved_artifact(tmp_path)  # a parameter-server program
