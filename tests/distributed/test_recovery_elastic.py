@@ -80,8 +80,9 @@ def test_a_killed_worker_leaves_a_ring_of_two_that_ends_as_an_unbroken_run(
                         r"check) in \d+\.\d\d s\); went on with 2 of 3 workers \(elastic: "
                         r"recompiled in \d+\.\d\d s, new ring in \d+\.\d\d s\); variables of "
                         r"step 3 from worker:0 in \d+\.\d\d s; lost 0 steps$", lines[0])
-        # two tasks now, each with its half of the global batch
-        assert sorted(p._cluster.tasks) == ["/job:worker/task:0", "/job:worker/task:1"]
+        # two tasks now (the survivors' names kept), each with half of the global batch
+        assert p._cluster.tasks == {"/job:worker/task:0": ["/job:worker/task:0/cpu:0"],
+                                    "/job:worker/task:2": ["/job:worker/task:2/cpu:0"]}
         stats = p._cluster.last_transfer_stats
         assert stats.feed_bytes == X.nbytes + Y.nbytes
         final = {n: np.array(v) for n, v in p.variables.items()}
@@ -122,6 +123,7 @@ def test_a_batch_that_does_not_split_into_the_workers_left_keeps_its_shards(loop
         assert p._cluster.tasks == {"/job:worker/task:0": ["/job:worker/task:0/cpu:0",
                                                            "/job:worker/task:0/cpu:1"],
                                     "/job:worker/task:1": ["/job:worker/task:1/cpu:0"]}
+        assert p._cluster.where["/job:worker/task:1"]["node_id"] == event.nodes[1]
         final = {n: np.array(v) for n, v in p.variables.items()}
     finally:
         p.close(read_back=False)

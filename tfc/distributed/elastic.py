@@ -13,14 +13,16 @@ elastic one (Horovod Elastic's idea, but keeping the *global* batch) does not wa
    from one survivor; where that cannot be done (an in-place update of the failed step
    left a variable changed: the task refuses it), the last checkpoint is restored
    instead, when there is one.
-2. The training step is replicated again for N-1 workers from the step the artifact
-   keeps unreplicated (``Module.replicated_from``: the ``replicate`` pass stores it for
-   ``allreduce``) and lowered as ``tfc compile`` lowered it (same backend, same fp16
-   transfers); the other entries go to worker 0 as before.
+2. The training step is replicated again from the step the artifact keeps unreplicated
+   (``Module.replicated_from``: the ``replicate`` pass stores it for ``allreduce``), its
+   workers placed on the survivors' tasks (each survivor keeps its name: ``worker:0``
+   and ``worker:2`` after ``worker:1`` died), and lowered as ``tfc compile`` lowered it
+   (same backend, same fp16 transfers); the other entries go to worker 0 as before.
 3. N-1 new task actors start on the survivors' nodes (the dead worker's node may be what
-   failed), form the new ring, and the old actors are killed. The program's module, its
-   variables (the N-1 mirrors) and its executables are replaced in place: the caller's
-   ``Program`` goes on, at the same step.
+   failed), form the new ring, and the old actors are killed (each was compiled for N
+   workers). The program's module, its variables (the mirrors of the new ring) and its
+   executables are replaced in place: the caller's ``Program`` goes on, at the same
+   step.
 
 The global batch stays the same, so the step computes the same mean gradient and the run
 ends with the variables of an uninterrupted one. Two layouts, both exact:
@@ -119,45 +121,30 @@ def _training_entries(module: Module) -> list[str]:
     return training_entries(module_from_bytes(module.replicated_from))
 
 
-def replicated_for(module: Module, workers: int, backend: str) -> Module:
+def replicated_for(module: Module, workers: int, moved: dict[int, str], backend: str
+                   ) -> Module:
     """``module``'s unreplicated step (``replicated_from``) replicated for ``workers``
-    allreduce workers and lowered for ``backend`` as ``module`` was (its fp16 transfers
-    where there is more than one task): the ``even`` layout."""
-    from tfc.ir.bytecode import module_from_bytes
-    from tfc.passes.replicate import ClusterSpec
-    from tfc.pipeline import Target, lower
-    if module.replicated_from is None:
-        raise TfcError("elastic training needs a module compiled with --strategy allreduce")
-    spec = ClusterSpec(0, workers, "allreduce")
-    target = Target(backend, tuple(spec.devices), module.fp16_transfers and workers > 1,
-                    spec)
-    return lower(module_from_bytes(module.replicated_from), target, passes="")
-
-
-def shards_kept(module: Module, workers: int, hosts: dict[int, int], backend: str) -> Module:
-    """``module``'s unreplicated step replicated for ``workers`` workers as it was, but
-    worker ``k`` of ``hosts`` (dead) placed on a further CPU of worker ``hosts[k]``'s task
-    (a survivor), then lowered for ``backend``: the ``shards`` layout."""
+    allreduce workers, worker ``k`` of ``moved`` placed on device ``moved[k]`` instead of
+    its own (a survivor's task: its CPU 0 in the ``even`` layout, a further CPU in the
+    ``shards`` one), then lowered for ``backend`` as ``module`` was (its fp16 transfers
+    where there is more than one device)."""
     from tfc.ir.bytecode import module_from_bytes
     from tfc.passes.replicate import ClusterSpec, replicate_module, worker_device
     from tfc.pipeline import Target, lower
-    assert module.replicated_from is not None
+    if module.replicated_from is None:
+        raise TfcError("elastic training needs a module compiled with --strategy allreduce")
     source = module_from_bytes(module.replicated_from)
     replicate_module(source, ClusterSpec(0, workers, "allreduce"))
-    extra: dict[int, int] = {}
-    moved = {}
-    for k, host in sorted(hosts.items()):
-        extra[host] = extra.get(host, 0) + 1
-        moved[worker_device(k)] = f"/job:worker/task:{host}/cpu:{extra[host]}"
+    devices = {worker_device(k): device for k, device in moved.items()}
     for graph in source.graphs.values():
         for op in graph.walk():
-            if op.device in moved:
-                op.device = moved[op.device]
+            if op.device in devices:
+                op.device = devices[op.device]
     for decl in source.variables.values():
-        if decl.device in moved:
-            decl.device = moved[decl.device]
-    devices = [moved.get(d, d) for d in source.devices]
-    target = Target(backend, tuple(devices), module.fp16_transfers)
+        if decl.device in devices:
+            decl.device = devices[decl.device]
+    placed = tuple(devices.get(d, d) for d in source.devices)
+    target = Target(backend, placed, module.fp16_transfers and len(placed) > 1)
     return lower(source, target, passes="", place=False)
 
 
@@ -170,22 +157,27 @@ def shrink(program: Any, dead: Sequence[str], checkpoint_dir: Any = None,
     the checkpoint's."""
     from tfc.distributed.recovery import short_name
     from tfc.distributed.runtime import ClusterRuntime
-    from tfc.passes.replicate import mirror_name
+    from tfc.passes.replicate import mirror_name, worker_device
     from tfc.pipeline import lower_for_devices
     old = program._cluster
     gone = set(dead)
     survivors = [t for t in old.tasks if t not in gone]
     before = len(old.tasks)
     started = time.monotonic()
+    alive = [worker_index(t) or 0 for t in survivors]
     if uneven_batch(old, len(survivors), batch_sizes) is None:
-        layout = "even"
-        module = replicated_for(old.module, len(survivors), old.backend)
-    else:  # each dead worker's shard to a survivor, in turn
-        layout = "shards"
-        alive = [worker_index(t) or 0 for t in survivors]
-        hosts = {worker_index(t) or 0: alive[i % len(alive)]
-                 for i, t in enumerate(sorted(gone, key=lambda t: worker_index(t) or 0))}
-        module = shards_kept(old.module, before, hosts, old.backend)
+        # worker j of the new ring is the j-th survivor (its task keeps its name)
+        layout, workers = "even", len(survivors)
+        moved = {j: worker_device(k) for j, k in enumerate(alive) if j != k}
+    else:  # each dead worker's shard to a survivor, in turn, on a further CPU of it
+        layout, workers = "shards", before
+        extra: dict[int, int] = {}
+        moved = {}
+        for i, k in enumerate(sorted(worker_index(t) or 0 for t in gone)):
+            host = alive[i % len(alive)]
+            extra[host] = extra.get(host, 0) + 1
+            moved[k] = f"/job:worker/task:{host}/cpu:{extra[host]}"
+    module = replicated_for(old.module, workers, moved, old.backend)
     module = lower_for_devices(module, old.backend)
     compiled = time.monotonic()
     names = [n for n in old.module.variables if "/replica_" not in n]
@@ -207,7 +199,7 @@ def shrink(program: Any, dead: Sequence[str], checkpoint_dir: Any = None,
     for name in module.variables:
         base = name.split("/replica_")[0]
         mirrored[name] = values[base]
-    nodes = [old.where[t]["node_id"] for t in survivors]
+    nodes = [old.where[t]["node_id"] for t in survivors]  # (the new tasks, in order)
     runtime = ClusterRuntime(module, mirrored, step, old.backend, old.cluster.address,
                              old.timeout_s, nodes=nodes)
     old.close()  # the old actors (the survivors' too: each was compiled for N workers)
