@@ -157,7 +157,7 @@ def shrink(program: Any, dead: Sequence[str], checkpoint_dir: Any = None,
     the checkpoint's."""
     from tfc.distributed.recovery import short_name
     from tfc.distributed.runtime import ClusterRuntime
-    from tfc.passes.replicate import mirror_name, worker_device
+    from tfc.passes.replicate import mirror_name, mirrored_variable, worker_device
     from tfc.pipeline import lower_for_devices
     old = program._cluster
     gone = set(dead)
@@ -180,7 +180,7 @@ def shrink(program: Any, dead: Sequence[str], checkpoint_dir: Any = None,
     module = replicated_for(old.module, workers, moved, old.backend)
     module = lower_for_devices(module, old.backend)
     compiled = time.monotonic()
-    names = [n for n in old.module.variables if "/replica_" not in n]
+    names = [n for n in old.module.variables if mirrored_variable(n) is None]
     source = survivors[0]
     mine = [mirror_name(n, worker_index(source) or 0) for n in names]
     step = program.step
@@ -195,10 +195,7 @@ def shrink(program: Any, dead: Sequence[str], checkpoint_dir: Any = None,
         values = {n: np.array(ckpt.values[n]) for n in names}
         step, where = ckpt.step, str(ckpt.path)
     read = time.monotonic()
-    mirrored = {}
-    for name in module.variables:
-        base = name.split("/replica_")[0]
-        mirrored[name] = values[base]
+    mirrored = {n: values[mirrored_variable(n) or n] for n in module.variables}
     nodes = [old.where[t]["node_id"] for t in survivors]  # (the new tasks, in order)
     runtime = ClusterRuntime(module, mirrored, step, old.backend, old.cluster.address,
                              old.timeout_s, nodes=nodes)
