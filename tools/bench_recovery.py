@@ -174,7 +174,8 @@ def run_elastic(args: argparse.Namespace, address: str, work: Path) -> list[dict
             # the failed step's time from its kill: detection, recompile, ring, read, rerun
             detect = event.detect_s or 0.0
             recovered = detect + event.restart_s + event.restore_s
-            rows.append({"layout": shrunk.layout, "detect_s": detect, "recompile_s": shrunk.recompile_s,
+            rows.append({"layout": shrunk.layout, "detect_s": detect,
+                         "recompile_s": shrunk.recompile_s,
                          "ring_s": shrunk.ring_s, "read_s": shrunk.read_s,
                          "first_step_s": times[fail_at] - recovered, "back_s": times[fail_at],
                          "lost": event.lost_steps,

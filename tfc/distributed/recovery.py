@@ -27,8 +27,8 @@ timings (detection, restart, restore) for benchmarks.
 for it (TF's behaviour). ``elastic`` (an allreduce program: ``tfc.distributed.elastic``)
 goes on with the N-1 workers left instead, the global batch split over them, the
 variables from a survivor (no step is lost); where it cannot (a dead task that is no
-worker, a batch that does not split into N-1), it restarts as ``restart`` does when a
-checkpoint directory allows it, and says why.
+worker, no worker left), it restarts as ``restart`` does when a checkpoint directory
+allows it, and says why.
 
 *Failure injection* (tests, demos): ``worker:1@step=12`` SIGKILLs that task's process
 (the actor kills itself: ``tfc_kill``; no exception, no clean-up) just before step 12 is
@@ -111,8 +111,8 @@ class RecoveryEvent:
     restart_s: float
     restore_s: float
     detected_at: float = 0.0  # ``time.monotonic()`` of the detection (benchmarks)
-    # elastic: the workers before and after, where the variables came from, and the
-    # time of the recompile (``restart_s`` is then the new ring's start); None: restarted
+    # elastic: the workers before and after, the layout, where the variables came from,
+    # the recompile's and the new ring's times (``restart_s`` is their sum); None: restarted
     elastic: "Shrunk | None" = None
     fell_back: str = ""  # elastic asked, but restarted: why
 
@@ -131,14 +131,13 @@ class RecoveryEvent:
             kept = (f", the {shrunk.workers_before} shards of the batch kept"
                     if shrunk.layout == "shards" else "")
             return (f"{head}went on with {shrunk.workers_after} of {shrunk.workers_before} "
-                    f"workers{kept} (elastic: recompiled in {shrunk.recompile_s:.2f} s, new ring in "
-                    f"{shrunk.ring_s:.2f} s); variables of step {self.restored_step} from "
-                    f"{shrunk.source} in {self.restore_s:.2f} s; {lost}")
+                    f"workers{kept} (elastic: recompiled in {shrunk.recompile_s:.2f} s, new "
+                    f"ring in {shrunk.ring_s:.2f} s); variables of step {self.restored_step} "
+                    f"from {shrunk.source} in {self.restore_s:.2f} s; {lost}")
         where = ", ".join(n[:12] for n in self.nodes)
         why = f" (not elastic: {self.fell_back})" if self.fell_back else ""
         return (f"{head}restarted on node {where}{why} in {self.restart_s:.2f} s; restored "
                 f"step {self.restored_step} in {self.restore_s:.2f} s; {lost}")
-
 
 
 def _died(ray: Any, error: BaseException) -> bool:
@@ -358,8 +357,10 @@ class Supervisor:
     ``extra``). ``inject``: failures to inject (``InjectedFailure`` or its text).
     ``report``: where the one-line summaries go (stderr by default). ``health_interval_s``:
     between health checks (None: none); ``health_timeout_s``: each check's bound (a
-    task silent for two checks in a row is dead). ``max_restarts``: recoveries in a row that do not
-    get past the step that failed before it gives up (an ``ExecutionError``)."""
+    task silent for two checks in a row is dead). ``max_restarts``: recoveries in a row
+    that do not get past the step that failed before it gives up (an ``ExecutionError``).
+    ``run_one`` must feed a step that is run again the batch of that step
+    (``program.step``): after an elastic recovery the failed step runs again as it was."""
 
     program: Any
     checkpoint_dir: str | Path | None
