@@ -64,6 +64,7 @@ class Shrunk:
     nodes: list[str]
     source: str  # "worker:0" (read back from that survivor), or a checkpoint's path
     layout: str  # "even" (N-1 shards) or "shards" (the N shards kept, one survivor doing two)
+    shards: int  # the batch's shards after (the workers of the replicated step)
     restored_step: int
     recompile_s: float
     ring_s: float  # new actors started, connected, their parts compiled
@@ -121,6 +122,20 @@ def _training_entries(module: Module) -> list[str]:
     return training_entries(module_from_bytes(module.replicated_from))
 
 
+def worker_roles(module: Module) -> list[str]:
+    """The device of each worker of ``module``'s replicated step (its shard of the batch),
+    by worker index: where its mirrored copy of the variables lives (worker ``k``'s own
+    device, or a survivor's further CPU after an elastic recovery kept the shards)."""
+    from tfc.passes.replicate import mirror_name, mirrored_variable
+    first = next(n for n in module.variables if mirrored_variable(n) is None)
+    roles: list[str] = []
+    while mirror_name(first, len(roles)) in module.variables:
+        device = module.variables[mirror_name(first, len(roles))].device
+        assert device is not None
+        roles.append(device)
+    return roles
+
+
 def replicated_for(module: Module, workers: int, moved: dict[int, str], backend: str
                    ) -> Module:
     """``module``'s unreplicated step (``replicated_from``) replicated for ``workers``
@@ -164,19 +179,25 @@ def shrink(program: Any, dead: Sequence[str], checkpoint_dir: Any = None,
     survivors = [t for t in old.tasks if t not in gone]
     before = len(old.tasks)
     started = time.monotonic()
-    alive = [worker_index(t) or 0 for t in survivors]
     if uneven_batch(old, len(survivors), batch_sizes) is None:
         # worker j of the new ring is the j-th survivor (its task keeps its name)
         layout, workers = "even", len(survivors)
-        moved = {j: worker_device(k) for j, k in enumerate(alive) if j != k}
-    else:  # each dead worker's shard to a survivor, in turn, on a further CPU of it
-        layout, workers = "shards", before
-        extra: dict[int, int] = {}
-        moved = {}
-        for i, k in enumerate(sorted(worker_index(t) or 0 for t in gone)):
-            host = alive[i % len(alive)]
-            extra[host] = extra.get(host, 0) + 1
-            moved[k] = f"/job:worker/task:{host}/cpu:{extra[host]}"
+        moved = {j: f"{t}/cpu:0" for j, t in enumerate(survivors)}
+    else:  # each dead task's shards to the survivors, in turn, each on a further CPU
+        roles = worker_roles(old.module)
+        layout, workers = "shards", len(roles)
+        cpus = {t: [int(d.rsplit(":", 1)[1]) for d in old.tasks[t]] for t in survivors}
+        moved, reassigned = {}, 0
+        for k, device in enumerate(roles):
+            task = device.rsplit("/", 1)[0]
+            if task in gone:
+                host = survivors[reassigned % len(survivors)]
+                reassigned += 1
+                cpus[host].append(max(cpus[host]) + 1)
+                moved[k] = f"{host}/cpu:{cpus[host][-1]}"
+            else:
+                moved[k] = device
+    moved = {k: d for k, d in moved.items() if d != worker_device(k)}
     module = replicated_for(old.module, workers, moved, old.backend)
     module = lower_for_devices(module, old.backend)
     compiled = time.monotonic()
@@ -202,8 +223,8 @@ def shrink(program: Any, dead: Sequence[str], checkpoint_dir: Any = None,
     old.close()  # the old actors (the survivors' too: each was compiled for N workers)
     _replace(program, module, mirrored, step, runtime)
     ringed = time.monotonic()
-    return Shrunk(before, len(survivors), nodes, where, layout, step, compiled - started,
-                  ringed - read, read - compiled)
+    return Shrunk(before, len(survivors), nodes, where, layout, workers, step,
+                  compiled - started, ringed - read, read - compiled)
 
 
 def _replace(program: Any, module: Module, values: dict[str, np.ndarray], step: int,

@@ -128,7 +128,7 @@ class RecoveryEvent:
         lost = f"lost {self.lost_steps} step{'s' if self.lost_steps != 1 else ''}"
         shrunk = self.elastic
         if shrunk is not None:
-            kept = (f", the {shrunk.workers_before} shards of the batch kept"
+            kept = (f", the {shrunk.shards} shards of the batch kept"
                     if shrunk.layout == "shards" else "")
             return (f"{head}went on with {shrunk.workers_after} of {shrunk.workers_before} "
                     f"workers{kept} (elastic: recompiled in {shrunk.recompile_s:.2f} s, new "

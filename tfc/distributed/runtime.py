@@ -259,6 +259,10 @@ class ClusterRuntime:
         step_id = self._launches
         what = f"run step {step} of @{entry}"
         wired = all(self._link(t) is not None for t in tasks)
+        # the tasks this step reached (``_run_wired`` stops at a link that fails): only
+        # their pending updates are this step's; the others still hold their previous
+        # step's, which a failure here must not drop (``_outcome``: settled, not dropped)
+        self._reached = set(tasks)
         try:
             if wired:
                 results, feed_bytes, launched = self._run_wired(
@@ -268,7 +272,8 @@ class ClusterRuntime:
                     entry, tasks, step_id, step, feeds, n_feeds, assign, what)
         except BaseException:
             for t in tasks:
-                self._outcome[t] = False
+                if t in self._reached:
+                    self._outcome[t] = False
             raise
         waited = clock()
         stats = TransferStats(feed_bytes=feed_bytes, launch="wire" if wired else "ray")
@@ -319,6 +324,7 @@ class ClusterRuntime:
                         else f"task {t} failed to {what}: {e.message}")
                 break
             launched.append(t)
+        self._reached = set(launched) | ({t} if lost is not None else set())
         sent = time.perf_counter()
         if lost is not None:
             self._abort(step_id, [], lost)
