@@ -661,11 +661,13 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
 
     after = every_k if changes and args.checkpoint_dir and args.checkpoint_every else None
     writer = _summary_writer(args.logdir, program, entry)
-    supervisor = _supervisor(args, program, batches, checkpoint if changes else None)
+    step_feeds = None if batches is None else _StepFeeds(program, batches)
+    supervisor = _supervisor(args, program, step_feeds, checkpoint if changes else None,
+                             _batch_sizes(feeds, batches))
     try:
         fetches = _run_steps(program, entry, feeds, steps, after,
                              None if writer is None else _recorder(writer, program),
-                             None if batches is None else batches.next_feeds, supervisor)
+                             None if step_feeds is None else step_feeds.take, supervisor)
     finally:
         if writer is not None:
             writer.close()
@@ -691,18 +693,49 @@ def _run_program(args: argparse.Namespace, program: Any) -> int:
 
 def _recovery_arguments(p: argparse.ArgumentParser) -> None:
     """``tfc run``'s fault tolerance flags (``tfc.distributed.recovery``)."""
-    p.add_argument("--on-failure", choices=["restart", "fail"], default=None,
+    p.add_argument("--on-failure", choices=["restart", "elastic", "fail"], default=None,
                    help="when a cluster task dies: restart it, restore every variable from "
                         "the latest checkpoint in --checkpoint-dir and go on (the default "
-                        "with --checkpoint-dir), or fail with an error naming it (the "
-                        "default without)")
+                        "with --checkpoint-dir); elastic (--strategy allreduce): go on with "
+                        "the workers left, the global batch split over them; or fail with "
+                        "an error naming it (the default without)")
     p.add_argument("--inject-failure", metavar="TASK@step=N", action="append", default=[],
                    help="SIGKILL the process of cluster task TASK (e.g. worker:1, ps:0) just "
                         "before step N is launched (repeatable; tests and demos)")
 
 
-def _supervisor(args: argparse.Namespace, program: Any, batches: Any,
-                checkpoint: Callable[[], None] | None) -> Any:
+class _StepFeeds:
+    """A pipeline's batches by program step: a step tried again (after an elastic
+    recovery, which loses no step) gets the batch it was given before, not the next one;
+    a checkpoint restored (``restore``, which puts the pipeline back) forgets it."""
+
+    def __init__(self, program: Any, batches: Any) -> None:
+        self.program, self.batches = program, batches
+        self.held: tuple[int, dict[str, Any]] | None = None
+
+    def take(self) -> dict[str, Any]:
+        step = self.program.step
+        if self.held is None or self.held[0] != step:
+            self.held = (step, self.batches.next_feeds())
+        return self.held[1]
+
+    def restore(self, ckpt: Any) -> None:
+        self.held = None
+        self.batches.restore(ckpt.extra, str(ckpt.path))
+
+
+def _batch_sizes(feeds: dict[str, Any], batches: Any) -> list[int]:
+    """The global batch sizes a run's steps feed: ``--batch``'s and its epoch's last,
+    partial one; else the feeds' first dims (elastic recovery's layout depends on them)."""
+    if batches is not None:
+        last = batches.examples % batches.batch_size
+        return [batches.batch_size] + ([last] if last else [])
+    return sorted({int(np.shape(v)[0]) for v in feeds.values() if np.ndim(v) >= 1})
+
+
+def _supervisor(args: argparse.Namespace, program: Any, step_feeds: _StepFeeds | None,
+                checkpoint: Callable[[], None] | None, batch_sizes: Sequence[int] = ()
+                ) -> Any:
     """The ``Supervisor`` that recovers from a dead task (None when nothing asks for one:
     no Ray cluster, or --on-failure fail without --inject-failure)."""
     from tfc.distributed.recovery import InjectedFailure
@@ -718,15 +751,14 @@ def _supervisor(args: argparse.Namespace, program: Any, batches: Any,
     if on_failure == "restart" and not args.checkpoint_dir:
         raise TfcError("--on-failure restart needs --checkpoint-dir DIR (the checkpoint "
                        "every task is restored from)")
-    if on_failure == "restart" and checkpoint is None:
+    if on_failure in ("restart", "elastic") and checkpoint is None:
         on_failure = "fail"  # an entry that updates no variable: nothing to restore
     if on_failure == "fail" and not injected:
         return None
     from tfc.distributed.recovery import Supervisor
     return Supervisor(program, args.checkpoint_dir, on_failure, injected,
-                      restore_input=(None if batches is None else
-                                     lambda ckpt: batches.restore(ckpt.extra, str(ckpt.path))),
-                      save_initial=checkpoint)
+                      restore_input=None if step_feeds is None else step_feeds.restore,
+                      save_initial=checkpoint, batch_sizes=batch_sizes)
 
 
 # ---- the parser and main -------------------------------------------------------------

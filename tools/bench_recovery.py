@@ -24,6 +24,22 @@ average before and after (the host may be shared: numbers are noisy, take median
 
     python tools/bench_recovery.py                    # 3 repeats of each (about a minute)
     python tools/bench_recovery.py --repeats 5 --json out.json
+    python tools/bench_recovery.py --elastic          # elastic all-reduce instead
+    python tools/bench_recovery.py --hung             # a SIGSTOPped worker instead
+
+``--hung``: ``worker:1`` SIGSTOPped just before a step is launched; the step waits for
+it until two health checks in a row (each bounded by ``--health-timeout``) found it
+silent, then the task is killed and restarted as a dead one is.
+
+``--elastic``: the same MLP compiled for 3 ``allreduce`` workers (global batch
+``ELASTIC_BATCH``, which splits into 3 and into 2), ``worker:1`` injected at step
+``--every`` + 2 under ``Supervisor(on_failure="elastic")``: the job goes on with 2
+workers. A fresh program per repeat (each run shrinks its ring once). Medians of
+*detect*, *recompile* (the step replicated for 2 workers and lowered), *ring* (2 new
+actors on the survivors' nodes, connected, their parts compiled), *read* (the variables
+from a survivor), *first step* (the failed step run again on the new ring: the first
+step of a new program compiles nothing more, but its variables are sent), *back* (from
+the kill to the end of that step), the steps lost, and the median step before and after.
 """
 
 from __future__ import annotations
@@ -54,6 +70,9 @@ from tfc.runtime.program import Program  # noqa: E402
 
 CASES = (("worker:1", "injected"), ("ps:0", "injected"), ("worker:1", "killed"),
          ("ps:0", "killed"))
+# ``--hung``: a worker SIGSTOPped just before a step is launched (it hangs, it does not
+# die): found by two silent health checks (each bounded by ``--health-timeout``)
+HUNG_CASES = (("worker:1", "hung"),)
 
 
 def batch(step: int) -> dict[str, np.ndarray]:
@@ -77,14 +96,16 @@ def run(args: argparse.Namespace, address: str, work: Path) -> list[dict[str, An
     try:
         # a failure every `gap` steps, `lost` steps after a checkpoint
         gap, lost = 2 * args.every, args.every // 2
-        plan = [(task, how) for _ in range(args.repeats) for task, how in CASES]
+        cases = HUNG_CASES if args.hung else CASES
+        plan = [(task, how) for _ in range(args.repeats) for task, how in cases]
         first = args.every + lost
         inject = [f"{task}@step={first + i * gap}" for i, (task, how) in enumerate(plan)
                   if how == "injected"]
-        kills = {first + i * gap: task for i, (task, how) in enumerate(plan)
-                 if how == "killed"}
+        kills = {first + i * gap: (task, how) for i, (task, how) in enumerate(plan)
+                 if how != "injected"}
         kill_times: dict[int, float] = {}
         with Supervisor(program, ck, inject=inject, health_interval_s=args.health,
+                        health_timeout_s=args.health_timeout,
                         report=lambda line: print("  " + line)) as supervisor:
             def one() -> Any:
                 out = program.run("train_step", batch(program.step))
@@ -96,10 +117,13 @@ def run(args: argparse.Namespace, address: str, work: Path) -> list[dict[str, An
             for _ in range(first + len(plan) * gap):
                 step = program.step
                 if step in kills and step not in kill_times:
-                    task = full_name(kills[step], program._cluster.tasks)
+                    task = full_name(kills[step][0], program._cluster.tasks)
                     kill_times[step] = time.monotonic()
-                    os.kill(program._cluster.where[task]["pid"], signal.SIGKILL)
-                    time.sleep(args.health * 2)  # between steps: the health checks find it
+                    hang = kills[step][1] == "hung"
+                    os.kill(program._cluster.where[task]["pid"],
+                            signal.SIGSTOP if hang else signal.SIGKILL)
+                    if not hang:  # between steps: the health checks find it
+                        time.sleep(args.health * 2)
                 injected_at = time.monotonic()
                 supervisor.step(one)
                 if step >= first and (step - first) % gap == 0:
@@ -116,10 +140,67 @@ def run(args: argparse.Namespace, address: str, work: Path) -> list[dict[str, An
     return rows
 
 
+ELASTIC_BATCH = 504  # 3 shards of 168, then 2 of 252
+
+
+def elastic_batch(step: int, rows: int = ELASTIC_BATCH) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(step)
+    return {"x": rng.normal(size=(rows, MLP_SIZES[0])).astype(np.float32),
+            "y": rng.integers(0, MLP_SIZES[-1], rows).astype(np.int32)}
+
+
+def run_elastic(args: argparse.Namespace, address: str, work: Path) -> list[dict[str, Any]]:
+    model = work / "mlp.py"
+    model.write_text(MLP_MODEL.format(sizes=MLP_SIZES))
+    module = compile_model(model, cluster=ClusterSpec(ps=0, workers=3, strategy="allreduce"))
+    rows = []
+    fail_at, steps = args.every + 2, args.every + 8
+    for _ in range(args.repeats):
+        program = Program(module, cluster=address, cluster_timeout_s=60)
+        times: dict[int, float] = {}
+        try:
+            with Supervisor(program, None, "elastic", inject=[f"worker:1@step={fail_at}"],
+                            health_interval_s=args.health,
+                            report=lambda line: print("  " + line)) as supervisor:
+                for _ in range(steps):
+                    step = program.step
+                    started = time.monotonic()
+                    supervisor.step(lambda: program.run(
+                        "train_step", elastic_batch(step, args.elastic_batch)))
+                    times[step] = time.monotonic() - started
+            [event] = supervisor.events
+            shrunk = event.elastic
+            assert shrunk is not None
+            # the failed step's time from its kill: detection, recompile, ring, read, rerun
+            detect = event.detect_s or 0.0
+            recovered = detect + event.restart_s + event.restore_s
+            rows.append({"layout": shrunk.layout, "detect_s": detect,
+                         "recompile_s": shrunk.recompile_s,
+                         "ring_s": shrunk.ring_s, "read_s": shrunk.read_s,
+                         "first_step_s": times[fail_at] - recovered, "back_s": times[fail_at],
+                         "lost": event.lost_steps,
+                         "step_before_s": statistics.median(
+                             [times[s] for s in range(1, fail_at)]),
+                         "step_after_s": statistics.median(
+                             [times[s] for s in range(fail_at + 2, steps)])})
+        finally:
+            program.close(read_back=False)
+    return rows
+
+
+def report_elastic(rows: list[dict[str, Any]]) -> None:
+    keys = ("detect_s", "recompile_s", "ring_s", "read_s", "first_step_s", "back_s", "lost",
+            "step_before_s", "step_after_s")
+    print(f"elastic, 3 -> 2 workers, layout {rows[0]['layout']}, medians over {len(rows)} (s):")
+    print("  " + " ".join(f"{k[:-2] if k.endswith('_s') else k:>11}" for k in keys))
+    print("  " + " ".join(f"{statistics.median(r[k] for r in rows):>11.3f}" for k in keys))
+
+
 def report(rows: list[dict[str, Any]]) -> None:
+    cases = sorted({(r["task"], r["how"]) for r in rows}, key=[*CASES, *HUNG_CASES].index)
     print(f"{'failure':<20} {'found by':<16} {'detect':>8} {'restart':>8} {'restore':>8} "
-          f"{'lost':>5} {'back':>8}  (medians over {len(rows) // len(CASES)} each, s)")
-    for task, how in CASES:
+          f"{'lost':>5} {'back':>8}  (medians over {len(rows) // len(cases)} each, s)")
+    for task, how in cases:
         mine = [r for r in rows if (r["task"], r["how"]) == (task, how)]
         if not mine:
             continue
@@ -139,14 +220,23 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=4, help="checkpoint every K steps")
     parser.add_argument("--health", type=float, default=0.5, help="health check interval, s")
     parser.add_argument("--json", metavar="FILE", help="also write the raw rows here")
+    parser.add_argument("--health-timeout", type=float, default=2.0,
+                        help="each health check's bound, s (a task silent for two is dead)")
+    parser.add_argument("--hung", action="store_true",
+                        help="a worker SIGSTOPped just before a step instead (it hangs)")
+    parser.add_argument("--elastic-batch", type=int, default=ELASTIC_BATCH,
+                        help="--elastic's global batch (504 splits into 3 and 2: the even "
+                             "layout; 501 only into 3: the shards kept)")
+    parser.add_argument("--elastic", action="store_true",
+                        help="an allreduce worker lost under --on-failure elastic instead")
     args = parser.parse_args()
     info = machine_info()
     print(f"{info['cpu']}, {info['cores']} cores; load before: {load()}")
     with tempfile.TemporaryDirectory(prefix="bench-recovery-") as tmp, \
             LoopbackCluster(args.nodes) as cluster:
-        rows = run(args, cluster.address, Path(tmp))
+        rows = (run_elastic if args.elastic else run)(args, cluster.address, Path(tmp))
     print(f"load after: {load()}")
-    report(rows)
+    (report_elastic if args.elastic else report)(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     return 0

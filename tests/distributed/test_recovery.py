@@ -10,6 +10,7 @@ failure here is an error, never a hang.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -250,3 +251,48 @@ def test_shards_of_two_steps_do_not_load_as_one_checkpoint(tmp_path):
                                               "ckpt-4.tfshards is of step 4"):
         read_checkpoint(a)
     assert read_checkpoint(b).step == 6
+
+
+@pytest.mark.distributed
+@pytest.mark.slow  # (~12 s: two bounded health checks, then a restart)
+def test_a_hung_task_costs_the_health_checks_verdict_not_the_abort_wait(loopback_cluster,
+                                                                        tmp_path):
+    """A worker that hangs (SIGSTOP) in the middle of a step: two silent health checks
+    (each bounded at 1 s) declare it dead, and the step ends then, not after the
+    runtime's 30 s wait for the aborted step's replies; the job goes on."""
+    ck = tmp_path / "ck"
+    p = Program(ps_module(TASKS), backend="reference", cluster=loopback_cluster.address,
+                cluster_timeout_s=60)
+    pid = None
+    try:
+        with Supervisor(p, ck, health_interval_s=0.2, health_timeout_s=1.0,
+                        report=lambda line: None) as supervisor:
+            supervisor.step(lambda: p.run("sgd", FEEDS))
+            pid = p._cluster.where["/job:worker/task:1"]["pid"]
+            os.kill(pid, signal.SIGSTOP)
+            started = time.monotonic()
+            supervisor.step(lambda: p.run("sgd", FEEDS))
+            took = time.monotonic() - started
+            [event] = supervisor.events
+        assert event.tasks == ["worker:1"] and event.detected_by == "a health check"
+        assert event.cause.startswith("no answer within 1 s")
+        assert took < 20, f"the hung step took {took:.1f} s"  # (30 s more without the cut)
+        assert p.step == 2
+        deadline = time.monotonic() + 10  # the hung process is killed, not left stopped
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(pid)
+    finally:
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        p.close(read_back=False)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

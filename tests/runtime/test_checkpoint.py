@@ -381,3 +381,23 @@ def test_exact_resume_after_restore(tmp_path, module):
     # the step matters: the same variables at another step draw other random numbers
     other = Program(module, read_checkpoint(path).values, step=0)
     assert other.run("train_step")["loss"].tobytes() != losses[5].tobytes()
+
+
+def test_mirrored_copies_restore_from_a_checkpoint_of_another_number_of_workers(tmp_path):
+    """An allreduce worker's copy ``VAR/replica_I`` equals ``VAR``: a checkpoint of a job
+    on fewer workers (an elastic one) fills the copies it lacks from their variable, and
+    one of more workers restores without its extra copies."""
+    from tfc.runtime.checkpoint import check_values
+
+    def decls(*names: str) -> dict[str, VariableDecl]:
+        return {n: VariableDecl(n, TensorType(DType.f64, (2,))) for n in names}
+
+    w = np.array([1.0, 2.0])
+    fewer = read_checkpoint(save_checkpoint(tmp_path / "a.tfckpt", {"w": w, "w/replica_1": w}, 3))
+    got = check_values(fewer, decls("w", "w/replica_1", "w/replica_2"))
+    assert sorted(got) == ["w", "w/replica_1", "w/replica_2"]
+    np.testing.assert_array_equal(got["w/replica_2"], w)
+    got = check_values(fewer, decls("w"))
+    assert list(got) == ["w"]
+    with pytest.raises(CheckpointError, match="no value for variable @v/replica_1"):
+        check_values(fewer, decls("w", "v/replica_1"))  # (no v to copy)

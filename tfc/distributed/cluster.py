@@ -173,6 +173,8 @@ class RayCluster:
                 connection = _join(ray, address, timeout_s)
             _CONNECTION = connection
             connection.users += 1
+            if connection.tfc_connected:
+                _route_ray_messages(ray)
             return cls(ray, connection)
 
     @property
@@ -262,6 +264,7 @@ class RayCluster:
             if connection.tfc_connected:
                 with contextlib.suppress(Exception):
                     self._ray.shutdown()
+                _unroute_ray_messages()
             if connection.temp_dir:
                 shutil.rmtree(connection.temp_dir, ignore_errors=True)
 
@@ -306,7 +309,7 @@ def _start_local(ray: types.ModuleType) -> _Connection:
     try:
         ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False,
                  dashboard_port=free_port(), _node_ip_address=LOOPBACK, _temp_dir=temp_dir,
-                 logging_level="warning")
+                 logging_level="warning", log_to_driver=False)
     except Exception as e:
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise TfcError(f"could not start a local Ray: {_first_line(e)}") from None
@@ -335,8 +338,8 @@ def _join(ray: types.ModuleType, address: str, timeout_s: float) -> _Connection:
     saved = os.environ.get("RAY_gcs_server_port_wait_time_s")
     os.environ["RAY_gcs_server_port_wait_time_s"] = str(max(1, math.ceil(timeout_s)))
     try:
-        joined = _bounded(lambda: ray.init(address=gcs, logging_level="warning"), ray,
-                          timeout_s)
+        joined = _bounded(lambda: ray.init(address=gcs, logging_level="warning",
+                                           log_to_driver=False), ray, timeout_s)
     finally:
         if saved is None:
             os.environ.pop("RAY_gcs_server_port_wait_time_s", None)
@@ -348,6 +351,52 @@ def _join(ray: types.ModuleType, address: str, timeout_s: float) -> _Connection:
         raise TfcError(f"cannot join the Ray cluster at {address}: {_first_line(joined)}")
     return _Connection(address=address, gcs_address=_current_gcs_address(ray),
                        started_ray=False, tfc_connected=True)
+
+
+# Where Ray's own messages to this driver go instead of its stdout (a file in the Ray
+# session's log folder): ``ray.init(log_to_driver=False)`` keeps the task processes' output
+# in their logs, but the raylet's error messages ("(raylet) A worker died or was killed
+# ...", one per dead task process) are printed by a thread of the driver that Ray starts
+# unconditionally, through ``ray._private.worker.print_to_stdstream``; that function is
+# replaced while tfc's connection lasts. tfc says what happened itself (its recovery line).
+RAY_MESSAGES = "tfc-ray-messages.log"
+_ROUTED: dict[str, Any] = {}  # the replaced function, while routed
+
+
+def ray_messages_path(ray: types.ModuleType) -> Path:
+    """The file Ray's messages to this driver are written to (``RAY_MESSAGES``)."""
+    try:
+        logs = Path(ray._private.worker.global_worker.node.get_logs_dir_path())
+    except Exception:  # (no session folder known: the temp dir)
+        logs = Path(tempfile.gettempdir())
+    return logs / RAY_MESSAGES
+
+
+def _route_ray_messages(ray: types.ModuleType) -> None:
+    """Send what Ray's driver threads would print (``print_to_stdstream``) to
+    ``ray_messages_path`` instead (idempotent; a Ray without that function: unchanged)."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    printer = getattr(worker, "print_to_stdstream", None)
+    if worker is None or printer is None or "printer" in _ROUTED:
+        return
+    path = ray_messages_path(ray)
+
+    def to_file(data: Any, ignore_prefix: bool = False, **_: Any) -> None:
+        with contextlib.suppress(Exception):
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            source = data.get("pid", "")
+            with open(path, "a", encoding="utf-8") as f:
+                for line in data.get("lines", []):
+                    f.write(f"{stamp} ({source}) {line}\n")
+
+    _ROUTED.update(printer=printer, worker=worker)
+    worker.print_to_stdstream = to_file
+
+
+def _unroute_ray_messages() -> None:
+    if "printer" in _ROUTED:
+        _ROUTED["worker"].print_to_stdstream = _ROUTED.pop("printer")
+        _ROUTED.clear()
 
 
 def _refresh_authentication(ray: types.ModuleType) -> None:

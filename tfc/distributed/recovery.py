@@ -23,9 +23,12 @@ One line says what happened (``worker:1 died at step 12 (SIGKILL); restarted on 
 3f2a…; restored step 10; lost 2 steps; recovered in 1.9 s``), and ``events`` keeps the
 timings (detection, restart, restore) for benchmarks.
 
-*Strict, not elastic.* A dead task is always restarted and the step waits for it (TF's
-behaviour); going on with N-1 allreduce workers (Horovod Elastic's opt-in) would need the
-module replicated again for N-1 workers, which an artifact (compiled for N) cannot do.
+*Strict or elastic.* By default (``restart``) a dead task is restarted and the job waits
+for it (TF's behaviour). ``elastic`` (an allreduce program: ``tfc.distributed.elastic``)
+goes on with the N-1 workers left instead, the global batch split over them, the
+variables from a survivor (no step is lost); where it cannot (a dead task that is no
+worker, no worker left), it restarts as ``restart`` does when a checkpoint directory
+allows it, and says why.
 
 *Failure injection* (tests, demos): ``worker:1@step=12`` SIGKILLs that task's process
 (the actor kills itself: ``tfc_kill``; no exception, no clean-up) just before step 12 is
@@ -41,13 +44,16 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar
 
 from tfc.errors import ExecutionError, TfcError
 
+if TYPE_CHECKING:
+    from tfc.distributed.elastic import Shrunk
+
 T = TypeVar("T")
 
-ON_FAILURE = ("restart", "fail")  # what a Supervisor does when a task dies
+ON_FAILURE = ("restart", "elastic", "fail")  # what a Supervisor does when a task dies
 DEFAULT_HEALTH_INTERVAL_S = 1.0
 # recoveries in a row without getting past the failed step: a task that dies every time
 # it runs that step is an error, not a loop
@@ -105,6 +111,10 @@ class RecoveryEvent:
     restart_s: float
     restore_s: float
     detected_at: float = 0.0  # ``time.monotonic()`` of the detection (benchmarks)
+    # elastic: the workers before and after, the layout, where the variables came from,
+    # the recompile's and the new ring's times (``restart_s`` is their sum); None: restarted
+    elastic: "Shrunk | None" = None
+    fell_back: str = ""  # elastic asked, but restarted: why
 
     @property
     def lost_steps(self) -> int:
@@ -112,13 +122,22 @@ class RecoveryEvent:
 
     def line(self) -> str:
         died = " and ".join(self.tasks)
-        where = ", ".join(n[:12] for n in self.nodes)
         within = "" if self.detect_s is None else f" in {self.detect_s:.2f} s"
-        return (f"{died} died at step {self.step} ({self.cause}; found by "
-                f"{self.detected_by}{within}); restarted on node "
-                f"{where} in {self.restart_s:.2f} s; restored step {self.restored_step} "
-                f"in {self.restore_s:.2f} s; lost {self.lost_steps} step"
-                f"{'s' if self.lost_steps != 1 else ''}")
+        head = f"{died} died at step {self.step} ({self.cause}; found by " \
+               f"{self.detected_by}{within}); "
+        lost = f"lost {self.lost_steps} step{'s' if self.lost_steps != 1 else ''}"
+        shrunk = self.elastic
+        if shrunk is not None:
+            kept = (f", the {shrunk.shards} shards of the batch kept"
+                    if shrunk.layout == "shards" else "")
+            return (f"{head}went on with {shrunk.workers_after} of {shrunk.workers_before} "
+                    f"workers{kept} (elastic: recompiled in {shrunk.recompile_s:.2f} s, new "
+                    f"ring in {shrunk.ring_s:.2f} s); variables of step {self.restored_step} "
+                    f"from {shrunk.source} in {self.restore_s:.2f} s; {lost}")
+        where = ", ".join(n[:12] for n in self.nodes)
+        why = f" (not elastic: {self.fell_back})" if self.fell_back else ""
+        return (f"{head}restarted on node {where}{why} in {self.restart_s:.2f} s; restored "
+                f"step {self.restored_step} in {self.restore_s:.2f} s; {lost}")
 
 
 def _died(ray: Any, error: BaseException) -> bool:
@@ -206,6 +225,18 @@ class HealthMonitor:
         step_id = getattr(runtime, "_launches", None)
         message = (f"task {', '.join(new)} failed a health check "
                    f"({'; '.join(new.values())})")
+        # nobody waits longer for a task declared dead: a hung one would hold the step's
+        # driver until the runtime's abort wait (30 s) ends
+        for task in new:
+            link = getattr(runtime, "_links", {}).get(task)
+            if link is not None:
+                link.cut(message)
+            actor = runtime.actors.get(task)
+            if actor is not None and new[task].startswith("no answer"):
+                try:  # (a step launched by Ray: its call on the hung actor fails now)
+                    runtime.ray.kill(actor, no_restart=True)
+                except Exception:
+                    pass
         for task, actor in list(runtime.actors.items()):
             if task not in self.dead and step_id is not None:
                 try:
@@ -315,14 +346,21 @@ class Supervisor:
     after a recovery first runs again the steps lost, so a caller's loop counts steps as
     if none failed.
 
+    ``on_failure``: ``restart`` the dead tasks (strict), go on with the allreduce workers
+    left (``elastic``), or ``fail`` (raise the step's error).
     ``checkpoint_dir``: where the program's checkpoints are (the latest is restored; one
     of the current step is saved first unless the latest is of it: a failure before the
-    first checkpoint goes back to where the job began). ``restore_input``:
+    first checkpoint goes back to where the job began); optional for ``elastic``, where
+    it is what a fall back to ``restart`` restores (``batch_sizes``: see the field).
+    ``restore_input``:
     called with the restored ``Checkpoint`` to put the input pipeline back (its
     ``extra``). ``inject``: failures to inject (``InjectedFailure`` or its text).
     ``report``: where the one-line summaries go (stderr by default). ``health_interval_s``:
-    between health checks (None: none). ``max_restarts``: recoveries in a row that do not
-    get past the step that failed before it gives up (an ``ExecutionError``)."""
+    between health checks (None: none); ``health_timeout_s``: each check's bound (a
+    task silent for two checks in a row is dead). ``max_restarts``: recoveries in a row
+    that do not get past the step that failed before it gives up (an ``ExecutionError``).
+    ``run_one`` must feed a step that is run again the batch of that step
+    (``program.step``): after an elastic recovery the failed step runs again as it was."""
 
     program: Any
     checkpoint_dir: str | Path | None
@@ -331,8 +369,13 @@ class Supervisor:
     restore_input: Callable[[Any], None] | None = None
     report: Callable[[str], None] | None = None
     health_interval_s: float | None = DEFAULT_HEALTH_INTERVAL_S
+    health_timeout_s: float = _PING_TIMEOUT_S  # one health check's bound
     max_restarts: int = DEFAULT_MAX_RESTARTS
     save_initial: Callable[[], None] | None = None
+    # elastic: the global batch sizes still to come that the caller knows (an input
+    # pipeline's batch and its epoch's last, partial one): each must split into the
+    # workers left for the ``even`` layout (``tfc.distributed.elastic``)
+    batch_sizes: Sequence[int] = ()
     events: list[RecoveryEvent] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -346,9 +389,14 @@ class Supervisor:
             full_name(failure.task, runtime.tasks)  # an unknown task fails now
         self._killed: dict[str, tuple[float, str]] = {}  # task -> (when, how): injected
         self._stuck = 0
-        self.monitor = (HealthMonitor(runtime, self.health_interval_s)
-                        if self.health_interval_s and self.on_failure == "restart" else None)
-        if self.on_failure == "restart":
+        recovers = self.on_failure in ("restart", "elastic")
+        self.monitor = (HealthMonitor(runtime, self.health_interval_s, self.health_timeout_s)
+                        if self.health_interval_s and recovers else None)
+        if self.on_failure == "elastic" and runtime.module.replicated_from is None:
+            raise TfcError("--on-failure elastic goes on with the allreduce workers left; "
+                           "this program was not compiled with --strategy allreduce (use "
+                           "--on-failure restart)")
+        if recovers and (self.on_failure == "restart" or self.checkpoint_dir is not None):
             if self.checkpoint_dir is None:
                 raise TfcError("recovering from a failure needs a checkpoint directory to "
                                "restore from (--checkpoint-dir DIR)")
@@ -373,7 +421,7 @@ class Supervisor:
             try:
                 out = run_one()
             except ExecutionError as error:
-                if self.on_failure != "restart":
+                if self.on_failure == "fail":
                     raise
                 self._after_failure(program.step, error, launched)
                 continue
@@ -422,6 +470,18 @@ class Supervisor:
         for t in tasks:
             self._killed.pop(t, None)
         started = time.monotonic()
+        fell_back = ""
+        if self.on_failure == "elastic":
+            from tfc.distributed.elastic import why_not_elastic
+            fell_back = why_not_elastic(runtime, tasks) or ""
+            if not fell_back:
+                self._shrink(step, tasks, cause, how, detected, since)
+                return
+            if self.checkpoint_dir is None:
+                raise ExecutionError(f"task {', '.join(short_name(t) for t in tasks)} died at "
+                                     f"step {step}, and the job cannot go on without it: "
+                                     f"{fell_back} (give --checkpoint-dir to restart it "
+                                     f"instead)")
         pause = self.monitor.paused() if self.monitor is not None else _NoPause()
         with pause:
             nodes = restart_tasks(runtime, tasks)
@@ -437,7 +497,31 @@ class Supervisor:
             nodes=nodes, restored_step=program.step, checkpoint=str(path),
             detect_s=None if since is None else max(0.0, detected - since),
             restart_s=restarted - started,
-            restore_s=time.monotonic() - restarted, detected_at=detected)
+            restore_s=time.monotonic() - restarted, detected_at=detected,
+            fell_back=fell_back)
+        self.events.append(event)
+        (self.report or _to_stderr)(event.line())
+
+    def _shrink(self, step: int, tasks: list[str], cause: str, how: str, detected: float,
+                since: float | None) -> None:
+        """Go on with the workers left (``tfc.distributed.elastic.shrink``), the health
+        checks then watching the new ring."""
+        from tfc.distributed.elastic import shrink
+        pause = self.monitor.paused() if self.monitor is not None else _NoPause()
+        with pause:
+            shrunk = shrink(self.program, tasks, self.checkpoint_dir, self.batch_sizes)
+            if shrunk.restored_step != step and self.restore_input is not None:
+                from tfc.runtime.checkpoint import read_checkpoint  # (from a checkpoint)
+                self.restore_input(read_checkpoint(shrunk.source))
+            if self.monitor is not None:
+                self.monitor.runtime = _runtime(self.program)
+                self.monitor.take()  # what it saw of the old actors meanwhile
+        event = RecoveryEvent(
+            tasks=[short_name(t) for t in tasks], step=step, cause=cause, detected_by=how,
+            nodes=shrunk.nodes, restored_step=shrunk.restored_step, checkpoint=shrunk.source,
+            detect_s=None if since is None else max(0.0, detected - since),
+            restart_s=shrunk.recompile_s + shrunk.ring_s, restore_s=shrunk.read_s,
+            detected_at=detected, elastic=shrunk)
         self.events.append(event)
         (self.report or _to_stderr)(event.line())
 

@@ -101,7 +101,8 @@ class ClusterRuntime:
 
     def __init__(self, module: Module, variables: Mapping[str, np.ndarray], step: int,
                  backend: str, address: str, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 native: Mapping[str, Mapping[str, bytes]] | None = None) -> None:
+                 native: Mapping[str, Mapping[str, bytes]] | None = None,
+                 nodes: Sequence[str] | None = None) -> None:
         from tfc.runtime.artifact import artifact_bytes
         self.module = module
         self.timeout_s = timeout_s
@@ -124,7 +125,8 @@ class ClusterRuntime:
             data = self.ray.put(artifact_bytes(module, variables, step, backend, native))
             # what a task restarted after a failure loads (tfc.distributed.recovery)
             self.artifact, self.backend = data, backend
-            nodes = self.cluster.spread(len(self.tasks))
+            # (``nodes``: where each task goes, e.g. an elastic ring's survivors' nodes)
+            nodes = list(nodes) if nodes is not None else self.cluster.spread(len(self.tasks))
             # tasks on nodes of one host (one IP: a loopback cluster's nodes) share its cores
             host = {n.node_id: n.ip for n in self.cluster.nodes}
             sharing = Counter(host[n] for n in nodes)
@@ -257,6 +259,10 @@ class ClusterRuntime:
         step_id = self._launches
         what = f"run step {step} of @{entry}"
         wired = all(self._link(t) is not None for t in tasks)
+        # the tasks this step reached (``_run_wired`` stops at a link that fails): only
+        # their pending updates are this step's; the others still hold their previous
+        # step's, which a failure here must not drop (``_outcome``: settled, not dropped)
+        self._reached = set(tasks)
         try:
             if wired:
                 results, feed_bytes, launched = self._run_wired(
@@ -266,7 +272,8 @@ class ClusterRuntime:
                     entry, tasks, step_id, step, feeds, n_feeds, assign, what)
         except BaseException:
             for t in tasks:
-                self._outcome[t] = False
+                if t in self._reached:
+                    self._outcome[t] = False
             raise
         waited = clock()
         stats = TransferStats(feed_bytes=feed_bytes, launch="wire" if wired else "ray")
@@ -317,6 +324,7 @@ class ClusterRuntime:
                         else f"task {t} failed to {what}: {e.message}")
                 break
             launched.append(t)
+        self._reached = set(launched) | ({t} if lost is not None else set())
         sent = time.perf_counter()
         if lost is not None:
             self._abort(step_id, [], lost)

@@ -313,6 +313,17 @@ class Link:
             self.lost = True
         return frame
 
+    def cut(self, why: str) -> None:
+        """End the connection at once from any thread (a peer declared dead: its hung
+        process will never answer): a ``receive`` waiting on it returns None now, and
+        a ``send`` stuck on it fails."""
+        self.broken = self.broken or why
+        self.lost = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
     def close(self) -> None:
         with self._lock:
             self.broken = self.broken or "closed"

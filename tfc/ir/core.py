@@ -254,6 +254,11 @@ class Module:
     # ``None``: unknown. Set on the module the lowering returned; whoever changes one of
     # its graphs or plans afterwards must drop it.
     source_key: str | None = None
+    # ``allreduce``: the module as the ``replicate`` pass got it (its bytecode, without
+    # ``__init__``: the optimizer's gradient markers still in), so that the training step
+    # can be replicated again for fewer workers when one dies (``tfc.distributed.elastic``);
+    # stored in artifacts. None for other modules.
+    replicated_from: bytes | None = None
 
     def add_graph(self, graph: Graph) -> Graph:
         self.graphs[graph.name] = graph

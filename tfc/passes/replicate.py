@@ -282,6 +282,12 @@ def mirror_name(var: str, worker: int) -> str:
     return var if worker == 0 else f"{var}/replica_{worker}"
 
 
+def mirrored_variable(name: str) -> str | None:
+    """``VAR`` for a mirrored copy's name (``VAR/replica_I``, ``mirror_name``), else None."""
+    m = re.fullmatch(r"(.+)/replica_[1-9][0-9]*", name)
+    return m.group(1) if m else None
+
+
 # ---- the rewrite --------------------------------------------------------------------------
 
 def _closure(roots: Iterable[Value], stop: Callable[[Op], bool] = lambda op: False
@@ -647,6 +653,8 @@ def replicate_module(module: Module, spec: ClusterSpec) -> ReplicationReport:
                        "workers' gradients, the PS tasks' updates), not as one placed "
                        "module: tfc compile stores it uncut for tfc run, or train it from "
                        "Python with tfc.distributed.AsyncPSTrainer")
+    if spec.strategy == "allreduce":  # what elastic training replicates again (N-1)
+        module.replicated_from = replication_source(module)
     if spec.strategy == "ps-sync":
         var_device = place_variables(module.variables, spec)
         for name, decl in module.variables.items():
@@ -666,6 +674,14 @@ def replicate_module(module: Module, spec: ClusterSpec) -> ReplicationReport:
     strip_module_markers(module)
     module.devices = spec.devices
     return ReplicationReport(spec, training, dict(var_device))
+
+
+def replication_source(module: Module) -> bytes:
+    """``module`` (not yet replicated) as bytecode, its entries and variables only (the
+    initial values are not needed to replicate it again): ``Module.replicated_from``."""
+    from tfc.ir.bytecode import module_to_bytes
+    entries = {name: g for name, g in module.graphs.items() if name != INIT_GRAPH}
+    return module_to_bytes(Module(entries, dict(module.variables)))
 
 
 def task_label(device: str) -> str | None:

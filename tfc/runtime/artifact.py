@@ -97,6 +97,9 @@ MANIFEST = "manifest.json"
 IR_MEMBER = "module.tfir"
 BYTECODE_MEMBER = "module.tfcb"
 PLANS_MEMBER = "plans.json"  # the module's memory plans (manifest field "memory_plans")
+# an allreduce module's unreplicated step (``Module.replicated_from``; manifest field
+# "replicated_from"): what elastic training replicates again for fewer workers
+SOURCE_MEMBER = "replicated_from.tfcb"
 NATIVE_FIELD = "native_code"  # the manifest's section naming each entry's native members
 NATIVE_DIGEST = "manifest.json#native_code"  # the digest of that section
 NATIVE_FOLDER = "native/"
@@ -194,6 +197,9 @@ def _artifact_writer(path: Any, module: Module, variables: Mapping[str, np.ndarr
     plans = {name: plan.to_json(stored.graphs[name])
              for name, plan in module.memory_plans.items()
              if name in stored.graphs and stored.graphs[name] is module.graphs.get(name)}
+    if module.replicated_from is not None:
+        manifest["replicated_from"] = SOURCE_MEMBER
+        objects[SOURCE_MEMBER] = module.replicated_from
     if plans:
         manifest["memory_plans"] = PLANS_MEMBER
         objects[PLANS_MEMBER] = json.dumps(plans, separators=(",", ":")).encode("utf-8")
@@ -695,7 +701,23 @@ def _read_module(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]) -> Mo
     module.devices, module.fp16_transfers = _target(path, manifest)
     module.memory_plans = _read_plans(zf, path, manifest, module, digests)
     module.lowered_for = _lowered_for(path, manifest, module)
+    module.replicated_from = _replicated_from(zf, path, manifest, digests)
     return module
+
+
+def _replicated_from(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any],
+                     digests: Mapping[str, str] | None) -> bytes | None:
+    """The unreplicated step stored with an allreduce module (``SOURCE_MEMBER``), its
+    digest checked; None when the manifest names none."""
+    member = manifest.get("replicated_from")
+    if member is None:
+        return None
+    if not isinstance(member, str):
+        raise ArtifactError(f"{path}: {MANIFEST} field 'replicated_from' should be a str, "
+                            f"not {type(member).__name__}")
+    raw = _member(zf, path, member, f" (named by {MANIFEST})")
+    check_member(zf, path, member, digests, raw)
+    return raw
 
 
 def _lowered_for(path: Any, manifest: dict[str, Any], module: Module) -> Target | None:

@@ -38,6 +38,7 @@ Every problem found while reading is one ``CheckpointError`` sentence naming the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -446,9 +447,25 @@ def check_values(ckpt: Checkpoint, decls: Mapping[str, VariableDecl], *,
                  allow_extra: bool = False) -> dict[str, np.ndarray]:
     """The checkpoint's value of each declared variable, each checked against its
     declaration; a ``CheckpointError`` for a missing variable, a wrong dtype or shape,
-    or (unless ``allow_extra``) a variable the declarations do not have."""
+    or (unless ``allow_extra``) a variable the declarations do not have (mirrored
+    copies excepted: see below)."""
+    from tfc.passes.replicate import mirrored_variable
     from tfc.runtime.program import check_variable_value
 
+    # An allreduce worker's mirrored copy (``VAR/replica_I``) equals ``VAR`` by
+    # construction: a checkpoint of a job on another number of workers (an elastic one
+    # that went on with fewer, or one process) restores as well. Missing copies take
+    # their variable's value, and copies the program does not have are left out.
+    values = dict(ckpt.values)
+    for name in decls:
+        base = mirrored_variable(name)
+        if name not in values and base is not None and base in values:
+            values[name] = values[base]
+    for name in [n for n in values if n not in decls]:
+        base = mirrored_variable(name)
+        if base is not None and base in decls:
+            del values[name]
+    ckpt = dataclasses.replace(ckpt, values=values)
     missing = [n for n in decls if n not in ckpt.values]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
