@@ -34,11 +34,14 @@ A step is a precomputed list of actions over device storage, made once per *bind
   (an optimizer's ``assign_sub``: one kernel, a prepared call); a write whose operand is a variable's own
   storage goes through a temporary, so every write sees the start-of-step values.
 - **Updates stay on the device** when the runtime lets them (``fast_step(...,
-  defer=True)``, what ``Program``'s runner asks for: ``tfc.runtime.program`` owns the
-  mechanism, see ``Program._held``): the step copies nothing back, the device copies
+  defer=True)``, what ``Program``'s runner, ``Session`` and the multi-device executor
+  ask for: ``tfc.runtime.held`` is the mechanism, ``Program._held`` and
+  ``Session.variables`` use it): the step copies nothing back, the device copies
   are authoritative, and ``read_back(names)`` makes host copies only when something
   reads the values (``Program.variables``, a checkpoint, another entry or backend).
-  Otherwise (``__call__``, the multi-device executor, ``Session``) each updated variable
+  The multi-device executor applies a GPU stage's writes only once every device's
+  stages succeeded (``commit=False``, then ``commit_writes``/``drop_writes``).
+  Otherwise (``__call__``, a cluster task's executor) each updated variable
   is copied back to the host every step (for an MLP 784-512-512-10, 2.7 MB per step),
   queued with the fetches' copies into pinned memory and waited for by one
   synchronization. Either way a step is atomic: ops never write a variable's storage
@@ -182,6 +185,7 @@ class CUDAExecutable:
         self._constants: dict[Value, Any] = {}
         self._now = _Now()
         self._synced: list[np.ndarray] | None = None  # see fast_step
+        self._uncommitted: _Bound | None = None  # a step's writes not applied yet
         self._arg_dtypes = [np.dtype(a.dtype.np) for a in graph.args]
         # the N of the /gpu:N the graph's ops are placed on (None: no GPU named; the
         # device is then $TFC_CUDA_DEVICE's, see ``device.cuda_device``)
@@ -213,7 +217,7 @@ class CUDAExecutable:
 
     def fast_step(self, feeds: Sequence[Any], variables: Sequence[np.ndarray],
                   step: int, validate: Callable[[Sequence[Any]], Any] | None = None,
-                  in_place: bool = False, defer: bool = False
+                  in_place: bool = False, defer: bool = False, commit: bool = True
                   ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
         """The step for a caller that vouches for its inputs (``tfc.runtime.runner``):
         feeds of the arguments' dtypes (C-contiguous numpy arrays, or arrays of
@@ -222,7 +226,10 @@ class CUDAExecutable:
         and the updates in ``update_names`` order, fresh host arrays; with ``defer``
         the updates stay on the device (``None`` is returned for them): the caller
         then passes the same host arrays again for the variables this executable
-        updated, and asks ``read_back`` for their values."""
+        updated, and asks ``read_back`` for their values. With ``defer`` and not
+        ``commit`` (the multi-device executor, whose other devices may still fail the
+        step) the writes are checked but wait for ``commit_writes`` (or
+        ``drop_writes``): the step is atomic across devices."""
         if validate is not None and tuple(a.shape for a in feeds) not in self._bindings:
             validate(feeds)
         synced = self._synced  # the very arrays of the last fast step: nothing to upload
@@ -230,11 +237,30 @@ class CUDAExecutable:
             all(map(operator.is_, variables, synced))
         self._synced = None
         result = self._step(feeds, dict(zip(self.var_names, variables)), step, defer,
-                            current)
+                            current, commit or not defer)
         self._synced = list(variables)
         if defer:
             return result.fetches, None
         return result.fetches, [result.updates[n] for n in self.update_names]
+
+    def commit_writes(self) -> None:
+        """Apply the variable writes of the last step, run with ``commit=False``."""
+        with self._lock:
+            bound, self._uncommitted = self._uncommitted, None
+            if bound is None:
+                return
+            dev = self._device
+            if dev.emulated:
+                self._update(bound, checked=True)
+            else:
+                with dev:
+                    self._update(bound, checked=True)
+
+    def drop_writes(self) -> None:
+        """Forget the writes of the last step run with ``commit=False`` (the step failed
+        elsewhere): the device copies keep the values they had before it."""
+        with self._lock:
+            self._uncommitted = None
 
     def read_back(self, names: Sequence[str]) -> list[np.ndarray]:
         """Host copies (read-only) of the device values of variables ``names`` (each one
@@ -242,15 +268,23 @@ class CUDAExecutable:
         arrays back as the variables' values uploads nothing."""
         with self._lock:
             dev = self._device
-            out = []
             self._synced = None
-            for name in names:
-                dv = self._vars[name]
-                host = dev.to_host(dv.array)
+            held = [self._vars[name] for name in names]
+            out = dev.to_host_later([dv.array for dv in held])  # one synchronization
+            dev.synchronize()
+            for dv, host in zip(held, out):
                 host.flags.writeable = False
                 dv.host = host
-                out.append(host)
             return out
+
+    def share_variables(self, pool: dict[str, Any]) -> None:
+        """Keep the device copies of variables in ``pool``, shared with the other
+        executables given it (the stages of one GPU in the multi-device executor, which
+        commits their writes only after all of them ran): what one writes is what the
+        others read next, with no copy. Before the first step."""
+        with self._lock:
+            pool.update(self._vars)
+            self._vars = pool
 
     def device_array_type(self) -> type | None:
         """The type of the device's arrays that steps take as feeds without a host round
@@ -260,8 +294,10 @@ class CUDAExecutable:
             return self._ready().array_type
 
     def _step(self, arrays: Sequence[Any], variables: Mapping[str, np.ndarray],
-              step: int, defer: bool = False, current: bool = False) -> StepResult:
-        """One step; ``current``: the device copies are known to hold ``variables``."""
+              step: int, defer: bool = False, current: bool = False, commit: bool = True
+              ) -> StepResult:
+        """One step; ``current``: the device copies are known to hold ``variables``;
+        ``commit``: apply its writes (else ``commit_writes`` does, for a deferred step)."""
         with self._lock:
             dev = self._ready()
             if not current:
@@ -284,19 +320,21 @@ class CUDAExecutable:
             try:
                 if not dev.emulated:
                     with dev:
-                        result = self._run(bound, step, defer)
+                        result = self._run(bound, step, defer, commit)
                 else:
-                    result = self._run(bound, step, defer)
+                    result = self._run(bound, step, defer, commit)
             finally:  # the caller may change its arrays once the step returns
                 for copy in reading:
                     if copy is not None:
                         copy.synchronize()
             if defer and not current:  # the device copies are newer than the arrays passed
                 for name, *_ in bound.updates:
-                    self._vars[name].host = variables.get(name)
+                    if name in variables:  # (one it does not read: what another passed)
+                        self._vars[name].host = variables[name]
             return result
 
-    def _run(self, bound: _Bound, step: int, defer: bool = False) -> StepResult:
+    def _run(self, bound: _Bound, step: int, defer: bool = False, commit: bool = True
+             ) -> StepResult:
         """The step's actions, then its variable writes, then (unless ``defer``) the
         updated variables' host copies. A failure leaves the device copies as they were
         (nothing before the writes touches them; the writes' checks come first)."""
@@ -307,7 +345,12 @@ class CUDAExecutable:
         # one synchronization waits for all of them.
         fetches = dev.to_host_later(bound.fetches)
         synced = _checked_labels(dev, bound.label_checks)  # (before any variable write)
-        self._update(bound)
+        self._uncommitted = None
+        if commit:
+            self._update(bound)
+        else:
+            self._check_writes(bound)
+            self._uncommitted = bound
         if defer:
             if bound.fetches and not synced:  # (else nothing waits: the next read or
                 dev.synchronize()             # step is queued after)
@@ -322,7 +365,14 @@ class CUDAExecutable:
             updates[name] = host
         return StepResult(fetches, updates)
 
-    def _update(self, bound: _Bound) -> None:
+    def _check_writes(self, bound: _Bound) -> None:
+        """The checks of the step's writes (scatter rows in range), before any write."""
+        if bound.writes is None:
+            for name, kind, ops, _ in bound.updates:
+                if kind in ("var.scatter_add", "var.scatter_sub"):
+                    library.check_scatter_rows(self._vars[name].array, ops[0], kind)
+
+    def _update(self, bound: _Bound, checked: bool = False) -> None:
         """Apply the step's variable writes to the device copies. Writes whose operand is
         a variable's own storage (``assign @a, read @b``) are computed into temporaries
         first, so every write sees the start-of-step values; the others (an optimizer's
@@ -332,9 +382,8 @@ class CUDAExecutable:
                 write()
             return
         xp = self._device.xp
-        for name, kind, ops, _ in bound.updates:  # checks first: no write of a failing step
-            if kind in ("var.scatter_add", "var.scatter_sub"):
-                library.check_scatter_rows(self._vars[name].array, ops[0], kind)
+        if not checked:  # checks first: no write of a failing step
+            self._check_writes(bound)
         later = []
         for name, kind, ops, reads_state in bound.updates:
             if reads_state:
