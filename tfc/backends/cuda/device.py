@@ -86,6 +86,8 @@ class Device(Protocol):
 
     def writer(self, kind: str, target: Any, value: Any) -> Callable[[], None] | None: ...
 
+    def capture(self, actions: Sequence[Callable[[], None]]) -> Callable[[], None]: ...
+
 
 class EmulatedArray(np.ndarray):
     """A numpy array standing for one the caller made on the emulated device (as a cupy
@@ -124,6 +126,16 @@ class EmulatedDevice:
 
     def to_device(self, a: np.ndarray) -> np.ndarray:
         return np.array(a, order="C", copy=True)
+
+    def capture(self, actions: Sequence[Callable[[], None]]) -> Callable[[], None]:
+        """``GpuDevice.capture``'s replay, here the actions called in order (nothing
+        runs now: as a capture, which records without executing)."""
+        recorded = tuple(actions)
+
+        def replay() -> None:
+            for act in recorded:
+                act()
+        return replay
 
     def to_host(self, a: Any) -> np.ndarray:
         return np.array(a, order="C", copy=True)
@@ -395,6 +407,31 @@ class GpuDevice:
             cublas.setStream(handle, stream.ptr)
             axpy(handle, n, a, x, 1, y, 1)
         return run
+
+    def capture(self, actions: Sequence[Callable[[], None]]) -> Callable[[], None]:
+        """The actions' work on the step's stream recorded once as a CUDA graph
+        (``Stream.begin_capture``/``end_capture``: nothing runs now); the returned call
+        launches the whole graph with one driver call. The actions must only queue
+        work on the stream, with no allocation from cupy's pool, synchronization or
+        host copy; what the driver or cupy refuse during the capture is raised."""
+        stream = self.stream
+        with self.device, stream:
+            stream.begin_capture()
+            failure: BaseException | None = None
+            try:
+                for act in actions:
+                    act()
+            except BaseException as e:  # (the capture must end before anything else)
+                failure = e
+            try:
+                graph = stream.end_capture()
+            except BaseException:
+                if failure is None:
+                    raise
+                graph = None
+            if failure is not None:
+                raise failure
+        return partial(graph.launch, stream)
 
     def __enter__(self) -> "GpuDevice":
         """Make this device and its stream current (library ops and cupy's own kernels

@@ -66,6 +66,7 @@ compiling needs no GPU and running without one says ``no CUDA device: ...``.
 from __future__ import annotations
 
 import operator
+import os
 import threading
 from functools import partial
 from dataclasses import dataclass, field
@@ -140,6 +141,14 @@ class _Bound:
     writes: list[Action] | None = None
     # class-label checks run on the device, read once when the step's actions are done
     label_checks: list["_DeviceLabelCheck"] = field(default_factory=list)
+    # CUDA graphs (``CUDAExecutable.cuda_graphs``): the actions that run on the device
+    # alone, in order, when every action is such a one or a check of fed labels
+    # (``host_checks``, run on the host before the launch); else None (``replay``)
+    device_actions: list[Action] | None = None
+    host_checks: list[Action] = field(default_factory=list)
+    replay: Action | None = None  # the captured actions, launched as one graph
+    write_replay: Action | None = None  # the captured ``writes``
+    eager_runs: int = 0  # steps run without the graph (the first warms up, then capture)
 
 
 @dataclass
@@ -186,6 +195,11 @@ class CUDAExecutable:
         self._now = _Now()
         self._synced: list[np.ndarray] | None = None  # see fast_step
         self._uncommitted: _Bound | None = None  # a step's writes not applied yet
+        # Replay each binding's steps as a captured CUDA graph (``_replayed``): off
+        # unless ``$TFC_CUDA_GRAPHS=1`` (measured: tools/bench_cuda.py --graphs);
+        # ``graph_problem`` says why a capture failed.
+        self.cuda_graphs = os.environ.get("TFC_CUDA_GRAPHS", "") == "1"
+        self.graph_problem: str | None = None
         self._arg_dtypes = [np.dtype(a.dtype.np) for a in graph.args]
         # the N of the /gpu:N the graph's ops are placed on (None: no GPU named; the
         # device is then $TFC_CUDA_DEVICE's, see ``device.cuda_device``)
@@ -339,8 +353,9 @@ class CUDAExecutable:
         updated variables' host copies. A failure leaves the device copies as they were
         (nothing before the writes touches them; the writes' checks come first)."""
         dev = self._device
-        for act in bound.actions:
-            act()
+        if not (self.cuda_graphs and self._replayed(bound)):
+            for act in bound.actions:
+                act()
         # Copies queued before the variable writes read the start-of-step values;
         # one synchronization waits for all of them.
         fetches = dev.to_host_later(bound.fetches)
@@ -365,6 +380,35 @@ class CUDAExecutable:
             updates[name] = host
         return StepResult(fetches, updates)
 
+    def _replayed(self, bound: _Bound) -> bool:
+        """Run the step's actions as one captured CUDA graph (``cuda_graphs``), when the
+        binding's actions allow it (``_Bound.device_actions``) and the labels the step
+        checks are host feeds; whether it did. The first step of a binding runs without
+        (it loads kernels and makes library handles), the second captures the actions
+        and, where the binding's writes are prepared calls, its writes too. A capture
+        that fails says why in ``graph_problem`` and the binding runs without a graph."""
+        if bound.device_actions is None:
+            return False
+        dev = self._device
+        if bound.host_checks and any(type(f) is dev.array_type for f in self._now.feeds):
+            return False  # (labels fed on the device are checked by a kernel)
+        if bound.replay is None:
+            if bound.eager_runs == 0:
+                bound.eager_runs += 1
+                return False
+            try:
+                bound.replay = dev.capture(bound.device_actions)
+                if bound.writes is not None:
+                    bound.write_replay = dev.capture(bound.writes)
+            except Exception as e:  # noqa: BLE001  (what the driver or cupy refused)
+                self.graph_problem = f"{type(e).__name__}: {e}"
+                bound.device_actions, bound.replay = None, None
+                return False
+        for check in bound.host_checks:
+            check()
+        bound.replay()
+        return True
+
     def _check_writes(self, bound: _Bound) -> None:
         """The checks of the step's writes (scatter rows in range), before any write."""
         if bound.writes is None:
@@ -377,6 +421,9 @@ class CUDAExecutable:
         a variable's own storage (``assign @a, read @b``) are computed into temporaries
         first, so every write sees the start-of-step values; the others (an optimizer's
         ``assign_sub`` of an arena value) update the variable in place."""
+        if bound.write_replay is not None:
+            bound.write_replay()
+            return
         if bound.writes is not None:
             for write in bound.writes:
                 write()
@@ -491,6 +538,10 @@ class CUDAExecutable:
             return raw.view(v.dtype.np).reshape(binding.shape(v))
 
         actions: list[Action] = []
+        # each action's kind for CUDA graphs: "device" (work on the stream alone), "label"
+        # (a check of fed labels: on the host for a host feed), "other" (allocates, reads
+        # the step number, or synchronizes: the step then runs without a graph)
+        kinds: list[str] = []
         updates: list[tuple[str, str, list[Any], bool]] = []
         state: set[Value] = set()  # values that are variables' storage (reads, their views)
         known, needed = _known_at_bind(g, binding)
@@ -506,6 +557,7 @@ class CUDAExecutable:
                     store[r] = o
                 if vals:
                     actions.append(_copy_action([dev.to_device(known[r]) for r in vals], outs))
+                    kinds.append("device")
                 continue
             if kind == "var.read":
                 store[op.result] = self._vars[op.attrs["var"]].array
@@ -532,15 +584,21 @@ class CUDAExecutable:
             for r, o in zip(op.results, outs):
                 store[r] = o
             if kind == "fusion":
-                actions.extend(_label_checks(dev, op, ins, g.args, self._now, checks))
+                for act, check_kind in _label_checks(dev, op, ins, g.args, self._now,
+                                                     checks):
+                    actions.append(act)
+                    kinds.append(check_kind)
                 actions.append(self._launcher(self.kernels[i], ins, outs, syms))
+                kinds.append("device")
                 continue
             prepare = library.PREPARED.get(kind)
             if prepare is not None:  # conv/pool: generated kernels and GEMMs, bound now
                 actions.append(_prepared_action(prepare, dev, op, ins, outs))
+                kinds.append("device")
                 continue
             how = library.how_to_run(kind)
             gemm = _gemm_action(dev, op, ins, outs[0]) if kind == "matmul" else None
+            kinds.append("device" if gemm is not None else "other")
             if gemm is not None:
                 actions.append(gemm)
             elif how == "library":
@@ -556,8 +614,13 @@ class CUDAExecutable:
                 actions.append(_host_action(dev, op, ins, outs, self._now))
         fetches = [store[v] for v in g.results]
         stagers = [dev.uploader(f) for f in feeds]
-        return _Bound(feeds, stagers, actions, fetches, updates, keep,
-                      _prepared_writes(dev, updates, self._vars), checks)
+        bound = _Bound(feeds, stagers, actions, fetches, updates, keep,
+                       _prepared_writes(dev, updates, self._vars), checks)
+        assert len(kinds) == len(actions)  # (one kind per action)
+        if all(k in ("device", "label") for k in kinds):
+            bound.device_actions = [a for a, k in zip(actions, kinds) if k == "device"]
+            bound.host_checks = [a for a, k in zip(actions, kinds) if k == "label"]
+        return bound
 
     def _launcher(self, kernel: Kernel, ins: list[Any], outs: list[Any],
                   syms: Mapping[str, int]) -> Action:
@@ -649,19 +712,20 @@ def _written(xp: Any, kind: str, target: Any, ops: list[Any]) -> Any:
 
 
 def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: _Now,
-                  checks: list[_DeviceLabelCheck]) -> list[Action]:
+                  checks: list[_DeviceLabelCheck]) -> list[tuple[Action, str]]:
     """The checks of the class labels a fusion's kernel reads (``codegen.label_checks``):
     a label out of range is the reference's error, and the step changes nothing. Labels
     fed as a host array are checked on the host before the launch; labels on the device
     (fed as a device array, or computed) by a kernel queued before the launch, whose
     answer the step reads once, after its last action and before its variable writes
-    (``_checked_labels``): a GPU step never stops midway for them."""
+    (``_checked_labels``): a GPU step never stops midway for them. Each with its kind
+    for CUDA graphs (``CUDAExecutable._bind``): ``label`` for fed labels."""
     from tfc.backends.cuda.codegen import label_checks
     from tfc.backends.cuda.codegen_conv import INTS, label_check_kernel
     from tfc.backends.cuda.conv import launcher
     from tfc.ops.array import check_labels
     from tfc.ir.types import DType
-    out: list[Action] = []
+    out: list[tuple[Action, str]] = []
     for c in label_checks(op):
         labels, depth, name = ins[c.operand], c.depth, c.op
         fed = args.index(op.inputs[c.operand]) if op.inputs[c.operand] in args else None
@@ -670,7 +734,7 @@ def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: 
         if labels.size == 0:
             continue  # (no label to check)
         if dtype not in INTS:  # (labels of a type the check kernel lacks: on the host)
-            out.append(partial(_host_label_check, labels, name, depth, where))
+            out.append((partial(_host_label_check, labels, name, depth, where), "other"))
             continue
         found = dev.empty((2,), np.int64)
         chk = _DeviceLabelCheck(found, where, name, depth, tuple(labels.shape))
@@ -691,7 +755,7 @@ def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: 
                 return
             launch()
             chk.armed = True
-        out.append(check)
+        out.append((check, "other" if fed is None else "label"))
     return out
 
 
