@@ -200,6 +200,7 @@ class CUDAExecutable:
         # ``graph_problem`` says why a capture failed.
         self.cuda_graphs = os.environ.get("TFC_CUDA_GRAPHS", "") == "1"
         self.graph_problem: str | None = None
+        self.graph_launches = 0  # steps replayed as a graph (tools report it)
         self._arg_dtypes = [np.dtype(a.dtype.np) for a in graph.args]
         # the N of the /gpu:N the graph's ops are placed on (None: no GPU named; the
         # device is then $TFC_CUDA_DEVICE's, see ``device.cuda_device``)
@@ -407,6 +408,7 @@ class CUDAExecutable:
         for check in bound.host_checks:
             check()
         bound.replay()
+        self.graph_launches += 1
         return True
 
     def _check_writes(self, bound: _Bound) -> None:
