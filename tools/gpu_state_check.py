@@ -64,7 +64,8 @@ class D2H:
         def to_host_later(arrays: Any) -> list[np.ndarray]:
             self.copies.extend((tuple(a.shape), int(a.nbytes)) for a in arrays)
             return real_later(arrays)
-        dev.to_host, dev.to_host_later = to_host, to_host_later
+        setattr(dev, "to_host", to_host)
+        setattr(dev, "to_host_later", to_host_later)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -195,7 +196,8 @@ def _graph_pair(build: Callable[[], Any], entry: str) -> tuple[Any, Any]:
     progs = []
     for graphs in (True, False):
         p = Program(build(), backend="cuda")
-        p._executable(entry).cuda_graphs = graphs
+        exe: Any = p._executable(entry)
+        exe.cuda_graphs = graphs
         progs.append(p)
     return progs[0], progs[1]
 
