@@ -233,3 +233,32 @@ def test_a_training_step_runs_prepared_library_calls(programs: tuple[Program, Pr
     # 3 layers: 3 forward products, 2 + 3 backward (no gradient for the input x)
     assert made == {"gemm": 8, "writer": 6, "uploader": 2}
     assert_same_variables(mine, ref)
+
+
+def test_a_strided_host_feed_reaches_the_device_in_one_copy() -> None:
+    """A feed that is not C-contiguous (a column of a wider array, a transpose) goes to
+    the executable as it is (``takes_strided_feeds``) and is staged by one strided copy:
+    the runtime makes no contiguous copy first. The numbers are the reference's."""
+    mine = Program(split_mlp_module([None]), backend="cuda")
+    ref = Program(split_mlp_module([None]), backend="reference")
+    exe: Any = mine._executable("train")
+    seen: list[bool] = []
+    real = exe.fast_step
+
+    def recording(feeds: Any, *args: Any, **kw: Any) -> Any:
+        seen.extend(f.flags.c_contiguous for f in feeds)
+        return real(feeds, *args, **kw)
+    exe.fast_step = recording
+    step = mine.callable("train", fetches="loss")
+    for k in range(3):
+        f = feeds(k)
+        wide = np.zeros((6, 4, 2), np.float32)  # x as a strided view: wide[..., 0].T
+        wide[..., 0] = f["x"].T
+        x = wide[..., 0].T
+        assert not x.flags.c_contiguous
+        with Copies(cuda_device.cuda_device()) as copies:
+            got = step(x, f["y"])
+        assert copies.uploads == [(4, 6), (4,)]
+        np.testing.assert_allclose(got, ref.run("train", **f)["loss"], rtol=RTOL)
+    assert seen == [False, True] * 3
+    assert_same_variables(mine, ref)

@@ -48,9 +48,15 @@ A step is a precomputed list of actions over device storage, made once per *bind
   (the memory plan keeps variables out of the arena), the writes run last and their
   index checks (scatters) run before the first write, so a step that fails leaves the
   device copies as they were. An optimizer's writes are prepared library calls
-  (``Device.writer``: a device copy, cuBLAS ``axpy``). CUDA graphs are not used: the
-  library ops other than products allocate their results from cupy's pool, which a
-  captured graph would keep writing after the pool has reused the memory.
+  (``Device.writer``: a device copy, cuBLAS ``axpy``).
+- **CUDA graphs** (``cuda_graphs``, ``$TFC_CUDA_GRAPHS=1``; off by default): a binding
+  whose actions only queue work on the stream (generated kernels, prepared cuBLAS calls
+  and copies; fed labels checked on the host) is captured once, at its second step, and
+  each later step launches the graph (``Device.capture``), its prepared writes a second
+  one. Bindings with an op that allocates from cupy's pool (the library ops other than
+  products: a graph would keep writing memory the pool has reused), reads the step
+  number (random ops: a graph would replay one step's draw) or synchronizes (host ops)
+  run without a graph.
 - **Feeds** are host arrays (copied into the binding's feed arrays by an asynchronous
   copy on the step's stream, ``Device.uploader``: straight from the caller's array, page-
   locked once, or through a page-locked staging buffer; the step waits for the copy
@@ -201,6 +207,10 @@ class CUDAExecutable:
         self.cuda_graphs = os.environ.get("TFC_CUDA_GRAPHS", "") == "1"
         self.graph_problem: str | None = None
         self.graph_launches = 0  # steps replayed as a graph (tools report it)
+        # ``fast_step`` takes host feeds that are not C-contiguous: each is staged into
+        # its pinned buffer by one strided copy (``Device.uploader``), not first made
+        # contiguous by the runtime (a second pass over fresh memory)
+        self.takes_strided_feeds = True
         self._arg_dtypes = [np.dtype(a.dtype.np) for a in graph.args]
         # the N of the /gpu:N the graph's ops are placed on (None: no GPU named; the
         # device is then $TFC_CUDA_DEVICE's, see ``device.cuda_device``)
@@ -235,8 +245,8 @@ class CUDAExecutable:
                   in_place: bool = False, defer: bool = False, commit: bool = True
                   ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
         """The step for a caller that vouches for its inputs (``tfc.runtime.runner``):
-        feeds of the arguments' dtypes (C-contiguous numpy arrays, or arrays of
-        ``device_array_type``), ``variables`` the values of ``var_names``. Feed shapes
+        feeds of the arguments' dtypes (numpy arrays, C-contiguous or not:
+        ``takes_strided_feeds``; or arrays of ``device_array_type``), ``variables`` the values of ``var_names``. Feed shapes
         are checked by ``validate`` the first time they are seen. Returns the fetches
         and the updates in ``update_names`` order, fresh host arrays; with ``defer``
         the updates stay on the device (``None`` is returned for them): the caller
