@@ -207,7 +207,7 @@ def _report(name: str, exe: Any, medians: dict[str, list[float]]) -> str:
     with_, without = medians["graph"], medians["eager"]
     ratio = statistics.median(without) / statistics.median(with_)
     bound = exe._last
-    how = ("replayed" if bound is not None and bound.replay is not None else
+    how = (f"{len(bound.replays)} graph(s) captured" if bound and bound.replays else
            f"NOT replayed (graph_problem: {exe.graph_problem}; device_actions "
            f"{'None' if bound is None or bound.device_actions is None else 'set'})")
     launches = int(medians.get("launches", [-1])[0])

@@ -62,7 +62,7 @@ def test_replayed_steps_equal_steps_without_graphs(monkeypatch: pytest.MonkeyPat
         np.testing.assert_array_equal(got, want)
     assert len(made) == 2 and made[0] > 1  # the actions, then the writes: once
     exe: Any = with_graphs._executable("train")
-    assert exe.graph_problem is None and exe._last.replay is not None
+    assert exe.graph_problem is None and exe._last.replays
     for name, value in without.variables.items():
         np.testing.assert_array_equal(with_graphs.variables[name], value, err_msg=name)
     x = feeds(9, batch=3)["x"]  # another entry, another binding
@@ -97,3 +97,40 @@ def test_a_step_reading_the_step_number_runs_without_a_graph(
                                       without.run("train", **feeds(k))["loss"])
     exe: Any = with_graphs._executable("train")
     assert made == [] and exe._last.device_actions is None
+
+
+def on_device(a: np.ndarray) -> Any:
+    """``a`` as an array of the device (the emulator's ``EmulatedArray``, a cupy array)."""
+    dev = cuda_device.cuda_device()
+    if dev.emulated:
+        return a.copy().view(cuda_device.EmulatedArray)
+    return dev.to_device(a)
+
+
+def test_labels_fed_on_the_device_are_checked_by_the_kernel_in_the_graph(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Feeds on the device: a graph of its own, whose label check kernel's answer is
+    read every step; a bad label is the reference's error and changes nothing. Host and
+    device feeds alternate between their two graphs, with the same numbers."""
+    made = captures(monkeypatch)
+    with_graphs, without = program(True), program(False)
+    for k in range(4):
+        f = feeds(k)
+        dx, dy = on_device(f["x"]), on_device(f["y"])
+        np.testing.assert_array_equal(with_graphs.run("train", x=dx, y=dy)["loss"],
+                                      without.run("train", **f)["loss"])
+    exe: Any = with_graphs._executable("train")
+    assert exe.graph_launches == 3 and list(exe._last.replays) == [(True, True)]
+    bad = feeds(4)
+    bad["y"][1] = -1
+    with pytest.raises(ExecutionError, match="label"):
+        with_graphs.run("train", x=on_device(bad["x"]), y=on_device(bad["y"]))
+    assert exe.graph_launches == 4 and with_graphs.step == 4
+    for k in range(4, 8):  # host feeds, then device feeds again
+        f = feeds(k)
+        given = f if k < 6 else {"x": on_device(f["x"]), "y": on_device(f["y"])}
+        np.testing.assert_array_equal(with_graphs.run("train", **given)["loss"],
+                                      without.run("train", **f)["loss"])
+    assert len(made) == 3 and exe.graph_launches == 7  # (host feeds: one eager step)
+    for name, value in without.variables.items():
+        np.testing.assert_array_equal(with_graphs.variables[name], value, err_msg=name)

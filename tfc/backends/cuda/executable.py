@@ -76,7 +76,7 @@ import os
 import threading
 from functools import partial
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -147,14 +147,16 @@ class _Bound:
     writes: list[Action] | None = None
     # class-label checks run on the device, read once when the step's actions are done
     label_checks: list["_DeviceLabelCheck"] = field(default_factory=list)
-    # CUDA graphs (``CUDAExecutable.cuda_graphs``): the actions that run on the device
-    # alone, in order, when every action is such a one or a check of fed labels
-    # (``host_checks``, run on the host before the launch); else None (``replay``)
+    # CUDA graphs (``CUDAExecutable.cuda_graphs``): the actions' device work in order,
+    # when every action only queues work on the stream or checks fed labels
+    # (``host_checks``: their host part runs before each launch); else None
     device_actions: list[Action] | None = None
-    host_checks: list[Action] = field(default_factory=list)
-    replay: Action | None = None  # the captured actions, launched as one graph
+    host_checks: list["_FedLabelCheck"] = field(default_factory=list)
+    # the captured actions, one graph per pattern of feeds on the device (a fed label's
+    # check kernel is in the graph only for a device feed), launched as one call
+    replays: dict[tuple[bool, ...], Action] = field(default_factory=dict)
+    warmed: set[tuple[bool, ...]] = field(default_factory=set)  # patterns run once
     write_replay: Action | None = None  # the captured ``writes``
-    eager_runs: int = 0  # steps run without the graph (the first warms up, then capture)
 
 
 @dataclass
@@ -393,31 +395,32 @@ class CUDAExecutable:
 
     def _replayed(self, bound: _Bound) -> bool:
         """Run the step's actions as one captured CUDA graph (``cuda_graphs``), when the
-        binding's actions allow it (``_Bound.device_actions``) and the labels the step
-        checks are host feeds; whether it did. The first step of a binding runs without
-        (it loads kernels and makes library handles), the second captures the actions
-        and, where the binding's writes are prepared calls, its writes too. A capture
-        that fails says why in ``graph_problem`` and the binding runs without a graph."""
+        binding's actions allow it (``_Bound.device_actions``); whether it did. Each
+        pattern of feeds on the device first runs once without (it loads kernels and
+        makes library handles), then is captured and replayed; the binding's writes,
+        where they are prepared calls, are captured with the first. A capture that
+        fails says why in ``graph_problem`` and the binding runs without a graph."""
         if bound.device_actions is None:
             return False
         dev = self._device
-        if bound.host_checks and any(type(f) is dev.array_type for f in self._now.feeds):
-            return False  # (labels fed on the device are checked by a kernel)
-        if bound.replay is None:
-            if bound.eager_runs == 0:
-                bound.eager_runs += 1
-                return False
+        on_device = dev.array_type
+        pattern = tuple(type(f) is on_device for f in self._now.feeds)
+        replay = bound.replays.get(pattern)
+        if replay is None and pattern not in bound.warmed:
+            bound.warmed.add(pattern)
+            return False
+        for check in bound.host_checks:  # (a bad label raises before any device work)
+            check.host_part()
+        if replay is None:
             try:
-                bound.replay = dev.capture(bound.device_actions)
-                if bound.writes is not None:
+                replay = bound.replays[pattern] = dev.capture(bound.device_actions)
+                if bound.writes is not None and bound.write_replay is None:
                     bound.write_replay = dev.capture(bound.writes)
             except Exception as e:  # noqa: BLE001  (what the driver or cupy refused)
                 self.graph_problem = f"{type(e).__name__}: {e}"
-                bound.device_actions, bound.replay = None, None
+                bound.device_actions, bound.replays = None, {}
                 return False
-        for check in bound.host_checks:
-            check()
-        bound.replay()
+        replay()
         self.graph_launches += 1
         return True
 
@@ -630,8 +633,10 @@ class CUDAExecutable:
                        _prepared_writes(dev, updates, self._vars), checks)
         assert len(kinds) == len(actions)  # (one kind per action)
         if all(k in ("device", "label") for k in kinds):
-            bound.device_actions = [a for a, k in zip(actions, kinds) if k == "device"]
-            bound.host_checks = [a for a, k in zip(actions, kinds) if k == "label"]
+            bound.device_actions = [a if k == "device" else cast(_FedLabelCheck, a).device_part
+                                    for a, k in zip(actions, kinds)]
+            bound.host_checks = [cast(_FedLabelCheck, a) for a, k in zip(actions, kinds)
+                                 if k == "label"]
         return bound
 
     def _launcher(self, kernel: Kernel, ins: list[Any], outs: list[Any],
@@ -755,20 +760,55 @@ def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: 
         launch = launcher(dev, [kernel], kernel.name, 1, (labels, found, np.int64(labels.size),
                                                           np.int64(depth)))
 
-        def check(launch: Action = launch, name: str = name, depth: int = depth,
-                  fed: int | None = fed, chk: _DeviceLabelCheck = chk,
-                  where: Op = where) -> None:
-            if fed is not None and type(now.feeds[fed]) is not dev.array_type:
-                chk.armed = False
-                try:  # a host feed: checked where it is
-                    check_labels(name, np.asarray(now.feeds[fed]), depth)
-                except TfcError as e:
-                    raise e.at(where.loc)
-                return
-            launch()
-            chk.armed = True
-        out.append((check, "other" if fed is None else "label"))
+        if fed is None:  # (labels computed on the device: the kernel, every step)
+            def check(launch: Action = launch, chk: _DeviceLabelCheck = chk) -> None:
+                launch()
+                chk.armed = True
+            out.append((check, "other"))
+        else:
+            out.append((_FedLabelCheck(launch, name, depth, fed, chk, where, now,
+                                       dev.array_type), "label"))
     return out
+
+
+@dataclass
+class _FedLabelCheck:
+    """The check of class labels fed to the step: on the host for a host feed (before
+    any device work), by the check kernel (``_DeviceLabelCheck``) for a device feed.
+    Called, it does either; a CUDA graph (``CUDAExecutable._replayed``) captures
+    ``device_part`` (the kernel's launch, for a device feed) and runs ``host_part`` before
+    each launch of the graph (the host check, or arming the kernel's answer)."""
+
+    launch: Action
+    name: str
+    depth: int
+    fed: int
+    chk: _DeviceLabelCheck
+    where: Op
+    now: _Now
+    device_type: type
+
+    def __call__(self) -> None:
+        self.host_part()
+        self.device_part()
+
+    def on_device(self) -> bool:
+        return type(self.now.feeds[self.fed]) is self.device_type
+
+    def host_part(self) -> None:
+        from tfc.ops.array import check_labels
+        if self.on_device():
+            self.chk.armed = True
+            return
+        self.chk.armed = False
+        try:  # a host feed: checked where it is
+            check_labels(self.name, np.asarray(self.now.feeds[self.fed]), self.depth)
+        except TfcError as e:
+            raise e.at(self.where.loc)
+
+    def device_part(self) -> None:
+        if self.on_device():
+            self.launch()
 
 
 def _host_label_check(labels: Any, name: str, depth: int, where: Op) -> None:
