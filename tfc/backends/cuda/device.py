@@ -413,9 +413,15 @@ class GpuDevice:
         (``Stream.begin_capture``/``end_capture``: nothing runs now); the returned call
         launches the whole graph with one driver call. The actions must only queue
         work on the stream, with no allocation from cupy's pool, synchronization or
-        host copy; what the driver or cupy refuse during the capture is raised."""
+        host copy; what the driver or cupy refuse during the capture is raised, and so is
+        an allocation from cupy's pool (cupy captures in relaxed mode, which would let
+        one through: the graph would keep writing memory the pool later reuses)."""
         stream = self.stream
-        with self.device, stream:
+
+        def refuse(size: int) -> Any:
+            raise TfcError(f"an allocation of {size} bytes from cupy's memory pool during "
+                           f"a CUDA graph capture")
+        with self.device, stream, self.xp.cuda.using_allocator(refuse):
             stream.begin_capture()
             failure: BaseException | None = None
             try:
