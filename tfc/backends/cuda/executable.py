@@ -204,7 +204,7 @@ class CUDAExecutable:
         self._synced: list[np.ndarray] | None = None  # see fast_step
         self._uncommitted: _Bound | None = None  # a step's writes not applied yet
         # Replay each binding's steps as a captured CUDA graph (``_replayed``): off
-        # unless ``$TFC_CUDA_GRAPHS=1`` (measured: tools/bench_cuda.py --graphs);
+        # unless ``$TFC_CUDA_GRAPHS=1`` (measured: tools/gpu_state_check.py);
         # ``graph_problem`` says why a capture failed.
         self.cuda_graphs = os.environ.get("TFC_CUDA_GRAPHS", "") == "1"
         self.graph_problem: str | None = None
