@@ -160,9 +160,9 @@ def test_writes_from_numpy_and_assign_ops_reach_the_device(model: Model) -> None
     w = np.full((6, 8), 0.01, np.float32)
     for sess in (model.mine, model.ref):
         sess.variables["w0"] = w  # a writeable array the user keeps
-    w[...] = 5.0  # (changing it afterwards changes nothing stored)
     for k in range(2, 4):
         model.step(k)
+    w[...] = 5.0  # (the device was given a copy: changing it now changes nothing)
     model.assert_same_variables()
     with model.graph.as_default():
         assign = model.b0.assign(tfc.constant(np.arange(8, dtype=np.float32)))
