@@ -49,6 +49,7 @@ class _Compiled:
     graph: ir.Graph
     executable: Executable
     feed_names: list[str]
+    defers: bool = False  # its updates stay on its device (``tfc.runtime.held.defers``)
 
 
 class CompositeFetch:
@@ -313,8 +314,8 @@ class Session:
         target = Target(self.backend.name)
         module = lowered(self._module(graph), "run", target, self.pipeline,
                          lambda m: lower(m, target, passes=self.pipeline, verify=False))
-        compiled = _Compiled(module.graphs["run"], self.backend.compile(module, "run"),
-                             feed_names)
+        exe = self.backend.compile(module, "run")
+        compiled = _Compiled(module.graphs["run"], exe, feed_names, defers(exe))
         self._cache[key] = compiled
         return compiled
 
@@ -330,7 +331,7 @@ class Session:
         arrays = check_feeds(compiled.graph, dict(zip(compiled.feed_names, values)),
                              where="Session.run")
         exe = compiled.executable
-        if defers(exe):  # its updates stay on its device
+        if compiled.defers:  # its updates stay on its device
             fetches = self.variables.deferred_step(exe, arrays, self.step)
         else:
             result = exe(arrays, self.variables.sync(), self.step)
