@@ -109,37 +109,87 @@ def program_copies(params: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> st
     return c.per_step(5) + "; variables equal llvm's after 7 steps"
 
 
-def session_copies(params: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> str:
+def session_mlp(params: list[np.ndarray], dtype: Any = np.float32,
+                optimizer: str = "momentum") -> tuple[Any, Any, Any, Any, Any]:
+    """The MLP as a TF1 graph (momentum by default): (graph, x, y, train op, loss)."""
     import tfc
+    dt = tfc.float64 if dtype == np.float64 else tfc.float32
     with tfc.Graph().as_default() as g:
-        xp = tfc.placeholder(tfc.float32, [None, params[0].shape[0]], name="x")
+        xp = tfc.placeholder(dt, [None, params[0].shape[0]], name="x")
         yp = tfc.placeholder(tfc.int32, [None], name="y")
         h = xp
         for i in range(len(params) // 2):
-            h = tfc.matmul(h, tfc.Variable(params[2 * i], name=f"W{i}")) + \
-                tfc.Variable(params[2 * i + 1], name=f"b{i}")
+            h = tfc.matmul(h, tfc.Variable(params[2 * i].astype(dtype), name=f"W{i}")) + \
+                tfc.Variable(params[2 * i + 1].astype(dtype), name=f"b{i}")
             if i < len(params) // 2 - 1:
                 h = tfc.nn.relu(h)
         loss = tfc.reduce_mean(tfc.nn.sparse_softmax_cross_entropy_with_logits(
             labels=yp, logits=h))
-        train = tfc.train.MomentumOptimizer(MLP_LR, 0.9).minimize(loss)
-    mine, ref = tfc.Session(g, backend="cuda"), tfc.Session(g, backend="llvm")
-    feed = {xp: x, yp: y}
-    for _ in range(2):
-        mine.run([train, loss], feed)
-        ref.run([train, loss], feed)
-    with D2H() as c:
-        for _ in range(5):
-            got = mine.run([train, loss], feed)[1]
-    for _ in range(5):
-        want = ref.run([train, loss], feed)[1]
-    _close(got, want, "loss")
-    with D2H() as r:
-        values = mine.variable_values()
-    for name, value in ref.variable_values().items():
-        _close(values[name], value, name)
-    return (c.per_step(5) + f"; variable_values() read back {len(r.copies)} arrays; "
-            f"{len(values)} variables equal llvm's after 7 steps")
+        opt = (tfc.train.MomentumOptimizer(MLP_LR, 0.9) if optimizer == "momentum"
+               else tfc.train.GradientDescentOptimizer(MLP_LR))
+        train = opt.minimize(loss)
+    return g, xp, yp, train, loss
+
+
+def session_values(params: list[np.ndarray], x: np.ndarray, y: np.ndarray, backend: str,
+                   dtype: Any = np.float32, defer: bool = True, steps: int = 7,
+                   count: bool = False) -> tuple[dict[str, np.ndarray], str]:
+    """The variables after ``steps`` Session runs of the momentum MLP (``defer=False``:
+    the runs copy every update back, as before variables stayed on the device), and
+    the D2H copies of the last 5 runs and of ``variable_values`` (``count``)."""
+    import tfc
+    import tfc.api.session as session_module
+    g, xp, yp, train, loss = session_mlp(params, dtype)
+    real = session_module.defers
+    if not defer:
+        setattr(session_module, "defers", lambda exe: False)
+    try:
+        sess = tfc.Session(g, backend=backend)
+        feed = {xp: x.astype(dtype), yp: y}
+        for _ in range(steps - 5):
+            sess.run([train, loss], feed)
+        if count:
+            with D2H() as c:
+                for _ in range(5):
+                    sess.run([train, loss], feed)
+            with D2H() as r:
+                values = sess.variable_values()
+            said = (c.per_step(5) + f"; variable_values() read back {len(r.copies)} "
+                    f"arrays")
+        else:
+            for _ in range(5):
+                sess.run([train, loss], feed)
+            values, said = sess.variable_values(), ""
+    finally:
+        setattr(session_module, "defers", real)
+    return {k: np.array(v, np.float64) for k, v in values.items()}, said
+
+
+def session_copies(params: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> str:
+    """D2H per run of a cuda Session whose variables stay on the device; its values bit
+    for bit those of the same Session copying every update back (the deferral changes
+    no number); their distance from the exact (f64) values next to llvm's f32 run's:
+    the distance between cuda and llvm is rounding when each is as far from exact."""
+    deferred, said = session_values(params, x, y, "cuda", count=True)
+    eager, _ = session_values(params, x, y, "cuda", defer=False)
+    for name, value in eager.items():
+        if not np.array_equal(deferred[name], value):
+            raise AssertionError(f"@{name}: deferred differs from copying back every run")
+    cpu, _ = session_values(params, x, y, "llvm")
+    exact, _ = session_values(params, x, y, "reference", dtype=np.float64)
+    rows, worst = [], 0.0
+    for name in sorted(exact):
+        scale = float(np.max(np.abs(exact[name]))) or 1.0
+        gpu_err = float(np.max(np.abs(deferred[name] - exact[name]))) / scale
+        cpu_err = float(np.max(np.abs(cpu[name] - exact[name]))) / scale
+        between = float(np.max(np.abs(deferred[name] - cpu[name]))) / scale
+        rows.append(f"{name} cuda {gpu_err:.1e} llvm {cpu_err:.1e} (cuda-llvm {between:.1e})")
+        worst = max(worst, gpu_err / max(cpu_err, 1e-6))
+    if worst > 20:
+        raise AssertionError(f"cuda is {worst:.0f}x farther from exact than llvm: "
+                             + "; ".join(rows))
+    return (said + "; deferred = copying back every run, bit for bit; distance from "
+            "f64 exact (of each variable's largest magnitude): " + "; ".join(rows))
 
 
 def executor_copies(x: np.ndarray, y: np.ndarray) -> str:

@@ -49,14 +49,17 @@ A step is a precomputed list of actions over device storage, made once per *bind
   index checks (scatters) run before the first write, so a step that fails leaves the
   device copies as they were. An optimizer's writes are prepared library calls
   (``Device.writer``: a device copy, cuBLAS ``axpy``).
-- **CUDA graphs** (``cuda_graphs``, ``$TFC_CUDA_GRAPHS=1``; off by default): a binding
+- **CUDA graphs** (``cuda_graphs``; ``$TFC_CUDA_GRAPHS=0`` turns them off): a binding
   whose actions only queue work on the stream (generated kernels, prepared cuBLAS calls
   and copies; fed labels checked on the host) is captured once, at its second step, and
   each later step launches the graph (``Device.capture``), its prepared writes a second
-  one. Bindings with an op that allocates from cupy's pool (the library ops other than
-  products: a graph would keep writing memory the pool has reused), reads the step
-  number (random ops: a graph would replay one step's draw) or synchronizes (host ops)
-  run without a graph.
+  one; cuBLAS calls are recorded through libcublas itself (``device.Prepared``: cupy
+  refuses its own cuBLAS wrappers during a capture). Bindings with an op that allocates
+  from cupy's pool (the library ops other than products: a graph would keep writing
+  memory the pool has reused), reads the step number (random ops: a graph would replay
+  one step's draw), synchronizes (host ops) or calls cuBLAS through cupy (the
+  convolutions' GEMMs, ``cupy.matmul``: the capture fails, ``graph_problem``) run without
+  a graph.
 - **Feeds** are host arrays (copied into the binding's feed arrays by an asynchronous
   copy on the step's stream, ``Device.uploader``: straight from the caller's array, page-
   locked once, or through a page-locked staging buffer; the step waits for the copy
@@ -203,10 +206,11 @@ class CUDAExecutable:
         self._now = _Now()
         self._synced: list[np.ndarray] | None = None  # see fast_step
         self._uncommitted: _Bound | None = None  # a step's writes not applied yet
-        # Replay each binding's steps as a captured CUDA graph (``_replayed``): off
-        # unless ``$TFC_CUDA_GRAPHS=1`` (measured: tools/gpu_state_check.py);
-        # ``graph_problem`` says why a capture failed.
-        self.cuda_graphs = os.environ.get("TFC_CUDA_GRAPHS", "") == "1"
+        # Replay each binding's steps as a captured CUDA graph (``_replayed``): on unless
+        # ``$TFC_CUDA_GRAPHS=0`` (an H200: the MLP step 1.46x faster with host feeds,
+        # 1.92x with device feeds, a chain of 40 short layers 3.35x, bit for bit:
+        # tools/gpu_state_check.py); ``graph_problem`` says why a capture failed.
+        self.cuda_graphs = os.environ.get("TFC_CUDA_GRAPHS", "1") != "0"
         self.graph_problem: str | None = None
         self.graph_launches = 0  # steps replayed as a graph (tools report it)
         # ``fast_step`` takes host feeds that are not C-contiguous: each is staged into
