@@ -6,7 +6,11 @@ request reuse it. A request whose graph was lowered before (the same model in an
 session or process) skips the passes (``tfc.api.lowered_cache``). Variables live in
 the session: they are initialized on first use
 (``global_variables_initializer`` re-initializes them), persist across runs, and a run's
-assigns land together at the end of its step.
+assigns land together at the end of its step. On a backend that can keep them on its
+device (cuda: ``tfc.runtime.held``) a run's updates stay there: ``Session.variables``
+copies a value to the host only when it is read (a fetch of it by another request,
+``variable_values``, a ``Saver``), and a value written into it is uploaded by the next
+run that reads it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from tfc.api.tensor import convert_to_tensor
 from tfc.backends.base import Executable, StepOwner, get_backend
 from tfc.errors import FeedError, TfcError
 from tfc.ir import core as ir
+from tfc.runtime.held import VariableStore, defers
 
 
 @dataclass
@@ -44,6 +49,7 @@ class _Compiled:
     graph: ir.Graph
     executable: Executable
     feed_names: list[str]
+    defers: bool = False  # its updates stay on its device (``tfc.runtime.held.defers``)
 
 
 class CompositeFetch:
@@ -123,7 +129,10 @@ class Session:
         self.graph = graph or get_default_graph()
         self.backend = get_backend(backend)
         self.pipeline = DEFAULT_PIPELINE if pipeline is None else pipeline
-        self.variables: dict[str, np.ndarray] = {}
+        # name -> value; values a device holds are read back when read (``VariableStore``)
+        self.variables = VariableStore()
+        # the store's host dict itself: what the llvm backend's native steps read and write
+        self._host_variables = self.variables.host
         self.step = 0
         self._cache: dict[tuple, _Compiled] = {}
         self._runs: dict[tuple, Callable[..., Any]] = {}  # run's requests: make_callable's
@@ -259,7 +268,7 @@ class Session:
             return None
         order = [names.index(a) for a in graph.arg_names]
         index = [graph.result_names.index(w) for w in wanted]
-        owner = StepOwner(self, "variables", "step", freeze_updates=False,
+        owner = StepOwner(self, "_host_variables", "step", freeze_updates=False,
                           closed=self._closed_word)
         return make(owner, values_of, order, index, single)
 
@@ -305,8 +314,8 @@ class Session:
         target = Target(self.backend.name)
         module = lowered(self._module(graph), "run", target, self.pipeline,
                          lambda m: lower(m, target, passes=self.pipeline, verify=False))
-        compiled = _Compiled(module.graphs["run"], self.backend.compile(module, "run"),
-                             feed_names)
+        exe = self.backend.compile(module, "run")
+        compiled = _Compiled(module.graphs["run"], exe, feed_names, defers(exe))
         self._cache[key] = compiled
         return compiled
 
@@ -321,10 +330,15 @@ class Session:
         from tfc.runtime.feeds import check_feeds
         arrays = check_feeds(compiled.graph, dict(zip(compiled.feed_names, values)),
                              where="Session.run")
-        result = compiled.executable(arrays, self.variables, self.step)
-        self.variables.update(result.updates)
+        exe = compiled.executable
+        if compiled.defers:  # its updates stay on its device
+            fetches = self.variables.deferred_step(exe, arrays, self.step)
+        else:
+            result = exe(arrays, self.variables.sync(), self.step)
+            self.variables.update(result.updates)
+            fetches = result.fetches
         self.step += 1
-        return result.fetches
+        return fetches
 
     def _initialize_missing(self, targets: list[Operation]) -> None:
         """Initialize variables this session has not seen, once, unless the run itself is
@@ -343,14 +357,16 @@ class Session:
                         what="variable initializers")
         from tfc.pipeline import Target, lower
         module = lower(self._module(graph), Target(self.backend.name), passes="", verify=False)
-        result = self.backend.compile(module, ir.INIT_GRAPH)([], self.variables, 0)
+        result = self.backend.compile(module, ir.INIT_GRAPH)([], self.variables.sync(), 0)
         self.variables.update(result.updates)
 
     # ---- variables -------------------------------------------------------------------------
 
     def variable_values(self) -> dict[str, np.ndarray]:
+        """Every variable's value on the host (those a device holds read back, one copy
+        per executable that holds any)."""
         self._initialize_missing([])
-        return dict(self.variables)
+        return dict(self.variables.sync())
 
 
 def default_session(graph: Graph | None = None) -> Session:

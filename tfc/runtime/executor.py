@@ -25,7 +25,11 @@ a GPU's on the CUDA backend, a CPU's on the program's backend (llvm when that is
 cuda). The CUDA backend's executables take and return host arrays, so a cpu/gpu edge's
 send/recv hands a host array over and the GPU stage copies it to the device and its
 results back (the copy the cost model charges at the host link's rate); fp16 transfers
-halve those copies as they do any transfer.
+halve those copies as they do any transfer. A GPU's stages share their device copies of
+the variables (``share_variables``) and write them only once every device's stages
+succeeded (a step stays atomic); the variables that only they touch stay on the GPU
+between a ``Program``'s steps (``fast_step(..., defer=True)``, ``read_back``:
+``tfc.runtime.held``), so a training step copies back none of them.
 
 On a cluster (``tfc.distributed``) each task's process runs the same executor restricted
 to the task's devices (``devices=``): a transfer between two of them is the same hand-off,
@@ -59,6 +63,7 @@ from tfc.ir.core import Graph, Module, PartitionStage, StageSource
 from tfc.ir.registry import writes_variable
 from tfc.ir.types import format_shape
 from tfc.passes.compress import CompressReport, compression_report
+from tfc.runtime.held import defers, read_back_held
 from tfc.runtime.rendezvous import Rendezvous
 from tfc.runtime.trace import Tracer
 
@@ -77,8 +82,10 @@ def _slot(src: StageSource) -> Hashable:
 # per stage that sends any, during the step (its owner knows which step that is).
 Transport = Callable[[list[tuple[str, str, np.ndarray]]], None]
 
-# (inputs, variables, step, in_place, extra_refs) -> (fetches, (variable, update) pairs)
-StageCall = Callable[[list[np.ndarray], Mapping[str, np.ndarray], int, bool, int],
+# (inputs, variables, step, in_place, extra_refs, defer) -> (fetches, (variable, update)
+# pairs); with ``defer`` (``Stage.defers``) the updates stay on the stage's device, written
+# by its ``commit_writes`` once the whole step succeeded
+StageCall = Callable[[list[np.ndarray], Mapping[str, np.ndarray], int, bool, int, bool],
                      tuple[Sequence[np.ndarray], Iterable[tuple[str, np.ndarray]]]]
 
 
@@ -100,6 +107,10 @@ class Stage:
     # sends to devices this executable does not run: (key, receiving device, slot)
     remote_sends: list[tuple[str, str, Hashable]] = field(default_factory=list)
     in_place: bool = False  # its updates may be in place (``in_place_stages``)
+    # its executable keeps its device's variable copies with the device's other such
+    # stages (a GPU's: ``tfc.runtime.held.defers``, ``share_variables``); its writes wait
+    # for the end of the step (``commit_writes``)
+    defers: bool = False
 
 
 @dataclass
@@ -165,7 +176,7 @@ def stage_call(exe: Executable, unchecked: Sequence[int] = (), may_update_in_pla
     fast = getattr(exe, "fast_step", None)
     if fast is None or getattr(exe, "fallback_ops", None):
         def call(inputs: list[np.ndarray], variables: Mapping[str, np.ndarray],
-                 step: int, in_place: bool = False, extra_refs: int = 0
+                 step: int, in_place: bool = False, extra_refs: int = 0, defer: bool = False
                  ) -> tuple[Sequence[np.ndarray], Iterable[tuple[str, np.ndarray]]]:
             result = exe(inputs, variables, step)
             return result.fetches, result.updates.items()
@@ -177,10 +188,14 @@ def stage_call(exe: Executable, unchecked: Sequence[int] = (), may_update_in_pla
     in_place_ok = may_update_in_place and "extra_refs" in inspect.signature(fast).parameters
 
     def fast_call(inputs: list[np.ndarray], variables: Mapping[str, np.ndarray],
-                  step: int, in_place: bool = False, extra_refs: int = 0
+                  step: int, in_place: bool = False, extra_refs: int = 0, defer: bool = False
                   ) -> tuple[Sequence[np.ndarray], Iterable[tuple[str, np.ndarray]]]:
         for k, dt, name in checks:
             inputs[k] = _as_input(inputs[k], dt, name)
+        if defer:  # the updates stay on the device, applied by ``commit_writes``
+            outs, _ = fast(inputs, [variables[n] for n in var_names], step, None,
+                           defer=True, commit=False)
+            return outs, ()
         if in_place and in_place_ok:
             outs, upds = fast(inputs, [variables[n] for n in var_names], step, None,
                               in_place=True, extra_refs=extra_refs)
@@ -279,6 +294,25 @@ def in_place_stages(module: Module, table: Any) -> set[tuple[str, int]]:
     return out
 
 
+def device_held_variables(stages: Sequence[tuple[str, Stage]]) -> dict[str, Any]:
+    """The variables that only stages of one device whose executables share their
+    variable copies (``Stage.defers``: a GPU's) read or write, each with the executable
+    of such a stage that writes it: their values can live on that device between steps,
+    and nothing else needs them on the host."""
+    devices: dict[str, set[str]] = {}
+    writer: dict[str, Any] = {}
+    for device, st in stages:
+        if st.graph is None:
+            continue
+        for name in _variables_touched(st.graph):
+            devices.setdefault(name, set()).add(device if st.defers else "")
+        if st.defers:
+            for name in getattr(st.executable, "update_names", ()):
+                writer[name] = st.executable
+    return {name: exe for name, exe in writer.items()
+            if len(devices[name]) == 1 and "" not in devices[name]}
+
+
 class PartitionedExecutable:
     """Compiles the stage graphs of ``entry``'s partition table with ``backend`` and runs a
     step across the devices, one thread each (see the module docstring).
@@ -338,6 +372,7 @@ class PartitionedExecutable:
                     compiled[part.device, i] = stage_backend.compile(module, st.graph)
         unchecked = _unchecked_sources(table, compiled)
         in_place = in_place_stages(module, table)
+        pools: dict[str, dict[str, Any]] = {}  # a GPU's variable copies, for its stages
         for part in parts:
             stages = []
             for i, st in enumerate(part.stages):
@@ -352,6 +387,9 @@ class PartitionedExecutable:
                 if g is not None:
                     exe = stage.executable = compiled[part.device, i]
                     stage.in_place = (part.device, i) in in_place
+                    if defers(exe) and callable(getattr(exe, "share_variables", None)):
+                        stage.defers = True
+                        getattr(exe, "share_variables")(pools.setdefault(part.device, {}))
                     stage.call = stage_call(exe, [k for k, s in enumerate(st.inputs)
                                                   if (part.device, s) in unchecked],
                                             stage.in_place)
@@ -390,6 +428,14 @@ class PartitionedExecutable:
         # variables a failed step had already changed in place: their arrays, refused
         # until replaced (assigned, restored)
         self._changed_by_failure: dict[str, np.ndarray] = {}
+        # the stages whose writes wait for the step's end, and the variables whose values
+        # can stay on their device between steps (``device_held_variables``)
+        self._deferring = [st for plan in self.plans for st in plan.stages if st.defers]
+        self._device_held = device_held_variables(
+            [(plan.device, st) for plan in self.plans for st in plan.stages])
+        self._deferred_writes: dict[str, Any] = {
+            n: st.executable for st in self._deferring
+            for n in getattr(st.executable, "update_names", ())}
         # ``fast_step`` (what a Program's hot path calls) when every stage runs natively
         # and every fetch is a stage's output: then fetches and updates are fresh arrays
         stages = [st for plan in self.plans for st in plan.stages if st.executable]
@@ -402,11 +448,21 @@ class PartitionedExecutable:
                 n for st in stages for n in getattr(st.executable, "update_names", ())))
             self._shapes_seen: set[tuple] = set()
             self.fast_step = self._fast_step
+            # Updates kept between steps (``fast_step(..., defer=True)``, what a
+            # Program's runner asks for when ``read_back`` exists): those of
+            # ``_device_held`` on their device (variable -> an executable of it,
+            # ``_on_device``), the others as host arrays (``_kept``), with the array the
+            # caller passed then (``_given``: while it passes that one again, it is stale).
+            self._on_device: dict[str, Any] = {}
+            self._kept: dict[str, np.ndarray] = {}
+            self._given: dict[str, Any] = {}
+            if self._device_held:
+                self.read_back = self._read_back
 
     def _run_device(self, plan: DevicePlan, feeds: Sequence[np.ndarray | None],
                     variables: Mapping[str, np.ndarray], step: int,
                     rendezvous: Rendezvous, in_place: bool = False, extra_refs: int = 0,
-                    applied: list[str] | None = None
+                    applied: list[str] | None = None, defer: bool = False
                     ) -> tuple[dict[Hashable, np.ndarray], dict[str, np.ndarray]]:
         env: dict[Hashable, np.ndarray] = {i: feeds[i] for i in plan.feeds}  # type: ignore[misc]
         updates: dict[str, np.ndarray] = {}
@@ -422,7 +478,7 @@ class PartitionedExecutable:
             if st.call is not None:
                 t0 = clock() if tracer is not None else 0.0
                 fetches, upds = st.call([env[s] for s in st.inputs], variables, step,
-                                        in_place, extra_refs)
+                                        in_place, extra_refs, st.defers)
                 env.update(zip(st.outputs, fetches))
                 if in_place and st.in_place and applied is not None:
                     for name, u in upds:
@@ -477,7 +533,8 @@ class PartitionedExecutable:
 
     def _fast_step(self, feeds: Sequence[np.ndarray], variables: Sequence[np.ndarray],
                    step: int, validate: Callable[[Sequence[np.ndarray]], Any] | None = None,
-                   _in_place: bool = False) -> tuple[list[np.ndarray], list[np.ndarray]]:
+                   _in_place: bool = False, defer: bool = False
+                   ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
         """The step for a caller that vouches for its inputs, as the llvm executable's
         ``fast_step`` (``tfc.runtime.runner``): feeds are C-contiguous arrays of the
         arguments' dtypes (their shapes checked by ``validate`` the first time they are
@@ -488,16 +545,72 @@ class PartitionedExecutable:
         store and once in ``variables``) a stage that no other stage of the step sees the
         variables of (``in_place_stages``) makes its updates in their own arrays where its
         backend can (a scatter then touches only its rows: no copy of the table per step).
+
+        ``defer`` (offered with ``read_back`` when a GPU's stages alone touch some
+        variables: ``device_held_variables``) keeps every update here instead of
+        returning it (``None``): those on their device, the others as host arrays;
+        the caller passes the same arrays again for them (this executable then uses
+        its own values) and asks ``read_back`` for their values (``tfc.runtime.held``).
+        A deferred step makes no update in place.
         """
         shapes = tuple(a.shape for a in feeds)
         if shapes not in self._shapes_seen:
             if validate is not None:
                 validate(feeds)
             self._shapes_seen.add(shapes)
+        given = dict(zip(self.var_names, variables))
+        if defer:
+            return self._deferred_step(feeds, given, step), None
+        self._forget_deferred()
         # the references beyond the runner's two: ``variables`` and this mapping
-        fetches, updates = self._step(feeds, dict(zip(self.var_names, variables)), step,
-                                      in_place=_in_place, extra_refs=2)
+        fetches, updates = self._step(feeds, given, step, in_place=_in_place, extra_refs=2)
         return fetches, [updates[n] for n in self.update_names]
+
+    def _deferred_step(self, feeds: Sequence[np.ndarray], given: dict[str, Any],
+                       step: int) -> list[np.ndarray]:
+        """``fast_step(..., defer=True)``'s step (see there); the fetches."""
+        current = dict(given)
+        for name in list(self._kept):
+            if given.get(name) is self._given[name]:  # stale: ours is newer
+                current[name] = self._kept[name]
+            else:  # the caller wrote it (or read it back): its value is the one
+                del self._kept[name], self._given[name]
+        for name in list(self._on_device):
+            if given.get(name) is not self._given.get(name, given.get(name)):
+                del self._on_device[name]  # (the stage uploads the caller's value)
+        fetches, updates = self._step(feeds, current, step, defer=True)
+        for name, value in updates.items():
+            self._kept[name] = value
+            self._given[name] = given.get(name)
+            self._on_device.pop(name, None)
+        for name, exe in self._device_held.items():
+            self._on_device[name] = exe
+            self._given[name] = given.get(name)
+            self._kept.pop(name, None)
+        return fetches
+
+    def _read_back(self, names: Sequence[str]) -> list[np.ndarray]:
+        """Host copies (read-only) of the values this executable keeps for ``names``
+        (each one it updated in a deferred step): one ``read_back`` per GPU."""
+        out: dict[str, Any] = {}
+        on_device = {n: self._on_device[n] for n in names if n in self._on_device}
+        read_back_held(on_device, out)
+        for name in names:
+            if name in out:
+                del self._on_device[name]
+            else:
+                out[name] = self._kept.pop(name)
+                out[name].flags.writeable = False
+            self._given.pop(name, None)
+        return [out[n] for n in names]
+
+    def _forget_deferred(self) -> None:
+        """A step given every value by its caller: nothing kept from deferred steps
+        is newer (a caller reads them back before such a step)."""
+        if self._kept or self._on_device:
+            self._kept.clear()
+            self._on_device.clear()
+            self._given.clear()
 
     def run_step(self, feeds: Sequence[np.ndarray | None], variables: Mapping[str, np.ndarray],
                  step: int, rendezvous: Rendezvous, in_place: bool = False
@@ -514,7 +627,8 @@ class PartitionedExecutable:
 
     def _step(self, arrays: Sequence[np.ndarray | None], variables: Mapping[str, np.ndarray],
               step: int, rendezvous: Rendezvous | None = None, in_place: bool = False,
-              extra_refs: int = 0) -> tuple[list[Any], dict[str, np.ndarray]]:
+              extra_refs: int = 0, defer: bool = False
+              ) -> tuple[list[Any], dict[str, np.ndarray]]:
         with self._lock:
             if self._changed_by_failure:
                 self._refuse_changed(variables)
@@ -525,7 +639,7 @@ class PartitionedExecutable:
             def run(plan: DevicePlan) -> Any:
                 try:
                     return self._run_device(plan, arrays, variables, step, rendezvous,
-                                            in_place, extra_refs, applied)
+                                            in_place, extra_refs, applied, defer)
                 except BaseException as e:
                     rendezvous.abort(e)
                     raise
@@ -545,6 +659,7 @@ class PartitionedExecutable:
                         outcomes.append(f.result())
                     except BaseException as e:
                         errors.append(e)
+            late = self._end_deferred(bool(errors), defer) if self._deferring else {}
             if errors:  # the root cause, not the recvs it aborted (those chain to it)
                 error = next((e for e in errors if e.__cause__ is None), errors[0])
                 if applied and isinstance(error, Exception):
@@ -556,6 +671,8 @@ class PartitionedExecutable:
         fetched: set[int] = set()
         for plan, (env, upd) in zip(self.plans, outcomes):
             updates.update(upd)
+        updates.update(late)
+        for plan, (env, _) in zip(self.plans, outcomes):
             for i, slot in plan.fetches:
                 value = env[slot]
                 if id(value) in fetched:  # a value fetched twice: each fetch its own array
@@ -563,6 +680,25 @@ class PartitionedExecutable:
                 fetched.add(id(value))
                 fetches[i] = value
         return fetches, updates
+
+    def _end_deferred(self, failed: bool, defer: bool) -> dict[str, np.ndarray]:
+        """The GPU stages' writes, which waited for every device: applied when no stage
+        failed (else dropped: the device copies keep their start-of-step values). The
+        updates the caller gets as host arrays: all of theirs but those that stay on
+        the device in a deferred step (``_device_held``)."""
+        for st in self._deferring:
+            exe: Any = st.executable
+            if failed:
+                exe.drop_writes()
+            else:
+                exe.commit_writes()
+        if failed:
+            return {}
+        wanted = {n: exe for n, exe in self._deferred_writes.items()
+                  if not (defer and n in self._device_held)}
+        out: dict[str, np.ndarray] = {}
+        read_back_held(wanted, out)
+        return out
 
     def _failed_after_in_place(self, error: Exception, applied: Sequence[str],
                                variables: Mapping[str, np.ndarray]) -> ExecutionError:

@@ -26,6 +26,7 @@ from tfc.ir.core import INIT_GRAPH, Graph, Module, Op, VariableDecl
 from tfc.ir.registry import writes_variable
 from tfc.ir.types import DType, TensorType, format_shape
 from tfc.runtime.feeds import check_feeds, expected_feeds
+from tfc.runtime.held import read_back_held
 from tfc.runtime.initializers import materialize, recipes, warn_if_large, without_recipes
 from tfc.runtime.logical import partitioned_variables
 from tfc.runtime.runner import EntryRunner
@@ -542,18 +543,9 @@ class Program:
 
     def _sync_held(self, names: Iterable[str] | None = None) -> None:
         """Bring the values executables hold on their devices (``_held``; all, or those
-        of ``names``) into ``_variables``: one ``read_back`` per executable."""
-        if not self._held:
-            return
-        wanted = list(self._held) if names is None else [n for n in names if n in self._held]
-        by_exe: dict[int, tuple[Any, list[str]]] = {}
-        for name in wanted:
-            exe = self._held[name]
-            by_exe.setdefault(id(exe), (exe, []))[1].append(name)
-        for exe, held in by_exe.values():
-            for name, value in zip(held, exe.read_back(held)):
-                self._variables[name] = value
-                del self._held[name]
+        of ``names``) into ``_variables``: one ``read_back`` per executable
+        (``tfc.runtime.held``)."""
+        read_back_held(self._held, self._variables, names)
 
     def _executable(self, entry: str) -> Executable:
         exe = self._executables.get(entry)

@@ -22,7 +22,10 @@ its guarantees, but checks each thing once where once is enough:
   first, unless both keep them in one place (``state_owner``: a cluster's entries).
 - Feeds that are arrays of the executable's device (``device_array_type()``: cupy arrays
   on a GPU) pass without a host round trip when their dtype is the placeholder's; their
-  shapes are checked by the executable when it binds them.
+  shapes are checked by the executable when it binds them. So do numpy arrays of the
+  placeholder's dtype that are not C-contiguous, for an executable that copies them to
+  its device by one strided copy (``takes_strided_feeds``: the cuda backend's), instead
+  of a contiguous copy here first.
 - A step that fails changes neither the variables nor the step counter.
 """
 
@@ -63,6 +66,8 @@ class EntryRunner:
         self._device_type = getattr(self.exe, "device_array_type", None) \
             if self.fast is not None else None
         self._on_device: type | None = None  # what it returned (it finds the device)
+        self._strided = self.fast is not None and bool(
+            getattr(self.exe, "takes_strided_feeds", False))
 
     def step(self, values: Sequence[Any]) -> list[np.ndarray]:
         """Run one step with feeds ``values`` (argument order); the fetches, in order."""
@@ -70,6 +75,8 @@ class EntryRunner:
         for a, dt in zip(values, self.dtypes):
             if type(a) is not np.ndarray or a.dtype != dt or not a.flags.c_contiguous:
                 on_device = self._device_feeds(values)
+                if on_device is None and self._strided:
+                    on_device = self._strided_feeds(values)
                 arrays = on_device if on_device is not None else check_feeds(
                     self.graph, dict(zip(self.arg_names, values)), self.where)
                 break
@@ -125,7 +132,16 @@ class EntryRunner:
                     raise FeedError(f"{self.where}: feed '{name}' is a device array of dtype "
                                     f"{a.dtype}, expected {dt} (device feeds are not "
                                     f"converted)")
-            elif type(a) is not np.ndarray or a.dtype != dt or not a.flags.c_contiguous:
+            elif type(a) is not np.ndarray or a.dtype != dt or not (
+                    a.flags.c_contiguous or self._strided):
+                return None
+        return list(values)
+
+    def _strided_feeds(self, values: Sequence[Any]) -> list[Any] | None:
+        """``values`` when each is a numpy array of its placeholder's dtype, C-contiguous
+        or not (for an executable with ``takes_strided_feeds``); else None."""
+        for a, dt in zip(values, self.dtypes):
+            if type(a) is not np.ndarray or a.dtype != dt:
                 return None
         return list(values)
 

@@ -7,7 +7,9 @@ stream) too."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
+import numpy as np
 import pytest
 
 from tfc.backends.cuda import device as cuda_device
@@ -25,3 +27,44 @@ def emulated_off_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The emulator, but the GPU under ``TFC_BACKEND=cuda`` on a machine with one."""
     if not ON_GPU:
         monkeypatch.setenv(cuda_device.DEVICE_ENV, cuda_device.EMULATED)
+
+
+class Copies:
+    """Counts a device's (the emulator's or a GPU's) device->host copies (their shapes)
+    and uploads (the emulator's feed copies among them; a GPU's go through staging)."""
+
+    def __init__(self, dev: Any) -> None:
+        self.dev, self.to_host, self.uploads, self.on_device = dev, [], [], []
+
+    def __enter__(self) -> "Copies":
+        dev = self.dev
+        real_host, real_later = dev.to_host, dev.to_host_later
+        real_upload, real_copy = dev.upload, dev.copy_on_device
+
+        def to_host(a: Any) -> np.ndarray:
+            self.to_host.append(a.shape)
+            return real_host(a)
+
+        def to_host_later(arrays: Any) -> list[np.ndarray]:
+            self.to_host.extend(a.shape for a in arrays)
+            return real_later(arrays)
+
+        def upload(dst: Any, src: Any) -> None:
+            self.uploads.append(src.shape)
+            real_upload(dst, src)
+
+        def copy_on_device(dst: Any, src: Any) -> None:
+            self.on_device.append(src.shape)
+            real_copy(dst, src)
+        dev.to_host, dev.to_host_later = to_host, to_host_later
+        dev.upload, dev.copy_on_device = upload, copy_on_device
+        return self
+
+    def clear(self) -> None:
+        self.to_host.clear()
+        self.uploads.clear()
+        self.on_device.clear()
+
+    def __exit__(self, *exc: Any) -> None:
+        for name in ("to_host", "to_host_later", "upload", "copy_on_device"):
+            delattr(self.dev, name)

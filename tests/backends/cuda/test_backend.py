@@ -541,3 +541,34 @@ def test_a_long_elementwise_chain_generates_one_kernel_without_recursing() -> No
         warnings.simplefilter("error")  # no fallback to the reference
         got = chain(1500, "cuda")
     np.testing.assert_allclose(got, chain(1500, "reference"), rtol=1e-5, atol=1e-6)
+
+
+def _reduced_chains(ops: int, backend: str) -> list[np.ndarray]:
+    """Fused chains of about ``ops`` element-wise ops feeding a row sum (a reduce
+    kernel), following it (row results of the same kernel) and feeding a softmax (a row
+    kernel)."""
+    import tfc
+
+    def chain(h: Any) -> Any:
+        for k in range(ops // 2):
+            h = tfc.tanh(h * 0.9 + 0.01) if k % 4 == 0 else h * 1.001 - 0.002
+        return h
+    with tfc.Graph().as_default():
+        x = tfc.placeholder(tfc.float32, [4, 8], name="x")
+        h = chain(x)
+        total = chain(tfc.reduce_sum(h, axis=1))
+        soft = tfc.nn.softmax(chain(x * 0.5))
+        xv = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
+        return tfc.Session(backend=backend).run([total, soft], {x: xv})
+
+
+def test_reduce_and_row_kernels_of_thousands_of_fused_ops_generate_without_recursing(
+        ) -> None:
+    """The reduce and row kernels compute a value by its operands' values first, with a
+    stack (``Emitter.at``): recursing through a chain of 3000 ops exceeded Python's
+    recursion limit. One kernel per reduction, the reference's numbers."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to the reference
+        got = _reduced_chains(3000, "cuda")
+    for g, w in zip(got, _reduced_chains(3000, "reference")):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

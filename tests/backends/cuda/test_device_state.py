@@ -24,6 +24,8 @@ from tfc.ir.types import DType, TensorType
 from tfc.runtime.program import Program
 from tfc.testing import split_mlp_module
 
+from tests.backends.cuda.emulated import Copies
+
 emulator = pytest.importorskip("tfc.backends.cuda.emulator")
 if not emulator.available():
     pytest.skip("the CUDA emulator needs g++ (C++20)", allow_module_level=True)
@@ -36,46 +38,6 @@ def emulated(monkeypatch: pytest.MonkeyPatch) -> None:
     """Always the emulator: copies are counted on its device object, and device feeds
     are its ``EmulatedArray``."""
     monkeypatch.setenv(cuda_device.DEVICE_ENV, cuda_device.EMULATED)
-
-
-class Copies:
-    """Counts the emulated device's device->host copies (arrays and bytes) and uploads."""
-
-    def __init__(self, dev: Any) -> None:
-        self.dev, self.to_host, self.uploads, self.on_device = dev, [], [], []
-
-    def __enter__(self) -> "Copies":
-        dev = self.dev
-        real_host, real_later = dev.to_host, dev.to_host_later
-        real_upload, real_copy = dev.upload, dev.copy_on_device
-
-        def to_host(a: Any) -> np.ndarray:
-            self.to_host.append(a.shape)
-            return real_host(a)
-
-        def to_host_later(arrays: Any) -> list[np.ndarray]:
-            self.to_host.extend(a.shape for a in arrays)
-            return real_later(arrays)
-
-        def upload(dst: Any, src: Any) -> None:
-            self.uploads.append(src.shape)
-            real_upload(dst, src)
-
-        def copy_on_device(dst: Any, src: Any) -> None:
-            self.on_device.append(src.shape)
-            real_copy(dst, src)
-        dev.to_host, dev.to_host_later = to_host, to_host_later
-        dev.upload, dev.copy_on_device = upload, copy_on_device
-        return self
-
-    def clear(self) -> None:
-        self.to_host.clear()
-        self.uploads.clear()
-        self.on_device.clear()
-
-    def __exit__(self, *exc: Any) -> None:
-        for name in ("to_host", "to_host_later", "upload", "copy_on_device"):
-            delattr(self.dev, name)
 
 
 def feeds(step: int, batch: int = 4) -> dict[str, np.ndarray]:
@@ -270,4 +232,33 @@ def test_a_training_step_runs_prepared_library_calls(programs: tuple[Program, Pr
         np.testing.assert_allclose(step(f["x"], f["y"]), want(f["x"], f["y"]), rtol=RTOL)
     # 3 layers: 3 forward products, 2 + 3 backward (no gradient for the input x)
     assert made == {"gemm": 8, "writer": 6, "uploader": 2}
+    assert_same_variables(mine, ref)
+
+
+def test_a_strided_host_feed_reaches_the_device_in_one_copy() -> None:
+    """A feed that is not C-contiguous (a column of a wider array, a transpose) goes to
+    the executable as it is (``takes_strided_feeds``) and is staged by one strided copy:
+    the runtime makes no contiguous copy first. The numbers are the reference's."""
+    mine = Program(split_mlp_module([None]), backend="cuda")
+    ref = Program(split_mlp_module([None]), backend="reference")
+    exe: Any = mine._executable("train")
+    seen: list[bool] = []
+    real = exe.fast_step
+
+    def recording(feeds: Any, *args: Any, **kw: Any) -> Any:
+        seen.extend(f.flags.c_contiguous for f in feeds)
+        return real(feeds, *args, **kw)
+    exe.fast_step = recording
+    step = mine.callable("train", fetches="loss")
+    for k in range(3):
+        f = feeds(k)
+        wide = np.zeros((6, 4, 2), np.float32)  # x as a strided view: wide[..., 0].T
+        wide[..., 0] = f["x"].T
+        x = wide[..., 0].T
+        assert not x.flags.c_contiguous
+        with Copies(cuda_device.cuda_device()) as copies:
+            got = step(x, f["y"])
+        assert copies.uploads == [(4, 6), (4,)]
+        np.testing.assert_allclose(got, ref.run("train", **f)["loss"], rtol=RTOL)
+    assert seen == [False, True] * 3
     assert_same_variables(mine, ref)

@@ -273,11 +273,65 @@ class Emitter:
                 home = max(home, k)
         return home
 
-    def at(self, v: Value, idx: Index) -> str:
-        """A C name (or literal) holding ``v`` at ``idx`` (a compute-type value)."""
+    def cached(self, v: Value, idx: Index) -> str | None:
+        """The C name holding ``v`` at ``idx`` in a block the target block sees, if any."""
         for f in reversed(self.frames[:self.target + 1]):
             if (v, idx) in f.cache:
                 return f.cache[(v, idx)]
+        return None
+
+    def at(self, v: Value, idx: Index) -> str:
+        """A C name (or literal) holding ``v`` at ``idx`` (a compute-type value).
+
+        The operands a value reads (``operands``) are computed first, walked with a
+        stack: a fused chain can be thousands of ops long, and computing each value by
+        recursing through its operands exceeded Python's recursion limit. Each value
+        then finds its operands cached (an operand's block is never inside its
+        consumer's: it reads a subset of the consumer's index variables)."""
+        found = self.cached(v, idx)
+        if found is not None:
+            return found
+        stack: list[tuple[Value, Index, bool]] = [(v, idx, False)]
+        while len(stack) > 1 or not stack[0][2]:
+            u, ui, ready = stack.pop()
+            if self.cached(u, ui) is not None:
+                continue
+            if ready:
+                self._at(u, ui)
+                continue
+            stack.append((u, ui, True))
+            stack.extend((x, xi, False) for x, xi in reversed(self.operands(u, ui))
+                         if self.cached(x, xi) is None)  # (the first operand first)
+        return self._at(v, idx)
+
+    def operands(self, v: Value, idx: Index) -> list[tuple[Value, Index]]:
+        """The (value, index) pairs ``_compute`` reads to compute ``v`` at ``idx``."""
+        op = v.op
+        if v in self.args or v in self.registers or op is None or op.kind == "constant":
+            return []
+        shape = v.type.shape
+        kind = op.kind
+        if kind == "one_hot":
+            axis = op.attrs["axis"] % (op.inputs[0].type.rank + 1)
+            return [(op.inputs[0], idx[:axis] + idx[axis + 1:])]
+        opdef = lookup(kind)
+        if opdef.has(VIEW):
+            x = op.inputs[0]
+            if core_shape(x.type.shape) != core_shape(shape):
+                return []
+            return [(x, core_index(x.type.shape, shape, idx))]
+        if opdef.has(BROADCAST):
+            x = op.inputs[0]
+            return [(x, broadcast_index(x.type.shape, shape, idx))]
+        if opdef.has(ELEMENTWISE) or kind == "cast":
+            return [(x, broadcast_index(x.type.shape, shape, idx)) for x in op.inputs]
+        return []
+
+    def _at(self, v: Value, idx: Index) -> str:
+        """``at`` of a value whose operands are computed (or that reads none)."""
+        found = self.cached(v, idx)
+        if found is not None:
+            return found
         saved = self.target
         self.target = min(saved, self._home(v, idx))
         try:

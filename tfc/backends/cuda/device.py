@@ -33,6 +33,7 @@ Compiling needs no device: only running asks for one.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import threading
@@ -86,6 +87,86 @@ class Device(Protocol):
 
     def writer(self, kind: str, target: Any, value: Any) -> Callable[[], None] | None: ...
 
+    def capture(self, actions: Sequence[Callable[[], None]]) -> Callable[[], None]: ...
+
+
+class Prepared:
+    """A prepared library call (``GpuDevice.gemm``, ``GpuDevice.writer``): called, it
+    runs through cupy's wrappers; a CUDA graph capture records ``captured``, the same
+    cuBLAS call made through libcublas itself (``cublas_library``), because cupy 14's
+    ``cublas.setStream``, which its every cuBLAS wrapper calls, raises "calling cuBLAS
+    API during stream capture is currently unsupported" while the stream captures, though
+    cuBLAS supports capture. ``keep`` holds what the calls point at (host scalars)."""
+
+    __slots__ = ("run", "captured", "keep")
+
+    def __init__(self, run: Callable[[], None], captured: Callable[[], None],
+                 keep: Any = None) -> None:
+        self.run, self.captured, self.keep = run, captured, keep
+
+    def __call__(self) -> None:
+        self.run()
+
+
+class CublasLibrary:
+    """libcublas as this process loaded it (cupy's copy, found in ``/proc/self/maps``),
+    called through ctypes with each function's C signature: what ``Prepared.captured``
+    calls. Every call's status is checked."""
+
+    _P, _I, _L = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+    SIGNATURES: dict[str, tuple[Any, ...]] = {
+        "cublasSetStream_v2": (_P, _P),
+        "cublasSetPointerMode_v2": (_P, _I),
+        "cublasGemmEx": (_P, _I, _I, _I, _I, _I, _P, _P, _I, _I, _P, _I, _I, _P, _P, _I, _I,
+                         _I, _I),
+        "cublasGemmStridedBatchedEx": (_P, _I, _I, _I, _I, _I, _P, _P, _I, _I, _L, _P, _I,
+                                       _I, _L, _P, _P, _I, _I, _L, _I, _I, _I),
+        "cublasSaxpy_v2": (_P, _I, _P, _P, _I, _P, _I),
+        "cublasDaxpy_v2": (_P, _I, _P, _P, _I, _P, _I),
+    }
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        lib = ctypes.CDLL(path)
+        self._fns: dict[str, Any] = {}
+        for name, argtypes in self.SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = list(argtypes), ctypes.c_int
+            self._fns[name] = fn
+
+    def call(self, name: str, *args: Any) -> None:
+        status = self._fns[name](*args)
+        if status != 0:
+            raise TfcError(f"{name} returned cuBLAS status {status} ({self.path})")
+
+    def set_stream(self, handle: int, stream: int) -> None:
+        self.call("cublasSetStream_v2", handle, stream)
+
+    def set_pointer_mode(self, handle: int, mode: int) -> None:
+        self.call("cublasSetPointerMode_v2", handle, mode)
+
+
+_cublas: CublasLibrary | None = None
+
+
+def cublas_library() -> CublasLibrary:
+    """The ``CublasLibrary`` of the libcublas this process loaded (cupy loads it)."""
+    global _cublas
+    if _cublas is None:
+        path = None
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split()
+                if len(fields) >= 6 and os.path.basename(fields[-1]).startswith(
+                        "libcublas.so"):
+                    path = fields[-1]
+                    break
+        if path is None:
+            raise TfcError("libcublas is not loaded in this process (cupy loads it with "
+                           "its first cuBLAS call)")
+        _cublas = CublasLibrary(path)
+    return _cublas
+
 
 class EmulatedArray(np.ndarray):
     """A numpy array standing for one the caller made on the emulated device (as a cupy
@@ -124,6 +205,16 @@ class EmulatedDevice:
 
     def to_device(self, a: np.ndarray) -> np.ndarray:
         return np.array(a, order="C", copy=True)
+
+    def capture(self, actions: Sequence[Callable[[], None]]) -> Callable[[], None]:
+        """``GpuDevice.capture``'s replay, here the actions called in order (nothing
+        runs now: as a capture, which records without executing)."""
+        recorded = tuple(actions)
+
+        def replay() -> None:
+            for act in recorded:
+                act()
+        return replay
 
     def to_host(self, a: Any) -> np.ndarray:
         return np.array(a, order="C", copy=True)
@@ -297,7 +388,24 @@ class GpuDevice:
                     beta, dst, c_type, p.ldc, p.stride_c, p.batch, compute_type, algo)
             if c is not out:
                 xp.copyto(out, c, casting="same_kind")  # the one rounding (to f16)
-        return run
+
+        def captured() -> None:  # the same call through libcublas itself (``Prepared``)
+            lib = cublas_library()
+            handle = get_handle()
+            lib.set_stream(handle, stream.ptr)
+            lib.set_pointer_mode(handle, pointer_host)
+            if p.batch == 1:
+                lib.call("cublasGemmEx", handle, p.transa, p.transb, p.m, p.n, p.k, alpha,
+                         first, in_type, p.lda, second, in_type, p.ldb, beta,
+                         dst, c_type, p.ldc, compute_type, algo)
+            else:
+                lib.call("cublasGemmStridedBatchedEx", handle, p.transa, p.transb, p.m, p.n,
+                         p.k, alpha, first, in_type, p.lda, p.stride_a, second, in_type,
+                         p.ldb, p.stride_b, beta, dst, c_type, p.ldc, p.stride_c, p.batch,
+                         compute_type, algo)
+            if c is not out:
+                xp.copyto(out, c, casting="same_kind")
+        return Prepared(run, captured, scalars)
 
     def uploader(self, dst: Any) -> Callable[[np.ndarray], Any]:
         """Copies of host arrays into ``dst``, each an asynchronous DMA on the step's
@@ -394,7 +502,48 @@ class GpuDevice:
             cublas.setPointerMode(handle, pointer_host)
             cublas.setStream(handle, stream.ptr)
             axpy(handle, n, a, x, 1, y, 1)
-        return run
+
+        def captured() -> None:  # the same call through libcublas itself (``Prepared``)
+            lib = cublas_library()
+            handle = get_handle()
+            lib.set_stream(handle, stream.ptr)
+            lib.set_pointer_mode(handle, pointer_host)
+            lib.call("cublasSaxpy_v2" if dt == np.float32 else "cublasDaxpy_v2",
+                     handle, n, a, x, 1, y, 1)
+        return Prepared(run, captured, alpha)
+
+    def capture(self, actions: Sequence[Callable[[], None]]) -> Callable[[], None]:
+        """The actions' work on the step's stream recorded once as a CUDA graph
+        (``Stream.begin_capture``/``end_capture``: nothing runs now); the returned call
+        launches the whole graph with one driver call. A ``Prepared`` action records its
+        ``captured`` form (cuBLAS through libcublas: cupy refuses its own cuBLAS
+        wrappers while a stream captures). The actions must only queue
+        work on the stream, with no allocation from cupy's pool, synchronization or
+        host copy; what the driver or cupy refuse during the capture is raised, and so is
+        an allocation from cupy's pool (cupy captures in relaxed mode, which would let
+        one through: the graph would keep writing memory the pool later reuses)."""
+        stream = self.stream
+
+        def refuse(size: int) -> Any:
+            raise TfcError(f"an allocation of {size} bytes from cupy's memory pool during "
+                           f"a CUDA graph capture")
+        with self.device, stream, self.xp.cuda.using_allocator(refuse):
+            stream.begin_capture()
+            failure: BaseException | None = None
+            try:
+                for act in actions:
+                    getattr(act, "captured", act)()
+            except BaseException as e:  # (the capture must end before anything else)
+                failure = e
+            try:
+                graph = stream.end_capture()
+            except BaseException:
+                if failure is None:
+                    raise
+                graph = None
+            if failure is not None:
+                raise failure
+        return partial(graph.launch, stream)
 
     def __enter__(self) -> "GpuDevice":
         """Make this device and its stream current (library ops and cupy's own kernels

@@ -34,20 +34,32 @@ A step is a precomputed list of actions over device storage, made once per *bind
   (an optimizer's ``assign_sub``: one kernel, a prepared call); a write whose operand is a variable's own
   storage goes through a temporary, so every write sees the start-of-step values.
 - **Updates stay on the device** when the runtime lets them (``fast_step(...,
-  defer=True)``, what ``Program``'s runner asks for: ``tfc.runtime.program`` owns the
-  mechanism, see ``Program._held``): the step copies nothing back, the device copies
+  defer=True)``, what ``Program``'s runner, ``Session`` and the multi-device executor
+  ask for: ``tfc.runtime.held`` is the mechanism, ``Program._held`` and
+  ``Session.variables`` use it): the step copies nothing back, the device copies
   are authoritative, and ``read_back(names)`` makes host copies only when something
   reads the values (``Program.variables``, a checkpoint, another entry or backend).
-  Otherwise (``__call__``, the multi-device executor, ``Session``) each updated variable
+  The multi-device executor applies a GPU stage's writes only once every device's
+  stages succeeded (``commit=False``, then ``commit_writes``/``drop_writes``).
+  Otherwise (``__call__``, a cluster task's executor) each updated variable
   is copied back to the host every step (for an MLP 784-512-512-10, 2.7 MB per step),
   queued with the fetches' copies into pinned memory and waited for by one
   synchronization. Either way a step is atomic: ops never write a variable's storage
   (the memory plan keeps variables out of the arena), the writes run last and their
   index checks (scatters) run before the first write, so a step that fails leaves the
   device copies as they were. An optimizer's writes are prepared library calls
-  (``Device.writer``: a device copy, cuBLAS ``axpy``). CUDA graphs are not used: the
-  library ops other than products allocate their results from cupy's pool, which a
-  captured graph would keep writing after the pool has reused the memory.
+  (``Device.writer``: a device copy, cuBLAS ``axpy``).
+- **CUDA graphs** (``cuda_graphs``; ``$TFC_CUDA_GRAPHS=0`` turns them off): a binding
+  whose actions only queue work on the stream (generated kernels, prepared cuBLAS calls
+  and copies; fed labels checked on the host) is captured once, at its second step, and
+  each later step launches the graph (``Device.capture``), its prepared writes a second
+  one; cuBLAS calls are recorded through libcublas itself (``device.Prepared``: cupy
+  refuses its own cuBLAS wrappers during a capture). Bindings with an op that allocates
+  from cupy's pool (the library ops other than products: a graph would keep writing
+  memory the pool has reused), reads the step number (random ops: a graph would replay
+  one step's draw), synchronizes (host ops) or calls cuBLAS through cupy (the
+  convolutions' GEMMs, ``cupy.matmul``: the capture fails, ``graph_problem``) run without
+  a graph.
 - **Feeds** are host arrays (copied into the binding's feed arrays by an asynchronous
   copy on the step's stream, ``Device.uploader``: straight from the caller's array, page-
   locked once, or through a page-locked staging buffer; the step waits for the copy
@@ -63,10 +75,11 @@ compiling needs no GPU and running without one says ``no CUDA device: ...``.
 from __future__ import annotations
 
 import operator
+import os
 import threading
 from functools import partial
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -137,6 +150,16 @@ class _Bound:
     writes: list[Action] | None = None
     # class-label checks run on the device, read once when the step's actions are done
     label_checks: list["_DeviceLabelCheck"] = field(default_factory=list)
+    # CUDA graphs (``CUDAExecutable.cuda_graphs``): the actions' device work in order,
+    # when every action only queues work on the stream or checks fed labels
+    # (``host_checks``: their host part runs before each launch); else None
+    device_actions: list[Action] | None = None
+    host_checks: list["_FedLabelCheck"] = field(default_factory=list)
+    # the captured actions, one graph per pattern of feeds on the device (a fed label's
+    # check kernel is in the graph only for a device feed), launched as one call
+    replays: dict[tuple[bool, ...], Action] = field(default_factory=dict)
+    warmed: set[tuple[bool, ...]] = field(default_factory=set)  # patterns run once
+    write_replay: Action | None = None  # the captured ``writes``
 
 
 @dataclass
@@ -182,6 +205,18 @@ class CUDAExecutable:
         self._constants: dict[Value, Any] = {}
         self._now = _Now()
         self._synced: list[np.ndarray] | None = None  # see fast_step
+        self._uncommitted: _Bound | None = None  # a step's writes not applied yet
+        # Replay each binding's steps as a captured CUDA graph (``_replayed``): on unless
+        # ``$TFC_CUDA_GRAPHS=0`` (an H200: the MLP step 1.46x faster with host feeds,
+        # 1.92x with device feeds, a chain of 40 short layers 3.35x, bit for bit:
+        # tools/gpu_state_check.py); ``graph_problem`` says why a capture failed.
+        self.cuda_graphs = os.environ.get("TFC_CUDA_GRAPHS", "1") != "0"
+        self.graph_problem: str | None = None
+        self.graph_launches = 0  # steps replayed as a graph (tools report it)
+        # ``fast_step`` takes host feeds that are not C-contiguous: each is staged into
+        # its pinned buffer by one strided copy (``Device.uploader``), not first made
+        # contiguous by the runtime (a second pass over fresh memory)
+        self.takes_strided_feeds = True
         self._arg_dtypes = [np.dtype(a.dtype.np) for a in graph.args]
         # the N of the /gpu:N the graph's ops are placed on (None: no GPU named; the
         # device is then $TFC_CUDA_DEVICE's, see ``device.cuda_device``)
@@ -213,16 +248,19 @@ class CUDAExecutable:
 
     def fast_step(self, feeds: Sequence[Any], variables: Sequence[np.ndarray],
                   step: int, validate: Callable[[Sequence[Any]], Any] | None = None,
-                  in_place: bool = False, defer: bool = False
+                  in_place: bool = False, defer: bool = False, commit: bool = True
                   ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
         """The step for a caller that vouches for its inputs (``tfc.runtime.runner``):
-        feeds of the arguments' dtypes (C-contiguous numpy arrays, or arrays of
-        ``device_array_type``), ``variables`` the values of ``var_names``. Feed shapes
+        feeds of the arguments' dtypes (numpy arrays, C-contiguous or not:
+        ``takes_strided_feeds``; or arrays of ``device_array_type``), ``variables`` the values of ``var_names``. Feed shapes
         are checked by ``validate`` the first time they are seen. Returns the fetches
         and the updates in ``update_names`` order, fresh host arrays; with ``defer``
         the updates stay on the device (``None`` is returned for them): the caller
         then passes the same host arrays again for the variables this executable
-        updated, and asks ``read_back`` for their values."""
+        updated, and asks ``read_back`` for their values. With ``defer`` and not
+        ``commit`` (the multi-device executor, whose other devices may still fail the
+        step) the writes are checked but wait for ``commit_writes`` (or
+        ``drop_writes``): the step is atomic across devices."""
         if validate is not None and tuple(a.shape for a in feeds) not in self._bindings:
             validate(feeds)
         synced = self._synced  # the very arrays of the last fast step: nothing to upload
@@ -230,11 +268,30 @@ class CUDAExecutable:
             all(map(operator.is_, variables, synced))
         self._synced = None
         result = self._step(feeds, dict(zip(self.var_names, variables)), step, defer,
-                            current)
+                            current, commit or not defer)
         self._synced = list(variables)
         if defer:
             return result.fetches, None
         return result.fetches, [result.updates[n] for n in self.update_names]
+
+    def commit_writes(self) -> None:
+        """Apply the variable writes of the last step, run with ``commit=False``."""
+        with self._lock:
+            bound, self._uncommitted = self._uncommitted, None
+            if bound is None:
+                return
+            dev = self._device
+            if dev.emulated:
+                self._update(bound, checked=True)
+            else:
+                with dev:
+                    self._update(bound, checked=True)
+
+    def drop_writes(self) -> None:
+        """Forget the writes of the last step run with ``commit=False`` (the step failed
+        elsewhere): the device copies keep the values they had before it."""
+        with self._lock:
+            self._uncommitted = None
 
     def read_back(self, names: Sequence[str]) -> list[np.ndarray]:
         """Host copies (read-only) of the device values of variables ``names`` (each one
@@ -242,15 +299,23 @@ class CUDAExecutable:
         arrays back as the variables' values uploads nothing."""
         with self._lock:
             dev = self._device
-            out = []
             self._synced = None
-            for name in names:
-                dv = self._vars[name]
-                host = dev.to_host(dv.array)
+            held = [self._vars[name] for name in names]
+            out = dev.to_host_later([dv.array for dv in held])  # one synchronization
+            dev.synchronize()
+            for dv, host in zip(held, out):
                 host.flags.writeable = False
                 dv.host = host
-                out.append(host)
             return out
+
+    def share_variables(self, pool: dict[str, Any]) -> None:
+        """Keep the device copies of variables in ``pool``, shared with the other
+        executables given it (the stages of one GPU in the multi-device executor, which
+        commits their writes only after all of them ran): what one writes is what the
+        others read next, with no copy. Before the first step."""
+        with self._lock:
+            pool.update(self._vars)
+            self._vars = pool
 
     def device_array_type(self) -> type | None:
         """The type of the device's arrays that steps take as feeds without a host round
@@ -260,8 +325,10 @@ class CUDAExecutable:
             return self._ready().array_type
 
     def _step(self, arrays: Sequence[Any], variables: Mapping[str, np.ndarray],
-              step: int, defer: bool = False, current: bool = False) -> StepResult:
-        """One step; ``current``: the device copies are known to hold ``variables``."""
+              step: int, defer: bool = False, current: bool = False, commit: bool = True
+              ) -> StepResult:
+        """One step; ``current``: the device copies are known to hold ``variables``;
+        ``commit``: apply its writes (else ``commit_writes`` does, for a deferred step)."""
         with self._lock:
             dev = self._ready()
             if not current:
@@ -284,30 +351,38 @@ class CUDAExecutable:
             try:
                 if not dev.emulated:
                     with dev:
-                        result = self._run(bound, step, defer)
+                        result = self._run(bound, step, defer, commit)
                 else:
-                    result = self._run(bound, step, defer)
+                    result = self._run(bound, step, defer, commit)
             finally:  # the caller may change its arrays once the step returns
                 for copy in reading:
                     if copy is not None:
                         copy.synchronize()
             if defer and not current:  # the device copies are newer than the arrays passed
                 for name, *_ in bound.updates:
-                    self._vars[name].host = variables.get(name)
+                    if name in variables:  # (one it does not read: what another passed)
+                        self._vars[name].host = variables[name]
             return result
 
-    def _run(self, bound: _Bound, step: int, defer: bool = False) -> StepResult:
+    def _run(self, bound: _Bound, step: int, defer: bool = False, commit: bool = True
+             ) -> StepResult:
         """The step's actions, then its variable writes, then (unless ``defer``) the
         updated variables' host copies. A failure leaves the device copies as they were
         (nothing before the writes touches them; the writes' checks come first)."""
         dev = self._device
-        for act in bound.actions:
-            act()
+        if not (self.cuda_graphs and self._replayed(bound)):
+            for act in bound.actions:
+                act()
         # Copies queued before the variable writes read the start-of-step values;
         # one synchronization waits for all of them.
         fetches = dev.to_host_later(bound.fetches)
         synced = _checked_labels(dev, bound.label_checks)  # (before any variable write)
-        self._update(bound)
+        self._uncommitted = None
+        if commit:
+            self._update(bound)
+        else:
+            self._check_writes(bound)
+            self._uncommitted = bound
         if defer:
             if bound.fetches and not synced:  # (else nothing waits: the next read or
                 dev.synchronize()             # step is queued after)
@@ -322,19 +397,59 @@ class CUDAExecutable:
             updates[name] = host
         return StepResult(fetches, updates)
 
-    def _update(self, bound: _Bound) -> None:
+    def _replayed(self, bound: _Bound) -> bool:
+        """Run the step's actions as one captured CUDA graph (``cuda_graphs``), when the
+        binding's actions allow it (``_Bound.device_actions``); whether it did. Each
+        pattern of feeds on the device first runs once without (it loads kernels and
+        makes library handles), then is captured and replayed; the binding's writes,
+        where they are prepared calls, are captured with the first. A capture that
+        fails says why in ``graph_problem`` and the binding runs without a graph."""
+        if bound.device_actions is None:
+            return False
+        dev = self._device
+        on_device = dev.array_type
+        pattern = tuple(type(f) is on_device for f in self._now.feeds)
+        replay = bound.replays.get(pattern)
+        if replay is None and pattern not in bound.warmed:
+            bound.warmed.add(pattern)
+            return False
+        for check in bound.host_checks:  # (a bad label raises before any device work)
+            check.host_part()
+        if replay is None:
+            try:
+                replay = bound.replays[pattern] = dev.capture(bound.device_actions)
+                if bound.writes is not None and bound.write_replay is None:
+                    bound.write_replay = dev.capture(bound.writes)
+            except Exception as e:  # noqa: BLE001  (what the driver or cupy refused)
+                self.graph_problem = f"{type(e).__name__}: {e}"
+                bound.device_actions, bound.replays = None, {}
+                return False
+        replay()
+        self.graph_launches += 1
+        return True
+
+    def _check_writes(self, bound: _Bound) -> None:
+        """The checks of the step's writes (scatter rows in range), before any write."""
+        if bound.writes is None:
+            for name, kind, ops, _ in bound.updates:
+                if kind in ("var.scatter_add", "var.scatter_sub"):
+                    library.check_scatter_rows(self._vars[name].array, ops[0], kind)
+
+    def _update(self, bound: _Bound, checked: bool = False) -> None:
         """Apply the step's variable writes to the device copies. Writes whose operand is
         a variable's own storage (``assign @a, read @b``) are computed into temporaries
         first, so every write sees the start-of-step values; the others (an optimizer's
         ``assign_sub`` of an arena value) update the variable in place."""
+        if bound.write_replay is not None:
+            bound.write_replay()
+            return
         if bound.writes is not None:
             for write in bound.writes:
                 write()
             return
         xp = self._device.xp
-        for name, kind, ops, _ in bound.updates:  # checks first: no write of a failing step
-            if kind in ("var.scatter_add", "var.scatter_sub"):
-                library.check_scatter_rows(self._vars[name].array, ops[0], kind)
+        if not checked:  # checks first: no write of a failing step
+            self._check_writes(bound)
         later = []
         for name, kind, ops, reads_state in bound.updates:
             if reads_state:
@@ -442,6 +557,10 @@ class CUDAExecutable:
             return raw.view(v.dtype.np).reshape(binding.shape(v))
 
         actions: list[Action] = []
+        # each action's kind for CUDA graphs: "device" (work on the stream alone), "label"
+        # (a check of fed labels: on the host for a host feed), "other" (allocates, reads
+        # the step number, or synchronizes: the step then runs without a graph)
+        kinds: list[str] = []
         updates: list[tuple[str, str, list[Any], bool]] = []
         state: set[Value] = set()  # values that are variables' storage (reads, their views)
         known, needed = _known_at_bind(g, binding)
@@ -457,6 +576,7 @@ class CUDAExecutable:
                     store[r] = o
                 if vals:
                     actions.append(_copy_action([dev.to_device(known[r]) for r in vals], outs))
+                    kinds.append("device")
                 continue
             if kind == "var.read":
                 store[op.result] = self._vars[op.attrs["var"]].array
@@ -483,15 +603,21 @@ class CUDAExecutable:
             for r, o in zip(op.results, outs):
                 store[r] = o
             if kind == "fusion":
-                actions.extend(_label_checks(dev, op, ins, g.args, self._now, checks))
+                for act, check_kind in _label_checks(dev, op, ins, g.args, self._now,
+                                                     checks):
+                    actions.append(act)
+                    kinds.append(check_kind)
                 actions.append(self._launcher(self.kernels[i], ins, outs, syms))
+                kinds.append("device")
                 continue
             prepare = library.PREPARED.get(kind)
             if prepare is not None:  # conv/pool: generated kernels and GEMMs, bound now
                 actions.append(_prepared_action(prepare, dev, op, ins, outs))
+                kinds.append("device")
                 continue
             how = library.how_to_run(kind)
             gemm = _gemm_action(dev, op, ins, outs[0]) if kind == "matmul" else None
+            kinds.append("device" if gemm is not None else "other")
             if gemm is not None:
                 actions.append(gemm)
             elif how == "library":
@@ -507,8 +633,15 @@ class CUDAExecutable:
                 actions.append(_host_action(dev, op, ins, outs, self._now))
         fetches = [store[v] for v in g.results]
         stagers = [dev.uploader(f) for f in feeds]
-        return _Bound(feeds, stagers, actions, fetches, updates, keep,
-                      _prepared_writes(dev, updates, self._vars), checks)
+        bound = _Bound(feeds, stagers, actions, fetches, updates, keep,
+                       _prepared_writes(dev, updates, self._vars), checks)
+        assert len(kinds) == len(actions)  # (one kind per action)
+        if all(k in ("device", "label") for k in kinds):
+            bound.device_actions = [a if k == "device" else cast(_FedLabelCheck, a).device_part
+                                    for a, k in zip(actions, kinds)]
+            bound.host_checks = [cast(_FedLabelCheck, a) for a, k in zip(actions, kinds)
+                                 if k == "label"]
+        return bound
 
     def _launcher(self, kernel: Kernel, ins: list[Any], outs: list[Any],
                   syms: Mapping[str, int]) -> Action:
@@ -600,19 +733,20 @@ def _written(xp: Any, kind: str, target: Any, ops: list[Any]) -> Any:
 
 
 def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: _Now,
-                  checks: list[_DeviceLabelCheck]) -> list[Action]:
+                  checks: list[_DeviceLabelCheck]) -> list[tuple[Action, str]]:
     """The checks of the class labels a fusion's kernel reads (``codegen.label_checks``):
     a label out of range is the reference's error, and the step changes nothing. Labels
     fed as a host array are checked on the host before the launch; labels on the device
     (fed as a device array, or computed) by a kernel queued before the launch, whose
     answer the step reads once, after its last action and before its variable writes
-    (``_checked_labels``): a GPU step never stops midway for them."""
+    (``_checked_labels``): a GPU step never stops midway for them. Each with its kind
+    for CUDA graphs (``CUDAExecutable._bind``): ``label`` for fed labels."""
     from tfc.backends.cuda.codegen import label_checks
     from tfc.backends.cuda.codegen_conv import INTS, label_check_kernel
     from tfc.backends.cuda.conv import launcher
     from tfc.ops.array import check_labels
     from tfc.ir.types import DType
-    out: list[Action] = []
+    out: list[tuple[Action, str]] = []
     for c in label_checks(op):
         labels, depth, name = ins[c.operand], c.depth, c.op
         fed = args.index(op.inputs[c.operand]) if op.inputs[c.operand] in args else None
@@ -621,7 +755,7 @@ def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: 
         if labels.size == 0:
             continue  # (no label to check)
         if dtype not in INTS:  # (labels of a type the check kernel lacks: on the host)
-            out.append(partial(_host_label_check, labels, name, depth, where))
+            out.append((partial(_host_label_check, labels, name, depth, where), "other"))
             continue
         found = dev.empty((2,), np.int64)
         chk = _DeviceLabelCheck(found, where, name, depth, tuple(labels.shape))
@@ -630,20 +764,55 @@ def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: 
         launch = launcher(dev, [kernel], kernel.name, 1, (labels, found, np.int64(labels.size),
                                                           np.int64(depth)))
 
-        def check(launch: Action = launch, name: str = name, depth: int = depth,
-                  fed: int | None = fed, chk: _DeviceLabelCheck = chk,
-                  where: Op = where) -> None:
-            if fed is not None and type(now.feeds[fed]) is not dev.array_type:
-                chk.armed = False
-                try:  # a host feed: checked where it is
-                    check_labels(name, np.asarray(now.feeds[fed]), depth)
-                except TfcError as e:
-                    raise e.at(where.loc)
-                return
-            launch()
-            chk.armed = True
-        out.append(check)
+        if fed is None:  # (labels computed on the device: the kernel, every step)
+            def check(launch: Action = launch, chk: _DeviceLabelCheck = chk) -> None:
+                launch()
+                chk.armed = True
+            out.append((check, "other"))
+        else:
+            out.append((_FedLabelCheck(launch, name, depth, fed, chk, where, now,
+                                       dev.array_type), "label"))
     return out
+
+
+@dataclass
+class _FedLabelCheck:
+    """The check of class labels fed to the step: on the host for a host feed (before
+    any device work), by the check kernel (``_DeviceLabelCheck``) for a device feed.
+    Called, it does either; a CUDA graph (``CUDAExecutable._replayed``) captures
+    ``device_part`` (the kernel's launch, for a device feed) and runs ``host_part`` before
+    each launch of the graph (the host check, or arming the kernel's answer)."""
+
+    launch: Action
+    name: str
+    depth: int
+    fed: int
+    chk: _DeviceLabelCheck
+    where: Op
+    now: _Now
+    device_type: type
+
+    def __call__(self) -> None:
+        self.host_part()
+        self.device_part()
+
+    def on_device(self) -> bool:
+        return type(self.now.feeds[self.fed]) is self.device_type
+
+    def host_part(self) -> None:
+        from tfc.ops.array import check_labels
+        if self.on_device():
+            self.chk.armed = True
+            return
+        self.chk.armed = False
+        try:  # a host feed: checked where it is
+            check_labels(self.name, np.asarray(self.now.feeds[self.fed]), self.depth)
+        except TfcError as e:
+            raise e.at(self.where.loc)
+
+    def device_part(self) -> None:
+        if self.on_device():
+            self.launch()
 
 
 def _host_label_check(labels: Any, name: str, depth: int, where: Op) -> None:
