@@ -4,8 +4,8 @@
 #     OUT=/some/empty/dir bash tools/gpu_check.sh
 #
 # Stages, each under `timeout` and independent of the others (a failure or a timeout only
-# ends its own stage); the default limits (30 + 90 + 40 + 210 + 150 s) end it within ~9
-# minutes (a run takes about 5):
+# ends its own stage); the default limits (30 + 90 + 40 + 60 + 210 + 150 s) end it within
+# ~10 minutes (a run takes about 5):
 #   1. versions   nvidia-smi, driver/CUDA/cupy/torch/numpy versions, what tfc's cuda
 #                 backend finds (-> $OUT/versions.txt)
 #   2. cuda tests TFC_BACKEND=cuda pytest tests/backends/cuda -x (-> $OUT/cuda_tests.log)
@@ -14,16 +14,20 @@
 #                 the exact product (f16 ulps, next to widen-then-round and cupy's f16),
 #                 the prepared f32 gemm against cupy.matmul, the random kernels' bits,
 #                 host feeds through pinned staging, /gpu:N placement
+#   2c. state checks tools/gpu_state_check.py then tools/gpu_grad_check.py
+#                 (-> $OUT/state_checks.txt): device->host copies per step (Program,
+#                 Session, a cpu/gpu executor), CUDA graphs with and without, strided feeds;
+#                 every MLP gradient's distance from f64 exact on cuda and llvm
 #   3. bench      tools/bench_cuda.py --json $OUT/bench.json (-> $OUT/bench.log); the JSON is
 #                 rewritten after every row, so a timeout keeps what was measured
 #   4. suite      TFC_BACKEND=cuda pytest (the whole suite; -n 8 with pytest-xdist,
 #                 --timeout with pytest-timeout, where installed) (-> $OUT/suite.log)
 # and $OUT/summary.txt: each stage's exit status and time, the tests' counts, failures and
-# skip reasons, the benchmark goals. Seven files in $OUT in all.
+# skip reasons, the benchmark goals. Eight files in $OUT in all.
 #
 # The machine has no network: wheels tfc needs that are not installed there (lark, ...)
 # are carried in .whl/ and installed with pip --no-index into /tmp/site first.
-# Limits (seconds) can be changed: T_VERSIONS, T_CUDA_TESTS, T_CHECKS, T_BENCH, T_SUITE; BENCH_ARGS
+# Limits (seconds) can be changed: T_VERSIONS, T_CUDA_TESTS, T_CHECKS, T_STATE, T_BENCH, T_SUITE; BENCH_ARGS
 # adds arguments to bench_cuda.py (e.g. "--quick" or "--no-torch-compile"); SKIP_STAGES
 # names stages not to run (e.g. "suite").
 # Without a GPU (to try the script) the cuda stages report the no-device skip or error.
@@ -35,6 +39,7 @@ mkdir -p "$OUT"
 T_VERSIONS=${T_VERSIONS:-30}
 T_CUDA_TESTS=${T_CUDA_TESTS:-90}
 T_CHECKS=${T_CHECKS:-40}
+T_STATE=${T_STATE:-60}
 T_BENCH=${T_BENCH:-210}
 T_SUITE=${T_SUITE:-150}
 BENCH_ARGS=${BENCH_ARGS:-}
@@ -154,6 +159,11 @@ pytest_result "$OUT/cuda_tests.log"
 # ---- 2b. products, random kernels, feeds, placement on the GPU ---------------------------
 stage gpu_checks "$T_CHECKS" "$OUT/gpu_checks.txt" "$PY" tools/gpu_feed_check.py
 grep -E "^(OK|FAIL) " "$OUT/gpu_checks.txt" | cut -c1-400 | sed 's/^/  /' | tee -a "$SUMMARY"
+
+# ---- 2c. variables on the device, CUDA graphs, gradients against f64 ----------------------
+stage state_checks "$T_STATE" "$OUT/state_checks.txt" \
+    bash -c "'$PY' tools/gpu_state_check.py; '$PY' tools/gpu_grad_check.py"
+grep -E "^(OK|FAIL) " "$OUT/state_checks.txt" | cut -c1-400 | sed 's/^/  /' | tee -a "$SUMMARY"
 
 # ---- 3. the GPU benchmarks ---------------------------------------------------------------
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of words on purpose
