@@ -134,3 +134,45 @@ def test_labels_fed_on_the_device_are_checked_by_the_kernel_in_the_graph(
     assert len(made) == 3 and exe.graph_launches == 7  # (host feeds: one eager step)
     for name, value in without.variables.items():
         np.testing.assert_array_equal(with_graphs.variables[name], value, err_msg=name)
+
+
+def test_no_other_thread_queues_work_while_a_step_is_captured(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every executable of a device queues on the device's one stream, and a capture
+    records whatever any thread queues on it meanwhile: the device's lock keeps other
+    threads' steps (a prefetch thread's map fn) out until the capture has ended."""
+    import threading
+    dev = cuda_device.cuda_device()
+    real, others_got_in = dev.capture, []
+
+    def capture(actions: Any) -> Any:
+        tried = threading.Thread(target=lambda: others_got_in.append(
+            dev.lock.acquire(blocking=False)))
+        tried.start()
+        tried.join()
+        return real(actions)
+    monkeypatch.setattr(dev, "capture", capture)
+    p = program(True)
+    for k in range(3):
+        p.run("train", **feeds(k))
+    assert others_got_in == [False, False]  # the actions' capture and the writes'
+
+
+def test_two_threads_stepping_on_one_device_give_their_sequential_results() -> None:
+    import threading
+    sequential = [program(True), program(True)]
+    want = [[p.run("train", **feeds(10 * i + k))["loss"] for k in range(6)]
+            for i, p in enumerate(sequential)]
+    concurrent = [program(True), program(True)]
+    got: list[list[Any]] = [[], []]
+
+    def steps(i: int) -> None:
+        for k in range(6):
+            got[i].append(concurrent[i].run("train", **feeds(10 * i + k))["loss"])
+    threads = [threading.Thread(target=steps, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    for i in range(2):
+        np.testing.assert_array_equal(np.array(got[i]), np.array(want[i]))

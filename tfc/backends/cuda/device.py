@@ -58,6 +58,11 @@ class Device(Protocol):
     xp: Any
     emulated: bool
     array_type: type
+    # Held by whoever queues work on the device's stream (an executable's step, its
+    # writes, its read-backs): every executable of a device shares the stream, and a CUDA
+    # graph capture records whatever any thread queues on it meanwhile (the training step
+    # captured while a prefetch thread's map fn uploads its batch). Re-entrant.
+    lock: Any
 
     def load(self, kernels: Sequence[Kernel], ptx: str) -> Any: ...
 
@@ -185,6 +190,7 @@ class EmulatedDevice:
     def __init__(self) -> None:
         self._modules: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self.lock = threading.RLock()
 
     def load(self, kernels: Sequence[Kernel], ptx: str) -> Any:
         from tfc.backends.cuda.emulator import EmulatedModule
@@ -277,6 +283,7 @@ class GpuDevice:
         self.sm_count = int(props.get("multiProcessorCount", 0))
         self.name = f"gpu:{index} ({gpu}, sm_{self.compute_capability})"
         self._modules: dict[str, Any] = {}
+        self.lock = threading.RLock()
 
     def load(self, kernels: Sequence[Kernel], ptx: str) -> Any:
         key = hashlib.sha256(ptx.encode()).hexdigest()

@@ -281,11 +281,12 @@ class CUDAExecutable:
             if bound is None:
                 return
             dev = self._device
-            if dev.emulated:
-                self._update(bound, checked=True)
-            else:
-                with dev:
+            with dev.lock:
+                if dev.emulated:
                     self._update(bound, checked=True)
+                else:
+                    with dev:
+                        self._update(bound, checked=True)
 
     def drop_writes(self) -> None:
         """Forget the writes of the last step run with ``commit=False`` (the step failed
@@ -301,8 +302,9 @@ class CUDAExecutable:
             dev = self._device
             self._synced = None
             held = [self._vars[name] for name in names]
-            out = dev.to_host_later([dv.array for dv in held])  # one synchronization
-            dev.synchronize()
+            with dev.lock:
+                out = dev.to_host_later([dv.array for dv in held])  # one synchronization
+                dev.synchronize()
             for dv, host in zip(held, out):
                 host.flags.writeable = False
                 dv.host = host
@@ -331,38 +333,45 @@ class CUDAExecutable:
         ``commit``: apply its writes (else ``commit_writes`` does, for a deferred step)."""
         with self._lock:
             dev = self._ready()
-            if not current:
-                self._synced = None
-                self._sync_variables(variables)
-            key = tuple(a.shape for a in arrays)
-            bound = self._bindings.get(key)
-            if bound is None:
-                bound = self._bindings[key] = self._bind(key)
-            self._last = bound
-            now = self._now
-            now.step, now.feeds = step, arrays
-            on_device = dev.array_type
-            reading = []  # copies still reading host feeds (``Device.uploader``)
-            for buf, stage, f in zip(bound.feeds, bound.stagers, arrays):
-                if type(f) is on_device:
-                    dev.copy_on_device(buf, f)
-                else:
-                    reading.append(stage(f))
-            try:
-                if not dev.emulated:
-                    with dev:
-                        result = self._run(bound, step, defer, commit)
-                else:
+            with dev.lock:
+                return self._step_locked(dev, arrays, variables, step, defer, current, commit)
+
+    def _step_locked(self, dev: Any, arrays: Sequence[Any], variables: Mapping[str, np.ndarray],
+                     step: int, defer: bool, current: bool, commit: bool) -> StepResult:
+        """``_step`` holding the executable's lock and the device's (``Device.lock``: one
+        thread at a time queues work on the device's stream)."""
+        if not current:
+            self._synced = None
+            self._sync_variables(variables)
+        key = tuple(a.shape for a in arrays)
+        bound = self._bindings.get(key)
+        if bound is None:
+            bound = self._bindings[key] = self._bind(key)
+        self._last = bound
+        now = self._now
+        now.step, now.feeds = step, arrays
+        on_device = dev.array_type
+        reading = []  # copies still reading host feeds (``Device.uploader``)
+        for buf, stage, f in zip(bound.feeds, bound.stagers, arrays):
+            if type(f) is on_device:
+                dev.copy_on_device(buf, f)
+            else:
+                reading.append(stage(f))
+        try:
+            if not dev.emulated:
+                with dev:
                     result = self._run(bound, step, defer, commit)
-            finally:  # the caller may change its arrays once the step returns
-                for copy in reading:
-                    if copy is not None:
-                        copy.synchronize()
-            if defer and not current:  # the device copies are newer than the arrays passed
-                for name, *_ in bound.updates:
-                    if name in variables:  # (one it does not read: what another passed)
-                        self._vars[name].host = variables[name]
-            return result
+            else:
+                result = self._run(bound, step, defer, commit)
+        finally:  # the caller may change its arrays once the step returns
+            for copy in reading:
+                if copy is not None:
+                    copy.synchronize()
+        if defer and not current:  # the device copies are newer than the arrays passed
+            for name, *_ in bound.updates:
+                if name in variables:  # (one it does not read: what another passed)
+                    self._vars[name].host = variables[name]
+        return result
 
     def _run(self, bound: _Bound, step: int, defer: bool = False, commit: bool = True
              ) -> StepResult:
