@@ -47,6 +47,7 @@ import numpy as np
 
 from tfc.backends.base import StepResult, get_backend
 from tfc.devices import cpu_count, task_of
+from tfc.distributed import steptrace
 from tfc.errors import ExecutionError, TfcError
 from tfc.ir.core import Module
 
@@ -137,11 +138,17 @@ def _timed_rendezvous() -> type:
 
         waited = 0.0
 
+        step_id = -1
+
         def recv_many(self, keys: Sequence[str]) -> list[np.ndarray]:
             started = time.perf_counter()
+            if steptrace.ENABLED:
+                steptrace.mark(self.step_id, f"wait {keys[0]}")
             try:
                 return super().recv_many(keys)
             finally:
+                if steptrace.ENABLED:
+                    steptrace.mark(self.step_id, f"got {keys[0]}")
                 # (devices' threads may race here: a benchmark's figure, not a result)
                 self.waited += time.perf_counter() - started
 
@@ -269,6 +276,8 @@ class TaskActor:
         fetches by result index and the step's transfer counters (a feed launched by Ray
         may be an object-store reference, put there once for every task that uses it)."""
         import ray
+        if steptrace.ENABLED:
+            steptrace.mark(step_id, "step start")
         self._settle(settle)
         for name, value in assign.items():
             self.variables[name] = _frozen(value)
@@ -318,6 +327,8 @@ class TaskActor:
             self._end(step_id)
         self._pending = (step_id, {n: _frozen_update(u) for n, u in updates.items()})
         out = {i: np.asarray(f) for i, f in enumerate(fetches) if f is not None}
+        if steptrace.ENABLED:
+            steptrace.mark(step_id, "step end")
         return out, {"tensors": self._sent_tensors, "bytes": self._sent_bytes,
                      "stale": self.stale - stale_before,
                      "seconds": time.perf_counter() - started, "phases": phases}
@@ -416,6 +427,10 @@ class TaskActor:
             return
         rendezvous.send_many([(key, array) for keys, array in payload for key in keys])
 
+    def trace_events(self) -> tuple[int, list[Any]]:
+        """This process's id and its step events so far (``tfc.distributed.steptrace``)."""
+        return os.getpid(), steptrace.take()
+
     def abort(self, step_id: int, message: str) -> None:
         """Fail step ``step_id`` here: its waiting recvs raise, and it will not start."""
         rendezvous = self._rendezvous(step_id)
@@ -431,6 +446,7 @@ class TaskActor:
             table = self._steps.get(step_id)
             if table is None:
                 table = self._steps[step_id] = _timed_rendezvous()(self.timeout_s)
+                table.step_id = step_id
             return table
 
     def _end(self, step_id: int) -> None:

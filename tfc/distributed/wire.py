@@ -40,6 +40,7 @@ from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
+from tfc.distributed import steptrace
 from tfc.errors import ExecutionError
 
 _PREFIX = struct.Struct("<4sQQ")  # magic, JSON header bytes, value bytes in all
@@ -197,6 +198,9 @@ class Listener:
                 if frame is None:
                     return
                 meta, items = frame
+                if steptrace.ENABLED:
+                    steptrace.mark(int(meta["step"]), "rx call" if "call" in meta else
+                                   f"rx {items[0][0][0] if items else '-'}")
                 if "call" in meta and self.calls is not None:
                     self._answer(conn, meta, items)
                 else:
@@ -214,6 +218,8 @@ class Listener:
         except Exception as e:  # the caller gets it as the call's error, not a timeout
             reply, values = {"error": f"{type(e).__name__}: {e}"}, []
         _send_frame(conn, {"step": meta["step"], "reply": reply}, values)
+        if steptrace.ENABLED:
+            steptrace.mark(int(meta["step"]), "tx reply")
 
     def close(self) -> None:
         with self._lock:
@@ -279,7 +285,10 @@ class Link:
             if self.broken is not None:
                 raise ExecutionError(f"the connection to {self.peer} is broken ({self.broken})")
             try:
-                return _send_frame(self._sock, header, values)
+                sent = _send_frame(self._sock, header, values)
+                if steptrace.ENABLED:
+                    steptrace.mark(int(header["step"]), f"tx {self.peer}")
+                return sent
             except socket.timeout:
                 self.broken = f"it took nothing within {self.timeout_s:g} s"
                 raise ExecutionError(f"{self.peer} took nothing sent to it within "
@@ -311,6 +320,8 @@ class Link:
         if frame is None:
             self.broken = "closed by the peer"
             self.lost = True
+        elif steptrace.ENABLED:
+            steptrace.mark(int(frame[0].get("step", -1)), f"rx reply {self.peer}")
         return frame
 
     def close(self) -> None:
