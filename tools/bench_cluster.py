@@ -248,20 +248,23 @@ def print_predictions(rows: list[Row]) -> None:
 RAY_ROOTS: list[int] = []  # the loopback cluster's node processes (their trees are Ray's)
 
 
-def cpu_ns(pid: int) -> int:
+def cpu_ns(pid: int) -> tuple[int, int]:
     """CPU time that process ``pid``'s live threads have run, in ns (``schedstat``: exact,
-    where ``/proc/PID/stat`` counts 10 ms ticks); 0 when it is gone."""
-    total = 0
+    where ``/proc/PID/stat`` counts 10 ms ticks), and how many times they were put on a
+    core (its wake-ups, roughly); zeros when it is gone."""
+    total = runs = 0
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
             try:
                 with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    total += int(f.read().split()[0])
+                    fields = f.read().split()
+                total += int(fields[0])
+                runs += int(fields[2])
             except (OSError, ValueError, IndexError):
                 pass
     except OSError:
-        return 0
-    return total
+        pass
+    return total, runs
 
 
 def descendants(roots: list[int]) -> list[int]:
@@ -297,15 +300,19 @@ class CpuMeter:
         self.ray = [p for p in descendants(RAY_ROOTS) if p not in tasks]
         self.start = self.read()
 
-    def read(self) -> dict[str, int]:
+    def read(self) -> dict[str, tuple[int, int]]:
         out = {who: cpu_ns(pid) for who, pid in self.pids.items()}
-        out["ray"] = sum(cpu_ns(p) for p in self.ray)
+        ray = [cpu_ns(p) for p in self.ray]
+        out["ray"] = (sum(c for c, _ in ray), sum(r for _, r in ray))
         return out
 
     def per_step_ms(self, steps: int) -> dict[str, float]:
+        """CPU ms per step by process, their ``sum``, and ``runs``: how many times a
+        thread of the driver or of a task was put on a core per step (Ray's left out)."""
         end = self.read()
-        per = {who: (end[who] - self.start[who]) / 1e6 / steps for who in end}
+        per = {who: (end[who][0] - self.start[who][0]) / 1e6 / steps for who in end}
         per["sum"] = sum(per.values())
+        per["runs"] = sum(end[w][1] - self.start[w][1] for w in end if w != "ray") / steps
         return per
 
 
@@ -666,7 +673,8 @@ def print_tables(rows: list[Row], workers: int) -> None:
             print("\n  CPU ms per step by process (schedstat; on 2 cores their sum bounds "
                   "the step): driver, each task, the rest of Ray (ray), the sum")
             for r in cpu:
-                parts = ", ".join(f"{k} {v:.3f}" for k, v in r.extra["cpu_ms"].items())
+                parts = ", ".join(f"{k} {v:.3f}" if k != "runs" else f"{k} {v:.1f}"
+                                  for k, v in r.extra["cpu_ms"].items())
                 print(f"  {r.config:28} load {r.extra.get('load', '?')}: {parts}")
         goal = [r for r in null if r.system == "tfc" and r.config.endswith("scalar")
                 and "workers=4" in r.config and r.median_s is not None]

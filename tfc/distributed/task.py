@@ -217,6 +217,7 @@ class TaskActor:
         if self._listener is None:
             self._listener = Listener(ray.util.get_node_ip_address(), self._receive,
                                       calls=self._called, send_timeout_s=self.timeout_s)
+            self._listener.on_release = self._reading_stopped
         return {"task": self.task, "node_id": ray.get_runtime_context().get_node_id(),
                 "pid": os.getpid(), "cores": self.cores, "wire": self._listener.address}
 
@@ -238,7 +239,9 @@ class TaskActor:
             if task not in self._links:
                 from tfc.distributed.wire import Link
                 address = self._wire.get(task)
-                self._links[task] = (Link.open(address, f"task {task}", self.timeout_s)
+                pump = self._listener.pump if self._listener is not None else None
+                self._links[task] = (Link.open(address, f"task {task}", self.timeout_s,
+                                               pump=pump)
                                      if address is not None else None)
             return self._links[task]
 
@@ -447,7 +450,16 @@ class TaskActor:
             if table is None:
                 table = self._steps[step_id] = _timed_rendezvous()(self.timeout_s)
                 table.step_id = step_id
+                table.reader = self._listener  # a recv reads the sockets itself
             return table
+
+    def _reading_stopped(self) -> None:
+        """A thread stopped reading the sockets (``Listener.on_release``): a recv of the
+        running steps that waited for it may read now."""
+        with self._lock:
+            tables = list(self._steps.values())
+        for table in tables:
+            table.wake_readers()
 
     def _end(self, step_id: int) -> None:
         with self._lock:
