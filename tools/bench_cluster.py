@@ -330,12 +330,12 @@ def step_timeline(events: dict[str, list[Any]], first_step: int) -> list[tuple[f
     """The median time of each (process, thread, event) after the driver's launch of a
     step, over the steps from ``first_step`` on: the step's timeline. Threads are
     numbered per process in the order they first recorded (t0, t1, ...)."""
-    launches = {s: ns for ns, _, s, e in events.get("driver", []) if e == "launch"}
+    launches = {s: ns for ns, _, s, e, _ in events.get("driver", []) if e == "launch"}
     offsets: dict[str, list[float]] = {}
     for who, evs in events.items():
         threads: dict[int, int] = {}
         seen: dict[tuple[int, str], int] = {}
-        for ns, tid, step, event in evs:
+        for ns, tid, step, event, _ in evs:
             thread = threads.setdefault(tid, len(threads))
             if step < first_step or step not in launches:
                 continue
@@ -343,6 +343,24 @@ def step_timeline(events: dict[str, list[Any]], first_step: int) -> list[tuple[f
             label = f"{who}/t{thread} {short_event(event)}" + (f" #{n}" if n > 1 else "")
             offsets.setdefault(label, []).append((ns - launches[step]) / 1e3)
     return sorted((median(v), k) for k, v in offsets.items())
+
+
+def segment_cpu(events: dict[str, list[Any]], first_step: int) -> list[tuple[float, str]]:
+    """The median CPU time (us) each thread spent between two of its consecutive events
+    (``a -> b``), over the steps from ``first_step`` on, largest first: where the CPU of a
+    step goes, hop by hop."""
+    spans: dict[str, list[float]] = {}
+    for who, evs in events.items():
+        last: dict[int, tuple[str, int]] = {}
+        threads: dict[int, int] = {}
+        for _, tid, step, event, cpu in evs:
+            thread = threads.setdefault(tid, len(threads))
+            if tid in last and step >= first_step:
+                before, at = last[tid]
+                label = f"{who}/t{thread} {short_event(before)} -> {short_event(event)}"
+                spans.setdefault(label, []).append((cpu - at) / 1e3)
+            last[tid] = (event, cpu)
+    return sorted(((median(v), k) for k, v in spans.items()), reverse=True)
 
 
 def print_timelines(rows: list[Row]) -> None:
@@ -353,6 +371,10 @@ def print_timelines(rows: list[Row]) -> None:
                   f"event): {r.config}")
             for at, label in timeline:
                 print(f"  {at:8.0f}  {label}")
+            print(f"CPU between a thread's consecutive events (median us; the largest 25): "
+                  f"{r.config}")
+            for cpu, label in r.extra.get("segments", [])[:25]:
+                print(f"  {cpu:8.1f}  {label}")
 
 
 def task_label(task: str) -> str:
@@ -480,8 +502,9 @@ def null_tfc(api: Any, address: str, work: Path, ps: int, workers: int, big_byte
         first = getattr(runtime, "_launches", 0) + 1
         times = timed_steps(step, steps, 0)
         cpu = meter.per_step_ms(steps)
-        timeline = (step_timeline(runtime.trace_events(), first)
-                    if TRACE and runtime is not None else [])
+        traced = runtime.trace_events() if TRACE and runtime is not None else {}
+        timeline = step_timeline(traced, first) if traced else []
+        segments = segment_cpu(traced, first) if traced else []
         moved, note = transfer_bytes(program), transfer_note(program)
         tasks = task_predictions(module, records[warmup:], "train_step", 1, median(times))
     finally:
@@ -490,7 +513,7 @@ def null_tfc(api: Any, address: str, work: Path, ps: int, workers: int, big_byte
                f"program start {start_s:.1f} s; {note}",
                {"tasks": tasks, "breakdown": median_phases(records[warmup:]),
                 "p90_s": p90(times), "cpu_ms": cpu, "load": load_average(),
-                "timeline": timeline})
+                "timeline": timeline, "segments": segments})
 
 
 # ---- (b) the MLP against PyTorch DDP ----------------------------------------------------
