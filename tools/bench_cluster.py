@@ -371,9 +371,9 @@ def print_timelines(rows: list[Row]) -> None:
                   f"event): {r.config}")
             for at, label in timeline:
                 print(f"  {at:8.0f}  {label}")
-            print(f"CPU between a thread's consecutive events (median us; the largest 25): "
+            print(f"CPU between a thread's consecutive events (median us; the largest 80): "
                   f"{r.config}")
-            for cpu, label in r.extra.get("segments", [])[:25]:
+            for cpu, label in r.extra.get("segments", [])[:80]:
                 print(f"  {cpu:8.1f}  {label}")
 
 
