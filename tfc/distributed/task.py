@@ -13,8 +13,9 @@ The driver launches a step on the task over its TCP connection to the task's lis
 (``tfc.distributed.wire``: Ray's actor calls cost 10-30x more here and their dispatch
 varies, see there): one frame carries the step's feeds (a worker's rows of the global
 batch only), the variables the driver's program set, and the outcome of the task's
-previous step; the task runs the step in the listener's thread of that connection and
-answers on it with its fetches (``_called``). Where the driver cannot reach the task's
+previous step; the task runs the step in its listener's thread and answers on that
+connection with its fetches (``_called``); while the step waits for a peer's value, that
+thread reads the sockets itself (``wire.Listener.pump``). Where the driver cannot reach the task's
 listener, it launches by Ray instead (``run_step``, an actor call; feeds by value or,
 large ones, through Ray's object store).
 

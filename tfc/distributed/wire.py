@@ -26,6 +26,16 @@ A frame whose JSON header has a ``call`` (a step's launch, ``Link.call``) goes t
 listener's ``calls`` handler instead, which answers with a frame (its ``reply`` and
 values) on the same connection; the caller reads it with ``Link.receive``.
 
+Who reads: a task's listener has one thread, which runs the launches (the task's part of
+the step) and, between them, reads every connection (``Listener.pump``); while the step
+waits for a peer's value, that same thread reads the sockets (the step's ``Rendezvous``
+pumps), so a value costs its receiver one wake-up and no hand-off between threads (a
+thread per connection that woke the step's thread: 54 thread wake-ups per null step at
+4 workers, 23 now; ``tools/bench_cluster.py`` counts them). A frame of up to 64 KiB goes
+out in one ``send``. A send that the peer does not take (its buffers full) reads what
+comes to its own task meanwhile (``Link`` with ``pump``), so two tasks sending each
+other large frames both go on.
+
 Where a connection cannot be made (another host's port not reachable), the sender says
 so (``Link.open`` returns None) and the caller keeps using Ray for that peer.
 """
