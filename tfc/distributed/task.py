@@ -15,9 +15,9 @@ varies, see there): one frame carries the step's feeds (a worker's rows of the g
 batch only), the variables the driver's program set, and the outcome of the task's
 previous step; the task runs the step in its listener's thread and answers on that
 connection with its fetches (``_called``); while the step waits for a peer's value, that
-thread reads the sockets itself (``wire.Listener.pump``). Where the driver cannot reach the task's
-listener, it launches by Ray instead (``run_step``, an actor call; feeds by value or,
-large ones, through Ray's object store).
+thread reads the sockets itself (``wire.Listener.pump``). Where the driver cannot reach
+the task's listener, it launches by Ray instead (``run_step``, an actor call; feeds by
+value or, large ones, through Ray's object store).
 
 Values its devices send to another task's go task to task, never through the driver:
 one transfer per (value, receiving task) per stage, over a TCP connection to the peer's
@@ -138,8 +138,7 @@ def _timed_rendezvous() -> type:
         breakdown in ``run_step``'s counters)."""
 
         waited = 0.0
-
-        step_id = -1
+        step_id = -1  # (its marks in a step trace)
 
         def recv_many(self, keys: Sequence[str]) -> list[np.ndarray]:
             started = time.perf_counter()

@@ -743,12 +743,13 @@ def predict_tasks(module: Module, entry: str, symbol_size: int = SYMBOL_SIZE,
     over the measured ``cluster_link``: a worker's shard of the batch), which also
     carries every value between tasks; a task's time runs from its launch, so it waits
     for the values of tasks launched later, and the whole step is the last task's end
-    after its launch plus the driver's round trip (``cluster_round_s``). With more processes
-    (the tasks and the driver) than cores, they take turns on them: the step is at least
-    its CPU time summed over them (``cpu_s``: the kernels, each task's executor step, and
-    ``cluster_hop_cpu_s`` for every frame: a launch and its reply per task, a transfer
-    between tasks) over the cores, and each task's span stretches with it. Without a measured cluster, values cross over the
-    profile's link between hosts (``DeviceProfile.link``) and the tasks start together."""
+    after its launch plus the driver's round trip (``cluster_round_s``). With more
+    processes (the tasks and the driver) than cores, they take turns on them: the step
+    is at least its CPU time summed over them (``cpu_s``: the kernels, each task's
+    executor step, and ``cluster_hop_cpu_s`` for every frame: a launch and its reply per
+    task, a transfer between tasks) over the cores, and each task's span stretches with
+    it. Without a measured cluster, values cross over the profile's link between hosts
+    (``DeviceProfile.link``) and the tasks start together."""
     from tfc.passes.compress import transfer_policy
     from tfc.passes.placement import simulate_placed
     profile = profile or load_profile()
