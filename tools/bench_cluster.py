@@ -792,6 +792,8 @@ def main(argv: list[str] | None = None) -> int:
     global PROFILE
     from tfc.devices import load_profile
     PROFILE = load_profile()
+    if not PROFILE.calibrated:  # the default rates, but this host's cores: the tasks
+        PROFILE.cores = os.cpu_count() or PROFILE.cores  # and the driver share them
     rows: list[Row] = []
     loopback = None
     started = time.perf_counter()
