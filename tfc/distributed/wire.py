@@ -205,7 +205,7 @@ class _Incoming:
         return self._parse()
 
     def _parse(self) -> list[tuple[dict[str, Any], Items]]:
-        frames = []
+        frames: list[tuple[dict[str, Any], Items]] = []
         pending = self._pending
         while True:
             if self._meta is not None:  # filling a frame's arrays
