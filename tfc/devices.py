@@ -432,7 +432,10 @@ class DeviceProfile:
     ``cluster_call_s`` the driver's launch of a step on one more task (a frame on its TCP
     connection to the task; the frames go out one after another; a task's send of a
     value costs about as much), ``cluster_round_s`` the rest of a driver's round trip
-    after the last frame (the task waking to it, its answer, the driver waking to that)."""
+    after the last frame (the task waking to it, its answer, the driver waking to that),
+    ``cluster_hop_cpu_s`` the CPU time one frame between two processes costs in all (the
+    sender's write, the receiver's wake-up and read): with more task processes than
+    cores, the step's CPU summed over its processes bounds it."""
 
     devices: dict[str, DeviceRates] = field(default_factory=dict)
     links: dict[str, LinkRates] = field(default_factory=dict)
@@ -453,13 +456,14 @@ class DeviceProfile:
     cluster_link: LinkRates | None = None
     cluster_call_s: float = 0.0
     cluster_round_s: float = 0.0
+    cluster_hop_cpu_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cores < 1:
             raise ValueError(f"cores must be >= 1, got {self.cores}")
         for name in ("step_s", "executor_step_s", "stage_s", "handoff_s", "transfer_s",
                      "feed_s", "fetch_s", "variable_s", "update_s", "cluster_call_s",
-                     "cluster_round_s"):
+                     "cluster_round_s", "cluster_hop_cpu_s"):
             _check_seconds(name, getattr(self, name))
         if self.crowded_handoff_s is not None:
             _check_seconds("crowded_handoff_s", self.crowded_handoff_s)
@@ -533,7 +537,8 @@ class DeviceProfile:
                            "cluster_link": (asdict(self.cluster_link)
                                             if self.cluster_link is not None else None),
                            "cluster_call_s": self.cluster_call_s,
-                           "cluster_round_s": self.cluster_round_s}, indent=1)
+                           "cluster_round_s": self.cluster_round_s,
+                           "cluster_hop_cpu_s": self.cluster_hop_cpu_s}, indent=1)
 
     @staticmethod
     def from_json(text: str, where: str = "<profile>") -> "DeviceProfile":
@@ -568,7 +573,8 @@ class DeviceProfile:
                 cluster_link=(LinkRates.from_dict(data["cluster_link"], "cluster_link")
                               if data.get("cluster_link") is not None else None),
                 cluster_call_s=float(data.get("cluster_call_s", 0.0)),
-                cluster_round_s=float(data.get("cluster_round_s", 0.0)))
+                cluster_round_s=float(data.get("cluster_round_s", 0.0)),
+                cluster_hop_cpu_s=float(data.get("cluster_hop_cpu_s", 0.0)))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise TfcError(f"{where}: not a valid device profile ({e})") from None
 

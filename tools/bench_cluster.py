@@ -60,6 +60,7 @@ import argparse
 import inspect
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -244,6 +245,142 @@ def print_predictions(rows: list[Row]) -> None:
         print(f"  {r.part:4} {r.config:28} {task:9} {ms(p):>7} ms {ms(m):>7} ms {ratio:>18}")
 
 
+RAY_ROOTS: list[int] = []  # the loopback cluster's node processes (their trees are Ray's)
+
+
+def cpu_ns(pid: int) -> tuple[int, int]:
+    """CPU time that process ``pid``'s live threads have run, in ns (``schedstat``: exact,
+    where ``/proc/PID/stat`` counts 10 ms ticks), and how many times they were put on a
+    core (its wake-ups, roughly); zeros when it is gone."""
+    total = runs = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    fields = f.read().split()
+                total += int(fields[0])
+                runs += int(fields[2])
+            except (OSError, ValueError, IndexError):
+                pass
+    except OSError:
+        pass
+    return total, runs
+
+
+def descendants(roots: list[int]) -> list[int]:
+    """``roots`` and every process below them (from ``/proc/*/stat``'s parent ids)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(name))
+    out, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+class CpuMeter:
+    """CPU time per step of each process of a cluster program: the driver (this process),
+    each task's, and the rest of Ray's (raylets, GCS, ...: ``ray``). On a host with fewer
+    cores than processes their sum, not the wall time, bounds the step: it does not
+    depend on what else the host runs."""
+
+    def __init__(self, program: Any) -> None:
+        where = getattr(getattr(program, "_cluster", None), "where", {})
+        self.pids = {task_label(t): int(w["pid"]) for t, w in where.items()}
+        self.pids["driver"] = os.getpid()
+        tasks = set(self.pids.values())
+        self.ray = [p for p in descendants(RAY_ROOTS) if p not in tasks]
+        self.start = self.read()
+
+    def read(self) -> dict[str, tuple[int, int]]:
+        out = {who: cpu_ns(pid) for who, pid in self.pids.items()}
+        ray = [cpu_ns(p) for p in self.ray]
+        out["ray"] = (sum(c for c, _ in ray), sum(r for _, r in ray))
+        return out
+
+    def per_step_ms(self, steps: int) -> dict[str, float]:
+        """CPU ms per step by process, their ``sum``, and ``runs``: how many times a
+        thread of the driver or of a task was put on a core per step (Ray's left out)."""
+        end = self.read()
+        per = {who: (end[who][0] - self.start[who][0]) / 1e6 / steps for who in end}
+        per["sum"] = sum(per.values())
+        per["runs"] = sum(end[w][1] - self.start[w][1] for w in end if w != "ray") / steps
+        return per
+
+
+TRACE = False  # --trace: each tfc null row prints its step's timeline
+
+
+def short_event(event: str) -> str:
+    """``rx train_step:4:/job:worker/task:0/cpu:0->/job:ps/task:0/cpu:0`` as
+    ``rx worker:0->ps:0``."""
+    event = re.sub(r"/job:(\w+)/task:(\d+)(/cpu:\d+)?", r"\1:\2", event)
+    return re.sub(r"\b\w+:\d+:(?=\w+:\d+->)", "", event).replace("task ", "")
+
+
+def step_timeline(events: dict[str, list[Any]], first_step: int) -> list[tuple[float, str]]:
+    """The median time of each (process, thread, event) after the driver's launch of a
+    step, over the steps from ``first_step`` on: the step's timeline. Threads are
+    numbered per process in the order they first recorded (t0, t1, ...)."""
+    launches = {s: ns for ns, _, s, e, _ in events.get("driver", []) if e == "launch"}
+    offsets: dict[str, list[float]] = {}
+    for who, evs in events.items():
+        threads: dict[int, int] = {}
+        seen: dict[tuple[int, str], int] = {}
+        for ns, tid, step, event, _ in evs:
+            thread = threads.setdefault(tid, len(threads))
+            if step < first_step or step not in launches:
+                continue
+            n = seen[(step, event)] = seen.get((step, event), 0) + 1
+            label = f"{who}/t{thread} {short_event(event)}" + (f" #{n}" if n > 1 else "")
+            offsets.setdefault(label, []).append((ns - launches[step]) / 1e3)
+    return sorted((median(v), k) for k, v in offsets.items())
+
+
+def segment_cpu(events: dict[str, list[Any]], first_step: int) -> list[tuple[float, str]]:
+    """The median CPU time (us) each thread spent between two of its consecutive events
+    (``a -> b``), over the steps from ``first_step`` on, largest first: where the CPU of a
+    step goes, hop by hop."""
+    spans: dict[str, list[float]] = {}
+    for who, evs in events.items():
+        last: dict[int, tuple[str, int]] = {}
+        threads: dict[int, int] = {}
+        for _, tid, step, event, cpu in evs:
+            thread = threads.setdefault(tid, len(threads))
+            if tid in last and step >= first_step:
+                before, at = last[tid]
+                label = f"{who}/t{thread} {short_event(before)} -> {short_event(event)}"
+                spans.setdefault(label, []).append((cpu - at) / 1e3)
+            last[tid] = (event, cpu)
+    return sorted(((median(v), k) for k, v in spans.items()), reverse=True)
+
+
+def print_timelines(rows: list[Row]) -> None:
+    for r in rows:
+        timeline = r.extra.get("timeline")
+        if timeline:
+            print(f"\ntimeline of a step (median us after the driver's launch; process/thread "
+                  f"event): {r.config}")
+            for at, label in timeline:
+                print(f"  {at:8.0f}  {label}")
+            print(f"CPU between a thread's consecutive events (median us; the largest 80): "
+                  f"{r.config}")
+            for cpu, label in r.extra.get("segments", [])[:80]:
+                print(f"  {cpu:8.1f}  {label}")
+
+
+def task_label(task: str) -> str:
+    return task.replace("/job:", "").replace("/task", "")
+
+
 def close_program(program: Any) -> None:
     close = getattr(program, "close", None)
     if close is not None:
@@ -357,7 +494,17 @@ def null_tfc(api: Any, address: str, work: Path, ps: int, workers: int, big_byte
         start_s = time.perf_counter() - started
         x = np.ones((workers, 1), np.float32)
         step, records = stepped_phases(program, lambda: program.run("train_step", x=x))
-        times = timed_steps(step, steps, warmup)
+        timed_steps(step, 0, warmup)
+        runtime = getattr(program, "_cluster", None)
+        if TRACE and runtime is not None:
+            runtime.trace_events()  # (the warm-up's, dropped)
+        meter = CpuMeter(program)
+        first = getattr(runtime, "_launches", 0) + 1
+        times = timed_steps(step, steps, 0)
+        cpu = meter.per_step_ms(steps)
+        traced = runtime.trace_events() if TRACE and runtime is not None else {}
+        timeline = step_timeline(traced, first) if traced else []
+        segments = segment_cpu(traced, first) if traced else []
         moved, note = transfer_bytes(program), transfer_note(program)
         tasks = task_predictions(module, records[warmup:], "train_step", 1, median(times))
     finally:
@@ -365,7 +512,8 @@ def null_tfc(api: Any, address: str, work: Path, ps: int, workers: int, big_byte
     return Row("null", "tfc", config, median(times), steps, moved,
                f"program start {start_s:.1f} s; {note}",
                {"tasks": tasks, "breakdown": median_phases(records[warmup:]),
-                "p90_s": p90(times)})
+                "p90_s": p90(times), "cpu_ms": cpu, "load": load_average(),
+                "timeline": timeline, "segments": segments})
 
 
 # ---- (b) the MLP against PyTorch DDP ----------------------------------------------------
@@ -543,6 +691,14 @@ def print_tables(rows: list[Row], workers: int) -> None:
             moved = "-" if r.bytes_per_step is None else format_bytes(r.bytes_per_step)
             print(f"  {r.config:28} {r.system:12} {ms(r.median_s):>7} ms "
                   f"{ms(r.extra.get('p90_s')):>7} ms {moved:>12}  {r.note}")
+        cpu = [r for r in null if r.extra.get("cpu_ms")]
+        if cpu:
+            print("\n  CPU ms per step by process (schedstat; on 2 cores their sum bounds "
+                  "the step): driver, each task, the rest of Ray (ray), the sum")
+            for r in cpu:
+                parts = ", ".join(f"{k} {v:.3f}" if k != "runs" else f"{k} {v:.1f}"
+                                  for k, v in r.extra["cpu_ms"].items())
+                print(f"  {r.config:28} load {r.extra.get('load', '?')}: {parts}")
         goal = [r for r in null if r.system == "tfc" and r.config.endswith("scalar")
                 and "workers=4" in r.config and r.median_s is not None]
         for r in goal:
@@ -603,6 +759,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: workers 1,4, ps 1, 4 MB, 10 steps")
     parser.add_argument("--json", default=None, help="also write the rows here")
+    parser.add_argument("--trace", action="store_true",
+                        help="print each tfc null row's step timeline (TFC_STEP_TRACE=1: "
+                             "timestamps at every frame and wait in every process)")
     args = parser.parse_args(argv)
     if args.quick:
         args.workers, args.ps, args.big_mb = "1,4", "1", min(args.big_mb, 4.0)
@@ -614,6 +773,12 @@ def main(argv: list[str] | None = None) -> int:
     # threads cores on each side.
     for variable in THREAD_VARIABLES:
         os.environ[variable] = str(args.threads)
+    if args.trace:  # (before the cluster starts: its task processes inherit it)
+        global TRACE
+        TRACE = True
+        os.environ["TFC_STEP_TRACE"] = "1"
+        from tfc.distributed import steptrace
+        steptrace.ENABLED = True
     info = machine_info()
     ray = require_ray()
     print(f"bench_cluster: CPU {info['cpu']}, {info['cores']} cores, "
@@ -627,12 +792,15 @@ def main(argv: list[str] | None = None) -> int:
     global PROFILE
     from tfc.devices import load_profile
     PROFILE = load_profile()
+    if not PROFILE.calibrated:  # the default rates, but this host's cores: the tasks
+        PROFILE.cores = os.cpu_count() or PROFILE.cores  # and the driver share them
     rows: list[Row] = []
     loopback = None
     started = time.perf_counter()
     if args.cluster is None:
         loopback = LoopbackCluster(args.nodes).start()
         address = loopback.address
+        RAY_ROOTS[:] = loopback.pids
         print(f"loopback Ray cluster: {args.nodes} nodes at {address}, up in "
               f"{time.perf_counter() - started:.1f} s")
     else:
@@ -681,6 +849,7 @@ def main(argv: list[str] | None = None) -> int:
     print_tables(rows, args.mlp_workers)
     print_predictions(rows)
     print_breakdowns(rows)
+    print_timelines(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"machine": info, "rows": [asdict(r) for r in rows]}, indent=2))

@@ -24,19 +24,22 @@ def test_calibrate_cluster_measures_the_link_the_launch_and_the_round(loopback_c
     assert costs.distinct_nodes
     assert 0 < costs.link.latency_s < 0.05 and costs.link.bytes_per_s > 1e7
     assert 0 < costs.call_s < 0.05 and 0 <= costs.round_s < 0.5
+    assert 0 < costs.hop_cpu_s < 0.05  # a frame's CPU, both ends
     profile = DeviceProfile()
     costs.apply(profile)
     again = DeviceProfile.from_json(profile.to_json())
     assert again.cluster_link == costs.link
     assert (again.cluster_call_s, again.cluster_round_s) == (costs.call_s, costs.round_s)
+    assert again.cluster_hop_cpu_s == costs.hop_cpu_s
 
 
 def test_a_profile_without_the_cluster_fields_still_loads():
     data = json.loads(DeviceProfile().to_json())
-    for name in ("cluster_link", "cluster_call_s", "cluster_round_s"):
+    for name in ("cluster_link", "cluster_call_s", "cluster_round_s", "cluster_hop_cpu_s"):
         del data[name]
     old = DeviceProfile.from_json(json.dumps(data))
     assert old.cluster_link is None and old.cluster_call_s == old.cluster_round_s == 0.0
+    assert old.cluster_hop_cpu_s == 0.0
 
 
 def null_step_module(workers: int) -> tfc.ir.core.Module:
@@ -76,3 +79,27 @@ def test_a_workers_launch_frame_carries_its_shard_of_the_batch():
     profile.cluster_link = LinkRates(1e3, 0.0)
     prediction = predict_tasks(null_step_module(4), "train", 1, profile)
     assert 16e-3 <= prediction.step_s < 32e-3
+
+
+def test_more_processes_than_cores_take_turns_the_step_is_their_cpu_over_the_cores():
+    """Null step at 4 workers: 5 tasks and the driver. On 2 cores the step is at least the
+    CPU of its frames (a launch and a reply per task, 11 transfers) and executor steps
+    over 2 cores, and every task's span stretches as much; on 8 cores, the path."""
+    module = null_step_module(4)
+    profile = DeviceProfile()
+    profile.cluster_link = LinkRates(1e9, 1e-5)
+    profile.cluster_call_s, profile.cluster_round_s = 1e-5, 1e-4
+    profile.cluster_hop_cpu_s = 1e-4
+    profile.cores = 8
+    roomy = predict_tasks(module, "train", 1, profile)
+    profile.cores = 2
+    crowded = predict_tasks(module, "train", 1, profile)
+    frames = 2 * 5 + 11
+    assert crowded.cpu_s >= frames * 1e-4 + 5 * profile.executor_step_s
+    assert crowded.step_s == pytest.approx(crowded.cpu_s / 2)
+    assert crowded.step_s > roomy.step_s
+    stretch = crowded.step_s / roomy.step_s
+    for task, seconds in roomy.tasks.items():
+        assert crowded.tasks[task] == pytest.approx(seconds * stretch)
+    assert "6 processes on 2 cores" in crowded.assumptions
+    assert "processes on" not in roomy.assumptions

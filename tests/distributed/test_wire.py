@@ -127,3 +127,78 @@ def test_a_frame_that_is_not_ours_is_dropped_and_the_listener_goes_on(dtype, sha
         link.close()
     finally:
         listener.close()
+
+
+def test_a_recv_that_waits_in_a_call_reads_the_socket_itself():
+    """A task's step runs in its listener's thread, and a value it waits for is read by
+    that same thread (``Listener.pump``), not handed over by another one."""
+    import threading
+
+    from tfc.runtime.rendezvous import Rendezvous
+    table = Rendezvous(timeout_s=10.0)
+    readers: list[int] = []
+
+    def arrived(step, items):
+        readers.append(threading.get_ident())
+        table.send_many([(keys[0], value) for keys, value in items])
+
+    def step(meta, items):
+        (value,) = table.recv_many(["k"])
+        return {"same_thread": readers == [threading.get_ident()]}, [(["fetch:0"], value)]
+
+    listener = Listener("127.0.0.1", arrived, calls=step)
+    table.reader = listener
+    driver = Link.open(listener.address, "task t", timeout_s=10.0)
+    peer = Link.open(listener.address, "task p", timeout_s=10.0)
+    assert driver is not None and peer is not None
+    try:
+        driver.call(1, {"entry": "e"}, [])
+        peer.send(1, [(["k"], np.arange(4.0))])
+        meta, items = driver.receive()
+        assert meta["reply"] == {"same_thread": True}
+        np.testing.assert_array_equal(items[0][1], np.arange(4.0))
+    finally:
+        driver.close()
+        peer.close()
+        listener.close()
+
+
+def test_two_tasks_sending_large_frames_to_each_other_both_go_on():
+    """Each task's step sends 32 MiB to the other (more than the sockets buffer) and then
+    waits for the other's: a send that cannot go on reads what comes to its own task, so
+    neither waits for the other forever (a ring all-reduce's exchange)."""
+    from tfc.runtime.rendezvous import Rendezvous
+    big = np.ones(8 << 20, np.float32)
+    tables = [Rendezvous(timeout_s=20.0), Rendezvous(timeout_s=20.0)]
+    listeners: list[Listener] = []
+    links: list[Link] = []
+
+    def task(i):
+        def arrived(step, items):
+            tables[i].send_many([(keys[0], value) for keys, value in items])
+
+        def step(meta, items):
+            links[i].send(1, [([f"from{i}"], big)])
+            (got,) = tables[i].recv_many([f"from{1 - i}"])
+            return {"sum": float(got.sum())}, []
+        return Listener("127.0.0.1", arrived, calls=step)
+
+    listeners += [task(0), task(1)]
+    for i in (0, 1):
+        tables[i].reader = listeners[i]
+        link = Link.open(listeners[1 - i].address, f"task {1 - i}", timeout_s=10.0,
+                         pump=listeners[i].pump)
+        assert link is not None
+        links.append(link)
+    drivers = [Link.open(lst.address, f"task {i}", timeout_s=30.0)
+               for i, lst in enumerate(listeners)]
+    try:
+        for d in drivers:
+            d.call(1, {"entry": "e"}, [])
+        for d in drivers:
+            assert d.receive()[0]["reply"] == {"sum": float(big.size)}
+    finally:
+        for link in links + drivers:
+            link.close()
+        for lst in listeners:
+            lst.close()

@@ -13,7 +13,12 @@ actors on distinct nodes where there are two:
   task, back to back);
 - ``cluster_round_s``: the rest of the driver's round trip with the last task launched
   (from its frame written: the task's listener waking to it, the reply, the driver
-  waking to that), the step's fixed cost.
+  waking to that), the step's fixed cost;
+- ``cluster_hop_cpu_s``: the CPU time of one frame in all, from those launches: the
+  driver's thread and both probe processes over ``CPU_ROUNDS`` launches, per frame (a
+  launch and its reply are two). On a host with fewer cores than a step's processes,
+  their CPU summed, not the path through them, bounds the step (6 processes on 2 cores
+  at 4 workers: ``predict_tasks``).
 
 A task's send of a value costs its thread what the driver's write of a launch frame
 costs (the same frame), and the receiver's listener about as much to take it in: the
@@ -37,6 +42,7 @@ from tfc.errors import TfcError
 
 LINK_BYTES = 4 << 20
 WARMUP = 5
+CPU_ROUNDS = 200
 
 
 class LinkProbe:
@@ -57,6 +63,10 @@ class LinkProbe:
             self.listener = Listener(ray.util.get_node_ip_address(), self._arrived,
                                      calls=self._called, send_timeout_s=self.timeout_s)
         return self.listener.address
+
+    def cpu(self) -> float:
+        """This process's CPU time so far (seconds)."""
+        return time.process_time()
 
     def connect(self, address: tuple[str, int]) -> bool:
         from tfc.distributed.wire import Link
@@ -96,18 +106,20 @@ class ClusterCosts:
     round_s: float
     address: str
     distinct_nodes: bool
+    hop_cpu_s: float = 0.0
 
     def apply(self, profile: DeviceProfile) -> None:
         profile.cluster_link = self.link
         profile.cluster_call_s = self.call_s
         profile.cluster_round_s = self.round_s
+        profile.cluster_hop_cpu_s = self.hop_cpu_s
 
     def summary(self) -> str:
         where = "two nodes" if self.distinct_nodes else "one node"
         return (f"cluster {self.address} ({where}): between tasks "
                 f"{self.link.latency_s * 1e6:.0f} us + {self.link.bytes_per_s / 1e9:.2f} "
                 f"GB/s; a step's launch {self.call_s * 1e6:.0f} us per task, its round trip "
-                f"{self.round_s * 1e6:.0f} us")
+                f"{self.round_s * 1e6:.0f} us; a frame {self.hop_cpu_s * 1e6:.0f} us of CPU")
 
 
 def calibrate_cluster(address: str, repeats: int = 30, timeout_s: float = 60.0,
@@ -134,14 +146,20 @@ def calibrate_cluster(address: str, repeats: int = 30, timeout_s: float = 60.0,
         large = statistics.median(ray.get(probes[0].ping.remote(LINK_BYTES, repeats),
                                           timeout=timeout_s))
         link = LinkRates(LINK_BYTES / max(large - small, 1e-9), small / 2)
-        call_s, round_s = _launch_costs([a, b], repeats, timeout_s, address)
-        return ClusterCosts(link, call_s, round_s, address, nodes[0] != nodes[1])
+        def probes_cpu() -> float:
+            return float(sum(ray.get([p.cpu.remote() for p in probes], timeout=timeout_s)))
+
+        call_s, round_s, hop_cpu_s = _launch_costs([a, b], repeats, timeout_s, address,
+                                                   probes_cpu)
+        return ClusterCosts(link, call_s, round_s, address, nodes[0] != nodes[1], hop_cpu_s)
 
 
 def _launch_costs(addresses: list[tuple[str, int]], repeats: int, timeout_s: float,
-                  where: str) -> tuple[float, float]:
-    """The driver's cost of a launch frame per task and the rest of its round trip after
-    the last frame, from
+                  where: str, probes_cpu: Callable[[], float] = lambda: 0.0
+                  ) -> tuple[float, float, float]:
+    """The driver's cost of a launch frame per task, the rest of its round trip after
+    the last frame, and the CPU time of one frame (this thread's and ``probes_cpu``'s,
+    the probes' processes', over ``CPU_ROUNDS`` more launches), from
     launches of a step (a scalar feed, the outcome of the last step) on the probes at
     ``addresses``, as ``ClusterRuntime`` launches them: frames back to back, then the
     replies."""
@@ -154,7 +172,9 @@ def _launch_costs(addresses: list[tuple[str, int]], repeats: int, timeout_s: flo
         call = {"entry": "train_step", "step": 1, "n_feeds": 1, "settle": True}
         feed = [(["feed:0"], np.zeros(1, np.float32))]
         issue, rounds = [], []
-        for i in range(WARMUP + repeats):
+        for i in range(WARMUP + repeats + CPU_ROUNDS):
+            if i == WARMUP + repeats:
+                cpu_before, probes_before = time.thread_time(), probes_cpu()
             started = time.perf_counter()
             for link in links:
                 link.call(i, call, feed)  # type: ignore[union-attr]
@@ -162,11 +182,13 @@ def _launch_costs(addresses: list[tuple[str, int]], repeats: int, timeout_s: flo
             for link in links:
                 if link.receive() is None:  # type: ignore[union-attr]
                     raise TfcError(f"a probe on the cluster at {where} closed its connection")
-            if i >= WARMUP:
+            if WARMUP <= i < WARMUP + repeats:
                 issue.append((issued - started) / len(links))
                 rounds.append(time.perf_counter() - issued)
+        cpu = time.thread_time() - cpu_before + probes_cpu() - probes_before
     finally:
         for link in links:
             if link is not None:
                 link.close()
-    return statistics.median(issue), statistics.median(rounds)
+    return (statistics.median(issue), statistics.median(rounds),
+            max(0.0, cpu) / (2 * CPU_ROUNDS * len(links)))

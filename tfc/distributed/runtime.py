@@ -42,6 +42,7 @@ from tfc.errors import ExecutionError, TfcError
 from tfc.ir.core import Graph, Module
 from tfc.ir.registry import writes_variable
 from tfc.devices import task_of
+from tfc.distributed import steptrace
 from tfc.distributed.task import (BY_REFERENCE_BYTES, TaskActor, assign_key, cluster_tasks,
                                   feed_key, variable_owners)
 
@@ -257,6 +258,8 @@ class ClusterRuntime:
         started = clock()
         self._launches += 1
         step_id = self._launches
+        if steptrace.ENABLED:
+            steptrace.mark(step_id, "launch")
         what = f"run step {step} of @{entry}"
         wired = all(self._link(t) is not None for t in tasks)
         # the tasks this step reached (``_run_wired`` stops at a link that fails): only
@@ -292,6 +295,8 @@ class ClusterRuntime:
                                "gather": clock() - waited}
         self.stale_total += stats.stale
         self.last_transfer_stats = stats
+        if steptrace.ENABLED:
+            steptrace.mark(step_id, "done")
         return fetches
 
     def _run_wired(self, entry: str, tasks: Sequence[str], step_id: int, step: int,
@@ -444,6 +449,15 @@ class ClusterRuntime:
                 values[name] = a
         out = [values[n] for n in names]
         self.synced.update(zip(names, out))
+        return out
+
+    def trace_events(self) -> dict[str, list[Any]]:
+        """Every process's step events so far (``tfc.distributed.steptrace``, with
+        ``TFC_STEP_TRACE=1``) by who recorded them: ``driver`` and each task."""
+        out = {"driver": steptrace.take()}
+        got = self._wait({t: a.trace_events.remote() for t, a in self.actors.items()},
+                         "hand over its trace")
+        out.update({t: events for t, (_, events) in got.items()})
         return out
 
     def task_states(self) -> dict[str, str]:

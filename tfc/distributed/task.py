@@ -13,10 +13,11 @@ The driver launches a step on the task over its TCP connection to the task's lis
 (``tfc.distributed.wire``: Ray's actor calls cost 10-30x more here and their dispatch
 varies, see there): one frame carries the step's feeds (a worker's rows of the global
 batch only), the variables the driver's program set, and the outcome of the task's
-previous step; the task runs the step in the listener's thread of that connection and
-answers on it with its fetches (``_called``). Where the driver cannot reach the task's
-listener, it launches by Ray instead (``run_step``, an actor call; feeds by value or,
-large ones, through Ray's object store).
+previous step; the task runs the step in its listener's thread and answers on that
+connection with its fetches (``_called``); while the step waits for a peer's value, that
+thread reads the sockets itself (``wire.Listener.pump``). Where the driver cannot reach
+the task's listener, it launches by Ray instead (``run_step``, an actor call; feeds by
+value or, large ones, through Ray's object store).
 
 Values its devices send to another task's go task to task, never through the driver:
 one transfer per (value, receiving task) per stage, over a TCP connection to the peer's
@@ -41,12 +42,14 @@ import functools
 import os
 import threading
 import time
+import types
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from tfc.backends.base import StepResult, get_backend
 from tfc.devices import cpu_count, task_of
+from tfc.distributed import steptrace
 from tfc.errors import ExecutionError, TfcError
 from tfc.ir.core import Module
 
@@ -136,16 +139,27 @@ def _timed_rendezvous() -> type:
         breakdown in ``run_step``'s counters)."""
 
         waited = 0.0
+        step_id = -1  # (its marks in a step trace)
 
         def recv_many(self, keys: Sequence[str]) -> list[np.ndarray]:
             started = time.perf_counter()
+            if steptrace.ENABLED:
+                steptrace.mark(self.step_id, f"wait {keys[0]}")
             try:
                 return super().recv_many(keys)
             finally:
+                if steptrace.ENABLED:
+                    steptrace.mark(self.step_id, f"got {keys[0]}")
                 # (devices' threads may race here: a benchmark's figure, not a result)
                 self.waited += time.perf_counter() - started
 
     return TimedRendezvous
+
+
+# What a step runs besides the kernels, called as plain functions (``TaskActor.__init__``)
+_STEP_PATH = ("_called", "_run_step", "_settle", "_refuse_changed", "_rendezvous",
+              "_executable", "_await_deliveries", "_end", "_send", "_link", "_receive",
+              "_reading_stopped")
 
 
 class TaskActor:
@@ -156,6 +170,13 @@ class TaskActor:
                  sharing: int = 1) -> None:
         from tfc.runtime.artifact import read_task_artifact
         from tfc.runtime.executor import with_threads
+        # Ray wraps every method of an actor's class for its tracing, in two layers where
+        # the actor's process wraps them again (about 15 calls a step, 28 ms of 0.8 s of
+        # a null-step worker's thread over 400 steps); what a step calls goes to the
+        # plain functions (none of them is called by Ray, which looks its methods up on
+        # the class)
+        for name in _STEP_PATH:
+            setattr(self, name, types.MethodType(getattr(TaskActor, name), self))
         # The tasks of one host share its cores (``sharing`` of them run there): each gets
         # its share for its kernels and its BLAS calls, as the logical devices of one
         # process do (``threads_per_device``). Two tasks that each took every core of a
@@ -210,6 +231,7 @@ class TaskActor:
         if self._listener is None:
             self._listener = Listener(ray.util.get_node_ip_address(), self._receive,
                                       calls=self._called, send_timeout_s=self.timeout_s)
+            self._listener.on_release = self._reading_stopped
         return {"task": self.task, "node_id": ray.get_runtime_context().get_node_id(),
                 "pid": os.getpid(), "cores": self.cores, "wire": self._listener.address}
 
@@ -231,7 +253,9 @@ class TaskActor:
             if task not in self._links:
                 from tfc.distributed.wire import Link
                 address = self._wire.get(task)
-                self._links[task] = (Link.open(address, f"task {task}", self.timeout_s)
+                pump = self._listener.pump if self._listener is not None else None
+                self._links[task] = (Link.open(address, f"task {task}", self.timeout_s,
+                                               pump=pump)
                                      if address is not None else None)
             return self._links[task]
 
@@ -268,7 +292,15 @@ class TaskActor:
         ``assign`` variable values the driver's program set since. Returns this task's
         fetches by result index and the step's transfer counters (a feed launched by Ray
         may be an object-store reference, put there once for every task that uses it)."""
+        return self._run_step(entry, step_id, step, feeds, n_feeds, settle, assign)
+
+    def _run_step(self, entry: str, step_id: int, step: int, feeds: Mapping[int, Any],
+                  n_feeds: int, settle: bool | None, assign: Mapping[str, np.ndarray]
+                  ) -> tuple[dict[int, np.ndarray], dict[str, Any]]:
+        """``run_step`` (a launch over the wire calls it directly)."""
         import ray
+        if steptrace.ENABLED:
+            steptrace.mark(step_id, "step start")
         self._settle(settle)
         for name, value in assign.items():
             self.variables[name] = _frozen(value)
@@ -318,6 +350,8 @@ class TaskActor:
             self._end(step_id)
         self._pending = (step_id, {n: _frozen_update(u) for n, u in updates.items()})
         out = {i: np.asarray(f) for i, f in enumerate(fetches) if f is not None}
+        if steptrace.ENABLED:
+            steptrace.mark(step_id, "step end")
         return out, {"tensors": self._sent_tensors, "bytes": self._sent_bytes,
                      "stale": self.stale - stale_before,
                      "seconds": time.perf_counter() - started, "phases": phases}
@@ -337,7 +371,7 @@ class TaskActor:
             else:
                 assign[name] = value
         try:
-            out, counters = self.run_step(str(call["entry"]), int(meta["step"]),
+            out, counters = self._run_step(str(call["entry"]), int(meta["step"]),
                                           int(call["step"]), feeds, int(call["n_feeds"]),
                                           call["settle"], assign)
         except Exception as e:
@@ -416,6 +450,10 @@ class TaskActor:
             return
         rendezvous.send_many([(key, array) for keys, array in payload for key in keys])
 
+    def trace_events(self) -> tuple[int, list[Any]]:
+        """This process's id and its step events so far (``tfc.distributed.steptrace``)."""
+        return os.getpid(), steptrace.take()
+
     def abort(self, step_id: int, message: str) -> None:
         """Fail step ``step_id`` here: its waiting recvs raise, and it will not start."""
         rendezvous = self._rendezvous(step_id)
@@ -431,7 +469,17 @@ class TaskActor:
             table = self._steps.get(step_id)
             if table is None:
                 table = self._steps[step_id] = _timed_rendezvous()(self.timeout_s)
+                table.step_id = step_id
+                table.reader = self._listener  # a recv reads the sockets itself
             return table
+
+    def _reading_stopped(self) -> None:
+        """A thread stopped reading the sockets (``Listener.on_release``): a recv of the
+        running steps that waited for it may read now."""
+        with self._lock:
+            tables = list(self._steps.values())
+        for table in tables:
+            table.wake_readers()
 
     def _end(self, step_id: int) -> None:
         with self._lock:

@@ -26,6 +26,16 @@ A frame whose JSON header has a ``call`` (a step's launch, ``Link.call``) goes t
 listener's ``calls`` handler instead, which answers with a frame (its ``reply`` and
 values) on the same connection; the caller reads it with ``Link.receive``.
 
+Who reads: a task's listener has one thread, which runs the launches (the task's part of
+the step) and, between them, reads every connection (``Listener.pump``); while the step
+waits for a peer's value, that same thread reads the sockets (the step's ``Rendezvous``
+pumps), so a value costs its receiver one wake-up and no hand-off between threads (a
+thread per connection that woke the step's thread: 54 thread wake-ups per null step at
+4 workers, 23 now; ``tools/bench_cluster.py`` counts them). A frame of up to 64 KiB goes
+out in one ``send``. A send that the peer does not take (its buffers full) reads what
+comes to its own task meanwhile (``Link`` with ``pump``), so two tasks sending each
+other large frames both go on.
+
 Where a connection cannot be made (another host's port not reachable), the sender says
 so (``Link.open`` returns None) and the caller keeps using Ray for that peer.
 """
@@ -36,10 +46,12 @@ import json
 import socket
 import struct
 import threading
+import time
 from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
+from tfc.distributed import steptrace
 from tfc.errors import ExecutionError
 
 _PREFIX = struct.Struct("<4sQQ")  # magic, JSON header bytes, value bytes in all
@@ -98,11 +110,39 @@ def _recv_exactly(sock: socket.socket, view: memoryview) -> bool:
     return True
 
 
+def _allocate(meta: dict[str, Any], value_bytes: int) -> tuple[Items, list[memoryview]]:
+    """A frame's values as its JSON header lists them: the arrays to fill (rows of a larger
+    array: the rest of it zero) and the bytes of each still to come, in order. A
+    ValueError (TypeError, KeyError) when the header is not one of ours."""
+    values = []
+    for keys, dtype, shape, *window in meta["values"]:
+        checked = _checked_shape(shape)
+        values.append((keys, _checked_dtype(dtype), checked,
+                       _checked_window(window[0] if window else None, checked)))
+    if sum(int(np.prod(shape)) * dtype.itemsize
+           for _, dtype, shape, _ in values) != value_bytes:
+        raise ValueError("a wire frame's header and length disagree")
+    items: Items = []
+    targets: list[memoryview] = []
+    for keys, dtype, shape, window in values:
+        if window is None:
+            array = part = np.empty(shape, dtype=dtype)
+        else:  # rows of a larger array: the rest of it zero
+            rows, first = window
+            array = np.zeros((rows, *shape[1:]), dtype=dtype)
+            part = array[first:first + shape[0]]
+        if part.nbytes:
+            targets.append(part.reshape(-1).view(np.uint8).data)
+        items.append((keys, array))
+    return items, targets
+
+
 def read_frame(sock: socket.socket, writeable: bool = False
                ) -> tuple[dict[str, Any], Items] | None:
-    """The next frame on ``sock``: its JSON header and its values (read-only arrays unless
-    ``writeable``); None when the peer closed the connection. A ValueError (or a
-    TypeError, KeyError) when the frame is not one of ours, an OSError from the socket."""
+    """The next frame on ``sock`` (blocking): its JSON header and its values (read-only
+    arrays unless ``writeable``); None when the peer closed the connection. A ValueError
+    (or a TypeError, KeyError) when the frame is not one of ours, an OSError from the
+    socket."""
     prefix = bytearray(_PREFIX.size)
     if not _recv_exactly(sock, memoryview(prefix)):
         return None
@@ -113,53 +153,140 @@ def read_frame(sock: socket.socket, writeable: bool = False
     if not _recv_exactly(sock, memoryview(header)):
         return None
     meta = json.loads(header)
-    values = []
-    for keys, dtype, shape, *window in meta["values"]:
-        checked = _checked_shape(shape)
-        values.append((keys, _checked_dtype(dtype), checked,
-                       _checked_window(window[0] if window else None, checked)))
-    if sum(int(np.prod(shape)) * dtype.itemsize
-           for _, dtype, shape, _ in values) != value_bytes:
-        raise ValueError("a wire frame's header and length disagree")
-    items: Items = []
-    for keys, dtype, shape, window in values:
-        if window is None:
-            array = part = np.empty(shape, dtype=dtype)
-        else:  # rows of a larger array: the rest of it zero
-            rows, first = window
-            array = np.zeros((rows, *shape[1:]), dtype=dtype)
-            part = array[first:first + shape[0]]
-        if part.nbytes and not _recv_exactly(sock, part.reshape(-1).view(np.uint8).data):
+    items, targets = _allocate(meta, value_bytes)
+    for target in targets:
+        if not _recv_exactly(sock, target):
             return None
+    for _, array in items:
         array.flags.writeable = writeable
-        items.append((keys, array))
     return meta, items
 
 
-def _send_frame(sock: socket.socket, header: dict[str, Any], values: Sequence[Outgoing]
-                ) -> int:
-    """Write one frame (``header`` and the values' list in its JSON); the values' bytes."""
+class _Incoming:
+    """One accepted connection's frames, assembled as its bytes come: ``read`` takes what
+    the socket has now (one ``recv``, never waiting for the rest of a frame) and returns
+    the frames it completed. A thread that waits for a peer's value reads the peer's
+    socket itself this way (``Listener.pump``) while it may also be sending: two tasks
+    that send each other large frames at once each take in the other's as it comes."""
+
+    SCRATCH = 1 << 16  # one recv of a small frame takes it whole
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._scratch = bytearray(self.SCRATCH)
+        self._pending = bytearray()  # bytes read, not yet in a frame's arrays
+        self._meta: dict[str, Any] | None = None  # the frame being filled: its header
+        self._items: Items = []
+        self._targets: list[memoryview] = []  # its arrays' bytes still to come
+        self._at = 0  # of targets[0], filled
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def read(self) -> list[tuple[dict[str, Any], Items]] | None:
+        """The frames completed by one ``recv`` (its bytes go straight into a large
+        array's place); None when the peer closed the connection. ValueError (TypeError,
+        KeyError, MemoryError) for a frame that is not ours, OSError from the socket."""
+        if (self._targets and not self._pending
+                and len(self._targets[0]) - self._at >= self.SCRATCH):
+            target = self._targets[0]
+            k = self.sock.recv_into(target[self._at:])
+            if k == 0:
+                return None
+            self._at += k
+            if self._at == len(target):
+                self._targets.pop(0)
+                self._at = 0
+        else:
+            k = self.sock.recv_into(self._scratch)
+            if k == 0:
+                return None
+            self._pending += memoryview(self._scratch)[:k]
+        return self._parse()
+
+    def _parse(self) -> list[tuple[dict[str, Any], Items]]:
+        frames: list[tuple[dict[str, Any], Items]] = []
+        pending = self._pending
+        while True:
+            if self._meta is not None:  # filling a frame's arrays
+                while self._targets and pending:
+                    target = self._targets[0]
+                    n = min(len(target) - self._at, len(pending))
+                    target[self._at:self._at + n] = pending[:n]
+                    del pending[:n]
+                    self._at += n
+                    if self._at == len(target):
+                        self._targets.pop(0)
+                        self._at = 0
+                if self._targets:
+                    return frames
+                for _, array in self._items:
+                    array.flags.writeable = False
+                frames.append((self._meta, self._items))
+                self._meta, self._items = None, []
+                continue
+            if len(pending) < _PREFIX.size:
+                return frames
+            magic, header_bytes, value_bytes = _PREFIX.unpack_from(pending)
+            if magic != _MAGIC or header_bytes > _MAX_HEADER_BYTES:
+                raise ValueError("not a tfc wire frame")
+            if len(pending) < _PREFIX.size + header_bytes:
+                return frames
+            meta = json.loads(pending[_PREFIX.size:_PREFIX.size + header_bytes])
+            del pending[:_PREFIX.size + header_bytes]
+            self._items, self._targets = _allocate(meta, value_bytes)
+            self._meta, self._at = meta, 0
+
+
+# A frame of at most this many bytes goes out as one buffer (one send, one segment: the
+# receiver wakes once for it); a larger one as its header, then each array's own bytes.
+_COALESCE_BYTES = 1 << 16
+
+
+def _frame_buffers(header: dict[str, Any], values: Sequence[Outgoing]
+                   ) -> tuple[list[Any], int]:
+    """One frame (``header`` and the values' list in its JSON) as the buffers to send, and
+    the values' bytes."""
     arrays = [np.require(v[1], requirements="C") for v in values]
     header = dict(header, values=[
         [list(v[0]), a.dtype.str, list(a.shape), *([list(v[2])] if len(v) > 2 else [])]
         for v, a in zip(values, arrays)])
     encoded = json.dumps(header, separators=(",", ":")).encode()
     total = sum(a.nbytes for a in arrays)
-    sock.sendall(_PREFIX.pack(_MAGIC, len(encoded), total) + encoded)
-    for a in arrays:
-        if a.nbytes:
-            sock.sendall(a.reshape(-1).view(np.uint8).data)
+    head = _PREFIX.pack(_MAGIC, len(encoded), total) + encoded
+    payload = [a.reshape(-1).view(np.uint8).data for a in arrays if a.nbytes]
+    if len(head) + total <= _COALESCE_BYTES:
+        return [b"".join([head, *payload])], total
+    return [head, *payload], total
+
+
+def _send_frame(sock: socket.socket, header: dict[str, Any], values: Sequence[Outgoing]
+                ) -> int:
+    """Write one frame (``header`` and the values' list in its JSON); the values' bytes."""
+    buffers, total = _frame_buffers(header, values)
+    for buffer in buffers:
+        sock.sendall(buffer)
     return total
 
 
+# (seconds, writable socket or None) -> whether this thread pumped: ``Listener.pump``
+Pump = Callable[[float, "socket.socket | None"], bool]
+_WAKE = object()  # the selector's key data of the listener's wake-up socket
+
+
 class Listener:
-    """A TCP server on ``host`` (an ephemeral port): one thread per accepted connection
-    reads its frames and passes each to ``handler``, or, for a frame with a ``call``, to
-    ``calls``, whose answer goes back on that connection (within ``send_timeout_s``).
-    The threads are daemons; ``close`` stops accepting and closes the connections."""
+    """A TCP server on ``host`` (an ephemeral port) whose connections' frames are read by
+    whichever thread waits for them: a thread of the task that waits for a peer's value
+    calls ``pump``, which reads the sockets that have bytes and passes each frame to
+    ``handler`` (no hand-off to another thread: the reader is the waiter); between those,
+    the listener's own thread pumps. A frame with a ``call`` (a step's launch) is run by
+    the listener's thread with ``calls``, whose answer goes back on that connection
+    (within ``send_timeout_s``); one that a waiting thread read is run once its step is
+    over. ``close`` stops accepting and closes the connections."""
 
     def __init__(self, host: str, handler: FrameHandler, calls: CallHandler | None = None,
                  send_timeout_s: float = 120.0) -> None:
+        import selectors
         self.handler = handler
         self.calls = calls
         self.send_timeout_s = send_timeout_s
@@ -168,7 +295,18 @@ class Listener:
         self._connections: list[socket.socket] = []
         self._lock = threading.Lock()
         self.closed = False
+        self._selector = selectors.DefaultSelector()
+        self._pump_lock = threading.Lock()
+        self._pumper: int | None = None  # the thread pumping now
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, _WAKE)
+        self._accepted: list[socket.socket] = []  # not yet in the selector
+        self._queued: list[tuple[socket.socket, dict[str, Any], Items]] = []  # calls
+        self.on_release: Callable[[], None] | None = None  # after each pump
         threading.Thread(target=self._accept, name="tfc-wire-accept", daemon=True).start()
+        threading.Thread(target=self._serve, name="tfc-wire", daemon=True).start()
 
     def _accept(self) -> None:
         while not self.closed:
@@ -181,30 +319,105 @@ class Listener:
                     conn.close()
                     return
                 self._connections.append(conn)
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            # (a reply's send is bounded; the reads wait for the next frame as long as
-            # the connection lives)
-            seconds = int(self.send_timeout_s)
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack(
-                "ll", seconds, int((self.send_timeout_s - seconds) * 1e6)))
-            threading.Thread(target=self._read, args=(conn,), name="tfc-wire-read",
-                             daemon=True).start()
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                # (a reply's send is bounded; reads happen when the socket has bytes)
+                seconds = int(self.send_timeout_s)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack(
+                    "ll", seconds, int((self.send_timeout_s - seconds) * 1e6)))
+                self._accepted.append(conn)
+            self.wake()
 
-    def _read(self, conn: socket.socket) -> None:
+    def wake(self) -> None:
+        """Make the pumping thread look again (a new connection, a value that came by
+        another way, an abort); nothing when called by that thread itself."""
+        if self._pumper != threading.get_ident():
+            try:
+                self._wake_w.send(b"\0")
+            except OSError:  # full (a wake-up is pending already) or closed
+                pass
+
+    def pump(self, timeout_s: float | None, writable: socket.socket | None = None) -> bool:
+        """Read what the connections have, waiting at most ``timeout_s`` (None: no limit)
+        for something to happen (bytes, a wake-up, ``writable`` taking bytes again), and
+        pass each frame completed to ``handler`` (calls are queued for the listener's
+        thread). False at once when another thread is pumping (that one reads; with
+        ``writable``, this one then waits for it alone)."""
+        import select
+        import selectors
+        if not self._pump_lock.acquire(blocking=timeout_s is None):
+            if writable is not None:
+                select.select([], [writable], [], timeout_s)
+            return False
+        self._pumper = threading.get_ident()
         try:
-            while True:
-                frame = read_frame(conn)
-                if frame is None:
-                    return
-                meta, items = frame
+            if writable is not None:
+                self._selector.register(writable, selectors.EVENT_WRITE, None)
+            try:
+                events = self._selector.select(timeout_s)
+            finally:
+                if writable is not None:
+                    self._selector.unregister(writable)
+            for key, _ in events:
+                if key.data is _WAKE:
+                    self._woken()
+                elif key.data is not None:
+                    self._take(key.data)
+        except (OSError, ValueError):  # closed under us
+            if not self.closed:
+                raise
+        finally:
+            self._pumper = None
+            self._pump_lock.release()
+            if self.on_release is not None:
+                self.on_release()
+        return True
+
+    def _woken(self) -> None:
+        import selectors
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+        with self._lock:
+            accepted, self._accepted = self._accepted, []
+        for conn in accepted:
+            self._selector.register(conn, selectors.EVENT_READ, _Incoming(conn))
+
+    def _take(self, incoming: _Incoming) -> None:
+        """The frames ``incoming`` completed now: each to ``handler``, or queued (a call);
+        a connection that closed or sent garbage is dropped (its step fails on the
+        other side)."""
+        try:
+            frames = incoming.read()
+            for meta, items in frames or ():
+                if steptrace.ENABLED:
+                    steptrace.mark(int(meta["step"]), "rx call" if "call" in meta else
+                                   f"rx {items[0][0][0] if items else '-'}")
                 if "call" in meta and self.calls is not None:
-                    self._answer(conn, meta, items)
+                    self._queued.append((incoming.sock, meta, items))
                 else:
                     self.handler(int(meta["step"]), items)
         except (OSError, ValueError, TypeError, KeyError, MemoryError):
-            return  # the peer went away (or sent garbage): its step fails on its own side
-        finally:
-            conn.close()
+            frames = None
+        if frames is None:
+            self._selector.unregister(incoming.sock)
+            incoming.sock.close()
+
+    def _serve(self) -> None:
+        """The listener's thread: pump, and run the calls read."""
+        while not self.closed:
+            self.pump(None)
+            while self._queued and not self.closed:
+                conn, meta, items = self._queued.pop(0)
+                try:
+                    self._answer(conn, meta, items)
+                except OSError:  # the caller went away: its side fails the step
+                    pass
+        with self._pump_lock:
+            self._selector.close()
+            self._wake_r.close()
+            self._wake_w.close()
 
     def _answer(self, conn: socket.socket, meta: dict[str, Any], items: Items) -> None:
         """Run a call and send its reply back (its error as the reply when it raised)."""
@@ -214,6 +427,8 @@ class Listener:
         except Exception as e:  # the caller gets it as the call's error, not a timeout
             reply, values = {"error": f"{type(e).__name__}: {e}"}, []
         _send_frame(conn, {"step": meta["step"], "reply": reply}, values)
+        if steptrace.ENABLED:
+            steptrace.mark(int(meta["step"]), "tx reply")
 
     def close(self) -> None:
         with self._lock:
@@ -223,6 +438,7 @@ class Listener:
         except OSError:
             pass
         self._server.close()
+        self.wake()
         with self._lock:
             for conn in self._connections:
                 try:
@@ -234,10 +450,19 @@ class Listener:
 
 class Link:
     """A connection to one peer's ``Listener``; ``send`` and ``call`` may be called from
-    several threads (one frame at a time goes out); one thread reads the replies."""
+    several threads (one frame at a time goes out); one thread reads the replies.
 
-    def __init__(self, sock: socket.socket, peer: str, timeout_s: float) -> None:
+    A task's link to a peer has its own listener's ``pump``: while the peer takes no more
+    bytes (its socket buffers full: it is sending a large frame to this task too, say),
+    the sending thread reads what comes to its own listener instead of waiting idle,
+    so that two tasks sending to each other both go on."""
+
+    def __init__(self, sock: socket.socket, peer: str, timeout_s: float,
+                 pump: Pump | None = None) -> None:
         self._sock = sock
+        self._pump = pump
+        if pump is not None:
+            sock.setblocking(False)  # (a send that would wait pumps instead)
         self._lock = threading.Lock()
         self.peer = peer
         self.timeout_s = timeout_s
@@ -246,9 +471,10 @@ class Link:
 
     @classmethod
     def open(cls, address: Sequence[object], peer: str, timeout_s: float,
-             connect_timeout_s: float = 5.0) -> "Link | None":
+             connect_timeout_s: float = 5.0, pump: Pump | None = None) -> "Link | None":
         """A link to ``address`` (host, port), or None when it cannot be reached within
-        ``connect_timeout_s`` (the caller then goes through Ray)."""
+        ``connect_timeout_s`` (the caller then goes through Ray); ``pump``: the sender's
+        own listener's (see the class docstring)."""
         host, port = str(address[0]), int(address[1])  # type: ignore[call-overload]
         try:
             sock = socket.create_connection((host, port), timeout=connect_timeout_s)
@@ -256,7 +482,7 @@ class Link:
             return None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(timeout_s)  # every send is bounded
-        return cls(sock, peer, timeout_s)
+        return cls(sock, peer, timeout_s, pump)
 
     def fileno(self) -> int:
         """The socket's descriptor (for ``selectors``: a reply is ready to read)."""
@@ -279,7 +505,11 @@ class Link:
             if self.broken is not None:
                 raise ExecutionError(f"the connection to {self.peer} is broken ({self.broken})")
             try:
-                return _send_frame(self._sock, header, values)
+                sent = (_send_frame(self._sock, header, values) if self._pump is None
+                        else self._send_pumping(header, values))
+                if steptrace.ENABLED:
+                    steptrace.mark(int(header["step"]), f"tx {self.peer}")
+                return sent
             except socket.timeout:
                 self.broken = f"it took nothing within {self.timeout_s:g} s"
                 raise ExecutionError(f"{self.peer} took nothing sent to it within "
@@ -289,6 +519,26 @@ class Link:
                 self.lost = True
                 raise ExecutionError(f"the connection to {self.peer} failed: "
                                      f"{self.broken}") from None
+
+    def _send_pumping(self, header: dict[str, Any], values: Sequence[Outgoing]) -> int:
+        """``_send_frame`` on the non-blocking socket: while the peer takes nothing, pump
+        (read what comes to this task); a ``socket.timeout`` after ``timeout_s``."""
+        assert self._pump is not None
+        buffers, total = _frame_buffers(header, values)
+        deadline = time.monotonic() + self.timeout_s
+        for buffer in buffers:
+            view = memoryview(buffer)
+            while len(view):
+                try:
+                    view = view[self._sock.send(view):]
+                    continue
+                except (BlockingIOError, InterruptedError):
+                    pass
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout
+                self._pump(min(left, 1.0), self._sock)
+        return total
 
     def receive(self) -> tuple[dict[str, Any], Items] | None:
         """The next frame the peer sent back (a call's reply; writeable arrays), waiting at
@@ -311,6 +561,8 @@ class Link:
         if frame is None:
             self.broken = "closed by the peer"
             self.lost = True
+        elif steptrace.ENABLED:
+            steptrace.mark(int(frame[0].get("step", -1)), f"rx reply {self.peer}")
         return frame
 
     def cut(self, why: str) -> None:

@@ -738,6 +738,7 @@ class TaskPrediction:
     tasks: dict[str, float]   # task -> predicted seconds
     step_s: float
     assumptions: str
+    cpu_s: float = 0.0  # the CPU time of a step summed over its processes (0: not modelled)
 
     def summary(self) -> str:
         per_task = ", ".join(f"{t} {_ms(s)}" for t, s in self.tasks.items())
@@ -758,8 +759,13 @@ def predict_tasks(module: Module, entry: str, symbol_size: int = SYMBOL_SIZE,
     over the measured ``cluster_link``: a worker's shard of the batch), which also
     carries every value between tasks; a task's time runs from its launch, so it waits
     for the values of tasks launched later, and the whole step is the last task's end
-    after its launch plus the driver's round trip (``cluster_round_s``). Without one, values cross over the profile's link between
-    hosts (``DeviceProfile.link``) and the tasks start together."""
+    after its launch plus the driver's round trip (``cluster_round_s``). With more
+    processes (the tasks and the driver) than cores, they take turns on them: the step
+    is at least its CPU time summed over them (``cpu_s``: the kernels, each task's
+    executor step, and ``cluster_hop_cpu_s`` for every frame: a launch and its reply per
+    task, a transfer between tasks) over the cores, and each task's span stretches with
+    it. Without a measured cluster, values cross over the profile's link between hosts
+    (``DeviceProfile.link``) and the tasks start together."""
     from tfc.passes.compress import transfer_policy
     from tfc.passes.placement import simulate_placed
     profile = profile or load_profile()
@@ -789,12 +795,26 @@ def predict_tasks(module: Module, entry: str, symbol_size: int = SYMBOL_SIZE,
         launched = {t: s - waits.get(t, 0.0) for t, s in starts.items()}
         step_s = (max((launched.get(t, 0.0) + s for t, s in tasks.items()), default=0.0)
                   + profile.cluster_round_s)
+        # every process's CPU: the kernels, each task's executor step, every frame
+        frames = 2 * len(tasks) + sim.transfers
+        cpu_s = (sum(sim.busy.values()) + len(tasks) * profile.executor_step_s
+                 + frames * profile.cluster_hop_cpu_s)
+        crowded = len(tasks) + 1 > profile.cores and profile.cluster_hop_cpu_s > 0
+        if crowded and cpu_s / profile.cores > step_s > 0:
+            # taking turns on the cores stretches every task's span as much as the step
+            stretch = cpu_s / profile.cores / step_s
+            tasks = {t: s * stretch for t, s in tasks.items()}
+            step_s *= stretch
         assumptions = (f"batch dims at {symbol_size}, a worker's shard too; {shared}; the "
                        f"measured cluster: launches {profile.cluster_call_s * 1e6:.0f} us "
                        f"a task apart, a round trip {profile.cluster_round_s * 1e6:.0f} us, "
                        f"between tasks {link.latency_s * 1e6:.0f} us + "
-                       f"{link.bytes_per_s / 1e9:.2f} GB/s; {profile.describe()}")
-        return TaskPrediction(tasks, step_s, assumptions)
+                       f"{link.bytes_per_s / 1e9:.2f} GB/s"
+                       + (f"; {len(tasks) + 1} processes on {profile.cores} cores: the step "
+                          f"at least its {cpu_s * 1e3:.2f} ms of CPU ({frames} frames of "
+                          f"{profile.cluster_hop_cpu_s * 1e6:.0f} us) over them"
+                          if crowded else "") + f"; {profile.describe()}")
+        return TaskPrediction(tasks, step_s, assumptions, cpu_s)
     link = profile.default_link
     custom = " (or its links entry)" if profile.links else ""
     assumptions = (f"batch dims at {symbol_size}, a worker's shard too; {shared}; between "
