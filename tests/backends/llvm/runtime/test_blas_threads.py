@@ -95,3 +95,19 @@ def test_reserved_cores_take_threads_off_and_combine_with_limits(two_threads):
     assert symbols.get_num_threads() == 1  # the small step still holds
     symbols.small_gemms(False)
     assert symbols.get_num_threads() == 3
+
+
+@pytest.mark.parametrize("first", ["limited_threads", "small_gemms"])
+def test_a_limit_or_a_small_step_before_openblas_is_loaded_does_not_deadlock(first):
+    """Loading OpenBLAS registers the core-reservation hook, which runs at once and takes
+    the limits' lock: a first ``limited_threads`` (a rank of ``tfc.distributed.run``) or
+    ``small_gemms`` that loaded it while holding that lock waited for itself forever."""
+    import subprocess
+    import sys
+    code = ("from tfc.backends.llvm.runtime import symbols\n"
+            + ("with symbols.limited_threads(1):\n    pass\n" if first == "limited_threads"
+               else "symbols.small_gemms(True)\nsymbols.small_gemms(False)\n")
+            + "print('done')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=30)
+    assert out.stdout.strip() == "done", out.stderr

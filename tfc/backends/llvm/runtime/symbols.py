@@ -244,6 +244,7 @@ def small_gemms(small: bool) -> None:
     global _small
     if small is _small:
         return
+    openblas()  # (loaded first: loading calls ``_reserve``, which takes ``_limit_lock``)
     with _limit_lock:
         _save_unlimited()
         _small = small
@@ -280,6 +281,7 @@ def limited_threads(n: int) -> Iterator[None]:
     that other threads reserve (``tfc.backends.cores``: ``_reserve``) count against the
     limit too."""
     n = max(1, int(n))
+    openblas()  # (loaded first: loading calls ``_reserve``, which takes ``_limit_lock``)
     with _limit_lock:
         _save_unlimited()
         _limits.append(n)
