@@ -64,7 +64,6 @@ import re
 import statistics
 import sys
 import tempfile
-import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -77,7 +76,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_timing import machine_info  # noqa: E402  (a sibling tool module)
 
 from tfc.distributed.cluster import LoopbackCluster, RayCluster, require_ray  # noqa: E402
-from tfc.errors import TfcError  # noqa: E402
 from tfc.units import format_bytes  # noqa: E402
 
 MLP_SIZES = (784, 512, 512, 10)

@@ -24,7 +24,6 @@ import statistics
 import subprocess
 import sys
 import time
-import traceback
 from typing import Any, Callable
 
 import numpy as np
@@ -32,19 +31,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_workloads import MLP_DIMS, MLP_LR, Data, build_mlp_module  # noqa: E402
-
-FAILED: list[str] = []
-
-
-def check(name: str, fn: Callable[[], str]) -> None:
-    t0 = time.perf_counter()
-    try:
-        print(f"OK   {name}: {fn()} ({time.perf_counter() - t0:.1f} s)", flush=True)
-    except Exception as e:  # noqa: BLE001  (each check reports; the next runs)
-        FAILED.append(name)
-        print(f"FAIL {name}: {type(e).__name__}: {e} ({time.perf_counter() - t0:.1f} s)",
-              flush=True)
-        traceback.print_exc(limit=6, file=sys.stdout)
+from gpu_feed_check import FAILED, check  # noqa: E402  (one check runner for both tools)
 
 
 class D2H:

@@ -43,7 +43,8 @@ from tfc.api.session import Session
 from tfc.distribute.strategy import Strategy
 from tfc.errors import TfcError
 from tfc.ir import core as ir
-from tfc.passes.replicate import mirror_name, replicate_module, worker_device
+from tfc.passes.replicate import (mirror_name, rename_devices, replicate_module,
+                                  worker_device)
 from tfc.pipeline import run_pipeline
 
 ENTRY = "train_step"
@@ -81,19 +82,6 @@ def replicated_module(session: Session, inputs: Sequence[Tensor], labels: Sequen
     if strategy.address == "inprocess" and spec.ps == 0:
         rename_devices(module, {worker_device(i): d for i, d in enumerate(strategy.devices)})
     return module
-
-
-def rename_devices(module: ir.Module, names: dict[str, str]) -> None:
-    """Every op, variable and module device named in ``names`` renamed (before the
-    module is partitioned: the partition tables are made from these names)."""
-    for graph in module.graphs.values():
-        for op in graph.walk():
-            if op.device in names:
-                op.device = names[op.device]
-    for decl in module.variables.values():
-        if decl.device in names:
-            decl.device = names[decl.device]
-    module.devices = [names.get(d, d) for d in module.devices]
 
 
 class ReplicatedStep:

@@ -105,7 +105,6 @@ def uneven_batch(runtime: Any, workers: int, batch_sizes: Sequence[int] = ()) ->
     module = runtime.module
     for entry in _training_entries(module):
         exe = runtime._executables.get(entry)
-        graph = module.graphs[entry]
         for shapes in sorted(getattr(exe, "_shapes_seen", ())):
             for shape in shapes:
                 if len(shape) >= 1 and shape[0] % workers:
@@ -144,21 +143,15 @@ def replicated_for(module: Module, workers: int, moved: dict[int, str], backend:
     ``shards`` one), then lowered for ``backend`` as ``module`` was (its fp16 transfers
     where there is more than one device)."""
     from tfc.ir.bytecode import module_from_bytes
-    from tfc.passes.replicate import ClusterSpec, replicate_module, worker_device
+    from tfc.passes.replicate import (ClusterSpec, rename_devices, replicate_module,
+                                      worker_device)
     from tfc.pipeline import Target, lower
     if module.replicated_from is None:
         raise TfcError("elastic training needs a module compiled with --strategy allreduce")
     source = module_from_bytes(module.replicated_from)
     replicate_module(source, ClusterSpec(0, workers, "allreduce"))
-    devices = {worker_device(k): device for k, device in moved.items()}
-    for graph in source.graphs.values():
-        for op in graph.walk():
-            if op.device in devices:
-                op.device = devices[op.device]
-    for decl in source.variables.values():
-        if decl.device in devices:
-            decl.device = devices[decl.device]
-    placed = tuple(devices.get(d, d) for d in source.devices)
+    rename_devices(source, {worker_device(k): device for k, device in moved.items()})
+    placed = tuple(source.devices)
     target = Target(backend, placed, module.fp16_transfers and len(placed) > 1)
     return lower(source, target, passes="", place=False)
 

@@ -101,6 +101,19 @@ def worker_device(task: int) -> str:
     return f"/job:worker/task:{task}/cpu:0"
 
 
+def rename_devices(module: Module, names: dict[str, str]) -> None:
+    """Every op, variable and module device named in ``names`` renamed (before the
+    module is partitioned: the partition tables are made from these names)."""
+    for graph in module.graphs.values():
+        for op in graph.walk():
+            if op.device in names:
+                op.device = names[op.device]
+    for decl in module.variables.values():
+        if decl.device in names:
+            decl.device = names[decl.device]
+    module.devices = [names.get(d, d) for d in module.devices]
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """A cluster to compile for: ``ps`` parameter-server tasks, ``workers`` worker tasks,

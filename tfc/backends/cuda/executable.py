@@ -753,7 +753,6 @@ def _label_checks(dev: Any, op: Op, ins: list[Any], args: Sequence[Value], now: 
     from tfc.backends.cuda.codegen import label_checks
     from tfc.backends.cuda.codegen_conv import INTS, label_check_kernel
     from tfc.backends.cuda.conv import launcher
-    from tfc.ops.array import check_labels
     from tfc.ir.types import DType
     out: list[tuple[Action, str]] = []
     for c in label_checks(op):

@@ -10,7 +10,6 @@ import pytest
 
 from tfc.backends.llvm import LLVMBackend
 from tfc.backends.llvm.runtime import entry_cache
-from tfc.ir.core import Module
 from tfc.ir.types import DType
 from tfc.passes import run_passes
 from tfc.testing import compile_lowered
