@@ -264,14 +264,20 @@ def _report(name: str, exe: Any, medians: dict[str, list[float]]) -> str:
             f"{len(bound.actions) if bound else '?'} actions")
 
 
+def _same_losses(with_graphs: Callable[..., Any], without: Callable[..., Any], x: Any, y: Any,
+                 steps: int) -> None:
+    """``steps`` training steps of both callables give the same loss bits."""
+    for k in range(steps):
+        a, b = with_graphs(x, y), without(x, y)
+        if not np.array_equal(a, b):
+            raise AssertionError(f"step {k}: loss {a!r} with graphs, {b!r} without")
+
+
 def graphs_mlp(params: list[np.ndarray], x: np.ndarray, y: np.ndarray, rounds: int) -> str:
     g, e = _graph_pair(lambda: build_mlp_module(params), "train_step")
     sg = g.callable("train_step", ["x", "y"], "loss")
     se = e.callable("train_step", ["x", "y"], "loss")
-    for k in range(10):
-        a, b = sg(x, y), se(x, y)
-        if not np.array_equal(a, b):
-            raise AssertionError(f"step {k}: loss {a!r} with graphs, {b!r} without")
+    _same_losses(sg, se, x, y, 10)
     for name, v in e.variables.items():
         if not np.array_equal(g.variables[name], v):
             raise AssertionError(f"@{name} differs with graphs after 10 steps")
@@ -294,10 +300,7 @@ def graphs_cnn(rounds: int, batch: int = 256) -> str:
     g, e = _graph_pair(lambda: build_cnn_module(params), "train_step")
     sg = g.callable("train_step", ["x", "y"], "loss")
     se = e.callable("train_step", ["x", "y"], "loss")
-    for k in range(5):
-        a, b = sg(x, y), se(x, y)
-        if not np.array_equal(a, b):
-            raise AssertionError(f"step {k}: loss {a!r} with graphs, {b!r} without")
+    _same_losses(sg, se, x, y, 5)
     exe = g._executable("train_step")
     medians = _median_rounds({"graph": lambda: sg(x, y), "eager": lambda: se(x, y)},
                              rounds, exe=exe)

@@ -2,6 +2,8 @@
 with the results of one device on the same global batches (f64 within 1e-10, f32 within
 1e-5), on both backends; the session stays the owner of the variables between steps."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -26,19 +28,13 @@ def classifier(dtype, strategy=None, optimizer="adam"):
     """A two-layer classifier, compiled in ``strategy``'s scope when given."""
     with tfc.Graph().as_default():
         tfc.set_random_seed(0)
-        scope = strategy.scope() if strategy is not None else None
-        if scope is not None:
-            scope.__enter__()
-        try:
+        with strategy.scope() if strategy is not None else contextlib.nullcontext():
             model = tfc.Sequential([tfc.layers.Dense(8, activation="relu", input_shape=(6,)),
                                     tfc.layers.Dense(3, activation="softmax")],
                                    input_dtype=dtype)
             model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy",
                           metrics=["accuracy"])
             model.build()
-        finally:
-            if scope is not None:
-                scope.__exit__(None, None, None)
     return model
 
 
@@ -164,10 +160,7 @@ def two_towers(dtype, strategy=None, kind="functional"):
 
     with tfc.Graph().as_default():
         tfc.set_random_seed(0)
-        scope = strategy.scope() if strategy is not None else None
-        if scope is not None:
-            scope.__enter__()
-        try:
+        with strategy.scope() if strategy is not None else contextlib.nullcontext():
             if kind == "functional":
                 a = tfc.keras.Input((6,), dtype=dtype, name="a")
                 b = tfc.keras.Input((3,), dtype=dtype, name="b")
@@ -181,9 +174,6 @@ def two_towers(dtype, strategy=None, kind="functional"):
                           loss={"cls": "sparse_categorical_crossentropy", "reg": "mse"},
                           loss_weights={"cls": 1.0, "reg": 0.5},
                           metrics={"cls": ["accuracy"]})
-        finally:
-            if scope is not None:
-                scope.__exit__(None, None, None)
     return model
 
 

@@ -10,6 +10,7 @@ import pytest
 import tfc
 from tfc.errors import FeedError, TfcError, TypeMismatch
 from tfc.ir.printer import print_graph
+from tests.layers.gradcheck import assert_model_gradients_match_finite_differences
 
 L = tfc.keras.layers
 
@@ -284,26 +285,8 @@ def test_gradients_of_a_two_input_two_output_model_match_finite_differences():
     x = {k: v.astype(np.float64) for k, v in x.items()}
     y["score"] = y["score"].astype(np.float64)
     tr = model._require_training()
-    variables = model.trainable_variables
-    grads = tfc.gradients(tr.loss, variables)
-    sess = model.session
     feeds = model._feed_dict(model._prepare_x(x), model._prepare_y(y))
-    analytic = sess.run(grads, feeds)
-    rng = np.random.default_rng(0)
-    eps = 1e-6
-    for var, grad in zip(variables, analytic):
-        base = sess.variable_values()[var.name].copy()
-        for _ in range(3):
-            idx = tuple(rng.integers(0, d) for d in base.shape)
-            values = []
-            for sign in (1, -1):
-                moved = base.copy()
-                moved[idx] += sign * eps
-                sess.variables[var.name] = moved
-                values.append(float(sess.run(tr.loss, feeds)))
-            sess.variables[var.name] = base
-            numeric = (values[0] - values[1]) / (2 * eps)
-            assert grad[idx] == pytest.approx(numeric, rel=1e-5, abs=1e-8), (var.name, idx)
+    assert_model_gradients_match_finite_differences(model, tr.loss, feeds)
 
 
 # ---- errors ---------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 
 import tfc
 from tfc.errors import TfcError
+from tests.layers.gradcheck import assert_model_gradients_match_finite_differences
 
 L = tfc.keras.layers
 
@@ -251,28 +252,10 @@ def test_gradients_of_custom_weights_match_finite_differences():
     model.compile("sgd", "sparse_categorical_crossentropy")
     x, y = blobs(12, seed=4)
     tr = model._require_training()
-    variables = model.trainable_variables
-    assert len(variables) == 5
-    grads = tfc.gradients(tr.eval_loss, variables)  # no dropout: a deterministic loss
-    sess = model.session
+    assert len(model.trainable_variables) == 5
     feeds = model._feed_dict(model._prepare_x(x.astype(np.float64)), model._prepare_y(y))
-    analytic = sess.run(grads, feeds)
-    rng = np.random.default_rng(0)
-    eps = 1e-6
-    for var, grad in zip(variables, analytic):
-        assert grad.dtype == np.float64
-        base = sess.variable_values()[var.name].copy()
-        for _ in range(3):
-            idx = tuple(rng.integers(0, d) for d in base.shape)
-            values = []
-            for sign in (1, -1):
-                moved = base.copy()
-                moved[idx] += sign * eps
-                sess.variables[var.name] = moved
-                values.append(float(sess.run(tr.eval_loss, feeds)))
-            sess.variables[var.name] = base
-            numeric = (values[0] - values[1]) / (2 * eps)
-            assert grad[idx] == pytest.approx(numeric, rel=1e-5, abs=1e-8), (var.name, idx)
+    # the eval loss: no dropout, a deterministic loss
+    assert_model_gradients_match_finite_differences(model, tr.eval_loss, feeds)
 
 
 def test_a_layer_that_refers_back_to_its_model_counts_each_variable_once():

@@ -68,3 +68,11 @@ class Copies:
     def __exit__(self, *exc: Any) -> None:
         for name in ("to_host", "to_host_later", "upload", "copy_on_device"):
             delattr(self.dev, name)
+
+
+def split_mlp_feeds(step: int, batch: int = 4) -> dict[str, np.ndarray]:
+    """A batch, seeded by ``step``, for ``tfc.testing.split_mlp_module``'s default sizes
+    (6 inputs, 3 classes)."""
+    rng = np.random.default_rng(step)
+    return {"x": rng.normal(size=(batch, 6)).astype(np.float32),
+            "y": rng.integers(0, 3, batch).astype(np.int32)}

@@ -21,7 +21,7 @@ from tfc.errors import ExecutionError
 from tfc.runtime.program import Program
 from tfc.testing import split_mlp_module
 
-from tests.backends.cuda.emulated import Copies, emulated_off_the_gpu
+from tests.backends.cuda.emulated import Copies, emulated_off_the_gpu, split_mlp_feeds as feeds
 
 RTOL = 1e-5
 GPU_VARIABLES = {"w1": (8, 8), "b1": (8,)}  # layer 1 of (6, 8, 8, 3): the GPU's
@@ -30,12 +30,6 @@ GPU_VARIABLES = {"w1": (8, 8), "b1": (8,)}  # layer 1 of (6, 8, 8, 3): the GPU's
 @pytest.fixture(autouse=True)
 def on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
     emulated_off_the_gpu(monkeypatch)
-
-
-def feeds(step: int, batch: int = 4) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(step)
-    return {"x": rng.normal(size=(batch, 6)).astype(np.float32),
-            "y": rng.integers(0, 3, batch).astype(np.int32)}
 
 
 def programs() -> tuple[Program, Program]:

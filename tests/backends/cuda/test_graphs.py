@@ -19,18 +19,12 @@ from tfc.errors import ExecutionError
 from tfc.runtime.program import Program
 from tfc.testing import split_mlp_module
 
-from tests.backends.cuda.emulated import emulated_off_the_gpu
+from tests.backends.cuda.emulated import emulated_off_the_gpu, split_mlp_feeds as feeds
 
 
 @pytest.fixture(autouse=True)
 def on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
     emulated_off_the_gpu(monkeypatch)
-
-
-def feeds(step: int, batch: int = 4) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(step)
-    return {"x": rng.normal(size=(batch, 6)).astype(np.float32),
-            "y": rng.integers(0, 3, batch).astype(np.int32)}
 
 
 def program(graphs: bool, dropout: bool = False) -> Program:
