@@ -153,6 +153,11 @@ def test_no_other_thread_queues_work_while_a_step_is_captured(
 
 
 def test_two_threads_stepping_on_one_device_give_their_sequential_results() -> None:
+    """The bug itself, on a GPU (``TFC_BACKEND=cuda``): without ``Device.lock`` a step
+    captured while the other thread queued its upload recorded that upload into its graph
+    (cudaErrorInvalidValue on the H200). Off a GPU the emulator's capture records only the
+    actions it is given, so there it checks the bookkeeping; the test above checks the
+    lock itself everywhere."""
     import threading
     sequential = [program(True), program(True)]
     want = [[p.run("train", **feeds(10 * i + k))["loss"] for k in range(6)]
