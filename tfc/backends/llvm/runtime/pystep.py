@@ -456,11 +456,12 @@ class NativeStep:
 
     def slow(self, *values: Any) -> Any:
         """The step in Python (first calls, anything new, errors); then follow the
-        binding the executable used."""
+        binding the executable used, and its call once the GIL probe has chosen it."""
         try:
             return self.call(*values)
         finally:
-            if self.exe._last is not self.bound:
+            last = self.exe._last
+            if last is not self.bound or (last is not None and last.call is not self.bound_call):
                 self._rebind()
 
     def _rebind(self) -> None:
@@ -475,6 +476,7 @@ class NativeStep:
         exe, t, o = self.exe, self.table, self.offsets
         t[H["enabled"]] = 0
         self.bound = bound
+        self.bound_call = None if bound is None else bound.call
         if bound is None or bound.call is not exe._entry_gil:
             return
         t[H["ptrs"]], t[H["params"]] = bound.ptrs_addr, bound.params_addr
