@@ -133,6 +133,11 @@ class Model:
 
     def __init__(self, inputs: Any = None, outputs: Any = None, name: str | None = None
                  ) -> None:
+        if inputs is not None or outputs is not None:
+            from tfc.layers.functional import Functional
+            if not isinstance(self, Functional):  # Keras's "subclassed Functional"
+                Functional.__init__(_as_functional(self), inputs, outputs, name)
+                return
         object.__setattr__(self, "_tracked_variables", [])
         object.__setattr__(self, "layers", [])
         self.name = name or _snake_case(type(self).__name__)
@@ -161,10 +166,6 @@ class Model:
         self._own_build_running = False
         self._input_float_dtype: DType | None = None  # add_weight's default in build
         self._tracing = False
-        if inputs is not None or outputs is not None:
-            raise TfcError(f"{type(self).__name__}: inputs and outputs are given to "
-                           f"tfc.Model(inputs, outputs) itself; a subclass builds its ops in "
-                           f"call(inputs, training=False)", user_location())
         if type(self).call is Model.call:
             raise TfcError("tfc.Model needs inputs and outputs (Model(inputs, outputs)), "
                            "or subclass it and define call(inputs, training=False)",
@@ -996,6 +997,25 @@ def same_computation(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
         equal.add((id(u), id(v)))
         todo.extend(zip(p.inputs, q.inputs))
     return len(a) == len(b)
+
+
+def _as_functional(model: Model) -> Model:
+    """``model``, a subclass's instance whose ``__init__`` called ``super().__init__(inputs,
+    outputs)`` (Keras's "subclassed Functional"), made a ``Functional`` model: as Keras
+    does, ``Model`` among its class's ancestors is replaced by ``Functional``, so the
+    subclass keeps its own methods and attributes and trains, saves and loads as a
+    Functional model (``type(model)`` stays the user's class)."""
+    from tfc.layers.functional import Functional
+
+    def inject(cls: type) -> type:
+        if cls is Model:
+            return Functional
+        if not issubclass(cls, Model) or issubclass(cls, Functional):
+            return cls
+        cls.__bases__ = tuple(inject(base) for base in cls.__bases__)
+        return cls
+    inject(type(model))
+    return model
 
 
 def _accepts_training(fn: Callable[..., Any]) -> bool:
