@@ -999,7 +999,7 @@ def same_computation(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
     return len(a) == len(b)
 
 
-def _as_functional(model: Model) -> Model:
+def _as_functional(model: Model) -> Any:
     """``model``, a subclass's instance whose ``__init__`` called ``super().__init__(inputs,
     outputs)`` (Keras's "subclassed Functional"), made a ``Functional`` model: as Keras
     does, ``Model`` among its class's ancestors is replaced by ``Functional``, so the
