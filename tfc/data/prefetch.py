@@ -22,19 +22,22 @@ it are consumed); every wait is bounded (``timeout_s``); the thread stops when i
 it holds no reference to them, and a producer waiting for room wakes up to check its stop
 flag.
 
-**The hand-off** is a deque with two waiting flags (``_Channel``): taking an element that
-is there and putting one where there is room cost no lock; only a side that must wait
-takes the lock, and only a side that finds the other waiting wakes it. (``queue.Queue``
-takes a lock and a condition on both sides per element.)
+**The hand-off** is a deque with a waiting flag per side (``_Channel``): taking an element
+that is there and putting one where there is room take no lock; a side that must wait
+raises its flag and blocks on a plain lock (``_Signal``), which the other side releases
+only when it finds the flag up. (``queue.Queue`` runs a lock and a ``Condition``, which
+allocates a lock per wait, on both sides per element.) As tf.data's, the producer makes
+an element only when there is room for it: at most ``k`` are made ahead.
 
 ``busy_s`` is the CPU time the producer thread spent making the elements taken so far:
 its Python work holds the interpreter lock, which the consumer's step needs too, so it is
 what a prefetch can cost the step beside it (``tools/bench_input.py`` reports it per
 batch).
 
-While it makes an element the producer reserves a core (``tfc.backends.cores``), so that
+While it makes elements the producer reserves a core (``tfc.backends.cores``), so that
 the step's fork-join GEMMs (llvm's OpenBLAS) run on one thread fewer instead of waiting
-for a half that the producer descheduled; while it waits for room it holds none. The map
+for a half that the producer descheduled; while it waits for room it holds none (the
+reservation spans a run of elements between two waits, not each element). The map
 fn's compiled step lets the interpreter lock go while it computes (llvm keeps it only
 through steps that are short: ``executable.GIL_HOLD_NS``), so the training step can start
 while the producer maps the next batch."""
@@ -55,51 +58,72 @@ _POLL_S = 0.05  # how often a blocked side checks whether it should stop / the o
 _ITEM, _END, _ERROR = 0, 1, 2  # kinds of what a producer puts
 
 
+class _Signal:
+    """A wake-up that waits for at most one pending signal: a lock held while none is
+    pending (``acquire``/``release`` are C calls; a ``Condition`` allocates a lock and
+    runs Python per wait and per notify). ``waiting`` is the waiter's flag: the other
+    side signals only when it is up, and clears it, so a signal is given once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self.waiting = False
+
+    def wait(self, timeout_s: float) -> None:
+        self._lock.acquire(timeout=timeout_s)
+
+    def give(self) -> None:
+        self.waiting = False
+        try:
+            self._lock.release()
+        except RuntimeError:  # one is pending already (the waiter did not need it)
+            pass
+
+
 class _Channel:
     """A bounded hand-off from one producer thread to one consumer (module docstring).
 
     Only elements count against ``capacity``: an end or an error is put at once, so the
     next pass's first element can be made while the consumer still takes the current
     pass's last. ``marks_put`` is written by the producer only, ``marks_taken`` by the
-    consumer only (the GIL orders their reads and writes)."""
+    consumer only (the GIL orders their reads and writes). A side raises its waiting
+    flag before it checks the other side's progress a last time and waits, and each side
+    looks at the other's flag after it made progress: so a wake-up is never lost (a
+    spurious one costs a loop)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.items: collections.deque[tuple] = collections.deque()
         self.marks_put = 0
         self.marks_taken = 0
-        self._lock = threading.Lock()
-        self._not_empty = threading.Condition(self._lock)
-        self._not_full = threading.Condition(self._lock)
-        self._consumer_waits = False
-        self._producer_waits = False
+        self.room = _Signal()   # the producer waits for room
+        self.ready = _Signal()  # the consumer waits for an item
 
     def _elements(self) -> int:
         return len(self.items) - (self.marks_put - self.marks_taken)
 
-    def put(self, item: tuple, stop: threading.Event) -> bool:
-        """Put an element once there is room; False if stopped meanwhile."""
+    def full(self) -> bool:
+        return self._elements() >= self.capacity
+
+    def wait_room(self, stop: threading.Event) -> bool:
+        """Wait until there is room for an element; False if stopped meanwhile."""
+        room = self.room
         while self._elements() >= self.capacity:
             if stop.is_set():
                 return False
-            with self._lock:
-                self._producer_waits = True
-                if self._elements() >= self.capacity:  # (checked after the flag is up)
-                    self._not_full.wait(_POLL_S)
-                self._producer_waits = False
-        self.items.append(item)
-        if self._consumer_waits:
-            with self._lock:
-                self._not_empty.notify()
+            room.waiting = True
+            if self._elements() >= self.capacity:  # (checked after the flag is up)
+                room.wait(_POLL_S)
+            room.waiting = False
         return True
 
-    def put_mark(self, item: tuple) -> None:
-        """Put an end or an error (no room needed)."""
-        self.marks_put += 1
+    def put(self, item: tuple) -> None:
+        """Put an element (after ``wait_room``) or an end or error (no room needed)."""
+        if item[0] != _ITEM:
+            self.marks_put += 1
         self.items.append(item)
-        if self._consumer_waits:
-            with self._lock:
-                self._not_empty.notify()
+        if self.ready.waiting:
+            self.ready.give()
 
     def take(self) -> tuple | None:
         """The next item, or None if there is none yet."""
@@ -109,18 +133,17 @@ class _Channel:
         if items[0][0] != _ITEM:
             self.marks_taken += 1  # (before it leaves: the count never reads one low)
         item = items.popleft()
-        if self._producer_waits:
-            with self._lock:
-                self._not_full.notify()
+        if self.room.waiting:
+            self.room.give()
         return item
 
     def wait(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for an item (returns early when one is there)."""
-        with self._lock:
-            self._consumer_waits = True
-            if not self.items:  # (checked after the flag is up)
-                self._not_empty.wait(timeout_s)
-            self._consumer_waits = False
+        ready = self.ready
+        ready.waiting = True
+        if not self.items:  # (checked after the flag is up)
+            ready.wait(timeout_s)
+        ready.waiting = False
 
 
 class _Stream:
@@ -142,6 +165,7 @@ class _Stream:
     def close(self) -> None:
         """Stop the thread and wait for it (bounded)."""
         self.stop.set()
+        self.channel.room.give()  # (a producer waiting for room sees the stop at once)
         if self.thread is not threading.current_thread():
             self.thread.join(timeout=5.0)
 
@@ -149,32 +173,44 @@ class _Stream:
 def _produce(make: Callable[[int], Any], upstream: Any, index: int, stream: _Stream) -> None:
     """Put ``(kind, value, state, cpu_s)``: each element with the upstream state after it
     and the producer's CPU seconds for it; a pass's end (its index as the value), then
-    the next pass's elements if ``stream.last`` allows; or the error."""
+    the next pass's elements if ``stream.last`` allows; or the error. The core is
+    reserved from a wake-up to the next wait for room (not per element)."""
     channel, stop = stream.channel, stream.stop
+    core: reserve_core | None = None
     try:
+        clock = time.thread_time()
         while not stop.is_set():
-            start = time.thread_time()
+            if channel.full():
+                if core is not None:
+                    core.__exit__()
+                    core = None
+                if not channel.wait_room(stop):
+                    break
+            if core is None:
+                core = reserve_core().__enter__()
             try:
-                with reserve_core():  # (not while it waits for room)
-                    element = upstream.next()
+                element = upstream.next()
             except StopIteration:
-                end = (_END, index, upstream.state(), time.thread_time() - start)
+                end = (_END, index, upstream.state(), time.thread_time() - clock)
                 _close(upstream)
                 upstream = None
                 if stream.last is None or index < stream.last:
                     upstream = make(index + 1)
                     stream.starts[index + 1] = upstream.state()
-                channel.put_mark(end)
+                channel.put(end)
+                clock = time.thread_time()
                 if upstream is None:
                     return
                 index += 1
                 continue
-            if not channel.put((_ITEM, element, upstream.state(),
-                                time.thread_time() - start), stop):
-                break
+            now = time.thread_time()
+            channel.put((_ITEM, element, upstream.state(), now - clock))
+            clock = now
     except BaseException as e:  # surfaces in the consumer
-        channel.put_mark((_ERROR, e, None, 0.0))
+        channel.put((_ERROR, e, None, 0.0))
     finally:
+        if core is not None:
+            core.__exit__()
         if upstream is not None:
             _close(upstream)
 
