@@ -299,7 +299,7 @@ def test_prefetch_times_out_instead_of_hanging():
 
 class ThreadRecording(Dataset):
     """``n`` int64 elements per pass; records which thread made each (pass, element), and
-    fails at element ``fail`` of pass ``fail_pass`` if given."""
+    fails at ``fail``: (pass, element), or (pass, None) to fail opening the pass."""
 
     def __init__(self, n, cardinality=None, fail=None):
         super().__init__()
@@ -311,6 +311,8 @@ class ThreadRecording(Dataset):
 
     def _iterate(self, pass_):
         ds = self
+        if ds.fail == (pass_[-1], None):
+            raise ValueError(f"pass {pass_[-1]} cannot start")
 
         class It:
             index = 0
@@ -413,6 +415,11 @@ def test_an_error_in_the_next_pass_surfaces_in_that_pass():
         assert int(next(second)) == 100
         with pytest.raises(ValueError, match="element 1 of pass 1 is broken"):
             next(second)
+    source = ThreadRecording(3, fail=(1, None))  # the next pass fails to open
+    with source.prefetch(2).epochs(2) as epochs:
+        assert [int(e) for e in next(epochs)] == [0, 1, 2]
+        with pytest.raises(ValueError, match="pass 1 cannot start"):
+            next(next(epochs))
 
 
 @pytest.mark.parametrize("make", [

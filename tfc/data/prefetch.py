@@ -194,10 +194,16 @@ def _produce(make: Callable[[int], Any], upstream: Any, index: int, stream: _Str
                 end = (_END, index, upstream.state(), time.thread_time() - clock)
                 _close(upstream)
                 upstream = None
+                failed: BaseException | None = None
                 if stream.last is None or index < stream.last:
-                    upstream = make(index + 1)
-                    stream.starts[index + 1] = upstream.state()
+                    try:  # (before the end is put: its start is there when it is opened)
+                        upstream = make(index + 1)
+                        stream.starts[index + 1] = upstream.state()
+                    except BaseException as e:  # the next pass's error, after this end
+                        upstream, failed = None, e
                 channel.put(end)
+                if failed is not None:
+                    channel.put((_ERROR, failed, None, 0.0))
                 clock = time.thread_time()
                 if upstream is None:
                     return
@@ -246,7 +252,7 @@ class PrefetchPasses:
         stream = self._stream[0]
         if stream is not None and self._next == index and not stream.stop.is_set():
             stream.last = index if last else None  # (adopted: made from its end on)
-            start = stream.starts.pop(index)
+            start = stream.starts.pop(index, {})  # (none: an error comes first)
         else:
             stream, start = self._restart(index, None, last)
         self._next = None
