@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from tfc.data.structure import as_arrays, flatten, packer
-from tfc.errors import TfcError
+from tfc.errors import OutOfRangeError, TfcError
 
 INFINITE = -1  # cardinality of an endless dataset
 UNKNOWN = -2   # cardinality that depends on the data (a queue's)
@@ -226,7 +226,6 @@ class Iterator:
         return self
 
     def __next__(self) -> Any:
-        from tfc.errors import OutOfRangeError
         try:
             return self._it.next()
         except OutOfRangeError:  # a closed, empty queue: the end of the input
