@@ -371,6 +371,36 @@ def test_epochs_keep_one_producer_that_makes_the_next_pass_ahead():
     assert wait_until(lambda: not thread.is_alive())
 
 
+def test_positions_of_passes_opened_by_epochs_restore_exactly():
+    """A checkpoint at an epoch's start (the producer is already in that pass) or in its
+    middle resumes with exactly the batches an unbroken pass yields."""
+    def make():
+        return ints(17).shuffle(17, seed=2).batch(4).prefetch(2)
+    with make().epochs(3) as epochs:
+        for _ in range(3):
+            it = next(epochs)
+            at_start = unflatten_state(flat_state(it.state()))
+            whole = [b.tolist() for b in it]
+            with make().epochs() as again:  # (a pass's position names its pass number)
+                resumed = next(again)
+                resumed.restore(at_start)
+                assert [b.tolist() for b in resumed] == whole
+    with make().epochs(2) as epochs:
+        next(epochs).close()
+        it = next(epochs)
+        head = [next(it).tolist() for _ in range(2)]
+        state = unflatten_state(flat_state(it.state()))
+        tail = [b.tolist() for b in make().iterator(state)]
+        assert head + tail == whole_pass(make, 1)
+
+
+def whole_pass(make, index):
+    ds = make()
+    for _ in range(index):
+        iter(ds).close()
+    return [b.tolist() for b in iter(ds)]
+
+
 def test_a_repeat_of_a_prefetch_keeps_one_producer_and_restores_exactly():
     plain = ints(10).shuffle(10, seed=1).batch(3)
     source = ThreadRecording(4)
