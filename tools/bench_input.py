@@ -13,7 +13,11 @@ a 64x64 matmul and tanh on each batch (an augmentation's worth of work), the med
 2 cores, against ~1.2x with the costly one, whose map fn alone sets the pace). A step is
 ``next(it)`` (the wait: all of the pipeline's work without prefetch, only the part the
 producer thread has not done ahead with it) plus the compiled training step
-(``Session.run``); an epoch's first wait counts from ``iter()``. steps/s is over the wall
+(``Session.run``). The epochs are iterated as ``fit`` iterates them (``Dataset.epochs``: one
+producer thread across them, making the next epoch's first batches while this one's last
+steps run); ``--iter-per-epoch`` adds rows that call ``iter()`` per epoch instead (a
+producer per epoch, as before ``epochs``). An epoch's first wait counts from opening its
+pass. steps/s is over the wall
 time of whole epochs (the first, which compiles, not counted); the other columns are
 medians per step over the rounds. 'pipe cpu' is the CPU time of the pipeline's work per
 batch: in the step's thread without prefetch, in the producer thread with it
@@ -57,18 +61,20 @@ def costly(rounds: int) -> Callable[..., Any]:
 
 
 def measure(example: dict, x: np.ndarray, y: np.ndarray, batch: int, epochs: int,
-            map_fn: Callable[..., Any], prefetch: int) -> dict[str, float]:
+            map_fn: Callable[..., Any], prefetch: int, per_epoch: bool = False
+            ) -> dict[str, float]:
     """Per-step medians (seconds) of the wait for data and of the whole step."""
     model = example["model"]
     tr = model._require_training()
     sess = model.session
     ds = example["pipeline"](x, y, batch_size=batch, seed=0, prefetch=prefetch, map_fn=map_fn)
+    passes = ds.epochs(epochs)  # (as fit: one producer thread across the epochs)
     waits, steps, firsts, pipe_cpu, proc_cpu = [], [], [], [], []
     wall = 0.0
     for epoch in range(epochs):
         start = t0 = time.perf_counter()
         cpu0 = time.process_time()
-        it = iter(ds)  # (a prefetch thread starts filling the shuffle buffer here)
+        it = iter(ds) if per_epoch else next(passes)
         first = True
         batches = 0
         busy = 0.0  # the pipeline's CPU seconds in this thread (no prefetch)
@@ -95,6 +101,7 @@ def measure(example: dict, x: np.ndarray, y: np.ndarray, batch: int, epochs: int
         it.close()
         if epoch:
             wall += time.perf_counter() - start
+    passes.close()
     return {"steps_per_s": len(steps) / wall, "step_med": statistics.median(steps),
             "wait_med": statistics.median(waits), "wait_p90": float(np.percentile(waits, 90)),
             "wait_mean": statistics.fmean(waits), "first_wait": statistics.median(firsts),
@@ -113,6 +120,9 @@ def main() -> None:
                          "overlap can double steps/s on 2 cores)")
     ap.add_argument("--prefetch", default="0,1,2,4",
                     help="prefetch buffer sizes to time (0: none)")
+    ap.add_argument("--fns", default="cheap,medium,costly", help="map fns to time")
+    ap.add_argument("--iter-per-epoch", action="store_true",
+                    help="also time prefetch with iter() per epoch (a producer per epoch)")
     args = ap.parse_args()
     with tfc.Graph().as_default():
         example = runpy.run_path(str(ROOT / "examples" / "cnn_digits.py"),
@@ -123,20 +133,24 @@ def main() -> None:
     print(f"load: {os.getloadavg()[0]:.2f}  backend: {os.environ.get('TFC_BACKEND', 'llvm')}"
           f"  batch {args.batch}, {len(x)} examples, {args.rounds} rounds x {args.epochs} "
           f"epochs (first epoch of each not counted)")
-    rows: dict[tuple[str, int], list[dict[str, float]]] = {}
+    fns = {name: fns[name] for name in args.fns.split(",")}
+    modes = [False, True] if args.iter_per_epoch else [False]
+    rows: dict[tuple[str, str], list[dict[str, float]]] = {}
     for _ in range(args.rounds):
         for name, fn in fns.items():
             for prefetch in map(int, args.prefetch.split(",")):
-                rows.setdefault((name, prefetch), []).append(
-                    measure(example, x, y, args.batch, args.epochs, fn, prefetch))
+                for per_epoch in modes if prefetch else [False]:
+                    label = f"{prefetch}{' iter' if per_epoch else ''}" if prefetch else "-"
+                    rows.setdefault((name, label), []).append(measure(
+                        example, x, y, args.batch, args.epochs, fn, prefetch, per_epoch))
     print("waits per step in ms, over the steps after an epoch's first; 'first': the wait "
           "for an epoch's first batch (the shuffle buffer's fill)")
     print(f"{'map fn':8} {'prefetch':>8} {'steps/s':>8} {'step med':>9} {'wait med':>9} "
           f"{'wait p90':>9} {'wait mean':>10} {'first':>7} {'pipe cpu':>9} {'cpu/step':>9} "
           f"{'load':>5}")
-    for (name, prefetch), results in rows.items():
+    for (name, label), results in rows.items():
         med = {k: statistics.median(r[k] for r in results) for k in results[0]}
-        print(f"{name:8} {prefetch or '-':>8} {med['steps_per_s']:8.1f} "
+        print(f"{name:8} {label:>8} {med['steps_per_s']:8.1f} "
               f"{med['step_med'] * 1e3:9.3f} {med['wait_med'] * 1e3:9.3f} "
               f"{med['wait_p90'] * 1e3:9.3f} {med['wait_mean'] * 1e3:10.3f} "
               f"{med['first_wait'] * 1e3:7.2f} {med['pipe_cpu'] * 1e3:9.3f} "

@@ -247,9 +247,9 @@ def test_prefetch_yields_the_same_elements_and_stops_its_thread():
     it = iter(ints(1000).prefetch(4))
     next(it)
     deadline = time.monotonic() + 2
-    while it._it._queue.qsize() < 4 and time.monotonic() < deadline:
+    while it._it._stream.channel._elements() < 4 and time.monotonic() < deadline:
         time.sleep(0.01)
-    thread = it._it._thread
+    thread = it._it._stream.thread
     assert thread.is_alive()  # blocked on the full queue
     del it
     gc.collect()
@@ -272,7 +272,7 @@ def test_a_prefetch_producer_holds_a_core_only_while_it_makes_an_element():
     it = iter(ListDataset([element(i) for i in range(10)]).prefetch(2))
     next(it)
     deadline = time.monotonic() + 5
-    while it._it._queue.qsize() < 2 and time.monotonic() < deadline:
+    while it._it._stream.channel._elements() < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     time.sleep(0.05)  # (the producer is blocked on the full queue)
     assert cores.reserved() == 0
@@ -297,7 +297,163 @@ def test_prefetch_times_out_instead_of_hanging():
     it.close()
 
 
+class ThreadRecording(Dataset):
+    """``n`` int64 elements per pass; records which thread made each (pass, element), and
+    fails at ``fail``: (pass, element), or (pass, None) to fail opening the pass."""
+
+    def __init__(self, n, cardinality=None, fail=None):
+        super().__init__()
+        self.n, self.fixed, self.fail = n, cardinality, fail
+        self.made = []  # (pass, element, thread ident)
+
+    def cardinality(self):
+        return self.n if self.fixed is None else self.fixed
+
+    def _iterate(self, pass_):
+        ds = self
+        if ds.fail == (pass_[-1], None):
+            raise ValueError(f"pass {pass_[-1]} cannot start")
+
+        class It:
+            index = 0
+
+            def next(self):
+                if self.index >= ds.n:
+                    raise StopIteration
+                if ds.fail == (pass_[-1], self.index):
+                    raise ValueError(f"element {self.index} of pass {pass_[-1]} is broken")
+                ds.made.append((pass_[-1], self.index, threading.get_ident()))
+                self.index += 1
+                return np.int64(100 * pass_[-1] + self.index - 1)
+
+            def state(self):
+                return {"index": self.index}
+
+            def restore(self, s):
+                self.index = s["index"]
+        return It()
+
+
+def wait_until(cond, seconds=5.0):
+    deadline = time.monotonic() + seconds
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return cond()
+
+
+def test_epochs_keep_one_producer_that_makes_the_next_pass_ahead():
+    """``Dataset.epochs``: each pass is what ``iter()`` gives (the same shuffles), on one
+    producer thread that makes the next pass's first elements before it is opened; the
+    thread ends with the last pass, and with ``close``."""
+    plain = ints(23).shuffle(23, seed=3).batch(4)
+    expected = [[b.tolist() for b in plain] for _ in range(3)]  # passes 0, 1, 2
+    prefetched = ints(23).shuffle(23, seed=3).batch(4).prefetch(2)
+    got, threads = [], []
+    for it in prefetched.epochs(3):
+        threads.append(it._it._stream.thread)
+        got.append([b.tolist() for b in it])
+        if len(got) < 3:  # the next pass's first two elements are made meanwhile
+            assert wait_until(lambda: it._it._stream.channel._elements() == 2)
+    assert got == expected
+    assert threads[0] is threads[1] is threads[2]
+    assert wait_until(lambda: not threads[0].is_alive())  # ends after the last pass
+    assert [b.tolist() for b in prefetched] == [b.tolist() for b in plain]  # pass 3
+
+    source = ThreadRecording(5)
+    epochs = source.prefetch(1).epochs()
+    assert [int(e) for e in next(epochs)] == [0, 1, 2, 3, 4]
+    assert wait_until(lambda: (1, 0) in {(p, i) for p, i, _ in source.made})
+    assert len({t for _, _, t in source.made}) == 1 and threading.get_ident() not in {
+        t for _, _, t in source.made}
+    thread = epochs._passes._stream[0].thread
+    del epochs  # dropped: its producer stops
+    gc.collect()
+    assert wait_until(lambda: not thread.is_alive())
+
+
+def test_positions_of_passes_opened_by_epochs_restore_exactly():
+    """A checkpoint at an epoch's start (the producer is already in that pass) or in its
+    middle resumes with exactly the batches an unbroken pass yields."""
+    def make():
+        return ints(17).shuffle(17, seed=2).batch(4).prefetch(2)
+    with make().epochs(3) as epochs:
+        for _ in range(3):
+            it = next(epochs)
+            at_start = unflatten_state(flat_state(it.state()))
+            whole = [b.tolist() for b in it]
+            with make().epochs() as again:  # (a pass's position names its pass number)
+                resumed = next(again)
+                resumed.restore(at_start)
+                assert [b.tolist() for b in resumed] == whole
+    with make().epochs(2) as epochs:
+        next(epochs).close()
+        it = next(epochs)
+        head = [next(it).tolist() for _ in range(2)]
+        state = unflatten_state(flat_state(it.state()))
+        tail = [b.tolist() for b in make().iterator(state)]
+        assert head + tail == whole_pass(make, 1)
+
+
+def whole_pass(make, index):
+    ds = make()
+    for _ in range(index):
+        iter(ds).close()
+    return [b.tolist() for b in iter(ds)]
+
+
+def test_a_repeat_of_a_prefetch_keeps_one_producer_and_restores_exactly():
+    plain = ints(10).shuffle(10, seed=1).batch(3)
+    source = ThreadRecording(4)
+    ds = source.prefetch(2).repeat(3)
+    assert [int(e) for e in ds] == [100 * p + i for p in range(3) for i in range(4)]
+    assert len({t for _, _, t in source.made}) == 1  # one thread for the three passes
+    assert [e.tolist() for e in plain.prefetch(2).repeat(3)] == \
+        [e.tolist() for e in plain.repeat(3)]
+
+
+def test_a_pass_left_early_or_out_of_order_is_made_afresh():
+    source = ThreadRecording(6)
+    prefetched = source.prefetch(2)
+    epochs = prefetched.epochs()
+    first = next(epochs)
+    assert int(next(first)) == 0
+    first.close()  # left before its end: the producer is not of use for pass 1
+    assert [int(e) for e in next(epochs)] == [100 + i for i in range(6)]
+    other = iter(prefetched)  # pass 2, taken by someone else
+    assert int(next(other)) == 200
+    other.close()
+    assert [int(e) for e in next(epochs)] == [300 + i for i in range(6)]  # pass 3, afresh
+    epochs.close()
+
+
+def test_a_prefetch_over_a_queue_does_not_run_into_the_next_pass():
+    """A queue's elements are taken for good: a producer must not take the next pass's."""
+    from tfc.data.dataset import UNKNOWN
+    source = ThreadRecording(3, cardinality=UNKNOWN)
+    with source.prefetch(2).epochs(2) as epochs:
+        assert [int(e) for e in next(epochs)] == [0, 1, 2]
+        time.sleep(0.1)
+        assert {p for p, _, _ in source.made} == {0}
+        assert [int(e) for e in next(epochs)] == [100, 101, 102]
+
+
+def test_an_error_in_the_next_pass_surfaces_in_that_pass():
+    source = ThreadRecording(3, fail=(1, 1))
+    with source.prefetch(2).epochs(2) as epochs:
+        assert [int(e) for e in next(epochs)] == [0, 1, 2]
+        second = next(epochs)
+        assert int(next(second)) == 100
+        with pytest.raises(ValueError, match="element 1 of pass 1 is broken"):
+            next(second)
+    source = ThreadRecording(3, fail=(1, None))  # the next pass fails to open
+    with source.prefetch(2).epochs(2) as epochs:
+        assert [int(e) for e in next(epochs)] == [0, 1, 2]
+        with pytest.raises(ValueError, match="pass 1 cannot start"):
+            next(next(epochs))
+
+
 @pytest.mark.parametrize("make", [
+    lambda: ints(17).shuffle(17, seed=2).batch(4).prefetch(2).repeat(3),
     lambda: ints(23).shuffle(6, seed=5).batch(4).repeat(3),
     lambda: ints(23).repeat(2).shuffle(30, seed=1).batch(5, drop_remainder=True),
     lambda: ints(40).shard(3, 1).shuffle(4, seed=9).map(lambda a: a * 2).batch(2).take(9),

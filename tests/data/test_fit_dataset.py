@@ -60,6 +60,39 @@ def test_fit_on_a_shuffled_prefetched_mapped_pipeline_learns():
         assert plain.input_shape == (2,)
 
 
+def test_fit_keeps_one_prefetch_thread_across_epochs_with_the_same_results(monkeypatch):
+    """The next epoch's first batches are made by the thread that made this epoch's (no
+    thread per epoch); the batches, so the history and weights, are those without
+    prefetch; no thread is left when fit returns, also when a callback stops it early."""
+    import threading
+    started = []
+    start = threading.Thread.start
+
+    def recording(thread):
+        started.append(thread)
+        start(thread)
+    monkeypatch.setattr(threading.Thread, "start", recording)
+    x, y = blobs()
+    pipeline = Dataset.from_tensor_slices((x, y)).shuffle(120, seed=4).batch(16)
+    a, b = classifier(), classifier()
+    ha = a.fit(pipeline, epochs=4, verbose=0)
+    hb = b.fit(pipeline.prefetch(2), epochs=4, verbose=0)
+    assert ha == hb
+    for wa, wb in zip(a.get_weights(), b.get_weights()):
+        assert wa.tobytes() == wb.tobytes()
+    producers = [t for t in started if t.name == "tfc-prefetch"]
+    assert len(producers) == 1  # (the model is built: no first element for its shape)
+    assert not any(t.is_alive() for t in producers)
+
+    class StopAfterOneEpoch(tfc.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            self.model.stop_training = True
+    started.clear()
+    b.fit(pipeline.prefetch(2), epochs=4, verbose=0, callbacks=[StopAfterOneEpoch()])
+    assert [t.name for t in started] == ["tfc-prefetch"]
+    assert not started[0].is_alive()
+
+
 def test_steps_per_epoch_continues_an_endless_dataset_across_epochs():
     x, y = blobs(40)
     model = classifier()

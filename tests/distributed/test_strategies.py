@@ -39,7 +39,7 @@ def test_parameter_server_strategy_trains_on_the_cluster(loopback_cluster):
     data = tfc.data.Dataset.from_tensor_slices((X, Y)).batch(8)
     h1 = one.fit(data, epochs=2, verbose=0)
     try:
-        h2 = many.fit(data, epochs=2, verbose=0)
+        h2 = many.fit(data.prefetch(2), epochs=2, verbose=0)  # (one producer, both epochs)
         step = many._fit_step
         assert isinstance(step, ReplicatedStep) and step.remote
         assert sorted(step.program.task_states()) == ["ps:0", "worker:0", "worker:1"]

@@ -109,6 +109,12 @@ def test_sequential_functional_and_subclass_compile_to_the_same_ir_and_losses(ne
 
 def two_towers(dtype: str = "float32") -> tfc.keras.Model:
     """Two inputs, each through its own tower, joined; two heads: a class and a score."""
+    inputs, outputs = tower_tensors(dtype)
+    return tfc.keras.Model(inputs=inputs, outputs=outputs)
+
+
+def tower_tensors(dtype: str) -> tuple[dict, dict]:
+    """The inputs and outputs of ``two_towers``."""
     a = tfc.keras.Input(shape=(4,), name="user", dtype=dtype)
     b = tfc.keras.Input(shape=(3,), name="item", dtype=dtype)
     ta = L.Dense(6, activation="tanh", name="user_tower")(a)
@@ -116,7 +122,7 @@ def two_towers(dtype: str = "float32") -> tfc.keras.Model:
     joined = L.Concatenate()([ta, tb])
     cls = L.Dense(3, activation="softmax", name="cls")(joined)
     score = L.Dense(1, name="score")(joined + 0.5)  # an op between layers
-    return tfc.keras.Model(inputs={"user": a, "item": b}, outputs={"cls": cls, "score": score})
+    return {"user": a, "item": b}, {"cls": cls, "score": score}
 
 
 def tower_data(n: int = 64, seed: int = 0) -> tuple[dict, dict]:
@@ -387,12 +393,86 @@ def test_model_is_the_engine_of_sequential_functional_and_subclasses():
                    if method in vars(cls)]
         assert defined == [] and method in vars(tfc.Model), (method, defined)
 
-    class Wired(tfc.Model):  # Keras's "subclassed Functional" is not offered: a clear error
-        def __init__(self, inputs, outputs):
-            super().__init__(inputs, outputs)
 
-        def call(self, x):
-            return x
-    with pytest.raises(TfcError, match="a subclass builds its ops in call") as caught:
-        Wired(x, functional.outputs)
+
+# ---- Keras's "subclassed Functional" ---------------------------------------------------------
+
+class Towers(tfc.Model):
+    """``two_towers`` as Keras's subclassed Functional: ``__init__`` wires the graph and
+    calls ``super().__init__(inputs, outputs)``; a method and attributes of its own."""
+
+    def __init__(self, dtype: str = "float32", scale: float = 2.0) -> None:
+        inputs, outputs = tower_tensors(dtype)
+        super().__init__(inputs=inputs, outputs=outputs)
+        self.scale = scale
+
+    def scaled_scores(self, x: dict) -> np.ndarray:
+        return self.scale * self.predict(x)["score"]
+
+
+def towers_compiled(kind: str, dtype: str = "float32") -> tfc.Model:
+    tfc.set_random_seed(3)
+    model = Towers(dtype) if kind == "subclass" else two_towers(dtype)
+    model.compile(tfc.train.AdamOptimizer(0.05),
+                  loss={"cls": "sparse_categorical_crossentropy", "score": "mse"},
+                  metrics={"cls": ["accuracy"]})
+    return model
+
+
+def test_a_subclassed_functional_model_trains_saves_and_loads_as_the_functional_one(tmp_path):
+    from tfc.layers.functional import Functional
+    x, y = tower_data()
+    with tfc.Graph().as_default():
+        sub = towers_compiled("subclass")
+    with tfc.Graph().as_default():
+        plain = towers_compiled("functional")
+    assert type(sub) is Towers and isinstance(sub, Functional) and sub.name == "towers"
+    assert sub.scale == 2.0 and sub.input_names == ["user", "item"]
+    assert [layer.name for layer in sub.layers] == [layer.name for layer in plain.layers]
+    assert ir_up_to_names(sub.training_graph()) == ir_up_to_names(plain.training_graph())
+    hs = sub.fit(x, y, epochs=3, batch_size=16, verbose=0)
+    hp = plain.fit(x, y, epochs=3, batch_size=16, verbose=0)
+    assert hs == hp
+    for ws, wp in zip(sub.get_weights(), plain.get_weights()):
+        assert ws.tobytes() == wp.tobytes()
+    np.testing.assert_array_equal(sub.scaled_scores(x), 2.0 * plain.predict(x)["score"])
+    # saved from the subclass, loaded into a new one and into the plain Functional model
+    path = sub.save_weights(tmp_path / "towers")
+    with tfc.Graph().as_default():
+        again, other = towers_compiled("subclass"), None
+        again.load_weights(path)
+    with tfc.Graph().as_default():
+        other = towers_compiled("functional")
+        other.load_weights(path)
+    for model in (again, other):
+        out = model.predict(x)
+        for key, value in sub.predict(x).items():
+            assert out[key].tobytes() == value.tobytes(), key
+    assert again.evaluate(x, y) == sub.evaluate(x, y)
+
+
+def test_gradients_of_a_subclassed_functional_model_match_finite_differences():
+    model = towers_compiled("subclass", "float64")
+    x, y = tower_data(12, seed=3)
+    x = {k: v.astype(np.float64) for k, v in x.items()}
+    y["score"] = y["score"].astype(np.float64)
+    tr = model._require_training()
+    feeds = model._feed_dict(model._prepare_x(x), model._prepare_y(y))
+    assert_model_gradients_match_finite_differences(model, tr.loss, feeds)
+
+
+def test_a_subclassed_functional_model_is_called_as_a_layer_and_keeps_keras_errors():
+    inner = Towers()
+    user = tfc.keras.Input((4,), name="u")
+    item = tfc.keras.Input((3,), name="i")
+    outer = tfc.keras.Model([user, item], inner({"user": user, "item": item})["score"])
+    x, _ = tower_data(8)
+    np.testing.assert_allclose(outer.predict([x["user"], x["item"]]),
+                               inner.predict(x)["score"], rtol=1e-6)
+
+    class Unwired(tfc.Model):  # inputs without outputs: Functional's error
+        def __init__(self, inputs):
+            super().__init__(inputs=inputs)
+    with pytest.raises(TfcError, match="needs both inputs and outputs") as caught:
+        Unwired(user)
     assert "test_functional.py" in str(caught.value)

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from tfc.data.structure import as_arrays, flatten, packer
-from tfc.errors import TfcError
+from tfc.errors import OutOfRangeError, TfcError
 
 INFINITE = -1  # cardinality of an endless dataset
 UNKNOWN = -2   # cardinality that depends on the data (a queue's)
@@ -57,6 +57,11 @@ class Dataset:
     def cardinality(self) -> int:
         """How many elements one pass yields (``INFINITE``: -1)."""
         raise NotImplementedError
+
+    def _passes(self, prefix: Pass) -> "Passes":
+        """Opens the passes ``(*prefix, i)`` one after another (``epochs``, ``repeat``): a
+        prefetch keeps one producer thread across them (``tfc.data.prefetch``)."""
+        return Passes(self, prefix)
 
     # ---- sources --------------------------------------------------------------------
 
@@ -133,24 +138,94 @@ class Dataset:
             it.restore(state)
         return it
 
+    def epochs(self, count: int | None = None) -> "Epochs":
+        """``count`` passes (None: no end), each the iterator ``iter()`` would give then
+        (the same pass numbers: the same shuffles), opened one after another: a
+        ``prefetch`` then makes the next pass's first elements while the current pass's
+        last are consumed, on one producer thread for all of them (``fit`` iterates a
+        dataset so). ``close()`` (or ``with``, or dropping it) stops that thread."""
+        return Epochs(self, count)
+
     def as_numpy(self) -> list[Any]:
         """Every element of one pass, in a list (for tests and small datasets)."""
         return list(self)
 
 
+class Passes:
+    """``Dataset._passes``: by default each pass is opened afresh."""
+
+    def __init__(self, dataset: Dataset, prefix: Pass) -> None:
+        self.dataset, self.prefix = dataset, prefix
+
+    def open(self, index: int, last: bool = False) -> Any:
+        """The iterator of pass ``(*prefix, index)``; ``last``: no pass is opened after it
+        (a producer does not run into the next one)."""
+        return self.dataset._iterate((*self.prefix, index))
+
+    def close(self) -> None:
+        pass
+
+
+class _WrappedPasses(Passes):
+    """The passes of a one-to-one transformation: its iterator around each of the
+    upstream's passes (so a prefetch upstream keeps its producer across them)."""
+
+    def __init__(self, upstream: Passes, wrap: Callable[[Any], Any]) -> None:
+        self.upstream, self.wrap = upstream, wrap
+
+    def open(self, index: int, last: bool = False) -> Any:
+        return self.wrap(self.upstream.open(index, last))
+
+    def close(self) -> None:
+        self.upstream.close()
+
+
+class Epochs:
+    """``Dataset.epochs``: an iterator of ``Iterator``s, one per pass."""
+
+    def __init__(self, dataset: Dataset, count: int | None) -> None:
+        if count is not None:
+            count = _positive("Dataset.epochs: count", count, 0)
+        self.dataset, self.count = dataset, count
+        self.opened = 0
+        self._passes = dataset._passes(())
+
+    def __iter__(self) -> "Epochs":
+        return self
+
+    def __next__(self) -> "Iterator":
+        if self.count is not None and self.opened >= self.count:
+            self.close()
+            raise StopIteration
+        self.opened += 1
+        index = self.dataset._iterations
+        self.dataset._iterations += 1
+        last = self.count is not None and self.opened == self.count
+        return Iterator(self.dataset, (index,), self._passes.open(index, last))
+
+    def close(self) -> None:
+        """Stop any prefetch thread."""
+        self._passes.close()
+
+    def __enter__(self) -> "Epochs":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Iterator:
     """A pass over a dataset: ``next(it)``, ``state()`` and ``restore(state)``."""
 
-    def __init__(self, dataset: Dataset, pass_: Pass) -> None:
+    def __init__(self, dataset: Dataset, pass_: Pass, it: Any = None) -> None:
         self.dataset = dataset
         self.pass_ = pass_
-        self._it = dataset._iterate(pass_)
+        self._it = dataset._iterate(pass_) if it is None else it
 
     def __iter__(self) -> "Iterator":
         return self
 
     def __next__(self) -> Any:
-        from tfc.errors import OutOfRangeError
         try:
             return self._it.next()
         except OutOfRangeError:  # a closed, empty queue: the end of the input
@@ -312,7 +387,13 @@ class _Map(_Unary):
         self.fn = fn
 
     def _iterate(self, pass_: Pass) -> Any:
-        return _MapIter(self.upstream._iterate(pass_), self.fn)
+        return self._wrap(self.upstream._iterate(pass_))
+
+    def _passes(self, prefix: Pass) -> Passes:
+        return _WrappedPasses(self.upstream._passes(prefix), self._wrap)
+
+    def _wrap(self, up: Any) -> Any:
+        return _MapIter(up, self.fn)
 
 
 class _MapIter:
@@ -352,6 +433,9 @@ class _Batch(_Unary):
 
     def _iterate(self, pass_: Pass) -> Any:
         return _BatchIter(self, self.upstream._iterate(pass_))
+
+    def _passes(self, prefix: Pass) -> Passes:
+        return _WrappedPasses(self.upstream._passes(prefix), lambda up: _BatchIter(self, up))
 
 
 class _BatchIter:
@@ -411,9 +495,9 @@ class _Repeat(_Unary):
 class _RepeatIter:
     def __init__(self, ds: _Repeat, pass_: Pass) -> None:
         self.ds, self.pass_ = ds, pass_
-        self.epoch = 0
-        self.yielded = False  # in this epoch (an empty epoch ends an endless repeat)
-        self.inner = ds.upstream._iterate((*pass_, 0))
+        self.passes = ds.upstream._passes(pass_)  # (a prefetch: one producer for them all)
+        self.inner: Any = None
+        self._start_epoch(0)
 
     def next(self) -> Any:
         while self.ds.count is None or self.epoch < self.ds.count:
@@ -429,18 +513,37 @@ class _RepeatIter:
 
     def _start_epoch(self, epoch: int) -> None:
         _close(self.inner)
-        self.epoch, self.yielded = epoch, False
-        self.inner = self.ds.upstream._iterate((*self.pass_, epoch))
+        self.epoch = epoch
+        self.yielded = False  # in this epoch (an empty epoch ends an endless repeat)
+        if self.ds.count is not None and epoch >= self.ds.count:
+            self.inner = _Exhausted()  # (no pass after the last is opened)
+            return
+        self.inner = self.passes.open(epoch, epoch + 1 == self.ds.count)
 
     def state(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "inner": self.inner.state()}
 
     def restore(self, state: Mapping[str, Any]) -> None:
         self._start_epoch(int(state["epoch"]))
-        self.inner.restore(state["inner"])
+        if not isinstance(self.inner, _Exhausted):
+            self.inner.restore(state["inner"])
 
     def close(self) -> None:
         _close(self.inner)
+        self.passes.close()
+
+
+class _Exhausted:
+    """A repeat's inner iterator after its last pass."""
+
+    def next(self) -> Any:
+        raise StopIteration
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        pass
 
 
 class _Shuffle(_Unary):
@@ -576,6 +679,9 @@ class _Shard(_Unary):
     def _iterate(self, pass_: Pass) -> Any:
         return _ShardIter(self, self.upstream._iterate(pass_))
 
+    def _passes(self, prefix: Pass) -> Passes:
+        return _WrappedPasses(self.upstream._passes(prefix), lambda up: _ShardIter(self, up))
+
 
 class _ShardIter:
     def __init__(self, ds: _Shard, up: Any) -> None:
@@ -644,9 +750,14 @@ class _Prefetch(_Unary):
         self.timeout_s = float(timeout_s)
 
     def _iterate(self, pass_: Pass) -> Any:
-        from tfc.data.prefetch import PrefetchIterator
-        return PrefetchIterator(self.upstream._iterate(pass_), self.buffer_size,
-                                self.timeout_s)
+        return self._passes(pass_[:-1]).open(pass_[-1], alone=True)
+
+    def _passes(self, prefix: Pass) -> Any:
+        from tfc.data.prefetch import PrefetchPasses
+        upstream = self.upstream
+        return PrefetchPasses(lambda index: upstream._iterate((*prefix, index)),
+                              self.buffer_size, self.timeout_s,
+                              continues=upstream.cardinality() != UNKNOWN)
 
 
 # ---- positions in checkpoints --------------------------------------------------------

@@ -37,6 +37,7 @@ elements of those.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from dataclasses import dataclass, field
@@ -132,6 +133,11 @@ class Model:
 
     def __init__(self, inputs: Any = None, outputs: Any = None, name: str | None = None
                  ) -> None:
+        if inputs is not None or outputs is not None:
+            from tfc.layers.functional import Functional
+            if not isinstance(self, Functional):  # Keras's "subclassed Functional"
+                Functional.__init__(_as_functional(self), inputs, outputs, name)
+                return
         object.__setattr__(self, "_tracked_variables", [])
         object.__setattr__(self, "layers", [])
         self.name = name or _snake_case(type(self).__name__)
@@ -160,10 +166,6 @@ class Model:
         self._own_build_running = False
         self._input_float_dtype: DType | None = None  # add_weight's default in build
         self._tracing = False
-        if inputs is not None or outputs is not None:
-            raise TfcError(f"{type(self).__name__}: inputs and outputs are given to "
-                           f"tfc.Model(inputs, outputs) itself; a subclass builds its ops in "
-                           f"call(inputs, training=False)", user_location())
         if type(self).call is Model.call:
             raise TfcError("tfc.Model needs inputs and outputs (Model(inputs, outputs)), "
                            "or subclass it and define call(inputs, training=False)",
@@ -650,12 +652,16 @@ class Model:
                 yield take(xa, idx), take(ya, idx)
         return -(-n // batch_size), epoch
 
-    def _dataset_epochs(self, dataset: Any, y: Any, steps_per_epoch: int | None, what: str
+    def _dataset_epochs(self, dataset: Any, y: Any, steps_per_epoch: int | None, what: str,
+                        epochs: int = 1
                         ) -> tuple[int | None, Callable[[], Iterator[tuple[Any, Any]]]]:
         """Steps per epoch (None: unknown) and each epoch's ``(x, y)`` batches of a
-        ``tfc.data.Dataset``: a new pass per epoch, or with ``steps_per_epoch`` that many
-        batches of one pass that goes on across epochs (as Keras). An ``OutOfRangeError``
-        (a closed, empty queue behind the dataset) ends the epoch."""
+        ``tfc.data.Dataset``: a new pass per epoch (of ``epochs``, opened one after another
+        with ``Dataset.epochs``: a prefetch makes the next epoch's first batches while this
+        one's last steps run; the function's ``close`` stops its thread), or with
+        ``steps_per_epoch`` that many batches of one pass that goes on across epochs (as
+        Keras). An ``OutOfRangeError`` (a closed, empty queue behind the dataset) ends the
+        epoch."""
         from tfc.data.dataset import INFINITE
         from tfc.errors import OutOfRangeError
         if y is not None:
@@ -674,9 +680,10 @@ class Model:
             if isinstance(element, (tuple, list)) and len(element) == 2:
                 self._prepare_x(element[0])
         shared = iter(dataset) if steps_per_epoch is not None else None
+        passes: Any = dataset.epochs(epochs) if shared is None else None
 
         def epoch() -> Iterator[tuple[Any, Any]]:
-            it = shared if shared is not None else iter(dataset)
+            it = shared if shared is not None else next(passes)
             try:
                 for _ in (range(steps_per_epoch) if steps_per_epoch is not None
                           else iter(int, 1)):
@@ -690,17 +697,18 @@ class Model:
                     yield self._prepare_x(element[0]), self._prepare_y(element[1])
             finally:
                 if shared is None:
-                    it.close()  # a prefetch thread stops with its pass
+                    it.close()  # (a prefetch thread goes on into the next epoch's pass)
         return (steps_per_epoch if steps_per_epoch is not None
-                else count if count >= 0 else None), epoch
+                else count if count >= 0 else None), _Closing(epoch, passes or shared)
 
     def _epochs(self, x: Any, y: Any, batch_size: int, shuffle: bool, seed: int,
-                steps_per_epoch: int | None, what: str
+                steps_per_epoch: int | None, what: str, epochs: int = 1
                 ) -> tuple[int | None, Callable[[], Iterator[tuple[Any, Any]]]]:
-        """Where ``fit``/``evaluate`` take their batches from: arrays or a Dataset."""
+        """Where ``fit``/``evaluate`` take their batches from (``epochs`` passes): arrays
+        or a Dataset (then the function has a ``close``: ``fit`` calls it at its end)."""
         from tfc.data.dataset import Dataset
         if isinstance(x, Dataset):
-            return self._dataset_epochs(x, y, steps_per_epoch, what)
+            return self._dataset_epochs(x, y, steps_per_epoch, what, epochs)
         return self._array_epochs(x, y, batch_size, shuffle, seed, what)
 
     def fit(self, x: Any, y: Any = None, epochs: int = 1, batch_size: int = 32,
@@ -720,7 +728,7 @@ class Model:
         if epochs < 0:
             raise TfcError(f"fit: epochs must be >= 0, got {epochs}")
         steps, epoch_batches = self._epochs(x, y, batch_size, shuffle, seed, steps_per_epoch,
-                                            "fit")
+                                            "fit", epochs)
         tr = self._require_training()
         names = ["loss", *tr.metrics]
         fetches = [tr.loss, *tr.metrics.values()]
@@ -728,7 +736,8 @@ class Model:
         history = History()
         hooks = self._callbacks(callbacks, epochs, steps, verbose)
         hooks.on_train_begin({})
-        with FitProgress(epochs, steps, verbose) as progress:  # type: ignore[arg-type]
+        progress_bar = FitProgress(epochs, steps, verbose)  # type: ignore[arg-type]
+        with progress_bar as progress, _closing(epoch_batches):
             for epoch in range(epochs):
                 hooks.on_epoch_begin(epoch, {})
                 progress.start_epoch(epoch)
@@ -941,6 +950,26 @@ def take(batch: np.ndarray | list[np.ndarray], idx: Any) -> np.ndarray | list[np
     return [a[idx] for a in batch] if isinstance(batch, list) else batch[idx]
 
 
+class _Closing:
+    """An epoch's batches (``fn()``) and ``close()``: stop what feeds them (a prefetch
+    thread that goes on across epochs)."""
+
+    def __init__(self, fn: Callable[[], Iterator[tuple[Any, Any]]], source: Any) -> None:
+        self.fn, self.source = fn, source
+
+    def __call__(self) -> Iterator[tuple[Any, Any]]:
+        return self.fn()
+
+    def close(self) -> None:
+        if self.source is not None:
+            self.source.close()
+
+
+def _closing(epochs: Any) -> Any:
+    """``with _closing(epoch_batches)``: closed at the end if it can be."""
+    return contextlib.closing(epochs) if hasattr(epochs, "close") else contextlib.nullcontext()
+
+
 def _floats(names: Sequence[str], values: np.ndarray) -> dict[str, float]:
     return {k: float(v) for k, v in zip(names, values)}
 
@@ -968,6 +997,25 @@ def same_computation(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
         equal.add((id(u), id(v)))
         todo.extend(zip(p.inputs, q.inputs))
     return len(a) == len(b)
+
+
+def _as_functional(model: Model) -> Any:
+    """``model``, a subclass's instance whose ``__init__`` called ``super().__init__(inputs,
+    outputs)`` (Keras's "subclassed Functional"), made a ``Functional`` model: as Keras
+    does, ``Model`` among its class's ancestors is replaced by ``Functional``, so the
+    subclass keeps its own methods and attributes and trains, saves and loads as a
+    Functional model (``type(model)`` stays the user's class)."""
+    from tfc.layers.functional import Functional
+
+    def inject(cls: type) -> type:
+        if cls is Model:
+            return Functional
+        if not issubclass(cls, Model) or issubclass(cls, Functional):
+            return cls
+        cls.__bases__ = tuple(inject(base) for base in cls.__bases__)
+        return cls
+    inject(type(model))
+    return model
 
 
 def _accepts_training(fn: Callable[..., Any]) -> bool:
