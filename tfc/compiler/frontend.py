@@ -20,9 +20,10 @@ from tfc.ir.core import Module
 
 
 def load_model(path: str | os.PathLike[str], partitioner: Any = None) -> Module:
-    """The module a model file defines (``.py``, ``.tfm`` or ``.tfir``). ``partitioner``:
-    a Python model's variables are made as if in ``tfc.variable_partitioner(partitioner)``
-    (``tfc compile --cluster``'s automatic split; IR has its variables already)."""
+    """The module a model file defines (``.py``, ``.tfm`` or ``.tfir``). ``partitioner``
+    (``tfc compile --cluster``'s automatic split): a Python model's variables are made as
+    if in ``tfc.variable_partitioner(partitioner)``; a ``.tfm`` or ``.tfir`` module's are
+    split after it is built, by the same rule (``tfc.api.split_variables``)."""
     p = Path(path)
     if not p.exists():
         raise TfcError(f"no such model file: {p}")
@@ -39,13 +40,17 @@ def load_model(path: str | os.PathLike[str], partitioner: Any = None) -> Module:
         raise TfcError(f"{p}: empty input (the file is empty)")
     if p.suffix == ".tfm":
         from tfc.compiler.tfm import parse_tfm
-        return parse_tfm(text, str(p))
-    from tfc.ir.parser import parse_module
-    module = parse_module(text, str(p))
-    if not module.entries:
-        raise TfcError(f"{p}: the IR defines no graphs to run (only comments"
-                       f"{' and variables' if module.variables else ''}"
-                       f"{' and @__init__' if module.graphs else ''})")
+        module = parse_tfm(text, str(p))
+    else:
+        from tfc.ir.parser import parse_module
+        module = parse_module(text, str(p))
+        if not module.entries:
+            raise TfcError(f"{p}: the IR defines no graphs to run (only comments"
+                           f"{' and variables' if module.variables else ''}"
+                           f"{' and @__init__' if module.graphs else ''})")
+    if partitioner is not None:
+        from tfc.api.split_variables import split_variables
+        split_variables(module, partitioner)
     return module
 
 

@@ -1,0 +1,419 @@
+"""The automatic row split as a pass over an IR module: what ``tfc compile --cluster ps=P``
+does to a ``.tfm`` or ``.tfir`` model (``--min-slice-size``).
+
+A Python model is split while it is built (``tfc.api.partitioned.automatic_partitioner``:
+its variables are made as ``PartitionedVariable``s). A module from another frontend has
+its variables, its gradients and its optimizer's updates already, so the split is made
+on the IR: each variable that ``automatic_blocks`` (the same rule, the same threshold)
+splits into k > 1 blocks becomes k variables ``NAME/part_0`` ... ``NAME/part_{k-1}``
+holding contiguous row blocks (``row_blocks``: TensorFlow's split), and so does each of
+its optimizer slots of the same type (``NAME/Momentum`` becomes ``NAME/part_i/Momentum``,
+as the Python path names them, so checkpoints and the replicate pass's placement -- a
+slot on its block's PS -- agree). Every use of the variable is rewritten in place:
+
+- a read (``var.read``) becomes a read of each block; a ``gather`` of rows from it
+  (axis 0) becomes ``gather_blocks``, the Python path's sharded gather (each block gets
+  every id shifted to its rows, answers on its own device, masked and added), and any
+  other use reads the blocks concatenated;
+- an ``assign``/``assign_add``/``assign_sub`` of the whole value assigns each block its
+  rows (a ``slice``, as ``PartitionedVariable`` splits a value);
+- a sparse update (``var.scatter_add``/``var.scatter_sub``: the sparse optimizers') goes
+  to every block with its ids shifted (``block_ids``) and the rows it does not own
+  scaled by 0, so each block adds exactly its own rows;
+- the optimizer's gradient marker names the first block (its gradient is summed where
+  that block lives; the replicate pass needs a variable there).
+
+The optimizer's update itself (Momentum's, Adam's arithmetic between the marker and the
+writes) is left as the frontend made it, on the whole variable: its slot rows are read
+through the same sharded gathers, its results written back through the split writes, so
+every number is the unsplit model's (the masks multiply by 1 and add 0). What differs
+from the Python path's IR: there the gradient is taken after the split, one marker and
+one update per block, each on its block's PS; here one update, placed by the replicate
+pass with the first block, sends each block its masked rows. Both move per step bytes in
+proportion to the batch's ids, not to the table.
+
+Not split: variables that ``automatic_blocks`` keeps whole (small, non-trainable, pinned
+to a device, one row), and variables an op inside a control-flow region names (a region
+is isolated from above; rewriting its body is not done here).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from tfc.api import ops
+from tfc.api.graph import Graph as BuildGraph, Tensor, source_location
+from tfc.api.partitioned import (Block, Partitioner, automatic_blocks, block_ids,
+                                 gather_blocks, row_mask)
+from tfc.errors import Location, TfcError
+from tfc.ir import core as ir
+from tfc.ir.registry import ELEMENTWISE, lookup, make_op, writes_variable
+from tfc.ir.types import TensorType
+from tfc.ops.optimizer import GRAD_MARKER
+from tfc.runtime.logical import row_blocks
+
+_WRITES = ("var.assign", "var.assign_add", "var.assign_sub")
+_SCATTERS = ("var.scatter_add", "var.scatter_sub")
+
+
+@dataclass(frozen=True)
+class SplitVariable:
+    """One variable split by rows: its blocks' names, first rows and row counts."""
+
+    name: str
+    type: TensorType
+    shards: tuple[str, ...]
+    offsets: tuple[int, ...]
+    rows: tuple[int, ...]
+    base: str  # the trainable variable (itself, or the one this is an optimizer slot of)
+
+    def shard_type(self, i: int) -> TensorType:
+        return TensorType(self.type.dtype, (self.rows[i], *self.type.shape[1:]))
+
+
+def plan_split(module: ir.Module, partitioner: Partitioner) -> dict[str, SplitVariable]:
+    """The variables of ``module`` the split makes blocks of (see the module docstring),
+    by name: each variable ``automatic_blocks`` splits, and its slots of the same type."""
+    in_regions = {op.attrs.get("var") for g in module.graphs.values() for top in g.ops
+                  for r in top.regions for op in r.walk()}
+    out: dict[str, SplitVariable] = {}
+    for name, decl in module.variables.items():
+        k = automatic_blocks(partitioner, decl.type, decl.trainable, decl.device)
+        if k < 2 or name in in_regions:
+            continue
+        slots = [n for n, d in module.variables.items() if n.startswith(name + "/")
+                 and not d.trainable and d.type == decl.type and n not in in_regions
+                 and "/" not in n[len(name) + 1:]]
+        rows = row_blocks(int(decl.type.shape[0]), k)
+        offsets = tuple(sum(rows[:i]) for i in range(k))
+        names = {v: tuple(f"{name}/part_{i}" + v[len(name):] for i in range(k))
+                 for v in [name, *slots]}
+        if any(s in module.variables for shards in names.values() for s in shards):
+            continue  # a name the blocks would take is in use: leave it whole
+        for v, shards in names.items():
+            out[v] = SplitVariable(v, decl.type, shards, offsets, tuple(rows), name)
+    return out
+
+
+def split_variables(module: ir.Module, partitioner: Partitioner) -> list[str]:
+    """Split ``module``'s large variables by rows in place (see the module docstring);
+    the names of the variables split (slots included), in declaration order."""
+    if module.lowered_for is not None or module.partitions:
+        raise TfcError("internal: split_variables runs on a model's module, before lowering")
+    plan = plan_split(module, partitioner)
+    if not plan:
+        return []
+    for graph in module.graphs.values():
+        _Rewrite(graph, plan, module.variables).run()
+    variables: dict[str, ir.VariableDecl] = {}
+    for name, decl in module.variables.items():
+        split = plan.get(name)
+        if split is None:
+            variables[name] = decl
+            continue
+        for i, shard in enumerate(split.shards):
+            variables[shard] = ir.VariableDecl(shard, split.shard_type(i), decl.device,
+                                               decl.trainable, decl.loc)
+    module.variables = variables
+    module.memory_plans.clear()
+    return list(plan)
+
+
+class _NotRowLocal(Exception):
+    """An update op whose rows the per-block copy cannot compute block by block."""
+
+
+@dataclass
+class _Update:
+    """The optimizer's update of one split variable in one graph (its markers, the ops
+    between them and its writes, the writes), and the copy of it for each block."""
+
+    markers: list[ir.Op]
+    ops: list[ir.Op]
+    writes: list[ir.Op]
+    copies: list[list[ir.Op]]
+
+    def members(self) -> set[ir.Op]:
+        return {*self.markers, *self.ops, *self.writes}
+
+
+class _Rewrite:
+    """One graph's rewrite: its top-level ops in order, each use of a split variable
+    replaced by ops on its blocks (built with ``tfc.api``'s ops, so they are the Python
+    path's), values renamed as they go."""
+
+    def __init__(self, graph: ir.Graph, plan: dict[str, SplitVariable],
+                 variables: dict[str, ir.VariableDecl]) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.variables = variables
+        self.ops: list[ir.Op] = []
+        self.subst: dict[ir.Value, ir.Value] = {}
+        self.builder = BuildGraph()
+        # each read of a split variable: its blocks' reads, and their concat once needed
+        self.block_reads: dict[ir.Op, list[ir.Op]] = {}
+        self.reads: dict[ir.Value, tuple[SplitVariable, list[ir.Value]]] = {}
+        self.whole: dict[ir.Value, ir.Value] = {}
+        for op in graph.ops:
+            if op.kind == "var.read" and op.attrs["var"] in plan:
+                split = plan[op.attrs["var"]]
+                self.block_reads[op] = [self.block_read(op, split, i)
+                                        for i in range(len(split.shards))]
+                self.reads[op.result] = (split, [r.result for r in self.block_reads[op]])
+        # the updates copied per block, by each of their ops; the op after which they go
+        self.updates: dict[ir.Op, _Update] = {}
+        self.last: dict[ir.Op, _Update] = {}
+        for base in dict.fromkeys(s.base for s in plan.values()):
+            update = self.plan_update(base)
+            if update is not None:
+                self.updates.update((op, update) for op in update.members())
+                self.last[max(update.members(), key=graph.ops.index)] = update
+
+    @staticmethod
+    def block_read(op: ir.Op, split: SplitVariable, i: int) -> ir.Op:
+        read = make_op("var.read", [], {"var": split.shards[i]}, device=op.device,
+                       loc=op.loc, result_types=[split.shard_type(i)])
+        read.result.name = split.shards[i]
+        return read
+
+    def run(self) -> None:
+        for op in self.graph.ops:
+            op.inputs = [self.subst.get(x, x) for x in op.inputs]
+            update = self.last.get(op)
+            if update is not None:
+                for copy in update.copies:
+                    for new in copy:
+                        new.inputs = [self.outside(x, new.loc) for x in new.inputs]
+                    self.ops.extend(copy)
+            if op in self.updates:
+                continue  # its block's copy does it
+            var = op.attrs.get("var") if op.kind.startswith("var.") else None
+            if var in self.plan:
+                self.variable_op(op, self.plan[var])
+            elif op.kind == GRAD_MARKER and op.attrs["var"] in self.plan:
+                op.attrs = {**op.attrs, "var": self.plan[op.attrs["var"]].shards[0]}
+                self.keep(op)
+            elif op.kind == "gather" and op.inputs and op.inputs[0] in self.reads \
+                    and op.attrs.get("axis", 0) == 0 and len(op.inputs) == 2:
+                self.gather(op)
+            else:
+                self.keep(op)
+        results = [self.outside(v, None) for v in self.graph.results]
+        self.graph.ops = self.ops
+        self.graph.results = results
+
+    def outside(self, v: ir.Value, loc: Location | None) -> ir.Value:
+        """What a use of ``v`` takes now: its replacement, or a split variable's blocks
+        concatenated for a read used whole."""
+        v = self.subst.get(v, v)
+        return self.whole_value(v, loc) if v in self.reads else v
+
+    def keep(self, op: ir.Op) -> None:
+        op.inputs = [self.outside(x, op.loc) for x in op.inputs]
+        self.ops.append(op)
+
+    def whole_value(self, read: ir.Value, loc: Location | None) -> ir.Value:
+        """The blocks of ``read`` concatenated (made at the first use that needs it)."""
+        if read not in self.whole:
+            split, blocks = self.reads[read]
+            with self.building(loc) as b:
+                value = ops.concat([Tensor(b, v) for v in blocks], axis=0)
+            self.whole[read] = value.value
+        return self.whole[read]
+
+    @contextlib.contextmanager
+    def building(self, loc: Location | None, into: list[ir.Op] | None = None
+                 ) -> Iterator[BuildGraph]:
+        """Build ops with ``tfc.api``'s functions (located at ``loc``) into a scratch
+        graph, then append them to ``into`` (default: the rewritten graph's ops)."""
+        b = self.builder
+        b.ir.ops = []
+        with b.as_default(), source_location(loc):
+            yield b
+        (self.ops if into is None else into).extend(b.ir.ops)
+        b.ir.ops = []
+
+    def variable_op(self, op: ir.Op, split: SplitVariable) -> None:
+        if op.kind == "var.read":
+            self.ops.extend(self.block_reads[op])
+        elif op.kind in _WRITES:
+            with self.building(op.loc) as b:
+                value = Tensor(b, op.inputs[0])
+                for i, shard in enumerate(split.shards):
+                    start = split.offsets[i]
+                    part = value[start:start + split.rows[i]] if len(split.shards) > 1 \
+                        else value
+                    b.create_op(op.kind, [part], {"var": shard}, loc=op.loc,
+                                device=op.device)
+        elif op.kind in _SCATTERS:
+            with self.building(op.loc) as b:
+                ids, updates = (Tensor(b, x) for x in op.inputs)
+                for i, shard in enumerate(split.shards):
+                    safe, weight = owned_rows(ids, updates, split, i)
+                    b.create_op(op.kind, [safe, updates * weight], {"var": shard},
+                                loc=op.loc, device=op.device)
+        else:
+            raise TfcError(f"cannot split variable '{split.name}' by rows: {op.kind} "
+                           f"names it (only reads, assigns, gathers and scatters are split)",
+                           op.loc)
+
+    def gather(self, op: ir.Op) -> None:
+        split, reads = self.reads[op.inputs[0]]
+        with self.building(op.loc) as b:
+            blocks = [Block(Tensor(b, v), split.offsets[i], split.rows[i],
+                            self.variables[split.name].device)
+                      for i, v in enumerate(reads)]
+            out, _ = gather_blocks(blocks, Tensor(b, op.inputs[1]))
+        self.subst[op.result] = out.value
+        out.value.name = op.result.name
+
+    # ---- the optimizer's update, one copy per block -------------------------------------
+
+    def plan_update(self, base: str) -> _Update | None:
+        """The update of ``base`` and its slots copied for each block, or None (no
+        optimizer marks it here, or an op of it needs rows of other blocks, or a value of
+        it is used elsewhere): then the update stays whole and reads and writes the
+        blocks through the rewrites above."""
+        g = self.graph
+        family = {n for n, s in self.plan.items() if s.base == base}
+        markers = [op for op in g.ops if op.kind == GRAD_MARKER and op.attrs["var"] == base]
+        if not markers:
+            return None
+        reads = [op for op in g.ops if op in self.block_reads and op.attrs["var"] in family]
+        writes = [op for op in g.ops if writes_variable(op) and op.attrs["var"] in family]
+        stop = {*markers, *reads}
+        needed: set[ir.Op] = set()
+        todo = [x.op for w in writes for x in w.inputs if x.op is not None]
+        while todo:
+            op = todo.pop()
+            if op not in needed and op not in stop:
+                needed.add(op)
+                todo.extend(x.op for x in op.inputs if x.op is not None)
+        dep = {r for op in stop for r in op.results}
+        between = []
+        for op in g.ops:
+            if op in needed and any(x in dep for x in op.inputs):
+                between.append(op)
+                dep.update(op.results)
+        inside = {*between, *writes}
+        users = g.uses()
+        if any(u not in inside for op in between for r in op.results
+               for u in users.get(r, ())) or any(r in g.results for op in between
+                                                 for r in op.results):
+            return None
+        split = self.plan[base]
+        try:
+            copies = [self.copy_update(split, i, markers, between, writes)
+                      for i in range(len(split.shards))]
+        except (_NotRowLocal, TfcError):
+            return None
+        return _Update(markers, between, writes, copies)
+
+    def copy_update(self, split: SplitVariable, i: int, markers: list[ir.Op],
+                    between: list[ir.Op], writes: list[ir.Op]) -> list[ir.Op]:
+        """Block ``i``'s copy of an update: every value of the variable's rows (a read of
+        it or a slot, a dense gradient, what is computed from them row by row) becomes
+        its block's rows; the sparse gradient's ids stay the whole variable's, shifted to
+        the block where a gather or a scatter takes rows (``owned_rows``), its rows of
+        other blocks scaled by 0 in a scatter. A gather of the block's rows for an id it
+        does not own reads its row 0: that position's result is computed but scaled by
+        0 where it is added (as the Python path's padding)."""
+        out: list[ir.Op] = []
+        mapped: dict[ir.Value, ir.Value] = {}
+        rows: set[ir.Value] = set()  # values (of the whole graph) of the variable's rows
+        whole_rows = int(split.type.shape[0])
+        for read, blocks in self.block_reads.items():
+            if self.plan[read.attrs["var"]].base == split.base:
+                mapped[read.result] = blocks[i].result
+                rows.add(read.result)
+        members = {*markers, *between, *writes}
+        with self.building(None, out) as b:
+            def t(v: ir.Value) -> Tensor:
+                return Tensor(b, mapped.get(v, v))
+
+            def block_rows(v: ir.Value) -> Tensor:  # an outside value of whole rows
+                start = split.offsets[i]
+                return t(v)[start:start + split.rows[i]]
+
+            for op in self.graph.ops:
+                if op not in members:
+                    continue
+                is_row = [x in rows for x in op.inputs]
+                name = op.attrs.get("var")
+                if op.kind == GRAD_MARKER:
+                    grads = ([block_rows(op.inputs[0])] if len(op.inputs) == 1
+                             else [t(x) for x in op.inputs])
+                    new = b.create_op(GRAD_MARKER, grads, {**op.attrs, "var":
+                                                           split.shards[i]}, loc=op.loc,
+                                      device=op.device)
+                    if len(op.inputs) == 1:
+                        rows.add(op.result)
+                elif op.kind in _WRITES:
+                    value = t(op.inputs[0]) if is_row[0] else block_rows(op.inputs[0])
+                    new = b.create_op(op.kind, [value], {"var": self.plan[name].shards[i]},
+                                      loc=op.loc, device=op.device)
+                elif op.kind in _SCATTERS or op.kind == "scatter_add":
+                    dense = [] if op.kind in _SCATTERS else [op.inputs[0]]
+                    ids, updates = op.inputs[len(dense):]
+                    if ids in rows or updates in rows or (dense and not is_row[0]):
+                        raise _NotRowLocal(op.kind)
+                    safe, weight = owned_rows(t(ids), t(updates), split, i)
+                    attrs = {"var": self.plan[name].shards[i]} if name else op.attrs
+                    new = b.create_op(op.kind, [*(t(x) for x in dense), safe,
+                                                t(updates) * weight], attrs, loc=op.loc,
+                                      device=op.device)
+                    if dense:
+                        rows.add(op.result)
+                elif op.kind == "gather" and len(op.inputs) == 2 and is_row[0] \
+                        and not is_row[1] and op.attrs.get("axis", 0) == 0:
+                    safe, _ = owned_rows(t(op.inputs[1]), t(op.inputs[0]), split, i)
+                    new = b.create_op("gather", [t(op.inputs[0]), safe], dict(op.attrs),
+                                      loc=op.loc, device=op.device)
+                elif any(is_row):
+                    new = b.create_op(op.kind, self.row_inputs(op, is_row, t, block_rows,
+                                                               whole_rows),
+                                      dict(op.attrs), loc=op.loc, device=op.device)
+                    rows.update(op.results)
+                else:  # no rows of the variable: ids, scalars, a sparse gradient's rows
+                    new = b.create_op(op.kind, [t(x) for x in op.inputs], dict(op.attrs),
+                                      loc=op.loc, device=op.device)
+                mapped.update(zip(op.results, new.results))
+        return out
+
+    @staticmethod
+    def row_inputs(op: ir.Op, is_row: list[bool], t: Callable[[ir.Value], Tensor],
+                   block_rows: Callable[[ir.Value], Tensor], whole_rows: int) -> list[Tensor]:
+        """The inputs of a copy of ``op``, an op on rows of the variable: only an
+        elementwise op (or a ``*_like``) computes row r from rows r alone."""
+        like = op.kind in ("zeros_like", "ones_like")
+        if not (lookup(op.kind).has(ELEMENTWISE) or like) or len(op.results) != 1:
+            raise _NotRowLocal(op.kind)
+        out = op.result.type
+        if out.rank == 0 or out.shape[0] != whole_rows:
+            raise _NotRowLocal(op.kind)
+        inputs = []
+        for x, row in zip(op.inputs, is_row):
+            if row:
+                if x.type.rank != out.rank:
+                    raise _NotRowLocal(op.kind)
+                inputs.append(t(x))
+            elif x.type.rank == out.rank and x.type.shape[0] == whole_rows:
+                inputs.append(block_rows(x))  # a whole value of as many rows
+            elif x.type.rank == out.rank and x.type.shape[0] != 1:
+                raise _NotRowLocal(op.kind)
+            else:
+                inputs.append(t(x))  # broadcast to every row
+        return inputs
+
+
+def owned_rows(ids: Tensor, updates: Tensor, split: SplitVariable, i: int
+               ) -> tuple[Tensor, Tensor]:
+    """``ids`` shifted to block ``i`` of ``split`` (``block_ids``) and the 0/1 weight
+    that scales each of ``updates``' rows: 1 where the block owns the id."""
+    safe, mine = block_ids(ids, Block(updates, split.offsets[i], split.rows[i], None))
+    return safe, row_mask(ops.cast(mine, updates.dtype), updates.type.rank - ids.type.rank)
+
+
+__all__ = ["SplitVariable", "plan_split", "split_variables"]
