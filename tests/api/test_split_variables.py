@@ -153,11 +153,12 @@ def test_the_split_tfm_model_trains_as_the_split_python_model_and_shares_its_che
         np.testing.assert_allclose(train(target, 2), train(source, 2), rtol=1e-5)
 
 
-def test_the_split_embedding_s_gradient_stays_sparse(tmp_path):
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_the_split_embedding_s_gradient_stays_sparse(tmp_path, optimizer):
     """Each PS gets E's gradient as rows of the batch's ids from each worker (and sends
     back rows per id), never a block or the table: each block's update runs on its PS.
     What crosses tasks per step is no more than the split Python model moves."""
-    paths = write_models(tmp_path, "adam")
+    paths = write_models(tmp_path, optimizer)
     module, report = compile_with_report(paths["tfm"], cluster=SPEC, min_slice_size=SLICE)
     table = module.partitions["train"]
     received: dict[str, set[tuple]] = {}
@@ -181,6 +182,14 @@ def test_small_and_one_row_variables_and_a_high_threshold_leave_the_model_alone(
         "E", "E/Momentum", "W", "W/Momentum"]
     before = print_module(module)
     assert split_variables(module, automatic_partitioner(2, 64 << 10)) == []
+    assert print_module(module) == before
+    assert split_variables(module, automatic_partitioner(2, SLICE)) == [
+        "E", "W", "E/Momentum", "W/Momentum"]
+    # the optimizer's update copied per block: one gradient marker each
+    assert sorted(op.attrs["var"] for op in module.graphs["train"].ops
+                  if op.kind == "optimizer.grad") == [
+        "E/part_0", "E/part_1", "R", "V", "W/part_0", "W/part_1", "b"]
+    module = load_source(write_models(tmp_path, "momentum")["tfm"])
     assert print_module(module) == before
     assert split_variables(module, automatic_partitioner(1, SLICE)) == []  # one PS
 
@@ -213,3 +222,48 @@ def test_a_bad_min_slice_size_is_a_clear_error(tmp_path, capsys, size, message, 
     assert main(["compile", str(path), "--cluster", "ps=2,workers=2", "--min-slice-size",
                  size, "-o", str(tmp_path / "m.tfc")]) == code
     assert message in capsys.readouterr().err
+
+
+SQUARE = '''
+input x: f64[B, 32]
+param S: f64[32, 32] = random.normal(stddev=0.1, seed=1)
+train train(x) {
+  h = x @ S
+  loss = mean(h * h)
+  minimize loss with sgd(learning_rate=0.1)
+  return loss
+}
+'''
+# an update an optimizer of tfc never writes: row r of S's step needs every row of it
+# (the step's mean over rows taken out), or the step is fetched too
+CENTERED = [('  var.assign_sub @S, %19', '''  %100 = mean %19 {axes=[0], keepdims=true} : f64[1,32]
+  %101 = sub %19, %100 : f64[32,32]
+  var.assign_sub @S, %101''')]
+FETCHED = [('  return %2', '  return %2, %19'),
+           ('-> (loss: f64[])', '-> (loss: f64[], step: f64[32,32])')]
+
+
+@pytest.mark.parametrize("edit", [CENTERED, FETCHED], ids=["centered", "fetched"])
+def test_an_update_that_needs_other_blocks_rows_stays_whole_and_is_right(tmp_path, edit):
+    tfm = tmp_path / "square.tfm"
+    tfm.write_text(SQUARE)
+    text = print_module(load_source(tfm))
+    for old, new in edit:
+        assert text.count(old) == 1
+        text = text.replace(old, new)
+    path = tmp_path / "square.tfir"
+    path.write_text(text)
+    split = split_program(path)
+    assert sorted(n for n in split.module.variables if n.startswith("S")) == [
+        "S/part_0", "S/part_1"]
+    unsplit = Program(compile_with_report(path)[0])
+    feeds = [{"x": np.random.default_rng(k).normal(size=(8, 32))} for k in range(3)]
+    for f in feeds:
+        got, want = split.run("train", f), unsplit.run("train", f)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-10, err_msg=name)
+    np.testing.assert_allclose(split.variables["S"], unsplit.variables["S"], rtol=1e-10)
+    module = load_source(path)  # the split alone: one marker, on the first block
+    split_variables(module, automatic_partitioner(2, SLICE))
+    assert [op.attrs["var"] for op in module.graphs["train"].ops
+            if op.kind == "optimizer.grad"] == ["S/part_0"]

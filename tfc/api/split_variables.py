@@ -116,9 +116,10 @@ def split_variables(module: ir.Module, partitioner: Partitioner) -> list[str]:
         for i, shard in enumerate(split.shards):
             variables[shard] = ir.VariableDecl(shard, split.shard_type(i), decl.device,
                                                decl.trainable, decl.loc)
+    split = [name for name in module.variables if name in plan]
     module.variables = variables
     module.memory_plans.clear()
-    return list(plan)
+    return split
 
 
 class _NotRowLocal(Exception):
@@ -354,10 +355,10 @@ class _Rewrite:
                     value = t(op.inputs[0]) if is_row[0] else block_rows(op.inputs[0])
                     new = b.create_op(op.kind, [value], {"var": self.plan[name].shards[i]},
                                       loc=op.loc, device=op.device)
-                elif op.kind in _SCATTERS or op.kind == "scatter_add":
+                elif op.kind in _SCATTERS or (op.kind == "scatter_add" and is_row[0]):
                     dense = [] if op.kind in _SCATTERS else [op.inputs[0]]
                     ids, updates = op.inputs[len(dense):]
-                    if ids in rows or updates in rows or (dense and not is_row[0]):
+                    if ids in rows or updates in rows:
                         raise _NotRowLocal(op.kind)
                     safe, weight = owned_rows(t(ids), t(updates), split, i)
                     attrs = {"var": self.plan[name].shards[i]} if name else op.attrs
