@@ -267,3 +267,16 @@ def test_an_update_that_needs_other_blocks_rows_stays_whole_and_is_right(tmp_pat
     split_variables(module, automatic_partitioner(2, SLICE))
     assert [op.attrs["var"] for op in module.graphs["train"].ops
             if op.kind == "optimizer.grad"] == ["S/part_0"]
+
+
+def test_min_slice_size_for_a_compiled_artifact_is_an_error(tmp_path, capsys):
+    """An artifact is not split (its values are stored per variable): a size given for
+    one says so instead of being ignored."""
+    path = write_models(tmp_path, "momentum")["tfm"]
+    artifact = tmp_path / "m.tfc"
+    assert main(["compile", str(path), "-o", str(artifact)]) == 0
+    capsys.readouterr()
+    assert main(["compile", str(artifact), "--cluster", "ps=2,workers=2", "--min-slice-size",
+                 "4KiB", "-o", str(tmp_path / "again.tfc")]) == 1
+    assert "give the model's source (.py, .tfm or .tfir), not the compiled" in \
+        capsys.readouterr().err
