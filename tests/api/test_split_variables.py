@@ -27,6 +27,13 @@ OPTIMIZERS = {"momentum": ("momentum(learning_rate=0.5, momentum=0.9)",
                            "tfc.train.MomentumOptimizer(0.5, 0.9)", ["Momentum"]),
               "adam": ("adam(learning_rate=0.05)", "tfc.train.AdamOptimizer(0.05)",
                        ["Adam", "Adam_1"])}
+# every other optimizer of tfc: each computes a row's update from that row alone
+OTHER_OPTIMIZERS = {
+    "sgd": ("sgd(learning_rate=0.5)", "tfc.train.GradientDescentOptimizer(0.5)", []),
+    "adagrad": ("adagrad(learning_rate=0.5)", "tfc.train.AdagradOptimizer(0.5)", ["Adagrad"]),
+    "rmsprop": ("rmsprop(learning_rate=0.05, momentum=0.5, centered=true)",
+                "tfc.train.RMSPropOptimizer(0.05, momentum=0.5, centered=True)",
+                ["RMSProp", "RMSProp_1"])}
 
 TFM = '''
 input ids: i32[B, 4]
@@ -73,7 +80,7 @@ tfc.entry("predict", feeds={"ids": ids}, fetches={"logits": logits})
 
 def write_models(tmp_path: Path, optimizer: str) -> dict[str, Path]:
     """The one model as ``.tfm``, ``.tfir`` (the ``.tfm``'s module printed) and ``.py``."""
-    tfm_opt, py_opt, _ = OPTIMIZERS[optimizer]
+    tfm_opt, py_opt, _ = {**OPTIMIZERS, **OTHER_OPTIMIZERS}[optimizer]
     paths = {"tfm": tmp_path / "bow.tfm", "tfir": tmp_path / "bow.tfir",
              "py": tmp_path / "bow.py"}
     paths["tfm"].write_text(TFM.replace("OPTIMIZER", tfm_opt))
@@ -280,3 +287,18 @@ def test_min_slice_size_for_a_compiled_artifact_is_an_error(tmp_path, capsys):
                  "4KiB", "-o", str(tmp_path / "again.tfc")]) == 1
     assert "give the model's source (.py, .tfm or .tfir), not the compiled" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize("optimizer", sorted(OTHER_OPTIMIZERS))
+def test_every_optimizer_s_update_is_copied_per_block_and_right(tmp_path, optimizer):
+    path = write_models(tmp_path, optimizer)["tfm"]
+    module = load_source(path)
+    split_variables(module, automatic_partitioner(2, SLICE))
+    assert sorted(op.attrs["var"] for op in module.graphs["train"].ops
+                  if op.kind == "optimizer.grad") == [
+        "E/part_0", "E/part_1", "R", "V", "W/part_0", "W/part_1", "b"]
+    split, unsplit = split_program(path), Program(compile_with_report(path)[0])
+    np.testing.assert_allclose(train(split), train(unsplit), rtol=1e-5)
+    for name, value in unsplit.variables.items():
+        np.testing.assert_allclose(whole(split.variables, name), value, rtol=1e-5,
+                                   atol=1e-7, err_msg=name)

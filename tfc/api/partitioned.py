@@ -79,28 +79,22 @@ DEFAULT_MIN_SLICE_SIZE = 256 << 10
 
 def automatic_partitioner(num_shards: int, min_slice_size: int = DEFAULT_MIN_SLICE_SIZE
                           ) -> Partitioner:
-    """The row split ``tfc compile --cluster ps=P`` applies to a model without a
-    partitioner of its own (``--min-slice-size``): a trainable variable with no device of
-    its own is split into ``min_max_variable_partitioner(P, min_slice_size=S)``'s blocks,
-    as many as keep each at least S bytes, at most P and one per row: at 256 KiB a
-    1,000,000 x 64 f32 embedding goes to every PS task, a 64 x 128 layer stays whole.
-    Every other variable (one block, a scalar, an optimizer's slot, ``global_step``, one
-    pinned to a device) stays a plain variable under its own name, not a
-    ``PartitionedVariable`` of one shard."""
-    blocks = min_max_variable_partitioner(num_shards, 0, min_slice_size)
-
-    def partitioner(shape: tuple[int, ...], dtype: DType) -> list[int]:
-        return blocks(shape, dtype)
-    partitioner.automatic = True  # type: ignore[attr-defined]
-    return partitioner
+    """The row split ``tfc compile --cluster ps=P`` applies to every model, whatever its
+    frontend (``--min-slice-size``; ``tfc.api.split_variables`` applies it to the built
+    module): ``min_max_variable_partitioner(P, min_slice_size=S)``'s blocks, as many as
+    keep each at least S bytes, at most P and one per row: at 256 KiB a 1,000,000 x 64
+    f32 embedding goes to every PS task, a 64 x 128 layer stays whole. Which variables it
+    applies to: ``automatic_blocks``."""
+    return min_max_variable_partitioner(num_shards, 0, min_slice_size)
 
 
 def automatic_blocks(partitioner: Partitioner, type: TensorType, trainable: bool,
                      device: str | None) -> int:
     """How many row blocks ``automatic_partitioner``'s ``partitioner`` splits a variable
     of ``type`` into (1: it stays whole): only a trainable variable of static shape and
-    rank >= 1 with no device of its own is split. One rule for the Python path (here) and
-    the IR pass of the other frontends (``tfc.passes.split_variables``)."""
+    rank >= 1 with no device of its own is split (its optimizer slots follow it:
+    ``tfc.api.split_variables``); a scalar, ``global_step`` or one pinned to a device
+    stays whole, under its own name."""
     if not trainable or device is not None or not type.is_static or type.rank == 0:
         return 1
     return partitioner(type.static_shape, type.dtype)[0]
@@ -142,11 +136,6 @@ class PartitionedVariable(Variable):
             init = convert_to_tensor(value, dtype=as_dtype(dtype) if dtype is not None else None)
         if partitioner is None:  # the innermost variable_partitioner scope's
             partitioner = g.partitioners[-1] if g.partitioners else None
-        if partitioner is not None and getattr(partitioner, "automatic", False) \
-                and automatic_blocks(partitioner, init.type, trainable, device) < 2:
-            self.__class__ = Variable  # type: ignore[assignment]  # (a plain one after all)
-            self._define(init, device, trainable, loc)
-            return
         if not init.type.is_static or init.type.rank == 0:
             raise TypeMismatch(f"partitioned variable '{self.name}' needs a static shape of "
                                f"rank >= 1, its initial value has type {init.type}", loc)

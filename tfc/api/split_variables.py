@@ -1,15 +1,15 @@
-"""The automatic row split as a pass over an IR module: what ``tfc compile --cluster ps=P``
-does to a ``.tfm`` or ``.tfir`` model (``--min-slice-size``).
+"""The automatic row split, a pass over a model's IR module: what ``tfc compile --cluster
+ps=P --min-slice-size S`` does to a model of any frontend (``.py``, ``.tfm``, ``.tfir``).
 
-A Python model is split while it is built (``tfc.api.partitioned.automatic_partitioner``:
-its variables are made as ``PartitionedVariable``s). A module from another frontend has
-its variables, its gradients and its optimizer's updates already, so the split is made
-on the IR: each variable that ``automatic_blocks`` (the same rule, the same threshold)
-splits into k > 1 blocks becomes k variables ``NAME/part_0`` ... ``NAME/part_{k-1}``
-holding contiguous row blocks (``row_blocks``: TensorFlow's split), and so does each of
-its optimizer slots of the same type (``NAME/Momentum`` becomes ``NAME/part_i/Momentum``,
-as the Python path names them, so checkpoints and the replicate pass's placement -- a
-slot on its block's PS -- agree). Every use of the variable is rewritten in place:
+The module has its variables, its gradients and its optimizer's updates already, so the
+split is made on the IR: each variable that ``automatic_blocks`` splits into k > 1 blocks
+(TF's ``min_max_variable_partitioner`` rule) becomes k variables ``NAME/part_0`` ...
+``NAME/part_{k-1}`` holding contiguous row blocks (``row_blocks``: TensorFlow's split),
+and so does each of its optimizer slots of the same type (``NAME/Momentum`` becomes
+``NAME/part_i/Momentum``, as ``tfc.Variable(..., partitioner=...)`` names them), so
+checkpoints name them alike and the replicate pass puts a slot on its block's PS. A
+variable split by the user's own partitioner (its blocks ``NAME/part_i`` are in the
+module already) is left as it is. Every use of a split variable is rewritten in place:
 
 - a read (``var.read``) becomes a read of each block; a ``gather`` of rows from it
   (axis 0) becomes ``gather_blocks``, the Python path's sharded gather (each block gets
@@ -20,17 +20,17 @@ slot on its block's PS -- agree). Every use of the variable is rewritten in plac
 - a sparse update (``var.scatter_add``/``var.scatter_sub``: the sparse optimizers') goes
   to every block with its ids shifted (``block_ids``) and the rows it does not own
   scaled by 0, so each block adds exactly its own rows;
-- the optimizer's gradient marker names the first block (its gradient is summed where
-  that block lives; the replicate pass needs a variable there).
-
-The optimizer's update itself (Momentum's, Adam's arithmetic between the marker and the
-writes) is left as the frontend made it, on the whole variable: its slot rows are read
-through the same sharded gathers, its results written back through the split writes, so
-every number is the unsplit model's (the masks multiply by 1 and add 0). What differs
-from the Python path's IR: there the gradient is taken after the split, one marker and
-one update per block, each on its block's PS; here one update, placed by the replicate
-pass with the first block, sends each block its masked rows. Both move per step bytes in
-proportion to the batch's ids, not to the table.
+- the optimizer's update (its gradient marker, the ops from there to the writes of the
+  variable and its slots) is copied for each block (``copy_update``), on that block's
+  rows: a dense gradient's rows sliced, a sparse gradient's ids kept whole and shifted
+  where a gather or scatter takes the block's rows. Each copy has its own marker, so the
+  replicate pass sends each PS its workers' gradient (a sparse one: the batch's ids and
+  their rows, never the table) and runs the copy there, as the Python partitioner's
+  per-block gradients run. That needs an update that computes each row from that row
+  alone (elementwise ops, gathers and scatters of rows: every tfc optimizer's); any
+  other stays whole, its marker on the first block, reading and writing the blocks
+  through the rewrites above. Every number is the unsplit model's either way (masks
+  multiply by 1 and add 0).
 
 Not split: variables that ``automatic_blocks`` keeps whole (small, non-trainable, pinned
 to a device, one row), and variables an op inside a control-flow region names (a region
@@ -52,7 +52,7 @@ from tfc.ir import core as ir
 from tfc.ir.registry import ELEMENTWISE, lookup, make_op, writes_variable
 from tfc.ir.types import TensorType
 from tfc.ops.optimizer import GRAD_MARKER
-from tfc.runtime.logical import row_blocks
+from tfc.runtime.logical import partitioned_variables, row_blocks
 
 _WRITES = ("var.assign", "var.assign_add", "var.assign_sub")
 _SCATTERS = ("var.scatter_add", "var.scatter_sub")
@@ -78,10 +78,12 @@ def plan_split(module: ir.Module, partitioner: Partitioner) -> dict[str, SplitVa
     by name: each variable ``automatic_blocks`` splits, and its slots of the same type."""
     in_regions = {op.attrs.get("var") for g in module.graphs.values() for top in g.ops
                   for r in top.regions for op in r.walk()}
+    users_blocks = {s for v in partitioned_variables(module.variables).values()
+                    for s in v.shards}
     out: dict[str, SplitVariable] = {}
     for name, decl in module.variables.items():
         k = automatic_blocks(partitioner, decl.type, decl.trainable, decl.device)
-        if k < 2 or name in in_regions:
+        if k < 2 or name in in_regions or name in users_blocks:
             continue
         slots = [n for n, d in module.variables.items() if n.startswith(name + "/")
                  and not d.trainable and d.type == decl.type and n not in in_regions
