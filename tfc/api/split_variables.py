@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Iterator
 
 from tfc.api import ops
 from tfc.api.graph import Graph as BuildGraph, Tensor, source_location
@@ -118,10 +118,10 @@ def split_variables(module: ir.Module, partitioner: Partitioner) -> list[str]:
         for i, shard in enumerate(split.shards):
             variables[shard] = ir.VariableDecl(shard, split.shard_type(i), decl.device,
                                                decl.trainable, decl.loc)
-    split = [name for name in module.variables if name in plan]
+    names = [name for name in module.variables if name in plan]
     module.variables = variables
     module.memory_plans.clear()
-    return split
+    return names
 
 
 class _NotRowLocal(Exception):
@@ -316,84 +316,100 @@ class _Rewrite:
 
     def copy_update(self, split: SplitVariable, i: int, markers: list[ir.Op],
                     between: list[ir.Op], writes: list[ir.Op]) -> list[ir.Op]:
-        """Block ``i``'s copy of an update: every value of the variable's rows (a read of
-        it or a slot, a dense gradient, what is computed from them row by row) becomes
-        its block's rows; the sparse gradient's ids stay the whole variable's, shifted to
-        the block where a gather or a scatter takes rows (``owned_rows``), its rows of
-        other blocks scaled by 0 in a scatter. A gather of the block's rows for an id it
-        does not own reads its row 0: that position's result is computed but scaled by
-        0 where it is added (as the Python path's padding)."""
+        """Block ``i``'s copy of an update (``_BlockCopy``), as ops to append."""
         out: list[ir.Op] = []
-        mapped: dict[ir.Value, ir.Value] = {}
-        rows: set[ir.Value] = set()  # values (of the whole graph) of the variable's rows
-        whole_rows = int(split.type.shape[0])
-        for read, blocks in self.block_reads.items():
-            if self.plan[read.attrs["var"]].base == split.base:
-                mapped[read.result] = blocks[i].result
-                rows.add(read.result)
         members = {*markers, *between, *writes}
         with self.building(None, out) as b:
-            def t(v: ir.Value) -> Tensor:
-                return Tensor(b, mapped.get(v, v))
-
-            def block_rows(v: ir.Value) -> Tensor:  # an outside value of whole rows
-                start = split.offsets[i]
-                return t(v)[start:start + split.rows[i]]
-
+            copy = _BlockCopy(b, self.plan, split, i)
+            for read, blocks in self.block_reads.items():
+                if self.plan[read.attrs["var"]].base == split.base:
+                    copy.mapped[read.result] = blocks[i].result
+                    copy.rows.add(read.result)
             for op in self.graph.ops:
-                if op not in members:
-                    continue
-                is_row = [x in rows for x in op.inputs]
-                name = op.attrs.get("var")
-                if op.kind == GRAD_MARKER:
-                    grads = ([block_rows(op.inputs[0])] if len(op.inputs) == 1
-                             else [t(x) for x in op.inputs])
-                    new = b.create_op(GRAD_MARKER, grads, {**op.attrs, "var":
-                                                           split.shards[i]}, loc=op.loc,
-                                      device=op.device)
-                    if len(op.inputs) == 1:
-                        rows.add(op.result)
-                elif op.kind in _WRITES:
-                    value = t(op.inputs[0]) if is_row[0] else block_rows(op.inputs[0])
-                    new = b.create_op(op.kind, [value], {"var": self.plan[name].shards[i]},
-                                      loc=op.loc, device=op.device)
-                elif op.kind in _SCATTERS or (op.kind == "scatter_add" and is_row[0]):
-                    dense = [] if op.kind in _SCATTERS else [op.inputs[0]]
-                    ids, updates = op.inputs[len(dense):]
-                    if ids in rows or updates in rows:
-                        raise _NotRowLocal(op.kind)
-                    safe, weight = owned_rows(t(ids), t(updates), split, i)
-                    attrs = {"var": self.plan[name].shards[i]} if name else op.attrs
-                    new = b.create_op(op.kind, [*(t(x) for x in dense), safe,
-                                                t(updates) * weight], attrs, loc=op.loc,
-                                      device=op.device)
-                    if dense:
-                        rows.add(op.result)
-                elif op.kind == "gather" and len(op.inputs) == 2 and is_row[0] \
-                        and not is_row[1] and op.attrs.get("axis", 0) == 0:
-                    safe, _ = owned_rows(t(op.inputs[1]), t(op.inputs[0]), split, i)
-                    new = b.create_op("gather", [t(op.inputs[0]), safe], dict(op.attrs),
-                                      loc=op.loc, device=op.device)
-                elif any(is_row):
-                    new = b.create_op(op.kind, self.row_inputs(op, is_row, t, block_rows,
-                                                               whole_rows),
-                                      dict(op.attrs), loc=op.loc, device=op.device)
-                    rows.update(op.results)
-                else:  # no rows of the variable: ids, scalars, a sparse gradient's rows
-                    new = b.create_op(op.kind, [t(x) for x in op.inputs], dict(op.attrs),
-                                      loc=op.loc, device=op.device)
-                mapped.update(zip(op.results, new.results))
+                if op in members:
+                    with source_location(op.loc):
+                        copy.copy(op)
         return out
 
-    @staticmethod
-    def row_inputs(op: ir.Op, is_row: list[bool], t: Callable[[ir.Value], Tensor],
-                   block_rows: Callable[[ir.Value], Tensor], whole_rows: int) -> list[Tensor]:
+
+class _BlockCopy:
+    """Block ``i``'s copy of an update: every value of the variable's rows (a read of it
+    or a slot, a dense gradient, what is computed from them row by row) becomes its
+    block's rows; a sparse gradient's ids stay the whole variable's, shifted to the block
+    where a gather or a scatter takes rows (``owned_rows``), its rows of other blocks
+    scaled by 0 in a scatter. A gather of the block's rows for an id it does not own
+    reads its row 0: that position's result is computed but scaled by 0 where it is
+    added (as the Python path's padding). ``_NotRowLocal`` for an op that needs rows of
+    other blocks."""
+
+    def __init__(self, b: BuildGraph, plan: dict[str, SplitVariable], split: SplitVariable,
+                 i: int) -> None:
+        self.b = b
+        self.plan = plan
+        self.split = split
+        self.i = i
+        self.mapped: dict[ir.Value, ir.Value] = {}
+        self.rows: set[ir.Value] = set()  # values (of the whole graph) of the rows
+
+    def t(self, v: ir.Value) -> Tensor:
+        return Tensor(self.b, self.mapped.get(v, v))
+
+    def block_rows(self, v: ir.Value) -> Tensor:
+        """The block's rows of ``v``, a value of the variable's whole rows."""
+        start = self.split.offsets[self.i]
+        return self.t(v)[start:start + self.split.rows[self.i]]
+
+    def shard(self, var: str) -> str:
+        return self.plan[var].shards[self.i]
+
+    def copy(self, op: ir.Op) -> None:
+        if op.regions:  # (its body is not copied)
+            raise _NotRowLocal(op.kind)
+        b, t, rows = self.b, self.t, self.rows
+        is_row = [x in rows for x in op.inputs]
+        attrs: dict[str, Any] = dict(op.attrs)
+        inputs: list[Tensor]
+        row_result = False
+        if op.kind == GRAD_MARKER:  # the block's own, for the replicate pass
+            dense = len(op.inputs) == 1
+            inputs = [self.block_rows(op.inputs[0])] if dense else [t(x) for x in op.inputs]
+            attrs["var"] = self.split.shards[self.i]
+            row_result = dense
+        elif op.kind in _WRITES:
+            inputs = [t(op.inputs[0]) if is_row[0] else self.block_rows(op.inputs[0])]
+            attrs["var"] = self.shard(op.attrs["var"])
+        elif op.kind in _SCATTERS or (op.kind == "scatter_add" and is_row[0]):
+            dense_input = [] if op.kind in _SCATTERS else [t(op.inputs[0])]
+            ids, updates = op.inputs[len(dense_input):]
+            if ids in rows or updates in rows:
+                raise _NotRowLocal(op.kind)
+            safe, weight = owned_rows(t(ids), t(updates), self.split, self.i)
+            inputs = [*dense_input, safe, t(updates) * weight]
+            if op.kind in _SCATTERS:
+                attrs["var"] = self.shard(op.attrs["var"])
+            row_result = bool(dense_input)
+        elif op.kind == "gather" and len(op.inputs) == 2 and is_row[0] and not is_row[1] \
+                and op.attrs.get("axis", 0) == 0:
+            safe, _ = owned_rows(t(op.inputs[1]), t(op.inputs[0]), self.split, self.i)
+            inputs = [t(op.inputs[0]), safe]
+        elif any(is_row):
+            inputs = self.row_inputs(op, is_row)
+            row_result = True
+        else:  # no rows of the variable: ids, scalars, a sparse gradient's rows
+            inputs = [t(x) for x in op.inputs]
+        new = b.create_op(op.kind, inputs, attrs, loc=op.loc, device=op.device)
+        if row_result:
+            rows.update(op.results)
+        self.mapped.update(zip(op.results, new.results))
+
+    def row_inputs(self, op: ir.Op, is_row: list[bool]) -> list[Tensor]:
         """The inputs of a copy of ``op``, an op on rows of the variable: only an
         elementwise op (or a ``*_like``) computes row r from rows r alone."""
         like = op.kind in ("zeros_like", "ones_like")
         if not (lookup(op.kind).has(ELEMENTWISE) or like) or len(op.results) != 1:
             raise _NotRowLocal(op.kind)
         out = op.result.type
+        whole_rows = int(self.split.type.shape[0])
         if out.rank == 0 or out.shape[0] != whole_rows:
             raise _NotRowLocal(op.kind)
         inputs = []
@@ -401,13 +417,13 @@ class _Rewrite:
             if row:
                 if x.type.rank != out.rank:
                     raise _NotRowLocal(op.kind)
-                inputs.append(t(x))
+                inputs.append(self.t(x))
             elif x.type.rank == out.rank and x.type.shape[0] == whole_rows:
-                inputs.append(block_rows(x))  # a whole value of as many rows
+                inputs.append(self.block_rows(x))  # a whole value of as many rows
             elif x.type.rank == out.rank and x.type.shape[0] != 1:
                 raise _NotRowLocal(op.kind)
             else:
-                inputs.append(t(x))  # broadcast to every row
+                inputs.append(self.t(x))  # broadcast to every row
         return inputs
 
 
