@@ -16,7 +16,9 @@ from tfc.api.partitioned import automatic_partitioner
 from tfc.api.split_variables import plan_split, split_variables
 from tfc.cli import main
 from tfc.compiler.driver import compile_with_report, load_source
+from tfc.compiler.ps_training import compile_ps_training, unplaced
 from tfc.ir.printer import print_module
+from tfc.passes.async_split import split_async
 from tfc.passes.partition import source_value
 from tfc.passes.replicate import ClusterSpec, task_label
 from tfc.runtime import Program
@@ -302,3 +304,22 @@ def test_every_optimizer_s_update_is_copied_per_block_and_right(tmp_path, optimi
     for name, value in unsplit.variables.items():
         np.testing.assert_allclose(whole(split.variables, name), value, rtol=1e-5,
                                    atol=1e-7, err_msg=name)
+
+
+def test_ps_async_cuts_the_split_tfm_step_as_the_split_python_step(tmp_path):
+    """``--strategy ps-async``: each PS task applies the updates of its own blocks (and
+    their slots), the same for both frontends."""
+    spec = ClusterSpec(2, 2, "ps-async")
+    paths = write_models(tmp_path, "adam")
+    parts = {}
+    for frontend in ("tfm", "py"):
+        report = compile_ps_training(paths[frontend], tmp_path / f"{frontend}.tfc", spec,
+                                     min_slice_size=SLICE)
+        assert report.module is not None
+        cut = split_async(unplaced(report.module), spec)
+        parts[frontend] = {ps: (sorted(p.variables), p.foreign_reads)
+                           for ps, p in cut.apply.items()}
+    assert parts["tfm"] == parts["py"]
+    held = parts["tfm"]["/job:ps/task:1/cpu:0"][0]
+    assert {"E/part_1", "E/part_1/Adam", "W/part_1/Adam_1"} <= set(held)
+    assert not any(v.startswith(("E/part_0", "W/part_0")) for v in held)

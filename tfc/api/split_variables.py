@@ -168,11 +168,12 @@ class _Rewrite:
         # the updates copied per block, by each of their ops; the op after which they go
         self.updates: dict[ir.Op, _Update] = {}
         self.last: dict[ir.Op, _Update] = {}
+        position = {op: k for k, op in enumerate(graph.ops)}
         for base in dict.fromkeys(s.base for s in plan.values()):
             update = self.plan_update(base)
             if update is not None:
                 self.updates.update((op, update) for op in update.members())
-                self.last[max(update.members(), key=graph.ops.index)] = update
+                self.last[max(update.members(), key=position.__getitem__)] = update
 
     @staticmethod
     def block_read(op: ir.Op, split: SplitVariable, i: int) -> ir.Op:
