@@ -223,12 +223,12 @@ class Block:
     device: str | None
 
 
-def block_ids(idx: Tensor, block: Block) -> tuple[Tensor, Tensor]:
-    """``idx`` shifted to ``block`` (an id outside it replaced by row 0) and whether
-    ``block`` owns each id (bool)."""
+def block_ids(idx: Tensor, offset: int, rows: int) -> tuple[Tensor, Tensor]:
+    """``idx`` shifted to the block of ``rows`` rows from row ``offset`` (an id outside
+    it replaced by row 0) and whether the block owns each id (bool)."""
     from tfc.api import ops
-    local = idx - block.offset if block.offset else idx
-    owned = ops.logical_and(local >= 0, local < block.rows)
+    local = idx - offset if offset else idx
+    owned = ops.logical_and(local >= 0, local < rows)
     safe = ops.where(owned, local, ops.zeros_like(local))
     return safe, owned
 
@@ -253,7 +253,7 @@ def gather_blocks(blocks: Sequence[Block], idx: Tensor) -> tuple[Tensor, list[tu
     out: Tensor | None = None
     owned: list[tuple[Tensor, Tensor]] = []
     for block in blocks:
-        safe, mine = block_ids(idx, block)
+        safe, mine = block_ids(idx, block.offset, block.rows)
         with g.device(block.device):
             rows = ops.gather(block.value, safe)
         weight = ops.cast(mine, block.value.dtype)

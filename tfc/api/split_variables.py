@@ -432,7 +432,7 @@ def owned_rows(ids: Tensor, updates: Tensor, split: SplitVariable, i: int
                ) -> tuple[Tensor, Tensor]:
     """``ids`` shifted to block ``i`` of ``split`` (``block_ids``) and the 0/1 weight
     that scales each of ``updates``' rows: 1 where the block owns the id."""
-    safe, mine = block_ids(ids, Block(updates, split.offsets[i], split.rows[i], None))
+    safe, mine = block_ids(ids, split.offsets[i], split.rows[i])
     return safe, row_mask(ops.cast(mine, updates.dtype), updates.type.rank - ids.type.rank)
 
 
