@@ -303,10 +303,10 @@ class _Rewrite:
                 dep.update(op.results)
         inside = {*between, *writes}
         users = g.uses()
-        if any(u not in inside for op in between for r in op.results
-               for u in users.get(r, ())) or any(r in g.results for op in between
-                                                 for r in op.results):
-            return None
+        copied = [r for op in (*markers, *between) for r in op.results]
+        if any(u not in inside for r in copied for u in users.get(r, ())) \
+                or any(r in g.results for r in copied):
+            return None  # a value of the update is used elsewhere: it stays whole
         split = self.plan[base]
         try:
             copies = [self.copy_update(split, i, markers, between, writes)
