@@ -59,7 +59,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 def add_compile_arguments(p: argparse.ArgumentParser) -> None:
     """``tfc compile``'s flag of the automatic row split over PS tasks."""
     p.add_argument("--min-slice-size", type=slice_size, default=None, metavar="SIZE",
-                   help="with --cluster ps=P (P >= 2): split a Python model's trainable "
+                   help="with --cluster ps=P (P >= 2): split a model's large trainable "
                         "variables by rows over the PS tasks in blocks of at least SIZE "
                         "(TF's min_slice_size; default 256KiB; e.g. 1MiB, 65536, off)")
 
@@ -87,11 +87,16 @@ def slice_size(text: str) -> int:
 
 def min_slice_size(args: argparse.Namespace, spec: Any) -> int | None:
     """The automatic split's ``min_slice_size`` of ``tfc compile``'s flags: the default
-    unless given, None for ``off``; an error without PS tasks to split over."""
+    unless given, None for ``off``; an error without PS tasks to split over, or for a
+    compiled artifact (it is not split: its stored values keep their variables)."""
     given = args.min_slice_size
     if given is not None and (spec is None or spec.strategy == "allreduce"):
         raise TfcError("--min-slice-size splits variables over PS tasks: give --cluster "
                        "ps=P,workers=W (P >= 2) with --strategy ps-sync or ps-async")
+    if given is not None and Path(args.model).suffix == ".tfc":
+        raise TfcError(f"--min-slice-size splits a model's variables as it is loaded: give "
+                       f"the model's source (.py, .tfm or .tfir), not the compiled "
+                       f"{args.model}, whose variables and values are stored as they are")
     if given is None:
         return DEFAULT_MIN_SLICE_SIZE
     return given or None

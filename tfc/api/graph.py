@@ -33,9 +33,10 @@ _given = threading.local()  # per thread: locations that source_location blocks 
 
 
 @contextlib.contextmanager
-def source_location(loc: Location) -> Iterator[None]:
+def source_location(loc: Location | None) -> Iterator[None]:
     """Locate every op built inside at ``loc`` instead of the calling Python line: for
-    frontends that build the graph from another source text (``.tfm`` model files)."""
+    frontends that build the graph from another source text (``.tfm`` model files), and
+    passes that build ops with ``tfc.api`` (None: no location)."""
     stack = _given.__dict__.setdefault("stack", [])
     stack.append(loc)
     try:

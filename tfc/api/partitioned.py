@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -39,7 +40,7 @@ from tfc.api.graph import Graph, Operation, Tensor, Variable, as_dtype, get_defa
     user_location
 from tfc.errors import TfcError, TypeMismatch
 from tfc.ir import core as ir
-from tfc.ir.types import DType
+from tfc.ir.types import DType, TensorType
 from tfc.runtime.logical import row_blocks
 
 Partitioner = Callable[[tuple[int, ...], DType], list[int]]
@@ -78,29 +79,25 @@ DEFAULT_MIN_SLICE_SIZE = 256 << 10
 
 def automatic_partitioner(num_shards: int, min_slice_size: int = DEFAULT_MIN_SLICE_SIZE
                           ) -> Partitioner:
-    """The row split ``tfc compile --cluster ps=P`` applies to a model without a
-    partitioner of its own (``--min-slice-size``): a trainable variable with no device of
-    its own is split into ``min_max_variable_partitioner(P, min_slice_size=S)``'s blocks,
-    as many as keep each at least S bytes, at most P and one per row: at 256 KiB a
-    1,000,000 x 64 f32 embedding goes to every PS task, a 64 x 128 layer stays whole.
-    Every other variable (one block, a scalar, an optimizer's slot, ``global_step``, one
-    pinned to a device) stays a plain variable under its own name, not a
-    ``PartitionedVariable`` of one shard."""
-    blocks = min_max_variable_partitioner(num_shards, 0, min_slice_size)
-
-    def partitioner(shape: tuple[int, ...], dtype: DType) -> list[int]:
-        return blocks(shape, dtype)
-    partitioner.automatic = True  # type: ignore[attr-defined]
-    return partitioner
+    """The row split ``tfc compile --cluster ps=P`` applies to every model, whatever its
+    frontend (``--min-slice-size``; ``tfc.api.split_variables`` applies it to the built
+    module): ``min_max_variable_partitioner(P, min_slice_size=S)``'s blocks, as many as
+    keep each at least S bytes, at most P and one per row: at 256 KiB a 1,000,000 x 64
+    f32 embedding goes to every PS task, a 64 x 128 layer stays whole. Which variables it
+    applies to: ``automatic_blocks``."""
+    return min_max_variable_partitioner(num_shards, 0, min_slice_size)
 
 
-def _splits(partitioner: Partitioner, init: Tensor, trainable: bool,
-            device: str | None) -> bool:
-    """Whether ``automatic_partitioner``'s ``partitioner`` splits this variable."""
-    t = init.type
-    if not trainable or device is not None or not t.is_static or t.rank == 0:
-        return False
-    return partitioner(t.static_shape, init.dtype)[0] > 1
+def automatic_blocks(partitioner: Partitioner, type: TensorType, trainable: bool,
+                     device: str | None) -> int:
+    """How many row blocks ``automatic_partitioner``'s ``partitioner`` splits a variable
+    of ``type`` into (1: it stays whole): only a trainable variable of static shape and
+    rank >= 1 with no device of its own is split (its optimizer slots follow it:
+    ``tfc.api.split_variables``); a scalar, ``global_step`` or one pinned to a device
+    stays whole, under its own name."""
+    if not trainable or device is not None or not type.is_static or type.rank == 0:
+        return 1
+    return partitioner(type.static_shape, type.dtype)[0]
 
 
 @contextlib.contextmanager
@@ -139,11 +136,6 @@ class PartitionedVariable(Variable):
             init = convert_to_tensor(value, dtype=as_dtype(dtype) if dtype is not None else None)
         if partitioner is None:  # the innermost variable_partitioner scope's
             partitioner = g.partitioners[-1] if g.partitioners else None
-        if partitioner is not None and getattr(partitioner, "automatic", False) \
-                and not _splits(partitioner, init, trainable, device):
-            self.__class__ = Variable  # type: ignore[assignment]  # (a plain one after all)
-            self._define(init, device, trainable, loc)
-            return
         if not init.type.is_static or init.type.rank == 0:
             raise TypeMismatch(f"partitioned variable '{self.name}' needs a static shape of "
                                f"rank >= 1, its initial value has type {init.type}", loc)
@@ -205,7 +197,6 @@ def sharded_gather(pv: PartitionedVariable, ids: Any) -> Tensor:
     """Each shard's rows for ``ids`` (all of them, shifted to its block, padding row 0 for
     ids it does not own) on the shard's device, masked and added: see the module
     docstring for why every shard gets every id."""
-    from tfc.api import ops
     from tfc.api.tensor import convert_to_tensor
     g = pv.graph
     with g.as_default():
@@ -213,23 +204,64 @@ def sharded_gather(pv: PartitionedVariable, ids: Any) -> Tensor:
         if not idx.dtype.is_int:
             raise TypeMismatch(f"gather from '{pv.name}': ids must be integers, got {idx.type}",
                                user_location())
-        row_rank = pv.type.rank - 1
-        out: Tensor | None = None
-        for shard, offset in zip(pv.shards, pv.offsets):
-            local = idx - offset if offset else idx
-            owned = ops.logical_and(local >= 0, local < shard.shape[0])
-            safe = ops.where(owned, local, ops.zeros_like(local))
-            with g.device(shard.device):
-                rows = ops.gather(shard, safe)
-            weight = ops.cast(owned, pv.dtype)
+        blocks = [Block(s.value(), o, s.shape[0], s.device)
+                  for s, o in zip(pv.shards, pv.offsets)]
+        out, owned = gather_blocks(blocks, idx)
+        for safe, weight in owned:
             g.owned_weights[safe.value] = weight
-            mask = weight
-            for _ in range(row_rank):
-                mask = ops.expand_dims(mask, -1)
-            part = rows * mask
-            out = part if out is None else out + part
-    assert out is not None
     return out
+
+
+@dataclass(frozen=True)
+class Block:
+    """One row block of a split variable as a gather sees it: its value (the block's
+    read), its first row in the whole variable, its rows, and its device."""
+
+    value: Tensor
+    offset: int
+    rows: int
+    device: str | None
+
+
+def block_ids(idx: Tensor, offset: int, rows: int) -> tuple[Tensor, Tensor]:
+    """``idx`` shifted to the block of ``rows`` rows from row ``offset`` (an id outside
+    it replaced by row 0) and whether the block owns each id (bool)."""
+    from tfc.api import ops
+    local = idx - offset if offset else idx
+    owned = ops.logical_and(local >= 0, local < rows)
+    safe = ops.where(owned, local, ops.zeros_like(local))
+    return safe, owned
+
+
+def row_mask(weight: Tensor, row_rank: int) -> Tensor:
+    """``weight`` with ``row_rank`` trailing dims of 1, to scale whole rows."""
+    from tfc.api import ops
+    for _ in range(row_rank):
+        weight = ops.expand_dims(weight, -1)
+    return weight
+
+
+def gather_blocks(blocks: Sequence[Block], idx: Tensor) -> tuple[Tensor, list[tuple[Tensor,
+                                                                                    Tensor]]]:
+    """The rows ``idx`` of the variable stored as ``blocks`` (in the default graph): each
+    block's gather of every id on the block's device, masked, added (the module
+    docstring); and each block's (shifted ids, owned weight), for the gradient. The one
+    sharded gather of the Python partitioner and of ``tfc.passes.split_variables``."""
+    from tfc.api import ops
+    from tfc.api.graph import get_default_graph
+    g = get_default_graph()
+    out: Tensor | None = None
+    owned: list[tuple[Tensor, Tensor]] = []
+    for block in blocks:
+        safe, mine = block_ids(idx, block.offset, block.rows)
+        with g.device(block.device):
+            rows = ops.gather(block.value, safe)
+        weight = ops.cast(mine, block.value.dtype)
+        owned.append((safe, weight))
+        part = rows * row_mask(weight, block.value.type.rank - 1)
+        out = part if out is None else out + part
+    assert out is not None
+    return out, owned
 
 
 def owned_weights(graph: Graph, indices: ir.Value, dtype: DType) -> Tensor | None:

@@ -151,7 +151,7 @@ def compile_with_report(path: str | os.PathLike[str], pipeline: Pipeline = DEFAU
     ``progress`` hears what it is doing. ``cluster`` (``ClusterSpec(ps=2, workers=4)``)
     replicates the training steps for its tasks (``tfc.passes.replicate``);
     ``report.cluster`` says where the variables went and what crosses tasks per step.
-    With PS tasks, a Python model's trainable variables of two slices of ``min_slice_size``
+    With PS tasks, a model's trainable variables of two slices of ``min_slice_size``
     bytes or more are split by rows over them (``automatic_split``; None: never)."""
     parse_pipeline(pipeline)  # a bad pipeline fails before the model is loaded
     target = compile_target(devices, fp16_transfers, backend, cluster)

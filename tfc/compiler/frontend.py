@@ -20,9 +20,9 @@ from tfc.ir.core import Module
 
 
 def load_model(path: str | os.PathLike[str], partitioner: Any = None) -> Module:
-    """The module a model file defines (``.py``, ``.tfm`` or ``.tfir``). ``partitioner``:
-    a Python model's variables are made as if in ``tfc.variable_partitioner(partitioner)``
-    (``tfc compile --cluster``'s automatic split; IR has its variables already)."""
+    """The module a model file defines (``.py``, ``.tfm`` or ``.tfir``). ``partitioner``
+    (``tfc compile --cluster``'s automatic split): its large variables split by rows after
+    the module is built, the same for every frontend (``tfc.api.split_variables``)."""
     p = Path(path)
     if not p.exists():
         raise TfcError(f"no such model file: {p}")
@@ -33,7 +33,16 @@ def load_model(path: str | os.PathLike[str], partitioner: Any = None) -> Module:
     if p.suffix == ".py":  # Python reads it itself (a PEP 263 coding line may say how)
         if not p.read_bytes().strip():
             raise TfcError(f"{p}: empty input (the file is empty)")
-        return _load_python(p, partitioner)
+        module = _load_python(p)
+    else:
+        module = _load_text(p)
+    if partitioner is not None:
+        from tfc.api.split_variables import split_variables
+        split_variables(module, partitioner)
+    return module
+
+
+def _load_text(p: Path) -> Module:
     text = read_source(p)
     if not text.strip():
         raise TfcError(f"{p}: empty input (the file is empty)")
@@ -58,11 +67,9 @@ def read_source(path: str | os.PathLike[str]) -> str:
         raise TfcError(f"{p}: not a UTF-8 text file ({e.reason} at byte {e.start})") from None
 
 
-def _load_python(path: Path, partitioner: Any = None) -> Module:
+def _load_python(path: Path) -> Module:
     from tfc.api.graph import Graph
     graph = Graph()
-    if partitioner is not None:
-        graph.partitioners.append(partitioner)
     sys.path.insert(0, str(path.parent))
     try:
         with graph.as_default():

@@ -493,6 +493,8 @@ def _ps_sync_step(graph: Graph, spec: ClusterSpec, var_device: Mapping[str, str]
             device[op] = var_device[op.attrs["var"]]
         elif pinned is not None:
             device[op] = pinned
+        elif (table := ps_gather_device(op, var_device)) is not None:
+            device[op] = table  # an update's gather of a PS variable's rows: on that PS
         else:
             placed = [device[u] for u in users.get(op, ()) if u in device and u in update_ops]
             device[op] = (max(sorted(set(placed)), key=placed.count) if placed
