@@ -256,6 +256,8 @@ class _Grouper:
         self.ops = graph.ops
         self.pos = {op: i for i, op in enumerate(self.ops)}
         self.infos = [classify(op) for op in self.ops]
+        self.inputless_const = [info is not None and info.role == "const" and not op.inputs
+                                for info, op in zip(self.infos, self.ops)]
         # Per visited op: the ops it depends on in the graph whose nodes are the groups so
         # far (and the ops in none); grown by ``contract`` as groups gain members.
         self.anc: list[int] = []
@@ -296,11 +298,15 @@ class _Grouper:
         return groups
 
     def visit(self, i: int) -> None:
-        """Op ``i``'s ancestors: its inputs' (every op before it has been visited)."""
+        """Op ``i``'s ancestors: its inputs' (every op before it has been visited). Splat
+        constants are left out: they have no inputs, so none lies on a path between two
+        members of a group, and each group copies them in; counted, every group reading
+        the learning rate at the end of a training step brought an ancestor its members
+        lacked, and ``contract`` walked the whole backward pass once per layer."""
         a = 0
         for v in self.ops[i].inputs:
             j = self.pos.get(v.op) if v.op is not None else None
-            if j is not None:
+            if j is not None and not self.inputless_const[j]:
                 a |= self.anc[j] | (1 << j)
         self.anc.append(a)
 
