@@ -54,7 +54,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tfc.errors import TfcError
+from tfc.errors import Location, TfcError
 from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.expand import expand_into, expansion
@@ -152,10 +152,25 @@ def classify(op: Op) -> _Info | None:
     return None
 
 
+_COMPOSITES: dict[tuple, _Info | None] = {}  # by kind, attrs and types: see _composite_info
+
+
 def _composite_info(op: Op) -> _Info | None:
     """A composite takes part as its expansion does: element-wise when it has no
     reduction, else as the reduction its reductions share (one axis set of one shape;
-    labels of another symbolic shape than the logits would make the sums differ)."""
+    labels of another symbolic shape than the logits would make the sums differ).
+    Remembered in this process by everything the expansion depends on (kind, attrs,
+    input and result types): a deep model expands the same few composites each layer."""
+    key = (op.kind, op.attrs_key(), tuple(v.type for v in op.inputs),
+           tuple(r.type for r in op.results))
+    if key not in _COMPOSITES:
+        if len(_COMPOSITES) >= MAX_TEMPLATES:
+            _COMPOSITES.clear()
+        _COMPOSITES[key] = _expanded_info(op)
+    return _COMPOSITES[key]
+
+
+def _expanded_info(op: Op) -> _Info | None:
     trial = _trial_expansion(op)
     if trial is None or any(loop_op_problem(r) is not None and not fused_reduction(r.kind)
                             for r in trial.ops):
@@ -530,32 +545,138 @@ def _outputs(grouper: _Grouper, g: _Group) -> list[Value]:
 
 
 def _build(grouper: _Grouper, g: _Group, outputs: list[Value]) -> Op:
-    """The fusion op of a group computing ``outputs`` (its region built and cleaned)."""
+    """The fusion op of a group computing ``outputs``: its region is the group's template
+    (``_template``, built once per content) with the group's values, locations and names."""
     members = [grouper.ops[m] for m in g.members]
-    member_set = set(members)
+    shape = _GroupShape.of(grouper, members, outputs)
+    template = _TEMPLATES.get(shape.key)
+    if template is None:
+        template = _template(shape)
+        _TEMPLATES[shape.key] = template
+        while len(_TEMPLATES) > MAX_TEMPLATES:
+            del _TEMPLATES[next(iter(_TEMPLATES))]
+    region = _instantiate(template, shape)
+    region.sources, region.source_results = tuple(members), tuple(outputs)
+    return make_op("fusion", shape.args, {"kind": template.kind}, device=g.device,
+                   loc=members[0].loc, regions=[region], names=[v.name for v in outputs],
+                   result_types=[v.type for v in outputs])
+
+
+# ---- regions built once per content ------------------------------------------------------
+#
+# The regions of a deep model are the same few over and over (a 256-layer MLP's 769
+# groups are 6 different ones). A group's region depends only on its *shape*: each
+# member's kind, attrs and result types, where each member input comes from (an
+# earlier member's result, a splat constant, or the k-th value from outside), the
+# constants' values and the outputs. So the region is built once per shape, as a
+# template, from stand-ins: their names and locations say which member, constant or
+# outside value each one stands for; every group of that shape gets a copy with its
+# own. The shape is the whole input of ``_template`` (``_GroupShape.key``), so a copy is
+# exactly the region building it anew would give (test_fusion: the same printed IR
+# with the memo as without).
+
+MAX_TEMPLATES = 4096  # regions kept in this process (the oldest go first)
+_MEMBER, _CONSTANT, _ARG = "\0member", "\0constant", "\0arg"
+
+
+@dataclass
+class _Template:
+    region: Graph  # stand-in names and locations (see ``_GroupShape``)
+    kind: str  # its fusion kind (loop, reduce, row)
+
+
+_TEMPLATES: dict[tuple, _Template] = {}
+
+
+@dataclass
+class _GroupShape:
+    """A group as its region sees it: ``key`` (hashable) is everything the region is
+    built from; ``members``, ``constants`` (splat constant ops copied in) and ``args``
+    (the values from outside, in order of first use) fill in a template's stand-ins."""
+
+    key: tuple
+    members: list[Op]
+    constants: list[Op]
+    args: list[Value]
+    outputs: list[Value]
+
+    @staticmethod
+    def of(grouper: _Grouper, members: list[Op], outputs: list[Value]) -> "_GroupShape":
+        index = {op: k for k, op in enumerate(members)}
+        constants: dict[Op, int] = {}
+        args: dict[Value, int] = {}
+        parts = []
+        for op in members:
+            refs: list[tuple[str, int, int]] = []
+            for v in op.inputs:
+                k = index.get(v.op) if v.op is not None else None
+                if k is not None:
+                    refs.append(("m", k, v.index))
+                    continue
+                j = grouper.pos.get(v.op) if v.op is not None else None
+                info = grouper.infos[j] if j is not None else None
+                if info is not None and info.role == "const" and v.op is not None:
+                    refs.append(("c", constants.setdefault(v.op, len(constants)), 0))
+                else:
+                    refs.append(("a", args.setdefault(v, len(args)), 0))
+            parts.append((op.kind, op.attrs_key(), tuple(r.type for r in op.results),
+                          tuple(refs)))
+        const_keys = []
+        for c in constants:
+            value = splat_value(c)
+            assert value is not None
+            scalar = np.asarray(value.flat[0], dtype=c.result.dtype.np)
+            const_keys.append((c.result.type, scalar.tobytes()))
+        out = tuple((index[v.op], v.index) for v in outputs if v.op is not None)
+        key = (tuple(parts), tuple(const_keys), tuple(v.type for v in args), out)
+        return _GroupShape(key, members, list(constants), list(args), outputs)
+
+
+def _template(shape: _GroupShape) -> _Template:
+    """The region of groups of ``shape``, built from stand-ins (cleaned with cse, dce)."""
     region = Graph(PENDING)
-    inputs: list[Value] = []
     mapping: dict[Value, Value] = {}
-    for op in members:
-        for v in op.inputs:
-            if v in mapping or v.op in member_set:
-                continue
-            info = grouper.infos[grouper.pos[v.op]] if v.op in grouper.pos else None
-            if info is not None and info.role == "const" and v.op is not None:
-                mapping[v] = _materialize(region, v.op)
-            else:
-                inputs.append(v)
-                mapping[v] = region.add_arg(v.type, v.name)
-        outs = expand(op, region, [mapping[v] for v in op.inputs])
+    constants = {op.result: c for c, op in enumerate(shape.constants)}
+    for n, v in enumerate(shape.args):
+        mapping[v] = region.add_arg(v.type, f"{_ARG}{n}")
+    for k, op in enumerate(shape.members):
+        for v in op.inputs:  # a constant goes where it is first used
+            c = constants.get(v)
+            if c is not None and v not in mapping:
+                mapping[v] = _materialize(region, shape.constants[c], Location(_CONSTANT, c))
+        stand_in = Op(op.kind, [], op.attrs, [r.type for r in op.results],
+                      loc=Location(_MEMBER, k),
+                      names=[f"{_MEMBER}{k}.{j}" for j in range(len(op.results))])
+        outs = expand(stand_in, region, [mapping[v] for v in op.inputs])
         mapping.update(zip(op.results, outs))
-    region.set_results([mapping[v] for v in outputs])
+    region.set_results([mapping[v] for v in shape.outputs])
     cse_graph(region)
     dce_graph(region)
-    region.sources, region.source_results = tuple(members), tuple(outputs)
-    first = members[0]
-    return make_op("fusion", inputs, {"kind": fusion_kind(region)}, device=g.device,
-                  loc=first.loc, regions=[region], names=[v.name for v in outputs],
-                  result_types=[v.type for v in outputs])
+    return _Template(region, fusion_kind(region))
+
+
+def _instantiate(template: _Template, shape: _GroupShape) -> Graph:
+    """A copy of ``template``'s region with ``shape``'s names and locations."""
+    names: dict[str | None, str | None] = {f"{_ARG}{n}": v.name
+                                           for n, v in enumerate(shape.args)}
+    for k, op in enumerate(shape.members):
+        for j, r in enumerate(op.results):
+            names[f"{_MEMBER}{k}.{j}"] = r.name
+    locs = {_MEMBER: shape.members, _CONSTANT: shape.constants}
+    src = template.region
+    region = Graph(PENDING)
+    mapping: dict[Value, Value] = {a: region.add_arg(a.type, names.get(a.name, a.name))
+                                   for a in src.args}
+    for op in src.ops:
+        loc = op.loc
+        if loc is not None and loc.file in locs:
+            loc = locs[loc.file][loc.line].loc
+        new = region.append(Op(op.kind, [mapping[v] for v in op.inputs], op.attrs,
+                               [r.type for r in op.results], loc=loc,
+                               names=[names.get(r.name, r.name) for r in op.results]))
+        mapping.update(zip(op.results, new.results))
+    region.set_results([mapping[v] for v in src.results], list(src.result_names))
+    return region
 
 
 def _drop_unused_constants(graph: Graph, grouper: _Grouper) -> None:
@@ -596,11 +717,12 @@ def _topological(ops: list[Op], priority: dict[Op, int]) -> list[Op]:
 
 # ---- expansion into primitives ---------------------------------------------------------------
 
-def _materialize(region: Graph, op: Op) -> Value:
-    """A splat constant op as a scalar constant in ``region``, broadcast if not rank 0."""
+def _materialize(region: Graph, op: Op, loc: Location | None) -> Value:
+    """A splat constant op as a scalar constant in ``region``, broadcast if not rank 0,
+    located at ``loc``."""
     value = splat_value(op)
     assert value is not None
-    b = Builder(region, loc=op.loc)
+    b = Builder(region, loc=loc)
     v = b("constant", value=np.asarray(value.flat[0], dtype=op.result.dtype.np))
     if value.ndim:
         v = b("broadcast_to", v, shape=value.shape)
