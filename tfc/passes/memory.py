@@ -88,7 +88,14 @@ class Size:
 
     @staticmethod
     def of(t: TensorType) -> "Size":
-        return Size(t.dtype.itemsize, tuple(t.shape))
+        """The size of a ``t`` (one shared object per type, so that its cached factor
+        and symbols are worked out once per type, not once per value and use)."""
+        size = _SIZES.get(t)
+        if size is None:
+            if len(_SIZES) >= MAX_SIZES:
+                _SIZES.clear()
+            size = _SIZES[t] = Size(t.dtype.itemsize, tuple(t.shape))
+        return size
 
     @cached_property
     def static_factor(self) -> int:
@@ -120,6 +127,10 @@ class Size:
         parts = [str(self.static_factor)] if self.static_factor != 1 or not self.symbols \
             else []
         return "*".join(parts + list(self.symbols))
+
+
+MAX_SIZES = 1 << 16
+_SIZES: dict[TensorType, Size] = {}
 
 
 @dataclass
@@ -428,6 +439,14 @@ class _Info:
                     self.dynamic.append(r)
                 self.arena.add(r)
         self.dynamic_set = set(self.dynamic)
+        self._in_place: dict[Value, bool] = {}
+
+    def can_write_in_place(self, op: Op, r: Value) -> bool:
+        """``_can_write_in_place``, worked out once per result (both schedules ask)."""
+        known = self._in_place.get(r)
+        if known is None:
+            known = self._in_place[r] = _can_write_in_place(op, r)
+        return known
 
     def storage_key(self, v: Value) -> Value:
         """``v``'s storage as far as views tell (in-place is decided per schedule)."""
@@ -480,7 +499,7 @@ class _Aliases:
                 if r in info.static_view:
                     self.alias_of[r] = self.root(info.static_view[r])
                 elif (r in info.arena and r not in info.dynamic_set
-                      and _can_write_in_place(op, r)):
+                      and info.can_write_in_place(op, r)):
                     src = self._in_place_source(op, r, t, info, members, last_use, taken)
                     if src is not None:
                         root = self.root(src)
