@@ -72,6 +72,10 @@ def test_layers_share_a_template_and_keep_their_own_names_and_locations(
         assert [a.name for a in region.args][1:] == [f"b{i}"]
         assert {r.name for inner in region.ops for r in inner.results} >= {f"pre{i}",
                                                                           f"act{i}"}
+    loss = ops[11].regions[0]  # the last layer's add, then the loss at line 99
+    assert [inner.loc.line for inner in loss.ops][:2] == [111, 99]
+    assert {inner.loc for inner in loss.ops} == {Location("model.py", 111),
+                                                 Location("model.py", 99)}
 
 
 def test_an_edited_model_fuses_with_the_unedited_ones_templates_as_with_none(
