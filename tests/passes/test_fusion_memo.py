@@ -6,6 +6,8 @@ training step's updates no longer walks the backward pass once per layer."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pytest
 
@@ -131,3 +133,29 @@ def test_a_step_whose_updates_read_one_constant_groups_in_linear_work(
     assert sum(op.kind == "fusion" for op in out.graphs["main"].ops) == layers
     assert sum(scanned) <= 2 * len(g.ops)
 
+
+
+def _scaled(value: float, dtype: DType = F32, axis: int = 1, kind: str = "mul",
+            shape: tuple[int, ...] = (4, 6)) -> Module:
+    """``sum(kind(exp(x), c), axis)`` with a splat constant ``c``: one group."""
+    g = Graph("main")
+    b = Builder(g)
+    x = g.add_arg(TensorType(dtype, shape), "x")
+    c = b("constant", value=np.array(value, dtype.np))
+    g.set_results([b("sum", b(kind, b("exp", x), c), axes=[axis])])
+    return Module({"main": g})
+
+
+@pytest.mark.parametrize("variant", [
+    lambda: _scaled(2.0),  # another constant
+    lambda: _scaled(float(np.nextafter(np.float32(0.5), np.float32(1)))),  # one ulp off
+    lambda: _scaled(0.5, DType.f64),  # another dtype
+    lambda: _scaled(0.5, axis=0),  # another attr
+    lambda: _scaled(0.5, kind="add"),  # another kind
+    lambda: _scaled(0.5, shape=(4, 7)),  # another shape
+], ids=["value", "ulp", "dtype", "axis", "kind", "shape"])
+def test_groups_that_differ_in_anything_but_names_and_places_share_no_template(
+        variant: Callable[[], Module], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fusion, "_TEMPLATES", {})
+    fused_text(_scaled(0.5))
+    assert fused_text(variant()) == fused_cold(variant(), monkeypatch)
