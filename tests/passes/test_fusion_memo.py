@@ -65,17 +65,17 @@ def test_layers_share_a_template_and_keep_their_own_names_and_locations(
     ops = [op for op in out.graphs["main"].ops if op.kind == "fusion"]
     assert len(ops) == 13  # 11 hidden layers, the last one with the loss, the mean
     assert len(fusion._TEMPLATES) == 3
-    for op in ops[:11]:
+    for i, op in enumerate(ops[:11]):
         region = op.regions[0]
-        line = op.loc.line
-        assert {inner.loc for inner in region.ops} == {Location("model.py", line)}
-        i = line - 100
+        assert op.loc == Location("model.py", 100 + i)
+        assert {inner.loc for inner in region.ops} == {op.loc}
         assert [a.name for a in region.args] == [v.name for v in op.inputs]
         assert [a.name for a in region.args][1:] == [f"b{i}"]
         assert {r.name for inner in region.ops for r in inner.results} >= {f"pre{i}",
                                                                           f"act{i}"}
     loss = ops[11].regions[0]  # the last layer's add, then the loss at line 99
-    assert [inner.loc.line for inner in loss.ops][:2] == [111, 99]
+    assert [inner.loc for inner in loss.ops][:2] == [Location("model.py", 111),
+                                                      Location("model.py", 99)]
     assert {inner.loc for inner in loss.ops} == {Location("model.py", 111),
                                                  Location("model.py", 99)}
 
