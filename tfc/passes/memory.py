@@ -691,6 +691,9 @@ class _SizeClass:
     def __init__(self) -> None:
         self.awake: list[tuple[int, int]] = []  # (buffer id, version)
         self.asleep: list[tuple[int, int, int]] = []  # (busy until, buffer id, version)
+        # (start, end, buffer id, version): busy during that interval of theirs, which
+        # began after the query that found it; out of the search while queries overlap it
+        self.deferred: list[tuple[int, int, int, int]] = []
         self.last_start = -1
 
 
@@ -742,7 +745,17 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
                 _, b, ver = heapq.heappop(c.asleep)
                 if ver == version[b]:
                     push(c, b)
-            busy_later: list[int] = []  # busy now by an interval that starts later
+            if c.deferred:
+                blocked = []
+                for entry in c.deferred:
+                    s, e, b, ver = entry
+                    if ver != version[b]:
+                        continue
+                    if s <= end and start <= e:
+                        blocked.append(entry)
+                    else:
+                        push(c, b)
+                c.deferred = blocked
             found = None
             while c.awake:
                 b, ver = c.awake[0]
@@ -754,13 +767,11 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
                     found = b
                     break
                 heapq.heappop(c.awake)
+                version[b] += 1
                 if span[0] <= start:
-                    version[b] += 1
                     heapq.heappush(c.asleep, (span[1], b, version[b]))
                 else:
-                    busy_later.append(b)
-            for b in busy_later:
-                push(c, b)
+                    c.deferred.append((span[0], span[1], b, version[b]))
             if found is not None:
                 return found
         return None
