@@ -280,6 +280,10 @@ class _Grouper:
         for i, op in enumerate(self.ops):
             for v in op.inputs:
                 self.users.setdefault(v, set()).add(i)
+        # per op: the positions of the ops using one of its results, ascending
+        self.uses: list[list[int]] = [
+            sorted({u for r in op.results for u in self.users.get(r, ())})
+            for op in self.ops]
         self.escaping = set(graph.results)
         self.group_of: list[_Group | None] = [None] * len(self.ops)
         self.groups: list[_Group] = []
@@ -327,27 +331,39 @@ class _Grouper:
 
     def contract(self, g: _Group) -> None:
         """``g`` gained members: it is one node, so each op that depends on a member (the
-        members too) depends on every ancestor of every member; one pass over the visited
-        ops keeps the sets closed."""
+        members too) depends on every ancestor of every member; giving them all of
+        ``g``'s keeps the sets closed.
+
+        Those ops are found by walking from the members along uses, among the visited
+        ops, and through every group met (a path may enter a group through a later
+        member and leave through an earlier one): every op whose set holds a member was
+        reached so, since a set only gains what such paths bring. Each op reached is
+        tested as before, so the sets come out as a pass over every visited op from the
+        first member on would leave them, at the cost of what depends on ``g`` instead
+        of what comes after it (seeded 4400-op graphs: 1.2 M ops tested, now 0.18 M)."""
         new = g.anc | g.bits
-        anc = self.anc
-        for j in range(self.first_dependent(g), len(anc)):
+        anc, uses, group_of, visited = self.anc, self.uses, self.group_of, len(self.anc)
+        seen = set(g.members)
+        walked: set[int] = {id(g)}
+        stack = list(g.members)
+        while stack:
+            j = stack.pop()
             if (anc[j] | (1 << j)) & g.bits:
                 anc[j] |= new
+            for u in uses[j]:
+                if u >= visited:
+                    break  # (ascending)
+                if u not in seen:
+                    seen.add(u)
+                    stack.append(u)
+            z = group_of[j]
+            if z is not None and id(z) not in walked:
+                walked.add(id(z))
+                for u in z.members:
+                    if u not in seen:
+                        seen.add(u)
+                        stack.append(u)
         g.anc = new
-
-    def first_dependent(self, g: _Group) -> int:
-        """A position no op depending on a member of ``g`` comes before: its first member,
-        or the first member of a group that straddles that position (a path may enter
-        such a group through a later member and leave through an earlier one), and so on.
-        """
-        start, moved = g.members[0], True
-        while moved:
-            moved = False
-            for z in self.groups:
-                if z.members[0] < start < z.members[-1]:
-                    start, moved = z.members[0], True
-        return start
 
     def only_used_by(self, g: _Group, allowed: int) -> bool:
         """Whether every use of ``g``'s values is by an op in the bitset ``allowed``."""
