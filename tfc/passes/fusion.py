@@ -43,6 +43,13 @@ topologically, stably. Every graph is fused, the regions of control-flow ops (``
 changed graphs are dropped (stale). A region remembers the ops it was fused from
 (``Graph.sources``, ``source_results``; ``fused_ops``), so a profile can charge its
 kernel's time to them.
+
+Cost: linear in the graph for a deep model. A region is built once per content (its
+members' kinds, attrs and types, how they are wired, the constants' values and the
+outputs) and copied for every group of that content with the group's own names and
+locations (``_template``); composites are classified once per kind, attrs and types.
+Both are kept in this process only: a new process builds each distinct region once
+(six for a 256-layer MLP), which costs less than reading them back would.
 """
 
 from __future__ import annotations
