@@ -575,9 +575,10 @@ def _build(grouper: _Grouper, g: _Group, outputs: list[Value]) -> Op:
     template = _TEMPLATES.get(shape.key)
     if template is None:
         template = _template(shape)
-        _TEMPLATES[shape.key] = template
-        while len(_TEMPLATES) > MAX_TEMPLATES:
-            del _TEMPLATES[next(iter(_TEMPLATES))]
+        if len(_TEMPLATES) >= MAX_TEMPLATES:
+            _TEMPLATES.clear()  # (one call: threads may fuse at once)
+        if MAX_TEMPLATES:
+            _TEMPLATES[shape.key] = template
     region = _instantiate(template, shape)
     region.sources, region.source_results = tuple(members), tuple(outputs)
     return make_op("fusion", shape.args, {"kind": template.kind}, device=g.device,
@@ -598,7 +599,7 @@ def _build(grouper: _Grouper, g: _Group, outputs: list[Value]) -> Op:
 # exactly the region building it anew would give (test_fusion: the same printed IR
 # with the memo as without).
 
-MAX_TEMPLATES = 4096  # regions kept in this process (the oldest go first)
+MAX_TEMPLATES = 4096  # regions kept in this process (all dropped when full)
 _MEMBER, _CONSTANT, _ARG = "\0member", "\0constant", "\0arg"
 
 
