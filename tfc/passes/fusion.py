@@ -49,7 +49,8 @@ members' kinds, attrs and types, how they are wired, the constants' values and t
 outputs) and copied for every group of that content with the group's own names and
 locations (``_template``); composites are classified once per kind, attrs and types.
 Both are kept in this process only: a new process builds each distinct region once
-(six for a 256-layer MLP), which costs less than reading them back would.
+(six for a 256-layer MLP's training step: 1.7 ms), no more than reading them back
+would cost.
 """
 
 from __future__ import annotations
@@ -596,8 +597,8 @@ def _build(grouper: _Grouper, g: _Group, outputs: list[Value]) -> Op:
 # template, from stand-ins: their names and locations say which member, constant or
 # outside value each one stands for; every group of that shape gets a copy with its
 # own. The shape is the whole input of ``_template`` (``_GroupShape.key``), so a copy is
-# exactly the region building it anew would give (test_fusion: the same printed IR
-# with the memo as without).
+# exactly the region building it anew would give (tests/passes/test_fusion_memo.py:
+# the same printed IR with templates as without).
 
 MAX_TEMPLATES = 4096  # regions kept in this process (all dropped when full)
 _MEMBER, _CONSTANT, _ARG = "\0member", "\0constant", "\0arg"
