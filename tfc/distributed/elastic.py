@@ -18,11 +18,14 @@ elastic one (Horovod Elastic's idea, but keeping the *global* batch) does not wa
    workers placed on the survivors' tasks (each survivor keeps its name: ``worker:0``
    and ``worker:2`` after ``worker:1`` died), and lowered as ``tfc compile`` lowered it
    (same backend, same fp16 transfers); the other entries go to worker 0 as before.
-3. N-1 new task actors start on the survivors' nodes (the dead worker's node may be what
-   failed), form the new ring, and the old actors are killed (each was compiled for N
-   workers). The program's module, its variables (the mirrors of the new ring) and its
-   executables are replaced in place: the caller's ``Program`` goes on, at the same
-   step.
+3. N-1 new task actors start on the survivors' nodes, all at once (the dead worker's
+   node may be what failed), form the new ring, and the old actors are killed (each was
+   compiled for N workers). The program's module, its variables (the mirrors of the new
+   ring) and its executables are replaced in place: the caller's ``Program`` goes on, at
+   the same step.
+
+Afterwards the dead worker is restarted in the background and the ring grows back to N
+when it is ready (``tfc.distributed.rejoin``, unless ``rejoin=False``).
 
 The global batch stays the same, so the step computes the same mean gradient and the run
 ends with the variables of an uninterrupted one. Two layouts, both exact:

@@ -26,9 +26,11 @@ timings (detection, restart, restore) for benchmarks.
 *Strict or elastic.* By default (``restart``) a dead task is restarted and the job waits
 for it (TF's behaviour). ``elastic`` (an allreduce program: ``tfc.distributed.elastic``)
 goes on with the N-1 workers left instead, the global batch split over them, the
-variables from a survivor (no step is lost); where it cannot (a dead task that is no
-worker, no worker left), it restarts as ``restart`` does when a checkpoint directory
-allows it, and says why.
+variables from a survivor (no step is lost), and restarts the dead worker in the
+background: when it is ready the ring grows back to N at a step boundary
+(``tfc.distributed.rejoin``; ``rejoin=False``: it stays at N-1); where it cannot go on
+(a dead task that is no worker, no worker left), it restarts as ``restart`` does when a
+checkpoint directory allows it, and says why.
 
 *Failure injection* (tests, demos): ``worker:1@step=12`` SIGKILLs that task's process
 (the actor kills itself: ``tfc_kill``; no exception, no clean-up) just before step 12 is
@@ -369,7 +371,11 @@ class Supervisor:
     task silent for two checks in a row is dead). ``max_restarts``: recoveries in a row
     that do not get past the step that failed before it gives up (an ``ExecutionError``).
     ``run_one`` must feed a step that is run again the batch of that step
-    (``program.step``): after an elastic recovery the failed step runs again as it was."""
+    (``program.step``): after an elastic recovery the failed step runs again as it was.
+    ``rejoin`` (elastic): restart the dead workers in the background and grow the ring
+    back when they are ready (each rejoin in ``rejoins``), given up when not ready within
+    ``rejoin_timeout_s`` of the shrink; ``ring()`` says the ring's size for a progress
+    line."""
 
     program: Any
     checkpoint_dir: str | Path | None
@@ -600,7 +606,7 @@ class Supervisor:
     def _rejoin_due(self) -> None:
         """At a step boundary: grow the ring back when the pending one is ready; give it
         up when it failed or is late (saying why)."""
-        from tfc.distributed.rejoin import RejoinEvent, grow
+        from tfc.distributed.rejoin import grow
         pending = self._pending_rejoin
         assert pending is not None
         state = pending.state()
