@@ -145,7 +145,7 @@ def test_a_killed_worker_rejoins_and_the_job_ends_as_its_shrink_and_grow_schedul
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("how", ["late", "failed"])
+@pytest.mark.parametrize("how", [pytest.param("late", marks=pytest.mark.slow), "failed"])
 def test_a_restart_that_fails_or_is_late_leaves_the_ring_at_n_minus_1(
         loopback_cluster, monkeypatch, how):
     if how == "failed":  # the node the worker was to restart on is gone
