@@ -524,6 +524,8 @@ def _run_steps(program: Any, entry: str, feeds: dict[str, Any], steps: int,
             out = one()
             states = program.task_states()
             metrics = _scalars(out) + "".join(f"  {t} {s}" for t, s in states.items())
+            ring = supervisor.ring() if supervisor is not None else ""
+            metrics += f"  ({ring})" if ring else ""
             progress.update(task, advance=1, step=program.step, metrics=metrics)
     return out
 
@@ -699,6 +701,10 @@ def _recovery_arguments(p: argparse.ArgumentParser) -> None:
                         "with --checkpoint-dir); elastic (--strategy allreduce): go on with "
                         "the workers left, the global batch split over them; or fail with "
                         "an error naming it (the default without)")
+    p.add_argument("--rejoin", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --on-failure elastic: restart a dead worker in the background "
+                        "and grow the ring back to all workers when it is ready, at a step "
+                        "boundary (the default; --no-rejoin: stay with the workers left)")
     p.add_argument("--inject-failure", metavar="TASK@step=N", action="append", default=[],
                    help="SIGKILL the process of cluster task TASK (e.g. worker:1, ps:0) just "
                         "before step N is launched (repeatable; tests and demos)")
@@ -740,6 +746,10 @@ def _supervisor(args: argparse.Namespace, program: Any, step_feeds: _StepFeeds |
     no Ray cluster, or --on-failure fail without --inject-failure)."""
     from tfc.distributed.recovery import InjectedFailure
     injected = [InjectedFailure.parse(spec) for spec in args.inject_failure]
+    if args.rejoin is not None and args.on_failure != "elastic":
+        flag = "--rejoin" if args.rejoin else "--no-rejoin"
+        raise TfcError(f"{flag} needs --on-failure elastic (only an elastic ring shrinks "
+                       f"and grows back)")
     on_ray = program.cluster not in (None, "inprocess")
     if not on_ray:
         for flag, given in (("--on-failure", args.on_failure), ("--inject-failure", injected)):
@@ -758,7 +768,8 @@ def _supervisor(args: argparse.Namespace, program: Any, step_feeds: _StepFeeds |
     from tfc.distributed.recovery import Supervisor
     return Supervisor(program, args.checkpoint_dir, on_failure, injected,
                       restore_input=None if step_feeds is None else step_feeds.restore,
-                      save_initial=checkpoint, batch_sizes=batch_sizes)
+                      save_initial=checkpoint, batch_sizes=batch_sizes,
+                      rejoin=args.rejoin is not False)
 
 
 # ---- the parser and main -------------------------------------------------------------

@@ -34,12 +34,19 @@ silent, then the task is killed and restarted as a dead one is.
 ``--elastic``: the same MLP compiled for 3 ``allreduce`` workers (global batch
 ``ELASTIC_BATCH``, which splits into 3 and into 2), ``worker:1`` injected at step
 ``--every`` + 2 under ``Supervisor(on_failure="elastic")``: the job goes on with 2
-workers. A fresh program per repeat (each run shrinks its ring once). Medians of
-*detect*, *recompile* (the step replicated for 2 workers and lowered), *ring* (2 new
-actors on the survivors' nodes, connected, their parts compiled), *read* (the variables
-from a survivor), *first step* (the failed step run again on the new ring: the first
-step of a new program compiles nothing more, but its variables are sent), *back* (from
-the kill to the end of that step), the steps lost, and the median step before and after.
+workers, and ``worker:1`` restarted in the background rejoins when ready (unless
+``--no-rejoin``). A fresh program per repeat (each run shrinks its ring once and grows
+it back once). Medians of *detect*, *recompile* (the step replicated for 2 workers and
+lowered), *ring* (2 new actors on the survivors' nodes, started together, connected,
+their parts compiled), *read* (the variables from a survivor), *first step* (the failed
+step run again on the new ring: the first step of a new program compiles nothing more,
+but its variables are sent), *back* (from the kill to the end of that step), the steps
+lost, and the median step before and after (at 2 workers, while the restart runs in the
+background). The rejoin: *restart* (from the shrink until the 3 new actors of the full
+ring, started together in the background, are ready), *ready wait* (until the next step
+boundary), *read* (the variables from a survivor), *swap*, *first step at 3* (every
+variable sent with it), *back* (from the end of the first step at 2 to the end of the
+first at 3), the steps run at 2 meanwhile, and the median step at 3 after it.
 """
 
 from __future__ import annotations
@@ -154,38 +161,76 @@ def run_elastic(args: argparse.Namespace, address: str, work: Path) -> list[dict
     model.write_text(MLP_MODEL.format(sizes=MLP_SIZES))
     module = compile_model(model, cluster=ClusterSpec(ps=0, workers=3, strategy="allreduce"))
     rows = []
-    fail_at, steps = args.every + 2, args.every + 8
+    fail_at = args.every + 2
     for _ in range(args.repeats):
         program = Program(module, cluster=address, cluster_timeout_s=60)
         times: dict[int, float] = {}
+        ring: dict[int, int] = {}
         try:
             with Supervisor(program, None, "elastic", inject=[f"worker:1@step={fail_at}"],
-                            health_interval_s=args.health,
+                            health_interval_s=args.health, rejoin=not args.no_rejoin,
                             report=lambda line: print("  " + line)) as supervisor:
-                for _ in range(steps):
-                    step = program.step
+                step = 0
+                while not elastic_done(args, supervisor, step, times, fail_at):
                     started = time.monotonic()
+                    times[-1 - step] = started  # (when the step began)
                     supervisor.step(lambda: program.run(
                         "train_step", elastic_batch(step, args.elastic_batch)))
                     times[step] = time.monotonic() - started
-            [event] = supervisor.events
+                    ring[step] = len(program._cluster.tasks)
+                    step = program.step
+            event = supervisor.events[0]
             shrunk = event.elastic
             assert shrunk is not None
             # the failed step's time from its kill: detection, recompile, ring, read, rerun
             detect = event.detect_s or 0.0
             recovered = detect + event.restart_s + event.restore_s
-            rows.append({"layout": shrunk.layout, "detect_s": detect,
-                         "recompile_s": shrunk.recompile_s,
-                         "ring_s": shrunk.ring_s, "read_s": shrunk.read_s,
-                         "first_step_s": times[fail_at] - recovered, "back_s": times[fail_at],
-                         "lost": event.lost_steps,
-                         "step_before_s": statistics.median(
-                             [times[s] for s in range(1, fail_at)]),
-                         "step_after_s": statistics.median(
-                             [times[s] for s in range(fail_at + 2, steps)])})
+            steps = sorted(s for s in times if s >= 0)
+            row = {"layout": shrunk.layout, "detect_s": detect,
+                   "recompile_s": shrunk.recompile_s,
+                   "ring_s": shrunk.ring_s, "read_s": shrunk.read_s,
+                   "first_step_s": times[fail_at] - recovered, "back_s": times[fail_at],
+                   "lost": event.lost_steps,
+                   "step_before_s": statistics.median(
+                       [times[s] for s in range(1, fail_at)]),
+                   "step_after_s": statistics.median(
+                       [times[s] for s in steps if s > fail_at + 1 and ring[s] == 2][:20]
+                       or [float("nan")])}
+            back = supervisor.rejoins[0] if supervisor.rejoins else None
+            if back is not None and not back.failed:
+                grown = back.step  # the first step on the grown ring
+                shrunk_at = times[-1 - fail_at] + times[fail_at]  # the first N-1 step's end
+                row.update({
+                    "restart_s": back.restart_s, "ready_wait_s": back.ready_wait_s,
+                    "rejoin_read_s": back.read_s, "swap_s": back.swap_s,
+                    "first_step_n_s": times[grown] - back.read_s - back.swap_s,
+                    "rejoin_back_s": times[-1 - grown] + times[grown] - shrunk_at,
+                    "steps_at_n_minus_1": grown - fail_at,
+                    "step_grown_s": statistics.median(
+                        [times[s] for s in steps if s > grown][:20] or [float("nan")])})
+            elif back is not None:
+                row["rejoin_failed"] = back.failed
+            rows.append(row)
         finally:
             program.close(read_back=False)
     return rows
+
+
+MAX_REJOIN_S = 120.0  # --elastic: how long a run waits (stepping) for a rejoin
+
+
+def elastic_done(args: argparse.Namespace, supervisor: Any, step: int,
+                 times: dict[int, float], fail_at: int) -> bool:
+    """Whether an ``--elastic`` run has its steps: ``--every + 8``, and with a rejoin 6
+    more after it (or its failure, or ``MAX_REJOIN_S`` after the kill without one)."""
+    if step < args.every + 8:
+        return False
+    if args.no_rejoin:
+        return True
+    if supervisor.rejoins:
+        back = supervisor.rejoins[0]
+        return bool(back.failed) or step >= back.step + 6
+    return time.monotonic() - times[-1 - fail_at] > MAX_REJOIN_S
 
 
 def report_elastic(rows: list[dict[str, Any]]) -> None:
@@ -194,6 +239,20 @@ def report_elastic(rows: list[dict[str, Any]]) -> None:
     print(f"elastic, 3 -> 2 workers, layout {rows[0]['layout']}, medians over {len(rows)} (s):")
     print("  " + " ".join(f"{k[:-2] if k.endswith('_s') else k:>11}" for k in keys))
     print("  " + " ".join(f"{statistics.median(r[k] for r in rows):>11.3f}" for k in keys))
+    grown = [r for r in rows if "restart_s" in r]
+    if grown:
+        grown_keys = ("restart_s", "ready_wait_s", "rejoin_read_s", "swap_s", "first_step_n_s",
+                "rejoin_back_s", "steps_at_n_minus_1", "step_grown_s")
+        print(f"rejoin, 2 -> 3 workers, medians over {len(grown)} (s; restart: in the "
+              f"background, from the shrink; back: from the first step at 2 to the end of "
+              f"the first at 3):")
+        print("  " + " ".join(f"{k[:-2] if k.endswith('_s') else k:>13}"
+                              for k in grown_keys))
+        print("  " + " ".join(f"{statistics.median(r[k] for r in grown):>13.3f}"
+                              for k in grown_keys))
+    for r in rows:
+        if "rejoin_failed" in r:
+            print(f"  no rejoin: {r['rejoin_failed']}")
 
 
 def report(rows: list[dict[str, Any]]) -> None:
@@ -229,6 +288,8 @@ def main() -> int:
                              "layout; 501 only into 3: the shards kept)")
     parser.add_argument("--elastic", action="store_true",
                         help="an allreduce worker lost under --on-failure elastic instead")
+    parser.add_argument("--no-rejoin", action="store_true",
+                        help="--elastic: the ring stays at 2 (no restart in the background)")
     args = parser.parse_args()
     info = machine_info()
     print(f"{info['cpu']}, {info['cores']} cores; load before: {load()}")

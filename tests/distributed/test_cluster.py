@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tfc.distributed.cluster import (INSTALL_HINT, LOOPBACK, LoopbackCluster, RayCluster,
-                                     free_port)
+from tfc.distributed.cluster import (INSTALL_HINT, LOOPBACK, ActorStart, LoopbackCluster,
+                                     RayCluster, free_port)
 from tfc.errors import TfcError
 
 # tests that need Ray but not the shared cluster (they start or try to reach one of their own)
@@ -111,6 +111,57 @@ def test_an_actor_that_cannot_start_is_one_line(cluster: RayCluster) -> None:
 
 
 @needs_ray
+def _gathering_class() -> type:
+    """An actor class whose constructor writes its PID to ``folder``, then waits (at most
+    20 s, else it raises) until ``count`` actors have: only actors started together get
+    past it."""
+
+    class Gathering:
+        def __init__(self, folder: str, count: int) -> None:
+            import os
+            import time
+            Path(folder, str(os.getpid())).write_text("")
+            deadline = time.monotonic() + 20
+            while len(os.listdir(folder)) < count:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{len(os.listdir(folder))} of {count} actors started")
+                time.sleep(0.05)
+
+    return Gathering
+
+
+def test_actors_start_together(cluster: RayCluster, tmp_path: Path) -> None:
+    """``start_actors`` starts every actor before it waits for any (one after another, the
+    first would wait for the others forever: here 20 s, then fail)."""
+    import ray
+    nodes = cluster.spread(3)
+    starts = [ActorStart(_gathering_class(), (str(tmp_path), 3), node, f"task worker:{i}")
+              for i, node in enumerate(nodes)]
+    handles = cluster.start_actors(starts, timeout_s=60)
+    assert ray.get([h.tfc_node_id.remote() for h in handles], timeout=30) == nodes
+    assert len(list(tmp_path.iterdir())) == 3
+
+
+def test_one_actor_that_cannot_start_takes_the_others_down(cluster: RayCluster,
+                                                           tmp_path: Path) -> None:
+    class Broken:
+        def __init__(self) -> None:
+            raise ValueError("no artifact here")
+
+    nodes = cluster.spread(2)
+    starts = [ActorStart(_gathering_class(), (str(tmp_path), 1), nodes[0], "task worker:0"),
+              ActorStart(Broken, (), nodes[1], "task ps:0")]
+    with pytest.raises(TfcError) as caught:
+        cluster.start_actors(starts, timeout_s=60)
+    assert str(caught.value) == f"task ps:0 could not start on node {nodes[1][:12]}: " \
+                                f"ValueError: no artifact here"
+    [started] = [int(f.name) for f in tmp_path.iterdir()]
+    deadline = time.monotonic() + 20  # the one that started is killed
+    while Path(f"/proc/{started}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{started}").exists()
+
+
 def test_an_unreachable_address_fails_fast_in_one_line() -> None:
     address = f"{LOOPBACK}:{free_port()}"  # nothing listens there
     start = time.monotonic()

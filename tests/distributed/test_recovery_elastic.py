@@ -64,8 +64,9 @@ def test_a_killed_worker_leaves_a_ring_of_two_that_ends_as_an_unbroken_run(
         # worker:0 dies: the step's launch fails at the first task, the others never got
         # it, and the previous step's updates, still pending on them, must be kept (no
         # health checks: the failed step, not a check, finds the death)
+        # (rejoin=False: the ring stays at two; test_recovery_rejoin.py grows it back)
         with Supervisor(p, None, "elastic", inject=["worker:0@step=3"], report=lines.append,
-                        health_interval_s=None) as supervisor:
+                        health_interval_s=None, rejoin=False) as supervisor:
             for _ in range(STEPS):
                 out = supervisor.step(lambda: p.run("train", batch(p.step)))
         assert p.step == STEPS
@@ -116,7 +117,7 @@ def test_a_batch_that_does_not_split_into_the_workers_left_keeps_its_shards(loop
                 cluster=loopback_cluster.address, cluster_timeout_s=30)
     odd = {"x": X[:9], "y": Y[:9]}
     try:
-        with Supervisor(p, None, "elastic", inject=["worker:2@step=1"],
+        with Supervisor(p, None, "elastic", inject=["worker:2@step=1"], rejoin=False,
                         health_interval_s=None, report=lambda line: None) as supervisor:
             for _ in range(3):
                 out = supervisor.step(lambda: p.run("train", odd))
@@ -201,12 +202,14 @@ def test_tfc_run_goes_on_elastically_and_keeps_rays_messages_off_stdout(
                  f"y={tmp_path / 'y.npy'}", "--batch", "9", "--shuffle", "--steps", "5",
                  "--cluster",
                  loopback_cluster.address, "--cluster-timeout", "30",
-                 "--on-failure", "elastic", "--inject-failure", "worker:1@step=2"])
+                 "--on-failure", "elastic", "--no-rejoin", "--inject-failure",
+                 "worker:1@step=2"])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert re.search(r"^worker:1 died at step 2 \(SIGKILL; found by .*\); went on with 2 of 3 "
                      r"workers, the 3 shards of the batch kept \(elastic: .* lost 0 steps$",
                      err, re.M), err
+    assert "(ring 2/3)" in err  # the progress line: 2 of the 3 workers (--no-rejoin)
     one = Program(classifier("adam"), backend="reference")
     batches = MiniBatches({"x": X, "y": Y}, 9, True, 0)
     for _ in range(5):

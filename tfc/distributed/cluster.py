@@ -36,7 +36,7 @@ import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from tfc.errors import TfcError
 
@@ -119,6 +119,19 @@ class NodeInfo:
         found = [int(m.group(1)) for name in self.resources
                  if (m := re.fullmatch(r"host(\d+)", name))]
         return min(found) if found else None
+
+
+@dataclass(frozen=True)
+class ActorStart:
+    """One actor for ``RayCluster.start_actors``: ``cls(*args, **kwargs)`` on node
+    ``node_id``, named ``name`` in errors (``task worker:1``)."""
+
+    cls: type
+    args: tuple[Any, ...]
+    node_id: str
+    name: str
+    max_concurrency: int = 4
+    kwargs: dict[str, Any] = field(default_factory=dict, hash=False)
 
 
 @dataclass
@@ -212,33 +225,61 @@ class RayCluster:
 
         The actor answers ``tfc_node_id()`` (the node it runs on) besides ``cls``'s methods;
         the first answer is checked against ``node_id``."""
+        start = ActorStart(cls, args, node_id, name, max_concurrency, kwargs)
+        return self.start_actors([start], timeout_s)[0]
+
+    def start_actors(self, starts: Sequence["ActorStart"], timeout_s: float = 60.0
+                     ) -> list[Any]:
+        """Start every actor of ``starts`` at once (each as ``start_actor`` starts one) and
+        wait for all their first answers together, within ``timeout_s`` in all: their
+        handles, in order. Starting them one after another would add up each one's
+        process start (a new ring's actors, a restart of several tasks). The first that
+        fails or is late is a ``TfcError`` naming it, and every actor of ``starts`` is
+        killed."""
         self._check_open()
         ray = self._ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         alive = {node.node_id for node in self.nodes}
-        if node_id not in alive:
-            raise TfcError(f"cannot start {name}: node {node_id[:12]} is not an alive node of "
-                           f"the Ray cluster at {self.address}")
-        remote = ray.remote(_answering(cls)).options(
-            num_cpus=0, max_restarts=0, max_task_retries=0, max_concurrency=max_concurrency,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False))
-        handle = remote.remote(*args, **kwargs)
-        self._actors.append(handle)
+        for start in starts:
+            if start.node_id not in alive:
+                raise TfcError(f"cannot start {start.name}: node {start.node_id[:12]} is not "
+                               f"an alive node of the Ray cluster at {self.address}")
+        handles: list[Any] = []
+        for start in starts:
+            remote = ray.remote(_answering(start.cls)).options(
+                num_cpus=0, max_restarts=0, max_task_retries=0,
+                max_concurrency=start.max_concurrency,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=start.node_id,
+                                                                   soft=False))
+            handles.append(remote.remote(*start.args, **start.kwargs))
+            self._actors.append(handles[-1])
+        refs = [h.tfc_node_id.remote() for h in handles]
+        deadline = time.monotonic() + timeout_s
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=len(pending),
+                                      timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
         try:
-            where = ray.get(handle.tfc_node_id.remote(), timeout=timeout_s)
-        except ray.exceptions.GetTimeoutError:
-            self._kill(handle)
-            raise TfcError(f"{name} did not start on node {node_id[:12]} within "
-                           f"{timeout_s:g} s") from None
-        except ray.exceptions.RayError as e:
-            self._kill(handle)
-            raise TfcError(f"{name} could not start on node {node_id[:12]}: "
-                           f"{_actor_failure(e)}") from None
-        if where != node_id:  # hard affinity makes this impossible; checked, not assumed
-            self._kill(handle)
-            raise TfcError(f"{name} started on node {where[:12]}, not on {node_id[:12]}")
-        return handle
+            for start, ref in zip(starts, refs):
+                if ref in pending:
+                    raise TfcError(f"{start.name} did not start on node {start.node_id[:12]} "
+                                   f"within {timeout_s:g} s")
+                try:
+                    where = ray.get(ref, timeout=0)
+                except ray.exceptions.RayError as e:
+                    raise TfcError(f"{start.name} could not start on node "
+                                   f"{start.node_id[:12]}: {_actor_failure(e)}") from None
+                if where != start.node_id:  # hard affinity makes this impossible: checked
+                    raise TfcError(f"{start.name} started on node {where[:12]}, not on "
+                                   f"{start.node_id[:12]}")
+        except TfcError:
+            for handle in handles:
+                self._kill(handle)
+            raise
+        return handles
 
     def _kill(self, handle: Any) -> None:
         with contextlib.suppress(Exception):

@@ -18,11 +18,14 @@ elastic one (Horovod Elastic's idea, but keeping the *global* batch) does not wa
    workers placed on the survivors' tasks (each survivor keeps its name: ``worker:0``
    and ``worker:2`` after ``worker:1`` died), and lowered as ``tfc compile`` lowered it
    (same backend, same fp16 transfers); the other entries go to worker 0 as before.
-3. N-1 new task actors start on the survivors' nodes (the dead worker's node may be what
-   failed), form the new ring, and the old actors are killed (each was compiled for N
-   workers). The program's module, its variables (the mirrors of the new ring) and its
-   executables are replaced in place: the caller's ``Program`` goes on, at the same
-   step.
+3. N-1 new task actors start on the survivors' nodes, all at once (the dead worker's
+   node may be what failed), form the new ring, and the old actors are killed (each was
+   compiled for N workers). The program's module, its variables (the mirrors of the new
+   ring) and its executables are replaced in place: the caller's ``Program`` goes on, at
+   the same step.
+
+Afterwards the dead worker is restarted in the background and the ring grows back to N
+when it is ready (``tfc.distributed.rejoin``, unless ``rejoin=False``).
 
 The global batch stays the same, so the step computes the same mean gradient and the run
 ends with the variables of an uninterrupted one. Two layouts, both exact:
@@ -165,7 +168,7 @@ def shrink(program: Any, dead: Sequence[str], checkpoint_dir: Any = None,
     the checkpoint's."""
     from tfc.distributed.recovery import short_name
     from tfc.distributed.runtime import ClusterRuntime
-    from tfc.passes.replicate import mirror_name, mirrored_variable, worker_device
+    from tfc.passes.replicate import worker_device
     from tfc.pipeline import lower_for_devices
     old = program._cluster
     gone = set(dead)
@@ -194,30 +197,70 @@ def shrink(program: Any, dead: Sequence[str], checkpoint_dir: Any = None,
     module = replicated_for(old.module, workers, moved, old.backend)
     module = lower_for_devices(module, old.backend)
     compiled = time.monotonic()
-    names = [n for n in old.module.variables if mirrored_variable(n) is None]
     source = survivors[0]
-    mine = [mirror_name(n, worker_index(source) or 0) for n in names]
     step = program.step
     try:  # the survivor's copy, as the last completed step left it
-        values = dict(zip(names, (np.array(v) for v in old.read(mine))))
+        values = read_copy(old, source)
         where = short_name(source)
     except ExecutionError:
         if checkpoint_dir is None:
             raise
         from tfc.runtime.checkpoint import read_checkpoint
         ckpt = read_checkpoint(checkpoint_dir)
-        values = {n: np.array(ckpt.values[n]) for n in names}
+        values = {n: np.array(ckpt.values[n]) for n in unmirrored(old.module)}
         step, where = ckpt.step, str(ckpt.path)
     read = time.monotonic()
-    mirrored = {n: values[mirrored_variable(n) or n] for n in module.variables}
+    mirrored = mirrored_values(module, values)
     nodes = [old.where[t]["node_id"] for t in survivors]  # (the new tasks, in order)
     runtime = ClusterRuntime(module, mirrored, step, old.backend, old.cluster.address,
                              old.timeout_s, nodes=nodes)
-    old.close()  # the old actors (the survivors' too: each was compiled for N workers)
-    _replace(program, module, mirrored, step, runtime)
+    swap_ring(program, old, runtime, mirrored, step)
     ringed = time.monotonic()
     return Shrunk(before, len(survivors), nodes, where, layout, workers, step,
                   compiled - started, ringed - read, read - compiled)
+
+
+def unmirrored(module: Module) -> list[str]:
+    """The variables of allreduce ``module`` as the user wrote them (worker 0's copies:
+    every other worker's is ``VAR/replica_K``)."""
+    from tfc.passes.replicate import mirrored_variable
+    return [n for n in module.variables if mirrored_variable(n) is None]
+
+
+def read_copy(runtime: Any, task: str) -> dict[str, np.ndarray]:
+    """The variables of ``runtime``'s allreduce program as worker task ``task`` holds
+    them (its own mirrored copy, settled: the last completed step's), by unmirrored
+    name. Every worker's copy is bitwise the same (the ring gives each the same mean).
+    The copy is the one of the first shard ``task`` computes in ``runtime``'s module,
+    whichever ring position that is (after an elastic recovery ``worker:2`` may be the
+    ring's worker 1, or also compute a dead worker's shard)."""
+    from tfc.passes.replicate import mirror_name
+    roles = worker_roles(runtime.module)
+    k = next(k for k, device in enumerate(roles) if device.rsplit("/", 1)[0] == task)
+    names = unmirrored(runtime.module)
+    return dict(zip(names, (np.array(v) for v in
+                            runtime.read([mirror_name(n, k) for n in names]))))
+
+
+def mirrored_values(module: Module, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every variable of allreduce ``module`` (each worker's copy) from ``values`` (by
+    unmirrored name)."""
+    from tfc.passes.replicate import mirrored_variable
+    return {n: values[mirrored_variable(n) or n] for n in module.variables}
+
+
+def swap_ring(program: Any, old: Any, runtime: Any, values: dict[str, np.ndarray],
+              step: int) -> None:
+    """``program`` goes on on ``runtime`` (a new ring's, for its own module) with
+    ``values`` (its module's variables) at ``step``; ``old``'s actors are closed (each
+    was compiled for the old ring). The global batch sizes the old ring's steps ran are
+    kept (``uneven_batch`` looks at them at the next recovery)."""
+    for entry, exe in runtime._executables.items():
+        before = old._executables.get(entry)
+        if before is not None:
+            exe._shapes_seen.update(before._shapes_seen)
+    old.close()
+    _replace(program, runtime.module, values, step, runtime)
 
 
 def _replace(program: Any, module: Module, values: dict[str, np.ndarray], step: int,

@@ -26,9 +26,11 @@ timings (detection, restart, restore) for benchmarks.
 *Strict or elastic.* By default (``restart``) a dead task is restarted and the job waits
 for it (TF's behaviour). ``elastic`` (an allreduce program: ``tfc.distributed.elastic``)
 goes on with the N-1 workers left instead, the global batch split over them, the
-variables from a survivor (no step is lost); where it cannot (a dead task that is no
-worker, no worker left), it restarts as ``restart`` does when a checkpoint directory
-allows it, and says why.
+variables from a survivor (no step is lost), and restarts the dead worker in the
+background: when it is ready the ring grows back to N at a step boundary
+(``tfc.distributed.rejoin``; ``rejoin=False``: it stays at N-1); where it cannot go on
+(a dead task that is no worker, no worker left), it restarts as ``restart`` does when a
+checkpoint directory allows it, and says why.
 
 *Failure injection* (tests, demos): ``worker:1@step=12`` SIGKILLs that task's process
 (the actor kills itself: ``tfc_kill``; no exception, no clean-up) just before step 12 is
@@ -48,8 +50,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, TypeVar
 
 from tfc.errors import ExecutionError, TfcError
 
+from tfc.distributed.rejoin import DEFAULT_REJOIN_TIMEOUT_S, RejoinEvent
+
 if TYPE_CHECKING:
     from tfc.distributed.elastic import Shrunk
+    from tfc.distributed.rejoin import PendingRejoin
 
 T = TypeVar("T")
 
@@ -58,6 +63,9 @@ DEFAULT_HEALTH_INTERVAL_S = 1.0
 # recoveries in a row without getting past the failed step: a task that dies every time
 # it runs that step is an error, not a loop
 DEFAULT_MAX_RESTARTS = 3
+# what closing a supervisor waits for a ring still starting to end (then it is closed
+# when its start ends, bounded by the runtime's timeouts)
+_REJOIN_CLOSE_WAIT_S = 10.0
 _PING_TIMEOUT_S = 10.0  # one health check's bound (a busy task still answers: 4 threads)
 
 
@@ -268,6 +276,7 @@ def restart_tasks(runtime: Any, tasks: Sequence[str]) -> list[str]:
     The new tasks hold the artifact's variable values: the caller restores a checkpoint
     (the program's arrays then all differ from what the tasks were sent, so every
     variable is sent again with the next step)."""
+    from tfc.distributed.cluster import ActorStart
     from tfc.distributed.runtime import wire_addresses
     from tfc.distributed.task import TaskActor
 
@@ -278,6 +287,7 @@ def restart_tasks(runtime: Any, tasks: Sequence[str]) -> list[str]:
                              f"{cluster.address} has no alive node")
     host = {n.node_id: n.ip for n in nodes}
     placed: dict[str, str] = {}
+    starts: list[ActorStart] = []
     for task in tasks:
         old = runtime.actors.get(task)
         if old is not None:
@@ -291,11 +301,12 @@ def restart_tasks(runtime: Any, tasks: Sequence[str]) -> list[str]:
         candidates = [n.node_id for n in nodes if n.node_id != was_on] or [was_on]
         node = min(candidates, key=lambda n: (used[n], [x.node_id for x in nodes].index(n)))
         sharing = 1 + sum(c for n, c in used.items() if host.get(n) == host[node])
-        runtime.actors[task] = cluster.start_actor(
-            TaskActor, task, runtime.artifact, runtime.backend, runtime.timeout_s, sharing,
-            node_id=node, name=f"task {task}", max_concurrency=4, timeout_s=runtime.timeout_s)
+        starts.append(ActorStart(TaskActor, (task, runtime.artifact, runtime.backend,
+                                             runtime.timeout_s, sharing), node, f"task {task}"))
         placed[task] = node
         runtime.where[task] = {"node_id": node}
+    # all at once: a restart of several tasks costs one process start, not one each
+    runtime.actors.update(zip(tasks, cluster.start_actors(starts, runtime.timeout_s)))
     runtime._wait({t: runtime.actors[t].ready.remote() for t in tasks}, "restart",
                   into=runtime.where)
     runtime.wire = wire_addresses(runtime.where)
@@ -360,7 +371,11 @@ class Supervisor:
     task silent for two checks in a row is dead). ``max_restarts``: recoveries in a row
     that do not get past the step that failed before it gives up (an ``ExecutionError``).
     ``run_one`` must feed a step that is run again the batch of that step
-    (``program.step``): after an elastic recovery the failed step runs again as it was."""
+    (``program.step``): after an elastic recovery the failed step runs again as it was.
+    ``rejoin`` (elastic): restart the dead workers in the background and grow the ring
+    back when they are ready (each rejoin in ``rejoins``), given up when not ready within
+    ``rejoin_timeout_s`` of the shrink; ``ring()`` says the ring's size for a progress
+    line."""
 
     program: Any
     checkpoint_dir: str | Path | None
@@ -376,7 +391,12 @@ class Supervisor:
     # pipeline's batch and its epoch's last, partial one): each must split into the
     # workers left for the ``even`` layout (``tfc.distributed.elastic``)
     batch_sizes: Sequence[int] = ()
+    # elastic: restart the dead workers in the background and grow the ring back to N
+    # when they are ready (``tfc.distributed.rejoin``), giving up after ``rejoin_timeout_s``
+    rejoin: bool = True
+    rejoin_timeout_s: float = DEFAULT_REJOIN_TIMEOUT_S
     events: list[RecoveryEvent] = field(default_factory=list)
+    rejoins: list[RejoinEvent] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.on_failure not in ON_FAILURE:
@@ -396,6 +416,13 @@ class Supervisor:
             raise TfcError("--on-failure elastic goes on with the allreduce workers left; "
                            "this program was not compiled with --strategy allreduce (use "
                            "--on-failure restart)")
+        # elastic: the ring a rejoin grows back to, the program's own (N workers)
+        self._full = runtime.module if self.on_failure == "elastic" else None
+        self._full_tasks = list(runtime.tasks)
+        self._pending_rejoin: PendingRejoin | None = None
+        self._given_up: list[PendingRejoin] = []  # (closed when their start ends)
+        self._died_on: dict[str, str] = {}  # a dead worker -> its node (where it rejoins)
+        self._rejoined: Counter[str] = Counter()  # rejoins per worker
         if recovers and (self.on_failure == "restart" or self.checkpoint_dir is not None):
             if self.checkpoint_dir is None:
                 raise TfcError("recovering from a failure needs a checkpoint directory to "
@@ -417,6 +444,8 @@ class Supervisor:
             if dead:  # found between steps: recover before launching into a dead task
                 self._recover(program.step, dead, "a health check", None)
                 continue
+            if self._pending_rejoin is not None:  # a step boundary: grow back if ready
+                self._rejoin_due()
             launched = time.monotonic()
             try:
                 out = run_one()
@@ -432,6 +461,11 @@ class Supervisor:
         for failure in [f for f in self._pending if f.step == step]:
             self._pending.remove(failure)
             runtime = _runtime(self.program)
+            if self._full is not None and full_name(failure.task, self._full_tasks) \
+                    not in runtime.tasks:  # a worker the elastic ring is without now
+                (self.report or _to_stderr)(f"{failure.task} is not in the ring at step "
+                                            f"{step}: not killed")
+                continue
             task = full_name(failure.task, runtime.tasks)
             killed = time.monotonic()
             kill_task(self.program, failure.task)
@@ -469,6 +503,10 @@ class Supervisor:
                                   for t, (_, why) in dead.items()}))
         for t in tasks:
             self._killed.pop(t, None)
+            self._died_on[t] = runtime.where.get(t, {}).get("node_id", "")
+        # a ring still starting for the workers dead before: a new one starts after this
+        # recovery, for all the workers missing then
+        self._cancel_rejoin()
         started = time.monotonic()
         fell_back = ""
         if self.on_failure == "elastic":
@@ -523,9 +561,127 @@ class Supervisor:
             restart_s=shrunk.recompile_s + shrunk.ring_s, restore_s=shrunk.read_s,
             detected_at=detected, elastic=shrunk)
         self.events.append(event)
+        line = event.line()
+        if self.rejoin:
+            line += self._start_rejoin()
+        (self.report or _to_stderr)(line)
+
+    def _missing(self) -> list[str]:
+        """The workers of the full ring that the program's ring lacks."""
+        from tfc.distributed.task import cluster_tasks
+        current = _runtime(self.program).tasks
+        return [t for t in cluster_tasks(self._full) if t not in current] \
+            if self._full is not None else []
+
+    def _start_rejoin(self) -> str:
+        """Start the full ring in the background (``tfc.distributed.rejoin``) for the
+        workers missing now; what the recovery line says of it."""
+        from tfc.distributed.rejoin import PendingRejoin, rejoin_node
+        runtime = _runtime(self.program)
+        missing = self._missing()
+        names = " and ".join(short_name(t) for t in missing)
+        tired = [t for t in missing if self._rejoined[t] >= self.max_restarts]
+        if tired:
+            return (f"; {short_name(tired[0])} is not restarted again (it died after "
+                    f"rejoining {self._rejoined[tired[0]]} times)")
+        try:
+            alive = [n.node_id for n in runtime.cluster.nodes]
+            used = Counter(w["node_id"] for w in runtime.where.values())
+            nodes = {t: w["node_id"] for t, w in runtime.where.items()}
+            for task in missing:
+                nodes[task] = rejoin_node(alive, self._died_on.get(task), used)
+                used[nodes[task]] += 1
+            assert self._full is not None
+            values = self.program.stored_variables  # (the shrunk ring's: any will do)
+            from tfc.distributed.elastic import mirrored_values, unmirrored
+            full = mirrored_values(self._full, {n: values[n] for n in unmirrored(self._full)})
+            self._pending_rejoin = PendingRejoin(
+                self._full, full, self.program.step, runtime.backend,
+                runtime.cluster.address, runtime.timeout_s, nodes, missing,
+                self.rejoin_timeout_s)
+        except TfcError as e:
+            return f"; {names} cannot rejoin ({e.message})"
+        return f"; restarting {names} in the background to rejoin"
+
+    def _rejoin_due(self) -> None:
+        """At a step boundary: grow the ring back when the pending one is ready; give it
+        up when it failed or is late (saying why)."""
+        from tfc.distributed.rejoin import grow
+        pending = self._pending_rejoin
+        assert pending is not None
+        state = pending.state()
+        if state == "starting":
+            return
+        self._pending_rejoin = None
+        program = self.program
+        before = len(_runtime(program).tasks)
+        now = time.monotonic()
+        event = RejoinEvent(tasks=[short_name(t) for t in pending.tasks],
+                            workers_before=before, workers_after=before, step=program.step,
+                            nodes=[pending.nodes[t] for t in pending.tasks],
+                            restart_s=(pending.ready_at or now) - pending.started)
+        if state != "ready":
+            pending.cancel()
+            self._given_up.append(pending)
+            event.failed = (f"not ready within {pending.timeout_s:g} s" if state == "late"
+                            else f"the restart failed: {pending.error}")
+        else:
+            pause = self.monitor.paused() if self.monitor is not None else _NoPause()
+            with pause:
+                runtime = pending.take()
+                event.ready_wait_s = now - (pending.ready_at or now)
+                try:
+                    event.source, event.read_s = grow(program, runtime)
+                except ExecutionError as e:  # the survivor's read failed: not grown
+                    runtime.close()
+                    event.failed = f"reading the variables failed: {e.message}"
+                else:
+                    event.workers_after = len(runtime.tasks)
+                    event.swap_s = time.monotonic() - now - event.read_s
+                    for task in pending.tasks:
+                        self._rejoined[task] += 1
+                    if self.monitor is not None:
+                        self.monitor.runtime = runtime
+                        self.monitor.take()  # what it saw of the old actors meanwhile
+        self.rejoins.append(event)
         (self.report or _to_stderr)(event.line())
 
+    def wait_for_rejoin(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until the ring being restarted in the background
+        is ready or failed; the next ``step`` then grows back (or says why not). Whether
+        one was pending and its start ended. For tests and benchmarks: a job does not
+        wait, it goes on at N-1 meanwhile."""
+        pending = self._pending_rejoin
+        return pending is not None and pending.wait(timeout_s)
+
+    def ring(self) -> str:
+        """The ring's size for a progress line (``ring 2/3, worker:1 rejoining``); empty
+        unless elastic."""
+        if self._full is None:
+            return ""
+        from tfc.distributed.elastic import worker_index
+        from tfc.distributed.task import cluster_tasks
+        now = sum(worker_index(t) is not None for t in _runtime(self.program).tasks)
+        text = f"ring {now}/{len(cluster_tasks(self._full))}"
+        pending = self._pending_rejoin
+        if pending is not None:
+            text += f", {' and '.join(short_name(t) for t in pending.tasks)} rejoining"
+        return text
+
+    def _cancel_rejoin(self) -> None:
+        pending, self._pending_rejoin = self._pending_rejoin, None
+        if pending is not None:
+            pending.cancel()
+            self._given_up.append(pending)
+
     def close(self) -> None:
+        # a ring still starting: closed when its start ends (waited for, bounded, so
+        # that no actor of it outlives the job's)
+        self._cancel_rejoin()
+        deadline = time.monotonic() + _REJOIN_CLOSE_WAIT_S
+        for pending in self._given_up:
+            pending.wait(max(0.0, deadline - time.monotonic()))
+        self._given_up = [p for p in self._given_up if p.state() in ("starting", "late")]
         if self.monitor is not None:
             self.monitor.close()
 

@@ -129,13 +129,14 @@ class ClusterRuntime:
             # (``nodes``: where each task goes, e.g. an elastic ring's survivors' nodes)
             nodes = list(nodes) if nodes is not None else self.cluster.spread(len(self.tasks))
             # tasks on nodes of one host (one IP: a loopback cluster's nodes) share its cores
+            # (a node that is gone has none: ``start_actors`` says it is not alive)
             host = {n.node_id: n.ip for n in self.cluster.nodes}
-            sharing = Counter(host[n] for n in nodes)
-            for task, node in zip(self.tasks, nodes):
-                self.actors[task] = self.cluster.start_actor(
-                    TaskActor, task, data, backend, timeout_s, sharing[host[node]],
-                    node_id=node,
-                    name=f"task {task}", max_concurrency=4, timeout_s=timeout_s)
+            sharing = Counter(host.get(n) for n in nodes)
+            from tfc.distributed.cluster import ActorStart
+            starts = [ActorStart(TaskActor, (t, data, backend, timeout_s, sharing[host.get(n)]),
+                                 n, f"task {t}") for t, n in zip(self.tasks, nodes)]
+            # all at once: one process start, not one per task after another
+            self.actors = dict(zip(self.tasks, self.cluster.start_actors(starts, timeout_s)))
             self._wait({t: a.ready.remote() for t, a in self.actors.items()}, "start",
                        into=self.where)
             # the tasks' listeners: values go task to task over TCP (tfc.distributed.wire)
