@@ -649,10 +649,13 @@ class Supervisor:
     def wait_for_rejoin(self, timeout_s: float) -> bool:
         """Wait (at most ``timeout_s``) until the ring being restarted in the background
         is ready or failed; the next ``step`` then grows back (or says why not). Whether
-        one was pending and its start ended. For tests and benchmarks: a job does not
-        wait, it goes on at N-1 meanwhile."""
+        its start ended: True as well when a step boundary already settled it (a start
+        that fails at once can end before the caller asks), False when none was started.
+        For tests and benchmarks: a job does not wait, it goes on at N-1 meanwhile."""
         pending = self._pending_rejoin
-        return pending is not None and pending.wait(timeout_s)
+        if pending is None:
+            return bool(self.rejoins)
+        return pending.wait(timeout_s)
 
     def ring(self) -> str:
         """The ring's size for a progress line (``ring 2/3, worker:1 rejoining``); empty
