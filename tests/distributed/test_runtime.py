@@ -213,6 +213,7 @@ def test_replies_over_the_wire_name_a_dead_task_and_skip_a_failed_steps_late_rep
     import socket
 
     from tfc.distributed.runtime import ClusterRuntime
+    from tfc.distributed.task import packed_counters
     from tfc.distributed.wire import Link, _send_frame
 
     runtime = object.__new__(ClusterRuntime)
@@ -228,17 +229,19 @@ def test_replies_over_the_wire_name_a_dead_task_and_skip_a_failed_steps_late_rep
         return ends
 
     ends = tasks_ends()
-    _send_frame(ends[ps], {"step": 1, "reply": {"error": "aborted"}}, [])  # a step before
+    _send_frame(ends[ps], 1, {"reply": {"error": "aborted"}}, [])  # a step before
     for t in (ps, w0, w1):
-        _send_frame(ends[t], {"step": 2, "reply": {"counters": {"tensors": 1}}},
-                    [(["fetch:0"], np.float64(len(t)))] if t == w0 else [])
+        _send_frame(ends[t], 2, {"reply": {}},
+                    [(["counters"], packed_counters({"tensors": 1, "bytes": len(t)}))]
+                    + ([(["fetch:0"], np.float64(len(t)))] if t == w0 else []))
     got = runtime._replies([ps, w0, w1], 2, "run step 1 of @sgd")
-    assert got[w0][0] == {0: len(w0)} and got[ps] == ({}, {"tensors": 1})
+    assert got[w0][0] == {0: len(w0)} and got[ps][0] == {}
+    assert got[ps][1]["tensors"] == 1 and got[w1][1]["bytes"] == len(w1)
 
     ends = tasks_ends()
-    _send_frame(ends[ps], {"step": 3, "reply": {"error": f"the connection to task {w1} "
-                                                         f"failed: [Errno 32] Broken pipe"}}, [])
-    _send_frame(ends[w0], {"step": 3, "reply": {"error": "aborted"}}, [])
+    _send_frame(ends[ps], 3, {"reply": {"error": f"the connection to task {w1} "
+                                                f"failed: [Errno 32] Broken pipe"}}, [])
+    _send_frame(ends[w0], 3, {"reply": {"error": "aborted"}}, [])
     ends[w1].close()
     with pytest.raises(ExecutionError, match=rf"^task {w1} died \(its process exited\) "
                                              rf"and could not run step 2 of @sgd$"):
@@ -247,7 +250,7 @@ def test_replies_over_the_wire_name_a_dead_task_and_skip_a_failed_steps_late_rep
     ends = tasks_ends()
     runtime.timeout_s = 0.5
     for t in (ps, w0):
-        _send_frame(ends[t], {"step": 4, "reply": {"counters": {}}}, [])
+        _send_frame(ends[t], 4, {"reply": {}}, [])
     started = time.monotonic()
     with pytest.raises(ExecutionError, match=rf"^task {w1} did not run step 3 of @sgd within "
                                              rf"0.5 s$"):

@@ -95,24 +95,25 @@ def test_a_call_is_answered_on_its_connection_and_rows_land_in_place():
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
-@pytest.mark.parametrize("dtype, shape, stated, rows", [
-    ("|O", [4], 32, None),          # object: pointers read off the wire
-    ("<f8", [-1], 8, None),         # a negative dim
-    ("<f8", [2, "x"], 16, None),    # not an int
-    ("<f8", [1 << 40], 8, None),    # a length the frame does not carry (8 TiB to allocate)
-    ("<f8", [2], 16, [2, 1]),       # rows 1, 2 of an array of 2
-    ("<f8", [], 8, [1, 0]),         # rows of a scalar
+@pytest.mark.parametrize("keys, dtype, shape, stated, rows", [
+    (["k"], "|O", [4], 32, None),          # object: pointers read off the wire
+    (["k"], "<f8", [-1], 8, None),         # a negative dim
+    (["k"], "<f8", [2, "x"], 16, None),    # not an int
+    (["k"], "<f8", [1 << 40], 8, None),    # a length the frame does not carry (8 TiB)
+    (["k"], "<f8", [2], 16, [2, 1]),       # rows 1, 2 of an array of 2
+    (["k"], "<f8", [], 8, [1, 0]),         # rows of a scalar
+    ("k", "<f8", [], 8, None),             # keys that are not a list of strings
 ])
-def test_a_frame_that_is_not_ours_is_dropped_and_the_listener_goes_on(dtype, shape, stated,
-                                                                      rows):
+def test_a_frame_that_is_not_ours_is_dropped_and_the_listener_goes_on(keys, dtype, shape,
+                                                                      stated, rows):
     import json
     import struct
     listener, frames = listening()
-    value = [["k"], dtype, shape] + ([rows] if rows is not None else [])
-    header = json.dumps({"step": 1, "values": [value]}).encode()
+    value = [keys, dtype, shape] + ([rows] if rows is not None else [])
+    header = json.dumps({"values": [value]}).encode()
     try:
         with socket.create_connection(listener.address, timeout=5.0) as s:
-            s.sendall(struct.pack("<4sQQ", b"tfcw", len(header), stated) + header
+            s.sendall(struct.pack("<4sQQqq", b"tfc2", len(header), stated, 1, 0) + header
                       + bytes(stated))
             s.settimeout(5.0)
             try:  # the listener closed this connection (a reset when bytes were unread)

@@ -73,6 +73,31 @@ def fetch_key(index: int) -> str:
     return f"fetch:{index}"
 
 
+# A reply over the wire carries its step's counters as one f64 array under this key (its
+# JSON header then is the same every step: ``tfc.distributed.wire``), in this order
+COUNTERS_KEY = "counters"
+_COUNTS = ("tensors", "bytes", "stale", "seconds")
+_PHASES = ("feeds", "send", "recv_wait", "run", "acks")
+
+
+def packed_counters(counters: Mapping[str, Any]) -> np.ndarray:
+    """``run_step``'s counters as the array a reply carries (``unpacked_counters``)."""
+    phases = counters.get("phases", {})
+    return np.array([counters.get(k, 0) for k in _COUNTS]
+                    + [phases.get(k, 0.0) for k in _PHASES], np.float64)
+
+
+def unpacked_counters(packed: np.ndarray) -> dict[str, Any]:
+    """The counters of a reply's array (``packed_counters``), as ``run_step`` returns
+    them."""
+    values = packed.tolist()
+    counters: dict[str, Any] = dict(zip(_COUNTS, values))
+    for k in ("tensors", "bytes", "stale"):
+        counters[k] = int(counters[k])
+    counters["phases"] = dict(zip(_PHASES, values[len(_COUNTS):]))
+    return counters
+
+
 def cluster_tasks(module: Module) -> dict[str, list[str]]:
     """The module's tasks (in the order of its devices) and each one's devices; empty
     when no device names a task."""
@@ -155,6 +180,8 @@ def _timed_rendezvous() -> type:
 
     return TimedRendezvous
 
+
+_SUCCEEDED: dict[str, Any] = {}  # a wire reply's fields when the step succeeded
 
 # What a step runs besides the kernels, called as plain functions (``TaskActor.__init__``)
 _STEP_PATH = ("_called", "_run_step", "_settle", "_refuse_changed", "_rendezvous",
@@ -359,8 +386,9 @@ class TaskActor:
     def _called(self, meta: Mapping[str, Any], items: list[tuple[list[str], np.ndarray]]
                 ) -> tuple[dict[str, Any], list[tuple[list[str], np.ndarray]]]:
         """A step launched over the wire (the listener's ``calls``): ``run_step`` on the
-        frame's call and values; the reply is its counters and fetches, or its error (one
-        line: what the driver's error says after the task's name)."""
+        frame's call (its program step is the frame's) and values; the reply is its
+        counters (an array: ``packed_counters``) and fetches, or its error (one line: what
+        the driver's error says after the task's name)."""
         call = meta["call"]
         feeds: dict[int, np.ndarray] = {}
         assign: dict[str, np.ndarray] = {}
@@ -372,12 +400,13 @@ class TaskActor:
                 assign[name] = value
         try:
             out, counters = self._run_step(str(call["entry"]), int(meta["step"]),
-                                          int(call["step"]), feeds, int(call["n_feeds"]),
-                                          call["settle"], assign)
+                                          int(meta["program_step"]), feeds,
+                                          int(call["n_feeds"]), call["settle"], assign)
         except Exception as e:
             message = getattr(e, "message", None) or str(e) or type(e).__name__
             return {"error": message}, []
-        return {"counters": counters}, [([fetch_key(i)], a) for i, a in out.items()]
+        return _SUCCEEDED, [([COUNTERS_KEY], packed_counters(counters)),
+                            *[([fetch_key(i)], a) for i, a in out.items()]]
 
     def _send(self, items: list[tuple[str, str, np.ndarray]]) -> None:
         """The executor's transport: each value once to each task that receives it,
