@@ -325,7 +325,6 @@ class TaskActor:
                   n_feeds: int, settle: bool | None, assign: Mapping[str, np.ndarray]
                   ) -> tuple[dict[int, np.ndarray], dict[str, Any]]:
         """``run_step`` (a launch over the wire calls it directly)."""
-        import ray
         if steptrace.ENABLED:
             steptrace.mark(step_id, "step start")
         self._settle(settle)
@@ -349,12 +348,15 @@ class TaskActor:
         try:
             exe = self._executable(entry)
             args: list[Any] = [None] * n_feeds
-            refs: dict[int, Any] = {i: v for i, v in feeds.items()
-                                    if isinstance(v, ray.ObjectRef)}
-            got: dict[int, np.ndarray] = dict(zip(refs, ray.get(
-                list(refs.values()), timeout=self.timeout_s))) if refs else {}
             for i, value in feeds.items():
-                args[i] = got.get(i, value)
+                args[i] = value
+            refs = [i for i, v in feeds.items() if type(v) is not np.ndarray]
+            if refs:  # (a launch by Ray: large feeds come as object-store references)
+                import ray
+                refs = [i for i in refs if isinstance(feeds[i], ray.ObjectRef)]
+                for i, value in zip(refs, ray.get([feeds[i] for i in refs],
+                                                  timeout=self.timeout_s)):
+                    args[i] = value
             phases["feeds"] = clock() - started
             ran = clock()
             if entry in self.module.partitions:
@@ -411,7 +413,6 @@ class TaskActor:
     def _send(self, items: list[tuple[str, str, np.ndarray]]) -> None:
         """The executor's transport: each value once to each task that receives it,
         tagged with the running step's id."""
-        import ray
         step_id = self._step_id
         by_task: dict[str, dict[int, tuple[list[str], np.ndarray]]] = {}
         for key, device, value in items:
@@ -419,14 +420,16 @@ class TaskActor:
             by_task.setdefault(task, {}).setdefault(id(value), ([], value))[0].append(key)
         put: dict[int, Any] = {}  # a value several tasks receive goes to the store once
         started = time.perf_counter()
+        tensors = nbytes = 0
+        deliveries = []
         for task, values in by_task.items():
             link = self._link(task)
+            tensors += len(values)
+            nbytes += sum(v.nbytes for _, v in values.values())
             if link is not None:
-                link.send(step_id, [(keys, value) for keys, value in values.values()])
-                with self._lock:
-                    self._sent_tensors += len(values)
-                    self._sent_bytes += sum(v.nbytes for _, v in values.values())
+                link.send(step_id, list(values.values()))
                 continue
+            import ray
             payload = []
             for keys, value in values.values():
                 a = np.require(value, requirements="C")
@@ -436,12 +439,11 @@ class TaskActor:
                     payload.append((keys, put[id(value)]))
                 else:
                     payload.append((keys, a))
-            ref = self._peers[task].deliver.remote(step_id, payload)
-            with self._lock:  # (the task's devices send from threads of their own)
-                self._sent_tensors += len(payload)
-                self._sent_bytes += sum(v.nbytes for _, v in values.values())
-                self._deliveries.append(ref)
-        with self._lock:
+            deliveries.append(self._peers[task].deliver.remote(step_id, payload))
+        with self._lock:  # (the task's devices send from threads of their own)
+            self._sent_tensors += tensors
+            self._sent_bytes += nbytes
+            self._deliveries += deliveries
             self._phases["send"] = self._phases.get("send", 0.0) + time.perf_counter() - started
 
     def _await_deliveries(self) -> None:

@@ -312,31 +312,33 @@ _COALESCE_BYTES = 1 << 16
 _ENCODED: dict[Any, bytes] = {}
 
 
-def _frozen_fields(fields: Any) -> Any:
-    """``fields`` (a header's plain JSON fields) as a hashable key."""
-    if isinstance(fields, dict):
-        return tuple((k, _frozen_fields(v)) for k, v in fields.items())
-    if isinstance(fields, list):
-        return ("[]", *(_frozen_fields(v) for v in fields))
-    return fields
+def _frozen_fields(fields: dict[str, Any]) -> Any:
+    """``fields`` (a header's plain JSON fields: values, or dicts of values) as a hashable
+    key; a TypeError for deeper ones (then the header is encoded anew each time)."""
+    return tuple((k, tuple(v.items()) if type(v) is dict else v) for k, v in fields.items())
 
 
 def _frame_buffers(step_id: int, header: dict[str, Any], values: Sequence[Outgoing],
                    program_step: int = 0) -> tuple[list[Any], int]:
     """One frame of step ``step_id`` (``header``'s fields, the values' list in its JSON;
     ``program_step`` for a call) as the buffers to send, and the values' bytes."""
-    arrays = [np.require(v[1], requirements="C") for v in values]
-    signature = (_frozen_fields(header), *(
-        (tuple(v[0]), a.dtype.str, a.shape, tuple(v[2]) if len(v) > 2 else None)  # type: ignore[misc]
-        for v, a in zip(values, arrays)))
-    encoded = _ENCODED.get(signature)
+    arrays = [a if type(a) is np.ndarray and a.flags.c_contiguous
+              else np.require(a, requirements="C") for a in (v[1] for v in values)]
+    try:
+        signature: Any = (_frozen_fields(header), *(
+            (tuple(v[0]), a.dtype.str, a.shape, tuple(v[2]) if len(v) > 2 else None)  # type: ignore[misc]
+            for v, a in zip(values, arrays)))
+        encoded = _ENCODED.get(signature)
+    except TypeError:  # (fields that are not hashable as they are)
+        signature = encoded = None
     if encoded is None:
         encoded = json.dumps(dict(header, values=[
             [list(v[0]), a.dtype.str, list(a.shape), *([list(v[2])] if len(v) > 2 else [])]
             for v, a in zip(values, arrays)]), separators=(",", ":")).encode()
-        if len(_ENCODED) >= 4 * _CACHED_HEADERS:
-            _ENCODED.clear()
-        _ENCODED[signature] = encoded
+        if signature is not None:
+            if len(_ENCODED) >= 4 * _CACHED_HEADERS:
+                _ENCODED.clear()
+            _ENCODED[signature] = encoded
     total = sum(a.nbytes for a in arrays)
     head = _PREFIX.pack(_MAGIC, len(encoded), total, step_id, program_step) + encoded
     if len(head) + total <= _COALESCE_BYTES:
@@ -382,13 +384,16 @@ class Listener:
         self._selector = selectors.DefaultSelector()
         self._pump_lock = threading.Lock()
         self._pumper: int | None = None  # the thread pumping now
+        self._contended = False  # another thread found it pumping since it began
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, _WAKE)
         self._accepted: list[socket.socket] = []  # not yet in the selector
         self._queued: list[tuple[socket.socket, dict[str, Any], Items]] = []  # calls
-        self.on_release: Callable[[], None] | None = None  # after each pump
+        # after a pump during which another thread found it pumping (that one waits for
+        # the values this one reads, or for it to stop)
+        self.on_release: Callable[[], None] | None = None
         threading.Thread(target=self._accept, name="tfc-wire-accept", daemon=True).start()
         threading.Thread(target=self._serve, name="tfc-wire", daemon=True).start()
 
@@ -425,11 +430,18 @@ class Listener:
         for something to happen (bytes, a wake-up, ``writable`` taking bytes again), and
         pass each frame completed to ``handler`` (calls are queued for the listener's
         thread). False at once when another thread is pumping (that one reads; with
-        ``writable``, this one then waits for it alone)."""
-        if not self._pump_lock.acquire(blocking=timeout_s is None):
-            if writable is not None:
-                select.select([], [writable], [], timeout_s)
-            return False
+        ``writable``, this one then waits for it alone; the pumping one calls
+        ``on_release`` when it stops, which a thread that reads alone is spared)."""
+        lock = self._pump_lock
+        if not lock.acquire(blocking=False):
+            if timeout_s is None:
+                lock.acquire()
+            else:
+                self._contended = True  # (set before trying again: the release sees it)
+                if not lock.acquire(blocking=False):
+                    if writable is not None:
+                        select.select([], [writable], [], timeout_s)
+                    return False
         self._pumper = threading.get_ident()
         try:
             if writable is not None:
@@ -449,8 +461,9 @@ class Listener:
                 raise
         finally:
             self._pumper = None
-            self._pump_lock.release()
-            if self.on_release is not None:
+            lock.release()
+            if self._contended and self.on_release is not None:
+                self._contended = False
                 self.on_release()
         return True
 
