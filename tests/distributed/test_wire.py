@@ -203,3 +203,90 @@ def test_two_tasks_sending_large_frames_to_each_other_both_go_on():
             link.close()
         for lst in listeners:
             lst.close()
+
+
+def test_a_senders_json_header_is_encoded_once_and_read_once_per_kind_of_frame(monkeypatch):
+    """The step id and a call's program step travel in the fixed header, so the JSON of a
+    sender's frames repeats: each end does its JSON once per kind of frame (the values
+    of each frame still arrive as sent, under their own step id)."""
+    import json
+    from types import SimpleNamespace
+
+    from tfc.distributed import wire
+    counts = {"dumps": 0, "loads": 0}
+
+    def counted(name):
+        real = getattr(json, name)
+
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(wire, "_ENCODED", {})
+    monkeypatch.setattr(wire, "json", SimpleNamespace(dumps=counted("dumps"),
+                                                      loads=counted("loads")))
+    listener, frames = listening()
+    link = Link.open(listener.address, "task t", timeout_s=5.0)
+    assert link is not None
+    try:
+        for step in range(5):
+            link.send(step, [(["a"], np.full((2, 3), step, np.float32))])
+        link.send(5, [(["a"], np.full((3, 3), 5, np.float32))])  # another shape
+        for step in range(6):
+            got_step, items = frames.get(timeout=10)
+            assert got_step == step and items[0][0] == ["a"]
+            np.testing.assert_array_equal(items[0][1], np.full((2 + step // 5, 3), step))
+        assert counts == {"dumps": 2, "loads": 2}
+    finally:
+        link.close()
+        listener.close()
+
+
+def test_a_known_header_with_values_of_another_length_is_dropped():
+    """A header read before (its plan kept) still has its frame's length checked."""
+    import json
+    import struct
+    listener, frames = listening()
+    header = json.dumps({"values": [[["k"], "<f8", [2]]]}).encode()
+    frame = struct.pack("<4sQQqq", b"tfc2", len(header), 16, 1, 0) + header + bytes(16)
+    liar = struct.pack("<4sQQqq", b"tfc2", len(header), 8, 2, 0) + header + bytes(8)
+    try:
+        with socket.create_connection(listener.address, timeout=5.0) as s:
+            s.sendall(frame)
+            assert frames.get(timeout=10)[0] == 1
+            s.sendall(liar)
+            s.settimeout(5.0)
+            try:  # the listener closed this connection
+                assert s.recv(1) == b""
+            except ConnectionResetError:
+                pass
+        assert frames.empty()
+    finally:
+        listener.close()
+
+
+def test_a_reply_is_read_with_one_recv():
+    """The driver reads a small reply whole with one ``recv`` into its link's buffer (not
+    one for the fixed header, one for the JSON and one per value)."""
+    from tfc.distributed.wire import _send_frame
+
+    class Counting(socket.socket):
+        recvs = 0
+
+        def recv_into(self, *args, **kwargs):  # type: ignore[override]
+            type(self).recvs += 1
+            return super().recv_into(*args, **kwargs)
+
+    mine, theirs = socket.socketpair()
+    link = Link(Counting(fileno=mine.detach()), "task t", 5.0)
+    try:
+        _send_frame(theirs, 3, {"reply": {}}, [(["counters"], np.arange(9.0)),
+                                               (["fetch:0"], np.float32(2.5))])
+        meta, items = link.receive()
+        assert meta == {"step": 3, "reply": {}} and Counting.recvs == 1
+        assert [k for k, _ in items] == [["counters"], ["fetch:0"]]
+        assert items[1][1] == np.float32(2.5) and items[1][1].flags.writeable
+    finally:
+        link.close()
+        theirs.close()
