@@ -290,3 +290,19 @@ def test_a_reply_is_read_with_one_recv():
     finally:
         link.close()
         theirs.close()
+
+
+def test_fields_that_json_writes_differently_are_not_taken_for_each_other():
+    """A sender's kept headers tell ``True`` from ``1`` and ``1.0`` (equal in Python)."""
+    listener = Listener("127.0.0.1", lambda step, items: None,
+                        calls=lambda meta, items: (dict(meta["call"]), []))
+    link = Link.open(listener.address, "task t", timeout_s=5.0)
+    assert link is not None
+    try:
+        for settle in (True, 1, 1.0, None, False, 0):
+            link.call(1, {"settle": settle}, [])
+            got = link.receive()[0]["reply"]["settle"]
+            assert got == settle and type(got) is type(settle)
+    finally:
+        link.close()
+        listener.close()

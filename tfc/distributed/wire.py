@@ -314,8 +314,11 @@ _ENCODED: dict[Any, bytes] = {}
 
 def _frozen_fields(fields: dict[str, Any]) -> Any:
     """``fields`` (a header's plain JSON fields: values, or dicts of values) as a hashable
-    key; a TypeError for deeper ones (then the header is encoded anew each time)."""
-    return tuple((k, tuple(v.items()) if type(v) is dict else v) for k, v in fields.items())
+    key that tells apart what JSON writes differently (``True``, ``1`` and ``1.0`` are
+    equal keys in Python); a TypeError for deeper ones (then the header is encoded anew
+    each time)."""
+    return tuple((k, type(v), tuple((kk, type(vv), vv) for kk, vv in v.items())
+                  if type(v) is dict else v) for k, v in fields.items())
 
 
 def _frame_buffers(step_id: int, header: dict[str, Any], values: Sequence[Outgoing],
@@ -326,7 +329,7 @@ def _frame_buffers(step_id: int, header: dict[str, Any], values: Sequence[Outgoi
               else np.require(a, requirements="C") for a in (v[1] for v in values)]
     try:
         signature: Any = (_frozen_fields(header), *(
-            (tuple(v[0]), a.dtype.str, a.shape, tuple(v[2]) if len(v) > 2 else None)  # type: ignore[misc]
+            (tuple(v[0]), a.dtype.str, a.shape, tuple(v[2]) if len(v) > 2 else None)
             for v, a in zip(values, arrays)))
         encoded = _ENCODED.get(signature)
     except TypeError:  # (fields that are not hashable as they are)
