@@ -38,7 +38,7 @@ For each tfc row a last table sets each task's predicted step (the compile repor
 model, ``tfc.passes.replicate.predict_tasks``, batch dims at the worker's shard) against its
 measured time in the last step (``last_transfer_stats.task_seconds``), and their ratio.
 The predictions use calibrated rates: ``--profile PATH``, else the stored profile of
-``tfc calibrate``, else a quick calibration of this host at the start (about 20 s); and
+``tfc calibrate``, else a quick calibration of this host at the start (5-25 s); and
 the cluster's own costs measured on it (``tfc.distributed.calibrate``). ``--no-calibrate``
 predicts with the default rates instead.
 
@@ -784,7 +784,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default=None,
                         help="the device profile to predict with (`tfc calibrate -o PATH`); "
                              "default: the stored one (`tfc calibrate`'s), else this host "
-                             "measured now (a quick calibration, about 20 s)")
+                             "measured now (a quick calibration: 5-25 s)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: workers 1,4, ps 1, 4 MB, 10 steps")
     parser.add_argument("--json", default=None, help="also write the rows here")
