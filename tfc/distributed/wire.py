@@ -194,8 +194,8 @@ def _copied(plan: _Plan, data: memoryview, at: int) -> Items:
     return items
 
 
-# A frame as read: its step id, its JSON header's fields (with ``step``, and a call's
-# ``program_step``) and its values
+# A frame as read: its JSON header's fields with its ``step`` id (and a call's
+# ``program_step``) from the fixed header, and its values
 Frame = tuple[dict[str, Any], Items]
 
 
