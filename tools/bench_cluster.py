@@ -37,6 +37,10 @@ object store) or on a running cluster (``--cluster HOST:PORT``):
 For each tfc row a last table sets each task's predicted step (the compile report's cost
 model, ``tfc.passes.replicate.predict_tasks``, batch dims at the worker's shard) against its
 measured time in the last step (``last_transfer_stats.task_seconds``), and their ratio.
+The predictions use calibrated rates: ``--profile PATH``, else the stored profile of
+``tfc calibrate``, else a quick calibration of this host at the start (5-25 s); and
+the cluster's own costs measured on it (``tfc.distributed.calibrate``). ``--no-calibrate``
+predicts with the default rates instead.
 
 Every process (tfc's tasks, the one-process tfc, each DDP rank) runs on ``--threads``
 threads (default 1: two workers take the two cores of a small machine on either side).
@@ -722,6 +726,28 @@ def print_tables(rows: list[Row], workers: int) -> None:
         print("  goals: tfc allreduce <= 1.0x DDP's step, <= 1.1x the ring minimum")
 
 
+def prediction_profile(path: str | None, measure: bool) -> tuple[Any, str]:
+    """The device profile the predictions use, and where it came from: ``path``'s, else
+    the stored one when it is calibrated, else this host measured now (a quick
+    calibration: 3 runs of each kernel, one pass, on the threads each process gets;
+    ``measure``), else the default rates with this host's cores (the tasks and the
+    driver share them). Uncalibrated GEMM rates put the MLP's prediction off by 2x."""
+    from tfc.devices import default_profile_path, load_profile
+    if path is not None:
+        return load_profile(path), f"read from {path}"
+    stored = load_profile()
+    if stored.calibrated:
+        return stored, f"the stored profile ({default_profile_path()})"
+    if not measure:
+        stored.cores = os.cpu_count() or stored.cores
+        return stored, "the default rates (--no-calibrate), this host's cores"
+    from tfc.runtime.calibrate import calibrate
+    started = time.perf_counter()
+    measured = calibrate(["/cpu:0"], repeats=3, passes=1).profile
+    return measured, (f"this host measured now, in {time.perf_counter() - started:.0f} s "
+                      f"(no stored profile: `tfc calibrate` stores one)")
+
+
 def load_average() -> str:
     try:
         return " ".join(f"{v:.2f}" for v in os.getloadavg())
@@ -752,8 +778,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="HOST:PORT of a running Ray cluster (default: a loopback one)")
     parser.add_argument("--no-floor", action="store_true", help="skip the bare-Ray rows")
     parser.add_argument("--no-calibrate", action="store_true",
-                        help="predict without measuring the cluster's costs first "
-                             "(tfc.distributed.calibrate; else the profile's)")
+                        help="predict without measuring anything first: neither this host's "
+                             "rates (where no profile is stored) nor the cluster's costs "
+                             "(tfc.distributed.calibrate)")
+    parser.add_argument("--profile", default=None,
+                        help="the device profile to predict with (`tfc calibrate -o PATH`); "
+                             "default: the stored one (`tfc calibrate`'s), else this host "
+                             "measured now (a quick calibration: 5-25 s)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: workers 1,4, ps 1, 4 MB, 10 steps")
     parser.add_argument("--json", default=None, help="also write the rows here")
@@ -788,10 +819,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tfc rows: unavailable: {api}")
 
     global PROFILE
-    from tfc.devices import load_profile
-    PROFILE = load_profile()
-    if not PROFILE.calibrated:  # the default rates, but this host's cores: the tasks
-        PROFILE.cores = os.cpu_count() or PROFILE.cores  # and the driver share them
+    PROFILE, source = prediction_profile(args.profile, not args.no_calibrate)
+    print(f"predictions: {PROFILE.describe()}: {source}")
     rows: list[Row] = []
     loopback = None
     started = time.perf_counter()

@@ -213,6 +213,7 @@ def test_replies_over_the_wire_name_a_dead_task_and_skip_a_failed_steps_late_rep
     import socket
 
     from tfc.distributed.runtime import ClusterRuntime
+    from tfc.distributed.task import packed_counters
     from tfc.distributed.wire import Link, _send_frame
 
     runtime = object.__new__(ClusterRuntime)
@@ -228,17 +229,19 @@ def test_replies_over_the_wire_name_a_dead_task_and_skip_a_failed_steps_late_rep
         return ends
 
     ends = tasks_ends()
-    _send_frame(ends[ps], {"step": 1, "reply": {"error": "aborted"}}, [])  # a step before
+    _send_frame(ends[ps], 1, {"reply": {"error": "aborted"}}, [])  # a step before
     for t in (ps, w0, w1):
-        _send_frame(ends[t], {"step": 2, "reply": {"counters": {"tensors": 1}}},
-                    [(["fetch:0"], np.float64(len(t)))] if t == w0 else [])
+        _send_frame(ends[t], 2, {"reply": {}},
+                    [(["counters"], packed_counters({"tensors": 1, "bytes": len(t)}))]
+                    + ([(["fetch:0"], np.float64(len(t)))] if t == w0 else []))
     got = runtime._replies([ps, w0, w1], 2, "run step 1 of @sgd")
-    assert got[w0][0] == {0: len(w0)} and got[ps] == ({}, {"tensors": 1})
+    assert got[w0][0] == {0: len(w0)} and got[ps][0] == {}
+    assert got[ps][1]["tensors"] == 1 and got[w1][1]["bytes"] == len(w1)
 
     ends = tasks_ends()
-    _send_frame(ends[ps], {"step": 3, "reply": {"error": f"the connection to task {w1} "
-                                                         f"failed: [Errno 32] Broken pipe"}}, [])
-    _send_frame(ends[w0], {"step": 3, "reply": {"error": "aborted"}}, [])
+    _send_frame(ends[ps], 3, {"reply": {"error": f"the connection to task {w1} "
+                                                f"failed: [Errno 32] Broken pipe"}}, [])
+    _send_frame(ends[w0], 3, {"reply": {"error": "aborted"}}, [])
     ends[w1].close()
     with pytest.raises(ExecutionError, match=rf"^task {w1} died \(its process exited\) "
                                              rf"and could not run step 2 of @sgd$"):
@@ -247,12 +250,64 @@ def test_replies_over_the_wire_name_a_dead_task_and_skip_a_failed_steps_late_rep
     ends = tasks_ends()
     runtime.timeout_s = 0.5
     for t in (ps, w0):
-        _send_frame(ends[t], {"step": 4, "reply": {"counters": {}}}, [])
+        _send_frame(ends[t], 4, {"reply": {}}, [])
     started = time.monotonic()
     with pytest.raises(ExecutionError, match=rf"^task {w1} did not run step 3 of @sgd within "
                                              rf"0.5 s$"):
         runtime._replies([ps, w0, w1], 4, "run step 3 of @sgd")
     assert time.monotonic() - started < 3
+
+
+def test_the_driver_watches_its_links_with_one_selector_across_steps(monkeypatch):
+    """The driver's wait for replies keeps one selector across steps (not one made and
+    filled per step); a link replaced after a task's restart is watched instead of the
+    old one, and a late reply on the link of a task the step does not wait for is
+    dropped (not read again and again)."""
+    import selectors
+    import socket
+
+    from tfc.distributed.runtime import ClusterRuntime
+    from tfc.distributed.task import packed_counters
+    from tfc.distributed.wire import Link, _send_frame
+
+    made = []
+    real = selectors.DefaultSelector
+    monkeypatch.setattr(selectors, "DefaultSelector", lambda: made.append(1) or real())
+    runtime = object.__new__(ClusterRuntime)
+    runtime.timeout_s, runtime.actors, runtime._links = 5.0, {}, {}
+    ps, w0, w1 = (t.rsplit("/", 1)[0] for t in TASKS)
+    ends = {}
+
+    def connect(t):
+        mine, theirs = socket.socketpair()
+        runtime._links[t], ends[t] = Link(mine, f"task {t}", 5.0), theirs
+
+    def reply(t, step):
+        _send_frame(ends[t], step, {"reply": {}},
+                    [(["counters"], packed_counters({"tensors": step}))])
+
+    for t in (ps, w0, w1):
+        connect(t)
+    try:
+        for step in (1, 2, 3):
+            if step == 2:  # w0 restarted: a new connection
+                runtime._links[w0].close()
+                connect(w0)
+            if step == 3:  # a late reply of step 1 from w1, which step 3 does not wait for
+                reply(w1, 1)
+            tasks = [ps, w0, w1] if step < 3 else [ps, w0]
+            for t in tasks:
+                reply(t, step)
+            got = runtime._replies(tasks, step, f"run step {step}")
+            assert sorted(got) == sorted(tasks)
+            assert all(c["tensors"] == step for _, c in got.values())
+        reply(w1, 4)
+        assert runtime._replies([w1], 4, "run step 4")[w1][1]["tensors"] == 4
+        assert len(made) == 1
+    finally:
+        runtime.close()
+        for end in ends.values():
+            end.close()
 
 
 @pytest.mark.distributed

@@ -95,24 +95,25 @@ def test_a_call_is_answered_on_its_connection_and_rows_land_in_place():
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
-@pytest.mark.parametrize("dtype, shape, stated, rows", [
-    ("|O", [4], 32, None),          # object: pointers read off the wire
-    ("<f8", [-1], 8, None),         # a negative dim
-    ("<f8", [2, "x"], 16, None),    # not an int
-    ("<f8", [1 << 40], 8, None),    # a length the frame does not carry (8 TiB to allocate)
-    ("<f8", [2], 16, [2, 1]),       # rows 1, 2 of an array of 2
-    ("<f8", [], 8, [1, 0]),         # rows of a scalar
+@pytest.mark.parametrize("keys, dtype, shape, stated, rows", [
+    (["k"], "|O", [4], 32, None),          # object: pointers read off the wire
+    (["k"], "<f8", [-1], 8, None),         # a negative dim
+    (["k"], "<f8", [2, "x"], 16, None),    # not an int
+    (["k"], "<f8", [1 << 40], 8, None),    # a length the frame does not carry (8 TiB)
+    (["k"], "<f8", [2], 16, [2, 1]),       # rows 1, 2 of an array of 2
+    (["k"], "<f8", [], 8, [1, 0]),         # rows of a scalar
+    ("k", "<f8", [], 8, None),             # keys that are not a list of strings
 ])
-def test_a_frame_that_is_not_ours_is_dropped_and_the_listener_goes_on(dtype, shape, stated,
-                                                                      rows):
+def test_a_frame_that_is_not_ours_is_dropped_and_the_listener_goes_on(keys, dtype, shape,
+                                                                      stated, rows):
     import json
     import struct
     listener, frames = listening()
-    value = [["k"], dtype, shape] + ([rows] if rows is not None else [])
-    header = json.dumps({"step": 1, "values": [value]}).encode()
+    value = [keys, dtype, shape] + ([rows] if rows is not None else [])
+    header = json.dumps({"values": [value]}).encode()
     try:
         with socket.create_connection(listener.address, timeout=5.0) as s:
-            s.sendall(struct.pack("<4sQQ", b"tfcw", len(header), stated) + header
+            s.sendall(struct.pack("<4sQQqq", b"tfc2", len(header), stated, 1, 0) + header
                       + bytes(stated))
             s.settimeout(5.0)
             try:  # the listener closed this connection (a reset when bytes were unread)
@@ -202,3 +203,106 @@ def test_two_tasks_sending_large_frames_to_each_other_both_go_on():
             link.close()
         for lst in listeners:
             lst.close()
+
+
+def test_a_senders_json_header_is_encoded_once_and_read_once_per_kind_of_frame(monkeypatch):
+    """The step id and a call's program step travel in the fixed header, so the JSON of a
+    sender's frames repeats: each end does its JSON once per kind of frame (the values
+    of each frame still arrive as sent, under their own step id)."""
+    import json
+    from types import SimpleNamespace
+
+    from tfc.distributed import wire
+    counts = {"dumps": 0, "loads": 0}
+
+    def counted(name):
+        real = getattr(json, name)
+
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(wire, "_ENCODED", {})
+    monkeypatch.setattr(wire, "json", SimpleNamespace(dumps=counted("dumps"),
+                                                      loads=counted("loads")))
+    listener, frames = listening()
+    link = Link.open(listener.address, "task t", timeout_s=5.0)
+    assert link is not None
+    try:
+        for step in range(5):
+            link.send(step, [(["a"], np.full((2, 3), step, np.float32))])
+        link.send(5, [(["a"], np.full((3, 3), 5, np.float32))])  # another shape
+        for step in range(6):
+            got_step, items = frames.get(timeout=10)
+            assert got_step == step and items[0][0] == ["a"]
+            np.testing.assert_array_equal(items[0][1], np.full((2 + step // 5, 3), step))
+        assert counts == {"dumps": 2, "loads": 2}
+    finally:
+        link.close()
+        listener.close()
+
+
+def test_a_known_header_with_values_of_another_length_is_dropped():
+    """A header read before (its plan kept) still has its frame's length checked."""
+    import json
+    import struct
+    listener, frames = listening()
+    header = json.dumps({"values": [[["k"], "<f8", [2]]]}).encode()
+    frame = struct.pack("<4sQQqq", b"tfc2", len(header), 16, 1, 0) + header + bytes(16)
+    liar = struct.pack("<4sQQqq", b"tfc2", len(header), 8, 2, 0) + header + bytes(8)
+    try:
+        with socket.create_connection(listener.address, timeout=5.0) as s:
+            s.sendall(frame)
+            assert frames.get(timeout=10)[0] == 1
+            s.sendall(liar)
+            s.settimeout(5.0)
+            try:  # the listener closed this connection
+                assert s.recv(1) == b""
+            except ConnectionResetError:
+                pass
+        assert frames.empty()
+    finally:
+        listener.close()
+
+
+def test_a_reply_is_read_with_one_recv():
+    """The driver reads a small reply whole with one ``recv`` into its link's buffer (not
+    one for the fixed header, one for the JSON and one per value)."""
+    from tfc.distributed.wire import _send_frame
+
+    class Counting(socket.socket):
+        recvs = 0
+
+        def recv_into(self, *args, **kwargs):  # type: ignore[override]
+            type(self).recvs += 1
+            return super().recv_into(*args, **kwargs)
+
+    mine, theirs = socket.socketpair()
+    link = Link(Counting(fileno=mine.detach()), "task t", 5.0)
+    try:
+        _send_frame(theirs, 3, {"reply": {}}, [(["counters"], np.arange(9.0)),
+                                               (["fetch:0"], np.float32(2.5))])
+        meta, items = link.receive()
+        assert meta == {"step": 3, "reply": {}} and Counting.recvs == 1
+        assert [k for k, _ in items] == [["counters"], ["fetch:0"]]
+        assert items[1][1] == np.float32(2.5) and items[1][1].flags.writeable
+    finally:
+        link.close()
+        theirs.close()
+
+
+def test_fields_that_json_writes_differently_are_not_taken_for_each_other():
+    """A sender's kept headers tell ``True`` from ``1`` and ``1.0`` (equal in Python)."""
+    listener = Listener("127.0.0.1", lambda step, items: None,
+                        calls=lambda meta, items: (dict(meta["call"]), []))
+    link = Link.open(listener.address, "task t", timeout_s=5.0)
+    assert link is not None
+    try:
+        for settle in (True, 1, 1.0, None, False, 0):
+            link.call(1, {"settle": settle}, [])
+            got = link.receive()[0]["reply"]["settle"]
+            assert got == settle and type(got) is type(settle)
+    finally:
+        link.close()
+        listener.close()

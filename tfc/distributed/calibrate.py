@@ -93,8 +93,10 @@ class LinkProbe:
     def _called(self, meta: dict[str, Any], items: list[tuple[list[str], np.ndarray]]
                 ) -> tuple[dict[str, Any], list[tuple[list[str], np.ndarray]]]:
         """What a task answers to a step's launch (``TaskActor._called``), doing nothing."""
+        from tfc.distributed.task import COUNTERS_KEY, fetch_key, packed_counters
         counters = {"tensors": 0, "bytes": 0, "stale": 0, "seconds": 0.0, "phases": {}}
-        return {"counters": counters}, [(["fetch:0"], np.zeros((), np.float32))]
+        return {}, [([COUNTERS_KEY], packed_counters(counters)),
+                    ([fetch_key(0)], np.zeros((), np.float32))]
 
 
 @dataclass
@@ -169,7 +171,7 @@ def _launch_costs(addresses: list[tuple[str, int]], repeats: int, timeout_s: flo
         if not all(links):
             raise TfcError(f"this driver could not reach the probes on the cluster at "
                            f"{where} over TCP (steps would be launched by Ray there)")
-        call = {"entry": "train_step", "step": 1, "n_feeds": 1, "settle": True}
+        call = {"entry": "train_step", "n_feeds": 1, "settle": True}
         feed = [(["feed:0"], np.zeros(1, np.float32))]
         issue, rounds = [], []
         for i in range(WARMUP + repeats + CPU_ROUNDS):
@@ -177,7 +179,7 @@ def _launch_costs(addresses: list[tuple[str, int]], repeats: int, timeout_s: flo
                 cpu_before, probes_before = time.thread_time(), probes_cpu()
             started = time.perf_counter()
             for link in links:
-                link.call(i, call, feed)  # type: ignore[union-attr]
+                link.call(i, call, feed, 1)  # type: ignore[union-attr]
             issued = time.perf_counter()
             for link in links:
                 if link.receive() is None:  # type: ignore[union-attr]

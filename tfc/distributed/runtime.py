@@ -30,6 +30,7 @@ from the driver), for benchmarks.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -43,8 +44,9 @@ from tfc.ir.core import Graph, Module
 from tfc.ir.registry import writes_variable
 from tfc.devices import task_of
 from tfc.distributed import steptrace
-from tfc.distributed.task import (BY_REFERENCE_BYTES, TaskActor, assign_key, cluster_tasks,
-                                  feed_key, variable_owners)
+from tfc.distributed.task import (BY_REFERENCE_BYTES, COUNTERS_KEY, TaskActor, assign_key,
+                                  cluster_tasks, feed_key, unpacked_counters,
+                                  variable_owners)
 
 DEFAULT_TIMEOUT_S = 120.0
 # what "cluster=" takes besides a Ray address ("HOST:PORT")
@@ -122,6 +124,8 @@ class ClusterRuntime:
         self.actors: dict[str, Any] = {}
         self.where: dict[str, dict[str, Any]] = {}  # task -> its node id and pid
         self._links: dict[str, Any] = {}  # task -> the driver's wire Link to it, None: Ray
+        # each (entry, feeds, settle)'s call fields, made once (``_run_wired``)
+        self._calls: dict[tuple[str, int, bool | None], dict[str, Any]] = {}
         try:
             data = self.ray.put(artifact_bytes(module, variables, step, backend, native))
             # what a task restarted after a failure loads (tfc.distributed.recovery)
@@ -314,19 +318,26 @@ class ClusterRuntime:
         feed_bytes = 0
         launched: list[str] = []
         lost: str | None = None
+        calls = self._calls
         for t in tasks:
             values: list[Outgoing] = []
+            task_shards = shards.get(t)
             for i, a in feeds.get(t, {}).items():
-                value = _feed_rows(feed_key(i), a, shards.get(t, {}).get(i))
+                value = _feed_rows(feed_key(i), a, task_shards.get(i) if task_shards else None)
                 feed_bytes += value[1].nbytes
                 values.append(value)
-            values += [([assign_key(n)], v) for n, v in assign.get(t, {}).items()]
-            call = {"entry": entry, "step": step, "n_feeds": n_feeds,
-                    "settle": self._outcome[t]}
+            if assign:
+                values += [([assign_key(n)], v) for n, v in assign.get(t, {}).items()]
+            settle = self._outcome[t]
+            call = calls.get((entry, n_feeds, settle))
+            if call is None:  # (the same few every step: the wire encodes each once)
+                call = calls[(entry, n_feeds, settle)] = {"entry": entry, "n_feeds": n_feeds,
+                                                          "settle": settle}
+            link = self._links[t]
             try:
-                self._links[t].call(step_id, call, values)
+                link.call(step_id, call, values, step)
             except ExecutionError as e:
-                lost = (self._died_line(t, what) if self._links[t].lost
+                lost = (self._died_line(t, what) if link.lost
                         else f"task {t} failed to {what}: {e.message}")
                 break
             launched.append(t)
@@ -343,18 +354,18 @@ class ClusterRuntime:
         task whose connection closed: its process exited, one that did not answer in
         time, or ``failure`` already) tells every task to abort the step, waits (bounded)
         for the others' replies, and is raised as one ``ExecutionError`` naming its task,
-        a task that died first among them."""
-        import selectors
+        a task that died first among them. The links are watched by one selector kept
+        across steps (``_watched``)."""
         pending = set(tasks)
         results: dict[str, Any] = {}
         died: str | None = None
-        with selectors.DefaultSelector() as selector:
-            for t in tasks:
-                selector.register(self._links[t], selectors.EVENT_READ, t)
-            deadline = time.monotonic() + (self.timeout_s if failure is None
-                                           else min(self.timeout_s, 30.0))
-            while pending:
-                events = selector.select(max(0.0, deadline - time.monotonic()))
+        watched = self._watched(tasks)
+        deadline = time.monotonic() + (self.timeout_s if failure is None
+                                       else min(self.timeout_s, 30.0))
+        while pending:
+            ready = [t for t in pending if self._links[t].buffered]
+            if not ready:
+                events = watched.select(max(0.0, deadline - time.monotonic()))
                 if not events:
                     if failure is None:
                         late = ", ".join(t for t in tasks if t in pending)
@@ -363,36 +374,72 @@ class ClusterRuntime:
                         deadline = time.monotonic() + min(self.timeout_s, 30.0)
                         continue
                     break
-                for key, _ in events:
-                    t = key.data
-                    error: str | None = None
-                    try:
-                        frame = self._links[t].receive()
-                    except ExecutionError as e:
-                        frame, error = None, f"task {t} failed to {what}: {e.message}"
-                    if frame is not None and frame[0].get("step") != step_id:
-                        continue  # the late reply of a step that failed before
-                    pending.discard(t)
-                    selector.unregister(self._links[t])
-                    if frame is None and error is None:  # closed: the process is gone
-                        died = died or self._died_line(t, what)
-                        error = died
-                    elif frame is not None:
-                        reply, items = frame[0]["reply"], frame[1]
-                        if "error" in reply:
-                            error = f"task {t} failed to {what}: {reply['error']}"
-                        else:
-                            results[t] = ({int(keys[0].partition(":")[2]): a
-                                           for keys, a in items}, reply["counters"])
-                    if error is not None and failure is None:
-                        failure = error
-                        self._abort(step_id, [], failure)
-                        deadline = time.monotonic() + min(self.timeout_s, 30.0)
+                ready = [key.data for key, _ in events]
+            for t in ready:
+                link = self._links.get(t)
+                if t not in pending or link is None:  # not waited for: a late reply
+                    self._skip_late(t)
+                    continue
+                error: str | None = None
+                try:
+                    frame = link.receive()
+                except ExecutionError as e:
+                    frame, error = None, f"task {t} failed to {what}: {e.message}"
+                if frame is not None and frame[0]["step"] != step_id:
+                    continue  # the late reply of a step that failed before
+                pending.discard(t)
+                if frame is None and error is None:  # closed: the process is gone
+                    died = died or self._died_line(t, what)
+                    error = died
+                elif frame is not None:
+                    reply, items = frame[0]["reply"], frame[1]
+                    if "error" in reply:
+                        error = f"task {t} failed to {what}: {reply['error']}"
+                    else:
+                        results[t] = _reply_values(items)
+                if error is not None and failure is None:
+                    failure = error
+                    self._abort(step_id, [], failure)
+                    deadline = time.monotonic() + min(self.timeout_s, 30.0)
         if died is not None:
             raise ExecutionError(died)
         if failure is not None:
             raise ExecutionError(failure)
         return results
+
+    def _watched(self, tasks: Sequence[str]) -> Any:
+        """The selector that watches the links of ``tasks`` for replies (made once, kept
+        across steps; a link that was replaced, after a task's restart, is watched
+        instead of the old one)."""
+        import selectors
+        selector = self.__dict__.get("_selector")
+        if selector is None:
+            selector = self._selector = selectors.DefaultSelector()
+            self._selected: dict[str, Any] = {}  # task -> the link the selector watches
+        selected = self._selected
+        for t in tasks:
+            link = self._links[t]
+            if selected.get(t) is not link:
+                _unwatch(selector, selected.pop(t, None))
+                for key in list(selector.get_map().values()):  # its descriptor's old use
+                    if key.fd == link.fileno():
+                        _unwatch(selector, key.fileobj)
+                        selected.pop(key.data, None)
+                selector.register(link, selectors.EVENT_READ, t)
+                selected[t] = link
+        return selector
+
+    def _skip_late(self, task: str) -> None:
+        """Drop what came on the link of ``task``, which the step waited for does not wait
+        for (a late reply of an earlier, failed step); a link that closed or failed is
+        no longer watched (the task's next launch says what happened to it)."""
+        link = self._selected.get(task)
+        try:
+            frame = link.receive() if link is not None else None
+        except ExecutionError:
+            frame = None
+        if frame is None:
+            _unwatch(self._selector, self._selected.pop(task, None))
 
     def _died_line(self, task: str, what: str) -> str:
         """The error of a task whose process is gone (as ``_failure`` says it)."""
@@ -481,12 +528,35 @@ class ClusterRuntime:
     def close(self) -> None:
         """Stop the actors (and the embedded Ray, if the runtime started one)."""
         self.closed = True
+        selector = self.__dict__.get("_selector")
+        if selector is not None:
+            selector.close()
         for link in getattr(self, "_links", {}).values():
             if link is not None:
                 link.close()
         cluster = getattr(self, "cluster", None)
         if cluster is not None:
             cluster.close()
+
+
+def _unwatch(selector: Any, link: Any) -> None:
+    """Stop watching ``link`` (None: nothing; one closed already is dropped as well)."""
+    if link is not None:
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            selector.unregister(link)
+
+
+def _reply_values(items: Sequence[tuple[list[str], np.ndarray]]
+                  ) -> tuple[dict[int, np.ndarray], dict[str, Any]]:
+    """A task's reply's fetches by result index and its step's counters."""
+    fetches: dict[int, np.ndarray] = {}
+    counters: dict[str, Any] = {}
+    for keys, value in items:
+        if keys[0] == COUNTERS_KEY:
+            counters = unpacked_counters(value)
+        else:
+            fetches[int(keys[0].partition(":")[2])] = value
+    return fetches, counters
 
 
 def _feed_rows(key: str, feed: np.ndarray, shard: tuple[int, int] | None) -> Any:

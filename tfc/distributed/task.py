@@ -73,6 +73,31 @@ def fetch_key(index: int) -> str:
     return f"fetch:{index}"
 
 
+# A reply over the wire carries its step's counters as one f64 array under this key (its
+# JSON header then is the same every step: ``tfc.distributed.wire``), in this order
+COUNTERS_KEY = "counters"
+_COUNTS = ("tensors", "bytes", "stale", "seconds")
+_PHASES = ("feeds", "send", "recv_wait", "run", "acks")
+
+
+def packed_counters(counters: Mapping[str, Any]) -> np.ndarray:
+    """``run_step``'s counters as the array a reply carries (``unpacked_counters``)."""
+    phases = counters.get("phases", {})
+    return np.array([counters.get(k, 0) for k in _COUNTS]
+                    + [phases.get(k, 0.0) for k in _PHASES], np.float64)
+
+
+def unpacked_counters(packed: np.ndarray) -> dict[str, Any]:
+    """The counters of a reply's array (``packed_counters``), as ``run_step`` returns
+    them."""
+    values = packed.tolist()
+    counters: dict[str, Any] = dict(zip(_COUNTS, values))
+    for k in ("tensors", "bytes", "stale"):
+        counters[k] = int(counters[k])
+    counters["phases"] = dict(zip(_PHASES, values[len(_COUNTS):]))
+    return counters
+
+
 def cluster_tasks(module: Module) -> dict[str, list[str]]:
     """The module's tasks (in the order of its devices) and each one's devices; empty
     when no device names a task."""
@@ -155,6 +180,8 @@ def _timed_rendezvous() -> type:
 
     return TimedRendezvous
 
+
+_SUCCEEDED: dict[str, Any] = {}  # a wire reply's fields when the step succeeded
 
 # What a step runs besides the kernels, called as plain functions (``TaskActor.__init__``)
 _STEP_PATH = ("_called", "_run_step", "_settle", "_refuse_changed", "_rendezvous",
@@ -298,7 +325,6 @@ class TaskActor:
                   n_feeds: int, settle: bool | None, assign: Mapping[str, np.ndarray]
                   ) -> tuple[dict[int, np.ndarray], dict[str, Any]]:
         """``run_step`` (a launch over the wire calls it directly)."""
-        import ray
         if steptrace.ENABLED:
             steptrace.mark(step_id, "step start")
         self._settle(settle)
@@ -322,12 +348,15 @@ class TaskActor:
         try:
             exe = self._executable(entry)
             args: list[Any] = [None] * n_feeds
-            refs: dict[int, Any] = {i: v for i, v in feeds.items()
-                                    if isinstance(v, ray.ObjectRef)}
-            got: dict[int, np.ndarray] = dict(zip(refs, ray.get(
-                list(refs.values()), timeout=self.timeout_s))) if refs else {}
             for i, value in feeds.items():
-                args[i] = got.get(i, value)
+                args[i] = value
+            refs = [i for i, v in feeds.items() if type(v) is not np.ndarray]
+            if refs:  # (a launch by Ray: large feeds come as object-store references)
+                import ray
+                refs = [i for i in refs if isinstance(feeds[i], ray.ObjectRef)]
+                for i, value in zip(refs, ray.get([feeds[i] for i in refs],
+                                                  timeout=self.timeout_s)):
+                    args[i] = value
             phases["feeds"] = clock() - started
             ran = clock()
             if entry in self.module.partitions:
@@ -359,8 +388,9 @@ class TaskActor:
     def _called(self, meta: Mapping[str, Any], items: list[tuple[list[str], np.ndarray]]
                 ) -> tuple[dict[str, Any], list[tuple[list[str], np.ndarray]]]:
         """A step launched over the wire (the listener's ``calls``): ``run_step`` on the
-        frame's call and values; the reply is its counters and fetches, or its error (one
-        line: what the driver's error says after the task's name)."""
+        frame's call (its program step is the frame's) and values; the reply is its
+        counters (an array: ``packed_counters``) and fetches, or its error (one line: what
+        the driver's error says after the task's name)."""
         call = meta["call"]
         feeds: dict[int, np.ndarray] = {}
         assign: dict[str, np.ndarray] = {}
@@ -372,17 +402,17 @@ class TaskActor:
                 assign[name] = value
         try:
             out, counters = self._run_step(str(call["entry"]), int(meta["step"]),
-                                          int(call["step"]), feeds, int(call["n_feeds"]),
-                                          call["settle"], assign)
+                                          int(meta["program_step"]), feeds,
+                                          int(call["n_feeds"]), call["settle"], assign)
         except Exception as e:
             message = getattr(e, "message", None) or str(e) or type(e).__name__
             return {"error": message}, []
-        return {"counters": counters}, [([fetch_key(i)], a) for i, a in out.items()]
+        return _SUCCEEDED, [([COUNTERS_KEY], packed_counters(counters)),
+                            *[([fetch_key(i)], a) for i, a in out.items()]]
 
     def _send(self, items: list[tuple[str, str, np.ndarray]]) -> None:
         """The executor's transport: each value once to each task that receives it,
         tagged with the running step's id."""
-        import ray
         step_id = self._step_id
         by_task: dict[str, dict[int, tuple[list[str], np.ndarray]]] = {}
         for key, device, value in items:
@@ -390,14 +420,16 @@ class TaskActor:
             by_task.setdefault(task, {}).setdefault(id(value), ([], value))[0].append(key)
         put: dict[int, Any] = {}  # a value several tasks receive goes to the store once
         started = time.perf_counter()
+        tensors = nbytes = 0
+        deliveries = []
         for task, values in by_task.items():
             link = self._link(task)
+            tensors += len(values)
+            nbytes += sum(v.nbytes for _, v in values.values())
             if link is not None:
-                link.send(step_id, [(keys, value) for keys, value in values.values()])
-                with self._lock:
-                    self._sent_tensors += len(values)
-                    self._sent_bytes += sum(v.nbytes for _, v in values.values())
+                link.send(step_id, list(values.values()))
                 continue
+            import ray
             payload = []
             for keys, value in values.values():
                 a = np.require(value, requirements="C")
@@ -407,12 +439,11 @@ class TaskActor:
                     payload.append((keys, put[id(value)]))
                 else:
                     payload.append((keys, a))
-            ref = self._peers[task].deliver.remote(step_id, payload)
-            with self._lock:  # (the task's devices send from threads of their own)
-                self._sent_tensors += len(payload)
-                self._sent_bytes += sum(v.nbytes for _, v in values.values())
-                self._deliveries.append(ref)
-        with self._lock:
+            deliveries.append(self._peers[task].deliver.remote(step_id, payload))
+        with self._lock:  # (the task's devices send from threads of their own)
+            self._sent_tensors += tensors
+            self._sent_bytes += nbytes
+            self._deliveries += deliveries
             self._phases["send"] = self._phases.get("send", 0.0) + time.perf_counter() - started
 
     def _await_deliveries(self) -> None:
