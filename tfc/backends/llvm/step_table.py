@@ -161,7 +161,8 @@ def finish(plan: Draft, symbol_of: dict[str, str]) -> StepTable:
 
 
 def check(table: StepTable, n_ptrs: int, n_params: int) -> int:
-    """The number of kernel pointers ``table`` needs at most, after checking that every
+    """The most pointers a kernel record of ``table`` passes (what the loop's pointer
+    array holds: counted here, not taken from the header), after checking that every
     record reads inside the pointer array, the params and the symbols (native code walks
     it unchecked); ``ArtifactError`` otherwise."""
     w, nsym = table.words, len(table.symbols)
@@ -183,7 +184,7 @@ def check(table: StepTable, n_ptrs: int, n_params: int) -> int:
             raise bad(f"pointer {d}")
     value(w[H_THREADS])
     value(w[H_MIN_WORK])
-    pos, steps, most = HEADER, 0, max(1, w[H_MAX_ARGS])
+    pos, steps, most, used = HEADER, 0, w[H_MAX_ARGS], 1
     while pos < len(w):
         kind = w[pos]
         if kind in (COPY, COPY_IF_APART):
@@ -203,13 +204,14 @@ def check(table: StepTable, n_ptrs: int, n_params: int) -> int:
                 raise bad(f"kernel at word {pos}")
             for d in w[first:first + w[pos + 2]]:
                 pointer(d)
+            used = max(used, w[pos + 2])
             pos = first + w[pos + 2]
         else:
             raise bad(f"record kind {kind} at word {pos}")
         steps += 1
     if steps != w[H_STEPS]:
         raise bad(f"{steps} records for {w[H_STEPS]} steps")
-    return most
+    return used
 
 
 def install(loaded: Loaded, table: StepTable, n_ptrs: int, n_params: int) -> np.ndarray:
