@@ -93,7 +93,6 @@ class GraphCompiler:
     def __post_init__(self) -> None:
         self.comp = Compiler(self.graph.name, self.triple, self.layout)
         self._const_index: dict[int, int] = {}
-        self._in_place: tuple[int, dict[int, int]] | None = None  # (steps, in_place_updates)
 
     # ---- storage ----------------------------------------------------------------------
 
@@ -203,11 +202,7 @@ class GraphCompiler:
         exception is the update's own kernel right after the copy when it fails only
         before writing (``Kernel.fails_before_writes``: a scatter checks its indices
         first). Whether it may (nothing but the program holds the array) is decided per
-        call by the runtime. (Computed once per schedule: the step table and the run-time
-        tables both ask.)"""
-        known = self._in_place
-        if known is not None and known[0] == len(self.steps):
-            return dict(known[1])
+        call by the runtime."""
         out: dict[int, int] = {}
         last_use: dict[Storage, int] = {}  # the last step that uses each storage
         failing: list[int] = []  # the steps that may fail
@@ -226,7 +221,6 @@ class GraphCompiler:
             name = step.src.index
             if name in self.var_index:
                 out[int(step.dst.index)] = self.var_index[name]
-        self._in_place = (len(self.steps), dict(out))
         return out
 
     def _fails_first(self, k: int, update: Storage) -> bool:

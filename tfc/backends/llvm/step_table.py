@@ -89,6 +89,9 @@ class Draft:
     words: list[int]
     functions: list[str]  # kernel function names, by the index the records use
     splittable: list[bool]  # per function: whether a record may split it (has a _task)
+    # ``in_place_updates`` of the schedule drafted (update index -> variable index): the
+    # updates its COPY_IF_APART records make, which the run-time tables must name
+    in_place: dict[int, int]
 
 
 def _pointer(graph_compiler: GraphCompiler, s: Storage) -> int:
@@ -116,7 +119,8 @@ def draft(graph_compiler: GraphCompiler, threads: int | None, profile: bool) -> 
     index: dict[str, int] = {}
     functions: list[str] = []
     splittable: list[bool] = []
-    in_place = {Storage("upd", j) for j in graph_compiler.in_place_updates()}
+    in_place_updates = graph_compiler.in_place_updates()
+    in_place = {Storage("upd", j) for j in in_place_updates}
     max_args, any_split = 1, False
     for step in graph_compiler.steps:
         if isinstance(step, Copy):
@@ -150,7 +154,7 @@ def draft(graph_compiler: GraphCompiler, threads: int | None, profile: bool) -> 
         arr = ir.ArrayType(irutil.I64, len(graph_compiler.steps) + 1)
         stamps = ir.GlobalVariable(comp.module, arr, PROF_STAMPS)
         stamps.initializer = ir.Constant(arr, None)
-    return Draft(words, functions, splittable)
+    return Draft(words, functions, splittable, in_place_updates)
 
 
 def finish(plan: Draft, symbol_of: dict[str, str]) -> StepTable:

@@ -489,14 +489,15 @@ class NativeMeta:
     @staticmethod
     def of(graph_compiler: GraphCompiler, report: CompileReport) -> "NativeMeta":
         """The tables of a lowered entry (its step table empty until its kernel units are
-        named: ``LLVMBackend._split``)."""
+        named: ``LLVMBackend._split``; its in-place updates those the table makes)."""
         comp = graph_compiler.comp
-        table = graph_compiler.step_table
+        table, draft = graph_compiler.step_table, graph_compiler.step_draft
+        in_place = graph_compiler.in_place_updates() if draft is None else draft.in_place
         return NativeMeta(tuple(graph_compiler.var_names), tuple(graph_compiler.updates),
                           graph_compiler.arena_slot + 1, comp.param_slot(("step",)),
                           tuple(comp.errors), len(comp.params), tuple(graph_compiler.constants),
                           (), tuple(report.passes), report.kernels,
-                          tuple(sorted(graph_compiler.in_place_updates().items())),
+                          tuple(sorted(in_place.items())),
                           table.words if table is not None else (),
                           table.symbols if table is not None else ())
 
