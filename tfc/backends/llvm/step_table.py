@@ -35,9 +35,9 @@ index into the symbols; unit ``s`` exports ``s_whole(argv, params)`` (the kernel
 whole range, its pointers read from ``argv``) and, when splittable, ``s_task(argv, params,
 lo, hi)``.
 
-Per step the loop reads a few words and fills the kernel's pointer array: about a
-nanosecond per pointer against kernels of microseconds (measured: no difference in step
-time at L = 4, 64, 256; ``tools/bench_compile.py``).
+Per step the loop reads a few words and fills the kernel's pointer array: nanoseconds
+against kernels of microseconds (measured on the issue's MLP, one thread: step CPU time
+within noise of the generated entry's at L = 4, 64 and 256).
 """
 
 from __future__ import annotations
@@ -88,7 +88,6 @@ class Draft:
 
     words: list[int]
     functions: list[str]  # kernel function names, by the index the records use
-    splittable: list[bool]  # per function: whether a record may split it (has a _task)
     # ``in_place_updates`` of the schedule drafted (update index -> variable index): the
     # updates its COPY_IF_APART records make, which the run-time tables must name
     in_place: dict[int, int]
@@ -118,7 +117,6 @@ def draft(graph_compiler: GraphCompiler, threads: int | None, profile: bool) -> 
     words[H_THREADS] = words[H_MIN_WORK] = 1
     index: dict[str, int] = {}
     functions: list[str] = []
-    splittable: list[bool] = []
     in_place_updates = graph_compiler.in_place_updates()
     in_place = {Storage("upd", j) for j in in_place_updates}
     max_args, any_split = 1, False
@@ -135,13 +133,12 @@ def draft(graph_compiler: GraphCompiler, threads: int | None, profile: bool) -> 
         if k is None:
             k = index[name] = len(functions)
             functions.append(name)
-            splittable.append(False)
         args = [_pointer(graph_compiler, s) for s in step.storages]
         max_args = max(max_args, len(args))
         if nthreads > 1 and splits(step):
             assert step.extent is not None and step.work is not None
             trampoline(step)
-            splittable[k] = any_split = True
+            any_split = True
             words += [SPLIT, k, len(args), _value(*step.extent), _value(*step.work), *args]
         else:
             words += [INLINE, k, len(args), *args]
@@ -154,7 +151,7 @@ def draft(graph_compiler: GraphCompiler, threads: int | None, profile: bool) -> 
         arr = ir.ArrayType(irutil.I64, len(graph_compiler.steps) + 1)
         stamps = ir.GlobalVariable(comp.module, arr, PROF_STAMPS)
         stamps.initializer = ir.Constant(arr, None)
-    return Draft(words, functions, splittable, in_place_updates)
+    return Draft(words, functions, in_place_updates)
 
 
 def finish(plan: Draft, symbol_of: dict[str, str]) -> StepTable:
