@@ -25,7 +25,11 @@ that made slower code would show, and gives the CPU time of its first call
 first ``Session.run``, without the initializer), which a loaded host inflates less than
 wall time. "edit/cold" is the issue's measure (graph building included, as a user pays
 it); "edit/cold compile only" leaves the graph building (the user's Python, the same in
-both) out of both. ``--repeats N`` runs every cell N times (tfc's three
+both) out of both. After the table, the CPU seconds of each tfc cell's first
+``Session.run`` by phase (the passes, the llvm lowering, LLVM (kernel units, their code,
+loading it), the glue (the step table), encoding and keys of the caches, the first
+binding, and the rest: cutting the graph out, the first step itself), so the edit's
+remainder can be told. ``--repeats N`` runs every cell N times (tfc's three
 on a fresh cache each time) and reports the medians; the load column gives the load
 average before and after the row. A missing framework drops its column.
 """
@@ -90,8 +94,70 @@ def _import_tfc() -> Any:
     return tfc
 
 
+# The phases of a compile the tfc cells time (CPU seconds of the process, each function's
+# own time: a phase's nested phases are theirs, not its), as (phase, module, attribute).
+PHASES = (
+    ("passes", "tfc.passes.manager", "PassManager.run"),
+    ("lowering", "tfc.backends.llvm.backend", "LLVMBackend._lower"),
+    ("glue", "tfc.backends.llvm.step_table", "draft"),
+    ("glue", "tfc.backends.llvm.runtime.executable", "install"),
+    ("LLVM", "tfc.backends.llvm.backend", "split_module"),
+    ("LLVM", "tfc.backends.llvm.jit", "compile_split"),
+    ("LLVM", "tfc.backends.llvm.runtime.native", "load_object"),
+    ("encode", "tfc.api.lowered_cache", "module_key"),
+    ("encode", "tfc.api.lowered_cache", "_encode"),
+    ("encode", "tfc.api.lowered_cache", "_write"),
+    ("encode", "tfc.api.lowered_cache", "_decode"),
+    ("encode", "tfc.backends.llvm.runtime.entry_cache", "entry_key"),
+    ("encode", "tfc.backends.llvm.runtime.entry_cache", "put"),
+    ("binding", "tfc.backends.llvm.runtime.executable", "LLVMExecutable._bind"),
+)
+PHASE_NAMES = ("passes", "lowering", "LLVM", "glue", "encode", "binding", "other")
+
+
+class _PhaseClock:
+    """CPU time per phase of ``PHASES`` while ``on``: each timed function adds its own
+    time (less that of the timed functions it calls) to its phase. A function the tree
+    does not have is skipped (benchmarking another version of tfc)."""
+
+    def __init__(self) -> None:
+        import importlib
+        self.on = False
+        self.seconds = dict.fromkeys(PHASE_NAMES, 0.0)
+        self._inner = [0.0]  # per open timed call: the time of timed calls inside it
+        for phase, module_name, attr in PHASES:
+            try:
+                owner: Any = importlib.import_module(module_name)
+                *path, name = attr.split(".")
+                for part in path:
+                    owner = getattr(owner, part)
+                fn = getattr(owner, name)
+            except (ImportError, AttributeError):
+                continue
+            setattr(owner, name, self._timed(phase, fn))
+
+    def _timed(self, phase: str, fn: Any) -> Any:
+        import functools
+
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self.on:
+                return fn(*args, **kwargs)
+            self._inner.append(0.0)
+            start = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent = time.process_time() - start
+                inner = self._inner.pop()
+                self.seconds[phase] += spent - inner
+                self._inner[-1] += spent
+        return timed
+
+
 def tfc_cell(layers: int, edited: bool, steps: int) -> dict[str, Any]:
     tfc = _import_tfc()
+    clock = _PhaseClock()
     p = params(layers)
     xv, yv = batch()
     c0 = time.process_time()
@@ -114,13 +180,18 @@ def tfc_cell(layers: int, edited: bool, steps: int) -> dict[str, Any]:
         t1, c1 = time.perf_counter(), time.process_time()
         sess.run(tfc.global_variables_initializer())
         init, init_cpu = time.perf_counter() - t1, time.process_time() - c1
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
+        clock.on = True
         sess.run([loss, train], {x: xv, y: yv})
-        first = time.perf_counter() - t1
+        clock.on = False
+        first, first_cpu = time.perf_counter() - t1, time.process_time() - c1
         cpu = time.process_time() - c0
         step = _median_step(lambda: sess.run([loss, train], {x: xv, y: yv}), steps)
+    phases = dict(clock.seconds)
+    phases["other"] = first_cpu - sum(phases.values())  # graph cutting, the first step...
     return {"first": build + first, "build": build, "init": init, "step": step,
-            "cpu": cpu - init_cpu, "compile": first}
+            "cpu": cpu - init_cpu, "compile": first, "compile_cpu": first_cpu,
+            **{f"phase {k}": v for k, v in phases.items()}}
 
 
 def jax_cell(layers: int, steps: int) -> dict[str, Any]:
@@ -278,6 +349,24 @@ def _row_line(layers: int, row: dict[str, Any], names: list[str], peers: list[st
     return "| " + " | ".join(cells) + " |"
 
 
+def _print_phases(rows: dict[int, dict[str, Any]], cells: list[str]) -> None:
+    """The CPU seconds of each tfc cell's first ``Session.run`` by phase (``PHASES``)."""
+    if not cells:
+        return
+    print("\nCPU seconds of the first Session.run by phase (the graph building is not in it)")
+    head = ["L", "cell", "compile CPU", *PHASE_NAMES]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for layers, row in rows.items():
+        for c in cells:
+            cell = row.get(c, {})
+            if "compile_cpu" not in cell:
+                continue
+            parts = [f"{cell.get('phase ' + p, 0.0):.3f}" for p in PHASE_NAMES]
+            print(f"| {layers} | {c} | {cell['compile_cpu']:.3f} | " + " | ".join(parts)
+                  + " |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", default="4,16,64,256")
@@ -321,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         row["load"] += f" .. {_load()}"
         rows[layers] = row
         print(_row_line(layers, row, names, peers), flush=True)  # a row as soon as it is
+    _print_phases(rows, [c for c in names if c.startswith("tfc")])
     if args.json:
         Path(args.json).write_text(json.dumps({"cpu": _cpu(), "threads": args.threads,
                                                "rows": rows}, indent=1))

@@ -1,7 +1,8 @@
 """Identical kernels compiled once, and per-kernel object code cached across entries,
 models and processes (``kernel_units``, ``jit.compile_split``): the numbers stay the
-reference backend's, the glue is compiled at a lower level than the kernels, and cached
-code is reused only for the same kernel on the same CPU, never when damaged."""
+reference backend's, no code is made per entry besides its kernels (the schedule is a
+table: ``step_table``), and cached code is reused only for the same kernel on the same
+CPU, never when damaged."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 import tfc
-from tfc.backends.llvm import LLVMBackend, jit
+from tfc.backends.llvm import LLVMBackend, jit, step_table
 from tfc.backends.llvm.kernel_units import _numbered_metadata
 from tfc.backends.llvm.runtime import native
 from tfc.backends.reference import ReferenceBackend
@@ -82,25 +83,24 @@ def test_identical_layers_compile_as_one_kernel(cache, llvm_runs, monkeypatch):
     texts: list[str] = []
     split = jit.compile_split
 
-    def keep(data, glue, units, use_cache=True):
-        texts[:] = [glue, *units]
-        return split(data, glue, units, use_cache)
+    def keep(data, units, runner, use_cache=True):
+        texts[:] = [data, runner, *units]
+        return split(data, units, runner, use_cache)
     monkeypatch.setattr(jit, "compile_split", keep)
     exe = compile_lowered(LLVMBackend(use_cache=False), module, "train_step")
-    glue, units = texts[0], texts[1:]
-    # the glue defines the entry alone (its kernels are the units', at O3); each unit
-    # defines its kernel with its wrappers and helpers
-    assert [line.split("@")[1].split("(")[0] for line in glue.splitlines()
-            if line.startswith("define")] == ['"tfc_entry"']
+    data, runner, units = texts[0], texts[1], texts[2:]
+    # no code per entry but its kernels: the global variables, the fixed runner of the
+    # step table (the same text for every entry), and each unit its kernel with its
+    # wrappers and helpers
+    assert "define" not in data
+    assert runner == step_table.runner(*native.triple_and_layout())
     assert all("_whole\"(" in u for u in units)
     report = exe.report
     # 6 layers: every hidden layer's kernels are the same up to names
     assert 0 < report.distinct_kernels < report.kernels
     assert f"{report.kernels} kernels ({report.distinct_kernels} distinct" in str(report)
-    # one O3 run per distinct kernel, then the global variables and the glue at the
-    # glue's lower level
-    assert llvm_runs == [3] * report.distinct_kernels + [jit.GLUE_SPEED] * 2
-    assert jit.GLUE_SPEED < 3
+    # one O3 run per distinct kernel, then the global variables (no code) and the runner
+    assert llvm_runs == [3] * report.distinct_kernels + [jit.GLUE_SPEED, 3]
     check_against_reference(module, values, exe)
     deeper = compile_lowered(LLVMBackend(use_cache=False), mlp(12)[0], "train_step").report
     assert deeper.kernels > report.kernels
@@ -132,8 +132,8 @@ def test_a_one_layer_edit_compiles_only_the_new_kernels(cache, llvm_runs):
     report = exe.report
     new_units = report.distinct_kernels - report.kernels_cached
     assert report.kernels_cached > 0 and 0 < new_units <= 3
-    assert llvm_runs == [3] * new_units + [jit.GLUE_SPEED]  # the new kernels, the glue
-    # (the global variables' module is the same text: cached)
+    assert llvm_runs == [3] * new_units  # the new kernels alone
+    # (the global variables' module and the runner are the same texts: cached)
     assert len(llvm_runs) < compiled_cold
     check_against_reference(module, values, exe)
 

@@ -14,7 +14,7 @@ import threading
 import numpy as np
 import pytest
 
-from tfc.backends.llvm import LLVMBackend, parallel
+from tfc.backends.llvm import LLVMBackend, step_table
 from tfc.backends.llvm.runtime import pool
 from tfc.errors import ExecutionError
 from tfc.ir.types import DType
@@ -62,11 +62,18 @@ def test_split_results_identical_to_one_thread(h):
     assert pool.pool_stats()["jobs"] > before  # the pool ran the split kernels
 
 
+def _split_records(backend: LLVMBackend, m) -> int:
+    """The kernels of ``m``'s entry ``f`` that its step table may hand to the pool."""
+    draft = backend._lower(lower_entry(m, "f", "llvm"), "f")[2].step_draft
+    return sum(kind == step_table.SPLIT for kind, _ in step_table.records(draft.words))
+
+
 def test_one_thread_builds_no_pool_calls(h):
-    assert parallel.build_parallel(None, 1) is None  # type: ignore[arg-type]
     m = _chain_module(h)
+    assert _split_records(LLVMBackend(threads=2), m) > 0
+    assert _split_records(LLVMBackend(threads=1), m) == 0
     text = str(LLVMBackend(threads=1)._lower(lower_entry(m, "f", "llvm"), "f")[2].comp.module)
-    assert pool.POOL_RUN not in text
+    assert "_task" not in text  # no trampoline either
 
 
 def test_kernels_known_to_be_small_have_no_split_path(h, monkeypatch):
@@ -81,9 +88,8 @@ def test_kernels_known_to_be_small_have_no_split_path(h, monkeypatch):
         return [b("tanh", b("mul", x, x))]
 
     def pool_calls(shape):
-        m = h.make_module([("x", DType.f32, shape)], body)
-        return str(LLVMBackend(threads=2)._lower(lower_entry(m, "f", "llvm"), "f")[2]
-                   .comp.module).count(f'call i32 @"{pool.POOL_RUN}"(')
+        return _split_records(LLVMBackend(threads=2), h.make_module([("x", DType.f32, shape)],
+                                                                   body))
 
     assert pool_calls((4, 300)) == 0
     assert pool_calls((512, 300)) > 0

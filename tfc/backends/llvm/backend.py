@@ -7,16 +7,17 @@ Pipeline of ``LLVMBackend.compile(module, entry)``:
    so the entry's graph is the final IR and ``module.memory_plans`` holds its schedule
    and arena. ``compile`` refuses a module without the entry's plan.
 2. **Lowering.** Every op becomes kernel functions in one LLVM module (``kernels``),
-   called in schedule order by ``tfc_entry`` (``entry``). An op lowered like one before
+   and the schedule (``entry``) a table of steps that one fixed native loop walks
+   (``step_table``: no code per entry). An op lowered like one before
    (the same layer L times) calls that op's kernels instead of building its own
    (``kernel_memo``), identical kernels left become one function, and the module is
-   split into the entry's glue and one unit per distinct kernel (``kernel_units``). Ops
+   split into one unit per distinct kernel (``kernel_units``). Ops
    the backend cannot lower are collected: if there is any, the executable runs the
    whole graph on the reference interpreter, lists them in ``fallback_ops`` and warns
    (never silently).
-3. **Code.** Each unit is optimized at O3 for the host CPU (new pass manager), the glue
-   at a lower level, each compiled to object code, and all loaded into one MCJIT engine
-   with the BLAS symbols bound. Object code is cached on disk per module by a hash of its
+3. **Code.** Each unit is optimized at O3 for the host CPU (new pass manager), compiled
+   to object code, and all loaded into one MCJIT engine with the BLAS symbols bound and
+   the step table's runner; the table is given the units' addresses then. Object code is cached on disk per module by a hash of its
    IR and the host (``jit``), so a kernel met before (in any entry, model or process) and
    the same graph again skip LLVM; ``LLVMBackend.export`` and ``load`` let an artifact carry
    it (members ``object.o``, ``host``, ``tables.json``, ``const/NNNN.npy``).
@@ -43,7 +44,7 @@ Choices where the design left room:
   feed shapes they have no binding for, or when there are no tables: deterministic, a
   few tens of milliseconds, and no LLVM work; the host key guards against foreign CPUs
   (``ForeignNativeCode``: the entry compiles again).
-- ``profile=True`` compiles an entry that timestamps every kernel natively
+- ``profile=True`` compiles an entry whose step table timestamps every kernel natively
   (``clock_gettime(CLOCK_MONOTONIC)`` before each step and after the last, into a
   global of the loaded code): ``LLVMExecutable.kernel_times()`` gives the latest step's
   ``(kernel name, start, end)`` on the ``time.perf_counter`` clock, which ``tfc bench``
@@ -62,12 +63,12 @@ from typing import Any, ContextManager, Mapping
 import numpy as np
 
 from tfc.backends.base import ForeignNativeCode, planned
-from tfc.backends.llvm import jit
-from tfc.backends.llvm.entry import ENTRY, GraphCompiler
-from tfc.backends.llvm.kernel_units import dedup_kernels, split_module
+from tfc.backends.llvm import jit, step_table
+from tfc.backends.llvm.entry import GraphCompiler
+from tfc.backends.llvm.kernel_units import Split, dedup_kernels, split_module
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.backends.llvm.runtime import entry_cache, native
-from tfc.backends.llvm.runtime.executable import LLVMExecutable, NativeMeta, install_profiler
+from tfc.backends.llvm.runtime.executable import LLVMExecutable, NativeMeta
 from tfc.backends.llvm.runtime.symbols import register_symbols
 from tfc.errors import ArtifactError, TfcError
 from tfc.ir.core import Graph, Module
@@ -158,12 +159,21 @@ class LLVMBackend:
         report.fallback_ops = sorted(set(failed))
         report.kernels = len(graph_compiler.calls)
         if not failed:
-            from tfc.backends.llvm.parallel import build_parallel
             report.distinct_kernels = dedup_kernels(graph_compiler)
-            graph_compiler.build_entry(build_parallel(graph_compiler.comp.module, self.threads),
-                                       self.profile)
+            graph_compiler.step_draft = step_table.draft(graph_compiler, self.threads,
+                                                         self.profile)
         report.seconds["lower"] = time.perf_counter() - t1
         return module, graph, graph_compiler, report
+
+    @staticmethod
+    def _split(graph_compiler: GraphCompiler) -> Split:
+        """The kernel units of a lowered entry; sets its step table (the draft's kernels
+        named by their units' symbols)."""
+        assert graph_compiler.step_draft is not None
+        split = split_module(graph_compiler)
+        graph_compiler.step_table = step_table.finish(graph_compiler.step_draft,
+                                                      split.symbols)
+        return split
 
     def thread_count(self) -> int:
         """The threads its kernels split over: ``threads``, else the pool's default
@@ -208,7 +218,6 @@ class LLVMBackend:
     def _compile(self, module: Module, entry: str) -> LLVMExecutable:
         planned(module, entry, self.name)
         register_symbols()
-        install_profiler()
         t0 = time.perf_counter()
         key = self._cache_key(module, entry)
         hit = entry_cache.get(key) if key is not None else None
@@ -228,15 +237,16 @@ class LLVMBackend:
                           stacklevel=3)
             return LLVMExecutable(work, graph, None, None, report)
         t0 = time.perf_counter()
-        split = split_module(graph_compiler, ENTRY)
-        report.ir_bytes = len(split.glue) + sum(len(u.text) for u in split.units)
+        split = self._split(graph_compiler)
+        runner = step_table.runner(graph_compiler.triple, graph_compiler.layout)
+        report.ir_bytes = len(split.data) + sum(len(u.text) for u in split.units)
         t1 = time.perf_counter()
         report.seconds["ir"] = t1 - t0
-        code = jit.compile_split(split.data, split.glue, [u.text for u in split.units],
+        code = jit.compile_split(split.data, [u.text for u in split.units], runner,
                                  self.use_cache)
         obj = code.code
         report.kernels_cached = code.units_cached
-        report.cached = code.glue_cached and code.units_cached == code.units
+        report.cached = code.units_cached == code.units
         report.object_bytes = len(obj)
         report.seconds["llvm"] = time.perf_counter() - t1
         exe = LLVMExecutable(work, graph, graph_compiler, obj, report)
@@ -301,7 +311,6 @@ class LLVMBackend:
         no binding for; without it the graph is lowered again in Python to rebuild the
         run-time tables. LLVM neither optimizes nor generates code either way."""
         register_symbols()
-        install_profiler()
         if host_key is not None:
             _check_host(entry, host_key)
         if meta is None:
@@ -309,6 +318,7 @@ class LLVMBackend:
             if report.fallback_ops:
                 raise ArtifactError(f"@{entry} cannot run on the llvm backend (unsupported: "
                                     f"{', '.join(report.fallback_ops)})")
+            self._split(graph_compiler)  # (the units' symbols: the step table names them)
             report.object_bytes = len(object_code)
             report.cached = True
             return LLVMExecutable(work, graph, graph_compiler, object_code, report)

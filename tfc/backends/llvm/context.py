@@ -264,18 +264,21 @@ class Kernel:
 
 
 def whole_range(kernel: Kernel) -> ir.Function:
-    """``i32 name_whole(ptr s0, ..., ptr params)``: ``kernel`` over its whole range (``lo``
-    0, ``hi`` the largest i64), made once per kernel function. The entry calls this, not
-    the kernel: with its unit's object of its own (``kernel_units``), the bounds are then
-    still constants that LLVM propagates into a kernel that is never split."""
+    """``i32 name_whole(ptr argv, ptr params)``: ``kernel`` over its whole range (``lo`` 0,
+    ``hi`` the largest i64), its pointers read from ``argv``; made once per kernel
+    function. The step table's loop (``step_table``) calls this, not the kernel: in its
+    unit of its own (``kernel_units``) the bounds are constants that LLVM propagates into
+    a kernel that is never split."""
     mod = kernel.comp.module
     name = kernel.fn.name + "_whole"
     fn = mod.globals.get(name)
     if fn is None:
-        n = len(kernel.storages)
-        fn = ir.Function(mod, ir.FunctionType(I32, [PTR] * (n + 1)), name)
+        fn = ir.Function(mod, ir.FunctionType(I32, [PTR, PTR]), name)
+        argv, params = fn.args
         b = ir.IRBuilder(fn.append_basic_block())
-        b.ret(b.call(kernel.fn, [*fn.args, i64(0), i64((1 << 63) - 1)]))
+        ptrs = [b.load(b.gep(argv, [i64(i)], source_etype=PTR), typ=PTR)
+                for i in range(len(kernel.storages))]
+        b.ret(b.call(kernel.fn, [*ptrs, params, i64(0), i64((1 << 63) - 1)]))
     return fn
 
 

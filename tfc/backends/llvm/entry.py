@@ -1,10 +1,10 @@
-"""One graph -> one LLVM module with one native entry point.
+"""One graph -> kernel functions in one LLVM module, and the schedule that runs them.
 
-``i32 tfc_entry(ptr ptrs, ptr params)`` runs a whole step: it computes every storage
-pointer once, calls the graph's kernels in schedule order, copies what must be copied
-(a fetch that is a feed, a variable or a view; an assigned value that could not be
-computed in place: right after the value is defined, while its buffer holds it), and
-returns 0 or the first kernel's error code.
+A step runs the graph's kernels in schedule order (``GraphCompiler.steps``), copies what
+must be copied (a fetch that is a feed, a variable or a view; an assigned value that
+could not be computed in place: right after the value is defined, while its buffer holds
+it), and returns 0 or the first kernel's error code. The schedule is data, walked by one
+fixed native loop (``step_table``): ``i32 tfc_entry(ptr ptrs, ptr params)``.
 
 ``ptrs`` is one array of data pointers, in this order: the feeds (graph arguments), the
 variables whose start-of-step value the graph reads (sorted by name), the constants, the caller's output
@@ -19,12 +19,12 @@ of this graph (not a view, feed, variable or constant), appears first there, and
 overwritten in place by a later op; everything else computed lives in the arena, one
 buffer per value of the memory plan (views share their source's storage).
 
-Kernel timing (``build_entry(profile=True)``): the entry reads ``CLOCK_MONOTONIC``
-(``clock_gettime``, the clock of ``time.perf_counter`` on Linux) before each step and
-after the last, into the global ``tfc_prof_stamps`` (``i64`` nanoseconds, one per step
-plus one); it zeroes the last stamp first, so a step that failed leaves it 0. Each
-step has a label (``GraphCompiler.labels``): the op it lowers, e.g. ``matmul#1`` or
-``fusion#3 (add,relu)``. Without ``profile`` none of this is emitted.
+Kernel timing (``profile=True``): the loop reads ``CLOCK_MONOTONIC`` (``clock_gettime``,
+the clock of ``time.perf_counter`` on Linux) before each step and after the last, into
+the global ``tfc_prof_stamps`` (``i64`` nanoseconds, one per step plus one); it zeroes
+the last stamp first, so a step that failed leaves it 0. Each step has a label
+(``GraphCompiler.labels``): the op it lowers, e.g. ``matmul#1`` or ``fusion#3
+(add,relu)``. Without ``profile`` the table has no stamps and the loop skips them.
 """
 
 from __future__ import annotations
@@ -32,20 +32,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import llvmlite.ir as ir
 import numpy as np
 
-from tfc.backends.llvm import irutil
-from tfc.backends.llvm.context import Compiler, Kernel, Storage, whole_range
+from tfc.backends.llvm.context import Compiler, Kernel, Storage
 from tfc.backends.llvm.kernels_expr import is_view
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import writes_variable
 
-ENTRY = "tfc_entry"
-PROF_STAMPS = "tfc_prof_stamps"  # the global of kernel timestamps (profile mode)
-PROF_CLOCK = "tfc_clock_gettime"  # libc's clock_gettime, bound by the backend
-CLOCK_MONOTONIC = 1  # Linux
 STORAGE_KINDS = frozenset({"var.read", "constant"})  # storage of their own, no kernel
 INT64_MAX = (1 << 63) - 1
 
@@ -91,6 +85,10 @@ class GraphCompiler:
     function_texts: dict[str, str] = field(default_factory=dict)
     # op signature -> the kernels an op with it was lowered to (``kernel_memo``)
     kernel_memo: dict[Any, Any] = field(default_factory=dict)
+    # the schedule as data (``step_table``): drafted after lowering, finished once the
+    # kernel units are named
+    step_draft: Any = None
+    step_table: Any = None
 
     def __post_init__(self) -> None:
         self.comp = Compiler(self.graph.name, self.triple, self.layout)
@@ -328,75 +326,6 @@ class GraphCompiler:
         k = s.index
         return self.comp.param(("arena", k), lambda binding: binding.offsets[k])
 
-    def build_entry(self, parallel: Callable[..., None] | None = None,
-                    profile: bool = False) -> ir.Function:
-        """The entry function; with ``profile``, it stores a timestamp before each step
-        and after the last into ``tfc_prof_stamps`` (see the module docstring)."""
-        mod = self.comp.module
-        fn = ir.Function(mod, ir.FunctionType(irutil.I32, [irutil.PTR, irutil.PTR]), ENTRY)
-        ptrs, params = fn.args
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        tick = _stamper(mod, b, len(self.steps)) if profile else None
-        cache: dict[Storage, ir.Value] = {}
-
-        def pointer(s: Storage) -> ir.Value:
-            if s in cache:
-                return cache[s]
-            if s.kind in ("arena", "scratch"):
-                base = load_ptr(self.arena_slot)
-                p = b.gep(params, [irutil.i64(self.arena_offset_param(s))], source_etype=irutil.I64)
-                off = b.load(p, typ=irutil.I64)
-                v = b.gep(base, [off], inbounds=True, source_etype=irutil.I8)
-            else:
-                v = load_ptr(self.slot_of(s))
-            cache[s] = v
-            return v
-
-        def load_ptr(slot: int) -> ir.Value:
-            p = b.gep(ptrs, [irutil.i64(slot)], source_etype=irutil.PTR)
-            return b.load(p, typ=irutil.PTR)
-
-        fail = fn.append_basic_block("fail")
-        memcpy = irutil.intrinsic(mod, "llvm.memcpy.p0.p0.i64", irutil.VOID,
-                                  [irutil.PTR, irutil.PTR, irutil.I64, irutil.I1])
-        in_place = {Storage("upd", j) for j in self.in_place_updates()}
-        for k, kernel in enumerate(self.steps):
-            if tick is not None:
-                tick(k)
-            if isinstance(kernel, Copy):
-                nb = b.load(b.gep(params, [irutil.i64(kernel.nbytes_slot)],
-                                  source_etype=irutil.I64), typ=irutil.I64)
-                dst, src = pointer(kernel.dst), pointer(kernel.src)
-                if kernel.dst in in_place:  # the same array: the update happens in place
-                    with b.if_then(b.icmp_unsigned("!=", dst, src)):
-                        b.call(memcpy, [dst, src, nb, ir.Constant(irutil.I1, 0)])
-                else:
-                    b.call(memcpy, [dst, src, nb, ir.Constant(irutil.I1, 0)])
-                continue
-            args = [pointer(s) for s in kernel.storages]
-            if parallel is not None and kernel.extent is not None:
-                rc = parallel(b, kernel, args, params)
-            else:
-                rc = b.call(whole_range(kernel), [*args, params])
-            ok = fn.append_basic_block("ok")
-            b.cbranch(b.icmp_signed("!=", rc, ir.Constant(irutil.I32, 0)), fail, ok)
-            rc_block = b.block
-            b.position_at_end(ok)
-            kernel.rc_phi_source = (rc, rc_block)  # type: ignore[attr-defined]
-        if tick is not None:
-            tick(len(self.steps))
-        b.ret(ir.Constant(irutil.I32, 0))
-        b.position_at_end(fail)
-        phi = b.phi(irutil.I32)
-        for kernel in self.calls:
-            rc, blk = kernel.rc_phi_source  # type: ignore[attr-defined]
-            phi.add_incoming(rc, blk)
-        if not self.calls:
-            b.ret(ir.Constant(irutil.I32, 0))
-        else:
-            b.ret(phi)
-        return fn
-
 
 def op_label(op: Op, seen: dict[str, int]) -> str:
     """What a kernel of ``op`` is called in profiles: ``kind#n`` (the n-th op of that
@@ -409,27 +338,3 @@ def op_label(op: Op, seen: dict[str, int]) -> str:
                               if o.kind != "constant")
         label += f" ({','.join(kinds)})"
     return label
-
-
-def _stamper(mod: ir.Module, b: ir.IRBuilder, n_steps: int) -> Callable[[int], None]:
-    """Declare the stamps global and the clock; zero the last stamp now (at the top of
-    the entry); returns ``tick(k)``, which stores the clock's nanoseconds in stamp k."""
-    arr = ir.ArrayType(irutil.I64, n_steps + 1)
-    stamps = ir.GlobalVariable(mod, arr, PROF_STAMPS)
-    stamps.initializer = ir.Constant(arr, None)
-    clock = irutil.intrinsic(mod, PROF_CLOCK, irutil.I32, [irutil.I32, irutil.PTR])
-    ts = b.alloca(irutil.I64, 2, name="timespec")
-
-    def stamp(k: int) -> ir.Value:  # typed GEP (llvmlite keeps a global's pointee type)
-        return b.gep(stamps, [irutil.i64(0), irutil.i64(k)], inbounds=True)
-
-    b.store(irutil.i64(0), stamp(n_steps))
-
-    def tick(k: int) -> None:
-        b.call(clock, [ir.Constant(irutil.I32, CLOCK_MONOTONIC), ts])
-        sec = b.load(ts, typ=irutil.I64)
-        nsec = b.load(b.gep(ts, [irutil.i64(1)], inbounds=True, source_etype=irutil.I64),
-                      typ=irutil.I64)
-        b.store(b.add(b.mul(sec, irutil.i64(1_000_000_000)), nsec), stamp(k))
-
-    return tick

@@ -3,9 +3,10 @@
 ``compile_ir`` turns the printed IR of a module into object code, through the object-code
 cache of ``tfc.backends.llvm.runtime.native`` (which also holds the target machine and
 loads the code into this process). ``compile_split`` does it for an entry split into its
-glue and kernel units (``kernel_units``): each unit at O3 through the cache (so a kernel
-compiled for any entry, model or process before is not compiled again), the glue at
-``GLUE_SPEED``, all bundled into one object-code blob (``native.bundle``).
+kernel units (``kernel_units``): each unit at O3 through the cache (so a kernel compiled
+for any entry, model or process before is not compiled again), with the global variables
+at ``GLUE_SPEED`` and the step table's fixed runner, all bundled into one object-code
+blob (``native.bundle``).
 
 The units are compiled one after the other: llvmlite runs every call into LLVM under one
 process-wide lock (``llvmlite.binding.ffi._lib_fn_wrapper``), so modules compiled on two
@@ -24,10 +25,9 @@ from dataclasses import dataclass
 from tfc.backends.llvm.runtime.native import (bundle, cache_get, cache_key, cache_put,
                                               target_machine)
 
-# The glue (the entry: pointer arithmetic and the calls in schedule order, straight-line
-# code that grows with the model) at O0, in both the pipeline and code generation: for the
-# 64-layer MLP's glue (385 calls, 200 kB of IR), O1 + O3 code generation took 0.50 s, O0
-# 0.06 s; its code runs once per step around kernels of microseconds to milliseconds.
+# The module of an entry's global variables (no code) at O0, in both the pipeline and code
+# generation. (The per-entry glue that used to be compiled at this level, 385 calls for a
+# 64-layer MLP, is now a table: ``step_table``.)
 GLUE_SPEED = 0
 
 
@@ -82,22 +82,23 @@ def compile_ir(ir_text: str, use_cache: bool = True, *, optimized: bool = True,
 class SplitCode:
     """The object code of a split entry and how much of it came from the cache."""
 
-    code: bytes  # the bundle, in load order: the global variables, the units, the glue
+    code: bytes  # the bundle, in load order: the global variables, the units, the runner
     units: int
     units_cached: int
-    glue_cached: bool
 
 
-def compile_split(data: str, glue: str, units: list[str], use_cache: bool = True
+def compile_split(data: str, units: list[str], runner: str, use_cache: bool = True
                   ) -> SplitCode:
-    """Object code for the global variables and the glue (at ``GLUE_SPEED``) and each
-    kernel unit (at O3), each verified before it is optimized and each through the
-    object-code cache, bundled in the order ``kernel_units.Split`` says they load."""
+    """Object code for the global variables (at ``GLUE_SPEED``), each kernel unit (at O3)
+    and the step table's runner (``step_table.runner``: the same text for every entry, so
+    from the cache after the first compile on a host), each verified before it is
+    optimized and each through the object-code cache, bundled in the order
+    ``kernel_units.Split`` says they load."""
     objects, hits = [], 0
     for text in units:
         obj, cached = compile_ir(text, use_cache)
         objects.append(obj)
         hits += cached
     data_obj, _ = compile_ir(data, use_cache, speed=GLUE_SPEED)
-    glue_obj, glue_cached = compile_ir(glue, use_cache, speed=GLUE_SPEED)
-    return SplitCode(bundle([data_obj, *objects, glue_obj]), len(units), hits, glue_cached)
+    runner_obj, _ = compile_ir(runner, use_cache)
+    return SplitCode(bundle([data_obj, *objects, runner_obj]), len(units), hits)

@@ -120,12 +120,14 @@ def _static(op: Op) -> bool:
 
 
 def signature(graph_compiler: GraphCompiler, op: Op, variable: str | None = None,
-              tag: Hashable = None) -> Hashable | None:
+              tag: Hashable = None, storages: list[Storage] | None = None
+              ) -> Hashable | None:
     """What the kernels of ``op`` depend on (see the module docstring); None when it
     cannot be told (an attr holding IR, a value without storage). ``variable``: the
     variable its kernels update when the op does not name it (a GEMM update's); ``tag``
-    tells apart lowerings of one op that differ (a matmul as a GEMM update)."""
-    storages = _storages(graph_compiler, op, variable)
+    tells apart lowerings of one op that differ (a matmul as a GEMM update); ``storages``:
+    ``_storages`` of the op when the caller has them."""
+    storages = _storages(graph_compiler, op, variable) if storages is None else storages
     if storages is None:
         return None
     name = _updated(graph_compiler, op, variable)
@@ -170,10 +172,10 @@ def lower_once(graph_compiler: GraphCompiler, op: Op,
     storages."""
     memo = graph_compiler.kernel_memo
     comp = graph_compiler.comp
-    key = signature(graph_compiler, op, variable, tag)
+    storages = _storages(graph_compiler, op, variable)
+    key = signature(graph_compiler, op, variable, tag, storages)
     template = memo.get(key) if key is not None else None
     if template is not None:
-        storages = _storages(graph_compiler, op, variable)
         assert storages is not None  # (the signature has them)
         for kernel, where in template.kernels:
             graph_compiler.steps.append(kernel.called_on([storages[k] for k in where]))

@@ -10,21 +10,20 @@ with the code it is given. So the lowered module is reshaped before LLVM sees it
    its pointer arguments and the params array (slots named in the text), error codes and
    constants are in the text, so two kernels that differ in any of these stay two. Every
    call site then calls the first; the others are deleted.
-2. ``split_module`` (after the entry is built): one *unit* per distinct kernel, a module
-   with the kernel (internal), its whole-range wrapper and its thread-pool trampoline
-   (both exported), the helpers they call (copied, internal) and declarations of what
-   they use from elsewhere (``tfc_error_detail``, BLAS, the pool). A unit's exported
+2. ``split_module`` (after the step table's draft): one *unit* per distinct kernel, a
+   module with the kernel (internal), its whole-range wrapper and its thread-pool
+   trampoline (both exported), the helpers they call (copied, internal) and declarations
+   of what they use from elsewhere (``tfc_error_detail``, BLAS). A unit's exported
    symbols are named after the hash of its text with its own names replaced by
    placeholders (``tfck_<hash>``), so the same kernel in another layer, entry, model or
    process is the same text, the same key in the object-code cache
    (``native.cache_key``: with the host CPU, its features, the LLVM build and the
-   backend's sources) and the same object. What is left, the *glue* (``tfc_entry``: the
-   pointer arithmetic and the calls in schedule order), is compiled at a low optimization
-   level (``jit.GLUE_SPEED``); the units at O3.
+   backend's sources) and the same object. There is no per-entry glue: the schedule is a
+   table (``step_table``) that one fixed loop walks, calling the units' exports through
+   the addresses the table is given when the code is loaded.
 
 The objects are linked when loaded (``native.load_object``: one MCJIT engine; the global
-variables first, then the units, then the glue, whose calls resolve to the units'
-exports: see ``Split``).
+variables first, then the units, then the runner: see ``Split``).
 """
 
 from __future__ import annotations
@@ -129,7 +128,9 @@ class Unit:
 @dataclass
 class Split:
     """The module texts of one entry, in the order they must be loaded: the global
-    variables (``tfc_error_detail``, ``tfc_prof_stamps``), the kernel units, the glue.
+    variables (``tfc_error_detail``, ``tfc_prof_stamps``), the kernel units (then the
+    step table's runner, the same for every entry: ``step_table.runner``); and the
+    symbol of each kernel function's unit.
 
     Each refers only to symbols of the runtime (``llvm.add_symbol``) and of the modules
     before it: MCJIT (llvmlite 0.50) corrupted a kernel's code when an object loaded
@@ -137,8 +138,8 @@ class Split:
     unit's kernel crash when called directly)."""
 
     data: str
-    glue: str
     units: list[Unit] = field(default_factory=list)
+    symbols: dict[str, str] = field(default_factory=dict)
 
 
 def _header(module: ir.Module) -> str:
@@ -167,8 +168,9 @@ def _declaration(value: ir.GlobalValue, name: str) -> str:
     return f'@"{name}" = external global {value.value_type}'
 
 
-def split_module(graph_compiler: GraphCompiler, entry: str) -> Split:
-    """The glue (``entry`` and what it alone uses) and one unit per distinct kernel."""
+def split_module(graph_compiler: GraphCompiler) -> Split:
+    """The global variables and one unit per distinct kernel (the kernels' callers are the
+    step table's loop: ``step_table``)."""
     module = graph_compiler.comp.module
     header = _header(module)
     values = dict(module.globals)
@@ -178,9 +180,8 @@ def split_module(graph_compiler: GraphCompiler, entry: str) -> Split:
     refs = {name: _refs(text) - {name} for name, text in texts.items()}
     defs = _metadata_defs(module)
 
-    def closure(roots: list[str], outside: dict[str, str]) -> list[str]:
-        """The functions defined here that ``roots`` call, directly or not, except those
-        ``outside`` (the units' exports: the glue declares them)."""
+    def closure(roots: list[str]) -> list[str]:
+        """The functions defined here that ``roots`` call, directly or not."""
         seen: list[str] = []
         stack = list(reversed(roots))
         while stack:
@@ -188,16 +189,15 @@ def split_module(graph_compiler: GraphCompiler, entry: str) -> Split:
             if name in seen:
                 continue
             seen.append(name)
-            stack.extend(sorted(r for r in refs.get(name, ())
-                                if r in texts and r not in outside))
+            stack.extend(sorted(r for r in refs.get(name, ()) if r in texts))
         return seen
 
     kernel_names = list(dict.fromkeys(k.fn.name for k in graph_compiler.calls))
-    exported: dict[str, str] = {}  # a unit's export -> its hash-named symbol
+    symbols: dict[str, str] = {}  # a kernel function -> its unit's symbol
     units: dict[str, Unit] = {}
     for name in kernel_names:
         exports = [n for n in (name + WHOLE_SUFFIX, name + TASK_SUFFIX) if n in texts]
-        defined = closure([name, *exports], {})
+        defined = closure([name, *exports])
         local = {n: f"{_PLACEHOLDER}.h{i}" for i, n in enumerate(defined) if n not in exports}
         local[name] = _PLACEHOLDER
         for n in exports:
@@ -207,26 +207,10 @@ def split_module(graph_compiler: GraphCompiler, entry: str) -> Split:
         body += [texts[n] for n in defined]
         text = _numbered_metadata(_renamed(header + "\n".join(body) + "\n", local), defs)
         symbol = "tfck_" + hashlib.sha256(text.encode()).hexdigest()[:20]
-        for n in exports:
-            exported[n] = symbol + n[len(name):]
+        symbols[name] = symbol
         if symbol not in units:
             units[symbol] = Unit(text.replace(f'@"{_PLACEHOLDER}', f'@"{symbol}'), symbol)
-    glue_defined = closure([entry], exported)
-    glue_used = set().union(*(refs[n] for n in glue_defined))
-    glue_lines, data_lines = [], []
-    for name, v in values.items():
-        if isinstance(v, ir.Function):
-            if name in glue_defined:
-                glue_lines.append(texts[name])
-            elif not v.blocks:
-                glue_lines.append(str(v))
-            elif name in exported:
-                glue_lines.append(_declaration(v, name))
-        elif not _is_local(v):
-            data_lines.append(str(v))
-            glue_lines.append(_declaration(v, name))
-        elif name in glue_used:
-            glue_lines.append(str(v))
-    glue = _numbered_metadata(_renamed(header + "\n".join(glue_lines) + "\n", exported), defs)
+    data_lines = [str(v) for v in values.values()
+                  if not isinstance(v, ir.Function) and not _is_local(v)]
     data = header + "\n".join(data_lines) + "\n"
-    return Split(data, glue, list(units.values()))
+    return Split(data, list(units.values()), symbols)

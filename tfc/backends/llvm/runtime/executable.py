@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
 import numpy as np
 
 from tfc.backends.base import StepOwner, StepResult, checked_feeds
-from tfc.backends.llvm.entry import ENTRY, PROF_CLOCK, PROF_STAMPS, GraphCompiler
+from tfc.backends.llvm.entry import GraphCompiler
+from tfc.backends.llvm.step_table import ENTRY, PROF_STAMPS, StepTable, install
 from tfc.backends.llvm.runtime import entry_cache, native
 from tfc.backends.llvm.runtime.blas_policy import gemms_are_small
 from tfc.backends.llvm.runtime.symbols import small_gemms
@@ -95,6 +96,9 @@ class LLVMExecutable:
             assert graph_compiler is not None
             meta = NativeMeta.of(graph_compiler, report)
         self.meta = meta
+        # the schedule the loaded runner walks (kept alive with the code)
+        self._steps = install(self._loaded, StepTable(meta.steps, meta.symbols), meta.n_ptrs,
+                              meta.n_params)
         self._arg_dtypes = [a.dtype.np for a in graph.args]
         # (name, numpy dtype, shape, decl) of the variables read and of those updated
         self.var_names = list(meta.var_names)
@@ -332,7 +336,8 @@ class LLVMExecutable:
                               tuple(b.out_shapes)) for b in bounds]
         m = self.meta
         return NativeMeta(m.var_names, m.updates, m.n_ptrs, m.step_slot, m.errors, m.n_params,
-                          m.constants, tuple(recs), m.passes, m.kernels, m.in_place)
+                          m.constants, tuple(recs), m.passes, m.kernels, m.in_place,
+                          m.steps, m.symbols)
 
     @property
     def profiling(self) -> bool:
@@ -477,15 +482,24 @@ class NativeMeta:
     kernels: int = 0
     # (update index, read-variable index): updates the native code can make in place
     in_place: tuple[tuple[int, int], ...] = ()
+    # the schedule (``step_table.StepTable``): its words and the kernel units' symbols
+    steps: tuple[int, ...] = ()
+    symbols: tuple[str, ...] = ()
 
     @staticmethod
     def of(graph_compiler: GraphCompiler, report: CompileReport) -> "NativeMeta":
+        """The tables of a lowered entry (its step table empty until its kernel units are
+        named: ``LLVMBackend._split``; its in-place updates those the table makes)."""
         comp = graph_compiler.comp
+        table, draft = graph_compiler.step_table, graph_compiler.step_draft
+        in_place = graph_compiler.in_place_updates() if draft is None else draft.in_place
         return NativeMeta(tuple(graph_compiler.var_names), tuple(graph_compiler.updates),
                           graph_compiler.arena_slot + 1, comp.param_slot(("step",)),
                           tuple(comp.errors), len(comp.params), tuple(graph_compiler.constants),
                           (), tuple(report.passes), report.kernels,
-                          tuple(sorted(graph_compiler.in_place_updates().items())))
+                          tuple(sorted(in_place.items())),
+                          table.words if table is not None else (),
+                          table.symbols if table is not None else ())
 
     def to_json(self) -> dict[str, Any]:
         """Everything but the constants (arrays, stored beside it) as JSON data."""
@@ -494,6 +508,7 @@ class NativeMeta:
                 "errors": list(self.errors), "n_params": self.n_params,
                 "constants": len(self.constants), "passes": list(self.passes),
                 "kernels": self.kernels, "in_place": [list(p) for p in self.in_place],
+                "steps": list(self.steps), "symbols": list(self.symbols),
                 "bindings": [{"feeds": [list(s) for s in b.feeds], "arena": b.arena,
                               "params": list(b.params), "outs": [list(s) for s in b.outs]}
                              for b in self.bindings]}
@@ -584,7 +599,9 @@ class NativeMeta:
                           strs(data.get("errors"), "errors"), n_params, tuple(constants),
                           tuple(recs), strs(data.get("passes") or [], "passes"),
                           int(data.get("kernels") or 0),
-                          tuple(cast("list[tuple[int, int]]", pairs)))  # checked below
+                          tuple(cast("list[tuple[int, int]]", pairs)),  # checked below
+                          ints(data.get("steps"), "steps"),
+                          strs(data.get("symbols"), "symbols"))
         if len(meta.var_names) + len(meta.updates) + len(constants) >= n_ptrs:
             raise ValueError("the pointer array is too short")
         if any(len(p) != 2 or not (0 <= p[0] < len(meta.updates)
@@ -750,20 +767,6 @@ def _clock_offset() -> float:
 
 
 _CLOCK_OFFSET = _clock_offset()
-_CLOCK_BOUND: list[bool] = []
-
-
-def install_profiler() -> None:
-    """Bind the clock the profiling entry calls (libc's ``clock_gettime``), once."""
-    if _CLOCK_BOUND:
-        return
-    import llvmlite.binding as llvm
-
-    from tfc.backends.llvm.runtime.symbols import libc
-    _CLOCK_BOUND.append(True)
-    llvm.add_symbol(PROF_CLOCK, ctypes.cast(libc().clock_gettime, ctypes.c_void_p).value)
-
-
 def profile_report(exe: "LLVMExecutable") -> list[tuple[float, str]]:
     """(seconds, kernel name) per kernel of the latest step of a profiled executable,
     largest first."""

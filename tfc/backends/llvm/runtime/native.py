@@ -118,7 +118,8 @@ class Loaded:
             return 0
 
 
-# Several objects in one blob (an entry's glue and its kernel units, ``jit.compile_split``):
+# Several objects in one blob (an entry's kernel units and the step table's runner,
+# ``jit.compile_split``):
 # this tag, the count, then each object's length and bytes (little-endian u64s).
 _BUNDLE_TAG = b"tfc-objects-v1\n"
 
@@ -157,9 +158,9 @@ def unbundle(blob: bytes) -> list[bytes]:
 
 
 def load_object(obj: bytes) -> Loaded:
-    """Load object code (one object, or a ``bundle`` linked together: the glue's calls
-    resolve to the units' exports) into a fresh MCJIT engine (no optimization, no code
-    generation).
+    """Load object code (one object, or a ``bundle`` linked together: an object's references
+    resolve to the symbols of those before it) into a fresh MCJIT engine (no optimization,
+    no code generation).
 
     Undefined symbols (BLAS, libm, pthreads) resolve through ``llvm.add_symbol`` entries
     made by ``tfc.backends.llvm.runtime.symbols.register_symbols`` and the process's own symbols.
