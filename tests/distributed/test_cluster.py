@@ -110,7 +110,6 @@ def test_an_actor_that_cannot_start_is_one_line(cluster: RayCluster) -> None:
         cluster.start_actor(Broken, node_id="f" * 56, name="task ps:1")
 
 
-@needs_ray
 def _gathering_class() -> type:
     """An actor class whose constructor writes its PID to ``folder``, then waits (at most
     20 s, else it raises) until ``count`` actors have: only actors started together get
@@ -162,6 +161,7 @@ def test_one_actor_that_cannot_start_takes_the_others_down(cluster: RayCluster,
     assert not Path(f"/proc/{started}").exists()
 
 
+@needs_ray
 def test_an_unreachable_address_fails_fast_in_one_line() -> None:
     address = f"{LOOPBACK}:{free_port()}"  # nothing listens there
     start = time.monotonic()
