@@ -7,7 +7,6 @@ ring outlives the job."""
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections import Counter
