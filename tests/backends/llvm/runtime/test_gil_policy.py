@@ -53,7 +53,7 @@ def test_a_long_step_in_little_memory_lets_the_gil_go():
     assert keeper.table[pystep.H["enabled"]] == 0  # so its steps stay on the Python path
 
 
-def test_a_short_step_keeps_the_gil_and_the_native_path():
+def assert_a_short_step_keeps_the_gil_and_the_native_path() -> None:
     f = callable_of(0)
     x = np.ones((32, 64), np.float32)
     for _ in range(executable.GIL_PROBE_CALLS + 1):
@@ -61,6 +61,10 @@ def test_a_short_step_keeps_the_gil_and_the_native_path():
     keeper, exe, bound = binding_of(f)
     assert bound.call is exe._entry_gil
     assert keeper.table[pystep.H["enabled"]] == 1
+
+
+def test_a_short_step_keeps_the_gil_and_the_native_path():
+    assert_a_short_step_keeps_the_gil_and_the_native_path()
 
 
 def test_threads_calling_a_long_step_get_the_same_results():
@@ -98,10 +102,4 @@ def test_one_slow_first_call_does_not_make_a_short_step_long(monkeypatch):
             return next(clock)
 
     monkeypatch.setattr(executable, "time", SlowFirstCall)
-    f = callable_of(0)
-    x = np.ones((32, 64), np.float32)
-    for _ in range(executable.GIL_PROBE_CALLS + 1):
-        np.testing.assert_array_equal(f(x), x)
-    keeper, exe, bound = binding_of(f)
-    assert bound.call is exe._entry_gil
-    assert keeper.table[pystep.H["enabled"]] == 1
+    assert_a_short_step_keeps_the_gil_and_the_native_path()
