@@ -132,14 +132,14 @@ def test_a_tfm_or_tfir_model_is_split_and_trains_as_unsplit(tmp_path, frontend, 
                 assert decls[f"{name}/part_{i}/{slot}"].device == block.device
     assert {"V", "b", "R", "R/" + slots[0]} <= set(decls)  # small, or one row: whole
     unsplit = Program(compile_with_report(path)[0])
-    np.testing.assert_allclose(train(split), train(unsplit), rtol=1e-5)
+    np.testing.assert_allclose(train(split), train(unsplit), rtol=1e-10)
     got, want = split.variables, unsplit.variables
     for name in ("E", "W", "V", "b", "R", *(f"{v}/{s}" for v in "EW" for s in slots)):
-        np.testing.assert_allclose(whole(got, name), want[name], rtol=1e-5, atol=1e-7,
+        np.testing.assert_allclose(whole(got, name), want[name], rtol=1e-10, atol=1e-12,
                                    err_msg=name)
     ids = {"ids": batches(1)[0]["ids"]}
     np.testing.assert_allclose(split.run("predict", ids)["logits"],
-                               unsplit.run("predict", ids)["logits"], rtol=1e-5, atol=1e-7)
+                               unsplit.run("predict", ids)["logits"], rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
@@ -148,9 +148,9 @@ def test_the_split_tfm_model_trains_as_the_split_python_model_and_shares_its_che
     paths = write_models(tmp_path, optimizer)
     tfm, py = split_program(paths["tfm"]), split_program(paths["py"])
     assert sorted(tfm.module.variables) == sorted(py.module.variables)
-    np.testing.assert_allclose(train(tfm), train(py), rtol=1e-5)
+    np.testing.assert_allclose(train(tfm), train(py), rtol=1e-10)
     for name, value in py.variables.items():
-        np.testing.assert_allclose(tfm.variables[name], value, rtol=1e-5, atol=1e-7,
+        np.testing.assert_allclose(tfm.variables[name], value, rtol=1e-10, atol=1e-12,
                                    err_msg=name)
     # a checkpoint of either restores into the other: the same names, the same blocks
     for source, target in ((tfm, split_program(paths["py"])),
@@ -159,7 +159,7 @@ def test_the_split_tfm_model_trains_as_the_split_python_model_and_shares_its_che
         target.restore_checkpoint(saved)
         for name, value in source.variables.items():
             np.testing.assert_array_equal(target.variables[name], value, err_msg=name)
-        np.testing.assert_allclose(train(target, 2), train(source, 2), rtol=1e-5)
+        np.testing.assert_allclose(train(target, 2), train(source, 2), rtol=1e-10)
 
 
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
@@ -300,10 +300,10 @@ def test_every_optimizer_s_update_is_copied_per_block_and_right(tmp_path, optimi
                   if op.kind == "optimizer.grad") == [
         "E/part_0", "E/part_1", "R", "V", "W/part_0", "W/part_1", "b"]
     split, unsplit = split_program(path), Program(compile_with_report(path)[0])
-    np.testing.assert_allclose(train(split), train(unsplit), rtol=1e-5)
+    np.testing.assert_allclose(train(split), train(unsplit), rtol=1e-10)
     for name, value in unsplit.variables.items():
-        np.testing.assert_allclose(whole(split.variables, name), value, rtol=1e-5,
-                                   atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(whole(split.variables, name), value, rtol=1e-10,
+                                   atol=1e-12, err_msg=name)
 
 
 def test_ps_async_cuts_the_split_tfm_step_as_the_split_python_step(tmp_path):
