@@ -37,7 +37,9 @@ rows, timed in numpy's process of their group. The cores' FMA peak (``bench_peak
 timed in a process of its own (group ``peak``) in which no BLAS or framework ever ran: a
 BLAS pool spins on its cores after its last call and halved the 2-thread peak. Peak RSS
 and compile time are measured in fresh processes too, one per contender (once: rounds do
-not repeat them).
+not repeat them). The compile-scaling rows (workload ``scaling``, issue 21) run
+``bench_compile.py``'s cells for L = 4, 16, 64, 256 (4 and 16 with ``--quick``): tfc cold,
+after a one-layer edit and cached, JAX's and TensorFlow's first call, a fresh process each.
 
 Rounds (``--rounds N``, default 1): the whole sequence (every thread count, every group,
 one process per contender) is run N times, rounds outermost so that a cell's processes are
@@ -68,12 +70,12 @@ if str(HERE) not in sys.path:
 
 import bench_timing as bt  # noqa: E402  (no numpy import: the orchestrator measures nothing)
 
-WORKLOADS = ("chain", "matmul", "mlp", "cnn", "dispatch", "compile", "memory")
+WORKLOADS = ("chain", "matmul", "mlp", "cnn", "dispatch", "compile", "memory", "scaling")
 TIMED = ("chain", "matmul", "peak", "mlp", "cnn", "dispatch")  # the timed row groups, in order
 # Groups only some contenders time (the others start no process for them).
 GROUP_CONTENDERS = {"peak": ("tfc",)}
 ALIASES = {"tiny": "dispatch", "overhead": "dispatch", "elementwise": "chain",
-           "gemm": "matmul", "rss": "memory"}
+           "gemm": "matmul", "rss": "memory", "compile-scaling": "scaling"}
 CONTENDERS = ("tfc", "numpy", "torch", "jax", "tf", "tf-xla")
 CONTENDER_ALIASES = {"pytorch": "torch", "tensorflow": "tf", "tf_xla": "tf-xla", "xla": "tf-xla"}
 # The optional frameworks: the module each contender imports, and how to install it.
@@ -638,9 +640,9 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
                  "workloads": args.only,
                  "environment": env_note, "missing": dict(missing),
                  "load_average_before": _loadavg()},
-        "speed": {}, "memory": {}, "compile": {}}
+        "speed": {}, "memory": {}, "compile": {}, "scaling": {}}
     started = time.perf_counter()
-    timed = [w for w in args.only if w not in ("compile", "memory")]
+    timed = [w for w in args.only if w not in ("compile", "memory", "scaling")]
     per_threads: dict[str, list[dict[str, Any]]] = {str(t): [] for t in args.threads}
     for ri in range(args.rounds if timed else 0):
         for ti, t in enumerate(args.threads):
@@ -671,10 +673,37 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         for c in usable:
             _say(f"peak memory of the MLP step: {c} (fresh process)")
             report["memory"][c] = run_worker("memory", args, threads, [c], backend)
+    if "scaling" in args.only:
+        report["scaling"] = compile_scaling(args, threads, usable, backend)
     report["meta"]["contenders"] = usable
     report["meta"]["seconds"] = round(time.perf_counter() - started, 1)
     report["meta"]["load_average_after"] = _loadavg()
     return report
+
+
+# bench_compile.py's cells for each contender of the compile-scaling rows
+SCALING_CELLS = {"tfc": ("tfc-cold", "tfc-edit", "tfc-cached"), "jax": ("jax",),
+                 "tf": ("tf",), "tf-xla": ("tf-xla",)}
+
+
+def compile_scaling(args: argparse.Namespace, threads: int, usable: list[str],
+                    backend: str) -> dict[str, Any]:
+    """Issue 21's compile-scaling rows: an L-layer MLP's first training step for each L,
+    by ``bench_compile.py``'s cells (each a fresh process; tfc cold on an empty cache, then
+    a one-layer edit and the unedited model again on the cache cold left)."""
+    import bench_compile as bcomp
+    cell_args = argparse.Namespace(steps=5 if args.quick else 20, threads=threads,
+                                   timeout=600.0, backend=backend)
+    out: dict[str, Any] = {}
+    for layers in (4, 16) if args.quick else (4, 16, 64, 256):
+        row: dict[str, Any] = {}
+        with tempfile.TemporaryDirectory(prefix="tfc-bench-scaling-") as cache:
+            for c in usable:
+                for cell in SCALING_CELLS.get(c, ()):
+                    _say(f"compile scaling, L={layers}: {cell} (fresh process)")
+                    row[cell] = bcomp.run_cell(cell, layers, cell_args, cache)
+        out[str(layers)] = row
+    return out
 
 
 def render(report: dict[str, Any], markdown: bool) -> str | None:
@@ -699,6 +728,10 @@ def render(report: dict[str, Any], markdown: bool) -> str | None:
     if extra:
         sections.append((f"compile time and memory ({max(meta['threads'])} thread(s), "
                          f"one fresh process per contender)", extra))
+    if report.get("scaling"):
+        sections.append((f"compile scaling ({max(meta['threads'])} thread(s), issue 21): an "
+                         f"L-layer MLP's first training step, one fresh process per cell",
+                         br.scaling_rows(report["scaling"], contenders)))
     header = header_lines(report)
     if markdown:
         return "\n".join(header) + "\n\n" + "\n".join(

@@ -54,7 +54,8 @@ def test_quick_run_prints_tables(quick_run):
     for label in ("gelu_tanh(x*1.7+0.3)", "matmul f32 64x64", "MLP 64-32-32-10 SGD step",
                   "CNN conv3x3", "100 element-wise ops", "compile MLP step, cold",
                   "MLP step (batch 32) peak", "tfc/numpy", "goal (BENCHMARKS.md)",
-                  "f32 FMA peak of the cores"):
+                  "f32 FMA peak of the cores", "compile scaling (",
+                  "compile scaling: 4-layer", "compile scaling: 16-layer"):
         assert label in stdout, label
     assert "OPENBLAS_CORETYPE was 'Haswell', unset for every contender" in stdout
     assert "BLAS openblas" in stdout  # numpy's BLAS, named by threadpoolctl
@@ -290,6 +291,26 @@ def test_goal_marks(tools):
     floor = out[1].clauses[0]  # 2 GFLOP at numpy's 2.04 GFLOP/s: floor 0.98 s, tfc 1.0 s
     assert floor.ok is True and floor.text == "<= 1.05x its GEMM floor"
     assert floor.detail.startswith("1.02x of 980.00 ms at 2 GFLOP/s, numpy")
+
+
+def test_compile_scaling_goals(tools):
+    """The scaling row's goals: cold <= 1.0x JAX; the edit's compile (less a steady step)
+    <= 10% of cold's."""
+    _, br, _ = tools
+    cells = {"tfc-cold": {"first": 0.5, "compile": 0.4, "step": 0.02},
+             "tfc-edit": {"first": 0.2, "compile": 0.1, "step": 0.02},
+             "tfc-cached": {"first": 0.1, "compile": 0.03, "step": 0.02},
+             "jax": {"first": 1.0}, "tf": {"error": "timed out"}}
+    [row] = br.scaling_rows({"64": cells}, ["tfc", "jax", "tf"])
+    assert row.cells["tfc"] == "0.500 s / 0.200 s / 0.100 s"
+    assert row.cells["tf"].startswith("error: timed out")
+    assert row.ratios["jax"] == 0.5 and row.ratios["tf"] is None
+    cold, edit = row.clauses
+    assert cold.ok is True and cold.detail == "0.50x"
+    assert edit.ok is False and edit.detail == "21%"  # (0.1 - 0.02) / (0.4 - 0.02)
+    cells["tfc-edit"] = {"first": 0.12, "compile": 0.05, "step": 0.02}
+    [row] = br.scaling_rows({"64": cells}, ["tfc"])
+    assert row.clauses[1].ok is True and row.clauses[0].ok is None  # no JAX: n/a
 
 
 def test_chain_goal_depends_on_the_threads(tools):
