@@ -55,9 +55,22 @@ def user_location(skip: int = 1) -> Location | None:
     while f is not None:
         path = f.f_code.co_filename
         if not path.startswith(_TFC_DIR) and not path.startswith("<frozen"):
-            return Location(path, f.f_lineno)
+            key = (path, f.f_lineno)
+            loc = _locations.get(key)
+            if loc is None:
+                if len(_locations) >= _MAX_LOCATIONS:
+                    _locations.clear()
+                loc = _locations[key] = Location(path, f.f_lineno)
+            return loc
         f = f.f_back
     return None
+
+
+# The Location of each user line that built ops: a model's loop builds the same lines
+# over and over, and a Location is frozen, so they share one (bounded, for processes that
+# build from ever new sources).
+_locations: dict[tuple[str, int], Location] = {}
+_MAX_LOCATIONS = 1 << 14
 
 
 def as_dtype(d: Any) -> DType:
@@ -100,6 +113,9 @@ class Graph:
         self._scopes: list[str] = []
         self._devices: list[str | None] = []
         self._used_names: set[str] = set()
+        # per base name taken, the last suffix ``unique_name`` gave it (``_1``, ``_2`` ...):
+        # every lower one is taken too, so the next search starts there
+        self._name_suffixes: dict[str, int] = {}
         self._seeds = itertools.count(1)
         self._symbols = itertools.count(1)
         self._session: Any = None
@@ -121,12 +137,19 @@ class Graph:
         """``scope/name``, suffixed ``_1``, ``_2`` ... when taken, as TensorFlow names ops."""
         prefix = self._scopes[-1] if self._scopes else ""
         base = f"{prefix}/{name}" if prefix else name
+        used = self._used_names
         out = base
-        for i in itertools.count(1):
-            if out not in self._used_names:
-                break
-            out = f"{base}_{i}"
-        self._used_names.add(out)
+        if out in used:
+            # names are never given back, so base_1 ... base_i (i: the last suffix given to
+            # base) are all taken: the first free one is past them, as a scan from 1 finds
+            i = self._name_suffixes.get(base, 0)
+            while True:
+                i += 1
+                out = f"{base}_{i}"
+                if out not in used:
+                    break
+            self._name_suffixes[base] = i
+        used.add(out)
         return out
 
     @contextlib.contextmanager

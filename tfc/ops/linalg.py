@@ -18,7 +18,7 @@ import numpy as np
 
 from tfc.errors import ExecutionError, TypeMismatch
 from tfc.ir.registry import (FLOAT, NUMERIC, PURE, AttrSpec, Cost, OpDef, expect_dtype,
-                             register, same_dtype)
+                             register, same_dtype, tensor_type)
 from tfc.ir.types import DType, Dim, TensorType, broadcast_shapes, dims_compatible
 
 PURE_ONLY = frozenset({PURE})
@@ -82,7 +82,7 @@ class MatMul(OpDef):
         dtype = same_dtype(self.name, inputs)
         expect_dtype(self.name, inputs[0], NUMERIC)
         batch, m, n, _, _ = self._mnk(inputs, attrs)
-        return [TensorType(dtype, (*batch, m, n))]
+        return [tensor_type(dtype, (*batch, m, n))]
 
     def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:
