@@ -54,7 +54,13 @@ def user_location(skip: int = 1) -> Location | None:
     f: FrameType | None = sys._getframe(skip)
     while f is not None:
         path = f.f_code.co_filename
-        if not path.startswith(_TFC_DIR) and not path.startswith("<frozen"):
+        inside = _inside_tfc.get(path)
+        if inside is None:
+            if len(_inside_tfc) >= _MAX_LOCATIONS:
+                _inside_tfc.clear()
+            inside = _inside_tfc[path] = (path.startswith(_TFC_DIR)
+                                          or path.startswith("<frozen"))
+        if not inside:
             key = (path, f.f_lineno)
             loc = _locations.get(key)
             if loc is None:
@@ -70,6 +76,7 @@ def user_location(skip: int = 1) -> Location | None:
 # over and over, and a Location is frozen, so they share one (bounded, for processes that
 # build from ever new sources).
 _locations: dict[tuple[str, int], Location] = {}
+_inside_tfc: dict[str, bool] = {}  # per source file: whether it is tfc's own
 _MAX_LOCATIONS = 1 << 14
 
 
@@ -407,6 +414,8 @@ def check_assignable(var: str, declared: TensorType, value: TensorType,
                      loc: Location | None) -> None:
     """The verifier's rule for a value written to a variable (exactly its type; a
     symbolic batch dim is not a fixed size), checked when the assign is built."""
+    if value == declared:
+        return  # (the rule's first case, without importing it)
     from tfc.ops.state import check_assigned_type
     try:
         check_assigned_type("assign", var, declared, value)

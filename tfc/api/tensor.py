@@ -36,8 +36,8 @@ def constant(value: Any, dtype: Any = None, shape: Sequence[int] | None = None,
     """A constant tensor (``tf.constant``): Python numbers default to f32 / i32 / bool."""
     loc = user_location()
     dt = as_dtype(dtype) if dtype is not None else None
+    arr = np.asarray(value)
     if dt is None:
-        arr = np.asarray(value)
         from_python = not isinstance(value, (np.ndarray, np.generic))
         if arr.dtype == np.float64 and from_python:
             dt = DType.f32  # Python floats are f32, as in TensorFlow
@@ -48,10 +48,11 @@ def constant(value: Any, dtype: Any = None, shape: Sequence[int] | None = None,
             if dt is None:
                 raise TypeMismatch(f"cannot make a tensor from {type(value).__name__} "
                                    f"with numpy dtype {arr.dtype}", loc)
-    arr = _to_array(value, dt, loc)
+    arr = _to_array(value, dt, loc, arr)
     if shape is not None:
         arr = np.broadcast_to(arr, tuple(shape)) if arr.size == 1 else arr.reshape(shape)
-    arr = np.require(arr, requirements="C")
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
     if arr.base is None and arr is not value:
         # our own copy (``_to_array`` converted it): freeze it here, so that the op
         # shares it instead of copying it again (a 256x256 weight costs a copy less)
@@ -61,13 +62,19 @@ def constant(value: Any, dtype: Any = None, shape: Sequence[int] | None = None,
     return Tensor(g, op.result, loc)
 
 
-def _to_array(value: Any, dtype: DType, loc: Any) -> np.ndarray:
-    """``value`` as ``dtype``: a float target takes rounding; an integer or bool target
-    must hold every number exactly (the check is skipped for float targets: for
-    pretrained weights it cost more than building the rest of the graph)."""
-    arr = np.asarray(value)
+def _to_array(value: Any, dtype: DType, loc: Any, arr: np.ndarray | None = None
+              ) -> np.ndarray:
+    """``value`` (``arr``: it as an array, when the caller has it) as ``dtype``, a copy: a
+    float target takes rounding; an integer or bool target must hold every number exactly
+    (the check is skipped for float targets: for pretrained weights it cost more than
+    building the rest of the graph)."""
+    if arr is None:
+        arr = np.asarray(value)
+    target = dtype.np
+    if arr.dtype == target:
+        return arr.astype(target)  # the same numbers, exactly
     with np.errstate(over="ignore"):
-        out = arr.astype(dtype.np)
+        out = arr.astype(target)
     # a finite number too large for a narrower float would silently become inf
     if dtype.is_float and arr.dtype != out.dtype and arr.dtype.kind in "biuf" and out.size \
             and np.isinf(out).any():

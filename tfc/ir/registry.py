@@ -96,6 +96,8 @@ class AttrSpec:
     def check(self, op: str, name: str, v: Any) -> Any:
         if _ALREADY_NORMAL.get(self.kind) is type(v):
             return v  # (the common case, checked and converted alike by the rules below)
+        if self.kind == "ints" and type(v) is tuple and _all_exact_ints(v):
+            return v  # (what the conversion below makes of it: a tuple of the same ints)
         if v is None and self.default is None:
             return None
         ok = _ATTR_CHECKS[self.kind](v)
@@ -107,6 +109,13 @@ class AttrSpec:
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _all_exact_ints(v: tuple) -> bool:
+    for x in v:
+        if type(x) is not int:
+            return False
+    return True
 
 
 _ATTR_CHECKS: dict[str, Callable[[Any], bool]] = {
@@ -367,7 +376,7 @@ def make_op(kind: str, inputs: Sequence["Value"], attrs: Mapping[str, Any] | Non
 
 # ---- helpers shared by op definitions -------------------------------------------------
 
-_TYPES: dict[tuple[DType, tuple], TensorType] = {}
+_TYPES: dict[tuple[tuple, str], TensorType] = {}
 _MAX_TYPES = 4096
 
 
@@ -376,7 +385,7 @@ def tensor_type(dtype: DType, shape: tuple) -> TensorType:
     input's, a numpy array's): one object per distinct type, as types are frozen, so that
     inference builds (and checks the dims of) each type once rather than once per op.
     Only for such dims: the cache's keys do not tell ``1`` from ``True`` or ``1.0``."""
-    key = (dtype, shape)
+    key = (shape, dtype._value_)  # (an enum member hashes in Python; its value in C)
     t = _TYPES.get(key)
     if t is None:
         if len(_TYPES) >= _MAX_TYPES:
@@ -414,6 +423,8 @@ def normalize_axis(op: str, axis: int, rank: int) -> int:
 def normalize_axes(op: str, axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
     if axes is None:
         return tuple(range(rank))
+    if len(axes) == 1:  # (the usual case, as below)
+        return (normalize_axis(op, axes[0], rank),)
     out = tuple(sorted({normalize_axis(op, a, rank) for a in axes}))
     if len(out) != len(axes):
         raise TypeMismatch(f"{op}: repeated axis in {list(axes)}")

@@ -73,6 +73,8 @@ class MatMul(OpDef):
             note = f" (with {', '.join(flags)})" if flags else ""
             raise TypeMismatch(
                 f"{self.name}: {a} and {b}: inner dims {ka} and {kb} differ{note}")
+        if len(a.shape) == 2 and len(b.shape) == 2:
+            return (), m, n, ka, kb  # (no batch dims: what broadcasting gives)
         batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
         if batch is None:
             raise TypeMismatch(f"{self.name}: batch dims of {a} and {b} do not broadcast")

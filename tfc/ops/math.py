@@ -82,10 +82,12 @@ class Binary(OpDef):
         a, b = inputs
         dtype = same_dtype(self.name, inputs)
         expect_dtype(self.name, a, self.dtypes)
-        if a.shape == b.shape:  # (what broadcasting gives them)
+        sa, sb = a.shape, b.shape
+        if len(sb) <= len(sa) and sa[len(sa) - len(sb):] == sb:
+            # what broadcasting gives: b's dims are a's last ones (or b is a scalar)
             if self.result_dtype is None or self.result_dtype is dtype:
                 return [a]
-            return [tensor_type(self.result_dtype, a.shape)]
+            return [tensor_type(self.result_dtype, sa)]
         shape = broadcast_binary(self.name, a, b)
         return [tensor_type(self.result_dtype or dtype, shape)]
 
