@@ -206,8 +206,10 @@ class Graph:
         for t in inputs:
             if t.graph is not self:
                 raise TfcError(f"{kind}: input {t} is from another graph", loc)
-        op = make_op(kind, [t.value for t in inputs], attrs,
-                     device=device or self.current_device, loc=loc or user_location(),
+        if not device:
+            device = self._devices[-1] if self._devices else None  # (``current_device``)
+        op = make_op(kind, [t.value for t in inputs], attrs, device=device,
+                     loc=loc or user_location(),
                      names=[self.unique_name(name)] if name else (), result_types=result_types)
         return self.ir.append(op)
 

@@ -58,7 +58,9 @@ class GradBuilder:
 
     def constant(self, value: float, like: Value | TensorType) -> Value:
         """A scalar constant of ``like``'s dtype."""
-        return self("constant", value=np.asarray(value, dtype=like.dtype.np))
+        a = np.array(value, dtype=like.dtype.np)  # a new array, frozen here (not copied again)
+        a.flags.writeable = False
+        return self("constant", value=a)
 
     def sum_to(self, g: Value, like: Value) -> Value:
         """Undo broadcasting: sum ``g`` (the shape of a broadcast result) down to the shape

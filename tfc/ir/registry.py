@@ -362,8 +362,9 @@ def make_op(kind: str, inputs: Sequence["Value"], attrs: Mapping[str, Any] | Non
     opdef = _REGISTRY.get(kind) or lookup(kind)
     in_types = [v.type for v in inputs]
     try:
-        opdef.check_arity(len(in_types))
-        full = opdef.check_attrs(attrs or {})
+        if opdef.num_inputs is not None and opdef.num_inputs != len(in_types):
+            opdef.check_arity(len(in_types))  # (raises)
+        full = opdef.check_attrs(attrs or {}) if attrs or opdef.attrs else {}
         types = opdef.infer(in_types, full)
     except TfcError as e:
         raise e.at(loc)

@@ -88,6 +88,10 @@ class Binary(OpDef):
             if self.result_dtype is None or self.result_dtype is dtype:
                 return [a]
             return [tensor_type(self.result_dtype, sa)]
+        if len(sa) < len(sb) and sb[len(sb) - len(sa):] == sa:  # (and the other way round)
+            if self.result_dtype is None or self.result_dtype is dtype:
+                return [b]
+            return [tensor_type(self.result_dtype, sb)]
         shape = broadcast_binary(self.name, a, b)
         return [tensor_type(self.result_dtype or dtype, shape)]
 
