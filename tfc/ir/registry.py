@@ -365,7 +365,7 @@ def make_op(kind: str, inputs: Sequence["Value"], attrs: Mapping[str, Any] | Non
         if opdef.num_inputs is not None and opdef.num_inputs != len(in_types):
             opdef.check_arity(len(in_types))  # (raises)
         full = opdef.check_attrs(attrs or {}) if attrs or opdef.attrs else {}
-        types = opdef.infer(in_types, full)
+        types: Sequence[TensorType] | None = opdef.infer(in_types, full)
     except TfcError as e:
         raise e.at(loc)
     if types is None:
