@@ -453,9 +453,14 @@ class Variable(TensorOperators):
         self.graph = g
         self.name = g.unique_name(name or "Variable")
         device = g.current_device
-        with g.name_scope(self.name + "/Initializer/"):
-            value = initial_value() if callable(initial_value) else initial_value
-            init = convert_to_tensor(value, dtype=as_dtype(dtype) if dtype is not None else None)
+        if callable(initial_value):  # (it may build named ops: they go in the scope)
+            with g.name_scope(self.name + "/Initializer/"):
+                value = initial_value()
+                init = convert_to_tensor(value,
+                                         dtype=as_dtype(dtype) if dtype is not None else None)
+        else:  # a value: at most an unnamed constant, which no scope changes
+            init = convert_to_tensor(initial_value,
+                                     dtype=as_dtype(dtype) if dtype is not None else None)
         self._define(init, device, trainable, loc)
 
     def _define(self, init: Tensor, device: str | None, trainable: bool, loc: Any) -> None:

@@ -18,6 +18,8 @@ from tfc.ir.types import DType
 
 TensorLike = Any  # Tensor, Variable, numpy array, Python number or nested list
 
+_F64, _I64 = np.dtype(np.float64), np.dtype(np.int64)
+
 # Python scalars become these when nothing else fixes the dtype (TensorFlow's defaults).
 _DEFAULT_DTYPES = {bool: DType.bool, int: DType.i32, float: DType.f32}
 
@@ -39,9 +41,9 @@ def constant(value: Any, dtype: Any = None, shape: Sequence[int] | None = None,
     arr = np.asarray(value)
     if dt is None:
         from_python = not isinstance(value, (np.ndarray, np.generic))
-        if arr.dtype == np.float64 and from_python:
+        if from_python and arr.dtype == _F64:
             dt = DType.f32  # Python floats are f32, as in TensorFlow
-        elif arr.dtype == np.int64 and from_python:
+        elif from_python and arr.dtype == _I64:
             dt = DType.i32 if np.all(np.abs(arr) < 2**31) else DType.i64
         else:
             dt = DType.from_numpy(arr.dtype) if arr.dtype.kind in "biuf" else None
