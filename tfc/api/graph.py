@@ -54,10 +54,30 @@ def user_location(skip: int = 1) -> Location | None:
     f: FrameType | None = sys._getframe(skip)
     while f is not None:
         path = f.f_code.co_filename
-        if not path.startswith(_TFC_DIR) and not path.startswith("<frozen"):
-            return Location(path, f.f_lineno)
+        inside = _inside_tfc.get(path)
+        if inside is None:
+            if len(_inside_tfc) >= _MAX_LOCATIONS:
+                _inside_tfc.clear()
+            inside = _inside_tfc[path] = (path.startswith(_TFC_DIR)
+                                          or path.startswith("<frozen"))
+        if not inside:
+            key = (path, f.f_lineno)
+            loc = _locations.get(key)
+            if loc is None:
+                if len(_locations) >= _MAX_LOCATIONS:
+                    _locations.clear()
+                loc = _locations[key] = Location(path, f.f_lineno)
+            return loc
         f = f.f_back
     return None
+
+
+# The Location of each user line that built ops: a model's loop builds the same lines
+# over and over, and a Location is frozen, so they share one (bounded, for processes that
+# build from ever new sources).
+_locations: dict[tuple[str, int], Location] = {}
+_inside_tfc: dict[str, bool] = {}  # per source file: whether it is tfc's own
+_MAX_LOCATIONS = 1 << 14
 
 
 def as_dtype(d: Any) -> DType:
@@ -100,6 +120,9 @@ class Graph:
         self._scopes: list[str] = []
         self._devices: list[str | None] = []
         self._used_names: set[str] = set()
+        # per base name taken, the last suffix ``unique_name`` gave it (``_1``, ``_2`` ...):
+        # every lower one is taken too, so the next search starts there
+        self._name_suffixes: dict[str, int] = {}
         self._seeds = itertools.count(1)
         self._symbols = itertools.count(1)
         self._session: Any = None
@@ -121,12 +144,19 @@ class Graph:
         """``scope/name``, suffixed ``_1``, ``_2`` ... when taken, as TensorFlow names ops."""
         prefix = self._scopes[-1] if self._scopes else ""
         base = f"{prefix}/{name}" if prefix else name
+        used = self._used_names
         out = base
-        for i in itertools.count(1):
-            if out not in self._used_names:
-                break
-            out = f"{base}_{i}"
-        self._used_names.add(out)
+        if out in used:
+            # names are never given back, so base_1 ... base_i (i: the last suffix given to
+            # base) are all taken: the first free one is past them, as a scan from 1 finds
+            i = self._name_suffixes.get(base, 0)
+            while True:
+                i += 1
+                out = f"{base}_{i}"
+                if out not in used:
+                    break
+            self._name_suffixes[base] = i
+        used.add(out)
         return out
 
     @contextlib.contextmanager
@@ -176,8 +206,10 @@ class Graph:
         for t in inputs:
             if t.graph is not self:
                 raise TfcError(f"{kind}: input {t} is from another graph", loc)
-        op = make_op(kind, [t.value for t in inputs], attrs,
-                     device=device or self.current_device, loc=loc or user_location(),
+        if not device:
+            device = self._devices[-1] if self._devices else None  # (``current_device``)
+        op = make_op(kind, [t.value for t in inputs], attrs, device=device,
+                     loc=loc or user_location(),
                      names=[self.unique_name(name)] if name else (), result_types=result_types)
         return self.ir.append(op)
 
@@ -384,6 +416,8 @@ def check_assignable(var: str, declared: TensorType, value: TensorType,
                      loc: Location | None) -> None:
     """The verifier's rule for a value written to a variable (exactly its type; a
     symbolic batch dim is not a fixed size), checked when the assign is built."""
+    if value == declared:
+        return  # (the rule's first case, without importing it)
     from tfc.ops.state import check_assigned_type
     try:
         check_assigned_type("assign", var, declared, value)
@@ -419,9 +453,14 @@ class Variable(TensorOperators):
         self.graph = g
         self.name = g.unique_name(name or "Variable")
         device = g.current_device
-        with g.name_scope(self.name + "/Initializer/"):
-            value = initial_value() if callable(initial_value) else initial_value
-            init = convert_to_tensor(value, dtype=as_dtype(dtype) if dtype is not None else None)
+        if callable(initial_value):  # (it may build named ops: they go in the scope)
+            with g.name_scope(self.name + "/Initializer/"):
+                value = initial_value()
+                init = convert_to_tensor(value,
+                                         dtype=as_dtype(dtype) if dtype is not None else None)
+        else:  # a value: at most an unnamed constant, which no scope changes
+            init = convert_to_tensor(initial_value,
+                                     dtype=as_dtype(dtype) if dtype is not None else None)
         self._define(init, device, trainable, loc)
 
     def _define(self, init: Tensor, device: str | None, trainable: bool, loc: Any) -> None:

@@ -18,6 +18,8 @@ from tfc.ir.types import DType
 
 TensorLike = Any  # Tensor, Variable, numpy array, Python number or nested list
 
+_F64, _I64 = np.dtype(np.float64), np.dtype(np.int64)
+
 # Python scalars become these when nothing else fixes the dtype (TensorFlow's defaults).
 _DEFAULT_DTYPES = {bool: DType.bool, int: DType.i32, float: DType.f32}
 
@@ -36,34 +38,45 @@ def constant(value: Any, dtype: Any = None, shape: Sequence[int] | None = None,
     """A constant tensor (``tf.constant``): Python numbers default to f32 / i32 / bool."""
     loc = user_location()
     dt = as_dtype(dtype) if dtype is not None else None
+    arr = np.asarray(value)
     if dt is None:
-        arr = np.asarray(value)
         from_python = not isinstance(value, (np.ndarray, np.generic))
-        if arr.dtype == np.float64 and from_python:
+        if from_python and arr.dtype == _F64:
             dt = DType.f32  # Python floats are f32, as in TensorFlow
-        elif arr.dtype == np.int64 and from_python:
+        elif from_python and arr.dtype == _I64:
             dt = DType.i32 if np.all(np.abs(arr) < 2**31) else DType.i64
         else:
             dt = DType.from_numpy(arr.dtype) if arr.dtype.kind in "biuf" else None
             if dt is None:
                 raise TypeMismatch(f"cannot make a tensor from {type(value).__name__} "
                                    f"with numpy dtype {arr.dtype}", loc)
-    arr = _to_array(value, dt, loc)
+    arr = _to_array(value, dt, loc, arr)
     if shape is not None:
         arr = np.broadcast_to(arr, tuple(shape)) if arr.size == 1 else arr.reshape(shape)
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    if arr.base is None and arr is not value:
+        # our own copy (``_to_array`` converted it): freeze it here, so that the op
+        # shares it instead of copying it again (a 256x256 weight costs a copy less)
+        arr.flags.writeable = False
     g = get_default_graph()
-    op = g.create_op("constant", [], {"value": np.require(arr, requirements="C")}, name=name,
-                     loc=loc)
+    op = g.create_op("constant", [], {"value": arr}, name=name, loc=loc)
     return Tensor(g, op.result, loc)
 
 
-def _to_array(value: Any, dtype: DType, loc: Any) -> np.ndarray:
-    """``value`` as ``dtype``: a float target takes rounding; an integer or bool target
-    must hold every number exactly (the check is skipped for float targets: for
-    pretrained weights it cost more than building the rest of the graph)."""
-    arr = np.asarray(value)
+def _to_array(value: Any, dtype: DType, loc: Any, arr: np.ndarray | None = None
+              ) -> np.ndarray:
+    """``value`` (``arr``: it as an array, when the caller has it) as ``dtype``, a copy: a
+    float target takes rounding; an integer or bool target must hold every number exactly
+    (the check is skipped for float targets: for pretrained weights it cost more than
+    building the rest of the graph)."""
+    if arr is None:
+        arr = np.asarray(value)
+    target = dtype.np
+    if arr.dtype == target:
+        return arr.astype(target)  # the same numbers, exactly
     with np.errstate(over="ignore"):
-        out = arr.astype(dtype.np)
+        out = arr.astype(target)
     # a finite number too large for a narrower float would silently become inf
     if dtype.is_float and arr.dtype != out.dtype and arr.dtype.kind in "biuf" and out.size \
             and np.isinf(out).any():
@@ -103,32 +116,66 @@ def apply(kind: str, *inputs: TensorLike, name: str | None = None, **attrs: Any)
     """Apply registry op ``kind``: one result gives a Tensor, several a tuple, none an
     Operation. Python values among the inputs take the dtype of the first tensor input."""
     g = _graph_of(inputs)
-    hint = next((convert_to_tensor(x).dtype for x in inputs
-                 if isinstance(x, (Tensor, Variable))), None)
-    with g.as_default():
-        tensors = [convert_to_tensor(x, hint if not isinstance(x, (Tensor, Variable)) else None)
-                   for x in inputs]
-        op = g.create_op(kind, tensors, attrs, name=name, loc=user_location())
-    if not op.results:
+    if g is get_default_graph():
+        op = _apply_in(g, kind, inputs, name, attrs)
+    else:  # (the inputs' graph, for the constants Python values among them become)
+        with g.as_default():
+            op = _apply_in(g, kind, inputs, name, attrs)
+    results = op.results
+    if len(results) == 1:
+        return Tensor(g, results[0])
+    if not results:
         return Operation(g, op, name=name)
-    outs = tuple(Tensor(g, v) for v in op.results)
-    return outs[0] if len(outs) == 1 else outs
+    return tuple(Tensor(g, v) for v in results)
+
+
+def _apply_in(g: Graph, kind: str, inputs: Sequence[TensorLike], name: str | None,
+              attrs: dict[str, Any]) -> Any:
+    """``apply``'s op, built in ``g``, the default graph."""
+    hint = None  # the dtype of the first tensor input
+    for x in inputs:
+        if isinstance(x, Tensor):
+            hint = x.value.type.dtype
+            break
+        if isinstance(x, Variable):
+            hint = x.value().dtype
+            break
+    tensors: list[Tensor] = []
+    for x in inputs:
+        if isinstance(x, Tensor):
+            tensors.append(x)
+        elif isinstance(x, Variable):
+            tensors.append(x.value())
+        else:
+            tensors.append(convert_to_tensor(x, hint))
+    return g.create_op(kind, tensors, attrs, name=name, loc=user_location())
 
 
 def binary_op(kind: str, a: TensorLike, b: TensorLike) -> Tensor:
     """A binary op where a Python scalar takes the dtype of the tensor operand."""
     g = _graph_of((a, b))
-    with g.as_default():
-        if isinstance(a, (Tensor, Variable)):
-            a = convert_to_tensor(a)
-            b = convert_to_tensor(b, None if isinstance(b, (Tensor, Variable)) else a.dtype)
-        elif isinstance(b, (Tensor, Variable)):
-            b = convert_to_tensor(b)
-            a = convert_to_tensor(a, b.dtype)
-        else:
-            a, b = convert_to_tensor(a), convert_to_tensor(b)
-        op = g.create_op(kind, [a, b], {}, loc=user_location())
+    if g is get_default_graph():
+        op = _binary_in(g, kind, a, b)
+    else:  # (the operands' graph, for the constant a Python value becomes)
+        with g.as_default():
+            op = _binary_in(g, kind, a, b)
     return Tensor(g, op.result)
+
+
+def _binary_in(g: Graph, kind: str, a: TensorLike, b: TensorLike) -> Any:
+    """``binary_op``'s op, built in ``g``, the default graph."""
+    if isinstance(a, Tensor) or isinstance(a, Variable):
+        a = a if isinstance(a, Tensor) else a.value()
+        if isinstance(b, Variable):
+            b = b.value()
+        elif not isinstance(b, Tensor):
+            b = convert_to_tensor(b, a.dtype)
+    elif isinstance(b, (Tensor, Variable)):
+        b = b if isinstance(b, Tensor) else b.value()
+        a = convert_to_tensor(a, b.dtype)
+    else:
+        a, b = convert_to_tensor(a), convert_to_tensor(b)
+    return g.create_op(kind, [a, b], {}, loc=user_location())
 
 
 # ---- operator overloads on Tensor and Variable ---------------------------------------------

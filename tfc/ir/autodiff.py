@@ -53,11 +53,14 @@ class GradBuilder:
         return self.graph.append(make_op(kind, inputs, attrs, loc=self.loc, device=self.device))
 
     def __call__(self, kind: str, *inputs: Value, **attrs: Any) -> Value:
-        return self.op(kind, *inputs, **attrs).result
+        op = self.graph.append(make_op(kind, inputs, attrs, loc=self.loc, device=self.device))
+        return op.results[0] if len(op.results) == 1 else op.result
 
     def constant(self, value: float, like: Value | TensorType) -> Value:
         """A scalar constant of ``like``'s dtype."""
-        return self("constant", value=np.asarray(value, dtype=like.dtype.np))
+        a = np.array(value, dtype=like.dtype.np)  # a new array, frozen here (not copied again)
+        a.flags.writeable = False
+        return self("constant", value=a)
 
     def sum_to(self, g: Value, like: Value) -> Value:
         """Undo broadcasting: sum ``g`` (the shape of a broadcast result) down to the shape
@@ -85,6 +88,8 @@ class GradBuilder:
 
 def _add_all(b: GradBuilder, grads: list[Grad]) -> Grad:
     """The sum of the gradients reaching one value; sparse ones stay sparse together."""
+    if len(grads) == 1:
+        return grads[0]  # (what the rules below give one gradient)
     sparse = [g for g in grads if isinstance(g, SparseGrad)]
     dense = [g for g in grads if not isinstance(g, SparseGrad)]
     if sparse and not dense:
@@ -113,12 +118,17 @@ def gradients(graph: Graph, ys: Sequence[Value], xs: Sequence[Value],
 
     depends = set(xs)  # values that depend on some x
     for op in graph.ops:
-        if any(v in depends for v in op.inputs):
-            depends.update(op.results)
+        for v in op.inputs:
+            if v in depends:
+                depends.update(op.results)
+                break
     needed = set(ys)  # values some y depends on
     for op in reversed(graph.ops):
-        if any(r in needed for r in op.results):
-            needed.update(op.inputs)
+        for r in op.results:
+            if r in needed:
+                needed.update(op.inputs)
+                break
+    live = depends & needed  # the values gradients flow through
 
     grads: dict[Value, list[Grad]] = defaultdict(list)
     for y, gy in zip(ys, grad_ys):
@@ -133,10 +143,17 @@ def gradients(graph: Graph, ys: Sequence[Value], xs: Sequence[Value],
         grads[y].append(gy)
 
     for op in reversed(list(graph.ops)):
-        if not any(r in depends and r in needed for r in op.results):
-            continue
-        if not any(grads.get(r) for r in op.results):
-            continue
+        results = op.results
+        for r in results:
+            if r in live:
+                break
+        else:
+            continue  # no result depends on an x and is needed by a y
+        for r in results:
+            if grads.get(r):
+                break
+        else:
+            continue  # no gradient reached a result
         opdef = lookup(op.kind)
         if not opdef.differentiable:
             continue

@@ -94,16 +94,28 @@ class AttrSpec:
     doc: str = ""
 
     def check(self, op: str, name: str, v: Any) -> Any:
+        if _ALREADY_NORMAL.get(self.kind) is type(v):
+            return v  # (the common case, checked and converted alike by the rules below)
+        if self.kind == "ints" and type(v) is tuple and _all_exact_ints(v):
+            return v  # (what the conversion below makes of it: a tuple of the same ints)
         if v is None and self.default is None:
             return None
         ok = _ATTR_CHECKS[self.kind](v)
         if not ok:
             raise TypeMismatch(f"{op}: attr {name}={v!r} is not of kind {self.kind}")
-        return _ATTR_CONVERT.get(self.kind, lambda x: x)(v)
+        convert = _ATTR_CONVERT.get(self.kind)
+        return v if convert is None else convert(v)
 
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _all_exact_ints(v: tuple) -> bool:
+    for x in v:
+        if type(x) is not int:
+            return False
+    return True
 
 
 _ATTR_CHECKS: dict[str, Callable[[Any], bool]] = {
@@ -126,6 +138,13 @@ _ATTR_CONVERT: dict[str, Callable[[Any], Any]] = {
     "ints": lambda v: tuple(int(x) for x in v),
     "floats": lambda v: tuple(float(x) for x in v),
     "shape": lambda v: tuple(int(x) if _is_int(x) else x for x in v),
+}
+# Per kind, the one Python type whose values the check accepts and the conversion returns
+# unchanged (``int(3) is 3``, ``bool(True) is True``): ``AttrSpec.check`` returns such a
+# value at once. A test holds each against the full rules.
+_ALREADY_NORMAL: dict[str, type] = {
+    "int": int, "float": float, "bool": bool, "str": str, "var": str, "dtype": DType,
+    "tensor": np.ndarray,
 }
 
 
@@ -216,18 +235,21 @@ class OpDef:
 
     def check_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
         """Attrs with defaults filled in; unknown or ill-kinded attrs are errors."""
+        specs = self.attrs
         out: dict[str, Any] = {}
         for k, v in attrs.items():
-            if k not in self.attrs:
-                hint = nearest_hint(k, list(self.attrs))
-                known = ", ".join(self.attrs) or "none"
+            spec = specs.get(k)
+            if spec is None:
+                hint = nearest_hint(k, list(specs))
+                known = ", ".join(specs) or "none"
                 raise TypeMismatch(f"{self.name}: unknown attr '{k}'{hint} (known: {known})")
-            out[k] = self.attrs[k].check(self.name, k, v)
-        for k, spec in self.attrs.items():
-            if k not in out:
-                if spec.default is REQUIRED:
-                    raise TypeMismatch(f"{self.name}: missing required attr '{k}'")
-                out[k] = spec.default
+            out[k] = spec.check(self.name, k, v)
+        if len(out) != len(specs):  # (out's keys are some of specs')
+            for k, spec in specs.items():
+                if k not in out:
+                    if spec.default is REQUIRED:
+                        raise TypeMismatch(f"{self.name}: missing required attr '{k}'")
+                    out[k] = spec.default
         return out
 
     def check_arity(self, n: int) -> None:
@@ -296,7 +318,7 @@ def infer_types(kind: str, inputs: Sequence[TensorType], attrs: Mapping[str, Any
                 loc: Location | None = None
                 ) -> tuple[OpDef, dict[str, Any], list[TensorType] | None]:
     """Checked attrs and inferred result types of an op, errors located at ``loc``."""
-    opdef = lookup(kind)
+    opdef = _REGISTRY.get(kind) or lookup(kind)
     try:
         opdef.check_arity(len(inputs))
         full = opdef.check_attrs(attrs)
@@ -334,16 +356,44 @@ def make_op(kind: str, inputs: Sequence["Value"], attrs: Mapping[str, Any] | Non
     """Build an op with checked attrs and inferred result types.
 
     ``result_types`` is needed only for ops whose types are declared (``var.read``).
+    Every op is built here, so this is ``infer_types`` written out without its copies:
+    the types are inferred once per op, and nothing checks them again while building.
     """
-    _, full, types = infer_types(kind, [v.type for v in inputs], attrs or {}, loc)
+    opdef = _REGISTRY.get(kind) or lookup(kind)
+    in_types = [v.type for v in inputs]
+    try:
+        if opdef.num_inputs is not None and opdef.num_inputs != len(in_types):
+            opdef.check_arity(len(in_types))  # (raises)
+        full = opdef.check_attrs(attrs or {}) if attrs or opdef.attrs else {}
+        types: Sequence[TensorType] | None = opdef.infer(in_types, full)
+    except TfcError as e:
+        raise e.at(loc)
     if types is None:
         if result_types is None:
             raise TfcError(f"{kind}: result types must be given", loc)
-        types = list(result_types)
+        types = result_types
     return Op(kind, inputs, full, types, device=device, loc=loc, regions=regions, names=names)
 
 
 # ---- helpers shared by op definitions -------------------------------------------------
+
+_TYPES: dict[tuple[tuple, str], TensorType] = {}
+_MAX_TYPES = 4096
+
+
+def tensor_type(dtype: DType, shape: tuple) -> TensorType:
+    """``TensorType(dtype, shape)`` for a shape made of the dims of valid types (an
+    input's, a numpy array's): one object per distinct type, as types are frozen, so that
+    inference builds (and checks the dims of) each type once rather than once per op.
+    Only for such dims: the cache's keys do not tell ``1`` from ``True`` or ``1.0``."""
+    key = (shape, dtype._value_)  # (an enum member hashes in Python; its value in C)
+    t = _TYPES.get(key)
+    if t is None:
+        if len(_TYPES) >= _MAX_TYPES:
+            _TYPES.clear()
+        t = _TYPES[key] = TensorType(dtype, shape)
+    return t
+
 
 def expect_dtype(op: str, t: TensorType, allowed: frozenset[DType], what: str = "input") -> None:
     if t.dtype not in allowed:
@@ -352,6 +402,12 @@ def expect_dtype(op: str, t: TensorType, allowed: frozenset[DType], what: str = 
 
 
 def same_dtype(op: str, types: Sequence[TensorType]) -> DType:
+    first = types[0].dtype
+    for t in types:
+        if t.dtype is not first:
+            break
+    else:
+        return first
     dts = {t.dtype for t in types}
     if len(dts) > 1:
         shown = " and ".join(str(t) for t in types)
@@ -368,6 +424,8 @@ def normalize_axis(op: str, axis: int, rank: int) -> int:
 def normalize_axes(op: str, axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
     if axes is None:
         return tuple(range(rank))
+    if len(axes) == 1:  # (the usual case, as below)
+        return (normalize_axis(op, axes[0], rank),)
     out = tuple(sorted({normalize_axis(op, a, rank) for a in axes}))
     if len(out) != len(axes):
         raise TypeMismatch(f"{op}: repeated axis in {list(axes)}")

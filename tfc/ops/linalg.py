@@ -18,7 +18,7 @@ import numpy as np
 
 from tfc.errors import ExecutionError, TypeMismatch
 from tfc.ir.registry import (FLOAT, NUMERIC, PURE, AttrSpec, Cost, OpDef, expect_dtype,
-                             register, same_dtype)
+                             register, same_dtype, tensor_type)
 from tfc.ir.types import DType, Dim, TensorType, broadcast_shapes, dims_compatible
 
 PURE_ONLY = frozenset({PURE})
@@ -73,6 +73,8 @@ class MatMul(OpDef):
             note = f" (with {', '.join(flags)})" if flags else ""
             raise TypeMismatch(
                 f"{self.name}: {a} and {b}: inner dims {ka} and {kb} differ{note}")
+        if len(a.shape) == 2 and len(b.shape) == 2:
+            return (), m, n, ka, kb  # (no batch dims: what broadcasting gives)
         batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
         if batch is None:
             raise TypeMismatch(f"{self.name}: batch dims of {a} and {b} do not broadcast")
@@ -82,7 +84,7 @@ class MatMul(OpDef):
         dtype = same_dtype(self.name, inputs)
         expect_dtype(self.name, inputs[0], NUMERIC)
         batch, m, n, _, _ = self._mnk(inputs, attrs)
-        return [TensorType(dtype, (*batch, m, n))]
+        return [tensor_type(dtype, (*batch, m, n))]
 
     def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:

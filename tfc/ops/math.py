@@ -13,7 +13,8 @@ import numpy as np
 
 from tfc.errors import TypeMismatch
 from tfc.ir.registry import (ALL, COMMUTATIVE, ELEMENTWISE, FLOAT, INT, NUMERIC, PURE, VIEW,
-                             AttrSpec, OpDef, Trait, expect_dtype, register, same_dtype)
+                             AttrSpec, OpDef, Trait, expect_dtype, register, same_dtype,
+                             tensor_type)
 from tfc.ir.types import DType, TensorType, broadcast_shapes
 
 Fn = Callable[..., np.ndarray]
@@ -81,8 +82,18 @@ class Binary(OpDef):
         a, b = inputs
         dtype = same_dtype(self.name, inputs)
         expect_dtype(self.name, a, self.dtypes)
+        sa, sb = a.shape, b.shape
+        if len(sb) <= len(sa) and sa[len(sa) - len(sb):] == sb:
+            # what broadcasting gives: b's dims are a's last ones (or b is a scalar)
+            if self.result_dtype is None or self.result_dtype is dtype:
+                return [a]
+            return [tensor_type(self.result_dtype, sa)]
+        if len(sa) < len(sb) and sb[len(sb) - len(sa):] == sa:  # (and the other way round)
+            if self.result_dtype is None or self.result_dtype is dtype:
+                return [b]
+            return [tensor_type(self.result_dtype, sb)]
         shape = broadcast_binary(self.name, a, b)
-        return [TensorType(self.result_dtype or dtype, shape)]
+        return [tensor_type(self.result_dtype or dtype, shape)]
 
     def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:
@@ -219,10 +230,12 @@ class Where(OpDef):
         c, x, y = inputs
         expect_dtype(self.name, c, _BOOL, "condition")
         dtype = same_dtype(self.name, [x, y])
+        if c.shape == x.shape == y.shape:  # (what broadcasting gives them)
+            return [x]
         shape = broadcast_shapes(c.shape, x.shape, y.shape)
         if shape is None:
             raise TypeMismatch(f"{self.name}: shapes {c}, {x} and {y} do not broadcast")
-        return [TensorType(dtype, shape)]
+        return [tensor_type(dtype, shape)]
 
     def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:

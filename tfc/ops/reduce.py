@@ -8,7 +8,8 @@ import numpy as np
 
 from tfc.errors import TypeMismatch
 from tfc.ir.registry import (ALL, FLOAT, INT, NUMERIC, PURE, REDUCTION, AttrSpec, OpDef,
-                             expect_dtype, normalize_axes, normalize_axis, register)
+                             expect_dtype, normalize_axes, normalize_axis, register,
+                             tensor_type)
 from tfc.ir.types import DType, TensorType
 
 REDUCE_ATTRS = {
@@ -55,7 +56,7 @@ class Reduce(OpDef):
         axes = normalize_axes(self.name, attrs["axes"], x.rank)
         if self.needs_elements and any(x.shape[a] == 0 for a in axes):
             raise TypeMismatch(f"{self.name}: cannot reduce an empty axis of {x}")
-        return [x.with_shape(reduced_shape(x.shape, axes, attrs["keepdims"]))]
+        return [tensor_type(x.dtype, reduced_shape(x.shape, axes, attrs["keepdims"]))]
 
     def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:

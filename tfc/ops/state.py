@@ -20,7 +20,7 @@ import numpy as np
 from tfc.errors import TypeMismatch
 from tfc.ir.core import Op
 from tfc.ir.registry import (NUMERIC, PURE, STATEFUL, WRITES_VARIABLE, AttrSpec, Cost, OpDef,
-                             register)
+                             register, tensor_type)
 from tfc.ir.types import DType, TensorType
 
 VAR_ATTRS = {"var": AttrSpec("var", doc="the variable's name in the module")}
@@ -36,7 +36,7 @@ class Constant(OpDef):
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
         v: np.ndarray = attrs["value"]
-        return [TensorType(DType.from_numpy(v.dtype), v.shape)]
+        return [tensor_type(DType.from_numpy(v.dtype), v.shape)]
 
     def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:

@@ -180,12 +180,11 @@ class Optimizer:
         with graph.as_default():
             self._create_slots([v for _, v in live])
             for g, v in live:
+                if v.device is None and graph.current_device is None:
+                    updates.append(self._apply_one(g, v))  # (the scope would change nothing)
+                    continue
                 with graph.device(v.device):
-                    g = mark_gradient(g, v)
-                    if isinstance(g, IndexedSlices):
-                        updates.append(self._apply_sparse(g, v))
-                    else:
-                        updates.append(self._apply_dense(convert_to_tensor(g), v))
+                    updates.append(self._apply_one(g, v))
             updates.extend(self._finish([v for _, v in live]))
             if global_step is not None:
                 if not isinstance(global_step, Variable):
@@ -194,6 +193,13 @@ class Optimizer:
                 with graph.device(global_step.device):
                     updates.append(global_step.assign_add(1))
         return group(*updates, name=name or self._name)
+
+    def _apply_one(self, g: Grad, v: Variable) -> Operation:
+        """The update of ``v`` by its gradient ``g``, marked (``mark_gradient``)."""
+        g = mark_gradient(g, v)
+        if isinstance(g, IndexedSlices):
+            return self._apply_sparse(g, v)
+        return self._apply_dense(convert_to_tensor(g), v)
 
     def minimize(self, loss: TensorLike, global_step: Variable | None = None,
                  var_list: Sequence[Variable] | None = None, name: str | None = None,
