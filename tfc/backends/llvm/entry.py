@@ -107,9 +107,13 @@ class GraphCompiler:
 
     def assign_storage(self) -> None:
         g, st, plan = self.graph, self.comp.storage, self.plan
+        writes: dict[str, bool] = {}  # writes_variable per kind (a registry lookup per op)
+        for op in g.ops:
+            if op.kind not in writes:
+                writes[op.kind] = writes_variable(op)
         names: set[str] = set()  # variables whose start-of-step value is read
         for op in g.ops:
-            if op.kind == "var.read" or (writes_variable(op) and op.kind != "var.assign"):
+            if op.kind == "var.read" or (writes[op.kind] and op.kind != "var.assign"):
                 names.add(op.attrs["var"])
         self.var_names = sorted(names)
         self.var_index = {name: k for k, name in enumerate(self.var_names)}
@@ -122,7 +126,7 @@ class GraphCompiler:
             if self._computed(v) and v not in redirect and v not in overwritten:
                 redirect[v] = Storage("out", j)
         for op in g.ops:
-            if writes_variable(op):
+            if writes[op.kind]:
                 name = op.attrs["var"]
                 if name in self.update_index:
                     raise Unsupported(f"@{name} is updated twice in one step")

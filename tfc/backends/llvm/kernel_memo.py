@@ -65,7 +65,7 @@ def _attr_key(v: Any, keys: "Keys | None" = None) -> Hashable:
 
 
 def _array_key(v: np.ndarray) -> Hashable:
-    data = np.ascontiguousarray(v).tobytes()
+    data = v.tobytes()  # (C order, whatever the array's layout)
     digest = data if len(data) <= 64 else hashlib.sha256(data).digest()
     return ("array", v.dtype.str, v.shape, digest)
 
@@ -118,7 +118,8 @@ def _op_key(op: Op, number: dict[Value, int], keys: Keys, skip: str = "") -> Has
                        if producer is not None and producer.kind == "constant" else None))
     regions = tuple([_graph_key(r, dict(number), keys) for r in op.regions]) \
         if op.regions else ()
-    attrs = tuple([(k, _attr_key(v, keys)) for k, v in op.attrs.items() if k != skip])
+    attrs = tuple([(k, _attr_key(v, keys)) for k, v in op.attrs.items() if k != skip]) \
+        if op.attrs else ()
     results: list[str] = []
     for r in op.results:
         t = r.type
