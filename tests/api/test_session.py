@@ -172,13 +172,12 @@ def test_a_session_updates_a_weight_in_place_unless_someone_holds_it():
     with g.as_default():
         sess = tfc.Session()
         sess.run(tfc.global_variables_initializer())
-        for _ in range(3):
-            sess.run(train, {x: xv})
+        sess.run(train, {x: xv})  # (a new array: the initializer's pool holds the first)
         ids = set()
-        for _ in range(3):
+        for _ in range(5):
             sess.run(train, {x: xv})
             ids.add(id(sess.variables.host["w"]))
-        assert len(ids) == 1  # the same array, updated in place
+        assert len(ids) == 1  # the same array, updated in place from the second step on
         held = sess.variables.host["w"]
         before = held.copy()
         sess.run(train, {x: xv})

@@ -729,6 +729,9 @@ def _sole(a: np.ndarray, in_slot: np.ndarray | None, pool: list[np.ndarray],
     for p in pool:
         if p is a:
             refs += 1
+    # (the loop's name holds the pool's last array: counted, ``a`` was never sole when it
+    # was that array, i.e. for the two steps after a new update array joined the pool)
+    p = None
     return _refcount(a) == refs and a.flags.owndata
 
 
