@@ -731,7 +731,8 @@ def _sole(a: np.ndarray, in_slot: np.ndarray | None, pool: list[np.ndarray],
             refs += 1
     # (the loop's name holds the pool's last array: counted, ``a`` was never sole when it
     # was that array, i.e. for the two steps after a new update array joined the pool)
-    p = None
+    if pool:
+        del p
     return _refcount(a) == refs and a.flags.owndata
 
 
