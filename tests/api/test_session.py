@@ -149,3 +149,48 @@ def test_repeated_requests_resolve_once_and_behave_as_new_ones():
         with pytest.raises(FeedError, match="dtype"):
             sess.run(y, {x: np.ones(2, np.float64)})
         assert sess.step == 6
+
+
+def _sgd_model(width: int = 256):
+    rng = np.random.default_rng(7)
+    g = tfc.Graph()
+    with g.as_default():
+        x = tfc.placeholder(tfc.float32, [64, width], name="x")
+        w = tfc.Variable((rng.standard_normal((width, width)) * 0.05).astype(np.float32),
+                         name="w")
+        loss = tfc.reduce_mean(tfc.square(tfc.matmul(x, w)))
+        train = tfc.train.GradientDescentOptimizer(0.1).minimize(loss)
+    return g, x, loss, train, rng.standard_normal((64, width)).astype(np.float32)
+
+
+def test_a_session_updates_a_weight_in_place_unless_someone_holds_it():
+    """A step too big to hold the GIL runs through the Python path, which makes a GEMM's
+    weight update in the weight's own array (as the native path does for small steps)
+    when only the session holds it: no new array, no copy of the weight, per step. An
+    array the user holds is never changed, and the numbers are the same either way."""
+    g, x, loss, train, xv = _sgd_model()
+    with g.as_default():
+        sess = tfc.Session()
+        sess.run(tfc.global_variables_initializer())
+        sess.run(train, {x: xv})  # (a new array: the initializer's pool holds the first)
+        ids = set()
+        for _ in range(5):
+            sess.run(train, {x: xv})
+            ids.add(id(sess.variables.host["w"]))
+        assert len(ids) == 1  # the same array, updated in place from the second step on
+        held = sess.variables.host["w"]
+        before = held.copy()
+        sess.run(train, {x: xv})
+        assert sess.variables.host["w"] is not held
+        np.testing.assert_array_equal(held, before)  # the holder's array is as it was
+        mine = sess.variables.host["w"].copy()
+    g2, x2, loss2, train2, _ = _sgd_model()
+    with g2.as_default():
+        other = tfc.Session()
+        other.run(tfc.global_variables_initializer())
+        kept = []
+        for _ in range(7):  # holding every value: never in place
+            other.run(train2, {x2: xv})
+            kept.append(other.variables.host["w"])
+        assert len({id(a) for a in kept}) == 7
+        np.testing.assert_array_equal(other.variables.host["w"], mine)

@@ -9,11 +9,13 @@ its targets.
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Sequence
 
 from tfc.errors import FeedError, TfcError
 from tfc.ir import core as ir
 from tfc.ir.registry import writes_variable
+from tfc.passes.manager import paused_gc
 
 if TYPE_CHECKING:
     from tfc.api.graph import Graph, Operation, Tensor
@@ -43,6 +45,22 @@ def _needed(build: ir.Graph, roots: Sequence[ir.Value], targets: Sequence[ir.Op]
     return ops, args
 
 
+_NO_ATTRS: dict[str, object] = {}
+
+
+def _copy(op: ir.Op, inputs: list[ir.Value], regions: list[ir.Graph]) -> ir.Op:
+    """``op.clone(inputs, regions)``, sharing ``op``'s attrs: a read-only mapping of
+    frozen values (``Op`` made it so) is the same when copied, and freezing and sorting
+    them again was most of a copy's cost (the issue-21 MLP's ~5k ops per run). Attrs of
+    another kind (a plain dict someone set) are copied as ``clone`` does."""
+    if type(op.attrs) is not MappingProxyType:
+        return op.clone(inputs, regions)
+    new = ir.Op(op.kind, inputs, _NO_ATTRS, [r.type for r in op.results], device=op.device,
+                loc=op.loc, regions=regions, names=[r.name for r in op.results])
+    new.attrs = op.attrs
+    return new
+
+
 def needed_placeholders(graph: "Graph", fetches: Sequence["Tensor"],
                         targets: Sequence["Operation"]) -> list["Tensor"]:
     """The placeholders the fetches and targets depend on, in declaration order."""
@@ -56,6 +74,13 @@ def extract(build: ir.Graph, name: str, feeds: Sequence[tuple[str, ir.Value]],
             fetches: Sequence[tuple[str, ir.Value]], targets: Sequence[ir.Op] = (),
             what: str = "") -> ir.Graph:
     """A new graph computing ``fetches`` and running ``targets`` from ``feeds``."""
+    with paused_gc():  # (its ops live on: a collection would find nothing, see paused_gc)
+        return _extract(build, name, feeds, fetches, targets, what)
+
+
+def _extract(build: ir.Graph, name: str, feeds: Sequence[tuple[str, ir.Value]],
+             fetches: Sequence[tuple[str, ir.Value]], targets: Sequence[ir.Op],
+             what: str) -> ir.Graph:
     fed = {v for _, v in feeds}
     if len(fed) != len(feeds):
         raise FeedError(f"{what or name}: a tensor is fed twice")
@@ -70,17 +95,22 @@ def extract(build: ir.Graph, name: str, feeds: Sequence[tuple[str, ir.Value]],
     for feed_name, v in feeds:
         mapping[v] = graph.add_arg(v.type, feed_name)
     assigned: dict[str, ir.Op] = {}
+    writes: dict[str, bool] = {}  # per kind: writes_variable
     for op in build.ops:
         if op not in ops:
             continue
-        if writes_variable(op):
+        w = writes.get(op.kind)
+        if w is None:
+            w = writes[op.kind] = writes_variable(op)
+        if w:
             var = op.attrs["var"]
             if var in assigned:
                 raise TfcError(f"{what or name}: variable '{var}' is assigned twice in one "
                                f"step (also at {assigned[var].loc})", op.loc)
             assigned[var] = op
         # regions are copied so that passes over the entry never touch the built graph
-        new = op.clone([mapping[v] for v in op.inputs], [r.clone() for r in op.regions])
+        new = _copy(op, [mapping[v] for v in op.inputs], [r.clone() for r in op.regions]
+                    if op.regions else [])
         graph.append(new)
         mapping.update(zip(op.results, new.results))
     graph.set_results([mapping[v] for _, v in fetches], [n for n, _ in fetches])

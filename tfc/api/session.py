@@ -334,7 +334,12 @@ class Session:
         if compiled.defers:  # its updates stay on its device
             fetches = self.variables.deferred_step(exe, arrays, self.step)
         else:
-            result = exe(arrays, self.variables.sync(), self.step)
+            host = self.variables.sync()
+            stored = getattr(exe, "stored_step", None)  # the updates go to host, below:
+            # where nothing else holds a variable's array, an update may be made in it
+            result = (exe(arrays, host, self.step) if stored is None
+                      else stored(arrays, host, self.step))
+            del host
             self.variables.update(result.updates)
             fetches = result.fetches
         self.step += 1

@@ -287,3 +287,22 @@ def test_every_shard_of_a_partitioned_table_is_updated_in_place(optimizer):
     for name in ref.stored_variables:
         np.testing.assert_allclose(llvm.stored_variables[name], ref.stored_variables[name],
                                    rtol=1e-12)
+
+
+def test_an_update_array_last_in_its_pool_can_be_updated_in_place():
+    """``_sole`` counts what holds a variable's array: the caller's store and list of
+    variables, the update pool and the binding's slot. The array last in its pool (a new
+    update array, the two steps after it joined) is sole too, and one more holder makes
+    it not so."""
+    from tfc.backends.llvm.runtime.executable import _sole
+    a = np.zeros(4, np.float32)
+    store, variables, pool, in_slots = {"w": a}, [a], [np.ones(4, np.float32), a], [None, a]
+    del a
+    # (each call outside the asserts: pytest's rewriting keeps what they evaluate)
+    last = _sole(variables[0], in_slots[1], pool)
+    other = store["w"]
+    held = _sole(variables[0], in_slots[1], pool)
+    del other
+    pool.reverse()  # (not last)
+    first = _sole(variables[0], in_slots[1], pool)
+    assert last and not held and first

@@ -110,3 +110,72 @@ def test_signatures_tell_apart_constants_and_shared_inputs():
     assert keys[0][0] == keys[1][0]  # the same code, on other storages
     assert keys[0] != keys[2]  # 2.0 against 3.0
     assert keys[3] != keys[4]  # a * a takes one pointer, a * b two
+
+
+def _lowered_mlp(layers: int):
+    """A lowered MLP training step and the backend's lowering of it (``_lower``)."""
+    four, _ = mlp(layers)
+    module = lower_entry(four, "train_step", "llvm")
+    return module, LLVMBackend(use_cache=False)._lower(module, "train_step")[2]
+
+
+def test_signatures_only_for_ops_with_kernels(monkeypatch):
+    """Ops that make no kernel (``var.read``, views, a ``var.assign``: a copy at most) are
+    lowered without a signature: only ops with kernels to reuse pay for one."""
+    calls: list[str] = []
+    real = kernel_memo.signature
+
+    def counting(graph_compiler, op, *args, **kwargs):
+        calls.append(op.kind)
+        return real(graph_compiler, op, *args, **kwargs)
+    monkeypatch.setattr(kernel_memo, "signature", counting)
+    module, gc = _lowered_mlp(4)
+    kinds = [op.kind for op in module.graphs["train_step"].ops]
+    assert "var.read" in kinds and calls
+    assert not {"var.read", "var.assign"} & set(calls)
+    assert len(calls) <= sum(k not in ("var.read", "var.assign") for k in kinds)
+
+
+def test_type_texts_are_made_once_per_distinct_type(monkeypatch):
+    """A signature names types by their text: made once per dtype and shape in a lowering,
+    not once per value (a 256-layer MLP had ~10k values of 9 types)."""
+    from tfc.ir.types import TensorType
+    module, _ = _lowered_mlp(6)
+    graph = module.graphs["train_step"]
+    gc = GraphCompiler(module, graph, module.memory_plans["train_step"])
+    gc.assign_storage()
+    made: list[str] = []
+    real = TensorType.__str__
+
+    def counting(self):
+        text = real(self)
+        made.append(text)
+        return text
+    monkeypatch.setattr(TensorType, "__str__", counting)
+    keys = [kernel_memo.signature(gc, op) for op in graph.ops if op.kind == "fusion"]
+    monkeypatch.undo()
+    assert len(keys) >= 6 and all(k is not None for k in keys)
+    assert len(made) == len(set(made))  # each type's text once
+    # and the keys are those of texts made afresh each time
+    fresh = GraphCompiler(module, graph, module.memory_plans["train_step"])
+    fresh.assign_storage()
+    for op, key in zip([op for op in graph.ops if op.kind == "fusion"], keys):
+        fresh.memo_keys = None
+        assert kernel_memo.signature(fresh, op) == key
+
+
+def test_attr_keys_keep_apart_what_python_equality_merges():
+    """Attr keys are exact: 1, True, 1.0 and '1' differ, and so do 0.0 and -0.0 (a kernel
+    inlines them), and an array by its dtype, shape and bytes."""
+    key = kernel_memo._attr_key
+    values = [1, True, 1.0, "1", 0.0, -0.0, (1,), [1], np.array([1], np.int32),
+              np.array([1], np.int64), np.array([[1]], np.int32)]
+    assert len({key(v) for v in values}) == len(values)
+    frozen = np.array([2.0, 3.0], np.float32)
+    frozen.flags.writeable = False
+    keys = kernel_memo.Keys()
+    assert kernel_memo._attr_key(frozen, keys) == key(frozen.copy())
+    writable = np.array([2.0, 3.0], np.float32)
+    first = kernel_memo._attr_key(writable, keys)
+    writable[0] = 5.0  # not frozen: never taken from the cache
+    assert kernel_memo._attr_key(writable, keys) != first

@@ -187,3 +187,25 @@ def test_metadata_numbers_do_not_tell_kernels_apart_but_their_contents_do():
     assert a == _numbered_metadata(body.format(9), later)
     assert a != _numbered_metadata(body.format(1), two)
     assert "i32 4" in a and "!0 = !{ !0, !1 }" in a
+
+
+def test_dedup_compares_each_kernel_function_once(monkeypatch):
+    """A kernel function called from every layer (``kernel_memo``) is compared with the
+    others once, not once per call site: the canonical texts made are at most the
+    functions, however many layers call them."""
+    from tfc.backends.llvm import kernel_units
+    from tfc.pipeline import lower_entry
+    made: list[str] = []
+    real = kernel_units._numbered_metadata
+
+    def counting(body, defs):
+        made.append(body)
+        return real(body, defs)
+    backend = LLVMBackend(use_cache=False)
+    module = lower_entry(mlp(12)[0], "train_step", "llvm")
+    monkeypatch.setattr(kernel_units, "_numbered_metadata", counting)
+    _, _, gc, report = backend._lower(module, "train_step")
+    monkeypatch.undo()
+    functions = len({k.fn.name for k in gc.calls})
+    assert report.kernels > 3 * functions  # (the layers share their kernels)
+    assert len(made) <= sum(1 for f in gc.comp.module.functions if f.blocks)

@@ -140,3 +140,22 @@ def test_the_runner_is_one_text(cache):
     text = step_table.runner(*native.triple_and_layout())
     assert text.count("define i32 @") == 2  # tfc_run_steps and tfc_entry
     assert "tfck_" not in text
+
+
+def test_draft_works_once_per_kernel_function(monkeypatch):
+    """The draft asks for each kernel function's whole-range wrapper (and decides whether
+    it splits) once, not once per step: a 12-layer MLP calls a handful of functions from
+    many steps."""
+    from tfc.pipeline import lower_entry
+    asked: list[str] = []
+    real = step_table.whole_range
+
+    def counting(kernel):
+        asked.append(kernel.fn.name)
+        return real(kernel)
+    monkeypatch.setattr(step_table, "whole_range", counting)
+    backend = LLVMBackend(use_cache=False, threads=2)
+    _, _, gc, report = backend._lower(lower_entry(mlp(12)[0], "train_step", "llvm"),
+                                      "train_step")
+    assert report.kernels > 3 * len(set(asked))
+    assert len(asked) == len(set(asked))

@@ -85,6 +85,7 @@ class GraphCompiler:
     function_texts: dict[str, str] = field(default_factory=dict)
     # op signature -> the kernels an op with it was lowered to (``kernel_memo``)
     kernel_memo: dict[Any, Any] = field(default_factory=dict)
+    memo_keys: Any = None  # what its signatures are made of (``kernel_memo.Keys``)
     # the schedule as data (``step_table``): drafted after lowering, finished once the
     # kernel units are named
     step_draft: Any = None
@@ -93,6 +94,7 @@ class GraphCompiler:
     def __post_init__(self) -> None:
         self.comp = Compiler(self.graph.name, self.triple, self.layout)
         self._const_index: dict[int, int] = {}
+        self._buffer_set: set[int] = set()  # ``buffers`` (a list scan per value was quadratic)
 
     # ---- storage ----------------------------------------------------------------------
 
@@ -105,9 +107,13 @@ class GraphCompiler:
 
     def assign_storage(self) -> None:
         g, st, plan = self.graph, self.comp.storage, self.plan
+        writes: dict[str, bool] = {}  # writes_variable per kind (a registry lookup per op)
+        for op in g.ops:
+            if op.kind not in writes:
+                writes[op.kind] = writes_variable(op)
         names: set[str] = set()  # variables whose start-of-step value is read
         for op in g.ops:
-            if op.kind == "var.read" or (writes_variable(op) and op.kind != "var.assign"):
+            if op.kind == "var.read" or (writes[op.kind] and op.kind != "var.assign"):
                 names.add(op.attrs["var"])
         self.var_names = sorted(names)
         self.var_index = {name: k for k, name in enumerate(self.var_names)}
@@ -120,7 +126,7 @@ class GraphCompiler:
             if self._computed(v) and v not in redirect and v not in overwritten:
                 redirect[v] = Storage("out", j)
         for op in g.ops:
-            if writes_variable(op):
+            if writes[op.kind]:
                 name = op.attrs["var"]
                 if name in self.update_index:
                     raise Unsupported(f"@{name} is updated twice in one step")
@@ -153,7 +159,8 @@ class GraphCompiler:
         buf = plan.buffer_of.get(root, plan.buffer_of.get(v))
         if buf is None:
             raise Unsupported(f"the memory plan has no buffer for {v}")
-        if buf not in self.buffers:
+        if buf not in self._buffer_set:
+            self._buffer_set.add(buf)
             self.buffers.append(buf)
         return Storage("arena", buf)
 
@@ -204,19 +211,25 @@ class GraphCompiler:
         first). Whether it may (nothing but the program holds the array) is decided per
         call by the runtime."""
         out: dict[int, int] = {}
-        last_use: dict[Storage, int] = {}  # the last step that uses each storage
+        # the last step that uses each storage, by (kind, index): a Storage's own hash is
+        # a Python call, and this sees every storage of every step
+        last_use: dict[tuple[str, Any], int] = {}
         failing: list[int] = []  # the steps that may fail
         for k, step in enumerate(self.steps):
-            for st in ((step.src, step.dst) if isinstance(step, Copy) else step.storages):
-                last_use[st] = k
-            if isinstance(step, Kernel) and step.can_fail:
+            if isinstance(step, Copy):
+                last_use[step.src.kind, step.src.index] = k
+                last_use[step.dst.kind, step.dst.index] = k
+                continue
+            for st in step.storages:
+                last_use[st.kind, st.index] = k
+            if step.can_fail:
                 failing.append(k)
         for k, step in enumerate(self.steps):
             if not (isinstance(step, Copy) and step.src.kind == "var"
                     and step.dst.kind == "upd"):
                 continue
-            if last_use[step.src] > k or any(  # read, or may fail after writing, later
-                    j > k and not self._fails_first(j, step.dst) for j in failing):
+            if last_use[step.src.kind, step.src.index] > k or any(  # read, or may fail
+                    j > k and not self._fails_first(j, step.dst) for j in failing):  # later
                 continue
             name = step.src.index
             if name in self.var_index:
@@ -241,18 +254,22 @@ class GraphCompiler:
             for j in wanted.get(v, []):
                 self.copy_now(v, Storage("out", j))
         seen: dict[str, int] = {}
+        steps = self.steps
         for op in g.ops:
-            label = op_label(op, seen)
-            first = len(self.steps)
+            n = seen.get(op.kind, 0)  # (op_label's count; its text only for ops with steps)
+            seen[op.kind] = n + 1
+            first = len(steps)
             try:
                 lower(self, op)
             except Unsupported as e:
                 failed.append(f"{op.kind} ({e})" if str(e) and str(e) != op.kind else op.kind)
                 continue
-            self._label(first, label, op)
-            for r in op.results:
-                for j in wanted.get(r, []):
-                    self.copy_now(r, Storage("out", j))
+            if len(steps) > first:
+                self._label(first, _label_text(op, n), op)
+            if wanted:
+                for r in op.results:
+                    for j in wanted.get(r, ()):
+                        self.copy_now(r, Storage("out", j))
         self.labels.extend("copy" for _ in self.steps[len(self.labels):])
         self.step_ops.extend(None for _ in self.steps[len(self.step_ops):])
         return failed
@@ -263,6 +280,10 @@ class GraphCompiler:
         while len(self.labels) < first:
             self.labels.append("copy")
             self.step_ops.append(None)
+        if len(self.steps) == first + 1 and isinstance(self.steps[first], Kernel):
+            self.step_ops.append(op)  # (one kernel: most ops)
+            self.labels.append(label)
+            return
         new = self.steps[first:]
         self.step_ops.extend(op for _ in new)
         n = sum(isinstance(s, Kernel) for s in new)
@@ -332,6 +353,11 @@ def op_label(op: Op, seen: dict[str, int]) -> str:
     kind in the schedule, from 0) and, for a fusion, the kinds it fuses."""
     n = seen.get(op.kind, 0)
     seen[op.kind] = n + 1
+    return _label_text(op, n)
+
+
+def _label_text(op: Op, n: int) -> str:
+    """``op_label`` of the ``n``-th op of its kind."""
     label = f"{op.kind}#{n}"
     if op.kind == "fusion" and op.regions:
         kinds = dict.fromkeys(o.kind for r in op.regions for o in r.ops

@@ -23,7 +23,9 @@ BLAS folds into its accumulation (within the tolerances the backend tests state)
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -47,7 +49,9 @@ class GemmUpdate:
 def find(graph: Graph) -> dict[Op, GemmUpdate]:
     """Every matmul of ``graph`` that can update its variable directly, and the ops
     (matmul, scale and assignment) each such update stands for."""
-    uses = graph.uses()
+    # how many times each value is used by the ops of the graph (``len(graph.uses()[v])``,
+    # counted in C: the pattern only asks for values used once)
+    uses = Counter(chain.from_iterable(op.inputs for op in graph.ops))
     results = set(graph.results)
     out: dict[Op, GemmUpdate] = {}
     for op in graph.ops:
@@ -67,11 +71,11 @@ def find(graph: Graph) -> dict[Op, GemmUpdate]:
     return out
 
 
-def _producer(v: Value, uses: dict[Value, list[Op]], results: set[Value]
+def _producer(v: Value, uses: Counter[Value], results: set[Value]
               ) -> tuple[Op, float, tuple[Op, ...]] | None:
     """(matmul, scale, ops between) when ``v`` is ``scale * matmul(...)`` computed for
     this use alone."""
-    if v in results or len(uses.get(v, ())) != 1 or v.op is None:
+    if v in results or uses[v] != 1 or v.op is None:
         return None
     op = v.op
     if op.kind == "matmul":
@@ -83,7 +87,7 @@ def _producer(v: Value, uses: dict[Value, list[Op]], results: set[Value]
         return None
     index, scale = scaled
     inner = op.inputs[index]
-    if inner in results or len(uses.get(inner, ())) != 1 or inner.op is None \
+    if inner in results or uses[inner] != 1 or inner.op is None \
             or inner.op.kind != "matmul" or not _gemm_ok(inner.op):
         return None
     return inner.op, scale, (op,)

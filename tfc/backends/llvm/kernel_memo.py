@@ -32,6 +32,7 @@ import numpy as np
 from tfc.backends.llvm.context import Kernel, Storage
 from tfc.backends.llvm.runtime.error_detail import ERROR_DETAIL
 from tfc.ir.core import Graph, Op, Value
+from tfc.ir.types import TensorType
 
 if TYPE_CHECKING:
     from tfc.backends.llvm.entry import GraphCompiler
@@ -48,44 +49,91 @@ class Template:
     scratch: list[Any]
 
 
-def _attr_key(v: Any) -> Hashable:
+def _attr_key(v: Any, keys: "Keys | None" = None) -> Hashable:
+    t = type(v)
+    if t is int or t is str or t is bool:  # (the name keeps 1, True and '1' apart)
+        return (t.__name__, v)
     if isinstance(v, np.ndarray):
-        data = np.ascontiguousarray(v).tobytes()
-        digest = data if len(data) <= 64 else hashlib.sha256(data).digest()
-        return ("array", v.dtype.str, v.shape, digest)
+        return _array_key(v) if keys is None else keys.array(v)
     if isinstance(v, (list, tuple)):
-        return (type(v).__name__, tuple(_attr_key(x) for x in v))
+        return (type(v).__name__, tuple(_attr_key(x, keys) for x in v))
     if isinstance(v, dict):
-        return ("dict", tuple(sorted((str(k), _attr_key(x)) for k, x in v.items())))
+        return ("dict", tuple(sorted((str(k), _attr_key(x, keys)) for k, x in v.items())))
     if isinstance(v, (Value, Op, Graph)):
         raise TypeError("an attr holding IR")
-    return (type(v).__name__, repr(v))
+    return (type(v).__name__, repr(v))  # (floats by repr: -0.0 and 0.0 differ)
 
 
-def _op_key(op: Op, number: dict[Value, int], skip: str = "") -> Hashable:
+def _array_key(v: np.ndarray) -> Hashable:
+    data = v.tobytes()  # (C order, whatever the array's layout)
+    digest = data if len(data) <= 64 else hashlib.sha256(data).digest()
+    return ("array", v.dtype.str, v.shape, digest)
+
+
+class Keys:
+    """What signatures are made of, each computed once in one lowering (one
+    ``GraphCompiler``): the text of each type, by its dtype and shape (what ``str`` of a
+    ``TensorType`` prints: equal dtypes and shapes print the same), and the key of each
+    array attr, by ``id`` (attrs are frozen, ``freeze_attr``; each entry holds its array,
+    so the id is not reused while the entry lives)."""
+
+    def __init__(self) -> None:
+        self.types: dict[tuple[int, tuple], str] = {}  # (id(dtype), shape) -> str(type)
+        self._arrays: dict[int, tuple[np.ndarray, Hashable]] = {}
+
+    def type(self, t: Any) -> str:
+        if type(t) is not TensorType:
+            return str(t)
+        key = (id(t.dtype), t.shape)  # (a dtype is an enum member: one object each)
+        text = self.types.get(key)
+        if text is None:
+            text = self.types[key] = str(t)
+        return text
+
+    def array(self, v: np.ndarray) -> Hashable:
+        hit = self._arrays.get(id(v))
+        if hit is None or hit[0] is not v:
+            if v.flags.writeable or v.base is not None:  # (not frozen: it could change)
+                return _array_key(v)
+            hit = self._arrays[id(v)] = (v, _array_key(v))
+        return hit[1]
+
+
+def _op_key(op: Op, number: dict[Value, int], keys: Keys, skip: str = "") -> Hashable:
+    """``op`` up to value names: its kind, attrs (in their order: ``Op`` sorts them),
+    inputs (numbered as ``number`` says; a value from outside by its type, and its value
+    if a constant's), result types and regions. Top-level ops (``number`` empty) share
+    nothing but ``keys``. (Type texts inlined from ``Keys.type``: the hot loop.)"""
+    types = keys.types
     inputs: list[Hashable] = []
     for x in op.inputs:
         n = number.get(x)
-        if n is None:  # a value from outside: its type, and its value if a constant
-            producer = x.op
-            const = (_attr_key(producer.attrs.get("value"))
-                     if producer is not None and producer.kind == "constant" else None)
-            inputs.append(("outer", str(x.type), const))
-        else:
+        if n is not None:
             inputs.append(n)
-    regions = tuple(_graph_key(r, dict(number)) for r in op.regions)
-    attrs = tuple(sorted((k, _attr_key(v)) for k, v in op.attrs.items() if k != skip))
+            continue
+        t = x.type
+        text = types.get((id(t.dtype), t.shape)) or keys.type(t)
+        producer = x.op
+        inputs.append(("outer", text, _attr_key(producer.attrs.get("value"), keys)
+                       if producer is not None and producer.kind == "constant" else None))
+    regions = tuple([_graph_key(r, dict(number), keys) for r in op.regions]) \
+        if op.regions else ()
+    attrs = tuple([(k, _attr_key(v, keys)) for k, v in op.attrs.items() if k != skip]) \
+        if op.attrs else ()
+    results: list[str] = []
     for r in op.results:
+        t = r.type
+        results.append(types.get((id(t.dtype), t.shape)) or keys.type(t))
         number[r] = len(number)
-    return (op.kind, attrs, tuple(inputs), tuple(str(r.type) for r in op.results), regions)
+    return (op.kind, attrs, tuple(inputs), tuple(results), regions)
 
 
-def _graph_key(graph: Graph, number: dict[Value, int]) -> Hashable:
+def _graph_key(graph: Graph, number: dict[Value, int], keys: Keys) -> Hashable:
     for a in graph.args:
         number[a] = len(number)
-    ops = tuple(_op_key(op, number) for op in graph.ops)
-    return (tuple(str(a.type) for a in graph.args), ops,
-            tuple(number[r] if r in number else None for r in graph.results))
+    ops = tuple([_op_key(op, number, keys) for op in graph.ops])
+    return (tuple([keys.type(a.type) for a in graph.args]), ops,
+            tuple([number[r] if r in number else None for r in graph.results]))
 
 
 def _updated(graph_compiler: GraphCompiler, op: Op, variable: str | None) -> str | None:
@@ -99,8 +147,9 @@ def _storages(graph_compiler: GraphCompiler, op: Op, variable: str | None = None
               ) -> list[Storage] | None:
     """The storages a kernel of ``op`` may take: its inputs', its results', the scratch,
     and for an update of a variable, the variable's and its update buffer."""
-    st = graph_compiler.comp.storage
-    out = [st.get(v) for v in (*op.inputs, *op.results)]
+    get = graph_compiler.comp.storage.get
+    out = [get(v) for v in op.inputs]
+    out += [get(v) for v in op.results]
     if any(s is None for s in out):
         return None
     out.append(SCRATCH)
@@ -131,13 +180,20 @@ def signature(graph_compiler: GraphCompiler, op: Op, variable: str | None = None
     if storages is None:
         return None
     name = _updated(graph_compiler, op, variable)
+    keys = graph_compiler.memo_keys
+    if keys is None:
+        keys = graph_compiler.memo_keys = Keys()
     # an updated variable: its storages are in the vector, its type here
-    var_type = None if name is None else str(graph_compiler.module.variables[name].type)
+    var_type = None if name is None else keys.type(graph_compiler.module.variables[name].type)
     try:
-        key = _op_key(op, {}, "var" if name is not None else "")
+        key = _op_key(op, {}, keys, "var" if name is not None else "")
     except TypeError:
         return None
-    return tag, key, var_type, tuple(storages.index(s) for s in storages)
+    # which storages are one: each one's first place (by (kind, index), as Storage
+    # compares: its own hash is a Python call)
+    first: dict[tuple[str, Any], int] = {}
+    return tag, key, var_type, tuple([first.setdefault((s.kind, s.index), i)
+                                      for i, s in enumerate(storages)])
 
 
 def _traces(graph_compiler: GraphCompiler) -> tuple[Any, ...]:

@@ -97,24 +97,29 @@ def dedup_kernels(graph_compiler: GraphCompiler) -> int:
         called |= _refs(text) - {name}
     defs = _metadata_defs(module)
     first_of: dict[str, ir.Function] = {}
-    merged: dict[str, ir.Function] = {}  # deleted function -> the one its sites call
+    # per function met: (it, the function its call sites call: itself when kept), by id
+    # (a kernel reused by many call sites is one function, decided once)
+    done: dict[int, tuple[ir.Function, ir.Function]] = {}
     for kernel in kernels:
         fn = kernel.fn
-        if fn.name in merged:
-            kernel.fn = merged[fn.name]
+        hit = done.get(id(fn))
+        if hit is not None:
+            kernel.fn = hit[1]
             continue
-        if fn.name in called:
+        name = fn.name
+        if name in called:
+            done[id(fn)] = (fn, fn)
             continue
-        own = f'@"{fn.name}"'
+        own = f'@"{name}"'
         canonical = _numbered_metadata(
-            texts[fn.name].replace(own, f'@"{_PLACEHOLDER}"', 1), defs)
+            texts[name].replace(own, f'@"{_PLACEHOLDER}"', 1), defs)
         first = first_of.setdefault(canonical, fn)
+        done[id(fn)] = (fn, first)
         if first is not fn:
-            merged[fn.name] = first
             kernel.fn = first
-            del module.globals[fn.name]
-            del texts[fn.name]
-    return len({k.fn.name for k in kernels})
+            del module.globals[name]
+            del texts[name]
+    return len({first.name for _, first in done.values()})  # (what the kernels call)
 
 
 @dataclass

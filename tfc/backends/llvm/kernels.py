@@ -278,6 +278,9 @@ def lower(graph_compiler: GraphCompiler, op: Op) -> None:
     fn = lowering_of(op.kind)
     if fn is None:
         raise Unsupported(op.kind)
+    if fn is lower_nothing or op.kind == "var.assign":  # no kernel (a copy at most): no
+        fn(graph_compiler, op)  # template to reuse, no signature to compute
+        return
     kernel_memo.lower_once(graph_compiler, op, fn)  # an op lowered like one before: reused
 
 

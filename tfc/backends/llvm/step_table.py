@@ -45,7 +45,7 @@ from __future__ import annotations
 import ctypes
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import llvmlite.ir as ir
 import numpy as np
@@ -120,24 +120,49 @@ def draft(graph_compiler: GraphCompiler, threads: int | None, profile: bool) -> 
     in_place_updates = graph_compiler.in_place_updates()
     in_place = {Storage("upd", j) for j in in_place_updates}
     max_args, any_split = 1, False
+    # per step, what is the same for many (a kernel function called from every layer, a
+    # storage every kernel of a layer takes): each computed once, keyed without the
+    # Python-level hash of a Storage or the name lookups of an llvmlite function
+    pointers: dict[tuple[str, Any], int] = {}
+    fn_index: dict[int, tuple[Any, int]] = {}  # id(function) -> (function, its index)
+    split_of: dict[tuple[int, Any, Any], bool] = {}  # (id(function), extent, work) -> splits
+
+    def pointer(s: Storage) -> int:
+        key = (s.kind, s.index)
+        d = pointers.get(key)
+        if d is None:
+            d = pointers[key] = _pointer(graph_compiler, s)
+        return d
+
     for step in graph_compiler.steps:
         if isinstance(step, Copy):
             words += [COPY_IF_APART if step.dst in in_place else COPY,
-                      _pointer(graph_compiler, step.src), _pointer(graph_compiler, step.dst),
-                      step.nbytes_slot]
+                      pointer(step.src), pointer(step.dst), step.nbytes_slot]
             continue
         assert isinstance(step, Kernel)
-        whole_range(step)
-        name = step.fn.name
-        k = index.get(name)
-        if k is None:
-            k = index[name] = len(functions)
-            functions.append(name)
-        args = [_pointer(graph_compiler, s) for s in step.storages]
+        fn = step.fn
+        hit = fn_index.get(id(fn))
+        if hit is None:
+            whole_range(step)  # (once per function: it makes its wrapper once)
+            name = fn.name
+            k = index.get(name)
+            if k is None:
+                k = index[name] = len(functions)
+                functions.append(name)
+            hit = fn_index[id(fn)] = (fn, k)
+        k = hit[1]
+        args = [pointer(s) for s in step.storages]
         max_args = max(max_args, len(args))
-        if nthreads > 1 and splits(step):
+        split = False
+        if nthreads > 1:
+            key = (id(fn), step.extent, step.work)
+            split = split_of.get(key)  # type: ignore[assignment]
+            if split is None:
+                split = split_of[key] = splits(step)
+                if split:
+                    trampoline(step)  # (once per function too)
+        if split:
             assert step.extent is not None and step.work is not None
-            trampoline(step)
             any_split = True
             words += [SPLIT, k, len(args), _value(*step.extent), _value(*step.work), *args]
         else:

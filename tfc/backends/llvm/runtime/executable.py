@@ -123,10 +123,26 @@ class LLVMExecutable:
 
     def __call__(self, feeds: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
                  step: int) -> StepResult:
+        return self._call(feeds, variables, step, False)
+
+    def stored_step(self, feeds: Sequence[np.ndarray], store: dict[str, np.ndarray],
+                    step: int) -> StepResult:
+        """``self(feeds, store, step)`` for a caller that puts the updates into ``store``
+        right after, in place of the values the step read (a ``Session``): an update the
+        native code can make in place (``GraphCompiler.in_place_updates``) is then made in
+        its variable's own array when nothing but ``store`` holds that (``fast_step``'s
+        ``in_place``), as the native call path does (``pystep``): no update array to
+        allocate (fresh memory: page faults, on the first steps), no copy of the weight
+        into it every step."""
+        return self._call(feeds, store, step, True)
+
+    def _call(self, feeds: Sequence[np.ndarray], variables: Mapping[str, np.ndarray],
+              step: int, in_place: bool) -> StepResult:
         if self.fallback_ops:
             return self._reference(feeds, variables, step)
         arrays = checked_feeds(self.graph, feeds, self._arg_dtypes)
         values = []
+        v = None
         for name, dt, shape, decl in self._var_specs:
             v = variables.get(name)
             if v is None:
@@ -138,7 +154,10 @@ class LLVMExecutable:
             if not v.flags.c_contiguous:
                 v = np.require(v, requirements="C")
             values.append(v)
-        outs, upds = self.fast_step(arrays, values, step)
+        # (each variable array is held by ``variables`` and ``values`` only, as
+        # ``fast_step``'s in_place counts: not by this loop's name too)
+        del v
+        outs, upds = self.fast_step(arrays, values, step, in_place=in_place)
         return StepResult(outs, dict(zip(self.update_names, upds)))
 
     def fast_step(self, feeds: Sequence[np.ndarray], variables: Sequence[np.ndarray],
@@ -710,6 +729,10 @@ def _sole(a: np.ndarray, in_slot: np.ndarray | None, pool: list[np.ndarray],
     for p in pool:
         if p is a:
             refs += 1
+    # (the loop's name holds the pool's last array: counted, ``a`` was never sole when it
+    # was that array, i.e. for the two steps after a new update array joined the pool)
+    if pool:
+        del p
     return _refcount(a) == refs and a.flags.owndata
 
 

@@ -1,0 +1,86 @@
+"""Cutting a request out of the built graph (``tfc.api.extract``): the copy shares the
+built ops' read-only attrs instead of freezing them again, makes its ops with the cycle
+collector paused, and stays a copy: passes over it never touch the built graph."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+
+import tfc
+from tfc.api import extract as extract_module
+from tfc.ir import core as ir
+from tfc.ir.printer import print_graph
+
+
+def _model():
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [4, 3], name="x")
+        w = tfc.Variable(np.ones((3, 2), np.float32), name="w")
+        h = tfc.nn.relu(tfc.matmul(x, w) * 2.0 + 0.5)
+        loss = tfc.reduce_mean(h)
+        train = tfc.train.GradientDescentOptimizer(0.1).minimize(loss)
+    return g, x, loss, train
+
+
+def test_the_copy_shares_attrs_and_freezes_nothing(monkeypatch):
+    g, x, loss, train = _model()
+    frozen: list[object] = []
+    real = ir.freeze_attr
+
+    def counting(v):
+        frozen.append(v)
+        return real(v)
+    monkeypatch.setattr(ir, "freeze_attr", counting)
+    enabled: list[bool] = []
+    real_copy = extract_module._copy
+
+    def spying(op, inputs, regions):
+        enabled.append(gc.isenabled())
+        return real_copy(op, inputs, regions)
+    monkeypatch.setattr(extract_module, "_copy", spying)
+    tops = [op for op in train.ir_ops()]
+    out = extract_module.extract(g.ir, "run", [("x", x.value)], [("loss", loss.value)], tops)
+    assert enabled and not any(enabled)  # the collector paused while copying
+    assert gc.isenabled()  # and on again after
+    assert not frozen
+    by_kind: dict[str, list[ir.Op]] = {}
+    for op in g.ir.ops:
+        by_kind.setdefault(op.kind, []).append(op)
+    for op in out.ops:
+        assert op not in g.ir.ops
+        assert any(op.attrs is b.attrs for b in by_kind[op.kind])  # shared, not rebuilt
+
+
+def test_the_copy_is_the_graph_clone_made():
+    """The cut, printed, is what cloning each op made (attrs, types, names, locations)."""
+    g, x, loss, train = _model()
+    tops = [op for op in train.ir_ops()]
+    out = extract_module.extract(g.ir, "run", [("x", x.value)], [("loss", loss.value)], tops)
+    ops, _ = extract_module._needed(g.ir, [loss.value], tops, {x.value})
+    want = ir.Graph("run")
+    mapping = {x.value: want.add_arg(x.value.type, "x")}
+    for op in g.ir.ops:
+        if op in ops:
+            new = op.clone([mapping[v] for v in op.inputs], [r.clone() for r in op.regions])
+            want.append(new)
+            mapping.update(zip(op.results, new.results))
+    want.set_results([mapping[loss.value]], ["loss"])
+    assert print_graph(out) == print_graph(want)
+    assert [op.loc for op in out.ops] == [op.loc for op in want.ops]
+    assert [op.device for op in out.ops] == [op.device for op in want.ops]
+
+
+def test_a_session_leaves_the_built_graph_as_it_was():
+    g, x, loss, train = _model()
+    before = print_graph(g.ir)
+    inputs = [list(op.inputs) for op in g.ir.ops]
+    with g.as_default():
+        sess = tfc.Session()
+        sess.run(tfc.global_variables_initializer())
+        first = sess.run([loss, train], {x: np.ones((4, 3), np.float32)})[0]
+        second = sess.run(loss, {x: np.ones((4, 3), np.float32)})
+    assert second < first
+    assert print_graph(g.ir) == before
+    assert [list(op.inputs) for op in g.ir.ops] == inputs
