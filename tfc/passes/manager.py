@@ -337,8 +337,9 @@ def apply_substitution(graph: Graph, subst: dict[Value, Value]) -> None:
     graph results (regions are isolated from above, so never need it)."""
     if not subst:
         return
+    replaced = subst.keys()
     for op in graph.ops:
-        if any(v in subst for v in op.inputs):
+        if not replaced.isdisjoint(op.inputs):
             op.inputs = [resolve(subst, v) for v in op.inputs]
     graph.results = [resolve(subst, v) for v in graph.results]
 
