@@ -67,7 +67,7 @@ from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.expand import expand_into, expansion
 from tfc.ir.registry import (BROADCAST, COMPOSITE, ELEMENTWISE, GENERATOR, PURE, RANDOM,
-                             STATEFUL, VIEW, lookup, make_op)
+                             STATEFUL, VIEW, OpDef, lookup, make_op)
 from tfc.ir.types import Dim, TensorType, broadcast_shapes
 from tfc.ops.fusion import (INDEXED, core_shape, fused_reduction, fusion_kind, is_splat,
                             loop_op_problem, reduction_axes, unit_view)
@@ -142,16 +142,15 @@ class _Info(NamedTuple):
     axes: tuple[int, ...] | None = None
 
 
-# What the registry says of a kind, for ``classify``: asked once per kind in this process
-# (the traits of a registered kind do not change), not once per op.
+# What the registry says of a kind, for ``classify``: its traits read once per definition
+# in this process (a definition's traits do not change), not once per op.
 _NEVER, _OTHER, _EW, _VIEW, _REDUCE, _COMPOSITE = range(6)
-_KIND_CLASSES: dict[str, tuple[bool, int]] = {}  # kind -> (constant-like, class)
+_KIND_CLASSES: dict[OpDef, tuple[bool, int]] = {}  # -> (constant-like, class)
 
 
-def _kind_class(kind: str) -> tuple[bool, int]:
+def _kind_class(kind: str, opdef: OpDef) -> tuple[bool, int]:
     """Whether ``kind`` is constant-like (a ``constant``, a GENERATOR: without inputs it
     is copied in), and how else an op of that kind may take part."""
-    opdef = lookup(kind)
     if opdef.has(RANDOM) or opdef.has(STATEFUL) or not opdef.has(PURE):
         return False, _NEVER
     const = kind == "constant" or opdef.has(GENERATOR)
@@ -169,9 +168,10 @@ def classify(op: Op) -> _Info | None:
     if op.regions or len(op.results) != 1:
         return None
     kind = op.kind
-    known = _KIND_CLASSES.get(kind)
+    opdef = lookup(kind)
+    known = _KIND_CLASSES.get(opdef)
     if known is None:
-        known = _KIND_CLASSES[kind] = _kind_class(kind)
+        known = _KIND_CLASSES[opdef] = _kind_class(kind, opdef)
     const, c = known
     if c == _NEVER:
         return None
@@ -224,17 +224,17 @@ def _expanded_info(op: Op) -> _Info | None:
 def cheap(op: Op) -> bool:
     """Whether a group of such ops may be copied into a bigger consumer: no arithmetic
     worth sharing (broadcasts, views, generators, ``one_hot``, ``cast``). By kind
-    (asked once per kind in this process)."""
-    known = _CHEAP_KINDS.get(op.kind)
+    (the traits of a definition read once in this process)."""
+    opdef = lookup(op.kind)
+    known = _CHEAP_KINDS.get(opdef)
     if known is None:
-        opdef = lookup(op.kind)
-        known = _CHEAP_KINDS[op.kind] = (
+        known = _CHEAP_KINDS[opdef] = (
             opdef.has(BROADCAST) or opdef.has(VIEW) or opdef.has(GENERATOR)
             or op.kind in INDEXED or op.kind == "cast")
     return known
 
 
-_CHEAP_KINDS: dict[str, bool] = {}
+_CHEAP_KINDS: dict[OpDef, bool] = {}
 
 
 def splat_value(op: Op) -> np.ndarray | None:
