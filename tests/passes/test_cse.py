@@ -156,16 +156,3 @@ def test_results_are_unchanged_numerically() -> None:
     for a, e in zip(run_graph(g, feeds, ExecContext({})), before):
         np.testing.assert_array_equal(a, e)
 
-
-def test_the_key_of_one_attr_ops_is_their_attrs_key() -> None:
-    """cse builds the attrs part of a constant's or a variable read's key itself, faster:
-    it must be ``Op.attrs_key``'s, so what merges is what did."""
-    from tfc.passes.cse import _rest
-    ops = [Op("constant", [], {"value": np.arange(3, dtype=np.float32)}, [F32_3]),
-           Op("constant", [], {"value": np.float32(2.5)}, [TensorType(DType.f32, ())]),
-           Op("var.read", [], {"var": "W"}, [F32_3]),
-           Op("sum", [Value(F32_3)], {"axes": (0,), "keepdims": False},
-              [TensorType(DType.f32, ())]),
-           Op("exp", [Value(F32_3)], {}, [F32_3])]
-    for op in ops:
-        assert _rest(op) == (op.attrs_key(), tuple(r.type for r in op.results), op.device)

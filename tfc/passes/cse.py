@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from typing import Hashable
 
-import numpy as np
-
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import COMMUTATIVE, PURE, RANDOM, STATEFUL, lookup
-from tfc.passes.manager import for_each_graph, register_pass, resolve
+from tfc.passes.manager import attrs_key, for_each_graph, register_pass, resolve
 
 
 @register_pass("cse")
@@ -110,22 +108,10 @@ def _rule(kind: str) -> int:
 
 
 def _rest(op: Op) -> Hashable:
-    """The part of ``op``'s key after its kind and inputs: ``op.attrs_key()`` (built
-    here as it builds it for the one-attr ops every graph has many of: constants,
-    variable reads), result types, device."""
-    attrs = op.attrs
-    key: tuple = ()
-    if len(attrs) == 1:
-        for name, v in attrs.items():
-            if type(v) is np.ndarray:
-                key = ((name, ("ndarray", v.dtype.str, v.shape, v.tobytes())),)
-            elif type(v) is str:
-                key = ((name, ("str", v)),)
-            else:
-                key = op.attrs_key()
-    elif attrs:
-        key = op.attrs_key()
-    return key, tuple([r.type for r in op.results]), op.device
+    """The part of ``op``'s key after its kind and inputs: attrs (``attrs_key``), result
+    types, device."""
+    return (attrs_key(op) if op.attrs else (), tuple([r.type for r in op.results]),
+            op.device)
 
 
 def op_key(op: Op, order: dict[Value, int]) -> Hashable | None:

@@ -73,7 +73,7 @@ from tfc.ops.fusion import (INDEXED, core_shape, fused_reduction, fusion_kind, i
                             loop_op_problem, reduction_axes, unit_view)
 from tfc.passes.cse import cse_graph
 from tfc.passes.dce import dce_graph
-from tfc.passes.manager import apply_substitution, register_pass
+from tfc.passes.manager import apply_substitution, attrs_key, register_pass
 from tfc.passes.replicate import strip_module_markers
 
 _FUSED_NAME = re.compile(r"^fused_(\d+)$")
@@ -726,7 +726,7 @@ class _GroupShape:
                     if n is None:
                         n = args[v] = len(args)
                     refs.append(n)
-            parts.append((op.kind, op.attrs_key() if op.attrs else (),
+            parts.append((op.kind, attrs_key(op) if op.attrs else (),
                           tuple([r.type for r in op.results]), tuple(refs)))
         const_keys, const_parts = grouper.constant_keys, []
         for const in constants:
@@ -799,22 +799,21 @@ def _steps(region: Graph, shape: _GroupShape) -> _Template:
 
 def _instantiate(template: _Template, shape: _GroupShape) -> Graph:
     """A copy of ``template``'s region with ``shape``'s names and locations."""
-    names = template.names + [r.name for op in shape.members for r in op.results] + [
-        v.name for v in shape.args]
     members, constants = shape.members, shape.constants
-    region = Graph(PENDING)
-    values = [region.add_arg(a.type, v.name)
-              for a, v in zip(template.region.args, shape.args)]
-    ops = region.ops
+    names = template.names + [r.name for op in members for r in op.results] + [
+        v.name for v in shape.args]
+    args = [Value(a.type, None, n, v.name)
+            for n, (a, v) in enumerate(zip(template.region.args, shape.args))]
+    values = args[:]
+    ops = []
     for kind, attrs, inputs, types, (at, where), names_at in template.steps:
         loc = members[where].loc if at == 1 else constants[where].loc if at == 2 else where
         new = Op(kind, [values[i] for i in inputs], attrs, types, loc=loc,
                  names=[names[i] for i in names_at])
         ops.append(new)
         values += new.results
-    region.set_results([values[i] for i in template.results],
-                       list(template.region.result_names))
-    return region
+    return Graph(PENDING, args, ops, [values[i] for i in template.results],
+                 template.region.result_names)
 
 
 def _drop_unused_constants(graph: Graph, grouper: _Grouper) -> None:

@@ -29,8 +29,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
+import numpy as np
+
 from tfc.errors import TfcError, VerifyError
-from tfc.ir.core import Graph, Module, Value
+from tfc.ir.core import Graph, Module, Op, Value, attr_key
 
 Pass = Callable[..., "Module | None"]
 # An option's parser: its text in a pipeline string -> its value (raises ValueError or
@@ -323,6 +325,27 @@ def for_each_graph(module: Module, rewrite: Callable[[Graph], object]) -> Module
     for g in module_graphs(module):
         rewrite(g)
     return module
+
+
+_PLAIN_ATTRS = {int: "int", str: "str", bool: "bool", type(None): "NoneType"}
+
+
+def attrs_key(op: Op) -> tuple:
+    """``op.attrs_key()`` (the same tuple: ``tfc.ir.core.attr_key`` of each value), built
+    without a call per value for the values most attrs hold (ints, strings, bools,
+    None, arrays): a pass keying every op of a deep model by its attrs (cse, fusion's
+    templates) spent most of that time in the calls."""
+    out: list[tuple[str, Any]] = []
+    for name, v in op.attrs.items():
+        t = type(v)
+        plain = _PLAIN_ATTRS.get(t)
+        if plain is not None:
+            out.append((name, (plain, v)))
+        elif t is np.ndarray:
+            out.append((name, ("ndarray", v.dtype.str, v.shape, v.tobytes())))
+        else:
+            out.append((name, attr_key(v)))
+    return tuple(out)
 
 
 def resolve(subst: dict[Value, Value], v: Value) -> Value:
