@@ -450,7 +450,7 @@ class _Grouper:
             return False
         bits, anc = g.bits | (1 << i), g.anc | self.anc[i]
         late = self.late_step(g.late, i, *shape)
-        if late is None or self.cycle(bits, anc):
+        if late is None or self.cycle(bits, anc, g.members[0]):
             return False
         # i is the last op visited, so only its own set can lack the group's ancestors;
         # when i brings none the group lacked, no other op's set changes (contracting
@@ -495,7 +495,7 @@ class _Grouper:
             return False
         bits, anc = cur.bits | g.bits, cur.anc | g.anc
         late = self.late_values(bits, *shape) if shape[1] is not None else set()
-        if late is None or self.cycle(bits, anc):
+        if late is None or self.cycle(bits, anc, min(cur.members[0], g.members[0])):
             return False
         cur.members = sorted(cur.members + g.members)
         cur.bits, cur.anc, cur.late = bits, anc, late
@@ -547,9 +547,9 @@ class _Grouper:
         op, info = self.ops[m], self.infos[m]
         if info is not None and info.role == "reduce":
             return set(op.results)
-        reads = [v for v in op.inputs if v in late]
-        if not reads:
+        if late.isdisjoint(op.inputs):
             return set()
+        reads = [v for v in op.inputs if v in late]
         out = op.results[0].type.shape
         if axes is not None and _same_space(out, shape) and any(
                 not _same_space(v.type.shape, shape)
@@ -557,10 +557,10 @@ class _Grouper:
             return None
         return set(op.results)
 
-    def cycle(self, bits: int, anc: int) -> bool:
+    def cycle(self, bits: int, anc: int, lo: int) -> bool:
         """Whether an op outside ``bits`` (or a group it is in) lies on a path between two
-        of its members (``anc``: their ancestors in the graph of groups)."""
-        lo = (bits & -bits).bit_length() - 1
+        of its members (``anc``: their ancestors in the graph of groups; ``lo``: the
+        first member)."""
         outside = (anc & ~bits) >> lo << lo
         while outside:
             low = outside & -outside
@@ -613,10 +613,16 @@ def _outputs(grouper: _Grouper, g: _Group) -> list[Value]:
     """Member results used outside the group, in member order."""
     out = []
     users, escaping, group_of = grouper.users, grouper.escaping, grouper.group_of
+    ops = grouper.ops
     for m in g.members:
-        for r in grouper.ops[m].results:
-            if r in escaping or any(group_of[u] is not g for u in users.get(r, ())):
+        for r in ops[m].results:
+            if r in escaping:
                 out.append(r)
+                continue
+            for u in users.get(r, ()):
+                if group_of[u] is not g:
+                    out.append(r)
+                    break
     return out
 
 
