@@ -206,3 +206,12 @@ def test_attrs_key_is_the_ops_own() -> None:
     for op in ops:
         assert manager.attrs_key(op) == op.attrs_key()
     assert manager.attrs_key(ops[3]) != manager.attrs_key(ops[4])
+
+
+def test_type_key_is_equal_exactly_when_the_types_are() -> None:
+    types = [TensorType(DType.f32, (3,)), TensorType(DType.f32, (3,)),
+             TensorType(DType.f64, (3,)), TensorType(DType.f32, ("B", 3)),
+             TensorType(DType.f32, ()), TensorType(DType.i32, (3,))]
+    for a in types:
+        for b in types:
+            assert (manager.type_key(a) == manager.type_key(b)) == (a == b)

@@ -73,7 +73,7 @@ from tfc.ops.fusion import (INDEXED, core_shape, fused_reduction, fusion_kind, i
                             loop_op_problem, reduction_axes, unit_view)
 from tfc.passes.cse import cse_graph
 from tfc.passes.dce import dce_graph
-from tfc.passes.manager import apply_substitution, attrs_key, register_pass
+from tfc.passes.manager import apply_substitution, attrs_key, register_pass, type_key
 from tfc.passes.replicate import strip_module_markers
 
 _FUSED_NAME = re.compile(r"^fused_(\d+)$")
@@ -348,7 +348,7 @@ class _Grouper:
         self.group_of: list[_Group | None] = [None] * len(ops)
         self.groups: dict[int, _Group] = {}  # by id (merged groups leave)
         # per splat constant copied into a region: its part of the region's key
-        self.constant_keys: dict[Op, tuple[TensorType, bytes]] = {}
+        self.constant_keys: dict[Op, tuple[tuple[str, tuple[Dim, ...]], bytes]] = {}
 
     def run(self) -> list[_Group]:
         groups, group_of, infos, anc = self.groups, self.group_of, self.infos, self.anc
@@ -733,7 +733,7 @@ class _GroupShape:
                         n = args[v] = len(args)
                     refs.append(n)
             parts.append((op.kind, attrs_key(op) if op.attrs else (),
-                          tuple([r.type for r in op.results]), tuple(refs)))
+                          tuple([type_key(r.type) for r in op.results]), tuple(refs)))
         const_keys, const_parts = grouper.constant_keys, []
         for const in constants:
             part = const_keys.get(const)
@@ -741,10 +741,10 @@ class _GroupShape:
                 value = splat_value(const)
                 assert value is not None
                 scalar = np.asarray(value.flat[0], dtype=const.result.dtype.np)
-                part = const_keys[const] = (const.result.type, scalar.tobytes())
+                part = const_keys[const] = (type_key(const.result.type), scalar.tobytes())
             const_parts.append(part)
         out = tuple([(index[v.op], v.index) for v in outputs if v.op is not None])
-        key = (tuple(parts), tuple(const_parts), tuple([v.type for v in args]), out)
+        key = (tuple(parts), tuple(const_parts), tuple([type_key(v.type) for v in args]), out)
         return _GroupShape(key, members, list(constants), list(args), outputs)
 
 
