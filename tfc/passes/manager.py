@@ -336,8 +336,18 @@ def attrs_key(op: Op) -> tuple:
     without a call per value for the values most attrs hold (ints, strings, bools,
     None, arrays): a pass keying every op of a deep model by its attrs (cse, fusion's
     templates) spent most of that time in the calls."""
+    attrs = op.attrs
+    if len(attrs) == 1:  # (a constant's value, a read's variable)
+        for name, v in attrs.items():
+            t = type(v)
+            plain = _PLAIN_ATTRS.get(t)
+            if plain is not None:
+                return ((name, (plain, v)),)
+            if t is np.ndarray:
+                return ((name, ("ndarray", v.dtype.str, v.shape, v.tobytes())),)
+            return ((name, attr_key(v)),)
     out: list[tuple[str, Any]] = []
-    for name, v in op.attrs.items():
+    for name, v in attrs.items():
         t = type(v)
         plain = _PLAIN_ATTRS.get(t)
         if plain is not None:
