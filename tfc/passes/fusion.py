@@ -179,14 +179,26 @@ def classify(op: Op) -> _Info | None:
         value = splat_value(op)
         return None if value is None else _Info("const", op.results[0].type.shape)
     if c == _EW:
-        return _Info("ew", op.results[0].type.shape)
+        return _ew_info(op.results[0].type.shape)
     if c == _REDUCE:
         return _Info("reduce", op.inputs[0].type.shape, reduction_axes(op))
     if c == _COMPOSITE:
         return _composite_info(op)
     if c == _VIEW and unit_view(op):
-        return _Info("ew", op.results[0].type.shape)
+        return _ew_info(op.results[0].type.shape)
     return None
+
+
+_EW_INFOS: dict[tuple[Dim, ...], _Info] = {}  # by shape: one per shape in this process
+
+
+def _ew_info(shape: tuple[Dim, ...]) -> _Info:
+    info = _EW_INFOS.get(shape)
+    if info is None:
+        if len(_EW_INFOS) >= MAX_TEMPLATES:
+            _EW_INFOS.clear()
+        info = _EW_INFOS[shape] = _Info("ew", shape)
+    return info
 
 
 _COMPOSITES: dict[tuple, _Info | None] = {}  # by kind, attrs and types: see _composite_info
