@@ -271,3 +271,32 @@ def test_generators_fold_small_or_splat_results() -> None:
     canon(g)
     assert [v.op.kind for v in g.results] == ["constant", "constant", "range"]
     np.testing.assert_array_equal(g.results[1].op.attrs["value"], np.arange(10, dtype=np.int32))
+
+
+def test_the_registry_is_asked_once_per_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a kind allows (rewritten at all, erased when unused) is read once per kind
+    per graph, not once per op and sweep: 40 ops of 2 kinds ask as often as 4 do."""
+    from tfc.passes.canonicalize import canonicalize_graph
+
+    def graph(n: int) -> Graph:
+        g, b, (x, y) = new_graph(F32_3, F32_3)
+        g.set_results([b("tanh", b("mul", x, y)) for _ in range(n)])
+        b("exp", x)  # dead: erased
+        return g
+
+    def asked(g: Graph) -> int:
+        real = OpDef.has
+        count = [0]
+
+        def has(self: OpDef, trait: object) -> bool:
+            count[0] += 1
+            return real(self, trait)  # type: ignore[arg-type]
+
+        with monkeypatch.context() as mp:
+            mp.setattr(OpDef, "has", has)
+            canonicalize_graph(g)
+        return count[0]
+
+    small, big = graph(2), graph(20)
+    assert asked(small) == asked(big)
+    assert [op.kind for op in big.ops] == ["mul", "tanh"] * 20

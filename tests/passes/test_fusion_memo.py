@@ -183,3 +183,44 @@ def test_groups_that_differ_in_anything_but_names_and_places_share_no_template(
     monkeypatch.setattr(fusion, "_TEMPLATES", {})
     fused_text(_scaled(0.5))
     assert fused_text(variant()) == fused_cold(variant(), monkeypatch)
+
+
+def test_the_registry_is_asked_per_kind_not_per_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Classifying an op (``classify``, ``cheap``) reads its kind's traits once per
+    definition in the process, not once per op: fusing 24 layers asks the registry as
+    often as fusing 6 (both have the same kinds, and the same 3 templates)."""
+    from tfc.ir.registry import OpDef
+    real = OpDef.has
+    counts = []
+    for layers in (6, 24):
+        m = mlp(layers)
+        run_passes(m, "canonicalize,cse,dce")
+        for memo in ("_TEMPLATES", "_COMPOSITES", "_KIND_CLASSES", "_CHEAP_KINDS"):
+            monkeypatch.setattr(fusion, memo, {}, raising=False)
+        asked = [0]
+
+        def has(self: OpDef, trait: object, asked: list[int] = asked) -> bool:
+            asked[0] += 1
+            return real(self, trait)  # type: ignore[arg-type]
+
+        with monkeypatch.context() as mp:
+            mp.setattr(OpDef, "has", has)
+            run_passes(m, "fusion")
+        counts.append(asked[0])
+    assert counts[0] == counts[1]
+
+
+def test_the_priority_order_is_kept_only_when_it_is_topological() -> None:
+    """``_topological`` returns the ops sorted by priority when that order is a
+    topological one (what the heap gives then), else the heap's order."""
+    g = Graph("main")
+    b = Builder(g)
+    x = g.add_arg(TensorType(F32, (4,)), "x")
+    a = b("exp", x)
+    c = b("neg", a)
+    d = b("tanh", x)
+    ops = list(g.ops)
+    assert fusion._topological(ops, {ops[0]: 0, ops[1]: 1, ops[2]: 2}) == ops
+    assert fusion._topological(ops, {ops[0]: 2, ops[1]: 0, ops[2]: 1}) == [
+        ops[2], ops[0], ops[1]]  # neg waits for exp; tanh goes first
+    assert c.op is ops[1] and d.op is ops[2]

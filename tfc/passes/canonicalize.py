@@ -55,9 +55,16 @@ def canonicalize(module: Module) -> Module:
 def canonicalize_graph(graph: Graph) -> bool:
     """Rewrite one graph (not its regions) until nothing changes; whether anything did."""
     changed_any = False
-    for _ in range(MAX_ITERATIONS):
-        changed = _Rewriter(graph).run()
-        changed |= _erase_dead_pure(graph)
+    rules: dict[str, tuple[Any, str | None]] = {}  # by kind (see ``_Rewriter.rule``)
+    erasable: dict[str, bool] = {}  # by kind (``_erasable``)
+    for iteration in range(MAX_ITERATIONS):
+        before = len(graph.ops)
+        changed = _Rewriter(graph, rules).run()
+        # A sweep that replaced nothing and added nothing left the graph as the last
+        # erasing left it, without a dead erasable op (erasing goes backwards: an op kept
+        # is used by one kept after it), so erasing again would find none: skipped.
+        if iteration == 0 or changed or len(graph.ops) != before:
+            changed |= _erase_dead_pure(graph, erasable)
         changed_any |= changed
         if not changed:
             break
@@ -74,28 +81,60 @@ def constant_value(v: Value) -> np.ndarray | None:
 def is_splat(v: Value, x: float | int) -> bool:
     """Whether ``v`` is a constant all of whose elements equal ``x``."""
     c = constant_value(v)
-    return c is not None and bool(np.all(c == x))
+    if c is None:
+        return False
+    if c.size == 1:  # (np.all's answer, without its overhead)
+        return bool(c == x)
+    return bool(np.all(c == x))
 
 
 class _Rewriter:
     """One forward sweep: each op's inputs are first updated by earlier replacements."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph,
+                 rules: dict[str, tuple[Any, str | None]] | None = None) -> None:
         self.graph = graph
         self.subst: dict[Value, Value] = {}
         self.ops: list[Op] = []
         self.changed = False
+        self.rules = {} if rules is None else rules
 
     def run(self) -> bool:
         g = self.graph
+        subst, rules, kept = self.subst, self.rules, self.ops
+        replaced = subst.keys()
         for op in g.ops:
-            if any(v in self.subst for v in op.inputs):
-                op.inputs = [resolve(self.subst, v) for v in op.inputs]
-            if op.regions or not self.rewrite(op):
-                self.ops.append(op)
-        g.ops = self.ops
-        g.results = [resolve(self.subst, v) for v in g.results]
+            inputs = op.inputs
+            if subst and not replaced.isdisjoint(inputs):
+                op.inputs = inputs = [resolve(subst, v) for v in inputs]
+            if op.regions:
+                kept.append(op)
+                continue
+            rule = rules.get(op.kind)
+            if rule is None:
+                rule = rules[op.kind] = self.rule(op.kind)
+            opdef, simplify = rule
+            # an op is folded when its inputs are all constants, else simplified by the
+            # rule of its kind: an op of a kind that has neither is left as it is
+            if opdef is None or (simplify is None and inputs and not _all_constant(inputs)):
+                kept.append(op)
+            elif not self.rewrite(op, rule):
+                kept.append(op)
+        g.ops = kept
+        g.results = [resolve(subst, v) for v in g.results]
         return self.changed
+
+    def rule(self, kind: str) -> tuple[Any, str | None]:
+        """How ops of ``kind`` may be rewritten, read from the registry once per kind: its
+        definition (None when it never is: constants, ops not PURE, RANDOM or STATEFUL
+        ones) and the name of its ``simplify_`` method (None when it has none)."""
+        opdef = lookup(kind)
+        if kind == "constant" or not opdef.has(PURE):
+            return None, None
+        if opdef.has(RANDOM) or opdef.has(STATEFUL):
+            return None, None
+        name = "simplify_" + kind
+        return opdef, name if callable(getattr(self, name, None)) else None
 
     # ---- rewrites: each returns True when ``op`` was replaced (and so dropped) ----------
 
@@ -109,16 +148,13 @@ class _Rewriter:
         self.ops.append(op)
         return op
 
-    def rewrite(self, op: Op) -> bool:
-        opdef = lookup(op.kind)
-        if op.kind == "constant" or not opdef.has(PURE):
+    def rewrite(self, op: Op, rule: tuple[Any, str | None] | None = None) -> bool:
+        opdef, name = self.rule(op.kind) if rule is None else rule
+        if opdef is None:
             return False
-        if opdef.has(RANDOM) or opdef.has(STATEFUL):
-            return False
-        if all(constant_value(v) is not None for v in op.inputs) and self.fold(op, opdef):
+        if _all_constant(op.inputs) and self.fold(op, opdef):
             return True
-        simplify = getattr(self, "simplify_" + op.kind, None)
-        return bool(simplify and simplify(op))
+        return name is not None and bool(getattr(self, name)(op))
 
     def fold(self, op: Op, opdef: Any) -> bool:
         types = [r.type for r in op.results]
@@ -266,13 +302,27 @@ def _perm(op: Op, rank: int) -> tuple[int, ...] | None:
     return tuple(p % rank if rank else p for p in perm)
 
 
-def _erase_dead_pure(graph: Graph) -> bool:
-    """Erase PURE, non-random ops (without regions) whose results nothing uses."""
+def _all_constant(inputs: list[Value]) -> bool:
+    """Whether every value of ``inputs`` is a ``constant``'s result (``constant_value``)."""
+    for v in inputs:
+        if v.op is None or v.op.kind != "constant":
+            return False
+    return True
+
+
+def _erase_dead_pure(graph: Graph, erasable: dict[str, bool] | None = None) -> bool:
+    """Erase PURE, non-random ops (without regions) whose results nothing uses
+    (``erasable``: what ``_erasable`` said of each kind, kept across calls)."""
     used: set[Value] = set(graph.results)
+    known = {} if erasable is None else erasable
     kept: list[Op] = []
     for op in reversed(graph.ops):
-        if not op.regions and not any(r in used for r in op.results) and _erasable(op):
-            continue
+        if not op.regions and used.isdisjoint(op.results):
+            free = known.get(op.kind)
+            if free is None:
+                free = known[op.kind] = _erasable(op)
+            if free:
+                continue
         kept.append(op)
         used.update(op.inputs)
     changed = len(kept) != len(graph.ops)

@@ -18,7 +18,7 @@ from typing import Hashable
 
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import COMMUTATIVE, PURE, RANDOM, STATEFUL, lookup
-from tfc.passes.manager import for_each_graph, register_pass, resolve
+from tfc.passes.manager import attrs_key, for_each_graph, register_pass, resolve, type_key
 
 
 @register_pass("cse")
@@ -28,23 +28,63 @@ def cse(module: Module) -> Module:
 
 
 def cse_graph(graph: Graph) -> int:
-    """CSE one graph (not its regions); returns how many ops were merged away."""
+    """CSE one graph (not its regions); returns how many ops were merged away.
+
+    An op's key is found in two steps: its kind and inputs first (cheap: strings and
+    values hash fast), then, only when an earlier op had those too, the rest (attrs,
+    result types, device), for both; an op is merged into the first op of equal key, as
+    one lookup by the whole key would find it. Ops without inputs (constants, reads)
+    have the whole key at once: they would all meet in the first step. What the
+    registry says of a kind is read once per kind."""
     order: dict[Value, int] = {v: i for i, v in enumerate(graph.args)}
-    seen: dict[Hashable, Op] = {}
+    rules: dict[str, int] = {}
+    alone: dict[Hashable, Op] = {}  # ops without inputs, by whole key
+    seen: dict[Hashable, Op | dict[Hashable, Op]] = {}  # by kind and inputs (then rest)
     subst: dict[Value, Value] = {}
+    replaced = subst.keys()
     kept: list[Op] = []
     merged = 0
     for op in graph.ops:
-        if any(v in subst for v in op.inputs):
-            op.inputs = [resolve(subst, v) for v in op.inputs]
-        key = op_key(op, order)
-        if key is not None and key in seen:
-            for r, s in zip(op.results, seen[key].results):
+        inputs = op.inputs
+        if subst and not replaced.isdisjoint(inputs):
+            op.inputs = inputs = [resolve(subst, v) for v in inputs]
+        target: Op | None = None
+        if not op.regions:
+            rule = rules.get(op.kind)
+            if rule is None:
+                rule = rules[op.kind] = _rule(op.kind)
+            if rule == _NEVER:
+                pass
+            elif not inputs:
+                key: Hashable = (op.kind, _rest(op))
+                target = alone.get(key)
+                if target is None:
+                    alone[key] = op
+            else:
+                ins: tuple[Value, ...]
+                if rule == _COMMUTATIVE and len(inputs) == 2:
+                    x, y = inputs
+                    ins = (y, x) if order.get(y, -1) < order.get(x, -1) else (x, y)
+                elif rule == _COMMUTATIVE:
+                    ins = tuple(sorted(inputs, key=lambda v: order.get(v, -1)))
+                else:
+                    ins = tuple(inputs)
+                key = (op.kind, ins)
+                first = seen.get(key)
+                if first is None:
+                    seen[key] = op
+                else:
+                    if isinstance(first, Op):  # a second op of this kind on these inputs
+                        first = seen[key] = {_rest(first): first}
+                    rest = _rest(op)
+                    target = first.get(rest)
+                    if target is None:
+                        first[rest] = op
+        if target is not None:
+            for r, s in zip(op.results, target.results):
                 subst[r] = s
             merged += 1
             continue
-        if key is not None:
-            seen[key] = op
         for r in op.results:
             order[r] = len(order)
         kept.append(op)
@@ -53,8 +93,30 @@ def cse_graph(graph: Graph) -> int:
     return merged
 
 
+_NEVER, _PLAIN, _COMMUTATIVE = range(3)
+
+
+def _rule(kind: str) -> int:
+    """Whether ops of ``kind`` may merge (``_NEVER``: random, stateful but reads, of
+    unknown effect), and whether their operands commute."""
+    opdef = lookup(kind)
+    if opdef.has(RANDOM):
+        return _NEVER
+    if (opdef.has(STATEFUL) or not opdef.has(PURE)) and kind != "var.read":
+        return _NEVER
+    return _COMMUTATIVE if opdef.has(COMMUTATIVE) else _PLAIN
+
+
+def _rest(op: Op) -> Hashable:
+    """The part of ``op``'s key after its kind and inputs: attrs (``attrs_key``), result
+    types, device."""
+    return (attrs_key(op) if op.attrs else (), tuple([type_key(r.type) for r in op.results]),
+            op.device)
+
+
 def op_key(op: Op, order: dict[Value, int]) -> Hashable | None:
-    """The hash-consing key of ``op``, or None when ``op`` must never be merged."""
+    """The hash-consing key of ``op``, or None when ``op`` must never be merged: ops of
+    equal key are merged (``cse_graph`` finds them without building every key)."""
     if op.regions:
         return None
     opdef = lookup(op.kind)

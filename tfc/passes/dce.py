@@ -30,10 +30,19 @@ def dce(module: Module) -> Module:
 def dce_graph(graph: Graph) -> int:
     """DCE one graph (regions are handled by ``dce``); returns how many ops were removed."""
     used: set[Value] = set(graph.results)
+    effects: dict[str, bool] = {}  # by kind: has_effect of an op without regions
     kept: list[Op] = []
     for op in reversed(graph.ops):
-        if not any(r in used for r in op.results) and not has_effect(op):
-            continue
+        if used.isdisjoint(op.results):
+            if op.regions:
+                effect = has_effect(op)
+            else:
+                known = effects.get(op.kind)
+                if known is None:
+                    known = effects[op.kind] = has_effect(op)
+                effect = known
+            if not effect:
+                continue
         kept.append(op)
         used.update(op.inputs)
     removed = len(graph.ops) - len(kept)

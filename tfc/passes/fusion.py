@@ -58,7 +58,7 @@ from __future__ import annotations
 import heapq
 import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -67,13 +67,13 @@ from tfc.ir.builder import Builder
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.expand import expand_into, expansion
 from tfc.ir.registry import (BROADCAST, COMPOSITE, ELEMENTWISE, GENERATOR, PURE, RANDOM,
-                             STATEFUL, VIEW, lookup, make_op)
-from tfc.ir.types import Dim, broadcast_shapes
+                             STATEFUL, VIEW, OpDef, lookup, make_op)
+from tfc.ir.types import Dim, TensorType, broadcast_shapes
 from tfc.ops.fusion import (INDEXED, core_shape, fused_reduction, fusion_kind, is_splat,
                             loop_op_problem, reduction_axes, unit_view)
 from tfc.passes.cse import cse_graph
 from tfc.passes.dce import dce_graph
-from tfc.passes.manager import apply_substitution, register_pass
+from tfc.passes.manager import apply_substitution, attrs_key, register_pass, type_key
 from tfc.passes.replicate import strip_module_markers
 
 _FUSED_NAME = re.compile(r"^fused_(\d+)$")
@@ -117,11 +117,15 @@ class _Names:
     def __init__(self, module: Module) -> None:
         self.next = 0
         for g in module.graphs.values():
-            for op in g.walk():
-                for r in op.regions:
-                    m = _FUSED_NAME.match(r.name)
-                    if m:
-                        self.next = max(self.next, int(m.group(1)) + 1)
+            self.see(g)
+
+    def see(self, graph: Graph) -> None:
+        for op in graph.ops:
+            for r in op.regions:  # (most ops have none)
+                m = _FUSED_NAME.match(r.name)
+                if m:
+                    self.next = max(self.next, int(m.group(1)) + 1)
+                self.see(r)
 
     def __call__(self) -> str:
         self.next += 1
@@ -130,8 +134,7 @@ class _Names:
 
 # ---- what can be fused ---------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class _Info:
+class _Info(NamedTuple):
     """How an op takes part: ``ew`` (element-wise), ``reduce`` or ``const`` (copied in)."""
 
     role: str
@@ -139,25 +142,63 @@ class _Info:
     axes: tuple[int, ...] | None = None
 
 
+# What the registry says of a kind, for ``classify``: its traits read once per definition
+# in this process (a definition's traits do not change), not once per op.
+_NEVER, _OTHER, _EW, _VIEW, _REDUCE, _COMPOSITE = range(6)
+_KIND_CLASSES: dict[OpDef, tuple[bool, int]] = {}  # -> (constant-like, class)
+
+
+def _kind_class(kind: str, opdef: OpDef) -> tuple[bool, int]:
+    """Whether ``kind`` is constant-like (a ``constant``, a GENERATOR: without inputs it
+    is copied in), and how else an op of that kind may take part."""
+    if opdef.has(RANDOM) or opdef.has(STATEFUL) or not opdef.has(PURE):
+        return False, _NEVER
+    const = kind == "constant" or opdef.has(GENERATOR)
+    if fused_reduction(kind):
+        return const, _REDUCE
+    if opdef.has(COMPOSITE):
+        return const, _COMPOSITE
+    if opdef.has(ELEMENTWISE) or opdef.has(BROADCAST) or kind in INDEXED:
+        return const, _EW
+    return const, (_VIEW if opdef.has(VIEW) else _OTHER)
+
+
 def classify(op: Op) -> _Info | None:
     """How ``op`` can be fused, or None when it stays an op of its own."""
     if op.regions or len(op.results) != 1:
         return None
-    opdef = lookup(op.kind)
-    if opdef.has(RANDOM) or opdef.has(STATEFUL) or not opdef.has(PURE):
+    kind = op.kind
+    opdef = lookup(kind)
+    known = _KIND_CLASSES.get(opdef)
+    if known is None:
+        known = _KIND_CLASSES[opdef] = _kind_class(kind, opdef)
+    const, c = known
+    if c == _NEVER:
         return None
-    out = op.result.type
-    if op.kind == "constant" or (opdef.has(GENERATOR) and not op.inputs):
+    if const and (kind == "constant" or not op.inputs):
         value = splat_value(op)
-        return None if value is None else _Info("const", out.shape)
-    if fused_reduction(op.kind):
+        return None if value is None else _Info("const", op.results[0].type.shape)
+    if c == _EW:
+        return _ew_info(op.results[0].type.shape)
+    if c == _REDUCE:
         return _Info("reduce", op.inputs[0].type.shape, reduction_axes(op))
-    if opdef.has(COMPOSITE):
+    if c == _COMPOSITE:
         return _composite_info(op)
-    if (opdef.has(ELEMENTWISE) or opdef.has(BROADCAST) or op.kind in INDEXED
-            or (opdef.has(VIEW) and unit_view(op))):
-        return _Info("ew", out.shape)
+    if c == _VIEW and unit_view(op):
+        return _ew_info(op.results[0].type.shape)
     return None
+
+
+_EW_INFOS: dict[tuple[Dim, ...], _Info] = {}  # by shape: one per shape in this process
+
+
+def _ew_info(shape: tuple[Dim, ...]) -> _Info:
+    info = _EW_INFOS.get(shape)
+    if info is None:
+        if len(_EW_INFOS) >= MAX_TEMPLATES:
+            _EW_INFOS.clear()
+        info = _EW_INFOS[shape] = _Info("ew", shape)
+    return info
 
 
 _COMPOSITES: dict[tuple, _Info | None] = {}  # by kind, attrs and types: see _composite_info
@@ -194,10 +235,18 @@ def _expanded_info(op: Op) -> _Info | None:
 
 def cheap(op: Op) -> bool:
     """Whether a group of such ops may be copied into a bigger consumer: no arithmetic
-    worth sharing (broadcasts, views, generators, ``one_hot``, ``cast``)."""
+    worth sharing (broadcasts, views, generators, ``one_hot``, ``cast``). By kind
+    (the traits of a definition read once in this process)."""
     opdef = lookup(op.kind)
-    return (opdef.has(BROADCAST) or opdef.has(VIEW) or opdef.has(GENERATOR)
+    known = _CHEAP_KINDS.get(opdef)
+    if known is None:
+        known = _CHEAP_KINDS[opdef] = (
+            opdef.has(BROADCAST) or opdef.has(VIEW) or opdef.has(GENERATOR)
             or op.kind in INDEXED or op.kind == "cast")
+    return known
+
+
+_CHEAP_KINDS: dict[OpDef, bool] = {}
 
 
 def splat_value(op: Op) -> np.ndarray | None:
@@ -228,7 +277,7 @@ def _trial_expansion(op: Op) -> Graph | None:
 
 # ---- grouping ------------------------------------------------------------------------------
 
-@dataclass
+@dataclass(eq=False)  # (one group is one node: compared by identity)
 class _Group:
     members: list[int]
     bits: int  # members as a bitset of op positions
@@ -241,7 +290,7 @@ class _Group:
 
 
 def _same_space(a: Sequence[Dim], b: Sequence[Dim]) -> bool:
-    return core_shape(a) == core_shape(b)
+    return a == b or core_shape(a) == core_shape(b)
 
 
 def _grows(small: tuple[Dim, ...], big: tuple[Dim, ...]) -> bool:
@@ -276,66 +325,81 @@ class _Grouper:
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.ops = graph.ops
-        self.pos = {op: i for i, op in enumerate(self.ops)}
-        self.infos = [classify(op) for op in self.ops]
+        self.ops = ops = graph.ops
+        self.pos = pos = {op: i for i, op in enumerate(ops)}
+        self.infos = infos = [classify(op) for op in ops]
         self.inputless_const = [info is not None and info.role == "const" and not op.inputs
-                                for info, op in zip(self.infos, self.ops)]
+                                for info, op in zip(infos, ops)]
         # Per visited op: the ops it depends on in the graph whose nodes are the groups so
         # far (and the ops in none); grown by ``contract`` as groups gain members.
         self.anc: list[int] = []
-        self.users: dict[Value, set[int]] = {}
-        for i, op in enumerate(self.ops):
-            for v in op.inputs:
-                self.users.setdefault(v, set()).add(i)
+        # per value: the positions of the ops using it, ascending (twice if used twice)
+        self.users: dict[Value, list[int]] = {}
         # per op: the positions of the ops using one of its results, ascending
-        self.uses: list[list[int]] = [
-            sorted({u for r in op.results for u in self.users.get(r, ())})
-            for op in self.ops]
+        self.uses: list[list[int]] = [[] for _ in ops]
+        # per op: the positions of the ops defining its inputs, in input order (graph
+        # arguments left out)
+        self.producers: list[list[int]] = []
+        users, uses, producers = self.users, self.uses, self.producers
+        for i, op in enumerate(ops):
+            mine = []
+            for v in op.inputs:
+                at = users.get(v)
+                if at is None:
+                    users[v] = [i]
+                else:
+                    at.append(i)
+                j = pos.get(v.op)  # type: ignore[arg-type]  # None: an argument
+                if j is not None:
+                    mine.append(j)
+                    u = uses[j]
+                    if not u or u[-1] != i:
+                        u.append(i)
+            producers.append(mine)
         self.escaping = set(graph.results)
-        self.group_of: list[_Group | None] = [None] * len(self.ops)
-        self.groups: list[_Group] = []
+        self.group_of: list[_Group | None] = [None] * len(ops)
+        self.groups: dict[int, _Group] = {}  # by id (merged groups leave)
+        # per splat constant copied into a region: its part of the region's key
+        self.constant_keys: dict[Op, tuple[tuple[str, tuple[Dim, ...]], bytes]] = {}
 
     def run(self) -> list[_Group]:
-        groups = self.groups
+        groups, group_of, infos, anc = self.groups, self.group_of, self.infos, self.anc
+        inputless_const = self.inputless_const
         for i, op in enumerate(self.ops):
-            self.visit(i)
-            info = self.infos[i]
+            # op i's ancestors: its inputs' (every op before it has been visited). Splat
+            # constants are left out: they have no inputs, so none lies on a path between
+            # two members of a group, and each group copies them in; counted, every group
+            # reading the learning rate at the end of a training step brought an ancestor
+            # its members lacked, and ``contract`` walked the whole backward pass once
+            # per layer.
+            producers = self.producers[i]
+            a = 0
+            for j in producers:
+                if not inputless_const[j]:
+                    a |= anc[j] | (1 << j)
+            anc.append(a)
+            info = infos[i]
             if info is None or info.role == "const":
                 continue
-            candidates: list[_Group] = []
-            for v in op.inputs:
-                j = self.pos.get(v.op) if v.op is not None else None
-                g = self.group_of[j] if j is not None else None
-                if g is not None and g not in candidates:
-                    candidates.append(g)
             current: _Group | None = None
-            for g in candidates:
+            tried: list[_Group] = []
+            for j in producers:
+                g = group_of[j]
+                if g is None or g is current or any(g is t for t in tried):
+                    continue
+                tried.append(g)
                 if current is None:
                     if self.join(g, i, info):
                         current = g
                 elif self.merge(current, g):
-                    groups.remove(g)
+                    del groups[id(g)]
             if current is None:
                 late = set(op.results) if info.role == "reduce" else set()
-                current = _Group([i], 1 << i, self.anc[i], info.dom, info.axes, op.device,
+                current = _Group([i], 1 << i, anc[i], info.dom, info.axes, op.device,
                                  cheap(op), late)
-                self.group_of[i] = current
-                groups.append(current)
-        return groups
-
-    def visit(self, i: int) -> None:
-        """Op ``i``'s ancestors: its inputs' (every op before it has been visited). Splat
-        constants are left out: they have no inputs, so none lies on a path between two
-        members of a group, and each group copies them in; counted, every group reading
-        the learning rate at the end of a training step brought an ancestor its members
-        lacked, and ``contract`` walked the whole backward pass once per layer."""
-        a = 0
-        for v in self.ops[i].inputs:
-            j = self.pos.get(v.op) if v.op is not None else None
-            if j is not None and not self.inputless_const[j]:
-                a |= self.anc[j] | (1 << j)
-        self.anc.append(a)
+                group_of[i] = current
+                groups[id(current)] = current
+        return list(groups.values())
 
     def contract(self, g: _Group) -> None:
         """``g`` gained members: it is one node, so each op that depends on a member (the
@@ -398,7 +462,7 @@ class _Grouper:
             return False
         bits, anc = g.bits | (1 << i), g.anc | self.anc[i]
         late = self.late_step(g.late, i, *shape)
-        if late is None or self.cycle(bits, anc):
+        if late is None or self.cycle(bits, anc, g.members[0]):
             return False
         # i is the last op visited, so only its own set can lack the group's ancestors;
         # when i brings none the group lacked, no other op's set changes (contracting
@@ -443,7 +507,7 @@ class _Grouper:
             return False
         bits, anc = cur.bits | g.bits, cur.anc | g.anc
         late = self.late_values(bits, *shape) if shape[1] is not None else set()
-        if late is None or self.cycle(bits, anc):
+        if late is None or self.cycle(bits, anc, min(cur.members[0], g.members[0])):
             return False
         cur.members = sorted(cur.members + g.members)
         cur.bits, cur.anc, cur.late = bits, anc, late
@@ -495,9 +559,9 @@ class _Grouper:
         op, info = self.ops[m], self.infos[m]
         if info is not None and info.role == "reduce":
             return set(op.results)
-        reads = [v for v in op.inputs if v in late]
-        if not reads:
+        if late.isdisjoint(op.inputs):
             return set()
+        reads = [v for v in op.inputs if v in late]
         out = op.results[0].type.shape
         if axes is not None and _same_space(out, shape) and any(
                 not _same_space(v.type.shape, shape)
@@ -505,10 +569,10 @@ class _Grouper:
             return None
         return set(op.results)
 
-    def cycle(self, bits: int, anc: int) -> bool:
+    def cycle(self, bits: int, anc: int, lo: int) -> bool:
         """Whether an op outside ``bits`` (or a group it is in) lies on a path between two
-        of its members (``anc``: their ancestors in the graph of groups)."""
-        lo = (bits & -bits).bit_length() - 1
+        of its members (``anc``: their ancestors in the graph of groups; ``lo``: the
+        first member)."""
         outside = (anc & ~bits) >> lo << lo
         while outside:
             low = outside & -outside
@@ -560,11 +624,17 @@ def fuse_graph(graph: Graph, names: Callable[[], str] | None = None) -> int:
 def _outputs(grouper: _Grouper, g: _Group) -> list[Value]:
     """Member results used outside the group, in member order."""
     out = []
+    users, escaping, group_of = grouper.users, grouper.escaping, grouper.group_of
+    ops = grouper.ops
     for m in g.members:
-        for r in grouper.ops[m].results:
-            users = grouper.users.get(r, set())
-            if r in grouper.escaping or any(not (g.bits >> u) & 1 for u in users):
+        for r in ops[m].results:
+            if r in escaping:
                 out.append(r)
+                continue
+            for u in users.get(r, ()):
+                if group_of[u] is not g:
+                    out.append(r)
+                    break
     return out
 
 
@@ -582,9 +652,14 @@ def _build(grouper: _Grouper, g: _Group, outputs: list[Value]) -> Op:
             _TEMPLATES[shape.key] = template
     region = _instantiate(template, shape)
     region.sources, region.source_results = tuple(members), tuple(outputs)
-    return make_op("fusion", shape.args, {"kind": template.kind}, device=g.device,
-                   loc=members[0].loc, regions=[region], names=[v.name for v in outputs],
-                   result_types=[v.type for v in outputs])
+    names, types = [v.name for v in outputs], [v.type for v in outputs]
+    if template.attrs is None:  # its attrs checked once per content
+        op = make_op("fusion", shape.args, {"kind": template.kind}, device=g.device,
+                     loc=members[0].loc, regions=[region], names=names, result_types=types)
+        template.attrs = op.attrs
+        return op
+    return Op("fusion", shape.args, template.attrs, types, device=g.device,
+              loc=members[0].loc, regions=[region], names=names)
 
 
 # ---- regions built once per content ------------------------------------------------------
@@ -606,8 +681,22 @@ _MEMBER, _CONSTANT, _ARG = "\0member", "\0constant", "\0arg"
 
 @dataclass
 class _Template:
-    region: Graph  # stand-in names and locations (see ``_GroupShape``)
+    """A region built from stand-ins (``region``: their names and locations say which
+    member, constant or outside value each one stands for) and, read off it once, how
+    to copy it for a group (``_instantiate``): per op of the region, ``steps`` holds its
+    kind, attrs (shared: they are immutable), inputs (positions in the list of the
+    region's values: its arguments, then each op's results in order), result types,
+    location (``(1, k)``: member k's, ``(2, c)``: constant c's, else ``(0, loc)``: this
+    one) and result names (positions in the group's name table: the template's own
+    names ``names``, then the members' result names, then the outside values' names)."""
+
+    region: Graph
     kind: str  # its fusion kind (loop, reduce, row)
+    names: list[str | None]
+    steps: list[tuple[str, Mapping[str, Any], tuple[int, ...], list[TensorType],
+                      tuple[int, Any], list[int]]]
+    results: tuple[int, ...]  # the region's results, as positions in its values
+    attrs: Mapping[str, Any] | None = None  # the fusion op's, checked (``_build``)
 
 
 _TEMPLATES: dict[tuple, _Template] = {}
@@ -627,33 +716,47 @@ class _GroupShape:
 
     @staticmethod
     def of(grouper: _Grouper, members: list[Op], outputs: list[Value]) -> "_GroupShape":
+        # An input's reference: an earlier member's result (its position and the
+        # result's index, as a pair), a constant copied in (-1 - its position) or the
+        # n-th value from outside (n).
         index = {op: k for k, op in enumerate(members)}
+        pos, infos = grouper.pos, grouper.infos
         constants: dict[Op, int] = {}
         args: dict[Value, int] = {}
         parts = []
         for op in members:
-            refs: list[tuple[str, int, int]] = []
+            refs: list[object] = []
             for v in op.inputs:
-                k = index.get(v.op) if v.op is not None else None
+                p = v.op
+                k = index.get(p)  # type: ignore[arg-type]  # None: an argument
                 if k is not None:
-                    refs.append(("m", k, v.index))
+                    refs.append((k, v.index))
                     continue
-                j = grouper.pos.get(v.op) if v.op is not None else None
-                info = grouper.infos[j] if j is not None else None
-                if info is not None and info.role == "const" and v.op is not None:
-                    refs.append(("c", constants.setdefault(v.op, len(constants)), 0))
+                j = pos.get(p)  # type: ignore[arg-type]
+                info = infos[j] if j is not None else None
+                if info is not None and info.role == "const" and p is not None:
+                    at = constants.get(p)
+                    if at is None:
+                        at = constants[p] = len(constants)
+                    refs.append(-1 - at)
                 else:
-                    refs.append(("a", args.setdefault(v, len(args)), 0))
-            parts.append((op.kind, op.attrs_key(), tuple(r.type for r in op.results),
-                          tuple(refs)))
-        const_keys = []
-        for c in constants:
-            value = splat_value(c)
-            assert value is not None
-            scalar = np.asarray(value.flat[0], dtype=c.result.dtype.np)
-            const_keys.append((c.result.type, scalar.tobytes()))
-        out = tuple((index[v.op], v.index) for v in outputs if v.op is not None)
-        key = (tuple(parts), tuple(const_keys), tuple(v.type for v in args), out)
+                    n = args.get(v)
+                    if n is None:
+                        n = args[v] = len(args)
+                    refs.append(n)
+            parts.append((op.kind, attrs_key(op) if op.attrs else (),
+                          tuple([type_key(r.type) for r in op.results]), tuple(refs)))
+        const_keys, const_parts = grouper.constant_keys, []
+        for const in constants:
+            part = const_keys.get(const)
+            if part is None:
+                value = splat_value(const)
+                assert value is not None
+                scalar = np.asarray(value.flat[0], dtype=const.result.dtype.np)
+                part = const_keys[const] = (type_key(const.result.type), scalar.tobytes())
+            const_parts.append(part)
+        out = tuple([(index[v.op], v.index) for v in outputs if v.op is not None])
+        key = (tuple(parts), tuple(const_parts), tuple([type_key(v.type) for v in args]), out)
         return _GroupShape(key, members, list(constants), list(args), outputs)
 
 
@@ -677,31 +780,58 @@ def _template(shape: _GroupShape) -> _Template:
     region.set_results([mapping[v] for v in shape.outputs])
     cse_graph(region)
     dce_graph(region)
-    return _Template(region, fusion_kind(region))
+    return _steps(region, shape)
+
+
+def _steps(region: Graph, shape: _GroupShape) -> _Template:
+    """``region`` as a template: how to copy it (see ``_Template``)."""
+    stand_ins: dict[str | None, int] = {}  # a stand-in's name -> its place after own names
+    for k, op in enumerate(shape.members):
+        for j in range(len(op.results)):
+            stand_ins[f"{_MEMBER}{k}.{j}"] = len(stand_ins)
+    for n in range(len(shape.args)):
+        stand_ins[f"{_ARG}{n}"] = len(stand_ins)
+    own: dict[str | None, int] = {}  # the other names -> their place
+    values: dict[Value, int] = {a: n for n, a in enumerate(region.args)}
+    for op in region.ops:
+        for r in op.results:
+            if r.name not in stand_ins:
+                own.setdefault(r.name, len(own))
+    steps = []
+    for op in region.ops:
+        loc = op.loc
+        where: tuple[int, Any] = (0, loc)
+        if loc is not None and loc.file == _MEMBER:
+            where = (1, loc.line)
+        elif loc is not None and loc.file == _CONSTANT:
+            where = (2, loc.line)
+        names = [own[r.name] if r.name in own else len(own) + stand_ins[r.name]
+                 for r in op.results]
+        steps.append((op.kind, op.attrs, tuple([values[v] for v in op.inputs]),
+                      [r.type for r in op.results], where, names))
+        for r in op.results:
+            values[r] = len(values)
+    return _Template(region, fusion_kind(region), list(own), steps,
+                     tuple([values[v] for v in region.results]))
 
 
 def _instantiate(template: _Template, shape: _GroupShape) -> Graph:
     """A copy of ``template``'s region with ``shape``'s names and locations."""
-    names: dict[str | None, str | None] = {f"{_ARG}{n}": v.name
-                                           for n, v in enumerate(shape.args)}
-    for k, op in enumerate(shape.members):
-        for j, r in enumerate(op.results):
-            names[f"{_MEMBER}{k}.{j}"] = r.name
-    locs = {_MEMBER: shape.members, _CONSTANT: shape.constants}
-    src = template.region
-    region = Graph(PENDING)
-    mapping: dict[Value, Value] = {a: region.add_arg(a.type, names.get(a.name, a.name))
-                                   for a in src.args}
-    for op in src.ops:
-        loc = op.loc
-        if loc is not None and loc.file in locs:
-            loc = locs[loc.file][loc.line].loc
-        new = region.append(Op(op.kind, [mapping[v] for v in op.inputs], op.attrs,
-                               [r.type for r in op.results], loc=loc,
-                               names=[names.get(r.name, r.name) for r in op.results]))
-        mapping.update(zip(op.results, new.results))
-    region.set_results([mapping[v] for v in src.results], list(src.result_names))
-    return region
+    members, constants = shape.members, shape.constants
+    names = template.names + [r.name for op in members for r in op.results] + [
+        v.name for v in shape.args]
+    args = [Value(a.type, None, n, v.name)
+            for n, (a, v) in enumerate(zip(template.region.args, shape.args))]
+    values = args[:]
+    ops = []
+    for kind, attrs, inputs, types, (at, where), names_at in template.steps:
+        loc = members[where].loc if at == 1 else constants[where].loc if at == 2 else where
+        new = Op(kind, [values[i] for i in inputs], attrs, types, loc=loc,
+                 names=[names[i] for i in names_at])
+        ops.append(new)
+        values += new.results
+    return Graph(PENDING, args, ops, [values[i] for i in template.results],
+                 template.region.result_names)
 
 
 def _drop_unused_constants(graph: Graph, grouper: _Grouper) -> None:
@@ -717,6 +847,14 @@ def _drop_unused_constants(graph: Graph, grouper: _Grouper) -> None:
 
 def _topological(ops: list[Op], priority: dict[Op, int]) -> list[Op]:
     """A topological order of ``ops``, each as early as its priority allows (stable)."""
+    # The order of priorities (ties by id, as the heap below breaks them) is the answer
+    # when it is a topological order already (every producer placed before its users,
+    # as fusing a deep model leaves it): the heap would pop the ops in that order.
+    order = sorted(ops, key=lambda op: (priority[op], id(op)))
+    place = {op: k for k, op in enumerate(order)}
+    if all(place.get(v.op, -1) < k  # type: ignore[arg-type]  # None: an argument
+           for k, op in enumerate(order) for v in op.inputs):
+        return order
     producer = {r: op for op in ops for r in op.results}
     waiting: dict[Op, int] = {}
     users: dict[Op, list[Op]] = {}
