@@ -39,17 +39,18 @@ import base64
 import binascii
 import json
 import math
+import operator
 from typing import Any, Mapping, NoReturn, Sequence, TypeGuard
 
 import numpy as np
 
 from tfc.errors import Location, TfcError
-from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
+from tfc.ir.core import Graph, Module, Op, Value, VariableDecl, frozen_attrs
 from tfc.ir.registry import infer_types, lookup
 from tfc.ir.types import DType, TensorType
 
 FORMAT = "tfc-ir-bytecode"
-VERSION = 1
+VERSION = 2  # the newest version this module reads (it writes 1 where it can)
 
 _SPECIAL_FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 _DTYPES = {d.value: d for d in DType}
@@ -68,7 +69,9 @@ def module_to_bytes(module: Module) -> bytes:
     enc = _Encoder()
     variables = [enc.var(v) for v in module.variables.values()]
     graphs = [enc.graph(g) for g in module.graphs.values()]
-    doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "types": enc.types,
+    # version 1 unless a region refers to another (what version 1 readers cannot read)
+    doc: dict[str, Any] = {"format": FORMAT, "version": 2 if enc.refs else 1,
+                           "types": enc.types,
                            "files": enc.files, "variables": variables, "graphs": graphs}
     target: dict[str, Any] = {}
     if module.devices:
@@ -83,28 +86,59 @@ def module_to_bytes(module: Module) -> bytes:
         raise BytecodeError(f"cannot encode the module as bytecode: {e}") from None
 
 
+_NAME = operator.attrgetter("name")
+
+
 class _Encoder:
-    """Builds the JSON tree, interning types and location files into tables."""
+    """Builds the JSON tree, interning types and location files into tables.
+
+    What ops share by identity is encoded once: a type, a location, an attrs view (clones
+    and decoded ops share the view of the op they copy: ``Op.clone``). The identity memos
+    hold the objects they are keyed by, so an id is never reused while the encoder lives."""
 
     def __init__(self) -> None:
         self.types: list[list[Any]] = []
         self.type_ids: dict[TensorType, int] = {}
         self.files: list[str] = []
         self.file_ids: dict[str, int] = {}
+        self.by_id: dict[int, tuple[Any, Any]] = {}  # id(object) -> (object, its encoding)
+        # regions written in full, numbered as they end; the number of each by content
+        self.full_regions = 0
+        self.region_ids: dict[tuple, int] = {}
+        self.keys: dict[int, tuple[Graph, tuple | None]] = {}  # id(region) -> its content
+        self.refs = False  # whether a region was written as a reference (version 2)
 
     def type(self, t: TensorType) -> int:
+        hit = self.by_id.get(id(t))
+        if hit is not None:
+            return hit[1]
         i = self.type_ids.get(t)
         if i is None:
             i = self.type_ids[t] = len(self.types)
             self.types.append([t.dtype.value, list(t.shape)])
+        self.by_id[id(t)] = (t, i)
         return i
 
     def loc(self, loc: Location) -> list[Any]:
+        hit = self.by_id.get(id(loc))
+        if hit is not None:
+            return hit[1]
         i = self.file_ids.get(loc.file)
         if i is None:
             i = self.file_ids[loc.file] = len(self.files)
             self.files.append(loc.file)
-        return [i, loc.line, loc.column]
+        out = [i, loc.line, loc.column]
+        self.by_id[id(loc)] = (loc, out)
+        return out
+
+    def attrs(self, attrs: Mapping[str, Any], g: Graph, index: int, kind: str) -> Any:
+        hit = self.by_id.get(id(attrs))
+        if hit is not None:
+            return hit[1]
+        where = f"@{g.name}: op {index} '{kind}'"
+        out = {k: _encode_attr(v, where, k) for k, v in attrs.items()}
+        self.by_id[id(attrs)] = (attrs, out)
+        return out
 
     def var(self, v: VariableDecl) -> dict[str, Any]:
         out: dict[str, Any] = {"name": v.name, "type": self.type(v.type)}
@@ -123,8 +157,9 @@ class _Encoder:
             ids[a] = len(ids)
             args.append([self.type(a.type), a.name])
         ops = []
+        op_ = self.op
         for i, op in enumerate(g.ops):
-            ops.append(self.op(op, ids, g, i))
+            ops.append(op_(op, ids, g, i))
             for r in op.results:
                 ids[r] = len(ids)
         names = list(g.result_names) + [
@@ -142,24 +177,100 @@ class _Encoder:
         out: dict[str, Any] = {"op": op.kind}
         if op.inputs:
             try:
-                out["in"] = [ids[v] for v in op.inputs]
+                out["in"] = list(map(ids.__getitem__, op.inputs))
             except KeyError:
                 raise BytecodeError(f"cannot encode @{g.name}: op {index} '{op.kind}' uses a "
                                     f"value not defined before it in its graph") from None
         if op.attrs:
-            where = f"@{g.name}: op {index} '{op.kind}'"
-            out["attrs"] = {k: _encode_attr(v, where, k) for k, v in op.attrs.items()}
-        if op.results:
-            out["types"] = [self.type(r.type) for r in op.results]
-            if any(r.name is not None for r in op.results):
-                out["names"] = [r.name for r in op.results]
+            out["attrs"] = self.attrs(op.attrs, g, index, op.kind)
+        results = op.results
+        if results:
+            type_ = self.type
+            out["types"] = [type_(r.type) for r in results]
+            for r in results:
+                if r.name is not None:
+                    out["names"] = [r.name for r in results]
+                    break
         if op.device is not None:
             out["device"] = op.device
         if op.loc is not None:
             out["loc"] = self.loc(op.loc)
         if op.regions:
-            out["regions"] = [self.graph(r) for r in op.regions]
+            out["regions"] = [self.region(r) for r in op.regions]
         return out
+
+    def region(self, r: Graph) -> dict[str, Any]:
+        """A region in full, or (version 2) a reference to one written before with the
+        same content, up to its name and its arguments' names (fusion regions repeat
+        the same body once per layer)."""
+        key = self.content(r)
+        k = self.region_ids.get(key) if key is not None else None
+        if k is not None:
+            self.refs = True
+            ref: dict[str, Any] = {"name": r.name, "like": k}
+            if any(a.name is not None for a in r.args):
+                ref["arg_names"] = [a.name for a in r.args]
+            return ref
+        out = self.graph(r)
+        if key is not None:
+            self.region_ids[key] = self.full_regions
+        self.full_regions += 1
+        return out
+
+    def content(self, g: Graph) -> tuple | None:
+        """What ``graph`` encodes ``g`` as, but its name and its arguments' names, as a
+        hashable key (cheaper than encoding it: types, locations and attrs by their
+        memos); ``None`` where encoding ``g`` fails (``graph`` says why)."""
+        hit = self.keys.get(id(g))
+        if hit is not None:
+            return hit[1]
+        ids: dict[Value, int] = {}
+        type_, locs, attrs_, content = self.type, self.loc_key, self.attrs_text, self.content
+        args = []
+        for a in g.args:
+            ids[a] = len(ids)
+            args.append(type_(a.type))
+        ops: list[tuple] = []
+        key: tuple | None = None
+        get = ids.__getitem__
+        try:
+            for i, op in enumerate(g.ops):
+                results = op.results
+                regions = op.regions
+                ops.append((op.kind, tuple(map(get, op.inputs)),
+                            attrs_(op.attrs, g, i, op.kind) if op.attrs else None,
+                            tuple([type_(r.type) for r in results]),
+                            tuple(map(_NAME, results)), op.device, locs(op.loc),
+                            tuple([(r.name, tuple(map(_NAME, r.args)), content(r))
+                                   for r in regions]) if regions else None))
+                for r in results:
+                    ids[r] = len(ids)
+            names = list(g.result_names) + [
+                f"out{i}" for i in range(len(g.result_names), len(g.results))]
+            key = (tuple(args), tuple(ops), tuple(map(get, g.results)),
+                   tuple(names[:len(g.results)]))
+        except KeyError:  # a value used where it is not defined: not encodable
+            key = None
+        self.keys[id(g)] = (g, key)
+        return key
+
+    def loc_key(self, loc: Location | None) -> tuple | None:
+        if loc is None:
+            return None
+        hit = self.by_id.get(id(self.loc(loc)))
+        if hit is None:
+            enc = self.loc(loc)
+            hit = self.by_id[id(enc)] = (enc, tuple(enc))
+        return hit[1]
+
+    def attrs_text(self, attrs: Mapping[str, Any], g: Graph, index: int, kind: str) -> str:
+        """The encoding of ``attrs`` as canonical JSON text (a key for ``content``)."""
+        hit = self.by_id.get(id(attrs))
+        enc = hit[1] if hit is not None else self.attrs(attrs, g, index, kind)
+        text = self.by_id.get(id(enc))
+        if text is None:
+            text = self.by_id[id(enc)] = (enc, json.dumps(enc, sort_keys=True))
+        return text[1]
 
 
 def _encode_attr(v: Any, where: str, name: str) -> Any:
@@ -238,6 +349,10 @@ class _Decoder:
         self.where = ""
         self.types: list[TensorType] = []
         self.files: list[str] = []
+        self.version = 1
+        self.full_regions: list[Graph] = []  # the regions read in full, as they end
+        # each distinct attrs object (by its JSON) decoded once, the ops share the view
+        self.attrs_memo: dict[Any, Mapping[str, Any]] = {}
 
     def fail(self, message: str) -> NoReturn:
         at = f"{self.where}: " if self.where else ""
@@ -291,6 +406,7 @@ class _Decoder:
         if version > VERSION:
             self.fail(f"IR bytecode version {version}, but this tfc reads version "
                       f"{VERSION} at most; upgrade tfc to load it")
+        self.version = version
         self.files = self.field(doc, "files", list)
         for i, f in enumerate(self.files):
             if not isinstance(f, str):
@@ -403,9 +519,7 @@ class _Decoder:
         if loc is not None:
             self.where += f" ({loc})"
         inputs = [values[self.value(v, values)] for v in self.field(o, "in", list, [])]
-        attrs: dict[str, Any] = {}
-        for key, raw in self.field(o, "attrs", dict, {}).items():
-            attrs[key] = self.attr(raw, key)
+        attrs = self.attrs(self.field(o, "attrs", dict, {}))
         types = [self.type(t) for t in self.field(o, "types", list, [])]
         names = self.field(o, "names", list, [None] * len(types))
         if len(names) != len(types):
@@ -413,7 +527,7 @@ class _Decoder:
         names = [self.name(n, "a result name") for n in names]
         device = self.name(o.get("device"), "device")
         where = self.where
-        regions = [self.graph(r, f"{path}: op {i} '{kind}' region ")
+        regions = [self.region(r, f"{path}: op {i} '{kind}' region ")
                    for r in self.field(o, "regions", list, [])]
         self.where = where
         if not self.infer:  # the caller verifies the module (module_from_bytes)
@@ -433,7 +547,42 @@ class _Decoder:
         return Op(kind, inputs, full, types, device=device, loc=loc, regions=regions,
                   names=names)
 
+    def region(self, r: Any, parent: str) -> Graph:
+        """A region in full, or (version 2) ``{"name", "like": K, "arg_names"?}``: a copy
+        of the ``K``-th region read in full (numbered as they end), renamed."""
+        if self.version < 2 or not isinstance(r, dict) or "like" not in r:
+            g = self.graph(r, parent)
+            self.full_regions.append(g)
+            return g
+        name = self.field(r, "name", str)
+        self.where = f"{parent}@{name}"
+        like = self.full_regions[self.index(r["like"], self.full_regions, "region")]
+        names = self.field(r, "arg_names", list, [None] * len(like.args))
+        if len(names) != len(like.args):
+            self.fail(f"arg_names should be {len(like.args)} names, not {names!r}")
+        names = [self.name(n, "an argument name") for n in names]
+        g = like.clone()  # (its ops share their attrs and types: Op.clone)
+        g.name = name
+        for a, n in zip(g.args, names):
+            a.name = n
+        return g
+
     # attrs
+
+    def attrs(self, raw: dict[str, Any]) -> Mapping[str, Any]:
+        """The attrs ``raw`` encodes, frozen (``frozen_attrs``): decoded once per distinct
+        JSON, the ops that have the same share the view (and the verifier's check)."""
+        if not raw:
+            return frozen_attrs(raw)
+        if all(type(v) is str for v in raw.values()):
+            key: Any = tuple(raw.items())  # (var names, kinds: the common case)
+        else:  # (exact: 1, 1.0, true and -0.0 are different JSON)
+            key = json.dumps(raw, sort_keys=True)
+        attrs = self.attrs_memo.get(key)
+        if attrs is None:
+            attrs = frozen_attrs({k: self.attr(v, k) for k, v in raw.items()})
+            self.attrs_memo[key] = attrs
+        return attrs
 
     def attr(self, v: Any, key: str) -> Any:
         if v is None or isinstance(v, (bool, int, float, str)):
