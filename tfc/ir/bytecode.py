@@ -353,6 +353,7 @@ class _Decoder:
         self.full_regions: list[Graph] = []  # the regions read in full, as they end
         # each distinct attrs object (by its JSON) decoded once, the ops share the view
         self.attrs_memo: dict[Any, Mapping[str, Any]] = {}
+        self.full_memo: dict[tuple[str, int], Mapping[str, Any]] = {}  # (ids of the above)
 
     def fail(self, message: str) -> NoReturn:
         at = f"{self.where}: " if self.where else ""
@@ -544,7 +545,11 @@ class _Decoder:
             shown = ", ".join(map(str, types)) or "none"
             want = ", ".join(map(str, inferred)) or "none"
             self.fail(f"result types are stored as {shown} but inferred as {want}")
-        return Op(kind, inputs, full, types, device=device, loc=loc, regions=regions,
+        # (check_attrs made ``full`` of the kind and the attrs alone: shared like them)
+        shared = self.full_memo.get((kind, id(attrs)))
+        if shared is None:
+            shared = self.full_memo[kind, id(attrs)] = frozen_attrs(full)
+        return Op(kind, inputs, shared, types, device=device, loc=loc, regions=regions,
                   names=names)
 
     def region(self, r: Any, parent: str) -> Graph:
