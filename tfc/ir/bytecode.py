@@ -98,9 +98,11 @@ class _Encoder:
 
     def __init__(self) -> None:
         self.types: list[list[Any]] = []
-        self.type_ids: dict[TensorType, int] = {}
+        self.type_ids: dict[tuple[int, tuple], int] = {}
         self.files: list[str] = []
         self.file_ids: dict[str, int] = {}
+        self.locs: dict[tuple, list[Any]] = {}
+        self.tensors: dict[tuple, Any] = {}  # small tensors by content
         self.by_id: dict[int, tuple[Any, Any]] = {}  # id(object) -> (object, its encoding)
         # regions written in full, numbered as they end; the number of each by content
         self.full_regions = 0
@@ -112,9 +114,10 @@ class _Encoder:
         hit = self.by_id.get(id(t))
         if hit is not None:
             return hit[1]
-        i = self.type_ids.get(t)
+        key = (id(t.dtype), t.shape)  # (DType members are singletons; a cheaper hash)
+        i = self.type_ids.get(key)
         if i is None:
-            i = self.type_ids[t] = len(self.types)
+            i = self.type_ids[key] = len(self.types)
             self.types.append([t.dtype.value, list(t.shape)])
         self.by_id[id(t)] = (t, i)
         return i
@@ -123,11 +126,14 @@ class _Encoder:
         hit = self.by_id.get(id(loc))
         if hit is not None:
             return hit[1]
-        i = self.file_ids.get(loc.file)
-        if i is None:
-            i = self.file_ids[loc.file] = len(self.files)
-            self.files.append(loc.file)
-        out = [i, loc.line, loc.column]
+        key = (loc.file, loc.line, loc.column)
+        out = self.locs.get(key)
+        if out is None:
+            i = self.file_ids.get(loc.file)
+            if i is None:
+                i = self.file_ids[loc.file] = len(self.files)
+                self.files.append(loc.file)
+            out = self.locs[key] = [i, loc.line, loc.column]
         self.by_id[id(loc)] = (loc, out)
         return out
 
@@ -135,10 +141,27 @@ class _Encoder:
         hit = self.by_id.get(id(attrs))
         if hit is not None:
             return hit[1]
-        where = f"@{g.name}: op {index} '{kind}'"
-        out = {k: _encode_attr(v, where, k) for k, v in attrs.items()}
+        out = {}
+        for k, v in attrs.items():
+            if type(v) is str:
+                out[k] = v
+            else:
+                try:
+                    out[k] = self.attr(v)
+                except _Unencodable as e:
+                    where = f"@{g.name}: op {index} '{kind}'"
+                    raise BytecodeError(f"cannot encode {where}: attr {k}{e.args[0]}") from None
         self.by_id[id(attrs)] = (attrs, out)
         return out
+
+    def attr(self, v: Any) -> Any:
+        if isinstance(v, np.ndarray) and v.nbytes <= 64:  # (a constant's scalar, say)
+            key = (v.dtype.str, v.shape, v.tobytes())
+            out = self.tensors.get(key)
+            if out is None:
+                out = self.tensors[key] = _encode_attr(v)
+            return out
+        return _encode_attr(v)
 
     def var(self, v: VariableDecl) -> dict[str, Any]:
         out: dict[str, Any] = {"name": v.name, "type": self.type(v.type)}
@@ -273,7 +296,11 @@ class _Encoder:
         return text[1]
 
 
-def _encode_attr(v: Any, where: str, name: str) -> Any:
+class _Unencodable(Exception):
+    """An attr value bytecode cannot hold; ``args[0]`` says which, after the attr name."""
+
+
+def _encode_attr(v: Any) -> Any:
     if v is None or isinstance(v, (bool, str)):
         return v
     if isinstance(v, (int, np.integer)):
@@ -286,19 +313,17 @@ def _encode_attr(v: Any, where: str, name: str) -> Any:
     if isinstance(v, DType):
         return {"dtype": v.value}
     if isinstance(v, (tuple, list)):
-        return [_encode_attr(x, where, name) for x in v]
+        return [_encode_attr(x) for x in v]
     if isinstance(v, np.ndarray):
-        return _encode_tensor(v, where, name)
-    raise BytecodeError(f"cannot encode {where}: attr {name}={v!r} of type "
-                        f"{type(v).__name__}")
+        return _encode_tensor(v)
+    raise _Unencodable(f"={v!r} of type {type(v).__name__}")
 
 
-def _encode_tensor(a: np.ndarray, where: str, name: str) -> dict[str, Any]:
+def _encode_tensor(a: np.ndarray) -> dict[str, Any]:
     try:
         dtype = DType.from_numpy(a.dtype)
     except TfcError:
-        raise BytecodeError(f"cannot encode {where}: attr {name} is a tensor of numpy dtype "
-                            f"{a.dtype}") from None
+        raise _Unencodable(f" is a tensor of numpy dtype {a.dtype}") from None
     out: dict[str, Any] = {"tensor": dtype.value, "shape": list(a.shape)}
     flat = np.ascontiguousarray(a, dtype=dtype.np.newbyteorder("<")).reshape(-1)
     if flat.size > 1 and _is_splat(flat):
