@@ -31,6 +31,14 @@ list for a tuple, or an object with one tag: ``{"float": "inf"|"-inf"|"nan"}``,
 ``{"dtype": "f32"}``, ``{"tensor": DTYPE, "shape": [...], "data": BASE64}`` (the
 little-endian bytes, row-major) or ``{"tensor": ..., "shape": ..., "splat": BASE64}``
 (one element repeated). Keys marked ``?`` are left out when empty or at their default.
+
+Version 2 (written only where it is used, else version 1): a region with the content of
+one written in full before it (all but its name and its arguments' names) may be written
+as ``{"name", "like": K, "arg_names"?: [NAME|null, ...]}``, a copy of the ``K``-th region
+written in full, counted from 0 in the order they end (nested regions first). Fusion
+regions repeat one body per layer: this halves a lowered MLP's bytecode, and the decoder
+reads each body once and copies it (``Graph.clone``: the copies share attrs and types,
+which is what lets the verifier check each distinct op once).
 """
 
 from __future__ import annotations
