@@ -387,6 +387,7 @@ class _Decoder:
         # each distinct attrs object (by its JSON) decoded once, the ops share the view
         self.attrs_memo: dict[Any, Mapping[str, Any]] = {}
         self.full_memo: dict[tuple[str, int], Mapping[str, Any]] = {}  # (ids of the above)
+        self.locs: dict[tuple[int, int, int | None], Location] = {}  # op_fast's
 
     def fail(self, message: str) -> NoReturn:
         at = f"{self.where}: " if self.where else ""
@@ -541,6 +542,74 @@ class _Decoder:
         return v
 
     def op(self, o: Any, values: Sequence[Value], path: str, i: int) -> Op:
+        if not self.infer:
+            try:
+                return self.op_fast(o, values, path, i)
+            except (_Slow, IndexError, KeyError, TypeError, AttributeError, TfcError):
+                pass  # not as the encoder writes it: the checked path says what is wrong
+        return self.op_checked(o, values, path, i)
+
+    def op_fast(self, o: Any, values: Sequence[Value], path: str, i: int) -> Op:
+        """``op_checked`` for an op as the encoder writes it, with the checks done as type
+        tests; anything else raises (``_Slow`` or a lookup's error) before a region is
+        read, and ``op_checked`` reads the op again and says what is wrong."""
+        kind = o["op"]
+        if type(kind) is not str:
+            raise _Slow
+        lookup(kind)
+        ins = o.get("in", _NONE)
+        if type(ins) is not list:
+            raise _Slow
+        inputs = [values[v] if type(v) is int and v >= 0 else _slow() for v in ins]
+        raw = o.get("attrs", _EMPTY)
+        if type(raw) is not dict:
+            raise _Slow
+        if raw:
+            key = _flat_key(raw)
+            attrs = self.attrs_memo.get(key) if key is not None else None
+            if attrs is None:  # (a first, or not flat: decoded where errors are located)
+                raise _Slow
+        else:
+            attrs = _NO_ATTRS
+        tt = self.types
+        ts = o.get("types", _NONE)
+        if type(ts) is not list:
+            raise _Slow
+        types = [tt[t] if type(t) is int and t >= 0 else _slow() for t in ts]
+        names = o.get("names")
+        if names is not None and (type(names) is not list or len(names) != len(types) or
+                                  not all(n is None or type(n) is str for n in names)):
+            raise _Slow
+        device = o.get("device")
+        if device is not None and type(device) is not str:
+            raise _Slow
+        loc = o.get("loc")
+        if loc is not None:
+            if type(loc) is not list or len(loc) != 3:
+                raise _Slow
+            f, line, col = loc
+            if type(f) is not int or type(line) is not int or not (
+                    col is None or type(col) is int):
+                raise _Slow
+            key = (f, line, col)
+            loc = self.locs.get(key)
+            if loc is None:
+                if f < 0:
+                    raise _Slow
+                loc = self.locs[key] = Location(self.files[f], line, col)
+        rs = o.get("regions", _NONE)
+        if type(rs) is not list:
+            raise _Slow
+        regions: list[Graph] = []
+        if rs:  # (past here errors are the regions' own: no second reading)
+            self.where = f"{path}: op {i} '{kind}'" + (f" ({loc})" if loc is not None else "")
+            where = self.where
+            regions = [self.region(r, f"{path}: op {i} '{kind}' region ") for r in rs]
+            self.where = where
+        return Op(kind, inputs, attrs, types, device=device, loc=loc, regions=regions,
+                  names=names or ())
+
+    def op_checked(self, o: Any, values: Sequence[Value], path: str, i: int) -> Op:
         if not isinstance(o, dict):
             self.fail(f"an op is an object, not {_json_kind(o)}")
         kind = self.field(o, "op", str)
@@ -612,9 +681,8 @@ class _Decoder:
         JSON, the ops that have the same share the view (and the verifier's check)."""
         if not raw:
             return frozen_attrs(raw)
-        if all(type(v) is str for v in raw.values()):
-            key: Any = tuple(raw.items())  # (var names, kinds: the common case)
-        else:  # (exact: 1, 1.0, true and -0.0 are different JSON)
+        key: Any = _flat_key(raw)  # (var names, kinds, flags: the common case)
+        if key is None:  # (exact: 1, 1.0, true and -0.0 are different JSON)
             key = json.dumps(raw, sort_keys=True)
         attrs = self.attrs_memo.get(key)
         if attrs is None:
@@ -676,6 +744,32 @@ class _Decoder:
             self.fail(f"{what}: {dtype.value}{list(shape)} is too large")
         out.flags.writeable = False  # the op keeps it as it is (no second copy)
         return out
+
+
+class _Slow(Exception):
+    """An op not as the encoder writes it: read it again with every check (op_checked)."""
+
+
+def _slow() -> Any:
+    raise _Slow
+
+
+def _flat_key(raw: dict[str, Any]) -> tuple | None:
+    """A key of attrs whose values are all strings, integers, booleans or null, with each
+    value's type (``true`` is not ``1``); ``None`` for others."""
+    out = []
+    for k, v in raw.items():
+        t = type(v)
+        if t is str or t is int or t is bool or v is None:
+            out.append((k, t, v))
+        else:
+            return None
+    return tuple(out)
+
+
+_NONE: list[Any] = []  # (never changed)
+_EMPTY: dict[str, Any] = {}  # (never changed)
+_NO_ATTRS = frozen_attrs({})
 
 
 _JSON_NAMES = {"str": "a string", "int": "an integer", "list": "a list", "dict": "an object",
