@@ -527,3 +527,43 @@ def test_ops_with_the_same_attrs_share_them_decoded() -> None:
     assert ops[0].attrs is ops[1].attrs is ops[2].attrs
     assert ops[3].attrs is not ops[4].attrs  # -0.0 is not 0.0
     assert np.signbit(ops[3].attrs["value"]) and not np.signbit(ops[4].attrs["value"])
+
+
+def _shared_doc() -> dict[str, Any]:
+    """Ops that repeat their attrs (read through the decoder's fast path after the first)."""
+    g = Graph("main")
+    x = g.add_arg(t("f32[3,3]"), "x")
+    b = Builder(g, loc=Location("m.py", 4))
+    y = b("matmul", x, x, transpose_b=True)
+    y = b("matmul", y, x, transpose_b=True)
+    y = b("matmul", y, x, transpose_b=False)
+    y = b("add", y, b("var.read", var="w", result_types=[t("f32[3,3]")]))
+    y = b("add", y, b("var.read", var="w", result_types=[t("f32[3,3]")]))
+    g.set_results([y], ["y"])
+    return json.loads(module_to_bytes(Module({"main": g}, {"w": VariableDecl("w", t("f32[3,3]"))})))
+
+
+@pytest.mark.parametrize("make", [_shared_doc, lambda: json.loads(
+    module_to_bytes(parse_module(REPEATED)))], ids=["shared", "repeated"])
+def test_the_fast_reading_accepts_nothing_the_checked_one_rejects(make: Any) -> None:
+    """``infer=False`` (then the verifier, as the lowered-module cache does) reads ops as
+    the encoder writes them with type tests only: after any edit, a module it accepts
+    (and the verifier passes) is one the checked reading accepts, and prints the same."""
+    from tfc.ir.verifier import verify_module
+    base = make()
+    count = len(list(_mutations(base)))
+    accepted = 0
+    for i in range(count):
+        for replacement in (None, -1, 0, 1, 0.0, 2, "x", "w", True, False, [], {}, [0]):
+            doc = copy.deepcopy(base)
+            container, key = list(_mutations(doc))[i]
+            container[key] = replacement
+            data = json.dumps(doc).encode()
+            try:
+                fast = module_from_bytes(data, "f", infer=False)
+                verify_module(fast)
+            except TfcError:
+                continue
+            accepted += 1
+            assert print_module(module_from_bytes(data, "f")) == print_module(fast), doc
+    assert accepted > count  # (many edits are names and locations: still modules)

@@ -576,9 +576,11 @@ class _Decoder:
         if type(ts) is not list:
             raise _Slow
         types = [tt[t] if type(t) is int and t >= 0 else _slow() for t in ts]
-        names = o.get("names")
-        if names is not None and (type(names) is not list or len(names) != len(types) or
-                                  not all(n is None or type(n) is str for n in names)):
+        names = o.get("names", _ABSENT)
+        if names is _ABSENT:
+            names = _NONE
+        elif type(names) is not list or len(names) != len(types) or not all(
+                n is None or type(n) is str for n in names):
             raise _Slow
         device = o.get("device")
         if device is not None and type(device) is not str:
@@ -607,7 +609,7 @@ class _Decoder:
             regions = [self.region(r, f"{path}: op {i} '{kind}' region ") for r in rs]
             self.where = where
         return Op(kind, inputs, attrs, types, device=device, loc=loc, regions=regions,
-                  names=names or ())
+                  names=names)
 
     def op_checked(self, o: Any, values: Sequence[Value], path: str, i: int) -> Op:
         if not isinstance(o, dict):
@@ -768,6 +770,7 @@ def _flat_key(raw: dict[str, Any]) -> tuple | None:
 
 
 _NONE: list[Any] = []  # (never changed)
+_ABSENT: list[Any] = []
 _EMPTY: dict[str, Any] = {}  # (never changed)
 _NO_ATTRS = frozen_attrs({})
 
