@@ -93,33 +93,39 @@ class _GraphVerifier:
         self.check_results()
 
     def check_op(self, i: int, op: Op) -> None:
-        for v in op.inputs:
-            if v not in self.defined:
+        defined = self.defined
+        inputs, results = op.inputs, op.results
+        for v in inputs:
+            if v not in defined:
                 raise self.fail(self.undefined_use(v), op, i)
         try:
             opdef = lookup(op.kind)
         except TfcError as e:
             raise self.fail(e.message, op, i) from None
         # (the ids of objects the module holds: see the class docstring)
-        key = (opdef, id(op.attrs), len(op.inputs), *[id(v.type) for v in op.inputs],
-               None, *[id(r.type) for r in op.results])
-        if key not in self.checked:
+        checked = self.checked
+        key = (opdef, id(op.attrs), len(inputs), *[id(v.type) for v in inputs],
+               None, *[id(r.type) for r in results])
+        if key not in checked:
             self.check_types(i, op, opdef)
-            self.checked[key] = (op.attrs, op.inputs, op.results)  # (keeps them alive)
-        for j, r in enumerate(op.results):
+            checked[key] = (op.attrs, inputs, results)  # (keeps them alive)
+        for j, r in enumerate(results):
             if r.op is not op or r.index != j:
                 raise self.fail(f"result {j} ({value_name(r)}) does not point back to this op",
                                 op, i)
-            if r in self.defined:
+            if r in defined:
                 raise self.fail(f"result {j} ({value_name(r)}) is defined twice", op, i)
-        if opdef.names_variable():
+        names_variable = checked.get(("names_variable", opdef))  # (of the kind alone)
+        if names_variable is None:
+            names_variable = checked["names_variable", opdef] = opdef.names_variable()
+        if names_variable:
             self.check_var(i, op, opdef)
-        problem = region_count_problem(op)
-        if problem is not None:
-            raise self.fail(problem, op, i)
+        want = opdef.region_names  # (region_count_problem's test, inline)
+        if want is not None and len(op.regions) != len(want):
+            raise self.fail(region_count_problem(op) or "", op, i)
         for k, region in enumerate(op.regions):
             path = f"{self.path} > op {i} '{op.kind}' region {k}"
-            _GraphVerifier(region, self.module, path, (*self.outer, self.defined),
+            _GraphVerifier(region, self.module, path, (*self.outer, defined),
                            self.checked).run()
         try:
             opdef.verify_op(op, self.module)
