@@ -102,9 +102,9 @@ _NAME = operator.attrgetter("name")
 class _Encoder:
     """Builds the JSON tree, interning types and location files into tables.
 
-    What ops share by identity is encoded once: a type, a location, an attrs view (clones
-    and decoded ops share the view of the op they copy: ``Op.clone``). The identity memos
-    hold the objects they are keyed by, so an id is never reused while the encoder lives."""
+    Types and locations are interned by value; an attrs view ops share (clones and
+    decoded ops share the view of the op they copy: ``Op.clone``) is encoded once. The
+    identity memo holds the objects it is keyed by, so an id is not reused meanwhile."""
 
     def __init__(self) -> None:
         self.types: list[list[Any]] = []
@@ -121,21 +121,14 @@ class _Encoder:
         self.refs = False  # whether a region was written as a reference (version 2)
 
     def type(self, t: TensorType) -> int:
-        hit = self.by_id.get(id(t))
-        if hit is not None:
-            return hit[1]
-        key = (id(t.dtype), t.shape)  # (DType members are singletons; a cheaper hash)
+        key = (id(t.dtype), t.shape)  # (DType members are singletons: a cheaper hash)
         i = self.type_ids.get(key)
         if i is None:
             i = self.type_ids[key] = len(self.types)
             self.types.append([t.dtype.value, list(t.shape)])
-        self.by_id[id(t)] = (t, i)
         return i
 
     def loc(self, loc: Location) -> list[Any]:
-        hit = self.by_id.get(id(loc))
-        if hit is not None:
-            return hit[1]
         key = (loc.file, loc.line, loc.column)
         out = self.locs.get(key)
         if out is None:
@@ -144,7 +137,6 @@ class _Encoder:
                 i = self.file_ids[loc.file] = len(self.files)
                 self.files.append(loc.file)
             out = self.locs[key] = [i, loc.line, loc.column]
-        self.by_id[id(loc)] = (loc, out)
         return out
 
     def attrs(self, attrs: Mapping[str, Any], g: Graph, index: int, kind: str) -> Any:
@@ -290,11 +282,8 @@ class _Encoder:
     def loc_key(self, loc: Location | None) -> tuple | None:
         if loc is None:
             return None
-        hit = self.by_id.get(id(self.loc(loc)))
-        if hit is None:
-            enc = self.loc(loc)
-            hit = self.by_id[id(enc)] = (enc, tuple(enc))
-        return hit[1]
+        self.loc(loc)  # (interns its file, as encoding it would)
+        return (loc.file, loc.line, loc.column)
 
     def attrs_text(self, attrs: Mapping[str, Any], g: Graph, index: int, kind: str) -> str:
         """The encoding of ``attrs`` as canonical JSON text (a key for ``content``)."""
