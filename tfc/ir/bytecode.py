@@ -182,10 +182,44 @@ class _Encoder:
             ids[a] = len(ids)
             args.append([self.type(a.type), a.name])
         ops = []
-        op_ = self.op
+        # (``op`` inline, with the interning tables at hand: this loop is the encoding)
+        type_ids, locs, by_id, type_ = self.type_ids, self.locs, self.by_id, self.type
+        get = ids.__getitem__
         for i, op in enumerate(g.ops):
-            ops.append(op_(op, ids, g, i))
-            for r in op.results:
+            out: dict[str, Any] = {"op": op.kind}
+            if op.inputs:
+                try:
+                    out["in"] = list(map(get, op.inputs))
+                except KeyError:
+                    raise BytecodeError(f"cannot encode @{g.name}: op {i} '{op.kind}' uses a "
+                                        f"value not defined before it in its graph") from None
+            attrs = op.attrs
+            if attrs:
+                hit = by_id.get(id(attrs))
+                out["attrs"] = hit[1] if hit is not None else self.attrs(attrs, g, i, op.kind)
+            results = op.results
+            if results:
+                types = []
+                named = False
+                for r in results:
+                    t = r.type
+                    k = type_ids.get((id(t.dtype), t.shape))
+                    types.append(type_(t) if k is None else k)
+                    if r.name is not None:
+                        named = True
+                out["types"] = types
+                if named:
+                    out["names"] = [r.name for r in results]
+            if op.device is not None:
+                out["device"] = op.device
+            loc = op.loc
+            if loc is not None:
+                enc = locs.get((loc.file, loc.line, loc.column))
+                out["loc"] = self.loc(loc) if enc is None else enc
+            if op.regions:
+                out["regions"] = [self.region(r) for r in op.regions]
+            ops.append(out)
+            for r in results:
                 ids[r] = len(ids)
         names = list(g.result_names) + [
             f"out{i}" for i in range(len(g.result_names), len(g.results))]
@@ -197,32 +231,6 @@ class _Encoder:
             results.append(ids[v])
         return {"name": g.name, "args": args, "ops": ops, "results": results,
                 "result_names": names[:len(results)]}
-
-    def op(self, op: Op, ids: Mapping[Value, int], g: Graph, index: int) -> dict[str, Any]:
-        out: dict[str, Any] = {"op": op.kind}
-        if op.inputs:
-            try:
-                out["in"] = list(map(ids.__getitem__, op.inputs))
-            except KeyError:
-                raise BytecodeError(f"cannot encode @{g.name}: op {index} '{op.kind}' uses a "
-                                    f"value not defined before it in its graph") from None
-        if op.attrs:
-            out["attrs"] = self.attrs(op.attrs, g, index, op.kind)
-        results = op.results
-        if results:
-            type_ = self.type
-            out["types"] = [type_(r.type) for r in results]
-            for r in results:
-                if r.name is not None:
-                    out["names"] = [r.name for r in results]
-                    break
-        if op.device is not None:
-            out["device"] = op.device
-        if op.loc is not None:
-            out["loc"] = self.loc(op.loc)
-        if op.regions:
-            out["regions"] = [self.region(r) for r in op.regions]
-        return out
 
     def region(self, r: Graph) -> dict[str, Any]:
         """A region in full, or (version 2) a reference to one written before with the
