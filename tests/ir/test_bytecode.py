@@ -210,7 +210,8 @@ def test_encoding_is_documented_json() -> None:
     g.set_results([y], ["y"])
     data = module_to_bytes(Module({"g": g}))
     doc = json.loads(data, parse_constant=lambda s: pytest.fail(f"non-JSON token {s}"))
-    assert doc["format"] == FORMAT and doc["version"] == VERSION == 1
+    # version 1 where no region refers to another (version 2): what older tfc reads
+    assert doc["format"] == FORMAT and doc["version"] == 1 and VERSION == 2
     assert doc["files"] == ["model.py"]
     assert doc["types"][0] == ["f32", ["B", 3]]
     ops = doc["graphs"][0]["ops"]
@@ -281,8 +282,8 @@ def _op(doc: dict[str, Any], i: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda d: d.update(version=2),
-     "IR bytecode version 2, but this tfc reads version 1 at most; upgrade tfc"),
+    (lambda d: d.update(version=3),
+     "IR bytecode version 3, but this tfc reads version 2 at most; upgrade tfc"),
     (lambda d: d.update(version="1"), "invalid bytecode version '1'"),
     (lambda d: d.update(format="tfc"), "not IR bytecode \\(format is 'tfc'"),
     (lambda d: d.pop("graphs"), "lacks the field 'graphs'"),
@@ -397,3 +398,172 @@ def test_any_edit_is_a_bytecode_error_or_a_valid_module(make: Any) -> None:
                 decode(doc)
             except BytecodeError:
                 pass
+
+
+# ---- repeated regions (version 2) -------------------------------------------------------------
+
+REPEATED = """\
+graph @main(%x: f32[B,3], %p: bool[]) -> (y: f32[B,3]) {
+  %a = cond %p, %x : f32[B,3] (
+    graph @then0(%t: f32[B,3]) -> (r: f32[B,3]) {
+      %e = exp %t : f32[B,3]
+      return %e
+    }
+    graph @else0(%t: f32[B,3]) -> (r: f32[B,3]) {
+      return %t
+    }
+  )
+  %b = cond %p, %a : f32[B,3] (
+    graph @then1(%u: f32[B,3]) -> (r: f32[B,3]) {
+      %e = exp %u : f32[B,3]
+      return %e
+    }
+    graph @else1(%v: f32[B,3]) -> (r: f32[B,3]) {
+      return %v
+    }
+  )
+  %c = cond %p, %b : f32[B,3] (
+    graph @then2(%t: f32[B,3]) -> (r: f32[B,3]) {
+      %e = log %t : f32[B,3]
+      return %e
+    }
+    graph @else2(%t: f32[B,3]) -> (r: f32[B,3]) {
+      return %t
+    }
+  )
+  return %c
+}
+"""
+
+
+def _full_regions_only(monkeypatch: Any) -> None:
+    """Encode as version 1 did: every region in full."""
+    from tfc.ir import bytecode
+    monkeypatch.setattr(bytecode._Encoder, "region", lambda self, r: self.graph(r))
+
+
+def test_a_region_repeated_is_written_once(monkeypatch: Any) -> None:
+    """Fusion regions repeat one body per layer: a region with the content of one written
+    before (up to its name and its arguments' names) refers to it (version 2), is read
+    back as a copy of it under its own names, and decodes each distinct body once."""
+    module = parse_module(REPEATED)
+    data = module_to_bytes(module)
+    doc = json.loads(data)
+    assert doc["version"] == 2
+    regions = [r for op in doc["graphs"][0]["ops"] for r in op["regions"]]
+    assert [r.get("like") for r in regions] == [None, None, 0, 1, None, 1]
+    assert regions[2] == {"name": "then1", "like": 0, "arg_names": ["u"]}
+    from tfc.ir import bytecode
+    read = []
+    real = bytecode._Decoder.graph
+    monkeypatch.setattr(bytecode._Decoder, "graph",
+                        lambda self, g, parent: read.append(g.get("name")) or real(
+                            self, g, parent))
+    back = check_round_trip(module)
+    assert read == ["main", "then0", "else0", "then2"]
+    ops = back.graphs["main"].ops
+    assert ops[1].regions[0].ops[0] is not ops[0].regions[0].ops[0]  # a copy: its own ops
+    assert ops[1].regions[0].args[0].name == "u"
+
+
+def test_version_1_bytecode_with_regions_in_full_still_reads(monkeypatch: Any) -> None:
+    module = parse_module(REPEATED)
+    with monkeypatch.context() as m:
+        _full_regions_only(m)
+        old = module_to_bytes(module)
+    assert json.loads(old)["version"] == 1
+    back = module_from_bytes(old)
+    assert print_module(back) == print_module(module)
+    assert module_to_bytes(back) == module_to_bytes(module)  # now written as version 2
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r.update(like=5), "bad region index 5 \\(the table has 2\\)"),
+    (lambda r: r.update(like=True), "bad region index True"),
+    (lambda r: r.update(arg_names=["u", "w"]), "arg_names should be 1 names"),
+    (lambda r: r.update(arg_names=[3]), "an argument name should be a string or null"),
+    (lambda r: r.pop("name"), "lacks the field 'name'"),
+])
+def test_a_bad_region_reference_is_a_located_error(change: Any, message: str) -> None:
+    doc = json.loads(module_to_bytes(parse_module(REPEATED)))
+    change(doc["graphs"][0]["ops"][1]["regions"][0])
+    with pytest.raises(BytecodeError) as e:
+        decode(doc)
+    assert str(e.value).startswith("art.tfc!module.tfcb: @main: op 1 'cond'")
+    assert re.search(message, str(e.value)), str(e.value)
+
+
+def test_a_region_reference_is_not_version_1() -> None:
+    doc = json.loads(module_to_bytes(parse_module(REPEATED)))
+    doc["version"] = 1
+    with pytest.raises(BytecodeError, match="region @then1: lacks the field 'args'"):
+        decode(doc)
+
+
+def test_any_edit_of_a_version_2_document_is_a_bytecode_error_or_a_module() -> None:
+    base = json.loads(module_to_bytes(parse_module(REPEATED)))
+    count = len(list(_mutations(base)))
+    for i in range(count):
+        for replacement in (None, -1, 0, 3, "x", True, [], {}, [0]):
+            doc = copy.deepcopy(base)
+            container, key = list(_mutations(doc))[i]
+            container[key] = replacement
+            try:
+                decode(doc)
+            except BytecodeError:
+                pass
+
+
+def test_ops_with_the_same_attrs_share_them_decoded() -> None:
+    """Each distinct attrs object is decoded once (a constant's tensor too): the ops share
+    the frozen view, which the verifier's check memo keys on."""
+    g = Graph("g")
+    b = Builder(g)
+    xs = [b("constant", value=np.array(1.5, np.float32)) for _ in range(3)]
+    xs.append(b("constant", value=np.array(-0.0, np.float32)))
+    xs.append(b("constant", value=np.array(0.0, np.float32)))
+    g.set_results(xs)
+    ops = check_round_trip(Module({"g": g})).graphs["g"].ops
+    assert ops[0].attrs is ops[1].attrs is ops[2].attrs
+    assert ops[3].attrs is not ops[4].attrs  # -0.0 is not 0.0
+    assert np.signbit(ops[3].attrs["value"]) and not np.signbit(ops[4].attrs["value"])
+
+
+def _shared_doc() -> dict[str, Any]:
+    """Ops that repeat their attrs (read through the decoder's fast path after the first)."""
+    g = Graph("main")
+    x = g.add_arg(t("f32[3,3]"), "x")
+    b = Builder(g, loc=Location("m.py", 4))
+    y = b("matmul", x, x, transpose_b=True)
+    y = b("matmul", y, x, transpose_b=True)
+    y = b("matmul", y, x, transpose_b=False)
+    y = b("add", y, b("var.read", var="w", result_types=[t("f32[3,3]")]))
+    y = b("add", y, b("var.read", var="w", result_types=[t("f32[3,3]")]))
+    g.set_results([y], ["y"])
+    return json.loads(module_to_bytes(Module({"main": g}, {"w": VariableDecl("w", t("f32[3,3]"))})))
+
+
+@pytest.mark.parametrize("make", [_shared_doc, lambda: json.loads(
+    module_to_bytes(parse_module(REPEATED)))], ids=["shared", "repeated"])
+def test_the_fast_reading_accepts_nothing_the_checked_one_rejects(make: Any) -> None:
+    """``infer=False`` (then the verifier, as the lowered-module cache does) reads ops as
+    the encoder writes them with type tests only: after any edit, a module it accepts
+    (and the verifier passes) is one the checked reading accepts, and prints the same."""
+    from tfc.ir.verifier import verify_module
+    base = make()
+    count = len(list(_mutations(base)))
+    accepted = 0
+    for i in range(count):
+        for replacement in (None, -1, 0, 1, 0.0, 2, "x", "w", True, False, [], {}, [0]):
+            doc = copy.deepcopy(base)
+            container, key = list(_mutations(doc))[i]
+            container[key] = replacement
+            data = json.dumps(doc).encode()
+            try:
+                fast = module_from_bytes(data, "f", infer=False)
+                verify_module(fast)
+            except TfcError:
+                continue
+            accepted += 1
+            assert print_module(module_from_bytes(data, "f")) == print_module(fast), doc
+    assert accepted > count  # (many edits are names and locations: still modules)

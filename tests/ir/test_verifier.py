@@ -268,3 +268,33 @@ def test_init_graph_takes_no_args() -> None:
 def test_graph_key_must_match_name() -> None:
     g, _ = graph_with_args()
     check_error(lambda: verify_module(Module({"other": g})), "registered as @other")
+
+
+def test_each_distinct_op_is_type_checked_once_per_module(monkeypatch) -> None:
+    """A decoded module shares types and attrs among equal ops (and a region copied from
+    another its ops'): the type check of an op is a function of those, done once per
+    distinct (kind, attrs, input and result types); the other checks run for every op."""
+    from tfc.ir import verifier
+    from tfc.ir.bytecode import module_from_bytes, module_to_bytes
+    g, (x,) = graph_with_args(F32_B3)
+    b = Builder(g)
+    ys = [b("mul", b("exp", x), b("constant", value=np.array(2.0, np.float32)))
+          for _ in range(20)]
+    g.set_results(ys)
+    module = module_from_bytes(module_to_bytes(module_of(g)), infer=False)
+    checked = []
+    real = verifier._GraphVerifier.check_types
+    monkeypatch.setattr(verifier._GraphVerifier, "check_types",
+                        lambda self, i, op, opdef: checked.append(op.kind) or real(
+                            self, i, op, opdef))
+    verify_module(module)
+    assert sorted(checked) == ["constant", "exp", "mul"]
+    # one op that differs (its result type) is checked, and rejected, as ever
+    bad = module.graphs["main"].ops[-1]
+    bad.results[0].type = F32_3
+    check_error(lambda: verify_module(module), "@main: op 59 'mul'", "differ from the inferred")
+    # an op defined twice is caught though its twin's check is remembered
+    ops = module.graphs["main"].ops
+    bad.results[0].type = ops[2].results[0].type
+    ops.append(ops[2])
+    check_error(lambda: verify_module(module), "@main: op 60 'mul'", "is defined twice")

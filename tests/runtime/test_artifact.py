@@ -374,7 +374,7 @@ def test_hand_edited_bytecode_is_an_artifact_error(saved, tmp_path):
                                             r".*@predict: op 1 'mull': unknown op 'mull'"):
         load(bad)
     _edit_bytecode(path, bad, lambda d: d.update(version=7))
-    with pytest.raises(ArtifactError, match="IR bytecode version 7, but this tfc reads version 1"):
+    with pytest.raises(ArtifactError, match="IR bytecode version 7, but this tfc reads version 2"):
         load(bad)
 
 

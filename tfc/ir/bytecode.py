@@ -31,6 +31,14 @@ list for a tuple, or an object with one tag: ``{"float": "inf"|"-inf"|"nan"}``,
 ``{"dtype": "f32"}``, ``{"tensor": DTYPE, "shape": [...], "data": BASE64}`` (the
 little-endian bytes, row-major) or ``{"tensor": ..., "shape": ..., "splat": BASE64}``
 (one element repeated). Keys marked ``?`` are left out when empty or at their default.
+
+Version 2 (written only where it is used, else version 1): a region with the content of
+one written in full before it (all but its name and its arguments' names) may be written
+as ``{"name", "like": K, "arg_names"?: [NAME|null, ...]}``, a copy of the ``K``-th region
+written in full, counted from 0 in the order they end (nested regions first). Fusion
+regions repeat one body per layer: this halves a lowered MLP's bytecode, and the decoder
+reads each body once and copies it (``Graph.clone``: the copies share attrs and types,
+which is what lets the verifier check each distinct op once).
 """
 
 from __future__ import annotations
@@ -39,17 +47,18 @@ import base64
 import binascii
 import json
 import math
+import operator
 from typing import Any, Mapping, NoReturn, Sequence, TypeGuard
 
 import numpy as np
 
 from tfc.errors import Location, TfcError
-from tfc.ir.core import Graph, Module, Op, Value, VariableDecl
+from tfc.ir.core import Graph, Module, Op, Value, VariableDecl, frozen_attrs
 from tfc.ir.registry import infer_types, lookup
 from tfc.ir.types import DType, TensorType
 
 FORMAT = "tfc-ir-bytecode"
-VERSION = 1
+VERSION = 2  # the newest version this module reads (it writes 1 where it can)
 
 _SPECIAL_FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 _DTYPES = {d.value: d for d in DType}
@@ -68,7 +77,9 @@ def module_to_bytes(module: Module) -> bytes:
     enc = _Encoder()
     variables = [enc.var(v) for v in module.variables.values()]
     graphs = [enc.graph(g) for g in module.graphs.values()]
-    doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "types": enc.types,
+    # version 1 unless a region refers to another (what version 1 readers cannot read)
+    doc: dict[str, Any] = {"format": FORMAT, "version": 2 if enc.refs else 1,
+                           "types": enc.types,
                            "files": enc.files, "variables": variables, "graphs": graphs}
     target: dict[str, Any] = {}
     if module.devices:
@@ -78,33 +89,81 @@ def module_to_bytes(module: Module) -> bytes:
     if target:
         doc["target"] = target
     try:
-        return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("ascii")
+        # (a tree the encoder built: no cycles to look for, which was a third of the time)
+        return json.dumps(doc, separators=(",", ":"), allow_nan=False,
+                          check_circular=False).encode("ascii")
     except (TypeError, ValueError) as e:  # defensive: _Encoder only emits JSON values
         raise BytecodeError(f"cannot encode the module as bytecode: {e}") from None
 
 
+_NAME = operator.attrgetter("name")
+
+
 class _Encoder:
-    """Builds the JSON tree, interning types and location files into tables."""
+    """Builds the JSON tree, interning types and location files into tables.
+
+    Types and locations are interned by value; an attrs view ops share (clones and
+    decoded ops share the view of the op they copy: ``Op.clone``) is encoded once. The
+    identity memo holds the objects it is keyed by, so an id is not reused meanwhile."""
 
     def __init__(self) -> None:
         self.types: list[list[Any]] = []
-        self.type_ids: dict[TensorType, int] = {}
+        self.type_ids: dict[tuple[int, tuple], int] = {}
         self.files: list[str] = []
         self.file_ids: dict[str, int] = {}
+        self.locs: dict[tuple, list[Any]] = {}
+        self.tensors: dict[tuple, Any] = {}  # small tensors by content
+        self.by_id: dict[int, tuple[Any, Any]] = {}  # id(object) -> (object, its encoding)
+        # regions written in full, numbered as they end; the number of each by content
+        self.full_regions = 0
+        self.region_ids: dict[tuple, int] = {}
+        self.keys: dict[int, tuple[Graph, tuple | None]] = {}  # id(region) -> its content
+        self.refs = False  # whether a region was written as a reference (version 2)
 
     def type(self, t: TensorType) -> int:
-        i = self.type_ids.get(t)
+        key = (id(t.dtype), t.shape)  # (DType members are singletons: a cheaper hash)
+        i = self.type_ids.get(key)
         if i is None:
-            i = self.type_ids[t] = len(self.types)
+            i = self.type_ids[key] = len(self.types)
             self.types.append([t.dtype.value, list(t.shape)])
         return i
 
     def loc(self, loc: Location) -> list[Any]:
-        i = self.file_ids.get(loc.file)
-        if i is None:
-            i = self.file_ids[loc.file] = len(self.files)
-            self.files.append(loc.file)
-        return [i, loc.line, loc.column]
+        key = (loc.file, loc.line, loc.column)
+        out = self.locs.get(key)
+        if out is None:
+            i = self.file_ids.get(loc.file)
+            if i is None:
+                i = self.file_ids[loc.file] = len(self.files)
+                self.files.append(loc.file)
+            out = self.locs[key] = [i, loc.line, loc.column]
+        return out
+
+    def attrs(self, attrs: Mapping[str, Any], g: Graph, index: int, kind: str) -> Any:
+        hit = self.by_id.get(id(attrs))
+        if hit is not None:
+            return hit[1]
+        out = {}
+        for k, v in attrs.items():
+            if type(v) is str:
+                out[k] = v
+            else:
+                try:
+                    out[k] = self.attr(v)
+                except _Unencodable as e:
+                    where = f"@{g.name}: op {index} '{kind}'"
+                    raise BytecodeError(f"cannot encode {where}: attr {k}{e.args[0]}") from None
+        self.by_id[id(attrs)] = (attrs, out)
+        return out
+
+    def attr(self, v: Any) -> Any:
+        if isinstance(v, np.ndarray) and v.nbytes <= 64:  # (a constant's scalar, say)
+            key = (v.dtype.str, v.shape, v.tobytes())
+            out = self.tensors.get(key)
+            if out is None:
+                out = self.tensors[key] = _encode_attr(v)
+            return out
+        return _encode_attr(v)
 
     def var(self, v: VariableDecl) -> dict[str, Any]:
         out: dict[str, Any] = {"name": v.name, "type": self.type(v.type)}
@@ -123,9 +182,44 @@ class _Encoder:
             ids[a] = len(ids)
             args.append([self.type(a.type), a.name])
         ops = []
+        # (``op`` inline, with the interning tables at hand: this loop is the encoding)
+        type_ids, locs, by_id, type_ = self.type_ids, self.locs, self.by_id, self.type
+        get = ids.__getitem__
         for i, op in enumerate(g.ops):
-            ops.append(self.op(op, ids, g, i))
-            for r in op.results:
+            out: dict[str, Any] = {"op": op.kind}
+            if op.inputs:
+                try:
+                    out["in"] = list(map(get, op.inputs))
+                except KeyError:
+                    raise BytecodeError(f"cannot encode @{g.name}: op {i} '{op.kind}' uses a "
+                                        f"value not defined before it in its graph") from None
+            attrs = op.attrs
+            if attrs:
+                hit = by_id.get(id(attrs))
+                out["attrs"] = hit[1] if hit is not None else self.attrs(attrs, g, i, op.kind)
+            results = op.results
+            if results:
+                types = []
+                named = False
+                for r in results:
+                    t = r.type
+                    k = type_ids.get((id(t.dtype), t.shape))
+                    types.append(type_(t) if k is None else k)
+                    if r.name is not None:
+                        named = True
+                out["types"] = types
+                if named:
+                    out["names"] = [r.name for r in results]
+            if op.device is not None:
+                out["device"] = op.device
+            loc = op.loc
+            if loc is not None:
+                enc = locs.get((loc.file, loc.line, loc.column))
+                out["loc"] = self.loc(loc) if enc is None else enc
+            if op.regions:
+                out["regions"] = [self.region(r) for r in op.regions]
+            ops.append(out)
+            for r in results:
                 ids[r] = len(ids)
         names = list(g.result_names) + [
             f"out{i}" for i in range(len(g.result_names), len(g.results))]
@@ -138,31 +232,82 @@ class _Encoder:
         return {"name": g.name, "args": args, "ops": ops, "results": results,
                 "result_names": names[:len(results)]}
 
-    def op(self, op: Op, ids: Mapping[Value, int], g: Graph, index: int) -> dict[str, Any]:
-        out: dict[str, Any] = {"op": op.kind}
-        if op.inputs:
-            try:
-                out["in"] = [ids[v] for v in op.inputs]
-            except KeyError:
-                raise BytecodeError(f"cannot encode @{g.name}: op {index} '{op.kind}' uses a "
-                                    f"value not defined before it in its graph") from None
-        if op.attrs:
-            where = f"@{g.name}: op {index} '{op.kind}'"
-            out["attrs"] = {k: _encode_attr(v, where, k) for k, v in op.attrs.items()}
-        if op.results:
-            out["types"] = [self.type(r.type) for r in op.results]
-            if any(r.name is not None for r in op.results):
-                out["names"] = [r.name for r in op.results]
-        if op.device is not None:
-            out["device"] = op.device
-        if op.loc is not None:
-            out["loc"] = self.loc(op.loc)
-        if op.regions:
-            out["regions"] = [self.graph(r) for r in op.regions]
+    def region(self, r: Graph) -> dict[str, Any]:
+        """A region in full, or (version 2) a reference to one written before with the
+        same content, up to its name and its arguments' names (fusion regions repeat
+        the same body once per layer)."""
+        key = self.content(r)
+        k = self.region_ids.get(key) if key is not None else None
+        if k is not None:
+            self.refs = True
+            ref: dict[str, Any] = {"name": r.name, "like": k}
+            if any(a.name is not None for a in r.args):
+                ref["arg_names"] = [a.name for a in r.args]
+            return ref
+        out = self.graph(r)
+        if key is not None:
+            self.region_ids[key] = self.full_regions
+        self.full_regions += 1
         return out
 
+    def content(self, g: Graph) -> tuple | None:
+        """What ``graph`` encodes ``g`` as, but its name and its arguments' names, as a
+        hashable key (cheaper than encoding it: types, locations and attrs by their
+        memos); ``None`` where encoding ``g`` fails (``graph`` says why)."""
+        hit = self.keys.get(id(g))
+        if hit is not None:
+            return hit[1]
+        ids: dict[Value, int] = {}
+        type_, locs, attrs_, content = self.type, self.loc_key, self.attrs_text, self.content
+        args = []
+        for a in g.args:
+            ids[a] = len(ids)
+            args.append(type_(a.type))
+        ops: list[tuple] = []
+        key: tuple | None = None
+        get = ids.__getitem__
+        try:
+            for i, op in enumerate(g.ops):
+                results = op.results
+                regions = op.regions
+                ops.append((op.kind, tuple(map(get, op.inputs)),
+                            attrs_(op.attrs, g, i, op.kind) if op.attrs else None,
+                            tuple([type_(r.type) for r in results]),
+                            tuple(map(_NAME, results)), op.device, locs(op.loc),
+                            tuple([(r.name, tuple(map(_NAME, r.args)), content(r))
+                                   for r in regions]) if regions else None))
+                for r in results:
+                    ids[r] = len(ids)
+            names = list(g.result_names) + [
+                f"out{i}" for i in range(len(g.result_names), len(g.results))]
+            key = (tuple(args), tuple(ops), tuple(map(get, g.results)),
+                   tuple(names[:len(g.results)]))
+        except KeyError:  # a value used where it is not defined: not encodable
+            key = None
+        self.keys[id(g)] = (g, key)
+        return key
 
-def _encode_attr(v: Any, where: str, name: str) -> Any:
+    def loc_key(self, loc: Location | None) -> tuple | None:
+        if loc is None:
+            return None
+        self.loc(loc)  # (interns its file, as encoding it would)
+        return (loc.file, loc.line, loc.column)
+
+    def attrs_text(self, attrs: Mapping[str, Any], g: Graph, index: int, kind: str) -> str:
+        """The encoding of ``attrs`` as canonical JSON text (a key for ``content``)."""
+        hit = self.by_id.get(id(attrs))
+        enc = hit[1] if hit is not None else self.attrs(attrs, g, index, kind)
+        text = self.by_id.get(id(enc))
+        if text is None:
+            text = self.by_id[id(enc)] = (enc, json.dumps(enc, sort_keys=True))
+        return text[1]
+
+
+class _Unencodable(Exception):
+    """An attr value bytecode cannot hold; ``args[0]`` says which, after the attr name."""
+
+
+def _encode_attr(v: Any) -> Any:
     if v is None or isinstance(v, (bool, str)):
         return v
     if isinstance(v, (int, np.integer)):
@@ -175,19 +320,17 @@ def _encode_attr(v: Any, where: str, name: str) -> Any:
     if isinstance(v, DType):
         return {"dtype": v.value}
     if isinstance(v, (tuple, list)):
-        return [_encode_attr(x, where, name) for x in v]
+        return [_encode_attr(x) for x in v]
     if isinstance(v, np.ndarray):
-        return _encode_tensor(v, where, name)
-    raise BytecodeError(f"cannot encode {where}: attr {name}={v!r} of type "
-                        f"{type(v).__name__}")
+        return _encode_tensor(v)
+    raise _Unencodable(f"={v!r} of type {type(v).__name__}")
 
 
-def _encode_tensor(a: np.ndarray, where: str, name: str) -> dict[str, Any]:
+def _encode_tensor(a: np.ndarray) -> dict[str, Any]:
     try:
         dtype = DType.from_numpy(a.dtype)
     except TfcError:
-        raise BytecodeError(f"cannot encode {where}: attr {name} is a tensor of numpy dtype "
-                            f"{a.dtype}") from None
+        raise _Unencodable(f" is a tensor of numpy dtype {a.dtype}") from None
     out: dict[str, Any] = {"tensor": dtype.value, "shape": list(a.shape)}
     flat = np.ascontiguousarray(a, dtype=dtype.np.newbyteorder("<")).reshape(-1)
     if flat.size > 1 and _is_splat(flat):
@@ -238,6 +381,12 @@ class _Decoder:
         self.where = ""
         self.types: list[TensorType] = []
         self.files: list[str] = []
+        self.version = 1
+        self.full_regions: list[Graph] = []  # the regions read in full, as they end
+        # each distinct attrs object (by its JSON) decoded once, the ops share the view
+        self.attrs_memo: dict[Any, Mapping[str, Any]] = {}
+        self.full_memo: dict[tuple[str, int], Mapping[str, Any]] = {}  # (ids of the above)
+        self.locs: dict[tuple[int, int, int | None], Location] = {}  # op_fast's
 
     def fail(self, message: str) -> NoReturn:
         at = f"{self.where}: " if self.where else ""
@@ -291,6 +440,7 @@ class _Decoder:
         if version > VERSION:
             self.fail(f"IR bytecode version {version}, but this tfc reads version "
                       f"{VERSION} at most; upgrade tfc to load it")
+        self.version = version
         self.files = self.field(doc, "files", list)
         for i, f in enumerate(self.files):
             if not isinstance(f, str):
@@ -391,6 +541,76 @@ class _Decoder:
         return v
 
     def op(self, o: Any, values: Sequence[Value], path: str, i: int) -> Op:
+        if not self.infer:
+            try:
+                return self.op_fast(o, values, path, i)
+            except (_Slow, IndexError, KeyError, TypeError, AttributeError, TfcError):
+                pass  # not as the encoder writes it: the checked path says what is wrong
+        return self.op_checked(o, values, path, i)
+
+    def op_fast(self, o: Any, values: Sequence[Value], path: str, i: int) -> Op:
+        """``op_checked`` for an op as the encoder writes it, with the checks done as type
+        tests; anything else raises (``_Slow`` or a lookup's error) before a region is
+        read, and ``op_checked`` reads the op again and says what is wrong."""
+        kind = o["op"]
+        if type(kind) is not str:
+            raise _Slow
+        lookup(kind)
+        ins = o.get("in", _NONE)
+        if type(ins) is not list:
+            raise _Slow
+        inputs = [values[v] if type(v) is int and v >= 0 else _slow() for v in ins]
+        raw = o.get("attrs", _EMPTY)
+        if type(raw) is not dict:
+            raise _Slow
+        if raw:
+            key = _flat_key(raw)
+            attrs = self.attrs_memo.get(key) if key is not None else None
+            if attrs is None:  # (a first, or not flat: decoded where errors are located)
+                raise _Slow
+        else:
+            attrs = _NO_ATTRS
+        tt = self.types
+        ts = o.get("types", _NONE)
+        if type(ts) is not list:
+            raise _Slow
+        types = [tt[t] if type(t) is int and t >= 0 else _slow() for t in ts]
+        names = o.get("names", _ABSENT)
+        if names is _ABSENT:
+            names = _NONE
+        elif type(names) is not list or len(names) != len(types) or not all(
+                n is None or type(n) is str for n in names):
+            raise _Slow
+        device = o.get("device")
+        if device is not None and type(device) is not str:
+            raise _Slow
+        loc = o.get("loc")
+        if loc is not None:
+            if type(loc) is not list or len(loc) != 3:
+                raise _Slow
+            f, line, col = loc
+            if type(f) is not int or type(line) is not int or not (
+                    col is None or type(col) is int):
+                raise _Slow
+            key = (f, line, col)
+            loc = self.locs.get(key)
+            if loc is None:
+                if f < 0:
+                    raise _Slow
+                loc = self.locs[key] = Location(self.files[f], line, col)
+        rs = o.get("regions", _NONE)
+        if type(rs) is not list:
+            raise _Slow
+        regions: list[Graph] = []
+        if rs:  # (past here errors are the regions' own: no second reading)
+            self.where = f"{path}: op {i} '{kind}'" + (f" ({loc})" if loc is not None else "")
+            where = self.where
+            regions = [self.region(r, f"{path}: op {i} '{kind}' region ") for r in rs]
+            self.where = where
+        return Op(kind, inputs, attrs, types, device=device, loc=loc, regions=regions,
+                  names=names)
+
+    def op_checked(self, o: Any, values: Sequence[Value], path: str, i: int) -> Op:
         if not isinstance(o, dict):
             self.fail(f"an op is an object, not {_json_kind(o)}")
         kind = self.field(o, "op", str)
@@ -403,9 +623,7 @@ class _Decoder:
         if loc is not None:
             self.where += f" ({loc})"
         inputs = [values[self.value(v, values)] for v in self.field(o, "in", list, [])]
-        attrs: dict[str, Any] = {}
-        for key, raw in self.field(o, "attrs", dict, {}).items():
-            attrs[key] = self.attr(raw, key)
+        attrs = self.attrs(self.field(o, "attrs", dict, {}))
         types = [self.type(t) for t in self.field(o, "types", list, [])]
         names = self.field(o, "names", list, [None] * len(types))
         if len(names) != len(types):
@@ -413,7 +631,7 @@ class _Decoder:
         names = [self.name(n, "a result name") for n in names]
         device = self.name(o.get("device"), "device")
         where = self.where
-        regions = [self.graph(r, f"{path}: op {i} '{kind}' region ")
+        regions = [self.region(r, f"{path}: op {i} '{kind}' region ")
                    for r in self.field(o, "regions", list, [])]
         self.where = where
         if not self.infer:  # the caller verifies the module (module_from_bytes)
@@ -430,10 +648,48 @@ class _Decoder:
             shown = ", ".join(map(str, types)) or "none"
             want = ", ".join(map(str, inferred)) or "none"
             self.fail(f"result types are stored as {shown} but inferred as {want}")
-        return Op(kind, inputs, full, types, device=device, loc=loc, regions=regions,
+        # (check_attrs made ``full`` of the kind and the attrs alone: shared like them)
+        shared = self.full_memo.get((kind, id(attrs)))
+        if shared is None:
+            shared = self.full_memo[kind, id(attrs)] = frozen_attrs(full)
+        return Op(kind, inputs, shared, types, device=device, loc=loc, regions=regions,
                   names=names)
 
+    def region(self, r: Any, parent: str) -> Graph:
+        """A region in full, or (version 2) ``{"name", "like": K, "arg_names"?}``: a copy
+        of the ``K``-th region read in full (numbered as they end), renamed."""
+        if self.version < 2 or not isinstance(r, dict) or "like" not in r:
+            g = self.graph(r, parent)
+            self.full_regions.append(g)
+            return g
+        name = self.field(r, "name", str)
+        self.where = f"{parent}@{name}"
+        like = self.full_regions[self.index(r["like"], self.full_regions, "region")]
+        names = self.field(r, "arg_names", list, [None] * len(like.args))
+        if len(names) != len(like.args):
+            self.fail(f"arg_names should be {len(like.args)} names, not {names!r}")
+        names = [self.name(n, "an argument name") for n in names]
+        g = like.clone()  # (its ops share their attrs and types: Op.clone)
+        g.name = name
+        for a, n in zip(g.args, names):
+            a.name = n
+        return g
+
     # attrs
+
+    def attrs(self, raw: dict[str, Any]) -> Mapping[str, Any]:
+        """The attrs ``raw`` encodes, frozen (``frozen_attrs``): decoded once per distinct
+        JSON, the ops that have the same share the view (and the verifier's check)."""
+        if not raw:
+            return frozen_attrs(raw)
+        key: Any = _flat_key(raw)  # (var names, kinds, flags: the common case)
+        if key is None:  # (exact: 1, 1.0, true and -0.0 are different JSON)
+            key = json.dumps(raw, sort_keys=True)
+        attrs = self.attrs_memo.get(key)
+        if attrs is None:
+            attrs = frozen_attrs({k: self.attr(v, k) for k, v in raw.items()})
+            self.attrs_memo[key] = attrs
+        return attrs
 
     def attr(self, v: Any, key: str) -> Any:
         if v is None or isinstance(v, (bool, int, float, str)):
@@ -489,6 +745,33 @@ class _Decoder:
             self.fail(f"{what}: {dtype.value}{list(shape)} is too large")
         out.flags.writeable = False  # the op keeps it as it is (no second copy)
         return out
+
+
+class _Slow(Exception):
+    """An op not as the encoder writes it: read it again with every check (op_checked)."""
+
+
+def _slow() -> Any:
+    raise _Slow
+
+
+def _flat_key(raw: dict[str, Any]) -> tuple | None:
+    """A key of attrs whose values are all strings, integers, booleans or null, with each
+    value's type (``true`` is not ``1``); ``None`` for others."""
+    out = []
+    for k, v in raw.items():
+        t = type(v)
+        if t is str or t is int or t is bool or v is None:
+            out.append((k, t, v))
+        else:
+            return None
+    return tuple(out)
+
+
+_NONE: list[Any] = []  # (never changed)
+_ABSENT: list[Any] = []
+_EMPTY: dict[str, Any] = {}  # (never changed)
+_NO_ATTRS = frozen_attrs({})
 
 
 _JSON_NAMES = {"str": "a string", "int": "an integer", "list": "a list", "dict": "an object",

@@ -73,6 +73,18 @@ def attr_key(v: Any) -> Any:
     return (type(v).__name__, v)
 
 
+_NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
+
+
+def frozen_attrs(attrs: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``attrs`` as an op keeps them: sorted by name, each value frozen (``freeze_attr``),
+    behind a read-only view. An op built with this view (``Op.clone``, the bytecode
+    decoder) shares it instead of freezing it again: nothing can change it."""
+    if not attrs:
+        return _NO_ATTRS
+    return MappingProxyType({k: freeze_attr(attrs[k]) for k in sorted(attrs)})
+
+
 class Op:
     """One operation: a registry ``kind``, input values, attrs, results, and where it runs."""
 
@@ -84,10 +96,15 @@ class Op:
                  names: Sequence[str | None] = ()) -> None:
         self.kind = kind
         self.inputs = list(inputs)
-        self.attrs: Mapping[str, Any] = MappingProxyType(
-            {k: freeze_attr(v) for k, v in sorted(attrs.items())})
-        names = list(names) + [None] * (len(result_types) - len(names))
-        self.results = [Value(t, self, i, n) for i, (t, n) in enumerate(zip(result_types, names))]
+        # a view this module made is frozen already (sorted, immutable values): shared
+        self.attrs: Mapping[str, Any] = (
+            attrs if type(attrs) is MappingProxyType else frozen_attrs(attrs))
+        if names:
+            names = list(names) + [None] * (len(result_types) - len(names))
+            self.results = [Value(t, self, i, n)
+                            for i, (t, n) in enumerate(zip(result_types, names))]
+        else:
+            self.results = [Value(t, self, i) for i, t in enumerate(result_types)]
         self.device = device
         self.loc = loc
         self.regions = list(regions)
@@ -103,10 +120,16 @@ class Op:
 
     def clone(self, inputs: Sequence[Value], regions: Sequence["Graph"] | None = None) -> "Op":
         """A copy of this op on other inputs (same attrs, types, device, location, names)."""
-        return Op(self.kind, inputs, self.attrs, [r.type for r in self.results],
-                  device=self.device, loc=self.loc,
-                  regions=self.regions if regions is None else regions,
-                  names=[r.name for r in self.results])
+        new = Op.__new__(Op)
+        new.kind = self.kind
+        new.inputs = list(inputs)
+        attrs = self.attrs
+        new.attrs = attrs if type(attrs) is MappingProxyType else frozen_attrs(attrs)
+        new.results = [Value(r.type, new, i, r.name) for i, r in enumerate(self.results)]
+        new.device = self.device
+        new.loc = self.loc
+        new.regions = list(self.regions if regions is None else regions)
+        return new
 
     def replace_input(self, old: Value, new: Value) -> None:
         self.inputs = [new if v is old else v for v in self.inputs]

@@ -30,7 +30,7 @@ the generic checks.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 from tfc.errors import TfcError, VerifyError
 from tfc.ir.core import INIT_GRAPH, Graph, Module, Op, Value, attr_key
@@ -46,14 +46,15 @@ def verify_module(module: Module) -> None:
             raise VerifyError(
                 f"@{INIT_GRAPH} takes no arguments, but has {len(graph.args)} "
                 f"({', '.join(graph.arg_names)})")
+    checked: dict[tuple, Any] = {}
     for graph in module.graphs.values():
-        verify_graph(graph, module)
+        _GraphVerifier(graph, module, f"@{graph.name}", (), checked).run()
 
 
 def verify_graph(graph: Graph, module: Module | None = None) -> None:
     """Check one graph (and its regions); without ``module``, variables go unchecked
     except that none may be assigned twice."""
-    _GraphVerifier(graph, module, f"@{graph.name}", outer=frozenset()).run()
+    _GraphVerifier(graph, module, f"@{graph.name}", (), {}).run()
 
 
 def value_name(v: Value) -> str:
@@ -66,16 +67,17 @@ def value_name(v: Value) -> str:
 
 
 class _GraphVerifier:
-    """One graph's checks; ``outer`` holds the values of enclosing graphs (for messages)."""
+    """One graph's checks; ``outer`` holds the values defined so far in each enclosing
+    graph (for messages only); ``checked`` the type checks passed (``check_types``), by
+    the identities of what they depended on: one dict per ``verify_module`` call, whose
+    module keeps those objects alive while it lives (an id is not reused meanwhile)."""
 
     def __init__(self, graph: Graph, module: Module | None, path: str,
-                 outer: frozenset[Value]) -> None:
+                 outer: tuple[set[Value], ...], checked: dict[tuple, Any]) -> None:
         self.graph, self.module, self.path, self.outer = graph, module, path, outer
+        self.checked = checked
         self.defined: set[Value] = set()
         self.assigned: dict[str, int] = {}
-        # where each value of this graph is defined (op index), to tell "later" from "absent"
-        self.position: dict[Value, int] = {
-            r: i for i, op in enumerate(graph.ops) for r in op.results}
 
     def fail(self, message: str, op: Op | None = None, index: int | None = None) -> VerifyError:
         where = f"{self.path}: op {index} '{op.kind}'" if op is not None else self.path
@@ -91,28 +93,40 @@ class _GraphVerifier:
         self.check_results()
 
     def check_op(self, i: int, op: Op) -> None:
-        for v in op.inputs:
-            if v not in self.defined:
+        defined = self.defined
+        inputs, results = op.inputs, op.results
+        for v in inputs:
+            if v not in defined:
                 raise self.fail(self.undefined_use(v), op, i)
         try:
             opdef = lookup(op.kind)
         except TfcError as e:
             raise self.fail(e.message, op, i) from None
-        self.check_types(i, op, opdef)
-        for j, r in enumerate(op.results):
+        # (the ids of objects the module holds: see the class docstring)
+        checked = self.checked
+        key = (opdef, id(op.attrs), len(inputs), *[id(v.type) for v in inputs],
+               None, *[id(r.type) for r in results])
+        if key not in checked:
+            self.check_types(i, op, opdef)
+            checked[key] = (op.attrs, inputs, results)  # (keeps them alive)
+        for j, r in enumerate(results):
             if r.op is not op or r.index != j:
                 raise self.fail(f"result {j} ({value_name(r)}) does not point back to this op",
                                 op, i)
-            if r in self.defined:
+            if r in defined:
                 raise self.fail(f"result {j} ({value_name(r)}) is defined twice", op, i)
-        if opdef.names_variable():
+        names_variable = checked.get(("names_variable", opdef))  # (of the kind alone)
+        if names_variable is None:
+            names_variable = checked["names_variable", opdef] = opdef.names_variable()
+        if names_variable:
             self.check_var(i, op, opdef)
-        problem = region_count_problem(op)
-        if problem is not None:
-            raise self.fail(problem, op, i)
+        want = opdef.region_names  # (region_count_problem's test, inline)
+        if want is not None and len(op.regions) != len(want):
+            raise self.fail(region_count_problem(op) or "", op, i)
         for k, region in enumerate(op.regions):
             path = f"{self.path} > op {i} '{op.kind}' region {k}"
-            _GraphVerifier(region, self.module, path, self.outer | self.defined).run()
+            _GraphVerifier(region, self.module, path, (*self.outer, defined),
+                           self.checked).run()
         try:
             opdef.verify_op(op, self.module)
         except TfcError as e:
@@ -121,9 +135,11 @@ class _GraphVerifier:
 
     def undefined_use(self, v: Value) -> str:
         name = value_name(v)
-        if v in self.position:
-            return f"uses {name}, which is defined later (op {self.position[v]})"
-        if v in self.outer:
+        # where each value of this graph is defined (op index), to tell "later" from "absent"
+        position = {r: i for i, op in enumerate(self.graph.ops) for r in op.results}
+        if v in position:
+            return f"uses {name}, which is defined later (op {position[v]})"
+        if any(v in values for values in self.outer):
             return (f"uses {name} from an enclosing graph; regions are isolated from above "
                     f"(pass it in as a region argument)")
         return f"uses {name}, which is not defined in this graph"

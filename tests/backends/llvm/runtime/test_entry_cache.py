@@ -124,3 +124,52 @@ def test_a_module_that_knows_its_source_is_not_encoded_for_the_key(h, monkeypatc
     assert entry_cache.entry_key(m, "f", "p") != by_source
     m.source_key = "b"
     assert entry_cache.entry_key(m, "f", "o") != by_source
+
+
+def test_the_sources_fingerprint_reads_only_changed_files(tmp_path, monkeypatch):
+    """Each file's content hash is kept by its (path, size, mtime_ns), as a .pyc keeps its
+    source's: an unchanged tree is listed, not read; an edited file is read and changes
+    the fingerprint; one edited just now is not trusted to its mtime next time."""
+    import os
+    root = tmp_path / "pkg"
+    (root / "sub" / "__pycache__").mkdir(parents=True)
+    files = {"a.py": b"x = 1\n", "sub/b.py": b"y = 2\n", "g.lark": b"start: X\n"}
+    old = 1_000_000_000_000_000_000  # mtimes well in the past: trusted
+    for rel, data in files.items():
+        (root / rel).write_bytes(data)
+        os.utime(root / rel, ns=(old, old))
+    (root / "sub" / "__pycache__" / "b.cpython.pyc").write_bytes(b"junk")
+    (root / "notes.txt").write_bytes(b"not a source")
+    memo = tmp_path / "cache" / "sources.json"
+    read = []
+    real = entry_cache._file_digest
+    monkeypatch.setattr(entry_cache, "_file_digest", lambda p: read.append(p) or real(p))
+
+    def fingerprint():
+        stats = entry_cache._source_stats(root)
+        return entry_cache.fingerprint_files(root, stats, memo)
+
+    first = fingerprint()
+    assert sorted(Path(p).relative_to(root).as_posix() for p in read) == sorted(files)
+    read.clear()
+    assert fingerprint() == first and read == []  # nothing changed: nothing read
+    (root / "a.py").write_bytes(b"x = 3\n")  # same size, another mtime
+    edited = fingerprint()
+    assert edited != first and [Path(p).name for p in read] == ["a.py"]
+    read.clear()
+    assert fingerprint() == edited and [Path(p).name for p in read] == ["a.py"]  # racy
+    os.utime(root / "a.py", ns=(old, old))  # same size and mtime as recorded first:
+    read.clear()                            # the memo is not asked about it (racy before)
+    assert fingerprint() == edited and [Path(p).name for p in read] == ["a.py"]
+    read.clear()
+    assert fingerprint() == edited and read == []
+    memo.write_text("{not json")  # a corrupt memo is a cold one
+    assert fingerprint() == edited and len(read) == 3
+    (root / "sub" / "b.py").unlink()
+    assert fingerprint() != edited
+
+
+def test_the_sources_fingerprint_lists_what_tfc_sources_lists():
+    stats = entry_cache._source_stats(entry_cache._TFC_ROOT)
+    assert [Path(p) for _, p, _, _ in sorted(stats, key=lambda s: s[1])] == sorted(
+        entry_cache.tfc_sources())
