@@ -678,27 +678,100 @@ def _dynamic_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
         buffer_of[v] = buf.id
 
 
+class _Waiting:
+    """Buffers free from the queries' start until a known time (the start of their next
+    interval), by id: the lowest id free past a given ``end`` in O(log n), as a segment
+    tree over buffer ids holding the largest such time below each node (-1: none)."""
+
+    __slots__ = ("tree", "cap")
+
+    def __init__(self) -> None:
+        self.tree = [-1, -1]
+        self.cap = 1  # leaves: tree[cap + id]
+
+    def set(self, b: int, until: int) -> None:
+        """Buffer ``b`` free until ``until`` (-1: out of the search)."""
+        if b >= self.cap:
+            self._grow(b)
+        tree = self.tree
+        i = self.cap + b
+        tree[i] = until
+        i >>= 1
+        while i:
+            left, right = tree[2 * i], tree[2 * i + 1]
+            top = left if left >= right else right
+            if tree[i] == top:
+                break
+            tree[i] = top
+            i >>= 1
+
+    def first_after(self, end: int) -> int | None:
+        """The lowest id free past ``end``, if any."""
+        tree = self.tree
+        if tree[1] <= end:
+            return None
+        i, cap = 1, self.cap
+        while i < cap:
+            i <<= 1
+            if tree[i] <= end:
+                i += 1
+        return i - cap
+
+    def clear(self) -> None:
+        self.tree = [-1] * len(self.tree)
+
+    def _grow(self, b: int) -> None:
+        cap = self.cap
+        while cap <= b:
+            cap *= 2
+        tree = [-1] * (2 * cap)
+        tree[cap:cap + self.cap] = self.tree[self.cap:]
+        for i in range(cap - 1, 0, -1):
+            left, right = tree[2 * i], tree[2 * i + 1]
+            tree[i] = left if left >= right else right
+        self.tree, self.cap = tree, cap
+
+
 class _SizeClass:
-    """The buffers of one size (symbols and static factor) in ``_best_fit``'s search:
-    those that may be free, by id (a heap), and those asleep: known to be busy until the
-    end of an interval of theirs that began at or before the queries' start, which does
-    not decrease while queries come in time order (as they do in both orders the planner
-    uses, within each size). Each interval puts its buffer to sleep at most once per run
-    of such queries, so the search costs O(log n) per value, amortized, instead of a test
-    of every busy buffer of the size. A buffer busy by an interval that begins after the
-    query's start is *deferred*: left out of the search while queries overlap that
-    interval (it was tested and pushed back on every query: 69 k tests for a 256-layer
-    MLP's masks against its activations' buffers). Heap entries carry the buffer's
-    version: one moved (woken, put to sleep, deferred, grown into another size) leaves
-    stale entries that are skipped."""
+    """The buffers of one size (symbols and static factor) in ``_best_fit``'s search, in
+    three sets relative to the queries' start, which does not decrease while queries come
+    in time order (as they do in both orders the planner uses, within each size):
+    - awake: may be free (not tested since they last changed), a heap by id;
+    - asleep: busy until the end of an interval of theirs that began at or before the
+      start (a heap by that end: each wakes once the start passes it);
+    - waiting: free from the start until their next interval begins, after the start
+      (``_Waiting``, and a heap by that time: each wakes once the start reaches it).
+      Such a buffer is free for a query exactly when the query ends before that time,
+      so the lowest free id among them is one search, however many there are (they were
+      tested and pushed back on every query, then put back and tested again: 33 k tests
+      for a 256-layer MLP's activations against the buffers of its weight gradients,
+      growing with the square of the layers).
+    A buffer is in one set at a time: tested buffers move from awake to one of the
+    others, and back to awake when the start passes the time they wait for, or when a
+    query starts before the previous one (a new run of queries: the sets no longer hold).
+    Each interval moves its buffer at most a few times per run, so the search costs
+    O(log n) per value, amortized. Heap entries carry the buffer's version: one moved
+    (woken, put to sleep, set waiting, grown into another size) leaves stale entries that
+    are skipped."""
 
     def __init__(self) -> None:
         self.awake: list[tuple[int, int]] = []  # (buffer id, version)
         self.asleep: list[tuple[int, int, int]] = []  # (busy until, buffer id, version)
-        # (start, end, buffer id, version): busy during that interval of theirs, which
-        # began after the query that found it; out of the search while queries overlap it
-        self.deferred: list[tuple[int, int, int, int]] = []
+        self.waiting = _Waiting()
+        self.soon: list[tuple[int, int, int]] = []  # (busy from, buffer id, version)
         self.last_start = -1
+
+
+def _conflict(spans: list[tuple[int, int]], start: int, end: int) -> tuple[int, int] | None:
+    """An interval of ``spans`` (disjoint, sorted) that overlaps ``[start, end]``: the one
+    holding ``start`` if there is one, else the first one after it, if it begins by
+    ``end``; None when ``[start, end]`` is free."""
+    k = bisect.bisect_left(spans, (start, start))
+    if k > 0 and spans[k - 1][1] >= start:
+        return spans[k - 1]
+    if k < len(spans) and spans[k][0] <= end:
+        return spans[k]
+    return None
 
 
 def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
@@ -720,20 +793,11 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
     # symbols -> static factors in ascending order; (symbols, factor) -> its class
     factors: dict[tuple[str, ...], list[int]] = {}
     classes: dict[tuple[tuple[str, ...], int], _SizeClass] = {}
-
-    def conflict(b: int, start: int, end: int) -> tuple[int, int] | None:
-        """An interval of buffer ``b`` that overlaps ``[start, end]``, if any."""
-        spans = taken[b]
-        k = bisect.bisect_left(spans, (start, start))
-        if k > 0 and spans[k - 1][1] >= start:
-            return spans[k - 1]
-        if k < len(spans) and spans[k][0] <= end:
-            return spans[k]
-        return None
+    heappush, heappop = heapq.heappush, heapq.heappop
 
     def push(c: _SizeClass, b: int) -> None:
         version[b] += 1
-        heapq.heappush(c.awake, (b, version[b]))
+        heappush(c.awake, (b, version[b]))
 
     def first_free(symbols: tuple[str, ...], factors_in_order: Sequence[int], start: int,
                    end: int) -> int | None:
@@ -744,38 +808,45 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
                     if ver == version[b]:
                         push(c, b)
                 c.asleep.clear()
+                for _, b, ver in c.soon:
+                    if ver == version[b]:
+                        push(c, b)
+                c.soon.clear()
+                c.waiting.clear()
             c.last_start = start
             while c.asleep and c.asleep[0][0] < start:
-                _, b, ver = heapq.heappop(c.asleep)
+                _, b, ver = heappop(c.asleep)
                 if ver == version[b]:
                     push(c, b)
-            if c.deferred:
-                blocked = []
-                for entry in c.deferred:
-                    s, e, b, ver = entry
-                    if ver != version[b]:
-                        continue
-                    if s <= end and start <= e:
-                        blocked.append(entry)
-                    else:
-                        push(c, b)
-                c.deferred = blocked
+            while c.soon and c.soon[0][0] <= start:
+                _, b, ver = heappop(c.soon)
+                if ver == version[b]:
+                    c.waiting.set(b, -1)
+                    push(c, b)
+            later = c.waiting.first_after(end) if c.soon else None
             found = None
             while c.awake:
                 b, ver = c.awake[0]
+                if later is not None and b > later:
+                    break
                 if ver != version[b]:
-                    heapq.heappop(c.awake)
+                    heappop(c.awake)
                     continue
-                span = conflict(b, start, end)
+                span = _conflict(taken[b], start, end)
                 if span is None:
                     found = b
                     break
-                heapq.heappop(c.awake)
+                heappop(c.awake)
                 version[b] += 1
                 if span[0] <= start:
-                    heapq.heappush(c.asleep, (span[1], b, version[b]))
-                else:
-                    c.deferred.append((span[0], span[1], b, version[b]))
+                    heappush(c.asleep, (span[1], b, version[b]))
+                else:  # busy from span[0], which is by ``end``: not free for this query
+                    heappush(c.soon, (span[0], b, version[b]))
+                    c.waiting.set(b, span[0])
+            if found is None and later is not None:
+                found = later
+                c.waiting.set(later, -1)
+                push(c, later)  # (its entry in ``soon`` is stale now)
             if found is not None:
                 return found
         return None
