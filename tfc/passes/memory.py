@@ -398,10 +398,13 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     """Reorder ``graph.ops`` into a low-peak schedule and assign arena buffers."""
     info = _Info(graph)
     nominal = _nominal(graph)
+    # the arena roots' bytes at the nominal binding (views take none of their own)
+    size = {v: Size.of(v.type).bytes(nominal) for v in info.arena
+            if v not in info.static_view}
     best: tuple[int, list[Op], _Aliases] | None = None
-    for order in (_greedy_schedule(graph, info, nominal), _original_schedule(graph)):
+    for order in (_greedy_schedule(graph, info, size), _original_schedule(graph)):
         aliases = _Aliases(graph, order, info)
-        peak = _peak(aliases.live, lambda v: Size.of(v.type).bytes(nominal))
+        peak = _peak(aliases.live, size.__getitem__)
         if best is None or peak < best[0]:
             best = (peak, order, aliases)
     assert best is not None
@@ -477,6 +480,8 @@ def _can_write_in_place(op: Op, r: Value) -> bool:
 
 def _no_larger(u: Value, r: Value) -> bool:
     """Whether ``u`` has at most ``r``'s element count for every binding (symbols >= 1)."""
+    if u.type.shape == r.type.shape:
+        return True
     a, b = Size(1, tuple(u.type.shape)), Size(1, tuple(r.type.shape))
     return not Counter(a.symbols) - Counter(b.symbols) and a.static_factor <= b.static_factor
 
@@ -485,47 +490,55 @@ class _Aliases:
     """Views, in-place results and live intervals of the roots, for one schedule."""
 
     def __init__(self, graph: Graph, order: Sequence[Op], info: _Info) -> None:
-        self.alias_of: dict[Value, Value] = {}
+        alias_of: dict[Value, Value] = {}
+        self.alias_of = alias_of
         self.in_place: dict[Value, Value] = {}
         last_use: dict[Value, int] = {}
         for t, op in enumerate(order):
             for v in op.inputs:
                 last_use[v] = t
-        members: dict[Value, list[Value]] = {}  # arena root -> itself and its aliases
+        # arena root -> where it is defined, and the last use of it or of an alias of it
+        # so far (the aliases defined up to the op at hand: their uses are all known)
         first: dict[Value, int] = {}
+        last: dict[Value, int] = {}
+        arena, static_view, dynamic = info.arena, info.static_view, info.dynamic_set
         for t, op in enumerate(order):
             taken: set[Value] = set()
             for r in op.results:
-                if r in info.static_view:
-                    self.alias_of[r] = self.root(info.static_view[r])
-                elif (r in info.arena and r not in info.dynamic_set
-                      and info.can_write_in_place(op, r)):
-                    src = self._in_place_source(op, r, t, info, members, last_use, taken)
+                if r in static_view:
+                    src = static_view[r]
+                    alias_of[r] = alias_of.get(src, src)
+                elif r in arena and r not in dynamic and info.can_write_in_place(op, r):
+                    src = self._in_place_source(op, r, t, info, last, taken)
                     if src is not None:
-                        root = self.root(src)
-                        self.alias_of[r], self.in_place[r] = root, src
+                        root = alias_of.get(src, src)
+                        alias_of[r], self.in_place[r] = root, src
                         taken.add(root)
-                root = self.root(r)
-                if root in info.arena:
-                    members.setdefault(root, []).append(r)
-                    first.setdefault(root, t)
-        self.live = {root: (first[root], max([first[root]] + [last_use.get(m, -1)
-                                                             for m in ms]))
-                     for root, ms in members.items()}
+                root = alias_of.get(r, r)
+                if root in arena:
+                    used = last_use.get(r, -1)
+                    if root in first:
+                        if used > last[root]:
+                            last[root] = used
+                    else:
+                        first[root], last[root] = t, used
+        self.live = {root: (t, last[root] if last[root] > t else t)
+                     for root, t in first.items()}
 
     def root(self, v: Value) -> Value:
         return self.alias_of.get(v, v)
 
     def _in_place_source(self, op: Op, r: Value, t: int, info: _Info,
-                         members: dict[Value, list[Value]], last_use: dict[Value, int],
-                         taken: set[Value]) -> Value | None:
-        """The first operand ``r`` may overwrite: same type, in the arena, dying here."""
+                         last: dict[Value, int], taken: set[Value]) -> Value | None:
+        """The first operand ``r`` may overwrite: same type, in the arena, dying here (it
+        and its aliases used last by ``op``, at ``t``)."""
+        rt = r.type
         for v in op.inputs:
-            root = self.root(v)
-            if (v.type != r.type or root not in info.arena or root in taken
-                    or root in info.dynamic_set):
+            root = self.alias_of.get(v, v)
+            if ((v.type is not rt and v.type != rt) or root not in info.arena
+                    or root in taken or root in info.dynamic_set):
                 continue
-            if all(last_use.get(m, -1) <= t for m in members.get(root, ())):
+            if last.get(root, -1) <= t:
                 return v
         return None
 
@@ -560,68 +573,82 @@ def _original_schedule(graph: Graph) -> list[Op]:
             + [op for op in graph.ops if writes_variable(op)])
 
 
-def _greedy_schedule(graph: Graph, info: _Info, nominal: Mapping[str, int]) -> list[Op]:
-    """List scheduling: among ready ops, the one freeing the most arena bytes net."""
-    ops = [op for op in graph.ops if not writes_variable(op)]
-    writes = [op for op in graph.ops if writes_variable(op)]
-    index = {op: i for i, op in enumerate(ops)}
-    producer = {r: op for op in ops for r in op.results}
-    deps: list[set[int]] = [set() for _ in ops]
+def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> list[Op]:
+    """List scheduling: among ready ops, the one freeing the most arena bytes net
+    (``size``: the arena roots' bytes at the nominal binding)."""
+    ops: list[Op] = []
+    writes: list[Op] = []
+    for op in graph.ops:
+        (writes if writes_variable(op) else ops).append(op)
+    producer = {r: i for i, op in enumerate(ops) for r in op.results}
+    waiting: list[int] = []  # per op, its dependencies not yet scheduled
+    dependents: list[list[int]] = [[] for _ in ops]
+    # Per op, its inputs' storage keys (views resolved) that have an arena size; per such
+    # key, the ops and variable writes still to use it, and the ops that use it.
+    keys_of: list[list[Value]] = []
+    remaining: dict[Value, int] = {}
+    users: dict[Value, list[int]] = {}
+    key = info.storage_key
     previous_ordered: int | None = None
     for i, op in enumerate(ops):
-        deps[i].update(index[producer[v]] for v in op.inputs if v in producer)
-        if _keeps_order(op):
+        deps = {producer[v] for v in op.inputs if v in producer}
+        if has_effect(op):  # (``_keeps_order``: the writes are not among ``ops``)
             if previous_ordered is not None:
-                deps[i].add(previous_ordered)
+                deps.add(previous_ordered)
             previous_ordered = i
-    dependents: list[list[int]] = [[] for _ in ops]
-    for i, ds in enumerate(deps):
-        for d in ds:
+        waiting.append(len(deps))
+        for d in deps:
             dependents[d].append(i)
-
-    # Storage keys (views resolved) with their arena size and the ops still to use them.
-    keys_of = [{info.storage_key(v) for v in op.inputs} for op in ops]
-    remaining: Counter[Value] = Counter(k for ks in keys_of for k in ks)
-    for op in writes:
-        remaining.update({info.storage_key(v) for v in op.inputs})
-    size = {v: Size.of(v.type).bytes(nominal) for v in info.arena
-            if v not in info.static_view}
-
-    def gain(i: int) -> int:
-        freed = sum(size.get(k, 0) for k in keys_of[i] if remaining[k] == 1)
-        alloc = sum(size.get(r, 0) for r in ops[i].results if remaining[r] > 0)
-        return freed - alloc
-
-    # A ready op's gain only grows (an input's last use comes nearer; what it allocates
-    # stays), so the ready ops sit in a heap by (gain, -index) and an op is pushed again
-    # when its gain grows; an entry whose gain is no longer current is skipped. The op
-    # taken is the one ``max(ready, key=(gain, -index))`` would take, in O(log n).
-    users: dict[Value, list[int]] = {}
-    for i, ks in enumerate(keys_of):
-        for k in ks:
+        keys = [k for k in {key(v) for v in op.inputs} if k in size]
+        keys_of.append(keys)
+        for k in keys:
+            remaining[k] = remaining.get(k, 0) + 1
             users.setdefault(k, []).append(i)
-    waiting = [len(ds) for ds in deps]
-    ready = {i for i, n in enumerate(waiting) if n == 0}
-    heap = [(-gain(i), i) for i in ready]
+    for op in writes:
+        for k in {key(v) for v in op.inputs}:
+            if k in size:
+                remaining[k] = remaining.get(k, 0) + 1
+
+    # An op's gain: the bytes of its inputs' storage that it is the last to use (freed),
+    # less those of its results that are used (alloc). What it allocates stays fixed until
+    # it runs (its results' users depend on it), and what it frees only grows: a key's
+    # count of users to come drops to 1 once, and then the one op left gains its bytes.
+    alloc = [sum(size[r] for r in op.results if r in size and remaining.get(r, 0) > 0)
+             for op in ops]
+    freed = [sum(size[k] for k in keys if remaining[k] == 1) for keys in keys_of]
+
+    # So the ready ops sit in a heap by (-gain, index), and an op is pushed again when its
+    # gain grows; an entry whose gain is no longer current is skipped. The op taken is
+    # the one ``max(ready, key=(gain, -index))`` would take, in O(log n).
+    state = [0] * len(ops)  # 0: waiting, 1: ready, 2: scheduled
+    heap: list[tuple[int, int]] = []
+    for i, n in enumerate(waiting):
+        if n == 0:
+            state[i] = 1
+            heap.append((alloc[i] - freed[i], i))
     heapq.heapify(heap)
+    heappush, heappop = heapq.heappush, heapq.heappop
     order: list[Op] = []
     while heap:
-        g, i = heapq.heappop(heap)
-        if i not in ready or -g != gain(i):
+        g, i = heappop(heap)
+        if state[i] != 1 or g != alloc[i] - freed[i]:
             continue
-        ready.remove(i)
+        state[i] = 2
         order.append(ops[i])
-        remaining.subtract(keys_of[i])
         for k in keys_of[i]:
-            if remaining[k] == 1 and k in size:
+            left = remaining[k] = remaining[k] - 1
+            if left == 1:
                 for j in users[k]:
-                    if j in ready:
-                        heapq.heappush(heap, (-gain(j), j))
+                    if state[j] != 2:  # the one op still to use k (else a variable write)
+                        freed[j] += size[k]
+                        if state[j] == 1:
+                            heappush(heap, (alloc[j] - freed[j], j))
+                        break
         for j in dependents[i]:
             waiting[j] -= 1
             if waiting[j] == 0:
-                ready.add(j)
-                heapq.heappush(heap, (-gain(j), j))
+                state[j] = 1
+                heappush(heap, (alloc[j] - freed[j], j))
     if len(order) != len(ops):
         raise TfcError(f"memory: graph @{graph.name} has a cycle or uses a value before "
                        f"defining it; cannot schedule it")
