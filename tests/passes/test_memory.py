@@ -650,7 +650,7 @@ def test_best_fit_chooses_as_the_scan_of_every_buffer(seed):
     by_time = sorted(live, key=lambda v: live[v])
     by_size = sorted(by_time, key=lambda v: -Size.of(v.type).bytes(nominal))
     for order in (by_time, by_size, list(live)):
-        buffers, buffer_of = _best_fit(order, live, nominal)
+        buffers, buffer_of = _best_fit(order, live)
         expected = _naive_best_fit(order, live, nominal)
         assert [(b.id, str(b.size), b.values) for b in buffers] == expected[0]
         assert buffer_of == expected[1]

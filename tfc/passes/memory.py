@@ -90,11 +90,12 @@ class Size:
     def of(t: TensorType) -> "Size":
         """The size of a ``t`` (one shared object per type, so that its cached factor
         and symbols are worked out once per type, not once per value and use)."""
-        size = _SIZES.get(t)
+        key = (id(t.dtype), t.shape)  # (dtypes are enum members: one object each)
+        size = _SIZES.get(key)
         if size is None:
             if len(_SIZES) >= MAX_SIZES:
                 _SIZES.clear()
-            size = _SIZES[t] = Size(t.dtype.itemsize, tuple(t.shape))
+            size = _SIZES[key] = Size(t.dtype.itemsize, tuple(t.shape))
         return size
 
     @cached_property
@@ -118,6 +119,11 @@ class Size:
             n *= int(bindings[s])
         return n
 
+    @cached_property
+    def nominal_bytes(self) -> int:
+        """The bytes with every symbol (and '?') at ``NOMINAL_SYMBOL``."""
+        return self.static_factor * NOMINAL_SYMBOL ** len(self.symbols)
+
     def fits_in(self, other: "Size") -> bool:
         """Whether ``self.bytes(b) <= other.bytes(b)`` for every binding ``b``."""
         return self.symbols == other.symbols and self.static_factor <= other.static_factor
@@ -130,7 +136,7 @@ class Size:
 
 
 MAX_SIZES = 1 << 16
-_SIZES: dict[TensorType, Size] = {}
+_SIZES: dict[tuple[int, tuple[int | str, ...]], Size] = {}
 
 
 @dataclass
@@ -397,10 +403,10 @@ def check_budget(plan: MemoryPlan, graph: Graph, budget: int) -> None:
 def plan_memory(graph: Graph) -> MemoryPlan:
     """Reorder ``graph.ops`` into a low-peak schedule and assign arena buffers."""
     info = _Info(graph)
-    nominal = _nominal(graph)
-    # the arena roots' bytes at the nominal binding (views take none of their own)
-    size = {v: Size.of(v.type).bytes(nominal) for v in info.arena
-            if v not in info.static_view}
+    # the sizes of the arena values that may be roots (views take none of their own), and
+    # their bytes at the nominal binding (``_nominal``: every symbol NOMINAL_SYMBOL)
+    sizes = {v: Size.of(v.type) for v in info.arena if v not in info.static_view}
+    size = {v: s.nominal_bytes for v, s in sizes.items()}
     best: tuple[int, list[Op], _Aliases] | None = None
     for order in (_greedy_schedule(graph, info, size), _original_schedule(graph)):
         aliases = _Aliases(graph, order, info)
@@ -410,7 +416,7 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     assert best is not None
     _, order, aliases = best
     graph.ops = order
-    buffers, buffer_of = _assign_buffers(aliases.live, order, nominal, info.dynamic_set)
+    buffers, buffer_of = _assign_buffers(aliases.live, order, sizes, info.dynamic_set)
     return MemoryPlan(graph.name, buffers, buffer_of, aliases.alias_of, aliases.in_place,
                       live=aliases.live,
                       dynamic=[r for op in order for r in op.results if r in info.dynamic_set],
@@ -442,6 +448,8 @@ class _Info:
                     self.dynamic.append(r)
                 self.arena.add(r)
         self.dynamic_set = set(self.dynamic)
+        # view result -> the storage it reads (its input's, through chains of views)
+        self.storage: dict[Value, Value] = {v: self.storage_key(v) for v in self.static_view}
         self._in_place: dict[Value, bool] = {}
 
     def can_write_in_place(self, op: Op, r: Value) -> bool:
@@ -473,16 +481,19 @@ def _can_write_in_place(op: Op, r: Value) -> bool:
     if op.kind == "fusion":
         if op.attrs.get("kind") != "loop":
             return False
-        return all(_no_larger(u, r) for region in op.regions
-                   for u in [*region.args, *(x for o in region.ops for x in o.results)])
+        shape = r.type.shape
+        shapes = {u.type.shape for region in op.regions
+                  for u in [*region.args, *(x for o in region.ops for x in o.results)]}
+        return all(_no_larger(s, shape) for s in shapes if s != shape)
     return lookup(op.kind).has(ELEMENTWISE)
 
 
-def _no_larger(u: Value, r: Value) -> bool:
-    """Whether ``u`` has at most ``r``'s element count for every binding (symbols >= 1)."""
-    if u.type.shape == r.type.shape:
+def _no_larger(u: tuple[int | str, ...], r: tuple[int | str, ...]) -> bool:
+    """Whether shape ``u`` has at most shape ``r``'s element count for every binding
+    (symbols >= 1)."""
+    if u == r:
         return True
-    a, b = Size(1, tuple(u.type.shape)), Size(1, tuple(r.type.shape))
+    a, b = Size(1, tuple(u)), Size(1, tuple(r))
     return not Counter(a.symbols) - Counter(b.symbols) and a.static_factor <= b.static_factor
 
 
@@ -588,10 +599,18 @@ def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> li
     keys_of: list[list[Value]] = []
     remaining: dict[Value, int] = {}
     users: dict[Value, list[int]] = {}
-    key = info.storage_key
+    storage = info.storage
     previous_ordered: int | None = None
     for i, op in enumerate(ops):
-        deps = {producer[v] for v in op.inputs if v in producer}
+        deps: set[int] = set()
+        keys: set[Value] = set()
+        for v in op.inputs:
+            p = producer.get(v)
+            if p is not None:
+                deps.add(p)
+            k = storage.get(v, v)
+            if k in size:
+                keys.add(k)
         if has_effect(op):  # (``_keeps_order``: the writes are not among ``ops``)
             if previous_ordered is not None:
                 deps.add(previous_ordered)
@@ -599,13 +618,12 @@ def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> li
         waiting.append(len(deps))
         for d in deps:
             dependents[d].append(i)
-        keys = [k for k in {key(v) for v in op.inputs} if k in size]
-        keys_of.append(keys)
+        keys_of.append(list(keys))
         for k in keys:
             remaining[k] = remaining.get(k, 0) + 1
             users.setdefault(k, []).append(i)
     for op in writes:
-        for k in {key(v) for v in op.inputs}:
+        for k in {storage.get(v, v) for v in op.inputs}:
             if k in size:
                 remaining[k] = remaining.get(k, 0) + 1
 
@@ -613,9 +631,15 @@ def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> li
     # less those of its results that are used (alloc). What it allocates stays fixed until
     # it runs (its results' users depend on it), and what it frees only grows: a key's
     # count of users to come drops to 1 once, and then the one op left gains its bytes.
-    alloc = [sum(size[r] for r in op.results if r in size and remaining.get(r, 0) > 0)
-             for op in ops]
-    freed = [sum(size[k] for k in keys if remaining[k] == 1) for keys in keys_of]
+    alloc = [0] * len(ops)
+    for r, i in producer.items():
+        if r in remaining:  # (used, and so in ``size``)
+            alloc[i] += size[r]
+    freed = [0] * len(ops)
+    for k, n in remaining.items():
+        if n == 1:
+            for j in users.get(k, ()):
+                freed[j] += size[k]
 
     # So the ready ops sit in a heap by (-gain, index), and an op is pushed again when its
     # gain grows; an entry whose gain is no longer current is skipped. The op taken is
@@ -658,26 +682,29 @@ def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> li
 # ---- buffer assignment ------------------------------------------------------------------
 
 def _assign_buffers(live: Mapping[Value, tuple[int, int]], order: Sequence[Op],
-                    nominal: Mapping[str, int], dynamic: AbstractSet[Value] = frozenset()
+                    sizes: Mapping[Value, Size], dynamic: AbstractSet[Value] = frozenset()
                     ) -> tuple[list[Buffer], dict[Value, int]]:
-    """Best fit over live intervals; the better (at ``nominal``) of two visiting orders:
-    by definition (linear scan) and largest first (which packs big values tightly).
-    Then the ``dynamic`` values, in dynamic buffers of their own after those."""
-    position = {r: (t, k) for t, op in enumerate(order) for k, r in enumerate(op.results)}
-    by_time = sorted((v for v in live if v not in dynamic), key=lambda v: position[v])
-    by_size = sorted(by_time, key=lambda v: -Size.of(v.type).bytes(nominal))
-    best: tuple[int, list[Buffer], dict[Value, int]] | None = None
+    """Best fit over live intervals; the better (at the nominal binding) of two visiting
+    orders: by definition (linear scan) and largest first (which packs big values
+    tightly). Then the ``dynamic`` values, in dynamic buffers of their own after those.
+    (``sizes``: the size of every root.)"""
+    # the roots in order of definition (position in the schedule, then result index)
+    defined = [r for op in order for r in op.results if r in live]
+    by_time = [v for v in defined if v not in dynamic]
+    by_size = sorted(by_time, key=lambda v: -sizes[v].nominal_bytes)
+    best: tuple[int, list[Buffer], dict[Value, int], bool] | None = None
     for values in (by_time, by_size):
-        buffers, buffer_of = _best_fit(values, live, nominal)
-        total = sum(-(-b.size.bytes(nominal) // MemoryPlan.ALIGN) for b in buffers)
+        buffers, buffer_of = _best_fit(values, live, sizes)
+        total = sum(-(-b.size.nominal_bytes // MemoryPlan.ALIGN) for b in buffers)
         if best is None or total < best[0]:
-            best = (total, buffers, buffer_of)
+            best = (total, buffers, buffer_of, values is by_time)
     assert best is not None
-    buffers, buffer_of = best[1], best[2]
-    _dynamic_fit(sorted((v for v in live if v in dynamic), key=lambda v: position[v]),
-                 live, buffers, buffer_of)
-    for b in buffers:
-        b.values.sort(key=lambda v: position[v])
+    _, buffers, buffer_of, in_order = best
+    _dynamic_fit([v for v in defined if v in dynamic], live, buffers, buffer_of)
+    if not in_order:  # (visited by time, each buffer's values are in order already)
+        position = {v: i for i, v in enumerate(defined)}
+        for b in buffers:
+            b.values.sort(key=position.__getitem__)
     return buffers, buffer_of
 
 
@@ -789,26 +816,16 @@ class _SizeClass:
         self.last_start = -1
 
 
-def _conflict(spans: list[tuple[int, int]], start: int, end: int) -> tuple[int, int] | None:
-    """An interval of ``spans`` (disjoint, sorted) that overlaps ``[start, end]``: the one
-    holding ``start`` if there is one, else the first one after it, if it begins by
-    ``end``; None when ``[start, end]`` is free."""
-    k = bisect.bisect_left(spans, (start, start))
-    if k > 0 and spans[k - 1][1] >= start:
-        return spans[k - 1]
-    if k < len(spans) and spans[k][0] <= end:
-        return spans[k]
-    return None
-
-
 def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
-              nominal: Mapping[str, int]) -> tuple[list[Buffer], dict[Value, int]]:
+              sizes: Mapping[Value, Size] | None = None, stats: dict[str, int] | None = None
+              ) -> tuple[list[Buffer], dict[Value, int]]:
     """Put each value, in the order given, in the smallest buffer it fits in and whose
     values' intervals it does not overlap; else grow the largest such buffer that fits
-    in it; else open a new buffer.
+    in it; else open a new buffer. (``sizes``: the values' sizes where known; ``stats``,
+    when given, gets the count of ``interval_tests``: a buffer's intervals searched.)
 
     Buffers are kept in size classes (one per symbols and static factor, which order
-    them as their bytes at ``nominal`` do; see ``_SizeClass``), so the search visits
+    them as their bytes at any binding do; see ``_SizeClass``), so the search visits
     buffers in the order of preference and skips the busy ones, instead of testing every
     buffer for every value (1.5 M interval tests for a 256-layer MLP)."""
     buffers: list[Buffer] = []
@@ -817,95 +834,106 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
     # overlaps a buffer is two bisections rather than a scan of its values.
     taken: list[list[tuple[int, int]]] = []
     version: list[int] = []
-    # symbols -> static factors in ascending order; (symbols, factor) -> its class
+    # symbols -> static factors in ascending order, and their classes in that order
     factors: dict[tuple[str, ...], list[int]] = {}
-    classes: dict[tuple[tuple[str, ...], int], _SizeClass] = {}
-    heappush, heappop = heapq.heappush, heapq.heappop
-
-    def push(c: _SizeClass, b: int) -> None:
-        version[b] += 1
-        heappush(c.awake, (b, version[b]))
-
-    def first_free(symbols: tuple[str, ...], factors_in_order: Sequence[int], start: int,
-                   end: int) -> int | None:
-        for f in factors_in_order:
-            c = classes[(symbols, f)]
-            if start < c.last_start:  # a new run of queries: wake every buffer
-                for _, b, ver in c.asleep:
-                    if ver == version[b]:
-                        push(c, b)
-                c.asleep.clear()
-                for _, b, ver in c.soon:
-                    if ver == version[b]:
-                        push(c, b)
-                c.soon.clear()
-                c.waiting.clear()
-            c.last_start = start
-            while c.asleep and c.asleep[0][0] < start:
-                _, b, ver = heappop(c.asleep)
-                if ver == version[b]:
-                    push(c, b)
-            while c.soon and c.soon[0][0] <= start:
-                _, b, ver = heappop(c.soon)
-                if ver == version[b]:
-                    c.waiting.set(b, -1)
-                    push(c, b)
-            later = c.waiting.first_after(end) if c.soon else None
-            found = None
-            while c.awake:
-                b, ver = c.awake[0]
-                if later is not None and b > later:
-                    break
-                if ver != version[b]:
-                    heappop(c.awake)
-                    continue
-                span = _conflict(taken[b], start, end)
-                if span is None:
-                    found = b
-                    break
-                heappop(c.awake)
-                version[b] += 1
-                if span[0] <= start:
-                    heappush(c.asleep, (span[1], b, version[b]))
-                else:  # busy from span[0], which is by ``end``: not free for this query
-                    heappush(c.soon, (span[0], b, version[b]))
-                    c.waiting.set(b, span[0])
-            if found is None and later is not None:
-                found = later
-                c.waiting.set(later, -1)
-                push(c, later)  # (its entry in ``soon`` is stale now)
-            if found is not None:
-                return found
-        return None
+    ordered: dict[tuple[str, ...], list[_SizeClass]] = {}
+    heappush, heappop, bisect_left = heapq.heappush, heapq.heappop, bisect.bisect_left
+    tests = 0
 
     def enter(b: int) -> None:
         size = buffers[b].size
-        key = (size.symbols, size.static_factor)
-        if key not in classes:
-            classes[key] = _SizeClass()
-            bisect.insort(factors.setdefault(size.symbols, []), size.static_factor)
-        push(classes[key], b)
+        group = factors.setdefault(size.symbols, [])
+        k = bisect_left(group, size.static_factor)
+        if k == len(group) or group[k] != size.static_factor:
+            group.insert(k, size.static_factor)
+            ordered.setdefault(size.symbols, []).insert(k, _SizeClass())
+        version[b] += 1
+        heappush(ordered[size.symbols][k].awake, (b, version[b]))
 
     for v in values:
         start, end = live[v]
-        need = Size.of(v.type)
-        group = factors.get(need.symbols, [])
-        k = bisect.bisect_left(group, need.static_factor)
-        found = first_free(need.symbols, group[k:], start, end)
-        if found is None:  # the largest smaller buffer, grown
-            found = first_free(need.symbols, group[k - 1::-1] if k else (), start, end)
-            if found is not None:
-                buffers[found] = Buffer(found, need, buffers[found].values)
-                enter(found)  # (its entries in its old class are stale now)
+        need = sizes[v] if sizes is not None else Size.of(v.type)
+        found = None
+        group = factors.get(need.symbols)
+        if group:
+            k = bisect_left(group, need.static_factor)
+            row = ordered[need.symbols]
+            # the classes in order of preference: the smallest that fit, then the largest
+            # of those that do not (grown if a buffer of theirs is free)
+            for c in (row[k:] + row[k - 1::-1] if k else row):
+                if start < c.last_start:  # a new run of queries: wake every buffer
+                    for _, b, ver in c.asleep:
+                        if ver == version[b]:
+                            version[b] += 1
+                            heappush(c.awake, (b, version[b]))
+                    c.asleep.clear()
+                    for _, b, ver in c.soon:
+                        if ver == version[b]:
+                            version[b] += 1
+                            heappush(c.awake, (b, version[b]))
+                    c.soon.clear()
+                    c.waiting.clear()
+                c.last_start = start
+                asleep, soon, awake = c.asleep, c.soon, c.awake
+                while asleep and asleep[0][0] < start:
+                    _, b, ver = heappop(asleep)
+                    if ver == version[b]:
+                        version[b] += 1
+                        heappush(awake, (b, version[b]))
+                while soon and soon[0][0] <= start:
+                    _, b, ver = heappop(soon)
+                    if ver == version[b]:
+                        c.waiting.set(b, -1)
+                        version[b] += 1
+                        heappush(awake, (b, version[b]))
+                later = c.waiting.first_after(end) if soon else None
+                while awake:
+                    b, ver = awake[0]
+                    if later is not None and b > later:
+                        break
+                    if ver != version[b]:
+                        heappop(awake)
+                        continue
+                    # an interval of b overlapping [start, end], if any: the one holding
+                    # start, else the first after it if it begins by end
+                    tests += 1
+                    spans = taken[b]
+                    i = bisect_left(spans, (start, start))
+                    if i and spans[i - 1][1] >= start:
+                        span = spans[i - 1]
+                    elif i < len(spans) and spans[i][0] <= end:
+                        span = spans[i]
+                    else:
+                        found = b  # (it stays awake)
+                        break
+                    heappop(awake)
+                    version[b] += 1
+                    if span[0] <= start:
+                        heappush(asleep, (span[1], b, version[b]))
+                    else:  # busy from span[0], which is by ``end``: not free for this query
+                        heappush(soon, (span[0], b, version[b]))
+                        c.waiting.set(b, span[0])
+                if found is None and later is not None:
+                    found = later
+                    c.waiting.set(later, -1)
+                    version[later] += 1  # (its entry in ``soon`` is stale now)
+                    heappush(awake, (later, version[later]))
+                if found is not None:
+                    break
         if found is None:
             found = len(buffers)
             buffers.append(Buffer(found, need, []))
             taken.append([])
             version.append(0)
             enter(found)
+        elif buffers[found].size.static_factor < need.static_factor:  # grown
+            buffers[found] = Buffer(found, need, buffers[found].values)
+            enter(found)  # (its entries in its old class are stale now)
         buffers[found].values.append(v)
         bisect.insort(taken[found], (start, end))
         buffer_of[v] = found
+    if stats is not None:
+        stats["interval_tests"] = stats.get("interval_tests", 0) + tests
     return buffers, buffer_of
 
 
