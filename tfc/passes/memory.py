@@ -60,7 +60,7 @@ import heapq
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import AbstractSet, Any, Callable, ClassVar, Mapping, Sequence
 
 from tfc.errors import TfcError
@@ -275,11 +275,18 @@ def _value_numbers(graph: Graph) -> dict[Value, int]:
 
 def _plan_from_json(graph: Graph, data: Any) -> MemoryPlan:
     values = _graph_values(graph)
+    n_values = len(values)
 
     def value(k: Any) -> Value:
-        if type(k) is not int or not 0 <= k < len(values):
+        if type(k) is not int or not 0 <= k < n_values:
             raise ValueError(f"{k!r} is not a value of @{graph.name}")
         return values[k]
+
+    def all_values(ks: list[Any]) -> list[Value]:
+        """``[value(k) for k in ks]``, with the checks of ``ks`` done in bulk."""
+        if {*map(type, ks)} <= {int} and (not ks or 0 <= min(ks) and max(ks) < n_values):
+            return [values[k] for k in ks]
+        return [value(k) for k in ks]
 
     def pairs(key: str) -> dict[Value, Value]:
         items = data.get(key)
@@ -290,74 +297,105 @@ def _plan_from_json(graph: Graph, data: Any) -> MemoryPlan:
 
     if not isinstance(data, dict):
         raise ValueError("not an object")
-    if data.get("graph") != graph.name or data.get("values") != len(values):
+    if data.get("graph") != graph.name or data.get("values") != n_values:
         raise ValueError(f"it is the plan of a graph @{data.get('graph')} with "
                          f"{data.get('values')!r} values, not of @{graph.name} with "
-                         f"{len(values)}")
+                         f"{n_values}")
     buffers: list[Buffer] = []
     buffer_of: dict[Value, int] = {}
     raw = data.get("buffers")
     if not isinstance(raw, list):
         raise ValueError("'buffers' should be a list")
+    # sizes checked and made once per distinct (itemsize, dims): most buffers share one
+    made: dict[tuple[Any, ...], Size] = {}
     for i, b in enumerate(raw):
         size = b.get("size") if isinstance(b, dict) else None
-        if (not isinstance(size, dict) or type(size.get("itemsize")) is not int
-                or size["itemsize"] < 1 or not isinstance(size.get("dims"), list)
-                or not all((type(d) is int and d >= 0) or isinstance(d, str)
-                           for d in size["dims"])
-                or not isinstance(b.get("values"), list)
-                or not isinstance(b.get("dynamic"), bool)):
+        got = None
+        if isinstance(size, dict):
+            itemsize, dims = size.get("itemsize"), size.get("dims")
+            if (type(itemsize) is int and type(dims) is list
+                    and {*map(type, dims)} <= {int, str}):
+                got = made.get((itemsize, *dims))
+                if got is None and itemsize >= 1 and all(
+                        (type(d) is int and d >= 0) or isinstance(d, str) for d in dims):
+                    got = made[(itemsize, *dims)] = Size(itemsize, tuple(dims))
+        if got is None:
+            if (not isinstance(size, dict) or type(size.get("itemsize")) is not int
+                    or size["itemsize"] < 1 or not isinstance(size.get("dims"), list)
+                    or not all((type(d) is int and d >= 0) or isinstance(d, str)
+                               for d in size["dims"])):
+                raise ValueError(f"buffer {i} is not a buffer: {b!r}")
+            got = Size(size["itemsize"], tuple(size["dims"]))
+        held, dyn = b.get("values"), b.get("dynamic")
+        if not isinstance(held, list) or not isinstance(dyn, bool):
             raise ValueError(f"buffer {i} is not a buffer: {b!r}")
-        buf = Buffer(i, Size(size["itemsize"], tuple(size["dims"])),
-                     [value(k) for k in b["values"]], dynamic=b["dynamic"])
+        buf = Buffer(i, got, all_values(held), dynamic=dyn)
         for v in buf.values:
             if v in buffer_of:
                 raise ValueError(f"value {values.index(v)} is in two buffers")
             buffer_of[v] = i
         buffers.append(buf)
     alias_of, in_place = pairs("alias_of"), pairs("in_place")
-    if not set(in_place) <= set(alias_of):
+    if not in_place.keys() <= alias_of.keys():
         raise ValueError("an in-place result should be an alias")
     spans = data.get("live")
+    n_ops = len(graph.ops)
     if not isinstance(spans, list) or not all(
             isinstance(s, list) and len(s) == 3 and type(s[1]) is int and type(s[2]) is int
-            and 0 <= s[1] <= s[2] < len(graph.ops) for s in spans):
+            and 0 <= s[1] <= s[2] < n_ops for s in spans):
         raise ValueError("'live' should list (value, first, last) positions in the schedule")
-    live = {value(k): (a, b) for k, a, b in spans}
-    dynamic = [value(k) for k in data.get("dynamic") or []]
+    live = dict(zip(all_values([s[0] for s in spans]), [(s[1], s[2]) for s in spans]))
+    dynamic = all_values(data.get("dynamic") or [])
     # what the pass would decide regardless of the schedule: which values are in the
     # arena, which are dynamic, which are views of what
     info = _Info(graph)
-    if set(buffer_of) != {v for v in info.arena if v not in alias_of} or set(
+    if buffer_of.keys() != {v for v in info.arena if v not in alias_of} or set(
             dynamic) != info.dynamic_set:
         raise ValueError("its buffers do not hold exactly the graph's arena values")
-    producer = {r: op for op in graph.ops for r in op.results}
+    static_view = info.static_view
     for v, root in alias_of.items():
-        src = info.static_view.get(v)
+        src = static_view.get(v)
         if src is None and v in in_place:
-            src, op = in_place[v], producer[v]
-            if src not in op.inputs or src.type != v.type or not _can_write_in_place(op, v):
+            src, op = in_place[v], v.op  # (the op defining v: v is one of the graph's)
+            if (op is None or src not in op.inputs or (src.type is not v.type
+                                                       and src.type != v.type)
+                    or not _can_write_in_place(op, v)):
                 raise ValueError(f"value {values.index(v)} cannot be written in place")
-        if src is None or alias_of.get(src, src) != root or root in alias_of:
+        if src is None or alias_of.get(src, src) is not root or root in alias_of:
             raise ValueError(f"value {values.index(v)} is no view or in-place result of "
                              f"value {values.index(root)}")
+    # (id of a value's size, id of a buffer's size) -> whether it fits, and that size
+    fits: dict[tuple[int, int], tuple[bool, Size]] = {}
     for buf in buffers:
-        _check_buffer(buf, live, info.dynamic_set)
+        _check_buffer(buf, live, info.dynamic_set, fits)
     return MemoryPlan(graph.name, buffers, buffer_of, alias_of, in_place, live=live,
                       dynamic=dynamic, names=_names(graph))
 
 
 def _check_buffer(buf: Buffer, live: Mapping[Value, tuple[int, int]],
-                  dynamic: set[Value]) -> None:
-    """``ValueError`` unless ``buf``'s values fit it (every binding) and take turns."""
+                  dynamic: set[Value],
+                  fits: dict[tuple[int, int], tuple[bool, Size]] | None = None) -> None:
+    """``ValueError`` unless ``buf``'s values fit it (every binding) and take turns
+    (``fits``: ``fits_in`` worked out so far, by the sizes' ids; each entry holds the
+    value's size, so that no id is reused while it is there)."""
     spans = []
+    if fits is None:
+        fits = {}
     for v in buf.values:
-        if v not in live:
+        span = live.get(v)
+        if span is None:
             raise ValueError(f"buffer {buf.id} holds a value without a live interval")
-        if (v in dynamic) != buf.dynamic or (
-                not buf.dynamic and not Size.of(v.type).fits_in(buf.size)):
+        if (v in dynamic) != buf.dynamic:
             raise ValueError(f"buffer {buf.id} ({buf.size}) cannot hold a {v.type}")
-        spans.append(live[v])
+        if not buf.dynamic:
+            size = Size.of(v.type)
+            key = (id(size), id(buf.size))
+            known = fits.get(key)
+            if known is None:
+                known = fits[key] = (size.fits_in(buf.size), size)
+            if not known[0]:
+                raise ValueError(f"buffer {buf.id} ({buf.size}) cannot hold a {v.type}")
+        spans.append(span)
     spans.sort()
     for (_, end), (start, _) in zip(spans, spans[1:]):
         if start <= end:
@@ -488,6 +526,7 @@ def _can_write_in_place(op: Op, r: Value) -> bool:
     return lookup(op.kind).has(ELEMENTWISE)
 
 
+@lru_cache(maxsize=1 << 12)
 def _no_larger(u: tuple[int | str, ...], r: tuple[int | str, ...]) -> bool:
     """Whether shape ``u`` has at most shape ``r``'s element count for every binding
     (symbols >= 1)."""
@@ -517,11 +556,11 @@ class _Aliases:
             taken: set[Value] = set()
             for r in op.results:
                 if r in static_view:
-                    src = static_view[r]
-                    alias_of[r] = alias_of.get(src, src)
-                elif r in arena and r not in dynamic and info.can_write_in_place(op, r):
+                    viewed = static_view[r]
+                    alias_of[r] = alias_of.get(viewed, viewed)
+                elif r in arena and r not in dynamic:
                     src = self._in_place_source(op, r, t, info, last, taken)
-                    if src is not None:
+                    if src is not None and info.can_write_in_place(op, r):
                         root = alias_of.get(src, src)
                         alias_of[r], self.in_place[r] = root, src
                         taken.add(root)
