@@ -559,11 +559,18 @@ class _Aliases:
                     viewed = static_view[r]
                     alias_of[r] = alias_of.get(viewed, viewed)
                 elif r in arena and r not in dynamic:
-                    src = self._in_place_source(op, r, t, info, last, taken)
-                    if src is not None and info.can_write_in_place(op, r):
+                    # the first operand r may overwrite: in the arena, dying here (it and
+                    # its aliases used last by op, at t), of r's type
+                    rt = r.type
+                    for src in op.inputs:
                         root = alias_of.get(src, src)
-                        alias_of[r], self.in_place[r] = root, src
-                        taken.add(root)
+                        if (root in arena and last.get(root, -1) <= t and root not in taken
+                                and root not in dynamic
+                                and (src.type is rt or src.type == rt)):
+                            if info.can_write_in_place(op, r):
+                                alias_of[r], self.in_place[r] = root, src
+                                taken.add(root)
+                            break
                 root = alias_of.get(r, r)
                 if root in arena:
                     used = last_use.get(r, -1)
@@ -577,20 +584,6 @@ class _Aliases:
 
     def root(self, v: Value) -> Value:
         return self.alias_of.get(v, v)
-
-    def _in_place_source(self, op: Op, r: Value, t: int, info: _Info,
-                         last: dict[Value, int], taken: set[Value]) -> Value | None:
-        """The first operand ``r`` may overwrite: same type, in the arena, dying here (it
-        and its aliases used last by ``op``, at ``t``)."""
-        rt = r.type
-        for v in op.inputs:
-            root = self.alias_of.get(v, v)
-            if ((v.type is not rt and v.type != rt) or root not in info.arena
-                    or root in taken or root in info.dynamic_set):
-                continue
-            if last.get(root, -1) <= t:
-                return v
-        return None
 
 
 def _peak(live: Mapping[Value, tuple[int, int]], size: Callable[[Value], int]) -> int:
