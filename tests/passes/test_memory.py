@@ -598,8 +598,24 @@ def test_plans_from_json_refuse_what_the_pass_never_makes() -> None:
                                       for a, s in d["in_place"]]), "cannot be written in place"),
         (lambda d: d.update(live=[[v, 0, 99] for v, _, _ in d["live"]]), "'live' should"),
         (lambda d: d.update(dynamic=[number[e]]), "do not hold exactly"),
+        # (checked in bulk where all is well: each wrong thing still refused as before)
+        (lambda d: d["buffers"][0]["values"].append(True), "True is not a value of @main"),
+        (lambda d: d["buffers"][0]["values"].append(-1), "-1 is not a value of @main"),
+        (lambda d: d["buffers"][1]["values"].append(d["buffers"][0]["values"][0]),
+         "is in two buffers"),
+        (lambda d: d["buffers"][0].update(size={"itemsize": 4, "dims": [8.0, "B"]}),
+         "buffer 0 is not a buffer"),
+        (lambda d: d["buffers"][1].update(size={"itemsize": 4, "dims": [-8, "B"]}),
+         "buffer 1 is not a buffer"),
+        (lambda d: d["buffers"][1].update(size={"itemsize": 0, "dims": [8, "B"]}),
+         "buffer 1 is not a buffer"),
+        (lambda d: d["live"].append([True, 0, 0]), "True is not a value of @main"),
+        # a graph argument as in-place result (was a KeyError)
+        (lambda d: (d["alias_of"].append([0, d["alias_of"][0][1]]),
+                    d["in_place"].append([0, d["in_place"][0][1]])),
+         "cannot be written in place"),
     ]
-    assert good["in_place"] and good["alias_of"]
+    assert good["in_place"] and good["alias_of"] and len(good["buffers"]) >= 2
     for change, message in bad:
         with pytest.raises(ValueError, match=message):
             MemoryPlan.from_json(g, changed(change))

@@ -805,7 +805,8 @@ class _Waiting:
         return i - cap
 
     def clear(self) -> None:
-        self.tree = [-1] * len(self.tree)
+        if self.tree[1] != -1:
+            self.tree = [-1] * len(self.tree)
 
     def _grow(self, b: int) -> None:
         cap = self.cap
