@@ -826,7 +826,8 @@ class _SizeClass:
     in time order (as they do in both orders the planner uses, within each size):
     - awake: may be free (not tested since they last changed), a heap by id;
     - asleep: busy until the end of an interval of theirs that began at or before the
-      start (a heap by that end: each wakes once the start passes it);
+      start, such as the one just given a value (a heap by that end: each wakes once the
+      start passes it);
     - waiting: free from the start until their next interval begins, after the start
       (``_Waiting``, and a heap by that time: each wakes once the start reaches it).
       Such a buffer is free for a query exactly when the query ends before that time,
@@ -842,6 +843,8 @@ class _SizeClass:
     O(log n) per value, amortized. Heap entries carry the buffer's version: one moved
     (woken, put to sleep, set waiting, grown into another size) leaves stale entries that
     are skipped."""
+
+    __slots__ = ("awake", "asleep", "waiting", "soon", "last_start")
 
     def __init__(self) -> None:
         self.awake: list[tuple[int, int]] = []  # (buffer id, version)
@@ -875,24 +878,26 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
     heappush, heappop, bisect_left = heapq.heappush, heapq.heappop, bisect.bisect_left
     tests = 0
 
-    def enter(b: int) -> None:
-        size = buffers[b].size
+    def home(size: Size, start: int) -> _SizeClass:
+        """The class of the buffers of ``size`` (a new one as if queried at ``start``)."""
         group = factors.setdefault(size.symbols, [])
         k = bisect_left(group, size.static_factor)
         if k == len(group) or group[k] != size.static_factor:
             group.insert(k, size.static_factor)
-            ordered.setdefault(size.symbols, []).insert(k, _SizeClass())
-        version[b] += 1
-        heappush(ordered[size.symbols][k].awake, (b, version[b]))
+            c = _SizeClass()
+            c.last_start = start
+            ordered.setdefault(size.symbols, []).insert(k, c)
+        return ordered[size.symbols][k]
 
     for v in values:
         start, end = live[v]
         need = sizes[v] if sizes is not None else Size.of(v.type)
         found = None
-        group = factors.get(need.symbols)
+        symbols, factor = need.symbols, need.static_factor
+        group = factors.get(symbols)
         if group:
-            k = bisect_left(group, need.static_factor)
-            row = ordered[need.symbols]
+            k = bisect_left(group, factor)
+            row = ordered[symbols]
             # the classes in order of preference: the smallest that fit, then the largest
             # of those that do not (grown if a buffer of theirs is free)
             for c in (row[k:] + row[k - 1::-1] if k else row):
@@ -951,8 +956,6 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
                 if found is None and later is not None:
                     found = later
                     c.waiting.set(later, -1)
-                    version[later] += 1  # (its entry in ``soon`` is stale now)
-                    heappush(awake, (later, version[later]))
                 if found is not None:
                     break
         if found is None:
@@ -960,10 +963,16 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
             buffers.append(Buffer(found, need, []))
             taken.append([])
             version.append(0)
-            enter(found)
-        elif buffers[found].size.static_factor < need.static_factor:  # grown
+            c = home(need, start)
+        elif buffers[found].size.static_factor < factor:  # grown
             buffers[found] = Buffer(found, need, buffers[found].values)
-            enter(found)  # (its entries in its old class are stale now)
+            c = home(need, start)
+        # (else c is the class it was found in.) It is busy until ``end`` now: asleep in
+        # its class, which was queried at ``start`` (the first class the search visits
+        # is the one of ``need``), so its next queries start there or later, or begin a
+        # new run. Its other entries are stale now.
+        version[found] += 1
+        heappush(c.asleep, (end, found, version[found]))
         buffers[found].values.append(v)
         bisect.insort(taken[found], (start, end))
         buffer_of[v] = found
