@@ -583,9 +583,6 @@ class _Aliases:
         self.live = {root: (t, last[root] if last[root] > t else t)
                      for root, t in first.items()}
 
-    def root(self, v: Value) -> Value:
-        return self.alias_of.get(v, v)
-
 
 def _peak(live: Mapping[Value, tuple[int, int]], size: Callable[[Value], int]) -> int:
     """Max over positions of the summed ``size(v)`` of the values live there."""
@@ -944,7 +941,7 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
                     elif i < len(spans) and spans[i][0] <= end:
                         span = spans[i]
                     else:
-                        found = b  # (it stays awake)
+                        found = b
                         break
                     heappop(awake)
                     version[b] += 1
