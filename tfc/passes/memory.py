@@ -96,7 +96,19 @@ class Size:
         if size is None:
             if len(_SIZES) >= MAX_SIZES:
                 _SIZES.clear()
-            size = _SIZES[key] = Size(t.dtype.itemsize, tuple(t.shape))
+            size = _SIZES[key] = Size.made(t.dtype.itemsize, tuple(t.shape))
+        return size
+
+    @staticmethod
+    def made(itemsize: int, dims: tuple[int | str, ...]) -> "Size":
+        """``Size(itemsize, dims)``, one shared object per (itemsize, dims) (``of`` gives
+        these too: a plan read back holds the objects its values' types give)."""
+        key = (itemsize, *dims)
+        size = _MADE.get(key)
+        if size is None:
+            if len(_MADE) >= MAX_SIZES:
+                _MADE.clear()
+            size = _MADE[key] = Size(itemsize, dims)
         return size
 
     @cached_property
@@ -138,6 +150,7 @@ class Size:
 
 MAX_SIZES = 1 << 16
 _SIZES: dict[tuple[int, tuple[int | str, ...]], Size] = {}
+_MADE: dict[tuple[int | str, ...], Size] = {}
 
 
 @dataclass
@@ -283,17 +296,22 @@ def _plan_from_json(graph: Graph, data: Any) -> MemoryPlan:
             raise ValueError(f"{k!r} is not a value of @{graph.name}")
         return values[k]
 
+    def numbers(ks: list[Any]) -> bool:
+        """Whether every one of ``ks`` is a value number (``value``'s check, in bulk)."""
+        return {*map(type, ks)} <= {int} and (not ks or 0 <= min(ks) and max(ks) < n_values)
+
     def all_values(ks: list[Any]) -> list[Value]:
-        """``[value(k) for k in ks]``, with the checks of ``ks`` done in bulk."""
-        if {*map(type, ks)} <= {int} and (not ks or 0 <= min(ks) and max(ks) < n_values):
-            return [values[k] for k in ks]
-        return [value(k) for k in ks]
+        """``[value(k) for k in ks]``."""
+        return [values[k] for k in ks] if numbers(ks) else [value(k) for k in ks]
 
     def pairs(key: str) -> dict[Value, Value]:
         items = data.get(key)
         if not isinstance(items, list) or not all(isinstance(p, list) and len(p) == 2
                                                   for p in items):
             raise ValueError(f"'{key}' should be a list of value pairs")
+        firsts, seconds = [p[0] for p in items], [p[1] for p in items]
+        if numbers(firsts) and numbers(seconds):
+            return dict(zip([values[k] for k in firsts], [values[k] for k in seconds]))
         return {value(a): value(b) for a, b in items}
 
     if not isinstance(data, dict):
@@ -307,7 +325,7 @@ def _plan_from_json(graph: Graph, data: Any) -> MemoryPlan:
     raw = data.get("buffers")
     if not isinstance(raw, list):
         raise ValueError("'buffers' should be a list")
-    # sizes checked and made once per distinct (itemsize, dims): most buffers share one
+    # sizes checked once per distinct (itemsize, dims): most buffers share one
     made: dict[tuple[Any, ...], Size] = {}
     for i, b in enumerate(raw):
         size = b.get("size") if isinstance(b, dict) else None
@@ -319,7 +337,7 @@ def _plan_from_json(graph: Graph, data: Any) -> MemoryPlan:
                 got = made.get((itemsize, *dims))
                 if got is None and itemsize >= 1 and all(
                         (type(d) is int and d >= 0) or isinstance(d, str) for d in dims):
-                    got = made[(itemsize, *dims)] = Size(itemsize, tuple(dims))
+                    got = made[(itemsize, *dims)] = Size.made(itemsize, tuple(dims))
         if got is None:
             if (not isinstance(size, dict) or type(size.get("itemsize")) is not int
                     or size["itemsize"] < 1 or not isinstance(size.get("dims"), list)
@@ -388,8 +406,7 @@ def _check_buffer(buf: Buffer, live: Mapping[Value, tuple[int, int]],
             raise ValueError(f"buffer {buf.id} holds a value without a live interval")
         if (v in dynamic) != buf.dynamic:
             raise ValueError(f"buffer {buf.id} ({buf.size}) cannot hold a {v.type}")
-        if not buf.dynamic:
-            size = Size.of(v.type)
+        if not buf.dynamic and (size := Size.of(v.type)) is not buf.size:
             key = (id(size), id(buf.size))
             known = fits.get(key)
             if known is None:
