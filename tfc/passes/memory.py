@@ -35,9 +35,10 @@ every symbol to ``NOMINAL_SYMBOL``), ties broken by the original order. Variable
 writes (``var.assign*``, ``var.scatter_*``) run last, as variables are updated by copy
 at the end of the step; other ops with effects keep their relative order. The plan
 keeps whichever of the greedy order and the original order has the lower peak. Both
-this and the buffer assignment below run in O(n log n) for n values (a heap of ready ops;
-buffers searched by size class, busy ones skipped), so a 256-layer model plans in
-tens of milliseconds rather than seconds.
+this and the buffer assignment below run in O(n log n) for n values (a heap of ready ops
+whose gains are kept current; buffers searched by size class, busy ones skipped, those
+free until a later interval found in a segment tree by id), so planning time grows
+with the graph, not its square (a 256-layer MLP: 2,560 ops, tens of milliseconds).
 
 Buffer assignment: each root value is live from the op defining it to the last op using
 it or any of its aliases (closed intervals over the schedule). Best fit: a value takes
@@ -60,7 +61,7 @@ import heapq
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import AbstractSet, Any, Callable, ClassVar, Mapping, Sequence
 
 from tfc.errors import TfcError
@@ -90,11 +91,24 @@ class Size:
     def of(t: TensorType) -> "Size":
         """The size of a ``t`` (one shared object per type, so that its cached factor
         and symbols are worked out once per type, not once per value and use)."""
-        size = _SIZES.get(t)
+        key = (id(t.dtype), t.shape)  # (dtypes are enum members: one object each)
+        size = _SIZES.get(key)
         if size is None:
             if len(_SIZES) >= MAX_SIZES:
                 _SIZES.clear()
-            size = _SIZES[t] = Size(t.dtype.itemsize, tuple(t.shape))
+            size = _SIZES[key] = Size.made(t.dtype.itemsize, tuple(t.shape))
+        return size
+
+    @staticmethod
+    def made(itemsize: int, dims: tuple[int | str, ...]) -> "Size":
+        """``Size(itemsize, dims)``, one shared object per (itemsize, dims) (``of`` gives
+        these too: a plan read back holds the objects its values' types give)."""
+        key = (itemsize, *dims)
+        size = _MADE.get(key)
+        if size is None:
+            if len(_MADE) >= MAX_SIZES:
+                _MADE.clear()
+            size = _MADE[key] = Size(itemsize, dims)
         return size
 
     @cached_property
@@ -118,6 +132,11 @@ class Size:
             n *= int(bindings[s])
         return n
 
+    @cached_property
+    def nominal_bytes(self) -> int:
+        """The bytes with every symbol (and '?') at ``NOMINAL_SYMBOL``."""
+        return self.static_factor * NOMINAL_SYMBOL ** len(self.symbols)
+
     def fits_in(self, other: "Size") -> bool:
         """Whether ``self.bytes(b) <= other.bytes(b)`` for every binding ``b``."""
         return self.symbols == other.symbols and self.static_factor <= other.static_factor
@@ -130,7 +149,8 @@ class Size:
 
 
 MAX_SIZES = 1 << 16
-_SIZES: dict[TensorType, Size] = {}
+_SIZES: dict[tuple[int, tuple[int | str, ...]], Size] = {}
+_MADE: dict[tuple[int | str, ...], Size] = {}
 
 
 @dataclass
@@ -269,89 +289,131 @@ def _value_numbers(graph: Graph) -> dict[Value, int]:
 
 def _plan_from_json(graph: Graph, data: Any) -> MemoryPlan:
     values = _graph_values(graph)
+    n_values = len(values)
 
     def value(k: Any) -> Value:
-        if type(k) is not int or not 0 <= k < len(values):
+        if type(k) is not int or not 0 <= k < n_values:
             raise ValueError(f"{k!r} is not a value of @{graph.name}")
         return values[k]
+
+    def numbers(ks: list[Any]) -> bool:
+        """Whether every one of ``ks`` is a value number (``value``'s check, in bulk)."""
+        return {*map(type, ks)} <= {int} and (not ks or 0 <= min(ks) and max(ks) < n_values)
+
+    def all_values(ks: list[Any]) -> list[Value]:
+        """``[value(k) for k in ks]``."""
+        return [values[k] for k in ks] if numbers(ks) else [value(k) for k in ks]
 
     def pairs(key: str) -> dict[Value, Value]:
         items = data.get(key)
         if not isinstance(items, list) or not all(isinstance(p, list) and len(p) == 2
                                                   for p in items):
             raise ValueError(f"'{key}' should be a list of value pairs")
+        firsts, seconds = [p[0] for p in items], [p[1] for p in items]
+        if numbers(firsts) and numbers(seconds):
+            return dict(zip([values[k] for k in firsts], [values[k] for k in seconds]))
         return {value(a): value(b) for a, b in items}
 
     if not isinstance(data, dict):
         raise ValueError("not an object")
-    if data.get("graph") != graph.name or data.get("values") != len(values):
+    if data.get("graph") != graph.name or data.get("values") != n_values:
         raise ValueError(f"it is the plan of a graph @{data.get('graph')} with "
                          f"{data.get('values')!r} values, not of @{graph.name} with "
-                         f"{len(values)}")
+                         f"{n_values}")
     buffers: list[Buffer] = []
     buffer_of: dict[Value, int] = {}
     raw = data.get("buffers")
     if not isinstance(raw, list):
         raise ValueError("'buffers' should be a list")
+    # sizes checked once per distinct (itemsize, dims): most buffers share one
+    made: dict[tuple[Any, ...], Size] = {}
     for i, b in enumerate(raw):
         size = b.get("size") if isinstance(b, dict) else None
-        if (not isinstance(size, dict) or type(size.get("itemsize")) is not int
-                or size["itemsize"] < 1 or not isinstance(size.get("dims"), list)
-                or not all((type(d) is int and d >= 0) or isinstance(d, str)
-                           for d in size["dims"])
-                or not isinstance(b.get("values"), list)
-                or not isinstance(b.get("dynamic"), bool)):
+        got = None
+        if isinstance(size, dict):
+            itemsize, dims = size.get("itemsize"), size.get("dims")
+            if (type(itemsize) is int and type(dims) is list
+                    and {*map(type, dims)} <= {int, str}):
+                got = made.get((itemsize, *dims))
+                if got is None and itemsize >= 1 and all(
+                        (type(d) is int and d >= 0) or isinstance(d, str) for d in dims):
+                    got = made[(itemsize, *dims)] = Size.made(itemsize, tuple(dims))
+        if got is None:
+            if (not isinstance(size, dict) or type(size.get("itemsize")) is not int
+                    or size["itemsize"] < 1 or not isinstance(size.get("dims"), list)
+                    or not all((type(d) is int and d >= 0) or isinstance(d, str)
+                               for d in size["dims"])):
+                raise ValueError(f"buffer {i} is not a buffer: {b!r}")
+            got = Size(size["itemsize"], tuple(size["dims"]))
+        held, dyn = b.get("values"), b.get("dynamic")
+        if not isinstance(held, list) or not isinstance(dyn, bool):
             raise ValueError(f"buffer {i} is not a buffer: {b!r}")
-        buf = Buffer(i, Size(size["itemsize"], tuple(size["dims"])),
-                     [value(k) for k in b["values"]], dynamic=b["dynamic"])
+        buf = Buffer(i, got, all_values(held), dynamic=dyn)
         for v in buf.values:
             if v in buffer_of:
                 raise ValueError(f"value {values.index(v)} is in two buffers")
             buffer_of[v] = i
         buffers.append(buf)
     alias_of, in_place = pairs("alias_of"), pairs("in_place")
-    if not set(in_place) <= set(alias_of):
+    if not in_place.keys() <= alias_of.keys():
         raise ValueError("an in-place result should be an alias")
     spans = data.get("live")
+    n_ops = len(graph.ops)
     if not isinstance(spans, list) or not all(
             isinstance(s, list) and len(s) == 3 and type(s[1]) is int and type(s[2]) is int
-            and 0 <= s[1] <= s[2] < len(graph.ops) for s in spans):
+            and 0 <= s[1] <= s[2] < n_ops for s in spans):
         raise ValueError("'live' should list (value, first, last) positions in the schedule")
-    live = {value(k): (a, b) for k, a, b in spans}
-    dynamic = [value(k) for k in data.get("dynamic") or []]
+    live = dict(zip(all_values([s[0] for s in spans]), [(s[1], s[2]) for s in spans]))
+    dynamic = all_values(data.get("dynamic") or [])
     # what the pass would decide regardless of the schedule: which values are in the
     # arena, which are dynamic, which are views of what
     info = _Info(graph)
-    if set(buffer_of) != {v for v in info.arena if v not in alias_of} or set(
+    if buffer_of.keys() != {v for v in info.arena if v not in alias_of} or set(
             dynamic) != info.dynamic_set:
         raise ValueError("its buffers do not hold exactly the graph's arena values")
-    producer = {r: op for op in graph.ops for r in op.results}
+    static_view = info.static_view
     for v, root in alias_of.items():
-        src = info.static_view.get(v)
+        src = static_view.get(v)
         if src is None and v in in_place:
-            src, op = in_place[v], producer[v]
-            if src not in op.inputs or src.type != v.type or not _can_write_in_place(op, v):
+            src, op = in_place[v], v.op  # (the op defining v: v is one of the graph's)
+            if (op is None or src not in op.inputs or (src.type is not v.type
+                                                       and src.type != v.type)
+                    or not _can_write_in_place(op, v)):
                 raise ValueError(f"value {values.index(v)} cannot be written in place")
-        if src is None or alias_of.get(src, src) != root or root in alias_of:
+        if src is None or alias_of.get(src, src) is not root or root in alias_of:
             raise ValueError(f"value {values.index(v)} is no view or in-place result of "
                              f"value {values.index(root)}")
+    # (id of a value's size, id of a buffer's size) -> whether it fits, and that size
+    fits: dict[tuple[int, int], tuple[bool, Size]] = {}
     for buf in buffers:
-        _check_buffer(buf, live, info.dynamic_set)
+        _check_buffer(buf, live, info.dynamic_set, fits)
     return MemoryPlan(graph.name, buffers, buffer_of, alias_of, in_place, live=live,
                       dynamic=dynamic, names=_names(graph))
 
 
 def _check_buffer(buf: Buffer, live: Mapping[Value, tuple[int, int]],
-                  dynamic: set[Value]) -> None:
-    """``ValueError`` unless ``buf``'s values fit it (every binding) and take turns."""
+                  dynamic: set[Value],
+                  fits: dict[tuple[int, int], tuple[bool, Size]] | None = None) -> None:
+    """``ValueError`` unless ``buf``'s values fit it (every binding) and take turns
+    (``fits``: ``fits_in`` worked out so far, by the sizes' ids; each entry holds the
+    value's size, so that no id is reused while it is there)."""
     spans = []
+    if fits is None:
+        fits = {}
     for v in buf.values:
-        if v not in live:
+        span = live.get(v)
+        if span is None:
             raise ValueError(f"buffer {buf.id} holds a value without a live interval")
-        if (v in dynamic) != buf.dynamic or (
-                not buf.dynamic and not Size.of(v.type).fits_in(buf.size)):
+        if (v in dynamic) != buf.dynamic:
             raise ValueError(f"buffer {buf.id} ({buf.size}) cannot hold a {v.type}")
-        spans.append(live[v])
+        if not buf.dynamic and (size := Size.of(v.type)) is not buf.size:
+            key = (id(size), id(buf.size))
+            known = fits.get(key)
+            if known is None:
+                known = fits[key] = (size.fits_in(buf.size), size)
+            if not known[0]:
+                raise ValueError(f"buffer {buf.id} ({buf.size}) cannot hold a {v.type}")
+        spans.append(span)
     spans.sort()
     for (_, end), (start, _) in zip(spans, spans[1:]):
         if start <= end:
@@ -397,17 +459,20 @@ def check_budget(plan: MemoryPlan, graph: Graph, budget: int) -> None:
 def plan_memory(graph: Graph) -> MemoryPlan:
     """Reorder ``graph.ops`` into a low-peak schedule and assign arena buffers."""
     info = _Info(graph)
-    nominal = _nominal(graph)
+    # the sizes of the arena values that may be roots (views take none of their own), and
+    # their bytes at the nominal binding (``_nominal``: every symbol NOMINAL_SYMBOL)
+    sizes = {v: Size.of(v.type) for v in info.arena if v not in info.static_view}
+    size = {v: s.nominal_bytes for v, s in sizes.items()}
     best: tuple[int, list[Op], _Aliases] | None = None
-    for order in (_greedy_schedule(graph, info, nominal), _original_schedule(graph)):
+    for order in (_greedy_schedule(graph, info, size), _original_schedule(graph)):
         aliases = _Aliases(graph, order, info)
-        peak = _peak(aliases.live, lambda v: Size.of(v.type).bytes(nominal))
+        peak = _peak(aliases.live, size.__getitem__)
         if best is None or peak < best[0]:
             best = (peak, order, aliases)
     assert best is not None
     _, order, aliases = best
     graph.ops = order
-    buffers, buffer_of = _assign_buffers(aliases.live, order, nominal, info.dynamic_set)
+    buffers, buffer_of = _assign_buffers(aliases.live, order, sizes, info.dynamic_set)
     return MemoryPlan(graph.name, buffers, buffer_of, aliases.alias_of, aliases.in_place,
                       live=aliases.live,
                       dynamic=[r for op in order for r in op.results if r in info.dynamic_set],
@@ -439,6 +504,8 @@ class _Info:
                     self.dynamic.append(r)
                 self.arena.add(r)
         self.dynamic_set = set(self.dynamic)
+        # view result -> the storage it reads (its input's, through chains of views)
+        self.storage: dict[Value, Value] = {v: self.storage_key(v) for v in self.static_view}
         self._in_place: dict[Value, bool] = {}
 
     def can_write_in_place(self, op: Op, r: Value) -> bool:
@@ -470,14 +537,20 @@ def _can_write_in_place(op: Op, r: Value) -> bool:
     if op.kind == "fusion":
         if op.attrs.get("kind") != "loop":
             return False
-        return all(_no_larger(u, r) for region in op.regions
-                   for u in [*region.args, *(x for o in region.ops for x in o.results)])
+        shape = r.type.shape
+        shapes = {u.type.shape for region in op.regions
+                  for u in [*region.args, *(x for o in region.ops for x in o.results)]}
+        return all(_no_larger(s, shape) for s in shapes if s != shape)
     return lookup(op.kind).has(ELEMENTWISE)
 
 
-def _no_larger(u: Value, r: Value) -> bool:
-    """Whether ``u`` has at most ``r``'s element count for every binding (symbols >= 1)."""
-    a, b = Size(1, tuple(u.type.shape)), Size(1, tuple(r.type.shape))
+@lru_cache(maxsize=1 << 12)
+def _no_larger(u: tuple[int | str, ...], r: tuple[int | str, ...]) -> bool:
+    """Whether shape ``u`` has at most shape ``r``'s element count for every binding
+    (symbols >= 1)."""
+    if u == r:
+        return True
+    a, b = Size(1, tuple(u)), Size(1, tuple(r))
     return not Counter(a.symbols) - Counter(b.symbols) and a.static_factor <= b.static_factor
 
 
@@ -485,49 +558,47 @@ class _Aliases:
     """Views, in-place results and live intervals of the roots, for one schedule."""
 
     def __init__(self, graph: Graph, order: Sequence[Op], info: _Info) -> None:
-        self.alias_of: dict[Value, Value] = {}
+        alias_of: dict[Value, Value] = {}
+        self.alias_of = alias_of
         self.in_place: dict[Value, Value] = {}
         last_use: dict[Value, int] = {}
         for t, op in enumerate(order):
             for v in op.inputs:
                 last_use[v] = t
-        members: dict[Value, list[Value]] = {}  # arena root -> itself and its aliases
+        # arena root -> where it is defined, and the last use of it or of an alias of it
+        # so far (the aliases defined up to the op at hand: their uses are all known)
         first: dict[Value, int] = {}
+        last: dict[Value, int] = {}
+        arena, static_view, dynamic = info.arena, info.static_view, info.dynamic_set
         for t, op in enumerate(order):
             taken: set[Value] = set()
             for r in op.results:
-                if r in info.static_view:
-                    self.alias_of[r] = self.root(info.static_view[r])
-                elif (r in info.arena and r not in info.dynamic_set
-                      and info.can_write_in_place(op, r)):
-                    src = self._in_place_source(op, r, t, info, members, last_use, taken)
-                    if src is not None:
-                        root = self.root(src)
-                        self.alias_of[r], self.in_place[r] = root, src
-                        taken.add(root)
-                root = self.root(r)
-                if root in info.arena:
-                    members.setdefault(root, []).append(r)
-                    first.setdefault(root, t)
-        self.live = {root: (first[root], max([first[root]] + [last_use.get(m, -1)
-                                                             for m in ms]))
-                     for root, ms in members.items()}
-
-    def root(self, v: Value) -> Value:
-        return self.alias_of.get(v, v)
-
-    def _in_place_source(self, op: Op, r: Value, t: int, info: _Info,
-                         members: dict[Value, list[Value]], last_use: dict[Value, int],
-                         taken: set[Value]) -> Value | None:
-        """The first operand ``r`` may overwrite: same type, in the arena, dying here."""
-        for v in op.inputs:
-            root = self.root(v)
-            if (v.type != r.type or root not in info.arena or root in taken
-                    or root in info.dynamic_set):
-                continue
-            if all(last_use.get(m, -1) <= t for m in members.get(root, ())):
-                return v
-        return None
+                if r in static_view:
+                    viewed = static_view[r]
+                    alias_of[r] = alias_of.get(viewed, viewed)
+                elif r in arena and r not in dynamic:
+                    # the first operand r may overwrite: in the arena, dying here (it and
+                    # its aliases used last by op, at t), of r's type
+                    rt = r.type
+                    for src in op.inputs:
+                        root = alias_of.get(src, src)
+                        if (root in arena and last.get(root, -1) <= t and root not in taken
+                                and root not in dynamic
+                                and (src.type is rt or src.type == rt)):
+                            if info.can_write_in_place(op, r):
+                                alias_of[r], self.in_place[r] = root, src
+                                taken.add(root)
+                            break
+                root = alias_of.get(r, r)
+                if root in arena:
+                    used = last_use.get(r, -1)
+                    if root in first:
+                        if used > last[root]:
+                            last[root] = used
+                    else:
+                        first[root], last[root] = t, used
+        self.live = {root: (t, last[root] if last[root] > t else t)
+                     for root, t in first.items()}
 
 
 def _peak(live: Mapping[Value, tuple[int, int]], size: Callable[[Value], int]) -> int:
@@ -560,68 +631,95 @@ def _original_schedule(graph: Graph) -> list[Op]:
             + [op for op in graph.ops if writes_variable(op)])
 
 
-def _greedy_schedule(graph: Graph, info: _Info, nominal: Mapping[str, int]) -> list[Op]:
-    """List scheduling: among ready ops, the one freeing the most arena bytes net."""
-    ops = [op for op in graph.ops if not writes_variable(op)]
-    writes = [op for op in graph.ops if writes_variable(op)]
-    index = {op: i for i, op in enumerate(ops)}
-    producer = {r: op for op in ops for r in op.results}
-    deps: list[set[int]] = [set() for _ in ops]
+def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> list[Op]:
+    """List scheduling: among ready ops, the one freeing the most arena bytes net
+    (``size``: the arena roots' bytes at the nominal binding)."""
+    ops: list[Op] = []
+    writes: list[Op] = []
+    for op in graph.ops:
+        (writes if writes_variable(op) else ops).append(op)
+    producer = {r: i for i, op in enumerate(ops) for r in op.results}
+    waiting: list[int] = []  # per op, its dependencies not yet scheduled
+    dependents: list[list[int]] = [[] for _ in ops]
+    # Per op, its inputs' storage keys (views resolved) that have an arena size; per such
+    # key, the ops and variable writes still to use it, and the ops that use it.
+    keys_of: list[list[Value]] = []
+    remaining: dict[Value, int] = {}
+    users: dict[Value, list[int]] = {}
+    storage = info.storage
     previous_ordered: int | None = None
     for i, op in enumerate(ops):
-        deps[i].update(index[producer[v]] for v in op.inputs if v in producer)
-        if _keeps_order(op):
+        deps: set[int] = set()
+        keys: set[Value] = set()
+        for v in op.inputs:
+            p = producer.get(v)
+            if p is not None:
+                deps.add(p)
+            k = storage.get(v, v)
+            if k in size:
+                keys.add(k)
+        if has_effect(op):  # (``_keeps_order``: the writes are not among ``ops``)
             if previous_ordered is not None:
-                deps[i].add(previous_ordered)
+                deps.add(previous_ordered)
             previous_ordered = i
-    dependents: list[list[int]] = [[] for _ in ops]
-    for i, ds in enumerate(deps):
-        for d in ds:
+        waiting.append(len(deps))
+        for d in deps:
             dependents[d].append(i)
-
-    # Storage keys (views resolved) with their arena size and the ops still to use them.
-    keys_of = [{info.storage_key(v) for v in op.inputs} for op in ops]
-    remaining: Counter[Value] = Counter(k for ks in keys_of for k in ks)
-    for op in writes:
-        remaining.update({info.storage_key(v) for v in op.inputs})
-    size = {v: Size.of(v.type).bytes(nominal) for v in info.arena
-            if v not in info.static_view}
-
-    def gain(i: int) -> int:
-        freed = sum(size.get(k, 0) for k in keys_of[i] if remaining[k] == 1)
-        alloc = sum(size.get(r, 0) for r in ops[i].results if remaining[r] > 0)
-        return freed - alloc
-
-    # A ready op's gain only grows (an input's last use comes nearer; what it allocates
-    # stays), so the ready ops sit in a heap by (gain, -index) and an op is pushed again
-    # when its gain grows; an entry whose gain is no longer current is skipped. The op
-    # taken is the one ``max(ready, key=(gain, -index))`` would take, in O(log n).
-    users: dict[Value, list[int]] = {}
-    for i, ks in enumerate(keys_of):
-        for k in ks:
+        keys_of.append(list(keys))
+        for k in keys:
+            remaining[k] = remaining.get(k, 0) + 1
             users.setdefault(k, []).append(i)
-    waiting = [len(ds) for ds in deps]
-    ready = {i for i, n in enumerate(waiting) if n == 0}
-    heap = [(-gain(i), i) for i in ready]
+    for op in writes:
+        for k in {storage.get(v, v) for v in op.inputs}:
+            if k in size:
+                remaining[k] = remaining.get(k, 0) + 1
+
+    # An op's gain: the bytes of its inputs' storage that it is the last to use (freed),
+    # less those of its results that are used (alloc). What it allocates stays fixed until
+    # it runs (its results' users depend on it), and what it frees only grows: a key's
+    # count of users to come drops to 1 once, and then the one op left gains its bytes.
+    alloc = [0] * len(ops)
+    for r, i in producer.items():
+        if r in remaining:  # (used, and so in ``size``)
+            alloc[i] += size[r]
+    freed = [0] * len(ops)
+    for k, n in remaining.items():
+        if n == 1:
+            for j in users.get(k, ()):
+                freed[j] += size[k]
+
+    # So the ready ops sit in a heap by (-gain, index), and an op is pushed again when its
+    # gain grows; an entry whose gain is no longer current is skipped. The op taken is
+    # the one ``max(ready, key=(gain, -index))`` would take, in O(log n).
+    state = [0] * len(ops)  # 0: waiting, 1: ready, 2: scheduled
+    heap: list[tuple[int, int]] = []
+    for i, n in enumerate(waiting):
+        if n == 0:
+            state[i] = 1
+            heap.append((alloc[i] - freed[i], i))
     heapq.heapify(heap)
+    heappush, heappop = heapq.heappush, heapq.heappop
     order: list[Op] = []
     while heap:
-        g, i = heapq.heappop(heap)
-        if i not in ready or -g != gain(i):
+        g, i = heappop(heap)
+        if state[i] != 1 or g != alloc[i] - freed[i]:
             continue
-        ready.remove(i)
+        state[i] = 2
         order.append(ops[i])
-        remaining.subtract(keys_of[i])
         for k in keys_of[i]:
-            if remaining[k] == 1 and k in size:
+            left = remaining[k] = remaining[k] - 1
+            if left == 1:
                 for j in users[k]:
-                    if j in ready:
-                        heapq.heappush(heap, (-gain(j), j))
+                    if state[j] != 2:  # the one op still to use k (else a variable write)
+                        freed[j] += size[k]
+                        if state[j] == 1:
+                            heappush(heap, (alloc[j] - freed[j], j))
+                        break
         for j in dependents[i]:
             waiting[j] -= 1
             if waiting[j] == 0:
-                ready.add(j)
-                heapq.heappush(heap, (-gain(j), j))
+                state[j] = 1
+                heappush(heap, (alloc[j] - freed[j], j))
     if len(order) != len(ops):
         raise TfcError(f"memory: graph @{graph.name} has a cycle or uses a value before "
                        f"defining it; cannot schedule it")
@@ -631,26 +729,29 @@ def _greedy_schedule(graph: Graph, info: _Info, nominal: Mapping[str, int]) -> l
 # ---- buffer assignment ------------------------------------------------------------------
 
 def _assign_buffers(live: Mapping[Value, tuple[int, int]], order: Sequence[Op],
-                    nominal: Mapping[str, int], dynamic: AbstractSet[Value] = frozenset()
+                    sizes: Mapping[Value, Size], dynamic: AbstractSet[Value] = frozenset()
                     ) -> tuple[list[Buffer], dict[Value, int]]:
-    """Best fit over live intervals; the better (at ``nominal``) of two visiting orders:
-    by definition (linear scan) and largest first (which packs big values tightly).
-    Then the ``dynamic`` values, in dynamic buffers of their own after those."""
-    position = {r: (t, k) for t, op in enumerate(order) for k, r in enumerate(op.results)}
-    by_time = sorted((v for v in live if v not in dynamic), key=lambda v: position[v])
-    by_size = sorted(by_time, key=lambda v: -Size.of(v.type).bytes(nominal))
-    best: tuple[int, list[Buffer], dict[Value, int]] | None = None
+    """Best fit over live intervals; the better (at the nominal binding) of two visiting
+    orders: by definition (linear scan) and largest first (which packs big values
+    tightly). Then the ``dynamic`` values, in dynamic buffers of their own after those.
+    (``sizes``: the size of every root.)"""
+    # the roots in order of definition (position in the schedule, then result index)
+    defined = [r for op in order for r in op.results if r in live]
+    by_time = [v for v in defined if v not in dynamic]
+    by_size = sorted(by_time, key=lambda v: -sizes[v].nominal_bytes)
+    best: tuple[int, list[Buffer], dict[Value, int], bool] | None = None
     for values in (by_time, by_size):
-        buffers, buffer_of = _best_fit(values, live, nominal)
-        total = sum(-(-b.size.bytes(nominal) // MemoryPlan.ALIGN) for b in buffers)
+        buffers, buffer_of = _best_fit(values, live, sizes)
+        total = sum(-(-b.size.nominal_bytes // MemoryPlan.ALIGN) for b in buffers)
         if best is None or total < best[0]:
-            best = (total, buffers, buffer_of)
+            best = (total, buffers, buffer_of, values is by_time)
     assert best is not None
-    buffers, buffer_of = best[1], best[2]
-    _dynamic_fit(sorted((v for v in live if v in dynamic), key=lambda v: position[v]),
-                 live, buffers, buffer_of)
-    for b in buffers:
-        b.values.sort(key=lambda v: position[v])
+    _, buffers, buffer_of, in_order = best
+    _dynamic_fit([v for v in defined if v in dynamic], live, buffers, buffer_of)
+    if not in_order:  # (visited by time, each buffer's values are in order already)
+        position = {v: i for i, v in enumerate(defined)}
+        for b in buffers:
+            b.values.sort(key=position.__getitem__)
     return buffers, buffer_of
 
 
@@ -678,37 +779,105 @@ def _dynamic_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
         buffer_of[v] = buf.id
 
 
+class _Waiting:
+    """Buffers free from the queries' start until a known time (the start of their next
+    interval), by id: the lowest id free past a given ``end`` in O(log n), as a segment
+    tree over buffer ids holding the largest such time below each node (-1: none)."""
+
+    __slots__ = ("tree", "cap")
+
+    def __init__(self) -> None:
+        self.tree = [-1, -1]
+        self.cap = 1  # leaves: tree[cap + id]
+
+    def set(self, b: int, until: int) -> None:
+        """Buffer ``b`` free until ``until`` (-1: out of the search)."""
+        if b >= self.cap:
+            self._grow(b)
+        tree = self.tree
+        i = self.cap + b
+        tree[i] = until
+        i >>= 1
+        while i:
+            left, right = tree[2 * i], tree[2 * i + 1]
+            top = left if left >= right else right
+            if tree[i] == top:
+                break
+            tree[i] = top
+            i >>= 1
+
+    def first_after(self, end: int) -> int | None:
+        """The lowest id free past ``end``, if any."""
+        tree = self.tree
+        if tree[1] <= end:
+            return None
+        i, cap = 1, self.cap
+        while i < cap:
+            i <<= 1
+            if tree[i] <= end:
+                i += 1
+        return i - cap
+
+    def clear(self) -> None:
+        if self.tree[1] != -1:
+            self.tree = [-1] * len(self.tree)
+
+    def _grow(self, b: int) -> None:
+        cap = self.cap
+        while cap <= b:
+            cap *= 2
+        tree = [-1] * (2 * cap)
+        tree[cap:cap + self.cap] = self.tree[self.cap:]
+        for i in range(cap - 1, 0, -1):
+            left, right = tree[2 * i], tree[2 * i + 1]
+            tree[i] = left if left >= right else right
+        self.tree, self.cap = tree, cap
+
+
 class _SizeClass:
-    """The buffers of one size (symbols and static factor) in ``_best_fit``'s search:
-    those that may be free, by id (a heap), and those asleep: known to be busy until the
-    end of an interval of theirs that began at or before the queries' start, which does
-    not decrease while queries come in time order (as they do in both orders the planner
-    uses, within each size). Each interval puts its buffer to sleep at most once per run
-    of such queries, so the search costs O(log n) per value, amortized, instead of a test
-    of every busy buffer of the size. A buffer busy by an interval that begins after the
-    query's start is *deferred*: left out of the search while queries overlap that
-    interval (it was tested and pushed back on every query: 69 k tests for a 256-layer
-    MLP's masks against its activations' buffers). Heap entries carry the buffer's
-    version: one moved (woken, put to sleep, deferred, grown into another size) leaves
-    stale entries that are skipped."""
+    """The buffers of one size (symbols and static factor) in ``_best_fit``'s search, in
+    three sets relative to the queries' start, which does not decrease while queries come
+    in time order (as they do in both orders the planner uses, within each size):
+    - awake: may be free (not tested since they last changed), a heap by id;
+    - asleep: busy until the end of an interval of theirs that began at or before the
+      start, such as the one just given a value (a heap by that end: each wakes once the
+      start passes it);
+    - waiting: free from the start until their next interval begins, after the start
+      (``_Waiting``, and a heap by that time: each wakes once the start reaches it).
+      Such a buffer is free for a query exactly when the query ends before that time,
+      so the lowest free id among them is one search, however many there are (they were
+      tested and pushed back on every query, then put back and tested again: 33 k tests
+      for a 256-layer MLP's activations against the buffers of its weight gradients,
+      growing with the square of the layers).
+    A buffer is in one set at a time: tested buffers move from awake to one of the
+    others, and back to awake when the start passes the time they wait for, when one is
+    chosen from waiting, or when a query starts before the previous one (a new run of
+    queries: the sets no longer hold).
+    Each interval moves its buffer at most a few times per run, so the search costs
+    O(log n) per value, amortized. Heap entries carry the buffer's version: one moved
+    (woken, put to sleep, set waiting, grown into another size) leaves stale entries that
+    are skipped."""
+
+    __slots__ = ("awake", "asleep", "waiting", "soon", "last_start")
 
     def __init__(self) -> None:
         self.awake: list[tuple[int, int]] = []  # (buffer id, version)
         self.asleep: list[tuple[int, int, int]] = []  # (busy until, buffer id, version)
-        # (start, end, buffer id, version): busy during that interval of theirs, which
-        # began after the query that found it; out of the search while queries overlap it
-        self.deferred: list[tuple[int, int, int, int]] = []
+        self.waiting = _Waiting()
+        self.soon: list[tuple[int, int, int]] = []  # (busy from, buffer id, version)
         self.last_start = -1
 
 
 def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
-              nominal: Mapping[str, int]) -> tuple[list[Buffer], dict[Value, int]]:
+              sizes: Mapping[Value, Size] | None = None, stats: dict[str, int] | None = None
+              ) -> tuple[list[Buffer], dict[Value, int]]:
     """Put each value, in the order given, in the smallest buffer it fits in and whose
     values' intervals it does not overlap; else grow the largest such buffer that fits
-    in it; else open a new buffer.
+    in it; else open a new buffer. (``sizes``: the values' sizes where known; ``stats``,
+    when given, gets the count of ``interval_tests``: a buffer's intervals searched.)
 
     Buffers are kept in size classes (one per symbols and static factor, which order
-    them as their bytes at ``nominal`` do; see ``_SizeClass``), so the search visits
+    them as their bytes at any binding do; see ``_SizeClass``), so the search visits
     buffers in the order of preference and skips the busy ones, instead of testing every
     buffer for every value (1.5 M interval tests for a 256-layer MLP)."""
     buffers: list[Buffer] = []
@@ -717,97 +886,112 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
     # overlaps a buffer is two bisections rather than a scan of its values.
     taken: list[list[tuple[int, int]]] = []
     version: list[int] = []
-    # symbols -> static factors in ascending order; (symbols, factor) -> its class
+    # symbols -> static factors in ascending order, and their classes in that order
     factors: dict[tuple[str, ...], list[int]] = {}
-    classes: dict[tuple[tuple[str, ...], int], _SizeClass] = {}
+    ordered: dict[tuple[str, ...], list[_SizeClass]] = {}
+    heappush, heappop, bisect_left = heapq.heappush, heapq.heappop, bisect.bisect_left
+    tests = 0
 
-    def conflict(b: int, start: int, end: int) -> tuple[int, int] | None:
-        """An interval of buffer ``b`` that overlaps ``[start, end]``, if any."""
-        spans = taken[b]
-        k = bisect.bisect_left(spans, (start, start))
-        if k > 0 and spans[k - 1][1] >= start:
-            return spans[k - 1]
-        if k < len(spans) and spans[k][0] <= end:
-            return spans[k]
-        return None
-
-    def push(c: _SizeClass, b: int) -> None:
-        version[b] += 1
-        heapq.heappush(c.awake, (b, version[b]))
-
-    def first_free(symbols: tuple[str, ...], factors_in_order: Sequence[int], start: int,
-                   end: int) -> int | None:
-        for f in factors_in_order:
-            c = classes[(symbols, f)]
-            if start < c.last_start:  # a new run of queries: wake every buffer
-                for _, b, ver in c.asleep:
-                    if ver == version[b]:
-                        push(c, b)
-                c.asleep.clear()
+    def home(size: Size, start: int) -> _SizeClass:
+        """The class of the buffers of ``size`` (a new one as if queried at ``start``)."""
+        group = factors.setdefault(size.symbols, [])
+        k = bisect_left(group, size.static_factor)
+        if k == len(group) or group[k] != size.static_factor:
+            group.insert(k, size.static_factor)
+            c = _SizeClass()
             c.last_start = start
-            while c.asleep and c.asleep[0][0] < start:
-                _, b, ver = heapq.heappop(c.asleep)
-                if ver == version[b]:
-                    push(c, b)
-            if c.deferred:
-                blocked = []
-                for entry in c.deferred:
-                    s, e, b, ver = entry
-                    if ver != version[b]:
-                        continue
-                    if s <= end and start <= e:
-                        blocked.append(entry)
-                    else:
-                        push(c, b)
-                c.deferred = blocked
-            found = None
-            while c.awake:
-                b, ver = c.awake[0]
-                if ver != version[b]:
-                    heapq.heappop(c.awake)
-                    continue
-                span = conflict(b, start, end)
-                if span is None:
-                    found = b
-                    break
-                heapq.heappop(c.awake)
-                version[b] += 1
-                if span[0] <= start:
-                    heapq.heappush(c.asleep, (span[1], b, version[b]))
-                else:
-                    c.deferred.append((span[0], span[1], b, version[b]))
-            if found is not None:
-                return found
-        return None
-
-    def enter(b: int) -> None:
-        size = buffers[b].size
-        key = (size.symbols, size.static_factor)
-        if key not in classes:
-            classes[key] = _SizeClass()
-            bisect.insort(factors.setdefault(size.symbols, []), size.static_factor)
-        push(classes[key], b)
+            ordered.setdefault(size.symbols, []).insert(k, c)
+        return ordered[size.symbols][k]
 
     for v in values:
         start, end = live[v]
-        need = Size.of(v.type)
-        group = factors.get(need.symbols, [])
-        k = bisect.bisect_left(group, need.static_factor)
-        found = first_free(need.symbols, group[k:], start, end)
-        if found is None:  # the largest smaller buffer, grown
-            found = first_free(need.symbols, group[k - 1::-1] if k else (), start, end)
-            if found is not None:
-                buffers[found] = Buffer(found, need, buffers[found].values)
-                enter(found)  # (its entries in its old class are stale now)
+        need = sizes[v] if sizes is not None else Size.of(v.type)
+        found = None
+        symbols, factor = need.symbols, need.static_factor
+        group = factors.get(symbols)
+        if group:
+            k = bisect_left(group, factor)
+            row = ordered[symbols]
+            # the classes in order of preference: the smallest that fit, then the largest
+            # of those that do not (grown if a buffer of theirs is free)
+            for c in (row[k:] + row[k - 1::-1] if k else row):
+                if start < c.last_start:  # a new run of queries: wake every buffer
+                    for _, b, ver in c.asleep:
+                        if ver == version[b]:
+                            version[b] += 1
+                            heappush(c.awake, (b, version[b]))
+                    c.asleep.clear()
+                    for _, b, ver in c.soon:
+                        if ver == version[b]:
+                            version[b] += 1
+                            heappush(c.awake, (b, version[b]))
+                    c.soon.clear()
+                    c.waiting.clear()
+                c.last_start = start
+                asleep, soon, awake = c.asleep, c.soon, c.awake
+                while asleep and asleep[0][0] < start:
+                    _, b, ver = heappop(asleep)
+                    if ver == version[b]:
+                        version[b] += 1
+                        heappush(awake, (b, version[b]))
+                while soon and soon[0][0] <= start:
+                    _, b, ver = heappop(soon)
+                    if ver == version[b]:
+                        c.waiting.set(b, -1)
+                        version[b] += 1
+                        heappush(awake, (b, version[b]))
+                later = c.waiting.first_after(end) if soon else None
+                while awake:
+                    b, ver = awake[0]
+                    if later is not None and b > later:
+                        break
+                    if ver != version[b]:
+                        heappop(awake)
+                        continue
+                    # an interval of b overlapping [start, end], if any: the one holding
+                    # start, else the first after it if it begins by end
+                    tests += 1
+                    spans = taken[b]
+                    i = bisect_left(spans, (start, start))
+                    if i and spans[i - 1][1] >= start:
+                        span = spans[i - 1]
+                    elif i < len(spans) and spans[i][0] <= end:
+                        span = spans[i]
+                    else:
+                        found = b
+                        break
+                    heappop(awake)
+                    version[b] += 1
+                    if span[0] <= start:
+                        heappush(asleep, (span[1], b, version[b]))
+                    else:  # busy from span[0], which is by ``end``: not free for this query
+                        heappush(soon, (span[0], b, version[b]))
+                        c.waiting.set(b, span[0])
+                if found is None and later is not None:
+                    found = later
+                    c.waiting.set(later, -1)
+                if found is not None:
+                    break
         if found is None:
             found = len(buffers)
             buffers.append(Buffer(found, need, []))
             taken.append([])
             version.append(0)
-            enter(found)
+            c = home(need, start)
+        elif buffers[found].size.static_factor < factor:  # grown
+            buffers[found] = Buffer(found, need, buffers[found].values)
+            c = home(need, start)
+        # (else c is the class it was found in.) It is busy until ``end`` now: asleep in
+        # its class, which was queried at ``start`` (the first class the search visits
+        # is the one of ``need``), so its next queries start there or later, or begin a
+        # new run. Its other entries are stale now.
+        version[found] += 1
+        heappush(c.asleep, (end, found, version[found]))
         buffers[found].values.append(v)
         bisect.insort(taken[found], (start, end))
         buffer_of[v] = found
+    if stats is not None:
+        stats["interval_tests"] = stats.get("interval_tests", 0) + tests
     return buffers, buffer_of
 
 
