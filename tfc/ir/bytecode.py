@@ -223,14 +223,14 @@ class _Encoder:
                 ids[r] = len(ids)
         names = list(g.result_names) + [
             f"out{i}" for i in range(len(g.result_names), len(g.results))]
-        results = []
+        result_ids = []
         for v in g.results:
             if v not in ids:
                 raise BytecodeError(f"cannot encode @{g.name}: a result is not defined in "
                                     f"the graph ({v!r})")
-            results.append(ids[v])
-        return {"name": g.name, "args": args, "ops": ops, "results": results,
-                "result_names": names[:len(results)]}
+            result_ids.append(ids[v])
+        return {"name": g.name, "args": args, "ops": ops, "results": result_ids,
+                "result_names": names[:len(result_ids)]}
 
     def region(self, r: Graph) -> dict[str, Any]:
         """A region in full, or (version 2) a reference to one written before with the
