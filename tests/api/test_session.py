@@ -167,10 +167,11 @@ def test_a_session_updates_a_weight_in_place_unless_someone_holds_it():
     """A step too big to hold the GIL runs through the Python path, which makes a GEMM's
     weight update in the weight's own array (as the native path does for small steps)
     when only the session holds it: no new array, no copy of the weight, per step. An
-    array the user holds is never changed, and the numbers are the same either way."""
+    array the user holds is never changed, and the numbers are the same either way. (The
+    llvm backend's: a cuda session keeps its variables on the device.)"""
     g, x, loss, train, xv = _sgd_model()
     with g.as_default():
-        sess = tfc.Session()
+        sess = tfc.Session(backend="llvm")
         sess.run(tfc.global_variables_initializer())
         sess.run(train, {x: xv})  # (a new array: the initializer's pool holds the first)
         ids = set()
@@ -186,7 +187,7 @@ def test_a_session_updates_a_weight_in_place_unless_someone_holds_it():
         mine = sess.variables.host["w"].copy()
     g2, x2, loss2, train2, _ = _sgd_model()
     with g2.as_default():
-        other = tfc.Session()
+        other = tfc.Session(backend="llvm")
         other.run(tfc.global_variables_initializer())
         kept = []
         for _ in range(7):  # holding every value: never in place
