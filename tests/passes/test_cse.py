@@ -158,22 +158,7 @@ def test_results_are_unchanged_numerically() -> None:
 
 
 
-def count_has(monkeypatch: pytest.MonkeyPatch, run) -> int:
-    """How often ``run()`` asks an op definition for a trait."""
-    real = OpDef.has
-    asked = [0]
-
-    def has(self: OpDef, trait: object) -> bool:
-        asked[0] += 1
-        return real(self, trait)  # type: ignore[arg-type]
-
-    with monkeypatch.context() as mp:
-        mp.setattr(OpDef, "has", has)
-        run()
-    return asked[0]
-
-
-def test_the_registry_is_asked_once_per_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_registry_is_asked_once_per_kind(trait_queries) -> None:
     """cse reads what a kind allows (merged at all, commutative) once per kind per
     graph, not once per op: 40 ops of 3 kinds ask as often as 4 do."""
     from tfc.passes.cse import cse_graph
@@ -187,6 +172,5 @@ def test_the_registry_is_asked_once_per_kind(monkeypatch: pytest.MonkeyPatch) ->
         return g
 
     small, big = graph(2), graph(20)
-    assert count_has(monkeypatch, lambda: cse_graph(small)) == count_has(
-        monkeypatch, lambda: cse_graph(big))
+    assert trait_queries(lambda: cse_graph(small)) == trait_queries(lambda: cse_graph(big))
     assert kinds(big) == ["exp", "add", "mul"]

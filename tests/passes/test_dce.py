@@ -116,7 +116,7 @@ def test_regions_are_cleaned_and_effects_inside_keep_the_op() -> None:
     assert pure_region_op not in g.ops
 
 
-def test_the_registry_is_asked_once_per_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_registry_is_asked_once_per_kind(trait_queries) -> None:
     """Whether an op without regions has an effect depends on its kind only: asked once
     per kind per graph (20 dead ops of one kind ask as often as 2)."""
     from tfc.passes.dce import dce_graph
@@ -128,19 +128,7 @@ def test_the_registry_is_asked_once_per_kind(monkeypatch: pytest.MonkeyPatch) ->
         g.set_results([b("tanh", x)])
         return g
 
-    def asked(g: Graph) -> int:
-        real = OpDef.has
-        count = [0]
-
-        def has(self: OpDef, trait: object) -> bool:
-            count[0] += 1
-            return real(self, trait)  # type: ignore[arg-type]
-
-        with monkeypatch.context() as mp:
-            mp.setattr(OpDef, "has", has)
-            dce_graph(g)
-        return count[0]
-
     small, big = graph(2), graph(20)
-    assert asked(small) == asked(big)
+    assert trait_queries(lambda: dce_graph(small)) == trait_queries(
+        lambda: dce_graph(big))
     assert kinds(big) == ["tanh"]

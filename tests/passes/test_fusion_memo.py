@@ -185,28 +185,18 @@ def test_groups_that_differ_in_anything_but_names_and_places_share_no_template(
     assert fused_text(variant()) == fused_cold(variant(), monkeypatch)
 
 
-def test_the_registry_is_asked_per_kind_not_per_op(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_registry_is_asked_per_kind_not_per_op(monkeypatch: pytest.MonkeyPatch,
+                                                   trait_queries) -> None:
     """Classifying an op (``classify``, ``cheap``) reads its kind's traits once per
     definition in the process, not once per op: fusing 24 layers asks the registry as
     often as fusing 6 (both have the same kinds, and the same 3 templates)."""
-    from tfc.ir.registry import OpDef
-    real = OpDef.has
     counts = []
     for layers in (6, 24):
         m = mlp(layers)
         run_passes(m, "canonicalize,cse,dce")
         for memo in ("_TEMPLATES", "_COMPOSITES", "_KIND_CLASSES", "_CHEAP_KINDS"):
             monkeypatch.setattr(fusion, memo, {}, raising=False)
-        asked = [0]
-
-        def has(self: OpDef, trait: object, asked: list[int] = asked) -> bool:
-            asked[0] += 1
-            return real(self, trait)  # type: ignore[arg-type]
-
-        with monkeypatch.context() as mp:
-            mp.setattr(OpDef, "has", has)
-            run_passes(m, "fusion")
-        counts.append(asked[0])
+        counts.append(trait_queries(lambda: run_passes(m, "fusion")))
     assert counts[0] == counts[1]
 
 
