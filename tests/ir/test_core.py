@@ -130,3 +130,24 @@ def test_variable_decl():
     mod = Module(variables={"W": VariableDecl("W", TensorType(DType.f32, (784, 10)))})
     w = mod.variables["W"]
     assert w.trainable and w.device is None and str(w.type) == "f32[784,10]"
+
+
+def test_attrs_key_fast_path_is_the_general_rule() -> None:
+    """``Op.attrs_key``'s shortcuts for plain values and arrays (cse's keys, fusion's
+    templates) give ``attr_key``'s tuple for every kind of attr value: what merges, and
+    which ops share a region template, is decided by the general rule."""
+    f32_3 = TensorType(DType.f32, (3,))
+    x = Value(f32_3)
+    scalar = TensorType(DType.f32, ())
+    ops = [Op("constant", [], {"value": np.arange(3, dtype=np.float32)}, [f32_3]),
+           Op("constant", [], {"value": np.float64(2.5)}, [scalar]),
+           Op("var.read", [], {"var": "W"}, [f32_3]),
+           Op("sum", [x], {"axes": (0,), "keepdims": False}, [scalar]),
+           Op("sum", [x], {"axes": None, "keepdims": True}, [scalar]),
+           Op("fill", [], {"shape": (3,), "value": float("nan")}, [f32_3]),
+           Op("test.any", [x], {"a": 1, "b": True, "c": 1.0, "d": "s", "e": ((1, 2), (3,)),
+                                "f": np.int64(4), "g": np.zeros((2, 0), np.int32)}, [f32_3]),
+           Op("exp", [x], {}, [f32_3])]
+    for op in ops:
+        assert op.attrs_key() == tuple((k, attr_key(v)) for k, v in op.attrs.items())
+    assert ops[3].attrs_key() != ops[4].attrs_key()

@@ -187,27 +187,6 @@ def test_no_cycle_collection_runs_during_a_pipeline(monkeypatch: pytest.MonkeyPa
     assert window == [True, False] and collections == []
 
 
-def test_attrs_key_is_the_ops_own() -> None:
-    """``manager.attrs_key`` (cse's keys, fusion's templates) builds the tuple
-    ``Op.attrs_key`` does, for every kind of attr value: what merges, and which ops share
-    a region template, is what it was."""
-    from tfc.ir.core import Op, Value
-    x = Value(F32_3)
-    scalar = TensorType(DType.f32, ())
-    ops = [Op("constant", [], {"value": np.arange(3, dtype=np.float32)}, [F32_3]),
-           Op("constant", [], {"value": np.float64(2.5)}, [scalar]),
-           Op("var.read", [], {"var": "W"}, [F32_3]),
-           Op("sum", [x], {"axes": (0,), "keepdims": False}, [scalar]),
-           Op("sum", [x], {"axes": None, "keepdims": True}, [scalar]),
-           Op("fill", [], {"shape": (3,), "value": float("nan")}, [F32_3]),
-           Op("test.any", [x], {"a": 1, "b": True, "c": 1.0, "d": "s", "e": ((1, 2), (3,)),
-                                "f": np.int64(4), "g": np.zeros((2, 0), np.int32)}, [F32_3]),
-           Op("exp", [x], {}, [F32_3])]
-    for op in ops:
-        assert manager.attrs_key(op) == op.attrs_key()
-    assert manager.attrs_key(ops[3]) != manager.attrs_key(ops[4])
-
-
 def test_type_key_is_equal_exactly_when_the_types_are() -> None:
     types = [TensorType(DType.f32, (3,)), TensorType(DType.f32, (3,)),
              TensorType(DType.f64, (3,)), TensorType(DType.f32, ("B", 3)),

@@ -9,7 +9,6 @@ its targets.
 
 from __future__ import annotations
 
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Sequence
 
 from tfc.errors import FeedError, TfcError
@@ -43,22 +42,6 @@ def _needed(build: ir.Graph, roots: Sequence[ir.Value], targets: Sequence[ir.Op]
             ops.add(v.op)
             stack.extend(v.op.inputs)
     return ops, args
-
-
-_NO_ATTRS: dict[str, object] = {}
-
-
-def _copy(op: ir.Op, inputs: list[ir.Value], regions: list[ir.Graph]) -> ir.Op:
-    """``op.clone(inputs, regions)``, sharing ``op``'s attrs: a read-only mapping of
-    frozen values (``Op`` made it so) is the same when copied, and freezing and sorting
-    them again was most of a copy's cost (the issue-21 MLP's ~5k ops per run). Attrs of
-    another kind (a plain dict someone set) are copied as ``clone`` does."""
-    if type(op.attrs) is not MappingProxyType:
-        return op.clone(inputs, regions)
-    new = ir.Op(op.kind, inputs, _NO_ATTRS, [r.type for r in op.results], device=op.device,
-                loc=op.loc, regions=regions, names=[r.name for r in op.results])
-    new.attrs = op.attrs
-    return new
 
 
 def needed_placeholders(graph: "Graph", fetches: Sequence["Tensor"],
@@ -109,8 +92,8 @@ def _extract(build: ir.Graph, name: str, feeds: Sequence[tuple[str, ir.Value]],
                                f"step (also at {assigned[var].loc})", op.loc)
             assigned[var] = op
         # regions are copied so that passes over the entry never touch the built graph
-        new = _copy(op, [mapping[v] for v in op.inputs], [r.clone() for r in op.regions]
-                    if op.regions else [])
+        new = op.clone([mapping[v] for v in op.inputs],
+                       [r.clone() for r in op.regions] if op.regions else [])
         graph.append(new)
         mapping.update(zip(op.results, new.results))
     graph.set_results([mapping[v] for _, v in fetches], [n for n, _ in fetches])

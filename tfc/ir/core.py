@@ -74,6 +74,8 @@ def attr_key(v: Any) -> Any:
 
 
 _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
+# attr values whose ``attr_key`` is ``(type name, value)``, by their exact type
+_PLAIN_ATTRS = {int: "int", str: "str", bool: "bool", type(None): "NoneType"}
 
 
 def frozen_attrs(attrs: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -116,20 +118,27 @@ class Op:
         return self.results[0]
 
     def attrs_key(self) -> tuple:
-        return tuple((k, attr_key(v)) for k, v in self.attrs.items())
+        """``(name, attr_key(value))`` per attr, built without a call per value for the
+        values most attrs hold (ints, strings, bools, None, arrays): passes key every op
+        of a deep model by it (cse, fusion's templates)."""
+        out: list[tuple[str, Any]] = []
+        for name, v in self.attrs.items():
+            t = type(v)
+            plain = _PLAIN_ATTRS.get(t)
+            if plain is not None:
+                out.append((name, (plain, v)))
+            elif t is np.ndarray:
+                out.append((name, ("ndarray", v.dtype.str, v.shape, v.tobytes())))
+            else:
+                out.append((name, attr_key(v)))
+        return tuple(out)
 
     def clone(self, inputs: Sequence[Value], regions: Sequence["Graph"] | None = None) -> "Op":
         """A copy of this op on other inputs (same attrs, types, device, location, names)."""
-        new = Op.__new__(Op)
-        new.kind = self.kind
-        new.inputs = list(inputs)
-        attrs = self.attrs
-        new.attrs = attrs if type(attrs) is MappingProxyType else frozen_attrs(attrs)
-        new.results = [Value(r.type, new, i, r.name) for i, r in enumerate(self.results)]
-        new.device = self.device
-        new.loc = self.loc
-        new.regions = list(self.regions if regions is None else regions)
-        return new
+        return Op(self.kind, inputs, self.attrs, [r.type for r in self.results],
+                  device=self.device, loc=self.loc,
+                  regions=self.regions if regions is None else regions,
+                  names=[r.name for r in self.results])  # (the frozen attrs view: shared)
 
     def replace_input(self, old: Value, new: Value) -> None:
         self.inputs = [new if v is old else v for v in self.inputs]

@@ -18,7 +18,7 @@ from typing import Hashable
 
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import COMMUTATIVE, PURE, RANDOM, STATEFUL, lookup
-from tfc.passes.manager import attrs_key, for_each_graph, register_pass, resolve, type_key
+from tfc.passes.manager import for_each_graph, register_pass, resolve, type_key
 
 
 @register_pass("cse")
@@ -110,7 +110,7 @@ def _rule(kind: str) -> int:
 def _rest(op: Op) -> Hashable:
     """The part of ``op``'s key after its kind and inputs: attrs (``attrs_key``), result
     types, device."""
-    return (attrs_key(op) if op.attrs else (), tuple([type_key(r.type) for r in op.results]),
+    return (op.attrs_key(), tuple([type_key(r.type) for r in op.results]),
             op.device)
 
 

@@ -73,7 +73,7 @@ from tfc.ops.fusion import (INDEXED, core_shape, fused_reduction, fusion_kind, i
                             loop_op_problem, reduction_axes, unit_view)
 from tfc.passes.cse import cse_graph
 from tfc.passes.dce import dce_graph
-from tfc.passes.manager import apply_substitution, attrs_key, register_pass, type_key
+from tfc.passes.manager import apply_substitution, register_pass, type_key
 from tfc.passes.replicate import strip_module_markers
 
 _FUSED_NAME = re.compile(r"^fused_(\d+)$")
@@ -744,7 +744,7 @@ class _GroupShape:
                     if n is None:
                         n = args[v] = len(args)
                     refs.append(n)
-            parts.append((op.kind, attrs_key(op) if op.attrs else (),
+            parts.append((op.kind, op.attrs_key(),
                           tuple([type_key(r.type) for r in op.results]), tuple(refs)))
         const_keys, const_parts = grouper.constant_keys, []
         for const in constants:

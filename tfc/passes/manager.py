@@ -29,10 +29,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence, TextIO
 
-import numpy as np
-
 from tfc.errors import TfcError, VerifyError
-from tfc.ir.core import Graph, Module, Op, Value, attr_key
+from tfc.ir.core import Graph, Module, Value
 from tfc.ir.types import Dim, TensorType
 
 Pass = Callable[..., "Module | None"]
@@ -326,37 +324,6 @@ def for_each_graph(module: Module, rewrite: Callable[[Graph], object]) -> Module
     for g in module_graphs(module):
         rewrite(g)
     return module
-
-
-_PLAIN_ATTRS = {int: "int", str: "str", bool: "bool", type(None): "NoneType"}
-
-
-def attrs_key(op: Op) -> tuple:
-    """``op.attrs_key()`` (the same tuple: ``tfc.ir.core.attr_key`` of each value), built
-    without a call per value for the values most attrs hold (ints, strings, bools,
-    None, arrays): a pass keying every op of a deep model by its attrs (cse, fusion's
-    templates) spent most of that time in the calls."""
-    attrs = op.attrs
-    if len(attrs) == 1:  # (a constant's value, a read's variable)
-        for name, v in attrs.items():
-            t = type(v)
-            plain = _PLAIN_ATTRS.get(t)
-            if plain is not None:
-                return ((name, (plain, v)),)
-            if t is np.ndarray:
-                return ((name, ("ndarray", v.dtype.str, v.shape, v.tobytes())),)
-            return ((name, attr_key(v)),)
-    out: list[tuple[str, Any]] = []
-    for name, v in attrs.items():
-        t = type(v)
-        plain = _PLAIN_ATTRS.get(t)
-        if plain is not None:
-            out.append((name, (plain, v)))
-        elif t is np.ndarray:
-            out.append((name, ("ndarray", v.dtype.str, v.shape, v.tobytes())))
-        else:
-            out.append((name, attr_key(v)))
-    return tuple(out)
 
 
 def type_key(t: TensorType) -> tuple[str, tuple[Dim, ...]]:
