@@ -325,26 +325,14 @@ def _plan_from_json(graph: Graph, data: Any) -> MemoryPlan:
     raw = data.get("buffers")
     if not isinstance(raw, list):
         raise ValueError("'buffers' should be a list")
-    # sizes checked once per distinct (itemsize, dims): most buffers share one
-    made: dict[tuple[Any, ...], Size] = {}
     for i, b in enumerate(raw):
         size = b.get("size") if isinstance(b, dict) else None
-        got = None
-        if isinstance(size, dict):
-            itemsize, dims = size.get("itemsize"), size.get("dims")
-            if (type(itemsize) is int and type(dims) is list
-                    and {*map(type, dims)} <= {int, str}):
-                got = made.get((itemsize, *dims))
-                if got is None and itemsize >= 1 and all(
-                        (type(d) is int and d >= 0) or isinstance(d, str) for d in dims):
-                    got = made[(itemsize, *dims)] = Size.made(itemsize, tuple(dims))
-        if got is None:
-            if (not isinstance(size, dict) or type(size.get("itemsize")) is not int
-                    or size["itemsize"] < 1 or not isinstance(size.get("dims"), list)
-                    or not all((type(d) is int and d >= 0) or isinstance(d, str)
-                               for d in size["dims"])):
-                raise ValueError(f"buffer {i} is not a buffer: {b!r}")
-            got = Size(size["itemsize"], tuple(size["dims"]))
+        if (not isinstance(size, dict) or type(size.get("itemsize")) is not int
+                or size["itemsize"] < 1 or not isinstance(size.get("dims"), list)
+                or not all((type(d) is int and d >= 0) or isinstance(d, str)
+                           for d in size["dims"])):
+            raise ValueError(f"buffer {i} is not a buffer: {b!r}")
+        got = Size.made(size["itemsize"], tuple(size["dims"]))  # (one object per size)
         held, dyn = b.get("values"), b.get("dynamic")
         if not isinstance(held, list) or not isinstance(dyn, bool):
             raise ValueError(f"buffer {i} is not a buffer: {b!r}")
