@@ -798,11 +798,11 @@ class _GroupShape:
             for v in op.inputs:
                 p = v.op
                 if p in index:
-                    refs.append((index[p], v.index))  # type: ignore[index]
-                elif p in pos and shared[pos[p]]:  # type: ignore[index]
+                    refs.append((index[p], v.index))
+                elif p in pos and shared[pos[p]]:
                     if p not in constants:
-                        constants[p] = len(constants)  # type: ignore[index]
-                    refs.append(-1 - constants[p])  # type: ignore[index]
+                        constants[p] = len(constants)
+                    refs.append(-1 - constants[p])
                 else:
                     if v not in args:
                         args[v] = len(args)
