@@ -178,10 +178,12 @@ def classify(op: Op) -> _Info | None:
     return _classify(op, _known_class(op.kind))
 
 
-def _classified(ops: list[Op]) -> list[_Info | None]:
-    """``classify`` of each of ``ops``, the class of each kind looked up once."""
+def _classified(ops: list[Op]) -> tuple[list[_Info | None], list[bool]]:
+    """``classify`` of each of ``ops`` (the class of each kind looked up once), and
+    whether each is a splat constant (its role ``const``)."""
     kinds: dict[str, tuple[bool, int] | None] = {}
     infos: list[_Info | None] = [None] * len(ops)
+    shared = [False] * len(ops)
     ew = _EW_INFOS
     for i, op in enumerate(ops):
         if op.regions:
@@ -195,17 +197,19 @@ def _classified(ops: list[Op]) -> list[_Info | None]:
             except TfcError:  # an unknown kind: as ``classify`` says (only if it may be)
                 known = kinds[kind] = None
         if known is None:
-            infos[i] = classify(op)
-            continue
-        const, c = known
-        if c == _NEVER or (c == _OTHER and not const) or len(op.results) != 1:
-            continue
-        if c == _EW and not const:  # most ops: one info per shape
-            shape = op.results[0].type.shape
-            infos[i] = ew[shape] if shape in ew else _ew_info(shape)
+            info = infos[i] = classify(op)
         else:
-            infos[i] = _classify(op, known)
-    return infos
+            const, c = known
+            if c == _NEVER or (c == _OTHER and not const) or len(op.results) != 1:
+                continue
+            if c == _EW and not const:  # most ops: one info per shape
+                shape = op.results[0].type.shape
+                infos[i] = ew[shape] if shape in ew else _ew_info(shape)
+                continue
+            info = infos[i] = _classify(op, known)
+        if info is not None and info.role == "const":
+            shared[i] = True
+    return infos, shared
 
 
 def _classify(op: Op, known: tuple[bool, int]) -> _Info | None:
@@ -367,9 +371,7 @@ class _Grouper:
         self.pos = pos = {op: i for i, op in enumerate(ops)}
         # per op: how it takes part (``classify``; what the registry says read once per
         # kind), and whether it is a splat constant (copied into the regions using it)
-        self.infos = infos = _classified(ops)
-        shared = [info is not None and info.role == "const" for info in infos]
-        self.shared = shared
+        self.infos, self.shared = infos, shared = _classified(ops)
         self.constants = [i for i, c in enumerate(shared) if c]  # their positions
         # Per visited op: the ops it depends on in the graph whose nodes are the groups so
         # far (and the ops in none); grown by ``contract`` as groups gain members.
@@ -405,6 +407,7 @@ class _Grouper:
         self.groups: dict[int, _Group] = {}  # by id (merged groups leave)
         # per splat constant copied into a region: its part of the region's key
         self.constant_keys: dict[Op, tuple[tuple[str, tuple[Dim, ...]], bytes]] = {}
+        self.cheap_kinds: dict[str, bool] = {}  # by kind: ``cheap``
 
     def run(self) -> list[_Group]:
         groups, group_of, infos, anc = self.groups, self.group_of, self.infos, self.anc
@@ -436,10 +439,18 @@ class _Grouper:
             if current is None:
                 late = set(op.results) if info.role == "reduce" else set()
                 current = _Group([i], 1 << i, anc[i], info.dom, info.axes, op.device,
-                                 cheap(op), late)
+                                 self.cheap_op(op), late)
                 group_of[i] = current
                 groups[id(current)] = current
         return list(groups.values())
+
+    def cheap_op(self, op: Op) -> bool:
+        """``cheap(op)``, asked once per kind of this graph."""
+        kinds = self.cheap_kinds
+        kind = op.kind
+        if kind not in kinds:
+            kinds[kind] = cheap(op)
+        return kinds[kind]
 
     def contract(self, g: _Group) -> None:
         """``g`` gained members: it is one node, so each op that depends on a member (the
@@ -513,7 +524,7 @@ class _Grouper:
         g.bits, g.anc = bits, anc
         g.late |= late
         g.shape, g.axes = shape
-        g.cheap = g.cheap and cheap(op)
+        g.cheap = g.cheap and self.cheap_op(op)
         self.group_of[i] = g
         if closed:
             self.anc[i] |= g.anc | g.bits
