@@ -252,8 +252,9 @@ def _composite_info(op: Op) -> _Info | None:
     labels of another symbolic shape than the logits would make the sums differ).
     Remembered in this process by everything the expansion depends on (kind, attrs,
     input and result types): a deep model expands the same few composites each layer."""
-    key = (op.kind, op.attrs_key(), tuple(v.type for v in op.inputs),
-           tuple(r.type for r in op.results))
+    key = (op.kind, op.attrs_key(),  # (the types by type_key: hashed without a call)
+           tuple([(v.type.dtype._name_, v.type.shape) for v in op.inputs]),
+           tuple([(r.type.dtype._name_, r.type.shape) for r in op.results]))
     if key not in _COMPOSITES:
         if len(_COMPOSITES) >= MAX_TEMPLATES:
             _COMPOSITES.clear()
