@@ -58,6 +58,8 @@ from __future__ import annotations
 import heapq
 import re
 from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -104,11 +106,19 @@ def fused_ops(op: Op) -> tuple[Op, ...]:
 
 def _fuse_tree(graph: Graph, names: "_Names") -> bool:
     changed = False
-    for op in graph.ops:
+    for op in _with_regions(graph):
         if op.kind != "fusion":
             for r in op.regions:
                 changed |= _fuse_tree(r, names)
     return fuse_graph(graph, names) > 0 or changed
+
+
+def _with_regions(graph: Graph) -> list[Op]:
+    """The ops of ``graph`` that own regions (most own none: found in C)."""
+    return list(compress(graph.ops, map(_REGIONS, graph.ops)))
+
+
+_REGIONS = attrgetter("regions")
 
 
 class _Names:
@@ -120,8 +130,8 @@ class _Names:
             self.see(g)
 
     def see(self, graph: Graph) -> None:
-        for op in graph.ops:
-            for r in op.regions:  # (most ops have none)
+        for op in _with_regions(graph):
+            for r in op.regions:
                 m = _FUSED_NAME.match(r.name)
                 if m:
                     self.next = max(self.next, int(m.group(1)) + 1)

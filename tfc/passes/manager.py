@@ -352,7 +352,7 @@ def apply_substitution(graph: Graph, subst: dict[Value, Value]) -> None:
     replaced = subst.keys()
     for op in graph.ops:
         if not replaced.isdisjoint(op.inputs):
-            op.inputs = [resolve(subst, v) for v in op.inputs]
+            op.inputs = [resolve(subst, v) if v in subst else v for v in op.inputs]
     graph.results = [resolve(subst, v) for v in graph.results]
 
 
