@@ -174,6 +174,7 @@ def _kind_class(kind: str, opdef: OpDef) -> tuple[bool, int]:
 
 
 def _known_class(kind: str) -> tuple[bool, int]:
+    """``_kind_class`` of ``kind``, remembered per definition."""
     opdef = lookup(kind)
     known = _KIND_CLASSES.get(opdef)
     if known is None:
@@ -204,8 +205,8 @@ def _classified(ops: list[Op]) -> tuple[list[_Info | None], list[bool]]:
         else:
             try:
                 known = kinds[kind] = _known_class(kind)
-            except TfcError:  # an unknown kind: as ``classify`` says (only if it may be)
-                known = kinds[kind] = None
+            except TfcError:  # an unknown kind: ``classify`` decides, op by op (it
+                known = kinds[kind] = None  # raises for one with a single result)
         if known is None:
             info = infos[i] = classify(op)
         else:
