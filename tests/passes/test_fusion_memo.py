@@ -14,8 +14,9 @@ import pytest
 import tfc.passes.fusion as fusion
 from tfc.errors import Location
 from tfc.ir.builder import Builder
-from tfc.ir.core import Graph, Module
+from tfc.ir.core import Graph, Module, Op
 from tfc.ir.printer import print_module
+from tfc.ir.registry import OpDef, lookup
 from tfc.ir.types import DType, TensorType
 from tfc.passes import run_passes
 from tfc.testing_graphs import random_graph
@@ -214,3 +215,52 @@ def test_the_priority_order_is_kept_only_when_it_is_topological() -> None:
     assert fusion._topological(ops, {ops[0]: 2, ops[1]: 0, ops[2]: 1}) == [
         ops[2], ops[0], ops[1]]  # neg waits for exp; tanh goes first
     assert c.op is ops[1] and d.op is ops[2]
+
+
+def _fusing(layers: int, monkeypatch: pytest.MonkeyPatch,
+            patch: Callable[[pytest.MonkeyPatch], object]) -> None:
+    """``mlp(layers)`` through canonicalize, cse and dce, then fusion alone with no
+    template kept and ``patch(mp)`` (patching, with ``mp``, what a test counts) in
+    force."""
+    m = mlp(layers)
+    run_passes(m, "canonicalize,cse,dce")
+    with monkeypatch.context() as mp:
+        mp.setattr(fusion, "_TEMPLATES", {})
+        mp.setattr(fusion, "_COMPOSITES", {})
+        patch(mp)
+        run_passes(m, "fusion")
+
+
+def test_a_graph_looks_each_kind_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Classifying a graph's ops (``_classified``, ``_Grouper.cheap_op``) looks each
+    kind up in the registry once per graph, not once per op: fusing 24 layers looks up
+    as often as fusing 6 (the same kinds, the same 3 templates)."""
+    counts = []
+    for layers in (6, 24):
+        asked = [0]
+
+        def counting(kind: str) -> OpDef:
+            asked[0] += 1
+            return lookup(kind)
+
+        _fusing(layers, monkeypatch, lambda mp: mp.setattr(fusion, "lookup", counting))
+        counts.append(asked[0])
+    assert counts[0] == counts[1]
+
+
+def test_template_copies_construct_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A region is copied from its template with ``assembled_op`` (attrs frozen and
+    types checked once per template): fusing 24 layers runs ``Op.__init__`` as often as
+    fusing 6 (building the 3 templates, and their first fusion ops, through ``make_op``)."""
+    counts = []
+    real = Op.__init__
+    for layers in (6, 24):
+        built = [0]
+
+        def counting(self: Op, *args: object, **kwargs: object) -> None:
+            built[0] += 1
+            real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        _fusing(layers, monkeypatch, lambda mp: mp.setattr(Op, "__init__", counting))
+        counts.append(built[0])
+    assert counts[0] == counts[1] > 0

@@ -147,6 +147,24 @@ class Op:
         return f"<Op {self.kind} at {self.loc}>" if self.loc else f"<Op {self.kind}>"
 
 
+def assembled_op(kind: str, inputs: list[Value], attrs: Mapping[str, Any],
+                 result_types: Sequence[TensorType], names: Sequence[str | None], *,
+                 device: str | None = None, loc: Location | None = None,
+                 regions: list["Graph"] | None = None) -> Op:
+    """``Op(kind, inputs, attrs, result_types, names=names, ...)`` from parts made as an op
+    keeps them: ``inputs`` (and ``regions``) new lists the op may own, ``attrs`` an op's
+    frozen view (``frozen_attrs``), a name per result; nothing is copied or frozen again.
+    For passes that copy ops by the thousand (fusion's regions, ``tfc.passes.fusion``)."""
+    op = Op.__new__(Op)
+    op.kind, op.inputs, op.attrs, op.device, op.loc = kind, inputs, attrs, device, loc
+    if len(result_types) == 1:
+        op.results = [Value(result_types[0], op, 0, names[0])]
+    else:
+        op.results = [Value(t, op, i, n) for i, (t, n) in enumerate(zip(result_types, names))]
+    op.regions = [] if regions is None else regions
+    return op
+
+
 class Graph:
     """A function of feeds to fetches: arguments, ops in topological order, results.
 

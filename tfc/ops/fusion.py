@@ -72,7 +72,7 @@ def unit_view(op: Op) -> bool:
 def core_shape(shape: Sequence[Dim]) -> tuple[Dim, ...]:
     """The dims that are not 1: shapes with the same core hold the same elements in the
     same order (``[B,1]`` and ``[B]``), so a kernel iterates over them alike."""
-    return tuple(d for d in shape if d != 1)
+    return tuple([d for d in shape if d != 1])
 
 
 def is_splat(value: np.ndarray) -> bool:

@@ -55,7 +55,7 @@ def canonicalize(module: Module) -> Module:
 def canonicalize_graph(graph: Graph) -> bool:
     """Rewrite one graph (not its regions) until nothing changes; whether anything did."""
     changed_any = False
-    rules: dict[str, tuple[Any, str | None]] = {}  # by kind (see ``_Rewriter.rule``)
+    rules: dict[str, tuple[Any, Any]] = {}  # by kind (see ``_Rewriter.rule``)
     erasable: dict[str, bool] = {}  # by kind (``_erasable``)
     for iteration in range(MAX_ITERATIONS):
         before = len(graph.ops)
@@ -83,8 +83,8 @@ def is_splat(v: Value, x: float | int) -> bool:
     c = constant_value(v)
     if c is None:
         return False
-    if c.size == 1:  # (np.all's answer, without its overhead)
-        return bool(c == x)
+    if c.size == 1:  # (np.all's answer, without its overhead: the one element's)
+        return bool(c.item() == x)
     return bool(np.all(c == x))
 
 
@@ -92,69 +92,80 @@ class _Rewriter:
     """One forward sweep: each op's inputs are first updated by earlier replacements."""
 
     def __init__(self, graph: Graph,
-                 rules: dict[str, tuple[Any, str | None]] | None = None) -> None:
+                 rules: dict[str, tuple[Any, Any]] | None = None) -> None:
         self.graph = graph
         self.subst: dict[Value, Value] = {}
+        # the new op list, made at the first change (``started``): ops before ``at``
+        # are kept as they are
         self.ops: list[Op] = []
+        self.started = False
+        self.at = 0
         self.changed = False
         self.rules = {} if rules is None else rules
 
     def run(self) -> bool:
         g = self.graph
-        subst, rules, kept = self.subst, self.rules, self.ops
+        subst, rules = self.subst, self.rules
         replaced = subst.keys()
-        for op in g.ops:
+        for i, op in enumerate(g.ops):
             inputs = op.inputs
             if subst and not replaced.isdisjoint(inputs):
                 op.inputs = inputs = [resolve(subst, v) for v in inputs]
-            if op.regions:
-                kept.append(op)
-                continue
-            rule = rules.get(op.kind)
-            if rule is None:
-                rule = rules[op.kind] = self.rule(op.kind)
-            opdef, simplify = rule
-            # an op is folded when its inputs are all constants, else simplified by the
-            # rule of its kind: an op of a kind that has neither is left as it is
-            if opdef is None or (simplify is None and inputs and not _all_constant(inputs)):
-                kept.append(op)
-            elif not self.rewrite(op, rule):
-                kept.append(op)
-        g.ops = kept
+            if not op.regions:
+                kind = op.kind
+                if kind in rules:
+                    opdef, simplify = rules[kind]
+                else:
+                    opdef, simplify = rules[kind] = self.rule(kind)
+                # an op is folded when its inputs are all constants, else simplified by the
+                # rule of its kind: an op of a kind that has neither is left as it is (the
+                # first input decides for most: not a constant)
+                if opdef is not None:
+                    first = inputs[0].op if inputs else None
+                    self.at = i
+                    if (not inputs or (first is not None and first.kind == "constant"
+                                       and _all_constant(inputs))) and self.fold(op, opdef):
+                        continue
+                    if simplify is not None and simplify(self, op):
+                        continue
+            if self.started:
+                self.ops.append(op)
+        if self.started:
+            g.ops = self.ops
         g.results = [resolve(subst, v) for v in g.results]
         return self.changed
 
-    def rule(self, kind: str) -> tuple[Any, str | None]:
+    def rule(self, kind: str) -> tuple[Any, Any]:
         """How ops of ``kind`` may be rewritten, read from the registry once per kind: its
         definition (None when it never is: constants, ops not PURE, RANDOM or STATEFUL
-        ones) and the name of its ``simplify_`` method (None when it has none)."""
+        ones) and its ``simplify_`` method (None when it has none)."""
         opdef = lookup(kind)
         if kind == "constant" or not opdef.has(PURE):
             return None, None
         if opdef.has(RANDOM) or opdef.has(STATEFUL):
             return None, None
-        name = "simplify_" + kind
-        return opdef, name if callable(getattr(self, name, None)) else None
+        simplify = getattr(type(self), "simplify_" + kind, None)
+        return opdef, simplify if callable(simplify) else None
+
+    def start(self) -> None:
+        """The new op list, at the first change: the ops before the current one."""
+        if not self.started:
+            self.started = True
+            self.ops = self.graph.ops[:self.at]
 
     # ---- rewrites: each returns True when ``op`` was replaced (and so dropped) ----------
 
     def replace(self, op: Op, values: list[Value]) -> bool:
+        self.start()
         for r, v in zip(op.results, values):
             self.subst[r] = v
         self.changed = True
         return True
 
     def emit(self, op: Op) -> Op:
+        self.start()
         self.ops.append(op)
         return op
-
-    def rewrite(self, op: Op, rule: tuple[Any, str | None] | None = None) -> bool:
-        opdef, name = self.rule(op.kind) if rule is None else rule
-        if opdef is None:
-            return False
-        if _all_constant(op.inputs) and self.fold(op, opdef):
-            return True
-        return name is not None and bool(getattr(self, name)(op))
 
     def fold(self, op: Op, opdef: Any) -> bool:
         types = [r.type for r in op.results]
@@ -211,6 +222,9 @@ class _Rewriter:
     def drop_unit(self, op: Op, unit: int, either_side: bool = False) -> bool:
         """``x op unit`` (and ``unit op x`` when ``either_side``) -> ``x``."""
         a, b = op.inputs
+        if (b.op is None or b.op.kind != "constant") and (
+                not either_side or a.op is None or a.op.kind != "constant"):
+            return False  # (most ops: no constant, no unit)
         if is_splat(b, unit) and self.same_type(op, a):
             return self.replace(op, [a])
         if either_side and is_splat(a, unit) and self.same_type(op, b):
@@ -315,19 +329,26 @@ def _erase_dead_pure(graph: Graph, erasable: dict[str, bool] | None = None) -> b
     (``erasable``: what ``_erasable`` said of each kind, kept across calls)."""
     used: set[Value] = set(graph.results)
     known = {} if erasable is None else erasable
-    kept: list[Op] = []
+    dead: set[Op] = set()
     for op in reversed(graph.ops):
-        if not op.regions and used.isdisjoint(op.results):
-            free = known.get(op.kind)
-            if free is None:
-                free = known[op.kind] = _erasable(op)
-            if free:
-                continue
-        kept.append(op)
-        used.update(op.inputs)
-    changed = len(kept) != len(graph.ops)
-    graph.ops = kept[::-1]
-    return changed
+        if not op.regions:
+            for r in op.results:
+                if r in used:
+                    break
+            else:  # nothing uses it
+                kind = op.kind
+                if kind in known:
+                    free = known[kind]
+                else:
+                    free = known[kind] = _erasable(op)
+                if free:
+                    dead.add(op)
+                    continue
+        if op.inputs:
+            used.update(op.inputs)
+    if dead:
+        graph.ops = [op for op in graph.ops if op not in dead]
+    return bool(dead)
 
 
 def _erasable(op: Op) -> bool:

@@ -37,60 +37,60 @@ def cse_graph(graph: Graph) -> int:
     have the whole key at once: they would all meet in the first step. What the
     registry says of a kind is read once per kind."""
     order: dict[Value, int] = {v: i for i, v in enumerate(graph.args)}
+    defined = len(order)  # values numbered so far (``order``)
     rules: dict[str, int] = {}
     alone: dict[Hashable, Op] = {}  # ops without inputs, by whole key
     seen: dict[Hashable, Op | dict[Hashable, Op]] = {}  # by kind and inputs (then rest)
     subst: dict[Value, Value] = {}
     replaced = subst.keys()
-    kept: list[Op] = []
-    merged = 0
+    merged: set[Op] = set()
     for op in graph.ops:
         inputs = op.inputs
         if subst and not replaced.isdisjoint(inputs):
             op.inputs = inputs = [resolve(subst, v) for v in inputs]
         target: Op | None = None
         if not op.regions:
-            rule = rules.get(op.kind)
-            if rule is None:
-                rule = rules[op.kind] = _rule(op.kind)
+            kind = op.kind
+            if kind in rules:
+                rule = rules[kind]
+            else:
+                rule = rules[kind] = _rule(kind)
             if rule == _NEVER:
                 pass
             elif not inputs:
-                key: Hashable = (op.kind, _rest(op))
-                target = alone.get(key)
-                if target is None:
-                    alone[key] = op
+                key: Hashable = (kind, _rest(op))
+                target = alone.setdefault(key, op)
+                if target is op:
+                    target = None
             else:
-                ins: tuple[Value, ...]
                 if rule == _COMMUTATIVE and len(inputs) == 2:
                     x, y = inputs
-                    ins = (y, x) if order.get(y, -1) < order.get(x, -1) else (x, y)
+                    ox = order[x] if x in order else -1
+                    key = (kind, y, x) if (order[y] if y in order else -1) < ox else (kind, x, y)
                 elif rule == _COMMUTATIVE:
-                    ins = tuple(sorted(inputs, key=lambda v: order.get(v, -1)))
+                    key = (kind, *sorted(inputs, key=lambda v: order.get(v, -1)))
                 else:
-                    ins = tuple(inputs)
-                key = (op.kind, ins)
-                first = seen.get(key)
-                if first is None:
-                    seen[key] = op
-                else:
+                    key = (kind, *inputs)
+                first = seen.setdefault(key, op)
+                if first is not op:
                     if isinstance(first, Op):  # a second op of this kind on these inputs
                         first = seen[key] = {_rest(first): first}
                     rest = _rest(op)
-                    target = first.get(rest)
-                    if target is None:
-                        first[rest] = op
+                    target = first.setdefault(rest, op)
+                    if target is op:
+                        target = None
         if target is not None:
             for r, s in zip(op.results, target.results):
                 subst[r] = s
-            merged += 1
+            merged.add(op)
             continue
         for r in op.results:
-            order[r] = len(order)
-        kept.append(op)
-    graph.ops = kept
+            order[r] = defined
+            defined += 1
+    if merged:
+        graph.ops = [op for op in graph.ops if op not in merged]
     graph.results = [resolve(subst, v) for v in graph.results]
-    return merged
+    return len(merged)
 
 
 _NEVER, _PLAIN, _COMMUTATIVE = range(3)
@@ -110,8 +110,11 @@ def _rule(kind: str) -> int:
 def _rest(op: Op) -> Hashable:
     """The part of ``op``'s key after its kind and inputs: attrs (``attrs_key``), result
     types, device."""
-    return (op.attrs_key(), tuple([type_key(r.type) for r in op.results]),
-            op.device)
+    results = op.results
+    if len(results) == 1:  # (most ops: its type_key without a call)
+        t = results[0].type
+        return op.attrs_key(), ((t.dtype._name_, t.shape),), op.device
+    return op.attrs_key(), tuple([type_key(r.type) for r in results]), op.device
 
 
 def op_key(op: Op, order: dict[Value, int]) -> Hashable | None:

@@ -31,23 +31,28 @@ def dce_graph(graph: Graph) -> int:
     """DCE one graph (regions are handled by ``dce``); returns how many ops were removed."""
     used: set[Value] = set(graph.results)
     effects: dict[str, bool] = {}  # by kind: has_effect of an op without regions
-    kept: list[Op] = []
+    dead: set[Op] = set()
     for op in reversed(graph.ops):
-        if used.isdisjoint(op.results):
+        for r in op.results:
+            if r in used:
+                break
+        else:  # nothing uses it
             if op.regions:
                 effect = has_effect(op)
             else:
-                known = effects.get(op.kind)
-                if known is None:
-                    known = effects[op.kind] = has_effect(op)
-                effect = known
+                kind = op.kind
+                if kind in effects:
+                    effect = effects[kind]
+                else:
+                    effect = effects[kind] = has_effect(op)
             if not effect:
+                dead.add(op)
                 continue
-        kept.append(op)
-        used.update(op.inputs)
-    removed = len(graph.ops) - len(kept)
-    graph.ops = kept[::-1]
-    return removed
+        if op.inputs:
+            used.update(op.inputs)
+    if dead:
+        graph.ops = [op for op in graph.ops if op not in dead]
+    return len(dead)
 
 
 def has_effect(op: Op) -> bool:

@@ -58,13 +58,15 @@ from __future__ import annotations
 import heapq
 import re
 from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from tfc.errors import Location, TfcError
 from tfc.ir.builder import Builder
-from tfc.ir.core import Graph, Module, Op, Value
+from tfc.ir.core import Graph, Module, Op, Value, assembled_op
 from tfc.ir.expand import expand_into, expansion
 from tfc.ir.registry import (BROADCAST, COMPOSITE, ELEMENTWISE, GENERATOR, PURE, RANDOM,
                              STATEFUL, VIEW, OpDef, lookup, make_op)
@@ -73,7 +75,7 @@ from tfc.ops.fusion import (INDEXED, core_shape, fused_reduction, fusion_kind, i
                             loop_op_problem, reduction_axes, unit_view)
 from tfc.passes.cse import cse_graph
 from tfc.passes.dce import dce_graph
-from tfc.passes.manager import apply_substitution, register_pass, type_key
+from tfc.passes.manager import register_pass, type_key
 from tfc.passes.replicate import strip_module_markers
 
 _FUSED_NAME = re.compile(r"^fused_(\d+)$")
@@ -104,11 +106,19 @@ def fused_ops(op: Op) -> tuple[Op, ...]:
 
 def _fuse_tree(graph: Graph, names: "_Names") -> bool:
     changed = False
-    for op in graph.ops:
+    for op in _with_regions(graph):
         if op.kind != "fusion":
             for r in op.regions:
                 changed |= _fuse_tree(r, names)
     return fuse_graph(graph, names) > 0 or changed
+
+
+def _with_regions(graph: Graph) -> list[Op]:
+    """The ops of ``graph`` that own regions (most own none: found in C)."""
+    return list(compress(graph.ops, map(_REGIONS, graph.ops)))
+
+
+_REGIONS = attrgetter("regions")
 
 
 class _Names:
@@ -120,8 +130,8 @@ class _Names:
             self.see(g)
 
     def see(self, graph: Graph) -> None:
-        for op in graph.ops:
-            for r in op.regions:  # (most ops have none)
+        for op in _with_regions(graph):
+            for r in op.regions:
                 m = _FUSED_NAME.match(r.name)
                 if m:
                     self.next = max(self.next, int(m.group(1)) + 1)
@@ -163,15 +173,58 @@ def _kind_class(kind: str, opdef: OpDef) -> tuple[bool, int]:
     return const, (_VIEW if opdef.has(VIEW) else _OTHER)
 
 
-def classify(op: Op) -> _Info | None:
-    """How ``op`` can be fused, or None when it stays an op of its own."""
-    if op.regions or len(op.results) != 1:
-        return None
-    kind = op.kind
+def _known_class(kind: str) -> tuple[bool, int]:
+    """``_kind_class`` of ``kind``, remembered per definition."""
     opdef = lookup(kind)
     known = _KIND_CLASSES.get(opdef)
     if known is None:
         known = _KIND_CLASSES[opdef] = _kind_class(kind, opdef)
+    return known
+
+
+def classify(op: Op) -> _Info | None:
+    """How ``op`` can be fused, or None when it stays an op of its own."""
+    if op.regions or len(op.results) != 1:
+        return None
+    return _classify(op, _known_class(op.kind))
+
+
+def _classified(ops: list[Op]) -> tuple[list[_Info | None], list[bool]]:
+    """``classify`` of each of ``ops`` (the class of each kind looked up once), and
+    whether each is a splat constant (its role ``const``)."""
+    kinds: dict[str, tuple[bool, int] | None] = {}
+    infos: list[_Info | None] = [None] * len(ops)
+    shared = [False] * len(ops)
+    ew = _EW_INFOS
+    for i, op in enumerate(ops):
+        if op.regions:
+            continue
+        kind = op.kind
+        if kind in kinds:
+            known = kinds[kind]
+        else:
+            try:
+                known = kinds[kind] = _known_class(kind)
+            except TfcError:  # an unknown kind: ``classify`` decides, op by op (it
+                known = kinds[kind] = None  # raises for one with a single result)
+        if known is None:
+            info = infos[i] = classify(op)
+        else:
+            const, c = known
+            if c == _NEVER or (c == _OTHER and not const) or len(op.results) != 1:
+                continue
+            if c == _EW and not const:  # most ops: one info per shape
+                shape = op.results[0].type.shape
+                infos[i] = ew[shape] if shape in ew else _ew_info(shape)
+                continue
+            info = infos[i] = _classify(op, known)
+        if info is not None and info.role == "const":
+            shared[i] = True
+    return infos, shared
+
+
+def _classify(op: Op, known: tuple[bool, int]) -> _Info | None:
+    kind = op.kind
     const, c = known
     if c == _NEVER:
         return None
@@ -210,8 +263,9 @@ def _composite_info(op: Op) -> _Info | None:
     labels of another symbolic shape than the logits would make the sums differ).
     Remembered in this process by everything the expansion depends on (kind, attrs,
     input and result types): a deep model expands the same few composites each layer."""
-    key = (op.kind, op.attrs_key(), tuple(v.type for v in op.inputs),
-           tuple(r.type for r in op.results))
+    key = (op.kind, op.attrs_key(),  # (the types by type_key: hashed without a call)
+           tuple([(v.type.dtype._name_, v.type.shape) for v in op.inputs]),
+           tuple([(r.type.dtype._name_, r.type.shape) for r in op.results]))
     if key not in _COMPOSITES:
         if len(_COMPOSITES) >= MAX_TEMPLATES:
             _COMPOSITES.clear()
@@ -327,79 +381,88 @@ class _Grouper:
         self.graph = graph
         self.ops = ops = graph.ops
         self.pos = pos = {op: i for i, op in enumerate(ops)}
-        self.infos = infos = [classify(op) for op in ops]
-        self.inputless_const = [info is not None and info.role == "const" and not op.inputs
-                                for info, op in zip(infos, ops)]
+        # per op: how it takes part (``classify``; what the registry says read once per
+        # kind), and whether it is a splat constant (copied into the regions using it)
+        self.infos, self.shared = infos, shared = _classified(ops)
+        self.constants = [i for i, c in enumerate(shared) if c]  # their positions
         # Per visited op: the ops it depends on in the graph whose nodes are the groups so
         # far (and the ops in none); grown by ``contract`` as groups gain members.
         self.anc: list[int] = []
-        # per value: the positions of the ops using it, ascending (twice if used twice)
-        self.users: dict[Value, list[int]] = {}
-        # per op: the positions of the ops using one of its results, ascending
+        # per op: the positions of the ops using one of its results, ascending (a fusible
+        # op has one result: they are that value's users; a splat constant's users
+        # decide whether it stays)
         self.uses: list[list[int]] = [[] for _ in ops]
-        # per op: the positions of the ops defining its inputs, in input order (graph
-        # arguments left out)
-        self.producers: list[list[int]] = []
-        users, uses, producers = self.users, self.uses, self.producers
+        # per op: the positions of the ops defining its inputs, in input order, graph
+        # arguments and splat constants left out: splat constants have no inputs, so
+        # none lies on a path between two members of a group, and each group copies
+        # them in; counted, every group reading the learning rate at the end of a
+        # training step brought an ancestor its members lacked, and ``contract`` walked
+        # the whole backward pass once per layer
+        none: list[int] = []
+        self.producers: list[list[int]] = [none] * len(ops)
+        uses, producers = self.uses, self.producers
         for i, op in enumerate(ops):
-            mine = []
+            if not op.inputs:
+                continue
+            mine = producers[i] = []
             for v in op.inputs:
-                at = users.get(v)
-                if at is None:
-                    users[v] = [i]
-                else:
-                    at.append(i)
-                j = pos.get(v.op)  # type: ignore[arg-type]  # None: an argument
-                if j is not None:
-                    mine.append(j)
+                p = v.op
+                if p in pos:  # (not an argument)
+                    j = pos[p]
                     u = uses[j]
                     if not u or u[-1] != i:
                         u.append(i)
-            producers.append(mine)
+                    if not shared[j]:
+                        mine.append(j)
         self.escaping = set(graph.results)
         self.group_of: list[_Group | None] = [None] * len(ops)
         self.groups: dict[int, _Group] = {}  # by id (merged groups leave)
         # per splat constant copied into a region: its part of the region's key
         self.constant_keys: dict[Op, tuple[tuple[str, tuple[Dim, ...]], bytes]] = {}
+        self.cheap_kinds: dict[str, bool] = {}  # by kind: ``cheap``
 
     def run(self) -> list[_Group]:
         groups, group_of, infos, anc = self.groups, self.group_of, self.infos, self.anc
-        inputless_const = self.inputless_const
         for i, op in enumerate(self.ops):
-            # op i's ancestors: its inputs' (every op before it has been visited). Splat
-            # constants are left out: they have no inputs, so none lies on a path between
-            # two members of a group, and each group copies them in; counted, every group
-            # reading the learning rate at the end of a training step brought an ancestor
-            # its members lacked, and ``contract`` walked the whole backward pass once
-            # per layer.
+            # op i's ancestors: its producers' (every op before it has been visited)
             producers = self.producers[i]
             a = 0
             for j in producers:
-                if not inputless_const[j]:
-                    a |= anc[j] | (1 << j)
+                a |= anc[j] | (1 << j)
             anc.append(a)
             info = infos[i]
             if info is None or info.role == "const":
                 continue
             current: _Group | None = None
-            tried: list[_Group] = []
+            tried: list[_Group] = []  # those that would not join or merge
             for j in producers:
                 g = group_of[j]
-                if g is None or g is current or any(g is t for t in tried):
+                if g is None or g is current or g in tried:  # (groups: by identity)
                     continue
-                tried.append(g)
                 if current is None:
                     if self.join(g, i, info):
                         current = g
-                elif self.merge(current, g):
+                    else:
+                        tried.append(g)
+                elif self.merge(current, g):  # (its members are current's now)
                     del groups[id(g)]
+                else:
+                    tried.append(g)
             if current is None:
                 late = set(op.results) if info.role == "reduce" else set()
                 current = _Group([i], 1 << i, anc[i], info.dom, info.axes, op.device,
-                                 cheap(op), late)
+                                 self.cheap_op(op), late)
                 group_of[i] = current
                 groups[id(current)] = current
         return list(groups.values())
+
+    def cheap_op(self, op: Op) -> bool:
+        """``cheap(op)``, asked once per kind of this graph."""
+        kinds = self.cheap_kinds
+        kind = op.kind
+        if kind not in kinds:
+            kinds[kind] = cheap(op)
+        return kinds[kind]
 
     def contract(self, g: _Group) -> None:
         """``g`` gained members: it is one node, so each op that depends on a member (the
@@ -439,11 +502,12 @@ class _Grouper:
 
     def only_used_by(self, g: _Group, allowed: int) -> bool:
         """Whether every use of ``g``'s values is by an op in the bitset ``allowed``."""
+        ops, escaping, uses = self.ops, self.escaping, self.uses
         for m in g.members:
-            for r in self.ops[m].results:
-                if r in self.escaping:
-                    return False
-                if any(not (allowed >> u) & 1 for u in self.users.get(r, ())):
+            if ops[m].results[0] in escaping:  # (a member has one result)
+                return False
+            for u in uses[m]:
+                if not (allowed >> u) & 1:
                     return False
         return True
 
@@ -472,7 +536,7 @@ class _Grouper:
         g.bits, g.anc = bits, anc
         g.late |= late
         g.shape, g.axes = shape
-        g.cheap = g.cheap and cheap(op)
+        g.cheap = g.cheap and self.cheap_op(op)
         self.group_of[i] = g
         if closed:
             self.anc[i] |= g.anc | g.bits
@@ -591,50 +655,78 @@ def fuse_graph(graph: Graph, names: Callable[[], str] | None = None) -> int:
     groups = sorted(grouper.run(), key=lambda g: g.members[0])
     if not groups:
         return 0
-    ops = graph.ops
-    fused: set[int] = set()
+    # The new graph in order of priority (one op per place: an op left alone at its
+    # position, a fusion at its group's first member's), the fusions at theirs.
+    placed: list[Op | None] = list(graph.ops)
+    fused: dict[Op, int] = {}
     subst: dict[Value, Value] = {}
-    priority: dict[Op, int] = {}
-    new_ops: list[Op] = []
-    built = 0
     for g in groups:
-        fused.update(g.members)
+        for m in g.members:
+            placed[m] = None
         outputs = _outputs(grouper, g)
         if not outputs:
             continue  # nothing of it is used: dead
         fop = _build(grouper, g, outputs)
-        priority[fop] = g.members[0]
-        new_ops.append(fop)
+        placed[g.members[0]] = fop
+        fused[fop] = g.members[0]
         subst.update(zip(outputs, fop.results))
-        built += 1
-    for i, op in enumerate(ops):
-        if i not in fused:
-            priority[op] = i
-            new_ops.append(op)
-    graph.ops = new_ops
-    apply_substitution(graph, subst)
-    _drop_unused_constants(graph, grouper)
-    graph.ops = _topological(graph.ops, priority)
-    for op in graph.ops:  # numbered in the order they run
-        if op.kind == "fusion" and op.regions[0].name == PENDING:
-            op.regions[0].name = names()
-    return built
+    # uses of the groups' values now use their fusions' results; the splat constants
+    # copied into regions and now used by no one go away
+    # (one step: a fusion's results are no group's values)
+    new = subst.get
+    graph.results = [new(v, v) for v in graph.results]
+    used = set(graph.results)
+    replaced = subst.keys()
+    for op in placed:
+        if op is not None:
+            inputs = op.inputs
+            if not replaced.isdisjoint(inputs):
+                op.inputs = inputs = [new(v, v) for v in inputs]
+            used.update(inputs)
+    for c in grouper.constants:
+        op = placed[c]
+        if op is not None and used.isdisjoint(op.results):
+            placed[c] = None
+    ops = [op for op in placed if op is not None]
+    if _in_order(fused, grouper.pos):
+        graph.ops = ops
+    else:
+        graph.ops = _topological(ops, {op: k for k, op in enumerate(placed) if op is not None})
+        fused = {op: 0 for op in graph.ops if op in fused}
+    for op in fused:  # numbered in the order they run
+        op.regions[0].name = names()
+    return len(fused)
+
+
+def _in_order(fused: dict[Op, int], pos: dict[Op, int]) -> bool:
+    """Whether the order of priorities is topological: every fusion (at its place in
+    ``fused``) after the producers of its inputs (fusions at theirs, other ops at their
+    positions ``pos``). An op left alone is after its producers: at its position, and a
+    producer fused is at its group's first member's, before it."""
+    for op, k in fused.items():
+        for v in op.inputs:
+            p = v.op
+            if p is not None:
+                j = fused.get(p)
+                if (pos.get(p, -1) if j is None else j) >= k:
+                    return False
+    return True
 
 
 def _outputs(grouper: _Grouper, g: _Group) -> list[Value]:
     """Member results used outside the group, in member order."""
     out = []
-    users, escaping, group_of = grouper.users, grouper.escaping, grouper.group_of
+    uses, escaping, group_of = grouper.uses, grouper.escaping, grouper.group_of
     ops = grouper.ops
     for m in g.members:
-        for r in ops[m].results:
-            if r in escaping:
+        r = ops[m].results[0]  # (a member has one result)
+        if r in escaping:
+            out.append(r)
+            continue
+        for u in uses[m]:
+            if group_of[u] is not g:
                 out.append(r)
-                continue
-            for u in users.get(r, ()):
-                if group_of[u] is not g:
-                    out.append(r)
-                    break
+                break
     return out
 
 
@@ -658,8 +750,8 @@ def _build(grouper: _Grouper, g: _Group, outputs: list[Value]) -> Op:
                      loc=members[0].loc, regions=[region], names=names, result_types=types)
         template.attrs = op.attrs
         return op
-    return Op("fusion", shape.args, template.attrs, types, device=g.device,
-              loc=members[0].loc, regions=[region], names=names)
+    return assembled_op("fusion", shape.args, template.attrs, types, names,
+                        device=g.device, loc=members[0].loc, regions=[region])
 
 
 # ---- regions built once per content ------------------------------------------------------
@@ -720,7 +812,7 @@ class _GroupShape:
         # result's index, as a pair), a constant copied in (-1 - its position) or the
         # n-th value from outside (n).
         index = {op: k for k, op in enumerate(members)}
-        pos, infos = grouper.pos, grouper.infos
+        pos, shared = grouper.pos, grouper.shared
         constants: dict[Op, int] = {}
         args: dict[Value, int] = {}
         parts = []
@@ -728,24 +820,19 @@ class _GroupShape:
             refs: list[object] = []
             for v in op.inputs:
                 p = v.op
-                k = index.get(p)  # type: ignore[arg-type]  # None: an argument
-                if k is not None:
-                    refs.append((k, v.index))
-                    continue
-                j = pos.get(p)  # type: ignore[arg-type]
-                info = infos[j] if j is not None else None
-                if info is not None and info.role == "const" and p is not None:
-                    at = constants.get(p)
-                    if at is None:
-                        at = constants[p] = len(constants)
-                    refs.append(-1 - at)
+                if p in index:
+                    refs.append((index[p], v.index))
+                elif p in pos and shared[pos[p]]:
+                    if p not in constants:
+                        constants[p] = len(constants)
+                    refs.append(-1 - constants[p])
                 else:
-                    n = args.get(v)
-                    if n is None:
-                        n = args[v] = len(args)
-                    refs.append(n)
-            parts.append((op.kind, op.attrs_key(),
-                          tuple([type_key(r.type) for r in op.results]), tuple(refs)))
+                    if v not in args:
+                        args[v] = len(args)
+                    refs.append(args[v])
+            t = op.results[0].type  # (a member has one result; its type_key:)
+            parts.append((op.kind, op.attrs_key() if op.attrs else (),
+                          ((t.dtype._name_, t.shape),), tuple(refs)))
         const_keys, const_parts = grouper.constant_keys, []
         for const in constants:
             part = const_keys.get(const)
@@ -818,7 +905,8 @@ def _steps(region: Graph, shape: _GroupShape) -> _Template:
 def _instantiate(template: _Template, shape: _GroupShape) -> Graph:
     """A copy of ``template``'s region with ``shape``'s names and locations."""
     members, constants = shape.members, shape.constants
-    names = template.names + [r.name for op in members for r in op.results] + [
+    # (a member has one result)
+    names = template.names + [op.results[0].name for op in members] + [
         v.name for v in shape.args]
     args = [Value(a.type, None, n, v.name)
             for n, (a, v) in enumerate(zip(template.region.args, shape.args))]
@@ -826,35 +914,19 @@ def _instantiate(template: _Template, shape: _GroupShape) -> Graph:
     ops = []
     for kind, attrs, inputs, types, (at, where), names_at in template.steps:
         loc = members[where].loc if at == 1 else constants[where].loc if at == 2 else where
-        new = Op(kind, [values[i] for i in inputs], attrs, types, loc=loc,
-                 names=[names[i] for i in names_at])
+        new = assembled_op(kind, [values[i] for i in inputs], attrs, types,
+                           [names[i] for i in names_at], loc=loc)
         ops.append(new)
         values += new.results
     return Graph(PENDING, args, ops, [values[i] for i in template.results],
                  template.region.result_names)
 
 
-def _drop_unused_constants(graph: Graph, grouper: _Grouper) -> None:
-    """Constant ops copied into regions and now used by no one go away."""
-    used = set(graph.results)
-    for op in graph.ops:
-        used.update(op.inputs)
-    graph.ops = [op for op in graph.ops if not (
-        op in grouper.pos and (info := grouper.infos[grouper.pos[op]]) is not None
-        and info.role == "const"
-        and not any(r in used for r in op.results))]
-
-
 def _topological(ops: list[Op], priority: dict[Op, int]) -> list[Op]:
-    """A topological order of ``ops``, each as early as its priority allows (stable)."""
-    # The order of priorities (ties by id, as the heap below breaks them) is the answer
-    # when it is a topological order already (every producer placed before its users,
-    # as fusing a deep model leaves it): the heap would pop the ops in that order.
-    order = sorted(ops, key=lambda op: (priority[op], id(op)))
-    place = {op: k for k, op in enumerate(order)}
-    if all(place.get(v.op, -1) < k  # type: ignore[arg-type]  # None: an argument
-           for k, op in enumerate(order) for v in op.inputs):
-        return order
+    """A topological order of ``ops``, each as early as its priority allows (stable).
+    ``fuse_graph`` keeps the order of priorities when it is one already (``_in_order``:
+    every producer placed before its users, as fusing a deep model leaves it): the heap
+    below would pop the ops in that order."""
     producer = {r: op for op in ops for r in op.results}
     waiting: dict[Op, int] = {}
     users: dict[Op, list[Op]] = {}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import gc
+import operator
 import re
 import sys
 import time
@@ -306,10 +307,13 @@ def run_passes(module: Module, passes: Pipeline, *, verify: bool = False,
 
 def graphs_postorder(graph: Graph) -> Iterator[Graph]:
     """``graph`` and every region graph under it, regions before the graphs owning them."""
-    for op in graph.ops:
-        for r in op.regions:
+    for regions in filter(None, map(_REGIONS, graph.ops)):  # (the ops with regions, in C)
+        for r in regions:
             yield from graphs_postorder(r)
     yield graph
+
+
+_REGIONS = operator.attrgetter("regions")
 
 
 def module_graphs(module: Module) -> Iterator[Graph]:
@@ -348,7 +352,7 @@ def apply_substitution(graph: Graph, subst: dict[Value, Value]) -> None:
     replaced = subst.keys()
     for op in graph.ops:
         if not replaced.isdisjoint(op.inputs):
-            op.inputs = [resolve(subst, v) for v in op.inputs]
+            op.inputs = [resolve(subst, v) if v in subst else v for v in op.inputs]
     graph.results = [resolve(subst, v) for v in graph.results]
 
 
