@@ -452,7 +452,7 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     sizes = {v: Size.of(v.type) for v in info.arena if v not in info.static_view}
     size = {v: s.nominal_bytes for v, s in sizes.items()}
     best: tuple[int, list[Op], _Aliases] | None = None
-    for order in (_greedy_schedule(graph, info, size), _original_schedule(graph)):
+    for order in (_greedy_schedule(graph, info, size), _original_schedule(info)):
         aliases = _Aliases(graph, order, info)
         peak = _peak(aliases.live, size.__getitem__)
         if best is None or peak < best[0]:
@@ -477,13 +477,23 @@ class _Info:
         self.arena: set[Value] = set()  # arena values (roots and aliases alike)
         self.dynamic: list[Value] = []  # arena values with a '?' dim (not views)
         self.static_view: dict[Value, Value] = {}  # view result -> its input
+        # the graph's ops in order, the variable writes (which run last) apart
+        self.ops: list[Op] = []
+        self.writes: list[Op] = []
+        # per kind: (a VIEW op, a variable write), each asked of the registry once
+        traits: dict[str, tuple[bool, bool]] = {}
         for op in graph.ops:
-            if lookup(op.kind).has(VIEW) and op.results:
+            kind = op.kind
+            known = traits.get(kind)
+            if known is None:
+                known = traits[kind] = (lookup(kind).has(VIEW), writes_variable(op))
+            (self.writes if known[1] else self.ops).append(op)
+            if known[0] and op.results:
                 # A fetched view too: backends read it, as any view, from its input's
                 # storage (its copy into the output array is made when it is defined),
                 # so its later uses keep that storage live.
                 self.static_view[op.results[0]] = op.inputs[0]
-            if op.kind in EXTERNAL_OPS:
+            if kind in EXTERNAL_OPS:
                 continue
             for r in op.results:
                 if r in fetched:
@@ -495,6 +505,9 @@ class _Info:
         # view result -> the storage it reads (its input's, through chains of views)
         self.storage: dict[Value, Value] = {v: self.storage_key(v) for v in self.static_view}
         self._in_place: dict[Value, bool] = {}
+        self._effects: dict[str, bool] = {}  # kind -> has_effect of its ops without regions
+        self._pure_owners: set[str] = set()  # kinds of ops with regions that had no effect
+        self._steps: dict[Op, list[tuple[Value, int, Any]]] | None = None
 
     def can_write_in_place(self, op: Op, r: Value) -> bool:
         """``_can_write_in_place``, worked out once per result (both schedules ask)."""
@@ -503,11 +516,65 @@ class _Info:
             known = self._in_place[r] = _can_write_in_place(op, r)
         return known
 
+    def has_effect(self, op: Op) -> bool:
+        """``dce.has_effect(op)``, asked once per kind of the ops without regions; an op
+        with regions is asked about itself until one of its kind has no effect (then
+        its kind has none of its own, and its regions' ops decide)."""
+        effects = self._effects
+        if not op.regions:
+            known = effects.get(op.kind)
+            if known is None:
+                known = effects[op.kind] = has_effect(op)
+            return known
+        if op.kind not in self._pure_owners:
+            known = has_effect(op)
+            if not known:
+                self._pure_owners.add(op.kind)
+            return known
+        for region in op.regions:
+            for o in region.ops:
+                inner = None if o.regions else effects.get(o.kind)
+                if inner is None:
+                    inner = self.has_effect(o)
+                if inner:
+                    return True
+        return False
+
     def storage_key(self, v: Value) -> Value:
         """``v``'s storage as far as views tell (in-place is decided per schedule)."""
         while v in self.static_view:
             v = self.static_view[v]
         return v
+
+    def steps(self) -> dict[Op, list[tuple[Value, int, Any]]]:
+        """Per op, what ``_Aliases`` does with each of its results that matters, worked
+        out once for both schedules: ``(r, _VIEW, its input)``, ``(r, _IN_PLACE, the
+        operands of r's type)`` for a static arena value (which may overwrite one of
+        them), ``(r, _ROOT, None)`` for a dynamic one; results outside the arena that
+        are no views are left out (nothing lives there)."""
+        if self._steps is None:
+            steps: dict[Op, list[tuple[Value, int, Any]]] = {}
+            arena, static_view, dynamic = self.arena, self.static_view, self.dynamic_set
+            for op in self.ops + self.writes:
+                acts = []
+                for r in op.results:
+                    if r in static_view:
+                        acts.append((r, _VIEW, static_view[r]))
+                    elif r in arena:
+                        if r in dynamic:
+                            acts.append((r, _ROOT, None))
+                        else:
+                            rt = r.type
+                            acts.append((r, _IN_PLACE, [src for src in op.inputs
+                                                        if src.type is rt or src.type == rt]))
+                if acts:
+                    steps[op] = acts
+            self._steps = steps
+        return self._steps
+
+
+# what ``_Aliases`` does with a result (``_Info.steps``)
+_VIEW, _IN_PLACE, _ROOT = 0, 1, 2
 
 
 def _keeps_order(op: Op) -> bool:
@@ -549,42 +616,46 @@ class _Aliases:
         alias_of: dict[Value, Value] = {}
         self.alias_of = alias_of
         self.in_place: dict[Value, Value] = {}
-        last_use: dict[Value, int] = {}
-        for t, op in enumerate(order):
-            for v in op.inputs:
-                last_use[v] = t
+        last_use = {v: t for t, op in enumerate(order) for v in op.inputs}
         # arena root -> where it is defined, and the last use of it or of an alias of it
         # so far (the aliases defined up to the op at hand: their uses are all known)
         first: dict[Value, int] = {}
         last: dict[Value, int] = {}
-        arena, static_view, dynamic = info.arena, info.static_view, info.dynamic_set
+        arena, dynamic = info.arena, info.dynamic_set
+        steps = info.steps().get
+        alias_get, last_get, use_get = alias_of.get, last.get, last_use.get
         for t, op in enumerate(order):
-            taken: set[Value] = set()
-            for r in op.results:
-                if r in static_view:
-                    viewed = static_view[r]
-                    alias_of[r] = alias_of.get(viewed, viewed)
-                elif r in arena and r not in dynamic:
+            acts = steps(op)
+            if acts is None:
+                continue
+            taken: set[Value] | None = None
+            for r, what, arg in acts:
+                if what == _VIEW:
+                    root = alias_of[r] = alias_get(arg, arg)
+                    if root not in arena:  # (a view of a value outside the arena)
+                        continue
+                else:
+                    root = r
                     # the first operand r may overwrite: in the arena, dying here (it and
                     # its aliases used last by op, at t), of r's type
-                    rt = r.type
-                    for src in op.inputs:
-                        root = alias_of.get(src, src)
-                        if (root in arena and last.get(root, -1) <= t and root not in taken
-                                and root not in dynamic
-                                and (src.type is rt or src.type == rt)):
+                    for src in arg or ():
+                        home = alias_get(src, src)
+                        if (home in arena and last_get(home, -1) <= t
+                                and (taken is None or home not in taken)
+                                and home not in dynamic):
                             if info.can_write_in_place(op, r):
-                                alias_of[r], self.in_place[r] = root, src
-                                taken.add(root)
+                                root = alias_of[r] = home
+                                self.in_place[r] = src
+                                if taken is None:
+                                    taken = set()
+                                taken.add(home)
                             break
-                root = alias_of.get(r, r)
-                if root in arena:
-                    used = last_use.get(r, -1)
-                    if root in first:
-                        if used > last[root]:
-                            last[root] = used
-                    else:
-                        first[root], last[root] = t, used
+                used = use_get(r, -1)
+                if root in first:
+                    if used > last[root]:
+                        last[root] = used
+                else:
+                    first[root], last[root] = t, used
         self.live = {root: (t, last[root] if last[root] > t else t)
                      for root, t in first.items()}
 
@@ -613,102 +684,128 @@ def _nominal(graph: Graph) -> dict[str, int]:
 
 # ---- scheduling -------------------------------------------------------------------------
 
-def _original_schedule(graph: Graph) -> list[Op]:
+def _original_schedule(info: _Info) -> list[Op]:
     """The given order with the variable writes moved to the end."""
-    return ([op for op in graph.ops if not writes_variable(op)]
-            + [op for op in graph.ops if writes_variable(op)])
+    return info.ops + info.writes
 
 
 def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> list[Op]:
     """List scheduling: among ready ops, the one freeing the most arena bytes net
     (``size``: the arena roots' bytes at the nominal binding)."""
-    ops: list[Op] = []
-    writes: list[Op] = []
-    for op in graph.ops:
-        (writes if writes_variable(op) else ops).append(op)
+    ops, writes = info.ops, info.writes
+    n = len(ops)
     producer = {r: i for i, op in enumerate(ops) for r in op.results}
-    waiting: list[int] = []  # per op, its dependencies not yet scheduled
+    waiting = [0] * n  # per op, its dependencies not yet scheduled
     dependents: list[list[int]] = [[] for _ in ops]
-    # Per op, its inputs' storage keys (views resolved) that have an arena size; per such
-    # key, the ops and variable writes still to use it, and the ops that use it.
-    keys_of: list[list[Value]] = []
-    remaining: dict[Value, int] = {}
-    users: dict[Value, list[int]] = {}
-    storage = info.storage
-    previous_ordered: int | None = None
+    # The storage keys (views resolved) that have an arena size, by number: per op, its
+    # inputs' keys; per key, its bytes, the ops and variable writes still to use it, and
+    # the ops that use it (in order).
+    number: dict[Value, int] = {}  # key -> its number; -1: no arena size
+    key_bytes: list[int] = []
+    keys_of: list[list[int]] = []
+    remaining: list[int] = []
+    users: list[list[int]] = []
+    storage_get, number_get, size_get = info.storage.get, number.get, size.get
+    producer_get = producer.get
+
+    def new_key(k: Value) -> int:
+        b = size_get(k)
+        if b is None:
+            number[k] = -1
+            return -1
+        key = number[k] = len(key_bytes)
+        key_bytes.append(b)
+        remaining.append(0)
+        users.append([])
+        return key
+
+    previous_ordered = -1
+    effect = info.has_effect
     for i, op in enumerate(ops):
-        deps: set[int] = set()
-        keys: set[Value] = set()
+        deps: list[int] = []
+        keys: list[int] = []
         for v in op.inputs:
-            p = producer.get(v)
-            if p is not None:
-                deps.add(p)
-            k = storage.get(v, v)
-            if k in size:
-                keys.add(k)
-        if has_effect(op):  # (``_keeps_order``: the writes are not among ``ops``)
-            if previous_ordered is not None:
-                deps.add(previous_ordered)
+            p = producer_get(v)
+            if p is not None and p not in deps:
+                deps.append(p)
+            k = storage_get(v, v)
+            key = number_get(k)
+            if key is None:
+                key = new_key(k)
+            if key >= 0 and key not in keys:
+                keys.append(key)
+        if effect(op):  # (``_keeps_order``: the writes are not among ``ops``)
+            if previous_ordered >= 0 and previous_ordered not in deps:
+                deps.append(previous_ordered)
             previous_ordered = i
-        waiting.append(len(deps))
+        waiting[i] = len(deps)
         for d in deps:
             dependents[d].append(i)
-        keys_of.append(list(keys))
-        for k in keys:
-            remaining[k] = remaining.get(k, 0) + 1
-            users.setdefault(k, []).append(i)
+        keys_of.append(keys)
+        for key in keys:
+            remaining[key] += 1
+            users[key].append(i)
     for op in writes:
-        for k in {storage.get(v, v) for v in op.inputs}:
-            if k in size:
-                remaining[k] = remaining.get(k, 0) + 1
+        keys = []
+        for v in op.inputs:
+            k = storage_get(v, v)
+            key = number_get(k)
+            if key is None:
+                key = new_key(k)
+            if key >= 0 and key not in keys:
+                keys.append(key)
+                remaining[key] += 1
 
     # An op's gain: the bytes of its inputs' storage that it is the last to use (freed),
-    # less those of its results that are used (alloc). What it allocates stays fixed until
-    # it runs (its results' users depend on it), and what it frees only grows: a key's
-    # count of users to come drops to 1 once, and then the one op left gains its bytes.
-    alloc = [0] * len(ops)
+    # less those of its results that are used (alloc); ``cost`` is alloc - freed. What it
+    # allocates stays fixed until it runs (its results' users depend on it), and what it
+    # frees only grows: a key's count of users to come drops to 1 once, and then the one
+    # op left gains its bytes.
+    cost = [0] * n
     for r, i in producer.items():
-        if r in remaining:  # (used, and so in ``size``)
-            alloc[i] += size[r]
-    freed = [0] * len(ops)
-    for k, n in remaining.items():
-        if n == 1:
-            for j in users.get(k, ()):
-                freed[j] += size[k]
+        key = number_get(r)
+        if key is not None and key >= 0:  # (used, and so in ``size``)
+            cost[i] += key_bytes[key]
+    for key, left in enumerate(remaining):
+        if left == 1:
+            for j in users[key]:
+                cost[j] -= key_bytes[key]
 
-    # So the ready ops sit in a heap by (-gain, index), and an op is pushed again when its
-    # gain grows; an entry whose gain is no longer current is skipped. The op taken is
-    # the one ``max(ready, key=(gain, -index))`` would take, in O(log n).
-    state = [0] * len(ops)  # 0: waiting, 1: ready, 2: scheduled
-    heap: list[tuple[int, int]] = []
-    for i, n in enumerate(waiting):
-        if n == 0:
+    # So the ready ops sit in a heap by (cost, index), each entry one int (cost * n +
+    # index, which orders as the pair does), and an op is pushed again when its gain
+    # grows; an entry whose cost is no longer current is skipped. The op taken is the one
+    # ``max(ready, key=(gain, -index))`` would take, in O(log n).
+    state = [0] * n  # 0: waiting, 1: ready, 2: scheduled
+    heap: list[int] = []
+    for i, w in enumerate(waiting):
+        if w == 0:
             state[i] = 1
-            heap.append((alloc[i] - freed[i], i))
+            heap.append(cost[i] * n + i)
     heapq.heapify(heap)
     heappush, heappop = heapq.heappush, heapq.heappop
     order: list[Op] = []
     while heap:
-        g, i = heappop(heap)
-        if state[i] != 1 or g != alloc[i] - freed[i]:
+        e = heappop(heap)
+        i = e % n
+        if state[i] != 1 or e != cost[i] * n + i:
             continue
         state[i] = 2
         order.append(ops[i])
-        for k in keys_of[i]:
-            left = remaining[k] = remaining[k] - 1
+        for key in keys_of[i]:
+            left = remaining[key] = remaining[key] - 1
             if left == 1:
-                for j in users[k]:
+                for j in users[key]:
                     if state[j] != 2:  # the one op still to use k (else a variable write)
-                        freed[j] += size[k]
+                        cost[j] -= key_bytes[key]
                         if state[j] == 1:
-                            heappush(heap, (alloc[j] - freed[j], j))
+                            heappush(heap, cost[j] * n + j)
                         break
         for j in dependents[i]:
-            waiting[j] -= 1
-            if waiting[j] == 0:
+            w = waiting[j] = waiting[j] - 1
+            if w == 0:
                 state[j] = 1
-                heappush(heap, (alloc[j] - freed[j], j))
-    if len(order) != len(ops):
+                heappush(heap, cost[j] * n + j)
+    if len(order) != n:
         raise TfcError(f"memory: graph @{graph.name} has a cycle or uses a value before "
                        f"defining it; cannot schedule it")
     return order + writes
