@@ -549,9 +549,9 @@ class _Info:
     def steps(self) -> dict[Op, list[tuple[Value, int, Any]]]:
         """Per op, what ``_Aliases`` does with each of its results that matters, worked
         out once for both schedules: ``(r, _VIEW, its input)``, ``(r, _IN_PLACE, the
-        operands of r's type)`` for a static arena value (which may overwrite one of
-        them), ``(r, _ROOT, None)`` for a dynamic one; results outside the arena that
-        are no views are left out (nothing lives there)."""
+        op's operands)`` for a static arena value (which may overwrite one of them),
+        ``(r, _ROOT, None)`` for a dynamic one; results outside the arena that are no
+        views are left out (nothing lives there)."""
         if self._steps is None:
             steps: dict[Op, list[tuple[Value, int, Any]]] = {}
             arena, static_view, dynamic = self.arena, self.static_view, self.dynamic_set
@@ -564,9 +564,7 @@ class _Info:
                         if r in dynamic:
                             acts.append((r, _ROOT, None))
                         else:
-                            rt = r.type
-                            acts.append((r, _IN_PLACE, [src for src in op.inputs
-                                                        if src.type is rt or src.type == rt]))
+                            acts.append((r, _IN_PLACE, op.inputs))
                 if acts:
                     steps[op] = acts
             self._steps = steps
@@ -638,11 +636,13 @@ class _Aliases:
                     root = r
                     # the first operand r may overwrite: in the arena, dying here (it and
                     # its aliases used last by op, at t), of r's type
+                    rt = r.type
                     for src in arg or ():
                         home = alias_get(src, src)
                         if (home in arena and last_get(home, -1) <= t
                                 and (taken is None or home not in taken)
-                                and home not in dynamic):
+                                and home not in dynamic
+                                and (src.type is rt or src.type == rt)):
                             if info.can_write_in_place(op, r):
                                 root = alias_of[r] = home
                                 self.in_place[r] = src
@@ -822,21 +822,27 @@ def _assign_buffers(live: Mapping[Value, tuple[int, int]], order: Sequence[Op],
     (``sizes``: the size of every root.)"""
     # the roots in order of definition (position in the schedule, then result index)
     defined = [r for op in order for r in op.results if r in live]
-    by_time = [v for v in defined if v not in dynamic]
-    by_size = sorted(by_time, key=lambda v: -sizes[v].nominal_bytes)
-    best: tuple[int, list[Buffer], dict[Value, int], bool] | None = None
-    for values in (by_time, by_size):
-        buffers, buffer_of = _best_fit(values, live, sizes)
-        total = sum(-(-b.size.nominal_bytes // MemoryPlan.ALIGN) for b in buffers)
+    by_time = [v for v in defined if v not in dynamic] if dynamic else defined
+    spans = [live[v] for v in by_time]
+    needs = [sizes[v] for v in by_time]
+    by_size = sorted(range(len(by_time)), key=[-s.nominal_bytes for s in needs].__getitem__)
+    best: tuple[int, Sequence[int], _Fit] | None = None
+    for visit in (range(len(by_time)), by_size):
+        fit = _fit(visit, spans, needs)
+        total = sum(-(-s.nominal_bytes // MemoryPlan.ALIGN) for s in fit.sizes)
         if best is None or total < best[0]:
-            best = (total, buffers, buffer_of, values is by_time)
+            best = (total, visit, fit)
     assert best is not None
-    _, buffers, buffer_of, in_order = best
-    _dynamic_fit([v for v in defined if v in dynamic], live, buffers, buffer_of)
-    if not in_order:  # (visited by time, each buffer's values are in order already)
-        position = {v: i for i, v in enumerate(defined)}
-        for b in buffers:
-            b.values.sort(key=position.__getitem__)
+    _, visit, fit = best
+    if visit is by_size:  # (visited by time, each buffer's values are in order already)
+        for held in fit.values:
+            held.sort()
+    buffers = [Buffer(b, size, [by_time[i] for i in held])
+               for b, (size, held) in enumerate(zip(fit.sizes, fit.values))]
+    where = fit.buffer_of
+    buffer_of = {by_time[i]: where[i] for i in visit}
+    if dynamic:
+        _dynamic_fit([v for v in defined if v in dynamic], live, buffers, buffer_of)
     return buffers, buffer_of
 
 
@@ -958,22 +964,52 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
               ) -> tuple[list[Buffer], dict[Value, int]]:
     """Put each value, in the order given, in the smallest buffer it fits in and whose
     values' intervals it does not overlap; else grow the largest such buffer that fits
-    in it; else open a new buffer. (``sizes``: the values' sizes where known; ``stats``,
-    when given, gets the count of ``interval_tests``: a buffer's intervals searched.)
+    in it; else open a new buffer (``_fit``). (``sizes``: the values' sizes where known;
+    ``stats``, when given, gets the count of ``interval_tests``: a buffer's intervals
+    searched.)"""
+    needs = [sizes[v] if sizes is not None else Size.of(v.type) for v in values]
+    fit = _fit(range(len(values)), [live[v] for v in values], needs, stats)
+    buffers = [Buffer(b, size, [values[i] for i in held])
+               for b, (size, held) in enumerate(zip(fit.sizes, fit.values))]
+    return buffers, dict(zip(values, fit.buffer_of))
+
+
+@dataclass
+class _Fit:
+    """``_fit``'s buffers: each one's size and values (as indices), and each value's buffer."""
+
+    sizes: list[Size]
+    values: list[list[int]]
+    buffer_of: list[int]
+
+
+def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence[Size],
+         stats: dict[str, int] | None = None) -> _Fit:
+    """Best fit of values given by index (``spans``: their live intervals; ``needs``: their
+    sizes), visited in the order ``visit`` gives: each value goes to the smallest buffer
+    it fits in and whose values' intervals it does not overlap; else grows the largest
+    such buffer that fits in it; else opens a new buffer.
 
     Buffers are kept in size classes (one per symbols and static factor, which order
     them as their bytes at any binding do; see ``_SizeClass``), so the search visits
     buffers in the order of preference and skips the busy ones, instead of testing every
     buffer for every value (1.5 M interval tests for a 256-layer MLP)."""
-    buffers: list[Buffer] = []
-    buffer_of: dict[Value, int] = {}
-    # Each buffer's intervals, sorted by start (they are disjoint), so whether a value
-    # overlaps a buffer is two bisections rather than a scan of its values.
-    taken: list[list[tuple[int, int]]] = []
+    sizes: list[Size] = []
+    held: list[list[int]] = []
+    buffer_of = [0] * len(needs)
+    # Each buffer's intervals, sorted by start (they are disjoint, so their starts are
+    # distinct): their starts and their ends, so whether a value overlaps a buffer is a
+    # bisection rather than a scan of its values.
+    starts: list[list[int]] = []
+    ends: list[list[int]] = []
     version: list[int] = []
     # symbols -> static factors in ascending order, and their classes in that order
     factors: dict[tuple[str, ...], list[int]] = {}
     ordered: dict[tuple[str, ...], list[_SizeClass]] = {}
+    # id of a size -> the classes in the order a value of that size visits them (the
+    # smallest that fit, then the largest of those that do not, grown if a buffer of
+    # theirs is free); forgotten when a class is added
+    visits: dict[int, list[_SizeClass]] = {}
     heappush, heappop, bisect_left = heapq.heappush, heapq.heappop, bisect.bisect_left
     tests = 0
 
@@ -986,85 +1022,91 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
             c = _SizeClass()
             c.last_start = start
             ordered.setdefault(size.symbols, []).insert(k, c)
+            visits.clear()
         return ordered[size.symbols][k]
 
-    for v in values:
-        start, end = live[v]
-        need = sizes[v] if sizes is not None else Size.of(v.type)
+    def classes(size: Size) -> list[_SizeClass]:
+        row = ordered.get(size.symbols)
+        if not row:
+            return []
+        k = bisect_left(factors[size.symbols], size.static_factor)
+        return row[k:] + row[k - 1::-1] if k else list(row)
+
+    for x in visit:
+        start, end = spans[x]
+        need = needs[x]
         found = None
-        symbols, factor = need.symbols, need.static_factor
-        group = factors.get(symbols)
-        if group:
-            k = bisect_left(group, factor)
-            row = ordered[symbols]
-            # the classes in order of preference: the smallest that fit, then the largest
-            # of those that do not (grown if a buffer of theirs is free)
-            for c in (row[k:] + row[k - 1::-1] if k else row):
-                if start < c.last_start:  # a new run of queries: wake every buffer
-                    for _, b, ver in c.asleep:
-                        if ver == version[b]:
-                            version[b] += 1
-                            heappush(c.awake, (b, version[b]))
-                    c.asleep.clear()
-                    for _, b, ver in c.soon:
-                        if ver == version[b]:
-                            version[b] += 1
-                            heappush(c.awake, (b, version[b]))
-                    c.soon.clear()
-                    c.waiting.clear()
-                c.last_start = start
-                asleep, soon, awake = c.asleep, c.soon, c.awake
-                while asleep and asleep[0][0] < start:
-                    _, b, ver = heappop(asleep)
+        visiting = visits.get(id(need))
+        if visiting is None:
+            visiting = visits[id(need)] = classes(need)
+        for c in visiting:
+            if start < c.last_start:  # a new run of queries: wake every buffer
+                for _, b, ver in c.asleep:
                     if ver == version[b]:
                         version[b] += 1
-                        heappush(awake, (b, version[b]))
-                while soon and soon[0][0] <= start:
-                    _, b, ver = heappop(soon)
+                        heappush(c.awake, (b, version[b]))
+                c.asleep.clear()
+                for _, b, ver in c.soon:
                     if ver == version[b]:
-                        c.waiting.set(b, -1)
                         version[b] += 1
-                        heappush(awake, (b, version[b]))
-                later = c.waiting.first_after(end) if soon else None
-                while awake:
-                    b, ver = awake[0]
-                    if later is not None and b > later:
-                        break
-                    if ver != version[b]:
-                        heappop(awake)
-                        continue
-                    # an interval of b overlapping [start, end], if any: the one holding
-                    # start, else the first after it if it begins by end
-                    tests += 1
-                    spans = taken[b]
-                    i = bisect_left(spans, (start, start))
-                    if i and spans[i - 1][1] >= start:
-                        span = spans[i - 1]
-                    elif i < len(spans) and spans[i][0] <= end:
-                        span = spans[i]
-                    else:
-                        found = b
-                        break
-                    heappop(awake)
+                        heappush(c.awake, (b, version[b]))
+                c.soon.clear()
+                c.waiting.clear()
+            c.last_start = start
+            asleep, soon, awake = c.asleep, c.soon, c.awake
+            while asleep and asleep[0][0] < start:
+                _, b, ver = heappop(asleep)
+                if ver == version[b]:
                     version[b] += 1
-                    if span[0] <= start:
-                        heappush(asleep, (span[1], b, version[b]))
-                    else:  # busy from span[0], which is by ``end``: not free for this query
-                        heappush(soon, (span[0], b, version[b]))
-                        c.waiting.set(b, span[0])
-                if found is None and later is not None:
-                    found = later
-                    c.waiting.set(later, -1)
-                if found is not None:
+                    heappush(awake, (b, version[b]))
+            while soon and soon[0][0] <= start:
+                _, b, ver = heappop(soon)
+                if ver == version[b]:
+                    c.waiting.set(b, -1)
+                    version[b] += 1
+                    heappush(awake, (b, version[b]))
+            later = c.waiting.first_after(end) if soon else None
+            while awake:
+                b, ver = awake[0]
+                if later is not None and b > later:
                     break
+                if ver != version[b]:
+                    heappop(awake)
+                    continue
+                # an interval of b overlapping [start, end], if any: the one holding
+                # start, else the first after it if it begins by end
+                tests += 1
+                bs = starts[b]
+                i = bisect_left(bs, start)
+                if i and ends[b][i - 1] >= start:
+                    busy_from, busy_until = bs[i - 1], ends[b][i - 1]
+                elif i < len(bs) and bs[i] <= end:
+                    busy_from, busy_until = bs[i], ends[b][i]
+                else:
+                    found = b
+                    break
+                heappop(awake)
+                version[b] += 1
+                if busy_from <= start:
+                    heappush(asleep, (busy_until, b, version[b]))
+                else:  # busy from busy_from, which is by ``end``: not free for this query
+                    heappush(soon, (busy_from, b, version[b]))
+                    c.waiting.set(b, busy_from)
+            if found is None and later is not None:
+                found = later
+                c.waiting.set(later, -1)
+            if found is not None:
+                break
         if found is None:
-            found = len(buffers)
-            buffers.append(Buffer(found, need, []))
-            taken.append([])
+            found = len(sizes)
+            sizes.append(need)
+            held.append([])
+            starts.append([])
+            ends.append([])
             version.append(0)
             c = home(need, start)
-        elif buffers[found].size.static_factor < factor:  # grown
-            buffers[found] = Buffer(found, need, buffers[found].values)
+        elif sizes[found].static_factor < need.static_factor:  # grown
+            sizes[found] = need
             c = home(need, start)
         # (else c is the class it was found in.) It is busy until ``end`` now: asleep in
         # its class, which was queried at ``start`` (the first class the search visits
@@ -1072,12 +1114,19 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
         # new run. Its other entries are stale now.
         version[found] += 1
         heappush(c.asleep, (end, found, version[found]))
-        buffers[found].values.append(v)
-        bisect.insort(taken[found], (start, end))
-        buffer_of[v] = found
+        held[found].append(x)
+        bs = starts[found]
+        if not bs or bs[-1] < start:
+            bs.append(start)
+            ends[found].append(end)
+        else:
+            i = bisect_left(bs, start)
+            bs.insert(i, start)
+            ends[found].insert(i, end)
+        buffer_of[x] = found
     if stats is not None:
         stats["interval_tests"] = stats.get("interval_tests", 0) + tests
-    return buffers, buffer_of
+    return _Fit(sizes, held, buffer_of)
 
 
 # ---- the report -------------------------------------------------------------------------
