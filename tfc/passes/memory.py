@@ -60,6 +60,7 @@ import bisect
 import heapq
 import math
 from collections import Counter
+from itertools import accumulate
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import AbstractSet, Any, Callable, ClassVar, Mapping, Sequence
@@ -187,9 +188,15 @@ class MemoryPlan:
     live: dict[Value, tuple[int, int]] = field(default_factory=dict, repr=False)
     # Arena values whose size is unknown before the run ('?'): in dynamic buffers.
     dynamic: list[Value] = field(default_factory=list)
-    # Printed names of the graph's values (as `tfc ir` shows them), for the report.
-    names: dict[Value, str] = field(default_factory=dict, repr=False)
+    # The graph's args and its ops in schedule order, as planned: what ``names`` are
+    # worked out from (when asked: only the report and its readers need them).
+    named: tuple[Sequence[Value], Sequence[Op]] = field(default=((), ()), repr=False)
     ALIGN: ClassVar[int] = 64
+
+    @cached_property
+    def names(self) -> dict[Value, str]:
+        """Printed names of the graph's values (as `tfc ir` shows them), for the report."""
+        return _names(*self.named)
 
     def root(self, v: Value) -> Value:
         """The value whose storage ``v`` uses (``v`` itself unless it is an alias)."""
@@ -376,7 +383,7 @@ def _plan_from_json(graph: Graph, data: Any) -> MemoryPlan:
     for buf in buffers:
         _check_buffer(buf, live, info.dynamic_set, fits)
     return MemoryPlan(graph.name, buffers, buffer_of, alias_of, in_place, live=live,
-                      dynamic=dynamic, names=_names(graph))
+                      dynamic=dynamic, named=(tuple(graph.args), tuple(graph.ops)))
 
 
 def _check_buffer(buf: Buffer, live: Mapping[Value, tuple[int, int]],
@@ -454,7 +461,7 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     best: tuple[int, list[Op], _Aliases] | None = None
     for order in (_greedy_schedule(graph, info, size), _original_schedule(info)):
         aliases = _Aliases(graph, order, info)
-        peak = _peak(aliases.live, size.__getitem__)
+        peak = _peak(aliases.live, size.__getitem__, len(order))
         if best is None or peak < best[0]:
             best = (peak, order, aliases)
     assert best is not None
@@ -463,8 +470,9 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     buffers, buffer_of = _assign_buffers(aliases.live, order, sizes, info.dynamic_set)
     return MemoryPlan(graph.name, buffers, buffer_of, aliases.alias_of, aliases.in_place,
                       live=aliases.live,
-                      dynamic=[r for op in order for r in op.results if r in info.dynamic_set],
-                      names=_names(graph))
+                      dynamic=[r for op in order for r in op.results if r in info.dynamic_set]
+                      if info.dynamic_set else [],
+                      named=(tuple(graph.args), tuple(order)))
 
 
 # ---- what lives where -------------------------------------------------------------------
@@ -548,10 +556,11 @@ class _Info:
 
     def steps(self) -> dict[Op, list[tuple[Value, int, Any]]]:
         """Per op, what ``_Aliases`` does with each of its results that matters, worked
-        out once for both schedules: ``(r, _VIEW, its input)``, ``(r, _IN_PLACE, the
-        op's operands)`` for a static arena value (which may overwrite one of them),
-        ``(r, _ROOT, None)`` for a dynamic one; results outside the arena that are no
-        views are left out (nothing lives there)."""
+        out once for both schedules: ``(r, _VIEW, its input)``; ``(r, _IN_PLACE, the
+        operands it may overwrite)`` for a static arena value: those of its type if the
+        op may write it in place at all (``_can_write_in_place``), else none; ``(r,
+        _ROOT, None)`` for a dynamic one. Results outside the arena that are no views
+        are left out (nothing lives there)."""
         if self._steps is None:
             steps: dict[Op, list[tuple[Value, int, Any]]] = {}
             arena, static_view, dynamic = self.arena, self.static_view, self.dynamic_set
@@ -563,8 +572,11 @@ class _Info:
                     elif r in arena:
                         if r in dynamic:
                             acts.append((r, _ROOT, None))
-                        else:
-                            acts.append((r, _IN_PLACE, op.inputs))
+                        else:  # (the operands of its type, if the op may overwrite one)
+                            rt = r.type
+                            acts.append((r, _IN_PLACE, [
+                                src for src in op.inputs if src.type is rt or src.type == rt]
+                                if self.can_write_in_place(op, r) else ()))
                 if acts:
                     steps[op] = acts
             self._steps = steps
@@ -634,21 +646,18 @@ class _Aliases:
                         continue
                 else:
                     root = r
-                    # the first operand r may overwrite: in the arena, dying here (it and
-                    # its aliases used last by op, at t), of r's type
-                    rt = r.type
+                    # the first operand r may overwrite (``_Info.steps``) that is in the
+                    # arena and dies here (it and its aliases used last by op, at t)
                     for src in arg or ():
                         home = alias_get(src, src)
                         if (home in arena and last_get(home, -1) <= t
                                 and (taken is None or home not in taken)
-                                and home not in dynamic
-                                and (src.type is rt or src.type == rt)):
-                            if info.can_write_in_place(op, r):
-                                root = alias_of[r] = home
-                                self.in_place[r] = src
-                                if taken is None:
-                                    taken = set()
-                                taken.add(home)
+                                and home not in dynamic):
+                            root = alias_of[r] = home
+                            self.in_place[r] = src
+                            if taken is None:
+                                taken = set()
+                            taken.add(home)
                             break
                 used = use_get(r, -1)
                 if root in first:
@@ -660,18 +669,18 @@ class _Aliases:
                      for root, t in first.items()}
 
 
-def _peak(live: Mapping[Value, tuple[int, int]], size: Callable[[Value], int]) -> int:
-    """Max over positions of the summed ``size(v)`` of the values live there."""
-    events: dict[int, int] = {}
+def _peak(live: Mapping[Value, tuple[int, int]], size: Callable[[Value], int],
+          length: int | None = None) -> int:
+    """Max over positions of the summed ``size(v)`` of the values live there
+    (``length``: a bound on the positions, such as the schedule's length, if known)."""
+    if length is None:
+        length = max((b for _, b in live.values()), default=-1) + 1
+    events = [0] * (length + 1)  # per position, the bytes coming live there less those freed
     for v, (a, b) in live.items():
         n = size(v)
-        events[a] = events.get(a, 0) + n
-        events[b + 1] = events.get(b + 1, 0) - n
-    peak = cur = 0
-    for t in sorted(events):
-        cur += events[t]
-        peak = max(peak, cur)
-    return peak
+        events[a] += n
+        events[b + 1] -= n
+    return max(accumulate(events, initial=0))
 
 
 def _nominal(graph: Graph) -> dict[str, int]:
@@ -1131,14 +1140,15 @@ def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence
 
 # ---- the report -------------------------------------------------------------------------
 
-def _names(graph: Graph) -> dict[Value, str]:
-    """Names as the printer gives them (``%x``, ``%0``...), given the current order."""
+def _names(args: Sequence[Value], ops: Sequence[Op]) -> dict[Value, str]:
+    """Names as the printer gives them (``%x``, ``%0``...) to a graph with these args and
+    ops in this order."""
     from tfc.ir.printer import _Namer  # the printer's own naming, so the names match
 
     namer = _Namer()
-    for a in graph.args:
+    for a in args:
         namer.define(a)
-    for op in graph.ops:
+    for op in ops:
         for r in op.results:
             namer.define(r)
     return dict(namer.names)
