@@ -565,7 +565,7 @@ class _Info:
             steps: dict[Op, list[tuple[Value, int, Any]]] = {}
             arena, static_view, dynamic = self.arena, self.static_view, self.dynamic_set
             for op in self.ops + self.writes:
-                acts = []
+                acts: list[tuple[Value, int, Any]] = []
                 for r in op.results:
                     if r in static_view:
                         acts.append((r, _VIEW, static_view[r]))
@@ -836,7 +836,8 @@ def _assign_buffers(live: Mapping[Value, tuple[int, int]], order: Sequence[Op],
     needs = [sizes[v] for v in by_time]
     by_size = sorted(range(len(by_time)), key=[-s.nominal_bytes for s in needs].__getitem__)
     best: tuple[int, Sequence[int], _Fit] | None = None
-    for visit in (range(len(by_time)), by_size):
+    visits: tuple[Sequence[int], ...] = (range(len(by_time)), by_size)
+    for visit in visits:
         fit = _fit(visit, spans, needs)
         total = sum(-(-s.nominal_bytes // MemoryPlan.ALIGN) for s in fit.sizes)
         if best is None or total < best[0]:
@@ -954,17 +955,20 @@ class _SizeClass:
     chosen from waiting, or when a query starts before the previous one (a new run of
     queries: the sets no longer hold).
     Each interval moves its buffer at most a few times per run, so the search costs
-    O(log n) per value, amortized. Heap entries carry the buffer's version: one moved
-    (woken, put to sleep, set waiting, grown into another size) leaves stale entries that
-    are skipped."""
+    O(log n) per value, amortized. Heap entries are ints (a time and a buffer id: ``time
+    * n + id`` for an ``n`` above every id, which orders as the pair does; the id alone in
+    awake), and ``_fit`` knows where each buffer's one current entry is: one moved (woken,
+    put to sleep, set waiting, grown into another size) leaves stale entries that are
+    skipped. (Stale copies equal to the current entry are harmless: they pop with it,
+    and once it has moved they are stale again.)"""
 
     __slots__ = ("awake", "asleep", "waiting", "soon", "last_start")
 
     def __init__(self) -> None:
-        self.awake: list[tuple[int, int]] = []  # (buffer id, version)
-        self.asleep: list[tuple[int, int, int]] = []  # (busy until, buffer id, version)
+        self.awake: list[int] = []  # buffer ids
+        self.asleep: list[int] = []  # busy until, and id
         self.waiting = _Waiting()
-        self.soon: list[tuple[int, int, int]] = []  # (busy from, buffer id, version)
+        self.soon: list[int] = []  # busy from, and id
         self.last_start = -1
 
 
@@ -1011,7 +1015,11 @@ def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence
     # bisection rather than a scan of its values.
     starts: list[list[int]] = []
     ends: list[list[int]] = []
-    version: list[int] = []
+    # Where each buffer's current heap entry is (a class's asleep, soon or awake) and the
+    # entry; any other entry of it is stale. An entry is ``time * n + id``.
+    where: list[list[int]] = []
+    entry: list[int] = []
+    n = len(needs) + 1  # (more than any buffer id)
     # symbols -> static factors in ascending order, and their classes in that order
     factors: dict[tuple[str, ...], list[int]] = {}
     ordered: dict[tuple[str, ...], list[_SizeClass]] = {}
@@ -1044,42 +1052,45 @@ def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence
     for x in visit:
         start, end = spans[x]
         need = needs[x]
-        found = None
+        found = -1
         visiting = visits.get(id(need))
         if visiting is None:
             visiting = visits[id(need)] = classes(need)
         for c in visiting:
+            asleep, soon, awake = c.asleep, c.soon, c.awake
             if start < c.last_start:  # a new run of queries: wake every buffer
-                for _, b, ver in c.asleep:
-                    if ver == version[b]:
-                        version[b] += 1
-                        heappush(c.awake, (b, version[b]))
-                c.asleep.clear()
-                for _, b, ver in c.soon:
-                    if ver == version[b]:
-                        version[b] += 1
-                        heappush(c.awake, (b, version[b]))
-                c.soon.clear()
+                for heap in (asleep, soon):
+                    for e in heap:
+                        b = e % n
+                        if where[b] is heap and entry[b] == e:
+                            where[b], entry[b] = awake, b
+                            heappush(awake, b)
+                asleep.clear()
+                soon.clear()
                 c.waiting.clear()
             c.last_start = start
-            asleep, soon, awake = c.asleep, c.soon, c.awake
-            while asleep and asleep[0][0] < start:
-                _, b, ver = heappop(asleep)
-                if ver == version[b]:
-                    version[b] += 1
-                    heappush(awake, (b, version[b]))
-            while soon and soon[0][0] <= start:
-                _, b, ver = heappop(soon)
-                if ver == version[b]:
-                    c.waiting.set(b, -1)
-                    version[b] += 1
-                    heappush(awake, (b, version[b]))
+            ends_before = start * n  # (an entry of a time before start is below this)
+            while asleep and asleep[0] < ends_before:
+                e = heappop(asleep)
+                b = e % n
+                if where[b] is asleep and entry[b] == e:
+                    where[b], entry[b] = awake, b
+                    heappush(awake, b)
+            if soon:
+                ends_before += n  # (of a time by start)
+                while soon and soon[0] < ends_before:
+                    e = heappop(soon)
+                    b = e % n
+                    if where[b] is soon and entry[b] == e:
+                        c.waiting.set(b, -1)
+                        where[b], entry[b] = awake, b
+                        heappush(awake, b)
             later = c.waiting.first_after(end) if soon else None
             while awake:
-                b, ver = awake[0]
+                b = awake[0]
                 if later is not None and b > later:
                     break
-                if ver != version[b]:
+                if where[b] is not awake:
                     heappop(awake)
                     continue
                 # an interval of b overlapping [start, end], if any: the one holding
@@ -1088,31 +1099,33 @@ def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence
                 bs = starts[b]
                 i = bisect_left(bs, start)
                 if i and ends[b][i - 1] >= start:
-                    busy_from, busy_until = bs[i - 1], ends[b][i - 1]
-                elif i < len(bs) and bs[i] <= end:
-                    busy_from, busy_until = bs[i], ends[b][i]
-                else:
+                    i -= 1
+                elif i == len(bs) or bs[i] > end:
                     found = b
                     break
                 heappop(awake)
-                version[b] += 1
-                if busy_from <= start:
-                    heappush(asleep, (busy_until, b, version[b]))
-                else:  # busy from busy_from, which is by ``end``: not free for this query
-                    heappush(soon, (busy_from, b, version[b]))
-                    c.waiting.set(b, busy_from)
-            if found is None and later is not None:
+                if bs[i] <= start:  # busy until the interval's end: asleep
+                    e = ends[b][i] * n + b
+                    heappush(asleep, e)
+                    where[b], entry[b] = asleep, e
+                else:  # busy from its start, which is by ``end``: not free for this query
+                    e = bs[i] * n + b
+                    heappush(soon, e)
+                    where[b], entry[b] = soon, e
+                    c.waiting.set(b, bs[i])
+            if found < 0 and later is not None:
                 found = later
                 c.waiting.set(later, -1)
-            if found is not None:
+            if found >= 0:
                 break
-        if found is None:
+        if found < 0:
             found = len(sizes)
             sizes.append(need)
             held.append([])
             starts.append([])
             ends.append([])
-            version.append(0)
+            where.append([])
+            entry.append(-1)
             c = home(need, start)
         elif sizes[found].static_factor < need.static_factor:  # grown
             sizes[found] = need
@@ -1121,8 +1134,9 @@ def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence
         # its class, which was queried at ``start`` (the first class the search visits
         # is the one of ``need``), so its next queries start there or later, or begin a
         # new run. Its other entries are stale now.
-        version[found] += 1
-        heappush(c.asleep, (end, found, version[found]))
+        e = end * n + found
+        heappush(c.asleep, e)
+        where[found], entry[found] = c.asleep, e
         held[found].append(x)
         bs = starts[found]
         if not bs or bs[-1] < start:
