@@ -242,7 +242,8 @@ class MemoryPlan:
                         value_bytes: ValueBytes | None = None) -> int:
         """Max over the schedule of the bytes of root values live at once (each rounded
         up to ALIGN, so ``arena_bytes >= peak_live_bytes`` always)."""
-        return _peak(self.live, lambda v: self.value_bytes(v, bindings, value_bytes))
+        return _peak(self.live, {v: self.value_bytes(v, bindings, value_bytes)
+                                 for v in self.live})
 
     def no_reuse_bytes(self, bindings: Mapping[str, int],
                        value_bytes: ValueBytes | None = None) -> int:
@@ -456,12 +457,21 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     info = _Info(graph)
     # the sizes of the arena values that may be roots (views take none of their own), and
     # their bytes at the nominal binding (``_nominal``: every symbol NOMINAL_SYMBOL)
-    sizes = {v: Size.of(v.type) for v in info.arena if v not in info.static_view}
-    size = {v: s.nominal_bytes for v, s in sizes.items()}
+    sizes: dict[Value, Size] = {}
+    size: dict[Value, int] = {}
+    of_type: dict[int, Size] = {}  # id of a type -> its size (values share a few types)
+    static_view = info.static_view
+    for v in info.arena:
+        if v not in static_view:
+            s = of_type.get(id(v.type))
+            if s is None:
+                s = of_type[id(v.type)] = Size.of(v.type)
+            sizes[v] = s
+            size[v] = s.nominal_bytes
     best: tuple[int, list[Op], _Aliases] | None = None
     for order in (_greedy_schedule(graph, info, size), _original_schedule(info)):
         aliases = _Aliases(graph, order, info)
-        peak = _peak(aliases.live, size.__getitem__, len(order))
+        peak = _peak(aliases.live, size, len(order))
         if best is None or peak < best[0]:
             best = (peak, order, aliases)
     assert best is not None
@@ -513,7 +523,7 @@ class _Info:
         # view result -> the storage it reads (its input's, through chains of views)
         self.storage: dict[Value, Value] = {v: self.storage_key(v) for v in self.static_view}
         self._in_place: dict[Value, bool] = {}
-        self._effects: dict[str, bool] = {}  # kind -> has_effect of its ops without regions
+        self.effects: dict[str, bool] = {}  # kind -> has_effect of its ops without regions
         self._pure_owners: set[str] = set()  # kinds of ops with regions that had no effect
         self._steps: dict[Op, list[tuple[Value, int, Any]]] | None = None
 
@@ -528,7 +538,7 @@ class _Info:
         """``dce.has_effect(op)``, asked once per kind of the ops without regions; an op
         with regions is asked about itself until one of its kind has no effect (then
         its kind has none of its own, and its regions' ops decide)."""
-        effects = self._effects
+        effects = self.effects
         if not op.regions:
             known = effects.get(op.kind)
             if known is None:
@@ -557,10 +567,10 @@ class _Info:
     def steps(self) -> dict[Op, list[tuple[Value, int, Any]]]:
         """Per op, what ``_Aliases`` does with each of its results that matters, worked
         out once for both schedules: ``(r, _VIEW, its input)``; ``(r, _IN_PLACE, the
-        operands it may overwrite)`` for a static arena value: those of its type if the
-        op may write it in place at all (``_can_write_in_place``), else none; ``(r,
-        _ROOT, None)`` for a dynamic one. Results outside the arena that are no views
-        are left out (nothing lives there)."""
+        operands it might overwrite)`` for a static arena value: those of its type (none
+        where the op has several results: see ``_can_write_in_place``); ``(r, _ROOT,
+        None)`` for a dynamic one. Results outside the arena that are no views are left
+        out (nothing lives there)."""
         if self._steps is None:
             steps: dict[Op, list[tuple[Value, int, Any]]] = {}
             arena, static_view, dynamic = self.arena, self.static_view, self.dynamic_set
@@ -572,11 +582,12 @@ class _Info:
                     elif r in arena:
                         if r in dynamic:
                             acts.append((r, _ROOT, None))
-                        else:  # (the operands of its type, if the op may overwrite one)
+                        elif len(op.results) == 1:  # (ops of several results never do)
                             rt = r.type
                             acts.append((r, _IN_PLACE, [
-                                src for src in op.inputs if src.type is rt or src.type == rt]
-                                if self.can_write_in_place(op, r) else ()))
+                                src for src in op.inputs if src.type is rt or src.type == rt]))
+                        else:
+                            acts.append((r, _IN_PLACE, ()))
                 if acts:
                     steps[op] = acts
             self._steps = steps
@@ -603,9 +614,17 @@ def _can_write_in_place(op: Op, r: Value) -> bool:
         if op.attrs.get("kind") != "loop":
             return False
         shape = r.type.shape
-        shapes = {u.type.shape for region in op.regions
-                  for u in [*region.args, *(x for o in region.ops for x in o.results)]}
-        return all(_no_larger(s, shape) for s in shapes if s != shape)
+        for region in op.regions:
+            for u in region.args:
+                s = u.type.shape
+                if s is not shape and s != shape and not _no_larger(s, shape):
+                    return False
+            for o in region.ops:
+                for u in o.results:
+                    s = u.type.shape
+                    if s is not shape and s != shape and not _no_larger(s, shape):
+                        return False
+        return True
     return lookup(op.kind).has(ELEMENTWISE)
 
 
@@ -646,18 +665,19 @@ class _Aliases:
                         continue
                 else:
                     root = r
-                    # the first operand r may overwrite (``_Info.steps``) that is in the
-                    # arena and dies here (it and its aliases used last by op, at t)
+                    # the first operand r may overwrite: of r's type (``_Info.steps``),
+                    # in the arena, dying here (it and its aliases used last by op, at t)
                     for src in arg or ():
                         home = alias_get(src, src)
                         if (home in arena and last_get(home, -1) <= t
                                 and (taken is None or home not in taken)
                                 and home not in dynamic):
-                            root = alias_of[r] = home
-                            self.in_place[r] = src
-                            if taken is None:
-                                taken = set()
-                            taken.add(home)
+                            if info.can_write_in_place(op, r):
+                                root = alias_of[r] = home
+                                self.in_place[r] = src
+                                if taken is None:
+                                    taken = set()
+                                taken.add(home)
                             break
                 used = use_get(r, -1)
                 if root in first:
@@ -669,15 +689,15 @@ class _Aliases:
                      for root, t in first.items()}
 
 
-def _peak(live: Mapping[Value, tuple[int, int]], size: Callable[[Value], int],
+def _peak(live: Mapping[Value, tuple[int, int]], size: Mapping[Value, int],
           length: int | None = None) -> int:
-    """Max over positions of the summed ``size(v)`` of the values live there
-    (``length``: a bound on the positions, such as the schedule's length, if known)."""
+    """Max over positions of the summed ``size[v]`` of the values live there (``length``:
+    a bound on the positions, such as the schedule's length, if known)."""
     if length is None:
         length = max((b for _, b in live.values()), default=-1) + 1
     events = [0] * (length + 1)  # per position, the bytes coming live there less those freed
     for v, (a, b) in live.items():
-        n = size(v)
+        n = size[v]
         events[a] += n
         events[b + 1] -= n
     return max(accumulate(events, initial=0))
@@ -706,30 +726,22 @@ def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> li
     producer = {r: i for i, op in enumerate(ops) for r in op.results}
     waiting = [0] * n  # per op, its dependencies not yet scheduled
     dependents: list[list[int]] = [[] for _ in ops]
-    # The storage keys (views resolved) that have an arena size, by number: per op, its
-    # inputs' keys; per key, its bytes, the ops and variable writes still to use it, and
-    # the ops that use it (in order).
-    number: dict[Value, int] = {}  # key -> its number; -1: no arena size
-    key_bytes: list[int] = []
+    # The storage keys (views resolved) that have an arena size (the roots ``size``
+    # gives), by number: per op, its inputs' keys; per key, its bytes, the ops and
+    # variable writes still to use it, and the ops that use it (in order).
+    keyed = list(size)
+    key_bytes = list(size.values())
+    number = {k: key for key, k in enumerate(keyed)}  # (views: their storage's number)
+    for v, k in info.storage.items():
+        if k in number:
+            number[v] = number[k]
     keys_of: list[list[int]] = []
-    remaining: list[int] = []
-    users: list[list[int]] = []
-    storage_get, number_get, size_get = info.storage.get, number.get, size.get
-    producer_get = producer.get
-
-    def new_key(k: Value) -> int:
-        b = size_get(k)
-        if b is None:
-            number[k] = -1
-            return -1
-        key = number[k] = len(key_bytes)
-        key_bytes.append(b)
-        remaining.append(0)
-        users.append([])
-        return key
+    remaining = [0] * len(keyed)
+    users: list[list[int]] = [[] for _ in keyed]
+    number_get, producer_get = number.get, producer.get
 
     previous_ordered = -1
-    effect = info.has_effect
+    effect, effects_get = info.has_effect, info.effects.get
     for i, op in enumerate(ops):
         deps: list[int] = []
         keys: list[int] = []
@@ -737,13 +749,13 @@ def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> li
             p = producer_get(v)
             if p is not None and p not in deps:
                 deps.append(p)
-            k = storage_get(v, v)
-            key = number_get(k)
-            if key is None:
-                key = new_key(k)
+            key = number_get(v, -1)
             if key >= 0 and key not in keys:
                 keys.append(key)
-        if effect(op):  # (``_keeps_order``: the writes are not among ``ops``)
+        ordered = None if op.regions else effects_get(op.kind)
+        if ordered is None:
+            ordered = effect(op)
+        if ordered:  # (``_keeps_order``: the writes are not among ``ops``)
             if previous_ordered >= 0 and previous_ordered not in deps:
                 deps.append(previous_ordered)
             previous_ordered = i
@@ -757,10 +769,7 @@ def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> li
     for op in writes:
         keys = []
         for v in op.inputs:
-            k = storage_get(v, v)
-            key = number_get(k)
-            if key is None:
-                key = new_key(k)
+            key = number_get(v, -1)
             if key >= 0 and key not in keys:
                 keys.append(key)
                 remaining[key] += 1
@@ -771,14 +780,14 @@ def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> li
     # frees only grows: a key's count of users to come drops to 1 once, and then the one
     # op left gains its bytes.
     cost = [0] * n
-    for r, i in producer.items():
-        key = number_get(r)
-        if key is not None and key >= 0:  # (used, and so in ``size``)
-            cost[i] += key_bytes[key]
     for key, left in enumerate(remaining):
-        if left == 1:
-            for j in users[key]:
-                cost[j] -= key_bytes[key]
+        if left:  # (used)
+            i = producer_get(keyed[key], -1)
+            if i >= 0:
+                cost[i] += key_bytes[key]
+            if left == 1:
+                for j in users[key]:
+                    cost[j] -= key_bytes[key]
 
     # So the ready ops sit in a heap by (cost, index), each entry one int (cost * n +
     # index, which orders as the pair does), and an op is pushed again when its gain
