@@ -1085,6 +1085,7 @@ def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence
                 if where[b] is asleep and entry[b] == e:
                     where[b], entry[b] = awake, b
                     heappush(awake, b)
+            later = None
             if soon:
                 ends_before += n  # (of a time by start)
                 while soon and soon[0] < ends_before:
@@ -1094,7 +1095,14 @@ def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence
                         c.waiting.set(b, -1)
                         where[b], entry[b] = awake, b
                         heappush(awake, b)
-            later = c.waiting.first_after(end) if soon else None
+                if soon and c.waiting.tree[1] > end:  # (else none is free past end)
+                    later = c.waiting.first_after(end)
+            if not awake:
+                if later is not None:
+                    found = later
+                    c.waiting.set(later, -1)
+                    break
+                continue
             while awake:
                 b = awake[0]
                 if later is not None and b > later:
