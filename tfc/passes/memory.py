@@ -470,8 +470,8 @@ def plan_memory(graph: Graph) -> MemoryPlan:
             size[v] = s.nominal_bytes
     best: tuple[int, list[Op], _Aliases] | None = None
     for order in (_greedy_schedule(graph, info, size), _original_schedule(info)):
-        aliases = _Aliases(graph, order, info)
-        peak = _peak(aliases.live, size, len(order))
+        aliases = _Aliases(graph, order, info, size)
+        peak = aliases.peak
         if best is None or peak < best[0]:
             best = (peak, order, aliases)
     assert best is not None
@@ -567,10 +567,11 @@ class _Info:
     def steps(self) -> dict[Op, list[tuple[Value, int, Any]]]:
         """Per op, what ``_Aliases`` does with each of its results that matters, worked
         out once for both schedules: ``(r, _VIEW, its input)``; ``(r, _IN_PLACE, the
-        operands it might overwrite)`` for a static arena value: those of its type (none
-        where the op has several results: see ``_can_write_in_place``); ``(r, _ROOT,
-        None)`` for a dynamic one. Results outside the arena that are no views are left
-        out (nothing lives there)."""
+        operands of its type)`` for a static arena value that may be written in place
+        (``_can_write_in_place``; for a loop fusion, whose answer walks its region, that
+        is asked only where an operand qualifies); ``(r, _ROOT, None)`` for any other
+        arena value. Results outside the arena that are no views are left out (nothing
+        lives there)."""
         if self._steps is None:
             steps: dict[Op, list[tuple[Value, int, Any]]] = {}
             arena, static_view, dynamic = self.arena, self.static_view, self.dynamic_set
@@ -580,14 +581,15 @@ class _Info:
                     if r in static_view:
                         acts.append((r, _VIEW, static_view[r]))
                     elif r in arena:
-                        if r in dynamic:
+                        if r in dynamic or not (
+                                len(op.results) == 1 and (
+                                    op.kind == "fusion" and op.attrs.get("kind") == "loop"
+                                    or self.can_write_in_place(op, r))):
                             acts.append((r, _ROOT, None))
-                        elif len(op.results) == 1:  # (ops of several results never do)
+                        else:
                             rt = r.type
                             acts.append((r, _IN_PLACE, [
                                 src for src in op.inputs if src.type is rt or src.type == rt]))
-                        else:
-                            acts.append((r, _IN_PLACE, ()))
                 if acts:
                     steps[op] = acts
             self._steps = steps
@@ -641,7 +643,11 @@ def _no_larger(u: tuple[int | str, ...], r: tuple[int | str, ...]) -> bool:
 class _Aliases:
     """Views, in-place results and live intervals of the roots, for one schedule."""
 
-    def __init__(self, graph: Graph, order: Sequence[Op], info: _Info) -> None:
+    peak: int  # the peak of the roots' live bytes (when their sizes are given)
+
+    def __init__(self, graph: Graph, order: Sequence[Op], info: _Info,
+                 size: Mapping[Value, int] | None = None) -> None:
+        """(``size``: the roots' bytes, for ``peak``: the peak live bytes.)"""
         alias_of: dict[Value, Value] = {}
         self.alias_of = alias_of
         self.in_place: dict[Value, Value] = {}
@@ -685,8 +691,23 @@ class _Aliases:
                         last[root] = used
                 else:
                     first[root], last[root] = t, used
-        self.live = {root: (t, last[root] if last[root] > t else t)
-                     for root, t in first.items()}
+        if size is None:
+            self.live = {root: (t, last[root] if last[root] > t else t)
+                         for root, t in first.items()}
+            return
+        # and the peak of the roots' ``size`` (``_peak``), in the same walk
+        live: dict[Value, tuple[int, int]] = {}
+        events = [0] * (len(order) + 1)
+        for root, t in first.items():
+            end = last[root]
+            if end < t:
+                end = t
+            live[root] = (t, end)
+            n = size[root]
+            events[t] += n
+            events[end + 1] -= n
+        self.live = live
+        self.peak = max(accumulate(events, initial=0))
 
 
 def _peak(live: Mapping[Value, tuple[int, int]], size: Mapping[Value, int],
@@ -838,8 +859,9 @@ def _assign_buffers(live: Mapping[Value, tuple[int, int]], order: Sequence[Op],
     orders: by definition (linear scan) and largest first (which packs big values
     tightly). Then the ``dynamic`` values, in dynamic buffers of their own after those.
     (``sizes``: the size of every root.)"""
-    # the roots in order of definition (position in the schedule, then result index)
-    defined = [r for op in order for r in op.results if r in live]
+    # the roots in order of definition (position in the schedule, then result index):
+    # as ``_Aliases`` puts them in ``live``, each at its definition
+    defined = list(live)
     by_time = [v for v in defined if v not in dynamic] if dynamic else defined
     spans = [live[v] for v in by_time]
     needs = [sizes[v] for v in by_time]
