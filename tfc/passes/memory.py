@@ -60,10 +60,10 @@ import bisect
 import heapq
 import math
 from collections import Counter
-from itertools import accumulate
+from itertools import accumulate, chain
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import AbstractSet, Any, Callable, ClassVar, Mapping, Sequence
+from typing import AbstractSet, Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value
@@ -525,7 +525,7 @@ class _Info:
         self._in_place: dict[Value, bool] = {}
         self.effects: dict[str, bool] = {}  # kind -> has_effect of its ops without regions
         self._pure_owners: set[str] = set()  # kinds of ops with regions that had no effect
-        self._steps: dict[Op, list[tuple[Value, int, Any]]] | None = None
+        self._candidates: dict[Value, Sequence[Value]] | None = None
 
     def can_write_in_place(self, op: Op, r: Value) -> bool:
         """``_can_write_in_place``, worked out once per result (both schedules ask)."""
@@ -564,40 +564,25 @@ class _Info:
             v = self.static_view[v]
         return v
 
-    def steps(self) -> dict[Op, list[tuple[Value, int, Any]]]:
-        """Per op, what ``_Aliases`` does with each of its results that matters, worked
-        out once for both schedules: ``(r, _VIEW, its input)``; ``(r, _IN_PLACE, the
-        operands of its type)`` for a static arena value that may be written in place
-        (``_can_write_in_place``; for a loop fusion, whose answer walks its region, that
-        is asked only where an operand qualifies); ``(r, _ROOT, None)`` for any other
-        arena value. Results outside the arena that are no views are left out (nothing
-        lives there)."""
-        if self._steps is None:
-            steps: dict[Op, list[tuple[Value, int, Any]]] = {}
-            arena, static_view, dynamic = self.arena, self.static_view, self.dynamic_set
-            for op in self.ops + self.writes:
-                acts: list[tuple[Value, int, Any]] = []
-                for r in op.results:
-                    if r in static_view:
-                        acts.append((r, _VIEW, static_view[r]))
-                    elif r in arena:
-                        if r in dynamic or not (
-                                len(op.results) == 1 and (
-                                    op.kind == "fusion" and op.attrs.get("kind") == "loop"
-                                    or self.can_write_in_place(op, r))):
-                            acts.append((r, _ROOT, None))
-                        else:
-                            rt = r.type
-                            acts.append((r, _IN_PLACE, [
-                                src for src in op.inputs if src.type is rt or src.type == rt]))
-                if acts:
-                    steps[op] = acts
-            self._steps = steps
-        return self._steps
-
-
-# what ``_Aliases`` does with a result (``_Info.steps``)
-_VIEW, _IN_PLACE, _ROOT = 0, 1, 2
+    def candidates(self) -> dict[Value, Sequence[Value]]:
+        """The static arena values that may be written in place, each with its op's
+        operands (among which ``_Aliases`` looks for one to overwrite), worked out once
+        for both schedules: ``_can_write_in_place`` is asked here, except of loop
+        fusions, whose answer walks their region (``_Aliases`` asks it of those where an
+        operand qualifies)."""
+        if self._candidates is None:
+            candidates: dict[Value, Sequence[Value]] = {}
+            arena, dynamic = self.arena, self.dynamic_set
+            for op in chain(self.ops, self.writes):
+                if len(op.results) != 1:  # (never in place)
+                    continue
+                r = op.results[0]
+                if r in arena and r not in dynamic and (
+                        op.kind == "fusion" and op.attrs.get("kind") == "loop"
+                        or self.can_write_in_place(op, r)):
+                    candidates[r] = op.inputs
+            self._candidates = candidates
+        return self._candidates
 
 
 def _keeps_order(op: Op) -> bool:
@@ -656,35 +641,39 @@ class _Aliases:
         # so far (the aliases defined up to the op at hand: their uses are all known)
         first: dict[Value, int] = {}
         last: dict[Value, int] = {}
-        arena, dynamic = info.arena, info.dynamic_set
-        steps = info.steps().get
+        arena, dynamic, static_view = info.arena, info.dynamic_set, info.static_view
+        candidates = info.candidates().get
         alias_get, last_get, use_get = alias_of.get, last.get, last_use.get
         for t, op in enumerate(order):
-            acts = steps(op)
-            if acts is None:
-                continue
             taken: set[Value] | None = None
-            for r, what, arg in acts:
-                if what == _VIEW:
-                    root = alias_of[r] = alias_get(arg, arg)
+            for r in op.results:
+                if r in static_view:
+                    viewed = static_view[r]
+                    root = alias_of[r] = alias_get(viewed, viewed)
                     if root not in arena:  # (a view of a value outside the arena)
                         continue
-                else:
+                elif r in arena:
                     root = r
-                    # the first operand r may overwrite: of r's type (``_Info.steps``),
-                    # in the arena, dying here (it and its aliases used last by op, at t)
-                    for src in arg or ():
-                        home = alias_get(src, src)
-                        if (home in arena and last_get(home, -1) <= t
-                                and (taken is None or home not in taken)
-                                and home not in dynamic):
-                            if info.can_write_in_place(op, r):
-                                root = alias_of[r] = home
-                                self.in_place[r] = src
-                                if taken is None:
-                                    taken = set()
-                                taken.add(home)
-                            break
+                    # the first operand r may overwrite: in the arena, dying here (it and
+                    # its aliases used last by op, at t), of r's type
+                    srcs = candidates(r)
+                    if srcs is not None:
+                        rt = r.type
+                        for src in srcs:
+                            home = alias_get(src, src)
+                            if (home in arena and last_get(home, -1) <= t
+                                    and (taken is None or home not in taken)
+                                    and home not in dynamic
+                                    and (src.type is rt or src.type == rt)):
+                                if info.can_write_in_place(op, r):
+                                    root = alias_of[r] = home
+                                    self.in_place[r] = src
+                                    if taken is None:
+                                        taken = set()
+                                    taken.add(home)
+                                break
+                else:
+                    continue
                 used = use_get(r, -1)
                 if root in first:
                     if used > last[root]:
@@ -875,11 +864,9 @@ def _assign_buffers(live: Mapping[Value, tuple[int, int]], order: Sequence[Op],
             best = (total, visit, fit)
     assert best is not None
     _, visit, fit = best
-    if visit is by_size:  # (visited by time, each buffer's values are in order already)
-        for held in fit.values:
-            held.sort()
+    # each buffer's values in order of definition (by index, as they were visited by time)
     buffers = [Buffer(b, size, [by_time[i] for i in held])
-               for b, (size, held) in enumerate(zip(fit.sizes, fit.values))]
+               for b, (size, held) in enumerate(zip(fit.sizes, fit.held(range(len(by_time)))))]
     where = fit.buffer_of
     buffer_of = {by_time[i]: where[i] for i in visit}
     if dynamic:
@@ -1014,17 +1001,24 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
     needs = [sizes[v] if sizes is not None else Size.of(v.type) for v in values]
     fit = _fit(range(len(values)), [live[v] for v in values], needs, stats)
     buffers = [Buffer(b, size, [values[i] for i in held])
-               for b, (size, held) in enumerate(zip(fit.sizes, fit.values))]
+               for b, (size, held) in enumerate(zip(fit.sizes, fit.held(range(len(values)))))]
     return buffers, dict(zip(values, fit.buffer_of))
 
 
 @dataclass
 class _Fit:
-    """``_fit``'s buffers: each one's size and values (as indices), and each value's buffer."""
+    """``_fit``'s buffers: each one's size, and each value's buffer (values as indices)."""
 
     sizes: list[Size]
-    values: list[list[int]]
     buffer_of: list[int]
+
+    def held(self, values: Iterable[int]) -> list[list[int]]:
+        """Each buffer's values among ``values``, in that order."""
+        held: list[list[int]] = [[] for _ in self.sizes]
+        buffer_of = self.buffer_of
+        for x in values:
+            held[buffer_of[x]].append(x)
+        return held
 
 
 def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence[Size],
@@ -1039,7 +1033,6 @@ def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence
     buffers in the order of preference and skips the busy ones, instead of testing every
     buffer for every value (1.5 M interval tests for a 256-layer MLP)."""
     sizes: list[Size] = []
-    held: list[list[int]] = []
     buffer_of = [0] * len(needs)
     # Each buffer's intervals, sorted by start (they are disjoint, so their starts are
     # distinct): their starts and their ends, so whether a value overlaps a buffer is a
@@ -1050,6 +1043,7 @@ def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence
     # entry; any other entry of it is stale. An entry is ``time * n + id``.
     where: list[list[int]] = []
     entry: list[int] = []
+    nowhere: list[int] = []  # (where a new buffer's entry is: no heap)
     n = len(needs) + 1  # (more than any buffer id)
     # symbols -> static factors in ascending order, and their classes in that order
     factors: dict[tuple[str, ...], list[int]] = {}
@@ -1160,10 +1154,9 @@ def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence
         if found < 0:
             found = len(sizes)
             sizes.append(need)
-            held.append([])
             starts.append([])
             ends.append([])
-            where.append([])
+            where.append(nowhere)
             entry.append(-1)
             c = home(need, start)
         elif sizes[found].static_factor < need.static_factor:  # grown
@@ -1176,7 +1169,6 @@ def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence
         e = end * n + found
         heappush(c.asleep, e)
         where[found], entry[found] = c.asleep, e
-        held[found].append(x)
         bs = starts[found]
         if not bs or bs[-1] < start:
             bs.append(start)
@@ -1188,7 +1180,7 @@ def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence
         buffer_of[x] = found
     if stats is not None:
         stats["interval_tests"] = stats.get("interval_tests", 0) + tests
-    return _Fit(sizes, held, buffer_of)
+    return _Fit(sizes, buffer_of)
 
 
 # ---- the report -------------------------------------------------------------------------
