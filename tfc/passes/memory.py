@@ -60,9 +60,9 @@ import bisect
 import heapq
 import math
 from collections import Counter
-from itertools import accumulate, chain
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
+from itertools import accumulate, chain
 from typing import AbstractSet, Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 from tfc.errors import TfcError
@@ -477,7 +477,7 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     assert best is not None
     _, order, aliases = best
     graph.ops = order
-    buffers, buffer_of = _assign_buffers(aliases.live, order, sizes, info.dynamic_set)
+    buffers, buffer_of = _assign_buffers(aliases.live, sizes, info.dynamic_set)
     return MemoryPlan(graph.name, buffers, buffer_of, aliases.alias_of, aliases.in_place,
                       live=aliases.live,
                       dynamic=[r for op in order for r in op.results if r in info.dynamic_set]
@@ -626,7 +626,8 @@ def _no_larger(u: tuple[int | str, ...], r: tuple[int | str, ...]) -> bool:
 
 
 class _Aliases:
-    """Views, in-place results and live intervals of the roots, for one schedule."""
+    """Views, in-place results and live intervals of the roots, for one schedule (``live``
+    lists the roots in order of definition: each is added where it is defined)."""
 
     peak: int  # the peak of the roots' live bytes (when their sizes are given)
 
@@ -841,15 +842,15 @@ def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> li
 
 # ---- buffer assignment ------------------------------------------------------------------
 
-def _assign_buffers(live: Mapping[Value, tuple[int, int]], order: Sequence[Op],
-                    sizes: Mapping[Value, Size], dynamic: AbstractSet[Value] = frozenset()
+def _assign_buffers(live: Mapping[Value, tuple[int, int]], sizes: Mapping[Value, Size],
+                    dynamic: AbstractSet[Value] = frozenset()
                     ) -> tuple[list[Buffer], dict[Value, int]]:
-    """Best fit over live intervals; the better (at the nominal binding) of two visiting
+    """Best fit over live intervals (``live``: of every root, in order of definition, as
+    ``_Aliases`` gives them); the better (at the nominal binding) of two visiting
     orders: by definition (linear scan) and largest first (which packs big values
     tightly). Then the ``dynamic`` values, in dynamic buffers of their own after those.
     (``sizes``: the size of every root.)"""
-    # the roots in order of definition (position in the schedule, then result index):
-    # as ``_Aliases`` puts them in ``live``, each at its definition
+    # the roots in order of definition (position in the schedule, then result index)
     defined = list(live)
     by_time = [v for v in defined if v not in dynamic] if dynamic else defined
     spans = [live[v] for v in by_time]
