@@ -62,7 +62,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import AbstractSet, Any, Callable, ClassVar, Mapping, Sequence
+from itertools import accumulate, chain
+from typing import AbstractSet, Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value
@@ -187,9 +188,15 @@ class MemoryPlan:
     live: dict[Value, tuple[int, int]] = field(default_factory=dict, repr=False)
     # Arena values whose size is unknown before the run ('?'): in dynamic buffers.
     dynamic: list[Value] = field(default_factory=list)
-    # Printed names of the graph's values (as `tfc ir` shows them), for the report.
-    names: dict[Value, str] = field(default_factory=dict, repr=False)
+    # The graph's args and its ops in schedule order, as planned: what ``names`` are
+    # worked out from (when asked: only the report and its readers need them).
+    named: tuple[Sequence[Value], Sequence[Op]] = field(default=((), ()), repr=False)
     ALIGN: ClassVar[int] = 64
+
+    @cached_property
+    def names(self) -> dict[Value, str]:
+        """Printed names of the graph's values (as `tfc ir` shows them), for the report."""
+        return _names(*self.named)
 
     def root(self, v: Value) -> Value:
         """The value whose storage ``v`` uses (``v`` itself unless it is an alias)."""
@@ -235,7 +242,8 @@ class MemoryPlan:
                         value_bytes: ValueBytes | None = None) -> int:
         """Max over the schedule of the bytes of root values live at once (each rounded
         up to ALIGN, so ``arena_bytes >= peak_live_bytes`` always)."""
-        return _peak(self.live, lambda v: self.value_bytes(v, bindings, value_bytes))
+        return _peak(self.live, {v: self.value_bytes(v, bindings, value_bytes)
+                                 for v in self.live})
 
     def no_reuse_bytes(self, bindings: Mapping[str, int],
                        value_bytes: ValueBytes | None = None) -> int:
@@ -376,7 +384,7 @@ def _plan_from_json(graph: Graph, data: Any) -> MemoryPlan:
     for buf in buffers:
         _check_buffer(buf, live, info.dynamic_set, fits)
     return MemoryPlan(graph.name, buffers, buffer_of, alias_of, in_place, live=live,
-                      dynamic=dynamic, names=_names(graph))
+                      dynamic=dynamic, named=(tuple(graph.args), tuple(graph.ops)))
 
 
 def _check_buffer(buf: Buffer, live: Mapping[Value, tuple[int, int]],
@@ -449,22 +457,32 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     info = _Info(graph)
     # the sizes of the arena values that may be roots (views take none of their own), and
     # their bytes at the nominal binding (``_nominal``: every symbol NOMINAL_SYMBOL)
-    sizes = {v: Size.of(v.type) for v in info.arena if v not in info.static_view}
-    size = {v: s.nominal_bytes for v, s in sizes.items()}
+    sizes: dict[Value, Size] = {}
+    size: dict[Value, int] = {}
+    of_type: dict[int, Size] = {}  # id of a type -> its size (values share a few types)
+    static_view = info.static_view
+    for v in info.arena:
+        if v not in static_view:
+            s = of_type.get(id(v.type))
+            if s is None:
+                s = of_type[id(v.type)] = Size.of(v.type)
+            sizes[v] = s
+            size[v] = s.nominal_bytes
     best: tuple[int, list[Op], _Aliases] | None = None
-    for order in (_greedy_schedule(graph, info, size), _original_schedule(graph)):
-        aliases = _Aliases(graph, order, info)
-        peak = _peak(aliases.live, size.__getitem__)
+    for order in (_greedy_schedule(graph, info, size), _original_schedule(info)):
+        aliases = _Aliases(graph, order, info, size)
+        peak = aliases.peak
         if best is None or peak < best[0]:
             best = (peak, order, aliases)
     assert best is not None
     _, order, aliases = best
     graph.ops = order
-    buffers, buffer_of = _assign_buffers(aliases.live, order, sizes, info.dynamic_set)
+    buffers, buffer_of = _assign_buffers(aliases.live, sizes, info.dynamic_set)
     return MemoryPlan(graph.name, buffers, buffer_of, aliases.alias_of, aliases.in_place,
                       live=aliases.live,
-                      dynamic=[r for op in order for r in op.results if r in info.dynamic_set],
-                      names=_names(graph))
+                      dynamic=[r for op in order for r in op.results if r in info.dynamic_set]
+                      if info.dynamic_set else [],
+                      named=(tuple(graph.args), tuple(order)))
 
 
 # ---- what lives where -------------------------------------------------------------------
@@ -477,13 +495,23 @@ class _Info:
         self.arena: set[Value] = set()  # arena values (roots and aliases alike)
         self.dynamic: list[Value] = []  # arena values with a '?' dim (not views)
         self.static_view: dict[Value, Value] = {}  # view result -> its input
+        # the graph's ops in order, the variable writes (which run last) apart
+        self.ops: list[Op] = []
+        self.writes: list[Op] = []
+        # per kind: (a VIEW op, a variable write), each asked of the registry once
+        traits: dict[str, tuple[bool, bool]] = {}
         for op in graph.ops:
-            if lookup(op.kind).has(VIEW) and op.results:
+            kind = op.kind
+            known = traits.get(kind)
+            if known is None:
+                known = traits[kind] = (lookup(kind).has(VIEW), writes_variable(op))
+            (self.writes if known[1] else self.ops).append(op)
+            if known[0] and op.results:
                 # A fetched view too: backends read it, as any view, from its input's
                 # storage (its copy into the output array is made when it is defined),
                 # so its later uses keep that storage live.
                 self.static_view[op.results[0]] = op.inputs[0]
-            if op.kind in EXTERNAL_OPS:
+            if kind in EXTERNAL_OPS:
                 continue
             for r in op.results:
                 if r in fetched:
@@ -495,6 +523,9 @@ class _Info:
         # view result -> the storage it reads (its input's, through chains of views)
         self.storage: dict[Value, Value] = {v: self.storage_key(v) for v in self.static_view}
         self._in_place: dict[Value, bool] = {}
+        self.effects: dict[str, bool] = {}  # kind -> has_effect of its ops without regions
+        self._pure_owners: set[str] = set()  # kinds of ops with regions that had no effect
+        self._candidates: dict[Value, Sequence[Value]] | None = None
 
     def can_write_in_place(self, op: Op, r: Value) -> bool:
         """``_can_write_in_place``, worked out once per result (both schedules ask)."""
@@ -503,11 +534,55 @@ class _Info:
             known = self._in_place[r] = _can_write_in_place(op, r)
         return known
 
+    def has_effect(self, op: Op) -> bool:
+        """``dce.has_effect(op)``, asked once per kind of the ops without regions; an op
+        with regions is asked about itself until one of its kind has no effect (then
+        its kind has none of its own, and its regions' ops decide)."""
+        effects = self.effects
+        if not op.regions:
+            known = effects.get(op.kind)
+            if known is None:
+                known = effects[op.kind] = has_effect(op)
+            return known
+        if op.kind not in self._pure_owners:
+            known = has_effect(op)
+            if not known:
+                self._pure_owners.add(op.kind)
+            return known
+        for region in op.regions:
+            for o in region.ops:
+                inner = None if o.regions else effects.get(o.kind)
+                if inner is None:
+                    inner = self.has_effect(o)
+                if inner:
+                    return True
+        return False
+
     def storage_key(self, v: Value) -> Value:
         """``v``'s storage as far as views tell (in-place is decided per schedule)."""
         while v in self.static_view:
             v = self.static_view[v]
         return v
+
+    def candidates(self) -> dict[Value, Sequence[Value]]:
+        """The static arena values that may be written in place, each with its op's
+        operands (among which ``_Aliases`` looks for one to overwrite), worked out once
+        for both schedules: ``_can_write_in_place`` is asked here, except of loop
+        fusions, whose answer walks their region (``_Aliases`` asks it of those where an
+        operand qualifies)."""
+        if self._candidates is None:
+            candidates: dict[Value, Sequence[Value]] = {}
+            arena, dynamic = self.arena, self.dynamic_set
+            for op in chain(self.ops, self.writes):
+                if len(op.results) != 1:  # (never in place)
+                    continue
+                r = op.results[0]
+                if r in arena and r not in dynamic and (
+                        op.kind == "fusion" and op.attrs.get("kind") == "loop"
+                        or self.can_write_in_place(op, r)):
+                    candidates[r] = op.inputs
+            self._candidates = candidates
+        return self._candidates
 
 
 def _keeps_order(op: Op) -> bool:
@@ -526,9 +601,17 @@ def _can_write_in_place(op: Op, r: Value) -> bool:
         if op.attrs.get("kind") != "loop":
             return False
         shape = r.type.shape
-        shapes = {u.type.shape for region in op.regions
-                  for u in [*region.args, *(x for o in region.ops for x in o.results)]}
-        return all(_no_larger(s, shape) for s in shapes if s != shape)
+        for region in op.regions:
+            for u in region.args:
+                s = u.type.shape
+                if s is not shape and s != shape and not _no_larger(s, shape):
+                    return False
+            for o in region.ops:
+                for u in o.results:
+                    s = u.type.shape
+                    if s is not shape and s != shape and not _no_larger(s, shape):
+                        return False
+        return True
     return lookup(op.kind).has(ELEMENTWISE)
 
 
@@ -543,64 +626,92 @@ def _no_larger(u: tuple[int | str, ...], r: tuple[int | str, ...]) -> bool:
 
 
 class _Aliases:
-    """Views, in-place results and live intervals of the roots, for one schedule."""
+    """Views, in-place results and live intervals of the roots, for one schedule (``live``
+    lists the roots in order of definition: each is added where it is defined)."""
 
-    def __init__(self, graph: Graph, order: Sequence[Op], info: _Info) -> None:
+    peak: int  # the peak of the roots' live bytes (when their sizes are given)
+
+    def __init__(self, graph: Graph, order: Sequence[Op], info: _Info,
+                 size: Mapping[Value, int] | None = None) -> None:
+        """(``size``: the roots' bytes, for ``peak``: the peak live bytes.)"""
         alias_of: dict[Value, Value] = {}
         self.alias_of = alias_of
         self.in_place: dict[Value, Value] = {}
-        last_use: dict[Value, int] = {}
-        for t, op in enumerate(order):
-            for v in op.inputs:
-                last_use[v] = t
+        last_use = {v: t for t, op in enumerate(order) for v in op.inputs}
         # arena root -> where it is defined, and the last use of it or of an alias of it
         # so far (the aliases defined up to the op at hand: their uses are all known)
         first: dict[Value, int] = {}
         last: dict[Value, int] = {}
-        arena, static_view, dynamic = info.arena, info.static_view, info.dynamic_set
+        arena, dynamic, static_view = info.arena, info.dynamic_set, info.static_view
+        candidates = info.candidates().get
+        alias_get, last_get, use_get = alias_of.get, last.get, last_use.get
         for t, op in enumerate(order):
-            taken: set[Value] = set()
+            taken: set[Value] | None = None
             for r in op.results:
                 if r in static_view:
                     viewed = static_view[r]
-                    alias_of[r] = alias_of.get(viewed, viewed)
-                elif r in arena and r not in dynamic:
+                    root = alias_of[r] = alias_get(viewed, viewed)
+                    if root not in arena:  # (a view of a value outside the arena)
+                        continue
+                elif r in arena:
+                    root = r
                     # the first operand r may overwrite: in the arena, dying here (it and
                     # its aliases used last by op, at t), of r's type
-                    rt = r.type
-                    for src in op.inputs:
-                        root = alias_of.get(src, src)
-                        if (root in arena and last.get(root, -1) <= t and root not in taken
-                                and root not in dynamic
-                                and (src.type is rt or src.type == rt)):
-                            if info.can_write_in_place(op, r):
-                                alias_of[r], self.in_place[r] = root, src
-                                taken.add(root)
-                            break
-                root = alias_of.get(r, r)
-                if root in arena:
-                    used = last_use.get(r, -1)
-                    if root in first:
-                        if used > last[root]:
-                            last[root] = used
-                    else:
-                        first[root], last[root] = t, used
-        self.live = {root: (t, last[root] if last[root] > t else t)
-                     for root, t in first.items()}
+                    srcs = candidates(r)
+                    if srcs is not None:
+                        rt = r.type
+                        for src in srcs:
+                            home = alias_get(src, src)
+                            if (home in arena and last_get(home, -1) <= t
+                                    and (taken is None or home not in taken)
+                                    and home not in dynamic
+                                    and (src.type is rt or src.type == rt)):
+                                if info.can_write_in_place(op, r):
+                                    root = alias_of[r] = home
+                                    self.in_place[r] = src
+                                    if taken is None:
+                                        taken = set()
+                                    taken.add(home)
+                                break
+                else:
+                    continue
+                used = use_get(r, -1)
+                if root in first:
+                    if used > last[root]:
+                        last[root] = used
+                else:
+                    first[root], last[root] = t, used
+        if size is None:
+            self.live = {root: (t, last[root] if last[root] > t else t)
+                         for root, t in first.items()}
+            return
+        # and the peak of the roots' ``size`` (``_peak``), in the same walk
+        live: dict[Value, tuple[int, int]] = {}
+        events = [0] * (len(order) + 1)
+        for root, t in first.items():
+            end = last[root]
+            if end < t:
+                end = t
+            live[root] = (t, end)
+            n = size[root]
+            events[t] += n
+            events[end + 1] -= n
+        self.live = live
+        self.peak = max(accumulate(events, initial=0))
 
 
-def _peak(live: Mapping[Value, tuple[int, int]], size: Callable[[Value], int]) -> int:
-    """Max over positions of the summed ``size(v)`` of the values live there."""
-    events: dict[int, int] = {}
+def _peak(live: Mapping[Value, tuple[int, int]], size: Mapping[Value, int],
+          length: int | None = None) -> int:
+    """Max over positions of the summed ``size[v]`` of the values live there (``length``:
+    a bound on the positions, such as the schedule's length, if known)."""
+    if length is None:
+        length = max((b for _, b in live.values()), default=-1) + 1
+    events = [0] * (length + 1)  # per position, the bytes coming live there less those freed
     for v, (a, b) in live.items():
-        n = size(v)
-        events[a] = events.get(a, 0) + n
-        events[b + 1] = events.get(b + 1, 0) - n
-    peak = cur = 0
-    for t in sorted(events):
-        cur += events[t]
-        peak = max(peak, cur)
-    return peak
+        n = size[v]
+        events[a] += n
+        events[b + 1] -= n
+    return max(accumulate(events, initial=0))
 
 
 def _nominal(graph: Graph) -> dict[str, int]:
@@ -613,102 +724,117 @@ def _nominal(graph: Graph) -> dict[str, int]:
 
 # ---- scheduling -------------------------------------------------------------------------
 
-def _original_schedule(graph: Graph) -> list[Op]:
+def _original_schedule(info: _Info) -> list[Op]:
     """The given order with the variable writes moved to the end."""
-    return ([op for op in graph.ops if not writes_variable(op)]
-            + [op for op in graph.ops if writes_variable(op)])
+    return info.ops + info.writes
 
 
 def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> list[Op]:
     """List scheduling: among ready ops, the one freeing the most arena bytes net
     (``size``: the arena roots' bytes at the nominal binding)."""
-    ops: list[Op] = []
-    writes: list[Op] = []
-    for op in graph.ops:
-        (writes if writes_variable(op) else ops).append(op)
+    ops, writes = info.ops, info.writes
+    n = len(ops)
     producer = {r: i for i, op in enumerate(ops) for r in op.results}
-    waiting: list[int] = []  # per op, its dependencies not yet scheduled
+    waiting = [0] * n  # per op, its dependencies not yet scheduled
     dependents: list[list[int]] = [[] for _ in ops]
-    # Per op, its inputs' storage keys (views resolved) that have an arena size; per such
-    # key, the ops and variable writes still to use it, and the ops that use it.
-    keys_of: list[list[Value]] = []
-    remaining: dict[Value, int] = {}
-    users: dict[Value, list[int]] = {}
-    storage = info.storage
-    previous_ordered: int | None = None
+    # The storage keys (views resolved) that have an arena size (the roots ``size``
+    # gives), by number: per op, its inputs' keys; per key, its bytes, the ops and
+    # variable writes still to use it, and the ops that use it (in order).
+    keyed = list(size)
+    key_bytes = list(size.values())
+    number = {k: key for key, k in enumerate(keyed)}  # (views: their storage's number)
+    for v, k in info.storage.items():
+        if k in number:
+            number[v] = number[k]
+    keys_of: list[list[int]] = []
+    remaining = [0] * len(keyed)
+    users: list[list[int]] = [[] for _ in keyed]
+    number_get, producer_get = number.get, producer.get
+
+    previous_ordered = -1
+    effect, effects_get = info.has_effect, info.effects.get
     for i, op in enumerate(ops):
-        deps: set[int] = set()
-        keys: set[Value] = set()
+        deps: list[int] = []
+        keys: list[int] = []
         for v in op.inputs:
-            p = producer.get(v)
-            if p is not None:
-                deps.add(p)
-            k = storage.get(v, v)
-            if k in size:
-                keys.add(k)
-        if has_effect(op):  # (``_keeps_order``: the writes are not among ``ops``)
-            if previous_ordered is not None:
-                deps.add(previous_ordered)
+            p = producer_get(v)
+            if p is not None and p not in deps:
+                deps.append(p)
+            key = number_get(v, -1)
+            if key >= 0 and key not in keys:
+                keys.append(key)
+        ordered = None if op.regions else effects_get(op.kind)
+        if ordered is None:
+            ordered = effect(op)
+        if ordered:  # (``_keeps_order``: the writes are not among ``ops``)
+            if previous_ordered >= 0 and previous_ordered not in deps:
+                deps.append(previous_ordered)
             previous_ordered = i
-        waiting.append(len(deps))
+        waiting[i] = len(deps)
         for d in deps:
             dependents[d].append(i)
-        keys_of.append(list(keys))
-        for k in keys:
-            remaining[k] = remaining.get(k, 0) + 1
-            users.setdefault(k, []).append(i)
+        keys_of.append(keys)
+        for key in keys:
+            remaining[key] += 1
+            users[key].append(i)
     for op in writes:
-        for k in {storage.get(v, v) for v in op.inputs}:
-            if k in size:
-                remaining[k] = remaining.get(k, 0) + 1
+        keys = []
+        for v in op.inputs:
+            key = number_get(v, -1)
+            if key >= 0 and key not in keys:
+                keys.append(key)
+                remaining[key] += 1
 
     # An op's gain: the bytes of its inputs' storage that it is the last to use (freed),
-    # less those of its results that are used (alloc). What it allocates stays fixed until
-    # it runs (its results' users depend on it), and what it frees only grows: a key's
-    # count of users to come drops to 1 once, and then the one op left gains its bytes.
-    alloc = [0] * len(ops)
-    for r, i in producer.items():
-        if r in remaining:  # (used, and so in ``size``)
-            alloc[i] += size[r]
-    freed = [0] * len(ops)
-    for k, n in remaining.items():
-        if n == 1:
-            for j in users.get(k, ()):
-                freed[j] += size[k]
+    # less those of its results that are used (alloc); ``cost`` is alloc - freed. What it
+    # allocates stays fixed until it runs (its results' users depend on it), and what it
+    # frees only grows: a key's count of users to come drops to 1 once, and then the one
+    # op left gains its bytes.
+    cost = [0] * n
+    for key, left in enumerate(remaining):
+        if left:  # (used)
+            i = producer_get(keyed[key], -1)
+            if i >= 0:
+                cost[i] += key_bytes[key]
+            if left == 1:
+                for j in users[key]:
+                    cost[j] -= key_bytes[key]
 
-    # So the ready ops sit in a heap by (-gain, index), and an op is pushed again when its
-    # gain grows; an entry whose gain is no longer current is skipped. The op taken is
-    # the one ``max(ready, key=(gain, -index))`` would take, in O(log n).
-    state = [0] * len(ops)  # 0: waiting, 1: ready, 2: scheduled
-    heap: list[tuple[int, int]] = []
-    for i, n in enumerate(waiting):
-        if n == 0:
+    # So the ready ops sit in a heap by (cost, index), each entry one int (cost * n +
+    # index, which orders as the pair does), and an op is pushed again when its gain
+    # grows; an entry whose cost is no longer current is skipped. The op taken is the one
+    # ``max(ready, key=(gain, -index))`` would take, in O(log n).
+    state = [0] * n  # 0: waiting, 1: ready, 2: scheduled
+    heap: list[int] = []
+    for i, w in enumerate(waiting):
+        if w == 0:
             state[i] = 1
-            heap.append((alloc[i] - freed[i], i))
+            heap.append(cost[i] * n + i)
     heapq.heapify(heap)
     heappush, heappop = heapq.heappush, heapq.heappop
     order: list[Op] = []
     while heap:
-        g, i = heappop(heap)
-        if state[i] != 1 or g != alloc[i] - freed[i]:
+        e = heappop(heap)
+        i = e % n
+        if state[i] != 1 or e != cost[i] * n + i:
             continue
         state[i] = 2
         order.append(ops[i])
-        for k in keys_of[i]:
-            left = remaining[k] = remaining[k] - 1
+        for key in keys_of[i]:
+            left = remaining[key] = remaining[key] - 1
             if left == 1:
-                for j in users[k]:
+                for j in users[key]:
                     if state[j] != 2:  # the one op still to use k (else a variable write)
-                        freed[j] += size[k]
+                        cost[j] -= key_bytes[key]
                         if state[j] == 1:
-                            heappush(heap, (alloc[j] - freed[j], j))
+                            heappush(heap, cost[j] * n + j)
                         break
         for j in dependents[i]:
-            waiting[j] -= 1
-            if waiting[j] == 0:
+            w = waiting[j] = waiting[j] - 1
+            if w == 0:
                 state[j] = 1
-                heappush(heap, (alloc[j] - freed[j], j))
-    if len(order) != len(ops):
+                heappush(heap, cost[j] * n + j)
+    if len(order) != n:
         raise TfcError(f"memory: graph @{graph.name} has a cycle or uses a value before "
                        f"defining it; cannot schedule it")
     return order + writes
@@ -716,30 +842,36 @@ def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> li
 
 # ---- buffer assignment ------------------------------------------------------------------
 
-def _assign_buffers(live: Mapping[Value, tuple[int, int]], order: Sequence[Op],
-                    sizes: Mapping[Value, Size], dynamic: AbstractSet[Value] = frozenset()
+def _assign_buffers(live: Mapping[Value, tuple[int, int]], sizes: Mapping[Value, Size],
+                    dynamic: AbstractSet[Value] = frozenset()
                     ) -> tuple[list[Buffer], dict[Value, int]]:
-    """Best fit over live intervals; the better (at the nominal binding) of two visiting
+    """Best fit over live intervals (``live``: of every root, in order of definition, as
+    ``_Aliases`` gives them); the better (at the nominal binding) of two visiting
     orders: by definition (linear scan) and largest first (which packs big values
     tightly). Then the ``dynamic`` values, in dynamic buffers of their own after those.
     (``sizes``: the size of every root.)"""
     # the roots in order of definition (position in the schedule, then result index)
-    defined = [r for op in order for r in op.results if r in live]
-    by_time = [v for v in defined if v not in dynamic]
-    by_size = sorted(by_time, key=lambda v: -sizes[v].nominal_bytes)
-    best: tuple[int, list[Buffer], dict[Value, int], bool] | None = None
-    for values in (by_time, by_size):
-        buffers, buffer_of = _best_fit(values, live, sizes)
-        total = sum(-(-b.size.nominal_bytes // MemoryPlan.ALIGN) for b in buffers)
+    defined = list(live)
+    by_time = [v for v in defined if v not in dynamic] if dynamic else defined
+    spans = [live[v] for v in by_time]
+    needs = [sizes[v] for v in by_time]
+    by_size = sorted(range(len(by_time)), key=[-s.nominal_bytes for s in needs].__getitem__)
+    best: tuple[int, Sequence[int], _Fit] | None = None
+    visits: tuple[Sequence[int], ...] = (range(len(by_time)), by_size)
+    for visit in visits:
+        fit = _fit(visit, spans, needs)
+        total = sum(-(-s.nominal_bytes // MemoryPlan.ALIGN) for s in fit.sizes)
         if best is None or total < best[0]:
-            best = (total, buffers, buffer_of, values is by_time)
+            best = (total, visit, fit)
     assert best is not None
-    _, buffers, buffer_of, in_order = best
-    _dynamic_fit([v for v in defined if v in dynamic], live, buffers, buffer_of)
-    if not in_order:  # (visited by time, each buffer's values are in order already)
-        position = {v: i for i, v in enumerate(defined)}
-        for b in buffers:
-            b.values.sort(key=position.__getitem__)
+    _, visit, fit = best
+    # each buffer's values in order of definition (by index, as they were visited by time)
+    buffers = [Buffer(b, size, [by_time[i] for i in held])
+               for b, (size, held) in enumerate(zip(fit.sizes, fit.held(range(len(by_time)))))]
+    where = fit.buffer_of
+    buffer_of = {by_time[i]: where[i] for i in visit}
+    if dynamic:
+        _dynamic_fit([v for v in defined if v in dynamic], live, buffers, buffer_of)
     return buffers, buffer_of
 
 
@@ -842,17 +974,20 @@ class _SizeClass:
     chosen from waiting, or when a query starts before the previous one (a new run of
     queries: the sets no longer hold).
     Each interval moves its buffer at most a few times per run, so the search costs
-    O(log n) per value, amortized. Heap entries carry the buffer's version: one moved
-    (woken, put to sleep, set waiting, grown into another size) leaves stale entries that
-    are skipped."""
+    O(log n) per value, amortized. Heap entries are ints (a time and a buffer id: ``time
+    * n + id`` for an ``n`` above every id, which orders as the pair does; the id alone in
+    awake), and ``_fit`` knows where each buffer's one current entry is: one moved (woken,
+    put to sleep, set waiting, grown into another size) leaves stale entries that are
+    skipped. (Stale copies equal to the current entry are harmless: they pop with it,
+    and once it has moved they are stale again.)"""
 
     __slots__ = ("awake", "asleep", "waiting", "soon", "last_start")
 
     def __init__(self) -> None:
-        self.awake: list[tuple[int, int]] = []  # (buffer id, version)
-        self.asleep: list[tuple[int, int, int]] = []  # (busy until, buffer id, version)
+        self.awake: list[int] = []  # buffer ids
+        self.asleep: list[int] = []  # busy until, and id
         self.waiting = _Waiting()
-        self.soon: list[tuple[int, int, int]] = []  # (busy from, buffer id, version)
+        self.soon: list[int] = []  # busy from, and id
         self.last_start = -1
 
 
@@ -861,22 +996,63 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
               ) -> tuple[list[Buffer], dict[Value, int]]:
     """Put each value, in the order given, in the smallest buffer it fits in and whose
     values' intervals it does not overlap; else grow the largest such buffer that fits
-    in it; else open a new buffer. (``sizes``: the values' sizes where known; ``stats``,
-    when given, gets the count of ``interval_tests``: a buffer's intervals searched.)
+    in it; else open a new buffer (``_fit``). (``sizes``: the values' sizes where known;
+    ``stats``, when given, gets the count of ``interval_tests``: a buffer's intervals
+    searched.)"""
+    needs = [sizes[v] if sizes is not None else Size.of(v.type) for v in values]
+    fit = _fit(range(len(values)), [live[v] for v in values], needs, stats)
+    buffers = [Buffer(b, size, [values[i] for i in held])
+               for b, (size, held) in enumerate(zip(fit.sizes, fit.held(range(len(values)))))]
+    return buffers, dict(zip(values, fit.buffer_of))
+
+
+@dataclass
+class _Fit:
+    """``_fit``'s buffers: each one's size, and each value's buffer (values as indices)."""
+
+    sizes: list[Size]
+    buffer_of: list[int]
+
+    def held(self, values: Iterable[int]) -> list[list[int]]:
+        """Each buffer's values among ``values``, in that order."""
+        held: list[list[int]] = [[] for _ in self.sizes]
+        buffer_of = self.buffer_of
+        for x in values:
+            held[buffer_of[x]].append(x)
+        return held
+
+
+def _fit(visit: Sequence[int], spans: Sequence[tuple[int, int]], needs: Sequence[Size],
+         stats: dict[str, int] | None = None) -> _Fit:
+    """Best fit of values given by index (``spans``: their live intervals; ``needs``: their
+    sizes), visited in the order ``visit`` gives: each value goes to the smallest buffer
+    it fits in and whose values' intervals it does not overlap; else grows the largest
+    such buffer that fits in it; else opens a new buffer.
 
     Buffers are kept in size classes (one per symbols and static factor, which order
     them as their bytes at any binding do; see ``_SizeClass``), so the search visits
     buffers in the order of preference and skips the busy ones, instead of testing every
     buffer for every value (1.5 M interval tests for a 256-layer MLP)."""
-    buffers: list[Buffer] = []
-    buffer_of: dict[Value, int] = {}
-    # Each buffer's intervals, sorted by start (they are disjoint), so whether a value
-    # overlaps a buffer is two bisections rather than a scan of its values.
-    taken: list[list[tuple[int, int]]] = []
-    version: list[int] = []
+    sizes: list[Size] = []
+    buffer_of = [0] * len(needs)
+    # Each buffer's intervals, sorted by start (they are disjoint, so their starts are
+    # distinct): their starts and their ends, so whether a value overlaps a buffer is a
+    # bisection rather than a scan of its values.
+    starts: list[list[int]] = []
+    ends: list[list[int]] = []
+    # Where each buffer's current heap entry is (a class's asleep, soon or awake) and the
+    # entry; any other entry of it is stale. An entry is ``time * n + id``.
+    where: list[list[int]] = []
+    entry: list[int] = []
+    nowhere: list[int] = []  # (where a new buffer's entry is: no heap)
+    n = len(needs) + 1  # (more than any buffer id)
     # symbols -> static factors in ascending order, and their classes in that order
     factors: dict[tuple[str, ...], list[int]] = {}
     ordered: dict[tuple[str, ...], list[_SizeClass]] = {}
+    # id of a size -> the classes in the order a value of that size visits them (the
+    # smallest that fit, then the largest of those that do not, grown if a buffer of
+    # theirs is free); forgotten when a class is added
+    visits: dict[int, list[_SizeClass]] = {}
     heappush, heappop, bisect_left = heapq.heappush, heapq.heappop, bisect.bisect_left
     tests = 0
 
@@ -889,110 +1065,136 @@ def _best_fit(values: Sequence[Value], live: Mapping[Value, tuple[int, int]],
             c = _SizeClass()
             c.last_start = start
             ordered.setdefault(size.symbols, []).insert(k, c)
+            visits.clear()
         return ordered[size.symbols][k]
 
-    for v in values:
-        start, end = live[v]
-        need = sizes[v] if sizes is not None else Size.of(v.type)
-        found = None
-        symbols, factor = need.symbols, need.static_factor
-        group = factors.get(symbols)
-        if group:
-            k = bisect_left(group, factor)
-            row = ordered[symbols]
-            # the classes in order of preference: the smallest that fit, then the largest
-            # of those that do not (grown if a buffer of theirs is free)
-            for c in (row[k:] + row[k - 1::-1] if k else row):
-                if start < c.last_start:  # a new run of queries: wake every buffer
-                    for _, b, ver in c.asleep:
-                        if ver == version[b]:
-                            version[b] += 1
-                            heappush(c.awake, (b, version[b]))
-                    c.asleep.clear()
-                    for _, b, ver in c.soon:
-                        if ver == version[b]:
-                            version[b] += 1
-                            heappush(c.awake, (b, version[b]))
-                    c.soon.clear()
-                    c.waiting.clear()
-                c.last_start = start
-                asleep, soon, awake = c.asleep, c.soon, c.awake
-                while asleep and asleep[0][0] < start:
-                    _, b, ver = heappop(asleep)
-                    if ver == version[b]:
-                        version[b] += 1
-                        heappush(awake, (b, version[b]))
-                while soon and soon[0][0] <= start:
-                    _, b, ver = heappop(soon)
-                    if ver == version[b]:
+    def classes(size: Size) -> list[_SizeClass]:
+        row = ordered.get(size.symbols)
+        if not row:
+            return []
+        k = bisect_left(factors[size.symbols], size.static_factor)
+        return row[k:] + row[k - 1::-1] if k else list(row)
+
+    for x in visit:
+        start, end = spans[x]
+        need = needs[x]
+        found = -1
+        visiting = visits.get(id(need))
+        if visiting is None:
+            visiting = visits[id(need)] = classes(need)
+        for c in visiting:
+            asleep, soon, awake = c.asleep, c.soon, c.awake
+            if start < c.last_start:  # a new run of queries: wake every buffer
+                for heap in (asleep, soon):
+                    for e in heap:
+                        b = e % n
+                        if where[b] is heap and entry[b] == e:
+                            where[b], entry[b] = awake, b
+                            heappush(awake, b)
+                asleep.clear()
+                soon.clear()
+                c.waiting.clear()
+            c.last_start = start
+            ends_before = start * n  # (an entry of a time before start is below this)
+            while asleep and asleep[0] < ends_before:
+                e = heappop(asleep)
+                b = e % n
+                if where[b] is asleep and entry[b] == e:
+                    where[b], entry[b] = awake, b
+                    heappush(awake, b)
+            later = None
+            if soon:
+                ends_before += n  # (of a time by start)
+                while soon and soon[0] < ends_before:
+                    e = heappop(soon)
+                    b = e % n
+                    if where[b] is soon and entry[b] == e:
                         c.waiting.set(b, -1)
-                        version[b] += 1
-                        heappush(awake, (b, version[b]))
-                later = c.waiting.first_after(end) if soon else None
-                while awake:
-                    b, ver = awake[0]
-                    if later is not None and b > later:
-                        break
-                    if ver != version[b]:
-                        heappop(awake)
-                        continue
-                    # an interval of b overlapping [start, end], if any: the one holding
-                    # start, else the first after it if it begins by end
-                    tests += 1
-                    spans = taken[b]
-                    i = bisect_left(spans, (start, start))
-                    if i and spans[i - 1][1] >= start:
-                        span = spans[i - 1]
-                    elif i < len(spans) and spans[i][0] <= end:
-                        span = spans[i]
-                    else:
-                        found = b
-                        break
-                    heappop(awake)
-                    version[b] += 1
-                    if span[0] <= start:
-                        heappush(asleep, (span[1], b, version[b]))
-                    else:  # busy from span[0], which is by ``end``: not free for this query
-                        heappush(soon, (span[0], b, version[b]))
-                        c.waiting.set(b, span[0])
-                if found is None and later is not None:
+                        where[b], entry[b] = awake, b
+                        heappush(awake, b)
+                if soon and c.waiting.tree[1] > end:  # (else none is free past end)
+                    later = c.waiting.first_after(end)
+            if not awake:
+                if later is not None:
                     found = later
                     c.waiting.set(later, -1)
-                if found is not None:
                     break
-        if found is None:
-            found = len(buffers)
-            buffers.append(Buffer(found, need, []))
-            taken.append([])
-            version.append(0)
+                continue
+            while awake:
+                b = awake[0]
+                if later is not None and b > later:
+                    break
+                if where[b] is not awake:
+                    heappop(awake)
+                    continue
+                # an interval of b overlapping [start, end], if any: the one holding
+                # start, else the first after it if it begins by end
+                tests += 1
+                bs = starts[b]
+                i = bisect_left(bs, start)
+                if i and ends[b][i - 1] >= start:
+                    i -= 1
+                elif i == len(bs) or bs[i] > end:
+                    found = b
+                    break
+                heappop(awake)
+                if bs[i] <= start:  # busy until the interval's end: asleep
+                    e = ends[b][i] * n + b
+                    heappush(asleep, e)
+                    where[b], entry[b] = asleep, e
+                else:  # busy from its start, which is by ``end``: not free for this query
+                    e = bs[i] * n + b
+                    heappush(soon, e)
+                    where[b], entry[b] = soon, e
+                    c.waiting.set(b, bs[i])
+            if found < 0 and later is not None:
+                found = later
+                c.waiting.set(later, -1)
+            if found >= 0:
+                break
+        if found < 0:
+            found = len(sizes)
+            sizes.append(need)
+            starts.append([])
+            ends.append([])
+            where.append(nowhere)
+            entry.append(-1)
             c = home(need, start)
-        elif buffers[found].size.static_factor < factor:  # grown
-            buffers[found] = Buffer(found, need, buffers[found].values)
+        elif sizes[found].static_factor < need.static_factor:  # grown
+            sizes[found] = need
             c = home(need, start)
         # (else c is the class it was found in.) It is busy until ``end`` now: asleep in
         # its class, which was queried at ``start`` (the first class the search visits
         # is the one of ``need``), so its next queries start there or later, or begin a
         # new run. Its other entries are stale now.
-        version[found] += 1
-        heappush(c.asleep, (end, found, version[found]))
-        buffers[found].values.append(v)
-        bisect.insort(taken[found], (start, end))
-        buffer_of[v] = found
+        e = end * n + found
+        heappush(c.asleep, e)
+        where[found], entry[found] = c.asleep, e
+        bs = starts[found]
+        if not bs or bs[-1] < start:
+            bs.append(start)
+            ends[found].append(end)
+        else:
+            i = bisect_left(bs, start)
+            bs.insert(i, start)
+            ends[found].insert(i, end)
+        buffer_of[x] = found
     if stats is not None:
         stats["interval_tests"] = stats.get("interval_tests", 0) + tests
-    return buffers, buffer_of
+    return _Fit(sizes, buffer_of)
 
 
 # ---- the report -------------------------------------------------------------------------
 
-def _names(graph: Graph) -> dict[Value, str]:
-    """Names as the printer gives them (``%x``, ``%0``...), given the current order."""
+def _names(args: Sequence[Value], ops: Sequence[Op]) -> dict[Value, str]:
+    """Names as the printer gives them (``%x``, ``%0``...) to a graph with these args and
+    ops in this order."""
     from tfc.ir.printer import _Namer  # the printer's own naming, so the names match
 
     namer = _Namer()
-    for a in graph.args:
+    for a in args:
         namer.define(a)
-    for op in graph.ops:
+    for op in ops:
         for r in op.results:
             namer.define(r)
     return dict(namer.names)
