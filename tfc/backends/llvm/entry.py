@@ -97,7 +97,7 @@ class GraphCompiler:
     def __post_init__(self) -> None:
         self.comp = Compiler(self.graph.name, self.triple, self.layout)
         self._const_index: dict[int, int] = {}
-        self._buffer_set: set[int] = set()  # ``buffers`` (a list scan per value was quadratic)
+        self._arena_of: dict[int, Storage] = {}  # per buffer in ``buffers``, its storage
 
     # ---- storage ----------------------------------------------------------------------
 
@@ -114,37 +114,40 @@ class GraphCompiler:
         for op in g.ops:
             if op.kind not in writes:
                 writes[op.kind] = writes_variable(op)
-        names: set[str] = set()  # variables whose start-of-step value is read
-        for op in g.ops:
-            if op.kind == "var.read" or (writes[op.kind] and op.kind != "var.assign"):
-                names.add(op.attrs["var"])
-        self.var_names = sorted(names)
-        self.var_index = {name: k for k, name in enumerate(self.var_names)}
-        for i, a in enumerate(g.args):
-            st[a] = Storage("feed", i)
         overwritten = set(getattr(plan, "in_place", {}).values())
         # results and assigned values computed in place of their final buffers
         redirect: dict[Value, Storage] = {}
         for j, v in enumerate(g.results):
             if self._computed(v) and v not in redirect and v not in overwritten:
                 redirect[v] = Storage("out", j)
-        for op in g.ops:
-            if writes[op.kind]:
+        names: set[str] = set()  # variables whose start-of-step value is read
+        for op in g.ops:  # (one walk: the reads, and the updates in order)
+            kind = op.kind
+            if kind == "var.read":
+                names.add(op.attrs["var"])
+            elif writes[kind]:
                 name = op.attrs["var"]
+                if kind != "var.assign":
+                    names.add(name)
                 if name in self.update_index:
                     raise Unsupported(f"@{name} is updated twice in one step")
                 self.update_index[name] = len(self.updates)
                 self.updates.append(name)
-                assigned = op.inputs[0] if op.kind == "var.assign" else None
+                assigned = op.inputs[0] if kind == "var.assign" else None
                 if assigned is not None and self._computed(assigned) \
                         and assigned not in redirect and assigned not in overwritten:
                     redirect[assigned] = Storage("upd", len(self.updates) - 1)
+        self.var_names = sorted(names)
+        self.var_index = {name: k for k, name in enumerate(self.var_names)}
+        for i, a in enumerate(g.args):
+            st[a] = Storage("feed", i)
         for op in g.ops:
-            if op.kind == "var.read":
+            kind = op.kind
+            if kind == "var.read":
                 st[op.result] = Storage("var", op.attrs["var"])
-            elif op.kind == "constant":
+            elif kind == "constant":
                 st[op.result] = self.const_storage(op.attrs["value"])
-            elif is_view(op.kind):
+            elif is_view(kind):
                 st[op.result] = st[op.inputs[0]]
             else:
                 for r in op.results:
@@ -162,10 +165,11 @@ class GraphCompiler:
         buf = plan.buffer_of.get(root, plan.buffer_of.get(v))
         if buf is None:
             raise Unsupported(f"the memory plan has no buffer for {v}")
-        if buf not in self._buffer_set:
-            self._buffer_set.add(buf)
+        s = self._arena_of.get(buf)
+        if s is None:  # (one Storage per buffer)
+            s = self._arena_of[buf] = Storage("arena", buf)
             self.buffers.append(buf)
-        return Storage("arena", buf)
+        return s
 
     # ---- kernels ----------------------------------------------------------------------
 
@@ -214,24 +218,24 @@ class GraphCompiler:
         first). Whether it may (nothing but the program holds the array) is decided per
         call by the runtime."""
         out: dict[int, int] = {}
-        # the last step that uses each storage, by (kind, index): a Storage's own hash is
-        # a Python call, and this sees every storage of every step
-        last_use: dict[tuple[str, Any], int] = {}
+        last_use: dict[Storage, int] = {}  # the last step that uses each storage
         failing: list[int] = []  # the steps that may fail
+        copies: list[int] = []
         for k, step in enumerate(self.steps):
-            if isinstance(step, Copy):
-                last_use[step.src.kind, step.src.index] = k
-                last_use[step.dst.kind, step.dst.index] = k
+            if type(step) is Copy:
+                last_use[step.src] = k
+                last_use[step.dst] = k
+                copies.append(k)
                 continue
-            for st in step.storages:
-                last_use[st.kind, st.index] = k
-            if step.can_fail:
+            last_use.update(dict.fromkeys(step.storages, k))  # type: ignore[union-attr]
+            if step.can_fail:  # type: ignore[union-attr]
                 failing.append(k)
-        for k, step in enumerate(self.steps):
-            if not (isinstance(step, Copy) and step.src.kind == "var"
-                    and step.dst.kind == "upd"):
+        for k in copies:
+            step = self.steps[k]
+            assert isinstance(step, Copy)
+            if not (step.src.kind == "var" and step.dst.kind == "upd"):
                 continue
-            if last_use[step.src.kind, step.src.index] > k or any(  # read, or may fail
+            if last_use[step.src] > k or any(  # read, or may fail
                     j > k and not self._fails_first(j, step.dst) for j in failing):  # later
                 continue
             name = step.src.index
