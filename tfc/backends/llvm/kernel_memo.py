@@ -84,9 +84,8 @@ class Keys:
     def __init__(self) -> None:
         self.types: dict[tuple[int, tuple], str] = {}  # (id(dtype), shape) -> str(type)
         self._arrays: dict[int, tuple[np.ndarray, Hashable]] = {}
-        # id(attrs view) -> (the view, its key); and with the attr "var" left out
+        # id(attrs view) -> (the view, its key)
         self.attrs_of: dict[int, tuple[Mapping[str, Any], Hashable]] = {}
-        self.attrs_of_update: dict[int, tuple[Mapping[str, Any], Hashable]] = {}
 
     def type(self, t: Any) -> str:
         if type(t) is not TensorType:
@@ -106,16 +105,16 @@ class Keys:
         return hit[1]
 
     def attrs(self, attrs: Mapping[str, Any], skip: str = "") -> Hashable:
-        """``(name, _attr_key(value))`` per attr of an op but ``skip`` (``""`` or
-        ``"var"``), in the op's order."""
-        memo = self.attrs_of_update if skip else self.attrs_of
-        hit = memo.get(id(attrs))
+        """``(name, _attr_key(value))`` per attr of an op but ``skip``, in the op's order
+        (memoized for the views of region ops, which skip none)."""
+        if skip:
+            return tuple([(k, _attr_key(v, self)) for k, v in attrs.items() if k != skip])
+        hit = self.attrs_of.get(id(attrs))
         if hit is not None and hit[0] is attrs:
             return hit[1]
-        key = tuple([(k, _attr_key(v, self)) for k, v in attrs.items() if k != skip]) \
-            if attrs else ()
+        key = tuple([(k, _attr_key(v, self)) for k, v in attrs.items()]) if attrs else ()
         if type(attrs) is MappingProxyType and all(_frozen(v) for v in attrs.values()):
-            memo[id(attrs)] = (attrs, key)
+            self.attrs_of[id(attrs)] = (attrs, key)
         return key
 
 
@@ -158,6 +157,30 @@ def _op_key(op: Op, number: dict[Value, int], keys: Keys, skip: str = "") -> Has
         results.append(types.get((id(t.dtype), t.shape)) or keys.type(t))
         number[r] = len(number)
     return (op.kind, keys.attrs(op.attrs, skip), tuple(inputs), tuple(results), regions)
+
+
+def _top_key(op: Op, keys: Keys, skip: str) -> Hashable:
+    """``_op_key(op, {}, keys, skip)`` (a top-level op: every input from outside, its
+    results numbered after its regions' values, which the key does not show), inlined:
+    one per op with kernels of a graph."""
+    types = keys.types
+    inputs: list[Hashable] = []
+    for x in op.inputs:
+        t = x.type
+        producer = x.op
+        inputs.append(("outer", types.get((id(t.dtype), t.shape)) or keys.type(t),
+                       _attr_key(producer.attrs.get("value"), keys)
+                       if producer is not None and producer.kind == "constant" else None))
+    regions: tuple[Hashable, ...] = ()
+    if op.regions:
+        regions = tuple([_graph_key(r, {}, keys) for r in op.regions])
+    results: list[str] = []
+    for r in op.results:
+        t = r.type
+        results.append(types.get((id(t.dtype), t.shape)) or keys.type(t))
+    attrs = op.attrs  # (most are an op's own: no memo)
+    return (op.kind, tuple([(k, _attr_key(v, keys)) for k, v in attrs.items() if k != skip])
+            if attrs else (), tuple(inputs), tuple(results), regions)
 
 
 def _graph_key(graph: Graph, number: dict[Value, int], keys: Keys) -> Hashable:
@@ -245,7 +268,7 @@ def _signature(graph_compiler: GraphCompiler, op: Op, tag: Hashable,
     # an updated variable: its storages are in the vector, its type here
     var_type = None if name is None else keys.type(graph_compiler.module.variables[name].type)
     try:
-        key = _op_key(op, {}, keys, "var" if name is not None else "")
+        key = _top_key(op, keys, "var" if name is not None else "")
     except TypeError:
         return None
     # which storages are one: each one's first place
