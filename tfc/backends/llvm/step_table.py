@@ -151,9 +151,9 @@ def draft(graph_compiler: GraphCompiler, threads: int | None, profile: bool) -> 
                 functions.append(name)
             hit = fn_index[id(fn)] = (fn, k)
         k = hit[1]
-        args = list(map(at, step.storages))  # (each storage's pointer made once)
-        if None in args:
-            args = list(map(pointer, step.storages))
+        found = list(map(at, step.storages))  # (each storage's pointer made once)
+        args: list[int] = list(map(pointer, step.storages)) if None in found \
+            else found  # type: ignore[assignment]
         if len(args) > max_args:
             max_args = len(args)
         split = False
