@@ -141,13 +141,17 @@ class GraphCompiler:
         self.var_index = {name: k for k, name in enumerate(self.var_names)}
         for i, a in enumerate(g.args):
             st[a] = Storage("feed", i)
+        views: dict[str, bool] = {}  # is_view per kind
         for op in g.ops:
             kind = op.kind
+            view = views.get(kind)
+            if view is None:
+                view = views[kind] = is_view(kind)
             if kind == "var.read":
                 st[op.result] = Storage("var", op.attrs["var"])
             elif kind == "constant":
                 st[op.result] = self.const_storage(op.attrs["value"])
-            elif is_view(kind):
+            elif view:
                 st[op.result] = st[op.inputs[0]]
             else:
                 for r in op.results:
