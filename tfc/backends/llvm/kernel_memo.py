@@ -184,9 +184,12 @@ def _top_key(op: Op, keys: Keys, skip: str) -> Hashable:
 
 
 def _graph_key(graph: Graph, number: dict[Value, int], keys: Keys) -> Hashable:
+    get, types, attrs_of = number.get, keys.types, keys.attrs_of
+    args: list[str] = []
     for a in graph.args:
         number[a] = len(number)
-    get, types, attrs_of = number.get, keys.types, keys.attrs_of
+        t = a.type
+        args.append(types.get((id(t.dtype), t.shape)) or keys.type(t))
     ops: list[Hashable] = []
     for op in graph.ops:  # (``_op_key`` inlined for ops without regions: the hot loop)
         if op.regions:
@@ -205,8 +208,7 @@ def _graph_key(graph: Graph, number: dict[Value, int], keys: Keys) -> Hashable:
         hit = attrs_of.get(id(attrs))
         ops.append((op.kind, hit[1] if hit is not None and hit[0] is attrs
                     else keys.attrs(attrs), tuple(inputs), tuple(results), ()))
-    return (tuple([keys.type(a.type) for a in graph.args]), tuple(ops),
-            tuple([number[r] if r in number else None for r in graph.results]))
+    return tuple(args), tuple(ops), tuple(map(get, graph.results))
 
 
 def _updated(graph_compiler: GraphCompiler, op: Op, variable: str | None) -> str | None:
