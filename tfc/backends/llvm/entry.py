@@ -231,7 +231,8 @@ class GraphCompiler:
                 last_use[step.dst] = k
                 copies.append(k)
                 continue
-            last_use.update(dict.fromkeys(step.storages, k))  # type: ignore[union-attr]
+            for st in step.storages:  # type: ignore[union-attr]
+                last_use[st] = k
             if step.can_fail:  # type: ignore[union-attr]
                 failing.append(k)
         for k in copies:
@@ -239,8 +240,9 @@ class GraphCompiler:
             assert isinstance(step, Copy)
             if not (step.src.kind == "var" and step.dst.kind == "upd"):
                 continue
-            if last_use[step.src] > k or any(  # read, or may fail
-                    j > k and not self._fails_first(j, step.dst) for j in failing):  # later
+            if last_use[step.src] > k or failing and failing[-1] > k and any(  # read, or
+                    j > k and not self._fails_first(j, step.dst)  # may fail later
+                    for j in failing):
                 continue
             name = step.src.index
             if name in self.var_index:
