@@ -151,3 +151,36 @@ def test_attrs_key_fast_path_is_the_general_rule() -> None:
     for op in ops:
         assert op.attrs_key() == tuple((k, attr_key(v)) for k, v in op.attrs.items())
     assert ops[3].attrs_key() != ops[4].attrs_key()
+
+
+def test_clone_is_the_constructor_without_its_checks(monkeypatch) -> None:
+    """``Op.clone`` makes what ``Op(...)`` with the op's fields makes (kind, inputs, the
+    same frozen attrs view, result types and names, device, location, regions) without
+    running the constructor (extract copies every op of a request with it)."""
+    t = TensorType(DType.f32, (2, 3))
+    g = Graph("g")
+    a = g.add_arg(t, "a")
+    region = Graph("r")
+    op = Op("split", [a], {"axis": 1, "sizes": [1, 2]}, [t, t], device="/cpu:0",
+            loc=Location("m.py", 3), regions=[region], names=["left"])
+    b = g.add_arg(t, "b")
+    calls: list[str] = []
+    real = Op.__init__
+
+    def counting(self, *args, **kwargs):
+        calls.append(args[0])
+        real(self, *args, **kwargs)
+    monkeypatch.setattr(Op, "__init__", counting)
+    copy = op.clone([b])
+    monkeypatch.undo()
+    assert not calls
+    want = Op(op.kind, [b], op.attrs, [r.type for r in op.results], device=op.device,
+              loc=op.loc, regions=op.regions, names=[r.name for r in op.results])
+    for made in (copy, want):
+        assert made.kind == "split" and made.inputs == [b] and made.inputs is not op.inputs
+        assert made.attrs is op.attrs and made.device == "/cpu:0" and made.loc == op.loc
+        assert made.regions == [region] and made.regions is not op.regions
+        assert [(r.type, r.name, r.index, r.op) for r in made.results] == \
+            [(t, "left", 0, made), (t, None, 1, made)]
+    other = op.clone([a], [Graph("s")])
+    assert [r.name for r in other.regions] == ["s"]

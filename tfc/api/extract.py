@@ -79,6 +79,8 @@ def _extract(build: ir.Graph, name: str, feeds: Sequence[tuple[str, ir.Value]],
         mapping[v] = graph.add_arg(v.type, feed_name)
     assigned: dict[str, ir.Op] = {}
     writes: dict[str, bool] = {}  # per kind: writes_variable
+    new_ops = graph.ops
+    copied = mapping.__getitem__
     for op in build.ops:
         if op not in ops:
             continue
@@ -92,9 +94,9 @@ def _extract(build: ir.Graph, name: str, feeds: Sequence[tuple[str, ir.Value]],
                                f"step (also at {assigned[var].loc})", op.loc)
             assigned[var] = op
         # regions are copied so that passes over the entry never touch the built graph
-        new = op.clone([mapping[v] for v in op.inputs],
-                       [r.clone() for r in op.regions] if op.regions else [])
-        graph.append(new)
+        new = op.clone(list(map(copied, op.inputs)),
+                       [r.clone() for r in op.regions] if op.regions else None)
+        new_ops.append(new)
         mapping.update(zip(op.results, new.results))
     graph.set_results([mapping[v] for _, v in fetches], [n for n, _ in fetches])
     return graph

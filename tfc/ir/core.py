@@ -74,6 +74,7 @@ def attr_key(v: Any) -> Any:
 
 
 _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
+_new_op = object.__new__  # (an Op without running its constructor: ``Op.clone``)
 # attr values whose ``attr_key`` is ``(type name, value)``, by their exact type
 _PLAIN_ATTRS = {int: "int", str: "str", bool: "bool", type(None): "NoneType"}
 
@@ -134,11 +135,24 @@ class Op:
         return tuple(out)
 
     def clone(self, inputs: Sequence[Value], regions: Sequence["Graph"] | None = None) -> "Op":
-        """A copy of this op on other inputs (same attrs, types, device, location, names)."""
-        return Op(self.kind, inputs, self.attrs, [r.type for r in self.results],
-                  device=self.device, loc=self.loc,
-                  regions=self.regions if regions is None else regions,
-                  names=[r.name for r in self.results])  # (the frozen attrs view: shared)
+        """A copy of this op on other inputs (same attrs, types, device, location, names):
+        what ``Op(...)`` with this op's fields makes, without checking them again (the
+        frozen attrs view is shared; extract copies every op of a request this way)."""
+        op = _new_op(Op)
+        op.kind = self.kind
+        op.inputs = list(inputs)
+        attrs = self.attrs
+        op.attrs = attrs if type(attrs) is MappingProxyType else frozen_attrs(attrs)
+        results = self.results
+        if len(results) == 1:
+            r = results[0]
+            op.results = [Value(r.type, op, 0, r.name)]
+        else:
+            op.results = [Value(r.type, op, i, r.name) for i, r in enumerate(results)]
+        op.device = self.device
+        op.loc = self.loc
+        op.regions = list(self.regions if regions is None else regions)
+        return op
 
     def replace_input(self, old: Value, new: Value) -> None:
         self.inputs = [new if v is old else v for v in self.inputs]

@@ -123,12 +123,12 @@ def test_signatures_only_for_ops_with_kernels(monkeypatch):
     """Ops that make no kernel (``var.read``, views, a ``var.assign``: a copy at most) are
     lowered without a signature: only ops with kernels to reuse pay for one."""
     calls: list[str] = []
-    real = kernel_memo.signature
+    real = kernel_memo._signature  # (what lower_once computes signatures with)
 
     def counting(graph_compiler, op, *args, **kwargs):
         calls.append(op.kind)
         return real(graph_compiler, op, *args, **kwargs)
-    monkeypatch.setattr(kernel_memo, "signature", counting)
+    monkeypatch.setattr(kernel_memo, "_signature", counting)
     module, gc = _lowered_mlp(4)
     kinds = [op.kind for op in module.graphs["train_step"].ops]
     assert "var.read" in kinds and calls
@@ -179,3 +179,76 @@ def test_attr_keys_keep_apart_what_python_equality_merges():
     first = kernel_memo._attr_key(writable, keys)
     writable[0] = 5.0  # not frozen: never taken from the cache
     assert kernel_memo._attr_key(writable, keys) != first
+
+
+def test_top_level_keys_are_op_keys_from_nothing():
+    """``_top_key`` (a top-level op's key, inlined) is ``_op_key`` with nothing numbered,
+    for every op of a lowered MLP, updates (attr ``var`` left out) included."""
+    module, gc = _lowered_mlp(4)
+    keys = kernel_memo.Keys()
+    for op in module.graphs["train_step"].ops:
+        for skip in ("", "var"):
+            assert kernel_memo._top_key(op, keys, skip) == \
+                kernel_memo._op_key(op, {}, kernel_memo.Keys(), skip)
+
+
+def test_region_attrs_are_keyed_once_per_view(monkeypatch):
+    """The attrs of fused regions' ops (one frozen view per template op, shared by every
+    layer's copy) are keyed once per view: the keys made for the region constants do not
+    grow with the layers."""
+    def array_keys(layers: int) -> int:
+        four, _ = mlp(layers)
+        module = lower_entry(four, "train_step", "llvm")
+        graph = module.graphs["train_step"]
+        gc = GraphCompiler(module, graph, module.memory_plans["train_step"])
+        gc.assign_storage()
+        made: list[int] = []
+        real = kernel_memo._attr_key
+
+        def counting(v, keys=None):
+            if isinstance(v, np.ndarray):
+                made.append(1)
+            return real(v, keys)
+        monkeypatch.setattr(kernel_memo, "_attr_key", counting)
+        for op in graph.ops:
+            if op.kind == "fusion":
+                assert kernel_memo.signature(gc, op) is not None
+        monkeypatch.undo()
+        return len(made)
+    assert array_keys(8) == array_keys(4) > 0
+
+
+def test_lowering_labels_no_step(monkeypatch):
+    """Step labels (profiles, ``kernel_labels``) are made when asked, not per op while
+    lowering; asked, they name each kernel's op."""
+    from tfc.backends.llvm import entry
+    from tfc.backends.llvm.context import Kernel
+    made: list[str] = []
+    real = entry._label_text
+
+    def counting(op, n):
+        made.append(op.kind)
+        return real(op, n)
+    monkeypatch.setattr(entry, "_label_text", counting)
+    module, gc = _lowered_mlp(4)
+    assert not made
+    labels = gc.kernel_labels()
+    assert made and len(labels) == len(gc.calls)
+    assert [k for k, _ in labels] == [k for k, s in enumerate(gc.steps)
+                                     if isinstance(s, Kernel)]
+    assert any(text.startswith("fusion#") for _, text in labels)
+
+
+def test_one_storage_per_arena_buffer():
+    """Values planned into one arena buffer share one ``Storage`` object (made once per
+    buffer), and storages compare and hash as their (kind, index)."""
+    from tfc.backends.llvm.context import Storage
+    module, gc = _lowered_mlp(4)
+    by_buffer: dict = {}
+    for v, s in gc.comp.storage.items():
+        if s.kind == "arena":
+            by_buffer.setdefault(s.index, set()).add(id(s))
+    assert by_buffer and all(len(ids) == 1 for ids in by_buffer.values())
+    assert Storage("arena", 3) == Storage("arena", 3) and \
+        hash(Storage("arena", 3)) == hash(Storage("arena", 3))
+    assert Storage("arena", 3) != Storage("arena", 4) and str(Storage("out", 1)) == "out[1]"

@@ -27,7 +27,7 @@ the offending value and a few integers (its index, run-time dims) in the module'
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, NamedTuple, Sequence
 
 import llvmlite.ir as ir
 
@@ -39,9 +39,12 @@ from tfc.ir.core import Value
 from tfc.ir.types import DType
 
 
-@dataclass(frozen=True)
-class Storage:
-    """Where a value lives: kind is feed, var, const, out, upd, arena or scratch."""
+class Storage(NamedTuple):
+    """Where a value lives: kind is feed, var, const, out, upd, arena or scratch.
+
+    A named tuple (immutable, compared and hashed as ``(kind, index)`` in C): lowering
+    hashes and compares storages for every kernel it makes or reuses, and a frozen
+    dataclass did both in Python."""
 
     kind: str
     index: Any

@@ -77,14 +77,17 @@ class GraphCompiler:
     var_index: dict[str, int] = field(default_factory=dict)
     update_index: dict[str, int] = field(default_factory=dict)
     steps: list[Kernel | Copy] = field(default_factory=list)  # in schedule order
-    labels: list[str] = field(default_factory=list)  # per step: the op it lowers
-    step_ops: list[Op | None] = field(default_factory=list)  # per step: that op (or none)
+    # per op that made steps: (its first step, the step after its last, the op, how many
+    # ops of its kind came before it); ``labels`` and ``step_ops`` are read off them
+    marks: list[tuple[int, int, Op, int]] = field(default_factory=list)
     buffers: list[int] = field(default_factory=list)  # arena buffer ids used
     gemm_updates: dict[Op, Any] | None = None  # gemm_update.find(graph), when lowering
     # the LLVM text of the kernel functions (``kernel_units``: printed once, after lowering)
     function_texts: dict[str, str] = field(default_factory=dict)
     # op signature -> the kernels an op with it was lowered to (``kernel_memo``)
     kernel_memo: dict[Any, Any] = field(default_factory=dict)
+    # op kind -> its lowering (``kernels.lowering_of``, asked once per kind)
+    lowerings: dict[str, Any] = field(default_factory=dict)
     memo_keys: Any = None  # what its signatures are made of (``kernel_memo.Keys``)
     # the schedule as data (``step_table``): drafted after lowering, finished once the
     # kernel units are named
@@ -94,7 +97,7 @@ class GraphCompiler:
     def __post_init__(self) -> None:
         self.comp = Compiler(self.graph.name, self.triple, self.layout)
         self._const_index: dict[int, int] = {}
-        self._buffer_set: set[int] = set()  # ``buffers`` (a list scan per value was quadratic)
+        self._arena_of: dict[int, Storage] = {}  # per buffer in ``buffers``, its storage
 
     # ---- storage ----------------------------------------------------------------------
 
@@ -111,37 +114,44 @@ class GraphCompiler:
         for op in g.ops:
             if op.kind not in writes:
                 writes[op.kind] = writes_variable(op)
-        names: set[str] = set()  # variables whose start-of-step value is read
-        for op in g.ops:
-            if op.kind == "var.read" or (writes[op.kind] and op.kind != "var.assign"):
-                names.add(op.attrs["var"])
-        self.var_names = sorted(names)
-        self.var_index = {name: k for k, name in enumerate(self.var_names)}
-        for i, a in enumerate(g.args):
-            st[a] = Storage("feed", i)
         overwritten = set(getattr(plan, "in_place", {}).values())
         # results and assigned values computed in place of their final buffers
         redirect: dict[Value, Storage] = {}
         for j, v in enumerate(g.results):
             if self._computed(v) and v not in redirect and v not in overwritten:
                 redirect[v] = Storage("out", j)
-        for op in g.ops:
-            if writes[op.kind]:
+        names: set[str] = set()  # variables whose start-of-step value is read
+        for op in g.ops:  # (one walk: the reads, and the updates in order)
+            kind = op.kind
+            if kind == "var.read":
+                names.add(op.attrs["var"])
+            elif writes[kind]:
                 name = op.attrs["var"]
+                if kind != "var.assign":
+                    names.add(name)
                 if name in self.update_index:
                     raise Unsupported(f"@{name} is updated twice in one step")
                 self.update_index[name] = len(self.updates)
                 self.updates.append(name)
-                assigned = op.inputs[0] if op.kind == "var.assign" else None
+                assigned = op.inputs[0] if kind == "var.assign" else None
                 if assigned is not None and self._computed(assigned) \
                         and assigned not in redirect and assigned not in overwritten:
                     redirect[assigned] = Storage("upd", len(self.updates) - 1)
+        self.var_names = sorted(names)
+        self.var_index = {name: k for k, name in enumerate(self.var_names)}
+        for i, a in enumerate(g.args):
+            st[a] = Storage("feed", i)
+        views: dict[str, bool] = {}  # is_view per kind
         for op in g.ops:
-            if op.kind == "var.read":
+            kind = op.kind
+            view = views.get(kind)
+            if view is None:
+                view = views[kind] = is_view(kind)
+            if kind == "var.read":
                 st[op.result] = Storage("var", op.attrs["var"])
-            elif op.kind == "constant":
+            elif kind == "constant":
                 st[op.result] = self.const_storage(op.attrs["value"])
-            elif is_view(op.kind):
+            elif view:
                 st[op.result] = st[op.inputs[0]]
             else:
                 for r in op.results:
@@ -159,10 +169,11 @@ class GraphCompiler:
         buf = plan.buffer_of.get(root, plan.buffer_of.get(v))
         if buf is None:
             raise Unsupported(f"the memory plan has no buffer for {v}")
-        if buf not in self._buffer_set:
-            self._buffer_set.add(buf)
+        s = self._arena_of.get(buf)
+        if s is None:  # (one Storage per buffer)
+            s = self._arena_of[buf] = Storage("arena", buf)
             self.buffers.append(buf)
-        return Storage("arena", buf)
+        return s
 
     # ---- kernels ----------------------------------------------------------------------
 
@@ -211,25 +222,27 @@ class GraphCompiler:
         first). Whether it may (nothing but the program holds the array) is decided per
         call by the runtime."""
         out: dict[int, int] = {}
-        # the last step that uses each storage, by (kind, index): a Storage's own hash is
-        # a Python call, and this sees every storage of every step
-        last_use: dict[tuple[str, Any], int] = {}
+        last_use: dict[Storage, int] = {}  # the last step that uses each storage
         failing: list[int] = []  # the steps that may fail
+        copies: list[int] = []
         for k, step in enumerate(self.steps):
-            if isinstance(step, Copy):
-                last_use[step.src.kind, step.src.index] = k
-                last_use[step.dst.kind, step.dst.index] = k
+            if type(step) is Copy:
+                last_use[step.src] = k
+                last_use[step.dst] = k
+                copies.append(k)
                 continue
-            for st in step.storages:
-                last_use[st.kind, st.index] = k
-            if step.can_fail:
+            for st in step.storages:  # type: ignore[union-attr]
+                last_use[st] = k
+            if step.can_fail:  # type: ignore[union-attr]
                 failing.append(k)
-        for k, step in enumerate(self.steps):
-            if not (isinstance(step, Copy) and step.src.kind == "var"
-                    and step.dst.kind == "upd"):
+        for k in copies:
+            step = self.steps[k]
+            assert isinstance(step, Copy)
+            if not (step.src.kind == "var" and step.dst.kind == "upd"):
                 continue
-            if last_use[step.src.kind, step.src.index] > k or any(  # read, or may fail
-                    j > k and not self._fails_first(j, step.dst) for j in failing):  # later
+            if last_use[step.src] > k or failing and failing[-1] > k and any(  # read, or
+                    j > k and not self._fails_first(j, step.dst)  # may fail later
+                    for j in failing):
                 continue
             name = step.src.index
             if name in self.var_index:
@@ -253,51 +266,66 @@ class GraphCompiler:
         for v in g.args:  # fetches of feeds
             for j in wanted.get(v, []):
                 self.copy_now(v, Storage("out", j))
-        seen: dict[str, int] = {}
-        steps = self.steps
+        seen: dict[str, int] = {}  # (per kind, the ops met: labels count them)
+        steps, marks = self.steps, self.marks
         for op in g.ops:
-            n = seen.get(op.kind, 0)  # (op_label's count; its text only for ops with steps)
-            seen[op.kind] = n + 1
+            kind = op.kind
+            n = seen.get(kind, 0)
+            seen[kind] = n + 1
             first = len(steps)
             try:
                 lower(self, op)
             except Unsupported as e:
-                failed.append(f"{op.kind} ({e})" if str(e) and str(e) != op.kind else op.kind)
+                failed.append(f"{kind} ({e})" if str(e) and str(e) != kind else kind)
                 continue
             if len(steps) > first:
-                self._label(first, _label_text(op, n), op)
+                marks.append((first, len(steps), op, n))
             if wanted:
                 for r in op.results:
-                    for j in wanted.get(r, ()):
-                        self.copy_now(r, Storage("out", j))
-        self.labels.extend("copy" for _ in self.steps[len(self.labels):])
-        self.step_ops.extend(None for _ in self.steps[len(self.step_ops):])
+                    got = wanted.get(r)
+                    if got is not None:
+                        for j in got:
+                            self.copy_now(r, Storage("out", j))
         return failed
 
-    def _label(self, first: int, label: str, op: Op) -> None:
-        """Label the steps from ``first`` on (those of one op: ``[i/n]`` when several
-        kernels); steps before ``first`` without a label are copies."""
-        while len(self.labels) < first:
-            self.labels.append("copy")
-            self.step_ops.append(None)
-        if len(self.steps) == first + 1 and isinstance(self.steps[first], Kernel):
-            self.step_ops.append(op)  # (one kernel: most ops)
-            self.labels.append(label)
-            return
-        new = self.steps[first:]
-        self.step_ops.extend(op for _ in new)
-        n = sum(isinstance(s, Kernel) for s in new)
-        i = 0
-        for s in new:
-            if isinstance(s, Kernel):
-                i += 1
-                self.labels.append(label if n == 1 else f"{label} [{i}/{n}]")
-            else:
-                self.labels.append(f"copy ({label})")
+    @property
+    def labels(self) -> list[str]:
+        """Per step, the op it lowers: ``op_label`` (``[i/n]`` after it when the op made
+        several kernels), ``copy (label)`` for a copy an op made, ``copy`` for the others
+        (fetches of feeds, results copied out). Made when asked (profiles, reports)."""
+        return self._labelled()[0]
+
+    @property
+    def step_ops(self) -> list[Op | None]:
+        """Per step, the op that made it (None: a copy of a result or fetched feed)."""
+        return self._labelled()[1]
+
+    def _labelled(self) -> tuple[list[str], list[Op | None]]:
+        labels: list[str] = []
+        ops: list[Op | None] = []
+        for first, end, op, n in self.marks:
+            while len(labels) < first:
+                labels.append("copy")
+                ops.append(None)
+            label = _label_text(op, n)
+            new = self.steps[first:end]
+            ops.extend(op for _ in new)
+            count = sum(isinstance(s, Kernel) for s in new)
+            i = 0
+            for s in new:
+                if isinstance(s, Kernel):
+                    i += 1
+                    labels.append(label if count == 1 else f"{label} [{i}/{count}]")
+                else:
+                    labels.append(f"copy ({label})")
+        labels.extend("copy" for _ in self.steps[len(labels):])
+        ops.extend(None for _ in self.steps[len(ops):])
+        return labels, ops
 
     def kernel_labels(self) -> list[tuple[int, str]]:
         """(step index, label) of each kernel, in schedule order."""
-        return [(k, self.labels[k] if k < len(self.labels) else f"kernel {k}")
+        labels = self.labels
+        return [(k, labels[k] if k < len(labels) else f"kernel {k}")
                 for k, s in enumerate(self.steps) if isinstance(s, Kernel)]
 
     def step_sources(self) -> list[tuple[Op, ...]]:
@@ -306,9 +334,10 @@ class GraphCompiler:
         the ops that update stands for too (they emit no kernel of their own); none for
         the copies of fetched feeds, which no op computes."""
         updates = self.gemm_updates or {}
+        step_ops = self.step_ops
         out: list[tuple[Op, ...]] = []
         for k in range(len(self.steps)):
-            op = self.step_ops[k] if k < len(self.step_ops) else None
+            op = step_ops[k] if k < len(step_ops) else None
             upd = updates.get(op) if op is not None else None
             out.append(() if op is None else
                        (op, *upd.absorbed) if upd is not None and upd.matmul is op else (op,))

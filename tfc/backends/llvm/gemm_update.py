@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from tfc.ir.core import Graph, Op, Value
 from tfc.ir.types import DType
 
 UPDATE_KINDS = {"var.assign_add": 1.0, "var.assign_sub": -1.0}
+_inputs = attrgetter("inputs")
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ def find(graph: Graph) -> dict[Op, GemmUpdate]:
     (matmul, scale and assignment) each such update stands for."""
     # how many times each value is used by the ops of the graph (``len(graph.uses()[v])``,
     # counted in C: the pattern only asks for values used once)
-    uses = Counter(chain.from_iterable(op.inputs for op in graph.ops))
+    uses = Counter(chain.from_iterable(map(_inputs, graph.ops)))
     results = set(graph.results)
     out: dict[Op, GemmUpdate] = {}
     for op in graph.ops:

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Hashable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Mapping
 
 import numpy as np
 
@@ -73,13 +74,18 @@ def _array_key(v: np.ndarray) -> Hashable:
 class Keys:
     """What signatures are made of, each computed once in one lowering (one
     ``GraphCompiler``): the text of each type, by its dtype and shape (what ``str`` of a
-    ``TensorType`` prints: equal dtypes and shapes print the same), and the key of each
+    ``TensorType`` prints: equal dtypes and shapes print the same); the key of each
     array attr, by ``id`` (attrs are frozen, ``freeze_attr``; each entry holds its array,
-    so the id is not reused while the entry lives)."""
+    so the id is not reused while the entry lives); and the key of an op's attrs, by the
+    ``id`` of the read-only view the op keeps them in (``Op.attrs``; the ops of fused
+    regions copied from one template share theirs, ``tfc.passes.fusion``), the entry
+    holding the view, for views of frozen values only (``_frozen``)."""
 
     def __init__(self) -> None:
         self.types: dict[tuple[int, tuple], str] = {}  # (id(dtype), shape) -> str(type)
         self._arrays: dict[int, tuple[np.ndarray, Hashable]] = {}
+        # id(attrs view) -> (the view, its key)
+        self.attrs_of: dict[int, tuple[Mapping[str, Any], Hashable]] = {}
 
     def type(self, t: Any) -> str:
         if type(t) is not TensorType:
@@ -98,42 +104,111 @@ class Keys:
             hit = self._arrays[id(v)] = (v, _array_key(v))
         return hit[1]
 
+    def attrs(self, attrs: Mapping[str, Any], skip: str = "") -> Hashable:
+        """``(name, _attr_key(value))`` per attr of an op but ``skip``, in the op's order
+        (memoized for the views of region ops, which skip none)."""
+        if skip:
+            return tuple([(k, _attr_key(v, self)) for k, v in attrs.items() if k != skip])
+        hit = self.attrs_of.get(id(attrs))
+        if hit is not None and hit[0] is attrs:
+            return hit[1]
+        key = tuple([(k, _attr_key(v, self)) for k, v in attrs.items()]) if attrs else ()
+        if type(attrs) is MappingProxyType and all(_frozen(v) for v in attrs.values()):
+            self.attrs_of[id(attrs)] = (attrs, key)
+        return key
+
+
+def _frozen(v: Any) -> bool:
+    """Whether attr value ``v`` cannot change (a read-only array that owns its data, as
+    ``freeze_attr`` makes them; tuples of such)."""
+    t = type(v)
+    if t is int or t is str or t is bool or t is float or v is None:
+        return True
+    if t is np.ndarray:
+        return not v.flags.writeable and v.base is None
+    if t is tuple:
+        return all(_frozen(x) for x in v)
+    return False
+
+
+def _outer(x: Value, keys: Keys) -> Hashable:
+    """An input from outside the op (or region): its type, and its value if a
+    constant's."""
+    producer = x.op
+    return ("outer", keys.type(x.type), _attr_key(producer.attrs.get("value"), keys)
+            if producer is not None and producer.kind == "constant" else None)
+
 
 def _op_key(op: Op, number: dict[Value, int], keys: Keys, skip: str = "") -> Hashable:
     """``op`` up to value names: its kind, attrs (in their order: ``Op`` sorts them),
     inputs (numbered as ``number`` says; a value from outside by its type, and its value
     if a constant's), result types and regions. Top-level ops (``number`` empty) share
-    nothing but ``keys``. (Type texts inlined from ``Keys.type``: the hot loop.)"""
-    types = keys.types
-    inputs: list[Hashable] = []
-    for x in op.inputs:
-        n = number.get(x)
-        if n is not None:
-            inputs.append(n)
-            continue
-        t = x.type
-        text = types.get((id(t.dtype), t.shape)) or keys.type(t)
-        producer = x.op
-        inputs.append(("outer", text, _attr_key(producer.attrs.get("value"), keys)
-                       if producer is not None and producer.kind == "constant" else None))
+    nothing but ``keys``."""
+    get = number.get
+    inputs: list[Hashable] = list(map(get, op.inputs))
+    if None in inputs:  # (ints and None: no Python-level comparison)
+        inputs = [_outer(x, keys) if n is None else n for n, x in zip(inputs, op.inputs)]
     regions = tuple([_graph_key(r, dict(number), keys) for r in op.regions]) \
         if op.regions else ()
-    attrs = tuple([(k, _attr_key(v, keys)) for k, v in op.attrs.items() if k != skip]) \
-        if op.attrs else ()
+    types = keys.types
     results: list[str] = []
     for r in op.results:
         t = r.type
         results.append(types.get((id(t.dtype), t.shape)) or keys.type(t))
         number[r] = len(number)
-    return (op.kind, attrs, tuple(inputs), tuple(results), regions)
+    return (op.kind, keys.attrs(op.attrs, skip), tuple(inputs), tuple(results), regions)
+
+
+def _top_key(op: Op, keys: Keys, skip: str) -> Hashable:
+    """``_op_key(op, {}, keys, skip)`` (a top-level op: every input from outside, its
+    results numbered after its regions' values, which the key does not show), inlined:
+    one per op with kernels of a graph."""
+    types = keys.types
+    inputs: list[Hashable] = []
+    for x in op.inputs:
+        t = x.type
+        producer = x.op
+        inputs.append(("outer", types.get((id(t.dtype), t.shape)) or keys.type(t),
+                       _attr_key(producer.attrs.get("value"), keys)
+                       if producer is not None and producer.kind == "constant" else None))
+    regions: tuple[Hashable, ...] = ()
+    if op.regions:
+        regions = tuple([_graph_key(r, {}, keys) for r in op.regions])
+    results: list[str] = []
+    for r in op.results:
+        t = r.type
+        results.append(types.get((id(t.dtype), t.shape)) or keys.type(t))
+    attrs = op.attrs  # (most are an op's own: no memo)
+    return (op.kind, tuple([(k, _attr_key(v, keys)) for k, v in attrs.items() if k != skip])
+            if attrs else (), tuple(inputs), tuple(results), regions)
 
 
 def _graph_key(graph: Graph, number: dict[Value, int], keys: Keys) -> Hashable:
+    get, types, attrs_of = number.get, keys.types, keys.attrs_of
+    args: list[str] = []
     for a in graph.args:
         number[a] = len(number)
-    ops = tuple([_op_key(op, number, keys) for op in graph.ops])
-    return (tuple([keys.type(a.type) for a in graph.args]), ops,
-            tuple([number[r] if r in number else None for r in graph.results]))
+        t = a.type
+        args.append(types.get((id(t.dtype), t.shape)) or keys.type(t))
+    ops: list[Hashable] = []
+    for op in graph.ops:  # (``_op_key`` inlined for ops without regions: the hot loop)
+        if op.regions:
+            ops.append(_op_key(op, number, keys))
+            continue
+        inputs: list[Hashable] = []
+        for x in op.inputs:
+            n = get(x)
+            inputs.append(_outer(x, keys) if n is None else n)
+        results: list[str] = []
+        for r in op.results:
+            t = r.type
+            results.append(types.get((id(t.dtype), t.shape)) or keys.type(t))
+            number[r] = len(number)
+        attrs = op.attrs
+        hit = attrs_of.get(id(attrs))
+        ops.append((op.kind, hit[1] if hit is not None and hit[0] is attrs
+                    else keys.attrs(attrs), tuple(inputs), tuple(results), ()))
+    return tuple(args), tuple(ops), tuple(map(get, graph.results))
 
 
 def _updated(graph_compiler: GraphCompiler, op: Op, variable: str | None) -> str | None:
@@ -143,17 +218,19 @@ def _updated(graph_compiler: GraphCompiler, op: Op, variable: str | None) -> str
     return name if isinstance(name, str) and name in graph_compiler.update_index else None
 
 
-def _storages(graph_compiler: GraphCompiler, op: Op, variable: str | None = None
-              ) -> list[Storage] | None:
+def _storages(graph_compiler: GraphCompiler, op: Op, variable: str | None = None,
+              name: Any = False) -> list[Storage] | None:
     """The storages a kernel of ``op`` may take: its inputs', its results', the scratch,
-    and for an update of a variable, the variable's and its update buffer."""
+    and for an update of a variable (``name``: ``_updated``, when the caller has it), the
+    variable's and its update buffer."""
     get = graph_compiler.comp.storage.get
-    out = [get(v) for v in op.inputs]
-    out += [get(v) for v in op.results]
-    if any(s is None for s in out):
+    out = list(map(get, op.inputs))
+    out += map(get, op.results)
+    if not all(out):  # (a Storage is always true: no Python-level call)
         return None
     out.append(SCRATCH)
-    name = _updated(graph_compiler, op, variable)
+    if name is False:
+        name = _updated(graph_compiler, op, variable)
     if name is not None:
         out += [Storage("var", name), Storage("upd", graph_compiler.update_index[name])]
     return out  # type: ignore[return-value]
@@ -176,24 +253,30 @@ def signature(graph_compiler: GraphCompiler, op: Op, variable: str | None = None
     variable its kernels update when the op does not name it (a GEMM update's); ``tag``
     tells apart lowerings of one op that differ (a matmul as a GEMM update); ``storages``:
     ``_storages`` of the op when the caller has them."""
-    storages = _storages(graph_compiler, op, variable) if storages is None else storages
-    if storages is None:
-        return None
     name = _updated(graph_compiler, op, variable)
+    if storages is None:
+        storages = _storages(graph_compiler, op, variable, name)
+        if storages is None:
+            return None
+    return _signature(graph_compiler, op, tag, storages, name)
+
+
+def _signature(graph_compiler: GraphCompiler, op: Op, tag: Hashable,
+               storages: list[Storage], name: str | None) -> Hashable | None:
+    """``signature`` of ``op`` given its ``_storages`` and ``_updated``."""
     keys = graph_compiler.memo_keys
     if keys is None:
         keys = graph_compiler.memo_keys = Keys()
     # an updated variable: its storages are in the vector, its type here
     var_type = None if name is None else keys.type(graph_compiler.module.variables[name].type)
     try:
-        key = _op_key(op, {}, keys, "var" if name is not None else "")
+        key = _top_key(op, keys, "var" if name is not None else "")
     except TypeError:
         return None
-    # which storages are one: each one's first place (by (kind, index), as Storage
-    # compares: its own hash is a Python call)
-    first: dict[tuple[str, Any], int] = {}
-    return tag, key, var_type, tuple([first.setdefault((s.kind, s.index), i)
-                                      for i, s in enumerate(storages)])
+    # which storages are one: each one's first place
+    first: dict[Storage, int] = {}
+    setdefault = first.setdefault
+    return tag, key, var_type, tuple(map(setdefault, storages, range(len(storages))))
 
 
 def _traces(graph_compiler: GraphCompiler) -> tuple[Any, ...]:
@@ -228,14 +311,17 @@ def lower_once(graph_compiler: GraphCompiler, op: Op,
     storages."""
     memo = graph_compiler.kernel_memo
     comp = graph_compiler.comp
-    storages = _storages(graph_compiler, op, variable)
-    key = signature(graph_compiler, op, variable, tag, storages)
+    name = _updated(graph_compiler, op, variable)
+    storages = _storages(graph_compiler, op, variable, name)
+    key = None if storages is None else _signature(graph_compiler, op, tag, storages, name)
     template = memo.get(key) if key is not None else None
     if template is not None:
         assert storages is not None  # (the signature has them)
+        steps = graph_compiler.steps
         for kernel, where in template.kernels:
-            graph_compiler.steps.append(kernel.called_on([storages[k] for k in where]))
-        comp.scratch.extend(template.scratch)
+            steps.append(kernel.called_on([storages[k] for k in where]))
+        if template.scratch:
+            comp.scratch.extend(template.scratch)
         return
     before, first, scratch = _traces(graph_compiler), len(graph_compiler.steps), len(comp.scratch)
     lowering(graph_compiler, op)

@@ -268,18 +268,26 @@ LOWERINGS: dict[str, Lowering] = {
 
 
 def lower(graph_compiler: GraphCompiler, op: Op) -> None:
-    if graph_compiler.gemm_updates is None:
-        graph_compiler.gemm_updates = gemm_update.find(graph_compiler.graph)
-    upd = graph_compiler.gemm_updates.get(op)
-    if upd is not None:  # the matmul's kernel computes the update; the rest emit nothing
-        if op is upd.matmul:
-            lower_gemm_update(graph_compiler, upd)
-        return
-    fn = lowering_of(op.kind)
+    updates = graph_compiler.gemm_updates
+    if updates is None:
+        updates = graph_compiler.gemm_updates = gemm_update.find(graph_compiler.graph)
+    if updates:
+        upd = updates.get(op)
+        if upd is not None:  # the matmul's kernel computes the update; the rest emit nothing
+            if op is upd.matmul:
+                lower_gemm_update(graph_compiler, upd)
+            return
+    kind = op.kind
+    known = graph_compiler.lowerings  # (lowering_of once per kind in a graph)
+    fn = known.get(kind)
     if fn is None:
-        raise Unsupported(op.kind)
-    if fn is lower_nothing or op.kind == "var.assign":  # no kernel (a copy at most): no
-        fn(graph_compiler, op)  # template to reuse, no signature to compute
+        fn = known[kind] = lowering_of(kind)
+        if fn is None:
+            raise Unsupported(kind)
+    if fn is lower_nothing:  # no kernel: no template to reuse, no signature to compute
+        return
+    if kind == "var.assign":  # a copy at most: no template either
+        fn(graph_compiler, op)
         return
     kernel_memo.lower_once(graph_compiler, op, fn)  # an op lowered like one before: reused
 

@@ -123,19 +123,19 @@ def draft(graph_compiler: GraphCompiler, threads: int | None, profile: bool) -> 
     # per step, what is the same for many (a kernel function called from every layer, a
     # storage every kernel of a layer takes): each computed once, keyed without the
     # Python-level hash of a Storage or the name lookups of an llvmlite function
-    pointers: dict[tuple[str, Any], int] = {}
+    pointers: dict[Storage, int] = {}
+    at = pointers.get
     fn_index: dict[int, tuple[Any, int]] = {}  # id(function) -> (function, its index)
     split_of: dict[tuple[int, Any, Any], bool] = {}  # (id(function), extent, work) -> splits
 
     def pointer(s: Storage) -> int:
-        key = (s.kind, s.index)
-        d = pointers.get(key)
+        d = at(s)
         if d is None:
-            d = pointers[key] = _pointer(graph_compiler, s)
+            d = pointers[s] = _pointer(graph_compiler, s)
         return d
 
     for step in graph_compiler.steps:
-        if isinstance(step, Copy):
+        if type(step) is Copy:
             words += [COPY_IF_APART if step.dst in in_place else COPY,
                       pointer(step.src), pointer(step.dst), step.nbytes_slot]
             continue
@@ -151,8 +151,11 @@ def draft(graph_compiler: GraphCompiler, threads: int | None, profile: bool) -> 
                 functions.append(name)
             hit = fn_index[id(fn)] = (fn, k)
         k = hit[1]
-        args = [pointer(s) for s in step.storages]
-        max_args = max(max_args, len(args))
+        found = list(map(at, step.storages))  # (each storage's pointer made once)
+        args: list[int] = list(map(pointer, step.storages)) if None in found \
+            else found  # type: ignore[assignment]
+        if len(args) > max_args:
+            max_args = len(args)
         split = False
         if nthreads > 1:
             key = (id(fn), step.extent, step.work)
