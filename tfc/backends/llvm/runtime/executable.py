@@ -109,6 +109,15 @@ class LLVMExecutable:
         # the updates' part of every binding's fills: their pools outlive a binding
         self._upd_fills: list[tuple[list[np.ndarray], tuple[int, ...], np.dtype, int]] = [
             ([], s, dt, in_place.get(j, -1)) for j, (_, dt, s, _) in enumerate(self._upd_specs)]
+        # An executable that reads no variable (an initializer, an assignment of fed
+        # values) keeps none of the update arrays it hands out (fast_step lets its pools
+        # and slots go of them): they become variables' values, and its pool's and slot's
+        # references would make each look held to the next executable that updates that
+        # variable in place (``_sole``), whose first step would allocate fresh memory and
+        # write every such update there instead (the first training step after the
+        # initializer: 64 MB of new pages at L=256 of issue 21's MLP, ~30 ms of page
+        # faults). Such an executable run again allocates its updates anew.
+        self._lets_updates_go = bool(self._upd_fills) and not self._var_specs
         self._var_bytes = sum(int(np.prod(s)) * dt.itemsize for _, dt, s, _ in self._var_specs)
         self._constants = list(meta.constants)
         self._n_ptrs = meta.n_ptrs
@@ -227,6 +236,12 @@ class LLVMExecutable:
                 rc = bound.call(bound.ptrs_addr, bound.params_addr)
                 if rc:  # read while no other call can overwrite it
                     detail = None if self._error_detail is None else list(self._error_detail)
+                if self._lets_updates_go:  # (see __init__)
+                    i = bound.out_slot + bound.n_outs
+                    for fill in self._upd_fills:
+                        fill[0].clear()
+                        held[i] = None
+                        i += 1
             finally:
                 busy.value = 0
         if rc:
