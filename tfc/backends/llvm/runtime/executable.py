@@ -32,6 +32,7 @@ from tfc.backends.base import StepOwner, StepResult, checked_feeds
 from tfc.backends.llvm.entry import GraphCompiler
 from tfc.backends.llvm.step_table import ENTRY, PROF_STAMPS, StepTable, install
 from tfc.backends.llvm.runtime import entry_cache, native
+from tfc.backends.llvm.runtime.arena import zeroed
 from tfc.backends.llvm.runtime.blas_policy import gemms_are_small
 from tfc.backends.llvm.runtime.symbols import small_gemms
 from tfc.backends.binding import Binding, bind, bind_symbols
@@ -294,7 +295,7 @@ class LLVMExecutable:
 
     def _make_bound(self, key: tuple, arena_bytes: int, params: list[int],
                     out_shapes: list[tuple[int, ...]], binding: Binding | None) -> "_Bound":
-        arena = np.zeros(arena_bytes + ALIGN, dtype=np.uint8)
+        arena = zeroed(arena_bytes + ALIGN, ALIGN)  # (large ones: huge pages, arena.py)
         start = (-arena.ctypes.data) % ALIGN
         pa = np.array(params, dtype=np.int64) if params else np.zeros(1, np.int64)
         ptrs = np.zeros(self._n_ptrs, dtype=np.uint64)
@@ -764,17 +765,32 @@ def _same_shapes(feeds: Sequence[np.ndarray], shapes: tuple) -> bool:
 def _offsets(plan: Any, binding: Binding) -> tuple[dict[int, int], int]:
     """Arena byte offset of each buffer of the plan, and the arena's size, for ``binding``
     (dynamic buffers, of values with '?' dims, sized by the binding's concrete shapes)."""
+    shapes = binding.shapes
+    itemsizes: dict[Any, int] = {}  # dtype -> bytes (a DType's itemsize is 3 lookups)
+
     def value_bytes(v: Any) -> int:
-        return binding.size(v) * v.dtype.itemsize
+        s = shapes.get(v)
+        if s is None:
+            s = binding.shape(v)
+        n = 1
+        for d in s:
+            n *= d
+        t = v.type.dtype
+        size = itemsizes.get(t)
+        if size is None:
+            size = itemsizes[t] = t.itemsize
+        return n * size
 
     try:
         offs = plan.offsets(binding.symbols, value_bytes)
         total = plan.arena_bytes(binding.symbols, value_bytes)
-        out = {buf.id: o for buf, o in zip(plan.buffers, offs)}
-        for buf in plan.buffers:  # the plan's sizes must hold every value at this binding
-            need = max((value_bytes(v) for v in buf.values if v in binding.shapes), default=0)
-            if out[buf.id] + need > total:
-                raise ValueError("buffer too small")
+        out = {}
+        for buf, o in zip(plan.buffers, offs):
+            out[buf.id] = o
+            room = total - o  # the plan's sizes must hold every value at this binding
+            for v in buf.values:
+                if v in shapes and value_bytes(v) > room:
+                    raise ValueError("buffer too small")
         return out, -(-total // ALIGN) * ALIGN
     except (KeyError, TypeError, ValueError, AttributeError, TfcError):
         # sizes the plan cannot evaluate: lay the buffers out one after another
