@@ -33,8 +33,10 @@ HUGE_MIN = HUGE_PAGE
 # What the arenas made so far got (tests read these): mapped, and advised huge pages.
 counts = {"mapped": 0, "advised": 0}
 
-_ANON = getattr(mmap, "MAP_ANONYMOUS", None)
-_PRIVATE = getattr(mmap, "MAP_PRIVATE", None)
+# private anonymous memory (None where the platform's mmap has no such flags: Windows)
+_FLAGS: int | None = (mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                      if hasattr(mmap, "MAP_ANONYMOUS") and hasattr(mmap, "MAP_PRIVATE")
+                      else None)
 _MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)
 
 
@@ -44,20 +46,20 @@ def zeroed(nbytes: int, align: int) -> np.ndarray:
     platform maps anonymous memory: then 2 MB-aligned and advised huge pages. Smaller
     arrays (and any where mapping fails) are ``np.zeros(nbytes)``, whose alignment the
     caller handles as before (it asks for ``align`` bytes more)."""
-    if nbytes >= HUGE_MIN and _ANON is not None and _PRIVATE is not None:
-        a = _mapped(nbytes)
+    if nbytes >= HUGE_MIN and _FLAGS is not None:
+        a = _mapped(nbytes, _FLAGS)
         if a is not None:
             assert a.ctypes.data % align == 0 and a.size == nbytes
             return a
     return np.zeros(nbytes, np.uint8)
 
 
-def _mapped(nbytes: int) -> np.ndarray | None:
+def _mapped(nbytes: int, flags: int) -> np.ndarray | None:
     span = -(-nbytes // HUGE_PAGE) * HUGE_PAGE  # whole huge pages
     try:
         # one huge page more than the span, to start the span on a 2 MB boundary (the
         # unaligned head and tail are address space only: never touched, never backed)
-        m = mmap.mmap(-1, span + HUGE_PAGE, flags=_PRIVATE | _ANON,
+        m = mmap.mmap(-1, span + HUGE_PAGE, flags=flags,
                       prot=mmap.PROT_READ | mmap.PROT_WRITE)
     except (OSError, ValueError, OverflowError):
         return None
