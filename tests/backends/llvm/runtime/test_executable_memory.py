@@ -30,6 +30,23 @@ def _mapped_at(addr: int) -> bool:
     return False
 
 
+def _vm_flags(addr: int) -> list[str] | None:
+    """The VmFlags of the mapping holding ``addr`` (``hg``: advised huge pages), from
+    /proc/self/smaps; None where it has none."""
+    smaps = Path("/proc/self/smaps")
+    if not smaps.exists():
+        return None
+    inside = False
+    for line in smaps.read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and ":" not in head:
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= addr < hi
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    return None
+
+
 needs_mmap = pytest.mark.skipif(not hasattr(mmap, "MAP_ANONYMOUS"),
                                 reason="no anonymous mmap on this platform")
 needs_maps = pytest.mark.skipif(not MAPS.exists(), reason="no /proc/self/maps")
@@ -47,6 +64,10 @@ def test_a_large_arena_is_a_zeroed_aligned_mapping_advised_huge_pages():
     assert arena.counts["mapped"] == before["mapped"] + 1
     if hasattr(mmap, "MADV_HUGEPAGE") and Path("/sys/kernel/mm/transparent_hugepage").exists():
         assert arena.counts["advised"] == before["advised"] + 1
+        flags = _vm_flags(a.ctypes.data)
+        if flags is not None:  # its whole huge pages are advised, its tail is not
+            assert "hg" in flags
+            assert "hg" not in (_vm_flags(a.ctypes.data + n - 1) or [])
 
 
 def test_a_small_arena_is_plain_zeros():

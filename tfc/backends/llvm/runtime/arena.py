@@ -7,10 +7,11 @@ page it touches then costs a page fault (the kernel maps and zeroes it). In 4 KB
 80 MB arena (issue 21's MLP at L=256) is ~20k faults. Where transparent huge pages are
 ``madvise`` mode (a common default: ``/sys/kernel/mm/transparent_hugepage/enabled``), a
 mapping gets 2 MB pages only if it asks, and only for the 2 MB-aligned 2 MB spans it
-covers: an arena of at least ``HUGE_MIN`` bytes is therefore mapped 2 MB-aligned, rounded
-up to whole huge pages, and advised ``MADV_HUGEPAGE``. (NumPy advises its own allocations
-of 4 MB and more, but its ``calloc``'d block is not 2 MB-aligned, so its first and last
-partial spans fault in 4 KB pages, and below 4 MB it does not ask at all.)
+covers: an arena of at least ``HUGE_MIN`` bytes is therefore mapped 2 MB-aligned and its
+whole huge pages are advised ``MADV_HUGEPAGE`` (its tail, under 2 MB, stays in small
+pages: a huge page there would be memory no value uses, per binding). NumPy advises its
+own allocations of 4 MB and more, but its ``calloc``'d block is not 2 MB-aligned, so its
+first and last partial spans fault in 4 KB pages, and below 4 MB it does not ask at all.
 
 The advice is advice: where the platform has no ``MADV_HUGEPAGE``, anonymous ``mmap`` or
 the kernel refuses it (THP off), the arena is the same memory in small pages; where
@@ -26,8 +27,7 @@ import mmap
 import numpy as np
 
 HUGE_PAGE = 1 << 21  # the x86-64 and arm64 (4 KB granule) transparent huge page
-# Arenas below this are np.zeros: a mapping of their own would round a small arena up to
-# a 2 MB page (memory for nothing) or, unadvised, save nothing.
+# Arenas below this are np.zeros: they hold no whole huge page.
 HUGE_MIN = HUGE_PAGE
 
 # What the arenas made so far got (tests read these): mapped, and advised huge pages.
@@ -55,11 +55,11 @@ def zeroed(nbytes: int, align: int) -> np.ndarray:
 
 
 def _mapped(nbytes: int, flags: int) -> np.ndarray | None:
-    span = -(-nbytes // HUGE_PAGE) * HUGE_PAGE  # whole huge pages
+    span = nbytes // HUGE_PAGE * HUGE_PAGE  # its whole huge pages
     try:
-        # one huge page more than the span, to start the span on a 2 MB boundary (the
-        # unaligned head and tail are address space only: never touched, never backed)
-        m = mmap.mmap(-1, span + HUGE_PAGE, flags=flags,
+        # one huge page more, to start on a 2 MB boundary (the unaligned head and the
+        # tail past nbytes are address space only: never touched, never backed)
+        m = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=flags,
                       prot=mmap.PROT_READ | mmap.PROT_WRITE)
     except (OSError, ValueError, OverflowError):
         return None
