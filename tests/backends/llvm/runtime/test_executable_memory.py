@@ -1,7 +1,8 @@
 """The memory a first step touches (``executable.py``, ``arena.py``): a large arena is a
-2 MB-aligned, zeroed mapping that asks for huge pages and goes with its binding; the
-first training step after an initializer updates the variables in place, as later steps
-do, instead of writing every update into fresh arrays."""
+zeroed mapping of its own that asks for no huge pages (only the pages a step touches are
+backed) and goes with its binding; the first training step after an initializer updates
+the variables in place, as later steps do, instead of writing every update into fresh
+arrays."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ def _mapped_at(addr: int) -> bool:
 
 
 def _vm_flags(addr: int) -> list[str] | None:
-    """The VmFlags of the mapping holding ``addr`` (``hg``: advised huge pages), from
-    /proc/self/smaps; None where it has none."""
+    """The VmFlags of the mapping holding ``addr`` (``hg``: huge pages asked for), from
+    /proc/self/smaps; None where there is no such file."""
     smaps = Path("/proc/self/smaps")
     if not smaps.exists():
         return None
@@ -47,40 +48,60 @@ def _vm_flags(addr: int) -> list[str] | None:
     return None
 
 
+def _resident_pages(addr: int, nbytes: int) -> int | None:
+    """How many pages of [addr, addr + nbytes) are backed (/proc/self/pagemap's present
+    bit); None where there is no such file."""
+    pagemap = Path("/proc/self/pagemap")
+    if not pagemap.exists():
+        return None
+    first, last = addr // mmap.PAGESIZE, (addr + nbytes - 1) // mmap.PAGESIZE
+    with pagemap.open("rb") as f:
+        f.seek(first * 8)
+        entries = np.frombuffer(f.read((last - first + 1) * 8), np.uint64)
+    return int(((entries >> np.uint64(63)) & np.uint64(1)).sum())
+
+
+def _thp_mode() -> str | None:
+    path = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not path.exists():
+        return None
+    return path.read_text().split("[")[1].split("]")[0]
+
+
 needs_mmap = pytest.mark.skipif(not hasattr(mmap, "MAP_ANONYMOUS"),
                                 reason="no anonymous mmap on this platform")
 needs_maps = pytest.mark.skipif(not MAPS.exists(), reason="no /proc/self/maps")
 
 
 @needs_mmap
-def test_a_large_arena_is_a_zeroed_aligned_mapping_advised_huge_pages():
+def test_a_large_arena_is_a_zeroed_mapping_that_asks_for_no_huge_pages():
     before = dict(arena.counts)
-    n = 3 * arena.HUGE_PAGE + 4160  # not a whole number of huge pages
-    a = arena.zeroed(n, 64)
+    n = 3 * (1 << 21) + 4160  # (NumPy asks for huge pages from 4 MB)
+    a = arena.zeroed(n)
     assert a.size == n and a.dtype == np.uint8 and a.flags.writeable
-    assert a.ctypes.data % arena.HUGE_PAGE == 0
-    assert not a.any()
-    a[-1] = 7  # the whole of it is usable
+    assert a.ctypes.data % mmap.PAGESIZE == 0
     assert arena.counts["mapped"] == before["mapped"] + 1
-    if hasattr(mmap, "MADV_HUGEPAGE") and Path("/sys/kernel/mm/transparent_hugepage").exists():
-        assert arena.counts["advised"] == before["advised"] + 1
-        flags = _vm_flags(a.ctypes.data)
-        if flags is not None:  # its whole huge pages are advised, its tail is not
-            assert "hg" in flags
-            assert "hg" not in (_vm_flags(a.ctypes.data + n - 1) or [])
+    a[n // 2] = 7  # one page touched
+    a[-1] = 9  # the whole of it is usable
+    assert "hg" not in (_vm_flags(a.ctypes.data) or [])
+    resident = _resident_pages(a.ctypes.data, n)  # (before anything reads the rest)
+    if resident is not None and _thp_mode() in ("madvise", "never"):
+        assert resident == 2  # the pages touched, not 2 MB around each (not "always":
+        # there the system asks for huge pages itself)
+    assert np.count_nonzero(a) == 2 and a[n // 2] == 7 and a[-1] == 9  # zeroed
 
 
 def test_a_small_arena_is_plain_zeros():
     before = dict(arena.counts)
-    a = arena.zeroed(arena.HUGE_MIN - 1, 64)
-    assert a.size == arena.HUGE_MIN - 1 and a.flags.owndata and not a.any()
+    a = arena.zeroed(arena.MAP_MIN - 1)
+    assert a.size == arena.MAP_MIN - 1 and a.flags.owndata and not a.any()
     assert arena.counts == before
 
 
 @needs_mmap
 @needs_maps
 def test_an_arena_mapping_is_released_when_its_array_goes():
-    a = arena.zeroed(2 * arena.HUGE_PAGE, 64)
+    a = arena.zeroed(2 * arena.MAP_MIN)
     view = a[100:200]
     addr = a.ctypes.data
     a[:] = 1
@@ -115,9 +136,10 @@ def test_an_executables_arenas_are_mapped_and_go_with_it():
         np.testing.assert_allclose(p.run("f", x=x)["y"], want, rtol=1e-3, atol=1e-2)
     exe = p._executable("f")
     arenas = [b.arena for b in exe._bindings.values()]
-    assert len(arenas) == 2 and all(a.size - 64 >= arena.HUGE_MIN for a in arenas)
+    assert len(arenas) == 2 and all(a.size - 64 >= arena.MAP_MIN for a in arenas)
     addrs = [a.ctypes.data for a in arenas]
-    assert all(addr % arena.HUGE_PAGE == 0 and _mapped_at(addr) for addr in addrs)
+    assert all(addr % mmap.PAGESIZE == 0 and _mapped_at(addr) for addr in addrs)
+    assert all(not a.flags.owndata for a in arenas)  # (views of their mappings)
     del arenas, exe, p
     gc.collect()
     assert not any(_mapped_at(addr) for addr in addrs)  # no leak per binding

@@ -295,7 +295,7 @@ class LLVMExecutable:
 
     def _make_bound(self, key: tuple, arena_bytes: int, params: list[int],
                     out_shapes: list[tuple[int, ...]], binding: Binding | None) -> "_Bound":
-        arena = zeroed(arena_bytes + ALIGN, ALIGN)  # (large ones: huge pages, arena.py)
+        arena = zeroed(arena_bytes + ALIGN)  # (large ones: a mapping of their own, arena.py)
         start = (-arena.ctypes.data) % ALIGN
         pa = np.array(params, dtype=np.int64) if params else np.zeros(1, np.int64)
         ptrs = np.zeros(self._n_ptrs, dtype=np.uint64)
