@@ -56,3 +56,19 @@ def test_a_symbolic_graph_is_inferred_per_call():
     assert any(s[:1] == (5,) for s in got.shapes.values())
     with pytest.raises(FeedError, match="dim B is 5"):
         binding.bind(module, graph, [(5, 8), (6,)])  # the batch disagrees
+
+
+def test_static_shapes_tests_each_distinct_shape_once(monkeypatch):
+    module = _training_step(4)
+    graph = module.graphs["step"]
+    tested: list[tuple] = []
+    real = binding._all_ints
+    monkeypatch.setattr(binding, "_all_ints", lambda s: tested.append(s) or real(s))
+    shapes: dict = {}
+    assert binding.static_shapes(graph, shapes)
+    assert len(tested) == len(set(tested)) == len(set(shapes.values())) < len(shapes)
+    assert shapes == _inferred(module, graph, [(4, 8), (4,)])
+    tested.clear()
+    symbolic = _training_step(None).graphs["step"]
+    assert not binding.static_shapes(symbolic, {})
+    assert tested and not real(tested[-1])  # stops at the first symbolic shape

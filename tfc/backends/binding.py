@@ -159,24 +159,43 @@ def check_symbols(graph: Graph, shapes: Mapping[Value, tuple[int, ...]],
                                          f"{d} = {syms[d]}", op.loc)
 
 
-def static_shapes(graph: Graph, shapes: dict[Value, tuple[int, ...]]) -> bool:
+def static_shapes(graph: Graph, shapes: dict[Value, tuple[int, ...]],
+                  known: dict[tuple, bool] | None = None) -> bool:
     """Put the shape of every value of ``graph`` (its regions' included) in ``shapes`` and
     return True when all of them are static; False (``shapes`` partly filled) otherwise.
     Inferring such a graph again only rebuilds the types it has (the verifier checked
-    they are what inference gives): a 256-layer MLP's binding took 0.15 s of CPU that way."""
+    they are what inference gives): a 256-layer MLP's binding took 0.15 s of CPU that way.
+    ``known``: whether each shape met so far is static (a graph has few distinct shapes:
+    one dict lookup per value instead of a test of every dim; 7k values of a 256-layer
+    MLP in 1 ms instead of 3)."""
+    if known is None:
+        known = {}
     for a in graph.args:
-        if not a.type.is_static:
+        s = a.type.shape
+        ok = known.get(s)
+        if ok is None:
+            ok = known[s] = _all_ints(s)
+        if not ok:
             return False
-        shapes[a] = a.type.shape  # type: ignore[assignment]
+        shapes[a] = s  # type: ignore[assignment]
     for op in graph.ops:
         for r in op.results:
-            if not r.type.is_static:
+            s = r.type.shape
+            ok = known.get(s)
+            if ok is None:
+                ok = known[s] = _all_ints(s)
+            if not ok:
                 return False
-            shapes[r] = r.type.shape  # type: ignore[assignment]
-        for region in op.regions:
-            if not static_shapes(region, shapes):
-                return False
+            shapes[r] = s  # type: ignore[assignment]
+        if op.regions:
+            for region in op.regions:
+                if not static_shapes(region, shapes, known):
+                    return False
     return True
+
+
+def _all_ints(shape: tuple) -> bool:
+    return all(isinstance(d, int) for d in shape)
 
 
 def bind(module: Module, graph: Graph, feed_shapes: Sequence[tuple[int, ...]],
@@ -186,9 +205,10 @@ def bind(module: Module, graph: Graph, feed_shapes: Sequence[tuple[int, ...]],
     graph's argument types (the executables check them first), so a graph of static
     types has its types' shapes (``static_shapes``)."""
     shapes: dict[Value, tuple[int, ...]] = {}
+    known: dict[tuple, bool] = {}
     if all(tuple(a.type.shape) == tuple(s) for a, s in zip(graph.args, feed_shapes)) and \
-            len(graph.args) == len(feed_shapes) and static_shapes(graph, shapes) and \
-            all(static_shapes(region, shapes) for region, _ in regions):
+            len(graph.args) == len(feed_shapes) and static_shapes(graph, shapes, known) and \
+            all(static_shapes(region, shapes, known) for region, _ in regions):
         return Binding(shapes, {})
     shapes.clear()
     syms = bind_symbols(graph, feed_shapes)

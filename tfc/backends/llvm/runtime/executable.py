@@ -32,6 +32,7 @@ from tfc.backends.base import StepOwner, StepResult, checked_feeds
 from tfc.backends.llvm.entry import GraphCompiler
 from tfc.backends.llvm.step_table import ENTRY, PROF_STAMPS, StepTable, install
 from tfc.backends.llvm.runtime import entry_cache, native
+from tfc.backends.llvm.runtime.arena import zeroed
 from tfc.backends.llvm.runtime.blas_policy import gemms_are_small
 from tfc.backends.llvm.runtime.symbols import small_gemms
 from tfc.backends.binding import Binding, bind, bind_symbols
@@ -109,6 +110,15 @@ class LLVMExecutable:
         # the updates' part of every binding's fills: their pools outlive a binding
         self._upd_fills: list[tuple[list[np.ndarray], tuple[int, ...], np.dtype, int]] = [
             ([], s, dt, in_place.get(j, -1)) for j, (_, dt, s, _) in enumerate(self._upd_specs)]
+        # An executable that reads no variable (an initializer, an assignment of fed
+        # values) keeps none of the update arrays it hands out (fast_step lets its pools
+        # and slots go of them): they become variables' values, and its pool's and slot's
+        # references would make each look held to the next executable that updates that
+        # variable in place (``_sole``), whose first step would allocate fresh memory and
+        # write every such update there instead (the first training step after the
+        # initializer: 64 MB of new pages at L=256 of issue 21's MLP, ~30 ms of page
+        # faults). Such an executable run again allocates its updates anew.
+        self._lets_updates_go = bool(self._upd_fills) and not self._var_specs
         self._var_bytes = sum(int(np.prod(s)) * dt.itemsize for _, dt, s, _ in self._var_specs)
         self._constants = list(meta.constants)
         self._n_ptrs = meta.n_ptrs
@@ -227,6 +237,12 @@ class LLVMExecutable:
                 rc = bound.call(bound.ptrs_addr, bound.params_addr)
                 if rc:  # read while no other call can overwrite it
                     detail = None if self._error_detail is None else list(self._error_detail)
+                if self._lets_updates_go:  # (see __init__)
+                    i = bound.out_slot + bound.n_outs
+                    for fill in self._upd_fills:
+                        fill[0].clear()
+                        held[i] = None
+                        i += 1
             finally:
                 busy.value = 0
         if rc:
@@ -279,7 +295,7 @@ class LLVMExecutable:
 
     def _make_bound(self, key: tuple, arena_bytes: int, params: list[int],
                     out_shapes: list[tuple[int, ...]], binding: Binding | None) -> "_Bound":
-        arena = np.zeros(arena_bytes + ALIGN, dtype=np.uint8)
+        arena = zeroed(arena_bytes + ALIGN)  # (large ones: a mapping of their own, arena.py)
         start = (-arena.ctypes.data) % ALIGN
         pa = np.array(params, dtype=np.int64) if params else np.zeros(1, np.int64)
         ptrs = np.zeros(self._n_ptrs, dtype=np.uint64)
@@ -749,17 +765,32 @@ def _same_shapes(feeds: Sequence[np.ndarray], shapes: tuple) -> bool:
 def _offsets(plan: Any, binding: Binding) -> tuple[dict[int, int], int]:
     """Arena byte offset of each buffer of the plan, and the arena's size, for ``binding``
     (dynamic buffers, of values with '?' dims, sized by the binding's concrete shapes)."""
+    shapes = binding.shapes
+    itemsizes: dict[Any, int] = {}  # dtype -> bytes (a DType's itemsize is 3 lookups)
+
     def value_bytes(v: Any) -> int:
-        return binding.size(v) * v.dtype.itemsize
+        s = shapes.get(v)
+        if s is None:
+            s = binding.shape(v)
+        n = 1
+        for d in s:
+            n *= d
+        t = v.type.dtype
+        size = itemsizes.get(t)
+        if size is None:
+            size = itemsizes[t] = t.itemsize
+        return n * size
 
     try:
         offs = plan.offsets(binding.symbols, value_bytes)
         total = plan.arena_bytes(binding.symbols, value_bytes)
-        out = {buf.id: o for buf, o in zip(plan.buffers, offs)}
-        for buf in plan.buffers:  # the plan's sizes must hold every value at this binding
-            need = max((value_bytes(v) for v in buf.values if v in binding.shapes), default=0)
-            if out[buf.id] + need > total:
-                raise ValueError("buffer too small")
+        out = {}
+        for buf, o in zip(plan.buffers, offs):
+            out[buf.id] = o
+            room = total - o  # the plan's sizes must hold every value at this binding
+            for v in buf.values:
+                if v in shapes and value_bytes(v) > room:
+                    raise ValueError("buffer too small")
         return out, -(-total // ALIGN) * ALIGN
     except (KeyError, TypeError, ValueError, AttributeError, TfcError):
         # sizes the plan cannot evaluate: lay the buffers out one after another
