@@ -636,3 +636,26 @@ def test_corrupt_or_invalid_memory_plans_are_artifact_errors(tmp_path):
     rewrite(path, bad, {"plans.json": None})
     with pytest.raises(ArtifactError, match="has no member plans.json"):
         load(bad)
+
+
+@pytest.mark.parametrize("lost", ["field", "plan"])
+def test_a_lowered_module_without_its_plans_is_an_artifact_error(tmp_path, lost):
+    """A damaged manifest key (``"mgmory_plans"``: the corruption fuzzer's mutant 839 at
+    TFC_CORRUPTION_FUZZ=1500) or a plan missing from plans.json leaves a module lowered
+    for llvm without a plan, which the backend refused only at run time, as a TfcError
+    that did not name the file."""
+    path = tmp_path / "m.tfc"
+    lowered_program("llvm").save(path)
+    bad = tmp_path / "bad.tfc"
+    if lost == "field":
+        def damage(m):
+            m["mgmory_plans"] = m.pop("memory_plans")
+        rewrite(path, bad, manifest=damage)
+    else:
+        with zipfile.ZipFile(path) as zf:
+            plans = json.loads(zf.read("plans.json"))
+        del plans["train"]
+        rewrite(path, bad, {"plans.json": json.dumps(plans).encode()})
+    with pytest.raises(ArtifactError, match=r"bad.tfc: @\w+ is lowered for llvm but has no "
+                                            r"memory plan \(manifest.json field 'memory_plans'"):
+        load(bad)

@@ -701,6 +701,7 @@ def _read_module(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any]) -> Mo
     module.devices, module.fp16_transfers = _target(path, manifest)
     module.memory_plans = _read_plans(zf, path, manifest, module, digests)
     module.lowered_for = _lowered_for(path, manifest, module)
+    _check_planned(path, module)
     module.replicated_from = _replicated_from(zf, path, manifest, digests)
     return module
 
@@ -731,6 +732,22 @@ def _lowered_for(path: Any, manifest: dict[str, Any], module: Module) -> Target 
         raise ArtifactError(f"{path}: {MANIFEST} field 'lowered_for' names no backend "
                             f"({name!r}; backends: {', '.join(BACKENDS)})")
     return Target(name, tuple(module.devices), module.fp16_transfers)
+
+
+def _check_planned(path: Any, module: Module) -> None:
+    """A module lowered for a target whose lowering plans memory has a plan for each
+    graph the memory pass plans (all but the partitioned entries; the initializer
+    recipes are stored unplanned): else its backend would refuse it at run time, far from
+    the file, though it is the manifest's ``"memory_plans"`` that was lost or damaged."""
+    from tfc.pipeline import lowering_passes
+    target = module.lowered_for
+    if target is None or "memory" not in {p.name for p in lowering_passes(target)}:
+        return
+    for name in module.graphs:
+        if name not in module.partitions and name != INIT_GRAPH and name not in module.memory_plans:
+            raise ArtifactError(f"{path}: @{name} is lowered for {target.backend} but has no "
+                                f"memory plan ({MANIFEST} field 'memory_plans' missing or "
+                                f"damaged)")
 
 
 def _read_plans(zf: zipfile.ZipFile, path: Any, manifest: dict[str, Any], module: Module,
