@@ -74,7 +74,6 @@ def attr_key(v: Any) -> Any:
 
 
 _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
-_new_op = object.__new__  # (an Op without running its constructor: ``Op.clone``)
 # attr values whose ``attr_key`` is ``(type name, value)``, by their exact type
 _PLAIN_ATTRS = {int: "int", str: "str", bool: "bool", type(None): "NoneType"}
 
@@ -138,21 +137,12 @@ class Op:
         """A copy of this op on other inputs (same attrs, types, device, location, names):
         what ``Op(...)`` with this op's fields makes, without checking them again (the
         frozen attrs view is shared; extract copies every op of a request this way)."""
-        op = _new_op(Op)
-        op.kind = self.kind
-        op.inputs = list(inputs)
-        attrs = self.attrs
-        op.attrs = attrs if type(attrs) is MappingProxyType else frozen_attrs(attrs)
-        results = self.results
-        if len(results) == 1:
-            r = results[0]
-            op.results = [Value(r.type, op, 0, r.name)]
-        else:
-            op.results = [Value(r.type, op, i, r.name) for i, r in enumerate(results)]
-        op.device = self.device
-        op.loc = self.loc
-        op.regions = list(self.regions if regions is None else regions)
-        return op
+        attrs, results = self.attrs, self.results
+        return assembled_op(self.kind, list(inputs),
+                            attrs if type(attrs) is MappingProxyType else frozen_attrs(attrs),
+                            [r.type for r in results], [r.name for r in results],
+                            device=self.device, loc=self.loc,
+                            regions=list(self.regions if regions is None else regions))
 
     def replace_input(self, old: Value, new: Value) -> None:
         self.inputs = [new if v is old else v for v in self.inputs]
@@ -169,7 +159,7 @@ def assembled_op(kind: str, inputs: list[Value], attrs: Mapping[str, Any],
     keeps them: ``inputs`` (and ``regions``) new lists the op may own, ``attrs`` an op's
     frozen view (``frozen_attrs``), a name per result; nothing is copied or frozen again.
     For passes that copy ops by the thousand (fusion's regions, ``tfc.passes.fusion``)."""
-    op = Op.__new__(Op)
+    op = object.__new__(Op)
     op.kind, op.inputs, op.attrs, op.device, op.loc = kind, inputs, attrs, device, loc
     if len(result_types) == 1:
         op.results = [Value(result_types[0], op, 0, names[0])]
