@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 import operator
@@ -75,60 +76,79 @@ def module_to_bytes(module: Module) -> bytes:
     """The bytecode of ``module``'s variables and graphs (what ``print_module`` prints;
     memory plans and placement reports are derived and not stored)."""
     enc = _Encoder()
-    variables = [enc.var(v) for v in module.variables.values()]
-    graphs = [enc.graph(g) for g in module.graphs.values()]
-    # version 1 unless a region refers to another (what version 1 readers cannot read)
-    doc: dict[str, Any] = {"format": FORMAT, "version": 2 if enc.refs else 1,
-                           "types": enc.types,
-                           "files": enc.files, "variables": variables, "graphs": graphs}
-    target: dict[str, Any] = {}
-    if module.devices:
-        target["devices"] = list(module.devices)
-    if module.fp16_transfers:
-        target["fp16_transfers"] = True
-    if target:
-        doc["target"] = target
     try:
-        # (a tree the encoder built: no cycles to look for, which was a third of the time)
-        return json.dumps(doc, separators=(",", ":"), allow_nan=False,
-                          check_circular=False).encode("ascii")
-    except (TypeError, ValueError) as e:  # defensive: _Encoder only emits JSON values
+        variables = ",".join([enc.var(v) for v in module.variables.values()])
+        graphs = ",".join([enc.graph(g) for g in module.graphs.values()])
+        target: dict[str, Any] = {}
+        if module.devices:
+            target["devices"] = list(module.devices)
+        if module.fp16_transfers:
+            target["fp16_transfers"] = True
+        # version 1 unless a region refers to another (what version 1 readers cannot read)
+        text = (f'{{"format":{_FORMAT_TEXT},"version":{2 if enc.refs else 1},'
+                f'"types":{_dumps(enc.types)},"files":{_dumps(enc.files)},'
+                f'"variables":[{variables}],"graphs":[{graphs}]'
+                + (f',"target":{_dumps(target)}}}' if target else "}"))
+        return text.encode("ascii")
+    except (TypeError, ValueError, UnicodeEncodeError) as e:
+        # defensive: names and devices are strings, attrs are what _encode_attr emits
         raise BytecodeError(f"cannot encode the module as bytecode: {e}") from None
 
 
+# JSON text as ``json.dumps(v, separators=(",", ":"), allow_nan=False)`` writes it (the
+# encoder writes the document as text: what json.dumps would write of the tree, built
+# from pieces each encoded once, which halved the cost of building the tree then dumping it)
+_dumps = functools.partial(json.dumps, separators=(",", ":"), allow_nan=False,
+                           check_circular=False)
+_json_str = json.encoder.encode_basestring_ascii  # a str, as json.dumps writes one
+_FORMAT_TEXT = _json_str(FORMAT)
 _NAME = operator.attrgetter("name")
 
 
 class _Encoder:
-    """Builds the JSON tree, interning types and location files into tables.
+    """Writes the JSON text, interning types and location files into tables.
 
-    Types and locations are interned by value; an attrs view ops share (clones and
-    decoded ops share the view of the op they copy: ``Op.clone``) is encoded once. The
-    identity memo holds the objects it is keyed by, so an id is not reused meanwhile."""
+    Each piece that repeats is encoded once: types, locations, names and kinds by value,
+    and an attrs view ops share (clones and decoded ops share the view of the op they
+    copy: ``Op.clone``) by identity (the identity memos hold the objects they are keyed
+    by, so an id is not reused meanwhile). Values are written as the text of their number
+    (``ids``), once each."""
 
     def __init__(self) -> None:
         self.types: list[list[Any]] = []
-        self.type_ids: dict[tuple[int, tuple], int] = {}
+        self.type_ids: dict[tuple[int, tuple], str] = {}  # (id(dtype), shape) -> index text
+        self.type_objs: dict[int, tuple[TensorType, str]] = {}  # id(type) -> it, its index
         self.files: list[str] = []
         self.file_ids: dict[str, int] = {}
-        self.locs: dict[tuple, list[Any]] = {}
+        self.locs: dict[tuple, str] = {}  # (file, line, column) -> [FILE,LINE,COL] text
+        self.texts: dict[Any, str] = {}  # a name, device or kind -> its JSON text
+        self.kinds: dict[str, str] = {}  # an op's kind -> '{"op":KIND'
+        self.type_parts: dict[int, tuple[TensorType, str]] = {}  # id(t) -> ',"types":[T]'
+        self.loc_parts: dict[tuple, str] = {}  # (file, line, column) -> ',"loc":[...]'
         self.tensors: dict[tuple, Any] = {}  # small tensors by content
         self.by_id: dict[int, tuple[Any, Any]] = {}  # id(object) -> (object, its encoding)
+        self.attr_texts: dict[int, tuple[Any, str]] = {}  # id(attrs) -> (attrs, its text)
         # regions written in full, numbered as they end; the number of each by content
         self.full_regions = 0
-        self.region_ids: dict[tuple, int] = {}
+        self.region_ids: dict[Any, int] = {}
         self.keys: dict[int, tuple[Graph, tuple | None]] = {}  # id(region) -> its content
         self.refs = False  # whether a region was written as a reference (version 2)
 
-    def type(self, t: TensorType) -> int:
+    def type(self, t: TensorType) -> str:
+        """The index of ``t`` in the types table, as text."""
+        hit = self.type_objs.get(id(t))
+        if hit is not None:
+            return hit[1]
         key = (id(t.dtype), t.shape)  # (DType members are singletons: a cheaper hash)
         i = self.type_ids.get(key)
         if i is None:
-            i = self.type_ids[key] = len(self.types)
+            i = self.type_ids[key] = str(len(self.types))
             self.types.append([t.dtype.value, list(t.shape)])
+        self.type_objs[id(t)] = (t, i)
         return i
 
-    def loc(self, loc: Location) -> list[Any]:
+    def loc(self, loc: Location) -> str:
+        """``loc`` as ``[FILE, LINE, COLUMN]`` text, its file interned."""
         key = (loc.file, loc.line, loc.column)
         out = self.locs.get(key)
         if out is None:
@@ -136,7 +156,26 @@ class _Encoder:
             if i is None:
                 i = self.file_ids[loc.file] = len(self.files)
                 self.files.append(loc.file)
-            out = self.locs[key] = [i, loc.line, loc.column]
+            out = self.locs[key] = _dumps([i, loc.line, loc.column])
+        return out
+
+    def types_part(self, t: TensorType) -> str:
+        """``,"types":[T]``: the types of an op with one result, of type ``t``."""
+        out = ',"types":[' + self.type(t) + "]"
+        self.type_parts[id(t)] = (t, out)
+        return out
+
+    def loc_part(self, loc: Location) -> str:
+        out = self.loc_parts[loc.file, loc.line, loc.column] = ',"loc":' + self.loc(loc)
+        return out
+
+    def text(self, v: Any) -> str:
+        """A name, device or kind (a string, or null) as JSON text."""
+        if type(v) is not str:
+            return _dumps(v)  # (null; anything else is not a name: json.dumps says so)
+        out = self.texts.get(v)
+        if out is None:
+            out = self.texts[v] = _json_str(v)
         return out
 
     def attrs(self, attrs: Mapping[str, Any], g: Graph, index: int, kind: str) -> Any:
@@ -156,6 +195,31 @@ class _Encoder:
         self.by_id[id(attrs)] = (attrs, out)
         return out
 
+    def attrs_part(self, attrs: Mapping[str, Any], g: Graph, index: int, kind: str) -> str:
+        """``,"attrs":{...}``: an op's attrs as text, once per attrs view. Attrs of strings,
+        integers, booleans and nulls (most of them, each op with its own view) are
+        written here, the others by json.dumps of their encoding."""
+        text = self.texts.get
+        items = []
+        for k, v in attrs.items():
+            t = type(v)
+            if t is str:
+                vt = text(v)
+                items.append(f"{_json_str(k)}:{_json_str(v) if vt is None else vt}")
+            elif t is bool:
+                items.append(f"{_json_str(k)}:{'true' if v else 'false'}")
+            elif t is int:
+                items.append(f"{_json_str(k)}:{int.__repr__(v)}")
+            elif v is None:
+                items.append(f"{_json_str(k)}:null")
+            else:
+                out = ',"attrs":' + _dumps(self.attrs(attrs, g, index, kind))
+                break
+        else:
+            out = ',"attrs":{' + ",".join(items) + "}"
+        self.attr_texts[id(attrs)] = (attrs, out)
+        return out
+
     def attr(self, v: Any) -> Any:
         if isinstance(v, np.ndarray) and v.nbytes <= 64:  # (a constant's scalar, say)
             key = (v.dtype.str, v.shape, v.tobytes())
@@ -165,62 +229,77 @@ class _Encoder:
             return out
         return _encode_attr(v)
 
-    def var(self, v: VariableDecl) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": v.name, "type": self.type(v.type)}
+    def var(self, v: VariableDecl) -> str:
+        out = f'{{"name":{self.text(v.name)},"type":{self.type(v.type)}'
         if v.device is not None:
-            out["device"] = v.device
+            out += ',"device":' + self.text(v.device)
         if not v.trainable:
-            out["trainable"] = False
+            out += ',"trainable":false'
         if v.loc is not None:
-            out["loc"] = self.loc(v.loc)
+            out += ',"loc":' + self.loc(v.loc)
+        return out + "}"
+
+    def args(self, g: Graph, ids: dict[Value, str]) -> list[str]:
+        """The index texts of ``g``'s argument types (numbering the arguments in ``ids``)."""
+        out = []
+        for a in g.args:
+            ids[a] = str(len(ids))
+            out.append(self.type(a.type))
         return out
 
-    def graph(self, g: Graph) -> dict[str, Any]:
-        ids: dict[Value, int] = {}
-        args = []
-        for a in g.args:
-            ids[a] = len(ids)
-            args.append([self.type(a.type), a.name])
+    def graph(self, g: Graph) -> str:
+        ids: dict[Value, str] = {}
+        types = self.args(g, ids)
+        text = self.text
+        args = ",".join([f"[{t},{text(a.name)}]" for t, a in zip(types, g.args)])
+        return f'{{"name":{text(g.name)},"args":[{args}],{self.body(g, ids)}'
+
+    def body(self, g: Graph, ids: dict[Value, str]) -> str:
+        """``"ops":[...],"results":[...],"result_names":[...]}``: what ``graph`` writes
+        after the arguments (numbered in ``ids``)."""
         ops = []
-        # (``op`` inline, with the interning tables at hand: this loop is the encoding)
-        type_ids, locs, by_id, type_ = self.type_ids, self.locs, self.by_id, self.type
+        # (``op`` inline, with the memos at hand: this loop is the encoding)
+        kinds, type_parts, loc_parts, attr_texts = self.kinds, self.type_parts, \
+            self.loc_parts, self.attr_texts
+        text = self.text
         get = ids.__getitem__
         for i, op in enumerate(g.ops):
-            out: dict[str, Any] = {"op": op.kind}
+            kind = op.kind
+            s = kinds.get(kind)
+            if s is None:
+                s = kinds[kind] = '{"op":' + text(kind)
             if op.inputs:
                 try:
-                    out["in"] = list(map(get, op.inputs))
+                    s += ',"in":[' + ",".join(map(get, op.inputs)) + "]"
                 except KeyError:
-                    raise BytecodeError(f"cannot encode @{g.name}: op {i} '{op.kind}' uses a "
+                    raise BytecodeError(f"cannot encode @{g.name}: op {i} '{kind}' uses a "
                                         f"value not defined before it in its graph") from None
             attrs = op.attrs
             if attrs:
-                hit = by_id.get(id(attrs))
-                out["attrs"] = hit[1] if hit is not None else self.attrs(attrs, g, i, op.kind)
+                hit = attr_texts.get(id(attrs))
+                s += hit[1] if hit is not None else self.attrs_part(attrs, g, i, kind)
             results = op.results
-            if results:
-                types = []
-                named = False
-                for r in results:
-                    t = r.type
-                    k = type_ids.get((id(t.dtype), t.shape))
-                    types.append(type_(t) if k is None else k)
-                    if r.name is not None:
-                        named = True
-                out["types"] = types
-                if named:
-                    out["names"] = [r.name for r in results]
+            if len(results) == 1:  # (most ops)
+                r = results[0]
+                t = type_parts.get(id(r.type))
+                s += self.types_part(r.type) if t is None else t[1]
+                if r.name is not None:
+                    s += ',"names":[' + text(r.name) + "]"
+            elif results:
+                s += ',"types":[' + ",".join([self.type(r.type) for r in results]) + "]"
+                if any(r.name is not None for r in results):
+                    s += ',"names":[' + ",".join([text(r.name) for r in results]) + "]"
             if op.device is not None:
-                out["device"] = op.device
+                s += ',"device":' + text(op.device)
             loc = op.loc
             if loc is not None:
-                enc = locs.get((loc.file, loc.line, loc.column))
-                out["loc"] = self.loc(loc) if enc is None else enc
+                enc = loc_parts.get((loc.file, loc.line, loc.column))
+                s += self.loc_part(loc) if enc is None else enc
             if op.regions:
-                out["regions"] = [self.region(r) for r in op.regions]
-            ops.append(out)
+                s += ',"regions":[' + ",".join([self.region(r) for r in op.regions]) + "]"
+            ops.append(s + "}")
             for r in results:
-                ids[r] = len(ids)
+                ids[r] = str(len(ids))
         names = list(g.result_names) + [
             f"out{i}" for i in range(len(g.result_names), len(g.results))]
         result_ids = []
@@ -229,31 +308,46 @@ class _Encoder:
                 raise BytecodeError(f"cannot encode @{g.name}: a result is not defined in "
                                     f"the graph ({v!r})")
             result_ids.append(ids[v])
-        return {"name": g.name, "args": args, "ops": ops, "results": result_ids,
-                "result_names": names[:len(result_ids)]}
+        names = [text(n) for n in names[:len(result_ids)]]
+        return (f'"ops":[{",".join(ops)}],"results":[{",".join(result_ids)}],'
+                f'"result_names":[{",".join(names)}]}}')
 
-    def region(self, r: Graph) -> dict[str, Any]:
+    def region(self, r: Graph) -> str:
         """A region in full, or (version 2) a reference to one written before with the
         same content, up to its name and its arguments' names (fusion regions repeat
         the same body once per layer)."""
-        key = self.content(r)
-        k = self.region_ids.get(key) if key is not None else None
+        if any(op.regions for op in r.ops):
+            # (the text of a region names the regions in it by number: keyed by content)
+            key: Any = self.content(r)
+            k = self.region_ids.get(key) if key is not None else None
+            out = None if k is not None else self.graph(r)
+        else:  # keyed by its text but its names (encoding it cost no more than a key)
+            ids: dict[Value, str] = {}
+            types = self.args(r, ids)
+            body = self.body(r, ids)
+            key = ",".join(types) + body
+            k = self.region_ids.get(key)
+            if k is None:
+                text = self.text
+                args = ",".join([f"[{t},{text(a.name)}]" for t, a in zip(types, r.args)])
+                out = f'{{"name":{text(r.name)},"args":[{args}],{body}'
         if k is not None:
             self.refs = True
-            ref: dict[str, Any] = {"name": r.name, "like": k}
+            ref = f'{{"name":{self.text(r.name)},"like":{k}'
             if any(a.name is not None for a in r.args):
-                ref["arg_names"] = [a.name for a in r.args]
-            return ref
-        out = self.graph(r)
+                ref += ',"arg_names":[' + ",".join([self.text(a.name) for a in r.args]) + "]"
+            return ref + "}"
         if key is not None:
             self.region_ids[key] = self.full_regions
         self.full_regions += 1
+        assert out is not None
         return out
 
     def content(self, g: Graph) -> tuple | None:
         """What ``graph`` encodes ``g`` as, but its name and its arguments' names, as a
         hashable key (cheaper than encoding it: types, locations and attrs by their
-        memos); ``None`` where encoding ``g`` fails (``graph`` says why)."""
+        memos); ``None`` where encoding ``g`` fails (``graph`` says why). For a region
+        with regions in it, whose text would name those by their numbers."""
         hit = self.keys.get(id(g))
         if hit is not None:
             return hit[1]
@@ -294,13 +388,9 @@ class _Encoder:
         return (loc.file, loc.line, loc.column)
 
     def attrs_text(self, attrs: Mapping[str, Any], g: Graph, index: int, kind: str) -> str:
-        """The encoding of ``attrs`` as canonical JSON text (a key for ``content``)."""
-        hit = self.by_id.get(id(attrs))
-        enc = hit[1] if hit is not None else self.attrs(attrs, g, index, kind)
-        text = self.by_id.get(id(enc))
-        if text is None:
-            text = self.by_id[id(enc)] = (enc, json.dumps(enc, sort_keys=True))
-        return text[1]
+        """The encoding of ``attrs`` as JSON text (a key for ``content``)."""
+        hit = self.attr_texts.get(id(attrs))
+        return hit[1] if hit is not None else self.attrs_part(attrs, g, index, kind)
 
 
 class _Unencodable(Exception):
