@@ -91,7 +91,7 @@ def test_a_module_read_from_disk_goes_through_the_verifier(fresh_cache, pass_run
     lowered_cache._IN_PROCESS.clear()
     checked = []
 
-    def refuse(module):
+    def refuse(module, copies=None):
         checked.append(sorted(module.graphs))
         raise VerifyError("a corrupt cache entry")
     monkeypatch.setattr(tfc.ir.verifier, "verify_module", refuse)

@@ -439,7 +439,7 @@ def _is_splat(flat: np.ndarray) -> bool:
 # ---- decoding ---------------------------------------------------------------------------
 
 def module_from_bytes(data: bytes, filename: str = "<bytecode>", *,
-                      infer: bool = True) -> Module:
+                      infer: bool = True, copies: dict[int, Graph] | None = None) -> Module:
     """The module encoded in ``data``, every op rebuilt and type-checked through the
     registry; any problem is a ``BytecodeError`` naming ``filename`` (and the graph and
     op). Like ``parse_module`` it does not run the verifier.
@@ -448,7 +448,12 @@ def module_from_bytes(data: bytes, filename: str = "<bytecode>", *,
     inferring them: only for a caller that runs the verifier on the result next, which
     infers every op's types again and checks its attrs (complete, in normal form), so
     each op is inferred once instead of twice (``tfc.api.lowered_cache``: the
-    re-inference was most of reading a 256-layer model back)."""
+    re-inference was most of reading a 256-layer model back).
+
+    ``copies``, where given, receives ``id(region) -> the region it is a copy of`` for
+    each region read as a (version 2) reference: for ``verify_module``, which checks
+    such a copy once, as the region it copies (a 64-layer MLP's fusion regions are
+    mostly copies)."""
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, ValueError) as e:
@@ -457,7 +462,7 @@ def module_from_bytes(data: bytes, filename: str = "<bytecode>", *,
     except RecursionError:
         raise BytecodeError(f"{filename}: IR bytecode nested too deeply") from None
     try:
-        return _Decoder(filename, infer).module(doc)
+        return _Decoder(filename, infer, copies).module(doc)
     except RecursionError:
         raise BytecodeError(f"{filename}: IR bytecode nested too deeply") from None
 
@@ -465,8 +470,10 @@ def module_from_bytes(data: bytes, filename: str = "<bytecode>", *,
 class _Decoder:
     """Rebuilds a module from the JSON tree; ``where`` says what is being read, for errors."""
 
-    def __init__(self, filename: str, infer: bool = True) -> None:
+    def __init__(self, filename: str, infer: bool = True,
+                 copies: dict[int, Graph] | None = None) -> None:
         self.filename = filename
+        self.copies = copies  # id(region) -> the region it copies (module_from_bytes)
         self.infer = infer  # False: stored attrs and types as they are (module_from_bytes)
         self.where = ""
         self.types: list[TensorType] = []
@@ -580,7 +587,11 @@ class _Decoder:
         if not isinstance(v, list) or len(v) != 3 or not _is_int(v[1]) or not (
                 v[2] is None or _is_int(v[2])):
             self.fail(f"a location is [file, line, column|null], not {v!r}")
-        return Location(self.files[self.index(v[0], self.files, "file")], v[1], v[2])
+        key = (self.index(v[0], self.files, "file"), v[1], v[2])
+        loc = self.locs.get(key)  # (one object per location, as op_fast makes them)
+        if loc is None:
+            loc = self.locs[key] = Location(self.files[key[0]], v[1], v[2])
+        return loc
 
     def name(self, v: Any, what: str) -> str | None:
         if v is not None and not isinstance(v, str):
@@ -654,10 +665,15 @@ class _Decoder:
         if type(raw) is not dict:
             raise _Slow
         if raw:
-            key = _flat_key(raw)
-            attrs = self.attrs_memo.get(key) if key is not None else None
-            if attrs is None:  # (a first, or not flat: decoded where errors are located)
-                raise _Slow
+            key: Any = _flat_key(raw)
+            if key is not None:
+                attrs = self.attrs_memo.get(key)
+                if attrs is None:  # (strings, integers, booleans, nulls: what ``attrs``
+                    attrs = self.attrs_memo[key] = frozen_attrs(raw)  # decodes them as)
+            else:  # (attrs' key: exact, as there)
+                attrs = self.attrs_memo.get(json.dumps(raw, sort_keys=True))
+                if attrs is None:  # (a first: decoded where errors are located)
+                    raise _Slow
         else:
             attrs = _NO_ATTRS
         tt = self.types
@@ -763,6 +779,8 @@ class _Decoder:
         g.name = name
         for a, n in zip(g.args, names):
             a.name = n
+        if self.copies is not None:
+            self.copies[id(g)] = like
         return g
 
     # attrs
