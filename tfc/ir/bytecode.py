@@ -242,9 +242,11 @@ class _Encoder:
     def args(self, g: Graph, ids: dict[Value, str]) -> list[str]:
         """The index texts of ``g``'s argument types (numbering the arguments in ``ids``)."""
         out = []
+        type_objs = self.type_objs
         for a in g.args:
             ids[a] = str(len(ids))
-            out.append(self.type(a.type))
+            t = type_objs.get(id(a.type))
+            out.append(self.type(a.type) if t is None else t[1])
         return out
 
     def graph(self, g: Graph) -> str:
@@ -300,27 +302,30 @@ class _Encoder:
             ops.append(s + "}")
             for r in results:
                 ids[r] = str(len(ids))
-        names = list(g.result_names) + [
-            f"out{i}" for i in range(len(g.result_names), len(g.results))]
-        result_ids = []
-        for v in g.results:
-            if v not in ids:
-                raise BytecodeError(f"cannot encode @{g.name}: a result is not defined in "
-                                    f"the graph ({v!r})")
-            result_ids.append(ids[v])
-        names = [text(n) for n in names[:len(result_ids)]]
-        return (f'"ops":[{",".join(ops)}],"results":[{",".join(result_ids)}],'
-                f'"result_names":[{",".join(names)}]}}')
+        try:
+            result_ids = ",".join(map(get, g.results))
+        except KeyError:
+            v = next(v for v in g.results if v not in ids)
+            raise BytecodeError(f"cannot encode @{g.name}: a result is not defined in "
+                                f"the graph ({v!r})") from None
+        names = g.result_names
+        if len(names) != len(g.results):
+            names = (list(names) + [f"out{i}" for i in range(len(names), len(g.results))]
+                     )[:len(g.results)]
+        return (f'"ops":[{",".join(ops)}],"results":[{result_ids}],'
+                f'"result_names":[{",".join([text(n) for n in names])}]}}')
 
     def region(self, r: Graph) -> str:
         """A region in full, or (version 2) a reference to one written before with the
         same content, up to its name and its arguments' names (fusion regions repeat
         the same body once per layer)."""
-        if any(op.regions for op in r.ops):
-            # (the text of a region names the regions in it by number: keyed by content)
-            key: Any = self.content(r)
-            k = self.region_ids.get(key) if key is not None else None
-            out = None if k is not None else self.graph(r)
+        for op in r.ops:
+            if op.regions:
+                # (the text of a region names the regions in it by number: keyed by content)
+                key: Any = self.content(r)
+                k = self.region_ids.get(key) if key is not None else None
+                out = None if k is not None else self.graph(r)
+                break
         else:  # keyed by its text but its names (encoding it cost no more than a key)
             ids: dict[Value, str] = {}
             types = self.args(r, ids)
@@ -333,10 +338,11 @@ class _Encoder:
                 out = f'{{"name":{text(r.name)},"args":[{args}],{body}'
         if k is not None:
             self.refs = True
-            ref = f'{{"name":{self.text(r.name)},"like":{k}'
-            if any(a.name is not None for a in r.args):
-                ref += ',"arg_names":[' + ",".join([self.text(a.name) for a in r.args]) + "]"
-            return ref + "}"
+            names = [a.name for a in r.args]
+            if names.count(None) == len(names):
+                return f'{{"name":{self.text(r.name)},"like":{k}}}'
+            return (f'{{"name":{self.text(r.name)},"like":{k},'
+                    f'"arg_names":[{",".join([self.text(n) for n in names])}]}}')
         if key is not None:
             self.region_ids[key] = self.full_regions
         self.full_regions += 1
