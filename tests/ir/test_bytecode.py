@@ -736,3 +736,30 @@ def test_verifying_each_copied_region_once_is_exact() -> None:
                 assert outcomes[0] == outcomes[1], (edit, outcomes)
                 skipped += bool(copies) and outcomes[0] != "passes"
     assert skipped > 20  # (edits the verifier refuses, of modules with copies)
+
+
+def test_a_copy_is_made_from_its_region_by_position(monkeypatch: Any) -> None:
+    """A reference to a region without regions in it is read as a copy built from the
+    region's ops by position (no Graph.clone, whose map of old values to new ones cost
+    half of reading a copy); it is what the clone would be: the same text, its own ops
+    and values, the attrs, types and locations shared. A region with regions in it is
+    cloned."""
+    cloned: list[str] = []
+    real = Graph.clone
+    monkeypatch.setattr(Graph, "clone", lambda self: cloned.append(self.name) or real(self))
+    for text, clones in ((REPEATED, []), (NESTED, ["then0", "in0", "out0"])):
+        module = parse_module(text)
+        back = check_round_trip(module)
+        assert cloned == clones
+        cloned.clear()
+        ops = back.graphs["main"].ops
+        for first, copy_ in zip(ops[0].regions, ops[1].regions):
+            clone = real(first)
+            clone.name = copy_.name
+            for a, b in zip(clone.args, copy_.args):
+                a.name = b.name
+            assert print_module(Module({"r": copy_})) == print_module(Module({"r": clone}))
+            for a, b in zip(first.ops, copy_.ops):
+                assert a is not b and a.attrs is b.attrs and a.loc is b.loc
+                assert [r.type for r in a.results] == [r.type for r in b.results]
+                assert not set(a.results) & set(b.results)
