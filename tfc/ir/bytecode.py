@@ -37,8 +37,14 @@ one written in full before it (all but its name and its arguments' names) may be
 as ``{"name", "like": K, "arg_names"?: [NAME|null, ...]}``, a copy of the ``K``-th region
 written in full, counted from 0 in the order they end (nested regions first). Fusion
 regions repeat one body per layer: this halves a lowered MLP's bytecode, and the decoder
-reads each body once and copies it (``Graph.clone``: the copies share attrs and types,
-which is what lets the verifier check each distinct op once).
+reads each body once and copies it (as ``Graph.clone`` would: the copies share attrs and
+types, which is what lets the verifier check each distinct op once); told which regions
+are copies (``module_from_bytes(copies=)``), ``verify_module`` checks each body once.
+
+The encoder writes the JSON text itself, each piece that repeats (a kind, a type, a
+location, a name, an attrs view) encoded once: the same bytes as ``json.dumps`` of the
+tree the document is (compact, ASCII), in about two thirds of the time that building the
+tree and dumping it took.
 """
 
 from __future__ import annotations
