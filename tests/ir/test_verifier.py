@@ -337,7 +337,8 @@ def _graphs_checked(monkeypatch) -> list[str]:
 def test_a_copy_of_a_region_that_passed_is_checked_once(monkeypatch) -> None:
     """Regions the decoder read as copies (version-2 references) are checked as the region
     they copy, once (a 64-layer MLP's fusion regions are mostly copies); the op that holds
-    a copy is checked as any op."""
+    copies is checked as any op, but for its kind's own checks (``OpDef.verify_op``) where
+    an op with the same attrs and types, holding what they copy, passed them."""
     from tfc.ir.bytecode import module_from_bytes, module_to_bytes
     from tfc.ir.parser import parse_module
     data = module_to_bytes(parse_module(REPEATED_REGIONS))
@@ -346,11 +347,19 @@ def test_a_copy_of_a_region_that_passed_is_checked_once(monkeypatch) -> None:
     regions = [r for op in module.graphs["main"].ops for r in op.regions]
     assert copies == {id(regions[2]): regions[0], id(regions[3]): regions[1]}
     checked = _graphs_checked(monkeypatch)
+    from tfc.ops.control import Cond
+    holders: list[str] = []
+    real = Cond.verify_op
+    monkeypatch.setattr(Cond, "verify_op", lambda self, op, m: holders.append(
+        op.results[0].name) or real(self, op, m))
     verify_module(module, copies)
     assert checked == ["main", "then0", "else0"]
+    assert holders == ["a"]  # (cond %b: the same types, its regions copies of %a's)
     checked.clear()
+    holders.clear()
     verify_module(module)
     assert checked == ["main", "then0", "else0", "then1", "else1"]
+    assert holders == ["a", "b"]
 
 
 def test_a_copy_of_a_region_not_checked_yet_is_checked(monkeypatch) -> None:

@@ -45,7 +45,10 @@ def verify_module(module: Module, copies: Mapping[int, Graph] | None = None) -> 
     and tells its caller). A copy of a region that passed in this call is not checked
     again: what is checked of a region is of its ops, attrs, types and result names, which
     a copy has the same of, not of its name or its arguments' names (its own values are
-    new, defined once each by the copy). The op that holds it is checked as any op."""
+    new, defined once each by the copy). The op that holds copies is checked as any op,
+    but for its kind's own checks (``OpDef.verify_op``: region signatures, what a fusion
+    may hold), which are of its attrs, types, device and regions: they passed for an op
+    with the same attrs, types and device whose regions the copies are of."""
     for name, graph in module.graphs.items():
         if graph.name != name:
             raise VerifyError(f"graph registered as @{name} is named @{graph.name}")
@@ -147,11 +150,23 @@ class _GraphVerifier:
                            self.checked, copies, self.passed).run()
             if copies is not None:
                 self.passed.add(id(region))
+        if copies is not None and op.regions:
+            # (an op like one that passed, its regions copies of that one's: its own
+            # checks, of its attrs, types and regions, pass too; see verify_module)
+            done = ("verify_op", key, op.device,
+                    *[id(copies.get(id(r), r)) for r in op.regions])
+            if done not in checked:
+                self.verify_op(i, op, opdef)
+                checked[done] = op  # (keeps it alive)
+        else:
+            self.verify_op(i, op, opdef)
+        self.defined.update(op.results)
+
+    def verify_op(self, i: int, op: Op, opdef) -> None:
         try:
             opdef.verify_op(op, self.module)
         except TfcError as e:
             raise self.fail(e.message, op, i) from None
-        self.defined.update(op.results)
 
     def undefined_use(self, v: Value) -> str:
         name = value_name(v)
