@@ -293,10 +293,13 @@ class _Encoder:
                 s += self.types_part(r.type) if t is None else t[1]
                 if r.name is not None:
                     s += ',"names":[' + text(r.name) + "]"
+                ids[r] = str(len(ids))  # (its regions number their own values)
             elif results:
                 s += ',"types":[' + ",".join([self.type(r.type) for r in results]) + "]"
                 if any(r.name is not None for r in results):
                     s += ',"names":[' + ",".join([text(r.name) for r in results]) + "]"
+                for r in results:
+                    ids[r] = str(len(ids))
             if op.device is not None:
                 s += ',"device":' + text(op.device)
             loc = op.loc
@@ -306,8 +309,6 @@ class _Encoder:
             if op.regions:
                 s += ',"regions":[' + ",".join([self.region(r) for r in op.regions]) + "]"
             ops.append(s + "}")
-            for r in results:
-                ids[r] = str(len(ids))
         try:
             result_ids = ",".join(map(get, g.results))
         except KeyError:
