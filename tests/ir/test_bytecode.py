@@ -676,15 +676,17 @@ def test_a_region_without_regions_is_keyed_by_its_text(monkeypatch: Any) -> None
 
 
 def test_plain_attrs_met_first_are_read_by_the_fast_path(monkeypatch: Any) -> None:
-    """Attrs of strings, integers, booleans and nulls decode to themselves: the first op
-    with them is read as the others (without a second, checked reading); one location is
-    one object, whichever reading made it."""
+    """Attrs of strings, integers, booleans and nulls (and lists of them) decode to
+    themselves (the lists as tuples): the first op with them is read as the others
+    (without a second, checked reading); one location is one object, whichever reading
+    made it."""
     from tfc.ir import bytecode
     g = Graph("main")
     b = Builder(g, loc=Location("m.py", 4))
     reads = [b("var.read", var=f"w{i}", result_types=[t("f32[3]")]) for i in range(5)]
-    s = b("sum", reads[0], axes=[0])  # (a list: decoded where errors are located)
-    g.set_results([*reads, s])
+    s = b("sum", reads[0], axes=[0])  # (a list of integers: a tuple)
+    c = b("constant", value=np.array(1.5, np.float32))  # (decoded where errors are located)
+    g.set_results([*reads, s, c])
     module = Module({"main": g}, {f"w{i}": VariableDecl(f"w{i}", t("f32[3]"), loc=Location(
         "m.py", 4)) for i in range(5)})
     checked: list[str] = []
@@ -692,9 +694,10 @@ def test_plain_attrs_met_first_are_read_by_the_fast_path(monkeypatch: Any) -> No
     monkeypatch.setattr(bytecode._Decoder, "op_checked",
                         lambda self, o, *a: checked.append(o["op"]) or real(self, o, *a))
     back = module_from_bytes(module_to_bytes(module), infer=False)
-    assert checked == ["sum"]
+    assert checked == ["constant"]
     assert print_module(back) == print_module(module)
     ops = back.graphs["main"].ops
+    assert ops[5].attrs["axes"] == (0,)
     for m in (back, module_from_bytes(module_to_bytes(module))):  # (the checked reading)
         locs = [op.loc for op in m.graphs["main"].ops] + [v.loc for v in m.variables.values()]
         assert all(loc is locs[0] for loc in locs)
@@ -763,3 +766,20 @@ def test_a_copy_is_made_from_its_region_by_position(monkeypatch: Any) -> None:
                 assert a is not b and a.attrs is b.attrs and a.loc is b.loc
                 assert [r.type for r in a.results] == [r.type for r in b.results]
                 assert not set(a.results) & set(b.results)
+
+
+def test_lists_read_by_the_fast_path_keep_their_element_types() -> None:
+    """``[1]``, ``[true]`` and ``[1.0]`` are three attrs (equal in Python, not in JSON):
+    each decodes to its own tuple, in either reading."""
+    g = Graph("attrs")
+    b = Builder(g)
+    for v in ([1], [True], [1.0], [1], [None, "a"]):
+        b.op("test.attrs", a_any=v)
+    g.set_results([])
+    data = module_to_bytes(Module({"attrs": g}))
+    for infer in (False, True):
+        got = [op.attrs["a_any"] for op in module_from_bytes(data, infer=infer)
+               .graphs["attrs"].ops]
+        assert [[type(x) for x in v] for v in got] == [[int], [bool], [float], [int],
+                                                        [type(None), str]]
+        assert got == [(1,), (True,), (1.0,), (1,), (None, "a")]

@@ -494,6 +494,7 @@ class _Decoder:
         self.version = 1
         self.full_regions: list[Graph] = []  # the regions read in full, as they end
         self.recipes: dict[int, tuple | None] = {}  # what copying each of them needs
+        self.kinds: set[str] = set()  # the op kinds found in the registry (op_fast)
         # each distinct attrs object (by its JSON) decoded once, the ops share the view
         self.attrs_memo: dict[Any, Mapping[str, Any]] = {}
         self.full_memo: dict[tuple[str, int], Mapping[str, Any]] = {}  # (ids of the above)
@@ -636,11 +637,11 @@ class _Decoder:
             if not isinstance(a, list) or len(a) != 2:
                 self.fail(f"an argument is [type, name], not {a!r}")
             values.append(graph.add_arg(self.type(a[0]), self.name(a[1], "an argument name")))
+        append, extend, op_ = graph.ops.append, values.extend, self.op
         for i, op in enumerate(self.field(g, "ops", list)):
-            self.where = f"{path}: op {i}"
-            new = self.op(op, values, path, i)
-            graph.ops.append(new)
-            values.extend(new.results)
+            new = op_(op, values, path, i)
+            append(new)
+            extend(new.results)
         self.where = path
         results = [values[self.value(v, values)] for v in self.field(g, "results", list)]
         names = self.field(g, "result_names", list)
@@ -661,6 +662,7 @@ class _Decoder:
                 return self.op_fast(o, values, path, i)
             except (_Slow, IndexError, KeyError, TypeError, AttributeError, TfcError):
                 pass  # not as the encoder writes it: the checked path says what is wrong
+        self.where = f"{path}: op {i}"  # (what op_fast needs not: it fails without a word)
         return self.op_checked(o, values, path, i)
 
     def op_fast(self, o: Any, values: Sequence[Value], path: str, i: int) -> Op:
@@ -668,9 +670,11 @@ class _Decoder:
         tests; anything else raises (``_Slow`` or a lookup's error) before a region is
         read, and ``op_checked`` reads the op again and says what is wrong."""
         kind = o["op"]
-        if type(kind) is not str:
-            raise _Slow
-        lookup(kind)
+        if kind not in self.kinds:  # (a str the registry has: tested once per kind)
+            if type(kind) is not str:
+                raise _Slow
+            lookup(kind)
+            self.kinds.add(kind)
         ins = o.get("in", _NONE)
         if type(ins) is not list:
             raise _Slow
@@ -682,8 +686,8 @@ class _Decoder:
             key: Any = _flat_key(raw)
             if key is not None:
                 attrs = self.attrs_memo.get(key)
-                if attrs is None:  # (strings, integers, booleans, nulls: what ``attrs``
-                    attrs = self.attrs_memo[key] = frozen_attrs(raw)  # decodes them as)
+                if attrs is None:  # (what ``attrs`` decodes such values as: _flat_key)
+                    attrs = self.attrs_memo[key] = frozen_attrs(raw)
             else:  # (attrs' key: exact, as there)
                 attrs = self.attrs_memo.get(json.dumps(raw, sort_keys=True))
                 if attrs is None:  # (a first: decoded where errors are located)
@@ -920,13 +924,23 @@ def _slow() -> Any:
 
 
 def _flat_key(raw: dict[str, Any]) -> tuple | None:
-    """A key of attrs whose values are all strings, integers, booleans or null, with each
-    value's type (``true`` is not ``1``); ``None`` for others."""
+    """A key of attrs whose values are all strings, integers, booleans or null, or lists
+    of those (axes), with each value's type (``true`` is not ``1``); ``None`` for others.
+    Such attrs decode to themselves, their lists as tuples (``frozen_attrs`` of them)."""
     out = []
     for k, v in raw.items():
         t = type(v)
         if t is str or t is int or t is bool or v is None:
             out.append((k, t, v))
+        elif t is list:
+            items = []
+            for x in v:
+                tx = type(x)
+                if tx is str or tx is int or tx is bool or x is None:
+                    items.append((tx, x))
+                else:
+                    return None
+            out.append((k, t, tuple(items)))
         else:
             return None
     return tuple(out)
