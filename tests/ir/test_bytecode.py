@@ -567,3 +567,219 @@ def test_the_fast_reading_accepts_nothing_the_checked_one_rejects(make: Any) -> 
             accepted += 1
             assert print_module(module_from_bytes(data, "f")) == print_module(fast), doc
     assert accepted > count  # (many edits are names and locations: still modules)
+
+
+# ---- the encoder writes text; the memos of both sides ------------------------------------------
+
+NESTED = """\
+graph @main(%x: f32[3], %p: bool[]) -> (y: f32[3]) {
+  %a = cond %p, %x : f32[3] (
+    graph @then0(%t: f32[3], %q: bool[]) -> (r: f32[3]) {
+      %e = cond %q, %t : f32[3] (
+        graph @in0(%s: f32[3]) -> (r: f32[3]) {
+          %f = exp %s : f32[3]
+          return %f
+        }
+        graph @out0(%s: f32[3]) -> (r: f32[3]) {
+          return %s
+        }
+      )
+      return %e
+    }
+    graph @else0(%t: f32[3], %q: bool[]) -> (r: f32[3]) {
+      return %t
+    }
+  )
+  %b = cond %p, %a : f32[3] (
+    graph @then1(%t: f32[3], %q: bool[]) -> (r: f32[3]) {
+      %e = cond %q, %t : f32[3] (
+        graph @in0(%s: f32[3]) -> (r: f32[3]) {
+          %f = exp %s : f32[3]
+          return %f
+        }
+        graph @out0(%s: f32[3]) -> (r: f32[3]) {
+          return %s
+        }
+      )
+      return %e
+    }
+    graph @else1(%t: f32[3], %q: bool[]) -> (r: f32[3]) {
+      return %t
+    }
+  )
+  return %b
+}
+"""
+
+# REPEATED as the encoder that built a JSON tree and dumped it wrote it (before session 17):
+# the text the encoder writes now is the same, byte for byte (the lowered-module cache's
+# keys did not change)
+REPEATED_BYTES = (
+    b'{"format":"tfc-ir-bytecode","version":2,"types":[["f32",["B",3]],["bool",[]]],'
+    b'"files":[],"variables":[],"graphs":[{"name":"main","args":[[0,"x"],[1,"p"]],"ops":['
+    b'{"op":"cond","in":[1,0],"types":[0],"names":["a"],"regions":[{"name":"then0","args":'
+    b'[[0,"t"]],"ops":[{"op":"exp","in":[0],"types":[0],"names":["e"]}],"results":[1],'
+    b'"result_names":["r"]},{"name":"else0","args":[[0,"t"]],"ops":[],"results":[0],'
+    b'"result_names":["r"]}]},{"op":"cond","in":[1,2],"types":[0],"names":["b"],"regions":'
+    b'[{"name":"then1","like":0,"arg_names":["u"]},{"name":"else1","like":1,"arg_names":'
+    b'["v"]}]},{"op":"cond","in":[1,3],"types":[0],"names":["c"],"regions":[{"name":'
+    b'"then2","args":[[0,"t"]],"ops":[{"op":"log","in":[0],"types":[0],"names":["e"]}],'
+    b'"results":[1],"result_names":["r"]},{"name":"else2","like":1,"arg_names":["t"]}]}],'
+    b'"results":[4],"result_names":["y"]}]}')
+
+
+def _modules_we_have() -> Iterator[Module]:
+    """The IR files, the modules above and random graphs, as traced and lowered."""
+    from tfc.pipeline import Target, lower
+    from tfc.testing_graphs import random_graph
+    for path in sorted(IR_FILES.glob("*.tfir")):
+        try:
+            yield parse_module(path.read_text(), str(path))
+        except ParseError:
+            pass
+    for text in (MODEL, SMALL, REPEATED, NESTED):
+        yield parse_module(text)
+    for seed in range(12):
+        module = random_graph(seed).module
+        yield module
+        try:
+            yield lower(module, Target("llvm"))
+        except TfcError:
+            pass
+
+
+def test_the_text_is_compact_json() -> None:
+    """The encoder writes the text itself: it is what json.dumps writes of the tree it
+    holds (compact, ASCII, keys in the documented order), for every module we have."""
+    for module in _modules_we_have():
+        data = module_to_bytes(module)
+        assert json.dumps(json.loads(data), separators=(",", ":")).encode() == data
+    assert module_to_bytes(parse_module(REPEATED)) == REPEATED_BYTES
+
+
+def test_a_region_without_regions_is_keyed_by_its_text(monkeypatch: Any) -> None:
+    """A region with no regions in it is encoded once, its text (but its names) its key:
+    no second walk of it to key it (which was a third of encoding a lowered MLP). A region
+    with regions in it is keyed by its content (its text names its regions by number)."""
+    from tfc.ir import bytecode
+    keyed: list[str] = []
+    real = bytecode._Encoder.content
+    monkeypatch.setattr(bytecode._Encoder, "content",
+                        lambda self, g: keyed.append(g.name) or real(self, g))
+    data = module_to_bytes(parse_module(REPEATED))
+    assert keyed == [] and data == REPEATED_BYTES
+    doc = json.loads(module_to_bytes(parse_module(NESTED)))
+    assert keyed == ["then0", "in0", "out0", "then1", "in0", "out0"]
+    regions = [r for op in doc["graphs"][0]["ops"] for r in op["regions"]]
+    assert [r.get("like") for r in regions] == [None, None, 2, 3]  # in0, out0, then0, else0
+    check_round_trip(parse_module(NESTED))
+
+
+def test_plain_attrs_met_first_are_read_by_the_fast_path(monkeypatch: Any) -> None:
+    """Attrs of strings, integers, booleans and nulls (and lists of them) decode to
+    themselves (the lists as tuples): the first op with them is read as the others
+    (without a second, checked reading); one location is one object, whichever reading
+    made it."""
+    from tfc.ir import bytecode
+    g = Graph("main")
+    b = Builder(g, loc=Location("m.py", 4))
+    reads = [b("var.read", var=f"w{i}", result_types=[t("f32[3]")]) for i in range(5)]
+    s = b("sum", reads[0], axes=[0])  # (a list of integers: a tuple)
+    c = b("constant", value=np.array(1.5, np.float32))  # (decoded where errors are located)
+    g.set_results([*reads, s, c])
+    module = Module({"main": g}, {f"w{i}": VariableDecl(f"w{i}", t("f32[3]"), loc=Location(
+        "m.py", 4)) for i in range(5)})
+    checked: list[str] = []
+    real = bytecode._Decoder.op_checked
+    monkeypatch.setattr(bytecode._Decoder, "op_checked",
+                        lambda self, o, *a: checked.append(o["op"]) or real(self, o, *a))
+    back = module_from_bytes(module_to_bytes(module), infer=False)
+    assert checked == ["constant"]
+    assert print_module(back) == print_module(module)
+    ops = back.graphs["main"].ops
+    assert ops[5].attrs["axes"] == (0,)
+    for m in (back, module_from_bytes(module_to_bytes(module))):  # (the checked reading)
+        locs = [op.loc for op in m.graphs["main"].ops] + [v.loc for v in m.variables.values()]
+        assert all(loc is locs[0] for loc in locs)
+    assert ops[0].attrs["var"] == "w0" and type(ops[0].attrs).__name__ == "mappingproxy"
+
+
+def test_verifying_each_copied_region_once_is_exact() -> None:
+    """``verify_module(module, copies)`` skips the regions the decoder read as copies of a
+    region that passed: after any edit of the bytecode of modules with repeated regions, it
+    passes or fails (with the same message) exactly as verifying every region does."""
+    from tfc.ir.verifier import verify_module
+    from tfc.pipeline import Target, lower
+    from tfc.testing_graphs import random_graph
+    bases = [parse_module(REPEATED), parse_module(NESTED)]
+    bases += [lower(random_graph(seed).module, Target("llvm")) for seed in range(4)]
+    skipped = 0
+    for base in bases:
+        doc = json.loads(module_to_bytes(base))
+        count = len(list(_mutations(doc)))
+        for i in range(0, count, max(1, count // 60)):
+            for replacement in (0, 1, "x"):
+                edit = copy.deepcopy(doc)
+                container, key = list(_mutations(edit))[i]
+                container[key] = replacement
+                data = json.dumps(edit).encode()
+                copies: dict[int, Graph] = {}
+                try:
+                    module = module_from_bytes(data, infer=False, copies=copies)
+                except BytecodeError:
+                    continue
+                outcomes = []
+                for which in (copies, None):
+                    try:
+                        verify_module(module if which else module_from_bytes(
+                            data, infer=False), which)
+                        outcomes.append("passes")
+                    except TfcError as e:
+                        outcomes.append(str(e))
+                assert outcomes[0] == outcomes[1], (edit, outcomes)
+                skipped += bool(copies) and outcomes[0] != "passes"
+    assert skipped > 20  # (edits the verifier refuses, of modules with copies)
+
+
+def test_a_copy_is_made_from_its_region_by_position(monkeypatch: Any) -> None:
+    """A reference to a region without regions in it is read as a copy built from the
+    region's ops by position (no Graph.clone, whose map of old values to new ones cost
+    half of reading a copy); it is what the clone would be: the same text, its own ops
+    and values, the attrs, types and locations shared. A region with regions in it is
+    cloned."""
+    cloned: list[str] = []
+    real = Graph.clone
+    monkeypatch.setattr(Graph, "clone", lambda self: cloned.append(self.name) or real(self))
+    for text, clones in ((REPEATED, []), (NESTED, ["then0", "in0", "out0"])):
+        module = parse_module(text)
+        back = check_round_trip(module)
+        assert cloned == clones
+        cloned.clear()
+        ops = back.graphs["main"].ops
+        for first, copy_ in zip(ops[0].regions, ops[1].regions):
+            clone = real(first)
+            clone.name = copy_.name
+            for a, b in zip(clone.args, copy_.args):
+                a.name = b.name
+            assert print_module(Module({"r": copy_})) == print_module(Module({"r": clone}))
+            for a, b in zip(first.ops, copy_.ops):
+                assert a is not b and a.attrs is b.attrs and a.loc is b.loc
+                assert [r.type for r in a.results] == [r.type for r in b.results]
+                assert not set(a.results) & set(b.results)
+
+
+def test_lists_read_by_the_fast_path_keep_their_element_types() -> None:
+    """``[1]``, ``[true]`` and ``[1.0]`` are three attrs (equal in Python, not in JSON):
+    each decodes to its own tuple, in either reading."""
+    g = Graph("attrs")
+    b = Builder(g)
+    for v in ([1], [True], [1.0], [1], [None, "a"]):
+        b.op("test.attrs", a_any=v)
+    g.set_results([])
+    data = module_to_bytes(Module({"attrs": g}))
+    for infer in (False, True):
+        got = [op.attrs["a_any"] for op in module_from_bytes(data, infer=infer)
+               .graphs["attrs"].ops]
+        assert [[type(x) for x in v] for v in got] == [[int], [bool], [float], [int],
+                                                        [type(None), str]]
+        assert got == [(1,), (True,), (1.0,), (1,), (None, "a")]

@@ -298,3 +298,80 @@ def test_each_distinct_op_is_type_checked_once_per_module(monkeypatch) -> None:
     bad.results[0].type = ops[2].results[0].type
     ops.append(ops[2])
     check_error(lambda: verify_module(module), "@main: op 60 'mul'", "is defined twice")
+
+
+REPEATED_REGIONS = """\
+graph @main(%x: f32[3], %p: bool[]) -> (y: f32[3]) {
+  %a = cond %p, %x : f32[3] (
+    graph @then0(%t: f32[3]) -> (r: f32[3]) {
+      %e = exp %t : f32[3]
+      return %e
+    }
+    graph @else0(%t: f32[3]) -> (r: f32[3]) {
+      return %t
+    }
+  )
+  %b = cond %p, %a : f32[3] (
+    graph @then1(%u: f32[3]) -> (r: f32[3]) {
+      %e = exp %u : f32[3]
+      return %e
+    }
+    graph @else1(%u: f32[3]) -> (r: f32[3]) {
+      return %u
+    }
+  )
+  return %b
+}
+"""
+
+
+def _graphs_checked(monkeypatch) -> list[str]:
+    from tfc.ir import verifier
+    names: list[str] = []
+    real = verifier._GraphVerifier.run
+    monkeypatch.setattr(verifier._GraphVerifier, "run",
+                        lambda self: names.append(self.graph.name) or real(self))
+    return names
+
+
+def test_a_copy_of_a_region_that_passed_is_checked_once(monkeypatch) -> None:
+    """Regions the decoder read as copies (version-2 references) are checked as the region
+    they copy, once (a 64-layer MLP's fusion regions are mostly copies); the op that holds
+    copies is checked as any op, but for its kind's own checks (``OpDef.verify_op``) where
+    an op with the same attrs and types, holding what they copy, passed them."""
+    from tfc.ir.bytecode import module_from_bytes, module_to_bytes
+    from tfc.ir.parser import parse_module
+    data = module_to_bytes(parse_module(REPEATED_REGIONS))
+    copies: dict[int, Graph] = {}
+    module = module_from_bytes(data, infer=False, copies=copies)
+    regions = [r for op in module.graphs["main"].ops for r in op.regions]
+    assert copies == {id(regions[2]): regions[0], id(regions[3]): regions[1]}
+    checked = _graphs_checked(monkeypatch)
+    from tfc.ops.control import Cond
+    holders: list[str] = []
+    real = Cond.verify_op
+    monkeypatch.setattr(Cond, "verify_op", lambda self, op, m: holders.append(
+        op.results[0].name) or real(self, op, m))
+    verify_module(module, copies)
+    assert checked == ["main", "then0", "else0"]
+    assert holders == ["a"]  # (cond %b: the same types, its regions copies of %a's)
+    checked.clear()
+    holders.clear()
+    verify_module(module)
+    assert checked == ["main", "then0", "else0", "then1", "else1"]
+    assert holders == ["a", "b"]
+
+
+def test_a_copy_of_a_region_not_checked_yet_is_checked(monkeypatch) -> None:
+    """Only a copy of a region that passed in the same call is skipped."""
+    from tfc.ir.parser import parse_module
+    module = parse_module(REPEATED_REGIONS)
+    regions = [r for op in module.graphs["main"].ops for r in op.regions]
+    regions[0].ops[0].kind = "log"  # (then0 differs from then1 now: no copy of it)
+    checked = _graphs_checked(monkeypatch)
+    # then0 claimed to be a copy of then1, which comes after it
+    verify_module(module, {id(regions[0]): regions[2], id(regions[3]): regions[1]})
+    assert checked == ["main", "then0", "else0", "then1"]
+    regions[0].results[0].type = TensorType(DType.f32, (4,))
+    check_error(lambda: verify_module(module, {id(regions[0]): regions[2]}),
+                "op 0 'cond' region 0: op 0 'log': result types (f32[4])")

@@ -37,7 +37,7 @@ from typing import Callable
 
 from tfc.errors import TfcError
 from tfc.ir.bytecode import module_from_bytes, module_to_bytes
-from tfc.ir.core import Module
+from tfc.ir.core import Graph, Module
 from tfc.passes.manager import paused_gc
 
 MAX_CONSTANT_BYTES = 1 << 20
@@ -88,10 +88,12 @@ def _decode(ir: bytes, plans: bytes, target: object, verify: bool = False) -> Mo
     verifier too (a file read from disk is input like an artifact: the verifier is the
     gate before native code)."""
     from tfc.passes.memory import MemoryPlan
-    module = module_from_bytes(ir, infer=not verify)  # the verifier infers: once is enough
+    copies: dict[int, Graph] = {}  # (regions read as copies: verified as what they copy)
+    module = module_from_bytes(ir, infer=not verify,  # the verifier infers: once is enough
+                               copies=copies)
     if verify:
         from tfc.ir.verifier import verify_module
-        verify_module(module)
+        verify_module(module, copies)
     module.memory_plans = {name: MemoryPlan.from_json(module.graphs[name], plan)
                            for name, plan in json.loads(plans).items()}
     module.lowered_for = target

@@ -37,14 +37,21 @@ one written in full before it (all but its name and its arguments' names) may be
 as ``{"name", "like": K, "arg_names"?: [NAME|null, ...]}``, a copy of the ``K``-th region
 written in full, counted from 0 in the order they end (nested regions first). Fusion
 regions repeat one body per layer: this halves a lowered MLP's bytecode, and the decoder
-reads each body once and copies it (``Graph.clone``: the copies share attrs and types,
-which is what lets the verifier check each distinct op once).
+reads each body once and copies it (as ``Graph.clone`` would: the copies share attrs and
+types, which is what lets the verifier check each distinct op once); told which regions
+are copies (``module_from_bytes(copies=)``), ``verify_module`` checks each body once.
+
+The encoder writes the JSON text itself, each piece that repeats (a kind, a type, a
+location, a name, an attrs view) encoded once: the same bytes as ``json.dumps`` of the
+tree the document is (compact, ASCII), in about two thirds of the time that building the
+tree and dumping it took.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 import operator
@@ -75,60 +82,79 @@ def module_to_bytes(module: Module) -> bytes:
     """The bytecode of ``module``'s variables and graphs (what ``print_module`` prints;
     memory plans and placement reports are derived and not stored)."""
     enc = _Encoder()
-    variables = [enc.var(v) for v in module.variables.values()]
-    graphs = [enc.graph(g) for g in module.graphs.values()]
-    # version 1 unless a region refers to another (what version 1 readers cannot read)
-    doc: dict[str, Any] = {"format": FORMAT, "version": 2 if enc.refs else 1,
-                           "types": enc.types,
-                           "files": enc.files, "variables": variables, "graphs": graphs}
-    target: dict[str, Any] = {}
-    if module.devices:
-        target["devices"] = list(module.devices)
-    if module.fp16_transfers:
-        target["fp16_transfers"] = True
-    if target:
-        doc["target"] = target
     try:
-        # (a tree the encoder built: no cycles to look for, which was a third of the time)
-        return json.dumps(doc, separators=(",", ":"), allow_nan=False,
-                          check_circular=False).encode("ascii")
-    except (TypeError, ValueError) as e:  # defensive: _Encoder only emits JSON values
+        variables = ",".join([enc.var(v) for v in module.variables.values()])
+        graphs = ",".join([enc.graph(g) for g in module.graphs.values()])
+        target: dict[str, Any] = {}
+        if module.devices:
+            target["devices"] = list(module.devices)
+        if module.fp16_transfers:
+            target["fp16_transfers"] = True
+        # version 1 unless a region refers to another (what version 1 readers cannot read)
+        text = (f'{{"format":{_FORMAT_TEXT},"version":{2 if enc.refs else 1},'
+                f'"types":{_dumps(enc.types)},"files":{_dumps(enc.files)},'
+                f'"variables":[{variables}],"graphs":[{graphs}]'
+                + (f',"target":{_dumps(target)}}}' if target else "}"))
+        return text.encode("ascii")
+    except (TypeError, ValueError, UnicodeEncodeError) as e:
+        # defensive: names and devices are strings, attrs are what _encode_attr emits
         raise BytecodeError(f"cannot encode the module as bytecode: {e}") from None
 
 
+# JSON text as ``json.dumps(v, separators=(",", ":"), allow_nan=False)`` writes it (the
+# encoder writes the document as text: what json.dumps would write of the tree, built
+# from pieces each encoded once, which halved the cost of building the tree then dumping it)
+_dumps = functools.partial(json.dumps, separators=(",", ":"), allow_nan=False,
+                           check_circular=False)
+_json_str = json.encoder.encode_basestring_ascii  # a str, as json.dumps writes one
+_FORMAT_TEXT = _json_str(FORMAT)
 _NAME = operator.attrgetter("name")
 
 
 class _Encoder:
-    """Builds the JSON tree, interning types and location files into tables.
+    """Writes the JSON text, interning types and location files into tables.
 
-    Types and locations are interned by value; an attrs view ops share (clones and
-    decoded ops share the view of the op they copy: ``Op.clone``) is encoded once. The
-    identity memo holds the objects it is keyed by, so an id is not reused meanwhile."""
+    Each piece that repeats is encoded once: types, locations, names and kinds by value,
+    and an attrs view ops share (clones and decoded ops share the view of the op they
+    copy: ``Op.clone``) by identity (the identity memos hold the objects they are keyed
+    by, so an id is not reused meanwhile). Values are written as the text of their number
+    (``ids``), once each."""
 
     def __init__(self) -> None:
         self.types: list[list[Any]] = []
-        self.type_ids: dict[tuple[int, tuple], int] = {}
+        self.type_ids: dict[tuple[int, tuple], str] = {}  # (id(dtype), shape) -> index text
+        self.type_objs: dict[int, tuple[TensorType, str]] = {}  # id(type) -> it, its index
         self.files: list[str] = []
         self.file_ids: dict[str, int] = {}
-        self.locs: dict[tuple, list[Any]] = {}
+        self.locs: dict[tuple, str] = {}  # (file, line, column) -> [FILE,LINE,COL] text
+        self.texts: dict[Any, str] = {}  # a name, device or kind -> its JSON text
+        self.kinds: dict[str, str] = {}  # an op's kind -> '{"op":KIND'
+        self.type_parts: dict[int, tuple[TensorType, str]] = {}  # id(t) -> ',"types":[T]'
+        self.loc_parts: dict[tuple, str] = {}  # (file, line, column) -> ',"loc":[...]'
         self.tensors: dict[tuple, Any] = {}  # small tensors by content
         self.by_id: dict[int, tuple[Any, Any]] = {}  # id(object) -> (object, its encoding)
+        self.attr_texts: dict[int, tuple[Any, str]] = {}  # id(attrs) -> (attrs, its text)
         # regions written in full, numbered as they end; the number of each by content
         self.full_regions = 0
-        self.region_ids: dict[tuple, int] = {}
+        self.region_ids: dict[Any, int] = {}
         self.keys: dict[int, tuple[Graph, tuple | None]] = {}  # id(region) -> its content
         self.refs = False  # whether a region was written as a reference (version 2)
 
-    def type(self, t: TensorType) -> int:
+    def type(self, t: TensorType) -> str:
+        """The index of ``t`` in the types table, as text."""
+        hit = self.type_objs.get(id(t))
+        if hit is not None:
+            return hit[1]
         key = (id(t.dtype), t.shape)  # (DType members are singletons: a cheaper hash)
         i = self.type_ids.get(key)
         if i is None:
-            i = self.type_ids[key] = len(self.types)
+            i = self.type_ids[key] = str(len(self.types))
             self.types.append([t.dtype.value, list(t.shape)])
+        self.type_objs[id(t)] = (t, i)
         return i
 
-    def loc(self, loc: Location) -> list[Any]:
+    def loc(self, loc: Location) -> str:
+        """``loc`` as ``[FILE, LINE, COLUMN]`` text, its file interned."""
         key = (loc.file, loc.line, loc.column)
         out = self.locs.get(key)
         if out is None:
@@ -136,7 +162,26 @@ class _Encoder:
             if i is None:
                 i = self.file_ids[loc.file] = len(self.files)
                 self.files.append(loc.file)
-            out = self.locs[key] = [i, loc.line, loc.column]
+            out = self.locs[key] = _dumps([i, loc.line, loc.column])
+        return out
+
+    def types_part(self, t: TensorType) -> str:
+        """``,"types":[T]``: the types of an op with one result, of type ``t``."""
+        out = ',"types":[' + self.type(t) + "]"
+        self.type_parts[id(t)] = (t, out)
+        return out
+
+    def loc_part(self, loc: Location) -> str:
+        out = self.loc_parts[loc.file, loc.line, loc.column] = ',"loc":' + self.loc(loc)
+        return out
+
+    def text(self, v: Any) -> str:
+        """A name, device or kind (a string, or null) as JSON text."""
+        if type(v) is not str:
+            return _dumps(v)  # (null; anything else is not a name: json.dumps says so)
+        out = self.texts.get(v)
+        if out is None:
+            out = self.texts[v] = _json_str(v)
         return out
 
     def attrs(self, attrs: Mapping[str, Any], g: Graph, index: int, kind: str) -> Any:
@@ -156,6 +201,31 @@ class _Encoder:
         self.by_id[id(attrs)] = (attrs, out)
         return out
 
+    def attrs_part(self, attrs: Mapping[str, Any], g: Graph, index: int, kind: str) -> str:
+        """``,"attrs":{...}``: an op's attrs as text, once per attrs view. Attrs of strings,
+        integers, booleans and nulls (most of them, each op with its own view) are
+        written here, the others by json.dumps of their encoding."""
+        text = self.texts.get
+        items = []
+        for k, v in attrs.items():
+            t = type(v)
+            if t is str:
+                vt = text(v)
+                items.append(f"{_json_str(k)}:{_json_str(v) if vt is None else vt}")
+            elif t is bool:
+                items.append(f"{_json_str(k)}:{'true' if v else 'false'}")
+            elif t is int:
+                items.append(f"{_json_str(k)}:{int.__repr__(v)}")
+            elif v is None:
+                items.append(f"{_json_str(k)}:null")
+            else:
+                out = ',"attrs":' + _dumps(self.attrs(attrs, g, index, kind))
+                break
+        else:
+            out = ',"attrs":{' + ",".join(items) + "}"
+        self.attr_texts[id(attrs)] = (attrs, out)
+        return out
+
     def attr(self, v: Any) -> Any:
         if isinstance(v, np.ndarray) and v.nbytes <= 64:  # (a constant's scalar, say)
             key = (v.dtype.str, v.shape, v.tobytes())
@@ -165,95 +235,132 @@ class _Encoder:
             return out
         return _encode_attr(v)
 
-    def var(self, v: VariableDecl) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": v.name, "type": self.type(v.type)}
+    def var(self, v: VariableDecl) -> str:
+        out = f'{{"name":{self.text(v.name)},"type":{self.type(v.type)}'
         if v.device is not None:
-            out["device"] = v.device
+            out += ',"device":' + self.text(v.device)
         if not v.trainable:
-            out["trainable"] = False
+            out += ',"trainable":false'
         if v.loc is not None:
-            out["loc"] = self.loc(v.loc)
+            out += ',"loc":' + self.loc(v.loc)
+        return out + "}"
+
+    def args(self, g: Graph, ids: dict[Value, str]) -> list[str]:
+        """The index texts of ``g``'s argument types (numbering the arguments in ``ids``)."""
+        out = []
+        type_objs = self.type_objs
+        for a in g.args:
+            ids[a] = str(len(ids))
+            t = type_objs.get(id(a.type))
+            out.append(self.type(a.type) if t is None else t[1])
         return out
 
-    def graph(self, g: Graph) -> dict[str, Any]:
-        ids: dict[Value, int] = {}
-        args = []
-        for a in g.args:
-            ids[a] = len(ids)
-            args.append([self.type(a.type), a.name])
+    def graph(self, g: Graph) -> str:
+        ids: dict[Value, str] = {}
+        types = self.args(g, ids)
+        text = self.text
+        args = ",".join([f"[{t},{text(a.name)}]" for t, a in zip(types, g.args)])
+        return f'{{"name":{text(g.name)},"args":[{args}],{self.body(g, ids)}'
+
+    def body(self, g: Graph, ids: dict[Value, str]) -> str:
+        """``"ops":[...],"results":[...],"result_names":[...]}``: what ``graph`` writes
+        after the arguments (numbered in ``ids``)."""
         ops = []
-        # (``op`` inline, with the interning tables at hand: this loop is the encoding)
-        type_ids, locs, by_id, type_ = self.type_ids, self.locs, self.by_id, self.type
+        # (``op`` inline, with the memos at hand: this loop is the encoding)
+        kinds, type_parts, loc_parts, attr_texts = self.kinds, self.type_parts, \
+            self.loc_parts, self.attr_texts
+        text = self.text
         get = ids.__getitem__
         for i, op in enumerate(g.ops):
-            out: dict[str, Any] = {"op": op.kind}
+            kind = op.kind
+            s = kinds.get(kind)
+            if s is None:
+                s = kinds[kind] = '{"op":' + text(kind)
             if op.inputs:
                 try:
-                    out["in"] = list(map(get, op.inputs))
+                    s += ',"in":[' + ",".join(map(get, op.inputs)) + "]"
                 except KeyError:
-                    raise BytecodeError(f"cannot encode @{g.name}: op {i} '{op.kind}' uses a "
+                    raise BytecodeError(f"cannot encode @{g.name}: op {i} '{kind}' uses a "
                                         f"value not defined before it in its graph") from None
             attrs = op.attrs
             if attrs:
-                hit = by_id.get(id(attrs))
-                out["attrs"] = hit[1] if hit is not None else self.attrs(attrs, g, i, op.kind)
+                hit = attr_texts.get(id(attrs))
+                s += hit[1] if hit is not None else self.attrs_part(attrs, g, i, kind)
             results = op.results
-            if results:
-                types = []
-                named = False
+            if len(results) == 1:  # (most ops)
+                r = results[0]
+                t = type_parts.get(id(r.type))
+                s += self.types_part(r.type) if t is None else t[1]
+                if r.name is not None:
+                    s += ',"names":[' + text(r.name) + "]"
+                ids[r] = str(len(ids))  # (its regions number their own values)
+            elif results:
+                s += ',"types":[' + ",".join([self.type(r.type) for r in results]) + "]"
+                if any(r.name is not None for r in results):
+                    s += ',"names":[' + ",".join([text(r.name) for r in results]) + "]"
                 for r in results:
-                    t = r.type
-                    k = type_ids.get((id(t.dtype), t.shape))
-                    types.append(type_(t) if k is None else k)
-                    if r.name is not None:
-                        named = True
-                out["types"] = types
-                if named:
-                    out["names"] = [r.name for r in results]
+                    ids[r] = str(len(ids))
             if op.device is not None:
-                out["device"] = op.device
+                s += ',"device":' + text(op.device)
             loc = op.loc
             if loc is not None:
-                enc = locs.get((loc.file, loc.line, loc.column))
-                out["loc"] = self.loc(loc) if enc is None else enc
+                enc = loc_parts.get((loc.file, loc.line, loc.column))
+                s += self.loc_part(loc) if enc is None else enc
             if op.regions:
-                out["regions"] = [self.region(r) for r in op.regions]
-            ops.append(out)
-            for r in results:
-                ids[r] = len(ids)
-        names = list(g.result_names) + [
-            f"out{i}" for i in range(len(g.result_names), len(g.results))]
-        result_ids = []
-        for v in g.results:
-            if v not in ids:
-                raise BytecodeError(f"cannot encode @{g.name}: a result is not defined in "
-                                    f"the graph ({v!r})")
-            result_ids.append(ids[v])
-        return {"name": g.name, "args": args, "ops": ops, "results": result_ids,
-                "result_names": names[:len(result_ids)]}
+                s += ',"regions":[' + ",".join([self.region(r) for r in op.regions]) + "]"
+            ops.append(s + "}")
+        try:
+            result_ids = ",".join(map(get, g.results))
+        except KeyError:
+            v = next(v for v in g.results if v not in ids)
+            raise BytecodeError(f"cannot encode @{g.name}: a result is not defined in "
+                                f"the graph ({v!r})") from None
+        names = g.result_names
+        if len(names) != len(g.results):
+            names = (list(names) + [f"out{i}" for i in range(len(names), len(g.results))]
+                     )[:len(g.results)]
+        return (f'"ops":[{",".join(ops)}],"results":[{result_ids}],'
+                f'"result_names":[{",".join([text(n) for n in names])}]}}')
 
-    def region(self, r: Graph) -> dict[str, Any]:
+    def region(self, r: Graph) -> str:
         """A region in full, or (version 2) a reference to one written before with the
         same content, up to its name and its arguments' names (fusion regions repeat
         the same body once per layer)."""
-        key = self.content(r)
-        k = self.region_ids.get(key) if key is not None else None
+        for op in r.ops:
+            if op.regions:
+                # (the text of a region names the regions in it by number: keyed by content)
+                key: Any = self.content(r)
+                k = self.region_ids.get(key) if key is not None else None
+                out = None if k is not None else self.graph(r)
+                break
+        else:  # keyed by its text but its names (encoding it cost no more than a key)
+            ids: dict[Value, str] = {}
+            types = self.args(r, ids)
+            body = self.body(r, ids)
+            key = ",".join(types) + body
+            k = self.region_ids.get(key)
+            if k is None:
+                text = self.text
+                args = ",".join([f"[{t},{text(a.name)}]" for t, a in zip(types, r.args)])
+                out = f'{{"name":{text(r.name)},"args":[{args}],{body}'
         if k is not None:
             self.refs = True
-            ref: dict[str, Any] = {"name": r.name, "like": k}
-            if any(a.name is not None for a in r.args):
-                ref["arg_names"] = [a.name for a in r.args]
-            return ref
-        out = self.graph(r)
+            names = [a.name for a in r.args]
+            if names.count(None) == len(names):
+                return f'{{"name":{self.text(r.name)},"like":{k}}}'
+            return (f'{{"name":{self.text(r.name)},"like":{k},'
+                    f'"arg_names":[{",".join([self.text(n) for n in names])}]}}')
         if key is not None:
             self.region_ids[key] = self.full_regions
         self.full_regions += 1
+        assert out is not None
         return out
 
     def content(self, g: Graph) -> tuple | None:
         """What ``graph`` encodes ``g`` as, but its name and its arguments' names, as a
         hashable key (cheaper than encoding it: types, locations and attrs by their
-        memos); ``None`` where encoding ``g`` fails (``graph`` says why)."""
+        memos); ``None`` where encoding ``g`` fails (``graph`` says why). For a region
+        with regions in it, whose text would name those by their numbers."""
         hit = self.keys.get(id(g))
         if hit is not None:
             return hit[1]
@@ -294,13 +401,9 @@ class _Encoder:
         return (loc.file, loc.line, loc.column)
 
     def attrs_text(self, attrs: Mapping[str, Any], g: Graph, index: int, kind: str) -> str:
-        """The encoding of ``attrs`` as canonical JSON text (a key for ``content``)."""
-        hit = self.by_id.get(id(attrs))
-        enc = hit[1] if hit is not None else self.attrs(attrs, g, index, kind)
-        text = self.by_id.get(id(enc))
-        if text is None:
-            text = self.by_id[id(enc)] = (enc, json.dumps(enc, sort_keys=True))
-        return text[1]
+        """The encoding of ``attrs`` as JSON text (a key for ``content``)."""
+        hit = self.attr_texts.get(id(attrs))
+        return hit[1] if hit is not None else self.attrs_part(attrs, g, index, kind)
 
 
 class _Unencodable(Exception):
@@ -349,7 +452,7 @@ def _is_splat(flat: np.ndarray) -> bool:
 # ---- decoding ---------------------------------------------------------------------------
 
 def module_from_bytes(data: bytes, filename: str = "<bytecode>", *,
-                      infer: bool = True) -> Module:
+                      infer: bool = True, copies: dict[int, Graph] | None = None) -> Module:
     """The module encoded in ``data``, every op rebuilt and type-checked through the
     registry; any problem is a ``BytecodeError`` naming ``filename`` (and the graph and
     op). Like ``parse_module`` it does not run the verifier.
@@ -358,7 +461,12 @@ def module_from_bytes(data: bytes, filename: str = "<bytecode>", *,
     inferring them: only for a caller that runs the verifier on the result next, which
     infers every op's types again and checks its attrs (complete, in normal form), so
     each op is inferred once instead of twice (``tfc.api.lowered_cache``: the
-    re-inference was most of reading a 256-layer model back)."""
+    re-inference was most of reading a 256-layer model back).
+
+    ``copies``, where given, receives ``id(region) -> the region it is a copy of`` for
+    each region read as a (version 2) reference: for ``verify_module``, which checks
+    such a copy once, as the region it copies (a 64-layer MLP's fusion regions are
+    mostly copies)."""
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, ValueError) as e:
@@ -367,7 +475,7 @@ def module_from_bytes(data: bytes, filename: str = "<bytecode>", *,
     except RecursionError:
         raise BytecodeError(f"{filename}: IR bytecode nested too deeply") from None
     try:
-        return _Decoder(filename, infer).module(doc)
+        return _Decoder(filename, infer, copies).module(doc)
     except RecursionError:
         raise BytecodeError(f"{filename}: IR bytecode nested too deeply") from None
 
@@ -375,14 +483,18 @@ def module_from_bytes(data: bytes, filename: str = "<bytecode>", *,
 class _Decoder:
     """Rebuilds a module from the JSON tree; ``where`` says what is being read, for errors."""
 
-    def __init__(self, filename: str, infer: bool = True) -> None:
+    def __init__(self, filename: str, infer: bool = True,
+                 copies: dict[int, Graph] | None = None) -> None:
         self.filename = filename
+        self.copies = copies  # id(region) -> the region it copies (module_from_bytes)
         self.infer = infer  # False: stored attrs and types as they are (module_from_bytes)
         self.where = ""
         self.types: list[TensorType] = []
         self.files: list[str] = []
         self.version = 1
         self.full_regions: list[Graph] = []  # the regions read in full, as they end
+        self.recipes: dict[int, tuple | None] = {}  # what copying each of them needs
+        self.kinds: set[str] = set()  # the op kinds found in the registry (op_fast)
         # each distinct attrs object (by its JSON) decoded once, the ops share the view
         self.attrs_memo: dict[Any, Mapping[str, Any]] = {}
         self.full_memo: dict[tuple[str, int], Mapping[str, Any]] = {}  # (ids of the above)
@@ -490,7 +602,11 @@ class _Decoder:
         if not isinstance(v, list) or len(v) != 3 or not _is_int(v[1]) or not (
                 v[2] is None or _is_int(v[2])):
             self.fail(f"a location is [file, line, column|null], not {v!r}")
-        return Location(self.files[self.index(v[0], self.files, "file")], v[1], v[2])
+        key = (self.index(v[0], self.files, "file"), v[1], v[2])
+        loc = self.locs.get(key)  # (one object per location, as op_fast makes them)
+        if loc is None:
+            loc = self.locs[key] = Location(self.files[key[0]], v[1], v[2])
+        return loc
 
     def name(self, v: Any, what: str) -> str | None:
         if v is not None and not isinstance(v, str):
@@ -521,11 +637,11 @@ class _Decoder:
             if not isinstance(a, list) or len(a) != 2:
                 self.fail(f"an argument is [type, name], not {a!r}")
             values.append(graph.add_arg(self.type(a[0]), self.name(a[1], "an argument name")))
+        append, extend, op_ = graph.ops.append, values.extend, self.op
         for i, op in enumerate(self.field(g, "ops", list)):
-            self.where = f"{path}: op {i}"
-            new = self.op(op, values, path, i)
-            graph.ops.append(new)
-            values.extend(new.results)
+            new = op_(op, values, path, i)
+            append(new)
+            extend(new.results)
         self.where = path
         results = [values[self.value(v, values)] for v in self.field(g, "results", list)]
         names = self.field(g, "result_names", list)
@@ -546,6 +662,7 @@ class _Decoder:
                 return self.op_fast(o, values, path, i)
             except (_Slow, IndexError, KeyError, TypeError, AttributeError, TfcError):
                 pass  # not as the encoder writes it: the checked path says what is wrong
+        self.where = f"{path}: op {i}"  # (what op_fast needs not: it fails without a word)
         return self.op_checked(o, values, path, i)
 
     def op_fast(self, o: Any, values: Sequence[Value], path: str, i: int) -> Op:
@@ -553,9 +670,11 @@ class _Decoder:
         tests; anything else raises (``_Slow`` or a lookup's error) before a region is
         read, and ``op_checked`` reads the op again and says what is wrong."""
         kind = o["op"]
-        if type(kind) is not str:
-            raise _Slow
-        lookup(kind)
+        if kind not in self.kinds:  # (a str the registry has: tested once per kind)
+            if type(kind) is not str:
+                raise _Slow
+            lookup(kind)
+            self.kinds.add(kind)
         ins = o.get("in", _NONE)
         if type(ins) is not list:
             raise _Slow
@@ -564,10 +683,15 @@ class _Decoder:
         if type(raw) is not dict:
             raise _Slow
         if raw:
-            key = _flat_key(raw)
-            attrs = self.attrs_memo.get(key) if key is not None else None
-            if attrs is None:  # (a first, or not flat: decoded where errors are located)
-                raise _Slow
+            key: Any = _flat_key(raw)
+            if key is not None:
+                attrs = self.attrs_memo.get(key)
+                if attrs is None:  # (what ``attrs`` decodes such values as: _flat_key)
+                    attrs = self.attrs_memo[key] = frozen_attrs(raw)
+            else:  # (attrs' key: exact, as there)
+                attrs = self.attrs_memo.get(json.dumps(raw, sort_keys=True))
+                if attrs is None:  # (a first: decoded where errors are located)
+                    raise _Slow
         else:
             attrs = _NO_ATTRS
         tt = self.types
@@ -664,15 +788,24 @@ class _Decoder:
             return g
         name = self.field(r, "name", str)
         self.where = f"{parent}@{name}"
-        like = self.full_regions[self.index(r["like"], self.full_regions, "region")]
+        k = self.index(r["like"], self.full_regions, "region")
+        like = self.full_regions[k]
         names = self.field(r, "arg_names", list, [None] * len(like.args))
         if len(names) != len(like.args):
             self.fail(f"arg_names should be {len(like.args)} names, not {names!r}")
         names = [self.name(n, "an argument name") for n in names]
-        g = like.clone()  # (its ops share their attrs and types: Op.clone)
-        g.name = name
-        for a, n in zip(g.args, names):
-            a.name = n
+        if k not in self.recipes:
+            self.recipes[k] = _recipe(like)
+        recipe = self.recipes[k]
+        if recipe is not None:
+            g = _copy(recipe, name, names)
+        else:
+            g = like.clone()  # (its ops share their attrs and types: Op.clone)
+            g.name = name
+            for a, n in zip(g.args, names):
+                a.name = n
+        if self.copies is not None:
+            self.copies[id(g)] = like
         return g
 
     # attrs
@@ -747,6 +880,41 @@ class _Decoder:
         return out
 
 
+def _recipe(g: Graph) -> tuple | None:
+    """What copying ``g`` needs (``_copy``): its argument types, and its ops and results
+    with the values they use by position; ``None`` for a region with regions in it."""
+    pos: dict[Value, int] = {a: i for i, a in enumerate(g.args)}
+    ops = []
+    for op in g.ops:
+        if op.regions:
+            return None
+        results = op.results
+        names = [r.name for r in results]
+        ops.append((op.kind, [pos[v] for v in op.inputs], op.attrs, [r.type for r in results],
+                    op.device, op.loc, names if names.count(None) != len(names) else _NONE))
+        for r in results:
+            pos[r] = len(pos)
+    return [a.type for a in g.args], ops, [pos[v] for v in g.results], g.result_names
+
+
+def _copy(recipe: tuple, name: str, arg_names: Sequence[str | None]) -> Graph:
+    """A copy of the region ``recipe`` was taken of (``_recipe``), as ``Graph.clone`` makes
+    one (its ops share their attrs, types and locations), under its own names: a version-2
+    reference read (a deep model's fusion regions are mostly these: without the mapping
+    of old values to new ones a clone keeps, a copy costs half as much)."""
+    arg_types, ops, results, result_names = recipe
+    g = Graph(name)
+    values = [g.add_arg(t, n) for t, n in zip(arg_types, arg_names)]
+    append = g.ops.append
+    for kind, ins, attrs, types, device, loc, names in ops:
+        op = Op(kind, [values[i] for i in ins], attrs, types, device=device, loc=loc,
+                names=names)
+        append(op)
+        values.extend(op.results)
+    g.set_results([values[i] for i in results], result_names)
+    return g
+
+
 class _Slow(Exception):
     """An op not as the encoder writes it: read it again with every check (op_checked)."""
 
@@ -756,13 +924,23 @@ def _slow() -> Any:
 
 
 def _flat_key(raw: dict[str, Any]) -> tuple | None:
-    """A key of attrs whose values are all strings, integers, booleans or null, with each
-    value's type (``true`` is not ``1``); ``None`` for others."""
+    """A key of attrs whose values are all strings, integers, booleans or null, or lists
+    of those (axes), with each value's type (``true`` is not ``1``); ``None`` for others.
+    Such attrs decode to themselves, their lists as tuples (``frozen_attrs`` of them)."""
     out = []
     for k, v in raw.items():
         t = type(v)
         if t is str or t is int or t is bool or v is None:
             out.append((k, t, v))
+        elif t is list:
+            items = []
+            for x in v:
+                tx = type(x)
+                if tx is str or tx is int or tx is bool or x is None:
+                    items.append((tx, x))
+                else:
+                    return None
+            out.append((k, t, tuple(items)))
         else:
             return None
     return tuple(out)

@@ -30,15 +30,25 @@ the generic checks.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from tfc.errors import TfcError, VerifyError
 from tfc.ir.core import INIT_GRAPH, Graph, Module, Op, Value, attr_key
 from tfc.ir.registry import lookup, region_count_problem, writes_variable
 
 
-def verify_module(module: Module) -> None:
-    """Check every graph of ``module`` against its variables; raise ``VerifyError``."""
+def verify_module(module: Module, copies: Mapping[int, Graph] | None = None) -> None:
+    """Check every graph of ``module`` against its variables; raise ``VerifyError``.
+
+    ``copies`` maps ``id(region)`` to the region of ``module`` it is a copy of
+    (``Graph.clone``, renamed: what ``module_from_bytes`` reads a version-2 reference as,
+    and tells its caller). A copy of a region that passed in this call is not checked
+    again: what is checked of a region is of its ops, attrs, types and result names, which
+    a copy has the same of, not of its name or its arguments' names (its own values are
+    new, defined once each by the copy). The op that holds copies is checked as any op,
+    but for its kind's own checks (``OpDef.verify_op``: region signatures, what a fusion
+    may hold), which are of its attrs, types, device and regions: they passed for an op
+    with the same attrs, types and device whose regions the copies are of."""
     for name, graph in module.graphs.items():
         if graph.name != name:
             raise VerifyError(f"graph registered as @{name} is named @{graph.name}")
@@ -48,7 +58,7 @@ def verify_module(module: Module) -> None:
                 f"({', '.join(graph.arg_names)})")
     checked: dict[tuple, Any] = {}
     for graph in module.graphs.values():
-        _GraphVerifier(graph, module, f"@{graph.name}", (), checked).run()
+        _GraphVerifier(graph, module, f"@{graph.name}", (), checked, copies or None).run()
 
 
 def verify_graph(graph: Graph, module: Module | None = None) -> None:
@@ -73,9 +83,15 @@ class _GraphVerifier:
     module keeps those objects alive while it lives (an id is not reused meanwhile)."""
 
     def __init__(self, graph: Graph, module: Module | None, path: str,
-                 outer: tuple[set[Value], ...], checked: dict[tuple, Any]) -> None:
+                 outer: tuple[set[Value], ...], checked: dict[tuple, Any],
+                 copies: Mapping[int, Graph] | None = None,
+                 passed: set[int] | None = None) -> None:
         self.graph, self.module, self.path, self.outer = graph, module, path, outer
         self.checked = checked
+        # (``verify_module``'s copies, and the ids of the regions that passed: in this
+        # call only, while the module keeps them alive)
+        self.copies = copies
+        self.passed: set[int] = passed if passed is not None else set()
         self.defined: set[Value] = set()
         self.assigned: dict[str, int] = {}
 
@@ -123,15 +139,34 @@ class _GraphVerifier:
         want = opdef.region_names  # (region_count_problem's test, inline)
         if want is not None and len(op.regions) != len(want):
             raise self.fail(region_count_problem(op) or "", op, i)
+        copies = self.copies
         for k, region in enumerate(op.regions):
+            if copies is not None:
+                like = copies.get(id(region))
+                if like is not None and id(like) in self.passed:
+                    continue  # (a copy of a region that passed: see verify_module)
             path = f"{self.path} > op {i} '{op.kind}' region {k}"
             _GraphVerifier(region, self.module, path, (*self.outer, defined),
-                           self.checked).run()
+                           self.checked, copies, self.passed).run()
+            if copies is not None:
+                self.passed.add(id(region))
+        if copies is not None and op.regions:
+            # (an op like one that passed, its regions copies of that one's: its own
+            # checks, of its attrs, types and regions, pass too; see verify_module)
+            done = ("verify_op", key, op.device,
+                    *[id(copies.get(id(r), r)) for r in op.regions])
+            if done not in checked:
+                self.verify_op(i, op, opdef)
+                checked[done] = op  # (keeps it alive)
+        else:
+            self.verify_op(i, op, opdef)
+        self.defined.update(op.results)
+
+    def verify_op(self, i: int, op: Op, opdef) -> None:
         try:
             opdef.verify_op(op, self.module)
         except TfcError as e:
             raise self.fail(e.message, op, i) from None
-        self.defined.update(op.results)
 
     def undefined_use(self, v: Value) -> str:
         name = value_name(v)
