@@ -8,38 +8,22 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import numpy as np
 import pytest
 
-import tfc
 import tfc.passes.memory as memory
 from tfc.ir.core import Module
 from tfc.passes import run_passes
 from tfc.passes.dce import has_effect
 from tfc.pipeline import Target, lower
 from tfc.testing_graphs import random_graph
+from tests.passes.test_memory import mlp_module
 
 
 def mlp(layers: int = 6, width: int = 16) -> Module:
-    """An MLP's training step: matmuls, loop fusions (ops with regions), variable reads
-    and writes."""
-    tfc.reset_default_graph()
-    rng = np.random.default_rng(0)
-    x = tfc.placeholder(tfc.float32, [4, width], name="x")
-    y = tfc.placeholder(tfc.int32, [4], name="y")
-    h = x
-    for i in range(layers):
-        w = tfc.Variable((rng.normal(size=(width, width)) * 0.1).astype(np.float32),
-                         name=f"W{i}")
-        h = tfc.matmul(h, w) + tfc.Variable(np.zeros(width, np.float32), name=f"b{i}")
-        if i < layers - 1:
-            h = tfc.nn.relu(h)
-    loss = tfc.reduce_mean(tfc.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
-    tfc.entry("step", feeds={"x": x, "y": y}, fetches={"loss": loss},
-              targets=[tfc.train.GradientDescentOptimizer(0.1).minimize(loss)])
-    module = tfc.get_default_graph().as_module()
-    tfc.reset_default_graph()
-    return run_passes(module, "canonicalize,cse,dce,fusion", verify=True)
+    """An MLP's training step, fused: matmuls, loop fusions (ops with regions), variable
+    reads and writes."""
+    return run_passes(mlp_module((width,) * (layers + 1)), "canonicalize,cse,dce,fusion",
+                      verify=True)
 
 
 def counting(monkeypatch: pytest.MonkeyPatch, name: str) -> Counter[str]:
@@ -60,7 +44,7 @@ def test_the_registry_is_asked_once_per_kind(monkeypatch) -> None:
     kind (for ops with regions, until one of the kind has none), not for every op by
     each schedule (3 and 1 times per op: 6 layers, 50 ops, asked 200 times)."""
     module = mlp()
-    g = module.graphs["step"]
+    g = module.graphs["train_step"]
     kinds = {op.kind for op in g.ops}
     assert "fusion" in kinds and len(g.ops) > 4 * len(kinds)
     writes = counting(monkeypatch, "writes_variable")
@@ -75,7 +59,7 @@ def test_best_fit_makes_the_chosen_buffers_only(monkeypatch) -> None:
     """Both visiting orders are fitted, but only the winner's buffers become ``Buffer``s
     (each made once, not again when it grows)."""
     made = counting(monkeypatch, "Buffer")
-    g = mlp().graphs["step"]
+    g = mlp().graphs["train_step"]
     p = memory.plan_memory(g)
     assert len(p.buffers) > 3 and sum(made.values()) == len(p.buffers)
 
@@ -84,7 +68,7 @@ def test_names_are_worked_out_when_asked(monkeypatch) -> None:
     """Planning does not name the graph's values (only the report shows names): the
     names are worked out on the first ``names``, once, from the graph as planned."""
     calls = counting(monkeypatch, "_names")
-    g = mlp().graphs["step"]
+    g = mlp().graphs["train_step"]
     p = memory.plan_memory(g)
     assert sum(calls.values()) == 0
     from tfc.ir.printer import print_graph

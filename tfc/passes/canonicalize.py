@@ -39,6 +39,7 @@ from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.interpret import ExecContext
 from tfc.ir.registry import PURE, RANDOM, STATEFUL, lookup, make_op
 from tfc.ir.types import TensorType
+from tfc.passes.dce import erase_unused
 from tfc.passes.manager import for_each_graph, register_pass, resolve
 
 FOLD_LIMIT = 1 << 20  # elements a folded result may have when it grows its inputs
@@ -64,7 +65,7 @@ def canonicalize_graph(graph: Graph) -> bool:
         # erasing left it, without a dead erasable op (erasing goes backwards: an op kept
         # is used by one kept after it), so erasing again would find none: skipped.
         if iteration == 0 or changed or len(graph.ops) != before:
-            changed |= _erase_dead_pure(graph, erasable)
+            changed |= erase_unused(graph, _erasable, erasable) > 0
         changed_any |= changed
         if not changed:
             break
@@ -324,34 +325,11 @@ def _all_constant(inputs: list[Value]) -> bool:
     return True
 
 
-def _erase_dead_pure(graph: Graph, erasable: dict[str, bool] | None = None) -> bool:
-    """Erase PURE, non-random ops (without regions) whose results nothing uses
-    (``erasable``: what ``_erasable`` said of each kind, kept across calls)."""
-    used: set[Value] = set(graph.results)
-    known = {} if erasable is None else erasable
-    dead: set[Op] = set()
-    for op in reversed(graph.ops):
-        if not op.regions:
-            for r in op.results:
-                if r in used:
-                    break
-            else:  # nothing uses it
-                kind = op.kind
-                if kind in known:
-                    free = known[kind]
-                else:
-                    free = known[kind] = _erasable(op)
-                if free:
-                    dead.add(op)
-                    continue
-        if op.inputs:
-            used.update(op.inputs)
-    if dead:
-        graph.ops = [op for op in graph.ops if op not in dead]
-    return bool(dead)
-
-
 def _erasable(op: Op) -> bool:
+    """Whether canonicalize may erase ``op`` when unused: PURE, not random, not stateful,
+    without regions (``dce`` decides the rest)."""
+    if op.regions:
+        return False
     opdef = lookup(op.kind)
     return opdef.has(PURE) and not opdef.has(RANDOM) and not opdef.has(STATEFUL)
 

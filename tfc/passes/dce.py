@@ -16,6 +16,8 @@ given fetches and assigns need) takes the fetches as an argument, which a
 
 from __future__ import annotations
 
+from typing import Callable
+
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import PURE, RANDOM, lookup
 from tfc.passes.manager import for_each_graph, register_pass
@@ -29,8 +31,16 @@ def dce(module: Module) -> Module:
 
 def dce_graph(graph: Graph) -> int:
     """DCE one graph (regions are handled by ``dce``); returns how many ops were removed."""
+    return erase_unused(graph, lambda op: not has_effect(op), {})
+
+
+def erase_unused(graph: Graph, removable: Callable[[Op], bool], by_kind: dict[str, bool]
+                 ) -> int:
+    """Erase the ops of ``graph`` whose results nothing uses (after the erasures) and that
+    ``removable`` lets go; returns how many. ``removable`` is asked once per kind for ops
+    without regions (the answers kept in ``by_kind``, which callers may keep across
+    graphs), every time for ops with regions."""
     used: set[Value] = set(graph.results)
-    effects: dict[str, bool] = {}  # by kind: has_effect of an op without regions
     dead: set[Op] = set()
     for op in reversed(graph.ops):
         for r in op.results:
@@ -38,14 +48,14 @@ def dce_graph(graph: Graph) -> int:
                 break
         else:  # nothing uses it
             if op.regions:
-                effect = has_effect(op)
+                free = removable(op)
             else:
                 kind = op.kind
-                if kind in effects:
-                    effect = effects[kind]
+                if kind in by_kind:
+                    free = by_kind[kind]
                 else:
-                    effect = effects[kind] = has_effect(op)
-            if not effect:
+                    free = by_kind[kind] = removable(op)
+            if free:
                 dead.add(op)
                 continue
         if op.inputs:
