@@ -659,3 +659,15 @@ def test_a_lowered_module_without_its_plans_is_an_artifact_error(tmp_path, lost)
     with pytest.raises(ArtifactError, match=r"bad.tfc: @\w+ is lowered for llvm but has no "
                                             r"memory plan \(manifest.json field 'memory_plans'"):
         load(bad)
+
+
+def test_a_zip_directory_that_points_before_the_file_is_an_artifact_error(saved, tmp_path):
+    """The corruption fuzzer's mutant 12438 at TFC_CORRUPTION_FUZZ=400: a flipped bit in
+    the zip's end record sends zipfile's seeks before the file's start (OSError: Invalid
+    argument), which the loader let out."""
+    from tests.runtime.test_checkpoint import shift_zip_directory
+    _, path = saved
+    shift_zip_directory(path)
+    with pytest.raises(ArtifactError, match=r"model.tfc: manifest.json cannot be read, the "
+                                            r"file is corrupt \("):
+        load(path)

@@ -257,6 +257,17 @@ def _flip_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def shift_zip_directory(path: Path) -> None:
+    """Move where the zip's end record says its directory starts 16 MB on (one flipped
+    bit can): ``zipfile`` finds the directory anyway, but takes every member's offset
+    16 MB back, before the file's start, and its seek there raises ``OSError``."""
+    data = bytearray(path.read_bytes())
+    end = data.rindex(b"PK\x05\x06")
+    start = int.from_bytes(data[end + 16:end + 20], "little")
+    data[end + 16:end + 20] = (start + (1 << 24)).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+
+
 def _npy(arr: np.ndarray) -> bytes:
     """What ``np.save`` writes for ``arr``: a valid member of the wrong content."""
     buf = io.BytesIO()
@@ -268,6 +279,7 @@ CORRUPTIONS = [
     ("junk", lambda p: p.write_bytes(b"not a zip at all"), "is not a tfc checkpoint"),
     ("truncated", lambda p: p.write_bytes(p.read_bytes()[:300]), "is truncated or corrupt"),
     ("flipped byte", _flip_byte, "is corrupt (Bad CRC-32"),
+    ("directory offset", shift_zip_directory, "manifest.json cannot be read, the file is corrupt"),
     ("no manifest", lambda p: _rewrite(p, lambda m: {k: v for k, v in m.items()
                                                      if k != "manifest.json"}),
      "has no manifest.json"),

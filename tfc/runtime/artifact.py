@@ -443,7 +443,7 @@ def _checked_reader(zf: zipfile.ZipFile, path: Any, entry: str, member: str,
         except KeyError:
             raise CorruptMember(f"{path} has no member {member} (native code of entry "
                                 f"'{entry}')", member) from None
-        except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
             raise CorruptMember(f"{path}: a member of entry '{entry}' is corrupt ({e})",
                                 member) from None
         check_member(zf, path, member, digests, data)
@@ -634,6 +634,9 @@ def _member(zf: zipfile.ZipFile, path: Any, name: str, why: str = "") -> bytes:
         return zf.read(name)
     except KeyError:
         raise ArtifactError(f"{path} has no member {name}{why}") from None
+    except OSError as e:  # zipfile seeks where the zip's directory says: a bad offset
+        raise ArtifactError(f"{path}: {name} cannot be read, the file is corrupt ({e})"
+                            ) from None
 
 
 def _read_manifest(zf: zipfile.ZipFile, path: Any) -> dict[str, Any]:

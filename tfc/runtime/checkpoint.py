@@ -433,6 +433,9 @@ def _read_manifest(zf: zipfile.ZipFile, path: Path) -> dict[str, Any]:
         raw = zf.read(MANIFEST)
     except KeyError:
         raise CheckpointError(f"{path} has no {MANIFEST} (is it a tfc checkpoint?)") from None
+    except OSError as e:  # a bad offset in the zip's directory: a seek fails
+        raise CheckpointError(f"{path}: {MANIFEST} cannot be read, the file is corrupt "
+                              f"({e})") from None
     try:
         if json.loads(raw.decode("utf-8")).get("format") == "tfc":
             raise CheckpointError(f"{path} is a tfc artifact, not a checkpoint (load it "

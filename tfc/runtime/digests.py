@@ -93,9 +93,13 @@ def check_member(zf: zipfile.ZipFile, path: Any, member: str,
         raise CorruptMember(f"{path}: manifest.json records no SHA-256 for {member}", member)
     if data is None:
         h = hashlib.sha256()
-        with zf.open(member) as fh:
-            while chunk := fh.read(_CHUNK):
-                h.update(chunk)
+        try:
+            with zf.open(member) as fh:
+                while chunk := fh.read(_CHUNK):
+                    h.update(chunk)
+        except OSError as e:  # a bad offset in the zip's directory: a seek fails
+            raise CorruptMember(f"{path}: {member} cannot be read, the file is corrupt "
+                                f"({e})", member) from None
         got = h.hexdigest()
     else:
         got = bytes_digest(data)
