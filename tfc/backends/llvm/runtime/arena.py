@@ -31,9 +31,6 @@ import numpy as np
 # Arenas below this are np.zeros (NumPy asks for no huge pages below 4 MB).
 MAP_MIN = 1 << 20
 
-# How many arenas were mappings of their own (tests read it).
-counts = {"mapped": 0}
-
 # private anonymous memory (None where the platform's mmap has no such flags: Windows)
 _FLAGS: int | None = (mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
                       if hasattr(mmap, "MAP_ANONYMOUS") and hasattr(mmap, "MAP_PRIVATE")
@@ -50,6 +47,5 @@ def zeroed(nbytes: int) -> np.ndarray:
         except (OSError, ValueError, OverflowError):
             pass
         else:
-            counts["mapped"] += 1
             return np.frombuffer(m, np.uint8)  # holds the mapping (through a memoryview)
     return np.zeros(nbytes, np.uint8)
