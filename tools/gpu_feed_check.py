@@ -40,7 +40,7 @@ def check(name: str, fn: Callable[[], str]) -> None:
         FAILED.append(name)
         print(f"FAIL {name}: {type(e).__name__}: {e} ({time.perf_counter() - t0:.1f} s)",
               flush=True)
-        traceback.print_exc(limit=4, file=sys.stdout)
+        traceback.print_exc(file=sys.stdout)  # whole: the failing call can be deep
 
 
 def f16_ulp_error(got: np.ndarray, exact: np.ndarray) -> float:

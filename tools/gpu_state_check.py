@@ -96,6 +96,46 @@ def program_copies(params: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> st
     return c.per_step(5) + "; variables equal llvm's after 7 steps"
 
 
+def pins_end_with_program(params: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> str:
+    """A feed fed twice in a row is page-locked in place (``device.PinnedFeed``); when its
+    program goes, the registration goes too (the driver registers the array again), and
+    a second program fed the same array meanwhile is refused once, not on every step."""
+    import gc
+
+    import cupy
+    from tfc.backends.cuda import device
+    from tfc.runtime import Program
+    x = x.copy()  # (an array no other check has fed)
+    refusals = []
+    register = cupy.cuda.runtime.hostRegister
+
+    def counted(ptr: int, nbytes: int, flags: int) -> Any:
+        try:
+            return register(ptr, nbytes, flags)
+        except Exception:
+            refusals.append(ptr)
+            raise
+    cupy.cuda.runtime.hostRegister = counted
+    try:
+        first = Program(build_mlp_module(params), backend="cuda")
+        second = Program(build_mlp_module(params), backend="cuda")
+        a = first.callable("train_step", ["x", "y"], "loss")
+        b = second.callable("train_step", ["x", "y"], "loss")
+        for _ in range(6):
+            a(x, y), b(x, y)
+    finally:
+        cupy.cuda.runtime.hostRegister = register
+    if len(refusals) != 1:
+        raise AssertionError(f"{len(refusals)} refused registrations of the shared feed, "
+                             f"expected 1")
+    del a, b, first, second
+    gc.collect()
+    register(x.ctypes.data, x.nbytes, 0)  # raises while an uploader still holds it
+    cupy.cuda.runtime.hostUnregister(x.ctypes.data)
+    return (f"one refusal for the second program; unregistered when the programs went "
+            f"({device.PinnedFeed.__name__})")
+
+
 def session_mlp(params: list[np.ndarray], dtype: Any = np.float32,
                 optimizer: str = "momentum") -> tuple[Any, Any, Any, Any, Any]:
     """The MLP as a TF1 graph (momentum by default): (graph, x, y, train op, loss).
@@ -387,6 +427,7 @@ def main() -> int:
     check("Program D2H per step", lambda: program_copies(params, x, y))
     check("Session D2H per step", lambda: session_copies(params, x, y))
     check("executor cpu:0/gpu:0 D2H per step", lambda: executor_copies(x, y))
+    check("pinned feeds end with their program", lambda: pins_end_with_program(params, x, y))
     check(f"CUDA graphs, MLP batch {args.batch}", lambda: graphs_mlp(params, x, y,
                                                                      args.rounds))
     check(f"CUDA graphs, chain of {args.chain} short layers",

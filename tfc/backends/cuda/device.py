@@ -37,6 +37,7 @@ import ctypes
 import hashlib
 import os
 import threading
+import weakref
 from functools import partial
 from typing import Any, Callable, Protocol, Sequence
 
@@ -263,6 +264,72 @@ class EmulatedDevice:
         return partial(ufunc, target, value, out=target)
 
 
+class PinnedFeed:
+    """Which host array of one feed is page-locked in place (``cudaHostRegister``), so
+    that its copies to the device are DMAs from the array itself.
+
+    An array is registered when it is fed a second time in a row (a loop that feeds the
+    same array registers once; one that feeds fresh arrays never does), and is kept
+    referenced while registered: freeing registered memory leaves its range registered
+    for whatever is allocated there next. It is unregistered when another array replaces
+    it (``page_locked``) or the feed's uploader is collected (``release``). An array the
+    driver will not register (already registered, here or by another feed, or pinned
+    memory) is not asked again: each refusal is a failed driver call. Small arrays
+    (< 64 KB: a host copy costs less), other dtypes or sizes, and strided arrays are never
+    registered."""
+
+    MIN_BYTES = 1 << 16
+
+    def __init__(self, register: Callable[[int, int, int], Any] | None,
+                 unregister: Callable[[int], Any] | None, nbytes: int, dtype: Any) -> None:
+        self._register, self._unregister = register, unregister
+        self.nbytes, self.dtype = nbytes, np.dtype(dtype)
+        self.held: np.ndarray | None = None  # the registered array
+        self._seen: np.ndarray | None = None  # the array fed last (through staging)
+        self._refused: weakref.ref[np.ndarray] | None = None  # the last one refused
+
+    def page_locked(self, src: np.ndarray) -> bool:
+        """Whether ``src`` is (now) the registered array; the caller has waited for the
+        last copy from the array registered before (it may be unregistered here)."""
+        if src is self.held:
+            return True
+        seen, self._seen = self._seen, src
+        refused = self._refused() if self._refused is not None else None
+        if src is not seen or src is refused or self._register is None or \
+                self._unregister is None or self.nbytes < self.MIN_BYTES or \
+                src.dtype != self.dtype or src.nbytes != self.nbytes or \
+                not src.flags.c_contiguous:
+            return False
+        self.release()
+        try:
+            self._register(src.ctypes.data, self.nbytes, 0)
+        except Exception:  # noqa: BLE001  (registered already, or pinned: staging)
+            self._refused = weakref.ref(src)
+            return False
+        self.held, self._seen = src, None
+        return True
+
+    def release(self) -> None:
+        """Unregister the registered array, if any (its copies have ended)."""
+        held, self.held = self.held, None
+        if held is not None and self._unregister is not None:
+            try:
+                self._unregister(held.ctypes.data)
+            except Exception:  # noqa: BLE001  (nothing to undo: the driver dropped it)
+                pass
+
+
+def _unpin_after(done: Any, pins: PinnedFeed) -> None:
+    """An uploader's end: wait for its last copy, then unregister its array."""
+    if pins.held is None:
+        return
+    try:
+        done.synchronize()
+    except Exception:  # noqa: BLE001  (a failed device: unregistering is all that is left)
+        pass
+    pins.release()
+
+
 class GpuDevice:
     """A GPU through cupy: PTX loaded with ``cupy.cuda.function.Module``, launches and
     library calls (cuBLAS through ``cupy.matmul``) on one non-blocking stream."""
@@ -420,11 +487,10 @@ class GpuDevice:
         synchronously). A C-contiguous array of ``dst``'s dtype fed twice in a row is
         page-locked in place (``cudaHostRegister``) and the DMA reads it directly: no
         host copy, the host free to queue the step's kernels meanwhile (a loop feeding
-        the same array registers once; one feeding fresh arrays never does). The
-        registered array is kept referenced, and unregistered when another replaces it.
-        Other arrays, and any the driver will not register (an overlapping registration,
-        memory pinned already), go through a page-locked staging buffer of this feed's
-        own. Returns the event the caller waits for before the host array may change
+        the same array registers once; one feeding fresh arrays never does; see
+        ``PinnedFeed``: the registration ends with the uploader). Other arrays, and any
+        the driver will not register (an overlapping registration, memory pinned
+        already), go through a page-locked staging buffer of this feed's own. Returns the event the caller waits for before the host array may change
         (None after a staged copy); a call first waits for the previous call's copy (the
         staging buffer's reuse)."""
         import cupyx
@@ -432,42 +498,17 @@ class GpuDevice:
         with self.device:
             staging = cupyx.empty_pinned(dst.shape, dst.dtype)
             done = self.xp.cuda.Event(block=False, disable_timing=True)
-        register = getattr(runtime, "hostRegister", None)
-        unregister = getattr(runtime, "hostUnregister", None)
+        pins = PinnedFeed(getattr(runtime, "hostRegister", None),
+                          getattr(runtime, "hostUnregister", None), dst.nbytes, dst.dtype)
         memcpy_async, host_to_device = runtime.memcpyAsync, 1
         nbytes, staged, target, stream = dst.nbytes, staging.ctypes.data, dst.data.ptr, \
             self.stream
-        dtype = np.dtype(dst.dtype)
-        # held: the registered array; seen: the array fed last (through staging)
-        state: dict[str, Any] = {"pending": False, "held": None, "seen": None}
-
-        def page_locked(src: np.ndarray) -> bool:
-            """Whether ``src`` is (now) the registered array: it is registered when fed a
-            second time in a row (a loop feeding fresh arrays never registers)."""
-            if src is state["held"]:
-                return True
-            seen, state["seen"] = state["seen"], src
-            if src is not seen or register is None or unregister is None or \
-                    nbytes < (1 << 16) or src.dtype != dtype or src.nbytes != nbytes or \
-                    not src.flags.c_contiguous:
-                return False  # (small feeds: a host copy costs less than registering)
-            held, state["held"] = state["held"], None
-            if held is not None:  # (its last copy has ended: ``upload`` waited)
-                try:
-                    unregister(held.ctypes.data)
-                except Exception:  # noqa: BLE001  (nothing to undo)
-                    pass
-            try:
-                register(src.ctypes.data, nbytes, 0)
-            except Exception:  # noqa: BLE001  (overlapping or pinned already: staging)
-                return False
-            state["held"], state["seen"] = src, None
-            return True
+        state = {"pending": False}
 
         def upload(src: np.ndarray) -> Any:
             if state["pending"]:
                 done.synchronize()
-            direct = bool(nbytes) and page_locked(src)
+            direct = bool(nbytes) and pins.page_locked(src)
             if direct:
                 memcpy_async(target, src.ctypes.data, nbytes, host_to_device, stream.ptr)
             else:
@@ -477,6 +518,10 @@ class GpuDevice:
             done.record(stream)
             state["pending"] = True
             return done if direct else None  # (a staged copy has read the array already)
+        # the registration ends with the uploader: an array freed while registered would
+        # leave its pages pinned and its range registered for whatever is allocated there
+        finalizer = weakref.finalize(upload, _unpin_after, done, pins)
+        finalizer.atexit = False  # (the process's end releases everything)
         return upload
 
     def writer(self, kind: str, target: Any, value: Any) -> Callable[[], None] | None:
