@@ -72,7 +72,7 @@ def test_options_parse_into_specs() -> None:
 
 @pytest.mark.parametrize("text, message", [
     ("memroy", "unknown pass 'memroy' (did you mean 'memory'?)"),
-    ("memory{budgt=1}", "pass 'memory' has no option 'budgt' (its options: budget)"),
+    ("memory{budgt=1}", "pass 'memory' has no option 'budgt' (its options: budget, gemm_updates)"),
     ("cse{budget=1}", "pass 'cse' has no option 'budget' (its options: none)"),
     ("memory{budget=lots}", "pass 'memory': bad value 'lots' for option 'budget'"),
     ("memory{budget=1,budget=2}", "option 'budget' is given twice"),

@@ -483,7 +483,9 @@ def plan_memory(graph: Graph, gemm_updates: bool = False) -> MemoryPlan:
     """Reorder ``graph.ops`` into a low-peak schedule and assign arena buffers (none for
     the values that weight updates folded into their GEMMs absorb, with
     ``gemm_updates``: the backend never writes them)."""
-    info = _Info(graph, _absorbed(graph) if gemm_updates else set())
+    found = gemm_update.find(graph) if gemm_updates else {}
+    info = _Info(graph, gemm_update.absorbed_values(found),
+                 {u.matmul: u.assign.attrs["var"] for u in found.values()})
     # the sizes of the arena values that may be roots (views take none of their own), and
     # their bytes at the nominal binding (``_nominal``: every symbol NOMINAL_SYMBOL)
     sizes: dict[Value, Size] = {}
@@ -526,9 +528,13 @@ def _absorbed(graph: Graph) -> set[Value]:
 class _Info:
     """Facts about the graph's values that do not depend on the schedule."""
 
-    def __init__(self, graph: Graph, unplanned: AbstractSet[Value] = frozenset()) -> None:
+    def __init__(self, graph: Graph, unplanned: AbstractSet[Value] = frozenset(),
+                 folded: Mapping[Op, str] | None = None) -> None:
         fetched = set(graph.results)
         self.unplanned = unplanned  # results left out of the arena (``gemm_updates``)
+        # matmul -> the variable its kernel updates, for a weight update folded into its
+        # GEMM (``gemm_updates``): a write of the variable, as far as the schedule goes
+        self.folded: Mapping[Op, str] = folded or {}
         self.arena: set[Value] = set()  # arena values (roots and aliases alike)
         self.dynamic: list[Value] = []  # arena values with a '?' dim (not views)
         self.static_view: dict[Value, Value] = {}  # view result -> its input
@@ -821,6 +827,8 @@ def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> li
             if key >= 0 and key not in keys:
                 keys.append(key)
                 remaining[key] += 1
+    if info.folded:
+        _after_reads(ops, info, waiting, dependents)
 
     # An op's gain: the bytes of its inputs' storage that it is the last to use (freed),
     # less those of its results that are used (alloc); ``cost`` is alloc - freed. What it
@@ -875,6 +883,33 @@ def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> li
         raise TfcError(f"memory: graph @{graph.name} has a cycle or uses a value before "
                        f"defining it; cannot schedule it")
     return order + writes
+
+
+def _after_reads(ops: Sequence[Op], info: _Info, waiting: list[int],
+                 dependents: list[list[int]]) -> None:
+    """Make each matmul that updates a variable (``_Info.folded``) wait for every other op
+    reading that variable: its kernel is the variable's write, and the backend makes it
+    in the variable's own array (no copy of the weight, no update array) only when no
+    later step reads the variable (``GraphCompiler.in_place_updates`` on llvm), as it
+    may when the writes run last. (No cycle: the matmul's result is used once, by the
+    update it stands for, so no reader depends on it.)"""
+    variable_of = {op.result: op.attrs["var"] for op in ops if op.kind == "var.read"}
+    index = {op: i for i, op in enumerate(ops)}
+    folded = {name: index[mm] for mm, name in info.folded.items() if mm in index}
+    readers: dict[str, list[int]] = {}
+    unplanned = info.unplanned
+    for i, op in enumerate(ops):
+        if any(r in unplanned for r in op.results):  # (a scale the update absorbs)
+            continue
+        names = {variable_of[k] for k in map(info.storage_key, op.inputs) if k in variable_of}
+        for name in names:
+            if name in folded and folded[name] != i:
+                readers.setdefault(name, []).append(i)
+    for name, found in readers.items():
+        m = folded[name]
+        for i in found:
+            dependents[i].append(m)
+            waiting[m] += 1
 
 
 # ---- buffer assignment ------------------------------------------------------------------
