@@ -126,3 +126,19 @@ def test_a_bad_option_value_is_a_clear_error(text: str) -> None:
     with pytest.raises(TfcError, match="bad value .* for option 'gemm_updates': expected "
                                        "true or false"):
         run_passes(mlp_module(SIZES), text)
+
+
+@pytest.mark.parametrize("device,folds", [("/gpu:0", False), ("/cpu:1", True)])
+def test_a_graph_placed_on_a_gpu_plans_what_cuda_computes(device: str, folds: bool) -> None:
+    """A module for CPUs and GPUs runs the llvm backend's memory pass for both; a graph
+    on a GPU runs on CUDA, which computes the gradients (no folded updates there)."""
+    module = run_passes(mlp_module(SIZES), "canonicalize,cse,dce,fusion")
+    module.devices = ["/cpu:0", "/cpu:1", "/gpu:0"]
+    g = module.graphs["train_step"]
+    for op in g.ops:
+        op.device = device
+    run_passes(module, "memory{gemm_updates=true}")
+    p = module.memory_plans["train_step"]
+    assert (set(p.unplanned) == _absorbed(g)) is folds
+    assert bool(p.unplanned) is folds
+    check_plan(g, p)

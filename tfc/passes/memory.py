@@ -71,6 +71,7 @@ from functools import cached_property, lru_cache
 from itertools import accumulate, chain
 from typing import AbstractSet, Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
+from tfc.devices import parse_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import ELEMENTWISE, VIEW, lookup, writes_variable
@@ -453,14 +454,34 @@ def memory(module: Module, budget: int | None = None, gemm_updates: bool = False
 
     ``gemm_updates`` (``memory{gemm_updates=true}``, what the llvm backend runs): the
     backend folds weight updates into their GEMMs (``tfc.passes.gemm_update``), so the
-    values those absorb get no buffer (``MemoryPlan.unplanned``)."""
+    values those absorb get no buffer (``MemoryPlan.unplanned``), except in a graph
+    placed on a GPU (of a module for CPUs and GPUs, whose pipeline runs this pass once
+    for both: ``tfc.pipeline.lowering_passes``), which CUDA runs, computing them."""
     for g in module.graphs.values():
         if g.name in module.partitions:
             continue
-        plan = module.memory_plans[g.name] = plan_memory(g, gemm_updates)
+        fold = gemm_updates and not (module.devices and _on_gpu(g))
+        plan = module.memory_plans[g.name] = plan_memory(g, fold)
         if budget is not None:
             check_budget(plan, g, budget)
     return module
+
+
+def _on_gpu(graph: Graph) -> bool:
+    """Whether an op of ``graph`` is placed on a GPU."""
+    kinds: dict[str, bool] = {}
+    for op in graph.ops:
+        d = op.device
+        if d is not None:
+            gpu = kinds.get(d)
+            if gpu is None:
+                try:
+                    gpu = kinds[d] = parse_device(d).kind == "gpu"
+                except TfcError:
+                    gpu = kinds[d] = False  # (not a device placement made: not a GPU)
+            if gpu:
+                return True
+    return False
 
 
 def check_budget(plan: MemoryPlan, graph: Graph, budget: int) -> None:
