@@ -11,10 +11,11 @@ Which values live in the arena: results of the graph's own ops, except
   that use a fetched value read it from there, except a fetched view, below),
 - with ``gemm_updates`` (``memory{gemm_updates=true}``: the llvm backend's pipeline), the
   values a weight update folded into its GEMM stands for (``tfc.passes.gemm_update``:
-  the weight gradient and its scaled copy, which that backend never writes; left out,
-  they held 50 of the 84 MB arena of issue 21's MLP at L=256, each live from its product
-  to the variable writes at the end of the step). ``MemoryPlan.unplanned`` lists them,
-  so a backend that computes them anyway (CUDA) gives them storage of their own.
+  the weight gradient and its scaled copy, which that backend never writes; each was
+  live from its product to the variable writes at the end of the step: issue 21's MLP
+  at L=256 planned 84 MB, of which a step wrote 34, and plans 21 MB without them, all
+  written). ``MemoryPlan.unplanned`` lists them, so a backend that computes them anyway
+  (CUDA) gives them storage of their own.
 Values whose size is not known before the run (a ``?`` dim, e.g. ``split`` of a batch
 ``B``) are in the arena too, in *dynamic* buffers (``MemoryPlan.dynamic`` lists them):
 a backend knows every ``?`` dim once it has the feeds' shapes (shape inference on the
@@ -39,8 +40,10 @@ Schedule: a greedy list scheduler picks, among the ops whose inputs are ready, t
 that frees the most arena bytes net of what it allocates (sizes at a nominal binding of
 every symbol to ``NOMINAL_SYMBOL``), ties broken by the original order. Variable
 writes (``var.assign*``, ``var.scatter_*``) run last, as variables are updated by copy
-at the end of the step; other ops with effects keep their relative order. The plan
-keeps whichever of the greedy order and the original order has the lower peak. Both
+at the end of the step; other ops with effects keep their relative order. With
+``gemm_updates`` a folded matmul is its variable's write: the greedy order runs it after
+the variable's other readers, so the backend can make the update in its own array. The
+plan keeps whichever of the greedy order and the original order has the lower peak. Both
 this and the buffer assignment below run in O(n log n) for n values (a heap of ready ops
 whose gains are kept current; buffers searched by size class, busy ones skipped, those
 free until a later interval found in a segment tree by id), so planning time grows
