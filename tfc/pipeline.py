@@ -8,8 +8,9 @@ by one pipeline, which this module alone builds and runs:
    op on a task's device); for several devices ``partition``, then ``compress`` when f32
    tensors cross devices (for a cluster: tasks) as f16;
 3. the backend's own lowering passes, which each backend class declares as data
-   (``LLVMBackend.pipeline = "fusion,memory"``, ``ReferenceBackend.pipeline = ""``); with
-   GPUs among the devices, those of the CUDA backend too (``lowering_passes``).
+   (``LLVMBackend.pipeline = "fusion,memory{gemm_updates=true}"``,
+   ``ReferenceBackend.pipeline = ""``); with GPUs among the devices, those of the CUDA
+   backend too (``lowering_passes``).
 
 ``lower`` runs it (verify after every pass, IR dumps, per-pass timings) and records the
 target on the module (``Module.lowered_for``); a backend then compiles the module as it

@@ -9,6 +9,13 @@ Which values live in the arena: results of the graph's own ops, except
 - ``var.read`` results (the variables' storage) and ``constant`` results (module data),
 - graph results (fetches: written straight into the caller's output arrays; later ops
   that use a fetched value read it from there, except a fetched view, below),
+- with ``gemm_updates`` (``memory{gemm_updates=true}``: the llvm backend's pipeline), the
+  values a weight update folded into its GEMM stands for (``tfc.passes.gemm_update``:
+  the weight gradient and its scaled copy, which that backend never writes; each was
+  live from its product to the variable writes at the end of the step: issue 21's MLP
+  at L=256 planned 84 MB, of which a step wrote 34, and plans 21 MB without them, all
+  written). ``MemoryPlan.unplanned`` lists them, so a backend that computes them anyway
+  (CUDA) gives them storage of their own.
 Values whose size is not known before the run (a ``?`` dim, e.g. ``split`` of a batch
 ``B``) are in the arena too, in *dynamic* buffers (``MemoryPlan.dynamic`` lists them):
 a backend knows every ``?`` dim once it has the feeds' shapes (shape inference on the
@@ -33,8 +40,10 @@ Schedule: a greedy list scheduler picks, among the ops whose inputs are ready, t
 that frees the most arena bytes net of what it allocates (sizes at a nominal binding of
 every symbol to ``NOMINAL_SYMBOL``), ties broken by the original order. Variable
 writes (``var.assign*``, ``var.scatter_*``) run last, as variables are updated by copy
-at the end of the step; other ops with effects keep their relative order. The plan
-keeps whichever of the greedy order and the original order has the lower peak. Both
+at the end of the step; other ops with effects keep their relative order. With
+``gemm_updates`` a folded matmul is its variable's write: the greedy order runs it after
+the variable's other readers, so the backend can make the update in its own array. The
+plan keeps whichever of the greedy order and the original order has the lower peak. Both
 this and the buffer assignment below run in O(n log n) for n values (a heap of ready ops
 whose gains are kept current; buffers searched by size class, busy ones skipped, those
 free until a later interval found in a segment tree by id), so planning time grows
@@ -65,10 +74,12 @@ from functools import cached_property, lru_cache
 from itertools import accumulate, chain
 from typing import AbstractSet, Any, Callable, ClassVar, Iterable, Mapping, Sequence
 
+from tfc.devices import parse_device
 from tfc.errors import TfcError
 from tfc.ir.core import Graph, Module, Op, Value
 from tfc.ir.registry import ELEMENTWISE, VIEW, lookup, writes_variable
 from tfc.ir.types import UNKNOWN, TensorType
+from tfc.passes import gemm_update
 from tfc.passes.dce import has_effect
 from tfc.passes.manager import parse_bytes, register_pass
 from tfc.units import format_bytes
@@ -191,6 +202,9 @@ class MemoryPlan:
     # The graph's args and its ops in schedule order, as planned: what ``names`` are
     # worked out from (when asked: only the report and its readers need them).
     named: tuple[Sequence[Value], Sequence[Op]] = field(default=((), ()), repr=False)
+    # Values of the graph's ops that are not in the arena although they would be: those a
+    # weight update folded into its GEMM absorbs (``gemm_updates``), in schedule order.
+    unplanned: list[Value] = field(default_factory=list)
     ALIGN: ClassVar[int] = 64
 
     @cached_property
@@ -269,7 +283,8 @@ class MemoryPlan:
                 "alias_of": [[n(v), n(r)] for v, r in self.alias_of.items()],
                 "in_place": [[n(v), n(s)] for v, s in self.in_place.items()],
                 "live": [[n(v), a, b] for v, (a, b) in self.live.items()],
-                "dynamic": [n(v) for v in self.dynamic]}
+                "dynamic": [n(v) for v in self.dynamic],
+                **({"unplanned": [n(v) for v in self.unplanned]} if self.unplanned else {})}
 
     @staticmethod
     def from_json(graph: Graph, data: Any) -> "MemoryPlan":
@@ -361,9 +376,12 @@ def _plan_from_json(graph: Graph, data: Any) -> MemoryPlan:
         raise ValueError("'live' should list (value, first, last) positions in the schedule")
     live = dict(zip(all_values([s[0] for s in spans]), [(s[1], s[2]) for s in spans]))
     dynamic = all_values(data.get("dynamic") or [])
+    unplanned = all_values(data.get("unplanned") or [])
+    if unplanned and not set(unplanned) <= _absorbed(graph):
+        raise ValueError("it leaves out a value that no GEMM update absorbs")
     # what the pass would decide regardless of the schedule: which values are in the
     # arena, which are dynamic, which are views of what
-    info = _Info(graph)
+    info = _Info(graph, set(unplanned))
     if buffer_of.keys() != {v for v in info.arena if v not in alias_of} or set(
             dynamic) != info.dynamic_set:
         raise ValueError("its buffers do not hold exactly the graph's arena values")
@@ -384,7 +402,8 @@ def _plan_from_json(graph: Graph, data: Any) -> MemoryPlan:
     for buf in buffers:
         _check_buffer(buf, live, info.dynamic_set, fits)
     return MemoryPlan(graph.name, buffers, buffer_of, alias_of, in_place, live=live,
-                      dynamic=dynamic, named=(tuple(graph.args), tuple(graph.ops)))
+                      dynamic=dynamic, named=(tuple(graph.args), tuple(graph.ops)),
+                      unplanned=unplanned)
 
 
 def _check_buffer(buf: Buffer, live: Mapping[Value, tuple[int, int]],
@@ -418,22 +437,54 @@ def _check_buffer(buf: Buffer, live: Mapping[Value, tuple[int, int]],
 
 # ---- the pass ---------------------------------------------------------------------------
 
-@register_pass("memory", options={"budget": parse_bytes})
-def memory(module: Module, budget: int | None = None) -> Module:
+def parse_flag(text: str) -> bool:
+    """``true`` or ``false`` (any case; ``1``/``0``)."""
+    flag = {"true": True, "1": True, "false": False, "0": False}.get(text.strip().lower())
+    if flag is None:
+        raise ValueError("expected true or false")
+    return flag
+
+
+@register_pass("memory", options={"budget": parse_bytes, "gemm_updates": parse_flag})
+def memory(module: Module, budget: int | None = None, gemm_updates: bool = False) -> Module:
     """Schedule and plan every graph of ``module`` (regions are not planned) but the
     partitioned entries, whose stage graphs run instead (``tfc.passes.partition``).
 
     ``budget`` (bytes, ``memory{budget=64MiB}``): a graph whose planned arena is larger
     fails the pass, so a model that would not fit its device is refused at compile time.
     Graphs with symbolic dims are measured at the plan's nominal size (each symbol
-    ``NOMINAL_SYMBOL``), as its report shows them."""
+    ``NOMINAL_SYMBOL``), as its report shows them.
+
+    ``gemm_updates`` (``memory{gemm_updates=true}``, what the llvm backend runs): the
+    backend folds weight updates into their GEMMs (``tfc.passes.gemm_update``), so the
+    values those absorb get no buffer (``MemoryPlan.unplanned``), except in a graph
+    placed on a GPU (of a module for CPUs and GPUs, whose pipeline runs this pass once
+    for both: ``tfc.pipeline.lowering_passes``), which CUDA runs, computing them."""
     for g in module.graphs.values():
         if g.name in module.partitions:
             continue
-        plan = module.memory_plans[g.name] = plan_memory(g)
+        fold = gemm_updates and not (module.devices and _on_gpu(g))
+        plan = module.memory_plans[g.name] = plan_memory(g, fold)
         if budget is not None:
             check_budget(plan, g, budget)
     return module
+
+
+def _on_gpu(graph: Graph) -> bool:
+    """Whether an op of ``graph`` is placed on a GPU."""
+    kinds: dict[str, bool] = {}
+    for op in graph.ops:
+        d = op.device
+        if d is not None:
+            gpu = kinds.get(d)
+            if gpu is None:
+                try:
+                    gpu = kinds[d] = parse_device(d).kind == "gpu"
+                except TfcError:
+                    gpu = kinds[d] = False  # (not a device placement made: not a GPU)
+            if gpu:
+                return True
+    return False
 
 
 def check_budget(plan: MemoryPlan, graph: Graph, budget: int) -> None:
@@ -452,9 +503,13 @@ def check_budget(plan: MemoryPlan, graph: Graph, budget: int) -> None:
                    f"({format_bytes(budget)})")
 
 
-def plan_memory(graph: Graph) -> MemoryPlan:
-    """Reorder ``graph.ops`` into a low-peak schedule and assign arena buffers."""
-    info = _Info(graph)
+def plan_memory(graph: Graph, gemm_updates: bool = False) -> MemoryPlan:
+    """Reorder ``graph.ops`` into a low-peak schedule and assign arena buffers (none for
+    the values that weight updates folded into their GEMMs absorb, with
+    ``gemm_updates``: the backend never writes them)."""
+    found = gemm_update.find(graph) if gemm_updates else {}
+    info = _Info(graph, gemm_update.absorbed_values(found),
+                 {u.matmul: u.assign.attrs["var"] for u in found.values()})
     # the sizes of the arena values that may be roots (views take none of their own), and
     # their bytes at the nominal binding (``_nominal``: every symbol NOMINAL_SYMBOL)
     sizes: dict[Value, Size] = {}
@@ -482,7 +537,14 @@ def plan_memory(graph: Graph) -> MemoryPlan:
                       live=aliases.live,
                       dynamic=[r for op in order for r in op.results if r in info.dynamic_set]
                       if info.dynamic_set else [],
-                      named=(tuple(graph.args), tuple(order)))
+                      named=(tuple(graph.args), tuple(order)),
+                      unplanned=[r for op in order for r in op.results if r in info.unplanned]
+                      if info.unplanned else [])
+
+
+def _absorbed(graph: Graph) -> set[Value]:
+    """The values of ``graph`` that its weight updates folded into GEMMs absorb."""
+    return gemm_update.absorbed_values(gemm_update.find(graph))
 
 
 # ---- what lives where -------------------------------------------------------------------
@@ -490,8 +552,13 @@ def plan_memory(graph: Graph) -> MemoryPlan:
 class _Info:
     """Facts about the graph's values that do not depend on the schedule."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, unplanned: AbstractSet[Value] = frozenset(),
+                 folded: Mapping[Op, str] | None = None) -> None:
         fetched = set(graph.results)
+        self.unplanned = unplanned  # results left out of the arena (``gemm_updates``)
+        # matmul -> the variable its kernel updates, for a weight update folded into its
+        # GEMM (``gemm_updates``): a write of the variable, as far as the schedule goes
+        self.folded: Mapping[Op, str] = folded or {}
         self.arena: set[Value] = set()  # arena values (roots and aliases alike)
         self.dynamic: list[Value] = []  # arena values with a '?' dim (not views)
         self.static_view: dict[Value, Value] = {}  # view result -> its input
@@ -514,7 +581,7 @@ class _Info:
             if kind in EXTERNAL_OPS:
                 continue
             for r in op.results:
-                if r in fetched:
+                if r in fetched or r in unplanned:
                     continue
                 if UNKNOWN in r.type.shape and r not in self.static_view:
                     self.dynamic.append(r)
@@ -784,6 +851,8 @@ def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> li
             if key >= 0 and key not in keys:
                 keys.append(key)
                 remaining[key] += 1
+    if info.folded:
+        _after_reads(ops, info, waiting, dependents)
 
     # An op's gain: the bytes of its inputs' storage that it is the last to use (freed),
     # less those of its results that are used (alloc); ``cost`` is alloc - freed. What it
@@ -838,6 +907,33 @@ def _greedy_schedule(graph: Graph, info: _Info, size: Mapping[Value, int]) -> li
         raise TfcError(f"memory: graph @{graph.name} has a cycle or uses a value before "
                        f"defining it; cannot schedule it")
     return order + writes
+
+
+def _after_reads(ops: Sequence[Op], info: _Info, waiting: list[int],
+                 dependents: list[list[int]]) -> None:
+    """Make each matmul that updates a variable (``_Info.folded``) wait for every other op
+    reading that variable: its kernel is the variable's write, and the backend makes it
+    in the variable's own array (no copy of the weight, no update array) only when no
+    later step reads the variable (``GraphCompiler.in_place_updates`` on llvm), as it
+    may when the writes run last. (No cycle: the matmul's result is used once, by the
+    update it stands for, so no reader depends on it.)"""
+    variable_of = {op.result: op.attrs["var"] for op in ops if op.kind == "var.read"}
+    index = {op: i for i, op in enumerate(ops)}
+    folded = {name: index[mm] for mm, name in info.folded.items() if mm in index}
+    readers: dict[str, list[int]] = {}
+    unplanned = info.unplanned
+    for i, op in enumerate(ops):
+        if any(r in unplanned for r in op.results):  # (a scale the update absorbs)
+            continue
+        names = {variable_of[k] for k in map(info.storage_key, op.inputs) if k in variable_of}
+        for name in names:
+            if name in folded and folded[name] != i:
+                readers.setdefault(name, []).append(i)
+    for name, found in readers.items():
+        m = folded[name]
+        for i in found:
+            dependents[i].append(m)
+            waiting[m] += 1
 
 
 # ---- buffer assignment ------------------------------------------------------------------
@@ -1233,5 +1329,8 @@ def _report(plan: MemoryPlan, bindings: Mapping[str, int] | None) -> str:
     if plan.dynamic:
         lines.append("dynamic (sized per binding; '?' shown at its nominal size): "
                      + " ".join(name(v) for v in plan.dynamic))
+    if plan.unplanned:
+        lines.append("not planned (absorbed by weight updates folded into GEMMs): "
+                     + " ".join(name(v) for v in plan.unplanned))
     return "\n".join(lines)
 

@@ -133,7 +133,7 @@ class LLVMBackend:
 
     name = "llvm"
     # What ``tfc.pipeline`` runs before ``compile``: fuse kernels, then plan the arena.
-    pipeline = "fusion,memory"
+    pipeline = "fusion,memory{gemm_updates=true}"  # (no buffers for what gemm_update folds)
 
     def __init__(self, *, use_cache: bool = True, threads: int | None = None,
                  profile: bool = False) -> None:

@@ -142,6 +142,8 @@ class GraphCompiler:
         for i, a in enumerate(g.args):
             st[a] = Storage("feed", i)
         views: dict[str, bool] = {}  # is_view per kind
+        # values the plan leaves out, which no kernel writes (``gemm_update``): no storage
+        unplanned = set(getattr(plan, "unplanned", ()))
         for op in g.ops:
             kind = op.kind
             view = views.get(kind)
@@ -157,7 +159,7 @@ class GraphCompiler:
                 for r in op.results:
                     if r in redirect:
                         st[r] = redirect[r]
-                    else:
+                    elif r not in unplanned:
                         st[r] = self._arena(r)
 
     def _computed(self, v: Value) -> bool:

@@ -225,7 +225,10 @@ def _storages(graph_compiler: GraphCompiler, op: Op, variable: str | None = None
     variable's and its update buffer."""
     get = graph_compiler.comp.storage.get
     out = list(map(get, op.inputs))
-    out += map(get, op.results)
+    if variable is None:
+        out += map(get, op.results)
+    else:  # a GEMM update's: its product has no storage when the plan left it out
+        out += [s for s in map(get, op.results) if s is not None]
     if not all(out):  # (a Storage is always true: no Python-level call)
         return None
     out.append(SCRATCH)

@@ -3,11 +3,14 @@ for a large arena an anonymous mapping of its own, which asks the kernel for not
 
 A fresh arena is written for the first time by the first step of its binding: every
 page it touches then costs a page fault (the kernel maps and zeroes it), and only those
-pages. Steps touch arenas sparsely: issue 21's MLP touches 32 MB of its 80 MB arena at
-L=256 (8 of 20 MB at L=64), every step the same pages. ``np.zeros`` asks for
+pages. Steps touched arenas sparsely while the memory plan held buffers for the weight
+gradients that GEMM updates absorb (issue 21's MLP: 32 MB of its 80 MB arena at L=256,
+8 of 20 MB at L=64); with those left out (``memory{gemm_updates=true}``) a step writes
+its whole arena (21 of 21 MB at L=256, 5.3 of 5.3 MB at L=64), but a plan may still
+hold pages a step skips (a buffer's tail, past a smaller value). ``np.zeros`` asks for
 transparent huge pages on allocations of 4 MB and more (NumPy's ``madvise(MADV_HUGEPAGE)``
 on Linux), and a huge page is 2 MB mapped and zeroed at once, touched or not: the whole
-80 MB, where 4 KB pages zero the 32 MB touched (8.4k faults). Measured on a 2-core
+80 MB, where 4 KB pages zeroed the 32 MB touched (8.4k faults). Measured on a 2-core
 Firecracker VM (THP ``madvise`` mode), the first step's extra CPU over a steady step at
 L=256 (the arena's faults, fresh update arrays aside): 4 KB pages 12-23 ms (5 runs);
 huge pages 2-110 ms, a third of the runs near 100 ms and more (2 MB of never-touched
