@@ -7,9 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfc.backends.llvm import gemm_update
 from tfc.ir.types import DType, TensorType
-from tfc.passes import run_passes
+from tfc.passes import gemm_update, run_passes
 
 F32, F64 = DType.f32, DType.f64
 RNG = np.random.default_rng(11)

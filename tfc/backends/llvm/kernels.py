@@ -35,11 +35,12 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from tfc.backends.llvm import (gemm_update, kernel_memo, kernels_array,  # noqa: F401
+from tfc.backends.llvm import (kernel_memo, kernels_array,  # noqa: F401
                                kernels_control, kernels_lapack, kernels_linalg, kernels_random)
 from tfc.backends.llvm.context import Storage
 from tfc.backends.llvm.irutil import i64
 from tfc.backends.llvm.entry import GraphCompiler, no_kernel
+from tfc.passes import gemm_update
 from tfc.backends.llvm.kernels_expr import (Emitter, inline_kind, is_reduction, kind_has,
                                             small_constant)
 from tfc.backends.llvm.kernels_loop import pointwise, reduction, split_rows
