@@ -223,6 +223,14 @@ def parse_bytes(text: str) -> int:
     return int(m.group(1)) * scale
 
 
+def parse_flag(text: str) -> bool:
+    """``true`` or ``false`` (any case; ``1``/``0``)."""
+    flag = {"true": True, "1": True, "false": False, "0": False}.get(text.strip().lower())
+    if flag is None:
+        raise ValueError("expected true or false")
+    return flag
+
+
 class PassManager:
     """Runs a pipeline over a module, verifying and dumping IR as asked.
 

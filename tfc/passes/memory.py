@@ -81,7 +81,7 @@ from tfc.ir.registry import ELEMENTWISE, VIEW, lookup, writes_variable
 from tfc.ir.types import UNKNOWN, TensorType
 from tfc.passes import gemm_update
 from tfc.passes.dce import has_effect
-from tfc.passes.manager import parse_bytes, register_pass
+from tfc.passes.manager import parse_bytes, parse_flag, register_pass
 from tfc.units import format_bytes
 
 # Results of these ops live outside the arena.
@@ -436,14 +436,6 @@ def _check_buffer(buf: Buffer, live: Mapping[Value, tuple[int, int]],
 
 
 # ---- the pass ---------------------------------------------------------------------------
-
-def parse_flag(text: str) -> bool:
-    """``true`` or ``false`` (any case; ``1``/``0``)."""
-    flag = {"true": True, "1": True, "false": False, "0": False}.get(text.strip().lower())
-    if flag is None:
-        raise ValueError("expected true or false")
-    return flag
-
 
 @register_pass("memory", options={"budget": parse_bytes, "gemm_updates": parse_flag})
 def memory(module: Module, budget: int | None = None, gemm_updates: bool = False) -> Module:
