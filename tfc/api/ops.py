@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from tfc.api.graph import Tensor, Variable, as_dtype, user_location
 from tfc.api.tensor import TensorLike, apply, constant, convert_to_tensor
 from tfc.api.tensor import binary_op as _binary
+from tfc.api.tensor import truediv
 from tfc.ir.types import DType
 from tfc.errors import TfcError
 
@@ -46,7 +47,8 @@ def multiply(x: TensorLike, y: TensorLike) -> Tensor:
 
 
 def divide(x: TensorLike, y: TensorLike) -> Tensor:
-    return _binary("div", x, y)
+    """``x / y`` as ``tf.divide``: integers are divided as float64 (7 / 2 is 3.5)."""
+    return truediv(x, y)
 
 
 def pow(x: TensorLike, y: TensorLike) -> Tensor:  # noqa: A001 (TensorFlow's name)
