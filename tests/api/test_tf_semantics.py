@@ -52,3 +52,27 @@ def test_divide_of_floats_keeps_their_dtype(backend):
     assert q.dtype is tfc.float32
     np.testing.assert_array_equal(run(backend, q, {x: np.array([1, -3, 5], np.float32)}),
                                   np.array([0.5, -1.5, 2.5], np.float32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [tfc.int32, tfc.int64])
+def test_reduce_mean_of_integers_truncates_like_tensorflow(backend, dtype):
+    # tf.reduce_mean of integers: the sum over the count, truncated toward zero, in the
+    # input's dtype (an int32 sum past 2**31 does not wrap); 0 for an empty mean. tfc raised
+    # TypeMismatch ("mean: input has dtype i32, expected one of f16, f32, f64").
+    npdt = np.int32 if dtype is tfc.int32 else np.int64
+    x = tfc.placeholder(dtype, ["B", 3])  # (a symbolic dim: the count comes at run time)
+    e = tfc.placeholder(dtype, [2, 0])
+    big = 2**30
+    xs = np.array([[-3, 0, big], [0, big, big]], npdt)
+    fetches = [tfc.reduce_mean(x), tfc.reduce_mean(x, 0), tfc.reduce_mean(x, 1, keepdims=True),
+               tfc.reduce_mean(x, -1), tfc.reduce_mean(e, 1), tfc.reduce_mean(e)]
+    got = run(backend, fetches, {x: xs, e: np.zeros((2, 0), npdt)})
+    want = [np.array(536870911),                      # (3 * 2**30 - 3) / 6 = ...911.5
+            np.array([-1, big // 2, big]),            # -3 / 2 = -1.5 -> -1, not floor's -2
+            np.array([[357913940], [715827882]]),     # (2**30 - 3) / 3, (2**31) / 3
+            np.array([357913940, 715827882]),
+            np.array([0, 0]), np.array(0)]
+    for g, w in zip(got, want):
+        assert g.dtype == npdt
+        np.testing.assert_array_equal(g, w.astype(npdt))

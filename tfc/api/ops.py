@@ -6,7 +6,10 @@ means all axes, ``keepdims``, ``dtype``) follow TensorFlow so TF1 code reads the
 
 from __future__ import annotations
 
+import builtins
 from typing import Any, Sequence
+
+import numpy as np
 
 from tfc.api.graph import Tensor, Variable, as_dtype, user_location
 from tfc.api.tensor import TensorLike, apply, constant, convert_to_tensor
@@ -145,7 +148,34 @@ def _reduction(kind: str) -> Any:
 
 
 reduce_sum = _reduction("sum")
-reduce_mean = _reduction("mean")
+_float_mean = _reduction("mean")
+
+
+def reduce_mean(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False,
+                name: str | None = None) -> Tensor:
+    """The mean over ``axis`` (all axes when None). Of integers, as ``tf.reduce_mean``: the
+    sum (accumulated in int64, so an int32 sum does not wrap) divided by the count,
+    truncated toward zero, in the input's dtype; an empty mean of integers is 0."""
+    t = convert_to_tensor(x)
+    if not t.dtype.is_int:
+        return _float_mean(t, axis, keepdims, name)
+    axes = _axes(axis)
+    rank = t.type.rank
+    reduced = tuple(builtins.range(rank)) if axes is None else tuple(a % rank if rank else a
+                                                            for a in axes)
+    total = apply("sum", cast(t, DType.i64), axes=axes, keepdims=keepdims)
+    dims = [t.type.shape[a] for a in reduced]
+    if all(isinstance(d, int) for d in dims):
+        count: TensorLike = int(np.prod(dims, dtype=np.int64))
+    else:  # (a symbolic dim: its size at run time)
+        sizes = apply("gather", shape(t, DType.i64),
+                      constant(np.array(reduced, np.int32)))
+        count = apply("prod", sizes, axes=None, keepdims=False)
+    count = maximum(count, 1) if not isinstance(count, int) else max(count, 1)
+    magnitude = _binary("div", apply("abs", total), count)  # both >= 0: floor is trunc
+    return cast(apply("mul", apply("sign", total), magnitude), t.dtype, name=name)
+
+
 reduce_max = _reduction("max")
 reduce_min = _reduction("min")
 reduce_prod = _reduction("prod")
