@@ -180,16 +180,13 @@ def unary_cases(dtypes: Sequence[Any], lo: float = -3, hi: float = 3) -> Callabl
 
 
 def binary_cases(dtypes: Sequence[Any], lo: float = -3, hi: float = 3,
-                 specials: bool = True, no_tiny: bool = False) -> Callable:
-    """Each special value against each (``no_tiny``: without the smallest normals, whose
-    quotients are subnormal: TF flushes those before ``floor``), then random operands."""
+                 specials: bool = True) -> Callable:
+    """Each special value against each, then random operands of broadcasting shapes."""
     def gen(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
         for dt in dtypes:
             name = np.dtype(dt).name
             if specials:
                 s = _specials(dt)
-                if no_tiny and np.issubdtype(dt, np.floating):
-                    s = s[~((np.abs(s) > 0) & (np.abs(s) < 4 * np.finfo(dt).tiny))]
                 x, y = np.meshgrid(s, s, indexing="ij")
                 yield f"{name} special x special", [x.ravel().copy(), y.ravel().copy()]
                 if dt in (np.float32, np.float64):
@@ -257,7 +254,7 @@ def build_specs(tf: Any) -> list[Spec]:
     binary("divide", tfc.divide, tf.compat.v1.divide, NUMERIC, "ulp", ROUNDED)
     binary("truediv(/)", lambda x, y: x / y, lambda x, y: x / y, NUMERIC, "ulp", ROUNDED)
     binary("floordiv(//)", lambda x, y: x // y, lambda x, y: x // y, NUMERIC, "ulp",
-           ulp_table(0, 0, 0), no_tiny=True)
+           ulp_table(0, 0, 0))
     binary("pow", tfc.pow, tf.pow, NUMERIC, "ulp", ulp_table(1, 2, 2), lo=0, hi=3)
     binary("pow(neg base)", tfc.pow, tf.pow, FLOATS, "ulp", ulp_table(1, 2, 2), lo=-3, hi=3,
            specials=False)
@@ -275,16 +272,19 @@ def build_specs(tf: Any) -> list[Spec]:
     unary("neg(-x)", lambda x: -x, lambda x: -x, SIGNED)
     unary("abs", tfc.abs, tf.abs, SIGNED)
     unary("exp", tfc.exp, tf.exp, FLOATS, "ulp", TRANSCENDENTAL)
-    unary("log", tfc.log, tf.math.log, FLOATS, "ulp", TRANSCENDENTAL, lo=0, hi=10)
+    # float32 log: numpy's (tfc's reference) and TF's are each up to 2.2 ulps off (mpmath)
+    unary("log", tfc.log, tf.math.log, FLOATS, "ulp", ulp_table(1, 4, 2), lo=0, hi=10)
     unary("sqrt", tfc.sqrt, tf.sqrt, FLOATS, "ulp", ROUNDED, lo=0, hi=10)
     unary("rsqrt", tfc.rsqrt, tf.math.rsqrt, FLOATS, "ulp", ulp_table(1, 2, 2), lo=0, hi=10)
     unary("square", tfc.square, tf.square, SIGNED, "ulp", ROUNDED)
-    # TF's vectorized float64 tanh is up to 3 ulps from the correctly rounded value
-    unary("tanh", tfc.tanh, tf.tanh, FLOATS, "ulp", ulp_table(1, 2, 4))
-    unary("sigmoid", tfc.sigmoid, tf.sigmoid, FLOATS, "ulp", ulp_table(1, 4, 4))
-    unary("nn.sigmoid", tfc.nn.sigmoid, tf.nn.sigmoid, FLOATS, "ulp", ulp_table(1, 4, 4))
+    # The ulp bounds of tanh and sigmoid are TF's own error plus tfc's, both measured against
+    # mpmath on 3000 points in [-3, 3] (TF 2.21: tanh f32 3.0 / f64 4.0 ulps, sigmoid f32
+    # 4.6 / f64 3.0; tfc llvm: tanh 1.1 / 1.0, sigmoid 1.9 / 3.0, f16 sigmoid 1.6 both).
+    unary("tanh", tfc.tanh, tf.tanh, FLOATS, "ulp", ulp_table(1, 4, 5))
+    unary("sigmoid", tfc.sigmoid, tf.sigmoid, FLOATS, "ulp", ulp_table(3, 7, 6))
+    unary("nn.sigmoid", tfc.nn.sigmoid, tf.nn.sigmoid, FLOATS, "ulp", ulp_table(3, 7, 6))
     unary("nn.tanh", tfc.nn.tanh, tf.nn.tanh if hasattr(tf.nn, "tanh") else tf.tanh, FLOATS,
-          "ulp", ulp_table(1, 2, 4))
+          "ulp", ulp_table(1, 4, 5))
     unary("sin", tfc.sin, tf.sin, FLOATS, "ulp", TRANSCENDENTAL)
     unary("cos", tfc.cos, tf.cos, FLOATS, "ulp", TRANSCENDENTAL)
     unary("floor", tfc.floor, tf.floor, FLOATS)
@@ -505,6 +505,38 @@ def build_specs(tf: Any) -> list[Spec]:
         S.append(Spec(f"gather(axis={axis})", lambda p, i, _a=axis: tfc.gather(p, i, axis=_a),
                       lambda p, i, _a=axis: tf.gather(p, i, axis=_a), gather_cases(axis)))
 
+    def gather_oob(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
+        # TF's CPU gather rejects an index outside [0, n); tfc must say so too (not read
+        # past the array)
+        for it in INTS:
+            yield f"{np.dtype(it).name} idx 4 of 4", [rng.normal(size=(4, 3)).astype(np.float32),
+                                                     np.array([0, 4], it)]
+            yield f"{np.dtype(it).name} idx -1", [rng.normal(size=(4, 3)).astype(np.float32),
+                                                  np.array([-1, 2], it)]
+    S.append(Spec("gather(out of range)", lambda p, i: tfc.gather(p, i),
+                  lambda p, i: tf.gather(p, i), gen_fn(gather_oob)))
+
+    def sxent_oob(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
+        for lab in ([0, 5], [-1, 0]):
+            yield f"label {lab[0] if lab[0] < 0 else lab[1]} of 5", [
+                np.array(lab, np.int32), rng.normal(size=(2, 5)).astype(np.float32)]
+    S.append(Spec("nn.sparse_softmax_cross_entropy_with_logits(out of range)",
+                  lambda l, x: tfc.nn.sparse_softmax_cross_entropy_with_logits(labels=l,
+                                                                               logits=x),
+                  lambda l, x: tf.nn.sparse_softmax_cross_entropy_with_logits(labels=l,
+                                                                              logits=x),
+                  gen_fn(sxent_oob)))
+
+    def int_div_cases(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
+        for it in INTS:
+            ii = np.iinfo(it)
+            yield f"{np.dtype(it).name} by zero", [np.array([1, 2], it), np.array([1, 0], it)]
+            yield f"{np.dtype(it).name} min // -1", [np.array([ii.min], it), np.array([-1], it)]
+            yield f"{np.dtype(it).name} signs", [np.array([7, -7, 7, -7, 0], it),
+                                                 np.array([2, 2, -2, -2, -3], it)]
+    S.append(Spec("floordiv(int edge)", lambda x, y: x // y, lambda x, y: x // y,
+                  gen_fn(int_div_cases)))
+
     def oh_cases(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
         for it in INTS:
             yield np.dtype(it).name, [np.array([0, 2, -1, 3, 1, 7], it)]
@@ -618,6 +650,14 @@ def build_specs(tf: Any) -> list[Spec]:
             x[0, 1, 1, 0] = np.nan
             yield np.dtype(dt).name + " nan", [x]
             yield np.dtype(dt).name + " -inf", [np.full((1, 3, 3, 1), -np.inf, dt)]
+    def pool_bound(k: int) -> Callable:
+        """A window mean: 2 * k*k * eps * max|x| (the sum of k*k terms, then one division)."""
+        def bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
+            x = inputs[0]
+            big = np.max(np.abs(x[np.isfinite(x)])) if np.isfinite(x).any() else 0.0
+            return 2 * k * k * _eps(x) * float(big) + _eps(x) * np.abs(want)
+        return bound
+
     for k, s, p in [(2, 2, "VALID"), (3, 2, "SAME"), (3, 1, "SAME"), (2, 1, "VALID")]:
         S.append(Spec(f"nn.max_pool2d(k={k},s={s},{p})",
                       lambda x, _k=k, _s=s, _p=p: tfc.nn.max_pool2d(x, _k, _s, _p),
@@ -626,12 +666,12 @@ def build_specs(tf: Any) -> list[Spec]:
         S.append(Spec(f"nn.avg_pool2d(k={k},s={s},{p})",
                       lambda x, _k=k, _s=s, _p=p: tfc.nn.avg_pool2d(x, _k, _s, _p),
                       lambda x, _k=k, _s=s, _p=p: tf.nn.avg_pool2d(x, _k, _s, _p),
-                      pool_cases, "ulp", ulp_table(2, 8, 8)))
+                      pool_cases, "bound", bound=pool_bound(k)))
     S.append(Spec("nn.max_pool", lambda x: tfc.nn.max_pool(x, 2, 2, "VALID"),
                   lambda x: tf.compat.v1.nn.max_pool(x, 2, 2, "VALID"), pool_cases))
     S.append(Spec("nn.avg_pool", lambda x: tfc.nn.avg_pool(x, 2, 2, "VALID"),
-                  lambda x: tf.compat.v1.nn.avg_pool(x, 2, 2, "VALID"), pool_cases, "ulp",
-                  ulp_table(2, 8, 8)))
+                  lambda x: tf.compat.v1.nn.avg_pool(x, 2, 2, "VALID"), pool_cases, "bound",
+                  bound=pool_bound(2)))
 
     def gnorm_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
         for dt in (np.float32, np.float64):
@@ -669,6 +709,9 @@ MAXPOOL = ("TF's max pool skips NaN and starts from the lowest finite value (an 
            "window gives -max); tfc's is the window's max, NaN propagating, as reduce_max")
 F16 = ("TF computes this float16 op with float16 accumulation (up to ~7 ulps off); tfc "
        "accumulates in float32 and rounds once (<= 1 ulp from the exact value)")
+EMPTY = ("tfc rejects max/min over an empty axis (a TypeMismatch when building, an "
+         "ExecutionError for a symbolic dim that is 0 at run time); TF returns -inf/+inf "
+         "(the dtype's lowest/highest for integers)")
 KNOWN: dict[tuple[str, str], tuple[str, str]] = {
     ("", "subnormal"): ("EXPECTED", FTZ),
     ("divide", "int"): ("FIXED", "was floor division in the operand's dtype; now float64 "
@@ -698,10 +741,28 @@ KNOWN: dict[tuple[str, str], tuple[str, str]] = {
     ("nn.avg_pool", "float16"): ("EXPECTED", F16),
     ("nn.max_pool", "nan"): ("EXPECTED", MAXPOOL),
     ("nn.max_pool", "-inf"): ("EXPECTED", MAXPOOL),
+    ("reduce_max", "0-size"): ("EXPECTED", EMPTY),
+    ("reduce_min", "0-size"): ("EXPECTED", EMPTY),
+    ("reduce_mean", "int"): ("FIXED", "raised TypeMismatch (float only); now TF's truncated "
+                             "integer mean (tests/api/test_tf_semantics.py)"),
 }
 
 
-def classify(name: str, label: str) -> tuple[str, str]:
+# (spec name prefix, case label substring, detail substring): the detail narrows an entry
+# to one value where the rest of the case must still agree.
+KNOWN_AT: dict[tuple[str, str, str], tuple[str, str]] = {
+    ("floordiv(//)", "special x special", "tfc np.float32(-1.0) tf np.float32(-0.0)"): (
+        "EXPECTED", "1 // -max: the quotient is subnormal, flushed to -0 by TF before floor "
+        "(-0); tfc floors it (-1, as numpy)"),
+    ("floordiv(//)", "special x special", "tfc np.float64(-1.0) tf np.float64(-0.0)"): (
+        "EXPECTED", "as float32: TF flushes the subnormal quotient before floor"),
+}
+
+
+def classify(name: str, label: str, detail: str = "") -> tuple[str, str]:
+    for (n, lab, det), v in KNOWN_AT.items():
+        if name.startswith(n) and lab in label and det in detail:
+            return v
     for (n, lab), v in KNOWN.items():
         if name.startswith(n) and lab in label:
             return v
@@ -831,15 +892,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                             else "")
         print(f"{spec.name:58} {row.cases:5d} {row.mismatches:5d} {row.worst:9.3g}  {mode}",
               flush=True)
-    print(f"\n# {len(specs)} specs in {time.time() - t0:.0f} s; divergences: {len(divs)}")
+    print(f"\n# {len(specs)} specs in {time.time() - t0:.0f} s; {len(divs)} divergent "
+          f"(case, backend) pairs, grouped by op and reason:")
+    groups: dict[tuple[str, str, str], list[Divergence]] = {}
     for d in divs:
-        status, why = classify(d.op, d.label)
-        print(f"{status:8} {d.op} [{d.label}] {d.backend}: {d.detail}" + (f"  -- {why}"
-                                                                           if why else ""))
+        status, why = classify(d.op, d.label, d.detail)
+        groups.setdefault((status, d.op, why), []).append(d)
+    order = {"NEW": 0, "FIXED": 1, "EXPECTED": 2}
+    for (status, op, why), ds in sorted(groups.items(), key=lambda kv: (order[kv[0][0]],
+                                                                         kv[0][1])):
+        labels = sorted({f"{d.label} ({d.backend})" if status == "NEW" else d.label
+                         for d in ds})
+        shown = ", ".join(labels[:4]) + (f", +{len(labels) - 4}" if len(labels) > 4 else "")
+        print(f"{status:8} {op}: {len(ds)} [{shown}] e.g. {ds[0].detail}"
+              + (f"\n         -- {why}" if why else ""))
+    print("\n# fixed (these diverged before session 18's fixes; a fixed one that diverges "
+          "again shows above as FIXED):")
+    for (n, lab), (status, why) in KNOWN.items():
+        if status == "FIXED":
+            print(f"  {n} [{lab}]: {why}")
     print("\n# not compared:")
     for k, v in NOT_COMPARED.items():
         print(f"  {k}: {v}")
-    return 1 if any(classify(d.op, d.label)[0] == "NEW" for d in divs) else 0
+    return 1 if any(classify(d.op, d.label, d.detail)[0] == "NEW" for d in divs) else 0
 
 
 if __name__ == "__main__":
