@@ -7,6 +7,7 @@ means all axes, ``keepdims``, ``dtype``) follow TensorFlow so TF1 code reads the
 from __future__ import annotations
 
 import builtins
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -165,8 +166,9 @@ def reduce_mean(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims
                                                             for a in axes)
     total = apply("sum", cast(t, DType.i64), axes=axes, keepdims=keepdims)
     dims = [t.type.shape[a] for a in reduced]
-    if all(isinstance(d, int) for d in dims):
-        count: TensorLike = int(np.prod(dims, dtype=np.int64))
+    static = [d for d in dims if isinstance(d, int)]
+    if len(static) == len(dims):
+        count: TensorLike = math.prod(static)
     else:  # (a symbolic dim: its size at run time)
         sizes = apply("gather", shape(t, DType.i64),
                       constant(np.array(reduced, np.int32)))
