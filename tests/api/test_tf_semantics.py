@@ -76,3 +76,55 @@ def test_reduce_mean_of_integers_truncates_like_tensorflow(backend, dtype):
     for g, w in zip(got, want):
         assert g.dtype == npdt
         np.testing.assert_array_equal(g, w.astype(npdt))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fill_takes_the_dtype_of_its_value(backend):
+    # tf.fill([2], 7) is int32 (tfc gave float32), 7.0 float32, True bool; an int64 value
+    # past 2**53 is exact (tfc rounded it through the op's float attr)
+    big = 2**62 + 1
+    fetches = [tfc.fill([2], 7), tfc.fill([2], 7.5), tfc.fill([1], True),
+               tfc.fill([2], np.int64(3)), tfc.fill([2], big, tfc.int64),
+               tfc.fill([2, 2], 2**40), tfc.fill([2], 7, tfc.float64)]
+    want = [np.array([7, 7], np.int32), np.array([7.5, 7.5], np.float32), np.array([True]),
+            np.array([3, 3], np.int64), np.array([big, big], np.int64),
+            np.full((2, 2), 2**40, np.int64), np.array([7, 7], np.float64)]
+    for got, w in zip(run(backend, fetches), want):
+        assert got.dtype == w.dtype
+        np.testing.assert_array_equal(got, w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_hot_takes_the_dtype_of_its_values(backend):
+    # tf.one_hot(i, 3, on_value=2, off_value=0) is int32 (tfc gave float32); without
+    # values, or with float ones, float32; an explicit dtype wins
+    i = tfc.placeholder(tfc.int32, [3])
+    fetches = [tfc.one_hot(i, 3, on_value=2, off_value=0), tfc.one_hot(i, 3, off_value=-1),
+               tfc.one_hot(i, 3), tfc.one_hot(i, 3, on_value=5.0, off_value=-1.0),
+               tfc.one_hot(i, 3, dtype=tfc.int64)]
+    got = run(backend, fetches, {i: np.array([0, 2, 5], np.int32)})
+    eye = np.array([[1, 0, 0], [0, 0, 1], [0, 0, 0]])
+    want = [(2 * eye).astype(np.int32), np.where(eye == 1, 1, -1).astype(np.int32),
+            eye.astype(np.float32), np.where(eye == 1, 5.0, -1.0).astype(np.float32),
+            eye.astype(np.int64)]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_clip_by_global_norm_of_an_infinite_norm_is_nan(backend):
+    # tf.clip_by_global_norm documents that an infinite global norm makes every entry NaN
+    # (to signal the overflow); tfc scaled by 1/inf = 0: [nan, 0.0] and [0.0], silently
+    # zeroing the finite gradients. A finite norm still clips as before.
+    a = tfc.placeholder(tfc.float32, [2])
+    b = tfc.placeholder(tfc.float32, [1])
+    (ca, cb), norm = tfc.clip_by_global_norm([a, b], 1.0)
+    got = run(backend, [ca, cb, norm], {a: np.array([np.inf, 1], np.float32),
+                                        b: np.array([1], np.float32)})
+    assert np.isnan(got[0]).all() and np.isnan(got[1]).all() and np.isposinf(got[2])
+    got = run(backend, [ca, cb, norm], {a: np.array([3, 0], np.float32),
+                                        b: np.array([4], np.float32)})
+    np.testing.assert_allclose(got[0], [0.6, 0], rtol=1e-6)
+    np.testing.assert_allclose(got[1], [0.8], rtol=1e-6)
+    assert got[2] == 5
