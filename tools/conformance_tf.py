@@ -682,6 +682,101 @@ def build_specs(tf: Any) -> list[Spec]:
                   lambda a, b: _flat(tfc.clip_by_global_norm([a, b], 1.0)),
                   lambda a, b: _flat(tf.clip_by_global_norm([a, b], 1.0)),
                   gnorm_cases, "ulp", ulp_table(4, 8, 8)))
+    # -- TF1 call forms, dtype inference and edge cases: one function of the module (tfc or
+    # tf: their names agree), the same inputs
+    def same(name: str, fn: Callable[..., Any], inputs: Inputs, mode: str = "exact",
+             ulps: float = 0, bound: Callable | None = None) -> None:
+        S.append(Spec(name, lambda *a, _f=fn: _f(tfc, *a), lambda *a, _f=fn: _f(tf, *a),
+                      fixed(("", inputs)), mode, {np.float16: ulps, np.float32: ulps,
+                                                  np.float64: ulps}, bound, feed=bool(inputs)))
+    rng = np.random.default_rng(7)
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    w = rng.normal(size=(3, 3, 4, 2)).astype(np.float32)
+    img = rng.normal(size=(1, 7, 7, 4)).astype(np.float32)
+    f32 = np.float32
+    same("reduce_sum(axis=[])", lambda m, a: m.reduce_sum(a, axis=[]), [x])
+    same("reduce_max(axis=[])", lambda m, a: m.reduce_max(a, axis=[]), [x])
+    same("reduce_sum(axis=[-1,0])", lambda m, a: m.reduce_sum(a, axis=[-1, 0]), [x])
+    same("fill(int value)", lambda m: m.fill([2], 7), [])
+    same("fill(float value)", lambda m: m.fill([2], 7.5), [])
+    same("fill(bool value)", lambda m: m.fill([2], True), [])
+    same("fill(i64 2**62+1)", lambda m: m.fill([2], np.int64(2**62 + 1)), [])
+    same("range(1,10,0.5)", lambda m: m.range(1, 10, 0.5), [])
+    same("range(i64 2**40)", lambda m: m.range(2**40, 2**40 + 3, dtype=m.int64), [])
+    same("nn.conv2d(strides [1,2,2,1])", lambda m, a, b: m.nn.conv2d(a, b, [1, 2, 2, 1],
+                                                                      "SAME"), [img, w],
+         "bound", bound=conv_bound)
+    same("nn.conv2d(dilations 2)", lambda m, a, b: m.nn.conv2d(a, b, 1, "SAME", dilations=2),
+         [img, w], "bound", bound=conv_bound)
+    same("nn.conv2d(dilations [1,2,2,1])",
+         lambda m, a, b: m.nn.conv2d(a, b, 1, "VALID", dilations=[1, 2, 2, 1]), [img, w],
+         "bound", bound=conv_bound)
+    same("nn.bias_add(NCHW)", lambda m, a, b: m.nn.bias_add(a, b, data_format="NCHW"),
+         [rng.normal(size=(2, 3, 4, 5)).astype(f32), np.arange(3, dtype=f32)])
+    same("nn.max_pool2d(ksize [1,2,2,1])",
+         lambda m, a: m.nn.max_pool2d(a, [1, 2, 2, 1], [1, 2, 2, 1], "VALID"), [img])
+    same("nn.softmax(3-d, axis=1)", lambda m, a: m.nn.softmax(a, axis=1), [x / 8], "ulp", 4)
+    same("nn.log_softmax(-inf mask)", lambda m, a: m.nn.log_softmax(a),
+         [np.array([[-np.inf, 0, 1]], f32)], "ulp", 4)
+    same("nn.sparse_softmax_cross_entropy_with_logits(3-d)",
+         lambda m, lab, a: m.nn.sparse_softmax_cross_entropy_with_logits(labels=lab, logits=a),
+         [np.array([[0, 3, 1], [2, 2, 0]], np.int32), x / 8], "ulp", 8)
+    same("nn.softmax_cross_entropy_with_logits(axis=0)",
+         lambda m, lab, a: m.nn.softmax_cross_entropy_with_logits(labels=lab, logits=a, axis=0),
+         [np.full((3, 2), 1 / 3, f32), np.arange(6, dtype=f32).reshape(3, 2)], "ulp", 8)
+    same("getitem(x[1:100, -100:2])", lambda m, a: a[1:100, -100:2], [x[0]])
+    same("getitem(x[::-2])", lambda m, a: a[::-2], [np.arange(5, dtype=f32)])
+    same("tile(0)", lambda m, a: m.tile(a, [0, 2]), [x[0]])
+    same("transpose(1-d)", lambda m, a: m.transpose(a), [np.arange(3, dtype=f32)])
+    same("squeeze(-1)", lambda m, a: m.squeeze(a, -1), [np.ones((2, 1), f32)])
+    same("split(axis=-1)", lambda m, a: m.split(a, 2, axis=-1), [x])
+    same("gather(axis=-1)", lambda m, a, i: m.gather(a, i, axis=-1),
+         [x, np.array([3, 0], np.int32)])
+    same("gather(bool params)", lambda m, a, i: m.gather(a, i),
+         [np.array([True, False]), np.array([1, 1, 0], np.int32)])
+    same("one_hot(int values)", lambda m, i: m.one_hot(i, 3, on_value=2, off_value=0),
+         [np.array([0, 2, 5], np.int32)])
+    same("one_hot(off_value only)", lambda m, i: m.one_hot(i, 3, off_value=-1),
+         [np.array([0, 2], np.int32)])
+    same("one_hot(dtype)", lambda m, i: m.one_hot(i, 3, dtype=m.int64),
+         [np.array([0, 2], np.int32)])
+    same("stack(scalars)", lambda m, a, b: m.stack([a, b]), [f32(1), f32(2)])
+    same("expand_dims(-3)", lambda m, a: m.expand_dims(a, -3), [np.ones((2, 3), f32)])
+    same("reshape(scalar, [-1])", lambda m, a: m.reshape(a, [-1]), [f32(3)])
+    same("reduce_prod(int overflow)", lambda m, a: m.reduce_prod(a),
+         [np.array([2**20, 2**20], np.int32)])
+    same("reduce_sum(int overflow)", lambda m, a: m.reduce_sum(a),
+         [np.array([2**31 - 1, 1], np.int32)])
+    same("reduce_mean(f16, sum past 65504)", lambda m, a: m.reduce_mean(a),
+         [np.full((3000,), 30, np.float16)], "ulp", 1)
+    same("cast(f32 -> f16 overflow)", lambda m, a: m.cast(a, m.float16),
+         [np.array([1e10, -1e10, 65519, 65520], f32)])
+    same("cast(i64 -> i32 wraps)", lambda m, a: m.cast(a, m.int32),
+         [np.array([2**40 + 5, -2**33 - 1], np.int64)])
+    same("cast(i64 -> f32 rounds)", lambda m, a: m.cast(a, m.float32),
+         [np.array([2**24 + 1, 2**53 + 1], np.int64)])
+    same("cast(i32 -> f16 overflow)", lambda m, a: m.cast(a, m.float16),
+         [np.array([70000, 2049], np.int32)])
+    same("cast(f64 -> f32 ties, overflow)", lambda m, a: m.cast(a, m.float32),
+         [np.array([1 + 2**-24, 1 + 3 * 2**-24, 3.5e38], np.float64)])
+    same("pow(int)", lambda m, a, b: m.pow(a, b), [np.array([2, -3, 0, 7], np.int32),
+                                                  np.array([10, 3, 0, 12], np.int32)])
+    same("pow(int, negative exponent)", lambda m, a, b: m.pow(a, b),
+         [np.array([2], np.int32), np.array([-1], np.int32)])
+    same("square(int overflow)", lambda m, a: m.square(a), [np.array([2**16, 46341], np.int32)])
+    same("abs(int min)", lambda m, a: m.abs(a), [np.array([-2**31], np.int32)])
+    same("clip_by_global_norm(inf norm)",
+         lambda m, a, b: _flat(m.clip_by_global_norm([a, b], 1.0)),
+         [np.array([np.inf, 1], f32), np.array([1.0], f32)])
+    same("clip_by_global_norm(zero norm)",
+         lambda m, a, b: _flat(m.clip_by_global_norm([a, b], 1.0)),
+         [np.zeros(2, f32), np.zeros(1, f32)])
+    same("matrix_inverse(singular)", lambda m, a: m.linalg.inv(a) if m is tf
+         else m.matrix_inverse(a), [np.ones((2, 2), f32)])
+    same("matrix_determinant(0x0)", lambda m, a: m.linalg.det(a) if m is tf
+         else m.matrix_determinant(a), [np.ones((0, 0), f32)])
+    same("add_n(int)", lambda m, a, b: m.add_n([a, b]), [np.array([1, 2], np.int32),
+                                                        np.array([3, 4], np.int32)])
     return S
 
 
@@ -743,6 +838,20 @@ KNOWN: dict[tuple[str, str], tuple[str, str]] = {
     ("nn.max_pool", "-inf"): ("EXPECTED", MAXPOOL),
     ("reduce_max", "0-size"): ("EXPECTED", EMPTY),
     ("reduce_min", "0-size"): ("EXPECTED", EMPTY),
+    ("reduce_mean(f16, sum past 65504)", ""): ("EXPECTED", "TF's float16 mean sums in "
+                                                "float16 and overflows to inf; tfc "
+                                                "accumulates in float32: 30, the exact mean"),
+    ("fill(int value)", ""): ("FIXED", "was float32 (dtype default); now the value's dtype, "
+                              "int32 (tests/api/test_tf_semantics.py)"),
+    ("fill(bool value)", ""): ("FIXED", "was float32; now bool"),
+    ("fill(i64 2**62+1)", ""): ("FIXED", "the value went through a float attr: 2**62; now "
+                                "exact (tests/api/test_tf_semantics.py)"),
+    ("one_hot(int values)", ""): ("FIXED", "was float32; now the values' dtype, int32 "
+                                  "(tests/api/test_tf_semantics.py)"),
+    ("one_hot(off_value only)", ""): ("FIXED", "was float32; now int32"),
+    ("clip_by_global_norm(inf norm)", ""): ("FIXED", "gave [nan, 0], [0] (a silent zero "
+                                            "update); now NaN everywhere, as TF documents "
+                                            "(tests/api/test_tf_semantics.py)"),
     ("reduce_mean", "int"): ("FIXED", "raised TypeMismatch (float only); now TF's truncated "
                              "integer mean (tests/api/test_tf_semantics.py)"),
 }
