@@ -128,3 +128,38 @@ def test_clip_by_global_norm_of_an_infinite_norm_is_nan(backend):
     np.testing.assert_allclose(got[0], [0.6, 0], rtol=1e-6)
     np.testing.assert_allclose(got[1], [0.8], rtol=1e-6)
     assert got[2] == 5
+
+
+@pytest.mark.parametrize("begin, size", [([1], [5]), ([4], [-1]), ([-1], [1]), ([0], [-2]),
+                                         ([0, 0], [1, 1])])
+def test_slice_outside_the_axis_is_an_error(begin, size):
+    # tf.slice(x, [1], [5]) of 3 elements raises; tfc clamped it to 2 elements, silently
+    x = tfc.placeholder(tfc.float32, [3])
+    with pytest.raises(tfc.TfcError, match="slice"):
+        tfc.slice(x, begin, size)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_slice_inside_the_axis(backend):
+    x = tfc.placeholder(tfc.float32, [3, "N"])
+    xs = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = run(backend, [tfc.slice(x, [1, 1], [2, 2]), tfc.slice(x, [3, 0], [0, -1]),
+                        tfc.slice(x, [0, 2], [-1, -1])], {x: xs})
+    for g, w in zip(got, [xs[1:3, 1:3], xs[3:, :], xs[:, 2:]]):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zeros_like_and_ones_like_take_a_dtype(backend):
+    # tf.zeros_like(x, dtype=tf.int32); tfc had no dtype argument (a TypeError)
+    x = tfc.placeholder(tfc.float32, [2])
+    y = tfc.placeholder(tfc.float32, ["B", 2])  # (symbolic: the where-based path)
+    fetches = [tfc.zeros_like(x, dtype=tfc.int32), tfc.ones_like(x, dtype=tfc.bool),
+               tfc.ones_like(y, dtype=tfc.int64), tfc.zeros_like(y), tfc.ones_like(x)]
+    got = run(backend, fetches, {x: np.array([np.nan, 1], np.float32),
+                                 y: np.full((3, 2), np.nan, np.float32)})
+    want = [np.zeros(2, np.int32), np.ones(2, bool), np.ones((3, 2), np.int64),
+            np.zeros((3, 2), np.float32), np.ones(2, np.float32)]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)

@@ -243,10 +243,20 @@ def split(x: TensorLike, num_or_size_splits: int | Sequence[int], axis: int = 0
 
 
 def slice(x: TensorLike, begin: Sequence[int], size: Sequence[int]) -> Tensor:  # noqa: A001
-    """``tf.slice``: ``size[i] == -1`` takes the rest of axis i."""
+    """``tf.slice``: ``size[i] == -1`` takes the rest of axis i. As in TensorFlow, a
+    ``begin`` or ``size`` outside a static axis is an error (not clamped, as ``x[a:b]``)."""
     from tfc.ops.array import OPEN_HI
+    t = convert_to_tensor(x)
+    if len(begin) != t.type.rank or len(size) != t.type.rank:
+        raise TypeMismatch(f"slice: begin {list(begin)} and size {list(size)} must have one "
+                           f"entry per axis of {t.type}", user_location())
+    for axis, (b, n, dim) in enumerate(zip(begin, size, t.type.shape)):
+        if b < 0 or n < -1 or (isinstance(dim, int) and (b > dim or (n != -1 and b + n > dim))):
+            raise TypeMismatch(f"slice: begin {b} and size {n} do not fit axis {axis} of "
+                               f"{t.type} (need 0 <= begin <= begin + size <= {dim}, or "
+                               f"size -1 for the rest)", user_location())
     end = [OPEN_HI if s == -1 else b + s for b, s in zip(begin, size)]
-    return apply("slice", x, begin=tuple(begin), end=tuple(end))
+    return apply("slice", t, begin=tuple(begin), end=tuple(end))
 
 
 def pad(x: TensorLike, paddings: Sequence[Sequence[int]], mode: str = "CONSTANT",
@@ -331,22 +341,26 @@ def ones(shape: Sequence[int], dtype: Any = DType.f32) -> Tensor:
     return apply("ones", shape=tuple(shape), dtype=as_dtype(dtype))
 
 
-def _filled_like(x: TensorLike, value: float) -> Tensor:
-    """A tensor of ``value`` with the type of ``x``; symbolic shapes too (via ``where``,
-    which broadcasts a scalar to the condition's shape whatever ``x`` holds, NaN included)."""
+def _filled_like(x: TensorLike, value: float, dtype: Any = None) -> Tensor:
+    """A tensor of ``value`` with the shape of ``x`` and its dtype (or ``dtype``); symbolic
+    shapes too (via ``where``, which broadcasts a scalar to the condition's shape whatever
+    ``x`` holds, NaN included)."""
     t = convert_to_tensor(x)
+    dt = t.dtype if dtype is None else as_dtype(dtype)
     if t.type.is_static:
-        return fill(t.type.static_shape, value, t.dtype)
-    c = constant(value, dtype=t.dtype)
+        return fill(t.type.static_shape, value, dt)
+    c = constant(value, dtype=dt)
     return where(equal(t, t), c, c)
 
 
-def zeros_like(x: TensorLike) -> Tensor:
-    return _filled_like(x, 0)
+def zeros_like(x: TensorLike, dtype: Any = None) -> Tensor:
+    """``tf.zeros_like``: zeros shaped like ``x``, of its dtype unless ``dtype`` says."""
+    return _filled_like(x, 0, dtype)
 
 
-def ones_like(x: TensorLike) -> Tensor:
-    return _filled_like(x, 1)
+def ones_like(x: TensorLike, dtype: Any = None) -> Tensor:
+    """``tf.ones_like``: ones shaped like ``x``, of its dtype unless ``dtype`` says."""
+    return _filled_like(x, 1, dtype)
 
 
 def range(start: float, limit: float | None = None, delta: float = 1,  # noqa: A001
