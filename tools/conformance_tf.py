@@ -777,6 +777,33 @@ def build_specs(tf: Any) -> list[Spec]:
          else m.matrix_determinant(a), [np.ones((0, 0), f32)])
     same("add_n(int)", lambda m, a, b: m.add_n([a, b]), [np.array([1, 2], np.int32),
                                                         np.array([3, 4], np.int32)])
+    xi = np.array([3, 4], np.int32)
+    same("int * 0.5", lambda m, a: a * 0.5, [xi])
+    same("int + 2.0", lambda m, a: a + 2.0, [xi])
+    same("int + 2**40", lambda m, a: a + 2**40, [xi])
+    same("f16 + 1e6", lambda m, a: a + 1e6, [np.array([1.5], np.float16)])
+    same("constant(2**40, int32)", lambda m: m.constant(2**40, dtype=m.int32), [])
+    same("constant(1e40, float32)", lambda m: m.constant(1e40, dtype=m.float32), [])
+    same("constant([1.5], int32)", lambda m: m.constant([1.5], dtype=m.int32), [])
+    same("zeros_like(dtype)", lambda m, a: m.zeros_like(a, dtype=m.int32),
+         [np.array([1.5, np.nan], f32)])
+    same("ones_like(dtype)", lambda m, a: m.ones_like(a, dtype=m.bool), [np.array([1.5], f32)])
+    same("slice(past the end)", lambda m, a: m.slice(a, [1], [5]), [np.ones(3, f32)])
+    same("slice(size -1)", lambda m, a: m.slice(a, [1, 0], [-1, 2]), [x[0]])
+    same("argmax(bool)", lambda m, a: m.argmax(a), [np.array([False, True, True])])
+    same("reduce_max(bool)", lambda m, a: m.reduce_max(a), [np.array([False, True])])
+    same("nn.log_softmax(f16)", lambda m, a: m.nn.log_softmax(a),
+         [np.array([[0, 10, -10]], np.float16)], "ulp", 1)
+    same("nn.conv2d(int32)", lambda m, a, b: m.nn.conv2d(a, b, 1, "VALID"),
+         [np.ones((1, 3, 3, 1), np.int32), np.ones((2, 2, 1, 1), np.int32)])
+    same("nn.max_pool2d(int32)", lambda m, a: m.nn.max_pool2d(a, 2, 2, "VALID"),
+         [np.arange(16, dtype=np.int32).reshape(1, 4, 4, 1)])
+    same("nn.avg_pool2d(SAME edges)", lambda m, a: m.nn.avg_pool2d(a, 3, 2, "SAME"),
+         [np.arange(16, dtype=f32).reshape(1, 4, 4, 1)], "ulp", 2)
+    same("matmul(broadcast batch)", lambda m, a, b: m.matmul(a, b),
+         [np.ones((2, 1, 3, 4), f32), np.ones((5, 4, 2), f32)])
+    same("pad(constant_values)", lambda m, a: m.pad(a, [[1, 1]], constant_values=5),
+         [np.array([1.5, 2.5], f32)])
     return S
 
 
@@ -852,6 +879,26 @@ KNOWN: dict[tuple[str, str], tuple[str, str]] = {
     ("clip_by_global_norm(inf norm)", ""): ("FIXED", "gave [nan, 0], [0] (a silent zero "
                                             "update); now NaN everywhere, as TF documents "
                                             "(tests/api/test_tf_semantics.py)"),
+    ("int + 2.0", ""): ("EXPECTED", "a Python float with an integral value converts to the "
+                        "integer operand's dtype (TF raises); a fraction is an error in both"),
+    ("int + 2**40", ""): ("EXPECTED", "TF wraps the Python int to int32 (silently adds 0); "
+                          "tfc says the value does not fit i32"),
+    ("f16 + 1e6", ""): ("EXPECTED", "TF rounds the Python float to f16 inf; tfc says it is "
+                        "out of range for f16"),
+    ("constant(2**40, int32)", ""): ("EXPECTED", "TF wraps to 0; tfc: does not fit i32"),
+    ("constant(1e40, float32)", ""): ("EXPECTED", "TF gives inf; tfc: out of range for f32"),
+    ("zeros_like(dtype)", ""): ("FIXED", "had no dtype argument (TypeError); now TF's "
+                                "(tests/api/test_tf_semantics.py)"),
+    ("ones_like(dtype)", ""): ("FIXED", "as zeros_like"),
+    ("slice(past the end)", ""): ("FIXED", "was clamped to the axis (2 of 5 elements, "
+                                  "silently); now an error, as TF "
+                                  "(tests/api/test_tf_semantics.py)"),
+    ("argmax(bool)", ""): ("EXPECTED", "tfc's argmax takes numbers only (a clear "
+                           "TypeMismatch; cast to int32)"),
+    ("reduce_max(bool)", ""): ("EXPECTED", "tfc reduces bools with max/min (any/all); TF has "
+                               "no such kernels"),
+    ("nn.log_softmax(f16)", ""): ("EXPECTED", F16 + "; exact: -4.54e-05, TF 0.0"),
+    ("nn.conv2d(int32)", ""): ("EXPECTED", "tfc convolves floats only (a clear TypeMismatch)"),
     ("reduce_mean", "int"): ("FIXED", "raised TypeMismatch (float only); now TF's truncated "
                              "integer mean (tests/api/test_tf_semantics.py)"),
 }
