@@ -163,3 +163,24 @@ def test_zeros_like_and_ones_like_take_a_dtype(backend):
     for g, w in zip(got, want):
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_integer_division_and_pow_of_an_empty_broadcast_raise_nothing(backend):
+    # a zero divisor (or negative exponent) broadcast against an empty operand divides
+    # nothing: TF gives the empty result; tfc's reference raised "division by zero"
+    x = tfc.placeholder(tfc.int32, [0, 3])
+    y = tfc.placeholder(tfc.int32, [1, 3])
+    got = run(backend, [x // y, tfc.pow(x, y)], {x: np.zeros((0, 3), np.int32),
+                                                 y: np.array([[0, -1, 2]], np.int32)})
+    assert [g.shape for g in got] == [(0, 3), (0, 3)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_integer_pow_with_a_negative_exponent_says_so(backend):
+    # (TF: "Integers to negative integer powers are not allowed"); tfc's llvm backend said
+    # "integer division by zero"
+    x = tfc.placeholder(tfc.int32, [3])
+    with pytest.raises(tfc.errors.ExecutionError, match="negative exponent"):
+        run(backend, tfc.pow(x, np.array([1, -1, 2], np.int32)),
+            {x: np.array([2, 2, 2], np.int32)})
