@@ -535,6 +535,8 @@ def build_specs(tf: Any) -> list[Spec]:
             yield f"{np.dtype(it).name} min // -1", [np.array([ii.min], it), np.array([-1], it)]
             yield f"{np.dtype(it).name} signs", [np.array([7, -7, 7, -7, 0], it),
                                                  np.array([2, 2, -2, -2, -3], it)]
+            yield f"{np.dtype(it).name} empty by zero", [np.zeros((0, 3), it),
+                                                         np.array([[0, 1, 2]], it)]
     S.append(Spec("floordiv(int edge)", lambda x, y: x // y, lambda x, y: x // y,
                   gen_fn(int_div_cases)))
 
@@ -764,6 +766,8 @@ def build_specs(tf: Any) -> list[Spec]:
                                                   np.array([10, 3, 0, 12], np.int32)])
     same("pow(int, negative exponent)", lambda m, a, b: m.pow(a, b),
          [np.array([2], np.int32), np.array([-1], np.int32)])
+    same("pow(empty int, negative exponent)", lambda m, a, b: m.pow(a, b),
+         [np.zeros((0, 2), np.int32), np.array([-1, 2], np.int32)])
     same("square(int overflow)", lambda m, a: m.square(a), [np.array([2**16, 46341], np.int32)])
     same("abs(int min)", lambda m, a: m.abs(a), [np.array([-2**31], np.int32)])
     same("clip_by_global_norm(inf norm)",
@@ -930,6 +934,9 @@ KNOWN: dict[tuple[str, str], tuple[str, str]] = {
                         "out of range for f16"),
     ("constant(2**40, int32)", ""): ("EXPECTED", "TF wraps to 0; tfc: does not fit i32"),
     ("constant(1e40, float32)", ""): ("EXPECTED", "TF gives inf; tfc: out of range for f32"),
+    ("floordiv(int edge)", "empty by zero"): ("FIXED", "the reference raised division by "
+                                              "zero (tests/api/test_tf_semantics.py)"),
+    ("pow(empty int, negative exponent)", ""): ("FIXED", "the reference raised"),
     ("zeros_like(dtype)", ""): ("FIXED", "had no dtype argument (TypeError); now TF's "
                                 "(tests/api/test_tf_semantics.py)"),
     ("ones_like(dtype)", ""): ("FIXED", "as zeros_like"),
