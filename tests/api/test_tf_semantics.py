@@ -184,3 +184,19 @@ def test_integer_pow_with_a_negative_exponent_says_so(backend):
     with pytest.raises(tfc.errors.ExecutionError, match="negative exponent"):
         run(backend, tfc.pow(x, np.array([1, -1, 2], np.int32)),
             {x: np.array([2, 2, 2], np.int32)})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dropout_takes_tf1_keep_prob(backend):
+    # TF1 code says tf.nn.dropout(x, keep_prob=0.75): keep 75% (tfc had no keep_prob: a
+    # TypeError); the same mask as rate=0.25 with the same seed
+    x = tfc.placeholder(tfc.float32, [4000])
+    kept, dropped = tfc.nn.dropout(x, keep_prob=0.75, seed=3), tfc.nn.dropout(x, 0.25, seed=3)
+    a, b = run(backend, [kept, dropped], {x: np.ones(4000, np.float32)})
+    np.testing.assert_array_equal(a, b)
+    assert set(np.unique(a)) <= {0.0, np.float32(1 / 0.75)}
+    assert abs((a == 0).mean() - 0.25) < 0.03  # 4000 draws: sd 0.007
+    assert tfc.nn.dropout(x, keep_prob=1.0) is x
+    for bad in [dict(), dict(rate=0.5, keep_prob=0.5), dict(keep_prob=0.0)]:
+        with pytest.raises(tfc.TfcError, match="dropout"):
+            tfc.nn.dropout(x, **bad)
