@@ -575,6 +575,9 @@ def build_specs(tf: Any) -> list[Spec]:
             yield f"{np.dtype(dt).name} rand", [_rand(rng, dt, (4, 7), -5, 5)]
             yield f"{np.dtype(dt).name} big", [np.array([[1e4, -1e4, 0], [80, 90, 100]], dt)]
             yield f"{np.dtype(dt).name} inf", [np.array([[np.inf, 0, 1], [-np.inf, 0, 1]], dt)]
+            yield f"{np.dtype(dt).name} all -inf", [np.array([[-np.inf] * 3, [-np.inf, 0, -np.inf]],
+                                                             dt)]
+            yield f"{np.dtype(dt).name} nan", [np.array([[np.nan, 0, 1], [0, 1, 2]], dt)]
             yield f"{np.dtype(dt).name} 1-d", [_rand(rng, dt, (5,))]
             yield f"{np.dtype(dt).name} 0-size", [_rand(rng, dt, (0, 3))]
     soft = ulp_table(2, 4, 4)
@@ -907,6 +910,8 @@ KNOWN: dict[tuple[str, str], tuple[str, str]] = {
     ("nn.softmax", "inf"): ("EXPECTED", "a +inf logit: TF gives NaN there and 0 elsewhere, "
                             "tfc NaN for the whole row (both undefined; -inf masking agrees)"),
     ("nn.softmax", "float16"): ("EXPECTED", F16),
+    ("nn.softmax", "nan"): ("EXPECTED", "a NaN logit: TF gives NaN there and 0 elsewhere in the "
+                            "row; tfc NaN for the whole row (its sum is NaN)"),
     ("nn.avg_pool", "float16"): ("EXPECTED", F16),
     ("nn.max_pool", "nan"): ("EXPECTED", MAXPOOL),
     ("nn.max_pool", "-inf"): ("EXPECTED", MAXPOOL),
