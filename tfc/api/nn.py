@@ -16,12 +16,26 @@ def relu(x: TensorLike, name: str | None = None) -> Tensor:
     return apply("relu", x, name=name)
 
 
-def dropout(x: TensorLike, rate: float, seed: int | None = None) -> Tensor:
+def dropout(x: TensorLike, rate: float | None = None, seed: int | None = None, *,
+            keep_prob: float | None = None) -> Tensor:
     """Zero each element with probability ``rate`` and scale the rest by ``1 / (1 - rate)``
     (``tf.nn.dropout``). The mask is fresh each step: ``random.uniform_like`` draws from
-    the seed and the step number, shaped like the (possibly symbolic-batch) input."""
+    the seed and the step number, shaped like the (possibly symbolic-batch) input.
+
+    The second argument is TF2's ``rate``, the probability to drop; TF1 code passes
+    ``keep_prob=`` (the probability to keep: ``rate = 1 - keep_prob``), as
+    ``tf.compat.v1.nn.dropout`` takes it. Beware TF1's positional ``dropout(x, 0.9)``,
+    which meant keep 90%: here it drops 90%."""
     from tfc.api import ops
     from tfc.errors import TypeMismatch
+    if (rate is None) == (keep_prob is None):
+        raise TypeMismatch("dropout: give rate (the probability to drop) or keep_prob "
+                           "(TF1's probability to keep), one of them")
+    if keep_prob is not None:
+        if not 0.0 < keep_prob <= 1.0:
+            raise TypeMismatch(f"dropout: keep_prob must be in (0, 1], got {keep_prob}")
+        rate = 1.0 - keep_prob
+    assert rate is not None
     x = convert_to_tensor(x)
     if not 0.0 <= rate < 1.0:
         raise TypeMismatch(f"dropout: rate must be in [0, 1), got {rate}")

@@ -6,13 +6,18 @@ means all axes, ``keepdims``, ``dtype``) follow TensorFlow so TF1 code reads the
 
 from __future__ import annotations
 
+import builtins
+import math
 from typing import Any, Sequence
+
+import numpy as np
 
 from tfc.api.graph import Tensor, Variable, as_dtype, user_location
 from tfc.api.tensor import TensorLike, apply, constant, convert_to_tensor
 from tfc.api.tensor import binary_op as _binary
+from tfc.api.tensor import truediv
 from tfc.ir.types import DType
-from tfc.errors import TfcError
+from tfc.errors import TfcError, TypeMismatch
 
 
 def _axes(axis: int | Sequence[int] | None) -> tuple[int, ...] | None:
@@ -46,7 +51,8 @@ def multiply(x: TensorLike, y: TensorLike) -> Tensor:
 
 
 def divide(x: TensorLike, y: TensorLike) -> Tensor:
-    return _binary("div", x, y)
+    """``x / y`` as ``tf.divide``: integers are divided as float64 (7 / 2 is 3.5)."""
+    return truediv(x, y)
 
 
 def pow(x: TensorLike, y: TensorLike) -> Tensor:  # noqa: A001 (TensorFlow's name)
@@ -143,7 +149,35 @@ def _reduction(kind: str) -> Any:
 
 
 reduce_sum = _reduction("sum")
-reduce_mean = _reduction("mean")
+_float_mean = _reduction("mean")
+
+
+def reduce_mean(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False,
+                name: str | None = None) -> Tensor:
+    """The mean over ``axis`` (all axes when None). Of integers, as ``tf.reduce_mean``: the
+    sum (accumulated in int64, so an int32 sum does not wrap) divided by the count,
+    truncated toward zero, in the input's dtype; an empty mean of integers is 0."""
+    t = convert_to_tensor(x)
+    if not t.dtype.is_int:
+        return _float_mean(t, axis, keepdims, name)
+    axes = _axes(axis)
+    rank = t.type.rank
+    reduced = tuple(builtins.range(rank)) if axes is None else tuple(a % rank if rank else a
+                                                            for a in axes)
+    total = apply("sum", cast(t, DType.i64), axes=axes, keepdims=keepdims)
+    dims = [t.type.shape[a] for a in reduced]
+    static = [d for d in dims if isinstance(d, int)]
+    if len(static) == len(dims):
+        count: TensorLike = math.prod(static)
+    else:  # (a symbolic dim: its size at run time)
+        sizes = apply("gather", shape(t, DType.i64),
+                      constant(np.array(reduced, np.int32)))
+        count = apply("prod", sizes, axes=None, keepdims=False)
+    count = maximum(count, 1) if not isinstance(count, int) else max(count, 1)
+    magnitude = _binary("div", apply("abs", total), count)  # both >= 0: floor is trunc
+    return cast(apply("mul", apply("sign", total), magnitude), t.dtype, name=name)
+
+
 reduce_max = _reduction("max")
 reduce_min = _reduction("min")
 reduce_prod = _reduction("prod")
@@ -209,10 +243,20 @@ def split(x: TensorLike, num_or_size_splits: int | Sequence[int], axis: int = 0
 
 
 def slice(x: TensorLike, begin: Sequence[int], size: Sequence[int]) -> Tensor:  # noqa: A001
-    """``tf.slice``: ``size[i] == -1`` takes the rest of axis i."""
+    """``tf.slice``: ``size[i] == -1`` takes the rest of axis i. As in TensorFlow, a
+    ``begin`` or ``size`` outside a static axis is an error (not clamped, as ``x[a:b]``)."""
     from tfc.ops.array import OPEN_HI
+    t = convert_to_tensor(x)
+    if len(begin) != t.type.rank or len(size) != t.type.rank:
+        raise TypeMismatch(f"slice: begin {list(begin)} and size {list(size)} must have one "
+                           f"entry per axis of {t.type}", user_location())
+    for axis, (b, n, dim) in enumerate(zip(begin, size, t.type.shape)):
+        if b < 0 or n < -1 or (isinstance(dim, int) and (b > dim or (n != -1 and b + n > dim))):
+            raise TypeMismatch(f"slice: begin {b} and size {n} do not fit axis {axis} of "
+                               f"{t.type} (need 0 <= begin <= begin + size <= {dim}, or "
+                               f"size -1 for the rest)", user_location())
     end = [OPEN_HI if s == -1 else b + s for b, s in zip(begin, size)]
-    return apply("slice", x, begin=tuple(begin), end=tuple(end))
+    return apply("slice", t, begin=tuple(begin), end=tuple(end))
 
 
 def pad(x: TensorLike, paddings: Sequence[Sequence[int]], mode: str = "CONSTANT",
@@ -231,9 +275,31 @@ def gather(params: TensorLike, indices: TensorLike, axis: int = 0) -> Tensor:
         indices, Tensor) else DType.i32), axis=axis)
 
 
-def one_hot(indices: TensorLike, depth: int, on_value: float = 1.0, off_value: float = 0.0,
-            axis: int = -1, dtype: Any = DType.f32) -> Tensor:
-    return apply("one_hot", indices, depth=depth, on_value=on_value, off_value=off_value,
+def _value_dtype(value: Any) -> DType:
+    """The dtype ``tf.constant`` gives a scalar: Python bools bool, ints i32 (i64 beyond
+    its range), floats f32; a numpy scalar keeps its own."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return DType.from_numpy(value.dtype)
+    if isinstance(value, bool):
+        return DType.bool
+    if isinstance(value, int):
+        return DType.i32 if -2**31 <= value < 2**31 else DType.i64
+    if isinstance(value, float):
+        return DType.f32
+    raise TypeMismatch(f"expected a Python or numpy scalar, got {type(value).__name__}",
+                       user_location())
+
+
+def one_hot(indices: TensorLike, depth: int, on_value: float | None = None,
+            off_value: float | None = None, axis: int = -1, dtype: Any = None) -> Tensor:
+    """``tf.one_hot``: without ``dtype`` the result takes the dtype of ``on_value`` (else
+    ``off_value``; f32 when neither is given), so integer values give an i32 tensor."""
+    if dtype is None:
+        given = on_value if on_value is not None else off_value
+        dtype = DType.f32 if given is None else _value_dtype(given)
+    return apply("one_hot", indices, depth=depth,
+                 on_value=1.0 if on_value is None else on_value,
+                 off_value=0.0 if off_value is None else off_value,
                  axis=axis, dtype=as_dtype(dtype))
 
 
@@ -257,8 +323,14 @@ def squeeze(x: TensorLike, axis: int | Sequence[int] | None = None) -> Tensor:
     return apply("squeeze", x, axes=_axes(axis))
 
 
-def fill(dims: Sequence[int], value: float, dtype: Any = DType.f32) -> Tensor:
-    return apply("fill", shape=tuple(dims), value=float(value), dtype=as_dtype(dtype))
+def fill(dims: Sequence[int], value: float, dtype: Any = None) -> Tensor:
+    """``tf.fill``: ``value`` everywhere; without ``dtype`` the value's own (``tf.fill([2],
+    7)`` is i32, ``7.0`` f32). An integer the op's float attr cannot hold exactly (beyond
+    2**53) is a broadcast constant instead, so it is not rounded."""
+    dt = _value_dtype(value) if dtype is None else as_dtype(dtype)
+    if dt.is_int and float(value) != int(value):
+        return broadcast_to(constant(int(value), dt), tuple(dims))
+    return apply("fill", shape=tuple(dims), value=float(value), dtype=dt)
 
 
 def zeros(shape: Sequence[int], dtype: Any = DType.f32) -> Tensor:
@@ -269,22 +341,26 @@ def ones(shape: Sequence[int], dtype: Any = DType.f32) -> Tensor:
     return apply("ones", shape=tuple(shape), dtype=as_dtype(dtype))
 
 
-def _filled_like(x: TensorLike, value: float) -> Tensor:
-    """A tensor of ``value`` with the type of ``x``; symbolic shapes too (via ``where``,
-    which broadcasts a scalar to the condition's shape whatever ``x`` holds, NaN included)."""
+def _filled_like(x: TensorLike, value: float, dtype: Any = None) -> Tensor:
+    """A tensor of ``value`` with the shape of ``x`` and its dtype (or ``dtype``); symbolic
+    shapes too (via ``where``, which broadcasts a scalar to the condition's shape whatever
+    ``x`` holds, NaN included)."""
     t = convert_to_tensor(x)
+    dt = t.dtype if dtype is None else as_dtype(dtype)
     if t.type.is_static:
-        return fill(t.type.static_shape, value, t.dtype)
-    c = constant(value, dtype=t.dtype)
+        return fill(t.type.static_shape, value, dt)
+    c = constant(value, dtype=dt)
     return where(equal(t, t), c, c)
 
 
-def zeros_like(x: TensorLike) -> Tensor:
-    return _filled_like(x, 0)
+def zeros_like(x: TensorLike, dtype: Any = None) -> Tensor:
+    """``tf.zeros_like``: zeros shaped like ``x``, of its dtype unless ``dtype`` says."""
+    return _filled_like(x, 0, dtype)
 
 
-def ones_like(x: TensorLike) -> Tensor:
-    return _filled_like(x, 1)
+def ones_like(x: TensorLike, dtype: Any = None) -> Tensor:
+    """``tf.ones_like``: ones shaped like ``x``, of its dtype unless ``dtype`` says."""
+    return _filled_like(x, 1, dtype)
 
 
 def range(start: float, limit: float | None = None, delta: float = 1,  # noqa: A001

@@ -162,8 +162,35 @@ def binary_op(kind: str, a: TensorLike, b: TensorLike) -> Tensor:
     return Tensor(g, op.result)
 
 
+def truediv(a: TensorLike, b: TensorLike) -> Tensor:
+    """``a / b`` as TensorFlow's truediv (``tf.divide``, ``/``): integer operands are
+    divided as float64, as TensorFlow casts int32 and int64 to float64 first (7 / 2 is
+    3.5, 1 / 0 is inf), floats as they are. ``//`` is the integer (floor) division."""
+    g = _graph_of((a, b))
+    if g is get_default_graph():
+        op = _truediv_in(g, a, b)
+    else:  # (the operands' graph, for the constant a Python value becomes)
+        with g.as_default():
+            op = _truediv_in(g, a, b)
+    return Tensor(g, op.result)
+
+
+def _truediv_in(g: Graph, a: TensorLike, b: TensorLike) -> Any:
+    x, y = _operands(a, b)
+    if x.dtype.is_int:
+        x, y = (Tensor(g, g.create_op("cast", [v], {"dtype": DType.f64},
+                                      loc=user_location()).result) for v in (x, y))
+    return g.create_op("div", [x, y], {}, loc=user_location())
+
+
 def _binary_in(g: Graph, kind: str, a: TensorLike, b: TensorLike) -> Any:
     """``binary_op``'s op, built in ``g``, the default graph."""
+    a, b = _operands(a, b)
+    return g.create_op(kind, [a, b], {}, loc=user_location())
+
+
+def _operands(a: TensorLike, b: TensorLike) -> tuple[Tensor, Tensor]:
+    """The operands of a binary op as tensors: a Python value takes the other's dtype."""
     if isinstance(a, Tensor) or isinstance(a, Variable):
         a = a if isinstance(a, Tensor) else a.value()
         if isinstance(b, Variable):
@@ -175,7 +202,7 @@ def _binary_in(g: Graph, kind: str, a: TensorLike, b: TensorLike) -> Any:
         a = convert_to_tensor(a, b.dtype)
     else:
         a, b = convert_to_tensor(a), convert_to_tensor(b)
-    return g.create_op(kind, [a, b], {}, loc=user_location())
+    return a, b
 
 
 # ---- operator overloads on Tensor and Variable ---------------------------------------------
@@ -213,8 +240,9 @@ def _def(name: str, fn: Any) -> None:
     setattr(Variable, name, fn)
 
 
-for _dunder, _kind in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
-                       ("pow", "pow"), ("matmul", "matmul"), ("and", "logical_and"),
+_def("__truediv__", lambda a, b: truediv(a, b))
+_def("__rtruediv__", lambda a, b: truediv(b, a))
+for _dunder, _kind in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("pow", "pow"), ("matmul", "matmul"), ("and", "logical_and"),
                        ("or", "logical_or")]:
     _def(f"__{_dunder}__", lambda a, b, _k=_kind: binary_op(_k, a, b))
     _def(f"__r{_dunder}__", lambda a, b, _k=_kind: binary_op(_k, b, a))

@@ -103,15 +103,16 @@ class Binary(OpDef):
 
 
 def _div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    # (a zero divisor broadcast against an empty x divides nothing: no error, as TF)
     if np.issubdtype(x.dtype, np.integer):
-        if np.any(y == 0):
+        if np.any(y == 0) and np.broadcast(x, y).size:
             raise ZeroDivisionError("integer division by zero")
         return np.floor_divide(x, y)
     return np.true_divide(x, y)
 
 
 def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    if np.issubdtype(x.dtype, np.integer) and np.any(y < 0):
+    if np.issubdtype(x.dtype, np.integer) and np.any(y < 0) and np.broadcast(x, y).size:
         raise ValueError("integer pow with a negative exponent")
     return np.power(x, y)
 

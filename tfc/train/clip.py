@@ -58,7 +58,9 @@ def clip_by_global_norm(t_list: Sequence[TensorLike | IndexedSlices | None],
         clip = clip if clip.dtype == norm.dtype else ops.cast(clip, norm.dtype)
     else:
         clip = convert_to_tensor(clip_norm, norm.dtype)
-    scale = clip * ops.minimum(1.0 / norm, 1.0 / clip)
+    # + (norm - norm): an infinite norm gives NaN everywhere, as TensorFlow (whose docs
+    # promise it, to signal the overflow), not a silent scale of 0
+    scale = clip * ops.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)
     out: list[Clippable] = []
     for t in t_list:
         if t is None:

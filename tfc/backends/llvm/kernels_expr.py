@@ -222,7 +222,9 @@ class Emitter:
         def on_error(cond: ir.Value) -> None:
             nonlocal code
             if code is None:
-                code = self.kernel.comp.error(f"{op.kind}: integer division by zero"
+                what = ("integer pow with a negative exponent" if op.kind == "pow"
+                        else "integer division by zero")
+                code = self.kernel.comp.error(f"{op.kind}: {what}"
                                               + (f" (at {op.loc})" if op.loc else ""))
             self.kernel.fail_if(cond, code)
 

@@ -1,0 +1,1135 @@
+"""tfc's ops against TensorFlow's: forward values, op by op.
+
+For every public op-building function of ``tfc`` (top level and ``tfc.nn``) this runs the
+same computation in TensorFlow (eager, CPU) and in tfc on the llvm and the reference
+backends, over seeded random inputs, special values (NaN, +-inf, +-0, subnormals, huge,
+ties, negative operands, integer extremes) and shapes with broadcasting, scalars and 0-size
+dims, then compares:
+
+- bitwise where TensorFlow is exact (integer ops, comparisons, max/min, abs, neg, floor,
+  selection, data movement): NaN matches any NaN, but +0 and -0 differ;
+- in ulps of the result dtype for floating element-wise math (a bound per op family);
+- for reductions and contractions, relative to ``sum|terms| * eps * n``.
+
+TensorFlow's CPU kernels run with subnormals flushed to zero (FTZ/DAZ) in float32 and
+float64; tfc keeps IEEE gradual underflow. So a tfc result that is subnormal where
+TensorFlow's is zero counts as agreeing, the float32/float64 special values hold no
+subnormal, and a separate "subnormal" case per element-wise op shows the difference
+(EXPECTED).
+
+A case where both raise agrees; where only one raises it is a divergence. Each divergence
+is listed FIXED (a tfc bug this tool found, now fixed: the fix has a regression test in the
+tfc suite that does not need TensorFlow), EXPECTED (a documented difference) or NEW.
+
+It is a tool, not a test (CI has no TensorFlow). Usage::
+
+    python tools/conformance_tf.py [--quick] [--ops NAME,...] [--backends llvm,reference]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+import tfc  # noqa: E402
+
+FLOATS = (np.float16, np.float32, np.float64)
+INTS = (np.int32, np.int64)
+NUMERIC = FLOATS + INTS
+SIGNED = NUMERIC
+
+Inputs = list[np.ndarray]
+
+
+# ---- comparison ---------------------------------------------------------------------------
+
+@dataclass
+class Verdict:
+    ok: bool
+    err: float = 0.0          # ulps, or bound-relative error, or 0 for exact
+    detail: str = ""
+
+
+def _ordered(a: np.ndarray) -> np.ndarray:
+    """Float bits as integers ordered like the floats (+0 and -0 both 0)."""
+    bits = {2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
+    i = a.view(bits).astype(np.int64)
+    mag = i & ((1 << (8 * a.dtype.itemsize - 1)) - 1)
+    return np.where(i < 0, -mag, mag)
+
+
+def _first_bad(mask: np.ndarray, got: np.ndarray, want: np.ndarray) -> str:
+    idx = tuple(int(i[0]) for i in np.nonzero(np.atleast_1d(mask)))
+    g, w = np.atleast_1d(got), np.atleast_1d(want)
+    return f"at {idx}: tfc {g[idx]!r} tf {w[idx]!r}"
+
+
+def compare(got: np.ndarray, want: np.ndarray, mode: str, ulps: float,
+            bound: np.ndarray | None) -> Verdict:
+    if got.shape != want.shape:
+        return Verdict(False, float("inf"), f"shape {got.shape} != tf {want.shape}")
+    if got.dtype != want.dtype:
+        return Verdict(False, float("inf"), f"dtype {got.dtype} != tf {want.dtype}")
+    if got.size == 0:
+        return Verdict(True)
+    if got.dtype in (np.float32, np.float64):  # TF flushed a subnormal result to zero
+        flushed = (want == 0) & (got != 0) & (np.abs(got) < np.finfo(got.dtype).tiny)
+        got = np.where(flushed, want, got)
+    if not np.issubdtype(got.dtype, np.floating):
+        bad = got != want
+        return Verdict(not bad.any(), float(bad.any()), _first_bad(bad, got, want)
+                       if bad.any() else "")
+    gn, wn = np.isnan(got), np.isnan(want)
+    if (gn != wn).any():
+        return Verdict(False, float("inf"), "NaN " + _first_bad(gn != wn, got, want))
+    if mode == "exact":
+        bad = ~gn & ((got != want) | (np.signbit(got) != np.signbit(want)))
+        return Verdict(not bad.any(), float(bad.any()), _first_bad(bad, got, want)
+                       if bad.any() else "")
+    gi, wi = np.isinf(got), np.isinf(want)
+    infbad = (gi | wi) & (got != want)
+    if infbad.any():
+        return Verdict(False, float("inf"), "inf " + _first_bad(infbad, got, want))
+    fin = ~gn & ~gi & ~wi
+    if mode == "ulp":
+        d = np.abs(_ordered(got) - _ordered(want))
+        d = np.where(fin, d, 0)
+        worst = float(d.max())
+        bad = d > ulps
+        return Verdict(worst <= ulps, worst, _first_bad(bad, got, want) if bad.any() else "")
+    assert bound is not None
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    b = np.broadcast_to(np.asarray(bound, np.float64), err.shape)
+    rel = np.where(fin, err / np.maximum(b, np.finfo(np.float64).tiny), 0)
+    worst = float(rel.max())
+    bad = rel > 1.0
+    return Verdict(worst <= 1.0, worst, _first_bad(bad, got, want) if bad.any() else "")
+
+
+# ---- op specifications ----------------------------------------------------------------------
+
+@dataclass
+class Spec:
+    """One public function: how tfc and TensorFlow compute it, and the inputs to try.
+
+    ``tfc_fn`` and ``tf_fn`` take the input arrays' tensors (placeholders for tfc);
+    ``cases(rng, quick)`` yields (label, inputs); ``mode`` is exact / ulp / bound, with
+    ``ulps`` per dtype or ``bound(inputs, want)`` the allowed absolute error."""
+
+    name: str
+    tfc_fn: Callable[..., Any]
+    tf_fn: Callable[..., Any]
+    cases: Callable[[np.random.Generator, bool], Iterator[tuple[str, Inputs]]]
+    mode: str = "exact"
+    ulps: dict[Any, float] = field(default_factory=dict)
+    bound: Callable[[Inputs, np.ndarray], np.ndarray] | None = None
+    feed: bool = True   # inputs are placeholders (else the functions take no tensors)
+
+
+def _specials(dt: Any, subnormal: bool = False) -> np.ndarray:
+    """Special values of ``dt``; float32/float64 subnormals only where ``subnormal``
+    (TensorFlow flushes them to zero)."""
+    dt = np.dtype(dt)
+    if dt == np.bool_:
+        return np.array([True, False])
+    if np.issubdtype(dt, np.integer):
+        ii = np.iinfo(dt)
+        return np.array([0, 1, -1, 2, -2, 3, -3, 7, -7, ii.max, ii.min, ii.max - 1,
+                         ii.min + 1], dt)
+    fi = np.finfo(dt)
+    sub = fi.smallest_subnormal if subnormal or dt == np.float16 else fi.tiny * 2
+    return np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, sub, -sub, fi.tiny, fi.max,
+                     -fi.max, 1.0, -1.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 3.0, -7.0, 1e4,
+                     -1e4, fi.eps, 100.0, -100.0], dt)
+
+
+def _rand(rng: np.random.Generator, dt: Any, shape: Sequence[int], lo: float = -3,
+          hi: float = 3) -> np.ndarray:
+    dt = np.dtype(dt)
+    if dt == np.bool_:
+        return rng.random(shape) < 0.5
+    if np.issubdtype(dt, np.integer):
+        return rng.integers(int(lo) * 3, int(hi) * 3 + 1, size=shape).astype(dt)
+    return rng.uniform(lo, hi, size=shape).astype(dt)
+
+
+BIN_SHAPES = [((3, 4), (3, 4)), ((3, 1), (1, 4)), ((), (2, 3)), ((2, 3), ()), ((0, 3), (1, 3)),
+              ((2, 1, 3), (4, 1))]
+
+
+def unary_cases(dtypes: Sequence[Any], lo: float = -3, hi: float = 3) -> Callable:
+    def gen(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in dtypes:
+            name = np.dtype(dt).name
+            yield f"{name} special", [_specials(dt)]
+            if dt in (np.float32, np.float64):
+                yield f"{name} subnormal", [_specials(dt, True)]
+            for shape in ([(2, 3), (), (0, 2)] if quick else [(5, 7), (), (0, 2), (1000,)]):
+                yield f"{name} rand{shape}", [_rand(rng, dt, shape, lo, hi)]
+    return gen
+
+
+def binary_cases(dtypes: Sequence[Any], lo: float = -3, hi: float = 3,
+                 specials: bool = True) -> Callable:
+    """Each special value against each, then random operands of broadcasting shapes."""
+    def gen(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in dtypes:
+            name = np.dtype(dt).name
+            if specials:
+                s = _specials(dt)
+                x, y = np.meshgrid(s, s, indexing="ij")
+                yield f"{name} special x special", [x.ravel().copy(), y.ravel().copy()]
+                if dt in (np.float32, np.float64):
+                    s = _specials(dt, True)
+                    x, y = np.meshgrid(s, s, indexing="ij")
+                    yield f"{name} subnormal", [x.ravel().copy(), y.ravel().copy()]
+            for sa, sb in (BIN_SHAPES[:3] if quick else BIN_SHAPES):
+                yield f"{name} rand{sa}{sb}", [_rand(rng, dt, sa, lo, hi),
+                                               _rand(rng, dt, sb, lo, hi)]
+    return gen
+
+
+def fixed(*cases: tuple[str, Inputs]) -> Callable:
+    def gen(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        yield from cases
+    return gen
+
+
+def gen_fn(fn: Callable[[np.random.Generator], Iterator[tuple[str, Inputs]]]) -> Callable:
+    def gen(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        yield from fn(rng)
+    return gen
+
+
+def _eps(a: np.ndarray) -> float:
+    return float(np.finfo(a.dtype).eps) if np.issubdtype(a.dtype, np.floating) else 0.0
+
+
+def reduce_bound(axis: Any, keepdims: bool = False, mean: bool = False) -> Callable:
+    """|err| <= 2 * n * eps * sum|x| over the reduced elements (/n for mean)."""
+    def bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
+        x = inputs[0]
+        ax = axis if axis is None or isinstance(axis, tuple) else (axis,)
+        n = x.size if ax is None else int(np.prod([x.shape[a] for a in ax]))
+        s = np.sum(np.abs(x.astype(np.float64)), axis=ax, keepdims=keepdims)
+        if mean:
+            s = s / max(n, 1)
+        return 2 * max(n, 1) * _eps(x) * s + np.abs(want.astype(np.float64)) * _eps(x)
+    return bound
+
+
+def ulp_table(f16: float, f32: float, f64: float) -> dict[Any, float]:
+    return {np.float16: f16, np.float32: f32, np.float64: f64}
+
+
+TRANSCENDENTAL = ulp_table(1, 2, 2)
+ROUNDED = ulp_table(0, 0, 0)       # correctly rounded in IEEE: +-*/ sqrt
+
+
+def build_specs(tf: Any) -> list[Spec]:
+    S: list[Spec] = []
+
+    def binary(name: str, tfc_fn: Callable, tf_fn: Callable, dtypes: Sequence[Any],
+               mode: str = "exact", ulps: dict | None = None, **kw: Any) -> None:
+        S.append(Spec(name, tfc_fn, tf_fn, binary_cases(dtypes, **kw), mode, ulps or {}))
+
+    def unary(name: str, tfc_fn: Callable, tf_fn: Callable, dtypes: Sequence[Any],
+              mode: str = "exact", ulps: dict | None = None, **kw: Any) -> None:
+        S.append(Spec(name, tfc_fn, tf_fn, unary_cases(dtypes, **kw), mode, ulps or {}))
+
+    # -- element-wise binary
+    binary("add", tfc.add, tf.add, NUMERIC, "ulp", ROUNDED)
+    binary("subtract", tfc.subtract, tf.subtract, NUMERIC, "ulp", ROUNDED)
+    binary("multiply", tfc.multiply, tf.multiply, NUMERIC, "ulp", ROUNDED)
+    binary("divide", tfc.divide, tf.compat.v1.divide, NUMERIC, "ulp", ROUNDED)
+    binary("truediv(/)", lambda x, y: x / y, lambda x, y: x / y, NUMERIC, "ulp", ROUNDED)
+    binary("truediv", tfc.truediv, tf.truediv, NUMERIC, "ulp", ROUNDED, specials=False)
+    binary("floordiv(//)", lambda x, y: x // y, lambda x, y: x // y, NUMERIC, "ulp",
+           ulp_table(0, 0, 0))
+    binary("pow", tfc.pow, tf.pow, NUMERIC, "ulp", ulp_table(1, 2, 2), lo=0, hi=3)
+    binary("pow(neg base)", tfc.pow, tf.pow, FLOATS, "ulp", ulp_table(1, 2, 2), lo=-3, hi=3,
+           specials=False)
+    binary("maximum", tfc.maximum, tf.maximum, NUMERIC)
+    binary("minimum", tfc.minimum, tf.minimum, NUMERIC)
+    for n in ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal"):
+        binary(n, getattr(tfc, n), getattr(tf.math, n), NUMERIC + (np.bool_,))
+    binary("logical_and", tfc.logical_and, tf.logical_and, (np.bool_,))
+    binary("logical_or", tfc.logical_or, tf.logical_or, (np.bool_,))
+    binary("and(&)", lambda x, y: x & y, lambda x, y: x & y, (np.bool_,))
+    binary("or(|)", lambda x, y: x | y, lambda x, y: x | y, (np.bool_,))
+
+    # -- element-wise unary
+    unary("negative", tfc.negative, tf.negative, SIGNED)
+    unary("neg(-x)", lambda x: -x, lambda x: -x, SIGNED)
+    unary("abs", tfc.abs, tf.abs, SIGNED)
+    unary("exp", tfc.exp, tf.exp, FLOATS, "ulp", TRANSCENDENTAL)
+    # float32 log: numpy's (tfc's reference) and TF's are each up to 2.2 ulps off (mpmath)
+    unary("log", tfc.log, tf.math.log, FLOATS, "ulp", ulp_table(1, 4, 2), lo=0, hi=10)
+    unary("sqrt", tfc.sqrt, tf.sqrt, FLOATS, "ulp", ROUNDED, lo=0, hi=10)
+    unary("rsqrt", tfc.rsqrt, tf.math.rsqrt, FLOATS, "ulp", ulp_table(1, 2, 2), lo=0, hi=10)
+    unary("square", tfc.square, tf.square, SIGNED, "ulp", ROUNDED)
+    # The ulp bounds of tanh and sigmoid are TF's own error plus tfc's, both measured against
+    # mpmath on 3000 points in [-3, 3] (TF 2.21: tanh f32 3.0 / f64 4.0 ulps, sigmoid f32
+    # 4.6 / f64 3.0; tfc llvm: tanh 1.1 / 1.0, sigmoid 1.9 / 3.0, f16 sigmoid 1.6 both).
+    unary("tanh", tfc.tanh, tf.tanh, FLOATS, "ulp", ulp_table(1, 4, 5))
+    unary("sigmoid", tfc.sigmoid, tf.sigmoid, FLOATS, "ulp", ulp_table(3, 7, 6))
+    unary("nn.sigmoid", tfc.nn.sigmoid, tf.nn.sigmoid, FLOATS, "ulp", ulp_table(3, 7, 6))
+    unary("nn.tanh", tfc.nn.tanh, tf.nn.tanh if hasattr(tf.nn, "tanh") else tf.tanh, FLOATS,
+          "ulp", ulp_table(1, 4, 5))
+    unary("sin", tfc.sin, tf.sin, FLOATS, "ulp", TRANSCENDENTAL)
+    unary("cos", tfc.cos, tf.cos, FLOATS, "ulp", TRANSCENDENTAL)
+    unary("floor", tfc.floor, tf.floor, FLOATS)
+    unary("sign", tfc.sign, tf.sign, SIGNED)
+    unary("nn.relu", tfc.nn.relu, tf.nn.relu, SIGNED)
+    unary("logical_not", tfc.logical_not, tf.logical_not, (np.bool_,))
+    unary("invert(~)", lambda x: ~x, lambda x: ~x, (np.bool_,))
+    unary("identity", tfc.identity, tf.identity, NUMERIC + (np.bool_,))
+    unary("stop_gradient", tfc.stop_gradient, tf.stop_gradient, NUMERIC)
+    unary("zeros_like", tfc.zeros_like, tf.zeros_like, NUMERIC + (np.bool_,))
+    unary("ones_like", tfc.ones_like, tf.ones_like, NUMERIC + (np.bool_,))
+    unary("shape", tfc.shape, tf.shape, (np.float32,))
+    unary("rank", tfc.rank, tf.rank, (np.float32,))
+
+    def where_cases(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
+        for dt in NUMERIC + (np.bool_,):
+            s = _specials(dt)
+            yield f"{np.dtype(dt).name} special", [rng.random(s.shape) < 0.5, s, s[::-1].copy()]
+            yield f"{np.dtype(dt).name} bcast", [rng.random((3, 1)) < 0.5,
+                                                 _rand(rng, dt, (1, 4)), _rand(rng, dt, (3, 4))]
+    S.append(Spec("where", tfc.where, tf.where, gen_fn(where_cases)))
+
+    # -- casts
+    cast_from = FLOATS + INTS + (np.bool_,)
+    for to in FLOATS + INTS + (np.bool_,):
+        def cast_cases(rng: np.random.Generator, quick: bool, _to: Any = to
+                       ) -> Iterator[tuple[str, Inputs]]:
+            for dt in cast_from:
+                s = _specials(dt)
+                if np.issubdtype(dt, np.floating) and np.issubdtype(_to, np.integer):
+                    # TF's float->int cast of NaN/inf/out-of-range is not defined (UB in C++)
+                    it = np.iinfo(_to)
+                    s = s[np.isfinite(s) & (s > it.min) & (s < it.max)]
+                    s = np.concatenate([s, np.array([2.5, -2.5, 0.99, -0.99, 1e3], dt)])
+                yield f"{np.dtype(dt).name} special", [s]
+        S.append(Spec(f"cast->{np.dtype(to).name}",
+                      lambda x, _to=to: tfc.cast(x, tfc.as_dtype(np.dtype(_to).name)),
+                      lambda x, _to=to: tf.cast(x, tf.as_dtype(np.dtype(_to).name)),
+                      cast_cases))
+
+    # -- reductions
+    for name, tfn, tff, mean, exact in [
+            ("reduce_sum", tfc.reduce_sum, tf.reduce_sum, False, False),
+            ("reduce_mean", tfc.reduce_mean, tf.reduce_mean, True, False),
+            ("reduce_prod", tfc.reduce_prod, tf.reduce_prod, False, False),
+            ("reduce_max", tfc.reduce_max, tf.reduce_max, False, True),
+            ("reduce_min", tfc.reduce_min, tf.reduce_min, False, True)]:
+        for axis, keep in [(None, False), (0, False), (1, True), ((0, 1), False), (-1, False)]:
+            def red_cases(rng: np.random.Generator, quick: bool, _ax: Any = axis,
+                          _exact: bool = exact, _prod: bool = name == "reduce_prod"
+                          ) -> Iterator[tuple[str, Inputs]]:
+                for dt in NUMERIC:
+                    lo, hi = (0.5, 1.5) if _prod else (-3, 3)
+                    if np.issubdtype(dt, np.integer) and _prod:
+                        lo, hi = -1, 1
+                    yield f"{np.dtype(dt).name} rand", [_rand(rng, dt, (4, 6), lo, hi)]
+                    yield f"{np.dtype(dt).name} 0-size", [_rand(rng, dt, (0, 3))]
+                    if _ax not in (0, (0, 1)) or True:
+                        yield f"{np.dtype(dt).name} 0-size-inner", [_rand(rng, dt, (3, 0))]
+                    if np.issubdtype(dt, np.floating):
+                        s = _specials(dt)[:8]
+                        yield f"{np.dtype(dt).name} special", [np.stack([s, s[::-1]])]
+                        x = _rand(rng, dt, (2, 5))
+                        x[0, 2] = np.nan
+                        yield f"{np.dtype(dt).name} nan", [x]
+                        yield (f"{np.dtype(dt).name} +-0", [np.array(
+                            [[0.0, -0.0], [-0.0, -0.0]], dt)])
+                    if not quick and not _prod:
+                        yield f"{np.dtype(dt).name} big", [_rand(rng, dt, (3, 2000))]
+
+            def prod_bound(inputs: Inputs, want: np.ndarray, _ax: Any = axis) -> np.ndarray:
+                x = inputs[0]
+                ax = _ax if _ax is None or isinstance(_ax, tuple) else (_ax,)
+                n = x.size if ax is None else int(np.prod([x.shape[a] for a in ax]))
+                return 2 * max(n, 1) * _eps(x) * np.abs(want.astype(np.float64))
+            bound = (None if exact else prod_bound if name == "reduce_prod"
+                     else reduce_bound(axis, keep, mean))
+            S.append(Spec(f"{name}(axis={axis},keepdims={keep})",
+                          lambda x, _f=tfn, _a=axis, _k=keep: _f(x, axis=_a, keepdims=_k),
+                          lambda x, _f=tff, _a=axis, _k=keep: _f(x, axis=_a, keepdims=_k),
+                          red_cases, "exact" if exact else "bound", bound=bound))
+
+    for name, tfn, tff in [("argmax", tfc.argmax, tf.math.argmax),
+                           ("argmin", tfc.argmin, tf.math.argmin)]:
+        for axis in (0, 1, -1):
+            def arg_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+                for dt in NUMERIC:
+                    yield f"{np.dtype(dt).name} rand", [_rand(rng, dt, (4, 6))]
+                    yield f"{np.dtype(dt).name} ties", [np.array([[1, 3, 3], [2, 2, 1],
+                                                                   [0, 0, 0]], dt)]
+                    if np.issubdtype(dt, np.floating):
+                        yield f"{np.dtype(dt).name} nan", [np.array(
+                            [[1, np.nan, 3], [np.nan, 2, 1], [np.inf, -np.inf, 0]], dt)]
+                        yield f"{np.dtype(dt).name} +-0", [np.array([[0.0, -0.0, 0.0],
+                                                                      [-0.0, 0.0, -1]], dt)]
+            S.append(Spec(f"{name}(axis={axis})", lambda x, _f=tfn, _a=axis: _f(x, axis=_a),
+                          lambda x, _f=tff, _a=axis: _f(x, axis=_a), arg_cases))
+    S.append(Spec("argmax(int32 out)", lambda x: tfc.argmax(x, 1, output_type=tfc.int32),
+                  lambda x: tf.math.argmax(x, 1, output_type=tf.int32),
+                  fixed(("f32", [np.array([[1, 2, 2], [3, 0, 1]], np.float32)]))))
+
+    # -- matrices
+    def mm_cases(ta: bool, tb: bool) -> Callable:
+        def gen(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+            for dt in NUMERIC:
+                for m, k, n in [(3, 4, 5), (1, 7, 1), (0, 3, 2), (3, 0, 2), (8, 33, 9)]:
+                    a = _rand(rng, dt, (k, m) if ta else (m, k))
+                    b = _rand(rng, dt, (n, k) if tb else (k, n))
+                    yield f"{np.dtype(dt).name} {m}x{k}x{n}", [a, b]
+                yield f"{np.dtype(dt).name} batched", [_rand(rng, dt, (2, 3, 4)),
+                                                       _rand(rng, dt, (2, 4, 5))] \
+                    if not (ta or tb) else [_rand(rng, dt, (2, 4, 3) if ta else (2, 3, 4)),
+                                            _rand(rng, dt, (2, 5, 4) if tb else (2, 4, 5))]
+        return gen
+
+    def mm_bound(ta: bool, tb: bool) -> Callable:
+        def bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
+            a, b = (np.abs(x.astype(np.float64)) for x in inputs)
+            a = np.swapaxes(a, -1, -2) if ta else a
+            b = np.swapaxes(b, -1, -2) if tb else b
+            k = a.shape[-1]
+            return 2 * max(k, 1) * _eps(inputs[0]) * (a @ b)
+        return bound
+    for ta, tb in [(False, False), (True, False), (False, True), (True, True)]:
+        S.append(Spec(f"matmul(ta={ta},tb={tb})",
+                      lambda a, b, _ta=ta, _tb=tb: tfc.matmul(a, b, transpose_a=_ta,
+                                                              transpose_b=_tb),
+                      lambda a, b, _ta=ta, _tb=tb: tf.linalg.matmul(a, b, transpose_a=_ta,
+                                                                    transpose_b=_tb),
+                      mm_cases(ta, tb), "bound", bound=mm_bound(ta, tb)))
+    S.append(Spec("matmul(@)", lambda a, b: a @ b, lambda a, b: a @ b, mm_cases(False, False),
+                  "bound", bound=mm_bound(False, False)))
+
+    def lin_cases(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
+        for dt in (np.float32, np.float64):
+            for n in (1, 3, 6):
+                a = rng.normal(size=(n, n)) + n * np.eye(n)
+                yield f"{np.dtype(dt).name} {n}x{n}", [a.astype(dt)]
+            yield f"{np.dtype(dt).name} batch", [(rng.normal(size=(2, 3, 3))
+                                                  + 3 * np.eye(3)).astype(dt)]
+
+    def cond_bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
+        a = inputs[0].astype(np.float64)
+        c = np.linalg.cond(a).reshape(a.shape[:-2] + (1,) * (want.ndim - a.ndim + 2))
+        return 4 * a.shape[-1] * _eps(inputs[0]) * c * np.max(np.abs(want)) + 0 * want
+    S.append(Spec("matrix_inverse", tfc.matrix_inverse, tf.linalg.inv, gen_fn(lin_cases),
+                  "bound", bound=cond_bound))
+    S.append(Spec("matrix_determinant", tfc.matrix_determinant, tf.linalg.det,
+                  gen_fn(lin_cases), "bound", bound=cond_bound))
+
+    # -- data movement (exact)
+    def mv(name: str, tfc_fn: Callable, tf_fn: Callable, shape: Sequence[int],
+           dtypes: Sequence[Any] = NUMERIC + (np.bool_,)) -> None:
+        def gen(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+            for dt in dtypes:
+                yield np.dtype(dt).name, [_rand(rng, dt, shape)]
+        S.append(Spec(name, tfc_fn, tf_fn, gen))
+
+    mv("reshape", lambda x: tfc.reshape(x, [4, -1]), lambda x: tf.reshape(x, [4, -1]), (2, 3, 4))
+    mv("reshape(0-size)", lambda x: tfc.reshape(x, [3, 0]), lambda x: tf.reshape(x, [3, 0]),
+       (0, 3))
+    mv("transpose", tfc.transpose, tf.transpose, (2, 3, 4))
+    mv("transpose(perm)", lambda x: tfc.transpose(x, [1, 2, 0]),
+       lambda x: tf.transpose(x, [1, 2, 0]), (2, 3, 4))
+    mv("broadcast_to", lambda x: tfc.broadcast_to(x, [2, 3, 4]),
+       lambda x: tf.broadcast_to(x, [2, 3, 4]), (3, 1))
+    mv("expand_dims", lambda x: tfc.expand_dims(x, -1), lambda x: tf.expand_dims(x, -1), (2, 3))
+    mv("expand_dims(0)", lambda x: tfc.expand_dims(x, 0), lambda x: tf.expand_dims(x, 0), (2, 3))
+    mv("squeeze", tfc.squeeze, tf.squeeze, (1, 3, 1, 2))
+    mv("squeeze(axis)", lambda x: tfc.squeeze(x, [2]), lambda x: tf.squeeze(x, [2]),
+       (1, 3, 1, 2))
+    mv("tile", lambda x: tfc.tile(x, [2, 3]), lambda x: tf.tile(x, [2, 3]), (2, 3))
+    mv("slice", lambda x: tfc.slice(x, [1, 0], [2, -1]), lambda x: tf.slice(x, [1, 0], [2, -1]),
+       (4, 5))
+    mv("getitem", lambda x: x[1:3, ::2], lambda x: x[1:3, ::2], (4, 5))
+    mv("getitem(neg,None)", lambda x: x[-1, None, ::-1], lambda x: x[-1, None, ::-1], (4, 5))
+    mv("getitem(int,...)", lambda x: x[..., 1], lambda x: x[..., 1], (2, 3, 4))
+    mv("pad", lambda x: tfc.pad(x, [[1, 0], [2, 1]]), lambda x: tf.pad(x, [[1, 0], [2, 1]]),
+       (2, 3), NUMERIC)
+    for mode in ("REFLECT", "SYMMETRIC"):
+        mv(f"pad({mode})", lambda x, _m=mode: tfc.pad(x, [[1, 1], [2, 1]], mode=_m),
+           lambda x, _m=mode: tf.pad(x, [[1, 1], [2, 1]], mode=_m), (3, 4), NUMERIC)
+    mv("split(3)", lambda x: tfc.split(x, 3, axis=1), lambda x: tf.split(x, 3, axis=1), (2, 6))
+    mv("split(sizes)", lambda x: tfc.split(x, [1, 2, 3], axis=1),
+       lambda x: tf.split(x, [1, 2, 3], axis=1), (2, 6))
+    mv("split(-1 size)", lambda x: tfc.split(x, [1, -1], axis=0),
+       lambda x: tf.split(x, [1, -1], axis=0), (3, 2))
+
+    def two(shape_a: Sequence[int], shape_b: Sequence[int]) -> Callable:
+        def gen(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+            for dt in NUMERIC + (np.bool_,):
+                yield np.dtype(dt).name, [_rand(rng, dt, shape_a), _rand(rng, dt, shape_b)]
+        return gen
+    S.append(Spec("concat", lambda a, b: tfc.concat([a, b], 1), lambda a, b: tf.concat([a, b], 1),
+                  two((2, 3), (2, 1))))
+    S.append(Spec("concat(-1,0-size)", lambda a, b: tfc.concat([a, b], -1),
+                  lambda a, b: tf.concat([a, b], -1), two((2, 0), (2, 2))))
+    S.append(Spec("stack", lambda a, b: tfc.stack([a, b], 1), lambda a, b: tf.stack([a, b], 1),
+                  two((2, 3), (2, 3))))
+    S.append(Spec("stack(-1)", lambda a, b: tfc.stack([a, b], -1),
+                  lambda a, b: tf.stack([a, b], -1), two((2, 3), (2, 3))))
+    S.append(Spec("add_n", lambda a, b: tfc.add_n([a, b, a]), lambda a, b: tf.add_n([a, b, a]),
+                  two((2, 3), (2, 3)) if False else binary_cases(NUMERIC, specials=False)
+                  if False else fixed(*[(np.dtype(dt).name, [np.arange(6, dtype=dt).reshape(2, 3),
+                                                             np.ones((2, 3), dt)])
+                                        for dt in NUMERIC]), "ulp", ROUNDED))
+
+    def gather_cases(axis: int) -> Callable:
+        def gen(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+            for dt in NUMERIC:
+                for it in INTS:
+                    yield (f"{np.dtype(dt).name}[{np.dtype(it).name}]",
+                           [_rand(rng, dt, (4, 3)), np.array([[0, 2], [1, 1]], it) % 3])
+                yield f"{np.dtype(dt).name} scalar idx", [_rand(rng, dt, (4, 3)),
+                                                          np.array(1, np.int32)]
+        return gen
+    for axis in (0, 1):
+        S.append(Spec(f"gather(axis={axis})", lambda p, i, _a=axis: tfc.gather(p, i, axis=_a),
+                      lambda p, i, _a=axis: tf.gather(p, i, axis=_a), gather_cases(axis)))
+
+    def gather_oob(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
+        # TF's CPU gather rejects an index outside [0, n); tfc must say so too (not read
+        # past the array)
+        for it in INTS:
+            yield f"{np.dtype(it).name} idx 4 of 4", [rng.normal(size=(4, 3)).astype(np.float32),
+                                                     np.array([0, 4], it)]
+            yield f"{np.dtype(it).name} idx -1", [rng.normal(size=(4, 3)).astype(np.float32),
+                                                  np.array([-1, 2], it)]
+    S.append(Spec("gather(out of range)", lambda p, i: tfc.gather(p, i),
+                  lambda p, i: tf.gather(p, i), gen_fn(gather_oob)))
+
+    def sxent_oob(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
+        for lab in ([0, 5], [-1, 0]):
+            yield f"label {lab[0] if lab[0] < 0 else lab[1]} of 5", [
+                np.array(lab, np.int32), rng.normal(size=(2, 5)).astype(np.float32)]
+    S.append(Spec("nn.sparse_softmax_cross_entropy_with_logits(out of range)",
+                  lambda l, x: tfc.nn.sparse_softmax_cross_entropy_with_logits(labels=l,
+                                                                               logits=x),
+                  lambda l, x: tf.nn.sparse_softmax_cross_entropy_with_logits(labels=l,
+                                                                              logits=x),
+                  gen_fn(sxent_oob)))
+
+    def int_div_cases(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
+        for it in INTS:
+            ii = np.iinfo(it)
+            yield f"{np.dtype(it).name} by zero", [np.array([1, 2], it), np.array([1, 0], it)]
+            yield f"{np.dtype(it).name} min // -1", [np.array([ii.min], it), np.array([-1], it)]
+            yield f"{np.dtype(it).name} signs", [np.array([7, -7, 7, -7, 0], it),
+                                                 np.array([2, 2, -2, -2, -3], it)]
+            yield f"{np.dtype(it).name} empty by zero", [np.zeros((0, 3), it),
+                                                         np.array([[0, 1, 2]], it)]
+    S.append(Spec("floordiv(int edge)", lambda x, y: x // y, lambda x, y: x // y,
+                  gen_fn(int_div_cases)))
+
+    def oh_cases(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
+        for it in INTS:
+            yield np.dtype(it).name, [np.array([0, 2, -1, 3, 1, 7], it)]
+            yield np.dtype(it).name + " 2d", [np.array([[0, 2], [1, 3]], it)]
+    S.append(Spec("one_hot", lambda i: tfc.one_hot(i, 4), lambda i: tf.one_hot(i, 4),
+                  gen_fn(oh_cases)))
+    S.append(Spec("one_hot(on/off,axis)",
+                  lambda i: tfc.one_hot(i, 3, on_value=5.0, off_value=-1.0, axis=0),
+                  lambda i: tf.one_hot(i, 3, on_value=5.0, off_value=-1.0, axis=0),
+                  gen_fn(oh_cases)))
+
+    # -- constructors (no inputs)
+    def const(name: str, tfc_fn: Callable, tf_fn: Callable) -> None:
+        S.append(Spec(name, tfc_fn, tf_fn, fixed(("", [])), feed=False))
+    const("zeros", lambda: tfc.zeros([2, 3]), lambda: tf.zeros([2, 3]))
+    const("ones(int32)", lambda: tfc.ones([2, 0], tfc.int32), lambda: tf.ones([2, 0], tf.int32))
+    const("fill", lambda: tfc.fill([2, 2], 3.5), lambda: tf.fill([2, 2], 3.5))
+    const("fill(int)", lambda: tfc.fill([3], 7, tfc.int32), lambda: tf.fill([3], 7))
+    const("range(5)", lambda: tfc.range(5), lambda: tf.range(5))
+    const("range(1,10,3)", lambda: tfc.range(1, 10, 3), lambda: tf.range(1, 10, 3))
+    const("range(0,1,0.1)", lambda: tfc.range(0.0, 1.0, 0.1), lambda: tf.range(0.0, 1.0, 0.1))
+    const("range(10,1,-2)", lambda: tfc.range(10, 1, -2), lambda: tf.range(10, 1, -2))
+    const("range(empty)", lambda: tfc.range(5, 1), lambda: tf.range(5, 1))
+    const("constant(f64)", lambda: tfc.constant(np.array([1.5, 2.0])),
+          lambda: tf.constant(np.array([1.5, 2.0])))
+    const("constant(py float)", lambda: tfc.constant(1.5), lambda: tf.constant(1.5))
+    const("constant(py int)", lambda: tfc.constant([1, 2]), lambda: tf.constant([1, 2]))
+    const("constant(bool)", lambda: tfc.constant(True), lambda: tf.constant(True))
+
+    # -- nn
+    def logits_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in FLOATS:
+            yield f"{np.dtype(dt).name} rand", [_rand(rng, dt, (4, 7), -5, 5)]
+            yield f"{np.dtype(dt).name} big", [np.array([[1e4, -1e4, 0], [80, 90, 100]], dt)]
+            yield f"{np.dtype(dt).name} inf", [np.array([[np.inf, 0, 1], [-np.inf, 0, 1]], dt)]
+            yield f"{np.dtype(dt).name} all -inf", [np.array([[-np.inf] * 3, [-np.inf, 0, -np.inf]],
+                                                             dt)]
+            yield f"{np.dtype(dt).name} nan", [np.array([[np.nan, 0, 1], [0, 1, 2]], dt)]
+            yield f"{np.dtype(dt).name} 1-d", [_rand(rng, dt, (5,))]
+            yield f"{np.dtype(dt).name} 0-size", [_rand(rng, dt, (0, 3))]
+    soft = ulp_table(2, 4, 4)
+    S.append(Spec("nn.softmax", tfc.nn.softmax, tf.nn.softmax, logits_cases, "ulp", soft))
+    S.append(Spec("nn.softmax(axis=0)", lambda x: tfc.nn.softmax(x, axis=0),
+                  lambda x: tf.nn.softmax(x, axis=0), logits_cases, "ulp", soft))
+    S.append(Spec("nn.log_softmax", tfc.nn.log_softmax, tf.nn.log_softmax, logits_cases,
+                  "bound", bound=lambda i, w: 4 * _eps(i[0]) * (np.abs(w) + np.log(
+                      max(i[0].shape[-1], 1)) + 1)))
+
+    def xent_bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
+        x = inputs[-1] if inputs[-1].dtype.kind == "f" else inputs[0]
+        return 8 * _eps(x) * (np.abs(want) + np.max(np.abs(x), axis=-1) + 1)
+
+    def xent_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in FLOATS:
+            lab = rng.random((4, 5)).astype(dt)
+            lab /= lab.sum(-1, keepdims=True)
+            yield f"{np.dtype(dt).name} rand", [lab, _rand(rng, dt, (4, 5), -5, 5)]
+            yield f"{np.dtype(dt).name} onehot big", [np.eye(3, dtype=dt),
+                                                      np.array([[1e4, 0, -1e4]] * 3, dt)]
+    S.append(Spec("nn.softmax_cross_entropy_with_logits",
+                  lambda l, x: tfc.nn.softmax_cross_entropy_with_logits(labels=l, logits=x),
+                  lambda l, x: tf.nn.softmax_cross_entropy_with_logits(labels=l, logits=x),
+                  xent_cases, "bound", bound=xent_bound))
+
+    def sxent_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in FLOATS:
+            for it in INTS:
+                yield (f"{np.dtype(dt).name}/{np.dtype(it).name}",
+                       [np.array([0, 4, 2, 1], it), _rand(rng, dt, (4, 5), -5, 5)])
+            yield f"{np.dtype(dt).name} big", [np.array([0, 1, 2], np.int32),
+                                               np.array([[1e4, 0, -1e4]] * 3, dt)]
+    S.append(Spec("nn.sparse_softmax_cross_entropy_with_logits",
+                  lambda l, x: tfc.nn.sparse_softmax_cross_entropy_with_logits(labels=l,
+                                                                               logits=x),
+                  lambda l, x: tf.nn.sparse_softmax_cross_entropy_with_logits(labels=l,
+                                                                              logits=x),
+                  sxent_cases, "bound", bound=xent_bound))
+
+    def sig_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in FLOATS:
+            yield f"{np.dtype(dt).name} rand", [rng.random((3, 4)).astype(dt),
+                                                _rand(rng, dt, (3, 4), -10, 10)]
+            yield f"{np.dtype(dt).name} big", [np.array([0, 1, 0, 1, 0.5], dt),
+                                               np.array([1e4, -1e4, -1e4, 1e4, 0], dt)]
+    S.append(Spec("nn.sigmoid_cross_entropy_with_logits",
+                  lambda l, x: tfc.nn.sigmoid_cross_entropy_with_logits(labels=l, logits=x),
+                  lambda l, x: tf.nn.sigmoid_cross_entropy_with_logits(labels=l, logits=x),
+                  sig_cases, "bound",
+                  bound=lambda i, w: 4 * _eps(i[0]) * (np.abs(w) + np.abs(i[1]) + 1)))
+
+    def bias_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in NUMERIC:
+            yield np.dtype(dt).name, [_rand(rng, dt, (2, 3, 4)), _rand(rng, dt, (4,))]
+    S.append(Spec("nn.bias_add", tfc.nn.bias_add, tf.nn.bias_add, bias_cases, "ulp", ROUNDED))
+
+    def conv_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in (np.float32, np.float64):
+            yield np.dtype(dt).name, [_rand(rng, dt, (2, 7, 6, 3)), _rand(rng, dt, (3, 2, 3, 4))]
+
+    def conv_bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
+        x, w = inputs
+        n = int(np.prod(w.shape[:3]))
+        return 2 * n * _eps(x) * np.max(np.abs(x)) * np.max(np.abs(w)) * n + 0 * want
+    for strides, padding in [(1, "VALID"), (1, "SAME"), (2, "SAME"), (2, "VALID")]:
+        S.append(Spec(f"nn.conv2d(s={strides},{padding})",
+                      lambda x, w, _s=strides, _p=padding: tfc.nn.conv2d(x, w, _s, _p),
+                      lambda x, w, _s=strides, _p=padding: tf.nn.conv2d(x, w, _s, _p),
+                      conv_cases, "bound", bound=conv_bound))
+
+    def pool_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in FLOATS:
+            yield np.dtype(dt).name, [_rand(rng, dt, (2, 7, 6, 3))]
+            x = _rand(rng, dt, (1, 4, 4, 1))
+            x[0, 1, 1, 0] = np.nan
+            yield np.dtype(dt).name + " nan", [x]
+            yield np.dtype(dt).name + " -inf", [np.full((1, 3, 3, 1), -np.inf, dt)]
+    def pool_bound(k: int) -> Callable:
+        """A window mean: 2 * k*k * eps * max|x| (the sum of k*k terms, then one division)."""
+        def bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
+            x = inputs[0]
+            big = np.max(np.abs(x[np.isfinite(x)])) if np.isfinite(x).any() else 0.0
+            return 2 * k * k * _eps(x) * float(big) + _eps(x) * np.abs(want)
+        return bound
+
+    for k, s, p in [(2, 2, "VALID"), (3, 2, "SAME"), (3, 1, "SAME"), (2, 1, "VALID")]:
+        S.append(Spec(f"nn.max_pool2d(k={k},s={s},{p})",
+                      lambda x, _k=k, _s=s, _p=p: tfc.nn.max_pool2d(x, _k, _s, _p),
+                      lambda x, _k=k, _s=s, _p=p: tf.nn.max_pool2d(x, _k, _s, _p),
+                      pool_cases))
+        S.append(Spec(f"nn.avg_pool2d(k={k},s={s},{p})",
+                      lambda x, _k=k, _s=s, _p=p: tfc.nn.avg_pool2d(x, _k, _s, _p),
+                      lambda x, _k=k, _s=s, _p=p: tf.nn.avg_pool2d(x, _k, _s, _p),
+                      pool_cases, "bound", bound=pool_bound(k)))
+    S.append(Spec("nn.max_pool", lambda x: tfc.nn.max_pool(x, 2, 2, "VALID"),
+                  lambda x: tf.compat.v1.nn.max_pool(x, 2, 2, "VALID"), pool_cases))
+    S.append(Spec("nn.avg_pool", lambda x: tfc.nn.avg_pool(x, 2, 2, "VALID"),
+                  lambda x: tf.compat.v1.nn.avg_pool(x, 2, 2, "VALID"), pool_cases, "bound",
+                  bound=pool_bound(2)))
+
+    def gnorm_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in (np.float32, np.float64):
+            yield np.dtype(dt).name, [_rand(rng, dt, (3, 4)), _rand(rng, dt, (5,))]
+            yield np.dtype(dt).name + " small", [_rand(rng, dt, (3, 4), -0.01, 0.01),
+                                                 _rand(rng, dt, (5,), -0.01, 0.01)]
+    S.append(Spec("clip_by_global_norm",
+                  lambda a, b: _flat(tfc.clip_by_global_norm([a, b], 1.0)),
+                  lambda a, b: _flat(tf.clip_by_global_norm([a, b], 1.0)),
+                  gnorm_cases, "ulp", ulp_table(4, 8, 8)))
+    # -- TF1 call forms, dtype inference and edge cases: one function of the module (tfc or
+    # tf: their names agree), the same inputs
+    def same(name: str, fn: Callable[..., Any], inputs: Inputs, mode: str = "exact",
+             ulps: float = 0, bound: Callable | None = None) -> None:
+        S.append(Spec(name, lambda *a, _f=fn: _f(tfc, *a), lambda *a, _f=fn: _f(tf, *a),
+                      fixed(("", inputs)), mode, {np.float16: ulps, np.float32: ulps,
+                                                  np.float64: ulps}, bound, feed=bool(inputs)))
+    rng = np.random.default_rng(7)
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    w = rng.normal(size=(3, 3, 4, 2)).astype(np.float32)
+    img = rng.normal(size=(1, 7, 7, 4)).astype(np.float32)
+    f32 = np.float32
+    same("reduce_sum(axis=[])", lambda m, a: m.reduce_sum(a, axis=[]), [x])
+    same("reduce_max(axis=[])", lambda m, a: m.reduce_max(a, axis=[]), [x])
+    same("reduce_sum(axis=[-1,0])", lambda m, a: m.reduce_sum(a, axis=[-1, 0]), [x])
+    same("fill(int value)", lambda m: m.fill([2], 7), [])
+    same("fill(float value)", lambda m: m.fill([2], 7.5), [])
+    same("fill(bool value)", lambda m: m.fill([2], True), [])
+    same("fill(i64 2**62+1)", lambda m: m.fill([2], np.int64(2**62 + 1)), [])
+    same("range(1,10,0.5)", lambda m: m.range(1, 10, 0.5), [])
+    same("range(i64 2**40)", lambda m: m.range(2**40, 2**40 + 3, dtype=m.int64), [])
+    same("nn.conv2d(strides [1,2,2,1])", lambda m, a, b: m.nn.conv2d(a, b, [1, 2, 2, 1],
+                                                                      "SAME"), [img, w],
+         "bound", bound=conv_bound)
+    same("nn.conv2d(dilations 2)", lambda m, a, b: m.nn.conv2d(a, b, 1, "SAME", dilations=2),
+         [img, w], "bound", bound=conv_bound)
+    same("nn.conv2d(dilations [1,2,2,1])",
+         lambda m, a, b: m.nn.conv2d(a, b, 1, "VALID", dilations=[1, 2, 2, 1]), [img, w],
+         "bound", bound=conv_bound)
+    same("nn.bias_add(NCHW)", lambda m, a, b: m.nn.bias_add(a, b, data_format="NCHW"),
+         [rng.normal(size=(2, 3, 4, 5)).astype(f32), np.arange(3, dtype=f32)])
+    same("nn.max_pool2d(ksize [1,2,2,1])",
+         lambda m, a: m.nn.max_pool2d(a, [1, 2, 2, 1], [1, 2, 2, 1], "VALID"), [img])
+    same("nn.softmax(3-d, axis=1)", lambda m, a: m.nn.softmax(a, axis=1), [x / 8], "ulp", 4)
+    same("nn.log_softmax(-inf mask)", lambda m, a: m.nn.log_softmax(a),
+         [np.array([[-np.inf, 0, 1]], f32)], "ulp", 4)
+    same("nn.sparse_softmax_cross_entropy_with_logits(3-d)",
+         lambda m, lab, a: m.nn.sparse_softmax_cross_entropy_with_logits(labels=lab, logits=a),
+         [np.array([[0, 3, 1], [2, 2, 0]], np.int32), x / 8], "ulp", 8)
+    same("nn.softmax_cross_entropy_with_logits(axis=0)",
+         lambda m, lab, a: m.nn.softmax_cross_entropy_with_logits(labels=lab, logits=a, axis=0),
+         [np.full((3, 2), 1 / 3, f32), np.arange(6, dtype=f32).reshape(3, 2)], "ulp", 8)
+    same("getitem(x[1:100, -100:2])", lambda m, a: a[1:100, -100:2], [x[0]])
+    same("getitem(x[::-2])", lambda m, a: a[::-2], [np.arange(5, dtype=f32)])
+    same("tile(0)", lambda m, a: m.tile(a, [0, 2]), [x[0]])
+    same("transpose(1-d)", lambda m, a: m.transpose(a), [np.arange(3, dtype=f32)])
+    same("squeeze(-1)", lambda m, a: m.squeeze(a, -1), [np.ones((2, 1), f32)])
+    same("split(axis=-1)", lambda m, a: m.split(a, 2, axis=-1), [x])
+    same("gather(axis=-1)", lambda m, a, i: m.gather(a, i, axis=-1),
+         [x, np.array([3, 0], np.int32)])
+    same("gather(bool params)", lambda m, a, i: m.gather(a, i),
+         [np.array([True, False]), np.array([1, 1, 0], np.int32)])
+    same("one_hot(int values)", lambda m, i: m.one_hot(i, 3, on_value=2, off_value=0),
+         [np.array([0, 2, 5], np.int32)])
+    same("one_hot(off_value only)", lambda m, i: m.one_hot(i, 3, off_value=-1),
+         [np.array([0, 2], np.int32)])
+    same("one_hot(dtype)", lambda m, i: m.one_hot(i, 3, dtype=m.int64),
+         [np.array([0, 2], np.int32)])
+    same("stack(scalars)", lambda m, a, b: m.stack([a, b]), [f32(1), f32(2)])
+    same("expand_dims(-3)", lambda m, a: m.expand_dims(a, -3), [np.ones((2, 3), f32)])
+    same("reshape(scalar, [-1])", lambda m, a: m.reshape(a, [-1]), [f32(3)])
+    same("reduce_prod(int overflow)", lambda m, a: m.reduce_prod(a),
+         [np.array([2**20, 2**20], np.int32)])
+    same("reduce_sum(int overflow)", lambda m, a: m.reduce_sum(a),
+         [np.array([2**31 - 1, 1], np.int32)])
+    same("reduce_mean(f16, sum past 65504)", lambda m, a: m.reduce_mean(a),
+         [np.full((3000,), 30, np.float16)], "ulp", 1)
+    same("cast(f32 -> f16 overflow)", lambda m, a: m.cast(a, m.float16),
+         [np.array([1e10, -1e10, 65519, 65520], f32)])
+    same("cast(i64 -> i32 wraps)", lambda m, a: m.cast(a, m.int32),
+         [np.array([2**40 + 5, -2**33 - 1], np.int64)])
+    same("cast(i64 -> f32 rounds)", lambda m, a: m.cast(a, m.float32),
+         [np.array([2**24 + 1, 2**53 + 1], np.int64)])
+    same("cast(i32 -> f16 overflow)", lambda m, a: m.cast(a, m.float16),
+         [np.array([70000, 2049], np.int32)])
+    same("cast(f64 -> f32 ties, overflow)", lambda m, a: m.cast(a, m.float32),
+         [np.array([1 + 2**-24, 1 + 3 * 2**-24, 3.5e38], np.float64)])
+    same("pow(int)", lambda m, a, b: m.pow(a, b), [np.array([2, -3, 0, 7], np.int32),
+                                                  np.array([10, 3, 0, 12], np.int32)])
+    same("pow(int, negative exponent)", lambda m, a, b: m.pow(a, b),
+         [np.array([2], np.int32), np.array([-1], np.int32)])
+    same("pow(empty int, negative exponent)", lambda m, a, b: m.pow(a, b),
+         [np.zeros((0, 2), np.int32), np.array([-1, 2], np.int32)])
+    same("square(int overflow)", lambda m, a: m.square(a), [np.array([2**16, 46341], np.int32)])
+    same("abs(int min)", lambda m, a: m.abs(a), [np.array([-2**31], np.int32)])
+    same("clip_by_global_norm(inf norm)",
+         lambda m, a, b: _flat(m.clip_by_global_norm([a, b], 1.0)),
+         [np.array([np.inf, 1], f32), np.array([1.0], f32)])
+    same("clip_by_global_norm(zero norm)",
+         lambda m, a, b: _flat(m.clip_by_global_norm([a, b], 1.0)),
+         [np.zeros(2, f32), np.zeros(1, f32)])
+    same("matrix_inverse(singular)", lambda m, a: m.linalg.inv(a) if m is tf
+         else m.matrix_inverse(a), [np.ones((2, 2), f32)])
+    same("matrix_determinant(0x0)", lambda m, a: m.linalg.det(a) if m is tf
+         else m.matrix_determinant(a), [np.ones((0, 0), f32)])
+    same("add_n(int)", lambda m, a, b: m.add_n([a, b]), [np.array([1, 2], np.int32),
+                                                        np.array([3, 4], np.int32)])
+    xi = np.array([3, 4], np.int32)
+    same("int * 0.5", lambda m, a: a * 0.5, [xi])
+    same("convert_to_tensor", lambda m, a: a + m.convert_to_tensor([1.5, 2.5]),
+         [np.array([1.0, 2.0], f32)])
+    same("int + 2.0", lambda m, a: a + 2.0, [xi])
+    same("int + 2**40", lambda m, a: a + 2**40, [xi])
+    same("f16 + 1e6", lambda m, a: a + 1e6, [np.array([1.5], np.float16)])
+    same("constant(2**40, int32)", lambda m: m.constant(2**40, dtype=m.int32), [])
+    same("constant(1e40, float32)", lambda m: m.constant(1e40, dtype=m.float32), [])
+    same("constant([1.5], int32)", lambda m: m.constant([1.5], dtype=m.int32), [])
+    same("zeros_like(dtype)", lambda m, a: m.zeros_like(a, dtype=m.int32),
+         [np.array([1.5, np.nan], f32)])
+    same("ones_like(dtype)", lambda m, a: m.ones_like(a, dtype=m.bool), [np.array([1.5], f32)])
+    same("slice(past the end)", lambda m, a: m.slice(a, [1], [5]), [np.ones(3, f32)])
+    same("slice(size -1)", lambda m, a: m.slice(a, [1, 0], [-1, 2]), [x[0]])
+    same("argmax(bool)", lambda m, a: m.argmax(a), [np.array([False, True, True])])
+    same("reduce_max(bool)", lambda m, a: m.reduce_max(a), [np.array([False, True])])
+    same("nn.log_softmax(f16)", lambda m, a: m.nn.log_softmax(a),
+         [np.array([[0, 10, -10]], np.float16)], "ulp", 1)
+    same("nn.conv2d(int32)", lambda m, a, b: m.nn.conv2d(a, b, 1, "VALID"),
+         [np.ones((1, 3, 3, 1), np.int32), np.ones((2, 2, 1, 1), np.int32)])
+    same("nn.max_pool2d(int32)", lambda m, a: m.nn.max_pool2d(a, 2, 2, "VALID"),
+         [np.arange(16, dtype=np.int32).reshape(1, 4, 4, 1)])
+    same("nn.avg_pool2d(SAME edges)", lambda m, a: m.nn.avg_pool2d(a, 3, 2, "SAME"),
+         [np.arange(16, dtype=f32).reshape(1, 4, 4, 1)], "ulp", 2)
+    same("matmul(broadcast batch)", lambda m, a, b: m.matmul(a, b),
+         [np.ones((2, 1, 3, 4), f32), np.ones((5, 4, 2), f32)])
+    # control flow: values through cond, while_loop and scan
+    v2 = np.array([1.0, -3.0], f32)
+    same("cond(false)", lambda m, a: m.cond(m.reduce_sum(a) > 0, lambda: a * 2, lambda: a - 1),
+         [v2])
+    same("cond(true)", lambda m, a: m.cond(m.reduce_sum(a) < 0, lambda: a * 2, lambda: a - 1),
+         [v2])
+    same("while_loop", lambda m, a: m.while_loop(lambda i, s: i < 5,
+                                                 lambda i, s: (i + 1, s * 2.0),
+                                                 [m.constant(0), a]), [v2])
+    grid = np.arange(1, 7, dtype=f32).reshape(3, 2)
+    same("scan", lambda m, a: m.scan(lambda acc, e: acc + e, a), [grid])
+    same("scan(initializer)", lambda m, a: m.scan(lambda acc, e: acc * e, a,
+                                                  initializer=m.constant([1.0, 1.0])), [grid])
+    same("scan(reverse)", lambda m, a: m.scan(lambda acc, e: acc + e, a, reverse=True), [grid])
+    same("pad(constant_values)", lambda m, a: m.pad(a, [[1, 1]], constant_values=5),
+         [np.array([1.5, 2.5], f32)])
+    return S
+
+
+def _flat(x: Any) -> list[Any]:
+    out: list[Any] = []
+    for v in (x if isinstance(x, (list, tuple)) else [x]):
+        out.extend(_flat(v) if isinstance(v, (list, tuple)) else [v])
+    return out
+
+
+# Functions of ``dir(tfc)`` / ``dir(tfc.nn)`` this tool does not compare, and why.
+NOT_COMPARED = {
+    "nn.dropout": "random: tfc's generator is not TensorFlow's (same distribution, other bits)",
+    "nn.sampled_softmax_loss": "random candidates (tfc's generator is not TensorFlow's)",
+    "random.*": "random: tfc's generator is not TensorFlow's; distributions are tested in tfc",
+    "gradients, train.*": "gradients: tools/conformance_tf_grad.py",
+    "Variable, placeholder, Session, group, device, ...": "graph structure, not values",
+    "layers.*, keras.*": "built from the functions above, with their own initializers",
+}
+
+# Public functions that build no op or whose values do not depend on the op (the coverage
+# check below skips them).
+NOT_OPS = {"apply", "as_dtype", "device", "entry", "fixed_size_partitioner", "function",
+           "get_default_graph", "global_variables_initializer", "gradients", "group",
+           "min_max_variable_partitioner", "name_scope", "placeholder", "reset_default_graph",
+           "set_random_seed", "user_location", "variable_partitioner", "variables_initializer",
+           "nn.apply", "nn.convert_to_tensor", "nn.dropout", "nn.sampled_softmax_loss"}
+
+
+def uncovered(specs: Sequence[Spec]) -> list[str]:
+    """Public functions of ``tfc`` and ``tfc.nn`` that no spec names (nor NOT_OPS)."""
+    import inspect
+    import re
+    covered = {re.match(r"[A-Za-z0-9_.]*", s.name).group(0)  # type: ignore[union-attr]
+               for s in specs}
+    out = []
+    for mod, prefix in [(tfc, ""), (tfc.nn, "nn.")]:
+        for n in dir(mod):
+            if n.startswith("_") or not inspect.isfunction(getattr(mod, n)):
+                continue
+            if prefix + n not in covered and prefix + n not in NOT_OPS:
+                out.append(prefix + n)
+    return out
+
+
+# Divergences this tool found, with what became of them.  Keyed by (spec name prefix,
+# case label substring).  FIXED: a tfc bug fixed in session 18, each with a regression test
+# in the tfc suite; EXPECTED: a documented difference.
+FTZ = "TensorFlow's CPU kernels flush float32/float64 subnormals to zero; tfc keeps them"
+MAXPOOL = ("TF's max pool skips NaN and starts from the lowest finite value (an all -inf "
+           "window gives -max); tfc's is the window's max, NaN propagating, as reduce_max")
+F16 = ("TF computes this float16 op with float16 accumulation (up to ~7 ulps off); tfc "
+       "accumulates in float32 and rounds once (<= 1 ulp from the exact value)")
+EMPTY = ("tfc rejects max/min over an empty axis (a TypeMismatch when building, an "
+         "ExecutionError for a symbolic dim that is 0 at run time); TF returns -inf/+inf "
+         "(the dtype's lowest/highest for integers)")
+KNOWN: dict[tuple[str, str], tuple[str, str]] = {
+    ("", "subnormal"): ("EXPECTED", FTZ),
+    ("divide", "int"): ("FIXED", "was floor division in the operand's dtype; now float64 "
+                        "true division (tests/api/test_tf_semantics.py)"),
+    ("truediv(/)", "int"): ("FIXED", "as divide (tests/api/test_tf_semantics.py)"),
+    ("greater", "bool"): ("EXPECTED", "TF has no ordering kernels for bool; tfc orders "
+                          "False < True, as numpy"),
+    ("less", "bool"): ("EXPECTED", "TF has no ordering kernels for bool; tfc orders "
+                       "False < True, as numpy"),
+    ("reduce_max", "+-0"): ("EXPECTED", "the sign of max(+0, -0) is unspecified (IEEE); the "
+                            "reduction orders differ"),
+    ("reduce_min", "+-0"): ("EXPECTED", "the sign of min(+0, -0) is unspecified (IEEE); the "
+                            "reduction orders differ"),
+    ("reduce_max", "special"): ("EXPECTED", "max of +0 and -0 (sign unspecified, IEEE)"),
+    ("reduce_min", "special"): ("EXPECTED", "min of +0 and -0 (sign unspecified, IEEE)"),
+    ("argmax", "nan"): ("EXPECTED", "tfc: NaN is the largest (numpy's argmax, the first "
+                        "NaN); TF's kernel skips NaN unless it comes first (undocumented)"),
+    ("argmin", "nan"): ("EXPECTED", "tfc: NaN is the smallest (numpy's argmin, the first "
+                        "NaN); TF's kernel skips NaN unless it comes first (undocumented)"),
+    ("range(0,1,0.1)", ""): ("EXPECTED", "tfc computes start + i * delta per element; TF "
+                             "accumulates val += delta (error growing with i)"),
+    ("range(empty)", ""): ("EXPECTED", "tfc gives an empty range, as numpy and Python; TF "
+                           "raises when start > limit with delta > 0"),
+    ("nn.softmax", "inf"): ("EXPECTED", "a +inf logit: TF gives NaN there and 0 elsewhere, "
+                            "tfc NaN for the whole row (both undefined; -inf masking agrees)"),
+    ("nn.softmax", "float16"): ("EXPECTED", F16),
+    ("nn.softmax", "nan"): ("EXPECTED", "a NaN logit: TF gives NaN there and 0 elsewhere in the "
+                            "row; tfc NaN for the whole row (its sum is NaN)"),
+    ("nn.avg_pool", "float16"): ("EXPECTED", F16),
+    ("nn.max_pool", "nan"): ("EXPECTED", MAXPOOL),
+    ("nn.max_pool", "-inf"): ("EXPECTED", MAXPOOL),
+    ("reduce_max", "0-size"): ("EXPECTED", EMPTY),
+    ("reduce_min", "0-size"): ("EXPECTED", EMPTY),
+    ("reduce_mean(f16, sum past 65504)", ""): ("EXPECTED", "TF's float16 mean sums in "
+                                                "float16 and overflows to inf; tfc "
+                                                "accumulates in float32: 30, the exact mean"),
+    ("fill(int value)", ""): ("FIXED", "was float32 (dtype default); now the value's dtype, "
+                              "int32 (tests/api/test_tf_semantics.py)"),
+    ("fill(bool value)", ""): ("FIXED", "was float32; now bool"),
+    ("fill(i64 2**62+1)", ""): ("FIXED", "the value went through a float attr: 2**62; now "
+                                "exact (tests/api/test_tf_semantics.py)"),
+    ("one_hot(int values)", ""): ("FIXED", "was float32; now the values' dtype, int32 "
+                                  "(tests/api/test_tf_semantics.py)"),
+    ("one_hot(off_value only)", ""): ("FIXED", "was float32; now int32"),
+    ("clip_by_global_norm(inf norm)", ""): ("FIXED", "gave [nan, 0], [0] (a silent zero "
+                                            "update); now NaN everywhere, as TF documents "
+                                            "(tests/api/test_tf_semantics.py)"),
+    ("int + 2.0", ""): ("EXPECTED", "a Python float with an integral value converts to the "
+                        "integer operand's dtype (TF raises); a fraction is an error in both"),
+    ("int + 2**40", ""): ("EXPECTED", "TF wraps the Python int to int32 (silently adds 0); "
+                          "tfc says the value does not fit i32"),
+    ("f16 + 1e6", ""): ("EXPECTED", "TF rounds the Python float to f16 inf; tfc says it is "
+                        "out of range for f16"),
+    ("constant(2**40, int32)", ""): ("EXPECTED", "TF wraps to 0; tfc: does not fit i32"),
+    ("constant(1e40, float32)", ""): ("EXPECTED", "TF gives inf; tfc: out of range for f32"),
+    ("floordiv(int edge)", "empty by zero"): ("FIXED", "the reference raised division by "
+                                              "zero (tests/api/test_tf_semantics.py)"),
+    ("pow(empty int, negative exponent)", ""): ("FIXED", "the reference raised"),
+    ("zeros_like(dtype)", ""): ("FIXED", "had no dtype argument (TypeError); now TF's "
+                                "(tests/api/test_tf_semantics.py)"),
+    ("ones_like(dtype)", ""): ("FIXED", "as zeros_like"),
+    ("slice(past the end)", ""): ("FIXED", "was clamped to the axis (2 of 5 elements, "
+                                  "silently); now an error, as TF "
+                                  "(tests/api/test_tf_semantics.py)"),
+    ("argmax(bool)", ""): ("EXPECTED", "tfc's argmax takes numbers only (a clear "
+                           "TypeMismatch; cast to int32)"),
+    ("reduce_max(bool)", ""): ("EXPECTED", "tfc reduces bools with max/min (any/all); TF has "
+                               "no such kernels"),
+    ("nn.log_softmax(f16)", ""): ("EXPECTED", F16 + "; exact: -4.54e-05, TF 0.0"),
+    ("nn.conv2d(int32)", ""): ("EXPECTED", "tfc convolves floats only (a clear TypeMismatch)"),
+    ("reduce_mean", "int"): ("FIXED", "raised TypeMismatch (float only); now TF's truncated "
+                             "integer mean (tests/api/test_tf_semantics.py)"),
+}
+
+
+# (spec name prefix, case label substring, detail substring): the detail narrows an entry
+# to one value where the rest of the case must still agree.
+KNOWN_AT: dict[tuple[str, str, str], tuple[str, str]] = {
+    ("floordiv(//)", "special x special", "tfc np.float32(-1.0) tf np.float32(-0.0)"): (
+        "EXPECTED", "1 // -max: the quotient is subnormal, flushed to -0 by TF before floor "
+        "(-0); tfc floors it (-1, as numpy)"),
+    ("floordiv(//)", "special x special", "tfc np.float64(-1.0) tf np.float64(-0.0)"): (
+        "EXPECTED", "as float32: TF flushes the subnormal quotient before floor"),
+}
+
+
+def classify(name: str, label: str, detail: str = "") -> tuple[str, str]:
+    for (n, lab, det), v in KNOWN_AT.items():
+        if name.startswith(n) and lab in label and det in detail:
+            return v
+    for (n, lab), v in KNOWN.items():
+        if name.startswith(n) and lab in label:
+            return v
+    return ("NEW", "")
+
+
+# ---- running ------------------------------------------------------------------------------
+
+def _tfc_dtype(dt: np.dtype) -> Any:
+    return tfc.as_dtype(np.dtype(dt).name)
+
+
+def run_tfc(spec: Spec, inputs: Inputs, backend: str) -> list[np.ndarray]:
+    tfc.reset_default_graph()
+    if spec.feed:
+        phs = [tfc.placeholder(_tfc_dtype(x.dtype), list(x.shape)) for x in inputs]
+        outs = _flat(spec.tfc_fn(*phs))
+        feed = dict(zip(phs, inputs))
+    else:
+        outs, feed = _flat(spec.tfc_fn()), {}
+    with tfc.Session(backend=backend) as sess:
+        got = sess.run(outs, feed)
+    return [np.asarray(g) for g in got]
+
+
+def run_tf(tf: Any, spec: Spec, inputs: Inputs) -> list[np.ndarray]:
+    with tf.device("/CPU:0"):
+        if spec.feed:
+            outs = _flat(spec.tf_fn(*[tf.constant(x) for x in inputs]))
+        else:
+            outs = _flat(spec.tf_fn())
+    return [np.asarray(o.numpy()) for o in outs]
+
+
+@dataclass
+class Row:
+    cases: int = 0
+    mismatches: int = 0
+    worst: float = 0.0
+
+
+@dataclass
+class Divergence:
+    op: str
+    label: str
+    backend: str
+    detail: str
+
+
+def _short(e: BaseException) -> str:
+    s = f"{type(e).__name__}: {e}".replace("\n", " ")
+    return s[:160]
+
+
+def check_case(tf: Any, spec: Spec, label: str, inputs: Inputs, backends: Sequence[str],
+               row: Row, divs: list[Divergence]) -> None:
+    try:
+        want: list[np.ndarray] | None = run_tf(tf, spec, inputs)
+        tf_err = ""
+    except Exception as e:  # noqa: BLE001 (TF's errors: a case TF rejects)
+        want, tf_err = None, _short(e)
+    for be in backends:
+        row.cases += 1
+        try:
+            got: list[np.ndarray] | None = run_tfc(spec, inputs, be)
+            err = ""
+        except tfc.TfcError as e:
+            got, err = None, _short(e)
+        except Exception as e:  # noqa: BLE001 (an unclear error is itself a finding)
+            got, err = None, "UNCLEAR " + _short(e)
+        if want is None or got is None:
+            if want is None and got is None and not err.startswith("UNCLEAR"):
+                continue
+            row.mismatches += 1
+            row.worst = float("inf")
+            detail = (f"tf raises ({tf_err}); tfc gives a value" if got is not None else
+                      f"tfc raises ({err})" + ("" if want is None else "; tf gives a value"))
+            divs.append(Divergence(spec.name, label, be, detail))
+            continue
+        if len(got) != len(want):
+            row.mismatches += 1
+            divs.append(Divergence(spec.name, label, be, f"{len(got)} results, tf {len(want)}"))
+            continue
+        for g, w in zip(got, want):
+            ulps = spec.ulps.get(w.dtype.type, 0) if spec.mode == "ulp" else 0
+            bound = spec.bound(inputs, w) if spec.mode == "bound" and spec.bound else None
+            mode = spec.mode if np.issubdtype(w.dtype, np.floating) else "exact"
+            v = compare(g, w, mode, ulps, bound)
+            row.worst = max(row.worst, v.err)
+            if not v.ok:
+                row.mismatches += 1
+                divs.append(Divergence(spec.name, label, be, v.detail))
+                break
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer random shapes (minutes)")
+    ap.add_argument("--ops", default="", help="comma-separated spec name prefixes")
+    ap.add_argument("--backends", default="llvm,reference")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    import tensorflow as tf
+    tf.config.set_visible_devices([], "GPU")
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    print(f"# tfc {tfc.version.__version__ if hasattr(tfc.version, '__version__') else ''}"
+          f" vs TensorFlow {tf.__version__} (eager, CPU) on {cpu}; numpy {np.__version__};"
+          f" python {platform.python_version()}")
+    backends = [b for b in args.backends.split(",") if b]
+    prefixes = [p for p in args.ops.split(",") if p]
+    specs = [s for s in build_specs(tf) if not prefixes or any(s.name.startswith(p)
+                                                                for p in prefixes)]
+    rng = np.random.default_rng(args.seed)
+    divs: list[Divergence] = []
+    t0 = time.time()
+    print(f"{'op':58} {'cases':>5} {'mism':>5} {'worst':>9}  mode")
+    for spec in specs:
+        row = Row()
+        for label, inputs in spec.cases(rng, args.quick):
+            check_case(tf, spec, label, inputs, backends, row, divs)
+        mode = spec.mode + (f"<={spec.ulps.get(np.float32, 0):g}ulp(f32)" if spec.mode == "ulp"
+                            else "")
+        print(f"{spec.name:58} {row.cases:5d} {row.mismatches:5d} {row.worst:9.3g}  {mode}",
+              flush=True)
+    print(f"\n# {len(specs)} specs in {time.time() - t0:.0f} s; {len(divs)} divergent "
+          f"(case, backend) pairs, grouped by op and reason:")
+    groups: dict[tuple[str, str, str], list[Divergence]] = {}
+    for d in divs:
+        status, why = classify(d.op, d.label, d.detail)
+        groups.setdefault((status, d.op, why), []).append(d)
+    order = {"NEW": 0, "FIXED": 1, "EXPECTED": 2}
+    for (status, op, why), ds in sorted(groups.items(), key=lambda kv: (order[kv[0][0]],
+                                                                         kv[0][1])):
+        labels = sorted({f"{d.label} ({d.backend})" if status == "NEW" else d.label
+                         for d in ds})
+        shown = ", ".join(labels[:4]) + (f", +{len(labels) - 4}" if len(labels) > 4 else "")
+        print(f"{status:8} {op}: {len(ds)} [{shown}] e.g. {ds[0].detail}"
+              + (f"\n         -- {why}" if why else ""))
+    print("\n# fixed (these diverged before session 18's fixes; a fixed one that diverges "
+          "again shows above as FIXED):")
+    for (n, lab), (status, why) in KNOWN.items():
+        if status == "FIXED":
+            print(f"  {n} [{lab}]: {why}")
+    if not prefixes:
+        missing = uncovered(specs)
+        print(f"\n# public functions with no spec: {', '.join(missing) or 'none'}")
+    print("\n# not compared:")
+    for k, v in NOT_COMPARED.items():
+        print(f"  {k}: {v}")
+    return 1 if any(classify(d.op, d.label, d.detail)[0] == "NEW" for d in divs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
