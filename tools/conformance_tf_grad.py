@@ -1,0 +1,701 @@
+"""tfc's gradients against TensorFlow's, op by op and for the ``tfc.gradients`` API.
+
+Finite differences (what tfc's own suite checks gradients with) cannot see the
+conventions at kinks (relu'(0), abs'(0), ties of maximum / reduce_max, sqrt at 0, pow
+with a zero or negative base, ...) nor the API's semantics (None for an unconnected x,
+``grad_ys``, ``stop_gradient``, IndexedSlices from gather, several ys). Users write TF1
+code and expect TensorFlow's numbers there, so this tool compares with TensorFlow itself.
+
+For each case: the inputs are fed through placeholders, ``y = f(inputs)``, and the
+gradient of ``sum(y * w)`` (``w`` a seeded random upstream gradient, passed as
+``grad_ys``) with respect to every float input is taken by ``tfc.gradients`` in a tfc
+graph run by ``tfc.Session`` on the llvm and on the reference backend, and by
+``tf.compat.v1.gradients`` in a ``tf.Graph`` run by a TF1 session (grappler off, so
+TensorFlow computes exactly the gradient graph its rules build).
+
+Agreement: the same None-ness, NaN at the same places, the same infinities, and for the
+finite elements ``|tfc - tf| <= k * eps(dtype) * (|tf| + scale)`` with ``scale`` the
+largest finite ``|tf|`` of that gradient and ``k`` per op family (``TOL`` below: f32 a
+few ulps of the result's scale; f64 ``k * eps`` about 1e-12).
+
+TensorFlow, JAX and PyTorch are not tfc's dependencies; run this by hand:
+``python tools/conformance_tf_grad.py [--quick] [--backend llvm|reference]``. The output
+is a table per op and the list of divergences, each marked FIXED (a bug fixed in tfc,
+with a regression test in the suite) or EXPECTED (a deliberate difference, with a reason)
+from ``KNOWN`` below; an unlisted divergence is NEW and makes the exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+# Tolerance multiplier k (units of the dtype's eps) per op family: f32 / f64.
+TOL: dict[str, tuple[float, float]] = {
+    "elementwise": (4, 8),         # one or two roundings per element
+    "broadcast": (8, 16),          # plus a sum over broadcast axes
+    "reduce": (16, 64),
+    "shape": (1, 1),               # moves values: exact
+    "matmul": (32, 128),
+    "linalg": (512, 4096),         # inverses: error grows with the condition number
+    "nn": (32, 128),
+    "composite": (64, 256),
+}
+
+
+@dataclass
+class Case:
+    """``fn(m, *inputs)`` builds y with ``m`` = tfc or TensorFlow (``tf_fn`` where the two
+    APIs are spelled differently); ``make(dtype, rng)`` gives the inputs."""
+
+    op: str
+    label: str
+    family: str
+    fn: Callable[..., Any]
+    make: Callable[[Any, np.random.Generator], list[np.ndarray]]
+    tf_fn: Callable[..., Any] | None = None
+    dtypes: tuple[str, ...] = ("float32", "float64")
+    quick: bool = True
+
+
+@dataclass
+class Result:
+    case: Case
+    dtype: str
+    backend: str
+    status: str  # "ok", "DIVERGES", "ERROR"
+    detail: str = ""
+
+
+@dataclass
+class Known:
+    verdict: str  # FIXED or EXPECTED
+    reason: str
+
+
+# (op, label) -> verdict: the divergences found, and what was done about each.
+KNOWN: dict[tuple[str, str], Known] = {}
+
+
+def _r(*shape: int, lo: float = -2.0, hi: float = 2.0) -> Callable[..., np.ndarray]:
+    return lambda dt, rng: rng.uniform(lo, hi, shape).astype(dt)
+
+
+def _c(*vals: Any) -> Callable[..., np.ndarray]:
+    return lambda dt, rng: np.array(vals, dtype=dt)
+
+
+def _inputs(*makers: Callable[..., np.ndarray]) -> Callable[..., list[np.ndarray]]:
+    return lambda dt, rng: [m(dt, rng) for m in makers]
+
+
+def _int(arr: Sequence[Any], dt: str = "int32") -> Callable[..., np.ndarray]:
+    return lambda _dt, rng: np.array(arr, dtype=dt)
+
+
+KINK = np.array([-1.5, -0.0, 0.0, 0.5, 1.0, 2.0])
+
+
+def _unary_cases(name: str, family: str = "elementwise", points: Any = KINK,
+                 lo: float = -2.0, hi: float = 2.0, tf_name: str | None = None) -> list[Case]:
+    tfn = (lambda m, x: _attr(m, tf_name)(x)) if tf_name else None
+    f = (lambda m, x: _attr(m, name)(x))
+    return [
+        Case(name, "random [3,4]", family, f, _inputs(_r(3, 4, lo=lo, hi=hi)), tfn),
+        Case(name, "scalar", family, f, _inputs(_r(lo=lo, hi=hi)), tfn),
+        Case(name, f"kinks {[float(v) for v in points]}", family, f, _inputs(_c(*points)), tfn),
+    ]
+
+
+def _attr(m: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        m = getattr(m, part)
+    return m
+
+
+def _binary_cases(name: str, lo: float = -2.0, hi: float = 2.0,
+                  kinks: Sequence[tuple[Sequence[float], Sequence[float]]] = ()) -> list[Case]:
+    f = (lambda m, x, y: _attr(m, name)(x, y))
+    cases = [
+        Case(name, "random [3,4]x[3,4]", "elementwise", f,
+             _inputs(_r(3, 4, lo=lo, hi=hi), _r(3, 4, lo=lo, hi=hi))),
+        Case(name, "broadcast [3,1,4]x[2,1]", "broadcast", f,
+             _inputs(_r(3, 1, 4, lo=lo, hi=hi), _r(2, 1, lo=lo, hi=hi))),
+        Case(name, "broadcast []x[2,3]", "broadcast", f,
+             _inputs(_r(lo=lo, hi=hi), _r(2, 3, lo=lo, hi=hi))),
+    ]
+    for xs, ys in kinks:
+        cases.append(Case(name, f"kinks x={list(xs)} y={list(ys)}", "elementwise", f,
+                          _inputs(_c(*xs), _c(*ys))))
+    return cases
+
+
+def _softmax_ce_tf(m: Any, lab: Any, logit: Any) -> Any:
+    # tf.nn.softmax_cross_entropy_with_logits (v2): backpropagates into labels too
+    return m.nn.softmax_cross_entropy_with_logits(labels=lab, logits=logit)
+
+
+def _probs(*shape: int) -> Callable[..., np.ndarray]:
+    def make(dt: Any, rng: np.random.Generator) -> np.ndarray:
+        p = rng.uniform(0.1, 1.0, shape)
+        return (p / p.sum(-1, keepdims=True)).astype(dt)
+    return make
+
+
+def _spd(n: int) -> Callable[..., np.ndarray]:
+    def make(dt: Any, rng: np.random.Generator) -> np.ndarray:
+        a = rng.uniform(-1, 1, (n, n))
+        return (a @ a.T + n * np.eye(n)).astype(dt)
+    return make
+
+
+def _ties(dt: Any, rng: np.random.Generator) -> np.ndarray:
+    return np.array([[1.0, 3.0, 3.0, -1.0], [2.0, 2.0, 2.0, 2.0], [0.0, -0.0, -5.0, 0.0]], dt)
+
+
+def _pool_tf(kind: str) -> Callable[..., Any]:
+    def f(m: Any, x: Any) -> Any:
+        return getattr(m.nn, kind)(x, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="VALID")
+    return f
+
+
+def _pool_tfc(kind: str) -> Callable[..., Any]:
+    def f(m: Any, x: Any) -> Any:
+        return getattr(m.nn, kind)(x, ksize=2, strides=2, padding="VALID")
+    return f
+
+
+def _pool_same_tf(kind: str) -> Callable[..., Any]:
+    def f(m: Any, x: Any) -> Any:
+        return getattr(m.nn, kind)(x, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1], padding="SAME")
+    return f
+
+
+def _pool_same_tfc(kind: str) -> Callable[..., Any]:
+    def f(m: Any, x: Any) -> Any:
+        return getattr(m.nn, kind)(x, ksize=3, strides=2, padding="SAME")
+    return f
+
+
+def _clip_global(norm: float) -> Callable[..., Any]:
+    def f(m: Any, x: Any, y: Any) -> Any:
+        cx, cy = m.clip_by_global_norm([x, y], norm)[0]
+        return m.concat([m.reshape(cx, [-1]), cy * 2.0], 0)
+    return f
+
+
+def _pool_ties(dt: Any, rng: np.random.Generator) -> np.ndarray:
+    x = np.zeros((1, 4, 4, 1), dt)
+    x[0, 0, 0, 0] = x[0, 1, 1, 0] = 1.0  # a tie in the first window
+    x[0, 2:, 2:, 0] = -2.0               # four equal elements in the last window
+    return x
+
+
+def build_cases() -> list[Case]:
+    cases: list[Case] = []
+    # -- unary element-wise
+    for name in ["abs", "negative", "exp", "square", "tanh", "sigmoid", "sin", "cos",
+                 "sign", "floor", "identity"]:
+        cases += _unary_cases(name)
+    cases += _unary_cases("nn.relu", tf_name="nn.relu")
+    cases += _unary_cases("log", lo=0.1, hi=3.0, points=[0.0, 1e-3, 1.0, 2.5],
+                          tf_name="math.log")
+    cases += _unary_cases("sqrt", lo=0.1, hi=3.0, points=[0.0, 1e-3, 1.0, 2.5])
+    cases += _unary_cases("rsqrt", lo=0.1, hi=3.0, points=[0.0, 1e-3, 1.0, 2.5],
+                          tf_name="math.rsqrt")
+    cases += _unary_cases("nn.sigmoid", tf_name="nn.sigmoid")
+    cases += _unary_cases("nn.tanh", tf_name="nn.tanh")
+    # -- binary element-wise
+    cases += _binary_cases("add")
+    cases += _binary_cases("subtract")
+    cases += _binary_cases("multiply", kinks=[([0.0, 1.0], [0.0, -0.0])])
+    cases += _binary_cases("divide", lo=0.5, hi=2.0,
+                           kinks=[([1.0, 0.0, -1.0, 0.0], [0.0, 0.0, 0.0, 2.0])])
+    cases += _binary_cases("maximum", kinks=[([1.0, 2.0, -0.0, 0.0], [1.0, 3.0, 0.0, -0.0])])
+    cases += _binary_cases("minimum", kinks=[([1.0, 2.0, -0.0, 0.0], [1.0, 3.0, 0.0, -0.0])])
+    cases += _binary_cases("pow", lo=0.5, hi=2.0, kinks=[
+        ([0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 2.0, 0.5]),
+        ([-2.0, -2.0, -0.5], [2.0, 3.0, 1.0]),
+        ([2.0, 0.0, -1.0], [-1.0, -1.0, -2.0]),
+    ])
+    # -- where / select, cast, add_n, stop_gradient
+    cases.append(Case("where", "random [3,4]", "elementwise",
+                      lambda m, x, y: m.where(m.greater(x, y), x, y),
+                      _inputs(_r(3, 4), _r(3, 4))))
+    cases.append(Case("where", "ties x==y", "elementwise",
+                      lambda m, x, y: m.where(m.greater_equal(x, y), x * 2.0, y * 3.0),
+                      _inputs(_c(1.0, 2.0, 0.0), _c(1.0, 3.0, 0.0))))
+    cases.append(Case("where", "broadcast [3,1]x[4]", "broadcast",
+                      lambda m, x, y: m.where(m.greater(x + y, 0.0), x, y),
+                      _inputs(_r(3, 1), _r(4)),
+                      tf_fn=lambda m, x, y: m.compat.v2.where(m.greater(x + y, 0.0), x, y)))
+    for name, tf_name in [("sqrt", "sqrt"), ("rsqrt", "math.rsqrt"), ("log", "math.log")]:
+        cases.append(Case(
+            "where", f"{name} in the branch not taken (zero upstream gradient)", "elementwise",
+            (lambda n: lambda m, x: m.where(m.greater(x, 0.0), _attr(m, n)(x),
+                                            m.zeros_like(x)))(name),
+            _inputs(_c(-1.0, 0.0, 4.0)),
+            (lambda n: lambda m, x: m.where(m.greater(x, 0.0), _attr(m, n)(x),
+                                            m.zeros_like(x)))(tf_name)))
+    cases.append(Case("cast", "f->f64->f", "elementwise",
+                      lambda m, x: m.cast(m.cast(x, m.float64) * 3.0, x.dtype),
+                      _inputs(_r(3, 4))))
+    cases.append(Case("cast", "f->int32->f", "elementwise",
+                      lambda m, x: x + m.cast(m.cast(x, m.int32), x.dtype),
+                      _inputs(_r(3, 4))))
+    cases.append(Case("add_n", "three", "elementwise",
+                      lambda m, x, y, z: m.add_n([x, y, x * z]),
+                      _inputs(_r(2, 3), _r(2, 3), _r(2, 3))))
+    cases.append(Case("stop_gradient", "x*stop(x)", "elementwise",
+                      lambda m, x: x * m.stop_gradient(x), _inputs(_r(3, 4))))
+    # -- reductions
+    for name in ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"]:
+        f_all = (lambda n: lambda m, x: getattr(m, n)(x))(name)
+        f_ax = (lambda n: lambda m, x: getattr(m, n)(x, axis=1))(name)
+        f_kd = (lambda n: lambda m, x: getattr(m, n)(x, axis=[0, 2], keepdims=True))(name)
+        cases += [Case(name, "all [3,4]", "reduce", f_all, _inputs(_r(3, 4, lo=0.5, hi=1.5))),
+                  Case(name, "axis=1 [3,4]", "reduce", f_ax, _inputs(_r(3, 4))),
+                  Case(name, "axes=[0,2] keepdims [2,3,4]", "reduce", f_kd,
+                       _inputs(_r(2, 3, 4))),
+                  Case(name, "ties/zeros axis=1", "reduce", f_ax, _inputs(_ties)),
+                  Case(name, "scalar", "reduce", f_all, _inputs(_r()), quick=False)]
+    cases.append(Case("reduce_prod", "two zeros in a row axis=1", "reduce",
+                      lambda m, x: m.reduce_prod(x, axis=1),
+                      _inputs(_c([0.0, 2.0, 0.0], [3.0, 0.0, 4.0], [1.0, 2.0, 3.0]))))
+    # -- matmul and linear algebra
+    cases.append(Case("matmul", "[3,4]@[4,5]", "matmul", lambda m, a, b: m.matmul(a, b),
+                      _inputs(_r(3, 4), _r(4, 5))))
+    cases.append(Case("matmul", "transposes", "matmul",
+                      lambda m, a, b: m.matmul(a, b, transpose_a=True, transpose_b=True),
+                      _inputs(_r(4, 3), _r(5, 4))))
+    cases.append(Case("matmul", "batched [2,3,4]@[2,4,5]", "matmul",
+                      lambda m, a, b: m.matmul(a, b), _inputs(_r(2, 3, 4), _r(2, 4, 5))))
+    cases.append(Case("matrix_inverse", "spd 4x4", "linalg", lambda m, a: m.matrix_inverse(a),
+                      _inputs(_spd(4)), tf_fn=lambda m, a: m.linalg.inv(a)))
+    cases.append(Case("matrix_determinant", "4x4", "linalg",
+                      lambda m, a: m.matrix_determinant(a), _inputs(_r(4, 4)),
+                      tf_fn=lambda m, a: m.linalg.det(a)))
+    cases.append(Case("matrix_determinant", "batched [2,3,3]", "linalg",
+                      lambda m, a: m.matrix_determinant(a), _inputs(_r(2, 3, 3)),
+                      tf_fn=lambda m, a: m.linalg.det(a)))
+    cases.append(Case("matrix_determinant", "singular 3x3", "linalg",
+                      lambda m, a: m.matrix_determinant(a),
+                      _inputs(_c([1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0])),
+                      tf_fn=lambda m, a: m.linalg.det(a)))
+    # -- shape ops
+    shape_cases: list[tuple[str, str, Callable[..., Any], list[Callable[..., np.ndarray]]]] = [
+        ("reshape", "[3,4]->[2,6]", lambda m, x: m.reshape(x, [2, 6]), [_r(3, 4)]),
+        ("transpose", "perm [2,0,1]", lambda m, x: m.transpose(x, [2, 0, 1]), [_r(2, 3, 4)]),
+        ("broadcast_to", "[3,1]->[2,3,4]", lambda m, x: m.broadcast_to(x, [2, 3, 4]),
+         [_r(3, 1)]),
+        ("concat", "axis 1", lambda m, x, y: m.concat([x, y, x], axis=1),
+         [_r(2, 3), _r(2, 2)]),
+        ("stack", "axis 1", lambda m, x, y: m.stack([x, y], axis=1), [_r(2, 3), _r(2, 3)]),
+        ("split", "3 ways, two used", lambda m, x: m.split(x, 3, axis=1)[0] * 2.0
+         + m.split(x, 3, axis=1)[2], [_r(2, 6)]),
+        ("split", "sizes", lambda m, x: m.split(x, [1, 3], axis=0)[1], [_r(4, 2)]),
+        ("slice", "[1:3, 0:2]", lambda m, x: m.slice(x, [1, 0], [2, 2]), [_r(4, 3)]),
+        ("pad", "constant", lambda m, x: m.pad(x, [[1, 0], [2, 1]]), [_r(2, 3)]),
+        ("pad", "reflect", lambda m, x: m.pad(x, [[1, 1], [2, 1]], mode="REFLECT"),
+         [_r(3, 4)]),
+        ("pad", "symmetric", lambda m, x: m.pad(x, [[1, 1], [2, 1]], mode="SYMMETRIC"),
+         [_r(3, 4)]),
+        ("tile", "[2,3]", lambda m, x: m.tile(x, [2, 3]), [_r(2, 2)]),
+        ("expand_dims", "axis -1", lambda m, x: m.expand_dims(x, -1), [_r(2, 3)]),
+        ("squeeze", "axis 1", lambda m, x: m.squeeze(x, [1]), [_r(2, 1, 3)]),
+        ("gather", "rows with repeats", lambda m, p, i: m.gather(p, i),
+         [_r(5, 3), _int([1, 1, 4, 0])]),
+        ("gather", "2-d indices", lambda m, p, i: m.gather(p, i),
+         [_r(5, 3), _int([[1, 2], [2, 2]])]),
+        ("gather", "axis 1", lambda m, p, i: m.gather(p, i, axis=1),
+         [_r(2, 4, 3), _int([3, 0, 3])]),
+    ]
+    for op, label, fn, makers in shape_cases:
+        cases.append(Case(op, label, "shape", fn, _inputs(*makers)))
+    # -- nn
+    cases += [
+        Case("nn.softmax", "[3,5]", "nn", lambda m, x: m.nn.softmax(x), _inputs(_r(3, 5))),
+        Case("nn.softmax", "axis 0", "nn", lambda m, x: m.nn.softmax(x, axis=0),
+             _inputs(_r(3, 5))),
+        Case("nn.log_softmax", "[3,5]", "nn", lambda m, x: m.nn.log_softmax(x),
+             _inputs(_r(3, 5))),
+        Case("nn.log_softmax", "large logits", "nn", lambda m, x: m.nn.log_softmax(x),
+             _inputs(_c([100.0, 0.0, -100.0], [1.0, 1.0, 1.0]))),
+        Case("nn.softmax_cross_entropy_with_logits", "[3,5]", "nn",
+             lambda m, lab, lo: m.nn.softmax_cross_entropy_with_logits(labels=lab, logits=lo),
+             _inputs(_probs(3, 5), _r(3, 5)), tf_fn=_softmax_ce_tf),
+        Case("nn.sparse_softmax_cross_entropy_with_logits", "[3,5]", "nn",
+             lambda m, lo, lab: m.nn.sparse_softmax_cross_entropy_with_logits(
+                 labels=lab, logits=lo), _inputs(_r(3, 5), _int([0, 4, 2]))),
+        Case("nn.sigmoid_cross_entropy_with_logits", "[3,4]", "nn",
+             lambda m, lab, lo: m.nn.sigmoid_cross_entropy_with_logits(labels=lab, logits=lo),
+             _inputs(_r(3, 4, lo=0.0, hi=1.0), _r(3, 4, lo=-5, hi=5))),
+        Case("nn.sigmoid_cross_entropy_with_logits", "logits at 0", "nn",
+             lambda m, lab, lo: m.nn.sigmoid_cross_entropy_with_logits(labels=lab, logits=lo),
+             _inputs(_c(0.0, 1.0, 0.5), _c(0.0, 0.0, -0.0))),
+        Case("nn.bias_add", "NHWC", "broadcast", lambda m, x, b: m.nn.bias_add(x, b),
+             _inputs(_r(2, 3, 4), _r(4))),
+        Case("nn.conv2d", "VALID s1", "nn",
+             lambda m, x, w: m.nn.conv2d(x, w, strides=1, padding="VALID"),
+             _inputs(_r(2, 5, 5, 3), _r(3, 3, 3, 4)),
+             tf_fn=lambda m, x, w: m.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="VALID")),
+        Case("nn.conv2d", "SAME s2", "nn",
+             lambda m, x, w: m.nn.conv2d(x, w, strides=2, padding="SAME"),
+             _inputs(_r(1, 6, 5, 2), _r(3, 2, 2, 3)),
+             tf_fn=lambda m, x, w: m.nn.conv2d(x, w, strides=[1, 2, 2, 1], padding="SAME")),
+        Case("nn.conv2d", "dilation 2 (TF CPU: f32 only)", "nn",
+             lambda m, x, w: m.nn.conv2d(x, w, padding="SAME", dilations=2),
+             _inputs(_r(1, 6, 6, 2), _r(2, 2, 2, 3)),
+             tf_fn=lambda m, x, w: m.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="SAME",
+                                               dilations=[1, 2, 2, 1]), dtypes=("float32",)),
+        Case("nn.max_pool2d", "2x2 s2", "nn", _pool_tfc("max_pool2d"),
+             _inputs(_r(2, 4, 4, 3)), tf_fn=_pool_tf("max_pool2d")),
+        Case("nn.max_pool2d", "ties", "nn", _pool_tfc("max_pool2d"),
+             _inputs(_pool_ties), tf_fn=_pool_tf("max_pool2d")),
+        Case("nn.max_pool2d", "3x3 s2 SAME", "nn", _pool_same_tfc("max_pool2d"),
+             _inputs(_r(1, 5, 5, 2)), tf_fn=_pool_same_tf("max_pool2d")),
+        Case("nn.avg_pool2d", "2x2 s2", "nn", _pool_tfc("avg_pool2d"),
+             _inputs(_r(2, 4, 4, 3)), tf_fn=_pool_tf("avg_pool2d")),
+        Case("nn.avg_pool2d", "3x3 s2 SAME", "nn", _pool_same_tfc("avg_pool2d"),
+             _inputs(_r(1, 5, 5, 2)), tf_fn=_pool_same_tf("avg_pool2d")),
+        # -- composites: clipping, control flow
+        Case("clip_by_global_norm", "norm above clip", "composite", _clip_global(1.0),
+             _inputs(_r(2, 3), _r(3))),
+        Case("clip_by_global_norm", "norm below clip", "composite", _clip_global(100.0),
+             _inputs(_r(2, 3), _r(3))),
+        Case("cond", "true branch", "composite",
+             lambda m, x, y: m.cond(m.reduce_sum(x) > -100.0, lambda: x * y, lambda: x + y),
+             _inputs(_r(2, 3), _r(2, 3))),
+        Case("while_loop", "x*y^3", "composite",
+             lambda m, x, y: m.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, a * y),
+                                          [m.constant(0), x])[1],
+             _inputs(_r(2, 3), _r(2, 3))),
+    ]
+    return cases
+
+
+# ----------------------------------------------------------------------------- runners
+
+
+def _tf() -> Any:
+    import tensorflow as tf
+    return tf
+
+
+def run_tf(case: Case, xs: list[np.ndarray], w_seed: int) -> tuple[list[Any], np.ndarray]:
+    """TensorFlow's gradients (TF1 graph mode, grappler off) and the upstream ``w``."""
+    tf = _tf()
+    fn = case.tf_fn or case.fn
+    g = tf.Graph()
+    with g.as_default():
+        phs = [tf.compat.v1.placeholder(tf.as_dtype(x.dtype), x.shape) for x in xs]
+        y = fn(tf, *phs)
+        y = tf.convert_to_tensor(y)
+        rng = np.random.default_rng(w_seed)
+        w = rng.uniform(0.5, 1.5, y.shape.as_list()).astype(y.dtype.as_numpy_dtype)
+        wph = tf.compat.v1.placeholder(y.dtype, w.shape)
+        floats = [p for p, x in zip(phs, xs) if x.dtype.kind == "f"]
+        grads = tf.compat.v1.gradients(y, floats, grad_ys=[wph])
+        dense = [None if gr is None else tf.convert_to_tensor(gr) for gr in grads]
+        cfg = tf.compat.v1.ConfigProto()
+        cfg.graph_options.rewrite_options.disable_meta_optimizer = True
+        with tf.compat.v1.Session(graph=g, config=cfg) as s:
+            feed = {p: x for p, x in zip(phs, xs)}
+            feed[wph] = w
+            fetch = [d for d in dense if d is not None]
+            vals = iter(s.run(fetch, feed) if fetch else [])
+            return [None if d is None else next(vals) for d in dense], w
+
+
+def run_tfc(case: Case, xs: list[np.ndarray], w: np.ndarray, backend: str) -> list[Any]:
+    import tfc
+    g = tfc.Graph()
+    with g.as_default():
+        phs = [tfc.placeholder(tfc.as_dtype(x.dtype), list(x.shape)) for x in xs]
+        y = tfc.convert_to_tensor(case.fn(tfc, *phs))
+        wph = tfc.placeholder(y.dtype, list(w.shape))
+        floats = [p for p, x in zip(phs, xs) if x.dtype.kind == "f"]
+        grads = tfc.gradients(y, floats, grad_ys=[wph])
+        dense = [None if gr is None else (gr.to_dense() if isinstance(gr, tfc.IndexedSlices)
+                                          else gr) for gr in grads]
+        with tfc.Session(backend=backend) as s:
+            feed = {p: x for p, x in zip(phs, xs)}
+            feed[wph] = w
+            fetch = [d for d in dense if d is not None]
+            vals = iter(s.run(fetch, feed) if fetch else [])
+            return [None if d is None else np.asarray(next(vals)) for d in dense]
+
+
+def compare(a: Any, b: Any, k: float) -> str:
+    """'' when tfc's ``a`` agrees with TF's ``b``, else what differs."""
+    if a is None or b is None:
+        if a is None and b is None:
+            return ""
+        return f"tfc {'None' if a is None else 'a tensor'}, TF {'None' if b is None else 'a tensor'}"
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return f"shape {a.shape} vs TF {b.shape}"
+    if a.dtype != b.dtype:
+        return f"dtype {a.dtype} vs TF {b.dtype}"
+    an, bn = np.isnan(a), np.isnan(b)
+    if (an != bn).any():
+        i = np.argwhere(an != bn)[0]
+        return f"NaN differs at {tuple(i)}: tfc {a[tuple(i)]} TF {b[tuple(i)]}"
+    ai, bi = np.isinf(a), np.isinf(b)
+    if (ai != bi).any() or (a[ai] != b[bi]).any():
+        i = np.argwhere((ai != bi) | (ai & (a != b)))[0]
+        return f"inf differs at {tuple(i)}: tfc {a[tuple(i)]} TF {b[tuple(i)]}"
+    fin = np.isfinite(b)
+    if not fin.any():
+        return ""
+    scale = float(np.abs(b[fin]).max())
+    eps = float(np.finfo(a.dtype).eps)
+    err = np.abs(a[fin].astype(np.float64) - b[fin].astype(np.float64))
+    bound = k * eps * (np.abs(b[fin]).astype(np.float64) + scale)
+    if (err > bound).any():
+        j = int(np.argmax(err - bound))
+        return (f"max |diff| {err.max():.3g} (bound {bound[j]:.3g}, scale {scale:.3g}); "
+                f"e.g. tfc {a[fin][j]!r} TF {b[fin][j]!r}")
+    return ""
+
+
+def run_case(case: Case, dtype: str, backends: Sequence[str], seed: int) -> list[Result]:
+    rng = np.random.default_rng(seed)
+    xs = case.make(np.dtype(dtype), rng)
+    try:
+        want, w = run_tf(case, xs, seed + 1)
+    except Exception as e:  # noqa: BLE001 (a case TF cannot build is reported, not fatal)
+        return [Result(case, dtype, be, "ERROR", f"TF: {type(e).__name__}: {e}"[:300])
+                for be in backends]
+    k32, k64 = TOL[case.family]
+    k = k32 if dtype == "float32" else k64
+    out = []
+    for be in backends:
+        try:
+            got = run_tfc(case, xs, w, be)
+        except Exception as e:  # noqa: BLE001
+            out.append(Result(case, dtype, be, "ERROR", f"tfc: {type(e).__name__}: {e}"[:300]))
+            continue
+        diffs = [f"d/dx{i}: {d}" for i, (a, b) in enumerate(zip(got, want))
+                 if (d := compare(a, b, k))]
+        out.append(Result(case, dtype, be, "DIVERGES" if diffs else "ok", "; ".join(diffs)))
+    return out
+
+
+# ----------------------------------------------------------------------------- API cases
+
+
+@dataclass
+class ApiCase:
+    name: str
+    check: Callable[[str], str]  # backend -> '' or what differs
+    results: list[str] = field(default_factory=list)
+
+
+def _api_unconnected(backend: str) -> str:
+    import tfc
+    tf = _tf()
+    with tfc.Graph().as_default():
+        x = tfc.placeholder(tfc.float32, [2])
+        z = tfc.placeholder(tfc.float32, [2])
+        i = tfc.placeholder(tfc.int32, [2])
+        y = x * 2.0 + tfc.cast(i, tfc.float32)
+        got = tfc.gradients(y, [x, z, i])
+    with tf.Graph().as_default():
+        tx = tf.compat.v1.placeholder(tf.float32, [2])
+        tz = tf.compat.v1.placeholder(tf.float32, [2])
+        ti = tf.compat.v1.placeholder(tf.int32, [2])
+        ty = tx * 2.0 + tf.cast(ti, tf.float32)
+        want = tf.compat.v1.gradients(ty, [tx, tz, ti])
+    g_none = [g is None for g in got]
+    w_none = [g is None for g in want]
+    return "" if g_none == w_none else f"None pattern tfc {g_none} TF {w_none}"
+
+
+def _run_both(backend: str, build_tfc: Callable[[Any], tuple[list[Any], dict]],
+              build_tf: Callable[[Any], tuple[list[Any], dict]], k: float = 4) -> str:
+    import tfc
+    tf = _tf()
+    with tfc.Graph().as_default():
+        fetch, feed = build_tfc(tfc)
+        fetch = [f.to_dense() if isinstance(f, tfc.IndexedSlices) else f for f in fetch]
+        with tfc.Session(backend=backend) as s:
+            got = s.run(fetch, feed)
+    with tf.Graph().as_default():
+        fetch, feed = build_tf(tf)
+        fetch = [tf.convert_to_tensor(f) for f in fetch]
+        with tf.compat.v1.Session() as s:
+            want = s.run(fetch, feed)
+    return "; ".join(d for a, b in zip(got, want) if (d := compare(a, b, k)))
+
+
+def _api_several_ys(backend: str) -> str:
+    x0 = np.array([0.5, -1.0, 2.0], np.float32)
+
+    def build(m: Any) -> tuple[list[Any], dict]:
+        ph = (m.compat.v1.placeholder if hasattr(m, "compat") else m.placeholder)
+        x = ph(m.float32, [3])
+        y1, y2 = x * x, m.reduce_sum(m.sin(x))
+        gy = m.constant(np.array([1.0, 2.0, 3.0], np.float32))
+        return [m.gradients([y1, y2], [x])[0],
+                m.gradients([y1, y2], [x], grad_ys=[gy, None])[0],
+                m.gradients(y1, x, grad_ys=gy)[0]], {x: x0}
+    return _run_both(backend, build, build)
+
+
+def _api_stop_gradient(backend: str) -> str:
+    x0 = np.array([0.5, -1.0, 2.0], np.float64)
+
+    def build(m: Any) -> tuple[list[Any], dict]:
+        ph = (m.compat.v1.placeholder if hasattr(m, "compat") else m.placeholder)
+        x = ph(m.float64, [3])
+        y = m.reduce_sum(x * m.stop_gradient(x * x) + m.stop_gradient(x))
+        return [m.gradients(y, x)[0]], {x: x0}
+    return _run_both(backend, build, build)
+
+
+def _api_gather_slices(backend: str) -> str:
+    """gather's gradient is IndexedSlices in both, and adds up with a dense one."""
+    import tfc
+    tf = _tf()
+    with tfc.Graph().as_default():
+        p = tfc.placeholder(tfc.float32, [4, 2])
+        g = tfc.gradients(tfc.gather(p, [1, 1, 3]), p)[0]
+        g2 = tfc.gradients(tfc.gather(p, [1, 1, 3]) * 2.0, p)[0]
+        g3 = tfc.gradients(tfc.reduce_sum(tfc.gather(p, [2])) + tfc.reduce_sum(p * p), p)[0]
+        kinds = [type(v).__name__ for v in (g, g2, g3)]
+    with tf.Graph().as_default():
+        tp = tf.compat.v1.placeholder(tf.float32, [4, 2])
+        t = tf.compat.v1.gradients(tf.gather(tp, [1, 1, 3]), tp)[0]
+        t2 = tf.compat.v1.gradients(tf.gather(tp, [1, 1, 3]) * 2.0, tp)[0]
+        t3 = tf.compat.v1.gradients(tf.reduce_sum(tf.gather(tp, [2]))
+                                    + tf.reduce_sum(tp * tp), tp)[0]
+        tkinds = ["IndexedSlices" if isinstance(v, tf.IndexedSlices) else "Tensor"
+                  for v in (t, t2, t3)]
+    if kinds != tkinds:
+        return f"kinds tfc {kinds} TF {tkinds}"
+    p0 = np.arange(8, dtype=np.float32).reshape(4, 2)
+
+    def build(m: Any) -> tuple[list[Any], dict]:
+        ph = (m.compat.v1.placeholder if hasattr(m, "compat") else m.placeholder)
+        p = ph(m.float32, [4, 2])
+        y = m.reduce_sum(m.gather(p, [2])) + m.reduce_sum(p * p) + m.reduce_sum(
+            m.gather(p, [0, 0]) * 3.0)
+        return [m.gradients(y, p)[0]], {p: p0}
+    return _run_both(backend, build, build)
+
+
+def _api_int_y(backend: str) -> str:
+    import tfc
+    tf = _tf()
+    with tfc.Graph().as_default():
+        x = tfc.placeholder(tfc.float32, [2])
+        try:
+            got = repr(tfc.gradients(tfc.cast(x, tfc.int32), x))
+        except Exception as e:  # noqa: BLE001
+            got = type(e).__name__
+    with tf.Graph().as_default():
+        tx = tf.compat.v1.placeholder(tf.float32, [2])
+        try:
+            want = repr(tf.compat.v1.gradients(tf.cast(tx, tf.int32), tx))
+        except Exception as e:  # noqa: BLE001
+            want = type(e).__name__
+    return "" if (got == "[None]") == (want == "[None]") else f"tfc {got}, TF {want}"
+
+
+API_CASES = [
+    ApiCase("unconnected x and integer x -> None", _api_unconnected),
+    ApiCase("several ys, grad_ys with None", _api_several_ys),
+    ApiCase("stop_gradient", _api_stop_gradient),
+    ApiCase("gather -> IndexedSlices; sparse + dense", _api_gather_slices),
+    ApiCase("gradient of an integer y", _api_int_y),
+]
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer cases (a few minutes)")
+    ap.add_argument("--backend", choices=["llvm", "reference"], action="append",
+                    help="tfc backend(s) to check (default: both)")
+    ap.add_argument("--only", help="only ops whose name contains this")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    backends = args.backend or ["llvm", "reference"]
+    tf = _tf()
+    import tfc
+    print(f"TensorFlow {tf.__version__} (CPU), tfc {tfc.__version__ if hasattr(tfc, '__version__') else ''}"
+          f", numpy {np.__version__}; CPU: {_cpu()}; backends: {', '.join(backends)}")
+    results: list[Result] = []
+    for n, case in enumerate(build_cases()):
+        if args.quick and not case.quick:
+            continue
+        if args.only and args.only not in case.op:
+            continue
+        dtypes = case.dtypes if not args.quick else case.dtypes[-1:] if case.family in (
+            "shape",) else case.dtypes
+        for dt in dtypes:
+            results += run_case(case, dt, backends, args.seed * 1000 + n)
+    # table per op
+    by_op: dict[str, list[Result]] = {}
+    for r in results:
+        by_op.setdefault(r.case.op, []).append(r)
+    print(f"\n{'op':46s} {'cases':>5s} {'ok':>4s} {'diverge':>7s} {'error':>5s}  tol k(f32/f64)")
+    for op, rs in by_op.items():
+        k = TOL[rs[0].case.family]
+        print(f"{op:46s} {len(rs):5d} {sum(r.status == 'ok' for r in rs):4d} "
+              f"{sum(r.status == 'DIVERGES' for r in rs):7d} "
+              f"{sum(r.status == 'ERROR' for r in rs):5d}  {k[0]:g}/{k[1]:g}")
+    api_bad = 0
+    print("\nAPI semantics (tfc.gradients vs tf.compat.v1.gradients):")
+    for ac in API_CASES:
+        if args.only:
+            break
+        for be in backends:
+            try:
+                d = ac.check(be)
+            except Exception as e:  # noqa: BLE001
+                d = f"ERROR {type(e).__name__}: {e}"[:300]
+            key = ("api", ac.name)
+            verdict = KNOWN[key].verdict if d and key in KNOWN else ("NEW" if d else "ok")
+            api_bad += verdict == "NEW"
+            print(f"  [{be}] {ac.name}: {verdict}{' - ' + d if d else ''}"
+                  f"{' (' + KNOWN[key].reason + ')' if d and key in KNOWN else ''}")
+    print("\nDivergences:")
+    new = api_bad
+    for r in results:
+        if r.status == "ok":
+            continue
+        known = KNOWN.get((r.case.op, r.case.label))
+        verdict = known.verdict if known else "NEW"
+        new += verdict == "NEW"
+        print(f"  {verdict:8s} {r.case.op} [{r.case.label}] {r.dtype} {r.backend}: "
+              f"{r.status} {r.detail}" + (f"\n           reason: {known.reason}" if known else ""))
+    print(f"\n{len(results)} op checks, {sum(r.status == 'ok' for r in results)} agree; "
+          f"{new} new divergence(s)")
+    return 1 if new else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
