@@ -99,12 +99,27 @@ def _extremum_grad(b: Any, x: Any, y: Any, dy: Any, axes: tuple[int, ...]) -> An
 register(Reduce("sum", _sum, NUMERIC, grad=lambda b, x, y, dy, axes: dy))
 register(Reduce("mean", _mean, FLOAT,
                 grad=lambda b, x, y, dy, axes: b("div", dy, _count(b, x, axes))))
-# d prod / dx_i = prod / x_i: exact away from zeros; where x_i == 0 this is undefined
-# (TensorFlow's exclusive-product formulation is not implemented yet).
+def _prod_grad(b: Any, x: Any, y: Any, dy: Any, axes: tuple[int, ...]) -> Any:
+    """d prod / dx_i is the product of the other elements (TensorFlow's rule, which it
+    computes with exclusive cumprods). With no zero among them that is ``prod / x_i``
+    (computed so); with one zero, it is the product of the nonzero elements at the zero
+    and 0 elsewhere; with two or more, 0 everywhere. (``prod / x_i`` alone gives 0/0 =
+    NaN at a zero.)"""
+    zero = b.constant(0, x)
+    is_zero = b("equal", x, zero)
+    safe = b("where", is_zero, b("ones_like", x), x)
+    nonzero_prod = b("broadcast_like", b("prod", safe, axes=axes, keepdims=True), x)
+    zeros = b("broadcast_like", b("sum", b("cast", is_zero, dtype=x.dtype), axes=axes,
+                                  keepdims=True), x)
+    no_zero = b("div", b("mul", dy, b("broadcast_like", y, x)), safe)
+    one_zero = b("where", b("logical_and", is_zero, b("equal", zeros, b.constant(1, x))),
+                 b("mul", dy, nonzero_prod), b("zeros_like", x))
+    return b("where", b("equal", zeros, zero), no_zero, one_zero)
+
+
 register(Reduce("prod", lambda x, axis, keepdims: np.prod(x, axis=axis, keepdims=keepdims,
                                                           dtype=x.dtype), NUMERIC,
-                grad=lambda b, x, y, dy, axes: b("div", b("mul", dy, b("broadcast_like", y, x)),
-                                                 x)))
+                grad=_prod_grad))
 register(Reduce("max", np.max, ALL, needs_elements=True, grad=_extremum_grad))
 register(Reduce("min", np.min, ALL, needs_elements=True, grad=_extremum_grad))
 
