@@ -103,6 +103,10 @@ KNOWN: dict[tuple[str, str], Known] = {
     ("second order: nn.relu", "d/dx of d sum(c f(x))/dx"): Known(
         "EXPECTED", "tfc: None (relu's gradient reaches x only through a comparison); TF: "
         "zeros from its ReluGrad rule. The values agree (0)"),
+    **{("nn.softmax_cross_entropy_with_logits", label): Known(
+        "EXPECTED", "labels not summing to 1: tfc's d/dlogits is the exact softmax * "
+        "sum(labels) - labels; TF's kernel drops sum(labels) (softmax - labels)")
+       for label in ("labels not summing to 1",)},
     ("while_loop", "x*y^3"): Known(
         "EXPECTED", "tfc does not differentiate while_loop (a clear error, as JAX's "
         "while_loop; docs/language.md): tfc.scan is the differentiable loop"),
@@ -177,6 +181,10 @@ def _probs(*shape: int) -> Callable[..., np.ndarray]:
     return make
 
 
+def _t(make: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    return lambda dt, rng: np.ascontiguousarray(make(dt, rng).T)
+
+
 def _spd(n: int) -> Callable[..., np.ndarray]:
     def make(dt: Any, rng: np.random.Generator) -> np.ndarray:
         a = rng.uniform(-1, 1, (n, n))
@@ -212,6 +220,15 @@ def _pool_same_tfc(kind: str) -> Callable[..., Any]:
     return f
 
 
+def _sampled_softmax(m: Any, w: Any, b: Any, x: Any, labels: Any) -> Any:
+    """Deterministic: the sampled classes are given (3 is also example 1's true class)."""
+    sampled = m.constant(np.array([3, 5, 0], np.int64))
+    true_q = m.cast(m.constant(np.full((3, 1), 0.25)), w.dtype)
+    samp_q = m.cast(m.constant(np.array([0.5, 0.125, 0.75])), w.dtype)
+    return m.nn.sampled_softmax_loss(w, b, labels, x, num_sampled=3, num_classes=10,
+                                     sampled_values=(sampled, true_q, samp_q))
+
+
 def _second_order(name: str) -> Callable[..., Any]:
     """d/dx sum(c * f(x)) with fixed weights c (an unweighted sum(softmax) is constant)."""
     def f(m: Any, x: Any) -> Any:
@@ -223,7 +240,7 @@ def _second_order(name: str) -> Callable[..., Any]:
 def _clip_global(norm: float) -> Callable[..., Any]:
     def f(m: Any, x: Any, y: Any) -> Any:
         cx, cy = m.clip_by_global_norm([x, y], norm)[0]
-        return m.concat([m.reshape(cx, [-1]), cy * 2.0], 0)
+        return m.concat([m.reshape(cx, [-1]), m.reshape(cy, [-1]) * 2.0], 0)
     return f
 
 
@@ -286,6 +303,18 @@ def build_cases() -> list[Case]:
     cases.append(Case("cast", "f->int32->f", "elementwise",
                       lambda m, x: x + m.cast(m.cast(x, m.int32), x.dtype),
                       _inputs(_r(3, 4))))
+    cases.append(Case("maximum", "relu-like max(x, 0) at 0", "elementwise",
+                      lambda m, x: m.maximum(x, 0.0), _inputs(_c(-1.0, -0.0, 0.0, 2.0))))
+    cases.append(Case("minimum", "nan", "elementwise", lambda m, x, y: m.minimum(x, y),
+                      _inputs(_c(np.nan, 1.0, np.nan), _c(1.0, np.nan, np.nan))))
+    cases.append(Case("reduce_max", "inf and nan", "reduce",
+                      lambda m, x: m.reduce_max(x, axis=1),
+                      _inputs(_c([np.inf, 1.0, np.inf], [np.nan, 1.0, 2.0], [-np.inf] * 3))))
+    cases.append(Case("abs", "at -0.0/0.0 times x", "elementwise",
+                      lambda m, x: m.abs(x) * x, _inputs(_c(-0.0, 0.0, -1.0))))
+    cases.append(Case("divide", "int-cast denominator", "elementwise",
+                      lambda m, x, i: x / m.cast(i, x.dtype),
+                      _inputs(_r(3), _int([1, -2, 4]))))
     cases.append(Case("add_n", "three", "elementwise",
                       lambda m, x, y, z: m.add_n([x, y, x * z]),
                       _inputs(_r(2, 3), _r(2, 3), _r(2, 3))))
@@ -302,6 +331,13 @@ def build_cases() -> list[Case]:
                        _inputs(_r(2, 3, 4))),
                   Case(name, "ties/zeros axis=1", "reduce", f_ax, _inputs(_ties)),
                   Case(name, "scalar", "reduce", f_all, _inputs(_r()), quick=False)]
+    for name in ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"]:
+        cases.append(Case(name, "axis=-1 keepdims, [2,1,3]", "reduce",
+                          (lambda n: lambda m, x: getattr(m, n)(x, axis=-1, keepdims=True))(
+                              name), _inputs(_r(2, 1, 3)), quick=False))
+        cases.append(Case(name, "all, keepdims", "reduce",
+                          (lambda n: lambda m, x: getattr(m, n)(x, keepdims=True))(name),
+                          _inputs(_r(2, 3, lo=0.5, hi=1.5)), quick=False))
     cases.append(Case("reduce_prod", "two zeros in a row axis=1", "reduce",
                       lambda m, x: m.reduce_prod(x, axis=1),
                       _inputs(_c([0.0, 2.0, 0.0], [3.0, 0.0, 4.0], [1.0, 2.0, 3.0]))))
@@ -313,6 +349,10 @@ def build_cases() -> list[Case]:
                       _inputs(_r(4, 3), _r(5, 4))))
     cases.append(Case("matmul", "batched [2,3,4]@[2,4,5]", "matmul",
                       lambda m, a, b: m.matmul(a, b), _inputs(_r(2, 3, 4), _r(2, 4, 5))))
+    cases.append(Case("matmul", "batch broadcast [2,3,4]@[4,5]", "matmul",
+                      lambda m, a, b: m.matmul(a, b), _inputs(_r(2, 3, 4), _r(4, 5))))
+    cases.append(Case("matmul", "batch broadcast [2,1,3,4]@[3,4,2]", "matmul",
+                      lambda m, a, b: m.matmul(a, b), _inputs(_r(2, 1, 3, 4), _r(3, 4, 2))))
     cases.append(Case("matrix_inverse", "spd 4x4", "linalg", lambda m, a: m.matrix_inverse(a),
                       _inputs(_spd(4)), tf_fn=lambda m, a: m.linalg.inv(a)))
     cases.append(Case("matrix_determinant", "4x4", "linalg",
@@ -378,6 +418,34 @@ def build_cases() -> list[Case]:
              _inputs(_c(0.0, 1.0, 0.5), _c(0.0, 0.0, -0.0))),
         Case("nn.bias_add", "NHWC", "broadcast", lambda m, x, b: m.nn.bias_add(x, b),
              _inputs(_r(2, 3, 4), _r(4))),
+        Case("nn.bias_add", "NCHW", "broadcast",
+             lambda m, x, b: m.nn.bias_add(x, b, data_format="NCHW"),
+             _inputs(_r(2, 3, 4, 5), _r(3))),
+        Case("nn.sigmoid_cross_entropy_with_logits", "extreme logits", "nn",
+             lambda m, lab, lo: m.nn.sigmoid_cross_entropy_with_logits(labels=lab, logits=lo),
+             _inputs(_c(0.0, 1.0, 0.3, 1.0, 0.0), _c(-100.0, -100.0, 100.0, 100.0, 30.0))),
+        Case("nn.softmax_cross_entropy_with_logits", "extreme logits, zero labels", "nn",
+             lambda m, lab, lo: m.nn.softmax_cross_entropy_with_logits(labels=lab, logits=lo),
+             _inputs(_c([0.0, 1.0, 0.0], [0.5, 0.5, 0.0]),
+                     _c([100.0, -100.0, 0.0], [0.0, 0.0, -200.0])),
+             tf_fn=_softmax_ce_tf),
+        Case("nn.sparse_softmax_cross_entropy_with_logits", "extreme logits", "nn",
+             lambda m, lo, lab: m.nn.sparse_softmax_cross_entropy_with_logits(
+                 labels=lab, logits=lo),
+             _inputs(_c([100.0, -100.0, 0.0], [0.0, 0.0, -200.0]), _int([1, 2]))),
+        Case("nn.softmax", "extreme logits", "nn", lambda m, x: m.nn.softmax(x),
+             _inputs(_c([100.0, -100.0, 0.0], [0.0, 0.0, -200.0]))),
+        Case("nn.conv2d", "VALID s2, last row unused", "nn",
+             lambda m, x, w: m.nn.conv2d(x, w, strides=2, padding="VALID"),
+             _inputs(_r(1, 6, 6, 2), _r(3, 3, 2, 2)),
+             tf_fn=lambda m, x, w: m.nn.conv2d(x, w, strides=[1, 2, 2, 1], padding="VALID")),
+        Case("nn.max_pool2d", "SAME with -inf-like padding", "nn", _pool_same_tfc("max_pool2d"),
+             _inputs(_r(1, 5, 5, 1, lo=-3.0, hi=-1.0)), tf_fn=_pool_same_tf("max_pool2d")),
+        Case("nn.max_pool2d", "overlapping 3x3 s1, ties", "nn",
+             lambda m, x: m.nn.max_pool2d(x, ksize=3, strides=1, padding="VALID"),
+             _inputs(_pool_ties),
+             tf_fn=lambda m, x: m.nn.max_pool2d(x, ksize=[1, 3, 3, 1], strides=[1, 1, 1, 1],
+                                                padding="VALID")),
         Case("nn.conv2d", "VALID s1", "nn",
              lambda m, x, w: m.nn.conv2d(x, w, strides=1, padding="VALID"),
              _inputs(_r(2, 5, 5, 3), _r(3, 3, 3, 4)),
@@ -391,6 +459,33 @@ def build_cases() -> list[Case]:
              _inputs(_r(1, 6, 6, 2), _r(2, 2, 2, 3)),
              tf_fn=lambda m, x, w: m.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="SAME",
                                                dilations=[1, 2, 2, 1]), dtypes=("float32",)),
+        Case("nn.conv2d", "SAME even kernel (pads bottom/right)", "nn",
+             lambda m, x, w: m.nn.conv2d(x, w, strides=1, padding="SAME"),
+             _inputs(_r(1, 4, 5, 2), _r(2, 4, 2, 3)),
+             tf_fn=lambda m, x, w: m.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="SAME")),
+        Case("nn.conv2d", "SAME s3 odd total padding", "nn",
+             lambda m, x, w: m.nn.conv2d(x, w, strides=3, padding="SAME"),
+             _inputs(_r(2, 7, 8, 1), _r(3, 2, 1, 2)),
+             tf_fn=lambda m, x, w: m.nn.conv2d(x, w, strides=[1, 3, 3, 1], padding="SAME")),
+        Case("nn.avg_pool2d", "overlapping 3x3 s1", "nn",
+             lambda m, x: m.nn.avg_pool2d(x, ksize=3, strides=1, padding="VALID"),
+             _inputs(_r(1, 5, 4, 2)),
+             tf_fn=lambda m, x: m.nn.avg_pool2d(x, ksize=[1, 3, 3, 1], strides=[1, 1, 1, 1],
+                                                padding="VALID")),
+        Case("nn.avg_pool2d", "2x2 s1 SAME", "nn",
+             lambda m, x: m.nn.avg_pool2d(x, ksize=2, strides=1, padding="SAME"),
+             _inputs(_r(1, 3, 3, 1)),
+             tf_fn=lambda m, x: m.nn.avg_pool2d(x, ksize=[1, 2, 2, 1], strides=[1, 1, 1, 1],
+                                                padding="SAME")),
+        Case("nn.log_softmax", "axis 0", "nn", lambda m, x: m.nn.log_softmax(x, axis=0),
+             _inputs(_r(3, 5))),
+        Case("nn.softmax_cross_entropy_with_logits", "axis 0", "nn",
+             lambda m, lab, lo: m.nn.softmax_cross_entropy_with_logits(labels=lab, logits=lo,
+                                                                         axis=0),
+             _inputs(_t(_probs(5, 3)), _r(3, 5))),
+        Case("nn.softmax_cross_entropy_with_logits", "labels not summing to 1", "nn",
+             lambda m, lab, lo: m.nn.softmax_cross_entropy_with_logits(labels=lab, logits=lo),
+             _inputs(_r(3, 5, lo=0.0, hi=1.0), _r(3, 5))),
         Case("nn.max_pool2d", "2x2 s2", "nn", _pool_tfc("max_pool2d"),
              _inputs(_r(2, 4, 4, 3)), tf_fn=_pool_tf("max_pool2d")),
         Case("nn.max_pool2d", "ties", "nn", _pool_tfc("max_pool2d"),
@@ -401,16 +496,26 @@ def build_cases() -> list[Case]:
              _inputs(_r(2, 4, 4, 3)), tf_fn=_pool_tf("avg_pool2d")),
         Case("nn.avg_pool2d", "3x3 s2 SAME", "nn", _pool_same_tfc("avg_pool2d"),
              _inputs(_r(1, 5, 5, 2)), tf_fn=_pool_same_tf("avg_pool2d")),
+        Case("nn.sampled_softmax_loss", "given sampled_values, an accidental hit", "nn",
+             _sampled_softmax, _inputs(_r(10, 4), _r(10), _r(3, 4),
+                                       _int([[1], [3], [7]], "int64"))),
         # -- composites: clipping, control flow
         Case("clip_by_global_norm", "norm above clip", "composite", _clip_global(1.0),
              _inputs(_r(2, 3), _r(3))),
         Case("clip_by_global_norm", "norm below clip", "composite", _clip_global(100.0),
              _inputs(_r(2, 3), _r(3))),
+        Case("clip_by_global_norm", "norm == clip (a tie)", "composite", _clip_global(13.0),
+             _inputs(_c([3.0, 4.0], [0.0, 0.0]), _c(12.0, 0.0))),
         Case("cond", "true branch", "composite",
              lambda m, x, y: m.cond(m.reduce_sum(x) > -100.0, lambda: x * y, lambda: x + y),
              _inputs(_r(2, 3), _r(2, 3))),
         Case("scan", "cumulative product", "composite",
              lambda m, x, a0: m.scan(lambda a, e: a * e + m.sin(e), x, initializer=a0),
+             _inputs(_r(4, 3), _r(3))),
+        Case("scan", "cond inside the body", "composite",
+             lambda m, x, a0: m.scan(lambda a, e: m.cond(m.reduce_sum(e) > 0.0,
+                                                          lambda: a * e, lambda: a + e),
+                                     x, initializer=a0),
              _inputs(_r(4, 3), _r(3))),
         Case("scan", "no initializer, reverse", "composite",
              lambda m, x: m.scan(lambda a, e: a * m.tanh(e), x, reverse=True),
@@ -424,6 +529,16 @@ def build_cases() -> list[Case]:
                             ("exp", "exp", -2.0), ("nn.softmax", "nn.softmax", -2.0),
                             ("nn.log_softmax", "nn.log_softmax", -2.0),
                             ("nn.relu", "nn.relu", -2.0), ("abs", "abs", -2.0)]],
+        Case("second order: maximum", "ties", "composite",
+             lambda m, x, y: m.gradients(m.reduce_sum(m.maximum(x, y) * x), x)[0],
+             _inputs(_c(1.0, 2.0, 3.0), _c(1.0, 1.0, 4.0))),
+        Case("second order: reduce_max", "ties", "composite",
+             lambda m, x: m.gradients(m.reduce_sum(m.square(m.reduce_max(x, axis=1))), x)[0],
+             _inputs(_ties)),
+        Case("second order: where(sqrt)", "branch not taken", "composite",
+             lambda m, x: m.gradients(m.reduce_sum(
+                 m.where(m.greater(x, 0.0), m.sqrt(x), m.zeros_like(x))), x)[0],
+             _inputs(_c(-1.0, 0.0, 4.0, 2.0))),
         Case("second order: pow", "d/dy of d x^y/dx", "composite",
              lambda m, x, y: m.gradients(m.reduce_sum(m.pow(x, y)), x)[0],
              _inputs(_r(3, lo=0.5, hi=2.0), _r(3, lo=0.5, hi=2.0))),
@@ -443,6 +558,7 @@ def build_cases() -> list[Case]:
 
 def _tf() -> Any:
     import tensorflow as tf
+    tf.get_logger().setLevel("ERROR")  # (TF1 optimizers' deprecation notes)
     return tf
 
 
@@ -717,7 +833,61 @@ def _optimizer_steps(make: Callable[[Any], Any], sparse: bool = False
     return check
 
 
+def _ph(m: Any) -> Any:
+    return m.compat.v1.placeholder if hasattr(m, "compat") else m.placeholder
+
+
+def _api_intermediate_xs(backend: str) -> str:
+    """xs that are op results (also used elsewhere), repeated xs and ys, y among xs."""
+    x0 = np.array([0.5, -1.0, 2.0], np.float64)
+
+    def build(m: Any) -> tuple[list[Any], dict]:
+        x = _ph(m)(m.float64, [3])
+        h = m.sin(x) * x
+        y = m.reduce_sum(h * h) + m.reduce_sum(h)
+        g = m.gradients([y, y, h], [h, x, x, h, y])
+        return g, {x: x0}
+    return _run_both(backend, build, build, k=8)
+
+
+def _api_cond_untaken(backend: str) -> str:
+    """An input used only by the branch not taken gets zeros (TF's cond_v2), not None."""
+    x0 = np.array([0.5, -1.0], np.float32)
+    y0 = np.array([2.0, 3.0], np.float32)
+
+    def build(m: Any) -> tuple[list[Any], dict]:
+        x = _ph(m)(m.float32, [2])
+        y = _ph(m)(m.float32, [2])
+        p = _ph(m)(m.bool, [])
+        z = m.cond(p, lambda: x * 2.0, lambda: y * 3.0)
+        return m.gradients(z, [x, y]), {x: x0, y: y0, p: True}
+    return _run_both(backend, build, build)
+
+
+def _api_variable_xs(backend: str) -> str:
+    """The gradient with respect to a Variable itself (TF1: its read)."""
+    import tfc
+    tf = _tf()
+    w0 = np.array([[0.1, 0.2], [0.3, -0.4]], np.float32)
+    out = []
+    for m, is_tf in ((tfc, False), (tf, True)):
+        v1 = m.compat.v1 if is_tf else m
+        g = tf.Graph() if is_tf else tfc.Graph()
+        with g.as_default():
+            w = v1.Variable(w0, name="w")
+            loss = m.reduce_sum(m.tanh(m.matmul(w, w)))
+            grad = v1.gradients(loss, [w])[0]
+            sess = v1.Session(graph=g) if is_tf else tfc.Session(backend=backend)
+            with sess:
+                sess.run(v1.global_variables_initializer())
+                out.append(sess.run(grad))
+    return compare(out[0], out[1], 16)
+
+
 API_CASES = [
+    ApiCase("xs that are intermediates, repeated xs and ys, y among xs", _api_intermediate_xs),
+    ApiCase("cond: input of the branch not taken", _api_cond_untaken),
+    ApiCase("gradient with respect to a Variable", _api_variable_xs),
     ApiCase("GradientDescentOptimizer 3 steps",
             _optimizer_steps(lambda t: t.GradientDescentOptimizer(0.1))),
     ApiCase("MomentumOptimizer 3 steps",
