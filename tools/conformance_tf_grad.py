@@ -16,7 +16,7 @@ TensorFlow computes exactly the gradient graph its rules build).
 Agreement: the same None-ness, NaN at the same places, the same infinities, and for the
 finite elements ``|tfc - tf| <= k * eps(dtype) * (|tf| + scale)`` with ``scale`` the
 largest finite ``|tf|`` of that gradient and ``k`` per op family (``TOL`` below: f32 a
-few ulps of the result's scale; f64 ``k * eps`` about 1e-12).
+few ulps of the result's scale; f64 ``k * eps`` about 1e-12 where sums are involved).
 
 TensorFlow, JAX and PyTorch are not tfc's dependencies; run this by hand:
 ``python tools/conformance_tf_grad.py [--quick] [--backend llvm|reference]``. The output
@@ -38,19 +38,25 @@ import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-# Tolerance multiplier k (units of the dtype's eps) per op family: f32 / f64.
+# Tolerance multiplier k (units of the dtype's eps, relative to the gradient's largest
+# element) per op family: f32 / f64. f32: a few ulps where each element is rounded a few
+# times, more where sums of several terms can cancel. f64: about 1e-12 (k = 4096) where
+# sums are involved (the two frameworks add in different orders), a few ulps elsewhere.
 TOL: dict[str, tuple[float, float]] = {
     "elementwise": (4, 8),         # one or two roundings per element
-    "broadcast": (8, 16),          # plus a sum over broadcast axes
-    "reduce": (16, 64),
+    # tanh, sigmoid: 1 - y^2 and y (1 - y) cancel as y saturates, so y's last-ulp rounding
+    # (each framework's own tanh) is amplified ~2 / (1 - y^2) times (16 at x = 1.7)
+    "saturating": (32, 64),
+    "broadcast": (16, 4096),       # plus a sum over broadcast axes
+    "reduce": (16, 4096),
     "shape": (1, 1),               # moves values: exact
-    "matmul": (32, 128),
+    "matmul": (32, 4096),
     "linalg": (512, 4096),         # inverses: error grows with the condition number
-    "nn": (32, 128),
-    "composite": (64, 256),
+    "nn": (32, 4096),
+    "composite": (64, 4096),
     # second derivatives of softmax: a sum of O(1) terms that cancel to ~1e-2, so a few ulps
     # of the terms are ~100s of ulps of the result (tfc's f32 is closer to f64 than TF's)
-    "cancelling": (1024, 1024),
+    "cancelling": (1024, 4096),
 }
 
 
@@ -254,17 +260,19 @@ def _pool_ties(dt: Any, rng: np.random.Generator) -> np.ndarray:
 def build_cases() -> list[Case]:
     cases: list[Case] = []
     # -- unary element-wise
-    for name in ["abs", "negative", "exp", "square", "tanh", "sigmoid", "sin", "cos",
-                 "sign", "floor", "identity"]:
+    for name in ["abs", "negative", "exp", "square", "sin", "cos", "sign", "floor",
+                 "identity"]:
         cases += _unary_cases(name)
+    cases += _unary_cases("tanh", "saturating")
+    cases += _unary_cases("sigmoid", "saturating")
     cases += _unary_cases("nn.relu", tf_name="nn.relu")
     cases += _unary_cases("log", lo=0.1, hi=3.0, points=[0.0, 1e-3, 1.0, 2.5],
                           tf_name="math.log")
     cases += _unary_cases("sqrt", lo=0.1, hi=3.0, points=[0.0, 1e-3, 1.0, 2.5])
     cases += _unary_cases("rsqrt", lo=0.1, hi=3.0, points=[0.0, 1e-3, 1.0, 2.5],
                           tf_name="math.rsqrt")
-    cases += _unary_cases("nn.sigmoid", tf_name="nn.sigmoid")
-    cases += _unary_cases("nn.tanh", tf_name="nn.tanh")
+    cases += _unary_cases("nn.sigmoid", "saturating", tf_name="nn.sigmoid")
+    cases += _unary_cases("nn.tanh", "saturating", tf_name="nn.tanh")
     # -- binary element-wise
     cases += _binary_cases("add")
     cases += _binary_cases("subtract")
@@ -618,7 +626,9 @@ def compare(a: Any, b: Any, k: float) -> str:
     if a is None or b is None:
         if a is None and b is None:
             return ""
-        return f"tfc {'None' if a is None else 'a tensor'}, TF {'None' if b is None else 'a tensor'}"
+        def kind(v: Any) -> str:
+            return "None" if v is None else "a tensor"
+        return f"tfc {kind(a)}, TF {kind(b)}"
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape:
         return f"shape {a.shape} vs TF {b.shape}"
@@ -935,12 +945,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="tfc backend(s) to check (default: both)")
     ap.add_argument("--only", help="only ops whose name contains this")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--points", type=int, default=None,
+                    help="random points per case (default 3; 1 with --quick)")
     args = ap.parse_args(argv)
     backends = args.backend or ["llvm", "reference"]
+    points = args.points or (1 if args.quick else 3)
     tf = _tf()
-    import tfc
-    print(f"TensorFlow {tf.__version__} (CPU), tfc {tfc.__version__ if hasattr(tfc, '__version__') else ''}"
-          f", numpy {np.__version__}; CPU: {_cpu()}; backends: {', '.join(backends)}")
+    from tfc.version import __version__ as tfc_version
+    print(f"TensorFlow {tf.__version__} (CPU), tfc {tfc_version}, numpy {np.__version__}; "
+          f"CPU: {_cpu()}; backends: {', '.join(backends)}")
     results: list[Result] = []
     for n, case in enumerate(build_cases()):
         if args.quick and not case.quick:
@@ -950,7 +963,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         dtypes = case.dtypes if not args.quick else case.dtypes[-1:] if case.family in (
             "shape",) else case.dtypes
         for dt in dtypes:
-            results += run_case(case, dt, backends, args.seed * 1000 + n)
+            seen: list[list[np.ndarray]] = []
+            for p in range(points):
+                seed = args.seed * 100_000 + p * 1000 + n
+                xs = case.make(np.dtype(dt), np.random.default_rng(seed))
+                if any(all(np.array_equal(a, b, equal_nan=True) for a, b in zip(xs, o))
+                       for o in seen):
+                    continue  # fixed inputs (kinks): once
+                seen.append(xs)
+                results += run_case(case, dt, backends, seed)
     # table per op
     by_op: dict[str, list[Result]] = {}
     for r in results:
