@@ -73,6 +73,11 @@ class Case:
     tf_fn: Callable[..., Any] | None = None
     dtypes: tuple[str, ...] = ("float32", "float64")
     quick: bool = True
+    symbolic: tuple[int, ...] = ()  # inputs whose leading dim is None (tfc: the symbol B)
+
+
+def _shape(case: Case, i: int, x: np.ndarray) -> list[int | None]:
+    return [None if (i in case.symbolic and d == 0) else n for d, n in enumerate(x.shape)]
 
 
 @dataclass
@@ -507,6 +512,32 @@ def build_cases() -> list[Case]:
         Case("nn.sampled_softmax_loss", "given sampled_values, an accidental hit", "nn",
              _sampled_softmax, _inputs(_r(10, 4), _r(10), _r(3, 4),
                                        _int([[1], [3], [7]], "int64"))),
+        # -- a symbolic batch dim (placeholders [None, ...]): gradients sized at run time
+        Case("reduce_mean", "symbolic batch [B,3] all", "reduce",
+             lambda m, x: m.reduce_mean(x), _inputs(_r(5, 3)), symbolic=(0,)),
+        Case("reduce_mean", "symbolic batch [B,3] axis 0", "reduce",
+             lambda m, x: m.reduce_mean(x, axis=0), _inputs(_r(5, 3)), symbolic=(0,)),
+        Case("reduce_max", "symbolic batch [B,3] axis 0", "reduce",
+             lambda m, x: m.reduce_max(x, axis=0), _inputs(_r(5, 3)), symbolic=(0,)),
+        Case("add", "symbolic batch [B,3]+[3]", "broadcast", lambda m, x, y: m.add(x, y),
+             _inputs(_r(5, 3), _r(3)), symbolic=(0,)),
+        Case("multiply", "symbolic batch [B,1]*[B,3]", "broadcast",
+             lambda m, x, y: m.multiply(x, y), _inputs(_r(4, 1), _r(4, 3)), symbolic=(0, 1)),
+        Case("matmul", "symbolic batch [B,4]@[4,3]", "matmul", lambda m, a, b: m.matmul(a, b),
+             _inputs(_r(5, 4), _r(4, 3)), symbolic=(0,)),
+        Case("nn.sparse_softmax_cross_entropy_with_logits", "symbolic batch", "nn",
+             lambda m, lo, lab: m.reduce_mean(m.nn.sparse_softmax_cross_entropy_with_logits(
+                 labels=lab, logits=lo)), _inputs(_r(3, 5), _int([0, 4, 2])),
+             symbolic=(0, 1)),
+        Case("nn.conv2d", "symbolic batch", "nn",
+             lambda m, x, w: m.nn.conv2d(x, w, strides=1, padding="SAME"),
+             _inputs(_r(2, 4, 4, 2), _r(3, 3, 2, 2)),
+             tf_fn=lambda m, x, w: m.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="SAME"),
+             symbolic=(0,)),
+        Case("nn.max_pool2d", "symbolic batch", "nn", _pool_tfc("max_pool2d"),
+             _inputs(_r(3, 4, 4, 1)), tf_fn=_pool_tf("max_pool2d"), symbolic=(0,)),
+        Case("gather", "symbolic number of ids", "shape", lambda m, p, i: m.gather(p, i),
+             _inputs(_r(5, 3), _int([1, 1, 4, 0])), symbolic=(1,)),
         # -- composites: clipping, control flow
         Case("clip_by_global_norm", "norm above clip", "composite", _clip_global(1.0),
              _inputs(_r(2, 3), _r(3))),
@@ -576,17 +607,20 @@ def run_tf(case: Case, xs: list[np.ndarray], w_seed: int) -> tuple[list[Any], np
     fn = case.tf_fn or case.fn
     g = tf.Graph()
     with g.as_default():
-        phs = [tf.compat.v1.placeholder(tf.as_dtype(x.dtype), x.shape) for x in xs]
+        phs = [tf.compat.v1.placeholder(tf.as_dtype(x.dtype), _shape(case, i, x))
+               for i, x in enumerate(xs)]
         y = fn(tf, *phs)
         y = tf.convert_to_tensor(y)
         rng = np.random.default_rng(w_seed)
-        w = rng.uniform(0.5, 1.5, y.shape.as_list()).astype(y.dtype.as_numpy_dtype)
-        wph = tf.compat.v1.placeholder(y.dtype, w.shape)
+        cfg = tf.compat.v1.ConfigProto()
+        cfg.graph_options.rewrite_options.disable_meta_optimizer = True
+        with tf.compat.v1.Session(graph=g, config=cfg) as s:
+            y_shape = s.run(tf.shape(y), dict(zip(phs, xs)))  # (symbolic dims)
+        w = rng.uniform(0.5, 1.5, y_shape).astype(y.dtype.as_numpy_dtype)
+        wph = tf.compat.v1.placeholder(y.dtype, y.shape)
         floats = [p for p, x in zip(phs, xs) if x.dtype.kind == "f"]
         grads = tf.compat.v1.gradients(y, floats, grad_ys=[wph])
         dense = [None if gr is None else tf.convert_to_tensor(gr) for gr in grads]
-        cfg = tf.compat.v1.ConfigProto()
-        cfg.graph_options.rewrite_options.disable_meta_optimizer = True
         with tf.compat.v1.Session(graph=g, config=cfg) as s:
             feed = {p: x for p, x in zip(phs, xs)}
             feed[wph] = w
@@ -606,9 +640,10 @@ def run_tfc(case: Case, xs: list[np.ndarray], w: np.ndarray, backend: str) -> li
     import tfc
     g = tfc.Graph()
     with g.as_default():
-        phs = [tfc.placeholder(tfc.as_dtype(x.dtype), list(x.shape)) for x in xs]
+        phs = [tfc.placeholder(tfc.as_dtype(x.dtype), _shape(case, i, x))
+               for i, x in enumerate(xs)]
         y = tfc.convert_to_tensor(case.fn(tfc, *phs))
-        wph = tfc.placeholder(y.dtype, list(w.shape))
+        wph = tfc.placeholder(y.dtype, list(y.shape))
         floats = [p for p, x in zip(phs, xs) if x.dtype.kind == "f"]
         grads = tfc.gradients(y, floats, grad_ys=[wph])
         dense = [None if gr is None else (gr.to_dense() if isinstance(gr, tfc.IndexedSlices)
@@ -770,15 +805,21 @@ def _api_gather_slices(backend: str) -> str:
         g = tfc.gradients(tfc.gather(p, [1, 1, 3]), p)[0]
         g2 = tfc.gradients(tfc.gather(p, [1, 1, 3]) * 2.0, p)[0]
         g3 = tfc.gradients(tfc.reduce_sum(tfc.gather(p, [2])) + tfc.reduce_sum(p * p), p)[0]
-        kinds = [type(v).__name__ for v in (g, g2, g3)]
+        g4 = tfc.gradients(tfc.gather(p, [1, 0], axis=1), p)[0]
+        g5 = tfc.gradients(tfc.gather(p, [[1, 2], [3, 3]]), p)[0]
+        g6 = tfc.gradients(tfc.gather(tfc.gather(p, [3, 1, 1]), [0, 2]), p)[0]
+        kinds = [type(v).__name__ for v in (g, g2, g3, g4, g5, g6)]
     with tf.Graph().as_default():
         tp = tf.compat.v1.placeholder(tf.float32, [4, 2])
         t = tf.compat.v1.gradients(tf.gather(tp, [1, 1, 3]), tp)[0]
         t2 = tf.compat.v1.gradients(tf.gather(tp, [1, 1, 3]) * 2.0, tp)[0]
         t3 = tf.compat.v1.gradients(tf.reduce_sum(tf.gather(tp, [2]))
                                     + tf.reduce_sum(tp * tp), tp)[0]
+        t4 = tf.compat.v1.gradients(tf.gather(tp, [1, 0], axis=1), tp)[0]
+        t5 = tf.compat.v1.gradients(tf.gather(tp, [[1, 2], [3, 3]]), tp)[0]
+        t6 = tf.compat.v1.gradients(tf.gather(tf.gather(tp, [3, 1, 1]), [0, 2]), tp)[0]
         tkinds = ["IndexedSlices" if isinstance(v, tf.IndexedSlices) else "Tensor"
-                  for v in (t, t2, t3)]
+                  for v in (t, t2, t3, t4, t5, t6)]
     if kinds != tkinds:
         return f"kinds tfc {kinds} TF {tkinds}"
     p0 = np.arange(8, dtype=np.float32).reshape(4, 2)
@@ -874,6 +915,36 @@ def _api_cond_untaken(backend: str) -> str:
     return _run_both(backend, build, build)
 
 
+def _api_nondifferentiable_paths(backend: str) -> str:
+    """x reaching y only through ops without a gradient: None in both."""
+    import tfc
+    tf = _tf()
+    pats = []
+    for m, is_tf in ((tfc, False), (tf, True)):
+        g = tf.Graph() if is_tf else tfc.Graph()
+        with g.as_default():
+            x = _ph(m)(m.float32, [2, 3])
+            ys = [m.zeros_like(x), m.ones_like(x), m.cast(m.argmax(x, axis=1), m.float32),
+                  m.cast(m.shape(x), m.float32), m.cast(m.greater(x, 0.0), m.float32),
+                  m.one_hot(m.argmin(x, axis=1), 3), m.floor(x),
+                  m.stop_gradient(x) * 2.0]
+            gr = m.gradients if not is_tf else tf.compat.v1.gradients
+            pats.append([gr(y, x)[0] is None for y in ys])
+    return "" if pats[0] == pats[1] else f"None pattern tfc {pats[0]} TF {pats[1]}"
+
+
+def _api_cond_false(backend: str) -> str:
+    x0 = np.array([0.5, -1.0], np.float64)
+
+    def build(m: Any) -> tuple[list[Any], dict]:
+        x = _ph(m)(m.float64, [2])
+        p = _ph(m)(m.bool, [])
+        z = m.cond(p, lambda: m.sin(x), lambda: m.cond(m.reduce_sum(x) < 0.0,
+                                                       lambda: x * x * x, lambda: x))
+        return m.gradients(z, [x]), {x: x0, p: False}
+    return _run_both(backend, build, build)
+
+
 def _api_variable_xs(backend: str) -> str:
     """The gradient with respect to a Variable itself (TF1: its read)."""
     import tfc
@@ -898,6 +969,8 @@ API_CASES = [
     ApiCase("xs that are intermediates, repeated xs and ys, y among xs", _api_intermediate_xs),
     ApiCase("cond: input of the branch not taken", _api_cond_untaken),
     ApiCase("gradient with respect to a Variable", _api_variable_xs),
+    ApiCase("paths through non-differentiable ops -> None", _api_nondifferentiable_paths),
+    ApiCase("cond: false branch, nested cond", _api_cond_false),
     ApiCase("GradientDescentOptimizer 3 steps",
             _optimizer_steps(lambda t: t.GradientDescentOptimizer(0.1))),
     ApiCase("MomentumOptimizer 3 steps",
