@@ -366,6 +366,13 @@ def build_cases() -> list[Case]:
                       lambda m, a, b: m.matmul(a, b), _inputs(_r(2, 3, 4), _r(4, 5))))
     cases.append(Case("matmul", "batch broadcast [2,1,3,4]@[3,4,2]", "matmul",
                       lambda m, a, b: m.matmul(a, b), _inputs(_r(2, 1, 3, 4), _r(3, 4, 2))))
+    cases.append(Case("matmul", "batched, transposes", "matmul",
+                      lambda m, a, b: m.matmul(a, b, transpose_a=True, transpose_b=True),
+                      _inputs(_r(2, 4, 3), _r(2, 5, 4))))
+    cases.append(Case("matrix_inverse", "batched [2,3,3]", "linalg",
+                      lambda m, a: m.matrix_inverse(a),
+                      lambda dt, rng: [np.stack([_spd(3)(dt, rng), _spd(3)(dt, rng)])],
+                      tf_fn=lambda m, a: m.linalg.inv(a)))
     cases.append(Case("matrix_inverse", "spd 4x4", "linalg", lambda m, a: m.matrix_inverse(a),
                       _inputs(_spd(4)), tf_fn=lambda m, a: m.linalg.inv(a)))
     cases.append(Case("matrix_determinant", "4x4", "linalg",
@@ -405,6 +412,22 @@ def build_cases() -> list[Case]:
          [_r(5, 3), _int([[1, 2], [2, 2]])]),
         ("gather", "axis 1", lambda m, p, i: m.gather(p, i, axis=1),
          [_r(2, 4, 3), _int([3, 0, 3])]),
+    ]
+    shape_cases += [
+        ("reshape", "-1", lambda m, x: m.reshape(x, [-1, 2]), [_r(3, 4)]),
+        ("transpose", "default perm", lambda m, x: m.transpose(x), [_r(2, 3, 4)]),
+        ("broadcast_to", "scalar -> [2,3]", lambda m, x: m.broadcast_to(x, [2, 3]), [_r()]),
+        ("stack", "axis -1, three", lambda m, x, y: m.stack([x, y, x], axis=-1),
+         [_r(2, 3), _r(2, 3)]),
+        ("split", "axis -1", lambda m, x: m.split(x, 2, axis=-1)[1] * 3.0, [_r(2, 3, 4)]),
+        ("slice", "size -1", lambda m, x: m.slice(x, [1, 1], [-1, -1]), [_r(4, 3)]),
+        ("pad", "constant_values", lambda m, x: m.pad(x, [[0, 1], [1, 1]],
+                                                      constant_values=2.0), [_r(2, 3)]),
+        ("tile", "[1,2,1]", lambda m, x: m.tile(x, [1, 2, 1]), [_r(2, 2, 3)]),
+        ("expand_dims", "axis 0", lambda m, x: m.expand_dims(x, 0), [_r(2, 3)]),
+        ("squeeze", "all size-1 axes", lambda m, x: m.squeeze(x), [_r(1, 3, 1, 2)]),
+        ("concat", "axis -1, scalar-like rows", lambda m, x, y: m.concat([x, y], axis=-1),
+         [_r(2, 1), _r(2, 3)]),
     ]
     for op, label, fn, makers in shape_cases:
         cases.append(Case(op, label, "shape", fn, _inputs(*makers)))
@@ -945,6 +968,30 @@ def _api_cond_false(backend: str) -> str:
     return _run_both(backend, build, build)
 
 
+def _api_optimizer_none(backend: str) -> str:
+    """compute_gradients: (None, v) for a variable the loss does not use; minimize of a
+    loss with no gradient at all is an error in both."""
+    import tfc
+    tf = _tf()
+    got = []
+    for m, is_tf in ((tfc, False), (tf, True)):
+        v1 = m.compat.v1 if is_tf else m
+        g = tf.Graph() if is_tf else tfc.Graph()
+        with g.as_default():
+            a = v1.Variable(np.ones(2, np.float32), name="a")
+            b = v1.Variable(np.ones(2, np.float32), name="b")
+            opt = v1.train.GradientDescentOptimizer(0.1)
+            pattern = [gr is None for gr, _ in opt.compute_gradients(m.reduce_sum(a * a),
+                                                                     var_list=[a, b])]
+            try:
+                opt.minimize(m.cast(m.argmax(a, 0), m.float32), var_list=[a, b])
+                raised = False
+            except (ValueError, tfc.TfcError):
+                raised = True
+            got.append((pattern, raised))
+    return "" if got[0] == got[1] else f"tfc {got[0]} TF {got[1]}"
+
+
 def _api_variable_xs(backend: str) -> str:
     """The gradient with respect to a Variable itself (TF1: its read)."""
     import tfc
@@ -970,6 +1017,7 @@ API_CASES = [
     ApiCase("cond: input of the branch not taken", _api_cond_untaken),
     ApiCase("gradient with respect to a Variable", _api_variable_xs),
     ApiCase("paths through non-differentiable ops -> None", _api_nondifferentiable_paths),
+    ApiCase("compute_gradients None pairs; minimize without gradients", _api_optimizer_none),
     ApiCase("cond: false branch, nested cond", _api_cond_false),
     ApiCase("GradientDescentOptimizer 3 steps",
             _optimizer_steps(lambda t: t.GradientDescentOptimizer(0.1))),
