@@ -125,8 +125,10 @@ KNOWN: dict[tuple[str, str], Known] = {
         "FIXED", "pow's d/dy at 0^-1 (0 -> NaN, as TF)"),
     ("reduce_prod", "symbolic batch [B,3] axis 0, zeros"): Known(
         "FIXED", "reduce_prod's gradient at zeros (NaN -> the product of the others)"),
-    ("second order: reduce_prod", "with a zero"): Known(
-        "FIXED", "reduce_prod's gradient at zeros (NaN -> the product of the others)"),
+    **{("second order: reduce_prod", label): Known(
+        "EXPECTED", "at a zero tfc's second derivative is exact (tests/ops/test_math_grad.py "
+        "checks it by hand); TF's is 0 there (its cumprod gradient divides by x)")
+       for label in ("with a zero", "two zeros")},
     ("where", "symbolic batch, sqrt branch not taken"): Known(
         "FIXED", "sqrt's gradient where dy == 0 (NaN -> 0, as TF's SqrtGrad)"),
     ("while_loop", "x*y^3"): Known(
@@ -623,6 +625,15 @@ def build_cases() -> list[Case]:
              lambda m, x: m.gradients(m.reduce_sum(
                  m.where(m.greater(x, 0.0), m.sqrt(x), m.zeros_like(x))), x)[0],
              _inputs(_c(-1.0, 0.0, 4.0, 2.0))),
+        Case("second order: sqrt", "upstream gradient 0 at x = 1", "composite",
+             lambda m, x: m.gradients(m.reduce_sum(m.sqrt(x) * (x - 1.0)), x)[0],
+             _inputs(_c(1.0, 4.0, 0.25))),
+        Case("second order: rsqrt", "upstream gradient 0 at x = 1", "composite",
+             lambda m, x: m.gradients(m.reduce_sum(_attr(m, "math.rsqrt" if hasattr(
+                 m, "compat") else "rsqrt")(x) * (x - 1.0)), x)[0],
+             _inputs(_c(1.0, 4.0, 0.25))),
+        Case("second order: reduce_prod", "two zeros", "composite",
+             lambda m, x: m.gradients(m.reduce_prod(x), x)[0], _inputs(_c(2.0, 0.0, 0.0, 3.0))),
         Case("second order: pow", "d/dy of d x^y/dx", "composite",
              lambda m, x, y: m.gradients(m.reduce_sum(m.pow(x, y)), x)[0],
              _inputs(_r(3, lo=0.5, hi=2.0), _r(3, lo=0.5, hi=2.0))),

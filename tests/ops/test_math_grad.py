@@ -166,3 +166,56 @@ def test_prod_gradient_with_zeros_is_the_product_of_the_others(backend, dtype):
     np.testing.assert_array_equal(g, np.array([[1, 2, 3], [3, 0, 4]], dtype))
     (g,) = _grads(backend, lambda p: (tfc.reduce_prod(p), [p]), np.array([2.0, 0.0, 3.0], dtype))
     np.testing.assert_array_equal(g, np.array([0, 6, 0], dtype))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_second_derivatives_through_sign_and_prod_at_a_zero(backend):
+    """abs' = sign, so abs'' is sign's gradient: zeros (TF), not None. prod's gradient
+    differentiated again at a zero: d/dx_j sum_i prod_{k != i} x_k = sum_{i != j}
+    prod_{k != i, j} x_k, here [3, 2 + 3, 2] for x = [2, 0, 3]."""
+    import tfc
+    x = np.array([2.0, 0.0, 3.0])
+
+    def second(f):
+        return lambda p: (tfc.gradients(tfc.reduce_sum(f(p)), p)[0], [p])
+    (g,) = _grads(backend, second(lambda p: tfc.abs(p) * 3.0), x)
+    np.testing.assert_array_equal(g, np.zeros(3))
+    (g,) = _grads(backend, second(tfc.reduce_prod), x)
+    np.testing.assert_array_equal(g, [3.0, 5.0, 2.0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prod_higher_derivatives_with_two_and_three_zeros(backend):
+    """With e_k the elementary symmetric polynomials, sum_i d prod / dx_i = e_3 for 4
+    elements, d/dx_j e_3 = e_2(the others) and sum_j of that = 2 e_2, d/dx_m = 2 e_1(the
+    others). At [2, 0, 0, 3]: second [0, 6, 6, 0] (only the zeros see 2 * 3), third
+    [6, 10, 10, 4]. Three zeros: second 0 everywhere. (TF's cumprod rule gives 0 at the
+    zeros.)"""
+    import tfc
+
+    def second(p):
+        return tfc.gradients(tfc.reduce_prod(p), p)[0], [p]
+
+    def third(p):
+        return tfc.gradients(tfc.reduce_sum(second(p)[0]), p)[0], [p]
+    (g,) = _grads(backend, second, np.array([2.0, 0.0, 0.0, 3.0]))
+    np.testing.assert_array_equal(g, [0.0, 6.0, 6.0, 0.0])
+    (g,) = _grads(backend, third, np.array([2.0, 0.0, 0.0, 3.0]))
+    np.testing.assert_array_equal(g, [6.0, 10.0, 10.0, 4.0])
+    (g,) = _grads(backend, second, np.array([0.0, 0.0, 0.0, 3.0]))
+    np.testing.assert_array_equal(g, np.zeros(4))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_sqrt_second_derivative_through_a_zero_upstream_gradient(backend, dtype):
+    """f = sum(sqrt(x) (x - 1)): sqrt's upstream gradient x - 1 is 0 at x = 1, yet
+    f''(1) = 0.75 x^-0.5 + 0.25 x^-1.5 = 1 needs d(sqrt's gradient)/d(dy) there (TF's
+    SqrtGradGrad); 0.40625 at x = 4. Zeroing the gradient where dy == 0 with a plain
+    where() would lose it (0.5 at x = 1)."""
+    import tfc
+
+    def first(p):
+        return tfc.gradients(tfc.reduce_sum(tfc.sqrt(p) * (p - 1.0)), p)[0], [p]
+    (g,) = _grads(backend, first, np.array([1.0, 4.0], dtype))
+    np.testing.assert_allclose(g, [1.0, 0.40625], rtol=4 * np.finfo(dtype).eps, atol=0)

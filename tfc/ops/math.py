@@ -134,11 +134,26 @@ def _zero_where_not(b: Any, cond: Any, g: Any) -> Any:
     return b("where", cond, g, b("zeros_like", g))
 
 
-def _zero_where_dy_zero(b: Any, dy: Any, g: Any) -> Any:
-    """``g``, but 0 where the upstream gradient ``dy`` is 0 (TensorFlow's SqrtGrad and
-    RsqrtGrad kernels): at x <= 0, sqrt's ``dy / 2y`` is inf or NaN, and 0 * that would
-    turn ``where(x > 0, sqrt(x), 0)`` into a NaN gradient where the branch is not taken."""
-    return b("where", b("equal", dy, b.constant(0, dy)), b("zeros_like", g), g)
+def _zero_where_dy_zero(b: Any, dy: Any, g: Any, r: Any) -> Any:
+    """``g = dy * r`` (``r`` the local derivative), but 0 where ``dy`` is 0, as TensorFlow's
+    SqrtGrad and RsqrtGrad kernels: at x <= 0 sqrt's ``r = 1 / 2y`` is inf or NaN, and
+    0 * that would turn ``where(x > 0, sqrt(x), 0)`` into a NaN gradient where the branch
+    is not taken. There the result is ``dy * r`` with r's inf and NaN replaced by 0, so its
+    derivative with respect to dy is still r (a second derivative through a zero ``dy``
+    that depends on x, as TensorFlow's SqrtGradGrad)."""
+    finite = b("less", b("abs", r), b.constant(np.inf, r))
+    r_safe = b("where", finite, r, b("zeros_like", r))
+    return b("where", b("equal", dy, b.constant(0, dy)), b("mul", dy, r_safe), g)
+
+
+def _sqrt_grad(b: Any, x: Any, y: Any, dy: Any) -> Any:
+    return _zero_where_dy_zero(b, dy, b("div", dy, b("mul", b.constant(2, y), y)),
+                               b("div", b.constant(0.5, y), y))
+
+
+def _rsqrt_grad(b: Any, x: Any, y: Any, dy: Any) -> Any:
+    r = b("mul", b.constant(-0.5, y), b("mul", y, b("square", y)))
+    return _zero_where_dy_zero(b, dy, b("mul", dy, r), r)
 
 
 SIGNED = FLOAT | INT
@@ -147,11 +162,8 @@ for _name, _fn, _dt, _flops, _grad in [
     ("abs", np.abs, SIGNED, 1, lambda b, x, y, dy: b("mul", dy, b("sign", x))),
     ("exp", np.exp, FLOAT, 10, lambda b, x, y, dy: b("mul", dy, y)),
     ("log", np.log, FLOAT, 10, lambda b, x, y, dy: b("div", dy, x)),
-    ("sqrt", np.sqrt, FLOAT, 4,
-     lambda b, x, y, dy: _zero_where_dy_zero(b, dy, b("div", dy, b("mul", b.constant(2, y), y)))),
-    ("rsqrt", lambda x: x.dtype.type(1) / np.sqrt(x), FLOAT, 5,
-     lambda b, x, y, dy: _zero_where_dy_zero(b, dy, b("mul", dy, b("mul", b.constant(-0.5, y),
-                                                                   b("mul", y, b("square", y)))))),
+    ("sqrt", np.sqrt, FLOAT, 4, _sqrt_grad),
+    ("rsqrt", lambda x: x.dtype.type(1) / np.sqrt(x), FLOAT, 5, _rsqrt_grad),
     ("square", np.square, SIGNED, 1,
      lambda b, x, y, dy: b("mul", dy, b("mul", b.constant(2, x), x))),
     ("tanh", np.tanh, FLOAT, 20,

@@ -101,20 +101,26 @@ register(Reduce("mean", _mean, FLOAT,
                 grad=lambda b, x, y, dy, axes: b("div", dy, _count(b, x, axes))))
 def _prod_grad(b: Any, x: Any, y: Any, dy: Any, axes: tuple[int, ...]) -> Any:
     """d prod / dx_i is the product of the other elements (TensorFlow's rule, which it
-    computes with exclusive cumprods). With no zero among them that is ``prod / x_i``
-    (computed so); with one zero, it is the product of the nonzero elements at the zero
-    and 0 elsewhere; with two or more, 0 everywhere. (``prod / x_i`` alone gives 0/0 =
-    NaN at a zero.)"""
-    zero = b.constant(0, x)
-    is_zero = b("equal", x, zero)
+    computes with exclusive cumprods). At a nonzero x_i that is ``prod / x_i`` (computed
+    so); at a zero that would be 0/0 = NaN, so there, with ``P`` the product of the
+    nonzero elements and ``Z`` the sum of the zero ones: ``P`` if x_i is the only zero,
+    ``P (Z - x_i)`` (the other zero times P) if there are two, else 0. Each is the exact
+    polynomial, not only its value (``Z - x_i`` is 0 but has derivative 1 by the other
+    zero), so this rule's own derivative, a second derivative, is exact too (TF's is 0
+    at a zero: its cumprod gradient divides by x)."""
+    def whole(v: Any) -> Any:
+        return b("broadcast_like", v, x)
+    is_zero = b("equal", x, b.constant(0, x))
     safe = b("where", is_zero, b("ones_like", x), x)
-    nonzero_prod = b("broadcast_like", b("prod", safe, axes=axes, keepdims=True), x)
-    zeros = b("broadcast_like", b("sum", b("cast", is_zero, dtype=x.dtype), axes=axes,
-                                  keepdims=True), x)
-    no_zero = b("div", b("mul", dy, b("broadcast_like", y, x)), safe)
-    one_zero = b("where", b("logical_and", is_zero, b("equal", zeros, b.constant(1, x))),
-                 b("mul", dy, nonzero_prod), b("zeros_like", x))
-    return b("where", b("equal", zeros, zero), no_zero, one_zero)
+    nonzero_prod = whole(b("prod", safe, axes=axes, keepdims=True))
+    zeros = whole(b("sum", b("cast", is_zero, dtype=x.dtype), axes=axes, keepdims=True))
+    zero_sum = whole(b("sum", b("where", is_zero, x, b("zeros_like", x)), axes=axes,
+                       keepdims=True))
+    at_zero = b("where", b("equal", zeros, b.constant(1, x)), b("mul", dy, nonzero_prod),
+                b("where", b("equal", zeros, b.constant(2, x)),
+                  b("mul", dy, b("mul", nonzero_prod, b("sub", zero_sum, x))),
+                  b("zeros_like", x)))
+    return b("where", is_zero, at_zero, b("div", b("mul", dy, whole(y)), safe))
 
 
 register(Reduce("prod", lambda x, axis, keepdims: np.prod(x, axis=axis, keepdims=keepdims,
