@@ -131,6 +131,11 @@ KNOWN: dict[tuple[str, str], Known] = {
        for label in ("with a zero", "two zeros")},
     ("where", "symbolic batch, sqrt branch not taken"): Known(
         "FIXED", "sqrt's gradient where dy == 0 (NaN -> 0, as TF's SqrtGrad)"),
+    ("nn.relu", "inf/NaN upstream"): Known(
+        "EXPECTED", "tfc's relu gradient selects (0 where x <= 0, whatever the upstream "
+        "gradient), as TF's own maximum(x, 0) does; TF's ReluGrad multiplies by the mask, so "
+        "an inf/NaN upstream gradient gives NaN there. Changing it would change every "
+        "relu network's gradient graph: left to the lead"),
     ("while_loop", "x*y^3"): Known(
         "EXPECTED", "tfc does not differentiate while_loop (a clear error, as JAX's "
         "while_loop; docs/language.md): tfc.scan is the differentiable loop"),
@@ -304,6 +309,26 @@ def build_cases() -> list[Case]:
         ([-2.0, -2.0, -0.5], [2.0, 3.0, 1.0]),
         ([2.0, 0.0, -1.0], [-1.0, -1.0, -2.0]),
     ])
+    # -- a non-finite upstream gradient (inf, NaN) where the local derivative is 0 or not
+    up = _c(np.inf, np.nan, np.inf, np.nan, -np.inf, 1.0)
+    at = _c(-1.0, 0.0, 1.0, -2.0, 0.0, 2.0)
+    for name, tf_name in [("nn.relu", "nn.relu"), ("abs", "abs"), ("sign", "sign"),
+                          ("floor", "floor"), ("square", "square"), ("tanh", "tanh"),
+                          ("sigmoid", "sigmoid"), ("exp", "exp"), ("sin", "sin")]:
+        cases.append(Case(name, "inf/NaN upstream", "elementwise",
+                          (lambda n: lambda m, x, c: _attr(m, n)(x) * c)(name),
+                          _inputs(at, up),
+                          (lambda n: lambda m, x, c: _attr(m, n)(x) * c)(tf_name)))
+    cases.append(Case("sqrt", "inf/NaN upstream", "elementwise",
+                      lambda m, x, c: m.sqrt(m.abs(x)) * c, _inputs(at, up)))
+    cases.append(Case("maximum", "inf/NaN upstream", "elementwise",
+                      lambda m, x, c: m.maximum(x, 0.0) * c, _inputs(at, up)))
+    cases.append(Case("where", "inf/NaN upstream", "elementwise",
+                      lambda m, x, c: m.where(m.greater(x, 0.0), x, m.zeros_like(x)) * c,
+                      _inputs(at, up)))
+    cases.append(Case("reduce_max", "inf/NaN upstream", "reduce",
+                      lambda m, x, c: m.reduce_max(x, axis=1) * c,
+                      _inputs(_c([1.0, 2.0], [3.0, 3.0], [0.0, -1.0]), _c(np.inf, np.nan, 1.0))))
     # -- where / select, cast, add_n, stop_gradient
     cases.append(Case("where", "random [3,4]", "elementwise",
                       lambda m, x, y: m.where(m.greater(x, y), x, y),
