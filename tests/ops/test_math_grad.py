@@ -79,3 +79,143 @@ def test_max_ties_share_the_gradient():
     (dx,) = gradients(g, [y], [a])
     g.set_results([dx])
     np.testing.assert_array_equal(run_graph(g, [x], ExecContext({}))[0], [0.0, 0.5, 0.5])
+
+
+# ---- TensorFlow's conventions where finite differences see nothing -------------------
+# (tools/conformance_tf_grad.py compares every op with TensorFlow; the expected values
+# below are written from TensorFlow's gradient rules, so these run without it.)
+
+BACKENDS = ["llvm", "reference"]
+FLOATS = [np.float32, np.float64]
+
+
+def _grads(backend, build, *inputs):
+    """Run ``build(*placeholders) -> (y, xs)``'s gradients of sum(y) on ``backend``."""
+    import tfc
+    with tfc.Graph().as_default():
+        phs = [tfc.placeholder(tfc.as_dtype(a.dtype), list(a.shape)) for a in inputs]
+        y, xs = build(*phs)
+        grads = tfc.gradients(y, xs)
+        assert all(g is not None for g in grads)
+        with tfc.Session(backend=backend) as sess:
+            return sess.run(grads, dict(zip(phs, inputs)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_sign_has_a_zero_gradient_not_none(backend, dtype):
+    """TF's _SignGrad returns zeros: x * 2 + sign(x) gets 2, and sign(x) alone gets 0
+    (not None, which would make optimizer.minimize call x unconnected)."""
+    import tfc
+    x = np.array([-1.5, -0.0, 0.0, 2.0], dtype)
+    (g,) = _grads(backend, lambda p: (tfc.sign(p), [p]), x)
+    assert g.dtype == dtype
+    np.testing.assert_array_equal(g, np.zeros(4, dtype))
+    (g,) = _grads(backend, lambda p: (p * 2.0 + tfc.sign(p), [p]), x)
+    np.testing.assert_array_equal(g, np.full(4, 2.0, dtype))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("kind", ["sqrt", "rsqrt"])
+@pytest.mark.filterwarnings("ignore:.*encountered:RuntimeWarning")  # numpy: sqrt(-1)
+def test_sqrt_and_rsqrt_give_zero_where_the_upstream_gradient_is_zero(backend, dtype, kind):
+    """TF's SqrtGrad / RsqrtGrad kernels return 0 where dy == 0, so a sqrt in the branch
+    where() does not take (x <= 0: y is 0 or NaN, 0 / y is NaN) passes 0, not NaN; with
+    dy != 0 the gradient at 0 stays inf (0.5 / 0) as in TF."""
+    import tfc
+    fn = getattr(tfc, kind)
+    x = np.array([-1.0, 0.0, 4.0], dtype)
+    (g,) = _grads(backend, lambda p: (tfc.where(tfc.greater(p, 0.0), fn(p), tfc.zeros_like(p)),
+                                      [p]), x)
+    want = 0.25 if kind == "sqrt" else -0.5 * 4.0 ** -1.5  # exact in binary
+    np.testing.assert_array_equal(g, np.array([0.0, 0.0, want], dtype))
+    (g,) = _grads(backend, lambda p: (fn(p), [p]), np.array([0.0], dtype))
+    np.testing.assert_array_equal(g, [np.inf if kind == "sqrt" else -np.inf])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.filterwarnings("ignore:.*encountered:RuntimeWarning")  # numpy at 0^-1
+def test_pow_exponent_gradient_at_a_zero_or_negative_base(backend, dtype):
+    """d(x^y)/dy = x^y * log_x with log_x := 0 for x <= 0 (TF's _PowGrad): 0 where x^y is
+    finite (0^2, (-2)^2), NaN where it is inf or NaN (0^-1, (-2)^0.5), as in TF."""
+    import tfc
+    x = np.array([0.0, 0.0, -2.0, -2.0, 2.0], dtype)
+    y = np.array([2.0, -1.0, 2.0, 0.5, -1.0], dtype)
+    gx, gy = _grads(backend, lambda a, b: (tfc.pow(a, b), [a, b]), x, y)
+    want_gy = np.array([0.0, np.nan, 0.0, np.nan, 0.5 * np.log(2.0)], dtype)
+    np.testing.assert_allclose(gy, want_gy, rtol=2 * np.finfo(dtype).eps, atol=0)
+    # d/dx = y x^(y-1): 0*2=0, -1*0^-2=-inf, 2*-2=-4, NaN, -1*2^-2
+    np.testing.assert_array_equal(gx, np.array([0.0, -np.inf, -4.0, np.nan, -0.25], dtype))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_prod_gradient_with_zeros_is_the_product_of_the_others(backend, dtype):
+    """d prod / dx_i = the product of the other elements (TF's cumprod-based _ProdGrad):
+    one zero -> the nonzero product at it, 0 elsewhere; two zeros -> 0; none -> prod/x_i.
+    prod / x_i alone gave 0/0 = NaN at every zero."""
+    import tfc
+    x = np.array([[0.0, 2.0, 0.0], [3.0, 0.0, 4.0], [1.0, 2.0, 3.0], [-0.0, 5.0, -2.0]], dtype)
+    (g,) = _grads(backend, lambda p: (tfc.reduce_prod(p, axis=1), [p]), x)
+    np.testing.assert_array_equal(g, np.array(
+        [[0, 0, 0], [0, 12, 0], [6, 3, 2], [-10, 0, 0]], dtype))
+    (g,) = _grads(backend, lambda p: (tfc.reduce_prod(p, axis=0, keepdims=True), [p]),
+                  x[1:3])
+    np.testing.assert_array_equal(g, np.array([[1, 2, 3], [3, 0, 4]], dtype))
+    (g,) = _grads(backend, lambda p: (tfc.reduce_prod(p), [p]), np.array([2.0, 0.0, 3.0], dtype))
+    np.testing.assert_array_equal(g, np.array([0, 6, 0], dtype))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_second_derivatives_through_sign_and_prod_at_a_zero(backend):
+    """abs' = sign, so abs'' is sign's gradient: zeros (TF), not None. prod's gradient
+    differentiated again at a zero: d/dx_j sum_i prod_{k != i} x_k = sum_{i != j}
+    prod_{k != i, j} x_k, here [3, 2 + 3, 2] for x = [2, 0, 3]."""
+    import tfc
+    x = np.array([2.0, 0.0, 3.0])
+
+    def second(f):
+        return lambda p: (tfc.gradients(tfc.reduce_sum(f(p)), p)[0], [p])
+    (g,) = _grads(backend, second(lambda p: tfc.abs(p) * 3.0), x)
+    np.testing.assert_array_equal(g, np.zeros(3))
+    (g,) = _grads(backend, second(tfc.reduce_prod), x)
+    np.testing.assert_array_equal(g, [3.0, 5.0, 2.0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prod_higher_derivatives_with_two_and_three_zeros(backend):
+    """With e_k the elementary symmetric polynomials, sum_i d prod / dx_i = e_3 for 4
+    elements, d/dx_j e_3 = e_2(the others) and sum_j of that = 2 e_2, d/dx_m = 2 e_1(the
+    others). At [2, 0, 0, 3]: second [0, 6, 6, 0] (only the zeros see 2 * 3), third
+    [6, 10, 10, 4]. Three zeros: second 0 everywhere. (TF's cumprod rule gives 0 at the
+    zeros.)"""
+    import tfc
+
+    def second(p):
+        return tfc.gradients(tfc.reduce_prod(p), p)[0], [p]
+
+    def third(p):
+        return tfc.gradients(tfc.reduce_sum(second(p)[0]), p)[0], [p]
+    (g,) = _grads(backend, second, np.array([2.0, 0.0, 0.0, 3.0]))
+    np.testing.assert_array_equal(g, [0.0, 6.0, 6.0, 0.0])
+    (g,) = _grads(backend, third, np.array([2.0, 0.0, 0.0, 3.0]))
+    np.testing.assert_array_equal(g, [6.0, 10.0, 10.0, 4.0])
+    (g,) = _grads(backend, second, np.array([0.0, 0.0, 0.0, 3.0]))
+    np.testing.assert_array_equal(g, np.zeros(4))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_sqrt_second_derivative_through_a_zero_upstream_gradient(backend, dtype):
+    """f = sum(sqrt(x) (x - 1)): sqrt's upstream gradient x - 1 is 0 at x = 1, yet
+    f''(1) = 0.75 x^-0.5 + 0.25 x^-1.5 = 1 needs d(sqrt's gradient)/d(dy) there (TF's
+    SqrtGradGrad); 0.40625 at x = 4. Zeroing the gradient where dy == 0 with a plain
+    where() would lose it (0.5 at x = 1)."""
+    import tfc
+
+    def first(p):
+        return tfc.gradients(tfc.reduce_sum(tfc.sqrt(p) * (p - 1.0)), p)[0], [p]
+    (g,) = _grads(backend, first, np.array([1.0, 4.0], dtype))
+    np.testing.assert_allclose(g, [1.0, 0.40625], rtol=4 * np.finfo(dtype).eps, atol=0)

@@ -135,17 +135,36 @@ def _zero_where_not(b: Any, cond: Any, g: Any) -> Any:
     return b("where", cond, g, b("zeros_like", g))
 
 
+def _zero_where_dy_zero(b: Any, dy: Any, g: Any, r: Any) -> Any:
+    """``g = dy * r`` (``r`` the local derivative), but 0 where ``dy`` is 0, as TensorFlow's
+    SqrtGrad and RsqrtGrad kernels: at x <= 0 sqrt's ``r = 1 / 2y`` is inf or NaN, and
+    0 * that would turn ``where(x > 0, sqrt(x), 0)`` into a NaN gradient where the branch
+    is not taken. There the result is ``dy * r`` with r's inf and NaN replaced by 0, so its
+    derivative with respect to dy is still r (a second derivative through a zero ``dy``
+    that depends on x, as TensorFlow's SqrtGradGrad)."""
+    finite = b("less", b("abs", r), b.constant(np.inf, r))
+    r_safe = b("where", finite, r, b("zeros_like", r))
+    return b("where", b("equal", dy, b.constant(0, dy)), b("mul", dy, r_safe), g)
+
+
+def _sqrt_grad(b: Any, x: Any, y: Any, dy: Any) -> Any:
+    return _zero_where_dy_zero(b, dy, b("div", dy, b("mul", b.constant(2, y), y)),
+                               b("div", b.constant(0.5, y), y))
+
+
+def _rsqrt_grad(b: Any, x: Any, y: Any, dy: Any) -> Any:
+    r = b("mul", b.constant(-0.5, y), b("mul", y, b("square", y)))
+    return _zero_where_dy_zero(b, dy, b("mul", dy, r), r)
+
+
 SIGNED = FLOAT | INT
 for _name, _fn, _dt, _flops, _grad in [
     ("neg", np.negative, SIGNED, 1, lambda b, x, y, dy: b("neg", dy)),
     ("abs", np.abs, SIGNED, 1, lambda b, x, y, dy: b("mul", dy, b("sign", x))),
     ("exp", np.exp, FLOAT, 10, lambda b, x, y, dy: b("mul", dy, y)),
     ("log", np.log, FLOAT, 10, lambda b, x, y, dy: b("div", dy, x)),
-    ("sqrt", np.sqrt, FLOAT, 4,
-     lambda b, x, y, dy: b("div", dy, b("mul", b.constant(2, y), y))),
-    ("rsqrt", lambda x: x.dtype.type(1) / np.sqrt(x), FLOAT, 5,
-     lambda b, x, y, dy: b("mul", dy, b("mul", b.constant(-0.5, y),
-                                        b("mul", y, b("square", y))))),
+    ("sqrt", np.sqrt, FLOAT, 4, _sqrt_grad),
+    ("rsqrt", lambda x: x.dtype.type(1) / np.sqrt(x), FLOAT, 5, _rsqrt_grad),
     ("square", np.square, SIGNED, 1,
      lambda b, x, y, dy: b("mul", dy, b("mul", b.constant(2, x), x))),
     ("tanh", np.tanh, FLOAT, 20,
@@ -157,17 +176,20 @@ for _name, _fn, _dt, _flops, _grad in [
     ("sin", np.sin, FLOAT, 15, lambda b, x, y, dy: b("mul", dy, b("cos", x))),
     ("cos", np.cos, FLOAT, 15, lambda b, x, y, dy: b("neg", b("mul", dy, b("sin", x)))),
     ("floor", np.floor, FLOAT, 1, None),  # piecewise constant: no gradient, as in TF
-    ("sign", np.sign, SIGNED, 1, None),
+    # zero, not None: TensorFlow's rule, so a gradient through sign is 0 (not unconnected)
+    ("sign", np.sign, SIGNED, 1, lambda b, x, y, dy: b("zeros_like", x)),
 ]:
     register(Unary(_name, cast(Fn, _fn), _dt, _flops, grad=_grad))  # a ufunc or a function
 
 
 def _pow_grad(b: Any, x: Any, y: Any, z: Any, dz: Any) -> tuple[Any, Any]:
     gx = b("mul", dz, b("mul", y, b("pow", x, b("sub", y, b.constant(1, y)))))
-    # d/dy x^y = x^y log x, taken as 0 where x <= 0 (as TensorFlow does)
+    # d/dy x^y = x^y log x with log x taken as 0 where x <= 0, as TensorFlow does: the
+    # product stays NaN where x^y is inf or NaN there (0^-1, (-2)^0.5), as in TensorFlow.
     positive = b("greater", x, b.constant(0, x))
     safe_x = b("where", positive, x, b("ones_like", x))
-    gy = _zero_where_not(b, positive, b("mul", dz, b("mul", z, b("log", safe_x))))
+    log_x = _zero_where_not(b, positive, b("log", safe_x))
+    gy = b("mul", dz, b("mul", z, log_x))
     return gx, gy
 
 

@@ -99,12 +99,33 @@ def _extremum_grad(b: Any, x: Any, y: Any, dy: Any, axes: tuple[int, ...]) -> An
 register(Reduce("sum", _sum, NUMERIC, grad=lambda b, x, y, dy, axes: dy))
 register(Reduce("mean", _mean, FLOAT,
                 grad=lambda b, x, y, dy, axes: b("div", dy, _count(b, x, axes))))
-# d prod / dx_i = prod / x_i: exact away from zeros; where x_i == 0 this is undefined
-# (TensorFlow's exclusive-product formulation is not implemented yet).
+def _prod_grad(b: Any, x: Any, y: Any, dy: Any, axes: tuple[int, ...]) -> Any:
+    """d prod / dx_i is the product of the other elements (TensorFlow's rule, which it
+    computes with exclusive cumprods). At a nonzero x_i that is ``prod / x_i`` (computed
+    so); at a zero that would be 0/0 = NaN, so there, with ``P`` the product of the
+    nonzero elements and ``Z`` the sum of the zero ones: ``P`` if x_i is the only zero,
+    ``P (Z - x_i)`` (the other zero times P) if there are two, else 0. Each is the exact
+    polynomial, not only its value (``Z - x_i`` is 0 but has derivative 1 by the other
+    zero), so this rule's own derivative, a second derivative, is exact too (TF's is 0
+    at a zero: its cumprod gradient divides by x)."""
+    def whole(v: Any) -> Any:
+        return b("broadcast_like", v, x)
+    is_zero = b("equal", x, b.constant(0, x))
+    safe = b("where", is_zero, b("ones_like", x), x)
+    nonzero_prod = whole(b("prod", safe, axes=axes, keepdims=True))
+    zeros = whole(b("sum", b("cast", is_zero, dtype=x.dtype), axes=axes, keepdims=True))
+    zero_sum = whole(b("sum", b("where", is_zero, x, b("zeros_like", x)), axes=axes,
+                       keepdims=True))
+    at_zero = b("where", b("equal", zeros, b.constant(1, x)), b("mul", dy, nonzero_prod),
+                b("where", b("equal", zeros, b.constant(2, x)),
+                  b("mul", dy, b("mul", nonzero_prod, b("sub", zero_sum, x))),
+                  b("zeros_like", x)))
+    return b("where", is_zero, at_zero, b("div", b("mul", dy, whole(y)), safe))
+
+
 register(Reduce("prod", lambda x, axis, keepdims: np.prod(x, axis=axis, keepdims=keepdims,
                                                           dtype=x.dtype), NUMERIC,
-                grad=lambda b, x, y, dy, axes: b("div", b("mul", dy, b("broadcast_like", y, x)),
-                                                 x)))
+                grad=_prod_grad))
 register(Reduce("max", np.max, ALL, needs_elements=True, grad=_extremum_grad))
 register(Reduce("min", np.min, ALL, needs_elements=True, grad=_extremum_grad))
 
