@@ -310,14 +310,34 @@ class Session:
                         list(zip(fetch_names, [t.value for t in tensors])), tops,
                         what="Session.run")
         # the passes' result for this content, when met before (tfc.api.lowered_cache)
-        from tfc.api.lowered_cache import lowered
+        from tfc.api import lowered_cache
         target = Target(self.backend.name)
-        module = lowered(self._module(graph), "run", target, self.pipeline,
-                         lambda m: lower(m, target, passes=self.pipeline, verify=False))
-        exe = self.backend.compile(module, "run")
-        compiled = _Compiled(module.graphs["run"], exe, feed_names, defers(exe))
+        found = lowered_cache.find(self._module(graph), "run", target, self.pipeline,
+                                   lambda m: lower(m, target, passes=self.pipeline,
+                                                   verify=False))
+        exe = self._stored(found)
+        if exe is None:
+            module = found.module()
+            graph = module.graphs["run"]
+            exe = self.backend.compile(module, "run")
+        compiled = _Compiled(graph, exe, feed_names, defers(exe))
         self._cache[key] = compiled
         return compiled
+
+    def _stored(self, found: Any) -> Executable | None:
+        """The executable the backend keeps for the lowered module ``found``
+        (a ``lowered_cache.Lowering``) stands for, made without decoding that module
+        (``LLVMBackend.compile_stored``, which says why that is no laxer), where the
+        backend offers that and a lowered module is stored with this one's signature
+        (its graph then stands for the lowered one's in the feeds' checks); else None."""
+        compile_stored = getattr(self.backend, "compile_stored", None)
+        if compile_stored is None or found.key is None:
+            return None
+        stand_in = found.stand_in()
+        if stand_in is None:
+            return None
+        exe: Executable | None = compile_stored(found.key, stand_in, "run", found.module)
+        return exe
 
     def _module(self, graph: ir.Graph) -> ir.Module:
         module = ir.Module()
