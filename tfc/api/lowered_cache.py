@@ -66,15 +66,11 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TFC_CACHE_DIR") or Path.home() / ".cache" / "tfc") / "lowered"
 
 
-def module_key(module: Module, entry: str, target: object, pipeline: object) -> str | None:
-    """The key of ``module`` lowered for ``target`` after ``pipeline``; ``None`` when it
-    is not to be cached (large constants, attrs the bytecode cannot hold)."""
-    return _key(module, entry, target, pipeline)[0]
-
-
-def _key(module: Module, entry: str, target: object, pipeline: object
-         ) -> tuple[str | None, bytes]:
-    """``module_key`` and the bytecode it hashed (empty when none)."""
+def module_key(module: Module, entry: str, target: object, pipeline: object
+               ) -> tuple[str | None, bytes]:
+    """The key of ``module`` lowered for ``target`` after ``pipeline`` (``None`` when it
+    is not to be cached: large constants, attrs the bytecode cannot hold), and the
+    bytecode of ``module`` it hashed (empty where none)."""
     from tfc.backends.llvm.runtime.entry_cache import sources_fingerprint
     graph = module.graphs[entry]
     if graph.constant_bytes() > MAX_CONSTANT_BYTES:
@@ -179,11 +175,14 @@ def lowered(module: Module, entry: str, target: object, pipeline: object,
 
 
 def find(module: Module, entry: str, target: object, pipeline: object,
-         lower: Callable[[Module], Module]) -> "Lowering":
+         lower: Callable[[Module], Module],
+         source: Callable[[], Module] | None = None) -> "Lowering":
     """The ``Lowering`` of ``module``: its key and what is stored under it, read but not
-    decoded; ``Lowering.module()`` is then what ``lowered`` returns."""
+    decoded; ``Lowering.module()`` is then what ``lowered`` returns. ``source``: where
+    ``module`` must not be lowered itself (a view that borrows another graph's ops:
+    ``extract(borrow=True)``), what makes a module of the same content to lower."""
     with paused_gc():  # (as ``lowered``: the key's encoding makes many objects)
-        return Lowering(module, entry, target, pipeline, lower)
+        return Lowering(module, entry, target, pipeline, lower, source)
 
 
 class Lowering:
@@ -193,10 +192,12 @@ class Lowering:
     called, once."""
 
     def __init__(self, module: Module, entry: str, target: object, pipeline: object,
-                 lower: Callable[[Module], Module]) -> None:
+                 lower: Callable[[Module], Module],
+                 source: Callable[[], Module] | None = None) -> None:
         self.source, self.entry, self.target, self.pipeline = module, entry, target, pipeline
         self._lower = lower
-        self.key, self._data = _key(module, entry, target, pipeline)
+        self._copy = source  # (see ``find``)
+        self.key, self._data = module_key(module, entry, target, pipeline)
         known = _IN_PROCESS.get(self.key) if self.key is not None else None
         self._parts = known or (_read(self.key) if self.key is not None else None)
         self._verified = known is not None  # (what this process decoded or made)
@@ -234,8 +235,10 @@ class Lowering:
                 _remember(key, self._parts)
                 result.source_key = key
                 return result
-        # (a source lent as a stand-in is not changed: lowered is a copy of it)
-        source = module_from_bytes(self._data) if self._lent else self.source
+        # (a source lent as a stand-in, or a view (``find``), is not changed: what is
+        # lowered is a copy of it)
+        source = (self._copy() if self._copy is not None
+                  else module_from_bytes(self._data) if self._lent else self.source)
         result = self._lower(source)
         if key is not None:
             parts = _encode(result, self.entry)

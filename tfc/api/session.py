@@ -306,16 +306,22 @@ class Session:
         from tfc.pipeline import Target, lower
         feed_names = [t.value.name or f"feed{i}" for i, t in enumerate(fed)]
         fetch_names = [f"fetch{i}" for i in range(len(tensors))]
-        graph = extract(self.graph.ir, "run", list(zip(feed_names, [t.value for t in fed])),
-                        list(zip(fetch_names, [t.value for t in tensors])), tops,
-                        what="Session.run")
-        # the passes' result for this content, when met before (tfc.api.lowered_cache)
+        request = (self.graph.ir, "run", list(zip(feed_names, [t.value for t in fed])),
+                   list(zip(fetch_names, [t.value for t in tensors])), tops)
+
+        def source() -> ir.Module:  # the request cut out: a graph of its own to lower
+            return self._module(extract(*request, what="Session.run"))
+        # the passes' result for this content, when met before (tfc.api.lowered_cache),
+        # known by the request's content: a view of it (``extract(borrow=True)``) is
+        # enough for the key, and for the feeds' checks where the backend has the code
         from tfc.api import lowered_cache
         target = Target(self.backend.name)
-        found = lowered_cache.find(self._module(graph), "run", target, self.pipeline,
+        view = extract(*request, what="Session.run", borrow=True)
+        found = lowered_cache.find(self._module(view), "run", target, self.pipeline,
                                    lambda m: lower(m, target, passes=self.pipeline,
-                                                   verify=False))
+                                                   verify=False), source)
         exe = self._stored(found)
+        graph = view
         if exe is None:
             module = found.module()
             graph = module.graphs["run"]

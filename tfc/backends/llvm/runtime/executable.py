@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import io
+import math
 import operator
 import sys
 import threading
@@ -129,7 +130,7 @@ class LLVMExecutable:
         # initializer: 64 MB of new pages at L=256 of issue 21's MLP, ~30 ms of page
         # faults). Such an executable run again allocates its updates anew.
         self._lets_updates_go = bool(self._upd_fills) and not self._var_specs
-        self._var_bytes = sum(int(np.prod(s)) * dt.itemsize for _, dt, s, _ in self._var_specs)
+        self._var_bytes = sum(math.prod(s) * dt.itemsize for _, dt, s, _ in self._var_specs)
         self._constants = list(meta.constants)
         self._n_ptrs = meta.n_ptrs
         self._out_dtypes = [v.dtype.np for v in graph.results]
@@ -656,12 +657,13 @@ class NativeMeta:
     def from_json(data: Any, constants: Sequence[np.ndarray]) -> "NativeMeta":
         """The tables ``to_json`` wrote; ``ValueError`` saying what is wrong otherwise."""
         def ints(x: Any, what: str) -> tuple[int, ...]:
-            if not isinstance(x, list) or not all(type(i) is int for i in x):
+            # (the types as a set: the step table's 11,000 words at L=256 in 0.2 ms, not 3)
+            if not isinstance(x, list) or not set(map(type, x)) <= {int}:
                 raise ValueError(f"{what} should be a list of integers")
             return tuple(x)
 
         def strs(x: Any, what: str) -> tuple[str, ...]:
-            if not isinstance(x, list) or not all(isinstance(i, str) for i in x):
+            if not isinstance(x, list) or not set(map(type, x)) <= {str}:  # (as ints)
                 raise ValueError(f"{what} should be a list of strings")
             return tuple(x)
 
