@@ -197,7 +197,8 @@ class Lowering:
         self.source, self.entry, self.target, self.pipeline = module, entry, target, pipeline
         self._lower = lower
         self._copy = source  # (see ``find``)
-        self.key, self._data = module_key(module, entry, target, pipeline)
+        self.key, data = module_key(module, entry, target, pipeline)
+        self._data = b"" if source is not None else data  # (a copy's bytes: see _make)
         known = _IN_PROCESS.get(self.key) if self.key is not None else None
         self._parts = known or (_read(self.key) if self.key is not None else None)
         self._verified = known is not None  # (what this process decoded or made)
@@ -222,6 +223,7 @@ class Lowering:
             with paused_gc():
                 self._module = _lowered(self.source, self.entry, self.target, self.pipeline,
                                         self)
+            self._parts, self._data = None, b""  # (made: what made it is not needed)
         return self._module
 
     def _make(self) -> Module:

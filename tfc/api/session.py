@@ -309,15 +309,19 @@ class Session:
         request = (self.graph.ir, "run", list(zip(feed_names, [t.value for t in fed])),
                    list(zip(fetch_names, [t.value for t in tensors])), tops)
 
-        def source() -> ir.Module:  # the request cut out: a graph of its own to lower
-            return self._module(extract(*request, what="Session.run"))
         # the passes' result for this content, when met before (tfc.api.lowered_cache),
         # known by the request's content: a view of it (``extract(borrow=True)``) is
         # enough for the key, and for the feeds' checks where the backend has the code
         from tfc.api import lowered_cache
         target = Target(self.backend.name)
         view = extract(*request, what="Session.run", borrow=True)
-        found = lowered_cache.find(self._module(view), "run", target, self.pipeline,
+        keyed = self._module(view)
+
+        def source() -> ir.Module:  # the request cut out: a graph of its own to lower
+            module = ir.Module(variables=dict(keyed.variables))  # (those the key saw)
+            module.add_graph(extract(*request, what="Session.run"))
+            return module
+        found = lowered_cache.find(keyed, "run", target, self.pipeline,
                                    lambda m: lower(m, target, passes=self.pipeline,
                                                    verify=False), source)
         exe = self._stored(found)

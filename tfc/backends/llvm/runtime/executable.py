@@ -76,6 +76,7 @@ class LLVMExecutable:
         self._module, self._graph, self.report = module, graph, report
         self.signature = graph
         self._pending = lowered  # the lowered module, until decoded (``module``)
+        self._decoding = threading.Lock()  # (one decode, whichever thread asks first)
         self.fallback_ops = list(report.fallback_ops)
         self.object_code = object_code
         self.host_key = native.host_key()
@@ -382,16 +383,21 @@ class LLVMExecutable:
     def module(self) -> Module:
         """The lowered module the native code was built from (decoded now, once, where it
         was pending: see the class docstring)."""
-        if self._pending is not None:
-            self._adopt(self._pending())
+        self._decoded()
         return self._module
 
     @property
     def graph(self) -> Graph:
         """The entry's lowered graph (``module``'s)."""
-        if self._pending is not None:
-            self._adopt(self._pending())
+        self._decoded()
         return self._graph
+
+    def _decoded(self) -> None:
+        pending = self._pending
+        if pending is not None:
+            with self._decoding:
+                if self._pending is not None:
+                    self._adopt(pending())
 
     def _adopt(self, module: Module) -> None:
         """Take ``module`` as the lowered module; an ``ArtifactError`` where its entry's
