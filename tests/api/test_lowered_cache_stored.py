@@ -267,3 +267,27 @@ def test_a_lowered_module_with_another_signature_is_refused(fresh_cache):
     _another_process()
     _, exe = _steps()
     assert exe._adopt(exe._pending()) is None and exe._pending is None  # the real one
+
+
+def test_a_module_lowered_later_is_of_the_content_keyed(fresh_cache, counts):
+    """A stored hit whose lowered file turns out corrupt when new shapes need it lowers
+    the request as it was keyed, not as the graph has grown since (a variable made after
+    the first run): what it stores under the key is that content, so the next process
+    finds it whole (its signature recorded as the key's)."""
+    _steps((4,))
+    for f in _stored_zips(fresh_cache):
+        _rewrite(f, **{lowered_cache.IR: b"{not bytecode"})
+    _another_process()
+    with tfc.Graph().as_default():
+        x, loss, train = _model()
+        with tfc.Session() as sess:
+            sess.run(tfc.global_variables_initializer())
+            sess.run([loss, train], {x: _feed(4)})
+            tfc.Variable(np.zeros(3, np.float32), name="later")
+            before = counts["lowered"]
+            sess.run([loss, train], {x: _feed(6)})  # (lowered again: the file is corrupt)
+            assert counts["lowered"] == before + 1
+    _another_process()
+    before = dict(counts)
+    _, exe = _steps((4,))
+    assert counts == before and exe._pending is not None  # found whole: nothing decoded

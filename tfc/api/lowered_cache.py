@@ -18,7 +18,10 @@ artifact does (decoded without inferring its types: the verifier infers them, on
 module returned carries the key as ``Module.source_key``, which the llvm entry cache takes
 as the lowered module's identity instead of encoding it again. Kept in this process (the
 most recent ``MAX_IN_PROCESS``) and on disk under ``$TFC_CACHE_DIR/lowered`` (one zip per
-key, written atomically; one that cannot be read is a miss).
+key, written atomically; one that cannot be read is a miss). Graphs with more than
+``MAX_CONSTANT_BYTES`` of constants are not cached (hashing baked-in weights costs what
+the passes save), nor modules whose lowering leaves what bytecode does not hold
+(partition tables: several devices).
 
 A hit need not be decoded at all (``find``, ``Lowering``): where the backend's own cache
 holds the code of the lowered module by this key (the llvm entry cache:
@@ -29,10 +32,10 @@ for it: the passes keep an entry graph's signature (its feeds' and fetches' name
 types) and the variables' declarations, and the stored entry records the lowered one's
 (``SIGNATURE``), so the stand-in is used only where the two are the same. The verifier
 stays the gate: no IR read from disk reaches native code without it, and the code that
-runs was never derived from this IR in this process (see ``compile_stored``). Graphs with more than ``MAX_CONSTANT_BYTES`` of
-constants are not cached (hashing baked-in weights costs what the passes save), nor
-modules whose lowering leaves what bytecode does not hold (partition tables: several
-devices).
+runs was never derived from this IR in this process (see ``compile_stored``). The module
+keyed need not be one to lower either: ``Session`` keys a view of its request that
+borrows the built graph's ops (``extract(borrow=True)``, the same content without the
+copy) and gives ``find`` what cuts out a copy, to lower on a miss.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Each distinct (feeds, fetches, targets) request is cut out of the graph, optimized with
 the default pass pipeline and compiled once by the backend; later runs with the same
 request reuse it. A request whose graph was lowered before (the same model in another
-session or process) skips the passes (``tfc.api.lowered_cache``). Variables live in
+session or process) skips the passes (``tfc.api.lowered_cache``), and where the backend
+keeps the code for it (the llvm entry cache) even reading the lowered module back, and
+copying the request out of the graph: a view of it is the key. Variables live in
 the session: they are initialized on first use
 (``global_variables_initializer`` re-initializes them), persist across runs, and a run's
 assigns land together at the end of its step. On a backend that can keep them on its
@@ -46,6 +48,8 @@ class SplitStep:
 
 @dataclass
 class _Compiled:
+    # the lowered graph, or what stands for it (a view of the request: ``_compile``);
+    # only its signature is read here (the feeds' names and types, the fetches' names)
     graph: ir.Graph
     executable: Executable
     feed_names: list[str]
