@@ -67,12 +67,12 @@ def _feed(n: int) -> np.ndarray:
     return (np.arange(n * 8, dtype=np.float32).reshape(n, 8) % 7) / 5 - 0.5
 
 
-def _steps(batches=(4,), backend="llvm"):
+def _steps(batches=(4,), backend="llvm", pipeline=None):
     """The loss of one training step per batch size (a fresh graph and session, as
     another process would build them), and the step's executable."""
     with tfc.Graph().as_default():
         x, loss, train = _model()
-        with tfc.Session(backend=backend) as sess:
+        with tfc.Session(backend=backend, pipeline=pipeline) as sess:
             sess.run(tfc.global_variables_initializer())
             losses = [sess.run([loss, train], {x: _feed(n)})[0] for n in batches]
             (exe,) = [c.executable for c in sess._cache.values() if c.feed_names]
@@ -245,6 +245,13 @@ def test_another_target_does_not_hit(fresh_cache, counts):
     got, exe = _steps(backend="reference")
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert counts["lowered"] == 4 and counts["decoded"] == 0
+
+
+def test_another_pipeline_does_not_hit(fresh_cache, counts):
+    want, _ = _steps()
+    got, exe = _steps(pipeline="cse")
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert counts["lowered"] == 4 and counts["decoded"] == 0 and exe._pending is None
 
 
 def test_a_lowered_module_with_another_signature_is_refused(fresh_cache):
