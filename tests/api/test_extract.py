@@ -65,3 +65,49 @@ def test_a_session_leaves_the_built_graph_as_it_was():
     assert second < first
     assert print_graph(g.ir) == before
     assert [list(op.inputs) for op in g.ir.ops] == inputs
+
+
+def test_a_view_copies_nothing_and_encodes_as_the_copy():
+    """``extract(borrow=True)`` holds the built ops themselves and the fed values as its
+    arguments, and has the copy's content: the same bytecode where the feeds are named
+    as the values are (what ``Session`` keys its lowered-module cache by)."""
+    from tfc.ir.bytecode import module_to_bytes
+    g, x, loss, train = _model()
+    tops = list(train.ir_ops())
+    request = (g.ir, "run", [("x", x.value)], [("fetch0", loss.value)], tops)
+    before = print_graph(g.ir)
+    view = extract_module.extract(*request, borrow=True)
+    copy = extract_module.extract(*request)
+    built = {id(op) for op in g.ir.ops}
+    assert view.ops and all(id(op) in built for op in view.ops)
+    assert not any(id(op) in built for op in copy.ops)
+    assert view.args == [x.value] and view.results == [loss.value]
+    assert x.value.op is None and x.value.index == 0  # (not claimed by the view)
+    assert view.signature() == copy.signature()
+    decls = {n: v.decl for n, v in g.variables.items()}
+    assert (module_to_bytes(ir.Module({"run": view}, decls))
+            == module_to_bytes(ir.Module({"run": copy}, decls)))
+    assert print_graph(g.ir) == before
+
+
+def test_a_cached_session_leaves_the_built_graph_as_it_was(tmp_path, monkeypatch):
+    """A request lowered (a miss) and one found in the caches (a view stands in for the
+    lowered graph) both leave the built graph untouched."""
+    from tfc.api import lowered_cache
+    monkeypatch.setenv("TFC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(lowered_cache, "_IN_PROCESS", type(lowered_cache._IN_PROCESS)())
+    results = []
+    for _ in range(2):  # a miss, then (another graph of the same content) a stored hit
+        lowered_cache._IN_PROCESS.clear()
+        g, x, loss, train = _model()
+        before = print_graph(g.ir)
+        inputs = [list(op.inputs) for op in g.ir.ops]
+        with g.as_default():
+            sess = tfc.Session()
+            sess.run(tfc.global_variables_initializer())
+            results.append(sess.run([loss, train], {x: np.ones((4, 3), np.float32)})[0])
+            (compiled,) = [c for c in sess._cache.values() if c.feed_names]
+        assert print_graph(g.ir) == before
+        assert [list(op.inputs) for op in g.ir.ops] == inputs
+    assert results[0] == results[1]
+    assert compiled.executable._pending is not None  # (the second was the stored hit)

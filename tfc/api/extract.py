@@ -55,15 +55,23 @@ def needed_placeholders(graph: "Graph", fetches: Sequence["Tensor"],
 
 def extract(build: ir.Graph, name: str, feeds: Sequence[tuple[str, ir.Value]],
             fetches: Sequence[tuple[str, ir.Value]], targets: Sequence[ir.Op] = (),
-            what: str = "") -> ir.Graph:
-    """A new graph computing ``fetches`` and running ``targets`` from ``feeds``."""
+            what: str = "", *, borrow: bool = False) -> ir.Graph:
+    """A new graph computing ``fetches`` and running ``targets`` from ``feeds``.
+
+    ``borrow``: a *view* instead, which copies nothing: its ops are ``build``'s own and
+    its arguments the fed values themselves (named as they are, not as ``feeds`` says).
+    It has the extract's content (the same ops in the same order, so the same encoding
+    up to the arguments' names) and signature, for a caller that only reads it (a
+    cache key, the feeds' checks: ``Session``) and would rather not copy a deep model's
+    ops (a third of a cached compile's cost). It must never be changed, nor lowered (the
+    passes work in place: they would change the built graph)."""
     with paused_gc():  # (its ops live on: a collection would find nothing, see paused_gc)
-        return _extract(build, name, feeds, fetches, targets, what)
+        return _extract(build, name, feeds, fetches, targets, what, borrow)
 
 
 def _extract(build: ir.Graph, name: str, feeds: Sequence[tuple[str, ir.Value]],
              fetches: Sequence[tuple[str, ir.Value]], targets: Sequence[ir.Op],
-             what: str) -> ir.Graph:
+             what: str, borrow: bool = False) -> ir.Graph:
     fed = {v for _, v in feeds}
     if len(fed) != len(feeds):
         raise FeedError(f"{what or name}: a tensor is fed twice")
@@ -74,9 +82,12 @@ def _extract(build: ir.Graph, name: str, feeds: Sequence[tuple[str, ir.Value]],
         raise FeedError(f"{what or name}: {need} needs placeholder '{p.name}' of type "
                         f"{p.type}, which is not fed")
     graph = ir.Graph(name)
+    if borrow:  # (appended, not given to Graph(): that would claim them as its own)
+        graph.args.extend(v for _, v in feeds)
     mapping: dict[ir.Value, ir.Value] = {}
     for feed_name, v in feeds:
-        mapping[v] = graph.add_arg(v.type, feed_name)
+        if not borrow:
+            mapping[v] = graph.add_arg(v.type, feed_name)
     assigned: dict[str, ir.Op] = {}
     writes: dict[str, bool] = {}  # per kind: writes_variable
     new_ops = graph.ops
@@ -93,12 +104,16 @@ def _extract(build: ir.Graph, name: str, feeds: Sequence[tuple[str, ir.Value]],
                 raise TfcError(f"{what or name}: variable '{var}' is assigned twice in one "
                                f"step (also at {assigned[var].loc})", op.loc)
             assigned[var] = op
+        if borrow:
+            new_ops.append(op)
+            continue
         # regions are copied so that passes over the entry never touch the built graph
         new = op.clone(list(map(copied, op.inputs)),
                        [r.clone() for r in op.regions] if op.regions else None)
         new_ops.append(new)
         mapping.update(zip(op.results, new.results))
-    graph.set_results([mapping[v] for _, v in fetches], [n for n, _ in fetches])
+    graph.set_results([v for _, v in fetches] if borrow else [mapping[v] for _, v in fetches],
+                      [n for n, _ in fetches])
     return graph
 
 

@@ -16,12 +16,26 @@ A hit skips every pass: the lowered module is read back (its bytecode and memory
 as an artifact stores them), and one read from disk goes through the IR verifier, as an
 artifact does (decoded without inferring its types: the verifier infers them, once). The
 module returned carries the key as ``Module.source_key``, which the llvm entry cache takes
-as the lowered module's identity instead of encoding it again. Kept in this process (the most recent ``MAX_IN_PROCESS``)
-and on disk under ``$TFC_CACHE_DIR/lowered`` (one zip per key, written atomically; one
-that cannot be read is a miss). Graphs with more than ``MAX_CONSTANT_BYTES`` of
-constants are not cached (hashing baked-in weights costs what the passes save), nor
-modules whose lowering leaves what bytecode does not hold (partition tables: several
-devices).
+as the lowered module's identity instead of encoding it again. Kept in this process (the
+most recent ``MAX_IN_PROCESS``) and on disk under ``$TFC_CACHE_DIR/lowered`` (one zip per
+key, written atomically; one that cannot be read is a miss). Graphs with more than
+``MAX_CONSTANT_BYTES`` of constants are not cached (hashing baked-in weights costs what
+the passes save), nor modules whose lowering leaves what bytecode does not hold
+(partition tables: several devices).
+
+A hit need not be decoded at all (``find``, ``Lowering``): where the backend's own cache
+holds the code of the lowered module by this key (the llvm entry cache:
+``LLVMBackend.compile_stored``), what runs is that code, and the lowered IR is needed
+only later, if ever (new feed shapes, a report of the IR): ``Lowering.module`` decodes
+it then, through the verifier as above. Until then the module lowered *from* stands in
+for it: the passes keep an entry graph's signature (its feeds' and fetches' names and
+types) and the variables' declarations, and the stored entry records the lowered one's
+(``SIGNATURE``), so the stand-in is used only where the two are the same. The verifier
+stays the gate: no IR read from disk reaches native code without it, and the code that
+runs was never derived from this IR in this process (see ``compile_stored``). The module
+keyed need not be one to lower either: ``Session`` keys a view of its request that
+borrows the built graph's ops (``extract(borrow=True)``, the same content without the
+copy) and gives ``find`` what cuts out a copy, to lower on a miss.
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ import json
 import os
 import tempfile
 import zipfile
+import zlib
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
@@ -43,33 +58,47 @@ from tfc.passes.manager import paused_gc
 MAX_CONSTANT_BYTES = 1 << 20
 MAX_IN_PROCESS = 64
 IR, PLANS = "module.tfb", "plans.json"
-_IN_PROCESS: OrderedDict[str, tuple[bytes, bytes]] = OrderedDict()
+# the lowered entry's signature and variables (``signature``): where it is the module's
+# it was lowered from, that module can stand in for it (``Lowering.stand_in``)
+SIGNATURE = "signature.txt"
+# key -> (IR, plans, signature) of modules read back and verified, or made, in this process
+_IN_PROCESS: OrderedDict[str, tuple[bytes, bytes, bytes]] = OrderedDict()
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("TFC_CACHE_DIR") or Path.home() / ".cache" / "tfc") / "lowered"
 
 
-def module_key(module: Module, entry: str, target: object, pipeline: object) -> str | None:
-    """The key of ``module`` lowered for ``target`` after ``pipeline``; ``None`` when it
-    is not to be cached (large constants, attrs the bytecode cannot hold)."""
+def module_key(module: Module, entry: str, target: object, pipeline: object
+               ) -> tuple[str | None, bytes]:
+    """The key of ``module`` lowered for ``target`` after ``pipeline`` (``None`` when it
+    is not to be cached: large constants, attrs the bytecode cannot hold), and the
+    bytecode of ``module`` it hashed (empty where none)."""
     from tfc.backends.llvm.runtime.entry_cache import sources_fingerprint
     graph = module.graphs[entry]
     if graph.constant_bytes() > MAX_CONSTANT_BYTES:
-        return None
+        return None, b""
     try:
         data = module_to_bytes(module)
     except TfcError:
-        return None
+        return None, b""
     h = hashlib.sha256()
     for part in (sources_fingerprint(), repr(target), repr(pipeline), entry):
         h.update(part.encode())
         h.update(b"\0")
     h.update(data)
-    return h.hexdigest()
+    return h.hexdigest(), data
 
 
-def _encode(module: Module) -> tuple[bytes, bytes] | None:
+def signature(module: Module, entry: str) -> bytes:
+    """What of a lowered module an executable's native code meets before its IR: the
+    entry graph's feeds and fetches (names, types: ``Graph.signature``) and the declared
+    variables (names, types). The passes keep all of it."""
+    decls = ", ".join(f"@{n}: {d.type}" for n, d in module.variables.items())
+    return f"{module.graphs[entry].signature()}; {decls}".encode()
+
+
+def _encode(module: Module, entry: str) -> tuple[bytes, bytes, bytes] | None:
     if module.partitions:
         return None
     try:
@@ -80,7 +109,7 @@ def _encode(module: Module) -> tuple[bytes, bytes] | None:
         return None
     plans = {name: plan.to_json(module.graphs[name])
              for name, plan in module.memory_plans.items() if name in module.graphs}
-    return ir, json.dumps(plans, separators=(",", ":")).encode()
+    return ir, json.dumps(plans, separators=(",", ":")).encode(), signature(module, entry)
 
 
 def _decode(ir: bytes, plans: bytes, target: object, verify: bool = False) -> Module:
@@ -100,15 +129,19 @@ def _decode(ir: bytes, plans: bytes, target: object, verify: bool = False) -> Mo
     return module
 
 
-def _read(key: str) -> tuple[bytes, bytes] | None:
+def _read(key: str) -> tuple[bytes, bytes, bytes] | None:
+    """The parts stored under ``key`` (the signature empty where the file has none:
+    the module is then decoded before it is used); ``None`` when it cannot be read."""
     try:
         with zipfile.ZipFile(cache_dir() / f"{key}.zip") as zf:
-            return zf.read(IR), zf.read(PLANS)
-    except (OSError, KeyError, zipfile.BadZipFile, EOFError):
+            names = set(zf.namelist())
+            return (zf.read(IR), zf.read(PLANS),
+                    zf.read(SIGNATURE) if SIGNATURE in names else b"")
+    except (OSError, KeyError, zipfile.BadZipFile, EOFError, zlib.error):
         return None
 
 
-def _write(key: str, parts: tuple[bytes, bytes]) -> None:
+def _write(key: str, parts: tuple[bytes, bytes, bytes]) -> None:
     """Store ``parts`` under ``key``; failures (read-only home, full disk) only cost the
     passes next time."""
     d = cache_dir()
@@ -119,6 +152,7 @@ def _write(key: str, parts: tuple[bytes, bytes]) -> None:
             with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w") as zf:
                 zf.writestr(IR, parts[0])
                 zf.writestr(PLANS, parts[1])
+                zf.writestr(SIGNATURE, parts[2])
             os.replace(tmp, d / f"{key}.zip")
         except BaseException:
             os.unlink(tmp)
@@ -127,7 +161,7 @@ def _write(key: str, parts: tuple[bytes, bytes]) -> None:
         pass
 
 
-def _remember(key: str, parts: tuple[bytes, bytes]) -> None:
+def _remember(key: str, parts: tuple[bytes, bytes, bytes]) -> None:
     _IN_PROCESS[key] = parts
     _IN_PROCESS.move_to_end(key)
     while len(_IN_PROCESS) > MAX_IN_PROCESS:
@@ -143,26 +177,88 @@ def lowered(module: Module, entry: str, target: object, pipeline: object,
         return _lowered(module, entry, target, pipeline, lower)
 
 
-def _lowered(module: Module, entry: str, target: object, pipeline: object,
-             lower: Callable[[Module], Module]) -> Module:
-    key = module_key(module, entry, target, pipeline)
-    if key is not None:
-        known = _IN_PROCESS.get(key)
-        parts = known or _read(key)
-        if parts is not None:
+def find(module: Module, entry: str, target: object, pipeline: object,
+         lower: Callable[[Module], Module],
+         source: Callable[[], Module] | None = None) -> "Lowering":
+    """The ``Lowering`` of ``module``: its key and what is stored under it, read but not
+    decoded; ``Lowering.module()`` is then what ``lowered`` returns. ``source``: where
+    ``module`` must not be lowered itself (a view that borrows another graph's ops:
+    ``extract(borrow=True)``), what makes a module of the same content to lower."""
+    with paused_gc():  # (as ``lowered``: the key's encoding makes many objects)
+        return Lowering(module, entry, target, pipeline, lower, source)
+
+
+class Lowering:
+    """The lowered module of ``module`` for (``entry``, ``target``, ``pipeline``), made
+    on demand: ``key`` (None: not cached) and the stored parts are known at once; the
+    module is decoded (verified, for a file) or lowered only when ``module()`` is
+    called, once."""
+
+    def __init__(self, module: Module, entry: str, target: object, pipeline: object,
+                 lower: Callable[[Module], Module],
+                 source: Callable[[], Module] | None = None) -> None:
+        self.source, self.entry, self.target, self.pipeline = module, entry, target, pipeline
+        self._lower = lower
+        self._copy = source  # (see ``find``)
+        self.key, data = module_key(module, entry, target, pipeline)
+        self._data = b"" if source is not None else data  # (a copy's bytes: see _make)
+        known = _IN_PROCESS.get(self.key) if self.key is not None else None
+        self._parts = known or (_read(self.key) if self.key is not None else None)
+        self._verified = known is not None  # (what this process decoded or made)
+        self._lent = False
+        self._module: Module | None = None
+
+    def stand_in(self) -> Module | None:
+        """``source`` (the module lowered from), to stand for the lowered module where a
+        caller needs only its signature and variables and would rather not decode it
+        (see the module docstring): only where a lowered module is stored and records the
+        same ones (``signature``). ``source`` is then never lowered in place (``module``
+        lowers a copy if it must lower)."""
+        if self._parts is None or self._parts[2] != signature(self.source, self.entry):
+            return None
+        self._lent = True
+        return self.source
+
+    def module(self) -> Module:
+        """The lowered module: the stored one decoded (a file's through the verifier),
+        else (none stored, or one that does not decode or verify) ``lower``'s, stored."""
+        if self._module is None:
+            with paused_gc():
+                self._module = _lowered(self.source, self.entry, self.target, self.pipeline,
+                                        self)
+            self._parts, self._data = None, b""  # (made: what made it is not needed)
+        return self._module
+
+    def _make(self) -> Module:
+        key = self.key
+        if key is not None and self._parts is not None:
             try:
-                result = _decode(*parts, target, verify=known is None)
+                result = _decode(*self._parts[:2], self.target, verify=not self._verified)
             except (TfcError, ValueError, KeyError):  # unreadable: lower it again
                 pass
             else:
-                _remember(key, parts)
+                _remember(key, self._parts)
                 result.source_key = key
                 return result
-    result = lower(module)
-    if key is not None:
-        parts = _encode(result)
-        if parts is not None:
-            _remember(key, parts)
-            _write(key, parts)
-            result.source_key = key  # what a hit returns, the miss's module is too
-    return result
+        # (a source lent as a stand-in, or a view (``find``), is not changed: what is
+        # lowered is a copy of it)
+        source = (self._copy() if self._copy is not None
+                  else module_from_bytes(self._data) if self._lent else self.source)
+        result = self._lower(source)
+        if key is not None:
+            parts = _encode(result, self.entry)
+            if parts is not None:
+                _remember(key, parts)
+                _write(key, parts)
+                result.source_key = key  # what a hit returns, the miss's module is too
+        return result
+
+
+def _lowered(module: Module, entry: str, target: object, pipeline: object,
+             lower: "Callable[[Module], Module] | Lowering") -> Module:
+    """The one place a lowered module is made (decoded or lowered): ``lower`` is either
+    the lowering itself or the ``Lowering`` of ``module`` that ``find`` made (its key and
+    stored parts, not found twice)."""
+    found = lower if isinstance(lower, Lowering) else Lowering(module, entry, target,
+                                                               pipeline, lower)
+    return found._make()

@@ -3,7 +3,9 @@
 Each distinct (feeds, fetches, targets) request is cut out of the graph, optimized with
 the default pass pipeline and compiled once by the backend; later runs with the same
 request reuse it. A request whose graph was lowered before (the same model in another
-session or process) skips the passes (``tfc.api.lowered_cache``). Variables live in
+session or process) skips the passes (``tfc.api.lowered_cache``), and where the backend
+keeps the code for it (the llvm entry cache) even reading the lowered module back, and
+copying the request out of the graph: a view of it is the key. Variables live in
 the session: they are initialized on first use
 (``global_variables_initializer`` re-initializes them), persist across runs, and a run's
 assigns land together at the end of its step. On a backend that can keep them on its
@@ -46,6 +48,8 @@ class SplitStep:
 
 @dataclass
 class _Compiled:
+    # the lowered graph, or what stands for it (a view of the request: ``_compile``);
+    # only its signature is read here (the feeds' names and types, the fetches' names)
     graph: ir.Graph
     executable: Executable
     feed_names: list[str]
@@ -306,18 +310,48 @@ class Session:
         from tfc.pipeline import Target, lower
         feed_names = [t.value.name or f"feed{i}" for i, t in enumerate(fed)]
         fetch_names = [f"fetch{i}" for i in range(len(tensors))]
-        graph = extract(self.graph.ir, "run", list(zip(feed_names, [t.value for t in fed])),
-                        list(zip(fetch_names, [t.value for t in tensors])), tops,
-                        what="Session.run")
-        # the passes' result for this content, when met before (tfc.api.lowered_cache)
-        from tfc.api.lowered_cache import lowered
+        request = (self.graph.ir, "run", list(zip(feed_names, [t.value for t in fed])),
+                   list(zip(fetch_names, [t.value for t in tensors])), tops)
+
+        # the passes' result for this content, when met before (tfc.api.lowered_cache),
+        # known by the request's content: a view of it (``extract(borrow=True)``) is
+        # enough for the key, and for the feeds' checks where the backend has the code
+        from tfc.api import lowered_cache
         target = Target(self.backend.name)
-        module = lowered(self._module(graph), "run", target, self.pipeline,
-                         lambda m: lower(m, target, passes=self.pipeline, verify=False))
-        exe = self.backend.compile(module, "run")
-        compiled = _Compiled(module.graphs["run"], exe, feed_names, defers(exe))
+        view = extract(*request, what="Session.run", borrow=True)
+        keyed = self._module(view)
+
+        def source() -> ir.Module:  # the request cut out: a graph of its own to lower
+            module = ir.Module(variables=dict(keyed.variables))  # (those the key saw)
+            module.add_graph(extract(*request, what="Session.run"))
+            return module
+        found = lowered_cache.find(keyed, "run", target, self.pipeline,
+                                   lambda m: lower(m, target, passes=self.pipeline,
+                                                   verify=False), source)
+        exe = self._stored(found)
+        graph = view
+        if exe is None:
+            module = found.module()
+            graph = module.graphs["run"]
+            exe = self.backend.compile(module, "run")
+        compiled = _Compiled(graph, exe, feed_names, defers(exe))
         self._cache[key] = compiled
         return compiled
+
+    def _stored(self, found: Any) -> Executable | None:
+        """The executable the backend keeps for the lowered module ``found``
+        (a ``lowered_cache.Lowering``) stands for, made without decoding that module
+        (``LLVMBackend.compile_stored``, which says why that is no laxer), where the
+        backend offers that and a lowered module is stored with this one's signature
+        (its graph then stands for the lowered one's in the feeds' checks); else None."""
+        compile_stored = getattr(self.backend, "compile_stored", None)
+        if compile_stored is None or found.key is None:
+            return None
+        stand_in = found.stand_in()
+        if stand_in is None:
+            return None
+        exe: Executable | None = compile_stored(found.key, stand_in, "run", found.module)
+        return exe
 
     def _module(self, graph: ir.Graph) -> ir.Module:
         module = ir.Module()

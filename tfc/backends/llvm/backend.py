@@ -58,7 +58,7 @@ import json
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, ContextManager, Mapping
+from typing import Any, Callable, ContextManager, Mapping
 
 import numpy as np
 
@@ -257,6 +257,47 @@ class LLVMBackend:
             entry_cache.put(key, obj, meta)
         return exe
 
+    def compile_stored(self, source_key: str, module: Module, entry: str,
+                       lowered: Callable[[], Module]) -> LLVMExecutable | None:
+        """The executable the entry cache holds for ``entry`` of the module lowered from
+        ``module`` under ``source_key`` (``tfc.api.lowered_cache``'s key: that module's
+        ``Module.source_key``), made without that lowered module; None where the cache
+        holds no such entry (or tables that do not fit): the caller then compiles the
+        lowered module (``compile``).
+
+        ``module``, the module the lowered one was made from, stands for it (the passes
+        keep the entry's signature and the variables: the caller checks that the lowered
+        one recorded the same, ``lowered_cache.Lowering.stand_in``), and ``lowered()``
+        gives the lowered module (decoded and verified, once) when its IR is needed: feed
+        shapes the tables have no binding for (``relower``), ``exe.module`` /
+        ``exe.graph``.
+
+        This is no laxer than ``compile`` of the decoded module: on an entry-cache hit
+        that compile reads the decoded IR for nothing but the key (``source_key``, known
+        before decoding: ``entry_cache.source_entry_key``) and the signature; the code
+        that runs is the entry's, which ``compile`` in some process made from a module it
+        lowered, or decoded and verified, itself, never from this process's on-disk IR.
+        Its tables are checked against the signature here (``_from_meta``), its bindings
+        when loaded (``LLVMExecutable._bound_from``), and anything lowered later is
+        lowered from ``lowered()``, which verifies what it reads from disk, and must give
+        the same tables (``LLVMExecutable._lowered``)."""
+        if not self.use_cache:
+            return None
+        with paused_gc():
+            register_symbols()
+            t0 = time.perf_counter()
+            key = entry_cache.source_entry_key(source_key, entry, self._options())
+            hit = entry_cache.get(key)
+            if hit is None:
+                return None
+            try:
+                exe = self._from_meta(module, entry, *hit, lowered=lowered)
+            except ArtifactError:  # tables that do not fit: ``compile`` replaces them
+                return None
+            exe.report.seconds["entry cache"] = time.perf_counter() - t0
+            exe.cache_key = key
+            return exe
+
     def export(self, executable: Any) -> dict[str, bytes]:
         """The members an artifact stores for ``executable``: its object code, the host
         key it was built for and its run-time tables (``NativeMeta``: ``tables.json``
@@ -324,10 +365,11 @@ class LLVMBackend:
             return LLVMExecutable(work, graph, graph_compiler, object_code, report)
         return self._from_meta(module, entry, object_code, meta)
 
-    def _from_meta(self, module: Module, entry: str, object_code: bytes, meta: NativeMeta
-                   ) -> LLVMExecutable:
+    def _from_meta(self, module: Module, entry: str, object_code: bytes, meta: NativeMeta,
+                   lowered: Callable[[], Module] | None = None) -> LLVMExecutable:
         """The executable of stored object code and its tables: lowering waits for feed
-        shapes the tables have no binding for."""
+        shapes the tables have no binding for. ``lowered``: ``module`` only stands for
+        the lowered module, which ``lowered()`` gives (``compile_stored``)."""
         if entry not in module.graphs:
             raise TfcError(f"unknown entry '{entry}' (entries: {', '.join(module.graphs)})")
         graph = module.graphs[entry]
@@ -343,7 +385,8 @@ class LLVMBackend:
                                object_bytes=len(object_code))
 
         def relower() -> tuple[Module, Graph, GraphCompiler]:
-            work, g, graph_compiler, rep = self._lower(module, entry)
+            work, g, graph_compiler, rep = self._lower(
+                module if lowered is None else lowered(), entry)
             if rep.fallback_ops:
                 raise ArtifactError(f"@{entry} cannot run on the llvm backend (unsupported: "
                                     f"{', '.join(rep.fallback_ops)})")
@@ -351,5 +394,5 @@ class LLVMBackend:
             return work, g, graph_compiler
 
         return LLVMExecutable(module, graph, None, object_code, report, meta=meta,
-                              relower=relower)
+                              relower=relower, lowered=lowered)
 

@@ -173,3 +173,47 @@ def test_the_sources_fingerprint_lists_what_tfc_sources_lists():
     stats = entry_cache._source_stats(entry_cache._TFC_ROOT)
     assert [Path(p) for _, p, _, _ in sorted(stats, key=lambda s: s[1])] == sorted(
         entry_cache.tfc_sources())
+
+
+def test_stored_bindings_say_whether_their_gemms_are_small(h, cache_dir, monkeypatch):
+    """A stored binding records ``gemms_are_small``'s answer, so an executable made from
+    the entry (``compile_stored``: no lowered IR at hand) need not ask the graph; tables
+    written before it was recorded still load (it is asked then), and a bad value is a
+    clean miss."""
+    import json
+    import zipfile
+
+    from tfc.backends.llvm.runtime import executable
+    from tfc.backends.llvm.runtime.executable import NativeMeta
+    m = _module(h)
+    first = compile_lowered(LLVMBackend(), m, "f")
+    first(_feeds(), {}, 0)
+    (path,) = (cache_dir / "entries").glob("*.zip")
+    hit = entry_cache.get(first.cache_key)
+    assert hit is not None
+    (rec,) = hit[1].bindings
+    assert rec.small_gemms == (True,)  # (one 5x4x3 matmul)
+    asked = []
+    real = executable.gemms_are_small
+    monkeypatch.setattr(executable, "gemms_are_small",
+                        lambda *a: asked.append(1) or real(*a))
+    again = compile_lowered(LLVMBackend(), m, "f")
+    assert asked == [] and again._bindings[rec.feeds].small_gemms is True
+    with zipfile.ZipFile(path) as zf:
+        parts = {n: zf.read(n) for n in zf.namelist()}
+    table = json.loads(parts[entry_cache.TABLES])
+    for value, want in (("yes", None), (None, None)):
+        table["bindings"][0]["small_gemms"] = value
+        if value is None:
+            del table["bindings"][0]["small_gemms"]  # (as written before)
+        parts[entry_cache.TABLES] = json.dumps(table).encode()
+        with zipfile.ZipFile(path, "w") as zf:
+            for n, data in parts.items():
+                zf.writestr(n, data)
+        if value == "yes":
+            assert entry_cache.get(first.cache_key) is None
+            with pytest.raises(ValueError, match="bad binding"):
+                NativeMeta.from_json(table, hit[1].constants)
+        else:
+            old = compile_lowered(LLVMBackend(), m, "f")
+            assert asked == [1] and old._bindings[rec.feeds].small_gemms is True

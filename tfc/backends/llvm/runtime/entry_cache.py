@@ -159,8 +159,7 @@ def entry_key(module: Module, entry: str, options: str) -> str | None:
     if graph.constant_bytes() > MAX_CONSTANT_BYTES:
         return None
     if module.source_key is not None:  # what the lowered module (graphs, plans) came from
-        return _hash(native.host_key(), sources_fingerprint(), options, "source",
-                     module.source_key, entry)
+        return source_entry_key(module.source_key, entry, options)
     # the code follows the memory plan as well as the graph (the plan a module was lowered
     # with, or the one an artifact stored)
     plan = module.memory_plans[entry]
@@ -171,6 +170,15 @@ def entry_key(module: Module, entry: str, options: str) -> str | None:
         h.update(b"\0")
     h.update(module_to_bytes(Module({entry: graph}, module.variables)))
     return h.hexdigest()
+
+
+def source_entry_key(source_key: str, entry: str, options: str) -> str:
+    """``entry_key`` of a module known by ``source_key`` (``Module.source_key``): a hash of
+    that key, so known before the lowered module is decoded (``LLVMBackend.compile_stored``).
+    A graph over ``MAX_CONSTANT_BYTES`` has no entry stored under it (``entry_key`` gave
+    None when it was compiled): looking it up is a miss, never another graph's code."""
+    return _hash(native.host_key(), sources_fingerprint(), options, "source", source_key,
+                 entry)
 
 
 def _hash(*parts: str) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import io
+import math
 import operator
 import sys
 import threading
@@ -56,15 +57,26 @@ class LLVMExecutable:
     ``Program``): no per-call conversions, one ctypes call. An executable loaded with
     ``native_meta`` (an artifact's) starts from the stored run-time tables and bindings
     and lowers its graph in Python only when it meets feed shapes it has no binding for.
+
+    ``signature`` is the graph whose arguments and results a step checks and binds (feed
+    and fetch names and types). It is ``graph`` itself, except for an executable made
+    with ``lowered`` (``LLVMBackend.compile_stored``): ``module`` and ``graph`` given are
+    then the module the lowered one was made from, standing for it (same signature, same
+    variables), and the lowered module (``module``, ``graph``) is ``lowered()``, decoded
+    when first needed (new feed shapes, or a reader of ``module`` / ``graph``).
     """
 
     def __init__(self, module: Module, graph: Graph, graph_compiler: GraphCompiler | None,
                  object_code: bytes | None, report: CompileReport,
                  *,
                  meta: "NativeMeta | None" = None,
-                 relower: Callable[[], tuple[Module, Graph, GraphCompiler]] | None = None
+                 relower: Callable[[], tuple[Module, Graph, GraphCompiler]] | None = None,
+                 lowered: Callable[[], Module] | None = None
                  ) -> None:
-        self.module, self.graph, self.report = module, graph, report
+        self._module, self._graph, self.report = module, graph, report
+        self.signature = graph
+        self._pending = lowered  # the lowered module, until decoded (``module``)
+        self._decoding = threading.Lock()  # (one decode, whichever thread asks first)
         self.fallback_ops = list(report.fallback_ops)
         self.object_code = object_code
         self.host_key = native.host_key()
@@ -119,7 +131,7 @@ class LLVMExecutable:
         # initializer: 64 MB of new pages at L=256 of issue 21's MLP, ~30 ms of page
         # faults). Such an executable run again allocates its updates anew.
         self._lets_updates_go = bool(self._upd_fills) and not self._var_specs
-        self._var_bytes = sum(int(np.prod(s)) * dt.itemsize for _, dt, s, _ in self._var_specs)
+        self._var_bytes = sum(math.prod(s) * dt.itemsize for _, dt, s, _ in self._var_specs)
         self._constants = list(meta.constants)
         self._n_ptrs = meta.n_ptrs
         self._out_dtypes = [v.dtype.np for v in graph.results]
@@ -150,7 +162,7 @@ class LLVMExecutable:
               step: int, in_place: bool) -> StepResult:
         if self.fallback_ops:
             return self._reference(feeds, variables, step)
-        arrays = checked_feeds(self.graph, feeds, self._arg_dtypes)
+        arrays = checked_feeds(self.signature, feeds, self._arg_dtypes)
         values = []
         v = None
         for name, dt, shape, decl in self._var_specs:
@@ -275,7 +287,7 @@ class LLVMExecutable:
 
     def _bind(self, feed_shapes: tuple) -> "_Bound":
         """Everything that depends only on the feeds' shapes (computed once per shapes)."""
-        g = self.graph
+        g = self.signature
         if len(feed_shapes) != len(g.args):
             raise FeedError(f"@{g.name} takes {len(g.args)} feeds, got {len(feed_shapes)}")
         for a, s in zip(g.args, feed_shapes):
@@ -294,12 +306,15 @@ class LLVMExecutable:
         return self._make_bound(tuple(feed_shapes), total + scratch, params, out_shapes, binding)
 
     def _make_bound(self, key: tuple, arena_bytes: int, params: list[int],
-                    out_shapes: list[tuple[int, ...]], binding: Binding | None) -> "_Bound":
+                    out_shapes: list[tuple[int, ...]], binding: Binding | None,
+                    small: "tuple[bool | None] | None" = None) -> "_Bound":
+        """``small``: ``(gemms_are_small's answer,)`` where known (a stored binding's);
+        else it is asked of the lowered graph."""
         arena = zeroed(arena_bytes + ALIGN)  # (large ones: a mapping of their own, arena.py)
         start = (-arena.ctypes.data) % ALIGN
         pa = np.array(params, dtype=np.int64) if params else np.zeros(1, np.int64)
         ptrs = np.zeros(self._n_ptrs, dtype=np.uint64)
-        nf, nv = len(self.graph.args), len(self.var_names)
+        nf, nv = len(self.signature.args), len(self.var_names)
         for k, c in enumerate(self._constants):
             ptrs[nf + nv + k] = c.ctypes.data
         ptrs[self._n_ptrs - 1] = arena.ctypes.data + start  # the arena is the last slot
@@ -317,12 +332,15 @@ class LLVMExecutable:
                        params_u64=pa.view(np.uint64), params_used=len(params),
                        in_slots=[None] * self._n_ptrs)
         bound.call = self._entry if touched > GIL_HOLD_BYTES else _gil_probe(self, bound)
-        symbols = binding.symbols if binding is not None else bind_symbols(self.graph, key)
-        bound.small_gemms = gemms_are_small(self.graph, symbols)
+        if small is None:
+            symbols = (binding.symbols if binding is not None
+                       else bind_symbols(self.signature, key))
+            small = (gemms_are_small(self.graph, symbols),)
+        bound.small_gemms = small[0]
         return bound
 
     def _bound_from(self, rec: "StoredBinding") -> "_Bound":
-        g = self.graph
+        g = self.signature
         ok = (len(rec.params) == self.meta.n_params and len(rec.outs) == len(g.results)
               and len(rec.feeds) == len(g.args)
               and all(len(s) == a.type.rank and all(not isinstance(d, int) or d == n
@@ -337,7 +355,8 @@ class LLVMExecutable:
         if not ok:
             raise ArtifactError(f"the stored binding {list(rec.feeds)} of @{g.name} does "
                                 f"not fit its graph")
-        return self._make_bound(rec.feeds, rec.arena, list(rec.params), list(rec.outs), None)
+        return self._make_bound(rec.feeds, rec.arena, list(rec.params), list(rec.outs), None,
+                                rec.small_gemms)
 
     def _lowered(self) -> GraphCompiler:
         """The graph compiler (lowering again, once, for an executable loaded from native
@@ -356,8 +375,46 @@ class LLVMExecutable:
                     for a, b in zip(have.constants, mine.constants)):
             raise ArtifactError(f"the native code of @{graph.name} does not match its graph "
                                 f"as lowered by this tfc; recompile it")
-        self.module, self.graph, self._graph_compiler = module, graph, graph_compiler
+        self._adopt(module)
+        self._graph_compiler = graph_compiler
         return graph_compiler
+
+    @property
+    def module(self) -> Module:
+        """The lowered module the native code was built from (decoded now, once, where it
+        was pending: see the class docstring)."""
+        self._decoded()
+        return self._module
+
+    @property
+    def graph(self) -> Graph:
+        """The entry's lowered graph (``module``'s)."""
+        self._decoded()
+        return self._graph
+
+    def _decoded(self) -> None:
+        pending = self._pending
+        if pending is not None:
+            with self._decoding:
+                if self._pending is not None:
+                    self._adopt(pending())
+
+    def _adopt(self, module: Module) -> None:
+        """Take ``module`` as the lowered module; an ``ArtifactError`` where its entry's
+        signature or variables are not those the native code was set up with (those of
+        the module that stood for it)."""
+        name = self.signature.name
+        graph = module.graphs.get(name)
+        if graph is None:
+            raise ArtifactError(f"the lowered module lacks @{name}; recompile it")
+        if graph is not self.signature and (
+                graph.signature() != self.signature.signature() or any(
+                    n not in module.variables
+                    or module.variables[n].type != self._module.variables[n].type
+                    for n in (*self.var_names, *self.update_names))):
+            raise ArtifactError(f"the lowered module of @{name} does not keep the signature "
+                                f"its native code was set up with; recompile it")
+        self._module, self._graph, self._pending = module, graph, None
 
     def native_meta(self) -> "NativeMeta | None":
         """What loading this executable from its object code needs besides the graph: the
@@ -368,7 +425,7 @@ class LLVMExecutable:
             bounds = list(self._bindings.values())[-MAX_STORED_BINDINGS:]
         recs = [StoredBinding(b.key, int(b.arena.size - ALIGN),
                               tuple(int(p) for p in b.params[:b.params_used]),
-                              tuple(b.out_shapes)) for b in bounds]
+                              tuple(b.out_shapes), (b.small_gemms,)) for b in bounds]
         m = self.meta
         return NativeMeta(m.var_names, m.updates, m.n_ptrs, m.step_slot, m.errors, m.n_params,
                           m.constants, tuple(recs), m.passes, m.kernels, m.in_place,
@@ -490,12 +547,16 @@ MAX_STORED_BINDINGS = 16
 @dataclass(frozen=True)
 class StoredBinding:
     """One binding as an artifact stores it: feed shapes, arena bytes, params, fetch
-    shapes (the step's slot, if any, is rewritten every call)."""
+    shapes (the step's slot, if any, is rewritten every call), and whether its GEMMs are
+    small (``(blas_policy.gemms_are_small's answer,)``; None where not stored, in tables
+    written before it was: then asked of the graph, whose IR an executable made without
+    it would otherwise not need: ``LLVMBackend.compile_stored``)."""
 
     feeds: tuple[tuple[int, ...], ...]
     arena: int
     params: tuple[int, ...]
     outs: tuple[tuple[int, ...], ...]
+    small_gemms: tuple[bool | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -545,7 +606,9 @@ class NativeMeta:
                 "kernels": self.kernels, "in_place": [list(p) for p in self.in_place],
                 "steps": list(self.steps), "symbols": list(self.symbols),
                 "bindings": [{"feeds": [list(s) for s in b.feeds], "arena": b.arena,
-                              "params": list(b.params), "outs": [list(s) for s in b.outs]}
+                              "params": list(b.params), "outs": [list(s) for s in b.outs],
+                              **({} if b.small_gemms is None
+                                 else {"small_gemms": b.small_gemms[0]})}
                              for b in self.bindings]}
 
     def to_members(self, prefix: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -600,12 +663,13 @@ class NativeMeta:
     def from_json(data: Any, constants: Sequence[np.ndarray]) -> "NativeMeta":
         """The tables ``to_json`` wrote; ``ValueError`` saying what is wrong otherwise."""
         def ints(x: Any, what: str) -> tuple[int, ...]:
-            if not isinstance(x, list) or not all(type(i) is int for i in x):
+            # (the types as a set: the step table's 11,000 words at L=256 in 0.2 ms, not 3)
+            if not isinstance(x, list) or not set(map(type, x)) <= {int}:
                 raise ValueError(f"{what} should be a list of integers")
             return tuple(x)
 
         def strs(x: Any, what: str) -> tuple[str, ...]:
-            if not isinstance(x, list) or not all(isinstance(i, str) for i in x):
+            if not isinstance(x, list) or not set(map(type, x)) <= {str}:  # (as ints)
                 raise ValueError(f"{what} should be a list of strings")
             return tuple(x)
 
@@ -627,7 +691,11 @@ class NativeMeta:
             outs = tuple(ints(s, "a fetch shape") for s in b.get("outs") or [])
             if any(d < 0 for s in feeds + outs for d in s):
                 raise ValueError(f"bad binding {b!r}")
-            recs.append(StoredBinding(feeds, b["arena"], ints(b.get("params"), "params"), outs))
+            small = b.get("small_gemms", ...)
+            if small is not ... and small is not None and type(small) is not bool:
+                raise ValueError(f"bad binding {b!r}")
+            recs.append(StoredBinding(feeds, b["arena"], ints(b.get("params"), "params"), outs,
+                                      None if small is ... else (small,)))
         pairs = [ints(p, "an in-place update") for p in data.get("in_place") or []]
         meta = NativeMeta(strs(data.get("var_names"), "var_names"),
                           strs(data.get("updates"), "updates"), n_ptrs, slot,

@@ -407,7 +407,7 @@ class NativeStep:
 
     def __init__(self, exe: Any, owner: StepOwner, call: Callable[..., Any],
                  order: Sequence[int] | None, index: Sequence[int], single: bool) -> None:
-        graph = exe.graph
+        graph = exe.signature  # (its feeds and fetches: not the IR, which may wait)
         self.exe, self.owner, self.call = exe, owner, call
         self.bound: Any = None
         self.order = list(order) if order is not None else list(range(len(graph.args)))
