@@ -287,7 +287,7 @@ def test_a_module_lowered_later_is_of_the_content_keyed(fresh_cache, counts):
     _another_process()
     with tfc.Graph().as_default():
         x, loss, train = _model()
-        with tfc.Session() as sess:
+        with tfc.Session(backend="llvm") as sess:  # (llvm's entry cache, in cuda mode too)
             sess.run(tfc.global_variables_initializer())
             sess.run([loss, train], {x: _feed(4)})
             tfc.Variable(np.zeros(3, np.float32), name="later")
