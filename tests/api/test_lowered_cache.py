@@ -13,13 +13,6 @@ from tfc.api import lowered_cache
 
 
 @pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TFC_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(lowered_cache, "_IN_PROCESS", type(lowered_cache._IN_PROCESS)())
-    return tmp_path
-
-
-@pytest.fixture
 def pass_runs(monkeypatch):
     """How many times the pipeline lowered a module (the passes ran)."""
     import tfc.pipeline

@@ -19,13 +19,6 @@ from tfc.ir.printer import print_memory_plans, print_module
 
 
 @pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TFC_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(lowered_cache, "_IN_PROCESS", type(lowered_cache._IN_PROCESS)())
-    return tmp_path
-
-
-@pytest.fixture
 def counts(monkeypatch):
     """How many modules were decoded, verified and lowered (the passes ran), by name."""
     import tfc.ir.verifier
