@@ -226,27 +226,20 @@ def _ties(dt: Any, rng: np.random.Generator) -> np.ndarray:
     return np.array([[1.0, 3.0, 3.0, -1.0], [2.0, 2.0, 2.0, 2.0], [0.0, -0.0, -5.0, 0.0]], dt)
 
 
-def _pool_tf(kind: str) -> Callable[..., Any]:
+def _pool_case(name: str, what: str, k: int, padding: str, inputs: Any, **kw: Any) -> "Case":
+    """The case of ``name`` (``nn.max_pool2d``, ...): ``k``x``k`` windows, stride 2."""
+    kind = name.split(".")[1]
+    return Case(name, what, "nn", _pool(kind, k, padding, tf=False), inputs,
+                tf_fn=_pool(kind, k, padding, tf=True), **kw)
+
+
+def _pool(kind: str, k: int, padding: str, *, tf: bool) -> Callable[..., Any]:
+    """``kind`` pooling, ``k``x``k`` windows with stride 2, spelled for TensorFlow (``tf``:
+    NHWC lists) or for tfc (integers)."""
+    ksize, strides = ([1, k, k, 1], [1, 2, 2, 1]) if tf else (k, 2)
+
     def f(m: Any, x: Any) -> Any:
-        return getattr(m.nn, kind)(x, ksize=[1, 2, 2, 1], strides=[1, 2, 2, 1], padding="VALID")
-    return f
-
-
-def _pool_tfc(kind: str) -> Callable[..., Any]:
-    def f(m: Any, x: Any) -> Any:
-        return getattr(m.nn, kind)(x, ksize=2, strides=2, padding="VALID")
-    return f
-
-
-def _pool_same_tf(kind: str) -> Callable[..., Any]:
-    def f(m: Any, x: Any) -> Any:
-        return getattr(m.nn, kind)(x, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1], padding="SAME")
-    return f
-
-
-def _pool_same_tfc(kind: str) -> Callable[..., Any]:
-    def f(m: Any, x: Any) -> Any:
-        return getattr(m.nn, kind)(x, ksize=3, strides=2, padding="SAME")
+        return getattr(m.nn, kind)(x, ksize=ksize, strides=strides, padding=padding)
     return f
 
 
@@ -514,8 +507,8 @@ def build_cases() -> list[Case]:
              lambda m, x, w: m.nn.conv2d(x, w, strides=2, padding="VALID"),
              _inputs(_r(1, 6, 6, 2), _r(3, 3, 2, 2)),
              tf_fn=lambda m, x, w: m.nn.conv2d(x, w, strides=[1, 2, 2, 1], padding="VALID")),
-        Case("nn.max_pool2d", "SAME with -inf-like padding", "nn", _pool_same_tfc("max_pool2d"),
-             _inputs(_r(1, 5, 5, 1, lo=-3.0, hi=-1.0)), tf_fn=_pool_same_tf("max_pool2d")),
+        _pool_case("nn.max_pool2d", "SAME with -inf-like padding", 3, "SAME",
+                   _inputs(_r(1, 5, 5, 1, lo=-3.0, hi=-1.0))),
         Case("nn.max_pool2d", "overlapping 3x3 s1, ties", "nn",
              lambda m, x: m.nn.max_pool2d(x, ksize=3, strides=1, padding="VALID"),
              _inputs(_pool_ties),
@@ -561,16 +554,16 @@ def build_cases() -> list[Case]:
         Case("nn.softmax_cross_entropy_with_logits", "labels not summing to 1", "nn",
              lambda m, lab, lo: m.nn.softmax_cross_entropy_with_logits(labels=lab, logits=lo),
              _inputs(_r(3, 5, lo=0.0, hi=1.0), _r(3, 5))),
-        Case("nn.max_pool2d", "2x2 s2", "nn", _pool_tfc("max_pool2d"),
-             _inputs(_r(2, 4, 4, 3)), tf_fn=_pool_tf("max_pool2d")),
-        Case("nn.max_pool2d", "ties", "nn", _pool_tfc("max_pool2d"),
-             _inputs(_pool_ties), tf_fn=_pool_tf("max_pool2d")),
-        Case("nn.max_pool2d", "3x3 s2 SAME", "nn", _pool_same_tfc("max_pool2d"),
-             _inputs(_r(1, 5, 5, 2)), tf_fn=_pool_same_tf("max_pool2d")),
-        Case("nn.avg_pool2d", "2x2 s2", "nn", _pool_tfc("avg_pool2d"),
-             _inputs(_r(2, 4, 4, 3)), tf_fn=_pool_tf("avg_pool2d")),
-        Case("nn.avg_pool2d", "3x3 s2 SAME", "nn", _pool_same_tfc("avg_pool2d"),
-             _inputs(_r(1, 5, 5, 2)), tf_fn=_pool_same_tf("avg_pool2d")),
+        _pool_case("nn.max_pool2d", "2x2 s2", 2, "VALID",
+                   _inputs(_r(2, 4, 4, 3))),
+        _pool_case("nn.max_pool2d", "ties", 2, "VALID",
+                   _inputs(_pool_ties)),
+        _pool_case("nn.max_pool2d", "3x3 s2 SAME", 3, "SAME",
+                   _inputs(_r(1, 5, 5, 2))),
+        _pool_case("nn.avg_pool2d", "2x2 s2", 2, "VALID",
+                   _inputs(_r(2, 4, 4, 3))),
+        _pool_case("nn.avg_pool2d", "3x3 s2 SAME", 3, "SAME",
+                   _inputs(_r(1, 5, 5, 2))),
         Case("nn.sampled_softmax_loss", "given sampled_values, an accidental hit", "nn",
              _sampled_softmax, _inputs(_r(10, 4), _r(10), _r(3, 4),
                                        _int([[1], [3], [7]], "int64"))),
@@ -607,8 +600,8 @@ def build_cases() -> list[Case]:
              _inputs(_r(2, 4, 4, 2), _r(3, 3, 2, 2)),
              tf_fn=lambda m, x, w: m.nn.conv2d(x, w, strides=[1, 1, 1, 1], padding="SAME"),
              symbolic=(0,)),
-        Case("nn.max_pool2d", "symbolic batch", "nn", _pool_tfc("max_pool2d"),
-             _inputs(_r(3, 4, 4, 1)), tf_fn=_pool_tf("max_pool2d"), symbolic=(0,)),
+        _pool_case("nn.max_pool2d", "symbolic batch", 2, "VALID",
+                   _inputs(_r(3, 4, 4, 1)), symbolic=(0,)),
         Case("gather", "symbolic number of ids", "shape", lambda m, p, i: m.gather(p, i),
              _inputs(_r(5, 3), _int([1, 1, 4, 0])), symbolic=(1,)),
         # -- composites: clipping, control flow

@@ -69,25 +69,23 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TFC_CACHE_DIR") or Path.home() / ".cache" / "tfc") / "lowered"
 
 
-def module_key(module: Module, entry: str, target: object, pipeline: object
-               ) -> tuple[str | None, bytes]:
-    """The key of ``module`` lowered for ``target`` after ``pipeline`` (``None`` when it
-    is not to be cached: large constants, attrs the bytecode cannot hold), and the
-    bytecode of ``module`` it hashed (empty where none)."""
+def module_key(module: Module, entry: str, target: object, pipeline: object) -> str | None:
+    """The key of ``module`` lowered for ``target`` after ``pipeline``; ``None`` when it
+    is not to be cached (large constants, attrs the bytecode cannot hold)."""
     from tfc.backends.llvm.runtime.entry_cache import sources_fingerprint
     graph = module.graphs[entry]
     if graph.constant_bytes() > MAX_CONSTANT_BYTES:
-        return None, b""
+        return None
     try:
         data = module_to_bytes(module)
     except TfcError:
-        return None, b""
+        return None
     h = hashlib.sha256()
     for part in (sources_fingerprint(), repr(target), repr(pipeline), entry):
         h.update(part.encode())
         h.update(b"\0")
     h.update(data)
-    return h.hexdigest(), data
+    return h.hexdigest()
 
 
 def signature(module: Module, entry: str) -> bytes:
@@ -173,17 +171,17 @@ def lowered(module: Module, entry: str, target: object, pipeline: object,
     """``lower(module)``, or the module it returned for the same content before (in this
     process or another: see the module docstring). The module returned is a fresh one
     either way, the caller's to keep."""
-    with paused_gc():  # (the decode's objects live on: see paused_gc)
-        return _lowered(module, entry, target, pipeline, lower)
+    return find(module, entry, target, pipeline, lower).module()
 
 
 def find(module: Module, entry: str, target: object, pipeline: object,
          lower: Callable[[Module], Module],
          source: Callable[[], Module] | None = None) -> "Lowering":
     """The ``Lowering`` of ``module``: its key and what is stored under it, read but not
-    decoded; ``Lowering.module()`` is then what ``lowered`` returns. ``source``: where
-    ``module`` must not be lowered itself (a view that borrows another graph's ops:
-    ``extract(borrow=True)``), what makes a module of the same content to lower."""
+    decoded; ``Lowering.module()`` is then what ``lowered`` returns. ``source``: what
+    makes a module of ``module``'s content to lower, where ``module`` must stay as it is
+    (a view that borrows another graph's ops: ``extract(borrow=True)``); only then may
+    ``module`` stand in for the lowered one (``Lowering.stand_in``)."""
     with paused_gc():  # (as ``lowered``: the key's encoding makes many objects)
         return Lowering(module, entry, target, pipeline, lower, source)
 
@@ -200,33 +198,29 @@ class Lowering:
         self.source, self.entry, self.target, self.pipeline = module, entry, target, pipeline
         self._lower = lower
         self._copy = source  # (see ``find``)
-        self.key, data = module_key(module, entry, target, pipeline)
-        self._data = b"" if source is not None else data  # (a copy's bytes: see _make)
+        self.key = module_key(module, entry, target, pipeline)
         known = _IN_PROCESS.get(self.key) if self.key is not None else None
         self._parts = known or (_read(self.key) if self.key is not None else None)
         self._verified = known is not None  # (what this process decoded or made)
-        self._lent = False
         self._module: Module | None = None
 
     def stand_in(self) -> Module | None:
         """``source`` (the module lowered from), to stand for the lowered module where a
         caller needs only its signature and variables and would rather not decode it
         (see the module docstring): only where a lowered module is stored and records the
-        same ones (``signature``). ``source`` is then never lowered in place (``module``
-        lowers a copy if it must lower)."""
-        if self._parts is None or self._parts[2] != signature(self.source, self.entry):
+        same ones (``signature``), and ``source`` is never lowered itself (``find``)."""
+        if self._copy is None or self._parts is None or \
+                self._parts[2] != signature(self.source, self.entry):
             return None
-        self._lent = True
         return self.source
 
     def module(self) -> Module:
         """The lowered module: the stored one decoded (a file's through the verifier),
         else (none stored, or one that does not decode or verify) ``lower``'s, stored."""
         if self._module is None:
-            with paused_gc():
-                self._module = _lowered(self.source, self.entry, self.target, self.pipeline,
-                                        self)
-            self._parts, self._data = None, b""  # (made: what made it is not needed)
+            with paused_gc():  # (the decode's objects live on: see paused_gc)
+                self._module = self._make()
+            self._parts = None  # (made: what made it is not needed)
         return self._module
 
     def _make(self) -> Module:
@@ -240,11 +234,7 @@ class Lowering:
                 _remember(key, self._parts)
                 result.source_key = key
                 return result
-        # (a source lent as a stand-in, or a view (``find``), is not changed: what is
-        # lowered is a copy of it)
-        source = (self._copy() if self._copy is not None
-                  else module_from_bytes(self._data) if self._lent else self.source)
-        result = self._lower(source)
+        result = self._lower(self._copy() if self._copy is not None else self.source)
         if key is not None:
             parts = _encode(result, self.entry)
             if parts is not None:
@@ -252,13 +242,3 @@ class Lowering:
                 _write(key, parts)
                 result.source_key = key  # what a hit returns, the miss's module is too
         return result
-
-
-def _lowered(module: Module, entry: str, target: object, pipeline: object,
-             lower: "Callable[[Module], Module] | Lowering") -> Module:
-    """The one place a lowered module is made (decoded or lowered): ``lower`` is either
-    the lowering itself or the ``Lowering`` of ``module`` that ``find`` made (its key and
-    stored parts, not found twice)."""
-    found = lower if isinstance(lower, Lowering) else Lowering(module, entry, target,
-                                                               pipeline, lower)
-    return found._make()

@@ -15,7 +15,7 @@ import numpy as np
 from tfc.api.graph import Tensor, Variable, as_dtype, user_location
 from tfc.api.tensor import TensorLike, apply, constant, convert_to_tensor
 from tfc.api.tensor import binary_op as _binary
-from tfc.api.tensor import truediv
+from tfc.api.tensor import default_dtype, truediv
 from tfc.ir.types import DType
 from tfc.errors import TfcError, TypeMismatch
 
@@ -275,28 +275,13 @@ def gather(params: TensorLike, indices: TensorLike, axis: int = 0) -> Tensor:
         indices, Tensor) else DType.i32), axis=axis)
 
 
-def _value_dtype(value: Any) -> DType:
-    """The dtype ``tf.constant`` gives a scalar: Python bools bool, ints i32 (i64 beyond
-    its range), floats f32; a numpy scalar keeps its own."""
-    if isinstance(value, (np.ndarray, np.generic)):
-        return DType.from_numpy(value.dtype)
-    if isinstance(value, bool):
-        return DType.bool
-    if isinstance(value, int):
-        return DType.i32 if -2**31 <= value < 2**31 else DType.i64
-    if isinstance(value, float):
-        return DType.f32
-    raise TypeMismatch(f"expected a Python or numpy scalar, got {type(value).__name__}",
-                       user_location())
-
-
 def one_hot(indices: TensorLike, depth: int, on_value: float | None = None,
             off_value: float | None = None, axis: int = -1, dtype: Any = None) -> Tensor:
     """``tf.one_hot``: without ``dtype`` the result takes the dtype of ``on_value`` (else
     ``off_value``; f32 when neither is given), so integer values give an i32 tensor."""
     if dtype is None:
         given = on_value if on_value is not None else off_value
-        dtype = DType.f32 if given is None else _value_dtype(given)
+        dtype = DType.f32 if given is None else default_dtype(given)
     return apply("one_hot", indices, depth=depth,
                  on_value=1.0 if on_value is None else on_value,
                  off_value=0.0 if off_value is None else off_value,
@@ -327,7 +312,7 @@ def fill(dims: Sequence[int], value: float, dtype: Any = None) -> Tensor:
     """``tf.fill``: ``value`` everywhere; without ``dtype`` the value's own (``tf.fill([2],
     7)`` is i32, ``7.0`` f32). An integer the op's float attr cannot hold exactly (beyond
     2**53) is a broadcast constant instead, so it is not rounded."""
-    dt = _value_dtype(value) if dtype is None else as_dtype(dtype)
+    dt = default_dtype(value) if dtype is None else as_dtype(dtype)
     if dt.is_int and float(value) != int(value):
         return broadcast_to(constant(int(value), dt), tuple(dims))
     return apply("fill", shape=tuple(dims), value=float(value), dtype=dt)

@@ -7,7 +7,7 @@ op, so a shape error names the line the user wrote.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -37,19 +37,8 @@ def constant(value: Any, dtype: Any = None, shape: Sequence[int] | None = None,
              name: str | None = None) -> Tensor:
     """A constant tensor (``tf.constant``): Python numbers default to f32 / i32 / bool."""
     loc = user_location()
-    dt = as_dtype(dtype) if dtype is not None else None
     arr = np.asarray(value)
-    if dt is None:
-        from_python = not isinstance(value, (np.ndarray, np.generic))
-        if from_python and arr.dtype == _F64:
-            dt = DType.f32  # Python floats are f32, as in TensorFlow
-        elif from_python and arr.dtype == _I64:
-            dt = DType.i32 if np.all(np.abs(arr) < 2**31) else DType.i64
-        else:
-            dt = DType.from_numpy(arr.dtype) if arr.dtype.kind in "biuf" else None
-            if dt is None:
-                raise TypeMismatch(f"cannot make a tensor from {type(value).__name__} "
-                                   f"with numpy dtype {arr.dtype}", loc)
+    dt = as_dtype(dtype) if dtype is not None else default_dtype(value, arr)
     arr = _to_array(value, dt, loc, arr)
     if shape is not None:
         arr = np.broadcast_to(arr, tuple(shape)) if arr.size == 1 else arr.reshape(shape)
@@ -62,6 +51,24 @@ def constant(value: Any, dtype: Any = None, shape: Sequence[int] | None = None,
     g = get_default_graph()
     op = g.create_op("constant", [], {"value": arr}, name=name, loc=loc)
     return Tensor(g, op.result, loc)
+
+
+def default_dtype(value: Any, arr: np.ndarray | None = None) -> DType:
+    """The dtype ``tf.constant`` gives ``value`` (``arr``: it as an array, when the caller
+    has it): Python floats f32, ints i32 (i64 beyond its range), bools bool; numpy arrays
+    and scalars keep theirs."""
+    if arr is None:
+        arr = np.asarray(value)
+    from_python = not isinstance(value, (np.ndarray, np.generic))
+    if from_python and arr.dtype == _F64:
+        return DType.f32  # Python floats are f32, as in TensorFlow
+    if from_python and arr.dtype == _I64:
+        return DType.i32 if np.all(np.abs(arr) < 2**31) else DType.i64
+    dt = DType.from_numpy(arr.dtype) if arr.dtype.kind in "biuf" else None
+    if dt is None:
+        raise TypeMismatch(f"cannot make a tensor from {type(value).__name__} "
+                           f"with numpy dtype {arr.dtype}", user_location())
+    return dt
 
 
 def _to_array(value: Any, dtype: DType, loc: Any, arr: np.ndarray | None = None
@@ -153,25 +160,26 @@ def _apply_in(g: Graph, kind: str, inputs: Sequence[TensorLike], name: str | Non
 
 def binary_op(kind: str, a: TensorLike, b: TensorLike) -> Tensor:
     """A binary op where a Python scalar takes the dtype of the tensor operand."""
-    g = _graph_of((a, b))
-    if g is get_default_graph():
-        op = _binary_in(g, kind, a, b)
-    else:  # (the operands' graph, for the constant a Python value becomes)
-        with g.as_default():
-            op = _binary_in(g, kind, a, b)
-    return Tensor(g, op.result)
+    return _in_operands_graph((a, b), lambda g: _binary_in(g, kind, a, b))
 
 
 def truediv(a: TensorLike, b: TensorLike) -> Tensor:
     """``a / b`` as TensorFlow's truediv (``tf.divide``, ``/``): integer operands are
     divided as float64, as TensorFlow casts int32 and int64 to float64 first (7 / 2 is
     3.5, 1 / 0 is inf), floats as they are. ``//`` is the integer (floor) division."""
-    g = _graph_of((a, b))
+    return _in_operands_graph((a, b), lambda g: _truediv_in(g, a, b))
+
+
+def _in_operands_graph(operands: tuple[TensorLike, ...], build: Callable[[Graph], Any]
+                       ) -> Tensor:
+    """The tensor of the op ``build(g)`` makes in ``g``, the operands' graph, made the
+    default meanwhile (for the constant a Python value becomes)."""
+    g = _graph_of(operands)
     if g is get_default_graph():
-        op = _truediv_in(g, a, b)
-    else:  # (the operands' graph, for the constant a Python value becomes)
+        op = build(g)
+    else:
         with g.as_default():
-            op = _truediv_in(g, a, b)
+            op = build(g)
     return Tensor(g, op.result)
 
 
@@ -240,10 +248,10 @@ def _def(name: str, fn: Any) -> None:
     setattr(Variable, name, fn)
 
 
-_def("__truediv__", lambda a, b: truediv(a, b))
+_def("__truediv__", truediv)
 _def("__rtruediv__", lambda a, b: truediv(b, a))
-for _dunder, _kind in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("pow", "pow"), ("matmul", "matmul"), ("and", "logical_and"),
-                       ("or", "logical_or")]:
+for _dunder, _kind in [("add", "add"), ("sub", "sub"), ("mul", "mul"), ("pow", "pow"),
+                       ("matmul", "matmul"), ("and", "logical_and"), ("or", "logical_or")]:
     _def(f"__{_dunder}__", lambda a, b, _k=_kind: binary_op(_k, a, b))
     _def(f"__r{_dunder}__", lambda a, b, _k=_kind: binary_op(_k, b, a))
 for _dunder, _kind in [("lt", "less"), ("le", "less_equal"), ("gt", "greater"),

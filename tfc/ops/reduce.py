@@ -99,6 +99,8 @@ def _extremum_grad(b: Any, x: Any, y: Any, dy: Any, axes: tuple[int, ...]) -> An
 register(Reduce("sum", _sum, NUMERIC, grad=lambda b, x, y, dy, axes: dy))
 register(Reduce("mean", _mean, FLOAT,
                 grad=lambda b, x, y, dy, axes: b("div", dy, _count(b, x, axes))))
+
+
 def _prod_grad(b: Any, x: Any, y: Any, dy: Any, axes: tuple[int, ...]) -> Any:
     """d prod / dx_i is the product of the other elements (TensorFlow's rule, which it
     computes with exclusive cumprods). At a nonzero x_i that is ``prod / x_i`` (computed
