@@ -101,6 +101,17 @@ def test_operators_follow_python(expr, fn):
     np.testing.assert_allclose(out, fn(X), rtol=1e-6)
 
 
+def test_slash_divides_integers_as_python_does():
+    """``/`` on i32 tensors is true division in f64 (``Tensor.__truediv__``, TF's truediv),
+    not the IR's flooring ``div``: 7 / 2 is 3.5 and -7 / 2 is -3.5, in a .tfm as in a .py."""
+    y = np.array([7, -7, 1, 0], np.int32)
+    out = run(HEAD + "entry f(y) { return q = y / 2, r = y / y }", y=y)
+    assert out["q"].dtype == np.float64 and out["r"].dtype == np.float64
+    np.testing.assert_array_equal(out["q"], [3.5, -3.5, 0.5, 0.0])
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(out["r"], y.astype(np.float64) / y)
+
+
 def test_registry_ops_with_keyword_attrs():
     src = HEAD + """
 entry f(x) {

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from lark import Token, Tree
 
 from tfc.api.graph import Graph, Operation, Tensor, Variable, source_location
-from tfc.api.tensor import apply, binary_op, constant
+from tfc.api.tensor import apply, binary_op, constant, truediv
 from tfc.compiler.tfm.blocks import OPTIMIZERS
 from tfc.compiler.tfm.constants import LITERALS, is_number
 from tfc.compiler.tfm.functions import UserFunction
@@ -28,8 +28,10 @@ from tfc.ir.parser import tree_children
 from tfc.ir.registry import RANDOM, REQUIRED, OpDef, all_ops, lookup, nearest_hint
 from tfc.ir.types import TensorType
 
-# The registry op of each operator: the ones ``Tensor``'s Python overloads build.
-_BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "**": "pow",
+# The registry op of each operator: the ones ``Tensor``'s Python overloads build. ``/`` is
+# ``truediv`` (integers divided as float64, as ``Tensor.__truediv__`` and TF do), not a
+# bare ``div``, which floors integers.
+_BINARY = {"+": "add", "-": "sub", "*": "mul", "@": "matmul", "**": "pow",
            "==": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal",
            ">": "greater", ">=": "greater_equal"}
 
@@ -82,6 +84,8 @@ class ExpressionEvaluation(SourceLocator):
             if is_number(x) and is_number(y) and str(op_tok) != "@":
                 return self.guarded(op_tok, _fold, str(op_tok), x, y)
             with source_location(self.loc(op_tok)):
+                if str(op_tok) == "/":
+                    return self.guarded(op_tok, truediv, x, y)
                 return self.guarded(op_tok, binary_op, _BINARY[str(op_tok)], x, y)
         if kind == "call":
             return self.call(node, scope)
