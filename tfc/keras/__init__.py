@@ -1,7 +1,8 @@
 """``tfc.keras``: Keras's names for tfc's layers and models, so that code written against
 ``tf.keras`` reads the same: ``tfc.keras.Input``, ``tfc.keras.Model``,
 ``tfc.keras.Sequential``, ``tfc.keras.layers.Dense`` ... (the same objects as
-``tfc.layers``; ``tfc.keras.optimizers`` has Keras 3's optimizers; ``tfc.Sequential`` and ``tfc.layers.*`` keep working)."""
+``tfc.layers``; ``tfc.Sequential`` and ``tfc.layers.*`` keep working), and
+``tfc.keras.optimizers``: Keras 3's optimizers, which compute differently from TF1's."""
 
 from tfc import callbacks
 from tfc.keras import layers, losses, optimizers

@@ -15,6 +15,8 @@ numbers (``tools/conformance_keras.py`` compares ``fit`` with Keras's, epoch by 
 
 from __future__ import annotations
 
+from typing import Callable
+
 from tfc.api import ops
 from tfc.api.gradients import IndexedSlices
 from tfc.api.graph import Operation, Tensor, Variable
@@ -44,7 +46,11 @@ def Adam(learning_rate: float = 0.001, beta_1: float = 0.9,  # noqa: N802 (Keras
 
 
 class _KerasRMSProp(RMSPropOptimizer):
-    """TF1's ``ApplyRMSProp`` with the mean square starting at zero (Keras's velocity)."""
+    """TF1's ``ApplyRMSProp`` with the mean square starting at zero (Keras's velocity).
+    A sparse gradient (an Embedding's) is made dense, as Keras updates it: every row's
+    mean square decays (TF1's sparse RMSProp leaves the untouched rows as they were)."""
+
+    _apply_sparse = Optimizer._apply_sparse  # type: ignore[assignment]
 
     def _create_slots(self, var_list: list[Variable]) -> None:
         for v in var_list:
@@ -94,7 +100,7 @@ def Adagrad(learning_rate: float = 0.001,  # noqa: N802 (Keras)
     return _KerasAdagrad(learning_rate, initial_accumulator_value, epsilon)
 
 
-_BY_NAME = {"sgd": SGD, "adam": Adam, "rmsprop": RMSprop, "adagrad": Adagrad}
+_BY_NAME: dict[str, Callable[[], Optimizer]] = {"sgd": SGD, "adam": Adam, "rmsprop": RMSprop, "adagrad": Adagrad}
 
 
 def get(name: str) -> Optimizer | None:

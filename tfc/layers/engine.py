@@ -861,13 +861,19 @@ class Model:
                 results.append(np.zeros(shape, dtype=out.dtype.np))
         return self._pack_outputs(results)
 
+    def _build_if_known(self) -> None:
+        """Build a model that knows its input before any data, where the kind of model
+        can (``Sequential``); the others are built by construction or on data."""
+
     def get_weights(self) -> list[np.ndarray]:
         """The current values of the model's variables (layer by layer)."""
+        self._build_if_known()
         values = self.session.variable_values()
         return [np.array(values[v.name]) for v in self.variables]
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Replace the model's variable values (in ``variables`` order)."""
+        self._build_if_known()
         variables = self.variables
         if len(weights) != len(variables):
             raise TfcError(f"set_weights: model '{self.name}' has {len(variables)} variables, "
@@ -904,6 +910,7 @@ class Model:
 
     def summary(self, print_fn: Callable[[Any], None] | None = None) -> None:
         """A table of the layers, their output types and parameter counts."""
+        self._build_if_known()
         from rich.console import Console
         from rich.table import Table
         table = Table(title=f"Model: {self.name}")
