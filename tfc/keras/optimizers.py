@@ -50,7 +50,7 @@ class _KerasRMSProp(RMSPropOptimizer):
     A sparse gradient (an Embedding's) is made dense, as Keras updates it: every row's
     mean square decays (TF1's sparse RMSProp leaves the untouched rows as they were)."""
 
-    _apply_sparse = Optimizer._apply_sparse  # type: ignore[assignment]
+    _apply_sparse = Optimizer._apply_sparse
 
     def _create_slots(self, var_list: list[Variable]) -> None:
         for v in var_list:
