@@ -142,9 +142,11 @@ def _mean_f32(x: Tensor) -> Tensor:
 
 
 def accuracy_for(loss: Loss, y_pred: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
-    """What ``"accuracy"`` means for ``loss`` (Keras's rule): class ids against the argmax
-    for sparse labels, argmax against argmax for one-hot labels, ``p > 0.5`` for a single
-    output (``logit > 0`` for a binary cross-entropy on logits)."""
+    """What ``"accuracy"`` means for ``loss`` (Keras 2's rule): class ids against the
+    argmax for sparse labels, argmax against argmax for one-hot labels, ``p > 0.5`` for a
+    single output or a binary cross-entropy (``logit > 0`` on logits). Keras 3 compares
+    argmaxes for a binary cross-entropy over several outputs and thresholds logits at 0.5
+    too; tfc keeps the accuracy of each label (README, "Numbers against Keras")."""
     if loss.sparse_labels:
         def sparse(y_true: Tensor, y_pred: Tensor) -> Tensor:
             pred = ops.argmax(y_pred, axis=-1, output_type=DType.i32)
