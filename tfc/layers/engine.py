@@ -58,25 +58,28 @@ from tfc.layers.nodes import (default_training, flatten, outermost_call, pack, r
                               training_scope)
 from tfc.layers.progress import FitProgress, format_metrics
 
-# Optimizers by Keras name: (class name in ``tfc.train``, positional arguments).
+# Optimizers by name that are not Keras's (``tfc.keras.optimizers`` has Keras's: sgd, adam,
+# rmsprop, adagrad): (class name in ``tfc.train``, positional arguments).
 _OPTIMIZERS: dict[str, tuple[str, tuple[Any, ...]]] = {
-    "adam": ("AdamOptimizer", (0.001,)),
-    "sgd": ("GradientDescentOptimizer", (0.01,)),
-    "rmsprop": ("RMSPropOptimizer", (0.001,)),
-    "adagrad": ("AdagradOptimizer", (0.01,)),
     "momentum": ("MomentumOptimizer", (0.01, 0.9)),
 }
+_KERAS_OPTIMIZERS = ("sgd", "adam", "rmsprop", "adagrad")
 
 
 def get_optimizer(spec: Any) -> Any:
-    """A ``tfc.train`` optimizer, or one by Keras name with Keras's default rate."""
+    """A ``tfc.train`` optimizer, or one by name: Keras's (``tfc.keras.optimizers``, with
+    Keras 3's defaults and update rules) or ``"momentum"`` (TF1's, rate 0.01, 0.9)."""
+    known = ", ".join([*_KERAS_OPTIMIZERS, *_OPTIMIZERS])
     if not isinstance(spec, str):
         if not hasattr(spec, "minimize"):
             raise TfcError(f"optimizer {spec!r} has no minimize(loss); use a "
-                           "tfc.train optimizer or one of: " + ", ".join(_OPTIMIZERS))
+                           "tfc.train optimizer or one of: " + known)
         return spec
+    if spec.lower() in _KERAS_OPTIMIZERS:
+        from tfc.keras import optimizers
+        return optimizers.get(spec)
     if spec.lower() not in _OPTIMIZERS:
-        raise TfcError(f"unknown optimizer '{spec}' (known: {', '.join(_OPTIMIZERS)})")
+        raise TfcError(f"unknown optimizer '{spec}' (known: {known})")
     import tfc.train
     cls, args = _OPTIMIZERS[spec.lower()]
     return getattr(tfc.train, cls)(*args)
@@ -858,13 +861,19 @@ class Model:
                 results.append(np.zeros(shape, dtype=out.dtype.np))
         return self._pack_outputs(results)
 
+    def _build_if_known(self) -> None:
+        """Build a model that knows its input before any data, where the kind of model
+        can (``Sequential``); the others are built by construction or on data."""
+
     def get_weights(self) -> list[np.ndarray]:
         """The current values of the model's variables (layer by layer)."""
+        self._build_if_known()
         values = self.session.variable_values()
         return [np.array(values[v.name]) for v in self.variables]
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Replace the model's variable values (in ``variables`` order)."""
+        self._build_if_known()
         variables = self.variables
         if len(weights) != len(variables):
             raise TfcError(f"set_weights: model '{self.name}' has {len(variables)} variables, "
@@ -901,6 +910,7 @@ class Model:
 
     def summary(self, print_fn: Callable[[Any], None] | None = None) -> None:
         """A table of the layers, their output types and parameter counts."""
+        self._build_if_known()
         from rich.console import Console
         from rich.table import Table
         table = Table(title=f"Model: {self.name}")

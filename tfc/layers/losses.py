@@ -14,8 +14,7 @@ from typing import Callable
 
 from tfc.api import nn, ops
 from tfc.api.graph import Tensor
-from tfc.api.tensor import apply
-from tfc.errors import TfcError, TypeMismatch
+from tfc.errors import TfcError
 from tfc.ir.types import DType
 
 EPSILON = 1e-7  # Keras's backend epsilon: probabilities are clipped to [eps, 1 - eps]
@@ -38,28 +37,30 @@ def _clip(p: Tensor) -> Tensor:
 
 def sparse_categorical_crossentropy(y_true: Tensor, y_pred: Tensor,
                                     from_logits: bool = False) -> Tensor:
-    """``-log p[label]``; labels are integer class ids, ``y_pred`` is ``[..., classes]``."""
+    """``-log p[label]`` (``p`` scaled to sum to 1, as Keras); labels are integer class
+    ids, ``y_pred`` is ``[..., classes]``."""
     labels = y_true if y_true.dtype == DType.i32 else ops.cast(y_true, DType.i32)
     logits = y_pred if from_logits else _logits_behind(y_pred, "softmax")
     if logits is not None:
         return nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-    depth = y_pred.shape[-1]
-    if depth is None:
-        raise TypeMismatch(f"sparse_categorical_crossentropy: the number of classes of "
-                           f"{y_pred.type} must be static")
-    # a label outside [0, depth) is an error, as with logits (not a silent zero loss)
-    onehot = apply("one_hot", labels, depth=depth, dtype=y_pred.dtype,
-                   labels_of="sparse_categorical_crossentropy")
-    return -ops.reduce_sum(onehot * ops.log(_clip(y_pred)), axis=-1)
+    # Keras's: the softmax cross-entropy of log p, i.e. -log(p[label] / sum(p)) with p
+    # clipped to [eps, 1 - eps] (probabilities that do not sum to 1 are scaled, as in
+    # categorical_crossentropy); a label outside [0, classes) is an error, as with logits
+    return nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                       logits=ops.log(_clip(y_pred)))
 
 
 def categorical_crossentropy(y_true: Tensor, y_pred: Tensor,
                              from_logits: bool = False) -> Tensor:
-    """``-sum(y_true * log p)`` over the last axis; ``y_true`` holds probabilities."""
+    """``-sum(y_true * log p)`` over the last axis, ``p`` = ``y_pred / sum(y_pred)``
+    (Keras's); ``y_true`` holds probabilities."""
     logits = y_pred if from_logits else _logits_behind(y_pred, "softmax")
     if logits is not None:
         return nn.softmax_cross_entropy_with_logits(labels=y_true, logits=logits)
-    return -ops.reduce_sum(y_true * ops.log(_clip(y_pred)), axis=-1)
+    # probabilities are scaled to sum to 1 first, as Keras does (sigmoid outputs, or
+    # probabilities whose sum drifted, give Keras's numbers, not an unnormalized log)
+    p = y_pred / ops.reduce_sum(y_pred, axis=-1, keepdims=True)
+    return -ops.reduce_sum(y_true * ops.log(_clip(p)), axis=-1)
 
 
 def binary_crossentropy(y_true: Tensor, y_pred: Tensor, from_logits: bool = False) -> Tensor:
@@ -141,9 +142,11 @@ def _mean_f32(x: Tensor) -> Tensor:
 
 
 def accuracy_for(loss: Loss, y_pred: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
-    """What ``"accuracy"`` means for ``loss`` (Keras's rule): class ids against the argmax
-    for sparse labels, argmax against argmax for one-hot labels, ``p > 0.5`` for a single
-    output (``logit > 0`` for a binary cross-entropy on logits)."""
+    """What ``"accuracy"`` means for ``loss`` (Keras 2's rule): class ids against the
+    argmax for sparse labels, argmax against argmax for one-hot labels, ``p > 0.5`` for a
+    single output or a binary cross-entropy (``logit > 0`` on logits). Keras 3 compares
+    argmaxes for a binary cross-entropy over several outputs and thresholds logits at 0.5
+    too; tfc keeps the accuracy of each label (README, "Numbers against Keras")."""
     if loss.sparse_labels:
         def sparse(y_true: Tensor, y_pred: Tensor) -> Tensor:
             pred = ops.argmax(y_pred, axis=-1, output_type=DType.i32)

@@ -49,9 +49,19 @@ class Sequential(Model):
 
     # ---- structure ------------------------------------------------------------------------
 
-    def add(self, layer: Layer) -> None:
+    def add(self, layer: Layer | Tensor) -> None:
+        """Append ``layer``; a ``tfc.keras.Input`` as the first item (Keras 3's
+        ``Sequential([Input(shape), ...])``) gives the input's shape and dtype instead."""
         if self.built:
             raise TfcError(f"cannot add {layer} to model '{self.name}': it is already built")
+        if isinstance(layer, Tensor) and layer.value.op is None:  # a placeholder: an Input
+            if self.layers or self._input_shape is not None:
+                raise TfcError(f"model '{self.name}': an Input must come first, and only "
+                               f"once (got {layer})")
+            self._input_shape = tuple(d if isinstance(d, int) else None
+                                      for d in layer.type.shape[1:])
+            self._input_dtype = layer.dtype
+            return
         if not callable(layer):
             raise TfcError(f"{layer!r} is not a layer")
         self.layers.append(layer)
@@ -96,7 +106,16 @@ class Sequential(Model):
         return x
 
     def count_params(self) -> int:
+        self._build_if_known()
         return sum(layer.count_params() for layer in self.layers)
+
+    def _build_if_known(self) -> None:
+        """Build now when the input shape is known (``input_shape=``, an ``Input``) and no
+        layer is built yet: Keras builds such a model at once, so its weights, parameter
+        count and summary are there before any data (``set_weights`` right away)."""
+        if not self.built and self.layers and self.input_shape is not None and \
+                not any(getattr(layer, "built", False) for layer in self.layers):
+            self.build()
 
     # ---- building ---------------------------------------------------------------------------
 

@@ -1,0 +1,109 @@
+"""``tfc.keras.optimizers``: Keras 3's optimizers (``SGD``, ``Adam``, ``RMSprop``,
+``Adagrad``) with Keras's arguments, defaults and update rules, as ``tfc.train``
+optimizers (what ``Model.compile`` takes; the names ``"sgd"``, ``"adam"``, ``"rmsprop"``
+and ``"adagrad"`` in ``compile`` mean these).
+
+Why not ``tfc.train``'s TF1 optimizers under Keras's names: Keras 3 computes differently
+from TF1 where the names are the same. RMSprop's mean square starts at zero (TF1's at
+one: its first steps are ~3x smaller than Keras's) with ``epsilon=1e-7`` (TF1 1e-10);
+Adam's ``epsilon`` is 1e-7 (TF1 1e-8); Adagrad adds ``epsilon=1e-7`` to the accumulator
+under the square root and its default rate is 0.001. SGD with momentum is TF1's
+``MomentumOptimizer`` (Keras's ``m = mu m - lr g; w += m`` is the same sequence of
+weights with ``m = -lr accum``). Code written against ``tf.keras`` therefore gets Keras's
+numbers (``tools/conformance_keras.py`` compares ``fit`` with Keras's, epoch by epoch).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from tfc.api import ops
+from tfc.api.gradients import IndexedSlices
+from tfc.api.graph import Operation, Tensor, Variable
+from tfc.api.session import group
+from tfc.errors import TfcError
+from tfc.train.optimizers import (AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer,
+                                  MomentumOptimizer, Optimizer, RMSPropOptimizer,
+                                  scatter_update, unique_rows)
+
+__all__ = ["SGD", "Adam", "RMSprop", "Adagrad", "get"]
+
+
+def SGD(learning_rate: float = 0.01, momentum: float = 0.0,  # noqa: N802 (Keras)
+        nesterov: bool = False) -> Optimizer:
+    """Keras's ``SGD``: plain gradient descent, or with ``momentum`` (``nesterov``)."""
+    if momentum < 0.0 or momentum > 1.0:
+        raise TfcError(f"SGD: momentum must be in [0, 1], got {momentum}")
+    if momentum == 0.0:
+        return GradientDescentOptimizer(learning_rate, name="SGD")
+    return MomentumOptimizer(learning_rate, momentum, use_nesterov=nesterov, name="SGD")
+
+
+def Adam(learning_rate: float = 0.001, beta_1: float = 0.9,  # noqa: N802 (Keras)
+         beta_2: float = 0.999, epsilon: float = 1e-7) -> Optimizer:
+    """Keras's ``Adam``: TF1's update rule with Keras's ``epsilon`` (1e-7)."""
+    return AdamOptimizer(learning_rate, beta_1, beta_2, epsilon)
+
+
+class _KerasRMSProp(RMSPropOptimizer):
+    """TF1's ``ApplyRMSProp`` with the mean square starting at zero (Keras's velocity).
+    A sparse gradient (an Embedding's) is made dense, as Keras updates it: every row's
+    mean square decays (TF1's sparse RMSProp leaves the untouched rows as they were)."""
+
+    _apply_sparse = Optimizer._apply_sparse
+
+    def _create_slots(self, var_list: list[Variable]) -> None:
+        for v in var_list:
+            self._slot(v, "rms", 0.0)  # created first: the parent finds it made
+        super()._create_slots(var_list)
+
+
+def RMSprop(learning_rate: float = 0.001, rho: float = 0.9,  # noqa: N802 (Keras)
+            momentum: float = 0.0, epsilon: float = 1e-7, centered: bool = False
+            ) -> Optimizer:
+    """Keras's ``RMSprop``: ``v = rho v + (1 - rho) g^2`` from ``v = 0``,
+    ``w -= lr g / sqrt(v + epsilon)`` (through a momentum when given; ``centered``
+    subtracts the squared mean gradient from ``v``)."""
+    return _KerasRMSProp(learning_rate, rho, momentum, epsilon, centered=centered)
+
+
+class _KerasAdagrad(AdagradOptimizer):
+    """``accum += g^2; w -= lr g / sqrt(accum + epsilon)`` (Keras's; TF1 has no epsilon)."""
+
+    def __init__(self, learning_rate: float, initial_accumulator_value: float,
+                 epsilon: float) -> None:
+        super().__init__(learning_rate, initial_accumulator_value)
+        self._epsilon = epsilon
+
+    def _apply_dense(self, grad: Tensor, var: Variable) -> Operation:
+        self._as_float(var)
+        acc = self._slot(var, "accumulator", self._initial_accumulator_value)
+        acc_t = acc + ops.square(grad)
+        step = grad * self._lr(var) * ops.rsqrt(acc_t + self._hyper(self._epsilon, var))
+        return group(acc.assign(acc_t), var.assign_sub(step))
+
+    def _apply_sparse(self, grad: IndexedSlices, var: Variable) -> Operation:
+        """Only the rows the gradient names (the others' update is zero, as dense)."""
+        self._as_float(var)
+        acc = self._slot(var, "accumulator", self._initial_accumulator_value)
+        u = unique_rows(grad, var)
+        added = ops.square(u.grad)
+        acc_t = ops.gather(acc, u.indices) + added
+        step = u.grad * self._lr(var) * ops.rsqrt(acc_t + self._hyper(self._epsilon, var))
+        return group(scatter_update(acc, "var.scatter_add", u.indices, added * u.share),
+                     scatter_update(var, "var.scatter_sub", u.indices, step * u.share))
+
+
+def Adagrad(learning_rate: float = 0.001,  # noqa: N802 (Keras)
+            initial_accumulator_value: float = 0.1, epsilon: float = 1e-7) -> Optimizer:
+    """Keras's ``Adagrad`` (``initial_accumulator_value`` must be positive here)."""
+    return _KerasAdagrad(learning_rate, initial_accumulator_value, epsilon)
+
+
+_BY_NAME: dict[str, Callable[[], Optimizer]] = {"sgd": SGD, "adam": Adam, "rmsprop": RMSprop, "adagrad": Adagrad}
+
+
+def get(name: str) -> Optimizer | None:
+    """The optimizer of Keras name ``name`` with Keras's defaults, or None when unknown."""
+    make = _BY_NAME.get(name.lower())
+    return None if make is None else make()

@@ -1,0 +1,529 @@
+"""tfc's Keras API (``tfc.keras``) against Keras 3 (``tf.keras`` on TensorFlow), model by model.
+
+A Keras user builds the same model in ``tfc.keras`` and in ``tf.keras`` and compares: this
+tool does that. For each case the model is built in Keras (its initializers draw the
+weights) and in tfc, Keras's initial weights are copied into tfc (``set_weights``: the
+initializers do not matter), and then, on the llvm and on the reference backend:
+
+- ``predict``: the forward outputs in inference mode (rtol 1e-5, atol 1e-6 in float32);
+- with a loss (``compile``): ``evaluate``'s loss and metrics, and the gradient of the mean
+  loss with respect to every trainable weight (Keras: ``tf.GradientTape`` on
+  ``model(x, training=True)``; tfc: ``tfc.gradients`` of the training graph's loss);
+- with an optimizer: ``fit`` for a few epochs, ``shuffle=False``, the same batch size:
+  ``History``'s per-epoch loss and metrics and the final weights;
+- ``count_params`` (what ``summary`` prints as the total).
+
+Tolerances (float32): forward, loss and metrics rtol 1e-5 / atol 1e-6 (a sum of at most a
+few hundred products); gradients rtol 1e-4 / atol 1e-6 relative to the gradient's largest
+element (a backward pass sums per-example terms in another order); ``fit`` rtol 1e-4 /
+atol 1e-5 (a few dozen steps, each amplifying the previous roundings; Adam's and RMSprop's
+``g / sqrt(v)`` divides by a rounded square root). Everything runs on the CPU with oneDNN
+off (``TF_ENABLE_ONEDNN_OPTS=0``) and Keras's XLA off (``jit_compile=False``).
+
+TensorFlow is not tfc's dependency; run this by hand:
+``python tools/conformance_keras.py [--backend llvm|reference] [--only NAME]``. Each
+difference is marked FIXED (a bug fixed in tfc, with a regression test under
+``tests/layers``) or EXPECTED (a deliberate difference, documented in the README's Keras
+paragraph) from ``KNOWN`` below; an unlisted difference is NEW and makes the exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+FWD = (1e-5, 1e-6)   # rtol, atol: forward outputs, losses, metrics
+GRAD = (1e-4, 1e-6)  # rtol, atol (atol scaled by the gradient's largest element)
+FIT = (1e-4, 1e-5)   # rtol, atol: History values and final weights after fit
+
+
+@dataclass
+class Case:
+    """``build(K)`` makes the model with ``K`` = ``keras`` or ``tfc.keras`` (the same
+    spelling in both); ``data(rng)`` gives ``(x, y)``; ``loss(K)`` / ``metrics`` /
+    ``optimizer(K)`` make what ``compile`` takes (no loss: forward only)."""
+
+    name: str
+    build: Callable[[Any], Any]
+    data: Callable[[np.random.Generator], tuple[Any, Any]]
+    loss: Callable[[Any], Any] | None = None
+    metrics: tuple[str, ...] = ()
+    optimizer: Callable[[Any], Any] | None = None
+    epochs: int = 3
+    batch_size: int = 16
+
+
+@dataclass
+class Known:
+    verdict: str  # FIXED or EXPECTED
+    reason: str
+
+
+# (case, check) -> verdict. A FIXED one agrees now; the run lists it with its status.
+KNOWN: dict[tuple[str, str], Known] = {
+    **{(f"fit {name}", "fit"): Known(
+        "FIXED", f"compile(optimizer='{name}') was TF1's optimizer under Keras's name: "
+        + why + "; tfc.keras.optimizers has Keras 3's (tests/layers/test_keras_optimizers.py)")
+       for name, why in [
+           ("rmsprop", "its mean square started at 1 (Keras: 0) with epsilon 1e-10 (1e-7), so "
+                       "its first steps were ~3x smaller than Keras's"),
+           ("adam", "epsilon 1e-8 (Keras 1e-7): seen only where sqrt(v) nears epsilon "
+                    "(the unit test's tiny gradients), so this case agreed before too"),
+           ("adagrad", "rate 0.01 (Keras 0.001), no epsilon under the square root")]},
+    **{(f"loss {name}", check): Known(
+        "FIXED", "probabilities that do not sum to 1: tfc took -log p[label] as given, Keras "
+        "scales p to sum to 1 first (tests/layers/test_keras_losses.py)")
+       for name in ("categorical_crossentropy unnormalized probabilities",
+                    "sparse_categorical_crossentropy unnormalized probabilities")
+       for check in ("evaluate", "gradients", "fit")},
+    **{(f"loss {name}", check): Known(
+        "EXPECTED", "Keras takes the input of any sigmoid or softmax activation as logits "
+        "(its _keras_logits), so a categorical cross-entropy on sigmoid outputs is "
+        "softmax(z) against the labels; tfc reads the sigmoid's probabilities (scaled to "
+        "sum to 1), the loss the user wrote")
+       for name in ("categorical_crossentropy sigmoid probabilities",
+                    "sparse_categorical_crossentropy sigmoid probabilities")
+       for check in ("evaluate", "gradients", "fit")},
+    **{(f"loss {name}", check): Known(
+        "EXPECTED", "'accuracy' with a binary cross-entropy: tfc thresholds every output "
+        "(p > 0.5, or logit > 0 with from_logits: Keras 2's rule, the accuracy of each "
+        "label); Keras 3 uses argmax-vs-argmax when there are several outputs and 0.5 on "
+        "logits too")
+       for name in ("binary_crossentropy sigmoid", "binary_crossentropy from_logits",
+                    "binary_crossentropy clipped probabilities",
+                    "binary_crossentropy one output from_logits",
+                    "binary_crossentropy probabilities, not a sigmoid op")
+       for check in ("evaluate", "fit")},
+    **{("Sequential add(Input) + add", check): Known(
+        "EXPECTED", "'accuracy' with a binary cross-entropy on two outputs (as above)")
+       for check in ("evaluate", "fit")},
+    ("Embedding + Flatten + Dense", "fit"): Known(
+        "EXPECTED", "Keras 3 (TensorFlow backend) applies Adam / RMSprop / Adagrad to an "
+        "Embedding's IndexedSlices gradient slice by slice, so an id that repeats within a "
+        "batch updates differently from the dense gradient's row (tfc's: the sum of the "
+        "repeats, as TF1); with no id repeated in a batch the two agree (the 'distinct ids' "
+        "cases)"),
+    ("Embedding sparse gradient, distinct ids, RMSprop", "fit"): Known(
+        "FIXED", "tfc's RMSprop updated only the rows an Embedding's gradient names (TF1's "
+        "sparse RMSProp); Keras decays every row's mean square "
+        "(tests/layers/test_keras_optimizers.py)"),
+    ("init LSTM kernel, recurrent kernel, unit_forget_bias", "initial weights"): Known(
+        "EXPECTED", "LSTM's recurrent kernel starts glorot_uniform in tfc (Keras: "
+        "orthogonal, which tfc does not offer); the kernel and the forget gate's bias of "
+        "one are Keras's"),
+}
+
+
+# ----------------------------------------------------------------------------- cases
+
+def _seq(K: Any, shape: Sequence[int], layers: list[Any], dtype: str = "float32") -> Any:
+    """A Functional model ``Input(shape) -> layers``, spelled the same in both APIs."""
+    inp = K.Input(shape=tuple(shape), dtype=dtype)
+    out = inp
+    for layer in layers:
+        out = layer(out)
+    return K.Model(inp, out)
+
+
+def _xy(shape: Sequence[int], classes: int = 0, regress: int = 0, n: int = 48,
+        onehot: bool = False, binary: bool = False) -> Callable[..., tuple[Any, Any]]:
+    def make(rng: np.random.Generator) -> tuple[Any, Any]:
+        x = rng.normal(size=(n, *shape)).astype(np.float32)
+        if classes:
+            y = rng.integers(0, classes, size=n).astype(np.int32)
+            if onehot:
+                y = np.eye(classes, dtype=np.float32)[y]
+            return x, y
+        if binary:
+            return x, rng.integers(0, 2, size=(n, regress)).astype(np.float32)
+        return x, rng.normal(size=(n, regress)).astype(np.float32) if regress else None
+    return make
+
+
+def _added(K: Any, model: Any, items: list[Any]) -> Any:
+    for item in items:
+        model.add(item)
+    return model
+
+
+def _tokens(rng: np.random.Generator) -> tuple[Any, Any]:
+    x = rng.integers(0, 10, size=(48, 5)).astype(np.int32)
+    return x, rng.integers(0, 3, size=48).astype(np.int32)
+
+
+def _distinct_tokens(rng: np.random.Generator) -> tuple[Any, Any]:
+    """Rows of 5 distinct ids (with batch size 1 no id repeats within a batch)."""
+    x = np.stack([rng.permutation(10)[:5] for _ in range(12)]).astype(np.int32)
+    return x, rng.integers(0, 3, size=12).astype(np.int32)
+
+
+def _two_towers(K: Any, merge: str) -> Any:
+    a, b = K.Input(shape=(6,)), K.Input(shape=(6,))
+    ha = K.layers.Dense(5, activation="relu")(a)
+    hb = K.layers.Dense(5, activation="tanh")(b)
+    joined = (K.layers.Concatenate()([ha, hb]) if merge == "concat"
+              else K.layers.Add()([ha, hb]))
+    return K.Model([a, b], K.layers.Dense(3, activation="softmax")(joined))
+
+
+def _towers_data(rng: np.random.Generator) -> tuple[Any, Any]:
+    x = [rng.normal(size=(48, 6)).astype(np.float32) for _ in range(2)]
+    return x, rng.integers(0, 3, size=48).astype(np.int32)
+
+
+def build_cases() -> list[Case]:
+    cases: list[Case] = []
+    L = lambda K: K.layers  # noqa: E731
+    for act in ("linear", "relu", "softmax", "sigmoid", "tanh"):  # tfc's "exp": not Keras's
+        cases.append(Case(f"Dense {act}", lambda K, a=act: _seq(K, (7,), [
+            L(K).Dense(5, activation=a)]), _xy((7,))))
+    cases.append(Case("Dense no bias, 3-D input", lambda K: _seq(K, (4, 7), [
+        L(K).Dense(5, use_bias=False)]), _xy((4, 7))))
+    for pad in ("valid", "same"):
+        for strides, dil in ((1, 1), (2, 1), (1, 2), ((2, 1), 1)):
+            cases.append(Case(f"Conv2D {pad} strides={strides} dilation={dil}",
+                              lambda K, p=pad, s=strides, d=dil: _seq(K, (9, 8, 3), [
+                                  L(K).Conv2D(4, (3, 2), strides=s, padding=p,
+                                              dilation_rate=d, activation="relu")]),
+                              _xy((9, 8, 3), n=8)))
+    for pool in ("MaxPooling2D", "AveragePooling2D"):
+        for pad in ("valid", "same"):
+            for size, strides in ((2, None), (3, 2), ((2, 3), 1)):
+                cases.append(Case(f"{pool} {pad} pool={size} strides={strides}",
+                                  lambda K, c=pool, p=pad, z=size, s=strides: _seq(
+                                      K, (7, 8, 3), [getattr(L(K), c)(z, s, padding=p)]),
+                                  _xy((7, 8, 3), n=8)))
+    cases.append(Case("Flatten + Dense", lambda K: _seq(K, (3, 4, 2), [
+        L(K).Flatten(), L(K).Dense(3)]), _xy((3, 4, 2))))
+    cases.append(Case("Dropout (inference) + Dense", lambda K: _seq(K, (6,), [
+        L(K).Dropout(0.5), L(K).Dense(3)]), _xy((6,))))
+    cases.append(Case("Embedding + Flatten + Dense", lambda K: _seq(K, (5,), [
+        L(K).Embedding(10, 4), L(K).Flatten(), L(K).Dense(3, activation="softmax")],
+        dtype="int32"), _tokens, lambda K: "sparse_categorical_crossentropy", ("accuracy",),
+        lambda K: K.optimizers.Adam(0.05)))
+    for name, opt in (("Adam", lambda K: K.optimizers.Adam(0.05)),
+                      ("RMSprop", lambda K: K.optimizers.RMSprop(0.01)),
+                      ("Adagrad", lambda K: K.optimizers.Adagrad(0.1))):
+        cases.append(Case(f"Embedding sparse gradient, distinct ids, {name}", lambda K: _seq(
+            K, (5,), [L(K).Embedding(10, 4), L(K).Flatten(), L(K).Dense(3)], dtype="int32"),
+            _distinct_tokens, lambda K: K.losses.SparseCategoricalCrossentropy(
+                from_logits=True), (), opt, epochs=2, batch_size=1))
+    for seqs in (False, True):
+        cases.append(Case(f"LSTM return_sequences={seqs}", lambda K, r=seqs: _seq(K, (6, 3), [
+            L(K).LSTM(4, return_sequences=r)]), _xy((6, 3), n=8)))
+    cases.append(Case("LSTM + Dense fit", lambda K: _seq(K, (5, 3), [
+        L(K).LSTM(4), L(K).Dense(2)]), _xy((5, 3), regress=2, n=32), lambda K: "mse",
+        ("mae",), lambda K: K.optimizers.SGD(0.1), epochs=2))
+    cases.append(Case("Sequential MLP", lambda K: K.Sequential([
+        K.Input(shape=(6,)), L(K).Dense(8, activation="relu"),
+        L(K).Dense(3, activation="softmax")]), _xy((6,), classes=3),
+        lambda K: "sparse_categorical_crossentropy", ("accuracy",),
+        lambda K: K.optimizers.SGD(0.1)))
+    cases.append(Case("Sequential add(Input) + add", lambda K: _added(K, K.Sequential(), [
+        K.Input(shape=(3, 4)), L(K).Flatten(), L(K).Dense(2, activation="sigmoid")]),
+        _xy((3, 4), regress=2, binary=True), lambda K: "binary_crossentropy", ("accuracy",),
+        lambda K: K.optimizers.RMSprop(0.01)))
+    cases.append(Case("CNN Conv2D + MaxPooling2D + Flatten + Dense", lambda K: _seq(
+        K, (8, 8, 2), [L(K).Conv2D(3, 3, activation="relu"), L(K).MaxPooling2D(),
+                       L(K).Flatten(), L(K).Dense(4, activation="softmax")]),
+        _xy((8, 8, 2), classes=4, n=32), lambda K: "sparse_categorical_crossentropy",
+        ("accuracy",), lambda K: K.optimizers.Adam(0.01), epochs=2))
+    for merge in ("concat", "add"):
+        cases.append(Case(f"Functional two towers {merge}", lambda K, m=merge: _two_towers(K, m),
+                          _towers_data, lambda K: "sparse_categorical_crossentropy",
+                          ("accuracy",), lambda K: K.optimizers.SGD(0.05, momentum=0.9)))
+    # losses (with gradients and a short fit): each loss tfc offers, from_logits both ways
+    def mlp(act: str | None, n: int) -> Callable[[Any], Any]:
+        """Dense(tanh) -> Dense(n, act); "sigmoid+flatten": probabilities that do not sum
+        to 1 and come from no sigmoid op (Keras's losses take a sigmoid's input as logits)."""
+        a, flat = (act or "").split("+")[0] or None, (act or "").endswith("+flatten")
+        return lambda K: _seq(K, (6,), [L(K).Dense(8, activation="tanh"),
+                                        L(K).Dense(n, activation=a),
+                                        *([L(K).Flatten()] if flat else [])])
+    loss_cases = [
+        ("sparse_categorical_crossentropy softmax", "softmax", 4,
+         lambda K: K.losses.SparseCategoricalCrossentropy(), _xy((6,), classes=4)),
+        ("sparse_categorical_crossentropy from_logits", None, 4,
+         lambda K: K.losses.SparseCategoricalCrossentropy(from_logits=True),
+         _xy((6,), classes=4)),
+        ("categorical_crossentropy softmax", "softmax", 4,
+         lambda K: K.losses.CategoricalCrossentropy(), _xy((6,), classes=4, onehot=True)),
+        ("categorical_crossentropy from_logits", None, 4,
+         lambda K: K.losses.CategoricalCrossentropy(from_logits=True),
+         _xy((6,), classes=4, onehot=True)),
+        ("categorical_crossentropy sigmoid probabilities", "sigmoid", 4,
+         lambda K: K.losses.CategoricalCrossentropy(), _xy((6,), classes=4, onehot=True)),
+        ("binary_crossentropy sigmoid", "sigmoid", 2,
+         lambda K: K.losses.BinaryCrossentropy(), _xy((6,), regress=2, binary=True)),
+        ("binary_crossentropy from_logits", None, 2,
+         lambda K: K.losses.BinaryCrossentropy(from_logits=True),
+         _xy((6,), regress=2, binary=True)),
+        ("binary_crossentropy probabilities, not a sigmoid op", "sigmoid+flatten", 2,
+         lambda K: "binary_crossentropy", _xy((6,), regress=2, binary=True)),
+        ("binary_crossentropy clipped probabilities", "relu", 2,
+         lambda K: "binary_crossentropy", _xy((6,), regress=2, binary=True)),
+        ("sparse_categorical_crossentropy sigmoid probabilities", "sigmoid", 4,
+         lambda K: K.losses.SparseCategoricalCrossentropy(), _xy((6,), classes=4)),
+        ("sparse_categorical_crossentropy unnormalized probabilities", "sigmoid+flatten", 4,
+         lambda K: K.losses.SparseCategoricalCrossentropy(), _xy((6,), classes=4)),
+        ("categorical_crossentropy unnormalized probabilities", "sigmoid+flatten", 4,
+         lambda K: K.losses.CategoricalCrossentropy(), _xy((6,), classes=4, onehot=True)),
+        ("categorical_crossentropy clipped probabilities", "relu", 4,
+         lambda K: K.losses.CategoricalCrossentropy(), _xy((6,), classes=4, onehot=True)),
+        ("sparse_categorical_crossentropy clipped probabilities", "relu", 4,
+         lambda K: K.losses.SparseCategoricalCrossentropy(), _xy((6,), classes=4)),
+        ("binary_crossentropy one sigmoid output", "sigmoid", 1,
+         lambda K: K.losses.BinaryCrossentropy(), _xy((6,), regress=1, binary=True)),
+        ("binary_crossentropy one output from_logits", None, 1,
+         lambda K: K.losses.BinaryCrossentropy(from_logits=True),
+         _xy((6,), regress=1, binary=True)),
+        ("mse", None, 3, lambda K: "mse", _xy((6,), regress=3)),
+        ("mae", None, 3, lambda K: "mae", _xy((6,), regress=3)),
+    ]
+    for name, act, n, loss, data in loss_cases:
+        metrics = ("accuracy",) if "crossentropy" in name else ("mse", "mae")
+        # relu outputs hit the clip at eps, whose zero gradient makes fit chaotic (one
+        # rounding flips an element in or out): those are checked without fit
+        opt = None if act == "relu" else (lambda K: K.optimizers.SGD(0.1))
+        cases.append(Case(f"loss {name}", mlp(act, n), data, loss, metrics, opt, epochs=2))
+    # optimizers: compile by name (Keras's defaults) and by object
+    opts: list[tuple[str, Callable[[Any], Any]]] = [
+        ("sgd", lambda K: "sgd"), ("adam", lambda K: "adam"), ("rmsprop", lambda K: "rmsprop"),
+        ("adagrad", lambda K: "adagrad"),
+        ("SGD(0.1)", lambda K: K.optimizers.SGD(0.1)),
+        ("SGD momentum", lambda K: K.optimizers.SGD(0.05, momentum=0.9)),
+        ("SGD nesterov", lambda K: K.optimizers.SGD(0.05, momentum=0.9, nesterov=True)),
+        ("Adam(0.01)", lambda K: K.optimizers.Adam(0.01, beta_1=0.8, beta_2=0.99)),
+        ("RMSprop(0.01)", lambda K: K.optimizers.RMSprop(0.01)),
+        ("RMSprop momentum centered", lambda K: K.optimizers.RMSprop(
+            0.01, rho=0.8, momentum=0.5, centered=True)),
+        ("Adagrad(0.1)", lambda K: K.optimizers.Adagrad(0.1)),
+    ]
+    for name, opt in opts:
+        cases.append(Case(f"fit {name}", mlp("softmax", 3), _xy((6,), classes=3, n=64),
+                          lambda K: "sparse_categorical_crossentropy", ("accuracy",), opt,
+                          epochs=3, batch_size=16))
+    return cases
+
+
+# ----------------------------------------------------------------------------- running
+
+def _close(a: Any, b: Any, tol: tuple[float, float], scaled: bool = False) -> str:
+    """'' when ``a`` (tfc) agrees with ``b`` (Keras), else what differs."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return f"shape {a.shape} vs Keras {b.shape}"
+    atol = tol[1] * (max(1.0, float(np.max(np.abs(b)))) if scaled and b.size else 1.0)
+    bad = ~np.isclose(a, b, rtol=tol[0], atol=atol)
+    if not bad.any():
+        return ""
+    i = np.unravel_index(np.argmax(np.abs(a - b) * bad), a.shape)
+    return (f"{int(bad.sum())}/{a.size} elements differ, worst at {tuple(map(int, i))}: "
+            f"tfc {a[i]:.8g} vs Keras {b[i]:.8g}")
+
+
+def run_keras(case: Case, x: Any, y: Any) -> dict[str, Any]:
+    import keras
+    import tensorflow as tf
+    keras.utils.set_random_seed(0)
+    model = case.build(keras)
+    out: dict[str, Any] = {"weights": [np.array(w) for w in model.get_weights()],
+                           "params": model.count_params()}
+    out["predict"] = model.predict(x, batch_size=len(y) if y is not None else 64, verbose=0)
+    if case.loss is None:
+        return out
+    loss = case.loss(keras)
+    model.compile(optimizer=case.optimizer(keras) if case.optimizer else "sgd", loss=loss,
+                  metrics=list(case.metrics), jit_compile=False)
+    out["evaluate"] = model.evaluate(x, y, batch_size=len(y), verbose=0, return_dict=True)
+    loss_fn = keras.losses.get(loss) if isinstance(loss, str) else loss
+    with tf.GradientTape() as tape:
+        value = tf.reduce_mean(loss_fn(y, model(x, training=True)))
+    out["grads"] = [np.array(tf.convert_to_tensor(g))  # Embedding's: IndexedSlices
+                    for g in tape.gradient(value, model.trainable_weights)]
+    if case.optimizer is not None:
+        hist = model.fit(x, y, epochs=case.epochs, batch_size=case.batch_size, shuffle=False,
+                         verbose=0)
+        out["history"] = {k: list(v) for k, v in hist.history.items()}
+        out["final"] = [np.array(w) for w in model.get_weights()]
+    return out
+
+
+def run_tfc(case: Case, x: Any, y: Any, weights: list[np.ndarray], backend: str
+            ) -> dict[str, Any]:
+    import tfc
+    import tfc.keras
+    os.environ["TFC_BACKEND"] = backend
+    out: dict[str, Any] = {}
+    with tfc.Graph().as_default():
+        model = case.build(tfc.keras)
+        out["params"] = model.count_params()
+        model.set_weights(weights)
+        out["predict"] = model.predict(x, batch_size=len(y) if y is not None else 64)
+        if case.loss is None:
+            return out
+        model.compile(optimizer=case.optimizer(tfc.keras) if case.optimizer else "sgd",
+                      loss=case.loss(tfc.keras), metrics=list(case.metrics))
+        out["evaluate"] = model.evaluate(x, y, batch_size=len(y))
+        tr = model._require_training()
+        grads = tfc.gradients(tr.loss, model.trainable_variables)
+        grads = [g.to_dense() if hasattr(g, "to_dense") else g for g in grads]  # Embedding
+        out["grads"] = model.session.run(grads, model._feed_dict(x, y))
+        if case.optimizer is not None:
+            hist = model.fit(x, y, epochs=case.epochs, batch_size=case.batch_size,
+                             shuffle=False, verbose=0)
+            out["history"] = {k: list(v) for k, v in hist.items()}
+            out["final"] = model.get_weights()
+    return out
+
+
+def compare(case: Case, k: dict[str, Any], t: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(check, '' or what differs)`` for each thing both sides computed."""
+    res = [("params", "" if k["params"] == t["params"]
+            else f"{t['params']} params vs Keras {k['params']}"),
+           ("predict", _close(t["predict"], k["predict"], FWD))]
+    if "evaluate" in k:
+        ke, te = k["evaluate"], t["evaluate"]
+        d = ("" if set(ke) == set(te) else f"keys {sorted(te)} vs Keras {sorted(ke)}")
+        d = d or "; ".join(f"{n}: {c}" for n in ke
+                           if (c := _close(te[n], ke[n], FWD)))
+        res.append(("evaluate", d))
+        d = "; ".join(f"weight {i}: {c}" for i, (a, b) in enumerate(zip(t["grads"], k["grads"]))
+                      if (c := _close(a, b, GRAD, scaled=True)))
+        res.append(("gradients", d if len(t["grads"]) == len(k["grads"])
+                    else f"{len(t['grads'])} gradients vs Keras {len(k['grads'])}"))
+    if "history" in k:
+        kh, th = k["history"], t["history"]
+        d = "" if set(kh) == set(th) else f"History keys {sorted(th)} vs Keras {sorted(kh)}"
+        d = d or "; ".join(f"{n}: {c}" for n in kh if (c := _close(th[n], kh[n], FIT)))
+        d2 = "; ".join(f"weight {i}: {c}" for i, (a, b) in enumerate(zip(t["final"], k["final"]))
+                       if (c := _close(a, b, FIT)))
+        res.append(("fit", "; ".join(s for s in (d, d2 and "final " + d2) if s)))
+    return res
+
+
+# Initializers tfc claims are Keras's (by name, with Keras's default): the fresh weights'
+# shapes and statistics (bound and standard deviation; element counts >= 4096, so a sample
+# standard deviation is within ~2% of the distribution's: 5% tolerance; the largest |w|
+# within 15%).
+INIT_CASES: list[tuple[str, Callable[[Any], Any], Sequence[int]]] = [
+    ("Dense glorot_uniform kernel, zeros bias",
+     lambda K: _seq(K, (128,), [K.layers.Dense(64)]), (128,)),
+    ("Conv2D glorot_uniform kernel (receptive field in the fans)",
+     lambda K: _seq(K, (8, 8, 16), [K.layers.Conv2D(32, 3)]), (8, 8, 16)),
+    ("Embedding uniform(-0.05, 0.05)",
+     lambda K: _seq(K, (3,), [K.layers.Embedding(500, 16)], dtype="int32"), (3,)),
+    ("Dense random_normal kernel", lambda K: _seq(K, (128,), [
+        K.layers.Dense(64, kernel_initializer="random_normal")]), (128,)),
+    ("LSTM kernel, recurrent kernel, unit_forget_bias",
+     lambda K: _seq(K, (4, 64), [K.layers.LSTM(32)]), (4, 64)),
+]
+
+
+def init_stats(k: list[np.ndarray], t: list[np.ndarray]) -> str:
+    if [w.shape for w in k] != [w.shape for w in t]:
+        return f"shapes {[w.shape for w in t]} vs Keras {[w.shape for w in k]}"
+    out = []
+    for i, (a, b) in enumerate(zip(t, k)):
+        if a.size < 4096 or b.std() == 0:  # a bias: compare exactly
+            if not np.array_equal(a, b):
+                out.append(f"weight {i}: {a.ravel()[:4]}... vs Keras {b.ravel()[:4]}...")
+            continue
+        bound_a, bound_b = np.abs(a).max(), np.abs(b).max()
+        # the bound tells a uniform from a normal of the same deviation (sqrt(3) sd vs ~4
+        # sd); a normal sample's maximum varies by ~8%
+        if not (abs(a.std() / b.std() - 1) < 0.05 and abs(bound_a / bound_b - 1) < 0.15):
+            out.append(f"weight {i}: std {a.std():.4g} max|w| {bound_a:.4g} vs Keras "
+                       f"std {b.std():.4g} max|w| {bound_b:.4g}")
+    return "; ".join(out)
+
+
+def run_inits() -> list[tuple[str, str, str, str]]:
+    import keras
+    import tfc
+    import tfc.keras
+    rows = []
+    for name, build, _ in INIT_CASES:
+        keras.utils.set_random_seed(0)
+        k = [np.array(w) for w in build(keras).get_weights()]
+        os.environ["TFC_BACKEND"] = "reference"
+        with tfc.Graph().as_default():
+            t = build(tfc.keras).get_weights()
+        rows.append((f"init {name}", "reference", "initial weights", init_stats(k, t)))
+        print(f"  {'init ' + name:52s} {'ok' if not rows[-1][3] else 'DIFFERS'}")
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", choices=["llvm", "reference"], action="append",
+                    help="tfc backend(s) to check (default: both)")
+    ap.add_argument("--only", help="only cases whose name contains this")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    backends = args.backend or ["llvm", "reference"]
+    start = time.perf_counter()
+    import keras
+    import tensorflow as tf
+    from tfc.version import __version__ as tfc_version
+    print(f"Keras {keras.__version__} on TensorFlow {tf.__version__} (CPU), tfc {tfc_version}, "
+          f"numpy {np.__version__}; backends: {', '.join(backends)}")
+    rows: list[tuple[str, str, str, str]] = []  # case, backend, check, detail
+    for n, case in enumerate(build_cases()):
+        if args.only and args.only not in case.name:
+            continue
+        x, y = case.data(np.random.default_rng(args.seed * 1000 + n))
+        try:
+            k = run_keras(case, x, y)
+        except Exception as e:  # noqa: BLE001
+            print(f"  Keras failed on {case.name}: {type(e).__name__}: {e}"[:300])
+            continue
+        for be in backends:
+            try:
+                t = run_tfc(case, x, y, k["weights"], be)
+                checks = compare(case, k, t)
+            except Exception as e:  # noqa: BLE001
+                checks = [("run", f"ERROR {type(e).__name__}: {e}"[:400])]
+            rows += [(case.name, be, c, d) for c, d in checks]
+        status = [d for c, b, ch, d in rows if c == case.name and d]
+        print(f"  {case.name:52s} {'ok' if not status else 'DIFFERS'}")
+    if not args.only or "init" in args.only:
+        rows += run_inits()
+    print("\nDifferences:")
+    new = 0
+    for name, be, check, detail in rows:
+        if not detail:
+            continue
+        known = KNOWN.get((name, check))
+        verdict = known.verdict if known else "NEW"
+        new += verdict == "NEW"
+        print(f"  {verdict:8s} {name} [{check}] {be}: {detail}"
+              + (f"\n           reason: {known.reason}" if known else ""))
+    fixed = [(key, kn) for key, kn in KNOWN.items() if kn.verdict == "FIXED"]
+    if fixed and not args.only:
+        print("\nFixed (each has a regression test under tests/layers):")
+        for (name, check), kn in fixed:
+            now = [d for c, _, ch, d in rows if (c, ch) == (name, check)]
+            state = ("agrees now" if now and not any(now) else
+                     f"still differs in {sum(map(bool, now))} of {len(now)}" if now
+                     else "not run")
+            print(f"  FIXED    {name} [{check}]: {kn.reason} ({state})")
+    print(f"\n{len(rows)} checks, {sum(not r[3] for r in rows)} agree; {new} new difference(s); "
+          f"{time.perf_counter() - start:.0f} s")
+    return 1 if new else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
