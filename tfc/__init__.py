@@ -25,7 +25,7 @@ from tfc.api.session import (Session, global_variables_initializer, group,
 from tfc.api.tensor import constant, convert_to_tensor
 from tfc.api import nn, random  # noqa: F401  (tfc.nn, tfc.random)
 from tfc import train  # noqa: F401  (tfc.train)
-from tfc.train import clip_by_global_norm  # noqa: F401
+from tfc.train import clip_by_global_norm, global_norm, trainable_variables  # noqa: F401
 from tfc import layers  # noqa: F401  (tfc.layers)
 from tfc import data  # noqa: F401  (tfc.data)
 from tfc import queue  # noqa: F401  (tfc.queue)

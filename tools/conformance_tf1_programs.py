@@ -157,7 +157,7 @@ def deep_mnist_cnn(tf: Any, rec: Rec) -> None:
     with tf.Graph().as_default():
         x = tf.placeholder(tf.float32, [None, 64])
         y_ = tf.placeholder(tf.float32, [None, 3])
-        keep_prob = tf.placeholder(tf.float32)
+        keep_prob = tf.placeholder(tf.float32, [])
         x_image = tf.reshape(x, [-1, 8, 8, 1])
         W1, b1 = weight(5, 3, 3, 1, 4), bias(4)
         h1 = tf.nn.relu(tf.nn.conv2d(x_image, W1, strides=[1, 1, 1, 1], padding="SAME") + b1)
@@ -194,8 +194,8 @@ def polynomial_regression(tf: Any, rec: Rec) -> None:
     xs = np.linspace(-1, 1, 40)
     ys = 0.5 - 1.5 * xs + 2.0 * xs ** 3 + 0.1 * rs.randn(40)
     with tf.Graph().as_default():
-        X = tf.placeholder(tf.float64)
-        Y = tf.placeholder(tf.float64)
+        X = tf.placeholder(tf.float64, [None])
+        Y = tf.placeholder(tf.float64, [None])
         feats = tf.stack([tf.pow(X, float(k)) for k in range(4)], axis=1)
         w = tf.Variable(np.zeros((4, 1)), name="weights")
         pred = tf.squeeze(tf.matmul(feats, w), axis=1)
@@ -307,8 +307,8 @@ def variable_scopes(tf: Any, rec: Rec) -> None:
     a_data, b_data = rs.randn(6, 3), rs.randn(6, 3)
 
     def tower(inp: Any) -> Any:
-        w = tf.get_variable("w", initializer=_init(15, 3, 2, scale=1.0))
-        bias = tf.get_variable("bias", initializer=np.zeros(2))
+        w = tf.get_variable("w", initializer=_init(15, 3, 2, scale=1.0), dtype=tf.float64)
+        bias = tf.get_variable("bias", initializer=np.zeros(2), dtype=tf.float64)
         return tf.matmul(inp, w) + bias
 
     with tf.Graph().as_default():

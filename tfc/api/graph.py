@@ -126,6 +126,9 @@ class Graph:
         self._seeds = itertools.count(1)
         self._symbols = itertools.count(1)
         self._session: Any = None
+        # ``tfc.control_dependencies`` blocks: the operations each one adds to the
+        # operations made inside it (None: a block that clears the outer ones)
+        self._control_scopes: list[list["Operation"] | None] = []
         # each layer call's record by its output value (``tfc.layers.nodes``): what the
         # Functional API replays for a training graph or on other inputs
         self.layer_calls: dict[ir.Value, Any] = {}
@@ -177,6 +180,34 @@ class Graph:
             yield
         finally:
             self._devices.pop()
+
+    @contextlib.contextmanager
+    def control_dependencies(self, control_inputs: Sequence[Any] | None) -> Iterator[None]:
+        """Operations made inside (assigns, ``group``, ``no_op``, an optimizer's update)
+        also run ``control_inputs`` (``tf.control_dependencies``); ``None`` clears the
+        enclosing blocks'. Tensors among ``control_inputs`` are pure values, whose running
+        changes nothing, so they add nothing; tensors made inside carry no dependency (a
+        fetch runs only what it needs: fetch the operation with the tensor)."""
+        if control_inputs is None:
+            self._control_scopes.append(None)
+        else:
+            from tfc.api.tensor import as_operation
+            ops = [as_operation(c) for c in control_inputs
+                   if not isinstance(c, (Tensor, Variable))]
+            self._control_scopes.append(ops)
+        try:
+            yield
+        finally:
+            self._control_scopes.pop()
+
+    def active_control_inputs(self) -> list["Operation"]:
+        """The operations the enclosing ``control_dependencies`` blocks add."""
+        out: list[Operation] = []
+        for scope in reversed(self._control_scopes):
+            if scope is None:
+                break
+            out[:0] = scope
+        return out
 
     @property
     def current_device(self) -> str | None:
@@ -282,15 +313,23 @@ class Operation:
     """An op run for its effect (an assign) or a group of them (``tf.group``)."""
 
     def __init__(self, graph: Graph, op: ir.Op | None = None,
-                 control_inputs: Sequence["Operation"] = (), name: str | None = None) -> None:
+                 control_inputs: Sequence["Operation"] = (), name: str | None = None,
+                 in_control_scope: bool = True) -> None:
         self.graph, self.op, self.control_inputs = graph, op, list(control_inputs)
+        if in_control_scope:  # (a variable's initializer is not: TF's init_scope)
+            self.control_inputs += [c for c in graph.active_control_inputs()
+                                    if c not in self.control_inputs]
         self.name = name or (op.kind if op else "group")
 
     def ir_ops(self) -> list[ir.Op]:
-        """The IR ops this operation runs (a group's, flattened)."""
+        """The IR ops this operation runs (a group's, flattened; each once)."""
         out = [self.op] if self.op is not None else []
+        seen = {id(o) for o in out}
         for c in self.control_inputs:
-            out.extend(c.ir_ops())
+            for o in c.ir_ops():
+                if id(o) not in seen:
+                    seen.add(id(o))
+                    out.append(o)
         return out
 
     @property
@@ -478,7 +517,7 @@ class Variable(TensorOperators):
         self._read = Tensor(g, read, loc)
         self.initializer = Operation(
             g, g.create_op("var.assign", [init], {"var": self.name}, loc=loc),
-            name=f"{self.name}/Assign")
+            name=f"{self.name}/Assign", in_control_scope=False)
         g.variables[self.name] = self
 
     @property
