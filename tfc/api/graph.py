@@ -322,14 +322,10 @@ class Operation:
         self.name = name or (op.kind if op else "group")
 
     def ir_ops(self) -> list[ir.Op]:
-        """The IR ops this operation runs (a group's, flattened; each once)."""
+        """The IR ops this operation runs (a group's, flattened)."""
         out = [self.op] if self.op is not None else []
-        seen = {id(o) for o in out}
         for c in self.control_inputs:
-            for o in c.ir_ops():
-                if id(o) not in seen:
-                    seen.add(id(o))
-                    out.append(o)
+            out.extend(c.ir_ops())
         return out
 
     @property

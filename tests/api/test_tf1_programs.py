@@ -1,0 +1,220 @@
+"""The TF1 names that classic programs use (found by tools/conformance_tf1_programs.py):
+values against numpy references on both backends, gradients against finite differences,
+and the TF1 behaviours the tool found tfc missing (float32 hyperparameters, control
+dependencies, a fed keep_prob). No TensorFlow needed."""
+
+import numpy as np
+import pytest
+
+import tfc
+
+BACKENDS = ["llvm", "reference"]
+RTOL = 1e-12  # float64 throughout: agreement to rounding
+
+
+def run(backend, fetches, feed=None):
+    with tfc.Session(backend=backend) as sess:
+        return sess.run(fetches, feed or {})
+
+
+def fd_check(build, np_fn, *arrays, eps=1e-6, rtol=1e-6, atol=1e-9):
+    """tfc.gradients of sum(build(*xs) * c) against central differences of the numpy
+    reference ``np_fn`` (float64), for every input."""
+    rng = np.random.default_rng(0)
+    phs = [tfc.placeholder(tfc.float64, a.shape) for a in arrays]
+    out = build(*phs)
+    c = rng.uniform(0.5, 1.5, size=np.shape(np_fn(*arrays)))
+    loss = tfc.reduce_sum(out * c)
+    grads = tfc.gradients(loss, phs)
+    got = run("reference", grads, dict(zip(phs, arrays)))
+    for i, a in enumerate(arrays):
+        want = np.zeros_like(a)
+        for idx in np.ndindex(*a.shape):
+            up = [x.copy() for x in arrays]
+            dn = [x.copy() for x in arrays]
+            up[i][idx] += eps
+            dn[i][idx] -= eps
+            want[idx] = (np.sum(np_fn(*up) * c) - np.sum(np_fn(*dn) * c)) / (2 * eps)
+        np.testing.assert_allclose(got[i], want, rtol=rtol, atol=atol,
+                                   err_msg=f"gradient w.r.t. input {i}")
+
+
+# ---- values ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nn_helpers_match_numpy(backend):
+    rs = np.random.RandomState(0)
+    xs = rs.randn(5, 4) * 2.0 + 1.0
+    x = tfc.placeholder(tfc.float64, [None, 4])
+    mean, var = tfc.nn.moments(x, axes=[0])
+    mean_k, var_k = tfc.nn.moments(x, axes=[0, 1], keepdims=True)
+    gamma, beta = rs.rand(4) + 0.5, rs.randn(4)
+    bn = tfc.nn.batch_normalization(x, mean, var, beta, gamma, 1e-3)
+    bn_plain = tfc.nn.batch_normalization(x, mean, var, None, None, 1e-3)
+    got = run(backend, [tfc.nn.l2_loss(x), mean, var, mean_k, var_k, bn, bn_plain], {x: xs})
+    m, v = xs.mean(0), ((xs - xs.mean(0)) ** 2).mean(0)
+    inv = 1.0 / np.sqrt(v + 1e-3)
+    want = [np.sum(xs * xs) / 2, m, v, xs.mean(keepdims=True),
+            ((xs - xs.mean()) ** 2).mean(keepdims=True),
+            xs * (inv * gamma) + (beta - m * inv * gamma), (xs - m) * inv]
+    for g, w in zip(got, want):
+        assert np.shape(g) == np.shape(w)
+        np.testing.assert_allclose(g, w, rtol=RTOL, atol=1e-13)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_math_helpers_match_numpy(backend):
+    xs = np.array([[0.0, -2.0, 3.5], [1e-12, 0.0, -0.5]])
+    x = tfc.placeholder(tfc.float64, [None, 3])
+    fetches = [tfc.clip_by_value(x, -1.0, 1e-11), tfc.count_nonzero(x),
+               tfc.count_nonzero(x, axis=1), tfc.count_nonzero(x > 0.0, axis=0),
+               tfc.reduce_any(x > 3.0, axis=1), tfc.reduce_all(x > -3.0),
+               tfc.reduce_all(x > -1.0, axis=0, keepdims=True), tfc.size(x),
+               tfc.size(tfc.zeros([2, 5]))]
+    got = run(backend, fetches, {x: xs})
+    want = [np.clip(xs, -1.0, 1e-11), np.int64(4), np.array([2, 2]), np.array([1, 0, 1]),
+            np.array([True, False]), np.True_, np.array([[True, False, True]]),
+            np.int32(6), np.int32(10)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+        assert np.asarray(g).dtype == np.asarray(w).dtype
+
+
+def test_reduce_any_of_numbers_is_a_clear_error():
+    with pytest.raises(tfc.TfcError, match="reduce_any takes bool"):
+        tfc.reduce_any(tfc.constant([1.0, 0.0]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_embedding_lookup_is_a_gather_with_sparse_gradient(backend):
+    table = np.arange(12.0).reshape(4, 3)
+    emb = tfc.Variable(table)
+    ids = tfc.placeholder(tfc.int32, [None])
+    rows = tfc.nn.embedding_lookup(emb, ids)
+    (grad,) = tfc.gradients(tfc.reduce_sum(rows * 2.0), [emb])
+    assert isinstance(grad, tfc.IndexedSlices)
+    got = run(backend, rows, {ids: np.array([3, 0, 3], np.int32)})
+    np.testing.assert_array_equal(got, table[[3, 0, 3]])
+    np.testing.assert_array_equal(
+        run(backend, tfc.nn.embedding_lookup([emb], [1]), {}), table[[1]])
+    with pytest.raises(tfc.TfcError, match="several shards"):
+        tfc.nn.embedding_lookup([emb, emb], ids)
+
+
+def test_softmax_cross_entropy_v2_is_the_same_op():
+    labels = tfc.constant(np.array([[0.2, 0.8]]))
+    logits = tfc.constant(np.array([[1.0, -1.0]]))
+    v2 = tfc.nn.softmax_cross_entropy_with_logits_v2(labels=labels, logits=logits)
+    v1 = tfc.nn.softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    assert v2.op is not None and v2.value.op.kind == v1.value.op.kind
+    np.testing.assert_array_equal(run("reference", v2), run("reference", v1))
+
+
+# ---- gradients ---------------------------------------------------------------------------
+
+def test_l2_loss_gradient():
+    fd_check(tfc.nn.l2_loss, lambda a: np.sum(a * a) / 2, np.random.RandomState(1).randn(3, 2))
+
+
+def test_moments_gradients():
+    xs = np.random.RandomState(2).randn(4, 3)
+    fd_check(lambda a: tfc.nn.moments(a, axes=[0])[0], lambda a: a.mean(0), xs)
+    fd_check(lambda a: tfc.nn.moments(a, axes=[0])[1],
+             lambda a: ((a - a.mean(0)) ** 2).mean(0), xs)
+
+
+def test_batch_normalization_gradients():
+    rs = np.random.RandomState(3)
+    xs, m, v, off, sc = rs.randn(3, 2), rs.randn(2), rs.rand(2) + 0.5, rs.randn(2), rs.randn(2)
+    fd_check(lambda *a: tfc.nn.batch_normalization(*a, 1e-3),
+             lambda x, mu, var, o, s: (x - mu) * s / np.sqrt(var + 1e-3) + o,
+             xs, m, v, off, sc)
+
+
+def test_clip_by_value_gradient():
+    xs = np.array([[-2.0, -0.3, 0.1], [0.45, 0.7, 3.0]])  # away from the bounds
+    fd_check(lambda a: tfc.clip_by_value(a, -0.5, 0.5), lambda a: np.clip(a, -0.5, 0.5), xs)
+
+
+# ---- TF1 behaviours ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_python_float_learning_rate_is_float32_as_in_tf1(backend):
+    # TF1's optimizers make a Python float hyperparameter a float32 tensor and cast it to
+    # the variable's dtype: a float64 variable steps by float32(0.1), not 0.1.
+    w = tfc.Variable(np.array([1.0, -2.0]))
+    loss = tfc.reduce_sum(w * np.array([3.0, 5.0]))
+    train = tfc.train.GradientDescentOptimizer(0.1).minimize(loss)
+    with tfc.Session(backend=backend) as sess:
+        sess.run(train)
+        got = sess.run(w)
+    lr = np.float64(np.float32(0.1))
+    np.testing.assert_array_equal(got, np.array([1.0, -2.0]) - lr * np.array([3.0, 5.0]))
+    assert not np.array_equal(got, np.array([1.0, -2.0]) - 0.1 * np.array([3.0, 5.0]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_numpy_float64_learning_rate_stays_exact(backend):
+    w = tfc.Variable(np.array([1.0]))
+    train = tfc.train.MomentumOptimizer(np.float64(0.1), np.float64(0.9)).minimize(
+        tfc.reduce_sum(w * 3.0))
+    with tfc.Session(backend=backend) as sess:
+        sess.run(train)
+        np.testing.assert_array_equal(sess.run(w), np.array([1.0 - 0.1 * 3.0]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_control_dependencies_make_operations_run_their_dependencies(backend):
+    counter = tfc.Variable(0, name="counter")
+    other = tfc.Variable(10, name="other")
+    inc = tfc.assign_add(counter, 1)
+    with tfc.control_dependencies([inc]):
+        tick = tfc.no_op()
+        bump = tfc.assign_sub(other, 2)
+        with tfc.control_dependencies(None):
+            alone = other.assign_add(100)
+        late = tfc.Variable(7, name="late")  # its initializer runs nothing else
+    with tfc.control_dependencies([tfc.constant(1.0), other]):  # values: nothing to run
+        plain = tfc.no_op()
+    with tfc.Session(backend=backend) as sess:
+        sess.run(tfc.global_variables_initializer())
+        sess.run(tick)
+        assert sess.run([counter, other]) == [1, 10]
+        sess.run(bump)
+        assert sess.run([counter, other]) == [2, 8]
+        sess.run(alone)
+        assert sess.run([counter, other]) == [2, 108]
+        sess.run(late.initializer)
+        sess.run(plain)
+        assert sess.run([counter, late]) == [2, 7]
+        sess.run(tfc.group(tick, bump))  # inc is in both: it runs once
+        assert sess.run([counter, other]) == [3, 106]
+
+
+def test_assign_functions_need_a_variable():
+    v = tfc.Variable(np.zeros(2))
+    assert tfc.assign(v, np.ones(2)).op.kind == "var.assign"
+    with pytest.raises(tfc.TfcError, match="assign_add: ref must be a tfc.Variable"):
+        tfc.assign_add(v.value(), 1.0)
+
+
+def test_global_and_trainable_variables():
+    a = tfc.Variable(1.0, name="a")
+    b = tfc.Variable(2.0, name="b", trainable=False)
+    assert tfc.global_variables() == [a, b]
+    assert tfc.trainable_variables() == [a]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dropout_with_a_fed_keep_prob(backend):
+    xs = np.arange(1.0, 201.0).reshape(2, 100)
+    x = tfc.placeholder(tfc.float64, [None, 100])
+    keep_prob = tfc.placeholder(tfc.float64, [])
+    fed = tfc.nn.dropout(x, keep_prob=keep_prob, seed=5)
+    fixed = tfc.nn.dropout(x, keep_prob=0.5, seed=5)
+    np.testing.assert_array_equal(run(backend, fed, {x: xs, keep_prob: 1.0}), xs)
+    a, b = run(backend, [fed, fixed], {x: xs, keep_prob: 0.5})
+    np.testing.assert_array_equal(a, b)  # the same mask and scale as a Python keep_prob
+    assert set(np.unique(a / xs)) == {0.0, 2.0}
+    with pytest.raises(tfc.TfcError, match="must be a scalar"):
+        tfc.nn.dropout(x, keep_prob=tfc.placeholder(tfc.float32, []))
