@@ -23,6 +23,7 @@ from tfc.api.saver import Saver  # also tfc.train.Saver
 from tfc.api.session import (Session, global_variables_initializer, group,
                              variables_initializer)
 from tfc.api.tensor import constant, convert_to_tensor
+from tfc.api.variable_scope import *  # noqa: F401,F403  (variable_scope, get_variable ...)
 from tfc.api import nn, random  # noqa: F401  (tfc.nn, tfc.random)
 from tfc import train  # noqa: F401  (tfc.train)
 from tfc.train import clip_by_global_norm, global_norm, trainable_variables  # noqa: F401

@@ -301,15 +301,27 @@ def gradients_and_clipping(tf: Any, rec: Rec) -> None:
 
 @program()
 def variable_scopes(tf: Any, rec: Rec) -> None:
-    """tf.variable_scope + tf.get_variable with a numpy initializer, reused through
-    reuse=True: two towers sharing weights; tf.trainable_variables' names and count."""
+    """tf.variable_scope + tf.get_variable with numpy and tf.*_initializer initializers:
+    two towers sharing weights through reuse=True, a third through
+    get_variable_scope().reuse_variables(), nested scopes with AUTO_REUSE;
+    tf.trainable_variables' names (TF's ":0" suffix dropped: tfc names have none)."""
     rs = np.random.RandomState(14)
     a_data, b_data = rs.randn(6, 3), rs.randn(6, 3)
 
     def tower(inp: Any) -> Any:
         w = tf.get_variable("w", initializer=_init(15, 3, 2, scale=1.0), dtype=tf.float64)
-        bias = tf.get_variable("bias", initializer=np.zeros(2), dtype=tf.float64)
+        bias = tf.get_variable("bias", [2], dtype=tf.float64,
+                               initializer=tf.constant_initializer(0.25))
         return tf.matmul(inp, w) + bias
+
+    def dense(inp: Any, n: int) -> Any:
+        with tf.variable_scope("dense", reuse=tf.AUTO_REUSE):
+            k = tf.get_variable("kernel", [int(inp.shape[1]), n], dtype=tf.float64,
+                                initializer=tf.constant_initializer(
+                                    _init(27, int(inp.shape[1]), n, scale=1.0)))
+            z = tf.get_variable("bias", [n], dtype=tf.float64,
+                                initializer=tf.zeros_initializer())
+            return tf.nn.relu(tf.matmul(inp, k) + z)
 
     with tf.Graph().as_default():
         a = tf.placeholder(tf.float64, [None, 3])
@@ -318,9 +330,14 @@ def variable_scopes(tf: Any, rec: Rec) -> None:
             ya = tower(a)
         with tf.variable_scope("tower", reuse=True):
             yb = tower(b)
-        loss = tf.reduce_mean(tf.square(ya - yb))
+        with tf.variable_scope("tower") as scope:
+            scope.reuse_variables()
+            yc = tower(a + b)
+        with tf.variable_scope("head"):
+            ha, hb = dense(ya, 4), dense(yb, 4)
+        loss = tf.reduce_mean(tf.square(ha - hb)) + tf.reduce_mean(tf.square(yc))
         train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)
-        rec("trainable", sorted(v.name for v in tf.trainable_variables()))
+        rec("trainable", sorted(v.name.split(":")[0] for v in tf.trainable_variables()))
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
             for i in range(5):

@@ -129,6 +129,11 @@ class Graph:
         # ``tfc.control_dependencies`` blocks: the operations each one adds to the
         # operations made inside it (None: a block that clears the outer ones)
         self._control_scopes: list[list["Operation"] | None] = []
+        # ``tfc.variable_scope`` blocks, innermost last; the root scope; default names
+        # given (``tfc.api.variable_scope``)
+        self.variable_scopes: list[Any] = []
+        self.root_variable_scope: Any = None
+        self.used_variable_scopes: set[str] = set()
         # each layer call's record by its output value (``tfc.layers.nodes``): what the
         # Functional API replays for a training graph or on other inputs
         self.layer_calls: dict[ir.Value, Any] = {}
