@@ -218,3 +218,66 @@ def test_dropout_with_a_fed_keep_prob(backend):
     assert set(np.unique(a / xs)) == {0.0, 2.0}
     with pytest.raises(tfc.TfcError, match="must be a scalar"):
         tfc.nn.dropout(x, keep_prob=tfc.placeholder(tfc.float32, []))
+
+
+# ---- variable scopes ---------------------------------------------------------------------
+
+def test_get_variable_shares_through_reuse():
+    with tfc.variable_scope("tower"):
+        w = tfc.get_variable("w", [2, 3], dtype=tfc.float64,
+                             initializer=tfc.constant_initializer(0.5))
+        with tfc.name_scope("ops"):  # name scopes do not name variables
+            b = tfc.get_variable("b", initializer=np.zeros(3))
+        y = tfc.identity(tfc.matmul(tfc.ones([1, 2], tfc.float64), w), name="y")
+    with tfc.variable_scope("tower", reuse=True) as scope:
+        assert scope.name == "tower"
+        assert tfc.get_variable("w") is w
+        assert tfc.get_variable("b", [3]) is b
+        with tfc.variable_scope("inner"):  # reuse is inherited
+            with pytest.raises(tfc.TfcError, match="tower/inner/v does not exist"):
+                tfc.get_variable("v", [1])
+        y2 = tfc.identity(y, name="y")
+    assert (w.name, b.name) == ("tower/w", "tower/b")
+    assert (y.name, y2.name) == ("tower/y", "tower_1/y")  # ops: the name scopes
+    with tfc.variable_scope("tower"):
+        with pytest.raises(tfc.TfcError, match="tower/w already exists"):
+            tfc.get_variable("w", [2, 3])
+        tfc.get_variable_scope().reuse_variables()
+        assert tfc.get_variable("w") is w
+        with pytest.raises(tfc.TfcError, match="specified shape"):
+            tfc.get_variable("w", [3, 2])
+        with pytest.raises(tfc.TfcError, match="specified dtype"):
+            tfc.get_variable("w", dtype=tfc.float32)
+    with tfc.variable_scope("auto", reuse=tfc.AUTO_REUSE):
+        a1 = tfc.get_variable("a", [2], initializer=tfc.ones_initializer())
+        a2 = tfc.get_variable("a", [2])
+    assert a1 is a2 and a1.dtype is tfc.float32
+    for got, want in zip(run("reference", [w, b, a1]),
+                         [np.full((2, 3), 0.5), np.zeros(3), np.ones(2, np.float32)]):
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype
+
+
+def test_get_variable_initializers_and_errors():
+    g = tfc.get_variable("g", [20, 30])  # default: Glorot uniform, float32
+    z = tfc.get_variable("z", [2], dtype=tfc.int32)  # default for ints: zeros
+    c = tfc.get_variable("c", [2, 2], dtype=tfc.float64,
+                         initializer=tfc.constant_initializer([1.0, 2.0, 3.0, 4.0]))
+    f = tfc.get_variable("f", initializer=1.5)  # a Python float: float32, as tfc.constant
+    gv, zv, cv, fv = run("reference", [g, z, c, f])
+    limit = np.sqrt(6.0 / 50)
+    assert gv.dtype == np.float32 and np.all(np.abs(gv) <= limit) and gv.std() > limit / 3
+    np.testing.assert_array_equal(zv, np.zeros(2, np.int32))
+    np.testing.assert_array_equal(cv, [[1.0, 2.0], [3.0, 4.0]])
+    assert fv.dtype == np.float32 and fv == 1.5
+    with pytest.raises(tfc.TfcError, match="shape of new variable h must be given"):
+        tfc.get_variable("h")
+    with pytest.raises(tfc.TfcError, match="not the shape given"):
+        tfc.get_variable("k", [3], initializer=np.zeros(2))
+    with pytest.raises(tfc.TfcError, match="4 values for shape"):
+        tfc.get_variable("m", [3], initializer=tfc.constant_initializer([1, 2, 3, 4]))
+    with pytest.raises(tfc.TfcError, match="reuse must be"):
+        with tfc.variable_scope("s", reuse="yes"):
+            pass
+    with pytest.raises(tfc.TfcError, match="regularizer is not supported"):
+        tfc.get_variable("r", [1], regularizer=lambda w: w)
