@@ -25,6 +25,8 @@ from tfc.api.session import (Session, global_variables_initializer, group,
 from tfc.api.tensor import constant, convert_to_tensor
 from tfc.api.variable_scope import *  # noqa: F401,F403  (variable_scope, get_variable ...)
 from tfc.api import nn, random  # noqa: F401  (tfc.nn, tfc.random)
+from tfc.api import losses  # noqa: F401  (tfc.losses: TF1's tf.losses)
+from tfc.api import math_ns as math  # noqa: F401  (tfc.math, not Python's: see math_ns)
 from tfc import train  # noqa: F401  (tfc.train)
 from tfc.train import clip_by_global_norm, global_norm, trainable_variables  # noqa: F401
 from tfc import layers  # noqa: F401  (tfc.layers)

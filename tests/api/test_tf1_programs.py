@@ -281,3 +281,79 @@ def test_get_variable_initializers_and_errors():
             pass
     with pytest.raises(tfc.TfcError, match="regularizer is not supported"):
         tfc.get_variable("r", [1], regularizer=lambda w: w)
+
+
+# ---- tfc.losses and tfc.math -------------------------------------------------------------
+
+def _np_xent(labels, logits):
+    z = logits - logits.max(-1, keepdims=True)
+    return -(labels * (z - np.log(np.exp(z).sum(-1, keepdims=True)))).sum(-1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_losses_match_numpy_in_float32(backend):
+    # TF1's tf.losses weight and reduce in float32 (and cast mean_squared_error's and
+    # absolute_difference's inputs to float32): numpy in float32 is the reference.
+    rs = np.random.RandomState(4)
+    logits_v, p_v = rs.randn(6, 3), rs.rand(6, 3)
+    ids = rs.randint(0, 3, 6).astype(np.int32)
+    onehot_v = np.eye(3)[ids]
+    w_v = np.array([[1.0], [0.0], [2.0], [0.0], [1.0], [0.5]])
+    logits = tfc.placeholder(tfc.float64, [None, 3])
+    p = tfc.placeholder(tfc.float64, [None, 3])
+    y = tfc.placeholder(tfc.int32, [None, 1])
+    w = tfc.placeholder(tfc.float64, [None, 1])
+    onehot = tfc.constant(onehot_v)
+    L = tfc.losses
+    fetches = [L.mean_squared_error(onehot, p, weights=w),
+               L.mean_squared_error(onehot, p, reduction=L.Reduction.SUM),
+               L.absolute_difference(onehot, p, weights=w, reduction=L.Reduction.MEAN),
+               L.absolute_difference(onehot, p, reduction=L.Reduction.NONE),
+               L.softmax_cross_entropy(onehot, logits, label_smoothing=0.3),
+               L.sparse_softmax_cross_entropy(y, logits, weights=w[:, 0]),
+               L.sigmoid_cross_entropy(onehot, logits,
+                                       reduction=L.Reduction.SUM_OVER_BATCH_SIZE),
+               L.mean_squared_error(onehot, p, weights=0.0)]
+    got = run(backend, fetches, {logits: logits_v, p: p_v, y: ids[:, None], w: w_v})
+    f = np.float32
+    sq = (p_v.astype(f) - onehot_v.astype(f)) ** 2
+    ab = np.abs(p_v.astype(f) - onehot_v.astype(f))
+    wb = np.broadcast_to(w_v.astype(f), (6, 3))
+    smooth = onehot_v * 0.7 + 0.1
+    sparse = _np_xent(onehot_v, logits_v).astype(f)
+    sig = np.maximum(logits_v, 0) - logits_v * onehot_v + np.log1p(np.exp(-abs(logits_v)))
+    want = [(sq * wb).sum() / np.count_nonzero(wb), sq.sum(), (ab * wb).sum() / wb.sum(), ab,
+            np.float64(_np_xent(smooth, logits_v).astype(f).mean()),
+            np.float64((sparse * w_v[:, 0].astype(f)).sum() / np.count_nonzero(w_v)),
+            np.float64(sig.astype(f).mean()), np.float32(0.0)]
+    dtypes = [np.float32] * 4 + [np.float64] * 3 + [np.float32]
+    for i, (g, wv, dt) in enumerate(zip(got, want, dtypes)):
+        assert g.dtype == dt, i
+        np.testing.assert_allclose(g, wv, rtol=2e-6, atol=1e-7, err_msg=str(i))
+
+
+def test_loss_gradients_against_finite_differences():
+    rs = np.random.RandomState(5)
+    lab = np.eye(3)[rs.randint(0, 3, 4)]
+    # (float32 inside: a large step and a loose tolerance, as the sums are float32)
+    fd_check(lambda z: tfc.losses.softmax_cross_entropy(lab, z, label_smoothing=0.2),
+             lambda z: np.mean(_np_xent(lab * 0.8 + 0.2 / 3, z)), rs.randn(4, 3),
+             eps=1e-3, rtol=1e-3, atol=1e-5)
+    fd_check(lambda q: tfc.losses.mean_squared_error(lab, q, weights=2.0),
+             lambda q: np.mean(2.0 * (q - lab) ** 2), rs.rand(4, 3),
+             eps=1e-3, rtol=1e-3, atol=1e-5)
+
+
+def test_loss_errors():
+    with pytest.raises(tfc.TfcError, match="unknown reduction"):
+        tfc.losses.compute_weighted_loss(tfc.constant([1.0]), reduction="mean")
+    with pytest.raises(tfc.TfcError, match="losses must be float"):
+        tfc.losses.compute_weighted_loss(tfc.constant([1, 2]))
+
+
+def test_tfc_math_is_the_op_namespace():
+    x = tfc.constant(np.array([1.0, 4.0]))
+    got = run("reference", [tfc.math.log(x), tfc.math.sqrt(x), tfc.math.reduce_sum(x)])
+    for g, w in zip(got, [np.log([1.0, 4.0]), [1.0, 2.0], 5.0]):
+        np.testing.assert_array_equal(g, w)
+    assert tfc.math.sigmoid is tfc.nn.sigmoid and tfc.math.log is tfc.log

@@ -7,7 +7,7 @@ means all axes, ``keepdims``, ``dtype``) follow TensorFlow so TF1 code reads the
 from __future__ import annotations
 
 import builtins
-import math
+import math as _math  # (not re-exported: tfc.math is tfc.api.math_ns)
 from typing import Any, Sequence
 
 import numpy as np
@@ -169,7 +169,7 @@ def reduce_mean(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims
     dims = [t.type.shape[a] for a in reduced]
     static = [d for d in dims if isinstance(d, int)]
     if len(static) == len(dims):
-        count: TensorLike = math.prod(static)
+        count: TensorLike = _math.prod(static)
     else:  # (a symbolic dim: its size at run time)
         sizes = apply("gather", shape(t, DType.i64),
                       constant(np.array(reduced, np.int32)))
@@ -337,7 +337,7 @@ def size(x: TensorLike, out_type: Any = DType.i32) -> Tensor:
     t = convert_to_tensor(x)
     dims = t.type.shape
     if all(isinstance(d, int) for d in dims):
-        return constant(np.asarray(math.prod(dims), as_dtype(out_type).np))
+        return constant(np.asarray(_math.prod(dims), as_dtype(out_type).np))
     return apply("prod", shape(t, out_type), axes=None, keepdims=False)
 
 
