@@ -88,8 +88,9 @@ def softmax_cross_entropy_with_logits(labels: TensorLike, logits: TensorLike,
 
 def softmax_cross_entropy_with_logits_v2(labels: TensorLike, logits: TensorLike,
                                          axis: int = -1) -> Tensor:
-    """TF1's name for ``softmax_cross_entropy_with_logits`` with gradients into the labels,
-    which tfc's op always has (TF1's un-suffixed one stopped them: README differences)."""
+    """TF1's ``_v2``: softmax cross entropy with gradients into the labels too. tfc's
+    ``softmax_cross_entropy_with_logits`` is TF2's, which is this one; TF1's un-suffixed
+    op stopped the labels' gradient (README differences)."""
     return softmax_cross_entropy_with_logits(labels=labels, logits=logits, axis=axis)
 
 
@@ -100,16 +101,14 @@ def l2_loss(t: TensorLike, name: str | None = None) -> Tensor:
     return ops.multiply(ops.reduce_sum(ops.square(x)), 0.5)
 
 
-def moments(x: TensorLike, axes: Sequence[int], shift: None = None,
+def moments(x: TensorLike, axes: Sequence[int], shift: TensorLike | None = None,
             keepdims: bool = False, name: str | None = None,
             keep_dims: bool | None = None) -> tuple[Tensor, Tensor]:
     """The mean and (biased) variance of ``x`` over ``axes`` (``tf.nn.moments``): the
     variance is ``mean(square(x - stop_gradient(mean)))``, TensorFlow's own formula, so
-    both values and gradients agree with it."""
+    both values and gradients agree with it. ``shift`` is unused, as in TensorFlow."""
     from tfc.api import ops
     from tfc.api.gradients import stop_gradient
-    if shift is not None:
-        raise TypeMismatch("moments: shift is not supported (TensorFlow ignores it too)")
     keep = keepdims if keep_dims is None else keep_dims
     t = convert_to_tensor(x)
     mean = ops.reduce_mean(t, axes, keepdims=True)
