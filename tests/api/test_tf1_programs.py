@@ -357,3 +357,8 @@ def test_tfc_math_is_the_op_namespace():
     for g, w in zip(got, [np.log([1.0, 4.0]), [1.0, 2.0], 5.0]):
         np.testing.assert_array_equal(g, w)
     assert tfc.math.sigmoid is tfc.nn.sigmoid and tfc.math.log is tfc.log
+
+
+def test_a_placeholder_without_shape_says_how_to_write_one():
+    with pytest.raises(tfc.TfcError, match=r"write \[\] for a scalar"):
+        tfc.placeholder(tfc.float32)

@@ -252,8 +252,9 @@ class Graph:
     def placeholder(self, dtype: Any, shape: Sequence[int | str | None] | None,
                     name: str | None = None) -> "Tensor":
         if shape is None:
-            raise TypeMismatch("placeholder needs a shape (use None for unknown dims)",
-                               user_location())
+            raise TypeMismatch("placeholder needs a shape, its rank at least: tfc compiles "
+                               "for known ranks (write [] for a scalar, None for an unknown "
+                               "dim: [None], [None, 784])", user_location())
         dims = [("B" if i == 0 else self.new_symbol()) if d is None else d
                 for i, d in enumerate(shape)]
         arg = self.ir.add_arg(TensorType(as_dtype(dtype), tuple(dims)),
