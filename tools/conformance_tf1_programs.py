@@ -616,6 +616,41 @@ def losses_module(tf: Any, rec: Rec) -> None:
                 rec(f"total{i}", sess.run([total, train], feed)[0])
 
 
+@program()
+def activations_mlp(tf: Any, rec: Rec) -> None:
+    """The tf.nn activations beyond relu (leaky_relu, relu6, elu, selu, softsign) and
+    l2_normalize/xw_plus_b: values at special points, gradients, and an MLP trained with
+    them, float64."""
+    rs = np.random.RandomState(33)
+    x_data = rs.randn(10, 4) * 4.0
+    t_data = rs.randn(10, 2)
+    pts = np.array([-50.0, -1.0, -1e-3, 0.0, 1e-3, 0.5, 5.99, 6.0, 7.0, 900.0])
+    with tf.Graph().as_default():
+        p = tf.placeholder(tf.float64, [None])
+        acts = {"leaky": tf.nn.leaky_relu(p, alpha=0.1), "relu6": tf.nn.relu6(p),
+                "elu": tf.nn.elu(p), "selu": tf.nn.selu(p), "softsign": tf.nn.softsign(p)}
+        grads = {k: tf.gradients(tf.reduce_sum(v), p)[0] for k, v in acts.items()}
+        x = tf.placeholder(tf.float64, [None, 4])
+        t = tf.placeholder(tf.float64, [None, 2])
+        W1 = tf.Variable(_init(34, 4, 6, scale=0.7))
+        b1 = tf.Variable(np.zeros(6))
+        W2 = tf.Variable(_init(35, 6, 2, scale=0.7))
+        h = tf.nn.elu(tf.nn.xw_plus_b(x, W1, b1))
+        h = tf.nn.leaky_relu(h, alpha=0.3) + tf.nn.relu6(h) + tf.nn.selu(h)
+        out = tf.nn.l2_normalize(tf.matmul(tf.nn.softsign(h), W2), axis=1)
+        loss = tf.reduce_mean(tf.square(out - t))
+        train = tf.train.MomentumOptimizer(0.2, 0.5).minimize(loss)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            vals, gvals = sess.run([acts, grads], {p: pts})
+            for k in sorted(vals):
+                rec(k, vals[k])
+                rec(f"d_{k}", gvals[k])
+            for i in range(10):
+                rec(f"loss{i}", sess.run([loss, train], {x: x_data, t: t_data})[0])
+            rec("W1", sess.run(W1))
+
+
 @program(expected="tfc's assign is an operation, fetching it gives None (README)")
 def assign_returns_value(tf: Any, rec: Rec) -> None:
     """sess.run of tf.assign_add: TF1 returns the variable's new value."""

@@ -362,3 +362,60 @@ def test_tfc_math_is_the_op_namespace():
 def test_a_placeholder_without_shape_says_how_to_write_one():
     with pytest.raises(tfc.TfcError, match=r"write \[\] for a scalar"):
         tfc.placeholder(tfc.float32)
+
+
+# ---- activations -------------------------------------------------------------------------
+
+ACT_X = np.array([[-30.0, -2.0, -0.5, -1e-3], [0.0, 1e-3, 0.7, 5.9], [6.0, 6.5, 100.0, 800.0]])
+SELU_A, SELU_S = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+ACTIVATIONS = {  # name: (tfc function, numpy reference)
+    "leaky_relu": (lambda x: tfc.nn.leaky_relu(x, alpha=0.1),
+                   lambda x: np.where(x > 0, x, float(np.float32(0.1)) * x)),  # TF's f32 attr
+    "relu6": (tfc.nn.relu6, lambda x: np.clip(x, 0, 6)),
+    "elu": (tfc.nn.elu, lambda x: np.where(x < 0, np.exp(np.minimum(x, 0)) - 1, x)),
+    "selu": (tfc.nn.selu,
+             lambda x: np.where(x < 0, (np.exp(np.minimum(x, 0)) - 1) * SELU_S * SELU_A,
+                                x * SELU_S)),
+    "softsign": (tfc.nn.softsign, lambda x: x / (1 + np.abs(x))),
+    "l2_normalize": (lambda x: tfc.nn.l2_normalize(x, axis=1),
+                     lambda x: x / np.sqrt(np.maximum((x * x).sum(1, keepdims=True), 1e-12))),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activations_match_numpy(backend, name):
+    fn, ref = ACTIVATIONS[name]
+    x = tfc.placeholder(tfc.float64, [None, 4])
+    xs = np.concatenate([ACT_X, [[np.nan, -np.inf, np.inf, -0.0]]])
+    got = run(backend, fn(x), {x: xs})
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = ref(xs)
+    if name != "l2_normalize":  # (its last row holds inf: a whole-row NaN either way)
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=0, equal_nan=True)
+    np.testing.assert_allclose(got[:3], want[:3], rtol=RTOL, atol=0)
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activation_gradients(name):
+    fn, ref = ACTIVATIONS[name]
+    xs = ACT_X[:, 1:] if name != "l2_normalize" else ACT_X[:2]
+    xs = np.where(np.abs(xs) < 1e-2, 0.3, xs)  # away from the kinks
+    xs = np.where(np.abs(xs - 6.0) < 1e-2, 5.5, xs)
+    fd_check(fn, ref, xs)
+
+
+def test_activation_gradients_at_kinks_follow_tensorflow():
+    x = tfc.constant(np.array([0.0, 6.0, -1e6, 1e6]))
+    grads = [tfc.gradients(tfc.reduce_sum(f(x)), [x])[0]
+             for f in (lambda t: tfc.nn.leaky_relu(t, 0.1), tfc.nn.relu6, tfc.nn.elu)]
+    got = run("reference", grads)
+    a = float(np.float32(0.1))
+    np.testing.assert_array_equal(got[0], [a, 1.0, a, 1.0])  # LeakyReluGrad: x > 0
+    np.testing.assert_array_equal(got[1], [0.0, 0.0, 0.0, 0.0])  # Relu6Grad: 0 < x < 6
+    np.testing.assert_array_equal(got[2], [1.0, 1.0, 0.0, 1.0])  # finite: no exp overflow
+
+
+def test_xw_plus_b():
+    xs, ws, bs = np.arange(6.0).reshape(2, 3), np.arange(12.0).reshape(3, 4), np.arange(4.0)
+    np.testing.assert_array_equal(run("reference", tfc.nn.xw_plus_b(xs, ws, bs)), xs @ ws + bs)

@@ -17,6 +17,67 @@ def relu(x: TensorLike, name: str | None = None) -> Tensor:
     return apply("relu", x, name=name)
 
 
+def leaky_relu(features: TensorLike, alpha: float = 0.2, name: str | None = None) -> Tensor:
+    """``x`` where ``x > 0``, else ``alpha * x`` (``tf.nn.leaky_relu``; the gradient is
+    ``alpha`` at 0, as TensorFlow's ``LeakyReluGrad``). ``alpha`` is rounded to float32
+    first: it is a float attr of TensorFlow's op, so float64 inputs see ``float32(0.2)``."""
+    from tfc.api import ops
+    x = convert_to_tensor(features)
+    return ops.where(x > 0.0, x, x * float(np.float32(alpha)))
+
+
+def relu6(features: TensorLike, name: str | None = None) -> Tensor:
+    """``min(max(x, 0), 6)`` (``tf.nn.relu6``); the gradient flows where ``0 < x < 6``, as
+    TensorFlow's ``Relu6Grad``, and NaN stays NaN."""
+    from tfc.api import ops
+    x = convert_to_tensor(features)
+    zero = ops.zeros_like(x)
+    return ops.where(x <= 0.0, zero, ops.where(x >= 6.0, zero + 6.0, x))
+
+
+def elu(features: TensorLike, name: str | None = None) -> Tensor:
+    """``x`` where ``x >= 0``, else ``exp(x) - 1`` (``tf.nn.elu``, which computes
+    ``exp(x) - 1`` too, not ``expm1``). The exponent is clamped at 0 so that the branch
+    not taken cannot overflow into a NaN gradient."""
+    from tfc.api import ops
+    x = convert_to_tensor(features)
+    return ops.where(x < 0.0, ops.exp(ops.minimum(x, 0.0)) - 1.0, x)
+
+
+def selu(features: TensorLike, name: str | None = None) -> Tensor:
+    """``scale * elu(x, alpha)`` with TensorFlow's constants (``tf.nn.selu``)."""
+    from tfc.api import ops
+    alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+    x = convert_to_tensor(features)
+    neg = (ops.exp(ops.minimum(x, 0.0)) - 1.0) * (scale * alpha)
+    return ops.where(x < 0.0, neg, x * scale)
+
+
+def softsign(features: TensorLike, name: str | None = None) -> Tensor:
+    """``x / (1 + |x|)`` (``tf.nn.softsign``)."""
+    from tfc.api import ops
+    x = convert_to_tensor(features)
+    return x / (ops.abs(x) + 1.0)
+
+
+def l2_normalize(x: TensorLike, axis: int | Sequence[int] | None = None,
+                 epsilon: float = 1e-12, name: str | None = None, dim: int | None = None
+                 ) -> Tensor:
+    """``x * rsqrt(max(sum(x ** 2, axis), epsilon))`` (``tf.nn.l2_normalize``, TF's
+    formula; ``dim`` is TF1's older name of ``axis``)."""
+    from tfc.api import ops
+    t = convert_to_tensor(x)
+    square_sum = ops.reduce_sum(ops.square(t), axis if dim is None else dim, keepdims=True)
+    return t * ops.rsqrt(ops.maximum(square_sum, epsilon))
+
+
+def xw_plus_b(x: TensorLike, weights: TensorLike, biases: TensorLike,
+              name: str | None = None) -> Tensor:
+    """``matmul(x, weights) + biases`` (``tf.nn.xw_plus_b``)."""
+    from tfc.api import ops
+    return bias_add(ops.matmul(x, weights), biases)
+
+
 def dropout(x: TensorLike, rate: TensorLike | None = None, seed: int | None = None, *,
             keep_prob: TensorLike | None = None) -> Tensor:
     """Zero each element with probability ``rate`` and scale the rest by ``1 / (1 - rate)``
