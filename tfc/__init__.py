@@ -24,6 +24,7 @@ from tfc.api.session import (Session, global_variables_initializer, group,
                              variables_initializer)
 from tfc.api.tensor import constant, convert_to_tensor
 from tfc.api.variable_scope import *  # noqa: F401,F403  (variable_scope, get_variable ...)
+from tfc.api.graph_collections import *  # noqa: F401,F403  (get_collection, GraphKeys ...)
 from tfc.api import nn, random  # noqa: F401  (tfc.nn, tfc.random)
 from tfc.api import losses  # noqa: F401  (tfc.losses: TF1's tf.losses)
 from tfc.api import math_ns as math  # noqa: F401  (tfc.math, not Python's: see math_ns)

@@ -605,7 +605,12 @@ def losses_module(tf: Any, rec: Rec) -> None:
         }
         # (mean_squared_error and absolute_difference are float32: TF1 casts their inputs)
         total = tf.add_n([tf.cast(p, tf.float64) for p in parts.values()])
-        train = tf.train.GradientDescentOptimizer(0.2).minimize(total)
+        step = tf.Variable(0, trainable=False)
+        tf.add_to_collection(tf.GraphKeys.UPDATE_OPS, tf.assign_add(step, 1))
+        with tf.control_dependencies(tf.get_collection(tf.GraphKeys.UPDATE_OPS)):
+            train = tf.train.GradientDescentOptimizer(0.2).minimize(total)
+        n_losses = len(tf.losses.get_losses())
+        n_trainable = len(tf.get_collection(tf.GraphKeys.TRAINABLE_VARIABLES))
         feed = {x: x_data, y: ids, wts: w_data}
         with tf.Session() as sess:
             sess.run(tf.global_variables_initializer())
@@ -614,6 +619,8 @@ def losses_module(tf: Any, rec: Rec) -> None:
                 rec(k, vals[k])
             for i in range(5):
                 rec(f"total{i}", sess.run([total, train], feed)[0])
+            rec("counts", [n_losses, n_trainable])
+            rec("step", sess.run(step))
 
 
 @program()

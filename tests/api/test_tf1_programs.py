@@ -419,3 +419,43 @@ def test_activation_gradients_at_kinks_follow_tensorflow():
 def test_xw_plus_b():
     xs, ws, bs = np.arange(6.0).reshape(2, 3), np.arange(12.0).reshape(3, 4), np.arange(4.0)
     np.testing.assert_array_equal(run("reference", tfc.nn.xw_plus_b(xs, ws, bs)), xs @ ws + bs)
+
+
+# ---- collections -------------------------------------------------------------------------
+
+def test_collections_hold_variables_losses_and_update_ops():
+    with tfc.variable_scope("net"):
+        w = tfc.get_variable("w", initializer=np.ones(2))
+    step = tfc.Variable(0, trainable=False, name="step")
+    K = tfc.GraphKeys
+    assert tfc.get_collection(K.GLOBAL_VARIABLES) == [w, step]
+    assert tfc.get_collection(K.TRAINABLE_VARIABLES) == [w]
+    assert tfc.get_collection(K.GLOBAL_VARIABLES, scope="net/") == [w]
+    assert tfc.get_collection(K.UPDATE_OPS) == []
+    inc = tfc.assign_add(step, 1)
+    tfc.add_to_collection(K.UPDATE_OPS, inc)
+    tfc.add_to_collections([K.TRAINABLE_VARIABLES], w)  # already there: listed once
+    assert tfc.get_collection(K.UPDATE_OPS) == [inc]
+    assert tfc.get_collection(K.TRAINABLE_VARIABLES) == [w]
+    a = tfc.losses.mean_squared_error(np.zeros(2), w)
+    b = tfc.losses.absolute_difference(np.zeros(2), w, loss_collection=None)
+    assert tfc.losses.get_losses() == [a] and b not in tfc.losses.get_losses()
+    reg = tfc.cast(tfc.nn.l2_loss(w) * 0.5, tfc.float32)  # (the losses are float32)
+    tfc.add_to_collection(K.REGULARIZATION_LOSSES, reg)
+    with tfc.control_dependencies(tfc.get_collection(K.UPDATE_OPS)):
+        train = tfc.train.GradientDescentOptimizer(0.1).minimize(
+            tfc.cast(tfc.losses.get_total_loss(add_regularization_losses=False), tfc.float64))
+    total = tfc.losses.get_total_loss()
+    with tfc.Session(backend="reference") as sess:
+        sess.run(train)
+        assert sess.run(step) == 1  # the update op ran with the training step
+        wv = sess.run(w)
+        np.testing.assert_allclose(sess.run(tfc.losses.get_regularization_loss()),
+                                   0.25 * np.sum(wv ** 2), rtol=1e-6)
+        np.testing.assert_allclose(sess.run(total), np.mean(wv ** 2) + 0.25 * np.sum(wv ** 2),
+                                   rtol=1e-6)
+
+
+def test_get_total_loss_without_losses_is_an_error():
+    with pytest.raises(tfc.TfcError, match="no losses"):
+        tfc.losses.get_total_loss()

@@ -134,6 +134,7 @@ class Graph:
         self.variable_scopes: list[Any] = []
         self.root_variable_scope: Any = None
         self.used_variable_scopes: set[str] = set()
+        self.collections: dict[str, list[Any]] = {}  # ``tfc.add_to_collection``
         # each layer call's record by its output value (``tfc.layers.nodes``): what the
         # Functional API replays for a training graph or on other inputs
         self.layer_calls: dict[ir.Value, Any] = {}

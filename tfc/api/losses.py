@@ -8,7 +8,8 @@ whose weight is not zero (0 when there are none).
 As in TF1, the weighting and reduction run in float32 whatever the losses' dtype, and the
 result is cast back (``losses_impl.compute_weighted_loss``); ``mean_squared_error`` and
 ``absolute_difference`` cast their inputs to float32 first too. So a float64 program's
-``tf.losses`` value carries float32 rounding, exactly as TensorFlow's does.
+``tf.losses`` value carries float32 rounding, exactly as TensorFlow's does. Each loss is
+added to the ``LOSSES`` collection (``loss_collection``), which ``get_total_loss`` sums.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from tfc.api import ops
 from tfc.api.gradients import stop_gradient
 from tfc.api.graph import Tensor, Variable, user_location
+from tfc.api.graph_collections import GraphKeys, add_to_collection, get_collection
 from tfc.api.tensor import TensorLike, convert_to_tensor
 from tfc.errors import TfcError, TypeMismatch
 from tfc.ir.types import DType
@@ -47,9 +49,10 @@ def _safe_div(total: Tensor, count: Tensor) -> Tensor:
 
 
 def compute_weighted_loss(losses: TensorLike, weights: TensorLike = 1.0, scope: Any = None,
-                          loss_collection: Any = None,
+                          loss_collection: Any = GraphKeys.LOSSES,
                           reduction: str = Reduction.SUM_BY_NONZERO_WEIGHTS) -> Tensor:
-    """``losses * weights`` reduced by ``reduction`` (see the module docstring)."""
+    """``losses * weights`` reduced by ``reduction`` (see the module docstring), added to
+    ``loss_collection`` (None: to none) as TF1 does."""
     if reduction not in Reduction.all():
         raise TfcError(f"compute_weighted_loss: unknown reduction {reduction!r}",
                        user_location())
@@ -77,7 +80,44 @@ def compute_weighted_loss(losses: TensorLike, weights: TensorLike = 1.0, scope: 
             loss = _safe_div(loss, present)
         elif reduction == Reduction.SUM_OVER_BATCH_SIZE:
             loss = _safe_div(loss, ops.cast(ops.size(x), DType.f32))
-    return ops.cast(loss, raw.dtype)
+    out = ops.cast(loss, raw.dtype)
+    if loss_collection is not None:
+        add_to_collection(loss_collection, out)
+    return out
+
+
+def get_losses(scope: str | None = None, loss_collection: str = GraphKeys.LOSSES
+               ) -> list[Tensor]:
+    """The losses the ``tfc.losses`` functions (and ``add_loss``) made."""
+    return get_collection(loss_collection, scope)
+
+
+def add_loss(loss: Tensor, loss_collection: str = GraphKeys.LOSSES) -> None:
+    if loss_collection is not None:
+        add_to_collection(loss_collection, loss)
+
+
+def get_regularization_losses(scope: str | None = None) -> list[Tensor]:
+    return get_collection(GraphKeys.REGULARIZATION_LOSSES, scope)
+
+
+def get_regularization_loss(scope: str | None = None, name: str = "total_regularization_loss"
+                            ) -> Tensor:
+    """The sum of the regularization losses (0.0 when there are none)."""
+    regs = get_regularization_losses(scope)
+    return ops.add_n(regs) if regs else convert_to_tensor(0.0)
+
+
+def get_total_loss(add_regularization_losses: bool = True, name: str = "total_loss",
+                   scope: str | None = None) -> Tensor:
+    """The sum of ``get_losses()`` (and of the regularization losses); an error when
+    there are none, as in TF1."""
+    parts = get_losses(scope) + (get_regularization_losses(scope)
+                                 if add_regularization_losses else [])
+    if not parts:
+        raise TfcError("get_total_loss: no losses in the LOSSES (or regularization) "
+                       "collections", user_location())
+    return ops.add_n(parts)
 
 
 def _as_f32_pair(labels: TensorLike, predictions: TensorLike, what: str
@@ -91,25 +131,27 @@ def _as_f32_pair(labels: TensorLike, predictions: TensorLike, what: str
 
 def mean_squared_error(labels: TensorLike, predictions: TensorLike,
                        weights: TensorLike = 1.0, scope: Any = None,
-                       loss_collection: Any = None,
+                       loss_collection: Any = GraphKeys.LOSSES,
                        reduction: str = Reduction.SUM_BY_NONZERO_WEIGHTS) -> Tensor:
     """``(predictions - labels) ** 2``, weighted and reduced (in float32, as TF1)."""
     lab, p = _as_f32_pair(labels, predictions, "mean_squared_error")
-    return compute_weighted_loss(ops.square(p - lab), weights, reduction=reduction)
+    return compute_weighted_loss(ops.square(p - lab), weights, loss_collection=loss_collection,
+                                 reduction=reduction)
 
 
 def absolute_difference(labels: TensorLike, predictions: TensorLike,
                         weights: TensorLike = 1.0, scope: Any = None,
-                        loss_collection: Any = None,
+                        loss_collection: Any = GraphKeys.LOSSES,
                         reduction: str = Reduction.SUM_BY_NONZERO_WEIGHTS) -> Tensor:
     """``|predictions - labels|``, weighted and reduced (in float32, as TF1)."""
     lab, p = _as_f32_pair(labels, predictions, "absolute_difference")
-    return compute_weighted_loss(ops.abs(p - lab), weights, reduction=reduction)
+    return compute_weighted_loss(ops.abs(p - lab), weights, loss_collection=loss_collection,
+                                 reduction=reduction)
 
 
 def softmax_cross_entropy(onehot_labels: TensorLike, logits: TensorLike,
                           weights: TensorLike = 1.0, label_smoothing: float = 0,
-                          scope: Any = None, loss_collection: Any = None,
+                          scope: Any = None, loss_collection: Any = GraphKeys.LOSSES,
                           reduction: str = Reduction.SUM_BY_NONZERO_WEIGHTS) -> Tensor:
     """Softmax cross entropy per example (labels smoothed towards uniform by
     ``label_smoothing``; no gradient into the labels), weighted and reduced."""
@@ -124,12 +166,13 @@ def softmax_cross_entropy(onehot_labels: TensorLike, logits: TensorLike,
         lab = lab * (1.0 - label_smoothing) + label_smoothing / classes
     per_example = nn.softmax_cross_entropy_with_logits_v2(labels=stop_gradient(lab),
                                                           logits=z)
-    return compute_weighted_loss(per_example, weights, reduction=reduction)
+    return compute_weighted_loss(per_example, weights, loss_collection=loss_collection,
+                                 reduction=reduction)
 
 
 def sparse_softmax_cross_entropy(labels: TensorLike, logits: TensorLike,
                                  weights: TensorLike = 1.0, scope: Any = None,
-                                 loss_collection: Any = None,
+                                 loss_collection: Any = GraphKeys.LOSSES,
                                  reduction: str = Reduction.SUM_BY_NONZERO_WEIGHTS
                                  ) -> Tensor:
     """Softmax cross entropy of integer class ids per example, weighted and reduced;
@@ -141,12 +184,13 @@ def sparse_softmax_cross_entropy(labels: TensorLike, logits: TensorLike,
     if lab.type.rank == z.type.rank and lab.type.rank > 0 and lab.type.shape[-1] == 1:
         lab = ops.squeeze(lab, [-1])
     per_example = nn.sparse_softmax_cross_entropy_with_logits(labels=lab, logits=z)
-    return compute_weighted_loss(per_example, weights, reduction=reduction)
+    return compute_weighted_loss(per_example, weights, loss_collection=loss_collection,
+                                 reduction=reduction)
 
 
 def sigmoid_cross_entropy(multi_class_labels: TensorLike, logits: TensorLike,
                           weights: TensorLike = 1.0, label_smoothing: float = 0,
-                          scope: Any = None, loss_collection: Any = None,
+                          scope: Any = None, loss_collection: Any = GraphKeys.LOSSES,
                           reduction: str = Reduction.SUM_BY_NONZERO_WEIGHTS) -> Tensor:
     """Sigmoid cross entropy per element (labels smoothed towards 1/2 by
     ``label_smoothing``), weighted and reduced."""
@@ -156,8 +200,10 @@ def sigmoid_cross_entropy(multi_class_labels: TensorLike, logits: TensorLike,
     if label_smoothing > 0:
         lab = lab * (1 - label_smoothing) + 0.5 * label_smoothing
     per_element = nn.sigmoid_cross_entropy_with_logits(labels=lab, logits=z)
-    return compute_weighted_loss(per_element, weights, reduction=reduction)
+    return compute_weighted_loss(per_element, weights, loss_collection=loss_collection,
+                                 reduction=reduction)
 
 
-__all__ = ["Reduction", "compute_weighted_loss", "mean_squared_error", "absolute_difference",
-           "softmax_cross_entropy", "sparse_softmax_cross_entropy", "sigmoid_cross_entropy"]
+__all__ = ["Reduction", "compute_weighted_loss", "get_losses", "add_loss",
+           "get_regularization_losses", "get_regularization_loss", "get_total_loss",
+           "mean_squared_error", "absolute_difference", "softmax_cross_entropy", "sparse_softmax_cross_entropy", "sigmoid_cross_entropy"]
