@@ -206,4 +206,5 @@ def sigmoid_cross_entropy(multi_class_labels: TensorLike, logits: TensorLike,
 
 __all__ = ["Reduction", "compute_weighted_loss", "get_losses", "add_loss",
            "get_regularization_losses", "get_regularization_loss", "get_total_loss",
-           "mean_squared_error", "absolute_difference", "softmax_cross_entropy", "sparse_softmax_cross_entropy", "sigmoid_cross_entropy"]
+           "mean_squared_error", "absolute_difference", "softmax_cross_entropy",
+           "sparse_softmax_cross_entropy", "sigmoid_cross_entropy"]
