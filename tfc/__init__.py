@@ -26,6 +26,10 @@ from tfc.api.tensor import constant, convert_to_tensor
 from tfc.api.variable_scope import *  # noqa: F401,F403  (variable_scope, get_variable ...)
 from tfc.api.graph_collections import *  # noqa: F401,F403  (get_collection, GraphKeys ...)
 from tfc.api import nn, random  # noqa: F401  (tfc.nn, tfc.random)
+from tfc.api.random import normal as random_normal  # noqa: F401  (TF1's top-level names)
+from tfc.api.random import shuffle as random_shuffle  # noqa: F401
+from tfc.api.random import truncated_normal  # noqa: F401
+from tfc.api.random import uniform as random_uniform  # noqa: F401
 from tfc.api import losses  # noqa: F401  (tfc.losses: TF1's tf.losses)
 from tfc.api import math_ns as math  # noqa: F401  (tfc.math, not Python's: see math_ns)
 from tfc import train  # noqa: F401  (tfc.train)

@@ -658,6 +658,35 @@ def activations_mlp(tf: Any, rec: Rec) -> None:
             rec("W1", sess.run(W1))
 
 
+@program()
+def random_initializers(tf: Any, rec: Rec) -> None:
+    """Variables initialized the TF1 way, from tf.truncated_normal, tf.random_normal,
+    tf.random_uniform (maxval=None) and tf.random_shuffle with seeds. The two frameworks
+    draw different numbers, so what is compared is what TF1 promises: shapes, dtypes,
+    bounds (truncated at 2 stddev, uniform in [min, max)), statistics within 5 sigma of
+    the sample, a permutation."""
+    with tf.Graph().as_default():
+        tf.set_random_seed(1234)
+        W = tf.Variable(tf.truncated_normal([400, 50], stddev=0.1))
+        b = tf.Variable(tf.random_normal([20000], mean=1.0, stddev=2.0, dtype=tf.float64))
+        u = tf.Variable(tf.random_uniform([5000], minval=-3.0, maxval=None))
+        perm = tf.random_shuffle(tf.range(100))
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            wv, bv, uv, pv = sess.run([W, b, u, perm])
+    rec("dtypes", [str(a.dtype) for a in (wv, bv, uv, pv)])
+    rec("shapes", [list(a.shape) for a in (wv, bv, uv, pv)])
+    n = wv.size
+    # a normal truncated at +-2 sigma has std 0.8796 sigma
+    rec("truncated", [bool(np.all(np.abs(wv) <= 0.2)), bool(abs(wv.mean()) < 5 * 0.088 / n ** .5),
+                      bool(abs(wv.std() - 0.08796) < 0.003)])
+    rec("normal", [bool(abs(bv.mean() - 1.0) < 5 * 2.0 / bv.size ** .5),
+                   bool(abs(bv.std() - 2.0) < 0.05)])
+    rec("uniform", [bool(uv.min() >= -3.0), bool(uv.max() < 1.0),
+                    bool(abs(uv.mean() + 1.0) < 5 * (16 / 12 / uv.size) ** .5)])
+    rec("permutation", sorted(pv.tolist()) == list(range(100)))
+
+
 @program(expected="tfc's assign is an operation, fetching it gives None (README)")
 def assign_returns_value(tf: Any, rec: Rec) -> None:
     """sess.run of tf.assign_add: TF1 returns the variable's new value."""

@@ -459,3 +459,13 @@ def test_collections_hold_variables_losses_and_update_ops():
 def test_get_total_loss_without_losses_is_an_error():
     with pytest.raises(tfc.TfcError, match="no losses"):
         tfc.losses.get_total_loss()
+
+
+def test_tf1_random_names():
+    assert tfc.random_normal is tfc.random.normal and tfc.truncated_normal is \
+        tfc.random.truncated_normal and tfc.random_shuffle is tfc.random.shuffle
+    u = tfc.random_uniform([1000], minval=-2.0, maxval=None, seed=3)  # TF1: maxval 1
+    got = run("reference", u)
+    assert got.dtype == np.float32 and got.min() >= -2.0 and got.max() < 1.0
+    with pytest.raises(tfc.TfcError, match="maxval must be given for i32"):
+        tfc.random_uniform([2], maxval=None, dtype=tfc.int32)
