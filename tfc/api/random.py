@@ -27,7 +27,7 @@ def uniform(shape: Sequence[int], minval: float = 0.0, maxval: float | None = 1.
     dt = as_dtype(dtype)
     if maxval is None:
         if dt.is_int:
-            raise TypeMismatch(f"random uniform: maxval must be given for {dt}",
+            raise TypeMismatch(f"random uniform: maxval must be given for {dt.name}",
                                user_location())
         maxval = 1.0
     if dt.is_int:
