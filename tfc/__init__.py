@@ -23,6 +23,7 @@ from tfc.api.saver import Saver  # also tfc.train.Saver
 from tfc.api.session import (Session, global_variables_initializer, group,
                              variables_initializer)
 from tfc.api.tensor import constant, convert_to_tensor
+from tfc.api.interactive import InteractiveSession  # noqa: F401
 from tfc.api.variable_scope import *  # noqa: F401,F403  (variable_scope, get_variable ...)
 from tfc.api.graph_collections import *  # noqa: F401,F403  (get_collection, GraphKeys ...)
 from tfc.api import nn, random  # noqa: F401  (tfc.nn, tfc.random)
@@ -44,6 +45,8 @@ from tfc import summary  # noqa: F401  (tfc.summary)
 from tfc import callbacks  # noqa: F401  (tfc.callbacks)
 from tfc import distribute  # noqa: F401  (tfc.distribute)
 from tfc.errors import TfcError
+
+initialize_all_variables = global_variables_initializer  # (TF1's older name)
 from tfc.ir.types import DType
 
 from tfc.version import __version__  # noqa: F401

@@ -187,6 +187,34 @@ def deep_mnist_cnn(tf: Any, rec: Rec) -> None:
 
 
 @program()
+def interactive_session(tf: Any, rec: Rec) -> None:
+    """The tutorials' notebook style: tf.InteractiveSession, initialize_all_variables and
+    local_variables_initializer run with .run(), train_step.run(feed_dict=...),
+    accuracy.eval(feed_dict=...), W.eval()."""
+    x_data, labels = _data(36, 40, 6, 3)
+    y_data = np.eye(3)[labels]
+    with tf.Graph().as_default():
+        sess = tf.InteractiveSession()
+        x = tf.placeholder(tf.float64, [None, 6])
+        y_ = tf.placeholder(tf.float64, [None, 3])
+        W = tf.Variable(np.zeros((6, 3)))
+        b = tf.Variable(np.zeros(3))
+        y = tf.nn.softmax(tf.matmul(x, W) + b)
+        cross_entropy = -tf.reduce_sum(y_ * tf.log(y))
+        train_step = tf.train.GradientDescentOptimizer(0.01).minimize(cross_entropy)
+        tf.initialize_all_variables().run()
+        tf.local_variables_initializer().run()
+        accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(y, 1), tf.argmax(y_, 1)),
+                                          tf.float64))
+        for i in range(6):
+            train_step.run(feed_dict={x: x_data, y_: y_data})
+            rec(f"xent{i}", cross_entropy.eval(feed_dict={x: x_data, y_: y_data}))
+        rec("accuracy", accuracy.eval(feed_dict={x: x_data, y_: y_data}))
+        rec("W", W.eval())
+        sess.close()
+
+
+@program()
 def polynomial_regression(tf: Any, rec: Rec) -> None:
     """Linear regression on polynomial features: tf.pow, tf.stack, reduce_sum(square),
     a scalar learning rate, mean squared error by hand."""

@@ -469,3 +469,16 @@ def test_tf1_random_names():
     assert got.dtype == np.float32 and got.min() >= -2.0 and got.max() < 1.0
     with pytest.raises(tfc.TfcError, match="maxval must be given for i32"):
         tfc.random_uniform([2], maxval=None, dtype=tfc.int32)
+
+
+def test_interactive_session_is_the_default_until_closed():
+    v = tfc.Variable(np.float64(2.0))
+    inc = v.assign_add(1.0)
+    keeper = tfc.get_default_graph()._session
+    sess = tfc.InteractiveSession(backend="reference")
+    tfc.initialize_all_variables().run()
+    tfc.local_variables_initializer().run()
+    inc.run()
+    assert v.eval() == 3.0 and sess.run(v) == 3.0  # eval used the interactive session
+    sess.close()
+    assert tfc.get_default_graph()._session is keeper

@@ -444,3 +444,9 @@ def global_variables() -> list[Variable]:
     """The default graph's variables in creation order (``tf.global_variables``)."""
     return list(get_default_graph().variables.values())
 
+
+
+def local_variables_initializer() -> Operation:
+    """An operation that does nothing: tfc has no local variables (TF1's
+    ``tf.local_variables_initializer``, which programs run next to the global one)."""
+    return no_op(name="local_init")
