@@ -23,9 +23,18 @@ from tfc.api.saver import Saver  # also tfc.train.Saver
 from tfc.api.session import (Session, global_variables_initializer, group,
                              variables_initializer)
 from tfc.api.tensor import constant, convert_to_tensor
+from tfc.api.interactive import InteractiveSession  # noqa: F401
+from tfc.api.variable_scope import *  # noqa: F401,F403  (variable_scope, get_variable ...)
+from tfc.api.graph_collections import *  # noqa: F401,F403  (get_collection, GraphKeys ...)
 from tfc.api import nn, random  # noqa: F401  (tfc.nn, tfc.random)
+from tfc.api.random import normal as random_normal  # noqa: F401  (TF1's top-level names)
+from tfc.api.random import shuffle as random_shuffle  # noqa: F401
+from tfc.api.random import truncated_normal  # noqa: F401
+from tfc.api.random import uniform as random_uniform  # noqa: F401
+from tfc.api import losses  # noqa: F401  (tfc.losses: TF1's tf.losses)
+from tfc.api import math_ns as math  # noqa: F401  (tfc.math, not Python's: see math_ns)
 from tfc import train  # noqa: F401  (tfc.train)
-from tfc.train import clip_by_global_norm  # noqa: F401
+from tfc.train import clip_by_global_norm, global_norm, trainable_variables  # noqa: F401
 from tfc import layers  # noqa: F401  (tfc.layers)
 from tfc import data  # noqa: F401  (tfc.data)
 from tfc import queue  # noqa: F401  (tfc.queue)
@@ -36,6 +45,8 @@ from tfc import summary  # noqa: F401  (tfc.summary)
 from tfc import callbacks  # noqa: F401  (tfc.callbacks)
 from tfc import distribute  # noqa: F401  (tfc.distribute)
 from tfc.errors import TfcError
+
+initialize_all_variables = global_variables_initializer  # (TF1's older name)
 from tfc.ir.types import DType
 
 from tfc.version import __version__  # noqa: F401

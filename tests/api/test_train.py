@@ -37,22 +37,28 @@ def np_grads(x, y, w, b):
     return x.T @ r / len(y), r.mean()
 
 
+def F32(v):
+    """A Python float hyperparameter as TF1's optimizers take it: a float32 tensor."""
+    return float(np.float32(v))
+
+
 # numpy versions of TF1's training kernels (tensorflow/core/kernels/training_ops.cc)
-def np_sgd(p, g, s, lr=0.1):
+def np_sgd(p, g, s, lr=F32(0.1)):
     return p - lr * g
 
 
-def np_momentum(p, g, s, lr=0.1, mu=0.9, nesterov=False):
+def np_momentum(p, g, s, lr=F32(0.1), mu=F32(0.9), nesterov=False):
     s["accum"] = s.get("accum", np.zeros_like(p)) * mu + g
     return p - (g * lr + s["accum"] * mu * lr if nesterov else s["accum"] * lr)
 
 
-def np_adagrad(p, g, s, lr=0.1, init=0.1):
+def np_adagrad(p, g, s, lr=F32(0.1), init=0.1):
     s["acc"] = s.get("acc", np.full_like(p, init)) + g * g
     return p - g * lr / np.sqrt(s["acc"])
 
 
-def np_rmsprop(p, g, s, lr=0.01, rho=0.9, mu=0.0, eps=1e-10, centered=False):
+def np_rmsprop(p, g, s, lr=F32(0.01), rho=F32(0.9), mu=0.0, eps=F32(1e-10),
+               centered=False):
     s["ms"] = s.get("ms", np.ones_like(p))
     s["ms"] = s["ms"] + (g * g - s["ms"]) * (1 - rho)
     denom = s["ms"]
@@ -64,7 +70,7 @@ def np_rmsprop(p, g, s, lr=0.01, rho=0.9, mu=0.0, eps=1e-10, centered=False):
     return p - s["mom"]
 
 
-def np_adam(p, g, s, lr=0.1, b1=0.9, b2=0.999, eps=1e-8):
+def np_adam(p, g, s, lr=F32(0.1), b1=F32(0.9), b2=F32(0.999), eps=F32(1e-8)):
     t = s["t"] = s.get("t", 0) + 1
     lr_t = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
     s["m"] = s.get("m", np.zeros_like(p)) + (g - s.get("m", 0.0)) * (1 - b1)
@@ -79,9 +85,9 @@ CASES = {
                  lambda p, g, s: np_momentum(p, g, s, nesterov=True)),
     "adagrad": (lambda: tfc.train.AdagradOptimizer(0.1), np_adagrad),
     "rmsprop": (lambda: tfc.train.RMSPropOptimizer(0.01, momentum=0.5),
-                lambda p, g, s: np_rmsprop(p, g, s, mu=0.5)),
+                lambda p, g, s: np_rmsprop(p, g, s, mu=F32(0.5))),
     "rmsprop_centered": (lambda: tfc.train.RMSPropOptimizer(0.01, momentum=0.5, centered=True),
-                         lambda p, g, s: np_rmsprop(p, g, s, mu=0.5, centered=True)),
+                         lambda p, g, s: np_rmsprop(p, g, s, mu=F32(0.5), centered=True)),
     "adam": (lambda: tfc.train.AdamOptimizer(0.1), np_adam),
 }
 

@@ -14,22 +14,29 @@ import pytest
 import tfc
 
 TOL = 1e-10  # f64
+
+
+def F32(v):
+    """A Python float hyperparameter as TF1's optimizers take it: a float32 tensor."""
+    return float(np.float32(v))
+
 ROWS, WIDTH = 7, 3
 STEPS = [np.array([1, 4, 1, 3], np.int32), np.array([0, 4, 4, 4], np.int32),
          np.array([6, 1, 2, 1], np.int32)]
 
 
-def np_momentum(p, g, s, lr=0.1, mu=0.9, nesterov=False):
+def np_momentum(p, g, s, lr=F32(0.1), mu=F32(0.9), nesterov=False):
     s["accum"] = s["accum"] * mu + g
     return p - (g * lr + s["accum"] * mu * lr if nesterov else s["accum"] * lr)
 
 
-def np_adagrad(p, g, s, lr=0.1):
+def np_adagrad(p, g, s, lr=F32(0.1)):
     s["acc"] = s["acc"] + g * g
     return p - g * lr / np.sqrt(s["acc"])
 
 
-def np_rmsprop(p, g, s, lr=0.01, rho=0.9, mu=0.5, eps=1e-10, centered=False):
+def np_rmsprop(p, g, s, lr=F32(0.01), rho=F32(0.9), mu=F32(0.5), eps=F32(1e-10),
+               centered=False):
     s["ms"] = s["ms"] + (g * g - s["ms"]) * (1 - rho)
     denom = s["ms"]
     if centered:
@@ -39,7 +46,7 @@ def np_rmsprop(p, g, s, lr=0.01, rho=0.9, mu=0.5, eps=1e-10, centered=False):
     return p - s["mom"]
 
 
-def np_adam(p, g, s, lr=0.1, b1=0.9, b2=0.999, eps=1e-8):
+def np_adam(p, g, s, lr=F32(0.1), b1=F32(0.9), b2=F32(0.999), eps=F32(1e-8)):
     t = s["t"] = s["t"] + 1
     lr_t = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
     s["m"] = s["m"] + (g - s["m"]) * (1 - b1)
@@ -47,7 +54,7 @@ def np_adam(p, g, s, lr=0.1, b1=0.9, b2=0.999, eps=1e-8):
     return p - lr_t * s["m"] / (np.sqrt(s["v"]) + eps)
 
 
-def np_sgd(p, g, s, lr=0.1):
+def np_sgd(p, g, s, lr=F32(0.1)):
     return p - lr * g
 
 
@@ -148,7 +155,9 @@ def test_owned_weights_make_padding_touch_nothing():
         sess.run(train)
         got = sess.run(emb)
     # step 1: row 2 accum = 1, moves 0.1; step 2: accum 5 * 0.9 + 1 = 5.5, moves 0.55
-    np.testing.assert_allclose(got[2], 1 - 0.1 - 0.55, rtol=1e-12)
+    # (0.1 and 0.9 as float32s: TF1's hyperparameters)
+    lr, mu = F32(0.1), F32(0.9)
+    np.testing.assert_allclose(got[2], 1 - lr - (5 * mu + 1) * lr, rtol=1e-12)
     np.testing.assert_array_equal(got[[0, 1, 3]], np.ones((3, 2)))
 
 

@@ -84,7 +84,8 @@ class RegionGraph(Graph):
         self.parent = parent
         self.ir = ir.Graph(name)
         for attr in ("variables", "entries", "functions", "seed", "_scopes", "_devices",
-                     "_used_names", "_name_suffixes", "_seeds", "_symbols"):
+                     "_used_names", "_name_suffixes", "_seeds", "_symbols",
+                     "variable_scopes", "used_variable_scopes", "collections"):
             setattr(self, attr, getattr(parent, attr))
         self.captured: list[ir.Value] = []            # values of the parent, in order
         self.capture_args: dict[ir.Value, ir.Value] = {}  # parent value -> region arg

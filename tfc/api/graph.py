@@ -126,6 +126,15 @@ class Graph:
         self._seeds = itertools.count(1)
         self._symbols = itertools.count(1)
         self._session: Any = None
+        # ``tfc.control_dependencies`` blocks: the operations each one adds to the
+        # operations made inside it (None: a block that clears the outer ones)
+        self._control_scopes: list[list["Operation"] | None] = []
+        # ``tfc.variable_scope`` blocks, innermost last; the root scope; default names
+        # given (``tfc.api.variable_scope``)
+        self.variable_scopes: list[Any] = []
+        self.root_variable_scope: Any = None
+        self.used_variable_scopes: set[str] = set()
+        self.collections: dict[str, list[Any]] = {}  # ``tfc.add_to_collection``
         # each layer call's record by its output value (``tfc.layers.nodes``): what the
         # Functional API replays for a training graph or on other inputs
         self.layer_calls: dict[ir.Value, Any] = {}
@@ -178,6 +187,34 @@ class Graph:
         finally:
             self._devices.pop()
 
+    @contextlib.contextmanager
+    def control_dependencies(self, control_inputs: Sequence[Any] | None) -> Iterator[None]:
+        """Operations made inside (assigns, ``group``, ``no_op``, an optimizer's update)
+        also run ``control_inputs`` (``tf.control_dependencies``); ``None`` clears the
+        enclosing blocks'. Tensors among ``control_inputs`` are pure values, whose running
+        changes nothing, so they add nothing; tensors made inside carry no dependency (a
+        fetch runs only what it needs: fetch the operation with the tensor)."""
+        if control_inputs is None:
+            self._control_scopes.append(None)
+        else:
+            from tfc.api.tensor import as_operation
+            ops = [as_operation(c) for c in control_inputs
+                   if not isinstance(c, (Tensor, Variable))]
+            self._control_scopes.append(ops)
+        try:
+            yield
+        finally:
+            self._control_scopes.pop()
+
+    def active_control_inputs(self) -> list["Operation"]:
+        """The operations the enclosing ``control_dependencies`` blocks add."""
+        out: list[Operation] = []
+        for scope in reversed(self._control_scopes):
+            if scope is None:
+                break
+            out[:0] = scope
+        return out
+
     @property
     def current_device(self) -> str | None:
         return self._devices[-1] if self._devices else None
@@ -216,8 +253,9 @@ class Graph:
     def placeholder(self, dtype: Any, shape: Sequence[int | str | None] | None,
                     name: str | None = None) -> "Tensor":
         if shape is None:
-            raise TypeMismatch("placeholder needs a shape (use None for unknown dims)",
-                               user_location())
+            raise TypeMismatch("placeholder needs a shape, its rank at least: tfc compiles "
+                               "for known ranks (write [] for a scalar, None for an unknown "
+                               "dim: [None], [None, 784])", user_location())
         dims = [("B" if i == 0 else self.new_symbol()) if d is None else d
                 for i, d in enumerate(shape)]
         arg = self.ir.add_arg(TensorType(as_dtype(dtype), tuple(dims)),
@@ -282,8 +320,12 @@ class Operation:
     """An op run for its effect (an assign) or a group of them (``tf.group``)."""
 
     def __init__(self, graph: Graph, op: ir.Op | None = None,
-                 control_inputs: Sequence["Operation"] = (), name: str | None = None) -> None:
+                 control_inputs: Sequence["Operation"] = (), name: str | None = None,
+                 in_control_scope: bool = True) -> None:
         self.graph, self.op, self.control_inputs = graph, op, list(control_inputs)
+        if in_control_scope:  # (a variable's initializer is not: TF's init_scope)
+            self.control_inputs += [c for c in graph.active_control_inputs()
+                                    if c not in self.control_inputs]
         self.name = name or (op.kind if op else "group")
 
     def ir_ops(self) -> list[ir.Op]:
@@ -478,7 +520,7 @@ class Variable(TensorOperators):
         self._read = Tensor(g, read, loc)
         self.initializer = Operation(
             g, g.create_op("var.assign", [init], {"var": self.name}, loc=loc),
-            name=f"{self.name}/Assign")
+            name=f"{self.name}/Assign", in_control_scope=False)
         g.variables[self.name] = self
 
     @property

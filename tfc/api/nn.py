@@ -6,9 +6,10 @@ from typing import Sequence
 
 import numpy as np
 
-from tfc.api.graph import Tensor
+from tfc.api.graph import Tensor, Variable
 from tfc.api.ops import sigmoid, tanh  # noqa: F401  (tf.nn.sigmoid, tf.nn.tanh)
 from tfc.api.tensor import TensorLike, apply, convert_to_tensor
+from tfc.errors import TypeMismatch
 from tfc.ir.types import DType
 
 
@@ -16,8 +17,69 @@ def relu(x: TensorLike, name: str | None = None) -> Tensor:
     return apply("relu", x, name=name)
 
 
-def dropout(x: TensorLike, rate: float | None = None, seed: int | None = None, *,
-            keep_prob: float | None = None) -> Tensor:
+def leaky_relu(features: TensorLike, alpha: float = 0.2, name: str | None = None) -> Tensor:
+    """``x`` where ``x > 0``, else ``alpha * x`` (``tf.nn.leaky_relu``; the gradient is
+    ``alpha`` at 0, as TensorFlow's ``LeakyReluGrad``). ``alpha`` is rounded to float32
+    first: it is a float attr of TensorFlow's op, so float64 inputs see ``float32(0.2)``."""
+    from tfc.api import ops
+    x = convert_to_tensor(features)
+    return ops.where(x > 0.0, x, x * float(np.float32(alpha)))
+
+
+def relu6(features: TensorLike, name: str | None = None) -> Tensor:
+    """``min(max(x, 0), 6)`` (``tf.nn.relu6``); the gradient flows where ``0 < x < 6``, as
+    TensorFlow's ``Relu6Grad``, and NaN stays NaN."""
+    from tfc.api import ops
+    x = convert_to_tensor(features)
+    zero = ops.zeros_like(x)
+    return ops.where(x <= 0.0, zero, ops.where(x >= 6.0, zero + 6.0, x))
+
+
+def elu(features: TensorLike, name: str | None = None) -> Tensor:
+    """``x`` where ``x >= 0``, else ``exp(x) - 1`` (``tf.nn.elu``, which computes
+    ``exp(x) - 1`` too, not ``expm1``). The exponent is clamped at 0 so that the branch
+    not taken cannot overflow into a NaN gradient."""
+    from tfc.api import ops
+    x = convert_to_tensor(features)
+    return ops.where(x < 0.0, ops.exp(ops.minimum(x, 0.0)) - 1.0, x)
+
+
+def selu(features: TensorLike, name: str | None = None) -> Tensor:
+    """``scale * elu(x, alpha)`` with TensorFlow's constants (``tf.nn.selu``)."""
+    from tfc.api import ops
+    alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+    x = convert_to_tensor(features)
+    neg = (ops.exp(ops.minimum(x, 0.0)) - 1.0) * (scale * alpha)
+    return ops.where(x < 0.0, neg, x * scale)
+
+
+def softsign(features: TensorLike, name: str | None = None) -> Tensor:
+    """``x / (1 + |x|)`` (``tf.nn.softsign``)."""
+    from tfc.api import ops
+    x = convert_to_tensor(features)
+    return x / (ops.abs(x) + 1.0)
+
+
+def l2_normalize(x: TensorLike, axis: int | Sequence[int] | None = None,
+                 epsilon: float = 1e-12, name: str | None = None, dim: int | None = None
+                 ) -> Tensor:
+    """``x * rsqrt(max(sum(x ** 2, axis), epsilon))`` (``tf.nn.l2_normalize``, TF's
+    formula; ``dim`` is TF1's older name of ``axis``)."""
+    from tfc.api import ops
+    t = convert_to_tensor(x)
+    square_sum = ops.reduce_sum(ops.square(t), axis if dim is None else dim, keepdims=True)
+    return t * ops.rsqrt(ops.maximum(square_sum, epsilon))
+
+
+def xw_plus_b(x: TensorLike, weights: TensorLike, biases: TensorLike,
+              name: str | None = None) -> Tensor:
+    """``matmul(x, weights) + biases`` (``tf.nn.xw_plus_b``)."""
+    from tfc.api import ops
+    return bias_add(ops.matmul(x, weights), biases)
+
+
+def dropout(x: TensorLike, rate: TensorLike | None = None, seed: int | None = None, *,
+            keep_prob: TensorLike | None = None) -> Tensor:
     """Zero each element with probability ``rate`` and scale the rest by ``1 / (1 - rate)``
     (``tf.nn.dropout``). The mask is fresh each step: ``random.uniform_like`` draws from
     the seed and the step number, shaped like the (possibly symbolic-batch) input.
@@ -25,12 +87,17 @@ def dropout(x: TensorLike, rate: float | None = None, seed: int | None = None, *
     The second argument is TF2's ``rate``, the probability to drop; TF1 code passes
     ``keep_prob=`` (the probability to keep: ``rate = 1 - keep_prob``), as
     ``tf.compat.v1.nn.dropout`` takes it. Beware TF1's positional ``dropout(x, 0.9)``,
-    which meant keep 90%: here it drops 90%."""
+    which meant keep 90%: here it drops 90%.
+
+    ``rate`` or ``keep_prob`` may be a scalar tensor (TF1's ``keep_prob`` placeholder, fed
+    1.0 to evaluate): its value is then checked by neither side, as in TensorFlow."""
     from tfc.api import ops
     from tfc.errors import TypeMismatch
     if (rate is None) == (keep_prob is None):
         raise TypeMismatch("dropout: give rate (the probability to drop) or keep_prob "
                            "(TF1's probability to keep), one of them")
+    if isinstance(rate, (Tensor, Variable)) or isinstance(keep_prob, (Tensor, Variable)):
+        return _dropout_fed(x, rate, keep_prob, seed)
     if keep_prob is not None:
         if not 0.0 < keep_prob <= 1.0:
             raise TypeMismatch(f"dropout: keep_prob must be in (0, 1], got {keep_prob}")
@@ -48,6 +115,25 @@ def dropout(x: TensorLike, rate: float | None = None, seed: int | None = None, *
     return x * (keep * (1.0 / (1.0 - rate)))
 
 
+def _dropout_fed(x: TensorLike, rate: TensorLike | None, keep_prob: TensorLike | None,
+                 seed: int | None) -> Tensor:
+    """``dropout`` with the probability a scalar tensor: keep where ``u >= rate`` and scale
+    by ``1 / (1 - rate)`` (with ``rate = 1 - keep_prob``, TF1's arithmetic)."""
+    from tfc.api import ops
+    t = convert_to_tensor(x)
+    if not t.dtype.is_float:
+        raise TypeMismatch(f"dropout takes float inputs, got {t.type}")
+    p = convert_to_tensor(rate if keep_prob is None else keep_prob)
+    if p.type.rank != 0 or p.dtype != t.dtype:
+        raise TypeMismatch(f"dropout: a tensor {'rate' if keep_prob is None else 'keep_prob'}"
+                           f" must be a scalar of the input's dtype {t.dtype}, got {p.type}")
+    r = p if keep_prob is None else 1.0 - p
+    scale = 1.0 / (1.0 - r)
+    u = apply("random.uniform_like", t, dtype=t.dtype, seed=t.graph.next_seed(seed))
+    keep = ops.cast(ops.greater_equal(u, r), t.dtype)
+    return t * (keep * scale)
+
+
 def softmax(logits: TensorLike, axis: int = -1, name: str | None = None) -> Tensor:
     return apply("softmax", logits, axis=axis, name=name)
 
@@ -59,6 +145,68 @@ def log_softmax(logits: TensorLike, axis: int = -1, name: str | None = None) -> 
 def softmax_cross_entropy_with_logits(labels: TensorLike, logits: TensorLike,
                                       axis: int = -1) -> Tensor:
     return apply("softmax_cross_entropy", logits, labels, axis=axis)
+
+
+def softmax_cross_entropy_with_logits_v2(labels: TensorLike, logits: TensorLike,
+                                         axis: int = -1) -> Tensor:
+    """TF1's ``_v2``: softmax cross entropy with gradients into the labels too. tfc's
+    ``softmax_cross_entropy_with_logits`` is TF2's, which is this one; TF1's un-suffixed
+    op stopped the labels' gradient (README differences)."""
+    return softmax_cross_entropy_with_logits(labels=labels, logits=logits, axis=axis)
+
+
+def l2_loss(t: TensorLike, name: str | None = None) -> Tensor:
+    """``sum(t ** 2) / 2`` (``tf.nn.l2_loss``), a weight-decay penalty."""
+    from tfc.api import ops
+    x = convert_to_tensor(t)
+    return ops.multiply(ops.reduce_sum(ops.square(x)), 0.5)
+
+
+def moments(x: TensorLike, axes: Sequence[int], shift: TensorLike | None = None,
+            keepdims: bool = False, name: str | None = None,
+            keep_dims: bool | None = None) -> tuple[Tensor, Tensor]:
+    """The mean and (biased) variance of ``x`` over ``axes`` (``tf.nn.moments``): the
+    variance is ``mean(square(x - stop_gradient(mean)))``, TensorFlow's own formula, so
+    both values and gradients agree with it. ``shift`` is unused, as in TensorFlow."""
+    from tfc.api import ops
+    from tfc.api.gradients import stop_gradient
+    keep = keepdims if keep_dims is None else keep_dims
+    t = convert_to_tensor(x)
+    mean = ops.reduce_mean(t, axes, keepdims=True)
+    variance = ops.reduce_mean(ops.square(t - stop_gradient(mean)), axes, keepdims=True)
+    if not keep:
+        mean, variance = ops.squeeze(mean, axes), ops.squeeze(variance, axes)
+    return mean, variance
+
+
+def batch_normalization(x: TensorLike, mean: TensorLike, variance: TensorLike,
+                        offset: TensorLike | None, scale: TensorLike | None,
+                        variance_epsilon: float, name: str | None = None) -> Tensor:
+    """``(x - mean) * scale / sqrt(variance + eps) + offset`` (``tf.nn.batch_normalization``),
+    in TensorFlow's order: ``x * inv + (offset - mean * inv)`` with ``inv = rsqrt(variance +
+    eps) * scale``."""
+    from tfc.api import ops
+    inv = ops.rsqrt(convert_to_tensor(variance) + variance_epsilon)
+    if scale is not None:
+        inv = inv * scale
+    shift = -(convert_to_tensor(mean) * inv) if offset is None else offset - mean * inv
+    return convert_to_tensor(x) * inv + shift
+
+
+def embedding_lookup(params: TensorLike, ids: TensorLike, partition_strategy: str = "mod",
+                     name: str | None = None, max_norm: float | None = None) -> Tensor:
+    """Rows ``ids`` of ``params`` (``tf.nn.embedding_lookup`` of one tensor or variable:
+    ``tfc.gather`` on axis 0, so a variable's gradient is an ``IndexedSlices``). A
+    partitioned variable (``tfc.PartitionedVariable``) gathers across its shards."""
+    from tfc.api import ops
+    if isinstance(params, (list, tuple)):
+        if len(params) != 1:
+            raise TypeMismatch("embedding_lookup: a list of several shards is not supported; "
+                               "use a tfc.PartitionedVariable (tfc.fixed_size_partitioner)")
+        params = params[0]
+    if max_norm is not None:
+        raise TypeMismatch("embedding_lookup: max_norm is not supported")
+    return ops.gather(params, ids)
 
 
 def sparse_softmax_cross_entropy_with_logits(labels: TensorLike, logits: TensorLike

@@ -7,12 +7,13 @@ means all axes, ``keepdims``, ``dtype``) follow TensorFlow so TF1 code reads the
 from __future__ import annotations
 
 import builtins
-import math
+import math as _math  # (not re-exported: tfc.math is tfc.api.math_ns)
 from typing import Any, Sequence
 
 import numpy as np
 
-from tfc.api.graph import Tensor, Variable, as_dtype, user_location
+from tfc.api.graph import (Operation, Tensor, Variable, as_dtype, get_default_graph,
+                           user_location)
 from tfc.api.tensor import TensorLike, apply, constant, convert_to_tensor
 from tfc.api.tensor import binary_op as _binary
 from tfc.api.tensor import default_dtype, truediv
@@ -168,7 +169,7 @@ def reduce_mean(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims
     dims = [t.type.shape[a] for a in reduced]
     static = [d for d in dims if isinstance(d, int)]
     if len(static) == len(dims):
-        count: TensorLike = math.prod(static)
+        count: TensorLike = _math.prod(static)
     else:  # (a symbolic dim: its size at run time)
         sizes = apply("gather", shape(t, DType.i64),
                       constant(np.array(reduced, np.int32)))
@@ -181,6 +182,40 @@ def reduce_mean(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims
 reduce_max = _reduction("max")
 reduce_min = _reduction("min")
 reduce_prod = _reduction("prod")
+
+
+def _bool_reduction(kind: str, tf_name: str) -> Any:
+    def op(x: TensorLike, axis: int | Sequence[int] | None = None, keepdims: bool = False,
+           name: str | None = None) -> Tensor:
+        t = convert_to_tensor(x)
+        if t.dtype != DType.bool:
+            raise TypeMismatch(f"{tf_name} takes bool tensors, got {t.type}", user_location())
+        return apply(kind, t, axes=_axes(axis), keepdims=keepdims, name=name)
+    op.__name__ = op.__qualname__ = tf_name
+    op.__doc__ = (f"``{tf_name}`` of a bool tensor over ``axis`` (all axes when None): the "
+                  f"registry's ``{kind}``, bools being ordered False < True.")
+    return op
+
+
+reduce_any = _bool_reduction("max", "reduce_any")
+reduce_all = _bool_reduction("min", "reduce_all")
+
+
+def count_nonzero(x: TensorLike, axis: int | Sequence[int] | None = None,
+                  keepdims: bool = False, dtype: Any = DType.i64,
+                  name: str | None = None) -> Tensor:
+    """How many elements over ``axis`` are not zero (not False), as ``dtype``
+    (``tf.count_nonzero``: int64 by default)."""
+    t = convert_to_tensor(x)
+    nonzero = t if t.dtype == DType.bool else not_equal(t, 0)
+    return apply("sum", cast(nonzero, dtype), axes=_axes(axis), keepdims=keepdims, name=name)
+
+
+def clip_by_value(t: TensorLike, clip_value_min: TensorLike, clip_value_max: TensorLike,
+                  name: str | None = None) -> Tensor:
+    """``min(max(t, clip_value_min), clip_value_max)`` element-wise (``tf.clip_by_value``;
+    its gradient flows where ``t`` is inside the bounds, as TensorFlow's)."""
+    return minimum(maximum(t, clip_value_min), clip_value_max)
 
 
 def argmax(x: TensorLike, axis: int = 0, output_type: Any = DType.i64) -> Tensor:
@@ -296,6 +331,16 @@ def rank(x: TensorLike) -> Tensor:
     return apply("rank", x)
 
 
+def size(x: TensorLike, out_type: Any = DType.i32) -> Tensor:
+    """The number of elements of ``x`` (``tf.size``): static when the shape is, else the
+    product of its run-time shape."""
+    t = convert_to_tensor(x)
+    dims = t.type.shape
+    if all(isinstance(d, int) for d in dims):
+        return constant(np.asarray(_math.prod(dims), as_dtype(out_type).np))
+    return apply("prod", shape(t, out_type), axes=None, keepdims=False)
+
+
 def tile(x: TensorLike, multiples: Sequence[int]) -> Tensor:
     return apply("tile", x, multiples=tuple(multiples))
 
@@ -358,3 +403,50 @@ def range(start: float, limit: float | None = None, delta: float = 1,  # noqa: A
             else DType.i32
     return apply("range", start=float(start), limit=float(limit), delta=float(delta),
                  dtype=as_dtype(dtype))
+
+
+# ---- state (TF1's functional forms of the Variable methods) ------------------------------
+
+def assign(ref: Variable, value: TensorLike, name: str | None = None) -> Operation:
+    """``ref.assign(value)`` (``tf.assign``). It lands at the end of the step and is an
+    operation: fetching it gives None, not the new value (README differences)."""
+    return _variable(ref, "assign").assign(value, name)
+
+
+def assign_add(ref: Variable, value: TensorLike, name: str | None = None) -> Operation:
+    """``ref.assign_add(value)`` (``tf.assign_add``)."""
+    return _variable(ref, "assign_add").assign_add(value, name)
+
+
+def assign_sub(ref: Variable, value: TensorLike, name: str | None = None) -> Operation:
+    """``ref.assign_sub(value)`` (``tf.assign_sub``)."""
+    return _variable(ref, "assign_sub").assign_sub(value, name)
+
+
+def _variable(ref: Any, what: str) -> Variable:
+    if not isinstance(ref, Variable):
+        raise TfcError(f"{what}: ref must be a tfc.Variable, got {ref!r}", user_location())
+    return ref
+
+
+def no_op(name: str | None = None) -> Operation:
+    """An operation that does nothing but run its control dependencies (``tf.no_op``)."""
+    return Operation(get_default_graph(), None, [], name=name or "NoOp")
+
+
+def control_dependencies(control_inputs: Sequence[Any] | None) -> Any:
+    """``with tfc.control_dependencies([op]):`` operations made inside also run ``op``
+    (``tf.control_dependencies``; see ``Graph.control_dependencies``)."""
+    return get_default_graph().control_dependencies(control_inputs)
+
+
+def global_variables() -> list[Variable]:
+    """The default graph's variables in creation order (``tf.global_variables``)."""
+    return list(get_default_graph().variables.values())
+
+
+
+def local_variables_initializer() -> Operation:
+    """An operation that does nothing: tfc has no local variables (TF1's
+    ``tf.local_variables_initializer``, which programs run next to the global one)."""
+    return no_op(name="local_init")

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from tfc.api.graph import Tensor, as_dtype, get_default_graph
+from tfc.api.graph import Tensor, as_dtype, get_default_graph, user_location
 from tfc.api.tensor import TensorLike, apply
+from tfc.errors import TypeMismatch
 from tfc.ir.types import DType
 
 
@@ -19,9 +20,16 @@ def _seed(seed: int | None) -> int:
     return get_default_graph().next_seed(seed)
 
 
-def uniform(shape: Sequence[int], minval: float = 0.0, maxval: float = 1.0,
+def uniform(shape: Sequence[int], minval: float = 0.0, maxval: float | None = 1.0,
             dtype: Any = DType.f32, seed: int | None = None) -> Tensor:
+    """Uniform in ``[minval, maxval)``; ``maxval=None`` is 1 for floats (TF1's
+    ``tf.random_uniform`` default) and an error for integers, which need a bound."""
     dt = as_dtype(dtype)
+    if maxval is None:
+        if dt.is_int:
+            raise TypeMismatch(f"random uniform: maxval must be given for {dt.name}",
+                               user_location())
+        maxval = 1.0
     if dt.is_int:
         return apply("random.uniform_int", shape=tuple(shape), minval=int(minval),
                      maxval=int(maxval), dtype=dt, seed=_seed(seed))

@@ -114,6 +114,14 @@ def mark_gradient(grad: Grad, var: Variable) -> Grad:
     return apply(GRAD_MARKER, convert_to_tensor(grad), var=var.name)
 
 
+def python_float_as_tf(value: object) -> object:
+    """A Python float as TF1's ``convert_to_tensor`` makes it: a float32 (its
+    hyperparameters are float32 tensors, cast to each variable's dtype where used); any
+    other value unchanged."""
+    return np.float32(value) if isinstance(value, float) and not isinstance(
+        value, np.floating) else value
+
+
 def trainable_variables(graph: Graph | None = None) -> list[Variable]:
     """The graph's trainable variables, in creation order (``tf.trainable_variables``)."""
     g = graph or get_default_graph()
@@ -232,7 +240,10 @@ class Optimizer:
     # ---- helpers for subclasses ---------------------------------------------------------
 
     def _hyper(self, value: TensorLike | Callable[[], TensorLike], var: Variable) -> Tensor:
-        """A hyperparameter as a scalar tensor of ``var``'s dtype."""
+        """A hyperparameter as a scalar tensor of ``var``'s dtype. A Python float is
+        rounded to float32 first, as TF1's optimizers make it (``convert_to_tensor(0.1)``
+        is a float32 tensor, cast to each variable's dtype): float64 training with
+        ``learning_rate=0.1`` steps by ``float32(0.1)``, as in TensorFlow."""
         if callable(value) and not isinstance(value, (Tensor, Variable)):
             value = value()
         if isinstance(value, (Tensor, Variable)):
@@ -241,7 +252,7 @@ class Optimizer:
                 raise TypeMismatch(f"{self._name}: a hyperparameter must be a scalar, got "
                                    f"{t.type}", user_location())
             return t if t.dtype == var.dtype else ops.cast(t, var.dtype)
-        return convert_to_tensor(np.asarray(value, dtype=var.dtype.np))
+        return convert_to_tensor(np.asarray(python_float_as_tf(value), dtype=var.dtype.np))
 
     def _lr(self, var: Variable) -> Tensor:
         return self._hyper(self._learning_rate, var)
@@ -271,7 +282,8 @@ class Optimizer:
             dtype = colocate_with.dtype
             with g.as_default(), g.name_scope("/"), g.device(colocate_with.device), \
                     variable_partitioner(None):
-                self._non_slots[key] = Variable(np.asarray(initial_value, dtype=dtype.np),
+                self._non_slots[key] = Variable(np.asarray(python_float_as_tf(initial_value),
+                                                           dtype=dtype.np),
                                                 trainable=False, name=name)
         return self._non_slots[key]
 
@@ -486,7 +498,9 @@ class AdamOptimizer(Optimizer):
     ``beta2**t`` are the non-trainable variables ``beta1_power`` and ``beta2_power``,
     colocated with the first variable (by name) and multiplied by the betas once per
     ``apply_gradients``. Unlike TF1 (always float32), the powers take that variable's
-    dtype, so float64 training stays float64. A sparse gradient is densified, which is
+    dtype, so float64 training stays float64 (they start from the float32-rounded betas,
+    TF1's values, but their products are not rounded to float32 each step: float64 Adam
+    agrees with TF1 to ~1e-7, not to rounding). A sparse gradient is densified, which is
     what TF1's ``AdamOptimizer._apply_sparse`` computes too (its documented behaviour:
     m and v of every row decay and every row moves); TF's ``LazyAdamOptimizer``
     behaviour (touched rows only) is not provided.
@@ -534,7 +548,7 @@ class AdamOptimizer(Optimizer):
         out = []
         for p, beta in ((p1, self._beta1), (p2, self._beta2)):
             with p.graph.device(p.device):
-                out.append(p.assign(p * beta))
+                out.append(p.assign(p * self._hyper(beta, p)))
         return out
 
 
