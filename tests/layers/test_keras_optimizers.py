@@ -1,7 +1,8 @@
 """``tfc.keras.optimizers`` and compile's optimizer names compute Keras 3's updates.
 
 The expected weights are Keras 3's update rules (keras/src/optimizers/*.py, written out in
-numpy below), step by step, in float64 so that the check is tight (rel 1e-12).
+numpy below), step by step, in float64 so that the check is tight (rel 1e-12). Keras holds
+the learning rate as a float32 variable and the other hyperparameters exactly (``f32``).
 ``tools/conformance_keras.py`` compares the same against Keras itself.
 """
 
@@ -20,6 +21,11 @@ G = [np.array([0.3, -2.0, 1e-6]), np.array([-0.5, 1.0, 2e-6]), np.array([0.1, 0.
 W0 = np.array([1.0, -1.0, 0.5])
 
 
+def f32(x: float) -> float:
+    """A learning rate as Keras 3's float32 variable holds it."""
+    return float(np.float32(x))
+
+
 def run_steps(opt: Any, grads: list[np.ndarray] = G) -> np.ndarray:
     """``w`` after one step per gradient ``g`` of ``loss = sum(w * g)`` (f64)."""
     with tfc.Graph().as_default():
@@ -33,6 +39,7 @@ def run_steps(opt: Any, grads: list[np.ndarray] = G) -> np.ndarray:
 
 
 def keras_rmsprop(lr: float = 0.001, rho: float = 0.9, eps: float = 1e-7) -> np.ndarray:
+    lr = f32(lr)
     w, v = W0.copy(), np.zeros(3)
     for g in G:
         v = rho * v + (1 - rho) * g * g
@@ -42,6 +49,7 @@ def keras_rmsprop(lr: float = 0.001, rho: float = 0.9, eps: float = 1e-7) -> np.
 
 def keras_adam(lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
                eps: float = 1e-7) -> np.ndarray:
+    lr = f32(lr)
     w, m, v = W0.copy(), np.zeros(3), np.zeros(3)
     for t, g in enumerate(G, 1):
         alpha = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
@@ -51,6 +59,7 @@ def keras_adam(lr: float = 0.001, b1: float = 0.9, b2: float = 0.999,
 
 
 def keras_adagrad(lr: float = 0.001, init: float = 0.1, eps: float = 1e-7) -> np.ndarray:
+    lr = f32(lr)
     w, acc = W0.copy(), np.full(3, init)
     for g in G:
         acc = acc + g * g
@@ -59,6 +68,7 @@ def keras_adagrad(lr: float = 0.001, init: float = 0.1, eps: float = 1e-7) -> np
 
 
 def keras_sgd(lr: float = 0.01, momentum: float = 0.0, nesterov: bool = False) -> np.ndarray:
+    lr = f32(lr)
     w, m = W0.copy(), np.zeros(3)
     for g in G:
         if momentum == 0.0:
@@ -118,7 +128,7 @@ def test_rmsprop_decays_every_row_on_a_sparse_gradient() -> None:
         g = np.zeros_like(table0)
         g[i] = c
         v = rho * v + (1 - rho) * g * g
-        w = w - lr * g / np.sqrt(v + eps)
+        w = w - f32(lr) * g / np.sqrt(v + eps)
     np.testing.assert_allclose(got, w, rtol=1e-12, atol=0)
 
 

@@ -11,11 +11,18 @@ under the square root and its default rate is 0.001. SGD with momentum is TF1's
 ``MomentumOptimizer`` (Keras's ``m = mu m - lr g; w += m`` is the same sequence of
 weights with ``m = -lr accum``). Code written against ``tf.keras`` therefore gets Keras's
 numbers (``tools/conformance_keras.py`` compares ``fit`` with Keras's, epoch by epoch).
+
+Hyperparameters as Keras 3 holds them: the learning rate is a float32 variable (cast to
+each weight's dtype), every other one a Python float used at the weight's dtype, so
+float64 weights see ``float32(lr)`` but the exact ``rho``, betas, momentum and epsilon
+(TF1's optimizers round them all to float32: ``python_float_as_tf``).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
+
+import numpy as np
 
 from tfc.api import ops
 from tfc.api.gradients import IndexedSlices
@@ -29,20 +36,33 @@ from tfc.train.optimizers import (AdagradOptimizer, AdamOptimizer, GradientDesce
 __all__ = ["SGD", "Adam", "RMSprop", "Adagrad", "get"]
 
 
+def _lr(value: Any) -> Any:
+    """A number learning rate as Keras 3's float32 variable holds it (a tensor or a
+    schedule unchanged)."""
+    return np.float32(value) if isinstance(value, (int, float)) else value
+
+
+def _exact(value: float) -> np.float64:
+    """A hyperparameter Keras uses at the weight's dtype: not rounded to float32 (a numpy
+    float escapes ``python_float_as_tf``)."""
+    return np.float64(value)
+
+
 def SGD(learning_rate: float = 0.01, momentum: float = 0.0,  # noqa: N802 (Keras)
         nesterov: bool = False) -> Optimizer:
     """Keras's ``SGD``: plain gradient descent, or with ``momentum`` (``nesterov``)."""
     if momentum < 0.0 or momentum > 1.0:
         raise TfcError(f"SGD: momentum must be in [0, 1], got {momentum}")
     if momentum == 0.0:
-        return GradientDescentOptimizer(learning_rate, name="SGD")
-    return MomentumOptimizer(learning_rate, momentum, use_nesterov=nesterov, name="SGD")
+        return GradientDescentOptimizer(_lr(learning_rate), name="SGD")
+    return MomentumOptimizer(_lr(learning_rate), _exact(momentum), use_nesterov=nesterov,
+                             name="SGD")
 
 
 def Adam(learning_rate: float = 0.001, beta_1: float = 0.9,  # noqa: N802 (Keras)
          beta_2: float = 0.999, epsilon: float = 1e-7) -> Optimizer:
     """Keras's ``Adam``: TF1's update rule with Keras's ``epsilon`` (1e-7)."""
-    return AdamOptimizer(learning_rate, beta_1, beta_2, epsilon)
+    return AdamOptimizer(_lr(learning_rate), _exact(beta_1), _exact(beta_2), _exact(epsilon))
 
 
 class _KerasRMSProp(RMSPropOptimizer):
@@ -64,7 +84,8 @@ def RMSprop(learning_rate: float = 0.001, rho: float = 0.9,  # noqa: N802 (Keras
     """Keras's ``RMSprop``: ``v = rho v + (1 - rho) g^2`` from ``v = 0``,
     ``w -= lr g / sqrt(v + epsilon)`` (through a momentum when given; ``centered``
     subtracts the squared mean gradient from ``v``)."""
-    return _KerasRMSProp(learning_rate, rho, momentum, epsilon, centered=centered)
+    return _KerasRMSProp(_lr(learning_rate), _exact(rho), _exact(momentum), _exact(epsilon),
+                         centered=centered)
 
 
 class _KerasAdagrad(AdagradOptimizer):
@@ -97,7 +118,7 @@ class _KerasAdagrad(AdagradOptimizer):
 def Adagrad(learning_rate: float = 0.001,  # noqa: N802 (Keras)
             initial_accumulator_value: float = 0.1, epsilon: float = 1e-7) -> Optimizer:
     """Keras's ``Adagrad`` (``initial_accumulator_value`` must be positive here)."""
-    return _KerasAdagrad(learning_rate, initial_accumulator_value, epsilon)
+    return _KerasAdagrad(_lr(learning_rate), initial_accumulator_value, _exact(epsilon))
 
 
 _BY_NAME: dict[str, Callable[[], Optimizer]] = {"sgd": SGD, "adam": Adam, "rmsprop": RMSprop, "adagrad": Adagrad}
