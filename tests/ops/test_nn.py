@@ -406,3 +406,41 @@ def test_pool_cost():
     c = lookup("avg_pool").cost(ins, outs, {"ksize": (2, 2), "strides": None,
                                             "padding": "VALID"})
     assert c.flops == 2 * 4 * 4 * 3 * 4
+
+
+@pytest.mark.parametrize("sparse", [True, False], ids=["sparse", "dense"])
+def test_cross_entropy_of_a_symbolic_batch_with_static_labels_compiles(sparse):
+    """Logits ``[B, 4]`` with constant labels of batch 5: the expansion reshapes the logits
+    to the labels' static batch (``aligned``), so the llvm backend lowers it natively (it
+    sent the whole graph to the reference backend, with a warning, when the expansion
+    reduced ``[B, 4]`` and ``[5, 4]`` in one kernel); values and gradients as the
+    reference's, and another batch is a clear error on both backends."""
+    import warnings
+
+    import tfc
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 4, size=5).astype(np.int32)
+    xv = rng.normal(size=(5, 4)).astype(np.float32)
+    with tfc.Graph().as_default():
+        x = tfc.placeholder(tfc.float32, [None, 4], name="x")
+        if sparse:
+            per = tfc.nn.sparse_softmax_cross_entropy_with_logits(labels=tfc.constant(ids),
+                                                                  logits=x)
+        else:
+            hot = tfc.constant(np.eye(4, dtype=np.float32)[ids])
+            per = tfc.nn.softmax_cross_entropy_with_logits(labels=hot, logits=x)
+        loss = tfc.reduce_mean(per)
+        grad = tfc.gradients(loss, [x])[0]
+        got = {}
+        for backend in ("llvm", "reference"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                with tfc.Session(backend=backend) as s:
+                    got[backend] = s.run([loss, grad], {x: xv})
+                    with pytest.raises(ExecutionError, match=r"\[6, ?4\]|\[6\]"):
+                        s.run(loss, {x: np.zeros((6, 4), np.float32)})
+    logp = xv - xv.max(1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+    np.testing.assert_allclose(got["llvm"][0], -logp[np.arange(5), ids].mean(), rtol=1e-6)
+    np.testing.assert_allclose(got["llvm"][0], got["reference"][0], rtol=1e-6)
+    np.testing.assert_allclose(got["llvm"][1], got["reference"][1], rtol=1e-5, atol=1e-7)

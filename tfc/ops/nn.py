@@ -72,6 +72,21 @@ def shifted_by_max(b: Any, x: Any, axis: int) -> Any:
     return b("sub", x, b("max", x, axes=(axis,), keepdims=True))
 
 
+def aligned(b: Any, x: Any, shape: Sequence[Dim]) -> Any:
+    """``x`` reshaped to ``shape``, the merged shape of an op's operands, where they differ
+    only as a symbolic dim against a static one (logits ``[B, C]`` with labels ``[5]``).
+    An expansion then reduces one shape: the llvm backend lowers the reductions of one
+    kernel over one iteration space and would otherwise send the graph to the reference
+    backend. The reshape checks the sizes at run time, as the op does. ``x`` is returned
+    as it is when the shapes agree or more than one dim of ``shape`` is unknown."""
+    if tuple(x.type.shape) == tuple(shape):
+        return x
+    unknown = [d for d in shape if not isinstance(d, int)]
+    if len(unknown) > 1:
+        return x
+    return b("reshape", x, shape=tuple(d if isinstance(d, int) else -1 for d in shape))
+
+
 def expand_log_softmax(b: Any, x: Any, axis: int) -> Any:
     s = shifted_by_max(b, x, axis)
     return b("sub", s, b("log", b("sum", b("exp", s), axes=(axis,), keepdims=True)))
@@ -208,6 +223,8 @@ class SoftmaxCrossEntropy(XentCost):
     def expand(self, b: Any, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> list[Any]:
         logits, labels = inputs
         axis = normalize_axis(self.name, attrs["axis"], logits.type.rank)
+        shape = merge_shapes(logits.type.shape, labels.type.shape)
+        logits, labels = aligned(b, logits, shape), aligned(b, labels, shape)
         logp = expand_log_softmax(b, widen(b, logits), axis)
         loss = b("neg", b("sum", b("mul", widen(b, labels), logp), axes=(axis,)))
         return [narrow(b, loss, logits.dtype)]
@@ -271,6 +288,8 @@ class SparseSoftmaxCrossEntropy(XentCost):
         if not isinstance(classes, int):
             raise TypeMismatch(f"{self.name}: the expansion needs a static number of "
                                f"classes, but logits are {logits.type}")
+        rows = merge_shapes(logits.type.shape[:-1], labels.type.shape)
+        logits, labels = aligned(b, logits, (*rows, classes)), aligned(b, labels, rows)
         logp = expand_log_softmax(b, widen(b, logits), axis)
         hot = b("one_hot", labels, depth=classes, dtype=DType.bool, labels_of=self.name)
         picked = b("sum", b("where", hot, logp, scalar(b, 0, logp.dtype)), axes=(axis,))
