@@ -131,8 +131,8 @@ def _softplus(x: np.ndarray) -> np.ndarray:
     e^x), never overflows. f16 is computed in f32 and rounded once (as the llvm and CUDA
     kernels do), not step by step."""
     w = x.astype(np.float32) if x.dtype == np.float16 else x
-    with np.errstate(under="ignore"):
-        return np.maximum(w, w.dtype.type(0)) + np.log1p(np.exp(-np.abs(w)))
+    with np.errstate(under="ignore", invalid="ignore"):  # underflow to 0 is right; NaN in
+        return (np.maximum(w, w.dtype.type(0)) + np.log1p(np.exp(-np.abs(w)))).astype(x.dtype)
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
