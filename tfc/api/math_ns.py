@@ -16,6 +16,5 @@ __all__ = ["abs", "add", "add_n", "argmax", "argmin", "cos", "count_nonzero", "d
            "log", "log1p", "log_softmax", "logical_and", "logical_not", "logical_or",
            "maximum", "minimum", "multiply", "negative", "not_equal", "pow", "reduce_all",
            "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum",
-           "rsqrt",
-           "sigmoid", "sign", "sin", "softmax", "softplus", "sqrt", "square", "subtract",
-           "tanh", "truediv"]
+           "rsqrt", "sigmoid", "sign", "sin", "softmax", "softplus", "sqrt", "square",
+           "subtract", "tanh", "truediv"]

@@ -192,7 +192,7 @@ for _name, _fn, _dt, _flops, _grad in [
 
 # log(1 + x), e^x - 1 and softplus: accurate where the compositions of log/exp lose digits
 # (x near 0; softplus at large |x|). TensorFlow's gradients: 1 / (1 + x), e^x (not y + 1,
-# which cancels to 0 for x below -17 in f32) and sigmoid(x).
+# which cancels: 0 below x = -17.3 in f32) and sigmoid(x).
 register(Unary("log1p", np.log1p, FLOAT, 12, summary="log(1 + x), accurate near 0",
                grad=lambda b, x, y, dy: b("div", dy, b("add", x, b.constant(1, x)))))
 register(Unary("expm1", np.expm1, FLOAT, 20, summary="e^x - 1, accurate near 0",

@@ -107,7 +107,8 @@ TWO_OVER_PI_CHUNKS: tuple[int, ...] = tuple(
 #: tests/backends/llvm/test_vmath.py plus a small margin (f16: exhaustive, 0.50005 at most;
 #: f32/f64: the measured max plus 0.01-0.03, room for another glibc's long double
 #: functions in the oracle; log1p, expm1 and softplus f32: the max over sweeps of every
-#: 127th and 509th f32 bit pattern, its worst inputs among the test's samples). The tests hold every function to it, and to its being tight.
+#: 127th and 509th f32 bit pattern, whose worst inputs the test samples). The tests hold
+#: every function to it, and to its being tight.
 MAX_ULP: dict[str, tuple[float, float, float]] = {
     "exp": (0.5001, 1.0, 0.88), "log": (0.5001, 0.81, 0.81), "log1p": (0.5001, 2.38, 2.1),
     "tanh": (0.5001, 1.49, 1.3), "sigmoid": (0.5001, 2.27, 2.09), "sin": (0.5001, 0.51, 0.78),
