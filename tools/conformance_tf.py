@@ -297,7 +297,7 @@ def build_specs(tf: Any) -> list[Spec]:
           lo=-1e-6, hi=1e-6)
     unary("math.expm1", tfc.math.expm1, tf.math.expm1, FLOATS, "ulp", ulp_table(1, 4, 4))
     # softplus: TF returns e^x below log(eps) + 2 (-13.9 in f32, -34 in f64), dropping
-    # log1p's -e^2x/2: up to ~7.5 ulps off there (f32 x = -14.011976: TF 8.216295e-07 =
+    # log1p's -e^2x/2: up to ~7 ulps off there (f32 x = -14.011976: TF 8.216295e-07 =
     # e^x, exact 8.2162919e-07, tfc 8.2162916e-07). The bound is TF's error plus tfc's
     # (vmath: 2.8 ulps f32, 2.6 f64).
     unary("nn.softplus", tfc.nn.softplus, tf.nn.softplus, FLOATS, "ulp", ulp_table(1, 10, 10),
