@@ -173,9 +173,10 @@ def split_mlp_module(devices: Sequence[str | None], sizes: Sequence[int] = (6, 8
 # ---- ulp errors against exact values --------------------------------------------------------
 
 EXACT_MATH: dict[str, Callable[..., np.ndarray]] = {
-    "exp": np.exp, "log": np.log, "log1p": np.log1p, "tanh": np.tanh, "sin": np.sin,
-    "cos": np.cos, "pow": np.power,
+    "exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1, "tanh": np.tanh,
+    "sin": np.sin, "cos": np.cos, "pow": np.power,
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "softplus": lambda x: np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x))),
 }
 
 

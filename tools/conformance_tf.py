@@ -286,6 +286,24 @@ def build_specs(tf: Any) -> list[Spec]:
     unary("nn.sigmoid", tfc.nn.sigmoid, tf.nn.sigmoid, FLOATS, "ulp", ulp_table(3, 7, 6))
     unary("nn.tanh", tfc.nn.tanh, tf.nn.tanh if hasattr(tf.nn, "tanh") else tf.tanh, FLOATS,
           "ulp", ulp_table(1, 4, 5))
+    unary("log1p", tfc.log1p, tf.math.log1p, FLOATS, "ulp", ulp_table(1, 4, 4), lo=-0.999,
+          hi=10)
+    unary("log1p(tiny)", tfc.log1p, tf.math.log1p, FLOATS, "ulp", ulp_table(1, 4, 4),
+          lo=-1e-6, hi=1e-6)
+    unary("math.log1p", tfc.math.log1p, tf.math.log1p, FLOATS, "ulp", ulp_table(1, 4, 4),
+          lo=-0.999, hi=10)
+    unary("expm1", tfc.expm1, tf.math.expm1, FLOATS, "ulp", ulp_table(1, 4, 4), lo=-20, hi=20)
+    unary("expm1(tiny)", tfc.expm1, tf.math.expm1, FLOATS, "ulp", ulp_table(1, 4, 4),
+          lo=-1e-6, hi=1e-6)
+    unary("math.expm1", tfc.math.expm1, tf.math.expm1, FLOATS, "ulp", ulp_table(1, 4, 4))
+    # softplus: TF returns e^x below log(eps) + 2 (-13.9 in f32, -34 in f64), dropping
+    # log1p's -e^2x/2: up to ~7 ulps off there (f32 x = -14.011976: TF 8.216295e-07 =
+    # e^x, exact 8.2162919e-07, tfc 8.2162916e-07). The bound is TF's error plus tfc's
+    # (vmath: 2.8 ulps f32, 2.6 f64).
+    unary("nn.softplus", tfc.nn.softplus, tf.nn.softplus, FLOATS, "ulp", ulp_table(1, 10, 10),
+          lo=-40, hi=40)
+    unary("math.softplus", tfc.math.softplus, tf.math.softplus, FLOATS, "ulp",
+          ulp_table(1, 10, 10))
     unary("sin", tfc.sin, tf.sin, FLOATS, "ulp", TRANSCENDENTAL)
     unary("cos", tfc.cos, tf.cos, FLOATS, "ulp", TRANSCENDENTAL)
     unary("floor", tfc.floor, tf.floor, FLOATS)

@@ -290,6 +290,14 @@ def build_cases() -> list[Case]:
                           tf_name="math.rsqrt")
     cases += _unary_cases("nn.sigmoid", "saturating", tf_name="nn.sigmoid")
     cases += _unary_cases("nn.tanh", "saturating", tf_name="nn.tanh")
+    cases += _unary_cases("math.log1p", lo=-0.9, hi=3.0, points=[-1.0, -0.5, 0.0, 1e-8, 2.5])
+    cases += _unary_cases("log1p", lo=-0.9, hi=3.0, tf_name="math.log1p")
+    cases += _unary_cases("math.expm1", points=[-30.0, -1e-8, -0.0, 0.0, 5.0])
+    cases += _unary_cases("expm1", tf_name="math.expm1")
+    # softplus' = sigmoid: 0.5 at +-0, e^x and 1 at large |x| (TF: dy / (1 + e^-x))
+    cases += _unary_cases("nn.softplus", "saturating", lo=-5.0, hi=5.0,
+                          points=[-90.0, -40.0, -0.0, 0.0, 40.0, 1e4])
+    cases += _unary_cases("math.softplus", "saturating", tf_name="math.softplus")
     # -- binary element-wise
     cases += _binary_cases("add")
     cases += _binary_cases("subtract")
@@ -308,7 +316,8 @@ def build_cases() -> list[Case]:
     at = _c(-1.0, 0.0, 1.0, -2.0, 0.0, 2.0)
     for name, tf_name in [("nn.relu", "nn.relu"), ("abs", "abs"), ("sign", "sign"),
                           ("floor", "floor"), ("square", "square"), ("tanh", "tanh"),
-                          ("sigmoid", "sigmoid"), ("exp", "exp"), ("sin", "sin")]:
+                          ("sigmoid", "sigmoid"), ("exp", "exp"), ("sin", "sin"),
+                          ("math.expm1", "math.expm1"), ("nn.softplus", "nn.softplus")]:
         cases.append(Case(name, "inf/NaN upstream", "elementwise",
                           (lambda n: lambda m, x, c: _attr(m, n)(x) * c)(name),
                           _inputs(at, up),
@@ -633,7 +642,10 @@ def build_cases() -> list[Case]:
                             ("tanh", "tanh", -2.0), ("sigmoid", "sigmoid", -2.0),
                             ("exp", "exp", -2.0), ("nn.softmax", "nn.softmax", -2.0),
                             ("nn.log_softmax", "nn.log_softmax", -2.0),
-                            ("nn.relu", "nn.relu", -2.0), ("abs", "abs", -2.0)]],
+                            ("nn.relu", "nn.relu", -2.0), ("abs", "abs", -2.0),
+                            ("math.log1p", "math.log1p", -0.5),
+                            ("math.expm1", "math.expm1", -2.0),
+                            ("nn.softplus", "nn.softplus", -2.0)]],
         Case("second order: maximum", "ties", "composite",
              lambda m, x, y: m.gradients(m.reduce_sum(m.maximum(x, y) * x), x)[0],
              _inputs(_c(1.0, 2.0, 3.0), _c(1.0, 1.0, 4.0))),

@@ -357,6 +357,13 @@ def test_tfc_math_is_the_op_namespace():
     for g, w in zip(got, [np.log([1.0, 4.0]), [1.0, 2.0], 5.0]):
         np.testing.assert_array_equal(g, w)
     assert tfc.math.sigmoid is tfc.nn.sigmoid and tfc.math.log is tfc.log
+    assert tfc.math.log1p is tfc.log1p and tfc.math.expm1 is tfc.expm1
+    assert tfc.math.softplus is tfc.nn.softplus
+
+
+def test_softplus_is_an_activation_name():
+    from tfc.layers.base import get_activation
+    assert get_activation("softplus") is tfc.nn.softplus
 
 
 def test_a_placeholder_without_shape_says_how_to_write_one():
@@ -377,6 +384,7 @@ ACTIVATIONS = {  # name: (tfc function, numpy reference)
              lambda x: np.where(x < 0, (np.exp(np.minimum(x, 0)) - 1) * SELU_S * SELU_A,
                                 x * SELU_S)),
     "softsign": (tfc.nn.softsign, lambda x: x / (1 + np.abs(x))),
+    "softplus": (tfc.nn.softplus, lambda x: np.logaddexp(0.0, x)),
     "l2_normalize": (lambda x: tfc.nn.l2_normalize(x, axis=1),
                      lambda x: x / np.sqrt(np.maximum((x * x).sum(1, keepdims=True), 1e-12))),
 }

@@ -321,3 +321,15 @@ def test_scopes_fall_back_to_their_parent_and_shadow_it():
     inner.define(Token("NAME", "k"), 2)
     assert inner.find("k") == (2, inner) and top.find("k") == (1, top)
     assert sorted(inner.visible()) == ["k", "k"]
+
+
+def test_log1p_expm1_softplus_are_tfm_ops():
+    """Registry ops are .tfm functions with no frontend change: log1p (keeping x * 1e-9,
+    where log(1 + x) gives 0), expm1 and softplus, on the llvm backend."""
+    src = HEAD + ("entry f(x) { return a = log1p(x * 1e-9), e = expm1(x @ w), "
+                  "s = softplus(x @ w + b) }\n")
+    out = Program(parse_tfm(src, "m.tfm"), backend="llvm").run("f", x=X)
+    z = (X @ W).astype(np.float64)
+    np.testing.assert_allclose(out["a"], X * np.float32(1e-9), rtol=1e-6)
+    np.testing.assert_allclose(out["e"], np.expm1(z), rtol=1e-6)
+    np.testing.assert_allclose(out["s"], np.logaddexp(0, z + 0.5), rtol=1e-6)

@@ -46,6 +46,8 @@ UNARY_FLOAT = [
     ("tanh", np.tanh, (-3, 3)), ("relu", lambda x: np.maximum(x, 0), (-3, 3)),
     ("sin", np.sin, (-3, 3)), ("cos", np.cos, (-3, 3)), ("floor", np.floor, (-3, 3)),
     ("sign", np.sign, (-3, 3)), ("identity", lambda x: x, (-3, 3)),
+    ("log1p", np.log1p, (-0.99, 5)), ("expm1", np.expm1, (-3, 3)),
+    ("softplus", lambda x: np.logaddexp(x.dtype.type(0), x), (-20, 20)),
 ]
 
 
@@ -90,7 +92,52 @@ def test_unary_int_matches_numpy(name, fn, dtype):
     check(run_op1(name, x), fn(x), dtype)
 
 
-@pytest.mark.parametrize("name", ["exp", "log", "sqrt", "tanh", "sigmoid", "floor"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_log1p_expm1_keep_tiny_values(dtype):
+    """log1p(x) = expm1(x) = x below half an ulp of 1 (where log(1 + x) and exp(x) - 1
+    give 0), -0.0 and subnormals included; log1p(-1) = -inf, below -1 NaN;
+    expm1(-inf) = -1, expm1(inf) = inf."""
+    fi = np.finfo(dtype)
+    x = np.array([1e-30, -1e-30, fi.smallest_subnormal, -0.0, 0.0], dtype)
+    for name in ("log1p", "expm1"):
+        out = run_op1(name, x)
+        assert np.array_equal(out, x) and np.array_equal(np.signbit(out), np.signbit(x))
+    x = np.array([1e-5, -1e-5, 2e-6], dtype)  # the series to x^4: 1e-20 relative error
+    np.testing.assert_allclose(run_op1("log1p", x), x - x**2 / 2 + x**3 / 3 - x**4 / 4,
+                               rtol=2 * fi.eps)
+    np.testing.assert_allclose(run_op1("expm1", x), x + x**2 / 2 + x**3 / 6 + x**4 / 24,
+                               rtol=2 * fi.eps)
+    with np.errstate(all="ignore"):
+        out = run_op1("log1p", np.array([-1, -2, np.inf, np.nan], dtype))
+        assert np.isneginf(out[0]) and np.isnan(out[1]) and np.isposinf(out[2])
+        assert np.isnan(out[3])
+        out = run_op1("expm1", np.array([-np.inf, np.inf, -100, 1000, np.nan], dtype))
+    assert list(out[:4]) == [-1, np.inf, -1, np.inf] and np.isnan(out[4])
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [np.float16])
+def test_softplus_is_exact_at_large_magnitudes_and_never_overflows(dtype):
+    """softplus(x) = x above ~17 (f32) and e^x below: max(x, 0) + log1p(e^-|x|), where the
+    naive log(1 + e^x) overflows to inf and underflows to 0. f16 is computed in f32 and
+    rounded once."""
+    fi = np.finfo(dtype)
+    x = np.array([fi.max, 1000 if dtype is not np.float16 else 60000, 30, -30, -80, -np.inf,
+                  np.inf, np.nan], dtype)
+    with np.errstate(over="raise", invalid="raise"):
+        out = run_op1("softplus", x[:-1])
+    assert out.dtype == dtype
+    want = np.logaddexp(0, x[:-1].astype(np.float64))
+    np.testing.assert_allclose(out, want.astype(dtype), rtol=fi.eps, atol=0)
+    assert out[0] == fi.max and out[-2] == 0 and out[-1] == np.inf
+    assert np.isnan(run_op1("softplus", x[-1:]))[0]
+    if dtype is np.float16:  # rounded once from f32 (not step by step): within 0.5001 ulp
+        from tfc.testing import exact_math, ulp_errors
+        h = np.arange(65536, dtype=np.uint16).view(np.float16)
+        assert ulp_errors(run_op1("softplus", h), exact_math("softplus", h)).max() <= 0.5001
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "sqrt", "tanh", "sigmoid", "floor", "log1p",
+                                  "expm1", "softplus"])
 def test_float_only_unary_rejects_ints(name):
     with pytest.raises(TypeMismatch, match=f"{name}: input has dtype i32"):
         infer(name, T(3, dtype=DType.i32))

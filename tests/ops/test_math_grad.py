@@ -24,7 +24,16 @@ def positive(*shape):
     return rng.uniform(0.5, 2.0, shape)
 
 
+def above_minus_one(*shape):
+    return rng.uniform(-0.8, 2.0, shape)
+
+
+def anywhere(*shape):
+    return rng.uniform(-3.0, 3.0, shape)
+
+
 UNARY = {
+    "log1p": above_minus_one, "expm1": anywhere, "softplus": anywhere,
     "neg": away_from_zero, "abs": away_from_zero, "exp": away_from_zero, "log": positive,
     "sqrt": positive, "rsqrt": positive, "square": away_from_zero, "tanh": away_from_zero,
     "sigmoid": away_from_zero, "relu": away_from_zero, "sin": away_from_zero,
@@ -219,3 +228,27 @@ def test_sqrt_second_derivative_through_a_zero_upstream_gradient(backend, dtype)
         return tfc.gradients(tfc.reduce_sum(tfc.sqrt(p) * (p - 1.0)), p)[0], [p]
     (g,) = _grads(backend, first, np.array([1.0, 4.0], dtype))
     np.testing.assert_allclose(g, [1.0, 0.40625], rtol=4 * np.finfo(dtype).eps, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_softplus_gradient_is_sigmoid_everywhere(backend, dtype):
+    """d softplus / dx = sigmoid(x): 0.5 at 0 (where max(x, 0) + log1p(e^-|x|) written out
+    would give 1 or 0: the kinks of max and |x| do not cancel in a composed gradient), 1
+    and e^x (not 0 or NaN) at large |x|; and expm1's is e^x, not y + 1 (0 at x = -30 in
+    f32, where y rounds to -1)."""
+    import tfc
+    x = np.array([0.0, -0.0, 1e-8, 40.0, 1e4, -40.0, -80.0, -1e4], dtype)
+    with np.errstate(over="ignore"):
+        exact = 1 / (1 + np.exp(-x.astype(np.float64)))
+    (g,) = _grads(backend, lambda a: (tfc.nn.softplus(a), [a]), x)
+    assert g.dtype == dtype
+    np.testing.assert_allclose(g, exact.astype(dtype), rtol=4 * np.finfo(dtype).eps, atol=0)
+    assert g[0] == g[1] == 0.5 and g[4] == 1 and 0 < g[5]
+    x = np.array([-30.0, -1e-9, 0.0, 5.0], dtype)
+    (g,) = _grads(backend, lambda a: (tfc.math.expm1(a), [a]), x)
+    np.testing.assert_allclose(g, np.exp(x.astype(np.float64)).astype(dtype),
+                               rtol=2 * np.finfo(dtype).eps, atol=0)
+    (g,) = _grads(backend, lambda a: (tfc.math.log1p(a), [a]), x[1:])
+    np.testing.assert_allclose(g, (1 / (1 + x[1:].astype(np.float64))).astype(dtype),
+                               rtol=2 * np.finfo(dtype).eps, atol=0)

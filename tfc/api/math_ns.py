@@ -3,18 +3,18 @@ defined once, there; this module only names them the way TF1.13+ code spells the
 ``tf.math.log(x)``). Without it ``tfc.math`` was Python's ``math`` module, leaked from
 ``tfc.api.ops`` by the star import, and ``tf.math.log(tensor)`` failed with a TypeError."""
 
-from tfc.api.nn import log_softmax, sigmoid, softmax, tanh
+from tfc.api.nn import log_softmax, sigmoid, softmax, softplus, tanh
 from tfc.api.ops import (abs, add, add_n, argmax, argmin, cos, count_nonzero, divide,
-                         equal, exp, floor, greater, greater_equal, less, less_equal, log,
-                         logical_and, logical_not, logical_or, maximum, minimum, multiply,
-                         negative, not_equal, pow, reduce_all, reduce_any, reduce_max,
+                         equal, exp, expm1, floor, greater, greater_equal, less, less_equal,
+                         log, log1p, logical_and, logical_not, logical_or, maximum, minimum,
+                         multiply, negative, not_equal, pow, reduce_all, reduce_any, reduce_max,
                          reduce_mean, reduce_min, reduce_prod, reduce_sum, rsqrt, sign, sin,
                          sqrt, square, subtract, truediv)
 
 __all__ = ["abs", "add", "add_n", "argmax", "argmin", "cos", "count_nonzero", "divide",
-           "equal", "exp", "floor", "greater", "greater_equal", "less", "less_equal", "log",
-           "log_softmax", "logical_and", "logical_not", "logical_or", "maximum", "minimum",
-           "multiply", "negative", "not_equal", "pow", "reduce_all", "reduce_any",
-           "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum", "rsqrt",
-           "sigmoid", "sign", "sin", "softmax", "sqrt", "square", "subtract", "tanh",
-           "truediv"]
+           "equal", "exp", "expm1", "floor", "greater", "greater_equal", "less", "less_equal",
+           "log", "log1p", "log_softmax", "logical_and", "logical_not", "logical_or",
+           "maximum", "minimum", "multiply", "negative", "not_equal", "pow", "reduce_all",
+           "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum",
+           "rsqrt", "sigmoid", "sign", "sin", "softmax", "softplus", "sqrt", "square",
+           "subtract", "tanh", "truediv"]

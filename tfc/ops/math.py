@@ -126,6 +126,15 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, one / (one + e), e / (one + e)).astype(x.dtype, copy=False)
 
 
+def _softplus(x: np.ndarray) -> np.ndarray:
+    """``log(1 + e^x)`` as ``max(x, 0) + log1p(e^-|x|)``: exact for large |x| (x itself, or
+    e^x), never overflows. f16 is computed in f32 and rounded once (as the llvm and CUDA
+    kernels do), not step by step."""
+    w = x.astype(np.float32) if x.dtype == np.float16 else x
+    with np.errstate(under="ignore", invalid="ignore"):  # underflow to 0 is right; NaN in
+        return (np.maximum(w, w.dtype.type(0)) + np.log1p(np.exp(-np.abs(w)))).astype(x.dtype)
+
+
 def _relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, x.dtype.type(0))
 
@@ -180,6 +189,17 @@ for _name, _fn, _dt, _flops, _grad in [
     ("sign", np.sign, SIGNED, 1, lambda b, x, y, dy: b("zeros_like", x)),
 ]:
     register(Unary(_name, cast(Fn, _fn), _dt, _flops, grad=_grad))  # a ufunc or a function
+
+# log(1 + x), e^x - 1 and softplus: accurate where the compositions of log/exp lose digits
+# (x near 0; softplus at large |x|). TensorFlow's gradients: 1 / (1 + x), e^x (not y + 1,
+# which cancels: 0 below x = -17.3 in f32) and sigmoid(x).
+register(Unary("log1p", np.log1p, FLOAT, 12, summary="log(1 + x), accurate near 0",
+               grad=lambda b, x, y, dy: b("div", dy, b("add", x, b.constant(1, x)))))
+register(Unary("expm1", np.expm1, FLOAT, 20, summary="e^x - 1, accurate near 0",
+               grad=lambda b, x, y, dy: b("mul", dy, b("exp", x))))
+register(Unary("softplus", _softplus, FLOAT, 24,
+               summary="log(1 + e^x) = max(x, 0) + log1p(e^-|x|), no overflow",
+               grad=lambda b, x, y, dy: b("mul", dy, b("sigmoid", x))))
 
 
 def _pow_grad(b: Any, x: Any, y: Any, z: Any, dz: Any) -> tuple[Any, Any]:

@@ -111,6 +111,27 @@ def test_mlp_training_steps_match_the_reference() -> None:
     assert exe.arena_bytes == plan.arena_bytes({"B": 5})
 
 
+def test_log1p_expm1_softplus_train_on_the_device() -> None:
+    """Three SGD steps through softplus, log1p and expm1 and their gradients (sigmoid,
+    1 / (1 + x), e^x), fused into the step's loop kernels (CUDA's ``log1pf``, ``expm1f``,
+    ``tfc_softplus``): the loss and the weights match the reference's."""
+    import tfc
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [None, 4], name="x")
+        w = tfc.Variable(np.linspace(-2, 2, 12).reshape(4, 3).astype(np.float32), name="w")
+        h = tfc.matmul(x, w)
+        loss = tfc.reduce_mean(tfc.nn.softplus(h) + tfc.log1p(tfc.square(h) * 0.5)
+                               + tfc.expm1(-tfc.abs(h)))
+        train = tfc.train.GradientDescentOptimizer(0.1).minimize(loss)
+        tfc.entry("train", feeds={"x": x}, fetches={"loss": loss}, targets=[train])
+    module = g.as_module()
+
+    def feeds(step: int) -> list[np.ndarray]:
+        return [np.random.default_rng(step).normal(size=(5, 4)).astype(np.float32)]
+    exe, _ = train_both(module, "train", feeds, 3, initial_values(module))
+    assert not exe.report.host_ops
+
+
 def test_shape_arithmetic_is_computed_when_binding(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mean's count (``prod(gather(shape(logits), [0]))``) is known once the feed shapes
     are: computed on the host when the binding is made, never by device ops (whose index

@@ -36,7 +36,8 @@ if not nvrtc.available():
 
 DTYPES = list(DType)
 FLOATS = [DType.f16, DType.f32, DType.f64]
-TRANSCENDENTAL = frozenset({"exp", "log", "tanh", "sigmoid", "sin", "cos", "pow"})
+TRANSCENDENTAL = frozenset({"exp", "log", "log1p", "expm1", "softplus", "tanh", "sigmoid", "sin",
+                            "cos", "pow"})
 N = 700
 
 
@@ -279,10 +280,13 @@ GLIBC_ULP = {("tanh", DType.f64): 2, ("tanh", DType.f32): 2, ("sin", DType.f64):
 
 def ulp_bound(kind: str, dt: DType) -> float:
     """CUDA's stated bound for ``kind`` (sigmoid: exp's plus the roundings of 1 + e and the
-    division); f16: the f32 result rounded once more to half, or each step rounded
-    (sigmoid) as the reference does."""
+    division; softplus ``max(x, 0) + log1p(e)``, a sum of non-negative terms: exp's and
+    log1p's plus the addition's rounding); f16: the f32 result rounded once more to half,
+    or each step rounded (sigmoid) as the reference does."""
     if dt is DType.f16:
         return 1.76 if kind == "sigmoid" else 0.51
+    if kind == "softplus":
+        return sum(cexpr.MAX_ULP[k][dt is DType.f64] for k in ("exp", "log1p")) + 0.5
     f32, f64 = cexpr.MAX_ULP["exp" if kind == "sigmoid" else kind]
     base = f32 if dt is DType.f32 else f64
     base = max(base, GLIBC_ULP.get((kind, dt), 0))

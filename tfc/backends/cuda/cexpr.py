@@ -26,12 +26,14 @@ C expression of one result element, with the semantics of the numpy reference
   ``saturate`` clamps finite values beyond the target's range to its largest finite one.
 - Math functions are CUDA's accurate ones (never the ``__expf`` intrinsics). Their
   maximum errors (CUDA C Programming Guide, "Mathematical Functions", full range):
-  f32 ``expf`` 2, ``logf`` 1, ``log1pf`` 1, ``tanhf`` 2, ``sinf``/``cosf`` 2, ``powf``
-  4 ulp; f64 ``exp``/``log``/``log1p``/``tanh`` 1, ``sin``/``cos`` 2, ``pow`` 2 ulp;
+  f32 ``expf`` 2, ``logf`` 1, ``log1pf`` 1, ``expm1f`` 1, ``tanhf`` 2, ``sinf``/``cosf``
+  2, ``powf`` 4 ulp; f64 ``exp``/``log``/``log1p``/``expm1``/``tanh`` 1, ``sin``/``cos``
+  2, ``pow`` 2 ulp;
   ``sqrt``, ``floor``, ``fabs`` exact. ``MAX_ULP`` states them; an f16 result is the f32
   one rounded to half, within 0.5 ulp of f16 plus the f32 error (about 2^-13 f16 ulp).
   ``sigmoid`` is ``e = exp(-|x|)``, ``1/(1+e)`` or ``e/(1+e)`` as the reference
-  computes it (f16: each step rounded to half, as numpy does); ``rsqrt`` is ``1/sqrt``.
+  computes it (f16: each step rounded to half, as numpy does); ``rsqrt`` is ``1/sqrt``;
+  ``softplus`` is ``max(x, 0) + log1p(exp(-|x|))`` (f16: computed in f32, rounded once).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from tfc.ir.types import DType
 # results rounded once to half.
 MAX_ULP: dict[str, tuple[float, float]] = {
     "exp": (2, 1), "log": (1, 1), "tanh": (2, 1), "sin": (2, 2), "cos": (2, 2),
-    "pow": (4, 2), "log1p": (1, 1),
+    "pow": (4, 2), "log1p": (1, 1), "expm1": (1, 1),
 }
 
 STORAGE = {DType.f16: "tfc_f16", DType.f32: "float", DType.f64: "double",
@@ -93,6 +95,8 @@ TFC_FN float tfc_sigmoid16(float x) {
   float e = tfc_r16(expf(-fabsf(x))), d = tfc_r16(1.0f + e);
   return x >= 0.0f ? tfc_r16(1.0f / d) : tfc_r16(e / d);
 }
+TFC_FN float tfc_softplus(float x) { return tfc_fmax(x, 0.0f) + log1pf(expf(-fabsf(x))); }
+TFC_FN double tfc_softplus(double x) { return tfc_fmax(x, 0.0) + log1p(exp(-fabs(x))); }
 TFC_FN float tfc_sce(float x, float z) {
   return tfc_fmax(x, 0.0f) - x * z + log1pf(expf(-fabsf(x)));
 }
@@ -194,7 +198,7 @@ def _wrap(op: str, dtype: DType, *args: str) -> str:
 
 
 _FMATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "sin": "sin",
-          "cos": "cos", "floor": "floor", "abs": "fabs"}
+          "cos": "cos", "floor": "floor", "abs": "fabs", "log1p": "log1p", "expm1": "expm1"}
 
 
 def _float_unary(kind: str, x: str, dt: DType) -> str:
@@ -210,6 +214,8 @@ def _float_unary(kind: str, x: str, dt: DType) -> str:
         return f"tfc_fsign({x})"
     if kind == "sigmoid":
         return f"tfc_sigmoid16({x})" if dt is DType.f16 else f"tfc_sigmoid({x})"
+    if kind == "softplus":
+        return f"tfc_softplus({x})"
     if kind == "rsqrt":
         one = literal(1, dt)
         if dt is DType.f16:
@@ -260,7 +266,7 @@ _COMPARE = {"greater": ">", "less": "<", "greater_equal": ">=", "less_equal": "<
             "equal": "==", "not_equal": "!="}
 
 UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "square", "tanh", "sigmoid", "relu",
-         "sin", "cos", "floor", "sign")
+         "sin", "cos", "floor", "sign", "log1p", "expm1", "softplus")
 BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum")
 
 Emitter = Callable[[Sequence[str], Sequence[DType], DType], str]

@@ -337,7 +337,7 @@ def _sigmoid_cross_entropy(b: ir.IRBuilder, args: list, in_dtypes: Sequence[DTyp
 
 
 UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "square", "tanh", "sigmoid", "relu",
-         "sin", "cos", "floor", "sign")
+         "sin", "cos", "floor", "sign", "log1p", "expm1", "softplus")
 BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum")
 
 ELEMENTWISE: dict[str, Emitter] = {
