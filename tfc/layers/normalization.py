@@ -101,6 +101,8 @@ class BatchNormalization(Layer):
     def call(self, x: Tensor, training: bool) -> Tensor:
         rank = x.type.rank
         reduce = [a for a in range(rank) if a != self._axis]
+        mean: Any
+        variance: Any
         if training and self.trainable:
             mean, variance = nn.moments(x, reduce)
             m = self.momentum
@@ -146,7 +148,7 @@ class LayerNormalization(Layer):
         self.beta: Variable | None = (self.add_weight("beta", shape, self.beta_initializer)
                                       if self.center else None)
 
-    def call(self, x: Tensor) -> Tensor:
+    def call(self, x: Tensor, training: bool) -> Tensor:
         rank = x.type.rank
         mean, variance = nn.moments(x, self._axes, keepdims=True)
         gamma, beta = self.gamma, self.beta
