@@ -226,6 +226,18 @@ def build_cases() -> list[Case]:
     for seqs in (False, True):
         cases.append(Case(f"LSTM return_sequences={seqs}", lambda K, r=seqs: _seq(K, (6, 3), [
             L(K).LSTM(4, return_sequences=r)]), _xy((6, 3), n=8)))
+    def lstm_state(K: Any, sequences: bool, head: bool) -> Any:
+        inp = K.Input(shape=(6, 3))
+        out, h, c = L(K).LSTM(4, return_sequences=sequences, return_state=True)(inp)
+        if head:
+            return K.Model(inp, L(K).Dense(2)(L(K).Concatenate()([h, c])))
+        return K.Model(inp, [out, h, c])
+    for seqs in (False, True):
+        cases.append(Case(f"LSTM return_state return_sequences={seqs}",
+                          lambda K, r=seqs: lstm_state(K, r, False), _xy((6, 3), n=8)))
+    cases.append(Case("LSTM return_state: Dense on [h, c] fit",
+                      lambda K: lstm_state(K, False, True), _xy((6, 3), regress=2, n=32),
+                      lambda K: "mse", ("mae",), lambda K: K.optimizers.Adam(0.01), epochs=2))
     cases.append(Case("LSTM + Dense fit", lambda K: _seq(K, (5, 3), [
         L(K).LSTM(4), L(K).Dense(2)]), _xy((5, 3), regress=2, n=32), lambda K: "mse",
         ("mae",), lambda K: K.optimizers.SGD(0.1), epochs=2))

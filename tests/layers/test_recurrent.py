@@ -5,6 +5,7 @@ import pytest
 
 import tfc
 from tfc.errors import TypeMismatch
+from tests.layers.gradcheck import assert_model_gradients_match_finite_differences
 
 
 @pytest.fixture(autouse=True)
@@ -20,6 +21,12 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 def lstm_np(x: np.ndarray, kernel: np.ndarray, recurrent: np.ndarray, bias: np.ndarray
             ) -> np.ndarray:
     """Keras's LSTM (gates i, f, g, o in the kernels' columns): every h, ``[B, T, U]``."""
+    return lstm_state_np(x, kernel, recurrent, bias)[0]
+
+
+def lstm_state_np(x: np.ndarray, kernel: np.ndarray, recurrent: np.ndarray, bias: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Every h (``[B, T, U]``) and the last c (``[B, U]``)."""
     b, t, _ = x.shape
     u = recurrent.shape[0]
     h, c = np.zeros((b, u)), np.zeros((b, u))
@@ -31,7 +38,7 @@ def lstm_np(x: np.ndarray, kernel: np.ndarray, recurrent: np.ndarray, bias: np.n
         c = f * c + i * g
         h = o * np.tanh(c)
         hs.append(h)
-    return np.stack(hs, axis=1)
+    return np.stack(hs, axis=1), c
 
 
 def test_lstm_matches_numpy():
@@ -87,6 +94,35 @@ def test_lstm_gradient_matches_finite_differences():
             minus[i][idx] -= eps
             numeric[idx] = (loss_np(plus) - loss_np(minus)) / (2 * eps)
         np.testing.assert_allclose(got[i], numeric, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("sequences", [False, True])
+def test_lstm_return_state(sequences):
+    """Keras's ``[output, h, c]``: the output as without ``return_state``, the last ``h``
+    and ``c``; usable as a Functional model's outputs and as the next layers' inputs, and
+    its gradient through ``c`` (f64) against finite differences."""
+    rng = np.random.default_rng(4)
+    inp = tfc.keras.Input(shape=(5, 3), dtype="float64")
+    lstm = tfc.keras.layers.LSTM(4, return_sequences=sequences, return_state=True)
+    out, h, c = lstm(inp)
+    assert str(out.type) == ("f64[B,5,4]" if sequences else "f64[B,4]")
+    assert str(h.type) == str(c.type) == "f64[B,4]"
+    head = tfc.keras.layers.Dense(2)(tfc.keras.layers.Concatenate()([h, c]))
+    model = tfc.keras.Model(inp, [out, h, c, head])
+    weights = [rng.normal(size=w.shape) * 0.5 for w in model.get_weights()]
+    model.set_weights(weights)
+    xs = rng.normal(size=(6, 5, 3))
+    got_out, got_h, got_c, _ = model.predict(xs)
+    hs, c_last = lstm_state_np(xs, *weights[:3])
+    np.testing.assert_allclose(got_out, hs if sequences else hs[:, -1], rtol=1e-12)
+    np.testing.assert_allclose(got_h, hs[:, -1], rtol=1e-12)
+    np.testing.assert_allclose(got_c, c_last, rtol=1e-12)
+    trained = tfc.keras.Model(inp, head)
+    trained.compile("sgd", "mse")
+    tr = trained._require_training()
+    feeds = trained._feed_dict(trained._prepare_x(xs),
+                               trained._prepare_y(rng.normal(size=(6, 2))))
+    assert_model_gradients_match_finite_differences(trained, tr.loss, feeds)
 
 
 def test_lstm_errors():

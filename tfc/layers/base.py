@@ -274,7 +274,7 @@ class Layer:
                         out = self._call(x, training)
                     except TfcError as e:
                         raise self._named(e).at(user_location())
-        self.output_type = out.type
+        self.output_type = (out if isinstance(out, Tensor) else out[0]).type  # [out, *states]
         if outermost:
             record_call(self, x, out, given)
         return out

@@ -33,9 +33,11 @@ from tfc.layers.core import float_dtype, static_dim
 
 class LSTM(Layer):
     """An LSTM over ``[B, T, features]``: the last ``h`` (``[B, units]``), or every ``h``
-    (``[B, T, units]``) with ``return_sequences``."""
+    (``[B, T, units]``) with ``return_sequences``; with ``return_state`` (Keras's) the list
+    ``[output, h, c]`` of that output and the final state (``h`` and ``c``: ``[B, units]``
+    each), as an encoder hands its state on."""
 
-    def __init__(self, units: int, return_sequences: bool = False,
+    def __init__(self, units: int, return_sequences: bool = False, return_state: bool = False,
                  kernel_initializer: str | Initializer = "glorot_uniform",
                  recurrent_initializer: str | Initializer = "glorot_uniform",
                  unit_forget_bias: bool = True, **kwargs: Any) -> None:
@@ -44,6 +46,7 @@ class LSTM(Layer):
             raise TypeMismatch(f"LSTM: units must be positive, got {units}")
         self.units = int(units)
         self.return_sequences = return_sequences
+        self.return_state = return_state
         self.kernel_initializer = kernel_initializer
         self.recurrent_initializer = recurrent_initializer
         self.unit_forget_bias = unit_forget_bias
@@ -66,7 +69,7 @@ class LSTM(Layer):
                                                 self.recurrent_initializer)
         self.bias = self.add_weight("bias", (u4,), self._bias_init)
 
-    def call(self, x: Tensor, training: bool) -> Tensor:
+    def call(self, x: Tensor, training: bool) -> Any:
         u = self.units
         proj = ops.transpose(ops.matmul(x, self.kernel) + self.bias, [1, 0, 2])  # [T, B, 4u]
         zero = apply("zeros_like", proj[0][:, :u])  # [B, u]: the batch may be symbolic
@@ -82,7 +85,6 @@ class LSTM(Layer):
             c = f * c + i * g
             return o * ops.tanh(c), c
 
-        hs, _ = scan(step, proj, initializer=(zero, zero))  # [T, B, u] each
-        if self.return_sequences:
-            return ops.transpose(hs, [1, 0, 2])
-        return hs[-1]
+        hs, cs = scan(step, proj, initializer=(zero, zero))  # [T, B, u] each
+        out = ops.transpose(hs, [1, 0, 2]) if self.return_sequences else hs[-1]
+        return [out, hs[-1], cs[-1]] if self.return_state else out
