@@ -382,7 +382,13 @@ def build_cases() -> list[Case]:
 # ----------------------------------------------------------------------------- running
 
 def _close(a: Any, b: Any, tol: tuple[float, float], scaled: bool = False) -> str:
-    """'' when ``a`` (tfc) agrees with ``b`` (Keras), else what differs."""
+    """'' when ``a`` (tfc) agrees with ``b`` (Keras), else what differs; lists (a model's
+    several outputs) element by element."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return f"{len(a)} outputs vs Keras {len(b)}"
+        return "; ".join(f"output {i}: {d}" for i, (x, y) in enumerate(zip(a, b))
+                         if (d := _close(x, y, tol, scaled)))
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
         return f"shape {a.shape} vs Keras {b.shape}"
