@@ -300,3 +300,23 @@ def test_reshape(backend):
         K.layers.Reshape((-1, -1))
     with pytest.raises(TypeMismatch, match="must be known statically"):
         K.layers.Reshape((-1,))(tfc.placeholder(tfc.float32, [None, None, 2]))
+
+
+def test_exported_train_step_updates_the_moving_statistics():
+    """A model file's ``train_step`` entry (``export``) is ``fit``'s step: it runs the
+    moving-statistic updates too."""
+    from tfc.runtime import Program
+    rng = np.random.default_rng(8)
+    xs = (rng.normal(size=(8, 3)) * 2 + 1).astype(np.float32)
+    model = K.Sequential([K.Input(shape=(3,)), K.layers.BatchNormalization(momentum=0.5)])
+    model.compile(K.optimizers.SGD(0.1), "mse")
+    model.build()
+    model.export()
+    program = Program(tfc.get_default_graph().as_module())
+    for i in (0, 4):
+        program.run("train_step", x=xs[i:i + 4], y=xs[i:i + 4])
+    want_mm, want_mv = moving_by_hand(xs, 4, 1, 0.5)
+    values = program.variables
+    np.testing.assert_allclose(values["batch_normalization/moving_mean"], want_mm, rtol=1e-5)
+    np.testing.assert_allclose(values["batch_normalization/moving_variance"], want_mv,
+                               rtol=1e-5)
