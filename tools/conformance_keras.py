@@ -238,6 +238,19 @@ def build_cases() -> list[Case]:
     cases.append(Case("LSTM return_state: Dense on [h, c] fit",
                       lambda K: lstm_state(K, False, True), _xy((6, 3), regress=2, n=32),
                       lambda K: "mse", ("mae",), lambda K: K.optimizers.Adam(0.01), epochs=2))
+    for seqs, after in ((False, True), (True, True), (False, False)):
+        cases.append(Case(f"GRU return_sequences={seqs} reset_after={after}",
+                          lambda K, r=seqs, a=after: _seq(K, (6, 3), [
+                              L(K).GRU(4, return_sequences=r, reset_after=a)]),
+                          _xy((6, 3), n=8)))
+    cases.append(Case("GRU return_state + Dense fit", lambda K: (lambda inp: K.Model(
+        inp, L(K).Dense(2)(L(K).GRU(4, return_state=True)(inp)[1])))(K.Input(shape=(5, 3))),
+        _xy((5, 3), regress=2, n=32), lambda K: "mse", ("mae",),
+        lambda K: K.optimizers.Adam(0.01), epochs=2))
+    cases.append(Case("GRU no bias, reset_after=False + Dense fit", lambda K: _seq(K, (5, 3), [
+        L(K).GRU(4, use_bias=False, reset_after=False), L(K).Dense(2)]),
+        _xy((5, 3), regress=2, n=32), lambda K: "mse", ("mae",),
+        lambda K: K.optimizers.SGD(0.1), epochs=2))
     cases.append(Case("LSTM + Dense fit", lambda K: _seq(K, (5, 3), [
         L(K).LSTM(4), L(K).Dense(2)]), _xy((5, 3), regress=2, n=32), lambda K: "mse",
         ("mae",), lambda K: K.optimizers.SGD(0.1), epochs=2))

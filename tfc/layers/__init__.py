@@ -18,10 +18,10 @@ from tfc.layers.losses import (BinaryCrossentropy, CategoricalCrossentropy, Loss
 from tfc.layers.merge import Add, Concatenate
 from tfc.layers.normalization import BatchNormalization, LayerNormalization
 from tfc.layers.model import Sequential
-from tfc.layers.recurrent import LSTM
+from tfc.layers.recurrent import GRU, LSTM
 
 __all__ = ["Layer", "Dense", "Dropout", "Embedding", "Flatten", "Conv2D", "MaxPool2D",
            "MaxPooling2D", "AveragePooling2D", "AvgPool2D", "LSTM", "Sequential", "History",
            "Loss", "SparseCategoricalCrossentropy", "CategoricalCrossentropy",
            "BinaryCrossentropy", "Input", "Model", "Functional", "Concatenate", "Add",
-           "Reshape", "BatchNormalization", "LayerNormalization"]
+           "Reshape", "BatchNormalization", "LayerNormalization", "GRU"]
