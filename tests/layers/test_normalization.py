@@ -7,7 +7,7 @@ import pytest
 
 import tfc
 import tfc.keras as K
-from tfc.errors import TypeMismatch
+from tfc.errors import TfcError, TypeMismatch
 from tests.layers.gradcheck import assert_model_gradients_match_finite_differences
 
 
@@ -320,3 +320,15 @@ def test_exported_train_step_updates_the_moving_statistics():
     np.testing.assert_allclose(values["batch_normalization/moving_mean"], want_mm, rtol=1e-5)
     np.testing.assert_allclose(values["batch_normalization/moving_variance"], want_mv,
                                rtol=1e-5)
+
+
+def test_data_parallel_fit_refuses_batch_statistics_clearly():
+    """Under a MirroredStrategy each replica would see its own part of the batch, so the
+    moving statistics would disagree: ``fit`` says so (no silent per-replica update)."""
+    strategy = tfc.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = K.Sequential([K.Input(shape=(3,)), K.layers.BatchNormalization()])
+        model.compile("sgd", "mse")
+    xs = np.ones((4, 3), np.float32)
+    with pytest.raises(TfcError, match="moving_mean.*depends on the batch"):
+        model.fit(xs, xs, epochs=1, batch_size=4, verbose=0)
