@@ -59,7 +59,10 @@ class BatchNormalization(Layer):
     (with ``scale``), ``beta`` (with ``center``), ``moving_mean``, ``moving_variance``, the
     last two non-trainable (counted in ``count_params``, saved by ``get_weights``).
 
-    Not here: Keras's regularizers, constraints, ``renorm`` and ``synchronized``.
+    Not here: Keras's regularizers, constraints, ``renorm`` and ``synchronized``; one
+    layer called twice in a training graph (its variables would be assigned twice in one
+    step: the session refuses) or trained under a data-parallel strategy (the replicate
+    pass refuses: each replica's batch statistics differ).
     """
 
     uses_training = True
