@@ -11,7 +11,11 @@ initializers do not matter), and then, on the llvm and on the reference backend:
   ``model(x, training=True)``; tfc: ``tfc.gradients`` of the training graph's loss);
 - with an optimizer: ``fit`` for a few epochs, ``shuffle=False``, the same batch size:
   ``History``'s per-epoch loss and metrics and the final weights;
-- ``count_params`` (what ``summary`` prints as the total).
+- ``count_params`` (what ``summary`` prints as the total);
+- for a layer that computes differently in training (``BatchNormalization``: the cases with
+  ``training_mode``), the forward in training mode (Keras: ``model(x, training=True)``,
+  whose moving-statistic updates are undone before ``fit``) and ``evaluate`` after ``fit``
+  (with the moving statistics ``fit`` left; ``fit``'s tolerance).
 
 Tolerances (float32): forward, loss and metrics rtol 1e-5 / atol 1e-6 (a sum of at most a
 few hundred products); gradients rtol 1e-4 / atol 1e-6 relative to the gradient's largest
