@@ -11,7 +11,11 @@ initializers do not matter), and then, on the llvm and on the reference backend:
   ``model(x, training=True)``; tfc: ``tfc.gradients`` of the training graph's loss);
 - with an optimizer: ``fit`` for a few epochs, ``shuffle=False``, the same batch size:
   ``History``'s per-epoch loss and metrics and the final weights;
-- ``count_params`` (what ``summary`` prints as the total).
+- ``count_params`` (what ``summary`` prints as the total);
+- for a layer that computes differently in training (``BatchNormalization``: the cases with
+  ``training_mode``), the forward in training mode (Keras: ``model(x, training=True)``,
+  whose moving-statistic updates are undone before ``fit``) and ``evaluate`` after ``fit``
+  (with the moving statistics ``fit`` left; ``fit``'s tolerance).
 
 Tolerances (float32): forward, loss and metrics rtol 1e-5 / atol 1e-6 (a sum of at most a
 few hundred products); gradients rtol 1e-4 / atol 1e-6 relative to the gradient's largest
@@ -62,6 +66,10 @@ class Case:
     optimizer: Callable[[Any], Any] | None = None
     epochs: int = 3
     batch_size: int = 16
+    # a layer that computes differently in training (BatchNormalization): also compare the
+    # forward in training mode (Keras: ``model(x, training=True)``) and ``evaluate`` after
+    # ``fit`` (the moving statistics fit left)
+    training_mode: bool = False
 
 
 @dataclass
@@ -222,6 +230,31 @@ def build_cases() -> list[Case]:
     for seqs in (False, True):
         cases.append(Case(f"LSTM return_sequences={seqs}", lambda K, r=seqs: _seq(K, (6, 3), [
             L(K).LSTM(4, return_sequences=r)]), _xy((6, 3), n=8)))
+    def lstm_state(K: Any, sequences: bool, head: bool) -> Any:
+        inp = K.Input(shape=(6, 3))
+        out, h, c = L(K).LSTM(4, return_sequences=sequences, return_state=True)(inp)
+        if head:
+            return K.Model(inp, L(K).Dense(2)(L(K).Concatenate()([h, c])))
+        return K.Model(inp, [out, h, c])
+    for seqs in (False, True):
+        cases.append(Case(f"LSTM return_state return_sequences={seqs}",
+                          lambda K, r=seqs: lstm_state(K, r, False), _xy((6, 3), n=8)))
+    cases.append(Case("LSTM return_state: Dense on [h, c] fit",
+                      lambda K: lstm_state(K, False, True), _xy((6, 3), regress=2, n=32),
+                      lambda K: "mse", ("mae",), lambda K: K.optimizers.Adam(0.01), epochs=2))
+    for seqs, after in ((False, True), (True, True), (False, False)):
+        cases.append(Case(f"GRU return_sequences={seqs} reset_after={after}",
+                          lambda K, r=seqs, a=after: _seq(K, (6, 3), [
+                              L(K).GRU(4, return_sequences=r, reset_after=a)]),
+                          _xy((6, 3), n=8)))
+    cases.append(Case("GRU return_state + Dense fit", lambda K: (lambda inp: K.Model(
+        inp, L(K).Dense(2)(L(K).GRU(4, return_state=True)(inp)[1])))(K.Input(shape=(5, 3))),
+        _xy((5, 3), regress=2, n=32), lambda K: "mse", ("mae",),
+        lambda K: K.optimizers.Adam(0.01), epochs=2))
+    cases.append(Case("GRU no bias, reset_after=False + Dense fit", lambda K: _seq(K, (5, 3), [
+        L(K).GRU(4, use_bias=False, reset_after=False), L(K).Dense(2)]),
+        _xy((5, 3), regress=2, n=32), lambda K: "mse", ("mae",),
+        lambda K: K.optimizers.SGD(0.1), epochs=2))
     cases.append(Case("LSTM + Dense fit", lambda K: _seq(K, (5, 3), [
         L(K).LSTM(4), L(K).Dense(2)]), _xy((5, 3), regress=2, n=32), lambda K: "mse",
         ("mae",), lambda K: K.optimizers.SGD(0.1), epochs=2))
@@ -243,6 +276,52 @@ def build_cases() -> list[Case]:
         cases.append(Case(f"Functional two towers {merge}", lambda K, m=merge: _two_towers(K, m),
                           _towers_data, lambda K: "sparse_categorical_crossentropy",
                           ("accuracy",), lambda K: K.optimizers.SGD(0.05, momentum=0.9)))
+    # normalization and Reshape: forward in both modes, gradients through the batch
+    # statistics, fit (the moving statistics among the final weights), evaluate after fit
+    norm_cases: list[tuple[str, Callable[[Any], Any], Any, Any, Any]] = [
+        ("BatchNormalization after Dense", lambda K: _seq(K, (6,), [
+            L(K).Dense(8), L(K).BatchNormalization(), L(K).Dense(3, activation="softmax")]),
+         _xy((6,), classes=3), "sparse_categorical_crossentropy",
+         lambda K: K.optimizers.SGD(0.1)),
+        ("BatchNormalization momentum=0.9 epsilon=0.01 no center/scale", lambda K: _seq(
+            K, (6,), [L(K).Dense(5, activation="relu"), L(K).BatchNormalization(
+                momentum=0.9, epsilon=0.01, center=False, scale=False), L(K).Dense(2)]),
+         _xy((6,), regress=2), "mse", lambda K: K.optimizers.Adam(0.01)),
+        # no bias before a BatchNormalization under Adam: the batch mean cancels it, so its
+        # gradient is rounding noise that Adam's g / sqrt(v) blows up to +-lr per step
+        ("BatchNormalization Conv2D channels", lambda K: _seq(K, (6, 6, 2), [
+            L(K).Conv2D(3, 3, use_bias=False), L(K).BatchNormalization(), L(K).MaxPooling2D(),
+            L(K).Flatten(), L(K).Dense(4, activation="softmax")]),
+         _xy((6, 6, 2), classes=4, n=32), "sparse_categorical_crossentropy",
+         lambda K: K.optimizers.Adam(0.01)),
+        ("BatchNormalization axis=1", lambda K: _seq(K, (4, 3), [
+            L(K).BatchNormalization(axis=1, momentum=0.8), L(K).Flatten(), L(K).Dense(2)]),
+         _xy((4, 3), regress=2), "mse", lambda K: K.optimizers.SGD(0.05, momentum=0.9)),
+        ("BatchNormalization Sequential momentum=0.5", lambda K: K.Sequential([
+            K.Input(shape=(6,)), L(K).Dense(8, activation="tanh"),
+            L(K).BatchNormalization(momentum=0.5), L(K).Dense(3, activation="softmax")]),
+         _xy((6,), classes=3), "sparse_categorical_crossentropy", lambda K: "rmsprop"),
+        ("LayerNormalization after Dense", lambda K: _seq(K, (6,), [
+            L(K).Dense(8), L(K).LayerNormalization(), L(K).Dense(3, activation="softmax")]),
+         _xy((6,), classes=3), "sparse_categorical_crossentropy",
+         lambda K: K.optimizers.SGD(0.1)),
+        ("LayerNormalization axis=[1, 2] epsilon=0.1", lambda K: _seq(K, (4, 3), [
+            L(K).LayerNormalization(axis=[1, 2], epsilon=0.1), L(K).Flatten(),
+            L(K).Dense(2)]), _xy((4, 3), regress=2), "mse", lambda K: K.optimizers.Adam(0.01)),
+        ("LayerNormalization no center/scale, 3-D", lambda K: _seq(K, (4, 3), [
+            L(K).LayerNormalization(center=False, scale=False), L(K).Flatten(),
+            L(K).Dense(2)]), _xy((4, 3), regress=2), "mse", lambda K: K.optimizers.SGD(0.1)),
+        ("Reshape -1 + Dense", lambda K: _seq(K, (12,), [
+            L(K).Reshape((-1, 4)), L(K).Dense(2), L(K).Reshape((6,))]),
+         _xy((12,), regress=6), "mse", lambda K: K.optimizers.SGD(0.1)),
+        ("Reshape to image + Conv2D", lambda K: _seq(K, (32,), [
+            L(K).Reshape((4, 4, 2)), L(K).Conv2D(2, 3), L(K).Flatten(), L(K).Dense(2)]),
+         _xy((32,), regress=2), "mse", lambda K: K.optimizers.Adam(0.01)),
+    ]
+    for name, build, data, loss_name, opt in norm_cases:
+        metrics = ("accuracy",) if "crossentropy" in loss_name else ("mae",)
+        cases.append(Case(name, build, data, lambda K, n=loss_name: n, metrics, opt,
+                          training_mode=True))
     # losses (with gradients and a short fit): each loss tfc offers, from_logits both ways
     def mlp(act: str | None, n: int) -> Callable[[Any], Any]:
         """Dense(tanh) -> Dense(n, act); "sigmoid+flatten": probabilities that do not sum
@@ -320,7 +399,13 @@ def build_cases() -> list[Case]:
 # ----------------------------------------------------------------------------- running
 
 def _close(a: Any, b: Any, tol: tuple[float, float], scaled: bool = False) -> str:
-    """'' when ``a`` (tfc) agrees with ``b`` (Keras), else what differs."""
+    """'' when ``a`` (tfc) agrees with ``b`` (Keras), else what differs; lists (a model's
+    several outputs) element by element."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return f"{len(a)} outputs vs Keras {len(b)}"
+        return "; ".join(f"output {i}: {d}" for i, (x, y) in enumerate(zip(a, b))
+                         if (d := _close(x, y, tol, scaled)))
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
         return f"shape {a.shape} vs Keras {b.shape}"
@@ -341,6 +426,10 @@ def run_keras(case: Case, x: Any, y: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"weights": [np.array(w) for w in model.get_weights()],
                            "params": model.count_params()}
     out["predict"] = model.predict(x, batch_size=len(y) if y is not None else 64, verbose=0)
+    initial = model.get_weights()  # a training call below updates moving statistics
+    if case.training_mode:
+        out["predict training"] = np.array(model(x, training=True))
+        model.set_weights(initial)
     if case.loss is None:
         return out
     loss = case.loss(keras)
@@ -352,11 +441,15 @@ def run_keras(case: Case, x: Any, y: Any) -> dict[str, Any]:
         value = tf.reduce_mean(loss_fn(y, model(x, training=True)))
     out["grads"] = [np.array(tf.convert_to_tensor(g))  # Embedding's: IndexedSlices
                     for g in tape.gradient(value, model.trainable_weights)]
+    model.set_weights(initial)  # fit starts from the initial moving statistics, as tfc's
     if case.optimizer is not None:
         hist = model.fit(x, y, epochs=case.epochs, batch_size=case.batch_size, shuffle=False,
                          verbose=0)
         out["history"] = {k: list(v) for k, v in hist.history.items()}
         out["final"] = [np.array(w) for w in model.get_weights()]
+        if case.training_mode:
+            out["evaluate after fit"] = model.evaluate(x, y, batch_size=len(y), verbose=0,
+                                                       return_dict=True)
     return out
 
 
@@ -371,6 +464,10 @@ def run_tfc(case: Case, x: Any, y: Any, weights: list[np.ndarray], backend: str
         out["params"] = model.count_params()
         model.set_weights(weights)
         out["predict"] = model.predict(x, batch_size=len(y) if y is not None else 64)
+        if case.training_mode:
+            train_out = model(model._packed_inputs(), training=True)
+            out["predict training"] = model.session.run(train_out, dict(zip(
+                model._input_list(), x if isinstance(x, list) else [x])))
         if case.loss is None:
             return out
         model.compile(optimizer=case.optimizer(tfc.keras) if case.optimizer else "sgd",
@@ -385,6 +482,8 @@ def run_tfc(case: Case, x: Any, y: Any, weights: list[np.ndarray], backend: str
                              shuffle=False, verbose=0)
             out["history"] = {k: list(v) for k, v in hist.items()}
             out["final"] = model.get_weights()
+            if case.training_mode:
+                out["evaluate after fit"] = model.evaluate(x, y, batch_size=len(y))
     return out
 
 
@@ -393,12 +492,18 @@ def compare(case: Case, k: dict[str, Any], t: dict[str, Any]) -> list[tuple[str,
     res = [("params", "" if k["params"] == t["params"]
             else f"{t['params']} params vs Keras {k['params']}"),
            ("predict", _close(t["predict"], k["predict"], FWD))]
-    if "evaluate" in k:
-        ke, te = k["evaluate"], t["evaluate"]
+    if "predict training" in k:
+        res.append(("predict training", _close(t["predict training"], k["predict training"],
+                                               FWD)))
+    for check, tol in (("evaluate", FWD), ("evaluate after fit", FIT)):
+        if check not in k:
+            continue
+        ke, te = k[check], t[check]
         d = ("" if set(ke) == set(te) else f"keys {sorted(te)} vs Keras {sorted(ke)}")
         d = d or "; ".join(f"{n}: {c}" for n in ke
-                           if (c := _close(te[n], ke[n], FWD)))
-        res.append(("evaluate", d))
+                           if (c := _close(te[n], ke[n], tol)))
+        res.append((check, d))
+    if "evaluate" in k:
         d = "; ".join(f"weight {i}: {c}" for i, (a, b) in enumerate(zip(t["grads"], k["grads"]))
                       if (c := _close(a, b, GRAD, scaled=True)))
         res.append(("gradients", d if len(t["grads"]) == len(k["grads"])

@@ -5,6 +5,7 @@ import pytest
 
 import tfc
 from tfc.errors import TypeMismatch
+from tests.layers.gradcheck import assert_model_gradients_match_finite_differences
 
 
 @pytest.fixture(autouse=True)
@@ -20,6 +21,12 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 def lstm_np(x: np.ndarray, kernel: np.ndarray, recurrent: np.ndarray, bias: np.ndarray
             ) -> np.ndarray:
     """Keras's LSTM (gates i, f, g, o in the kernels' columns): every h, ``[B, T, U]``."""
+    return lstm_state_np(x, kernel, recurrent, bias)[0]
+
+
+def lstm_state_np(x: np.ndarray, kernel: np.ndarray, recurrent: np.ndarray, bias: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Every h (``[B, T, U]``) and the last c (``[B, U]``)."""
     b, t, _ = x.shape
     u = recurrent.shape[0]
     h, c = np.zeros((b, u)), np.zeros((b, u))
@@ -31,7 +38,7 @@ def lstm_np(x: np.ndarray, kernel: np.ndarray, recurrent: np.ndarray, bias: np.n
         c = f * c + i * g
         h = o * np.tanh(c)
         hs.append(h)
-    return np.stack(hs, axis=1)
+    return np.stack(hs, axis=1), c
 
 
 def test_lstm_matches_numpy():
@@ -89,8 +96,111 @@ def test_lstm_gradient_matches_finite_differences():
         np.testing.assert_allclose(got[i], numeric, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("sequences", [False, True])
+def test_lstm_return_state(sequences):
+    """Keras's ``[output, h, c]``: the output as without ``return_state``, the last ``h``
+    and ``c``; usable as a Functional model's outputs and as the next layers' inputs, and
+    its gradient through ``c`` (f64) against finite differences."""
+    rng = np.random.default_rng(4)
+    inp = tfc.keras.Input(shape=(5, 3), dtype="float64")
+    lstm = tfc.keras.layers.LSTM(4, return_sequences=sequences, return_state=True)
+    out, h, c = lstm(inp)
+    assert str(out.type) == ("f64[B,5,4]" if sequences else "f64[B,4]")
+    assert str(h.type) == str(c.type) == "f64[B,4]"
+    head = tfc.keras.layers.Dense(2)(tfc.keras.layers.Concatenate()([h, c]))
+    model = tfc.keras.Model(inp, [out, h, c, head])
+    weights = [rng.normal(size=w.shape) * 0.5 for w in model.get_weights()]
+    model.set_weights(weights)
+    xs = rng.normal(size=(6, 5, 3))
+    got_out, got_h, got_c, _ = model.predict(xs)
+    hs, c_last = lstm_state_np(xs, *weights[:3])
+    np.testing.assert_allclose(got_out, hs if sequences else hs[:, -1], rtol=1e-12)
+    np.testing.assert_allclose(got_h, hs[:, -1], rtol=1e-12)
+    np.testing.assert_allclose(got_c, c_last, rtol=1e-12)
+    trained = tfc.keras.Model(inp, head)
+    trained.compile("sgd", "mse")
+    tr = trained._require_training()
+    feeds = trained._feed_dict(trained._prepare_x(xs),
+                               trained._prepare_y(rng.normal(size=(6, 2))))
+    assert_model_gradients_match_finite_differences(trained, tr.loss, feeds)
+
+
 def test_lstm_errors():
     with pytest.raises(TypeMismatch, match=r"takes \[batch, time, features\] inputs"):
         tfc.layers.LSTM(3)(tfc.placeholder(tfc.float32, [None, 4]))
     with pytest.raises(TypeMismatch, match="units must be positive"):
         tfc.layers.LSTM(0)
+
+
+def gru_np(x: np.ndarray, kernel: np.ndarray, recurrent: np.ndarray,
+           bias: np.ndarray | None, reset_after: bool) -> np.ndarray:
+    """Keras's GRU (gates z, r, h~ in the kernels' columns): every h, ``[B, T, U]``."""
+    b, t, _ = x.shape
+    u = recurrent.shape[0]
+    b_in = np.zeros(3 * u) if bias is None else bias[0] if reset_after else bias
+    b_rec = np.zeros(3 * u) if bias is None or not reset_after else bias[1]
+    h = np.zeros((b, u))
+    hs = []
+    for s in range(t):
+        xw = x[:, s] @ kernel + b_in
+        if reset_after:
+            inner = h @ recurrent + b_rec
+            z = sigmoid(xw[:, :u] + inner[:, :u])
+            r = sigmoid(xw[:, u:2 * u] + inner[:, u:2 * u])
+            hh = np.tanh(xw[:, 2 * u:] + r * inner[:, 2 * u:])
+        else:
+            z = sigmoid(xw[:, :u] + h @ recurrent[:, :u])
+            r = sigmoid(xw[:, u:2 * u] + h @ recurrent[:, u:2 * u])
+            hh = np.tanh(xw[:, 2 * u:] + (r * h) @ recurrent[:, 2 * u:])
+        h = z * h + (1 - z) * hh
+        hs.append(h)
+    return np.stack(hs, axis=1)
+
+
+@pytest.mark.parametrize("reset_after, use_bias", [(True, True), (False, True), (True, False)])
+def test_gru_matches_numpy_and_returns_its_state(reset_after, use_bias):
+    rng = np.random.default_rng(5)
+    inp = tfc.keras.Input(shape=(5, 3), dtype="float64")
+    gru = tfc.keras.layers.GRU(4, return_sequences=True, return_state=True,
+                               reset_after=reset_after, use_bias=use_bias)
+    seq, h = gru(inp)
+    assert str(seq.type) == "f64[B,5,4]" and str(h.type) == "f64[B,4]"
+    assert [v.name for v in gru.variables] == ["gru/kernel", "gru/recurrent_kernel",
+                                               "gru/bias"][:3 if use_bias else 2]
+    bias_shape = [(2, 12) if reset_after else (12,)] if use_bias else []
+    assert [v.shape for v in gru.variables] == [(3, 12), (4, 12), *bias_shape]
+    last = tfc.keras.layers.GRU(2, reset_after=reset_after, use_bias=use_bias)(seq)
+    model = tfc.keras.Model(inp, [seq, h, last])
+    weights = [rng.normal(size=w.shape) * 0.5 for w in model.get_weights()]
+    model.set_weights(weights)
+    xs = rng.normal(size=(6, 5, 3))
+    got_seq, got_h, got_last = model.predict(xs)
+    n = 3 if use_bias else 2
+    first, second = weights[:n], weights[n:]
+    want = gru_np(xs, *first[:2], first[2] if use_bias else None, reset_after)
+    np.testing.assert_allclose(got_seq, want, rtol=1e-12)
+    np.testing.assert_allclose(got_h, want[:, -1], rtol=1e-12)
+    np.testing.assert_allclose(
+        got_last, gru_np(want, *second[:2], second[2] if use_bias else None,
+                         reset_after)[:, -1], rtol=1e-12)
+
+
+@pytest.mark.parametrize("reset_after", [True, False])
+def test_gru_gradient_matches_finite_differences(reset_after):
+    rng = np.random.default_rng(6)
+    inp = tfc.keras.Input(shape=(4, 2), dtype="float64")
+    out = tfc.keras.layers.Dense(2)(tfc.keras.layers.GRU(3, reset_after=reset_after)(inp))
+    model = tfc.keras.Model(inp, out)
+    model.set_weights([rng.normal(size=w.shape) * 0.5 for w in model.get_weights()])
+    model.compile("sgd", "mse")
+    tr = model._require_training()
+    feeds = model._feed_dict(model._prepare_x(rng.normal(size=(3, 4, 2))),
+                             model._prepare_y(rng.normal(size=(3, 2))))
+    assert_model_gradients_match_finite_differences(model, tr.loss, feeds)
+
+
+def test_gru_errors():
+    with pytest.raises(TypeMismatch, match=r"takes \[batch, time, features\] inputs"):
+        tfc.layers.GRU(3)(tfc.placeholder(tfc.float32, [None, 4]))
+    with pytest.raises(TypeMismatch, match="units must be positive"):
+        tfc.layers.GRU(0)

@@ -10,16 +10,18 @@ model file); ``Sequential``, the Functional model (``Model(Input(...), outputs)`
 from tfc.layers.base import Layer
 from tfc.layers.conv import (AveragePooling2D, AvgPool2D, Conv2D, MaxPool2D,
                              MaxPooling2D)
-from tfc.layers.core import Dense, Dropout, Embedding, Flatten
+from tfc.layers.core import Dense, Dropout, Embedding, Flatten, Reshape
 from tfc.layers.engine import History, Model
 from tfc.layers.functional import Functional, Input
 from tfc.layers.losses import (BinaryCrossentropy, CategoricalCrossentropy, Loss,
                                SparseCategoricalCrossentropy)
 from tfc.layers.merge import Add, Concatenate
+from tfc.layers.normalization import BatchNormalization, LayerNormalization
 from tfc.layers.model import Sequential
-from tfc.layers.recurrent import LSTM
+from tfc.layers.recurrent import GRU, LSTM
 
 __all__ = ["Layer", "Dense", "Dropout", "Embedding", "Flatten", "Conv2D", "MaxPool2D",
            "MaxPooling2D", "AveragePooling2D", "AvgPool2D", "LSTM", "Sequential", "History",
            "Loss", "SparseCategoricalCrossentropy", "CategoricalCrossentropy",
-           "BinaryCrossentropy", "Input", "Model", "Functional", "Concatenate", "Add"]
+           "BinaryCrossentropy", "Input", "Model", "Functional", "Concatenate", "Add",
+           "Reshape", "BatchNormalization", "LayerNormalization", "GRU"]

@@ -19,7 +19,7 @@ from tfc.api.graph import Graph, Tensor, Variable, as_dtype, user_location
 from tfc.api.tensor import TensorLike, convert_to_tensor
 from tfc.errors import TfcError, TypeMismatch
 from tfc.ir.types import DType, TensorType
-from tfc.layers.nodes import default_training, outermost_call, record_call
+from tfc.layers.nodes import add_update, default_training, outermost_call, record_call
 
 Initializer = Callable[[Sequence[int], DType], Any]
 
@@ -202,6 +202,19 @@ class Layer:
         self._variables.append(var)
         return var
 
+    def add_update(self, op: Any) -> None:
+        """Record ``op`` (an assign of one of the layer's non-trainable variables, made in
+        a training call: a ``BatchNormalization``'s moving statistics) in ``updates``; a
+        model's ``fit`` runs the updates of its training graph with each optimizer step
+        (``nodes.collecting_updates``)."""
+        self.__dict__.setdefault("_updates", []).append(op)
+        add_update(op)
+
+    @property
+    def updates(self) -> list[Any]:
+        """The state updates the layer's training calls made (``add_update``), in order."""
+        return list(self.__dict__.get("_updates", ()))
+
     def build(self, input_type: Any) -> None:
         """Make the layer's variables for its input, once, before the first call:
         ``input_type`` is an ``InputShape`` (a list of them for a layer that merges
@@ -261,7 +274,7 @@ class Layer:
                         out = self._call(x, training)
                     except TfcError as e:
                         raise self._named(e).at(user_location())
-        self.output_type = out.type
+        self.output_type = (out if isinstance(out, Tensor) else out[0]).type  # [out, *states]
         if outermost:
             record_call(self, x, out, given)
         return out

@@ -1,9 +1,10 @@
-"""Core layers: ``Dense``, ``Flatten``, ``Dropout``, ``Embedding`` (Keras's names and defaults)."""
+"""Core layers: ``Dense``, ``Flatten``, ``Reshape``, ``Dropout``, ``Embedding`` (Keras's names
+and defaults)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from tfc.api import nn, ops
 from tfc.api.graph import Tensor
@@ -72,6 +73,29 @@ class Flatten(Layer):
             return ops.reshape(x, [-1, 1])
         n = math.prod(static_dim(self, x.type, i, f"dim {i}") for i in range(1, x.type.rank))
         return ops.reshape(x, [-1, n])
+
+
+class Reshape(Layer):
+    """``[B, *in] -> [B, *target_shape]`` (Keras's ``Reshape``: ``target_shape`` excludes
+    the batch dim; one entry may be -1, the size that keeps the element count, computed
+    from the input's static dims). The batch dim may be symbolic."""
+
+    def __init__(self, target_shape: Sequence[int], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        target = tuple(int(d) for d in target_shape)
+        if sum(d == -1 for d in target) > 1 or any(d == 0 or d < -1 for d in target):
+            raise TypeMismatch(f"Reshape: target_shape must be positive sizes with at most "
+                               f"one -1, got {tuple(target_shape)}")
+        self.target_shape = target
+
+    def call(self, x: Tensor, training: bool) -> Tensor:
+        n = math.prod(static_dim(self, x.type, i, f"dim {i}") for i in range(1, x.type.rank))
+        known = math.prod(d for d in self.target_shape if d != -1)
+        if (n % known if -1 in self.target_shape else n != known):
+            raise TypeMismatch(f"Reshape '{self.name}': cannot reshape its input {x.type} "
+                               f"({n} elements per example) to {self.target_shape}")
+        target = [n // known if d == -1 else d for d in self.target_shape]
+        return ops.reshape(x, [-1, *target])
 
 
 class Dropout(Layer):

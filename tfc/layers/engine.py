@@ -48,14 +48,14 @@ import numpy as np
 from tfc.api import ops
 from tfc.api.graph import (Graph, Operation, Tensor, Variable, as_dtype, get_default_graph,
                            user_location)
-from tfc.api.session import Session
+from tfc.api.session import Session, group
 from tfc.callbacks.base import Callback, CallbackList
 from tfc.errors import FeedError, TfcError, TypeMismatch
 from tfc.ir.types import DType, TensorType
 from tfc.layers.base import Initializer, InputShape, Layer, _snake_case, get_initializer
 from tfc.layers.losses import get_loss, get_metric
-from tfc.layers.nodes import (default_training, flatten, outermost_call, pack, record_call,
-                              training_scope)
+from tfc.layers.nodes import (collecting_updates, default_training, flatten, outermost_call,
+                              pack, record_call, training_scope)
 from tfc.layers.progress import FitProgress, format_metrics
 
 # Optimizers by name that are not Keras's (``tfc.keras.optimizers`` has Keras's: sgd, adam,
@@ -482,10 +482,11 @@ class Model:
             shape = out.type.shape[1:-1] if loss.sparse_labels else out.type.shape[1:]
             ys.append(self.graph.placeholder(DType.i32 if loss.sparse_labels else out.dtype,
                                              [None, *shape], label))
-        train_outs = outputs
+        train_outs, updates = outputs, []
         if self.uses_training:
-            train_outs = self._leaves(self(self._packed_inputs(), training=True))
-            if same_computation(train_outs, outputs):
+            with collecting_updates() as updates:
+                train_outs = self._leaves(self(self._packed_inputs(), training=True))
+            if not updates and same_computation(train_outs, outputs):
                 train_outs = outputs  # call ignored training: one graph, as Sequential
         metric_fns = [[get_metric(m, loss, out) for m in specs]
                       for specs, loss, out in zip(metric_specs, losses, outputs)]
@@ -510,7 +511,7 @@ class Model:
             eval_loss, eval_metrics = train_loss, train_metrics
         else:
             eval_loss, eval_metrics = losses_and_metrics(outputs)
-        train_op = self._minimize(train_loss)
+        train_op = self._minimize(train_loss, updates)
         return _Training(ys, train_loss, train_metrics, train_op, eval_loss, eval_metrics)
 
     def _per_output(self, spec: Any, what: str, default: Any) -> list[Any]:
@@ -572,11 +573,18 @@ class Model:
                                   self._fit_step)
         return self._fit_step
 
-    def _minimize(self, loss: Tensor) -> Operation:
-        """The optimizer's step on ``loss``. A learning rate given as a number is read from
-        a non-trainable variable ``<model>/learning_rate`` instead of a constant, so that
-        callbacks (``LearningRateScheduler``) can change it between steps without a
-        recompile; the optimizer object itself is left as it was."""
+    def _minimize(self, loss: Tensor, updates: Sequence[Operation] = ()) -> Operation:
+        """The optimizer's step on ``loss``, grouped with ``updates`` (the state updates
+        of the training graph's layers: a BatchNormalization's moving statistics, computed
+        from the step's batch before the weights change, as Keras's ``fit``). A learning
+        rate given as a number is read from a non-trainable variable
+        ``<model>/learning_rate`` instead of a constant, so that callbacks
+        (``LearningRateScheduler``) can change it between steps without a recompile; the
+        optimizer object itself is left as it was."""
+        step = self._optimizer_step(loss)
+        return group(step, *updates, name="train_step") if updates else step
+
+    def _optimizer_step(self, loss: Tensor) -> Operation:
         opt = self.optimizer
         rate = getattr(opt, "_learning_rate", None)
         if not isinstance(rate, (int, float, np.floating, np.integer)) or isinstance(rate, bool):

@@ -24,7 +24,7 @@ from tfc.ir.types import DType
 from tfc.layers.base import Layer
 from tfc.layers.engine import History, Model, _Training, get_optimizer, labels_array
 from tfc.layers.losses import Loss, get_metric
-from tfc.layers.nodes import default_training, outermost_call, record_call
+from tfc.layers.nodes import collecting_updates, default_training, outermost_call, record_call
 
 
 class Sequential(Model):
@@ -149,7 +149,10 @@ class Sequential(Model):
             y = self.graph.placeholder(DType.i32, [None, *out.type.shape[1:-1]], "y")
         else:
             y = self.graph.placeholder(out.dtype, [None, *out.type.shape[1:]], "y")
-        train_out = self(self.inputs, training=True) if self.uses_training else out
+        train_out, updates = out, []
+        if self.uses_training:
+            with collecting_updates() as updates:
+                train_out = self(self.inputs, training=True)
         metric_fns = [get_metric(m, loss, out) for m in self._metric_specs]
 
         def losses_and_metrics(pred: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
@@ -161,7 +164,7 @@ class Sequential(Model):
             eval_loss, eval_metrics = train_loss, train_metrics
         else:
             eval_loss, eval_metrics = losses_and_metrics(out)
-        train_op = self._minimize(train_loss)
+        train_op = self._minimize(train_loss, updates)
         return _Training(y, train_loss, train_metrics, train_op, eval_loss, eval_metrics)
 
     # ---- the engine's hooks: one input tensor, one output tensor -------------------------------

@@ -151,3 +151,28 @@ def training_scope(training: bool) -> Iterator[None]:
         yield
     finally:
         _state.training = saved
+
+
+# ---- state updates (a BatchNormalization's moving statistics) -----------------------------
+
+@contextlib.contextmanager
+def collecting_updates() -> Iterator[list[Any]]:
+    """Around the building of a model's training graph: yields the list that the state
+    updates of the layers called inside (``Layer.add_update``: the assigns of a
+    ``BatchNormalization``'s moving statistics) are appended to, so that the model's
+    train op runs them with the optimizer's step (Keras's ``fit`` applies them each
+    step; TF1's ``UPDATE_OPS`` under ``control_dependencies``)."""
+    stack: list[list[Any]] = _state.__dict__.setdefault("updates", [])
+    found: list[Any] = []
+    stack.append(found)
+    try:
+        yield found
+    finally:
+        stack.pop()
+
+
+def add_update(op: Any) -> None:
+    """Hand ``op`` to every enclosing ``collecting_updates`` (none: it runs only when
+    fetched, as a Keras layer's update outside ``fit``)."""
+    for found in getattr(_state, "updates", ()):
+        found.append(op)
