@@ -50,6 +50,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
 
+from tfc import background
 from tfc.errors import TfcError
 from tfc.ir.bytecode import module_from_bytes, module_to_bytes
 from tfc.ir.core import Graph, Module
@@ -127,11 +128,15 @@ def _decode(ir: bytes, plans: bytes, target: object, verify: bool = False) -> Mo
     return module
 
 
+def _file(d: Path, key: str) -> Path:
+    return d / f"{key}.zip"
+
+
 def _read(key: str) -> tuple[bytes, bytes, bytes] | None:
     """The parts stored under ``key`` (the signature empty where the file has none:
     the module is then decoded before it is used); ``None`` when it cannot be read."""
     try:
-        with zipfile.ZipFile(cache_dir() / f"{key}.zip") as zf:
+        with zipfile.ZipFile(_file(cache_dir(), key)) as zf:
             names = set(zf.namelist())
             return (zf.read(IR), zf.read(PLANS),
                     zf.read(SIGNATURE) if SIGNATURE in names else b"")
@@ -139,10 +144,9 @@ def _read(key: str) -> tuple[bytes, bytes, bytes] | None:
         return None
 
 
-def _write(key: str, parts: tuple[bytes, bytes, bytes]) -> None:
-    """Store ``parts`` under ``key``; failures (read-only home, full disk) only cost the
-    passes next time."""
-    d = cache_dir()
+def _write(key: str, parts: tuple[bytes, bytes, bytes], d: Path) -> None:
+    """Store ``parts`` under ``key`` in ``d``; failures (read-only home, full disk) only
+    cost the passes next time."""
     try:
         d.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
@@ -151,7 +155,7 @@ def _write(key: str, parts: tuple[bytes, bytes, bytes]) -> None:
                 zf.writestr(IR, parts[0])
                 zf.writestr(PLANS, parts[1])
                 zf.writestr(SIGNATURE, parts[2])
-            os.replace(tmp, d / f"{key}.zip")
+            os.replace(tmp, _file(d, key))
         except BaseException:
             os.unlink(tmp)
             raise
@@ -199,6 +203,8 @@ class Lowering:
         self._lower = lower
         self._copy = source  # (see ``find``)
         self.key = module_key(module, entry, target, pipeline)
+        if self.key is not None:
+            background.wait_for(_file(cache_dir(), self.key))  # (a write this process queued)
         known = _IN_PROCESS.get(self.key) if self.key is not None else None
         self._parts = known or (_read(self.key) if self.key is not None else None)
         self._verified = known is not None  # (what this process decoded or made)
@@ -235,10 +241,22 @@ class Lowering:
                 result.source_key = key
                 return result
         result = self._lower(self._copy() if self._copy is not None else self.source)
-        if key is not None:
-            parts = _encode(result, self.entry)
-            if parts is not None:
-                _remember(key, parts)
-                _write(key, parts)
-                result.source_key = key  # what a hit returns, the miss's module is too
+        if key is not None and not result.partitions:  # (what ``_encode`` stores)
+            entry, d = self.entry, cache_dir()  # (the directory of now, not the write's)
+            # (on the worker where the caller defers: ``tfc.background``; nothing changes
+            # the module once lowered: the backend compiles it as it is)
+            background.later(_file(d, key), lambda: _store(key, result, entry, d))
+            # what a hit returns, the miss's module is too (a module whose attrs bytecode
+            # cannot hold is then not stored, but known by its key all the same: what
+            # the key hashes decides the lowered module, whether it is stored or not)
+            result.source_key = key
         return result
+
+
+def _store(key: str, module: Module, entry: str, d: Path) -> None:
+    """Remember the lowered ``module`` under ``key`` and write it in ``d`` (where it can
+    be encoded)."""
+    parts = _encode(module, entry)
+    if parts is not None:
+        _remember(key, parts)
+        _write(key, parts, d)

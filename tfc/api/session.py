@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from tfc import background
 from tfc.api.extract import extract
 from tfc.api.graph import Graph, Operation, Tensor, Variable, get_default_graph
 from tfc.api.tensor import convert_to_tensor
@@ -307,6 +308,15 @@ class Session:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
+        # the caches' writes for the next process (the lowered module, the native code)
+        # on a worker thread once compiled, off the first step's path (tfc.background)
+        with background.deferred():
+            compiled = self._compile_new(tensors, tops, fed)
+        self._cache[key] = compiled
+        return compiled
+
+    def _compile_new(self, tensors: list[Tensor], tops: list[ir.Op],
+                     fed: list[Tensor]) -> _Compiled:
         from tfc.pipeline import Target, lower
         feed_names = [t.value.name or f"feed{i}" for i, t in enumerate(fed)]
         fetch_names = [f"fetch{i}" for i in range(len(tensors))]
@@ -334,9 +344,7 @@ class Session:
             module = found.module()
             graph = module.graphs["run"]
             exe = self.backend.compile(module, "run")
-        compiled = _Compiled(graph, exe, feed_names, defers(exe))
-        self._cache[key] = compiled
-        return compiled
+        return _Compiled(graph, exe, feed_names, defers(exe))
 
     def _stored(self, found: Any) -> Executable | None:
         """The executable the backend keeps for the lowered module ``found``

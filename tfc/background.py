@@ -1,0 +1,120 @@
+"""Cache writes off a compile's critical path: one worker thread, joined at exit.
+
+A compile that misses its caches stores what it made for the next process (the lowered
+module, ``tfc.api.lowered_cache``; the native code, the llvm entry cache). Encoding and
+writing that cost a 256-layer MLP's edited first step ~60 ms of its ~360 ms, for a
+result nobody in this process reads. ``submit`` hands such a write (known by its file) to a worker thread,
+which mostly runs while the first step's native code runs (it releases the GIL).
+
+What is kept as it was:
+
+- a write still lands: the worker is a non-daemon thread, which the interpreter joins at
+  a normal exit (before ``atexit`` handlers run); a killed process loses it, as it lost a
+  write it was killed in the middle of before (the writes are atomic: a temp file moved
+  into place, so a reader finds the old file, the new one or none);
+- a failed write is a miss next time: the jobs catch what they caught when run inline
+  (``OSError``); anything else is a bug, reported (a traceback on stderr) and never
+  raised into the caller, whose compile succeeded;
+- this process sees its own writes: a lookup of a key with a write pending waits for it
+  (``wait_for``), so it reads what it would have read had the write been inline.
+
+Jobs run one at a time, in the order given. A job must only read what nothing changes
+any more (bytes, or a lowered module only its executable holds). Only a caller that opts
+in defers: ``later`` runs a job at once unless a ``deferred`` block is open in the
+thread (``Session``'s compile of a request), which queues the block's jobs as it ends,
+once the compile is done (a job queued sooner would contend for the GIL with the
+compile's Python, and read a module the backend still lowers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import traceback
+from collections import OrderedDict
+from typing import Callable, Hashable, Iterator
+
+_lock = threading.Lock()
+_jobs: OrderedDict[Hashable, Callable[[], None]] = OrderedDict()  # queued, by key
+_running: Hashable | None = None  # the key of the job the worker runs
+_worker: threading.Thread | None = None
+_held = threading.local()  # .jobs: those of the innermost open ``deferred`` block
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold the jobs ``later`` is given in this thread while the block runs; queue them
+    (``submit``) as it ends, however it ends (what they write was made)."""
+    outer = getattr(_held, "jobs", None)
+    jobs: OrderedDict[Hashable, Callable[[], None]] = OrderedDict()
+    _held.jobs = jobs
+    try:
+        yield
+    finally:
+        _held.jobs = outer
+        for key, job in jobs.items():
+            submit(key, job)
+
+
+def later(key: Hashable, job: Callable[[], None]) -> None:
+    """``job`` (the write of ``key``) held for the worker where a ``deferred`` block is
+    open in this thread, queued where a write of ``key`` is (so that they land in the
+    order given), else run now."""
+    jobs = getattr(_held, "jobs", None)
+    if jobs is not None:
+        jobs[key] = job  # (a later write of the same key replaces the earlier: see submit)
+        return
+    with _lock:
+        queue = key in _jobs or key == _running
+    if queue:
+        submit(key, job)
+    else:
+        job()
+
+
+def submit(key: Hashable, job: Callable[[], None]) -> None:
+    """Run ``job`` (the write of ``key``) on the worker thread, after those before it. A
+    job for ``key`` still queued is replaced by this one: each job writes the whole of
+    its key's file, and the later one what is current (an entry with a binding the first
+    step added: ``LLVMExecutable._binding``)."""
+    global _worker
+    with _lock:
+        _jobs[key] = job
+        if _worker is None:
+            _worker = threading.Thread(target=_run, name="tfc-cache-writes", daemon=False)
+            _worker.start()
+
+
+def _run() -> None:
+    global _worker, _running
+    while True:
+        with _lock:
+            if not _jobs:
+                _worker = _running = None
+                return
+            key, job = _jobs.popitem(last=False)
+            _running = key
+        try:
+            job()
+        except Exception:  # (a bug: reported, never raised into the compile that queued it)
+            print(f"tfc: a cache write failed ({key!r}):", file=sys.stderr)
+            traceback.print_exc()
+
+
+def wait_for(key: Hashable) -> None:
+    """Return once no write of ``key`` is queued or running (at once where none is)."""
+    with _lock:
+        busy = key in _jobs or key == _running
+    if busy:
+        flush()
+
+
+def flush() -> None:
+    """Return once every write submitted before is done."""
+    while True:
+        with _lock:
+            worker = _worker
+        if worker is None or worker is threading.current_thread():
+            return
+        worker.join()
