@@ -38,6 +38,22 @@ def test_a_deferred_block_holds_its_jobs_then_queues_them_in_order():
     assert done == ["a", "b"]
 
 
+def test_a_held_given_to_the_block_waits_for_its_owner_and_inner_blocks_join_it():
+    done = []
+    held = background.Held()
+    with background.deferred(held):
+        with background.deferred():
+            background.later("a", lambda: done.append("a"))
+        background.later("b", lambda: done.append("b"))
+        background.later("a", lambda: done.append("a again"))  # (replaces "a")
+    background.flush()
+    assert done == []  # held: its owner has not released it
+    held.release()
+    held.release()  # (once)
+    background.flush()
+    assert done == ["a again", "b"]
+
+
 def test_a_later_write_of_a_file_replaces_the_queued_one_and_keeps_the_order():
     gate = threading.Event()
     done = []

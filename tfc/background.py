@@ -21,9 +21,10 @@ What is kept as it was:
 Jobs run one at a time, in the order given. A job must only read what nothing changes
 any more (bytes, or a lowered module only its executable holds). Only a caller that opts
 in defers: ``later`` runs a job at once unless a ``deferred`` block is open in the
-thread (``Session``'s compile of a request), which queues the block's jobs as it ends,
-once the compile is done (a job queued sooner would contend for the GIL with the
-compile's Python, and read a module the backend still lowers).
+thread, which holds the block's jobs until it ends, or until its ``Held`` is released.
+``Session.run`` holds those of a new request's compile and first step, and releases them
+once that step has run: the worker then contends with neither the compile's Python for
+the GIL nor the first step's kernel threads for the cores (a 2-core host runs both).
 """
 
 from __future__ import annotations
@@ -39,31 +40,49 @@ _lock = threading.Lock()
 _jobs: OrderedDict[Hashable, Callable[[], None]] = OrderedDict()  # queued, by key
 _running: Hashable | None = None  # the key of the job the worker runs
 _worker: threading.Thread | None = None
-_held = threading.local()  # .jobs: those of the innermost open ``deferred`` block
+_held = threading.local()  # .jobs: the ``Held`` of the innermost open ``deferred`` block
+
+
+class Held:
+    """Jobs held back (by key: a later job of a key replaces the one held) until
+    ``release`` queues them; released at most once, and releasing twice is harmless."""
+
+    def __init__(self) -> None:
+        self.jobs: OrderedDict[Hashable, Callable[[], None]] = OrderedDict()
+
+    def release(self) -> None:
+        jobs, self.jobs = self.jobs, OrderedDict()
+        for key, job in jobs.items():
+            submit(key, job)
 
 
 @contextlib.contextmanager
-def deferred() -> Iterator[None]:
-    """Hold the jobs ``later`` is given in this thread while the block runs; queue them
-    (``submit``) as it ends, however it ends (what they write was made)."""
-    outer = getattr(_held, "jobs", None)
-    jobs: OrderedDict[Hashable, Callable[[], None]] = OrderedDict()
-    _held.jobs = jobs
+def deferred(held: Held | None = None) -> Iterator[Held]:
+    """Hold the jobs ``later`` is given in this thread while the block runs, in ``held``
+    or a new ``Held``. As the block ends (however it ends: what they write was made) they
+    go to the enclosing block's, if one is open, else are released, unless ``held`` was
+    given: its owner releases it (once it is done with what should not share the cores)."""
+    outer: Held | None = getattr(_held, "jobs", None)
+    mine = Held() if held is None else held
+    _held.jobs = mine
     try:
-        yield
+        yield mine
     finally:
         _held.jobs = outer
-        for key, job in jobs.items():
-            submit(key, job)
+        if outer is not None:
+            outer.jobs.update(mine.jobs)
+            mine.jobs.clear()
+        elif held is None:
+            mine.release()
 
 
 def later(key: Hashable, job: Callable[[], None]) -> None:
     """``job`` (the write of ``key``) held for the worker where a ``deferred`` block is
     open in this thread, queued where a write of ``key`` is (so that they land in the
     order given), else run now."""
-    jobs = getattr(_held, "jobs", None)
-    if jobs is not None:
-        jobs[key] = job  # (a later write of the same key replaces the earlier: see submit)
+    held: Held | None = getattr(_held, "jobs", None)
+    if held is not None:
+        held.jobs[key] = job  # (a later write of a key replaces the earlier: see submit)
         return
     with _lock:
         queue = key in _jobs or key == _running

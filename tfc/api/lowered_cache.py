@@ -18,7 +18,9 @@ artifact does (decoded without inferring its types: the verifier infers them, on
 module returned carries the key as ``Module.source_key``, which the llvm entry cache takes
 as the lowered module's identity instead of encoding it again. Kept in this process (the
 most recent ``MAX_IN_PROCESS``) and on disk under ``$TFC_CACHE_DIR/lowered`` (one zip per
-key, written atomically; one that cannot be read is a miss). Graphs with more than
+key, written atomically; one that cannot be read is a miss). For ``Session``, a miss's
+module is encoded and written on a worker thread once the request's first step has run
+(``tfc.background``: joined at exit; a lookup of the key waits for it). Graphs with more than
 ``MAX_CONSTANT_BYTES`` of constants are not cached (hashing baked-in weights costs what
 the passes save), nor modules whose lowering leaves what bytecode does not hold
 (partition tables: several devices).

@@ -181,11 +181,20 @@ class Session:
         except TypeError:  # an unhashable fetch or feed: make_callable says what is wrong
             key, step = None, None
         if step is None:
-            step = self.make_callable(fetches, list(feed_dict))
-            if key is not None:
-                if len(self._runs) >= MAX_CACHED_RUNS:
-                    del self._runs[next(iter(self._runs))]
-                self._runs[key] = step
+            # a new request: the caches' writes for the next process (the lowered module,
+            # the native code with the first step's binding) wait until its first step
+            # has run, then go to a worker thread (tfc.background)
+            held = background.Held()
+            try:
+                with background.deferred(held):
+                    step = self.make_callable(fetches, list(feed_dict))
+                    if key is not None:
+                        if len(self._runs) >= MAX_CACHED_RUNS:
+                            del self._runs[next(iter(self._runs))]
+                        self._runs[key] = step
+                    return step(*feed_dict.values())
+            finally:
+                held.release()
         return step(*feed_dict.values())
 
     def make_callable(self, fetches: Any, feed_list: Any = None) -> Callable[..., Any]:
@@ -309,7 +318,8 @@ class Session:
         if hit is not None:
             return hit
         # the caches' writes for the next process (the lowered module, the native code)
-        # on a worker thread once compiled, off the first step's path (tfc.background)
+        # on a worker thread once compiled (or, from ``run``, once its first step has
+        # run), off the compile's path (tfc.background)
         with background.deferred():
             compiled = self._compile_new(tensors, tops, fed)
         self._cache[key] = compiled
