@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from tfc import background
-from tfc.api.extract import extract
+from tfc.api.extract import copy_view, extract
 from tfc.api.graph import Graph, Operation, Tensor, Variable, get_default_graph
 from tfc.api.tensor import convert_to_tensor
 from tfc.backends.base import Executable, StepOwner, get_backend
@@ -343,7 +343,7 @@ class Session:
 
         def source() -> ir.Module:  # the request cut out: a graph of its own to lower
             module = ir.Module(variables=dict(keyed.variables))  # (those the key saw)
-            module.add_graph(extract(*request, what="Session.run"))
+            module.add_graph(copy_view(view, feed_names))  # (the view's ops: those keyed)
             return module
         found = lowered_cache.find(keyed, "run", target, self.pipeline,
                                    lambda m: lower(m, target, passes=self.pipeline,
