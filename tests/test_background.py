@@ -149,3 +149,20 @@ def test_a_write_that_fails_is_a_miss_not_an_error(tmp_path, monkeypatch):
 def _drained():
     yield
     background.flush()
+
+
+def test_a_forked_child_starts_with_nothing_queued():
+    """A child forked while a write is queued neither runs it nor waits for it."""
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+    gate = threading.Event()
+    background.submit("gate", lambda: gate.wait(5))
+    background.submit("f", lambda: None)
+    pid = os.fork()
+    if pid == 0:  # (the child: exit at once, saying whether it saw the queue empty)
+        ok = not background._jobs and background._worker is None
+        background.wait_for("f")  # (nothing pending in the child: returns at once)
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    gate.set()
+    assert os.waitstatus_to_exitcode(status) == 0

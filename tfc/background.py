@@ -30,6 +30,7 @@ the GIL nor the first step's kernel threads for the cores (a 2-core host runs bo
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import traceback
@@ -119,6 +120,17 @@ def _run() -> None:
         except Exception:  # (a bug: reported, never raised into the compile that queued it)
             print(f"tfc: a cache write failed ({key!r}):", file=sys.stderr)
             traceback.print_exc()
+
+
+def _forget_in_child() -> None:
+    """A forked child starts with no worker and nothing queued (the parent writes what it
+    queued; the child's copy of the lock may have been held by the parent's worker)."""
+    global _lock, _jobs, _running, _worker
+    _lock, _jobs, _running, _worker = threading.Lock(), OrderedDict(), None, None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def wait_for(key: Hashable) -> None:

@@ -46,6 +46,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 import zipfile
 import zlib
 from collections import OrderedDict
@@ -66,6 +67,7 @@ IR, PLANS = "module.tfb", "plans.json"
 SIGNATURE = "signature.txt"
 # key -> (IR, plans, signature) of modules read back and verified, or made, in this process
 _IN_PROCESS: OrderedDict[str, tuple[bytes, bytes, bytes]] = OrderedDict()
+_REMEMBERING = threading.Lock()
 
 
 def cache_dir() -> Path:
@@ -166,10 +168,11 @@ def _write(key: str, parts: tuple[bytes, bytes, bytes], d: Path) -> None:
 
 
 def _remember(key: str, parts: tuple[bytes, bytes, bytes]) -> None:
-    _IN_PROCESS[key] = parts
-    _IN_PROCESS.move_to_end(key)
-    while len(_IN_PROCESS) > MAX_IN_PROCESS:
-        del _IN_PROCESS[next(iter(_IN_PROCESS))]
+    with _REMEMBERING:  # (the cache writes' worker remembers too: tfc.background)
+        _IN_PROCESS[key] = parts
+        _IN_PROCESS.move_to_end(key)
+        while len(_IN_PROCESS) > MAX_IN_PROCESS:
+            del _IN_PROCESS[next(iter(_IN_PROCESS))]
 
 
 def lowered(module: Module, entry: str, target: object, pipeline: object,
