@@ -163,6 +163,15 @@ def test_a_forked_child_starts_with_nothing_queued():
         ok = not background._jobs and background._worker is None
         background.wait_for("f")  # (nothing pending in the child: returns at once)
         os._exit(0 if ok else 1)
-    _, status = os.waitpid(pid, 0)
+    import time
+    deadline = time.monotonic() + 30
+    while True:  # (a child that waits for its parent's worker would hang: fail instead)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
     gate.set()
-    assert os.waitstatus_to_exitcode(status) == 0
+    if not done:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert done and os.waitstatus_to_exitcode(status) == 0
