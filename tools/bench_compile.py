@@ -139,10 +139,13 @@ class _PhaseClock:
 
     def _timed(self, phase: str, fn: Any) -> Any:
         import functools
+        import threading
 
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            if not self.on:
+            if not self.on or threading.current_thread() is not threading.main_thread():
+                # (a cache write on tfc's worker thread: process_time counts every thread,
+                # so its time is in "other", as the first step's kernel threads' is)
                 return fn(*args, **kwargs)
             self._inner.append(0.0)
             start = time.process_time()

@@ -93,11 +93,13 @@ def test_a_view_copies_nothing_and_encodes_as_the_copy():
 def test_a_cached_session_leaves_the_built_graph_as_it_was(tmp_path, monkeypatch):
     """A request lowered (a miss) and one found in the caches (a view stands in for the
     lowered graph) both leave the built graph untouched."""
+    from tfc import background
     from tfc.api import lowered_cache
     monkeypatch.setenv("TFC_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(lowered_cache, "_IN_PROCESS", type(lowered_cache._IN_PROCESS)())
     results = []
     for _ in range(2):  # a miss, then (another graph of the same content) a stored hit
+        background.flush()  # (the miss's writes land, as at a process's exit)
         lowered_cache._IN_PROCESS.clear()
         g, x, loss, train = _model()
         before = print_graph(g.ir)
@@ -111,3 +113,26 @@ def test_a_cached_session_leaves_the_built_graph_as_it_was(tmp_path, monkeypatch
         assert [list(op.inputs) for op in g.ir.ops] == inputs
     assert results[0] == results[1]
     assert compiled.executable._pending is not None  # (the second was the stored hit)
+
+
+def test_a_copy_of_a_view_is_the_extract_of_its_request():
+    """``copy_view`` (what a ``Session`` miss lowers) is ``extract`` of the request the
+    view was cut for: the same text, new ops and arguments (named as the feeds), and the
+    ops the view held then, even after the built graph has grown."""
+    g, x, loss, train = _model()
+    tops = list(train.ir_ops())
+    with g.as_default():
+        y = tfc.placeholder(tfc.float32, [2], name="y")
+        doubled = y * 2.0
+    request = (g.ir, "run", [("feed_x", x.value), ("y", y.value)],
+               [("fetch0", loss.value), ("fetch1", doubled.value)], tops)
+    view = extract_module.extract(*request, borrow=True)
+    want = extract_module.extract(*request)
+    with g.as_default():
+        tfc.Variable(np.zeros(2, np.float32), name="later") + 1.0  # (the graph grows)
+    got = extract_module.copy_view(view, ["feed_x", "y"])
+    assert print_graph(got) == print_graph(want)
+    assert [a.name for a in got.args] == ["feed_x", "y"] and got.args[0] is not x.value
+    built = {id(op) for op in g.ir.ops}
+    assert got.ops and not any(id(op) in built for op in got.ops)
+    assert got.result_names == ["fetch0", "fetch1"] and got.signature() == want.signature()

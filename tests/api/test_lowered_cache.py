@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tfc
+from tfc import background
 from tfc.api import lowered_cache
 
 
@@ -30,6 +31,7 @@ def pass_runs(monkeypatch):
 def _forget_code(fresh_cache) -> None:
     """Drop the llvm entry cache (as another thread count or an evicted entry would): a
     hit of this cache is then decoded (``Lowering.module``), not stood in for."""
+    background.flush()  # (the writes queued so far land first: as at a process's exit)
     for f in (fresh_cache / "entries").glob("*.zip"):
         f.unlink()
 
@@ -43,7 +45,9 @@ def _run(backend, width=8, dtype=np.float32, fetch_both=True, pipeline=None):
         with tfc.Session(backend=backend, pipeline=pipeline) as sess:
             sess.run(tfc.global_variables_initializer())
             xv = (np.arange(4 * width).reshape(4, width) / 7).astype(dtype)
-            return sess.run([y, loss] if fetch_both else [y, y], {x: xv})
+            out = sess.run([y, loss] if fetch_both else [y, y], {x: xv})
+    background.flush()  # (its cache writes land: as at a process's exit)
+    return out
 
 
 @pytest.mark.parametrize("backend", ["reference", "llvm"])
@@ -209,6 +213,7 @@ def test_a_region_read_as_a_copy_is_verified_once(fresh_cache, monkeypatch):
         with tfc.Session(backend="llvm") as sess:
             sess.run(tfc.global_variables_initializer())
             first = sess.run([loss, train], {x: xv})[0]
+        background.flush()  # (as at a process's exit: the writes land, then it is gone)
         lowered_cache._IN_PROCESS.clear()
         _forget_code(fresh_cache)
         checked = []
@@ -229,6 +234,7 @@ def test_a_region_read_as_a_copy_is_verified_once(fresh_cache, monkeypatch):
             for v in node:
                 yield from regions(v)
     stored = []
+    background.flush()
     for f in (fresh_cache / "lowered").glob("*.zip"):
         with zipfile.ZipFile(f) as zf:
             stored.extend(regions(json.loads(zf.read(lowered_cache.IR))["graphs"]))

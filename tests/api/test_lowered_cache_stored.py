@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import tfc
+from tfc import background
 from tfc.api import lowered_cache
 from tfc.backends.llvm.runtime import entry_cache
 from tfc.ir.printer import print_memory_plans, print_module
@@ -69,10 +70,12 @@ def _steps(batches=(4,), backend="llvm", pipeline=None):
             sess.run(tfc.global_variables_initializer())
             losses = [sess.run([loss, train], {x: _feed(n)})[0] for n in batches]
             (exe,) = [c.executable for c in sess._cache.values() if c.feed_names]
+    background.flush()  # (its cache writes land: as at a process's exit)
     return losses, exe
 
 
 def _another_process():
+    background.flush()
     lowered_cache._IN_PROCESS.clear()
 
 

@@ -195,3 +195,37 @@ def test_a_session_updates_a_weight_in_place_unless_someone_holds_it():
             kept.append(other.variables.host["w"])
         assert len({id(a) for a in kept}) == 7
         np.testing.assert_array_equal(other.variables.host["w"], mine)
+
+
+def test_a_new_requests_cache_writes_wait_for_its_first_step(fresh_cache, monkeypatch):
+    """``run`` of a new request holds the caches' writes (the lowered module, the native
+    code) until its first step has run (``tfc.background``), then queues them once each:
+    the entry as the step left it (with its binding), so the next process starts bound."""
+    from tfc import background
+    from tfc.backends.llvm.runtime.executable import LLVMExecutable
+    events = []
+    real_submit, real_binding = background.submit, LLVMExecutable._binding
+
+    def submit(key, job):
+        events.append(("write", key.parent.name))
+        real_submit(key, job)
+
+    def binding(self, key):
+        events.append(("bind", None))
+        return real_binding(self, key)
+    monkeypatch.setattr(background, "submit", submit)
+    monkeypatch.setattr(LLVMExecutable, "_binding", binding)
+    x = tfc.placeholder(tfc.float32, [2, 3], name="x")
+    w = tfc.Variable(np.ones((3, 2), np.float32), name="w")
+    loss = tfc.reduce_sum(tfc.matmul(x, w) ** 2)
+    train = tfc.train.GradientDescentOptimizer(0.1).minimize(loss)
+    with tfc.Session(backend="llvm") as sess:
+        sess.run(tfc.global_variables_initializer())
+        events.clear()
+        assert sess.run([loss, train], {x: np.ones((2, 3), np.float32)})[0] == 36.0
+        assert events == [("bind", None), ("write", "lowered"), ("write", "entries")]
+        (exe,) = [c.executable for c in sess._cache.values() if c.feed_names]
+    background.flush()
+    from tfc.backends.llvm.runtime import entry_cache
+    _, meta = entry_cache.get(exe.cache_key)
+    assert meta.bindings  # (written after the first step bound it)

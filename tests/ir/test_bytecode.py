@@ -783,3 +783,33 @@ def test_lists_read_by_the_fast_path_keep_their_element_types() -> None:
         assert [[type(x) for x in v] for v in got] == [[int], [bool], [float], [int],
                                                         [type(None), str]]
         assert got == [(1,), (True,), (1.0,), (1,), (None, "a")]
+
+
+def test_attr_values_written_by_content_are_told_apart() -> None:
+    """Small arrays and tuples of ints are written once per content (``value_text``):
+    values that compare (and hash) equal but encode differently keep their own text,
+    whichever the encoder met first, and each op decodes to its own value."""
+    g = Graph("memo")
+    b = Builder(g)
+    values = [(1, 0), (True, False), (1, 0), (1.0, 0.0),  # True == 1, 1.0 == 1
+              np.array([1, 0], np.int32), np.array([1, 0], np.int64),
+              np.array([1.0, 0.0], np.float32), np.array([[1, 0]], np.int32),
+              np.array([1, 0], np.int32), np.array([True, False]),
+              np.arange(20, dtype=np.float32)]  # (80 bytes: not by content)
+    for v in values:
+        b.op("test.attrs", a_any=v, a_int=3)
+    g.set_results([])
+    data = module_to_bytes(Module({"memo": g}))
+    ops = json.loads(data)["graphs"][0]["ops"]
+    texts = [json.dumps(op["attrs"]["a_any"], separators=(",", ":")) for op in ops]
+    assert texts[0] == texts[2] == "[1,0]" and texts[1] == "[true,false]"
+    assert texts[3] == "[1.0,0.0]"
+    assert len({texts[i] for i in (4, 5, 6, 7, 9)}) == 5 and texts[4] == texts[8]
+    back = check_round_trip(Module({"memo": g})).graphs["memo"].ops
+    for op, v in zip(back, values):
+        got = op.attrs["a_any"]
+        if isinstance(v, np.ndarray):
+            assert got.dtype == v.dtype.newbyteorder("=") and got.shape == v.shape
+            assert got.tolist() == v.tolist()
+        else:
+            assert [type(x) for x in got] == [type(x) for x in v] and got == v

@@ -117,6 +117,26 @@ def _extract(build: ir.Graph, name: str, feeds: Sequence[tuple[str, ir.Value]],
     return graph
 
 
+def copy_view(view: ir.Graph, feed_names: Sequence[str]) -> ir.Graph:
+    """The graph ``extract`` cuts out, made from the view ``extract(borrow=True)`` of the
+    same request gave (its ``feeds`` named ``feed_names``): the same ops copied in the
+    same order, without walking the built graph again (the view holds what the request
+    needs, checked: a copy is what a miss lowers, after the view was its key)."""
+    with paused_gc():
+        graph = ir.Graph(view.name)
+        mapping: dict[ir.Value, ir.Value] = {
+            v: graph.add_arg(v.type, n) for v, n in zip(view.args, feed_names)}
+        copied = mapping.__getitem__
+        new_ops = graph.ops
+        for op in view.ops:
+            new = op.clone(list(map(copied, op.inputs)),
+                           [r.clone() for r in op.regions] if op.regions else None)
+            new_ops.append(new)
+            mapping.update(zip(op.results, new.results))
+        graph.set_results([mapping[v] for v in view.results], list(view.result_names))
+        return graph
+
+
 def build_module(graph: "Graph") -> ir.Module:
     """The module of a built graph: its variables, ``__init__`` and its entries."""
     module = ir.Module()

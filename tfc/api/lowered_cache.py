@@ -18,7 +18,9 @@ artifact does (decoded without inferring its types: the verifier infers them, on
 module returned carries the key as ``Module.source_key``, which the llvm entry cache takes
 as the lowered module's identity instead of encoding it again. Kept in this process (the
 most recent ``MAX_IN_PROCESS``) and on disk under ``$TFC_CACHE_DIR/lowered`` (one zip per
-key, written atomically; one that cannot be read is a miss). Graphs with more than
+key, written atomically; one that cannot be read is a miss). For ``Session``, a miss's
+module is encoded and written on a worker thread once the request's first step has run
+(``tfc.background``: joined at exit; a lookup of the key waits for it). Graphs with more than
 ``MAX_CONSTANT_BYTES`` of constants are not cached (hashing baked-in weights costs what
 the passes save), nor modules whose lowering leaves what bytecode does not hold
 (partition tables: several devices).
@@ -44,12 +46,14 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 import zipfile
 import zlib
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
 
+from tfc import background
 from tfc.errors import TfcError
 from tfc.ir.bytecode import module_from_bytes, module_to_bytes
 from tfc.ir.core import Graph, Module
@@ -63,6 +67,7 @@ IR, PLANS = "module.tfb", "plans.json"
 SIGNATURE = "signature.txt"
 # key -> (IR, plans, signature) of modules read back and verified, or made, in this process
 _IN_PROCESS: OrderedDict[str, tuple[bytes, bytes, bytes]] = OrderedDict()
+_REMEMBERING = threading.Lock()
 
 
 def cache_dir() -> Path:
@@ -127,11 +132,15 @@ def _decode(ir: bytes, plans: bytes, target: object, verify: bool = False) -> Mo
     return module
 
 
+def _file(d: Path, key: str) -> Path:
+    return d / f"{key}.zip"
+
+
 def _read(key: str) -> tuple[bytes, bytes, bytes] | None:
     """The parts stored under ``key`` (the signature empty where the file has none:
     the module is then decoded before it is used); ``None`` when it cannot be read."""
     try:
-        with zipfile.ZipFile(cache_dir() / f"{key}.zip") as zf:
+        with zipfile.ZipFile(_file(cache_dir(), key)) as zf:
             names = set(zf.namelist())
             return (zf.read(IR), zf.read(PLANS),
                     zf.read(SIGNATURE) if SIGNATURE in names else b"")
@@ -139,10 +148,9 @@ def _read(key: str) -> tuple[bytes, bytes, bytes] | None:
         return None
 
 
-def _write(key: str, parts: tuple[bytes, bytes, bytes]) -> None:
-    """Store ``parts`` under ``key``; failures (read-only home, full disk) only cost the
-    passes next time."""
-    d = cache_dir()
+def _write(key: str, parts: tuple[bytes, bytes, bytes], d: Path) -> None:
+    """Store ``parts`` under ``key`` in ``d``; failures (read-only home, full disk) only
+    cost the passes next time."""
     try:
         d.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
@@ -151,7 +159,7 @@ def _write(key: str, parts: tuple[bytes, bytes, bytes]) -> None:
                 zf.writestr(IR, parts[0])
                 zf.writestr(PLANS, parts[1])
                 zf.writestr(SIGNATURE, parts[2])
-            os.replace(tmp, d / f"{key}.zip")
+            os.replace(tmp, _file(d, key))
         except BaseException:
             os.unlink(tmp)
             raise
@@ -160,10 +168,11 @@ def _write(key: str, parts: tuple[bytes, bytes, bytes]) -> None:
 
 
 def _remember(key: str, parts: tuple[bytes, bytes, bytes]) -> None:
-    _IN_PROCESS[key] = parts
-    _IN_PROCESS.move_to_end(key)
-    while len(_IN_PROCESS) > MAX_IN_PROCESS:
-        del _IN_PROCESS[next(iter(_IN_PROCESS))]
+    with _REMEMBERING:  # (the cache writes' worker remembers too: tfc.background)
+        _IN_PROCESS[key] = parts
+        _IN_PROCESS.move_to_end(key)
+        while len(_IN_PROCESS) > MAX_IN_PROCESS:
+            del _IN_PROCESS[next(iter(_IN_PROCESS))]
 
 
 def lowered(module: Module, entry: str, target: object, pipeline: object,
@@ -199,6 +208,8 @@ class Lowering:
         self._lower = lower
         self._copy = source  # (see ``find``)
         self.key = module_key(module, entry, target, pipeline)
+        if self.key is not None:
+            background.wait_for(_file(cache_dir(), self.key))  # (a write this process queued)
         known = _IN_PROCESS.get(self.key) if self.key is not None else None
         self._parts = known or (_read(self.key) if self.key is not None else None)
         self._verified = known is not None  # (what this process decoded or made)
@@ -235,10 +246,22 @@ class Lowering:
                 result.source_key = key
                 return result
         result = self._lower(self._copy() if self._copy is not None else self.source)
-        if key is not None:
-            parts = _encode(result, self.entry)
-            if parts is not None:
-                _remember(key, parts)
-                _write(key, parts)
-                result.source_key = key  # what a hit returns, the miss's module is too
+        if key is not None and not result.partitions:  # (what ``_encode`` stores)
+            entry, d = self.entry, cache_dir()  # (the directory of now, not the write's)
+            # (on the worker where the caller defers: ``tfc.background``; nothing changes
+            # the module once lowered: the backend compiles it as it is)
+            background.later(_file(d, key), lambda: _store(key, result, entry, d))
+            # what a hit returns, the miss's module is too (a module whose attrs bytecode
+            # cannot hold is then not stored, but known by its key all the same: what
+            # the key hashes decides the lowered module, whether it is stored or not)
+            result.source_key = key
         return result
+
+
+def _store(key: str, module: Module, entry: str, d: Path) -> None:
+    """Remember the lowered ``module`` under ``key`` and write it in ``d`` (where it can
+    be encoded)."""
+    parts = _encode(module, entry)
+    if parts is not None:
+        _remember(key, parts)
+        _write(key, parts, d)

@@ -23,7 +23,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from tfc.api.extract import extract
+from tfc import background
+from tfc.api.extract import copy_view, extract
 from tfc.api.graph import Graph, Operation, Tensor, Variable, get_default_graph
 from tfc.api.tensor import convert_to_tensor
 from tfc.backends.base import Executable, StepOwner, get_backend
@@ -180,11 +181,20 @@ class Session:
         except TypeError:  # an unhashable fetch or feed: make_callable says what is wrong
             key, step = None, None
         if step is None:
-            step = self.make_callable(fetches, list(feed_dict))
-            if key is not None:
-                if len(self._runs) >= MAX_CACHED_RUNS:
-                    del self._runs[next(iter(self._runs))]
-                self._runs[key] = step
+            # a new request: the caches' writes for the next process (the lowered module,
+            # the native code with the first step's binding) wait until its first step
+            # has run, then go to a worker thread (tfc.background)
+            held = background.Held()
+            try:
+                with background.deferred(held):
+                    step = self.make_callable(fetches, list(feed_dict))
+                    if key is not None:
+                        if len(self._runs) >= MAX_CACHED_RUNS:
+                            del self._runs[next(iter(self._runs))]
+                        self._runs[key] = step
+                    return step(*feed_dict.values())
+            finally:
+                held.release()
         return step(*feed_dict.values())
 
     def make_callable(self, fetches: Any, feed_list: Any = None) -> Callable[..., Any]:
@@ -307,6 +317,16 @@ class Session:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
+        # the caches' writes for the next process (the lowered module, the native code)
+        # on a worker thread once compiled (or, from ``run``, once its first step has
+        # run), off the compile's path (tfc.background)
+        with background.deferred():
+            compiled = self._compile_new(tensors, tops, fed)
+        self._cache[key] = compiled
+        return compiled
+
+    def _compile_new(self, tensors: list[Tensor], tops: list[ir.Op],
+                     fed: list[Tensor]) -> _Compiled:
         from tfc.pipeline import Target, lower
         feed_names = [t.value.name or f"feed{i}" for i, t in enumerate(fed)]
         fetch_names = [f"fetch{i}" for i in range(len(tensors))]
@@ -323,7 +343,7 @@ class Session:
 
         def source() -> ir.Module:  # the request cut out: a graph of its own to lower
             module = ir.Module(variables=dict(keyed.variables))  # (those the key saw)
-            module.add_graph(extract(*request, what="Session.run"))
+            module.add_graph(copy_view(view, feed_names))  # (the view's ops: those keyed)
             return module
         found = lowered_cache.find(keyed, "run", target, self.pipeline,
                                    lambda m: lower(m, target, passes=self.pipeline,
@@ -334,9 +354,7 @@ class Session:
             module = found.module()
             graph = module.graphs["run"]
             exe = self.backend.compile(module, "run")
-        compiled = _Compiled(graph, exe, feed_names, defers(exe))
-        self._cache[key] = compiled
-        return compiled
+        return _Compiled(graph, exe, feed_names, defers(exe))
 
     def _stored(self, found: Any) -> Executable | None:
         """The executable the backend keeps for the lowered module ``found``

@@ -134,6 +134,8 @@ class _Encoder:
         self.tensors: dict[tuple, Any] = {}  # small tensors by content
         self.by_id: dict[int, tuple[Any, Any]] = {}  # id(object) -> (object, its encoding)
         self.attr_texts: dict[int, tuple[Any, str]] = {}  # id(attrs) -> (attrs, its text)
+        self.array_texts: dict[tuple, str] = {}  # small arrays' JSON text by content
+        self.tuple_texts: dict[tuple, str] = {}  # tuples of ints' JSON text
         # regions written in full, numbered as they end; the number of each by content
         self.full_regions = 0
         self.region_ids: dict[Any, int] = {}
@@ -219,11 +221,40 @@ class _Encoder:
             elif v is None:
                 items.append(f"{_json_str(k)}:null")
             else:
-                out = ',"attrs":' + _dumps(self.attrs(attrs, g, index, kind))
-                break
+                vt = self.value_text(v)
+                if vt is None:
+                    out = ',"attrs":' + _dumps(self.attrs(attrs, g, index, kind))
+                    break
+                items.append(f"{_json_str(k)}:{vt}")
         else:
             out = ',"attrs":{' + ",".join(items) + "}"
         self.attr_texts[id(attrs)] = (attrs, out)
+        return out
+
+    def value_text(self, v: Any) -> str | None:
+        """The JSON text of the attr value ``v`` (as json.dumps writes it within the attrs'
+        object) where it is a small array or a tuple of ints, by content (a model's
+        constants and axes repeat: json.dumps per op was a third of encoding a deep
+        model's ops); ``None`` for any other value (``attrs`` encodes those)."""
+        t = type(v)
+        if t is np.ndarray:
+            if v.nbytes > 64:
+                return None
+            key: Any = (v.dtype.str, v.shape, v.tobytes())
+            texts = self.array_texts
+        elif t is tuple:
+            for x in v:
+                if type(x) is not int:  # (True == 1: a tuple of bools is not one of ints)
+                    return None
+            key, texts = v, self.tuple_texts
+        else:
+            return None
+        out = texts.get(key)
+        if out is None:
+            try:
+                out = texts[key] = _dumps(self.attr(v))
+            except _Unencodable:
+                return None  # (``attrs`` says what cannot be encoded, and where)
         return out
 
     def attr(self, v: Any) -> Any:

@@ -64,3 +64,30 @@ def test_folded_updates_are_made_in_place_and_match_the_reference():
                                        err_msg=f"{name}, step {step}")
         got_vars.update(got.updates)
         want_vars.update(ref.updates)
+
+
+def test_the_lowering_reuses_the_plans_gemm_updates_and_only_for_its_schedule(monkeypatch):
+    """``gemm_update.find`` runs once per compile: the memory pass's answer (kept on its
+    plan) is the lowering's, as long as the graph has the ops it planned, in its order;
+    a graph whose schedule has changed since is asked again. Same updates either way."""
+    from tfc.passes import gemm_update
+    calls = []
+    real = gemm_update.find
+    monkeypatch.setattr(gemm_update, "find", lambda g: calls.append(g) or real(g))
+    from tfc.pipeline import Target, lower
+    module, _ = mlp(LAYERS, width=WIDTH)
+    lowered = lower(module, Target("llvm"))  # (a module of its own: changed below)
+    graph = lowered.graphs["train_step"]
+    mine = lambda: [g for g in calls if g is graph]  # noqa: E731
+    assert len(mine()) == 1
+    exe = LLVMBackend(use_cache=False).compile(lowered, "train_step")
+    assert len(mine()) == 1
+    assert exe._lowered().gemm_updates is lowered.memory_plans["train_step"].gemm_updates
+    moved = graph.ops[:]  # the same ops, two independent ones swapped
+    i = next(i for i in range(len(moved) - 1)
+             if moved[i].results and not set(moved[i].results) & set(moved[i + 1].inputs))
+    moved[i], moved[i + 1] = moved[i + 1], moved[i]
+    graph.ops = moved
+    again = LLVMBackend(use_cache=False).compile(lowered, "train_step")
+    assert len(mine()) == 2
+    assert again._lowered().gemm_updates == exe._lowered().gemm_updates

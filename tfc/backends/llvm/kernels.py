@@ -268,10 +268,21 @@ LOWERINGS: dict[str, Lowering] = {
 }
 
 
+def _gemm_updates(graph_compiler: GraphCompiler) -> dict[Op, gemm_update.GemmUpdate]:
+    """``gemm_update.find`` of the graph: the memory plan's where it asked and the graph
+    has the ops it planned (its schedule; the answer does not depend on their order),
+    else found now."""
+    plan, graph = graph_compiler.plan, graph_compiler.graph
+    found = getattr(plan, "gemm_updates", None)
+    if found is not None and plan.named[1] == tuple(graph.ops):  # (Ops: by identity)
+        return found
+    return gemm_update.find(graph)
+
+
 def lower(graph_compiler: GraphCompiler, op: Op) -> None:
     updates = graph_compiler.gemm_updates
     if updates is None:
-        updates = graph_compiler.gemm_updates = gemm_update.find(graph_compiler.graph)
+        updates = graph_compiler.gemm_updates = _gemm_updates(graph_compiler)
     if updates:
         upd = updates.get(op)
         if upd is not None:  # the matmul's kernel computes the update; the rest emit nothing

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tfc import background
 from tfc.backends.llvm.runtime import native
 from tfc.ir.bytecode import module_to_bytes
 from tfc.ir.core import Module
@@ -197,8 +198,10 @@ def get(key: str) -> tuple[bytes, NativeMeta] | None:
     """The object code and tables stored under ``key``; ``None`` when there are none or
     they cannot be read."""
     from tfc.backends.llvm.runtime.executable import NativeMeta
+    path = _path(key)
+    background.wait_for(path)  # (a write of it this process queued: ``put``)
     try:
-        with zipfile.ZipFile(_path(key)) as zf:
+        with zipfile.ZipFile(path) as zf:
             code = zf.read(CODE)
             return code, NativeMeta.read_zip(zf, json.loads(zf.read(TABLES)))
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError):
@@ -206,9 +209,16 @@ def get(key: str) -> tuple[bytes, NativeMeta] | None:
 
 
 def put(key: str, code: bytes, meta: NativeMeta) -> None:
-    """Store ``code`` and ``meta`` under ``key``; failures (read-only home, full disk)
-    only cost a lowering next time."""
-    d = _path(key).parent
+    """Store ``code`` and ``meta`` under ``key``: now, or on the worker thread where the
+    caller defers (``tfc.background``: ``Session``'s compiles; ``get`` waits for it)."""
+    path = _path(key)
+    background.later(path, functools.partial(_put, path, code, meta))
+
+
+def _put(path: Path, code: bytes, meta: NativeMeta) -> None:
+    """``put`` in ``path``, now; failures (read-only home, full disk) only cost a
+    lowering next time."""
+    d = path.parent
     table, arrays = meta.to_members("const/")
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -220,7 +230,7 @@ def put(key: str, code: bytes, meta: NativeMeta) -> None:
                 for name, arr in arrays.items():
                     with zf.open(name, "w", force_zip64=True) as fh:
                         np.save(fh, arr, allow_pickle=False)
-            os.replace(tmp, _path(key))
+            os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
             raise
