@@ -33,7 +33,8 @@ from tfc.ir.types import Dim, DType, TensorType
 
 MAX_BOUND = 100.0
 INPUT_BOUND = 2.0
-UNARY = ("neg", "abs", "tanh", "sigmoid", "relu", "exp", "square", "sin")
+UNARY = ("neg", "abs", "tanh", "sigmoid", "relu", "exp", "square", "sin", "softplus",
+         "expm1")
 BINARY = ("add", "sub", "mul", "maximum", "minimum")
 # The REDUCTION ops whose results this generator can bound (a prod's bound is the input's
 # to the power of the count: left out), and the VIEW ops ``movement`` builds. Choices of
@@ -112,11 +113,11 @@ class _Builder:
 
     def unary(self, x: Value) -> Value:
         m = self.bound[x]
-        kinds = [k for k in UNARY if not (k == "exp" and m > 3) and not (k == "square" and
-                 m * m > MAX_BOUND) and not (k == "sin" and m > 10)]
+        kinds = [k for k in UNARY if not (k in ("exp", "expm1") and m > 3) and not (
+                 k == "square" and m * m > MAX_BOUND) and not (k == "sin" and m > 10)]
         kind = str(self.rng.choice(kinds))
         bound = {"tanh": 1.0, "sigmoid": 1.0, "sin": 1.0, "exp": math.exp(m),
-                 "square": m * m}.get(kind, m)
+                 "expm1": math.exp(m), "softplus": m + 1.0, "square": m * m}.get(kind, m)
         return self.add(self.b(kind, x), bound)
 
     def broadcast_partner(self, x: Value) -> Value:
