@@ -25,13 +25,10 @@ from typing import Any, Callable
 import numpy as np
 
 from tfc.api import ops
-from tfc.api.gradients import IndexedSlices
-from tfc.api.graph import Operation, Tensor, Variable
-from tfc.api.session import group
+from tfc.api.graph import Tensor, Variable
 from tfc.errors import TfcError
 from tfc.train.optimizers import (AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer,
-                                  MomentumOptimizer, Optimizer, RMSPropOptimizer,
-                                  scatter_update, unique_rows)
+                                  MomentumOptimizer, Optimizer, RMSPropOptimizer)
 
 __all__ = ["SGD", "Adam", "RMSprop", "Adagrad", "get"]
 
@@ -96,23 +93,8 @@ class _KerasAdagrad(AdagradOptimizer):
         super().__init__(learning_rate, initial_accumulator_value)
         self._epsilon = epsilon
 
-    def _apply_dense(self, grad: Tensor, var: Variable) -> Operation:
-        self._as_float(var)
-        acc = self._slot(var, "accumulator", self._initial_accumulator_value)
-        acc_t = acc + ops.square(grad)
-        step = grad * self._lr(var) * ops.rsqrt(acc_t + self._hyper(self._epsilon, var))
-        return group(acc.assign(acc_t), var.assign_sub(step))
-
-    def _apply_sparse(self, grad: IndexedSlices, var: Variable) -> Operation:
-        """Only the rows the gradient names (the others' update is zero, as dense)."""
-        self._as_float(var)
-        acc = self._slot(var, "accumulator", self._initial_accumulator_value)
-        u = unique_rows(grad, var)
-        added = ops.square(u.grad)
-        acc_t = ops.gather(acc, u.indices) + added
-        step = u.grad * self._lr(var) * ops.rsqrt(acc_t + self._hyper(self._epsilon, var))
-        return group(scatter_update(acc, "var.scatter_add", u.indices, added * u.share),
-                     scatter_update(var, "var.scatter_sub", u.indices, step * u.share))
+    def _inv_root(self, acc_t: Tensor, var: Variable) -> Tensor:
+        return ops.rsqrt(acc_t + self._hyper(self._epsilon, var))
 
 
 def Adagrad(learning_rate: float = 0.001,  # noqa: N802 (Keras)
@@ -121,7 +103,8 @@ def Adagrad(learning_rate: float = 0.001,  # noqa: N802 (Keras)
     return _KerasAdagrad(_lr(learning_rate), initial_accumulator_value, _exact(epsilon))
 
 
-_BY_NAME: dict[str, Callable[[], Optimizer]] = {"sgd": SGD, "adam": Adam, "rmsprop": RMSprop, "adagrad": Adagrad}
+_BY_NAME: dict[str, Callable[[], Optimizer]] = {"sgd": SGD, "adam": Adam, "rmsprop": RMSprop,
+                                                "adagrad": Adagrad}
 
 
 def get(name: str) -> Optimizer | None:

@@ -396,19 +396,25 @@ class AdagradOptimizer(Optimizer):
         for v in var_list:
             self._slot(v, "accumulator", self._initial_accumulator_value)
 
+    def _inv_root(self, acc_t: Tensor, var: Variable) -> Tensor:
+        """``1 / sqrt(accumulator)``: what scales the step (Keras's adds an epsilon)."""
+        return ops.rsqrt(acc_t)
+
     def _apply_dense(self, grad: Tensor, var: Variable) -> Operation:
         self._as_float(var)
         acc = self._slot(var, "accumulator", self._initial_accumulator_value)
         acc_t = acc + ops.square(grad)
-        return group(acc.assign(acc_t), var.assign_sub(grad * self._lr(var) * ops.rsqrt(acc_t)))
+        return group(acc.assign(acc_t),
+                     var.assign_sub(grad * self._lr(var) * self._inv_root(acc_t, var)))
 
     def _apply_sparse(self, grad: IndexedSlices, var: Variable) -> Operation:
+        """Only the rows the gradient names (the others' update is zero, as dense)."""
         self._as_float(var)
         acc = self._slot(var, "accumulator", self._initial_accumulator_value)
         u = unique_rows(grad, var)
         added = ops.square(u.grad)
         acc_t = ops.gather(acc, u.indices) + added
-        step = u.grad * self._lr(var) * ops.rsqrt(acc_t)
+        step = u.grad * self._lr(var) * self._inv_root(acc_t, var)
         return group(scatter_update(acc, "var.scatter_add", u.indices, added * u.share),
                      scatter_update(var, "var.scatter_sub", u.indices, step * u.share))
 
