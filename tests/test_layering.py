@@ -31,6 +31,8 @@ LAYERS: dict[str, str] = {
     "tfc.errors": "base",
     "tfc.devices": "base",
     "tfc.atomic": "base",  # atomic file writes: the runtime, the device profile, the cli
+    # cache writes on a worker thread: the llvm entry cache, the lowered cache, Session
+    "tfc.background": "base",
     "tfc.version": "base",
     "tfc.units": "base",  # how reports print times: placement, cli, benchmarks
     "tfc.ir": "ir",

@@ -112,8 +112,9 @@ def test_a_failing_train_step_changes_no_variable(backend, optimizer):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_probabilities_loss_checks_its_labels(backend):
-    """Keras' sparse_categorical_crossentropy on probabilities (no logits behind them)
-    picks with a one-hot: a bad label is an error, not a zero loss."""
+    """Keras' sparse_categorical_crossentropy on probabilities (no logits behind them) is
+    the sparse softmax cross-entropy of their log (Keras's formula): a bad label is that
+    op's error, at the user's line, not a zero loss."""
     from tfc.layers.losses import sparse_categorical_crossentropy
     p = tfc.placeholder(tfc.float32, [None, 10])
     y = tfc.placeholder(tfc.int32, [None])
@@ -122,7 +123,8 @@ def test_probabilities_loss_checks_its_labels(backend):
     with tfc.Session(backend=backend) as sess:
         np.testing.assert_allclose(sess.run(loss, {p: probs, y: np.array([0, 9], np.int32)}),
                                    -np.log([0.1, 0.1]), rtol=1e-5)
-        with pytest.raises(ExecutionError, match=r"sparse_categorical_crossentropy: label 10 at "
+        with pytest.raises(ExecutionError, match=r"test_index_errors.py:\d+: "
+                                                 r"sparse_softmax_cross_entropy: label 10 at "
                                                  r"index \[1\] is out of range \[0, 10\)"):
             sess.run(loss, {p: probs, y: np.array([0, 10], np.int32)})
 
