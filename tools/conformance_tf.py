@@ -304,6 +304,17 @@ def build_specs(tf: Any) -> list[Spec]:
           lo=-40, hi=40)
     unary("math.softplus", tfc.math.softplus, tf.math.softplus, FLOATS, "ulp",
           ulp_table(1, 10, 10))
+    # TF1's activations built from the ops above (tfc.api.nn): elu and selu as TF computes
+    # them (exp(x) - 1, not expm1), leaky_relu with its float32 alpha, relu6, softsign
+    unary("nn.elu", tfc.nn.elu, tf.nn.elu, FLOATS, "ulp", TRANSCENDENTAL, lo=-20, hi=5)
+    unary("nn.selu", tfc.nn.selu, tf.nn.selu, FLOATS, "ulp", ulp_table(2, 3, 3), lo=-20, hi=5)
+    unary("nn.leaky_relu", tfc.nn.leaky_relu, tf.nn.leaky_relu, FLOATS, "ulp", ROUNDED)
+    unary("nn.leaky_relu(alpha=0.3)", lambda x: tfc.nn.leaky_relu(x, alpha=0.3),
+          lambda x: tf.nn.leaky_relu(x, alpha=0.3), FLOATS, "ulp", ROUNDED)
+    unary("nn.relu6", tfc.nn.relu6, tf.nn.relu6, FLOATS, lo=-10, hi=10)
+    unary("nn.softsign", tfc.nn.softsign, tf.nn.softsign, FLOATS, "ulp", ulp_table(1, 1, 1))
+    unary("clip_by_value", lambda x: tfc.clip_by_value(x, -0.5, 0.75),
+          lambda x: tf.clip_by_value(x, -0.5, 0.75), FLOATS)
     unary("sin", tfc.sin, tf.sin, FLOATS, "ulp", TRANSCENDENTAL)
     unary("cos", tfc.cos, tf.cos, FLOATS, "ulp", TRANSCENDENTAL)
     unary("floor", tfc.floor, tf.floor, FLOATS)
@@ -915,6 +926,8 @@ KNOWN: dict[tuple[str, str], tuple[str, str]] = {
                             "reduction orders differ"),
     ("reduce_min", "+-0"): ("EXPECTED", "the sign of min(+0, -0) is unspecified (IEEE); the "
                             "reduction orders differ"),
+    ("nn.relu6", "float16 special"): ("EXPECTED", "relu6(-0.0): tfc +0 (the clamp's zero), "
+                                     "TF's float16 kernel -0 (its float32 one +0)"),
     ("reduce_max", "special"): ("EXPECTED", "max of +0 and -0 (sign unspecified, IEEE)"),
     ("reduce_min", "special"): ("EXPECTED", "min of +0 and -0 (sign unspecified, IEEE)"),
     ("argmax", "nan"): ("EXPECTED", "tfc: NaN is the largest (numpy's argmax, the first "

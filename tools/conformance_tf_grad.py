@@ -298,6 +298,16 @@ def build_cases() -> list[Case]:
     cases += _unary_cases("nn.softplus", "saturating", lo=-5.0, hi=5.0,
                           points=[-90.0, -40.0, -0.0, 0.0, 40.0, 1e4])
     cases += _unary_cases("math.softplus", "saturating", tf_name="math.softplus")
+    # TF1's activations built from ops (tfc.api.nn): their gradients at the kinks are TF's
+    # (elu at 0 from the left: exp(0) = 1; leaky_relu alpha at 0; relu6 0 at 0 and 6)
+    cases += _unary_cases("nn.elu", points=[-30.0, -1.0, -0.0, 0.0, 1.0])
+    cases += _unary_cases("nn.selu", points=[-30.0, -1.0, -0.0, 0.0, 1.0])
+    cases += _unary_cases("nn.leaky_relu", points=[-1.0, -0.0, 0.0, 1.0])
+    cases += _unary_cases("nn.relu6", lo=-2.0, hi=8.0, points=[-1.0, 0.0, 3.0, 6.0, 7.0])
+    cases += _unary_cases("nn.softsign", points=[-1e4, -1.0, -0.0, 0.0, 1.0, 1e4])
+    cases.append(Case("clip_by_value", "kinks [-1, -0.5, 0, 0.75, 1]", "elementwise",
+                      lambda m, x: m.clip_by_value(x, -0.5, 0.75),
+                      _inputs(_c(-1.0, -0.5, 0.0, 0.75, 1.0))))
     # -- binary element-wise
     cases += _binary_cases("add")
     cases += _binary_cases("subtract")
