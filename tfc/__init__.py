@@ -45,11 +45,11 @@ from tfc import summary  # noqa: F401  (tfc.summary)
 from tfc import callbacks  # noqa: F401  (tfc.callbacks)
 from tfc import distribute  # noqa: F401  (tfc.distribute)
 from tfc.errors import TfcError
-
-initialize_all_variables = global_variables_initializer  # (TF1's older name)
 from tfc.ir.types import DType
 
 from tfc.version import __version__  # noqa: F401
+
+initialize_all_variables = global_variables_initializer  # (TF1's older name)
 
 float16 = DType.f16
 float32 = DType.f32
