@@ -447,7 +447,6 @@ def global_variables() -> list[Variable]:
     return list(get_default_graph().variables.values())
 
 
-
 def local_variables_initializer() -> Operation:
     """An operation that does nothing: tfc has no local variables (TF1's
     ``tf.local_variables_initializer``, which programs run next to the global one)."""

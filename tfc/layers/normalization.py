@@ -127,8 +127,8 @@ class LayerNormalization(Layer):
     """Normalize each example over ``axis`` (by default the last; several axes may be
     given) with its own mean and biased variance, then scale by ``gamma`` and shift by
     ``beta``, each shaped like the normalized axes (Keras's ``LayerNormalization``: the
-    same in training and inference). Computed as Keras 3: ``x * inv + (beta - mean * inv)``
-    with ``inv = rsqrt(var + epsilon) * gamma``."""
+    same in training and inference). Computed as Keras 3, by ``nn.batch_normalization``:
+    ``x * inv + (beta - mean * inv)`` with ``inv = rsqrt(var + epsilon) * gamma``."""
 
     def __init__(self, axis: int | Sequence[int] = -1, epsilon: float = 1e-3,
                  center: bool = True, scale: bool = True,
@@ -160,13 +160,7 @@ class LayerNormalization(Layer):
             for a in self._axes:
                 shape[a] = static_dim(self, x.type, a, f"normalized dim {a}")
             gamma, beta = _broadcast(gamma, shape), _broadcast(beta, shape)
-        inv = ops.rsqrt(variance + self.epsilon)
-        if gamma is not None:
-            inv = inv * gamma
-        shift = -mean * inv
-        if beta is not None:
-            shift = shift + beta
-        return x * inv + shift
+        return nn.batch_normalization(x, mean, variance, beta, gamma, self.epsilon)
 
 
 __all__ = ["BatchNormalization", "LayerNormalization"]

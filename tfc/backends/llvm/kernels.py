@@ -273,7 +273,7 @@ def _gemm_updates(graph_compiler: GraphCompiler) -> dict[Op, gemm_update.GemmUpd
     has the ops it planned (its schedule; the answer does not depend on their order),
     else found now."""
     plan, graph = graph_compiler.plan, graph_compiler.graph
-    found = getattr(plan, "gemm_updates", None)
+    found = plan.gemm_updates if plan is not None else None  # (a region's graph: no plan)
     if found is not None and plan.named[1] == tuple(graph.ops):  # (Ops: by identity)
         return found
     return gemm_update.find(graph)
