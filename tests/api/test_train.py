@@ -160,6 +160,28 @@ def test_more_slot_names_and_devices():
         np.testing.assert_array_equal(sess.run(g.variables["v/RMSProp"]), [1.0, 1.0])
 
 
+def test_a_python_hyperparameter_is_one_constant_per_dtype_and_device():
+    # as TF1's ``_prepare``: one learning-rate tensor for every variable of a dtype on a
+    # device, not one per variable (a 256-layer model's apply_gradients made 512)
+    vs = [tfc.Variable(np.ones(2, np.float32), name=f"v{i}") for i in range(4)]
+    with tfc.device("/cpu:1"):
+        u = tfc.Variable(np.ones(2, np.float32), name="u")
+    d = tfc.Variable(np.ones(2), name="d")  # float64
+    loss = tfc.add_n([tfc.reduce_sum(v * v) for v in vs]) + tfc.reduce_sum(u * u) \
+        + tfc.cast(tfc.reduce_sum(d * d), tfc.float32)
+    train = tfc.train.GradientDescentOptimizer(0.125).minimize(loss)
+    g = tfc.get_default_graph().ir
+    rates = [op for op in g.ops if op.kind == "constant" and op.attrs["value"].shape == ()
+             and op.attrs["value"] == 0.125]
+    assert sorted((op.results[0].type.dtype.value, op.device or "") for op in rates) == \
+        [("f32", ""), ("f32", "/cpu:1"), ("f64", "")]
+    with tfc.Session() as sess:
+        sess.run(tfc.global_variables_initializer())
+        sess.run(train)
+        np.testing.assert_array_equal(sess.run(vs[0]), [0.75, 0.75])  # 1 - 0.125 * 2
+        np.testing.assert_array_equal(sess.run(d), [0.75, 0.75])
+
+
 def test_minimize_with_var_list_leaves_other_variables_alone():
     xs, ys = problem()
     x, y, w, b, loss = regression()

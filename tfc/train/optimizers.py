@@ -142,6 +142,10 @@ class Optimizer:
         self._name = name
         self._slots: dict[str, dict[Variable, Variable]] = {}
         self._non_slots: dict[tuple[Graph, str], Variable] = {}
+        # while ``apply_gradients`` runs: the constant of each Python-number hyperparameter
+        # by (number, dtype, graph, device), made once for all the variables as TF1's
+        # ``_prepare`` makes its tensors once (``_hyper``)
+        self._hyper_constants: dict[tuple[object, ...], Tensor] | None = None
 
     def get_name(self) -> str:
         return self._name
@@ -183,23 +187,28 @@ class Optimizer:
             names = ", ".join(v.name for _, v in pairs) or "none"
             raise TfcError(f"{self._name}: no gradients provided for any variable ({names}); "
                            "does the loss depend on them?", user_location())
+        if global_step is not None and not isinstance(global_step, Variable):
+            raise TfcError(f"global_step must be a tfc.Variable, got {global_step!r}",
+                           user_location())
         graph = live[0][1].graph
         updates: list[Operation] = []
-        with graph.as_default():
-            self._create_slots([v for _, v in live])
-            for g, v in live:
-                if v.device is None and graph.current_device is None:
-                    updates.append(self._apply_one(g, v))  # (the scope would change nothing)
-                    continue
-                with graph.device(v.device):
-                    updates.append(self._apply_one(g, v))
-            updates.extend(self._finish([v for _, v in live]))
-            if global_step is not None:
-                if not isinstance(global_step, Variable):
-                    raise TfcError(f"global_step must be a tfc.Variable, got {global_step!r}",
-                                   user_location())
-                with graph.device(global_step.device):
-                    updates.append(global_step.assign_add(1))
+        self._hyper_constants = {}
+        try:
+            with graph.as_default():
+                self._create_slots([v for _, v in live])
+                for g, v in live:
+                    if v.device is None and graph.current_device is None:
+                        # (the scope would change nothing)
+                        updates.append(self._apply_one(g, v))
+                        continue
+                    with graph.device(v.device):
+                        updates.append(self._apply_one(g, v))
+                updates.extend(self._finish([v for _, v in live]))
+                if global_step is not None:
+                    with graph.device(global_step.device):
+                        updates.append(global_step.assign_add(1))
+        finally:
+            self._hyper_constants = None
         return group(*updates, name=name or self._name)
 
     def _apply_one(self, g: Grad, v: Variable) -> Operation:
@@ -252,7 +261,16 @@ class Optimizer:
                 raise TypeMismatch(f"{self._name}: a hyperparameter must be a scalar, got "
                                    f"{t.type}", user_location())
             return t if t.dtype == var.dtype else ops.cast(t, var.dtype)
-        return convert_to_tensor(np.asarray(python_float_as_tf(value), dtype=var.dtype.np))
+        number = np.asarray(python_float_as_tf(value), dtype=var.dtype.np)
+        memo = self._hyper_constants
+        if memo is None:
+            return convert_to_tensor(number)
+        graph = get_default_graph()
+        key = (number.dtype.str, number.tobytes(), graph, graph.current_device)
+        out = memo.get(key)
+        if out is None:
+            out = memo[key] = convert_to_tensor(number)
+        return out
 
     def _lr(self, var: Variable) -> Tensor:
         return self._hyper(self._learning_rate, var)
