@@ -39,7 +39,8 @@ class Saver:
     ``var_list`` is None (every global variable of the session's graph, as it is when
     saving or restoring: not the local ones, ``tfc.metrics``' sums), a list of
     variables, or a dict from names in the checkpoint to variables. ``max_to_keep`` is
-    how many checkpoints a directory keeps (None or 0: all); the oldest are deleted once the index no longer names them.
+    how many checkpoints a directory keeps (None or 0: all); the oldest are deleted once
+    the index no longer names them.
     """
 
     def __init__(self, var_list: Sequence[Variable] | Mapping[str, Variable] | None = None,
