@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from tfc.api import nn, ops
 from tfc.api.graph import Tensor, Variable
 from tfc.api.graph_collections import GraphKeys, add_to_collection
@@ -219,7 +221,11 @@ def batch_normalization(inputs: TensorLike, axis: int = -1, momentum: float = 0.
     batch's mean and biased variance (``tfc.nn.moments``); otherwise with the moving ones.
     The moving averages are updated by ``moving -= (moving - batch) * (1 - momentum)``,
     two assigns added to ``UPDATE_OPS`` (with a placeholder ``training`` fed False they
-    leave the averages unchanged, as TF's). Variables: ``gamma``, ``beta`` (trainable),
+    leave the averages unchanged, as TF's). TF's arithmetic, quirks included: ``1 -
+    momentum`` is rounded to float32; where TF would use its fused kernel (``fused`` not
+    False, float16/32 inputs of rank 4 normalized on axis 1 or 3) the decay is computed in
+    float32 and the moving variance takes the batch's unbiased variance (``n / (n - 1)``
+    times the biased one that normalizes the batch). Variables: ``gamma``, ``beta`` (trainable),
     ``moving_mean``, ``moving_variance``. tfc's assigns land at the end of the step, so
     run the updates in the training step (the ``control_dependencies`` idiom)."""
     _no_extras("batch_normalization", beta_regularizer=beta_regularizer,
@@ -238,6 +244,12 @@ def batch_normalization(inputs: TensorLike, axis: int = -1, momentum: float = 0.
         raise TypeMismatch(f"tf.layers.batch_normalization: the normalized axis must be "
                            f"static, got {x.type}")
     train = _training("batch_normalization", training)
+    fused_kernel = (fused is not False and rank == 4 and ax in (1, 3)
+                    and x.dtype in (DType.f16, DType.f32))
+    if fused is True and not fused_kernel:
+        raise TypeMismatch(f"tf.layers.batch_normalization: fused=True needs a float16 or "
+                           f"float32 input of rank 4 normalized on axis 1 or 3, got "
+                           f"{x.type} and axis {axis}")
     reduce_axes = [i for i in range(rank) if i != ax]
     bshape = [1] * rank
     bshape[ax] = int(channels)
@@ -257,15 +269,21 @@ def batch_normalization(inputs: TensorLike, axis: int = -1, momentum: float = 0.
             mean, var = moving_mean.value(), moving_var.value()
         else:
             batch_mean, batch_var = nn.moments(x, reduce_axes)
-            decay: Any = 1.0 - momentum
+            if fused_kernel:  # (its moving variance is the unbiased one: n / (n - 1))
+                n = ops.cast(ops.size(x), dt) * (1.0 / int(channels))
+                moving_var_value = batch_var * (n / (n - 1.0))
+                decay_value = float(np.float32(1.0) - np.float32(momentum))
+            else:
+                moving_var_value = batch_var
+                decay_value = float(np.float32(1.0 - momentum))
+            decay: Any = decay_value
             if train is True:
                 mean, var = batch_mean, batch_var
             else:
                 mean = ops.where(train, batch_mean, moving_mean)
                 var = ops.where(train, batch_var, moving_var)
-                decay = ops.where(train, ops.fill([], 1.0 - momentum, dt),
-                                  ops.fill([], 0.0, dt))
-            for moving, batch in ((moving_mean, batch_mean), (moving_var, batch_var)):
+                decay = ops.where(train, ops.fill([], decay_value, dt), ops.fill([], 0.0, dt))
+            for moving, batch in ((moving_mean, batch_mean), (moving_var, moving_var_value)):
                 add_to_collection(GraphKeys.UPDATE_OPS,
                                   ops.assign_sub(moving, (moving - batch) * decay))
 
