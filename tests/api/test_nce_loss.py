@@ -36,23 +36,24 @@ def np_nce(w, b, x, remove_accidental_hits=False):
     return xent.sum(axis=1)
 
 
-def build(remove_accidental_hits=False):
+def build(remove_accidental_hits=None):
     w = tfc.Variable(WEIGHTS, name="nce_w")
     b = tfc.Variable(BIASES, name="nce_b")
     x = tfc.placeholder(tfc.float64, [None, D], name="x")
     sv = (tfc.constant(SAMPLED), S * log_uniform_p(LABELS), S * log_uniform_p(SAMPLED))
-    loss = tfc.nn.nce_loss(w, b, LABELS, x, S, V, num_true=2, sampled_values=sv,
-                           remove_accidental_hits=remove_accidental_hits)
+    kw = {} if remove_accidental_hits is None else {
+        "remove_accidental_hits": remove_accidental_hits}  # (None: TF's default, False)
+    loss = tfc.nn.nce_loss(w, b, LABELS, x, S, V, num_true=2, sampled_values=sv, **kw)
     return w, b, x, loss
 
 
-@pytest.mark.parametrize("remove", [False, True])
+@pytest.mark.parametrize("remove", [None, True])
 def test_loss_matches_numpy_on_given_samples(remove):
     *_, x, loss = build(remove)
     with tfc.Session() as sess:
         got = sess.run(loss, {x: X})
     assert got.shape == (4,)
-    np.testing.assert_allclose(got, np_nce(WEIGHTS, BIASES, X, remove), rtol=1e-12)
+    np.testing.assert_allclose(got, np_nce(WEIGHTS, BIASES, X, bool(remove)), rtol=1e-12)
     if remove:  # the hits change it: TF's -FLT_MAX makes those sampled terms vanish
         assert not np.allclose(got, np_nce(WEIGHTS, BIASES, X, False))
 
