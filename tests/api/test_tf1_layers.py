@@ -40,7 +40,7 @@ def test_dense_names_sharing_and_values():
                          kernel_initializer=tfc.constant_initializer(w1),
                          bias_initializer=tfc.constant_initializer(0.5))
     y = tfc.layers.dense(h, 2, kernel_initializer=tfc.constant_initializer(w2))
-    y2 = tfc.layers.dense(h, 2, use_bias=False)
+    tfc.layers.dense(h, 2, use_bias=False)
     again = tfc.layers.dense(x, 3, activation=tfc.nn.relu, name="hidden", reuse=True)
     with tfc.variable_scope("tower"):
         tfc.layers.dense(x, 1)

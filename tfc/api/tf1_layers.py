@@ -76,8 +76,8 @@ def dense(inputs: TensorLike, units: int, activation: Activation = None,
         if x.type.rank == 2:
             y = ops.matmul(x, kernel)
         else:
-            inner = x.shape[1:-1]
-            if any(d is None for d in inner):
+            inner = [d for d in x.shape[1:-1] if d is not None]
+            if len(inner) != x.type.rank - 2:
                 raise TypeMismatch(f"tf.layers.dense: inputs of rank > 2 need static "
                                    f"inner dimensions, got {x.type}")
             flat = ops.reshape(x, [-1, x.shape[-1]])
@@ -164,14 +164,11 @@ def flatten(inputs: TensorLike, name: str | None = None,
     """``inputs`` as [batch, rest] (the dimensions after the first must be static)."""
     _channels_last("flatten", data_format)
     x = convert_to_tensor(inputs)
-    rest = x.shape[1:]
-    if x.type.rank < 1 or any(d is None for d in rest):
+    rest = [d for d in x.shape[1:] if d is not None]
+    if x.type.rank < 1 or len(rest) != x.type.rank - 1:
         raise TypeMismatch(f"tf.layers.flatten: the dimensions after the first must be "
                            f"static, got {x.type}")
-    n = 1
-    for d in rest:
-        n *= int(d)
-    return ops.reshape(x, [-1, n])
+    return ops.reshape(x, [-1, int(np.prod(rest, dtype=np.int64))])
 
 
 def _training(layer: str, training: Any) -> bool | Tensor:
