@@ -5,8 +5,10 @@ A collection is a list kept by the graph under a name. The variable collections 
 graph's variables themselves (``GLOBAL_VARIABLES``: every variable in creation order,
 ``TRAINABLE_VARIABLES``: the trainable ones), followed by whatever was added under those
 keys; ``tfc.losses`` adds each loss to ``LOSSES`` (as TF1 does), so ``tf.losses.get_total_loss``
-works; ``UPDATE_OPS`` holds what user code adds (tfc's layers add nothing there: their
-updates are part of their step).
+works; ``UPDATE_OPS`` holds what user code adds and ``tfc.layers.batch_normalization``'s (TF1's
+functional layer) moving-average assigns (tfc's Keras layers add nothing there: their
+updates are part of their step). ``LOCAL_VARIABLES`` (``tfc.metrics``' sums) are not
+global variables.
 """
 
 from __future__ import annotations
