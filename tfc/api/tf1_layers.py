@@ -232,6 +232,9 @@ def batch_normalization(inputs: TensorLike, axis: int = -1, momentum: float = 0.
         raise TypeMismatch("tf.layers.batch_normalization: renorm is not supported")
     x = _float_input("batch_normalization", inputs)
     rank = x.type.rank
+    if not isinstance(axis, int):
+        raise TypeMismatch(f"tf.layers.batch_normalization: axis must be one int, got "
+                           f"{axis!r}")
     if not -rank <= axis < rank:
         raise TypeMismatch(f"tf.layers.batch_normalization: axis {axis} out of range for "
                            f"{x.type}")
