@@ -873,7 +873,8 @@ def layers_batch_norm_conv(tf: Any, rec: Rec) -> None:
 @program(tol=F32)
 def metrics_streaming(tf: Any, rec: Rec) -> None:
     """Streaming evaluation with tf.metrics (accuracy, mean, mean_squared_error,
-    mean_absolute_error, precision, recall; weights on one): update_op run per batch
+    mean_absolute_error, precision, recall, auc (ROC, PR, given thresholds with
+    minoring); weights on some): update_op run per batch
     (its fetched value is the running metric), the values read after, the local variables
     reset with local_variables_initializer and a second pass; their names, and that they
     are neither global nor trainable."""
@@ -882,12 +883,14 @@ def metrics_streaming(tf: Any, rec: Rec) -> None:
     pred = np.where(rs.rand(40) < 0.7, lab, 1 - lab)
     reg_t, reg_p = rs.randn(40), rs.randn(40)
     w = rs.rand(40)
+    score = np.clip(0.4 * lab + 0.6 * rs.rand(40), 0, 1).astype(np.float32)
     with tf.Graph().as_default():
         labels = tf.placeholder(tf.int64, [None])
         preds = tf.placeholder(tf.int64, [None])
         rt = tf.placeholder(tf.float64, [None])
         rp = tf.placeholder(tf.float64, [None])
         weights = tf.placeholder(tf.float64, [None])
+        scores = tf.placeholder(tf.float32, [None])
         acc, acc_op = tf.metrics.accuracy(labels=labels, predictions=preds)
         wacc, wacc_op = tf.metrics.accuracy(labels, preds, weights=weights)
         mean, mean_op = tf.metrics.mean(rp)
@@ -895,8 +898,14 @@ def metrics_streaming(tf: Any, rec: Rec) -> None:
         mae, mae_op = tf.metrics.mean_absolute_error(rt, rp, name="my_mae")
         prec, prec_op = tf.metrics.precision(labels, preds)
         rcl, rcl_op = tf.metrics.recall(labels, preds)
-        values = [acc, wacc, mean, mse, mae, prec, rcl]
-        updates = [acc_op, wacc_op, mean_op, mse_op, mae_op, prec_op, rcl_op]
+        auc, auc_op = tf.metrics.auc(labels, scores)
+        pr_auc, pr_auc_op = tf.metrics.auc(labels, scores, weights=weights, curve="PR",
+                                           num_thresholds=50)
+        minor, minor_op = tf.metrics.auc(labels, scores, thresholds=[0.7, 0.2, 0.5],
+                                         summation_method="minoring")
+        values = [acc, wacc, mean, mse, mae, prec, rcl, auc, pr_auc, minor]
+        updates = [acc_op, wacc_op, mean_op, mse_op, mae_op, prec_op, rcl_op, auc_op,
+                   pr_auc_op, minor_op]
         rec("local", _names(tf.local_variables()))
         rec("n_global", len(tf.global_variables()))
         rec("n_trainable", len(tf.trainable_variables()))
@@ -908,7 +917,7 @@ def metrics_streaming(tf: Any, rec: Rec) -> None:
                     b = slice(10 * i, 10 * i + 10)
                     rec(f"update{rnd}_{i}", sess.run(updates, {
                         labels: lab[b], preds: pred[b], rt: reg_t[b], rp: reg_p[b],
-                        weights: w[b]}))
+                        weights: w[b], scores: score[b]}))
                 rec(f"values{rnd}", sess.run(values))
                 sess.run(tf.local_variables_initializer())
             rec("reset", sess.run(values))

@@ -121,3 +121,54 @@ def test_mismatched_shapes_are_clear_errors():
     with tfc.Session() as sess:
         sess.run(tfc.local_variables_initializer())
         assert sess.run(update) == 0.5
+
+
+def np_auc(lab, score, thresholds, w=None, curve="ROC", method="trapezoidal"):
+    """TF's ``auc`` in numpy: counts at the thresholds, then a Riemann sum."""
+    w = np.ones(len(lab)) if w is None else w.astype(np.float32).astype(np.float64)
+    pos = score[:, None] > np.asarray(thresholds, np.float32)[None, :]
+    lab = lab.astype(bool)[:, None]
+    tp, fn = ((lab & pos) * w[:, None]).sum(0), ((lab & ~pos) * w[:, None]).sum(0)
+    tn, fp = ((~lab & ~pos) * w[:, None]).sum(0), ((~lab & pos) * w[:, None]).sum(0)
+    rec = (tp + 1e-6) / (tp + fn + 1e-6)
+    x, y = (fp / (fp + tn + 1e-6), rec) if curve == "ROC" else (rec, (tp + 1e-6) / (
+        tp + fp + 1e-6))
+    height = {"trapezoidal": (y[:-1] + y[1:]) / 2, "minoring": np.minimum(y[:-1], y[1:]),
+              "majoring": np.maximum(y[:-1], y[1:])}[method]
+    return ((x[:-1] - x[1:]) * height).sum()
+
+
+def test_auc_matches_numpy_over_batches():
+    score = np.clip(0.4 * LAB + 0.6 * RNG.random(30), 0, 1).astype(np.float32)
+    labels = tfc.placeholder(tfc.int64, [None])
+    scores = tfc.placeholder(tfc.float32, [None])
+    w = tfc.placeholder(tfc.float64, [None])
+    default = [-1e-7] + [(i + 1) / 199 for i in range(198)] + [1 + 1e-7]
+    given = [-1e-7, 0.2, 0.5, 0.7, 1 + 1e-7]
+    cases = [(tfc.metrics.auc(labels, scores), dict(thresholds=default)),
+             (tfc.metrics.auc(labels, scores, weights=w, curve="PR", num_thresholds=20),
+              dict(thresholds=[-1e-7] + [(i + 1) / 19 for i in range(18)] + [1 + 1e-7],
+                   curve="PR", w=W)),
+             (tfc.metrics.auc(labels, scores, thresholds=[0.7, 0.2, 0.5],
+                              summation_method="minoring"),
+              dict(thresholds=given, method="minoring")),
+             (tfc.metrics.auc(labels, scores, thresholds=[0.7, 0.2, 0.5],
+                              summation_method="majoring"),
+              dict(thresholds=given, method="majoring"))]
+    assert [v.name for v in tfc.local_variables()][:4] == [
+        "auc/true_positives", "auc/false_negatives", "auc/true_negatives",
+        "auc/false_positives"]
+    with tfc.Session() as sess:
+        sess.run(tfc.local_variables_initializer())
+        for b in BATCHES:
+            got = sess.run([u for (_, u), _ in cases],
+                           {labels: LAB[b], scores: score[b], w: W[b]})
+            for g, (_, kw) in zip(got, cases):
+                n = b.stop
+                want = np_auc(LAB[:n], score[:n], kw["thresholds"], kw.get("w", W)[:n]
+                              if "w" in kw else None, kw.get("curve", "ROC"),
+                              kw.get("method", "trapezoidal"))
+                np.testing.assert_allclose(g, want, rtol=2e-6)  # float32 sums
+        assert 0.5 < sess.run(cases[0][0][0]) <= 1.0
+    with pytest.raises(TypeMismatch, match="careful_interpolation"):
+        tfc.metrics.auc(labels, scores, curve="PR", summation_method="careful_interpolation")

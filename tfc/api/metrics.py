@@ -50,9 +50,9 @@ class MetricUpdate(Operation, CompositeFetch):
         return values[0]
 
 
-def _metric_variable(name: str) -> Variable:
-    """A float32 scalar local variable, 0 to begin with (TF's ``metric_variable``)."""
-    v = Variable(np.float32(0.0), trainable=False, name=name)
+def _metric_variable(name: str, shape: Sequence[int] = ()) -> Variable:
+    """A float32 local variable of zeros (TF's ``metric_variable``)."""
+    v = Variable(np.zeros(tuple(shape), np.float32), trainable=False, name=name)
     add_to_collections([GraphKeys.LOCAL_VARIABLES, GraphKeys.METRIC_VARIABLES], v)
     return v
 
@@ -215,5 +215,81 @@ def recall(labels: TensorLike, predictions: TensorLike, weights: TensorLike | No
                   metrics_collections, updates_collections)
 
 
-__all__ = ["mean", "accuracy", "mean_squared_error", "mean_absolute_error", "precision",
+def auc(labels: TensorLike, predictions: TensorLike, weights: TensorLike | None = None,
+        num_thresholds: int = 200, metrics_collections: Any = None,
+        updates_collections: Any = None, curve: str = "ROC", name: str | None = None,
+        summation_method: str = "trapezoidal", thresholds: Sequence[float] | None = None
+        ) -> tuple[Tensor, Operation]:
+    """The area under the ROC (or precision-recall) curve (``tf.metrics.auc``), TF's
+    approximation: true/false positive and negative counts at ``num_thresholds``
+    thresholds (``-1e-7``, ``i / (num_thresholds - 1)``, ``1 + 1e-7``; a prediction above
+    a threshold is positive) kept in four local ``[num_thresholds]`` variables
+    (``auc/true_positives`` ...), then a Riemann sum over the curve's points
+    (``trapezoidal``, or ``minoring`` / ``majoring``; PR's ``careful_interpolation`` is
+    not supported), with TF's ``1e-6`` added to the
+    rates' numerators and denominators. Predictions should lie in [0, 1]; TF asserts
+    that at run time, tfc does not check it (one outside counts as positive, or
+    negative, at every threshold)."""
+    if curve not in ("ROC", "PR"):
+        raise TypeMismatch(f"tf.metrics.auc: curve must be 'ROC' or 'PR', got {curve!r}")
+    method = summation_method
+    if method == "careful_interpolation" and curve == "ROC":
+        method = "trapezoidal"  # (as TF: the careful interpolation is PR's only)
+    if method not in ("trapezoidal", "minoring", "majoring"):
+        raise TypeMismatch(f"tf.metrics.auc: summation_method {summation_method!r} is not "
+                           f"supported (trapezoidal, minoring, majoring)")
+    if thresholds is None:
+        if num_thresholds < 2:
+            raise TypeMismatch(f"tf.metrics.auc: num_thresholds must be > 1, got "
+                               f"{num_thresholds}")
+        inner = [(i + 1) * 1.0 / (num_thresholds - 1) for i in range(num_thresholds - 2)]
+        thresholds = [0.0 - 1e-7] + inner + [1.0 + 1e-7]
+    else:
+        thresholds = [0.0 - 1e-7] + [float(t) for t in sorted(thresholds)] + [1.0 + 1e-7]
+    n = len(thresholds)
+    lab, pred = _matched("auc", labels, predictions)
+    with variable_scope(name, default_name="auc"):
+        pred_col = ops.reshape(_f32(pred), [-1, 1])
+        lab_col = ops.reshape(lab if lab.dtype == DType.bool else ops.cast(lab, DType.bool),
+                              [-1, 1])
+        thresh = np.asarray(thresholds, np.float32).reshape(1, n)
+        pred_pos = ops.greater(pred_col, thresh)  # [examples, thresholds]
+        w = None if weights is None else ops.reshape(_f32(weights) * ops.ones_like(
+            _f32(pred)), [-1, 1])
+        counts, updates = [], []
+        for var_name, label_is, pred_is in (("true_positives", True, True),
+                                            ("false_negatives", True, False),
+                                            ("true_negatives", False, False),
+                                            ("false_positives", False, True)):
+            cond = ops.logical_and(lab_col if label_is else ops.logical_not(lab_col),
+                                   pred_pos if pred_is else ops.logical_not(pred_pos))
+            hits = ops.cast(cond, DType.f32)
+            if w is not None:
+                hits = hits * w
+            total = _metric_variable(var_name, [n])
+            batch = ops.reduce_sum(hits, axis=0)
+            counts.append((total, batch))
+            updates.append(ops.assign_add(total, batch))
+
+        def area(tp: Tensor, fn: Tensor, tn: Tensor, fp: Tensor) -> Tensor:
+            eps = 1.0e-6
+            rec = (tp + eps) / (tp + fn + eps)
+            if curve == "ROC":
+                x, y = fp / (fp + tn + eps), rec
+            else:
+                x, y = rec, (tp + eps) / (tp + fp + eps)
+            dx = x[:n - 1] - x[1:]
+            if method == "trapezoidal":
+                height = (y[:n - 1] + y[1:]) / 2.0
+            elif method == "minoring":
+                height = ops.minimum(y[:n - 1], y[1:])
+            else:
+                height = ops.maximum(y[:n - 1], y[1:])
+            return ops.reduce_sum(dx * height)
+        update = MetricUpdate(area(*(t + b for t, b in counts)), updates, name="update_op")
+        return _collect(area(*(t.value() for t, _ in counts)), update, metrics_collections,
+                        updates_collections)
+
+
+__all__ = ["auc", "mean", "accuracy", "mean_squared_error", "mean_absolute_error", "precision",
            "recall", "MetricUpdate"]
