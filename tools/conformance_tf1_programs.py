@@ -19,6 +19,10 @@ the name; a ``TfcError`` is "tfc error"; any other exception from inside tfc is 
 (the worst after wrong numbers). A numeric difference is a MISMATCH, unless the program
 documents it as EXPECTED (a deliberate difference, README "differences").
 
+The ``tf.layers`` programs need TensorFlow's legacy Keras (``pip install tf-keras``; the
+tool sets ``TF_USE_LEGACY_KERAS=1``): without it TensorFlow 2.21 has no ``tf.layers.dense``
+and they are listed "TF cannot run it".
+
 It is a tool, not a test (CI has no TensorFlow). Usage::
 
     python tools/conformance_tf1_programs.py [--programs NAME,...] [--backends llvm,reference]
