@@ -147,7 +147,7 @@ def test_conv_pool_flatten_match_numpy():
 def test_dropout_follows_training():
     x = tfc.constant(np.ones((200, 50)))
     off = tfc.layers.dropout(x, 0.3)  # TF's default: training=False
-    on = tfc.layers.dropout(x, 0.3, training=True, seed=1)
+    on = tfc.layers.dropout(x, 0.3, training=np.bool_(True), seed=1)  # (a numpy bool too)
     training = tfc.placeholder(tfc.bool, [])
     fed = tfc.layers.dropout(x, rate=0.3, training=training, seed=2)
     with tfc.Session() as sess:

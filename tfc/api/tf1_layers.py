@@ -179,10 +179,10 @@ def _training(layer: str, training: Any) -> bool | Tensor:
             raise TypeMismatch(f"tf.layers.{layer}: a tensor training must be a scalar "
                                f"bool, got {t.type}")
         return t
-    if not isinstance(training, bool):
+    if not isinstance(training, (bool, np.bool_)):
         raise TypeMismatch(f"tf.layers.{layer}: training must be a bool or a scalar bool "
                            f"tensor, got {training!r}")
-    return training
+    return bool(training)
 
 
 def dropout(inputs: TensorLike, rate: float = 0.5, noise_shape: Any = None,
