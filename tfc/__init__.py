@@ -32,6 +32,7 @@ from tfc.api.random import shuffle as random_shuffle  # noqa: F401
 from tfc.api.random import truncated_normal  # noqa: F401
 from tfc.api.random import uniform as random_uniform  # noqa: F401
 from tfc.api import losses  # noqa: F401  (tfc.losses: TF1's tf.losses)
+from tfc.api import metrics  # noqa: F401  (tfc.metrics: TF1's tf.metrics)
 from tfc.api import math_ns as math  # noqa: F401  (tfc.math, not Python's: see math_ns)
 from tfc import train  # noqa: F401  (tfc.train)
 from tfc.train import clip_by_global_norm, global_norm, trainable_variables  # noqa: F401

@@ -19,6 +19,10 @@ the name; a ``TfcError`` is "tfc error"; any other exception from inside tfc is 
 (the worst after wrong numbers). A numeric difference is a MISMATCH, unless the program
 documents it as EXPECTED (a deliberate difference, README "differences").
 
+The ``tf.layers`` programs need TensorFlow's legacy Keras (``pip install tf-keras``; the
+tool sets ``TF_USE_LEGACY_KERAS=1``): without it TensorFlow 2.21 has no ``tf.layers.dense``
+and they are listed "TF cannot run it".
+
 It is a tool, not a test (CI has no TensorFlow). Usage::
 
     python tools/conformance_tf1_programs.py [--programs NAME,...] [--backends llvm,reference]
@@ -39,6 +43,7 @@ import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # (tf.layers needs tf_keras: pip tf-keras)
 
 import tfc  # noqa: E402
 
@@ -725,6 +730,241 @@ def assign_returns_value(tf: Any, rec: Rec) -> None:
             sess.run(tf.global_variables_initializer())
             rec("fetched", sess.run(inc))
             rec("after", sess.run(v))
+
+
+# ---- tf.layers, tf.metrics, tf.nn.nce_loss (TF1's functional layers: tf_keras in TF 2.x) --
+
+def _names(variables: Any) -> list[str]:
+    return [v.name.split(":")[0] for v in variables]
+
+
+@program()
+def layers_dense_mlp(tf: Any, rec: Rec) -> None:
+    """tf.layers.dense twice (relu, then logits) with constant_initializer kernels, a third
+    call sharing the first layer's variables (name=, reuse=True), gradient descent; the
+    variables' names (dense/kernel ...), trainable and global, as Saver would see them."""
+    x_data, labels = _data(40, 48, 6, 3)
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float64, [None, 6])
+        y = tf.placeholder(tf.int64, [None])
+        h = tf.layers.dense(x, 8, activation=tf.nn.relu, name="hidden",
+                            kernel_initializer=tf.constant_initializer(_init(41, 6, 8)))
+        logits = tf.layers.dense(h, 3, kernel_initializer=tf.constant_initializer(
+            _init(42, 8, 3)), bias_initializer=tf.constant_initializer(0.1))
+        again = tf.layers.dense(x, 8, activation=tf.nn.relu, name="hidden", reuse=True)
+        extra = tf.layers.dense(h, 2, use_bias=False,
+                                kernel_initializer=tf.constant_initializer(_init(43, 8, 2)))
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=y, logits=logits)) + 0.01 * tf.reduce_sum(tf.square(extra))
+        train = tf.train.GradientDescentOptimizer(0.3).minimize(loss)
+        rec("trainable", _names(tf.trainable_variables()))
+        rec("global", _names(tf.global_variables()))
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            for i in range(12):
+                rec(f"loss{i}", sess.run([train, loss], {x: x_data, y: labels})[1])
+            h_v, again_v = sess.run([h, again], {x: x_data})
+            rec("shared", np.array_equal(h_v, again_v))
+            rec("vars", sess.run(tf.trainable_variables()))
+
+
+@program(tol=F32)
+def layers_cnn(tf: Any, rec: Rec) -> None:
+    """The tf.layers CNN of the TF1 tutorials on 8x8 images: conv2d ('same', relu),
+    max_pooling2d, conv2d ('valid', strides), average_pooling2d, flatten, dense, dropout
+    with a bool training placeholder (fed False: no random mask decides the numbers), Adam,
+    float32."""
+    rs = np.random.RandomState(44)
+    x_data = rs.rand(16, 8, 8, 1).astype(np.float32)
+    labels = rs.randint(0, 3, 16)
+
+    def k(seed: int, *shape: int) -> Any:
+        return tf.constant_initializer(_init(seed, *shape, scale=0.3).astype(np.float32))
+
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float32, [None, 8, 8, 1])
+        y = tf.placeholder(tf.int32, [None])
+        training = tf.placeholder(tf.bool, [])
+        c1 = tf.layers.conv2d(x, 4, 3, padding="same", activation=tf.nn.relu,
+                              kernel_initializer=k(45, 3, 3, 1, 4))
+        p1 = tf.layers.max_pooling2d(c1, pool_size=2, strides=2)
+        c2 = tf.layers.conv2d(p1, 6, (2, 2), strides=(1, 1), activation=tf.nn.relu,
+                              kernel_initializer=k(46, 2, 2, 4, 6),
+                              bias_initializer=tf.constant_initializer(0.05))
+        p2 = tf.layers.average_pooling2d(c2, pool_size=(2, 2), strides=1, padding="same")
+        flat = tf.layers.flatten(p2)
+        fc = tf.layers.dense(flat, 10, activation=tf.nn.relu, kernel_initializer=k(47, 54, 10))
+        drop = tf.layers.dropout(fc, rate=0.4, training=training)
+        logits = tf.layers.dense(drop, 3, kernel_initializer=k(48, 10, 3))
+        loss = tf.losses.sparse_softmax_cross_entropy(labels=y, logits=logits)
+        train = tf.train.AdamOptimizer(1e-2).minimize(loss)
+        rec("trainable", _names(tf.trainable_variables()))
+        rec("shapes", [[int(d) for d in list(t.shape)[1:]] for t in (c1, p1, c2, p2, flat)])
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            for i in range(6):
+                rec(f"loss{i}", sess.run([train, loss], {x: x_data, y: labels.astype(
+                    np.int32), training: False})[1])
+            rec("logits", sess.run(logits, {x: x_data, training: False}))
+            rec("conv2d/kernel", sess.run(tf.trainable_variables()[0]))
+
+
+@program()
+def layers_batch_norm(tf: Any, rec: Rec) -> None:
+    """tf.layers.batch_normalization between dense layers with a bool training placeholder,
+    the UPDATE_OPS idiom (control_dependencies around minimize), then inference with the
+    moving averages; momentum and epsilon given and defaulted, float64 (TF's non-fused
+    path)."""
+    x_data, labels = _data(49, 32, 5, 3)
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float64, [None, 5])
+        y = tf.placeholder(tf.int64, [None])
+        training = tf.placeholder(tf.bool, [])
+        h = tf.layers.dense(x, 6, kernel_initializer=tf.constant_initializer(_init(50, 5, 6)))
+        bn = tf.nn.relu(tf.layers.batch_normalization(h, training=training, momentum=0.9))
+        logits = tf.layers.dense(bn, 3, kernel_initializer=tf.constant_initializer(
+            _init(51, 6, 3)))
+        bn2 = tf.layers.batch_normalization(logits, training=True, center=False)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=y, logits=logits + 0.1 * bn2))
+        update_ops = tf.get_collection(tf.GraphKeys.UPDATE_OPS)
+        rec("update_ops", len(update_ops))
+        with tf.control_dependencies(update_ops):
+            train = tf.train.GradientDescentOptimizer(0.2).minimize(loss)
+        rec("global", _names(tf.global_variables()))
+        rec("trainable", _names(tf.trainable_variables()))
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            for i in range(8):
+                batch = slice(8 * (i % 4), 8 * (i % 4) + 8)
+                rec(f"loss{i}", sess.run([train, loss], {x: x_data[batch], y: labels[batch],
+                                                         training: True})[1])
+            rec("eval_loss", sess.run(loss, {x: x_data, y: labels, training: False}))
+            rec("moving", sess.run([v for v in tf.global_variables() if "moving" in v.name]))
+            sess.run(update_ops, {x: x_data, training: False})  # (no change when not training)
+            rec("moving_after_eval", sess.run(
+                [v for v in tf.global_variables() if "moving" in v.name]))
+
+
+@program(tol=F32)
+def layers_batch_norm_conv(tf: Any, rec: Rec) -> None:
+    """batch_normalization of a conv2d's NHWC output in float32 (TF's fused kernel) with
+    training=True, the update ops run with the train op through tf.group; then inference
+    with training=False (a Python bool) in a second call sharing the variables (reuse)."""
+    rs = np.random.RandomState(52)
+    x_data = rs.rand(8, 6, 6, 2).astype(np.float32)
+    target = rs.rand(8, 1).astype(np.float32)
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float32, [None, 6, 6, 2])
+        t = tf.placeholder(tf.float32, [None, 1])
+        c = tf.layers.conv2d(x, 3, 3, kernel_initializer=tf.constant_initializer(
+            _init(53, 3, 3, 2, 3, scale=0.5).astype(np.float32)))
+        bn = tf.layers.batch_normalization(c, training=True, name="bn")
+        bn_eval = tf.layers.batch_normalization(c, training=False, name="bn", reuse=True)
+        out = tf.layers.dense(tf.layers.flatten(tf.nn.relu(bn)), 1,
+                              kernel_initializer=tf.constant_initializer(0.05))
+        loss = tf.reduce_mean(tf.square(out - t))
+        opt = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
+        train = tf.group(opt, *tf.get_collection(tf.GraphKeys.UPDATE_OPS))
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            for i in range(5):
+                rec(f"loss{i}", sess.run([train, loss], {x: x_data, t: target})[1])
+            rec("moving", sess.run([v for v in tf.global_variables() if "moving" in v.name]))
+            rec("bn_eval", sess.run(bn_eval, {x: x_data}))
+
+
+@program(tol=F32)
+def metrics_streaming(tf: Any, rec: Rec) -> None:
+    """Streaming evaluation with tf.metrics (accuracy, mean, mean_squared_error,
+    mean_absolute_error, precision, recall, auc (ROC, PR, given thresholds with
+    minoring); weights on some): update_op run per batch
+    (its fetched value is the running metric), the values read after, the local variables
+    reset with local_variables_initializer and a second pass; their names, and that they
+    are neither global nor trainable."""
+    rs = np.random.RandomState(54)
+    lab = rs.randint(0, 2, 40)
+    pred = np.where(rs.rand(40) < 0.7, lab, 1 - lab)
+    reg_t, reg_p = rs.randn(40), rs.randn(40)
+    w = rs.rand(40)
+    score = np.clip(0.4 * lab + 0.6 * rs.rand(40), 0, 1).astype(np.float32)
+    with tf.Graph().as_default():
+        labels = tf.placeholder(tf.int64, [None])
+        preds = tf.placeholder(tf.int64, [None])
+        rt = tf.placeholder(tf.float64, [None])
+        rp = tf.placeholder(tf.float64, [None])
+        weights = tf.placeholder(tf.float64, [None])
+        scores = tf.placeholder(tf.float32, [None])
+        acc, acc_op = tf.metrics.accuracy(labels=labels, predictions=preds)
+        wacc, wacc_op = tf.metrics.accuracy(labels, preds, weights=weights)
+        mean, mean_op = tf.metrics.mean(rp)
+        mse, mse_op = tf.metrics.mean_squared_error(rt, rp)
+        mae, mae_op = tf.metrics.mean_absolute_error(rt, rp, name="my_mae")
+        prec, prec_op = tf.metrics.precision(labels, preds)
+        rcl, rcl_op = tf.metrics.recall(labels, preds)
+        auc, auc_op = tf.metrics.auc(labels, scores)
+        pr_auc, pr_auc_op = tf.metrics.auc(labels, scores, weights=weights, curve="PR",
+                                           num_thresholds=50)
+        minor, minor_op = tf.metrics.auc(labels, scores, thresholds=[0.7, 0.2, 0.5],
+                                         summation_method="minoring")
+        values = [acc, wacc, mean, mse, mae, prec, rcl, auc, pr_auc, minor]
+        updates = [acc_op, wacc_op, mean_op, mse_op, mae_op, prec_op, rcl_op, auc_op,
+                   pr_auc_op, minor_op]
+        rec("local", _names(tf.local_variables()))
+        rec("n_global", len(tf.global_variables()))
+        rec("n_trainable", len(tf.trainable_variables()))
+        with tf.Session() as sess:
+            sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
+            rec("empty", sess.run(values))
+            for rnd in range(2):
+                for i in range(4):
+                    b = slice(10 * i, 10 * i + 10)
+                    rec(f"update{rnd}_{i}", sess.run(updates, {
+                        labels: lab[b], preds: pred[b], rt: reg_t[b], rp: reg_p[b],
+                        weights: w[b], scores: score[b]}))
+                rec(f"values{rnd}", sess.run(values))
+                sess.run(tf.local_variables_initializer())
+            rec("reset", sess.run(values))
+
+
+@program()
+def nce_word2vec(tf: Any, rec: Rec) -> None:
+    """The word2vec tutorial's skip-gram step: embedding_lookup of the center words,
+    tf.nn.nce_loss against nce_weights/nce_biases, SGD; the sampled classes given through
+    sampled_values (log-uniform expected counts computed here) so that no sampler decides
+    the numbers, one of them equal to a label; remove_accidental_hits both ways."""
+    vocab, dim, num_sampled, batch = 20, 4, 5, 8
+    rs = np.random.RandomState(55)
+    centers = rs.randint(0, vocab, batch)
+    context = rs.randint(0, vocab, (batch, 1))
+    sampled = np.array([3, 0, 11, int(context[0, 0]), 7])
+
+    def expected(ids: np.ndarray) -> np.ndarray:  # num_sampled * P(id), log-uniform
+        return num_sampled * np.log((ids + 2.0) / (ids + 1.0)) / np.log(vocab + 1.0)
+
+    with tf.Graph().as_default():
+        inputs = tf.placeholder(tf.int32, [None])
+        ctx = tf.placeholder(tf.int64, [None, 1])
+        embeddings = tf.Variable(rs.uniform(-1.0, 1.0, (vocab, dim)))
+        nce_w = tf.Variable(rs.randn(vocab, dim) / np.sqrt(dim))
+        nce_b = tf.Variable(np.zeros(vocab))
+        embed = tf.nn.embedding_lookup(embeddings, inputs)
+        sv = (tf.constant(sampled, dtype=tf.int64), tf.constant(expected(context)),
+              tf.constant(expected(sampled)))
+        loss = tf.reduce_mean(tf.nn.nce_loss(weights=nce_w, biases=nce_b, labels=ctx,
+                                             inputs=embed, num_sampled=num_sampled,
+                                             num_classes=vocab, sampled_values=sv))
+        per_example = tf.nn.nce_loss(nce_w, nce_b, ctx, embed, num_sampled, vocab,
+                                     sampled_values=sv, remove_accidental_hits=True)
+        train = tf.train.GradientDescentOptimizer(0.5).minimize(loss)
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            feed = {inputs: centers.astype(np.int32), ctx: context}
+            rec("per_example_hits_removed", sess.run(per_example, feed))
+            for i in range(6):
+                rec(f"loss{i}", sess.run([train, loss], feed)[1])
+            rec("embeddings", sess.run(embeddings))
+            rec("nce_biases", sess.run(nce_b))
 
 
 # ---- running and comparing ---------------------------------------------------------------

@@ -5,8 +5,10 @@ A collection is a list kept by the graph under a name. The variable collections 
 graph's variables themselves (``GLOBAL_VARIABLES``: every variable in creation order,
 ``TRAINABLE_VARIABLES``: the trainable ones), followed by whatever was added under those
 keys; ``tfc.losses`` adds each loss to ``LOSSES`` (as TF1 does), so ``tf.losses.get_total_loss``
-works; ``UPDATE_OPS`` holds what user code adds (tfc's layers add nothing there: their
-updates are part of their step).
+works; ``UPDATE_OPS`` holds what user code adds and ``tfc.layers.batch_normalization``'s (TF1's
+functional layer) moving-average assigns (tfc's Keras layers add nothing there: their
+updates are part of their step). ``LOCAL_VARIABLES`` (``tfc.metrics``' sums) are not
+global variables.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class GraphKeys:
     VARIABLES = GLOBAL_VARIABLES
     TRAINABLE_VARIABLES = "trainable_variables"
     LOCAL_VARIABLES = "local_variables"
+    METRIC_VARIABLES = "metric_variables"
     MODEL_VARIABLES = "model_variables"
     UPDATE_OPS = "update_ops"
     LOSSES = "losses"
@@ -34,12 +37,18 @@ class GraphKeys:
 
 def _items(g: Graph, key: str) -> list[Any]:
     if key == GraphKeys.GLOBAL_VARIABLES:
-        base: list[Any] = list(g.variables.values())
+        base: list[Any] = [v for v in g.variables.values() if not is_local_variable(v)]
     elif key == GraphKeys.TRAINABLE_VARIABLES:
         base = [v for v in g.variables.values() if v.trainable]
     else:
         base = []
     return base + [x for x in g.collections.get(key, []) if not any(x is b for b in base)]
+
+
+def is_local_variable(v: Any) -> bool:
+    """Whether ``v`` is in its graph's ``LOCAL_VARIABLES`` (``tfc.metrics``' sums): not a
+    global variable, so neither ``global_variables()`` nor a default Saver has it (TF1)."""
+    return any(v is x for x in v.graph.collections.get(GraphKeys.LOCAL_VARIABLES, []))
 
 
 def get_collection(key: str, scope: str | None = None) -> list[Any]:

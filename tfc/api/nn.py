@@ -288,16 +288,54 @@ def sampled_softmax_loss(weights: TensorLike, biases: TensorLike, labels: Tensor
     - both minus ``log(expected count)`` (``subtract_log_q``), then softmax cross
       entropy against labels ``1 / num_true`` for the true classes, 0 for the sampled.
     """
+    logits, targets = _sampled_logits("sampled_softmax_loss", weights, biases, labels, inputs,
+                                      num_sampled, num_classes, num_true, sampled_values,
+                                      remove_accidental_hits, seed)
+    return softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+
+
+def nce_loss(weights: TensorLike, biases: TensorLike, labels: TensorLike,
+             inputs: TensorLike, num_sampled: int, num_classes: int, num_true: int = 1,
+             sampled_values: tuple[TensorLike, TensorLike, TensorLike] | None = None,
+             remove_accidental_hits: bool = False, partition_strategy: str = "mod",
+             name: str = "nce_loss", seed: int | None = None) -> Tensor:
+    """Noise-contrastive estimation (``tf.nn.nce_loss``, Gutmann & Hyvarinen 2010): the
+    logits of ``sampled_softmax_loss`` (the same rows, ``log(expected count)`` subtracted,
+    accidental hits removed only when asked: TF's default here is False), each a logistic
+    regression, true classes against ``1 / num_true``, sampled ones against 0; the
+    per-example loss ``[batch]`` is the sum of those sigmoid cross entropies. A seeded
+    sampler draws other classes than TF's: give ``sampled_values`` to compare numbers.
+    ``partition_strategy`` is checked and unused: a ``tfc.PartitionedVariable`` gathers
+    its logical rows (as ``embedding_lookup``)."""
+    if partition_strategy not in ("mod", "div"):
+        raise TypeMismatch(f"nce_loss: partition_strategy must be 'mod' or 'div', got "
+                           f"{partition_strategy!r}")
+    logits, targets = _sampled_logits("nce_loss", weights, biases, labels, inputs,
+                                      num_sampled, num_classes, num_true, sampled_values,
+                                      remove_accidental_hits, seed)
+    from tfc.api import ops
+    return ops.reduce_sum(sigmoid_cross_entropy_with_logits(labels=targets, logits=logits),
+                          axis=1)
+
+
+def _sampled_logits(what: str, weights: TensorLike, biases: TensorLike, labels: TensorLike,
+                    inputs: TensorLike, num_sampled: int, num_classes: int, num_true: int,
+                    sampled_values: tuple[TensorLike, TensorLike, TensorLike] | None,
+                    remove_accidental_hits: bool, seed: int | None
+                    ) -> tuple[Tensor, Tensor]:
+    """The logits [batch, num_true + num_sampled] of the true then the sampled classes and
+    their targets (``1 / num_true``, then 0): TF's ``_compute_sampled_logits`` with
+    ``subtract_log_q`` (see ``sampled_softmax_loss``)."""
     from tfc.api import ops
     from tfc.api.random import log_uniform_candidate_sampler
     from tfc.errors import TypeMismatch
     x = convert_to_tensor(inputs)
     lab = labels if isinstance(labels, Tensor) else convert_to_tensor(labels, DType.i64)
     if not x.dtype.is_float or x.type.rank != 2:
-        raise TypeMismatch(f"sampled_softmax_loss: inputs must be float [batch, dim], got "
+        raise TypeMismatch(f"{what}: inputs must be float [batch, dim], got "
                            f"{x.type}")
     if not lab.dtype.is_int or lab.type.rank != 2 or lab.shape[1] != num_true:
-        raise TypeMismatch(f"sampled_softmax_loss: labels must be integers of shape "
+        raise TypeMismatch(f"{what}: labels must be integers of shape "
                            f"[batch, {num_true}], got {lab.type}")
     if sampled_values is None:
         sampled_values = log_uniform_candidate_sampler(lab, num_true, num_sampled, False,
@@ -305,14 +343,14 @@ def sampled_softmax_loss(weights: TensorLike, biases: TensorLike, labels: Tensor
     sampled, true_count, sampled_count = (convert_to_tensor(v) for v in sampled_values)
     sampled = ops.cast(sampled, lab.dtype) if sampled.dtype != lab.dtype else sampled
     if sampled.shape != (num_sampled,):
-        raise TypeMismatch(f"sampled_softmax_loss: sampled candidates must have shape "
+        raise TypeMismatch(f"{what}: sampled candidates must have shape "
                            f"[{num_sampled}], got {sampled.type}")
     flat_labels = ops.reshape(lab, [-1])
     all_ids = ops.concat([sampled, flat_labels], axis=0)  # the sampled first: a static cut
     all_w = ops.gather(weights, all_ids)
     dim = all_w.shape[1]
     if all_w.type.rank != 2 or dim is None or x.shape[1] not in (dim, None):
-        raise TypeMismatch(f"sampled_softmax_loss: weights must be [num_classes, dim] with a "
+        raise TypeMismatch(f"{what}: weights must be [num_classes, dim] with a "
                            f"static dim matching inputs {x.type}, got rows {all_w.type}")
     all_b = ops.gather(biases, all_ids)
     true_w, sampled_w = _split_rows(all_w, num_sampled)
@@ -330,7 +368,7 @@ def sampled_softmax_loss(weights: TensorLike, biases: TensorLike, labels: Tensor
     logits = ops.concat([true_logits, sampled_logits], axis=1)
     targets = ops.concat([ops.ones_like(true_logits) * (1.0 / num_true),
                           ops.zeros_like(sampled_logits)], axis=1)
-    return softmax_cross_entropy_with_logits(labels=targets, logits=logits)
+    return logits, targets
 
 
 def _split_rows(x: Tensor, head: int) -> tuple[Tensor, Tensor]:

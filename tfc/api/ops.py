@@ -443,11 +443,21 @@ def control_dependencies(control_inputs: Sequence[Any] | None) -> Any:
 
 
 def global_variables() -> list[Variable]:
-    """The default graph's variables in creation order (``tf.global_variables``)."""
-    return list(get_default_graph().variables.values())
+    """The default graph's variables in creation order, less the local ones
+    (``tf.global_variables``)."""
+    from tfc.api.graph_collections import GraphKeys, get_collection
+    return get_collection(GraphKeys.GLOBAL_VARIABLES)
+
+
+def local_variables() -> list[Variable]:
+    """The default graph's local variables: ``tfc.metrics``' sums (``tf.local_variables``)."""
+    from tfc.api.graph_collections import GraphKeys, get_collection
+    return get_collection(GraphKeys.LOCAL_VARIABLES)
 
 
 def local_variables_initializer() -> Operation:
-    """An operation that does nothing: tfc has no local variables (TF1's
-    ``tf.local_variables_initializer``, which programs run next to the global one)."""
-    return no_op(name="local_init")
+    """An operation that sets the local variables (``tfc.metrics``' sums) to their
+    initial values (TF1's ``tf.local_variables_initializer``, run next to the global one;
+    it resets a streaming metric)."""
+    return Operation(get_default_graph(), None, [v.initializer for v in local_variables()],
+                     name="local_init")

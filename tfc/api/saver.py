@@ -36,10 +36,11 @@ __all__ = ["Saver", "latest_checkpoint"]
 class Saver:
     """Saves and restores variables of a ``Session`` (``tf.compat.v1.train.Saver``).
 
-    ``var_list`` is None (every variable of the session's graph, as it is when saving
-    or restoring), a list of variables, or a dict from names in the checkpoint to
-    variables. ``max_to_keep`` is how many checkpoints a directory keeps (None or 0:
-    all); the oldest are deleted once the index no longer names them.
+    ``var_list`` is None (every global variable of the session's graph, as it is when
+    saving or restoring: not the local ones, ``tfc.metrics``' sums), a list of
+    variables, or a dict from names in the checkpoint to variables. ``max_to_keep`` is
+    how many checkpoints a directory keeps (None or 0: all); the oldest are deleted once
+    the index no longer names them.
     """
 
     def __init__(self, var_list: Sequence[Variable] | Mapping[str, Variable] | None = None,
@@ -102,7 +103,9 @@ class Saver:
                 raise TfcError(f"Saver: variable '{foreign[0].name}' is not in the "
                                f"session's graph")
             return self._var_list
-        return logical_variables(sess.graph)
+        from tfc.api.graph_collections import is_local_variable
+        return {n: v for n, v in logical_variables(sess.graph).items()
+                if not is_local_variable(v)}
 
     def _target(self, save_path: str | os.PathLike[str], global_step: Any,
                 sess: "Session") -> Path:

@@ -19,6 +19,7 @@ from tfc.layers.merge import Add, Concatenate
 from tfc.layers.normalization import BatchNormalization, LayerNormalization
 from tfc.layers.model import Sequential
 from tfc.layers.recurrent import GRU, LSTM
+from tfc.api.tf1_layers import *  # noqa: F401,F403,E402  (TF1's functions: tf.layers.dense ...)
 
 __all__ = ["Layer", "Dense", "Dropout", "Embedding", "Flatten", "Conv2D", "MaxPool2D",
            "MaxPooling2D", "AveragePooling2D", "AvgPool2D", "LSTM", "Sequential", "History",
