@@ -393,7 +393,7 @@ def einsum(equation: str, *inputs: TensorLike, name: str | None = None) -> Tenso
         gone = [i for i, c in enumerate(s) if c not in others]
         if gone:
             ts[n] = ops.reduce_sum(t, axis=gone)
-            subs[n] = "".join(c for c in s if c not in others)
+            subs[n] = "".join(c for c in s if c in others)
     if len(ts) == 1:
         s, t = subs[0], ts[0]
         y = t if s == out else ops.transpose(t, [s.index(c) for c in out])
