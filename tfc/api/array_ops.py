@@ -160,11 +160,12 @@ def gather_nd(params: TensorLike, indices: TensorLike, batch_dims: int = 0,
     if not all(isinstance(d, int) for d in (*dims, *rest)):
         raise _error(f"gather_nd: params {p.type} must have a static shape")
     dt = idx.dtype.np
-    strides = np.array([int(np.prod(dims[i + 1:], dtype=np.int64)) for i in range(k)], dt)
+    sizes = [int(d) for d in dims]
+    strides = np.array([int(np.prod(sizes[i + 1:], dtype=np.int64)) for i in range(k)], dt)
     from tfc.api import ops
     row = ops.reduce_sum(ops.multiply(idx, constant(strides)), axis=-1)
     bad = ops.reduce_any(ops.logical_or(ops.less(idx, constant(np.zeros(k, dt))),
-                                        ops.greater_equal(idx, constant(np.array(dims, dt)))),
+                                        ops.greater_equal(idx, constant(np.array(sizes, dt)))),
                          axis=-1)
     row = ops.where(bad, constant(np.array(-1, dt)), row)
     rows = apply("reshape", p, shape=(-1, *rest)) if k != 1 else p
@@ -203,19 +204,19 @@ def linspace(start: Any, stop: Any, num: int, name: str | None = None,
         dt = DType.f32 if not isinstance(start, np.generic) else as_dtype(start.dtype)
         if not dt.is_float:
             dt = DType.f32
-        s, e = np.asarray(start, dt.np), np.asarray(stop, dt.np)
-        delta = (e - s) / np.asarray(builtins.max(num - 1, 1), dt.np)
-        mid = s + delta * np.arange(1, builtins.max(num - 1, 1), dtype=dt.np)
-        return constant(np.concatenate([s[None], mid, e[None]])[:num], name=name)
+        sa, ea = np.asarray(start, dt.np), np.asarray(stop, dt.np)
+        step = (ea - sa) / np.asarray(builtins.max(num - 1, 1), dt.np)
+        mid = sa + step * np.arange(1, builtins.max(num - 1, 1), dtype=dt.np)
+        return constant(np.concatenate([sa[None], mid, ea[None]])[:num], name=name)
     from tfc.api import ops
-    s = convert_to_tensor(start)
-    e = convert_to_tensor(stop, s.dtype)
-    if s.type.rank or e.type.rank or not s.dtype.is_float:
-        raise _error(f"linspace: start {s.type} and stop {e.type} must be float scalars")
-    steps = constant(np.asarray(builtins.max(num - 1, 1), s.dtype.np))
-    delta = ops.divide(ops.subtract(e, s), steps)
-    i = constant(np.arange(1, builtins.max(num - 1, 1), dtype=s.dtype.np))
-    parts = [ops.reshape(s, [1]), ops.add(s, ops.multiply(delta, i)), ops.reshape(e, [1])]
+    st = convert_to_tensor(start)
+    et = convert_to_tensor(stop, st.dtype)
+    if st.type.rank or et.type.rank or not st.dtype.is_float:
+        raise _error(f"linspace: start {st.type} and stop {et.type} must be float scalars")
+    steps = constant(np.asarray(builtins.max(num - 1, 1), st.dtype.np))
+    delta = ops.divide(ops.subtract(et, st), steps)
+    i = constant(np.arange(1, builtins.max(num - 1, 1), dtype=st.dtype.np))
+    parts = [ops.reshape(st, [1]), ops.add(st, ops.multiply(delta, i)), ops.reshape(et, [1])]
     return apply("slice", ops.concat(parts, 0), begin=(0,), end=(num,), name=name)
 
 
@@ -289,7 +290,7 @@ def _grouped(op: str, t: Tensor, groups: Sequence[Sequence[int]]) -> Tensor:
         if len(dims) == 1:
             merged.append(dims[0])
         elif all(isinstance(d, int) for d in dims):
-            merged.append(int(np.prod(dims, dtype=np.int64)))
+            merged.append(int(np.prod([int(d) for d in dims], dtype=np.int64)))
         else:
             merged.append("?")
     if tuple(merged) == tuple(shape):
