@@ -37,6 +37,12 @@ def test_scans_on_a_symbolic_batch() -> None:
                                   .astype(np.float32))
 
 
+def test_cumsum_of_negative_zero_is_plus_zero_natively() -> None:
+    x = tfc.placeholder(tfc.float32, [None])
+    got = run(tfc.cumsum(x), {x: np.array([-0.0, -0.0], np.float32)})
+    assert not np.signbit(got).any(), got
+
+
 def test_cumprod_gradient_with_a_zero() -> None:
     x = tfc.constant(np.array([2.0, 0.0, 3.0, 4.0]))
     (g,) = tfc.gradients(tfc.reduce_sum(tfc.math.cumprod(x)), [x])

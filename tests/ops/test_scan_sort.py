@@ -52,6 +52,17 @@ def test_scan_of_f16_accumulates_in_f32() -> None:
     assert got.dtype == np.float16 and got[0, -1] == np.float16(3000)
 
 
+def test_cumsum_starts_from_plus_zero() -> None:
+    """As the llvm kernel and TF: 0 + -0 is +0, so a leading -0 does not survive (numpy's
+    accumulate would keep it); a -0 later in the row is absorbed the same way."""
+    for dt in (np.float16, np.float32, np.float64):
+        x = np.array([[-0.0, -0.0, 1.0]], dt)
+        got = ref("cumsum", x, axis=1)[0]
+        assert not np.signbit(got).any(), got
+        got = ref("cumsum", x, axis=1, exclusive=True, reverse=True)[0]
+        assert not np.signbit(got).any(), got
+
+
 def order_by_hand(row: list[float], descending: bool) -> list[int]:
     """Stable order with NaN the largest: sort (key, index) pairs."""
     def key(i: int):

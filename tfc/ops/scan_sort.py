@@ -10,7 +10,8 @@ API-level composite in ``tfc.api.array_ops``.
   out) and ``reverse`` (scan from the end). The sum or product runs in order along the
   axis, one element after the other, as numpy's ``accumulate`` and TF's CPU kernel do; f16
   accumulates in f32 and each result is rounded once (TF accumulates f16 in f16: its
-  values can differ by f16 rounding, tools/conformance_tf.py states the tolerance).
+  values can differ by f16 rounding: tools/conformance_tf.py lists it). The sum starts
+  from +0, so ``cumsum([-0.0])`` is +0 (numpy's ``accumulate`` gives -0; TF +0).
   Integers wrap as the dtype does.
 - ``sort``: stable along ``axis``; ``descending`` keeps equal elements in index order too
   (TF's ``top_k`` and ``argsort(stable=True)``). NaN sorts as numpy's: last ascending, so
@@ -59,6 +60,8 @@ def scan_np(x: np.ndarray, kind: str, axis: int, exclusive: bool, reverse: bool
     ufunc = np.add if kind == "cumsum" else np.multiply
     v = np.flip(x, axis) if reverse else x
     y = ufunc.accumulate(v.astype(acc), axis=axis, dtype=acc)
+    if kind == "cumsum" and y.dtype.kind == "f":
+        y = y + acc.type(0)  # the sum starts from +0, so a leading -0 gives +0 (as TF)
     if exclusive:
         first = np.full_like(np.take(y, [0], axis=axis), 0 if kind == "cumsum" else 1)
         y = np.concatenate([first, np.take(y, np.arange(y.shape[axis] - 1), axis=axis)],
