@@ -1013,6 +1013,8 @@ def array_specs(tf: Any) -> list[Spec]:
         S.append(Spec(name, tfc_fn, tf_fn, fixed(("", [])), feed=False))
     const("sequence_mask(list)", lambda: tfc.sequence_mask([1, 3, 0]),
           lambda: tf.sequence_mask([1, 3, 0]))
+    const("lin_space(TF1 name)", lambda: tfc.lin_space(0.0, 1.0, 3),
+          lambda: tf.linspace(0.0, 1.0, 3))
     const("eye(3)", lambda: tfc.eye(3), lambda: tf.eye(3))
     const("eye(2,4,batch,int32)", lambda: tfc.eye(2, 4, [3], tfc.int32),
           lambda: tf.eye(2, 4, [3], tf.int32))
