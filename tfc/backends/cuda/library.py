@@ -208,6 +208,8 @@ def _scan(kind: str) -> LibraryFn:
         acc = np.float32 if x.dtype == np.float16 else x.dtype
         v = xp.flip(x, axis) if attrs["reverse"] else x
         y = getattr(xp, kind)(v.astype(acc), axis=axis, dtype=acc)
+        if kind == "cumsum" and np.dtype(acc).kind == "f":
+            y = y + np.dtype(acc).type(0)  # from +0, as the reference (a leading -0: +0)
         if attrs["exclusive"]:
             head = [slice(None)] * x.ndim
             head[axis] = slice(0, x.shape[axis] - 1)
