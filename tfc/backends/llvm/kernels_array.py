@@ -1005,11 +1005,12 @@ def _sort_before(b: ir.IRBuilder, dt: DType, a: ir.Value, c: ir.Value) -> tuple[
 
 
 def lower_sort(graph_compiler, op: Op) -> None:
-    """``sort``: each element's place is the number of elements of its row that come
-    before it (smaller, or larger when ``descending``; equal ones at lower indices), so
-    the order is stable and the kernel needs no scratch; places below ``k`` are stored.
-    Quadratic in the axis length: right for ``top_k`` and short axes, slow for sorting
-    long ones (a merge sort would be n log n)."""
+    """``sort``, stable, with no scratch. The whole axis (``k`` -1): each element's place
+    is the number of elements of its row that come before it (smaller, or larger when
+    ``descending``; equal ones at lower indices), quadratic in the axis length (a merge
+    sort would be n log n). The first ``k`` (``top_k``): ``k`` selection passes, each
+    taking the first element in that order that comes after the one the pass before took,
+    so ``k * n`` comparisons per row."""
     x = op.inputs[0]
     vals, idxs = op.results
     kernel = graph_compiler.kernel(op.kind, [x, vals, idxs])
@@ -1022,6 +1023,37 @@ def lower_sort(graph_compiler, op: Op) -> None:
     n, k = xd[axis], od[axis]
     dt = x.dtype
     ptr = kernel.ptr(x)
+
+    def first(a: ir.Value, ia: ir.Value, c: ir.Value, ic: ir.Value) -> ir.Value:
+        """Whether element (a at ia) comes before (c at ic) in the sorted order."""
+        lt, eq = _sort_before(b, dt, c, a) if descending else _sort_before(b, dt, a, c)
+        return b.or_(lt, b.and_(eq, b.icmp_signed("<", ia, ic)))
+
+    def select_row(idx, _c) -> None:
+        xbase = _offset(b, list(idx[:axis]) + [ZERO] + list(idx[axis:]), xd)
+        obase = _offset(b, list(idx[:axis]) + [ZERO] + list(idx[axis:]), od)
+
+        def one_pass(r, acc):
+            prev_v, prev_i, have_prev = acc
+
+            def scan(j, best):
+                best_v, best_i, found = best
+                xj = irutil.load(b, ptr, dt, b.add(xbase, b.mul(j, xs)))
+                after = b.or_(b.not_(have_prev), first(prev_v, prev_i, xj, j))
+                better = b.or_(b.not_(found), first(xj, j, best_v, best_i))
+                take = b.and_(after, better)
+                return [b.select(take, xj, best_v), b.select(take, j, best_i),
+                        b.or_(found, take)]
+
+            best_v, best_i, _ = irutil.loop(b, ZERO, n, scan, [prev_v, prev_i, irutil.const(
+                DType.bool, False)], name="j")
+            off = b.add(obase, b.mul(r, os_))
+            irutil.store(b, kernel.ptr(vals), dt, off, best_v)
+            irutil.store(b, kernel.ptr(idxs), DType.i32, off, b.trunc(best_i, irutil.I32))
+            return [best_v, best_i, irutil.const(DType.bool, True)]
+
+        irutil.loop(b, ZERO, k, one_pass, [irutil.const(dt, 0), ZERO,
+                                            irutil.const(DType.bool, False)], name="r")
 
     def row(idx, _c) -> None:
         xbase = _offset(b, list(idx[:axis]) + [ZERO] + list(idx[axis:]), xd)
@@ -1045,7 +1077,7 @@ def lower_sort(graph_compiler, op: Op) -> None:
 
         irutil.loop(b, ZERO, n, place, name="i")
 
-    irutil.loop_nest(b, _rows(kernel, x, axis), row)
+    irutil.loop_nest(b, _rows(kernel, x, axis), row if op.attrs["k"] == -1 else select_row)
     kernel.finish()
 
 
