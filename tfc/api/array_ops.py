@@ -22,9 +22,10 @@ from tfc.api.tensor import TensorLike, apply, constant, convert_to_tensor
 from tfc.errors import TypeMismatch
 from tfc.ir.types import DType
 
+# (top_k is tf.math's and tf.nn's, not top level: tfc.math and tfc.nn import it)
 __all__ = ["cumsum", "cumprod", "reverse", "gather_nd", "unstack", "eye", "linspace",
-           "lin_space", "top_k", "sort", "argsort", "sequence_mask", "reduce_logsumexp",
-           "einsum", "tensordot", "TopK"]
+           "lin_space", "sort", "argsort", "sequence_mask", "reduce_logsumexp", "einsum",
+           "tensordot"]
 
 
 def _error(msg: str) -> TypeMismatch:
