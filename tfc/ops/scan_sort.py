@@ -47,12 +47,6 @@ SCAN_ATTRS = {
 }
 
 
-def accumulator(dt: DType) -> np.dtype:
-    """The dtype a scan accumulates in: f32 for f16 (rounded once per result), else
-    the dtype itself."""
-    return np.dtype(np.float32) if dt is DType.f16 else dt.np
-
-
 def scan_np(x: np.ndarray, kind: str, axis: int, exclusive: bool, reverse: bool
             ) -> np.ndarray:
     """The scan ``kind`` (``cumsum`` or ``cumprod``) of ``x`` along ``axis``."""
