@@ -186,6 +186,7 @@ def test_bad_input_names_the_users_line() -> None:
         (lambda: tfc.cumsum(x, axis=2), "axis"),
         (lambda: tfc.reverse(x, [2]), "out of range"),
         (lambda: tfc.reverse(x, [1, -1]), "twice"),
+        (lambda: tfc.reverse(x, tfc.constant([1])), "must be a Python int"),
         (lambda: tfc.gather_nd(x, [[0, 1, 2]]), "last dim of indices"),
         (lambda: tfc.tensordot(x, x, 3), "axes=3"),
         (lambda: tfc.sort(x, direction="UP"), "direction"),

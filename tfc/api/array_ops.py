@@ -32,7 +32,10 @@ def _error(msg: str) -> TypeMismatch:
     return TypeMismatch(msg, user_location())
 
 
-def _axis(op: str, axis: int, rank: int) -> int:
+def _axis(op: str, axis: Any, rank: int) -> int:
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+        raise _error(f"{op}: axis must be a Python int (static), got {axis!r}")
+    axis = int(axis)
     if not -rank <= axis < rank:
         raise _error(f"{op}: axis {axis} is out of range for rank {rank}")
     return axis % rank
@@ -103,7 +106,7 @@ def reverse(tensor: TensorLike, axis: int | Sequence[int], name: str | None = No
     t = convert_to_tensor(tensor)
     rank = t.type.rank
     given = [axis] if isinstance(axis, int) else list(axis)
-    axes = [_axis("reverse", int(a), rank) for a in given]
+    axes = [_axis("reverse", a, rank) for a in given]
     if len(set(axes)) != len(axes):
         raise _error(f"reverse: axis {given} names an axis twice")
     if not axes:
@@ -122,7 +125,7 @@ def unstack(value: TensorLike, num: int | None = None, axis: int = 0,
     rank = t.type.rank
     if rank == 0:
         raise _error(f"unstack: cannot unstack a scalar ({t.type})")
-    a = _axis("unstack", int(axis), rank)
+    a = _axis("unstack", axis, rank)
     n = t.type.shape[a]
     if not isinstance(n, int):
         if num is None:
@@ -343,8 +346,8 @@ def tensordot(a: TensorLike, b: TensorLike, axes: Any, name: str | None = None) 
         xb_ = [xb_] if isinstance(xb_, (int, np.integer)) else list(xb_)
         if len(xa_) != len(xb_):
             raise _error(f"tensordot: axes {axes!r} must name as many axes of a as of b")
-        xa = [_axis("tensordot", int(i), ra) for i in xa_]
-        xb = [_axis("tensordot", int(j), rb) for j in xb_]
+        xa = [_axis("tensordot", i, ra) for i in xa_]
+        xb = [_axis("tensordot", j, rb) for j in xb_]
     fa = [i for i in builtins.range(ra) if i not in xa]
     fb = [j for j in builtins.range(rb) if j not in xb]
     y = _contract("tensordot", ta, tb, [], fa, fb, list(zip(xa, xb)))
