@@ -86,6 +86,10 @@ EXAMPLES: dict[str, tuple[list[Spec], dict[str, Any]]] = {
     "recv": ([], {"key": "k", "from": "/cpu:0", "dtype": T, "shape": [2, 3]}),
     "all_reduce": ([(T, (2, 3)), (T, (2, 3)), (T, (2, 3))], {"reduction": "mean"}),
     "optimizer.grad": ([(T, (2, 3))], {"var": "w"}),
+    # (array24: scans along a middle axis from the end; a top-k of rows with ties)
+    "cumsum": ([(T, (3, 4, 2))], {"axis": 1, "exclusive": True, "reverse": True}),
+    "cumprod": ([(T, (3, 4))], {"axis": 0}),
+    "sort": ([(T, (3, 5, 2))], {"axis": 1, "descending": True, "k": 3}),
 }
 
 # Generic candidates: inputs by arity, tried in order; required attrs by kind.

@@ -3,7 +3,8 @@ graph before against after).
 
 ``random_graph(seed)`` builds a random DAG over a few f32 inputs: element-wise ops (unary,
 and binary with numpy broadcasting), views and movement (``reshape``, ``transpose``,
-``slice``, ``expand_dims``, ``squeeze``, ``broadcast_to``), reductions (``sum``/``mean``/
+``slice``, ``expand_dims``, ``squeeze``, ``broadcast_to``; where none fits, a ``cumsum``
+or ``sort`` along an axis), reductions (``sum``/``mean``/
 ``max``/``min`` over random axes, keepdims or not) and softmax-like rows (a value combined
 with a reduction of itself broadcast back, often reduced again over the same axes).
 Operands are drawn from every value made so far, recent ones more often, so diamonds and
@@ -41,6 +42,9 @@ BINARY = ("add", "sub", "mul", "maximum", "minimum")
 # the generator (a seed's graph depends on the order), not the registry's categories.
 REDUCTIONS = ("sum", "mean", "max", "min")
 VIEWS = ("reshape", "expand_dims", "squeeze")
+# Scans and sorts along one axis (``scan_or_sort``), drawn only where ``movement`` had no
+# other choice left (so the graphs of most seeds stay as they were).
+ALONG_AXIS = ("cumsum", "sort")
 BATCH = "B"  # the symbolic dim of a symbolic graph's inputs (leading, as a batch)
 SYMBOLIC = 0.3  # the share of symbolic graphs
 MAX_BATCH = 5  # B is bound to 1 ... MAX_BATCH
@@ -244,7 +248,26 @@ class _Builder:
                         else d for d in shape)
             lead = self.shape(int(self.rng.integers(0, 4 - rank + 1)))[:1]
             return self.add(self.b("broadcast_to", x, shape=lead + big), m)
+        if rank >= 1:
+            return self.scan_or_sort(x)
         return self.add(self.b("expand_dims", x, axis=0), m)
+
+    def scan_or_sort(self, x: Value) -> Value:
+        """A ``cumsum`` (when its bound allows) or the values of a ``sort`` (a top k of a
+        static axis now and then) along a random axis, ``B`` included."""
+        shape = x.type.shape
+        axis = int(self.rng.integers(len(shape)))
+        m, n = self.bound[x], self.size(shape[axis])
+        kind = str(self.rng.choice([k for k in ALONG_AXIS
+                                    if not (k == "cumsum" and m * n > MAX_BOUND)]))
+        if kind == "cumsum":
+            return self.add(self.b("cumsum", x, axis=axis, exclusive=bool(self.rng.random() < 0.3),
+                                   reverse=bool(self.rng.random() < 0.3)), m * n)
+        k = int(self.rng.integers(1, n + 1)) if shape[axis] != BATCH and \
+            self.rng.random() < 0.5 else -1
+        values = self.b.op("sort", x, axis=axis, descending=bool(self.rng.random() < 0.5),
+                           k=k).results[0]
+        return self.add(values, m)
 
     def reshaped(self, shape: tuple[Dim, ...]) -> list[int]:
         """A random shape with as many elements (one dim written as -1 now and then; a

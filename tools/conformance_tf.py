@@ -857,6 +857,176 @@ def build_specs(tf: Any) -> list[Spec]:
     same("scan(reverse)", lambda m, a: m.scan(lambda acc, e: acc + e, a, reverse=True), [grid])
     same("pad(constant_values)", lambda m, a: m.pad(a, [[1, 1]], constant_values=5),
          [np.array([1.5, 2.5], f32)])
+    S.extend(array_specs(tf))  # array24
+    return S
+
+
+# ---- array24: scans, sorts, gather_nd, einsum ... ------------------------------------------
+
+def array_specs(tf: Any) -> list[Spec]:
+    """cumsum/cumprod, reverse, gather_nd, unstack, eye, linspace, top_k, sort, argsort,
+    sequence_mask, reduce_logsumexp, einsum, tensordot."""
+    S: list[Spec] = []
+    f32 = np.float32
+
+    def scan_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in NUMERIC:
+            name = np.dtype(dt).name
+            yield f"{name} rand", [_rand(rng, dt, (3, 5), -2, 2)]
+            if dt in FLOATS:
+                yield f"{name} special", [_specials(dt).reshape(5, 5)]
+        yield "float32 long", [_rand(rng, np.float32, (2, 300), 0, 1)]
+    for fn in ("cumsum", "cumprod"):
+        for axis, ex, rev in [(0, False, False), (1, False, False), (1, True, False),
+                              (1, False, True), (0, True, True), (-1, True, True)]:
+            tfc_f = tfc.cumsum if fn == "cumsum" else tfc.math.cumprod
+            tf_f = tf.cumsum if fn == "cumsum" else tf.math.cumprod
+            S.append(Spec(f"{fn}(axis={axis},exclusive={ex},reverse={rev})",
+                          lambda x, _f=tfc_f, _a=axis, _e=ex, _r=rev: _f(x, _a, _e, _r),
+                          lambda x, _f=tf_f, _a=axis, _e=ex, _r=rev: _f(x, _a, _e, _r),
+                          scan_cases))
+
+    def any_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in NUMERIC + (np.bool_,):
+            yield np.dtype(dt).name, [_rand(rng, dt, (2, 3, 4))]
+    for axes in ([0], [2], [0, 2], [-1, 1], []):
+        S.append(Spec(f"reverse({axes})", lambda x, _a=axes: tfc.reverse(x, _a),
+                      lambda x, _a=axes: tf.reverse(x, _a), any_cases))
+    for axis in (0, 1, -1):
+        S.append(Spec(f"unstack(axis={axis})", lambda x, _a=axis: tfc.unstack(x, axis=_a),
+                      lambda x, _a=axis: tf.unstack(x, axis=_a), any_cases))
+
+    def gnd_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in NUMERIC:
+            for it in INTS:
+                yield (f"{np.dtype(dt).name}[{np.dtype(it).name}] k=2",
+                       [_rand(rng, dt, (3, 4, 2)), np.array([[2, 3], [0, 0], [1, 2]], it)])
+                yield (f"{np.dtype(dt).name}[{np.dtype(it).name}] k=3 2d",
+                       [_rand(rng, dt, (3, 4, 2)), np.array([[[2, 3, 1]], [[0, 1, 0]]], it)])
+                yield (f"{np.dtype(dt).name}[{np.dtype(it).name}] k=1",
+                       [_rand(rng, dt, (3, 4, 2)), np.array([[2], [0]], it)])
+    S.append(Spec("gather_nd", tfc.gather_nd, tf.gather_nd, gnd_cases))
+
+    def gnd_oob(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
+        for idx in ([[0, 4]], [[-1, 0]], [[3, 0]]):  # [0, 4] would be row 4: a valid row
+            yield f"index {idx[0]}", [rng.normal(size=(3, 4)).astype(f32),
+                                      np.array(idx, np.int32)]
+    S.append(Spec("gather_nd(out of range)", tfc.gather_nd, tf.gather_nd, gen_fn(gnd_oob)))
+
+    def sort_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in NUMERIC:
+            name = np.dtype(dt).name
+            yield f"{name} ties", [rng.integers(-2, 3, size=(4, 9)).astype(dt)]
+            yield f"{name} rand", [_rand(rng, dt, (3, 7))]
+            if dt in FLOATS:
+                sp = _specials(dt)
+                yield f"{name} special no nan", [sp[~np.isnan(sp)].reshape(4, 6)]
+                yield f"{name} nan", [sp.reshape(5, 5)]
+    for k in (1, 3):
+        S.append(Spec(f"math.top_k(k={k})", lambda x, _k=k: tuple(tfc.math.top_k(x, _k)),
+                      lambda x, _k=k: tuple(tf.math.top_k(x, _k)), sort_cases))
+    S.append(Spec("nn.top_k", lambda x: tuple(tfc.nn.top_k(x, 2)),
+                  lambda x: tuple(tf.nn.top_k(x, 2)), sort_cases))
+    for d in ("ASCENDING", "DESCENDING"):
+        for axis in (-1, 0):
+            S.append(Spec(f"sort({d},axis={axis})",
+                          lambda x, _d=d, _a=axis: tfc.sort(x, _a, _d),
+                          lambda x, _d=d, _a=axis: tf.sort(x, _a, _d), sort_cases))
+            S.append(Spec(f"argsort({d},axis={axis},stable)",
+                          lambda x, _d=d, _a=axis: tfc.argsort(x, _a, _d, stable=True),
+                          lambda x, _d=d, _a=axis: tf.argsort(x, _a, _d, stable=True),
+                          sort_cases))
+    S.append(Spec("math.top_k(k > n)", lambda x: tuple(tfc.math.top_k(x, 5)),
+                  lambda x: tuple(tf.math.top_k(x, 5)),
+                  fixed(("k=5 of 3", [np.zeros((2, 3), f32)]))))
+
+    def lse_bound(axis: Any, keep: bool = False) -> Callable:
+        def bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
+            x = inputs[0]
+            n = x.size if axis is None else x.shape[axis]
+            return 4 * (n + 2) * _eps(x) * (1 + np.abs(want.astype(np.float64)))
+        return bound
+
+    def lse_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in FLOATS:
+            name = np.dtype(dt).name
+            yield f"{name} rand", [_rand(rng, dt, (3, 6), -5, 5)]
+            yield f"{name} big", [(_rand(rng, dt, (3, 6), -5, 5) + 60).astype(dt)]
+            yield f"{name} -inf rows and inf", [np.array(
+                [[-np.inf] * 4, [1, -np.inf, 2, 0], [np.inf, 1, 2, 3]], dt)]
+    for axis, keep in ((1, False), (0, True), (None, False)):
+        S.append(Spec(f"reduce_logsumexp(axis={axis},keepdims={keep})",
+                      lambda x, _a=axis, _k=keep: tfc.reduce_logsumexp(x, _a, _k),
+                      lambda x, _a=axis, _k=keep: tf.reduce_logsumexp(x, _a, _k),
+                      lse_cases, "bound", bound=lse_bound(axis, keep)))
+
+    def ein_bound(eq: str) -> Callable:
+        def bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
+            ab = [np.abs(x.astype(np.float64)) for x in inputs]
+            terms = np.einsum(eq, *ab)
+            n = max(1, int(np.prod(inputs[0].shape)))
+            return 2 * n * _eps(inputs[0]) * terms
+        return bound
+
+    for eq, shapes in [("ij,jk->ik", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+                       ("bij,jk->bki", [(2, 3, 4), (4, 5)]), ("ij,ij->i", [(3, 4), (3, 4)]),
+                       ("i,j->ij", [(3,), (4,)]), ("ij,kj", [(2, 3), (4, 3)]),
+                       ("abc,cd->", [(2, 3, 4), (4, 2)]), ("ij->ji", [(2, 3)]),
+                       ("ijk->j", [(2, 3, 4)]), ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)])]:
+        def ein_cases(rng: np.random.Generator, quick: bool, _s=shapes
+                      ) -> Iterator[tuple[str, Inputs]]:
+            for dt in NUMERIC:
+                yield np.dtype(dt).name, [_rand(rng, dt, s) for s in _s]
+        S.append(Spec(f"einsum({eq})", lambda *a, _e=eq: tfc.einsum(_e, *a),
+                      lambda *a, _e=eq: tf.einsum(_e, *a), ein_cases, "bound",
+                      bound=ein_bound(eq)))
+    S.append(Spec("einsum(rank mismatch)", lambda a, b: tfc.einsum("ijk,jk->i", a, b),
+                  lambda a, b: tf.einsum("ijk,jk->i", a, b),
+                  fixed(("f32", [np.ones((2, 3), f32), np.ones((2, 3), f32)]))))
+
+    def td_bound(axes: Any) -> Callable:
+        def bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
+            a, b = (np.abs(x.astype(np.float64)) for x in inputs)
+            return 2 * max(1, a.size) * _eps(inputs[0]) * np.tensordot(a, b, axes)
+        return bound
+    for axes, sa, sb in [(1, (3, 4), (4, 5)), (2, (2, 3, 4), (3, 4, 2)),
+                         (([1, 2], [1, 0]), (2, 3, 4), (4, 3, 5)), (0, (2, 3), (4,))]:
+        def td_cases(rng: np.random.Generator, quick: bool, _a=sa, _b=sb
+                     ) -> Iterator[tuple[str, Inputs]]:
+            for dt in NUMERIC:
+                yield np.dtype(dt).name, [_rand(rng, dt, _a), _rand(rng, dt, _b)]
+        S.append(Spec(f"tensordot(axes={axes})",
+                      lambda a, b, _x=axes: tfc.tensordot(a, b, _x),
+                      lambda a, b, _x=axes: tf.tensordot(a, b, _x), td_cases, "bound",
+                      bound=td_bound(axes)))
+
+    def sm_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for it in INTS:
+            yield np.dtype(it).name, [np.array([0, 2, 5, 1], it)]
+            yield np.dtype(it).name + " 2d", [np.array([[0, 3], [4, 1]], it)]
+    S.append(Spec("sequence_mask(maxlen=4)", lambda n: tfc.sequence_mask(n, 4),
+                  lambda n: tf.sequence_mask(n, 4), sm_cases))
+    S.append(Spec("sequence_mask(f32)", lambda n: tfc.sequence_mask(n, 3, tfc.float32),
+                  lambda n: tf.sequence_mask(n, 3, tf.float32), sm_cases))
+
+    def const(name: str, tfc_fn: Callable, tf_fn: Callable) -> None:
+        S.append(Spec(name, tfc_fn, tf_fn, fixed(("", [])), feed=False))
+    const("sequence_mask(list)", lambda: tfc.sequence_mask([1, 3, 0]),
+          lambda: tf.sequence_mask([1, 3, 0]))
+    const("lin_space(TF1 name)", lambda: tfc.lin_space(0.0, 1.0, 3),
+          lambda: tf.linspace(0.0, 1.0, 3))
+    const("eye(3)", lambda: tfc.eye(3), lambda: tf.eye(3))
+    const("eye(2,4,batch,int32)", lambda: tfc.eye(2, 4, [3], tfc.int32),
+          lambda: tf.eye(2, 4, [3], tf.int32))
+    for a, b, n in [(0.0, 1.0, 5), (0.1, 1.7, 7), (-3.3, 2.9, 100), (2.0, 3.0, 1),
+                    (2.0, 3.0, 0), (1.0, -1.0, 33)]:
+        const(f"linspace({a},{b},{n})", lambda _a=a, _b=b, _n=n: tfc.linspace(_a, _b, _n),
+              lambda _a=a, _b=b, _n=n: tf.linspace(_a, _b, _n))
+        const(f"linspace(f64 tensors,{a},{b},{n})",
+              lambda _a=a, _b=b, _n=n: tfc.linspace(tfc.constant(np.float64(_a)),
+                                                    tfc.constant(np.float64(_b)), _n),
+              lambda _a=a, _b=b, _n=n: tf.linspace(tf.constant(np.float64(_a)),
+                                                   tf.constant(np.float64(_b)), _n))
     return S
 
 
@@ -999,6 +1169,21 @@ KNOWN_AT: dict[tuple[str, str, str], tuple[str, str]] = {
     ("floordiv(//)", "special x special", "tfc np.float64(-1.0) tf np.float64(-0.0)"): (
         "EXPECTED", "as float32: TF flushes the subnormal quotient before floor"),
 }
+
+
+# array24's ops
+SCAN16 = ("TF's float16 cumsum/cumprod accumulate in float16 (an error growing along the "
+          "axis); tfc accumulates in float32 and rounds each result once")
+NAN_ORDER = ("tfc sorts NaN as numpy does: the largest value (last ascending, first "
+             "descending and in top_k); TF's kernels leave NaN's place unspecified")
+KNOWN.update({
+    ("cumsum", "float16"): ("EXPECTED", SCAN16),
+    ("cumprod", "float16"): ("EXPECTED", SCAN16),
+    ("sort", "nan"): ("EXPECTED", NAN_ORDER),
+    ("argsort", "nan"): ("EXPECTED", NAN_ORDER),
+    ("math.top_k", "nan"): ("EXPECTED", NAN_ORDER),
+    ("nn.top_k", "nan"): ("EXPECTED", NAN_ORDER),
+})
 
 
 def classify(name: str, label: str, detail: str = "") -> tuple[str, str]:

@@ -146,6 +146,12 @@ KNOWN: dict[tuple[str, str], Known] = {
 }
 
 
+KNOWN[("math.cumprod", "a zero")] = Known(  # array24
+    "EXPECTED", "at a zero of x TF's cumprod gradient is 0 for that element (its rule "
+    "divides by x, then masks); tfc's is the exact sum of the other factors' products "
+    "(tests/ops/test_scan_sort.py checks it against finite differences)")
+
+
 def _r(*shape: int, lo: float = -2.0, hi: float = 2.0) -> Callable[..., np.ndarray]:
     return lambda dt, rng: rng.uniform(lo, hi, shape).astype(dt)
 
@@ -686,7 +692,53 @@ def build_cases() -> list[Case]:
                                           [m.constant(0), x])[1],
              _inputs(_r(2, 3), _r(2, 3))),
     ]
+    cases += array_grad_cases()  # array24
     return cases
+
+
+def array_grad_cases() -> list[Case]:
+    """array24's ops: scans (cumprod at zeros, where TF divides), reverse, gather_nd
+    (repeated index tuples add up), unstack, top_k and sort (ties), reduce_logsumexp (an
+    all -inf row), einsum and tensordot."""
+    idx = _int([[1, 2], [0, 0], [1, 2]])
+    return [
+        *[Case("cumsum", f"exclusive={e} reverse={r}", "reduce",
+               lambda m, x, _e=e, _r=r: m.cumsum(x, axis=1, exclusive=_e, reverse=_r),
+               _inputs(_r(3, 5)), symbolic=(0,))
+          for e in (False, True) for r in (False, True)],
+        *[Case("math.cumprod", f"exclusive={e} reverse={r}", "composite",
+               lambda m, x, _e=e, _r=r: m.math.cumprod(x, axis=1, exclusive=_e, reverse=_r),
+               _inputs(_r(3, 5, lo=0.5, hi=1.5)), symbolic=(0,))
+          for e in (False, True) for r in (False, True)],
+        Case("math.cumprod", "a zero", "composite",
+             lambda m, x: m.math.cumprod(x, axis=0), _inputs(_c(2.0, 0.0, 3.0, 0.5))),
+        Case("math.cumprod", "second order", "composite",
+             lambda m, x: m.gradients(m.reduce_sum(m.math.cumprod(x, axis=1) * x), x)[0],
+             _inputs(_r(2, 4, lo=0.5, hi=1.5))),
+        Case("reverse", "axes [0, 2]", "shape", lambda m, x: m.reverse(x, [0, 2]),
+             _inputs(_r(2, 3, 4)), symbolic=(0,)),
+        Case("gather_nd", "repeated tuples", "shape", lambda m, p, i: m.gather_nd(p, i),
+             _inputs(_r(2, 3, 4), idx)),
+        Case("unstack", "axis 1", "shape",
+             lambda m, x: m.unstack(x, axis=1)[0] * 2.0 + m.unstack(x, axis=1)[2],
+             _inputs(_r(4, 3)), symbolic=(0,)),
+        Case("math.top_k", "k=2 with ties", "shape", lambda m, x: m.math.top_k(x, 2).values,
+             _inputs(_c([1.0, 3.0, 3.0, 0.5], [2.0, -1.0, 2.0, 2.0]))),
+        Case("sort", "descending axis 0", "shape",
+             lambda m, x: m.sort(x, axis=0, direction="DESCENDING"), _inputs(_r(4, 3))),
+        Case("reduce_logsumexp", "axis 1", "nn", lambda m, x: m.reduce_logsumexp(x, axis=1),
+             _inputs(_r(3, 5)), symbolic=(0,)),
+        Case("reduce_logsumexp", "an all -inf row", "nn",
+             lambda m, x: m.reduce_logsumexp(x, axis=1),
+             _inputs(_c([-np.inf, -np.inf], [0.0, 1.0]))),
+        Case("einsum", "bij,bjk->bik", "matmul",
+             lambda m, a, b: m.einsum("bij,bjk->bik", a, b), _inputs(_r(2, 3, 4), _r(2, 4, 5))),
+        Case("einsum", "ij,kj with a summed axis: abc,cd->a", "matmul",
+             lambda m, a, b: m.einsum("abc,cd->a", a, b), _inputs(_r(2, 3, 4), _r(4, 2))),
+        Case("tensordot", "axes ([1, 2], [1, 0])", "matmul",
+             lambda m, a, b: m.tensordot(a, b, axes=([1, 2], [1, 0])),
+             _inputs(_r(2, 3, 4), _r(4, 3, 5))),
+    ]
 
 
 # ----------------------------------------------------------------------------- runners

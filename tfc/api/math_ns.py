@@ -11,6 +11,9 @@ from tfc.api.ops import (abs, add, add_n, argmax, argmin, cos, count_nonzero, di
                          reduce_mean, reduce_min, reduce_prod, reduce_sum, rsqrt, sign, sin,
                          sqrt, square, subtract, truediv)
 
+from tfc.api.array_ops import (argsort, cumprod, cumsum, reduce_logsumexp,  # array24
+                                top_k)
+
 __all__ = ["abs", "add", "add_n", "argmax", "argmin", "cos", "count_nonzero", "divide",
            "equal", "exp", "expm1", "floor", "greater", "greater_equal", "less", "less_equal",
            "log", "log1p", "log_softmax", "logical_and", "logical_not", "logical_or",
@@ -18,3 +21,4 @@ __all__ = ["abs", "add", "add_n", "argmax", "argmin", "cos", "count_nonzero", "d
            "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum",
            "rsqrt", "sigmoid", "sign", "sin", "softmax", "softplus", "sqrt", "square",
            "subtract", "tanh", "truediv"]
+__all__ += ["argsort", "cumprod", "cumsum", "reduce_logsumexp", "top_k"]  # array24

@@ -8,6 +8,7 @@ import numpy as np
 
 from tfc.api.graph import Tensor, Variable
 from tfc.api.ops import sigmoid, tanh  # noqa: F401  (tf.nn.sigmoid, tf.nn.tanh)
+from tfc.api.array_ops import top_k  # noqa: F401  (tf.nn.top_k; array24)
 from tfc.api.tensor import TensorLike, apply, convert_to_tensor
 from tfc.errors import TypeMismatch
 from tfc.ir.types import DType

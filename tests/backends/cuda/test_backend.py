@@ -333,7 +333,14 @@ MPS = RNG.normal(size=(2, 5, 3, 3)).astype(np.float32)
     ("avg_pool", [X4], {"ksize": [3, 3], "strides": [1, 2], "padding": "SAME"}),
     ("avg_pool_grad", [MPS, X4], {"ksize": [3, 3], "strides": [1, 2], "padding": "SAME"}),
     ("avg_pool_grad", [DY4[..., :3].copy(), X4], {"ksize": [3, 3], "strides": [2, 2],
-                                                  "padding": "SAME"}),
+                                                  "padding": "SAME"}),    # scans and sorts (array24): every attr, an f16 and an integer scan; a sort with ties,
+    # NaN and -0.0 (a host op)
+    ("cumsum", [F], {"axis": 1, "exclusive": True, "reverse": True}),
+    ("cumsum", [F.astype(np.float16)], {"axis": 0}),
+    ("cumsum", [np.arange(12, dtype=np.int64).reshape(3, 4)], {"axis": 1, "reverse": True}),
+    ("cumprod", [F], {"axis": 0, "exclusive": True}),
+    ("sort", [np.array([[1, np.nan, 3, 1], [2, 2, 1, -0.0]], np.float32)],
+     {"descending": True, "k": 3}),
 ])
 def test_library_and_host_ops_match_the_reference(kind: str, arrays: list, attrs: dict
                                                   ) -> None:

@@ -21,7 +21,8 @@ Other ops a step may hold, and how the executable runs them (``how_to_run``):
   numbers every backend draws (``tfc/ops/random.py``).
 - ``ON_HOST``: ops run by their registry reference on the host, inputs copied down and
   the result copied up, per step: ``shuffle`` and what has no array-module version yet
-  (matrix inverse and determinant: LAPACK's and cuSOLVER's singular-matrix errors differ).
+  (matrix inverse and determinant: LAPACK's and cuSOLVER's singular-matrix errors differ;
+  ``sort``: cupy's argsort is not documented stable, nor its NaN order).
   Correct everywhere, slow on a GPU (a synchronization per op): the compile report lists
   them (``host_ops``) so that nobody mistakes them for device code.
 - anything else (control flow with regions, ``send``/``recv``, ``all_reduce``) is
@@ -196,6 +197,30 @@ def _one_hot(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
     return [xp.moveaxis(out, -1, attrs["axis"] % (x.ndim + 1))]
 
 
+def _scan(kind: str) -> LibraryFn:
+    """``cumsum`` / ``cumprod`` with ``xp``'s own scan: under the emulator numpy's, which is
+    the reference's (an in-order accumulate); cupy's device scan adds in another order, so
+    its float results may differ from the reference by rounding (a few ulps times the
+    axis length). f16 accumulates in f32 and rounds once, as the reference."""
+    def run(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
+        x = ins[0]
+        axis = normalize_axis(kind, attrs["axis"], x.ndim)
+        acc = np.float32 if x.dtype == np.float16 else x.dtype
+        v = xp.flip(x, axis) if attrs["reverse"] else x
+        y = getattr(xp, kind)(v.astype(acc), axis=axis, dtype=acc)
+        if kind == "cumsum" and np.dtype(acc).kind == "f":
+            y = y + np.dtype(acc).type(0)  # from +0, as the reference (a leading -0: +0)
+        if attrs["exclusive"]:
+            head = [slice(None)] * x.ndim
+            head[axis] = slice(0, x.shape[axis] - 1)
+            first = xp.full_like(xp.take(y, [0], axis=axis), 0 if kind == "cumsum" else 1)
+            y = xp.concatenate([first, y[tuple(head)]], axis=axis)
+        if attrs["reverse"]:
+            y = xp.flip(y, axis)
+        return [xp.ascontiguousarray(y.astype(x.dtype))]
+    return run
+
+
 def _host(a: Any) -> np.ndarray:
     return a if isinstance(a, np.ndarray) else a.get()
 
@@ -215,6 +240,8 @@ LIBRARY: dict[str, LibraryFn] = {
     "split": _split,
     "pad": _pad,
     "one_hot": _one_hot,
+    "cumsum": _scan("cumsum"),
+    "cumprod": _scan("cumprod"),
     **CONV_LIBRARY,  # conv2d, max_pool, avg_pool and their gradients (generated kernels)
 }
 # Library ops an executable prepares once per binding (``conv.PREPARED``: generated
@@ -224,7 +251,8 @@ PREPARED: dict[str, Preparer] = dict(CONV_PREPARED)
 # Ops whose value is a function of attrs and shapes alone: once per binding.
 BY_BINDING = frozenset({"shape", "rank"})
 # Ops run by their registry reference on the host (see the module docstring).
-ON_HOST = frozenset({"shuffle", "matrix_determinant", "matrix_inverse"})
+ON_HOST = frozenset({"shuffle", "matrix_determinant", "matrix_inverse",
+                     "sort"})  # (sort: no device kernel yet; array24)
 
 
 def sample(xp: Any, kind: str, attrs: Mapping[str, Any], shape: Sequence[int],

@@ -943,6 +943,144 @@ def _pool_grad_loops(graph_compiler, op: Op, image: Value, x: Value | None, dy: 
     kernel.finish()
 
 
+# ---- scans and sorts (tfc.ops.scan_sort) ----------------------------------------------------
+
+def _rows(kernel: Kernel, x: Value, axis: int) -> list[tuple[ir.Value, ir.Value]]:
+    """Loop bounds over every axis of ``x`` but ``axis`` (the first split across threads)."""
+    xd = kernel.dims(x)
+    outer = [a for a in range(x.type.rank) if a != axis]
+    if not outer:
+        kernel.extent_of([], "one", lambda binding: 1)
+        return []
+    key, fn = dim_key(x, outer[0])
+    lo, hi = kernel.extent_of([xd[outer[0]]], key, fn, x)
+    return [(lo, hi)] + [(ZERO, xd[a]) for a in outer[1:]]
+
+
+def lower_scan(graph_compiler, op: Op) -> None:
+    """``cumsum`` / ``cumprod``: per row, one pass along the axis in order (from its end
+    for ``reverse``), the running value stored before (``exclusive``) or after the element
+    is taken in; f16 runs in f32 and rounds each result, as the reference."""
+    x, out = op.inputs[0], op.result
+    kernel = graph_compiler.kernel(op.kind, [x, out])
+    b = kernel.b
+    axis = normalize_axis(op.kind, op.attrs["axis"], x.type.rank)
+    exclusive, reverse = op.attrs["exclusive"], op.attrs["reverse"]
+    xd = kernel.dims(x)
+    stride = irutil.product(b, xd[axis + 1:])
+    n = xd[axis]
+    dt = x.dtype
+    prod = op.kind == "cumprod"
+    if dt.is_float:
+        step = b.fmul if prod else b.fadd
+    else:
+        step = b.mul if prod else b.add
+
+    def row(idx, _c) -> None:
+        base = _offset(b, list(idx[:axis]) + [ZERO] + list(idx[axis:]), xd)
+
+        def along(j, acc):
+            (run,) = acc
+            pos = b.sub(b.sub(n, irutil.i64(1)), j) if reverse else j
+            off = b.add(base, b.mul(pos, stride))
+            nxt = step(run, irutil.load(b, kernel.ptr(x), dt, off))
+            irutil.store(b, kernel.ptr(out), dt, off, run if exclusive else nxt)
+            return [nxt]
+
+        irutil.loop(b, ZERO, n, along, [irutil.const(dt, 1 if prod else 0)], name="j")
+
+    irutil.loop_nest(b, _rows(kernel, x, axis), row)
+    kernel.finish()
+
+
+def _sort_before(b: ir.IRBuilder, dt: DType, a: ir.Value, c: ir.Value) -> tuple[ir.Value,
+                                                                                   ir.Value]:
+    """(a < c, a == c) in numpy's sort order: NaN above every number, NaNs equal."""
+    if not dt.is_float:
+        return b.icmp_signed("<", a, c), b.icmp_signed("==", a, c)
+    a_nan, c_nan = b.fcmp_unordered("uno", a, a), b.fcmp_unordered("uno", c, c)
+    lt = b.or_(b.fcmp_ordered("<", a, c), b.and_(b.not_(a_nan), c_nan))
+    eq = b.or_(b.fcmp_ordered("==", a, c), b.and_(a_nan, c_nan))
+    return lt, eq
+
+
+def lower_sort(graph_compiler, op: Op) -> None:
+    """``sort``, stable, with no scratch. The whole axis (``k`` -1): each element's place
+    is the number of elements of its row that come before it (smaller, or larger when
+    ``descending``; equal ones at lower indices), quadratic in the axis length (a merge
+    sort would be n log n). The first ``k`` (``top_k``): ``k`` selection passes, each
+    taking the first element in that order that comes after the one the pass before took,
+    so ``k * n`` comparisons per row."""
+    x = op.inputs[0]
+    vals, idxs = op.results
+    kernel = graph_compiler.kernel(op.kind, [x, vals, idxs])
+    b = kernel.b
+    axis = normalize_axis(op.kind, op.attrs["axis"], x.type.rank)
+    descending = op.attrs["descending"]
+    xd, od = kernel.dims(x), kernel.dims(vals)
+    xs = irutil.product(b, xd[axis + 1:])
+    os_ = irutil.product(b, od[axis + 1:])
+    n, k = xd[axis], od[axis]
+    dt = x.dtype
+    ptr = kernel.ptr(x)
+
+    def first(a: ir.Value, ia: ir.Value, c: ir.Value, ic: ir.Value) -> ir.Value:
+        """Whether element (a at ia) comes before (c at ic) in the sorted order."""
+        lt, eq = _sort_before(b, dt, c, a) if descending else _sort_before(b, dt, a, c)
+        return b.or_(lt, b.and_(eq, b.icmp_signed("<", ia, ic)))
+
+    def select_row(idx, _c) -> None:
+        xbase = _offset(b, list(idx[:axis]) + [ZERO] + list(idx[axis:]), xd)
+        obase = _offset(b, list(idx[:axis]) + [ZERO] + list(idx[axis:]), od)
+
+        def one_pass(r, acc):
+            prev_v, prev_i, have_prev = acc
+
+            def scan(j, best):
+                best_v, best_i, found = best
+                xj = irutil.load(b, ptr, dt, b.add(xbase, b.mul(j, xs)))
+                after = b.or_(b.not_(have_prev), first(prev_v, prev_i, xj, j))
+                better = b.or_(b.not_(found), first(xj, j, best_v, best_i))
+                take = b.and_(after, better)
+                return [b.select(take, xj, best_v), b.select(take, j, best_i),
+                        b.or_(found, take)]
+
+            best_v, best_i, _ = irutil.loop(b, ZERO, n, scan, [prev_v, prev_i, irutil.const(
+                DType.bool, False)], name="j")
+            off = b.add(obase, b.mul(r, os_))
+            irutil.store(b, kernel.ptr(vals), dt, off, best_v)
+            irutil.store(b, kernel.ptr(idxs), DType.i32, off, b.trunc(best_i, irutil.I32))
+            return [best_v, best_i, irutil.const(DType.bool, True)]
+
+        irutil.loop(b, ZERO, k, one_pass, [irutil.const(dt, 0), ZERO,
+                                            irutil.const(DType.bool, False)], name="r")
+
+    def row(idx, _c) -> None:
+        xbase = _offset(b, list(idx[:axis]) + [ZERO] + list(idx[axis:]), xd)
+        obase = _offset(b, list(idx[:axis]) + [ZERO] + list(idx[axis:]), od)
+
+        def place(i, _a) -> None:
+            xi = irutil.load(b, ptr, dt, b.add(xbase, b.mul(i, xs)))
+
+            def count(j, acc):
+                xj = irutil.load(b, ptr, dt, b.add(xbase, b.mul(j, xs)))
+                lt, eq = _sort_before(b, dt, xi, xj) if descending else \
+                    _sort_before(b, dt, xj, xi)
+                first = b.or_(lt, b.and_(eq, b.icmp_signed("<", j, i)))
+                return [b.add(acc[0], b.zext(first, irutil.I64))]
+
+            (pos,) = irutil.loop(b, ZERO, n, count, [ZERO], name="j")
+            with b.if_then(b.icmp_signed("<", pos, k)):
+                off = b.add(obase, b.mul(pos, os_))
+                irutil.store(b, kernel.ptr(vals), dt, off, xi)
+                irutil.store(b, kernel.ptr(idxs), DType.i32, off, b.trunc(i, irutil.I32))
+
+        irutil.loop(b, ZERO, n, place, name="i")
+
+    irutil.loop_nest(b, _rows(kernel, x, axis), row if op.attrs["k"] == -1 else select_row)
+    kernel.finish()
+
+
 LOWERINGS: dict[str, Callable] = {
     "scatter_add": lower_scatter_add,
     "first_occurrence": lower_first_occurrence,
@@ -955,4 +1093,7 @@ LOWERINGS: dict[str, Callable] = {
     "rank": lower_shape,
     "max_pool_grad": lower_pool_grad,
     "avg_pool_grad": lower_pool_grad,
+    "cumsum": lower_scan,
+    "cumprod": lower_scan,
+    "sort": lower_sort,
 }
