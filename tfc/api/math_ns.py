@@ -18,3 +18,8 @@ __all__ = ["abs", "add", "add_n", "argmax", "argmin", "cos", "count_nonzero", "d
            "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum",
            "rsqrt", "sigmoid", "sign", "sin", "softmax", "softplus", "sqrt", "square",
            "subtract", "tanh", "truediv"]
+
+# tan, atan, asin, acos, atan2, erf, erfc (registry: tfc/ops/math_special.py)
+from tfc.api.ops import acos, asin, atan, atan2, erf, erfc, tan  # noqa: E402
+
+__all__ += ["acos", "asin", "atan", "atan2", "erf", "erfc", "tan"]

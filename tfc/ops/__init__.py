@@ -12,3 +12,4 @@ from tfc.ops import control  # noqa: F401
 from tfc.ops import fusion  # noqa: F401
 from tfc.ops import transfer  # noqa: F401
 from tfc.ops import optimizer  # noqa: F401
+from tfc.ops import math_special  # noqa: F401
