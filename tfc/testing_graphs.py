@@ -35,8 +35,12 @@ from tfc.ir.types import Dim, DType, TensorType
 MAX_BOUND = 100.0
 INPUT_BOUND = 2.0
 UNARY = ("neg", "abs", "tanh", "sigmoid", "relu", "exp", "square", "sin", "softplus",
-         "expm1")
-BINARY = ("add", "sub", "mul", "maximum", "minimum")
+         "expm1", "tan", "atan", "asin", "acos", "erf", "erfc")
+BINARY = ("add", "sub", "mul", "maximum", "minimum", "atan2")
+# The operand magnitudes the generator keeps these ops to: tan away from its poles, asin
+# and acos inside their domain where their slope is at most 2.3 (a larger operand is
+# scaled down first), so the backends' rounding differences stay within the tolerance.
+DOMAIN = {"tan": 1.2, "asin": 0.9, "acos": 0.9}
 # The REDUCTION ops whose results this generator can bound (a prod's bound is the input's
 # to the power of the count: left out), and the VIEW ops ``movement`` builds. Choices of
 # the generator (a seed's graph depends on the order), not the registry's categories.
@@ -120,8 +124,14 @@ class _Builder:
         kinds = [k for k in UNARY if not (k in ("exp", "expm1") and m > 3) and not (
                  k == "square" and m * m > MAX_BOUND) and not (k == "sin" and m > 10)]
         kind = str(self.rng.choice(kinds))
+        lim = DOMAIN.get(kind, math.inf)
+        if m > lim:  # scaled into [-lim, lim] first (a multiply by lim / m)
+            scale = self.b("constant", value=np.asarray(lim / m, x.type.dtype.np))
+            x, m = self.b("mul", x, scale), lim
         bound = {"tanh": 1.0, "sigmoid": 1.0, "sin": 1.0, "exp": math.exp(m),
-                 "expm1": math.exp(m), "softplus": m + 1.0, "square": m * m}.get(kind, m)
+                 "expm1": math.exp(m), "softplus": m + 1.0, "square": m * m,
+                 "tan": math.tan(m), "atan": min(m, math.pi / 2),
+                 "asin": math.pi / 2, "acos": math.pi, "erf": 1.0, "erfc": 2.0}.get(kind, m)
         return self.add(self.b(kind, x), bound)
 
     def broadcast_partner(self, x: Value) -> Value:
@@ -153,7 +163,17 @@ class _Builder:
             kinds = ["maximum", "minimum"]
         kind = str(self.rng.choice(kinds))
         bound = mx * my if kind == "mul" else mx + my if kind in ("add", "sub") \
-            else max(mx, my)
+            else math.pi if kind == "atan2" else max(mx, my)
+        if kind == "atan2":
+            # atan2 jumps by 2 pi across the negative x axis, where a zero's sign or a
+            # tiny value of either sign (a sum that cancels) would decide it: the angle of
+            # a point kept in the upper (y -> |y| + 1/2) or right (x -> |x| + 1/2) half
+            # plane instead, where it moves by at most 2x its operands' rounding.
+            half = self.b("constant", value=np.asarray(0.5, x.type.dtype.np))
+            if self.rng.random() < 0.5:
+                x = self.b("add", self.b("abs", x), half)
+            else:
+                y = self.b("add", self.b("abs", y), half)
         return self.add(self.b(kind, x, y), bound)
 
     def other(self, x: Value) -> Value:

@@ -328,6 +328,44 @@ def build_specs(tf: Any) -> list[Spec]:
     unary("ones_like", tfc.ones_like, tf.ones_like, NUMERIC + (np.bool_,))
     unary("shape", tfc.shape, tf.shape, (np.float32,))
     unary("rank", tfc.rank, tf.rank, (np.float32,))
+    # tan, inverse trigonometry, the error function. Bounds: TF's own error plus tfc's,
+    # each measured against the exact value (tfc.testing.exact_math) on 50000 points:
+    # TF 2.21 f32/f64 tan 0.83/0.53, atan 3.5/3.3, asin 4.1/0.51, acos 4.1/0.52, atan2
+    # 3.5/3.4, erf 5.3/2.6, erfc (x < 4) 7.2/7.8 ulps; tfc 0.5 (f32), f64 vmath.MAX_ULP.
+    unary("tan", tfc.tan, tf.math.tan, FLOATS, "ulp", ulp_table(1, 2, 2), lo=-1.5, hi=1.5)
+    unary("math.tan", tfc.math.tan, tf.math.tan, FLOATS, "ulp", ulp_table(1, 2, 2), lo=-10,
+          hi=10)
+    unary("math.atan", tfc.math.atan, tf.math.atan, FLOATS, "ulp", ulp_table(1, 4, 5), lo=-10,
+          hi=10)
+    unary("atan", tfc.atan, tf.math.atan, FLOATS, "ulp", ulp_table(1, 4, 5))
+    for n in ("asin", "acos"):
+        unary(n, getattr(tfc, n), getattr(tf.math, n), FLOATS, "ulp", ulp_table(1, 5, 2),
+              lo=-1, hi=1)
+        unary(f"math.{n}", getattr(tfc.math, n), getattr(tf.math, n), FLOATS, "ulp",
+              ulp_table(1, 5, 2), lo=-1, hi=1)
+    binary("math.atan2", tfc.math.atan2, tf.math.atan2, FLOATS, "ulp", ulp_table(1, 5, 6))
+    binary("atan2", tfc.atan2, tf.math.atan2, FLOATS, "ulp", ulp_table(1, 5, 6), lo=-1e3,
+           hi=1e3, specials=False)
+    unary("math.erf", tfc.math.erf, tf.math.erf, FLOATS, "ulp", ulp_table(1, 6, 4), lo=-5,
+          hi=5)
+    unary("erf", tfc.erf, tf.math.erf, FLOATS, "ulp", ulp_table(1, 6, 4), lo=-1, hi=1)
+    unary("math.erfc", tfc.math.erfc, tf.math.erfc, FLOATS, "ulp", ulp_table(1, 8, 11),
+          lo=-3, hi=4)
+    unary("erfc", tfc.erfc, tf.math.erfc, FLOATS, "ulp", ulp_table(1, 8, 11), lo=-1, hi=4)
+    unary("erfc(tail)", tfc.erfc, tf.math.erfc, FLOATS, "ulp", ulp_table(1, 8, 11), lo=4,
+          hi=27)
+
+    # gelu: the tanh form's 1 + tanh(...) cancels for negative x, where each side's tanh
+    # rounding (TF's float32 tanh is Eigen's, a few ulps) is magnified: compared
+    # absolutely, at the function's scale |x|: within 4 eps (|x| + |gelu(x)|).
+    def gelu_bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
+        x = np.abs(inputs[0].astype(np.float64))
+        return 4 * _eps(inputs[0]) * (x + np.abs(want.astype(np.float64)))
+    S.append(Spec("nn.gelu", tfc.nn.gelu, tf.nn.gelu, unary_cases(FLOATS, lo=-6, hi=6),
+                  "bound", bound=gelu_bound))
+    S.append(Spec("nn.gelu(approximate)", lambda x: tfc.nn.gelu(x, approximate=True),
+                  lambda x: tf.nn.gelu(x, approximate=True), unary_cases(FLOATS, lo=-6, hi=6),
+                  "bound", bound=gelu_bound))
 
     def where_cases(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
         for dt in NUMERIC + (np.bool_,):
@@ -1168,6 +1206,20 @@ KNOWN_AT: dict[tuple[str, str, str], tuple[str, str]] = {
         "(-0); tfc floors it (-1, as numpy)"),
     ("floordiv(//)", "special x special", "tfc np.float64(-1.0) tf np.float64(-0.0)"): (
         "EXPECTED", "as float32: TF flushes the subnormal quotient before floor"),
+    ("erf", "float64 special", "tfc np.float64(1.0) tf np.float64(nan)"): (
+        "EXPECTED", "TF 2.21's float64 erf(+-inf) is NaN; tfc gives C's erf(+-inf) = +-1 "
+        "(as TF's float32 erf, and erf(30) = 1 in both)"),
+    ("math.erf", "float64 special", "tfc np.float64(1.0) tf np.float64(nan)"): (
+        "EXPECTED", "as erf: TF's float64 erf(+-inf) is NaN, tfc's +-1"),
+    ("erfc(tail)", "rand", ""): (
+        "EXPECTED", "TF 2.21's erfc loses relative accuracy in the tail (f32 1e-6 relative "
+        "at x = 8.9, hundreds of ulps) and flushes subnormal results to 0 (f32 from x = "
+        "9.2, f64 from 26.5); tfc's is within 0.5 ulp (f32) / 2.3 ulp (f64) of the exact "
+        "value down to the underflow (tests/backends/llvm/test_vmath.py)"),
+    ("nn.gelu", "float64", ""): (
+        "EXPECTED", "TF 2.21's gelu rounds its constants 1/sqrt(2) and 0.044715 to float32 "
+        "even for float64 (about 1e-8 relative); tfc uses them in float64, as JAX and "
+        "PyTorch (tfc.api.nn.gelu)"),
 }
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from tfc.errors import ExecutionError, TypeMismatch
 from tfc.ir.registry import COMMUTATIVE, ELEMENTWISE, PURE, Cost, lookup
 from tfc.ir.types import DType, TensorType
-from tfc.testing import infer_op as infer, run_op1
+from tfc.testing import exact_math, infer_op as infer, run_op1, ulp_errors
 
 FLOATS = [np.float32, np.float64]
 INTS = [np.int32, np.int64]
@@ -38,6 +40,12 @@ def check(out: np.ndarray, want: np.ndarray, dtype) -> None:
 
 SHAPES = [(), (0,), (5,), (3, 4), (2, 1, 3)]
 
+
+def _scalar_f64(fn, x: np.ndarray) -> np.ndarray:
+    """Python's ``math`` function element by element in float64, rounded to x's dtype."""
+    return np.array([fn(v) for v in x.astype(np.float64).ravel()],
+                    np.float64).reshape(x.shape).astype(x.dtype)
+
 # (op, numpy function, input range): numpy in the input's dtype is the expected value.
 UNARY_FLOAT = [
     ("neg", np.negative, (-3, 3)), ("abs", np.abs, (-3, 3)), ("exp", np.exp, (-3, 3)),
@@ -48,6 +56,10 @@ UNARY_FLOAT = [
     ("sign", np.sign, (-3, 3)), ("identity", lambda x: x, (-3, 3)),
     ("log1p", np.log1p, (-0.99, 5)), ("expm1", np.expm1, (-3, 3)),
     ("softplus", lambda x: np.logaddexp(x.dtype.type(0), x), (-20, 20)),
+    ("tan", np.tan, (-1.5, 1.5)), ("atan", np.arctan, (-5, 5)),
+    ("asin", np.arcsin, (-1, 1)), ("acos", np.arccos, (-1, 1)),
+    ("erf", lambda x: _scalar_f64(math.erf, x), (-4, 4)),
+    ("erfc", lambda x: _scalar_f64(math.erfc, x), (-3, 9)),
 ]
 
 
@@ -313,3 +325,52 @@ def test_identity_copies():
     out = run_op1("identity", x)
     out[0] = 5
     assert x[0] == 0
+
+
+# ---- tan, atan, asin, acos, atan2, erf, erfc (tfc/ops/math_special.py) ------------------
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_erf_erfc_reference_within_an_ulp(dtype):
+    """The reference's erf/erfc (the C library's, in float64, rounded once) close to the
+    exact value (``tfc.testing.exact_math``, x87 extended precision) from tiny arguments
+    to erfc's underflow (f64: 26.5, subnormal results; f32: 10): f16/f32 correctly
+    rounded but for the f64 error (0.5001 ulp); f64 within 2.5 ulp (glibc's erfc is 2.22
+    ulp off at 1.3262633103921, measured; its erf within 1); -0.0 kept,
+    erf(+-inf) = +-1, erfc(inf) = 0, erfc(-inf) = 2, NaN in, NaN out."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(-6, 6, 4000), rng.uniform(0, 27.5, 4000),
+                        np.exp(rng.uniform(-40, 2, 2000)) * rng.choice([-1, 1], 2000),
+                        [0.0, -0.0, 1e-310, np.inf, -np.inf, np.nan]]).astype(dtype)
+    for name in ("erf", "erfc"):
+        got = run_op1(name, x)
+        assert got.dtype == dtype
+        err = ulp_errors(got, exact_math(name, x))
+        k = int(np.argmax(err))
+        bound = 2.5 if (name, dtype) == ("erfc", np.float64) else \
+            1.0 if dtype == np.float64 else 0.5001
+        assert err[k] <= bound, (name, x[k], got[k], err[k])
+    erf = run_op1("erf", x[-6:])
+    assert np.signbit(erf[1]) and not np.signbit(erf[0])
+    np.testing.assert_array_equal(erf[3:], [1, -1, np.nan])
+    np.testing.assert_array_equal(run_op1("erfc", x[-3:]), [0, 2, np.nan])
+
+
+def test_atan2_c_special_values():
+    """atan2(y, x) as C's (numpy's): the sign of a zero y kept, x = -0.0 counts as
+    negative (atan2(+-0, -0) = +-pi), infinities give the multiples of pi/4."""
+    inf, pi = np.inf, np.pi
+    y = np.array([0.0, -0.0, 0.0, -0.0, 1.0, -1.0, inf, inf, -inf, 1.0, 1.0, np.nan])
+    x = np.array([0.0, 0.0, -0.0, -0.0, inf, -inf, inf, -inf, 1.0, 0.0, -0.0, 1.0])
+    want = [0.0, -0.0, pi, -pi, 0.0, -pi, pi / 4, 3 * pi / 4, -pi / 2, pi / 2, pi / 2, np.nan]
+    got = run_op1("atan2", y, x)
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got[:4]), [False, True, False, True])
+    with pytest.raises(TypeMismatch):
+        infer("atan2", T(3), T(3, dtype=DType.i32))
+    with pytest.raises(TypeMismatch):
+        infer("atan", T(3, dtype=DType.i32))
+
+
+def test_atan2_broadcasts():
+    y, x = sample((2, 3), np.float32, seed=1), sample((3,), np.float32, seed=2)
+    check(run_op1("atan2", y, x), np.arctan2(y, x), np.float32)

@@ -5,6 +5,8 @@ log/sqrt/pow); tolerance rtol 1e-8, atol 1e-8 for central differences with eps 1
 (measured worst case: 7e-9 absolute, 4e-9 relative).
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -32,7 +34,17 @@ def anywhere(*shape):
     return rng.uniform(-3.0, 3.0, shape)
 
 
+def inside_unit(*shape):
+    return rng.uniform(-0.9, 0.9, shape)
+
+
+def inside_poles(*shape):
+    return rng.uniform(-1.3, 1.3, shape)
+
+
 UNARY = {
+    "tan": inside_poles, "atan": anywhere, "asin": inside_unit, "acos": inside_unit,
+    "erf": anywhere, "erfc": anywhere,
     "log1p": above_minus_one, "expm1": anywhere, "softplus": anywhere,
     "neg": away_from_zero, "abs": away_from_zero, "exp": away_from_zero, "log": positive,
     "sqrt": positive, "rsqrt": positive, "square": away_from_zero, "tanh": away_from_zero,
@@ -57,6 +69,14 @@ def test_binary_with_broadcasting(kind, order, shapes):
     if kind in ("maximum", "minimum"):
         b = b + 0.05  # no ties: the gradient is not defined there
     check_gradients(kind, a, b, order=order, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.parametrize("shapes", [((2, 3), (2, 3)), ((2, 3), (3,)), ((), (2,))])
+def test_atan2(order, shapes):
+    """d atan2(y, x) = (x dy - y dx) / (x^2 + y^2), in every quadrant (away from 0)."""
+    check_gradients("atan2", away_from_zero(*shapes[0]), away_from_zero(*shapes[1]),
+                    order=order, rtol=RTOL, atol=ATOL)
 
 
 def test_where_and_cast():
@@ -252,3 +272,84 @@ def test_softplus_gradient_is_sigmoid_everywhere(backend, dtype):
     (g,) = _grads(backend, lambda a: (tfc.math.log1p(a), [a]), x[1:])
     np.testing.assert_allclose(g, (1 / (1 + x[1:].astype(np.float64))).astype(dtype),
                                rtol=2 * np.finfo(dtype).eps, atol=0)
+
+
+def _run(backend, build, *inputs):
+    """``build(*placeholders)``'s value on ``backend``."""
+    import tfc
+    with tfc.Graph().as_default():
+        phs = [tfc.placeholder(tfc.as_dtype(a.dtype), list(a.shape)) for a in inputs]
+        with tfc.Session(backend=backend) as sess:
+            return sess.run(build(*phs), dict(zip(phs, inputs)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_trig_and_erf_gradients_at_the_domain_ends(backend, dtype):
+    """TF's rules through the API names: asin/acos' +-inf at +-1 and NaN beyond, tan's
+    1 + tan^2, atan's 1 / (1 + x^2) (0 at +-1e30, no overflow to NaN), erf's and erfc's
+    +-2/sqrt(pi) e^(-x^2) (0 in the tails), atan2's (x, -y) / (x^2 + y^2)."""
+    import tfc
+    eps = np.finfo(dtype).eps
+    x = np.array([-1.0, -0.5, 0.0, 0.5, 1.0, 2.0], dtype)
+    (g,) = _grads(backend, lambda a: (tfc.math.asin(a), [a]), x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = 1 / np.sqrt(1 - x.astype(np.float64) ** 2)
+    np.testing.assert_allclose(g, want.astype(dtype), rtol=4 * eps)
+    assert np.isposinf(g[0]) and np.isposinf(g[4]) and np.isnan(g[5])
+    (g,) = _grads(backend, lambda a: (tfc.acos(a), [a]), x)
+    np.testing.assert_allclose(g, -want.astype(dtype), rtol=4 * eps)
+    t = np.array([-1.2, 0.0, 0.7, 1.5], dtype)
+    (g,) = _grads(backend, lambda a: (tfc.tan(a), [a]), t)
+    np.testing.assert_allclose(g, 1 / np.cos(t.astype(np.float64)) ** 2, rtol=8 * eps)
+    a = np.array([-1e30, -1.0, 0.0, 3.0, 1e30], dtype)
+    (g,) = _grads(backend, lambda v: (tfc.atan(v), [v]), a)
+    want_a = 1 / (1 + a.astype(np.float64) ** 2)
+    np.testing.assert_allclose(g, want_a.astype(dtype), rtol=4 * eps)
+    e = np.array([-30.0, -1.0, -0.0, 0.5, 3.0, 30.0], dtype)
+    slope = 2 / np.sqrt(np.pi) * np.exp(-e.astype(np.float64) ** 2)
+    (g,) = _grads(backend, lambda v: (tfc.math.erf(v), [v]), e)
+    np.testing.assert_allclose(g, slope.astype(dtype), rtol=8 * eps, atol=0)
+    (g,) = _grads(backend, lambda v: (tfc.math.erfc(v), [v]), e)
+    np.testing.assert_allclose(g, -slope.astype(dtype), rtol=8 * eps, atol=0)
+    y, xx = np.array([1.0, -2.0, 0.5], dtype), np.array([-1.0, 3.0, 0.0], dtype)
+    gy, gx = _grads(backend, lambda p, q: (tfc.math.atan2(p, q), [p, q]), y, xx)
+    r2 = xx.astype(np.float64) ** 2 + y.astype(np.float64) ** 2
+    np.testing.assert_allclose(gy, xx / r2, rtol=4 * eps)
+    np.testing.assert_allclose(gx, -y / r2, rtol=4 * eps)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_gelu_values_and_gradients(backend, dtype):
+    """tfc.nn.gelu: ``x Phi(x) = 0.5 x erfc(-x / sqrt(2))`` (Python's math.erfc in
+    float64: accurate for negative x too, where 1 + erf cancels) and its derivative
+    ``Phi(x) + x phi(x)``; the tanh form and its derivative, written out; -0.0 kept."""
+    import tfc
+    x = np.array([-30.0, -5.0, -1.0, -0.0, 0.0, 0.3, 1.0, 4.0, 30.0], dtype)
+    xd = x.astype(np.float64)
+    cdf = np.array([0.5 * math.erfc(-v / math.sqrt(2)) for v in xd])
+    pdf = np.exp(-xd ** 2 / 2) / math.sqrt(2 * math.pi)
+    eps = np.finfo(dtype).eps
+    # the condition number of x Phi(x) is about 1 + x^2 for negative x (erfc's argument
+    # -x / sqrt(2), rounded, moves the result by x^2 of its relative error)
+    cond = 1 + xd ** 2
+    def close(got: np.ndarray, want: np.ndarray, atol: float = 0.0) -> None:
+        want = want.astype(dtype).astype(np.float64)  # (f32: x = -30 underflows to -0)
+        err = np.abs(got.astype(np.float64) - want)
+        assert np.all(err <= 8 * eps * cond * np.abs(want) + atol), (got, want)
+
+    got = _run(backend, lambda a: tfc.nn.gelu(a), x)
+    close(got, xd * cdf)
+    assert np.signbit(got[3]) and not np.signbit(got[4])
+    (g,) = _grads(backend, lambda a: (tfc.nn.gelu(a), [a]), x)
+    close(g, cdf + xd * pdf, eps)
+    c, k = 0.7978845608028654, 0.044715
+    th = np.tanh(c * (xd + k * xd ** 3))
+    got = _run(backend, lambda a: tfc.nn.gelu(a, approximate=True), x)
+    # (1 + tanh cancels for negative x: within 4 eps |x| absolutely there)
+    err = np.abs(got.astype(np.float64) - 0.5 * xd * (1 + th))
+    assert np.all(err <= 8 * eps * np.abs(0.5 * xd * (1 + th)) + 4 * eps * np.abs(xd)), err
+    (g,) = _grads(backend, lambda a: (tfc.nn.gelu(a, approximate=True), [a]), x)
+    want = 0.5 * (1 + th) + 0.5 * xd * (1 - th ** 2) * c * (1 + 3 * k * xd ** 2)
+    np.testing.assert_allclose(g, want.astype(dtype), rtol=8 * eps, atol=8 * eps)

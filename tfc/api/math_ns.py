@@ -22,3 +22,8 @@ __all__ = ["abs", "add", "add_n", "argmax", "argmin", "cos", "count_nonzero", "d
            "rsqrt", "sigmoid", "sign", "sin", "softmax", "softplus", "sqrt", "square",
            "subtract", "tanh", "truediv"]
 __all__ += ["argsort", "cumprod", "cumsum", "reduce_logsumexp", "top_k"]  # array24
+
+# tan, atan, asin, acos, atan2, erf, erfc (registry: tfc/ops/math_special.py)
+from tfc.api.ops import acos, asin, atan, atan2, erf, erfc, tan  # noqa: E402
+
+__all__ += ["acos", "asin", "atan", "atan2", "erf", "erfc", "tan"]

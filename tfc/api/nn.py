@@ -378,3 +378,20 @@ def _split_rows(x: Tensor, head: int) -> tuple[Tensor, Tensor]:
     from tfc.api import ops
     first = ops.gather(x, np.arange(head, dtype=np.int32))
     return x[head:], first
+
+
+def gelu(features: TensorLike, approximate: bool = False, name: str | None = None) -> Tensor:
+    """The Gaussian error linear unit (``tf.nn.gelu``): ``x P(X <= x)`` for a standard
+    normal X, as TF 2.21 computes it: ``0.5 x erfc(-x / sqrt(2))`` (no cancellation for
+    negative x, where ``1 + erf`` would lose the digits), or with ``approximate`` the
+    tanh form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``. The constants are
+    rounded to the input's dtype; TF rounds 1/sqrt(2) and 0.044715 to float32 first even
+    for float64 (a 2e-8 relative difference there; JAX and PyTorch use them exactly)."""
+    from tfc.api.ops import erfc
+    x = convert_to_tensor(features)
+    if approximate:
+        inner = (x + x * x * x * 0.044715) * 0.7978845608028654
+        out = x * 0.5 * (tanh(inner) + 1.0)
+    else:
+        out = x * 0.5 * erfc(-x * 0.7071067811865476)
+    return apply("identity", out, name=name) if name else out

@@ -461,3 +461,18 @@ def local_variables_initializer() -> Operation:
     it resets a streaming metric)."""
     return Operation(get_default_graph(), None, [v.initializer for v in local_variables()],
                      name="local_init")
+
+
+# ---- tan, inverse trigonometry, the error function (registry: tfc/ops/math_special.py) --
+tan = _unary("tan")
+atan = _unary("atan")
+asin = _unary("asin")
+acos = _unary("acos")
+erf = _unary("erf")
+erfc = _unary("erfc")
+
+
+def atan2(y: TensorLike, x: TensorLike, name: str | None = None) -> Tensor:
+    """The angle of the point (x, y) in [-pi, pi] (``tf.math.atan2(y, x)``: y first),
+    with C's signed zeros and infinities (atan2(+-0, -0) = +-pi)."""
+    return apply("atan2", y, x, name=name)

@@ -62,6 +62,7 @@ def get_activation(spec: str | Callable[[Tensor], Tensor] | None
     table: dict[str, Callable[[Tensor], Tensor] | None] = {
         "linear": None, "relu": nn.relu, "softmax": nn.softmax, "sigmoid": ops.sigmoid,
         "tanh": ops.tanh, "exp": ops.exp, "softplus": nn.softplus,
+        "gelu": nn.gelu,
     }
     if spec not in table:
         raise TfcError(f"unknown activation '{spec}' (known: {', '.join(table)})")

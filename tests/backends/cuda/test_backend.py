@@ -132,6 +132,30 @@ def test_log1p_expm1_softplus_train_on_the_device() -> None:
     assert not exe.report.host_ops
 
 
+def test_trigonometry_and_erf_train_on_the_device() -> None:
+    """Three SGD steps through tan, atan, asin, acos, atan2, erf, erfc and gelu and their
+    gradients, fused into the step's loop kernels (CUDA's ``tanf``, ``atanf``, ``asinf``,
+    ``acosf``, ``atan2f``, ``erff``, ``erfcf``): the loss and the weights match the
+    reference's."""
+    import tfc
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [None, 4], name="x")
+        w = tfc.Variable(np.linspace(-1, 1, 12).reshape(4, 3).astype(np.float32), name="w")
+        h = tfc.matmul(x, w)
+        u = tfc.tanh(h) * 0.9  # in (-1, 1): asin and acos are defined
+        loss = tfc.reduce_mean(tfc.tan(u) + tfc.atan(h) + tfc.asin(u) * tfc.acos(u)
+                               + tfc.atan2(h, tfc.square(h) + 0.5) + tfc.erf(h)
+                               + tfc.erfc(h) * tfc.nn.gelu(h))
+        train = tfc.train.GradientDescentOptimizer(0.1).minimize(loss)
+        tfc.entry("train", feeds={"x": x}, fetches={"loss": loss}, targets=[train])
+    module = g.as_module()
+
+    def feeds(step: int) -> list[np.ndarray]:
+        return [np.random.default_rng(step).normal(size=(5, 4)).astype(np.float32)]
+    exe, _ = train_both(module, "train", feeds, 3, initial_values(module))
+    assert not exe.report.host_ops
+
+
 def test_shape_arithmetic_is_computed_when_binding(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mean's count (``prod(gather(shape(logits), [0]))``) is known once the feed shapes
     are: computed on the host when the binding is made, never by device ops (whose index

@@ -37,7 +37,8 @@ if not nvrtc.available():
 DTYPES = list(DType)
 FLOATS = [DType.f16, DType.f32, DType.f64]
 TRANSCENDENTAL = frozenset({"exp", "log", "log1p", "expm1", "softplus", "tanh", "sigmoid", "sin",
-                            "cos", "pow"})
+                            "cos", "pow"}) | {"tan", "atan", "asin", "acos", "atan2", "erf",
+                                               "erfc"}
 N = 700
 
 

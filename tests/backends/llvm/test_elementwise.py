@@ -31,7 +31,7 @@ DTYPES = list(DType)
 FLOATS = [DType.f16, DType.f32, DType.f64]
 # Within vmath.MAX_ULP of the exact value; everything else is bit-exact with the reference.
 EXACT = frozenset({"exp", "log", "log1p", "expm1", "softplus", "tanh", "sigmoid", "sin", "cos",
-                   "pow"})
+                   "pow"}) | {"tan", "atan", "asin", "acos", "atan2", "erf", "erfc"}
 # f16 sigmoid rounds each step to f16 as the reference does (exp, 1 + e, the division):
 # 1.7553 ulp at most over all 65536 halves, measured.
 F16_SIGMOID_ULP = 1.76

@@ -27,7 +27,7 @@ from tfc.testing import exact_math, ulp_errors
 
 TYPES = {np.float16: ir.HalfType(), np.float32: ir.FloatType(), np.float64: ir.DoubleType()}
 UNARY = ("exp", "log", "log1p", "expm1", "softplus", "tanh", "sigmoid", "sin", "cos", "sqrt",
-         "rsqrt", "floor")
+         "rsqrt", "floor", "tan", "atan", "asin", "acos", "erf", "erfc")
 # IEEE operations (correctly rounded on every host): bit-exact against numpy's.
 IEEE = {
     "sqrt": np.sqrt, "floor": np.floor,
@@ -42,7 +42,13 @@ SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 
 # random samples alone miss them; the bound must hold there and be reached).
 HARD_F32 = {"log1p": [511.99503, 0.015621119, 0.062485393, 511.69009],
             "expm1": [0.34918156, 0.356205], "softplus": [-5.5621214, -2.2355993]}
-
+# The worst f64 inputs found by sweeps of 4 x 3M uniform samples over each function's
+# interesting range (tan [-1.6, 1.6], atan/atan2 [-3, 3], asin/acos [-1, 1], erf [-3, 3],
+# erfc [-1, 6]): the bounds hold there and are reached.
+HARD_F64 = {"tan": [-0.9361659936319384], "asin": [-0.5021631513795379],
+            "acos": [-0.5222056867806568], "erf": [-0.05482340320729229],
+            "erfc": [1.224703785399865, 1.5345645041187832]}
+HARD_ATAN2 = [(2.670163699416751, 1.8994743906964633)]
 
 def _kernel(mod: ir.Module, name: str, fn_name: str, ty: ir.Type, arity: int) -> None:
     """void k(T* x0 [, T* x1], T* out, i64 n): out[i] = fn(x0[i] [, x1[i]])."""
@@ -65,7 +71,7 @@ def _kernel(mod: ir.Module, name: str, fn_name: str, ty: ir.Type, arity: int) ->
 
 
 SPECS = ([(f"{f}_{np.dtype(d).name}", f, d, 1) for f in UNARY for d in TYPES]
-         + [(f"pow_{np.dtype(d).name}", "pow", d, 2) for d in TYPES])
+         + [(f"{f}_{np.dtype(d).name}", f, d, 2) for f in ("pow", "atan2") for d in TYPES])
 
 
 def _module_text() -> str:
@@ -147,6 +153,8 @@ def samples(fn: str, d: type, n: int = 100_000) -> np.ndarray:
                   1 + rng.uniform(-1e-6, 1e-6, n), rng.uniform(-1, 1, n)]
     if d is np.float32:
         parts.append(HARD_F32.get(fn, []))
+    if d is np.float64:
+        parts.append(HARD_F64.get(fn, []))
     if fn in ("log1p", "expm1", "softplus"):  # tiny to large magnitudes, both signs
         tiny = -np.log(fi.smallest_subnormal)
         parts += [np.exp(rng.uniform(-tiny, 2, 2 * n)) * rng.choice([-1, 1], 2 * n),
@@ -158,6 +166,20 @@ def samples(fn: str, d: type, n: int = 100_000) -> np.ndarray:
                   np.exp(rng.uniform(-30, 80, n)) * rng.choice([-1, 1], n)]
     if fn == "floor":
         parts += [rng.uniform(-1e3, 1e3, n), rng.integers(-100, 100, n) + 0.0]
+    sym = rng.choice([-1, 1], n)
+    if fn == "tan":  # near the poles too (odd multiples of pi/2)
+        parts += [rng.uniform(-10, 10, n), rng.uniform(-0.8, 0.8, n), rng.uniform(-1e6, 1e6, n),
+                  (2 * rng.integers(-50, 50, n) + 1) * (np.pi / 2) + rng.uniform(-1e-6, 1e-6, n),
+                  np.exp(rng.uniform(-30, 80, n)) * sym]
+    if fn == "atan":
+        parts += [rng.uniform(-3, 3, n), np.exp(rng.uniform(-40, 40, n)) * sym]
+    if fn in ("asin", "acos"):  # tiny, and near +-1
+        parts += [rng.uniform(-1, 1, n), (1 - np.exp(rng.uniform(-40, 0, n))) * sym,
+                  np.exp(rng.uniform(-40, 0, n)) * sym, [np.nextafter(1, 0), np.nextafter(-1, 0),
+                                                         np.nextafter(1, 2), -np.nextafter(1, 2)]]
+    if fn in ("erf", "erfc"):  # tiny to the underflow of erfc (27.3; f32: 10.1)
+        parts += [rng.uniform(-7, 7, n), rng.uniform(-1.5, 1.5, n), rng.uniform(0.8, 30, n),
+                  np.exp(rng.uniform(-40, 3.4, n)) * sym]
     return np.concatenate([np.asarray(p).astype(d) for p in parts])
 
 
@@ -213,6 +235,7 @@ def test_results_are_the_same_on_every_cpu(fns: dict) -> None:
 def test_special_values_exact(fns: dict, d: type) -> None:
     fi = np.finfo(d)
     big = 110.0 if d is np.float32 else 800.0
+    pi, pio2 = d(np.pi), d(np.pi / 2)  # (correctly rounded)
     x = np.array(SPECIAL + [big, -big, fi.max, -fi.max, fi.smallest_subnormal, -1e-30], d)
     expect = {
         "exp": [1, 1, np.inf, 0, np.nan],
@@ -227,6 +250,15 @@ def test_special_values_exact(fns: dict, d: type) -> None:
                   np.inf, -1, np.inf, -1, fi.smallest_subnormal, -1e-30],
         "softplus": [None, None, np.inf, 0, np.nan, None, None, None, None, None, None, None,
                      None, big, None, fi.max, 0],
+        "tan": [0, -0.0, np.nan, np.nan, np.nan] + [None] * 12 + [fi.smallest_subnormal, -1e-30],
+        "atan": [0, -0.0, pio2, -pio2, np.nan, pi / 4, -pi / 4] + [None] * 8
+        + [pio2, -pio2, fi.smallest_subnormal, -1e-30],
+        "asin": [0, -0.0, np.nan, np.nan, np.nan, pio2, -pio2, None, None] + [np.nan] * 8
+        + [fi.smallest_subnormal, -1e-30],
+        "acos": [pio2, pio2, np.nan, np.nan, np.nan, 0, pi, None, None] + [np.nan] * 8
+        + [pio2, pio2],
+        "erf": [0, -0.0, 1, -1, np.nan] + [None] * 8 + [1, -1, 1, -1],
+        "erfc": [1, 1, 0, 2, np.nan] + [None] * 8 + [0, 2, 0, 2, 1, 1],
     }
     for fn, vals in expect.items():
         keep = [k for k, v in enumerate(vals) if v is not None]  # None: not a special value
@@ -258,6 +290,35 @@ def test_pow(fns: dict, d: type) -> None:
         want = exact.astype(np.float64).astype(d)
     inf = np.isinf(want)
     assert np.array_equal(got[inf], want[inf])
+
+
+@pytest.mark.parametrize("d", list(TYPES), ids=lambda d: np.dtype(d).name)
+def test_atan2(fns: dict, d: type) -> None:
+    """atan2(y, x) within ``vmath.MAX_ULP`` over random bit patterns, common magnitudes and
+    the worst pair found; every pair of special values as C's atan2 (glibc's ``atan2l``):
+    signed zeros (atan2(+-0, -0) = +-pi, atan2(+-0, +0) = +-0), infinities (+-pi/4,
+    +-3pi/4), NaN."""
+    rng = np.random.default_rng(11)
+    n = 100_000
+    parts = [(_random_bits(rng, d, n), _random_bits(rng, d, n)),
+             (rng.uniform(-3, 3, n), rng.uniform(-3, 3, n)),
+             (np.exp(rng.uniform(-30, 30, n)) * rng.choice([-1, 1], n), rng.uniform(-3, 3, n))]
+    if d is np.float64:
+        parts.append(tuple(np.array(HARD_ATAN2).T))
+    fi = np.finfo(d)
+    sv = np.array(SPECIAL + [fi.max, -fi.max, fi.smallest_subnormal, -fi.smallest_subnormal], d)
+    gy, gx = np.meshgrid(sv, sv)
+    parts.append((gy.ravel(), gx.ravel()))
+    with np.errstate(over="ignore"):  # (f16: e^30 is inf)
+        y = np.concatenate([np.asarray(p[0]).astype(d) for p in parts])
+        x = np.concatenate([np.asarray(p[1]).astype(d) for p in parts])
+    got = run(fns, f"atan2_{np.dtype(d).name}", y, x)
+    check_ulp(got, exact_math("atan2", y, x), vmath.MAX_ULP["atan2"][list(TYPES).index(d)],
+              f"atan2 {np.dtype(d).name}")
+    want = np.arctan2(gy.ravel().astype(np.longdouble), gx.ravel().astype(np.longdouble))
+    g = got[-gy.size:]
+    assert np.array_equal(np.signbit(g[want == 0]), np.signbit(want[want == 0]))
+    assert np.array_equal(np.isnan(g), np.isnan(want))
 
 
 def test_sin_cos_huge_arguments(fns: dict) -> None:
@@ -297,14 +358,14 @@ def test_functions_are_internal_alwaysinline() -> None:
     assert re.search(r'define internal float @"tfc\.vmath\.tanh\.f32".*alwaysinline', text)
     assert text.count('define internal float @"tfc.vmath.exp.f32"') == 1  # emitted once
     assert "br " not in text.split('@"tfc.vmath.tanh.f32"')[1]  # straight-line code
-    with pytest.raises(KeyError, match="no function 'erf'"):
-        vmath.emit_math(b, "erf", [f.args[0]])
+    with pytest.raises(KeyError, match="no function 'lgamma'"):
+        vmath.emit_math(b, "lgamma", [f.args[0]])
 
 
 def _loop_asm(tm: llvm.TargetMachine, fn: str, ty: ir.Type) -> str:
     mod = ir.Module("asm")
     mod.triple = llvm.get_process_triple()
-    _kernel(mod, "k", fn, ty, 2 if fn == "pow" else 1)
+    _kernel(mod, "k", fn, ty, vmath.FUNCTIONS[fn])
     m = llvm.parse_assembly(str(mod))
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
@@ -314,7 +375,8 @@ def _loop_asm(tm: llvm.TargetMachine, fn: str, ty: ir.Type) -> str:
 
 
 @pytest.mark.parametrize("fn", ["exp", "log", "log1p", "expm1", "softplus", "tanh", "sigmoid",
-                                "sin", "pow"])
+                                "sin", "pow", "tan", "atan", "asin", "acos", "atan2", "erf",
+                                "erfc"])
 def test_vectorizes_to_avx512_without_calls(fn: str) -> None:
     """On an AVX-512 CPU (znver4) the loops use zmm registers and call nothing (no libm)."""
     native.target_machine()  # initializes the native target

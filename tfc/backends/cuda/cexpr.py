@@ -308,6 +308,22 @@ ELEMENTWISE: dict[str, Emitter] = {
     "sigmoid_cross_entropy": lambda a, i, o: _r16(f"tfc_sce({a[0]}, {a[1]})", o),
 }
 
+# tan, atan, asin, acos, erf, erfc, atan2 (tfc/ops/math_special.py): CUDA's functions of
+# those names; maximum errors (f32, f64) from the Programming Guide in MAX_ULP.
+_SPECIAL_UNARY = ("tan", "atan", "asin", "acos", "erf", "erfc")
+_FMATH.update({k: k for k in _SPECIAL_UNARY})
+ELEMENTWISE.update({k: _unary_emitter(k) for k in _SPECIAL_UNARY})
+MAX_ULP.update({"tan": (4, 2), "atan": (2, 2), "asin": (2, 2), "acos": (2, 2),
+                "atan2": (3, 2), "erf": (2, 2), "erfc": (4, 5)})
+
+
+def _atan2_emitter(a: Sequence[str], ins: Sequence[DType], out: DType) -> str:
+    f = "f" if ins[0] is not DType.f64 else ""
+    return _r16(f"atan2{f}({a[0]}, {a[1]})", out)
+
+
+ELEMENTWISE["atan2"] = _atan2_emitter
+
 #: The op names this table lowers (every ELEMENTWISE op of the registry, and ``cast``).
 SUPPORTED = frozenset(ELEMENTWISE) | {"cast"}
 

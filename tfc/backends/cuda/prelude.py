@@ -25,7 +25,8 @@ What generated code may use (and nothing else):
 - Math (float and double names): ``expf logf sqrtf tanhf sinf cosf floorf ceilf fabsf
   powf rsqrtf fmodf log1pf expm1f erff truncf rintf fminf fmaxf copysignf`` and ``exp log
   sqrt tanh sin cos floor ceil fabs pow rsqrt fmod log1p expm1 erf trunc rint fmin fmax
-  copysign``. On a GPU these are CUDA's accurate functions (never the ``__expf``
+  copysign``; also ``tanf atanf asinf acosf atan2f erfcf`` and ``tan atan asin acos atan2
+  erfc``. On a GPU these are CUDA's accurate functions (never the ``__expf``
   intrinsics; ulp bounds in the CUDA programming guide's "Mathematical Functions"
   appendix, e.g. expf 2, logf 1, tanhf 2, sinf/cosf 2, powf 4, rsqrtf 2 ulp; sqrtf, /,
   floorf, fabsf exact). In the emulator they are glibc's (within 1 ulp), so a test's

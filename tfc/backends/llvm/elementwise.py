@@ -353,6 +353,11 @@ ELEMENTWISE: dict[str, Emitter] = {
     "sigmoid_cross_entropy": _sigmoid_cross_entropy,
 }
 
+# tan, atan, asin, acos, erf, erfc, atan2 (tfc/ops/math_special.py): vmath's functions.
+ELEMENTWISE.update({k: _unary(k) for k in ("tan", "atan", "asin", "acos", "erf", "erfc")})
+_FLOAT_BINARY["atan2"] = lambda b, x, y: vmath.emit_math(b, "atan2", [x, y])
+ELEMENTWISE["atan2"] = _binary("atan2")
+
 #: The op names this table lowers (every ELEMENTWISE op of the registry).
 SUPPORTED = frozenset(ELEMENTWISE) | {"cast"}
 

@@ -40,6 +40,18 @@ f32 exp and tanh use ``llvm.fma`` (every AVX2 CPU has FMA; elsewhere LLVM calls 
 - pow: ``exp(y log|x|)``; f32 in f64 arithmetic; f64 with a double-double log (SLEEF's
   ``logk``) and an exp that takes the low part of its argument, then C99's special cases
   (pow(x, 0) = 1, pow(1, y) = 1, negative x with odd/even/non-integer y, zeros, infs).
+- tan: sin/cos's reduction, then fdlibm's ``__kernel_tan`` (``pi/4 - |y|`` above 0.6744,
+  ``-1/tan`` in odd quadrants with a split divisor), its cases selected.
+- atan: fdlibm's five ranges (``atan(c) + atan((x - c) / (1 + x c))``, c = 0.5, 1, 1.5,
+  inf), one division with its operands selected; atan2: ``atan(min / max)`` of |y|, |x|,
+  then ``hi + (lo +- r)`` for the quadrant's multiple of pi/2 (C's signed zeros, infs).
+- asin, acos: fdlibm's (a rational in x^2 below 0.5, ``sqrt((1 - |x|) / 2)`` split in
+  two halves above), one rational evaluation with its argument selected.
+- erf, erfc: fdlibm's rational approximations on [0, 0.84375], [0.84375, 1.25], [1.25,
+  2.857], [2.857, 28], every one computed and selected; the tail's ``e^(-x^2 - 0.5625 +
+  R/S)`` as one exp of a double-double argument (``_exp_core``), so erfc stays accurate
+  down to its underflow (x = 27.3); erfc on [1/4, 0.84375) in double-double.
+- f32 tan, atan, asin, acos, atan2, erf, erfc: the f64 function, rounded once (``_via_f64``).
 - sqrt, floor: the ``llvm.sqrt`` / ``llvm.floor`` intrinsics (correctly rounded, vectorize);
   rsqrt: ``1 / sqrt(x)`` (two roundings, bit-exact with the reference).
 
@@ -67,6 +79,13 @@ f32 and round f16 differently from host to host.
     sin      0.5001   0.51   0.78
     cos      0.5001   0.51   0.77
     pow      0.5001   0.5001 0.87
+    tan      0.5001   0.51   0.83
+    atan     0.5001   0.51   0.8
+    asin     0.5001   0.51   0.9
+    acos     0.5001   0.51   0.89
+    atan2    0.5001   0.51   1.58
+    erf      0.5001   0.51   0.91
+    erfc     0.5001   0.51   2.3
     ======== ======== ====== ======
 
 sqrt, rsqrt and floor are bit-exact (IEEE operations; rsqrt is ``1 / sqrt(x)``, two
@@ -77,7 +96,10 @@ Special values match numpy: nan in -> nan out; exp(+-inf) = inf/0, overflow -> i
 underflow -> subnormals then +0; log(0) = log(-0.0) = -inf, log(x<0) = nan, log(inf) = inf;
 tanh(+-inf) = +-1; sin/cos(+-inf) = nan; odd functions keep -0.0 (sin, tanh, log1p, expm1);
 expm1(inf) = inf, expm1(-inf) = -1, overflow -> inf;
-pow follows C99 Annex F (as numpy's pow does).
+pow follows C99 Annex F (as numpy's pow does); tan, atan, asin, erf keep -0.0 too;
+tan(+-inf) = nan; atan(+-inf) = +-pi/2; asin/acos beyond |x| = 1 = nan; erf(+-inf) = +-1,
+erfc(inf) = 0, erfc(-inf) = 2; atan2 as C's (atan2(+-0, -0) = +-pi, atan2(+-inf, -inf) =
++-3pi/4 ...).
 
 Argument reduction of sin/cos: about 2^-100 absolute error (double-double), so an f64
 argument extremely close to a multiple of pi/2 could lose relative accuracy; the hardest
@@ -105,6 +127,7 @@ TWO_OVER_PI_CHUNKS: tuple[int, ...] = tuple(
 
 #: Max error in ulp against the exact value, per (f16, f32, f64): the max measured by
 #: tests/backends/llvm/test_vmath.py plus a small margin (f16: exhaustive, 0.50005 at most;
+#: tan ... erfc f64: the max over 12M-sample sweeps, whose worst inputs the test samples;
 #: f32/f64: the measured max plus 0.01-0.03, room for another glibc's long double
 #: functions in the oracle; log1p, expm1 and softplus f32: the max over sweeps of every
 #: 127th and 509th f32 bit pattern, whose worst inputs the test samples). The tests hold
@@ -114,12 +137,16 @@ MAX_ULP: dict[str, tuple[float, float, float]] = {
     "tanh": (0.5001, 1.49, 1.3), "sigmoid": (0.5001, 2.27, 2.09), "sin": (0.5001, 0.51, 0.78),
     "cos": (0.5001, 0.51, 0.77), "pow": (0.5001, 0.5001, 0.87),
     "expm1": (0.5001, 0.8, 0.83), "softplus": (0.5001, 2.76, 2.62),
+    "tan": (0.5001, 0.51, 0.83), "atan": (0.5001, 0.51, 0.8), "asin": (0.5001, 0.51, 0.9),
+    "acos": (0.5001, 0.51, 0.89), "atan2": (0.5001, 0.51, 1.58), "erf": (0.5001, 0.51, 0.91),
+    "erfc": (0.5001, 0.51, 2.3),
 }
 
 #: name -> number of arguments, for the functions ``emit_math`` knows.
 FUNCTIONS: dict[str, int] = {
     "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "softplus": 1, "tanh": 1, "sigmoid": 1,
     "sin": 1, "cos": 1, "sqrt": 1, "rsqrt": 1, "floor": 1, "pow": 2,
+    "tan": 1, "atan": 1, "asin": 1, "acos": 1, "atan2": 2, "erf": 1, "erfc": 1,
 }
 
 
@@ -653,7 +680,16 @@ def _sincos_f64(m: _Math, x: ir.Value, want_sin: bool) -> ir.Value:
     xs = m.sel(finite, x, 0.0)
     q, rhi, rlo = _reduce_pio2(m, xs)
     yhi, ylo = m.dd_mul((rhi, rlo), (m.c(_PIO2_HI), m.c(_PIO2_LO)))
-    # fdlibm __kernel_sin(x, y, 1) and __kernel_cos(x, y)
+    ksin, kcos = _kernels_f64(m, yhi, ylo)
+    out = _quadrant(m, q, ksin, kcos, want_sin)
+    # Tiny |x|: sin x = x, cos x = 1 (correctly rounded; keeps -0.0 and subnormals exact).
+    tiny = m.cmp("<", m.fabs(x), 2.0 ** -27)
+    out = m.sel(tiny, x if want_sin else m.c(1.0), out)
+    return m.sel(finite, out, float("nan"))
+
+
+def _kernels_f64(m: _Math, yhi: ir.Value, ylo: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """fdlibm's __kernel_sin(y, 1) and __kernel_cos(y) of y = yhi + ylo in [-pi/4, pi/4]."""
     z = m.mul(yhi, yhi)
     v = m.mul(z, yhi)
     r = m.horner(z, _S[:0:-1])
@@ -664,11 +700,7 @@ def _sincos_f64(m: _Math, x: ir.Value, want_sin: bool) -> ir.Value:
     hz = m.mul(z, 0.5)
     w1 = m.sub(1.0, hz)
     kcos = m.add(w1, m.add(m.sub(m.sub(1.0, w1), hz), m.sub(m.mul(z, rc), m.mul(yhi, ylo))))
-    out = _quadrant(m, q, ksin, kcos, want_sin)
-    # Tiny |x|: sin x = x, cos x = 1 (correctly rounded; keeps -0.0 and subnormals exact).
-    tiny = m.cmp("<", m.fabs(x), 2.0 ** -27)
-    out = m.sel(tiny, x if want_sin else m.c(1.0), out)
-    return m.sel(finite, out, float("nan"))
+    return ksin, kcos
 
 
 def _sincos_f32(m: _Math, x: ir.Value, want_sin: bool) -> ir.Value:
@@ -777,6 +809,288 @@ def _pow_specials(m: _Math, x: ir.Value, y: ir.Value, mag: ir.Value) -> ir.Value
     return m.sel(one, 1.0, res)
 
 
+# ---- tan --------------------------------------------------------------------------------
+
+# fdlibm k_tan.c: tan(y) = y + y^3 (T0 + y^2 T1 + ...) on [-0.6744, 0.6744] (odd and even
+# coefficients in two chains); pi/4 split hi/lo.
+_T = (3.33333333333334091986e-01, 1.33333333333201242699e-01, 5.39682539762260521377e-02,
+      2.18694882948595424599e-02, 8.86323982359930005737e-03, 3.59207910759131235356e-03,
+      1.45620945432529025516e-03, 5.88041240820264096874e-04, 2.46463134818469906812e-04,
+      7.81794442939557092300e-05, 7.14072491382608190305e-05, -1.85586374855275456654e-05,
+      2.59073051863633712884e-05)
+_PIO4_LO = 3.06161699786838301793e-17
+
+
+def _tan(m: _Math, x: ir.Value) -> ir.Value:
+    """sin/cos's reduction (f64), then fdlibm's ``__kernel_tan(y, odd)`` with its cases
+    selected: above |y| = 0.6744 the argument is ``pi/4 - |y|`` and ``tan(y) = 1 - 2
+    (t - t^2 / (1 + t))`` (``-1/tan`` in odd quadrants, with -1); below, ``t = y + r``,
+    or in odd quadrants ``-1 / t`` computed with a split divisor (one extra Newton step
+    in double-double)."""
+    if not m.f64:
+        return _via_f64(m, "tan", x)
+    b = m.b
+    finite = m.isfinite(x)
+    xs = m.sel(finite, x, 0.0)
+    q, rhi, rlo = _reduce_pio2(m, xs)
+    y, yl = m.dd_mul((rhi, rlo), (m.c(_PIO2_HI), m.c(_PIO2_LO)))
+    odd = b.trunc(b.fptosi(q, I64), I1)
+    big = m.cmp(">=", m.fabs(y), 0.6744)
+    neg = m.cmp("<", y, 0.0)
+    ya, yla = m.sel(neg, m.neg(y), y), m.sel(neg, m.neg(yl), yl)
+    y = m.sel(big, m.add(m.sub(_PIO4_HI, ya), m.sub(_PIO4_LO, yla)), y)
+    yl = m.sel(big, 0.0, yl)
+    z = m.mul(y, y)
+    w = m.mul(z, z)
+    r = m.horner(w, _T[11:0:-2])
+    v = m.mul(z, m.horner(w, _T[12:1:-2]))
+    s3 = m.mul(z, y)
+    r = m.add(m.add(yl, m.mul(z, m.add(m.mul(s3, m.add(r, v)), yl))), m.mul(s3, _T[0]))
+    t = m.add(y, r)
+    # |y| >= 0.6744: (sign y) (v - 2 (y - (t^2 / (t + v) - r))), v = 1 or -1 (odd)
+    vv = m.sel(odd, -1.0, 1.0)
+    res_big = m.sub(vv, m.mul(m.sub(y, m.sub(m.div(m.mul(t, t), m.add(t, vv)), r)), 2.0))
+    res_big = m.sel(neg, m.neg(res_big), res_big)
+    # odd quadrant, small |y|: -1 / t, t = y + r, with t's high half split off
+    th = m.from_bits(b.and_(m.bits(t), ir.Constant(I64, -(1 << 32))))
+    tv = m.sub(r, m.sub(th, y))
+    a = m.div(-1.0, t)
+    ah = m.from_bits(b.and_(m.bits(a), ir.Constant(I64, -(1 << 32))))
+    sq = m.add(1.0, m.mul(ah, th))
+    res_cot = m.add(ah, m.mul(a, m.add(sq, m.mul(ah, tv))))
+    out = m.sel(big, res_big, b.select(odd, res_cot, t))
+    out = m.sel(m.cmp("<", m.fabs(x), 2.0 ** -27), x, out)  # tan x = x (keeps -0.0)
+    return m.sel(finite, out, float("nan"))
+
+
+def _via_f64(m: _Math, name: str, *xs: ir.Value) -> ir.Value:
+    """An f32 function as the f64 one rounded once: within 0.5 ulp of f32 plus the f64
+    error scaled by 2^-29 (the vector loops run half as wide; these are not hot paths)."""
+    wide = [m.b.fpext(x, F64) for x in xs]
+    return m.b.fptrunc(m.b.call(get_function(m.b.module, name, F64), wide), F32)
+
+
+# ---- atan, atan2, asin, acos ----------------------------------------------------------
+
+# fdlibm s_atan.c: atan(c) hi/lo for c = 0.5, 1, 1.5, inf, and the odd polynomial aT.
+_ATAN_HI = (4.63647609000806093515e-01, 7.85398163397448278999e-01,
+            9.82793723247329054082e-01, 1.57079632679489655800e+00)
+_ATAN_LO = (2.26987774529616870924e-17, 3.06161699786838301793e-17,
+            1.39033110312309984516e-17, 6.12323399573676603587e-17)
+_AT = (3.33333333333329318027e-01, -1.99999999998764832476e-01, 1.42857142725034663711e-01,
+       -1.11111104054623557880e-01, 9.09088713343650656196e-02, -7.69187620504482999495e-02,
+       6.66107313738753120669e-02, -5.83357013379057348645e-02, 4.97687799461593236017e-02,
+       -3.65315727442169155270e-02, 1.62858201153657823623e-02)
+_PI_HI, _PI_LO = 3.14159265358979311600e+00, 1.2246467991473531772e-16
+
+
+def _atan_abs(m: _Math, a: ir.Value) -> ir.Value:
+    """atan(a) for a >= 0 (or NaN), f64: fdlibm's ``atan`` with its five ranges selected.
+
+    ``atan(a) = atan(c) + atan(t)``, ``t = (a - c) / (1 + a c)`` for c = 0.5, 1, 1.5, inf
+    (``t = -1/a``), or t = a below 7/16: one division with its operands selected; an odd
+    polynomial in t; atan(c)'s low part added with the small terms, before the high part.
+    """
+    b = m.b
+    r0, r1, r2, r3 = (m.cmp(">=", a, v) for v in (0.4375, 0.6875, 1.1875, 2.4375))
+    num = m.sel(r3, -1.0, m.sel(r2, m.sub(a, 1.5), m.sel(r1, m.sub(a, 1.0),
+                m.sel(r0, m.sub(m.add(a, a), 1.0), a))))
+    den = m.sel(r3, a, m.sel(r2, m.add(m.mul(a, 1.5), 1.0), m.sel(r1, m.add(a, 1.0),
+                m.sel(r0, m.add(a, 2.0), 1.0))))
+    t = m.div(num, den)
+    hi = m.sel(r3, _ATAN_HI[3], m.sel(r2, _ATAN_HI[2], m.sel(r1, _ATAN_HI[1], _ATAN_HI[0])))
+    lo = m.sel(r3, _ATAN_LO[3], m.sel(r2, _ATAN_LO[2], m.sel(r1, _ATAN_LO[1], _ATAN_LO[0])))
+    z = m.mul(t, t)
+    w = m.mul(z, z)
+    s1 = m.mul(z, m.horner(w, _AT[10::-2]))
+    s2 = m.mul(w, m.horner(w, _AT[9::-2]))
+    ts = m.mul(t, m.add(s1, s2))
+    small = m.sub(t, ts)
+    large = m.sub(hi, m.sub(m.sub(ts, lo), t))
+    return b.select(r0, large, small)  # NaN: `small`, NaN
+
+
+def _atan(m: _Math, x: ir.Value) -> ir.Value:
+    if not m.f64:
+        return _via_f64(m, "atan", x)
+    return m.copysign(_atan_abs(m, m.fabs(x)), x)  # atan(-0.0) = -0.0
+
+
+def _atan2_f64(m: _Math, y: ir.Value, x: ir.Value) -> ir.Value:
+    """C's atan2: ``t = min(|y|, |x|) / max(|y|, |x|)`` (0 for two zeros, 1 for two
+    infinities), ``r = atan(t)``, then ``pi/2 - r`` where |y| > |x|, ``pi - r`` where x's
+    sign bit is set (x = -0.0 included), ``pi/2 + r`` where both, each as ``hi + (lo +-
+    r)`` (the constant's low part added first), the sign of y copied (signed zeros kept).
+    """
+    b = m.b
+    ay, ax = m.fabs(y), m.fabs(x)
+    swap = m.cmp(">", ay, ax)
+    num, den = m.sel(swap, ax, ay), m.sel(swap, ay, ax)
+    t = m.div(num, den)
+    t = m.sel(m.cmp("==", den, 0.0), 0.0, t)
+    inf = float("inf")
+    t = m.sel(b.and_(m.cmp("==", num, inf), m.cmp("==", den, inf)), 1.0, t)
+    r = _atan_abs(m, t)
+    # hi + (lo +- r): 0 + r; pi - r (x < 0); pi/2 - r (swapped); pi/2 + r (both)
+    x_neg = b.icmp_signed("<", m.bits(x), ir.Constant(I64, 0))
+    hi = m.sel(swap, _PIO2_HI, m.sel(x_neg, _PI_HI, 0.0))
+    lo = m.sel(swap, _PIO2_LO, m.sel(x_neg, _PI_LO, 0.0))
+    r = m.add(hi, m.add(lo, m.sel(b.xor(swap, x_neg), m.neg(r), r)))
+    r = m.copysign(r, y)
+    return m.sel(b.or_(m.isnan(x), m.isnan(y)), m.add(x, y), r)
+
+
+def _atan2(m: _Math, y: ir.Value, x: ir.Value) -> ir.Value:
+    return _atan2_f64(m, y, x) if m.f64 else _via_f64(m, "atan2", y, x)
+
+
+# fdlibm e_asin.c / e_acos.c: asin(x) = x + x^3 R(x^2) on [0, 0.5], R = pS/qS.
+_PS = (1.66666666666666657415e-01, -3.25565818622400915405e-01, 2.01212532134862925881e-01,
+       -4.00555345006794114027e-02, 7.91534994289814532176e-04, 3.47933107596021167570e-05)
+_QS = (1.0, -2.40339491173441421878e+00, 2.02094576023350569471e+00,
+       -6.88283971605453293030e-01, 7.70381505559019352791e-02)
+_PIO4_HI = 7.85398163397448278999e-01
+
+
+def _asin_parts(m: _Math, x: ir.Value) -> tuple[ir.Value, ...]:
+    """What fdlibm's asin and acos share (f64): a = |x|; ``z = x^2`` below 0.5, else
+    ``z = (1 - a) / 2`` (exact), ``r = z R(z)`` (one rational, its argument selected),
+    ``s = sqrt(z)``, ``f`` = s with its low 32 bits cleared and ``c = (z - f^2) / (s +
+    f)``, so that ``f + c = sqrt(z)`` to twice the precision (0 where z = 0)."""
+    b = m.b
+    a = m.fabs(x)
+    small = m.cmp("<", a, 0.5)
+    z = m.sel(small, m.mul(x, x), m.mul(m.sub(1.0, a), 0.5))
+    r = m.div(m.mul(z, m.horner(z, _PS[::-1])), m.horner(z, _QS[::-1]))
+    s = m.sqrt(z)
+    f = m.from_bits(b.and_(m.bits(s), ir.Constant(I64, -(1 << 32))))
+    d = m.add(s, f)
+    c = m.sel(m.cmp("==", d, 0.0), 0.0, m.div(m.sub(z, m.mul(f, f)), d))
+    return a, small, r, s, f, c
+
+
+def _asin(m: _Math, x: ir.Value) -> ir.Value:
+    """fdlibm's asin, its ranges selected: ``x + x r`` below 0.5 (one FMA);
+    ``pi/2 - 2 (s + s r)`` above 0.975; between, ``pi/4 - ((2 s r - (pio2_lo - 2 c)) -
+    (pi/4 - 2 f))``; the sign copied (asin(-0.0) = -0.0); NaN beyond |x| = 1 (sqrt)."""
+    if not m.f64:
+        return _via_f64(m, "asin", x)
+    a, small, r, s, f, c = _asin_parts(m, x)
+    near1 = m.sub(_PIO2_HI, m.sub(m.mul(m.add(s, m.mul(s, r)), 2.0), _PIO2_LO))
+    p = m.sub(m.mul(m.mul(s, 2.0), r), m.sub(_PIO2_LO, m.mul(c, 2.0)))
+    q = m.sub(_PIO4_HI, m.mul(f, 2.0))
+    mid = m.sub(_PIO4_HI, m.sub(p, q))
+    big = m.copysign(m.sel(m.cmp(">=", a, 0.975), near1, mid), x)
+    return m.sel(small, m.fma(x, r, x), big)  # NaN, |x| > 1: `big`, NaN
+
+
+def _acos(m: _Math, x: ir.Value) -> ir.Value:
+    """fdlibm's acos, its ranges selected: ``pi/2 - (x - (pio2_lo - x r))`` below 0.5,
+    ``pi - 2 (s + (r s - pio2_lo))`` below -0.5, ``2 (f + (r s + c))`` above 0.5; 0 at 1,
+    pi at -1, NaN beyond |x| = 1 (sqrt) and for NaN."""
+    if not m.f64:
+        return _via_f64(m, "acos", x)
+    a, small, r, s, f, c = _asin_parts(m, x)
+    res_small = m.sub(_PIO2_HI, m.sub(x, m.sub(_PIO2_LO, m.mul(x, r))))
+    rs = m.mul(r, s)
+    res_neg = m.sub(_PI_HI, m.mul(m.add(s, m.sub(rs, _PIO2_LO)), 2.0))
+    res_pos = m.mul(m.add(f, m.add(rs, c)), 2.0)
+    big = m.sel(m.cmp("<", x, 0.0), res_neg, res_pos)
+    return m.sel(small, res_small, big)
+
+
+# ---- erf, erfc --------------------------------------------------------------------------
+
+# fdlibm s_erf.c: rational approximations on [0, 0.84375] (pp/qq), [0.84375, 1.25]
+# (pa/qa, around erx), [1.25, 1/0.35] (ra/sa) and [1/0.35, 28] (rb/sb, in 1/x^2).
+_ERX = 8.45062911510467529297e-01
+_PP = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
+       -5.77027029648944159157e-03, -2.37630166566501626084e-05)
+_QQ = (1.0, 3.97917223959155352819e-01, 6.50222499887672944485e-02,
+       5.08130628187576562776e-03, 1.32494738004321644526e-04, -3.96022827877536812320e-06)
+_PA = (-2.36211856075265944077e-03, 4.14856118683748331666e-01, -3.72207876035701323847e-01,
+       3.18346619901161753674e-01, -1.10894694282396677476e-01, 3.54783043256182359371e-02,
+       -2.16637559486879084300e-03)
+_QA = (1.0, 1.06420880400844228286e-01, 5.40397917702171048937e-01,
+       7.18286544141962662868e-02, 1.26171219808761642112e-01, 1.36370839120290507362e-02,
+       1.19844998467991074170e-02)
+_RA = (-9.86494403484714822705e-03, -6.93858572707181764372e-01, -1.05586262253232909814e+01,
+       -6.23753324503260060396e+01, -1.62396669462573470355e+02, -1.84605092906711035994e+02,
+       -8.12874355063065934246e+01, -9.81432934416914548592e+00)
+_SA = (1.0, 1.96512716674392571292e+01, 1.37657754143519042600e+02,
+       4.34565877475229228821e+02, 6.45387271733267880336e+02, 4.29008140027567833386e+02,
+       1.08635005541779435134e+02, 6.57024977031928170135e+00, -6.04244152148580987438e-02)
+_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.77579549177547519889e+01,
+       -1.60636384855821916062e+02, -6.37566443368389627722e+02, -1.02509513161107724954e+03,
+       -4.83519191608651397019e+02)
+_SB = (1.0, 3.03380607434824582924e+01, 3.25792512996573918826e+02,
+       1.53672958608443695994e+03, 3.19985821950859553908e+03, 2.55305040643316442583e+03,
+       4.74528541206955367215e+02, -2.24409524465858183362e+01)
+
+
+def _erf_parts(m: _Math, x: ir.Value) -> tuple[ir.Value, ...]:
+    """The pieces erf and erfc share (f64): a = |x|, y = R/S on [0, 0.84375], P/Q on
+    [0.84375, 1.25], and the tail ``r = x erfc(x)`` for a >= 1.25, its exponential
+    ``e^(-z^2 - 0.5625) e^((z - a)(z + a) + R/S)`` taken as one exp of a double-double
+    argument (z is a with its low 32 bits cleared, so -z^2 - 0.5625 is exact)."""
+    b = m.b
+    a = m.fabs(x)
+    z = m.mul(x, x)
+    y = m.div(m.horner(z, _PP[::-1]), m.horner(z, _QQ[::-1]))
+    s = m.sub(a, 1.0)
+    pq = m.div(m.horner(s, _PA[::-1]), m.horner(s, _QA[::-1]))
+    ac = m.sel(m.cmp("<", a, 28.0), a, 28.0)  # (NaN, inf: 28; fixed by the callers)
+    ac = m.sel(m.cmp(">", ac, 1.0), ac, 1.0)
+    s2 = m.div(1.0, m.mul(ac, ac))
+    near = m.cmp("<", ac, 1.0 / 0.35)
+    rs = m.sel(near, m.div(m.horner(s2, _RA[::-1]), m.horner(s2, _SA[::-1])),
+               m.div(m.horner(s2, _RB[::-1]), m.horner(s2, _SB[::-1])))
+    zz = m.from_bits(b.and_(m.bits(ac), ir.Constant(I64, -(1 << 32))))
+    e_hi = m.sub(m.neg(m.mul(zz, zz)), 0.5625)  # exact
+    e_lo = m.add(m.mul(m.sub(zz, ac), m.add(zz, ac)), rs)
+    hi, lo = m.two_sum(e_hi, e_lo)
+    tail = m.div(_exp_core(m, hi, lo), ac)
+    return a, y, pq, tail
+
+
+def _erf(m: _Math, x: ir.Value) -> ir.Value:
+    """fdlibm's erf, every range computed and one selected: ``x + x y`` below 0.84375
+    (one FMA: tiny and subnormal x round once), ``erx + P/Q`` to 1.25, ``1 - tail``
+    above, 1 from 6 on; the sign copied from x (erf(-0.0) = -0.0)."""
+    if not m.f64:
+        return _via_f64(m, "erf", x)
+    a, y, pq, tail = _erf_parts(m, x)
+    res = m.sel(m.cmp("<", a, 1.25), m.add(_ERX, pq), m.sub(1.0, tail))
+    res = m.sel(m.cmp(">=", a, 6.0), 1.0, res)
+    res = m.copysign(res, x)
+    res = m.sel(m.cmp("<", a, 0.84375), m.fma(x, y, x), res)
+    return m.sel(m.isnan(x), x, res)
+
+
+def _erfc(m: _Math, x: ir.Value) -> ir.Value:
+    """fdlibm's erfc, branch-free: ``1 - (x + x y)`` below 1/4, ``(1 - x) - x y`` (in
+    double-double) to 0.84375, ``(1 - erx) - P/Q`` or ``1 + (erx + P/Q)`` to 1.25, ``tail / a``
+    (x > 0) or ``2 - tail / a`` beyond: accurate in the tail down to the underflow
+    (0 from x = 27.3 on; 2 below -6)."""
+    if not m.f64:
+        return _via_f64(m, "erfc", x)
+    a, y, pq, tail = _erf_parts(m, x)
+    # [1/4, 0.84375): (1 - x) - x y summed as a double-double (the result is 0.24 .. 0.72
+    # of 1 - x: fdlibm's 0.5 - (x y + (x - 0.5)) loses up to 1.3 ulp there)
+    h, hl = m.two_sum(m.c(1.0), m.neg(x))
+    p, pe = m.two_prod(x, y)
+    sh, sl = m.two_sum(h, m.neg(p))
+    mid_small = m.add(sh, m.sub(m.add(sl, hl), pe))
+    small = m.sel(m.cmp("<", x, 0.25), m.sub(1.0, m.fma(x, y, x)), mid_small)
+    pos = m.cmp(">", x, 0.0)
+    mid = m.sel(pos, m.sub(1.0 - _ERX, pq), m.add(1.0, m.add(_ERX, pq)))
+    far = m.sel(pos, tail, m.sub(2.0, tail))
+    far = m.sel(m.cmp(">=", a, 28.0), m.sel(pos, 0.0, 2.0), far)
+    far = m.sel(m.b.and_(m.b.not_(pos), m.cmp(">=", a, 6.0)), 2.0, far)
+    res = m.sel(m.cmp("<", a, 0.84375), small, m.sel(m.cmp("<", a, 1.25), mid, far))
+    return m.sel(m.isnan(x), x, res)
+
+
 # ---- intrinsic-backed ------------------------------------------------------------------
 
 def _sqrt(m: _Math, x: ir.Value) -> ir.Value:
@@ -795,4 +1109,6 @@ _BODIES: dict[str, Body] = {
     "exp": _exp, "log": _log, "log1p": _log1p, "expm1": _expm1, "softplus": _softplus,
     "tanh": _tanh, "sigmoid": _sigmoid,
     "sin": _sin, "cos": _cos, "sqrt": _sqrt, "rsqrt": _rsqrt, "floor": _floor, "pow": _pow,
+    "tan": _tan, "atan": _atan, "asin": _asin, "acos": _acos, "atan2": _atan2, "erf": _erf,
+    "erfc": _erfc,
 }
