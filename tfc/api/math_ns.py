@@ -18,3 +18,13 @@ __all__ = ["abs", "add", "add_n", "argmax", "argmin", "cos", "count_nonzero", "d
            "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum",
            "rsqrt", "sigmoid", "sign", "sin", "softmax", "softplus", "sqrt", "square",
            "subtract", "tanh", "truediv"]
+
+# ceil, round, reciprocal, the predicates, floordiv/floormod, ... and the hyperbolic ones
+from tfc.api.ops import (acosh, asinh, atanh, ceil, cosh, divide_no_nan,  # noqa: E402
+                         floordiv, floormod, is_finite, is_inf, is_nan, logical_xor, mod,
+                         reciprocal, reciprocal_no_nan, rint, round, sinh,
+                         squared_difference)
+
+__all__ += ["acosh", "asinh", "atanh", "ceil", "cosh", "divide_no_nan", "floordiv",
+            "floormod", "is_finite", "is_inf", "is_nan", "logical_xor", "mod", "reciprocal",
+            "reciprocal_no_nan", "rint", "round", "sinh", "squared_difference"]

@@ -418,7 +418,12 @@ register(Unary("ceil", np.ceil, FLOAT, 1, summary="the least integer >= x"))
 register(Unary("round", _round_half_even, FLOAT, 1,
                summary="the nearest integer, ties to even (TensorFlow's Round, np.rint)"))
 # TensorFlow's ReciprocalGrad: -dy y^2
-register(Unary("reciprocal", lambda x: np.divide(x.dtype.type(1), x), FLOAT, 4,
+def _reciprocal(x: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):  # 1 / ±0 is ±inf, as the kernels give
+        return np.divide(x.dtype.type(1), x)
+
+
+register(Unary("reciprocal", _reciprocal, FLOAT, 4,
                summary="1 / x",
                grad=lambda b, x, y, dy: b("neg", b("mul", dy, b("mul", y, y)))))
 register(Predicate("is_nan", np.isnan, FLOAT, 1, summary="x is NaN"))
