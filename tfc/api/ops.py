@@ -551,32 +551,38 @@ def _big(dt: DType) -> float:
     return {DType.f16: 5.0, DType.f32: 20.0}.get(dt, 40.0)
 
 
+def _half_exp(a: Tensor, dt: DType) -> Tensor:
+    """``e^a / 2`` for ``a >= 0`` without overflow while it fits: ``e^a`` halved below
+    log(max) (exp's error only), ``(e^(a/2) / 2) e^(a/2)`` above (sinh(89) in float32)."""
+    top = {DType.f16: 11.0, DType.f32: 88.5}.get(dt, 709.5)  # (below log(max), in dt)
+    huge = greater_equal(a, top)
+    one = exp(where(huge, top, a))
+    w = exp(multiply(where(huge, a, top), 0.5))
+    return where(huge, multiply(multiply(w, 0.5), w), multiply(one, 0.5))
+
+
 def sinh(x: TensorLike, name: str | None = None) -> Tensor:
     """``(e^x - e^-x) / 2`` (``tf.math.sinh``), composed of registry ops: with
     ``t = expm1(|x|)``, ``(t + t / (t + 1)) / 2`` (no cancellation near 0: sinh(1e-30) is
     1e-30), and past |x| = 20 (f64: 40, f16: 5), where e^-|x| is below an ulp,
-    ``(e^(|x|/2) / 2) e^(|x|/2)``, which does not overflow while the result fits (sinh(89)
-    in float32). Max error measured in tests/api/test_math_composites.py."""
+    ``e^|x| / 2``, which does not overflow while the result fits (``_half_exp``); odd.
+    Max error measured in tests/api/test_math_composites.py."""
     t = _float_operand(x, "sinh")
-    a = abs(t)
-    small, lo, hi = _split(a, _big(t.dtype))
+    small, lo, hi = _split(abs(t), _big(t.dtype))
     e = expm1(lo)
     near = multiply(add(e, truediv(e, add(e, 1))), 0.5)
-    w = exp(multiply(hi, 0.5))
-    far = multiply(multiply(w, 0.5), w)
-    return _named(_odd(t, where(small, near, far)), name)
+    return _named(_odd(t, where(small, near, _half_exp(hi, t.dtype))), name)
 
 
 def cosh(x: TensorLike, name: str | None = None) -> Tensor:
     """``(e^x + e^-x) / 2`` (``tf.math.cosh``): ``(e + 1 / e) / 2`` with ``e = e^|x|``
-    (two positive terms), past |x| = 20 (f64: 40, f16: 5) ``(e^(|x|/2) / 2) e^(|x|/2)``, which
-    does not overflow while the result fits."""
+    (two positive terms), past |x| = 20 (f64: 40, f16: 5) ``e^|x| / 2``, which does not
+    overflow while the result fits (``_half_exp``)."""
     t = _float_operand(x, "cosh")
     small, lo, hi = _split(abs(t), _big(t.dtype))
     e = exp(lo)
     near = multiply(add(e, reciprocal(e)), 0.5)
-    w = exp(multiply(hi, 0.5))
-    return _named(where(small, near, multiply(multiply(w, 0.5), w)), name)
+    return _named(where(small, near, _half_exp(hi, t.dtype)), name)
 
 
 def _log_twice(a: Tensor) -> Tensor:
@@ -603,7 +609,7 @@ def asinh(x: TensorLike, name: str | None = None) -> Tensor:
 def acosh(x: TensorLike, name: str | None = None) -> Tensor:
     """``log(x + sqrt(x^2 - 1))`` (``tf.math.acosh``), x >= 1 (NaN below): with
     ``u = x - 1`` (exact near 1), ``log1p(u + sqrt(2u + u^2))``, and ``log(x) + log(2)``
-    past 2^12 (f64: 2^28, f16: 2^6)."""
+    past 2^12 (f64: 2^28, f16: 2^6); NaN below 1."""
     t = _float_operand(x, "acosh")
     limit = _root_limit(t.dtype)
     large = greater_equal(t, limit)
@@ -611,7 +617,9 @@ def acosh(x: TensorLike, name: str | None = None) -> Tensor:
     hi = where(large, t, limit)
     u = subtract(lo, 1)
     near = log1p(add(u, sqrt(add(multiply(u, 2), square(u)))))
-    return _named(where(large, _log_twice(hi), near), name)
+    # (below -1, u + sqrt(u (u + 2)) is -1 or below: NaN from log1p, or -inf at -1)
+    r = where(large, _log_twice(hi), near)
+    return _named(where(less(t, 1), float("nan"), r), name)
 
 
 def atanh(x: TensorLike, name: str | None = None) -> Tensor:
