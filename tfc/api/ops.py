@@ -575,13 +575,15 @@ def sinh(x: TensorLike, name: str | None = None) -> Tensor:
 
 
 def cosh(x: TensorLike, name: str | None = None) -> Tensor:
-    """``(e^x + e^-x) / 2`` (``tf.math.cosh``): ``(e + 1 / e) / 2`` with ``e = e^|x|``
-    (two positive terms), past |x| = 20 (f64: 40, f16: 5) ``e^|x| / 2``, which does not
-    overflow while the result fits (``_half_exp``)."""
+    """``(e^x + e^-x) / 2`` (``tf.math.cosh``): ``1 + t^2 / (2 (1 + t))`` with
+    ``t = expm1(|x|)`` (positive terms only, so its derivative through these ops is
+    sinh(x) without the cancellation of ``(e - 1/e) / 2`` near 0), past |x| = 20 (f64:
+    40, f16: 5) ``e^|x| / 2``, which does not overflow while the result fits
+    (``_half_exp``)."""
     t = _float_operand(x, "cosh")
     small, lo, hi = _split(abs(t), _big(t.dtype))
-    e = exp(lo)
-    near = multiply(add(e, reciprocal(e)), 0.5)
+    e = expm1(lo)
+    near = add(truediv(square(e), multiply(add(e, 1), 2)), 1)
     return _named(where(small, near, _half_exp(hi, t.dtype)), name)
 
 
