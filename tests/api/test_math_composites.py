@@ -24,10 +24,10 @@ EXACT = {"sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arcc
 # AVX-512 host; the test's sweep is a subset of the measured one), plus about 0.25 for
 # numpy's host-dependent SIMD exp/log1p/expm1 on the reference: f32 sinh/cosh 3.71 (e^|x|/2
 # as (e^(|x|/2)/2) e^(|x|/2) past 88.5: two exp errors; 2.38 below), asinh 2.39, acosh
-# 2.41, atanh 2.44; f64 sinh 1.73, cosh 2.39, asinh 2.48, acosh 2.75, atanh 2.50.
+# 2.84, atanh 2.00; f64 sinh 1.73, cosh 2.39, asinh 2.48, acosh 2.75, atanh 2.00.
 MAX_ULP = {
-    np.float32: {"sinh": 4.0, "cosh": 4.0, "asinh": 2.65, "acosh": 2.7, "atanh": 2.7},
-    np.float64: {"sinh": 2.0, "cosh": 2.65, "asinh": 2.75, "acosh": 3.0, "atanh": 2.75},
+    np.float32: {"sinh": 4.0, "cosh": 4.0, "asinh": 2.65, "acosh": 3.1, "atanh": 2.25},
+    np.float64: {"sinh": 2.0, "cosh": 2.65, "asinh": 2.75, "acosh": 3.0, "atanh": 2.25},
 }
 
 

@@ -610,24 +610,30 @@ def asinh(x: TensorLike, name: str | None = None) -> Tensor:
 
 def acosh(x: TensorLike, name: str | None = None) -> Tensor:
     """``log(x + sqrt(x^2 - 1))`` (``tf.math.acosh``), x >= 1 (NaN below): with
-    ``u = x - 1`` (exact near 1), ``log1p(u + sqrt(2u + u^2))``, and ``log(x) + log(2)``
-    past 2^12 (f64: 2^28, f16: 2^6); NaN below 1."""
+    ``u = x - 1`` (exact near 1), ``log1p(u + sqrt(u (u + 2)))``, and ``log(x) + log(2)``
+    past 2^12 (f64: 2^28, f16: 2^6); NaN below 1. At x = 1 the root is taken as
+    ``sqrt(u) sqrt(u + 2)`` (the same 0), whose chain rule gives TF's inf derivative
+    there, where ``u (u + 2)``'s meets 0 * inf (NaN); elsewhere one rounded root (the
+    split one costs about 1 ulp more)."""
     t = _float_operand(x, "acosh")
     limit = _root_limit(t.dtype)
     large = greater_equal(t, limit)
     lo = where(large, 2, t)  # (NaN and x < 1 stay: sqrt or log1p gives NaN)
     hi = where(large, t, limit)
     u = subtract(lo, 1)
-    near = log1p(add(u, sqrt(add(multiply(u, 2), square(u)))))
+    at_one = equal(u, 0)
+    root = where(at_one, multiply(sqrt(u), sqrt(add(u, 2))), sqrt(multiply(u, add(u, 2))))
+    near = log1p(add(u, root))
     # (below -1, u + sqrt(u (u + 2)) is -1 or below: NaN from log1p, or -inf at -1)
     r = where(large, _log_twice(hi), near)
     return _named(where(less(t, 1), float("nan"), r), name)
 
 
 def atanh(x: TensorLike, name: str | None = None) -> Tensor:
-    """``log((1 + x) / (1 - x)) / 2`` (``tf.math.atanh``) as ``log1p(2a / (1 - a)) / 2``
-    of ``a = |x|`` (exact near 0; ±1 give ±inf, |x| > 1 NaN); odd."""
+    """``log((1 + x) / (1 - x)) / 2`` (``tf.math.atanh``) as ``(log1p(a) - log1p(-a)) / 2``
+    of ``a = |x|`` (exact near 0, no cancellation: the terms have opposite signs; ±1 give
+    ±inf and an inf derivative, as TF's, |x| > 1 NaN); odd."""
     t = _float_operand(x, "atanh")
     a = abs(t)
-    r = multiply(log1p(truediv(add(a, a), subtract(1, a))), 0.5)
+    r = multiply(subtract(log1p(a), log1p(negative(a))), 0.5)
     return _named(_odd(t, r), name)
