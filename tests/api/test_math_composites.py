@@ -144,3 +144,20 @@ def test_top_level_and_math_names_are_one_function():
         assert getattr(tfc, name) is getattr(tfc.math, name)
     assert tfc.math.mod is tfc.math.floormod is tfc.floormod
     assert tfc.math.rint is tfc.rint and tfc.math.round is tfc.round
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the branches not taken, masked)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_derivatives_at_the_domains_ends_are_infinite_as_tensorflows(backend):
+    """acosh'(1) = 1/sqrt(x^2 - 1) = inf and atanh'(+-1) = 1/(1 - x^2) = inf, as TF's
+    (not NaN: the compositions avoid 0 * inf in their chain rules there)."""
+    with tfc.Graph().as_default():
+        a, t = tfc.placeholder(tfc.float64, [2]), tfc.placeholder(tfc.float64, [3])
+        ga = tfc.gradients(tfc.reduce_sum(tfc.acosh(a)), [a])[0]
+        gt = tfc.gradients(tfc.reduce_sum(tfc.atanh(t)), [t])[0]
+        with tfc.Session(backend=backend) as sess:
+            va, vt = sess.run([ga, gt], {a: np.array([1.0, 2.0]), t: np.array([1.0, -1.0, 0.5])})
+    assert va[0] == np.inf
+    np.testing.assert_allclose(va[1], 1 / np.sqrt(3.0), rtol=4e-16)
+    np.testing.assert_array_equal(vt[:2], [np.inf, np.inf])
+    np.testing.assert_allclose(vt[2], 1 / 0.75, rtol=4e-16)
