@@ -355,13 +355,13 @@ def build_specs(tf: Any) -> list[Spec]:
            "ulp", ROUNDED)
     binary("logical_xor", tfc.logical_xor, tf.math.logical_xor, (np.bool_,))
     binary("xor(^)", lambda x, y: x ^ y, lambda x, y: x ^ y, (np.bool_,))
-    binary("math.divide_no_nan", tfc.math.divide_no_nan, tf.math.divide_no_nan, FLOATS, "ulp",
+    binary("divide_no_nan", tfc.math.divide_no_nan, tf.math.divide_no_nan, FLOATS, "ulp",
            ROUNDED)
-    unary("math.reciprocal_no_nan", tfc.math.reciprocal_no_nan, tf.math.reciprocal_no_nan,
+    unary("reciprocal_no_nan", tfc.math.reciprocal_no_nan, tf.math.reciprocal_no_nan,
           FLOATS, "ulp", ROUNDED)
     unary("ceil", tfc.ceil, tf.math.ceil, FLOATS)
     unary("round", tfc.round, tf.round, NUMERIC)
-    unary("math.rint", tfc.math.rint, tf.math.rint, (np.float32, np.float64))  # (TF: no f16)
+    unary("rint", tfc.math.rint, tf.math.rint, (np.float32, np.float64))  # (TF: no f16)
     # TF's float32 reciprocal is Eigen's (rcpps refined by Newton's method), within 1 ulp:
     # 1 / 2^-125 is 2^125 exactly (tfc), TF's one ulp below
     unary("reciprocal", tfc.reciprocal, tf.math.reciprocal, FLOATS, "ulp", ulp_table(0, 1, 0))
