@@ -348,8 +348,11 @@ def build_specs(tf: Any) -> list[Spec]:
                                 ("floormod", tfc.floormod, tf.math.floormod),
                                 ("math.mod", tfc.math.mod, tf.math.mod),
                                 ("mod(%)", lambda x, y: x % y, lambda x, y: x % y),
-                                ("math.floordiv", tfc.math.floordiv, tf.math.floordiv)]:
-        binary(name, tfc_fn, tf_fn, FLOATS)
+                                ("math.floordiv", tfc.math.floordiv, tf.math.floordiv),
+                                ("truncatediv", tfc.truncatediv, tf.truncatediv),
+                                ("truncatemod", tfc.truncatemod, tf.truncatemod)]:
+        # (TF has no float16 TruncateMod kernel)
+        binary(name, tfc_fn, tf_fn, FLOATS[1:] if name == "truncatemod" else FLOATS)
         S.append(Spec(name + "(int)", tfc_fn, tf_fn, int_div_cases))
     binary("squared_difference", tfc.squared_difference, tf.math.squared_difference, NUMERIC,
            "ulp", ROUNDED)

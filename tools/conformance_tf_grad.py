@@ -344,6 +344,7 @@ def build_cases() -> list[Case]:
     cases += _binary_cases("math.floormod", lo=0.5, hi=2.0,
                            kinks=[([7.0, -7.0, 7.5, -4.0], [3.0, 3.0, -2.0, 2.0])])
     cases += _binary_cases("math.mod", lo=0.5, hi=2.0)
+    cases += _binary_cases("truncatediv", lo=0.5, hi=2.0)
     cases += _binary_cases("math.squared_difference", kinks=[([1.0, -0.0], [1.0, 0.0])])
     cases += _binary_cases("math.divide_no_nan", lo=0.5, hi=2.0,
                            kinks=[([1.0, 0.0, -1.0, 0.0], [0.0, 0.0, -0.0, 2.0])])

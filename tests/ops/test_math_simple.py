@@ -141,7 +141,31 @@ def test_floordiv_and_floormod_on_integers_are_pythons(backend, dtype):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("op", [tfc.floordiv, tfc.floormod])
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+def test_truncatediv_and_truncatemod_round_toward_zero(backend, dtype):
+    """C's / and % (TF's TruncateDiv/TruncateMod): the remainder has the dividend's sign;
+    floats trunc(x / y) and fmod; MIN / -1 wraps to MIN, MIN % -1 is 0."""
+    x = np.array([7, -7, 7, -7, 6, 0], dtype)
+    y = np.array([2, 2, -2, -2, -3, -5], dtype)
+    q, m = run(backend, lambda a, b: (tfc.truncatediv(a, b), tfc.truncatemod(a, b)), x, y)
+    same(q, [3, -3, -3, 3, -2, -0.0])  # (0 / -5 is -0.0 in floats)
+    same(m, [1, -1, 1, -1, 0, 0])
+    if np.issubdtype(dtype, np.integer):
+        lo = np.iinfo(dtype).min
+        x, y = np.array([lo, lo, lo + 1], dtype), np.array([-1, 7, lo], dtype)
+        q, m = run(backend, lambda a, b: (tfc.truncatediv(a, b), tfc.truncatemod(a, b)), x, y)
+        same(q, [lo, -(-int(lo) // 7), 0])
+        same(m, [0, -(-int(lo) % 7), lo + 1])
+    else:
+        x = np.array([-4.0, 1.0, 5.0, np.inf, 7.5], dtype)
+        y = np.array([2.0, 0.1, 0.0, 2.0, np.inf], dtype)
+        q, m = run(backend, lambda a, b: (tfc.truncatediv(a, b), tfc.truncatemod(a, b)), x, y)
+        same(q, [-2.0, 10.0, np.inf, np.inf, 0.0])
+        same(m, [-0.0, np.fmod(dtype(1.0), dtype(0.1)), np.nan, np.nan, 7.5])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", [tfc.floordiv, tfc.floormod, tfc.truncatediv, tfc.truncatemod])
 def test_integer_zero_divisor_fails_the_run(backend, op):
     """As div on integers (and TF's "Integer division by zero"): an ExecutionError naming
     the op, never a crash or a silent value."""
@@ -218,7 +242,8 @@ def test_piecewise_constant_ops_have_no_gradient_as_in_tensorflow():
         for fn in (tfc.ceil, tfc.round, lambda v: tfc.floordiv(v, 2.0)):
             assert tfc.gradients(tfc.reduce_sum(fn(a)), [a]) == [None]
         assert tfc.gradients(tfc.reduce_sum(tfc.ceil(a) + a * 2.0), [a])[0] is not None
-    for name in ("ceil", "round", "floordiv", "is_nan", "is_inf", "is_finite", "logical_xor"):
+    for name in ("ceil", "round", "floordiv", "is_nan", "is_inf", "is_finite", "logical_xor",
+                 "truncatediv", "truncatemod"):
         assert not lookup(name).differentiable, name
 
 

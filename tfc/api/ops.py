@@ -492,6 +492,20 @@ def floormod(x: TensorLike, y: TensorLike, name: str | None = None) -> Tensor:
 mod = floormod
 
 
+def truncatediv(x: TensorLike, y: TensorLike, name: str | None = None) -> Tensor:
+    """``x / y`` rounded toward zero (``tf.truncatediv``: C's integer division; floats
+    ``trunc(x / y)``). An integer zero divisor fails the run (``ExecutionError``); no
+    gradient (TF registers none)."""
+    return _named(_binary("truncatediv", x, y), name)
+
+
+def truncatemod(x: TensorLike, y: TensorLike, name: str | None = None) -> Tensor:
+    """The remainder of ``truncatediv``, with the dividend's sign (``tf.truncatemod``: C's
+    ``%``, ``fmod`` on floats, exact). An integer zero divisor fails the run; no
+    gradient (TF registers none)."""
+    return _named(_binary("truncatemod", x, y), name)
+
+
 def squared_difference(x: TensorLike, y: TensorLike, name: str | None = None) -> Tensor:
     """``(x - y)^2`` element-wise (``tf.math.squared_difference``)."""
     return _named(_binary("squared_difference", x, y), name)

@@ -441,3 +441,31 @@ register(Binary("squared_difference", cast(Fn, _squared_difference), NUMERIC, co
                 flops=2, summary="(x - y)^2", grad=_squared_difference_grad))
 register(Binary("logical_xor", np.logical_xor, _BOOL, commutative=True,
                 summary="x != y on bools"))
+
+
+def _truncatediv(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """TensorFlow's TruncateDiv: the quotient rounded toward zero (C's ``/`` on integers,
+    ``MIN / -1`` wrapping to MIN; ``trunc(x / y)`` on floats)."""
+    _check_int_divisor(x, y)
+    if np.issubdtype(x.dtype, np.integer):
+        with np.errstate(over="ignore"):
+            q = np.floor_divide(x, y)
+            up = (np.remainder(x, y) != 0) & ((x < 0) != (y < 0))
+            return (q + up.astype(x.dtype)).astype(x.dtype, copy=False)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.trunc(np.true_divide(x, y))
+
+
+def _truncatemod(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """TensorFlow's TruncateMod: C's ``%`` / ``fmod``, the dividend's sign (exact)."""
+    _check_int_divisor(x, y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.fmod(x, y)
+
+
+# No gradients, as TensorFlow (none registered for TruncateDiv/TruncateMod)
+register(Binary("truncatediv", cast(Fn, _truncatediv), NUMERIC, flops=5,
+                summary="x / y rounded toward zero (an integer zero divisor is an error)"))
+register(Binary("truncatemod", cast(Fn, _truncatemod), NUMERIC, flops=5,
+                summary="C's x % y / fmod: the dividend's sign (an integer zero divisor is "
+                        "an error)"))

@@ -159,6 +159,15 @@ TFC_FN int64_t tfc_floormod(int64_t x, int64_t y) {
   int64_t r = x % y;
   return (r != 0 && ((r ^ y) < 0)) ? r + y : r;
 }
+// C's x / y and x % y without undefined behaviour: y == 0 gives 0, MIN / -1 wraps
+TFC_FN int32_t tfc_truncdiv(int32_t x, int32_t y) {
+  return y == 0 ? 0 : (y == -1 ? (int32_t)(0u - (uint32_t)x) : x / y);
+}
+TFC_FN int64_t tfc_truncdiv(int64_t x, int64_t y) {
+  return y == 0 ? 0 : (y == -1 ? (int64_t)(0ul - (uint64_t)x) : x / y);
+}
+TFC_FN int32_t tfc_truncmod(int32_t x, int32_t y) { return (y == 0 || y == -1) ? 0 : x % y; }
+TFC_FN int64_t tfc_truncmod(int64_t x, int64_t y) { return (y == 0 || y == -1) ? 0 : x % y; }
 // (x - y)^2: f16 rounds the difference to half first, as numpy; integers wrap
 TFC_FN float tfc_sqdiff(float x, float y) { float d = x - y; return d * d; }
 TFC_FN double tfc_sqdiff(double x, double y) { double d = x - y; return d * d; }
@@ -351,7 +360,9 @@ def _simple_unary(kind: str) -> Emitter:
 
 def _simple_binary(kind: str) -> Emitter:
     """floordiv (floats: floor of the quotient rounded to the dtype; integers as ``div``),
-    floormod (``tfc_floormod``), squared_difference (``tfc_sqdiff``)."""
+    floormod (``tfc_floormod``), squared_difference (``tfc_sqdiff``), truncatediv
+    (``trunc`` of the rounded quotient; ``tfc_truncdiv``), truncatemod (``fmod``, exact;
+    ``tfc_truncmod``)."""
     def emit(a: Sequence[str], ins: Sequence[DType], out: DType) -> str:
         dt, (x, y) = ins[0], a
         if kind == "floordiv":
@@ -361,6 +372,13 @@ def _simple_binary(kind: str) -> Emitter:
             return f"floor{f}({_r16(f'({x} / {y})', dt)})"
         if kind == "floormod":
             return _r16(f"tfc_floormod({x}, {y})", out)
+        if kind in ("truncatediv", "truncatemod"):
+            if not dt.is_float:
+                return f"tfc_trunc{kind[8:]}({x}, {y})"
+            f = "f" if dt is not DType.f64 else ""
+            if kind == "truncatemod":
+                return f"fmod{f}({x}, {y})"  # exact
+            return f"trunc{f}({_r16(f'({x} / {y})', dt)})"
         if dt is DType.f16:
             return f"tfc_r16(tfc_sqdiff16({x}, {y}))"
         return f"tfc_sqdiff({x}, {y})"
@@ -370,7 +388,8 @@ def _simple_binary(kind: str) -> Emitter:
 SIMPLE: dict[str, Emitter] = {
     **{k: _simple_unary(k) for k in ("ceil", "round", "reciprocal", "is_nan", "is_inf",
                                       "is_finite")},
-    **{k: _simple_binary(k) for k in ("floordiv", "floormod", "squared_difference")},
+    **{k: _simple_binary(k) for k in ("floordiv", "floormod", "squared_difference",
+                                       "truncatediv", "truncatemod")},
     "logical_xor": lambda a, i, o: f"({a[0]} != {a[1]})",
 }
 

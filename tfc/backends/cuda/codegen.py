@@ -394,7 +394,8 @@ class Emitter:
         return f"(((long long){label} == {idx[axis]}) ? {on} : {off})"
 
     def _check_integer_divisor(self, op: Op) -> None:
-        if op.kind not in ("div", "pow", "floordiv", "floormod") or \
+        if op.kind not in ("div", "pow", "floordiv", "floormod", "truncatediv",
+                           "truncatemod") or \
                 not op.inputs[0].dtype.is_int:
             return
         y = op.inputs[1]

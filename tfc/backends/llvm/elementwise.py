@@ -382,14 +382,30 @@ def _int_floor_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(adjust, b.add(r, ys), r)
 
 
+def _int_trunc(kind: str, b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """C's x / y or x % y without undefined behaviour: y == 0 gives 0 (the kernel
+    generator reports it first), MIN / -1 wraps to MIN and MIN % -1 is 0."""
+    t = x.type
+    zero, one = _c(t, 0), _c(t, 1)
+    y_zero = b.icmp_signed("==", y, zero)
+    overflow = b.and_(b.icmp_signed("==", x, _c(t, -(1 << (t.width - 1)))),
+                      b.icmp_signed("==", y, _c(t, -1)))
+    ys = b.select(b.or_(y_zero, overflow), one, y)
+    out = b.sdiv(x, ys) if kind == "truncatediv" else b.srem(x, ys)
+    return b.select(y_zero, zero, out)
+
+
 def _simple_binary(kind: str) -> Emitter:
     """floordiv (floats: floor of the quotient rounded to the dtype, TensorFlow's
     ``floor(x / y)``), floormod (``fmod`` via ``frem``, exact, plus y where its sign
-    differs from y's), squared_difference (the difference rounded, then squared)."""
+    differs from y's), squared_difference (the difference rounded, then squared),
+    truncatediv (``trunc`` of the rounded quotient) and truncatemod (``frem``)."""
     def emit(b: ir.IRBuilder, args: list, in_dtypes: Sequence[DType], out: DType) -> ir.Value:
         x, y = args
         dt = in_dtypes[0]
         if not dt.is_float:
+            if kind in ("truncatediv", "truncatemod"):
+                return _int_trunc(kind, b, x, y)
             if kind == "floordiv":
                 return _floor_div(b, x, y)
             if kind == "floormod":
@@ -398,6 +414,10 @@ def _simple_binary(kind: str) -> Emitter:
             return b.mul(d, d)
         if kind == "floordiv":
             return vmath.emit_math(b, "floor", [_round_f16(b, b.fdiv(x, y), out)])
+        if kind == "truncatediv":
+            return _intrinsic(b, "trunc", _round_f16(b, b.fdiv(x, y), out))
+        if kind == "truncatemod":
+            return b.frem(x, y)  # exact
         if kind == "floormod":
             t = b.frem(x, y)  # C's fmod: exact (f16's in float is f16's)
             zero = _c(x.type, 0)
@@ -412,7 +432,8 @@ def _simple_binary(kind: str) -> Emitter:
 SIMPLE: dict[str, Emitter] = {
     **{k: _simple_unary(k) for k in ("ceil", "round", "reciprocal", "is_nan", "is_inf",
                                       "is_finite")},
-    **{k: _simple_binary(k) for k in ("floordiv", "floormod", "squared_difference")},
+    **{k: _simple_binary(k) for k in ("floordiv", "floormod", "squared_difference",
+                                       "truncatediv", "truncatemod")},
     "logical_xor": lambda b, a, i, o: b.xor(a[0], a[1]),
 }
 
