@@ -36,7 +36,9 @@ MAX_BOUND = 100.0
 INPUT_BOUND = 2.0
 UNARY = ("neg", "abs", "tanh", "sigmoid", "relu", "exp", "square", "sin", "softplus",
          "expm1", "tan", "atan", "asin", "acos", "erf", "erfc")
-BINARY = ("add", "sub", "mul", "maximum", "minimum", "atan2")
+BINARY = ("add", "sub", "mul", "maximum", "minimum", "atan2", "squared_difference")
+# (floordiv, floormod, ceil, round are left out: a step of theirs turns the backends'
+# last-ulp differences upstream into differences of a whole unit)
 # The operand magnitudes the generator keeps these ops to: tan away from its poles, asin
 # and acos inside their domain where their slope is at most 2.3 (a larger operand is
 # scaled down first), so the backends' rounding differences stay within the tolerance.
@@ -158,12 +160,14 @@ class _Builder:
             x, y = y, x
         mx, my = self.bound[x], self.bound[y]
         kinds = [k for k in BINARY if not (k == "mul" and mx * my > MAX_BOUND)
-                 and not (k in ("add", "sub") and mx + my > MAX_BOUND)]
+                 and not (k in ("add", "sub") and mx + my > MAX_BOUND)
+                 and not (k == "squared_difference" and (mx + my) ** 2 > MAX_BOUND)]
         if not kinds:
             kinds = ["maximum", "minimum"]
         kind = str(self.rng.choice(kinds))
         bound = mx * my if kind == "mul" else mx + my if kind in ("add", "sub") \
-            else math.pi if kind == "atan2" else max(mx, my)
+            else math.pi if kind == "atan2" \
+            else (mx + my) ** 2 if kind == "squared_difference" else max(mx, my)
         if kind == "atan2":
             # atan2 jumps by 2 pi across the negative x axis, where a zero's sign or a
             # tiny value of either sign (a sum that cancels) would decide it: the angle of

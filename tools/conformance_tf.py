@@ -367,6 +367,65 @@ def build_specs(tf: Any) -> list[Spec]:
                   lambda x: tf.nn.gelu(x, approximate=True), unary_cases(FLOATS, lo=-6, hi=6),
                   "bound", bound=gelu_bound))
 
+    # -- ceil, round, reciprocal, is_nan/is_inf/is_finite, floordiv/floormod,
+    # squared_difference, logical_xor, the no-NaN divisions: exact (TF's formulas: floor of
+    # the rounded quotient, fmod plus y where the signs differ, the difference rounded then
+    # squared); integer divisors without 0, and without MIN // -1 (TF's int division traps)
+    def int_div_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in INTS:
+            s = _specials(dt)
+            x, y = np.meshgrid(s, s[s != 0], indexing="ij")
+            ok = ~((x == np.iinfo(dt).min) & (y == -1))
+            yield f"{np.dtype(dt).name} special x nonzero", [x[ok].copy(), y[ok].copy()]
+            y = _rand(rng, dt, (3, 4))
+            yield f"{np.dtype(dt).name} rand", [_rand(rng, dt, (3, 4)),
+                                                np.where(y == 0, 5, y).astype(dt)]
+            yield f"{np.dtype(dt).name} by zero", [np.array([3, 4], dt), np.array([1, 0], dt)]
+
+    for name, tfc_fn, tf_fn in [("floordiv", tfc.floordiv, tf.math.floordiv),
+                                ("floormod", tfc.floormod, tf.math.floormod),
+                                ("math.mod", tfc.math.mod, tf.math.mod),
+                                ("mod(%)", lambda x, y: x % y, lambda x, y: x % y),
+                                ("math.floordiv", tfc.math.floordiv, tf.math.floordiv),
+                                ("truncatediv", tfc.truncatediv, tf.truncatediv),
+                                ("truncatemod", tfc.truncatemod, tf.truncatemod)]:
+        # (TF has no float16 TruncateMod kernel)
+        binary(name, tfc_fn, tf_fn, FLOATS[1:] if name == "truncatemod" else FLOATS)
+        S.append(Spec(name + "(int)", tfc_fn, tf_fn, int_div_cases))
+    binary("squared_difference", tfc.squared_difference, tf.math.squared_difference, NUMERIC,
+           "ulp", ROUNDED)
+    binary("logical_xor", tfc.logical_xor, tf.math.logical_xor, (np.bool_,))
+    binary("xor(^)", lambda x, y: x ^ y, lambda x, y: x ^ y, (np.bool_,))
+    binary("divide_no_nan", tfc.math.divide_no_nan, tf.math.divide_no_nan, FLOATS, "ulp",
+           ROUNDED)
+    unary("reciprocal_no_nan", tfc.math.reciprocal_no_nan, tf.math.reciprocal_no_nan,
+          FLOATS, "ulp", ROUNDED)
+    unary("ceil", tfc.ceil, tf.math.ceil, FLOATS)
+    unary("round", tfc.round, tf.round, NUMERIC)
+    unary("rint", tfc.math.rint, tf.math.rint, (np.float32, np.float64))  # (TF: no f16)
+    # TF's float32 reciprocal is Eigen's (rcpps refined by Newton's method), within 1 ulp:
+    # 1 / 2^-125 is 2^125 exactly (tfc), TF's one ulp below
+    unary("reciprocal", tfc.reciprocal, tf.math.reciprocal, FLOATS, "ulp", ulp_table(0, 1, 0))
+    for n in ("is_nan", "is_inf", "is_finite"):
+        unary(n, getattr(tfc, n), getattr(tf.math, n), FLOATS)
+    # sinh ... atanh: tfc composes them of registry ops (tests/api/test_math_composites.py
+    # bounds tfc's error from the exact value: <= 4 ulp f32, <= 3 f64); the bound adds 1 for
+    # TF's own (std:: functions, glibc's: <= 1 ulp). Measured against TF: <= 2 ulp.
+    hyper = ulp_table(2, 5, 4)
+    unary("sinh", tfc.sinh, tf.math.sinh, FLOATS, "ulp", hyper, lo=-20, hi=20)
+    unary("math.sinh(wide)", tfc.math.sinh, tf.math.sinh, FLOATS, "ulp", hyper, lo=-89, hi=89)
+    unary("sinh(tiny)", tfc.sinh, tf.math.sinh, FLOATS, "ulp", hyper, lo=-1e-3, hi=1e-3)
+    unary("cosh", tfc.cosh, tf.math.cosh, FLOATS, "ulp", hyper, lo=-20, hi=20)
+    unary("math.cosh(wide)", tfc.math.cosh, tf.math.cosh, FLOATS, "ulp", hyper, lo=-89, hi=89)
+    unary("asinh", tfc.asinh, tf.math.asinh, FLOATS, "ulp", hyper, lo=-1e4, hi=1e4)
+    unary("math.asinh(small)", tfc.math.asinh, tf.math.asinh, FLOATS, "ulp", hyper, lo=-2, hi=2)
+    unary("acosh", tfc.acosh, tf.math.acosh, FLOATS, "ulp", hyper, lo=1, hi=1e4)
+    unary("math.acosh(near 1)", tfc.math.acosh, tf.math.acosh, FLOATS, "ulp", hyper, lo=1,
+          hi=1.1)
+    unary("atanh", tfc.atanh, tf.math.atanh, FLOATS, "ulp", hyper, lo=-1, hi=1)
+    unary("math.atanh(small)", tfc.math.atanh, tf.math.atanh, FLOATS, "ulp", hyper, lo=-0.01,
+          hi=0.01)
+
     def where_cases(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
         for dt in NUMERIC + (np.bool_,):
             s = _specials(dt)
@@ -1201,6 +1260,15 @@ KNOWN: dict[tuple[str, str], tuple[str, str]] = {
 # (spec name prefix, case label substring, detail substring): the detail narrows an entry
 # to one value where the rest of the case must still agree.
 KNOWN_AT: dict[tuple[str, str, str], tuple[str, str]] = {
+    ("floordiv", "special x special", "tfc np.float32(-1.0) tf np.float32(-0.0)"): (
+        "EXPECTED", "1 // -max as floordiv(//): TF flushes the subnormal quotient to -0 "
+        "before floor"),
+    ("floordiv", "special x special", "tfc np.float64(-1.0) tf np.float64(-0.0)"): (
+        "EXPECTED", "as float32: TF flushes the subnormal quotient before floor"),
+    ("math.floordiv", "special x special", "tf np.float32(-0.0)"): (
+        "EXPECTED", "as floordiv: TF flushes the subnormal quotient before floor"),
+    ("math.floordiv", "special x special", "tf np.float64(-0.0)"): (
+        "EXPECTED", "as floordiv: TF flushes the subnormal quotient before floor"),
     ("floordiv(//)", "special x special", "tfc np.float32(-1.0) tf np.float32(-0.0)"): (
         "EXPECTED", "1 // -max: the quotient is subnormal, flushed to -0 by TF before floor "
         "(-0); tfc floors it (-1, as numpy)"),

@@ -353,6 +353,33 @@ def build_cases() -> list[Case]:
         ([-2.0, -2.0, -0.5], [2.0, 3.0, 1.0]),
         ([2.0, 0.0, -1.0], [-1.0, -1.0, -2.0]),
     ])
+    # -- ceil, round, rint, floordiv: no gradient (None, as TF); reciprocal -dy y^2;
+    # floormod dy and -floor(x/y) dy; squared_difference +-2(x-y) dy; divide_no_nan 0 where
+    # y = 0; sinh ... atanh composed of registry ops (their derivatives through the
+    # composition), at 0, tiny, large, the domains' ends
+    for name in ["math.ceil", "round", "math.rint"]:
+        cases += _unary_cases(name, points=[-2.5, -0.5, -0.0, 0.0, 0.5, 1.5])
+    cases += _unary_cases("reciprocal", lo=0.5, hi=2.0, points=[-2.0, -0.0, 0.0, 0.5, 3.0],
+                          tf_name="math.reciprocal")
+    cases += _unary_cases("math.reciprocal_no_nan", lo=0.5, hi=2.0,
+                          points=[-2.0, -0.0, 0.0, 0.5, 3.0])
+    cases += _unary_cases("sinh", points=[-30.0, -1.0, -0.0, 0.0, 1e-3, 30.0],
+                          tf_name="math.sinh")
+    cases += _unary_cases("cosh", points=[-30.0, -1.0, -0.0, 0.0, 1e-3, 30.0],
+                          tf_name="math.cosh")
+    cases += _unary_cases("asinh", points=[-1e5, -1.0, -0.0, 0.0, 1e-8, 1e5],
+                          tf_name="math.asinh")
+    cases += _unary_cases("math.acosh", lo=1.1, hi=3.0, points=[1.0, 1.0001, 1.5, 1e5])
+    cases += _unary_cases("math.atanh", lo=-0.9, hi=0.9, points=[-0.99, -0.0, 0.0, 1e-8, 0.5,
+                                                                  1.0])
+    cases += _binary_cases("math.floordiv", lo=0.5, hi=2.0)
+    cases += _binary_cases("math.floormod", lo=0.5, hi=2.0,
+                           kinks=[([7.0, -7.0, 7.5, -4.0], [3.0, 3.0, -2.0, 2.0])])
+    cases += _binary_cases("math.mod", lo=0.5, hi=2.0)
+    cases += _binary_cases("truncatediv", lo=0.5, hi=2.0)
+    cases += _binary_cases("math.squared_difference", kinks=[([1.0, -0.0], [1.0, 0.0])])
+    cases += _binary_cases("math.divide_no_nan", lo=0.5, hi=2.0,
+                           kinks=[([1.0, 0.0, -1.0, 0.0], [0.0, 0.0, -0.0, 2.0])])
     # -- a non-finite upstream gradient (inf, NaN) where the local derivative is 0 or not
     up = _c(np.inf, np.nan, np.inf, np.nan, -np.inf, 1.0)
     at = _c(-1.0, 0.0, 1.0, -2.0, 0.0, 2.0)

@@ -58,7 +58,7 @@ def test_operators_build_the_expected_ops():
     kinds = {
         "add": a + b, "sub": a - b, "mul": a * b, "div": a / b, "pow": a ** b,
         "matmul": a @ b, "neg": -a, "abs": abs(a), "less": a < b, "less_equal": a <= b,
-        "greater": a > b, "greater_equal": a >= b, "floor": a // b,
+        "greater": a > b, "greater_equal": a >= b, "floordiv": a // b, "floormod": a % b,
     }
     for kind, t in kinds.items():
         assert t.value.op.kind == kind
@@ -66,6 +66,8 @@ def test_operators_build_the_expected_ops():
     assert (c & c).value.op.kind == "logical_and"
     assert (c | c).value.op.kind == "logical_or"
     assert (~c).value.op.kind == "logical_not"
+    assert (c ^ c).value.op.kind == "logical_xor"
+    assert (2.0 // a).value.op.kind == "floordiv" and (2.0 % a).value.op.kind == "floormod"
 
 
 def test_tensor_has_no_truth_value_and_compares_by_identity():

@@ -333,3 +333,21 @@ def test_log1p_expm1_softplus_are_tfm_ops():
     np.testing.assert_allclose(out["a"], X * np.float32(1e-9), rtol=1e-6)
     np.testing.assert_allclose(out["e"], np.expm1(z), rtol=1e-6)
     np.testing.assert_allclose(out["s"], np.logaddexp(0, z + 0.5), rtol=1e-6)
+
+
+def test_floormod_round_and_is_inf_are_tfm_ops():
+    """The new registry ops are .tfm functions too: floormod with TF's sign rule
+    (-x % 0.4 takes the divisor's sign), round ties to even (x * 2 holds 0.5, 1.5 ...:
+    0, 2, 2, 4), is_inf with a bool result (1 / 0), squared_difference; on the llvm
+    backend and the reference."""
+    src = HEAD + ("entry f(x) { return m = floormod(neg(x), 0.4), r = round(x * 2), "
+                  "n = is_inf(reciprocal(x)), q = squared_difference(x @ w, b) }\n")
+    t = np.fmod(-X, np.float32(0.4))
+    for backend in ("llvm", "reference"):
+        out = Program(parse_tfm(src, "m.tfm"), backend=backend).run("f", x=X)
+        np.testing.assert_array_equal(out["m"], np.where(t != 0, t + np.float32(0.4), t))
+        assert (out["m"] >= 0).all()
+        np.testing.assert_array_equal(out["r"], np.rint(X * 2))
+        assert out["n"].dtype == np.bool_
+        np.testing.assert_array_equal(out["n"], X == 0)
+        np.testing.assert_allclose(out["q"], np.square(X @ W - 0.5), rtol=1e-6)

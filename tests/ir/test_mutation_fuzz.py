@@ -94,9 +94,11 @@ INTS = ["-1", "0", "1", "2", "3", "-5", "7", "64", "2147483648", "46116860184273
         "-9223372036854775808", "99999999999999999999"]
 FAMILIES = [
     ["exp", "neg", "tanh", "sigmoid", "relu", "log", "sqrt", "abs", "square", "identity",
-     "sign", "floor", "sin", "cos", "rsqrt", "logical_not", "stop_gradient"],
+     "sign", "floor", "sin", "cos", "rsqrt", "logical_not", "stop_gradient", "ceil", "round",
+     "reciprocal", "is_nan", "is_finite"],
     ["add", "sub", "mul", "div", "maximum", "minimum", "pow", "less", "greater", "equal",
-     "logical_and", "matmul", "bias_add"],
+     "logical_and", "matmul", "bias_add", "floordiv", "floormod", "squared_difference",
+     "logical_xor"],
     ["sum", "mean", "max", "min", "prod", "argmax", "argmin", "softmax", "log_softmax"],
     ["var.assign", "var.assign_add", "var.assign_sub"],
     ["reshape", "transpose", "expand_dims", "squeeze", "tile", "broadcast_to"],

@@ -27,3 +27,13 @@ __all__ += ["argsort", "cumprod", "cumsum", "reduce_logsumexp", "top_k"]  # arra
 from tfc.api.ops import acos, asin, atan, atan2, erf, erfc, tan  # noqa: E402
 
 __all__ += ["acos", "asin", "atan", "atan2", "erf", "erfc", "tan"]
+
+# ceil, round, reciprocal, the predicates, floordiv/floormod, ... and the hyperbolic ones
+from tfc.api.ops import (acosh, asinh, atanh, ceil, cosh, divide_no_nan,  # noqa: E402
+                         floordiv, floormod, is_finite, is_inf, is_nan, logical_xor, mod,
+                         reciprocal, reciprocal_no_nan, rint, round, sinh,
+                         squared_difference)
+
+__all__ += ["acosh", "asinh", "atanh", "ceil", "cosh", "divide_no_nan", "floordiv",
+            "floormod", "is_finite", "is_inf", "is_nan", "logical_xor", "mod", "reciprocal",
+            "reciprocal_no_nan", "rint", "round", "sinh", "squared_difference"]

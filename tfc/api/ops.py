@@ -476,3 +476,203 @@ def atan2(y: TensorLike, x: TensorLike, name: str | None = None) -> Tensor:
     """The angle of the point (x, y) in [-pi, pi] (``tf.math.atan2(y, x)``: y first),
     with C's signed zeros and infinities (atan2(+-0, -0) = +-pi)."""
     return apply("atan2", y, x, name=name)
+
+
+# ---- ceil, round, reciprocal, is_nan/is_inf/is_finite, floordiv/floormod,
+# squared_difference, logical_xor; sinh, cosh, asinh, acosh, atanh (composites) -------------
+
+ceil = _unary("ceil")
+rint = _unary("round")  # (tf.math.rint: ties to even, as round)
+rint.__name__ = rint.__qualname__ = "rint"
+reciprocal = _unary("reciprocal")
+is_nan = _unary("is_nan")
+is_inf = _unary("is_inf")
+is_finite = _unary("is_finite")
+
+
+def round(x: TensorLike, name: str | None = None) -> Tensor:  # noqa: A001 (TF's name)
+    """The nearest integer, ties to even (``tf.round``: round(2.5) is 2, as Python's and
+    np.rint, not C's round); integers are returned unchanged, as TensorFlow does."""
+    t = convert_to_tensor(x)
+    if t.dtype.is_int:
+        return apply("identity", t, name=name)
+    return apply("round", t, name=name)
+
+
+def floordiv(x: TensorLike, y: TensorLike, name: str | None = None) -> Tensor:
+    """``x // y`` (``tf.math.floordiv``): ``floor(x / y)`` on floats (as TensorFlow; not
+    numpy's floor_divide, which gives 9 for 1 // 0.1), Python's ``//`` on integers. An
+    integer zero divisor fails the run (``ExecutionError``), as ``div``. No gradient."""
+    return _named(_binary("floordiv", x, y), name)
+
+
+def floormod(x: TensorLike, y: TensorLike, name: str | None = None) -> Tensor:
+    """``x % y`` (``tf.math.floormod``, ``tf.math.mod``): the remainder of floor division,
+    with the divisor's sign, as Python's ``%`` (``fmod`` plus ``y`` where their signs
+    differ, exact on floats); ``x % 0.0`` is NaN, an integer zero divisor fails the run
+    (``ExecutionError``). Gradients as TensorFlow's: ``dy`` and ``-floor(x / y) dy``."""
+    return _named(_binary("floormod", x, y), name)
+
+
+mod = floormod
+
+
+def truncatediv(x: TensorLike, y: TensorLike, name: str | None = None) -> Tensor:
+    """``x / y`` rounded toward zero (``tf.truncatediv``: C's integer division; floats
+    ``trunc(x / y)``). An integer zero divisor fails the run (``ExecutionError``); no
+    gradient (TF registers none)."""
+    return _named(_binary("truncatediv", x, y), name)
+
+
+def truncatemod(x: TensorLike, y: TensorLike, name: str | None = None) -> Tensor:
+    """The remainder of ``truncatediv``, with the dividend's sign (``tf.truncatemod``: C's
+    ``%``, ``fmod`` on floats, exact). An integer zero divisor fails the run; no
+    gradient (TF registers none)."""
+    return _named(_binary("truncatemod", x, y), name)
+
+
+def squared_difference(x: TensorLike, y: TensorLike, name: str | None = None) -> Tensor:
+    """``(x - y)^2`` element-wise (``tf.math.squared_difference``)."""
+    return _named(_binary("squared_difference", x, y), name)
+
+
+def logical_xor(x: TensorLike, y: TensorLike, name: str | None = None) -> Tensor:
+    """``x != y`` on bool tensors (``tf.math.logical_xor``)."""
+    return _named(_binary("logical_xor", x, y), name)
+
+
+def _named(t: Tensor, name: str | None) -> Tensor:
+    return t if name is None else apply("identity", t, name=name)
+
+
+def _float_operand(x: TensorLike, what: str) -> Tensor:
+    t = convert_to_tensor(x)
+    if not t.dtype.is_float:
+        raise TypeMismatch(f"{what} takes float tensors, got {t.type}", user_location())
+    return t
+
+
+def divide_no_nan(x: TensorLike, y: TensorLike, name: str | None = None) -> Tensor:
+    """``x / y``, but 0 where ``y`` is 0 (``tf.math.divide_no_nan``; floats). The divisor
+    is replaced by 1 there before dividing, so the gradient is 0 there too (as TF's), not
+    NaN."""
+    if isinstance(x, (Tensor, Variable)):
+        xt = _float_operand(x, "divide_no_nan")
+        yt = convert_to_tensor(y, xt.dtype)
+    else:
+        yt = _float_operand(y, "divide_no_nan")
+        xt = convert_to_tensor(x, yt.dtype)
+    zero = equal(yt, 0)
+    safe = where(zero, 1, yt)
+    return _named(where(zero, 0, _binary("div", xt, safe)), name)
+
+
+def reciprocal_no_nan(x: TensorLike, name: str | None = None) -> Tensor:
+    """``1 / x``, but 0 where ``x`` is 0 (``tf.math.reciprocal_no_nan``; floats)."""
+    t = _float_operand(x, "reciprocal_no_nan")
+    return divide_no_nan(constant(1, t.dtype), t, name=name)
+
+
+def _odd(x: Tensor, magnitude: Tensor) -> Tensor:
+    """``f(x)`` of an odd ``f`` from ``f(|x|)``: its sign set from x's, ±0 and NaN kept."""
+    return where(less(x, 0), negative(magnitude), where(greater(x, 0), magnitude, x))
+
+
+def _split(a: Tensor, limit: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(a < limit, a where below limit else 0, a where not below else limit): each branch
+    of a ``where`` sees only inputs where it is finite, so no 0 * inf enters a gradient."""
+    small = less(a, limit)
+    return small, where(small, a, 0), where(small, limit, a)
+
+
+# Past these |x| the exp-based formulas' terms underflow or overflow (see each composite).
+def _big(dt: DType) -> float:
+    return {DType.f16: 5.0, DType.f32: 20.0}.get(dt, 40.0)
+
+
+def _half_exp(a: Tensor, dt: DType) -> Tensor:
+    """``e^a / 2`` for ``a >= 0`` without overflow while it fits: ``e^a`` halved below
+    log(max) (exp's error only), ``(e^(a/2) / 2) e^(a/2)`` above (sinh(89) in float32)."""
+    top = {DType.f16: 11.0, DType.f32: 88.5}.get(dt, 709.5)  # (below log(max), in dt)
+    huge = greater_equal(a, top)
+    one = exp(where(huge, top, a))
+    w = exp(multiply(where(huge, a, top), 0.5))
+    return where(huge, multiply(multiply(w, 0.5), w), multiply(one, 0.5))
+
+
+def sinh(x: TensorLike, name: str | None = None) -> Tensor:
+    """``(e^x - e^-x) / 2`` (``tf.math.sinh``), composed of registry ops: with
+    ``t = expm1(|x|)``, ``(t + t / (t + 1)) / 2`` (no cancellation near 0: sinh(1e-30) is
+    1e-30), and past |x| = 20 (f64: 40, f16: 5), where e^-|x| is below an ulp,
+    ``e^|x| / 2``, which does not overflow while the result fits (``_half_exp``); odd.
+    Max error measured in tests/api/test_math_composites.py."""
+    t = _float_operand(x, "sinh")
+    small, lo, hi = _split(abs(t), _big(t.dtype))
+    e = expm1(lo)
+    near = multiply(add(e, truediv(e, add(e, 1))), 0.5)
+    return _named(_odd(t, where(small, near, _half_exp(hi, t.dtype))), name)
+
+
+def cosh(x: TensorLike, name: str | None = None) -> Tensor:
+    """``(e^x + e^-x) / 2`` (``tf.math.cosh``): ``1 + t^2 / (2 (1 + t))`` with
+    ``t = expm1(|x|)`` (positive terms only, so its derivative through these ops is
+    sinh(x) without the cancellation of ``(e - 1/e) / 2`` near 0), past |x| = 20 (f64:
+    40, f16: 5) ``e^|x| / 2``, which does not overflow while the result fits
+    (``_half_exp``)."""
+    t = _float_operand(x, "cosh")
+    small, lo, hi = _split(abs(t), _big(t.dtype))
+    e = expm1(lo)
+    near = add(truediv(square(e), multiply(add(e, 1), 2)), 1)
+    return _named(where(small, near, _half_exp(hi, t.dtype)), name)
+
+
+def _log_twice(a: Tensor) -> Tensor:
+    """``log(2a)`` for large a, without overflowing 2a."""
+    return add(log(a), _math.log(2.0))
+
+
+def _root_limit(dt: DType) -> float:
+    """Past this, ``x^2 + 1`` is ``x^2`` to the dtype's precision (and x^2 is finite)."""
+    return {DType.f16: 2.0 ** 6, DType.f32: 2.0 ** 12}.get(dt, 2.0 ** 28)
+
+
+def asinh(x: TensorLike, name: str | None = None) -> Tensor:
+    """``log(x + sqrt(x^2 + 1))`` (``tf.math.asinh``) as ``log1p(a + a^2 / (1 +
+    sqrt(1 + a^2)))`` of ``a = |x|`` (exact near 0), and ``log(a) + log(2)`` past 2^12
+    (f64: 2^28, f16: 2^6), where squaring would lose 1 or overflow; odd."""
+    t = _float_operand(x, "asinh")
+    small, lo, hi = _split(abs(t), _root_limit(t.dtype))
+    sq = square(lo)
+    near = log1p(add(lo, truediv(sq, add(sqrt(add(sq, 1)), 1))))
+    return _named(_odd(t, where(small, near, _log_twice(hi))), name)
+
+
+def acosh(x: TensorLike, name: str | None = None) -> Tensor:
+    """``log(x + sqrt(x^2 - 1))`` (``tf.math.acosh``), x >= 1 (NaN below): with
+    ``u = x - 1`` (exact near 1), ``log1p(u + sqrt(u (u + 2)))``, and ``log(x) + log(2)``
+    past 2^12 (f64: 2^28, f16: 2^6); NaN below 1. At x = 1 the root is taken as
+    ``sqrt(u) sqrt(u + 2)`` (the same 0), whose chain rule gives TF's inf derivative
+    there, where ``u (u + 2)``'s meets 0 * inf (NaN); elsewhere one rounded root (the
+    split one costs about 1 ulp more)."""
+    t = _float_operand(x, "acosh")
+    limit = _root_limit(t.dtype)
+    large = greater_equal(t, limit)
+    lo = where(large, 2, t)  # (NaN and x < 1 stay: sqrt or log1p gives NaN)
+    hi = where(large, t, limit)
+    u = subtract(lo, 1)
+    at_one = equal(u, 0)
+    root = where(at_one, multiply(sqrt(u), sqrt(add(u, 2))), sqrt(multiply(u, add(u, 2))))
+    near = log1p(add(u, root))
+    # (below -1, u + sqrt(u (u + 2)) is -1 or below: NaN from log1p, or -inf at -1)
+    r = where(large, _log_twice(hi), near)
+    return _named(where(less(t, 1), float("nan"), r), name)
+
+
+def atanh(x: TensorLike, name: str | None = None) -> Tensor:
+    """``log((1 + x) / (1 - x)) / 2`` (``tf.math.atanh``) as ``(log1p(a) - log1p(-a)) / 2``
+    of ``a = |x|`` (exact near 0, no cancellation: the terms have opposite signs; ±1 give
+    ±inf and an inf derivative, as TF's, |x| > 1 NaN); odd."""
+    t = _float_operand(x, "atanh")
+    a = abs(t)
+    r = multiply(subtract(log1p(a), log1p(negative(a))), 0.5)
+    return _named(_odd(t, r), name)

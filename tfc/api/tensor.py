@@ -266,5 +266,12 @@ _def("__getitem__", _index)
 
 
 def _floordiv(a: TensorLike, b: TensorLike) -> Tensor:
-    q = binary_op("div", a, b)
-    return q if q.dtype.is_int else apply("floor", q)
+    """``a // b``: TensorFlow's floordiv (``floor(a / b)`` on floats, Python's ``//`` on
+    integers), registry op ``floordiv``."""
+    return binary_op("floordiv", a, b)
+
+
+_def("__mod__", lambda a, b: binary_op("floormod", a, b))  # TF: % is floormod
+_def("__rmod__", lambda a, b: binary_op("floormod", b, a))
+_def("__xor__", lambda a, b: binary_op("logical_xor", a, b))  # TF: ^ on bools
+_def("__rxor__", lambda a, b: binary_op("logical_xor", b, a))

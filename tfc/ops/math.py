@@ -342,3 +342,130 @@ class Cast(OpDef):
         if not (x.dtype.is_float and op.result.dtype.is_float):
             return [None]
         return [b("cast", grads[0], dtype=x.dtype)]
+
+
+# ---- the simple element-wise ops TensorFlow users reach for (ceil, round, reciprocal,
+# is_nan/is_inf/is_finite, floordiv/floormod, squared_difference, logical_xor) ----------
+
+class Predicate(Unary):
+    """``y = fn(x)`` element by element with a bool result (``is_nan`` ...): not
+    differentiable, as in TensorFlow."""
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
+        expect_dtype(self.name, inputs[0], self.dtypes)
+        return [inputs[0].with_dtype(DType.bool)]
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        return [np.asarray(self.fn(inputs[0]), dtype=np.bool_)]
+
+
+def _check_int_divisor(x: np.ndarray, y: np.ndarray) -> None:
+    """An integer zero divisor is an error (the run fails with ``ExecutionError``, as
+    ``div`` on integers and as TensorFlow's "Integer division by zero"), unless it divides
+    nothing (an empty broadcast)."""
+    if np.issubdtype(x.dtype, np.integer) and np.any(y == 0) and np.broadcast(x, y).size:
+        raise ZeroDivisionError("integer division by zero")
+
+
+def _floordiv(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """TensorFlow's FloorDiv: ``floor(x / y)`` on floats (numpy's ``floor_divide`` is
+    ``(x - fmod(x, y)) / y`` rounded, which differs: 1 // 0.1 is 9 there, 10 here), and
+    Python's ``//`` on integers (``MIN // -1`` wraps, as numpy)."""
+    _check_int_divisor(x, y)
+    if np.issubdtype(x.dtype, np.integer):
+        with np.errstate(over="ignore"):
+            return np.floor_divide(x, y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.floor(np.true_divide(x, y))
+
+
+def _floormod(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """TensorFlow's FloorMod: ``t = fmod(x, y)`` (exact), plus ``y`` where ``t`` is nonzero
+    and its sign differs from ``y``'s: the result has the divisor's sign, as Python's ``%``
+    (a zero result keeps fmod's sign: -4.0 % 2.0 is -0.0, where numpy's ``remainder`` gives
+    +0.0); ``x % 0.0`` and ``inf % y`` are NaN."""
+    _check_int_divisor(x, y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.fmod(x, y)
+        zero = x.dtype.type(0)
+        fix = (t != zero) & ((y < zero) != (t < zero))
+        return np.where(fix, t + y, t).astype(x.dtype, copy=False)
+
+
+def _squared_difference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    d = np.subtract(x, y)  # (f16: rounded to half, then squared and rounded again)
+    return np.multiply(d, d)
+
+
+def _squared_difference_grad(b: Any, x: Any, y: Any, z: Any, dz: Any) -> tuple[Any, Any]:
+    # TensorFlow's: 2 (x - y) dy for x and its negation for y
+    g = b("mul", dz, b("mul", b.constant(2, x), b("sub", x, y)))
+    return g, b("neg", g)
+
+
+def _floormod_grad(b: Any, x: Any, y: Any, z: Any, dz: Any) -> tuple[Any, Any]:
+    # TensorFlow's: dz for x, -floor(x / y) dz for y (x % y = x - floor(x / y) y)
+    return dz, b("mul", dz, b("neg", b("floordiv", x, y)))
+
+
+def _round_half_even(x: np.ndarray) -> np.ndarray:
+    return np.rint(x)  # ties to even, as TensorFlow's Round (Python's round(2.5) is 2)
+
+
+# ceil and round are piecewise constant: no gradient, as TensorFlow's (None).
+register(Unary("ceil", np.ceil, FLOAT, 1, summary="the least integer >= x"))
+register(Unary("round", _round_half_even, FLOAT, 1,
+               summary="the nearest integer, ties to even (TensorFlow's Round, np.rint)"))
+# TensorFlow's ReciprocalGrad: -dy y^2
+def _reciprocal(x: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):  # 1 / ±0 is ±inf, as the kernels give
+        return np.divide(x.dtype.type(1), x)
+
+
+register(Unary("reciprocal", _reciprocal, FLOAT, 4,
+               summary="1 / x",
+               grad=lambda b, x, y, dy: b("neg", b("mul", dy, b("mul", y, y)))))
+register(Predicate("is_nan", np.isnan, FLOAT, 1, summary="x is NaN"))
+register(Predicate("is_inf", np.isinf, FLOAT, 1, summary="x is +inf or -inf"))
+register(Predicate("is_finite", np.isfinite, FLOAT, 1, summary="x is neither inf nor NaN"))
+# floordiv has no gradient in TensorFlow (None for both inputs)
+register(Binary("floordiv", cast(Fn, _floordiv), NUMERIC, flops=5,
+                summary="floor(x / y) (floats), Python's // (integers; a zero divisor "
+                        "is an error)"))
+register(Binary("floormod", cast(Fn, _floormod), NUMERIC, flops=8,
+                summary="x - floor(x / y) y with the divisor's sign, as Python's % (via "
+                        "fmod, exact; an integer zero divisor is an error)",
+                grad=_floormod_grad))
+register(Binary("squared_difference", cast(Fn, _squared_difference), NUMERIC, commutative=True,
+                flops=2, summary="(x - y)^2", grad=_squared_difference_grad))
+register(Binary("logical_xor", np.logical_xor, _BOOL, commutative=True,
+                summary="x != y on bools"))
+
+
+def _truncatediv(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """TensorFlow's TruncateDiv: the quotient rounded toward zero (C's ``/`` on integers,
+    ``MIN / -1`` wrapping to MIN; ``trunc(x / y)`` on floats)."""
+    _check_int_divisor(x, y)
+    if np.issubdtype(x.dtype, np.integer):
+        with np.errstate(over="ignore"):
+            q = np.floor_divide(x, y)
+            up = (np.remainder(x, y) != 0) & ((x < 0) != (y < 0))
+            return (q + up.astype(x.dtype)).astype(x.dtype, copy=False)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.trunc(np.true_divide(x, y))
+
+
+def _truncatemod(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """TensorFlow's TruncateMod: C's ``%`` / ``fmod``, the dividend's sign (exact)."""
+    _check_int_divisor(x, y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.fmod(x, y)
+
+
+# No gradients, as TensorFlow (none registered for TruncateDiv/TruncateMod)
+register(Binary("truncatediv", cast(Fn, _truncatediv), NUMERIC, flops=5,
+                summary="x / y rounded toward zero (an integer zero divisor is an error)"))
+register(Binary("truncatemod", cast(Fn, _truncatemod), NUMERIC, flops=5,
+                summary="C's x % y / fmod: the dividend's sign (an integer zero divisor is "
+                        "an error)"))

@@ -156,6 +156,32 @@ def test_trigonometry_and_erf_train_on_the_device() -> None:
     assert not exe.report.host_ops
 
 
+def test_simple_elementwise_ops_and_the_hyperbolic_composites_train_on_the_device() -> None:
+    """Three SGD steps through squared_difference, reciprocal, floormod (TF's gradient
+    dy), sinh, cosh, asinh, atanh (composites of expm1, log1p, sqrt ...) and forward-only
+    ceil, round, floordiv, is_finite on the feeds (exact ops, away from h's roundings):
+    CUDA's ``tfc_sqdiff``, ``tfc_floormod``, ``ceilf``, ``rintf`` in the step's kernels;
+    the loss and the weights match the reference's."""
+    import tfc
+    with tfc.Graph().as_default() as g:
+        x = tfc.placeholder(tfc.float32, [None, 4], name="x")
+        w = tfc.Variable(np.linspace(-1, 1, 12).reshape(4, 3).astype(np.float32), name="w")
+        h = tfc.matmul(x, w)
+        m = tfc.floormod(x, 0.7) + tfc.round(x) * 0.25 + tfc.ceil(x) * 0.5 - x // 0.3
+        picked = tfc.where(tfc.is_finite(m), m, tfc.zeros_like(m))
+        loss = tfc.reduce_mean(tfc.squared_difference(h, 0.5) + tfc.reciprocal(
+            tfc.square(h) + 1.0) + tfc.sinh(h * 0.3) + tfc.cosh(h * 0.2) + tfc.asinh(h)
+            + tfc.atanh(tfc.tanh(h) * 0.5)) + tfc.reduce_mean(tfc.matmul(picked, w))
+        train = tfc.train.GradientDescentOptimizer(0.1).minimize(loss)
+        tfc.entry("train", feeds={"x": x}, fetches={"loss": loss}, targets=[train])
+    module = g.as_module()
+
+    def feeds(step: int) -> list[np.ndarray]:
+        return [np.random.default_rng(step).normal(size=(5, 4)).astype(np.float32)]
+    exe, _ = train_both(module, "train", feeds, 3, initial_values(module))
+    assert not exe.report.host_ops
+
+
 def test_shape_arithmetic_is_computed_when_binding(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mean's count (``prod(gather(shape(logits), [0]))``) is known once the feed shapes
     are: computed on the host when the binding is made, never by device ops (whose index
@@ -357,7 +383,8 @@ MPS = RNG.normal(size=(2, 5, 3, 3)).astype(np.float32)
     ("avg_pool", [X4], {"ksize": [3, 3], "strides": [1, 2], "padding": "SAME"}),
     ("avg_pool_grad", [MPS, X4], {"ksize": [3, 3], "strides": [1, 2], "padding": "SAME"}),
     ("avg_pool_grad", [DY4[..., :3].copy(), X4], {"ksize": [3, 3], "strides": [2, 2],
-                                                  "padding": "SAME"}),    # scans and sorts (array24): every attr, an f16 and an integer scan; a sort with ties,
+                                                  "padding": "SAME"}),
+    # scans and sorts (array24): every attr, an f16 and an integer scan; a sort with ties,
     # NaN and -0.0 (a host op)
     ("cumsum", [F], {"axis": 1, "exclusive": True, "reverse": True}),
     ("cumsum", [F.astype(np.float16)], {"axis": 0}),

@@ -199,7 +199,8 @@ def elementwise_cases() -> list[tuple[str, str, list[DType], dict, dict]]:
             if ins is None:
                 continue
             constants: dict = {}
-            if kind == "div" and dt.is_int:
+            if kind in ("div", "floordiv", "floormod", "truncatediv", "truncatemod") \
+                    and dt.is_int:
                 constants = {1: -3}  # integer division only by a nonzero constant
             if kind == "pow" and dt.is_int:
                 constants = {1: 5}

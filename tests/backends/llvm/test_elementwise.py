@@ -122,7 +122,7 @@ def inputs(kind: str, ins: list[DType]) -> list[np.ndarray]:
         e = values(ins[0], seed=0)[:17]
         gx, gy = np.meshgrid(e, e)
         arrays = [np.concatenate([arrays[0], gx.ravel()]), np.concatenate([arrays[1], gy.ravel()])]
-    if kind == "div" and ins[0].is_int:
+    if kind in ("div", "floordiv", "floormod", "truncatediv", "truncatemod") and ins[0].is_int:
         arrays[1] = np.where(arrays[1] == 0, 3, arrays[1]).astype(arrays[1].dtype)
     if kind == "pow" and ins[0].is_int:
         arrays[1] = (np.abs(arrays[1].astype(np.int64)) % 70).astype(arrays[1].dtype)

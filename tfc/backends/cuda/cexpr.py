@@ -139,6 +139,45 @@ TFC_FN int64_t tfc_to_i64(double x) {
 TFC_FN double tfc_clamp(double x, double top) {
   return (fabs(x) > top && fabs(x) < TFC_INF_D) ? (x < 0.0 ? -top : top) : x;
 }
+// TensorFlow's FloorMod: fmod (exact), plus y where it is nonzero and its sign differs
+TFC_FN float tfc_floormod(float x, float y) {
+  float t = fmodf(x, y);
+  return (t != 0.0f && ((y < 0.0f) != (t < 0.0f))) ? t + y : t;
+}
+TFC_FN double tfc_floormod(double x, double y) {
+  double t = fmod(x, y);
+  return (t != 0.0 && ((y < 0.0) != (t < 0.0))) ? t + y : t;
+}
+// Python's x % y without undefined behaviour: y == 0 gives 0, MIN % -1 is 0
+TFC_FN int32_t tfc_floormod(int32_t x, int32_t y) {
+  if (y == 0 || y == -1) return 0;
+  int32_t r = x % y;
+  return (r != 0 && ((r ^ y) < 0)) ? r + y : r;
+}
+TFC_FN int64_t tfc_floormod(int64_t x, int64_t y) {
+  if (y == 0 || y == -1) return 0;
+  int64_t r = x % y;
+  return (r != 0 && ((r ^ y) < 0)) ? r + y : r;
+}
+// C's x / y and x % y without undefined behaviour: y == 0 gives 0, MIN / -1 wraps
+TFC_FN int32_t tfc_truncdiv(int32_t x, int32_t y) {
+  return y == 0 ? 0 : (y == -1 ? (int32_t)(0u - (uint32_t)x) : x / y);
+}
+TFC_FN int64_t tfc_truncdiv(int64_t x, int64_t y) {
+  return y == 0 ? 0 : (y == -1 ? (int64_t)(0ul - (uint64_t)x) : x / y);
+}
+TFC_FN int32_t tfc_truncmod(int32_t x, int32_t y) { return (y == 0 || y == -1) ? 0 : x % y; }
+TFC_FN int64_t tfc_truncmod(int64_t x, int64_t y) { return (y == 0 || y == -1) ? 0 : x % y; }
+// (x - y)^2: f16 rounds the difference to half first, as numpy; integers wrap
+TFC_FN float tfc_sqdiff(float x, float y) { float d = x - y; return d * d; }
+TFC_FN double tfc_sqdiff(double x, double y) { double d = x - y; return d * d; }
+TFC_FN float tfc_sqdiff16(float x, float y) { float d = tfc_r16(x - y); return d * d; }
+TFC_FN int32_t tfc_sqdiff(int32_t x, int32_t y) {
+  uint32_t d = (uint32_t)x - (uint32_t)y; return (int32_t)(d * d);
+}
+TFC_FN int64_t tfc_sqdiff(int64_t x, int64_t y) {
+  uint64_t d = (uint64_t)x - (uint64_t)y; return (int64_t)(d * d);
+}
 #endif
 """
 
@@ -295,6 +334,66 @@ def _compare_emitter(kind: str) -> Emitter:
     return emit
 
 
+# ---- ceil, round, reciprocal, is_nan/is_inf/is_finite, floordiv, floormod,
+# squared_difference, logical_xor (the LLVM table's rules) ------------------------------
+
+def _simple_unary(kind: str) -> Emitter:
+    """ceil, round (``rint``: ties to even in the default rounding mode), reciprocal
+    (``1 / x``) and the predicates (exact on f16's values held in float)."""
+    def emit(a: Sequence[str], ins: Sequence[DType], out: DType) -> str:
+        dt, x = ins[0], a[0]
+        f = "f" if dt is not DType.f64 else ""
+        if kind == "ceil":
+            return f"ceil{f}({x})"
+        if kind == "round":
+            return f"rint{f}({x})"
+        if kind == "reciprocal":
+            return _r16(f"({literal(1, dt)} / {x})", out)
+        if kind == "is_nan":
+            return f"tfc_isnan({x})"
+        if kind == "is_inf":
+            return f"tfc_isinf({x})"
+        inf = "TFC_INF" if f else "TFC_INF_D"
+        return f"(fabs{f}({x}) < {inf})"  # is_finite (false for NaN)
+    return emit
+
+
+def _simple_binary(kind: str) -> Emitter:
+    """floordiv (floats: floor of the quotient rounded to the dtype; integers as ``div``),
+    floormod (``tfc_floormod``), squared_difference (``tfc_sqdiff``), truncatediv
+    (``trunc`` of the rounded quotient; ``tfc_truncdiv``), truncatemod (``fmod``, exact;
+    ``tfc_truncmod``)."""
+    def emit(a: Sequence[str], ins: Sequence[DType], out: DType) -> str:
+        dt, (x, y) = ins[0], a
+        if kind == "floordiv":
+            if not dt.is_float:
+                return f"tfc_floordiv({x}, {y})"
+            f = "f" if dt is not DType.f64 else ""
+            return f"floor{f}({_r16(f'({x} / {y})', dt)})"
+        if kind == "floormod":
+            return _r16(f"tfc_floormod({x}, {y})", out)
+        if kind in ("truncatediv", "truncatemod"):
+            if not dt.is_float:
+                return f"tfc_trunc{kind[8:]}({x}, {y})"
+            f = "f" if dt is not DType.f64 else ""
+            if kind == "truncatemod":
+                return f"fmod{f}({x}, {y})"  # exact
+            return f"trunc{f}({_r16(f'({x} / {y})', dt)})"
+        if dt is DType.f16:
+            return f"tfc_r16(tfc_sqdiff16({x}, {y}))"
+        return f"tfc_sqdiff({x}, {y})"
+    return emit
+
+
+SIMPLE: dict[str, Emitter] = {
+    **{k: _simple_unary(k) for k in ("ceil", "round", "reciprocal", "is_nan", "is_inf",
+                                      "is_finite")},
+    **{k: _simple_binary(k) for k in ("floordiv", "floormod", "squared_difference",
+                                       "truncatediv", "truncatemod")},
+    "logical_xor": lambda a, i, o: f"({a[0]} != {a[1]})",
+}
+
+
 ELEMENTWISE: dict[str, Emitter] = {
     **{k: _unary_emitter(k) for k in UNARY},
     **{k: _binary_emitter(k) for k in BINARY},
@@ -306,6 +405,7 @@ ELEMENTWISE: dict[str, Emitter] = {
     "stop_gradient": lambda a, i, o: a[0],
     "where": lambda a, i, o: f"({a[0]} ? {a[1]} : {a[2]})",
     "sigmoid_cross_entropy": lambda a, i, o: _r16(f"tfc_sce({a[0]}, {a[1]})", o),
+    **SIMPLE,
 }
 
 # tan, atan, asin, acos, erf, erfc, atan2 (tfc/ops/math_special.py): CUDA's functions of

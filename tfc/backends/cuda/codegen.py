@@ -394,14 +394,16 @@ class Emitter:
         return f"(((long long){label} == {idx[axis]}) ? {on} : {off})"
 
     def _check_integer_divisor(self, op: Op) -> None:
-        if op.kind not in ("div", "pow") or not op.inputs[0].dtype.is_int:
+        if op.kind not in ("div", "pow", "floordiv", "floormod", "truncatediv",
+                           "truncatemod") or \
+                not op.inputs[0].dtype.is_int:
             return
         y = op.inputs[1]
         value = y.op.attrs["value"] if y.op is not None and y.op.kind == "constant" else None
         ok = value is not None and is_splat(value) and np.size(value) > 0 and (
-            np.asarray(value).flat[0] != 0 if op.kind == "div" else np.asarray(value).flat[0] >= 0)
+            np.asarray(value).flat[0] != 0 if op.kind != "pow" else np.asarray(value).flat[0] >= 0)
         if not ok:
-            what = "a nonzero constant divisor" if op.kind == "div" else \
+            what = "a nonzero constant divisor" if op.kind != "pow" else \
                 "a non-negative constant exponent"
             raise Unsupported(f"integer {op.kind} in a fusion needs {what} (the reference "
                               "raises on bad values; a kernel cannot report them)")

@@ -336,6 +336,108 @@ def _sigmoid_cross_entropy(b: ir.IRBuilder, args: list, in_dtypes: Sequence[DTyp
     return _round_f16(b, b.fadd(b.fsub(relu, b.fmul(x, z)), tail), out)
 
 
+# ---- ceil, round, reciprocal, is_nan/is_inf/is_finite, floordiv, floormod,
+# squared_difference, logical_xor (the reference's rules: tfc/ops/math.py) --------------
+
+def _intrinsic(b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
+    """``llvm.<name>`` on x's type: one instruction on SSE4.1 (roundps), vectorizable."""
+    t = x.type
+    full = f"llvm.{name}.{t.intrinsic_name}"
+    fn = b.module.globals.get(full) or ir.Function(b.module, ir.FunctionType(t, [t]), full)
+    return b.call(fn, [x])
+
+
+def _simple_unary(kind: str) -> Emitter:
+    """ceil, round (ties to even: ``llvm.roundeven``), reciprocal (``1 / x``, rounded to
+    half for f16) and the predicates (exact on f16's values held in float)."""
+    def emit(b: ir.IRBuilder, args: list, in_dtypes: Sequence[DType], out: DType) -> ir.Value:
+        (x,) = args
+        t = x.type
+        if kind == "ceil":
+            return _intrinsic(b, "ceil", x)
+        if kind == "round":
+            return _intrinsic(b, "roundeven", x)
+        if kind == "reciprocal":
+            return _round_f16(b, b.fdiv(_c(t, 1), x), out)
+        if kind == "is_nan":
+            return b.fcmp_unordered("uno", x, x)
+        inf = _c(t, float("inf"))
+        if kind == "is_inf":
+            return b.fcmp_ordered("==", vmath.fabs(b, x), inf)
+        return b.fcmp_ordered("<", vmath.fabs(b, x), inf)  # is_finite (false for NaN)
+    return emit
+
+
+def _int_floor_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """Python's x % y (the divisor's sign) without undefined behaviour: y == 0 gives 0 (the
+    kernel generator reports it first), MIN % -1 is 0."""
+    t = x.type
+    zero, one, minus1 = _c(t, 0), _c(t, 1), _c(t, -1)
+    int_min = _c(t, -(1 << (t.width - 1)))
+    y_zero = b.icmp_signed("==", y, zero)
+    overflow = b.and_(b.icmp_signed("==", x, int_min), b.icmp_signed("==", y, minus1))
+    ys = b.select(b.or_(y_zero, overflow), one, y)
+    r = b.srem(x, ys)
+    adjust = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(r, ys), zero))
+    return b.select(adjust, b.add(r, ys), r)
+
+
+def _int_trunc(kind: str, b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """C's x / y or x % y without undefined behaviour: y == 0 gives 0 (the kernel
+    generator reports it first), MIN / -1 wraps to MIN and MIN % -1 is 0."""
+    t = x.type
+    zero, one = _c(t, 0), _c(t, 1)
+    y_zero = b.icmp_signed("==", y, zero)
+    overflow = b.and_(b.icmp_signed("==", x, _c(t, -(1 << (t.width - 1)))),
+                      b.icmp_signed("==", y, _c(t, -1)))
+    ys = b.select(b.or_(y_zero, overflow), one, y)
+    out = b.sdiv(x, ys) if kind == "truncatediv" else b.srem(x, ys)
+    return b.select(y_zero, zero, out)
+
+
+def _simple_binary(kind: str) -> Emitter:
+    """floordiv (floats: floor of the quotient rounded to the dtype, TensorFlow's
+    ``floor(x / y)``), floormod (``fmod`` via ``frem``, exact, plus y where its sign
+    differs from y's), squared_difference (the difference rounded, then squared),
+    truncatediv (``trunc`` of the rounded quotient) and truncatemod (``frem``)."""
+    def emit(b: ir.IRBuilder, args: list, in_dtypes: Sequence[DType], out: DType) -> ir.Value:
+        x, y = args
+        dt = in_dtypes[0]
+        if not dt.is_float:
+            if kind in ("truncatediv", "truncatemod"):
+                return _int_trunc(kind, b, x, y)
+            if kind == "floordiv":
+                return _floor_div(b, x, y)
+            if kind == "floormod":
+                return _int_floor_mod(b, x, y)
+            d = b.sub(x, y)
+            return b.mul(d, d)
+        if kind == "floordiv":
+            return vmath.emit_math(b, "floor", [_round_f16(b, b.fdiv(x, y), out)])
+        if kind == "truncatediv":
+            return _intrinsic(b, "trunc", _round_f16(b, b.fdiv(x, y), out))
+        if kind == "truncatemod":
+            return b.frem(x, y)  # exact
+        if kind == "floormod":
+            t = b.frem(x, y)  # C's fmod: exact (f16's in float is f16's)
+            zero = _c(x.type, 0)
+            fix = b.and_(b.fcmp_ordered("!=", t, zero),
+                         b.xor(b.fcmp_ordered("<", y, zero), b.fcmp_ordered("<", t, zero)))
+            return b.select(fix, _round_f16(b, b.fadd(t, y), out), t)
+        d = _round_f16(b, b.fsub(x, y), out)
+        return _round_f16(b, b.fmul(d, d), out)
+    return emit
+
+
+SIMPLE: dict[str, Emitter] = {
+    **{k: _simple_unary(k) for k in ("ceil", "round", "reciprocal", "is_nan", "is_inf",
+                                      "is_finite")},
+    **{k: _simple_binary(k) for k in ("floordiv", "floormod", "squared_difference",
+                                       "truncatediv", "truncatemod")},
+    "logical_xor": lambda b, a, i, o: b.xor(a[0], a[1]),
+}
+
+
 UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "square", "tanh", "sigmoid", "relu",
          "sin", "cos", "floor", "sign", "log1p", "expm1", "softplus")
 BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum")
@@ -351,6 +453,7 @@ ELEMENTWISE: dict[str, Emitter] = {
     "stop_gradient": lambda b, a, i, o: a[0],
     "where": lambda b, a, i, o: b.select(a[0], a[1], a[2]),
     "sigmoid_cross_entropy": _sigmoid_cross_entropy,
+    **SIMPLE,
 }
 
 # tan, atan, asin, acos, erf, erfc, atan2 (tfc/ops/math_special.py): vmath's functions.

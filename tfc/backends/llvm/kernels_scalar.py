@@ -38,11 +38,12 @@ def emit_scalar(b: ir.IRBuilder, kind: str, args: Sequence[ir.Value],
     if kind in ("identity", "stop_gradient"):
         return args[0]
     dtype = in_dtypes[0] if in_dtypes else out_dtype
-    if kind in ("div", "pow") and dtype.is_int:
+    if kind in ("div", "pow", "floordiv", "floormod", "truncatediv", "truncatemod") \
+            and dtype.is_int:
         if on_error is None:
             raise Unsupported(f"integer {kind}")
         zero = ir.Constant(args[1].type, 0)
-        if kind == "div":
+        if kind != "pow":
             on_error(b.icmp_signed("==", args[1], zero))
         else:
             on_error(b.icmp_signed("<", args[1], zero))

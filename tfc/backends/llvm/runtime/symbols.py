@@ -46,7 +46,8 @@ _C_SYMBOLS = ("pthread_create", "pthread_join", "memcpy", "memset", "memmove",
 # (libgcc). CPUs with AVX2 never need them; elsewhere, unresolved, such code would call
 # address 0. The library functions give the instructions' exact results (fma rounds once).
 _LIBM_SYMBOLS = ("fma", "fmaf", "floor", "floorf", "ceil", "ceilf", "trunc", "truncf",
-                 "rint", "rintf", "nearbyint", "nearbyintf", "roundeven", "roundevenf")
+                 "rint", "rintf", "nearbyint", "nearbyintf", "roundeven", "roundevenf",
+                 "fmod", "fmodf")  # (frem, floormod's, is always a call of fmod)
 _LIBGCC_SYMBOLS = ("__extendhfsf2", "__truncsfhf2", "__truncdfhf2")
 
 _lock = threading.Lock()
