@@ -36,12 +36,19 @@ def float_dtype(layer: Layer, t: TensorType) -> DType:
 
 
 class Dense(Layer):
-    """``activation(x @ kernel + bias)`` over the last axis of ``x`` (any leading dims)."""
+    """``activation(x @ kernel + bias)`` over the last axis of ``x`` (any leading dims).
+    ``kernel_regularizer`` / ``bias_regularizer`` add their penalties to ``losses``,
+    ``kernel_constraint`` / ``bias_constraint`` project the weights after each update of
+    ``fit`` (Keras's)."""
 
     def __init__(self, units: int, activation: str | Callable[[Tensor], Tensor] | None = None,
                  use_bias: bool = True, kernel_initializer: str | Initializer = "glorot_uniform",
-                 bias_initializer: str | Initializer = "zeros", **kwargs: Any) -> None:
+                 bias_initializer: str | Initializer = "zeros", kernel_regularizer: Any = None,
+                 bias_regularizer: Any = None, kernel_constraint: Any = None,
+                 bias_constraint: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.kernel_regularizer, self.bias_regularizer = kernel_regularizer, bias_regularizer
+        self.kernel_constraint, self.bias_constraint = kernel_constraint, bias_constraint
         if units <= 0:
             raise TypeMismatch(f"Dense: units must be positive, got {units}")
         self.units = int(units)
@@ -54,8 +61,12 @@ class Dense(Layer):
             raise TypeMismatch(f"Dense '{self.name}' needs inputs of rank >= 1, got {input_type}")
         self.dtype = float_dtype(self, input_type)
         n_in = static_dim(self, input_type, -1, "last dim")
-        self.kernel = self.add_weight("kernel", (n_in, self.units), self.kernel_initializer)
-        self.bias = (self.add_weight("bias", (self.units,), self.bias_initializer)
+        self.kernel = self.add_weight("kernel", (n_in, self.units), self.kernel_initializer,
+                                      regularizer=self.kernel_regularizer,
+                                      constraint=self.kernel_constraint)
+        self.bias = (self.add_weight("bias", (self.units,), self.bias_initializer,
+                                     regularizer=self.bias_regularizer,
+                                     constraint=self.bias_constraint)
                      if self.use_bias else None)
 
     def call(self, x: Tensor, training: bool) -> Tensor:

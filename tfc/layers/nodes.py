@@ -176,3 +176,26 @@ def add_update(op: Any) -> None:
     fetched, as a Keras layer's update outside ``fit``)."""
     for found in getattr(_state, "updates", ()):
         found.append(op)
+
+
+# ---- added losses (activity regularizers) ----------------------------------------------------
+
+@contextlib.contextmanager
+def collecting_losses() -> Iterator[list[Any]]:
+    """Around the building of a model's training graph: yields the list that the losses
+    the layers called inside add (``Layer.add_loss``: activity penalties) are appended
+    to, so that the training loss sums those of its own trace (Keras 3's ``losses`` of
+    the training call)."""
+    stack: list[list[Any]] = _state.__dict__.setdefault("losses", [])
+    found: list[Any] = []
+    stack.append(found)
+    try:
+        yield found
+    finally:
+        stack.pop()
+
+
+def add_loss(loss: Any) -> None:
+    """Hand ``loss`` to every enclosing ``collecting_losses``."""
+    for found in getattr(_state, "losses", ()):
+        found.append(loss)

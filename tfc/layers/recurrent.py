@@ -23,6 +23,10 @@ recurrent biases, ``bias`` of shape ``[2, 3 units]``)::
     h = z * h + (1 - z) * h~
 
 (without ``reset_after``: ``h~ = tanh(x_h + (r * h) @ recurrent_h)``, one bias).
+
+Both start their recurrent kernel ``orthogonal`` (Keras's default;
+``tfc.layers.initializers.Orthogonal``: the same distribution, not Keras's values) and
+take Keras's ``kernel_`` / ``recurrent_`` / ``bias_regularizer`` and ``..._constraint``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,16 @@ from tfc.layers.base import Initializer, Layer, get_activation
 from tfc.layers.core import float_dtype, static_dim
 
 
+def _weight_args(kernel_regularizer: Any, recurrent_regularizer: Any, bias_regularizer: Any,
+                 kernel_constraint: Any, recurrent_constraint: Any, bias_constraint: Any
+                 ) -> dict[str, dict[str, Any]]:
+    """``add_weight``'s regularizer and constraint per weight of a recurrent layer."""
+    return {"kernel": {"regularizer": kernel_regularizer, "constraint": kernel_constraint},
+            "recurrent": {"regularizer": recurrent_regularizer,
+                          "constraint": recurrent_constraint},
+            "bias": {"regularizer": bias_regularizer, "constraint": bias_constraint}}
+
+
 class LSTM(Layer):
     """An LSTM over ``[B, T, features]``: the last ``h`` (``[B, units]``), or every ``h``
     (``[B, T, units]``) with ``return_sequences``; with ``return_state`` (Keras's) the list
@@ -49,9 +63,15 @@ class LSTM(Layer):
 
     def __init__(self, units: int, return_sequences: bool = False, return_state: bool = False,
                  kernel_initializer: str | Initializer = "glorot_uniform",
-                 recurrent_initializer: str | Initializer = "glorot_uniform",
-                 unit_forget_bias: bool = True, **kwargs: Any) -> None:
+                 recurrent_initializer: str | Initializer = "orthogonal",
+                 unit_forget_bias: bool = True, kernel_regularizer: Any = None,
+                 recurrent_regularizer: Any = None, bias_regularizer: Any = None,
+                 kernel_constraint: Any = None, recurrent_constraint: Any = None,
+                 bias_constraint: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self._weight_args = _weight_args(kernel_regularizer, recurrent_regularizer,
+                                         bias_regularizer, kernel_constraint,
+                                         recurrent_constraint, bias_constraint)
         if units <= 0:
             raise TypeMismatch(f"LSTM: units must be positive, got {units}")
         self.units = int(units)
@@ -73,11 +93,12 @@ class LSTM(Layer):
                                f"{input_type}")
         self.dtype = float_dtype(self, input_type)
         n_in = static_dim(self, input_type, 2, "feature dim")
-        u4 = 4 * self.units
-        self.kernel = self.add_weight("kernel", (n_in, u4), self.kernel_initializer)
+        u4, args = 4 * self.units, self._weight_args
+        self.kernel = self.add_weight("kernel", (n_in, u4), self.kernel_initializer,
+                                      **args["kernel"])
         self.recurrent_kernel = self.add_weight("recurrent_kernel", (self.units, u4),
-                                                self.recurrent_initializer)
-        self.bias = self.add_weight("bias", (u4,), self._bias_init)
+                                                self.recurrent_initializer, **args["recurrent"])
+        self.bias = self.add_weight("bias", (u4,), self._bias_init, **args["bias"])
 
     def call(self, x: Tensor, training: bool) -> Any:
         u = self.units
@@ -108,10 +129,17 @@ class GRU(Layer):
     def __init__(self, units: int, activation: str | Callable[[Tensor], Tensor] | None = "tanh",
                  recurrent_activation: str | Callable[[Tensor], Tensor] | None = "sigmoid",
                  use_bias: bool = True, kernel_initializer: str | Initializer = "glorot_uniform",
-                 recurrent_initializer: str | Initializer = "glorot_uniform",
+                 recurrent_initializer: str | Initializer = "orthogonal",
                  bias_initializer: str | Initializer = "zeros", return_sequences: bool = False,
-                 return_state: bool = False, reset_after: bool = True, **kwargs: Any) -> None:
+                 return_state: bool = False, reset_after: bool = True,
+                 kernel_regularizer: Any = None, recurrent_regularizer: Any = None,
+                 bias_regularizer: Any = None, kernel_constraint: Any = None,
+                 recurrent_constraint: Any = None, bias_constraint: Any = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self._weight_args = _weight_args(kernel_regularizer, recurrent_regularizer,
+                                         bias_regularizer, kernel_constraint,
+                                         recurrent_constraint, bias_constraint)
         if units <= 0:
             raise TypeMismatch(f"GRU: units must be positive, got {units}")
         self.units = int(units)
@@ -129,12 +157,14 @@ class GRU(Layer):
                                f"{input_type}")
         self.dtype = float_dtype(self, input_type)
         n_in = static_dim(self, input_type, 2, "feature dim")
-        u3 = 3 * self.units
-        self.kernel = self.add_weight("kernel", (n_in, u3), self.kernel_initializer)
+        u3, args = 3 * self.units, self._weight_args
+        self.kernel = self.add_weight("kernel", (n_in, u3), self.kernel_initializer,
+                                      **args["kernel"])
         self.recurrent_kernel = self.add_weight("recurrent_kernel", (self.units, u3),
-                                                self.recurrent_initializer)
+                                                self.recurrent_initializer, **args["recurrent"])
         self.bias = (self.add_weight("bias", (2, u3) if self.reset_after else (u3,),
-                                     self.bias_initializer) if self.use_bias else None)
+                                     self.bias_initializer, **args["bias"])
+                     if self.use_bias else None)
 
     def call(self, x: Tensor, training: bool) -> Any:
         u = self.units
