@@ -8,6 +8,7 @@ from tfc.api import nn
 from tfc.api.graph import Tensor
 from tfc.errors import TypeMismatch
 from tfc.ir.types import TensorType
+from tfc.layers import constraints, regularizers
 from tfc.layers.base import Initializer, Layer, get_activation
 from tfc.layers.core import float_dtype, static_dim
 
@@ -44,8 +45,10 @@ class Conv2D(Layer):
                  bias_regularizer: Any = None, kernel_constraint: Any = None,
                  bias_constraint: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.kernel_regularizer, self.bias_regularizer = kernel_regularizer, bias_regularizer
-        self.kernel_constraint, self.bias_constraint = kernel_constraint, bias_constraint
+        self.kernel_regularizer, self.bias_regularizer = regularizers.get(
+            kernel_regularizer), regularizers.get(bias_regularizer)
+        self.kernel_constraint, self.bias_constraint = constraints.get(
+            kernel_constraint), constraints.get(bias_constraint)
         if filters <= 0:
             raise TypeMismatch(f"Conv2D: filters must be positive, got {filters}")
         self.filters = int(filters)

@@ -207,16 +207,23 @@ class Model:
 
     def add_weight(self, name: str = "weight", shape: Sequence[int] = (),
                    initializer: str | Initializer = "glorot_uniform", dtype: Any = None,
-                   trainable: bool = True) -> Variable:
+                   trainable: bool = True, regularizer: Any = None,
+                   constraint: Any = None) -> Variable:
         """A variable ``<model>/<name>`` of the model, initialized by ``initializer``
         (Keras's ``add_weight``; in ``__init__`` or ``build``): trained by ``fit`` when
         ``trainable``, saved and restored with the model's weights. Its dtype by default:
-        in ``build``, the first float input's; else f32."""
+        in ``build``, the first float input's; else f32. ``regularizer`` and
+        ``constraint``: ``Layer.add_weight``'s."""
+        from tfc.layers import constraints, regularizers
         init = get_initializer(initializer)
         dt = as_dtype(dtype) if dtype is not None else self._input_float_dtype or DType.f32
         dims = tuple(int(d) for d in shape)
-        var = Variable(lambda: init(dims, dt), trainable=trainable, name=f"{self.name}/{name}",
-                       dtype=dt)
+        project = constraints.get(constraint)
+        cls = Variable if project is None else constraints.ConstrainedVariable
+        var = cls(lambda: init(dims, dt), trainable=trainable, name=f"{self.name}/{name}",
+                  dtype=dt)
+        var.regularizer = regularizers.get(regularizer)  # type: ignore[attr-defined]
+        var.constraint = project  # type: ignore[attr-defined]
         self._tracked_variables.append(var)
         return var
 
@@ -667,13 +674,14 @@ class Model:
         """``optimizer.minimize(loss)`` on the trainable variables; where some have a
         constraint (``Layer.add_weight(constraint=)``), their updates write the
         constrained value (``tfc.layers.constraints``), their gradients made dense."""
-        from tfc.layers.constraints import constrained_updates
+        from tfc.layers.constraints import ConstrainedVariable, constrained_updates
         opt, var_list = self.optimizer, self.trainable_variables
-        if not any(getattr(v, "constraint", None) is not None for v in var_list):
+        constrained = [isinstance(v, ConstrainedVariable) for v in var_list]
+        if not any(constrained):
             return opt.minimize(loss, var_list=var_list)
         pairs = opt.compute_gradients(loss, var_list)
-        pairs = [(g.to_dense() if getattr(v, "constraint", None) is not None
-                  and hasattr(g, "to_dense") else g, v) for g, v in pairs]
+        pairs = [(g.to_dense() if c and hasattr(g, "to_dense") else g, v)
+                 for c, (g, v) in zip(constrained, pairs)]
         with constrained_updates():
             return opt.apply_gradients(pairs)
 

@@ -41,6 +41,7 @@ from tfc.api.graph import Tensor
 from tfc.api.tensor import apply, constant
 from tfc.errors import TypeMismatch
 from tfc.ir.types import DType, TensorType
+from tfc.layers import constraints, regularizers
 from tfc.layers.base import Initializer, Layer, get_activation
 from tfc.layers.core import float_dtype, static_dim
 
@@ -48,11 +49,13 @@ from tfc.layers.core import float_dtype, static_dim
 def _weight_args(kernel_regularizer: Any, recurrent_regularizer: Any, bias_regularizer: Any,
                  kernel_constraint: Any, recurrent_constraint: Any, bias_constraint: Any
                  ) -> dict[str, dict[str, Any]]:
-    """``add_weight``'s regularizer and constraint per weight of a recurrent layer."""
-    return {"kernel": {"regularizer": kernel_regularizer, "constraint": kernel_constraint},
-            "recurrent": {"regularizer": recurrent_regularizer,
-                          "constraint": recurrent_constraint},
-            "bias": {"regularizer": bias_regularizer, "constraint": bias_constraint}}
+    """``add_weight``'s regularizer and constraint per weight of a recurrent layer (bad
+    names are errors here, at the layer's construction)."""
+    r, c = regularizers.get, constraints.get
+    return {"kernel": {"regularizer": r(kernel_regularizer), "constraint": c(kernel_constraint)},
+            "recurrent": {"regularizer": r(recurrent_regularizer),
+                          "constraint": c(recurrent_constraint)},
+            "bias": {"regularizer": r(bias_regularizer), "constraint": c(bias_constraint)}}
 
 
 class LSTM(Layer):
