@@ -131,3 +131,14 @@ def test_bad_sample_weights_and_unreduced_losses_in_compile() -> None:
     bad = model(K.losses.MeanSquaredError(reduction=None))
     with pytest.raises(TfcError, match="reduction=None, one value per example"):
         bad.fit(X, Y, verbose=0)
+
+
+def test_weighted_step_reads_the_models_learning_rate() -> None:
+    """model.learning_rate (one variable) drives the weighted step too: set to 0, a
+    weighted fit leaves the weights as they were."""
+    m = model("mse")
+    m.fit(X, Y, epochs=1, verbose=0)
+    before = m.get_weights()[0]
+    m.learning_rate = 0.0
+    m.fit(X, Y, epochs=1, verbose=0, sample_weight=SW)
+    np.testing.assert_array_equal(m.get_weights()[0], before)
