@@ -320,6 +320,22 @@ def build_cases() -> list[Case]:
             L(K).Reshape((4, 4, 2)), L(K).Conv2D(2, 3), L(K).Flatten(), L(K).Dense(2)]),
          _xy((32,), regress=2), "mse", lambda K: K.optimizers.Adam(0.01)),
     ]
+    def shared_bn(K: Any, first: bool) -> Any:
+        """One BatchNormalization called on two branches: its moving statistics take both
+        updates in fit's step, the second from the first's result, in the order Keras
+        runs the calls (by depth: not the order they were built in); ``first``: on the
+        inputs (else after a Dense each: the layers' and weights' order is Keras's)."""
+        a, b = K.Input(shape=(6,)), K.Input(shape=(6,))
+        bn = L(K).BatchNormalization(momentum=0.8)
+        da, db = L(K).Dense(4), L(K).Dense(4, activation="tanh")
+        ha, hb = (da(bn(a)), db(bn(b))) if first else (bn(da(a)), bn(db(b)))
+        return K.Model([a, b], L(K).Dense(3, activation="softmax")(
+            L(K).Concatenate()([ha, hb])))
+    for first in (True, False):
+        where = "on the inputs" if first else "after Dense"
+        norm_cases.append((f"BatchNormalization called twice, {where}",
+                           lambda K, f=first: shared_bn(K, f), _towers_data,
+                           "sparse_categorical_crossentropy", lambda K: K.optimizers.SGD(0.1)))
     for name, build, data, loss_name, opt in norm_cases:
         metrics = ("accuracy",) if "crossentropy" in loss_name else ("mae",)
         cases.append(Case(name, build, data, lambda K, n=loss_name: n, metrics, opt,

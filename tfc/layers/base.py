@@ -20,7 +20,7 @@ from tfc.api.tensor import TensorLike, convert_to_tensor
 from tfc.errors import TfcError, TypeMismatch
 from tfc.ir.types import DType, TensorType
 from tfc.layers.nodes import (add_loss, add_update, default_training, outermost_call,
-                              record_call)
+                              pending_value, record_call)
 
 Initializer = Callable[[Sequence[int], DType], Any]
 
@@ -256,6 +256,19 @@ class Layer:
         (``nodes.collecting_updates``)."""
         self.__dict__.setdefault("_updates", []).append(op)
         add_update(op)
+
+    def update_state(self, var: Variable, new_value: Callable[[Tensor], Tensor]) -> None:
+        """``add_update`` of ``var.assign(new_value(current))``, where ``current`` is the
+        value an earlier update of ``var`` in the same training graph assigns (the layer
+        called twice there), else ``var``'s: the one assign of the step is the updates
+        applied one after the other, as Keras's fit applies them."""
+        current = pending_value(var)
+        value = new_value(var.value() if current is None else current)
+        op = var.assign(value)
+        replaced = add_update(op, var, value)
+        own = self.__dict__.setdefault("_updates", [])
+        own[:] = [u for u in own if not any(u is r for r in replaced)]
+        own.append(op)
 
     @property
     def updates(self) -> list[Any]:
