@@ -249,6 +249,14 @@ def build_cases() -> list[Case]:
                           lambda K, r=seqs, a=after: _seq(K, (6, 3), [
                               L(K).GRU(4, return_sequences=r, reset_after=a)]),
                           _xy((6, 3), n=8)))
+    # dropout and recurrent_dropout: the inference forward (Keras's random masks differ;
+    # tests/layers/test_recurrent.py checks the training masks against Keras's layout)
+    for rnn in ("LSTM", "GRU"):
+        for rec in (0.0, 0.3):
+            cases.append(Case(f"{rnn} dropout=0.2 recurrent_dropout={rec} (inference)",
+                              lambda K, c=rnn, r=rec: _seq(K, (6, 3), [getattr(L(K), c)(
+                                  4, dropout=0.2, recurrent_dropout=r,
+                                  return_sequences=True)]), _xy((6, 3), n=8)))
     cases.append(Case("GRU return_state + Dense fit", lambda K: (lambda inp: K.Model(
         inp, L(K).Dense(2)(L(K).GRU(4, return_state=True)(inp)[1])))(K.Input(shape=(5, 3))),
         _xy((5, 3), regress=2, n=32), lambda K: "mse", ("mae",),
