@@ -130,3 +130,25 @@ def test_recurrent_and_conv_layers_take_regularizers() -> None:
     np.testing.assert_allclose(got, [0.01 * (k ** 2).sum(), 0.01 * np.abs(r).sum(),
                                      0.5 * (b ** 2).sum(), 0.01 * np.abs(ck).sum(),
                                      0.01 * (cb ** 2).sum()], rtol=1e-5)
+
+
+def test_a_custom_layers_add_loss_counts_in_its_own_graph() -> None:
+    """A custom layer's ``self.add_loss`` in ``call`` (Keras's): fit's loss takes the
+    training call's, evaluate's the inference call's, each once."""
+    class Penalized(K.layers.Layer):
+        def call(self, x):
+            self.add_loss(0.5 * tfc.reduce_mean(tfc.square(x)))
+            return x
+
+    inp = K.Input(shape=(4,))
+    h = K.layers.Dropout(0.5, seed=2)(inp)
+    out = K.layers.Dense(3, use_bias=False)(Penalized()(h))
+    m = K.Model(inp, out)
+    m.set_weights([W])
+    m.compile(K.optimizers.SGD(0.0), "mse")
+    tr = m._require_training()
+    feeds = m._feed_dict([X], [Y])
+    train_loss, eval_loss = m.session.run([tr.loss, tr.eval_loss], feeds)
+    np.testing.assert_allclose(eval_loss, ((X @ W - Y) ** 2).mean() + 0.5 * (X ** 2).mean(),
+                               rtol=1e-5)
+    assert len(m.losses) == 1 and abs(train_loss - eval_loss) > 1e-3

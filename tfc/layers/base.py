@@ -221,13 +221,14 @@ class Layer:
         self._variables.append(var)
         return var
 
-    def add_loss(self, loss: Any, training: bool = False) -> None:
-        """Record the scalar ``loss`` (a tensor of the layer's graph) in ``losses``: a
-        model adds it to its training loss, or to its evaluation loss when ``training``
-        is False and the model's inference graph made it (Keras's ``add_loss``, per
-        call)."""
+    def add_loss(self, loss: Any, training: bool | None = None) -> None:
+        """Record the scalar ``loss`` (a tensor of the layer's graph; Keras's ``add_loss``,
+        in ``call``): a model's ``fit`` adds those of its training graph's calls to the
+        loss, ``evaluate`` those of its inference graph's. ``training``: the mode of the
+        call that made it (by default the call running now)."""
+        flag = self.__dict__.get("_call_training", False) if training is None else training
         t = convert_to_tensor(loss)
-        self._activity_losses.append((bool(training), t))
+        self._activity_losses.append((bool(flag), t))
         add_loss(t)
 
     @property
@@ -320,6 +321,7 @@ class Layer:
                     try:
                         self.build([InputShape(t) for t in in_type] if packed
                                    else InputShape(in_type))
+                        self._call_training = training
                         out = self._call(x, training)
                         if self.activity_regularizer is not None:
                             self._add_activity_loss(out, training)
@@ -333,6 +335,7 @@ class Layer:
                 self._check_input(xs, packed)
                 with g.as_default(), g.name_scope(self.name + "/"):
                     try:
+                        self._call_training = training
                         out = self._call(x, training)
                         if self.activity_regularizer is not None:
                             self._add_activity_loss(out, training)
@@ -377,8 +380,10 @@ def sublayers(roots: Sequence[Any]) -> list[Any]:
         if any(item is o for o in out):
             return
         out.append(item)
-        for sub in [*item.__dict__.get("layers", ()), *item.__dict__.get("_sublayers", ())]:
-            visit(sub)
+        for attr in ("layers", "_sublayers"):
+            subs = item.__dict__.get(attr, ())
+            for sub in subs if isinstance(subs, (list, tuple)) else ():
+                visit(sub)
     for root in roots:
         visit(root)
     return out
