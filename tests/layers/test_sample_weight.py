@@ -142,3 +142,25 @@ def test_weighted_step_reads_the_models_learning_rate() -> None:
     m.learning_rate = 0.0
     m.fit(X, Y, epochs=1, verbose=0, sample_weight=SW)
     np.testing.assert_array_equal(m.get_weights()[0], before)
+
+
+def test_train_test_predict_on_batch() -> None:
+    """train_on_batch is one fit step on the whole batch (Keras 3: this batch's loss, or
+    [loss, *metrics], or a dict); test_on_batch is evaluate's; predict_on_batch predict's."""
+    m = model("mse")
+    m.compile(K.optimizers.SGD(0.1), "mse", metrics=["mae"])
+    p = X @ W
+    before = m.test_on_batch(X, Y, sample_weight=SW, return_dict=True)
+    np.testing.assert_allclose(before["loss"], (per_example(p, Y) * SW).mean(), rtol=1e-5)
+    np.testing.assert_allclose(before["mae"], np.abs(p - Y).mean(), rtol=1e-5)
+    np.testing.assert_allclose(m.predict_on_batch(X), p, rtol=1e-5, atol=1e-6)
+    loss, mae = m.train_on_batch(X, Y, sample_weight=SW)
+    assert (loss, mae) == pytest.approx((before["loss"], before["mae"]), rel=1e-6)
+    with tfc.Graph().as_default():
+        ref = model("mse")
+        ref.fit(X, Y, batch_size=len(X), shuffle=False, verbose=0, sample_weight=SW)
+        np.testing.assert_allclose(m.get_weights()[0], ref.get_weights()[0], rtol=1e-6)
+    single = model("mse")
+    assert isinstance(single.train_on_batch(X, Y), float)
+    with pytest.raises(FeedError, match="no examples"):
+        single.train_on_batch(X[:0], Y[:0])

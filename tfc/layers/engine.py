@@ -972,6 +972,46 @@ class Model:
             Console().print(format_metrics(out))
         return out
 
+    def train_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
+                       return_dict: bool = False) -> Any:
+        """One optimizer step on the batch ``(x, y)`` (arrays, ``sample_weight`` as
+        ``fit``'s), returning its loss and metrics as Keras 3: the loss alone when there
+        are no metrics, else ``[loss, *metrics]`` (``fit``'s ``History`` order), or the
+        dict with ``return_dict``; callbacks do not run."""
+        tr, (xb, yb) = self._one_batch(x, y, sample_weight, "train_on_batch")
+        names = ["loss", *tr.metrics]
+        step = self._training_step(tr, [tr.loss, *tr.metrics.values()])
+        values = step(xb, yb)
+        step.finish_epoch()
+        return _batch_logs(names, values, return_dict)
+
+    def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
+                      return_dict: bool = False) -> Any:
+        """``evaluate`` on one batch ``(x, y)``, returned as ``train_on_batch``'s."""
+        tr, (xb, yb) = self._one_batch(x, y, sample_weight, "test_on_batch")
+        names = ["loss", *tr.eval_metrics]
+        values = self.session.run([tr.eval_loss, *tr.eval_metrics.values()],
+                                  self._feed_dict(xb, yb, tr))
+        return _batch_logs(names, values, return_dict)
+
+    def predict_on_batch(self, x: Any) -> Any:
+        """``predict`` on one batch."""
+        return self.predict(x, batch_size=max(1, num_examples(self._prepare_x(x))))
+
+    def _one_batch(self, x: Any, y: Any, sample_weight: Any, what: str
+                   ) -> tuple[_Training, tuple[Any, Any]]:
+        """The training graphs for ``sample_weight`` and the prepared batch ``(x, y)``."""
+        from tfc.data.dataset import Dataset
+        if isinstance(x, Dataset):
+            raise TfcError(f"{what} takes x and y arrays of one batch, not a Dataset",
+                           user_location())
+        n = num_examples(self._prepare_x(x))
+        if n == 0:
+            raise FeedError(f"{what}: the batch has no examples")
+        _, batches = self._array_epochs(x, y, n, False, 0, what, sample_weight)
+        tr = self._require_training(weighted=sample_weight is not None)
+        return tr, next(iter(batches()))
+
     def predict(self, x: Any, batch_size: int = 256) -> Any:
         """The inference outputs for ``x``, computed in batches: one array, or a list or
         dict of them (as the model's outputs were given)."""
@@ -1077,6 +1117,14 @@ def compiled_loss(loss: Loss, y: Tensor, pred: Tensor, sample_weight: Tensor | N
                        f"that reduces ('sum_over_batch_size', 'sum', "
                        f"'mean_with_sample_weight')", user_location())
     return loss.reduce(loss.values(y, pred), sample_weight)
+
+
+def _batch_logs(names: list[str], values: Sequence[Any], as_dict: bool) -> Any:
+    """``train_on_batch``'s result (Keras 3's): a dict, the one value, or the list."""
+    logs = _floats(names, np.asarray(values, dtype=np.float64))
+    if as_dict:
+        return logs
+    return logs["loss"] if len(logs) == 1 else list(logs.values())
 
 
 def labels_array(y: Any, t: TensorType, what: str) -> np.ndarray:
