@@ -70,6 +70,8 @@ class Case:
     # forward in training mode (Keras: ``model(x, training=True)``) and ``evaluate`` after
     # ``fit`` (the moving statistics fit left)
     training_mode: bool = False
+    # per-example weights (uniform in [0, 2)) given to evaluate and fit
+    sample_weight: bool = False
 
 
 @dataclass
@@ -127,9 +129,9 @@ KNOWN: dict[tuple[str, str], Known] = {
         "sparse RMSProp); Keras decays every row's mean square "
         "(tests/layers/test_keras_optimizers.py)"),
     ("init LSTM kernel, recurrent kernel, unit_forget_bias", "initial weights"): Known(
-        "EXPECTED", "LSTM's recurrent kernel starts glorot_uniform in tfc (Keras: "
-        "orthogonal, which tfc does not offer); the kernel and the forget gate's bias of "
-        "one are Keras's"),
+        "FIXED", "LSTM's recurrent kernel started glorot_uniform in tfc (Keras: orthogonal, "
+        "which tfc did not offer); tfc.keras.initializers.Orthogonal is the default now "
+        "(tests/layers/test_initializers.py)"),
 }
 
 
@@ -247,6 +249,14 @@ def build_cases() -> list[Case]:
                           lambda K, r=seqs, a=after: _seq(K, (6, 3), [
                               L(K).GRU(4, return_sequences=r, reset_after=a)]),
                           _xy((6, 3), n=8)))
+    # dropout and recurrent_dropout: the inference forward (Keras's random masks differ;
+    # tests/layers/test_recurrent.py checks the training masks against Keras's layout)
+    for rnn in ("LSTM", "GRU"):
+        for rec in (0.0, 0.3):
+            cases.append(Case(f"{rnn} dropout=0.2 recurrent_dropout={rec} (inference)",
+                              lambda K, c=rnn, r=rec: _seq(K, (6, 3), [getattr(L(K), c)(
+                                  4, dropout=0.2, recurrent_dropout=r,
+                                  return_sequences=True)]), _xy((6, 3), n=8)))
     cases.append(Case("GRU return_state + Dense fit", lambda K: (lambda inp: K.Model(
         inp, L(K).Dense(2)(L(K).GRU(4, return_state=True)(inp)[1])))(K.Input(shape=(5, 3))),
         _xy((5, 3), regress=2, n=32), lambda K: "mse", ("mae",),
@@ -318,6 +328,22 @@ def build_cases() -> list[Case]:
             L(K).Reshape((4, 4, 2)), L(K).Conv2D(2, 3), L(K).Flatten(), L(K).Dense(2)]),
          _xy((32,), regress=2), "mse", lambda K: K.optimizers.Adam(0.01)),
     ]
+    def shared_bn(K: Any, first: bool) -> Any:
+        """One BatchNormalization called on two branches: its moving statistics take both
+        updates in fit's step, the second from the first's result, in the order Keras
+        runs the calls (by depth: not the order they were built in); ``first``: on the
+        inputs (else after a Dense each: the layers' and weights' order is Keras's)."""
+        a, b = K.Input(shape=(6,)), K.Input(shape=(6,))
+        bn = L(K).BatchNormalization(momentum=0.8)
+        da, db = L(K).Dense(4), L(K).Dense(4, activation="tanh")
+        ha, hb = (da(bn(a)), db(bn(b))) if first else (bn(da(a)), bn(db(b)))
+        return K.Model([a, b], L(K).Dense(3, activation="softmax")(
+            L(K).Concatenate()([ha, hb])))
+    for first in (True, False):
+        where = "on the inputs" if first else "after Dense"
+        norm_cases.append((f"BatchNormalization called twice, {where}",
+                           lambda K, f=first: shared_bn(K, f), _towers_data,
+                           "sparse_categorical_crossentropy", lambda K: K.optimizers.SGD(0.1)))
     for name, build, data, loss_name, opt in norm_cases:
         metrics = ("accuracy",) if "crossentropy" in loss_name else ("mae",)
         cases.append(Case(name, build, data, lambda K, n=loss_name: n, metrics, opt,
@@ -393,7 +419,119 @@ def build_cases() -> list[Case]:
         cases.append(Case(f"fit {name}", mlp("softmax", 3), _xy((6,), classes=3, n=64),
                           lambda K: "sparse_categorical_crossentropy", ("accuracy",), opt,
                           epochs=3, batch_size=16))
+    cases += regularizer_cases(L) + constraint_cases(L) + sample_weight_cases(L, mlp)
     return cases
+
+
+def regularizer_cases(L: Callable[[Any], Any]) -> list[Case]:
+    """Weight and activity regularizers: evaluate's loss (with the penalties), gradients
+    (Keras: of the loss plus ``model.losses``), fit."""
+    R = lambda K: K.regularizers  # noqa: E731
+    specs: list[tuple[str, Callable[[Any], Any], Any, Any, Any]] = [
+        ("Dense kernel L2, bias L1", lambda K: _seq(K, (6,), [
+            L(K).Dense(8, activation="tanh", kernel_regularizer=R(K).L2(0.05),
+                       bias_regularizer=R(K).L1(0.02)), L(K).Dense(3, activation="softmax")]),
+         _xy((6,), classes=3), "sparse_categorical_crossentropy",
+         lambda K: K.optimizers.SGD(0.1)),
+        ("Dense 'l2' and 'l1' strings, L1L2", lambda K: _seq(K, (6,), [
+            L(K).Dense(8, activation="relu", kernel_regularizer="l2", bias_regularizer="l1"),
+            L(K).Dense(2, kernel_regularizer=R(K).L1L2(l1=0.01, l2=0.03))]),
+         _xy((6,), regress=2), "mse", lambda K: K.optimizers.Adam(0.01)),
+        ("activity_regularizer L1 on Dense, L2 on a second", lambda K: _seq(K, (6,), [
+            L(K).Dense(8, activation="tanh", activity_regularizer=R(K).L1(0.01)),
+            L(K).Dense(3, activity_regularizer="l2")]),
+         _xy((6,), regress=3), "mse", lambda K: K.optimizers.SGD(0.05)),
+        ("activity_regularizer after Dropout (training graph differs)", lambda K: _seq(K, (6,), [
+            L(K).Dense(8, activation="tanh"), L(K).Dropout(0.0),
+            L(K).Dense(3, activity_regularizer=R(K).L2(0.02),
+                       kernel_regularizer=R(K).L2(0.01))]),
+         _xy((6,), regress=3), "mse", lambda K: K.optimizers.SGD(0.05)),
+        ("Conv2D kernel L1L2 + Dense", lambda K: _seq(K, (6, 6, 2), [
+            L(K).Conv2D(3, 3, activation="relu",
+                        kernel_regularizer=R(K).L1L2(l1=0.001, l2=0.01)),
+            L(K).Flatten(), L(K).Dense(4, activation="softmax")]),
+         _xy((6, 6, 2), classes=4, n=32), "sparse_categorical_crossentropy",
+         lambda K: K.optimizers.SGD(0.05)),
+        ("LSTM kernel, recurrent, bias L2 + Dense", lambda K: _seq(K, (5, 3), [
+            L(K).LSTM(4, kernel_regularizer=R(K).L2(0.01), recurrent_regularizer=R(K).L2(0.02),
+                      bias_regularizer=R(K).L1(0.01)), L(K).Dense(2)]),
+         _xy((5, 3), regress=2, n=32), "mse", lambda K: K.optimizers.SGD(0.1)),
+        ("GRU recurrent L1 + Dense", lambda K: _seq(K, (5, 3), [
+            L(K).GRU(4, recurrent_regularizer=R(K).L1(0.01)), L(K).Dense(2)]),
+         _xy((5, 3), regress=2, n=32), "mse", lambda K: K.optimizers.Adam(0.01)),
+        ("Sequential Dense L2", lambda K: K.Sequential([
+            K.Input(shape=(6,)), L(K).Dense(8, activation="relu",
+                                            kernel_regularizer=R(K).L2(0.1)),
+            L(K).Dense(3, activation="softmax", bias_regularizer=R(K).L2(0.1))]),
+         _xy((6,), classes=3), "sparse_categorical_crossentropy",
+         lambda K: K.optimizers.RMSprop(0.01)),
+    ]
+    return [Case(f"regularizer {name}", build, data, lambda K, n=loss: n,
+                 ("accuracy",) if "crossentropy" in loss else ("mae",), opt, epochs=2)
+            for name, build, data, loss, opt in specs]
+
+
+def constraint_cases(L: Callable[[Any], Any]) -> list[Case]:
+    """Constraints applied after each optimizer update: fit's History and final weights."""
+    C = lambda K: K.constraints  # noqa: E731
+    specs: list[tuple[str, Callable[[Any], Any], Any, Any, Any]] = [
+        ("Dense MaxNorm(0.5) kernel, NonNeg bias", lambda K: _seq(K, (6,), [
+            L(K).Dense(8, activation="tanh", kernel_constraint=C(K).MaxNorm(0.5),
+                       bias_constraint=C(K).NonNeg()), L(K).Dense(3, activation="softmax")]),
+         _xy((6,), classes=3), "sparse_categorical_crossentropy",
+         lambda K: K.optimizers.SGD(0.5)),
+        ("Dense UnitNorm(axis=0), MinMaxNorm(0.2, 0.8, rate=0.5, axis=1)", lambda K: _seq(
+            K, (6,), [L(K).Dense(8, activation="relu", kernel_constraint=C(K).UnitNorm(0)),
+                      L(K).Dense(2, kernel_constraint=C(K).MinMaxNorm(0.2, 0.8, 0.5, 1))]),
+         _xy((6,), regress=2), "mse", lambda K: K.optimizers.Adam(0.02)),
+        ("Conv2D MaxNorm(1.0, axis=[0, 1, 2]) + Dense NonNeg", lambda K: _seq(K, (6, 6, 2), [
+            L(K).Conv2D(3, 3, kernel_constraint=C(K).MaxNorm(1.0, axis=[0, 1, 2])),
+            L(K).Flatten(), L(K).Dense(4, activation="softmax",
+                                       kernel_constraint=C(K).NonNeg())]),
+         _xy((6, 6, 2), classes=4, n=32), "sparse_categorical_crossentropy",
+         lambda K: K.optimizers.SGD(0.1, momentum=0.9)),
+        ("LSTM recurrent UnitNorm + Dense", lambda K: _seq(K, (5, 3), [
+            L(K).LSTM(4, recurrent_constraint=C(K).UnitNorm(), kernel_constraint=C(K).MaxNorm(
+                0.7)), L(K).Dense(2)]),
+         _xy((5, 3), regress=2, n=32), "mse", lambda K: K.optimizers.RMSprop(0.01)),
+        ("constraint and regularizer on one kernel", lambda K: _seq(K, (6,), [
+            L(K).Dense(5, activation="tanh", kernel_constraint=C(K).MaxNorm(0.6),
+                       kernel_regularizer=K.regularizers.L2(0.05)), L(K).Dense(2)]),
+         _xy((6,), regress=2), "mse", lambda K: K.optimizers.SGD(0.2)),
+    ]
+    return [Case(f"constraint {name}", build, data, lambda K, n=loss: n,
+                 ("accuracy",) if "crossentropy" in loss else ("mae",), opt, epochs=2)
+            for name, build, data, loss, opt in specs]
+
+
+def sample_weight_cases(L: Callable[[Any], Any], mlp: Callable[..., Any]) -> list[Case]:
+    """``fit`` / ``evaluate`` with ``sample_weight``, under each reduction of a loss object."""
+    specs: list[tuple[str, str | None, int, Callable[[Any], Any], Any]] = [
+        ("sparse_categorical_crossentropy", "softmax", 3,
+         lambda K: "sparse_categorical_crossentropy", _xy((6,), classes=3)),
+        ("mse", None, 2, lambda K: "mse", _xy((6,), regress=2)),
+        ("MeanSquaredError(reduction='sum')", None, 2,
+         lambda K: K.losses.MeanSquaredError(reduction="sum"), _xy((6,), regress=2)),
+        ("CategoricalCrossentropy(reduction='sum')", "softmax", 3,
+         lambda K: K.losses.CategoricalCrossentropy(reduction="sum"),
+         _xy((6,), classes=3, onehot=True)),
+        ("BinaryCrossentropy(from_logits, 'mean_with_sample_weight')", None, 2,
+         lambda K: K.losses.BinaryCrossentropy(from_logits=True,
+                                               reduction="mean_with_sample_weight"),
+         _xy((6,), regress=2, binary=True)),
+        ("SparseCategoricalCrossentropy(from_logits) + L2 kernel", "l2", 3,
+         lambda K: K.losses.SparseCategoricalCrossentropy(from_logits=True),
+         _xy((6,), classes=3)),
+    ]
+    out = []
+    for name, act, n, loss, data in specs:
+        build = (mlp(act, n) if act != "l2" else lambda K: _seq(K, (6,), [
+            L(K).Dense(8, activation="tanh", kernel_regularizer=K.regularizers.L2(0.02)),
+            L(K).Dense(3)]))
+        metrics = ("mae",) if "mse" in name or "MeanSquared" in name else ()
+        out.append(Case(f"sample_weight {name}", build, data, loss, metrics,
+                        lambda K: K.optimizers.SGD(0.05), epochs=2, sample_weight=True))
+    return out
 
 
 # ----------------------------------------------------------------------------- running
@@ -418,7 +556,7 @@ def _close(a: Any, b: Any, tol: tuple[float, float], scaled: bool = False) -> st
             f"tfc {a[i]:.8g} vs Keras {b[i]:.8g}")
 
 
-def run_keras(case: Case, x: Any, y: Any) -> dict[str, Any]:
+def run_keras(case: Case, x: Any, y: Any, sw: Any = None) -> dict[str, Any]:
     import keras
     import tensorflow as tf
     keras.utils.set_random_seed(0)
@@ -435,16 +573,19 @@ def run_keras(case: Case, x: Any, y: Any) -> dict[str, Any]:
     loss = case.loss(keras)
     model.compile(optimizer=case.optimizer(keras) if case.optimizer else "sgd", loss=loss,
                   metrics=list(case.metrics), jit_compile=False)
-    out["evaluate"] = model.evaluate(x, y, batch_size=len(y), verbose=0, return_dict=True)
+    out["evaluate"] = model.evaluate(x, y, batch_size=len(y), verbose=0, return_dict=True,
+                                     sample_weight=sw)
     loss_fn = keras.losses.get(loss) if isinstance(loss, str) else loss
     with tf.GradientTape() as tape:
         value = tf.reduce_mean(loss_fn(y, model(x, training=True)))
+        for extra in model.losses:  # regularizers: what compute_loss adds
+            value = value + tf.reduce_sum(extra)
     out["grads"] = [np.array(tf.convert_to_tensor(g))  # Embedding's: IndexedSlices
                     for g in tape.gradient(value, model.trainable_weights)]
     model.set_weights(initial)  # fit starts from the initial moving statistics, as tfc's
     if case.optimizer is not None:
         hist = model.fit(x, y, epochs=case.epochs, batch_size=case.batch_size, shuffle=False,
-                         verbose=0)
+                         verbose=0, sample_weight=sw)
         out["history"] = {k: list(v) for k, v in hist.history.items()}
         out["final"] = [np.array(w) for w in model.get_weights()]
         if case.training_mode:
@@ -453,8 +594,8 @@ def run_keras(case: Case, x: Any, y: Any) -> dict[str, Any]:
     return out
 
 
-def run_tfc(case: Case, x: Any, y: Any, weights: list[np.ndarray], backend: str
-            ) -> dict[str, Any]:
+def run_tfc(case: Case, x: Any, y: Any, weights: list[np.ndarray], backend: str,
+            sw: Any = None) -> dict[str, Any]:
     import tfc
     import tfc.keras
     os.environ["TFC_BACKEND"] = backend
@@ -472,14 +613,14 @@ def run_tfc(case: Case, x: Any, y: Any, weights: list[np.ndarray], backend: str
             return out
         model.compile(optimizer=case.optimizer(tfc.keras) if case.optimizer else "sgd",
                       loss=case.loss(tfc.keras), metrics=list(case.metrics))
-        out["evaluate"] = model.evaluate(x, y, batch_size=len(y))
+        out["evaluate"] = model.evaluate(x, y, batch_size=len(y), sample_weight=sw)
         tr = model._require_training()
         grads = tfc.gradients(tr.loss, model.trainable_variables)
         grads = [g.to_dense() if hasattr(g, "to_dense") else g for g in grads]  # Embedding
         out["grads"] = model.session.run(grads, model._feed_dict(x, y))
         if case.optimizer is not None:
             hist = model.fit(x, y, epochs=case.epochs, batch_size=case.batch_size,
-                             shuffle=False, verbose=0)
+                             shuffle=False, verbose=0, sample_weight=sw)
             out["history"] = {k: list(v) for k, v in hist.items()}
             out["final"] = model.get_weights()
             if case.training_mode:
@@ -533,6 +674,14 @@ INIT_CASES: list[tuple[str, Callable[[Any], Any], Sequence[int]]] = [
         K.layers.Dense(64, kernel_initializer="random_normal")]), (128,)),
     ("LSTM kernel, recurrent kernel, unit_forget_bias",
      lambda K: _seq(K, (4, 64), [K.layers.LSTM(32)]), (4, 64)),
+    ("GRU orthogonal recurrent kernel",
+     lambda K: _seq(K, (4, 64), [K.layers.GRU(48)]), (4, 64)),
+    ("Dense orthogonal kernel, more rows than columns", lambda K: _seq(K, (128,), [
+        K.layers.Dense(64, kernel_initializer="orthogonal")]), (128,)),
+    ("Dense Orthogonal(gain=2) kernel, fewer rows", lambda K: _seq(K, (64,), [
+        K.layers.Dense(128, kernel_initializer=K.initializers.Orthogonal(gain=2.0))]), (64,)),
+    ("Conv2D orthogonal kernel (4-D)", lambda K: _seq(K, (8, 8, 16), [
+        K.layers.Conv2D(32, 3, kernel_initializer="orthogonal")]), (8, 8, 16)),
 ]
 
 
@@ -589,15 +738,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     for n, case in enumerate(build_cases()):
         if args.only and args.only not in case.name:
             continue
-        x, y = case.data(np.random.default_rng(args.seed * 1000 + n))
+        rng = np.random.default_rng(args.seed * 1000 + n)
+        x, y = case.data(rng)
+        sw = rng.uniform(0.0, 2.0, size=len(y)).astype(np.float32) if case.sample_weight \
+            else None
         try:
-            k = run_keras(case, x, y)
+            k = run_keras(case, x, y, sw)
         except Exception as e:  # noqa: BLE001
             print(f"  Keras failed on {case.name}: {type(e).__name__}: {e}"[:300])
             continue
         for be in backends:
             try:
-                t = run_tfc(case, x, y, k["weights"], be)
+                t = run_tfc(case, x, y, k["weights"], be, sw)
                 checks = compare(case, k, t)
             except Exception as e:  # noqa: BLE001
                 checks = [("run", f"ERROR {type(e).__name__}: {e}"[:400])]

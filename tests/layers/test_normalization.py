@@ -217,6 +217,47 @@ def test_batch_norm_updates():
                                               "batch_normalization/moving_variance/assign"]
 
 
+def shared_bn_model(bn_first: bool) -> object:
+    """Two inputs through one BatchNormalization (on the inputs, or after a Dense each),
+    concatenated, then a Dense."""
+    a, b = K.Input(shape=(3,)), K.Input(shape=(3,))
+    bn = K.layers.BatchNormalization(momentum=0.5)
+    da, db = K.layers.Dense(2, name="da"), K.layers.Dense(2, name="db")
+    ha, hb = (da(bn(a)), db(bn(b))) if bn_first else (bn(da(a)), bn(db(b)))
+    return K.Model([a, b], K.layers.Dense(1, name="out")(K.layers.Concatenate()([ha, hb])))
+
+
+def test_batch_norm_called_twice_updates_in_turn():
+    """One fit step of a BatchNormalization shared by two branches: its moving statistics
+    take the update of one call, then the other's from that result (momentum m: m^2 M +
+    m (1 - m) s1 + (1 - m) s2), in the order Keras 3 runs the calls: by depth from the
+    outputs (Keras's map_graph), here the second branch's first (checked against Keras
+    3.15 by tools/conformance_keras.py)."""
+    m = shared_bn_model(bn_first=True)
+    m.compile(K.optimizers.SGD(0.1), "mse")
+    rng = np.random.default_rng(3)
+    xa = rng.normal(size=(8, 3)).astype(np.float32)
+    xb = (rng.normal(size=(8, 3)) * 3 + 2).astype(np.float32)
+    m.fit([xa, xb], np.zeros((8, 1), np.float32), batch_size=8, verbose=0)
+    bn = m.layers[0]
+    assert isinstance(bn, K.layers.BatchNormalization)
+    mean, var = m.session.run([bn.moving_mean, bn.moving_variance])
+    np.testing.assert_allclose(mean, 0.25 * 0 + 0.25 * xb.mean(0) + 0.5 * xa.mean(0),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(var, 0.25 * 1 + 0.25 * xb.var(0) + 0.5 * xa.var(0),
+                               rtol=1e-5)
+
+
+def test_functional_layers_in_keras_order():
+    """A Functional model's layers (and so get_weights) in Keras 3's order: by decreasing
+    depth from the outputs, not the order the calls were built in (Keras 3.15 lists
+    da, db, batch_normalization, concatenate, out here)."""
+    m = shared_bn_model(bn_first=False)
+    assert [layer.name for layer in m.layers] == ["da", "db", "batch_normalization",
+                                                  "concatenate", "out"]
+    assert [v.name for v in m.variables][:3] == ["da/kernel", "da/bias", "db/kernel"]
+
+
 def test_batch_norm_errors():
     x = tfc.placeholder(tfc.float32, [None, 3])
     with pytest.raises(TypeMismatch, match="axis 2 is out of range"):

@@ -204,3 +204,124 @@ def test_gru_errors():
         tfc.layers.GRU(3)(tfc.placeholder(tfc.float32, [None, 4]))
     with pytest.raises(TypeMismatch, match="units must be positive"):
         tfc.layers.GRU(0)
+
+
+# ---- dropout and recurrent_dropout (Keras 3's masks) -----------------------------------------
+
+def masked_lstm_np(x, kernel, recurrent, bias, xm, hm):
+    """Keras 3's LSTMCell with dropout masks: ``xm`` one input mask for all gates or one
+    per gate, ``hm`` one state mask per gate (or None); every h."""
+    b, t, _ = x.shape
+    u = recurrent.shape[0]
+    h, c = np.zeros((b, u)), np.zeros((b, u))
+    hs = []
+    xm = xm * 4 if len(xm) == 1 else xm
+    for s in range(t):
+        z = np.concatenate([(x[:, s] * xm[g]) @ kernel[:, g * u:(g + 1) * u]
+                            + (h * (hm[g] if hm else 1)) @ recurrent[:, g * u:(g + 1) * u]
+                            for g in range(4)], axis=1) + bias
+        i, f, g_, o = sigmoid(z[:, :u]), sigmoid(z[:, u:2 * u]), np.tanh(z[:, 2 * u:3 * u]), \
+            sigmoid(z[:, 3 * u:])
+        c = f * c + i * g_
+        h = o * np.tanh(c)
+        hs.append(h)
+    return np.stack(hs, axis=1)
+
+
+def masked_gru_np(x, kernel, recurrent, bias, reset_after, xm, hm):
+    """Keras 3's GRUCell (implementation 1) with per-gate masks; h carried unmasked."""
+    b, t, _ = x.shape
+    u = recurrent.shape[0]
+    b_in, b_rec = (bias[0], bias[1]) if reset_after else (bias, np.zeros(3 * u))
+    h = np.zeros((b, u))
+    hs = []
+    for s in range(t):
+        xg = [(x[:, s] * xm[g]) @ kernel[:, g * u:(g + 1) * u] + b_in[g * u:(g + 1) * u]
+              for g in range(3)]
+        hg = [h * hm[g] for g in range(3)]
+        rz = hg[0] @ recurrent[:, :u] + b_rec[:u]
+        rr = hg[1] @ recurrent[:, u:2 * u] + b_rec[u:2 * u]
+        z, r = sigmoid(xg[0] + rz), sigmoid(xg[1] + rr)
+        if reset_after:
+            hh = np.tanh(xg[2] + r * (hg[2] @ recurrent[:, 2 * u:] + b_rec[2 * u:]))
+        else:
+            hh = np.tanh(xg[2] + (r * hg[2]) @ recurrent[:, 2 * u:])
+        h = z * h + (1 - z) * hh
+        hs.append(h)
+    return np.stack(hs, axis=1)
+
+
+def check_masks(masks, shape, rate):
+    """Each mask 0 or 1 / (1 - rate), of ``shape``, some of each."""
+    for m in masks:
+        assert m.shape == shape
+        keep = np.isclose(m, 1 / (1 - rate))
+        assert np.all(keep | (m == 0)) and keep.any() and (~keep).any()
+
+
+@pytest.mark.parametrize("recurrent_dropout", [0.0, 0.4])
+def test_lstm_dropout_masks_as_keras(recurrent_dropout):
+    """A training call masks as Keras 3's LSTMCell (one input mask, or with a recurrent
+    dropout one per gate for the inputs and the state), the same masks at every step; an
+    inference call is the plain LSTM; the masks change from step to step."""
+    rng = np.random.default_rng(7)
+    x = tfc.placeholder(tfc.float64, [None, 5, 6], name="x")
+    lstm = tfc.keras.layers.LSTM(4, return_sequences=True, dropout=0.3,
+                                 recurrent_dropout=recurrent_dropout)
+    assert lstm.uses_training
+    infer = lstm(x, training=False)
+    train = lstm(x, training=True)
+    xm_t, hm_t = lstm._drop.input_masks, lstm._drop.recurrent_masks
+    assert len(xm_t) == (4 if recurrent_dropout else 1)
+    assert len(hm_t) == (4 if recurrent_dropout else 0)
+    xs = rng.normal(size=(32, 5, 6))
+    with tfc.Session() as s:
+        got_i, got_t, xm, hm, k, r, b = s.run([infer, train, xm_t, hm_t, *lstm.variables],
+                                              {x: xs})
+        again = s.run(xm_t, {x: xs})
+    check_masks(xm, (32, 6), 0.3)
+    check_masks(hm, (32, 4), 0.4)
+    assert not all(np.array_equal(a, b_) for a, b_ in zip(xm, again))  # fresh each step
+    np.testing.assert_allclose(got_i, lstm_np(xs, k, r, b), rtol=1e-12)
+    np.testing.assert_allclose(got_t, masked_lstm_np(xs, k, r, b, xm, hm), rtol=1e-12)
+
+
+@pytest.mark.parametrize("reset_after", [True, False])
+def test_gru_dropout_masks_as_keras(reset_after):
+    rng = np.random.default_rng(8)
+    x = tfc.placeholder(tfc.float64, [None, 4, 3], name="x")
+    gru = tfc.keras.layers.GRU(5, return_sequences=True, dropout=0.25,
+                               recurrent_dropout=0.5, reset_after=reset_after)
+    train = gru(x, training=True)
+    xs = rng.normal(size=(40, 4, 3))
+    with tfc.Session() as s:
+        got, xm, hm, k, r, b = s.run([train, gru._drop.input_masks,
+                                      gru._drop.recurrent_masks, *gru.variables], {x: xs})
+    assert len(xm) == len(hm) == 3
+    check_masks(xm, (40, 3), 0.25)
+    check_masks(hm, (40, 5), 0.5)
+    np.testing.assert_allclose(got, masked_gru_np(xs, k, r, b, reset_after, xm, hm),
+                               rtol=1e-12)
+
+
+def test_rnn_dropout_in_fit_and_bad_rates():
+    """fit trains through the dropped graph (the model has a training graph), predict
+    is the plain one; rates outside [0, 1) are errors."""
+    rng = np.random.default_rng(9)
+    inp = tfc.keras.Input(shape=(4, 3))
+    out = tfc.keras.layers.Dense(1)(tfc.keras.layers.LSTM(3, dropout=0.5,
+                                                          recurrent_dropout=0.5, seed=3)(inp))
+    model = tfc.keras.Model(inp, out)
+    model.compile("sgd", "mse")
+    assert model.uses_training
+    xs, ys = rng.normal(size=(16, 4, 3)), rng.normal(size=(16, 1))
+    p0 = model.predict(xs)
+    np.testing.assert_array_equal(model.predict(xs), p0)
+    tr = model._require_training()
+    feeds = model._feed_dict(model._prepare_x(xs), model._prepare_y(ys))
+    assert model.session.run(tr.loss, feeds) != pytest.approx(
+        model.session.run(tr.eval_loss, feeds), rel=1e-6)
+    with pytest.raises(TypeMismatch, match="recurrent_dropout must be in"):
+        tfc.keras.layers.GRU(2, recurrent_dropout=1.0)
+    with pytest.raises(TypeMismatch, match="dropout must be in"):
+        tfc.keras.layers.LSTM(2, dropout=-0.1)

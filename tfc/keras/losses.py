@@ -1,4 +1,5 @@
 """``tfc.keras.losses``: the losses of ``tfc.layers.losses`` under Keras's module name."""
 
 from tfc.layers.losses import (BinaryCrossentropy, CategoricalCrossentropy, Loss,  # noqa: F401
+                               MeanAbsoluteError, MeanSquaredError,
                                SparseCategoricalCrossentropy)

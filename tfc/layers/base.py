@@ -19,7 +19,8 @@ from tfc.api.graph import Graph, Tensor, Variable, as_dtype, user_location
 from tfc.api.tensor import TensorLike, convert_to_tensor
 from tfc.errors import TfcError, TypeMismatch
 from tfc.ir.types import DType, TensorType
-from tfc.layers.nodes import add_update, default_training, outermost_call, record_call
+from tfc.layers.nodes import (add_loss, add_update, default_training, outermost_call,
+                              pending_value, record_call)
 
 Initializer = Callable[[Sequence[int], DType], Any]
 
@@ -37,6 +38,7 @@ def get_initializer(spec: str | Initializer) -> Initializer:
     model built twice in fresh graphs starts from the same weights.
     """
     from tfc.api import ops, random
+    from tfc.layers.initializers import Orthogonal
     if callable(spec):
         return spec
     table: dict[str, Initializer] = {
@@ -45,6 +47,7 @@ def get_initializer(spec: str | Initializer) -> Initializer:
         "ones": lambda shape, dtype: ops.ones(shape, dtype),
         "uniform": lambda shape, dtype: random.uniform(shape, -0.05, 0.05, dtype),
         "normal": lambda shape, dtype: random.normal(shape, 0.0, 0.05, dtype),
+        "orthogonal": lambda shape, dtype: Orthogonal()(shape, dtype),
     }
     # Keras's names of the same (RandomUniform, RandomNormal with their default ranges)
     table["random_uniform"], table["random_normal"] = table["uniform"], table["normal"]
@@ -109,7 +112,9 @@ class Layer:
     ``name`` overrides the default name scope; ``input_shape`` (without the batch dim)
     tells a ``Sequential`` whose first layer this is what its input looks like; ``dtype``
     fixes the variables' dtype (by default the float input's); ``trainable=False`` keeps
-    the layer's variables out of ``trainable_variables``.
+    the layer's variables out of ``trainable_variables``; ``activity_regularizer`` (a
+    ``tfc.keras.regularizers`` one, or ``"l1"`` / ``"l2"``) adds its penalty of each
+    output of each call, divided by the batch size, to ``losses`` (Keras 3's).
     """
 
     base_name: str = ""  # the default name scope; the class name in snake case when empty
@@ -117,8 +122,13 @@ class Layer:
     takes_list: bool = False  # True: called on a list of tensors (a merge layer)
 
     def __init__(self, name: str | None = None, input_shape: Sequence[int | None] | None = None,
-                 dtype: Any = None, trainable: bool = True) -> None:
+                 dtype: Any = None, trainable: bool = True,
+                 activity_regularizer: Any = None) -> None:
+        from tfc.layers import regularizers
         self._given_name = name
+        self.activity_regularizer = regularizers.get(activity_regularizer)
+        # the activity penalties of the calls: (the call's training flag, scalar)
+        self._activity_losses: list[tuple[bool, Tensor]] = []
         self._scope: str | None = None
         self.graph: Graph | None = None
         self.input_shape = None if input_shape is None else tuple(input_shape)
@@ -191,17 +201,55 @@ class Layer:
 
     def add_weight(self, name: str = "weight", shape: Sequence[int] = (),
                    initializer: str | Initializer = "glorot_uniform", dtype: Any = None,
-                   trainable: bool = True) -> Variable:
+                   trainable: bool = True, regularizer: Any = None,
+                   constraint: Any = None) -> Variable:
         """A variable ``<scope>/<name>`` initialized by ``initializer``; call in ``build``
         (Keras's ``add_weight``: ``trainable=False`` keeps it out of training). Its dtype
-        by default: the layer's, else its first float input's, else f32."""
+        by default: the layer's, else its first float input's, else f32. ``regularizer``
+        (``tfc.keras.regularizers``, ``"l1"``, ``"l2"``) adds its penalty of the weight to
+        ``losses``; ``constraint`` (``tfc.keras.constraints``) projects the weight after
+        each optimizer update of a model's ``fit`` (``tfc.layers.constraints``)."""
+        from tfc.layers import constraints, regularizers
         init = get_initializer(initializer)
         dt = (as_dtype(dtype) if dtype is not None
               else self.dtype or self.__dict__.get("_input_float_dtype") or DType.f32)
         shape = tuple(int(d) for d in shape)
-        var = Variable(lambda: init(shape, dt), trainable=trainable, name=name, dtype=dt)
+        project = constraints.get(constraint)
+        cls = Variable if project is None else constraints.ConstrainedVariable
+        var = cls(lambda: init(shape, dt), trainable=trainable, name=name, dtype=dt)
+        var.regularizer = regularizers.get(regularizer)  # type: ignore[attr-defined]
+        var.constraint = project  # type: ignore[attr-defined]
         self._variables.append(var)
         return var
+
+    def add_loss(self, loss: Any, training: bool | None = None) -> None:
+        """Record the scalar ``loss`` (a tensor of the layer's graph; Keras's ``add_loss``,
+        in ``call``): a model's ``fit`` adds those of its training graph's calls to the
+        loss, ``evaluate`` those of its inference graph's. ``training``: the mode of the
+        call that made it (by default the call running now)."""
+        flag = self.__dict__.get("_call_training", False) if training is None else training
+        t = convert_to_tensor(loss)
+        self._activity_losses.append((bool(flag), t))
+        add_loss(t)
+
+    @property
+    def losses(self) -> list[Tensor]:
+        """The layer's penalties, as Keras 3 lists them: the activity penalties of its
+        inference calls (``add_loss``), its sublayers', then each trainable weight's
+        regularizer's penalty (made now, in the layer's graph)."""
+        return [*activity_losses([self], False), *weight_penalties(self.trainable_variables)]
+
+    def _add_activity_loss(self, out: Any, training: bool) -> None:
+        """The activity regularizer's penalty of each output, over the batch size."""
+        reg = self.activity_regularizer
+        assert reg is not None
+        for t in (out if isinstance(out, (list, tuple)) else [out]):
+            penalty = reg(t)
+            if t.type.rank > 0:
+                from tfc.api import ops
+                batch = ops.cast(ops.shape(t)[0], penalty.dtype)
+                penalty = penalty / batch
+            self.add_loss(penalty, training)
 
     def add_update(self, op: Any) -> None:
         """Record ``op`` (an assign of one of the layer's non-trainable variables, made in
@@ -210,6 +258,19 @@ class Layer:
         (``nodes.collecting_updates``)."""
         self.__dict__.setdefault("_updates", []).append(op)
         add_update(op)
+
+    def update_state(self, var: Variable, new_value: Callable[[Tensor], Tensor]) -> None:
+        """``add_update`` of ``var.assign(new_value(current))``, where ``current`` is the
+        value an earlier update of ``var`` in the same training graph assigns (the layer
+        called twice there), else ``var``'s: the one assign of the step is the updates
+        applied one after the other, as Keras's fit applies them."""
+        current = pending_value(var)
+        value = new_value(var.value() if current is None else current)
+        op = var.assign(value)
+        replaced = add_update(op, var, value)
+        own = self.__dict__.setdefault("_updates", [])
+        own[:] = [u for u in own if not any(u is r for r in replaced)]
+        own.append(op)
 
     @property
     def updates(self) -> list[Any]:
@@ -261,7 +322,10 @@ class Layer:
                     try:
                         self.build([InputShape(t) for t in in_type] if packed
                                    else InputShape(in_type))
+                        self._call_training = training
                         out = self._call(x, training)
+                        if self.activity_regularizer is not None:
+                            self._add_activity_loss(out, training)
                     except TfcError as e:
                         raise self._named(e).at(user_location())
                     self.graph = g  # built: later calls reuse the variables
@@ -272,7 +336,10 @@ class Layer:
                 self._check_input(xs, packed)
                 with g.as_default(), g.name_scope(self.name + "/"):
                     try:
+                        self._call_training = training
                         out = self._call(x, training)
+                        if self.activity_regularizer is not None:
+                            self._add_activity_loss(out, training)
                     except TfcError as e:
                         raise self._named(e).at(user_location())
         self.output_type = (out if isinstance(out, Tensor) else out[0]).type  # [out, *states]
@@ -303,6 +370,43 @@ class Layer:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} '{self.name}'>"
+
+
+def sublayers(roots: Sequence[Any]) -> list[Any]:
+    """``roots`` and every layer and model inside them (a model's ``layers``, a layer's
+    tracked sublayers), depth first, each once."""
+    out: list[Any] = []
+
+    def visit(item: Any) -> None:
+        if any(item is o for o in out):
+            return
+        out.append(item)
+        for attr in ("layers", "_sublayers"):
+            subs = item.__dict__.get(attr, ())
+            for sub in subs if isinstance(subs, (list, tuple)) else ():
+                visit(sub)
+    for root in roots:
+        visit(root)
+    return out
+
+
+def activity_losses(roots: Sequence[Any], training: bool) -> list[Tensor]:
+    """The losses (activity penalties, ``add_loss``) that the calls of mode ``training``
+    of ``roots`` and their layers made, layer by layer (Keras 3's order in ``losses``)."""
+    return [t for layer in sublayers(roots)
+            for flag, t in layer.__dict__.get("_activity_losses", ()) if flag == training]
+
+
+def weight_penalties(weights: Sequence[Variable]) -> list[Tensor]:
+    """The regularizer's penalty of each of ``weights`` that has one, in order (made
+    now, in the weight's graph)."""
+    out = []
+    for v in weights:
+        reg = getattr(v, "regularizer", None)
+        if reg is not None:
+            with v.graph.as_default(), v.graph.name_scope(v.name + "/Regularizer/"):
+                out.append(reg(v))
+    return out
 
 
 _TRAINING_ARG: dict[type, str] = {}

@@ -8,6 +8,7 @@ from tfc.api import nn
 from tfc.api.graph import Tensor
 from tfc.errors import TypeMismatch
 from tfc.ir.types import TensorType
+from tfc.layers import constraints, regularizers
 from tfc.layers.base import Initializer, Layer, get_activation
 from tfc.layers.core import float_dtype, static_dim
 
@@ -40,8 +41,14 @@ class Conv2D(Layer):
                  dilation_rate: int | Sequence[int] = 1,
                  activation: str | Callable[[Tensor], Tensor] | None = None,
                  use_bias: bool = True, kernel_initializer: str | Initializer = "glorot_uniform",
-                 bias_initializer: str | Initializer = "zeros", **kwargs: Any) -> None:
+                 bias_initializer: str | Initializer = "zeros", kernel_regularizer: Any = None,
+                 bias_regularizer: Any = None, kernel_constraint: Any = None,
+                 bias_constraint: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.kernel_regularizer, self.bias_regularizer = regularizers.get(
+            kernel_regularizer), regularizers.get(bias_regularizer)
+        self.kernel_constraint, self.bias_constraint = constraints.get(
+            kernel_constraint), constraints.get(bias_constraint)
         if filters <= 0:
             raise TypeMismatch(f"Conv2D: filters must be positive, got {filters}")
         self.filters = int(filters)
@@ -58,8 +65,12 @@ class Conv2D(Layer):
         self.dtype = float_dtype(self, input_type)
         channels = static_dim(self, input_type, 3, "channel dim")
         self.kernel = self.add_weight("kernel", (*self.kernel_size, channels, self.filters),
-                                      self.kernel_initializer)
-        self.bias = (self.add_weight("bias", (self.filters,), self.bias_initializer)
+                                      self.kernel_initializer,
+                                      regularizer=self.kernel_regularizer,
+                                      constraint=self.kernel_constraint)
+        self.bias = (self.add_weight("bias", (self.filters,), self.bias_initializer,
+                                     regularizer=self.bias_regularizer,
+                                     constraint=self.bias_constraint)
                      if self.use_bias else None)
 
     def call(self, x: Tensor, training: bool) -> Tensor:

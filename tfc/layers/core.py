@@ -10,6 +10,7 @@ from tfc.api import nn, ops
 from tfc.api.graph import Tensor
 from tfc.errors import TypeMismatch
 from tfc.ir.types import DType, TensorType
+from tfc.layers import constraints, regularizers
 from tfc.layers.base import Initializer, Layer, get_activation
 
 
@@ -36,12 +37,21 @@ def float_dtype(layer: Layer, t: TensorType) -> DType:
 
 
 class Dense(Layer):
-    """``activation(x @ kernel + bias)`` over the last axis of ``x`` (any leading dims)."""
+    """``activation(x @ kernel + bias)`` over the last axis of ``x`` (any leading dims).
+    ``kernel_regularizer`` / ``bias_regularizer`` add their penalties to ``losses``,
+    ``kernel_constraint`` / ``bias_constraint`` project the weights after each update of
+    ``fit`` (Keras's)."""
 
     def __init__(self, units: int, activation: str | Callable[[Tensor], Tensor] | None = None,
                  use_bias: bool = True, kernel_initializer: str | Initializer = "glorot_uniform",
-                 bias_initializer: str | Initializer = "zeros", **kwargs: Any) -> None:
+                 bias_initializer: str | Initializer = "zeros", kernel_regularizer: Any = None,
+                 bias_regularizer: Any = None, kernel_constraint: Any = None,
+                 bias_constraint: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.kernel_regularizer, self.bias_regularizer = regularizers.get(
+            kernel_regularizer), regularizers.get(bias_regularizer)
+        self.kernel_constraint, self.bias_constraint = constraints.get(
+            kernel_constraint), constraints.get(bias_constraint)
         if units <= 0:
             raise TypeMismatch(f"Dense: units must be positive, got {units}")
         self.units = int(units)
@@ -54,8 +64,12 @@ class Dense(Layer):
             raise TypeMismatch(f"Dense '{self.name}' needs inputs of rank >= 1, got {input_type}")
         self.dtype = float_dtype(self, input_type)
         n_in = static_dim(self, input_type, -1, "last dim")
-        self.kernel = self.add_weight("kernel", (n_in, self.units), self.kernel_initializer)
-        self.bias = (self.add_weight("bias", (self.units,), self.bias_initializer)
+        self.kernel = self.add_weight("kernel", (n_in, self.units), self.kernel_initializer,
+                                      regularizer=self.kernel_regularizer,
+                                      constraint=self.kernel_constraint)
+        self.bias = (self.add_weight("bias", (self.units,), self.bias_initializer,
+                                     regularizer=self.bias_regularizer,
+                                     constraint=self.bias_constraint)
                      if self.use_bias else None)
 
     def call(self, x: Tensor, training: bool) -> Tensor:
@@ -123,11 +137,16 @@ class Dropout(Layer):
 class Embedding(Layer):
     """Rows of a ``[input_dim, output_dim]`` table picked by integer ids: ``[...] ->
     [..., output_dim]``. Its gradient is sparse (the rows a batch used), so optimizers
-    can update only those rows."""
+    can update only those rows (with an ``embeddings_constraint``, which covers the whole
+    table, ``fit`` makes it dense)."""
 
     def __init__(self, input_dim: int, output_dim: int,
-                 embeddings_initializer: str | Initializer = "uniform", **kwargs: Any) -> None:
+                 embeddings_initializer: str | Initializer = "uniform",
+                 embeddings_regularizer: Any = None, embeddings_constraint: Any = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.embeddings_regularizer = regularizers.get(embeddings_regularizer)
+        self.embeddings_constraint = constraints.get(embeddings_constraint)
         if input_dim <= 0 or output_dim <= 0:
             raise TypeMismatch(f"Embedding: input_dim and output_dim must be positive, got "
                                f"{input_dim} and {output_dim}")
@@ -138,7 +157,9 @@ class Embedding(Layer):
         if not input_type.dtype.is_int:
             raise TypeMismatch(f"Embedding '{self.name}' takes integer ids, got {input_type}")
         self.embeddings = self.add_weight("embeddings", (self.input_dim, self.output_dim),
-                                          self.embeddings_initializer)
+                                          self.embeddings_initializer,
+                                          regularizer=self.embeddings_regularizer,
+                                          constraint=self.embeddings_constraint)
 
     def call(self, x: Tensor, training: bool) -> Tensor:
         return ops.gather(self.embeddings, x)

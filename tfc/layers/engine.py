@@ -52,10 +52,11 @@ from tfc.api.session import Session, group
 from tfc.callbacks.base import Callback, CallbackList
 from tfc.errors import FeedError, TfcError, TypeMismatch
 from tfc.ir.types import DType, TensorType
-from tfc.layers.base import Initializer, InputShape, Layer, _snake_case, get_initializer
-from tfc.layers.losses import get_loss, get_metric
-from tfc.layers.nodes import (collecting_updates, default_training, flatten, outermost_call,
-                              pack, record_call, training_scope)
+from tfc.layers.base import (Initializer, InputShape, Layer, _snake_case, activity_losses,
+                             get_initializer, weight_penalties)
+from tfc.layers.losses import Loss, get_loss, get_metric
+from tfc.layers.nodes import (collecting_losses, collecting_updates, default_training, flatten,
+                              outermost_call, pack, record_call, training_scope)
 from tfc.layers.progress import FitProgress, format_metrics
 
 # Optimizers by name that are not Keras's (``tfc.keras.optimizers`` has Keras's: sgd, adam,
@@ -108,7 +109,8 @@ class _Training:
     train_op: Operation
     eval_loss: Tensor                 # the same, on the inference graph
     eval_metrics: dict[str, Tensor] = field(default_factory=dict)
-    feeds: list[Tensor] = field(default_factory=list)  # a step's placeholders: x.., y..
+    feeds: list[Tensor] = field(default_factory=list)  # a step's placeholders: x.., y.., w
+    sample_weight: Tensor | None = None  # the per-example weights' placeholder (fit's)
 
 
 class Model:
@@ -205,16 +207,23 @@ class Model:
 
     def add_weight(self, name: str = "weight", shape: Sequence[int] = (),
                    initializer: str | Initializer = "glorot_uniform", dtype: Any = None,
-                   trainable: bool = True) -> Variable:
+                   trainable: bool = True, regularizer: Any = None,
+                   constraint: Any = None) -> Variable:
         """A variable ``<model>/<name>`` of the model, initialized by ``initializer``
         (Keras's ``add_weight``; in ``__init__`` or ``build``): trained by ``fit`` when
         ``trainable``, saved and restored with the model's weights. Its dtype by default:
-        in ``build``, the first float input's; else f32."""
+        in ``build``, the first float input's; else f32. ``regularizer`` and
+        ``constraint``: ``Layer.add_weight``'s."""
+        from tfc.layers import constraints, regularizers
         init = get_initializer(initializer)
         dt = as_dtype(dtype) if dtype is not None else self._input_float_dtype or DType.f32
         dims = tuple(int(d) for d in shape)
-        var = Variable(lambda: init(dims, dt), trainable=trainable, name=f"{self.name}/{name}",
-                       dtype=dt)
+        project = constraints.get(constraint)
+        cls = Variable if project is None else constraints.ConstrainedVariable
+        var = cls(lambda: init(dims, dt), trainable=trainable, name=f"{self.name}/{name}",
+                  dtype=dt)
+        var.regularizer = regularizers.get(regularizer)  # type: ignore[attr-defined]
+        var.constraint = project  # type: ignore[attr-defined]
         self._tracked_variables.append(var)
         return var
 
@@ -422,9 +431,11 @@ class Model:
         _same_lengths(arrays, self.output_names, f"model '{self.name}': y")
         return arrays
 
-    def _feed_dict(self, x: Any, y: Any) -> dict[Tensor, np.ndarray]:
-        """The feeds of one step on prepared batches ``x`` and ``y``."""
-        feeds = self._require_training().feeds
+    def _feed_dict(self, x: Any, y: Any, tr: _Training | None = None
+                   ) -> dict[Tensor, np.ndarray]:
+        """The feeds of one step on prepared batches ``x`` and ``y`` (for ``tr``'s graphs:
+        with sample weights, ``y`` ends with them)."""
+        feeds = (tr or self._require_training()).feeds
         if len(feeds) == 2 and not isinstance(x, list):  # one input, one label: the fast way
             return {feeds[0]: x, feeds[1]: y}
         return dict(zip(feeds, [*batch_arrays(x), *batch_arrays(y)]))
@@ -446,10 +457,27 @@ class Model:
         self._metric_specs = metrics
         self._loss_weights = loss_weights
         self._training = None
+        self._weighted_training: _Training | None = None
+        self._lr_variable = None
         self._use_strategy()
 
-    def _require_training(self) -> _Training:
-        """The training graphs of the last ``compile``, built on first use."""
+    def _require_training(self, weighted: bool = False) -> _Training:
+        """The training graphs of the last ``compile``, built on first use; ``weighted``:
+        the ones whose losses take per-example weights (``fit(sample_weight=)``), a
+        second set built when first asked for (its own optimizer step, on the same
+        variables and slots)."""
+        if weighted:
+            tr = self.__dict__.get("_weighted_training")
+            if tr is None:
+                self._require_training()  # (the unweighted set first: its names and slots)
+                assert self.graph is not None
+                with self.graph.as_default():
+                    tr = self._build_training(weighted=True)
+                assert tr.sample_weight is not None
+                tr.feeds = [*self._input_list(), *(t for _, t in self._label_feeds(tr)),
+                            tr.sample_weight]
+                self._weighted_training = tr
+            return tr
         if self._training is not None:
             return self._training
         if self.loss is None:
@@ -465,10 +493,11 @@ class Model:
         self._training = tr
         return tr
 
-    def _build_training(self) -> _Training:
+    def _build_training(self, weighted: bool = False) -> _Training:
         """The label placeholders, losses, metrics and optimizer step, per output: the
         training graph is ``call`` traced again with ``training=True`` where that differs
-        (one graph when it computes the same)."""
+        (one graph when it computes the same). ``weighted``: the losses take per-example
+        weights (a placeholder ``sample_weight``)."""
         assert self.graph is not None and self.outputs is not None
         outputs = self._output_list()
         losses = [get_loss(s) for s in self._per_output(self.loss, "loss", None)]
@@ -482,9 +511,10 @@ class Model:
             shape = out.type.shape[1:-1] if loss.sparse_labels else out.type.shape[1:]
             ys.append(self.graph.placeholder(DType.i32 if loss.sparse_labels else out.dtype,
                                              [None, *shape], label))
-        train_outs, updates = outputs, []
+        sw = self._sample_weight_placeholder() if weighted else None
+        train_outs, updates, added = outputs, [], []
         if self.uses_training:
-            with collecting_updates() as updates:
+            with collecting_updates() as updates, collecting_losses() as added:
                 train_outs = self._leaves(self(self._packed_inputs(), training=True))
             if not updates and same_computation(train_outs, outputs):
                 train_outs = outputs  # call ignored training: one graph, as Sequential
@@ -495,7 +525,7 @@ class Model:
             total: Tensor | None = None
             logged: dict[str, Tensor] = {}
             for name, y, pred, loss, w in zip(names, ys, preds, losses, weights):
-                part = ops.reduce_mean(loss(y, pred))
+                part = compiled_loss(loss, y, pred, sw, self.name)
                 if multi:
                     logged[f"{name}_loss"] = part
                 term = part if w == 1.0 else part * w
@@ -511,8 +541,48 @@ class Model:
             eval_loss, eval_metrics = train_loss, train_metrics
         else:
             eval_loss, eval_metrics = losses_and_metrics(outputs)
+        train_loss, eval_loss = self._with_added_losses(train_loss, eval_loss, added,
+                                                        train_outs is outputs)
         train_op = self._minimize(train_loss, updates)
-        return _Training(ys, train_loss, train_metrics, train_op, eval_loss, eval_metrics)
+        return _Training(ys, train_loss, train_metrics, train_op, eval_loss, eval_metrics,
+                         sample_weight=sw)
+
+    def _sample_weight_placeholder(self) -> Tensor:
+        assert self.graph is not None
+        return self.graph.placeholder(DType.f32, [None], "sample_weight")
+
+    def _with_added_losses(self, train_loss: Tensor, eval_loss: Tensor, added: list[Tensor],
+                           same_graph: bool) -> tuple[Tensor, Tensor]:
+        """The training and evaluation losses plus the model's added losses, as Keras 3's
+        ``compute_loss`` (for ``fit`` and ``evaluate`` alike): each activity penalty of
+        that graph's call (``added``: those the training trace collected; the inference
+        graph's when the model has one graph), then each trainable weight's regularizer
+        penalty (the same tensors in both), each summed to a scalar and cast to the
+        loss's dtype, added one after another."""
+        penalties = weight_penalties(self.trainable_variables)
+        inference = activity_losses(self.layers, False)
+        train_extra = [*(inference if same_graph else added), *penalties]
+        eval_extra = [*inference, *penalties]
+
+        def plus(loss: Tensor, extra: list[Tensor]) -> Tensor:
+            for t in extra:
+                loss = loss + ops.cast(ops.reduce_sum(t), loss.dtype)
+            return loss
+        if same_graph and train_loss is eval_loss:
+            total = plus(train_loss, train_extra)
+            return total, total
+        return plus(train_loss, train_extra), plus(eval_loss, eval_extra)
+
+    @property
+    def losses(self) -> list[Tensor]:
+        """Keras's ``model.losses``: the activity penalties of the inference graph's
+        layer calls, then each trainable weight's regularizer penalty (made now, in
+        the model's graph), in the order ``fit`` adds them to the loss."""
+        if self.graph is None:
+            return []
+        with self.graph.as_default():
+            return [*activity_losses(self.layers, False),
+                    *weight_penalties(self.trainable_variables)]
 
     def _per_output(self, spec: Any, what: str, default: Any) -> list[Any]:
         """One ``compile`` argument per output, from one value, a list or a dict."""
@@ -566,8 +636,10 @@ class Model:
         sess = self.session
 
         def one_device(xb: Any, yb: Any) -> Any:
-            return sess.run([tr.train_op, fetches], self._feed_dict(xb, yb))[1]
+            return sess.run([tr.train_op, fetches], self._feed_dict(xb, yb, tr))[1]
         labels = [t for _, t in self._label_feeds(tr)]
+        if tr.sample_weight is not None:  # (split like the labels, which it ends)
+            labels.append(tr.sample_weight)
         self._fit_step = fit_step(self._strategy, sess, self._input_list(), labels, fetches,
                                   tr.train_op, one_device, f"model '{self.name}'",
                                   self._fit_step)
@@ -588,14 +660,30 @@ class Model:
         opt = self.optimizer
         rate = getattr(opt, "_learning_rate", None)
         if not isinstance(rate, (int, float, np.floating, np.integer)) or isinstance(rate, bool):
-            return opt.minimize(loss, var_list=self.trainable_variables)
-        self._lr_variable = Variable(np.asarray(rate, dtype=np.float32), trainable=False,
-                                     name=f"{self.name}/learning_rate")
+            return self._apply_optimizer(loss)
+        if self.__dict__.get("_lr_variable") is None:  # (fit's weighted step shares it)
+            self._lr_variable = Variable(np.asarray(rate, dtype=np.float32), trainable=False,
+                                         name=f"{self.name}/learning_rate")
         opt._learning_rate = self._lr_variable
         try:
-            return opt.minimize(loss, var_list=self.trainable_variables)
+            return self._apply_optimizer(loss)
         finally:
             opt._learning_rate = rate
+
+    def _apply_optimizer(self, loss: Tensor) -> Operation:
+        """``optimizer.minimize(loss)`` on the trainable variables; where some have a
+        constraint (``Layer.add_weight(constraint=)``), their updates write the
+        constrained value (``tfc.layers.constraints``), their gradients made dense."""
+        from tfc.layers.constraints import ConstrainedVariable, constrained_updates
+        opt, var_list = self.optimizer, self.trainable_variables
+        constrained = [isinstance(v, ConstrainedVariable) for v in var_list]
+        if not any(constrained):
+            return opt.minimize(loss, var_list=var_list)
+        pairs = opt.compute_gradients(loss, var_list)
+        pairs = [(g.to_dense() if c and hasattr(g, "to_dense") else g, v)
+                 for c, (g, v) in zip(constrained, pairs)]
+        with constrained_updates():
+            return opt.apply_gradients(pairs)
 
     @property
     def learning_rate(self) -> float:
@@ -641,14 +729,19 @@ class Model:
                    else order[start:start + batch_size])
 
     def _array_epochs(self, x: Any, y: Any, batch_size: int, shuffle: bool, seed: int,
-                      what: str) -> tuple[int, Callable[[], Iterator[tuple[Any, Any]]]]:
+                      what: str, sample_weight: Any = None
+                      ) -> tuple[int, Callable[[], Iterator[tuple[Any, Any]]]]:
         """Steps per epoch and a function giving each epoch's ``(x, y)`` minibatches of
-        arrays (a new order per epoch from a generator seeded with ``seed``)."""
+        arrays (a new order per epoch from a generator seeded with ``seed``); with
+        ``sample_weight``, ``y`` is a list that ends with the batch's weights."""
         if y is None:
             raise TfcError(f"{what}: y is missing (give x and y arrays, or a tfc.data."
                            f"Dataset of (x, y) batches as x)", user_location())
         xa = self._prepare_x(x)
         ya = self._prepare_y(y)
+        if sample_weight is not None:
+            ya = [*batch_arrays(ya), self._prepare_sample_weight(sample_weight,
+                                                                 num_examples(ya), what)]
         if num_examples(xa) != num_examples(ya):
             raise FeedError(f"{what}: x has {num_examples(xa)} examples but y has "
                             f"{num_examples(ya)}")
@@ -662,6 +755,20 @@ class Model:
             for idx in self._batches(n, batch_size, order):
                 yield take(xa, idx), take(ya, idx)
         return -(-n // batch_size), epoch
+
+    def _prepare_sample_weight(self, sample_weight: Any, n: int, what: str) -> np.ndarray:
+        """``fit``'s / ``evaluate``'s per-example weights: ``n`` finite numbers (an array
+        ``[n]`` or ``[n, 1]``), as float32."""
+        w = np.asarray(sample_weight)
+        if w.ndim == 2 and w.shape[1] == 1:
+            w = w[:, 0]
+        if w.shape != (n,) or w.dtype.kind not in "fiub":
+            raise FeedError(f"{what}: sample_weight must be {n} numbers (one per example), "
+                            f"got an array of shape {list(w.shape)} and dtype {w.dtype}")
+        w = w.astype(np.float32)
+        if not np.isfinite(w).all():
+            raise FeedError(f"{what}: sample_weight holds a non-finite value")
+        return w
 
     def _dataset_epochs(self, dataset: Any, y: Any, steps_per_epoch: int | None, what: str,
                         epochs: int = 1
@@ -713,19 +820,24 @@ class Model:
                 else count if count >= 0 else None), _Closing(epoch, passes or shared)
 
     def _epochs(self, x: Any, y: Any, batch_size: int, shuffle: bool, seed: int,
-                steps_per_epoch: int | None, what: str, epochs: int = 1
+                steps_per_epoch: int | None, what: str, epochs: int = 1,
+                sample_weight: Any = None
                 ) -> tuple[int | None, Callable[[], Iterator[tuple[Any, Any]]]]:
         """Where ``fit``/``evaluate`` take their batches from (``epochs`` passes): arrays
         or a Dataset (then the function has a ``close``: ``fit`` calls it at its end)."""
         from tfc.data.dataset import Dataset
         if isinstance(x, Dataset):
+            if sample_weight is not None:
+                raise TfcError(f"{what}: sample_weight goes with x and y arrays, not a "
+                               f"Dataset", user_location())
             return self._dataset_epochs(x, y, steps_per_epoch, what, epochs)
-        return self._array_epochs(x, y, batch_size, shuffle, seed, what)
+        return self._array_epochs(x, y, batch_size, shuffle, seed, what, sample_weight)
 
     def fit(self, x: Any, y: Any = None, epochs: int = 1, batch_size: int = 32,
-            validation_data: tuple[Any, Any] | None = None, shuffle: bool = True,
+            validation_data: tuple[Any, ...] | None = None, shuffle: bool = True,
             seed: int = 0, verbose: int = 1, steps_per_epoch: int | None = None,
-            callbacks: Sequence[Callback] | None = None) -> History:
+            callbacks: Sequence[Callback] | None = None, sample_weight: Any = None
+            ) -> History:
         """Train for ``epochs`` passes over ``(x, y)`` in minibatches (shuffled each epoch
         by a generator seeded with ``seed``), or over ``x``, a ``tfc.data.Dataset`` of
         ``(x, y)`` batches (``batch_size``, ``shuffle`` and ``seed`` are then the
@@ -735,12 +847,17 @@ class Model:
         start and end of training, of each epoch and of each batch; one that sets
         ``model.stop_training`` ends the training after the current batch. A model
         compiled in a ``tfc.distribute`` strategy's ``scope()`` trains data-parallel
-        over its replicas, with the results of one device on the same global batch."""
+        over its replicas, with the results of one device on the same global batch.
+        ``sample_weight`` (one number per example of ``x`` / ``y`` arrays) weights each
+        example's loss as Keras 3 does (the loss's ``reduction``: by default the sum of the
+        weighted losses over the batch size); the metrics stay unweighted (Keras's
+        ``metrics``, not ``weighted_metrics``). ``validation_data`` may be
+        ``(x, y, sample_weight)``."""
         if epochs < 0:
             raise TfcError(f"fit: epochs must be >= 0, got {epochs}")
         steps, epoch_batches = self._epochs(x, y, batch_size, shuffle, seed, steps_per_epoch,
-                                            "fit", epochs)
-        tr = self._require_training()
+                                            "fit", epochs, sample_weight)
+        tr = self._require_training(weighted=sample_weight is not None)
         names = ["loss", *tr.metrics]
         fetches = [tr.loss, *tr.metrics.values()]
         step = self._training_step(tr, fetches)
@@ -767,7 +884,8 @@ class Model:
                 step.finish_epoch()
                 logs = _floats(names, totals / max(seen, 1))
                 if validation_data is not None:
-                    val = self.evaluate(*validation_data)
+                    vx, vy, *vw = validation_data  # (x, y) or (x, y, sample_weight)
+                    val = self.evaluate(vx, vy, sample_weight=vw[0] if vw else None)
                     logs.update({f"val_{k}": v for k, v in val.items()})
                 hooks.on_epoch_end(epoch, logs)
                 for k, v in logs.items():
@@ -833,18 +951,19 @@ class Model:
         self.session.step = ckpt.step
 
     def evaluate(self, x: Any, y: Any = None, batch_size: int = 256, verbose: int = 0,
-                 steps: int | None = None) -> dict[str, float]:
+                 steps: int | None = None, sample_weight: Any = None) -> dict[str, float]:
         """Mean loss and metrics over ``(x, y)`` (or the ``(x, y)`` batches of ``x``, a
         ``tfc.data.Dataset``: one pass, or ``steps`` batches) on the inference graph (no
-        dropout)."""
-        _, batches = self._epochs(x, y, batch_size, False, 0, steps, "evaluate")
-        tr = self._require_training()
+        dropout); ``sample_weight`` weights each example's loss (``fit``'s)."""
+        _, batches = self._epochs(x, y, batch_size, False, 0, steps, "evaluate",
+                                  sample_weight=sample_weight)
+        tr = self._require_training(weighted=sample_weight is not None)
         names = ["loss", *tr.eval_metrics]
         fetches = [tr.eval_loss, *tr.eval_metrics.values()]
         totals = np.zeros(len(names))
         seen = 0
         for xb, yb in batches():
-            values = self.session.run(fetches, self._feed_dict(xb, yb))
+            values = self.session.run(fetches, self._feed_dict(xb, yb, tr))
             totals += np.asarray(values, dtype=np.float64) * num_examples(xb)
             seen += num_examples(xb)
         out = {k: float(v) for k, v in zip(names, totals / max(seen, 1))}
@@ -852,6 +971,46 @@ class Model:
             from rich.console import Console
             Console().print(format_metrics(out))
         return out
+
+    def train_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
+                       return_dict: bool = False) -> Any:
+        """One optimizer step on the batch ``(x, y)`` (arrays, ``sample_weight`` as
+        ``fit``'s), returning its loss and metrics as Keras 3: the loss alone when there
+        are no metrics, else ``[loss, *metrics]`` (``fit``'s ``History`` order), or the
+        dict with ``return_dict``; callbacks do not run."""
+        tr, (xb, yb) = self._one_batch(x, y, sample_weight, "train_on_batch")
+        names = ["loss", *tr.metrics]
+        step = self._training_step(tr, [tr.loss, *tr.metrics.values()])
+        values = step(xb, yb)
+        step.finish_epoch()
+        return _batch_logs(names, values, return_dict)
+
+    def test_on_batch(self, x: Any, y: Any = None, sample_weight: Any = None,
+                      return_dict: bool = False) -> Any:
+        """``evaluate`` on one batch ``(x, y)``, returned as ``train_on_batch``'s."""
+        tr, (xb, yb) = self._one_batch(x, y, sample_weight, "test_on_batch")
+        names = ["loss", *tr.eval_metrics]
+        values = self.session.run([tr.eval_loss, *tr.eval_metrics.values()],
+                                  self._feed_dict(xb, yb, tr))
+        return _batch_logs(names, values, return_dict)
+
+    def predict_on_batch(self, x: Any) -> Any:
+        """``predict`` on one batch."""
+        return self.predict(x, batch_size=max(1, num_examples(self._prepare_x(x))))
+
+    def _one_batch(self, x: Any, y: Any, sample_weight: Any, what: str
+                   ) -> tuple[_Training, tuple[Any, Any]]:
+        """The training graphs for ``sample_weight`` and the prepared batch ``(x, y)``."""
+        from tfc.data.dataset import Dataset
+        if isinstance(x, Dataset):
+            raise TfcError(f"{what} takes x and y arrays of one batch, not a Dataset",
+                           user_location())
+        n = num_examples(self._prepare_x(x))
+        if n == 0:
+            raise FeedError(f"{what}: the batch has no examples")
+        _, batches = self._array_epochs(x, y, n, False, 0, what, sample_weight)
+        tr = self._require_training(weighted=sample_weight is not None)
+        return tr, next(iter(batches()))
 
     def predict(self, x: Any, batch_size: int = 256) -> Any:
         """The inference outputs for ``x``, computed in batches: one array, or a list or
@@ -944,6 +1103,28 @@ class Model:
         if tensors is None or len(tensors) != 1:
             raise TfcError(f"model '{self.name}' has {len(tensors or [])} {what}, not one")
         return tensors[0]
+
+
+def compiled_loss(loss: Loss, y: Tensor, pred: Tensor, sample_weight: Tensor | None,
+                  model: str) -> Tensor:
+    """One output's loss in a compiled model, as Keras 3's ``CompileLoss`` calls the loss
+    object: its per-example values weighted by ``sample_weight`` (None: unweighted) and
+    reduced by its ``reduction``. A loss that does not reduce (``None`` / ``"none"``) is
+    refused: fit and evaluate need one number per batch (Keras goes on with a vector)."""
+    if loss.reduction in (None, "none"):
+        raise TfcError(f"model '{model}': the loss '{loss.name}' has reduction="
+                       f"{loss.reduction!r}, one value per example; compile needs a loss "
+                       f"that reduces ('sum_over_batch_size', 'sum', "
+                       f"'mean_with_sample_weight')", user_location())
+    return loss.reduce(loss.values(y, pred), sample_weight)
+
+
+def _batch_logs(names: list[str], values: Sequence[Any], as_dict: bool) -> Any:
+    """``train_on_batch``'s result (Keras 3's): a dict, the one value, or the list."""
+    logs = _floats(names, np.asarray(values, dtype=np.float64))
+    if as_dict:
+        return logs
+    return logs["loss"] if len(logs) == 1 else list(logs.values())
 
 
 def labels_array(y: Any, t: TensorType, what: str) -> np.ndarray:

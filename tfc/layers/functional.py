@@ -87,6 +87,74 @@ def _producers(graph: Graph, outputs: Sequence[Tensor], stop: set[ir.Value]
     return [item for _, item in sorted(items.values(), key=lambda kv: kv[0])], reached
 
 
+def _keras_order(graph: Graph, plan: Sequence[Node | ir.Op], outputs: Sequence[Tensor],
+                 stop: set[ir.Value]) -> tuple[list[Node | ir.Op], list[Any]]:
+    """The plan in the order Keras 3's Functional runs its nodes, and the layers in the
+    order of its ``layers`` (so ``get_weights`` lists the weights as Keras's does), from
+    Keras's ``map_graph``: a depth-first walk from the outputs (each node after the
+    nodes it takes inputs from; each operation numbered when first reached), the depth
+    of a node the longest path from it to an output (every node of a shared layer at the
+    layer's greatest depth), then the nodes by decreasing depth, within a depth in the
+    order the walk gave them a depth, and the layers by decreasing depth, within a depth
+    by their number. (Build order differs for branches: a layer shared by two branches
+    updates its state in Keras's order, and a tower built last may come first.)"""
+    in_plan = {id(item) for item in plan}
+    index = {id(op): i for i, op in enumerate(graph.ir.ops)}
+
+    def source(v: ir.Value, ref: Ref | None) -> Node | ir.Op | None:
+        item = ref[0] if ref is not None else None if v in stop or v.op is None else v.op
+        return item if item is not None and id(item) in in_plan else None
+
+    def parents(item: Node | ir.Op) -> list[Node | ir.Op]:
+        if isinstance(item, Node):
+            pairs = [(t.value, p) for t, p in zip(item.inputs, item.producers)]
+        else:
+            at = index.get(id(item), len(index))
+            pairs = [(u, producer(u, graph, at)) for u in item.inputs]
+        return [src for v, p in pairs if (src := source(v, p)) is not None]
+
+    def operation(item: Node | ir.Op) -> int:
+        return id(item.layer) if isinstance(item, Node) else id(item)
+
+    numbers: dict[int, int] = {}  # operation -> when first reached
+    finished: set[int] = set()
+    walked: list[Node | ir.Op] = []  # each node after its parents (Keras's build_map)
+    for t in outputs:
+        root = source(t.value, producer(t, graph))
+        if root is None or id(root) in finished:
+            continue
+        numbers.setdefault(operation(root), len(numbers))
+        stack = [(root, iter(parents(root)))]
+        busy = {id(root)}
+        while stack:
+            item, todo = stack[-1]
+            for p in todo:
+                if id(p) not in finished and id(p) not in busy:
+                    numbers.setdefault(operation(p), len(numbers))
+                    busy.add(id(p))
+                    stack.append((p, iter(parents(p))))
+                    break
+            else:
+                stack.pop()
+                busy.discard(id(item))
+                finished.add(id(item))
+                walked.append(item)
+    by_id = {id(item): item for item in walked}
+    depth: dict[int, int] = {}
+    op_depth: dict[int, int] = {}
+    for item in reversed(walked):
+        d = max(depth.setdefault(id(item), 0), op_depth.get(operation(item), 0))
+        op_depth[operation(item)] = depth[id(item)] = d
+        for p in parents(item):
+            depth[id(p)] = max(d + 1, depth.get(id(p), 0))
+    entered = {i: n for n, i in enumerate(depth)}  # the order the walk gave each a depth
+    ordered = sorted(entered, key=lambda i: (-depth[i], entered[i]))
+    layer_of = {id(item.layer): item.layer for item in walked if isinstance(item, Node)}
+    keys = sorted((k for k in op_depth if k in layer_of),
+                  key=lambda k: (-op_depth[k], numbers[k]))
+    return [by_id[i] for i in ordered], [layer_of[k] for k in keys]
+
+
 def _replay(graph: Graph, plan: Sequence[Node | ir.Op], inputs: Sequence[Tensor],
             new_inputs: Sequence[Tensor], outputs: Sequence[Tensor], training: bool
             ) -> list[Tensor]:
@@ -173,8 +241,7 @@ class Functional(Model):
                 raise TfcError(f"model '{self.name}': input '{name}' is not used by any "
                                f"output (a dangling Input)", loc)
         self.output_names = out_keys or _unique([_output_name(t) for t in outs])
-        self._plan = plan
-        self.layers = _distinct_layers(item.layer for item in plan if isinstance(item, Node))
+        self._plan, self.layers = _keras_order(graph, plan, outs, stop)
         self.graph = graph
         self.inputs, self.outputs = list(ins), list(outs)
         self.output_type = outs[0].type

@@ -10,11 +10,12 @@ fused ops instead of ``log(softmax(...))``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from tfc.api import nn, ops
-from tfc.api.graph import Tensor
-from tfc.errors import TfcError
+from tfc.api.graph import Tensor, user_location
+from tfc.api.tensor import convert_to_tensor
+from tfc.errors import TfcError, TypeMismatch
 from tfc.ir.types import DType
 
 EPSILON = 1e-7  # Keras's backend epsilon: probabilities are clipped to [eps, 1 - eps]
@@ -82,20 +83,72 @@ def mean_absolute_error(y_true: Tensor, y_pred: Tensor) -> Tensor:
     return ops.reduce_mean(ops.abs(y_pred - y_true), axis=-1)
 
 
+REDUCTIONS = ("sum_over_batch_size", "mean", "sum", "mean_with_sample_weight", "none", None)
+
+
 @dataclass(frozen=True)
 class Loss:
-    """A loss function by name, with ``from_logits`` for the cross-entropies."""
+    """A loss function by name, with ``from_logits`` for the cross-entropies and Keras 3's
+    ``reduction``: ``"sum_over_batch_size"`` (or ``"mean"``: the sum of the (weighted)
+    per-example losses over their count), ``"sum"``, ``"mean_with_sample_weight"`` (over
+    the sum of the sample weights) or ``None`` / ``"none"`` (the per-example losses).
+    Called as Keras's: ``loss(y_true, y_pred, sample_weight=None)`` -> the reduced loss;
+    ``values`` gives the per-example losses."""
 
     name: str
     fn: Callable[..., Tensor]
     from_logits: bool | None = None  # None: the loss has no such option
     sparse_labels: bool = False  # labels are class ids (one fewer axis than y_pred)
+    reduction: str | None = "sum_over_batch_size"
 
-    def __call__(self, y_true: Tensor, y_pred: Tensor) -> Tensor:
+    def __post_init__(self) -> None:
+        if self.reduction not in REDUCTIONS:
+            raise TfcError(f"loss '{self.name}': unknown reduction {self.reduction!r} "
+                           f"(known: {', '.join(map(str, REDUCTIONS))})")
+
+    def values(self, y_true: Tensor, y_pred: Tensor) -> Tensor:
         """The per-example losses."""
         if self.from_logits is None:
             return self.fn(y_true, y_pred)
         return self.fn(y_true, y_pred, from_logits=self.from_logits)
+
+    def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Tensor:
+        """The loss of a batch, reduced by ``reduction`` (Keras 3's ``Loss.__call__``)."""
+        y_pred = convert_to_tensor(y_pred)
+        return self.reduce(self.values(convert_to_tensor(y_true), y_pred), sample_weight)
+
+    def reduce(self, values: Tensor, sample_weight: Any = None) -> Tensor:
+        """Keras 3's ``reduce_weighted_values``: ``values * sample_weight`` (weights cast to
+        the values' dtype; a weight of shape ``[N]`` and values ``[N, 1]``, or the other way
+        round, are matched by their last axis), then summed and divided by the number of
+        values (``sum_over_batch_size``) or by the sum of the weights
+        (``mean_with_sample_weight``), or left per example (``none``)."""
+        if sample_weight is not None:
+            w = ops.cast(convert_to_tensor(sample_weight), values.dtype)
+            vr, wr = values.type.rank, w.type.rank
+            if vr == wr + 1 and values.type.shape[-1] == 1:
+                w = ops.expand_dims(w, -1)
+            elif wr == vr + 1 and w.type.shape[-1] == 1:
+                w = ops.squeeze(w, [-1])
+            elif vr != wr and wr != 0:
+                raise TypeMismatch(f"loss '{self.name}': sample weights {w.type} do not "
+                                   f"match its per-example losses {values.type}",
+                                   user_location())
+            values = values * w
+        if self.reduction in (None, "none") or values.type.rank == 0:
+            return values
+        if sample_weight is None and self.reduction != "sum":
+            return ops.reduce_mean(values)  # (the sum over the count, as one op)
+        total = ops.reduce_sum(values)
+        if self.reduction == "sum":
+            return total
+        if self.reduction == "mean_with_sample_weight" and sample_weight is not None:
+            divisor = ops.reduce_sum(w)
+        else:
+            divisor = ops.cast(ops.size(values), values.dtype)
+        zero = ops.equal(divisor, 0.0)  # Keras's divide_no_nan: 0 over no weight
+        return ops.where(zero, ops.zeros_like(total),
+                         total / ops.where(zero, ops.ones_like(divisor), divisor))
 
 
 _LOSSES = {
@@ -109,30 +162,42 @@ _ALIASES = {"mse": "mean_squared_error", "mae": "mean_absolute_error"}
 
 
 def get_loss(spec: str | Loss | Callable[[Tensor, Tensor], Tensor],
-             from_logits: bool = False) -> Loss:
+             from_logits: bool = False, reduction: str | None = "sum_over_batch_size"
+             ) -> Loss:
     """A ``Loss`` by Keras name (``"sparse_categorical_crossentropy"``, ``"mse"`` ...), a
     ``Loss``, or a function ``(y_true, y_pred) -> per-example losses``."""
     if isinstance(spec, Loss):
         return spec
     if callable(spec):
-        return Loss(getattr(spec, "__name__", "loss"), spec)
+        return Loss(getattr(spec, "__name__", "loss"), spec, reduction=reduction)
     name = _ALIASES.get(spec, spec)
     if name not in _LOSSES:
         raise TfcError(f"unknown loss '{spec}' (known: {', '.join([*_LOSSES, *_ALIASES])})")
     fn, logits_opt, sparse = _LOSSES[name]
-    return Loss(name, fn, None if logits_opt is None else from_logits, sparse)
+    return Loss(name, fn, None if logits_opt is None else from_logits, sparse, reduction)
 
 
-def SparseCategoricalCrossentropy(from_logits: bool = False) -> Loss:  # noqa: N802 (Keras)
-    return get_loss("sparse_categorical_crossentropy", from_logits)
+def SparseCategoricalCrossentropy(from_logits: bool = False,  # noqa: N802 (Keras)
+                                  reduction: str | None = "sum_over_batch_size") -> Loss:
+    return get_loss("sparse_categorical_crossentropy", from_logits, reduction)
 
 
-def CategoricalCrossentropy(from_logits: bool = False) -> Loss:  # noqa: N802
-    return get_loss("categorical_crossentropy", from_logits)
+def CategoricalCrossentropy(from_logits: bool = False,  # noqa: N802
+                            reduction: str | None = "sum_over_batch_size") -> Loss:
+    return get_loss("categorical_crossentropy", from_logits, reduction)
 
 
-def BinaryCrossentropy(from_logits: bool = False) -> Loss:  # noqa: N802
-    return get_loss("binary_crossentropy", from_logits)
+def BinaryCrossentropy(from_logits: bool = False,  # noqa: N802
+                       reduction: str | None = "sum_over_batch_size") -> Loss:
+    return get_loss("binary_crossentropy", from_logits, reduction)
+
+
+def MeanSquaredError(reduction: str | None = "sum_over_batch_size") -> Loss:  # noqa: N802
+    return get_loss("mean_squared_error", reduction=reduction)
+
+
+def MeanAbsoluteError(reduction: str | None = "sum_over_batch_size") -> Loss:  # noqa: N802
+    return get_loss("mean_absolute_error", reduction=reduction)
 
 
 # ---- metrics --------------------------------------------------------------------------

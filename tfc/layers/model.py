@@ -22,9 +22,11 @@ from tfc.api.tensor import TensorLike, convert_to_tensor
 from tfc.errors import FeedError, TfcError
 from tfc.ir.types import DType
 from tfc.layers.base import Layer
-from tfc.layers.engine import History, Model, _Training, get_optimizer, labels_array
+from tfc.layers.engine import (History, Model, _Training, compiled_loss, get_optimizer,
+                               labels_array)
 from tfc.layers.losses import Loss, get_metric
-from tfc.layers.nodes import collecting_updates, default_training, outermost_call, record_call
+from tfc.layers.nodes import (collecting_losses, collecting_updates, default_training,
+                              outermost_call, record_call)
 
 
 class Sequential(Model):
@@ -138,8 +140,10 @@ class Sequential(Model):
             self.inputs = self.graph.placeholder(dt, [None, *shape], "x")
             self.outputs = self(self.inputs, training=False)
 
-    def _build_training(self) -> _Training:
-        """The label placeholder ``y``, the loss and metrics and the optimizer's step."""
+    def _build_training(self, weighted: bool = False) -> _Training:
+        """The label placeholder ``y``, the loss and metrics and the optimizer's step
+        (``weighted``: the loss takes per-example weights, a placeholder
+        ``sample_weight``)."""
         assert self.graph is not None and self.outputs is not None and self.inputs is not None
         loss, out = self.loss, self.outputs
         if not isinstance(loss, Loss) or self._loss_weights is not None:
@@ -149,14 +153,15 @@ class Sequential(Model):
             y = self.graph.placeholder(DType.i32, [None, *out.type.shape[1:-1]], "y")
         else:
             y = self.graph.placeholder(out.dtype, [None, *out.type.shape[1:]], "y")
-        train_out, updates = out, []
+        sw = self._sample_weight_placeholder() if weighted else None
+        train_out, updates, added = out, [], []
         if self.uses_training:
-            with collecting_updates() as updates:
+            with collecting_updates() as updates, collecting_losses() as added:
                 train_out = self(self.inputs, training=True)
         metric_fns = [get_metric(m, loss, out) for m in self._metric_specs]
 
         def losses_and_metrics(pred: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-            return (ops.reduce_mean(loss(y, pred)),
+            return (compiled_loss(loss, y, pred, sw, self.name),
                     {name: fn(y, pred) for name, fn in metric_fns})
 
         train_loss, train_metrics = losses_and_metrics(train_out)
@@ -164,8 +169,11 @@ class Sequential(Model):
             eval_loss, eval_metrics = train_loss, train_metrics
         else:
             eval_loss, eval_metrics = losses_and_metrics(out)
+        train_loss, eval_loss = self._with_added_losses(train_loss, eval_loss, added,
+                                                        train_out is out)
         train_op = self._minimize(train_loss, updates)
-        return _Training(y, train_loss, train_metrics, train_op, eval_loss, eval_metrics)
+        return _Training(y, train_loss, train_metrics, train_op, eval_loss, eval_metrics,
+                         sample_weight=sw)
 
     # ---- the engine's hooks: one input tensor, one output tensor -------------------------------
 

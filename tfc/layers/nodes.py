@@ -155,6 +155,16 @@ def training_scope(training: bool) -> Iterator[None]:
 
 # ---- state updates (a BatchNormalization's moving statistics) -----------------------------
 
+class Updates(list):
+    """The updates one ``collecting_updates`` collected, and per variable the value its
+    latest update assigns (``pending``): a later update of the same variable in the same
+    training graph starts from it and replaces the earlier one (one assign per step)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: dict[str, tuple[Any, Any]] = {}  # var name -> (op, value)
+
+
 @contextlib.contextmanager
 def collecting_updates() -> Iterator[list[Any]]:
     """Around the building of a model's training graph: yields the list that the state
@@ -163,6 +173,49 @@ def collecting_updates() -> Iterator[list[Any]]:
     train op runs them with the optimizer's step (Keras's ``fit`` applies them each
     step; TF1's ``UPDATE_OPS`` under ``control_dependencies``)."""
     stack: list[list[Any]] = _state.__dict__.setdefault("updates", [])
+    found = Updates()
+    stack.append(found)
+    try:
+        yield found
+    finally:
+        stack.pop()
+
+
+def add_update(op: Any, var: Any = None, value: Any = None) -> list[Any]:
+    """Hand ``op`` to every enclosing ``collecting_updates`` (none: it runs only when
+    fetched, as a Keras layer's update outside ``fit``). With ``var`` (the variable
+    ``op`` assigns ``value``), an earlier update of ``var`` collected there is replaced
+    (``pending_value``); returns the ops replaced."""
+    replaced = []
+    for found in getattr(_state, "updates", ()):
+        if var is not None:
+            earlier = found.pending.get(var.name)
+            if earlier is not None:
+                found[:] = [u for u in found if u is not earlier[0]]
+                replaced.append(earlier[0])
+            found.pending[var.name] = (op, value)
+        found.append(op)
+    return replaced
+
+
+def pending_value(var: Any) -> Any:
+    """The value the innermost ``collecting_updates``' latest update of ``var`` assigns
+    (None: none): what a second update in the same step starts from, as Keras's second
+    call reads the variable its first call assigned."""
+    stack = getattr(_state, "updates", ())
+    entry = stack[-1].pending.get(var.name) if stack else None
+    return None if entry is None else entry[1]
+
+
+# ---- added losses (activity regularizers) ----------------------------------------------------
+
+@contextlib.contextmanager
+def collecting_losses() -> Iterator[list[Any]]:
+    """Around the building of a model's training graph: yields the list that the losses
+    the layers called inside add (``Layer.add_loss``: activity penalties) are appended
+    to, so that the training loss sums those of its own trace (Keras 3's ``losses`` of
+    the training call)."""
+    stack: list[list[Any]] = _state.__dict__.setdefault("losses", [])
     found: list[Any] = []
     stack.append(found)
     try:
@@ -171,8 +224,7 @@ def collecting_updates() -> Iterator[list[Any]]:
         stack.pop()
 
 
-def add_update(op: Any) -> None:
-    """Hand ``op`` to every enclosing ``collecting_updates`` (none: it runs only when
-    fetched, as a Keras layer's update outside ``fit``)."""
-    for found in getattr(_state, "updates", ()):
-        found.append(op)
+def add_loss(loss: Any) -> None:
+    """Hand ``loss`` to every enclosing ``collecting_losses``."""
+    for found in getattr(_state, "losses", ()):
+        found.append(loss)

@@ -59,10 +59,13 @@ class BatchNormalization(Layer):
     (with ``scale``), ``beta`` (with ``center``), ``moving_mean``, ``moving_variance``, the
     last two non-trainable (counted in ``count_params``, saved by ``get_weights``).
 
-    Not here: Keras's regularizers, constraints, ``renorm`` and ``synchronized``; one
-    layer called twice in a training graph (its variables would be assigned twice in one
-    step: the session refuses) or trained under a data-parallel strategy (the replicate
-    pass refuses: each replica's batch statistics differ).
+    Called twice in one training graph (a layer shared by two branches), its second call's
+    updates start from the values the first's assign, and the step assigns the result (one
+    assign per variable), as Keras's ``fit`` applies the two updates one after the other.
+
+    Not here: Keras's regularizers, constraints, ``renorm`` and ``synchronized``; training
+    under a data-parallel strategy (the replicate pass refuses: each replica's batch
+    statistics differ).
     """
 
     uses_training = True
@@ -109,9 +112,8 @@ class BatchNormalization(Layer):
         if training and self.trainable:
             mean, variance = nn.moments(x, reduce)
             m = self.momentum
-            self.add_update(self.moving_mean.assign(self.moving_mean * m + mean * (1.0 - m)))
-            self.add_update(self.moving_variance.assign(
-                self.moving_variance * m + variance * (1.0 - m)))
+            self.update_state(self.moving_mean, lambda v: v * m + mean * (1.0 - m))
+            self.update_state(self.moving_variance, lambda v: v * m + variance * (1.0 - m))
         else:
             mean, variance = self.moving_mean, self.moving_variance
         gamma, beta = self.gamma, self.beta
