@@ -1004,18 +1004,73 @@ def _sort_before(b: ir.IRBuilder, dt: DType, a: ir.Value, c: ir.Value) -> tuple[
     return lt, eq
 
 
+# What one selection pass over a row costs in merge passes (``sort_selects``). Measured
+# on f32 rows, one thread (top_k of k = 1..32, each path forced): equal at n = 1e3 and
+# 1e4 (~7 ns an element either way), 1.0-1.6 at 1e5, ~1.8 at 1e6 (12 ms a selection pass,
+# 6.9 ms a merge pass). The crossing k was ~10-16 everywhere; 1.5 keeps the wrong path
+# within 1.5x of the right one from 1e3 to 1e6.
+SELECT_PASS_COST = 1.5
+
+
+def _min(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def sort_passes(n: int) -> int:
+    """Merge passes of a row of ``n``: widths 1, 2, 4 ... below ``n`` (ceil(log2 n))."""
+    return (max(n, 1) - 1).bit_length()
+
+
+def sort_selects(k: int, n: int) -> bool:
+    """Whether ``sort`` keeping the first ``k`` (-1: all) of a row of ``n`` takes ``k``
+    selection passes (``k * n`` comparisons, no scratch) rather than the merge sort
+    (``n * ceil(log2 n)`` merge steps, then the first ``k``): only while ``k`` passes
+    cost no more than the merge passes."""
+    return k != -1 and k * SELECT_PASS_COST <= sort_passes(n)
+
+
+def sort_scratch_bytes(x: Value, axis: int, k: int) -> Callable[[Binding], int]:
+    """The merge sort's scratch per binding: per row, two buffers of indices (i32) and two
+    of values (``x``'s dtype), each as long as the row; none where selection runs."""
+    per = 2 * (4 + x.dtype.itemsize)
+
+    def nbytes(binding: Binding) -> int:
+        n = binding.shape(x)[axis]
+        return 0 if sort_selects(k, n) else per * binding.size(x)
+
+    return nbytes
+
+
 def lower_sort(graph_compiler, op: Op) -> None:
-    """``sort``, stable, with no scratch. The whole axis (``k`` -1): each element's place
-    is the number of elements of its row that come before it (smaller, or larger when
-    ``descending``; equal ones at lower indices), quadratic in the axis length (a merge
-    sort would be n log n). The first ``k`` (``top_k``): ``k`` selection passes, each
-    taking the first element in that order that comes after the one the pass before took,
-    so ``k * n`` comparisons per row."""
+    """``sort``, stable, per row (every axis of ``x`` but ``axis``, split across threads):
+
+    - merge sort: the row's values and indices copied into the row's slab of scratch, then
+      ``ceil(log2 n)`` bottom-up merge passes of runs of 1, 2, 4 ... between the slab's two
+      halves; a merge takes the right run's element only when it comes strictly before the
+      left one's (``_sort_before``; larger first when ``descending``), and every index of a
+      left run is below those of the right one, so equal elements keep index order either
+      way (NaN sorts last, or first descending, as numpy's). Then the first ``k`` (or all)
+      of the row are copied out. ``n log n``;
+    - the first ``k`` (``top_k``) while ``k`` is small (``sort_selects``): ``k`` selection
+      passes, each taking the first element in that order that comes after the one the
+      pass before took, so ``k * n`` comparisons and no scratch.
+
+    For a symbolic axis the choice is a param of the binding."""
     x = op.inputs[0]
     vals, idxs = op.results
-    kernel = graph_compiler.kernel(op.kind, [x, vals, idxs])
-    b = kernel.b
     axis = normalize_axis(op.kind, op.attrs["axis"], x.type.rank)
+    k_attr = op.attrs["k"]
+    n_static = x.type.shape[axis]
+    if isinstance(n_static, int):
+        paths = ["select" if sort_selects(k_attr, n_static) else "merge"]
+    else:
+        paths = ["merge"] if k_attr == -1 else ["select", "merge"]
+    scratch: list[Storage] = []
+    if "merge" in paths:
+        graph_compiler.comp.scratch.append(sort_scratch_bytes(x, axis, k_attr))
+        scratch = [Storage("scratch", 0)]
+    kernel = graph_compiler.kernel(op.kind, [x, vals, idxs], scratch)
+    b = kernel.b
     descending = op.attrs["descending"]
     xd, od = kernel.dims(x), kernel.dims(vals)
     xs = irutil.product(b, xd[axis + 1:])
@@ -1023,15 +1078,19 @@ def lower_sort(graph_compiler, op: Op) -> None:
     n, k = xd[axis], od[axis]
     dt = x.dtype
     ptr = kernel.ptr(x)
+    one = irutil.i64(1)
 
     def first(a: ir.Value, ia: ir.Value, c: ir.Value, ic: ir.Value) -> ir.Value:
         """Whether element (a at ia) comes before (c at ic) in the sorted order."""
         lt, eq = _sort_before(b, dt, c, a) if descending else _sort_before(b, dt, a, c)
         return b.or_(lt, b.and_(eq, b.icmp_signed("<", ia, ic)))
 
+    def bases(idx) -> tuple[ir.Value, ir.Value]:
+        full = list(idx[:axis]) + [ZERO] + list(idx[axis:])
+        return _offset(b, full, xd), _offset(b, full, od)
+
     def select_row(idx, _c) -> None:
-        xbase = _offset(b, list(idx[:axis]) + [ZERO] + list(idx[axis:]), xd)
-        obase = _offset(b, list(idx[:axis]) + [ZERO] + list(idx[axis:]), od)
+        xbase, obase = bases(idx)
 
         def one_pass(r, acc):
             prev_v, prev_i, have_prev = acc
@@ -1055,29 +1114,80 @@ def lower_sort(graph_compiler, op: Op) -> None:
         irutil.loop(b, ZERO, k, one_pass, [irutil.const(dt, 0), ZERO,
                                             irutil.const(DType.bool, False)], name="r")
 
-    def row(idx, _c) -> None:
-        xbase = _offset(b, list(idx[:axis]) + [ZERO] + list(idx[axis:]), xd)
-        obase = _offset(b, list(idx[:axis]) + [ZERO] + list(idx[axis:]), od)
+    def merge_row(idx, _c) -> None:
+        xbase, obase = bases(idx)
+        sp = kernel.storage_ptr(scratch[0])
+        outer = [xd[a] for a in range(x.type.rank) if a != axis]
+        # the row's slab: indices at [2rn, 2rn + 2n) of the i32 part, values at the same
+        # elements of the value part (after 2 * size(x) i32s: aligned for every dtype)
+        slab = b.mul(irutil.linear(b, idx, outer) if outer else ZERO, b.add(n, n))
+        vbuf = b.gep(sp, [b.mul(kernel.size(x), irutil.i64(8))], inbounds=True,
+                     source_etype=irutil.I8)
 
-        def place(i, _a) -> None:
-            xi = irutil.load(b, ptr, dt, b.add(xbase, b.mul(i, xs)))
+        def fill(j, _c2) -> None:
+            at = b.add(slab, j)
+            irutil.store(b, vbuf, dt, at, irutil.load(b, ptr, dt, b.add(xbase, b.mul(j, xs))))
+            irutil.store(b, sp, DType.i32, at, b.trunc(j, irutil.I32))
 
-            def count(j, acc):
-                xj = irutil.load(b, ptr, dt, b.add(xbase, b.mul(j, xs)))
-                lt, eq = _sort_before(b, dt, xi, xj) if descending else \
-                    _sort_before(b, dt, xj, xi)
-                first = b.or_(lt, b.and_(eq, b.icmp_signed("<", j, i)))
-                return [b.add(acc[0], b.zext(first, irutil.I64))]
+        irutil.loop(b, ZERO, n, fill, name="j")
+        ctlz = b.ctlz(b.sub(n, one), ir.Constant(irutil.I1, 0))
+        passes = b.select(b.icmp_signed("<", n, irutil.i64(2)), ZERO,
+                          b.sub(irutil.i64(64), ctlz))
 
-            (pos,) = irutil.loop(b, ZERO, n, count, [ZERO], name="j")
-            with b.if_then(b.icmp_signed("<", pos, k)):
-                off = b.add(obase, b.mul(pos, os_))
-                irutil.store(b, kernel.ptr(vals), dt, off, xi)
-                irutil.store(b, kernel.ptr(idxs), DType.i32, off, b.trunc(i, irutil.I32))
+        def one_pass(p, acc):
+            src, dst = acc
+            width = b.shl(one, p)
+            span = b.shl(width, one)
+            runs = b.udiv(b.add(n, b.sub(span, one)), span)
 
-        irutil.loop(b, ZERO, n, place, name="i")
+            def merge(t, _c2) -> None:
+                lo = b.mul(t, span)
+                mid = _min(b, b.add(lo, width), n)
+                hi = _min(b, b.add(lo, span), n)
+                last = b.sub(hi, one)
 
-    irutil.loop_nest(b, _rows(kernel, x, axis), row if op.attrs["k"] == -1 else select_row)
+                def step(o, c):
+                    i, j = c
+                    has_i, has_j = b.icmp_signed("<", i, mid), b.icmp_signed("<", j, hi)
+                    ai = b.add(src, _min(b, i, last))
+                    aj = b.add(src, _min(b, j, last))
+                    vi, vj = irutil.load(b, vbuf, dt, ai), irutil.load(b, vbuf, dt, aj)
+                    lt, _ = _sort_before(b, dt, vi, vj) if descending else \
+                        _sort_before(b, dt, vj, vi)
+                    right = b.and_(has_j, b.or_(b.not_(has_i), lt))
+                    at = b.add(dst, o)
+                    irutil.store(b, vbuf, dt, at, b.select(right, vj, vi))
+                    ii, ij = irutil.load(b, sp, DType.i32, ai), irutil.load(b, sp, DType.i32, aj)
+                    irutil.store(b, sp, DType.i32, at, b.select(right, ij, ii))
+                    step_i = b.zext(b.not_(right), irutil.I64)
+                    return [b.add(i, step_i), b.add(j, b.zext(right, irutil.I64))]
+
+                irutil.loop(b, lo, hi, step, [lo, mid], name="m")
+
+            irutil.loop(b, ZERO, runs, merge, name="run")
+            return [dst, src]
+
+        src, _ = irutil.loop(b, ZERO, passes, one_pass, [slab, b.add(slab, n)], name="pass")
+
+        def out(o, _c2) -> None:
+            at, off = b.add(src, o), b.add(obase, b.mul(o, os_))
+            irutil.store(b, kernel.ptr(vals), dt, off, irutil.load(b, vbuf, dt, at))
+            irutil.store(b, kernel.ptr(idxs), DType.i32, off, irutil.load(b, sp, DType.i32, at))
+
+        irutil.loop(b, ZERO, k, out, name="o")
+
+    rows = _rows(kernel, x, axis)
+    if len(paths) == 1:
+        irutil.loop_nest(b, rows, select_row if paths == ["select"] else merge_row)
+    else:
+        key, fn = dim_key(x, axis)
+        selects = kernel.param(("sort_selects", k_attr, key),
+                               lambda binding, fn=fn: int(sort_selects(k_attr, fn(binding))))
+        with b.if_else(b.icmp_signed("!=", selects, ZERO)) as (then, other):
+            with then:
+                irutil.loop_nest(b, rows, select_row)
+            with other:
+                irutil.loop_nest(b, rows, merge_row)
     kernel.finish()
 
 
