@@ -173,14 +173,21 @@ def _int_unary(kind: str, x: ir.Value, b: ir.IRBuilder) -> ir.Value:
     raise NotImplementedError(f"{kind} on integers")
 
 
+def _safe_divisor(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(y == 0, the divisor to divide by): 1 where y is 0 or where x / y overflows (MIN by
+    -1), so that sdiv and srem are defined everywhere (LLVM's are undefined there)."""
+    t = x.type
+    y_zero = b.icmp_signed("==", y, _c(t, 0))
+    overflow = b.and_(b.icmp_signed("==", x, _c(t, -(1 << (t.width - 1)))),
+                      b.icmp_signed("==", y, _c(t, -1)))
+    return y_zero, b.select(b.or_(y_zero, overflow), _c(t, 1), y)
+
+
 def _floor_div(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """Python's x // y without undefined behaviour: y == 0 gives 0, MIN // -1 wraps."""
     t = x.type
-    zero, one, minus1 = _c(t, 0), _c(t, 1), _c(t, -1)
-    int_min = _c(t, -(1 << (t.width - 1)))
-    y_zero = b.icmp_signed("==", y, zero)
-    overflow = b.and_(b.icmp_signed("==", x, int_min), b.icmp_signed("==", y, minus1))
-    ys = b.select(b.or_(y_zero, overflow), one, y)
+    zero = _c(t, 0)
+    y_zero, ys = _safe_divisor(b, x, y)
     q = b.sdiv(x, ys)
     r = b.srem(x, ys)
     # round toward -inf: a nonzero remainder whose sign differs from the divisor's
@@ -371,12 +378,8 @@ def _simple_unary(kind: str) -> Emitter:
 def _int_floor_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """Python's x % y (the divisor's sign) without undefined behaviour: y == 0 gives 0 (the
     kernel generator reports it first), MIN % -1 is 0."""
-    t = x.type
-    zero, one, minus1 = _c(t, 0), _c(t, 1), _c(t, -1)
-    int_min = _c(t, -(1 << (t.width - 1)))
-    y_zero = b.icmp_signed("==", y, zero)
-    overflow = b.and_(b.icmp_signed("==", x, int_min), b.icmp_signed("==", y, minus1))
-    ys = b.select(b.or_(y_zero, overflow), one, y)
+    zero = _c(x.type, 0)
+    _, ys = _safe_divisor(b, x, y)
     r = b.srem(x, ys)
     adjust = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(r, ys), zero))
     return b.select(adjust, b.add(r, ys), r)
@@ -385,14 +388,9 @@ def _int_floor_mod(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
 def _int_trunc(kind: str, b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """C's x / y or x % y without undefined behaviour: y == 0 gives 0 (the kernel
     generator reports it first), MIN / -1 wraps to MIN and MIN % -1 is 0."""
-    t = x.type
-    zero, one = _c(t, 0), _c(t, 1)
-    y_zero = b.icmp_signed("==", y, zero)
-    overflow = b.and_(b.icmp_signed("==", x, _c(t, -(1 << (t.width - 1)))),
-                      b.icmp_signed("==", y, _c(t, -1)))
-    ys = b.select(b.or_(y_zero, overflow), one, y)
+    y_zero, ys = _safe_divisor(b, x, y)
     out = b.sdiv(x, ys) if kind == "truncatediv" else b.srem(x, ys)
-    return b.select(y_zero, zero, out)
+    return b.select(y_zero, _c(x.type, 0), out)
 
 
 def _simple_binary(kind: str) -> Emitter:
