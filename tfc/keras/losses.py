@@ -3,3 +3,4 @@
 from tfc.layers.losses import (BinaryCrossentropy, CategoricalCrossentropy, Loss,  # noqa: F401
                                MeanAbsoluteError, MeanSquaredError,
                                SparseCategoricalCrossentropy)
+from tfc.layers.losses import CosineSimilarity, Huber, KLDivergence  # noqa: F401

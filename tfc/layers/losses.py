@@ -9,6 +9,7 @@ fused ops instead of ``log(softmax(...))``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -81,6 +82,39 @@ def mean_squared_error(y_true: Tensor, y_pred: Tensor) -> Tensor:
 
 def mean_absolute_error(y_true: Tensor, y_pred: Tensor) -> Tensor:
     return ops.reduce_mean(ops.abs(y_pred - y_true), axis=-1)
+
+
+def huber(y_true: Tensor, y_pred: Tensor, delta: float = 1.0) -> Tensor:
+    """Mean over the last axis of ``0.5 e^2`` where ``|e| <= delta``, else ``delta |e| -
+    0.5 delta^2`` (``e = y_pred - y_true``; Keras's ``huber``)."""
+    error = y_pred - y_true
+    abs_error = ops.abs(error)
+    quadratic = 0.5 * ops.square(error)
+    linear = delta * abs_error - 0.5 * delta * delta
+    return ops.reduce_mean(ops.where(ops.less_equal(abs_error, delta), quadratic, linear),
+                           axis=-1)
+
+
+def kl_divergence(y_true: Tensor, y_pred: Tensor) -> Tensor:
+    """``sum(t * log(t / p))`` over the last axis, both clipped to ``[eps, 1]`` (Keras's
+    ``kl_divergence``)."""
+    t = ops.minimum(ops.maximum(y_true, EPSILON), 1.0)
+    p = ops.minimum(ops.maximum(y_pred, EPSILON), 1.0)
+    return ops.reduce_sum(t * ops.log(t / p), axis=-1)
+
+
+def _l2_normalize(x: Tensor, axis: int) -> Tensor:
+    """Keras 3's ``normalize``: ``x * min(rsqrt(sum(x^2)), 1 / eps)`` (a zero vector stays
+    zero)."""
+    inv = ops.rsqrt(ops.reduce_sum(ops.square(x), axis=axis, keepdims=True))
+    return x * ops.minimum(inv, 1.0 / EPSILON)
+
+
+def cosine_similarity(y_true: Tensor, y_pred: Tensor, axis: int = -1) -> Tensor:
+    """``-sum(normalize(y_true) * normalize(y_pred))`` along ``axis`` (Keras's loss: -1 for
+    vectors pointing the same way, 0 for orthogonal or zero vectors)."""
+    return -ops.reduce_sum(_l2_normalize(y_true, axis) * _l2_normalize(y_pred, axis),
+                           axis=axis)
 
 
 REDUCTIONS = ("sum_over_batch_size", "mean", "sum", "mean_with_sample_weight", "none", None)
@@ -157,8 +191,12 @@ _LOSSES = {
     "binary_crossentropy": (binary_crossentropy, False, False),
     "mean_squared_error": (mean_squared_error, None, False),
     "mean_absolute_error": (mean_absolute_error, None, False),
+    "huber": (huber, None, False),
+    "kl_divergence": (kl_divergence, None, False),
+    "cosine_similarity": (cosine_similarity, None, False),
 }
-_ALIASES = {"mse": "mean_squared_error", "mae": "mean_absolute_error"}
+_ALIASES = {"mse": "mean_squared_error", "mae": "mean_absolute_error",
+            "kld": "kl_divergence", "kullback_leibler_divergence": "kl_divergence"}
 
 
 def get_loss(spec: str | Loss | Callable[[Tensor, Tensor], Tensor],
@@ -198,6 +236,24 @@ def MeanSquaredError(reduction: str | None = "sum_over_batch_size") -> Loss:  # 
 
 def MeanAbsoluteError(reduction: str | None = "sum_over_batch_size") -> Loss:  # noqa: N802
     return get_loss("mean_absolute_error", reduction=reduction)
+
+
+def Huber(delta: float = 1.0,  # noqa: N802
+          reduction: str | None = "sum_over_batch_size") -> Loss:
+    """Keras's ``Huber``: quadratic within ``delta`` of the target, linear beyond."""
+    if not delta >= 0.0:
+        raise TfcError(f"Huber: delta must be >= 0, got {delta}")
+    return Loss("huber", functools.partial(huber, delta=float(delta)), reduction=reduction)
+
+
+def KLDivergence(reduction: str | None = "sum_over_batch_size") -> Loss:  # noqa: N802
+    return get_loss("kl_divergence", reduction=reduction)
+
+
+def CosineSimilarity(axis: int = -1,  # noqa: N802
+                     reduction: str | None = "sum_over_batch_size") -> Loss:
+    return Loss("cosine_similarity", functools.partial(cosine_similarity, axis=int(axis)),
+                reduction=reduction)
 
 
 # ---- metrics --------------------------------------------------------------------------
