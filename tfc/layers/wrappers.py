@@ -14,9 +14,10 @@ from typing import Any
 from tfc.api import ops
 from tfc.api.array_ops import reverse
 from tfc.api.graph import Tensor
+from tfc.api.tensor import apply
 from tfc.errors import TypeMismatch
 from tfc.layers.base import Layer
-from tfc.layers.core import static_dim
+from tfc.layers.core import Dense, static_dim
 
 MERGE_MODES = ("concat", "sum", "ave", "mul", None)
 
@@ -86,9 +87,11 @@ class Bidirectional(Layer):
 
 
 class TimeDistributed(Layer):
-    """``layer`` applied to each step of ``[B, T, ...]`` (one set of weights for all steps):
-    the batch and time axes are merged (``[B * T, ...]``), ``layer`` called once, and the
-    result split back to ``[B, T, ...]``. ``T`` and the per-step dims must be static."""
+    """``layer`` applied to each step of ``[B, T, ...]`` (one set of weights for all steps).
+    A ``Dense`` (which maps the last axis, whatever the leading dims) is called on the
+    input as it is; any other layer on the batch and time axes merged (``[B * T, ...]``),
+    its result split back to ``[B, T, ...]`` with the input's batch dim (``T`` and the
+    per-step dims must be static)."""
 
     def __init__(self, layer: Layer, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -108,10 +111,18 @@ class TimeDistributed(Layer):
             raise TypeMismatch(f"TimeDistributed '{self.name}' takes [batch, time, ...] inputs"
                                f" (rank >= 3), got {x.type}")
         steps = static_dim(self, x.type, 1, "time dim")
+        if isinstance(self.layer, Dense):
+            return self.layer(x, training=training)
         inner = [static_dim(self, x.type, i, f"dim {i}") for i in range(2, x.type.rank)]
         y = self.layer(ops.reshape(x, [-1, *inner]), training=training)
         if not isinstance(y, Tensor):
             raise TypeMismatch(f"TimeDistributed '{self.name}': the wrapped layer must return "
                                f"one tensor, got {type(y).__name__}")
         out = [static_dim(self, y.type, i, f"output dim {i}") for i in range(1, y.type.rank)]
-        return ops.reshape(y, [-1, steps, *out])
+        # the shape [B, T, *out] with the input's batch dim (a reshape to -1 would lose it)
+        corner = x[(slice(None), slice(None), *([slice(0, 1)] * len(inner)))]
+        corner = ops.reshape(corner, [-1, steps] + [1] * len(out)) if len(inner) != len(
+            out) else corner
+        # (only its shape is read by reshape_like)
+        like = corner + ops.zeros([1, 1, *out], x.dtype)
+        return apply("reshape_like", y, like)
