@@ -502,7 +502,7 @@ def everyday_layer_cases(L: Callable[[Any], Any]) -> list[Case]:
         ha = L(K).Dense(5, activation="relu")(a)
         hb = L(K).Dense(5, activation="tanh")(b)
         hc = L(K).Dense(5)(c)
-        parts = [ha, hb] if merge == "Subtract" else [ha, hb, hc]
+        parts = [ha, L(K).Add()([hb, hc])] if merge == "Subtract" else [ha, hb, hc]
         return K.Model([a, b, c], L(K).Dense(3)(getattr(L(K), merge)()(parts)))
 
     def three(rng: np.random.Generator) -> tuple[Any, Any]:
