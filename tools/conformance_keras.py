@@ -573,6 +573,15 @@ def everyday_layer_cases(L: Callable[[Any], Any]) -> list[Case]:
              "softmax"),
             ("CosineSimilarity()", lambda K: K.losses.CosineSimilarity(),
              _xy((6,), regress=3), None),
+            ("BinaryFocalCrossentropy() sigmoid", lambda K: K.losses.BinaryFocalCrossentropy(),
+             _xy((6,), regress=3, binary=True), "sigmoid"),
+            ("BinaryFocalCrossentropy(balanced, gamma=1.5, smoothing, from_logits)",
+             lambda K: K.losses.BinaryFocalCrossentropy(
+                 apply_class_balancing=True, alpha=0.3, gamma=1.5, from_logits=True,
+                 label_smoothing=0.1), _xy((6,), regress=3, binary=True), None),
+            ("'binary_focal_crossentropy' clipped probabilities",
+             lambda K: "binary_focal_crossentropy", _xy((6,), regress=3, binary=True),
+             "hard_sigmoid"),
             ("CosineSimilarity(axis=1) 3-D", None, None, None)):
         if loss is None:
             out.append(Case(f"loss {name}", lambda K: _seq(K, (4, 3), [

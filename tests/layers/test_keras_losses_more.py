@@ -55,7 +55,24 @@ def value_and_gradient(loss, y, p):
     return value
 
 
+def focal_np(y, p, gamma=2.0, alpha=0.25, balance=False, smoothing=0.0):
+    y = y * (1 - smoothing) + 0.5 * smoothing
+    q = np.clip(p, 1e-7, 1 - 1e-7)
+    bce = -(y * np.log(q) + (1 - y) * np.log(1 - q))
+    p_t = y * p + (1 - y) * (1 - p)
+    out = (1 - p_t) ** gamma * bce
+    return (out * (y * alpha + (1 - y) * (1 - alpha)) if balance else out).mean(-1)
+
+
+LABELS = (RNG.uniform(size=(4, 3)) > 0.5).astype(np.float64)
+SIG = 1 / (1 + np.exp(-P))
+
+
 @pytest.mark.parametrize("make, y, p, expected", [
+    (lambda: tfc.keras.losses.BinaryFocalCrossentropy(), LABELS, SIG,
+     focal_np(LABELS, SIG).mean()),
+    (lambda: tfc.keras.losses.BinaryFocalCrossentropy(True, 0.3, 1.5, True, 0.1), LABELS, P,
+     focal_np(LABELS, SIG, 1.5, 0.3, True, 0.1).mean()),
     (lambda: tfc.keras.losses.Huber(), Y, P, huber_np(Y, P, 1.0).mean()),
     (lambda: tfc.keras.losses.Huber(delta=0.3, reduction="sum"), Y, P,
      huber_np(Y, P, 0.3).sum()),

@@ -3,4 +3,5 @@
 from tfc.layers.losses import (BinaryCrossentropy, CategoricalCrossentropy, Loss,  # noqa: F401
                                MeanAbsoluteError, MeanSquaredError,
                                SparseCategoricalCrossentropy)
-from tfc.layers.losses import CosineSimilarity, Huber, KLDivergence  # noqa: F401
+from tfc.layers.losses import (BinaryFocalCrossentropy, CosineSimilarity, Huber,  # noqa: F401
+                               KLDivergence)

@@ -117,6 +117,32 @@ def cosine_similarity(y_true: Tensor, y_pred: Tensor, axis: int = -1) -> Tensor:
                            axis=axis)
 
 
+def binary_focal_crossentropy(y_true: Tensor, y_pred: Tensor, from_logits: bool = False,
+                              gamma: float = 2.0, alpha: float = 0.25,
+                              apply_class_balancing: bool = False,
+                              label_smoothing: float = 0.0) -> Tensor:
+    """Keras's ``binary_focal_crossentropy`` (Lin et al. 2018): the mean over the last axis
+    of ``(1 - p_t) ** gamma * bce``, ``p_t = y p + (1 - y)(1 - p)``, times ``alpha`` for
+    class 1 and ``1 - alpha`` for class 0 with ``apply_class_balancing``; labels smoothed
+    towards 0.5 by ``label_smoothing``. ``bce`` is ``binary_crossentropy``'s per element
+    (from the logits behind a sigmoid, as Keras's)."""
+    t = ops.cast(y_true, y_pred.dtype) if y_true.dtype != y_pred.dtype else y_true
+    if label_smoothing:
+        t = t * (1.0 - label_smoothing) + 0.5 * label_smoothing
+    p = ops.sigmoid(y_pred) if from_logits else y_pred
+    logits = _logits_behind(p, "sigmoid")
+    if logits is not None:
+        bce = nn.sigmoid_cross_entropy_with_logits(labels=t, logits=logits)
+    else:
+        clipped = _clip(p)
+        bce = -(t * ops.log(clipped) + (1.0 - t) * ops.log(1.0 - clipped))
+    p_t = t * p + (1.0 - t) * (1.0 - p)
+    focal = ops.pow(1.0 - p_t, gamma) * bce
+    if apply_class_balancing:
+        focal = (t * alpha + (1.0 - t) * (1.0 - alpha)) * focal
+    return ops.reduce_mean(focal, axis=-1)
+
+
 REDUCTIONS = ("sum_over_batch_size", "mean", "sum", "mean_with_sample_weight", "none", None)
 
 
@@ -194,6 +220,7 @@ _LOSSES = {
     "huber": (huber, None, False),
     "kl_divergence": (kl_divergence, None, False),
     "cosine_similarity": (cosine_similarity, None, False),
+    "binary_focal_crossentropy": (binary_focal_crossentropy, False, False),
 }
 _ALIASES = {"mse": "mean_squared_error", "mae": "mean_absolute_error",
             "kld": "kl_divergence", "kullback_leibler_divergence": "kl_divergence"}
@@ -254,6 +281,21 @@ def CosineSimilarity(axis: int = -1,  # noqa: N802
                      reduction: str | None = "sum_over_batch_size") -> Loss:
     return Loss("cosine_similarity", functools.partial(cosine_similarity, axis=int(axis)),
                 reduction=reduction)
+
+
+def BinaryFocalCrossentropy(apply_class_balancing: bool = False,  # noqa: N802
+                            alpha: float = 0.25, gamma: float = 2.0,
+                            from_logits: bool = False, label_smoothing: float = 0.0,
+                            reduction: str | None = "sum_over_batch_size") -> Loss:
+    """Keras's ``BinaryFocalCrossentropy`` (``binary_focal_crossentropy``)."""
+    if not gamma >= 0.0 or not 0.0 <= alpha <= 1.0 or not 0.0 <= label_smoothing <= 1.0:
+        raise TfcError(f"BinaryFocalCrossentropy: gamma must be >= 0 and alpha and "
+                       f"label_smoothing in [0, 1], got gamma={gamma}, alpha={alpha}, "
+                       f"label_smoothing={label_smoothing}")
+    fn = functools.partial(binary_focal_crossentropy, gamma=float(gamma), alpha=float(alpha),
+                           apply_class_balancing=bool(apply_class_balancing),
+                           label_smoothing=float(label_smoothing))
+    return Loss("binary_focal_crossentropy", fn, from_logits, reduction=reduction)
 
 
 # ---- metrics --------------------------------------------------------------------------
