@@ -522,6 +522,9 @@ def everyday_layer_cases(L: Callable[[Any], Any]) -> list[Case]:
     out.append(Case("SimpleRNN relu no bias, return_state", lambda K: (lambda inp: K.Model(
         inp, L(K).SimpleRNN(4, activation="relu", use_bias=False, return_state=True)(inp)))(
             K.Input(shape=(6, 3))), _xy((6, 3), n=8)))
+    out.append(Case("SimpleRNN dropout=0.2 recurrent_dropout=0.3 (inference)", lambda K: _seq(
+        K, (6, 3), [L(K).SimpleRNN(4, dropout=0.2, recurrent_dropout=0.3,
+                                   return_sequences=True)]), _xy((6, 3), n=8)))
     for rnn in ("LSTM", "GRU"):
         out.append(Case(f"{rnn} go_backwards return_sequences + Dense", lambda K, c=rnn: _seq(
             K, (6, 3), [getattr(L(K), c)(4, return_sequences=True, go_backwards=True),

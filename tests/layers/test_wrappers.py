@@ -66,6 +66,29 @@ def test_simple_rnn_matches_numpy_and_finite_differences() -> None:
     gradcheck(K.Model(inp, head), rng, xs, (3, 2))
 
 
+def test_simple_rnn_dropout_masks_inputs_and_state_in_training() -> None:
+    """Keras's SimpleRNNCell: ``act((x * m_x) @ kernel + b + (h * m_h) @ recurrent)`` with
+    one mask per call; the inference call is the plain recurrence."""
+    rng = np.random.default_rng(5)
+    x = tfc.placeholder(tfc.float64, [None, 4, 3])
+    rnn = L.SimpleRNN(5, dropout=0.3, recurrent_dropout=0.4, return_sequences=True)
+    assert rnn.uses_training
+    infer, train = rnn(x, training=False), rnn(x, training=True)
+    xs = rng.normal(size=(20, 4, 3))
+    with tfc.Session() as s:
+        got_i, got_t, xm, hm, k, r, b = s.run([infer, train, rnn._drop.input_masks,
+                                               rnn._drop.recurrent_masks, *rnn.variables],
+                                              {x: xs})
+    assert len(xm) == len(hm) == 1
+    assert set(np.unique(xm[0])) == {0.0, 1 / 0.7} and set(np.unique(hm[0])) == {0.0, 1 / 0.6}
+    np.testing.assert_allclose(got_i, simple_rnn_np(xs, k, r, b), rtol=1e-12, atol=1e-14)
+    h, hs = np.zeros((20, 5)), []
+    for t in range(4):
+        h = np.tanh((xs[:, t] * xm[0]) @ k + b + (h * hm[0]) @ r)
+        hs.append(h)
+    np.testing.assert_allclose(got_t, np.stack(hs, 1), rtol=1e-12, atol=1e-14)
+
+
 @pytest.mark.parametrize("mode", ["concat", "sum", "ave", "mul", None])
 def test_bidirectional_lstm_matches_numpy(mode: str | None) -> None:
     rng = np.random.default_rng(1)
