@@ -420,7 +420,183 @@ def build_cases() -> list[Case]:
                           lambda K: "sparse_categorical_crossentropy", ("accuracy",), opt,
                           epochs=3, batch_size=16))
     cases += regularizer_cases(L) + constraint_cases(L) + sample_weight_cases(L, mlp)
+    cases += everyday_layer_cases(L)
     return cases
+
+
+def everyday_layer_cases(L: Callable[[Any], Any]) -> list[Case]:
+    """keraslayers25: the activation, pooling, reshaping, merge, noise, SimpleRNN and
+    wrapper layers and the Huber / KLDivergence / CosineSimilarity losses: forward, and
+    where there are weights before them, evaluate, gradients and fit."""
+    out: list[Case] = []
+    sgd = lambda K: K.optimizers.SGD(0.1)  # noqa: E731
+    adam = lambda K: K.optimizers.Adam(0.01)  # noqa: E731
+
+    def act(name: str, layer: Callable[[Any], Any], shape: Sequence[int] = (6,)) -> None:
+        out.append(Case(name, lambda K: _seq(K, shape, [L(K).Dense(5), layer(K)]),
+                        _xy(shape, regress=5), lambda K: "mse", ("mae",), sgd, epochs=2))
+    for a in ("elu", "selu", "softsign", "relu6", "leaky_relu", "log_softmax", "silu",
+              "swish", "hard_sigmoid", "gelu", "softplus"):
+        act(f"Activation('{a}')", lambda K, a=a: L(K).Activation(a))
+    for args in ({}, {"max_value": 1.0}, {"negative_slope": 0.1}, {"threshold": 0.3},
+                 {"max_value": 6.0}, {"max_value": 2.0, "negative_slope": 0.1,
+                                      "threshold": 0.5}):
+        act(f"ReLU({args})", lambda K, a=args: L(K).ReLU(**a))
+    act("LeakyReLU()", lambda K: L(K).LeakyReLU())
+    act("LeakyReLU(negative_slope=0.05)", lambda K: L(K).LeakyReLU(negative_slope=0.05))
+    act("ELU()", lambda K: L(K).ELU())
+    act("ELU(alpha=0.5)", lambda K: L(K).ELU(alpha=0.5))
+    act("Softmax()", lambda K: L(K).Softmax())
+    out.append(Case("Softmax(axis=1) + Flatten", lambda K: _seq(K, (4, 3), [
+        L(K).Dense(5), L(K).Softmax(axis=1), L(K).Flatten()]), _xy((4, 3), regress=20),
+        lambda K: "mse", (), sgd, epochs=2))
+    img = _xy((6, 7, 2), classes=3, n=16)
+    for pool, keep in (("GlobalAveragePooling2D", False), ("GlobalMaxPooling2D", False),
+                       ("GlobalAveragePooling2D", True)):
+        out.append(Case(f"Conv2D + {pool}(keepdims={keep}) + Dense", lambda K, p=pool, k=keep:
+                        _seq(K, (6, 7, 2), [L(K).Conv2D(4, 3, activation="relu"),
+                                            getattr(L(K), p)(keepdims=k), L(K).Flatten(),
+                                            L(K).Dense(3)]), img,
+                        lambda K: K.losses.SparseCategoricalCrossentropy(from_logits=True),
+                        ("accuracy",), adam, epochs=2))
+    seq = _xy((8, 3), regress=2, n=16)
+    for pool in ("GlobalAveragePooling1D", "GlobalMaxPooling1D"):
+        out.append(Case(f"Dense + {pool} + Dense", lambda K, p=pool: _seq(K, (8, 3), [
+            L(K).Dense(4, activation="tanh"), getattr(L(K), p)(), L(K).Dense(2)]), seq,
+            lambda K: "mse", ("mae",), sgd, epochs=2))
+    for pool in ("MaxPooling1D", "AveragePooling1D"):
+        for size, strides, pad in ((2, None, "valid"), (3, 2, "same"), (3, 1, "valid")):
+            out.append(Case(f"Dense + {pool}({size}, {strides}, {pad}) + Flatten + Dense",
+                            lambda K, p=pool, z=size, st=strides, pd=pad: _seq(K, (8, 3), [
+                                L(K).Dense(4, activation="tanh"),
+                                getattr(L(K), p)(z, st, padding=pd), L(K).Flatten(),
+                                L(K).Dense(2)]), seq, lambda K: "mse", ("mae",), sgd,
+                            epochs=2))
+    reshapes: list[tuple[str, Callable[[Any], Any]]] = [
+        ("ZeroPadding2D(1)", lambda K: L(K).ZeroPadding2D(1)),
+        ("ZeroPadding2D(((1, 0), (2, 1)))", lambda K: L(K).ZeroPadding2D(((1, 0), (2, 1)))),
+        ("UpSampling2D()", lambda K: L(K).UpSampling2D()),
+        ("UpSampling2D((1, 3))", lambda K: L(K).UpSampling2D((1, 3))),
+        ("Cropping2D(1)", lambda K: L(K).Cropping2D(1)),
+        ("Cropping2D(((0, 2), (1, 0)))", lambda K: L(K).Cropping2D(((0, 2), (1, 0)))),
+    ]
+    for name, layer in reshapes:
+        out.append(Case(f"Conv2D + {name} + Conv2D", lambda K, f=layer: _seq(K, (6, 7, 2), [
+            L(K).Conv2D(3, 2, activation="tanh"), f(K), L(K).Conv2D(2, 2), L(K).Flatten(),
+            L(K).Dense(3)]), img, lambda K: K.losses.SparseCategoricalCrossentropy(
+                from_logits=True), ("accuracy",), sgd, epochs=2))
+    for name, layer in (("ZeroPadding1D((2, 1))", lambda K: L(K).ZeroPadding1D((2, 1))),
+                        ("Cropping1D((1, 2))", lambda K: L(K).Cropping1D((1, 2))),
+                        ("UpSampling1D(3)", lambda K: L(K).UpSampling1D(3)),
+                        ("Permute((2, 1))", lambda K: L(K).Permute((2, 1)))):
+        out.append(Case(f"Dense + {name} + Flatten + Dense", lambda K, f=layer: _seq(
+            K, (8, 3), [L(K).Dense(4, activation="tanh"), f(K), L(K).Flatten(),
+                        L(K).Dense(2)]), seq, lambda K: "mse", ("mae",), sgd, epochs=2))
+    out.append(Case("Dense + RepeatVector + LSTM", lambda K: _seq(K, (5,), [
+        L(K).Dense(4, activation="tanh"), L(K).RepeatVector(3),
+        L(K).LSTM(3, return_sequences=True), L(K).Flatten()]), _xy((5,), regress=9, n=16),
+        lambda K: "mse", ("mae",), sgd, epochs=2))
+
+    def merged(K: Any, merge: str) -> Any:
+        a, b, c = K.Input(shape=(6,)), K.Input(shape=(6,)), K.Input(shape=(6,))
+        ha = L(K).Dense(5, activation="relu")(a)
+        hb = L(K).Dense(5, activation="tanh")(b)
+        hc = L(K).Dense(5)(c)
+        parts = [ha, L(K).Add()([hb, hc])] if merge == "Subtract" else [ha, hb, hc]
+        return K.Model([a, b, c], L(K).Dense(3)(getattr(L(K), merge)()(parts)))
+
+    def three(rng: np.random.Generator) -> tuple[Any, Any]:
+        x = [rng.normal(size=(32, 6)).astype(np.float32) for _ in range(3)]
+        return x, rng.integers(0, 3, size=32).astype(np.int32)
+    for merge in ("Multiply", "Subtract", "Average", "Maximum", "Minimum"):
+        out.append(Case(f"Functional merge {merge}", lambda K, m=merge: merged(K, m), three,
+                        lambda K: K.losses.SparseCategoricalCrossentropy(from_logits=True),
+                        ("accuracy",), lambda K: K.optimizers.SGD(0.05, momentum=0.9)))
+    rnn_data = _xy((6, 3), regress=2, n=16)
+    for seqs, back in ((False, False), (True, False), (False, True), (True, True)):
+        out.append(Case(f"SimpleRNN return_sequences={seqs} go_backwards={back} + Dense",
+                        lambda K, r=seqs, g=back: _seq(K, (6, 3), [
+                            L(K).SimpleRNN(4, return_sequences=r, go_backwards=g),
+                            L(K).Flatten(), L(K).Dense(2)]), rnn_data, lambda K: "mse",
+                        ("mae",), sgd, epochs=2))
+    out.append(Case("SimpleRNN relu no bias, return_state", lambda K: (lambda inp: K.Model(
+        inp, L(K).SimpleRNN(4, activation="relu", use_bias=False, return_state=True)(inp)))(
+            K.Input(shape=(6, 3))), _xy((6, 3), n=8)))
+    out.append(Case("SimpleRNN dropout=0.2 recurrent_dropout=0.3 (inference)", lambda K: _seq(
+        K, (6, 3), [L(K).SimpleRNN(4, dropout=0.2, recurrent_dropout=0.3,
+                                   return_sequences=True)]), _xy((6, 3), n=8)))
+    for rnn in ("LSTM", "GRU"):
+        out.append(Case(f"{rnn} go_backwards return_sequences + Dense", lambda K, c=rnn: _seq(
+            K, (6, 3), [getattr(L(K), c)(4, return_sequences=True, go_backwards=True),
+                        L(K).Flatten(), L(K).Dense(2)]), rnn_data, lambda K: "mse",
+            ("mae",), sgd, epochs=2))
+    for rnn in ("LSTM", "GRU", "SimpleRNN"):
+        for mode in ("concat", "sum", "ave", "mul"):
+            for seqs in (False, True):
+                out.append(Case(f"Bidirectional({rnn}, {mode}) return_sequences={seqs} + "
+                                f"Dense", lambda K, c=rnn, m=mode, r=seqs: _seq(K, (6, 3), [
+                                    L(K).Bidirectional(getattr(L(K), c)(
+                                        3, return_sequences=r), merge_mode=m),
+                                    L(K).Flatten(), L(K).Dense(2)]), rnn_data,
+                                lambda K: "mse", ("mae",), adam, epochs=2))
+    out.append(Case("Bidirectional(LSTM) return_state", lambda K: (lambda inp: K.Model(
+        inp, L(K).Bidirectional(L(K).LSTM(3, return_state=True))(inp)))(
+            K.Input(shape=(6, 3))), _xy((6, 3), n=8)))
+    out.append(Case("Bidirectional(GRU, None) return_sequences", lambda K: (lambda inp: K.Model(
+        inp, L(K).Bidirectional(L(K).GRU(3, return_sequences=True), merge_mode=None)(inp)))(
+            K.Input(shape=(6, 3))), _xy((6, 3), n=8)))
+    out.append(Case("stacked Bidirectional LSTM + TimeDistributed(Dense)", lambda K: _seq(
+        K, (6, 3), [L(K).Bidirectional(L(K).LSTM(3, return_sequences=True)),
+                    L(K).TimeDistributed(L(K).Dense(2, activation="tanh")), L(K).Flatten()]),
+        _xy((6, 3), regress=12, n=16), lambda K: "mse", ("mae",), adam, epochs=2))
+    out.append(Case("TimeDistributed(Dense) on 4-D", lambda K: _seq(K, (3, 4, 2), [
+        L(K).TimeDistributed(L(K).Dense(5, activation="relu")), L(K).Flatten(),
+        L(K).Dense(2)]), _xy((3, 4, 2), regress=2, n=16), lambda K: "mse", ("mae",), sgd,
+        epochs=2))
+    out.append(Case("Lambda(t * 2 + 1) + Dense", lambda K: _seq(K, (6,), [
+        L(K).Dense(4), L(K).Lambda(lambda t: t * 2.0 + 1.0), L(K).Dense(2)]),
+        _xy((6,), regress=2), lambda K: "mse", ("mae",), sgd, epochs=2))
+    out.append(Case("Lambda on a list", lambda K: (lambda a, b: K.Model([a, b], L(K).Dense(2)(
+        L(K).Lambda(lambda ts: ts[0] * ts[1] - ts[0])([L(K).Dense(3)(a), L(K).Dense(3)(b)]))))(
+            K.Input(shape=(6,)), K.Input(shape=(6,))),
+        lambda rng: ([rng.normal(size=(32, 6)).astype(np.float32) for _ in range(2)],
+                     rng.normal(size=(32, 2)).astype(np.float32)), lambda K: "mse", ("mae",),
+        sgd, epochs=2))
+    out.append(Case("SpatialDropout2D + GaussianNoise (inference) + Dense", lambda K: _seq(
+        K, (4, 4, 3), [L(K).SpatialDropout2D(0.4), L(K).Flatten(), L(K).GaussianNoise(0.5),
+                       L(K).Dense(2)]), _xy((4, 4, 3), n=8)))
+    for name, loss, data, a in (
+            ("Huber()", lambda K: K.losses.Huber(), _xy((6,), regress=3), None),
+            ("Huber(delta=0.3)", lambda K: K.losses.Huber(delta=0.3), _xy((6,), regress=3),
+             None),
+            ("'huber'", lambda K: "huber", _xy((6,), regress=3), None),
+            ("KLDivergence()", lambda K: K.losses.KLDivergence(),
+             _xy((6,), classes=3, onehot=True), "softmax"),
+            ("'kl_divergence'", lambda K: "kl_divergence", _xy((6,), classes=3, onehot=True),
+             "softmax"),
+            ("CosineSimilarity()", lambda K: K.losses.CosineSimilarity(),
+             _xy((6,), regress=3), None),
+            ("BinaryFocalCrossentropy() sigmoid", lambda K: K.losses.BinaryFocalCrossentropy(),
+             _xy((6,), regress=3, binary=True), "sigmoid"),
+            ("BinaryFocalCrossentropy(balanced, gamma=1.5, smoothing, from_logits)",
+             lambda K: K.losses.BinaryFocalCrossentropy(
+                 apply_class_balancing=True, alpha=0.3, gamma=1.5, from_logits=True,
+                 label_smoothing=0.1), _xy((6,), regress=3, binary=True), None),
+            ("'binary_focal_crossentropy' clipped probabilities",
+             lambda K: "binary_focal_crossentropy", _xy((6,), regress=3, binary=True),
+             "hard_sigmoid"),
+            ("CosineSimilarity(axis=1) 3-D", None, None, None)):
+        if loss is None:
+            out.append(Case(f"loss {name}", lambda K: _seq(K, (4, 3), [
+                L(K).Dense(5, activation="tanh"), L(K).Dense(2)]), lambda rng: (
+                    rng.normal(size=(32, 4, 3)).astype(np.float32),
+                    rng.normal(size=(32, 4, 2)).astype(np.float32)),
+                lambda K: K.losses.CosineSimilarity(axis=1), (), sgd, epochs=2))
+            continue
+        out.append(Case(f"loss {name}", lambda K, a=a: _seq(K, (6,), [
+            L(K).Dense(8, activation="tanh"), L(K).Dense(3, activation=a)]), data, loss,
+            ("mae",), sgd, epochs=2))
+    return out
 
 
 def regularizer_cases(L: Callable[[Any], Any]) -> list[Case]:

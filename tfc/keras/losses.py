@@ -3,3 +3,5 @@
 from tfc.layers.losses import (BinaryCrossentropy, CategoricalCrossentropy, Loss,  # noqa: F401
                                MeanAbsoluteError, MeanSquaredError,
                                SparseCategoricalCrossentropy)
+from tfc.layers.losses import (BinaryFocalCrossentropy, CosineSimilarity, Huber,  # noqa: F401
+                               KLDivergence)

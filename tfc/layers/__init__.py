@@ -19,6 +19,19 @@ from tfc.layers.merge import Add, Concatenate
 from tfc.layers.normalization import BatchNormalization, LayerNormalization
 from tfc.layers.model import Sequential
 from tfc.layers.recurrent import GRU, LSTM
+# keraslayers25: activations, pooling, reshaping, merges, noise, SimpleRNN, wrappers
+from tfc.layers.activations import ELU, Activation, LeakyReLU, ReLU, Softmax  # noqa: E402
+from tfc.layers.core import Lambda  # noqa: E402
+from tfc.layers.merge import Average, Maximum, Minimum, Multiply, Subtract  # noqa: E402
+from tfc.layers.noise import GaussianNoise, SpatialDropout2D  # noqa: E402
+from tfc.layers.pooling import (AveragePooling1D, AvgPool1D, GlobalAveragePooling1D,  # noqa: E402
+                                GlobalAveragePooling2D, GlobalAvgPool1D, GlobalAvgPool2D,
+                                GlobalMaxPool1D, GlobalMaxPool2D, GlobalMaxPooling1D,
+                                GlobalMaxPooling2D, MaxPool1D, MaxPooling1D)
+from tfc.layers.recurrent import SimpleRNN  # noqa: E402
+from tfc.layers.reshaping import (Cropping1D, Cropping2D, Permute, RepeatVector,  # noqa: E402
+                                  UpSampling1D, UpSampling2D, ZeroPadding1D, ZeroPadding2D)
+from tfc.layers.wrappers import Bidirectional, TimeDistributed  # noqa: E402
 from tfc.api.tf1_layers import *  # noqa: F401,F403,E402  (TF1's functions: tf.layers.dense ...)
 
 __all__ = ["Layer", "Dense", "Dropout", "Embedding", "Flatten", "Conv2D", "MaxPool2D",
@@ -26,3 +39,11 @@ __all__ = ["Layer", "Dense", "Dropout", "Embedding", "Flatten", "Conv2D", "MaxPo
            "Loss", "SparseCategoricalCrossentropy", "CategoricalCrossentropy",
            "BinaryCrossentropy", "Input", "Model", "Functional", "Concatenate", "Add",
            "Reshape", "BatchNormalization", "LayerNormalization", "GRU"]
+__all__ += ["Activation", "ReLU", "LeakyReLU", "ELU", "Softmax", "Lambda", "Subtract",
+            "Multiply", "Average", "Maximum", "Minimum", "GaussianNoise", "SpatialDropout2D",
+            "GlobalAveragePooling2D", "GlobalMaxPooling2D", "GlobalAveragePooling1D",
+            "GlobalMaxPooling1D", "GlobalAvgPool2D", "GlobalMaxPool2D", "GlobalAvgPool1D",
+            "GlobalMaxPool1D", "MaxPooling1D", "AveragePooling1D", "MaxPool1D", "AvgPool1D",
+            "SimpleRNN", "ZeroPadding2D", "ZeroPadding1D", "Cropping2D", "Cropping1D",
+            "UpSampling2D", "UpSampling1D", "Permute", "RepeatVector", "Bidirectional",
+            "TimeDistributed"]

@@ -66,10 +66,26 @@ def get_activation(spec: str | Callable[[Tensor], Tensor] | None
         "linear": None, "relu": nn.relu, "softmax": nn.softmax, "sigmoid": ops.sigmoid,
         "tanh": ops.tanh, "exp": ops.exp, "softplus": nn.softplus,
         "gelu": nn.gelu,
+        # Keras's other activations by name (its defaults: leaky_relu's slope 0.2)
+        "elu": nn.elu, "selu": nn.selu, "softsign": nn.softsign, "relu6": nn.relu6,
+        "leaky_relu": nn.leaky_relu, "log_softmax": nn.log_softmax,
+        "silu": _silu, "swish": _silu, "hard_sigmoid": _hard_sigmoid,
     }
     if spec not in table:
         raise TfcError(f"unknown activation '{spec}' (known: {', '.join(table)})")
     return table[spec]
+
+
+def _silu(x: Tensor) -> Tensor:
+    """``x * sigmoid(x)`` (Keras's ``silu`` / ``swish``)."""
+    from tfc.api import ops
+    return x * ops.sigmoid(x)
+
+
+def _hard_sigmoid(x: Tensor) -> Tensor:
+    """``relu6(x + 3) / 6`` (Keras 3's ``hard_sigmoid``)."""
+    from tfc.api import nn
+    return nn.relu6(x + 3.0) / 6.0
 
 
 class InputShape(tuple):

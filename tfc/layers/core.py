@@ -1,13 +1,14 @@
-"""Core layers: ``Dense``, ``Flatten``, ``Reshape``, ``Dropout``, ``Embedding`` (Keras's names
-and defaults)."""
+"""Core layers: ``Dense``, ``Flatten``, ``Reshape``, ``Dropout``, ``Embedding``, ``Lambda``
+(Keras's names and defaults)."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Callable, Sequence
 
 from tfc.api import nn, ops
-from tfc.api.graph import Tensor
+from tfc.api.graph import Tensor, Variable
 from tfc.errors import TypeMismatch
 from tfc.ir.types import DType, TensorType
 from tfc.layers import constraints, regularizers
@@ -163,3 +164,41 @@ class Embedding(Layer):
 
     def call(self, x: Tensor, training: bool) -> Tensor:
         return ops.gather(self.embeddings, x)
+
+
+class Lambda(Layer):
+    """``function(inputs, **arguments)`` as a layer (Keras's ``Lambda``): a tensor, or a
+    list of tensors when called on a list. A function with a ``training`` parameter gets
+    the call's mode. ``output_shape`` is accepted for Keras's signature and unused (tfc
+    infers the output's type from the ops). The function's variables, if it made any,
+    would not be the layer's: write a ``Layer`` for weights."""
+
+    def __init__(self, function: Callable[..., Any], output_shape: Any = None,
+                 mask: Any = None, arguments: dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not callable(function):
+            raise TypeMismatch(f"Lambda: function must be callable, got {function!r}")
+        if mask is not None:
+            raise TypeMismatch("Lambda: masks are not supported (mask must be None)")
+        self.function, self.output_shape = function, output_shape
+        self.arguments = dict(arguments or {})
+        try:
+            params = inspect.signature(function).parameters
+        except (TypeError, ValueError):
+            params = {}  # type: ignore[assignment]
+        self._takes_training = "training" in params
+
+    def __call__(self, inputs: Any, training: bool | None = None) -> Any:
+        """As ``Layer.__call__``; a list of tensors is passed on as a list."""
+        self.takes_list = isinstance(inputs, (list, tuple)) and any(
+            isinstance(t, (Tensor, Variable)) for t in inputs)
+        return super().__call__(inputs, training)
+
+    def call(self, x: Any, training: bool) -> Any:
+        extra = {"training": training} if self._takes_training else {}
+        return self.function(x, **self.arguments, **extra)
+
+    @property
+    def uses_training(self) -> bool:  # type: ignore[override]
+        return self._takes_training

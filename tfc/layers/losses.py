@@ -9,6 +9,7 @@ fused ops instead of ``log(softmax(...))``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -81,6 +82,65 @@ def mean_squared_error(y_true: Tensor, y_pred: Tensor) -> Tensor:
 
 def mean_absolute_error(y_true: Tensor, y_pred: Tensor) -> Tensor:
     return ops.reduce_mean(ops.abs(y_pred - y_true), axis=-1)
+
+
+def huber(y_true: Tensor, y_pred: Tensor, delta: float = 1.0) -> Tensor:
+    """Mean over the last axis of ``0.5 e^2`` where ``|e| <= delta``, else ``delta |e| -
+    0.5 delta^2`` (``e = y_pred - y_true``; Keras's ``huber``)."""
+    error = y_pred - y_true
+    abs_error = ops.abs(error)
+    quadratic = 0.5 * ops.square(error)
+    linear = delta * abs_error - 0.5 * delta * delta
+    return ops.reduce_mean(ops.where(ops.less_equal(abs_error, delta), quadratic, linear),
+                           axis=-1)
+
+
+def kl_divergence(y_true: Tensor, y_pred: Tensor) -> Tensor:
+    """``sum(t * log(t / p))`` over the last axis, both clipped to ``[eps, 1]`` (Keras's
+    ``kl_divergence``)."""
+    t = ops.minimum(ops.maximum(y_true, EPSILON), 1.0)
+    p = ops.minimum(ops.maximum(y_pred, EPSILON), 1.0)
+    return ops.reduce_sum(t * ops.log(t / p), axis=-1)
+
+
+def _l2_normalize(x: Tensor, axis: int) -> Tensor:
+    """Keras 3's ``normalize``: ``x * min(rsqrt(sum(x^2)), 1 / eps)`` (a zero vector stays
+    zero)."""
+    inv = ops.rsqrt(ops.reduce_sum(ops.square(x), axis=axis, keepdims=True))
+    return x * ops.minimum(inv, 1.0 / EPSILON)
+
+
+def cosine_similarity(y_true: Tensor, y_pred: Tensor, axis: int = -1) -> Tensor:
+    """``-sum(normalize(y_true) * normalize(y_pred))`` along ``axis`` (Keras's loss: -1 for
+    vectors pointing the same way, 0 for orthogonal or zero vectors)."""
+    return -ops.reduce_sum(_l2_normalize(y_true, axis) * _l2_normalize(y_pred, axis),
+                           axis=axis)
+
+
+def binary_focal_crossentropy(y_true: Tensor, y_pred: Tensor, from_logits: bool = False,
+                              gamma: float = 2.0, alpha: float = 0.25,
+                              apply_class_balancing: bool = False,
+                              label_smoothing: float = 0.0) -> Tensor:
+    """Keras's ``binary_focal_crossentropy`` (Lin et al. 2018): the mean over the last axis
+    of ``(1 - p_t) ** gamma * bce``, ``p_t = y p + (1 - y)(1 - p)``, times ``alpha`` for
+    class 1 and ``1 - alpha`` for class 0 with ``apply_class_balancing``; labels smoothed
+    towards 0.5 by ``label_smoothing``. ``bce`` is ``binary_crossentropy``'s per element
+    (from the logits behind a sigmoid, as Keras's)."""
+    t = ops.cast(y_true, y_pred.dtype) if y_true.dtype != y_pred.dtype else y_true
+    if label_smoothing:
+        t = t * (1.0 - label_smoothing) + 0.5 * label_smoothing
+    p = ops.sigmoid(y_pred) if from_logits else y_pred
+    logits = _logits_behind(p, "sigmoid")
+    if logits is not None:
+        bce = nn.sigmoid_cross_entropy_with_logits(labels=t, logits=logits)
+    else:
+        clipped = _clip(p)
+        bce = -(t * ops.log(clipped) + (1.0 - t) * ops.log(1.0 - clipped))
+    p_t = t * p + (1.0 - t) * (1.0 - p)
+    focal = ops.pow(1.0 - p_t, gamma) * bce
+    if apply_class_balancing:
+        focal = (t * alpha + (1.0 - t) * (1.0 - alpha)) * focal
+    return ops.reduce_mean(focal, axis=-1)
 
 
 REDUCTIONS = ("sum_over_batch_size", "mean", "sum", "mean_with_sample_weight", "none", None)
@@ -157,8 +217,13 @@ _LOSSES = {
     "binary_crossentropy": (binary_crossentropy, False, False),
     "mean_squared_error": (mean_squared_error, None, False),
     "mean_absolute_error": (mean_absolute_error, None, False),
+    "huber": (huber, None, False),
+    "kl_divergence": (kl_divergence, None, False),
+    "cosine_similarity": (cosine_similarity, None, False),
+    "binary_focal_crossentropy": (binary_focal_crossentropy, False, False),
 }
-_ALIASES = {"mse": "mean_squared_error", "mae": "mean_absolute_error"}
+_ALIASES = {"mse": "mean_squared_error", "mae": "mean_absolute_error",
+            "kld": "kl_divergence", "kullback_leibler_divergence": "kl_divergence"}
 
 
 def get_loss(spec: str | Loss | Callable[[Tensor, Tensor], Tensor],
@@ -198,6 +263,39 @@ def MeanSquaredError(reduction: str | None = "sum_over_batch_size") -> Loss:  # 
 
 def MeanAbsoluteError(reduction: str | None = "sum_over_batch_size") -> Loss:  # noqa: N802
     return get_loss("mean_absolute_error", reduction=reduction)
+
+
+def Huber(delta: float = 1.0,  # noqa: N802
+          reduction: str | None = "sum_over_batch_size") -> Loss:
+    """Keras's ``Huber``: quadratic within ``delta`` of the target, linear beyond."""
+    if not delta >= 0.0:
+        raise TfcError(f"Huber: delta must be >= 0, got {delta}")
+    return Loss("huber", functools.partial(huber, delta=float(delta)), reduction=reduction)
+
+
+def KLDivergence(reduction: str | None = "sum_over_batch_size") -> Loss:  # noqa: N802
+    return get_loss("kl_divergence", reduction=reduction)
+
+
+def CosineSimilarity(axis: int = -1,  # noqa: N802
+                     reduction: str | None = "sum_over_batch_size") -> Loss:
+    return Loss("cosine_similarity", functools.partial(cosine_similarity, axis=int(axis)),
+                reduction=reduction)
+
+
+def BinaryFocalCrossentropy(apply_class_balancing: bool = False,  # noqa: N802
+                            alpha: float = 0.25, gamma: float = 2.0,
+                            from_logits: bool = False, label_smoothing: float = 0.0,
+                            reduction: str | None = "sum_over_batch_size") -> Loss:
+    """Keras's ``BinaryFocalCrossentropy`` (``binary_focal_crossentropy``)."""
+    if not gamma >= 0.0 or not 0.0 <= alpha <= 1.0 or not 0.0 <= label_smoothing <= 1.0:
+        raise TfcError(f"BinaryFocalCrossentropy: gamma must be >= 0 and alpha and "
+                       f"label_smoothing in [0, 1], got gamma={gamma}, alpha={alpha}, "
+                       f"label_smoothing={label_smoothing}")
+    fn = functools.partial(binary_focal_crossentropy, gamma=float(gamma), alpha=float(alpha),
+                           apply_class_balancing=bool(apply_class_balancing),
+                           label_smoothing=float(label_smoothing))
+    return Loss("binary_focal_crossentropy", fn, from_logits, reduction=reduction)
 
 
 # ---- metrics --------------------------------------------------------------------------

@@ -1,9 +1,11 @@
-"""Merge layers of the Functional API: ``Concatenate`` and ``Add`` take a list of tensors
-(two towers joined into one head: ``Concatenate()([a, b])``)."""
+"""Merge layers of the Functional API: ``Concatenate``, ``Add``, ``Subtract``,
+``Multiply``, ``Average``, ``Maximum`` and ``Minimum`` take a list of tensors (two towers
+joined into one head: ``Concatenate()([a, b])``). The element-wise ones take inputs of
+one type (Keras broadcasts dims of 1; tfc asks for the shapes to agree, README)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from tfc.api import ops
 from tfc.api.graph import Tensor
@@ -39,3 +41,66 @@ class Add(Layer):
         for x in xs[1:]:
             out = out + x
         return out
+
+
+class _ElementwiseMerge(Layer):
+    """Inputs of one type combined element by element, left to right, by ``combine``;
+    ``arity``: the number of inputs it takes exactly (None: two or more)."""
+
+    takes_list = True
+    arity: int | None = None
+    combine: Callable[[Tensor, Tensor], Tensor]
+
+    def call(self, xs: list[Tensor], training: bool) -> Tensor:  # type: ignore[override]
+        kind = type(self).__name__
+        if self.arity is not None and len(xs) != self.arity:
+            raise TypeMismatch(f"{kind} '{self.name}' takes exactly {self.arity} inputs, got "
+                               f"{len(xs)}")
+        if len(xs) < 2:
+            raise TypeMismatch(f"{kind} '{self.name}' takes at least 2 inputs, got {len(xs)}")
+        first = xs[0].type
+        for x in xs[1:]:
+            if x.type != first:
+                raise TypeMismatch(f"{kind} '{self.name}' takes inputs of one type, got "
+                                   f"{first} and {x.type}")
+        out = xs[0]
+        for x in xs[1:]:
+            out = type(self).combine(out, x)
+        return self.finish(out, len(xs))
+
+    def finish(self, out: Tensor, n: int) -> Tensor:
+        return out
+
+
+class Subtract(_ElementwiseMerge):
+    """``a - b`` of exactly two inputs."""
+
+    arity = 2
+    combine = staticmethod(ops.subtract)
+
+
+class Multiply(_ElementwiseMerge):
+    """The element-wise product of the inputs."""
+
+    combine = staticmethod(ops.multiply)
+
+
+class Average(_ElementwiseMerge):
+    """The element-wise mean of the inputs (their sum over their count, Keras's)."""
+
+    combine = staticmethod(ops.add)
+
+    def finish(self, out: Tensor, n: int) -> Tensor:
+        return out / float(n)
+
+
+class Maximum(_ElementwiseMerge):
+    """The element-wise maximum of the inputs."""
+
+    combine = staticmethod(ops.maximum)
+
+
+class Minimum(_ElementwiseMerge):
+    """The element-wise minimum of the inputs."""
+
+    combine = staticmethod(ops.minimum)

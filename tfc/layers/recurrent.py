@@ -1,4 +1,4 @@
-"""``LSTM`` and ``GRU``: recurrent layers, each one ``tfc.scan`` over time.
+"""``LSTM``, ``GRU`` and ``SimpleRNN``: recurrent layers, each one ``tfc.scan`` over time.
 
 Inputs are batch-major ``[B, T, features]``. The input projection of every step is one
 matrix product before the loop (``x @ kernel + bias``, ``[B, T, 4 units]``); the scan
@@ -24,7 +24,13 @@ recurrent biases, ``bias`` of shape ``[2, 3 units]``)::
 
 (without ``reset_after``: ``h~ = tanh(x_h + (r * h) @ recurrent_h)``, one bias).
 
-Both start their recurrent kernel ``orthogonal`` (Keras's default;
+``SimpleRNN`` is Keras's: ``h = activation(x_t @ kernel + bias + h @ recurrent_kernel)``.
+
+Each takes Keras's ``go_backwards``: the steps are read last to first, and the sequence
+returned (``return_sequences``) is in that reversed order, as Keras's (``Bidirectional``
+flips it back).
+
+All start their recurrent kernel ``orthogonal`` (Keras's default;
 ``tfc.layers.initializers.Orthogonal``: the same distribution, not Keras's values) and
 take Keras's ``kernel_`` / ``recurrent_`` / ``bias_regularizer`` and ``..._constraint``.
 """
@@ -36,6 +42,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tfc.api import nn, ops
+from tfc.api.array_ops import reverse
 from tfc.api.control import scan
 from tfc.api.graph import Tensor
 from tfc.api.tensor import apply, constant
@@ -147,8 +154,9 @@ class LSTM(Layer):
                  kernel_constraint: Any = None, recurrent_constraint: Any = None,
                  bias_constraint: Any = None, dropout: float = 0.0,
                  recurrent_dropout: float = 0.0, seed: int | None = None,
-                 **kwargs: Any) -> None:
+                 go_backwards: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.go_backwards = bool(go_backwards)
         self._weight_args = _weight_args(kernel_regularizer, recurrent_regularizer,
                                          bias_regularizer, kernel_constraint,
                                          recurrent_constraint, bias_constraint)
@@ -185,6 +193,7 @@ class LSTM(Layer):
 
     def call(self, x: Tensor, training: bool) -> Any:
         u = self.units
+        x = reverse(x, 1) if self.go_backwards else x
         xs = self._drop.inputs(x, training, 4)
         proj = ops.transpose(_project(xs, x, self.kernel, u) + self.bias, [1, 0, 2])  # [T,B,4u]
         zero = apply("zeros_like", proj[0][:, :u])  # [B, u]: the batch may be symbolic
@@ -222,8 +231,9 @@ class GRU(Layer):
                  bias_regularizer: Any = None, kernel_constraint: Any = None,
                  recurrent_constraint: Any = None, bias_constraint: Any = None,
                  dropout: float = 0.0, recurrent_dropout: float = 0.0,
-                 seed: int | None = None, **kwargs: Any) -> None:
+                 seed: int | None = None, go_backwards: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.go_backwards = bool(go_backwards)
         self._weight_args = _weight_args(kernel_regularizer, recurrent_regularizer,
                                          bias_regularizer, kernel_constraint,
                                          recurrent_constraint, bias_constraint)
@@ -260,6 +270,7 @@ class GRU(Layer):
         u = self.units
         act = self.activation or (lambda t: t)
         gate = self.recurrent_activation or (lambda t: t)
+        x = reverse(x, 1) if self.go_backwards else x
         proj = _project(self._drop.inputs(x, training, 3), x, self.kernel, u)
         b_rec: Tensor | None = None
         if self.bias is not None:
@@ -287,6 +298,76 @@ class GRU(Layer):
                 h_h = h if masks is None else h * masks[2]
                 hh = act(xw[:, 2 * u:] + ops.matmul(r * h_h, recurrent[:, 2 * u:]))
             return z * h + (1.0 - z) * hh
+
+        hs = scan(step, proj, initializer=zero)  # [T, B, u]
+        out = ops.transpose(hs, [1, 0, 2]) if self.return_sequences else hs[-1]
+        return [out, hs[-1]] if self.return_state else out
+
+
+class SimpleRNN(Layer):
+    """A fully connected recurrent layer over ``[B, T, features]`` (Keras's ``SimpleRNN``,
+    its arguments and defaults): ``h = activation(x_t @ kernel + bias + h @
+    recurrent_kernel)`` from ``h = 0``; the last ``h`` (``[B, units]``), or every ``h``
+    with ``return_sequences``; with ``return_state`` the list ``[output, h]``.
+    ``dropout`` / ``recurrent_dropout`` (training only) mask the inputs and the state
+    entering the recurrent product, one mask per call, as LSTM's."""
+
+    def __init__(self, units: int, activation: str | Callable[[Tensor], Tensor] | None = "tanh",
+                 use_bias: bool = True, kernel_initializer: str | Initializer = "glorot_uniform",
+                 recurrent_initializer: str | Initializer = "orthogonal",
+                 bias_initializer: str | Initializer = "zeros", kernel_regularizer: Any = None,
+                 recurrent_regularizer: Any = None, bias_regularizer: Any = None,
+                 kernel_constraint: Any = None, recurrent_constraint: Any = None,
+                 bias_constraint: Any = None, dropout: float = 0.0,
+                 recurrent_dropout: float = 0.0, return_sequences: bool = False,
+                 return_state: bool = False, go_backwards: bool = False,
+                 seed: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._weight_args = _weight_args(kernel_regularizer, recurrent_regularizer,
+                                         bias_regularizer, kernel_constraint,
+                                         recurrent_constraint, bias_constraint)
+        self._drop = _DropoutMasks(self, dropout, recurrent_dropout, seed)
+        self.dropout, self.recurrent_dropout = self._drop.dropout, self._drop.recurrent_dropout
+        self.uses_training = bool(dropout or recurrent_dropout)
+        if units <= 0:
+            raise TypeMismatch(f"SimpleRNN: units must be positive, got {units}")
+        self.units = int(units)
+        self.activation = get_activation(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer = kernel_initializer
+        self.recurrent_initializer = recurrent_initializer
+        self.bias_initializer = bias_initializer
+        self.return_sequences, self.return_state = return_sequences, return_state
+        self.go_backwards = bool(go_backwards)
+
+    def build(self, input_type: TensorType) -> None:
+        if input_type.rank != 3:
+            raise TypeMismatch(f"SimpleRNN '{self.name}' takes [batch, time, features] inputs, "
+                               f"got {input_type}")
+        self.dtype = float_dtype(self, input_type)
+        n_in = static_dim(self, input_type, 2, "feature dim")
+        u, args = self.units, self._weight_args
+        self.kernel = self.add_weight("kernel", (n_in, u), self.kernel_initializer,
+                                      **args["kernel"])
+        self.recurrent_kernel = self.add_weight("recurrent_kernel", (u, u),
+                                                self.recurrent_initializer, **args["recurrent"])
+        self.bias = (self.add_weight("bias", (u,), self.bias_initializer, **args["bias"])
+                     if self.use_bias else None)
+
+    def call(self, x: Tensor, training: bool) -> Any:
+        u = self.units
+        act = self.activation or (lambda t: t)
+        x = reverse(x, 1) if self.go_backwards else x
+        proj = _project(self._drop.inputs(x, training, 1), x, self.kernel, u)
+        if self.bias is not None:
+            proj = proj + self.bias
+        proj = ops.transpose(proj, [1, 0, 2])  # [T, B, u]
+        zero = apply("zeros_like", proj[0])  # [B, u]: the batch may be symbolic
+        recurrent = self.recurrent_kernel.value()
+        masks = self._drop.recurrent(zero, training, 1)
+
+        def step(h: Tensor, xw: Tensor) -> Tensor:
+            return act(xw + _recurrent_product(h, masks, recurrent, u, range(1)))
 
         hs = scan(step, proj, initializer=zero)  # [T, B, u]
         out = ops.transpose(hs, [1, 0, 2]) if self.return_sequences else hs[-1]
