@@ -26,3 +26,11 @@ __all__ = ["Layer", "Dense", "Dropout", "Embedding", "Flatten", "Conv2D", "MaxPo
            "Loss", "SparseCategoricalCrossentropy", "CategoricalCrossentropy",
            "BinaryCrossentropy", "Input", "Model", "Functional", "Concatenate", "Add",
            "Reshape", "BatchNormalization", "LayerNormalization", "GRU"]
+
+# conv25: the other convolution layers (Keras's names and weights)
+from tfc.layers.conv import (Conv1D, Conv2DTranspose, Convolution1D,  # noqa: E402
+                             Convolution2DTranspose, DepthwiseConv2D, SeparableConv2D,
+                             SeparableConvolution2D)
+
+__all__ += ["Conv1D", "Conv2DTranspose", "DepthwiseConv2D", "SeparableConv2D",
+            "Convolution1D", "Convolution2DTranspose", "SeparableConvolution2D"]
