@@ -259,12 +259,12 @@ def separable_conv2d(input: TensorLike, depthwise_filter: TensorLike,  # noqa: A
     if pw.type.rank != 4 or pw.type.shape[:2] != (1, 1):
         raise _fail(f"{op}: pointwise_filter {pw.type} must be [1, 1, in*multiplier, out]")
     dw = convert_to_tensor(depthwise_filter, x.dtype)
-    if dw.type.rank == 4 and all(isinstance(d, int) for d in dw.type.shape[2:]) \
-            and isinstance(pw.type.shape[2], int) \
-            and pw.type.shape[2] != dw.type.shape[2] * dw.type.shape[3]:
-        raise _fail(f"{op}: pointwise_filter {pw.type} takes {pw.type.shape[2]} channels "
-                    f"but depthwise_filter {dw.type} makes "
-                    f"{dw.type.shape[2] * dw.type.shape[3]}")
+    if dw.type.rank == 4:
+        c, m, takes = dw.type.shape[2], dw.type.shape[3], pw.type.shape[2]
+        if isinstance(c, int) and isinstance(m, int) and isinstance(takes, int) \
+                and takes != c * m:
+            raise _fail(f"{op}: pointwise_filter {pw.type} takes {takes} channels but "
+                        f"depthwise_filter {dw.type} makes {c * m}")
     try:
         y = depthwise_conv2d(x, dw, strides, padding, data_format, dilations)
     except TypeMismatch as e:

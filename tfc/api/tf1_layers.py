@@ -189,8 +189,9 @@ def conv1d(inputs: TensorLike, filters: int, kernel_size: int | Sequence[int],
         activity_regularizer=activity_regularizer, kernel_constraint=kernel_constraint,
         bias_constraint=bias_constraint))
     with variable_scope(name, default_name="conv1d", reuse=reuse):
-        kernel = get_variable("kernel", [_one(kernel_size, "kernel_size"), x.shape[-1],
-                                         int(filters)], x.dtype, kernel_initializer,
+        kernel = get_variable("kernel", [_one(kernel_size, "kernel_size"),
+                                         int(x.shape[-1] or 0), int(filters)], x.dtype,
+                              kernel_initializer,
                               trainable=trainable)
         y = nn.conv1d(x, kernel, _one(strides, "strides"), _padding(padding),
                       dilations=_one(dilation_rate, "dilation_rate"))
@@ -226,7 +227,7 @@ def conv2d_transpose(inputs: TensorLike, filters: int, kernel_size: int | Sequen
                                f"must be static, got {x.type}")
         hw.append(transpose_output_length(n, k[i], pad, None, st[i], 1))
     with variable_scope(name, default_name="conv2d_transpose", reuse=reuse):
-        kernel = get_variable("kernel", [*k, int(filters), x.shape[-1]], x.dtype,
+        kernel = get_variable("kernel", [*k, int(filters), int(x.shape[-1] or 0)], x.dtype,
                               kernel_initializer, trainable=trainable)
         y = nn.conv2d_transpose(x, kernel, [None, *hw, int(filters)], st, pad)
         return _bias_activate(y, int(filters), x.dtype, use_bias, bias_initializer,
@@ -257,7 +258,7 @@ def separable_conv2d(inputs: TensorLike, filters: int, kernel_size: int | Sequen
         raise TypeMismatch(f"tf.layers.separable_conv2d: depth_multiplier must be positive, "
                            f"got {depth_multiplier}")
     kh, kw = _pair(kernel_size, "kernel_size")
-    c, m = int(x.shape[-1]), int(depth_multiplier)
+    c, m = int(x.shape[-1] or 0), int(depth_multiplier)  # (static: _conv_input checks)
     with variable_scope(name, default_name="separable_conv2d", reuse=reuse):
         dw = get_variable("depthwise_kernel", [kh, kw, c, m], x.dtype, depthwise_initializer,
                           trainable=trainable)
