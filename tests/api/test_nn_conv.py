@@ -14,12 +14,6 @@ from tfc.errors import TypeMismatch
 RNG = np.random.default_rng(25)
 
 
-@pytest.fixture(autouse=True)
-def fresh_graph():
-    with tfc.Graph().as_default() as g:
-        yield g
-
-
 # ---- numpy references: plain loops over output (or input) pixels -----------------------
 
 def same_pads(n: int, k: int, s: int, d: int, padding: str) -> tuple[int, int]:
