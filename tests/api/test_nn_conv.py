@@ -177,6 +177,8 @@ DEPTHWISE_CASES = [  # x shape, filter shape, strides, padding, dilations
     ((2, 7, 6, 3), (3, 2, 3, 2), [1, 2, 2, 1], "VALID", 1),
     ((1, 7, 6, 2), (3, 3, 2, 3), 1, "SAME", [2, 2]),
     ((1, 7, 6, 2), (2, 2, 2, 2), 2, "SAME", 1),  # even kernel: more padding after
+    ((1, 7, 6, 2), (3, 3, 2, 1), [1, 2, 1, 1], "VALID", 1),  # unequal strides (TF: refused)
+    ((1, 9, 8, 2), (2, 2, 2, 1), 2, "SAME", [2, 3]),  # strides with dilations (TF: refused)
 ]
 
 

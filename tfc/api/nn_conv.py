@@ -194,7 +194,7 @@ def depthwise_conv2d(input: TensorLike, filter: TensorLike,  # noqa: A002
     output channel ``c * M + m`` is channel ``c`` convolved with ``filter[:, :, c, m]``.
     A sum over the filter taps of strided slices (see the module docstring for why);
     the spatial dims must be static. Unlike TensorFlow, strides > 1 together with
-    dilations > 1 are allowed (TF refuses them)."""
+    dilations > 1, and unequal row and column strides, are allowed (TF refuses both)."""
     op = "depthwise_conv2d"
     _layout(op, data_format, "NHWC")
     x, w = _inputs(op, input, filter, (4, 4))
