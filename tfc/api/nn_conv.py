@@ -27,7 +27,7 @@ from tfc.api.tensor import TensorLike, apply, convert_to_tensor
 from tfc.errors import TypeMismatch
 from tfc.ir.types import Dim
 from tfc.ops.array import OPEN_HI
-from tfc.ops.nn import check_padding, window_out_dim, window_padding
+from tfc.ops.nn import window_out_dim, window_padding
 
 
 def _fail(msg: str) -> TypeMismatch:
@@ -202,10 +202,9 @@ def depthwise_conv2d(input: TensorLike, filter: TensorLike,  # noqa: A002
     strides2 = _window(op, "strides", strides, 2)
     dil = _window(op, "dilations", dilations, 2)
     p = _padding(op, padding)
-    check_padding(op, p)
-    n, hin, win, c = x.type.shape
-    kh, kw, _, m = w.type.shape
-    if not all(isinstance(v, int) for v in (hin, win, kh, kw, m)):
+    n, hin, win, _ = x.type.shape
+    kh, kw, c, m = w.type.shape
+    if not all(isinstance(v, int) for v in (hin, win, kh, kw, c, m)):
         raise _fail(f"{op}: input {x.type} needs static height and width, filter "
                     f"{w.type} a static shape")
     geo = []
@@ -240,8 +239,8 @@ def depthwise_conv2d(input: TensorLike, filter: TensorLike,  # noqa: A002
             total = term if total is None else apply("add", total, term)
     assert total is not None  # kh, kw >= 1: the filter's shape says so
     if m != 1:
-        total = apply("reshape", total, shape=(-1 if not isinstance(n, int) else n, ho, wo,
-                                               c * m if isinstance(c, int) else -1))
+        total = apply("reshape", total, shape=(n if isinstance(n, int) else -1, ho, wo,
+                                               int(c) * int(m)))
     return apply("identity", total, name=name) if name else total
 
 
