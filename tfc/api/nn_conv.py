@@ -9,9 +9,10 @@ is differentiable (twice, too) through the gradients those ops already have:
   the padded input times that tap's ``[C, M]`` weights. Measured against the other exact
   composite, one ``conv2d`` with a block-diagonal ``[kh, kw, C, C*M]`` filter: that one
   costs ``C`` times the flops (f32 [1, 32, 32, 32], 3x3 SAME, llvm backend on this
-  project's 2-core CI-class machine: 7.8 ms a step against 0.19 ms for the taps), and an inf in one channel would turn every output channel into NaN
-  (``inf * 0``), where TensorFlow's kernel keeps channels apart; the taps never mix
-  channels, so they give TensorFlow's values, NaN and inf included;
+  project's shared 2-core machine: 7.8 ms a step against 0.19 ms for the taps), and an
+  inf in one channel would turn every output channel into NaN (``inf * 0``), where
+  TensorFlow's kernel keeps channels apart; the taps never mix channels, so they give
+  TensorFlow's values, NaN and inf included;
 - ``separable_conv2d`` is ``depthwise_conv2d`` then a 1x1 ``conv2d``, as TensorFlow.
 
 Layouts are TensorFlow's defaults (NWC / NHWC); ``data_format`` NCW / NCHW is refused.
