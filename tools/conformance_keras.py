@@ -421,6 +421,55 @@ def build_cases() -> list[Case]:
                           epochs=3, batch_size=16))
     cases += regularizer_cases(L) + constraint_cases(L) + sample_weight_cases(L, mlp)
     cases += everyday_layer_cases(L)
+    cases += conv_more_cases(L)  # conv25
+    return cases
+
+
+def conv_more_cases(L: Callable[[Any], Any]) -> list[Case]:
+    """conv25's layers: Conv1D (causal too), Conv2DTranspose (output_padding, dilation),
+    DepthwiseConv2D, SeparableConv2D: forward for each configuration, then a model of
+    each trained (evaluate, gradients, fit)."""
+    cases: list[Case] = []
+    for pad, strides, dil in (("valid", 1, 1), ("same", 2, 1), ("causal", 1, 2),
+                              ("same", 1, 2)):
+        cases.append(Case(f"Conv1D {pad} strides={strides} dilation={dil}",
+                          lambda K, p=pad, s=strides, d=dil: _seq(K, (9, 3), [
+                              L(K).Conv1D(4, 3, strides=s, padding=p, dilation_rate=d,
+                                          activation="relu")]), _xy((9, 3), n=8)))
+    for pad, strides, extra in (("valid", 2, {}), ("same", 2, {}), ("valid", 1, {}),
+                                ("same", 2, {"output_padding": 1}),
+                                ("valid", 1, {"dilation_rate": 2}), ("same", 3, {})):
+        cases.append(Case(f"Conv2DTranspose {pad} strides={strides} {extra}",
+                          lambda K, p=pad, s=strides, e=extra: _seq(K, (4, 5, 3), [
+                              L(K).Conv2DTranspose(2, (3, 2), strides=s, padding=p, **e)]),
+                          _xy((4, 5, 3), n=8)))
+    for pad, strides, mult, dil in (("valid", 1, 1, 1), ("same", 2, 2, 1),
+                                    ("same", 1, 3, 2), ("valid", 1, 1, (1, 2))):
+        cases.append(Case(f"DepthwiseConv2D {pad} strides={strides} multiplier={mult} "
+                          f"dilation={dil}",
+                          lambda K, p=pad, s=strides, m=mult, d=dil: _seq(K, (7, 6, 3), [
+                              L(K).DepthwiseConv2D(3, strides=s, padding=p, depth_multiplier=m,
+                                                   dilation_rate=d, activation="tanh")]),
+                          _xy((7, 6, 3), n=8)))
+        cases.append(Case(f"SeparableConv2D {pad} strides={strides} multiplier={mult} "
+                          f"dilation={dil}",
+                          lambda K, p=pad, s=strides, m=mult, d=dil: _seq(K, (7, 6, 3), [
+                              L(K).SeparableConv2D(4, 3, strides=s, padding=p,
+                                                   depth_multiplier=m, dilation_rate=d)]),
+                          _xy((7, 6, 3), n=8)))
+    cases.append(Case("Conv1D causal + Flatten + Dense (fit)", lambda K: _seq(K, (8, 2), [
+        L(K).Conv1D(3, 3, padding="causal", activation="relu"), L(K).Flatten(),
+        L(K).Dense(2)]), _xy((8, 2), regress=2, n=32), lambda K: "mse", (),
+        lambda K: K.optimizers.Adam(0.01), epochs=2))
+    cases.append(Case("Depthwise + Separable + Conv2DTranspose decoder (fit)", lambda K: _seq(
+        K, (6, 6, 2), [L(K).DepthwiseConv2D(3, padding="same", depth_multiplier=2,
+                                            activation="relu"),
+                       L(K).SeparableConv2D(3, 3, strides=2, padding="same",
+                                            activation="relu"),
+                       L(K).Conv2DTranspose(2, 3, strides=2, padding="same"),
+                       L(K).Flatten(), L(K).Dense(3, activation="softmax")]),
+        _xy((6, 6, 2), classes=3, n=32), lambda K: "sparse_categorical_crossentropy",
+        ("accuracy",), lambda K: K.optimizers.SGD(0.05), epochs=2))
     return cases
 
 

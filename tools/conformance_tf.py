@@ -805,6 +805,50 @@ def build_specs(tf: Any) -> list[Spec]:
                   lambda x: tf.compat.v1.nn.avg_pool(x, 2, 2, "VALID"), pool_cases, "bound",
                   bound=pool_bound(2)))
 
+    # -- conv25: conv1d, conv2d_transpose, depthwise_conv2d, separable_conv2d
+    def conv_more_cases(shapes: Sequence[tuple[int, ...]]) -> Callable:
+        def cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+            for dt in (np.float32, np.float64):
+                yield np.dtype(dt).name, [_rand(rng, dt, sh) for sh in shapes]
+        return cases
+
+    def sum_bound(terms: int) -> Callable:
+        """A sum of ``terms`` products (each stage's): 2 * terms * eps * (max|a| max|b|
+        ... over the inputs) * terms, as conv_bound."""
+        def bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
+            mag = float(np.prod([np.max(np.abs(a)) for a in inputs]))
+            return 2 * terms * _eps(inputs[0]) * mag * terms + 0 * want
+        return bound
+    for st, p in [(1, "VALID"), (2, "SAME")]:
+        S.append(Spec(f"nn.conv1d(s={st},{p})",
+                      lambda x, w, _s=st, _p=p: tfc.nn.conv1d(x, w, _s, _p),
+                      lambda x, w, _s=st, _p=p: tf.nn.conv1d(x, w, _s, _p),
+                      conv_more_cases([(2, 9, 3), (3, 3, 4)]), "bound", bound=sum_bound(9)))
+    for out, st, p, ws in [((2, 8, 6, 2), 2, "SAME", (3, 3, 2, 3)),
+                           ((2, 7, 8, 2), 2, "VALID", (3, 2, 2, 3)),
+                           ((2, 4, 3, 2), 1, "SAME", (2, 2, 2, 3))]:
+        S.append(Spec(f"nn.conv2d_transpose(s={st},{p},k={ws[0]}x{ws[1]})",
+                      lambda x, w, _o=out, _s=st, _p=p: tfc.nn.conv2d_transpose(x, w, _o, _s,
+                                                                                _p),
+                      lambda x, w, _o=out, _s=st, _p=p: tf.nn.conv2d_transpose(x, w, _o, _s,
+                                                                               _p),
+                      conv_more_cases([(2, out[1] // st if p == "SAME" else 3,
+                                        -(-out[2] // st) if p == "SAME" else 4, 3), ws]),
+                      "bound", bound=sum_bound(27)))
+    for st, p, dil, ws in [(1, "SAME", 1, (3, 3, 3, 1)), (2, "VALID", 1, (3, 2, 3, 2)),
+                           (1, "SAME", 2, (3, 3, 3, 2))]:
+        S.append(Spec(f"nn.depthwise_conv2d(s={st},{p},d={dil},m={ws[3]})",
+                      lambda x, w, _s=st, _p=p, _d=dil: tfc.nn.depthwise_conv2d(
+                          x, w, [1, _s, _s, 1], _p, dilations=[_d, _d]),
+                      lambda x, w, _s=st, _p=p, _d=dil: tf.nn.depthwise_conv2d(
+                          x, w, [1, _s, _s, 1], _p, dilations=[_d, _d]),
+                      conv_more_cases([(2, 7, 6, 3), ws]), "bound", bound=sum_bound(9)))
+    S.append(Spec("nn.separable_conv2d(s=2,SAME,m=2)",
+                  lambda x, d, q: tfc.nn.separable_conv2d(x, d, q, [1, 2, 2, 1], "SAME"),
+                  lambda x, d, q: tf.nn.separable_conv2d(x, d, q, [1, 2, 2, 1], "SAME"),
+                  conv_more_cases([(2, 7, 6, 3), (3, 3, 3, 2), (1, 1, 6, 4)]), "bound",
+                  bound=sum_bound(9 * 6)))
+
     def gnorm_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
         for dt in (np.float32, np.float64):
             yield np.dtype(dt).name, [_rand(rng, dt, (3, 4)), _rand(rng, dt, (5,))]

@@ -927,6 +927,43 @@ def metrics_streaming(tf: Any, rec: Rec) -> None:
             rec("reset", sess.run(values))
 
 
+@program(tol=F32)
+def layers_conv_autoencoder(tf: Any, rec: Rec) -> None:
+    """A tf.layers convolutional autoencoder (conv25): conv2d (stride 2, 'same'),
+    separable_conv2d (depth multiplier 2), conv2d_transpose back to 8x8 (stride 2,
+    'same'), plus a conv1d over the image rows as a penalty; constant initializers,
+    Adam on the reconstruction error, float32."""
+    rs = np.random.RandomState(61)
+    x_data = rs.rand(6, 8, 8, 1).astype(np.float32)
+
+    def k(seed: int, *shape: int) -> Any:
+        return tf.constant_initializer(_init(seed, *shape, scale=0.3).astype(np.float32))
+
+    with tf.Graph().as_default():
+        x = tf.placeholder(tf.float32, [None, 8, 8, 1])
+        enc = tf.layers.conv2d(x, 4, 3, strides=2, padding="same", activation=tf.nn.relu,
+                               kernel_initializer=k(62, 3, 3, 1, 4))
+        sep = tf.layers.separable_conv2d(enc, 3, 3, padding="same", depth_multiplier=2,
+                                         activation=tf.nn.relu,
+                                         depthwise_initializer=k(63, 3, 3, 4, 2),
+                                         pointwise_initializer=k(64, 1, 1, 8, 3),
+                                         bias_initializer=tf.constant_initializer(0.05))
+        dec = tf.layers.conv2d_transpose(sep, 1, 3, strides=2, padding="same",
+                                         kernel_initializer=k(65, 3, 3, 1, 3))
+        rows = tf.layers.conv1d(tf.reshape(x, [-1, 8, 8]), 2, 3, padding="same",
+                                kernel_initializer=k(66, 3, 8, 2))
+        loss = tf.reduce_mean(tf.square(dec - x)) + 0.01 * tf.reduce_mean(tf.square(rows))
+        train = tf.train.AdamOptimizer(1e-2).minimize(loss)
+        rec("trainable", _names(tf.trainable_variables()))
+        rec("shapes", [[int(d) for d in list(t.shape)[1:]] for t in (enc, sep, dec, rows)])
+        with tf.Session() as sess:
+            sess.run(tf.global_variables_initializer())
+            for i in range(6):
+                rec(f"loss{i}", sess.run([train, loss], {x: x_data})[1])
+            rec("decoded", sess.run(dec, {x: x_data}))
+            rec("variables", sess.run(tf.trainable_variables()))
+
+
 @program()
 def nce_word2vec(tf: Any, rec: Rec) -> None:
     """The word2vec tutorial's skip-gram step: embedding_lookup of the center words,

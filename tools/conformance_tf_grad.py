@@ -748,7 +748,42 @@ def build_cases() -> list[Case]:
              _inputs(_r(2, 3), _r(2, 3))),
     ]
     cases += array_grad_cases()  # array24
+    cases += conv_grad_cases()  # conv25
     return cases
+
+
+def conv_grad_cases() -> list[Case]:
+    """conv25's convolutions: conv1d, conv2d_transpose (TF's conv2d backprop), depthwise
+    and separable; the dilated ones f32 only (TF's CPU kernels refuse f64 there)."""
+    return [
+        Case("nn.conv1d", "SAME s2", "nn", lambda m, x, w: m.nn.conv1d(x, w, 2, "SAME"),
+             _inputs(_r(2, 7, 3), _r(3, 3, 2))),
+        Case("nn.conv1d", "VALID dilation 2 (TF CPU: f32 only)", "nn",
+             lambda m, x, w: m.nn.conv1d(x, w, 1, "VALID", dilations=2),
+             _inputs(_r(1, 8, 2), _r(3, 2, 2)), dtypes=("float32",)),
+        Case("nn.conv2d_transpose", "SAME s2", "nn",
+             lambda m, x, w: m.nn.conv2d_transpose(x, w, [2, 6, 5, 2], 2, "SAME"),
+             _inputs(_r(2, 3, 3, 3), _r(3, 3, 2, 3))),
+        Case("nn.conv2d_transpose", "VALID s2, a row no tap reaches", "nn",
+             lambda m, x, w: m.nn.conv2d_transpose(x, w, [1, 8, 7, 2], [1, 2, 2, 1], "VALID"),
+             _inputs(_r(1, 3, 3, 2), _r(3, 3, 2, 2))),
+        Case("nn.conv2d_transpose", "symbolic batch", "nn",
+             lambda m, x, w: m.nn.conv2d_transpose(x, w, [m.shape(x)[0], 6, 6, 2], 2, "SAME"),
+             _inputs(_r(2, 3, 3, 2), _r(2, 2, 2, 2)), symbolic=(0,)),
+        Case("nn.depthwise_conv2d", "SAME s1 m1", "nn",
+             lambda m, x, w: m.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "SAME"),
+             _inputs(_r(2, 5, 4, 3), _r(3, 3, 3, 1))),
+        Case("nn.depthwise_conv2d", "VALID s2 m2", "nn",
+             lambda m, x, w: m.nn.depthwise_conv2d(x, w, [1, 2, 2, 1], "VALID"),
+             _inputs(_r(1, 6, 5, 2), _r(2, 3, 2, 2))),
+        Case("nn.depthwise_conv2d", "SAME dilation 2 (TF CPU: f32 only)", "nn",
+             lambda m, x, w: m.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "SAME",
+                                                   dilations=[2, 2]),
+             _inputs(_r(1, 5, 5, 2), _r(2, 2, 2, 2)), dtypes=("float32",)),
+        Case("nn.separable_conv2d", "SAME s2 m2", "nn",
+             lambda m, x, d, q: m.nn.separable_conv2d(x, d, q, [1, 2, 2, 1], "SAME"),
+             _inputs(_r(1, 5, 4, 2), _r(3, 3, 2, 2), _r(1, 1, 4, 3))),
+    ]
 
 
 def array_grad_cases() -> list[Case]:

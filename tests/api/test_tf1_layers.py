@@ -235,3 +235,76 @@ def test_batch_normalization_gradient_matches_finite_differences():
                                atol=1e-8)
     np.testing.assert_allclose(gg, numeric_grad(lambda v: f(g=v), gamma), rtol=1e-7,
                                atol=1e-8)
+
+
+# ---- conv25: conv1d, conv2d_transpose, separable_conv2d ----------------------------------
+
+def test_conv1d_transpose_and_separable_names_shapes_and_values():
+    """TF's scopes and variable shapes (``conv2d_transpose/kernel`` is [kh, kw, out, in]);
+    values against numpy loops: conv1d as a sliding dot product, the transposed conv by
+    its scatter definition (SAME, stride 2, kernel 3: TF pads the 8-wide output 0 before),
+    separable as per-channel 'same' convolutions then a 1x1 one."""
+    x1, k1 = RNG.normal(size=(2, 6, 3)), RNG.normal(size=(2, 3, 4))
+    x4 = RNG.normal(size=(2, 3, 4, 2))
+    kt, dk, pk = (RNG.normal(size=(3, 3, 5, 2)), RNG.normal(size=(3, 3, 2, 2)),
+                  RNG.normal(size=(1, 1, 4, 3)))
+    p1 = tfc.placeholder(tfc.float64, [None, 6, 3])
+    p4 = tfc.placeholder(tfc.float64, [None, 3, 4, 2])
+    init = tfc.constant_initializer
+    c1 = tfc.layers.conv1d(p1, 4, 2, kernel_initializer=init(k1), bias_initializer=init(0.5))
+    ct = tfc.layers.conv2d_transpose(p4, 5, 3, strides=2, padding="same",
+                                     kernel_initializer=init(kt), use_bias=False)
+    ct_valid = tfc.layers.conv2d_transpose(p4, 5, (3, 2), strides=(2, 1))
+    sep = tfc.layers.separable_conv2d(p4, 3, 3, padding="same", depth_multiplier=2,
+                                      depthwise_initializer=init(dk),
+                                      pointwise_initializer=init(pk), activation=tfc.nn.relu)
+    assert names(tfc.trainable_variables()) == [
+        "conv1d/kernel", "conv1d/bias", "conv2d_transpose/kernel",
+        "conv2d_transpose_1/kernel", "conv2d_transpose_1/bias",
+        "separable_conv2d/depthwise_kernel", "separable_conv2d/pointwise_kernel",
+        "separable_conv2d/bias"]
+    assert var("conv2d_transpose_1/kernel").shape == (3, 2, 5, 2)
+    assert [str(t.type) for t in (c1, ct, ct_valid, sep)] == [
+        "f64[B,5,4]", "f64[B,6,8,5]", "f64[B,7,5,5]", "f64[B,3,4,3]"]
+    with tfc.Session() as sess:
+        sess.run(tfc.global_variables_initializer())
+        got1, gott, gots = sess.run([c1, ct, sep], {p1: x1, p4: x4})
+    want1 = np.stack([np.einsum("bkc,kco->bo", x1[:, i:i + 2], k1) for i in range(5)], 1)
+    np.testing.assert_allclose(got1, want1 + 0.5, rtol=1e-12, atol=1e-14)
+    wantt = np.zeros((2, 7, 9, 5))  # one extra row/column past the end, cropped below
+    for i in range(3):
+        for j in range(4):
+            wantt[:, 2 * i:2 * i + 3, 2 * j:2 * j + 3] += np.einsum("bc,hwoc->bhwo",
+                                                                    x4[:, i, j], kt)
+    np.testing.assert_allclose(gott, wantt[:, :6, :8], rtol=1e-12, atol=1e-14)
+    depth = np.concatenate([np_conv_same(x4[..., c:c + 1], dk[:, :, c:c + 1])
+                            for c in range(2)], axis=-1)
+    np.testing.assert_allclose(gots, np.maximum(depth @ pk[0, 0], 0), rtol=1e-12, atol=1e-14)
+
+
+def test_conv2d_transpose_layer_trains_and_refuses_bad_input():
+    xs = RNG.normal(size=(1, 2, 2, 1))
+    x = tfc.placeholder(tfc.float64, [None, 2, 2, 1])
+    y = tfc.layers.conv2d_transpose(x, 1, 2, strides=2, name="up")
+    kernel, bias = var("up/kernel"), var("up/bias")
+    loss = tfc.reduce_sum(y * y)
+    with tfc.Session() as sess:
+        sess.run(tfc.global_variables_initializer())
+        k0 = sess.run(kernel)
+        gk, gb = sess.run(tfc.gradients(loss, [kernel, bias]), {x: xs})
+
+        def f(**kw):
+            k, b = kw.get("k", k0), kw.get("b", np.zeros(1))
+            return float(np.sum((np.kron(xs[0, :, :, 0], k[:, :, 0, 0]) + b) ** 2))
+    np.testing.assert_allclose(gk, numeric_grad(lambda v: f(k=v), k0), rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(gb, numeric_grad(lambda v: f(b=v), np.zeros(1)), rtol=1e-7)
+    with pytest.raises(TypeMismatch, match="conv2d_transpose: inputs must be NHWC"):
+        tfc.layers.conv2d_transpose(tfc.placeholder(tfc.float32, [None, 4, 4]), 2, 3)
+    with pytest.raises(TypeMismatch, match="height and width must be static"):
+        tfc.layers.conv2d_transpose(tfc.placeholder(tfc.float32, [None, None, 4, 2]), 2, 3)
+    with pytest.raises(TypeMismatch, match="separable_conv2d: pointwise_regularizer is not"):
+        tfc.layers.separable_conv2d(tfc.placeholder(tfc.float32, [None, 4, 4, 2]), 2, 3,
+                                    pointwise_regularizer=lambda w: w)
+    with pytest.raises(TypeMismatch, match="conv1d: only data_format='channels_last'"):
+        tfc.layers.conv1d(tfc.placeholder(tfc.float32, [None, 4, 2]), 2, 3,
+                          data_format="channels_first")

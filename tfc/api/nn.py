@@ -395,3 +395,8 @@ def gelu(features: TensorLike, approximate: bool = False, name: str | None = Non
     else:
         out = x * 0.5 * erfc(-x * 0.7071067811865476)
     return apply("identity", out, name=name) if name else out
+
+
+# ---- conv25: the other convolutions (composites in tfc.api.nn_conv) ---------------------
+from tfc.api.nn_conv import (conv1d, conv2d_transpose, depthwise_conv2d,  # noqa: E402,F401
+                             separable_conv2d)

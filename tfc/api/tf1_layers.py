@@ -140,6 +140,136 @@ def conv2d(inputs: TensorLike, filters: int, kernel_size: int | Sequence[int],
         return _activate(y, activation)
 
 
+# ---- conv25: conv1d, conv2d_transpose, separable_conv2d ---------------------------------
+
+def _conv_input(layer: str, inputs: TensorLike, rank: int, data_format: str,
+                extras: dict[str, Any]) -> Tensor:
+    """The float input of a TF1 convolution layer, channels last with static channels."""
+    _no_extras(layer, **extras)
+    _channels_last(layer, data_format)
+    x = _float_input(layer, inputs)
+    if x.type.rank != rank or x.shape[-1] is None:
+        raise TypeMismatch(f"tf.layers.{layer}: inputs must be "
+                           f"{'NWC' if rank == 3 else 'NHWC'} with static channels, got "
+                           f"{x.type}")
+    return x
+
+
+def _bias_activate(y: Tensor, filters: int, dtype: DType, use_bias: bool,
+                   bias_initializer: Any, trainable: bool, activation: Activation) -> Tensor:
+    """``activation(y + bias)`` with the scope's ``bias`` [filters] (TF1's order: the
+    bias is made after the kernels)."""
+    if use_bias:
+        bias = get_variable("bias", [filters], dtype, bias_initializer or zeros_initializer(),
+                            trainable=trainable)
+        y = nn.bias_add(y, bias)
+    return _activate(y, activation)
+
+
+def _one(v: int | Sequence[int], what: str) -> int:
+    t = (int(v),) if isinstance(v, int) else tuple(int(i) for i in v)
+    if len(t) != 1:
+        raise TypeMismatch(f"tf.layers.conv1d: {what} must be an int (or 1 int), got {v!r}")
+    return t[0]
+
+
+def conv1d(inputs: TensorLike, filters: int, kernel_size: int | Sequence[int],
+           strides: int | Sequence[int] = 1, padding: str = "valid",
+           data_format: str = "channels_last", dilation_rate: int | Sequence[int] = 1,
+           activation: Activation = None, use_bias: bool = True,
+           kernel_initializer: Any = None, bias_initializer: Any = None,
+           kernel_regularizer: Any = None, bias_regularizer: Any = None,
+           activity_regularizer: Any = None, kernel_constraint: Any = None,
+           bias_constraint: Any = None, trainable: bool = True, name: str | None = None,
+           reuse: Any = None) -> Tensor:
+    """A 1-D convolution of NWC ``inputs`` with a kernel [k, in, filters] and a bias
+    [filters], in the scope ``name`` (default ``conv1d``, ``conv1d_1`` ...)."""
+    x = _conv_input("conv1d", inputs, 3, data_format, dict(
+        kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
+        activity_regularizer=activity_regularizer, kernel_constraint=kernel_constraint,
+        bias_constraint=bias_constraint))
+    with variable_scope(name, default_name="conv1d", reuse=reuse):
+        kernel = get_variable("kernel", [_one(kernel_size, "kernel_size"),
+                                         int(x.shape[-1] or 0), int(filters)], x.dtype,
+                              kernel_initializer,
+                              trainable=trainable)
+        y = nn.conv1d(x, kernel, _one(strides, "strides"), _padding(padding),
+                      dilations=_one(dilation_rate, "dilation_rate"))
+        return _bias_activate(y, int(filters), x.dtype, use_bias, bias_initializer,
+                              trainable, activation)
+
+
+def conv2d_transpose(inputs: TensorLike, filters: int, kernel_size: int | Sequence[int],
+                     strides: int | Sequence[int] = (1, 1), padding: str = "valid",
+                     data_format: str = "channels_last", activation: Activation = None,
+                     use_bias: bool = True, kernel_initializer: Any = None,
+                     bias_initializer: Any = None, kernel_regularizer: Any = None,
+                     bias_regularizer: Any = None, activity_regularizer: Any = None,
+                     kernel_constraint: Any = None, bias_constraint: Any = None,
+                     trainable: bool = True, name: str | None = None,
+                     reuse: Any = None) -> Tensor:
+    """A transposed 2-D convolution (``tf.nn.conv2d_transpose``) of NHWC ``inputs`` with a
+    kernel [kh, kw, filters, in] (TF's layout) and a bias [filters], in the scope ``name``
+    (default ``conv2d_transpose``). The output is ``in * stride`` (SAME) or
+    ``in * stride + max(k - stride, 0)`` (VALID) high and wide, as TF's; the input's
+    height and width must be static."""
+    from tfc.layers.conv import transpose_output_length
+    x = _conv_input("conv2d_transpose", inputs, 4, data_format, dict(
+        kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
+        activity_regularizer=activity_regularizer, kernel_constraint=kernel_constraint,
+        bias_constraint=bias_constraint))
+    k, st, pad = _pair(kernel_size, "kernel_size"), _pair(strides, "strides"), _padding(padding)
+    hw = []
+    for i in range(2):
+        n = x.shape[1 + i]
+        if n is None or not isinstance(n, int):
+            raise TypeMismatch(f"tf.layers.conv2d_transpose: the input's height and width "
+                               f"must be static, got {x.type}")
+        hw.append(transpose_output_length(n, k[i], pad, None, st[i], 1))
+    with variable_scope(name, default_name="conv2d_transpose", reuse=reuse):
+        kernel = get_variable("kernel", [*k, int(filters), int(x.shape[-1] or 0)], x.dtype,
+                              kernel_initializer, trainable=trainable)
+        y = nn.conv2d_transpose(x, kernel, [None, *hw, int(filters)], st, pad)
+        return _bias_activate(y, int(filters), x.dtype, use_bias, bias_initializer,
+                              trainable, activation)
+
+
+def separable_conv2d(inputs: TensorLike, filters: int, kernel_size: int | Sequence[int],
+                     strides: int | Sequence[int] = (1, 1), padding: str = "valid",
+                     data_format: str = "channels_last",
+                     dilation_rate: int | Sequence[int] = (1, 1), depth_multiplier: int = 1,
+                     activation: Activation = None, use_bias: bool = True,
+                     depthwise_initializer: Any = None, pointwise_initializer: Any = None,
+                     bias_initializer: Any = None, depthwise_regularizer: Any = None,
+                     pointwise_regularizer: Any = None, bias_regularizer: Any = None,
+                     activity_regularizer: Any = None, depthwise_constraint: Any = None,
+                     pointwise_constraint: Any = None, bias_constraint: Any = None,
+                     trainable: bool = True, name: str | None = None,
+                     reuse: Any = None) -> Tensor:
+    """A depthwise convolution (``depthwise_kernel`` [kh, kw, in, depth_multiplier]) then
+    a 1x1 one (``pointwise_kernel`` [1, 1, in * depth_multiplier, filters]) and a bias
+    [filters], in the scope ``name`` (default ``separable_conv2d``)."""
+    x = _conv_input("separable_conv2d", inputs, 4, data_format, dict(
+        depthwise_regularizer=depthwise_regularizer,
+        pointwise_regularizer=pointwise_regularizer, bias_regularizer=bias_regularizer,
+        activity_regularizer=activity_regularizer, depthwise_constraint=depthwise_constraint,
+        pointwise_constraint=pointwise_constraint, bias_constraint=bias_constraint))
+    if int(depth_multiplier) < 1:
+        raise TypeMismatch(f"tf.layers.separable_conv2d: depth_multiplier must be positive, "
+                           f"got {depth_multiplier}")
+    kh, kw = _pair(kernel_size, "kernel_size")
+    c, m = int(x.shape[-1] or 0), int(depth_multiplier)  # (static: _conv_input checks)
+    with variable_scope(name, default_name="separable_conv2d", reuse=reuse):
+        dw = get_variable("depthwise_kernel", [kh, kw, c, m], x.dtype, depthwise_initializer,
+                          trainable=trainable)
+        pw = get_variable("pointwise_kernel", [1, 1, c * m, int(filters)], x.dtype,
+                          pointwise_initializer, trainable=trainable)
+        y = nn.separable_conv2d(x, dw, pw, _pair(strides, "strides"), _padding(padding),
+                                dilations=_pair(dilation_rate, "dilation_rate"))
+        return _bias_activate(y, int(filters), x.dtype, use_bias, bias_initializer,
+                              trainable, activation)
+
+
 def max_pooling2d(inputs: TensorLike, pool_size: int | Sequence[int],
                   strides: int | Sequence[int], padding: str = "valid",
                   data_format: str = "channels_last", name: str | None = None) -> Tensor:
@@ -294,4 +424,4 @@ def batch_normalization(inputs: TensorLike, axis: int = -1, momentum: float = 0.
 
 
 __all__ = ["dense", "conv2d", "max_pooling2d", "average_pooling2d", "flatten", "dropout",
-           "batch_normalization"]
+           "batch_normalization", "conv1d", "conv2d_transpose", "separable_conv2d"]

@@ -47,3 +47,11 @@ __all__ += ["Activation", "ReLU", "LeakyReLU", "ELU", "Softmax", "Lambda", "Subt
             "SimpleRNN", "ZeroPadding2D", "ZeroPadding1D", "Cropping2D", "Cropping1D",
             "UpSampling2D", "UpSampling1D", "Permute", "RepeatVector", "Bidirectional",
             "TimeDistributed"]
+
+# conv25: the other convolution layers (Keras's names and weights)
+from tfc.layers.conv import (Conv1D, Conv2DTranspose, Convolution1D,  # noqa: E402
+                             Convolution2DTranspose, DepthwiseConv2D, SeparableConv2D,
+                             SeparableConvolution2D)
+
+__all__ += ["Conv1D", "Conv2DTranspose", "DepthwiseConv2D", "SeparableConv2D",
+            "Convolution1D", "Convolution2DTranspose", "SeparableConvolution2D"]

@@ -574,6 +574,8 @@ class CUDAExecutable:
         state: set[Value] = set()  # values that are variables' storage (reads, their views)
         known, needed = _known_at_bind(g, binding)
         checks: list[_DeviceLabelCheck] = []
+        fetched = set(g.results)
+        fetched_copies: dict[Value, Any] = {}  # fetched views copied out of the arena
         for i, op in enumerate(g.ops):
             kind = op.kind
             if kind != "constant" and op.results and all(r in known for r in op.results):
@@ -606,6 +608,14 @@ class CUDAExecutable:
                 store[op.result] = store[op.inputs[0]].reshape(binding.shape(op.result))
                 if op.inputs[0] in state:
                     state.add(op.result)
+                if op.result in fetched and plan.buffer(op.result) is not None:
+                    # a fetched view of an arena value: the plan keeps its storage only
+                    # until the view's last use, so it is copied out now (as the llvm
+                    # backend does), not read at the end of the step from a reused slot
+                    out = dev.empty(binding.shape(op.result), op.result.dtype.np)
+                    actions.append(_copy_action([store[op.result]], [out]))
+                    kinds.append("device")
+                    fetched_copies[op.result] = out
                 continue
             ins = [store[v] for v in op.inputs]
             outs = [storage(r) for r in op.results]
@@ -640,7 +650,7 @@ class CUDAExecutable:
                 actions.append(_random_action(xp, op, shape, outs[0], self._now))
             else:  # "host": the registry reference on host copies
                 actions.append(_host_action(dev, op, ins, outs, self._now))
-        fetches = [store[v] for v in g.results]
+        fetches = [fetched_copies.get(v, store[v]) for v in g.results]
         stagers = [dev.uploader(f) for f in feeds]
         bound = _Bound(feeds, stagers, actions, fetches, updates, keep,
                        _prepared_writes(dev, updates, self._vars), checks)
