@@ -172,6 +172,17 @@ def conv2d_transpose(input: TensorLike, filters: TensorLike,  # noqa: A002
                  dilations=dil, name=name)
 
 
+def transpose_output_length(n: int, k: int, padding: str, output_padding: int | None,
+                            stride: int, dilation: int) -> int:
+    """Keras's ``compute_conv_transpose_output_length``: the output size along one axis
+    of a transposed convolution over ``n`` (the ``output_shape`` Keras gives TF)."""
+    k = (k - 1) * dilation + 1
+    if output_padding is None:
+        return n * stride + max(k - stride, 0) if padding == "VALID" else n * stride
+    pad = k // 2 if padding == "SAME" else 0
+    return (n - 1) * stride + k - 2 * pad + output_padding
+
+
 def _like(x: Tensor, shape: tuple[Dim, int, int, int]) -> Tensor:
     """A tensor of ``shape`` whose values are never read (the backprop op takes only its
     shape): zeros when static, else zeros broadcast against ``x``'s batch."""

@@ -213,7 +213,7 @@ def conv2d_transpose(inputs: TensorLike, filters: int, kernel_size: int | Sequen
     (default ``conv2d_transpose``). The output is ``in * stride`` (SAME) or
     ``in * stride + max(k - stride, 0)`` (VALID) high and wide, as TF's; the input's
     height and width must be static."""
-    from tfc.layers.conv import transpose_output_length
+    from tfc.api.nn_conv import transpose_output_length
     x = _conv_input("conv2d_transpose", inputs, 4, data_format, dict(
         kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
         activity_regularizer=activity_regularizer, kernel_constraint=kernel_constraint,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from tfc.api import nn
+from tfc.api.nn_conv import transpose_output_length
 from tfc.api.graph import Tensor
 from tfc.errors import TypeMismatch
 from tfc.ir.types import TensorType
@@ -181,17 +182,6 @@ def _single(name: str, v: int | Sequence[int]) -> int:
     if len(t) != 1 or t[0] < 1:
         raise TypeMismatch(f"{name} must be a positive int (or a 1-tuple), got {v!r}")
     return t[0]
-
-
-def transpose_output_length(n: int, k: int, padding: str, output_padding: int | None,
-                            stride: int, dilation: int) -> int:
-    """Keras's ``compute_conv_transpose_output_length``: the output size along one axis
-    of a transposed convolution over ``n`` (the ``output_shape`` Keras gives TF)."""
-    k = (k - 1) * dilation + 1
-    if output_padding is None:
-        return n * stride + max(k - stride, 0) if padding == "VALID" else n * stride
-    pad = k // 2 if padding == "SAME" else 0
-    return (n - 1) * stride + k - 2 * pad + output_padding
 
 
 class Conv2DTranspose(_ConvBase):
