@@ -221,6 +221,31 @@ def _scan(kind: str) -> LibraryFn:
     return run
 
 
+def _segment_reduce(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
+    """``segment_reduce`` (segment25): the reference's checks on the ids (on the host: an
+    error must never become wrong numbers), then ``xp``'s ``ufunc.at`` in row order over
+    the empty segments' values, as ``tfc.ops.segment.segment_reduce_np``. cupy's
+    ``multiply.at`` is missing: a product runs on the host."""
+    from tfc.ops.segment import check_ids, empty_value, segment_reduce_np
+    data, ids = ins
+    kind, n, sorted_ = attrs["reduction"], attrs["num_segments"], attrs["sorted"]
+    if kind == "prod" and xp is not np:
+        return [xp.asarray(segment_reduce_np(_host(data), _host(ids), kind, n, sorted_))]
+    check_ids(kind, _host(ids), n, sorted_)
+    rest = data.shape[ids.ndim:]
+    flat = ids.reshape(-1).astype(np.int64)
+    rows = data.reshape((flat.size, *rest))
+    keep = flat >= 0
+    flat, rows = flat[keep], rows[keep]
+    out = xp.full((n, *rest), empty_value(kind, np.dtype(data.dtype), False), data.dtype)
+    ufunc = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply"}[kind]
+    with np.errstate(invalid="ignore", over="ignore"):  # (numpy's NaN max, inf products)
+        getattr(xp, ufunc).at(out, flat, rows)
+    if sorted_ and kind != "prod":
+        out[xp.bincount(flat, minlength=n) == 0] = 0
+    return [out]
+
+
 def _host(a: Any) -> np.ndarray:
     return a if isinstance(a, np.ndarray) else a.get()
 
@@ -243,6 +268,7 @@ LIBRARY: dict[str, LibraryFn] = {
     "cumsum": _scan("cumsum"),
     "cumprod": _scan("cumprod"),
     **CONV_LIBRARY,  # conv2d, max_pool, avg_pool and their gradients (generated kernels)
+    "segment_reduce": _segment_reduce,  # segment25
 }
 # Library ops an executable prepares once per binding (``conv.PREPARED``: generated
 # kernels and GEMMs bound to the binding's arrays) instead of calling their ``LIBRARY`` form.
