@@ -166,6 +166,7 @@ class SegmentReduce(OpDef):
                            _expand(b, b("greater_equal", ids, b.constant(0, ids)), data))
             count = b("segment_reduce", b("cast", picked, dtype=g.type.dtype), ids,
                       **{**op.attrs, "reduction": "sum"})
+            count = b("maximum", count, b.constant(1, count))  # (an empty segment: 0)
             share = gather_rows(b, b("div", g, count), ids, drop)
             return [b("where", picked, share, b("zeros_like", share)), None]
         # prod
