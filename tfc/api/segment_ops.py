@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tfc.api import ops
-from tfc.api.graph import Tensor, as_dtype, user_location
+from tfc.api.graph import Tensor, user_location
 from tfc.api.tensor import TensorLike, apply, constant, convert_to_tensor
 from tfc.errors import TypeMismatch
 from tfc.ir.types import DType
@@ -281,7 +281,8 @@ def tensor_scatter_nd_sub(tensor: TensorLike, indices: TensorLike, updates: Tens
 def _segments_of(op: str, tensor: TensorLike, indices: TensorLike, updates: TensorLike
                  ) -> tuple[Tensor, list[int], Tensor, Tensor, Tensor, int]:
     """For the update kinds: the tensor as rows, its dims, the tuples' rows (flat; a bad
-    tuple is the out-of-range row ``n``, a run-time error of ``segment_reduce``), the
+    tuple is the out-of-range row ``n``, a run-time error of ``segment_reduce`` in
+    ``op``'s name), the
     updates as rows, the rows the tuples touch ([n] bool, from the last position naming
     each) and ``n``."""
     t = _target(op, tensor)
@@ -298,7 +299,8 @@ def _segments_of(op: str, tensor: TensorLike, indices: TensorLike, updates: Tens
                      f"(indices' batch dims, then the tensor's dims after the first {k})")
     urows = ops.reshape(u, [-1, *dims[k:]])
     pos = apply("cumsum", ops.ones_like(flat), axis=0, exclusive=True)
-    last = apply("segment_reduce", pos, flat, reduction="max", num_segments=n_rows, sorted=False)
+    last = apply("segment_reduce", pos, flat, reduction="max", num_segments=n_rows,
+                 sorted=False, what=op)
     rows = ops.reshape(t, [n_rows, *dims[k:]])
     return rows, dims, flat, urows, last, n_rows
 
@@ -325,7 +327,8 @@ def tensor_scatter_nd_update(tensor: TensorLike, indices: TensorLike, updates: T
 def _scatter_extreme(op: str, kind: str, tensor: TensorLike, indices: TensorLike,
                      updates: TensorLike, name: str | None) -> Tensor:
     rows, dims, flat, urows, last, n = _segments_of(op, tensor, indices, updates)
-    best = apply("segment_reduce", urows, flat, reduction=kind, num_segments=n, sorted=False)
+    best = apply("segment_reduce", urows, flat, reduction=kind, num_segments=n, sorted=False,
+                 what=op)
     hit = _per_row_mask(ops.greater_equal(last, constant(np.array(0, last.dtype.np))), rows)
     both = ops.maximum(rows, best) if kind == "max" else ops.minimum(rows, best)
     return ops.reshape(ops.where(hit, both, rows), dims, name=name)

@@ -44,9 +44,13 @@ from tfc.ir.types import DType, TensorType, shapes_compatible
 KINDS = ("sum", "max", "min", "prod")
 
 
-def range_error(kind: str, position: object, value: object, n: int) -> str:
+def range_error(kind: str, position: object, value: object, n: int, what: str = "") -> str:
     """An id outside the segments (TF's text): one message for every backend (the llvm
-    check fills ``{int0}`` and ``{value}``)."""
+    check fills ``{int0}`` and ``{value}``). ``what``: the API op whose index tuples the
+    ids are (a tuple outside the tensor is then an id ``n``: its message says so)."""
+    if what:
+        return (f"{what}: indices[{position}] is outside the tensor's shape (row {value}, "
+                f"the rows are [0, {n}))")
     return f"segment_{kind}: segment_ids[{position}] = {value} is out of range [0, {n})"
 
 
@@ -66,7 +70,7 @@ def empty_value(kind: str, dtype: np.dtype, sorted_: bool) -> Any:
     return info.min if kind == "max" else info.max
 
 
-def check_ids(kind: str, ids: np.ndarray, n: int, sorted_: bool) -> None:
+def check_ids(kind: str, ids: np.ndarray, n: int, sorted_: bool, what: str = "") -> None:
     """Raise the first (row-major) error of ``ids``, as the llvm check kernel finds it."""
     flat = ids.reshape(-1).astype(np.int64)
     bad = (flat >= n) | ((flat < 0) if sorted_ else False)
@@ -76,14 +80,14 @@ def check_ids(kind: str, ids: np.ndarray, n: int, sorted_: bool) -> None:
         i = int(np.argmax(bad))
         v = int(flat[i])
         if v >= n or v < 0:
-            raise ExecutionError(range_error(kind, i, v, n))
+            raise ExecutionError(range_error(kind, i, v, n, what))
         raise ExecutionError(order_error(kind, i, v))
 
 
 def segment_reduce_np(data: np.ndarray, ids: np.ndarray, kind: str, n: int,
-                      sorted_: bool) -> np.ndarray:
+                      sorted_: bool, what: str = "") -> np.ndarray:
     """The reference: ``ufunc.at`` in row order, then the empty segments' value."""
-    check_ids(kind, ids, n, sorted_)
+    check_ids(kind, ids, n, sorted_, what)
     rest = data.shape[ids.ndim:]
     flat = ids.reshape(-1).astype(np.int64)
     rows = data.reshape((flat.size, *rest))
@@ -130,6 +134,8 @@ class SegmentReduce(OpDef):
         "sorted": AttrSpec("bool", False, "TF's segment_* (ids checked in range and "
                            "non-decreasing, empty segments 0) rather than unsorted_segment_* "
                            "(negative ids dropped, empty segments the identity)"),
+        "what": AttrSpec("str", "", "the API op whose index tuples the ids are, for the "
+                         "out-of-range message (tensor_scatter_nd_*)"),
     }
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
@@ -151,7 +157,7 @@ class SegmentReduce(OpDef):
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:
         data, ids = inputs
         return [segment_reduce_np(data, ids, attrs["reduction"], attrs["num_segments"],
-                                  attrs["sorted"])]
+                                  attrs["sorted"], attrs["what"])]
 
     def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
         (g,) = grads

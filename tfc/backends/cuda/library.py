@@ -230,8 +230,9 @@ def _segment_reduce(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> li
     data, ids = ins
     kind, n, sorted_ = attrs["reduction"], attrs["num_segments"], attrs["sorted"]
     if kind == "prod" and xp is not np:
-        return [xp.asarray(segment_reduce_np(_host(data), _host(ids), kind, n, sorted_))]
-    check_ids(kind, _host(ids), n, sorted_)
+        return [xp.asarray(segment_reduce_np(_host(data), _host(ids), kind, n, sorted_,
+                                             attrs["what"]))]
+    check_ids(kind, _host(ids), n, sorted_, attrs["what"])
     rest = data.shape[ids.ndim:]
     flat = ids.reshape(-1).astype(np.int64)
     rows = data.reshape((flat.size, *rest))

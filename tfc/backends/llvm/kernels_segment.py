@@ -40,7 +40,8 @@ def lower_segment_reduce(graph_compiler, op: Op) -> None:
     check.whole()
     b = check.b
     count = check.size(ids)
-    bad_range = graph_compiler.comp.error(range_error(kind, "{int0}", "{value}", n), op.loc)
+    bad_range = graph_compiler.comp.error(
+        range_error(kind, "{int0}", "{value}", n, op.attrs["what"]), op.loc)
     bad_order = graph_compiler.comp.error(order_error(kind, "{int0}", "{value}"), op.loc)
 
     def id_at(kernel, i: ir.Value) -> ir.Value:
