@@ -47,10 +47,11 @@ def test_means_and_sqrt_n() -> None:
     sids = np.array([0, 0, 2, 2, 2, 3], np.int32)
     x = tfc.placeholder(tfc.float32, [None, 2])
     i = tfc.placeholder(tfc.int32, [None])
+    si = tfc.placeholder(tfc.int32, [None])
     m = tfc.math
     mean, sq = m.unsorted_segment_mean(x, i, 5), m.unsorted_segment_sqrt_n(x, i, 5)
-    smean = m.segment_mean(x, i, num_segments=4)
-    got = run_both([mean, sq], {x: data, i: ids}) + run_both([smean], {x: data, i: sids})
+    smean = m.segment_mean(x, si, num_segments=4)
+    got = run_both([mean, sq, smean], {x: data, i: ids, si: sids})
     for out, (ii, n, root) in zip(got, [(ids, 5, False), (ids, 5, True), (sids, 4, False)]):
         want = np.zeros((n, 2), np.float32)
         for s in range(n):
@@ -175,3 +176,49 @@ def test_gradients_of_the_composites() -> None:
         tfc.tensor_scatter_nd_add(tt, idx, uu), tfc.tensor_scatter_nd_sub(tt, idx, uu),
         tfc.tensor_scatter_nd_max(tt, idx, uu), tfc.tensor_scatter_nd_min(tt, idx, uu)],
         t, u)
+
+
+def test_bincount_and_confusion_matrix() -> None:
+    """TF's values (written out): static lengths, weights, maxlength dropping values,
+    binary output; a confusion matrix with weights and with num_classes from constants."""
+    a = np.array([1, 1, 3], np.int32)
+    got = run_both([tfc.math.bincount(a), tfc.math.bincount(a, minlength=6),
+                    tfc.math.bincount(a, maxlength=2),
+                    tfc.math.bincount(a, weights=np.array([0.5, 0.25, 1], np.float32)),
+                    tfc.math.bincount(np.array([[1, 1], [3, 0]], np.int32)),
+                    tfc.math.bincount(a, dtype=tfc.float32),
+                    tfc.math.bincount(a, binary_output=True),
+                    tfc.math.confusion_matrix([0, 1, 2, 1], [0, 2, 2, 1], num_classes=4),
+                    tfc.math.confusion_matrix([0, 1, 2, 1], [0, 2, 2, 1], num_classes=3,
+                                              weights=np.array([1, 2, 3, 4], np.float32)),
+                    tfc.math.confusion_matrix([0, 1], [0, 2], dtype=tfc.float32)])
+    want = [[0, 2, 0, 1], [0, 2, 0, 1, 0, 0], [0, 2], [0, 0.75, 0, 1], [1, 2, 0, 1],
+            [0, 2, 0, 1], [0, 1, 0, 1],
+            [[1, 0, 0, 0], [0, 1, 1, 0], [0, 0, 1, 0], [0, 0, 0, 0]],
+            [[1, 0, 0], [0, 4, 2], [0, 0, 3]], [[1, 0, 0], [0, 0, 1], [0, 0, 0]]]
+    dtypes = [np.int32] * 3 + [np.float32, np.int32, np.float32, np.int32, np.int32,
+                               np.int32, np.float32]
+    for g, w, dt in zip(got, want, dtypes):
+        assert g.dtype == dt
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "reference"])
+def test_bincount_and_confusion_matrix_errors(backend: str) -> None:
+    x = tfc.placeholder(tfc.int32, [None])
+    b, line = tfc.math.bincount(x, minlength=3), here()
+    c, cline = tfc.math.confusion_matrix(x, x, num_classes=3), here()
+    with tfc.Session(backend=backend) as s:
+        for bad in ([1, -1, 2], [1, 3, 2]):
+            with pytest.raises(ExecutionError, match=rf"test_segment_ops.py:{line}: " +
+                               re.escape("bincount: arr[1] is negative or not below "
+                                         "minlength=3")):
+                s.run(b, {x: np.array(bad, np.int32)})
+            with pytest.raises(ExecutionError, match=rf"test_segment_ops.py:{cline}: " +
+                               re.escape("confusion_matrix: labels[1] or predictions[1] is "
+                                         "outside [0, 3)")):
+                s.run(c, {x: np.array(bad, np.int32)})
+    with pytest.raises(TfcError, match="the output length must be static"):
+        tfc.math.bincount(x)
+    with pytest.raises(TfcError, match="num_classes must be static"):
+        tfc.math.confusion_matrix(x, x)

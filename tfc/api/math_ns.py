@@ -48,3 +48,6 @@ from tfc.api.segment_ops import (segment_max, segment_mean, segment_min,  # noqa
 __all__ += ["segment_max", "segment_mean", "segment_min", "segment_prod", "segment_sum",
             "unsorted_segment_max", "unsorted_segment_mean", "unsorted_segment_min",
             "unsorted_segment_prod", "unsorted_segment_sqrt_n", "unsorted_segment_sum"]
+from tfc.api.segment_ops import bincount, confusion_matrix  # noqa: E402
+
+__all__ += ["bincount", "confusion_matrix"]

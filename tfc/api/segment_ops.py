@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tfc.api import ops
-from tfc.api.graph import Tensor, user_location
+from tfc.api.graph import Tensor, as_dtype, user_location
 from tfc.api.tensor import TensorLike, apply, constant, convert_to_tensor
 from tfc.errors import TypeMismatch
 from tfc.ir.types import DType
@@ -35,7 +35,8 @@ __all__ = ["unsorted_segment_sum", "unsorted_segment_mean", "unsorted_segment_sq
            "unsorted_segment_max", "unsorted_segment_min", "unsorted_segment_prod",
            "segment_sum", "segment_mean", "segment_max", "segment_min", "segment_prod",
            "scatter_nd", "tensor_scatter_nd_update", "tensor_scatter_nd_add",
-           "tensor_scatter_nd_sub", "tensor_scatter_nd_max", "tensor_scatter_nd_min"]
+           "tensor_scatter_nd_sub", "tensor_scatter_nd_max", "tensor_scatter_nd_min",
+           "bincount", "confusion_matrix"]
 
 
 def _error(msg: str) -> TypeMismatch:
@@ -300,9 +301,13 @@ def _segments_of(op: str, tensor: TensorLike, indices: TensorLike, updates: Tens
     urows = ops.reshape(u, [-1, *dims[k:]])
     pos = apply("cumsum", ops.ones_like(flat), axis=0, exclusive=True)
     last = apply("segment_reduce", pos, flat, reduction="max", num_segments=n_rows,
-                 sorted=False, what=op)
+                 sorted=False, what=_outside(op))
     rows = ops.reshape(t, [n_rows, *dims[k:]])
     return rows, dims, flat, urows, last, n_rows
+
+
+def _outside(op: str) -> str:
+    return f"{op}: indices[{{i}}] is outside the tensor's shape"
 
 
 def _per_row_mask(mask: Tensor, like: Tensor) -> Tensor:
@@ -328,7 +333,7 @@ def _scatter_extreme(op: str, kind: str, tensor: TensorLike, indices: TensorLike
                      updates: TensorLike, name: str | None) -> Tensor:
     rows, dims, flat, urows, last, n = _segments_of(op, tensor, indices, updates)
     best = apply("segment_reduce", urows, flat, reduction=kind, num_segments=n, sorted=False,
-                 what=op)
+                 what=_outside(op))
     hit = _per_row_mask(ops.greater_equal(last, constant(np.array(0, last.dtype.np))), rows)
     both = ops.maximum(rows, best) if kind == "max" else ops.minimum(rows, best)
     return ops.reshape(ops.where(hit, both, rows), dims, name=name)
@@ -344,3 +349,97 @@ def tensor_scatter_nd_min(tensor: TensorLike, indices: TensorLike, updates: Tens
                           name: str | None = None) -> Tensor:
     """``tf.tensor_scatter_nd_min``: the smaller of ``tensor`` and each update at its tuple."""
     return _scatter_extreme("tensor_scatter_nd_min", "min", tensor, indices, updates, name)
+
+
+# ---- bincount and confusion_matrix --------------------------------------------------------
+
+def _marked(values: Tensor, bad: Tensor, n: int) -> Tensor:
+    """``values`` with ``n`` (an id out of range: a run-time error) where ``bad``."""
+    return ops.where(bad, constant(np.array(n, values.dtype.np)), values)
+
+
+def bincount(arr: TensorLike, weights: TensorLike | None = None, minlength: Any = None,
+             maxlength: Any = None, dtype: Any = DType.i32, name: str | None = None,
+             axis: Any = None, binary_output: bool = False) -> Tensor:
+    """``tf.math.bincount`` of all of ``arr`` with a static length: ``maxlength`` if given
+    (values from it on are dropped, as TF), else ``minlength``, else the largest value + 1
+    of a constant ``arr``. A negative value, or one from ``minlength`` on when only it is
+    given (TF would lengthen its output), is a run-time error. TF's output is shorter
+    where ``maxlength`` exceeds both ``minlength`` and the largest value + 1; tfc's bins
+    beyond them hold 0. Counts are ``dtype``; weights give their own dtype, as TF."""
+    op = "bincount"
+    if axis not in (None, 0):
+        raise _error(f"{op}: axis={axis!r} is not supported (tfc counts all of arr)")
+    a = convert_to_tensor(arr, None if isinstance(arr, Tensor) else DType.i32)
+    if a.dtype not in (DType.i32, DType.i64):
+        raise _error(f"{op}: arr must be i32 or i64, not {a.dtype.value}")
+    if maxlength is not None:
+        n = _static_int(op, "maxlength", maxlength)
+    elif minlength is not None:
+        n = _static_int(op, "minlength", minlength)
+    else:
+        known = _constant_value(arr)
+        if known is None:
+            raise _error(f"{op}: the output length must be static: pass minlength= or "
+                         f"maxlength= (TF takes it from arr's values at run time)")
+        n = int(known.max()) + 1 if known.size else 0
+    if minlength is not None and maxlength is not None:
+        n = max(min(n, _static_int(op, "maxlength", maxlength)), 0)
+    flat = ops.reshape(a, [-1])
+    zero = constant(np.array(0, flat.dtype.np))
+    negative = ops.less(flat, zero)
+    beyond = ops.greater_equal(flat, constant(np.array(n, flat.dtype.np)))
+    if maxlength is not None:  # dropped (a negative id), not an error
+        flat = ops.where(beyond, constant(np.array(-1, flat.dtype.np)), flat)
+        flat = _marked(flat, negative, n)
+    else:
+        flat = _marked(flat, ops.logical_or(negative, beyond), n)
+    if weights is None or binary_output:
+        dt = as_dtype(dtype)
+        values = ops.ones_like(flat, dtype=dt)
+    else:
+        values = ops.reshape(convert_to_tensor(weights), [-1])
+    what = (f"{op}: arr[{{i}}] is negative" + ("" if maxlength is not None else
+                                                f" or not below minlength={n}"))
+    out = apply("segment_reduce", values, flat, reduction="sum", num_segments=n,
+                sorted=False, what=what)
+    if binary_output:
+        out = ops.cast(ops.greater(out, ops.zeros_like(out)), out.dtype)
+    return ops.identity(out, name=name) if name else out
+
+
+def confusion_matrix(labels: TensorLike, predictions: TensorLike, num_classes: Any = None,
+                     weights: TensorLike | None = None, dtype: Any = DType.i32,
+                     name: str | None = None) -> Tensor:
+    """``tf.math.confusion_matrix``: ``[num_classes, num_classes]``, row the label and
+    column the prediction, counting (or adding ``weights``) per pair. ``num_classes`` must
+    be static (or both inputs constants); a label or prediction outside it is a run-time
+    error, as TF's."""
+    op = "confusion_matrix"
+    lab = convert_to_tensor(labels, None if isinstance(labels, Tensor) else DType.i64)
+    pred = convert_to_tensor(predictions, None if isinstance(predictions, Tensor)
+                             else DType.i64)
+    for t, what in ((lab, "labels"), (pred, "predictions")):
+        if t.dtype not in (DType.i32, DType.i64):
+            raise _error(f"{op}: {what} must be i32 or i64, not {t.dtype.value}")
+    if num_classes is None:
+        known = [_constant_value(x) for x in (labels, predictions)]
+        if any(k is None for k in known):
+            raise _error(f"{op}: num_classes must be static: pass it (TF takes it from "
+                         f"the values at run time)")
+        c = int(max(int(k.max()) if k.size else -1 for k in known if k is not None)) + 1
+    else:
+        c = _static_int(op, "num_classes", num_classes)
+    it = DType.i64
+    lab, pred = ops.reshape(ops.cast(lab, it), [-1]), ops.reshape(ops.cast(pred, it), [-1])
+    zero, top = constant(np.int64(0)), constant(np.int64(c))
+    bad = ops.logical_or(ops.logical_or(ops.less(lab, zero), ops.greater_equal(lab, top)),
+                         ops.logical_or(ops.less(pred, zero), ops.greater_equal(pred, top)))
+    flat = _marked(ops.add(ops.multiply(lab, top), pred), bad, c * c)
+    dt = as_dtype(dtype)
+    values = ops.ones_like(flat, dtype=dt) if weights is None else \
+        ops.cast(ops.reshape(convert_to_tensor(weights), [-1]), dt)
+    out = apply("segment_reduce", values, flat, reduction="sum", num_segments=c * c,
+                sorted=False,
+                what=f"{op}: labels[{{i}}] or predictions[{{i}}] is outside [0, {c})")
+    return ops.reshape(out, [c, c], name=name)

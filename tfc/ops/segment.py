@@ -46,11 +46,11 @@ KINDS = ("sum", "max", "min", "prod")
 
 def range_error(kind: str, position: object, value: object, n: int, what: str = "") -> str:
     """An id outside the segments (TF's text): one message for every backend (the llvm
-    check fills ``{int0}`` and ``{value}``). ``what``: the API op whose index tuples the
-    ids are (a tuple outside the tensor is then an id ``n``: its message says so)."""
+    check fills ``{int0}`` and ``{value}``). ``what``: the message of the API op whose
+    ids these are (``{i}`` standing for the position), which maps its own bad input to
+    the id ``n`` (``tensor_scatter_nd_*``, ``bincount``, ``confusion_matrix``)."""
     if what:
-        return (f"{what}: indices[{position}] is outside the tensor's shape (row {value}, "
-                f"the rows are [0, {n}))")
+        return what.replace("{i}", str(position)) + f" (id {value}, of [0, {n}))"
     return f"segment_{kind}: segment_ids[{position}] = {value} is out of range [0, {n})"
 
 
@@ -134,8 +134,8 @@ class SegmentReduce(OpDef):
         "sorted": AttrSpec("bool", False, "TF's segment_* (ids checked in range and "
                            "non-decreasing, empty segments 0) rather than unsorted_segment_* "
                            "(negative ids dropped, empty segments the identity)"),
-        "what": AttrSpec("str", "", "the API op whose index tuples the ids are, for the "
-                         "out-of-range message (tensor_scatter_nd_*)"),
+        "what": AttrSpec("str", "", "the out-of-range message of the API op whose ids "
+                         "these are ({i}: the position), if not segment_*'s"),
     }
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
