@@ -1241,6 +1241,44 @@ def segment_specs(tf: Any) -> list[Spec]:
         S.append(Spec(f"tensor_scatter_nd_{fn}(out of range)",
                       getattr(tfc, f"tensor_scatter_nd_{fn}"),
                       getattr(tf, f"tensor_scatter_nd_{fn}"), gen_fn(snd_oob)))
+
+    def bin_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for it in INTS:
+            name = np.dtype(it).name
+            yield f"{name} full", [np.array([0, 1, 1, 5, 3, 5, 5, 2], it)]  # max 5: 6 bins
+            yield f"{name} 2d", [np.array([[5, 0, 1, 2], [2, 2, 4, 0]], it)]
+        yield "negative", [np.array([1, -1, 2], np.int32)]
+        yield "too large", [np.array([1, 7, 2], np.int32)]
+    S.append(Spec("math.bincount(minlength=6)", lambda a: tfc.math.bincount(a, minlength=6),
+                  lambda a: tf.math.bincount(a, minlength=6), bin_cases))
+    S.append(Spec("math.bincount(maxlength=3)",
+                  lambda a: tfc.math.bincount(a, minlength=3, maxlength=3),
+                  lambda a: tf.math.bincount(a, minlength=3, maxlength=3), bin_cases))
+    S.append(Spec("math.bincount(weights)",
+                  lambda a: tfc.math.bincount(a, weights=tfc.cast(a, tfc.float32) * 0.5,
+                                              minlength=6),
+                  lambda a: tf.math.bincount(a, weights=tf.cast(a, tf.float32) * 0.5,
+                                             minlength=6), bin_cases))
+    S.append(Spec("math.bincount(binary_output)",
+                  lambda a: tfc.math.bincount(a, minlength=6, binary_output=True),
+                  lambda a: tf.math.bincount(a, minlength=6, binary_output=True), bin_cases))
+
+    def cm_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for it in INTS:
+            yield np.dtype(it).name, [rng.integers(0, 4, 12).astype(it),
+                                      rng.integers(0, 4, 12).astype(it)]
+        yield "label out of range", [np.array([0, 4, 1], np.int32), np.array([0, 1, 1],
+                                                                             np.int32)]
+        yield "negative prediction", [np.array([0, 2, 1], np.int32),
+                                      np.array([0, -1, 1], np.int32)]
+    S.append(Spec("math.confusion_matrix", lambda a, b: tfc.math.confusion_matrix(a, b, 4),
+                  lambda a, b: tf.math.confusion_matrix(a, b, 4), cm_cases))
+    S.append(Spec("math.confusion_matrix(weights, float32)",
+                  lambda a, b: tfc.math.confusion_matrix(
+                      a, b, 4, weights=tfc.cast(a, tfc.float32) + 0.5, dtype=tfc.float32),
+                  lambda a, b: tf.math.confusion_matrix(
+                      a, b, 4, weights=tf.cast(a, tf.float32) + 0.5, dtype=tf.float32),
+                  cm_cases))
     return S
 
 
@@ -1431,6 +1469,9 @@ KNOWN.update({
     ("math.unsorted_segment_min", "nan"): ("EXPECTED", SEG_NAN),
     ("math.segment_max", "nan"): ("EXPECTED", SEG_NAN),
     ("math.segment_min", "nan"): ("EXPECTED", SEG_NAN),
+    ("math.bincount", "too large"): ("EXPECTED", "tfc's bincount has a static length: "
+                                     "a value from minlength on is a run-time error where "
+                                     "TF lengthens its output (give maxlength to drop them)"),
     ("math.unsorted_segment_mean", "int32"): ("EXPECTED", "tfc refuses integer segment "
                                               "means (a TypeMismatch); TF's dtype rules "
                                               "for them differ between its ops"),
