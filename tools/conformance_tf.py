@@ -1169,35 +1169,35 @@ def segment_specs(tf: Any) -> list[Spec]:
         tfc_u, tf_u = getattr(m, f"unsorted_segment_{kind}"), \
             getattr(tf.math, f"unsorted_segment_{kind}")
         tfc_s, tf_s = getattr(m, f"segment_{kind}"), getattr(tf.math, f"segment_{kind}")
-        S.append(Spec(f"math.unsorted_segment_{kind}",
+        S.append(Spec(f"unsorted_segment_{kind}",
                       lambda d, i, _f=tfc_u: _f(d, i, 6), lambda d, i, _f=tf_u: _f(d, i, 6),
                       seg_cases(unsorted_ids, NUMERIC), "exact" if exact else "bound",
                       bound=None if exact else seg_bound(unsorted_ids)))
-        S.append(Spec(f"math.segment_{kind}",
+        S.append(Spec(f"segment_{kind}",
                       lambda d, i, _f=tfc_s: _f(d, i, num_segments=5),
                       lambda d, i, _f=tf_s: _f(d, i), seg_cases(sorted_ids, NUMERIC),
                       "exact" if exact else "bound",
                       bound=None if exact else seg_bound(sorted_ids)))
     for fn, sqrt in (("unsorted_segment_mean", False), ("unsorted_segment_sqrt_n", True)):
-        S.append(Spec(f"math.{fn}", lambda d, i, _f=getattr(m, fn): _f(d, i, 6),
+        S.append(Spec(f"{fn}", lambda d, i, _f=getattr(m, fn): _f(d, i, 6),
                       lambda d, i, _f=getattr(tf.math, fn): _f(d, i, 6),
                       seg_cases(unsorted_ids, FLOATS + (np.int32,)), "bound",
                       bound=seg_bound(unsorted_ids, mean=True)))
-    S.append(Spec("math.segment_mean", lambda d, i: m.segment_mean(d, i, num_segments=5),
+    S.append(Spec("segment_mean", lambda d, i: m.segment_mean(d, i, num_segments=5),
                   tf.math.segment_mean, seg_cases(sorted_ids, FLOATS), "bound",
                   bound=seg_bound(sorted_ids, mean=True)))
 
     def bad_ids(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
         for ids in ([0, 1, 6, 2], [0, 9, -1, 1]):
             yield f"ids {ids}", [np.ones(4, np.float32), np.array(ids, np.int32)]
-    S.append(Spec("math.unsorted_segment_max(out of range)",
+    S.append(Spec("unsorted_segment_max(out of range)",
                   lambda d, i: m.unsorted_segment_max(d, i, 6),
                   lambda d, i: tf.math.unsorted_segment_max(d, i, 6), gen_fn(bad_ids)))
 
     def bad_sorted(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
         for ids in ([0, 2, 1, 2], [-1, 0, 1, 2], [0, 0, 1, 1]):  # (the last one is good)
             yield f"ids {ids}", [np.ones(4, np.float32), np.array(ids, np.int32)]
-    S.append(Spec("math.segment_sum(bad ids)", lambda d, i: m.segment_sum(d, i,
+    S.append(Spec("segment_sum(bad ids)", lambda d, i: m.segment_sum(d, i,
                                                                          num_segments=2),
                   tf.math.segment_sum, gen_fn(bad_sorted)))
 
@@ -1249,17 +1249,17 @@ def segment_specs(tf: Any) -> list[Spec]:
             yield f"{name} 2d", [np.array([[5, 0, 1, 2], [2, 2, 4, 0]], it)]
         yield "negative", [np.array([1, -1, 2], np.int32)]
         yield "too large", [np.array([1, 7, 2], np.int32)]
-    S.append(Spec("math.bincount(minlength=6)", lambda a: tfc.math.bincount(a, minlength=6),
+    S.append(Spec("bincount(minlength=6)", lambda a: tfc.math.bincount(a, minlength=6),
                   lambda a: tf.math.bincount(a, minlength=6), bin_cases))
-    S.append(Spec("math.bincount(maxlength=3)",
+    S.append(Spec("bincount(maxlength=3)",
                   lambda a: tfc.math.bincount(a, minlength=3, maxlength=3),
                   lambda a: tf.math.bincount(a, minlength=3, maxlength=3), bin_cases))
-    S.append(Spec("math.bincount(weights)",
+    S.append(Spec("bincount(weights)",
                   lambda a: tfc.math.bincount(a, weights=tfc.cast(a, tfc.float32) * 0.5,
                                               minlength=6),
                   lambda a: tf.math.bincount(a, weights=tf.cast(a, tf.float32) * 0.5,
                                              minlength=6), bin_cases))
-    S.append(Spec("math.bincount(binary_output)",
+    S.append(Spec("bincount(binary_output)",
                   lambda a: tfc.math.bincount(a, minlength=6, binary_output=True),
                   lambda a: tf.math.bincount(a, minlength=6, binary_output=True), bin_cases))
 
@@ -1271,9 +1271,9 @@ def segment_specs(tf: Any) -> list[Spec]:
                                                                              np.int32)]
         yield "negative prediction", [np.array([0, 2, 1], np.int32),
                                       np.array([0, -1, 1], np.int32)]
-    S.append(Spec("math.confusion_matrix", lambda a, b: tfc.math.confusion_matrix(a, b, 4),
+    S.append(Spec("confusion_matrix", lambda a, b: tfc.math.confusion_matrix(a, b, 4),
                   lambda a, b: tf.math.confusion_matrix(a, b, 4), cm_cases))
-    S.append(Spec("math.confusion_matrix(weights, float32)",
+    S.append(Spec("confusion_matrix(weights, float32)",
                   lambda a, b: tfc.math.confusion_matrix(
                       a, b, 4, weights=tfc.cast(a, tfc.float32) + 0.5, dtype=tfc.float32),
                   lambda a, b: tf.math.confusion_matrix(
@@ -1465,14 +1465,14 @@ KNOWN.update({
 SEG_NAN = ("a NaN in a segment: tfc's max/min is NaN (NaN propagates, as reduce_max); TF's "
            "CPU kernel keeps a NaN only when no later row of the segment replaces it")
 KNOWN.update({
-    ("math.unsorted_segment_max", "nan"): ("EXPECTED", SEG_NAN),
-    ("math.unsorted_segment_min", "nan"): ("EXPECTED", SEG_NAN),
-    ("math.segment_max", "nan"): ("EXPECTED", SEG_NAN),
-    ("math.segment_min", "nan"): ("EXPECTED", SEG_NAN),
-    ("math.bincount", "too large"): ("EXPECTED", "tfc's bincount has a static length: "
+    ("unsorted_segment_max", "nan"): ("EXPECTED", SEG_NAN),
+    ("unsorted_segment_min", "nan"): ("EXPECTED", SEG_NAN),
+    ("segment_max", "nan"): ("EXPECTED", SEG_NAN),
+    ("segment_min", "nan"): ("EXPECTED", SEG_NAN),
+    ("bincount", "too large"): ("EXPECTED", "tfc's bincount has a static length: "
                                      "a value from minlength on is a run-time error where "
                                      "TF lengthens its output (give maxlength to drop them)"),
-    ("math.unsorted_segment_mean", "int32"): ("EXPECTED", "tfc refuses integer segment "
+    ("unsorted_segment_mean", "int32"): ("EXPECTED", "tfc refuses integer segment "
                                               "means (a TypeMismatch); TF's dtype rules "
                                               "for them differ between its ops"),
 })
