@@ -223,13 +223,18 @@ def _scan(kind: str) -> LibraryFn:
 
 def _segment_reduce(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
     """``segment_reduce`` (segment25): the reference's checks on the ids (on the host: an
-    error must never become wrong numbers), then ``xp``'s ``ufunc.at`` in row order over
-    the empty segments' values, as ``tfc.ops.segment.segment_reduce_np``. cupy's
-    ``multiply.at`` is missing: a product runs on the host."""
+    error must never become wrong numbers), then ``xp``'s ``ufunc.at`` over the empty
+    segments' values, as ``tfc.ops.segment.segment_reduce_np`` (under the emulator, with
+    numpy, the reference's own steps). cupy adds with atomics (float sums in another
+    order: rounding may differ by a few ulps times the rows per segment). On the host
+    instead: products (cupy has no ``multiply.at``), f16 (cupy's atomics do not cover
+    it), and max/min of data holding NaN (the reference propagates NaN; atomic max/min
+    need not)."""
     from tfc.ops.segment import check_ids, empty_value, segment_reduce_np
     data, ids = ins
     kind, n, sorted_ = attrs["reduction"], attrs["num_segments"], attrs["sorted"]
-    if kind == "prod" and xp is not np:
+    if xp is not np and (kind == "prod" or data.dtype == np.float16 or (
+            kind in ("max", "min") and data.dtype.kind == "f" and bool(xp.isnan(data).any()))):
         return [xp.asarray(segment_reduce_np(_host(data), _host(ids), kind, n, sorted_,
                                              attrs["what"]))]
     check_ids(kind, _host(ids), n, sorted_, attrs["what"])
