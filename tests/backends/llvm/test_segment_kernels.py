@@ -63,9 +63,9 @@ def test_every_kind_matches_the_reference(dtype) -> None:
 
 
 def test_wide_rows_split_across_threads() -> None:
-    data = RNG.normal(size=(200, 2048)).astype(np.float32)  # 40 x 2048 out: split
-    ids = RNG.integers(-1, 40, size=200).astype(np.int32)
-    x = tfc.placeholder(tfc.float32, [None, 2048])
+    data = RNG.normal(size=(100, 5000)).astype(np.float32)  # 3 blocks of columns, split
+    ids = RNG.integers(-1, 40, size=100).astype(np.int32)
+    x = tfc.placeholder(tfc.float32, [None, 5000])
     i = tfc.placeholder(tfc.int32, [None])
     got, want = both([tfc.math.unsorted_segment_max(x, i, 40),
                       tfc.math.unsorted_segment_sum(x, i, 40)], {x: data, i: ids})

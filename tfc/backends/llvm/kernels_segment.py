@@ -3,9 +3,10 @@
 - The check runs whole (one thread, before anything is written): the first id outside
   ``[0, num_segments)`` (a negative one only for ``sorted``) or, for ``sorted``, the first
   id smaller than the one before fails with the reference's message and position.
-- The reduction is split across threads by the columns of a row (the elements of a
-  segment's row are independent), so no two threads write one element and no atomics are
-  needed: each thread fills its columns of every segment with the empty value, then walks
+- The reduction is split across threads by blocks of ``COLUMN_BLOCK`` columns of a row
+  (the elements of a segment's row are independent), so no two threads write one element
+  and no atomics are needed: each thread fills its columns of every segment with the
+  empty value, then walks
   the rows in order and combines each into its segment's row (a contiguous inner loop
   over its columns). Rows reach a segment in order, as the reference's ``ufunc.at``.
   ``sorted`` stores a segment's first row instead of combining it (empty segments keep 0,
@@ -27,6 +28,10 @@ from tfc.ir.core import Op
 from tfc.ops.segment import empty_value, order_error, range_error
 
 ZERO = irutil.i64(0)
+# Columns per unit of the split: each thread's chunk walks all the rows again, so a chunk
+# must hold enough columns to pay for that walk and read long runs of each row (rows of
+# up to 2048 columns are one unit: one thread, as ``scatter_add``; 5000 columns are 3)
+COLUMN_BLOCK = 2048
 
 
 def lower_segment_reduce(graph_compiler, op: Op) -> None:
@@ -67,12 +72,18 @@ def lower_segment_reduce(graph_compiler, op: Op) -> None:
     od = kernel.dims(out)
     cols = irutil.product(b, od[1:])
     rows = kernel.size(ids)
-    shape_key = ("segment cols", id(out))
+    block = irutil.i64(COLUMN_BLOCK)
+    blocks = b.sdiv(b.add(cols, irutil.i64(COLUMN_BLOCK - 1)), block)
 
-    def cols_of(binding) -> int:
-        return int(np.prod(binding.shapes[out][1:], dtype=np.int64))
+    def blocks_of(binding) -> int:
+        n = int(np.prod(binding.shapes[out][1:], dtype=np.int64))
+        return -(-n // COLUMN_BLOCK)
 
-    lo, hi = kernel.extent_of([cols], shape_key, cols_of, out)
+    first_block, last_block = kernel.extent_of([blocks], ("segment blocks", id(out)),
+                                               blocks_of, out)
+    lo = b.mul(first_block, block)
+    hi = b.mul(last_block, block)
+    hi = b.select(b.icmp_signed("<", hi, cols), hi, cols)
     empty = empty_value(kind, np.dtype(dt.np), sorted_)
     init = irutil.const(dt, empty.item() if hasattr(empty, "item") else empty)
 
