@@ -222,3 +222,18 @@ def test_bincount_and_confusion_matrix_errors(backend: str) -> None:
         tfc.math.bincount(x)
     with pytest.raises(TfcError, match="num_classes must be static"):
         tfc.math.confusion_matrix(x, x)
+
+
+@pytest.mark.parametrize("backend", ["llvm", "reference"])
+def test_a_batch_of_updates_unlike_constant_indices_is_an_error(backend: str) -> None:
+    """Constant indices against a symbolic batch of updates: another size at run time
+    fails (TF's shape error) instead of leaving updates out."""
+    u = tfc.placeholder(tfc.float32, [None, 2])
+    t = np.zeros((4, 2), np.float32)
+    outs = [tfc.tensor_scatter_nd_update(t, [[1], [3]], u),
+            tfc.tensor_scatter_nd_add(t, [[1], [3]], u)]
+    with tfc.Session(backend=backend) as s:
+        for y in outs:
+            with pytest.raises(ExecutionError, match="reshape|scatter_add"):
+                s.run(y, {u: np.ones((3, 2), np.float32)})
+            assert s.run(y, {u: np.ones((2, 2), np.float32)}).sum() == 4

@@ -29,7 +29,7 @@ from tfc.api import ops
 from tfc.api.graph import Tensor, as_dtype, user_location
 from tfc.api.tensor import TensorLike, apply, constant, convert_to_tensor
 from tfc.errors import TypeMismatch
-from tfc.ir.types import DType
+from tfc.ir.types import DType, shapes_compatible
 
 __all__ = ["unsorted_segment_sum", "unsorted_segment_mean", "unsorted_segment_sqrt_n",
            "unsorted_segment_max", "unsorted_segment_min", "unsorted_segment_prod",
@@ -295,10 +295,13 @@ def _segments_of(op: str, tensor: TensorLike, indices: TensorLike, updates: Tens
     if u.dtype != t.dtype:
         raise _error(f"{op}: updates {u.type} and tensor {t.type} differ in dtype")
     want = (*row.type.shape, *dims[k:])
-    if tuple(u.type.shape) != want:
+    if not shapes_compatible(u.type.shape, want):
         raise _error(f"{op}: updates {u.type} must have shape [{','.join(map(str, want))}] "
                      f"(indices' batch dims, then the tensor's dims after the first {k})")
-    urows = ops.reshape(u, [-1, *dims[k:]])
+    batch = [d for d in row.type.shape if isinstance(d, int)]
+    count = int(np.prod(batch, dtype=np.int64)) if len(batch) == row.type.rank else -1
+    # (static: a symbolic batch of updates of another size fails the reshape)
+    urows = ops.reshape(u, [count, *dims[k:]])
     pos = apply("cumsum", ops.ones_like(flat), axis=0, exclusive=True)
     last = apply("segment_reduce", pos, flat, reduction="max", num_segments=n_rows,
                  sorted=False, what=_outside(op))

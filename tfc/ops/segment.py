@@ -70,6 +70,13 @@ def empty_value(kind: str, dtype: np.dtype, sorted_: bool) -> Any:
     return info.min if kind == "max" else info.max
 
 
+def shape_error(kind: str, data: object, ids: object) -> str:
+    """``data``'s leading dims differ from ``ids``' at run time (a symbolic dim against a
+    static one: the types could not tell)."""
+    return (f"segment_{kind}: the leading dims of data {data} differ from segment_ids "
+            f"{ids} at run time")
+
+
 def check_ids(kind: str, ids: np.ndarray, n: int, sorted_: bool, what: str = "") -> None:
     """Raise the first (row-major) error of ``ids``, as the llvm check kernel finds it."""
     flat = ids.reshape(-1).astype(np.int64)
@@ -87,6 +94,8 @@ def check_ids(kind: str, ids: np.ndarray, n: int, sorted_: bool, what: str = "")
 def segment_reduce_np(data: np.ndarray, ids: np.ndarray, kind: str, n: int,
                       sorted_: bool, what: str = "") -> np.ndarray:
     """The reference: ``ufunc.at`` in row order, then the empty segments' value."""
+    if data.shape[:ids.ndim] != ids.shape:
+        raise ExecutionError(shape_error(kind, list(data.shape), list(ids.shape)))
     check_ids(kind, ids, n, sorted_, what)
     rest = data.shape[ids.ndim:]
     flat = ids.reshape(-1).astype(np.int64)

@@ -98,3 +98,17 @@ def test_bad_ids_are_errors_at_the_users_line(backend: str) -> None:
         np.testing.assert_array_equal(  # and the session still runs good ids
             sess.run(u, {x: np.arange(4, dtype=np.float32), i: np.array([2, 2, -1, 0], np.int32)}),
             [3, np.finfo(np.float32).min, 1])
+
+
+@pytest.mark.parametrize("backend", ["llvm", "reference"])
+def test_a_batch_of_data_unlike_constant_ids_is_an_error(backend: str) -> None:
+    """Static ids against a symbolic batch of data: a size that differs at run time fails
+    (never rows read past the data or left out)."""
+    x = tfc.placeholder(tfc.float32, [None, 3])
+    y = tfc.math.unsorted_segment_max(x, np.array([0, 1, 1, 2, 0], np.int32), 3)
+    with tfc.Session(backend=backend) as s:
+        for n in (3, 7):
+            with pytest.raises(ExecutionError, match=r"segment_ids i32\[5\]|differ from "
+                                                     r"segment_ids"):
+                s.run(y, {x: np.ones((n, 3), np.float32)})
+        assert s.run(y, {x: np.ones((5, 3), np.float32)}).sum() == 9

@@ -230,13 +230,15 @@ def _segment_reduce(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> li
     instead: products (cupy has no ``multiply.at``), f16 (cupy's atomics do not cover
     it), and max/min of data holding NaN (the reference propagates NaN; atomic max/min
     need not)."""
-    from tfc.ops.segment import check_ids, empty_value, segment_reduce_np
+    from tfc.ops.segment import check_ids, empty_value, segment_reduce_np, shape_error
     data, ids = ins
     kind, n, sorted_ = attrs["reduction"], attrs["num_segments"], attrs["sorted"]
     if xp is not np and (kind == "prod" or data.dtype == np.float16 or (
             kind in ("max", "min") and data.dtype.kind == "f" and bool(xp.isnan(data).any()))):
         return [xp.asarray(segment_reduce_np(_host(data), _host(ids), kind, n, sorted_,
                                              attrs["what"]))]
+    if tuple(data.shape[:ids.ndim]) != tuple(ids.shape):
+        raise ExecutionError(shape_error(kind, list(data.shape), list(ids.shape)))
     check_ids(kind, _host(ids), n, sorted_, attrs["what"])
     rest = data.shape[ids.ndim:]
     flat = ids.reshape(-1).astype(np.int64)

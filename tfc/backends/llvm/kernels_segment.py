@@ -62,6 +62,8 @@ def lower_segment_reduce(graph_compiler, op: Op) -> None:
             check.fail_with_detail(b.icmp_signed("<", k, prev[0]), bad_order, k, [i])
         return [k]
 
+    # (data's leading dims against the ids': each binding's types are inferred again, so
+    # a symbolic dim of another size than the ids' fails there, before any kernel runs)
     irutil.loop(b, ZERO, count, check_one, [irutil.i64(-(1 << 62))], name="v")
     check.finish()
 
