@@ -18,6 +18,7 @@ from tfc.api.graph import (Graph, Operation, Tensor, Variable, get_default_graph
                            reset_default_graph, user_location)
 from tfc.api.ops import *  # noqa: F401,F403  (the op functions)
 from tfc.api.array_ops import *  # noqa: F401,F403  (cumsum, reverse, gather_nd, einsum ...)
+from tfc.api.segment_ops import *  # noqa: F401,F403  (unsorted_segment_sum, scatter_nd ...)
 from tfc.api.partitioned import (PartitionedVariable, fixed_size_partitioner,  # noqa: F401
                                  min_max_variable_partitioner, variable_partitioner)
 from tfc.api.saver import Saver  # also tfc.train.Saver

@@ -90,6 +90,9 @@ EXAMPLES: dict[str, tuple[list[Spec], dict[str, Any]]] = {
     "cumsum": ([(T, (3, 4, 2))], {"axis": 1, "exclusive": True, "reverse": True}),
     "cumprod": ([(T, (3, 4))], {"axis": 0}),
     "sort": ([(T, (3, 5, 2))], {"axis": 1, "descending": True, "k": 3}),
+    # (segment25: rows of a matrix reduced into 3 segments, one of them empty)
+    "segment_reduce": ([(T, (5, 3)), (DType.i32, (5,))], {"reduction": "max",
+                                                         "num_segments": 3}),
 }
 
 # Generic candidates: inputs by arity, tried in order; required attrs by kind.

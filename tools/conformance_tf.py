@@ -999,6 +999,7 @@ def build_specs(tf: Any) -> list[Spec]:
     same("pad(constant_values)", lambda m, a: m.pad(a, [[1, 1]], constant_values=5),
          [np.array([1.5, 2.5], f32)])
     S.extend(array_specs(tf))  # array24
+    S.extend(segment_specs(tf))  # segment25
     return S
 
 
@@ -1168,6 +1169,160 @@ def array_specs(tf: Any) -> list[Spec]:
                                                     tfc.constant(np.float64(_b)), _n),
               lambda _a=a, _b=b, _n=n: tf.linspace(tf.constant(np.float64(_a)),
                                                    tf.constant(np.float64(_b)), _n))
+    return S
+
+
+# ---- segment25: segment reductions and N-d scatters ---------------------------------------
+
+def segment_specs(tf: Any) -> list[Spec]:
+    """unsorted_segment_* and segment_* (every kind), scatter_nd, tensor_scatter_nd_*,
+    with dropped negative ids, empty segments, special values and bad ids."""
+    S: list[Spec] = []
+    m = tfc.math
+    unsorted_ids = np.array([3, 0, -1, 3, 4, 0, 3, -2], np.int32)  # 1, 2 empty (of 6)
+    sorted_ids = np.array([0, 0, 1, 3, 3, 3, 4, 4], np.int32)  # 2 a gap; 5 segments
+
+    def seg_bound(ids: np.ndarray, mean: bool = False) -> Callable:
+        """|err| <= 2 * k * eps * sum|x| over a segment's k rows (/k for means)."""
+        def bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
+            x = np.abs(inputs[0].astype(np.float64))
+            out = np.zeros(want.shape)
+            for sgm in range(want.shape[0]):
+                k = int((ids == sgm).sum())
+                t = x[ids == sgm].sum(0) if k else 0.0
+                out[sgm] = 2 * max(k, 1) * _eps(inputs[0]) * t / (max(k, 1) if mean else 1)
+            return out + np.abs(want.astype(np.float64)) * _eps(inputs[0]) * 4
+        return bound
+
+    def seg_cases(ids: np.ndarray, dtypes: Sequence[Any]) -> Callable:
+        def gen(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+            for dt in dtypes:
+                name = np.dtype(dt).name
+                yield f"{name} rand", [_rand(rng, dt, (8, 3), -3, 3), ids]
+                yield f"{name} vector", [_rand(rng, dt, (8,), -3, 3), ids.astype(np.int64)]
+                if dt in FLOATS:
+                    sp = _specials(dt)
+                    yield f"{name} special", [sp[~np.isnan(sp)][:24].reshape(8, 3), ids]
+                    yield f"{name} nan", [np.where(np.arange(24).reshape(8, 3) % 7 == 0,
+                                                   np.nan, _rand(rng, dt, (8, 3))).astype(dt),
+                                          ids]
+        return gen
+
+    for kind in ("sum", "max", "min", "prod"):
+        exact = kind in ("max", "min")
+        tfc_u, tf_u = getattr(m, f"unsorted_segment_{kind}"), \
+            getattr(tf.math, f"unsorted_segment_{kind}")
+        tfc_s, tf_s = getattr(m, f"segment_{kind}"), getattr(tf.math, f"segment_{kind}")
+        S.append(Spec(f"unsorted_segment_{kind}",
+                      lambda d, i, _f=tfc_u: _f(d, i, 6), lambda d, i, _f=tf_u: _f(d, i, 6),
+                      seg_cases(unsorted_ids, NUMERIC), "exact" if exact else "bound",
+                      bound=None if exact else seg_bound(unsorted_ids)))
+        S.append(Spec(f"segment_{kind}",
+                      lambda d, i, _f=tfc_s: _f(d, i, num_segments=5),
+                      lambda d, i, _f=tf_s: _f(d, i), seg_cases(sorted_ids, NUMERIC),
+                      "exact" if exact else "bound",
+                      bound=None if exact else seg_bound(sorted_ids)))
+    for fn, sqrt in (("unsorted_segment_mean", False), ("unsorted_segment_sqrt_n", True)):
+        S.append(Spec(f"{fn}", lambda d, i, _f=getattr(m, fn): _f(d, i, 6),
+                      lambda d, i, _f=getattr(tf.math, fn): _f(d, i, 6),
+                      seg_cases(unsorted_ids, FLOATS + (np.int32,)), "bound",
+                      bound=seg_bound(unsorted_ids, mean=True)))
+    S.append(Spec("segment_mean", lambda d, i: m.segment_mean(d, i, num_segments=5),
+                  tf.math.segment_mean, seg_cases(sorted_ids, FLOATS), "bound",
+                  bound=seg_bound(sorted_ids, mean=True)))
+
+    def bad_ids(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
+        for ids in ([0, 1, 6, 2], [0, 9, -1, 1]):
+            yield f"ids {ids}", [np.ones(4, np.float32), np.array(ids, np.int32)]
+    S.append(Spec("unsorted_segment_max(out of range)",
+                  lambda d, i: m.unsorted_segment_max(d, i, 6),
+                  lambda d, i: tf.math.unsorted_segment_max(d, i, 6), gen_fn(bad_ids)))
+
+    def bad_sorted(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
+        for ids in ([0, 2, 1, 2], [-1, 0, 1, 2], [0, 0, 1, 1]):  # (the last one is good)
+            yield f"ids {ids}", [np.ones(4, np.float32), np.array(ids, np.int32)]
+    S.append(Spec("segment_sum(bad ids)", lambda d, i: m.segment_sum(d, i,
+                                                                         num_segments=2),
+                  tf.math.segment_sum, gen_fn(bad_sorted)))
+
+    idx = np.array([[1, 3], [0, 0], [1, 3], [2, 1]], np.int32)  # a duplicate tuple
+
+    def snd_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in NUMERIC:
+            for it in INTS:
+                name = f"{np.dtype(dt).name}[{np.dtype(it).name}]"
+                yield f"{name} rows", [idx.astype(it), _rand(rng, dt, (4, 2), -3, 3)]
+        yield "float32 elements", [np.array([[1, 3, 0], [2, 0, 1]], np.int32),
+                                   _rand(rng, np.float32, (2,), -3, 3)]
+    S.append(Spec("scatter_nd", lambda i, u: tfc.scatter_nd(i, u, [3, 4, 2]),
+                  lambda i, u: tf.scatter_nd(i, u, [3, 4, 2]), snd_cases))
+
+    def tsnd_cases(dup: bool) -> Callable:
+        def gen(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+            ii = idx if dup else idx[1:]
+            for dt in NUMERIC:
+                name = np.dtype(dt).name
+                yield f"{name} rows", [_rand(rng, dt, (3, 4, 2), -3, 3), ii,
+                                       _rand(rng, dt, (len(ii), 2), -3, 3)]
+                if dt in FLOATS:
+                    sp = _specials(dt)
+                    sp = sp[~np.isnan(sp)]
+                    yield f"{name} special", [sp[:24].reshape(3, 4, 2), ii,
+                                              sp[-2 * len(ii):].reshape(len(ii), 2)]
+        return gen
+    for fn in ("add", "sub", "max", "min"):
+        S.append(Spec(f"tensor_scatter_nd_{fn}", getattr(tfc, f"tensor_scatter_nd_{fn}"),
+                      getattr(tf, f"tensor_scatter_nd_{fn}"), tsnd_cases(True)))
+    # duplicates: TF's update order is unspecified; without them the result is defined
+    S.append(Spec("tensor_scatter_nd_update", tfc.tensor_scatter_nd_update,
+                  tf.tensor_scatter_nd_update, tsnd_cases(False)))
+
+    def snd_oob(rng: np.random.Generator) -> Iterator[tuple[str, Inputs]]:
+        for bad in ([[0, 4]], [[-1, 0]], [[3, 0]]):  # [0, 4] would be row 4: a valid row
+            yield f"index {bad[0]}", [np.zeros((3, 4), np.float32), np.array(bad, np.int32),
+                                      np.ones(1, np.float32)]
+    for fn in ("add", "update", "max"):
+        S.append(Spec(f"tensor_scatter_nd_{fn}(out of range)",
+                      getattr(tfc, f"tensor_scatter_nd_{fn}"),
+                      getattr(tf, f"tensor_scatter_nd_{fn}"), gen_fn(snd_oob)))
+
+    def bin_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for it in INTS:
+            name = np.dtype(it).name
+            yield f"{name} full", [np.array([0, 1, 1, 5, 3, 5, 5, 2], it)]  # max 5: 6 bins
+            yield f"{name} 2d", [np.array([[5, 0, 1, 2], [2, 2, 4, 0]], it)]
+        yield "negative", [np.array([1, -1, 2], np.int32)]
+        yield "too large", [np.array([1, 7, 2], np.int32)]
+    S.append(Spec("bincount(minlength=6)", lambda a: tfc.math.bincount(a, minlength=6),
+                  lambda a: tf.math.bincount(a, minlength=6), bin_cases))
+    S.append(Spec("bincount(maxlength=3)",
+                  lambda a: tfc.math.bincount(a, minlength=3, maxlength=3),
+                  lambda a: tf.math.bincount(a, minlength=3, maxlength=3), bin_cases))
+    S.append(Spec("bincount(weights)",
+                  lambda a: tfc.math.bincount(a, weights=tfc.cast(a, tfc.float32) * 0.5,
+                                              minlength=6),
+                  lambda a: tf.math.bincount(a, weights=tf.cast(a, tf.float32) * 0.5,
+                                             minlength=6), bin_cases))
+    S.append(Spec("bincount(binary_output)",
+                  lambda a: tfc.math.bincount(a, minlength=6, binary_output=True),
+                  lambda a: tf.math.bincount(a, minlength=6, binary_output=True), bin_cases))
+
+    def cm_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for it in INTS:
+            yield np.dtype(it).name, [rng.integers(0, 4, 12).astype(it),
+                                      rng.integers(0, 4, 12).astype(it)]
+        yield "label out of range", [np.array([0, 4, 1], np.int32), np.array([0, 1, 1],
+                                                                             np.int32)]
+        yield "negative prediction", [np.array([0, 2, 1], np.int32),
+                                      np.array([0, -1, 1], np.int32)]
+    S.append(Spec("confusion_matrix", lambda a, b: tfc.math.confusion_matrix(a, b, 4),
+                  lambda a, b: tf.math.confusion_matrix(a, b, 4), cm_cases))
+    S.append(Spec("confusion_matrix(weights, float32)",
+                  lambda a, b: tfc.math.confusion_matrix(
+                      a, b, 4, weights=tfc.cast(a, tfc.float32) + 0.5, dtype=tfc.float32),
+                  lambda a, b: tf.math.confusion_matrix(
+                      a, b, 4, weights=tf.cast(a, tf.float32) + 0.5, dtype=tf.float32),
+                  cm_cases))
     return S
 
 
@@ -1347,6 +1502,23 @@ KNOWN.update({
     ("argsort", "nan"): ("EXPECTED", NAN_ORDER),
     ("math.top_k", "nan"): ("EXPECTED", NAN_ORDER),
     ("nn.top_k", "nan"): ("EXPECTED", NAN_ORDER),
+})
+
+
+# segment25's ops
+SEG_NAN = ("a NaN in a segment: tfc's max/min is NaN (NaN propagates, as reduce_max); TF's "
+           "CPU kernel keeps a NaN only when no later row of the segment replaces it")
+KNOWN.update({
+    ("unsorted_segment_max", "nan"): ("EXPECTED", SEG_NAN),
+    ("unsorted_segment_min", "nan"): ("EXPECTED", SEG_NAN),
+    ("segment_max", "nan"): ("EXPECTED", SEG_NAN),
+    ("segment_min", "nan"): ("EXPECTED", SEG_NAN),
+    ("bincount", "too large"): ("EXPECTED", "tfc's bincount has a static length: "
+                                     "a value from minlength on is a run-time error where "
+                                     "TF lengthens its output (give maxlength to drop them)"),
+    ("unsorted_segment_mean", "int32"): ("EXPECTED", "tfc refuses integer segment "
+                                              "means (a TypeMismatch); TF's dtype rules "
+                                              "for them differ between its ops"),
 })
 
 

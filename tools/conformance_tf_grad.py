@@ -749,6 +749,7 @@ def build_cases() -> list[Case]:
     ]
     cases += array_grad_cases()  # array24
     cases += conv_grad_cases()  # conv25
+    cases += segment_grad_cases()  # segment25
     return cases
 
 
@@ -829,6 +830,55 @@ def array_grad_cases() -> list[Case]:
              lambda m, a, b: m.tensordot(a, b, axes=([1, 2], [1, 0])),
              _inputs(_r(2, 3, 4), _r(4, 3, 5))),
     ]
+
+
+def segment_grad_cases() -> list[Case]:
+    """segment25's ops: every segment reduction (dropped negative ids, an empty segment,
+    max/min ties shared as TF does, prod with one and two zeros in a segment), the means,
+    scatter_nd and tensor_scatter_nd_* (duplicates add; update's tuples distinct: TF's
+    order among duplicates is unspecified)."""
+    ids = _int([2, 0, -1, 2, 0, 2])
+    sids = _int([0, 0, 2, 2, 2, 3])
+    ties = _c([3.0, 1.0], [3.0, 2.0], [5.0, 5.0], [3.0, 2.0], [0.5, 1.0], [-1.0, 2.0])
+    zeros = _c([0.0, 1.5], [2.0, 0.0], [5.0, 1.0], [0.0, 2.0], [1.5, 0.0], [-1.0, 0.0])
+    idx = _int([[1, 3], [0, 0], [1, 3], [2, 1]])
+    uidx = _int([[1, 3], [0, 0], [2, 1]])
+    cases = []
+    for kind in ("sum", "max", "min", "prod"):
+        fam = "reduce" if kind == "sum" else "composite"
+        for label, data in (("rand", _r(6, 2, lo=0.5, hi=2.0)), ("ties", ties),
+                            ("zeros", zeros)):
+            if kind in ("max", "min") and label == "zeros" or \
+                    kind in ("sum", "prod") and label == "ties":
+                continue
+            cases.append(Case(f"math.unsorted_segment_{kind}", label, fam,
+                              lambda m, x, i, _k=kind: getattr(m.math,
+                                                               f"unsorted_segment_{_k}")(x, i, 4),
+                              _inputs(data, ids), symbolic=(0, 1) if label == "rand" else ()))
+            cases.append(Case(f"math.segment_{kind}", label, fam,
+                              lambda m, x, i, _k=kind: getattr(m.math, f"segment_{_k}")(
+                                  x, i, num_segments=4),
+                              _inputs(data, sids),
+                              tf_fn=lambda m, x, i, _k=kind: getattr(m.math,
+                                                                     f"segment_{_k}")(x, i)))
+    for fn in ("unsorted_segment_mean", "unsorted_segment_sqrt_n"):
+        cases.append(Case(f"math.{fn}", "rand", "reduce",
+                          lambda m, x, i, _f=fn: getattr(m.math, _f)(x, i, 4),
+                          _inputs(_r(6, 2), ids)))
+    cases.append(Case("math.segment_mean", "rand", "reduce",
+                      lambda m, x, i: m.math.segment_mean(x, i, num_segments=4),
+                      _inputs(_r(6, 2), sids),
+                      tf_fn=lambda m, x, i: m.math.segment_mean(x, i)))
+    cases.append(Case("scatter_nd", "duplicates", "shape",
+                      lambda m, i, u: m.scatter_nd(i, u, [3, 4, 2]), _inputs(idx, _r(4, 2))))
+    for fn in ("add", "sub", "max", "min"):
+        cases.append(Case(f"tensor_scatter_nd_{fn}", "duplicates", "shape",
+                          lambda m, t, i, u, _f=fn: getattr(m, f"tensor_scatter_nd_{_f}")(
+                              t, i, u), _inputs(_r(3, 4, 2), idx, _r(4, 2))))
+    cases.append(Case("tensor_scatter_nd_update", "distinct", "shape",
+                      lambda m, t, i, u: m.tensor_scatter_nd_update(t, i, u),
+                      _inputs(_r(3, 4, 2), uidx, _r(3, 2))))
+    return cases
 
 
 # ----------------------------------------------------------------------------- runners

@@ -37,3 +37,17 @@ from tfc.api.ops import (acosh, asinh, atanh, ceil, cosh, divide_no_nan,  # noqa
 __all__ += ["acosh", "asinh", "atanh", "ceil", "cosh", "divide_no_nan", "floordiv",
             "floormod", "is_finite", "is_inf", "is_nan", "logical_xor", "mod", "reciprocal",
             "reciprocal_no_nan", "rint", "round", "sinh", "squared_difference"]
+
+# segment reductions, bincount, confusion_matrix (segment25: tfc/api/segment_ops.py)
+from tfc.api.segment_ops import (segment_max, segment_mean, segment_min,  # noqa: E402
+                                 segment_prod, segment_sum, unsorted_segment_max,
+                                 unsorted_segment_mean, unsorted_segment_min,
+                                 unsorted_segment_prod, unsorted_segment_sqrt_n,
+                                 unsorted_segment_sum)
+
+__all__ += ["segment_max", "segment_mean", "segment_min", "segment_prod", "segment_sum",
+            "unsorted_segment_max", "unsorted_segment_mean", "unsorted_segment_min",
+            "unsorted_segment_prod", "unsorted_segment_sqrt_n", "unsorted_segment_sum"]
+from tfc.api.segment_ops import bincount, confusion_matrix  # noqa: E402
+
+__all__ += ["bincount", "confusion_matrix"]

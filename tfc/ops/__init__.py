@@ -14,3 +14,4 @@ from tfc.ops import transfer  # noqa: F401
 from tfc.ops import optimizer  # noqa: F401
 from tfc.ops import scan_sort  # noqa: F401  (cumsum, cumprod, sort)
 from tfc.ops import math_special  # noqa: F401  (tan, atan, asin, acos, atan2, erf, erfc)
+from tfc.ops import segment  # noqa: F401  (segment_reduce: segment25)

@@ -328,6 +328,7 @@ MP4 = RNG.normal(size=(2, 2, 3, 3)).astype(np.float32)  # max_pool 2x2/2 of X4
 # ties, NaN and overlapping windows (3x3, strides 1x2, SAME: pooled [2, 5, 3, 3])
 TIES = np.where(X4 > 1, np.nan, np.round(X4)).astype(np.float32)
 MPS = RNG.normal(size=(2, 5, 3, 3)).astype(np.float32)
+SEG_DATA = np.array([[1, -2], [3, 0.5], [np.nan, 4], [-1, 2], [7, -8], [0, 1]])
 
 
 @pytest.mark.parametrize("kind,arrays,attrs", [
@@ -392,6 +393,13 @@ MPS = RNG.normal(size=(2, 5, 3, 3)).astype(np.float32)
     ("cumprod", [F], {"axis": 0, "exclusive": True}),
     ("sort", [np.array([[1, np.nan, 3, 1], [2, 2, 1, -0.0]], np.float32)],
      {"descending": True, "k": 3}),
+    # segment reductions (segment25): each kind, both families; a dropped negative id,
+    # empty segments, NaN, f16 and integers
+    *[("segment_reduce", [np.nan_to_num(SEG_DATA, nan=5 if dt == np.int32 else np.nan)
+                          .astype(dt), ids], {"reduction": k, "num_segments": 5, "sorted": s})
+      for k in ("sum", "max", "min", "prod") for dt in (np.float32, np.float16, np.int32)
+      for s, ids in ((False, np.array([2, -1, 0, 2, 4, 0], np.int32)),
+                     (True, np.array([0, 0, 1, 3, 3, 3], np.int64)))],
 ])
 def test_library_and_host_ops_match_the_reference(kind: str, arrays: list, attrs: dict
                                                   ) -> None:

@@ -221,6 +221,39 @@ def _scan(kind: str) -> LibraryFn:
     return run
 
 
+def _segment_reduce(xp: Any, ins: Sequence[Any], attrs: Mapping[str, Any]) -> list:
+    """``segment_reduce`` (segment25): the reference's checks on the ids (on the host: an
+    error must never become wrong numbers), then ``xp``'s ``ufunc.at`` over the empty
+    segments' values, as ``tfc.ops.segment.segment_reduce_np`` (under the emulator, with
+    numpy, the reference's own steps). cupy adds with atomics (float sums in another
+    order: rounding may differ by a few ulps times the rows per segment). On the host
+    instead: products (cupy has no ``multiply.at``), f16 (cupy's atomics do not cover
+    it), and max/min of data holding NaN (the reference propagates NaN; atomic max/min
+    need not)."""
+    from tfc.ops.segment import check_ids, empty_value, segment_reduce_np, shape_error
+    data, ids = ins
+    kind, n, sorted_ = attrs["reduction"], attrs["num_segments"], attrs["sorted"]
+    if xp is not np and (kind == "prod" or data.dtype == np.float16 or (
+            kind in ("max", "min") and data.dtype.kind == "f" and bool(xp.isnan(data).any()))):
+        return [xp.asarray(segment_reduce_np(_host(data), _host(ids), kind, n, sorted_,
+                                             attrs["what"]))]
+    if tuple(data.shape[:ids.ndim]) != tuple(ids.shape):
+        raise ExecutionError(shape_error(kind, list(data.shape), list(ids.shape)))
+    check_ids(kind, _host(ids), n, sorted_, attrs["what"])
+    rest = data.shape[ids.ndim:]
+    flat = ids.reshape(-1).astype(np.int64)
+    rows = data.reshape((flat.size, *rest))
+    keep = flat >= 0
+    flat, rows = flat[keep], rows[keep]
+    out = xp.full((n, *rest), empty_value(kind, np.dtype(data.dtype), False), data.dtype)
+    ufunc = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply"}[kind]
+    with np.errstate(invalid="ignore", over="ignore"):  # (numpy's NaN max, inf products)
+        getattr(xp, ufunc).at(out, flat, rows)
+    if sorted_ and kind != "prod":
+        out[xp.bincount(flat, minlength=n) == 0] = 0
+    return [out]
+
+
 def _host(a: Any) -> np.ndarray:
     return a if isinstance(a, np.ndarray) else a.get()
 
@@ -243,6 +276,7 @@ LIBRARY: dict[str, LibraryFn] = {
     "cumsum": _scan("cumsum"),
     "cumprod": _scan("cumprod"),
     **CONV_LIBRARY,  # conv2d, max_pool, avg_pool and their gradients (generated kernels)
+    "segment_reduce": _segment_reduce,  # segment25
 }
 # Library ops an executable prepares once per binding (``conv.PREPARED``: generated
 # kernels and GEMMs bound to the binding's arrays) instead of calling their ``LIBRARY`` form.

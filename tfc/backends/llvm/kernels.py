@@ -266,6 +266,8 @@ LOWERINGS: dict[str, Lowering] = {
     **kernels_lapack.LOWERINGS,
     **kernels_control.LOWERINGS,  # scan, cond, while: regions run inside one kernel
 }
+from tfc.backends.llvm import kernels_segment  # noqa: E402  (segment_reduce: segment25)
+LOWERINGS.update(kernels_segment.LOWERINGS)
 
 
 def _gemm_updates(graph_compiler: GraphCompiler) -> dict[Op, gemm_update.GemmUpdate]:
