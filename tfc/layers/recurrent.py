@@ -138,7 +138,43 @@ def _recurrent_product(h: Tensor, masks: list[Tensor] | None, kernel: Tensor, un
     return parts[0] if len(parts) == 1 else ops.concat(parts, axis=-1)
 
 
-class LSTM(Layer):
+class _Recurrent(Layer):
+    """What LSTM, GRU and SimpleRNN share: Keras's common arguments (units, the
+    regularizers and constraints of kernel / recurrent kernel / bias, dropout masks,
+    return_sequences / return_state, go_backwards) and their kernel and recurrent kernel,
+    ``gates * units`` wide."""
+
+    def _setup(self, units: int, kernel_initializer: str | Initializer,
+               recurrent_initializer: str | Initializer, regularizers: tuple[Any, Any, Any],
+               constraints: tuple[Any, Any, Any], dropout: float, recurrent_dropout: float,
+               seed: int | None, return_sequences: bool, return_state: bool,
+               go_backwards: bool) -> None:
+        self._weight_args = _weight_args(*regularizers, *constraints)
+        self._drop = _DropoutMasks(self, dropout, recurrent_dropout, seed)
+        self.dropout, self.recurrent_dropout = self._drop.dropout, self._drop.recurrent_dropout
+        self.uses_training = bool(dropout or recurrent_dropout)
+        if units <= 0:
+            raise TypeMismatch(f"{type(self).__name__}: units must be positive, got {units}")
+        self.units = int(units)
+        self.kernel_initializer = kernel_initializer
+        self.recurrent_initializer = recurrent_initializer
+        self.return_sequences, self.return_state = return_sequences, return_state
+        self.go_backwards = bool(go_backwards)
+
+    def _build_kernels(self, input_type: TensorType, gates: int) -> None:
+        if input_type.rank != 3:
+            raise TypeMismatch(f"{type(self).__name__} '{self.name}' takes [batch, time, "
+                               f"features] inputs, got {input_type}")
+        self.dtype = float_dtype(self, input_type)
+        n_in = static_dim(self, input_type, 2, "feature dim")
+        width, args = gates * self.units, self._weight_args
+        self.kernel = self.add_weight("kernel", (n_in, width), self.kernel_initializer,
+                                      **args["kernel"])
+        self.recurrent_kernel = self.add_weight("recurrent_kernel", (self.units, width),
+                                                self.recurrent_initializer, **args["recurrent"])
+
+
+class LSTM(_Recurrent):
     """An LSTM over ``[B, T, features]``: the last ``h`` (``[B, units]``), or every ``h``
     (``[B, T, units]``) with ``return_sequences``; with ``return_state`` (Keras's) the list
     ``[output, h, c]`` of that output and the final state (``h`` and ``c``: ``[B, units]``
@@ -156,20 +192,11 @@ class LSTM(Layer):
                  recurrent_dropout: float = 0.0, seed: int | None = None,
                  go_backwards: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.go_backwards = bool(go_backwards)
-        self._weight_args = _weight_args(kernel_regularizer, recurrent_regularizer,
-                                         bias_regularizer, kernel_constraint,
-                                         recurrent_constraint, bias_constraint)
-        self._drop = _DropoutMasks(self, dropout, recurrent_dropout, seed)
-        self.dropout, self.recurrent_dropout = self._drop.dropout, self._drop.recurrent_dropout
-        self.uses_training = bool(dropout or recurrent_dropout)
-        if units <= 0:
-            raise TypeMismatch(f"LSTM: units must be positive, got {units}")
-        self.units = int(units)
-        self.return_sequences = return_sequences
-        self.return_state = return_state
-        self.kernel_initializer = kernel_initializer
-        self.recurrent_initializer = recurrent_initializer
+        self._setup(units, kernel_initializer, recurrent_initializer,
+                    (kernel_regularizer, recurrent_regularizer, bias_regularizer),
+                    (kernel_constraint, recurrent_constraint, bias_constraint),
+                    dropout, recurrent_dropout, seed, return_sequences, return_state,
+                    go_backwards)
         self.unit_forget_bias = unit_forget_bias
 
     def _bias_init(self, shape: Sequence[int], dtype: DType) -> Any:
@@ -179,17 +206,9 @@ class LSTM(Layer):
         return constant(b)
 
     def build(self, input_type: TensorType) -> None:
-        if input_type.rank != 3:
-            raise TypeMismatch(f"LSTM '{self.name}' takes [batch, time, features] inputs, got "
-                               f"{input_type}")
-        self.dtype = float_dtype(self, input_type)
-        n_in = static_dim(self, input_type, 2, "feature dim")
-        u4, args = 4 * self.units, self._weight_args
-        self.kernel = self.add_weight("kernel", (n_in, u4), self.kernel_initializer,
-                                      **args["kernel"])
-        self.recurrent_kernel = self.add_weight("recurrent_kernel", (self.units, u4),
-                                                self.recurrent_initializer, **args["recurrent"])
-        self.bias = self.add_weight("bias", (u4,), self._bias_init, **args["bias"])
+        self._build_kernels(input_type, 4)
+        self.bias = self.add_weight("bias", (4 * self.units,), self._bias_init,
+                                    **self._weight_args["bias"])
 
     def call(self, x: Tensor, training: bool) -> Any:
         u = self.units
@@ -215,7 +234,7 @@ class LSTM(Layer):
         return [out, hs[-1], cs[-1]] if self.return_state else out
 
 
-class GRU(Layer):
+class GRU(_Recurrent):
     """A GRU over ``[B, T, features]`` (Keras's ``GRU``, its arguments and defaults;
     ``dropout`` / ``recurrent_dropout`` as LSTM's): the last ``h`` (``[B, units]``), or
     every ``h`` with ``return_sequences``; with ``return_state`` the list ``[output, h]``.
@@ -233,37 +252,21 @@ class GRU(Layer):
                  dropout: float = 0.0, recurrent_dropout: float = 0.0,
                  seed: int | None = None, go_backwards: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.go_backwards = bool(go_backwards)
-        self._weight_args = _weight_args(kernel_regularizer, recurrent_regularizer,
-                                         bias_regularizer, kernel_constraint,
-                                         recurrent_constraint, bias_constraint)
-        self._drop = _DropoutMasks(self, dropout, recurrent_dropout, seed)
-        self.dropout, self.recurrent_dropout = self._drop.dropout, self._drop.recurrent_dropout
-        self.uses_training = bool(dropout or recurrent_dropout)
-        if units <= 0:
-            raise TypeMismatch(f"GRU: units must be positive, got {units}")
-        self.units = int(units)
+        self._setup(units, kernel_initializer, recurrent_initializer,
+                    (kernel_regularizer, recurrent_regularizer, bias_regularizer),
+                    (kernel_constraint, recurrent_constraint, bias_constraint),
+                    dropout, recurrent_dropout, seed, return_sequences, return_state,
+                    go_backwards)
         self.activation = get_activation(activation)
         self.recurrent_activation = get_activation(recurrent_activation)
         self.use_bias, self.reset_after = use_bias, reset_after
-        self.kernel_initializer = kernel_initializer
-        self.recurrent_initializer = recurrent_initializer
         self.bias_initializer = bias_initializer
-        self.return_sequences, self.return_state = return_sequences, return_state
 
     def build(self, input_type: TensorType) -> None:
-        if input_type.rank != 3:
-            raise TypeMismatch(f"GRU '{self.name}' takes [batch, time, features] inputs, got "
-                               f"{input_type}")
-        self.dtype = float_dtype(self, input_type)
-        n_in = static_dim(self, input_type, 2, "feature dim")
-        u3, args = 3 * self.units, self._weight_args
-        self.kernel = self.add_weight("kernel", (n_in, u3), self.kernel_initializer,
-                                      **args["kernel"])
-        self.recurrent_kernel = self.add_weight("recurrent_kernel", (self.units, u3),
-                                                self.recurrent_initializer, **args["recurrent"])
+        self._build_kernels(input_type, 3)
+        u3 = 3 * self.units
         self.bias = (self.add_weight("bias", (2, u3) if self.reset_after else (u3,),
-                                     self.bias_initializer, **args["bias"])
+                                     self.bias_initializer, **self._weight_args["bias"])
                      if self.use_bias else None)
 
     def call(self, x: Tensor, training: bool) -> Any:
@@ -304,7 +307,7 @@ class GRU(Layer):
         return [out, hs[-1]] if self.return_state else out
 
 
-class SimpleRNN(Layer):
+class SimpleRNN(_Recurrent):
     """A fully connected recurrent layer over ``[B, T, features]`` (Keras's ``SimpleRNN``,
     its arguments and defaults): ``h = activation(x_t @ kernel + bias + h @
     recurrent_kernel)`` from ``h = 0``; the last ``h`` (``[B, units]``), or every ``h``
@@ -323,35 +326,19 @@ class SimpleRNN(Layer):
                  return_state: bool = False, go_backwards: bool = False,
                  seed: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._weight_args = _weight_args(kernel_regularizer, recurrent_regularizer,
-                                         bias_regularizer, kernel_constraint,
-                                         recurrent_constraint, bias_constraint)
-        self._drop = _DropoutMasks(self, dropout, recurrent_dropout, seed)
-        self.dropout, self.recurrent_dropout = self._drop.dropout, self._drop.recurrent_dropout
-        self.uses_training = bool(dropout or recurrent_dropout)
-        if units <= 0:
-            raise TypeMismatch(f"SimpleRNN: units must be positive, got {units}")
-        self.units = int(units)
+        self._setup(units, kernel_initializer, recurrent_initializer,
+                    (kernel_regularizer, recurrent_regularizer, bias_regularizer),
+                    (kernel_constraint, recurrent_constraint, bias_constraint),
+                    dropout, recurrent_dropout, seed, return_sequences, return_state,
+                    go_backwards)
         self.activation = get_activation(activation)
         self.use_bias = use_bias
-        self.kernel_initializer = kernel_initializer
-        self.recurrent_initializer = recurrent_initializer
         self.bias_initializer = bias_initializer
-        self.return_sequences, self.return_state = return_sequences, return_state
-        self.go_backwards = bool(go_backwards)
 
     def build(self, input_type: TensorType) -> None:
-        if input_type.rank != 3:
-            raise TypeMismatch(f"SimpleRNN '{self.name}' takes [batch, time, features] inputs, "
-                               f"got {input_type}")
-        self.dtype = float_dtype(self, input_type)
-        n_in = static_dim(self, input_type, 2, "feature dim")
-        u, args = self.units, self._weight_args
-        self.kernel = self.add_weight("kernel", (n_in, u), self.kernel_initializer,
-                                      **args["kernel"])
-        self.recurrent_kernel = self.add_weight("recurrent_kernel", (u, u),
-                                                self.recurrent_initializer, **args["recurrent"])
-        self.bias = (self.add_weight("bias", (u,), self.bias_initializer, **args["bias"])
+        self._build_kernels(input_type, 1)
+        self.bias = (self.add_weight("bias", (self.units,), self.bias_initializer,
+                                     **self._weight_args["bias"])
                      if self.use_bias else None)
 
     def call(self, x: Tensor, training: bool) -> Any:
