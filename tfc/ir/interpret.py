@@ -71,7 +71,16 @@ def check_value(v: np.ndarray, t: TensorType, what: str) -> None:
 
 
 def run_graph(graph: Graph, args: Sequence[np.ndarray], ctx: ExecContext) -> list[np.ndarray]:
-    """Evaluate ``graph`` on ``args``; assigns land in ``ctx.updates``."""
+    """Evaluate ``graph`` on ``args``; assigns land in ``ctx.updates``. IEEE arithmetic
+    without numpy's warnings: ``inf - inf`` is NaN here as in the native backends, where
+    nothing warns (an op that must fail on a value, an integer zero divisor, says so
+    itself)."""
+    with np.errstate(all="ignore"):
+        return _run_graph(graph, args, ctx)
+
+
+def _run_graph(graph: Graph, args: Sequence[np.ndarray], ctx: ExecContext
+               ) -> list[np.ndarray]:
     env: dict[Value, np.ndarray] = dict(zip(graph.args, args))
     for op in graph.ops:
         opdef = lookup(op.kind)
