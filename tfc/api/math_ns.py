@@ -37,3 +37,11 @@ from tfc.api.ops import (acosh, asinh, atanh, ceil, cosh, divide_no_nan,  # noqa
 __all__ += ["acosh", "asinh", "atanh", "ceil", "cosh", "divide_no_nan", "floordiv",
             "floormod", "is_finite", "is_inf", "is_nan", "logical_xor", "mod", "reciprocal",
             "reciprocal_no_nan", "rint", "round", "sinh", "squared_difference"]
+
+# the moments and the Euclidean norm, in_top_k, l2_normalize (linalg25)
+from tfc.api.linalg_ns import (reduce_euclidean_norm, reduce_std,  # noqa: E402
+                               reduce_variance)
+from tfc.api.nn import in_top_k, l2_normalize  # noqa: E402
+
+__all__ += ["in_top_k", "l2_normalize", "reduce_euclidean_norm", "reduce_std",
+            "reduce_variance"]
