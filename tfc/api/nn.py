@@ -459,8 +459,8 @@ def in_top_k(predictions: TensorLike, targets: TensorLike, k: int,
              name: str | None = None) -> Tensor:
     """Whether each example's target class is among its ``k`` largest predictions, ties
     counting in (``tf.nn.in_top_k``, TF's kernel: true iff fewer than ``k`` classes score
-    strictly more than the target; false where the target is out of range or its score
-    is not finite). Predictions ``[batch, classes]`` (float, static ``classes``), targets
+    strictly more than the target; false where the target is out of range or any score
+    of the row is not finite, as TF 2.21's kernel answers). Predictions ``[batch, classes]`` (float, static ``classes``), targets
     ``[batch]`` (int32/int64), a bool ``[batch]``.
 
     TF1 passes ``(predictions, targets, k)``, TF2 (``tf.math.in_top_k``) ``(targets,
@@ -481,11 +481,12 @@ def in_top_k(predictions: TensorLike, targets: TensorLike, k: int,
         raise _nn_error(f"in_top_k: the number of classes of {p.type} must be static")
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool):
         raise _nn_error(f"in_top_k: k must be a Python int, got {k!r}")
-    hot = ops.one_hot(t, classes, on_value=True, off_value=False, dtype=DType.bool)
+    hot = ops.equal(ops.expand_dims(t, 1), np.arange(classes, dtype=t.dtype.np)[None, :])
     target = ops.reduce_sum(ops.where(hot, p, ops.zeros_like(p)), axis=1, keepdims=True)
     above = ops.reduce_sum(ops.cast(ops.greater(p, target), DType.i32), axis=1)
     in_range = ops.logical_and(ops.greater_equal(t, 0), ops.less(t, classes))
-    sure = ops.logical_and(in_range, ops.is_finite(ops.squeeze(target, [1])))
+    finite = ops.reduce_all(ops.is_finite(p), axis=1)
+    sure = ops.logical_and(in_range, finite)
     out = ops.logical_and(sure, ops.less(above, int(k)))
     return out if name is None else ops.identity(out, name=name)
 
