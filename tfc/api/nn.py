@@ -180,7 +180,7 @@ def log_softmax(logits: TensorLike, axis: int | None = -1, name: str | None = No
 def _softmax_axis(axis: int | None, dim: int | None) -> int:
     if dim is not None:
         if axis not in (None, -1, dim):
-            raise TypeMismatch(f"softmax: give axis ({axis}) or dim ({dim}), not both")
+            raise _nn_error(f"softmax: give axis ({axis}) or dim ({dim}), not both")
         return dim
     return -1 if axis is None else axis
 
@@ -594,10 +594,10 @@ def sufficient_statistics(x: TensorLike, axes: Sequence[int], shift: TensorLike 
     from tfc.api import ops
     t = convert_to_tensor(x)
     rank = t.type.rank
-    ax = sorted({int(a) % rank if rank else int(a) for a in (
-        [axes] if isinstance(axes, (int, np.integer)) else axes)})
-    if any(not 0 <= a < max(rank, 1) for a in ax):
+    given = [int(a) for a in ([axes] if isinstance(axes, (int, np.integer)) else axes)]
+    if any(not -rank <= a < rank for a in given):
         raise _nn_error(f"sufficient_statistics: axes {axes} out of range for {t.type}")
+    ax = sorted({a % rank for a in given})
     keep = keepdims if keep_dims is None else keep_dims
     dims = [t.type.shape[a] for a in ax]
     if all(isinstance(d, int) for d in dims):
