@@ -206,8 +206,9 @@ def test_gradients_match_finite_differences(backend, names):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_norm_and_clip_at_zero_have_finite_gradients(backend):
-    """clip_by_norm of a zero row: TF's safe sqrt gives the gradient clip/clip = 1 there,
-    not NaN; the values are 0 and the norm's own gradient at 0 is NaN (sqrt'(0)), as TF."""
+    """clip_by_norm of a zero row: values 0 and the gradient clip/clip = 1 there, not NaN
+    (as TF, whose safe sqrt ensures it; tfc's sqrt gradient is 0 where its upstream is 0
+    as well); the norm's own gradient at 0 is NaN (sqrt'(0)), as TF's."""
     x = np.array([[0.0, 0.0], [3.0, 4.0]])
     with tfc.Graph().as_default():
         p = tfc.placeholder(tfc.float64, [2, 2])
@@ -246,8 +247,8 @@ def test_clip_by_norm_of_indexed_slices_and_a_tensor_clip():
 def test_namespaces():
     """tfc.linalg, tfc.norm, tfc.clip_by_norm, tfc.math's moments; ``from tfc.linalg
     import ...`` works as ``from tensorflow.linalg import ...`` does."""
-    from tfc.linalg import diag_part, norm  # noqa: F401
-    assert tfc.linalg.norm is tfc.norm
+    from tfc.linalg import diag_part, norm
+    assert norm is tfc.norm and diag_part is tfc.linalg.diag_part
     assert tfc.linalg.eye is tfc.eye and tfc.linalg.einsum is tfc.einsum
     assert tfc.linalg.l2_normalize is tfc.nn.l2_normalize
     for n in ("reduce_variance", "reduce_std", "reduce_euclidean_norm", "in_top_k"):

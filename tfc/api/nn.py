@@ -601,7 +601,8 @@ def sufficient_statistics(x: TensorLike, axes: Sequence[int], shift: TensorLike 
     keep = keepdims if keep_dims is None else keep_dims
     dims = [t.type.shape[a] for a in ax]
     if all(isinstance(d, int) for d in dims):
-        counts = convert_to_tensor(np.asarray(np.prod(dims, dtype=np.int64), t.dtype.np))
+        counts = convert_to_tensor(np.asarray(np.prod([int(d) for d in dims], dtype=np.int64),
+                                              t.dtype.np))
     else:
         sizes = ops.gather(ops.cast(ops.shape(t), t.dtype), np.array(ax, np.int32))
         counts = ops.reduce_prod(sizes)
