@@ -28,11 +28,10 @@ from tfc.api.graph import Tensor, Variable, user_location
 from tfc.api.nn import l2_normalize
 from tfc.api.tensor import TensorLike, constant, convert_to_tensor
 from tfc.errors import TypeMismatch
-from tfc.train.clip import global_norm
 
 __all__ = ["matmul", "matvec", "inv", "det", "eye", "diag", "diag_part", "trace",
            "band_part", "matrix_transpose", "adjoint", "tensordot", "einsum", "norm",
-           "normalize", "l2_normalize", "global_norm"]
+           "normalize", "l2_normalize"]
 
 
 def _error(msg: str) -> TypeMismatch:
