@@ -1306,6 +1306,8 @@ def linalg_specs(tf: Any) -> list[Spec]:
                       lambda x, _p=(r, bias, alpha, beta): tfc.nn.lrn(x, *_p),
                       lambda x, _p=(r, bias, alpha, beta): tf.nn.lrn(x, *_p), lrn_cases,
                       "bound", bound=lambda i, w: 16 * _eps(i[0]) * (np.abs(w) + 1e-3)))
+    S.append(Spec("nn.lrn(defaults)", tfc.nn.lrn, tf.nn.lrn, lrn_cases, "bound",
+                  bound=lambda i, w: 16 * _eps(i[0]) * (np.abs(w) + 1e-3)))
 
     def ss_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
         for dt in FLOATS:
