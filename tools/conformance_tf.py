@@ -1190,6 +1190,15 @@ def linalg_specs(tf: Any) -> list[Spec]:
                   lambda x: TL.inv(x, adjoint=True), lin_cases, "bound", bound=cond_bound))
     S.append(Spec("linalg.det", L.det, TL.det, lin_cases, "bound", bound=cond_bound))
 
+    def spd_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in FLOATS:
+            m = rng.normal(size=(2, 4, 4))
+            a = m @ np.swapaxes(m, 1, 2) + 4 * np.eye(4) + np.triu(rng.normal(size=(4, 4)), 1)
+            yield np.dtype(dt).name, [a.astype(dt)]
+        yield "not positive definite", [np.array([[1.0, 2.0], [2.0, 1.0]])]
+    S.append(Spec("linalg.cholesky", L.cholesky, TL.cholesky, spd_cases, "bound",
+                  bound=cond_bound))
+
     # norms: a sum of n squares (or |x|), then sqrt/pow: bounded as a reduction
     def norm_bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
         x = inputs[0]
@@ -1518,6 +1527,11 @@ KNOWN.update({
 KNOWN.update({  # linalg25
     ("norm(matrix 2-norm)", ""): ("EXPECTED", "the matrix 2-norm needs an SVD, which tfc has "
                                   "not got: a clear error (README differences)"),
+    ("linalg.cholesky", "float16"): ("EXPECTED", "TF has no CPU float16 Cholesky kernel; "
+                                     "tfc computes it in float32 and rounds once"),
+    ("linalg.cholesky", "not positive definite"): (
+        "EXPECTED", "tfc raises (as its matrix_inverse of a singular matrix, and PyTorch); "
+        "TF 2.21 and JAX return NaN (TF's upper triangle then uninitialized memory)"),
     ("norm(ord=0.5", "special"): ("EXPECTED", "sum(|x|^0.5)^2 of float64 max lands within an "
                                   "ulp of overflow: numpy's pow rounds to max, TF's to inf"),
 })

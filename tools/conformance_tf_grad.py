@@ -819,6 +819,12 @@ def linalg_grad_cases() -> list[Case]:
              _inputs(_r(2, 3, 4), _r(2, 4))),
         Case("linalg.inv", "adjoint", "linalg", lambda m, a: m.linalg.inv(a, adjoint=True),
              _inputs(_spd(3))),
+        Case("linalg.cholesky", "spd 4x4 (symmetrized)", "linalg",
+             lambda m, a: m.linalg.cholesky((a + m.linalg.matrix_transpose(a)) * 0.5),
+             _inputs(_spd(4))),
+        Case("linalg.cholesky", "batched [2,3,3] (lower triangle only)", "linalg",
+             lambda m, a: m.linalg.cholesky(a),
+             lambda dt, rng: [np.stack([_spd(3)(dt, rng), _spd(3)(dt, rng)])]),
         *[Case("norm", f"ord={o} axis={a}", "reduce",
                lambda m, x, _o=o, _a=a: m.norm(x, ord=_o, axis=_a), _inputs(_r(3, 4)))
           for o, a in [("euclidean", None), (1, 1), (np.inf, 0), (3, 1), ("fro", [0, 1]),

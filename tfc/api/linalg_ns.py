@@ -26,10 +26,10 @@ from tfc.api.array_ops import einsum, eye, tensordot
 from tfc.api.gradients import IndexedSlices
 from tfc.api.graph import Tensor, Variable, user_location
 from tfc.api.nn import l2_normalize
-from tfc.api.tensor import TensorLike, constant, convert_to_tensor
+from tfc.api.tensor import TensorLike, apply, constant, convert_to_tensor
 from tfc.errors import TypeMismatch
 
-__all__ = ["matmul", "matvec", "inv", "det", "eye", "diag", "diag_part", "trace",
+__all__ = ["matmul", "matvec", "inv", "det", "cholesky", "eye", "diag", "diag_part", "trace",
            "band_part", "matrix_transpose", "adjoint", "tensordot", "einsum", "norm",
            "normalize", "l2_normalize"]
 
@@ -115,6 +115,13 @@ def inv(input: TensorLike, adjoint: bool = False,  # noqa: A002 (TF's name)
     """The inverse of each matrix (``tf.linalg.inv``; ``adjoint``: of its transpose)."""
     x = matrix_transpose(input) if adjoint else input
     return ops.matrix_inverse(x, name=name)
+
+
+def cholesky(input: TensorLike, name: str | None = None) -> Tensor:  # noqa: A002
+    """The lower-triangular Cholesky factor of each symmetric positive-definite matrix
+    (``tf.linalg.cholesky``: registry op ``cholesky``, LAPACK's ``potrf`` on llvm; only the
+    lower triangle is read; not positive definite is a run-time error)."""
+    return apply("cholesky", input, name=name)
 
 
 def det(input: TensorLike, name: str | None = None) -> Tensor:  # noqa: A002

@@ -274,3 +274,70 @@ class MatrixDeterminant(SquareMatrixOp):
         perm = (*range(rank - 2), rank - 1, rank - 2)
         inv_t = b("transpose", b("matrix_inverse", a), perm=perm)
         return [b("mul", scale, inv_t)]
+
+
+@register
+class Cholesky(SquareMatrixOp):
+    """The lower-triangular ``L`` with ``L L^T = A`` of each symmetric positive-definite
+    ``[N, N]`` matrix (``tf.linalg.cholesky``; only ``A``'s lower triangle is read, as
+    TensorFlow's, numpy's and LAPACK's). A matrix that is not positive definite is a
+    run-time error on every backend alike; a NaN in the lower triangle gives a matrix of
+    NaN (LAPACKs disagree there: some stop, some run on). f16 is computed in f32."""
+
+    name = "cholesky"
+    flops_per_matrix = 1.0 / 3.0
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
+        expect_dtype(self.name, inputs[0], FLOAT)
+        return [inputs[0].with_shape(square_shape(self.name, inputs[0]))]
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        return [self.factor(x, TensorType(DType.from_numpy(x.dtype), x.shape))]
+
+    def reference_op(self, ctx: Any, op: Any, inputs: Sequence[np.ndarray]
+                     ) -> list[np.ndarray]:
+        return [self.factor(inputs[0], op.inputs[0].type)]
+
+    def factor(self, x: np.ndarray, t: TensorType) -> np.ndarray:
+        check_square(self.name, x)
+        xc = np.tril(x.astype(compute_dtype(x.dtype), copy=False))
+        n = x.shape[-1]
+        nan = np.isnan(xc).any(axis=(-2, -1)) if n else np.zeros(x.shape[:-2], bool)
+        safe = np.where(nan[..., None, None], np.eye(n, dtype=xc.dtype), xc)
+        try:
+            out = np.linalg.cholesky(safe + np.swapaxes(np.tril(safe, -1), -1, -2))
+        except np.linalg.LinAlgError:
+            raise ExecutionError(not_positive_definite(self.name, t)) from None
+        out = np.where(nan[..., None, None], np.nan, out)
+        return out.astype(x.dtype, copy=False)
+
+    def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
+        """TensorFlow's ``_CholeskyGrad`` (Murray 2016): with ``M = tril(L^T dL)``, its
+        diagonal halved, ``dA = sym(L^-T M L^-1)`` (``sym(X) = (X + X^T) / 2``). ``L^-1``
+        is ``matrix_inverse`` of ``L``; the triangle is a constant mask, so the matrix
+        size must be static."""
+        lo, (dl,) = op.result, grads
+        n = lo.type.shape[-1]
+        if not isinstance(n, int):
+            raise TypeMismatch(f"{self.name}: the gradient needs a static matrix size, got "
+                               f"{lo.type}")
+        mask = np.tril(np.ones((n, n))) - 0.5 * np.eye(n)
+        mask_c = b("constant", value=mask.astype(lo.dtype.np))
+        middle = b("mul", b("matmul", lo, dl, transpose_a=True), mask_c)
+        inv = b("matrix_inverse", lo)
+        g = b("matmul", b("matmul", inv, middle, transpose_a=True), inv)
+        rank = lo.type.rank
+        perm = (*range(rank - 2), rank - 1, rank - 2)
+        g = b("add", g, b("transpose", g, perm=perm))
+        return [b("mul", g, b("constant", value=np.asarray(0.5, lo.dtype.np)))]
+
+
+def not_positive_definite(op: str, t: TensorType) -> str:
+    """The error for an input of type ``t`` that is not positive definite (one text on
+    every backend: the static type only)."""
+    n = t.shape[-1]
+    what = (f"the {n}x{n} matrix" if t.rank == 2 and isinstance(n, int)
+            else "a matrix" if t.rank == 2 else "a matrix of the batch")
+    return f"{op}: input is not positive definite: {what}"

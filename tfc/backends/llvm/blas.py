@@ -39,3 +39,13 @@ def declare_getri(module: ir.Module, name: str) -> ir.Function:
         return module.globals[name]
     i32, ptr = ir.IntType(32), ir.PointerType()
     return ir.Function(module, ir.FunctionType(i32, [i32, i32, ptr, i32, ptr, ptr, i32]), name)
+
+
+def declare_potrf(module: ir.Module, name: str) -> ir.Function:
+    """``lapack_int LAPACKE_?potrf_work(layout, uplo, n, a, lda)``: the Cholesky factor in
+    place (``uplo`` a char, ``'U'`` or ``'L'``); ``info > 0`` when the leading minor of
+    order ``info`` is not positive definite."""
+    if name in module.globals:
+        return module.globals[name]
+    i8, i32, ptr = ir.IntType(8), ir.IntType(32), ir.PointerType()
+    return ir.Function(module, ir.FunctionType(i32, [i32, i8, i32, ptr, i32]), name)

@@ -29,15 +29,15 @@ from typing import Callable, NamedTuple
 import llvmlite.ir as ir
 
 from tfc.backends.llvm import irutil
-from tfc.backends.llvm.blas import COL_MAJOR, declare_getrf, declare_getri
+from tfc.backends.llvm.blas import COL_MAJOR, declare_getrf, declare_getri, declare_potrf
 from tfc.backends.llvm import kernels_linalg
 from tfc.backends.llvm.context import Kernel, Storage
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.backends.binding import Binding
-from tfc.backends.llvm.runtime.symbols import GETRF, GETRI
+from tfc.backends.llvm.runtime.symbols import GETRF, GETRI, POTRF
 from tfc.ir.core import Op, Value
 from tfc.ir.types import DType
-from tfc.ops.linalg import inverse_epsilon, singular_message
+from tfc.ops.linalg import inverse_epsilon, not_positive_definite, singular_message
 
 ZERO = irutil.i64(0)
 WORK_COLS = 64  # getri's workspace: n * WORK_COLS elements (its optimal blocked size)
@@ -247,8 +247,65 @@ def _matmul_f16(graph_compiler, op: Op) -> None:
     kernel.finish()
 
 
+def lower_cholesky(graph_compiler, op: Op) -> None:
+    """``?potrf`` per matrix, in the output (or an f32 copy in scratch for f16): called
+    column-major with ``'U'`` on row-major data it reads the row-major lower triangle and
+    leaves ``L`` there (the factor of ``A^T = A``, transposed by the layout), the strict
+    upper triangle is then zeroed. ``info > 0`` (not positive definite) is the reference's
+    error; a NaN in the lower triangle fills the matrix with NaN without calling LAPACK
+    (``tfc.ops.linalg.Cholesky``'s rule)."""
+    x, out = op.inputs[0], op.result
+    dt, xdt = _dtype(op), x.dtype
+    wide = xdt is DType.f16
+    lp = _lapack_kernel(graph_compiler, op, lambda n: 8 * n + dt.itemsize * (
+        n ** 2 if wide else 0))
+    kernel, b, square, dims, n, size, n32, _ = lp
+    scratch = lp.after_pivots
+    potrf = declare_potrf(kernel.comp.module, POTRF[dt.value])
+    code = graph_compiler.comp.error(not_positive_definite(op.kind, x.type), op.loc)
+    layout = ir.Constant(irutil.I32, COL_MAJOR)
+    upper = ir.Constant(irutil.I8, ord("U"))
+    fty = irutil.F32 if dt is DType.f32 else irutil.F64
+    zero, nan = ir.Constant(fty, 0.0), ir.Constant(fty, float("nan"))
+
+    def per_matrix(t: ir.Value, _c) -> None:
+        base = b.mul(t, size)
+        a = scratch if wide else irutil.elem_ptr(b, kernel.ptr(out), dt, base)
+
+        def copy(i: ir.Value, c: list[ir.Value]) -> list[ir.Value]:
+            v = irutil.load(b, kernel.ptr(x), xdt, b.add(base, i))
+            if wide:
+                v = b.fpext(v, fty)
+            irutil.store(b, a, dt, i, v)
+            lower = b.icmp_signed("<=", b.srem(i, n), b.sdiv(i, n))
+            return [b.or_(c[0], b.and_(lower, b.fcmp_unordered("uno", v, v)))]
+        (has_nan,) = irutil.loop(b, ZERO, size, copy, [ir.Constant(irutil.I1, 0)], name="c")
+        with b.if_else(has_nan) as (then, otherwise):
+            with then:
+                irutil.loop(b, ZERO, size, lambda i, _c2: irutil.store(b, a, dt, i, nan),
+                            name="nan")
+            with otherwise:
+                info = b.call(potrf, [layout, upper, n32, a, n32])
+                kernel.fail_if(b.icmp_signed(">", info, ir.Constant(irutil.I32, 0)), code)
+
+                def clear(i: ir.Value, _c2) -> None:
+                    above = b.icmp_signed(">", b.srem(i, n), b.sdiv(i, n))
+                    with b.if_then(above):
+                        irutil.store(b, a, dt, i, zero)
+                irutil.loop(b, ZERO, size, clear, name="u")
+        if wide:
+            def narrow(i: ir.Value, _c2) -> None:
+                irutil.store(b, kernel.ptr(out), xdt, b.add(base, i), irutil.load(b, a, dt, i))
+            irutil.loop(b, ZERO, size, narrow, name="n")
+
+    with b.if_then(b.and_(square, b.icmp_signed(">", n, ZERO))):
+        irutil.loop(b, ZERO, irutil.product(b, dims[:-2]), per_matrix, name="bt")
+    kernel.finish()
+
+
 LOWERINGS: dict[str, Callable] = {
     "matmul": lower_matmul,
     "matrix_inverse": lower_matrix_inverse,
     "matrix_determinant": lower_matrix_determinant,
+    "cholesky": lower_cholesky,  # linalg25
 }
