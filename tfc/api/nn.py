@@ -460,8 +460,9 @@ def in_top_k(predictions: TensorLike, targets: TensorLike, k: int,
     """Whether each example's target class is among its ``k`` largest predictions, ties
     counting in (``tf.nn.in_top_k``, TF's kernel: true iff fewer than ``k`` classes score
     strictly more than the target; false where the target is out of range or any score
-    of the row is not finite, as TF 2.21's kernel answers). Predictions ``[batch, classes]`` (float, static ``classes``), targets
-    ``[batch]`` (int32/int64), a bool ``[batch]``.
+    of the row is not finite, as TF 2.21's kernel answers). Predictions ``[batch,
+    classes]`` (float, static ``classes``), targets ``[batch]`` (int32/int64), a bool
+    ``[batch]``.
 
     TF1 passes ``(predictions, targets, k)``, TF2 (``tf.math.in_top_k``) ``(targets,
     predictions, k)``: the dtypes tell them apart (integer targets, float predictions),
