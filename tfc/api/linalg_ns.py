@@ -29,7 +29,7 @@ from tfc.api.nn import l2_normalize
 from tfc.api.tensor import TensorLike, apply, constant, convert_to_tensor
 from tfc.errors import TypeMismatch
 
-__all__ = ["matmul", "matvec", "inv", "det", "cholesky", "eye", "diag", "diag_part", "trace",
+__all__ = ["matmul", "matvec", "inv", "det", "cholesky", "triangular_solve", "eye", "diag", "diag_part", "trace",
            "band_part", "matrix_transpose", "adjoint", "tensordot", "einsum", "norm",
            "normalize", "l2_normalize"]
 
@@ -122,6 +122,17 @@ def cholesky(input: TensorLike, name: str | None = None) -> Tensor:  # noqa: A00
     (``tf.linalg.cholesky``: registry op ``cholesky``, LAPACK's ``potrf`` on llvm; only the
     lower triangle is read; not positive definite is a run-time error)."""
     return apply("cholesky", input, name=name)
+
+
+def triangular_solve(matrix: TensorLike, rhs: TensorLike, lower: bool = True,
+                     adjoint: bool = False, name: str | None = None) -> Tensor:
+    """``X`` with ``matrix @ X = rhs`` (``matrix^T @ X`` with ``adjoint``) for triangular
+    matrices ``[..., N, N]`` and right-hand sides ``[..., N, K]``
+    (``tf.linalg.triangular_solve``; registry op ``triangular_solve``, BLAS's trsm on
+    llvm). Only the ``lower`` (else upper) triangle is read; the batch dims must be equal
+    or the matrix one ``[N, N]`` (TF broadcasts them more generally)."""
+    return apply("triangular_solve", matrix, rhs, lower=bool(lower), adjoint=bool(adjoint),
+                 name=name)
 
 
 def det(input: TensorLike, name: str | None = None) -> Tensor:  # noqa: A002

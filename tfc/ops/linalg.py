@@ -341,3 +341,88 @@ def not_positive_definite(op: str, t: TensorType) -> str:
     what = (f"the {n}x{n} matrix" if t.rank == 2 and isinstance(n, int)
             else "a matrix" if t.rank == 2 else "a matrix of the batch")
     return f"{op}: input is not positive definite: {what}"
+
+
+@register
+class TriangularSolve(OpDef):
+    """``X`` with ``op(A) X = B`` for triangular ``A`` ``[..., N, N]`` and right-hand sides
+    ``B`` ``[..., N, K]`` (``tf.linalg.triangular_solve``): ``lower`` says which triangle
+    of ``A`` is read (the other is ignored, as TensorFlow), ``adjoint`` solves with
+    ``A^T``. A's batch dims equal B's, or ``A`` is one matrix for all of B's. A zero on
+    the diagonal divides by zero (inf/NaN, no error: as TF's and BLAS's trsm)."""
+
+    name = "triangular_solve"
+    num_inputs = 2
+    traits = PURE_ONLY
+    attrs = {
+        "lower": AttrSpec("bool", True, "A is lower triangular (else upper)"),
+        "adjoint": AttrSpec("bool", False, "solve with A's transpose"),
+    }
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
+        a, rhs = inputs
+        dtype = same_dtype(self.name, inputs)
+        expect_dtype(self.name, a, FLOAT)
+        shape = square_shape(self.name, a)
+        if rhs.rank < 2:
+            raise TypeMismatch(f"{self.name}: the right-hand sides {rhs} must have rank >= 2")
+        if not dims_compatible(shape[-1], rhs.shape[-2]):
+            raise TypeMismatch(f"{self.name}: {a} and {rhs}: A is {shape[-1]} x {shape[-1]} "
+                               f"but B has {rhs.shape[-2]} rows")
+        if a.rank != 2 and (a.rank != rhs.rank or any(
+                not dims_compatible(x, y) for x, y in zip(a.shape[:-2], rhs.shape[:-2]))):
+            raise TypeMismatch(f"{self.name}: the batch dims of {a} and {rhs} must be equal "
+                               "(or A one matrix)")
+        return [tensor_type(dtype, (*rhs.shape[:-2], merge_dims(shape[-1], rhs.shape[-2]),
+                                    rhs.shape[-1]))]
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        a, rhs = inputs
+        check_square(self.name, a)
+        if a.shape[-1] != rhs.shape[-2] or (a.ndim != 2 and a.shape[:-2] != rhs.shape[:-2]):
+            raise ExecutionError(f"{self.name}: A {list(a.shape)} and B {list(rhs.shape)} do "
+                                 "not fit at run time")
+        acc = compute_dtype(a.dtype)
+        m = np.tril(a) if attrs["lower"] else np.triu(a)
+        m = np.broadcast_to(m.astype(acc), (*rhs.shape[:-2], *a.shape[-2:]))
+        if attrs["adjoint"]:
+            m = np.swapaxes(m, -1, -2)
+        forward = attrs["lower"] != attrs["adjoint"]
+        x = np.zeros(rhs.shape, acc)
+        bb = rhs.astype(acc)
+        n = a.shape[-1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for i in (range(n) if forward else range(n - 1, -1, -1)):
+                done = slice(0, i) if forward else slice(i + 1, n)
+                s = bb[..., i, :] - np.einsum("...j,...jk->...k", m[..., i, done], x[..., done, :])
+                x[..., i, :] = s / m[..., i, i][..., None]
+        return [x.astype(rhs.dtype, copy=False)]
+
+    def cost(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType],
+             attrs: Mapping[str, Any], symbol_size: int = 1) -> Cost:
+        count = 1
+        for d in outputs[0].shape:
+            count *= dim_size(d, symbol_size)
+        n = dim_size(inputs[0].shape[-1], symbol_size)
+        moved = sum(t.nbytes(symbol_size) for t in (*inputs, *outputs))
+        return Cost(float(count * n), moved)
+
+    def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
+        """TensorFlow's ``_MatrixTriangularSolveGrad``: ``dB`` solves with the other
+        ``adjoint``; ``dA = -dB X^T`` (``-X dB^T`` with ``adjoint``) kept on A's triangle
+        (a constant mask: N must be static), summed over B's batch when A is one
+        matrix."""
+        a, _ = op.inputs
+        x, (dx,) = op.result, grads
+        lower, adjoint = op.attrs["lower"], op.attrs["adjoint"]
+        n = a.type.shape[-1]
+        if not isinstance(n, int):
+            raise TypeMismatch(f"{self.name}: the gradient needs a static matrix size, got "
+                               f"{a.type}")
+        db = b("triangular_solve", a, dx, lower=lower, adjoint=not adjoint)
+        da = (b("matmul", x, db, transpose_b=True) if adjoint
+              else b("matmul", db, x, transpose_b=True))
+        tri = np.tril(np.ones((n, n))) if lower else np.triu(np.ones((n, n)))
+        da = b("mul", b("neg", da), b("constant", value=tri.astype(a.dtype.np)))
+        return [b.sum_to(da, a), db]

@@ -74,7 +74,8 @@ SERIAL_KINDS = frozenset({"argmax", "argmin"})
 # 64x8 @ 8x1: 3.4x), so GEMMs are costed, and measured, in tiled flops.
 GEMM_TILE = 8
 # Ops run as LAPACK calls: costed by flops on the linalg curve (when measured).
-LINALG_KINDS = frozenset({"matrix_inverse", "matrix_determinant", "cholesky"})
+LINALG_KINDS = frozenset({"matrix_inverse", "matrix_determinant", "cholesky",
+                          "triangular_solve"})
 # Ops that move no data at run time: a pointer, a scalar, a shape.
 FREE_KINDS = frozenset({"constant", "var.read", "shape", "rank", "size", "identity",
                         "stop_gradient", "no_op"})

@@ -253,7 +253,8 @@ BY_BINDING = frozenset({"shape", "rank"})
 # Ops run by their registry reference on the host (see the module docstring).
 ON_HOST = frozenset({"shuffle", "matrix_determinant", "matrix_inverse",
                      "sort",  # (sort: no device kernel yet; array24)
-                     "cholesky"})  # (LAPACK's rule for NaN and errors; linalg25)
+                     "cholesky",  # (LAPACK's rule for NaN and errors; linalg25)
+                     "triangular_solve"})  # (no device kernel yet; linalg25)
 
 
 def sample(xp: Any, kind: str, attrs: Mapping[str, Any], shape: Sequence[int],

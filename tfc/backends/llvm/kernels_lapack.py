@@ -29,12 +29,14 @@ from typing import Callable, NamedTuple
 import llvmlite.ir as ir
 
 from tfc.backends.llvm import irutil
-from tfc.backends.llvm.blas import COL_MAJOR, declare_getrf, declare_getri, declare_potrf
+from tfc.backends.llvm.blas import (COL_MAJOR, LEFT, LOWER, NO_TRANS, NON_UNIT, ROW_MAJOR,
+                                    TRANS, UPPER, declare_getrf, declare_getri,
+                                    declare_potrf, declare_trsm)
 from tfc.backends.llvm import kernels_linalg
 from tfc.backends.llvm.context import Kernel, Storage
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.backends.binding import Binding
-from tfc.backends.llvm.runtime.symbols import GETRF, GETRI, POTRF
+from tfc.backends.llvm.runtime.symbols import GETRF, GETRI, POTRF, TRSM
 from tfc.ir.core import Op, Value
 from tfc.ir.types import DType
 from tfc.ops.linalg import inverse_epsilon, not_positive_definite, singular_message
@@ -303,9 +305,67 @@ def lower_cholesky(graph_compiler, op: Op) -> None:
     kernel.finish()
 
 
+def lower_triangular_solve(graph_compiler, op: Op) -> None:
+    """``cblas_?trsm`` (row-major, side left) per right-hand-side matrix, in place in the
+    output: ``B`` is copied there first, ``A``'s matrix into scratch (the output may share
+    A's buffer). f16 is widened into scratch and the solution rounded once."""
+    a, rhs = op.inputs
+    out = op.result
+    dt, xdt = _dtype(op), a.dtype
+    wide = xdt is DType.f16
+    item = dt.itemsize
+    graph_compiler.comp.scratch.append(
+        lambda binding: item * (binding.shape(a)[-1] ** 2 + (
+            binding.shape(a)[-1] * binding.shape(out)[-1] if wide else 0)) + 8)
+    scratch = Storage("scratch", 0)
+    kernel = graph_compiler.kernel(op.kind, [a, rhs, out], [scratch])
+    kernel.whole()
+    b = kernel.b
+    square = _square_check(graph_compiler, kernel, op, a)
+    od = kernel.dims(out)
+    n, k = kernel.dim(a, a.type.rank - 1), od[-1]
+    nn, nk = b.mul(n, n), b.mul(n, k)
+    a_copy = kernel.storage_ptr(scratch)
+    b_work = irutil.elem_ptr(b, a_copy, dt, nn)
+    fty = irutil.F32 if dt is DType.f32 else irutil.F64
+    trsm = declare_trsm(kernel.comp.module, TRSM[dt.value], fty)
+    i32 = irutil.I32
+    flags = [ir.Constant(i32, v) for v in (
+        ROW_MAJOR, LEFT, LOWER if op.attrs["lower"] else UPPER,
+        TRANS if op.attrs["adjoint"] else NO_TRANS, NON_UNIT)]
+    n32, k32 = b.trunc(n, i32), b.trunc(k, i32)
+    same = graph_compiler.comp.storage[rhs] == graph_compiler.comp.storage[out]
+
+    def per_matrix(t: ir.Value, _c) -> None:
+        a_base = ZERO if a.type.rank == 2 else b.mul(t, nn)
+        b_base = b.mul(t, nk)
+
+        def copy_a(i: ir.Value, _c2) -> None:
+            irutil.store(b, a_copy, dt, i, irutil.load(b, kernel.ptr(a), xdt, b.add(a_base, i)))
+        irutil.loop(b, ZERO, nn, copy_a, name="ca")
+        work = b_work if wide else irutil.elem_ptr(b, kernel.ptr(out), dt, b_base)
+        if wide or not same:
+            def copy_b(i: ir.Value, _c2) -> None:
+                irutil.store(b, work, dt, i,
+                             irutil.load(b, kernel.ptr(rhs), xdt, b.add(b_base, i)))
+            irutil.loop(b, ZERO, nk, copy_b, name="cb")
+        b.call(trsm, [*flags, n32, k32, ir.Constant(fty, 1.0), a_copy, n32, work, k32])
+        if wide:
+            def narrow(i: ir.Value, _c2) -> None:
+                irutil.store(b, kernel.ptr(out), xdt, b.add(b_base, i),
+                             irutil.load(b, work, dt, i))
+            irutil.loop(b, ZERO, nk, narrow, name="n")
+
+    nonempty = b.and_(b.icmp_signed(">", n, ZERO), b.icmp_signed(">", k, ZERO))
+    with b.if_then(b.and_(square, nonempty)):
+        irutil.loop(b, ZERO, irutil.product(b, od[:-2]), per_matrix, name="bt")
+    kernel.finish()
+
+
 LOWERINGS: dict[str, Callable] = {
     "matmul": lower_matmul,
     "matrix_inverse": lower_matrix_inverse,
     "matrix_determinant": lower_matrix_determinant,
     "cholesky": lower_cholesky,  # linalg25
+    "triangular_solve": lower_triangular_solve,  # linalg25
 }
