@@ -1199,6 +1199,33 @@ def linalg_specs(tf: Any) -> list[Spec]:
     S.append(Spec("linalg.cholesky", L.cholesky, TL.cholesky, spd_cases, "bound",
                   bound=cond_bound))
 
+    def tri_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in (np.float32, np.float64):
+            a = rng.normal(size=(2, 4, 4)) + 4 * np.eye(4)
+            yield np.dtype(dt).name, [a.astype(dt), rng.normal(size=(2, 4, 3)).astype(dt)]
+        yield "one matrix", [rng.normal(size=(4, 4)) + 4 * np.eye(4),
+                             rng.normal(size=(2, 4, 3))]
+        yield "zero pivot", [np.diag([1.0, 0.0, 2.0]), np.ones((3, 2))]
+
+    def tri_bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
+        return 16 * _eps(inputs[0]) * np.max(np.abs(want[np.isfinite(want)]), initial=1.0)
+    for lower, adj in [(True, False), (True, True), (False, False), (False, True)]:
+        S.append(Spec(f"linalg.triangular_solve(lower={lower},adjoint={adj})",
+                      lambda a, b, _l=lower, _a=adj: L.triangular_solve(a, b, _l, _a),
+                      lambda a, b, _l=lower, _a=adj: TL.triangular_solve(a, b, _l, _a),
+                      tri_cases, "bound", bound=tri_bound))
+
+    def chol_solve_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in (np.float32, np.float64):
+            m = rng.normal(size=(2, 4, 4))
+            a = m @ np.swapaxes(m, 1, 2) + 4 * np.eye(4)
+            yield np.dtype(dt).name, [a.astype(dt), rng.normal(size=(2, 4, 2)).astype(dt)]
+    S.append(Spec("linalg.cholesky_solve", lambda a, b: L.cholesky_solve(L.cholesky(a), b),
+                  lambda a, b: TL.cholesky_solve(TL.cholesky(a), b), chol_solve_cases,
+                  "bound", bound=lambda i, w: cond_bound(i, w) * 4))
+    S.append(Spec("linalg.logdet", L.logdet, TL.logdet, spd_cases, "bound",
+                  bound=lambda i, w: 16 * 4 * _eps(i[0]) * (np.abs(w) + 4)))
+
     # norms: a sum of n squares (or |x|), then sqrt/pow: bounded as a reduction
     def norm_bound(inputs: Inputs, want: np.ndarray) -> np.ndarray:
         x = inputs[0]
@@ -1532,6 +1559,10 @@ KNOWN.update({  # linalg25
     ("linalg.cholesky", "not positive definite"): (
         "EXPECTED", "tfc raises (as its matrix_inverse of a singular matrix, and PyTorch); "
         "TF 2.21 and JAX return NaN (TF's upper triangle then uninitialized memory)"),
+    ("linalg.logdet", "float16"): ("EXPECTED", "as linalg.cholesky (TF: no CPU float16 "
+                                   "kernel)"),
+    ("linalg.logdet", "not positive definite"): ("EXPECTED", "as linalg.cholesky: tfc raises, "
+                                                 "TF gives NaN"),
     ("norm(ord=0.5", "special"): ("EXPECTED", "sum(|x|^0.5)^2 of float64 max lands within an "
                                   "ulp of overflow: numpy's pow rounds to max, TF's to inf"),
 })

@@ -32,6 +32,17 @@ def np_band(x: np.ndarray, lo: int, up: int) -> np.ndarray:
     return np.where(keep, x, 0.0)
 
 
+def np_spd(a: np.ndarray) -> np.ndarray:
+    """A well-conditioned SPD matrix from the first 3 columns: ``a a^T / 4 + I``."""
+    m = a[..., :3]
+    return m @ np.swapaxes(m, -1, -2) / 4 + np.eye(3)
+
+
+def spd(a):
+    m = a[..., :3]
+    return tfc.matmul(m, m, transpose_b=True) / 4.0 + np.eye(3)
+
+
 def np_clip(x: np.ndarray, c: float, axes) -> np.ndarray:
     n = np.sqrt((x * x).sum(axis=None if axes is None else tuple(axes), keepdims=True))
     return x * c / np.maximum(n, c)
@@ -72,6 +83,11 @@ CASES = {
                      False),
     "det": (lambda a, v: tfc.linalg.det(a[:, :, 1:]),
             lambda a, v: np.linalg.det(a[:, :, 1:]), False),
+    "cholesky_solve": (lambda a, v: tfc.linalg.cholesky_solve(
+        tfc.linalg.cholesky(spd(a)), tfc.expand_dims(v, -1)),
+        lambda a, v: np.linalg.solve(np_spd(a), v[..., None]), False),
+    "logdet": (lambda a, v: tfc.linalg.logdet(spd(a)),
+               lambda a, v: np.linalg.slogdet(np_spd(a))[1], False),
     "norm": (lambda a, v: tfc.norm(a), lambda a, v: np.linalg.norm(a.ravel()), False),
     "norm 1 axis=None": (lambda a, v: tfc.norm(a, ord=1),
                          lambda a, v: np.abs(a).sum(), False),
@@ -135,8 +151,8 @@ def test_values_match_numpy(backend, chunk):
         if exact:
             np.testing.assert_array_equal(got[name], want, err_msg=name)
         else:
-            np.testing.assert_allclose(got[name], want, rtol=1e-13 if "inv" in name
-                                       else 4e-15, atol=1e-15, err_msg=name)
+            np.testing.assert_allclose(got[name], want, rtol=1e-13 if "inv" in name or "chol"
+                                       in name else 4e-15, atol=1e-15, err_msg=name)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -171,7 +187,7 @@ GRAD_CASES = ["diag_part k=1", "diag k=-1 rows", "trace", "band_part(-1,1)", "ma
               "inv(adjoint)", "det", "norm", "norm 1 axis=None", "norm inf axis=1",
               "norm 3 axis=-1", "norm fro", "norm 1 matrix", "norm inf matrix keepdims",
               "normalize", "clip_by_norm", "clip_by_norm axes", "reduce_variance",
-              "reduce_std", "reduce_euclidean_norm"]
+              "reduce_std", "reduce_euclidean_norm", "cholesky_solve", "logdet"]
 # llvm: the cases whose gradients differ in kind (a gather's scatter, a where, a max's
 # selection, the safe sqrt); every part is a registry op whose llvm gradient kernels
 # have their own tests, and the reference checks all of them

@@ -29,9 +29,9 @@ from tfc.api.nn import l2_normalize
 from tfc.api.tensor import TensorLike, apply, constant, convert_to_tensor
 from tfc.errors import TypeMismatch
 
-__all__ = ["matmul", "matvec", "inv", "det", "cholesky", "triangular_solve", "eye", "diag", "diag_part", "trace",
-           "band_part", "matrix_transpose", "adjoint", "tensordot", "einsum", "norm",
-           "normalize", "l2_normalize"]
+__all__ = ["matmul", "matvec", "inv", "det", "cholesky", "triangular_solve", "cholesky_solve",
+           "logdet", "eye", "diag", "diag_part", "trace", "band_part", "matrix_transpose",
+           "adjoint", "tensordot", "einsum", "norm", "normalize", "l2_normalize"]
 
 
 def _error(msg: str) -> TypeMismatch:
@@ -133,6 +133,22 @@ def triangular_solve(matrix: TensorLike, rhs: TensorLike, lower: bool = True,
     or the matrix one ``[N, N]`` (TF broadcasts them more generally)."""
     return apply("triangular_solve", matrix, rhs, lower=bool(lower), adjoint=bool(adjoint),
                  name=name)
+
+
+def cholesky_solve(chol: TensorLike, rhs: TensorLike, name: str | None = None) -> Tensor:
+    """``X`` with ``A X = rhs`` given ``chol``, A's Cholesky factor
+    (``tf.linalg.cholesky_solve``, TF's composition: two triangular solves, with ``L``
+    then with ``L^T``)."""
+    y = triangular_solve(chol, rhs, lower=True, adjoint=False)
+    return triangular_solve(chol, y, lower=True, adjoint=True, name=name)
+
+
+def logdet(matrix: TensorLike, name: str | None = None) -> Tensor:
+    """``log(det(A))`` of symmetric positive-definite matrices (``tf.linalg.logdet``,
+    TF's formula: ``2 * sum(log(diag(cholesky(A))))``, no overflow where ``det`` would)."""
+    chol = cholesky(matrix)
+    out = ops.reduce_sum(ops.log(diag_part(chol)), -1) * 2.0
+    return out if name is None else ops.identity(out, name=name)
 
 
 def det(input: TensorLike, name: str | None = None) -> Tensor:  # noqa: A002
