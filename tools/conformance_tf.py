@@ -1223,6 +1223,13 @@ def linalg_specs(tf: Any) -> list[Spec]:
     S.append(Spec("linalg.cholesky_solve", lambda a, b: L.cholesky_solve(L.cholesky(a), b),
                   lambda a, b: TL.cholesky_solve(TL.cholesky(a), b), chol_solve_cases,
                   "bound", bound=lambda i, w: cond_bound(i, w) * 4))
+    def slog_cases(rng: np.random.Generator, quick: bool) -> Iterator[tuple[str, Inputs]]:
+        for dt in FLOATS:
+            yield np.dtype(dt).name, [rng.normal(size=(3, 4, 4)).astype(dt)]
+        yield "singular", [np.outer(np.arange(1.0, 4.0), np.ones(3))]
+        yield "past the float32 range", [(40 * np.eye(30)).astype(np.float32)]
+    S.append(Spec("linalg.slogdet", L.slogdet, TL.slogdet, slog_cases, "bound",
+                  bound=lambda i, w: 64 * _eps(i[0]) * (np.abs(w) + 1)))
     S.append(Spec("linalg.logdet", L.logdet, TL.logdet, spd_cases, "bound",
                   bound=lambda i, w: 16 * 4 * _eps(i[0]) * (np.abs(w) + 4)))
 
@@ -1559,6 +1566,8 @@ KNOWN.update({  # linalg25
     ("linalg.cholesky", "not positive definite"): (
         "EXPECTED", "tfc raises (as its matrix_inverse of a singular matrix, and PyTorch); "
         "TF 2.21 and JAX return NaN (TF's upper triangle then uninitialized memory)"),
+    ("linalg.slogdet", "float16"): ("EXPECTED", "TF has no CPU float16 LogMatrixDeterminant "
+                                    "kernel; tfc computes it in float32"),
     ("linalg.logdet", "float16"): ("EXPECTED", "as linalg.cholesky (TF: no CPU float16 "
                                    "kernel)"),
     ("linalg.logdet", "not positive definite"): ("EXPECTED", "as linalg.cholesky: tfc raises, "

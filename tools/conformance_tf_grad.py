@@ -832,6 +832,8 @@ def linalg_grad_cases() -> list[Case]:
         Case("linalg.cholesky_solve", "spd 3x3 (symmetrized)", "linalg",
              lambda m, a, b: m.linalg.cholesky_solve(m.linalg.cholesky(
                  (a + m.linalg.matrix_transpose(a)) * 0.5), b), _inputs(_spd(3), _r(3, 2))),
+        Case("linalg.slogdet", "log|det| of [2,4,4]", "linalg",
+             lambda m, a: m.linalg.slogdet(a)[1], _inputs(_r(2, 4, 4))),
         Case("linalg.logdet", "spd 3x3 (symmetrized)", "linalg",
              lambda m, a: m.linalg.logdet((a + m.linalg.matrix_transpose(a)) * 0.5),
              _inputs(_spd(3))),

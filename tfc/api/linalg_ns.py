@@ -30,7 +30,7 @@ from tfc.api.tensor import TensorLike, apply, constant, convert_to_tensor
 from tfc.errors import TypeMismatch
 
 __all__ = ["matmul", "matvec", "inv", "det", "cholesky", "triangular_solve", "cholesky_solve",
-           "logdet", "eye", "diag", "diag_part", "trace", "band_part", "matrix_transpose",
+           "logdet", "slogdet", "eye", "diag", "diag_part", "trace", "band_part", "matrix_transpose",
            "adjoint", "tensordot", "einsum", "norm", "normalize", "l2_normalize"]
 
 
@@ -133,6 +133,14 @@ def triangular_solve(matrix: TensorLike, rhs: TensorLike, lower: bool = True,
     or the matrix one ``[N, N]`` (TF broadcasts them more generally)."""
     return apply("triangular_solve", matrix, rhs, lower=bool(lower), adjoint=bool(adjoint),
                  name=name)
+
+
+def slogdet(input: TensorLike, name: str | None = None  # noqa: A002
+            ) -> tuple[Tensor, Tensor]:
+    """``(sign, log|det|)`` of each matrix (``tf.linalg.slogdet``: registry op
+    ``log_matrix_determinant``, LU based; a singular matrix gives 0 and -inf)."""
+    sign, logdet = apply("log_matrix_determinant", input, name=name)
+    return sign, logdet
 
 
 def cholesky_solve(chol: TensorLike, rhs: TensorLike, name: str | None = None) -> Tensor:

@@ -75,7 +75,7 @@ SERIAL_KINDS = frozenset({"argmax", "argmin"})
 GEMM_TILE = 8
 # Ops run as LAPACK calls: costed by flops on the linalg curve (when measured).
 LINALG_KINDS = frozenset({"matrix_inverse", "matrix_determinant", "cholesky",
-                          "triangular_solve"})
+                          "triangular_solve", "log_matrix_determinant"})
 # Ops that move no data at run time: a pointer, a scalar, a shape.
 FREE_KINDS = frozenset({"constant", "var.read", "shape", "rank", "size", "identity",
                         "stop_gradient", "no_op"})

@@ -32,7 +32,7 @@ from tfc.backends.llvm import irutil
 from tfc.backends.llvm.blas import (COL_MAJOR, LEFT, LOWER, NO_TRANS, NON_UNIT, ROW_MAJOR,
                                     TRANS, UPPER, declare_getrf, declare_getri,
                                     declare_potrf, declare_trsm)
-from tfc.backends.llvm import kernels_linalg
+from tfc.backends.llvm import kernels_linalg, vmath
 from tfc.backends.llvm.context import Kernel, Storage
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.backends.binding import Binding
@@ -209,6 +209,63 @@ def lower_matrix_determinant(graph_compiler, op: Op) -> None:
     kernel.finish()
 
 
+def lower_log_matrix_determinant(graph_compiler, op: Op) -> None:
+    """As ``matrix_determinant``'s kernel, with ``log|u_ii|`` summed (``vmath.log``, f64)
+    instead of the product, and the sign the product of the pivots' signs, negated per
+    row swap (0 for a zero pivot, whose log is -inf)."""
+    x = op.inputs[0]
+    sign_out, log_out = op.results
+    dt = _dtype(op)
+    item = dt.itemsize
+    graph_compiler.comp.scratch.append(
+        lambda binding, f=_order(x): 8 * f(binding) + item * max(1, f(binding) ** 2))
+    scratch = Storage("scratch", 0)
+    kernel = graph_compiler.kernel(op.kind, [x, sign_out, log_out], [scratch])
+    kernel.whole()
+    b = kernel.b
+    square = _square_check(graph_compiler, kernel, op, x)
+    dims = kernel.dims(x)
+    n = dims[-1]
+    size, n32 = b.mul(n, n), b.trunc(n, irutil.I32)
+    ipiv = kernel.storage_ptr(scratch)
+    lu = b.gep(ipiv, [b.mul(n, irutil.i64(8))], inbounds=True, source_etype=irutil.I8)
+    getrf = declare_getrf(kernel.comp.module, GETRF[dt.value])
+    layout = ir.Constant(irutil.I32, COL_MAJOR)
+    f64 = irutil.F64
+    one, zero = ir.Constant(f64, 1.0), ir.Constant(f64, 0.0)
+
+    def per_matrix(t: ir.Value, _c) -> None:
+        base = b.mul(t, size)
+
+        def copy(i: ir.Value, _c2) -> None:
+            irutil.store(b, lu, dt, i, irutil.load(b, kernel.ptr(x), x.dtype, b.add(base, i)))
+        irutil.loop(b, ZERO, size, copy, name="c")
+        with b.if_then(b.icmp_signed(">", n, ZERO)):
+            b.call(getrf, [layout, n32, n32, lu, n32, ipiv])
+
+        def diag(i: ir.Value, c: list[ir.Value]) -> list[ir.Value]:
+            u = irutil.load(b, lu, dt, b.add(b.mul(i, n), i))
+            if dt is DType.f32:
+                u = b.fpext(u, f64)
+            p = b.load(b.gep(ipiv, [i], inbounds=True, source_etype=irutil.I32), typ=irutil.I32)
+            swapped = b.icmp_signed("!=", b.sext(p, irutil.I64), b.add(i, irutil.i64(1)))
+            neg = b.fcmp_ordered("<", u, zero)
+            flip = b.xor(swapped, neg)
+            s = b.select(b.fcmp_ordered("==", u, zero), zero,
+                         b.select(flip, b.fneg(c[0]), c[0]))
+            return [s, b.fadd(c[1], vmath.emit_math(b, "log", [vmath.fabs(b, u)]))]
+
+        sign, logdet = irutil.loop(b, ZERO, n, diag, [one, zero], name="d")
+        if dt is DType.f32:
+            sign, logdet = b.fptrunc(sign, irutil.F32), b.fptrunc(logdet, irutil.F32)
+        irutil.store(b, kernel.ptr(sign_out), sign_out.dtype, t, sign)
+        irutil.store(b, kernel.ptr(log_out), log_out.dtype, t, logdet)
+
+    with b.if_then(square):
+        irutil.loop(b, ZERO, irutil.product(b, dims[:-2]), per_matrix, name="bt")
+    kernel.finish()
+
+
 def lower_matmul(graph_compiler, op: Op) -> None:
     """f16 through f32 BLAS (below); every other dtype as ``kernels_linalg``."""
     if op.inputs[0].dtype is DType.f16 and op.inputs[1].dtype is DType.f16:
@@ -368,4 +425,5 @@ LOWERINGS: dict[str, Callable] = {
     "matrix_determinant": lower_matrix_determinant,
     "cholesky": lower_cholesky,  # linalg25
     "triangular_solve": lower_triangular_solve,  # linalg25
+    "log_matrix_determinant": lower_log_matrix_determinant,  # linalg25
 }
