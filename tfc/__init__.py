@@ -47,6 +47,12 @@ from tfc import keras  # noqa: F401  (tfc.keras: Input, Model, Sequential, layer
 from tfc import summary  # noqa: F401  (tfc.summary)
 from tfc import callbacks  # noqa: F401  (tfc.callbacks)
 from tfc import distribute  # noqa: F401  (tfc.distribute)
+from tfc.api import linalg_ns as linalg  # noqa: F401  (tfc.linalg; linalg25)
+from tfc.api.linalg_ns import clip_by_norm, norm  # noqa: F401  (tf.norm, tf.clip_by_norm)
+import sys as _sys  # (linalg25: ``from tfc.nn import relu`` works, as from tensorflow.nn)
+for _name, _mod in (("nn", nn), ("linalg", linalg), ("math", math)):
+    _sys.modules.setdefault(f"{__name__}.{_name}", _mod)
+del _name, _mod
 from tfc.errors import TfcError
 from tfc.ir.types import DType
 

@@ -33,6 +33,9 @@ EXAMPLES: dict[str, tuple[list[Spec], dict[str, Any]]] = {
     "matmul": ([(T, (2, 3, 4)), (T, (4, 5))], {}),
     "matrix_inverse": ([(T, (2, 3, 3))], {}),
     "matrix_determinant": ([(T, (2, 3, 3))], {}),
+    "cholesky": ([(T, (2, 3, 3))], {}),
+    "log_matrix_determinant": ([(T, (2, 3, 3))], {}),  # (feeds: diagonally dominant, so SPD; linalg25)
+    "triangular_solve": ([(T, (2, 3, 3)), (T, (2, 3, 2))], {"adjoint": True}),
     "where": ([(DType.bool, (2, 3)), (T, (2, 3)), (T, (1, 3))], {}),
     "gather": ([(T, (4, 3)), (DType.i32, (5,))], {}),
     "one_hot": ([(DType.i32, (5,))], {"depth": 4, "dtype": T}),
@@ -175,7 +178,9 @@ def feeds(name: str, ins: Sequence[TensorType], rng: np.random.Generator) -> lis
     out = []
     for i, t in enumerate(ins):
         x = value(t, rng, index=i < len(specs) and specs[i] is DType.i32)
-        if name in ("matrix_inverse", "matrix_determinant"):
+        if name in ("matrix_inverse", "matrix_determinant", "cholesky",
+                    "log_matrix_determinant") or (
+                name == "triangular_solve" and i == 0):
             x = (x + 3 * np.eye(t.static_shape[-1])).astype(x.dtype)  # well conditioned
         out.append(x)
     return out

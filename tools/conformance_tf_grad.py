@@ -750,6 +750,7 @@ def build_cases() -> list[Case]:
     cases += array_grad_cases()  # array24
     cases += conv_grad_cases()  # conv25
     cases += segment_grad_cases()  # segment25
+    cases += linalg_grad_cases()  # linalg25
     return cases
 
 
@@ -879,6 +880,81 @@ def segment_grad_cases() -> list[Case]:
                       lambda m, t, i, u: m.tensor_scatter_nd_update(t, i, u),
                       _inputs(_r(3, 4, 2), uidx, _r(3, 2))))
     return cases
+def linalg_grad_cases() -> list[Case]:
+    """linalg25: tf.linalg's composites (diagonals, bands, trace, matvec, inv(adjoint)),
+    the norms (at a zero vector, where TF's clip_by_norm avoids sqrt's NaN), moments and
+    the tf.nn additions (swish with a tensor beta, log_poisson_loss's Stirling term,
+    weighted_cross_entropy, lrn for each of its three power forms, sufficient statistics
+    then normalize_moments)."""
+    def lrn(r: int, bias: float, alpha: float, beta: float) -> Callable[..., Any]:
+        return lambda m, x: m.nn.local_response_normalization(x, r, bias, alpha, beta)
+    return [
+        *[Case("linalg.diag_part", f"k={k}", "shape",
+               lambda m, x, _k=k: m.linalg.diag_part(x, k=_k), _inputs(_r(2, 3, 4)),
+               symbolic=(0,)) for k in (0, 1, -2)],
+        *[Case("linalg.diag", f"k={k}", "shape", lambda m, x, _k=k: m.linalg.diag(x, k=_k),
+               _inputs(_r(2, 3)), symbolic=(0,)) for k in (0, -1)],
+        Case("linalg.trace", "[2,3,3]", "reduce", lambda m, x: m.linalg.trace(x),
+             _inputs(_r(2, 3, 3))),
+        Case("linalg.band_part", "(1, 0)", "shape", lambda m, x: m.linalg.band_part(x, 1, 0),
+             _inputs(_r(3, 4))),
+        Case("linalg.matvec", "[2,3,4]x[2,4]", "matmul", lambda m, a, b: m.linalg.matvec(a, b),
+             _inputs(_r(2, 3, 4), _r(2, 4))),
+        Case("linalg.inv", "adjoint", "linalg", lambda m, a: m.linalg.inv(a, adjoint=True),
+             _inputs(_spd(3))),
+        Case("linalg.cholesky", "spd 4x4 (symmetrized)", "linalg",
+             lambda m, a: m.linalg.cholesky((a + m.linalg.matrix_transpose(a)) * 0.5),
+             _inputs(_spd(4))),
+        *[Case("linalg.triangular_solve", f"lower={lo} adjoint={adj}", "linalg",
+               lambda m, a, b, _l=lo, _a=adj: m.linalg.triangular_solve(a, b, _l, _a),
+               _inputs(_spd(3), _r(3, 2))) for lo in (True, False) for adj in (False, True)],
+        Case("linalg.triangular_solve", "batched", "linalg",
+             lambda m, a, b: m.linalg.triangular_solve(a, b),
+             lambda dt, rng: [np.stack([_spd(3)(dt, rng), _spd(3)(dt, rng)]),
+                              rng.uniform(-2, 2, (2, 3, 2)).astype(dt)]),
+        Case("linalg.cholesky_solve", "spd 3x3 (symmetrized)", "linalg",
+             lambda m, a, b: m.linalg.cholesky_solve(m.linalg.cholesky(
+                 (a + m.linalg.matrix_transpose(a)) * 0.5), b), _inputs(_spd(3), _r(3, 2))),
+        Case("linalg.slogdet", "log|det| of [2,4,4]", "linalg",
+             lambda m, a: m.linalg.slogdet(a)[1], _inputs(_r(2, 4, 4))),
+        Case("linalg.logdet", "spd 3x3 (symmetrized)", "linalg",
+             lambda m, a: m.linalg.logdet((a + m.linalg.matrix_transpose(a)) * 0.5),
+             _inputs(_spd(3))),
+        Case("linalg.cholesky", "batched [2,3,3] (lower triangle only)", "linalg",
+             lambda m, a: m.linalg.cholesky(a),
+             lambda dt, rng: [np.stack([_spd(3)(dt, rng), _spd(3)(dt, rng)])]),
+        *[Case("norm", f"ord={o} axis={a}", "reduce",
+               lambda m, x, _o=o, _a=a: m.norm(x, ord=_o, axis=_a), _inputs(_r(3, 4)))
+          for o, a in [("euclidean", None), (1, 1), (np.inf, 0), (3, 1), ("fro", [0, 1]),
+                       (1, [0, 1]), (np.inf, [0, 1])]],
+        Case("norm", "a zero vector", "reduce", lambda m, x: m.norm(x, axis=1),
+             _inputs(_c([0.0, 0.0], [3.0, 4.0]))),
+        *[Case("clip_by_norm", f"clip {c} axes {a}", "composite",
+               lambda m, x, _c=c, _a=a: m.clip_by_norm(x, _c, axes=_a), _inputs(_r(3, 4)))
+          for c, a in [(1.0, None), (1.0, [1]), (100.0, [1])]],
+        Case("clip_by_norm", "a zero row", "composite",
+             lambda m, x: m.clip_by_norm(x, 1.0, axes=[1]),
+             _inputs(_c([0.0, 0.0], [3.0, 4.0]))),
+        *[Case(f"math.{fn}", "axis 1", "reduce",
+               lambda m, x, _f=fn: getattr(m.math, _f)(x, axis=1), _inputs(_r(3, 4)),
+               symbolic=(0,)) for fn in ("reduce_variance", "reduce_std",
+                                         "reduce_euclidean_norm")],
+        Case("nn.swish", "random", "composite", lambda m, x: m.nn.swish(x), _inputs(_r(3, 4))),
+        Case("nn.silu", "a tensor beta", "composite", lambda m, x, b: m.nn.silu(x, b),
+             _inputs(_r(3, 4), lambda dt, rng: np.array(1.7, dt))),
+        Case("nn.log_poisson_loss", "full", "composite",
+             lambda m, z, c: m.nn.log_poisson_loss(z, c, compute_full_loss=True),
+             _inputs(_c(0.0, 0.5, 2.0, 7.0), _r(4))),
+        Case("nn.weighted_cross_entropy_with_logits", "pos_weight 1.5", "nn",
+             lambda m, z, x: m.nn.weighted_cross_entropy_with_logits(z, x, 1.5),
+             _inputs(_r(3, 4, lo=0.0, hi=1.0), _r(3, 4, lo=-5.0, hi=5.0))),
+        *[Case("nn.local_response_normalization", f"r={p[0]} beta={p[3]}", "nn", lrn(*p),
+               _inputs(_r(2, 2, 2, 5)), dtypes=("float32",))
+          for p in [(2, 1.0, 1.0, 0.5), (1, 2.0, 0.5, 1.0), (3, 1.0, 0.1, 0.75)]],
+        Case("nn.normalize_moments", "of sufficient_statistics, shifted", "composite",
+             lambda m, x, s: m.nn.normalize_moments(*m.nn.sufficient_statistics(
+                 x, [0], s))[1], _inputs(_r(4, 3), _c(0.25))),
+    ]
 
 
 # ----------------------------------------------------------------------------- runners

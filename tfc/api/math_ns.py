@@ -51,3 +51,10 @@ __all__ += ["segment_max", "segment_mean", "segment_min", "segment_prod", "segme
 from tfc.api.segment_ops import bincount, confusion_matrix  # noqa: E402
 
 __all__ += ["bincount", "confusion_matrix"]
+# the moments and the Euclidean norm, in_top_k, l2_normalize (linalg25)
+from tfc.api.linalg_ns import (reduce_euclidean_norm, reduce_std,  # noqa: E402
+                               reduce_variance)
+from tfc.api.nn import in_top_k, l2_normalize  # noqa: E402
+
+__all__ += ["in_top_k", "l2_normalize", "reduce_euclidean_norm", "reduce_std",
+            "reduce_variance"]

@@ -13,6 +13,26 @@ from tfc.api.tensor import TensorLike, apply, convert_to_tensor
 from tfc.errors import TypeMismatch
 from tfc.ir.types import DType
 
+# The public names (TF's tf.nn ones): ``from tfc.nn import *`` and ``dir(tfc.nn)`` give
+# these, not the helpers this module imports (np, DType, Tensor, apply ...). A new tf.nn
+# function goes in this list too (tests/api/test_nn_namespace.py checks that it does).
+__all__ = [
+    "avg_pool", "avg_pool2d", "batch_normalization", "bias_add", "conv1d", "conv2d",
+    "conv2d_transpose", "depthwise_conv2d", "dropout", "elu", "embedding_lookup", "gelu",
+    "in_top_k", "l2_loss", "l2_normalize", "leaky_relu", "local_response_normalization",
+    "log_poisson_loss", "log_softmax", "lrn", "max_pool", "max_pool2d", "moments",
+    "nce_loss", "normalize_moments", "relu", "relu6", "sampled_softmax_loss", "selu",
+    "separable_conv2d", "sigmoid", "sigmoid_cross_entropy_with_logits", "silu", "softmax",
+    "softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits_v2",
+    "softplus", "softsign", "sparse_softmax_cross_entropy_with_logits",
+    "sufficient_statistics", "swish", "tanh", "top_k",
+    "weighted_cross_entropy_with_logits", "xw_plus_b",
+]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 def relu(x: TensorLike, name: str | None = None) -> Tensor:
     return apply("relu", x, name=name)
@@ -144,12 +164,26 @@ def _dropout_fed(x: TensorLike, rate: TensorLike | None, keep_prob: TensorLike |
     return t * (keep * scale)
 
 
-def softmax(logits: TensorLike, axis: int = -1, name: str | None = None) -> Tensor:
-    return apply("softmax", logits, axis=axis, name=name)
+def softmax(logits: TensorLike, axis: int | None = -1, name: str | None = None,
+            dim: int | None = None) -> Tensor:
+    """``exp(x) / sum(exp(x))`` along ``axis`` (``tf.nn.softmax``: None, TF2's default,
+    is the last axis; ``dim`` is TF1's older name)."""
+    return apply("softmax", logits, axis=_softmax_axis(axis, dim), name=name)
 
 
-def log_softmax(logits: TensorLike, axis: int = -1, name: str | None = None) -> Tensor:
-    return apply("log_softmax", logits, axis=axis, name=name)
+def log_softmax(logits: TensorLike, axis: int | None = -1, name: str | None = None,
+                dim: int | None = None) -> Tensor:
+    """``x - log(sum(exp(x)))`` along ``axis`` (as ``softmax``: None is -1, ``dim``
+    TF1's name)."""
+    return apply("log_softmax", logits, axis=_softmax_axis(axis, dim), name=name)
+
+
+def _softmax_axis(axis: int | None, dim: int | None) -> int:
+    if dim is not None:
+        if axis not in (None, -1, dim):
+            raise _nn_error(f"softmax: give axis ({axis}) or dim ({dim}), not both")
+        return dim
+    return -1 if axis is None else axis
 
 
 def softmax_cross_entropy_with_logits(labels: TensorLike, logits: TensorLike,
@@ -400,3 +434,203 @@ def gelu(features: TensorLike, approximate: bool = False, name: str | None = Non
 # ---- conv25: the other convolutions (composites in tfc.api.nn_conv) ---------------------
 from tfc.api.nn_conv import (conv1d, conv2d_transpose, depthwise_conv2d,  # noqa: E402,F401
                              separable_conv2d)
+# ---- linalg25: swish, in_top_k, weighted and Poisson losses, LRN, sufficient statistics --
+
+def _nn_error(msg: str) -> TypeMismatch:
+    from tfc.api.graph import user_location
+    return TypeMismatch(msg, user_location())
+
+
+def swish(features: TensorLike, beta: float = 1.0) -> Tensor:
+    """``x * sigmoid(beta * x)`` (``tf.nn.swish``, also ``silu``): TF's forward formula;
+    its gradient (TF's custom one recomputes the sigmoid to save memory) is the same
+    function's derivative, ``s + beta x s (1 - s)``."""
+    from tfc.api import ops
+    x = convert_to_tensor(features)
+    if not x.dtype.is_float:
+        raise _nn_error(f"swish takes float tensors, got {x.type}")
+    b = convert_to_tensor(beta) if isinstance(beta, (Tensor, Variable)) else None
+    if b is not None:
+        b = b if b.dtype == x.dtype else ops.cast(b, x.dtype)
+        return x * ops.sigmoid(b * x)
+    return x * ops.sigmoid(x * float(beta)) if float(beta) != 1.0 else x * ops.sigmoid(x)
+
+
+silu = swish
+
+
+def in_top_k(predictions: TensorLike, targets: TensorLike, k: int,
+             name: str | None = None) -> Tensor:
+    """Whether each example's target class is among its ``k`` largest predictions, ties
+    counting in (``tf.nn.in_top_k``, TF's kernel: true iff fewer than ``k`` classes score
+    strictly more than the target; false where the target is out of range or any score
+    of the row is not finite, as TF 2.21's kernel answers). Predictions ``[batch,
+    classes]`` (float, static ``classes``), targets ``[batch]`` (int32/int64), a bool
+    ``[batch]``.
+
+    TF1 passes ``(predictions, targets, k)``, TF2 (``tf.math.in_top_k``) ``(targets,
+    predictions, k)``: the dtypes tell them apart (integer targets, float predictions),
+    so both orders work."""
+    from tfc.api import ops
+    p, t = convert_to_tensor(predictions), convert_to_tensor(targets)
+    if p.dtype.is_int and t.dtype.is_float:  # (TF2's order)
+        p, t = t, p
+    if not p.dtype.is_float or p.type.rank != 2:
+        raise _nn_error(f"in_top_k: predictions must be a float [batch, classes] tensor, "
+                        f"got {p.type}")
+    if not t.dtype.is_int or t.type.rank != 1:
+        raise _nn_error(f"in_top_k: targets must be an int32/int64 [batch] vector, got "
+                        f"{t.type}")
+    classes = p.type.shape[1]
+    if not isinstance(classes, int):
+        raise _nn_error(f"in_top_k: the number of classes of {p.type} must be static")
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool):
+        raise _nn_error(f"in_top_k: k must be a Python int, got {k!r}")
+    hot = ops.equal(ops.expand_dims(t, 1), np.arange(classes, dtype=t.dtype.np)[None, :])
+    target = ops.reduce_sum(ops.where(hot, p, ops.zeros_like(p)), axis=1, keepdims=True)
+    above = ops.reduce_sum(ops.cast(ops.greater(p, target), DType.i32), axis=1)
+    in_range = ops.logical_and(ops.greater_equal(t, 0), ops.less(t, classes))
+    finite = ops.reduce_all(ops.is_finite(p), axis=1)
+    sure = ops.logical_and(in_range, finite)
+    out = ops.logical_and(sure, ops.less(above, int(k)))
+    return out if name is None else ops.identity(out, name=name)
+
+
+def log_poisson_loss(targets: TensorLike, log_input: TensorLike,
+                     compute_full_loss: bool = False, name: str | None = None) -> Tensor:
+    """``exp(c) - c * z`` for log-rate ``c`` and counts ``z`` (``tf.nn.log_poisson_loss``,
+    TF's code); ``compute_full_loss`` adds Stirling's ``z log z - z + log(2 pi z) / 2``
+    where ``z > 1`` (0 for ``0 <= z <= 1``)."""
+    from tfc.api import ops
+    c, z = convert_to_tensor(log_input), convert_to_tensor(targets)
+    if not c.dtype.is_float or z.dtype != c.dtype:
+        raise _nn_error(f"log_poisson_loss: log_input and targets must be floats of one "
+                        f"dtype, got {c.type} and {z.type}")
+    if not _compatible(c.type.shape, z.type.shape):
+        raise _nn_error(f"log_poisson_loss: log_input {c.type} and targets {z.type} must "
+                        "have the same shape")
+    result = ops.exp(c) - c * z
+    if compute_full_loss:
+        stirling = z * ops.log(z) - z + 0.5 * ops.log(z * (2 * np.pi))
+        small = ops.logical_and(z >= 0.0, z <= 1.0)
+        result = result + ops.where(small, ops.zeros_like(z), stirling)
+    return result if name is None else ops.identity(result, name=name)
+
+
+def _compatible(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(x == y or not isinstance(x, int) or not isinstance(y, int)
+                                    for x, y in zip(a, b))
+
+
+def weighted_cross_entropy_with_logits(labels: TensorLike | None = None,
+                                       logits: TensorLike | None = None,
+                                       pos_weight: TensorLike | None = None,
+                                       name: str | None = None,
+                                       targets: TensorLike | None = None) -> Tensor:
+    """The sigmoid cross entropy with the positive term weighted by ``pos_weight``
+    (``tf.nn.weighted_cross_entropy_with_logits``), TF's stable form: ``(1 - z) x + l
+    (log1p(exp(-|x|)) + relu(-x))`` with ``l = 1 + (q - 1) z``. ``targets`` is TF1's
+    older name of ``labels``."""
+    from tfc.api import ops
+    if targets is not None:
+        if labels is not None:
+            raise _nn_error("weighted_cross_entropy_with_logits: give labels or targets "
+                            "(its older name), not both")
+        labels = targets
+    if labels is None or logits is None or pos_weight is None:
+        raise _nn_error("weighted_cross_entropy_with_logits: labels, logits and "
+                        "pos_weight are required")
+    x, z = convert_to_tensor(logits), convert_to_tensor(labels)
+    if not x.dtype.is_float or z.dtype != x.dtype:
+        raise _nn_error(f"weighted_cross_entropy_with_logits: logits and labels must be "
+                        f"floats of one dtype, got {x.type} and {z.type}")
+    if not _compatible(x.type.shape, z.type.shape):
+        raise _nn_error(f"weighted_cross_entropy_with_logits: logits {x.type} and labels "
+                        f"{z.type} must have the same shape")
+    q = (convert_to_tensor(pos_weight) if isinstance(pos_weight, (Tensor, Variable))
+         else convert_to_tensor(pos_weight, x.dtype))
+    log_weight = (q - 1.0) * z + 1.0
+    out = (1.0 - z) * x + log_weight * (ops.log1p(ops.exp(-ops.abs(x))) + relu(-x))
+    return out if name is None else ops.identity(out, name=name)
+
+
+def local_response_normalization(input: TensorLike, depth_radius: int = 5,  # noqa: A002
+                                 bias: float = 1.0, alpha: float = 1.0, beta: float = 0.5,
+                                 name: str | None = None) -> Tensor:
+    """``x / (bias + alpha * sum(x^2 over channels d-r..d+r)) ** beta`` of a 4-D NHWC
+    tensor (``tf.nn.local_response_normalization``, ``lrn``), as TF's CPU kernel computes
+    it (up to 384 channels): the window sums are one matmul of ``x^2`` with a 0/1 band
+    matrix, then ``x * rsqrt(t)`` for beta 0.5, ``x * (1 / t)`` for 1, else ``x *
+    exp(-beta log t)``. ``bias``, ``alpha`` and ``beta`` are float attrs in TF: rounded to
+    float32 first. The channel count must be static (the band is a constant)."""
+    from tfc.api import ops
+    x = convert_to_tensor(input)
+    if not x.dtype.is_float or x.type.rank != 4:
+        raise _nn_error(f"local_response_normalization takes a 4-D float tensor, got "
+                        f"{x.type}")
+    depth = x.type.shape[3]
+    if not isinstance(depth, int):
+        raise _nn_error(f"local_response_normalization: the channels of {x.type} must be "
+                        "static")
+    if not isinstance(depth_radius, (int, np.integer)) or depth_radius < 0:
+        raise _nn_error(f"local_response_normalization: depth_radius must be an int >= 0, "
+                        f"got {depth_radius!r}")
+    b, a, e = (float(np.float32(v)) for v in (bias, alpha, beta))
+    i, j = np.ogrid[:depth, :depth]
+    band = (np.abs(i - j) <= int(depth_radius)).astype(x.dtype.np)
+    t = ops.matmul(ops.square(x), band) * a + b
+    scale = (ops.reciprocal(t) if e == 1.0 else ops.rsqrt(t) if e == 0.5
+             else ops.exp(ops.log(t) * -e))
+    out = x * scale
+    return out if name is None else ops.identity(out, name=name)
+
+
+lrn = local_response_normalization
+
+
+def sufficient_statistics(x: TensorLike, axes: Sequence[int], shift: TensorLike | None = None,
+                          keepdims: bool = False, name: str | None = None,
+                          keep_dims: bool | None = None
+                          ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """``(count, sum(x - shift), sum((x - shift)^2), shift)`` over ``axes``
+    (``tf.nn.sufficient_statistics``, TF's code; without ``shift``: ``sum(x)``,
+    ``sum(x^2)`` and None). The count has ``x``'s dtype; a symbolic dim among ``axes`` is
+    counted at run time."""
+    from tfc.api import ops
+    t = convert_to_tensor(x)
+    rank = t.type.rank
+    given = [int(a) for a in ([axes] if isinstance(axes, (int, np.integer)) else axes)]
+    if any(not -rank <= a < rank for a in given):
+        raise _nn_error(f"sufficient_statistics: axes {axes} out of range for {t.type}")
+    ax = sorted({a % rank for a in given})
+    keep = keepdims if keep_dims is None else keep_dims
+    dims = [t.type.shape[a] for a in ax]
+    if all(isinstance(d, int) for d in dims):
+        counts = convert_to_tensor(np.asarray(np.prod([int(d) for d in dims], dtype=np.int64),
+                                              t.dtype.np))
+    else:
+        sizes = ops.gather(ops.cast(ops.shape(t), t.dtype), np.array(ax, np.int32))
+        counts = ops.reduce_prod(sizes)
+    if shift is not None:
+        s = convert_to_tensor(shift) if isinstance(shift, (Tensor, Variable)) else \
+            convert_to_tensor(shift, t.dtype)
+        m_ss, v_ss = t - s, ops.squared_difference(t, s)
+    else:
+        s = None
+        m_ss, v_ss = t, ops.square(t)
+    return (counts, ops.reduce_sum(m_ss, ax, keepdims=bool(keep)),
+            ops.reduce_sum(v_ss, ax, keepdims=bool(keep)), s)
+
+
+def normalize_moments(counts: TensorLike, mean_ss: TensorLike, variance_ss: TensorLike,
+                      shift: TensorLike | None, name: str | None = None
+                      ) -> tuple[Tensor, Tensor]:
+    """The mean and variance from ``sufficient_statistics`` (``tf.nn.normalize_moments``,
+    TF's code): ``divisor = 1 / counts``, ``shifted = mean_ss * divisor``, mean ``shifted
+    + shift``, variance ``variance_ss * divisor - shifted^2``."""
+    from tfc.api import ops
+    divisor = ops.reciprocal(convert_to_tensor(counts))
+    shifted_mean = ops.multiply(mean_ss, divisor)
+    mean = shifted_mean if shift is None else ops.add(shifted_mean, shift)
+    variance = ops.subtract(ops.multiply(variance_ss, divisor), ops.square(shifted_mean))
+    return mean, variance

@@ -274,3 +274,190 @@ class MatrixDeterminant(SquareMatrixOp):
         perm = (*range(rank - 2), rank - 1, rank - 2)
         inv_t = b("transpose", b("matrix_inverse", a), perm=perm)
         return [b("mul", scale, inv_t)]
+
+
+@register
+class Cholesky(SquareMatrixOp):
+    """The lower-triangular ``L`` with ``L L^T = A`` of each symmetric positive-definite
+    ``[N, N]`` matrix (``tf.linalg.cholesky``; only ``A``'s lower triangle is read, as
+    TensorFlow's, numpy's and LAPACK's). A matrix that is not positive definite is a
+    run-time error on every backend alike; a NaN in the lower triangle gives a matrix of
+    NaN (LAPACKs disagree there: some stop, some run on). f16 is computed in f32."""
+
+    name = "cholesky"
+    flops_per_matrix = 1.0 / 3.0
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
+        expect_dtype(self.name, inputs[0], FLOAT)
+        return [inputs[0].with_shape(square_shape(self.name, inputs[0]))]
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        return [self.factor(x, TensorType(DType.from_numpy(x.dtype), x.shape))]
+
+    def reference_op(self, ctx: Any, op: Any, inputs: Sequence[np.ndarray]
+                     ) -> list[np.ndarray]:
+        return [self.factor(inputs[0], op.inputs[0].type)]
+
+    def factor(self, x: np.ndarray, t: TensorType) -> np.ndarray:
+        check_square(self.name, x)
+        xc = np.tril(x.astype(compute_dtype(x.dtype), copy=False))
+        n = x.shape[-1]
+        nan = np.isnan(xc).any(axis=(-2, -1)) if n else np.zeros(x.shape[:-2], bool)
+        safe = np.where(nan[..., None, None], np.eye(n, dtype=xc.dtype), xc)
+        try:
+            out = np.linalg.cholesky(safe + np.swapaxes(np.tril(safe, -1), -1, -2))
+        except np.linalg.LinAlgError:
+            raise ExecutionError(not_positive_definite(self.name, t)) from None
+        out = np.where(nan[..., None, None], np.nan, out)
+        return out.astype(x.dtype, copy=False)
+
+    def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
+        """TensorFlow's ``_CholeskyGrad`` (Murray 2016): with ``M = tril(L^T dL)``, its
+        diagonal halved, ``dA = sym(L^-T M L^-1)`` (``sym(X) = (X + X^T) / 2``). ``L^-1``
+        is ``matrix_inverse`` of ``L``; the triangle is a constant mask, so the matrix
+        size must be static."""
+        lo, (dl,) = op.result, grads
+        n = lo.type.shape[-1]
+        if not isinstance(n, int):
+            raise TypeMismatch(f"{self.name}: the gradient needs a static matrix size, got "
+                               f"{lo.type}")
+        mask = np.tril(np.ones((n, n))) - 0.5 * np.eye(n)
+        mask_c = b("constant", value=mask.astype(lo.dtype.np))
+        middle = b("mul", b("matmul", lo, dl, transpose_a=True), mask_c)
+        inv = b("matrix_inverse", lo)
+        g = b("matmul", b("matmul", inv, middle, transpose_a=True), inv)
+        rank = lo.type.rank
+        perm = (*range(rank - 2), rank - 1, rank - 2)
+        g = b("add", g, b("transpose", g, perm=perm))
+        return [b("mul", g, b("constant", value=np.asarray(0.5, lo.dtype.np)))]
+
+
+def not_positive_definite(op: str, t: TensorType) -> str:
+    """The error for an input of type ``t`` that is not positive definite (one text on
+    every backend: the static type only)."""
+    n = t.shape[-1]
+    what = (f"the {n}x{n} matrix" if t.rank == 2 and isinstance(n, int)
+            else "a matrix" if t.rank == 2 else "a matrix of the batch")
+    return f"{op}: input is not positive definite: {what}"
+
+
+@register
+class TriangularSolve(OpDef):
+    """``X`` with ``op(A) X = B`` for triangular ``A`` ``[..., N, N]`` and right-hand sides
+    ``B`` ``[..., N, K]`` (``tf.linalg.triangular_solve``): ``lower`` says which triangle
+    of ``A`` is read (the other is ignored, as TensorFlow), ``adjoint`` solves with
+    ``A^T``. A's batch dims equal B's, or ``A`` is one matrix for all of B's. A zero on
+    the diagonal divides by zero (inf/NaN, no error: as TF's and BLAS's trsm)."""
+
+    name = "triangular_solve"
+    num_inputs = 2
+    traits = PURE_ONLY
+    attrs = {
+        "lower": AttrSpec("bool", True, "A is lower triangular (else upper)"),
+        "adjoint": AttrSpec("bool", False, "solve with A's transpose"),
+    }
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
+        a, rhs = inputs
+        dtype = same_dtype(self.name, inputs)
+        expect_dtype(self.name, a, FLOAT)
+        shape = square_shape(self.name, a)
+        if rhs.rank < 2:
+            raise TypeMismatch(f"{self.name}: the right-hand sides {rhs} must have rank >= 2")
+        if not dims_compatible(shape[-1], rhs.shape[-2]):
+            raise TypeMismatch(f"{self.name}: {a} and {rhs}: A is {shape[-1]} x {shape[-1]} "
+                               f"but B has {rhs.shape[-2]} rows")
+        if a.rank != 2 and (a.rank != rhs.rank or any(
+                not dims_compatible(x, y) for x, y in zip(a.shape[:-2], rhs.shape[:-2]))):
+            raise TypeMismatch(f"{self.name}: the batch dims of {a} and {rhs} must be equal "
+                               "(or A one matrix)")
+        return [tensor_type(dtype, (*rhs.shape[:-2], merge_dims(shape[-1], rhs.shape[-2]),
+                                    rhs.shape[-1]))]
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        a, rhs = inputs
+        check_square(self.name, a)
+        if a.shape[-1] != rhs.shape[-2] or (a.ndim != 2 and a.shape[:-2] != rhs.shape[:-2]):
+            raise ExecutionError(f"{self.name}: A {list(a.shape)} and B {list(rhs.shape)} do "
+                                 "not fit at run time")
+        acc = compute_dtype(a.dtype)
+        m = np.tril(a) if attrs["lower"] else np.triu(a)
+        m = np.broadcast_to(m.astype(acc), (*rhs.shape[:-2], *a.shape[-2:]))
+        if attrs["adjoint"]:
+            m = np.swapaxes(m, -1, -2)
+        forward = attrs["lower"] != attrs["adjoint"]
+        x = np.zeros(rhs.shape, acc)
+        bb = rhs.astype(acc)
+        n = a.shape[-1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for i in (range(n) if forward else range(n - 1, -1, -1)):
+                done = slice(0, i) if forward else slice(i + 1, n)
+                s = bb[..., i, :] - np.einsum("...j,...jk->...k", m[..., i, done], x[..., done, :])
+                x[..., i, :] = s / m[..., i, i][..., None]
+        return [x.astype(rhs.dtype, copy=False)]
+
+    def cost(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType],
+             attrs: Mapping[str, Any], symbol_size: int = 1) -> Cost:
+        count = 1
+        for d in outputs[0].shape:
+            count *= dim_size(d, symbol_size)
+        n = dim_size(inputs[0].shape[-1], symbol_size)
+        moved = sum(t.nbytes(symbol_size) for t in (*inputs, *outputs))
+        return Cost(float(count * n), moved)
+
+    def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
+        """TensorFlow's ``_MatrixTriangularSolveGrad``: ``dB`` solves with the other
+        ``adjoint``; ``dA = -dB X^T`` (``-X dB^T`` with ``adjoint``) kept on A's triangle
+        (a constant mask: N must be static), summed over B's batch when A is one
+        matrix."""
+        a, _ = op.inputs
+        x, (dx,) = op.result, grads
+        lower, adjoint = op.attrs["lower"], op.attrs["adjoint"]
+        n = a.type.shape[-1]
+        if not isinstance(n, int):
+            raise TypeMismatch(f"{self.name}: the gradient needs a static matrix size, got "
+                               f"{a.type}")
+        db = b("triangular_solve", a, dx, lower=lower, adjoint=not adjoint)
+        da = (b("matmul", x, db, transpose_b=True) if adjoint
+              else b("matmul", db, x, transpose_b=True))
+        tri = np.tril(np.ones((n, n))) if lower else np.triu(np.ones((n, n)))
+        da = b("mul", b("neg", da), b("constant", value=tri.astype(a.dtype.np)))
+        return [b.sum_to(da, a), db]
+
+
+@register
+class LogMatrixDeterminant(SquareMatrixOp):
+    """``(sign, log|det|)`` of each ``[N, N]`` matrix: ``[..., N, N] -> [...], [...]``
+    (``tf.linalg.slogdet``; LU based, the logs summed: no overflow where ``det`` would).
+    A singular matrix gives sign 0 and ``-inf``, as numpy and TensorFlow."""
+
+    name = "log_matrix_determinant"
+    flops_per_matrix = 2.0 / 3.0
+
+    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
+        expect_dtype(self.name, inputs[0], FLOAT)
+        t = inputs[0].with_shape(square_shape(self.name, inputs[0])[:-2])
+        return [t, t]
+
+    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
+                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
+        x = inputs[0]
+        check_square(self.name, x)
+        wide = np.float64 if x.dtype == np.float32 else compute_dtype(x.dtype)
+        sign, logdet = np.linalg.slogdet(x.astype(wide, copy=False))
+        return [np.asarray(sign, dtype=x.dtype), np.asarray(logdet, dtype=x.dtype)]
+
+    def gradient(self, b: Any, op: Any, grads: Sequence[Any]) -> list[Any]:
+        """``d log|det A| / dA = A^-T`` (TensorFlow's ``_LogMatrixDeterminantGrad``); the
+        sign has no gradient."""
+        dlog = grads[1]
+        if dlog is None:
+            return [None]
+        a = op.inputs[0]
+        scale = b("expand_dims", b("expand_dims", dlog, axis=-1), axis=-1)
+        rank = a.type.rank
+        perm = (*range(rank - 2), rank - 1, rank - 2)
+        return [b("mul", scale, b("transpose", b("matrix_inverse", a), perm=perm))]

@@ -5,8 +5,8 @@ curves give the seconds of one kernel by op class, size and thread count:
 
 - GEMM-like ops (``matmul``, ``conv2d`` and its gradients) by their flops on the GEMM
   curve (f64 ones on the f64 GEMM curve when measured; a matmul's output in whole
-  ``GEMM_TILE`` tiles); LAPACK ops (``matrix_inverse``,
-  ``matrix_determinant``) by their flops on the linalg curve when measured; every other
+  ``GEMM_TILE`` tiles); LAPACK ops (``matrix_inverse``, ``matrix_determinant``,
+  ``cholesky``) by their flops on the linalg curve when measured; every other
   op by the bytes it moves on the stream curve or by its flops at the
   measured vector rate, whichever takes longer (a softmax's exps and logs compute more
   than their bytes take to stream; a ``fusion`` counts the flops of the ops it fuses),
@@ -74,7 +74,8 @@ SERIAL_KINDS = frozenset({"argmax", "argmin"})
 # 64x8 @ 8x1: 3.4x), so GEMMs are costed, and measured, in tiled flops.
 GEMM_TILE = 8
 # Ops run as LAPACK calls: costed by flops on the linalg curve (when measured).
-LINALG_KINDS = frozenset({"matrix_inverse", "matrix_determinant"})
+LINALG_KINDS = frozenset({"matrix_inverse", "matrix_determinant", "cholesky",
+                          "triangular_solve", "log_matrix_determinant"})
 # Ops that move no data at run time: a pointer, a scalar, a shape.
 FREE_KINDS = frozenset({"constant", "var.read", "shape", "rank", "size", "identity",
                         "stop_gradient", "no_op"})

@@ -286,7 +286,10 @@ PREPARED: dict[str, Preparer] = dict(CONV_PREPARED)
 BY_BINDING = frozenset({"shape", "rank"})
 # Ops run by their registry reference on the host (see the module docstring).
 ON_HOST = frozenset({"shuffle", "matrix_determinant", "matrix_inverse",
-                     "sort"})  # (sort: no device kernel yet; array24)
+                     "sort",  # (sort: no device kernel yet; array24)
+                     "cholesky",  # (LAPACK's rule for NaN and errors; linalg25)
+                     "triangular_solve",  # (no device kernel yet; linalg25)
+                     "log_matrix_determinant"})
 
 
 def sample(xp: Any, kind: str, attrs: Mapping[str, Any], shape: Sequence[int],

@@ -29,15 +29,17 @@ from typing import Callable, NamedTuple
 import llvmlite.ir as ir
 
 from tfc.backends.llvm import irutil
-from tfc.backends.llvm.blas import COL_MAJOR, declare_getrf, declare_getri
-from tfc.backends.llvm import kernels_linalg
+from tfc.backends.llvm.blas import (COL_MAJOR, LEFT, LOWER, NO_TRANS, NON_UNIT, ROW_MAJOR,
+                                    TRANS, UPPER, declare_getrf, declare_getri,
+                                    declare_potrf, declare_trsm)
+from tfc.backends.llvm import kernels_linalg, vmath
 from tfc.backends.llvm.context import Kernel, Storage
 from tfc.backends.llvm.kernels_scalar import Unsupported
 from tfc.backends.binding import Binding
-from tfc.backends.llvm.runtime.symbols import GETRF, GETRI
+from tfc.backends.llvm.runtime.symbols import GETRF, GETRI, POTRF, TRSM
 from tfc.ir.core import Op, Value
 from tfc.ir.types import DType
-from tfc.ops.linalg import inverse_epsilon, singular_message
+from tfc.ops.linalg import inverse_epsilon, not_positive_definite, singular_message
 
 ZERO = irutil.i64(0)
 WORK_COLS = 64  # getri's workspace: n * WORK_COLS elements (its optimal blocked size)
@@ -207,6 +209,63 @@ def lower_matrix_determinant(graph_compiler, op: Op) -> None:
     kernel.finish()
 
 
+def lower_log_matrix_determinant(graph_compiler, op: Op) -> None:
+    """As ``matrix_determinant``'s kernel, with ``log|u_ii|`` summed (``vmath.log``, f64)
+    instead of the product, and the sign the product of the pivots' signs, negated per
+    row swap (0 for a zero pivot, whose log is -inf)."""
+    x = op.inputs[0]
+    sign_out, log_out = op.results
+    dt = _dtype(op)
+    item = dt.itemsize
+    graph_compiler.comp.scratch.append(
+        lambda binding, f=_order(x): 8 * f(binding) + item * max(1, f(binding) ** 2))
+    scratch = Storage("scratch", 0)
+    kernel = graph_compiler.kernel(op.kind, [x, sign_out, log_out], [scratch])
+    kernel.whole()
+    b = kernel.b
+    square = _square_check(graph_compiler, kernel, op, x)
+    dims = kernel.dims(x)
+    n = dims[-1]
+    size, n32 = b.mul(n, n), b.trunc(n, irutil.I32)
+    ipiv = kernel.storage_ptr(scratch)
+    lu = b.gep(ipiv, [b.mul(n, irutil.i64(8))], inbounds=True, source_etype=irutil.I8)
+    getrf = declare_getrf(kernel.comp.module, GETRF[dt.value])
+    layout = ir.Constant(irutil.I32, COL_MAJOR)
+    f64 = irutil.F64
+    one, zero = ir.Constant(f64, 1.0), ir.Constant(f64, 0.0)
+
+    def per_matrix(t: ir.Value, _c) -> None:
+        base = b.mul(t, size)
+
+        def copy(i: ir.Value, _c2) -> None:
+            irutil.store(b, lu, dt, i, irutil.load(b, kernel.ptr(x), x.dtype, b.add(base, i)))
+        irutil.loop(b, ZERO, size, copy, name="c")
+        with b.if_then(b.icmp_signed(">", n, ZERO)):
+            b.call(getrf, [layout, n32, n32, lu, n32, ipiv])
+
+        def diag(i: ir.Value, c: list[ir.Value]) -> list[ir.Value]:
+            u = irutil.load(b, lu, dt, b.add(b.mul(i, n), i))
+            if dt is DType.f32:
+                u = b.fpext(u, f64)
+            p = b.load(b.gep(ipiv, [i], inbounds=True, source_etype=irutil.I32), typ=irutil.I32)
+            swapped = b.icmp_signed("!=", b.sext(p, irutil.I64), b.add(i, irutil.i64(1)))
+            neg = b.fcmp_ordered("<", u, zero)
+            flip = b.xor(swapped, neg)
+            s = b.select(b.fcmp_ordered("==", u, zero), zero,
+                         b.select(flip, b.fneg(c[0]), c[0]))
+            return [s, b.fadd(c[1], vmath.emit_math(b, "log", [vmath.fabs(b, u)]))]
+
+        sign, logdet = irutil.loop(b, ZERO, n, diag, [one, zero], name="d")
+        if dt is DType.f32:
+            sign, logdet = b.fptrunc(sign, irutil.F32), b.fptrunc(logdet, irutil.F32)
+        irutil.store(b, kernel.ptr(sign_out), sign_out.dtype, t, sign)
+        irutil.store(b, kernel.ptr(log_out), log_out.dtype, t, logdet)
+
+    with b.if_then(square):
+        irutil.loop(b, ZERO, irutil.product(b, dims[:-2]), per_matrix, name="bt")
+    kernel.finish()
+
+
 def lower_matmul(graph_compiler, op: Op) -> None:
     """f16 through f32 BLAS (below); every other dtype as ``kernels_linalg``."""
     if op.inputs[0].dtype is DType.f16 and op.inputs[1].dtype is DType.f16:
@@ -247,8 +306,124 @@ def _matmul_f16(graph_compiler, op: Op) -> None:
     kernel.finish()
 
 
+def lower_cholesky(graph_compiler, op: Op) -> None:
+    """``?potrf`` per matrix, in the output (or an f32 copy in scratch for f16): called
+    column-major with ``'U'`` on row-major data it reads the row-major lower triangle and
+    leaves ``L`` there (the factor of ``A^T = A``, transposed by the layout), the strict
+    upper triangle is then zeroed. ``info > 0`` (not positive definite) is the reference's
+    error; a NaN in the lower triangle fills the matrix with NaN without calling LAPACK
+    (``tfc.ops.linalg.Cholesky``'s rule)."""
+    x, out = op.inputs[0], op.result
+    dt, xdt = _dtype(op), x.dtype
+    wide = xdt is DType.f16
+    lp = _lapack_kernel(graph_compiler, op, lambda n: 8 * n + dt.itemsize * (
+        n ** 2 if wide else 0))
+    kernel, b, square, dims, n, size, n32, _ = lp
+    scratch = lp.after_pivots
+    potrf = declare_potrf(kernel.comp.module, POTRF[dt.value])
+    code = graph_compiler.comp.error(not_positive_definite(op.kind, x.type), op.loc)
+    layout = ir.Constant(irutil.I32, COL_MAJOR)
+    upper = ir.Constant(irutil.I8, ord("U"))
+    fty = irutil.F32 if dt is DType.f32 else irutil.F64
+    zero, nan = ir.Constant(fty, 0.0), ir.Constant(fty, float("nan"))
+
+    def per_matrix(t: ir.Value, _c) -> None:
+        base = b.mul(t, size)
+        a = scratch if wide else irutil.elem_ptr(b, kernel.ptr(out), dt, base)
+
+        def copy(i: ir.Value, c: list[ir.Value]) -> list[ir.Value]:
+            v = irutil.load(b, kernel.ptr(x), xdt, b.add(base, i))
+            if wide:
+                v = b.fpext(v, fty)
+            irutil.store(b, a, dt, i, v)
+            lower = b.icmp_signed("<=", b.srem(i, n), b.sdiv(i, n))
+            return [b.or_(c[0], b.and_(lower, b.fcmp_unordered("uno", v, v)))]
+        (has_nan,) = irutil.loop(b, ZERO, size, copy, [ir.Constant(irutil.I1, 0)], name="c")
+        with b.if_else(has_nan) as (then, otherwise):
+            with then:
+                irutil.loop(b, ZERO, size, lambda i, _c2: irutil.store(b, a, dt, i, nan),
+                            name="nan")
+            with otherwise:
+                info = b.call(potrf, [layout, upper, n32, a, n32])
+                kernel.fail_if(b.icmp_signed(">", info, ir.Constant(irutil.I32, 0)), code)
+
+                def clear(i: ir.Value, _c2) -> None:
+                    above = b.icmp_signed(">", b.srem(i, n), b.sdiv(i, n))
+                    with b.if_then(above):
+                        irutil.store(b, a, dt, i, zero)
+                irutil.loop(b, ZERO, size, clear, name="u")
+        if wide:
+            def narrow(i: ir.Value, _c2) -> None:
+                irutil.store(b, kernel.ptr(out), xdt, b.add(base, i), irutil.load(b, a, dt, i))
+            irutil.loop(b, ZERO, size, narrow, name="n")
+
+    with b.if_then(b.and_(square, b.icmp_signed(">", n, ZERO))):
+        irutil.loop(b, ZERO, irutil.product(b, dims[:-2]), per_matrix, name="bt")
+    kernel.finish()
+
+
+def lower_triangular_solve(graph_compiler, op: Op) -> None:
+    """``cblas_?trsm`` (row-major, side left) per right-hand-side matrix, in place in the
+    output: ``B`` is copied there first, ``A``'s matrix into scratch (the output may share
+    A's buffer). f16 is widened into scratch and the solution rounded once."""
+    a, rhs = op.inputs
+    out = op.result
+    dt, xdt = _dtype(op), a.dtype
+    wide = xdt is DType.f16
+    item = dt.itemsize
+    graph_compiler.comp.scratch.append(
+        lambda binding: item * (binding.shape(a)[-1] ** 2 + (
+            binding.shape(a)[-1] * binding.shape(out)[-1] if wide else 0)) + 8)
+    scratch = Storage("scratch", 0)
+    kernel = graph_compiler.kernel(op.kind, [a, rhs, out], [scratch])
+    kernel.whole()
+    b = kernel.b
+    square = _square_check(graph_compiler, kernel, op, a)
+    od = kernel.dims(out)
+    n, k = kernel.dim(a, a.type.rank - 1), od[-1]
+    nn, nk = b.mul(n, n), b.mul(n, k)
+    a_copy = kernel.storage_ptr(scratch)
+    b_work = irutil.elem_ptr(b, a_copy, dt, nn)
+    fty = irutil.F32 if dt is DType.f32 else irutil.F64
+    trsm = declare_trsm(kernel.comp.module, TRSM[dt.value], fty)
+    i32 = irutil.I32
+    flags = [ir.Constant(i32, v) for v in (
+        ROW_MAJOR, LEFT, LOWER if op.attrs["lower"] else UPPER,
+        TRANS if op.attrs["adjoint"] else NO_TRANS, NON_UNIT)]
+    n32, k32 = b.trunc(n, i32), b.trunc(k, i32)
+    same = graph_compiler.comp.storage[rhs] == graph_compiler.comp.storage[out]
+
+    def per_matrix(t: ir.Value, _c) -> None:
+        a_base = ZERO if a.type.rank == 2 else b.mul(t, nn)
+        b_base = b.mul(t, nk)
+
+        def copy_a(i: ir.Value, _c2) -> None:
+            irutil.store(b, a_copy, dt, i, irutil.load(b, kernel.ptr(a), xdt, b.add(a_base, i)))
+        irutil.loop(b, ZERO, nn, copy_a, name="ca")
+        work = b_work if wide else irutil.elem_ptr(b, kernel.ptr(out), dt, b_base)
+        if wide or not same:
+            def copy_b(i: ir.Value, _c2) -> None:
+                irutil.store(b, work, dt, i,
+                             irutil.load(b, kernel.ptr(rhs), xdt, b.add(b_base, i)))
+            irutil.loop(b, ZERO, nk, copy_b, name="cb")
+        b.call(trsm, [*flags, n32, k32, ir.Constant(fty, 1.0), a_copy, n32, work, k32])
+        if wide:
+            def narrow(i: ir.Value, _c2) -> None:
+                irutil.store(b, kernel.ptr(out), xdt, b.add(b_base, i),
+                             irutil.load(b, work, dt, i))
+            irutil.loop(b, ZERO, nk, narrow, name="n")
+
+    nonempty = b.and_(b.icmp_signed(">", n, ZERO), b.icmp_signed(">", k, ZERO))
+    with b.if_then(b.and_(square, nonempty)):
+        irutil.loop(b, ZERO, irutil.product(b, od[:-2]), per_matrix, name="bt")
+    kernel.finish()
+
+
 LOWERINGS: dict[str, Callable] = {
     "matmul": lower_matmul,
     "matrix_inverse": lower_matrix_inverse,
     "matrix_determinant": lower_matrix_determinant,
+    "cholesky": lower_cholesky,  # linalg25
+    "triangular_solve": lower_triangular_solve,  # linalg25
+    "log_matrix_determinant": lower_log_matrix_determinant,  # linalg25
 }

@@ -39,6 +39,8 @@ DGEMM = "scipy_cblas_dgemm"
 # passes the workspace).
 GETRF = {"f32": "scipy_LAPACKE_sgetrf_work", "f64": "scipy_LAPACKE_dgetrf_work"}
 GETRI = {"f32": "scipy_LAPACKE_sgetri_work", "f64": "scipy_LAPACKE_dgetri_work"}
+POTRF = {"f32": "scipy_LAPACKE_spotrf_work", "f64": "scipy_LAPACKE_dpotrf_work"}  # linalg25
+TRSM = {"f32": "scipy_cblas_strsm", "f64": "scipy_cblas_dtrsm"}  # linalg25
 _C_SYMBOLS = ("pthread_create", "pthread_join", "memcpy", "memset", "memmove",
               "pthread_detach", "pthread_sigmask", "syscall", "sched_yield")
 # What LLVM calls where the CPU has no instruction for an intrinsic: ``llvm.fma`` without
@@ -154,7 +156,8 @@ def _find_libc() -> ctypes.CDLL:
 
 
 def _register(lib: ctypes.CDLL) -> None:
-    for name in (SGEMM, DGEMM, *GETRF.values(), *GETRI.values()):
+    for name in (SGEMM, DGEMM, *GETRF.values(), *GETRI.values(), *POTRF.values(),
+                 *TRSM.values()):
         llvm.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
     register_system_symbols()
 
