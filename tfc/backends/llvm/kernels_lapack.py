@@ -24,7 +24,7 @@ reference's ``compute_dtype`` rule. f32, f64, i32 and i64 products go to ``kerne
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import llvmlite.ir as ir
 
@@ -118,7 +118,7 @@ def _lapack_kernel(graph_compiler, op: Op, scratch_bytes: Callable[[int], int]) 
     x = op.inputs[0]
     graph_compiler.comp.scratch.append(lambda binding, f=_order(x): scratch_bytes(f(binding)))
     scratch = Storage("scratch", 0)
-    kernel = graph_compiler.kernel(op.kind, [x, op.result], [scratch])
+    kernel = graph_compiler.kernel(op.kind, [x, *op.results], [scratch])
     kernel.whole()
     b = kernel.b
     square = _square_check(graph_compiler, kernel, op, x)
@@ -171,11 +171,18 @@ def lower_matrix_inverse(graph_compiler, op: Op) -> None:
     kernel.finish()
 
 
-def lower_matrix_determinant(graph_compiler, op: Op) -> None:
-    x, out = op.inputs[0], op.result
+def _lu_diagonal_kernel(graph_compiler, op: Op, init: Sequence[float],
+                        step: Callable[[ir.IRBuilder, ir.Value, ir.Value, list[ir.Value]],
+                                       list[ir.Value]],
+                        store: Callable[[ir.IRBuilder, Kernel, ir.Value, list[ir.Value]],
+                                        None]) -> None:
+    """The kernel of a determinant-like op: each matrix copied to scratch and LU-factored
+    (getrf), then one loop over its diagonal carrying f64 values from ``init``:
+    ``step(b, u_ii, swapped, carried)`` with ``u_ii`` in f64 and ``swapped`` whether row
+    i was exchanged; ``store(b, kernel, t, carried)`` writes matrix ``t``'s results."""
+    x = op.inputs[0]
     dt = _dtype(op)
-    item = dt.itemsize
-    lp = _lapack_kernel(graph_compiler, op, lambda n: 8 * n + item * max(1, n ** 2))
+    lp = _lapack_kernel(graph_compiler, op, lambda n: 8 * n + dt.itemsize * max(1, n ** 2))
     kernel, b, square, dims, n, size, n32, ipiv = lp
     lu = lp.after_pivots
     getrf = declare_getrf(kernel.comp.module, GETRF[dt.value])
@@ -196,74 +203,50 @@ def lower_matrix_determinant(graph_compiler, op: Op) -> None:
                 u = b.fpext(u, irutil.F64)
             p = b.load(b.gep(ipiv, [i], inbounds=True, source_etype=irutil.I32), typ=irutil.I32)
             swapped = b.icmp_signed("!=", b.sext(p, irutil.I64), b.add(i, irutil.i64(1)))
-            prod = b.fmul(c[0], u)
-            return [b.select(swapped, b.fneg(prod), prod)]
+            return step(b, u, swapped, c)
 
-        (det,) = irutil.loop(b, ZERO, n, diag, [ir.Constant(irutil.F64, 1.0)], name="d")
-        if dt is DType.f32:
-            det = b.fptrunc(det, irutil.F32)  # (then to f16 by the store, for f16)
-        irutil.store(b, kernel.ptr(out), out.dtype, t, det)
+        carried = irutil.loop(b, ZERO, n, diag, [ir.Constant(irutil.F64, v) for v in init],
+                              name="d")
+        if dt is DType.f32:  # (then to f16 by the store, for f16)
+            carried = [b.fptrunc(v, irutil.F32) for v in carried]
+        store(b, kernel, t, carried)
 
     with b.if_then(square):
         irutil.loop(b, ZERO, irutil.product(b, dims[:-2]), per_matrix, name="bt")
     kernel.finish()
+
+
+def lower_matrix_determinant(graph_compiler, op: Op) -> None:
+    """The product of U's diagonal, negated per row swap."""
+    out = op.result
+
+    def step(b: ir.IRBuilder, u: ir.Value, swapped: ir.Value, c: list[ir.Value]
+             ) -> list[ir.Value]:
+        prod = b.fmul(c[0], u)
+        return [b.select(swapped, b.fneg(prod), prod)]
+
+    def store(b: ir.IRBuilder, kernel: Kernel, t: ir.Value, c: list[ir.Value]) -> None:
+        irutil.store(b, kernel.ptr(out), out.dtype, t, c[0])
+    _lu_diagonal_kernel(graph_compiler, op, [1.0], step, store)
 
 
 def lower_log_matrix_determinant(graph_compiler, op: Op) -> None:
     """As ``matrix_determinant``'s kernel, with ``log|u_ii|`` summed (``vmath.log``, f64)
     instead of the product, and the sign the product of the pivots' signs, negated per
     row swap (0 for a zero pivot, whose log is -inf)."""
-    x = op.inputs[0]
     sign_out, log_out = op.results
-    dt = _dtype(op)
-    item = dt.itemsize
-    graph_compiler.comp.scratch.append(
-        lambda binding, f=_order(x): 8 * f(binding) + item * max(1, f(binding) ** 2))
-    scratch = Storage("scratch", 0)
-    kernel = graph_compiler.kernel(op.kind, [x, sign_out, log_out], [scratch])
-    kernel.whole()
-    b = kernel.b
-    square = _square_check(graph_compiler, kernel, op, x)
-    dims = kernel.dims(x)
-    n = dims[-1]
-    size, n32 = b.mul(n, n), b.trunc(n, irutil.I32)
-    ipiv = kernel.storage_ptr(scratch)
-    lu = b.gep(ipiv, [b.mul(n, irutil.i64(8))], inbounds=True, source_etype=irutil.I8)
-    getrf = declare_getrf(kernel.comp.module, GETRF[dt.value])
-    layout = ir.Constant(irutil.I32, COL_MAJOR)
-    f64 = irutil.F64
-    one, zero = ir.Constant(f64, 1.0), ir.Constant(f64, 0.0)
 
-    def per_matrix(t: ir.Value, _c) -> None:
-        base = b.mul(t, size)
+    def step(b: ir.IRBuilder, u: ir.Value, swapped: ir.Value, c: list[ir.Value]
+             ) -> list[ir.Value]:
+        zero = ir.Constant(irutil.F64, 0.0)
+        flip = b.xor(swapped, b.fcmp_ordered("<", u, zero))
+        s = b.select(b.fcmp_ordered("==", u, zero), zero, b.select(flip, b.fneg(c[0]), c[0]))
+        return [s, b.fadd(c[1], vmath.emit_math(b, "log", [vmath.fabs(b, u)]))]
 
-        def copy(i: ir.Value, _c2) -> None:
-            irutil.store(b, lu, dt, i, irutil.load(b, kernel.ptr(x), x.dtype, b.add(base, i)))
-        irutil.loop(b, ZERO, size, copy, name="c")
-        with b.if_then(b.icmp_signed(">", n, ZERO)):
-            b.call(getrf, [layout, n32, n32, lu, n32, ipiv])
-
-        def diag(i: ir.Value, c: list[ir.Value]) -> list[ir.Value]:
-            u = irutil.load(b, lu, dt, b.add(b.mul(i, n), i))
-            if dt is DType.f32:
-                u = b.fpext(u, f64)
-            p = b.load(b.gep(ipiv, [i], inbounds=True, source_etype=irutil.I32), typ=irutil.I32)
-            swapped = b.icmp_signed("!=", b.sext(p, irutil.I64), b.add(i, irutil.i64(1)))
-            neg = b.fcmp_ordered("<", u, zero)
-            flip = b.xor(swapped, neg)
-            s = b.select(b.fcmp_ordered("==", u, zero), zero,
-                         b.select(flip, b.fneg(c[0]), c[0]))
-            return [s, b.fadd(c[1], vmath.emit_math(b, "log", [vmath.fabs(b, u)]))]
-
-        sign, logdet = irutil.loop(b, ZERO, n, diag, [one, zero], name="d")
-        if dt is DType.f32:
-            sign, logdet = b.fptrunc(sign, irutil.F32), b.fptrunc(logdet, irutil.F32)
-        irutil.store(b, kernel.ptr(sign_out), sign_out.dtype, t, sign)
-        irutil.store(b, kernel.ptr(log_out), log_out.dtype, t, logdet)
-
-    with b.if_then(square):
-        irutil.loop(b, ZERO, irutil.product(b, dims[:-2]), per_matrix, name="bt")
-    kernel.finish()
+    def store(b: ir.IRBuilder, kernel: Kernel, t: ir.Value, c: list[ir.Value]) -> None:
+        irutil.store(b, kernel.ptr(sign_out), sign_out.dtype, t, c[0])
+        irutil.store(b, kernel.ptr(log_out), log_out.dtype, t, c[1])
+    _lu_diagonal_kernel(graph_compiler, op, [1.0, 0.0], step, store)
 
 
 def lower_matmul(graph_compiler, op: Op) -> None:
