@@ -166,14 +166,11 @@ class SquareMatrixOp(OpDef):
         return Cost(self.flops_per_matrix * count * n ** 3, moved)
 
 
-@register
-class MatrixInverse(SquareMatrixOp):
-    """The inverse of each ``[N, N]`` matrix. A matrix that is singular to working
-    precision is a run-time error, "input is not invertible" as TensorFlow says, on every
-    backend alike (``ill_conditioned``)."""
-
-    name = "matrix_inverse"
-    flops_per_matrix = 2.0  # LU factorization (2/3 N^3) + solving for N columns (4/3 N^3)
+class _SquareToSquare(SquareMatrixOp):
+    """An op from each square float matrix to one of its shape (inverse, Cholesky factor):
+    ``compute(x, type)`` is its reference, with errors naming the matrix by ``type`` (the
+    op's input type under ``reference_op``, which is all the native backend has, so both
+    backends word them alike)."""
 
     def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
         expect_dtype(self.name, inputs[0], FLOAT)
@@ -182,15 +179,26 @@ class MatrixInverse(SquareMatrixOp):
     def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
                   attrs: Mapping[str, Any]) -> list[np.ndarray]:
         x = inputs[0]
-        return [self.invert(x, TensorType(DType.from_numpy(x.dtype), x.shape))]
+        return [self.compute(x, TensorType(DType.from_numpy(x.dtype), x.shape))]
 
     def reference_op(self, ctx: Any, op: Any, inputs: Sequence[np.ndarray]
                      ) -> list[np.ndarray]:
-        """As ``reference``, with errors naming the matrix by the op's input type, as the
-        native backend's (which has only that) do."""
-        return [self.invert(inputs[0], op.inputs[0].type)]
+        return [self.compute(inputs[0], op.inputs[0].type)]
 
-    def invert(self, x: np.ndarray, t: TensorType) -> np.ndarray:
+    def compute(self, x: np.ndarray, t: TensorType) -> np.ndarray:
+        raise NotImplementedError
+
+
+@register
+class MatrixInverse(_SquareToSquare):
+    """The inverse of each ``[N, N]`` matrix. A matrix that is singular to working
+    precision is a run-time error, "input is not invertible" as TensorFlow says, on every
+    backend alike (``ill_conditioned``)."""
+
+    name = "matrix_inverse"
+    flops_per_matrix = 2.0  # LU factorization (2/3 N^3) + solving for N columns (4/3 N^3)
+
+    def compute(self, x: np.ndarray, t: TensorType) -> np.ndarray:
         """The inverses of the matrices of ``x`` (of type ``t``), or the singular error."""
         check_square(self.name, x)
         xc = x.astype(compute_dtype(x.dtype), copy=False)
@@ -277,7 +285,7 @@ class MatrixDeterminant(SquareMatrixOp):
 
 
 @register
-class Cholesky(SquareMatrixOp):
+class Cholesky(_SquareToSquare):
     """The lower-triangular ``L`` with ``L L^T = A`` of each symmetric positive-definite
     ``[N, N]`` matrix (``tf.linalg.cholesky``; only ``A``'s lower triangle is read, as
     TensorFlow's, numpy's and LAPACK's). A matrix that is not positive definite is a
@@ -287,20 +295,7 @@ class Cholesky(SquareMatrixOp):
     name = "cholesky"
     flops_per_matrix = 1.0 / 3.0
 
-    def infer(self, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> list[TensorType]:
-        expect_dtype(self.name, inputs[0], FLOAT)
-        return [inputs[0].with_shape(square_shape(self.name, inputs[0]))]
-
-    def reference(self, ctx: Any, inputs: Sequence[np.ndarray],
-                  attrs: Mapping[str, Any]) -> list[np.ndarray]:
-        x = inputs[0]
-        return [self.factor(x, TensorType(DType.from_numpy(x.dtype), x.shape))]
-
-    def reference_op(self, ctx: Any, op: Any, inputs: Sequence[np.ndarray]
-                     ) -> list[np.ndarray]:
-        return [self.factor(inputs[0], op.inputs[0].type)]
-
-    def factor(self, x: np.ndarray, t: TensorType) -> np.ndarray:
+    def compute(self, x: np.ndarray, t: TensorType) -> np.ndarray:
         check_square(self.name, x)
         xc = np.tril(x.astype(compute_dtype(x.dtype), copy=False))
         n = x.shape[-1]
